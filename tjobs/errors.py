@@ -1,0 +1,91 @@
+"""The one error root of tjobs and its specific kinds.
+
+::
+
+    TjobsError
+    ├── InvalidInput          422  a request field is wrong; ``field`` names it
+    ├── NotFound              404  the id does not exist (or belongs to another app)
+    ├── Conflict              409
+    │   ├── VersionConflict        optimistic ``version`` lost a race
+    │   └── DuplicateKey           ``(app, key)`` already names a task
+    ├── Unauthorized          401
+    ├── QuotaExceeded         429
+    └── StorageUnavailable    503  a database could not be reached; nothing was written
+
+The API maps these to status codes in one handler; nothing else catches them to hide them.
+"""
+
+from __future__ import annotations
+
+
+class TjobsError(Exception):
+    """Root of every error tjobs raises on purpose."""
+
+    status_code = 500
+    code = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(TjobsError):
+    """A request field is invalid; ``field`` is a dotted path such as ``schedule.expr``."""
+
+    status_code = 422
+    code = "invalid_input"
+
+    def __init__(self, field: str, message: str, code: str = "invalid_input") -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.code = code
+
+
+class NotFound(TjobsError):
+    status_code = 404
+    code = "not_found"
+
+    def __init__(self, kind: str, ident: object) -> None:
+        super().__init__(f"{kind} {ident} not found")
+        self.kind = kind
+        self.ident = ident
+
+
+class Conflict(TjobsError):
+    status_code = 409
+    code = "conflict"
+
+
+class VersionConflict(Conflict):
+    code = "version_conflict"
+
+    def __init__(self, task_id: int, expected: int, actual: int | None) -> None:
+        super().__init__(f"task {task_id} is at version {actual}, not {expected}")
+        self.task_id = task_id
+        self.expected = expected
+        self.actual = actual
+
+
+class DuplicateKey(Conflict):
+    code = "duplicate_key"
+
+    def __init__(self, app_id: str, key: str, existing_task_id: int) -> None:
+        super().__init__(f"app {app_id} already has task {existing_task_id} with key {key!r}")
+        self.app_id = app_id
+        self.key = key
+        self.existing_task_id = existing_task_id
+
+
+class Unauthorized(TjobsError):
+    status_code = 401
+    code = "unauthorized"
+
+
+class QuotaExceeded(TjobsError):
+    status_code = 429
+    code = "quota_exceeded"
+
+
+class StorageUnavailable(TjobsError):
+    status_code = 503
+    code = "storage_unavailable"

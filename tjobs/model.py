@@ -1,0 +1,196 @@
+"""The records tjobs stores and passes between its parts: apps, tasks, flows, and fire plans.
+
+Instants are UTC epoch milliseconds (``*_ms``) everywhere in this module; the API converts to and
+from tz-aware datetimes at the edge. A task's ``schedule`` and ``callback`` are kept as validated
+JSON-able dicts (the API's shapes) so the store never needs to understand them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ScheduleKind(StrEnum):
+    CRON = "cron"
+    INTERVAL = "interval"
+    AT = "at"
+    DELAY = "delay"
+
+
+class MisfirePolicy(StrEnum):
+    FIRE_NOW = "fire_now"
+    FIRE_SOON = "fire_soon"
+    SKIP = "skip"
+    CATCH_UP = "catch_up"
+
+
+class DeliveryMode(StrEnum):
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"
+
+
+class TaskStatus(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+
+
+class FlowStatus(StrEnum):
+    PENDING = "pending"  # committed; an attempt is due at next_attempt_at_ms
+    SENDING = "sending"  # at-most-once: the single attempt is recorded before it is sent
+    DELIVERED = "delivered"
+    DEAD = "dead"  # gave up: attempts or age exhausted, or a permanent failure
+    SKIPPED = "skipped"  # a misfire recorded under the skip policy; never sent
+    CANCELLED = "cancelled"  # the task was deleted before delivery finished
+    UNKNOWN = "unknown"  # at-most-once attempt whose outcome a crash lost; never resent
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (FlowStatus.PENDING, FlowStatus.SENDING)
+
+
+class FlowKind(StrEnum):
+    SCHEDULED = "scheduled"
+    MISFIRE = "misfire"  # fired past the misfire threshold under a policy
+    MANUAL = "manual"  # "trigger now"
+
+
+@dataclass(slots=True)
+class App:
+    """A tenant. ``secrets`` sign callbacks (newest first; all listed ones are used while rotating)."""
+
+    id: str
+    name: str
+    api_key_hash: str
+    secrets: list[str]
+    rate_limit_per_s: float = 1000.0
+    max_concurrency: int = 100
+    created_at_ms: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Task:
+    id: int
+    app_id: str
+    name: str
+    key: str | None
+    schedule: dict[str, Any]
+    callback: dict[str, Any]
+    payload: Any
+    misfire_policy: MisfirePolicy
+    delivery: DeliveryMode
+    status: TaskStatus
+    next_run_at_ms: int | None
+    version: int
+    fire_count: int
+    created_at_ms: int
+    updated_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DueTask:
+    """The few columns a cycle load reads: enough to place a task in the wheel, nothing more."""
+
+    task_id: int
+    next_run_at_ms: int
+    version: int
+    app_id: str
+
+
+@dataclass(slots=True)
+class Flow:
+    """The durable record of one fire. ``(task_id, scheduled_at_ms)`` is unique."""
+
+    task_id: int
+    scheduled_at_ms: int
+    app_id: str
+    kind: FlowKind
+    status: FlowStatus
+    attempts: int
+    next_attempt_at_ms: int | None
+    created_at_ms: int
+    updated_at_ms: int
+    missed: int = 0  # occurrences this fire stands for beyond its own (collapsed or skipped misfires)
+    last_status_code: int | None = None
+    last_error: str | None = None
+
+    @property
+    def id(self) -> str:
+        return flow_id(self.task_id, self.scheduled_at_ms)
+
+
+def flow_id(task_id: int, scheduled_at_ms: int) -> str:
+    """The flow's public id and callback idempotency key; it routes by its task id."""
+    return f"{task_id}-{scheduled_at_ms}"
+
+
+def parse_flow_id(text: str) -> tuple[int, int]:
+    task_part, sep, scheduled_part = text.partition("-")
+    if not sep or not task_part.isdigit() or not scheduled_part.isdigit():
+        raise ValueError(f"not a flow id: {text!r}")
+    return int(task_part), int(scheduled_part)
+
+
+@dataclass(frozen=True, slots=True)
+class FireIntent:
+    """A wheel entry that came due: fire ``task_id`` if it is still at ``(scheduled_at_ms, version)``."""
+
+    task_id: int
+    scheduled_at_ms: int
+    version: int
+
+
+@dataclass(slots=True)
+class NewFlow:
+    scheduled_at_ms: int
+    kind: FlowKind
+    status: FlowStatus
+    attempts: int = 0
+    next_attempt_at_ms: int | None = None
+    missed: int = 0
+
+
+@dataclass(slots=True)
+class FirePlan:
+    """What one fire does to its task, decided by a pure planner from the locked task row and ``now``.
+
+    ``flows`` may be empty (nothing to record), ``next_run_at_ms`` ``None`` completes the task.
+    """
+
+    flows: list[NewFlow]
+    next_run_at_ms: int | None
+    status: TaskStatus
+    fires_added: int
+
+
+@dataclass(slots=True)
+class FireOutcome:
+    """The result of one intent in a committed fire transaction.
+
+    ``task`` is the row after the update (``None`` when the CAS failed); ``flows`` are the rows
+    inserted for it. A failed CAS produces no flow and leaves the task untouched.
+    """
+
+    intent: FireIntent
+    task: Task | None
+    flows: list[Flow]
+
+    @property
+    def committed(self) -> bool:
+        return self.task is not None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowUpdate:
+    """A delivery outcome to record on a flow (batched by the store)."""
+
+    task_id: int
+    scheduled_at_ms: int
+    status: FlowStatus
+    attempts: int
+    next_attempt_at_ms: int | None
+    last_status_code: int | None = None
+    last_error: str | None = None

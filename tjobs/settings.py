@@ -1,0 +1,129 @@
+"""One typed settings object, built once at start-up and passed down.
+
+Sources, highest first: keyword arguments, ``TJOBS_*`` environment variables (nested with ``__``, e.g.
+``TJOBS_SCHEDULER__TICK_MS=20``), then a TOML file given to ``tjobs serve --config``. Nothing reads the
+environment at import time.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sharding import Topology
+from tjobs.model import MisfirePolicy
+
+
+class StorageSettings(BaseModel):
+    # One URL per database server. Instance i of the topology uses urls[i % len(urls)], so one URL
+    # is a fully merged deployment. SQLite: "sqlite+aiosqlite:///DIR" keeps one file per logical DB.
+    urls: list[str] = Field(default_factory=lambda: ["sqlite+aiosqlite:///.tjobs/data"])
+    topology: str = "8x4x16"
+    pool_size: int = 8
+    connect_timeout_s: float = 5.0
+
+    @field_validator("topology")
+    @classmethod
+    def _valid_topology(cls, value: str) -> str:
+        Topology.parse(value)
+        return value
+
+    def parsed_topology(self) -> Topology:
+        return Topology.parse(self.topology)
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    admin_key: str | None = None
+
+
+class SchedulerSettings(BaseModel):
+    tick_ms: int = Field(default=10, ge=1, le=100)
+    cycle_s: int = Field(default=300, ge=5)
+    load_lead_s: int = Field(default=30, ge=1)  # load the next cycle this long before it starts
+    load_page_size: int = 5000
+    misfire_threshold_s: float = 60.0
+    misfire_default_at: MisfirePolicy = MisfirePolicy.FIRE_NOW
+    misfire_default_delay: MisfirePolicy = MisfirePolicy.FIRE_NOW
+    misfire_default_cron: MisfirePolicy = MisfirePolicy.FIRE_SOON
+    misfire_default_interval: MisfirePolicy = MisfirePolicy.FIRE_SOON
+    catch_up_max: int = 100  # at most this many missed occurrences fired by catch_up per misfire
+    misfire_rate_per_s: float = 200.0  # pacing of fire_soon / catch_up fires per app
+    fire_batch_max: int = 1000  # intents in one fire transaction
+
+
+class CallbackSettings(BaseModel):
+    timeout_ms: int = 3000
+    max_attempts: int = 8
+    max_age_s: int = 86_400
+    backoff_base_ms: int = 1000
+    backoff_max_ms: int = 3_600_000
+    default_rate_limit_per_s: float = 1000.0
+    default_max_concurrency: int = 100
+    global_max_in_flight: int = 1000
+    max_retry_after_s: int = 3600
+    user_agent: str = "tjobs/0.1"
+
+
+class CompensatorSettings(BaseModel):
+    interval_s: float = 5.0
+    grace_s: float = 30.0  # a flow must be this far past its next attempt before re-drive
+    batch: int = 500
+
+
+class RetentionSettings(BaseModel):
+    days: float = 30.0
+    interval_s: float = 60.0
+    batch: int = 200
+
+
+class LimitSettings(BaseModel):
+    max_payload_bytes: int = 64 * 1024
+    max_url_chars: int = 2048
+    max_headers: int = 20
+    min_period_ms: int = 1000
+    max_future_days: int = 3650
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TJOBS_", env_nested_delimiter="__", extra="forbid")
+
+    node_id: str | None = None
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    callbacks: CallbackSettings = Field(default_factory=CallbackSettings)
+    compensator: CompensatorSettings = Field(default_factory=CompensatorSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    allow_loopback_callbacks: bool = False
+
+    def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:
+        policy: MisfirePolicy = getattr(self.scheduler, f"misfire_default_{schedule_kind}")
+        return policy
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings: ``overrides`` > environment > ``config_file`` (TOML) > defaults."""
+    file_values: dict[str, Any] = {}
+    if config_file is not None:
+        with config_file.open("rb") as handle:
+            file_values = tomllib.load(handle)
+    env_values = Settings().model_dump(exclude_unset=True)
+    merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
+    return Settings.model_validate(merged)
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,178 @@
+"""The storage contract: where tasks, flows and apps live, and the one place fires are committed.
+
+Every implementation (memory twin, SQLAlchemy on SQLite or MariaDB) passes the same contract suite in
+``tests/contract/test_store_contract.py``. Routing is by shard: a task id carries its shard
+(:func:`sharding.shard_of_task_id`), an idempotency key maps to one shard
+(:func:`sharding.shard_for_key`), and a flow lives in its task's shard.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+from sharding import Topology
+from tjobs.model import App, DueTask, FireIntent, FireOutcome, FirePlan, Flow, FlowStatus, FlowUpdate, Task
+
+FirePlanner = Callable[[Task, FireIntent, int], FirePlan | None]
+"""Pure: given the locked task row, the due intent and ``now_ms``, decide what the fire does.
+
+Called by :meth:`TaskStore.commit_fires` inside the transaction, only for rows whose CAS matched.
+Returning ``None`` leaves the task untouched and records nothing.
+"""
+
+
+class TaskStore(ABC):
+    """Durable storage for one topology of shards.
+
+    Errors: a database that cannot be reached raises :class:`tjobs.errors.StorageUnavailable`, and a
+    failed call has written nothing.
+    """
+
+    topology: Topology
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Open connections. Schema creation is ``tjobs migrate``'s job, not this one's."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise :class:`StorageUnavailable` unless every instance answers."""
+
+    @abstractmethod
+    async def database_now_ms(self) -> int:
+        """The database server's clock (instance 0), to detect skew with the node's clock."""
+
+    # ---- apps -------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def put_app(self, app: App) -> None:
+        """Insert or replace the app with ``app.id``."""
+
+    @abstractmethod
+    async def get_app(self, app_id: str) -> App | None: ...
+
+    @abstractmethod
+    async def find_app_by_key_hash(self, api_key_hash: str) -> App | None: ...
+
+    @abstractmethod
+    async def list_apps(self) -> list[App]: ...
+
+    # ---- tasks ------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def insert_task(self, task: Task) -> Task:
+        """Insert a new task into the shard its id names.
+
+        If ``task.key`` is set and ``(app_id, key)`` already exists, raise
+        :class:`tjobs.errors.DuplicateKey` carrying the existing task id; the unique index decides,
+        so concurrent inserts of one key leave exactly one row.
+        """
+
+    @abstractmethod
+    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
+        """Insert many; per item the stored task, or the existing task id on a duplicate key."""
+
+    @abstractmethod
+    async def get_task(self, task_id: int) -> Task | None: ...
+
+    @abstractmethod
+    async def find_task_by_key(self, app_id: str, key: str) -> Task | None: ...
+
+    @abstractmethod
+    async def update_task(self, task: Task, expected_version: int) -> Task:
+        """Replace the mutable fields of ``task`` if the row is still at ``expected_version``.
+
+        The stored version becomes ``expected_version + 1`` (returned); otherwise raise
+        :class:`tjobs.errors.VersionConflict` (or :class:`tjobs.errors.NotFound` if gone). Any
+        wheel entry holding the old version can then no longer fire (invariant 1).
+        """
+
+    @abstractmethod
+    async def delete_task(self, task_id: int) -> bool:
+        """Delete the task row; its flows stay as history. ``False`` if it did not exist."""
+
+    @abstractmethod
+    async def list_tasks(
+        self, app_id: str, shard: int, after_id: int | None, limit: int
+    ) -> list[Task]:
+        """The app's tasks in one shard, ascending id, strictly after ``after_id``."""
+
+    # ---- loading (invariant 3: reads only) --------------------------------------------------
+
+    @abstractmethod
+    async def load_due(
+        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+    ) -> list[DueTask]:
+        """Active tasks of ``shard`` with ``next_run_at_ms < before_ms``, overdue ones included.
+
+        Ordered by ``(next_run_at_ms, task_id)``; ``after`` is the last ``(next_run_at_ms, task_id)``
+        of the previous page. Changes nothing in the database.
+        """
+
+    @abstractmethod
+    async def count_active(self, shard: int) -> int: ...
+
+    # ---- the fire transaction (invariant 1) -------------------------------------------------
+
+    @abstractmethod
+    async def commit_fires(
+        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner
+    ) -> list[FireOutcome]:
+        """Commit a batch of due fires; one outcome per intent, in order.
+
+        Intents are grouped so that one transaction covers each database touched (never one per
+        fire). In it, each task row is locked; if it is still ``active`` at
+        ``(next_run_at_ms, version) == (intent.scheduled_at_ms, intent.version)`` the planner
+        decides the plan, the plan's flows are inserted and the task advances (``version + 1``).
+        Otherwise the outcome has ``task=None`` and no flow. A flow whose ``(task_id,
+        scheduled_at_ms)`` already exists is never duplicated (invariant 2). If a transaction fails,
+        none of its intents is committed and the error is raised.
+        """
+
+    # ---- flows --------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def insert_manual_flow(self, task_id: int, flow: Flow) -> Flow:
+        """Record a manual ("trigger now") fire; raise :class:`tjobs.errors.Conflict` if it exists."""
+
+    @abstractmethod
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        """Write delivery outcomes, batched per database; terminal flows are never changed again."""
+
+    @abstractmethod
+    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None: ...
+
+    @abstractmethod
+    async def list_flows(
+        self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None
+    ) -> list[Flow]:
+        """A task's flows, newest ``scheduled_at_ms`` first."""
+
+    @abstractmethod
+    async def list_flows_by_status(
+        self, shard: int, status: FlowStatus, app_id: str | None, limit: int,
+        after: tuple[int, int] | None = None,
+    ) -> list[Flow]:
+        """Flows of ``shard`` in ``status`` (dead letters, for instance), ordered by (task, instant)."""
+
+    @abstractmethod
+    async def lease_stale_flows(
+        self, shard: int, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[Flow, Task | None]]:
+        """Non-terminal flows of ``shard`` whose ``next_attempt_at_ms <= now_ms``, with their tasks.
+
+        Atomically pushes each returned flow's ``next_attempt_at_ms`` to ``now_ms + lease_ms`` so a
+        second caller does not take the same flows before the lease ends. The task is ``None`` if it
+        was deleted.
+        """
+
+    # ---- retention ----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def purge(self, shard: int, finished_before_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` terminal flows scheduled before the cutoff and completed tasks
+        last updated before it; return how many rows went. Small batches: never a long lock."""
