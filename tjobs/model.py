@@ -98,6 +98,7 @@ class DueTask:
     next_run_at_ms: int
     version: int
     app_id: str
+    misfire_policy: MisfirePolicy | None = None  # lets the runner pace overdue fire_soon/catch_up loads
 
 
 @dataclass(slots=True)
