@@ -1,0 +1,20 @@
+"""In-process hot path for the embedded default: the one node owns every shard."""
+
+from __future__ import annotations
+
+from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange
+
+
+class LocalHotPath(HotPath):
+    def __init__(self) -> None:
+        self._listener: ChangeListener | None = None
+
+    async def start(self, listener: ChangeListener) -> None:
+        self._listener = listener
+
+    async def stop(self) -> None:
+        self._listener = None
+
+    async def publish(self, change: TaskChange) -> None:
+        if self._listener is not None:
+            self._listener(change)

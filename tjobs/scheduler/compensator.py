@@ -1,0 +1,97 @@
+"""Re-drive flows that committed but never reached a terminal state (invariant 5).
+
+A node that crashed after the fire transaction, or lost a callback's response, leaves flows
+``pending`` (or ``sending`` for at-most-once). Every ``interval_s`` the compensator leases, per owned
+shard, the non-terminal flows whose next attempt is more than ``grace_s`` overdue and that this node is
+not delivering right now, and hands them back to the deliverer. At-most-once flows found ``sending``
+are never resent: they become ``unknown``. Flows of deleted tasks become ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from tjobs.clock import Clock
+from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
+from tjobs.settings import CompensatorSettings
+from tjobs.stores.base import TaskStore
+
+logger = logging.getLogger(__name__)
+
+
+class Compensator:
+    def __init__(
+        self,
+        store: TaskStore,
+        owned: Callable[[], frozenset[int]],
+        in_flight: Callable[[], set[str]],
+        redrive: Callable[[Task, Flow], None],
+        settings: CompensatorSettings,
+        clock: Clock,
+        lease_ms: int,
+    ) -> None:
+        self._store = store
+        self._owned = owned
+        self._in_flight = in_flight
+        self._redrive = redrive
+        self._settings = settings
+        self._clock = clock
+        self._lease_ms = lease_ms
+        self._task: asyncio.Task[None] | None = None
+        self.redriven = 0
+        self.backlog = 0
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="tjobs-compensator")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.interval_s)
+            try:
+                await self.run_once()
+            except Exception:
+                logger.exception("compensation pass failed", extra={"action": "compensator_failed"})
+
+    async def run_once(self) -> int:
+        """One pass over every owned shard; returns how many flows were re-driven or closed."""
+        grace_ms = int(self._settings.grace_s * 1000)
+        handled = 0
+        for shard in sorted(self._owned()):
+            now_ms = self._clock.now_ms()
+            leased = await self._store.lease_stale_flows(
+                shard, now_ms - grace_ms, grace_ms + self._lease_ms, self._settings.batch
+            )
+            if leased:
+                handled += await self._handle(leased, now_ms)
+        self.backlog = handled
+        return handled
+
+    async def _handle(self, leased: list[tuple[Flow, Task | None]], now_ms: int) -> int:
+        busy = self._in_flight()
+        closures: list[FlowUpdate] = []
+        for flow, task in leased:
+            if flow.id in busy:
+                continue
+            if task is None:
+                closures.append(_close(flow, FlowStatus.CANCELLED, "task deleted before delivery"))
+            elif flow.status is FlowStatus.SENDING:
+                closures.append(_close(flow, FlowStatus.UNKNOWN, "at-most-once attempt lost by a crash"))
+            else:
+                self._redrive(task, flow)
+                self.redriven += 1
+                logger.info("re-driving flow %s (attempts so far %d)", flow.id, flow.attempts,
+                            extra={"action": "flow_redriven", "flow_id": flow.id})
+        if closures:
+            await self._store.record_flow_updates(closures, now_ms)
+        return len(leased)
+
+
+def _close(flow: Flow, status: FlowStatus, reason: str) -> FlowUpdate:
+    return FlowUpdate(flow.task_id, flow.scheduled_at_ms, status, flow.attempts, None, None, reason)
