@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 
 from tjobs.clock import Clock
@@ -28,6 +29,7 @@ class AppDirectory:
         self._clock = clock
         self._ttl_ms = ttl_ms
         self._cache: dict[str, tuple[int, App]] = {}
+        self._by_key_hash: dict[str, tuple[int, App]] = {}
 
     async def get(self, app_id: str) -> App:
         now_ms = self._clock.now_ms()
@@ -39,6 +41,27 @@ class AppDirectory:
             raise NotFound("app", app_id)
         self._cache[app_id] = (now_ms + self._ttl_ms, app)
         return app
+
+    async def authenticate(self, api_key: str) -> App | None:
+        """The app owning ``api_key``; the key is hashed, and the lookup is by the hash (an index)."""
+        key_hash = hash_api_key(api_key)
+        now_ms = self._clock.now_ms()
+        cached = self._by_key_hash.get(key_hash)
+        if cached is not None and cached[0] > now_ms:
+            return cached[1]
+        app = await self._store.find_app_by_key_hash(key_hash)
+        if app is None or not hmac.compare_digest(app.api_key_hash, key_hash):
+            return None
+        self._by_key_hash[key_hash] = (now_ms + self._ttl_ms, app)
+        self.put(app)
+        return app
+
+    def cached(self, app_id: str) -> App | None:
+        """The cached app if still fresh, without touching the store (the fire path's fast lane)."""
+        cached = self._cache.get(app_id)
+        if cached is not None and cached[0] > self._clock.now_ms():
+            return cached[1]
+        return None
 
     def invalidate(self, app_id: str) -> None:
         self._cache.pop(app_id, None)

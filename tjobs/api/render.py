@@ -1,0 +1,65 @@
+"""JSON shapes of API responses: one function per record, instants as ISO-8601 UTC plus epoch ms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tjobs.clock import iso_ms
+from tjobs.model import App, Flow, Task
+
+
+def _instant(ms: int | None) -> str | None:
+    return None if ms is None else iso_ms(ms)
+
+
+def task_json(task: Task) -> dict[str, Any]:
+    return {
+        "id": str(task.id),
+        "name": task.name,
+        "key": task.key,
+        "status": task.status.value,
+        "schedule": task.schedule,
+        "callback": task.callback,
+        "payload": task.payload,
+        "misfire_policy": task.misfire_policy.value,
+        "delivery": task.delivery.value,
+        "next_run_at": _instant(task.next_run_at_ms),
+        "next_run_at_ms": task.next_run_at_ms,
+        "version": task.version,
+        "fire_count": task.fire_count,
+        "created_at": _instant(task.created_at_ms),
+        "updated_at": _instant(task.updated_at_ms),
+    }
+
+
+def flow_json(flow: Flow) -> dict[str, Any]:
+    return {
+        "id": flow.id,
+        "task_id": str(flow.task_id),
+        "scheduled_at": _instant(flow.scheduled_at_ms),
+        "scheduled_at_ms": flow.scheduled_at_ms,
+        "kind": flow.kind.value,
+        "status": flow.status.value,
+        "attempts": flow.attempts,
+        "missed": flow.missed,
+        "next_attempt_at": _instant(flow.next_attempt_at_ms),
+        "last_status_code": flow.last_status_code,
+        "last_error": flow.last_error,
+        "created_at": _instant(flow.created_at_ms),
+        "updated_at": _instant(flow.updated_at_ms),
+    }
+
+
+def app_json(app: App, api_key: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": app.id,
+        "name": app.name,
+        "rate_limit_per_s": app.rate_limit_per_s,
+        "max_concurrency": app.max_concurrency,
+        "created_at": _instant(app.created_at_ms),
+        "settings": app.settings,
+    }
+    if api_key is not None:
+        body["api_key"] = api_key
+        body["secrets"] = app.secrets
+    return body

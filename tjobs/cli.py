@@ -1,0 +1,122 @@
+"""The ``tjobs`` command: ``dev``, ``serve``, ``migrate`` and ``bench``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tjobs.logs import configure_logging
+from tjobs.settings import Settings, load_settings
+
+app = typer.Typer(help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False)
+bench_app = typer.Typer(help="Benchmarks: fire path, registration, wheel memory, cycle load.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+console = Console(stderr=True)
+
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML settings file", exists=True)]
+PortOption = Annotated[int | None, typer.Option("--port", help="API port (overrides settings)")]
+JsonLogs = Annotated[bool, typer.Option("--json-logs", help="JSON log lines instead of text")]
+
+
+def _settings(config: Path | None, port: int | None, **overrides: Any) -> Settings:
+    if port is not None:
+        overrides.setdefault("api", {})["port"] = port
+    return load_settings(config, **overrides)
+
+
+def _migrate_with_progress(settings: Settings) -> None:
+    from tjobs.migrate import migrate
+
+    with Progress(
+        TextColumn("[bold]migrate[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=False,
+    ) as progress:
+        bar = progress.add_task("databases", total=None)
+
+        def report(database: str, done: int, total: int) -> None:
+            progress.update(bar, description=database, completed=done, total=total)
+
+        asyncio.run(migrate(settings.storage, report))
+
+
+@app.command()
+def migrate(config: ConfigOption = None) -> None:
+    """Create the logical databases and apply the schema to every shard (idempotent)."""
+    _migrate_with_progress(_settings(config, None))
+
+
+@app.command()
+def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonLogs = False) -> None:
+    """Run a node (API + scheduler) with the given settings until SIGTERM."""
+    from tjobs.server import run
+    from tjobs.server import serve as serve_node
+
+    configure_logging(json=json_logs)
+    run(serve_node(_settings(config, port)))
+
+
+@app.command()
+def dev(
+    port: Annotated[int, typer.Option("--port", help="API port")] = 8080,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="where the SQLite shards live")] = Path(".tjobs"),
+    demo: Annotated[bool, typer.Option("--demo/--no-demo", help="register the demo tasks")] = True,
+    json_logs: JsonLogs = False,
+) -> None:
+    """The embedded default: SQLite shards + in-process coordination, API and scheduler in one process,
+    with a demo app, a built-in echo receiver and demo tasks whose callbacks arrive within seconds."""
+    from tjobs.demo import bootstrap_demo
+    from tjobs.node import Node
+    from tjobs.server import run
+    from tjobs.server import serve as serve_node
+
+    configure_logging(json=json_logs)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    keys = _dev_keys(data_dir / "dev-keys.json")
+    settings = load_settings(
+        None,
+        storage={"urls": [f"sqlite+aiosqlite:///{(data_dir / 'data').resolve()}"]},
+        api={"port": port, "admin_key": keys["admin_key"]},
+        allow_loopback_callbacks=True,
+    )
+    _migrate_with_progress(settings)
+    base_url = f"http://127.0.0.1:{port}"
+
+    async def after_start(node: Node) -> None:
+        ids = await bootstrap_demo(node, keys["demo_api_key"], base_url) if demo else []
+        console.print(
+            f"\n[bold green]tjobs dev[/] is up at {base_url}  (OpenAPI: {base_url}/docs)\n"
+            f"  demo app API key : [bold]{keys['demo_api_key']}[/]\n"
+            f"  admin key        : {keys['admin_key']}\n"
+            f"  demo tasks       : {', '.join(ids) or 'none'} → callbacks print below as they arrive\n"
+            f"  try: curl -s -X POST {base_url}/v1/tasks -H 'Authorization: Bearer {keys['demo_api_key']}' "
+            f"-H 'content-type: application/json' -d '{{\"name\": \"hello\", \"schedule\": {{\"kind\": \"delay\", "
+            f"\"delay_ms\": 3000}}, \"callback\": {{\"url\": \"{base_url}/_demo/echo\"}}}}'\n"
+        )
+
+    run(serve_node(settings, demo=demo, after_start=after_start))
+
+
+def _dev_keys(path: Path) -> dict[str, str]:
+    """The dev server's admin and demo keys, stable across restarts of the same data directory."""
+    if path.exists():
+        stored: dict[str, str] = json.loads(path.read_text())
+        return stored
+    keys = {"admin_key": "tja_" + secrets.token_urlsafe(24), "demo_api_key": "tjk_demo_" + secrets.token_urlsafe(24)}
+    path.write_text(json.dumps(keys, indent=2))
+    path.chmod(0o600)
+    return keys
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""One tjobs node: storage, coordination, hot path, wheel, deliverer, compensator and retention, wired.
+
+The embedded default and a cluster node differ only in the store URL, the coordinator and the hot
+path handed in here; everything else is the same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from dataclasses import dataclass
+
+from tjobs.apps import AppDirectory
+from tjobs.callbacks.delivery import CallbackJob, Deliverer
+from tjobs.callbacks.limiter import AppLimiter
+from tjobs.callbacks.sender import CallbackSender
+from tjobs.clock import Clock, SystemClock
+from tjobs.coordinators.base import Coordinator
+from tjobs.coordinators.local import LocalCoordinator
+from tjobs.firing import FirePlanner, FirePolicy
+from tjobs.hotpath.base import HotPath
+from tjobs.hotpath.local import LocalHotPath
+from tjobs.metrics import Metrics
+from tjobs.model import FireOutcome, Flow, Task
+from tjobs.scheduler.compensator import Compensator
+from tjobs.scheduler.retention import RetentionSweeper
+from tjobs.scheduler.runner import JobRunner
+from tjobs.settings import Settings
+from tjobs.stores import create_store
+from tjobs.stores.base import TaskStore
+from tjobs.tasks import TaskService
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class NodeParts:
+    """Overrides for tests and cluster mode; anything left ``None`` gets the embedded default."""
+
+    store: TaskStore | None = None
+    coordinator: Coordinator | None = None
+    hotpath: HotPath | None = None
+    clock: Clock | None = None
+
+
+class Node:
+    def __init__(self, settings: Settings, parts: NodeParts | None = None) -> None:
+        parts = parts or NodeParts()
+        self.settings = settings
+        self.node_id = settings.node_id or f"{socket.gethostname()}-{settings.api.port}"
+        self.topology = settings.storage.parsed_topology()
+        self.clock: Clock = parts.clock or SystemClock()
+        self.store: TaskStore = parts.store or create_store(settings.storage)
+        self.coordinator: Coordinator = parts.coordinator or LocalCoordinator(
+            self.topology.shard_count, self.node_id
+        )
+        self.hotpath: HotPath = parts.hotpath or LocalHotPath()
+        self.metrics = Metrics()
+        self.apps = AppDirectory(self.store, self.clock)
+        self.sender = CallbackSender(settings.callbacks)
+        self.limiter = AppLimiter(settings.callbacks.global_max_in_flight)
+        self.deliverer = Deliverer(self.store, self.sender, self.limiter, settings.callbacks, self.clock)
+        scheduler = settings.scheduler
+        self.planner = FirePlanner(
+            FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max)
+        )
+        self.runner = JobRunner(
+            self.store,
+            self.coordinator,
+            self.planner,
+            self._deliver,
+            scheduler,
+            self.clock,
+            on_fire_outcomes=self._observe_outcomes,
+        )
+        lease_ms = settings.callbacks.timeout_ms * 2 + 10_000
+        self.compensator = Compensator(
+            self.store,
+            self._owned_jobs,
+            self.deliverer.in_flight,
+            self._deliver,
+            settings.compensator,
+            self.clock,
+            lease_ms,
+        )
+        self.retention = RetentionSweeper(self.store, self._owned_jobs, settings.retention, self.clock)
+        self.tasks = TaskService(self.store, self.hotpath, settings, self.clock, self.topology)
+        self.tasks.manual_flow_sink = self._deliver
+        self._pending_lookups: set[asyncio.Task[None]] = set()
+        self.started = False
+
+    async def start(self) -> None:
+        await self.store.start()
+        await self.deliverer.start()
+        await self.runner.start()
+        await self.hotpath.start(self.runner.on_task_change)
+        await self.coordinator.start(self._on_ownership)
+        await self.compensator.start()
+        await self.retention.start()
+        self.started = True
+        logger.info("node %s started with %d jobs", self.node_id, len(self.runner.owned),
+                    extra={"action": "node_started"})
+
+    async def stop(self, drain_timeout_s: float = 10.0) -> None:
+        self.started = False
+        await self.coordinator.stop()
+        await self.runner.stop()
+        await self.compensator.stop()
+        await self.retention.stop()
+        await self.hotpath.stop()
+        await self.deliverer.stop(drain_timeout_s)
+        await self.sender.close()
+        await self.store.close()
+        logger.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
+
+    def _owned_jobs(self) -> frozenset[int]:
+        return self.runner.owned
+
+    async def _on_ownership(self, owned: frozenset[int]) -> None:
+        await self.runner.set_owned(owned)
+        self.metrics.jobs_owned.set(len(owned))
+
+    def _deliver(self, task: Task, flow: Flow) -> None:
+        """Hand a committed flow to the deliverer; the app comes from the cache (fetched if cold)."""
+        app = self.apps.cached(task.app_id)
+        if app is not None:
+            self.deliverer.submit(CallbackJob(task, flow, app))
+            return
+        lookup = asyncio.create_task(self._deliver_after_lookup(task, flow))
+        self._pending_lookups.add(lookup)
+        lookup.add_done_callback(self._pending_lookups.discard)
+
+    async def _deliver_after_lookup(self, task: Task, flow: Flow) -> None:
+        try:
+            app = await self.apps.get(task.app_id)
+        except Exception:
+            # The flow stays pending in the store; the compensator re-drives it.
+            logger.exception("app %s unavailable for flow %s", task.app_id, flow.id,
+                             extra={"action": "delivery_deferred", "flow_id": flow.id})
+            return
+        self.deliverer.submit(CallbackJob(task, flow, app))
+
+    def _observe_outcomes(self, outcomes: list[FireOutcome], now_ms: int, duration_s: float) -> None:
+        self.metrics.fire_tx_duration.observe(duration_s)
+        self.metrics.fire_tx_batch.observe(len(outcomes))
+        for outcome in outcomes:
+            if outcome.task is None:
+                continue
+            lateness_s = (now_ms - outcome.intent.scheduled_at_ms) / 1000
+            self.metrics.observe_fire(outcome.task.app_id, max(lateness_s, 0.0))
+
+    def refresh_gauges(self) -> None:
+        self.metrics.wheel_size.set(len(self.runner.wheel))
+        self.metrics.cycle_load_duration.set(self.runner.stats.last_load_ms / 1000)
+        self.metrics.commit_backlog.set(self.runner.backlog)
+        self.metrics.compensator_backlog.set(self.compensator.backlog)

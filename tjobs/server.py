@@ -1,0 +1,63 @@
+"""Run a node and its API in one asyncio loop until SIGINT/SIGTERM, then hand off and stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import uvicorn
+
+from tjobs.api import create_api
+from tjobs.node import Node, NodeParts
+from tjobs.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+async def serve(
+    settings: Settings,
+    *,
+    parts: NodeParts | None = None,
+    demo: bool = False,
+    after_start: Callable[[Node], Awaitable[None]] | None = None,
+) -> None:
+    node = Node(settings, parts)
+    api = create_api(node, demo_routes=demo)
+    config = uvicorn.Config(
+        api,
+        host=settings.api.host,
+        port=settings.api.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        loop="none",
+        backlog=4096,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    await node.start()
+    try:
+        serving = asyncio.create_task(server.serve())
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.02)
+        if serving.done():
+            await serving  # re-raise a bind failure
+            return
+        logger.info("API listening on http://%s:%d", settings.api.host, settings.api.port,
+                    extra={"action": "api_listening"})
+        if after_start is not None:
+            await after_start(node)
+        await serving
+    finally:
+        await node.stop()
+
+
+def run(coro: Awaitable[None]) -> None:
+    """Run on uvloop when it is installed (it roughly halves per-request overhead), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)  # type: ignore[arg-type]
+        return
+    uvloop.run(coro)  # type: ignore[arg-type]
