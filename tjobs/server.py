@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 from collections.abc import Awaitable, Callable
 
 import uvicorn
@@ -13,6 +15,13 @@ from tjobs.node import Node, NodeParts
 from tjobs.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn without its own signal capture: the node decides how to stop (hand off, drain, close)."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 async def serve(
@@ -35,7 +44,10 @@ async def serve(
         backlog=4096,
         timeout_graceful_shutdown=5,
     )
-    server = uvicorn.Server(config)
+    server = ApiServer(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, _request_exit, server)
     await node.start()
     try:
         serving = asyncio.create_task(server.serve())
@@ -51,6 +63,11 @@ async def serve(
         await serving
     finally:
         await node.stop()
+
+
+def _request_exit(server: uvicorn.Server) -> None:
+    logger.info("stop requested; handing off and draining", extra={"action": "node_stopping"})
+    server.should_exit = True
 
 
 def run(coro: Awaitable[None]) -> None:

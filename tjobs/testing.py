@@ -1,0 +1,60 @@
+"""Helpers to run a real node inside a test's event loop (API on a loopback port, scheduler running)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+
+from tjobs.api import create_api
+from tjobs.api.app import create_app_record
+from tjobs.model import App
+from tjobs.node import Node, NodeParts
+from tjobs.server import ApiServer
+from tjobs.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class RunningNode:
+    node: Node
+    base_url: str
+
+    async def create_app(self, name: str = "test", **body: Any) -> tuple[App, str]:
+        """Create an app directly (no admin HTTP round trip); returns it with its API key."""
+        return await create_app_record(self.node, {"name": name, **body})
+
+
+@contextlib.asynccontextmanager
+async def run_node(settings: Settings, parts: NodeParts | None = None) -> AsyncIterator[RunningNode]:
+    port = settings.api.port or free_port()
+    settings = settings.model_copy(update={"api": settings.api.model_copy(update={"port": port})})
+    node = Node(settings, parts)
+    config = uvicorn.Config(
+        create_api(node), host="127.0.0.1", port=port, log_level="warning", lifespan="off", loop="none"
+    )
+    server = ApiServer(config)
+    await node.start()
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                await serving
+                raise RuntimeError("API server did not start")
+            await asyncio.sleep(0.01)
+        yield RunningNode(node, f"http://127.0.0.1:{port}")
+    finally:
+        server.should_exit = True
+        await asyncio.gather(serving, return_exceptions=True)
+        await node.stop(drain_timeout_s=2.0)
