@@ -1,0 +1,46 @@
+# Everything goes through scripts/ so that each target also works without make.
+#   make dev     embedded node with the demo app (extra args: make dev ARGS="--port 9090")
+#   make test    .venv + real MariaDB/etcd/Redis + pytest, all but `chaos` (make test ARGS="-k wheel")
+#   make unit    tests/unit only, no services
+#   make lint    ruff + mypy --strict
+#   make chaos   the long failure-injection suites (-m chaos)
+#   make bench   every `tjobs bench` benchmark with its defaults (make bench ARGS="<name> --help")
+#   make services-up | services-status | services-down
+
+ARGS ?=
+
+.PHONY: help dev test unit lint chaos bench venv services-up services-status services-down
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+venv:
+	bash scripts/venv.sh
+
+dev:
+	bash scripts/dev.sh $(ARGS)
+
+test:
+	bash scripts/test.sh $(ARGS)
+
+unit:
+	TJOBS_TEST_NO_SERVICES=1 bash scripts/test.sh tests/unit $(ARGS)
+
+lint: venv
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+
+chaos:
+	TJOBS_TEST_TIMEOUT_S=$${TJOBS_TEST_TIMEOUT_S:-1800} bash scripts/test.sh -m chaos $(ARGS)
+
+bench:
+	bash scripts/bench.sh $(ARGS)
+
+services-up:
+	bash scripts/services.sh up
+
+services-status:
+	bash scripts/services.sh status
+
+services-down:
+	bash scripts/services.sh down

@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# The real services the integration tests talk to: MariaDB, etcd, Redis (and the Prometheus package).
+#
+#   scripts/services.sh up      install missing Debian packages, start what does not answer yet, write .services/env
+#   scripts/services.sh status  what answers where, and which processes this script started
+#   scripts/services.sh down    stop ONLY the processes this script started (PIDs in .services/*.pid)
+#
+# No systemd, no Docker: daemons are started detached with `setsid -f` and their PIDs recorded.
+# A server that already answers on a port is reused and never stopped. MariaDB is reused only if it
+# accepts root with an empty password over TCP; if something else holds its port, our own instance
+# goes to the next free port and .services/env says which.
+#
+# Environment overrides (all optional):
+#   TJOBS_SERVICES_DIR             state dir (default <repo>/.services): data, logs, pids, env
+#   TJOBS_SERVICES_MYSQL_PORT      default 3306
+#   TJOBS_SERVICES_ETCD_PORT       default 2379
+#   TJOBS_SERVICES_ETCD_PEER_PORT  default ETCD_PORT + 1
+#   TJOBS_SERVICES_REDIS_PORT      default 6379
+#   TJOBS_SERVICES_TIMEOUT_S       how long to wait for each service to answer (default 60)
+#   TJOBS_SERVICES_NO_INSTALL=1    never call apt-get (the binaries must already be there)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DIR="${TJOBS_SERVICES_DIR:-$ROOT/.services}"
+case "$DIR" in /*) ;; *) DIR="$PWD/$DIR" ;; esac
+HOST=127.0.0.1
+MYSQL_PORT="${TJOBS_SERVICES_MYSQL_PORT:-3306}"
+ETCD_PORT="${TJOBS_SERVICES_ETCD_PORT:-2379}"
+ETCD_PEER_PORT="${TJOBS_SERVICES_ETCD_PEER_PORT:-}"
+REDIS_PORT="${TJOBS_SERVICES_REDIS_PORT:-6379}"
+TIMEOUT_S="${TJOBS_SERVICES_TIMEOUT_S:-60}"
+PACKAGES=(mariadb-server mariadb-client etcd-server etcd-client redis-server prometheus)
+SERVICES=(mariadb etcd redis)
+
+log() { printf '[services] %s\n' "$*" >&2; }
+die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+    else die "need root (or passwordless sudo) to run: $*"
+    fi
+}
+
+# ---------------------------------------------------------------------------------------------- probes
+
+tcp_open() { timeout 2 bash -c "exec 3<>/dev/tcp/$HOST/$1" 2>/dev/null; }
+
+mariadb_answers() {
+    command -v mariadb >/dev/null 2>&1 || return 1
+    timeout 5 mariadb --no-defaults --protocol=TCP -h "$HOST" -P "$1" -u root --connect-timeout=3 \
+        -Nse 'SELECT 1' >/dev/null 2>&1
+}
+
+etcd_answers() {
+    # GET /version over plain bash TCP: no curl, no venv needed.
+    local reply
+    reply="$(timeout 3 bash -c "exec 3<>/dev/tcp/$HOST/$1 && printf 'GET /version HTTP/1.0\r\nHost: $HOST\r\n\r\n' >&3 && cat <&3" 2>/dev/null)" \
+        || return 1
+    [[ "$reply" == *'"etcdserver"'* ]]
+}
+
+redis_answers() {
+    command -v redis-cli >/dev/null 2>&1 || return 1
+    [ "$(timeout 3 redis-cli -h "$HOST" -p "$1" ping 2>/dev/null)" = PONG ]
+}
+
+answers() { "${1}_answers" "$2"; }
+
+# ------------------------------------------------------------------------------------------ bookkeeping
+
+pidfile() { echo "$DIR/$1.pid"; }
+portfile() { echo "$DIR/$1.port"; }
+logfile() { echo "$DIR/$1.log"; }
+
+binary_of() {
+    case "$1" in
+        mariadb) echo mariadbd ;;
+        etcd) echo etcd ;;
+        redis) echo redis-server ;;
+    esac
+}
+
+# The PID we recorded for a service, if that process is still alive AND is still our daemon (same
+# process name, working directory inside our state dir): guards against PID reuse. The command line
+# is no proof: redis-server rewrites it.
+our_pid() {
+    local svc="$1" pid
+    [ -f "$(pidfile "$svc")" ] || return 1
+    pid="$(cat "$(pidfile "$svc")")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(binary_of "$svc")" ] || return 1
+    [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)/" == "$DIR"/* ]] || return 1
+    echo "$pid"
+}
+
+free_port_from() {
+    local port="$1" need_next="${2:-0}"
+    while [ "$port" -lt $(($1 + 50)) ]; do
+        if ! tcp_open "$port" && { [ "$need_next" = 0 ] || ! tcp_open $((port + 1)); }; then
+            echo "$port"
+            return 0
+        fi
+        port=$((port + 1))
+    done
+    return 1
+}
+
+# Start "$@" detached in its own session, working in $DIR/<svc>; the PID (kept across exec) goes to
+# the service's pidfile.
+spawn() {
+    local svc="$1"
+    shift
+    local pf
+    pf="$(pidfile "$svc")"
+    rm -f "$pf"
+    mkdir -p "$DIR/$svc"
+    printf '\n=== %s starting %s\n' "$(date -u +%FT%TZ)" "$*" >>"$(logfile "$svc")"
+    # 8>&- : the daemon must not inherit the lock on $DIR/.lock
+    setsid -f bash -c 'cd "$1" && echo $$ >"$0" && shift && exec "$@"' "$pf" "$DIR/$svc" "$@" \
+        </dev/null >>"$(logfile "$svc")" 2>&1 8>&-
+    local i
+    for i in $(seq 50); do
+        [ -s "$pf" ] && return 0
+        sleep 0.1
+    done
+    die "$svc did not start (no pid after 5 s); see $(logfile "$svc")"
+}
+
+wait_answering() {
+    local svc="$1" port="$2" deadline=$((SECONDS + TIMEOUT_S))
+    until answers "$svc" "$port"; do
+        if ! our_pid "$svc" >/dev/null; then
+            tail -n 20 "$(logfile "$svc")" >&2 || true
+            die "$svc exited before answering on $HOST:$port; log: $(logfile "$svc")"
+        fi
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            tail -n 20 "$(logfile "$svc")" >&2 || true
+            die "$svc did not answer on $HOST:$port within ${TIMEOUT_S}s; log: $(logfile "$svc")"
+        fi
+        sleep 0.2
+    done
+}
+
+# ------------------------------------------------------------------------------------------- install
+
+ensure_packages() {
+    if [ "${TJOBS_SERVICES_NO_INSTALL:-0}" = 1 ]; then
+        return 0
+    fi
+    if ! command -v dpkg-query >/dev/null 2>&1; then
+        log "not a Debian system: skipping package installation; mariadbd, etcd and redis-server must be on PATH"
+        return 0
+    fi
+    local missing=() pkg
+    for pkg in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    log "installing Debian packages: ${missing[*]}"
+    local start=$SECONDS
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 -q)
+    local apt_log="$DIR/apt.log"
+    if ! { as_root "${apt[@]}" update && as_root "${apt[@]}" install -y --no-install-recommends "${missing[@]}"; } \
+        >"$apt_log" 2>&1; then
+        tail -n 30 "$apt_log" >&2
+        die "apt-get failed to install ${missing[*]}; full log: $apt_log"
+    fi
+    log "packages installed in $((SECONDS - start)) s"
+}
+
+# ---------------------------------------------------------------------------------- per-service start
+
+start_mariadb() {
+    local port="$1" data="$DIR/mariadb"
+    command -v mariadbd >/dev/null 2>&1 || die "mariadbd not found (package mariadb-server)"
+    if [ ! -d "$data/mysql" ]; then
+        log "initialising MariaDB datadir $data"
+        mkdir -p "$data"
+        mariadb-install-db --no-defaults --user=root --datadir="$data" \
+            --auth-root-authentication-method=normal --skip-test-db >>"$(logfile mariadb)" 2>&1 \
+            || die "mariadb-install-db failed; log: $(logfile mariadb)"
+    fi
+    spawn mariadb mariadbd --no-defaults --user=root --datadir="$data" --socket="$DIR/mariadb.sock" \
+        --port="$port" --bind-address="$HOST" --skip-name-resolve \
+        --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci \
+        --pid-file="$DIR/mariadbd.pid"
+}
+
+start_etcd() {
+    local port="$1" peer="$2"
+    command -v etcd >/dev/null 2>&1 || die "etcd not found (package etcd-server)"
+    mkdir -p "$DIR/etcd"
+    spawn etcd etcd --name tjobs-services --data-dir "$DIR/etcd" \
+        --listen-client-urls "http://$HOST:$port" --advertise-client-urls "http://$HOST:$port" \
+        --listen-peer-urls "http://$HOST:$peer" --initial-advertise-peer-urls "http://$HOST:$peer" \
+        --initial-cluster "tjobs-services=http://$HOST:$peer" --logger zap --log-outputs stderr
+}
+
+start_redis() {
+    local port="$1"
+    command -v redis-server >/dev/null 2>&1 || die "redis-server not found (package redis-server)"
+    mkdir -p "$DIR/redis"
+    spawn redis redis-server --port "$port" --bind "$HOST" --save '' --appendonly no \
+        --dir "$DIR/redis" --daemonize no
+}
+
+# Bring one service up; print the port it answers on.
+up_one() {
+    local svc="$1" port="$2" pid
+    if pid="$(our_pid "$svc")"; then
+        port="$(cat "$(portfile "$svc")")"
+        wait_answering "$svc" "$port"
+        log "$svc: ours (pid $pid) answers on $HOST:$port"
+        echo "$port"
+        return 0
+    fi
+    if answers "$svc" "$port"; then
+        log "$svc: reusing the server that answers on $HOST:$port"
+        rm -f "$(pidfile "$svc")" "$(portfile "$svc")"
+        echo "$port"
+        return 0
+    fi
+    local peer=""
+    if [ "$svc" = etcd ]; then peer="${ETCD_PEER_PORT:-$((port + 1))}"; fi
+    if tcp_open "$port" || { [ -n "$peer" ] && tcp_open "$peer"; }; then
+        local busy="$port"
+        if [ "$svc" = etcd ]; then
+            port="$(free_port_from $((port + 2)) 1)" || die "etcd: no free port pair near $busy"
+            peer=$((port + 1))
+        else
+            port="$(free_port_from $((port + 1)))" || die "$svc: no free port near $busy"
+        fi
+        log "$svc: $HOST:$busy is taken by something that is not a usable $svc; starting our own on $port"
+    fi
+    log "$svc: starting our own on $HOST:$port (log: $(logfile "$svc"))"
+    case "$svc" in
+        mariadb) start_mariadb "$port" ;;
+        etcd) start_etcd "$port" "$peer" ;;
+        redis) start_redis "$port" ;;
+    esac
+    echo "$port" >"$(portfile "$svc")"
+    wait_answering "$svc" "$port"
+    log "$svc: ours (pid $(cat "$(pidfile "$svc")")) answers on $HOST:$port"
+    echo "$port"
+}
+
+url_of() {
+    case "$1" in
+        mariadb) echo "mysql+asyncmy://root@$HOST:$2" ;;
+        etcd) echo "http://$HOST:$2" ;;
+        redis) echo "redis://$HOST:$2/0" ;;
+    esac
+}
+
+# -------------------------------------------------------------------------------------------- commands
+
+cmd_up() {
+    local start=$SECONDS
+    mkdir -p "$DIR"
+    exec 8>"$DIR/.lock"
+    flock 8
+    ensure_packages
+    local mysql_port etcd_port redis_port
+    mysql_port="$(up_one mariadb "$MYSQL_PORT")"
+    etcd_port="$(up_one etcd "$ETCD_PORT")"
+    redis_port="$(up_one redis "$REDIS_PORT")"
+    {
+        echo "# written by scripts/services.sh up at $(date -u +%FT%TZ)"
+        echo "TJOBS_TEST_MYSQL_URL=$(url_of mariadb "$mysql_port")"
+        echo "TJOBS_TEST_ETCD_URL=$(url_of etcd "$etcd_port")"
+        echo "TJOBS_TEST_REDIS_URL=$(url_of redis "$redis_port")"
+    } >"$DIR/env.tmp"
+    mv "$DIR/env.tmp" "$DIR/env"
+    log "ready in $((SECONDS - start)) s; wrote $DIR/env:"
+    grep -v '^#' "$DIR/env" | sed 's/^/    /' >&2
+}
+
+cmd_status() {
+    local svc default port pid state rc=0
+    for svc in "${SERVICES[@]}"; do
+        case "$svc" in
+            mariadb) default="$MYSQL_PORT" ;;
+            etcd) default="$ETCD_PORT" ;;
+            redis) default="$REDIS_PORT" ;;
+        esac
+        if pid="$(our_pid "$svc")"; then
+            port="$(cat "$(portfile "$svc")" 2>/dev/null || echo "$default")"
+            owner="ours, pid $pid, log $(logfile "$svc")"
+        else
+            port="$default"
+            owner="not started by this script"
+        fi
+        if answers "$svc" "$port"; then state=answering; else state="NOT ANSWERING"; rc=3; fi
+        printf '%-8s %-40s %-14s (%s)\n' "$svc" "$(url_of "$svc" "$port")" "$state" "$owner"
+    done
+    if command -v prometheus >/dev/null 2>&1; then
+        printf '%-8s %-40s %s\n' prometheus "$(command -v prometheus)" "installed (not started by up)"
+    else
+        printf '%-8s %-40s %s\n' prometheus "-" "not installed"
+    fi
+    [ -f "$DIR/env" ] && printf 'env file: %s\n' "$DIR/env"
+    return "$rc"
+}
+
+cmd_down() {
+    [ -d "$DIR" ] || { log "nothing to stop ($DIR does not exist)"; return 0; }
+    exec 8>"$DIR/.lock"
+    flock 8
+    local svc pid i
+    for svc in "${SERVICES[@]}"; do
+        if pid="$(our_pid "$svc")"; then
+            log "stopping $svc (pid $pid)"
+            kill -TERM "$pid" 2>/dev/null || true
+            for i in $(seq 150); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.2
+            done
+            if kill -0 "$pid" 2>/dev/null; then
+                log "$svc (pid $pid) ignored SIGTERM for 30 s; sending SIGKILL"
+                kill -KILL "$pid" 2>/dev/null || true
+            fi
+        elif [ -f "$(pidfile "$svc")" ]; then
+            log "$svc: recorded pid $(cat "$(pidfile "$svc")") is gone or no longer ours; nothing to stop"
+        fi
+        rm -f "$(pidfile "$svc")" "$(portfile "$svc")"
+    done
+    rm -f "$DIR/env"
+}
+
+case "${1:-}" in
+    up) cmd_up ;;
+    status) cmd_status ;;
+    down) cmd_down ;;
+    *)
+        echo "usage: $0 up|status|down" >&2
+        exit 2
+        ;;
+esac

@@ -1,0 +1,142 @@
+"""Top-level fixtures: where the real services are, and the rule that CI never skips them.
+
+``scripts/services.sh up`` starts (or finds) MariaDB, etcd and Redis and writes their URLs to
+``.services/env``; ``scripts/test.sh`` exports them. Each fixture below checks that its service really
+answers before handing out the URL. When it does not:
+
+* with ``CI`` set, the test **fails** (a missing service must never turn a CI run green);
+* otherwise it is skipped with a hint to run ``scripts/services.sh up``.
+
+Tests marked ``mariadb``, ``etcd`` or ``redis`` may not be skipped at all under CI, whatever skips them.
+Fixtures of a single area belong in that area's own ``conftest.py``, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.request
+from collections.abc import Callable, Generator
+from urllib.parse import urlsplit
+
+import pytest
+
+DEFAULT_MYSQL_URL = "mysql+asyncmy://root@127.0.0.1:3306"
+DEFAULT_ETCD_URL = "http://127.0.0.1:2379"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+SERVICE_MARKERS = ("mariadb", "etcd", "redis")
+PROBE_TIMEOUT_S = 3.0
+
+_MUST_RUN = pytest.StashKey[str]()
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _require(service: str, env_var: str, url: str, probe: Callable[[str], None]) -> str:
+    """Return ``url`` if ``probe`` succeeds; otherwise fail (CI) or skip (elsewhere)."""
+    try:
+        probe(url)
+    except Exception as exc:
+        message = (
+            f"{service} does not answer at {url} ({env_var}): {type(exc).__name__}: {exc}. "
+            "Run `scripts/services.sh up` (or `make test`), or point "
+            f"{env_var} at a running {service}."
+        )
+        if _in_ci():
+            pytest.fail(f"CI needs every service; {message}", pytrace=False)
+        pytest.skip(message)
+    return url
+
+
+def _probe_mysql(url: str) -> None:
+    import pymysql
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    connection = pymysql.connect(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        connect_timeout=int(PROBE_TIMEOUT_S),
+    )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            if cursor.fetchone() != (1,):
+                raise RuntimeError("SELECT 1 did not return 1")
+    finally:
+        connection.close()
+
+
+def _probe_etcd(url: str) -> None:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 2379
+    with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+        pass
+    with urllib.request.urlopen(f"http://{host}:{port}/version", timeout=PROBE_TIMEOUT_S) as response:
+        version = json.loads(response.read())
+    if "etcdserver" not in version:
+        raise RuntimeError(f"/version answered {version!r}, not an etcd server")
+
+
+def _probe_redis(url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=PROBE_TIMEOUT_S, socket_connect_timeout=PROBE_TIMEOUT_S)
+    try:
+        if client.ping() is not True:
+            raise RuntimeError("PING did not answer PONG")
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> str:
+    """SQLAlchemy URL of a MariaDB server (``mysql+asyncmy://root@host:port``) that answers."""
+    url = os.environ.get("TJOBS_TEST_MYSQL_URL") or DEFAULT_MYSQL_URL
+    return _require("MariaDB", "TJOBS_TEST_MYSQL_URL", url, _probe_mysql)
+
+
+@pytest.fixture(scope="session")
+def etcd_url() -> str:
+    """``http://host:port`` of an etcd server that answers."""
+    url = os.environ.get("TJOBS_TEST_ETCD_URL") or DEFAULT_ETCD_URL
+    return _require("etcd", "TJOBS_TEST_ETCD_URL", url, _probe_etcd)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """``redis://host:port/db`` of a Redis server that answers."""
+    url = os.environ.get("TJOBS_TEST_REDIS_URL") or DEFAULT_REDIS_URL
+    return _require("Redis", "TJOBS_TEST_REDIS_URL", url, _probe_redis)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under CI, remember which tests need a real service: those may not be skipped."""
+    if not _in_ci():
+        return
+    for item in items:
+        needed = [name for name in SERVICE_MARKERS if item.get_closest_marker(name) is not None]
+        if needed:
+            item.stash[_MUST_RUN] = ", ".join(needed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Turn a skip of a service test into a failure under CI (skip marks, pytest.skip, importorskip)."""
+    report = yield
+    needed = item.stash.get(_MUST_RUN, None)
+    if needed and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = (
+            f"CI must run tests marked {needed}, but this one was skipped: {reason}\n"
+            "Start the services (scripts/services.sh up) instead of skipping."
+        )
+    return report
