@@ -1,0 +1,170 @@
+"""Per-app limits on callbacks: a token bucket (rate) and a concurrency cap, under a global in-flight cap.
+
+``async with limiter.slot(app_id, rate_per_s, concurrency):`` waits, in this order, for
+
+1. one of the app's ``concurrency`` slots (a FIFO gate of its own per app),
+2. the app's rate: a token bucket kept as GCRA virtual scheduling (a reservation per caller, so
+   waiters are served in arrival order; the bucket holds ``burst_s`` seconds of tokens),
+3. one of the node's ``global_max_in_flight`` slots,
+
+and releases 3 then 1 on exit. Each app waits in its own queues, and a caller only touches the global
+gate once its app's limits let it through, so an app that is throttled or whose receiver is slow
+holds at most its own ``concurrency`` of the global slots and never delays another app's callbacks.
+Waiting is not dropping: a throttled callback is sent later, never skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+
+
+class Gate:
+    """A FIFO counting gate whose limit may change while it is held (an app's settings can change)."""
+
+    __slots__ = ("_waiters", "active", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> None:
+        if self.active < self.limit and not self._waiters:
+            self.active += 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # the slot was handed over just as we were cancelled: pass it on
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        self.active -= 1
+        self._admit()
+
+    def set_limit(self, limit: int) -> None:
+        self.limit = limit
+        self._admit()
+
+    def _admit(self) -> None:
+        while self._waiters and self.active < self.limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.active += 1
+                waiter.set_result(None)
+
+
+class _AppState:
+    __slots__ = ("gate", "interval_s", "rate_per_s", "tat", "tolerance_s")
+
+    def __init__(self, rate_per_s: float, concurrency: int, burst_s: float) -> None:
+        self.gate = Gate(concurrency)
+        self.rate_per_s = 0.0
+        self.interval_s = 0.0
+        self.tolerance_s = 0.0
+        self.tat = 0.0  # GCRA theoretical arrival time of the next token
+        self.set_rate(rate_per_s, burst_s)
+
+    def set_rate(self, rate_per_s: float, burst_s: float) -> None:
+        self.rate_per_s = rate_per_s
+        if rate_per_s <= 0 or rate_per_s == float("inf"):
+            self.interval_s = 0.0
+            self.tolerance_s = 0.0
+            return
+        self.interval_s = 1.0 / rate_per_s
+        burst = max(1.0, rate_per_s * burst_s)
+        self.tolerance_s = (burst - 1.0) * self.interval_s
+
+    def reserve(self, now_s: float) -> float:
+        """Take the next token; return how long the caller must wait for it (0 if none)."""
+        if self.interval_s == 0.0:
+            return 0.0
+        start = self.tat if self.tat > now_s else now_s
+        self.tat = start + self.interval_s
+        delay = start - now_s - self.tolerance_s
+        return delay if delay > 0.0 else 0.0
+
+
+class AppLimiter:
+    """Rate and concurrency limits per app, and a global in-flight cap, for one node."""
+
+    def __init__(
+        self,
+        global_max_in_flight: int,
+        burst_s: float = 1.0,
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
+        if global_max_in_flight < 1:
+            raise ValueError("global_max_in_flight must be at least 1")
+        self._global = Gate(global_max_in_flight)
+        self._burst_s = burst_s
+        self._monotonic = monotonic
+        self._apps: dict[str, _AppState] = {}
+
+    def slot(self, app_id: str, rate_per_s: float, concurrency: int) -> _Slot:
+        """An async context manager holding one callback slot of ``app_id`` (see the module doc)."""
+        state = self._apps.get(app_id)
+        if state is None:
+            state = self._apps[app_id] = _AppState(rate_per_s, max(concurrency, 1), self._burst_s)
+        else:
+            if state.rate_per_s != rate_per_s:
+                state.set_rate(rate_per_s, self._burst_s)
+            if state.gate.limit != concurrency and concurrency >= 1:
+                state.gate.set_limit(concurrency)
+        return _Slot(self, state)
+
+    def in_flight(self, app_id: str | None = None) -> int:
+        """Slots held now: for one app, or globally."""
+        if app_id is None:
+            return self._global.active
+        state = self._apps.get(app_id)
+        return 0 if state is None else state.gate.active
+
+    def waiting(self, app_id: str) -> int:
+        """Callers of ``app_id`` waiting for one of its concurrency slots."""
+        state = self._apps.get(app_id)
+        return 0 if state is None else state.gate.waiting
+
+    def _now_s(self) -> float:
+        return self._monotonic() if self._monotonic is not None else asyncio.get_running_loop().time()
+
+
+class _Slot:
+    __slots__ = ("_limiter", "_state")
+
+    def __init__(self, limiter: AppLimiter, state: _AppState) -> None:
+        self._limiter = limiter
+        self._state = state
+
+    async def __aenter__(self) -> None:
+        state = self._state
+        await state.gate.acquire()
+        try:
+            delay_s = state.reserve(self._limiter._now_s())
+            if delay_s > 0.0:
+                await asyncio.sleep(delay_s)
+            await self._limiter._global.acquire()
+        except BaseException:
+            state.gate.release()
+            raise
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._limiter._global.release()
+        self._state.gate.release()
