@@ -1,0 +1,308 @@
+"""The bench's callback sink: a separate aiohttp process that records every callback and answers 204.
+
+It runs as ``python -m tjobs.bench.sink`` so it never shares the GIL with the registering client. The
+parent (:class:`SinkProcess`) writes one JSON config line to the child's stdin, reads the bound port from
+its first stdout line, and stops it by closing stdin (so a dead parent never leaves a sink behind).
+
+For every callback the sink stores five integers: receive time (epoch µs), ``tjobs-task-id``,
+``tjobs-scheduled-at`` (epoch ms), the index of its ``webhook-id`` among the distinct ids seen (so equal
+flow ids compare as equal ints), and ``tjobs-attempt``. ``GET /_stats`` returns counts as JSON;
+``GET /_records`` returns the arrays as one compact binary blob (:meth:`CallbackRecords.to_bytes`).
+Signatures are verified, with the ``standardwebhooks`` library, for every ``verify_every``-th callback
+when the app's secrets are given (off by default: verification costs CPU the node needs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import ClientSession, ClientTimeout, web
+
+CALLBACK_PATH = "/cb"
+_COLUMNS = ("recv_us", "task_id", "scheduled_ms", "flow", "attempt")
+_MAGIC = b"TJBR1"
+
+
+@dataclass
+class CallbackRecords:
+    """One row per callback received, as parallel arrays of signed 64-bit ints (40 bytes a row)."""
+
+    recv_us: array[int] = field(default_factory=lambda: array("q"))
+    task_id: array[int] = field(default_factory=lambda: array("q"))
+    scheduled_ms: array[int] = field(default_factory=lambda: array("q"))
+    flow: array[int] = field(default_factory=lambda: array("q"))
+    attempt: array[int] = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.recv_us)
+
+    def append(self, recv_us: int, task_id: int, scheduled_ms: int, flow: int, attempt: int) -> None:
+        self.recv_us.append(recv_us)
+        self.task_id.append(task_id)
+        self.scheduled_ms.append(scheduled_ms)
+        self.flow.append(flow)
+        self.attempt.append(attempt)
+
+    def to_bytes(self) -> bytes:
+        count = len(self).to_bytes(8, "little")
+        return b"".join([_MAGIC, count, *(getattr(self, name).tobytes() for name in _COLUMNS)])
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> CallbackRecords:
+        if not blob.startswith(_MAGIC):
+            raise ValueError("not a callback-records blob")
+        count = int.from_bytes(blob[len(_MAGIC) : len(_MAGIC) + 8], "little")
+        offset = len(_MAGIC) + 8
+        width = array("q").itemsize * count
+        if len(blob) != offset + width * len(_COLUMNS):
+            raise ValueError(f"callback-records blob of {len(blob)} bytes does not hold {count} rows")
+        columns = []
+        for _ in _COLUMNS:
+            column = array("q")
+            column.frombytes(blob[offset : offset + width])
+            columns.append(column)
+            offset += width
+        return cls(*columns)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    secrets: tuple[str, ...] = ()
+    verify_every: int = 0  # verify the signature of every n-th callback; 0 = never
+
+    def to_json(self) -> bytes:
+        fields = {"host": self.host, "port": self.port, "secrets": list(self.secrets)}
+        return orjson.dumps({**fields, "verify_every": self.verify_every})
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> SinkConfig:
+        data = orjson.loads(raw)
+        return cls(data["host"], int(data["port"]), tuple(data["secrets"]), int(data["verify_every"]))
+
+
+@dataclass(frozen=True)
+class SinkStats:
+    received: int  # callbacks recorded
+    flows: int  # distinct webhook-ids among them
+    malformed: int  # callbacks without parsable tjobs headers (answered, not recorded)
+    signatures_checked: int
+    signatures_failed: int
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> SinkStats:
+        data = orjson.loads(raw)
+        return cls(**{name: int(data[name]) for name in cls.__dataclass_fields__})
+
+
+class CallbackRecorder:
+    """The sink's state and its aiohttp handlers (usable in-process too, e.g. in tests)."""
+
+    def __init__(self, secrets: Sequence[str] = (), verify_every: int = 0) -> None:
+        self.records = CallbackRecords()
+        self._flow_index: dict[str, int] = {}
+        self.malformed = 0
+        self.signatures_checked = 0
+        self.signatures_failed = 0
+        self._verify_every = verify_every if secrets else 0
+        self._webhooks: list[Any] = []
+        self._verification_error: type[Exception] = ValueError
+        if self._verify_every:
+            from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+            self._webhooks = [Webhook(secret) for secret in secrets]
+            self._verification_error = WebhookVerificationError
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=1024 * 1024)
+        app.router.add_route("*", CALLBACK_PATH, self.callback)
+        app.router.add_route("*", CALLBACK_PATH + "/{tail:.*}", self.callback)
+        app.router.add_get("/_stats", self.stats)
+        app.router.add_get("/_records", self.dump)
+        return app
+
+    async def callback(self, request: web.Request) -> web.Response:
+        recv_us = time.time_ns() // 1000
+        headers = request.headers
+        try:
+            task_id = int(headers["tjobs-task-id"])
+            scheduled_ms = int(headers["tjobs-scheduled-at"])
+            attempt = int(headers.get("tjobs-attempt", "1"))
+            flow_id = headers["webhook-id"]
+        except (KeyError, ValueError):
+            self.malformed += 1
+            return web.Response(status=204)
+        flow = self._flow_index.setdefault(flow_id, len(self._flow_index))
+        self.records.append(recv_us, task_id, scheduled_ms, flow, attempt)
+        if self._verify_every and len(self.records) % self._verify_every == 1 % self._verify_every:
+            self._check_signature(dict(headers), await request.read())
+        return web.Response(status=204)
+
+    def _check_signature(self, headers: dict[str, str], body: bytes) -> None:
+        self.signatures_checked += 1
+        for webhook in self._webhooks:
+            try:
+                webhook.verify(body, headers, json_parse=False)
+            except (self._verification_error, ValueError):  # ValueError: a body that is not UTF-8
+                continue
+            return
+        self.signatures_failed += 1
+
+    def current_stats(self) -> SinkStats:
+        return SinkStats(
+            received=len(self.records),
+            flows=len(self._flow_index),
+            malformed=self.malformed,
+            signatures_checked=self.signatures_checked,
+            signatures_failed=self.signatures_failed,
+        )
+
+    async def stats(self, request: web.Request) -> web.Response:
+        stats = self.current_stats()
+        return web.Response(body=orjson.dumps(stats.__dict__), content_type="application/json")
+
+    async def dump(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.records.to_bytes(), content_type="application/octet-stream")
+
+
+# ---- the child process ---------------------------------------------------------------------------
+
+
+async def _serve(config: SinkConfig) -> None:
+    recorder = CallbackRecorder(config.secrets, config.verify_every)
+    runner = web.AppRunner(recorder.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=1024)
+    await site.start()
+    port = runner.addresses[0][1]
+    sys.stdout.write(orjson.dumps({"port": port}).decode() + "\n")
+    sys.stdout.flush()
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    stdin = sys.stdin.fileno()
+    os.set_blocking(stdin, False)
+
+    def on_stdin() -> None:  # the parent closes our stdin to stop us (or dies)
+        try:
+            chunk = os.read(stdin, 4096)
+        except BlockingIOError:
+            return
+        if not chunk:
+            loop.remove_reader(stdin)
+            stop.set()
+
+    loop.add_reader(stdin, on_stdin)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    config = SinkConfig.from_json(sys.stdin.buffer.readline())
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        asyncio.run(_serve(config))
+    else:
+        uvloop.run(_serve(config))
+
+
+# ---- the parent's handle -------------------------------------------------------------------------
+
+
+class SinkProcess:
+    """Start the sink in a child process; ``async with SinkProcess(...) as sink`` gives its URLs."""
+
+    def __init__(self, config: SinkConfig | None = None, *, start_timeout_s: float = 20.0) -> None:
+        self.config = config or SinkConfig()
+        self._start_timeout_s = start_timeout_s
+        self._process: asyncio.subprocess.Process | None = None
+        self._session: ClientSession | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def callback_url(self) -> str:
+        return self.base_url + CALLBACK_PATH
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tjobs.bench.sink", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(self.config.to_json() + b"\n")
+        await self._process.stdin.drain()
+        try:
+            line = await asyncio.wait_for(self._process.stdout.readline(), self._start_timeout_s)
+        except TimeoutError:
+            await self.stop()
+            raise RuntimeError(f"the callback sink did not start within {self._start_timeout_s} s") from None
+        if not line:
+            code = await self._process.wait()
+            self._process = None
+            raise RuntimeError(f"the callback sink exited with code {code} before listening")
+        self.port = int(orjson.loads(line)["port"])
+        self._session = ClientSession(timeout=ClientTimeout(total=60))
+
+    async def stats(self) -> SinkStats:
+        async with self._client().get(self.base_url + "/_stats") as response:
+            response.raise_for_status()
+            return SinkStats.from_json(await response.read())
+
+    async def records(self) -> CallbackRecords:
+        async with self._client().get(self.base_url + "/_records") as response:
+            response.raise_for_status()
+            return CallbackRecords.from_bytes(await response.read())
+
+    def _client(self) -> ClientSession:
+        if self._session is None:
+            raise RuntimeError("the sink is not started")
+        return self._session
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.stdin is not None:
+            process.stdin.close()  # the sink exits at EOF on its stdin
+        try:
+            await asyncio.wait_for(process.wait(), timeout_s)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+    async def __aenter__(self) -> SinkProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+if __name__ == "__main__":
+    main()
