@@ -1,0 +1,232 @@
+"""The bench's arithmetic: exact percentiles, and how callbacks are matched against registered tasks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from tjobs.bench.report import (
+    BenchResult,
+    Percentiles,
+    Registration,
+    account,
+    percentile,
+    render_table,
+    to_json,
+)
+from tjobs.bench.sink import CallbackRecords
+
+T0_MS = 1_800_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("values", "p", "expected"),
+    [
+        ([], 50, None),
+        ([7.0], 50, 7.0),
+        ([7.0], 99.9, 7.0),
+        ([1.0, 2.0], 50, 1.0),  # nearest rank: ceil(0.5 * 2) = 1st value
+        ([1.0, 2.0, 3.0], 50, 2.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.0),
+        ([float(i) for i in range(1, 101)], 99, 99.0),
+        ([float(i) for i in range(1, 101)], 100, 100.0),
+        ([float(i) for i in range(1, 1001)], 99.9, 999.0),
+        ([float(i) for i in range(1, 1001)], 99, 990.0),
+        ([float(i) for i in range(1, 1001)], 50, 500.0),
+        ([float(i) for i in range(1, 10_001)], 99.9, 9990.0),
+        ([float(i) for i in range(1, 11)], 99.9, 10.0),  # fewer than 1000 values: p99.9 is the max
+        ([-5.0, -1.0, 0.0, 3.0], 50, -1.0),  # early callbacks have negative lateness
+    ],
+)
+def test_percentile_is_the_nearest_rank_observed_value(
+    values: list[float], p: float, expected: float | None
+) -> None:
+    assert percentile(values, p) == expected
+
+
+@pytest.mark.parametrize("p", [0, -1, 100.1])
+def test_percentile_outside_0_100_is_rejected(p: float) -> None:
+    with pytest.raises(ValueError, match="within"):
+        percentile([1.0], p)
+
+
+def test_percentiles_sort_their_input_and_summarise_it() -> None:
+    summary = Percentiles.of([3.0, 1.0, 2.0, 4.0])
+    assert (summary.count, summary.p50, summary.p99, summary.p999) == (4, 2.0, 4.0, 4.0)
+    assert (summary.min, summary.max, summary.mean) == (1.0, 4.0, 2.5)
+    assert Percentiles.of([]).to_json() == dict.fromkeys(("p50", "p99", "p999", "max", "min", "mean"))
+
+
+def records_of(*rows: tuple[int, int, int, int, int]) -> CallbackRecords:
+    """Rows of (receive ms after T0, task id, scheduled ms after T0, flow index, attempt)."""
+    records = CallbackRecords()
+    for recv_ms, task_id, scheduled_ms, flow, attempt in rows:
+        records.append((T0_MS + recv_ms) * 1000, task_id, T0_MS + scheduled_ms, flow, attempt)
+    return records
+
+
+# registered: task id → its instant (ms after T0)
+CASES: list[tuple[str, dict[int, int], list[tuple[int, int, int, int, int]], dict[str, Any]]] = [
+    (
+        "every task once, on time",
+        {1: 0, 2: 10, 3: 20},
+        [(5, 1, 0, 0, 1), (12, 2, 10, 1, 1), (21, 3, 20, 2, 1)],
+        {"delivered": 3, "missing": 0, "same_flow": 0, "extra_flows": 0, "duplicates": 0,
+         "lateness": [1, 2, 5]},
+    ),
+    (
+        "a task never called back is missing",
+        {1: 0, 2: 10, 3: 20},
+        [(5, 1, 0, 0, 1), (21, 3, 20, 1, 1)],
+        {"delivered": 2, "missing": 1, "duplicates": 0, "lateness": [1, 5]},
+    ),
+    (
+        "a retry of the same flow is a same-flow duplicate; lateness counts the first receipt",
+        {1: 0},
+        [(5, 1, 0, 0, 1), (900, 1, 0, 0, 2)],
+        {"delivered": 1, "missing": 0, "same_flow": 1, "extra_flows": 0, "duplicates": 1, "retried": 1,
+         "lateness": [5]},
+    ),
+    (
+        "the same flow delivered twice at the same attempt is also a duplicate",
+        {1: 0},
+        [(5, 1, 0, 0, 1), (6, 1, 0, 0, 1)],
+        {"same_flow": 1, "retried": 0, "duplicates": 1},
+    ),
+    (
+        "a one-shot task with two distinct flow ids was fired twice",
+        {1: 0, 2: 0},
+        [(5, 1, 0, 0, 1), (7, 1, 0, 1, 1), (8, 2, 0, 2, 1)],
+        {"delivered": 2, "same_flow": 0, "extra_flows": 1, "tasks_with_extra_flows": 1, "duplicates": 1,
+         "lateness": [5, 8]},
+    ),
+    (
+        "two extra flows, one of them retried, count separately",
+        {1: 0},
+        [(5, 1, 0, 0, 1), (7, 1, 0, 1, 1), (9, 1, 0, 2, 1), (2000, 1, 0, 2, 2)],
+        {"same_flow": 1, "extra_flows": 2, "tasks_with_extra_flows": 1, "duplicates": 3, "retried": 1},
+    ),
+    (
+        "callbacks out of arrival order still take the earliest receipt",
+        {1: 0},
+        [(50, 1, 0, 0, 2), (3, 1, 0, 0, 1)],
+        {"delivered": 1, "lateness": [3], "same_flow": 1},
+    ),
+    (
+        "callbacks for tasks not registered here are unexpected, not duplicates",
+        {1: 0},
+        [(5, 1, 0, 0, 1), (6, 99, 0, 1, 1)],
+        {"delivered": 1, "unexpected": 1, "duplicates": 0},
+    ),
+    (
+        "an early callback has negative lateness",
+        {1: 100},
+        [(90, 1, 100, 0, 1)],
+        {"lateness": [-10]},
+    ),
+    (
+        "a callback whose scheduled-at differs from the registered instant is flagged",
+        {1: 100, 2: 200},
+        [(105, 1, 101, 0, 1), (205, 2, 200, 1, 1)],
+        {"scheduled_mismatch": 1, "lateness": [4, 5]},
+    ),
+    (
+        "nothing arrived",
+        {1: 0, 2: 0},
+        [],
+        {"delivered": 0, "missing": 2, "duplicates": 0, "lateness": []},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("registered", "rows", "expected"), [case[1:] for case in CASES], ids=[case[0] for case in CASES]
+)
+def test_account_matches_callbacks_to_registered_tasks(
+    registered: dict[int, int], rows: list[tuple[int, int, int, int, int]], expected: dict[str, Any]
+) -> None:
+    delivery = account({task: T0_MS + at for task, at in registered.items()}, records_of(*rows))
+    observed = {
+        "delivered": delivery.delivered,
+        "missing": delivery.missing,
+        "same_flow": delivery.same_flow,
+        "extra_flows": delivery.extra_flows,
+        "tasks_with_extra_flows": delivery.tasks_with_extra_flows,
+        "duplicates": delivery.duplicates,
+        "retried": delivery.retried,
+        "unexpected": delivery.unexpected,
+        "scheduled_mismatch": delivery.scheduled_mismatch,
+        "lateness": list(delivery.lateness_ms),
+    }
+    assert {key: observed[key] for key in expected} == expected
+    assert delivery.registered == len(registered)
+
+
+def test_fires_per_s_is_the_sustained_arrival_rate_of_first_callbacks() -> None:
+    # 1001 tasks one ms apart, each delivered 30 ms late, plus a duplicate that does not count
+    registered = {task: T0_MS + task for task in range(1001)}
+    rows = [(task + 30, task, task, task, 1) for task in range(1001)] + [(2000, 5, 5, 5, 2)]
+    delivery = account(registered, records_of(*rows))
+    assert delivery.fires_per_s() == pytest.approx(1000.0)
+    # Only the first receipts inside [T0, T0 + 1 s) count for the in-window figure
+    assert delivery.fires_in_window(T0_MS, 1.0) == 970
+    assert account({1: T0_MS}, records_of((5, 1, 0, 0, 1))).fires_per_s() is None
+
+
+def fire_result() -> BenchResult:
+    registered = {task: T0_MS + task for task in range(1, 4)}
+    records = records_of((3, 1, 1, 0, 1), (5, 2, 2, 1, 1), (5, 2, 2, 1, 2))
+    return BenchResult(
+        mode="fire",
+        base_url="http://127.0.0.1:8080",
+        tasks=3,
+        registration=Registration(
+            attempted=4, succeeded=3, errors=1, elapsed_s=0.5,
+            create_latency_ms=Percentiles.of([1.0, 2.0, 9.0]), error_samples=["HTTP 500: boom"],
+        ),
+        window_s=1.0,
+        lead_s=2.0,
+        start_ms=T0_MS,
+        concurrency=8,
+        delivery=account(registered, records),
+        drained=False,
+        sink={"received": 3, "flows": 2, "malformed": 0, "signatures_checked": 0, "signatures_failed": 0},
+    )
+
+
+def test_json_has_the_figures_a_script_checks() -> None:
+    summary = to_json(fire_result(), machine_info={"cpu_count": 2, "python": "3.11.2"})
+    assert summary["registrations_per_s"] == 6.0
+    assert summary["fires_per_s"] == 500.0  # 2 first receipts 2 ms apart
+    assert summary["lateness_ms"]["p50"] == 2.0
+    assert set(summary["lateness_ms"]) >= {"p50", "p99", "p999", "max"}
+    assert (summary["missing"], summary["duplicates"], summary["registration_errors"]) == (1, 1, 1)
+    assert summary["duplicates_detail"] == {"same_flow": 1, "extra_flows": 0, "tasks_with_extra_flows": 0}
+    assert (summary["tasks"], summary["window_s"], summary["drained"]) == (3, 1.0, False)
+    assert summary["create_latency_ms"]["p99"] == 9.0
+    assert summary["machine"] == {"cpu_count": 2, "python": "3.11.2"}
+    json.dumps(summary)  # plain JSON types only
+
+
+def test_register_only_json_has_no_fire_figures() -> None:
+    result = fire_result()
+    result.mode, result.delivery, result.window_s, result.start_ms = "register", None, None, None
+    summary = to_json(result)
+    assert summary["fires_per_s"] is None and summary["lateness_ms"] is None and summary["missing"] is None
+    assert summary["machine"]["cpu_count"] >= 1
+    assert summary["registrations_per_s"] == 6.0
+
+
+@pytest.mark.parametrize("mode", ["fire", "register"])
+def test_table_renders_every_figure(mode: str) -> None:
+    result = fire_result()
+    if mode == "register":
+        result.mode, result.delivery = "register", None
+    console = Console(record=True, width=100)
+    console.print(render_table(to_json(result)))
+    text = console.export_text()
+    assert "registrations/s" in text
+    assert ("lateness p99.9" in text) == (mode == "fire")
