@@ -1,0 +1,26 @@
+"""Schedule math: when a task fires. Pure functions of the instant they are given; no clock, no I/O.
+
+- :mod:`~tjobs.schedules.spec` validates the API's schedule spec into the canonical stored dict
+  (:func:`normalize_schedule`) and builds a :class:`Schedule` from it (:func:`parse_schedule`).
+- :mod:`~tjobs.schedules.cron` is cron in an IANA zone with the DST policies (``dst_gap`` skip/shift,
+  ``dst_overlap`` once/twice) documented there; :mod:`~tjobs.schedules.cronexpr` matches expressions
+  against wall-clock time and :mod:`~tjobs.schedules.zones` finds a zone's offset transitions.
+- :mod:`~tjobs.schedules.interval` (fixed rate) and :mod:`~tjobs.schedules.oneshot` (``at``/``delay``).
+"""
+
+from tjobs.schedules.base import Schedule
+from tjobs.schedules.cron import CronSchedule, DstGap, DstOverlap
+from tjobs.schedules.interval import IntervalSchedule
+from tjobs.schedules.oneshot import OneShotSchedule
+from tjobs.schedules.spec import normalize_schedule, parse_schedule
+
+__all__ = [
+    "CronSchedule",
+    "DstGap",
+    "DstOverlap",
+    "IntervalSchedule",
+    "OneShotSchedule",
+    "Schedule",
+    "normalize_schedule",
+    "parse_schedule",
+]

@@ -1,0 +1,295 @@
+"""Schedule specs: validating what the API receives, and building schedules from what is stored.
+
+The API shape (DESIGN "Create-task request") and the canonical dict :func:`normalize_schedule` stores::
+
+    {"kind": "cron", "expr": "0 9 * * *", "timezone": "Asia/Shanghai",     # timezone default "UTC"
+     "dst_gap": "skip" | "shift", "dst_overlap": "once" | "twice"}          # defaults skip, once
+        -> the same, defaults filled in, expr whitespace-normalised
+    {"kind": "interval", "every_ms": 30000, "start_at": "2026-11-21T00:00:00Z"}
+        -> {"kind": "interval", "every_ms": 30000, "start_at_ms": ...}
+    {"kind": "at", "at": "2026-11-21T17:00:00+08:00"}  or  {"kind": "at", "at_ms": 1795251600000}
+        -> {"kind": "at", "at_ms": ...}
+    {"kind": "delay", "delay_ms": 1800000}
+        -> {"kind": "delay", "delay_ms": 1800000, "at_ms": now + 1800000}
+
+Recurring kinds (cron, interval) also take ``start_at`` / ``end_at`` (ISO-8601 with an offset, or
+``start_at_ms`` / ``end_at_ms``; both bounds inclusive), stored as ``*_ms``, and ``max_fires`` (a
+positive int, enforced by the fire planner). An interval without a start is anchored at registration
+and fires first one period later (``start_at_ms = now + every_ms``); with a start it fires first at
+the start itself. A stored dict is a valid spec again, so a task read back can be written back.
+
+Every rejection is an :class:`~tjobs.errors.InvalidInput` whose ``field`` is the dotted path of the
+offending key (``schedule.expr``) and whose ``code`` is one of: ``invalid_type``, ``missing``,
+``unknown_field``, ``unknown_kind``, ``invalid_cron``, ``unknown_timezone``, ``invalid_choice``,
+``invalid_instant``, ``ambiguous``, ``out_of_range``, ``too_frequent``, ``in_past``, ``too_far``,
+``never_fires``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, TypeVar
+
+from tjobs.clock import datetime_to_ms
+from tjobs.errors import InvalidInput
+from tjobs.model import ScheduleKind
+from tjobs.schedules.base import Schedule
+from tjobs.schedules.cron import CronSchedule, DstGap, DstOverlap
+from tjobs.schedules.cronexpr import CronSyntaxError, parse_cron
+from tjobs.schedules.interval import IntervalSchedule
+from tjobs.schedules.oneshot import OneShotSchedule
+from tjobs.schedules.zones import is_known_zone
+from tjobs.settings import LimitSettings
+
+MS_PER_DAY = 86_400_000
+PERIOD_SAMPLE_FIRES = 256  # consecutive cron fires inspected for the minimum period
+
+_BOUNDS = ("start_at", "start_at_ms", "end_at", "end_at_ms", "max_fires")
+_KEYS: dict[ScheduleKind, frozenset[str]] = {
+    ScheduleKind.CRON: frozenset(("kind", "expr", "timezone", "dst_gap", "dst_overlap", *_BOUNDS)),
+    ScheduleKind.INTERVAL: frozenset(("kind", "every_ms", *_BOUNDS)),
+    ScheduleKind.AT: frozenset(("kind", "at", "at_ms")),
+    ScheduleKind.DELAY: frozenset(("kind", "delay_ms")),
+}
+
+
+def normalize_schedule(
+    spec: Any, *, now_ms: int, limits: LimitSettings, misfire_threshold_ms: int
+) -> dict[str, Any]:
+    """Validate a user's schedule spec and return the canonical dict to store (see module docs)."""
+    if not isinstance(spec, dict):
+        raise InvalidInput("schedule", "must be a JSON object", "invalid_type")
+    kind_value = spec.get("kind")
+    if kind_value is None:
+        raise InvalidInput("schedule.kind", "is required", "missing")
+    if not isinstance(kind_value, str) or kind_value not in _KEYS:
+        choices = ", ".join(k.value for k in ScheduleKind)
+        raise InvalidInput("schedule.kind", f"must be one of {choices}", "unknown_kind")
+    kind = ScheduleKind(kind_value)
+    unknown = sorted(str(key) for key in spec if key not in _KEYS[kind])
+    if unknown:
+        raise InvalidInput(f"schedule.{unknown[0]}", f"is not a field of a {kind} schedule", "unknown_field")
+    horizon_ms = now_ms + limits.max_future_days * MS_PER_DAY
+    if kind is ScheduleKind.AT:
+        return _normalize_at(spec, now_ms, horizon_ms, misfire_threshold_ms)
+    if kind is ScheduleKind.DELAY:
+        delay_ms = _int(spec, "delay_ms", required=True)
+        assert delay_ms is not None
+        if delay_ms < 0:
+            raise InvalidInput("schedule.delay_ms", "must not be negative", "out_of_range")
+        if now_ms + delay_ms > horizon_ms:
+            raise InvalidInput("schedule.delay_ms", f"is more than {limits.max_future_days} days", "too_far")
+        return {"kind": kind.value, "delay_ms": delay_ms, "at_ms": now_ms + delay_ms}
+    if kind is ScheduleKind.INTERVAL:
+        return _normalize_interval(spec, now_ms, horizon_ms, limits)
+    return _normalize_cron(spec, now_ms, horizon_ms, limits)
+
+
+def parse_schedule(stored: dict[str, Any]) -> Schedule:
+    """The :class:`Schedule` of a canonical stored dict (trusted: it passed :func:`normalize_schedule`).
+
+    Cheap enough for the fire path: cron schedules (and their parsed expressions and zones) are cached.
+    """
+    kind = stored["kind"]
+    if kind == ScheduleKind.CRON:
+        return _cron_schedule(
+            stored["expr"],
+            stored.get("timezone", "UTC"),
+            stored.get("dst_gap", DstGap.SKIP.value),
+            stored.get("dst_overlap", DstOverlap.ONCE.value),
+            stored.get("start_at_ms"),
+            stored.get("end_at_ms"),
+            stored.get("max_fires"),
+        )
+    if kind == ScheduleKind.INTERVAL:
+        return IntervalSchedule(
+            every_ms=stored["every_ms"],
+            start_at_ms=stored["start_at_ms"],
+            end_at_ms=stored.get("end_at_ms"),
+            max_fires=stored.get("max_fires"),
+        )
+    if kind in (ScheduleKind.AT, ScheduleKind.DELAY):
+        return OneShotSchedule(kind=ScheduleKind(kind), at_ms=stored["at_ms"])
+    raise ValueError(f"not a stored schedule: {stored!r}")
+
+
+@lru_cache(maxsize=65_536)
+def _cron_schedule(
+    expr: str, timezone: str, dst_gap: str, dst_overlap: str,
+    start_at_ms: int | None, end_at_ms: int | None, max_fires: int | None,
+) -> CronSchedule:
+    gap, overlap = DstGap(dst_gap), DstOverlap(dst_overlap)
+    return CronSchedule(expr, timezone, gap, overlap, start_at_ms, end_at_ms, max_fires)
+
+
+# ---- per kind ------------------------------------------------------------------------------------
+
+
+def _normalize_at(
+    spec: dict[str, Any], now_ms: int, horizon_ms: int, misfire_threshold_ms: int
+) -> dict[str, Any]:
+    at_ms = _instant(spec, "at")
+    if at_ms is None:
+        raise InvalidInput("schedule.at", "is required (or at_ms)", "missing")
+    field = "schedule.at" if "at" in spec else "schedule.at_ms"
+    if at_ms < now_ms - misfire_threshold_ms:
+        raise InvalidInput(field, f"is {(now_ms - at_ms) // 1000} s in the past", "in_past")
+    if at_ms > horizon_ms:
+        raise InvalidInput(field, "is too far in the future", "too_far")
+    return {"kind": ScheduleKind.AT.value, "at_ms": at_ms}
+
+
+def _normalize_interval(
+    spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings
+) -> dict[str, Any]:
+    every_ms = _int(spec, "every_ms", required=True)
+    assert every_ms is not None
+    if every_ms < limits.min_period_ms:
+        raise InvalidInput("schedule.every_ms", f"must be at least {limits.min_period_ms} ms", "too_frequent")
+    if every_ms > limits.max_future_days * MS_PER_DAY:
+        raise InvalidInput("schedule.every_ms", f"is more than {limits.max_future_days} days", "too_far")
+    start_ms, end_ms, max_fires = _bounds(spec, horizon_ms)
+    stored: dict[str, Any] = {
+        "kind": ScheduleKind.INTERVAL.value,
+        "every_ms": every_ms,
+        "start_at_ms": start_ms if start_ms is not None else now_ms + every_ms,
+    }
+    _put_bounds(stored, end_ms, max_fires)
+    if parse_schedule(stored).first_fire(now_ms) is None:
+        raise InvalidInput("schedule.end_at", "is before the first occurrence", "never_fires")
+    return stored
+
+
+def _normalize_cron(
+    spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings
+) -> dict[str, Any]:
+    expr = spec.get("expr")
+    if expr is None:
+        raise InvalidInput("schedule.expr", "is required", "missing")
+    if not isinstance(expr, str):
+        raise InvalidInput("schedule.expr", "must be a string", "invalid_type")
+    expr = " ".join(expr.split())
+    try:
+        parse_cron(expr)
+    except CronSyntaxError as exc:
+        code = "never_fires" if exc.code == "never_fires" else "invalid_cron"
+        raise InvalidInput("schedule.expr", f"{exc} ({expr!r})", code) from None
+    timezone = _str(spec, "timezone", "UTC")
+    if not is_known_zone(timezone):
+        raise InvalidInput("schedule.timezone", f"{timezone!r} is not an IANA time zone", "unknown_timezone")
+    dst_gap = _choice(spec, "dst_gap", DstGap, DstGap.SKIP)
+    dst_overlap = _choice(spec, "dst_overlap", DstOverlap, DstOverlap.ONCE)
+    start_ms, end_ms, max_fires = _bounds(spec, horizon_ms)
+    stored: dict[str, Any] = {
+        "kind": ScheduleKind.CRON.value, "expr": expr, "timezone": timezone,
+        "dst_gap": dst_gap.value, "dst_overlap": dst_overlap.value,
+    }
+    if start_ms is not None:
+        stored["start_at_ms"] = start_ms
+    _put_bounds(stored, end_ms, max_fires)
+
+    schedule = CronSchedule(expr, timezone, dst_gap, dst_overlap, start_ms)  # no end: see why it never fires
+    first = schedule.first_fire(now_ms)
+    if first is None or first > max(now_ms, start_ms or now_ms) + limits.max_future_days * MS_PER_DAY:
+        raise InvalidInput("schedule.expr", f"has no occurrence within {limits.max_future_days} days",
+                           "never_fires")
+    if end_ms is not None and first > end_ms:
+        raise InvalidInput("schedule.end_at", "is before the first occurrence", "never_fires")
+    _check_cron_period(schedule, first, limits.min_period_ms)
+    return stored
+
+
+def _check_cron_period(schedule: CronSchedule, first_ms: int, min_period_ms: int) -> None:
+    """Reject a cron whose consecutive fires come closer than ``min_period_ms`` (sampled)."""
+    previous = first_ms
+    for _ in range(PERIOD_SAMPLE_FIRES):
+        nxt = schedule.next_unbounded(previous)
+        if nxt is None:
+            return
+        if nxt - previous < min_period_ms:
+            raise InvalidInput(
+                "schedule.expr", f"fires {nxt - previous} ms apart; the minimum period is {min_period_ms} ms",
+                "too_frequent",
+            )
+        previous = nxt
+
+
+# ---- fields --------------------------------------------------------------------------------------
+
+
+def _bounds(spec: dict[str, Any], horizon_ms: int) -> tuple[int | None, int | None, int | None]:
+    start_ms = _instant(spec, "start_at")
+    end_ms = _instant(spec, "end_at")
+    if start_ms is not None and start_ms > horizon_ms:
+        raise InvalidInput(_which(spec, "start_at"), "is too far in the future", "too_far")
+    if end_ms is not None and start_ms is not None and end_ms < start_ms:
+        raise InvalidInput(_which(spec, "end_at"), "is before start_at", "out_of_range")
+    max_fires = _int(spec, "max_fires", required=False)
+    if max_fires is not None and max_fires < 1:
+        raise InvalidInput("schedule.max_fires", "must be at least 1", "out_of_range")
+    return start_ms, end_ms, max_fires
+
+
+def _put_bounds(stored: dict[str, Any], end_ms: int | None, max_fires: int | None) -> None:
+    if end_ms is not None:
+        stored["end_at_ms"] = end_ms
+    if max_fires is not None:
+        stored["max_fires"] = max_fires
+
+
+def _instant(spec: dict[str, Any], name: str) -> int | None:
+    """``name`` (ISO-8601 with an offset) or ``name_ms`` (epoch ms) as epoch ms; at most one of them."""
+    iso, ms_name = spec.get(name), f"{name}_ms"
+    if iso is not None and spec.get(ms_name) is not None:
+        raise InvalidInput(f"schedule.{ms_name}", f"give {name} or {ms_name}, not both", "ambiguous")
+    if iso is None:
+        return _int(spec, ms_name, required=False)
+    if not isinstance(iso, str):
+        raise InvalidInput(f"schedule.{name}", "must be an ISO-8601 string with a UTC offset", "invalid_type")
+    field = f"schedule.{name}"
+    try:
+        parsed = datetime.fromisoformat(iso)
+    except ValueError:
+        raise InvalidInput(field, f"{iso!r} is not an ISO-8601 instant", "invalid_instant") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise InvalidInput(field, f"{iso!r} has no UTC offset (add Z or +08:00)", "invalid_instant")
+    return datetime_to_ms(parsed)
+
+
+def _which(spec: dict[str, Any], name: str) -> str:
+    return f"schedule.{name}" if spec.get(name) is not None else f"schedule.{name}_ms"
+
+
+def _int(spec: dict[str, Any], name: str, *, required: bool) -> int | None:
+    value = spec.get(name)
+    if value is None:
+        if required:
+            raise InvalidInput(f"schedule.{name}", "is required", "missing")
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInput(f"schedule.{name}", "must be an integer", "invalid_type")
+    if abs(value) >= 2**63:
+        raise InvalidInput(f"schedule.{name}", "is out of range", "out_of_range")
+    return value
+
+
+def _str(spec: dict[str, Any], name: str, default: str) -> str:
+    value = spec.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise InvalidInput(f"schedule.{name}", "must be a string", "invalid_type")
+    return value
+
+
+_Policy = TypeVar("_Policy", DstGap, DstOverlap)
+
+
+def _choice(spec: dict[str, Any], name: str, enum: type[_Policy], default: _Policy) -> _Policy:
+    value = _str(spec, name, default.value)
+    try:
+        return enum(value)
+    except ValueError:
+        choices = " or ".join(repr(e.value) for e in enum)
+        raise InvalidInput(f"schedule.{name}", f"must be {choices}", "invalid_choice") from None
