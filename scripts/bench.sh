@@ -14,8 +14,13 @@ fi
 
 mapfile -t names < <(.venv/bin/python -c '
 import typer.main
-from tjobs.cli import bench_app
-print("\n".join(typer.main.get_command(bench_app).commands))  # type: ignore[attr-defined]
+from tjobs.cli import app
+try:
+    bench = typer.main.get_command(app).commands["bench"]
+except (RuntimeError, KeyError):  # no benchmark registered yet
+    raise SystemExit(0)
+for name in getattr(bench, "commands", {}):
+    print(name)
 ')
 if [ "${#names[@]}" -eq 0 ]; then
     echo "[bench] no benchmarks are registered under 'tjobs bench' yet" >&2
