@@ -37,8 +37,11 @@ class RunningNode:
 
 
 @contextlib.asynccontextmanager
-async def run_node(settings: Settings, parts: NodeParts | None = None) -> AsyncIterator[RunningNode]:
-    port = settings.api.port or free_port()
+async def run_node(
+    settings: Settings, parts: NodeParts | None = None, port: int | None = None
+) -> AsyncIterator[RunningNode]:
+    """Run a node on ``port`` (a free loopback port by default) until the block ends."""
+    port = port or free_port()
     settings = settings.model_copy(update={"api": settings.api.model_copy(update={"port": port})})
     node = Node(settings, parts)
     config = uvicorn.Config(

@@ -5,8 +5,6 @@ which name the offending field; every :class:`tjobs.errors.TjobsError` becomes i
 ``{"error": {"code", "message", "field"}}`` in one handler. Nothing answers 200 with an error inside.
 """
 
-from __future__ import annotations
-
 import hmac
 import secrets
 from typing import TYPE_CHECKING, Annotated, Any
@@ -59,7 +57,7 @@ def _task_id(raw: str) -> int:
     return int(raw)
 
 
-def create_api(node: Node, *, demo_routes: bool = False) -> FastAPI:
+def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api = FastAPI(title="tjobs", version=__version__, default_response_class=ORJSONResponse)
     api.state.node = node
 
@@ -173,7 +171,7 @@ def create_api(node: Node, *, demo_routes: bool = False) -> FastAPI:
     return api
 
 
-async def create_app_record(node: Node, body: dict[str, Any], app_id: str | None = None) -> tuple[App, str]:
+async def create_app_record(node: "Node", body: dict[str, Any], app_id: str | None = None) -> tuple[App, str]:
     """Validate an app-create body, store the app, and return it with its one-time API key."""
     name = body.get("name")
     if not isinstance(name, str) or not 1 <= len(name) <= 100:
