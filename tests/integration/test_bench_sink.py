@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import time
@@ -10,8 +11,11 @@ from datetime import UTC, datetime
 
 import aiohttp
 import pytest
+from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
+from tjobs.bench.fire import run_fire_bench
+from tjobs.bench.report import to_json
 from tjobs.bench.sink import CallbackRecords, SinkConfig, SinkProcess
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()
@@ -63,7 +67,7 @@ async def test_sink_records_every_callback_and_counts_flows(sink: SinkProcess) -
 
     # Then the stats count recorded callbacks, distinct flows, the malformed one and the bad signature
     stats = await sink.stats()
-    assert (stats.received, stats.flows, stats.malformed) == (4, 3, 1)
+    assert (stats.received, stats.flows, stats.tasks, stats.malformed) == (4, 3, 3, 1)
     assert (stats.signatures_checked, stats.signatures_failed) == (4, 1)
 
     # And the records carry task, scheduled instant, flow index and attempt of each, in arrival order
@@ -114,3 +118,99 @@ def test_records_round_trip_through_bytes() -> None:
     assert decoded == records
     with pytest.raises(ValueError, match="does not hold"):
         CallbackRecords.from_bytes(records.to_bytes()[:-1])
+
+
+# ---- the fire bench end to end against a stand-in node --------------------------------------------
+
+
+class StandInNode:
+    """Serves the node's contract for the bench (create app, create task) and calls each task back at its
+    instant, with the same headers a real node sends; ``twice`` tasks get a second flow, ``retried``
+    tasks a second attempt of the same flow, and ``dropped`` tasks no callback at all."""
+
+    def __init__(self, twice: set[int], retried: set[int], dropped: set[int]) -> None:
+        self.twice, self.retried, self.dropped = twice, retried, dropped
+        self.secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+        self.next_id = 1_000_000_000_000
+        self.pending: set[asyncio.Task[None]] = set()
+        self.session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/apps", self.create_app)
+        app.router.add_post("/v1/tasks", self.create_task)
+        return app
+
+    async def create_app(self, request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == "Bearer admin"
+        body = await request.json()
+        assert body["allowed_callback_hosts"] == ["127.0.0.1"]
+        return web.json_response({"id": "app_1", "api_key": "key", "secrets": [self.secret]}, status=201)
+
+    async def create_task(self, request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == "Bearer key"
+        body = await request.json()
+        self.next_id += 1
+        task_id, index, at_ms = self.next_id, body["payload"]["i"], body["schedule"]["at_ms"]
+        if index not in self.dropped:
+            flows = [f"flow-{task_id}-a"] + ([f"flow-{task_id}-b"] if index in self.twice else [])
+            for flow_id in flows:
+                url = body["callback"]["url"]
+                for attempt in [1, 2] if index in self.retried else [1]:
+                    task = asyncio.create_task(self.call_back(url, task_id, at_ms, flow_id, attempt))
+                    self.pending.add(task)
+                    task.add_done_callback(self.pending.discard)
+        return web.json_response({"id": str(task_id), "next_run_at_ms": at_ms}, status=201)
+
+    async def call_back(self, url: str, task_id: int, at_ms: int, flow_id: str, attempt: int) -> None:
+        await asyncio.sleep(max(0.0, at_ms / 1000 - time.time()) + 0.05 * (attempt - 1))
+        body = b'{"i": 0}'
+        assert self.session is not None
+        headers = signed_headers(self.secret, flow_id, task_id, at_ms, attempt, body)
+        async with self.session.post(url, data=body, headers=headers) as response:
+            assert response.status == 204
+
+
+@pytest.fixture
+async def stand_in_node() -> AsyncIterator[tuple[str, StandInNode]]:
+    node = StandInNode(twice={3}, retried={5, 6}, dropped={7})
+    runner = web.AppRunner(node.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    async with aiohttp.ClientSession() as session:
+        node.session = session
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", node
+        for task in list(node.pending):
+            task.cancel()
+    await runner.cleanup()
+
+
+async def test_fire_bench_counts_missing_duplicates_and_lateness(
+    stand_in_node: tuple[str, StandInNode],
+) -> None:
+    # Given a node that fires 200 tasks over 1 s: task 3 twice (two flows), tasks 5 and 6 with a
+    # retry of the same flow, task 7 never
+    base_url, _ = stand_in_node
+    phases: dict[str, tuple[int, int]] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        phases[phase] = (done, total)
+
+    result = await run_fire_bench(
+        base_url, "admin", tasks=200, window_s=1.0, lead_s=1.0, register_rate=None, concurrency=16,
+        progress=progress, drain_timeout_s=2.0, settle_s=0.3, verify_every=1,
+    )
+    summary = to_json(result)
+    # Then the bench counts exactly those, and the rest arrived on time
+    assert (summary["registered"], summary["registration_errors"]) == (200, 0)
+    assert summary["missing"] == 1
+    assert summary["duplicates_detail"] == {"same_flow": 2, "extra_flows": 1, "tasks_with_extra_flows": 1}
+    assert summary["duplicates"] == 3
+    assert summary["retried_callbacks"] == 2
+    assert summary["drained"] is False  # one task never called back
+    assert 0 <= summary["lateness_ms"]["p50"] < 100
+    assert 100 < summary["fires_per_s"] < 400  # 199 tasks over ~1 s
+    assert summary["sink"]["signatures_checked"] == 202 and summary["sink"]["signatures_failed"] == 0
+    assert phases["register"] == (200, 200)
+    assert phases["fire"] == (199, 200)  # callbacks of 199 distinct tasks out of 200

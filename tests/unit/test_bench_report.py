@@ -193,7 +193,7 @@ def fire_result() -> BenchResult:
         concurrency=8,
         delivery=account(registered, records),
         drained=False,
-        sink={"received": 3, "flows": 2, "malformed": 0, "signatures_checked": 0, "signatures_failed": 0},
+        sink={"received": 3, "flows": 2, "tasks": 2, "malformed": 0},
     )
 
 

@@ -96,6 +96,7 @@ class SinkConfig:
 class SinkStats:
     received: int  # callbacks recorded
     flows: int  # distinct webhook-ids among them
+    tasks: int  # distinct tjobs-task-ids among them
     malformed: int  # callbacks without parsable tjobs headers (answered, not recorded)
     signatures_checked: int
     signatures_failed: int
@@ -112,6 +113,7 @@ class CallbackRecorder:
     def __init__(self, secrets: Sequence[str] = (), verify_every: int = 0) -> None:
         self.records = CallbackRecords()
         self._flow_index: dict[str, int] = {}
+        self._tasks: set[int] = set()
         self.malformed = 0
         self.signatures_checked = 0
         self.signatures_failed = 0
@@ -144,6 +146,7 @@ class CallbackRecorder:
             self.malformed += 1
             return web.Response(status=204)
         flow = self._flow_index.setdefault(flow_id, len(self._flow_index))
+        self._tasks.add(task_id)
         self.records.append(recv_us, task_id, scheduled_ms, flow, attempt)
         if self._verify_every and len(self.records) % self._verify_every == 1 % self._verify_every:
             self._check_signature(dict(headers), await request.read())
@@ -163,6 +166,7 @@ class CallbackRecorder:
         return SinkStats(
             received=len(self.records),
             flows=len(self._flow_index),
+            tasks=len(self._tasks),
             malformed=self.malformed,
             signatures_checked=self.signatures_checked,
             signatures_failed=self.signatures_failed,

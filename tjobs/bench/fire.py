@@ -1,0 +1,351 @@
+"""``tjobs bench fire`` and ``tjobs bench register``: drive a running node over its HTTP API.
+
+The fire bench creates an app, starts the callback sink in its own process, registers ``tasks``
+one-shot ``at`` tasks whose instants are spread uniformly over ``[start, start + window_s)`` (start =
+now + ``lead_s``, long enough for the registration to finish first), waits for the window and a drain,
+then matches the sink's records against what it registered (:func:`tjobs.bench.report.account`).
+
+The register bench only measures creates/s, with tasks due far in the future (deleted afterwards
+unless asked to keep them).
+
+The load generator is aiohttp with orjson bodies and a fixed number of in-flight requests, paced to a
+target rate when one is given: on a 2-core box it shares the CPU with the node and the database, so it
+must stay cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from array import array
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
+
+from tjobs.bench.report import BenchResult, Percentiles, ProgressFn, Registration, account
+from tjobs.bench.sink import SinkConfig, SinkProcess
+from tjobs.errors import TjobsError
+
+ASSUMED_REGISTER_RATE = 1500.0  # creates/s assumed when sizing the lead time without a target rate
+LEAD_MARGIN = 1.25  # lead = expected registration time × this + LEAD_EXTRA_S
+LEAD_EXTRA_S = 5.0
+REGISTER_DUE_IN_S = 30 * 86_400  # register-bench tasks are due this far ahead: they never load or fire
+DISCARD_CALLBACK_URL = "http://127.0.0.1:9/cb"
+MAX_ERROR_SAMPLES = 5
+
+
+class BenchError(TjobsError):
+    """The bench could not run: the node refused the app, the sink did not start, an endpoint is missing."""
+
+
+def default_lead_s(tasks: int, register_rate: float | None) -> float:
+    """How far ahead the window must start for ``tasks`` creates to finish before it."""
+    rate = register_rate or ASSUMED_REGISTER_RATE
+    return tasks / rate * LEAD_MARGIN + LEAD_EXTRA_S
+
+
+def spread_instants(start_ms: int, window_s: float, tasks: int) -> array[int]:
+    """``tasks`` instants (epoch ms) spread uniformly over ``[start_ms, start_ms + window_s)``."""
+    window_ms = window_s * 1000
+    return array("q", (start_ms + math.floor(index * window_ms / tasks) for index in range(tasks)))
+
+
+def task_bodies(
+    callback: Mapping[str, object], name_prefix: str, instant_of: Callable[[int], int]
+) -> Callable[[int], bytes]:
+    """Create-task bodies for one-shot ``at`` tasks: body ``i`` is due at ``instant_of(i)`` (epoch ms),
+    named ``<name_prefix>-<i>`` with payload ``{"i": i}``; formatted, not serialised, to keep it cheap."""
+    head = b'{"callback":' + orjson.dumps(dict(callback)) + b',"schedule":{"kind":"at","at_ms":'
+    tail = b'},"name":"' + name_prefix.encode() + b'-%d","payload":{"i":%d}}'
+
+    def body_of(index: int) -> bytes:
+        return head + b"%d" % instant_of(index) + tail % (index, index)
+
+    return body_of
+
+
+# ---- HTTP ----------------------------------------------------------------------------------------
+
+
+def _session(concurrency: int, request_timeout_s: float) -> ClientSession:
+    return ClientSession(
+        connector=TCPConnector(limit=concurrency + 4, force_close=False, enable_cleanup_closed=False),
+        timeout=ClientTimeout(total=request_timeout_s),
+        json_serialize=lambda value: orjson.dumps(value).decode(),
+    )
+
+
+def _headers(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+
+async def create_bench_app(
+    session: ClientSession, base_url: str, admin_key: str, *, name: str = "bench",
+    callback_hosts: Sequence[str] = ("127.0.0.1",), rate_limit_per_s: float = 100_000,
+    max_concurrency: int = 1000,
+) -> tuple[str, list[str]]:
+    """Create an app for the bench; return its API key and signing secrets."""
+    body = {
+        "name": name, "rate_limit_per_s": rate_limit_per_s, "max_concurrency": max_concurrency,
+        "allowed_callback_hosts": list(callback_hosts),
+    }
+    url = f"{base_url}/v1/apps"
+    async with session.post(url, data=orjson.dumps(body), headers=_headers(admin_key)) as response:
+        raw = await response.read()
+        if response.status != 201:
+            text = raw[:300].decode(errors="replace")
+            raise BenchError(f"POST /v1/apps answered {response.status}: {text}")
+    created = orjson.loads(raw)
+    return str(created["api_key"]), [str(secret) for secret in created.get("secrets", [])]
+
+
+@dataclass
+class _Outcome:
+    """What a registration run produced, index-aligned with the bodies it sent."""
+
+    task_ids: array[int] = field(default_factory=lambda: array("q"))
+    indices: array[int] = field(default_factory=lambda: array("q"))  # body index of each task id
+    latencies_ms: array[float] = field(default_factory=lambda: array("d"))  # one per request
+    done_ms: array[int] = field(default_factory=lambda: array("q"))  # answer time, per task id
+    attempted: int = 0
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def error(self, count: int, message: str) -> None:
+        self.errors += count
+        if len(self.error_samples) < MAX_ERROR_SAMPLES:
+            self.error_samples.append(message)
+
+
+Sender = Callable[[ClientSession, Sequence[int]], Awaitable[list[int]]]
+"""Creates the tasks of the given body indices; returns their ids in order; raises _Refused or ClientError."""
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"HTTP {status}: {body[:200].decode(errors='replace')}")
+        self.status = status
+
+
+def single_sender(base_url: str, api_key: str, body_of: Callable[[int], bytes]) -> Sender:
+    url, headers = f"{base_url}/v1/tasks", _headers(api_key)
+
+    async def send(session: ClientSession, indices: Sequence[int]) -> list[int]:
+        (index,) = indices
+        async with session.post(url, data=body_of(index), headers=headers) as response:
+            raw = await response.read()
+            if response.status not in (200, 201):
+                raise _Refused(response.status, raw)
+        return [int(orjson.loads(raw)["id"])]
+
+    return send
+
+
+def batch_sender(base_url: str, api_key: str, body_of: Callable[[int], bytes]) -> Sender:
+    """The hook for ``POST /v1/tasks:batch`` (not served yet). Assumed contract, kept in this one place:
+    request ``{"tasks": [<create body>, ...]}`` → 200/201 ``{"items": [{"id": ...}, ...]}`` in order."""
+    url, headers = f"{base_url}/v1/tasks:batch", _headers(api_key)
+
+    async def send(session: ClientSession, indices: Sequence[int]) -> list[int]:
+        payload = b'{"tasks":[' + b",".join(body_of(index) for index in indices) + b"]}"
+        async with session.post(url, data=payload, headers=headers) as response:
+            raw = await response.read()
+            if response.status in (404, 405):
+                raise BenchError(f"the node does not serve POST /v1/tasks:batch (HTTP {response.status})")
+            if response.status not in (200, 201):
+                raise _Refused(response.status, raw)
+        return [int(item["id"]) for item in orjson.loads(raw)["items"]]
+
+    return send
+
+
+async def register(
+    session: ClientSession, send: Sender, count: int, *, rate: float | None, concurrency: int,
+    unit: int = 1, progress: ProgressFn | None = None, phase: str = "register",
+) -> _Outcome:
+    """Create ``count`` tasks, ``unit`` per request, ``concurrency`` requests in flight, paced so that
+    task ``i`` is not sent before ``t0 + i / rate`` (as fast as possible when ``rate`` is None)."""
+    outcome = _Outcome()
+    loop = asyncio.get_running_loop()
+    next_index = itertools.count(0, unit)
+    step = max(unit, count // 200)
+    t0 = loop.time()
+    reported = 0
+    if progress:
+        progress(phase, 0, count)
+
+    async def worker() -> None:
+        nonlocal reported
+        while (first := next(next_index)) < count:
+            indices = range(first, min(first + unit, count))
+            if rate:
+                delay = t0 + first / rate - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            outcome.attempted += len(indices)
+            sent = time.perf_counter()
+            try:
+                ids = await send(session, indices)
+            except (ClientError, TimeoutError, _Refused, ValueError, KeyError) as error:
+                outcome.error(len(indices), f"{type(error).__name__}: {error}")
+                ids = []
+            else:
+                now_ms = time.time_ns() // 1_000_000
+                outcome.task_ids.extend(ids)
+                outcome.indices.extend(indices)
+                outcome.done_ms.extend(itertools.repeat(now_ms, len(ids)))
+            outcome.latencies_ms.append((time.perf_counter() - sent) * 1000)
+            if progress and outcome.attempted - reported >= step:
+                reported = outcome.attempted
+                progress(phase, reported, count)
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, math.ceil(count / unit))))))
+    outcome.elapsed_s = loop.time() - t0
+    if progress:
+        progress(phase, outcome.attempted, count)
+    return outcome
+
+
+def _registration(outcome: _Outcome, late: int = 0) -> Registration:
+    return Registration(
+        attempted=outcome.attempted, succeeded=len(outcome.task_ids), errors=outcome.errors,
+        elapsed_s=outcome.elapsed_s, create_latency_ms=Percentiles.of(outcome.latencies_ms),
+        error_samples=outcome.error_samples, late=late,
+    )
+
+
+# ---- the benches ---------------------------------------------------------------------------------
+
+
+async def run_fire_bench(
+    base_url: str, admin_key: str, *, tasks: int, window_s: float, lead_s: float | None = None,
+    register_rate: float | None = None, concurrency: int = 64, progress: ProgressFn | None = None,
+    drain_timeout_s: float = 30.0, settle_s: float = 1.0, verify_every: int = 0,
+    callback_timeout_ms: int = 3000, request_timeout_s: float = 30.0, poll_interval_s: float = 0.25,
+) -> BenchResult:
+    """Register ``tasks`` one-shot tasks due across ``window_s`` and measure how their callbacks arrive.
+
+    Waits until the window's end, then until every registered task has a callback or
+    ``drain_timeout_s`` passes, then ``settle_s`` more to catch late duplicates. ``verify_every`` > 0
+    makes the sink check the signature of every n-th callback with the app's secrets.
+    """
+    if tasks < 1 or window_s <= 0:
+        raise ValueError("tasks must be >= 1 and window_s > 0")
+    base_url = base_url.rstrip("/")
+    lead_s = default_lead_s(tasks, register_rate) if lead_s is None else lead_s
+    warnings: list[str] = []
+    async with _session(concurrency, request_timeout_s) as session:
+        api_key, secrets = await create_bench_app(session, base_url, admin_key)
+        sink_config = SinkConfig(secrets=tuple(secrets) if verify_every else (), verify_every=verify_every)
+        async with SinkProcess(sink_config) as sink:
+            start_ms = time.time_ns() // 1_000_000 + round(lead_s * 1000)
+            end_ms = start_ms + round(window_s * 1000)
+            instants = spread_instants(start_ms, window_s, tasks)
+            callback = {"url": sink.callback_url, "method": "POST", "timeout_ms": callback_timeout_ms}
+            body_of = task_bodies(callback, "bench", instants.__getitem__)
+            outcome = await register(
+                session, single_sender(base_url, api_key, body_of), tasks, rate=register_rate,
+                concurrency=concurrency, progress=progress,
+            )
+            pairs = zip(outcome.task_ids, outcome.indices, strict=True)
+            registered = {task_id: instants[index] for task_id, index in pairs}
+            answered = zip(outcome.indices, outcome.done_ms, strict=True)
+            late = sum(1 for index, done_ms in answered if done_ms > instants[index])
+            if late:
+                warnings.append(
+                    f"{late} creates were answered after their instant (lead {lead_s:.1f} s was too short "
+                    f"for the registration rate): their lateness includes registration time"
+                )
+            drained = await _await_callbacks(
+                sink, len(registered), end_ms, drain_timeout_s, settle_s, poll_interval_s, progress
+            )
+            records = await sink.records()
+            stats = await sink.stats()
+    delivery = account(registered, records)
+    if stats.signatures_failed:
+        checked, failed = stats.signatures_checked, stats.signatures_failed
+        warnings.append(f"{failed} of {checked} checked signatures did not verify")
+    return BenchResult(
+        mode="fire", base_url=base_url, tasks=tasks, registration=_registration(outcome, late),
+        window_s=window_s, lead_s=lead_s, start_ms=start_ms, target_register_rate=register_rate,
+        concurrency=concurrency, delivery=delivery, drained=drained, sink=dict(stats.__dict__),
+        warnings=warnings,
+    )
+
+
+async def _await_callbacks(
+    sink: SinkProcess, expected: int, end_ms: int, drain_timeout_s: float, settle_s: float,
+    poll_interval_s: float, progress: ProgressFn | None,
+) -> bool:
+    """Wait for the window to pass and callbacks of ``expected`` distinct tasks to arrive (or the drain
+    timeout)."""
+    deadline_ms = end_ms + round(drain_timeout_s * 1000)
+    while True:
+        stats = await sink.stats()
+        if progress:
+            progress("fire", min(stats.tasks, expected), expected)
+        now_ms = time.time_ns() // 1_000_000
+        if stats.tasks >= expected and now_ms >= end_ms:
+            await asyncio.sleep(settle_s)
+            return True
+        if now_ms >= deadline_ms:
+            return False
+        await asyncio.sleep(poll_interval_s)
+
+
+async def run_register_bench(
+    base_url: str, admin_key: str, *, tasks: int, register_rate: float | None = None, concurrency: int = 64,
+    batch_size: int | None = None, keep_tasks: bool = False, progress: ProgressFn | None = None,
+    request_timeout_s: float = 30.0,
+) -> BenchResult:
+    """Measure creates/s: ``tasks`` tasks due ~30 days ahead (never loaded or fired during the run),
+    one per request, or ``batch_size`` per ``POST /v1/tasks:batch`` when given. Deletes them afterwards
+    unless ``keep_tasks``."""
+    if tasks < 1:
+        raise ValueError("tasks must be >= 1")
+    base_url = base_url.rstrip("/")
+    warnings: list[str] = []
+    async with _session(concurrency, request_timeout_s) as session:
+        api_key, _ = await create_bench_app(session, base_url, admin_key, name="bench-register")
+        due_ms = time.time_ns() // 1_000_000 + REGISTER_DUE_IN_S * 1000
+        callback = {"url": DISCARD_CALLBACK_URL, "method": "POST"}
+        body_of = task_bodies(callback, "bench-register", lambda index: due_ms + index)
+        sender = batch_sender if batch_size else single_sender
+        outcome = await register(
+            session, sender(base_url, api_key, body_of), tasks, rate=register_rate, concurrency=concurrency,
+            unit=batch_size or 1, progress=progress,
+        )
+        if not keep_tasks and outcome.task_ids:
+            failed = await _delete_tasks(session, base_url, api_key, outcome.task_ids, concurrency, progress)
+            if failed:
+                warnings.append(f"{failed} of the registered tasks could not be deleted")
+    return BenchResult(
+        mode="register", base_url=base_url, tasks=tasks, registration=_registration(outcome),
+        target_register_rate=register_rate, concurrency=concurrency, batch_size=batch_size, warnings=warnings,
+    )
+
+
+async def _delete_tasks(
+    session: ClientSession, base_url: str, api_key: str, task_ids: Sequence[int], concurrency: int,
+    progress: ProgressFn | None,
+) -> int:
+    headers = {"Authorization": f"Bearer {api_key}"}
+
+    async def delete(session: ClientSession, indices: Sequence[int]) -> list[int]:
+        (index,) = indices
+        async with session.delete(f"{base_url}/v1/tasks/{task_ids[index]}", headers=headers) as response:
+            raw = await response.read()
+            if response.status not in (200, 204, 404):
+                raise _Refused(response.status, raw)
+        return [task_ids[index]]
+
+    outcome = await register(
+        session, delete, len(task_ids), rate=None, concurrency=concurrency, progress=progress, phase="cleanup"
+    )
+    return outcome.errors
+
