@@ -21,6 +21,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# mariadbd lives in /usr/sbin, which a non-login environment (CI) may leave off PATH.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 DIR="${TJOBS_SERVICES_DIR:-$ROOT/.services}"
 case "$DIR" in /*) ;; *) DIR="$PWD/$DIR" ;; esac
 HOST=127.0.0.1
