@@ -14,7 +14,7 @@ header), then per path; when a script is used up its ``then`` reply repeats (``2
 A reply can be slow (``delay_s``, which the sender's timeout turns into a timeout), reset the
 connection without answering (``reset``), or carry any status, headers and body.
 
-Run as a script (``python tests/receiver.py``) it serves in its own process for benchmarks: it prints
+Run as a script (``python tests/receiver.py [reply_delay_ms]``) it serves in its own process for benchmarks: it prints
 its port on the first stdout line, answers 204 to everything, serves ``GET /_records`` (JSON
 ``[[webhook-id, receive time in epoch ns], ...]``) and exits when stdin closes.
 """
@@ -86,11 +86,9 @@ class Receiver:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.base_events.Server)
-        self.port = server.sockets[0].getsockname()[1]
+        sock = _listening_socket()
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
         return self
 
     async def stop(self) -> None:
@@ -169,6 +167,13 @@ class Receiver:
         return web.Response(status=reply.status, headers=headers, body=reply.body)
 
 
+def _listening_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 def unused_port() -> int:
     """A loopback port nothing listens on (bound, then released): connecting to it is refused."""
     with socket.socket() as sock:
@@ -180,12 +185,14 @@ def unused_port() -> int:
 # ---- separate-process mode for benchmarks ---------------------------------------------------------
 
 
-async def _serve_forever() -> None:
+async def _serve_forever(delay_s: float) -> None:
     records: list[tuple[str, int]] = []
 
     async def record(request: web.Request) -> web.Response:
         await request.read()
         records.append((request.headers.get("webhook-id", ""), time.time_ns()))
+        if delay_s:
+            await asyncio.sleep(delay_s)
         return web.Response(status=204)
 
     async def dump(request: web.Request) -> web.Response:
@@ -196,20 +203,19 @@ async def _serve_forever() -> None:
     app.router.add_route("*", "/{tail:.*}", record)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-    await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.base_events.Server)
-    print(server.sockets[0].getsockname()[1], flush=True)
+    sock = _listening_socket()
+    await web.SockSite(runner, sock, backlog=1024).start()
+    print(sock.getsockname()[1], flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
     await runner.cleanup()
 
 
 if __name__ == "__main__":
+    reply_delay_s = float(sys.argv[1]) / 1000 if len(sys.argv) > 1 else 0.0  # optional: reply delay in ms
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_serve_forever())
+        asyncio.run(_serve_forever(reply_delay_s))
     else:
-        uvloop.run(_serve_forever())
+        uvloop.run(_serve_forever(reply_delay_s))

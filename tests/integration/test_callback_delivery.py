@@ -592,3 +592,14 @@ async def test_a_rate_limited_app_is_delivered_later_not_dropped(
     elapsed = time.monotonic() - started_at
     assert all(u.status is FlowStatus.DELIVERED for u in final.values())
     assert 0.9 <= elapsed < 2.0  # a 1 s burst of 20, then 20 more at 20/s
+
+
+async def test_an_unreadable_callback_spec_is_a_dead_letter_not_a_crash_of_the_fire_path(
+    recorder: MemoryRecorder, make_deliverer: DelivererFactory
+) -> None:
+    deliverer = await started(make_deliverer())
+    job = make_job({"method": "POST"})  # no url at all: a corrupted row, say
+    deliverer.submit(job)  # must not raise into the caller
+    final = (await recorder.wait_terminal([job.flow.id]))[job.flow.id]
+    assert final.status is FlowStatus.DEAD
+    assert final.last_error is not None and final.last_error.startswith("unusable callback spec")

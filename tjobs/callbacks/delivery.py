@@ -206,7 +206,19 @@ class Deliverer:
             logger.warning("flow %s is already %s; not delivering it", flow_id, job.flow.status.value,
                            extra={"action": "delivery_refused", "flow_id": flow_id})
             return
-        delivery = _Delivery(job, flow_id, self._settings)
+        try:
+            delivery = _Delivery(job, flow_id, self._settings)
+        except Exception as error:
+            # A stored callback spec we cannot read can never be delivered: dead letter, loudly.
+            logger.exception("flow %s has an unusable callback spec", flow_id,
+                             extra={"action": "flow_dead", "flow_id": flow_id})
+            flow = job.flow
+            self._pending[flow_id] = FlowUpdate(
+                flow.task_id, flow.scheduled_at_ms, FlowStatus.DEAD, flow.attempts, None, None,
+                f"unusable callback spec: {type(error).__name__}: {error}"[:240],
+            )
+            self._dirty.set()
+            return
         self._active[flow_id] = delivery
         if job.flow.attempts > 0 and not delivery.at_most_once:
             # A re-drive: the limits may already be spent.
