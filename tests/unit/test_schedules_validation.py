@@ -25,7 +25,7 @@ def normalize(spec: Any, limits: LimitSettings = LIMITS) -> dict[str, Any]:
 
 # ---- accepted specs and their canonical form -----------------------------------------------------
 
-CANONICAL = [
+CANONICAL: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"kind": "delay", "delay_ms": 1_800_000},
      {"kind": "delay", "delay_ms": 1_800_000, "at_ms": NOW + 1_800_000}),
     ({"kind": "delay", "delay_ms": 0}, {"kind": "delay", "delay_ms": 0, "at_ms": NOW}),
