@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tjobs.schedules import IntervalSchedule, Schedule, parse_schedule
+from tjobs.schedules.zones import zone_timeline
 
 SECOND = 1000
 HOUR = 3600 * SECOND
@@ -376,3 +377,15 @@ def test_interval_fires_ignore_dst_and_stay_on_the_start_plus_k_periods_grid(
     schedule = IntervalSchedule(every_ms=every, start_at_ms=start)
     fires = fires_between(schedule, start - 1, start + 2 * DAY)
     assert fires == list(range(start, start + 2 * DAY + 1, every))
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_zone_timeline_finds_every_offset_change(zone: str) -> None:
+    timeline = zone_timeline(zone)
+    found, cursor = [], ms("1985-01-01T00:00:00Z")
+    while (transition := timeline.next_transition(cursor, ms("2040-01-01T00:00:00Z") - 1)) is not None:
+        assert transition.before_ms == offset_s(ZoneInfo(zone), transition.at_ms // 1000 - 1) * 1000
+        assert transition.after_ms == offset_s(ZoneInfo(zone), transition.at_ms // 1000) * 1000
+        found.append(transition.at_ms // 1000)
+        cursor = transition.at_ms
+    assert found == transitions_of(zone)
