@@ -1,0 +1,192 @@
+"""A tjobs node in a child process, for ``tjobs bench fire --embedded`` / ``--storage URL``.
+
+:func:`node_process` writes a TOML settings file, runs ``tjobs migrate --config FILE``, starts
+``tjobs serve --config FILE`` (both as ``python -m tjobs.cli``), waits until ``GET /readyz`` answers 200
+and yields a :class:`NodeHandle`; at exit it sends SIGTERM, then SIGKILL after ``stop_timeout_s``. The
+node's output goes to ``node.log`` in the work directory (shown when it fails to start).
+
+Inherited ``TJOBS_*`` environment variables still override the file, as for any ``tjobs serve``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tjobs.errors import TjobsError
+
+
+class NodeStartError(TjobsError):
+    """The node subprocess did not migrate, exited, or never became ready; the message ends with its log."""
+
+
+@dataclass(frozen=True)
+class NodeHandle:
+    base_url: str
+    admin_key: str
+    pid: int
+    config_path: Path
+    log_path: Path
+
+
+def node_settings(
+    *, storage_urls: Sequence[str], port: int, admin_key: str, topology: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The settings a bench node runs with (``extra`` is merged in, nested tables included)."""
+    storage: dict[str, Any] = {"urls": list(storage_urls)}
+    if topology is not None:
+        storage["topology"] = topology
+    settings: dict[str, Any] = {
+        "allow_loopback_callbacks": True,
+        "storage": storage,
+        "api": {"host": "127.0.0.1", "port": port, "admin_key": admin_key},
+    }
+    return _merge(settings, dict(extra or {}))
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def to_toml(settings: Mapping[str, Any]) -> str:
+    """TOML for nested dicts of str / int / float / bool / lists of those (all settings need)."""
+    lines: list[str] = []
+    _emit_table(settings, [], lines)
+    return "\n".join(lines) + "\n"
+
+
+def _emit_table(table: Mapping[str, Any], path: list[str], lines: list[str]) -> None:
+    scalars = {key: value for key, value in table.items() if not isinstance(value, Mapping)}
+    tables = {key: value for key, value in table.items() if isinstance(value, Mapping)}
+    if path and scalars:
+        lines.append(f"[{'.'.join(path)}]")
+    for key, value in scalars.items():
+        lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in tables.items():
+        _emit_table(value, [*path, key], lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def node_process(
+    *, storage_urls: Sequence[str] | None = None, topology: str | None = None, port: int | None = None,
+    admin_key: str | None = None, settings: Mapping[str, Any] | None = None, work_dir: Path | None = None,
+    migrate_timeout_s: float = 600.0, ready_timeout_s: float = 120.0, stop_timeout_s: float = 15.0,
+) -> Iterator[NodeHandle]:
+    """Run a node until the block exits. Without ``storage_urls`` it is the embedded kind: SQLite
+    shards in the work directory (a temporary one, removed afterwards, unless ``work_dir`` is given)."""
+    owned_dir = work_dir is None
+    directory = Path(tempfile.mkdtemp(prefix="tjobs-bench-")) if work_dir is None else work_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        embedded = f"sqlite+aiosqlite:///{(directory / 'data').resolve()}"
+        urls = list(storage_urls) if storage_urls else [embedded]
+        port = port or free_port()
+        admin_key = admin_key or "tja_bench_" + secrets.token_urlsafe(18)
+        config_path = directory / "node.toml"
+        config_path.write_text(
+            to_toml(node_settings(storage_urls=urls, port=port, admin_key=admin_key, topology=topology,
+                                  extra=settings))
+        )
+        config_path.chmod(0o600)
+        log_path = directory / "node.log"
+        with log_path.open("ab") as log:
+            try:
+                migrate = subprocess.run(
+                    [sys.executable, "-m", "tjobs.cli", "migrate", "--config", str(config_path)],
+                    stdout=log, stderr=subprocess.STDOUT, check=False, timeout=migrate_timeout_s,
+                )
+            except subprocess.TimeoutExpired:
+                raise NodeStartError(
+                    f"tjobs migrate did not finish within {migrate_timeout_s} s\n{_tail(log_path)}"
+                ) from None
+            if migrate.returncode != 0:
+                raise NodeStartError(f"tjobs migrate exited with {migrate.returncode}\n{_tail(log_path)}")
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tjobs.cli", "serve", "--config", str(config_path)],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+        try:
+            base_url = f"http://127.0.0.1:{port}"
+            _wait_ready(process, base_url, ready_timeout_s, log_path)
+            yield NodeHandle(base_url, admin_key, process.pid, config_path, log_path)
+        finally:
+            _stop(process, stop_timeout_s)
+    finally:
+        if owned_dir:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _wait_ready(process: subprocess.Popen[bytes], base_url: str, timeout_s: float, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise NodeStartError(f"tjobs serve exited with {code} before it was ready\n{_tail(log_path)}")
+        try:
+            with urllib.request.urlopen(f"{base_url}/readyz", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass  # not listening yet, or 503 until it owns its jobs
+        if time.monotonic() > deadline:
+            raise NodeStartError(f"tjobs serve was not ready within {timeout_s} s\n{_tail(log_path)}")
+        time.sleep(0.2)
+
+
+def _stop(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
