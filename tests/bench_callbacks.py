@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import subprocess
 import sys
 import time
@@ -27,7 +28,17 @@ from tjobs.callbacks.limiter import AppLimiter
 from tjobs.callbacks.sender import CallbackSender
 from tjobs.callbacks.signing import generate_secret
 from tjobs.clock import SystemClock
-from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, MisfirePolicy, Task, TaskStatus
+from tjobs.model import (
+    App,
+    DeliveryMode,
+    Flow,
+    FlowKind,
+    FlowStatus,
+    FlowUpdate,
+    MisfirePolicy,
+    Task,
+    TaskStatus,
+)
 from tjobs.settings import CallbackSettings
 
 
@@ -45,7 +56,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(int(q * len(sorted_values)), len(sorted_values) - 1)]
 
 
-async def run(rate: int, seconds: float, in_flight: int, port: int) -> dict[str, object]:
+async def run(rate: int, seconds: float, in_flight: int, port: int, freeze: bool) -> dict[str, object]:
     clock = SystemClock()
     settings = CallbackSettings(global_max_in_flight=in_flight, timeout_ms=10_000)
     app = App("bench", "bench", "", [generate_secret()], rate_limit_per_s=1e9, max_concurrency=in_flight)
@@ -54,10 +65,14 @@ async def run(rate: int, seconds: float, in_flight: int, port: int) -> dict[str,
     base_ms = clock.now_ms()
     jobs = []
     for i in range(total):
-        task = Task(10_000_000 + i, app.id, f"bench-{i}", None, {"kind": "at"}, {"urls": [url]}, {"i": i},
-                    MisfirePolicy.FIRE_NOW, DeliveryMode.AT_LEAST_ONCE, TaskStatus.COMPLETED, None, 1, 1, 0, 0)
+        task = Task(10_000_000 + i, app.id, f"bench-{i}", None, {"kind": "at"}, {"urls": [url]},
+                    {"i": i}, MisfirePolicy.FIRE_NOW, DeliveryMode.AT_LEAST_ONCE, TaskStatus.COMPLETED,
+                    None, 1, 1, 0, 0)
         flow = Flow(task.id, base_ms, app.id, FlowKind.SCHEDULED, FlowStatus.PENDING, 0, base_ms, 0, 0)
         jobs.append(CallbackJob(task, flow, app))
+    if freeze:
+        gc.collect()
+        gc.freeze()  # the pre-built jobs are long-lived: keep them out of every collection
     recorder = CountingRecorder()
     sender = CallbackSender(settings)
     limiter = AppLimiter(settings.global_max_in_flight)
@@ -65,6 +80,9 @@ async def run(rate: int, seconds: float, in_flight: int, port: int) -> dict[str,
     await deliverer.start()
     submit_ns: dict[str, int] = {}
     loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/_cpu") as resp:
+        receiver_cpu_before = orjson.loads(await resp.read())["cpu_s"]
+    cpu_before = time.process_time()
     started = loop.time()
     submitted = 0
     in_flight_samples: list[int] = []
@@ -78,14 +96,19 @@ async def run(rate: int, seconds: float, in_flight: int, port: int) -> dict[str,
         in_flight_samples.append(limiter.in_flight())
         await asyncio.sleep(0.001)
     submit_done = loop.time()
-    while deliverer.in_flight():
+    while deliverer.in_flight_count():  # noqa: ASYNC110 - polling a measurement, not waiting for an event
         await asyncio.sleep(0.01)
     drained = loop.time()
+    cpu_s = time.process_time() - cpu_before
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/_cpu") as resp:
+        receiver_cpu_s = orjson.loads(await resp.read())["cpu_s"] - receiver_cpu_before
     await deliverer.stop(5.0)
     await sender.close()
     async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/_records") as resp:
         records = orjson.loads(await resp.read())
-    latencies_ms = sorted((recv_ns - submit_ns[flow_id]) / 1e6 for flow_id, recv_ns in records if flow_id in submit_ns)
+    latencies_ms = sorted(
+        (recv_ns - submit_ns[flow_id]) / 1e6 for flow_id, recv_ns in records if flow_id in submit_ns
+    )
     first_submit = min(submit_ns.values())
     last_recv = max(recv_ns for _, recv_ns in records)
     return {
@@ -103,6 +126,8 @@ async def run(rate: int, seconds: float, in_flight: int, port: int) -> dict[str,
         "latency_ms_max": round(latencies_ms[-1], 2),
         "in_flight_mean": round(sum(in_flight_samples) / len(in_flight_samples), 1),
         "in_flight_peak": max(in_flight_samples),
+        "client_cpu_us_per_callback": round(cpu_s / total * 1e6, 1),
+        "receiver_cpu_us_per_callback": round(receiver_cpu_s / total * 1e6, 1),
         "recorder_calls": recorder.calls,
         "recorded_updates": recorder.updates,
     }
@@ -114,6 +139,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--in-flight", type=int, default=100)
     parser.add_argument("--reply-delay-ms", type=float, default=0.0)
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() the pre-built jobs")
     args = parser.parse_args()
     receiver = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("receiver.py")), str(args.reply_delay_ms)],
@@ -124,8 +150,9 @@ def main() -> None:
         port = int(receiver.stdout.readline())
         import uvloop
 
-        result = uvloop.run(run(args.rate, args.seconds, args.in_flight, port))
+        result = uvloop.run(run(args.rate, args.seconds, args.in_flight, port, args.gc_freeze))
         result["reply_delay_ms"] = args.reply_delay_ms
+        result["gc_freeze"] = args.gc_freeze
         print(orjson.dumps(result).decode())
     finally:
         assert receiver.stdin is not None

@@ -14,9 +14,10 @@ header), then per path; when a script is used up its ``then`` reply repeats (``2
 A reply can be slow (``delay_s``, which the sender's timeout turns into a timeout), reset the
 connection without answering (``reset``), or carry any status, headers and body.
 
-Run as a script (``python tests/receiver.py [reply_delay_ms]``) it serves in its own process for benchmarks: it prints
-its port on the first stdout line, answers 204 to everything, serves ``GET /_records`` (JSON
-``[[webhook-id, receive time in epoch ns], ...]``) and exits when stdin closes.
+Run as a script (``python tests/receiver.py [reply_delay_ms]``) it serves in its own process for
+benchmarks: it prints its port on the first stdout line, answers 204 to everything, serves
+``GET /_records`` (JSON ``[[webhook-id, receive time in epoch ns], ...]``) and ``GET /_cpu`` (its CPU
+seconds), and exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -198,8 +199,13 @@ async def _serve_forever(delay_s: float) -> None:
     async def dump(request: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps(records), content_type="application/json")
 
+    async def cpu(request: web.Request) -> web.Response:
+        body = orjson.dumps({"cpu_s": time.process_time()})
+        return web.Response(body=body, content_type="application/json")
+
     app = web.Application()
     app.router.add_get("/_records", dump)
+    app.router.add_get("/_cpu", cpu)
     app.router.add_route("*", "/{tail:.*}", record)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

@@ -521,6 +521,7 @@ async def test_a_failed_write_is_kept_and_retried_and_the_flow_stays_in_flight(
     assert all(u.status is FlowStatus.DELIVERED for u in final.values())
     assert deliverer.flush_failures == 2
     assert deliverer.in_flight() == set()
+    assert deliverer.in_flight_count() == 0
 
 
 async def test_stop_finishes_attempts_under_way_and_writes_their_outcome(

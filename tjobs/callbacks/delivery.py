@@ -235,6 +235,10 @@ class Deliverer:
         """Flow ids queued, being sent, waiting for a retry, or with an outcome not yet written."""
         return set(self._active).union(self._pending, self._flushing)
 
+    def in_flight_count(self) -> int:
+        """``len(in_flight())`` without building the set (a flow may be counted twice)."""
+        return len(self._active) + len(self._pending) + len(self._flushing)
+
     @property
     def backlog(self) -> int:
         """Deliveries waiting in app queues for a slot."""

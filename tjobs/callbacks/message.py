@@ -55,8 +55,10 @@ class CallbackMessage:
         self._secrets = app.secrets
         headers: dict[str, str] = {}
         custom: dict[str, str] = spec.get("headers") or {}
-        has_content_type = any(name.lower() == "content-type" for name in custom)
-        headers.update(custom)
+        has_content_type = False
+        if custom:
+            headers.update(custom)
+            has_content_type = any(name.lower() == "content-type" for name in custom)
         body = spec.get("body")
         self._envelope: dict[str, Any] | None = None
         self._body: bytes | None = None

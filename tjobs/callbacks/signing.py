@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import secrets as _secrets
 from collections.abc import Mapping, Sequence
@@ -42,7 +41,7 @@ def secret_key(secret: str) -> bytes:
 
 
 def _signature(key: bytes, msg_id: str, timestamp_s: int, body: bytes) -> str:
-    digest = hmac.new(key, f"{msg_id}.{timestamp_s}.".encode() + body, hashlib.sha256).digest()
+    digest = hmac.digest(key, f"{msg_id}.{timestamp_s}.".encode() + body, "sha256")
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 
