@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from tjobs.bench.fire import run_fire_bench
+from tjobs.bench.fire import BenchError, run_fire_bench, run_register_bench
 from tjobs.bench.report import to_json
 from tjobs.bench.sink import CallbackRecords, SinkConfig, SinkProcess
 
@@ -134,17 +134,24 @@ class StandInNode:
         self.next_id = 1_000_000_000_000
         self.pending: set[asyncio.Task[None]] = set()
         self.session: aiohttp.ClientSession | None = None
+        self.deleted: set[int] = set()
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/apps", self.create_app)
         app.router.add_post("/v1/tasks", self.create_task)
+        app.router.add_delete("/v1/tasks/{id}", self.delete_task)
         return app
+
+    async def delete_task(self, request: web.Request) -> web.Response:
+        self.deleted.add(int(request.match_info["id"]))
+        return web.Response(status=204)
 
     async def create_app(self, request: web.Request) -> web.Response:
         assert request.headers["Authorization"] == "Bearer admin"
         body = await request.json()
         assert body["allowed_callback_hosts"] == ["127.0.0.1"]
+        assert body["name"].startswith("bench")
         return web.json_response({"id": "app_1", "api_key": "key", "secrets": [self.secret]}, status=201)
 
     async def create_task(self, request: web.Request) -> web.Response:
@@ -152,6 +159,8 @@ class StandInNode:
         body = await request.json()
         self.next_id += 1
         task_id, index, at_ms = self.next_id, body["payload"]["i"], body["schedule"]["at_ms"]
+        if at_ms > time.time() * 1000 + 86_400_000:
+            return web.json_response({"id": str(task_id), "next_run_at_ms": at_ms}, status=201)
         if index not in self.dropped:
             flows = [f"flow-{task_id}-a"] + ([f"flow-{task_id}-b"] if index in self.twice else [])
             for flow_id in flows:
@@ -214,3 +223,22 @@ async def test_fire_bench_counts_missing_duplicates_and_lateness(
     assert summary["sink"]["signatures_checked"] == 202 and summary["sink"]["signatures_failed"] == 0
     assert phases["register"] == (200, 200)
     assert phases["fire"] == (199, 200)  # callbacks of 199 distinct tasks out of 200
+
+
+async def test_register_bench_measures_creates_and_deletes_its_tasks(
+    stand_in_node: tuple[str, StandInNode],
+) -> None:
+    base_url, node = stand_in_node
+    result = await run_register_bench(base_url, "admin", tasks=300, concurrency=8)
+    summary = to_json(result)
+    assert (summary["registered"], summary["registration_errors"], summary["fires_per_s"]) == (300, 0, None)
+    assert summary["registrations_per_s"] > 0 and summary["create_latency_ms"]["p50"] is not None
+    assert len(node.deleted) == 300 and not node.pending  # due in 30 days: nothing was called back
+
+
+async def test_batch_registration_fails_clearly_while_the_node_has_no_batch_endpoint(
+    stand_in_node: tuple[str, StandInNode],
+) -> None:
+    base_url, _ = stand_in_node
+    with pytest.raises(BenchError, match="tasks:batch"):
+        await run_register_bench(base_url, "admin", tasks=10, batch_size=5)

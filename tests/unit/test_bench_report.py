@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import tomllib
+from collections import Counter
 from typing import Any
 
+import orjson
 import pytest
 from rich.console import Console
 
+from tjobs.bench.fire import default_lead_s, spread_instants, task_bodies
+from tjobs.bench.node_process import node_settings, to_toml
 from tjobs.bench.report import (
     BenchResult,
     Percentiles,
@@ -18,6 +23,7 @@ from tjobs.bench.report import (
     to_json,
 )
 from tjobs.bench.sink import CallbackRecords
+from tjobs.settings import Settings
 
 T0_MS = 1_800_000_000_000
 
@@ -230,3 +236,41 @@ def test_table_renders_every_figure(mode: str) -> None:
     text = console.export_text()
     assert "registrations/s" in text
     assert ("lateness p99.9" in text) == (mode == "fire")
+
+
+# ---- what the fire bench registers, and the node it can start ---------------------------------------
+
+
+def test_instants_are_spread_uniformly_over_the_window() -> None:
+    instants = spread_instants(T0_MS, 60.0, 120_000)
+    assert len(instants) == 120_000
+    assert instants[0] == T0_MS and instants[-1] < T0_MS + 60_000
+    assert list(instants) == sorted(instants)
+    per_second = Counter((at - T0_MS) // 1000 for at in instants)
+    assert set(per_second) == set(range(60)) and set(per_second.values()) == {2000}
+
+
+def test_lead_covers_the_registration_with_a_margin() -> None:
+    assert default_lead_s(120_000, 2000.0) == pytest.approx(60 * 1.25 + 5)
+    assert default_lead_s(1000, None) > 1000 / 1500
+
+
+def test_task_bodies_are_the_create_contract() -> None:
+    body_of = task_bodies({"url": "http://127.0.0.1:1/cb", "method": "POST"}, "bench", lambda i: T0_MS + i)
+    assert orjson.loads(body_of(17)) == {
+        "name": "bench-17",
+        "schedule": {"kind": "at", "at_ms": T0_MS + 17},
+        "callback": {"url": "http://127.0.0.1:1/cb", "method": "POST"},
+        "payload": {"i": 17},
+    }
+
+
+def test_node_config_is_toml_the_settings_accept() -> None:
+    settings = node_settings(
+        storage_urls=['sqlite+aiosqlite:////tmp/a "b"'], port=18080, admin_key="k", topology="2x2x4",
+        extra={"scheduler": {"tick_ms": 5}, "api": {"host": "127.0.0.2"}},
+    )
+    parsed = Settings.model_validate(tomllib.loads(to_toml(settings)))
+    assert parsed.storage.urls == ['sqlite+aiosqlite:////tmp/a "b"'] and parsed.storage.topology == "2x2x4"
+    assert (parsed.api.host, parsed.api.port, parsed.api.admin_key) == ("127.0.0.2", 18080, "k")
+    assert parsed.allow_loopback_callbacks and parsed.scheduler.tick_ms == 5
