@@ -199,7 +199,8 @@ def fire_result() -> BenchResult:
         concurrency=8,
         delivery=account(registered, records),
         drained=False,
-        sink={"received": 3, "flows": 2, "tasks": 2, "malformed": 0},
+        sink={"received": 3, "flows": 2, "tasks": 2, "malformed": 0, "cpu_ms": 1500},
+        client_cpu_s=2.25,
     )
 
 
@@ -214,6 +215,7 @@ def test_json_has_the_figures_a_script_checks() -> None:
     assert (summary["tasks"], summary["window_s"], summary["drained"]) == (3, 1.0, False)
     assert summary["create_latency_ms"]["p99"] == 9.0
     assert summary["machine"] == {"cpu_count": 2, "python": "3.11.2"}
+    assert summary["bench_cpu_s"] == {"client": 2.25, "sink": 1.5}
     json.dumps(summary)  # plain JSON types only
 
 

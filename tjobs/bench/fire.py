@@ -239,6 +239,7 @@ async def run_fire_bench(
     base_url = base_url.rstrip("/")
     lead_s = default_lead_s(tasks, register_rate) if lead_s is None else lead_s
     warnings: list[str] = []
+    cpu_start_s = time.process_time()
     async with _session(concurrency, request_timeout_s) as session:
         api_key, secrets = await create_bench_app(session, base_url, admin_key)
         sink_config = SinkConfig(secrets=tuple(secrets) if verify_every else (), verify_every=verify_every)
@@ -274,7 +275,7 @@ async def run_fire_bench(
         mode="fire", base_url=base_url, tasks=tasks, registration=_registration(outcome, late),
         window_s=window_s, lead_s=lead_s, start_ms=start_ms, target_register_rate=register_rate,
         concurrency=concurrency, delivery=delivery, drained=drained, sink=dict(stats.__dict__),
-        warnings=warnings,
+        warnings=warnings, client_cpu_s=time.process_time() - cpu_start_s,
     )
 
 
@@ -310,6 +311,7 @@ async def run_register_bench(
         raise ValueError("tasks must be >= 1")
     base_url = base_url.rstrip("/")
     warnings: list[str] = []
+    cpu_start_s = time.process_time()
     async with _session(concurrency, request_timeout_s) as session:
         api_key, _ = await create_bench_app(session, base_url, admin_key, name="bench-register")
         due_ms = time.time_ns() // 1_000_000 + REGISTER_DUE_IN_S * 1000
@@ -327,6 +329,7 @@ async def run_register_bench(
     return BenchResult(
         mode="register", base_url=base_url, tasks=tasks, registration=_registration(outcome),
         target_register_rate=register_rate, concurrency=concurrency, batch_size=batch_size, warnings=warnings,
+        client_cpu_s=time.process_time() - cpu_start_s,
     )
 
 

@@ -199,6 +199,7 @@ class BenchResult:
     drained: bool = True  # every registered task got a callback before the drain timeout
     sink: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    client_cpu_s: float | None = None  # CPU the registering process used during the run
 
     def lateness(self) -> Percentiles | None:
         if self.delivery is None:
@@ -262,6 +263,10 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
             "concurrency": result.concurrency,
             "batch_size": result.batch_size,
         },
+        "bench_cpu_s": {
+            "client": _round(result.client_cpu_s),
+            "sink": _round(result.sink["cpu_ms"] / 1000) if "cpu_ms" in result.sink else None,
+        },
         "warnings": result.warnings,
         "machine": dict(machine_info) if machine_info is not None else machine(),
     }
@@ -315,6 +320,10 @@ def render_table(summary: Mapping[str, Any]) -> Table:
         sink = summary["sink"]
         if sink.get("signatures_checked"):
             row("signatures checked / failed", _pair(sink["signatures_checked"], sink["signatures_failed"]))
+    cpu = summary["bench_cpu_s"]
+    row("bench CPU: client", cpu["client"], "s")
+    if cpu["sink"] is not None:
+        row("bench CPU: sink", cpu["sink"], "s")
     return table
 
 

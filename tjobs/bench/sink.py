@@ -100,6 +100,7 @@ class SinkStats:
     malformed: int  # callbacks without parsable tjobs headers (answered, not recorded)
     signatures_checked: int
     signatures_failed: int
+    cpu_ms: int  # CPU time the sink process has used (user + system)
 
     @classmethod
     def from_json(cls, raw: bytes) -> SinkStats:
@@ -170,6 +171,7 @@ class CallbackRecorder:
             malformed=self.malformed,
             signatures_checked=self.signatures_checked,
             signatures_failed=self.signatures_failed,
+            cpu_ms=round(time.process_time() * 1000),
         )
 
     async def stats(self, request: web.Request) -> web.Response:
