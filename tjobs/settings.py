@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -90,6 +90,23 @@ class LimitSettings(BaseModel):
     max_future_days: int = 3650
 
 
+class ClusterSettings(BaseModel):
+    """Cluster mode: on when ``etcd_endpoints`` is set (else the embedded, single-node coordinator)."""
+
+    etcd_endpoints: list[str] = Field(default_factory=list)  # "http://127.0.0.1:2379", tried in order
+    name: str = Field(default="tjobs", pattern=r"^[a-zA-Z0-9_.-]{1,64}$")  # etcd key prefix /tjobs/<name>/
+    redis_url: str | None = None  # the hot tier; without it near-term changes go through a DB poll
+    hot_tier: Literal["auto", "redis", "dbpoll", "off"] = "auto"
+    lease_ttl_s: int = Field(default=5, ge=2, le=60)
+    fence_margin_ms: int = 1000  # stop firing this long before the lease could have ended
+    zone: str = ""  # the set (zone) label; a group's backups go to other sets where possible
+    advertise_address: str | None = None  # defaults to http://<api.host>:<api.port>
+    clock_skew_max_ms: int = 500
+    db_unreachable_max_s: float = 3.0  # step down after the database has been unreachable this long
+    sync_interval_ms: int = Field(default=200, ge=20)  # membership / plan / holder reconcile period
+    hot_poll_interval_ms: int = Field(default=200, ge=10)  # DB-poll hot path period
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TJOBS_", env_nested_delimiter="__", extra="forbid")
 
@@ -101,6 +118,7 @@ class Settings(BaseSettings):
     compensator: CompensatorSettings = Field(default_factory=CompensatorSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     allow_loopback_callbacks: bool = False
 
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:
