@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
+from tjobs.bench import fire
 from tjobs.bench.fire import BenchError, run_fire_bench, run_register_bench
 from tjobs.bench.report import to_json
 from tjobs.bench.sink import CallbackRecords, SinkConfig, SinkProcess
@@ -242,3 +243,19 @@ async def test_batch_registration_fails_clearly_while_the_node_has_no_batch_endp
     base_url, _ = stand_in_node
     with pytest.raises(BenchError, match="tasks:batch"):
         await run_register_bench(base_url, "admin", tasks=10, batch_size=5)
+
+
+async def test_without_lead_or_rate_a_probe_sizes_the_lead_and_is_deleted(
+    stand_in_node: tuple[str, StandInNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base_url, node = stand_in_node
+    monkeypatch.setattr(fire, "LEAD_EXTRA_S", 0.5)
+    result = await run_fire_bench(
+        base_url, "admin", tasks=50, window_s=0.5, drain_timeout_s=2.0, settle_s=0.1
+    )
+    summary = to_json(result)
+    rate = summary["settings"]["calibrated_register_rate"]
+    assert rate > 0
+    assert summary["settings"]["lead_s"] == pytest.approx(50 / rate * fire.LEAD_MARGIN + 0.5, abs=0.01)
+    assert len(node.deleted) == fire.PROBE_MIN  # the probe's tasks, due in 30 days, are gone
+    assert summary["late_registrations"] == 0 and summary["registered"] == 50

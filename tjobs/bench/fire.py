@@ -2,8 +2,10 @@
 
 The fire bench creates an app, starts the callback sink in its own process, registers ``tasks``
 one-shot ``at`` tasks whose instants are spread uniformly over ``[start, start + window_s)`` (start =
-now + ``lead_s``, long enough for the registration to finish first), waits for the window and a drain,
-then matches the sink's records against what it registered (:func:`tjobs.bench.report.account`).
+now + ``lead_s``, long enough for the registration to finish first: without a lead or a target rate,
+a short probe of creates due in 30 days measures the node's create rate to size it), waits for the
+window and a drain, then matches the sink's records against what it registered
+(:func:`tjobs.bench.report.account`).
 
 The register bench only measures creates/s, with tasks due far in the future (deleted afterwards
 unless asked to keep them).
@@ -30,12 +32,13 @@ from tjobs.bench.report import BenchResult, Percentiles, ProgressFn, Registratio
 from tjobs.bench.sink import SinkConfig, SinkProcess
 from tjobs.errors import TjobsError
 
-ASSUMED_REGISTER_RATE = 1500.0  # creates/s assumed when sizing the lead time without a target rate
+ASSUMED_REGISTER_RATE = 1500.0  # creates/s assumed when neither a target rate nor a probe gives one
 LEAD_MARGIN = 1.25  # lead = expected registration time × this + LEAD_EXTRA_S
 LEAD_EXTRA_S = 5.0
 REGISTER_DUE_IN_S = 30 * 86_400  # register-bench tasks are due this far ahead: they never load or fire
 DISCARD_CALLBACK_URL = "http://127.0.0.1:9/cb"
 MAX_ERROR_SAMPLES = 5
+PROBE_MIN, PROBE_MAX = 200, 2000  # creates in the probe that sizes the lead time
 
 
 class BenchError(TjobsError):
@@ -237,11 +240,17 @@ async def run_fire_bench(
     if tasks < 1 or window_s <= 0:
         raise ValueError("tasks must be >= 1 and window_s > 0")
     base_url = base_url.rstrip("/")
-    lead_s = default_lead_s(tasks, register_rate) if lead_s is None else lead_s
     warnings: list[str] = []
     cpu_start_s = time.process_time()
+    probe_ids: Sequence[int] = ()
+    calibrated_rate: float | None = None
     async with _session(concurrency, request_timeout_s) as session:
         api_key, secrets = await create_bench_app(session, base_url, admin_key)
+        if lead_s is None and register_rate is None:
+            probe = await _probe_register_rate(session, base_url, api_key, tasks, concurrency)
+            calibrated_rate, probe_ids = probe
+        if lead_s is None:
+            lead_s = default_lead_s(tasks, register_rate or calibrated_rate)
         sink_config = SinkConfig(secrets=tuple(secrets) if verify_every else (), verify_every=verify_every)
         async with SinkProcess(sink_config) as sink:
             start_ms = time.time_ns() // 1_000_000 + round(lead_s * 1000)
@@ -267,6 +276,8 @@ async def run_fire_bench(
             )
             records = await sink.records()
             stats = await sink.stats()
+        if probe_ids and await _delete_tasks(session, base_url, api_key, probe_ids, concurrency, progress):
+            warnings.append("some of the probe tasks (due in 30 days) could not be deleted")
     delivery = account(registered, records)
     if stats.signatures_failed:
         checked, failed = stats.signatures_checked, stats.signatures_failed
@@ -274,9 +285,28 @@ async def run_fire_bench(
     return BenchResult(
         mode="fire", base_url=base_url, tasks=tasks, registration=_registration(outcome, late),
         window_s=window_s, lead_s=lead_s, start_ms=start_ms, target_register_rate=register_rate,
+        calibrated_register_rate=calibrated_rate,
         concurrency=concurrency, delivery=delivery, drained=drained, sink=dict(stats.__dict__),
         warnings=warnings, client_cpu_s=time.process_time() - cpu_start_s,
     )
+
+
+async def _probe_register_rate(
+    session: ClientSession, base_url: str, api_key: str, tasks: int, concurrency: int
+) -> tuple[float | None, Sequence[int]]:
+    """Measure creates/s on a probe of 2% of ``tasks`` (200..2000) due in 30 days, to size the lead time
+    when neither it nor a target rate is given; returns the rate (None if nothing succeeded) and the
+    probe tasks' ids, to delete after the run."""
+    due_ms = time.time_ns() // 1_000_000 + REGISTER_DUE_IN_S * 1000
+    callback = {"url": DISCARD_CALLBACK_URL, "method": "POST"}
+    body_of = task_bodies(callback, "bench-probe", lambda index: due_ms + index)
+    count = min(PROBE_MAX, max(PROBE_MIN, tasks // 50))
+    outcome = await register(
+        session, single_sender(base_url, api_key, body_of), count, rate=None, concurrency=concurrency
+    )
+    if not outcome.task_ids or outcome.elapsed_s <= 0:
+        return None, outcome.task_ids
+    return len(outcome.task_ids) / outcome.elapsed_s, outcome.task_ids
 
 
 async def _await_callbacks(

@@ -193,6 +193,7 @@ class BenchResult:
     lead_s: float | None = None
     start_ms: int | None = None  # the first task's instant (fire bench)
     target_register_rate: float | None = None
+    calibrated_register_rate: float | None = None  # creates/s the lead-sizing probe measured
     concurrency: int = 0
     batch_size: int | None = None
     delivery: Delivery | None = None
@@ -260,6 +261,7 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
             "base_url": result.base_url,
             "lead_s": _round(result.lead_s),
             "target_register_rate": result.target_register_rate,
+            "calibrated_register_rate": _round(result.calibrated_register_rate, 1),
             "concurrency": result.concurrency,
             "batch_size": result.batch_size,
         },
