@@ -67,16 +67,18 @@ async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
         with node_process(storage_urls=storage["storage_urls"], topology=storage["topology"],
                           settings=_settings(storage), work_dir=tmp_path / "first") as first:
             api_key = await _create_app(first.base_url, first.admin_key)
-            start = now_ms() + 3000
+            start = now_ms() + 5000
             async with _client(first.base_url, api_key) as client:
+                skip, catch_up = await _register(client, [
+                    _every("skip", receiver.url("/skip"), start, "skip"),
+                    _every("catch", receiver.url("/catch"), start, "catch_up")])
                 one_shots = await _register(client, [
                     _at("hook", receiver.url("/hook"), start + i * 6000 // ONE_SHOTS) for i in range(ONE_SHOTS)])
                 slow = await _register(client, [
                     _at("slow", receiver.url("/slow"), start + i * 1000 // SLOW_ONE_SHOTS)
                     for i in range(SLOW_ONE_SHOTS)])
-                skip, catch_up = await _register(client, [
-                    _every("skip", receiver.url("/skip"), start, "skip"),
-                    _every("catch", receiver.url("/catch"), start, "catch_up")])
+                registered_at = now_ms()
+            assert registered_at < start, f"registration took {registered_at - start + 5000} ms"
             # Mid-cycle, mid-stream: about a third of the one-shots have fired, /slow ones are in flight.
             await _sleep_until(start + 2000)
             os.kill(first.pid, signal.SIGKILL)
@@ -117,7 +119,8 @@ async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
                 skip_flows = await _flows(client, skip)
                 assert any(f["status"] == "skipped" and f["missed"] >= 2 for f in skip_flows), skip_flows
                 catch_flows = sorted(f["scheduled_at_ms"] for f in await _flows(client, catch_up))
-                assert catch_flows == list(range(start, catch_flows[-1] + 1, 1000)), "catch_up left a gap"
+                assert catch_flows[0] < killed_at < restarted_at < catch_flows[-1]
+                assert catch_flows == list(range(catch_flows[0], catch_flows[-1] + 1, 1000)), "catch_up left a gap"
 
 
 def _at(name: str, url: str, at_ms: int) -> dict[str, Any]:
