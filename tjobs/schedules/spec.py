@@ -16,7 +16,14 @@ Recurring kinds (cron, interval) also take ``start_at`` / ``end_at`` (ISO-8601 w
 ``start_at_ms`` / ``end_at_ms``; both bounds inclusive), stored as ``*_ms``, and ``max_fires`` (a
 positive int, enforced by the fire planner). An interval without a start is anchored at registration
 and fires first one period later (``start_at_ms = now + every_ms``); with a start it fires first at
-the start itself. A stored dict is a valid spec again, so a task read back can be written back.
+the start itself. A stored cron, interval or at dict validates to itself, so such a task read back
+can be written back; a stored delay carries its computed ``at_ms``, which a delay spec does not take.
+
+Limits (:class:`~tjobs.settings.LimitSettings`): an ``at`` may be at most ``misfire_threshold_ms`` in
+the past; nothing may start more than ``max_future_days`` ahead; an interval's ``every_ms`` and the
+gaps between a cron's first 256 consecutive fires must be at least ``min_period_ms`` (a 6-field
+``* * * * * *`` is 1 s apart, allowed at the default 1000 ms); a cron must fire within
+``max_future_days`` of its start (``0 0 30 2 *`` never does).
 
 Every rejection is an :class:`~tjobs.errors.InvalidInput` whose ``field`` is the dotted path of the
 offending key (``schedule.expr``) and whose ``code`` is one of: ``invalid_type``, ``missing``,
