@@ -52,6 +52,13 @@ class Node:
         self.topology = settings.storage.parsed_topology()
         self.clock: Clock = parts.clock or SystemClock()
         self.store: TaskStore = parts.store or create_store(settings.storage)
+        if settings.cluster.etcd_endpoints:  # cluster mode: etcd coordination, Redis or DB-poll hot path
+            from tjobs.cluster import build_coordinator, build_hotpath
+
+            parts.coordinator = parts.coordinator or build_coordinator(
+                settings, self.node_id, self.store, self.clock
+            )
+            parts.hotpath = parts.hotpath or build_hotpath(settings, self.node_id, self.clock)
         self.coordinator: Coordinator = parts.coordinator or LocalCoordinator(
             self.topology.shard_count, self.node_id
         )

@@ -1,0 +1,193 @@
+"""The DB-poll hot path, for clusters without Redis: an append-only ``hot_changes`` table in logical
+database 0 that every node polls by increasing id every ``hot_poll_interval_ms``.
+
+Ids come from an auto-increment key, and a lower id may commit after a higher one was read, so each
+poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
+skips those it already applied. Rows older than ``RETENTION_S`` are purged in small batches. The table
+is created on start if missing (``CREATE TABLE IF NOT EXISTS``); it is not the truth (invariant 7):
+a missed row costs latency until the next load, never a fire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    delete,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tjobs.clock import Clock
+from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange
+from tjobs.hotpath.redis import is_near
+from tjobs.settings import StorageSettings
+from tjobs.stores.sql_layout import Layout, create_engine_for
+
+logger = logging.getLogger(__name__)
+
+RETENTION_S = 600
+PURGE_INTERVAL_S = 30.0
+SETTLE_S = 1.0
+POLL_LIMIT = 5000
+
+
+def hot_changes_table(metadata: MetaData, schema: str | None) -> Table:
+    return Table(
+        "hot_changes",
+        metadata,
+        Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+        Column("task_id", BigInteger, nullable=False),
+        Column("app_id", String(64), nullable=False),
+        Column("next_run_at_ms", BigInteger, nullable=True),
+        Column("version", BigInteger, nullable=False),
+        Column("origin", String(128), nullable=False),
+        Column("created_at_ms", BigInteger, nullable=False),
+        Index("ix_hot_changes_created", "created_at_ms"),
+        schema=schema,
+    )
+
+
+class DbPollHotPath(HotPath):
+    def __init__(
+        self, storage: StorageSettings, *, origin: str, clock: Clock, near_ms: int, poll_interval_ms: int
+    ) -> None:
+        layout = Layout(storage)
+        home = layout.databases[0]
+        self._storage = storage
+        self._url = home.engine_url
+        self._table = hot_changes_table(MetaData(), home.schema)
+        self._origin = origin
+        self._clock = clock
+        self._near_ms = near_ms
+        self._interval_s = poll_interval_ms / 1000
+        self._engine: AsyncEngine | None = None
+        self._listener: ChangeListener | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.published = 0
+        self.received = 0
+
+    async def start(self, listener: ChangeListener) -> None:
+        self._listener = listener
+        self._engine = create_engine_for(self._url, self._storage)
+        async with self._engine.begin() as conn:
+            await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
+        self._task = asyncio.create_task(self._poll_loop(), name="tjobs-hot-dbpoll")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+        self._listener = None
+
+    async def publish(self, change: TaskChange) -> None:
+        if self._listener is not None:
+            self._listener(change)
+        now_ms = self._clock.now_ms()
+        if self._engine is None or not is_near(change, now_ms, self._near_ms):
+            return
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    insert(self._table),
+                    [
+                        {
+                            "task_id": change.task_id,
+                            "app_id": change.app_id,
+                            "next_run_at_ms": change.next_run_at_ms,
+                            "version": change.version,
+                            "origin": self._origin,
+                            "created_at_ms": now_ms,
+                        }
+                    ],
+                )
+            self.published += 1
+        except Exception as error:
+            logger.warning(
+                "hot change of task %d not recorded (%s); the cycle load covers it",
+                change.task_id,
+                error,
+                extra={"action": "hot_publish_failed"},
+            )
+
+    async def _poll_loop(self) -> None:
+        table = self._table
+        watermark: int | None = None
+        recent: list[tuple[float, int]] = []  # (seen at, id) above the watermark
+        seen: set[int] = set()
+        next_purge = time.monotonic() + PURGE_INTERVAL_S
+        while True:
+            try:
+                assert self._engine is not None
+                async with self._engine.connect() as conn:
+                    if watermark is None:
+                        watermark = int(
+                            (await conn.execute(select(func.coalesce(func.max(table.c.id), 0)))).scalar_one()
+                        )
+                    rows = (
+                        (
+                            await conn.execute(
+                                select(table)
+                                .where(table.c.id > watermark)
+                                .order_by(table.c.id)
+                                .limit(POLL_LIMIT)
+                            )
+                        )
+                        .mappings()
+                        .all()
+                    )
+                now = time.monotonic()
+                for row in rows:
+                    row_id = int(row["id"])
+                    if row_id in seen:
+                        continue
+                    seen.add(row_id)
+                    recent.append((now, row_id))
+                    if row["origin"] != self._origin and self._listener is not None:
+                        self.received += 1
+                        self._listener(
+                            TaskChange(
+                                int(row["task_id"]),
+                                str(row["app_id"]),
+                                row["next_run_at_ms"],
+                                int(row["version"]),
+                            )
+                        )
+                settled = [row_id for at, row_id in recent if now - at >= SETTLE_S]
+                if settled:
+                    watermark = max(watermark, max(settled))
+                    recent = [(at, row_id) for at, row_id in recent if row_id > watermark]
+                    seen = {row_id for row_id in seen if row_id > watermark}
+                if now >= next_purge:
+                    next_purge = now + PURGE_INTERVAL_S
+                    await self._purge()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                logger.warning(
+                    "hot change poll failed (%s); retrying", error, extra={"action": "hot_read_failed"}
+                )
+            await asyncio.sleep(self._interval_s)
+
+    async def _purge(self) -> None:
+        assert self._engine is not None
+        cutoff_ms = self._clock.now_ms() - RETENTION_S * 1000
+        with contextlib.suppress(Exception):
+            async with self._engine.begin() as conn:
+                await conn.execute(delete(self._table).where(self._table.c.created_at_ms < cutoff_ms))
