@@ -25,6 +25,8 @@ class StorageSettings(BaseModel):
     topology: str = "8x4x16"
     pool_size: int = 8
     connect_timeout_s: float = 5.0
+    # Logical databases are named "<prefix>_NN" (SQLite files "<prefix>_NN.db"); tests use their own.
+    database_prefix: str = Field(default="tjobs", pattern=r"^[a-z][a-z0-9_]{0,40}$")
 
     @field_validator("topology")
     @classmethod

@@ -1,0 +1,151 @@
+"""Store backends for the contract suite: memory, SQLite files in a temp dir, and a real MariaDB.
+
+SQL backends are migrated once per session (topology 2x2x4: 16 shards in 4 logical databases) and
+wiped before each test. MariaDB databases get a random prefix (``tjobsct_<hex>_NN``) and are dropped
+at the end of the session; the server comes from ``TJOBS_TEST_MYSQL_URL`` (see ``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from sharding import TaskIdGenerator, Topology, shard_for_key
+from tjobs.model import (
+    DeliveryMode,
+    FireIntent,
+    FirePlan,
+    FlowKind,
+    FlowStatus,
+    MisfirePolicy,
+    NewFlow,
+    Task,
+    TaskStatus,
+)
+from tjobs.settings import StorageSettings
+from tjobs.stores.sql_layout import MYSQL, Layout, create_engine_for
+
+T = TypeVar("T")
+
+TOPOLOGY = "2x2x4"
+NOW_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z
+IDS = TaskIdGenerator(Topology.parse(TOPOLOGY).shard_count)
+_ID_CLOCK = itertools.count(1)  # every minted id gets its own millisecond: unique and ascending
+
+
+def run_in_thread(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion on a fresh event loop in another thread (fixtures may be
+    set up while a test's loop is already running)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(factory())
+        except BaseException as error:  # handed back to the caller
+            box["error"] = error
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def mariadb_settings(url: str) -> StorageSettings:
+    return StorageSettings(urls=[url], topology=TOPOLOGY, database_prefix=f"tjobsct_{secrets.token_hex(4)}")
+
+
+async def wipe(settings: StorageSettings) -> None:
+    """Delete every row of every table of the topology (much faster than re-migrating)."""
+    layout = Layout(settings)
+    for url in layout.engine_urls():
+        engine = create_engine_for(url, settings)
+        try:
+            async with engine.begin() as conn:
+                for home in layout.databases:
+                    if home.engine_url != url:
+                        continue
+                    qualifier = f"`{home.name}`." if layout.dialect == MYSQL else ""
+                    names = [f"tasks_{t:02d}" for t in range(layout.topology.tables_per_database)]
+                    names += [f"flows_{t:02d}" for t in range(layout.topology.tables_per_database)]
+                    if home.index == 0:
+                        names.append("apps")
+                    for name in names:
+                        await conn.exec_driver_sql(f"DELETE FROM {qualifier}{name}")
+        finally:
+            await engine.dispose()
+
+
+async def drop_databases(settings: StorageSettings) -> None:
+    layout = Layout(settings)
+    for url in layout.engine_urls():
+        engine = create_engine_for(url, settings)
+        try:
+            async with engine.begin() as conn:
+                for home in layout.databases:
+                    if home.engine_url == url:
+                        await conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{home.name}`")
+        finally:
+            await engine.dispose()
+
+
+def make_task(
+    *,
+    app_id: str = "app-a",
+    key: str | None = None,
+    shard: int | None = None,
+    next_run_at_ms: int | None = NOW_MS,
+    every_ms: int = 60_000,
+    status: TaskStatus = TaskStatus.ACTIVE,
+    max_fires: int | None = None,
+    now_ms: int = NOW_MS,
+    name: str = "t",
+) -> Task:
+    """A task in ``shard`` (or the key's shard, or a random one) with an interval-like schedule."""
+    if key is not None:
+        shard = shard_for_key(app_id, key, IDS.shard_count)
+    elif shard is None:
+        shard = IDS.random_shard()
+    schedule: dict[str, Any] = {"kind": "interval", "every_ms": every_ms}
+    if max_fires is not None:
+        schedule["max_fires"] = max_fires
+    return Task(
+        id=IDS.mint(shard, NOW_MS + next(_ID_CLOCK)),
+        app_id=app_id,
+        name=name,
+        key=key,
+        schedule=schedule,
+        callback={"url": "https://receiver.example/hook", "method": "POST", "headers": {"x": "1"}},
+        payload={"order": 123, "note": "héllo ✓"},
+        misfire_policy=MisfirePolicy.FIRE_NOW,
+        delivery=DeliveryMode.AT_LEAST_ONCE,
+        status=status,
+        next_run_at_ms=next_run_at_ms,
+        version=1,
+        fire_count=0,
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
+    )
+
+
+def interval_planner(task: Task, intent: FireIntent, now_ms: int) -> FirePlan | None:
+    """Deterministic test planner: one pending flow at the instant, next run one period later;
+    ``max_fires`` completes the task."""
+    every_ms = int(task.schedule["every_ms"])
+    flow = NewFlow(intent.scheduled_at_ms, FlowKind.SCHEDULED, FlowStatus.PENDING, 0, now_ms)
+    next_run: int | None = intent.scheduled_at_ms + every_ms
+    max_fires = task.schedule.get("max_fires")
+    if max_fires is not None and task.fire_count + 1 >= max_fires:
+        next_run = None
+    status = TaskStatus.ACTIVE if next_run is not None else TaskStatus.COMPLETED
+    return FirePlan([flow], next_run, status, 1)
+
+
+def intent_of(task: Task) -> FireIntent:
+    assert task.next_run_at_ms is not None
+    return FireIntent(task.id, task.next_run_at_ms, task.version)

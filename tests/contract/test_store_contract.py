@@ -1,0 +1,471 @@
+"""The storage contract (tjobs.stores.base.TaskStore), proven on every backend: memory, SQLite, MariaDB."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from sharding import shard_of_task_id
+from tests.contract.backends import IDS, NOW_MS, intent_of, interval_planner, make_task
+from tjobs.errors import Conflict, DuplicateKey, NotFound, VersionConflict
+from tjobs.model import (
+    App,
+    FireIntent,
+    FirePlan,
+    Flow,
+    FlowKind,
+    FlowStatus,
+    FlowUpdate,
+    Task,
+    TaskStatus,
+)
+from tjobs.stores.base import TaskStore
+
+APPS = ("app-a", "app-b")
+
+
+async def dump(store: TaskStore) -> dict[str, Any]:
+    """Every task and flow the store holds for the test apps, through the public API."""
+    tasks: list[Task] = []
+    for app_id in APPS:
+        for shard in store.topology.shards():
+            tasks += await store.list_tasks(app_id, shard, None, 10_000)
+    flows = {task.id: await store.list_flows(task.id, 10_000) for task in tasks}
+    return {"tasks": sorted(tasks, key=lambda t: t.id), "flows": flows}
+
+
+def manual_flow(task: Task, at_ms: int, status: FlowStatus = FlowStatus.PENDING) -> Flow:
+    return Flow(task.id, at_ms, task.app_id, FlowKind.MANUAL, status, 0, at_ms, at_ms, at_ms)
+
+
+# ---- apps ---------------------------------------------------------------------------------------
+
+
+async def test_apps_are_stored_replaced_and_found_by_key_hash(store: TaskStore) -> None:
+    app = App("app-a", "Orders", "hash-a", ["s1"], 50.0, 7, NOW_MS, {"tz": "UTC"})
+    await store.put_app(app)
+    await store.put_app(App("app-b", "Refunds", "hash-b", ["s2"]))
+    assert await store.get_app("app-a") == app
+    assert await store.find_app_by_key_hash("hash-b") == App("app-b", "Refunds", "hash-b", ["s2"])
+    assert await store.find_app_by_key_hash("nope") is None
+
+    renamed = replace(app, name="Orders v2", secrets=["s3", "s1"], api_key_hash="hash-a2")
+    await store.put_app(renamed)
+    assert await store.get_app("app-a") == renamed
+    assert await store.find_app_by_key_hash("hash-a") is None
+    assert [a.id for a in await store.list_apps()] == ["app-a", "app-b"]
+    assert await store.get_app("missing") is None
+
+
+# ---- tasks --------------------------------------------------------------------------------------
+
+
+async def test_task_round_trips_and_updates_with_compare_and_set(store: TaskStore) -> None:
+    task = make_task(key="order-1")
+    assert await store.insert_task(task) == task
+    assert await store.get_task(task.id) == task
+    assert await store.find_task_by_key("app-a", "order-1") == task
+    assert await store.find_task_by_key("app-b", "order-1") is None
+
+    changed = replace(task, name="renamed", payload={"v": 2}, next_run_at_ms=NOW_MS + 5,
+                      status=TaskStatus.PAUSED, updated_at_ms=NOW_MS + 1)
+    stored = await store.update_task(changed, expected_version=1)
+    assert stored == replace(changed, version=2)
+    assert await store.get_task(task.id) == stored
+
+    with pytest.raises(VersionConflict) as conflict:
+        await store.update_task(replace(changed, name="stale"), expected_version=1)
+    assert (conflict.value.expected, conflict.value.actual) == (1, 2)
+    assert (await store.get_task(task.id)) == stored
+
+    assert await store.delete_task(task.id) is True
+    assert await store.delete_task(task.id) is False
+    assert await store.get_task(task.id) is None
+    with pytest.raises(NotFound):
+        await store.update_task(stored, expected_version=2)
+
+
+async def test_update_never_changes_identity_fields(store: TaskStore) -> None:
+    task = await store.insert_task(make_task(key="k"))
+    stored = await store.update_task(replace(task, app_id="other", key="other", created_at_ms=1), 1)
+    assert (stored.app_id, stored.key, stored.created_at_ms) == ("app-a", "k", NOW_MS)
+
+
+async def test_task_id_collision_is_a_conflict_not_a_duplicate_key(store: TaskStore) -> None:
+    task = await store.insert_task(make_task())
+    with pytest.raises(Conflict) as error:
+        await store.insert_task(replace(task, name="twin"))
+    assert not isinstance(error.value, DuplicateKey)
+
+
+async def test_concurrent_inserts_of_one_key_leave_exactly_one_row(store: TaskStore) -> None:
+    # Given 20 callers racing to create the task with one idempotency key
+    candidates = [make_task(key="order-42", name=f"n{i}") for i in range(20)]
+
+    # When they all insert at once
+    results = await asyncio.gather(*(store.insert_task(t) for t in candidates), return_exceptions=True)
+
+    # Then one wins and every other one is told the winner's id
+    winners = [r for r in results if isinstance(r, Task)]
+    assert len(winners) == 1
+    duplicates = [r for r in results if isinstance(r, DuplicateKey)]
+    assert len(duplicates) == 19
+    assert {d.existing_task_id for d in duplicates} == {winners[0].id}
+    assert (await store.find_task_by_key("app-a", "order-42")) == winners[0]
+
+
+async def test_tasks_without_a_key_never_collide(store: TaskStore) -> None:
+    shard = 3
+    tasks = [make_task(shard=shard, name=f"n{i}") for i in range(5)]
+    for task in tasks:
+        await store.insert_task(task)
+    assert len(await store.list_tasks("app-a", shard, None, 100)) == 5
+
+
+async def test_the_same_key_in_two_apps_is_two_tasks(store: TaskStore) -> None:
+    a = await store.insert_task(make_task(app_id="app-a", key="shared"))
+    b = await store.insert_task(make_task(app_id="app-b", key="shared"))
+    assert a.id != b.id
+    # keys compare exactly (the MariaDB collation is binary)
+    c = await store.insert_task(make_task(app_id="app-a", key="SHARED"))
+    assert c.id not in (a.id, b.id)
+
+
+async def test_insert_tasks_reports_duplicates_per_item(store: TaskStore) -> None:
+    existing = await store.insert_task(make_task(key="k0"))
+    batch = [make_task(key=f"k{i}") for i in range(6)] + [make_task(), make_task(key="k3")]
+    results = await store.insert_tasks(batch)
+    assert results[0] == existing.id
+    assert results[1:6] == batch[1:6]
+    assert results[6] == batch[6]
+    assert results[7] == batch[3].id
+    for item in batch[1:7]:
+        assert await store.get_task(item.id) == item
+    assert await store.get_task(batch[7].id) is None
+
+
+async def test_list_tasks_pages_by_id_within_one_shard_and_app(store: TaskStore) -> None:
+    ids = [(await store.insert_task(make_task(shard=5))).id for _ in range(7)]
+    await store.insert_task(make_task(shard=5, app_id="app-b"))
+    page1 = await store.list_tasks("app-a", 5, None, 3)
+    page2 = await store.list_tasks("app-a", 5, page1[-1].id, 3)
+    page3 = await store.list_tasks("app-a", 5, page2[-1].id, 3)
+    assert [t.id for t in page1 + page2 + page3] == ids
+    assert await store.list_tasks("app-a", 6, None, 3) == []
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+
+async def test_load_due_returns_active_due_tasks_in_order_and_pages(store: TaskStore) -> None:
+    shard = 2
+    tasks = [make_task(shard=shard) for _ in range(9)]
+    specs = [  # (next_run_at offset, status)
+        (30, TaskStatus.ACTIVE), (10, TaskStatus.ACTIVE), (10, TaskStatus.ACTIVE),
+        (-5_000, TaskStatus.ACTIVE), (20, TaskStatus.PAUSED), (40, TaskStatus.COMPLETED),
+        (1_000, TaskStatus.ACTIVE),
+    ]
+    for i, (offset, status) in enumerate(specs):
+        await store.insert_task(replace(tasks[i], next_run_at_ms=NOW_MS + offset, status=status))
+    await store.insert_task(replace(tasks[8], next_run_at_ms=None))
+    await store.insert_task(make_task(shard=shard + 1, next_run_at_ms=NOW_MS))  # another shard
+    before = await dump(store)
+
+    due = await store.load_due(shard, NOW_MS + 1_000, 100)
+    expected = [(NOW_MS - 5_000, tasks[3].id), (NOW_MS + 10, tasks[1].id), (NOW_MS + 10, tasks[2].id),
+                (NOW_MS + 30, tasks[0].id)]
+    assert [(d.next_run_at_ms, d.task_id) for d in due] == expected
+    assert all(d.version == 1 and d.app_id == "app-a" for d in due)
+
+    pages: list[tuple[int, int]] = []
+    after: tuple[int, int] | None = None
+    while True:
+        page = await store.load_due(shard, NOW_MS + 1_000, 1, after)
+        if not page:
+            break
+        pages += [(d.next_run_at_ms, d.task_id) for d in page]
+        after = (page[-1].next_run_at_ms, page[-1].task_id)
+    assert pages == expected
+    assert await store.count_active(shard) == 6  # the one with no next run is active too
+    assert await dump(store) == before  # invariant 3: loading changes nothing
+
+
+# ---- the fire transaction -----------------------------------------------------------------------
+
+
+async def test_fire_inserts_the_flow_and_advances_the_task(store: TaskStore) -> None:
+    task = await store.insert_task(make_task(next_run_at_ms=NOW_MS))
+    [outcome] = await store.commit_fires([intent_of(task)], NOW_MS + 3, interval_planner)
+
+    assert outcome.committed
+    advanced = replace(task, next_run_at_ms=NOW_MS + 60_000, version=2, fire_count=1,
+                       updated_at_ms=NOW_MS + 3)
+    assert outcome.task == advanced
+    assert outcome.flows == [Flow(task.id, NOW_MS, "app-a", FlowKind.SCHEDULED, FlowStatus.PENDING, 0,
+                                  NOW_MS + 3, NOW_MS + 3, NOW_MS + 3)]
+    assert await store.get_task(task.id) == advanced
+    assert await store.list_flows(task.id, 10) == outcome.flows
+
+
+async def test_fire_that_completes_a_task(store: TaskStore) -> None:
+    task = await store.insert_task(make_task(max_fires=1))
+    [outcome] = await store.commit_fires([intent_of(task)], NOW_MS, interval_planner)
+    stored = await store.get_task(task.id)
+    assert outcome.task == stored
+    assert stored is not None and stored.status is TaskStatus.COMPLETED and stored.next_run_at_ms is None
+    assert await store.count_active(shard_of_task_id(stored.id)) == 0
+
+
+@pytest.mark.parametrize("change", ["stale_version", "paused", "deleted", "moved", "completed"])
+async def test_failed_compare_and_set_fires_nothing(store: TaskStore, change: str) -> None:
+    task = await store.insert_task(make_task())
+    intent = intent_of(task)
+    if change == "stale_version":
+        await store.update_task(replace(task, name="edited"), 1)  # same instant, version 2
+    elif change == "paused":
+        await store.update_task(replace(task, status=TaskStatus.PAUSED), 1)
+    elif change == "deleted":
+        await store.delete_task(task.id)
+    elif change == "moved":
+        await store.update_task(replace(task, next_run_at_ms=NOW_MS + 1), 1)
+        intent = FireIntent(task.id, NOW_MS, 2)  # right version, old instant
+    else:
+        await store.update_task(replace(task, status=TaskStatus.COMPLETED), 1)
+        intent = FireIntent(task.id, NOW_MS, 2)
+    before = await dump(store)
+
+    [outcome] = await store.commit_fires([intent], NOW_MS, interval_planner)
+
+    assert outcome.task is None and outcome.flows == [] and not outcome.committed
+    assert await dump(store) == before
+
+
+async def test_a_replayed_intent_never_duplicates_a_flow(store: TaskStore) -> None:
+    task = await store.insert_task(make_task())
+    intent = intent_of(task)
+    first = await store.commit_fires([intent, intent], NOW_MS, interval_planner)
+    assert [o.committed for o in first] == [True, False]
+    again = await store.commit_fires([intent], NOW_MS + 10, interval_planner)
+    assert not again[0].committed
+    assert len(await store.list_flows(task.id, 10)) == 1
+
+
+async def test_an_existing_flow_is_not_duplicated_but_the_task_still_advances(store: TaskStore) -> None:
+    # A manual fire already recorded a flow at exactly the scheduled instant
+    task = await store.insert_task(make_task())
+    manual = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS))
+    other = await store.insert_task(make_task(shard=shard_of_task_id(task.id)))  # same shard, no clash
+
+    outcomes = await store.commit_fires([intent_of(task), intent_of(other)], NOW_MS + 1, interval_planner)
+
+    assert outcomes[0].committed and outcomes[0].flows == []  # only flows this transaction wrote
+    assert outcomes[1].committed and len(outcomes[1].flows) == 1
+    assert await store.list_flows(task.id, 10) == [manual]
+    assert (await store.get_task(task.id)) == outcomes[0].task
+    assert outcomes[0].task is not None and outcomes[0].task.version == 2
+
+
+async def test_a_batch_spanning_every_shard_and_database(store: TaskStore) -> None:
+    tasks = []
+    for shard in store.topology.shards():
+        for i in range(3):
+            task = make_task(shard=shard, next_run_at_ms=NOW_MS + i, name=f"{i}")
+            tasks.append(await store.insert_task(task))
+    stale = tasks[5]
+    await store.update_task(replace(stale, name="edited"), 1)
+    intents = [intent_of(t) for t in reversed(tasks)]
+    intents.append(FireIntent(IDS.mint(0, NOW_MS), NOW_MS, 1))  # no such task
+
+    outcomes = await store.commit_fires(intents, NOW_MS + 100, interval_planner)
+
+    assert [o.intent for o in outcomes] == intents  # one outcome per intent, in order
+    committed = {o.intent.task_id for o in outcomes if o.committed}
+    assert committed == {t.id for t in tasks} - {stale.id}
+    for task in tasks:
+        flows = await store.list_flows(task.id, 10)
+        stored = await store.get_task(task.id)
+        assert stored is not None
+        if task.id == stale.id:
+            assert flows == [] and stored.version == 2 and stored.fire_count == 0
+        else:
+            assert [f.scheduled_at_ms for f in flows] == [task.next_run_at_ms]
+            assert (stored.version, stored.fire_count) == (2, 1)
+            assert stored.next_run_at_ms == (task.next_run_at_ms or 0) + 60_000
+
+
+async def test_a_planner_returning_none_changes_nothing(store: TaskStore) -> None:
+    task = await store.insert_task(make_task())
+    before = await dump(store)
+    [outcome] = await store.commit_fires([intent_of(task)], NOW_MS, lambda _t, _i, _n: None)
+    assert not outcome.committed and outcome.flows == []
+    assert await dump(store) == before
+
+
+async def test_a_failing_planner_rolls_the_whole_transaction_back(store: TaskStore) -> None:
+    shard = 7
+    good = await store.insert_task(make_task(shard=shard))
+    bad = await store.insert_task(make_task(shard=shard, name="bad"))
+    before = await dump(store)
+
+    def planner(task: Task, intent: FireIntent, now_ms: int) -> FirePlan | None:
+        if task.name == "bad":
+            raise RuntimeError("planner bug")
+        return interval_planner(task, intent, now_ms)
+
+    with pytest.raises(RuntimeError, match="planner bug"):
+        await store.commit_fires([intent_of(good), intent_of(bad)], NOW_MS, planner)
+    assert await dump(store) == before
+
+
+async def test_a_task_fired_twice_in_one_batch_follows_its_own_advance(store: TaskStore) -> None:
+    task = await store.insert_task(make_task())
+    second = FireIntent(task.id, NOW_MS + 60_000, 2)
+    outcomes = await store.commit_fires([intent_of(task), second], NOW_MS + 60_000, interval_planner)
+    assert [o.committed for o in outcomes] == [True, True]
+    stored = await store.get_task(task.id)
+    assert stored is not None and (stored.version, stored.fire_count) == (3, 2)
+    assert [f.scheduled_at_ms for f in await store.list_flows(task.id, 10)] == [NOW_MS + 60_000, NOW_MS]
+
+
+# ---- flows --------------------------------------------------------------------------------------
+
+
+async def test_manual_flows_are_unique_per_instant(store: TaskStore) -> None:
+    task = await store.insert_task(make_task())
+    flow = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 7))
+    assert await store.get_flow(task.id, NOW_MS + 7) == flow
+    with pytest.raises(Conflict):
+        await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 7))
+
+
+async def test_list_flows_newest_first_with_a_cursor(store: TaskStore) -> None:
+    task = await store.insert_task(make_task())
+    for offset in (5, 1, 3, 2, 4):
+        await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset))
+    page = await store.list_flows(task.id, 2)
+    assert [f.scheduled_at_ms - NOW_MS for f in page] == [5, 4]
+    rest = await store.list_flows(task.id, 10, before_scheduled_at_ms=page[-1].scheduled_at_ms)
+    assert [f.scheduled_at_ms - NOW_MS for f in rest] == [3, 2, 1]
+
+
+async def test_flow_updates_never_touch_a_terminal_flow(store: TaskStore) -> None:
+    task = await store.insert_task(make_task())
+    for offset, status in ((1, FlowStatus.PENDING), (2, FlowStatus.DELIVERED), (3, FlowStatus.PENDING),
+                           (4, FlowStatus.SENDING), (5, FlowStatus.DEAD)):
+        await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset, status))
+
+    updates = [
+        FlowUpdate(task.id, NOW_MS + 1, FlowStatus.PENDING, 1, NOW_MS + 1_000, 503, "busy"),
+        FlowUpdate(task.id, NOW_MS + 2, FlowStatus.PENDING, 9, NOW_MS + 1_000, 500, "late retry"),
+        FlowUpdate(task.id, NOW_MS + 3, FlowStatus.PENDING, 1, NOW_MS + 1_000, 503, "busy"),
+        FlowUpdate(task.id, NOW_MS + 3, FlowStatus.DELIVERED, 2, None, 200, None),  # later wins
+        FlowUpdate(task.id, NOW_MS + 4, FlowStatus.DELIVERED, 1, None, 204, None),
+        FlowUpdate(task.id, NOW_MS + 4, FlowStatus.PENDING, 2, NOW_MS, None, "after terminal: ignored"),
+        FlowUpdate(task.id, NOW_MS + 5, FlowStatus.DELIVERED, 3, None, 200, None),
+        FlowUpdate(task.id, NOW_MS + 99, FlowStatus.DELIVERED, 3, None, 200, None),  # no such flow
+        FlowUpdate(task.id, NOW_MS + 1, FlowStatus.PENDING, 1, NOW_MS + 1_000, 503, "x" * 900),
+    ]
+    await store.record_flow_updates(updates, NOW_MS + 50)
+
+    flows = {f.scheduled_at_ms - NOW_MS: f for f in await store.list_flows(task.id, 10)}
+    assert (flows[1].status, flows[1].attempts, flows[1].last_status_code) == (FlowStatus.PENDING, 1, 503)
+    assert flows[1].last_error == "x" * 500 and flows[1].updated_at_ms == NOW_MS + 50
+    assert (flows[2].status, flows[2].attempts, flows[2].updated_at_ms) == (FlowStatus.DELIVERED, 0,
+                                                                            NOW_MS + 2)
+    assert (flows[3].status, flows[3].attempts, flows[3].next_attempt_at_ms) == (FlowStatus.DELIVERED, 2,
+                                                                                 None)
+    assert (flows[4].status, flows[4].last_status_code) == (FlowStatus.DELIVERED, 204)
+    assert (flows[5].status, flows[5].attempts) == (FlowStatus.DEAD, 0)
+
+
+async def test_list_flows_by_status_filters_by_app_and_pages(store: TaskStore) -> None:
+    shard = 9
+    a = await store.insert_task(make_task(shard=shard))
+    b = await store.insert_task(make_task(shard=shard, app_id="app-b"))
+    for task in (a, b):
+        for offset in (1, 2, 3):
+            await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset, FlowStatus.DEAD))
+        await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 4, FlowStatus.DELIVERED))
+    dead = await store.list_flows_by_status(shard, FlowStatus.DEAD, None, 100)
+    assert [(f.task_id, f.scheduled_at_ms) for f in dead] == sorted(
+        (t.id, NOW_MS + o) for t in (a, b) for o in (1, 2, 3))
+    only_b = await store.list_flows_by_status(shard, FlowStatus.DEAD, "app-b", 2)
+    assert [(f.task_id, f.scheduled_at_ms - NOW_MS) for f in only_b] == [(b.id, 1), (b.id, 2)]
+    rest = await store.list_flows_by_status(shard, FlowStatus.DEAD, "app-b", 10, (b.id, NOW_MS + 2))
+    assert [(f.task_id, f.scheduled_at_ms - NOW_MS) for f in rest] == [(b.id, 3)]
+    assert await store.list_flows_by_status(shard + 1, FlowStatus.DEAD, None, 10) == []
+
+
+async def test_lease_stale_flows_hands_each_flow_to_one_caller_until_the_lease_ends(store: TaskStore) -> None:
+    shard = 4
+    task = await store.insert_task(make_task(shard=shard))
+    gone = await store.insert_task(make_task(shard=shard, name="gone"))
+    await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 300))  # stale
+    await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 50_000))  # not yet due
+    await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 400, FlowStatus.DELIVERED))
+    await store.insert_manual_flow(gone.id, manual_flow(gone, NOW_MS - 200, FlowStatus.SENDING))
+    await store.delete_task(gone.id)
+
+    leased = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10)
+
+    assert [(f.task_id, f.scheduled_at_ms) for f, _ in leased] == [
+        (task.id, NOW_MS - 300), (gone.id, NOW_MS - 200)]
+    assert all(f.next_attempt_at_ms == NOW_MS + 10_000 for f, _ in leased)
+    assert leased[0][1] == task and leased[1][1] is None
+    assert await store.lease_stale_flows(shard, NOW_MS + 9_999, 10_000, 10) == []
+    again = await store.lease_stale_flows(shard, NOW_MS + 10_000, 10_000, 1)
+    assert [(f.task_id, f.scheduled_at_ms) for f, _ in again] == [(task.id, NOW_MS - 300)]
+
+
+async def test_concurrent_leases_never_share_a_flow(store: TaskStore) -> None:
+    shard = 1
+    task = await store.insert_task(make_task(shard=shard))
+    for offset in range(30):
+        await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 1_000 + offset))
+    results = await asyncio.gather(*(store.lease_stale_flows(shard, NOW_MS, 60_000, 7) for _ in range(6)))
+    keys = [(f.task_id, f.scheduled_at_ms) for result in results for f, _ in result]
+    assert len(keys) == len(set(keys)) == 30
+
+
+# ---- retention ----------------------------------------------------------------------------------
+
+
+async def test_purge_removes_only_old_terminal_flows_and_old_completed_tasks_in_batches(
+    store: TaskStore,
+) -> None:
+    shard = 6
+    cutoff = NOW_MS
+    old_done = await store.insert_task(replace(make_task(shard=shard, status=TaskStatus.COMPLETED,
+                                                         next_run_at_ms=None), updated_at_ms=cutoff - 1))
+    fresh_done = await store.insert_task(
+        make_task(shard=shard, status=TaskStatus.COMPLETED, next_run_at_ms=None, now_ms=cutoff + 1))
+    active = await store.insert_task(replace(make_task(shard=shard), updated_at_ms=cutoff - 10))
+    for offset, status in ((-30, FlowStatus.DELIVERED), (-20, FlowStatus.DEAD), (-10, FlowStatus.SKIPPED),
+                           (-5, FlowStatus.PENDING), (-4, FlowStatus.SENDING), (5, FlowStatus.DELIVERED)):
+        await store.insert_manual_flow(active.id, manual_flow(active, cutoff + offset, status))
+
+    removed = []
+    while (count := await store.purge(shard, cutoff, 2)) > 0:
+        assert count <= 2
+        removed.append(count)
+    assert sum(removed) == 4  # three old terminal flows and one old completed task
+
+    assert await store.get_task(old_done.id) is None
+    assert await store.get_task(fresh_done.id) is not None
+    assert await store.get_task(active.id) is not None
+    left = sorted((f.scheduled_at_ms - cutoff, f.status) for f in await store.list_flows(active.id, 10))
+    assert left == [(-5, FlowStatus.PENDING), (-4, FlowStatus.SENDING), (5, FlowStatus.DELIVERED)]
+
+
+# ---- service --------------------------------------------------------------------------------------
+
+
+async def test_ping_and_database_clock(store: TaskStore) -> None:
+    import time
+
+    await store.ping()
+    skew_ms = abs(await store.database_now_ms() - time.time_ns() // 1_000_000)
+    assert skew_ms < 5_000

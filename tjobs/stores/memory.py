@@ -1,0 +1,332 @@
+"""The in-memory twin of the SQL store: plain dicts, one process, the same contract suite.
+
+Every method runs without awaiting in the middle of a change, so each call is atomic under asyncio
+(the event loop is the lock). Records are copied in and out, as a database would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sharding import Topology, shard_for_key, shard_of_task_id
+from tjobs.errors import Conflict, DuplicateKey, NotFound, VersionConflict
+from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
+from tjobs.stores.base import FirePlanner, TaskStore
+from tjobs.stores.schema import clip_error
+
+FlowKey = tuple[int, int]
+
+
+def _task_copy(task: Task) -> Task:
+    return copy.deepcopy(task)
+
+
+class MemoryTaskStore(TaskStore):
+    def __init__(self, topology: Topology | None = None) -> None:
+        self.topology = topology or Topology()
+        count = self.topology.shard_count
+        self._tasks: list[dict[int, Task]] = [{} for _ in range(count)]
+        self._flows: list[dict[FlowKey, Flow]] = [{} for _ in range(count)]
+        self._keys: dict[tuple[str, str], int] = {}
+        self._apps: dict[str, App] = {}
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def ping(self) -> None:
+        return None
+
+    async def database_now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def _shard_of(self, task_id: int) -> int | None:
+        if task_id <= 0:
+            return None
+        shard = shard_of_task_id(task_id)
+        return shard if shard < self.topology.shard_count else None
+
+    def _check_shard(self, shard: int) -> None:
+        if not 0 <= shard < self.topology.shard_count:
+            raise ValueError(f"shard {shard} is outside 0..{self.topology.shard_count - 1}")
+
+    # ---- apps -------------------------------------------------------------------------------------
+
+    async def put_app(self, app: App) -> None:
+        for other in self._apps.values():
+            if other.id != app.id and other.api_key_hash == app.api_key_hash:
+                raise Conflict(f"another app already uses this API key hash ({app.id})")
+        self._apps[app.id] = copy.deepcopy(app)
+
+    async def get_app(self, app_id: str) -> App | None:
+        app = self._apps.get(app_id)
+        return None if app is None else copy.deepcopy(app)
+
+    async def find_app_by_key_hash(self, api_key_hash: str) -> App | None:
+        for app in self._apps.values():
+            if app.api_key_hash == api_key_hash:
+                return copy.deepcopy(app)
+        return None
+
+    async def list_apps(self) -> list[App]:
+        return [copy.deepcopy(self._apps[key]) for key in sorted(self._apps)]
+
+    # ---- tasks ------------------------------------------------------------------------------------
+
+    def _routing(self, task: Task) -> int:
+        shard = self._shard_of(task.id)
+        if shard is None:
+            raise ValueError(f"task id {task.id} names no shard of topology {self.topology}")
+        if task.key is not None:
+            key_shard = shard_for_key(task.app_id, task.key, self.topology.shard_count)
+            if key_shard != shard:
+                raise ValueError(f"task {task.id} has key {task.key!r} of shard {key_shard}, not {shard}")
+        return shard
+
+    def _insert(self, task: Task) -> Task:
+        shard = self._routing(task)
+        if task.key is not None and (task.app_id, task.key) in self._keys:
+            raise DuplicateKey(task.app_id, task.key, self._keys[(task.app_id, task.key)])
+        if task.id in self._tasks[shard]:
+            raise Conflict(f"task id {task.id} already exists")
+        self._tasks[shard][task.id] = _task_copy(task)
+        if task.key is not None:
+            self._keys[(task.app_id, task.key)] = task.id
+        return _task_copy(task)
+
+    async def insert_task(self, task: Task) -> Task:
+        await asyncio.sleep(0)  # a real store yields here; let concurrent callers interleave
+        return self._insert(task)
+
+    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
+        for task in tasks:
+            self._routing(task)
+        await asyncio.sleep(0)
+        results: list[Task | int] = []
+        for task in tasks:
+            try:
+                results.append(self._insert(task))
+            except DuplicateKey as duplicate:
+                results.append(duplicate.existing_task_id)
+        return results
+
+    def _get(self, task_id: int) -> Task | None:
+        shard = self._shard_of(task_id)
+        return None if shard is None else self._tasks[shard].get(task_id)
+
+    async def get_task(self, task_id: int) -> Task | None:
+        task = self._get(task_id)
+        return None if task is None else _task_copy(task)
+
+    async def find_task_by_key(self, app_id: str, key: str) -> Task | None:
+        task_id = self._keys.get((app_id, key))
+        return None if task_id is None else await self.get_task(task_id)
+
+    async def update_task(self, task: Task, expected_version: int) -> Task:
+        await asyncio.sleep(0)
+        stored = self._get(task.id)
+        if stored is None:
+            raise NotFound("task", task.id)
+        if stored.version != expected_version:
+            raise VersionConflict(task.id, expected_version, stored.version)
+        updated = replace(
+            _task_copy(task),
+            id=stored.id,
+            app_id=stored.app_id,
+            key=stored.key,
+            created_at_ms=stored.created_at_ms,
+            version=expected_version + 1,
+        )
+        self._tasks[shard_of_task_id(task.id)][task.id] = updated
+        return _task_copy(updated)
+
+    async def delete_task(self, task_id: int) -> bool:
+        shard = self._shard_of(task_id)
+        if shard is None:
+            return False
+        task = self._tasks[shard].pop(task_id, None)
+        if task is None:
+            return False
+        if task.key is not None:
+            self._keys.pop((task.app_id, task.key), None)
+        return True
+
+    async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
+        self._check_shard(shard)
+        chosen = sorted(
+            t.id for t in self._tasks[shard].values()
+            if t.app_id == app_id and (after_id is None or t.id > after_id)
+        )[:limit]
+        return [_task_copy(self._tasks[shard][task_id]) for task_id in chosen]
+
+    # ---- loading ----------------------------------------------------------------------------------
+
+    async def load_due(
+        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+    ) -> list[DueTask]:
+        self._check_shard(shard)
+        due = sorted(
+            (t.next_run_at_ms, t.id, t)
+            for t in self._tasks[shard].values()
+            if t.status is TaskStatus.ACTIVE and t.next_run_at_ms is not None and t.next_run_at_ms < before_ms
+            and (after is None or (t.next_run_at_ms, t.id) > after)
+        )[:limit]
+        return [DueTask(t.id, at, t.version, t.app_id, t.misfire_policy) for at, _, t in due]
+
+    async def count_active(self, shard: int) -> int:
+        self._check_shard(shard)
+        return sum(1 for t in self._tasks[shard].values() if t.status is TaskStatus.ACTIVE)
+
+    # ---- the fire transaction ---------------------------------------------------------------------
+
+    async def commit_fires(
+        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner
+    ) -> list[FireOutcome]:
+        await asyncio.sleep(0)
+        # Plan everything first: a planner that raises leaves nothing changed.
+        state: dict[int, Task] = {}
+        written: set[FlowKey] = set()
+        outcomes: list[FireOutcome] = []
+        for intent in intents:
+            task = state.get(intent.task_id) or self._get(intent.task_id)
+            if (
+                task is None
+                or task.status is not TaskStatus.ACTIVE
+                or task.next_run_at_ms != intent.scheduled_at_ms
+                or task.version != intent.version
+            ):
+                outcomes.append(FireOutcome(intent, None, []))
+                continue
+            plan = planner(_task_copy(task), intent, now_ms)
+            if plan is None:
+                outcomes.append(FireOutcome(intent, None, []))
+                continue
+            after = replace(
+                _task_copy(task),
+                next_run_at_ms=plan.next_run_at_ms,
+                status=plan.status,
+                version=task.version + 1,
+                fire_count=task.fire_count + plan.fires_added,
+                updated_at_ms=now_ms,
+            )
+            state[task.id] = after
+            shard_flows = self._flows[shard_of_task_id(task.id)]
+            flows: list[Flow] = []
+            for new in plan.flows:
+                key = (task.id, new.scheduled_at_ms)
+                if key in shard_flows or key in written:
+                    continue  # invariant 2: never a second flow for one (task, instant)
+                written.add(key)
+                flows.append(Flow(task.id, new.scheduled_at_ms, task.app_id, new.kind, new.status,
+                                  new.attempts, new.next_attempt_at_ms, now_ms, now_ms, new.missed))
+            outcomes.append(FireOutcome(intent, _task_copy(after), flows))
+        for task_id, task in state.items():
+            self._tasks[shard_of_task_id(task_id)][task_id] = task
+        for outcome in outcomes:
+            for flow in outcome.flows:
+                key = (flow.task_id, flow.scheduled_at_ms)
+                self._flows[shard_of_task_id(flow.task_id)][key] = replace(flow)
+        return outcomes
+
+    # ---- flows --------------------------------------------------------------------------------------
+
+    async def insert_manual_flow(self, task_id: int, flow: Flow) -> Flow:
+        shard = self._shard_of(task_id)
+        if shard is None:
+            raise NotFound("task", task_id)
+        stored = replace(flow, task_id=task_id, last_error=clip_error(flow.last_error))
+        key = (task_id, stored.scheduled_at_ms)
+        if key in self._flows[shard]:
+            raise Conflict(f"flow {stored.id} already exists")
+        self._flows[shard][key] = stored
+        return replace(stored)
+
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        for update in updates:
+            shard = self._shard_of(update.task_id)
+            if shard is None:
+                continue
+            flow = self._flows[shard].get((update.task_id, update.scheduled_at_ms))
+            if flow is None or flow.status.terminal:
+                continue
+            flow.status = update.status
+            flow.attempts = update.attempts
+            flow.next_attempt_at_ms = update.next_attempt_at_ms
+            flow.last_status_code = update.last_status_code
+            flow.last_error = clip_error(update.last_error)
+            flow.updated_at_ms = now_ms
+
+    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
+        shard = self._shard_of(task_id)
+        flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
+        return None if flow is None else replace(flow)
+
+    async def list_flows(
+        self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None
+    ) -> list[Flow]:
+        shard = self._shard_of(task_id)
+        if shard is None:
+            return []
+        before = before_scheduled_at_ms
+        flows = sorted(
+            (f for f in self._flows[shard].values()
+             if f.task_id == task_id and (before is None or f.scheduled_at_ms < before)),
+            key=lambda f: f.scheduled_at_ms,
+            reverse=True,
+        )
+        return [replace(f) for f in flows[:limit]]
+
+    async def list_flows_by_status(
+        self, shard: int, status: FlowStatus, app_id: str | None, limit: int,
+        after: tuple[int, int] | None = None,
+    ) -> list[Flow]:
+        self._check_shard(shard)
+        chosen = sorted(
+            key for key, f in self._flows[shard].items()
+            if f.status is status and (app_id is None or f.app_id == app_id)
+            and (after is None or key > after)
+        )[:limit]
+        return [replace(self._flows[shard][key]) for key in chosen]
+
+    async def lease_stale_flows(
+        self, shard: int, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[Flow, Task | None]]:
+        self._check_shard(shard)
+        stale = sorted(
+            (f.next_attempt_at_ms, key) for key, f in self._flows[shard].items()
+            if not f.status.terminal and f.next_attempt_at_ms is not None and f.next_attempt_at_ms <= now_ms
+        )[:limit]
+        leased: list[tuple[Flow, Task | None]] = []
+        for _, key in stale:
+            flow = self._flows[shard][key]
+            flow.next_attempt_at_ms = now_ms + lease_ms
+            task = self._tasks[shard].get(flow.task_id)
+            leased.append((replace(flow), None if task is None else _task_copy(task)))
+        return leased
+
+    # ---- retention ----------------------------------------------------------------------------------
+
+    async def purge(self, shard: int, finished_before_ms: int, limit: int) -> int:
+        self._check_shard(shard)
+        if limit <= 0:
+            return 0
+        flows = self._flows[shard]
+        old_flows = [key for key, f in flows.items()
+                     if f.status.terminal and f.scheduled_at_ms < finished_before_ms][:limit]
+        for key in old_flows:
+            del flows[key]
+        room = limit - len(old_flows)
+        tasks = self._tasks[shard]
+        old_tasks = [t for t in tasks.values()
+                     if t.status is TaskStatus.COMPLETED and t.updated_at_ms < finished_before_ms][:room]
+        for task in old_tasks:
+            del tasks[task.id]
+            if task.key is not None:
+                self._keys.pop((task.app_id, task.key), None)
+        return len(old_flows) + len(old_tasks)

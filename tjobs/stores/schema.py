@@ -1,0 +1,282 @@
+"""The one schema definition (SQLAlchemy Core) for SQLite and MariaDB, and the row ↔ record mapping.
+
+Per shard, in its logical database: ``tasks_TT`` and ``flows_TT``. In the first logical database only:
+``apps``. Instants are BIGINT epoch milliseconds; JSON documents are stored as text (``orjson``).
+On MariaDB every table is InnoDB, ``utf8mb4`` with the binary collation, so that idempotency keys
+compare exactly as they do in SQLite and in memory (``"Order-1"`` and ``"order-1"`` are two keys).
+
+Index names carry the table name because SQLite index names are per database, not per table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.schema import SchemaItem
+from sqlalchemy.types import TypeEngine
+
+from tjobs.model import (
+    App,
+    DeliveryMode,
+    Flow,
+    FlowKind,
+    FlowStatus,
+    MisfirePolicy,
+    Task,
+    TaskStatus,
+)
+
+APPS_TABLE = "apps"
+MAX_ERROR_CHARS = 500
+
+MYSQL_TABLE_OPTIONS: dict[str, str] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
+
+
+def _big_text() -> TypeEngine[str]:
+    """TEXT on SQLite, MEDIUMTEXT (16 MiB) on MariaDB: a 64 KiB payload plus its JSON envelope."""
+    return Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+
+def tasks_schema_items(table_name: str) -> list[SchemaItem]:
+    return [
+        # minted by TaskIdGenerator; INTEGER on SQLite makes it the rowid (same 64 bits)
+        Column("id", BigInteger().with_variant(Integer(), "sqlite"), nullable=False, autoincrement=False),
+        Column("app_id", String(64), nullable=False),
+        Column("name", String(200), nullable=False),
+        Column("idem_key", String(200), nullable=True),  # NULLs never collide in a UNIQUE index
+        Column("status", String(16), nullable=False),
+        Column("next_run_at", BigInteger, nullable=True),
+        Column("version", Integer, nullable=False),
+        Column("fire_count", Integer, nullable=False),
+        Column("schedule", Text, nullable=False),
+        Column("callback", _big_text(), nullable=False),
+        Column("payload", _big_text(), nullable=False),
+        Column("misfire_policy", String(16), nullable=False),
+        Column("delivery", String(16), nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        PrimaryKeyConstraint("id", name=f"{table_name}_pk"),
+        UniqueConstraint("app_id", "idem_key", name=f"{table_name}_app_key"),
+    ]
+
+
+def tasks_indexes(table_name: str) -> list[tuple[str, list[str]]]:
+    return [
+        (f"{table_name}_due", ["status", "next_run_at"]),  # the cycle load: a range scan
+        (f"{table_name}_app", ["app_id", "id"]),  # listing an app's tasks
+    ]
+
+
+def flows_schema_items(table_name: str) -> list[SchemaItem]:
+    return [
+        Column("task_id", BigInteger, nullable=False, autoincrement=False),
+        Column("scheduled_at", BigInteger, nullable=False, autoincrement=False),
+        Column("app_id", String(64), nullable=False),
+        Column("kind", String(16), nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("attempts", Integer, nullable=False),
+        Column("next_attempt_at", BigInteger, nullable=True),
+        Column("missed", Integer, nullable=False),
+        Column("last_status_code", Integer, nullable=True),
+        Column("last_error", String(MAX_ERROR_CHARS), nullable=True),
+        Column("created_at", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        # The primary key IS the UNIQUE(task_id, scheduled_at) of invariant 2.
+        PrimaryKeyConstraint("task_id", "scheduled_at", name=f"{table_name}_pk"),
+    ]
+
+
+def flows_indexes(table_name: str) -> list[tuple[str, list[str]]]:
+    return [
+        (f"{table_name}_retry", ["status", "next_attempt_at"]),  # the compensator
+        (f"{table_name}_app_status", ["app_id", "status", "task_id"]),  # dead letters per app
+    ]
+
+
+def apps_schema_items() -> list[SchemaItem]:
+    return [
+        Column("id", String(64), nullable=False),
+        Column("name", String(200), nullable=False),
+        Column("api_key_hash", String(128), nullable=False),
+        Column("secrets", Text, nullable=False),
+        Column("rate_limit_per_s", Double, nullable=False),
+        Column("max_concurrency", Integer, nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Column("settings", Text, nullable=False),
+        PrimaryKeyConstraint("id", name="apps_pk"),
+        UniqueConstraint("api_key_hash", name="apps_key_hash"),
+    ]
+
+
+def _table(
+    metadata: MetaData, name: str, schema: str | None, items: list[SchemaItem],
+    indexes: list[tuple[str, list[str]]],
+) -> Table:
+    table = Table(
+        name, metadata, *items, schema=schema,
+        mysql_engine=MYSQL_TABLE_OPTIONS["mysql_engine"],
+        mysql_charset=MYSQL_TABLE_OPTIONS["mysql_charset"],
+        mysql_collate=MYSQL_TABLE_OPTIONS["mysql_collate"],
+    )
+    for index_name, columns in indexes:
+        Index(index_name, *(table.c[c] for c in columns))
+    return table
+
+
+def tasks_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
+    return _table(metadata, name, schema, tasks_schema_items(name), tasks_indexes(name))
+
+
+def flows_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
+    return _table(metadata, name, schema, flows_schema_items(name), flows_indexes(name))
+
+
+def apps_table(metadata: MetaData, schema: str | None = None) -> Table:
+    return _table(metadata, APPS_TABLE, schema, apps_schema_items(), [])
+
+
+# ---- rows ↔ records ----------------------------------------------------------------------------
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    return orjson.loads(text)
+
+
+def task_to_row(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "app_id": task.app_id,
+        "name": task.name,
+        "idem_key": task.key,
+        "status": task.status.value,
+        "next_run_at": task.next_run_at_ms,
+        "version": task.version,
+        "fire_count": task.fire_count,
+        "schedule": dumps(task.schedule),
+        "callback": dumps(task.callback),
+        "payload": dumps(task.payload),
+        "misfire_policy": task.misfire_policy.value,
+        "delivery": task.delivery.value,
+        "created_at": task.created_at_ms,
+        "updated_at": task.updated_at_ms,
+    }
+
+
+TASK_COLUMNS: tuple[str, ...] = (
+    "id", "app_id", "name", "idem_key", "status", "next_run_at", "version", "fire_count", "schedule",
+    "callback", "payload", "misfire_policy", "delivery", "created_at", "updated_at",
+)
+
+
+def task_from_row(row: Mapping[Any, Any]) -> Task:
+    return Task(
+        id=int(row["id"]),
+        app_id=row["app_id"],
+        name=row["name"],
+        key=row["idem_key"],
+        schedule=loads(row["schedule"]),
+        callback=loads(row["callback"]),
+        payload=loads(row["payload"]),
+        misfire_policy=MisfirePolicy(row["misfire_policy"]),
+        delivery=DeliveryMode(row["delivery"]),
+        status=TaskStatus(row["status"]),
+        next_run_at_ms=None if row["next_run_at"] is None else int(row["next_run_at"]),
+        version=int(row["version"]),
+        fire_count=int(row["fire_count"]),
+        created_at_ms=int(row["created_at"]),
+        updated_at_ms=int(row["updated_at"]),
+    )
+
+
+FLOW_COLUMNS: tuple[str, ...] = (
+    "task_id", "scheduled_at", "app_id", "kind", "status", "attempts", "next_attempt_at", "missed",
+    "last_status_code", "last_error", "created_at", "updated_at",
+)
+
+
+def clip_error(text: str | None) -> str | None:
+    return None if text is None else text[:MAX_ERROR_CHARS]
+
+
+def flow_to_row(flow: Flow) -> dict[str, Any]:
+    return {
+        "task_id": flow.task_id,
+        "scheduled_at": flow.scheduled_at_ms,
+        "app_id": flow.app_id,
+        "kind": flow.kind.value,
+        "status": flow.status.value,
+        "attempts": flow.attempts,
+        "next_attempt_at": flow.next_attempt_at_ms,
+        "missed": flow.missed,
+        "last_status_code": flow.last_status_code,
+        "last_error": clip_error(flow.last_error),
+        "created_at": flow.created_at_ms,
+        "updated_at": flow.updated_at_ms,
+    }
+
+
+def flow_from_row(row: Mapping[Any, Any]) -> Flow:
+    return Flow(
+        task_id=int(row["task_id"]),
+        scheduled_at_ms=int(row["scheduled_at"]),
+        app_id=row["app_id"],
+        kind=FlowKind(row["kind"]),
+        status=FlowStatus(row["status"]),
+        attempts=int(row["attempts"]),
+        next_attempt_at_ms=None if row["next_attempt_at"] is None else int(row["next_attempt_at"]),
+        created_at_ms=int(row["created_at"]),
+        updated_at_ms=int(row["updated_at"]),
+        missed=int(row["missed"]),
+        last_status_code=None if row["last_status_code"] is None else int(row["last_status_code"]),
+        last_error=row["last_error"],
+    )
+
+
+def app_to_row(app: App) -> dict[str, Any]:
+    return {
+        "id": app.id,
+        "name": app.name,
+        "api_key_hash": app.api_key_hash,
+        "secrets": dumps(app.secrets),
+        "rate_limit_per_s": app.rate_limit_per_s,
+        "max_concurrency": app.max_concurrency,
+        "created_at": app.created_at_ms,
+        "settings": dumps(app.settings),
+    }
+
+
+def app_from_row(row: Mapping[Any, Any]) -> App:
+    return App(
+        id=row["id"],
+        name=row["name"],
+        api_key_hash=row["api_key_hash"],
+        secrets=list(loads(row["secrets"])),
+        rate_limit_per_s=float(row["rate_limit_per_s"]),
+        max_concurrency=int(row["max_concurrency"]),
+        created_at_ms=int(row["created_at"]),
+        settings=dict(loads(row["settings"])),
+    )

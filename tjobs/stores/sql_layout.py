@@ -1,0 +1,230 @@
+"""Where each logical database and shard table lives for a given :class:`StorageSettings`.
+
+MariaDB/MySQL: instance ``i`` of the topology uses ``urls[i % len(urls)]``; one engine per distinct
+server URL, tables addressed schema-qualified (`` `tjobs_07`.`tasks_03` ``) so one connection reaches
+every logical database of its server. SQLite: one file per logical database, ``DIR/tjobs_NN.db``,
+one engine per file, unqualified table names. Database names are ``<database_prefix>_NN``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import MetaData, Table, event, exc
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from sharding import Topology
+from tjobs.errors import StorageUnavailable
+from tjobs.settings import StorageSettings
+from tjobs.stores.schema import apps_table, flows_table, tasks_table
+
+MYSQL = "mysql"
+SQLITE = "sqlite"
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+# MySQL client/server error numbers meaning "the server could not be reached or dropped us".
+_CONNECTION_ERRNOS = frozenset({1040, 1045, 1053, 1152, 1158, 1159, 1160, 1161, 2002, 2003, 2005,
+                                2006, 2013, 2014, 2026, 2055})
+DEADLOCK_ERRNOS = frozenset({1213})
+_SQLITE_UNAVAILABLE = ("unable to open database file", "database is locked", "disk i/o error")
+
+
+def dialect_of(url: str) -> str:
+    backend = make_url(url).get_backend_name()
+    if backend in ("mysql", "mariadb"):
+        return MYSQL
+    if backend == SQLITE:
+        return SQLITE
+    raise ValueError(f"unsupported storage URL {safe_url(url)!r}: use mysql+asyncmy:// or sqlite+aiosqlite://")
+
+
+def safe_url(url: str | URL) -> str:
+    """The URL as text with any password hidden, for messages and logs."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except exc.ArgumentError:
+        return "<unparseable url>"
+    return parsed.render_as_string(hide_password=True)
+
+
+def database_name(prefix: str, database_index: int) -> str:
+    return f"{prefix}_{database_index:02d}"
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseHome:
+    """One logical database: its (prefixed) name and the engine URL that reaches it."""
+
+    index: int
+    name: str
+    engine_url: str
+    schema: str | None  # schema qualifier for its tables (None on SQLite: one file, one database)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardTables:
+    """One shard's two tables. The Core ``Table`` objects are shared by every database (unqualified);
+    ``options`` carries the ``schema_translate_map`` that points them at this shard's database, so
+    compiled statements are cached per table shape, not per shard."""
+
+    shard: int
+    database: DatabaseHome
+    tasks: Table
+    flows: Table
+    options: dict[str, Any]
+    tasks_sql: str  # quoted, qualified name for hand-written SQL on the hot path
+    flows_sql: str
+
+
+class Layout:
+    """The mapping from shards to engines, databases and tables (pure; opens nothing)."""
+
+    def __init__(self, settings: StorageSettings) -> None:
+        if not settings.urls:
+            raise ValueError("storage.urls is empty")
+        self.topology: Topology = settings.parsed_topology()
+        self.prefix = settings.database_prefix
+        kinds = {dialect_of(url) for url in settings.urls}
+        if len(kinds) != 1:
+            raise ValueError("storage.urls mixes SQLite and MySQL URLs")
+        self.dialect = kinds.pop()
+        self.metadata = MetaData()
+        quote: Callable[[str], str] = (lambda n: f"`{n}`") if self.dialect == MYSQL else (lambda n: f'"{n}"')
+        self.databases: list[DatabaseHome] = []
+        for index, (instance, _) in enumerate(self.topology.databases()):
+            name = database_name(self.prefix, index)
+            server = settings.urls[instance % len(settings.urls)]
+            if self.dialect == MYSQL:
+                home = DatabaseHome(index, name, _server_url(server), name)
+            else:
+                home = DatabaseHome(index, name, _sqlite_file_url(server, name), None)
+            self.databases.append(home)
+        tables = range(self.topology.tables_per_database)
+        task_tables = [tasks_table(self.metadata, f"tasks_{t:02d}") for t in tables]
+        flow_tables = [flows_table(self.metadata, f"flows_{t:02d}") for t in tables]
+        self.shards: list[ShardTables] = []
+        for shard in self.topology.shards():
+            location = self.topology.locate(shard)
+            home = self.databases[location.database_index]
+            qualifier = f"{quote(home.schema)}." if home.schema else ""
+            self.shards.append(ShardTables(
+                shard,
+                home,
+                task_tables[location.table_index],
+                flow_tables[location.table_index],
+                self.options_for(home),
+                qualifier + quote(location.tasks_table),
+                qualifier + quote(location.flows_table),
+            ))
+        self.apps_database = self.databases[0]
+        self.apps = apps_table(self.metadata)
+        self.apps_options = self.options_for(self.apps_database)
+
+    @staticmethod
+    def options_for(home: DatabaseHome) -> dict[str, Any]:
+        return {"schema_translate_map": {None: home.schema}} if home.schema else {}
+
+    def engine_urls(self) -> list[str]:
+        return list(dict.fromkeys(home.engine_url for home in self.databases))
+
+
+def _server_url(url: str) -> str:
+    """The server URL without a database, on the asyncmy driver, in utf8mb4."""
+    parsed = make_url(url).set(drivername="mysql+asyncmy", database=None)
+    query = dict(parsed.query)
+    query.setdefault("charset", "utf8mb4")
+    return parsed.set(query=query).render_as_string(hide_password=False)
+
+
+def _sqlite_file_url(url: str, name: str) -> str:
+    directory = make_url(url).database or "."
+    return f"sqlite+aiosqlite:///{os.path.join(directory, name + '.db')}"
+
+
+def sqlite_path(engine_url: str) -> str:
+    return make_url(engine_url).database or ""
+
+
+def create_engine_for(url: str, settings: StorageSettings) -> AsyncEngine:
+    if dialect_of(url) == MYSQL:
+        return create_async_engine(
+            url,
+            pool_size=settings.pool_size,
+            max_overflow=settings.pool_size,
+            pool_recycle=3600,
+            isolation_level="READ COMMITTED",
+            connect_args={"connect_timeout": max(1, int(settings.connect_timeout_s))},
+            query_cache_size=2000,
+        )
+    engine = create_async_engine(
+        url,
+        pool_size=settings.pool_size,
+        max_overflow=settings.pool_size,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        query_cache_size=2000,
+    )
+    _configure_sqlite(engine)
+    return engine
+
+
+WRITE_OPTION = "tjobs_write"
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    """WAL, a busy timeout, and real transactions: ``BEGIN IMMEDIATE`` for writers, ``BEGIN`` for readers.
+
+    pysqlite's own implicit BEGIN is turned off (``isolation_level = None``) so SQLAlchemy's ``begin``
+    decides; a writer takes the file's write lock up front and never deadlocks on an upgrade.
+    """
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def mysql_errno(error: BaseException) -> int | None:
+    orig = getattr(error, "orig", None)
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    return None
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` means the database could not be reached (as opposed to a bad statement)."""
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, exc.TimeoutError | OSError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(error, exc.InterfaceError):
+        return True
+    if isinstance(error, exc.OperationalError):
+        errno = mysql_errno(error)
+        if errno is not None:
+            return errno in _CONNECTION_ERRNOS or errno == 1205  # 1205: lock wait timeout
+        orig = error.orig
+        if isinstance(orig, sqlite3.OperationalError):
+            return any(text in str(orig).lower() for text in _SQLITE_UNAVAILABLE)
+        text = str(orig).lower()
+        return any(s in text for s in _SQLITE_UNAVAILABLE) or "can't connect" in text
+    return False
+
+
+def unavailable(url: str, error: BaseException) -> StorageUnavailable:
+    orig = getattr(error, "orig", None) or error
+    return StorageUnavailable(f"database {safe_url(url)} is unavailable: {type(orig).__name__}: {orig}")

@@ -1,0 +1,616 @@
+"""The SQL store: SQLAlchemy Core over MariaDB/MySQL (asyncmy) or SQLite files (aiosqlite).
+
+:mod:`tjobs.stores.sql_layout` maps shards to engines and tables, :mod:`tjobs.stores.schema` defines
+the tables, :mod:`tjobs.stores.sql_fire` holds the fire transaction. Every call runs in one
+transaction per logical database (per engine for the fire transaction); a database that cannot be
+reached raises :class:`StorageUnavailable` naming its URL without the password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from sharding import shard_for_key, shard_of_task_id
+from tjobs.errors import Conflict, DuplicateKey, NotFound, TjobsError, VersionConflict
+from tjobs.model import (
+    App,
+    DueTask,
+    FireIntent,
+    FireOutcome,
+    Flow,
+    FlowStatus,
+    FlowUpdate,
+    MisfirePolicy,
+    Task,
+)
+from tjobs.settings import StorageSettings
+from tjobs.stores.base import FirePlanner, TaskStore
+from tjobs.stores.schema import (
+    app_from_row,
+    app_to_row,
+    clip_error,
+    flow_from_row,
+    flow_to_row,
+    task_from_row,
+    task_to_row,
+)
+from tjobs.stores.sql_fire import FireTransaction
+from tjobs.stores.sql_layout import (
+    MYSQL,
+    WRITE_OPTION,
+    DatabaseHome,
+    Layout,
+    ShardTables,
+    create_engine_for,
+    is_unavailable,
+    unavailable,
+)
+
+T = TypeVar("T")
+
+_OPEN = (FlowStatus.PENDING.value, FlowStatus.SENDING.value)
+_TERMINAL = tuple(s.value for s in FlowStatus if s.terminal)
+_INSERT_RETRIES = 3
+
+
+class SQLAlchemyTaskStore(TaskStore):
+    def __init__(self, settings: StorageSettings) -> None:
+        self.settings = settings
+        self.layout = Layout(settings)
+        self.topology = self.layout.topology
+        self._engines: dict[str, AsyncEngine] = {}
+        self._writers: dict[str, AsyncEngine] = {}
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._engines:
+            return
+        for url in self.layout.engine_urls():
+            engine = create_engine_for(url, self.settings)
+            self._engines[url] = engine
+            self._writers[url] = engine.execution_options(**{WRITE_OPTION: True})
+
+    async def close(self) -> None:
+        engines = list(self._engines.values())
+        self._engines.clear()
+        self._writers.clear()
+        await asyncio.gather(*(engine.dispose() for engine in engines))
+
+    async def ping(self) -> None:
+        async def one(url: str) -> None:
+            async with self._connect(url) as conn:
+                await conn.execute(text("SELECT 1"))
+
+        await asyncio.gather(*(one(url) for url in self._engines))
+
+    async def database_now_ms(self) -> int:
+        if self.layout.dialect != MYSQL:
+            return time.time_ns() // 1_000_000  # embedded: the local clock is the database clock
+        async with self._connect(self.layout.databases[0].engine_url) as conn:
+            value = (await conn.execute(text("SELECT UNIX_TIMESTAMP(NOW(3)) * 1000"))).scalar_one()
+        return int(value)
+
+    # ---- connections ----------------------------------------------------------------------------
+
+    def _engine(self, url: str, write: bool) -> AsyncEngine:
+        engines = self._writers if write else self._engines
+        try:
+            return engines[url]
+        except KeyError:
+            raise RuntimeError("the store is not started; call start() first") from None
+
+    @asynccontextmanager
+    async def _connect(self, url: str) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads (a deferred transaction, rolled back at the end)."""
+        try:
+            async with self._engine(url, write=False).connect() as conn:
+                yield conn
+        except TjobsError:
+            raise
+        except Exception as error:
+            if is_unavailable(error):
+                raise unavailable(url, error) from error
+            raise
+
+    @asynccontextmanager
+    async def _write(self, url: str) -> AsyncIterator[AsyncConnection]:
+        """A write transaction, committed when the block exits cleanly (SQLite: ``BEGIN IMMEDIATE``)."""
+        try:
+            async with self._engine(url, write=True).begin() as conn:
+                yield conn
+        except TjobsError:
+            raise
+        except Exception as error:
+            if is_unavailable(error):
+                raise unavailable(url, error) from error
+            raise
+
+    def _shard(self, shard: int) -> ShardTables:
+        if not 0 <= shard < self.topology.shard_count:
+            raise ValueError(f"shard {shard} is outside 0..{self.topology.shard_count - 1}")
+        return self.layout.shards[shard]
+
+    def _shard_of_task(self, task_id: int) -> ShardTables | None:
+        if task_id <= 0:
+            return None
+        shard = shard_of_task_id(task_id)
+        return self.layout.shards[shard] if shard < self.topology.shard_count else None
+
+    async def _per_database(self, jobs: dict[DatabaseHome, Awaitable[T]]) -> list[T]:
+        return list(await asyncio.gather(*jobs.values()))
+
+    # ---- apps -------------------------------------------------------------------------------------
+
+    async def put_app(self, app: App) -> None:
+        apps = self.layout.apps
+        row = app_to_row(app)
+        values = {k: v for k, v in row.items() if k != "id"}
+        for _ in range(_INSERT_RETRIES):
+            try:
+                async with self._write(self.layout.apps_database.engine_url) as conn:
+                    opts = self.layout.apps_options
+                    result = await conn.execute(
+                        update(apps).where(apps.c.id == app.id).values(**values), execution_options=opts
+                    )
+                    if result.rowcount == 0:
+                        await conn.execute(insert(apps), [row], execution_options=opts)
+                return
+            except sa_exc.IntegrityError as error:
+                holder = await self.find_app_by_key_hash(app.api_key_hash)
+                if holder is not None and holder.id != app.id:
+                    raise Conflict(f"another app already uses this API key hash ({app.id})") from error
+        raise Conflict(f"app {app.id} is being written concurrently; retry")
+
+    async def get_app(self, app_id: str) -> App | None:
+        apps = self.layout.apps
+        return await self._one_app(select(apps).where(apps.c.id == app_id))
+
+    async def find_app_by_key_hash(self, api_key_hash: str) -> App | None:
+        apps = self.layout.apps
+        return await self._one_app(select(apps).where(apps.c.api_key_hash == api_key_hash))
+
+    async def _one_app(self, statement: Any) -> App | None:
+        async with self._connect(self.layout.apps_database.engine_url) as conn:
+            result = await conn.execute(statement, execution_options=self.layout.apps_options)
+            row = result.mappings().first()
+        return None if row is None else app_from_row(row)
+
+    async def list_apps(self) -> list[App]:
+        apps = self.layout.apps
+        async with self._connect(self.layout.apps_database.engine_url) as conn:
+            statement = select(apps).order_by(apps.c.id)
+            rows = await conn.execute(statement, execution_options=self.layout.apps_options)
+            return [app_from_row(row) for row in rows.mappings()]
+
+    # ---- tasks ------------------------------------------------------------------------------------
+
+    def _check_routing(self, task: Task) -> ShardTables:
+        home = self._shard_of_task(task.id)
+        if home is None:
+            raise ValueError(f"task id {task.id} names no shard of topology {self.topology}")
+        if task.key is not None:
+            key_shard = shard_for_key(task.app_id, task.key, self.topology.shard_count)
+            if key_shard != home.shard:
+                raise ValueError(f"task {task.id} has key {task.key!r} of shard {key_shard}, "
+                                 f"not {home.shard}")
+        return home
+
+    async def insert_task(self, task: Task) -> Task:
+        home = self._check_routing(task)
+        for _ in range(_INSERT_RETRIES):
+            try:
+                async with self._write(home.database.engine_url) as conn:
+                    await conn.execute(
+                        insert(home.tasks), [task_to_row(task)], execution_options=home.options
+                    )
+                return replace(task)
+            except sa_exc.IntegrityError as error:
+                await self._raise_insert_conflict(task, error)
+        raise Conflict(f"task {task.id} could not be stored after {_INSERT_RETRIES} attempts; retry")
+
+    async def _raise_insert_conflict(self, task: Task, error: Exception) -> None:
+        """Explain a failed insert: the key is taken (DuplicateKey) or the id is (Conflict).
+
+        Returns (so the caller retries) only if neither holds any more: the holder was just deleted.
+        """
+        if task.key is not None:
+            existing = await self.find_task_by_key(task.app_id, task.key)
+            if existing is not None:
+                raise DuplicateKey(task.app_id, task.key, existing.id) from error
+        if await self.get_task(task.id) is not None:
+            raise Conflict(f"task id {task.id} already exists") from error
+
+    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
+        results: list[Task | int | None] = [None] * len(tasks)
+        by_database: dict[DatabaseHome, list[int]] = defaultdict(list)
+        for index, task in enumerate(tasks):
+            by_database[self._check_routing(task).database].append(index)
+        await self._per_database({
+            home: self._insert_batch(home, [(i, tasks[i]) for i in indexes], results)
+            for home, indexes in by_database.items()
+        })
+        return [r for r in results if r is not None]
+
+    async def _insert_batch(
+        self, home: DatabaseHome, items: list[tuple[int, Task]], results: list[Task | int | None]
+    ) -> None:
+        """One transaction for the database's share of the batch; item by item if it conflicts."""
+        by_shard: dict[int, list[tuple[int, Task]]] = defaultdict(list)
+        for index, task in items:
+            by_shard[shard_of_task_id(task.id)].append((index, task))
+        try:
+            async with self._write(home.engine_url) as conn:
+                staged: dict[int, Task | int] = {}
+                for shard, shard_items in sorted(by_shard.items()):
+                    await self._insert_shard_items(conn, self.layout.shards[shard], shard_items, staged)
+            for index, outcome in staged.items():
+                results[index] = outcome
+            return
+        except sa_exc.IntegrityError:
+            pass  # a concurrent writer took a key or an id: settle each item on its own
+        for index, task in items:
+            try:
+                results[index] = await self.insert_task(task)
+            except DuplicateKey as duplicate:
+                results[index] = duplicate.existing_task_id
+
+    async def _insert_shard_items(
+        self, conn: AsyncConnection, home: ShardTables, items: list[tuple[int, Task]],
+        staged: dict[int, Task | int],
+    ) -> None:
+        tasks_t = home.tasks
+        keyed = {(t.app_id, t.key) for _, t in items if t.key is not None}
+        taken: dict[tuple[str, str], int] = {}
+        if keyed:
+            rows = await conn.execute(
+                select(tasks_t.c.app_id, tasks_t.c.idem_key, tasks_t.c.id).where(
+                    tuple_(tasks_t.c.app_id, tasks_t.c.idem_key).in_(sorted(keyed))
+                ),
+                execution_options=home.options,
+            )
+            taken = {(row.app_id, row.idem_key): int(row.id) for row in rows}
+        new_rows: list[dict[str, Any]] = []
+        for index, task in items:
+            if task.key is not None and (task.app_id, task.key) in taken:
+                staged[index] = taken[(task.app_id, task.key)]
+                continue
+            if task.key is not None:
+                taken[(task.app_id, task.key)] = task.id  # a later item with the same key gets this id
+            staged[index] = replace(task)
+            new_rows.append(task_to_row(task))
+        if new_rows:
+            await conn.execute(insert(tasks_t), new_rows, execution_options=home.options)
+
+    async def get_task(self, task_id: int) -> Task | None:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return None
+        async with self._connect(home.database.engine_url) as conn:
+            return await self._read_task(conn, home, task_id)
+
+    async def _read_task(self, conn: AsyncConnection, home: ShardTables, task_id: int) -> Task | None:
+        statement = select(home.tasks).where(home.tasks.c.id == task_id)
+        row = (await conn.execute(statement, execution_options=home.options)).mappings().first()
+        return None if row is None else task_from_row(row)
+
+    async def find_task_by_key(self, app_id: str, key: str) -> Task | None:
+        home = self.layout.shards[shard_for_key(app_id, key, self.topology.shard_count)]
+        tasks_t = home.tasks
+        statement = select(tasks_t).where(tasks_t.c.app_id == app_id, tasks_t.c.idem_key == key)
+        async with self._connect(home.database.engine_url) as conn:
+            row = (await conn.execute(statement, execution_options=home.options)).mappings().first()
+        return None if row is None else task_from_row(row)
+
+    async def update_task(self, task: Task, expected_version: int) -> Task:
+        home = self._shard_of_task(task.id)
+        if home is None:
+            raise NotFound("task", task.id)
+        tasks_t = home.tasks
+        row = task_to_row(task)
+        mutable = ("name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status",
+                   "next_run_at", "fire_count", "updated_at")
+        statement = (
+            update(tasks_t)
+            .where(tasks_t.c.id == task.id, tasks_t.c.version == expected_version)
+            .values({**{name: row[name] for name in mutable}, "version": expected_version + 1})
+        )
+        async with self._write(home.database.engine_url) as conn:
+            result = await conn.execute(statement, execution_options=home.options)
+            stored = await self._read_task(conn, home, task.id)
+        if result.rowcount == 1 and stored is not None:
+            return stored
+        if stored is None:
+            raise NotFound("task", task.id)
+        raise VersionConflict(task.id, expected_version, stored.version)
+
+    async def delete_task(self, task_id: int) -> bool:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return False
+        async with self._write(home.database.engine_url) as conn:
+            result = await conn.execute(
+                delete(home.tasks).where(home.tasks.c.id == task_id), execution_options=home.options
+            )
+        return bool(result.rowcount)
+
+    async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
+        home = self._shard(shard)
+        tasks_t = home.tasks
+        statement = select(tasks_t).where(tasks_t.c.app_id == app_id)
+        if after_id is not None:
+            statement = statement.where(tasks_t.c.id > after_id)
+        statement = statement.order_by(tasks_t.c.id).limit(limit)
+        async with self._connect(home.database.engine_url) as conn:
+            rows = await conn.execute(statement, execution_options=home.options)
+            return [task_from_row(row) for row in rows.mappings()]
+
+    # ---- loading ----------------------------------------------------------------------------------
+
+    async def load_due(
+        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+    ) -> list[DueTask]:
+        home = self._shard(shard)
+        c = home.tasks.c
+        statement = select(c.id, c.next_run_at, c.version, c.app_id, c.misfire_policy).where(
+            c.status == "active", c.next_run_at < before_ms
+        )
+        if after is not None:
+            after_at, after_id = after
+            # The redundant lower bound keeps this a range scan of (status, next_run_at).
+            statement = statement.where(
+                c.next_run_at >= after_at, or_(c.next_run_at > after_at, and_(c.next_run_at == after_at,
+                                                                              c.id > after_id))
+            )
+        statement = statement.order_by(c.next_run_at, c.id).limit(limit)
+        async with self._connect(home.database.engine_url) as conn:
+            rows = await conn.execute(statement, execution_options=home.options)
+            return [
+                DueTask(int(r.id), int(r.next_run_at), int(r.version), r.app_id,
+                        MisfirePolicy(r.misfire_policy))
+                for r in rows
+            ]
+
+    def load_due_statement(self, shard: int, before_ms: int, limit: int) -> Any:
+        """The cycle-load query, exposed so tests can EXPLAIN it."""
+        home = self._shard(shard)
+        c = home.tasks.c
+        return (
+            select(c.id, c.next_run_at, c.version, c.app_id, c.misfire_policy)
+            .where(c.status == "active", c.next_run_at < before_ms)
+            .order_by(c.next_run_at, c.id)
+            .limit(limit)
+        )
+
+    async def count_active(self, shard: int) -> int:
+        home = self._shard(shard)
+        statement = select(func.count()).select_from(home.tasks).where(home.tasks.c.status == "active")
+        async with self._connect(home.database.engine_url) as conn:
+            return int((await conn.execute(statement, execution_options=home.options)).scalar_one())
+
+    # ---- the fire transaction -------------------------------------------------------------------
+
+    async def commit_fires(
+        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner
+    ) -> list[FireOutcome]:
+        outcomes: list[FireOutcome] = [FireOutcome(intent, None, []) for intent in intents]
+        by_engine: dict[str, list[tuple[int, ShardTables]]] = defaultdict(list)
+        for index, intent in enumerate(intents):
+            home = self._shard_of_task(intent.task_id)
+            if home is not None:  # an id outside the topology names no row: a failed CAS
+                by_engine[home.database.engine_url].append((index, home))
+
+        async def run(url: str, items: list[tuple[int, ShardTables]]) -> None:
+            fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner)
+            try:
+                await fire.run(lambda: self._engine(url, write=True).begin())
+            except TjobsError:
+                raise
+            except Exception as error:
+                if is_unavailable(error):
+                    raise unavailable(url, error) from error
+                raise
+            for index, outcome in fire.outcomes.items():
+                outcomes[index] = outcome
+
+        results = await asyncio.gather(*(run(url, items) for url, items in by_engine.items()),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return outcomes
+
+    # ---- flows --------------------------------------------------------------------------------------
+
+    async def insert_manual_flow(self, task_id: int, flow: Flow) -> Flow:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            raise NotFound("task", task_id)
+        stored = replace(flow, task_id=task_id, last_error=clip_error(flow.last_error))
+        try:
+            async with self._write(home.database.engine_url) as conn:
+                await conn.execute(insert(home.flows), [flow_to_row(stored)], execution_options=home.options)
+        except sa_exc.IntegrityError as error:
+            raise Conflict(f"flow {stored.id} already exists") from error
+        return stored
+
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        # Sequential semantics per flow: the first terminal update wins, else the last one.
+        final: dict[tuple[int, int], FlowUpdate] = {}
+        for item in updates:
+            key = (item.task_id, item.scheduled_at_ms)
+            current = final.get(key)
+            if current is None or not current.status.terminal:
+                final[key] = item
+        by_database: dict[DatabaseHome, dict[int, list[FlowUpdate]]] = defaultdict(lambda: defaultdict(list))
+        for item in final.values():
+            home = self._shard_of_task(item.task_id)
+            if home is not None:
+                by_database[home.database][home.shard].append(item)
+        await self._per_database({
+            database: self._record_updates(database, shards, now_ms)
+            for database, shards in by_database.items()
+        })
+
+    async def _record_updates(
+        self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int
+    ) -> None:
+        async with self._write(database.engine_url) as conn:
+            for shard, items in sorted(shards.items()):
+                home = self.layout.shards[shard]
+                groups: dict[tuple[Any, ...], list[tuple[int, int]]] = defaultdict(list)
+                for u in items:
+                    values = (u.status.value, u.attempts, u.next_attempt_at_ms, u.last_status_code,
+                              clip_error(u.last_error))
+                    groups[values].append((u.task_id, u.scheduled_at_ms))
+                c = home.flows.c
+                for (status, attempts, next_at, code, error), keys in groups.items():
+                    statement = (
+                        update(home.flows)
+                        .where(
+                            tuple_(c.task_id, c.scheduled_at).in_(sorted(keys)),
+                            c.status.in_(_OPEN),
+                        )
+                        .values(status=status, attempts=attempts, next_attempt_at=next_at,
+                                last_status_code=code, last_error=error, updated_at=now_ms)
+                    )
+                    await conn.execute(statement, execution_options=home.options)
+
+    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return None
+        c = home.flows.c
+        statement = select(home.flows).where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms)
+        async with self._connect(home.database.engine_url) as conn:
+            row = (await conn.execute(statement, execution_options=home.options)).mappings().first()
+        return None if row is None else flow_from_row(row)
+
+    async def list_flows(
+        self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None
+    ) -> list[Flow]:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return []
+        c = home.flows.c
+        statement = select(home.flows).where(c.task_id == task_id)
+        if before_scheduled_at_ms is not None:
+            statement = statement.where(c.scheduled_at < before_scheduled_at_ms)
+        statement = statement.order_by(c.scheduled_at.desc()).limit(limit)
+        async with self._connect(home.database.engine_url) as conn:
+            rows = await conn.execute(statement, execution_options=home.options)
+            return [flow_from_row(row) for row in rows.mappings()]
+
+    async def list_flows_by_status(
+        self, shard: int, status: FlowStatus, app_id: str | None, limit: int,
+        after: tuple[int, int] | None = None,
+    ) -> list[Flow]:
+        home = self._shard(shard)
+        c = home.flows.c
+        statement = select(home.flows).where(c.status == status.value)
+        if app_id is not None:
+            statement = statement.where(c.app_id == app_id)
+        if after is not None:
+            after_task, after_at = after
+            statement = statement.where(
+                c.task_id >= after_task,
+                or_(c.task_id > after_task, and_(c.task_id == after_task, c.scheduled_at > after_at)),
+            )
+        statement = statement.order_by(c.task_id, c.scheduled_at).limit(limit)
+        async with self._connect(home.database.engine_url) as conn:
+            rows = await conn.execute(statement, execution_options=home.options)
+            return [flow_from_row(row) for row in rows.mappings()]
+
+    async def lease_stale_flows(
+        self, shard: int, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[Flow, Task | None]]:
+        home = self._shard(shard)
+        c = home.flows.c
+        lease_until = now_ms + lease_ms
+        async with self._write(home.database.engine_url) as conn:
+            # One query per open status: each is an ordered range scan of (status, next_attempt_at)
+            # (the primary key breaks ties), so MariaDB locks only the rows it returns and a
+            # concurrent caller skips them (SKIP LOCKED) instead of waiting or sharing them.
+            rows: list[Any] = []
+            for status in _OPEN:
+                pick = (
+                    select(home.flows)
+                    .where(c.status == status, c.next_attempt_at <= now_ms)
+                    .order_by(c.next_attempt_at, c.task_id, c.scheduled_at)
+                    .limit(limit)
+                    .with_for_update(skip_locked=True)
+                )
+                rows += (await conn.execute(pick, execution_options=home.options)).mappings().all()
+            rows.sort(key=lambda r: (r["next_attempt_at"], r["task_id"], r["scheduled_at"]))
+            rows = rows[:limit]
+            if not rows:
+                return []
+            flows = [replace(flow_from_row(row), next_attempt_at_ms=lease_until) for row in rows]
+            keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
+            await conn.execute(
+                update(home.flows)
+                .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
+                .values(next_attempt_at=lease_until),
+                execution_options=home.options,
+            )
+            task_ids = sorted({f.task_id for f in flows})
+            task_rows = await conn.execute(
+                select(home.tasks).where(home.tasks.c.id.in_(task_ids)), execution_options=home.options
+            )
+            tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
+        return [(flow, tasks.get(flow.task_id)) for flow in flows]
+
+    # ---- retention ----------------------------------------------------------------------------------
+
+    async def purge(self, shard: int, finished_before_ms: int, limit: int) -> int:
+        if limit <= 0:
+            return 0
+        home = self._shard(shard)
+        f = home.flows.c
+        t = home.tasks.c
+        opts = home.options
+        async with self._write(home.database.engine_url) as conn:
+            old_flows = (await conn.execute(
+                select(f.task_id, f.scheduled_at)
+                .where(f.status.in_(_TERMINAL), f.scheduled_at < finished_before_ms)
+                .limit(limit),
+                execution_options=opts,
+            )).all()
+            purged = 0
+            if old_flows:
+                result = await conn.execute(
+                    delete(home.flows).where(
+                        tuple_(f.task_id, f.scheduled_at).in_([tuple(r) for r in old_flows]),
+                        f.status.in_(_TERMINAL),
+                    ),
+                    execution_options=opts,
+                )
+                purged += result.rowcount
+            room = limit - purged
+            if room > 0:
+                old_tasks = (await conn.execute(
+                    select(t.id)
+                    .where(t.status == "completed", t.updated_at < finished_before_ms)
+                    .limit(room),
+                    execution_options=opts,
+                )).scalars().all()
+                if old_tasks:
+                    result = await conn.execute(
+                        delete(home.tasks).where(
+                            t.id.in_(bindparam("ids", expanding=True)), t.status == "completed"
+                        ),
+                        {"ids": list(old_tasks)},
+                        execution_options=opts,
+                    )
+                    purged += result.rowcount
+        return purged
