@@ -221,3 +221,20 @@ def test_one_shot_fires_once_at_its_instant(kind: ScheduleKind) -> None:
     assert schedule.first_fire(at + HOUR) == at  # even when already past: validation decides
     assert schedule.occurrences_between(0, at + DAY, 10) == [at]
     assert schedule.max_fires is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.integers(0, 10**6),
+    every=st.integers(1, 1000),
+    end=st.none() | st.integers(0, 10**6),
+    after=st.integers(-1000, 10**6),
+    span=st.integers(0, 20_000),
+    limit=st.integers(0, 50),
+)
+def test_interval_occurrences_between_is_the_generic_walk_in_closed_form(
+    start: int, every: int, end: int | None, after: int, span: int, limit: int
+) -> None:
+    schedule = IntervalSchedule(every_ms=every, start_at_ms=start, end_at_ms=end)
+    walked = Schedule.occurrences_between(schedule, after, after + span, limit)
+    assert schedule.occurrences_between(after, after + span, limit) == walked

@@ -36,3 +36,10 @@ class IntervalSchedule(Schedule):
 
     def first_fire(self, now_ms: int) -> int | None:
         return self.next_fire(now_ms - 1)
+
+    def occurrences_between(self, after_ms: int, until_ms: int, limit: int) -> list[int]:
+        first = self.next_fire(after_ms)
+        if first is None or limit <= 0:
+            return []
+        last = until_ms if self.end_at_ms is None else min(until_ms, self.end_at_ms)
+        return list(range(first, last + 1, self.every_ms)[:limit])
