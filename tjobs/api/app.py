@@ -159,6 +159,19 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
             return _error(503, "not_ready", "node owns no jobs yet")
         return {"status": "ready", "jobs": len(node.runner.owned), "cluster": node.coordinator.describe()}
 
+    @api.get("/v1/cluster", tags=["operations"])
+    async def cluster() -> Any:
+        stats = node.runner.stats
+        return {
+            **node.coordinator.describe(),
+            "node_id": node.node_id,
+            "jobs": sorted(node.runner.owned),
+            "fires_committed": stats.fires_committed,
+            "cas_rejected": stats.cas_rejected,
+            "wheel_tasks": len(node.runner.wheel),
+            "fire_backlog": node.runner.backlog,
+        }
+
     @api.get("/metrics", tags=["operations"])
     async def metrics() -> Response:
         node.refresh_gauges()
