@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import tomllib
 from collections import Counter
@@ -18,6 +19,7 @@ from tjobs.bench.report import (
     Percentiles,
     Registration,
     account,
+    emit,
     percentile,
     render_table,
     to_json,
@@ -276,3 +278,14 @@ def test_node_config_is_toml_the_settings_accept() -> None:
     assert parsed.storage.urls == ['sqlite+aiosqlite:////tmp/a "b"'] and parsed.storage.topology == "2x2x4"
     assert (parsed.api.host, parsed.api.port, parsed.api.admin_key) == ("127.0.0.2", 18080, "k")
     assert parsed.allow_loopback_callbacks and parsed.scheduler.tick_ms == 5
+
+
+def test_emit_prints_json_on_stdout_and_warnings_on_the_console() -> None:
+    result = fire_result()
+    result.warnings.append("lead too short")
+    console, out = Console(record=True, width=100), io.StringIO()
+    summary = emit(result, console, as_json=True, out=out)
+    assert json.loads(out.getvalue()) == summary
+    assert "lead too short" in console.export_text()
+    emit(result, console, as_json=False, out=out)
+    assert "fires/s (sustained)" in console.export_text() and out.getvalue().count("\n") == 1

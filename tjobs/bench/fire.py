@@ -22,8 +22,9 @@ import itertools
 import math
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
@@ -40,9 +41,20 @@ DISCARD_CALLBACK_URL = "http://127.0.0.1:9/cb"
 MAX_ERROR_SAMPLES = 5
 PROBE_MIN, PROBE_MAX = 200, 2000  # creates in the probe that sizes the lead time
 
+T = TypeVar("T")
+
 
 class BenchError(TjobsError):
     """The bench could not run: the node refused the app, the sink did not start, an endpoint is missing."""
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run a bench coroutine on uvloop when it is installed (about 15% less client CPU per request)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def default_lead_s(tasks: int, register_rate: float | None) -> float:

@@ -21,6 +21,7 @@ Definitions (the JSON keys say the same):
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -28,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -333,6 +334,23 @@ def _pair(first: float | None, second: float | None) -> str | None:
     if first is None or second is None:
         return None
     return f"{first:,.1f} / {second:,.1f}" if isinstance(first, float) else f"{first:,} / {second:,}"
+
+
+def emit(
+    result: BenchResult, console: Console, *, as_json: bool, out: TextIO | None = None
+) -> dict[str, Any]:
+    """Show a result: with ``as_json`` one JSON object on ``out`` (stdout), else the table on ``console``;
+    warnings always go to ``console`` (meant to be stderr, so stdout stays parseable). Returns the object."""
+    summary = to_json(result)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    if as_json:
+        stream = out or sys.stdout
+        stream.write(json.dumps(summary) + "\n")
+        stream.flush()
+    else:
+        console.print(render_table(summary))
+    return summary
 
 
 @contextmanager
