@@ -135,10 +135,13 @@ class Layout:
 
 def _server_url(url: str) -> str:
     """The server URL without a database, on the asyncmy driver, in utf8mb4."""
-    parsed = make_url(url).set(drivername="mysql+asyncmy", database=None)
+    parsed = make_url(url)
     query = dict(parsed.query)
     query.setdefault("charset", "utf8mb4")
-    return parsed.set(query=query).render_as_string(hide_password=False)
+    server = URL.create(
+        "mysql+asyncmy", parsed.username, parsed.password, parsed.host, parsed.port, None, query
+    )
+    return server.render_as_string(hide_password=False)
 
 
 def _sqlite_file_url(url: str, name: str) -> str:
