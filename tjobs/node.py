@@ -27,6 +27,7 @@ from tjobs.scheduler.compensator import Compensator
 from tjobs.scheduler.retention import RetentionSweeper
 from tjobs.scheduler.runner import JobRunner
 from tjobs.settings import Settings
+from tjobs.ssrf import AllowList, TargetGuard, allow_list_of_app
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
 from tjobs.tasks import TaskService
@@ -65,7 +66,11 @@ class Node:
         self.hotpath: HotPath = parts.hotpath or LocalHotPath()
         self.metrics = Metrics()
         self.apps = AppDirectory(self.store, self.clock)
-        self.sender = CallbackSender(settings.callbacks)
+        # SSRF: every send re-judges the target and connects only to the judged addresses.
+        self.guard = TargetGuard(self._allow_list_of, allow_loopback=settings.allow_loopback_callbacks)
+        self.sender = CallbackSender(
+            settings.callbacks, policy=self.guard.policy, resolver=self.guard.resolver
+        )
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight)
         self.deliverer = Deliverer(self.store, self.sender, self.limiter, settings.callbacks, self.clock)
         scheduler = settings.scheduler
@@ -120,6 +125,10 @@ class Node:
         await self.sender.close()
         await self.store.close()
         logger.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
+
+    async def _allow_list_of(self, app_id: str) -> AllowList:
+        app = self.apps.cached(app_id) or await self.apps.get(app_id)
+        return allow_list_of_app(app.settings)
 
     def _owned_jobs(self) -> frozenset[int]:
         return self.runner.owned

@@ -84,10 +84,12 @@ class CallbackSender:
         clock: Clock | None = None,
         policy: TargetPolicy | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        resolver: aiohttp.abc.AbstractResolver | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock or SystemClock()
         self._policy = policy
+        self._resolver = resolver  # e.g. tjobs.ssrf.GuardedResolver: connect only to judged addresses
         self._max_body_bytes = max_body_bytes
         self._max_retry_after_ms = settings.max_retry_after_s * 1000
         self._session: aiohttp.ClientSession | None = None
@@ -101,6 +103,9 @@ class CallbackSender:
             limit_per_host=0,
             ttl_dns_cache=60,
             keepalive_timeout=30,
+            # A custom resolver is asked on every new connection (its answers may be per request).
+            resolver=self._resolver,
+            use_dns_cache=self._resolver is None,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
