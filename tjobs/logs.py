@@ -40,3 +40,5 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for chatty in ("alembic", "aiosqlite", "asyncio"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
