@@ -210,9 +210,12 @@ async def register(
                 outcome.error(len(indices), f"{type(error).__name__}: {error}")
                 ids = []
             else:
+                if len(ids) != len(indices):  # a batch answer that does not line up: keep what does
+                    outcome.error(len(indices) - len(ids), f"{len(indices)} creates answered {len(ids)} ids")
+                    ids = ids[: len(indices)]
                 now_ms = time.time_ns() // 1_000_000
                 outcome.task_ids.extend(ids)
-                outcome.indices.extend(indices)
+                outcome.indices.extend(indices[: len(ids)])
                 outcome.done_ms.extend(itertools.repeat(now_ms, len(ids)))
             outcome.latencies_ms.append((time.perf_counter() - sent) * 1000)
             if progress and outcome.attempted - reported >= step:
