@@ -211,7 +211,8 @@ async def register(
                 ids = []
             else:
                 if len(ids) != len(indices):  # a batch answer that does not line up: keep what does
-                    outcome.error(len(indices) - len(ids), f"{len(indices)} creates answered {len(ids)} ids")
+                    message = f"{len(indices)} creates answered {len(ids)} ids"
+                    outcome.error(max(0, len(indices) - len(ids)), message)
                     ids = ids[: len(indices)]
                 now_ms = time.time_ns() // 1_000_000
                 outcome.task_ids.extend(ids)
