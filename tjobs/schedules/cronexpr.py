@@ -100,10 +100,6 @@ class CronPattern:
                     found = first * SECONDS_PER_DAY + self._first_sod
                     return found if found <= limit_s else None
 
-    def matches(self, wall_s: int) -> bool:
-        """Whether the wall second itself matches (used by tests and validation)."""
-        return self.next_at_or_after(wall_s, wall_s) == wall_s
-
     def _next_sod(self, sod: int) -> int | None:
         """The first matching second of the day ``>= sod``, or ``None`` if the day has no more."""
         hours, minutes, seconds = self._hours, self._minutes, self._seconds
