@@ -1,0 +1,275 @@
+"""A real cluster on one machine for tests and benchmarks: services from ``scripts/cluster.sh infra``,
+node processes (``python -m tjobs.cli serve --config FILE``) started and signalled from here.
+
+Only processes started here (nodes) or by ``cluster.sh`` for this state directory (its etcd and Redis,
+whose PIDs it records) are ever signalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tjobs.bench.node_process import _merge, free_port, to_toml
+from tjobs.clock import iso_ms
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_SH = REPO / "scripts" / "cluster.sh"
+ADMIN_KEY = "tja_rig_admin_" + "x" * 16
+
+
+@dataclass(frozen=True)
+class Infra:
+    state_dir: Path
+    storage_urls: list[str]
+    etcd_url: str
+    redis_url: str
+    env: dict[str, str]
+
+    def pid(self, name: str) -> int | None:
+        try:
+            pid = int((self.state_dir / f"{name}.pid").read_text().strip())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    def ensure(self) -> None:
+        """(Re)start whatever of this state directory's services does not answer."""
+        subprocess.run([str(CLUSTER_SH), "infra"], env=self.env, check=True, capture_output=True, timeout=180)
+
+
+def start_infra(
+    state_dir: Path, *, etcd_port: int = 23795, redis_port: int = 6395, mysql_ports: str = "3307 3308"
+) -> Infra:
+    env = {
+        **os.environ,
+        "TJOBS_CLUSTER_DIR": str(state_dir),
+        "TJOBS_CLUSTER_ETCD_PORT": str(etcd_port),
+        "TJOBS_CLUSTER_REDIS_PORT": str(redis_port),
+        "TJOBS_CLUSTER_MYSQL_PORTS": mysql_ports,
+    }
+    done = subprocess.run([str(CLUSTER_SH), "infra"], env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/cluster.sh infra failed:\n{done.stderr[-3000:]}")
+    values = dict(line.split("=", 1) for line in (state_dir / "env").read_text().splitlines() if "=" in line)
+    return Infra(
+        state_dir,
+        json.loads(values["TJOBS_CLUSTER_STORAGE_URLS"]),
+        values["TJOBS_CLUSTER_ETCD_URL"],
+        values["TJOBS_CLUSTER_REDIS_URL"],
+        env,
+    )
+
+
+@dataclass
+class NodeProc:
+    index: int
+    port: int
+    config: Path
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def node_id(self) -> str:
+        return f"node{self.index}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class ClusterRig:
+    infra: Infra
+    work_dir: Path
+    name: str
+    db_prefix: str
+    topology: str = "2x2x4"
+    hot_tier: str = "redis"
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    nodes: dict[int, NodeProc] = field(default_factory=dict)
+
+    def settings(self, index: int, port: int) -> dict[str, Any]:
+        base: dict[str, Any] = {
+            "node_id": f"node{index}",
+            "allow_loopback_callbacks": True,
+            "storage": {"urls": self.infra.storage_urls, "topology": self.topology,
+                        "database_prefix": self.db_prefix},
+            "api": {"host": "127.0.0.1", "port": port, "admin_key": ADMIN_KEY},
+            "scheduler": {"cycle_s": 10, "load_lead_s": 3, "tick_ms": 10},
+            "compensator": {"interval_s": 1.0, "grace_s": 3.0},
+            "callbacks": {"backoff_base_ms": 200, "backoff_max_ms": 2000, "timeout_ms": 2000},
+            "cluster": {
+                "etcd_endpoints": [self.infra.etcd_url], "redis_url": self.infra.redis_url,
+                "hot_tier": self.hot_tier, "name": self.name, "zone": "abc"[(index - 1) % 3],
+                "lease_ttl_s": 5, "sync_interval_ms": 100, "hot_poll_interval_ms": 100,
+            },
+        }
+        return _merge(base, self.overrides)
+
+    def _write_config(self, index: int) -> NodeProc:
+        node = self.nodes.get(index)
+        if node is None:
+            port = free_port()
+            config = self.work_dir / f"node{index}.toml"
+            config.write_text(to_toml(self.settings(index, port)))
+            node = NodeProc(index, port, config, self.work_dir / f"node{index}.log")
+            self.nodes[index] = node
+        return node
+
+    def migrate(self) -> None:
+        node = self._write_config(1)
+        subprocess.run([sys.executable, "-m", "tjobs.cli", "migrate", "--config", str(node.config)],
+                       check=True, capture_output=True, timeout=600, cwd=REPO)
+
+    def start(self, index: int) -> NodeProc:
+        node = self._write_config(index)
+        with node.log.open("ab") as log:
+            node.process = subprocess.Popen(
+                [sys.executable, "-m", "tjobs.cli", "serve", "--config", str(node.config)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            )
+        return node
+
+    def signal(self, index: int, sig: signal.Signals) -> None:
+        node = self.nodes[index]
+        if node.alive():
+            os.kill(node.pid, sig)
+
+    def kill(self, index: int) -> None:
+        self.signal(index, signal.SIGKILL)
+        process = self.nodes[index].process
+        if process is not None:
+            process.wait(10)
+
+    def stop(self, index: int, timeout_s: float = 15.0) -> None:
+        node = self.nodes[index]
+        if node.process is None or node.process.poll() is not None:
+            return
+        node.process.send_signal(signal.SIGCONT)
+        node.process.send_signal(signal.SIGTERM)
+        try:
+            node.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            node.process.kill()
+            node.process.wait()
+
+    def stop_all(self) -> None:
+        for index in list(self.nodes):
+            self.stop(index)
+
+    def live(self) -> list[NodeProc]:
+        return [n for n in self.nodes.values() if n.alive()]
+
+    def tail(self, index: int, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.nodes[index].log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Api:
+    """Async HTTP helpers against the cluster's nodes."""
+
+    def __init__(self, rig: ClusterRig) -> None:
+        self.rig = rig
+        self.http = httpx.AsyncClient(timeout=10.0)
+        self.api_key = ""
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def view(self, node: NodeProc) -> dict[str, Any]:
+        reply = await self.http.get(f"{node.base_url}/v1/cluster", timeout=2.0)
+        reply.raise_for_status()
+        result: dict[str, Any] = reply.json()
+        return result
+
+    async def wait_healthy(self, node: NodeProc, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not node.alive():
+                raise RuntimeError(f"{node.node_id} exited:\n{self.rig.tail(node.index)}")
+            try:
+                if (await self.http.get(f"{node.base_url}/healthz", timeout=1.0)).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"{node.node_id} not healthy within {timeout_s} s:\n{self.rig.tail(node.index)}")
+
+    async def wait_stable(self, expected_nodes: int, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Until one plan covers ``expected_nodes`` nodes, every group is held by its primary, and every
+        node agrees on the plan version."""
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                views = [await self.view(n) for n in self.rig.live()]
+                versions = {v["plan_version"] for v in views}
+                view = views[0]
+                groups = view["groups"]
+                if (
+                    len(versions) == 1 and None not in versions and len(groups) == expected_nodes
+                    and all(g["holder"] == g["primary"] for g in groups)
+                    and sum(v["owned_jobs"] for v in views) == sum(g["shards"] for g in groups)
+                ):
+                    return view
+                last = views
+            except (httpx.HTTPError, KeyError, IndexError) as error:
+                last = error
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"cluster not stable with {expected_nodes} nodes: {last}")
+
+    async def create_app(self, node: NodeProc) -> str:
+        body = {"name": "rig", "rate_limit_per_s": 100000, "max_concurrency": 1000}
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        reply = await self.http.post(f"{node.base_url}/v1/apps", json=body, headers=headers)
+        reply.raise_for_status()
+        self.api_key = str(reply.json()["api_key"])
+        return self.api_key
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    async def create_at(self, node: NodeProc, at_ms: int, callback_url: str, name: str = "t") -> int:
+        body = {"name": name, "schedule": {"kind": "at", "at": iso_ms(at_ms)},
+                "callback": {"url": callback_url}, "misfire_policy": "fire_now"}
+        reply = await self.http.post(f"{node.base_url}/v1/tasks", json=body, headers=self._auth())
+        reply.raise_for_status()
+        return int(reply.json()["id"])
+
+    async def flows(self, node: NodeProc, task_id: int) -> list[dict[str, Any]]:
+        reply = await self.http.get(f"{node.base_url}/v1/tasks/{task_id}/flows", headers=self._auth())
+        reply.raise_for_status()
+        items: list[dict[str, Any]] = reply.json()["items"]
+        return items
+
+
+def created_ms(flow: Mapping[str, Any]) -> int:
+    return int(datetime.fromisoformat(str(flow["created_at"]).replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
