@@ -112,6 +112,8 @@ class _Lane:
 
 
 class Deliverer:
+    """Delivers committed fires (see the module docstring); one per node, on the node's event loop."""
+
     def __init__(
         self,
         recorder: FlowRecorder,
