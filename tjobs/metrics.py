@@ -27,8 +27,8 @@ class Metrics:
             buckets=LATENESS_BUCKETS_S, registry=r,
         )
         self.callback_attempts = Counter(
-            "tjobs_callback_attempts", "Callback attempts by outcome and status class", ["app", "outcome", "status_class"],
-            registry=r,
+            "tjobs_callback_attempts", "Callback attempts by outcome and status class",
+            ["app", "outcome", "status_class"], registry=r,
         )
         self.callback_duration = Histogram(
             "tjobs_callback_duration_seconds", "Callback request duration", ["app"],
@@ -61,8 +61,8 @@ class Metrics:
         """Hot path: a committed fire; children cached per app."""
         counter = self._fires_committed.get(app_id)
         if counter is None:
-            counter = self._fires_committed[app_id] = self.fires.labels(app_id, "committed")  # type: ignore[assignment]
-            self._fire_lateness[app_id] = self.fire_lateness.labels(app_id)  # type: ignore[assignment]
+            counter = self._fires_committed[app_id] = self.fires.labels(app_id, "committed")
+            self._fire_lateness[app_id] = self.fire_lateness.labels(app_id)
         counter.inc()
         self._fire_lateness[app_id].observe(lateness_s)
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 
@@ -20,8 +20,9 @@ logger = logging.getLogger(__name__)
 class ApiServer(uvicorn.Server):
     """uvicorn without its own signal capture: the node decides how to stop (hand off, drain, close)."""
 
-    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def serve(
@@ -51,7 +52,7 @@ async def serve(
     await node.start()
     try:
         serving = asyncio.create_task(server.serve())
-        while not server.started and not serving.done():
+        while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn offers only a flag
             await asyncio.sleep(0.02)
         if serving.done():
             await serving  # re-raise a bind failure

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from tests.receiver import Receiver
-from tjobs.settings import Settings, load_settings
+from tjobs.bench.cycle_load import drop_databases
+from tjobs.settings import Settings, StorageSettings, load_settings
 from tjobs.testing import RunningNode, run_node
 
 FAST_SETTINGS: dict[str, Any] = {
@@ -24,22 +25,6 @@ FAST_SETTINGS: dict[str, Any] = {
     "callbacks": {"backoff_base_ms": 100, "backoff_max_ms": 1000, "timeout_ms": 2000},
     "allow_loopback_callbacks": True,
 }
-
-
-def _drop_mariadb_databases(url: str, prefix: str) -> None:
-    import pymysql
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    connection = pymysql.connect(host=parsed.host, port=parsed.port or 3306, user=parsed.username or "root",
-                                 password=parsed.password or "")
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW DATABASES LIKE %s", (f"{prefix}\\_%",))
-            for (name,) in cursor.fetchall():
-                cursor.execute(f"DROP DATABASE `{name}`")
-    finally:
-        connection.close()
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
@@ -52,7 +37,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
         url = request.getfixturevalue("mysql_url")
         prefix = f"tje2e_{secrets.token_hex(3)}"
         yield {"urls": [url], "topology": "2x2x4", "database_prefix": prefix}
-        _drop_mariadb_databases(url, prefix)
+        drop_databases(StorageSettings(urls=[url], database_prefix=prefix))
 
 
 @pytest.fixture

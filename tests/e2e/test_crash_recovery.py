@@ -20,9 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import _drop_mariadb_databases
 from tests.receiver import Receiver, Reply
+from tjobs.bench.cycle_load import drop_databases
 from tjobs.bench.node_process import node_process
+from tjobs.settings import StorageSettings
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +49,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
     url = request.getfixturevalue("mysql_url")
     prefix = f"tjcrash_{os.getpid()}"
     yield {"storage_urls": [url], "topology": "8x4x16", "prefix": prefix}
-    _drop_mariadb_databases(url, prefix)
+    drop_databases(StorageSettings(urls=[url], database_prefix=prefix))
 
 
 def _settings(storage: dict[str, Any]) -> dict[str, Any]:
