@@ -12,7 +12,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 from sharding import Topology
-from tjobs.model import App, DueTask, FireIntent, FireOutcome, FirePlan, Flow, FlowStatus, FlowUpdate, Task
+from tjobs.model import (
+    App,
+    DueTask,
+    FireIntent,
+    FireOutcome,
+    FirePlan,
+    Flow,
+    FlowStatus,
+    FlowUpdate,
+    Task,
+    TaskStatus,
+)
 
 FirePlanner = Callable[[Task, FireIntent, int], FirePlan | None]
 """Pure: given the locked task row, the due intent and ``now_ms``, decide what the fire does.
@@ -158,6 +169,18 @@ class TaskStore(ABC):
         after: tuple[int, int] | None = None,
     ) -> list[Flow]:
         """Flows of ``shard`` in ``status`` (dead letters, for instance), ordered by (task, instant)."""
+
+    @abstractmethod
+    async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:
+        """Put a ``dead`` flow back to ``pending`` (attempts kept, next attempt ``now_ms``).
+
+        Returns the flow as stored afterwards, or ``None`` if it does not exist or is not dead
+        (only a dead letter can be re-driven; nothing is changed then).
+        """
+
+    @abstractmethod
+    async def count_tasks(self, app_id: str, shard: int, status: TaskStatus | None = None) -> int:
+        """How many of the app's tasks live in ``shard`` (in ``status``, when given)."""
 
     @abstractmethod
     async def lease_stale_flows(

@@ -294,6 +294,21 @@ class MemoryTaskStore(TaskStore):
         )[:limit]
         return [replace(self._flows[shard][key]) for key in chosen]
 
+    async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:
+        shard = self._shard_of(task_id)
+        flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
+        if flow is None or flow.status is not FlowStatus.DEAD:
+            return None
+        flow.status = FlowStatus.PENDING
+        flow.next_attempt_at_ms = now_ms
+        flow.updated_at_ms = now_ms
+        return replace(flow)
+
+    async def count_tasks(self, app_id: str, shard: int, status: TaskStatus | None = None) -> int:
+        self._check_shard(shard)
+        return sum(1 for t in self._tasks[shard].values()
+                   if t.app_id == app_id and (status is None or t.status is status))
+
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int
     ) -> list[tuple[Flow, Task | None]]:

@@ -32,6 +32,7 @@ from tjobs.model import (
     FlowUpdate,
     MisfirePolicy,
     Task,
+    TaskStatus,
 )
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import FirePlanner, TaskStore
@@ -530,6 +531,35 @@ class SQLAlchemyTaskStore(TaskStore):
         async with self._connect(home.database.engine_url) as conn:
             rows = await conn.execute(statement, execution_options=home.options)
             return [flow_from_row(row) for row in rows.mappings()]
+
+    async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return None
+        c = home.flows.c
+        statement = (
+            update(home.flows)
+            .where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms,
+                   c.status == FlowStatus.DEAD.value)
+            .values(status=FlowStatus.PENDING.value, next_attempt_at=now_ms, updated_at=now_ms)
+        )
+        async with self._write(home.database.engine_url) as conn:
+            result = await conn.execute(statement, execution_options=home.options)
+            if not result.rowcount:
+                return None
+            row = (await conn.execute(
+                select(home.flows).where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms),
+                execution_options=home.options,
+            )).mappings().first()
+        return None if row is None else flow_from_row(row)
+
+    async def count_tasks(self, app_id: str, shard: int, status: TaskStatus | None = None) -> int:
+        home = self._shard(shard)
+        statement = select(func.count()).select_from(home.tasks).where(home.tasks.c.app_id == app_id)
+        if status is not None:
+            statement = statement.where(home.tasks.c.status == status.value)
+        async with self._connect(home.database.engine_url) as conn:
+            return int((await conn.execute(statement, execution_options=home.options)).scalar_one())
 
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int
