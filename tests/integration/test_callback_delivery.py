@@ -604,3 +604,37 @@ async def test_an_unreadable_callback_spec_is_a_dead_letter_not_a_crash_of_the_f
     final = (await recorder.wait_terminal([job.flow.id]))[job.flow.id]
     assert final.status is FlowStatus.DEAD
     assert final.last_error is not None and final.last_error.startswith("unusable callback spec")
+
+
+async def test_a_retry_beyond_the_memory_horizon_is_left_to_the_compensator(
+    receiver: Receiver, recorder: MemoryRecorder, make_deliverer: DelivererFactory
+) -> None:
+    receiver.script("/hook", Reply(503, retry_after="2"))
+    deliverer = await started(make_deliverer(retry_horizon_s=1.0))
+    job = make_job({"urls": [receiver.url("/hook")]})
+    deliverer.submit(job)
+    await receiver.wait_for(1)
+    async with asyncio.timeout(2):
+        while job.flow.id not in recorder.state:
+            await recorder.changed.wait()
+            recorder.changed.clear()
+    update = recorder.state[job.flow.id]
+    assert (update.status, update.attempts) == (FlowStatus.PENDING, 1)
+    assert update.next_attempt_at_ms is not None and update.next_attempt_at_ms >= CLOCK.now_ms() + 1500
+    assert job.flow.id not in deliverer.in_flight()  # the compensator will take it at its time
+    await asyncio.sleep(2.5)
+    assert len(receiver.requests) == 1
+
+
+async def test_waiting_retries_are_capped_in_memory(
+    receiver: Receiver, recorder: MemoryRecorder, make_deliverer: DelivererFactory
+) -> None:
+    receiver.script("/hook", then=Reply(503, retry_after="5"))
+    deliverer = await started(make_deliverer(max_waiting_retries=3))
+    jobs = [make_job({"urls": [receiver.url("/hook")]}) for _ in range(10)]
+    for job in jobs:
+        deliverer.submit(job)
+    await receiver.wait_for(10)
+    await asyncio.sleep(0.3)
+    assert len(deliverer.in_flight() & {j.flow.id for j in jobs}) == 3
+    assert all(recorder.state[j.flow.id].status is FlowStatus.PENDING for j in jobs)

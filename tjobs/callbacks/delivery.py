@@ -12,6 +12,7 @@ Life of a flow handed to :meth:`Deliverer.submit` (always after its fire transac
    asyncio timer) until then: ``Retry-After`` when a ``429``/``503`` gave one, else exponential
    backoff with full jitter. A multicast flow's retries go only to the targets that have not
    answered ``2xx`` yet (tracked in memory; a re-drive after a crash sends to all of them again).
+   Retries far ahead, or too many at once, are left to the compensator instead (see ``__init__``).
 
 The first attempt of a flow is always made, however late (lateness is the misfire policy's business);
 ``max_age_s`` only bounds retries, and a re-driven flow that is already past it dies unsent.
@@ -51,6 +52,8 @@ logger = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 0.1
 FLUSH_BATCH = 500
 FLUSH_RETRY_MAX_S = 5.0
+RETRY_HORIZON_S = 600.0
+MAX_WAITING_RETRIES = 50_000
 
 
 @dataclass(slots=True)
@@ -127,10 +130,17 @@ class Deliverer:
         on_update: Callable[[CallbackJob, FlowUpdate], None] | None = None,
         flush_interval_s: float = FLUSH_INTERVAL_S,
         flush_batch: int = FLUSH_BATCH,
+        retry_horizon_s: float = RETRY_HORIZON_S,
+        max_waiting_retries: int = MAX_WAITING_RETRIES,
     ) -> None:
         """``on_result`` sees every attempt to every target; ``on_update`` every outcome recorded
         (``pending`` with a retry time, ``delivered``, ``dead``), e.g. for metrics. Both run inline
-        on the event loop and must be quick."""
+        on the event loop and must be quick.
+
+        Memory stays bounded when a receiver is down: a retry due more than ``retry_horizon_s``
+        ahead, or beyond ``max_waiting_retries`` already waiting, is not kept in memory. It is
+        recorded ``pending`` at its retry time like any other, and the compensator re-drives it then.
+        """
         self._recorder = recorder
         self._sender = sender
         self._limiter = limiter
@@ -141,6 +151,9 @@ class Deliverer:
         self._on_update = on_update
         self._flush_interval_s = flush_interval_s
         self._flush_batch = flush_batch
+        self._retry_horizon_ms = int(retry_horizon_s * 1000)
+        self._max_waiting_retries = max_waiting_retries
+        self._waiting_retries = 0
         self._active: dict[str, _Delivery] = {}
         self._lanes: dict[str, _Lane] = {}
         self._workers: set[asyncio.Task[None]] = set()
@@ -172,6 +185,7 @@ class Deliverer:
             if delivery.timer is not None:
                 delivery.timer.cancel()
                 delivery.timer = None
+                self._waiting_retries -= 1
                 del self._active[delivery.flow_id]
         if self._workers:
             _, late = await asyncio.wait(set(self._workers), timeout=max(drain_timeout_s, 0.0))
@@ -260,6 +274,7 @@ class Deliverer:
 
     def _retry_due(self, delivery: _Delivery) -> None:
         delivery.timer = None
+        self._waiting_retries -= 1
         if self._running:
             self._enqueue(delivery)
 
@@ -360,10 +375,15 @@ class Deliverer:
             return
         self._record(delivery, delivery.update(FlowStatus.PENDING, attempt, due_ms))
         delivery.attempt = attempt + 1
-        if self._running:
+        if (
+            self._running
+            and delay_ms <= self._retry_horizon_ms
+            and self._waiting_retries < self._max_waiting_retries
+        ):
+            self._waiting_retries += 1
             delivery.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._retry_due, delivery)
         else:
-            self._active.pop(delivery.flow_id, None)
+            self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
         logger.debug("flow %s attempt %d failed (%s); next in %d ms", delivery.flow_id, attempt,
                      delivery.last_error, delay_ms, extra={"action": "callback_retry_scheduled"})
 
