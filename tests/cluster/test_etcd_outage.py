@@ -1,0 +1,58 @@
+"""etcd outages: kill -9 and restart, SIGSTOP past the TTL. The nodes fence themselves while their
+leases cannot be renewed and resume once etcd is back: 0 lost, 0 duplicate flows.
+
+The etcd killed here is the one ``scripts/cluster.sh infra`` started for these tests (its own ports
+and state directory), never the shared one on 2379.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from tests.cluster.workload import collect, schedule, settle, start_cluster
+from tests.receiver import Receiver
+from tjobs.bench.cluster_rig import Api, ClusterRig, now_ms
+
+pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis,
+              pytest.mark.timeout(240)]
+
+RESUME_LIMIT_MS = 5000
+
+
+async def outage_and_check(rig: ClusterRig, api: Api, receiver: Receiver, how: str) -> None:
+    await start_cluster(rig, api, 3)
+    start = now_ms() + 2000
+    tasks = await schedule(api, rig.nodes[1], receiver.url(), start, start + 24_000, 60)
+    await asyncio.sleep(3)
+    pid = rig.infra.pid("etcd")
+    assert pid is not None
+    if how == "kill":
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.sleep(7)  # past the TTL
+        await asyncio.to_thread(rig.infra.ensure)
+    else:
+        os.kill(pid, signal.SIGSTOP)
+        await asyncio.sleep(7)
+        os.kill(pid, signal.SIGCONT)
+    back_ms = now_ms()
+    await settle(tasks, 9000)
+    outcome = await collect(api, rig.nodes[1], tasks)
+    assert outcome.lost == [] and outcome.duplicated == []
+    late = {t: outcome.fired_at(t) - at for t, at in tasks.items() if at >= back_ms + RESUME_LIMIT_MS}
+    assert late and max(late.values()) < 1000, sorted(late.values())[-5:]
+
+
+async def test_etcd_killed_and_restarted_firing_resumes(
+    rig: ClusterRig, api: Api, receiver: Receiver
+) -> None:
+    await outage_and_check(rig, api, receiver, "kill")
+
+
+async def test_etcd_stopped_past_the_ttl_firing_resumes(
+    rig: ClusterRig, api: Api, receiver: Receiver
+) -> None:
+    await outage_and_check(rig, api, receiver, "stop")

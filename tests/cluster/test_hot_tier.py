@@ -1,0 +1,74 @@
+"""Near-term registrations across nodes, through Redis and through the DB poll; Redis losses cost
+latency, never a fire."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+import redis
+
+from sharding import shard_of_task_id
+from tests.cluster.workload import collect, schedule, settle, start_cluster
+from tests.receiver import Receiver
+from tjobs.bench.cluster_rig import Api, ClusterRig, now_ms
+
+pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis,
+              pytest.mark.timeout(240)]
+
+
+async def near_term_lateness(rig: ClusterRig, api: Api, receiver: Receiver) -> list[int]:
+    """Register tasks 1.5 s ahead on node 1; lateness (ms) of those in shards node 1 does not own."""
+    await start_cluster(rig, api, 3)
+    node1_jobs = set((await api.view(rig.nodes[1]))["jobs"])
+    tasks: dict[int, int] = {}
+    for _ in range(40):
+        at_ms = now_ms() + 1500
+        tasks[await api.create_at(rig.nodes[1], at_ms, receiver.url())] = at_ms
+        await asyncio.sleep(0.05)
+    await settle(tasks, 3000)
+    outcome = await collect(api, rig.nodes[1], tasks)
+    assert outcome.lost == [] and outcome.duplicated == []
+    remote = [t for t in tasks if shard_of_task_id(t) not in node1_jobs]
+    assert len(remote) >= 10
+    return sorted(outcome.fired_at(t) - tasks[t] for t in remote)
+
+
+async def test_near_term_task_on_a_non_owner_fires_on_time_through_redis(
+    rig: ClusterRig, api: Api, receiver: Receiver
+) -> None:
+    lateness = await near_term_lateness(rig, api, receiver)
+    assert lateness[-1] < 1000, lateness
+
+
+async def test_near_term_task_on_a_non_owner_fires_on_time_through_the_db_poll(
+    rig: ClusterRig, api: Api, receiver: Receiver
+) -> None:
+    rig.hot_tier = "dbpoll"
+    lateness = await near_term_lateness(rig, api, receiver)
+    assert lateness[-1] < 1500, lateness
+
+
+async def test_redis_flushed_and_killed_mid_run_loses_nothing(
+    rig: ClusterRig, api: Api, receiver: Receiver
+) -> None:
+    await start_cluster(rig, api, 3)
+    client = redis.Redis.from_url(rig.infra.redis_url)
+    start = now_ms() + 1500
+    early = await schedule(api, rig.nodes[1], receiver.url(), start, start + 4000, 100)
+    client.flushall()
+    pid = rig.infra.pid("redis")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # the Redis cluster.sh started for these tests, never a shared one
+    start = now_ms() + 1500
+    during = await schedule(api, rig.nodes[1], receiver.url(), start, start + 4000, 100)
+    rig.infra.ensure()
+    start = now_ms() + 1500
+    after = await schedule(api, rig.nodes[1], receiver.url(), start, start + 4000, 100)
+    tasks = early | during | after
+    await settle(tasks, 14_000)  # a change lost with Redis waits at most for the next cycle load
+    outcome = await collect(api, rig.nodes[1], tasks)
+    assert outcome.lost == [] and outcome.duplicated == []
+    client.close()
