@@ -75,7 +75,7 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 "SELECT TABLE_SCHEMA, COUNT(*) FROM information_schema.TABLES "
                 f"WHERE TABLE_SCHEMA LIKE '{prefix}\\_%%' GROUP BY TABLE_SCHEMA ORDER BY TABLE_SCHEMA"
             )).all()
-            assert [(name, count) for name, count in rows] == [
+            assert [tuple(row) for row in rows] == [
                 (f"{prefix}_00", 10), (f"{prefix}_01", 9), (f"{prefix}_02", 9), (f"{prefix}_03", 9)
             ]
             engines = (await conn.exec_driver_sql(

@@ -75,7 +75,7 @@ def tasks_schema_items(table_name: str) -> list[SchemaItem]:
         Column("delivery", String(16), nullable=False),
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
-        PrimaryKeyConstraint("id", name=f"{table_name}_pk"),
+        PrimaryKeyConstraint("id"),  # MariaDB ignores (and warns about) primary key names
         UniqueConstraint("app_id", "idem_key", name=f"{table_name}_app_key"),
     ]
 
@@ -102,7 +102,7 @@ def flows_schema_items(table_name: str) -> list[SchemaItem]:
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
         # The primary key IS the UNIQUE(task_id, scheduled_at) of invariant 2.
-        PrimaryKeyConstraint("task_id", "scheduled_at", name=f"{table_name}_pk"),
+        PrimaryKeyConstraint("task_id", "scheduled_at"),
     ]
 
 
@@ -123,7 +123,7 @@ def apps_schema_items() -> list[SchemaItem]:
         Column("max_concurrency", Integer, nullable=False),
         Column("created_at", BigInteger, nullable=False),
         Column("settings", Text, nullable=False),
-        PrimaryKeyConstraint("id", name="apps_pk"),
+        PrimaryKeyConstraint("id"),
         UniqueConstraint("api_key_hash", name="apps_key_hash"),
     ]
 

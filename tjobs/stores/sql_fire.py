@@ -22,10 +22,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import FireIntent, FireOutcome, Flow, Task, TaskStatus
@@ -37,8 +35,70 @@ if TYPE_CHECKING:
     from tjobs.stores.sql_layout import ShardTables
 
 MAX_PARAMS = 8000  # per statement; far below MySQL's 65535 and SQLite's 32766
+MULTI_STATEMENT_PARAMS = 20_000  # parameters per multi-statement round trip (MariaDB)
+ONE_ROUND_TRIP = True  # MariaDB: all flow inserts and task updates in one multi-statement
+ADVANCE_WITH_CASE = True  # one UPDATE … CASE per table; False: executemany of per-row UPDATEs
 _TASK_SELECT = ", ".join(TASK_COLUMNS)
 _FLOW_INSERT_COLUMNS = ", ".join(FLOW_COLUMNS)
+
+
+class _Executor:
+    """Runs the transaction's statements through SQLAlchemy's driver-level API (SQLite)."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        result = await self.conn.exec_driver_sql(sql, params)
+        return [tuple(row) for row in result]
+
+    async def count(self, sql: str, params: tuple[Any, ...]) -> int:
+        return (await self.conn.exec_driver_sql(sql, params)).rowcount
+
+    async def count_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        return (await self.conn.exec_driver_sql(sql, rows if len(rows) > 1 else rows[0])).rowcount
+
+    async def close(self) -> None:
+        return None
+
+
+class _AsyncmyExecutor(_Executor):
+    """The same on the raw asyncmy connection of the transaction: a third of the per-statement cost
+    of going through SQLAlchemy (0.16 vs 0.48 ms for ``SELECT 1`` here), and a fire transaction
+    spread over many shards is hundreds of statements. SQLAlchemy still owns the transaction."""
+
+    def __init__(self, conn: AsyncConnection, cursor: Any) -> None:
+        super().__init__(conn)
+        self.cursor = cursor
+
+    @classmethod
+    async def open(cls, conn: AsyncConnection) -> _AsyncmyExecutor:
+        raw = await conn.get_raw_connection()
+        driver: Any = raw.driver_connection
+        return cls(conn, driver.cursor())
+
+    async def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        await self.cursor.execute(sql, params)
+        return list(await self.cursor.fetchall())
+
+    async def count(self, sql: str, params: tuple[Any, ...]) -> int:
+        await self.cursor.execute(sql, params)
+        return int(self.cursor.rowcount)
+
+    async def count_many(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+        await self.cursor.executemany(sql, rows)
+        return int(self.cursor.rowcount)
+
+    async def counts(self, sql: str, params: tuple[Any, ...]) -> list[int]:
+        """Run several ``;``-separated statements in one round trip; their affected-row counts."""
+        await self.cursor.execute(sql, params)
+        counts = [int(self.cursor.rowcount)]
+        while await self.cursor.nextset():
+            counts.append(int(self.cursor.rowcount))
+        return counts
+
+    async def close(self) -> None:
+        await self.cursor.close()
 
 
 class _DuplicateFlows(Exception):
@@ -75,7 +135,7 @@ class FireTransaction:
                     raise RuntimeError("duplicate flows in careful mode") from None
                 careful = True
                 continue
-            except sa_exc.OperationalError as error:
+            except Exception as error:
                 if mysql_errno(error) in DEADLOCK_ERRNOS and deadlocks == 0:
                     deadlocks += 1
                     continue
@@ -84,10 +144,17 @@ class FireTransaction:
             return
 
     async def _once(self, conn: AsyncConnection, careful: bool) -> dict[int, FireOutcome]:
+        run = await _AsyncmyExecutor.open(conn) if self.mysql else _Executor(conn)
+        try:
+            return await self._statements(run, careful)
+        finally:
+            await run.close()
+
+    async def _statements(self, run: _Executor, careful: bool) -> dict[int, FireOutcome]:
         ids_by_shard: dict[int, set[int]] = defaultdict(set)
         for index, home in self.items:
             ids_by_shard[home.shard].add(self.intents[index].task_id)
-        state = await self._lock(conn, ids_by_shard)
+        state = await self._lock(run, ids_by_shard)
 
         outcomes: dict[int, FireOutcome] = {}
         advanced: dict[int, dict[int, Task]] = defaultdict(dict)  # shard -> task id -> new row
@@ -103,17 +170,16 @@ class FireTransaction:
             ):
                 outcomes[index] = FireOutcome(intent, None, [])
                 continue
-            plan = self.planner(replace(task), intent, self.now_ms)
+            # The row object is this transaction's own (read just now), so the pure planner gets it
+            # as is; the advanced row is a new object (dataclasses.replace costs 15 µs a call here).
+            plan = self.planner(task, intent, self.now_ms)
             if plan is None:
                 outcomes[index] = FireOutcome(intent, None, [])
                 continue
-            after = replace(
-                task,
-                next_run_at_ms=plan.next_run_at_ms,
-                status=plan.status,
-                version=task.version + 1,
-                fire_count=task.fire_count + plan.fires_added,
-                updated_at_ms=self.now_ms,
+            after = Task(
+                task.id, task.app_id, task.name, task.key, task.schedule, task.callback, task.payload,
+                task.misfire_policy, task.delivery, plan.status, plan.next_run_at_ms, task.version + 1,
+                task.fire_count + plan.fires_added, task.created_at_ms, self.now_ms,
             )
             state[task.id] = after
             advanced[home.shard][task.id] = after
@@ -123,18 +189,68 @@ class FireTransaction:
                 for new in plan.flows
             ]
             new_flows[home.shard].extend((index, flow) for flow in flows)
-            outcomes[index] = FireOutcome(intent, replace(after), flows)
+            outcomes[index] = FireOutcome(intent, after, flows)
 
+        if isinstance(run, _AsyncmyExecutor) and ONE_ROUND_TRIP and not careful:
+            await self._write_in_one_round_trip(run, new_flows, advanced)
+            return outcomes
         for shard in sorted(new_flows):
-            kept = await self._insert_flows(conn, self.shards[shard], new_flows[shard], careful)
+            kept = await self._insert_flows(run, self.shards[shard], new_flows[shard], careful)
             if kept is not None:
                 for index in {index for index, _ in new_flows[shard]}:
                     outcomes[index].flows = [f for f in outcomes[index].flows if id(f) in kept]
         for shard in sorted(advanced):
-            await self._advance(conn, self.shards[shard], list(advanced[shard].values()))
+            await self._advance(run, self.shards[shard], list(advanced[shard].values()))
         return outcomes
 
-    async def _lock(self, conn: AsyncConnection, ids_by_shard: dict[int, set[int]]) -> dict[int, Task]:
+    async def _write_in_one_round_trip(
+        self,
+        run: _AsyncmyExecutor,
+        new_flows: dict[int, list[tuple[int, Flow]]],
+        advanced: dict[int, dict[int, Task]],
+    ) -> None:
+        """MariaDB: every flow insert and task update of the transaction as one multi-statement.
+
+        A batch spread over many shards is two statements per table touched; sent one by one that is
+        hundreds of round trips. Each statement's affected-row count is still checked: fewer flows
+        than sent means a duplicate (redo carefully), fewer tasks than locked is a bug.
+        """
+        statements: list[tuple[str, list[Any], int, bool]] = []  # sql, params, expected, is_insert
+        marks = "(" + ", ".join(["%s"] * len(FLOW_COLUMNS)) + ")"
+        for shard in sorted(set(new_flows) | set(advanced)):
+            home = self.shards[shard]
+            flows = new_flows.get(shard, [])
+            if flows:
+                params = [value for _, flow in flows for value in _flow_values(flow)]
+                sql = (f"INSERT IGNORE INTO {home.flows_sql} ({_FLOW_INSERT_COLUMNS}) VALUES "
+                       + ", ".join([marks] * len(flows)))
+                statements.append((sql, params, len(flows), True))
+            tasks = sorted(advanced.get(shard, {}).values(), key=lambda t: t.id)
+            for start in range(0, len(tasks), MAX_PARAMS // 10):
+                sql, update_params = self._update_sql(home, tasks[start:start + MAX_PARAMS // 10])
+                statements.append((sql, update_params, len(tasks[start:start + MAX_PARAMS // 10]), False))
+        chunk: list[tuple[str, list[Any], int, bool]] = []
+        size = 0
+        for statement in statements:
+            chunk.append(statement)
+            size += len(statement[1])
+            if size >= MULTI_STATEMENT_PARAMS:
+                await self._run_multi(run, chunk)
+                chunk, size = [], 0
+        if chunk:
+            await self._run_multi(run, chunk)
+
+    async def _run_multi(self, run: _AsyncmyExecutor, chunk: list[tuple[str, list[Any], int, bool]]) -> None:
+        sql = "; ".join(statement for statement, _, _, _ in chunk)
+        params = tuple(value for _, values, _, _ in chunk for value in values)
+        counts = await run.counts(sql, params)
+        for (_, _, expected, is_insert), count in zip(chunk, counts, strict=True):
+            if count != expected:
+                if is_insert:
+                    raise _DuplicateFlows()
+                raise RuntimeError(f"fire transaction advanced {count} of {expected} locked rows")
+
+    async def _lock(self, run: _Executor, ids_by_shard: dict[int, set[int]]) -> dict[int, Task]:
         lock = " FOR UPDATE" if self.mysql else ""
         parts: list[tuple[str, list[int]]] = []
         for shard in sorted(ids_by_shard):
@@ -157,9 +273,8 @@ class FireTransaction:
                 sql = " UNION ALL ".join(f"({part})" for part in statement)
             else:
                 sql = " UNION ALL ".join(statement)
-            result = await conn.exec_driver_sql(sql, tuple(params))
-            for row in result.mappings():
-                task = task_from_row(row)
+            for row in await run.rows(sql, tuple(params)):
+                task = task_from_row(dict(zip(TASK_COLUMNS, row, strict=True)))
                 state[task.id] = task
             statement.clear()
             params.clear()
@@ -173,7 +288,7 @@ class FireTransaction:
         return state
 
     async def _insert_flows(
-        self, conn: AsyncConnection, home: ShardTables, pairs: list[tuple[int, Flow]], careful: bool
+        self, run: _Executor, home: ShardTables, pairs: list[tuple[int, Flow]], careful: bool
     ) -> set[int] | None:
         """Insert the flows; ``None`` if all went in, else the ``id()`` of those that did."""
         marks = ", ".join([self.mark] * len(FLOW_COLUMNS))
@@ -184,39 +299,59 @@ class FireTransaction:
                    "ON CONFLICT (task_id, scheduled_at) DO NOTHING")
         rows = [_flow_values(flow) for _, flow in pairs]
         if not careful:
-            result = await conn.exec_driver_sql(sql, rows if len(rows) > 1 else rows[0])
-            if result.rowcount != len(rows):
+            if await run.count_many(sql, rows) != len(rows):
                 raise _DuplicateFlows()
             return None
         kept: set[int] = set()
         for (_, flow), row in zip(pairs, rows, strict=True):
-            result = await conn.exec_driver_sql(sql, row)
-            if result.rowcount == 1:
+            if await run.count(sql, row) == 1:
                 kept.add(id(flow))
         return kept
 
-    async def _advance(self, conn: AsyncConnection, home: ShardTables, tasks: list[Task]) -> None:
+    async def _advance(self, run: _Executor, home: ShardTables, tasks: list[Task]) -> None:
+        if not ADVANCE_WITH_CASE:
+            await self._advance_each(run, home, tasks)
+            return
         step = MAX_PARAMS // 10
         for start in range(0, len(tasks), step):
             chunk = sorted(tasks[start:start + step], key=lambda t: t.id)
-            arms = " ".join(["WHEN " + self.mark + " THEN " + self.mark] * len(chunk))
-            marks = ", ".join([self.mark] * len(chunk))
-            sql = (
-                f"UPDATE {home.tasks_sql} SET "
-                f"next_run_at = CASE id {arms} END, status = CASE id {arms} END, "
-                f"version = CASE id {arms} END, fire_count = CASE id {arms} END, "
-                f"updated_at = {self.mark} WHERE id IN ({marks})"
-            )
-            params: list[Any] = []
-            for column in ("next_run_at_ms", "status", "version", "fire_count"):
-                for task in chunk:
-                    value = getattr(task, column)
-                    params.extend((task.id, value.value if column == "status" else value))
-            params.append(self.now_ms)
-            params.extend(task.id for task in chunk)
-            result = await conn.exec_driver_sql(sql, tuple(params))
-            if result.rowcount != len(chunk):
-                raise RuntimeError(f"fire transaction advanced {result.rowcount} of {len(chunk)} locked rows")
+            sql, params = self._update_sql(home, chunk)
+            advanced = await run.count(sql, tuple(params))
+            if advanced != len(chunk):
+                raise RuntimeError(f"fire transaction advanced {advanced} of {len(chunk)} locked rows")
+
+    def _update_sql(self, home: ShardTables, chunk: list[Task]) -> tuple[str, list[Any]]:
+        arms = " ".join(["WHEN " + self.mark + " THEN " + self.mark] * len(chunk))
+        marks = ", ".join([self.mark] * len(chunk))
+        sql = (
+            f"UPDATE {home.tasks_sql} SET "
+            f"next_run_at = CASE id {arms} END, status = CASE id {arms} END, "
+            f"version = CASE id {arms} END, fire_count = CASE id {arms} END, "
+            f"updated_at = {self.mark} WHERE id IN ({marks})"
+        )
+        params: list[Any] = []
+        for task in chunk:
+            params.extend((task.id, task.next_run_at_ms))
+        for task in chunk:
+            params.extend((task.id, task.status.value))
+        for task in chunk:
+            params.extend((task.id, task.version))
+        for task in chunk:
+            params.extend((task.id, task.fire_count))
+        params.append(self.now_ms)
+        params.extend(task.id for task in chunk)
+        return sql, params
+
+    async def _advance_each(self, run: _Executor, home: ShardTables, tasks: list[Task]) -> None:
+        """The alternative measured against the CASE form: one executemany of per-row UPDATEs."""
+        m = self.mark
+        sql = (f"UPDATE {home.tasks_sql} SET next_run_at = {m}, status = {m}, version = {m}, "
+               f"fire_count = {m}, updated_at = {m} WHERE id = {m}")
+        rows = [(t.next_run_at_ms, t.status.value, t.version, t.fire_count, self.now_ms, t.id)
+                for t in sorted(tasks, key=lambda t: t.id)]
+        advanced = await run.count_many(sql, rows)
+        if advanced != len(rows):
+            raise RuntimeError(f"fire transaction advanced {advanced} of {len(rows)} locked rows")
 
 
 def _flow_values(flow: Flow) -> tuple[Any, ...]:

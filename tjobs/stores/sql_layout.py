@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from asyncmy.constants import CLIENT
 from sqlalchemy import MetaData, Table, event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -161,7 +162,12 @@ def create_engine_for(url: str, settings: StorageSettings) -> AsyncEngine:
             max_overflow=settings.pool_size,
             pool_recycle=3600,
             isolation_level="READ COMMITTED",
-            connect_args={"connect_timeout": max(1, int(settings.connect_timeout_s))},
+            connect_args={
+                "connect_timeout": max(1, int(settings.connect_timeout_s)),
+                # FOUND_ROWS as SQLAlchemy sets it (UPDATE counts matched rows); MULTI_STATEMENTS for
+                # the fire transaction's single round trip (every value is a bound parameter).
+                "client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
+            },
             query_cache_size=2000,
         )
     engine = create_async_engine(
@@ -201,10 +207,11 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 
 
 def mysql_errno(error: BaseException) -> int | None:
-    orig = getattr(error, "orig", None)
-    args = getattr(orig, "args", ())
-    if args and isinstance(args[0], int):
-        return args[0]
+    """The MySQL error number of a SQLAlchemy-wrapped or a raw driver error, if it has one."""
+    for candidate in (getattr(error, "orig", None), error):
+        args = getattr(candidate, "args", ())
+        if args and isinstance(args[0], int):
+            return args[0]
     return None
 
 
@@ -216,6 +223,8 @@ def is_unavailable(error: BaseException) -> bool:
         return True
     if isinstance(error, exc.InterfaceError):
         return True
+    if not isinstance(error, exc.SQLAlchemyError) and mysql_errno(error) in _CONNECTION_ERRNOS:
+        return True  # a raw driver error from the hot path (see sql_fire)
     if isinstance(error, exc.OperationalError):
         errno = mysql_errno(error)
         if errno is not None:
