@@ -90,6 +90,7 @@ class LimitSettings(BaseModel):
     max_headers: int = 20
     min_period_ms: int = 1000
     max_future_days: int = 3650
+    max_active_tasks_per_app: int = 10_000_000  # per-app quota of active tasks (0: unlimited)
 
 
 class ClusterSettings(BaseModel):

@@ -6,19 +6,21 @@ the owning node's wheel sees it before the task's instant (the fire CAS covers a
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
 from tjobs.clock import Clock
-from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound
+from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaExceeded, TjobsError
 from tjobs.hotpath.base import HotPath, TaskChange
-from collections.abc import Callable
-
-from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskStatus
+from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
 from tjobs.schedules import normalize_schedule, parse_schedule
 from tjobs.settings import Settings
+from tjobs.ssrf import EMPTY_ALLOW_LIST, AllowList, TargetGuard, allow_list_of_app
 from tjobs.stores.base import TaskStore
 from tjobs.validation import (
     check_key,
@@ -34,6 +36,46 @@ logger = logging.getLogger(__name__)
 _CREATE_KEYS = frozenset({"name", "key", "schedule", "callback", "payload", "misfire_policy", "delivery"})
 _UPDATE_KEYS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "version"})
 MAX_INSERT_ATTEMPTS = 3
+MAX_BATCH = 1000
+LIST_PAGE_MAX = 1000
+LIST_SCAN_BUDGET = 5000  # rows read per list request at most; a partial page then carries a cursor
+SHARD_WINDOW = 16  # shards read concurrently while walking them in order
+QUOTA_CACHE_MS = 30_000
+
+
+def encode_cursor(*parts: int) -> str:
+    return base64.urlsafe_b64encode(".".join(str(p) for p in parts).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, size: int, field: str = "cursor") -> tuple[int, ...]:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        parts = tuple(int(p) for p in text.split("."))
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(field, "not a cursor this API returned", "bad_cursor") from None
+    if len(parts) != size or any(p < 0 for p in parts):
+        raise InvalidInput(field, "not a cursor this API returned", "bad_cursor")
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a listing; ``next_cursor`` is ``None`` only at the end (a page may be short)."""
+
+    items: list[Any]
+    next_cursor: str | None
+
+
+Redriven = tuple[str, Flow | None, TjobsError | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    """One item of a batch: ``task`` (``created`` says if new) or ``error`` (code, message, field)."""
+
+    task: Task | None
+    created: bool
+    error: TjobsError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +96,9 @@ class TaskService:
         self._ids = TaskIdGenerator(topology.shard_count)
         self._threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
         self.manual_flow_sink: Callable[[Task, Flow], None] | None = None
+        self.guard = TargetGuard(_no_allow_list, allow_loopback=settings.allow_loopback_callbacks)
+        self._active_counts: dict[str, tuple[int, int]] = {}  # app -> (fresh until ms, count)
+        self._counting: dict[str, asyncio.Future[int]] = {}
 
     # ---- create ---------------------------------------------------------------------------------
 
@@ -73,7 +118,7 @@ class TaskService:
         schedule = normalize_schedule(
             request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
         )
-        callback = normalize_callback(request["callback"], limits)
+        callback = normalize_callback(with_defaults(request["callback"], app), limits)
         payload = request.get("payload")
         check_payload(payload, limits)
         kind = schedule["kind"]
@@ -104,6 +149,8 @@ class TaskService:
     async def create(self, app: App, request: Any) -> Created:
         now_ms = self._clock.now_ms()
         task = self.build(app, request, now_ms)
+        await self.check_targets(app, task.callback)
+        await self._check_quota(app, 1)
         for _ in range(MAX_INSERT_ATTEMPTS):
             try:
                 stored = await self._store.insert_task(task)
@@ -117,8 +164,236 @@ class TaskService:
                 task.id = self._ids.mint(shard_of_task_id(task.id), self._clock.now_ms())
                 continue
             await self._hotpath.publish(TaskChange.of(stored))
+            self._count_created(app.id, 1)
             return Created(stored, created=True)
         raise Conflict(f"could not store task {task.name!r}; retry")
+
+    async def check_targets(self, app: App, callback: dict[str, Any]) -> None:
+        """The SSRF policy at registration: 422 naming the URL field if a target is refused."""
+        urls: list[str] = callback["urls"]
+        await self.guard.check_registration(urls, allow_list_of_app(app.settings))
+
+    async def create_many(self, app: App, requests: Any) -> list[ItemResult]:
+        """Create up to :data:`MAX_BATCH` tasks; one result per item, in order (an invalid item
+        does not stop the others). Valid items are stored in one batch (a transaction per database)."""
+        if not isinstance(requests, list):
+            raise InvalidInput("tasks", "must be a list of task create requests")
+        if not 1 <= len(requests) <= MAX_BATCH:
+            raise InvalidInput("tasks", f"must hold 1..{MAX_BATCH} items", "batch_size")
+        now_ms = self._clock.now_ms()
+        results: list[ItemResult | None] = [None] * len(requests)
+        built: list[tuple[int, Task]] = []
+        ids: set[int] = set()
+        judged: dict[str, InvalidInput | None] = {}
+        for index, request in enumerate(requests):
+            try:
+                task = self.build(app, request, now_ms)
+                for url in task.callback["urls"]:
+                    if url not in judged:
+                        try:
+                            await self.guard.check_registration([url], allow_list_of_app(app.settings))
+                            judged[url] = None
+                        except InvalidInput as refused:
+                            judged[url] = refused
+                    refused_url = judged[url]
+                    if refused_url is not None:
+                        raise InvalidInput("callback.url", refused_url.message.partition(": ")[2],
+                                           refused_url.code)
+            except InvalidInput as error:
+                error.field = f"tasks[{index}].{error.field}"
+                error.message = f"{error.field}: {error.message.partition(': ')[2]}"
+                results[index] = ItemResult(None, False, error)
+                continue
+            while task.id in ids:
+                task.id = self._ids.mint(shard_of_task_id(task.id), now_ms)
+            ids.add(task.id)
+            built.append((index, task))
+        if built:
+            await self._check_quota(app, len(built))
+            stored = await self._insert_many([t for _, t in built])
+            existing_ids = [r for r in stored if isinstance(r, int)]
+            existing = dict(zip(existing_ids, await asyncio.gather(
+                *(self._store.get_task(i) for i in existing_ids)), strict=True))
+            created: list[Task] = []
+            for (index, _), outcome in zip(built, stored, strict=True):
+                if isinstance(outcome, int):
+                    found = existing.get(outcome)
+                    if found is None:
+                        results[index] = ItemResult(None, False, Conflict("the task with this key was "
+                                                                          "deleted meanwhile; retry"))
+                    else:
+                        results[index] = ItemResult(found, False, None)
+                else:
+                    created.append(outcome)
+                    results[index] = ItemResult(outcome, True, None)
+            await asyncio.gather(*(self._hotpath.publish(TaskChange.of(t)) for t in created))
+            self._count_created(app.id, len(created))
+        return [r for r in results if r is not None]
+
+    async def _insert_many(self, tasks: list[Task]) -> list[Task | int]:
+        for _ in range(MAX_INSERT_ATTEMPTS):
+            try:
+                return await self._store.insert_tasks(tasks)
+            except DuplicateKey:
+                raise
+            except Conflict:
+                # An id minted in the same millisecond by another request: re-mint and retry.
+                now_ms = self._clock.now_ms()
+                for task in tasks:
+                    task.id = self._ids.mint(shard_of_task_id(task.id), now_ms)
+        raise Conflict("could not store the batch; retry")
+
+    # ---- quota ------------------------------------------------------------------------------------
+
+    async def _check_quota(self, app: App, adding: int) -> None:
+        quota = int(app.settings.get("max_active_tasks") or self._settings.limits.max_active_tasks_per_app)
+        if quota <= 0:
+            return
+        active = await self.active_count(app.id)
+        if active + adding > quota:
+            raise QuotaExceeded(f"app {app.id} has {active} active tasks; its quota is {quota}")
+
+    async def active_count(self, app_id: str) -> int:
+        """The app's active tasks (counted over every shard at most every 30 s, plus local creates)."""
+        cached = self._active_counts.get(app_id)
+        if cached is not None and cached[0] > self._clock.now_ms():
+            return cached[1]
+        counting = self._counting.get(app_id)
+        if counting is None:
+            counting = self._counting[app_id] = asyncio.ensure_future(self._count_active(app_id))
+            counting.add_done_callback(lambda _: self._counting.pop(app_id, None))
+        return await asyncio.shield(counting)
+
+    async def _count_active(self, app_id: str) -> int:
+        total = 0
+        shards = list(self._topology.shards())
+        for start in range(0, len(shards), SHARD_WINDOW * 4):
+            window = shards[start:start + SHARD_WINDOW * 4]
+            counts = await asyncio.gather(
+                *(self._store.count_tasks(app_id, s, TaskStatus.ACTIVE) for s in window)
+            )
+            total += sum(counts)
+        self._active_counts[app_id] = (self._clock.now_ms() + QUOTA_CACHE_MS, total)
+        return total
+
+    def _count_created(self, app_id: str, created: int) -> None:
+        cached = self._active_counts.get(app_id)
+        if cached is not None:
+            self._active_counts[app_id] = (cached[0], cached[1] + created)
+
+    def forget_counts(self, app_id: str) -> None:
+        self._active_counts.pop(app_id, None)
+
+    # ---- list ---------------------------------------------------------------------------------
+
+    async def list_tasks(
+        self, app: App, *, limit: int = 100, cursor: str | None = None, status: TaskStatus | None = None,
+        kind: str | None = None, name_prefix: str | None = None,
+    ) -> Page:
+        """The app's tasks walked shard by shard in order, ascending id within a shard.
+
+        The cursor is ``(shard, last id read)``, so pages stay correct however tasks are spread over
+        the shards, and tasks created or deleted meanwhile never shift a page. A page may be shorter
+        than ``limit`` (filters, or the scan budget): only a ``None`` cursor means the end.
+        """
+        if not 1 <= limit <= LIST_PAGE_MAX:
+            raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
+        shard, after = (0, 0) if cursor is None else decode_cursor(cursor, 2)
+        shard_count = self._topology.shard_count
+        if shard > shard_count:
+            raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
+        items: list[Task] = []
+        scanned = 0
+        fetch = min(max(limit, 100), LIST_PAGE_MAX)
+        while shard < shard_count:
+            window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))
+            pages = await asyncio.gather(*(
+                self._store.list_tasks(app.id, s, after if s == shard and after else None, fetch)
+                for s in window
+            ))
+            for s, page in zip(window, pages, strict=True):
+                for position, task in enumerate(page):
+                    scanned += 1
+                    if _matches(task, status, kind, name_prefix):
+                        items.append(task)
+                    if len(items) == limit:
+                        more = position + 1 < len(page) or len(page) == fetch or s + 1 < shard_count
+                        return Page(items, encode_cursor(s, task.id) if more else None)
+                if len(page) == fetch:  # this shard may hold more: continue in it next time
+                    return Page(items, encode_cursor(s, page[-1].id))
+                if scanned >= LIST_SCAN_BUDGET and s + 1 < shard_count:
+                    return Page(items, encode_cursor(s + 1, 0))
+            shard, after = window[-1] + 1, 0
+        return Page(items, None)
+
+    # ---- flows: one, dead letters, redrive ---------------------------------------------------------
+
+    async def get_flow(self, app: App, flow_id: str) -> Flow:
+        try:
+            task_id, scheduled_at_ms = parse_flow_id(flow_id)
+        except ValueError:
+            raise NotFound("flow", flow_id) from None
+        flow = await self._store.get_flow(task_id, scheduled_at_ms) if self._routable(task_id) else None
+        if flow is None or flow.app_id != app.id:
+            raise NotFound("flow", flow_id)
+        return flow
+
+    async def dead_letters(self, app: App, limit: int = 100, cursor: str | None = None) -> Page:
+        """The app's dead flows, shard by shard; cursor ``(shard, task id, scheduled_at_ms)``."""
+        if not 1 <= limit <= LIST_PAGE_MAX:
+            raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
+        shard, task_id, at = (0, 0, 0) if cursor is None else decode_cursor(cursor, 3)
+        shard_count = self._topology.shard_count
+        items: list[Flow] = []
+        while shard < shard_count and len(items) < limit:
+            window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))
+            want = limit - len(items)
+            pages = await asyncio.gather(*(
+                self._store.list_flows_by_status(
+                    s, FlowStatus.DEAD, app.id, want, (task_id, at) if s == shard and task_id else None)
+                for s in window
+            ))
+            for s, page in zip(window, pages, strict=True):
+                for flow in page:
+                    items.append(flow)
+                    if len(items) == limit:
+                        return Page(items, encode_cursor(s, flow.task_id, flow.scheduled_at_ms))
+            shard, task_id, at = window[-1] + 1, 0, 0
+        return Page(items, None)
+
+    async def redrive(self, app: App, flow_ids: Sequence[str]) -> list[Redriven]:
+        """Put dead flows back to pending (attempts kept) and hand them to delivery at once.
+
+        The re-driven delivery gets a fresh budget: ``max_attempts`` more attempts and ``max_age_s``
+        from now. Per id: the flow as re-driven, or the error (not found, not dead).
+        """
+        if not 1 <= len(flow_ids) <= MAX_BATCH:
+            raise InvalidInput("flow_ids", f"must hold 1..{MAX_BATCH} flow ids")
+        results: list[Redriven] = []
+        for flow_id in flow_ids:
+            try:
+                flow = await self.get_flow(app, flow_id)
+                if flow.status is not FlowStatus.DEAD:
+                    raise Conflict(f"flow {flow_id} is {flow.status.value}, not dead")
+                now_ms = self._clock.now_ms()
+                redriven = await self._store.redrive_flow(flow.task_id, flow.scheduled_at_ms, now_ms)
+                if redriven is None:
+                    raise Conflict(f"flow {flow_id} is no longer dead")
+                task = await self._store.get_task(flow.task_id)
+                if task is not None and self.manual_flow_sink is not None:
+                    self.manual_flow_sink(self._fresh_budget(task, redriven, now_ms), redriven)
+                results.append((flow_id, redriven, None))
+            except TjobsError as error:
+                results.append((flow_id, None, error))
+        return results
+
+    def _fresh_budget(self, task: Task, flow: Flow, now_ms: int) -> Task:
+        callback = dict(task.callback)
+        settings = self._settings.callbacks
+        callback["max_attempts"] = flow.attempts + int(callback.get("max_attempts", settings.max_attempts))
+        age_s = int(callback.get("max_age_s", settings.max_age_s))
+        callback["max_age_s"] = max(0, (now_ms - flow.scheduled_at_ms) // 1000) + age_s
+        return replace(task, callback=callback)
 
     # ---- read ---------------------------------------------------------------------------------
 
@@ -149,7 +424,8 @@ class TaskService:
         if "name" in request:
             task.name = check_name(request["name"])
         if "callback" in request:
-            task.callback = normalize_callback(request["callback"], limits)
+            task.callback = normalize_callback(with_defaults(request["callback"], app), limits)
+            await self.check_targets(app, task.callback)
         if "payload" in request:
             check_payload(request["payload"], limits)
             task.payload = request["payload"]
@@ -212,3 +488,27 @@ class TaskService:
     def _routable(self, task_id: int) -> bool:
         return task_id > 0 and shard_of_task_id(task_id) < self._topology.shard_count
 
+
+
+async def _no_allow_list(app_id: str) -> AllowList:
+    return EMPTY_ALLOW_LIST
+
+
+def _matches(task: Task, status: TaskStatus | None, kind: str | None, name_prefix: str | None) -> bool:
+    return (
+        (status is None or task.status is status)
+        and (kind is None or task.schedule.get("kind") == kind)
+        and (name_prefix is None or task.name.startswith(name_prefix))
+    )
+
+
+def with_defaults(callback: Any, app: App) -> Any:
+    """The app's callback defaults (``settings.callback_defaults``) under the request's own fields."""
+    defaults = app.settings.get("callback_defaults")
+    if not defaults or not isinstance(callback, dict):
+        return callback
+    merged = {k: v for k, v in defaults.items() if k != "headers"}
+    merged.update(callback)
+    if defaults.get("headers") and isinstance(callback.get("headers", {}), dict):
+        merged["headers"] = {**defaults["headers"], **callback.get("headers", {})}
+    return merged

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tjobs.clock import iso_ms
+from tjobs.errors import TjobsError
 from tjobs.model import App, Flow, Task
 
 
@@ -50,16 +51,26 @@ def flow_json(flow: Flow) -> dict[str, Any]:
     }
 
 
-def app_json(app: App, api_key: str | None = None) -> dict[str, Any]:
+def app_json(app: App, api_key: str | None = None, *, with_secrets: bool | None = None) -> dict[str, Any]:
+    """An app; its API key only when just minted, its signing secrets on create/rotate/show."""
     body: dict[str, Any] = {
         "id": app.id,
         "name": app.name,
         "rate_limit_per_s": app.rate_limit_per_s,
         "max_concurrency": app.max_concurrency,
         "created_at": _instant(app.created_at_ms),
-        "settings": app.settings,
+        "settings": {k: v for k, v in app.settings.items() if k != "retiring_secrets"},
     }
     if api_key is not None:
         body["api_key"] = api_key
+    if with_secrets or (with_secrets is None and api_key is not None):
         body["secrets"] = app.secrets
     return body
+
+
+def error_json(error: TjobsError) -> dict[str, Any]:
+    detail: dict[str, Any] = {"code": error.code, "message": error.message}
+    field = getattr(error, "field", None)
+    if field is not None:
+        detail["field"] = field
+    return detail

@@ -1,0 +1,112 @@
+"""What every route needs: the node, the calling app (API key) or the admin, JSON bodies, docs helpers.
+
+Auth: ``Authorization: Bearer <key>``. An app key is hashed and looked up by its hash (the store keeps
+only hashes; the final comparison is constant-time in :class:`tjobs.apps.AppDirectory`). The admin key
+(``settings.api.admin_key``) manages apps; it is compared with :func:`hmac.compare_digest`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from tjobs.api.schemas import Error
+from tjobs.errors import InvalidInput, NotFound, Unauthorized
+from tjobs.model import App
+
+if TYPE_CHECKING:
+    from tjobs.node import Node
+
+MAX_BODY_BYTES = 1 << 20
+MAX_BATCH_BODY_BYTES = 80 << 20  # 1,000 tasks of up to 64 KiB payload each
+
+_bearer = HTTPBearer(auto_error=False, description="an app's API key, or the admin key for /v1/apps")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def node_of(request: Request) -> Node:
+    node: Node = request.app.state.node
+    return node
+
+
+NodeDep = Annotated["Node", Depends(node_of)]
+
+
+async def current_app(request: Request, credentials: Credentials) -> App:
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized("missing 'Authorization: Bearer <api key>'")
+    app = await node_of(request).apps.authenticate(credentials.credentials.strip())
+    if app is None:
+        raise Unauthorized("unknown API key")
+    return app
+
+
+async def require_admin(request: Request, credentials: Credentials) -> None:
+    expected = node_of(request).settings.api.admin_key
+    given = "" if credentials is None else credentials.credentials.strip()
+    if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+        raise Unauthorized("admin key required")
+
+
+AppDep = Annotated[App, Depends(current_app)]
+
+
+async def json_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> Any:
+    raw = await request.body()
+    if len(raw) > max_bytes:
+        raise InvalidInput("body", f"larger than {max_bytes} bytes", "too_large")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise InvalidInput("body", f"not valid JSON ({error.msg})", "bad_json") from None
+
+
+def json_object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidInput("body", "must be a JSON object")
+    return body
+
+
+def task_id_of(raw: str) -> int:
+    if not raw.isdigit() or len(raw) > 19:
+        raise NotFound("task", raw)
+    return int(raw)
+
+
+# ---- OpenAPI documentation helpers ------------------------------------------------------------------
+
+DOCUMENTED_BODIES: list[type[BaseModel]] = []
+
+_ERROR_TEXT = {
+    401: "missing or unknown key",
+    404: "not found (or another app's)",
+    409: "conflict: lost a version race, or not in a state that allows this",
+    413: "body too large",
+    422: "invalid input; error.field names the offending field",
+    429: "quota exceeded",
+    503: "storage unavailable",
+}
+
+
+def body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a JSON request body that the route parses itself."""
+    if model not in DOCUMENTED_BODIES:
+        DOCUMENTED_BODIES.append(model)
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": Error, "description": _ERROR_TEXT[status]} for status in (*statuses, 503)}
+
+
+def ok(status: int, model: type[BaseModel] | None, description: str = "OK") -> dict[int | str, dict[str, Any]]:
+    entry: dict[str, Any] = {"description": description}
+    if model is not None:
+        entry["model"] = model
+    return {status: entry}

@@ -1,0 +1,145 @@
+"""Apps: admin management (create, show, update, rotate, stats) and an app's view of itself."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Depends, Request
+
+from tjobs.api import schemas
+from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, ok, require_admin
+from tjobs.api.render import app_json
+from tjobs.apps import AppService
+from tjobs.errors import InvalidInput
+from tjobs.model import App, FlowStatus, TaskStatus
+
+if TYPE_CHECKING:
+    from tjobs.node import Node
+
+router = APIRouter(prefix="/v1", tags=["apps"])
+admin = APIRouter(prefix="/v1", tags=["apps"], dependencies=[Depends(require_admin)])
+
+DEAD_LETTER_COUNT_CAP = 10_000
+_COUNT_WINDOW = 64
+
+
+def app_service(request: Request) -> AppService:
+    service: AppService = request.app.state.app_service
+    return service
+
+
+@admin.post("/apps", status_code=201, summary="Create an app (admin); answers its API key once",
+            responses={**ok(201, schemas.AppOut), **errors(401, 422)}, openapi_extra=body_doc(schemas.AppCreate))
+async def create_app(request: Request) -> Any:
+    app, api_key = await app_service(request).create(await json_body(request))
+    return app_json(app, api_key)
+
+
+@admin.get("/apps/{app_id}", summary="Show an app (admin)", responses={**ok(200, schemas.AppOut), **errors(401, 404)})
+async def show_app(app_id: str, request: Request) -> Any:
+    return app_json(await app_service(request).get(app_id), with_secrets=True)
+
+
+@admin.patch("/apps/{app_id}", summary="Change an app's limits, callback defaults or allowed hosts (admin)",
+             responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)}, openapi_extra=body_doc(schemas.AppUpdate))
+async def update_app(app_id: str, request: Request, node: NodeDep) -> Any:
+    app = await app_service(request).update(app_id, await json_body(request))
+    node.tasks.forget_counts(app.id)
+    return app_json(app, with_secrets=True)
+
+
+@admin.post("/apps/{app_id}/rotate", summary="Rotate the API key and/or signing secret (admin)",
+            responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)}, openapi_extra=body_doc(schemas.Rotate))
+async def rotate_app(app_id: str, request: Request) -> Any:
+    raw = await request.body()
+    body = json_object(await json_body(request)) if raw.strip() else {}
+    unknown = set(body) - {"api_key", "secret", "grace_s"}
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    flags = {}
+    for name in ("api_key", "secret"):
+        value = body.get(name, True)
+        if not isinstance(value, bool):
+            raise InvalidInput(name, "must be true or false")
+        flags[name] = value
+    grace_s = body.get("grace_s", 86_400)
+    if not isinstance(grace_s, int) or isinstance(grace_s, bool):
+        raise InvalidInput("grace_s", "must be an integer number of seconds")
+    app, api_key = await app_service(request).rotate(
+        app_id, api_key=flags["api_key"], secret=flags["secret"], grace_s=grace_s)
+    return app_json(app, api_key, with_secrets=True)
+
+
+@admin.get("/apps/{app_id}/stats", summary="An app's stats (admin)",
+           responses={**ok(200, schemas.AppStats), **errors(401, 404)})
+async def app_stats_admin(app_id: str, request: Request, node: NodeDep) -> Any:
+    return await stats_of(node, await app_service(request).get(app_id))
+
+
+@router.get("/app", summary="The calling app (its settings and signing secrets)",
+            responses={**ok(200, schemas.AppOut), **errors(401)})
+async def me(app: AppDep) -> Any:
+    return app_json(app, with_secrets=True)
+
+
+@router.get("/stats", summary="The calling app's stats", responses={**ok(200, schemas.AppStats), **errors(401)})
+async def my_stats(app: AppDep, node: NodeDep) -> Any:
+    return await stats_of(node, app)
+
+
+async def stats_of(node: Node, app: App) -> dict[str, Any]:
+    shards = list(node.topology.shards())
+    counts = {status: 0 for status in TaskStatus}
+    for start in range(0, len(shards), _COUNT_WINDOW):
+        window = shards[start:start + _COUNT_WINDOW]
+        for status in TaskStatus:
+            found = await asyncio.gather(*(node.store.count_tasks(app.id, s, status) for s in window))
+            counts[status] += sum(found)
+    dead = 0
+    for shard in shards:
+        if dead >= DEAD_LETTER_COUNT_CAP:
+            break
+        dead += len(await node.store.list_flows_by_status(
+            shard, FlowStatus.DEAD, app.id, DEAD_LETTER_COUNT_CAP - dead + 1))
+    registry = node.metrics.registry
+    fires = registry.get_sample_value("tjobs_fires_total", {"app": app.id, "outcome": "committed"}) or 0.0
+    failures = 0.0
+    for metric in registry.collect():
+        if metric.name == "tjobs_callback_attempts":
+            failures += sum(s.value for s in metric.samples if s.name.endswith("_total")
+                            and s.labels.get("app") == app.id and s.labels.get("outcome") != "delivered")
+    return {
+        "app_id": app.id,
+        "active_tasks": counts[TaskStatus.ACTIVE],
+        "paused_tasks": counts[TaskStatus.PAUSED],
+        "completed_tasks": counts[TaskStatus.COMPLETED],
+        "dead_letters": min(dead, DEAD_LETTER_COUNT_CAP),
+        "dead_letters_capped": dead > DEAD_LETTER_COUNT_CAP,
+        "fires": int(fires),
+        "callback_failures": int(failures),
+        "fire_lateness": _lateness(node, app.id),
+    }
+
+
+def _lateness(node: Node, app_id: str) -> dict[str, Any]:
+    buckets: list[tuple[float, float]] = []
+    for metric in node.metrics.registry.collect():
+        if metric.name == "tjobs_fire_lateness_seconds":
+            buckets = sorted(
+                (float(s.labels["le"]), s.value) for s in metric.samples
+                if s.name.endswith("_bucket") and s.labels.get("app") == app_id
+            )
+    total = int(buckets[-1][1]) if buckets else 0
+
+    def quantile(q: float) -> float | None:
+        if total == 0:
+            return None
+        rank = q * total
+        for bound, cumulative in buckets:
+            if cumulative >= rank:
+                return bound if math.isfinite(bound) else None
+        return None
+
+    return {"count": total, "p50_s": quantile(0.5), "p90_s": quantile(0.9), "p99_s": quantile(0.99)}

@@ -1,0 +1,70 @@
+"""Flows: get one, the app's dead letters, and their redrive (one or many)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from tjobs.api import schemas
+from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, ok
+from tjobs.api.render import error_json, flow_json
+from tjobs.errors import InvalidInput, TjobsError
+from tjobs.tasks import Redriven
+
+router = APIRouter(prefix="/v1", tags=["flows"])
+
+
+@router.get("/flows/{flow_id}", summary="Get one flow (id: '<task id>-<scheduled_at_ms>')",
+            responses={**ok(200, schemas.Flow), **errors(401, 404)})
+async def get_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
+    return flow_json(await node.tasks.get_flow(app, flow_id))
+
+
+@router.post("/flows/{flow_id}/redrive", summary="Re-drive one dead flow (attempts kept)",
+             responses={**ok(200, schemas.Flow), **errors(401, 404, 409)})
+async def redrive_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
+    [(_, flow, error)] = await node.tasks.redrive(app, [flow_id])
+    if error is not None:
+        raise error
+    assert flow is not None
+    return flow_json(flow)
+
+
+@router.get("/dead-letters", summary="The app's dead flows (cursor pagination across every shard)",
+            responses={**ok(200, schemas.FlowPage), **errors(401, 422)})
+async def dead_letters(
+    app: AppDep,
+    node: NodeDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> Any:
+    page = await node.tasks.dead_letters(app, limit, cursor)
+    return {"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor}
+
+
+@router.post("/dead-letters/redrive", summary="Re-drive many dead flows; one result per id",
+             responses={**ok(200, schemas.RedriveResult), **errors(401, 422)},
+             openapi_extra=body_doc(schemas.Redrive))
+async def redrive_many(request: Request, app: AppDep, node: NodeDep) -> Any:
+    body = json_object(await json_body(request))
+    unknown = set(body) - {"flow_ids"}
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    flow_ids = body.get("flow_ids")
+    if not isinstance(flow_ids, list) or not all(isinstance(f, str) for f in flow_ids):
+        raise InvalidInput("flow_ids", "must be a list of flow ids")
+    return redrive_json(await node.tasks.redrive(app, flow_ids))
+
+
+def redrive_json(results: list[Redriven]) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    failed = 0
+    for flow_id, flow, error in results:
+        if error is not None or flow is None:
+            failed += 1
+            problem = error or TjobsError("not re-driven")
+            items.append({"flow_id": flow_id, "status": problem.status_code, "error": error_json(problem)})
+        else:
+            items.append({"flow_id": flow_id, "status": 200, "flow": flow_json(flow)})
+    return {"redriven": len(results) - failed, "failed": failed, "items": items}

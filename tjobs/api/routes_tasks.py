@@ -1,0 +1,146 @@
+"""``/v1/tasks``: create (single and batch), get, list, update, pause, resume, trigger, delete, flows."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+
+from tjobs.api import schemas
+from tjobs.api.deps import (
+    MAX_BATCH_BODY_BYTES,
+    AppDep,
+    NodeDep,
+    body_doc,
+    errors,
+    json_body,
+    json_object,
+    ok,
+    task_id_of,
+)
+from tjobs.api.render import error_json, flow_json, task_json
+from tjobs.errors import InvalidInput
+from tjobs.model import TaskStatus
+
+router = APIRouter(prefix="/v1", tags=["tasks"])
+
+_BATCH_KEYS = frozenset({"tasks"})
+
+
+@router.post(
+    "/tasks", status_code=201, summary="Create a task (idempotent per app on key)",
+    responses={**ok(201, schemas.Task, "created"), **ok(200, schemas.Task, "an existing task with this key"),
+               **errors(401, 422, 429)},
+    openapi_extra=body_doc(schemas.TaskCreate),
+)
+async def create_task(request: Request, response: Response, app: AppDep, node: NodeDep) -> Any:
+    created = await node.tasks.create(app, await json_body(request))
+    if created.created:
+        node.metrics.registrations.labels(app.id).inc()
+    else:
+        response.status_code = 200
+    return task_json(created.task)
+
+
+@router.post(
+    "/tasks/batch", status_code=200, summary="Create up to 1,000 tasks; one result per item",
+    responses={**ok(200, schemas.BatchResult), **errors(401, 422, 429)},
+    openapi_extra=body_doc(schemas.BatchCreate),
+)
+async def create_tasks(request: Request, app: AppDep, node: NodeDep) -> Any:
+    body = json_object(await json_body(request, MAX_BATCH_BODY_BYTES))
+    unknown = set(body) - _BATCH_KEYS
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    if "tasks" not in body:
+        raise InvalidInput("tasks", "is required", "missing")
+    results = await node.tasks.create_many(app, body["tasks"])
+    items: list[dict[str, Any]] = []
+    counts = {"created": 0, "existing": 0, "failed": 0}
+    for index, result in enumerate(results):
+        if result.error is not None:
+            counts["failed"] += 1
+            items.append({"index": index, "status": result.error.status_code, "error": error_json(result.error)})
+        else:
+            assert result.task is not None
+            counts["created" if result.created else "existing"] += 1
+            items.append({"index": index, "status": 201 if result.created else 200, "task": task_json(result.task)})
+    if counts["created"]:
+        node.metrics.registrations.labels(app.id).inc(counts["created"])
+    return {**counts, "items": items}
+
+
+@router.get(
+    "/tasks", summary="List the app's tasks (cursor pagination across every shard)",
+    responses={**ok(200, schemas.TaskPage), **errors(401, 422)},
+)
+async def list_tasks(
+    app: AppDep,
+    node: NodeDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    status: Annotated[Literal["active", "paused", "completed"] | None, Query()] = None,
+    kind: Annotated[Literal["cron", "interval", "at", "delay"] | None, Query()] = None,
+    name_prefix: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> Any:
+    page = await node.tasks.list_tasks(
+        app, limit=limit, cursor=cursor, status=None if status is None else TaskStatus(status),
+        kind=kind, name_prefix=name_prefix,
+    )
+    return {"items": [task_json(t) for t in page.items], "next_cursor": page.next_cursor}
+
+
+@router.get("/tasks/{task_id}", summary="Get a task", responses={**ok(200, schemas.Task), **errors(401, 404)})
+async def get_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
+    return task_json(await node.tasks.get(app, task_id_of(task_id)))
+
+
+@router.patch(
+    "/tasks/{task_id}", summary="Update a task (optimistic: pass version to get 409 on a lost race)",
+    responses={**ok(200, schemas.Task), **errors(401, 404, 409, 422)},
+    openapi_extra=body_doc(schemas.TaskUpdate),
+)
+async def update_task(task_id: str, request: Request, app: AppDep, node: NodeDep) -> Any:
+    tid = task_id_of(task_id)
+    body = await json_body(request)
+    return task_json(await node.tasks.update(app, tid, body))
+
+
+@router.post("/tasks/{task_id}/pause", summary="Pause a task",
+             responses={**ok(200, schemas.Task), **errors(401, 404, 409)})
+async def pause_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
+    return task_json(await node.tasks.pause(app, task_id_of(task_id)))
+
+
+@router.post("/tasks/{task_id}/resume", summary="Resume a task (its misfire policy covers what was missed)",
+             responses={**ok(200, schemas.Task), **errors(401, 404, 409)})
+async def resume_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
+    return task_json(await node.tasks.resume(app, task_id_of(task_id)))
+
+
+@router.post("/tasks/{task_id}/trigger", status_code=201, summary="Fire now (a manual flow)",
+             responses={**ok(201, schemas.Flow), **errors(401, 404, 409)})
+async def trigger_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
+    return flow_json(await node.tasks.trigger(app, task_id_of(task_id)))
+
+
+@router.delete("/tasks/{task_id}", status_code=204, summary="Delete a task (its flows stay as history)",
+               responses={**ok(204, None, "deleted"), **errors(401, 404)})
+async def delete_task(task_id: str, app: AppDep, node: NodeDep) -> Response:
+    await node.tasks.delete(app, task_id_of(task_id))
+    return Response(status_code=204)
+
+
+@router.get(
+    "/tasks/{task_id}/flows", tags=["flows"], summary="A task's flows, newest first",
+    responses={**ok(200, schemas.FlowList), **errors(401, 404, 422)},
+)
+async def list_task_flows(
+    task_id: str,
+    app: AppDep,
+    node: NodeDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before_ms: Annotated[int | None, Query(ge=0, le=1 << 62)] = None,
+) -> Any:
+    flows = await node.tasks.flows(app, task_id_of(task_id), limit, before_ms)
+    return {"items": [flow_json(f) for f in flows]}

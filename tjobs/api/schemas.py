@@ -1,0 +1,292 @@
+"""The documented shapes of the ``/v1`` API (OpenAPI components).
+
+Requests are validated by :mod:`tjobs.tasks`, :mod:`tjobs.validation` and :mod:`tjobs.schedules`
+(field-named errors, one handler), not by these models; they exist so ``/openapi.json`` says exactly
+what is accepted and answered. Responses are built by :mod:`tjobs.api.render` and documented here;
+``tests/api/test_schemathesis.py`` checks the two agree.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JsonValue = Any
+MisfirePolicyName = Literal["fire_now", "fire_soon", "skip", "catch_up"]
+DeliveryName = Literal["at_least_once", "at_most_once"]
+TaskStatusName = Literal["active", "paused", "completed"]
+FlowStatusName = Literal["pending", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
+FlowKindName = Literal["scheduled", "misfire", "manual"]
+Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- errors ------------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="stable machine-readable code, e.g. invalid_input, not_found")
+    message: str = Field(description="human-readable; names the offending field")
+    field: str | None = Field(default=None, description="dotted path of the offending field")
+
+
+class Error(BaseModel):
+    error: ErrorDetail
+
+
+# ---- schedules ----------------------------------------------------------------------------------
+
+
+class DelaySchedule(_Strict):
+    kind: Literal["delay"]
+    delay_ms: int = Field(ge=0)
+
+
+class AtSchedule(_Strict):
+    kind: Literal["at"]
+    at: str | None = Field(default=None, description="ISO-8601 instant with an offset")
+    at_ms: int | None = Field(default=None, description="UTC epoch milliseconds (instead of at)")
+
+
+class _Bounds(_Strict):
+    start_at: str | None = None
+    start_at_ms: int | None = None
+    end_at: str | None = None
+    end_at_ms: int | None = None
+    max_fires: int | None = Field(default=None, ge=1)
+
+
+class CronSchedule(_Bounds):
+    kind: Literal["cron"]
+    expr: str = Field(description="5 fields, or 6 with seconds first")
+    timezone: str = Field(default="UTC", description="IANA time zone")
+    dst_gap: Literal["skip", "shift"] = "skip"
+    dst_overlap: Literal["once", "twice"] = "once"
+
+
+class IntervalSchedule(_Bounds):
+    kind: Literal["interval"]
+    every_ms: int = Field(ge=1)
+
+
+Schedule = Annotated[
+    DelaySchedule | AtSchedule | CronSchedule | IntervalSchedule, Field(discriminator="kind")
+]
+
+
+# ---- tasks --------------------------------------------------------------------------------------
+
+
+class CallbackSpec(_Strict):
+    url: str | None = Field(default=None, description="unicast target (http/https), or give urls")
+    urls: list[str] | None = Field(default=None, description="multicast targets (1..10)")
+    method: Method = "POST"
+    headers: dict[str, str] = Field(default_factory=dict, description="at most 20 custom headers")
+    body: str | None = Field(default=None, description="raw request body (else the task payload as JSON)")
+    timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
+    max_attempts: int | None = Field(default=None, ge=1, le=50)
+    max_age_s: int | None = Field(default=None, ge=1)
+
+
+class TaskCreate(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    key: str | None = Field(default=None, min_length=1, max_length=200,
+                            description="idempotency key, unique per app")
+    schedule: Schedule
+    callback: CallbackSpec
+    payload: JsonValue = None
+    misfire_policy: MisfirePolicyName | None = None
+    delivery: DeliveryName | None = None
+
+
+class TaskUpdate(_Strict):
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    schedule: Schedule | None = None
+    callback: CallbackSpec | None = None
+    payload: JsonValue = None
+    misfire_policy: MisfirePolicyName | None = None
+    delivery: DeliveryName | None = None
+    version: int | None = Field(default=None, description="expected version; 409 if the task moved on")
+
+
+class BatchCreate(_Strict):
+    tasks: list[TaskCreate] = Field(min_length=1, max_length=1000)
+
+
+class StoredCallback(BaseModel):
+    urls: list[str]
+    method: Method
+    headers: dict[str, str] | None = None
+    body: str | None = None
+    timeout_ms: int | None = None
+    max_attempts: int | None = None
+    max_age_s: int | None = None
+
+
+class Task(BaseModel):
+    id: str
+    name: str
+    key: str | None
+    status: TaskStatusName
+    schedule: dict[str, Any] = Field(description="the canonical stored schedule")
+    callback: StoredCallback
+    payload: JsonValue
+    misfire_policy: MisfirePolicyName
+    delivery: DeliveryName
+    next_run_at: str | None
+    next_run_at_ms: int | None
+    version: int
+    fire_count: int
+    created_at: str
+    updated_at: str
+
+
+class TaskPage(BaseModel):
+    items: list[Task]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null at the end")
+
+
+class BatchItem(BaseModel):
+    index: int
+    status: int = Field(description="201 created, 200 existing (same key), or the error's status")
+    task: Task | None = None
+    error: ErrorDetail | None = None
+
+
+class BatchResult(BaseModel):
+    created: int
+    existing: int
+    failed: int
+    items: list[BatchItem]
+
+
+# ---- flows ----------------------------------------------------------------------------------------
+
+
+class Flow(BaseModel):
+    id: str
+    task_id: str
+    scheduled_at: str
+    scheduled_at_ms: int
+    kind: FlowKindName
+    status: FlowStatusName
+    attempts: int
+    missed: int
+    next_attempt_at: str | None
+    last_status_code: int | None
+    last_error: str | None
+    created_at: str
+    updated_at: str
+
+
+class FlowList(BaseModel):
+    items: list[Flow]
+
+
+class FlowPage(BaseModel):
+    items: list[Flow]
+    next_cursor: str | None
+
+
+class Redrive(_Strict):
+    flow_ids: list[str] = Field(min_length=1, max_length=1000)
+
+
+class RedriveItem(BaseModel):
+    flow_id: str
+    status: int
+    flow: Flow | None = None
+    error: ErrorDetail | None = None
+
+
+class RedriveResult(BaseModel):
+    redriven: int
+    failed: int
+    items: list[RedriveItem]
+
+
+# ---- apps -------------------------------------------------------------------------------------------
+
+
+class CallbackDefaults(_Strict):
+    method: Method | None = None
+    headers: dict[str, str] | None = None
+    timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
+    max_attempts: int | None = Field(default=None, ge=1, le=50)
+    max_age_s: int | None = Field(default=None, ge=1)
+
+
+class AppCreate(_Strict):
+    name: str = Field(min_length=1, max_length=100)
+    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
+    allowed_callback_hosts: list[str] | None = Field(
+        default=None, max_length=100,
+        description="host names, *.suffix, addresses or networks admitted despite the SSRF policy")
+    callback_defaults: CallbackDefaults | None = None
+    max_active_tasks: int | None = Field(default=None, ge=0, description="0: the node's default quota")
+
+
+class AppUpdate(_Strict):
+    name: str | None = Field(default=None, min_length=1, max_length=100)
+    rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
+    allowed_callback_hosts: list[str] | None = Field(default=None, max_length=100)
+    callback_defaults: CallbackDefaults | None = None
+    max_active_tasks: int | None = Field(default=None, ge=0)
+
+
+class Rotate(_Strict):
+    api_key: bool = True
+    secret: bool = True
+    grace_s: int = Field(default=86_400, ge=0, le=30 * 86_400,
+                         description="how long the old signing secret keeps signing beside the new")
+
+
+class AppOut(BaseModel):
+    id: str
+    name: str
+    rate_limit_per_s: float
+    max_concurrency: int
+    created_at: str
+    settings: dict[str, Any]
+    api_key: str | None = Field(default=None, description="only in create and rotate answers; store it")
+    secrets: list[str] | None = Field(default=None, description="signing secrets, newest first "
+                                      "(create, rotate and show answers)")
+
+
+class Lateness(BaseModel):
+    count: int
+    p50_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+
+
+class AppStats(BaseModel):
+    app_id: str
+    active_tasks: int
+    paused_tasks: int
+    completed_tasks: int
+    dead_letters: int
+    dead_letters_capped: bool = Field(description="true if there are more dead letters than counted")
+    fires: int = Field(description="fires committed by this node since it started")
+    callback_failures: int = Field(description="failed callback attempts on this node since it started")
+    fire_lateness: Lateness = Field(description="this node, since it started (bucketed)")
+
+
+# ---- operations ---------------------------------------------------------------------------------------
+
+
+class Health(BaseModel):
+    status: str
+    node: str
+
+
+class Ready(BaseModel):
+    status: str
+    jobs: int
+    cluster: dict[str, Any]
