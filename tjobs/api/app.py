@@ -127,11 +127,26 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
                 for name, definition in schema.pop("$defs", {}).items():
                     components.setdefault(name, definition)
                 components[model.__name__] = schema
+            _errors_are_ours(document)
             api.openapi_schema = document
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
     return api
+
+
+def _errors_are_ours(document: dict[str, Any]) -> None:
+    """Every 422 is this API's ``Error`` (the one handler maps FastAPI's validation errors too)."""
+    error_ref = {"$ref": "#/components/schemas/Error"}
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            response = operation.get("responses", {}).get("422")
+            if response is not None:
+                response["content"] = {"application/json": {"schema": error_ref}}
+                response["description"] = "invalid input; error.field names the offending field"
+    schemas_ = document.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas_.pop(unused, None)
 
 
 async def create_app_record(node: "Node", body: dict[str, Any], app_id: str | None = None) -> tuple[App, str]:
