@@ -469,3 +469,33 @@ async def test_ping_and_database_clock(store: TaskStore) -> None:
     await store.ping()
     skew_ms = abs(await store.database_now_ms() - time.time_ns() // 1_000_000)
     assert skew_ms < 5_000
+
+
+async def test_redrive_puts_only_a_dead_flow_back_to_pending(store: TaskStore) -> None:
+    task = await store.insert_task(make_task())
+    await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 1, FlowStatus.DEAD))
+    await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 2, FlowStatus.DELIVERED))
+    await store.record_flow_updates([FlowUpdate(task.id, NOW_MS + 1, FlowStatus.DEAD, 4, None, 500, "x")],
+                                    NOW_MS)  # terminal already: ignored, attempts stay 0
+
+    redriven = await store.redrive_flow(task.id, NOW_MS + 1, NOW_MS + 99)
+
+    assert redriven is not None
+    assert (redriven.status, redriven.next_attempt_at_ms, redriven.updated_at_ms) == (
+        FlowStatus.PENDING, NOW_MS + 99, NOW_MS + 99)
+    assert await store.get_flow(task.id, NOW_MS + 1) == redriven
+    assert await store.redrive_flow(task.id, NOW_MS + 1, NOW_MS + 100) is None  # no longer dead
+    assert await store.redrive_flow(task.id, NOW_MS + 2, NOW_MS + 100) is None  # delivered
+    assert await store.redrive_flow(task.id, NOW_MS + 3, NOW_MS + 100) is None  # no such flow
+
+
+async def test_count_tasks_per_app_shard_and_status(store: TaskStore) -> None:
+    shard = 11
+    for status in (TaskStatus.ACTIVE, TaskStatus.ACTIVE, TaskStatus.PAUSED):
+        await store.insert_task(make_task(shard=shard, status=status))
+    await store.insert_task(make_task(shard=shard, app_id="app-b"))
+    assert await store.count_tasks("app-a", shard) == 3
+    assert await store.count_tasks("app-a", shard, TaskStatus.ACTIVE) == 2
+    assert await store.count_tasks("app-a", shard, TaskStatus.COMPLETED) == 0
+    assert await store.count_tasks("app-b", shard) == 1
+    assert await store.count_tasks("app-a", shard + 1) == 0
