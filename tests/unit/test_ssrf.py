@@ -1,0 +1,307 @@
+"""SSRF matrix: no connection is ever attempted to a refused callback target.
+
+Given the node's target guard wired into a real :class:`CallbackSender` (policy + pinned resolver) and
+a fake DNS, when a callback is sent to each refused target (addresses in every range and encoding,
+names resolving to them, non-HTTP schemes), then the attempt is a permanent failure and an audit hook
+on ``socket.connect`` sees no connection at all. The same targets are refused at registration. An
+allow-list admits what it names; a resolver answering public then private cannot rebind a callback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp.abc import ResolveResult
+
+from tests.receiver import Receiver
+from tjobs.callbacks.retry import Outcome
+from tjobs.callbacks.sender import AttemptResult, CallbackRequest, CallbackSender
+from tjobs.errors import InvalidInput
+from tjobs.settings import CallbackSettings
+from tjobs.ssrf import AllowList, TargetGuard, classify_address
+
+# ---- the audit hook: every socket.connect while recording; anything but loopback is blocked ---------
+
+CONNECTS: list[Any] = []
+_RECORDING = [False]
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "socket.connect" or not _RECORDING[0]:
+        return
+    address = args[1]
+    CONNECTS.append(address)
+    host = address[0] if isinstance(address, tuple) else str(address)
+    if host not in ("127.0.0.1", "::1"):
+        raise ConnectionRefusedError(f"test audit hook: no real connection to {host}")
+
+
+if not getattr(sys, "_tjobs_ssrf_audit_installed", False):
+    sys.addaudithook(_audit)
+    sys._tjobs_ssrf_audit_installed = True  # type: ignore[attr-defined]
+
+
+# ---- a fake DNS ------------------------------------------------------------------------------------------
+
+PUBLIC_V4 = "93.184.216.34"
+DNS: dict[str, list[str]] = {
+    "localhost": ["127.0.0.1", "::1"],
+    "localhost.localdomain": ["127.0.0.1"],
+    "metadata.google.internal": ["169.254.169.254"],
+    "instance-data.ec2.internal": ["169.254.169.254"],
+    "intranet.test": ["10.0.0.5"],
+    "db.corp.test": ["10.20.30.40"],
+    "printer.test": ["192.168.1.20"],
+    "cgnat.test": ["100.64.1.1"],
+    "v6private.test": ["fd00::1"],
+    "v6linklocal.test": ["fe80::1"],
+    "v6loopback.test": ["::1"],
+    "mapped.test": ["::ffff:127.0.0.1"],
+    "mapped-private.test": ["::ffff:10.0.0.1"],
+    "nat64.test": ["64:ff9b::a9fe:a9fe"],
+    "sixtofour.test": ["2002:c0a8:101::1"],
+    "mixed.test": [PUBLIC_V4, "10.0.0.1"],
+    "mixed-v6.test": ["2606:2800:220:1::1", "::1"],
+    "multicast.test": ["224.0.0.251"],
+    "zero.test": ["0.0.0.0"],
+    "broadcast.test": ["255.255.255.255"],
+    "reserved.test": ["240.0.0.1"],
+    "public.test": [PUBLIC_V4],
+}
+
+
+def answers(host: str, port: int, addresses: list[str]) -> list[ResolveResult]:
+    out: list[ResolveResult] = []
+    for address in addresses:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        out.append({"hostname": host, "host": address, "port": port, "family": family, "proto": 0, "flags": 0})
+    return out
+
+
+class FakeDns:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.rebind_calls = 0
+
+    async def __call__(self, host: str, port: int) -> list[ResolveResult]:
+        self.calls.append(host)
+        if host == "rebind.test":  # public first, private afterwards
+            self.rebind_calls += 1
+            return answers(host, port, [PUBLIC_V4] if self.rebind_calls == 1 else ["127.0.0.1"])
+        if host not in DNS:
+            raise OSError(f"NXDOMAIN {host}")
+        return answers(host, port, DNS[host])
+
+
+ALLOWING_APP = "app-with-allow-list"
+
+
+async def allow_list_of(app_id: str) -> AllowList:
+    if app_id == ALLOWING_APP:
+        return AllowList.parse(["10.0.0.0/8", "*.corp.test", "fd00::/8"])
+    return AllowList.parse([])
+
+
+# ---- the matrix --------------------------------------------------------------------------------------------
+
+REFUSED_LITERALS = [
+    # IPv4 loopback, private, shared, link-local, metadata, multicast, reserved, special
+    "127.0.0.1", "127.1.2.3", "127.255.255.254", "10.0.0.1", "10.255.255.255", "172.16.0.1", "172.31.255.255",
+    "192.168.0.1", "192.168.255.255", "169.254.169.254", "169.254.0.1", "169.254.170.2", "100.64.0.1",
+    "100.127.255.255", "100.100.100.200", "0.0.0.0", "0.1.2.3", "224.0.0.1", "239.255.255.250",
+    "240.0.0.1", "255.255.255.255", "192.0.0.1", "192.0.0.192", "192.0.2.1", "198.18.0.1", "198.51.100.7",
+    "203.0.113.9",
+    # IPv6 loopback, unspecified, link-local, ULA, site-local, multicast, documentation, discard
+    "[::1]", "[::]", "[0:0:0:0:0:0:0:1]", "[fe80::1]", "[fe80::1%25eth0]", "[fc00::1]", "[fd00::1]",
+    "[fd00:ec2::254]", "[fec0::1]", "[ff02::1]", "[ff05::1:3]", "[2001:db8::1]", "[100::1]",
+    # IPv6 forms embedding a refused IPv4 address
+    "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[::ffff:10.0.0.1]", "[::ffff:169.254.169.254]",
+    "[::ffff:192.168.1.1]", "[::127.0.0.1]", "[::10.0.0.1]", "[2002:7f00:1::]", "[2002:a00:1::1]",
+    "[2002:a9fe:a9fe::]", "[64:ff9b::7f00:1]", "[64:ff9b::a9fe:a9fe]", "[64:ff9b::10.0.0.1]",
+    "[2001:0:4136:e378:8000:63bf:80ff:fffe]",  # Teredo wrapping 127.0.0.1
+]
+ODD_ENCODINGS = [
+    "0177.0.0.1", "0x7f.0.0.1", "0x7f.1", "0x7f000001", "2130706433", "017700000001", "127.1", "127.0.1",
+    "127.000.000.001", "0", "0x0", "1", "10.1", "167772161", "3232235521", "0xa9fea9fe", "2852039166",
+    "0251.0376.0251.0376", "0xA9.0xFE.0xA9.0xFE", "0300.0250.0.1", "0x7F.0x0.0x0.0x1", "127.0.0.1.",
+]
+REFUSED_NAMES = [
+    "localhost", "localhost.localdomain", "metadata.google.internal", "instance-data.ec2.internal",
+    "intranet.test", "printer.test", "cgnat.test", "v6private.test", "v6linklocal.test", "v6loopback.test",
+    "mapped.test", "mapped-private.test", "nat64.test", "sixtofour.test", "mixed.test", "mixed-v6.test",
+    "multicast.test", "zero.test", "broadcast.test", "reserved.test", "does-not-exist.test",
+]
+REFUSED_SCHEMES = [
+    "ftp://public.test/", "file:///etc/passwd", "gopher://public.test/", "ws://public.test/",
+    "wss://public.test/", "javascript:alert(1)", "data:text/plain,hi", "dict://public.test:11211/",
+    "ldap://public.test/", "//public.test/",
+]
+
+
+def refused_urls() -> list[str]:
+    urls: list[str] = []
+    for host in REFUSED_LITERALS:
+        urls.append(f"http://{host}/hook")
+    for host in REFUSED_LITERALS[::4]:
+        urls.append(f"https://{host}:8443/hook")
+    for host in ODD_ENCODINGS:
+        urls.append(f"http://{host}/hook")
+    for host in REFUSED_NAMES:
+        urls.append(f"http://{host}/hook")
+        urls.append(f"https://{host.upper()}:22/x?y=1")
+    urls += REFUSED_SCHEMES
+    return urls
+
+
+REFUSED = refused_urls()
+
+
+def test_the_matrix_has_at_least_one_hundred_cases() -> None:
+    assert len(REFUSED) >= 100 and len(set(REFUSED)) == len(REFUSED)
+
+
+def request_for(url: str, app_id: str = "app") -> CallbackRequest:
+    return CallbackRequest(app_id, "1-1", url, "POST", {"content-type": "application/json"}, b"{}", 1000, 1)
+
+
+@pytest_asyncio.fixture
+async def guarded() -> AsyncIterator[tuple[TargetGuard, CallbackSender, FakeDns]]:
+    dns = FakeDns()
+    guard = TargetGuard(allow_list_of, resolve=dns)
+    sender = CallbackSender(CallbackSettings(timeout_ms=1000), policy=guard.policy, resolver=guard.resolver)
+    try:
+        yield guard, sender, dns
+    finally:
+        await sender.close()
+
+
+async def send_recording(sender: CallbackSender, request: CallbackRequest) -> tuple[AttemptResult, list[Any]]:
+    CONNECTS.clear()
+    _RECORDING[0] = True
+    try:
+        result = await sender.send(request)
+    finally:
+        _RECORDING[0] = False
+    return result, list(CONNECTS)
+
+
+@pytest.mark.parametrize("url", REFUSED)
+async def test_no_connection_is_attempted_to_a_refused_target(
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
+) -> None:
+    _, sender, _ = guarded
+    result, connects = await send_recording(sender, request_for(url))
+    assert connects == []
+    assert result.status is None and result.outcome is Outcome.PERMANENT, result
+
+
+@pytest.mark.parametrize("url", [u for u in REFUSED if "does-not-exist" not in u.lower()])
+async def test_a_refused_target_is_refused_at_registration_naming_the_field(
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
+) -> None:
+    guard, _, _ = guarded
+    with pytest.raises(InvalidInput) as refused:
+        await guard.check_registration([url], AllowList.parse([]))
+    assert refused.value.field == "callback.url"
+
+
+async def test_a_name_that_does_not_resolve_yet_is_accepted_at_registration_and_refused_at_send(
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns]
+) -> None:
+    guard, sender, _ = guarded
+    await guard.check_registration(["http://does-not-exist.test/"], AllowList.parse([]))
+    result, connects = await send_recording(sender, request_for("http://does-not-exist.test/"))
+    assert connects == [] and result.outcome is Outcome.PERMANENT
+
+
+async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback(
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns]
+) -> None:
+    _, sender, dns = guarded
+    async with Receiver() as receiver:  # listening on 127.0.0.1: where a rebinding would land
+        port = int(receiver.url("/").split(":")[2].split("/")[0])
+        result, connects = await send_recording(sender, request_for(f"http://rebind.test:{port}/hook"))
+        assert dns.calls.count("rebind.test") == 1  # judged once; that answer is the one connected to
+        assert [c[0] for c in connects] == [PUBLIC_V4]
+        assert receiver.requests == [] and result.status is None
+        # A fresh guard now sees the private answer and refuses without connecting.
+        guard2 = TargetGuard(allow_list_of, resolve=dns)
+        sender2 = CallbackSender(CallbackSettings(timeout_ms=1000), policy=guard2.policy, resolver=guard2.resolver)
+        try:
+            result2, connects2 = await send_recording(sender2, request_for(f"http://rebind.test:{port}/hook"))
+        finally:
+            await sender2.close()
+        assert connects2 == [] and result2.outcome is Outcome.PERMANENT and receiver.requests == []
+
+
+async def test_the_resolver_without_a_pin_applies_the_default_policy(
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns]
+) -> None:
+    guard, _, _ = guarded
+    with pytest.raises(OSError, match="private"):
+        await guard.resolver.resolve("intranet.test", 80)
+    assert [a["host"] for a in await guard.resolver.resolve("public.test", 80)] == [PUBLIC_V4]
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.5/hook", "http://db.corp.test/hook", "http://[fd00::7]/hook",
+                                 "http://intranet.test/hook", "http://[::ffff:10.1.1.1]/hook"])
+async def test_the_apps_allow_list_admits_what_it_names(
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
+) -> None:
+    guard, sender, _ = guarded
+    await guard.check_registration([url], await allow_list_of(ALLOWING_APP))
+    result, connects = await send_recording(sender, request_for(url, ALLOWING_APP))
+    assert len(connects) == 1  # attempted (and stopped by the audit hook: no real network in tests)
+    assert result.outcome is Outcome.RETRYABLE
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://metadata.google.internal/",
+                                 "http://127.0.0.1/", "http://192.168.1.1/"])
+async def test_the_allow_list_never_admits_metadata_or_what_it_does_not_name(
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
+) -> None:
+    _, sender, _ = guarded
+    result, connects = await send_recording(sender, request_for(url, ALLOWING_APP))
+    assert connects == [] and result.outcome is Outcome.PERMANENT
+
+
+async def test_dev_mode_admits_loopback_and_nothing_else() -> None:
+    dns = FakeDns()
+    guard = TargetGuard(allow_list_of, allow_loopback=True, resolve=dns)
+    sender = CallbackSender(CallbackSettings(timeout_ms=2000), policy=guard.policy, resolver=guard.resolver)
+    try:
+        async with Receiver() as receiver:
+            result, connects = await send_recording(sender, request_for(receiver.url("/hook")))
+            assert result.outcome is Outcome.DELIVERED and len(receiver.requests) == 1
+            assert connects and all(c[0] == "127.0.0.1" for c in connects)
+        for url in ("http://10.0.0.1/", "http://169.254.169.254/", "http://intranet.test/", "http://0177.0.0.1/"):
+            result, connects = await send_recording(sender, request_for(url))
+            assert connects == [] and result.outcome is Outcome.PERMANENT, url
+    finally:
+        await sender.close()
+
+
+async def test_public_targets_are_attempted(guarded: tuple[TargetGuard, CallbackSender, FakeDns]) -> None:
+    _, sender, _ = guarded
+    for url in (f"http://{PUBLIC_V4}/", "https://public.test/hook", "http://[2606:2800:220:1::1]/"):
+        result, connects = await send_recording(sender, request_for(url))
+        assert len(connects) == 1 and result.outcome is Outcome.RETRYABLE, (url, result)
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", PUBLIC_V4, "2001:4860:4860::8888", "2606:4700::1111"])
+def test_public_addresses_are_not_classified(address: str) -> None:
+    assert classify_address(ipaddress.ip_address(address)) is None
+
+
+def test_redirects_are_never_followed() -> None:
+    import inspect
+
+    from tjobs.callbacks import sender
+
+    assert "allow_redirects=False" in inspect.getsource(sender.CallbackSender.send)
