@@ -1,0 +1,92 @@
+"""Property-based API conformance: every operation, many generated requests, 0 server errors and 0
+responses that break the documented schema (status codes, content types and bodies).
+
+The node runs for the module in a thread of its own (schemathesis calls it synchronously over HTTP);
+the schema is the one ``/openapi.json`` serves. Requests carry an app's key (app routes) or the admin
+key (app management), so generated cases reach the handlers instead of stopping at 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.api.conftest import ADMIN_KEY
+from tjobs.api import create_api
+from tjobs.node import Node
+from tjobs.settings import Settings, load_settings
+from tjobs.testing import run_node
+
+
+def _settings() -> Settings:
+    return load_settings(None, storage={"urls": ["memory://"], "topology": "1x2x4"}, api={"admin_key": ADMIN_KEY},
+                         allow_loopback_callbacks=True)
+
+
+schema = schemathesis.openapi.from_dict(create_api(Node(_settings())).openapi())
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+class _NodeThread:
+    """A node (API + scheduler) serving from its own event loop until stopped."""
+
+    def __init__(self) -> None:
+        self.base_url = ""
+        self.api_key = ""
+        self.task_id = ""
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with run_node(_settings()) as running:
+            app, self.api_key = await running.create_app("schemathesis")
+            created = await running.node.tasks.create(app, {
+                "name": "seed", "schedule": {"kind": "delay", "delay_ms": 3_600_000},
+                "callback": {"url": "http://127.0.0.1:9/hook"}})
+            self.task_id = str(created.task.id)
+            self.base_url = running.base_url
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> _NodeThread:
+        self._thread.start()
+        assert self._ready.wait(30), "node did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[_NodeThread]:
+    with _NodeThread() as node:
+        yield node
+
+
+@schema.parametrize()
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_generated_requests_never_break_the_server_or_the_schema(case: Any, served: _NodeThread) -> None:
+    admin = case.path.startswith("/v1/apps")
+    key = ADMIN_KEY if admin else served.api_key
+    if case.path_parameters and "task_id" in case.path_parameters and case.path_parameters["task_id"] == "seed":
+        case.path_parameters["task_id"] = served.task_id
+    case.call_and_validate(base_url=served.base_url, headers={"authorization": f"Bearer {key}"}, checks=CHECKS,
+                           timeout=30)
