@@ -1,0 +1,126 @@
+"""Typed records the API answers with (unknown fields are ignored, so newer servers stay readable)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+T = TypeVar("T")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Callback(_Model):
+    urls: list[str]
+    method: str = "POST"
+    headers: dict[str, str] | None = None
+    body: str | None = None
+    timeout_ms: int | None = None
+    max_attempts: int | None = None
+    max_age_s: int | None = None
+
+
+class Task(_Model):
+    id: str
+    name: str
+    key: str | None
+    status: Literal["active", "paused", "completed"]
+    schedule: dict[str, Any]
+    callback: Callback
+    payload: Any = None
+    misfire_policy: str
+    delivery: str
+    next_run_at: datetime | None
+    next_run_at_ms: int | None
+    version: int
+    fire_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class Flow(_Model):
+    id: str
+    task_id: str
+    scheduled_at: datetime
+    scheduled_at_ms: int
+    kind: str
+    status: str
+    attempts: int
+    missed: int = 0
+    next_attempt_at: datetime | None = None
+    last_status_code: int | None = None
+    last_error: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class Page(_Model, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = None
+
+
+class ErrorDetail(_Model):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class BatchItem(_Model):
+    index: int
+    status: int
+    task: Task | None = None
+    error: ErrorDetail | None = None
+
+
+class BatchResult(_Model):
+    created: int
+    existing: int
+    failed: int
+    items: list[BatchItem]
+
+
+class RedriveItem(_Model):
+    flow_id: str
+    status: int
+    flow: Flow | None = None
+    error: ErrorDetail | None = None
+
+
+class RedriveResult(_Model):
+    redriven: int
+    failed: int
+    items: list[RedriveItem]
+
+
+class App(_Model):
+    id: str
+    name: str
+    rate_limit_per_s: float
+    max_concurrency: int
+    created_at: datetime
+    settings: dict[str, Any]
+    api_key: str | None = None
+    secrets: list[str] | None = None
+
+
+class Lateness(_Model):
+    count: int
+    p50_s: float | None = None
+    p90_s: float | None = None
+    p99_s: float | None = None
+
+
+class AppStats(_Model):
+    app_id: str
+    active_tasks: int
+    paused_tasks: int
+    completed_tasks: int
+    dead_letters: int
+    dead_letters_capped: bool = False
+    fires: int
+    callback_failures: int
+    fire_lateness: Lateness

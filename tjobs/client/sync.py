@@ -1,0 +1,161 @@
+"""The synchronous client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from tjobs.client import _calls as calls
+from tjobs.client._calls import Call, task_request
+from tjobs.client._retry import result_of, retry_delay_s
+from tjobs.client.errors import TransportError
+from tjobs.client.models import App, AppStats, BatchResult, Flow, Page, RedriveResult, Task
+from tjobs.client.schedules import Schedule
+
+T = TypeVar("T")
+
+
+class Client:
+    """``Client(base_url, api_key)``: every API operation as a typed method.
+
+    Idempotent calls (reads, pause, resume, delete, creates that carry a ``key``) are resent up to
+    ``retries`` times after a connection error or a 502/503/504 (or a 429 with ``Retry-After``), with
+    jittered exponential backoff; anything else is sent once. Use the admin key for the ``*_app`` calls.
+    """
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8080", api_key: str | None = None, *,
+                 timeout_s: float = 10.0, retries: int = 2, backoff_s: float = 0.2,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s, transport=transport)
+        self._retries = retries
+        self._backoff_s = backoff_s
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            response: httpx.Response | None = None
+            try:
+                response = self._http.request(call.method, call.path, params=call.params or None, json=call.json)
+            except httpx.TransportError as error:
+                if not call.idempotent or attempt >= self._retries:
+                    raise TransportError(f"{call.method} {call.path}: {type(error).__name__}: {error}") from error
+            if response is not None:
+                delay = retry_delay_s(response, attempt, self._backoff_s)
+                if delay is None or not call.idempotent or attempt >= self._retries:
+                    return result_of(call, response, attempt > 0)
+            else:
+                delay = retry_delay_s(None, attempt, self._backoff_s)
+            time.sleep(delay or 0)
+            attempt += 1
+
+    # ---- tasks ----------------------------------------------------------------------------------
+
+    def create_task(self, name: str, schedule: Schedule, url: str | None = None, *,
+                    callback: dict[str, Any] | None = None, key: str | None = None, payload: Any = None,
+                    misfire_policy: str | None = None, delivery: str | None = None) -> Task:
+        return self._run(calls.create_task(task_request(
+            name, schedule, url, callback=callback, key=key, payload=payload, misfire_policy=misfire_policy,
+            delivery=delivery)))
+
+    def create_tasks(self, requests: Sequence[dict[str, Any]]) -> BatchResult:
+        """Up to 1,000 create bodies (see :func:`tjobs.client.task_request`); one result per item."""
+        return self._run(calls.create_tasks(requests))
+
+    def get_task(self, task_id: str) -> Task:
+        return self._run(calls.get_task(task_id))
+
+    def list_tasks(self, *, limit: int = 100, cursor: str | None = None, status: str | None = None,
+                   kind: str | None = None, name_prefix: str | None = None) -> Page[Task]:
+        return self._run(calls.list_tasks(limit, cursor, status, kind, name_prefix))
+
+    def iter_tasks(self, *, status: str | None = None, kind: str | None = None,
+                   name_prefix: str | None = None, page_size: int = 500) -> Iterator[Task]:
+        cursor: str | None = None
+        while True:
+            page = self.list_tasks(limit=page_size, cursor=cursor, status=status, kind=kind,
+                                     name_prefix=name_prefix)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def update_task(self, task_id: str, *, version: int | None = None, **fields: Any) -> Task:
+        """Change ``name``, ``schedule``, ``callback``, ``payload``, ``misfire_policy`` or ``delivery``;
+        with ``version``, raise :class:`VersionConflict` if the task moved on meanwhile."""
+        if version is not None:
+            fields["version"] = version
+        return self._run(calls.update_task(task_id, fields))
+
+    def pause_task(self, task_id: str) -> Task:
+        return self._run(calls.pause_task(task_id))
+
+    def resume_task(self, task_id: str) -> Task:
+        return self._run(calls.resume_task(task_id))
+
+    def trigger_task(self, task_id: str) -> Flow:
+        return self._run(calls.trigger_task(task_id))
+
+    def delete_task(self, task_id: str) -> None:
+        self._run(calls.delete_task(task_id))
+
+    # ---- flows ----------------------------------------------------------------------------------
+
+    def list_flows(self, task_id: str, *, limit: int = 100, before_ms: int | None = None) -> list[Flow]:
+        return self._run(calls.list_flows(task_id, limit, before_ms))
+
+    def get_flow(self, flow_id: str) -> Flow:
+        return self._run(calls.get_flow(flow_id))
+
+    def dead_letters(self, *, limit: int = 100, cursor: str | None = None) -> Page[Flow]:
+        return self._run(calls.dead_letters(limit, cursor))
+
+    def iter_dead_letters(self, *, page_size: int = 500) -> Iterator[Flow]:
+        cursor: str | None = None
+        while True:
+            page = self.dead_letters(limit=page_size, cursor=cursor)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def redrive(self, flow_ids: str | Sequence[str]) -> RedriveResult:
+        return self._run(calls.redrive([flow_ids] if isinstance(flow_ids, str) else flow_ids))
+
+    # ---- the calling app, and app management (admin key) ---------------------------------------------
+
+    def app(self) -> App:
+        return self._run(calls.me())
+
+    def stats(self) -> AppStats:
+        return self._run(calls.stats())
+
+    def create_app(self, name: str, **fields: Any) -> App:
+        return self._run(calls.create_app({"name": name, **fields}))
+
+    def get_app(self, app_id: str) -> App:
+        return self._run(calls.get_app(app_id))
+
+    def update_app(self, app_id: str, **fields: Any) -> App:
+        return self._run(calls.update_app(app_id, fields))
+
+    def rotate_app(self, app_id: str, *, api_key: bool = True, secret: bool = True, grace_s: int = 86_400) -> App:
+        return self._run(calls.rotate_app(app_id, api_key, secret, grace_s))
+
+    def app_stats(self, app_id: str) -> AppStats:
+        return self._run(calls.app_stats(app_id))
+
+    def health(self) -> dict[str, Any]:
+        return self._run(calls.health())
