@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tjobs.cli_client import app_app, dlq_app, import_app, task_app
 from tjobs.clock import SystemClock
 from tjobs.logs import configure_logging
 from tjobs.settings import Settings, load_settings
@@ -21,6 +22,10 @@ from tjobs.settings import Settings, load_settings
 app = typer.Typer(help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False)
 bench_app = typer.Typer(help="Benchmarks: fire path, registration, wheel memory, cycle load.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.add_typer(task_app, name="task")
+app.add_typer(app_app, name="app")
+app.add_typer(dlq_app, name="dlq")
+app.add_typer(import_app, name="import")
 console = Console(stderr=True)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML settings file", exists=True)]

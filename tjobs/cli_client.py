@@ -1,0 +1,483 @@
+"""``tjobs task|app|dlq|import``: the API from a terminal, on the SDK. Rich tables, or ``--json`` for scripts.
+
+Where and who: ``--url`` (``TJOBS_URL``, default ``http://127.0.0.1:8080``), ``--api-key``
+(``TJOBS_API_KEY``) for task, dlq and import commands, ``--admin-key`` (``TJOBS_ADMIN_KEY``) for app
+management. Durations are ``1500ms``, ``30s``, ``5m``, ``2h`` or ``1d``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tjobs.client import ApiError, Client, Flow, Task, TjobsClientError, at, cron, delay, every, task_request
+
+task_app = typer.Typer(help="Tasks: create, get, list, update, pause, resume, trigger, delete, flows.",
+                       no_args_is_help=True)
+app_app = typer.Typer(help="Apps (admin key): create, rotate keys and secrets, show.", no_args_is_help=True)
+dlq_app = typer.Typer(help="Dead letters: list and redrive.", no_args_is_help=True)
+import_app = typer.Typer(help="Import tasks from a JSONL file (one create request per line).")
+
+out = Console()
+err = Console(stderr=True)
+
+Url = Annotated[str, typer.Option("--url", envvar="TJOBS_URL", help="API base URL")]
+ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="TJOBS_API_KEY", help="the app's API key")]
+AdminKey = Annotated[str | None, typer.Option("--admin-key", envvar="TJOBS_ADMIN_KEY", help="the admin key")]
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+DEFAULT_URL = "http://127.0.0.1:8080"
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+IMPORT_BATCH = 500
+
+
+def parse_duration_ms(text: str) -> int:
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration like 1500ms, 30s, 5m, 2h or 1d")
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+def _client(url: str, key: str | None, what: str) -> Client:
+    if not key:
+        raise typer.BadParameter(f"give {what} (or set its environment variable)")
+    return Client(url, key)
+
+
+def _fail(error: TjobsClientError) -> typer.Exit:
+    if isinstance(error, ApiError):
+        where = f" [{error.field}]" if error.field else ""
+        err.print(f"[bold red]error {error.status} {error.code}{where}:[/] {error.message}")
+    else:
+        err.print(f"[bold red]error:[/] {error}")
+    return typer.Exit(1)
+
+
+def _emit(value: BaseModel | Sequence[BaseModel] | dict[str, Any], as_json: bool, table: Table | None = None) -> None:
+    if as_json or table is None:
+        if isinstance(value, BaseModel):
+            data: Any = value.model_dump(mode="json")
+        elif isinstance(value, dict):
+            data = value
+        else:
+            data = [v.model_dump(mode="json") for v in value]
+        sys.stdout.write(json.dumps(data, indent=None if as_json else 2) + "\n")
+    else:
+        out.print(table)
+
+
+def _tasks_table(tasks: Sequence[Task]) -> Table:
+    table = Table("id", "name", "status", "schedule", "next run", "version", "fires")
+    for t in tasks:
+        schedule = t.schedule.get("expr") or t.schedule.get("kind", "")
+        table.add_row(t.id, t.name, t.status, str(schedule),
+                      t.next_run_at.isoformat() if t.next_run_at else "-", str(t.version), str(t.fire_count))
+    return table
+
+
+def _flows_table(flows: Sequence[Flow]) -> Table:
+    table = Table("flow id", "scheduled at", "kind", "status", "attempts", "last status", "last error")
+    for f in flows:
+        table.add_row(f.id, f.scheduled_at.isoformat(), f.kind, f.status, str(f.attempts),
+                      str(f.last_status_code or "-"), (f.last_error or "")[:60])
+    return table
+
+
+def _schedule(delay_: str | None, at_: str | None, cron_: str | None, every_: str | None,
+              timezone: str) -> dict[str, Any] | None:
+    given = [x for x in (delay_, at_, cron_, every_) if x is not None]
+    if len(given) > 1:
+        raise typer.BadParameter("give one of --delay, --at, --cron, --every")
+    if delay_ is not None:
+        return delay(ms=parse_duration_ms(delay_))
+    if at_ is not None:
+        return {"kind": "at", "at_ms": int(at_)} if at_.isdigit() else {"kind": "at", "at": at_}
+    if cron_ is not None:
+        return cron(cron_, timezone=timezone)
+    if every_ is not None:
+        return every(ms=parse_duration_ms(every_))
+    return None
+
+
+def _headers(values: list[str] | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for value in values or []:
+        name, sep, content = value.partition(":")
+        if not sep:
+            raise typer.BadParameter(f"header {value!r} is not NAME:VALUE")
+        headers[name.strip()] = content.strip()
+    return headers
+
+
+def _json_arg(text: str | None, name: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise typer.BadParameter(f"{name} is not JSON: {error}") from None
+
+
+Delay = Annotated[str | None, typer.Option("--delay", help="fire once after this long (e.g. 30m)")]
+At = Annotated[str | None, typer.Option("--at", help="fire once at this ISO-8601 instant (or epoch ms)")]
+Cron = Annotated[str | None, typer.Option("--cron", help="cron expression (5 or 6 fields)")]
+Every = Annotated[str | None, typer.Option("--every", help="fixed rate (e.g. 30s)")]
+Tz = Annotated[str, typer.Option("--tz", help="IANA time zone for --cron")]
+Header = Annotated[list[str] | None, typer.Option("--header", "-H", help="NAME:VALUE (repeatable)")]
+
+
+# ---- task -------------------------------------------------------------------------------------------
+
+
+@task_app.command("create")
+def task_create(
+    name: str, url_: Annotated[str, typer.Option("--callback", help="callback URL")],
+    delay_: Delay = None, at_: At = None, cron_: Cron = None, every_: Every = None, tz: Tz = "UTC",
+    key: Annotated[str | None, typer.Option("--key", help="idempotency key")] = None,
+    payload: Annotated[str | None, typer.Option("--payload", help="JSON payload")] = None,
+    method: Annotated[str, typer.Option("--method")] = "POST", header: Header = None,
+    misfire: Annotated[str | None, typer.Option("--misfire", help="fire_now|fire_soon|skip|catch_up")] = None,
+    url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False,
+) -> None:
+    """Register a task."""
+    schedule = _schedule(delay_, at_, cron_, every_, tz)
+    if schedule is None:
+        raise typer.BadParameter("give one of --delay, --at, --cron, --every")
+    callback: dict[str, Any] = {"url": url_, "method": method}
+    if header:
+        callback["headers"] = _headers(header)
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            task = sdk.create_task(name, schedule, callback=callback, key=key, payload=_json_arg(payload, "--payload"),
+                                   misfire_policy=misfire)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(task, as_json, _tasks_table([task]))
+
+
+@task_app.command("get")
+def task_get(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """Show one task."""
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            task = sdk.get_task(task_id)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(task, as_json, _tasks_table([task]))
+
+
+@task_app.command("list")
+def task_list(
+    status: Annotated[str | None, typer.Option("--status")] = None,
+    kind: Annotated[str | None, typer.Option("--kind")] = None,
+    prefix: Annotated[str | None, typer.Option("--prefix", help="name prefix")] = None,
+    limit: Annotated[int, typer.Option("--limit")] = 50,
+    all_: Annotated[bool, typer.Option("--all", help="every page")] = False,
+    url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False,
+) -> None:
+    """List tasks (newest shards first page; --all walks every page)."""
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            if all_:
+                tasks = list(sdk.iter_tasks(status=status, kind=kind, name_prefix=prefix))
+            else:
+                tasks = sdk.list_tasks(limit=limit, status=status, kind=kind, name_prefix=prefix).items
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(tasks, as_json, _tasks_table(tasks))
+
+
+@task_app.command("update")
+def task_update(
+    task_id: str,
+    name: Annotated[str | None, typer.Option("--name")] = None,
+    callback_url: Annotated[str | None, typer.Option("--callback", help="new callback URL")] = None,
+    payload: Annotated[str | None, typer.Option("--payload", help="JSON payload")] = None,
+    delay_: Delay = None, at_: At = None, cron_: Cron = None, every_: Every = None, tz: Tz = "UTC",
+    misfire: Annotated[str | None, typer.Option("--misfire")] = None,
+    version: Annotated[int | None, typer.Option("--version", help="expected version (409 if it moved on)")] = None,
+    url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False,
+) -> None:
+    """Change a task's name, schedule, callback, payload or misfire policy."""
+    fields: dict[str, Any] = {}
+    if name is not None:
+        fields["name"] = name
+    if callback_url is not None:
+        fields["callback"] = {"url": callback_url}
+    if payload is not None:
+        fields["payload"] = _json_arg(payload, "--payload")
+    if misfire is not None:
+        fields["misfire_policy"] = misfire
+    schedule = _schedule(delay_, at_, cron_, every_, tz)
+    if schedule is not None:
+        fields["schedule"] = schedule
+    if not fields:
+        raise typer.BadParameter("nothing to change")
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            task = sdk.update_task(task_id, version=version, **fields)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(task, as_json, _tasks_table([task]))
+
+
+def _task_action(action: str, task_id: str, url: str, api_key: str | None, as_json: bool) -> None:
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            if action == "delete":
+                sdk.delete_task(task_id)
+                _emit({"deleted": task_id}, as_json, None) if as_json else out.print(f"deleted {task_id}")
+                return
+            if action == "trigger":
+                flow = sdk.trigger_task(task_id)
+                _emit(flow, as_json, _flows_table([flow]))
+                return
+            task = sdk.pause_task(task_id) if action == "pause" else sdk.resume_task(task_id)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(task, as_json, _tasks_table([task]))
+
+
+@task_app.command("pause")
+def task_pause(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """Pause a task."""
+    _task_action("pause", task_id, url, api_key, as_json)
+
+
+@task_app.command("resume")
+def task_resume(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """Resume a paused task."""
+    _task_action("resume", task_id, url, api_key, as_json)
+
+
+@task_app.command("trigger")
+def task_trigger(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """Fire a task now (its own flow; the schedule is untouched)."""
+    _task_action("trigger", task_id, url, api_key, as_json)
+
+
+@task_app.command("delete")
+def task_delete(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """Delete a task (its flows stay as history)."""
+    _task_action("delete", task_id, url, api_key, as_json)
+
+
+@task_app.command("flows")
+def task_flows(task_id: str, limit: Annotated[int, typer.Option("--limit")] = 20,
+               url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """A task's flows, newest first."""
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            flows = sdk.list_flows(task_id, limit=limit)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(flows, as_json, _flows_table(flows))
+
+
+# ---- app --------------------------------------------------------------------------------------------------
+
+
+def _app_table(app: Any) -> Table:
+    table = Table("field", "value")
+    for name, value in app.model_dump(mode="json").items():
+        if value is not None:
+            table.add_row(name, json.dumps(value) if isinstance(value, dict | list) else str(value))
+    return table
+
+
+@app_app.command("create")
+def app_create(
+    name: str,
+    rate: Annotated[float | None, typer.Option("--rate", help="callbacks per second")] = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", help="callbacks in flight")] = None,
+    allow_host: Annotated[list[str] | None, typer.Option("--allow-host", help="admitted host/network")] = None,
+    url: Url = DEFAULT_URL, admin_key: AdminKey = None, as_json: AsJson = False,
+) -> None:
+    """Create an app; prints its API key and signing secret once."""
+    fields: dict[str, Any] = {}
+    if rate is not None:
+        fields["rate_limit_per_s"] = rate
+    if concurrency is not None:
+        fields["max_concurrency"] = concurrency
+    if allow_host:
+        fields["allowed_callback_hosts"] = allow_host
+    with _client(url, admin_key, "--admin-key") as sdk:
+        try:
+            app = sdk.create_app(name, **fields)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(app, as_json, _app_table(app))
+
+
+@app_app.command("rotate")
+def app_rotate(
+    app_id: str,
+    key: Annotated[bool, typer.Option("--key/--no-key", help="rotate the API key")] = True,
+    secret: Annotated[bool, typer.Option("--secret/--no-secret", help="rotate the signing secret")] = True,
+    grace_s: Annotated[int, typer.Option("--grace-s", help="old secret keeps signing this long")] = 86_400,
+    url: Url = DEFAULT_URL, admin_key: AdminKey = None, as_json: AsJson = False,
+) -> None:
+    """Rotate an app's API key and/or signing secret."""
+    with _client(url, admin_key, "--admin-key") as sdk:
+        try:
+            app = sdk.rotate_app(app_id, api_key=key, secret=secret, grace_s=grace_s)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(app, as_json, _app_table(app))
+
+
+@app_app.command("show")
+def app_show(
+    app_id: Annotated[str | None, typer.Argument(help="app id (admin key); omit to show your own app")] = None,
+    stats: Annotated[bool, typer.Option("--stats", help="show its stats instead")] = False,
+    url: Url = DEFAULT_URL, admin_key: AdminKey = None, api_key: ApiKey = None, as_json: AsJson = False,
+) -> None:
+    """Show an app (admin key) or your own (API key), or its stats."""
+    if app_id is not None:
+        sdk = _client(url, admin_key, "--admin-key")
+    else:
+        sdk = _client(url, api_key, "--api-key")
+    with sdk:
+        try:
+            if app_id is None:
+                shown: BaseModel = sdk.stats() if stats else sdk.app()
+            else:
+                shown = sdk.app_stats(app_id) if stats else sdk.get_app(app_id)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(shown, as_json, _app_table(shown))
+
+
+# ---- dlq ----------------------------------------------------------------------------------------------------
+
+
+@dlq_app.command("list")
+def dlq_list(limit: Annotated[int, typer.Option("--limit")] = 50,
+             all_: Annotated[bool, typer.Option("--all", help="every page")] = False,
+             url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """List the app's dead letters."""
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            flows = list(sdk.iter_dead_letters()) if all_ else sdk.dead_letters(limit=limit).items
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(flows, as_json, _flows_table(flows))
+
+
+@dlq_app.command("redrive")
+def dlq_redrive(flow_ids: Annotated[list[str] | None, typer.Argument(help="flow ids")] = None,
+                all_: Annotated[bool, typer.Option("--all", help="every dead letter")] = False,
+                url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+    """Send dead flows again (attempts kept)."""
+    if not flow_ids and not all_:
+        raise typer.BadParameter("give flow ids or --all")
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            ids = [f.id for f in sdk.iter_dead_letters()] if all_ else list(flow_ids or [])
+            results = [sdk.redrive(ids[i:i + 1000]) for i in range(0, len(ids), 1000)]
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    items = [item for result in results for item in result.items]
+    if as_json:
+        _emit({"redriven": sum(r.redriven for r in results), "failed": sum(r.failed for r in results),
+               "items": [i.model_dump(mode="json") for i in items]}, True)
+        return
+    table = Table("flow id", "status", "error")
+    for item in items:
+        table.add_row(item.flow_id, str(item.status), item.error.message if item.error else "")
+    out.print(table)
+
+
+# ---- import -----------------------------------------------------------------------------------------------
+
+
+def import_key(line: str) -> str:
+    """The idempotency key of a line without one: its content's hash, so a re-import changes nothing."""
+    return "import-" + hashlib.sha256(line.strip().encode()).hexdigest()[:40]
+
+
+def read_requests(path: Path, start_line: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if number <= start_line or not line.strip():
+                continue
+            try:
+                body = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise typer.BadParameter(f"{path}:{number} is not JSON: {error}") from None
+            if not isinstance(body, dict):
+                raise typer.BadParameter(f"{path}:{number} is not a JSON object")
+            body.setdefault("key", import_key(line))
+            yield number, body
+
+
+@import_app.callback(invoke_without_command=True)
+def import_tasks(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL: one create request per line")],
+    restart: Annotated[bool, typer.Option("--restart", help="ignore the saved position")] = False,
+    url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False,
+) -> None:
+    """Create every task in FILE in batches; resumable (FILE.progress) and idempotent (by key)."""
+    progress_file = file.with_name(file.name + ".progress")
+    start = 0 if restart or not progress_file.exists() else int(progress_file.read_text().strip() or 0)
+    total = sum(1 for line in file.open(encoding="utf-8") if line.strip())
+    counts = {"created": 0, "existing": 0, "failed": 0}
+    failures: list[dict[str, Any]] = []
+    with _client(url, api_key, "--api-key") as sdk, Progress(
+        TextColumn("[bold]import[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, disable=as_json,
+    ) as progress:
+        bar = progress.add_task("tasks", total=total, completed=min(start, total))
+        batch: list[tuple[int, dict[str, Any]]] = []
+
+        def flush() -> None:
+            result = sdk.create_tasks([body for _, body in batch])
+            for (number, _), item in zip(batch, result.items, strict=True):
+                if item.error is not None:
+                    failures.append({"line": number, **item.error.model_dump()})
+            counts["created"] += result.created
+            counts["existing"] += result.existing
+            counts["failed"] += result.failed
+            progress_file.write_text(str(batch[-1][0]))
+            progress.advance(bar, len(batch))
+            batch.clear()
+
+        try:
+            for number, body in read_requests(file, start):
+                batch.append((number, body))
+                if len(batch) >= IMPORT_BATCH:
+                    flush()
+            if batch:
+                flush()
+        except TjobsClientError as error:
+            done = progress_file.read_text().strip() if progress_file.exists() else str(start)
+            err.print(f"stopped; run the same command again to resume after line {done}")
+            raise _fail(error) from None
+    summary = {**counts, "failures": failures[:100]}
+    if as_json:
+        _emit(summary, True)
+    else:
+        out.print(f"created {counts['created']}, already there {counts['existing']}, failed {counts['failed']}")
+        for failure in failures[:20]:
+            out.print(f"  line {failure['line']}: {failure['message']}")
+    if counts["failed"]:
+        raise typer.Exit(2)
+
+
+def at_instant(text: str) -> dict[str, Any]:
+    """``--at`` as a schedule (exposed for tests)."""
+    return at(int(text)) if text.isdigit() else {"kind": "at", "at": text}
+
+
+__all__ = ["app_app", "dlq_app", "import_app", "task_app", "task_request"]
