@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tjobs.cli_client import app_app, dlq_app, import_app, task_app
+from tjobs.cli_client import app_app, dlq_app, import_tasks, task_app
 from tjobs.clock import SystemClock
 from tjobs.logs import configure_logging
 from tjobs.settings import Settings, load_settings
@@ -25,7 +25,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(task_app, name="task")
 app.add_typer(app_app, name="app")
 app.add_typer(dlq_app, name="dlq")
-app.add_typer(import_app, name="import")
+app.command("import")(import_tasks)
 console = Console(stderr=True)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML settings file", exists=True)]

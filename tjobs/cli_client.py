@@ -1,4 +1,4 @@
-"""``tjobs task|app|dlq|import``: the API from a terminal, on the SDK. Rich tables, or ``--json`` for scripts.
+"""``tjobs task|app|dlq`` and ``tjobs import``: the API from a terminal, on the SDK; rich tables or ``--json``.
 
 Where and who: ``--url`` (``TJOBS_URL``, default ``http://127.0.0.1:8080``), ``--api-key``
 (``TJOBS_API_KEY``) for task, dlq and import commands, ``--admin-key`` (``TJOBS_ADMIN_KEY``) for app
@@ -21,13 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tjobs.client import ApiError, Client, Flow, Task, TjobsClientError, at, cron, delay, every, task_request
+from tjobs.client import ApiError, Client, Flow, Task, TjobsClientError, at, cron, delay, every
 
 task_app = typer.Typer(help="Tasks: create, get, list, update, pause, resume, trigger, delete, flows.",
                        no_args_is_help=True)
 app_app = typer.Typer(help="Apps (admin key): create, rotate keys and secrets, show.", no_args_is_help=True)
 dlq_app = typer.Typer(help="Dead letters: list and redrive.", no_args_is_help=True)
-import_app = typer.Typer(help="Import tasks from a JSONL file (one create request per line).")
 
 out = Console()
 err = Console(stderr=True)
@@ -422,7 +421,6 @@ def read_requests(path: Path, start_line: int) -> Iterator[tuple[int, dict[str, 
             yield number, body
 
 
-@import_app.callback(invoke_without_command=True)
 def import_tasks(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL: one create request per line")],
     restart: Annotated[bool, typer.Option("--restart", help="ignore the saved position")] = False,
@@ -431,7 +429,8 @@ def import_tasks(
     """Create every task in FILE in batches; resumable (FILE.progress) and idempotent (by key)."""
     progress_file = file.with_name(file.name + ".progress")
     start = 0 if restart or not progress_file.exists() else int(progress_file.read_text().strip() or 0)
-    total = sum(1 for line in file.open(encoding="utf-8") if line.strip())
+    with file.open(encoding="utf-8") as handle:
+        total = sum(1 for line in handle if line.strip())
     counts = {"created": 0, "existing": 0, "failed": 0}
     failures: list[dict[str, Any]] = []
     with _client(url, api_key, "--api-key") as sdk, Progress(
@@ -480,4 +479,4 @@ def at_instant(text: str) -> dict[str, Any]:
     return at(int(text)) if text.isdigit() else {"kind": "at", "at": text}
 
 
-__all__ = ["app_app", "dlq_app", "import_app", "task_app", "task_request"]
+__all__ = ["app_app", "dlq_app", "import_tasks", "task_app"]

@@ -1,0 +1,120 @@
+"""The SDK and the CLI against a real node: every call round-trips, and import is resumable and idempotent.
+
+The CLI (a sync httpx client) runs in a worker thread so the node keeps serving in the test's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.api.conftest import ADMIN_KEY, Tenant, task_body
+from tests.receiver import Receiver, Reply
+from tjobs.cli import app as cli
+from tjobs.client import AsyncClient, Client, VersionConflict, cron, delay, task_request
+from tjobs.testing import RunningNode
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def test_the_async_sdk_round_trips_every_task_and_flow_call(
+    api_node: RunningNode, tenant: Tenant, receiver: Receiver
+) -> None:
+    async with AsyncClient(api_node.base_url, tenant.api_key) as sdk:
+        task = await sdk.create_task("sdk", delay(hours=1), receiver.url("/sdk"), key="sdk-1", payload={"a": 1})
+        assert (await sdk.create_task("sdk", delay(hours=1), receiver.url("/sdk"), key="sdk-1")).id == task.id
+        assert (await sdk.get_task(task.id)).payload == {"a": 1}
+        updated = await sdk.update_task(task.id, version=task.version, schedule=cron("0 9 * * *"))
+        assert updated.schedule["expr"] == "0 9 * * *"
+        with pytest.raises(VersionConflict):
+            await sdk.update_task(task.id, version=task.version, name="late")
+        assert (await sdk.pause_task(task.id)).status == "paused"
+        assert (await sdk.resume_task(task.id)).status == "active"
+        receiver.script("/sdk", Reply(400))
+        flow = await sdk.trigger_task(task.id)
+        for _ in range(200):
+            if (await sdk.get_flow(flow.id)).status == "dead":
+                break
+            await asyncio.sleep(0.05)
+        assert [f.id async for f in sdk.iter_dead_letters()] == [flow.id]
+        assert (await sdk.redrive(flow.id)).redriven == 1
+        assert [f.id for f in await sdk.list_flows(task.id)] == [flow.id]
+        assert [t.id async for t in sdk.iter_tasks(page_size=1)] == [task.id]
+        assert (await sdk.stats()).active_tasks == 1
+        assert (await sdk.app()).id == tenant.app.id
+        await sdk.delete_task(task.id)
+
+
+async def test_the_sync_sdk_batch_creates_and_manages_apps(api_node: RunningNode, tenant: Tenant) -> None:
+    def run() -> tuple[int, str, int]:
+        with Client(api_node.base_url, tenant.api_key) as sdk:
+            bodies = [task_request(f"b{i}", delay(minutes=5), "http://127.0.0.1:9/", key=f"b{i}") for i in range(20)]
+            result = sdk.create_tasks(bodies)
+        with Client(api_node.base_url, ADMIN_KEY) as admin:
+            made = admin.create_app("sdk-admin", max_concurrency=3)
+            rotated = admin.rotate_app(made.id, grace_s=60)
+            assert rotated.api_key and rotated.api_key != made.api_key
+            return result.created, admin.get_app(made.id).name, len(rotated.secrets or [])
+
+    assert await asyncio.to_thread(run) == (20, "sdk-admin", 2)
+
+
+async def cli_run(*args: str, env: dict[str, str]) -> Any:
+    result = await asyncio.to_thread(CliRunner().invoke, cli, list(args), env=env)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout) if "--json" in args else result.stdout
+
+
+async def test_the_cli_drives_tasks_apps_and_dead_letters(api_node: RunningNode, tenant: Tenant) -> None:
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "TJOBS_ADMIN_KEY": ADMIN_KEY}
+    task = await cli_run("task", "create", "cli-task", "--callback", "http://127.0.0.1:9/hook", "--every", "30s",
+                         "--payload", '{"x": 1}', "-H", "x-trace: 1", "--json", env=env)
+    assert task["schedule"]["every_ms"] == 30_000 and task["callback"]["headers"] == {"x-trace": "1"}
+    assert (await cli_run("task", "get", task["id"], "--json", env=env))["id"] == task["id"]
+    assert [t["id"] for t in await cli_run("task", "list", "--prefix", "cli-", "--json", env=env)] == [task["id"]]
+    assert (await cli_run("task", "pause", task["id"], "--json", env=env))["status"] == "paused"
+    assert (await cli_run("task", "resume", task["id"], "--json", env=env))["status"] == "active"
+    updated = await cli_run("task", "update", task["id"], "--name", "cli-renamed", "--version", "3", "--json", env=env)
+    assert updated["name"] == "cli-renamed"
+    flow = await cli_run("task", "trigger", task["id"], "--json", env=env)
+    assert [f["id"] for f in await cli_run("task", "flows", task["id"], "--json", env=env)] == [flow["id"]]
+    assert "cli-renamed" in await cli_run("task", "list", env=env)  # the rich table
+    assert await cli_run("dlq", "list", "--json", env=env) == []
+    await cli_run("task", "delete", task["id"], env=env)
+
+    made = await cli_run("app", "create", "cli-app", "--concurrency", "4", "--allow-host", "10.0.0.0/8", "--json",
+                         env=env)
+    assert made["api_key"] and made["settings"]["allowed_callback_hosts"] == ["10.0.0.0/8"]
+    rotated = await cli_run("app", "rotate", made["id"], "--no-key", "--json", env=env)
+    assert rotated["api_key"] is None and len(rotated["secrets"]) == 2
+    assert (await cli_run("app", "show", made["id"], "--json", env=env))["max_concurrency"] == 4
+    assert (await cli_run("app", "show", "--json", env=env))["id"] == tenant.app.id
+
+    failed = await asyncio.to_thread(CliRunner().invoke, cli, ["task", "get", "999"], env=env)
+    assert failed.exit_code == 1 and "not_found" in failed.output
+
+
+async def test_import_is_resumable_and_idempotent_by_key(api_node: RunningNode, tenant: Tenant, tmp_path: Path) -> None:
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key}
+    lines = [task_body(name=f"imp-{i}", key=f"imp-{i}") if i % 2 else task_body(name=f"imp-{i}") for i in range(1200)]
+    lines[7] = {"name": "broken"}
+    source = tmp_path / "tasks.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    first = await asyncio.to_thread(CliRunner().invoke, cli, ["import", str(source), "--json"], env=env)
+    assert first.exit_code == 2, first.output  # one line failed; the rest went in
+    summary = json.loads(first.stdout)
+    assert (summary["created"], summary["failed"], summary["failures"][0]["line"]) == (1199, 1, 8)
+    assert (tmp_path / "tasks.jsonl.progress").read_text() == "1200"
+
+    resumed = await asyncio.to_thread(CliRunner().invoke, cli, ["import", str(source), "--json"], env=env)
+    assert json.loads(resumed.stdout)["created"] == 0  # nothing left after the saved position
+    again = await asyncio.to_thread(CliRunner().invoke, cli, ["import", str(source), "--restart", "--json"], env=env)
+    assert (json.loads(again.stdout)["created"], json.loads(again.stdout)["existing"]) == (0, 1199)
+    listed = (await tenant.client.get("/v1/tasks", params={"limit": 1000, "name_prefix": "imp-"})).json()
+    assert listed["next_cursor"] is not None or len(listed["items"]) <= 1199
