@@ -9,19 +9,21 @@ are never resent: they become ``unknown``. Flows of deleted tasks become ``cance
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
 from tjobs.clock import Clock
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
+from tjobs.scheduler.periodic import PeriodicPass
 from tjobs.settings import CompensatorSettings
 from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)
 
 
-class Compensator:
+class Compensator(PeriodicPass):
+    name = "compensator"
+
     def __init__(
         self,
         store: TaskStore,
@@ -32,6 +34,7 @@ class Compensator:
         clock: Clock,
         lease_ms: int,
     ) -> None:
+        super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
         self._in_flight = in_flight
@@ -39,25 +42,8 @@ class Compensator:
         self._settings = settings
         self._clock = clock
         self._lease_ms = lease_ms
-        self._task: asyncio.Task[None] | None = None
         self.redriven = 0
         self.backlog = 0
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="tjobs-compensator")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.interval_s)
-            try:
-                await self.run_once()
-            except Exception:
-                logger.exception("compensation pass failed", extra={"action": "compensator_failed"})
 
     async def run_once(self) -> int:
         """One pass over every owned shard; returns how many flows were re-driven or closed."""

@@ -6,11 +6,11 @@ never holds locks long enough to slow the fire transaction.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
 from tjobs.clock import Clock
+from tjobs.scheduler.periodic import PeriodicPass
 from tjobs.settings import RetentionSettings
 from tjobs.stores.base import TaskStore
 
@@ -19,33 +19,19 @@ logger = logging.getLogger(__name__)
 SHARDS_PER_PASS = 16
 
 
-class RetentionSweeper:
+class RetentionSweeper(PeriodicPass):
+    name = "retention"
+
     def __init__(
         self, store: TaskStore, owned: Callable[[], frozenset[int]], settings: RetentionSettings, clock: Clock
     ) -> None:
+        super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
         self._settings = settings
         self._clock = clock
         self._cursor = 0
-        self._task: asyncio.Task[None] | None = None
         self.purged = 0
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="tjobs-retention")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.interval_s)
-            try:
-                await self.run_once()
-            except Exception:
-                logger.exception("retention pass failed", extra={"action": "retention_failed"})
 
     async def run_once(self) -> int:
         owned = sorted(self._owned())

@@ -121,10 +121,14 @@ class JobRunner:
         for index in range(self._committers):
             self._tasks.append(asyncio.create_task(self._commit_loop(), name=f"tjobs-commit-{index}"))
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop ticking; let a commit or a load page in progress finish (a database call is never
+        cancelled half-way unless it outlasts ``timeout_s``). Uncommitted due entries are dropped:
+        the store still holds them for whoever loads the shard next."""
         self._running = False
         self._pending_ready.set()
-        for task in self._tasks:
+        _, unfinished = await asyncio.wait(self._tasks, timeout=timeout_s)
+        for task in unfinished:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
@@ -205,7 +209,7 @@ class JobRunner:
         loaded = 0
         after: tuple[int, int] | None = None
         async with self._load_slots:
-            while shard in self._owned:
+            while shard in self._owned and self._running:
                 page = await self._store.load_due(shard, before_ms, page_size, after)
                 for due in page:
                     self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
