@@ -78,7 +78,7 @@ start_mariadb() {
     log "mariadb $index: starting on $HOST:$port"
     spawn "$name" mariadbd --no-defaults --user=root --datadir="$data" --socket="$DIR/$name.sock" --port="$port" \
         --bind-address="$HOST" --skip-name-resolve --character-set-server=utf8mb4 \
-        --collation-server=utf8mb4_general_ci --pid-file="$DIR/$name.mariadbd.pid" --max-connections=1000 \
+        --collation-server=utf8mb4_general_ci --pid-file="$DIR/$name.mariadbd.pid" --max-connections=1000 --table-definition-cache=4096 --table-open-cache=4096 \
         --innodb-lock-wait-timeout=10
     wait_until 60 "mariadb $index" mariadb_answers "$port"
 }
