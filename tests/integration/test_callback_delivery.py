@@ -638,3 +638,23 @@ async def test_waiting_retries_are_capped_in_memory(
     await asyncio.sleep(0.3)
     assert len(deliverer.in_flight() & {j.flow.id for j in jobs}) == 3
     assert all(recorder.state[j.flow.id].status is FlowStatus.PENDING for j in jobs)
+
+
+async def test_a_policy_that_cannot_decide_yet_makes_the_attempt_retryable(
+    receiver: Receiver, recorder: MemoryRecorder, make_deliverer: DelivererFactory
+) -> None:
+    calls = 0
+
+    async def flaky_dns(request: CallbackRequest) -> str | None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise TimeoutError("resolver timed out")
+        return None
+
+    deliverer = await started(make_deliverer(policy=flaky_dns))
+    job = make_job({"urls": [receiver.url("/hook")]})
+    deliverer.submit(job)
+    final = (await recorder.wait_terminal([job.flow.id]))[job.flow.id]
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
+    assert [r.attempt for r in receiver.requests] == [2]

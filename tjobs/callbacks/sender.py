@@ -71,7 +71,9 @@ class AttemptResult:
 TargetPolicy = Callable[[CallbackRequest], Awaitable[str | None]]
 """Checked before connecting: return a reason to refuse the target, or ``None`` to allow it.
 
-A refusal is a permanent failure (the flow goes to the dead letter). The default allows everything.
+A refusal is a permanent failure (the flow goes to the dead letter). A policy that cannot decide
+right now (its DNS lookup timed out, say) should raise ``OSError`` or ``TimeoutError`` instead: the
+attempt then counts as a retryable failure. The default allows everything.
 """
 
 
