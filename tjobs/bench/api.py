@@ -155,10 +155,22 @@ def _target(url: str | None, admin_key: str | None, storage: str | None) -> Iter
             raise SystemExit("--admin-key is needed with --url")
         yield url.rstrip("/"), admin_key
         return
-    from tjobs.bench.node_process import node_process
+    import secrets
 
-    with node_process(storage_urls=[storage] if storage else None) as node:
-        yield node.base_url, node.admin_key
+    from tjobs.bench.cycle_load import drop_databases
+    from tjobs.bench.node_process import node_process
+    from tjobs.settings import StorageSettings
+
+    if storage is None or storage.startswith(("memory:", "sqlite")):
+        with node_process(storage_urls=[storage] if storage else None) as node:
+            yield node.base_url, node.admin_key
+        return
+    prefix = f"tjbenchapi_{secrets.token_hex(3)}"  # its own databases on a shared server, dropped after
+    try:
+        with node_process(storage_urls=[storage], settings={"storage": {"database_prefix": prefix}}) as node:
+            yield node.base_url, node.admin_key
+    finally:
+        drop_databases(StorageSettings(urls=[storage], database_prefix=prefix))
 
 
 def main(argv: list[str] | None = None) -> None:
