@@ -136,6 +136,7 @@ async def test_stats_count_the_apps_tasks_fires_and_dead_letters(
     await dead_flow(tenant, receiver, "/stats-dead")
     stats = (await tenant.client.get("/v1/stats")).json()
     assert (stats["active_tasks"], stats["paused_tasks"], stats["dead_letters"]) == (3, 1, 1)
+    assert set(stats["fire_lateness_recent"]) == {"1m", "5m", "1h"}
     assert stats == (await admin.get(f"/v1/apps/{tenant.app.id}/stats")).json()
 
 

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Request
 
 from tjobs.api import schemas
 from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, ok, require_admin
+from tjobs.api.lateness import RecentLateness
 from tjobs.api.render import app_json
 from tjobs.apps import AppService
 from tjobs.errors import InvalidInput
@@ -75,7 +76,7 @@ async def rotate_app(app_id: str, request: Request) -> Any:
 @admin.get("/apps/{app_id}/stats", summary="An app's stats (admin)",
            responses={**ok(200, schemas.AppStats), **errors(401, 404)})
 async def app_stats_admin(app_id: str, request: Request, node: NodeDep) -> Any:
-    return await stats_of(node, await app_service(request).get(app_id))
+    return await stats_of(node, await app_service(request).get(app_id), request.app.state.recent_lateness)
 
 
 @router.get("/app", summary="The calling app (its settings and signing secrets)",
@@ -85,11 +86,11 @@ async def me(app: AppDep) -> Any:
 
 
 @router.get("/stats", summary="The calling app's stats", responses={**ok(200, schemas.AppStats), **errors(401)})
-async def my_stats(app: AppDep, node: NodeDep) -> Any:
-    return await stats_of(node, app)
+async def my_stats(request: Request, app: AppDep, node: NodeDep) -> Any:
+    return await stats_of(node, app, request.app.state.recent_lateness)
 
 
-async def stats_of(node: Node, app: App) -> dict[str, Any]:
+async def stats_of(node: Node, app: App, recent: RecentLateness) -> dict[str, Any]:
     shards = list(node.topology.shards())
     counts = {status: 0 for status in TaskStatus}
     for start in range(0, len(shards), _COUNT_WINDOW):
@@ -120,6 +121,7 @@ async def stats_of(node: Node, app: App) -> dict[str, Any]:
         "fires": int(fires),
         "callback_failures": int(failures),
         "fire_lateness": _lateness(node, app.id),
+        "fire_lateness_recent": recent.windows(app.id),
     }
 
 

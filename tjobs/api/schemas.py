@@ -276,6 +276,8 @@ class AppStats(BaseModel):
     fires: int = Field(description="fires committed by this node since it started")
     callback_failures: int = Field(description="failed callback attempts on this node since it started")
     fire_lateness: Lateness = Field(description="this node, since it started (bucketed)")
+    fire_lateness_recent: dict[str, Lateness] = Field(
+        description="this node, over the last 1m, 5m and 1h (keys '1m', '5m', '1h')")
 
 
 # ---- operations ---------------------------------------------------------------------------------------

@@ -124,3 +124,4 @@ class AppStats(_Model):
     fires: int
     callback_failures: int
     fire_lateness: Lateness
+    fire_lateness_recent: dict[str, Lateness] = {}
