@@ -257,13 +257,23 @@ class TaskService:
     async def active_count(self, app_id: str) -> int:
         """The app's active tasks (counted over every shard at most every 30 s, plus local creates)."""
         cached = self._active_counts.get(app_id)
+        counting = self._counting.get(app_id)
         if cached is not None and cached[0] > self._clock.now_ms():
             return cached[1]
-        counting = self._counting.get(app_id)
         if counting is None:
             counting = self._counting[app_id] = asyncio.ensure_future(self._count_active(app_id))
-            counting.add_done_callback(lambda _: self._counting.pop(app_id, None))
+            counting.add_done_callback(self._counted)
+        if cached is not None:
+            return cached[1]  # stale but close: recounted in the background, nobody waits for it
         return await asyncio.shield(counting)
+
+    def _counted(self, counting: asyncio.Future[int]) -> None:
+        for app_id, pending in list(self._counting.items()):
+            if pending is counting:
+                del self._counting[app_id]
+        if not counting.cancelled() and counting.exception() is not None:
+            logger.warning("counting active tasks failed: %s", counting.exception(),
+                           extra={"action": "quota_count_failed"})
 
     async def _count_active(self, app_id: str) -> int:
         total = 0
