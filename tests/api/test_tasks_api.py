@@ -224,7 +224,7 @@ async def test_batch_create_answers_one_result_per_item(tenant: Tenant) -> None:
     assert statuses == [201, 201, 422, 201, 200, 200, 200, 422]
     assert result["items"][2]["error"]["field"] == "tasks[2].schedule"
     assert result["items"][7]["error"]["field"] == "tasks[7].callback.url"
-    by_key = {}
+    by_key: dict[str, set[str]] = {}
     for item in result["items"]:
         if item.get("task"):
             by_key.setdefault(item["task"]["key"], set()).add(item["task"]["id"])
