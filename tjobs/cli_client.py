@@ -77,19 +77,21 @@ def _emit(value: BaseModel | Sequence[BaseModel] | dict[str, Any], as_json: bool
 
 
 def _tasks_table(tasks: Sequence[Task]) -> Table:
-    table = Table("id", "name", "status", "schedule", "next run", "version", "fires")
+    table = Table("name", "status", "schedule", "next run", "version", "fires")
+    table.add_column("id", no_wrap=True, min_width=19)  # ids are copied into the next command: never cut
     for t in tasks:
         schedule = t.schedule.get("expr") or t.schedule.get("kind", "")
-        table.add_row(t.id, t.name, t.status, str(schedule),
-                      t.next_run_at.isoformat() if t.next_run_at else "-", str(t.version), str(t.fire_count))
+        next_run = t.next_run_at.isoformat(timespec="seconds") if t.next_run_at else "-"
+        table.add_row(t.name, t.status, str(schedule), next_run, str(t.version), str(t.fire_count), t.id)
     return table
 
 
 def _flows_table(flows: Sequence[Flow]) -> Table:
-    table = Table("flow id", "scheduled at", "kind", "status", "attempts", "last status", "last error")
+    table = Table("scheduled at", "kind", "status", "attempts", "last status", "last error")
+    table.add_column("flow id", no_wrap=True, min_width=33)
     for f in flows:
-        table.add_row(f.id, f.scheduled_at.isoformat(), f.kind, f.status, str(f.attempts),
-                      str(f.last_status_code or "-"), (f.last_error or "")[:60])
+        table.add_row(f.scheduled_at.isoformat(timespec="milliseconds"), f.kind, f.status, str(f.attempts),
+                      str(f.last_status_code or "-"), (f.last_error or "")[:60], f.id)
     return table
 
 
