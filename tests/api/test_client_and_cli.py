@@ -71,7 +71,8 @@ async def cli_run(*args: str, env: dict[str, str]) -> Any:
 
 
 async def test_the_cli_drives_tasks_apps_and_dead_letters(api_node: RunningNode, tenant: Tenant) -> None:
-    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "TJOBS_ADMIN_KEY": ADMIN_KEY}
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "TJOBS_ADMIN_KEY": ADMIN_KEY,
+           "COLUMNS": "200"}
     task = await cli_run("task", "create", "cli-task", "--callback", "http://127.0.0.1:9/hook", "--every", "30s",
                          "--payload", '{"x": 1}', "-H", "x-trace: 1", "--json", env=env)
     assert task["schedule"]["every_ms"] == 30_000 and task["callback"]["headers"] == {"x-trace": "1"}
