@@ -11,16 +11,14 @@ stats); operations (``/healthz``, ``/readyz``, ``/metrics``, ``/v1/cluster``) ar
 
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tjobs import __version__
 from tjobs.api import routes_apps, routes_flows, routes_tasks, schemas
-from tjobs.api.deps import DOCUMENTED_BODIES, ok
+from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, ok
 from tjobs.api.lateness import RecentLateness
 from tjobs.apps import AppService
 from tjobs.errors import TjobsError
@@ -28,13 +26,6 @@ from tjobs.model import App
 
 if TYPE_CHECKING:
     from tjobs.node import Node
-
-
-class ORJSONResponse(JSONResponse):
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
 
 
 def _error(status: int, code: str, message: str, field: str | None = None) -> ORJSONResponse:

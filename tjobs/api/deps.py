@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
@@ -21,6 +22,19 @@ from tjobs.model import App
 
 if TYPE_CHECKING:
     from tjobs.node import Node
+
+class ORJSONResponse(JSONResponse):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def json_response(content: Any, status_code: int = 200) -> ORJSONResponse:
+    """Answer ``content`` as JSON directly: a route returning a plain dict would pay for FastAPI's
+    ``jsonable_encoder`` walk on top of the serialisation (a tenth of a batch create's time)."""
+    return ORJSONResponse(content, status_code=status_code)
+
 
 MAX_BODY_BYTES = 1 << 20
 MAX_BATCH_BODY_BYTES = 80 << 20  # 1,000 tasks of up to 64 KiB payload each

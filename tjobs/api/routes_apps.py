@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Depends, Request
 
 from tjobs.api import schemas
-from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, ok, require_admin
+from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok, require_admin
 from tjobs.api.lateness import RecentLateness
 from tjobs.api.render import app_json
 from tjobs.apps import AppService
@@ -35,12 +35,12 @@ def app_service(request: Request) -> AppService:
             responses={**ok(201, schemas.AppOut), **errors(401, 422)}, openapi_extra=body_doc(schemas.AppCreate))
 async def create_app(request: Request) -> Any:
     app, api_key = await app_service(request).create(await json_body(request))
-    return app_json(app, api_key)
+    return json_response(app_json(app, api_key), 201)
 
 
 @admin.get("/apps/{app_id}", summary="Show an app (admin)", responses={**ok(200, schemas.AppOut), **errors(401, 404)})
 async def show_app(app_id: str, request: Request) -> Any:
-    return app_json(await app_service(request).get(app_id), with_secrets=True)
+    return json_response(app_json(await app_service(request).get(app_id), with_secrets=True))
 
 
 @admin.patch("/apps/{app_id}", summary="Change an app's limits, callback defaults or allowed hosts (admin)",
@@ -48,7 +48,7 @@ async def show_app(app_id: str, request: Request) -> Any:
 async def update_app(app_id: str, request: Request, node: NodeDep) -> Any:
     app = await app_service(request).update(app_id, await json_body(request))
     node.tasks.forget_counts(app.id)
-    return app_json(app, with_secrets=True)
+    return json_response(app_json(app, with_secrets=True))
 
 
 @admin.post("/apps/{app_id}/rotate", summary="Rotate the API key and/or signing secret (admin)",
@@ -70,24 +70,25 @@ async def rotate_app(app_id: str, request: Request) -> Any:
         raise InvalidInput("grace_s", "must be an integer number of seconds")
     app, api_key = await app_service(request).rotate(
         app_id, api_key=flags["api_key"], secret=flags["secret"], grace_s=grace_s)
-    return app_json(app, api_key, with_secrets=True)
+    return json_response(app_json(app, api_key, with_secrets=True))
 
 
 @admin.get("/apps/{app_id}/stats", summary="An app's stats (admin)",
            responses={**ok(200, schemas.AppStats), **errors(401, 404)})
 async def app_stats_admin(app_id: str, request: Request, node: NodeDep) -> Any:
-    return await stats_of(node, await app_service(request).get(app_id), request.app.state.recent_lateness)
+    stats = await stats_of(node, await app_service(request).get(app_id), request.app.state.recent_lateness)
+    return json_response(stats)
 
 
 @router.get("/app", summary="The calling app (its settings and signing secrets)",
             responses={**ok(200, schemas.AppOut), **errors(401)})
 async def me(app: AppDep) -> Any:
-    return app_json(app, with_secrets=True)
+    return json_response(app_json(app, with_secrets=True))
 
 
 @router.get("/stats", summary="The calling app's stats", responses={**ok(200, schemas.AppStats), **errors(401)})
 async def my_stats(request: Request, app: AppDep, node: NodeDep) -> Any:
-    return await stats_of(node, app, request.app.state.recent_lateness)
+    return json_response(await stats_of(node, app, request.app.state.recent_lateness))
 
 
 async def stats_of(node: Node, app: App, recent: RecentLateness) -> dict[str, Any]:

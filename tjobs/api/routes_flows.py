@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from tjobs.api import schemas
-from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, ok
+from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok
 from tjobs.api.render import error_json, flow_json
 from tjobs.errors import InvalidInput, TjobsError
 from tjobs.tasks import Redriven
@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1", tags=["flows"])
 @router.get("/flows/{flow_id}", summary="Get one flow (id: '<task id>-<scheduled_at_ms>')",
             responses={**ok(200, schemas.Flow), **errors(401, 404)})
 async def get_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
-    return flow_json(await node.tasks.get_flow(app, flow_id))
+    return json_response(flow_json(await node.tasks.get_flow(app, flow_id)))
 
 
 @router.post("/flows/{flow_id}/redrive", summary="Re-drive one dead flow (attempts kept)",
@@ -28,7 +28,7 @@ async def redrive_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
     if error is not None:
         raise error
     assert flow is not None
-    return flow_json(flow)
+    return json_response(flow_json(flow))
 
 
 @router.get("/dead-letters", summary="The app's dead flows (cursor pagination across every shard)",
@@ -40,7 +40,7 @@ async def dead_letters(
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Any:
     page = await node.tasks.dead_letters(app, limit, cursor)
-    return {"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor}
+    return json_response({"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor})
 
 
 @router.post("/dead-letters/redrive", summary="Re-drive many dead flows; one result per id",
@@ -54,7 +54,7 @@ async def redrive_many(request: Request, app: AppDep, node: NodeDep) -> Any:
     flow_ids = body.get("flow_ids")
     if not isinstance(flow_ids, list) or not all(isinstance(f, str) for f in flow_ids):
         raise InvalidInput("flow_ids", "must be a list of flow ids")
-    return redrive_json(await node.tasks.redrive(app, flow_ids))
+    return json_response(redrive_json(await node.tasks.redrive(app, flow_ids)))
 
 
 def redrive_json(results: list[Redriven]) -> dict[str, Any]:

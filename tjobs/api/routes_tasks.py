@@ -15,6 +15,7 @@ from tjobs.api.deps import (
     errors,
     json_body,
     json_object,
+    json_response,
     ok,
     task_id_of,
 )
@@ -33,13 +34,11 @@ _BATCH_KEYS = frozenset({"tasks"})
                **errors(401, 422, 429)},
     openapi_extra=body_doc(schemas.TaskCreate),
 )
-async def create_task(request: Request, response: Response, app: AppDep, node: NodeDep) -> Any:
+async def create_task(request: Request, app: AppDep, node: NodeDep) -> Any:
     created = await node.tasks.create(app, await json_body(request))
     if created.created:
         node.metrics.registrations.labels(app.id).inc()
-    else:
-        response.status_code = 200
-    return task_json(created.task)
+    return json_response(task_json(created.task), 201 if created.created else 200)
 
 
 @router.post(
@@ -67,7 +66,7 @@ async def create_tasks(request: Request, app: AppDep, node: NodeDep) -> Any:
             items.append({"index": index, "status": 201 if result.created else 200, "task": task_json(result.task)})
     if counts["created"]:
         node.metrics.registrations.labels(app.id).inc(counts["created"])
-    return {**counts, "items": items}
+    return json_response({**counts, "items": items})
 
 
 @router.get(
@@ -87,12 +86,12 @@ async def list_tasks(
         app, limit=limit, cursor=cursor, status=None if status is None else TaskStatus(status),
         kind=kind, name_prefix=name_prefix,
     )
-    return {"items": [task_json(t) for t in page.items], "next_cursor": page.next_cursor}
+    return json_response({"items": [task_json(t) for t in page.items], "next_cursor": page.next_cursor})
 
 
 @router.get("/tasks/{task_id}", summary="Get a task", responses={**ok(200, schemas.Task), **errors(401, 404)})
 async def get_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
-    return task_json(await node.tasks.get(app, task_id_of(task_id)))
+    return json_response(task_json(await node.tasks.get(app, task_id_of(task_id))))
 
 
 @router.patch(
@@ -103,25 +102,25 @@ async def get_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
 async def update_task(task_id: str, request: Request, app: AppDep, node: NodeDep) -> Any:
     tid = task_id_of(task_id)
     body = await json_body(request)
-    return task_json(await node.tasks.update(app, tid, body))
+    return json_response(task_json(await node.tasks.update(app, tid, body)))
 
 
 @router.post("/tasks/{task_id}/pause", summary="Pause a task",
              responses={**ok(200, schemas.Task), **errors(401, 404, 409)})
 async def pause_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
-    return task_json(await node.tasks.pause(app, task_id_of(task_id)))
+    return json_response(task_json(await node.tasks.pause(app, task_id_of(task_id))))
 
 
 @router.post("/tasks/{task_id}/resume", summary="Resume a task (its misfire policy covers what was missed)",
              responses={**ok(200, schemas.Task), **errors(401, 404, 409)})
 async def resume_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
-    return task_json(await node.tasks.resume(app, task_id_of(task_id)))
+    return json_response(task_json(await node.tasks.resume(app, task_id_of(task_id))))
 
 
 @router.post("/tasks/{task_id}/trigger", status_code=201, summary="Fire now (a manual flow)",
              responses={**ok(201, schemas.Flow), **errors(401, 404, 409)})
 async def trigger_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
-    return flow_json(await node.tasks.trigger(app, task_id_of(task_id)))
+    return json_response(flow_json(await node.tasks.trigger(app, task_id_of(task_id))), 201)
 
 
 @router.delete("/tasks/{task_id}", status_code=204, summary="Delete a task (its flows stay as history)",
@@ -143,4 +142,4 @@ async def list_task_flows(
     before_ms: Annotated[int | None, Query(ge=0, le=1 << 62)] = None,
 ) -> Any:
     flows = await node.tasks.flows(app, task_id_of(task_id), limit, before_ms)
-    return {"items": [flow_json(f) for f in flows]}
+    return json_response({"items": [flow_json(f) for f in flows]})
