@@ -186,6 +186,22 @@ def judge(address: IPAddress, host: str, allow: AllowList, allow_loopback: bool)
     return why
 
 
+_NAME = "<a name, to resolve>"
+
+
+@functools.lru_cache(maxsize=4096)
+def _judge_literal(host: str, allow: AllowList, allow_loopback: bool) -> str | None:
+    """Why a URL host may not be called without DNS: a refusal, ``None`` for an admitted address, or
+    :data:`_NAME` when it is a name (judged after resolving). Cached: registrations repeat hosts."""
+    try:
+        literal = parse_literal(host)
+    except TargetRefused as refused:
+        return refused.reason
+    if literal is None:
+        return _NAME
+    return judge(literal, host, allow, allow_loopback)
+
+
 Resolve = Callable[[str, int], Awaitable[list[ResolveResult]]]
 AllowListOf = Callable[[str], Awaitable[AllowList]]
 
@@ -289,13 +305,12 @@ class TargetGuard:
         if not host:
             raise TargetRefused("the URL has no host")
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        literal = parse_literal(host)
-        if literal is not None:
-            why = judge(literal, host, allow, self.allow_loopback)
-            if why is not None:
-                raise TargetRefused(why)
-            return None
-        return host, port
+        why = _judge_literal(host, allow, self.allow_loopback)
+        if why is _NAME:
+            return host, port
+        if why is not None:
+            raise TargetRefused(why)
+        return None
 
     async def check_registration(self, urls: Sequence[str], allow: AllowList, field: str = "callback.url"
                                  ) -> None:
