@@ -46,6 +46,7 @@ async def create_task(request: Request, app: AppDep, node: NodeDep) -> Any:
     responses={**ok(200, schemas.BatchResult), **errors(401, 422, 429)},
     openapi_extra=body_doc(schemas.BatchCreate),
 )
+@router.post("/tasks:batch", include_in_schema=False)  # the AIP-136 spelling, same operation
 async def create_tasks(request: Request, app: AppDep, node: NodeDep) -> Any:
     body = json_object(await json_body(request, MAX_BATCH_BODY_BYTES))
     unknown = set(body) - _BATCH_KEYS
@@ -63,7 +64,8 @@ async def create_tasks(request: Request, app: AppDep, node: NodeDep) -> Any:
         else:
             assert result.task is not None
             counts["created" if result.created else "existing"] += 1
-            items.append({"index": index, "status": 201 if result.created else 200, "task": task_json(result.task)})
+            items.append({"index": index, "status": 201 if result.created else 200, "id": str(result.task.id),
+                          "task": task_json(result.task)})
     if counts["created"]:
         node.metrics.registrations.labels(app.id).inc(counts["created"])
     return json_response({**counts, "items": items})

@@ -153,6 +153,7 @@ class TaskPage(BaseModel):
 class BatchItem(BaseModel):
     index: int
     status: int = Field(description="201 created, 200 existing (same key), or the error's status")
+    id: str | None = Field(default=None, description="the task's id (created or existing)")
     task: Task | None = None
     error: ErrorDetail | None = None
 

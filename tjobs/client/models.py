@@ -72,6 +72,7 @@ class ErrorDetail(_Model):
 class BatchItem(_Model):
     index: int
     status: int
+    id: str | None = None
     task: Task | None = None
     error: ErrorDetail | None = None
 
