@@ -67,6 +67,11 @@ RESOLVE_CACHE_TTL_MS = 30_000
 RESOLVE_CACHE_MAX = 10_000
 
 
+class TargetUnresolvable(OSError):
+    """The target's name does not resolve (now): not a refusal. At send the attempt is retried later
+    (the sender treats an ``OSError`` from its policy as retryable); at registration it is accepted."""
+
+
 class TargetRefused(Exception):
     """A callback target the policy refuses; ``reason`` says why (names the address, never a secret)."""
 
@@ -234,7 +239,7 @@ class GuardedResolver(AbstractResolver):
         try:
             return await self._guard.resolve_checked(host, port, EMPTY_ALLOW_LIST)
         except TargetRefused as refused:
-            raise OSError(refused.reason) from None
+            raise OSError(refused.reason) from None  # TargetUnresolvable is an OSError already
 
     async def close(self) -> None:
         await self._guard.close()
@@ -280,12 +285,12 @@ class TargetGuard:
             try:
                 answers = await asyncio.wait_for(self._resolve(host, port), RESOLVE_TIMEOUT_S)
             except (OSError, TimeoutError) as error:
-                raise TargetRefused(f"host {host!r} does not resolve ({type(error).__name__})") from None
+                raise TargetUnresolvable(f"host {host!r} does not resolve ({type(error).__name__})") from None
             if len(self._cache) >= RESOLVE_CACHE_MAX:
                 self._cache.clear()
             self._cache[key] = (now_ms + RESOLVE_CACHE_TTL_MS, answers)
         if not answers:
-            raise TargetRefused(f"host {host!r} has no address")
+            raise TargetUnresolvable(f"host {host!r} has no address")
         for answer in answers:
             try:
                 address = ipaddress.ip_address(str(answer["host"]).split("%", 1)[0])
@@ -325,16 +330,18 @@ class TargetGuard:
                 if pending is not None:
                     try:
                         await self.resolve_checked(pending[0], pending[1], allow)
-                    except TargetRefused as refused:
-                        if "does not resolve" in refused.reason or "no address" in refused.reason:
-                            continue
-                        raise
+                    except TargetUnresolvable:
+                        continue  # judged again at every send
             except TargetRefused as refused:
                 message = f"callback target refused: {refused.reason}"
                 raise InvalidInput(name, message, "target_refused") from None
 
     async def policy(self, request: CallbackRequest) -> str | None:
-        """The sender's ``TargetPolicy``: judge the target now and pin the judged answer for connecting."""
+        """The sender's ``TargetPolicy``: judge the target now and pin the judged answer for connecting.
+
+        A refusal is returned (permanent: the flow dead-letters); a name that does not resolve raises
+        :class:`TargetUnresolvable` (an ``OSError``: the attempt is retried with backoff).
+        """
         _PINNED.set(None)
         try:
             allow = await self._allow_list_of(request.app_id)

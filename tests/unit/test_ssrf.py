@@ -198,7 +198,9 @@ async def test_no_connection_is_attempted_to_a_refused_target(
     _, sender, _ = guarded
     result, connects = await send_recording(sender, request_for(url))
     assert connects == []
-    assert result.status is None and result.outcome is Outcome.PERMANENT, result
+    # refused: permanent (dead letter); a name that does not resolve now: retried later, still unconnected
+    expected = Outcome.RETRYABLE if "does-not-exist" in url.lower() else Outcome.PERMANENT
+    assert result.status is None and result.outcome is expected, result
 
 
 @pytest.mark.parametrize("url", [u for u in REFUSED if "does-not-exist" not in u.lower()])
@@ -211,13 +213,13 @@ async def test_a_refused_target_is_refused_at_registration_naming_the_field(
     assert refused.value.field == "callback.url"
 
 
-async def test_a_name_that_does_not_resolve_yet_is_accepted_at_registration_and_refused_at_send(
+async def test_a_name_that_does_not_resolve_yet_is_accepted_at_registration_and_retried_at_send(
     guarded: tuple[TargetGuard, CallbackSender, FakeDns]
 ) -> None:
     guard, sender, _ = guarded
     await guard.check_registration(["http://does-not-exist.test/"], AllowList.parse([]))
     result, connects = await send_recording(sender, request_for("http://does-not-exist.test/"))
-    assert connects == [] and result.outcome is Outcome.PERMANENT
+    assert connects == [] and result.outcome is Outcome.RETRYABLE and "does not resolve" in (result.error or "")
 
 
 async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback(
