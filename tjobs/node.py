@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tjobs.apps import AppDirectory
 from tjobs.callbacks.delivery import CallbackJob, Deliverer
 from tjobs.callbacks.limiter import AppLimiter
-from tjobs.callbacks.sender import CallbackSender
+from tjobs.callbacks.sender import AttemptResult, CallbackSender
 from tjobs.clock import Clock, SystemClock
 from tjobs.coordinators.base import Coordinator
 from tjobs.coordinators.local import LocalCoordinator
@@ -22,7 +22,7 @@ from tjobs.firing import FirePlanner, FirePolicy
 from tjobs.hotpath.base import HotPath
 from tjobs.hotpath.local import LocalHotPath
 from tjobs.metrics import Metrics
-from tjobs.model import FireOutcome, Flow, Task
+from tjobs.model import FireOutcome, Flow, FlowKind, FlowStatus, FlowUpdate, Task
 from tjobs.scheduler.compensator import Compensator
 from tjobs.scheduler.retention import RetentionSweeper
 from tjobs.scheduler.runner import JobRunner
@@ -72,7 +72,10 @@ class Node:
             settings.callbacks, policy=self.guard.policy, resolver=self.guard.resolver
         )
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight)
-        self.deliverer = Deliverer(self.store, self.sender, self.limiter, settings.callbacks, self.clock)
+        self.deliverer = Deliverer(
+            self.store, self.sender, self.limiter, settings.callbacks, self.clock,
+            on_result=self._observe_attempt, on_update=self._observe_flow_update,
+        )
         scheduler = settings.scheduler
         self.planner = FirePlanner(
             FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max)
@@ -165,9 +168,29 @@ class Node:
                 continue
             lateness_s = (now_ms - outcome.intent.scheduled_at_ms) / 1000
             self.metrics.observe_fire(outcome.task.app_id, max(lateness_s, 0.0))
+            for flow in outcome.flows:
+                if flow.kind is FlowKind.MISFIRE or flow.missed:
+                    self.metrics.misfires.labels(flow.app_id, str(outcome.task.misfire_policy)).inc(
+                        flow.missed + (flow.kind is FlowKind.MISFIRE)
+                    )
+
+    def _observe_attempt(self, job: CallbackJob, result: AttemptResult) -> None:
+        self.metrics.observe_attempt(job.task.app_id, str(result.outcome), result.status, result.duration_s)
+
+    def _observe_flow_update(self, job: CallbackJob, update: FlowUpdate) -> None:
+        app_id = job.task.app_id
+        self.metrics.flow_updates.labels(app_id, str(update.status)).inc()
+        if update.status is FlowStatus.PENDING:
+            self.metrics.retries.labels(app_id).inc()
+        elif update.status is FlowStatus.DEAD:
+            self.metrics.dead_letters.labels(app_id).inc()
+        elif update.status is FlowStatus.DELIVERED and update.attempts <= 1:
+            lateness_s = (self.clock.now_ms() - update.scheduled_at_ms) / 1000
+            self.metrics.delivery_lateness.labels(app_id).observe(max(lateness_s, 0.0))
 
     def refresh_gauges(self) -> None:
         self.metrics.wheel_size.set(len(self.runner.wheel))
         self.metrics.cycle_load_duration.set(self.runner.stats.last_load_ms / 1000)
         self.metrics.commit_backlog.set(self.runner.backlog)
         self.metrics.compensator_backlog.set(self.compensator.backlog)
+        self.metrics.observe_cluster(self.coordinator.describe(), self.node_id)

@@ -1,0 +1,79 @@
+"""The node's metrics: names, units and labels an operator's dashboards and alerts rely on."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tjobs.metrics import Metrics, status_class
+
+
+def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_every_metric_has_the_tjobs_prefix_and_no_task_id_label() -> None:
+    metrics = Metrics()
+    metrics.observe_fire("shop", 0.2)
+    metrics.observe_attempt("shop", "delivered", 204, 0.01)
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        assert family.name.startswith("tjobs_")
+        for s in family.samples:
+            assert "task_id" not in s.labels and "task" not in s.labels
+
+
+def test_committed_fire_counts_and_observes_lateness_per_app() -> None:
+    metrics = Metrics()
+    metrics.observe_fire("shop", 0.2)
+    metrics.observe_fire("shop", 2.0)
+    got = samples(metrics)
+    assert got[("tjobs_fires_total", (("app", "shop"), ("outcome", "committed")))] == 2
+    assert got[("tjobs_fire_lateness_seconds_bucket", (("app", "shop"), ("le", "0.25")))] == 1
+    assert got[("tjobs_fire_lateness_seconds_count", (("app", "shop"),))] == 2
+
+
+def test_callback_attempts_are_counted_by_outcome_and_status_class() -> None:
+    metrics = Metrics()
+    metrics.observe_attempt("shop", "retryable", 503, 0.1)
+    metrics.observe_attempt("shop", "retryable", None, 3.0)
+    got = samples(metrics)
+    key = (("app", "shop"), ("outcome", "retryable"), ("status_class", "5xx"))
+    assert got[("tjobs_callback_attempts_total", key)] == 1
+    key = (("app", "shop"), ("outcome", "retryable"), ("status_class", "none"))
+    assert got[("tjobs_callback_attempts_total", key)] == 1
+    assert got[("tjobs_callback_duration_seconds_count", (("app", "shop"),))] == 2
+
+
+def test_status_class_is_bounded() -> None:
+    assert [status_class(s) for s in (None, 200, 302, 429, 503, 999)] == [
+        "none", "2xx", "3xx", "4xx", "5xx", "other"
+    ]
+
+
+def test_cluster_view_feeds_ownership_leadership_and_failover_gauges() -> None:
+    metrics = Metrics()
+    view: dict[str, object] = {
+        "mode": "cluster", "is_leader": True, "plan_version": 7, "plan_age_ms": 1500,
+        "lease_remaining_ms": 4000, "sync_lag_ms": 250,
+        "groups": [{"id": 0, "holder": "n1"}, {"id": 1, "holder": "n2"}, {"id": 2, "holder": None}],
+        "nodes": [{"id": "n1", "healthy": True, "failovers": 3}, {"id": "n2", "healthy": False}],
+    }
+    metrics.observe_cluster(view, "n1")
+    metrics.observe_cluster({**view, "is_leader": False}, "n1")
+    got = samples(metrics)
+    assert got[("tjobs_groups_owned", ())] == 1
+    assert got[("tjobs_groups_without_primary", ())] == 1
+    assert got[("tjobs_failovers", ())] == 3
+    assert got[("tjobs_dispatcher_leader", ())] == 0
+    assert got[("tjobs_leadership_changes_total", ())] == 2
+    assert got[("tjobs_cluster_nodes", (("health", "unhealthy"),))] == 1
+    assert got[("tjobs_plan_age_seconds", ())] == 1.5
+
+
+def test_embedded_node_counts_as_its_own_leader() -> None:
+    metrics = Metrics()
+    metrics.observe_cluster({"mode": "embedded"}, "n1")
+    assert samples(metrics)[("tjobs_dispatcher_leader", ())] == 1
