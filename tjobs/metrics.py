@@ -151,7 +151,7 @@ class Metrics:
             )
         nodes = view.get("nodes")
         if isinstance(nodes, list):
-            healthy = sum(1 for n in nodes if isinstance(n, dict) and n.get("healthy", True))
+            healthy = sum(1 for n in nodes if not isinstance(n, dict) or n.get("healthy", True))
             self.cluster_nodes.labels("healthy").set(healthy)
             self.cluster_nodes.labels("unhealthy").set(len(nodes) - healthy)
             for n in nodes:

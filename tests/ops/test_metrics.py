@@ -77,3 +77,39 @@ def test_embedded_node_counts_as_its_own_leader() -> None:
     metrics = Metrics()
     metrics.observe_cluster({"mode": "embedded"}, "n1")
     assert samples(metrics)[("tjobs_dispatcher_leader", ())] == 1
+
+
+def test_api_requests_are_counted_by_route_template_and_carry_a_request_id() -> None:
+    import asyncio
+
+    import httpx
+    from fastapi import FastAPI
+
+    from tjobs.api.metrics_middleware import MetricsMiddleware
+
+    metrics = Metrics()
+    api = FastAPI()
+
+    @api.get("/v1/things/{thing_id}")
+    async def thing(thing_id: str) -> dict[str, str]:
+        return {"id": thing_id}
+
+    api.add_middleware(MetricsMiddleware, metrics=metrics)
+
+    async def calls() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=api)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            first = await client.get("/v1/things/a", headers={"x-request-id": "req-1"})
+            second = await client.get("/v1/things/b")
+            await client.get("/nowhere")
+        return first, second
+
+    first, second = asyncio.run(calls())
+    assert first.headers["x-request-id"] == "req-1"
+    assert len(second.headers["x-request-id"]) == 32
+    got = samples(metrics)
+    key = (("method", "GET"), ("route", "/v1/things/{thing_id}"), ("status_class", "2xx"))
+    assert got[("tjobs_api_requests_total", key)] == 2
+    assert got[("tjobs_api_requests_total", (("method", "GET"), ("route", "unmatched"),
+                                             ("status_class", "4xx")))] == 1
+    assert got[("tjobs_api_request_duration_seconds_count", (("route", "/v1/things/{thing_id}"),))] == 2

@@ -20,6 +20,7 @@ from tjobs import __version__
 from tjobs.api import routes_apps, routes_flows, routes_tasks, schemas
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, ok
 from tjobs.api.lateness import RecentLateness
+from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.apps import AppService
 from tjobs.errors import TjobsError
 from tjobs.model import App
@@ -133,6 +134,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
+    api.add_middleware(MetricsMiddleware, metrics=node.metrics)
     return api
 
 
