@@ -111,7 +111,9 @@ class Metrics:
         )
         self._fires_committed: dict[str, Counter] = {}
         self._fire_lateness: dict[str, Histogram] = {}
-        self._attempts: dict[tuple[str, str, str], Counter] = {}
+        self._attempts: dict[tuple[str, str, int | None], Counter] = {}
+        self._outcomes: dict[tuple[str, str], Counter] = {}
+        self._delivery_lateness: dict[str, Histogram] = {}
         self._callback_duration: dict[str, Histogram] = {}
         self._was_leader = False
 
@@ -126,15 +128,32 @@ class Metrics:
 
     def observe_attempt(self, app_id: str, outcome: str, status: int | None, duration_s: float) -> None:
         """One callback attempt to one target; children cached per (app, outcome, status class)."""
-        key = (app_id, outcome, status_class(status))
+        key = (app_id, outcome, status)
         counter = self._attempts.get(key)
         if counter is None:
-            counter = self._attempts[key] = self.callback_attempts.labels(*key)
+            counter = self._attempts[key] = self.callback_attempts.labels(app_id, outcome, status_class(status))
         counter.inc()
         histogram = self._callback_duration.get(app_id)
         if histogram is None:
             histogram = self._callback_duration[app_id] = self.callback_duration.labels(app_id)
         histogram.observe(duration_s)
+
+    def observe_flow_update(self, app_id: str, status: str, delivery_lateness_s: float | None) -> None:
+        """A flow outcome recorded (``pending`` = a retry is scheduled); cached children."""
+        key = (app_id, status)
+        counter = self._outcomes.get(key)
+        if counter is None:
+            counter = self._outcomes[key] = self.flow_updates.labels(app_id, status)
+        counter.inc()
+        if status == "pending":
+            self.retries.labels(app_id).inc()
+        elif status == "dead":
+            self.dead_letters.labels(app_id).inc()
+        if delivery_lateness_s is not None:
+            histogram = self._delivery_lateness.get(app_id)
+            if histogram is None:
+                histogram = self._delivery_lateness[app_id] = self.delivery_lateness.labels(app_id)
+            histogram.observe(delivery_lateness_s)
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
         """Mirror a coordinator's ``describe()`` (scrape time); keys missing in embedded mode are skipped."""

@@ -178,15 +178,10 @@ class Node:
         self.metrics.observe_attempt(job.task.app_id, str(result.outcome), result.status, result.duration_s)
 
     def _observe_flow_update(self, job: CallbackJob, update: FlowUpdate) -> None:
-        app_id = job.task.app_id
-        self.metrics.flow_updates.labels(app_id, str(update.status)).inc()
-        if update.status is FlowStatus.PENDING:
-            self.metrics.retries.labels(app_id).inc()
-        elif update.status is FlowStatus.DEAD:
-            self.metrics.dead_letters.labels(app_id).inc()
-        elif update.status is FlowStatus.DELIVERED and update.attempts <= 1:
-            lateness_s = (self.clock.now_ms() - update.scheduled_at_ms) / 1000
-            self.metrics.delivery_lateness.labels(app_id).observe(max(lateness_s, 0.0))
+        lateness_s = None
+        if update.status is FlowStatus.DELIVERED and update.attempts <= 1:
+            lateness_s = max((self.clock.now_ms() - update.scheduled_at_ms) / 1000, 0.0)
+        self.metrics.observe_flow_update(job.task.app_id, update.status.value, lateness_s)
 
     def refresh_gauges(self) -> None:
         self.metrics.wheel_size.set(len(self.runner.wheel))

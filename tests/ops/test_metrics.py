@@ -113,3 +113,15 @@ def test_api_requests_are_counted_by_route_template_and_carry_a_request_id() -> 
     assert got[("tjobs_api_requests_total", (("method", "GET"), ("route", "unmatched"),
                                              ("status_class", "4xx")))] == 1
     assert got[("tjobs_api_request_duration_seconds_count", (("route", "/v1/things/{thing_id}"),))] == 2
+
+
+def test_flow_outcomes_count_retries_dead_letters_and_first_delivery_lateness() -> None:
+    metrics = Metrics()
+    metrics.observe_flow_update("shop", "pending", None)
+    metrics.observe_flow_update("shop", "dead", None)
+    metrics.observe_flow_update("shop", "delivered", 0.3)
+    got = samples(metrics)
+    assert got[("tjobs_callback_retries_total", (("app", "shop"),))] == 1
+    assert got[("tjobs_dead_letters_total", (("app", "shop"),))] == 1
+    assert got[("tjobs_flow_outcomes_total", (("app", "shop"), ("status", "delivered")))] == 1
+    assert got[("tjobs_delivery_lateness_seconds_bucket", (("app", "shop"), ("le", "0.5")))] == 1
