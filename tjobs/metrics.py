@@ -113,6 +113,7 @@ class Metrics:
         self._fire_lateness: dict[str, Histogram] = {}
         self._attempts: dict[tuple[str, str, int | None], Counter] = {}
         self._outcomes: dict[tuple[str, str], Counter] = {}
+        self.outcome_counts: dict[tuple[str, str], int] = {}  # (app, status) -> flows, for /v1/slo
         self._delivery_lateness: dict[str, Histogram] = {}
         self._callback_duration: dict[str, Histogram] = {}
         self._was_leader = False
@@ -144,7 +145,9 @@ class Metrics:
         counter = self._outcomes.get(key)
         if counter is None:
             counter = self._outcomes[key] = self.flow_updates.labels(app_id, status)
+            self.outcome_counts[key] = 0
         counter.inc()
+        self.outcome_counts[key] += 1
         if status == "pending":
             self.retries.labels(app_id).inc()
         elif status == "dead":

@@ -17,7 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tjobs import __version__
-from tjobs.api import routes_apps, routes_flows, routes_tasks, schemas
+from tjobs.api import routes_apps, routes_flows, routes_slo, routes_tasks, schemas
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, ok
 from tjobs.api.lateness import RecentLateness
 from tjobs.api.metrics_middleware import MetricsMiddleware
@@ -77,6 +77,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_flows.router)
     api.include_router(routes_apps.router)
     api.include_router(routes_apps.admin)
+    api.include_router(routes_slo.router)
 
     # ---- operations -----------------------------------------------------------------------------
 
