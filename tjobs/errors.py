@@ -10,7 +10,8 @@
     │   └── DuplicateKey           ``(app, key)`` already names a task
     ├── Unauthorized          401
     ├── QuotaExceeded         429
-    └── StorageUnavailable    503  a database could not be reached; nothing was written
+    ├── StorageUnavailable    503  a database could not be reached; nothing was written
+    └── Fenced                503  this node lost the right to fire mid-transaction; rolled back
 
 The API maps these to status codes in one handler; nothing else catches them to hide them.
 """
@@ -89,3 +90,11 @@ class QuotaExceeded(TjobsError):
 class StorageUnavailable(TjobsError):
     status_code = 503
     code = "storage_unavailable"
+
+
+class Fenced(TjobsError):
+    """The node's fence closed (lease, database or clock) while a fire transaction was open: the
+    transaction was rolled back instead of committed, and whoever owns the shard now fires it."""
+
+    status_code = 503
+    code = "fenced"

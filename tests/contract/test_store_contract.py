@@ -10,7 +10,7 @@ import pytest
 
 from sharding import shard_of_task_id
 from tests.contract.backends import IDS, NOW_MS, intent_of, interval_planner, make_task
-from tjobs.errors import Conflict, DuplicateKey, NotFound, VersionConflict
+from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, VersionConflict
 from tjobs.model import (
     App,
     FireIntent,
@@ -241,6 +241,30 @@ async def test_failed_compare_and_set_fires_nothing(store: TaskStore, change: st
 
     assert outcome.task is None and outcome.flows == [] and not outcome.committed
     assert await dump(store) == before
+
+
+async def test_a_fence_closing_inside_the_transaction_rolls_it_back(store: TaskStore) -> None:
+    # Given due tasks on two shards, and a fence that closes while the transaction is open
+    first = await store.insert_task(make_task(shard=1))
+    second = await store.insert_task(make_task(shard=9))  # another table (and DB, on MariaDB)
+    before = await dump(store)
+    asked: list[int] = []
+
+    def fence_closed() -> bool:
+        asked.append(1)
+        return False
+
+    # When the batch commits, it is rolled back and Fenced is raised
+    with pytest.raises(Fenced):
+        await store.commit_fires([intent_of(first), intent_of(second)], NOW_MS, interval_planner,
+                                 fence_closed)
+
+    # Then the fence was asked, nothing was written, and the same intents still commit once it opens
+    assert asked
+    assert await dump(store) == before
+    outcomes = await store.commit_fires([intent_of(first), intent_of(second)], NOW_MS, interval_planner,
+                                        lambda: True)
+    assert [o.committed for o in outcomes] == [True, True]
 
 
 async def test_a_replayed_intent_never_duplicates_a_flow(store: TaskStore) -> None:

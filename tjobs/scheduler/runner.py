@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.coordinators.base import Coordinator
+from tjobs.errors import Fenced
 from tjobs.hotpath.base import TaskChange
 from tjobs.model import (
     FireIntent,
@@ -58,6 +59,7 @@ class RunnerStats:
     cas_rejected: int = 0
     commit_batches: int = 0
     commit_errors: int = 0
+    commit_fenced: int = 0
     last_load_ms: int = 0
     misfires: dict[str, int] = field(default_factory=dict)
 
@@ -260,7 +262,14 @@ class JobRunner:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            outcomes = await self._store.commit_fires(intents, now_ms, self._planner)
+            outcomes = await self._store.commit_fires(intents, now_ms, self._planner, self._may_commit)
+        except Fenced:
+            # Stopped inside the transaction while the fence closed: rolled back, nothing written.
+            # Like the fenced path above, the entries are dropped for the shard's owner to fire.
+            self.stats.commit_fenced += 1
+            logger.warning("fire commit of %d intents rolled back: this node is fenced", len(batch),
+                           extra={"action": "fire_commit_fenced"})
+            return
         except Exception as error:
             self.stats.commit_errors += 1
             logger.warning("fire commit of %d intents failed (%s); retrying in 500 ms", len(batch), error,
@@ -275,6 +284,9 @@ class JobRunner:
             self._on_fire_outcomes(outcomes, now_ms, loop.time() - started)
         for outcome in outcomes:
             self._after_commit(outcome)
+
+    def _may_commit(self) -> bool:
+        return self._coordinator.may_fire(self._clock.now_ms())
 
     def _after_commit(self, outcome: FireOutcome) -> None:
         task = outcome.task

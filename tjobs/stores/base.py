@@ -131,7 +131,8 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner
+        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner,
+        may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         """Commit a batch of due fires; one outcome per intent, in order.
 
@@ -142,6 +143,11 @@ class TaskStore(ABC):
         Otherwise the outcome has ``task=None`` and no flow. A flow whose ``(task_id,
         scheduled_at_ms)`` already exists is never duplicated (invariant 2). If a transaction fails,
         none of its intents is committed and the error is raised.
+
+        ``may_commit`` (the node's fence) is asked last, after every statement and just before each
+        transaction commits: if it says no, that transaction rolls back and
+        :class:`tjobs.errors.Fenced` is raised. A node stopped (GC, SIGSTOP, a stalled VM) inside the
+        transaction while a backup took its shards over therefore commits nothing when it resumes.
         """
 
     # ---- flows --------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from sharding import Topology, shard_for_key, shard_of_task_id
-from tjobs.errors import Conflict, DuplicateKey, NotFound, VersionConflict
+from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, VersionConflict
 from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.base import FirePlanner, TaskStore
 from tjobs.stores.schema import clip_error
@@ -186,7 +186,8 @@ class MemoryTaskStore(TaskStore):
     # ---- the fire transaction ---------------------------------------------------------------------
 
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner
+        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner,
+        may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         await asyncio.sleep(0)
         # Plan everything first: a planner that raises leaves nothing changed.
@@ -226,6 +227,8 @@ class MemoryTaskStore(TaskStore):
                 flows.append(Flow(task.id, new.scheduled_at_ms, task.app_id, new.kind, new.status,
                                   new.attempts, new.next_attempt_at_ms, now_ms, now_ms, new.missed))
             outcomes.append(FireOutcome(intent, _task_copy(after), flows))
+        if may_commit is not None and not may_commit():
+            raise Fenced("the fence closed during the fire transaction; rolled back")
         for task_id, task in state.items():
             self._tasks[shard_of_task_id(task_id)][task_id] = task
         for outcome in outcomes:

@@ -10,7 +10,8 @@ the logical databases of one server, never two servers) or one SQLite file. Insi
 3. flows are inserted with one executemany per flows table, ignoring primary-key duplicates; if fewer
    rows went in than were sent, the transaction is rolled back and redone inserting row by row, so
    the outcome reports exactly the flows this transaction wrote (invariant 2);
-4. tasks advance with one ``UPDATE … SET col = CASE id … END … WHERE id IN (…)`` per tasks table.
+4. tasks advance with one ``UPDATE … SET col = CASE id … END … WHERE id IN (…)`` per tasks table;
+5. the node's fence (``may_commit``) is asked once more, and only then does the transaction commit.
 
 The statements are hand-built text with bound parameters: their shape changes with every batch (the
 tables touched, the IN-list lengths, the CASE arms), so SQLAlchemy's statement cache cannot help, and
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from tjobs.errors import Fenced
 from tjobs.model import FireIntent, FireOutcome, Flow, Task, TaskStatus
 from tjobs.stores.base import FirePlanner
 from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, clip_error, task_from_row
@@ -113,8 +115,10 @@ class FireTransaction:
         items: list[tuple[int, ShardTables]],
         now_ms: int,
         planner: FirePlanner,
+        may_commit: Callable[[], bool] | None = None,
     ) -> None:
         self.mysql = dialect == MYSQL
+        self.may_commit = may_commit
         self.mark = "%s" if self.mysql else "?"
         self.intents = intents
         self.items = items
@@ -130,6 +134,8 @@ class FireTransaction:
             try:
                 async with begin() as conn:
                     outcomes = await self._once(conn, careful)
+                    if self.may_commit is not None and not self.may_commit():
+                        raise Fenced("the fence closed during the fire transaction; rolled back")
             except _DuplicateFlows:
                 if careful:  # cannot happen: careful mode counts every row
                     raise RuntimeError("duplicate flows in careful mode") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -402,7 +402,8 @@ class SQLAlchemyTaskStore(TaskStore):
     # ---- the fire transaction -------------------------------------------------------------------
 
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner
+        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner,
+        may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         outcomes: list[FireOutcome] = [FireOutcome(intent, None, []) for intent in intents]
         by_engine: dict[str, list[tuple[int, ShardTables]]] = defaultdict(list)
@@ -412,7 +413,7 @@ class SQLAlchemyTaskStore(TaskStore):
                 by_engine[home.database.engine_url].append((index, home))
 
         async def run(url: str, items: list[tuple[int, ShardTables]]) -> None:
-            fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner)
+            fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit)
             try:
                 await fire.run(lambda: self._engine(url, write=True).begin())
             except TjobsError:
