@@ -47,6 +47,8 @@ DASHBOARDS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ("dead letters (5m)", "short", f"sum(increase(tjobs_dead_letters_total{{{APP}}}[5m])) or vector(0)"),
         ("misfires by policy (5m)", "short",
          f"sum by (policy) (increase(tjobs_misfires_total{{{APP}}}[5m])) or vector(0)"),
+        ("throttled callbacks by reason (delayed by the app's limits, not missed)", "ops",
+         f"sum by (reason) (rate(tjobs_throttled_fires_total{{{APP}}}[1m])) or vector(0)"),
         ("registrations", "ops", f"sum(rate(tjobs_registrations_total{{{APP}}}[1m])) or vector(0)"),
     ]),
     "cluster": ("tjobs / cluster", [

@@ -58,8 +58,11 @@ class Metrics:
                                ["app"], registry=r)
         self.dead_letters = Counter("tjobs_dead_letters", "Flows moved to the dead letter", ["app"], registry=r)
         self.misfires = Counter("tjobs_misfires", "Misfires by policy", ["app", "policy"], registry=r)
-        self.throttled = Counter("tjobs_throttled_fires", "Fires delayed by an app's rate limit",
-                                 ["app"], registry=r)
+        self.throttled = Counter(
+            "tjobs_throttled_fires",
+            "Callback sends delayed (never dropped) by the app's rate limit or concurrency cap",
+            ["app", "reason"], registry=r,
+        )
         self.fire_tx_duration = Histogram(
             "tjobs_fire_transaction_duration_seconds", "Duration of one fire commit batch",
             buckets=DURATION_BUCKETS_S, registry=r,
@@ -116,6 +119,7 @@ class Metrics:
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (app, status) -> flows, for /v1/slo
         self._delivery_lateness: dict[str, Histogram] = {}
         self._callback_duration: dict[str, Histogram] = {}
+        self._throttled: dict[tuple[str, str], Counter] = {}
         self._was_leader = False
 
     def observe_fire(self, app_id: str, lateness_s: float) -> None:
@@ -157,6 +161,15 @@ class Metrics:
             if histogram is None:
                 histogram = self._delivery_lateness[app_id] = self.delivery_lateness.labels(app_id)
             histogram.observe(delivery_lateness_s)
+
+    def observe_throttled(self, app_id: str, reason: str) -> None:
+        """A callback the app's limits delayed (``reason`` ``rate`` or ``concurrency``; see
+        :mod:`tjobs.callbacks.limiter`); children cached per (app, reason)."""
+        key = (app_id, reason)
+        counter = self._throttled.get(key)
+        if counter is None:
+            counter = self._throttled[key] = self.throttled.labels(app_id, reason)
+        counter.inc()
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
         """Mirror a coordinator's ``describe()`` (scrape time); keys missing in embedded mode are skipped."""

@@ -71,7 +71,7 @@ class Node:
         self.sender = CallbackSender(
             settings.callbacks, policy=self.guard.policy, resolver=self.guard.resolver
         )
-        self.limiter = AppLimiter(settings.callbacks.global_max_in_flight)
+        self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, on_throttled=self.metrics.observe_throttled)
         self.deliverer = Deliverer(
             self.store, self.sender, self.limiter, settings.callbacks, self.clock,
             on_result=self._observe_attempt, on_update=self._observe_flow_update,

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from tjobs.metrics import Metrics, status_class
+
+if TYPE_CHECKING:
+    from tjobs.node import Node
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -80,8 +86,6 @@ def test_embedded_node_counts_as_its_own_leader() -> None:
 
 
 def test_api_requests_are_counted_by_route_template_and_carry_a_request_id() -> None:
-    import asyncio
-
     import httpx
     from fastapi import FastAPI
 
@@ -125,3 +129,70 @@ def test_flow_outcomes_count_retries_dead_letters_and_first_delivery_lateness() 
     assert got[("tjobs_dead_letters_total", (("app", "shop"),))] == 1
     assert got[("tjobs_flow_outcomes_total", (("app", "shop"), ("status", "delivered")))] == 1
     assert got[("tjobs_delivery_lateness_seconds_bucket", (("app", "shop"), ("le", "0.5")))] == 1
+
+
+async def test_callbacks_delayed_by_the_rate_limit_are_counted_as_throttled_by_rate() -> None:
+    from tjobs.callbacks.limiter import AppLimiter
+
+    # Given an app limited to 64/s with a burst of 4, and a frozen limiter clock
+    metrics = Metrics()
+    limiter = AppLimiter(10, burst_s=1 / 16, monotonic=lambda: 0.0, on_throttled=metrics.observe_throttled)
+
+    async def one() -> None:
+        async with limiter.slot("shop", 64.0, 100):
+            pass
+
+    # When 10 callbacks want to go at once
+    await asyncio.gather(*(one() for _ in range(10)))
+    # Then the 6 beyond the burst waited for the bucket: throttled, and all were sent
+    got = samples(metrics)
+    assert got[("tjobs_throttled_fires_total", (("app", "shop"), ("reason", "rate")))] == 6
+    assert ("tjobs_throttled_fires_total", (("app", "shop"), ("reason", "concurrency"))) not in got
+
+
+async def test_callbacks_queued_for_the_apps_concurrency_cap_are_counted_as_throttled_by_concurrency() -> None:
+    from tjobs.callbacks.limiter import AppLimiter
+
+    metrics = Metrics()
+    limiter = AppLimiter(100, on_throttled=metrics.observe_throttled)
+
+    async def hold() -> None:
+        async with limiter.slot("shop", 0.0, 2):
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(hold() for _ in range(5)))
+    got = samples(metrics)
+    assert got[("tjobs_throttled_fires_total", (("app", "shop"), ("reason", "concurrency")))] == 3
+    assert ("tjobs_throttled_fires_total", (("app", "shop"), ("reason", "rate"))) not in got
+
+
+async def test_waiting_for_the_nodes_global_cap_is_not_an_apps_throttling() -> None:
+    from tjobs.callbacks.limiter import AppLimiter
+
+    metrics = Metrics()
+    limiter = AppLimiter(1, on_throttled=metrics.observe_throttled)
+
+    async def hold(app: str) -> None:
+        async with limiter.slot(app, 0.0, 10):
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(hold(app) for app in ("a", "b", "c", "a")))
+    assert not any(name == "tjobs_throttled_fires_total" for name, _ in samples(metrics))
+
+
+async def test_a_nodes_limiter_feeds_its_throttled_fires_counter() -> None:
+    from tjobs.node import Node
+    from tjobs.settings import load_settings
+
+    node = Node(load_settings(None, storage={"urls": ["memory://"], "topology": "2x2x4"}))
+    async with node.limiter.slot("shop", 0.0, 1):
+        waiter = asyncio.create_task(_enter(node, "shop"))
+        await asyncio.sleep(0.01)
+    await waiter
+    got = samples(node.metrics)
+    assert got[("tjobs_throttled_fires_total", (("app", "shop"), ("reason", "concurrency")))] == 1
+
+
+async def _enter(node: Node, app: str) -> None:
+    async with node.limiter.slot(app, 0.0, 1):
+        pass

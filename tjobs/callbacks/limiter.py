@@ -11,6 +11,12 @@ and releases 3 then 1 on exit. Each app waits in its own queues, and a caller on
 gate once its app's limits let it through, so an app that is throttled or whose receiver is slow
 holds at most its own ``concurrency`` of the global slots and never delays another app's callbacks.
 Waiting is not dropping: a throttled callback is sent later, never skipped.
+
+A caller the app's own limits made wait is reported once to ``on_throttled(app_id, reason)``:
+``"rate"`` when the token bucket delayed it (whether or not it also queued for a concurrency slot:
+a rate-limited app's callers queue behind those sleeping on the bucket), else ``"concurrency"``
+when it queued for one of the app's slots. Waiting for the node's global cap is not the app's
+throttling and is not reported. Callers that pass straight through pay nothing for the hook.
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ class Gate:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    async def acquire(self) -> None:
+    async def acquire(self) -> bool:
+        """Take a slot; ``True`` when the caller had to queue for it."""
         if self.active < self.limit and not self._waiters:
             self.active += 1
-            return
+            return False
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -49,6 +56,7 @@ class Gate:
             else:
                 self._waiters.remove(waiter)
             raise
+        return True
 
     def release(self) -> None:
         self.active -= 1
@@ -105,12 +113,15 @@ class AppLimiter:
         global_max_in_flight: int,
         burst_s: float = 1.0,
         monotonic: Callable[[], float] | None = None,
+        on_throttled: Callable[[str, str], None] | None = None,
     ) -> None:
+        """``on_throttled(app_id, reason)`` sees each caller the app's limits delayed (module doc)."""
         if global_max_in_flight < 1:
             raise ValueError("global_max_in_flight must be at least 1")
         self._global = Gate(global_max_in_flight)
         self._burst_s = burst_s
         self._monotonic = monotonic
+        self._on_throttled = on_throttled
         self._apps: dict[str, _AppState] = {}
 
     def slot(self, app_id: str, rate_per_s: float, concurrency: int) -> _Slot:
@@ -123,7 +134,7 @@ class AppLimiter:
                 state.set_rate(rate_per_s, self._burst_s)
             if state.gate.limit != concurrency and concurrency >= 1:
                 state.gate.set_limit(concurrency)
-        return _Slot(self, state)
+        return _Slot(self, app_id, state)
 
     def in_flight(self, app_id: str | None = None) -> int:
         """Slots held now: for one app, or globally."""
@@ -142,20 +153,24 @@ class AppLimiter:
 
 
 class _Slot:
-    __slots__ = ("_limiter", "_state")
+    __slots__ = ("_app_id", "_limiter", "_state")
 
-    def __init__(self, limiter: AppLimiter, state: _AppState) -> None:
+    def __init__(self, limiter: AppLimiter, app_id: str, state: _AppState) -> None:
         self._limiter = limiter
+        self._app_id = app_id
         self._state = state
 
     async def __aenter__(self) -> None:
         state = self._state
-        await state.gate.acquire()
+        limiter = self._limiter
+        queued = await state.gate.acquire()
         try:
-            delay_s = state.reserve(self._limiter._now_s())
+            delay_s = state.reserve(limiter._now_s())
+            if (queued or delay_s > 0.0) and limiter._on_throttled is not None:
+                limiter._on_throttled(self._app_id, "rate" if delay_s > 0.0 else "concurrency")
             if delay_s > 0.0:
                 await asyncio.sleep(delay_s)
-            await self._limiter._global.acquire()
+            await limiter._global.acquire()
         except BaseException:
             state.gate.release()
             raise
