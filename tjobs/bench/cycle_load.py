@@ -25,7 +25,9 @@ INSERT_BATCH = 5_000
 
 def _task(ids: TaskIdGenerator, shard: int, index: int, next_run_at_ms: int, now_ms: int) -> Task:
     return Task(
-        id=ids.mint(shard, now_ms), app_id="bench", name=f"load-{index}", key=None,
+        # One id millisecond per task: ids minted in the same millisecond for one shard may collide
+        # (12 random bits), which the API answers by minting again; a bulk fill has no such retry.
+        id=ids.mint(shard, now_ms - index), app_id="bench", name=f"load-{index}", key=None,
         schedule={"kind": "at", "at_ms": next_run_at_ms}, callback={"urls": ["http://127.0.0.1:9/cb"]},
         payload=None, misfire_policy=MisfirePolicy.FIRE_NOW, delivery=DeliveryMode.AT_LEAST_ONCE,
         status=TaskStatus.ACTIVE, next_run_at_ms=next_run_at_ms, version=1, fire_count=0,
