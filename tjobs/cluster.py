@@ -43,10 +43,10 @@ def build_hotpath(settings: Settings, node_id: str, clock: Clock) -> HotPath:
             raise ValueError("cluster.hot_tier is 'redis' but cluster.redis_url is not set")
         return RedisHotPath(
             cluster.redis_url,
-            stream=f"tjobs:{cluster.name}:hot",
-            origin=node_id,
+            prefix=f"tjobs:{cluster.name}:hot",
             clock=clock,
             near_ms=near_ms,
+            poll_interval_ms=cluster.redis_poll_interval_ms,
         )
     if mode == "dbpoll":
         return DbPollHotPath(

@@ -100,6 +100,11 @@ class Metrics:
             "tjobs_cluster_sync_lag_seconds", "Age of the coordinator's last sync with the cluster view",
             registry=r,
         )
+        self.hot_tier_lag = Histogram(
+            "tjobs_hot_tier_lag_seconds",
+            "Time from a task change's publish on one node to its apply on the shard's owner",
+            ["tier"], buckets=LATENESS_BUCKETS_S, registry=r,
+        )
         self.compensator_backlog = Gauge(
             "tjobs_compensator_backlog", "Flows the last compensation pass handled", registry=r
         )

@@ -65,6 +65,7 @@ class Node:
         )
         self.hotpath: HotPath = parts.hotpath or LocalHotPath()
         self.metrics = Metrics()
+        self.hotpath.lag_observer = self.metrics.hot_tier_lag.labels(self.hotpath.tier).observe
         self.apps = AppDirectory(self.store, self.clock)
         # SSRF: every send re-judges the target and connects only to the judged addresses.
         self.guard = TargetGuard(self._allow_list_of, allow_loopback=settings.allow_loopback_callbacks)
@@ -137,6 +138,7 @@ class Node:
         return self.runner.owned
 
     async def _on_ownership(self, owned: frozenset[int]) -> None:
+        self.hotpath.watch(owned)  # before the load: a gained shard's changes wait in the tier meanwhile
         await self.runner.set_owned(owned)
         self.metrics.jobs_owned.set(len(owned))
 

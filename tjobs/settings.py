@@ -108,6 +108,7 @@ class ClusterSettings(BaseModel):
     db_unreachable_max_s: float = 3.0  # step down after the database has been unreachable this long
     sync_interval_ms: int = Field(default=200, ge=20)  # membership / plan / holder reconcile period
     hot_poll_interval_ms: int = Field(default=200, ge=10)  # DB-poll hot path period
+    redis_poll_interval_ms: int = Field(default=50, ge=5)  # Redis hot tier: owner's slice poll period
 
 
 class Settings(BaseSettings):

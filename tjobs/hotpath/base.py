@@ -37,9 +37,33 @@ class TaskChange:
 
 
 ChangeListener = Callable[[TaskChange], None]
+LagObserver = Callable[[float], None]  # seconds from a change's publish to its apply on another node
+
+
+def is_near(change: TaskChange, now_ms: int, near_ms: int) -> bool:
+    """Whether an owning wheel could hold this change: a stop, an update, or an instant within reach."""
+    return change.next_run_at_ms is None or change.version > 1 or change.next_run_at_ms < now_ms + near_ms
 
 
 class HotPath(ABC):
+    """Delivers changes to the node that owns their shard.
+
+    What every implementation guarantees (``tests/contract/test_hotpath_contract.py``):
+
+    * ``publish`` hands the change to this node's own listener before it returns, so the publishing
+      node's shards never depend on a remote tier;
+    * a change published on one node reaches the listener of the node that :meth:`watch` es its shard
+      (a remote tier may also deliver changes of other shards: the listener ignores shards it does not
+      own and never replaces a newer version with an older one);
+    * ``publish`` never raises for a hot-tier outage (log and return: the store holds the truth), and
+      a tier that lost its state (flush, restart) keeps delivering the changes published after it.
+    """
+
+    tier = "local"  # the ``tier`` label of ``tjobs_hot_tier_lag_seconds``
+
+    def __init__(self) -> None:
+        self.lag_observer: LagObserver | None = None
+
     @abstractmethod
     async def start(self, listener: ChangeListener) -> None:
         """Begin delivering changes for this node's owned shards to ``listener``."""
@@ -51,3 +75,15 @@ class HotPath(ABC):
     async def publish(self, change: TaskChange) -> None:
         """Route ``change`` to the shard's owner. Must not raise for a hot-tier outage: log and
         return, since the store already holds the truth."""
+
+    def watch(self, shards: frozenset[int]) -> None:
+        """The shards this node owns from now on (called before the runner loads gained shards).
+
+        A tier that partitions changes by shard reads only these; a gained shard's recent changes are
+        read from the start of what the tier still holds. Default: every change goes to every node.
+        """
+        return None
+
+    def _observe_lag(self, published_at_ms: int, now_ms: int) -> None:
+        if self.lag_observer is not None:
+            self.lag_observer(max(now_ms - published_at_ms, 0) / 1000)

@@ -3,7 +3,9 @@ database 0 that every node polls by increasing id every ``hot_poll_interval_ms``
 
 Ids come from an auto-increment key, and a lower id may commit after a higher one was read, so each
 poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
-skips those it already applied. Rows older than ``RETENTION_S`` are purged in small batches. The table
+skips those it already applied. A table emptied under it whose ids restart (``TRUNCATE``, or SQLite
+reusing ids once every row was purged) is noticed (the highest id fell below what was seen) and read
+again from the start. Rows older than ``RETENTION_S`` are purged in small batches. The table
 is created on start if missing (``CREATE TABLE IF NOT EXISTS``); it is not the truth (invariant 7):
 a missed row costs latency until the next load, never a fire.
 """
@@ -28,11 +30,10 @@ from sqlalchemy import (
     insert,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tjobs.clock import Clock
-from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange
-from tjobs.hotpath.redis import is_near
+from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, is_near
 from tjobs.settings import StorageSettings
 from tjobs.stores.sql_layout import Layout, create_engine_for
 
@@ -61,9 +62,12 @@ def hot_changes_table(metadata: MetaData, schema: str | None) -> Table:
 
 
 class DbPollHotPath(HotPath):
+    tier = "dbpoll"
+
     def __init__(
         self, storage: StorageSettings, *, origin: str, clock: Clock, near_ms: int, poll_interval_ms: int
     ) -> None:
+        super().__init__()
         layout = Layout(storage)
         home = layout.databases[0]
         self._storage = storage
@@ -130,7 +134,7 @@ class DbPollHotPath(HotPath):
         table = self._table
         watermark: int | None = None
         recent: list[tuple[float, int]] = []  # (seen at, id) above the watermark
-        seen: set[int] = set()
+        seen: dict[int, tuple[int, int, int]] = {}  # id -> (task, version, created) of rows above it
         next_purge = time.monotonic() + PURGE_INTERVAL_S
         while True:
             try:
@@ -152,15 +156,21 @@ class DbPollHotPath(HotPath):
                         .mappings()
                         .all()
                     )
+                    if not rows and await self._ids_went_back(conn, max(watermark, *seen)):
+                        watermark, recent, seen = 0, [], {}
+                        continue
                 now = time.monotonic()
+                now_ms = self._clock.now_ms()
                 for row in rows:
                     row_id = int(row["id"])
-                    if row_id in seen:
+                    signature = (int(row["task_id"]), int(row["version"]), int(row["created_at_ms"]))
+                    if seen.get(row_id) == signature:
                         continue
-                    seen.add(row_id)
+                    seen[row_id] = signature  # an id reused after a truncate carries another row
                     recent.append((now, row_id))
                     if row["origin"] != self._origin and self._listener is not None:
                         self.received += 1
+                        self._observe_lag(int(row["created_at_ms"]), now_ms)
                         self._listener(
                             TaskChange(
                                 int(row["task_id"]),
@@ -173,7 +183,7 @@ class DbPollHotPath(HotPath):
                 if settled:
                     watermark = max(watermark, max(settled))
                     recent = [(at, row_id) for at, row_id in recent if row_id > watermark]
-                    seen = {row_id for row_id in seen if row_id > watermark}
+                    seen = {row_id: sig for row_id, sig in seen.items() if row_id > watermark}
                 if now >= next_purge:
                     next_purge = now + PURGE_INTERVAL_S
                     await self._purge()
@@ -184,6 +194,14 @@ class DbPollHotPath(HotPath):
                     "hot change poll failed (%s); retrying", error, extra={"action": "hot_read_failed"}
                 )
             await asyncio.sleep(self._interval_s)
+
+    async def _ids_went_back(self, conn: AsyncConnection, highest_seen: int) -> bool:
+        """Whether the table was emptied and its ids restarted below ``highest_seen`` (a ``TRUNCATE``,
+        or SQLite reusing ids once the purge deleted every row): then everything present is new."""
+        if highest_seen == 0:
+            return False
+        top = (await conn.execute(select(func.coalesce(func.max(self._table.c.id), 0)))).scalar_one()
+        return int(top) < highest_seen
 
     async def _purge(self) -> None:
         assert self._engine is not None

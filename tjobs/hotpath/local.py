@@ -7,6 +7,7 @@ from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange
 
 class LocalHotPath(HotPath):
     def __init__(self) -> None:
+        super().__init__()
         self._listener: ChangeListener | None = None
 
     async def start(self, listener: ChangeListener) -> None:

@@ -1,0 +1,290 @@
+"""The hot-path contract (:class:`tjobs.hotpath.base.HotPath`), run on every implementation: the
+in-process one, Redis ZSET slices (real Redis) and the DB poll (SQLite files).
+
+Each test gets a *pair*: the node that takes the API call (``publisher``) and the node whose wheel
+holds the shard (``owner``). In-process, both are the one embedded node. Then a few Redis-specific
+specifications of the slice layout (which slices an owner reads, and when).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from sharding import TaskIdGenerator, shard_of_task_id
+from tjobs.clock import ManualClock, SystemClock
+from tjobs.hotpath.base import HotPath, TaskChange
+from tjobs.hotpath.dbpoll import DbPollHotPath
+from tjobs.hotpath.local import LocalHotPath
+from tjobs.hotpath.redis import MINUTE_MS, RedisHotPath
+from tjobs.settings import StorageSettings
+
+SHARDS = 16
+IDS = TaskIdGenerator(SHARDS)
+EVERY_SHARD = frozenset(range(SHARDS))
+NEAR_MS = 600_000
+ARRIVAL_TIMEOUT_S = 5.0
+
+
+def task_id(shard: int) -> int:
+    return IDS.mint(shard, SystemClock().now_ms() + secrets.randbelow(1000))
+
+
+@dataclass
+class Recorder:
+    changes: list[TaskChange] = field(default_factory=list)
+    lags_s: list[float] = field(default_factory=list)
+
+    def __call__(self, change: TaskChange) -> None:
+        self.changes.append(change)
+
+    async def wait_for(self, change: TaskChange, timeout_s: float = ARRIVAL_TIMEOUT_S) -> float:
+        """Seconds until ``change`` arrived; fails after ``timeout_s``."""
+        started = time.monotonic()
+        while change not in self.changes:
+            if time.monotonic() - started > timeout_s:
+                pytest.fail(f"{change} did not arrive within {timeout_s} s (got {self.changes})")
+            await asyncio.sleep(0.005)
+        return time.monotonic() - started
+
+
+@dataclass
+class Pair:
+    publisher: HotPath
+    owner: HotPath
+    published: Recorder
+    received: Recorder
+    remote: bool  # a change travels through a shared tier (else publisher is owner)
+    lose_state: Callable[[], Awaitable[None]]  # the tier forgets everything (flush, truncate)
+    outage: Callable[[Pair], Awaitable[None]]  # the tier stops answering ``pair.publisher``
+
+
+async def _start(publisher: HotPath, owner: HotPath, remote: bool,
+                 lose_state: Callable[[], Awaitable[None]],
+                 outage: Callable[[Pair], Awaitable[None]]) -> Pair:
+    published, received = Recorder(), Recorder()
+    owner.lag_observer = received.lags_s.append
+    if owner is publisher:
+        await owner.start(received)
+        published = received
+    else:
+        await owner.start(received)
+        await publisher.start(published)
+    owner.watch(EVERY_SHARD)
+    return Pair(publisher, owner, published, received, remote, lose_state, outage)
+
+
+async def _nothing(*_: object) -> None:
+    return None
+
+
+@pytest.fixture(params=["local", pytest.param("redis", marks=pytest.mark.redis), "dbpoll"])
+async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pair]:
+    if request.param == "local":
+        local = LocalHotPath()
+        yield await _start(local, local, False, _nothing, _nothing)
+        await local.stop()
+        return
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_url")
+        prefix = f"tjobs:ct{secrets.token_hex(4)}:hot"
+        admin = aioredis.from_url(url)
+        publisher = RedisHotPath(url, prefix=prefix, clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
+        owner = RedisHotPath(url, prefix=prefix, clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
+
+        async def flush() -> None:  # only this test's keys: the Redis is shared
+            keys = [key async for key in admin.scan_iter(match=f"{prefix}:*")]
+            if keys:
+                await admin.delete(*keys)
+
+        async def redis_outage(pair: Pair) -> None:  # a node whose Redis is gone: nothing listens on port 1
+            await pair.publisher.stop()
+            pair.publisher = RedisHotPath(
+                "redis://127.0.0.1:1/0", prefix=prefix, clock=SystemClock(), near_ms=NEAR_MS, timeout_s=0.2
+            )
+            await pair.publisher.start(pair.published)
+
+        pair = await _start(publisher, owner, True, flush, redis_outage)
+        yield pair
+        await pair.publisher.stop()
+        await owner.stop()
+        await flush()
+        await admin.aclose()
+        return
+    storage = StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path}"], topology="1x1x16")
+    db_publisher = DbPollHotPath(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS,
+                                 poll_interval_ms=20)
+    db_owner = DbPollHotPath(storage, origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
+
+    async def execute(sql: str) -> None:
+        import aiosqlite
+
+        async with aiosqlite.connect(tmp_path / "tjobs_00.db") as db:
+            await db.execute(sql)
+            await db.commit()
+
+    async def truncate() -> None:
+        await execute("DELETE FROM hot_changes")
+
+    async def drop(_: Pair) -> None:
+        await execute("DROP TABLE hot_changes")
+
+    yield await _start(db_publisher, db_owner, True, truncate, drop)
+    await db_publisher.stop()
+    await db_owner.stop()
+
+
+def soon(offset_ms: int = 2000) -> int:
+    return SystemClock().now_ms() + offset_ms
+
+
+async def test_publish_applies_the_change_on_the_publishing_node_before_it_returns(pair: Pair) -> None:
+    change = TaskChange(task_id(3), "app", soon(), 1)
+    await pair.publisher.publish(change)
+    assert change in pair.published.changes
+
+
+async def test_change_reaches_the_node_that_watches_its_shard(pair: Pair) -> None:
+    change = TaskChange(task_id(5), "app", soon(), 1)
+    await pair.publisher.publish(change)
+    await pair.received.wait_for(change)
+
+
+async def test_stop_change_reaches_the_owner(pair: Pair) -> None:
+    change = TaskChange(task_id(7), "app", None, 4)
+    await pair.publisher.publish(change)
+    await pair.received.wait_for(change)
+
+
+async def test_changes_published_after_the_tier_lost_its_state_still_arrive(pair: Pair) -> None:
+    before = TaskChange(task_id(2), "app", soon(), 1)
+    await pair.publisher.publish(before)
+    await pair.received.wait_for(before)
+    await pair.lose_state()
+    after = TaskChange(task_id(2), "app", soon(), 1)
+    await pair.publisher.publish(after)
+    await pair.received.wait_for(after)
+
+
+async def test_publish_does_not_raise_while_the_tier_is_down(pair: Pair) -> None:
+    if not pair.remote:
+        pytest.skip("the in-process hot path has no tier that could be down")
+    await pair.outage(pair)
+    change = TaskChange(task_id(9), "app", soon(), 1)
+    started = time.monotonic()
+    await pair.publisher.publish(change)  # logs, never raises
+    await pair.publisher.publish(TaskChange(task_id(9), "app", soon(), 1))
+    assert time.monotonic() - started < 2.0
+    assert change in pair.published.changes
+
+
+async def test_remote_changes_record_their_lag(pair: Pair) -> None:
+    change = TaskChange(task_id(11), "app", soon(), 1)
+    await pair.publisher.publish(change)
+    waited_s = await pair.received.wait_for(change)
+    if not pair.remote:
+        assert pair.received.lags_s == []  # nothing travelled
+        return
+    assert len(pair.received.lags_s) == 1
+    assert 0 <= pair.received.lags_s[0] <= waited_s + 0.05
+
+
+# ---- Redis slices: which the owner reads, and when -------------------------------------------------
+
+
+@pytest.fixture
+async def redis_prefix(redis_url: str) -> AsyncIterator[str]:
+    prefix = f"tjobs:ct{secrets.token_hex(4)}:hot"
+    yield prefix
+    admin = aioredis.from_url(redis_url)
+    keys = [key async for key in admin.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await admin.delete(*keys)
+    await admin.aclose()
+
+
+def manual_pair(url: str, prefix: str, clock: ManualClock) -> tuple[RedisHotPath, RedisHotPath]:
+    """Two Redis hot paths whose loops poll once at start, then only when a test calls ``poll_once``."""
+    return (
+        RedisHotPath(url, prefix=prefix, clock=clock, near_ms=NEAR_MS, poll_interval_ms=3_600_000),
+        RedisHotPath(url, prefix=prefix, clock=clock, near_ms=NEAR_MS, poll_interval_ms=3_600_000),
+    )
+
+
+@pytest.mark.redis
+async def test_owner_reads_only_the_slices_of_the_shards_it_watches(redis_url: str, redis_prefix: str) -> None:
+    clock = ManualClock(SystemClock().now_ms())
+    publisher, owner = manual_pair(redis_url, redis_prefix, clock)
+    received = Recorder()
+    await publisher.start(Recorder())
+    await owner.start(received)
+    try:
+        owner.watch(frozenset({1}))
+        mine = TaskChange(task_id(1), "app", clock.now_ms() + 1000, 1)
+        other = TaskChange(task_id(2), "app", clock.now_ms() + 1000, 1)
+        await publisher.publish(mine)
+        await publisher.publish(other)
+        await owner.poll_once()
+        assert received.changes == [mine]
+        owner.watch(frozenset({1, 2}))  # a gained shard: what the tier still holds is read
+        await owner.poll_once()
+        assert received.changes == [mine, other]
+        await owner.poll_once()
+        assert received.changes == [mine, other]  # each change once
+    finally:
+        await publisher.stop()
+        await owner.stop()
+
+
+@pytest.mark.redis
+async def test_change_for_a_later_minute_is_read_once_that_minute_is_next(
+    redis_url: str, redis_prefix: str
+) -> None:
+    start_ms = (SystemClock().now_ms() // MINUTE_MS) * MINUTE_MS + 1000
+    clock = ManualClock(start_ms)
+    publisher, owner = manual_pair(redis_url, redis_prefix, clock)
+    received = Recorder()
+    await publisher.start(Recorder())
+    await owner.start(received)
+    try:
+        owner.watch(frozenset({4}))
+        later = TaskChange(task_id(4), "app", start_ms + 4 * MINUTE_MS, 1)
+        await publisher.publish(later)
+        await owner.poll_once()
+        assert received.changes == []  # its slice (minute + 4) is outside the window
+        clock.advance(2 * MINUTE_MS)
+        await owner.poll_once()
+        assert received.changes == []
+        clock.advance(MINUTE_MS)  # now its minute is the next one: 60..120 s ahead of the instant
+        await owner.poll_once()
+        assert received.changes == [later]
+    finally:
+        await publisher.stop()
+        await owner.stop()
+
+
+@pytest.mark.redis
+async def test_stop_for_a_task_due_later_is_read_at_once(redis_url: str, redis_prefix: str) -> None:
+    clock = ManualClock(SystemClock().now_ms())
+    publisher, owner = manual_pair(redis_url, redis_prefix, clock)
+    received = Recorder()
+    await publisher.start(Recorder())
+    await owner.start(received)
+    try:
+        owner.watch(EVERY_SHARD)
+        await owner.poll_once()
+        stop = TaskChange(task_id(6), "app", None, 3)
+        await publisher.publish(stop)
+        await owner.poll_once()
+        assert received.changes == [stop]
+        assert shard_of_task_id(stop.task_id) == 6
+    finally:
+        await publisher.stop()
+        await owner.stop()
