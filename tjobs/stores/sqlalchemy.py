@@ -1,7 +1,9 @@
 """The SQL store: SQLAlchemy Core over MariaDB/MySQL (asyncmy) or SQLite files (aiosqlite).
 
 :mod:`tjobs.stores.sql_layout` maps shards to engines and tables, :mod:`tjobs.stores.schema` defines
-the tables, :mod:`tjobs.stores.sql_fire` holds the fire transaction. Every call runs in one
+the tables, :mod:`tjobs.stores.sql_fire` holds the fire transaction, and on MariaDB
+:mod:`tjobs.stores.sql_direct` runs the API's single-row insert and reads by id or key on a raw
+autocommit asyncmy pool (one statement, one round trip). Every other call runs in one
 transaction per logical database (per engine for the fire transaction); a database that cannot be
 reached raises :class:`StorageUnavailable` naming its URL without the password.
 """
@@ -16,6 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from asyncmy.errors import IntegrityError as DriverIntegrityError
 from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text, tuple_, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -45,6 +48,7 @@ from tjobs.stores.schema import (
     task_from_row,
     task_to_row,
 )
+from tjobs.stores.sql_direct import DirectPool, connect_kwargs
 from tjobs.stores.sql_fire import FireTransaction
 from tjobs.stores.sql_layout import (
     MYSQL,
@@ -71,6 +75,7 @@ class SQLAlchemyTaskStore(TaskStore):
         self.topology = self.layout.topology
         self._engines: dict[str, AsyncEngine] = {}
         self._writers: dict[str, AsyncEngine] = {}
+        self._direct: dict[str, DirectPool] = {}  # MariaDB: single-row API statements (sql_direct)
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -81,12 +86,17 @@ class SQLAlchemyTaskStore(TaskStore):
             engine = create_engine_for(url, self.settings)
             self._engines[url] = engine
             self._writers[url] = engine.execution_options(**{WRITE_OPTION: True})
+            kwargs = connect_kwargs(url, self.settings) if self.layout.dialect == MYSQL else None
+            if kwargs is not None:
+                self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
 
     async def close(self) -> None:
         engines = list(self._engines.values())
+        direct = list(self._direct.values())
         self._engines.clear()
         self._writers.clear()
-        await asyncio.gather(*(engine.dispose() for engine in engines))
+        self._direct.clear()
+        await asyncio.gather(*(engine.dispose() for engine in engines), *(pool.close() for pool in direct))
 
     async def ping(self) -> None:
         async def one(url: str) -> None:
@@ -131,6 +141,18 @@ class SQLAlchemyTaskStore(TaskStore):
             async with self._engine(url, write=True).begin() as conn:
                 yield conn
         except TjobsError:
+            raise
+        except Exception as error:
+            if is_unavailable(error):
+                raise unavailable(url, error) from error
+            raise
+
+    @asynccontextmanager
+    async def _direct_call(self, url: str) -> AsyncIterator[None]:
+        """Map a raw driver error of :mod:`sql_direct` like :meth:`_connect` maps SQLAlchemy's."""
+        try:
+            yield
+        except (TjobsError, DriverIntegrityError):
             raise
         except Exception as error:
             if is_unavailable(error):
@@ -209,14 +231,20 @@ class SQLAlchemyTaskStore(TaskStore):
 
     async def insert_task(self, task: Task) -> Task:
         home = self._check_routing(task)
+        url = home.database.engine_url
+        direct = self._direct.get(url)
         for _ in range(_INSERT_RETRIES):
             try:
-                async with self._write(home.database.engine_url) as conn:
-                    await conn.execute(
-                        insert(home.tasks), [task_to_row(task)], execution_options=home.options
-                    )
+                if direct is not None:
+                    async with self._direct_call(url):
+                        await direct.insert_task(home, task)
+                else:
+                    async with self._write(url) as conn:
+                        await conn.execute(
+                            insert(home.tasks), [task_to_row(task)], execution_options=home.options
+                        )
                 return replace(task)
-            except sa_exc.IntegrityError as error:
+            except (sa_exc.IntegrityError, DriverIntegrityError) as error:
                 await self._raise_insert_conflict(task, error)
         raise Conflict(f"task {task.id} could not be stored after {_INSERT_RETRIES} attempts; retry")
 
@@ -297,7 +325,12 @@ class SQLAlchemyTaskStore(TaskStore):
         home = self._shard_of_task(task_id)
         if home is None:
             return None
-        async with self._connect(home.database.engine_url) as conn:
+        url = home.database.engine_url
+        direct = self._direct.get(url)
+        if direct is not None:
+            async with self._direct_call(url):
+                return await direct.get_task(home, task_id)
+        async with self._connect(url) as conn:
             return await self._read_task(conn, home, task_id)
 
     async def _read_task(self, conn: AsyncConnection, home: ShardTables, task_id: int) -> Task | None:
@@ -307,6 +340,10 @@ class SQLAlchemyTaskStore(TaskStore):
 
     async def find_task_by_key(self, app_id: str, key: str) -> Task | None:
         home = self.layout.shards[shard_for_key(app_id, key, self.topology.shard_count)]
+        direct = self._direct.get(home.database.engine_url)
+        if direct is not None:
+            async with self._direct_call(home.database.engine_url):
+                return await direct.find_task_by_key(home, app_id, key)
         tasks_t = home.tasks
         statement = select(tasks_t).where(tasks_t.c.app_id == app_id, tasks_t.c.idem_key == key)
         async with self._connect(home.database.engine_url) as conn:
