@@ -7,13 +7,19 @@ under a lock; the fire path runs thousands of times per second).
 Counters are fed where things happen (fire commit, callback attempt, flow update, API request);
 gauges that mirror state (wheel size, ownership, the coordinator's view) are set at scrape time by
 :meth:`tjobs.node.Node.refresh_gauges` and :meth:`Metrics.observe_cluster`.
+
+``metrics.enabled = false`` gives the node a :class:`NullMetrics`: the same attributes and hooks,
+doing nothing (``/metrics`` answers 404). It exists to measure what the metrics cost on the fire
+path (``python -m tjobs.bench.metrics_overhead node``) and for operators who scrape nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 DURATION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -27,6 +33,8 @@ def status_class(status: int | None) -> str:
 
 
 class Metrics:
+    enabled = True
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -204,6 +212,63 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _NoOpMetric:
+    """Stands in for every counter, gauge and histogram (and their children) of :class:`NullMetrics`."""
+
+    __slots__ = ()
+
+    def labels(self, *values: Any, **labels: Any) -> _NoOpMetric:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def dec(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+
+_NO_OP = _NoOpMetric()
+
+
+class NullMetrics(Metrics):
+    """A node's metrics with ``metrics.enabled = false``: every metric and hook is a no-op and nothing
+    is registered, so nothing is rendered. ``outcome_counts`` is still kept: ``GET /v1/slo`` reads it."""
+
+    enabled = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name, value in list(vars(self).items()):
+            if isinstance(value, MetricWrapperBase):
+                setattr(self, name, _NO_OP)
+        self.registry = CollectorRegistry(auto_describe=True)
+
+    def observe_fire(self, app_id: str, lateness_s: float) -> None:
+        pass
+
+    def observe_attempt(self, app_id: str, outcome: str, status: int | None, duration_s: float) -> None:
+        pass
+
+    def observe_flow_update(self, app_id: str, status: str, delivery_lateness_s: float | None) -> None:
+        key = (app_id, status)
+        self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
+
+    def observe_throttled(self, app_id: str, reason: str) -> None:
+        pass
+
+    def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
+        pass
+
+    def render(self) -> bytes:
+        return b""
 
 
 def _number(value: object) -> float:

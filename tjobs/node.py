@@ -21,7 +21,7 @@ from tjobs.coordinators.local import LocalCoordinator
 from tjobs.firing import FirePlanner, FirePolicy
 from tjobs.hotpath.base import HotPath
 from tjobs.hotpath.local import LocalHotPath
-from tjobs.metrics import Metrics
+from tjobs.metrics import Metrics, NullMetrics
 from tjobs.model import FireOutcome, Flow, FlowKind, FlowStatus, FlowUpdate, Task
 from tjobs.scheduler.compensator import Compensator
 from tjobs.scheduler.retention import RetentionSweeper
@@ -64,7 +64,7 @@ class Node:
             self.topology.shard_count, self.node_id
         )
         self.hotpath: HotPath = parts.hotpath or LocalHotPath()
-        self.metrics = Metrics()
+        self.metrics = Metrics() if settings.metrics.enabled else NullMetrics()
         self.hotpath.lag_observer = self.metrics.hot_tier_lag.labels(self.hotpath.tier).observe
         self.apps = AppDirectory(self.store, self.clock)
         # SSRF: every send re-judges the target and connects only to the judged addresses.

@@ -93,6 +93,11 @@ class LimitSettings(BaseModel):
     max_active_tasks_per_app: int = 10_000_000  # per-app quota of active tasks (0: unlimited)
 
 
+class MetricsSettings(BaseModel):
+    # false: no-op metrics (nothing counted, GET /metrics answers 404); to measure their cost, or unscraped
+    enabled: bool = True
+
+
 class ClusterSettings(BaseModel):
     """Cluster mode: on when ``etcd_endpoints`` is set (else the embedded, single-node coordinator)."""
 
@@ -123,6 +128,7 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     allow_loopback_callbacks: bool = False
 
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:

@@ -196,3 +196,60 @@ async def test_a_nodes_limiter_feeds_its_throttled_fires_counter() -> None:
 async def _enter(node: Node, app: str) -> None:
     async with node.limiter.slot(app, 0.0, 1):
         pass
+
+
+def test_null_metrics_take_every_hook_and_render_nothing() -> None:
+    from tjobs.metrics import NullMetrics
+
+    metrics = NullMetrics()
+    metrics.observe_fire("shop", 0.2)
+    metrics.observe_attempt("shop", "delivered", 204, 0.01)
+    metrics.observe_flow_update("shop", "delivered", 0.3)
+    metrics.observe_throttled("shop", "rate")
+    metrics.observe_cluster({"mode": "embedded"}, "n1")
+    metrics.registrations.labels("shop").inc()
+    metrics.misfires.labels("shop", "skip").inc(2)
+    metrics.fire_tx_duration.observe(0.01)
+    metrics.wheel_size.set(3)
+    assert metrics.enabled is False
+    assert metrics.render() == b"" and list(metrics.registry.collect()) == []
+    assert metrics.outcome_counts == {("shop", "delivered"): 1}  # GET /v1/slo still has its reach
+
+
+async def test_a_node_with_metrics_off_fires_and_answers_404_on_metrics() -> None:
+    import time
+
+    import httpx
+
+    from tests.receiver import Receiver
+    from tjobs.settings import load_settings
+    from tjobs.testing import run_node
+
+    admin_key = "tja_ops_metrics_off_admin"
+    settings = load_settings(
+        None, storage={"urls": ["memory://"], "topology": "2x2x4"}, api={"admin_key": admin_key},
+        metrics={"enabled": False}, allow_loopback_callbacks=True,
+    )
+    async with Receiver() as receiver, run_node(settings) as running:
+        async with httpx.AsyncClient(base_url=running.base_url,
+                                     headers={"authorization": f"Bearer {admin_key}"}) as admin:
+            created = (await admin.post("/v1/apps", json={"name": "off", "allowed_callback_hosts": ["127.0.0.1"]}))
+            scrape = await admin.get("/metrics")
+        app = created.json()
+        async with httpx.AsyncClient(base_url=running.base_url,
+                                     headers={"authorization": f"Bearer {app['api_key']}"}) as client:
+            task = await client.post("/v1/tasks", json={
+                "name": "off", "schedule": {"kind": "delay", "delay_ms": 200},
+                "callback": {"url": receiver.url("/hook")},
+            })
+            assert task.status_code == 201, task.text
+            await receiver.wait_for(1, "/hook")
+            deadline = time.monotonic() + 5
+            while True:
+                slo = (await client.get("/v1/slo")).json()
+                if slo["reach"]["delivered"] == 1 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+    assert scrape.status_code == 404 and scrape.json()["error"]["code"] == "metrics_disabled"
+    assert len(scrape.headers["x-request-id"]) == 32
+    assert slo["reach"]["delivered"] == 1

@@ -110,8 +110,11 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         }
 
     @api.get("/metrics", tags=["operations"], response_class=Response,
-             responses={200: {"description": "Prometheus text format", "content": {"text/plain": {}}}})
+             responses={200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
+                        404: {"model": schemas.Error, "description": "metrics.enabled is false on this node"}})
     async def metrics() -> Response:
+        if not node.metrics.enabled:
+            return _error(404, "metrics_disabled", "metrics are off on this node (metrics.enabled = false)")
         node.refresh_gauges()
         return Response(node.metrics.render(), media_type="text/plain; version=0.0.4")
 

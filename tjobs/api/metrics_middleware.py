@@ -4,36 +4,43 @@ Every HTTP request is counted in ``tjobs_api_requests_total{route,method,status_
 ``tjobs_api_request_duration_seconds{route}``; ``route`` is the matched path template
 (``/v1/tasks/{task_id}``), never the raw path, so labels stay bounded (``unmatched`` otherwise).
 
-The request id is the caller's ``x-request-id`` when it sent one (up to 128 characters), else a fresh
-one; it is echoed in the response's ``x-request-id`` and held in :data:`request_id` for the duration
-of the request, so log lines written while serving it can carry it (``extra={"request_id": ...}``).
-Errors (5xx) are logged with ``action="api_request_failed"`` and the request id.
+The request id is the caller's ``x-request-id`` when it is sane (1 to 128 visible ASCII characters:
+no spaces, controls or non-ASCII, so it cannot forge or break a log line), else a fresh 32-hex one;
+it is echoed in the response's ``x-request-id`` and held in :data:`tjobs.logs.request_id` while the
+request is served, so every log record emitted meanwhile carries it (:class:`tjobs.logs.RequestIdFilter`).
+Errors (5xx) are logged with ``action="api_request_failed"`` and the request id; an exception that
+escapes the app before it answered is answered here (``500``, ``{"error": {"code": "internal_error"}}``,
+with the ``x-request-id``) and logged with its traceback, instead of Starlette's bare text.
+
+With ``metrics.enabled = false`` the requests are not counted or timed; request ids work the same.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
-from contextvars import ContextVar
 from typing import Any
 
+import orjson
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tjobs.logs import request_id
 from tjobs.metrics import Metrics, status_class
 
 logger = logging.getLogger(__name__)
 
-request_id: ContextVar[str | None] = ContextVar("tjobs_request_id", default=None)
-
 _HEADER = b"x-request-id"
+_SANE_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 
 
 class MetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._enabled = metrics.enabled
         self._counters: dict[tuple[str, str, int], Counter] = {}
         self._durations: dict[str, Histogram] = {}
 
@@ -43,8 +50,9 @@ class MetricsMiddleware:
             return
         rid = _incoming_request_id(scope) or uuid.uuid4().hex
         token = request_id.set(rid)
-        status = 500
+        status = 0
         started = time.perf_counter()
+        failure: Exception | None = None
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -56,14 +64,26 @@ class MetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception as error:
+            if status:
+                raise  # the response has begun: nothing better to answer
+            # A bug: answer the API's error shape with the request id (logged below, with the traceback)
+            failure = error
+            await send_with_id({"type": "http.response.start", "status": 500, "headers": _ERROR_HEADERS})
+            await send_with_id({"type": "http.response.body", "body": _error_body(rid)})
         finally:
             request_id.reset(token)
-            self._observe(scope, status, time.perf_counter() - started, rid)
+            self._observe(scope, status or 500, time.perf_counter() - started, rid, failure)
 
-    def _observe(self, scope: Scope, status: int, duration_s: float, rid: str) -> None:
+    def _observe(self, scope: Scope, status: int, duration_s: float, rid: str, failure: Exception | None) -> None:
         route: Any = scope.get("route")
         template = str(getattr(route, "path", "unmatched"))
         method = str(scope.get("method", ""))
+        if status >= 500:
+            logger.warning("%s %s answered %d", method, template, status, exc_info=failure,
+                           extra={"action": "api_request_failed", "request_id": rid, "status": status})
+        if not self._enabled:
+            return
         key = (template, method, status // 100)
         counter = self._counters.get(key)
         if counter is None:
@@ -75,14 +95,19 @@ class MetricsMiddleware:
         if histogram is None:
             histogram = self._durations[template] = self.metrics.api_duration.labels(template)
         histogram.observe(duration_s)
-        if status >= 500:
-            logger.warning("%s %s answered %d", method, template, status,
-                           extra={"action": "api_request_failed", "request_id": rid, "status": status})
+
+
+_ERROR_HEADERS = [(b"content-type", b"application/json")]
+
+
+def _error_body(rid: str) -> bytes:
+    return orjson.dumps({"error": {"code": "internal_error",
+                                   "message": f"internal error; quote request id {rid} when reporting it"}})
 
 
 def _incoming_request_id(scope: Scope) -> str | None:
+    """The caller's ``x-request-id`` if it is sane (see the module doc), else ``None``."""
     for name, value in scope.get("headers", ()):
         if name == _HEADER:
-            text = str(value.decode("latin-1"))
-            return text[:128] if text else None
+            return value.decode("ascii") if _SANE_ID.fullmatch(value) else None
     return None

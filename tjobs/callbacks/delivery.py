@@ -385,7 +385,8 @@ class Deliverer:
         else:
             self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
         logger.debug("flow %s attempt %d failed (%s); next in %d ms", delivery.flow_id, attempt,
-                     delivery.last_error, delay_ms, extra={"action": "callback_retry_scheduled"})
+                     delivery.last_error, delay_ms,
+                     extra={"action": "callback_retry_scheduled", "flow_id": delivery.flow_id})
 
     def _finish(self, delivery: _Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
         self._active.pop(delivery.flow_id, None)
@@ -405,7 +406,7 @@ class Deliverer:
             try:
                 self._on_update(delivery.job, update)
             except Exception:
-                logger.exception("on_update hook failed", extra={"action": "hook_failed"})
+                logger.exception("on_update hook failed", extra={"action": "hook_failed", "flow_id": delivery.flow_id})
 
     @staticmethod
     def _notify_result(
@@ -414,7 +415,7 @@ class Deliverer:
         try:
             hook(job, result)
         except Exception:
-            logger.exception("on_result hook failed", extra={"action": "hook_failed"})
+            logger.exception("on_result hook failed", extra={"action": "hook_failed", "flow_id": result.flow_id})
 
     # ---- batched writes -----------------------------------------------------------------------
 
