@@ -125,20 +125,21 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object 
 
 @contextlib.contextmanager
 def _bench_target(url: str | None, admin_key: str | None, embedded: bool, storage: list[str] | None,
-                  topology: str | None) -> Iterator[tuple[str, str]]:
-    """The node a bench drives: a running one (--url), or one started for the run and stopped after."""
+                  topology: str | None) -> Iterator[tuple[str, str, int | None]]:
+    """The node a bench drives: a running one (--url), or one started for the run and stopped after
+    (then its pid comes too, for the node's CPU figures)."""
     from tjobs.bench.node_process import node_process
 
     if url:
         if not admin_key:
             raise typer.BadParameter("--admin-key is required with --url")
-        yield url, admin_key
+        yield url, admin_key, None
         return
     if not embedded and not storage:
         raise typer.BadParameter("give --url, --embedded or --storage")
     with node_process(storage_urls=storage or None, topology=topology) as node:
         console.print(f"node {node.pid} on {node.base_url} (log: {node.log_path})")
-        yield node.base_url, node.admin_key
+        yield node.base_url, node.admin_key, node.pid
 
 
 @bench_app.command("fire")
@@ -157,12 +158,12 @@ def bench_fire(
     from tjobs.bench.fire import run, run_fire_bench
     from tjobs.bench.report import emit, rich_progress
 
-    with _bench_target(url, admin_key, embedded, storage, topology) as (base_url, key), \
+    with _bench_target(url, admin_key, embedded, storage, topology) as (base_url, key, pid), \
             rich_progress(console) as progress:
         result = run(run_fire_bench(
             base_url, key, tasks=tasks, window_s=window_s, lead_s=lead_s, register_rate=register_rate,
             concurrency=concurrency, progress=progress, drain_timeout_s=drain_timeout_s,
-            verify_every=verify_every))
+            verify_every=verify_every, node_pid=pid))
     emit(result, console, as_json=json_out)
 
 
@@ -179,7 +180,7 @@ def bench_register(
     from tjobs.bench.fire import run, run_register_bench
     from tjobs.bench.report import emit, rich_progress
 
-    with _bench_target(url, admin_key, embedded, storage, topology) as (base_url, key), \
+    with _bench_target(url, admin_key, embedded, storage, topology) as (base_url, key, _), \
             rich_progress(console) as progress:
         result = run(run_register_bench(base_url, key, tasks=tasks, register_rate=register_rate,
                                         concurrency=concurrency, batch_size=batch_size, progress=progress))

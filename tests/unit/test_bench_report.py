@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tomllib
 from collections import Counter
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from tjobs.bench.fire import default_lead_s, spread_instants, task_bodies
-from tjobs.bench.node_process import node_settings, to_toml
+from tjobs.bench.node_process import node_settings, process_cpu_s, to_toml
 from tjobs.bench.report import (
     BenchResult,
     Percentiles,
@@ -219,6 +220,32 @@ def test_json_has_the_figures_a_script_checks() -> None:
     assert summary["machine"] == {"cpu_count": 2, "python": "3.11.2"}
     assert summary["bench_cpu_s"] == {"client": 2.25, "sink": 1.5}
     json.dumps(summary)  # plain JSON types only
+
+
+def test_node_cpu_is_reported_per_delivered_fire() -> None:
+    result = fire_result()
+    result.node_cpu_s, result.node_fire_cpu_s = 3.0, 0.002  # 2 tasks delivered
+    summary = to_json(result)
+    assert summary["node_cpu_s"] == {"run": 3.0, "fire": 0.002}
+    assert summary["node_cpu_us_per_fire"] == 1000.0
+    console = Console(record=True, width=100)
+    console.print(render_table(summary))
+    assert "node CPU per fire" in console.export_text()
+
+
+def test_node_cpu_is_absent_when_the_node_is_not_ours() -> None:
+    summary = to_json(fire_result())
+    assert summary["node_cpu_s"] == {"run": None, "fire": None}
+    assert summary["node_cpu_us_per_fire"] is None
+
+
+def test_process_cpu_is_read_from_proc_and_grows_with_work() -> None:
+    before = process_cpu_s(os.getpid())
+    assert before is not None
+    sum(i * i for i in range(300_000))
+    after = process_cpu_s(os.getpid())
+    assert after is not None and after > before
+    assert process_cpu_s(2**22 + 12345) is None  # no such process
 
 
 def test_register_only_json_has_no_fire_figures() -> None:

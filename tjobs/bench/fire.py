@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
 
+from tjobs.bench.node_process import process_cpu_s
 from tjobs.bench.report import BenchResult, Percentiles, ProgressFn, Registration, account
 from tjobs.bench.sink import SinkConfig, SinkProcess
 from tjobs.errors import TjobsError
@@ -40,6 +41,7 @@ REGISTER_DUE_IN_S = 30 * 86_400  # register-bench tasks are due this far ahead: 
 DISCARD_CALLBACK_URL = "http://127.0.0.1:9/cb"
 MAX_ERROR_SAMPLES = 5
 PROBE_MIN, PROBE_MAX = 200, 2000  # creates in the probe that sizes the lead time
+FIRE_CPU_LEAD_S = 0.5  # the node's fire-phase CPU is counted from this long before the window
 
 T = TypeVar("T")
 
@@ -246,18 +248,22 @@ async def run_fire_bench(
     register_rate: float | None = None, concurrency: int = 64, progress: ProgressFn | None = None,
     drain_timeout_s: float = 30.0, settle_s: float = 1.0, verify_every: int = 0,
     callback_timeout_ms: int = 3000, request_timeout_s: float = 30.0, poll_interval_s: float = 0.25,
+    node_pid: int | None = None,
 ) -> BenchResult:
     """Register ``tasks`` one-shot tasks due across ``window_s`` and measure how their callbacks arrive.
 
     Waits until the window's end, then until every registered task has a callback or
     ``drain_timeout_s`` passes, then ``settle_s`` more to catch late duplicates. ``verify_every`` > 0
-    makes the sink check the signature of every n-th callback with the app's secrets.
+    makes the sink check the signature of every n-th callback with the app's secrets. With the node's
+    ``node_pid`` (a node on this machine), the node's CPU time is reported for the whole run and for
+    the fire phase alone (from ``FIRE_CPU_LEAD_S`` before the window to the end of the drain).
     """
     if tasks < 1 or window_s <= 0:
         raise ValueError("tasks must be >= 1 and window_s > 0")
     base_url = base_url.rstrip("/")
     warnings: list[str] = []
     cpu_start_s = time.process_time()
+    node_cpu_start_s = process_cpu_s(node_pid) if node_pid is not None else None
     probe_ids: Sequence[int] = ()
     calibrated_rate: float | None = None
     async with _session(concurrency, request_timeout_s) as session:
@@ -287,9 +293,16 @@ async def run_fire_bench(
                     f"{late} creates were answered after their instant (lead {lead_s:.1f} s was too short "
                     f"for the registration rate): their lateness includes registration time"
                 )
+            fire_cpu_start_s = None
+            if node_pid is not None:
+                wait_s = (start_ms - time.time_ns() // 1_000_000) / 1000 - FIRE_CPU_LEAD_S
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+                fire_cpu_start_s = process_cpu_s(node_pid)
             drained = await _await_callbacks(
                 sink, len(registered), end_ms, drain_timeout_s, settle_s, poll_interval_s, progress
             )
+            node_cpu_end_s = process_cpu_s(node_pid) if node_pid is not None else None
             records = await sink.records()
             stats = await sink.stats()
         if probe_ids and await _delete_tasks(session, base_url, api_key, probe_ids, concurrency, progress):
@@ -304,7 +317,13 @@ async def run_fire_bench(
         calibrated_register_rate=calibrated_rate,
         concurrency=concurrency, delivery=delivery, drained=drained, sink=dict(stats.__dict__),
         warnings=warnings, client_cpu_s=time.process_time() - cpu_start_s,
+        node_cpu_s=_spent(node_cpu_start_s, node_cpu_end_s),
+        node_fire_cpu_s=_spent(fire_cpu_start_s, node_cpu_end_s),
     )
+
+
+def _spent(start_s: float | None, end_s: float | None) -> float | None:
+    return None if start_s is None or end_s is None else end_s - start_s
 
 
 async def _probe_register_rate(

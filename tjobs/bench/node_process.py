@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -97,6 +98,19 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU time (user + system, seconds) process ``pid`` has used so far, from ``/proc``; ``None`` where
+    that cannot be read (not Linux, or the process is gone). CPU per operation survives a loaded machine
+    where wall-clock rates do not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:

@@ -17,6 +17,10 @@ Definitions (the JSON keys say the same):
   behind stretches the span and lowers it. ``fires_in_window_per_s`` is the literal count of first
   receipts inside ``[start, start + window_s)`` divided by ``window_s`` (always a little below the
   offered rate, since the last tasks' callbacks land just after the window).
+- *node_cpu_s*: CPU time (user + system) of the node process over the whole run and over the fire
+  phase (from just before the window to the end of the drain), when the bench started the node;
+  ``node_cpu_us_per_fire`` is the fire phase's share per delivered task. Unlike wall-clock rates it
+  holds on a machine shared with other work.
 """
 
 from __future__ import annotations
@@ -202,11 +206,21 @@ class BenchResult:
     sink: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     client_cpu_s: float | None = None  # CPU the registering process used during the run
+    node_cpu_s: float | None = None  # CPU the node used during the run (when its pid is known)
+    node_fire_cpu_s: float | None = None  # ... from just before the window to the end of the drain
 
     def lateness(self) -> Percentiles | None:
         if self.delivery is None:
             return None
         return Percentiles.of(self.delivery.lateness_ms, presorted=True)
+
+
+def node_us_per_fire(result: BenchResult) -> float | None:
+    """The node's fire-phase CPU per delivered task, in µs: the cost figure that survives a busy machine."""
+    delivered = result.delivery.delivered if result.delivery else 0
+    if result.node_fire_cpu_s is None or not delivered:
+        return None
+    return result.node_fire_cpu_s / delivered * 1e6
 
 
 def machine() -> dict[str, Any]:
@@ -270,6 +284,8 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
             "client": _round(result.client_cpu_s),
             "sink": _round(result.sink["cpu_ms"] / 1000) if "cpu_ms" in result.sink else None,
         },
+        "node_cpu_s": {"run": _round(result.node_cpu_s), "fire": _round(result.node_fire_cpu_s)},
+        "node_cpu_us_per_fire": _round(node_us_per_fire(result), 1),
         "warnings": result.warnings,
         "machine": dict(machine_info) if machine_info is not None else machine(),
     }
@@ -327,6 +343,11 @@ def render_table(summary: Mapping[str, Any]) -> Table:
     row("bench CPU: client", cpu["client"], "s")
     if cpu["sink"] is not None:
         row("bench CPU: sink", cpu["sink"], "s")
+    node_cpu = summary.get("node_cpu_s") or {}
+    if node_cpu.get("run") is not None:
+        row("node CPU: run / fire phase", _pair(node_cpu["run"], node_cpu["fire"]), "s")
+    if summary.get("node_cpu_us_per_fire") is not None:
+        row("node CPU per fire", summary["node_cpu_us_per_fire"], "µs")
     return table
 
 
