@@ -22,6 +22,7 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
+from tjobs.stores import sql_flow_updates
 from tjobs.stores.base import TaskStore
 
 APPS = ("app-a", "app-b")
@@ -403,6 +404,40 @@ async def test_flow_updates_never_touch_a_terminal_flow(store: TaskStore) -> Non
                                                                                  None)
     assert (flows[4].status, flows[4].last_status_code) == (FlowStatus.DELIVERED, 204)
     assert (flows[5].status, flows[5].attempts) == (FlowStatus.DEAD, 0)
+
+
+async def test_flow_updates_spread_over_many_shards_land_in_one_call(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MariaDB sends them as multi-statements; a tiny chunk size makes this one call several round trips.
+    monkeypatch.setattr(sql_flow_updates, "MULTI_STATEMENT_PARAMS", 40)
+    tasks = [await store.insert_task(make_task(shard=shard)) for shard in (0, 1, 5, 7, 8, 12, 15)]
+    for task in tasks:
+        for offset in (1, 2, 3):
+            await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset))
+    await store.insert_manual_flow(tasks[3].id, manual_flow(tasks[3], NOW_MS + 4, FlowStatus.DEAD))
+
+    def outcome(index: int, offset: int) -> FlowUpdate:
+        task_id, at_ms = tasks[index].id, NOW_MS + offset
+        if offset == 1:
+            return FlowUpdate(task_id, at_ms, FlowStatus.DELIVERED, 1, None, 204, None)
+        if offset == 2:
+            return FlowUpdate(task_id, at_ms, FlowStatus.PENDING, 1, NOW_MS + 500 + index, 503, f"busy {index}")
+        return FlowUpdate(task_id, at_ms, FlowStatus.DEAD, 3, None, None, "refused")
+
+    updates = [outcome(index, offset) for index in range(len(tasks)) for offset in (1, 2, 3, 4)]
+    await store.record_flow_updates(updates, NOW_MS + 50)
+
+    for index, task in enumerate(tasks):
+        flows = {f.scheduled_at_ms - NOW_MS: f for f in await store.list_flows(task.id, 10)}
+        assert (flows[1].status, flows[1].attempts, flows[1].last_status_code, flows[1].last_error) == (
+            FlowStatus.DELIVERED, 1, 204, None)
+        assert (flows[2].status, flows[2].next_attempt_at_ms, flows[2].last_error) == (
+            FlowStatus.PENDING, NOW_MS + 500 + index, f"busy {index}")
+        assert (flows[3].status, flows[3].attempts, flows[3].updated_at_ms) == (FlowStatus.DEAD, 3, NOW_MS + 50)
+        assert set(flows) == ({1, 2, 3, 4} if index == 3 else {1, 2, 3})  # no flow 4 was made up
+    untouched = await store.get_flow(tasks[3].id, NOW_MS + 4)
+    assert untouched is not None and (untouched.attempts, untouched.updated_at_ms) == (0, NOW_MS + 4)
 
 
 async def test_list_flows_by_status_filters_by_app_and_pages(store: TaskStore) -> None:

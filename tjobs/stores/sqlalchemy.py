@@ -3,7 +3,8 @@
 :mod:`tjobs.stores.sql_layout` maps shards to engines and tables, :mod:`tjobs.stores.schema` defines
 the tables, :mod:`tjobs.stores.sql_fire` holds the fire transaction, and on MariaDB
 :mod:`tjobs.stores.sql_direct` runs the API's single-row insert and reads by id or key on a raw
-autocommit asyncmy pool (one statement, one round trip). Every other call runs in one
+autocommit asyncmy pool (one statement, one round trip), and :mod:`tjobs.stores.sql_flow_updates`
+writes the deliverer's batched flow outcomes as one multi-statement per server. Every other call runs in one
 transaction per logical database (per engine for the fire transaction); a database that cannot be
 reached raises :class:`StorageUnavailable` naming its URL without the password.
 """
@@ -50,6 +51,7 @@ from tjobs.stores.schema import (
 )
 from tjobs.stores.sql_direct import DirectPool, connect_kwargs
 from tjobs.stores.sql_fire import FireTransaction
+from tjobs.stores.sql_flow_updates import write_flow_updates
 from tjobs.stores.sql_layout import (
     MYSQL,
     WRITE_OPTION,
@@ -491,6 +493,17 @@ class SQLAlchemyTaskStore(TaskStore):
             current = final.get(key)
             if current is None or not current.status.terminal:
                 final[key] = item
+        if self.layout.dialect == MYSQL:
+            # One transaction and one multi-statement round trip per server (sql_flow_updates).
+            by_engine: dict[str, dict[int, list[FlowUpdate]]] = defaultdict(lambda: defaultdict(list))
+            for item in final.values():
+                home = self._shard_of_task(item.task_id)
+                if home is not None:
+                    by_engine[home.database.engine_url][home.shard].append(item)
+            await asyncio.gather(*(
+                self._record_updates_on_server(url, shards, now_ms) for url, shards in by_engine.items()
+            ))
+            return
         by_database: dict[DatabaseHome, dict[int, list[FlowUpdate]]] = defaultdict(lambda: defaultdict(list))
         for item in final.values():
             home = self._shard_of_task(item.task_id)
@@ -500,6 +513,12 @@ class SQLAlchemyTaskStore(TaskStore):
             database: self._record_updates(database, shards, now_ms)
             for database, shards in by_database.items()
         })
+
+    async def _record_updates_on_server(
+        self, url: str, shards: dict[int, list[FlowUpdate]], now_ms: int
+    ) -> None:
+        async with self._write(url) as conn:
+            await write_flow_updates(conn, shards, self.layout.shards, now_ms)
 
     async def _record_updates(
         self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int
