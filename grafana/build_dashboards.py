@@ -82,6 +82,10 @@ DASHBOARDS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
          "max(tjobs_jobs_owned) / clamp_min(avg(tjobs_jobs_owned), 1)"),
         ("cycle load duration", "s", "max(tjobs_cycle_load_duration_seconds)"),
         ("cluster sync lag", "s", "max(tjobs_cluster_sync_lag_seconds)"),
+        ("fires rejected by the compare-and-set (changed or fired elsewhere)", "ops",
+         "sum(rate(tjobs_fires_rejected_total[1m])) or vector(0)"),
+        ("failed fire transactions by reason", "ops",
+         "sum by (reason) (rate(tjobs_fire_transaction_failures_total[1m])) or vector(0)"),
     ]),
 }
 

@@ -71,6 +71,16 @@ class Metrics:
             "Callback sends delayed (never dropped) by the app's rate limit or concurrency cap",
             ["app", "reason"], registry=r,
         )
+        self.fires_rejected = Counter(
+            "tjobs_fires_rejected",
+            "Due fires whose compare-and-set failed (task changed, paused, deleted, or fired elsewhere): no flow",
+            registry=r,
+        )
+        self.fire_tx_failures = Counter(
+            "tjobs_fire_transaction_failures",
+            "Fire transactions not committed: error (retried in 500 ms) or fenced (left to the shard's owner)",
+            ["reason"], registry=r,
+        )
         self.fire_tx_duration = Histogram(
             "tjobs_fire_transaction_duration_seconds", "Duration of one fire commit batch",
             buckets=DURATION_BUCKETS_S, registry=r,
@@ -134,6 +144,7 @@ class Metrics:
         self._callback_duration: dict[str, Histogram] = {}
         self._throttled: dict[tuple[str, str], Counter] = {}
         self._was_leader = False
+        self._runner_seen = (0, 0, 0)
 
     def observe_fire(self, app_id: str, lateness_s: float) -> None:
         """Hot path: a committed fire; children cached per app."""
@@ -183,6 +194,14 @@ class Metrics:
         if counter is None:
             counter = self._throttled[key] = self.throttled.labels(app_id, reason)
         counter.inc()
+
+    def observe_runner(self, cas_rejected: int, commit_errors: int, commit_fenced: int) -> None:
+        """Advance the fire-path failure counters to the runner's totals (scrape time; nothing per fire)."""
+        seen = self._runner_seen
+        self.fires_rejected.inc(max(cas_rejected - seen[0], 0))
+        self.fire_tx_failures.labels("error").inc(max(commit_errors - seen[1], 0))
+        self.fire_tx_failures.labels("fenced").inc(max(commit_fenced - seen[2], 0))
+        self._runner_seen = (cas_rejected, commit_errors, commit_fenced)
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
         """Mirror a coordinator's ``describe()`` (scrape time); keys missing in embedded mode are skipped."""
@@ -262,6 +281,9 @@ class NullMetrics(Metrics):
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
 
     def observe_throttled(self, app_id: str, reason: str) -> None:
+        pass
+
+    def observe_runner(self, cas_rejected: int, commit_errors: int, commit_fenced: int) -> None:
         pass
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:

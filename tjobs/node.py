@@ -190,4 +190,6 @@ class Node:
         self.metrics.cycle_load_duration.set(self.runner.stats.last_load_ms / 1000)
         self.metrics.commit_backlog.set(self.runner.backlog)
         self.metrics.compensator_backlog.set(self.compensator.backlog)
+        stats = self.runner.stats
+        self.metrics.observe_runner(stats.cas_rejected, stats.commit_errors, stats.commit_fenced)
         self.metrics.observe_cluster(self.coordinator.describe(), self.node_id)

@@ -253,3 +253,113 @@ async def test_a_node_with_metrics_off_fires_and_answers_404_on_metrics() -> Non
     assert scrape.status_code == 404 and scrape.json()["error"]["code"] == "metrics_disabled"
     assert len(scrape.headers["x-request-id"]) == 32
     assert slo["reach"]["delivered"] == 1
+
+
+def test_runner_totals_advance_the_rejected_fire_and_failed_transaction_counters() -> None:
+    metrics = Metrics()
+    metrics.observe_runner(cas_rejected=3, commit_errors=1, commit_fenced=0)
+    metrics.observe_runner(cas_rejected=5, commit_errors=1, commit_fenced=2)
+    got = samples(metrics)
+    assert got[("tjobs_fires_rejected_total", ())] == 5
+    assert got[("tjobs_fire_transaction_failures_total", (("reason", "error"),))] == 1
+    assert got[("tjobs_fire_transaction_failures_total", (("reason", "fenced"),))] == 2
+
+
+# Every metric issue 5 asks for, as a running node feeds it: counters and histograms must have counted.
+COUNTED = (
+    "tjobs_registrations_total", "tjobs_fires_total", "tjobs_fire_lateness_seconds_count",
+    "tjobs_delivery_lateness_seconds_count", "tjobs_callback_attempts_total", "tjobs_callback_duration_seconds_count",
+    "tjobs_callback_retries_total", "tjobs_dead_letters_total", "tjobs_throttled_fires_total",
+    "tjobs_fire_transaction_duration_seconds_count", "tjobs_fire_transaction_batch_size_count",
+    "tjobs_leadership_changes_total", "tjobs_api_requests_total", "tjobs_api_request_duration_seconds_count",
+    "tjobs_flow_outcomes_total",
+)
+EXPORTED = (  # gauges, and counters this scenario has no reason to move
+    "tjobs_wheel_tasks", "tjobs_jobs_owned", "tjobs_groups_owned", "tjobs_failovers",
+    "tjobs_cycle_load_duration_seconds", "tjobs_compensator_backlog", "tjobs_fires_rejected_total",
+    "tjobs_dispatcher_leader",
+)
+
+
+async def test_a_running_node_feeds_every_metric_operators_were_promised() -> None:
+    import time
+
+    import httpx
+
+    from tests.receiver import Receiver, Reply
+    from tjobs.settings import load_settings
+    from tjobs.testing import run_node
+
+    admin_key = "tja_ops_metrics_fed_admin"
+    settings = load_settings(
+        None, storage={"urls": ["memory://"], "topology": "2x2x4"}, api={"admin_key": admin_key},
+        scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3, "misfire_threshold_s": 1.0},
+        callbacks={"backoff_base_ms": 20, "backoff_max_ms": 50}, allow_loopback_callbacks=True,
+    )
+    async with Receiver() as receiver, run_node(settings) as running:
+        receiver.script("/fail", then=Reply(500))
+        async with httpx.AsyncClient(base_url=running.base_url,
+                                     headers={"authorization": f"Bearer {admin_key}"}) as admin:
+            app = (await admin.post("/v1/apps", json={
+                "name": "fed", "allowed_callback_hosts": ["127.0.0.1"], "rate_limit_per_s": 4.0,
+            })).json()
+        async with httpx.AsyncClient(base_url=running.base_url,
+                                     headers={"authorization": f"Bearer {app['api_key']}"}) as client:
+            # Given: six on-time fires at once for an app limited to 4/s (delivered, some throttled),
+            # and one whose receiver always fails (a retry, then the dead letter)
+            bodies: list[dict[str, object]] = [
+                {"name": f"ok-{i}", "schedule": {"kind": "delay", "delay_ms": 300},
+                 "callback": {"url": receiver.url("/ok")}} for i in range(6)
+            ]
+            bodies.append({"name": "fails", "schedule": {"kind": "delay", "delay_ms": 300},
+                           "callback": {"url": receiver.url("/fail"), "max_attempts": 2}})
+            for body in bodies:
+                response = await client.post("/v1/tasks", json=body)
+                assert response.status_code == 201, response.text
+            await receiver.wait_for(6, "/ok")
+            await receiver.wait_for(2, "/fail")
+            deadline = time.monotonic() + 5
+            while True:
+                scraped = await client.get("/metrics")
+                text = scraped.text
+                if "tjobs_dead_letters_total{" in text or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            values[s.name] = values.get(s.name, 0.0) + s.value
+    # Then every counter and histogram counted (misfires: see the next test), and the rest are exported
+    assert [name for name in COUNTED if values.get(name, 0) <= 0] == []
+    assert [name for name in EXPORTED if name not in values] == []
+    assert values["tjobs_jobs_owned"] == 16
+
+
+def test_a_misfire_committed_by_the_node_is_counted_by_policy() -> None:
+    from tjobs.model import (
+        DeliveryMode,
+        FireIntent,
+        FireOutcome,
+        Flow,
+        FlowKind,
+        FlowStatus,
+        MisfirePolicy,
+        Task,
+        TaskStatus,
+    )
+    from tjobs.node import Node
+    from tjobs.settings import load_settings
+
+    node = Node(load_settings(None, storage={"urls": ["memory://"], "topology": "2x2x4"}))
+    now_ms = 1_800_000_000_000
+    scheduled_ms = now_ms - 120_000
+    task = Task(7, "shop", "late", None, {"kind": "interval"}, {"url": "http://127.0.0.1:9/"}, None,
+                MisfirePolicy.FIRE_SOON, DeliveryMode.AT_LEAST_ONCE, TaskStatus.ACTIVE, now_ms + 60_000, 3, 1,
+                now_ms, now_ms)
+    flow = Flow(7, scheduled_ms, "shop", FlowKind.MISFIRE, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms, missed=1)
+    # A fire found 2 minutes late, collapsing one more missed occurrence, as the fire transaction reports it
+    node._observe_outcomes([FireOutcome(FireIntent(7, scheduled_ms, 2), task, [flow])], now_ms, 0.003)
+    got = samples(node.metrics)
+    assert got[("tjobs_misfires_total", (("app", "shop"), ("policy", "fire_soon")))] == 2
+    assert got[("tjobs_fires_total", (("app", "shop"), ("outcome", "committed")))] == 1
+    assert got[("tjobs_fire_lateness_seconds_bucket", (("app", "shop"), ("le", "300.0")))] == 1
