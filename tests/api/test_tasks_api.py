@@ -77,6 +77,10 @@ async def test_get_answers_the_task_and_404_for_unknown_or_malformed_ids(tenant:
     assert_error(await tenant.client.get("/v1/tasks/123"), 404, "not_found")
     assert_error(await tenant.client.get("/v1/tasks/not-a-number"), 404, "not_found")
     assert_error(await tenant.client.get("/v1/tasks/99999999999999999999999"), 404, "not_found")
+    # Unicode digits that int() refuses (found by schemathesis as a 500 on POST …/trigger)
+    for raw in ("%C2%B2", "%E2%91%A0", "%D9%A3"):  # ², ①, Arabic-Indic three
+        assert_error(await tenant.client.get(f"/v1/tasks/{raw}"), 404, "not_found")
+        assert_error(await tenant.client.post(f"/v1/tasks/{raw}/trigger"), 404, "not_found")
 
 
 async def test_update_recomputes_the_next_run_and_bumps_the_version(tenant: Tenant) -> None:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from tjobs.api import schemas
 from tjobs.api.deps import (
+    BEARER,
     MAX_BATCH_BODY_BYTES,
     AppDep,
     NodeDep,
@@ -16,7 +17,9 @@ from tjobs.api.deps import (
     json_body,
     json_object,
     json_response,
+    node_of,
     ok,
+    request_app,
     task_id_of,
 )
 from tjobs.api.render import error_json, flow_json, task_json
@@ -32,9 +35,12 @@ _BATCH_KEYS = frozenset({"tasks"})
     "/tasks", status_code=201, summary="Create a task (idempotent per app on key)",
     responses={**ok(201, schemas.Task, "created"), **ok(200, schemas.Task, "an existing task with this key"),
                **errors(401, 422, 429)},
-    openapi_extra=body_doc(schemas.TaskCreate),
+    openapi_extra={**BEARER, **body_doc(schemas.TaskCreate)},
 )
-async def create_task(request: Request, app: AppDep, node: NodeDep) -> Any:
+async def create_task(request: Request) -> Any:
+    # create, batch create and get authenticate in the route, not by AppDep (see tjobs.api.deps)
+    app = await request_app(request)
+    node = node_of(request)
     created = await node.tasks.create(app, await json_body(request))
     if created.created:
         node.metrics.registrations.labels(app.id).inc()
@@ -44,10 +50,12 @@ async def create_task(request: Request, app: AppDep, node: NodeDep) -> Any:
 @router.post(
     "/tasks/batch", status_code=200, summary="Create up to 1,000 tasks; one result per item",
     responses={**ok(200, schemas.BatchResult), **errors(401, 422, 429)},
-    openapi_extra=body_doc(schemas.BatchCreate),
+    openapi_extra={**BEARER, **body_doc(schemas.BatchCreate)},
 )
 @router.post("/tasks:batch", include_in_schema=False)  # the AIP-136 spelling, same operation
-async def create_tasks(request: Request, app: AppDep, node: NodeDep) -> Any:
+async def create_tasks(request: Request) -> Any:
+    app = await request_app(request)
+    node = node_of(request)
     body = json_object(await json_body(request, MAX_BATCH_BODY_BYTES))
     unknown = set(body) - _BATCH_KEYS
     if unknown:
@@ -91,9 +99,11 @@ async def list_tasks(
     return json_response({"items": [task_json(t) for t in page.items], "next_cursor": page.next_cursor})
 
 
-@router.get("/tasks/{task_id}", summary="Get a task", responses={**ok(200, schemas.Task), **errors(401, 404)})
-async def get_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
-    return json_response(task_json(await node.tasks.get(app, task_id_of(task_id))))
+@router.get("/tasks/{task_id}", summary="Get a task", responses={**ok(200, schemas.Task), **errors(401, 404)},
+            openapi_extra=BEARER)
+async def get_task(task_id: str, request: Request) -> Any:
+    app = await request_app(request)
+    return json_response(task_json(await node_of(request).tasks.get(app, task_id_of(task_id))))
 
 
 @router.patch(
