@@ -7,6 +7,8 @@ latency (the next load or the fire CAS catches it), never a fire.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,3 +89,16 @@ class HotPath(ABC):
     def _observe_lag(self, published_at_ms: int, now_ms: int) -> None:
         if self.lag_observer is not None:
             self.lag_observer(max(now_ms - published_at_ms, 0) / 1000)
+
+
+async def cancel_and_wait(task: asyncio.Task[None]) -> None:
+    """Cancel a background loop and wait for its end, cancelling again if the cancellation was lost
+    (Python 3.11's ``asyncio.wait_for``, used by redis-py around every socket write, can swallow a
+    cancellation that arrives as the inner write completes; the loop then runs on, and a plain
+    ``await task`` never returns)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger(__name__).warning("hot path loop ended with %r", task.exception())
+

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tjobs.clock import Clock
-from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, is_near
+from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, cancel_and_wait, is_near
 from tjobs.settings import StorageSettings
 from tjobs.stores.sql_layout import Layout, create_engine_for
 
@@ -92,8 +92,7 @@ class DbPollHotPath(HotPath):
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
             self._task = None
         if self._engine is not None:
             await self._engine.dispose()

@@ -5,9 +5,10 @@ Layout (xtimer's two-dimensional slices; ``P`` = ``tjobs:<cluster>:hot``)::
     P:slice:<minute>:{<bucket>}   ZSET  member = one change, score = its insertion sequence
     P:seq:{<bucket>}              STRING  the bucket's last insertion sequence
 
-* **minute** is the minute of the change's instant (epoch ms // 60 000), or of the publish instant for
-  a stop (pause, delete) or an instant already past: the slice holds the changes that matter in that
-  minute. A slice expires ``SLICE_RETAIN_S`` after its minute ends.
+* **minute** is the minute of a new task's instant (epoch ms // 60 000): the slice holds the fires
+  that minute brings, as in xtimer. Any other change (an update, a pause, a delete: the owner must
+  drop or move the entry it holds now, whatever the new instant) and an instant already past go into
+  the slice of the publish minute. A slice expires ``SLICE_RETAIN_S`` after its minute ends.
 * **bucket** is the task's shard, i.e. the job: exactly one node runs it, so a node reads only the
   slices of the jobs it owns (:meth:`HotPath.watch`), and a bucket changes hands with its job, never
   because a bucket count changed (xtimer reshuffles ownership then). ``{}`` keeps a bucket's keys in
@@ -36,9 +37,7 @@ delivery path to reconcile.
 Redis is never the truth (invariant 7). A change lost to an outage or a flush leaves the task in the
 store, where the next cycle load or a take-over load finds it (overdue ones fire at once under their
 misfire policy): latency, never a lost fire. While Redis fails, publishing is skipped for a second at
-a time instead of slowing every registration down. An update that moves a task to a later minute
-travels in that minute's slice; until it is read, the wheel's older entry may try to fire and its
-fire CAS fails (a task whose version changed produces no flow).
+a time instead of slowing every registration down.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ import redis.asyncio as aioredis
 
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
-from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, is_near
+from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, cancel_and_wait, is_near
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +78,11 @@ return text
 
 
 def slice_minute(change: TaskChange, now_ms: int) -> int:
-    """The minute whose slice carries ``change``: its instant's, or now for a stop or a past instant."""
-    at_ms = now_ms if change.next_run_at_ms is None else max(change.next_run_at_ms, now_ms)
-    return at_ms // MINUTE_MS
+    """The minute whose slice carries ``change``: a new task's instant's; now for any other change
+    (update, pause, delete: the owner acts on it at once) and for an instant already past."""
+    if change.version == 1 and change.next_run_at_ms is not None:
+        return max(change.next_run_at_ms, now_ms) // MINUTE_MS
+    return now_ms // MINUTE_MS
 
 
 def encode(change: TaskChange, published_at_ms: int, origin: str) -> str:
@@ -146,8 +147,7 @@ class RedisHotPath(HotPath):
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
             self._task = None
         if self._redis is not None:
             with contextlib.suppress(Exception):
