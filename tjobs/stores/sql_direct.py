@@ -1,4 +1,4 @@
-"""The API's single-row hot paths on MariaDB, on a raw asyncmy pool beside SQLAlchemy's engine.
+"""The API's hot paths on MariaDB, on a raw asyncmy pool beside SQLAlchemy's engine.
 
 A single create (``INSERT`` of one task) and a get by id (``SELECT`` by primary key) are one statement
 each. Through SQLAlchemy Core each paid for the greenlet bridge, statement compilation/caching, pool
@@ -8,6 +8,12 @@ the statement is its own transaction: an ``INSERT`` that returns has been commit
 server's ``innodb_flush_log_at_trx_commit``), exactly like SQLAlchemy's ``begin()``/``commit()`` pair,
 and a read needs no transaction to close. ``READ COMMITTED`` as on the engine.
 
+Batches of new tasks (a batch create, or concurrent single creates grouped by :class:`GroupCommit`)
+go in ONE transaction per server, whatever logical databases and tables they touch: a multi-row
+``INSERT`` per table, all sent as one multi-statement (split only past :data:`ROUND_TRIP_BYTES`)
+ending in ``COMMIT``. Any error rolls the whole transaction back; the store then settles each item on
+its own, so one bad row never fails its neighbours.
+
 Only identifiers derived from the topology are put into the SQL text; every value is a bound
 parameter. A server URL with options this module does not translate (anything but ``charset`` and
 ``unix_socket``) gets no direct pool, and the store keeps using SQLAlchemy for it.
@@ -16,22 +22,26 @@ parameter. A server URL with options this module does not translate (anything bu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import asyncmy
 from asyncmy.constants import CLIENT
 from sqlalchemy.engine import make_url
 
+from sharding import shard_of_task_id
 from tjobs.model import Task
 from tjobs.settings import StorageSettings
 from tjobs.stores.schema import TASK_COLUMNS, dumps, task_from_row
-from tjobs.stores.sql_layout import ShardTables
+from tjobs.stores.sql_layout import Layout, ShardTables
 
 _TASK_COLUMN_LIST = ", ".join(TASK_COLUMNS)
 _TASK_MARKS = ", ".join(["%s"] * len(TASK_COLUMNS))
 _TRANSLATED_QUERY = frozenset({"charset", "unix_socket"})
+ROUND_TRIP_BYTES = 4 << 20  # statement text per round trip, well under max_allowed_packet (16 MiB)
+ROUND_TRIP_PARAMS = 20_000
 
 
 def connect_kwargs(engine_url: str, settings: StorageSettings) -> dict[str, Any] | None:
@@ -48,7 +58,8 @@ def connect_kwargs(engine_url: str, settings: StorageSettings) -> dict[str, Any]
         "charset": str(url.query.get("charset", "utf8mb4")),
         "autocommit": True,
         "connect_timeout": max(1, int(settings.connect_timeout_s)),
-        "client_flag": CLIENT.FOUND_ROWS,
+        # FOUND_ROWS as on the engine; MULTI_STATEMENTS for a batch's one round trip (values bound)
+        "client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
         "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
     }
     if "unix_socket" in url.query:
@@ -119,3 +130,140 @@ class DirectPool:
                 (app_id, key),
             )
             return _task_of(await cursor.fetchone())
+
+    async def taken_keys(self, groups: Sequence[tuple[ShardTables, Sequence[Task]]]) -> dict[tuple[str, str], int]:
+        """The ids already holding the groups' ``(app_id, key)`` pairs: one ``UNION ALL`` query."""
+        parts: list[str] = []
+        params: list[Any] = []
+        for home, tasks in groups:
+            keyed = sorted({(t.app_id, t.key) for t in tasks if t.key is not None})
+            if keyed:
+                pairs = ", ".join(["(%s, %s)"] * len(keyed))
+                parts.append(f"SELECT app_id, idem_key, id FROM {home.tasks_sql} WHERE (app_id, idem_key) IN ({pairs})")
+                params.extend(value for pair in keyed for value in pair)
+        if not parts:
+            return {}
+        async with self.cursor() as cursor:
+            await cursor.execute(" UNION ALL ".join(parts), params)
+            return {(app_id, key): int(task_id) for app_id, key, task_id in await cursor.fetchall()}
+
+    async def insert_new(self, groups: Sequence[tuple[ShardTables, Sequence[Task]]]) -> None:
+        """Insert every task of ``groups`` in one transaction (committed when this returns). Raises
+        the driver's error, having rolled everything back, if any row is refused."""
+        chunks: list[tuple[str, list[Any]]] = []
+        statements: list[str] = []
+        params: list[Any] = []
+        size = 0
+        for home, tasks in groups:
+            head = f"INSERT INTO {home.tasks_sql} ({_TASK_COLUMN_LIST}) VALUES "
+            rows: list[str] = []
+            for task in tasks:
+                values = task_values(task)
+                row_bytes = sum(len(v) for v in values if isinstance(v, str)) + 200
+                if rows and (size + row_bytes > ROUND_TRIP_BYTES or len(params) + 15 > ROUND_TRIP_PARAMS):
+                    statements.append(head + ", ".join(rows))
+                    chunks.append((";".join(statements), params))
+                    statements, params, rows, size = [], [], [], 0
+                rows.append(f"({_TASK_MARKS})")
+                params.extend(values)
+                size += row_bytes
+            if rows:
+                statements.append(head + ", ".join(rows))
+        if statements:
+            chunks.append((";".join(statements), params))
+        if not chunks:
+            return
+        async with self.cursor() as cursor:
+            await cursor.execute("START TRANSACTION")
+            try:
+                for sql, chunk_params in chunks:
+                    await cursor.execute(sql, chunk_params)
+                    while await cursor.nextset():
+                        pass
+                await cursor.execute("COMMIT")
+            except BaseException:
+                await _rollback_or_drop(cursor)
+                raise
+
+
+async def _rollback_or_drop(cursor: Any) -> None:
+    """Leave no transaction open on a pooled connection (the pool also drops any that still is)."""
+    try:
+        await cursor.execute("ROLLBACK")
+    except Exception:  # the connection is gone; the pool discards it
+        cursor.connection.close()
+
+
+Outcome = Task | int | BaseException  # stored task, id holding its key, or this item's error
+
+
+class GroupCommit:
+    """Concurrent single inserts for one server, written together: one transaction per flush.
+
+    A caller waits for its own task's outcome only. When nothing is being flushed, an insert is
+    written at once (no added latency); while ``max_flushes`` flushes are in flight, arrivals queue
+    and the next flush takes up to ``max_rows`` of them. ``write`` settles a group: per task the
+    stored task, the id of the task already holding its key, or that task's own exception.
+    """
+
+    def __init__(self, write: Callable[[list[Task]], Awaitable[list[Outcome]]], *, max_flushes: int,
+                 max_rows: int = 256) -> None:
+        self._write = write
+        self._max_flushes = max_flushes
+        self._max_rows = max_rows
+        self._queue: list[tuple[Task, asyncio.Future[Outcome]]] = []
+        self._flushing = 0
+        self._flushes: set[asyncio.Future[None]] = set()
+
+    async def insert(self, task: Task) -> Outcome:
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._queue.append((task, future))
+        if self._flushing < self._max_flushes:
+            self._flushing += 1
+            flush = asyncio.ensure_future(self._flush())
+            self._flushes.add(flush)
+            flush.add_done_callback(self._flushes.discard)
+        return await future
+
+    async def _flush(self) -> None:
+        group: list[tuple[Task, asyncio.Future[Outcome]]] = []
+        try:
+            while self._queue:
+                group, self._queue = self._queue[: self._max_rows], self._queue[self._max_rows :]
+                try:
+                    outcomes = await self._write([task for task, _ in group])
+                except Exception as error:  # handed to every waiter of the group
+                    outcomes = [error] * len(group)
+                for (_, future), outcome in zip(group, outcomes, strict=True):
+                    if not future.done():
+                        future.set_result(outcome)
+        except asyncio.CancelledError:  # the store is closing: nobody waits forever
+            for _, future in group + self._queue:
+                future.cancel()
+            self._queue.clear()
+            raise
+        finally:
+            self._flushing -= 1
+
+
+def by_shard(layout: Layout, tasks: Sequence[Task]) -> list[tuple[ShardTables, list[Task]]]:
+    """``tasks`` grouped by their shard, in shard order (concurrent writers lock in one order)."""
+    groups: dict[int, list[Task]] = {}
+    for task in tasks:
+        groups.setdefault(shard_of_task_id(task.id), []).append(task)
+    return [(layout.shards[shard], groups[shard]) for shard in sorted(groups)]
+
+
+def unique_keys(tasks: Sequence[Task], taken: dict[tuple[str, str], int]) -> list[Task | int]:
+    """Per task: itself, or the id already holding its ``(app_id, key)`` in ``taken`` or held by an
+    earlier task of the same list (a key is unique per app; the first one claims it)."""
+    claimed = dict(taken)
+    outcomes: list[Task | int] = []
+    for task in tasks:
+        if task.key is not None:
+            holder = claimed.setdefault((task.app_id, task.key), task.id)
+            if holder != task.id:
+                outcomes.append(holder)
+                continue
+        outcomes.append(replace(task))
+    return outcomes

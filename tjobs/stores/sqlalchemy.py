@@ -2,8 +2,10 @@
 
 :mod:`tjobs.stores.sql_layout` maps shards to engines and tables, :mod:`tjobs.stores.schema` defines
 the tables, :mod:`tjobs.stores.sql_fire` holds the fire transaction, and on MariaDB
-:mod:`tjobs.stores.sql_direct` runs the API's single-row insert and reads by id or key on a raw
-autocommit asyncmy pool (one statement, one round trip), and :mod:`tjobs.stores.sql_flow_updates`
+:mod:`tjobs.stores.sql_direct` runs the API's inserts and reads by id or key on a raw autocommit
+asyncmy pool (concurrent single creates are group-committed, one transaction per flush and each
+caller answered after that commit, a refused row settled on its own; a batch create is one
+transaction per server rather than per logical database), and :mod:`tjobs.stores.sql_flow_updates`
 writes the deliverer's batched flow outcomes as one multi-statement per server. Every other call runs in one
 transaction per logical database (per engine for the fire transaction); a database that cannot be
 reached raises :class:`StorageUnavailable` naming its URL without the password.
@@ -12,6 +14,7 @@ reached raises :class:`StorageUnavailable` naming its URL without the password.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -49,7 +52,7 @@ from tjobs.stores.schema import (
     task_from_row,
     task_to_row,
 )
-from tjobs.stores.sql_direct import DirectPool, connect_kwargs
+from tjobs.stores.sql_direct import DirectPool, GroupCommit, Outcome, by_shard, connect_kwargs, unique_keys
 from tjobs.stores.sql_fire import FireTransaction
 from tjobs.stores.sql_flow_updates import write_flow_updates
 from tjobs.stores.sql_layout import (
@@ -77,7 +80,8 @@ class SQLAlchemyTaskStore(TaskStore):
         self.topology = self.layout.topology
         self._engines: dict[str, AsyncEngine] = {}
         self._writers: dict[str, AsyncEngine] = {}
-        self._direct: dict[str, DirectPool] = {}  # MariaDB: single-row API statements (sql_direct)
+        self._direct: dict[str, DirectPool] = {}  # MariaDB: the API's inserts and reads (sql_direct)
+        self._groups: dict[str, GroupCommit] = {}  # MariaDB: concurrent single inserts, per server
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -91,6 +95,8 @@ class SQLAlchemyTaskStore(TaskStore):
             kwargs = connect_kwargs(url, self.settings) if self.layout.dialect == MYSQL else None
             if kwargs is not None:
                 self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
+                self._groups[url] = GroupCommit(functools.partial(self._write_group, url),
+                                                max_flushes=max(1, self.settings.pool_size // 2))
 
     async def close(self) -> None:
         engines = list(self._engines.values())
@@ -98,6 +104,7 @@ class SQLAlchemyTaskStore(TaskStore):
         self._engines.clear()
         self._writers.clear()
         self._direct.clear()
+        self._groups.clear()
         await asyncio.gather(*(engine.dispose() for engine in engines), *(pool.close() for pool in direct))
 
     async def ping(self) -> None:
@@ -233,6 +240,41 @@ class SQLAlchemyTaskStore(TaskStore):
 
     async def insert_task(self, task: Task) -> Task:
         home = self._check_routing(task)
+        group = self._groups.get(home.database.engine_url)
+        if group is None:
+            return await self._insert_one(home, task)
+        outcome = await group.insert(task)  # written with whatever else arrives meanwhile
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if isinstance(outcome, int):
+            assert task.key is not None
+            raise DuplicateKey(task.app_id, task.key, outcome)
+        return outcome
+
+    async def _write_group(self, url: str, tasks: list[Task]) -> list[Outcome]:
+        """A group commit: every new task of ``tasks`` in one transaction on server ``url``; if the
+        server refuses any row, each task is settled on its own so that only that one fails."""
+        direct = self._direct[url]
+        outcomes = unique_keys(tasks, {})
+        try:
+            async with self._direct_call(url):
+                await direct.insert_new(by_shard(self.layout, [t for t in outcomes if isinstance(t, Task)]))
+            return list(outcomes)
+        except TjobsError:
+            raise  # unavailable: so would each one be
+        except Exception:  # a refused row (key, id, data) or a deadlock: one by one
+            pass
+        settled: list[Outcome] = []
+        for task in tasks:
+            try:
+                settled.append(await self._insert_one(self._check_routing(task), task))
+            except DuplicateKey as duplicate:
+                settled.append(duplicate.existing_task_id)
+            except Exception as error:  # this task's own error, for its own caller
+                settled.append(error)
+        return settled
+
+    async def _insert_one(self, home: ShardTables, task: Task) -> Task:
         url = home.database.engine_url
         direct = self._direct.get(url)
         for _ in range(_INSERT_RETRIES):
@@ -265,13 +307,44 @@ class SQLAlchemyTaskStore(TaskStore):
     async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
         results: list[Task | int | None] = [None] * len(tasks)
         by_database: dict[DatabaseHome, list[int]] = defaultdict(list)
+        by_server: dict[str, list[int]] = defaultdict(list)  # MariaDB: one transaction per server
         for index, task in enumerate(tasks):
-            by_database[self._check_routing(task).database].append(index)
-        await self._per_database({
-            home: self._insert_batch(home, [(i, tasks[i]) for i in indexes], results)
-            for home, indexes in by_database.items()
-        })
+            database = self._check_routing(task).database
+            if database.engine_url in self._direct:
+                by_server[database.engine_url].append(index)
+            else:
+                by_database[database].append(index)
+        await asyncio.gather(
+            *(self._insert_batch(home, [(i, tasks[i]) for i in indexes], results)
+              for home, indexes in by_database.items()),
+            *(self._insert_server_batch(url, [(i, tasks[i]) for i in indexes], results)
+              for url, indexes in by_server.items()),
+        )
         return [r for r in results if r is not None]
+
+    async def _insert_server_batch(
+        self, url: str, items: list[tuple[int, Task]], results: list[Task | int | None]
+    ) -> None:
+        """The server's share of a batch in one transaction (sql_direct); item by item if it conflicts."""
+        direct = self._direct[url]
+        tasks = [task for _, task in items]
+        try:
+            async with self._direct_call(url):
+                taken = await direct.taken_keys(by_shard(self.layout, [t for t in tasks if t.key is not None]))
+                outcomes = unique_keys(tasks, taken)
+                await direct.insert_new(by_shard(self.layout, [t for t in outcomes if isinstance(t, Task)]))
+            for (index, _), outcome in zip(items, outcomes, strict=True):
+                results[index] = outcome
+            return
+        except TjobsError:
+            raise
+        except Exception:  # a concurrent writer took a key or an id, or a refused row
+            pass
+        for index, task in items:
+            try:
+                results[index] = await self._insert_one(self._check_routing(task), task)
+            except DuplicateKey as duplicate:
+                results[index] = duplicate.existing_task_id
 
     async def _insert_batch(
         self, home: DatabaseHome, items: list[tuple[int, Task]], results: list[Task | int | None]
