@@ -16,6 +16,7 @@ from tjobs.errors import Conflict, DuplicateKey, StorageUnavailable
 from tjobs.migrate import migrate
 from tjobs.model import Task
 from tjobs.settings import StorageSettings
+from tjobs.stores import sql_direct
 from tjobs.stores.sql_direct import DirectPool, connect_kwargs
 from tjobs.stores.sql_layout import ShardTables
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
@@ -173,6 +174,18 @@ async def test_a_batch_is_one_transaction_per_server_and_answers_taken_keys_with
     for task in batch:
         if task not in (batch[5], batch[10]):
             assert await store.get_task(task.id) == task
+
+
+async def test_a_batch_larger_than_a_round_trip_is_still_one_transaction(
+    store: SQLAlchemyTaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_direct, "ROUND_TRIP_BYTES", 3000)  # a few rows per round trip
+    sizes = record_transactions(store)
+    batch = [make_task(name=f"b{i}") for i in range(100)]
+    assert await store.insert_tasks(batch) == batch
+    assert sizes == [100]
+    for task in batch:
+        assert await store.get_task(task.id) == task
 
 
 async def test_a_key_taken_after_the_batch_looked_is_settled_item_by_item(store: SQLAlchemyTaskStore) -> None:

@@ -160,10 +160,14 @@ class DirectPool:
             for task in tasks:
                 values = task_values(task)
                 row_bytes = sum(len(v) for v in values if isinstance(v, str)) + 200
-                if rows and (size + row_bytes > ROUND_TRIP_BYTES or len(params) + 15 > ROUND_TRIP_PARAMS):
-                    statements.append(head + ", ".join(rows))
+                if (rows or statements) and (
+                    size + row_bytes > ROUND_TRIP_BYTES or len(params) + len(values) > ROUND_TRIP_PARAMS
+                ):
+                    if rows:
+                        statements.append(head + ", ".join(rows))
+                        rows = []
                     chunks.append((";".join(statements), params))
-                    statements, params, rows, size = [], [], [], 0
+                    statements, params, size = [], [], 0
                 rows.append(f"({_TASK_MARKS})")
                 params.extend(values)
                 size += row_bytes
@@ -173,14 +177,18 @@ class DirectPool:
             chunks.append((";".join(statements), params))
         if not chunks:
             return
+        # START TRANSACTION and COMMIT ride in the first and last round trips: a group that fits in
+        # one is a single round trip. A refused statement stops the rest (COMMIT included).
+        first_sql, first_params = chunks[0]
+        chunks[0] = ("START TRANSACTION;" + first_sql, first_params)
+        last_sql, last_params = chunks[-1]
+        chunks[-1] = (last_sql + ";COMMIT", last_params)
         async with self.cursor() as cursor:
-            await cursor.execute("START TRANSACTION")
             try:
                 for sql, chunk_params in chunks:
                     await cursor.execute(sql, chunk_params)
                     while await cursor.nextset():
                         pass
-                await cursor.execute("COMMIT")
             except BaseException:
                 await _rollback_or_drop(cursor)
                 raise
