@@ -138,7 +138,7 @@ class Node:
         return self.runner.owned
 
     async def _on_ownership(self, owned: frozenset[int]) -> None:
-        self.hotpath.watch(owned)  # before the load: a gained shard's changes wait in the tier meanwhile
+        await self.hotpath.watch(owned)  # right before the load: later changes of a gained shard follow it
         await self.runner.set_owned(owned)
         self.metrics.jobs_owned.set(len(owned))
 

@@ -77,7 +77,7 @@ async def _start(publisher: HotPath, owner: HotPath, remote: bool,
     else:
         await owner.start(received)
         await publisher.start(published)
-    owner.watch(EVERY_SHARD)
+    await owner.watch(EVERY_SHARD)
     return Pair(publisher, owner, published, received, remote, lose_state, outage)
 
 
@@ -219,25 +219,35 @@ def manual_pair(url: str, prefix: str, clock: ManualClock) -> tuple[RedisHotPath
 
 
 @pytest.mark.redis
-async def test_owner_reads_only_the_slices_of_the_shards_it_watches(redis_url: str, redis_prefix: str) -> None:
+async def test_owner_reads_the_shards_it_watches_from_the_moment_it_gains_them(
+    redis_url: str, redis_prefix: str
+) -> None:
     clock = ManualClock(SystemClock().now_ms())
     publisher, owner = manual_pair(redis_url, redis_prefix, clock)
     received = Recorder()
     await publisher.start(Recorder())
     await owner.start(received)
     try:
-        owner.watch(frozenset({1}))
+        await owner.watch(frozenset({1}))
         mine = TaskChange(task_id(1), "app", clock.now_ms() + 1000, 1)
         other = TaskChange(task_id(2), "app", clock.now_ms() + 1000, 1)
         await publisher.publish(mine)
         await publisher.publish(other)
         await owner.poll_once()
         assert received.changes == [mine]
-        owner.watch(frozenset({1, 2}))  # a gained shard: what the tier still holds is read
+        # A gained shard: what was published before is the load's (the store had it first); what
+        # is published from now on is read.
+        await owner.watch(frozenset({1, 2}))
+        later = TaskChange(task_id(2), "app", clock.now_ms() + 2000, 1)
+        await publisher.publish(later)
         await owner.poll_once()
-        assert received.changes == [mine, other]
+        assert received.changes == [mine, later]
         await owner.poll_once()
-        assert received.changes == [mine, other]  # each change once
+        assert received.changes == [mine, later]  # each change once
+        await owner.watch(frozenset({2}))  # a released shard is no longer read
+        await publisher.publish(TaskChange(task_id(1), "app", clock.now_ms() + 1000, 2))
+        await owner.poll_once()
+        assert received.changes == [mine, later]
     finally:
         await publisher.stop()
         await owner.stop()
@@ -254,7 +264,7 @@ async def test_change_for_a_later_minute_is_read_once_that_minute_is_next(
     await publisher.start(Recorder())
     await owner.start(received)
     try:
-        owner.watch(frozenset({4}))
+        await owner.watch(frozenset({4}))
         later = TaskChange(task_id(4), "app", start_ms + 4 * MINUTE_MS, 1)
         await publisher.publish(later)
         await owner.poll_once()
@@ -278,7 +288,7 @@ async def test_update_and_stop_are_read_at_once_whatever_the_instant(redis_url: 
     await publisher.start(Recorder())
     await owner.start(received)
     try:
-        owner.watch(EVERY_SHARD)
+        await owner.watch(EVERY_SHARD)
         await owner.poll_once()
         moved = TaskChange(task_id(6), "app", clock.now_ms() + 8 * MINUTE_MS, 2)  # the old entry must go now
         stop = TaskChange(task_id(6), "app", None, 3)

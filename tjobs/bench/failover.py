@@ -2,7 +2,8 @@
 
     python -m tjobs.bench.failover kills --count 20       kill -9 a primary, measure kill -> first fire
     python -m tjobs.bench.failover handoff --count 5      SIGTERM a primary, measure the firing gap
-    python -m tjobs.bench.failover nearterm --hot redis   cross-node near-term lateness (redis | dbpoll)
+    python -m tjobs.bench.failover nearterm --hot redis   cross-node near-term lateness (redis | dbpoll),
+                                                          with the hot-tier lag from the nodes' metrics
     python -m tjobs.bench.failover throughput --nodes 2   fires/s of one burst of due tasks
 
 Services come from ``scripts/cluster.sh infra`` in ``--state-dir`` (own etcd/Redis ports, so nothing
@@ -26,6 +27,7 @@ from typing import Any
 
 import pymysql
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
 from sharding import shard_of_task_id
@@ -232,22 +234,54 @@ async def kills(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def hot_tier_lag(bench: Bench, tier: str) -> dict[str, Any]:
+    """``tjobs_hot_tier_lag_seconds{tier}`` summed over the live nodes: count and p50/p99 as the upper
+    bound (ms) of the histogram bucket holding that rank."""
+    buckets: dict[float, float] = {}
+    for node in bench.rig.live():
+        text = (await bench.api.http.get(f"{node.base_url}/metrics")).text
+        for family in text_string_to_metric_families(text):
+            if family.name != "tjobs_hot_tier_lag_seconds":
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_bucket") and sample.labels.get("tier") == tier:
+                    bound = float(sample.labels["le"])
+                    buckets[bound] = buckets.get(bound, 0.0) + sample.value
+    bounds = sorted(buckets)
+    count = buckets[bounds[-1]] if bounds else 0.0
+
+    def rank(q: float) -> float:
+        for bound in bounds:
+            if count and buckets[bound] >= q / 100 * count:
+                return bound * 1000
+        return float("nan")
+
+    return {"hot_lag_count": int(count), "hot_lag_ms_p50_le": rank(50), "hot_lag_ms_p99_le": rank(99)}
+
+
 async def nearterm(args: argparse.Namespace) -> dict[str, Any]:
+    """Tasks registered on node 1 ``--lead-ms`` ahead; the lateness of those whose shard another node
+    runs (they reach it through the hot tier) against those node 1 runs itself (the baseline)."""
     async with Bench(args.state_dir, 3, hot_tier=args.hot) as bench:
         jobs = set((await bench.api.view(bench.rig.nodes[1]))["jobs"])
         tasks: dict[int, int] = {}
-        await bench.feed(now_ms() + args.seconds * 1000, 25, 800, tasks)
+        await bench.feed(now_ms() + args.seconds * 1000, args.every_ms, args.lead_ms, tasks)
         await asyncio.sleep(3)
         rows = bench.flows_by_task()
         remote = [rows[t] - at for t, at in tasks.items() if shard_of_task_id(t) not in jobs and t in rows]
+        local = [rows[t] - at for t, at in tasks.items() if shard_of_task_id(t) in jobs and t in rows]
         lost = [t for t in tasks if t not in rows]
+        lag = await hot_tier_lag(bench, args.hot)
     return {
         "bench": f"nearterm_{args.hot}",
+        "lead_ms": args.lead_ms,
         "tasks": len(tasks),
         "remote": len(remote),
         "lateness_ms_p50": percentile(remote, 50),
         "lateness_ms_p99": percentile(remote, 99),
         "lateness_ms_max": max(remote, default=0),
+        "local_lateness_ms_p99": percentile(local, 99),
+        **lag,
         "lost": len(lost),
     }
 
@@ -298,6 +332,8 @@ def main(argv: list[str] | None = None) -> None:
     n = sub.add_parser("nearterm")
     n.add_argument("--hot", choices=["redis", "dbpoll"], default="redis")
     n.add_argument("--seconds", type=int, default=20)
+    n.add_argument("--every-ms", type=int, default=25, help="one registration every this many ms")
+    n.add_argument("--lead-ms", type=int, default=800, help="registered this far ahead of the instant")
     t = sub.add_parser("throughput")
     t.add_argument("--nodes", type=int, default=1)
     t.add_argument("--tasks", type=int, default=20_000)

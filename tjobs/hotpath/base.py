@@ -54,9 +54,9 @@ class HotPath(ABC):
 
     * ``publish`` hands the change to this node's own listener before it returns, so the publishing
       node's shards never depend on a remote tier;
-    * a change published on one node reaches the listener of the node that :meth:`watch` es its shard
-      (a remote tier may also deliver changes of other shards: the listener ignores shards it does not
-      own and never replaces a newer version with an older one);
+    * a change published on one node reaches the listener of the node that :meth:`watch` es its shard,
+      if published after that call (a remote tier may also deliver changes of other shards: the
+      listener ignores shards it does not own and never replaces a newer version with an older one);
     * ``publish`` never raises for a hot-tier outage (log and return: the store holds the truth), and
       a tier that lost its state (flush, restart) keeps delivering the changes published after it.
     """
@@ -78,11 +78,13 @@ class HotPath(ABC):
         """Route ``change`` to the shard's owner. Must not raise for a hot-tier outage: log and
         return, since the store already holds the truth."""
 
-    def watch(self, shards: frozenset[int]) -> None:
-        """The shards this node owns from now on (called before the runner loads gained shards).
+    async def watch(self, shards: frozenset[int]) -> None:
+        """The shards this node owns from now on; awaited right before the runner loads gained shards.
 
-        A tier that partitions changes by shard reads only these; a gained shard's recent changes are
-        read from the start of what the tier still holds. Default: every change goes to every node.
+        A tier that partitions changes by shard reads only these. For a gained shard it delivers the
+        changes published from this call on: older ones were committed before the load that follows
+        reads the store, so replaying them would only re-offer fires the store already settled.
+        Default: every change goes to every node, and the listener filters.
         """
         return None
 
