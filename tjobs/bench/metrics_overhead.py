@@ -1,19 +1,36 @@
-"""Instrumentation cost per fire: the metric calls one fire makes, timed in isolation.
+"""What the metrics cost on the fire path: in isolation, and as a node with metrics on versus off.
 
     python -m tjobs.bench.metrics_overhead [--fires 200000] [--apps 20] [--batch 100]
+    python -m tjobs.bench.metrics_overhead --node [--tasks 20000] [--window-s 10] [--pairs 2]
+                                                  [--storage URL --prefix NAME] [--topology 8x4x16]
 
-One fire costs: ``observe_fire`` (counter + lateness histogram, children cached per app), its share
-of the per-batch observations (transaction duration and batch size, once per ``--batch`` fires), one
-callback attempt (``observe_attempt``) and one flow outcome (``observe_flow_update``),
-as :class:`tjobs.node.Node` feeds them. The figure is CPU microseconds per fire; the loss of fire
-throughput it implies is ``cost_us × fires_per_s_per_core / 1e6`` (e.g. 4 µs per fire costs 4 % at
-10,000 fires/s on one core, 0.4 % at 1,000).
+**In isolation** (the default): the metric calls one fire makes, timed with ``process_time``:
+``observe_fire`` (counter + lateness histogram, children cached per app), its share of the per-batch
+observations (transaction duration and batch size, once per ``--batch`` fires), one callback attempt
+(``observe_attempt``) and one flow outcome (``observe_flow_update``), as :class:`tjobs.node.Node`
+feeds them. The figure is CPU microseconds per fire; the loss of fire throughput it implies is
+``cost_us × fires_per_s_per_core / 1e6`` (e.g. 4 µs per fire costs 4 % at 10,000 fires/s on one
+core, 0.4 % at 1,000).
+
+**On a node** (``--node``): ``--pairs`` pairs of runs of the fire bench (:mod:`tjobs.bench.fire`:
+``--tasks`` one-shot tasks due across ``--window-s``, called back into the sink), each on a fresh
+node process, one with ``metrics.enabled = true`` and one with ``false`` (:class:`tjobs.metrics.
+NullMetrics`), in alternating order (on/off, off/on, ...) so drift in the machine's load falls on
+both. Each run reports the fires/s its callbacks arrived at (wall clock) and the node's CPU
+seconds per fire over the fire phase (``/proc/<pid>/stat`` utime + stime, from just before the
+window to the end of the drain). CPU per fire is the figure that survives a shared machine; the
+throughput loss metrics cause on a saturated core is ``1 - cpu_off / cpu_on`` (medians of the
+runs). Embedded (SQLite) by default; ``--storage`` runs on MariaDB/MySQL under the database prefix
+``--prefix`` (dropped afterwards).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from tjobs.metrics import Metrics
 
@@ -58,12 +75,101 @@ def per_fire_cost_us(fires: int, apps: int, batch: int) -> dict[str, float]:
     return result
 
 
+# ---- a node with metrics on versus off -----------------------------------------------------------
+
+
+def node_run(
+    metrics_on: bool, *, tasks: int, window_s: float, storage: Sequence[str] | None, topology: str | None,
+    prefix: str | None,
+) -> dict[str, Any]:
+    """One fire bench on a fresh node process with metrics on or off; its figures as JSON-able values."""
+    from tjobs.bench.fire import run, run_fire_bench
+    from tjobs.bench.node_process import node_process
+    from tjobs.bench.report import node_us_per_fire, to_json
+
+    settings: dict[str, Any] = {"metrics": {"enabled": metrics_on}}
+    if prefix is not None:
+        settings["storage"] = {"database_prefix": prefix}
+    with node_process(storage_urls=storage, topology=topology, settings=settings) as node:
+        result = run(run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s,
+                                    node_pid=node.pid))
+    summary = to_json(result, machine_info={})
+    us_per_fire = node_us_per_fire(result)
+    return {
+        "metrics": "on" if metrics_on else "off",
+        "fires_per_s": summary["fires_per_s"],
+        "delivered": summary["delivered"],
+        "missing": summary["missing"],
+        "lateness_p99_ms": (summary["lateness_ms"] or {}).get("p99"),
+        "node_fire_cpu_s": result.node_fire_cpu_s,
+        "node_cpu_us_per_fire": None if us_per_fire is None else round(us_per_fire, 1),
+    }
+
+
+def compare(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per mode, and the throughput a CPU-bound node loses to its metrics: ``1 - off / on``.
+
+    A run that did not deliver every task (the drain timed out) is left out: its CPU went to fires
+    that never reached the sink, so its CPU per delivered fire means nothing."""
+    out: dict[str, Any] = {}
+    for mode in ("on", "off"):
+        mine = [r for r in runs if r["metrics"] == mode and not r["missing"]]
+        cpu = [r["node_cpu_us_per_fire"] for r in mine if r["node_cpu_us_per_fire"] is not None]
+        rate = [r["fires_per_s"] for r in mine if r["fires_per_s"] is not None]
+        out[mode] = {
+            "runs": len(mine),
+            "node_cpu_us_per_fire": round(statistics.median(cpu), 1) if cpu else None,
+            "node_cpu_us_per_fire_range": [min(cpu), max(cpu)] if cpu else None,
+            "fires_per_s": round(statistics.median(rate), 1) if rate else None,
+        }
+    on, off = out["on"]["node_cpu_us_per_fire"], out["off"]["node_cpu_us_per_fire"]
+    out["metric_cpu_us_per_fire"] = round(on - off, 1) if on and off else None
+    out["throughput_loss_pct"] = round((1 - off / on) * 100, 2) if on and off else None
+    return out
+
+
+def _node_main(args: argparse.Namespace) -> None:
+    import json
+
+    from tjobs.bench.cycle_load import drop_databases
+    from tjobs.settings import StorageSettings
+
+    def drop() -> None:
+        if args.storage:
+            drop_databases(StorageSettings(urls=args.storage, database_prefix=args.prefix))
+
+    runs: list[dict[str, Any]] = []
+    try:
+        for pair in range(args.pairs):
+            for metrics_on in ((True, False) if pair % 2 == 0 else (False, True)):
+                drop()  # each run starts from empty shards
+                run_ = node_run(metrics_on, tasks=args.tasks, window_s=args.window_s, storage=args.storage,
+                                topology=args.topology, prefix=args.prefix)
+                runs.append(run_)
+                print(json.dumps(run_), flush=True)
+    finally:
+        drop()
+    print(json.dumps({"tasks": args.tasks, "window_s": args.window_s, "summary": compare(runs)}))
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--fires", type=int, default=200_000)
     parser.add_argument("--apps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--node", action="store_true", help="fire bench on a node, metrics on vs off")
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--pairs", type=int, default=2, help="runs per mode (alternating order)")
+    parser.add_argument("--storage", action="append", help="storage URL (else embedded SQLite)")
+    parser.add_argument("--topology", default=None)
+    parser.add_argument("--prefix", default=None, help="database prefix with --storage (dropped after)")
     args = parser.parse_args()
+    if args.node:
+        if args.storage and not args.prefix:
+            parser.error("--storage needs --prefix (a database prefix of your own, dropped afterwards)")
+        _node_main(args)
+        return
     result = per_fire_cost_us(args.fires, args.apps, args.batch)
     for key, value in result.items():
         print(f"{key:16s} {value:6.2f} µs/fire")
