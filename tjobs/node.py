@@ -7,6 +7,7 @@ path handed in here; everything else is the same code.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from tjobs.firing import FirePlanner, FirePolicy
 from tjobs.hotpath.base import HotPath
 from tjobs.hotpath.local import LocalHotPath
 from tjobs.metrics import Metrics, NullMetrics
-from tjobs.model import FireOutcome, Flow, FlowKind, FlowStatus, FlowUpdate, Task
+from tjobs.model import App, FireOutcome, Flow, FlowKind, FlowStatus, FlowUpdate, Task
 from tjobs.scheduler.compensator import Compensator
 from tjobs.scheduler.retention import RetentionSweeper
 from tjobs.scheduler.runner import JobRunner
@@ -33,6 +34,21 @@ from tjobs.stores.base import TaskStore
 from tjobs.tasks import TaskService
 
 logger = logging.getLogger(__name__)
+
+GC_THRESHOLDS = (50_000, 20, 20)  # allocations before a young collection; young, middle per older one
+
+
+def settle_heap() -> None:
+    """For a node process, once started: freeze the objects made so far (modules, settings, pools:
+    they live as long as the process) out of the collector's reach and collect young objects less
+    often. The fire path allocates a few hundred objects per fire, nearly all freed by reference
+    counting; with the default thresholds a node firing 2,000/s ran a young collection every few
+    fires and a full one every few seconds, each walking every live object while the loop waits
+    (measured: 456 vs 261 µs of node CPU per fire, and lateness with it). Process-wide: call it from
+    a server's entry point, not from a library or test that hosts nodes."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @dataclass(slots=True)
@@ -104,6 +120,7 @@ class Node:
         self.tasks = TaskService(self.store, self.hotpath, settings, self.clock, self.topology)
         self.tasks.manual_flow_sink = self._deliver
         self._pending_lookups: set[asyncio.Task[None]] = set()
+        self._app_lookups: dict[str, asyncio.Future[App]] = {}
         self.started = False
 
     async def start(self) -> None:
@@ -131,8 +148,18 @@ class Node:
         logger.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
 
     async def _allow_list_of(self, app_id: str) -> AllowList:
-        app = self.apps.cached(app_id) or await self.apps.get(app_id)
+        app = self.apps.cached(app_id) or await self._fetch_app(app_id)
         return allow_list_of_app(app.settings)
+
+    async def _fetch_app(self, app_id: str) -> App:
+        """The app from the store, one lookup per app at a time: when its cache entry expires in the
+        middle of a burst, every fire and send that misses shares the one query instead of each
+        sending its own."""
+        lookup = self._app_lookups.get(app_id)
+        if lookup is None:
+            lookup = self._app_lookups[app_id] = asyncio.ensure_future(self.apps.get(app_id))
+            lookup.add_done_callback(lambda done: self._app_lookups.pop(app_id, None))
+        return await asyncio.shield(lookup)
 
     def _owned_jobs(self) -> frozenset[int]:
         return self.runner.owned
@@ -154,7 +181,7 @@ class Node:
 
     async def _deliver_after_lookup(self, task: Task, flow: Flow) -> None:
         try:
-            app = await self.apps.get(task.app_id)
+            app = await self._fetch_app(task.app_id)
         except Exception:
             # The flow stays pending in the store; the compensator re-drives it.
             logger.exception("app %s unavailable for flow %s", task.app_id, flow.id,

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import uvicorn
 
 from tjobs.api import create_api
-from tjobs.node import Node, NodeParts
+from tjobs.node import Node, NodeParts, settle_heap
 from tjobs.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _request_exit, server)
     await node.start()
+    settle_heap()
     try:
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn offers only a flag
