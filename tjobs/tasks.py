@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -94,6 +95,9 @@ class TaskService:
         self._clock = clock
         self._topology = topology
         self._ids = TaskIdGenerator(topology.shard_count)
+        # the shard of a task without a key only needs to be uniform, not unpredictable: a seeded
+        # PRNG instead of TaskIdGenerator.random_shard's secrets (a syscall per task in a batch)
+        self._shards = random.Random()
         self._threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
         self.manual_flow_sink: Callable[[Task, Flow], None] | None = None
         self.guard = TargetGuard(_no_allow_list, allow_loopback=settings.allow_loopback_callbacks)
@@ -127,7 +131,8 @@ class TaskService:
         first = parse_schedule(schedule).first_fire(now_ms)
         if first is None:
             raise InvalidInput("schedule", "never fires", "never_fires")
-        shard = shard_for_key(app.id, key, self._topology.shard_count) if key else self._ids.random_shard()
+        shards = self._topology.shard_count
+        shard = shard_for_key(app.id, key, shards) if key else self._shards.randrange(shards)
         return Task(
             id=self._ids.mint(shard, now_ms),
             app_id=app.id,
