@@ -10,9 +10,11 @@ which are judged by the IPv4 address inside. Numeric hosts must be canonical: ``
 1. **At registration** (:meth:`TargetGuard.check_registration`): the URL is parsed, a literal address
    is judged, and a name is resolved (with a short cache) and every answer judged.
 2. **At send** (:meth:`TargetGuard.policy`, the sender's ``TargetPolicy``): the name is resolved
-   again and judged, and the answer is *pinned* for this request: :class:`GuardedResolver`, the
-   resolver of the sender's connector, hands aiohttp exactly the addresses that were judged, never a
-   second DNS answer. A resolver that answers public then private therefore cannot rebind a callback.
+   again (answers are cached for ``RESOLVE_CACHE_TTL_MS``, and so is the verdict on exactly those
+   answers per allow-list, so a burst of sends judges once) and the answer is *pinned* for this
+   request: :class:`GuardedResolver`, the resolver of the sender's connector, hands aiohttp exactly
+   the addresses that were judged, never a second DNS answer. A resolver that answers public then
+   private therefore cannot rebind a callback.
    Redirects are never followed (the sender's ``allow_redirects=False``).
 
 Allow-list entries (per app, ``allowed_callback_hosts``): an exact host name (``billing.internal``),
@@ -207,6 +209,24 @@ def _judge_literal(host: str, allow: AllowList, allow_loopback: bool) -> str | N
     return judge(literal, host, allow, allow_loopback)
 
 
+@functools.lru_cache(maxsize=16384)
+def _check_url(url: str, allow: AllowList, allow_loopback: bool) -> tuple[str | None, tuple[str, int] | None]:
+    """``(refusal, None)``, or ``(None, (host, port) still to resolve)``, or ``(None, None)`` for an
+    admitted address: the DNS-free verdict on a URL, cached (every send of a task repeats its URL)."""
+    parts = urlsplit(url)  # a ValueError (bad port or IPv6 literal) propagates, uncached
+    port = parts.port
+    if parts.scheme not in ("http", "https"):
+        return "scheme must be http or https", None
+    host = parts.hostname
+    if not host:
+        return "the URL has no host", None
+    port = port or (443 if parts.scheme == "https" else 80)
+    why = _judge_literal(host, allow, allow_loopback)
+    if why is _NAME:
+        return None, (host, port)
+    return why, None
+
+
 Resolve = Callable[[str, int], Awaitable[list[ResolveResult]]]
 AllowListOf = Callable[[str], Awaitable[AllowList]]
 
@@ -217,6 +237,17 @@ class _Pin:
     port: int
     answers: list[ResolveResult]
 
+
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    """A name's cached answers and the verdicts on exactly those answers, per allow-list."""
+
+    expires_ms: int
+    answers: list[ResolveResult]
+    verdicts: dict[AllowList, str | None]
+
+
+_UNJUDGED = "<not judged yet>"
 
 _PINNED: contextvars.ContextVar[_Pin | None] = contextvars.ContextVar("tjobs_ssrf_pin", default=None)
 
@@ -261,7 +292,7 @@ class TargetGuard:
         self._threaded: ThreadedResolver | None = None
         self._resolve = resolve or self._system_resolve
         self._clock = clock or SystemClock()
-        self._cache: dict[tuple[str, int], tuple[int, list[ResolveResult]]] = {}
+        self._cache: dict[tuple[str, int], _Resolved] = {}
         self.resolver = GuardedResolver(self)
 
     async def _system_resolve(self, host: str, port: int) -> list[ResolveResult]:
@@ -278,44 +309,44 @@ class TargetGuard:
         """Resolve ``host`` and judge every answer; all must pass (one private answer refuses all)."""
         now_ms = self._clock.now_ms()
         key = (host.lower(), port)
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > now_ms:
-            answers = cached[1]
-        else:
+        resolved = self._cache.get(key)
+        if resolved is None or resolved.expires_ms <= now_ms:
             try:
                 answers = await asyncio.wait_for(self._resolve(host, port), RESOLVE_TIMEOUT_S)
             except (OSError, TimeoutError) as error:
                 raise TargetUnresolvable(f"host {host!r} does not resolve ({type(error).__name__})") from None
             if len(self._cache) >= RESOLVE_CACHE_MAX:
                 self._cache.clear()
-            self._cache[key] = (now_ms + RESOLVE_CACHE_TTL_MS, answers)
+            resolved = self._cache[key] = _Resolved(now_ms + RESOLVE_CACHE_TTL_MS, answers, {})
+        answers = resolved.answers
         if not answers:
             raise TargetUnresolvable(f"host {host!r} has no address")
+        # The verdict on these very answers, per allow-list: judged once per cached answer, not per send.
+        verdict = resolved.verdicts.get(allow, _UNJUDGED)
+        if verdict is _UNJUDGED:
+            verdict = resolved.verdicts[allow] = self._judge_answers(host, answers, allow)
+        if verdict is not None:
+            raise TargetRefused(verdict)
+        return answers
+
+    def _judge_answers(self, host: str, answers: list[ResolveResult], allow: AllowList) -> str | None:
+        """Why the answers for ``host`` may not be called (the first refused one), or ``None``."""
         for answer in answers:
             try:
                 address = ipaddress.ip_address(str(answer["host"]).split("%", 1)[0])
             except ValueError:
-                raise TargetRefused(f"host {host!r} resolved to an unreadable address") from None
+                return f"host {host!r} resolved to an unreadable address"
             why = judge(address, host, allow, self.allow_loopback)
             if why is not None:
-                raise TargetRefused(f"host {host!r} resolves to {why}")
-        return answers
+                return f"host {host!r} resolves to {why}"
+        return None
 
     def check_url(self, url: str, allow: AllowList) -> tuple[str, int] | None:
         """Judge the parts of ``url`` that need no DNS; return ``(host, port)`` still to resolve, if any."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            raise TargetRefused("scheme must be http or https")
-        host = parts.hostname
-        if not host:
-            raise TargetRefused("the URL has no host")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        why = _judge_literal(host, allow, self.allow_loopback)
-        if why is _NAME:
-            return host, port
-        if why is not None:
-            raise TargetRefused(why)
-        return None
+        refusal, pending = _check_url(url, allow, self.allow_loopback)
+        if refusal is not None:
+            raise TargetRefused(refusal)
+        return pending
 
     async def check_registration(self, urls: Sequence[str], allow: AllowList, field: str = "callback.url"
                                  ) -> None:

@@ -20,8 +20,10 @@ import pytest_asyncio
 from aiohttp.abc import ResolveResult
 
 from tests.receiver import Receiver
+from tjobs import ssrf
 from tjobs.callbacks.retry import Outcome
 from tjobs.callbacks.sender import AttemptResult, CallbackRequest, CallbackSender
+from tjobs.clock import ManualClock
 from tjobs.errors import InvalidInput
 from tjobs.settings import CallbackSettings
 from tjobs.ssrf import AllowList, TargetGuard, classify_address
@@ -307,3 +309,42 @@ def test_redirects_are_never_followed() -> None:
     from tjobs.callbacks import sender
 
     assert "allow_redirects=False" in inspect.getsource(sender.CallbackSender.send)
+
+
+# ---- the send-time cache ----------------------------------------------------------------------------------
+
+
+async def test_a_burst_of_sends_to_one_name_is_resolved_and_judged_once_per_ttl(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    judged: list[str] = []
+    real_judge = ssrf.judge
+
+    def counting_judge(address: Any, host: str, allow: AllowList, allow_loopback: bool) -> str | None:
+        judged.append(host)
+        return real_judge(address, host, allow, allow_loopback)
+
+    monkeypatch.setattr(ssrf, "judge", counting_judge)
+    dns, clock = FakeDns(), ManualClock(1_000_000)
+    guard = TargetGuard(allow_list_of, resolve=dns, clock=clock)
+    for _ in range(50):
+        assert await guard.policy(request_for("https://public.test/hook")) is None
+        assert (await guard.policy(request_for("https://intranet.test/hook")) or "").endswith("10.0.0.5")
+        assert await guard.policy(request_for("https://intranet.test/hook", ALLOWING_APP)) is None
+    # one resolution per name; one verdict per name and allow-list (the allowing app is judged apart)
+    assert sorted(dns.calls) == ["intranet.test", "public.test"]
+    assert sorted(judged) == ["intranet.test", "intranet.test", "public.test"]
+    # Once the answers expire the name is resolved and judged afresh: a verdict never outlives them.
+    clock.advance(ssrf.RESOLVE_CACHE_TTL_MS)
+    assert await guard.policy(request_for("https://public.test/hook")) is None
+    assert dns.calls.count("public.test") == 2 and judged.count("public.test") == 2
+
+
+async def test_a_cached_answer_that_changes_is_judged_again_on_expiry() -> None:
+    dns, clock = FakeDns(), ManualClock(1_000_000)
+    guard = TargetGuard(allow_list_of, resolve=dns, clock=clock)
+    assert await guard.policy(request_for("http://rebind.test/hook")) is None  # public at first
+    assert await guard.policy(request_for("http://rebind.test/hook")) is None  # same cached answer
+    clock.advance(ssrf.RESOLVE_CACHE_TTL_MS)
+    refusal = await guard.policy(request_for("http://rebind.test/hook"))  # now private
+    assert refusal is not None and "loopback" in refusal
