@@ -11,6 +11,9 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
+
+import orjson
 
 from sharding import Topology, shard_for_key, shard_of_task_id
 from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, VersionConflict
@@ -22,7 +25,14 @@ FlowKey = tuple[int, int]
 
 
 def _task_copy(task: Task) -> Task:
-    return copy.deepcopy(task)
+    """A copy sharing nothing mutable: the JSON documents go through JSON, as the SQL store's do
+    (a quarter of the cost of ``copy.deepcopy``, which was a quarter of an in-memory create)."""
+    return replace(task, schedule=_json_copy(task.schedule), callback=_json_copy(task.callback),
+                   payload=_json_copy(task.payload))
+
+
+def _json_copy(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
 
 
 class MemoryTaskStore(TaskStore):
