@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from tjobs.bench.node_process import _merge, free_port, to_toml
 from tjobs.clock import iso_ms
@@ -205,6 +206,21 @@ class Api:
         reply.raise_for_status()
         result: dict[str, Any] = reply.json()
         return result
+
+    async def histogram(self, node: NodeProc, name: str, **labels: str) -> dict[float, float]:
+        """Cumulative bucket counts (upper bound in seconds -> count) of histogram ``name`` on
+        ``node``'s ``/metrics``, summed over the series matching ``labels``."""
+        reply = await self.http.get(f"{node.base_url}/metrics", timeout=5.0)
+        reply.raise_for_status()
+        buckets: dict[float, float] = {}
+        for family in text_string_to_metric_families(reply.text):
+            if family.name != name:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_bucket") and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    bound = float(sample.labels["le"])
+                    buckets[bound] = buckets.get(bound, 0.0) + sample.value
+        return buckets
 
     async def wait_healthy(self, node: NodeProc, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

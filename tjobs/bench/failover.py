@@ -27,12 +27,11 @@ from typing import Any
 
 import pymysql
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
 from sharding import shard_of_task_id
 from tjobs.bench.cluster_rig import ADMIN_KEY, Api, ClusterRig, Infra, now_ms, start_infra
-from tjobs.bench.node_process import free_port
+from tjobs.bench.node_process import free_port, process_cpu_s
 from tjobs.settings import StorageSettings
 from tjobs.stores.sql_layout import Layout
 
@@ -239,24 +238,18 @@ async def hot_tier_lag(bench: Bench, tier: str) -> dict[str, Any]:
     bound (ms) of the histogram bucket holding that rank."""
     buckets: dict[float, float] = {}
     for node in bench.rig.live():
-        text = (await bench.api.http.get(f"{node.base_url}/metrics")).text
-        for family in text_string_to_metric_families(text):
-            if family.name != "tjobs_hot_tier_lag_seconds":
-                continue
-            for sample in family.samples:
-                if sample.name.endswith("_bucket") and sample.labels.get("tier") == tier:
-                    bound = float(sample.labels["le"])
-                    buckets[bound] = buckets.get(bound, 0.0) + sample.value
+        for bound, count in (await bench.api.histogram(node, "tjobs_hot_tier_lag_seconds", tier=tier)).items():
+            buckets[bound] = buckets.get(bound, 0.0) + count
     bounds = sorted(buckets)
-    count = buckets[bounds[-1]] if bounds else 0.0
+    total = buckets[bounds[-1]] if bounds else 0.0
 
     def rank(q: float) -> float:
         for bound in bounds:
-            if count and buckets[bound] >= q / 100 * count:
+            if total and buckets[bound] >= q / 100 * total:
                 return bound * 1000
         return float("nan")
 
-    return {"hot_lag_count": int(count), "hot_lag_ms_p50_le": rank(50), "hot_lag_ms_p99_le": rank(99)}
+    return {"hot_lag_count": int(total), "hot_lag_ms_p50_le": rank(50), "hot_lag_ms_p99_le": rank(99)}
 
 
 async def nearterm(args: argparse.Namespace) -> dict[str, Any]:
@@ -294,6 +287,8 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
 
         async def one(i: int) -> None:
             async with slots:
+                if now_ms() > due_ms - 2000:
+                    raise RuntimeError(f"{i} of {args.tasks} tasks registered by the due instant; raise --lead-s")
                 await bench.api.create_at(via[i % len(via)], due_ms, bench.url)
 
         started = time.monotonic()
@@ -301,8 +296,13 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
         registered_s = time.monotonic() - started
         if now_ms() > due_ms - 2000:
             raise RuntimeError(f"registration took {registered_s:.1f} s; raise --lead-s")
-        await asyncio.sleep((due_ms - now_ms()) / 1000 + args.tasks / 2000 + 5)
-        created = sorted(c for _, _, c in bench.flows_rows())
+        await asyncio.sleep((due_ms - now_ms()) / 1000 - 1)
+        pids = [node.pid for node in bench.rig.live()]
+        cpu_before = [process_cpu_s(pid) or 0.0 for pid in pids]
+        await asyncio.sleep(1 + args.tasks / 2000 + 5)
+        cpu_fire_s = sum((process_cpu_s(pid) or 0.0) - before for pid, before in zip(pids, cpu_before, strict=True))
+        rows = bench.flows_rows()
+        created = sorted(c for _, _, c in rows)
     done = len(created)
     span_s = max((created[-1] - due_ms) / 1000, 0.001) if created else float("nan")
     return {
@@ -310,9 +310,14 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
         "nodes": args.nodes,
         "tasks": args.tasks,
         "fired": done,
+        "duplicates": done - len({task for task, _, _ in rows}),  # one-shot tasks: one flow each
         "fires_per_s": round(done / span_s),
         "last_fire_after_s": span_s,
         "registrations_per_s": round(args.tasks / registered_s),
+        # CPU of all node processes from 1 s before the due instant to the end of the wait (callbacks
+        # included): a per-fire cost that a loaded machine distorts far less than fires/s.
+        "nodes_cpu_s_fire_phase": round(cpu_fire_s, 2),
+        "nodes_cpu_ms_per_fire": round(cpu_fire_s * 1000 / done, 3) if done else None,
     }
 
 
