@@ -5,7 +5,8 @@ the tables, :mod:`tjobs.stores.sql_fire` holds the fire transaction, and on Mari
 :mod:`tjobs.stores.sql_direct` runs the API's inserts and reads by id or key on a raw autocommit
 asyncmy pool (concurrent single creates are group-committed, one transaction per flush and each
 caller answered after that commit, a refused row settled on its own; a batch create is one
-transaction per server rather than per logical database), and :mod:`tjobs.stores.sql_flow_updates`
+transaction per server rather than per logical database; on SQLite, concurrent single creates are
+group-committed the same way, one writer per file), and :mod:`tjobs.stores.sql_flow_updates`
 writes the deliverer's batched flow outcomes as one multi-statement per server. Every other call runs in one
 transaction per logical database (per engine for the fire transaction); a database that cannot be
 reached raises :class:`StorageUnavailable` naming its URL without the password.
@@ -97,6 +98,8 @@ class SQLAlchemyTaskStore(TaskStore):
                 self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
                 self._groups[url] = GroupCommit(functools.partial(self._write_group, url),
                                                 max_flushes=max(1, self.settings.pool_size // 2))
+            elif self.layout.dialect != MYSQL:  # SQLite: one writer per file at a time anyway
+                self._groups[url] = GroupCommit(functools.partial(self._write_group, url), max_flushes=1)
 
     async def close(self) -> None:
         engines = list(self._engines.values())
@@ -252,13 +255,21 @@ class SQLAlchemyTaskStore(TaskStore):
         return outcome
 
     async def _write_group(self, url: str, tasks: list[Task]) -> list[Outcome]:
-        """A group commit: every new task of ``tasks`` in one transaction on server ``url``; if the
-        server refuses any row, each task is settled on its own so that only that one fails."""
-        direct = self._direct[url]
+        """A group commit: every new task of ``tasks`` in one transaction on ``url`` (a MariaDB server
+        through sql_direct, or a SQLite file); if any row is refused, each task is settled on its own
+        so that only that one fails."""
+        direct = self._direct.get(url)
         outcomes = unique_keys(tasks, {})
+        groups = by_shard(self.layout, [t for t in outcomes if isinstance(t, Task)])
         try:
-            async with self._direct_call(url):
-                await direct.insert_new(by_shard(self.layout, [t for t in outcomes if isinstance(t, Task)]))
+            if direct is not None:
+                async with self._direct_call(url):
+                    await direct.insert_new(groups)
+            else:
+                async with self._write(url) as conn:
+                    for home, new in groups:
+                        await conn.execute(insert(home.tasks), [task_to_row(t) for t in new],
+                                           execution_options=home.options)
             return list(outcomes)
         except TjobsError:
             raise  # unavailable: so would each one be
