@@ -101,6 +101,7 @@ class EtcdCoordinator(Coordinator):
         self._lease_id: int | None = None
         self._lease_deadline = 0.0  # monotonic: last keepalive sent + TTL - margin
         self._db_last_ok = time.monotonic()
+        self._fenced_logged: str | None = None  # the fence reason last logged
         self._clock_ok = True
         self.clock_skew_ms = 0
         self._registered_value: bytes | None = None
@@ -470,6 +471,16 @@ class EtcdCoordinator(Coordinator):
         plan = view.plan
         now = time.monotonic()
         fenced = self._fenced_reason()
+        if fenced != self._fenced_logged:
+            if fenced is not None:
+                logger.warning(
+                    "fenced (%s): giving up my groups (lease %.1f s left, database last answered %.1f s ago)",
+                    fenced, self._lease_deadline - now, now - self._db_last_ok,
+                    extra={"action": "fenced", "reason": fenced},
+                )
+            else:
+                logger.info("no longer fenced", extra={"action": "unfenced"})
+            self._fenced_logged = fenced
         to_release: set[int] = set()
         for group_id in self._held:
             group = plan.group(group_id) if plan is not None else None
