@@ -53,6 +53,15 @@ class TaskIdGenerator:
     def random_shard(self) -> int:
         return secrets.randbelow(self.shard_count)
 
+    @staticmethod
+    def remint(task_id: int) -> int:
+        """Another id of the same millisecond and shard (new random bits): what a store uses when an
+        id it was asked to insert is already taken, so the task keeps its shard and its place."""
+        random_bits = secrets.randbits(_RANDOM_BITS)
+        while random_bits == task_id & _RANDOM_MASK:
+            random_bits = secrets.randbits(_RANDOM_BITS)
+        return (task_id & ~_RANDOM_MASK) | random_bits
+
     def mint(self, shard: int, now_ms: int) -> int:
         if not 0 <= shard < self.shard_count:
             raise ValueError(f"shard {shard} is outside 0..{self.shard_count - 1}")

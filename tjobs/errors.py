@@ -7,7 +7,8 @@
     ├── NotFound              404  the id does not exist (or belongs to another app)
     ├── Conflict              409
     │   ├── VersionConflict        optimistic ``version`` lost a race
-    │   └── DuplicateKey           ``(app, key)`` already names a task
+    │   ├── DuplicateKey           ``(app, key)`` already names a task
+    │   └── TaskIdTaken            a freshly minted task id collided (1 in 4096 per ms and shard)
     ├── Unauthorized          401
     ├── QuotaExceeded         429
     ├── StorageUnavailable    503  a database could not be reached; nothing was written
@@ -75,6 +76,14 @@ class DuplicateKey(Conflict):
         self.app_id = app_id
         self.key = key
         self.existing_task_id = existing_task_id
+
+
+class TaskIdTaken(Conflict):
+    """The id minted for a new task is already stored; minting another one settles it."""
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(f"task id {task_id} already exists")
+        self.task_id = task_id
 
 
 class Unauthorized(TjobsError):

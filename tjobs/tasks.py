@@ -237,17 +237,9 @@ class TaskService:
         return [r for r in results if r is not None]
 
     async def _insert_many(self, tasks: list[Task]) -> list[Task | int]:
-        for _ in range(MAX_INSERT_ATTEMPTS):
-            try:
-                return await self._store.insert_tasks(tasks)
-            except DuplicateKey:
-                raise
-            except Conflict:
-                # An id minted in the same millisecond by another request: re-mint and retry.
-                now_ms = self._clock.now_ms()
-                for task in tasks:
-                    task.id = self._ids.mint(shard_of_task_id(task.id), now_ms)
-        raise Conflict("could not store the batch; retry")
+        # Not retried here: the store settles taken ids item by item, and a failure after some items
+        # were committed must reach the client (keys make its retry idempotent), not store them twice.
+        return await self._store.insert_tasks(tasks)
 
     # ---- quota ------------------------------------------------------------------------------------
 

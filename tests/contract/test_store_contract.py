@@ -102,6 +102,30 @@ async def test_task_id_collision_is_a_conflict_not_a_duplicate_key(store: TaskSt
     assert not isinstance(error.value, DuplicateKey)
 
 
+async def test_insert_tasks_stores_an_item_whose_id_is_taken_under_another_id_of_its_shard(
+    store: TaskStore,
+) -> None:
+    # Given a stored task, and a batch whose fourth item was minted the same id (spread over shards)
+    holder = await store.insert_task(make_task(shard=5, name="holder"))
+    batch = [make_task(shard=shard, name=f"n{shard}") for shard in (1, 9, 14)]
+    twin = replace(holder, name="twin")
+    batch += [twin, make_task(shard=2, name="after")]
+
+    # When the batch is inserted
+    results = await store.insert_tasks(batch)
+
+    # Then every item is stored exactly once, the twin under a new id of the same shard
+    assert all(isinstance(r, Task) for r in results)
+    stored = [r for r in results if isinstance(r, Task)]
+    assert [t.name for t in stored] == ["n1", "n9", "n14", "twin", "after"]
+    assert stored[3].id != holder.id and shard_of_task_id(stored[3].id) == 5
+    for task in stored:
+        assert await store.get_task(task.id) == task
+    assert await store.get_task(holder.id) == holder
+    listed = [t.name for shard in range(16) for t in await store.list_tasks("app-a", shard, None, 100)]
+    assert sorted(listed) == sorted(["holder", "n1", "n9", "n14", "twin", "after"])
+
+
 async def test_concurrent_inserts_of_one_key_leave_exactly_one_row(store: TaskStore) -> None:
     # Given 20 callers racing to create the task with one idempotency key
     candidates = [make_task(key="order-42", name=f"n{i}") for i in range(20)]

@@ -85,7 +85,13 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
-        """Insert many; per item the stored task, or the existing task id on a duplicate key."""
+        """Insert many; per item the stored task, or the existing task id on a duplicate key.
+
+        Never fails part-way for a taken id: an item whose freshly minted id is already stored is
+        stored under another id of the same shard (:meth:`sharding.TaskIdGenerator.remint`), and the
+        returned task carries it. (A caller that re-minted and retried the whole batch instead would
+        store the items already written twice.)
+        """
 
     @abstractmethod
     async def get_task(self, task_id: int) -> Task | None: ...

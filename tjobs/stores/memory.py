@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from sharding import Topology, shard_for_key, shard_of_task_id
-from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, VersionConflict
+from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
+from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, TaskIdTaken, VersionConflict
 from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.base import FirePlanner, TaskStore
 from tjobs.stores.schema import clip_error
@@ -104,7 +104,7 @@ class MemoryTaskStore(TaskStore):
         if task.key is not None and (task.app_id, task.key) in self._keys:
             raise DuplicateKey(task.app_id, task.key, self._keys[(task.app_id, task.key)])
         if task.id in self._tasks[shard]:
-            raise Conflict(f"task id {task.id} already exists")
+            raise TaskIdTaken(task.id)
         self._tasks[shard][task.id] = _task_copy(task)
         if task.key is not None:
             self._keys[(task.app_id, task.key)] = task.id
@@ -120,10 +120,15 @@ class MemoryTaskStore(TaskStore):
         await asyncio.sleep(0)
         results: list[Task | int] = []
         for task in tasks:
-            try:
-                results.append(self._insert(task))
-            except DuplicateKey as duplicate:
-                results.append(duplicate.existing_task_id)
+            while True:
+                try:
+                    results.append(self._insert(task))
+                except DuplicateKey as duplicate:
+                    results.append(duplicate.existing_task_id)
+                except TaskIdTaken:
+                    task.id = TaskIdGenerator.remint(task.id)
+                    continue
+                break
         return results
 
     def _get(self, task_id: int) -> Task | None:

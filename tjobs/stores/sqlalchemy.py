@@ -28,8 +28,8 @@ from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text,
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from sharding import shard_for_key, shard_of_task_id
-from tjobs.errors import Conflict, DuplicateKey, NotFound, TjobsError, VersionConflict
+from sharding import TaskIdGenerator, shard_for_key, shard_of_task_id
+from tjobs.errors import Conflict, DuplicateKey, NotFound, TaskIdTaken, TjobsError, VersionConflict
 from tjobs.model import (
     App,
     DueTask,
@@ -313,7 +313,7 @@ class SQLAlchemyTaskStore(TaskStore):
             if existing is not None:
                 raise DuplicateKey(task.app_id, task.key, existing.id) from error
         if await self.get_task(task.id) is not None:
-            raise Conflict(f"task id {task.id} already exists") from error
+            raise TaskIdTaken(task.id) from error
 
     async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
         results: list[Task | int | None] = [None] * len(tasks)
@@ -352,10 +352,20 @@ class SQLAlchemyTaskStore(TaskStore):
         except Exception:  # a concurrent writer took a key or an id, or a refused row
             pass
         for index, task in items:
+            results[index] = await self._settle_item(task)
+
+    async def _settle_item(self, task: Task) -> Task | int:
+        """Insert one item of a batch that conflicted as a whole. Other items (and other servers'
+        shares) may be committed already, so this item must not fail the batch for a taken id: it is
+        stored under another id of the same shard instead (see ``TaskStore.insert_tasks``)."""
+        for _ in range(_INSERT_RETRIES):
             try:
-                results[index] = await self._insert_one(self._check_routing(task), task)
+                return await self._insert_one(self._check_routing(task), task)
             except DuplicateKey as duplicate:
-                results[index] = duplicate.existing_task_id
+                return duplicate.existing_task_id
+            except TaskIdTaken:
+                task.id = TaskIdGenerator.remint(task.id)
+        raise Conflict(f"task {task.name!r} found its id taken {_INSERT_RETRIES} times; retry")
 
     async def _insert_batch(
         self, home: DatabaseHome, items: list[tuple[int, Task]], results: list[Task | int | None]
@@ -375,10 +385,7 @@ class SQLAlchemyTaskStore(TaskStore):
         except sa_exc.IntegrityError:
             pass  # a concurrent writer took a key or an id: settle each item on its own
         for index, task in items:
-            try:
-                results[index] = await self.insert_task(task)
-            except DuplicateKey as duplicate:
-                results[index] = duplicate.existing_task_id
+            results[index] = await self._settle_item(task)
 
     async def _insert_shard_items(
         self, conn: AsyncConnection, home: ShardTables, items: list[tuple[int, Task]],
