@@ -128,9 +128,13 @@ def flow_id(task_id: int, scheduled_at_ms: int) -> str:
     return f"{task_id}-{scheduled_at_ms}"
 
 
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # isdigit() alone admits '²', which int() refuses
+
+
 def parse_flow_id(text: str) -> tuple[int, int]:
     task_part, sep, scheduled_part = text.partition("-")
-    if not sep or not task_part.isdigit() or not scheduled_part.isdigit():
+    if not sep or not _digits(task_part) or not _digits(scheduled_part):
         raise ValueError(f"not a flow id: {text!r}")
     return int(task_part), int(scheduled_part)
 

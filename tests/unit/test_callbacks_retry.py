@@ -153,3 +153,7 @@ def test_a_vetoed_or_malformed_target_is_permanent(error: BaseException) -> None
 
 def test_a_status_wins_over_an_error_reading_the_body() -> None:
     assert classify(200, aiohttp.ClientPayloadError("body cut")) is Outcome.DELIVERED
+
+
+def test_retry_after_of_non_ascii_digits_is_ignored_not_an_error() -> None:
+    assert parse_retry_after("²", 0) is None  # str.isdigit() admits it; int() does not

@@ -181,3 +181,5 @@ def test_verify_accepts_what_tjobs_signs_with_any_current_secret_and_nothing_els
         verify(body, {**headers, "Webhook-Timestamp": str(now - 301)}, new)
     with pytest.raises(WebhookVerificationError):
         verify(body, {k: v for k, v in headers.items() if k != "Webhook-Signature"}, new)
+    with pytest.raises(WebhookVerificationError):  # str.isdigit() admits '²'; it is not a timestamp
+        verify(body, {**headers, "Webhook-Timestamp": "²"}, new)

@@ -87,7 +87,7 @@ def parse_retry_after(value: str, now_ms: int) -> int | None:
     text = value.strip()
     if not text:
         return None
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # isdigit() alone admits '²', which int() refuses
         return int(text) * 1000
     try:
         when = parsedate_to_datetime(text)

@@ -75,7 +75,7 @@ def verify(
     msg_id = lowered.get("webhook-id")
     timestamp = lowered.get("webhook-timestamp")
     signatures = lowered.get("webhook-signature")
-    if not msg_id or not timestamp or not signatures or not timestamp.isdigit():
+    if not msg_id or not timestamp or not signatures or not (timestamp.isascii() and timestamp.isdigit()):
         return False
     timestamp_s = int(timestamp)
     now = SystemClock().now_ms() // 1000 if now_s is None else now_s

@@ -24,7 +24,7 @@ def retry_delay_s(response: httpx.Response | None, attempt: int, base_s: float) 
             return None  # a quota, not a pause: resending cannot help
         if status not in TRANSIENT_STATUSES and status != 429:
             return None
-        if retry_after is not None and retry_after.isdigit():
+        if retry_after is not None and retry_after.isascii() and retry_after.isdigit():
             return min(float(retry_after), MAX_RETRY_AFTER_S)
     return random.uniform(0, base_s * (2**attempt))  # full jitter
 

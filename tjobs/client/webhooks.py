@@ -55,7 +55,7 @@ def verify(
     signatures = lowered.get("webhook-signature")
     if not msg_id or not timestamp or not signatures:
         raise WebhookVerificationError("missing webhook-id, webhook-timestamp or webhook-signature")
-    if not timestamp.isdigit():
+    if not (timestamp.isascii() and timestamp.isdigit()):
         raise WebhookVerificationError("webhook-timestamp is not a number")
     timestamp_s = int(timestamp)
     now = int(time.time()) if now_s is None else now_s
@@ -70,7 +70,8 @@ def verify(
             scheduled = lowered.get("tjobs-scheduled-at", "")
             attempt = lowered.get("tjobs-attempt", "")
             return VerifiedCallback(
-                msg_id, lowered.get("tjobs-task-id"), int(scheduled) if scheduled.isdigit() else None,
-                int(attempt) if attempt.isdigit() else None, timestamp_s,
+                msg_id, lowered.get("tjobs-task-id"),
+                int(scheduled) if scheduled.isascii() and scheduled.isdigit() else None,
+                int(attempt) if attempt.isascii() and attempt.isdigit() else None, timestamp_s,
             )
     raise WebhookVerificationError("no signature matches the given secret(s)")
