@@ -185,6 +185,19 @@ async def test_publish_does_not_raise_while_the_tier_is_down(pair: Pair) -> None
     assert change in pair.published.changes
 
 
+async def test_a_remote_tier_applies_only_the_shards_the_node_watches(pair: Pair) -> None:
+    if not pair.remote:
+        pytest.skip("the in-process hot path serves the one node that owns every shard")
+    await pair.owner.watch(frozenset({1}))
+    other = TaskChange(task_id(2), "app", soon(), 1)
+    mine = TaskChange(task_id(1), "app", soon(), 1)
+    await pair.publisher.publish(other)
+    await pair.publisher.publish(mine)
+    await pair.received.wait_for(mine)
+    await asyncio.sleep(0.1)  # a few more polls
+    assert other not in pair.received.changes
+
+
 async def test_remote_changes_record_their_lag(pair: Pair) -> None:
     change = TaskChange(task_id(11), "app", soon(), 1)
     await pair.publisher.publish(change)

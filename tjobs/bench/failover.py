@@ -4,7 +4,8 @@
     python -m tjobs.bench.failover handoff --count 5      SIGTERM a primary, measure the firing gap
     python -m tjobs.bench.failover nearterm --hot redis   cross-node near-term lateness (redis | dbpoll),
                                                           with the hot-tier lag from the nodes' metrics
-    python -m tjobs.bench.failover throughput --nodes 2   fires/s of one burst of due tasks
+    python -m tjobs.bench.failover throughput --nodes 2   fires/s of one burst of due tasks (and node CPU
+                                                          per fire, which a loaded machine distorts less)
 
 Services come from ``scripts/cluster.sh infra`` in ``--state-dir`` (own etcd/Redis ports, so nothing
 shared is touched). Fire times are read from the flow rows themselves (``created_at`` is the commit
@@ -342,7 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     t = sub.add_parser("throughput")
     t.add_argument("--nodes", type=int, default=1)
     t.add_argument("--tasks", type=int, default=20_000)
-    t.add_argument("--lead-s", type=int, default=60)
+    t.add_argument("--lead-s", type=int, default=240,
+                   help="the burst is due this long after registration starts (all of it must fit)")
     args = parser.parse_args(argv)
     if args.command == "handoff":
         args.graceful = True

@@ -55,8 +55,8 @@ class HotPath(ABC):
     * ``publish`` hands the change to this node's own listener before it returns, so the publishing
       node's shards never depend on a remote tier;
     * a change published on one node reaches the listener of the node that :meth:`watch` es its shard,
-      if published after that call (a remote tier may also deliver changes of other shards: the
-      listener ignores shards it does not own and never replaces a newer version with an older one);
+      if published after that call; a remote tier applies no other shard's changes (the listener
+      also ignores shards it does not own, and never replaces a newer version with an older one);
     * ``publish`` never raises for a hot-tier outage (log and return: the store holds the truth), and
       a tier that lost its state (flush, restart) keeps delivering the changes published after it.
     """
@@ -81,10 +81,10 @@ class HotPath(ABC):
     async def watch(self, shards: frozenset[int]) -> None:
         """The shards this node owns from now on; awaited right before the runner loads gained shards.
 
-        A tier that partitions changes by shard reads only these. For a gained shard it delivers the
-        changes published from this call on: older ones were committed before the load that follows
-        reads the store, so replaying them would only re-offer fires the store already settled.
-        Default: every change goes to every node, and the listener filters.
+        A remote tier applies only these shards' changes. For a gained shard it delivers those
+        published from this call on: older ones were committed before the load that follows reads
+        the store, so replaying them would only re-offer fires the store already settled. Default
+        (the in-process path, whose one node owns everything): nothing to do.
         """
         return None
 

@@ -1,5 +1,6 @@
 """The DB-poll hot path, for clusters without Redis: an append-only ``hot_changes`` table in logical
-database 0 that every node polls by increasing id every ``hot_poll_interval_ms``.
+database 0 that every node polls by increasing id every ``hot_poll_interval_ms``, applying the rows of
+the shards it owns (:meth:`DbPollHotPath.watch`).
 
 Ids come from an auto-increment key, and a lower id may commit after a higher one was read, so each
 poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
@@ -32,6 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, cancel_and_wait, is_near
 from tjobs.settings import StorageSettings
@@ -80,6 +82,7 @@ class DbPollHotPath(HotPath):
         self._engine: AsyncEngine | None = None
         self._listener: ChangeListener | None = None
         self._task: asyncio.Task[None] | None = None
+        self._watched: frozenset[int] = frozenset()
         self.published = 0
         self.received = 0
 
@@ -98,6 +101,9 @@ class DbPollHotPath(HotPath):
             await self._engine.dispose()
             self._engine = None
         self._listener = None
+
+    async def watch(self, shards: frozenset[int]) -> None:
+        self._watched = shards  # every node reads every row; only its own shards' are applied
 
     async def publish(self, change: TaskChange) -> None:
         if self._listener is not None:
@@ -167,7 +173,11 @@ class DbPollHotPath(HotPath):
                         continue
                     seen[row_id] = signature  # an id reused after a truncate carries another row
                     recent.append((now, row_id))
-                    if row["origin"] != self._origin and self._listener is not None:
+                    if (
+                        row["origin"] != self._origin
+                        and self._listener is not None
+                        and shard_of_task_id(int(row["task_id"])) in self._watched
+                    ):
                         self.received += 1
                         self._observe_lag(int(row["created_at_ms"]), now_ms)
                         self._listener(
