@@ -312,3 +312,29 @@ async def test_update_and_stop_are_read_at_once_whatever_the_instant(redis_url: 
     finally:
         await publisher.stop()
         await owner.stop()
+
+
+# ---- DB poll: nodes starting together -----------------------------------------------------------
+
+
+@pytest.mark.mariadb
+async def test_db_poll_nodes_starting_together_on_a_fresh_database_all_start(mysql_url: str) -> None:
+    import pymysql
+    from sqlalchemy.engine import make_url
+
+    prefix = f"tjobsct_{secrets.token_hex(4)}"
+    parsed = make_url(mysql_url)
+    admin = pymysql.connect(host=parsed.host, port=parsed.port or 3306, user=parsed.username or "root",
+                            password=parsed.password or "", autocommit=True)
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{prefix}_00`")
+    storage = StorageSettings(urls=[mysql_url], topology="1x1x16", database_prefix=prefix)
+    nodes = [DbPollHotPath(storage, origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
+             for i in range(6)]
+    try:
+        await asyncio.gather(*(node.start(Recorder()) for node in nodes))  # none fails on the CREATE race
+    finally:
+        await asyncio.gather(*(node.stop() for node in nodes))
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE `{prefix}_00`")
+        admin.close()

@@ -6,9 +6,9 @@ Ids come from an auto-increment key, and a lower id may commit after a higher on
 poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
 skips those it already applied. A table emptied under it whose ids restart (``TRUNCATE``, or SQLite
 reusing ids once every row was purged) is noticed (the highest id fell below what was seen) and read
-again from the start. Rows older than ``RETENTION_S`` are purged in small batches. The table
-is created on start if missing (``CREATE TABLE IF NOT EXISTS``); it is not the truth (invariant 7):
-a missed row costs latency until the next load, never a fire.
+again from the start. Rows older than ``RETENTION_S`` are purged in small batches. The table is
+created on start if missing (nodes starting together tolerate each other's ``CREATE``). It is not the
+truth (invariant 7): a missed row costs latency until the next load, never a fire.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from sqlalchemy import (
     insert,
     select,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sharding import shard_of_task_id
@@ -89,9 +90,22 @@ class DbPollHotPath(HotPath):
     async def start(self, listener: ChangeListener) -> None:
         self._listener = listener
         self._engine = create_engine_for(self._url, self._storage)
-        async with self._engine.begin() as conn:
-            await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
+        await self._create_table()
         self._task = asyncio.create_task(self._poll_loop(), name="tjobs-hot-dbpoll")
+
+    async def _create_table(self) -> None:
+        """Create the table if missing. Nodes starting together may both find it missing: the one
+        whose ``CREATE`` loses the race looks again and finds it."""
+        assert self._engine is not None
+        for attempt in (1, 2):
+            try:
+                async with self._engine.begin() as conn:
+                    await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
+                return
+            except DBAPIError:
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.2)
 
     async def stop(self) -> None:
         if self._task is not None:
