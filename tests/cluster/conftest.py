@@ -34,7 +34,7 @@ def db_prefix(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     rig = ClusterRig(infra, tmp_path_factory.mktemp("migrate"), "migrate", prefix)
     rig.migrate()
     yield prefix
-    import pymysql  # type: ignore[import-untyped]
+    import pymysql
     from sqlalchemy.engine import make_url
 
     for url in infra.storage_urls:
