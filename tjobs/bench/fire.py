@@ -103,9 +103,13 @@ def _headers(key: str) -> dict[str, str]:
 async def create_bench_app(
     session: ClientSession, base_url: str, admin_key: str, *, name: str = "bench",
     callback_hosts: Sequence[str] = ("127.0.0.1",), rate_limit_per_s: float = 100_000,
-    max_concurrency: int = 1000,
+    max_concurrency: int = 100,
 ) -> tuple[str, list[str]]:
-    """Create an app for the bench; return its API key and signing secrets."""
+    """Create an app for the bench; return its API key and signing secrets.
+
+    ``max_concurrency`` is the product's default (100). A larger cap only makes the deliverer open
+    more connections to the one sink: at 1000, 40,000 fires over 20 s arrived at p99 1.7 s (commit p99
+    0.4 s) against p99 67 ms at 100, same node CPU per fire."""
     body = {
         "name": name, "rate_limit_per_s": rate_limit_per_s, "max_concurrency": max_concurrency,
         "allowed_callback_hosts": list(callback_hosts),
