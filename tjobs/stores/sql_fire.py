@@ -31,13 +31,12 @@ from tjobs.errors import Fenced
 from tjobs.model import FireIntent, FireOutcome, Flow, Task, TaskStatus
 from tjobs.stores.base import FirePlanner
 from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, clip_error, task_from_row
-from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, MYSQL, mysql_errno
+from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, MYSQL, mysql_errno, round_trips
 
 if TYPE_CHECKING:
     from tjobs.stores.sql_layout import ShardTables
 
 MAX_PARAMS = 8000  # per statement; far below MySQL's 65535 and SQLite's 32766
-MULTI_STATEMENT_PARAMS = 20_000  # parameters per multi-statement round trip (MariaDB)
 ONE_ROUND_TRIP = True  # MariaDB: all flow inserts and task updates in one multi-statement
 ADVANCE_WITH_CASE = True  # one UPDATE … CASE per table; False: executemany of per-row UPDATEs
 _TASK_SELECT = ", ".join(TASK_COLUMNS)
@@ -235,15 +234,7 @@ class FireTransaction:
             for start in range(0, len(tasks), MAX_PARAMS // 10):
                 sql, update_params = self._update_sql(home, tasks[start:start + MAX_PARAMS // 10])
                 statements.append((sql, update_params, len(tasks[start:start + MAX_PARAMS // 10]), False))
-        chunk: list[tuple[str, list[Any], int, bool]] = []
-        size = 0
-        for statement in statements:
-            chunk.append(statement)
-            size += len(statement[1])
-            if size >= MULTI_STATEMENT_PARAMS:
-                await self._run_multi(run, chunk)
-                chunk, size = [], 0
-        if chunk:
+        for chunk in round_trips(statements, lambda statement: statement[1]):
             await self._run_multi(run, chunk)
 
     async def _run_multi(self, run: _AsyncmyExecutor, chunk: list[tuple[str, list[Any], int, bool]]) -> None:

@@ -24,11 +24,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import FlowStatus, FlowUpdate
 from tjobs.stores.schema import clip_error
+from tjobs.stores.sql_layout import MULTI_STATEMENT_PARAMS, round_trips
 
 if TYPE_CHECKING:
     from tjobs.stores.sql_layout import ShardTables
 
-MULTI_STATEMENT_PARAMS = 20_000  # parameters per round trip
 _OPEN_SQL = f"status IN ('{FlowStatus.PENDING.value}', '{FlowStatus.SENDING.value}')"
 
 Values = tuple[Any, ...]  # status, attempts, next_attempt_at, last_status_code, last_error
@@ -79,15 +79,7 @@ async def write_flow_updates(
 
 
 def _chunks(statements: Sequence[tuple[str, list[Any]]]) -> list[tuple[str, tuple[Any, ...]]]:
-    chunks: list[tuple[str, tuple[Any, ...]]] = []
-    texts: list[str] = []
-    params: list[Any] = []
-    for sql, values in statements:
-        texts.append(sql)
-        params.extend(values)
-        if len(params) >= MULTI_STATEMENT_PARAMS:
-            chunks.append(("; ".join(texts), tuple(params)))
-            texts, params = [], []
-    if texts:
-        chunks.append(("; ".join(texts), tuple(params)))
-    return chunks
+    return [
+        ("; ".join(sql for sql, _ in group), tuple(value for _, values in group for value in values))
+        for group in round_trips(statements, lambda statement: statement[1], MULTI_STATEMENT_PARAMS)
+    ]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from asyncmy.constants import CLIENT
 from sqlalchemy import MetaData, Table, event, exc
@@ -32,6 +32,29 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 _CONNECTION_ERRNOS = frozenset({1040, 1045, 1053, 1152, 1158, 1159, 1160, 1161, 2002, 2003, 2005,
                                 2006, 2013, 2014, 2026, 2055})
 DEADLOCK_ERRNOS = frozenset({1213})
+MULTI_STATEMENT_PARAMS = 20_000  # bound parameters per multi-statement round trip (MariaDB)
+
+_Statement = TypeVar("_Statement")
+
+
+def round_trips(
+    statements: Sequence[_Statement], params_of: Callable[[_Statement], Sequence[Any]],
+    max_params: int = MULTI_STATEMENT_PARAMS,
+) -> list[list[_Statement]]:
+    """Group statements, in order, into ``;``-joined round trips of about ``max_params`` parameters
+    each (a group closes once it reaches the limit, so a single large statement is never split)."""
+    groups: list[list[_Statement]] = []
+    group: list[_Statement] = []
+    size = 0
+    for statement in statements:
+        group.append(statement)
+        size += len(params_of(statement))
+        if size >= max_params:
+            groups.append(group)
+            group, size = [], 0
+    if group:
+        groups.append(group)
+    return groups
 _SQLITE_UNAVAILABLE = ("unable to open database file", "database is locked", "disk i/o error")
 
 
