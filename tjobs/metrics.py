@@ -139,10 +139,10 @@ class Metrics:
         self._fire_lateness: dict[str, Histogram] = {}
         self._attempts: dict[tuple[str, str, int | None], Counter] = {}
         self._outcomes: dict[tuple[str, str], Counter] = {}
-        self.outcome_counts: dict[tuple[str, str], int] = {}  # (app, status) -> flows, for /v1/slo
         self._delivery_lateness: dict[str, Histogram] = {}
         self._callback_duration: dict[str, Histogram] = {}
         self._throttled: dict[tuple[str, str], Counter] = {}
+        self._hot_tier_lag: dict[str, Histogram] = {}
         self._was_leader = False
         self._runner_seen = (0, 0, 0)
 
@@ -173,9 +173,7 @@ class Metrics:
         counter = self._outcomes.get(key)
         if counter is None:
             counter = self._outcomes[key] = self.flow_updates.labels(app_id, status)
-            self.outcome_counts[key] = 0
         counter.inc()
-        self.outcome_counts[key] += 1
         if status == "pending":
             self.retries.labels(app_id).inc()
         elif status == "dead":
@@ -194,6 +192,13 @@ class Metrics:
         if counter is None:
             counter = self._throttled[key] = self.throttled.labels(app_id, reason)
         counter.inc()
+
+    def observe_hot_tier_lag(self, tier: str, lag_s: float) -> None:
+        """A task change applied on the shard's owner ``lag_s`` after it was published."""
+        histogram = self._hot_tier_lag.get(tier)
+        if histogram is None:
+            histogram = self._hot_tier_lag[tier] = self.hot_tier_lag.labels(tier)
+        histogram.observe(lag_s)
 
     def observe_runner(self, cas_rejected: int, commit_errors: int, commit_fenced: int) -> None:
         """Advance the fire-path failure counters to the runner's totals (scrape time; nothing per fire)."""
@@ -259,7 +264,8 @@ _NO_OP = _NoOpMetric()
 
 class NullMetrics(Metrics):
     """A node's metrics with ``metrics.enabled = false``: every metric and hook is a no-op and nothing
-    is registered, so nothing is rendered. ``outcome_counts`` is still kept: ``GET /v1/slo`` reads it."""
+    is registered, so nothing is rendered. The API's SLO accounting does not depend on it
+    (:mod:`tjobs.slo`)."""
 
     enabled = False
 
@@ -277,10 +283,12 @@ class NullMetrics(Metrics):
         pass
 
     def observe_flow_update(self, app_id: str, status: str, delivery_lateness_s: float | None) -> None:
-        key = (app_id, status)
-        self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
+        pass
 
     def observe_throttled(self, app_id: str, reason: str) -> None:
+        pass
+
+    def observe_hot_tier_lag(self, tier: str, lag_s: float) -> None:
         pass
 
     def observe_runner(self, cas_rejected: int, commit_errors: int, commit_fenced: int) -> None:

@@ -28,6 +28,7 @@ from tjobs.scheduler.compensator import Compensator
 from tjobs.scheduler.retention import RetentionSweeper
 from tjobs.scheduler.runner import JobRunner
 from tjobs.settings import Settings
+from tjobs.slo import ServiceLevels
 from tjobs.ssrf import AllowList, TargetGuard, allow_list_of_app
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
@@ -80,15 +81,18 @@ class Node:
             self.topology.shard_count, self.node_id
         )
         self.hotpath: HotPath = parts.hotpath or LocalHotPath()
+        # Every hook below reaches the metrics through self.metrics when it runs (never a bound method
+        # taken here), so this one attribute decides whether metrics are on.
         self.metrics = Metrics() if settings.metrics.enabled else NullMetrics()
-        self.hotpath.lag_observer = self.metrics.hot_tier_lag.labels(self.hotpath.tier).observe
+        self.slo = ServiceLevels(self.clock.now_ms)  # fed with or without metrics: GET /v1/slo, /v1/stats
+        self.hotpath.lag_observer = self._observe_hot_tier_lag
         self.apps = AppDirectory(self.store, self.clock)
         # SSRF: every send re-judges the target and connects only to the judged addresses.
         self.guard = TargetGuard(self._allow_list_of, allow_loopback=settings.allow_loopback_callbacks)
         self.sender = CallbackSender(
             settings.callbacks, policy=self.guard.policy, resolver=self.guard.resolver
         )
-        self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, on_throttled=self.metrics.observe_throttled)
+        self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, on_throttled=self._observe_throttled)
         self.deliverer = Deliverer(
             self.store, self.sender, self.limiter, settings.callbacks, self.clock,
             on_result=self._observe_attempt, on_update=self._observe_flow_update,
@@ -195,8 +199,9 @@ class Node:
         for outcome in outcomes:
             if outcome.task is None:
                 continue
-            lateness_s = (now_ms - outcome.intent.scheduled_at_ms) / 1000
-            self.metrics.observe_fire(outcome.task.app_id, max(lateness_s, 0.0))
+            lateness_s = max((now_ms - outcome.intent.scheduled_at_ms) / 1000, 0.0)
+            self.metrics.observe_fire(outcome.task.app_id, lateness_s)
+            self.slo.observe_fire(outcome.task.app_id, lateness_s)
             for flow in outcome.flows:
                 if flow.kind is FlowKind.MISFIRE or flow.missed:
                     self.metrics.misfires.labels(flow.app_id, str(outcome.task.misfire_policy)).inc(
@@ -211,6 +216,13 @@ class Node:
         if update.status is FlowStatus.DELIVERED and update.attempts <= 1:
             lateness_s = max((self.clock.now_ms() - update.scheduled_at_ms) / 1000, 0.0)
         self.metrics.observe_flow_update(job.task.app_id, update.status.value, lateness_s)
+        self.slo.observe_outcome(job.task.app_id, update.status.value)
+
+    def _observe_throttled(self, app_id: str, reason: str) -> None:
+        self.metrics.observe_throttled(app_id, reason)
+
+    def _observe_hot_tier_lag(self, lag_s: float) -> None:
+        self.metrics.observe_hot_tier_lag(self.hotpath.tier, lag_s)
 
     def refresh_gauges(self) -> None:
         self.metrics.wheel_size.set(len(self.runner.wheel))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tjobs.api.lateness import RecentLateness
+from tjobs.slo import RecentLateness
 
 
 class Clock:
@@ -39,3 +39,16 @@ def test_lateness_beyond_the_last_bucket_has_no_finite_percentile() -> None:
     recent = RecentLateness(Clock())
     recent.observe("a", 10_000.0)
     assert recent.windows("a")["1m"] == {"count": 1, "p50_s": None, "p90_s": None, "p99_s": None}
+
+
+def test_service_levels_count_outcomes_per_app_and_feed_the_windows() -> None:
+    from tjobs.slo import ServiceLevels
+
+    levels = ServiceLevels(Clock())
+    levels.observe_fire("a", 0.004)
+    for status in ("pending", "delivered", "delivered", "dead"):
+        levels.observe_outcome("a", status)
+    levels.observe_outcome("b", "delivered")
+    assert levels.outcome_counts == {("a", "pending"): 1, ("a", "delivered"): 2, ("a", "dead"): 1,
+                                     ("b", "delivered"): 1}
+    assert levels.lateness.windows("a")["1m"]["count"] == 1

@@ -19,7 +19,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tjobs import __version__
 from tjobs.api import routes_apps, routes_flows, routes_slo, routes_tasks, schemas
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, ok
-from tjobs.api.lateness import RecentLateness
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.apps import AppService
 from tjobs.errors import TjobsError
@@ -46,15 +45,6 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     )
     api.state.node = node
     api.state.app_service = AppService(node.store, node.apps, node.settings, node.clock)
-    api.state.recent_lateness = recent = RecentLateness(node.clock.now_ms)
-    observe_fire = node.metrics.observe_fire
-
-    def observe_fire_and_window(app_id: str, lateness_s: float) -> None:
-        # /v1/stats windows ride on the fire path's one metrics hook: one bucket increment per fire
-        observe_fire(app_id, lateness_s)
-        recent.observe(app_id, lateness_s)
-
-    node.metrics.observe_fire = observe_fire_and_window  # type: ignore[method-assign]
 
     @api.exception_handler(TjobsError)
     async def _tjobs_error(request: Request, error: TjobsError) -> ORJSONResponse:

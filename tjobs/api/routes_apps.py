@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Request
 
 from tjobs.api import schemas
 from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok, require_admin
-from tjobs.api.lateness import RecentLateness
 from tjobs.api.render import app_json
 from tjobs.apps import AppService
 from tjobs.errors import InvalidInput
@@ -76,7 +75,7 @@ async def rotate_app(app_id: str, request: Request) -> Any:
 @admin.get("/apps/{app_id}/stats", summary="An app's stats (admin)",
            responses={**ok(200, schemas.AppStats), **errors(401, 404)})
 async def app_stats_admin(app_id: str, request: Request, node: NodeDep) -> Any:
-    stats = await stats_of(node, await app_service(request).get(app_id), request.app.state.recent_lateness)
+    stats = await stats_of(node, await app_service(request).get(app_id))
     return json_response(stats)
 
 
@@ -87,11 +86,11 @@ async def me(app: AppDep) -> Any:
 
 
 @router.get("/stats", summary="The calling app's stats", responses={**ok(200, schemas.AppStats), **errors(401)})
-async def my_stats(request: Request, app: AppDep, node: NodeDep) -> Any:
-    return json_response(await stats_of(node, app, request.app.state.recent_lateness))
+async def my_stats(app: AppDep, node: NodeDep) -> Any:
+    return json_response(await stats_of(node, app))
 
 
-async def stats_of(node: Node, app: App, recent: RecentLateness) -> dict[str, Any]:
+async def stats_of(node: Node, app: App) -> dict[str, Any]:
     shards = list(node.topology.shards())
     counts = {status: 0 for status in TaskStatus}
     for start in range(0, len(shards), _COUNT_WINDOW):
@@ -122,7 +121,7 @@ async def stats_of(node: Node, app: App, recent: RecentLateness) -> dict[str, An
         "fires": int(fires),
         "callback_failures": int(failures),
         "fire_lateness": _lateness(node, app.id),
-        "fire_lateness_recent": recent.windows(app.id),
+        "fire_lateness_recent": node.slo.lateness.windows(app.id),
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
 from tjobs.api.deps import AppDep, NodeDep, errors, json_response
 
@@ -22,9 +22,9 @@ REACH_OBJECTIVE = 0.9999
 
 
 @router.get("/slo", summary="The calling app's p99 lateness and reach on this node", responses={**errors(401)})
-async def my_slo(request: Request, app: AppDep, node: NodeDep) -> Any:
-    windows = request.app.state.recent_lateness.windows(app.id)
-    counts = node.metrics.outcome_counts
+async def my_slo(app: AppDep, node: NodeDep) -> Any:
+    windows = node.slo.lateness.windows(app.id)
+    counts = node.slo.outcome_counts
     delivered = counts.get((app.id, "delivered"), 0)
     dead = counts.get((app.id, "dead"), 0)
     finished = delivered + dead

@@ -1,8 +1,12 @@
-"""Fire lateness per app over recent windows (1 min, 5 min, 1 h) for ``/v1/stats``.
+"""Per-app service levels as this node sees them, for ``GET /v1/slo`` and ``/v1/stats``: fire lateness
+over recent windows and the flows' final outcomes (reach). The node feeds them on the fire path
+whether or not Prometheus metrics are on (``metrics.enabled``), so the API's SLO accounting never
+depends on the metrics.
 
-Fires are counted into 10-second slots of a bucketed histogram (the metrics' buckets), 360 slots per
-app (one hour), so a window's percentiles sum the slots it covers: O(buckets) per fire, bounded memory.
-Percentiles are bucket upper bounds (like Prometheus' ``histogram_quantile`` without interpolation).
+**Lateness** (:class:`RecentLateness`, windows of 1 min, 5 min, 1 h): fires are counted into 10-second
+slots of a bucketed histogram (the metrics' buckets), 360 slots per app (one hour), so a window's
+percentiles sum the slots it covers: O(buckets) per fire, bounded memory. Percentiles are bucket upper
+bounds (like Prometheus' ``histogram_quantile`` without interpolation).
 """
 
 from __future__ import annotations
@@ -17,6 +21,22 @@ SLOT_MS = 10_000
 SLOTS = 360
 WINDOWS_S = (60, 300, 3600)
 MAX_APPS = 10_000
+
+
+class ServiceLevels:
+    """What ``GET /v1/slo`` reads: the recent-lateness windows and, per (app, final status), the flows
+    this node finished since it started."""
+
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        self.lateness = RecentLateness(now_ms)
+        self.outcome_counts: dict[tuple[str, str], int] = {}  # (app, status) -> flows
+
+    def observe_fire(self, app_id: str, lateness_s: float) -> None:
+        self.lateness.observe(app_id, lateness_s)
+
+    def observe_outcome(self, app_id: str, status: str) -> None:
+        key = (app_id, status)
+        self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
 
 
 class RecentLateness:
