@@ -125,9 +125,12 @@ def node_process(
     *, storage_urls: Sequence[str] | None = None, topology: str | None = None, port: int | None = None,
     admin_key: str | None = None, settings: Mapping[str, Any] | None = None, work_dir: Path | None = None,
     migrate_timeout_s: float = 600.0, ready_timeout_s: float = 120.0, stop_timeout_s: float = 15.0,
+    serve_command: Sequence[str] = ("-m", "tjobs.cli", "serve"),
 ) -> Iterator[NodeHandle]:
     """Run a node until the block exits. Without ``storage_urls`` it is the embedded kind: SQLite
-    shards in the work directory (a temporary one, removed afterwards, unless ``work_dir`` is given)."""
+    shards in the work directory (a temporary one, removed afterwards, unless ``work_dir`` is given).
+    ``serve_command`` is what runs it (``python <serve_command> --config FILE``): ``tjobs serve`` unless
+    a bench hosts the node its own way (:mod:`tjobs.bench.metrics_overhead` ``--interleaved``)."""
     owned_dir = work_dir is None
     directory = Path(tempfile.mkdtemp(prefix="tjobs-bench-")) if work_dir is None else work_dir
     directory.mkdir(parents=True, exist_ok=True)
@@ -156,7 +159,7 @@ def node_process(
             if migrate.returncode != 0:
                 raise NodeStartError(f"tjobs migrate exited with {migrate.returncode}\n{_tail(log_path)}")
             process = subprocess.Popen(
-                [sys.executable, "-m", "tjobs.cli", "serve", "--config", str(config_path)],
+                [sys.executable, *serve_command, "--config", str(config_path)],
                 stdout=log, stderr=subprocess.STDOUT,
             )
         try:
