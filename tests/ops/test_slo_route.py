@@ -20,10 +20,10 @@ async def test_slo_reports_p99_lateness_and_reach_against_the_objectives() -> No
         app_id, api_key = created["id"], created["api_key"]
         # Given 9,999 delivered flows and 2 dead ones, and fires 2 s late, on this node
         for _ in range(9_999):
-            running.node.metrics.observe_flow_update(app_id, "delivered", 0.1)
-        running.node.metrics.observe_flow_update(app_id, "dead", None)
-        running.node.metrics.observe_flow_update(app_id, "dead", None)
-        running.node.metrics.observe_fire(app_id, 2.0)
+            running.node.slo.observe_outcome(app_id, "delivered")
+        running.node.slo.observe_outcome(app_id, "dead")
+        running.node.slo.observe_outcome(app_id, "dead")
+        running.node.slo.observe_fire(app_id, 2.0)
         async with httpx.AsyncClient(base_url=running.base_url,
                                      headers={"authorization": f"Bearer {api_key}"}) as client:
             response = await client.get("/v1/slo")
