@@ -1,8 +1,10 @@
 """Prometheus metrics of one node: ``tjobs_`` prefix, base units, bounded labels (app, never task id).
 
 One :class:`Metrics` per node owns its registry (no global default registry), so tests can build
-several nodes in one process. Hot-path children are cached per app (``.labels()`` is a dict lookup
-under a lock; the fire path runs thousands of times per second).
+several nodes in one process. What a fire updates (fires, lateness, callback attempts and duration,
+flow outcomes, throttled sends) is kept per app as plain numbers and rendered at scrape
+(:mod:`tjobs.metrics_per_app`): the fire path runs thousands of times per second, and
+``prometheus_client``'s own counters cost several calls and a lock per update.
 
 Counters are fed where things happen (fire commit, callback attempt, flow update, API request);
 gauges that mirror state (wheel size, ownership, the coordinator's view) are set at scrape time by
@@ -10,7 +12,7 @@ gauges that mirror state (wheel size, ownership, the coordinator's view) are set
 
 ``metrics.enabled = false`` gives the node a :class:`NullMetrics`: the same attributes and hooks,
 doing nothing (``/metrics`` answers 404). It exists to measure what the metrics cost on the fire
-path (``python -m tjobs.bench.metrics_overhead node``) and for operators who scrape nothing.
+path (``python -m tjobs.bench.metrics_overhead``) and for operators who scrape nothing.
 """
 
 from __future__ import annotations
@@ -21,15 +23,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
+from tjobs.metrics_per_app import AppSeries, PerAppCollector, status_class
+
+__all__ = ["DURATION_BUCKETS_S", "LATENESS_BUCKETS_S", "Metrics", "NullMetrics", "status_class"]
+
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 DURATION_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-
-
-def status_class(status: int | None) -> str:
-    """``2xx`` .. ``5xx``, or ``none`` when no response came (connect error, timeout)."""
-    if status is None:
-        return "none"
-    return f"{status // 100}xx" if 100 <= status < 600 else "other"
 
 
 class Metrics:
@@ -41,36 +40,14 @@ class Metrics:
         self.up = Gauge("tjobs_node_up", "1 while this node process serves", registry=r)
         self.up.set(1)
         self.registrations = Counter("tjobs_registrations", "Tasks registered", ["app"], registry=r)
-        self.fires = Counter("tjobs_fires", "Fires by outcome", ["app", "outcome"], registry=r)
-        self.fire_lateness = Histogram(
-            "tjobs_fire_lateness_seconds", "Fire commit time minus scheduled instant", ["app"],
-            buckets=LATENESS_BUCKETS_S, registry=r,
-        )
-        self.delivery_lateness = Histogram(
-            "tjobs_delivery_lateness_seconds", "First successful delivery minus scheduled instant", ["app"],
-            buckets=LATENESS_BUCKETS_S, registry=r,
-        )
-        self.callback_attempts = Counter(
-            "tjobs_callback_attempts", "Callback attempts by outcome and status class",
-            ["app", "outcome", "status_class"], registry=r,
-        )
-        self.callback_duration = Histogram(
-            "tjobs_callback_duration_seconds", "Callback request duration", ["app"],
-            buckets=DURATION_BUCKETS_S, registry=r,
-        )
-        self.flow_updates = Counter(
-            "tjobs_flow_outcomes", "Flow outcomes recorded (pending = retry scheduled, delivered, dead, ...)",
-            ["app", "status"], registry=r,
-        )
+        # fires, lateness, callback attempts and duration, flow outcomes, throttled sends: per app, plain
+        # numbers (tjobs.metrics_per_app), read by the collector at scrape
+        self.per_app: dict[str, AppSeries] = {}
+        r.register(PerAppCollector(self.per_app))
         self.retries = Counter("tjobs_callback_retries", "Retries scheduled after a failed attempt",
                                ["app"], registry=r)
         self.dead_letters = Counter("tjobs_dead_letters", "Flows moved to the dead letter", ["app"], registry=r)
         self.misfires = Counter("tjobs_misfires", "Misfires by policy", ["app", "policy"], registry=r)
-        self.throttled = Counter(
-            "tjobs_throttled_fires",
-            "Callback sends delayed (never dropped) by the app's rate limit or concurrency cap",
-            ["app", "reason"], registry=r,
-        )
         self.fires_rejected = Counter(
             "tjobs_fires_rejected",
             "Due fires whose compare-and-set failed (task changed, paused, deleted, or fired elsewhere): no flow",
@@ -135,63 +112,43 @@ class Metrics:
             "tjobs_api_request_duration_seconds", "API request duration by route template", ["route"],
             buckets=DURATION_BUCKETS_S, registry=r,
         )
-        self._fires_committed: dict[str, Counter] = {}
-        self._fire_lateness: dict[str, Histogram] = {}
-        self._attempts: dict[tuple[str, str, int | None], Counter] = {}
-        self._outcomes: dict[tuple[str, str], Counter] = {}
-        self._delivery_lateness: dict[str, Histogram] = {}
-        self._callback_duration: dict[str, Histogram] = {}
-        self._throttled: dict[tuple[str, str], Counter] = {}
         self._hot_tier_lag: dict[str, Histogram] = {}
         self._was_leader = False
         self._runner_seen = (0, 0, 0)
 
+    def _new_series(self, app_id: str) -> AppSeries:
+        series = self.per_app[app_id] = AppSeries(LATENESS_BUCKETS_S, DURATION_BUCKETS_S)
+        return series
+
     def observe_fire(self, app_id: str, lateness_s: float) -> None:
-        """Hot path: a committed fire; children cached per app."""
-        counter = self._fires_committed.get(app_id)
-        if counter is None:
-            counter = self._fires_committed[app_id] = self.fires.labels(app_id, "committed")
-            self._fire_lateness[app_id] = self.fire_lateness.labels(app_id)
-        counter.inc()
-        self._fire_lateness[app_id].observe(lateness_s)
+        """Hot path: a committed fire."""
+        series = self.per_app.get(app_id) or self._new_series(app_id)
+        series.fires += 1
+        series.fire_lateness.observe(lateness_s)
 
     def observe_attempt(self, app_id: str, outcome: str, status: int | None, duration_s: float) -> None:
-        """One callback attempt to one target; children cached per (app, outcome, status class)."""
-        key = (app_id, outcome, status)
-        counter = self._attempts.get(key)
-        if counter is None:
-            counter = self._attempts[key] = self.callback_attempts.labels(app_id, outcome, status_class(status))
-        counter.inc()
-        histogram = self._callback_duration.get(app_id)
-        if histogram is None:
-            histogram = self._callback_duration[app_id] = self.callback_duration.labels(app_id)
-        histogram.observe(duration_s)
+        """One callback attempt to one target."""
+        series = self.per_app.get(app_id) or self._new_series(app_id)
+        key = (outcome, status)
+        series.attempts[key] = series.attempts.get(key, 0) + 1
+        series.callback_duration.observe(duration_s)
 
     def observe_flow_update(self, app_id: str, status: str, delivery_lateness_s: float | None) -> None:
-        """A flow outcome recorded (``pending`` = a retry is scheduled); cached children."""
-        key = (app_id, status)
-        counter = self._outcomes.get(key)
-        if counter is None:
-            counter = self._outcomes[key] = self.flow_updates.labels(app_id, status)
-        counter.inc()
+        """A flow outcome recorded (``pending`` = a retry is scheduled)."""
+        series = self.per_app.get(app_id) or self._new_series(app_id)
+        series.outcomes[status] = series.outcomes.get(status, 0) + 1
         if status == "pending":
             self.retries.labels(app_id).inc()
         elif status == "dead":
             self.dead_letters.labels(app_id).inc()
         if delivery_lateness_s is not None:
-            histogram = self._delivery_lateness.get(app_id)
-            if histogram is None:
-                histogram = self._delivery_lateness[app_id] = self.delivery_lateness.labels(app_id)
-            histogram.observe(delivery_lateness_s)
+            series.delivery_lateness.observe(delivery_lateness_s)
 
     def observe_throttled(self, app_id: str, reason: str) -> None:
         """A callback the app's limits delayed (``reason`` ``rate`` or ``concurrency``; see
-        :mod:`tjobs.callbacks.limiter`); children cached per (app, reason)."""
-        key = (app_id, reason)
-        counter = self._throttled.get(key)
-        if counter is None:
-            counter = self._throttled[key] = self.throttled.labels(app_id, reason)
-        counter.inc()
+        :mod:`tjobs.callbacks.limiter`)."""
+        series = self.per_app.get(app_id) or self._new_series(app_id)
+        series.throttled[reason] = series.throttled.get(reason, 0) + 1
 
     def observe_hot_tier_lag(self, tier: str, lag_s: float) -> None:
         """A task change applied on the shard's owner ``lag_s`` after it was published."""

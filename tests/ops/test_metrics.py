@@ -364,3 +364,43 @@ def test_a_misfire_committed_by_the_node_is_counted_by_policy() -> None:
     assert got[("tjobs_misfires_total", (("app", "shop"), ("policy", "fire_soon")))] == 2
     assert got[("tjobs_fires_total", (("app", "shop"), ("outcome", "committed")))] == 1
     assert got[("tjobs_fire_lateness_seconds_bucket", (("app", "shop"), ("le", "300.0")))] == 1
+
+
+def test_per_app_series_render_as_prometheus_clients_own_counters_and_histograms_would() -> None:
+    # The fire path's metrics are plain numbers rendered at scrape (tjobs.metrics_per_app); dashboards and
+    # alerts were written against prometheus_client's Counter and Histogram: same samples, bar _created.
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from tjobs.metrics import DURATION_BUCKETS_S, LATENESS_BUCKETS_S
+
+    registry = CollectorRegistry()
+    fires = Counter("tjobs_fires", "Fires by outcome", ["app", "outcome"], registry=registry)
+    lateness = Histogram("tjobs_fire_lateness_seconds", "Fire commit time minus scheduled instant", ["app"],
+                         buckets=LATENESS_BUCKETS_S, registry=registry)
+    attempts = Counter("tjobs_callback_attempts", "Callback attempts by outcome and status class",
+                       ["app", "outcome", "status_class"], registry=registry)
+    duration = Histogram("tjobs_callback_duration_seconds", "Callback request duration", ["app"],
+                         buckets=DURATION_BUCKETS_S, registry=registry)
+    metrics = Metrics()
+    observations = [("shop", 0.0), ("shop", 0.005), ("shop", 0.0051), ("shop", 1.0), ("shop", 301.0), ("b", 7.5)]
+    for app, value in observations:
+        metrics.observe_fire(app, value)
+        fires.labels(app, "committed").inc()
+        lateness.labels(app).observe(value)
+    for status, seconds in ((200, 0.001), (204, 0.3), (503, 5.0), (None, 9.0)):
+        outcome = "delivered" if status and status < 300 else "retryable"
+        metrics.observe_attempt("shop", outcome, status, seconds)
+        attempts.labels("shop", outcome, status_class(status)).inc()
+        duration.labels("shop").observe(seconds)
+
+    def parsed(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text.decode()) for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    ours = {key: value for key, value in parsed(metrics.render()).items()
+            if key[0].startswith(("tjobs_fires_total", "tjobs_fire_lateness", "tjobs_callback_attempts",
+                                  "tjobs_callback_duration"))}
+    assert ours == parsed(generate_latest(registry))
