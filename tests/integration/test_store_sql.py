@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.dialects import mysql
 
 from sharding import shard_of_task_id
@@ -181,6 +182,33 @@ async def test_an_unreachable_server_is_storage_unavailable_without_the_password
                 await call
             assert "127.0.0.1:1" in error.value.message and "s3cret" not in error.value.message
     finally:
+        await store.close()
+
+
+async def test_ping_answers_while_every_pooled_connection_is_busy(mariadb: StorageSettings) -> None:
+    # A burst of fires can hold every pooled connection for seconds; a node whose ping fails for
+    # cluster.db_unreachable_max_s fences itself, so the ping must not queue behind them.
+    store = SQLAlchemyTaskStore(mariadb)
+    await store.start()
+    url = store.layout.engine_urls()[0]
+    capacity = 2 * mariadb.pool_size  # pool_size + max_overflow (tjobs.stores.sql_layout)
+    holding = asyncio.Semaphore(0)
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        async with store._connect(url) as conn:  # what a fire transaction or a load holds
+            await conn.execute(text("SELECT 1"))
+            holding.release()
+            await release.wait()
+
+    holders = [asyncio.create_task(hold()) for _ in range(capacity)]
+    try:
+        for _ in range(capacity):
+            await asyncio.wait_for(holding.acquire(), 10)
+        await asyncio.wait_for(store.ping(), 1.0)
+    finally:
+        release.set()
+        await asyncio.gather(*holders)
         await store.close()
 
 

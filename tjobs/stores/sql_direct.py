@@ -79,6 +79,35 @@ def _task_of(row: tuple[Any, ...] | None) -> Task | None:
     return None if row is None else task_from_row(dict(zip(TASK_COLUMNS, row, strict=True)))
 
 
+class HealthConnection:
+    """One connection to one server kept for the health check alone (:meth:`ping`): the pools may all
+    be busy with a burst of fires for seconds, and a node must not take that for an unreachable
+    database and fence itself. Opened on first use; dropped after any failed or cancelled ping (its
+    state is then unknown) and opened again by the next."""
+
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        self._kwargs = {**kwargs, "autocommit": True}
+        self._conn: Any = None
+        self._lock = asyncio.Lock()
+
+    async def ping(self) -> None:
+        async with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = await asyncmy.connect(**self._kwargs)
+                async with self._conn.cursor() as cursor:
+                    await cursor.execute("SELECT 1")
+                    await cursor.fetchone()
+            except BaseException:
+                self.close()
+                raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
 class DirectPool:
     """A small autocommit asyncmy pool for one MariaDB server (opened on first use)."""
 

@@ -53,7 +53,15 @@ from tjobs.stores.schema import (
     task_from_row,
     task_to_row,
 )
-from tjobs.stores.sql_direct import DirectPool, GroupCommit, Outcome, by_shard, connect_kwargs, unique_keys
+from tjobs.stores.sql_direct import (
+    DirectPool,
+    GroupCommit,
+    HealthConnection,
+    Outcome,
+    by_shard,
+    connect_kwargs,
+    unique_keys,
+)
 from tjobs.stores.sql_fire import FireTransaction
 from tjobs.stores.sql_flow_updates import write_flow_updates
 from tjobs.stores.sql_layout import (
@@ -82,6 +90,7 @@ class SQLAlchemyTaskStore(TaskStore):
         self._engines: dict[str, AsyncEngine] = {}
         self._writers: dict[str, AsyncEngine] = {}
         self._direct: dict[str, DirectPool] = {}  # MariaDB: the API's inserts and reads (sql_direct)
+        self._health: dict[str, HealthConnection] = {}  # MariaDB: ping() outside the pools
         self._groups: dict[str, GroupCommit] = {}  # MariaDB: concurrent single inserts, per server
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -96,6 +105,7 @@ class SQLAlchemyTaskStore(TaskStore):
             kwargs = connect_kwargs(url, self.settings) if self.layout.dialect == MYSQL else None
             if kwargs is not None:
                 self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
+                self._health[url] = HealthConnection(kwargs)
                 self._groups[url] = GroupCommit(functools.partial(self._write_group, url),
                                                 max_flushes=max(1, self.settings.pool_size // 2))
             elif self.layout.dialect != MYSQL:  # SQLite: one writer per file at a time anyway
@@ -104,6 +114,9 @@ class SQLAlchemyTaskStore(TaskStore):
     async def close(self) -> None:
         engines = list(self._engines.values())
         direct = list(self._direct.values())
+        for health in self._health.values():
+            health.close()
+        self._health.clear()
         self._engines.clear()
         self._writers.clear()
         self._direct.clear()
@@ -111,7 +124,15 @@ class SQLAlchemyTaskStore(TaskStore):
         await asyncio.gather(*(engine.dispose() for engine in engines), *(pool.close() for pool in direct))
 
     async def ping(self) -> None:
+        """Every server answers ``SELECT 1``; on MariaDB over a connection of its own, so that pools
+        busy with fires do not make a reachable server look down (:class:`HealthConnection`)."""
+
         async def one(url: str) -> None:
+            health = self._health.get(url)
+            if health is not None:
+                async with self._direct_call(url):
+                    await health.ping()
+                return
             async with self._connect(url) as conn:
                 await conn.execute(text("SELECT 1"))
 
