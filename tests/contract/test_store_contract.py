@@ -503,6 +503,23 @@ async def test_lease_stale_flows_hands_each_flow_to_one_caller_until_the_lease_e
     assert [(f.task_id, f.scheduled_at_ms) for f, _ in again] == [(task.id, NOW_MS - 300)]
 
 
+async def test_shards_with_stale_flows_names_the_shards_a_lease_would_find_something_in(store: TaskStore) -> None:
+    pending, sending, later, delivered, empty = 2, 5, 7, 9, 12
+    for shard, offset, status in ((pending, -300, FlowStatus.PENDING), (sending, -1, FlowStatus.SENDING),
+                                  (later, 50_000, FlowStatus.PENDING), (delivered, -400, FlowStatus.DELIVERED)):
+        task = await store.insert_task(make_task(shard=shard))
+        await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset, status))
+    shards = [pending, sending, later, delivered, empty]
+
+    assert await store.shards_with_stale_flows(shards, NOW_MS) == {pending, sending}
+    assert await store.shards_with_stale_flows(shards, NOW_MS + 50_000) == {pending, sending, later}
+    assert await store.shards_with_stale_flows([later, delivered, empty], NOW_MS) == set()
+    assert await store.shards_with_stale_flows([], NOW_MS) == set()
+    await store.lease_stale_flows(pending, NOW_MS, 10_000, 10)  # leased: due again when the lease ends
+    assert await store.shards_with_stale_flows(shards, NOW_MS) == {sending}
+    assert await store.shards_with_stale_flows(shards, NOW_MS + 10_000) == {pending, sending}
+
+
 async def test_concurrent_leases_never_share_a_flow(store: TaskStore) -> None:
     shard = 1
     task = await store.insert_task(make_task(shard=shard))

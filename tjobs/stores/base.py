@@ -195,6 +195,13 @@ class TaskStore(ABC):
         """How many of the app's tasks live in ``shard`` (in ``status``, when given)."""
 
     @abstractmethod
+    async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
+        """Which of ``shards`` hold a non-terminal flow with ``next_attempt_at_ms <= now_ms``: a plain
+        read (no locks, a few statements per database) so a compensation pass leases only where there
+        is something to lease. A shard named here may be empty by the time it is leased (another caller
+        leased it); a shard with stale flows when the read runs is always named."""
+
+    @abstractmethod
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int
     ) -> list[tuple[Flow, Task | None]]:

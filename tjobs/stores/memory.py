@@ -327,6 +327,15 @@ class MemoryTaskStore(TaskStore):
         return sum(1 for t in self._tasks[shard].values()
                    if t.app_id == app_id and (status is None or t.status is status))
 
+    async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
+        for shard in shards:
+            self._check_shard(shard)
+        return {
+            shard for shard in shards
+            if any(not f.status.terminal and f.next_attempt_at_ms is not None and f.next_attempt_at_ms <= now_ms
+                   for f in self._flows[shard].values())
+        }
+
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int
     ) -> list[tuple[Flow, Task | None]]:

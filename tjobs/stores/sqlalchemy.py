@@ -24,7 +24,21 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from asyncmy.errors import IntegrityError as DriverIntegrityError
-from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import (
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    text,
+    tuple_,
+    union_all,
+    update,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -729,6 +743,29 @@ class SQLAlchemyTaskStore(TaskStore):
             statement = statement.where(home.tasks.c.status == status.value)
         async with self._connect(home.database.engine_url) as conn:
             return int((await conn.execute(statement, execution_options=home.options)).scalar_one())
+
+    async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
+        # One statement per database: SELECT <shard> WHERE EXISTS (an open flow due), UNION ALL over
+        # its shards. Each EXISTS is a range probe of (status, next_attempt_at).
+        by_database: dict[str, list[ShardTables]] = {}
+        for shard in shards:
+            home = self._shard(shard)
+            by_database.setdefault(home.database.name, []).append(home)
+
+        async def probe(homes: list[ShardTables]) -> set[int]:
+            parts = [
+                select(literal(home.shard).label("shard")).where(
+                    exists().where(home.flows.c.status.in_(_OPEN), home.flows.c.next_attempt_at <= now_ms)
+                )
+                for home in homes
+            ]
+            statement = parts[0] if len(parts) == 1 else union_all(*parts)
+            async with self._connect(homes[0].database.engine_url) as conn:
+                rows = await conn.execute(statement, execution_options=homes[0].options)
+                return {int(row[0]) for row in rows}
+
+        found = await asyncio.gather(*(probe(homes) for homes in by_database.values()))
+        return set().union(*found)
 
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int
