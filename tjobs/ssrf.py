@@ -312,7 +312,8 @@ class TargetGuard:
         resolved = self._cache.get(key)
         if resolved is None or resolved.expires_ms <= now_ms:
             try:
-                answers = await asyncio.wait_for(self._resolve(host, port), RESOLVE_TIMEOUT_S)
+                async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+                    answers = await self._resolve(host, port)
             except (OSError, TimeoutError) as error:
                 raise TargetUnresolvable(f"host {host!r} does not resolve ({type(error).__name__})") from None
             if len(self._cache) >= RESOLVE_CACHE_MAX:

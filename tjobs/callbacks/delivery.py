@@ -425,7 +425,8 @@ class Deliverer:
             await self._dirty.wait()
             if len(self._pending) < self._flush_batch:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._full.wait(), self._flush_interval_s)
+                    async with asyncio.timeout(self._flush_interval_s):
+                        await self._full.wait()
             if await self._flush():
                 retry_s = self._flush_interval_s
             else:

@@ -150,7 +150,8 @@ class EtcdCoordinator(Coordinator):
         await self._set_owned(frozenset())
         if self._client is not None and self._lease_id is not None:
             try:
-                await asyncio.wait_for(self._client.revoke_lease(self._lease_id), ETCD_CALL_TIMEOUT_S)
+                async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
+                    await self._client.revoke_lease(self._lease_id)
                 logger.info("resigned: lease revoked", extra={"action": "lease_revoked"})
             except Exception as error:
                 logger.warning(
@@ -259,7 +260,8 @@ class EtcdCoordinator(Coordinator):
             if lease_id is not None and self._client is not None:
                 sent = time.monotonic()
                 try:
-                    reply = await asyncio.wait_for(self._client.refresh_lease(lease_id), ETCD_CALL_TIMEOUT_S)
+                    async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
+                        reply = await self._client.refresh_lease(lease_id)
                     if reply is None or int(reply.TTL) <= 0:
                         await self._lease_lost("etcd says the lease has ended")
                     elif self._lease_id == lease_id:
@@ -282,7 +284,8 @@ class EtcdCoordinator(Coordinator):
         next_clock_check = 0.0
         while self._running:
             try:
-                await asyncio.wait_for(self._store.ping(), self.settings.db_unreachable_max_s)
+                async with asyncio.timeout(self.settings.db_unreachable_max_s):
+                    await self._store.ping()
                 self._db_last_ok = time.monotonic()
             except Exception as error:
                 logger.warning("database unreachable (%s)", error, extra={"action": "database_unreachable"})
@@ -294,7 +297,8 @@ class EtcdCoordinator(Coordinator):
     async def _check_clock(self) -> None:
         try:
             before = self._clock.now_ms()
-            database_ms = await asyncio.wait_for(self._store.database_now_ms(), 2.0)
+            async with asyncio.timeout(2.0):
+                database_ms = await self._store.database_now_ms()
             after = self._clock.now_ms()
         except Exception:
             return  # reachability is the health loop's business

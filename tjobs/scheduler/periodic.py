@@ -45,7 +45,8 @@ class PeriodicPass(ABC):
     async def _loop(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+                async with asyncio.timeout(self._interval_s):
+                    await self._stopping.wait()
                 return
             try:
                 await self.run_once()
