@@ -164,7 +164,7 @@ def _node_main(args: argparse.Namespace) -> None:
 
 def interleaved_run(
     *, tasks: int, window_s: float, slice_s: float, storage: Sequence[str] | None, topology: str | None,
-    prefix: str | None,
+    prefix: str | None, steady: bool = False, control: bool = False,
 ) -> dict[str, Any]:
     """One fire bench on a node that switches its metrics on and off every ``slice_s``
     (:mod:`tjobs.bench.metrics_slices`); the comparison over the slices where it was saturated."""
@@ -173,7 +173,7 @@ def interleaved_run(
 
     from tjobs.bench.fire import run, run_fire_bench
     from tjobs.bench.metrics_slices import compare as compare_slices
-    from tjobs.bench.metrics_slices import read_slices, saturated_with_deliveries
+    from tjobs.bench.metrics_slices import in_window_with_deliveries, read_slices, saturated_with_deliveries
     from tjobs.bench.node_process import node_process
 
     settings: dict[str, Any] = {"metrics": {"enabled": True}}
@@ -181,7 +181,10 @@ def interleaved_run(
         settings["storage"] = {"database_prefix": prefix}
     with tempfile.TemporaryDirectory(prefix="tjobs-metrics-slices-") as directory:
         slices_path = Path(directory) / "slices.jsonl"
-        command = ("-m", "tjobs.bench.metrics_slices", "--slices", str(slices_path), "--slice-s", str(slice_s))
+        command: tuple[str, ...] = ("-m", "tjobs.bench.metrics_slices", "--slices", str(slices_path),
+                                    "--slice-s", str(slice_s))
+        if control:
+            command += ("--control",)
         with node_process(storage_urls=storage, topology=topology, settings=settings,
                           serve_command=command) as node:
             result = run(run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s,
@@ -190,8 +193,12 @@ def interleaved_run(
     delivery = result.delivery
     if result.start_ms is None or delivery is None:
         raise RuntimeError("the fire bench reported no window or delivery")
-    busy = saturated_with_deliveries(slices, delivery.first_receipts_us, tasks=tasks, start_ms=result.start_ms,
-                                     window_s=window_s)
+    if steady:
+        busy = in_window_with_deliveries(slices, delivery.first_receipts_us, start_ms=result.start_ms,
+                                         window_s=window_s)
+    else:
+        busy = saturated_with_deliveries(slices, delivery.first_receipts_us, tasks=tasks,
+                                         start_ms=result.start_ms, window_s=window_s)
     return {
         "delivered": delivery.delivered,
         "missing": delivery.missing,
@@ -219,10 +226,11 @@ def _interleaved_main(args: argparse.Namespace) -> None:
         for _ in range(args.runs):
             drop()  # each run starts from empty shards
             result = interleaved_run(tasks=args.tasks, window_s=args.window_s, slice_s=args.slice_s,
-                                     storage=args.storage, topology=args.topology, prefix=args.prefix)
+                                     storage=args.storage, topology=args.topology, prefix=args.prefix,
+                                     steady=args.steady, control=args.control)
             busy = result.pop("_slices")
             pooled.extend(busy)
-            losses.append(result["throughput_loss_pct"])
+            losses.append(result["fitted_capacity_loss_pct"])
             result["slices"] = [  # [position, on?, ms, delivered, committed, node CPU ms]
                 [s.position, int(s.metrics_on), s.end_ms - s.start_ms, s.delivered, s.committed, round(s.cpu_s * 1000)]
                 for s in busy
@@ -231,11 +239,11 @@ def _interleaved_main(args: argparse.Namespace) -> None:
     finally:
         drop()
     summary = compare_slices(pooled)
-    summary["throughput_loss_pct_per_run"] = losses
+    summary["fitted_capacity_loss_pct_per_run"] = losses
     known = [loss for loss in losses if loss is not None]
     if len(known) > 1:
-        summary["throughput_loss_pct_mean_of_runs"] = round(statistics.fmean(known), 2)
-        summary["throughput_loss_pct_stderr_of_runs"] = round(statistics.stdev(known) / len(known) ** 0.5, 2)
+        summary["fitted_capacity_loss_pct_mean_of_runs"] = round(statistics.fmean(known), 2)
+        summary["fitted_capacity_loss_pct_stderr_of_runs"] = round(statistics.stdev(known) / len(known) ** 0.5, 2)
     print(json.dumps({"tasks": args.tasks, "window_s": args.window_s, "slice_s": args.slice_s,
                       "runs": args.runs, "pooled": summary}))
 
@@ -256,6 +264,10 @@ def main() -> None:
                         help="one saturated node per run, metrics switched on/off every --slice-s")
     parser.add_argument("--runs", type=int, default=3, help="with --interleaved: fire bench runs")
     parser.add_argument("--slice-s", type=float, default=1.0)
+    parser.add_argument("--steady", action="store_true",
+                        help="with --interleaved: a rate the node keeps up with; every slice of the window counts")
+    parser.add_argument("--control", action="store_true",
+                        help="with --interleaved: both arms without metrics (A/A), the method's own spread")
     args = parser.parse_args()
     if (args.node or args.interleaved) and args.storage and not args.prefix:
         parser.error("--storage needs --prefix (a database prefix of your own, dropped afterwards)")

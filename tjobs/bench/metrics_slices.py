@@ -51,10 +51,12 @@ class Slice:
     delivered: int = 0  # first callbacks the sink received during the slice (saturated_with_deliveries)
 
 
-async def alternate_metrics(node: Any, slice_s: float, out: Path) -> None:
-    """Switch ``node.metrics`` on and off in :data:`SLICE_ORDER`, one JSON line per slice to ``out``."""
-    live = node.metrics
-    if not live.enabled:
+async def alternate_metrics(node: Any, slice_s: float, out: Path, control: bool = False) -> None:
+    """Switch ``node.metrics`` on and off in :data:`SLICE_ORDER`, one JSON line per slice to ``out``.
+    ``control``: both arms are a :class:`NullMetrics` (two of them), so any difference the comparison
+    then reports is the method's own."""
+    live = NullMetrics() if control else node.metrics
+    if not control and not live.enabled:
         raise ValueError("the node must start with metrics.enabled = true")
     null = NullMetrics()
     with out.open("a", encoding="utf-8") as lines:
@@ -76,6 +78,25 @@ def read_slices(path: Path) -> list[Slice]:
     return [Slice(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
+def in_window_with_deliveries(
+    slices: Iterable[Slice], first_receipts_us: Sequence[int], *, start_ms: int, window_s: float,
+) -> list[Slice]:
+    """For a steady run (offered rate below capacity, so commits and deliveries both follow it): the
+    slices from 1 s into the window to its end, each with the first callbacks received during it."""
+    end_ms = start_ms + window_s * 1000
+    return [_counted(s, first_receipts_us) for s in slices if s.start_ms >= start_ms + 1000 and s.end_ms <= end_ms]
+
+
+def _received(first_receipts_us: Sequence[int], ms: int) -> int:
+    return bisect.bisect_left(first_receipts_us, ms * 1000)
+
+
+def _counted(s: Slice, first_receipts_us: Sequence[int]) -> Slice:
+    return dataclasses.replace(
+        s, delivered=_received(first_receipts_us, s.end_ms) - _received(first_receipts_us, s.start_ms)
+    )
+
+
 def saturated_with_deliveries(
     slices: Iterable[Slice], first_receipts_us: Sequence[int], *, tasks: int, start_ms: int, window_s: float,
 ) -> list[Slice]:
@@ -87,12 +108,9 @@ def saturated_with_deliveries(
     def due_by(ms: int) -> float:
         return tasks * min(max((ms - start_ms) / window_ms, 0.0), 1.0)
 
-    def received_by(ms: int) -> int:
-        return bisect.bisect_left(first_receipts_us, ms * 1000)
-
     return [
-        dataclasses.replace(s, delivered=received_by(s.end_ms) - received_by(s.start_ms))
-        for s in slices if due_by(s.end_ms) - received_by(s.end_ms) > SATURATED_BACKLOG
+        _counted(s, first_receipts_us) for s in slices
+        if due_by(s.end_ms) - _received(first_receipts_us, s.end_ms) > SATURATED_BACKLOG
     ]
 
 
@@ -111,6 +129,28 @@ def rates(slices: Sequence[Slice]) -> dict[str, Any]:
     }
 
 
+def fitted_cost_us(slices: Sequence[Slice]) -> dict[str, float] | None:
+    """Node CPU per commit and per delivery, fitted over ``slices`` by least squares
+    (``cpu ≈ commit_us × committed + delivery_us × delivered``), and their sum: the CPU one fire costs
+    a saturated node. Within a run the mix moves (commits in bursts while fires are due, deliveries
+    alone in the drain), so CPU per delivered fire of a set of slices depends on the commits that
+    happened to fall into it; the fit does not. Background work (compensator, loads) is spread over
+    both. ``None`` with too few or too uniform slices."""
+    cc = sum(s.committed * s.committed for s in slices)
+    dd = sum(s.delivered * s.delivered for s in slices)
+    cd = sum(s.committed * s.delivered for s in slices)
+    cy = sum(s.committed * s.cpu_s for s in slices)
+    dy = sum(s.delivered * s.cpu_s for s in slices)
+    determinant = cc * dd - cd * cd
+    if len(slices) < 3 or determinant <= 1e-9 * cc * dd:
+        return None
+    commit_us = (cy * dd - dy * cd) / determinant * 1e6
+    delivery_us = (dy * cc - cy * cd) / determinant * 1e6
+    return {"commit_us": round(commit_us, 1), "delivery_us": round(delivery_us, 1),
+            "fire_us": round(commit_us + delivery_us, 1),
+            "fires_per_core_s": round(1e6 / (commit_us + delivery_us), 1)}
+
+
 def loss_pct(on: dict[str, Any], off: dict[str, Any], key: str = "delivered_per_s") -> float | None:
     """How much lower ``key`` is with metrics on than off, in percent."""
     with_metrics, without = on.get(key), off.get(key)
@@ -121,18 +161,25 @@ def loss_pct(on: dict[str, Any], off: dict[str, Any], key: str = "delivered_per_
 
 def compare(slices: Sequence[Slice]) -> dict[str, Any]:
     """On versus off, pooled over ``slices`` (the saturated ones): fires/s and node CPU per fire of all
-    on-slices against all off-slices. A/A: the same comparison between the two on-positions of the
-    on-off-off-on order (first against last) and between the two off-positions; it is what the
-    method reports where there is nothing to find, so a loss inside it is not a finding."""
+    on-slices against all off-slices, and the fitted CPU per fire (:func:`fitted_cost_us`) with the
+    capacity of a core at that cost (``fitted_capacity_loss_pct``: the figure for a CPU-bound node).
+    A/A: the comparison of fires/s between the two on-positions of the on-off-off-on order (first
+    against last) and between the two off-positions; a run with ``--control`` (both arms without
+    metrics) shows the same for every figure. A loss inside those is not a finding."""
     def at(*positions: int) -> dict[str, Any]:
         return rates([s for s in slices if s.position % len(SLICE_ORDER) in positions])
 
     on, off = at(0, 3), at(1, 2)
+    fit_on = fitted_cost_us([s for s in slices if s.metrics_on])
+    fit_off = fitted_cost_us([s for s in slices if not s.metrics_on])
     return {
         "on": on,
         "off": off,
         "throughput_loss_pct": loss_pct(on, off),
         "cpu_per_fire_increase_pct": loss_pct(off, on, "node_cpu_us_per_fire"),
+        "fitted_on": fit_on,
+        "fitted_off": fit_off,
+        "fitted_capacity_loss_pct": loss_pct(fit_on, fit_off, "fires_per_core_s") if fit_on and fit_off else None,
         "aa_on_pct": loss_pct(at(0), at(3)),
         "aa_off_pct": loss_pct(at(1), at(2)),
     }
@@ -141,7 +188,7 @@ def compare(slices: Sequence[Slice]) -> dict[str, Any]:
 # ---- the child: a node that alternates ------------------------------------------------------------
 
 
-def serve_alternating(config: Path, slices_out: Path, slice_s: float) -> None:
+def serve_alternating(config: Path, slices_out: Path, slice_s: float, control: bool) -> None:
     """``tjobs serve --config FILE`` plus :func:`alternate_metrics` once the node has started."""
     from tjobs.logs import configure_logging
     from tjobs.server import run, serve
@@ -151,7 +198,7 @@ def serve_alternating(config: Path, slices_out: Path, slice_s: float) -> None:
     background: set[asyncio.Task[None]] = set()
 
     async def after_start(node: Any) -> None:
-        task = asyncio.create_task(alternate_metrics(node, slice_s, slices_out), name="metrics-slices")
+        task = asyncio.create_task(alternate_metrics(node, slice_s, slices_out, control), name="metrics-slices")
         background.add(task)
 
     run(serve(load_settings(config), after_start=after_start))
@@ -162,8 +209,9 @@ def main() -> None:
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--slices", type=Path, required=True, help="JSON lines, one per slice")
     parser.add_argument("--slice-s", type=float, default=1.0)
+    parser.add_argument("--control", action="store_true", help="both arms without metrics (A/A)")
     args = parser.parse_args()
-    serve_alternating(args.config, args.slices, args.slice_s)
+    serve_alternating(args.config, args.slices, args.slice_s, args.control)
 
 
 if __name__ == "__main__":
