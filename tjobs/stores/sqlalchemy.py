@@ -764,8 +764,10 @@ class SQLAlchemyTaskStore(TaskStore):
                 rows = await conn.execute(statement, execution_options=homes[0].options)
                 return {int(row[0]) for row in rows}
 
-        found = await asyncio.gather(*(probe(homes) for homes in by_database.values()))
-        return set().union(*found)
+        stale: set[int] = set()
+        for homes in by_database.values():  # one at a time: a pass must not take the fire path's connections
+            stale |= await probe(homes)
+        return stale
 
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int
