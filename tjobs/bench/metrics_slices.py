@@ -1,4 +1,4 @@
-"""Metrics on versus off in one node, in alternating slices of one saturated fire run.
+"""Metrics on versus off in one node, in alternating slices of one fire bench run.
 
 Two node processes, one with metrics and one without, differ in more than their metrics: the
 database's state, what else the machine runs meanwhile, where the heap lands. On this 2-core machine
@@ -13,7 +13,10 @@ The node records each slice's wall-clock span, its own CPU time and the fires it
 (``RunnerStats.fires_committed``); the fires a slice delivered are the first callbacks the bench's
 sink received during it (the fire bench's own measure of fires/s). Only slices during which the node
 was behind (more fires due than received, by ``SATURATED_BACKLOG`` at the slice's end) count: there
-the node's throughput, not the offered rate, decides how many fires a slice delivers.
+the node's throughput, not the offered rate, decides how many fires a slice delivers (``--steady``:
+every slice of the window, at a rate the node keeps up with). The comparison (:func:`compare`) fits
+each arm's CPU to its commits and deliveries, since the mix of the two moves from slice to slice; a
+``--control`` run, with no metrics in either arm, measures what the method reports on its own.
 
 The child side is ``python -m tjobs.bench.metrics_slices --config FILE --slices OUT [--slice-s S]``
 (run by :func:`tjobs.bench.node_process.node_process`); the driver is
