@@ -135,27 +135,29 @@ def compare(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _node_main(args: argparse.Namespace) -> None:
-    import json
-
+def _drop_prefix(args: argparse.Namespace) -> None:
+    """Drop the ``--prefix`` databases of ``--storage`` (nothing for the embedded default)."""
     from tjobs.bench.cycle_load import drop_databases
     from tjobs.settings import StorageSettings
 
-    def drop() -> None:
-        if args.storage:
-            drop_databases(StorageSettings(urls=args.storage, database_prefix=args.prefix))
+    if args.storage:
+        drop_databases(StorageSettings(urls=args.storage, database_prefix=args.prefix))
+
+
+def _node_main(args: argparse.Namespace) -> None:
+    import json
 
     runs: list[dict[str, Any]] = []
     try:
         for pair in range(args.pairs):
             for metrics_on in ((True, False) if pair % 2 == 0 else (False, True)):
-                drop()  # each run starts from empty shards
+                _drop_prefix(args)  # each run starts from empty shards
                 run_ = node_run(metrics_on, tasks=args.tasks, window_s=args.window_s, storage=args.storage,
                                 topology=args.topology, prefix=args.prefix)
                 runs.append(run_)
                 print(json.dumps(run_), flush=True)
     finally:
-        drop()
+        _drop_prefix(args)
     print(json.dumps({"tasks": args.tasks, "window_s": args.window_s, "summary": compare(runs)}))
 
 
@@ -203,7 +205,7 @@ def interleaved_run(
         "delivered": delivery.delivered,
         "missing": delivery.missing,
         "duplicates": delivery.duplicates,
-        "saturated_s": round(sum(s.end_ms - s.start_ms for s in busy) / 1000, 1),
+        "counted_s": round(sum(s.end_ms - s.start_ms for s in busy) / 1000, 1),
         **compare_slices(busy),
         "_slices": busy,
     }
@@ -212,19 +214,13 @@ def interleaved_run(
 def _interleaved_main(args: argparse.Namespace) -> None:
     import json
 
-    from tjobs.bench.cycle_load import drop_databases
     from tjobs.bench.metrics_slices import compare as compare_slices
-    from tjobs.settings import StorageSettings
-
-    def drop() -> None:
-        if args.storage:
-            drop_databases(StorageSettings(urls=args.storage, database_prefix=args.prefix))
 
     pooled = []
     losses = []
     try:
         for _ in range(args.runs):
-            drop()  # each run starts from empty shards
+            _drop_prefix(args)  # each run starts from empty shards
             result = interleaved_run(tasks=args.tasks, window_s=args.window_s, slice_s=args.slice_s,
                                      storage=args.storage, topology=args.topology, prefix=args.prefix,
                                      steady=args.steady, control=args.control)
@@ -237,7 +233,7 @@ def _interleaved_main(args: argparse.Namespace) -> None:
             ]
             print(json.dumps(result), flush=True)
     finally:
-        drop()
+        _drop_prefix(args)
     summary = compare_slices(pooled)
     summary["fitted_capacity_loss_pct_per_run"] = losses
     known = [loss for loss in losses if loss is not None]
