@@ -173,19 +173,26 @@ class FirePlan:
 
 @dataclass(slots=True)
 class FireOutcome:
-    """The result of one intent in a committed fire transaction.
+    """What became of one intent of a fire batch: committed, rejected or failed.
 
-    ``task`` is the row after the update (``None`` when the CAS failed); ``flows`` are the rows
-    inserted for it. A failed CAS produces no flow and leaves the task untouched.
+    - committed: ``task`` is the row after the update, ``flows`` the rows inserted for it;
+    - rejected: the CAS failed (or the planner declined): ``task`` is ``None``, no flow, the task untouched;
+    - failed: the intent's transaction did not commit and ``error`` says why; ``task`` is ``None`` and
+      no flow. The intent may be committed again as it stands (see ``TaskStore.commit_fires``).
     """
 
     intent: FireIntent
     task: Task | None
     flows: list[Flow]
+    error: Exception | None = None
 
     @property
     def committed(self) -> bool:
         return self.task is not None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
 
 
 @dataclass(frozen=True, slots=True)

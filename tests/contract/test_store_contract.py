@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
-from sharding import shard_of_task_id
-from tests.contract.backends import IDS, NOW_MS, intent_of, interval_planner, make_task
+from sharding import Topology, shard_of_task_id
+from tests.contract.backends import (
+    IDS,
+    NOW_MS,
+    TOPOLOGY,
+    drop_databases,
+    intent_of,
+    interval_planner,
+    make_task,
+    run_in_thread,
+    wipe,
+)
 from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, VersionConflict
+from tjobs.migrate import migrate
 from tjobs.model import (
     App,
     FireIntent,
+    FireOutcome,
     FirePlan,
     Flow,
     FlowKind,
@@ -22,8 +37,11 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
+from tjobs.settings import StorageSettings
 from tjobs.stores import sql_flow_updates
 from tjobs.stores.base import TaskStore
+from tjobs.stores.memory import MemoryTaskStore
+from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 APPS = ("app-a", "app-b")
 
@@ -377,6 +395,135 @@ async def test_a_task_fired_twice_in_one_batch_follows_its_own_advance(store: Ta
     stored = await store.get_task(task.id)
     assert stored is not None and (stored.version, stored.fire_count) == (3, 2)
     assert [f.scheduled_at_ms for f in await store.list_flows(task.id, 10)] == [NOW_MS + 60_000, NOW_MS]
+
+
+# ---- one server's transaction failing (a batch over several servers) ---------------------------
+#
+# Shards 1 and 5 live on instance 0, shards 9 and 13 on instance 1 (topology 2x2x4). ``split_store``
+# puts the two instances on two servers: the memory twin's instances, SQLite's files, and MariaDB
+# reached through two URLs (two engines, so two transactions, even on one physical server).
+
+
+def _other_address(url: str) -> str | None:
+    """The same MariaDB server under another host name: a second engine URL for the store."""
+    parsed = make_url(url)
+    swap = {"127.0.0.1": "localhost", "localhost": "127.0.0.1"}.get(parsed.host or "")
+    return None if swap is None else parsed.set(host=swap).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def two_server_mariadb_settings(mysql_url: str) -> Iterator[StorageSettings]:
+    other = _other_address(mysql_url)
+    if other is None:
+        pytest.skip(f"no second address for {mysql_url}: use 127.0.0.1 or localhost")
+    settings = StorageSettings(urls=[mysql_url, other], topology=TOPOLOGY,
+                               database_prefix=f"tjobsct2_{secrets.token_hex(4)}")
+    run_in_thread(lambda: migrate(settings))
+    yield settings
+    run_in_thread(lambda: drop_databases(settings))
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
+async def split_store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
+    """A store whose instances 0 and 1 commit in separate transactions."""
+    if request.param == "memory":
+        yield MemoryTaskStore(Topology.parse(TOPOLOGY))
+        return
+    name = "sqlite_store_settings" if request.param == "sqlite" else "two_server_mariadb_settings"
+    settings: StorageSettings = request.getfixturevalue(name)
+    await wipe(settings)
+    sql_store = SQLAlchemyTaskStore(settings)
+    await sql_store.start()
+    try:
+        yield sql_store
+    finally:
+        await sql_store.close()
+
+
+async def _assert_each_outcome_is_what_the_store_holds(
+    store: TaskStore, before: dict[int, Task], outcomes: list[FireOutcome]
+) -> None:
+    """Committed: the task advanced and its flows are stored. Failed: nothing of it was written."""
+    for outcome in outcomes:
+        task_id = outcome.intent.task_id
+        stored = await store.get_task(task_id)
+        flows = await store.list_flows(task_id, 10)
+        if outcome.committed:
+            assert outcome.error is None and stored == outcome.task
+            assert flows == outcome.flows != []
+        else:
+            assert outcome.failed and outcome.flows == []
+            assert stored == before[task_id] and flows == []
+
+
+async def test_a_transaction_that_fails_on_one_server_keeps_the_commits_of_the_others(
+    split_store: TaskStore,
+) -> None:
+    store = split_store
+    # Given due tasks on both servers, and a planner that fails on one task of server 1 (shard 9)
+    tasks = [await store.insert_task(make_task(shard=shard, name=f"s{shard}")) for shard in (1, 5, 9, 13)]
+    bad = await store.insert_task(make_task(shard=9, name="bad"))
+    before = {t.id: t for t in [*tasks, bad]}
+    failure = RuntimeError("server 1 went away")
+
+    def planner(task: Task, intent: FireIntent, now_ms: int) -> FirePlan | None:
+        if task.name == "bad":
+            raise failure
+        return interval_planner(task, intent, now_ms)
+
+    # When one batch commits them all
+    intents = [intent_of(t) for t in [*tasks, bad]]
+    outcomes = await store.commit_fires(intents, NOW_MS, planner)
+
+    # Then server 0's fires are committed and reported; the failed transaction's intents carry the
+    # error and wrote nothing (shard 13 shares a server with shard 9 on MariaDB, not on SQLite)
+    assert [o.intent for o in outcomes] == intents
+    by_name = {before[o.intent.task_id].name: o for o in outcomes}
+    assert by_name["s1"].committed and by_name["s5"].committed
+    assert by_name["bad"].error is failure and by_name["s9"].error is failure
+    assert by_name["s13"].committed or by_name["s13"].error is failure
+    await _assert_each_outcome_is_what_the_store_holds(store, before, outcomes)
+
+    # And the failed intents, committed again alone, fire once each
+    retried = await store.commit_fires([o.intent for o in outcomes if o.failed], NOW_MS + 5, interval_planner)
+    assert all(o.committed for o in retried)
+    for task in [*tasks, bad]:
+        assert [f.scheduled_at_ms for f in await store.list_flows(task.id, 10)] == [NOW_MS]
+
+
+async def test_a_fence_closing_before_one_servers_commit_rolls_back_only_that_transaction(
+    split_store: TaskStore,
+) -> None:
+    store = split_store
+    # Given due tasks on both servers, and a fence that closes for the first transaction to ask
+    tasks = [await store.insert_task(make_task(shard=shard)) for shard in (1, 1, 9, 9)]
+    before = {t.id: t for t in tasks}
+    answers = iter([False])
+
+    def fence() -> bool:
+        return next(answers, True)
+
+    # When the batch commits
+    outcomes = await store.commit_fires([intent_of(t) for t in tasks], NOW_MS, interval_planner, fence)
+
+    # Then one server's transaction is Fenced and wrote nothing, the other one's committed
+    failed = [o for o in outcomes if o.failed]
+    assert len(failed) == 2 and all(isinstance(o.error, Fenced) for o in failed)
+    assert len({shard_of_task_id(o.intent.task_id) for o in failed}) == 1
+    await _assert_each_outcome_is_what_the_store_holds(store, before, outcomes)
+
+
+async def test_a_batch_that_fails_on_every_server_raises_and_writes_nothing(split_store: TaskStore) -> None:
+    store = split_store
+    tasks = [await store.insert_task(make_task(shard=shard)) for shard in (1, 9)]
+    before = await dump(store)
+
+    def planner(_task: Task, _intent: FireIntent, _now_ms: int) -> FirePlan | None:
+        raise RuntimeError("planner bug")
+
+    with pytest.raises(RuntimeError, match="planner bug"):
+        await store.commit_fires([intent_of(t) for t in tasks], NOW_MS, planner)
+    assert await dump(store) == before
 
 
 # ---- flows --------------------------------------------------------------------------------------

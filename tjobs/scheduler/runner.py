@@ -11,6 +11,12 @@ Every tick the wheel yields its due entries; committers take them in batches and
 commits, newly due entries queue up and form the next, larger batch (group commit), so batches grow
 with load instead of transactions multiplying. Committed flows go to the deliverer; a recurring
 task's next occurrence re-enters the wheel if it falls before the horizon.
+
+A batch spans database servers, and each server's transaction commits or fails on its own: what
+committed is delivered and re-enters the wheel as above, and the intents of a failed transaction go
+back into the wheel alone, retried after 0.5 s, doubling up to 5 s. A retried intent that is then
+rejected has its task re-read and offered as stored (its first commit may have gone through unseen, a
+connection lost during COMMIT; the compensator delivers such a flow).
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from tjobs.wheel import TimingWheel, WheelEntry
 
 logger = logging.getLogger(__name__)
 
+COMMIT_RETRY_FIRST_MS = 500  # a failed fire transaction's intents are retried after this long,
+COMMIT_RETRY_MAX_MS = 5_000  # doubling per consecutive failure up to this
+
 FlowSink = Callable[[Task, Flow], None]
 """Receives every committed flow that must be sent (status pending or sending)."""
 
@@ -60,6 +69,8 @@ class RunnerStats:
     commit_batches: int = 0
     commit_errors: int = 0
     commit_fenced: int = 0
+    commit_retries: int = 0  # intents of failed fire transactions put back in the wheel
+    reconciled: int = 0  # retried intents found rejected, whose task was re-read
     last_load_ms: int = 0
     misfires: dict[str, int] = field(default_factory=dict)
 
@@ -94,6 +105,7 @@ class JobRunner:
         self._owned: frozenset[int] = frozenset()
         self._horizon_ms = 0
         self._pending: list[WheelEntry] = []
+        self._commit_failures: dict[FireIntent, int] = {}  # failed intent -> consecutive failures
         self._pending_ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
@@ -190,6 +202,7 @@ class JobRunner:
             new_horizon_ms = self._horizon_ms + self._cycle_ms
             self._horizon_ms = new_horizon_ms
             self._pacer.forget_idle(self._clock.now_ms())
+            self._commit_failures = {i: n for i, n in self._commit_failures.items() if i.task_id in self.wheel}
             try:
                 await self._load(sorted(self._owned), new_horizon_ms)
             except Exception:
@@ -263,36 +276,88 @@ class JobRunner:
         started = loop.time()
         try:
             outcomes = await self._store.commit_fires(intents, now_ms, self._planner, self._may_commit)
-        except Fenced:
-            # Stopped inside the transaction while the fence closed: rolled back, nothing written.
-            # Like the fenced path above, the entries are dropped for the shard's owner to fire.
-            self.stats.commit_fenced += 1
-            logger.warning("fire commit of %d intents rolled back: this node is fenced", len(batch),
-                           extra={"action": "fire_commit_fenced"})
-            return
-        except Exception as error:
-            self.stats.commit_errors += 1
-            logger.warning("fire commit of %d intents failed (%s); retrying in 500 ms", len(batch), error,
-                           extra={"action": "fire_commit_failed"})
-            retry_at_ms = self._clock.now_ms() + 500
-            for entry in batch:
-                if self.wheel.get(entry.task_id) is None and shard_of_task_id(entry.task_id) in self._owned:
-                    self.wheel.add(entry.task_id, retry_at_ms, entry.scheduled_at_ms, entry.version)
-            return
-        self.stats.commit_batches += 1
-        if self._on_fire_outcomes is not None:
-            self._on_fire_outcomes(outcomes, now_ms, loop.time() - started)
+        except Exception as error:  # every transaction of the batch failed: nothing was written
+            outcomes = [FireOutcome(intent, None, [], error) for intent in intents]
+        self._log_failures(outcomes)
+        if not all(outcome.failed for outcome in outcomes):
+            self.stats.commit_batches += 1
+            if self._on_fire_outcomes is not None:
+                self._on_fire_outcomes(outcomes, now_ms, loop.time() - started)
+        rejected_retries: list[FireIntent] = []
+        for entry, outcome in zip(batch, outcomes, strict=True):
+            if outcome.failed:
+                self._retry_later(entry, outcome.intent)
+            elif self._after_commit(outcome):
+                rejected_retries.append(outcome.intent)
+        for intent in rejected_retries:
+            await self._reconcile(intent)
+
+    def _log_failures(self, outcomes: list[FireOutcome]) -> None:
+        """Count and log each failed transaction (its intents share one error) once."""
+        failed: dict[int, tuple[Exception, int]] = {}
         for outcome in outcomes:
-            self._after_commit(outcome)
+            if outcome.error is not None:
+                _, count = failed.get(id(outcome.error), (outcome.error, 0))
+                failed[id(outcome.error)] = (outcome.error, count + 1)
+        for error, count in failed.values():
+            if isinstance(error, Fenced):
+                # Stopped inside the transaction while the fence closed: rolled back, nothing written.
+                self.stats.commit_fenced += 1
+                logger.warning("fire transaction of %d intents rolled back: this node is fenced", count,
+                               extra={"action": "fire_commit_fenced"})
+            else:
+                self.stats.commit_errors += 1
+                logger.warning("fire transaction of %d intents failed (%s); retrying them", count, error,
+                               extra={"action": "fire_commit_failed"})
+
+    def _retry_later(self, entry: WheelEntry, intent: FireIntent) -> None:
+        """Put a failed intent back in the wheel, alone, after a delay that doubles per failure.
+
+        Nothing of it was written (or, after a connection lost during COMMIT, it committed and its
+        retry is rejected: see :meth:`_reconcile`). The tick loop yields it only while this node may
+        fire; a released job's entries leave the wheel with it.
+        """
+        failures = self._commit_failures.get(intent, 0) + 1
+        if self.wheel.get(entry.task_id) is not None or shard_of_task_id(entry.task_id) not in self._owned:
+            self._commit_failures.pop(intent, None)  # a newer entry took its place, or the job left
+            return
+        self._commit_failures[intent] = failures
+        delay_ms = min(COMMIT_RETRY_FIRST_MS * 2 ** min(failures - 1, 16), COMMIT_RETRY_MAX_MS)
+        self.stats.commit_retries += 1
+        self.wheel.add(entry.task_id, self._clock.now_ms() + delay_ms, entry.scheduled_at_ms, entry.version)
+
+    async def _reconcile(self, intent: FireIntent) -> None:
+        """A retried intent was rejected: its first commit may have gone through although it failed
+        (the connection was lost while the server committed), or the task changed meanwhile. Offer the
+        task as the store holds it now, so its next instant does not wait for the next cycle load; a
+        flow that did commit is pending in the store, and the compensator delivers it."""
+        try:
+            task = await self._store.get_task(intent.task_id)
+        except Exception as error:
+            logger.warning("could not re-read task %d after a rejected retry (%s); the next load offers it",
+                           intent.task_id, error, extra={"action": "fire_reconcile_failed"})
+            return
+        self.stats.reconciled += 1
+        if (
+            task is not None
+            and task.status is TaskStatus.ACTIVE
+            and task.next_run_at_ms is not None
+            and task.next_run_at_ms < self._horizon_ms
+            and shard_of_task_id(task.id) in self._owned
+        ):
+            self._offer(task.id, task.app_id, task.next_run_at_ms, task.version, task.misfire_policy)
 
     def _may_commit(self) -> bool:
         return self._coordinator.may_fire(self._clock.now_ms())
 
-    def _after_commit(self, outcome: FireOutcome) -> None:
+    def _after_commit(self, outcome: FireOutcome) -> bool:
+        """Deliver a committed fire's flows and offer its next run; ``True`` for a rejected intent
+        that had failed before (it needs :meth:`_reconcile`)."""
+        retried = self._commit_failures.pop(outcome.intent, 0) > 0
         task = outcome.task
         if task is None:
             self.stats.cas_rejected += 1
-            return
+            return retried
         self.stats.fires_committed += 1
         for flow in outcome.flows:
             if flow.status in (FlowStatus.PENDING, FlowStatus.SENDING):
@@ -310,3 +375,4 @@ class JobRunner:
             and shard_of_task_id(task.id) in self._owned
         ):
             self._offer(task.id, task.app_id, task.next_run_at_ms, task.version, task.misfire_policy)
+        return False

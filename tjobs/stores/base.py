@@ -142,17 +142,27 @@ class TaskStore(ABC):
     ) -> list[FireOutcome]:
         """Commit a batch of due fires; one outcome per intent, in order.
 
-        Intents are grouped so that one transaction covers each database touched (never one per
-        fire). In it, each task row is locked; if it is still ``active`` at
+        Intents are grouped so that one transaction covers each database server touched (never one
+        per fire; MariaDB: one per server URL, SQLite: one per file, the memory twin: one per topology
+        instance). In it, each task row is locked; if it is still ``active`` at
         ``(next_run_at_ms, version) == (intent.scheduled_at_ms, intent.version)`` the planner
         decides the plan, the plan's flows are inserted and the task advances (``version + 1``).
-        Otherwise the outcome has ``task=None`` and no flow. A flow whose ``(task_id,
-        scheduled_at_ms)`` already exists is never duplicated (invariant 2). If a transaction fails,
-        none of its intents is committed and the error is raised.
+        Otherwise the outcome is *rejected*: ``task=None`` and no flow. A flow whose ``(task_id,
+        scheduled_at_ms)`` already exists is never duplicated (invariant 2).
+
+        Transactions succeed or fail independently: a failed one (a lost connection, a lock wait
+        timeout, the fence, a planner error) commits none of its intents, and each of them gets a
+        *failed* outcome whose ``error`` is that transaction's error (:class:`tjobs.errors.
+        StorageUnavailable` when its server could not be reached), while the outcomes of the
+        transactions that committed are reported as usual, never discarded. Only when every
+        transaction failed is an error raised (one of theirs): a call that raises wrote nothing.
+        A failed intent may be committed again as it stands. One case is unknowable: a connection
+        lost while the server was committing may have committed; such an intent, committed again,
+        is then rejected, and its flows are already stored (pending, for the compensator).
 
         ``may_commit`` (the node's fence) is asked last, after every statement and just before each
-        transaction commits: if it says no, that transaction rolls back and
-        :class:`tjobs.errors.Fenced` is raised. A node stopped (GC, SIGSTOP, a stalled VM) inside the
+        transaction commits: if it says no, that transaction rolls back and fails with
+        :class:`tjobs.errors.Fenced`. A node stopped (GC, SIGSTOP, a stalled VM) inside the
         transaction while a backup took its shards over therefore commits nothing when it resumes.
         """
 

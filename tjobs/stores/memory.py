@@ -205,6 +205,32 @@ class MemoryTaskStore(TaskStore):
         may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         await asyncio.sleep(0)
+        # One transaction per topology instance (a database server in a cluster deployment).
+        outcomes: list[FireOutcome] = [FireOutcome(intent, None, []) for intent in intents]
+        by_instance: dict[int, list[int]] = {}
+        for index, intent in enumerate(intents):
+            shard = self._shard_of(intent.task_id)
+            if shard is not None:  # an id outside the topology names no row: rejected
+                by_instance.setdefault(self.topology.locate(shard).instance, []).append(index)
+        errors: list[Exception] = []
+        for indexes in by_instance.values():
+            try:
+                committed = self._fire_transaction([intents[i] for i in indexes], now_ms, planner, may_commit)
+            except Exception as error:
+                errors.append(error)
+                for index in indexes:
+                    outcomes[index] = FireOutcome(intents[index], None, [], error)
+                continue
+            for index, outcome in zip(indexes, committed, strict=True):
+                outcomes[index] = outcome
+        if errors and len(errors) == len(by_instance):
+            raise errors[0]  # every transaction failed: nothing was written
+        return outcomes
+
+    def _fire_transaction(
+        self, intents: list[FireIntent], now_ms: int, planner: FirePlanner,
+        may_commit: Callable[[], bool] | None,
+    ) -> list[FireOutcome]:
         # Plan everything first: a planner that raises leaves nothing changed.
         state: dict[int, Task] = {}
         written: set[FlowKey] = set()

@@ -577,24 +577,26 @@ class SQLAlchemyTaskStore(TaskStore):
             if home is not None:  # an id outside the topology names no row: a failed CAS
                 by_engine[home.database.engine_url].append((index, home))
 
-        async def run(url: str, items: list[tuple[int, ShardTables]]) -> None:
+        async def run(url: str, items: list[tuple[int, ShardTables]]) -> Exception | None:
+            """One server's transaction; its error is its intents' outcome, not the batch's."""
             fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit)
             try:
                 await fire.run(lambda: self._engine(url, write=True).begin())
-            except TjobsError:
-                raise
             except Exception as error:
-                if is_unavailable(error):
-                    raise unavailable(url, error) from error
-                raise
+                failure = error
+                if not isinstance(error, TjobsError) and is_unavailable(error):
+                    failure = unavailable(url, error)
+                    failure.__cause__ = error
+                for index, _ in items:
+                    outcomes[index] = FireOutcome(intents[index], None, [], failure)
+                return failure
             for index, outcome in fire.outcomes.items():
                 outcomes[index] = outcome
+            return None
 
-        results = await asyncio.gather(*(run(url, items) for url, items in by_engine.items()),
-                                       return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        errors = await asyncio.gather(*(run(url, items) for url, items in by_engine.items()))
+        if errors and all(error is not None for error in errors):
+            raise next(error for error in errors if error is not None)  # nothing was written
         return outcomes
 
     # ---- flows --------------------------------------------------------------------------------------
