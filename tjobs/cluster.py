@@ -4,6 +4,7 @@ is set (Redis when ``cluster.redis_url`` is, else the DB poll)."""
 from __future__ import annotations
 
 from tjobs.clock import Clock
+from tjobs.coordinators.db_health import DatabaseHealth
 from tjobs.coordinators.etcd import EtcdCoordinator
 from tjobs.hotpath.base import HotPath
 from tjobs.hotpath.dbpoll import DbPollHotPath
@@ -17,7 +18,9 @@ def cluster_enabled(settings: Settings) -> bool:
     return bool(settings.cluster.etcd_endpoints)
 
 
-def build_coordinator(settings: Settings, node_id: str, store: TaskStore, clock: Clock) -> EtcdCoordinator:
+def build_coordinator(
+    settings: Settings, node_id: str, store: TaskStore, clock: Clock, health: DatabaseHealth | None = None
+) -> EtcdCoordinator:
     cluster = settings.cluster
     address = cluster.advertise_address or f"http://{settings.api.host}:{settings.api.port}"
     return EtcdCoordinator(
@@ -28,6 +31,7 @@ def build_coordinator(settings: Settings, node_id: str, store: TaskStore, clock:
         cycle_s=settings.scheduler.cycle_s,
         store=store,
         clock=clock,
+        health=health,
     )
 
 

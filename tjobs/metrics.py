@@ -112,6 +112,15 @@ class Metrics:
             "tjobs_api_request_duration_seconds", "API request duration by route template", ["route"],
             buckets=DURATION_BUCKETS_S, registry=r,
         )
+        self.db_server_up = Gauge(
+            "tjobs_db_server_up",
+            "1 while this node reaches the database server, 0 while it pauses the server's shards",
+            ["server"], registry=r,
+        )
+        self.jobs_paused = Gauge(
+            "tjobs_jobs_paused", "Jobs (shards) paused on this node because their database server is unreachable",
+            registry=r,
+        )
         self._hot_tier_lag: dict[str, Histogram] = {}
         self._was_leader = False
         self._runner_seen = (0, 0, 0)
@@ -191,6 +200,12 @@ class Metrics:
         self.lease_remaining.set(_number(view.get("lease_remaining_ms")) / 1000)
         self.sync_lag.set(_number(view.get("sync_lag_ms")) / 1000)
 
+    def observe_db_servers(self, servers: list[dict[str, object]]) -> None:
+        """Mirror :meth:`tjobs.coordinators.db_health.DatabaseHealth.describe` (scrape time)."""
+        for server in servers:
+            self.db_server_up.labels(str(server["server"])).set(1 if server["reachable"] else 0)
+        self.jobs_paused.set(sum(_number(server.get("paused_shards")) for server in servers))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -252,6 +267,9 @@ class NullMetrics(Metrics):
         pass
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
+        pass
+
+    def observe_db_servers(self, servers: list[dict[str, object]]) -> None:
         pass
 
     def render(self) -> bytes:

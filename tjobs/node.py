@@ -18,6 +18,7 @@ from tjobs.callbacks.limiter import AppLimiter
 from tjobs.callbacks.sender import AttemptResult, CallbackSender
 from tjobs.clock import Clock, SystemClock
 from tjobs.coordinators.base import Coordinator
+from tjobs.coordinators.db_health import DatabaseHealth
 from tjobs.coordinators.local import LocalCoordinator
 from tjobs.firing import FirePlanner, FirePolicy
 from tjobs.hotpath.base import HotPath
@@ -70,15 +71,17 @@ class Node:
         self.topology = settings.storage.parsed_topology()
         self.clock: Clock = parts.clock or SystemClock()
         self.store: TaskStore = parts.store or create_store(settings.storage)
+        # Per database server: shards of a server this node cannot reach pause; the others keep firing.
+        self.db_health = DatabaseHealth(self.store, self.topology.shard_count)
         if settings.cluster.etcd_endpoints:  # cluster mode: etcd coordination, Redis or DB-poll hot path
             from tjobs.cluster import build_coordinator, build_hotpath
 
             parts.coordinator = parts.coordinator or build_coordinator(
-                settings, self.node_id, self.store, self.clock
+                settings, self.node_id, self.store, self.clock, self.db_health
             )
             parts.hotpath = parts.hotpath or build_hotpath(settings, self.node_id, self.clock)
         self.coordinator: Coordinator = parts.coordinator or LocalCoordinator(
-            self.topology.shard_count, self.node_id
+            self.topology.shard_count, self.node_id, self.db_health
         )
         self.hotpath: HotPath = parts.hotpath or LocalHotPath()
         # Every hook below reaches the metrics through self.metrics when it runs (never a bound method
@@ -110,6 +113,7 @@ class Node:
             self.clock,
             on_fire_outcomes=self._observe_outcomes,
         )
+        self.db_health.subscribe(self.runner.set_paused)
         lease_ms = settings.callbacks.timeout_ms * 2 + 10_000
         self.compensator = Compensator(
             self.store,
@@ -131,6 +135,7 @@ class Node:
         await self.store.start()
         await self.deliverer.start()
         await self.runner.start()
+        await self.db_health.start()
         await self.hotpath.start(self.runner.on_task_change)
         await self.coordinator.start(self._on_ownership)
         await self.compensator.start()
@@ -145,6 +150,7 @@ class Node:
         await self.runner.stop()
         await self.compensator.stop()
         await self.retention.stop()
+        await self.db_health.stop()
         await self.hotpath.stop()
         await self.deliverer.stop(drain_timeout_s)
         await self.sender.close()
@@ -166,7 +172,8 @@ class Node:
         return await asyncio.shield(lookup)
 
     def _owned_jobs(self) -> frozenset[int]:
-        return self.runner.owned
+        """The jobs the compensator and retention work on: owned, and not paused for their server."""
+        return self.runner.owned - self.runner.paused
 
     async def _on_ownership(self, owned: frozenset[int]) -> None:
         await self.hotpath.watch(owned)  # right before the load: later changes of a gained shard follow it
@@ -232,3 +239,4 @@ class Node:
         stats = self.runner.stats
         self.metrics.observe_runner(stats.cas_rejected, stats.commit_errors, stats.commit_fenced)
         self.metrics.observe_cluster(self.coordinator.describe(), self.node_id)
+        self.metrics.observe_db_servers(self.db_health.describe())

@@ -78,10 +78,17 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     @api.get("/readyz", tags=["operations"], summary="Ready: the database answers and this node owns jobs",
              responses={**ok(200, schemas.Ready), 503: {"model": schemas.Error, "description": "not ready"}})
     async def readyz() -> Any:
-        try:
-            await node.store.ping()
-        except TjobsError as error:
-            return _error(503, "not_ready", error.message)
+        # Ready while at least one database server answers: the shards of an unreachable one pause
+        # (named under cluster.database_servers) and the others keep firing and serving.
+        servers = node.db_health.describe()
+        if servers and not any(server["reachable"] for server in servers):
+            names = ", ".join(str(server["server"]) for server in servers)
+            return _error(503, "not_ready", f"no database server answers ({names})")
+        if not node.db_health.running:
+            try:
+                await node.store.ping()
+            except TjobsError as error:
+                return _error(503, "not_ready", error.message)
         if not node.started or not node.runner.owned:
             return _error(503, "not_ready", "node owns no jobs yet")
         return {"status": "ready", "jobs": len(node.runner.owned), "cluster": node.coordinator.describe()}

@@ -21,10 +21,14 @@ it keeps one code path for start, etcd restarts and lost events (an aetcd watch 
 restarts); the poll period only adds to the take-over time, which the TTL dominates.
 
 Self-fencing (:meth:`EtcdCoordinator.may_fire`): false once ``last keepalive sent + TTL − margin``
-has passed on the monotonic clock, or once the database has been unreachable for more than
+has passed on the monotonic clock, or once *no* database server has answered for more than
 ``db_unreachable_max_s``, or while the node's clock disagrees with the database's by more than
 ``clock_skew_max_ms``; the sync loop then releases every job (ownership becomes empty). The fire
 transaction's compare-and-set keeps correctness in the brief moments two nodes both fire.
+
+One unreachable server among several does not fence the node: another node could not reach it any
+better, so the node keeps its groups and pauses only that server's shards locally
+(:class:`tjobs.coordinators.db_health.DatabaseHealth`, wired to the runner by the node).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import aetcd
 
 from tjobs.clock import Clock
 from tjobs.coordinators.base import Coordinator, OwnershipListener
+from tjobs.coordinators.db_health import DatabaseHealth
 from tjobs.coordinators.plan import Member, Plan, needs_replan, pack
 from tjobs.settings import ClusterSettings
 from tjobs.stores.base import TaskStore
@@ -50,7 +55,6 @@ from tjobs.stores.base import TaskStore
 logger = logging.getLogger(__name__)
 
 ETCD_CALL_TIMEOUT_S = 2
-HEALTH_INTERVAL_S = 1.0
 CLOCK_CHECK_INTERVAL_S = 5.0
 BACKUP_GRACE_S = 2.0  # a backup takes an unheld group after this long even if a node ahead looks alive
 
@@ -83,6 +87,7 @@ class EtcdCoordinator(Coordinator):
         store: TaskStore,
         clock: Clock,
         loads: Callable[[], Awaitable[dict[int, int]]] | None = None,
+        health: DatabaseHealth | None = None,
     ) -> None:
         if not settings.etcd_endpoints:
             raise ValueError("cluster.etcd_endpoints is empty")
@@ -100,7 +105,9 @@ class EtcdCoordinator(Coordinator):
         self._client: aetcd.Client | None = None
         self._lease_id: int | None = None
         self._lease_deadline = 0.0  # monotonic: last keepalive sent + TTL - margin
-        self._db_last_ok = time.monotonic()
+        # Per-server database health: the node's (started by the node), or one of our own.
+        self._own_health = health is None
+        self._health = health or DatabaseHealth(store, shard_count)
         self._fenced_logged: str | None = None  # the fence reason last logged
         self._clock_ok = True
         self.clock_skew_ms = 0
@@ -126,6 +133,8 @@ class EtcdCoordinator(Coordinator):
         self._on_change = on_change
         self._running = True
         self._client = self._new_client()
+        if self._own_health:
+            await self._health.start()
         try:
             await self._ensure_lease()
         except Exception as error:  # etcd down at start: the sync loop keeps trying
@@ -134,7 +143,7 @@ class EtcdCoordinator(Coordinator):
             )
         self._tasks = [
             asyncio.create_task(self._keepalive_loop(), name="tjobs-etcd-keepalive"),
-            asyncio.create_task(self._health_loop(), name="tjobs-health"),
+            asyncio.create_task(self._clock_loop(), name="tjobs-clock-check"),
             asyncio.create_task(self._sync_loop(), name="tjobs-etcd-sync"),
         ]
 
@@ -148,6 +157,8 @@ class EtcdCoordinator(Coordinator):
         if self._loads_task is not None:
             self._loads_task.cancel()
         await self._set_owned(frozenset())
+        if self._own_health:
+            await self._health.stop()
         if self._client is not None and self._lease_id is not None:
             try:
                 async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
@@ -179,7 +190,7 @@ class EtcdCoordinator(Coordinator):
         now = time.monotonic()
         if self._lease_id is None or now >= self._lease_deadline:
             return "lease"
-        if now - self._db_last_ok > self.settings.db_unreachable_max_s:
+        if self._health.all_unreachable_for_s() > self.settings.db_unreachable_max_s:
             return "database"
         if not self._clock_ok:
             return "clock"
@@ -187,8 +198,7 @@ class EtcdCoordinator(Coordinator):
 
     @property
     def healthy(self) -> bool:
-        now = time.monotonic()
-        return self._clock_ok and now - self._db_last_ok <= self.settings.db_unreachable_max_s
+        return self._clock_ok and self._health.all_unreachable_for_s() <= self.settings.db_unreachable_max_s
 
     # ---- etcd plumbing ---------------------------------------------------------------------------
 
@@ -278,21 +288,12 @@ class EtcdCoordinator(Coordinator):
         self.is_leader = False
         await self._set_owned(frozenset())
 
-    # ---- database health and the one clock ---------------------------------------------------------
+    # ---- the one clock (database reachability is DatabaseHealth's) ----------------------------------
 
-    async def _health_loop(self) -> None:
-        next_clock_check = 0.0
+    async def _clock_loop(self) -> None:
         while self._running:
-            try:
-                async with asyncio.timeout(self.settings.db_unreachable_max_s):
-                    await self._store.ping()
-                self._db_last_ok = time.monotonic()
-            except Exception as error:
-                logger.warning("database unreachable (%s)", error, extra={"action": "database_unreachable"})
-            if time.monotonic() >= next_clock_check:
-                next_clock_check = time.monotonic() + CLOCK_CHECK_INTERVAL_S
-                await self._check_clock()
-            await asyncio.sleep(HEALTH_INTERVAL_S)
+            await self._check_clock()
+            await asyncio.sleep(CLOCK_CHECK_INTERVAL_S)
 
     async def _check_clock(self) -> None:
         try:
@@ -478,8 +479,9 @@ class EtcdCoordinator(Coordinator):
         if fenced != self._fenced_logged:
             if fenced is not None:
                 logger.warning(
-                    "fenced (%s): giving up my groups (lease %.1f s left, database last answered %.1f s ago)",
-                    fenced, self._lease_deadline - now, now - self._db_last_ok,
+                    "fenced (%s): giving up my groups (lease %.1f s left, no database server answered "
+                    "for %.1f s)",
+                    fenced, self._lease_deadline - now, self._health.all_unreachable_for_s(),
                     extra={"action": "fenced", "reason": fenced},
                 )
             else:
@@ -600,4 +602,5 @@ class EtcdCoordinator(Coordinator):
             "lease_remaining_ms": max(int((self._lease_deadline - now) * 1000), 0) if self._lease_id else 0,
             "sync_lag_ms": int((now - self._last_sync) * 1000) if self._last_sync else None,
             "clock_skew_ms": self.clock_skew_ms,
+            "database_servers": self._health.describe(),
         }

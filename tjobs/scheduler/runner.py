@@ -103,6 +103,7 @@ class JobRunner:
         self.wheel = TimingWheel(settings.tick_ms, clock.now_ms())
         self.stats = RunnerStats()
         self._owned: frozenset[int] = frozenset()
+        self._paused: frozenset[int] = frozenset()  # shards whose database server is unreachable
         self._horizon_ms = 0
         self._pending: list[WheelEntry] = []
         self._commit_failures: dict[FireIntent, int] = {}  # failed intent -> consecutive failures
@@ -120,6 +121,14 @@ class JobRunner:
     @property
     def owned(self) -> frozenset[int]:
         return self._owned
+
+    @property
+    def paused(self) -> frozenset[int]:
+        """Shards paused because their database server cannot be reached (owned or not)."""
+        return self._paused
+
+    def _fires(self, shard: int) -> bool:
+        return shard in self._owned and shard not in self._paused
 
     @property
     def backlog(self) -> int:
@@ -160,12 +169,28 @@ class JobRunner:
             logger.info("released %d jobs, %d wheel entries dropped", len(lost), removed,
                         extra={"action": "jobs_released"})
         if gained:
-            await self._load(sorted(gained), self._horizon_ms)
+            await self._load(sorted(gained - self._paused), self._horizon_ms)
             logger.info("acquired %d jobs", len(gained), extra={"action": "jobs_acquired"})
+
+    async def set_paused(self, paused: frozenset[int]) -> None:
+        """Database health listener: stop firing the shards whose server this node cannot reach (their
+        wheel and backlog entries are dropped, nothing is committed for them) and, once their server
+        answers again, reload those still owned up to the horizon. Other shards are not touched."""
+        newly_paused = paused - self._paused
+        resumed = (self._paused - paused) & self._owned
+        self._paused = paused
+        if newly_paused:
+            removed = self.wheel.remove_where(lambda entry: shard_of_task_id(entry.task_id) in newly_paused)
+            self._pending = [e for e in self._pending if shard_of_task_id(e.task_id) not in newly_paused]
+            logger.warning("paused %d shards (database server unreachable), %d wheel entries dropped",
+                           len(newly_paused), removed, extra={"action": "jobs_paused"})
+        if resumed:
+            await self._load(sorted(resumed), self._horizon_ms)
+            logger.info("resumed %d shards", len(resumed), extra={"action": "jobs_resumed"})
 
     def on_task_change(self, change: TaskChange) -> None:
         """Hot-path listener: apply a create/update/pause/delete to the wheel before its instant."""
-        if shard_of_task_id(change.task_id) not in self._owned:
+        if not self._fires(shard_of_task_id(change.task_id)):
             return
         existing = self.wheel.get(change.task_id)
         if existing is not None and existing.version > change.version:
@@ -204,7 +229,7 @@ class JobRunner:
             self._pacer.forget_idle(self._clock.now_ms())
             self._commit_failures = {i: n for i, n in self._commit_failures.items() if i.task_id in self.wheel}
             try:
-                await self._load(sorted(self._owned), new_horizon_ms)
+                await self._load(sorted(self._owned - self._paused), new_horizon_ms)
             except Exception:
                 logger.exception("cycle load failed; retrying shortly", extra={"action": "cycle_load_failed"})
                 self._horizon_ms = new_horizon_ms - self._cycle_ms
@@ -212,7 +237,16 @@ class JobRunner:
 
     async def _load(self, shards: Iterable[int], before_ms: int) -> None:
         started_ms = self._clock.now_ms()
-        counts = await asyncio.gather(*(self._load_shard(shard, before_ms) for shard in shards))
+        shards = list(shards)
+        results = await asyncio.gather(*(self._load_shard(shard, before_ms) for shard in shards),
+                                       return_exceptions=True)
+        counts: list[int] = []
+        for shard, result in zip(shards, results, strict=True):
+            if isinstance(result, BaseException):
+                if shard in self._paused:
+                    continue  # its server went away: reloaded when it answers again (set_paused)
+                raise result
+            counts.append(result)
         total = sum(counts)
         self.stats.loaded += total
         self.stats.last_load_ms = self._clock.now_ms() - started_ms
@@ -224,7 +258,7 @@ class JobRunner:
         loaded = 0
         after: tuple[int, int] | None = None
         async with self._load_slots:
-            while shard in self._owned and self._running:
+            while self._fires(shard) and self._running:
                 page = await self._store.load_due(shard, before_ms, page_size, after)
                 for due in page:
                     self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
@@ -265,6 +299,10 @@ class JobRunner:
             del self._pending[:batch_max]
             if not self._pending:
                 self._pending_ready.clear()
+            if self._paused:  # never commit for a paused shard (set_paused dropped what it could)
+                batch = [entry for entry in batch if shard_of_task_id(entry.task_id) not in self._paused]
+                if not batch:
+                    continue
             await self._commit(batch)
 
     async def _commit(self, batch: list[WheelEntry]) -> None:
@@ -318,7 +356,7 @@ class JobRunner:
         fire; a released job's entries leave the wheel with it.
         """
         failures = self._commit_failures.get(intent, 0) + 1
-        if self.wheel.get(entry.task_id) is not None or shard_of_task_id(entry.task_id) not in self._owned:
+        if self.wheel.get(entry.task_id) is not None or not self._fires(shard_of_task_id(entry.task_id)):
             self._commit_failures.pop(intent, None)  # a newer entry took its place, or the job left
             return
         self._commit_failures[intent] = failures
@@ -343,7 +381,7 @@ class JobRunner:
             and task.status is TaskStatus.ACTIVE
             and task.next_run_at_ms is not None
             and task.next_run_at_ms < self._horizon_ms
-            and shard_of_task_id(task.id) in self._owned
+            and self._fires(shard_of_task_id(task.id))
         ):
             self._offer(task.id, task.app_id, task.next_run_at_ms, task.version, task.misfire_policy)
 
@@ -372,7 +410,7 @@ class JobRunner:
             task.status is TaskStatus.ACTIVE
             and task.next_run_at_ms is not None
             and task.next_run_at_ms < self._horizon_ms
-            and shard_of_task_id(task.id) in self._owned
+            and self._fires(shard_of_task_id(task.id))
         ):
             self._offer(task.id, task.app_id, task.next_run_at_ms, task.version, task.misfire_policy)
         return False

@@ -53,6 +53,33 @@ class TaskStore(ABC):
     async def ping(self) -> None:
         """Raise :class:`StorageUnavailable` unless every instance answers."""
 
+    # ---- database servers: per-server health and fencing ------------------------------------
+
+    def database_servers(self) -> list[str]:
+        """The names of the database servers this store spans, in topology order: ``host:port`` on
+        MariaDB, the file on SQLite; never credentials. A store on one server names it once."""
+        return ["local"]
+
+    def server_of_shard(self, shard: int) -> str:
+        """The name (one of :meth:`database_servers`) of the server holding ``shard``."""
+        return self.database_servers()[0]
+
+    async def ping_server(self, server: str) -> None:
+        """Raise :class:`StorageUnavailable` unless ``server`` answers."""
+        await self.ping()
+
+    def fire_sessions(self) -> dict[str, list[int]]:
+        """Per server name, the ids of this store's open connections that can hold task row locks
+        (MariaDB ``CONNECTION_ID()``), for a successor to end (:meth:`end_sessions`); empty where
+        sessions cannot be ended from outside (SQLite, memory)."""
+        return {}
+
+    async def end_sessions(self, server: str, session_ids: Sequence[int]) -> int:
+        """End the given sessions (another node's :meth:`fire_sessions`) on ``server``: their open
+        transactions roll back and their row locks are released at once. Ids no longer open are
+        skipped. Returns how many were ended."""
+        return 0
+
     @abstractmethod
     async def database_now_ms(self) -> int:
         """The database server's clock (instance 0), to detect skew with the node's clock."""

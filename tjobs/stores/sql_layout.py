@@ -32,6 +32,7 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 _CONNECTION_ERRNOS = frozenset({1040, 1045, 1053, 1152, 1158, 1159, 1160, 1161, 2002, 2003, 2005,
                                 2006, 2013, 2014, 2026, 2055})
 DEADLOCK_ERRNOS = frozenset({1213})
+ROW_LOCK_WAIT_S = 2  # innodb_lock_wait_timeout of the engine's sessions (fire transactions, updates)
 MULTI_STATEMENT_PARAMS = 20_000  # bound parameters per multi-statement round trip (MariaDB)
 
 _Statement = TypeVar("_Statement")
@@ -156,6 +157,28 @@ class Layout:
     def engine_urls(self) -> list[str]:
         return list(dict.fromkeys(home.engine_url for home in self.databases))
 
+    def server_names(self) -> dict[str, str]:
+        """Engine URL -> the server's name for logs, metrics and ``/readyz`` (:func:`server_name`).
+        MariaDB: one server per URL, made unique with ``#2``, ``#3`` … should two URLs name the same
+        host and port. SQLite: every file of the data directory is one "server" (one disk)."""
+        names: dict[str, str] = {}
+        for url in self.engine_urls():
+            name = base = server_name(url)
+            copy = 1
+            while self.dialect == MYSQL and name in names.values():
+                copy += 1
+                name = f"{base}#{copy}"
+            names[url] = name
+        return names
+
+
+def server_name(url: str) -> str:
+    """``host:port`` of a MariaDB server URL, the data directory of a SQLite file: never a credential."""
+    parsed = make_url(url)
+    if dialect_of(url) == MYSQL:
+        return f"{parsed.host or '127.0.0.1'}:{parsed.port or 3306}"
+    return os.path.dirname(parsed.database or "") or "."
+
 
 def _server_url(url: str) -> str:
     """The server URL without a database, on the asyncmy driver, in utf8mb4."""
@@ -190,6 +213,9 @@ def create_engine_for(url: str, settings: StorageSettings) -> AsyncEngine:
                 # FOUND_ROWS as SQLAlchemy sets it (UPDATE counts matched rows); MULTI_STATEMENTS for
                 # the fire transaction's single round trip (every value is a bound parameter).
                 "client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
+                # A row lock held by a session that never finishes (a frozen former owner that the
+                # new owner could not end) fails the waiting transaction soon, not after 50 s.
+                "init_command": f"SET SESSION innodb_lock_wait_timeout = {ROW_LOCK_WAIT_S}",
             },
             query_cache_size=2000,
         )

@@ -88,6 +88,7 @@ from tjobs.stores.sql_layout import (
     is_unavailable,
     unavailable,
 )
+from tjobs.stores.sql_sessions import SessionRegistry, kill_connections
 
 T = TypeVar("T")
 
@@ -106,6 +107,11 @@ class SQLAlchemyTaskStore(TaskStore):
         self._direct: dict[str, DirectPool] = {}  # MariaDB: the API's inserts and reads (sql_direct)
         self._health: dict[str, HealthConnection] = {}  # MariaDB: ping() outside the pools
         self._groups: dict[str, GroupCommit] = {}  # MariaDB: concurrent single inserts, per server
+        self._server_names = self.layout.server_names()  # engine URL -> host:port (or file)
+        self._server_urls: dict[str, str] = {}  # name -> the engine URL its ping uses (the first)
+        for url, name in self._server_names.items():
+            self._server_urls.setdefault(name, url)
+        self._sessions: dict[str, SessionRegistry] = {}  # MariaDB: engine URL -> open session ids
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -116,6 +122,9 @@ class SQLAlchemyTaskStore(TaskStore):
             engine = create_engine_for(url, self.settings)
             self._engines[url] = engine
             self._writers[url] = engine.execution_options(**{WRITE_OPTION: True})
+            if self.layout.dialect == MYSQL:
+                self._sessions[url] = sessions = SessionRegistry()
+                sessions.attach(engine)
             kwargs = connect_kwargs(url, self.settings) if self.layout.dialect == MYSQL else None
             if kwargs is not None:
                 self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
@@ -135,22 +144,51 @@ class SQLAlchemyTaskStore(TaskStore):
         self._writers.clear()
         self._direct.clear()
         self._groups.clear()
+        self._sessions.clear()
         await asyncio.gather(*(engine.dispose() for engine in engines), *(pool.close() for pool in direct))
 
     async def ping(self) -> None:
         """Every server answers ``SELECT 1``; on MariaDB over a connection of its own, so that pools
         busy with fires do not make a reachable server look down (:class:`HealthConnection`)."""
+        await asyncio.gather(*(self._ping_url(url) for url in self._engines))
 
-        async def one(url: str) -> None:
-            health = self._health.get(url)
-            if health is not None:
-                async with self._direct_call(url):
-                    await health.ping()
-                return
-            async with self._connect(url) as conn:
-                await conn.execute(text("SELECT 1"))
+    async def _ping_url(self, url: str) -> None:
+        health = self._health.get(url)
+        if health is not None:
+            async with self._direct_call(url):
+                await health.ping()
+            return
+        async with self._connect(url) as conn:
+            await conn.execute(text("SELECT 1"))
 
-        await asyncio.gather(*(one(url) for url in self._engines))
+    # ---- database servers ---------------------------------------------------------------------------
+
+    def database_servers(self) -> list[str]:
+        return list(self._server_urls)
+
+    def server_of_shard(self, shard: int) -> str:
+        return self._server_names[self._shard(shard).database.engine_url]
+
+    def _url_of_server(self, server: str) -> str:
+        try:
+            return self._server_urls[server]
+        except KeyError:
+            raise ValueError(f"no database server named {server!r} in storage.urls") from None
+
+    async def ping_server(self, server: str) -> None:
+        await self._ping_url(self._url_of_server(server))
+
+    def fire_sessions(self) -> dict[str, list[int]]:
+        return {self._server_names[url]: ids for url, registry in self._sessions.items() if (ids := registry.ids())}
+
+    async def end_sessions(self, server: str, session_ids: Sequence[int]) -> int:
+        url = self._url_of_server(server)
+        pool = self._direct.get(url)
+        if pool is None or not session_ids:
+            return 0
+        own = set(self._sessions[url].ids()) if url in self._sessions else set()
+        async with self._direct_call(url), pool.cursor() as cursor:
+            return await kill_connections(cursor, [i for i in session_ids if i not in own])
 
     async def database_now_ms(self) -> int:
         if self.layout.dialect != MYSQL:

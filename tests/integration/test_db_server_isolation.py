@@ -1,0 +1,197 @@
+"""Fault isolation across database servers, on real MariaDB and etcd.
+
+Given a node whose shards live on two database servers, when one server goes away the shards of the
+other keep firing on time, the node keeps its job groups, and the lost server's shards resume when it
+answers again. The second server is the same MariaDB reached through a TCP proxy this test starts,
+cuts (listener and every connection closed: the server is gone) and restores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from sharding import shard_of_task_id
+from tests.contract.backends import drop_databases
+from tests.receiver import Receiver
+from tjobs.migrate import migrate
+from tjobs.settings import Settings, StorageSettings, load_settings
+from tjobs.testing import RunningNode, free_port, run_node
+
+pytestmark = [pytest.mark.mariadb, pytest.mark.etcd]
+
+OUTAGE_S = 8.0  # well past cluster.db_unreachable_max_s (3 s), the old node-wide fence
+LATENESS_BOUND_S = 1.0  # issue 10: tasks on the healthy server, p99 lateness <= 1 s during the outage
+
+
+class TcpProxy:
+    """127.0.0.1:<port> forwarded to a target; :meth:`cut` drops the listener and every connection."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, reuse_address=True)
+
+    async def cut(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        if server is not None:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            client_writer.transport.abort()
+            return
+        self._writers |= {client_writer, upstream_writer}
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while chunk := await reader.read(65536):
+                    writer.write(chunk)
+                    await writer.drain()
+            except (OSError, ConnectionError):
+                pass
+            finally:
+                writer.transport.abort()
+                self._writers.discard(writer)
+
+        await asyncio.gather(pipe(client_reader, upstream_writer), pipe(upstream_reader, client_writer))
+
+
+@pytest.fixture
+async def proxy(mysql_url: str) -> AsyncIterator[TcpProxy]:
+    url = make_url(mysql_url)
+    started = TcpProxy(url.host or "127.0.0.1", url.port or 3306)
+    await started.start()
+    yield started
+    await started.cut()
+
+
+@pytest.fixture
+async def two_server_settings(mysql_url: str, etcd_url: str, proxy: TcpProxy) -> AsyncIterator[Settings]:
+    proxy_url = mysql_url.replace(f":{make_url(mysql_url).port or 3306}", f":{proxy.port}")
+    assert proxy_url != mysql_url
+    storage = StorageSettings(
+        urls=[mysql_url, proxy_url], topology="2x2x2", database_prefix=f"tjiso_{secrets.token_hex(3)}"
+    )
+    settings = load_settings(
+        None,
+        storage=storage.model_dump(),
+        scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3},
+        compensator={"interval_s": 0.5, "grace_s": 2.0},
+        callbacks={"backoff_base_ms": 100, "backoff_max_ms": 1000, "timeout_ms": 2000},
+        cluster={"etcd_endpoints": [etcd_url], "name": f"iso-{secrets.token_hex(4)}", "hot_tier": "off",
+                 "sync_interval_ms": 100},
+        allow_loopback_callbacks=True,
+    )
+    await migrate(settings.storage)
+    yield settings
+    if not proxy.listening:
+        await proxy.start()  # the test stopped during the outage: reach the second server to clean up
+    await drop_databases(settings.storage)
+
+
+async def wait_until(condition: object, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout_s} s")
+        await asyncio.sleep(0.05)
+
+
+async def test_shards_of_a_healthy_server_keep_firing_on_time_while_another_server_is_down(
+    two_server_settings: Settings, proxy: TcpProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with Receiver() as receiver, run_node(two_server_settings) as running:
+        node = running.node
+        shard_count = node.topology.shard_count
+        await wait_until(lambda: node.runner.owned == frozenset(range(shard_count)), 15)
+        healthy, lost = node.store.database_servers()
+        assert lost == f"127.0.0.1:{proxy.port}"
+
+        # Given interval tasks every second on both servers, firing
+        task_ids = await register_every_second_tasks(running, receiver, count=16)
+        server_of = {task_id: node.store.server_of_shard(shard_of_task_id(task_id)) for task_id in task_ids}
+        assert set(server_of.values()) == {healthy, lost}, "the tasks should land on both servers"
+        await asyncio.sleep(3.0)
+
+        # When the second server goes away for longer than the node-wide fence's limit
+        cut_ms = time.time_ns() // 1_000_000
+        await proxy.cut()
+        await asyncio.sleep(OUTAGE_S / 2)
+        view = node.coordinator.describe()
+        servers = {s["server"]: s for s in view["database_servers"]}  # type: ignore[union-attr]
+        assert servers[lost]["reachable"] is False and servers[healthy]["reachable"] is True
+        assert "://" not in repr(view["database_servers"]) and "root@" not in repr(view["database_servers"])
+        async with httpx.AsyncClient(base_url=running.base_url) as client:
+            ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert node.runner.owned == frozenset(range(shard_count)), "the node must keep its groups"
+        await asyncio.sleep(OUTAGE_S / 2)
+        restore_ms = time.time_ns() // 1_000_000
+        await proxy.start()
+        await asyncio.sleep(4.0)
+
+    # Then every instant of the healthy server's tasks during the outage was delivered on time
+    deliveries: dict[tuple[int, int], float] = {}
+    for request in receiver.requests:
+        task_id = int(request.headers["tjobs-task-id"])
+        scheduled_ms = int(request.headers["tjobs-scheduled-at"])
+        lateness_s = (request.received_at_ns / 1e6 - scheduled_ms) / 1000
+        deliveries.setdefault((task_id, scheduled_ms), lateness_s)
+    late: list[tuple[int, int, float]] = []
+    for task_id in (t for t, server in server_of.items() if server == healthy):
+        instants = sorted(s for (t, s) in deliveries if t == task_id and cut_ms <= s <= restore_ms)
+        assert len(instants) >= int(OUTAGE_S) - 1, (task_id, instants)
+        assert all(b - a == 1000 for a, b in itertools.pairwise(instants)), (task_id, instants)
+        late += [(task_id, s, deliveries[(task_id, s)]) for s in instants
+                 if deliveries[(task_id, s)] > LATENESS_BOUND_S]
+    assert not late, f"tasks on the healthy server fired late during the outage: {late[:10]}"
+    # And the lost server's tasks fire again once it answers
+    for task_id in (t for t, server in server_of.items() if server == lost):
+        assert any(s >= restore_ms for (t, s) in deliveries if t == task_id), task_id
+    actions = [getattr(record, "action", None) for record in caplog.records]
+    assert "db_server_unreachable" in actions and "db_server_recovered" in actions
+    assert "fenced" not in actions
+
+
+async def register_every_second_tasks(running: RunningNode, receiver: Receiver, count: int) -> list[int]:
+    _, api_key = await running.create_app("iso")
+    start_ms = (time.time_ns() // 1_000_000 // 1000 + 2) * 1000
+    async with httpx.AsyncClient(base_url=running.base_url,
+                                 headers={"authorization": f"Bearer {api_key}"}) as client:
+        ids = []
+        for index in range(count):
+            reply = await client.post("/v1/tasks", json={
+                "name": f"iso-{index}",
+                "schedule": {"kind": "interval", "every_ms": 1000, "start_at_ms": start_ms},
+                "callback": {"url": receiver.url("/hook")},
+            })
+            assert reply.status_code == 201, reply.text
+            ids.append(int(reply.json()["id"]))
+    return ids
