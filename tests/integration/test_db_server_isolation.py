@@ -1,9 +1,13 @@
-"""Fault isolation across database servers, on real MariaDB and etcd.
+"""Fault isolation across database servers, and fencing of a frozen former owner, on real MariaDB and etcd.
 
 Given a node whose shards live on two database servers, when one server goes away the shards of the
 other keep firing on time, the node keeps its job groups, and the lost server's shards resume when it
 answers again. The second server is the same MariaDB reached through a TCP proxy this test starts,
 cuts (listener and every connection closed: the server is gone) and restores.
+
+Given a former owner frozen inside a fire transaction (a connection holding ``SELECT … FOR UPDATE`` on
+a task row, its sessions on record, its lease gone), the node that takes the jobs over ends its
+sessions and fires the task on time.
 """
 
 from __future__ import annotations
@@ -11,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
 
+import asyncmy
 import httpx
 import pytest
 from sqlalchemy.engine import make_url
@@ -195,3 +201,81 @@ async def register_every_second_tasks(running: RunningNode, receiver: Receiver, 
             assert reply.status_code == 201, reply.text
             ids.append(int(reply.json()["id"]))
     return ids
+
+
+# ---- a frozen former owner's row locks ----------------------------------------------------------------
+
+
+@pytest.fixture
+async def one_server_settings(mysql_url: str, etcd_url: str) -> AsyncIterator[Settings]:
+    storage = StorageSettings(urls=[mysql_url], topology="2x2x2", database_prefix=f"tjfz_{secrets.token_hex(3)}")
+    settings = load_settings(
+        None,
+        storage=storage.model_dump(),
+        scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3},
+        callbacks={"backoff_base_ms": 100, "backoff_max_ms": 1000, "timeout_ms": 2000},
+        cluster={"etcd_endpoints": [etcd_url], "name": f"fz-{secrets.token_hex(4)}", "hot_tier": "off",
+                 "sync_interval_ms": 100},
+        allow_loopback_callbacks=True,
+    )
+    await migrate(settings.storage)
+    yield settings
+    await drop_databases(settings.storage)
+
+
+async def test_a_frozen_former_owners_row_lock_does_not_delay_the_new_owners_fire(
+    one_server_settings: Settings, mysql_url: str, etcd_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    settings = one_server_settings
+    async with Receiver() as receiver:
+        # Given a task due in a few seconds, registered through a node that then stops
+        async with run_node(settings) as first:
+            _, api_key = await first.create_app("frozen")
+            due_ms = (time.time_ns() // 1_000_000 // 1000 + 8) * 1000
+            async with httpx.AsyncClient(base_url=first.base_url,
+                                         headers={"authorization": f"Bearer {api_key}"}) as client:
+                reply = await client.post("/v1/tasks", json={
+                    "name": "frozen", "schedule": {"kind": "at", "at_ms": due_ms},
+                    "callback": {"url": receiver.url("/hook")},
+                })
+            assert reply.status_code == 201, reply.text
+            task_id = int(reply.json()["id"])
+            tasks_sql = first.node.store.layout.shards[shard_of_task_id(task_id)].tasks_sql  # type: ignore[attr-defined]
+
+        # And a former owner, frozen inside a fire transaction: it holds the task's row lock, its
+        # lease is gone, and its sessions are on record
+        url = make_url(mysql_url)
+        frozen = await asyncmy.connect(host=url.host or "127.0.0.1", port=url.port or 3306,
+                                       user=url.username or "root", password=url.password or "")
+        try:
+            await frozen.begin()
+            async with frozen.cursor() as cursor:
+                await cursor.execute(f"SELECT id FROM {tasks_sql} WHERE id = %s FOR UPDATE", (task_id,))
+            server = f"{url.host or '127.0.0.1'}:{url.port or 3306}"
+            await put_etcd(etcd_url, f"/tjobs/{settings.cluster.name}/sessions/frozen-node",
+                           json.dumps({"servers": {server: [frozen.thread_id()]}}))
+
+            # When a new owner takes the jobs over before the instant
+            async with run_node(settings) as second:
+                await wait_until(lambda: bool(second.node.runner.owned), 10)
+                assert time.time_ns() // 1_000_000 < due_ms - 1000, "the takeover took too long to test"
+                await wait_until(lambda: bool(receiver.requests), (due_ms - time.time_ns() // 1_000_000) / 1000 + 10)
+        finally:
+            frozen.close()
+
+    # Then the fire was not held up by the frozen owner's lock
+    request = receiver.requests[0]
+    lateness_s = (request.received_at_ns / 1e6 - int(request.headers["tjobs-scheduled-at"])) / 1000
+    assert lateness_s <= LATENESS_BOUND_S, lateness_s
+    assert "db_sessions_ended" in [getattr(record, "action", None) for record in caplog.records]
+
+
+async def put_etcd(etcd_url: str, key: str, value: str) -> None:
+    import aetcd
+
+    from tjobs.coordinators.etcd import _host_port
+
+    host, port = _host_port(etcd_url)
+    async with aetcd.Client(host=host, port=port) as client:
+        await client.put(key.encode(), value.encode())

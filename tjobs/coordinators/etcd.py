@@ -6,6 +6,7 @@ Keys, under ``/tjobs/<cluster name>/``::
     leader              <node id>                                               on the leader's lease
     plan                {"version", "shard_count", "groups": [{"id", "shards", "nodes"}], ...}
     holders/<group id>  {"node_id", "since_ms"}                                 on the holder's lease
+    sessions/<node id>  {"servers": {server: [connection id, ...]}}             no lease (outlives it)
 
 One lease per node (``lease_ttl_s``, kept alive every quarter TTL) carries its member key, its group
 holds and, on the leader, the leader key: when the node dies, or stalls past its TTL, etcd deletes all
@@ -49,6 +50,7 @@ from tjobs.clock import Clock
 from tjobs.coordinators.base import Coordinator, OwnershipListener
 from tjobs.coordinators.db_health import DatabaseHealth
 from tjobs.coordinators.plan import Member, Plan, needs_replan, pack
+from tjobs.coordinators.session_fence import RecordedSessions, end_sessions_of, parse_sessions, sessions_value
 from tjobs.settings import ClusterSettings
 from tjobs.stores.base import TaskStore
 
@@ -68,6 +70,7 @@ class ClusterView:
     plan: Plan | None = None
     plan_revision: int = 0
     holders: dict[int, tuple[str, int]] = field(default_factory=dict)  # group -> (node, lease id)
+    sessions: dict[str, RecordedSessions] = field(default_factory=dict)  # node -> its database sessions
 
 
 def _host_port(endpoint: str) -> tuple[str, int]:
@@ -112,6 +115,7 @@ class EtcdCoordinator(Coordinator):
         self._clock_ok = True
         self.clock_skew_ms = 0
         self._registered_value: bytes | None = None
+        self._published_sessions: bytes | None = None
         self._on_change: OwnershipListener | None = None
         self._owned: frozenset[int] = frozenset()
         self._held: set[int] = set()
@@ -246,6 +250,7 @@ class EtcdCoordinator(Coordinator):
             self._lease_id = int(lease.id)
             self._lease_deadline = sent + self._ttl_s - self.settings.fence_margin_ms / 1000
             self._registered_value = None
+            self._published_sessions = None
             self._held.clear()
             logger.info(
                 "lease %x granted (ttl %d s)", self._lease_id, self._ttl_s, extra={"action": "lease_granted"}
@@ -347,6 +352,7 @@ class EtcdCoordinator(Coordinator):
             # Our deadline passed without a keepalive answer: the lease may be gone; stop firing now.
             await self._set_owned(frozenset())
         await self._ensure_lease()
+        await self._publish_sessions()
         view = await self._read()
         self._view = view
         self._last_sync = time.monotonic()
@@ -375,7 +381,36 @@ class EtcdCoordinator(Coordinator):
             elif name.startswith("holders/"):
                 holder = json.loads(kv.value)
                 view.holders[int(name.removeprefix("holders/"))] = (str(holder["node_id"]), int(kv.lease))
+            elif name.startswith("sessions/"):
+                node_id = name.removeprefix("sessions/")
+                with contextlib.suppress(ValueError, AttributeError):
+                    view.sessions[node_id] = parse_sessions(node_id, kv.value, int(kv.mod_revision))
         return view
+
+    # ---- database sessions: a former owner's end when its jobs are taken over ------------------------
+
+    async def _publish_sessions(self) -> None:
+        """Record this node's database sessions (:mod:`tjobs.coordinators.session_fence`) when they changed."""
+        value = sessions_value(self._store)
+        if value is None or value == self._published_sessions:
+            return
+        await self._etcd().put(self._key("sessions", self.node_id), value)
+        self._published_sessions = value
+
+    async def _end_former_owners_sessions(self, view: ClusterView) -> None:
+        """Before firing newly acquired jobs: end the sessions of every node whose lease is gone, so
+        no transaction of a frozen former owner holds row locks or can commit."""
+        client = self._etcd()
+        for node_id, recorded in view.sessions.items():
+            if node_id == self.node_id or node_id in view.members:
+                continue
+            await end_sessions_of(self._store, recorded)
+            key = self._key("sessions", node_id)
+            await client.transaction(
+                compare=[client.transactions.mod(key) == recorded.revision],
+                success=[client.transactions.delete(key)],
+                failure=[],
+            )
 
     def _available(self, view: ClusterView, node_id: str) -> bool:
         member = view.members.get(node_id)
@@ -488,6 +523,7 @@ class EtcdCoordinator(Coordinator):
                 logger.info("no longer fenced", extra={"action": "unfenced"})
             self._fenced_logged = fenced
         to_release: set[int] = set()
+        acquired = False
         for group_id in self._held:
             group = plan.group(group_id) if plan is not None else None
             if fenced is not None or group is None or self.node_id not in group.nodes:
@@ -509,6 +545,7 @@ class EtcdCoordinator(Coordinator):
                 if not ahead_gone and now - first_seen < BACKUP_GRACE_S:
                     continue
                 if await self._acquire(client, group.id):
+                    acquired = True
                     self._unheld_since.pop(group.id, None)
                     if position > 0:
                         self.failovers += 1
@@ -525,6 +562,8 @@ class EtcdCoordinator(Coordinator):
             for group in plan.groups:
                 if group.id in held:
                     owned.update(group.shards)
+        if acquired:
+            await self._end_former_owners_sessions(view)
         await self._set_owned(frozenset(owned))
         for group_id in to_release:  # after the wheel dropped their shards
             key = self._key("holders", str(group_id))

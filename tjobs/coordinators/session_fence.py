@@ -1,0 +1,70 @@
+"""Database-level fencing of a former owner: its sessions end when another node takes its jobs over.
+
+A node frozen inside a fire transaction (SIGSTOP, a stalled VM) keeps its connection, its open
+transaction and that transaction's row locks for as long as it stays frozen; its lease expires and a
+backup takes the group over, but the backup's first fire transaction would wait on those locks. So
+each node publishes the server-side ids of its connections (``sessions/<node id>`` in etcd, with no
+lease, so the record outlives the node's lease), and a node acquiring a group ends the recorded
+sessions of every node whose member key is gone (its lease expired or was revoked) before it loads
+and fires: ``KILL CONNECTION`` rolls their transactions back and frees the locks at once, and a
+former owner that wakes up finds its connection dead, so it cannot commit either. Sessions the
+record missed (opened after the last publish) are bounded by ``innodb_lock_wait_timeout``
+(:data:`tjobs.stores.sql_layout.ROW_LOCK_WAIT_S`) and retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from tjobs.stores.base import TaskStore
+
+logger = logging.getLogger(__name__)
+
+END_SESSIONS_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSessions:
+    """One node's published sessions as read from etcd."""
+
+    node_id: str
+    servers: dict[str, list[int]]  # server name -> session ids
+    revision: int  # the key's mod revision, so only this record is deleted once ended
+
+
+def sessions_value(store: TaskStore) -> bytes | None:
+    """This node's record, or ``None`` when the store has no sessions another node could end."""
+    sessions = store.fire_sessions()
+    return json.dumps({"servers": sessions}, sort_keys=True).encode() if sessions else None
+
+
+def parse_sessions(node_id: str, value: bytes, revision: int) -> RecordedSessions:
+    servers = json.loads(value).get("servers", {})
+    return RecordedSessions(
+        node_id, {str(server): [int(i) for i in ids] for server, ids in servers.items()}, revision
+    )
+
+
+async def end_sessions_of(store: TaskStore, recorded: RecordedSessions) -> int:
+    """End the recorded sessions on every server that answers (each within
+    :data:`END_SESSIONS_TIMEOUT_S`); returns how many were ended. A server that fails is logged and
+    skipped: its sessions' locks are then bounded by the lock-wait timeout instead."""
+    ended = 0
+    for server, ids in recorded.servers.items():
+        try:
+            async with asyncio.timeout(END_SESSIONS_TIMEOUT_S):
+                ended += await store.end_sessions(server, ids)
+        except Exception as error:
+            logger.warning(
+                "could not end the sessions of former owner %s on %s (%s)", recorded.node_id, server, error,
+                extra={"action": "db_sessions_end_failed", "server": server},
+            )
+    if ended:
+        logger.warning(
+            "ended %d database sessions of former owner %s (its lease is gone)", ended, recorded.node_id,
+            extra={"action": "db_sessions_ended", "former_owner": recorded.node_id},
+        )
+    return ended
