@@ -53,6 +53,13 @@ class MemoryTaskStore(TaskStore):
     async def ping(self) -> None:
         return None
 
+    def database_servers(self) -> list[str]:
+        # Each topology instance is a server of its own here: one fire transaction each (commit_fires).
+        return [f"memory-{instance}" for instance in range(self.topology.instances)]
+
+    def server_of_shard(self, shard: int) -> str:
+        return f"memory-{self.topology.locate(shard).instance}"
+
     async def database_now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
