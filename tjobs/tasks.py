@@ -412,7 +412,16 @@ class TaskService:
         return task
 
     async def flows(self, app: App, task_id: int, limit: int, before_ms: int | None) -> list[Flow]:
-        await self.get(app, task_id)
+        """A task's flows, newest first; a deleted task's flows stay readable as history."""
+        if not self._routable(task_id):
+            raise NotFound("task", task_id)
+        task = await self._store.get_task(task_id)
+        if task is None:  # deleted: the app that owned it still reads its flows
+            newest = await self._store.list_flows(task_id, 1)
+            if not newest or newest[0].app_id != app.id:
+                raise NotFound("task", task_id)
+        elif task.app_id != app.id:
+            raise NotFound("task", task_id)
         return await self._store.list_flows(task_id, limit, before_ms)
 
     # ---- change -------------------------------------------------------------------------------
@@ -473,8 +482,21 @@ class TaskService:
         task.updated_at_ms = self._clock.now_ms()
         return await self._save(task, task.version)
 
-    async def trigger(self, app: App, task_id: int) -> Flow:
-        """A manual fire now, with its own flow; the schedule is untouched."""
+    async def trigger(self, app: App, task_id: int, request: Any = None) -> Flow:
+        """A manual fire now, with its own flow; the schedule is untouched.
+
+        ``request`` is the optional JSON body; it has no fields yet. A ``payload`` override is refused
+        (422) rather than ignored: the callback of a flow carries its task's payload.
+        """
+        if request is not None:
+            if not isinstance(request, dict):
+                raise InvalidInput("body", "must be a JSON object")
+            if "payload" in request:
+                raise InvalidInput("payload", "a trigger cannot override the task's payload: the callback "
+                                   "carries the task's payload (change it with PATCH, or create a one-off "
+                                   "'delay' task with its own payload)", "unsupported_field")
+            if request:
+                raise InvalidInput(sorted(request)[0], "unknown field", "unknown_field")
         task = await self.get(app, task_id)
         now_ms = self._clock.now_ms()
         flow = Flow(task.id, now_ms, task.app_id, FlowKind.MANUAL, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
@@ -484,8 +506,11 @@ class TaskService:
         return stored
 
     async def delete(self, app: App, task_id: int) -> None:
+        """Delete the task and cancel its pending flows in one transaction, so no node sends them
+        again (a retry already waiting on a node reads the flow's status first); every flow stays
+        readable as history."""
         await self.get(app, task_id)
-        await self._store.delete_task(task_id)
+        await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms())
         await self._hotpath.publish(TaskChange.deleted(task_id, app.id))
 
     async def _save(self, task: Task, expected_version: int) -> Task:

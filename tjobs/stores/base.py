@@ -140,6 +140,16 @@ class TaskStore(ABC):
         """Delete the task row; its flows stay as history. ``False`` if it did not exist."""
 
     @abstractmethod
+    async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
+        """Delete the task row and, in the same transaction, mark its ``pending`` flows ``cancelled``
+        (``next_attempt_at_ms`` cleared, ``updated_at_ms = now_ms``), so no node sends them again.
+
+        Every flow stays as history; a ``sending`` (at-most-once) flow keeps its status, since its
+        single attempt is already under way and its outcome is still to be recorded. ``False``, and
+        nothing changed, if the task did not exist.
+        """
+
+    @abstractmethod
     async def list_tasks(
         self, app_id: str, shard: int, after_id: int | None, limit: int
     ) -> list[Task]:
@@ -247,6 +257,13 @@ class TaskStore(ABC):
         Atomically pushes each returned flow's ``next_attempt_at_ms`` to ``now_ms + lease_ms`` so a
         second caller does not take the same flows before the lease ends. The task is ``None`` if it
         was deleted.
+
+        In the same statement, a returned ``pending`` flow whose task exists has its ``attempts``
+        counted up by one (stored and returned): the attempt a crashed or frozen node may have made
+        without recording its outcome. The re-drive that follows therefore carries a higher attempt
+        number than any attempt sent before (a receiver can tell a re-drive from a first attempt).
+        ``sending`` flows and flows of deleted tasks keep their ``attempts``: they are closed, not
+        re-driven.
         """
 
     # ---- retention ----------------------------------------------------------------------------

@@ -179,6 +179,18 @@ class MemoryTaskStore(TaskStore):
             self._keys.pop((task.app_id, task.key), None)
         return True
 
+    async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
+        if not await self.delete_task(task_id):
+            return False
+        shard = self._shard_of(task_id)
+        assert shard is not None
+        for flow in self._flows[shard].values():
+            if flow.task_id == task_id and flow.status is FlowStatus.PENDING:
+                flow.status = FlowStatus.CANCELLED
+                flow.next_attempt_at_ms = None
+                flow.updated_at_ms = now_ms
+        return True
+
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         self._check_shard(shard)
         chosen = sorted(
@@ -382,6 +394,8 @@ class MemoryTaskStore(TaskStore):
             flow = self._flows[shard][key]
             flow.next_attempt_at_ms = now_ms + lease_ms
             task = self._tasks[shard].get(flow.task_id)
+            if task is not None and flow.status is FlowStatus.PENDING:
+                flow.attempts += 1
             leased.append((replace(flow), None if task is None else _task_copy(task)))
         return leased
 

@@ -27,6 +27,7 @@ from asyncmy.errors import IntegrityError as DriverIntegrityError
 from sqlalchemy import (
     and_,
     bindparam,
+    case,
     delete,
     exists,
     func,
@@ -548,6 +549,25 @@ class SQLAlchemyTaskStore(TaskStore):
             )
         return bool(result.rowcount)
 
+    async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return False
+        c = home.flows.c
+        async with self._write(home.database.engine_url) as conn:
+            result = await conn.execute(
+                delete(home.tasks).where(home.tasks.c.id == task_id), execution_options=home.options
+            )
+            if not result.rowcount:
+                return False
+            await conn.execute(
+                update(home.flows)
+                .where(c.task_id == task_id, c.status == FlowStatus.PENDING.value)
+                .values(status=FlowStatus.CANCELLED.value, next_attempt_at=None, updated_at=now_ms),
+                execution_options=home.options,
+            )
+        return True
+
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         home = self._shard(shard)
         tasks_t = home.tasks
@@ -834,18 +854,30 @@ class SQLAlchemyTaskStore(TaskStore):
             if not rows:
                 return []
             flows = [replace(flow_from_row(row), next_attempt_at_ms=lease_until) for row in rows]
-            keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
-            await conn.execute(
-                update(home.flows)
-                .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
-                .values(next_attempt_at=lease_until),
-                execution_options=home.options,
-            )
             task_ids = sorted({f.task_id for f in flows})
             task_rows = await conn.execute(
                 select(home.tasks).where(home.tasks.c.id.in_(task_ids)), execution_options=home.options
             )
             tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
+            # A pending flow of a live task is about to be re-driven: count the attempt whose outcome
+            # may have been lost (see the contract), in the statement that takes the lease.
+            for flow in flows:
+                if flow.status is FlowStatus.PENDING and flow.task_id in tasks:
+                    flow.attempts += 1
+            counted = {(f.task_id, f.scheduled_at_ms) for f in flows
+                       if f.status is FlowStatus.PENDING and f.task_id in tasks}
+            keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
+            await conn.execute(
+                update(home.flows)
+                .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
+                .values(
+                    next_attempt_at=lease_until,
+                    attempts=c.attempts + case(
+                        (tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
+                    if counted else c.attempts,
+                ),
+                execution_options=home.options,
+            )
         return [(flow, tasks.get(flow.task_id)) for flow in flows]
 
     # ---- retention ----------------------------------------------------------------------------------
