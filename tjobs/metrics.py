@@ -55,7 +55,7 @@ class Metrics:
         )
         self.fire_tx_failures = Counter(
             "tjobs_fire_transaction_failures",
-            "Fire transactions not committed: error (retried in 500 ms) or fenced (left to the shard's owner)",
+            "Fire transactions not committed, one per database server: error (its fires retried alone) or fenced",
             ["reason"], registry=r,
         )
         self.fire_tx_duration = Histogram(

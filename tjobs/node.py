@@ -99,6 +99,7 @@ class Node:
         self.deliverer = Deliverer(
             self.store, self.sender, self.limiter, settings.callbacks, self.clock,
             on_result=self._observe_attempt, on_update=self._observe_flow_update,
+            fence=self._may_send, status_reader=self.store,
         )
         scheduler = settings.scheduler
         self.planner = FirePlanner(
@@ -123,6 +124,7 @@ class Node:
             settings.compensator,
             self.clock,
             lease_ms,
+            fence=self._may_send,
         )
         self.retention = RetentionSweeper(self.store, self._owned_jobs, settings.retention, self.clock)
         self.tasks = TaskService(self.store, self.hotpath, settings, self.clock, self.topology)
@@ -133,11 +135,6 @@ class Node:
 
     async def start(self) -> None:
         await self.store.start()
-        try:
-            await self.store.check_layout()  # never run on data laid out for other settings
-        except BaseException:
-            await self.store.close()
-            raise
         await self.deliverer.start()
         await self.runner.start()
         await self.db_health.start()
@@ -175,6 +172,10 @@ class Node:
             lookup = self._app_lookups[app_id] = asyncio.ensure_future(self.apps.get(app_id))
             lookup.add_done_callback(lambda done: self._app_lookups.pop(app_id, None))
         return await asyncio.shield(lookup)
+
+    def _may_send(self) -> bool:
+        """The node's fence for delivery and re-drives: closed once its lease has expired."""
+        return self.coordinator.may_fire(self.clock.now_ms())
 
     def _owned_jobs(self) -> frozenset[int]:
         """The jobs the compensator and retention work on: owned, and not paused for their server."""

@@ -412,43 +412,44 @@ class TaskService:
         return task
 
     async def flows(self, app: App, task_id: int, limit: int, before_ms: int | None) -> list[Flow]:
-        await self.get(app, task_id)
+        """A task's flows, newest first; a deleted task's flows stay readable as history."""
+        if not self._routable(task_id):
+            raise NotFound("task", task_id)
+        task = await self._store.get_task(task_id)
+        if task is None:  # deleted: the app that owned it still reads its flows
+            newest = await self._store.list_flows(task_id, 1)
+            if not newest or newest[0].app_id != app.id:
+                raise NotFound("task", task_id)
+        elif task.app_id != app.id:
+            raise NotFound("task", task_id)
         return await self._store.list_flows(task_id, limit, before_ms)
 
     # ---- change -------------------------------------------------------------------------------
 
     async def update(self, app: App, task_id: int, request: Any) -> Task:
-        """Apply the request's fields. With ``version`` (the task's revision as last read), answer
-        409 if another edit landed since; fires never count. Without it, the last edit wins."""
         if not isinstance(request, dict):
             raise InvalidInput("body", "must be a JSON object")
         unknown = set(request) - _UPDATE_KEYS
         if unknown:
             raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
-        expected = request.get("version")
-        if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
-            raise InvalidInput("version", "must be an integer")
         task = await self.get(app, task_id)
+        expected = request.get("version", task.version)
+        if not isinstance(expected, int) or isinstance(expected, bool):
+            raise InvalidInput("version", "must be an integer")
         now_ms = self._clock.now_ms()
         limits = self._settings.limits
-        fields: set[str] = set()
         if "name" in request:
             task.name = check_name(request["name"])
-            fields.add("name")
         if "callback" in request:
             task.callback = normalize_callback(with_defaults(request["callback"], app), limits)
             await self.check_targets(app, task.callback)
-            fields.add("callback")
         if "payload" in request:
             check_payload(request["payload"], limits)
             task.payload = request["payload"]
-            fields.add("payload")
         if "delivery" in request:
             task.delivery = parse_delivery(request["delivery"])
-            fields.add("delivery")
         if "misfire_policy" in request:
             task.misfire_policy = parse_misfire_policy(request["misfire_policy"], task.misfire_policy)
-            fields.add("misfire_policy")
         if "schedule" in request:
             task.schedule = normalize_schedule(
                 request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
@@ -457,18 +458,19 @@ class TaskService:
             if first is None:
                 raise InvalidInput("schedule", "never fires", "never_fires")
             task.next_run_at_ms = first
-            fields.add("schedule")
+            task.fire_count = 0
+            if task.status is TaskStatus.COMPLETED:
+                task.status = TaskStatus.ACTIVE
         task.updated_at_ms = now_ms
-        return await self._edit(task, fields, expected_revision=expected)
+        return await self._save(task, expected)
 
     async def pause(self, app: App, task_id: int) -> Task:
-        """Pause an active task (any other status is returned as it is); never a version conflict."""
         task = await self.get(app, task_id)
         if task.status is not TaskStatus.ACTIVE:
             return task
         task.status = TaskStatus.PAUSED
         task.updated_at_ms = self._clock.now_ms()
-        return await self._edit(task, {"status"}, from_status=TaskStatus.ACTIVE)
+        return await self._save(task, task.version)
 
     async def resume(self, app: App, task_id: int) -> Task:
         """Resume a paused task at its stored next run; if that passed while paused, the task's
@@ -478,10 +480,23 @@ class TaskService:
             return task
         task.status = TaskStatus.ACTIVE
         task.updated_at_ms = self._clock.now_ms()
-        return await self._edit(task, {"status"}, from_status=TaskStatus.PAUSED)
+        return await self._save(task, task.version)
 
-    async def trigger(self, app: App, task_id: int) -> Flow:
-        """A manual fire now, with its own flow; the schedule is untouched."""
+    async def trigger(self, app: App, task_id: int, request: Any = None) -> Flow:
+        """A manual fire now, with its own flow; the schedule is untouched.
+
+        ``request`` is the optional JSON body; it has no fields yet. A ``payload`` override is refused
+        (422) rather than ignored: the callback of a flow carries its task's payload.
+        """
+        if request is not None:
+            if not isinstance(request, dict):
+                raise InvalidInput("body", "must be a JSON object")
+            if "payload" in request:
+                raise InvalidInput("payload", "a trigger cannot override the task's payload: the callback "
+                                   "carries the task's payload (change it with PATCH, or create a one-off "
+                                   "'delay' task with its own payload)", "unsupported_field")
+            if request:
+                raise InvalidInput(sorted(request)[0], "unknown field", "unknown_field")
         task = await self.get(app, task_id)
         now_ms = self._clock.now_ms()
         flow = Flow(task.id, now_ms, task.app_id, FlowKind.MANUAL, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
@@ -491,16 +506,15 @@ class TaskService:
         return stored
 
     async def delete(self, app: App, task_id: int) -> None:
+        """Delete the task and cancel its pending flows in one transaction, so no node sends them
+        again (a retry already waiting on a node reads the flow's status first); every flow stays
+        readable as history."""
         await self.get(app, task_id)
-        await self._store.delete_task(task_id)
+        await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms())
         await self._hotpath.publish(TaskChange.deleted(task_id, app.id))
 
-    async def _edit(
-        self, task: Task, fields: set[str], *, expected_revision: int | None = None,
-        from_status: TaskStatus | None = None,
-    ) -> Task:
-        stored = await self._store.edit_task(task, fields, expected_revision=expected_revision,
-                                             from_status=from_status)
+    async def _save(self, task: Task, expected_version: int) -> Task:
+        stored = await self._store.update_task(task, expected_version)
         await self._hotpath.publish(TaskChange.of(stored))
         return stored
 

@@ -40,13 +40,23 @@ LATENESS_BOUND_S = 1.0  # issue 10: tasks on the healthy server, p99 lateness <=
 
 
 class TcpProxy:
-    """127.0.0.1:<port> forwarded to a target; :meth:`cut` drops the listener and every connection."""
+    """127.0.0.1:<port> forwarded to a target. :meth:`cut` drops the listener and every connection
+    (a killed server); :meth:`freeze` holds every byte and new connection until :meth:`thaw` (a
+    SIGSTOPped server: connections stay open, nothing answers)."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.port = free_port()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     @property
     def listening(self) -> bool:
@@ -67,6 +77,7 @@ class TcpProxy:
                 await server.wait_closed()
 
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        await self._flowing.wait()
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -77,6 +88,7 @@ class TcpProxy:
         async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 while chunk := await reader.read(65536):
+                    await self._flowing.wait()
                     writer.write(chunk)
                     await writer.drain()
             except (OSError, ConnectionError):
@@ -94,6 +106,7 @@ async def proxy(mysql_url: str) -> AsyncIterator[TcpProxy]:
     started = TcpProxy(url.host or "127.0.0.1", url.port or 3306)
     await started.start()
     yield started
+    started.thaw()
     await started.cut()
 
 
@@ -129,8 +142,9 @@ async def wait_until(condition: object, timeout_s: float) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
 async def test_shards_of_a_healthy_server_keep_firing_on_time_while_another_server_is_down(
-    two_server_settings: Settings, proxy: TcpProxy, caplog: pytest.LogCaptureFixture
+    two_server_settings: Settings, proxy: TcpProxy, caplog: pytest.LogCaptureFixture, fault: str
 ) -> None:
     caplog.set_level(logging.INFO)
     async with Receiver() as receiver, run_node(two_server_settings) as running:
@@ -148,7 +162,10 @@ async def test_shards_of_a_healthy_server_keep_firing_on_time_while_another_serv
 
         # When the second server goes away for longer than the node-wide fence's limit
         cut_ms = time.time_ns() // 1_000_000
-        await proxy.cut()
+        if fault == "killed":
+            await proxy.cut()
+        else:
+            proxy.freeze()
         await asyncio.sleep(OUTAGE_S / 2)
         view = node.coordinator.describe()
         servers = {s["server"]: s for s in view["database_servers"]}  # type: ignore[union-attr]
@@ -160,7 +177,10 @@ async def test_shards_of_a_healthy_server_keep_firing_on_time_while_another_serv
         assert node.runner.owned == frozenset(range(shard_count)), "the node must keep its groups"
         await asyncio.sleep(OUTAGE_S / 2)
         restore_ms = time.time_ns() // 1_000_000
-        await proxy.start()
+        if fault == "killed":
+            await proxy.start()
+        else:
+            proxy.thaw()
         await asyncio.sleep(4.0)
 
     # Then every instant of the healthy server's tasks during the outage was delivered on time

@@ -97,6 +97,10 @@ class Harness:
         raise AssertionError(f"runner did not settle at T0 + {offset_ms} ms")
 
 
+def fired_at(h: Harness, tasks: list[Task], offset_ms: int) -> Callable[[], bool]:
+    return lambda: all(offset_ms in h.sent_instants(task) for task in tasks)
+
+
 def called_more_than(store: FaultyServerStore, calls: int) -> Callable[[], bool]:
     return lambda: store.calls > calls
 
@@ -276,5 +280,54 @@ async def test_a_failing_server_is_retried_with_growing_delays_and_nothing_is_lo
         assert entry is not None
         await h.move_to(entry.fire_at_ms - T0, until=lambda: len(h.sent) == 1)
         assert h.sent_instants(task) == [1 * SECOND]
+    finally:
+        await h.stop()
+
+
+class StallingServerStore(MemoryTaskStore):
+    """Instance 1's fire transactions hang (a row lock, a frozen server) until ``resume`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(TOPOLOGY)
+        self.stalling = False
+        self.resume = asyncio.Event()
+
+    async def commit_fires(
+        self, intents: Sequence[FireIntent], now_ms: int, planner: Planner,
+        may_commit: Callable[[], bool] | None = None,
+    ) -> list[FireOutcome]:
+        on_instance_1 = [TOPOLOGY.locate(shard_of_task_id(i.task_id)).instance == 1 for i in intents]
+        if self.stalling and any(on_instance_1):
+            await self.resume.wait()
+        return await super().commit_fires(intents, now_ms, planner, may_commit)
+
+
+async def test_a_stalled_server_delays_neither_the_commits_nor_the_deliveries_of_the_others() -> None:
+    # Given tasks on both servers, and server 1's transactions hanging
+    store = StallingServerStore()
+    h = Harness(store)
+    healthy = [await add_task(store, shard) for shard in (1, 5, 1, 5)]
+    stalled = [await add_task(store, shard) for shard in (9, 13)]
+    await h.start()
+    try:
+        store.stalling = True
+
+        # When instants come due while server 1 hangs, more of them than the node has committers
+        for second in (1, 2, 3):
+            await h.move_to(second * SECOND, until=fired_at(h, healthy, second * SECOND))
+
+        # Then server 0's tasks fired each instant on time; nothing of server 1 was delivered yet
+        for task in healthy:
+            assert h.sent_instants(task) == [1 * SECOND, 2 * SECOND, 3 * SECOND]
+        assert all(h.sent_instants(task) == [] for task in stalled)
+
+        # When server 1 answers again, its fires go through once each
+        store.resume.set()
+        await h.move_to(3 * SECOND + 100, until=lambda: all(h.sent_instants(t) for t in stalled))
+        await h.move_to(4 * SECOND, until=lambda: all(4 * SECOND in h.sent_instants(t) for t in stalled))
+        for task in stalled:
+            flows = await store.list_flows(task.id, 10)
+            instants = sorted(f.scheduled_at_ms - T0 for f in flows)
+            assert instants == sorted(set(instants)) and instants[0] == 1 * SECOND and instants[-1] == 4 * SECOND
     finally:
         await h.stop()

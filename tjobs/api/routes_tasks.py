@@ -129,10 +129,12 @@ async def resume_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
     return json_response(task_json(await node.tasks.resume(app, task_id_of(task_id))))
 
 
-@router.post("/tasks/{task_id}/trigger", status_code=201, summary="Fire now (a manual flow)",
-             responses={**ok(201, schemas.Flow), **errors(401, 404, 409)})
-async def trigger_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
-    return json_response(flow_json(await node.tasks.trigger(app, task_id_of(task_id))), 201)
+@router.post("/tasks/{task_id}/trigger", status_code=201,
+             summary="Fire now (a manual flow; no body, or {} — a payload override is refused with 422)",
+             responses={**ok(201, schemas.Flow), **errors(401, 404, 409, 422)})
+async def trigger_task(task_id: str, request: Request, app: AppDep, node: NodeDep) -> Any:
+    body = await json_body(request) if await request.body() else None  # the body is optional
+    return json_response(flow_json(await node.tasks.trigger(app, task_id_of(task_id), body)), 201)
 
 
 @router.delete("/tasks/{task_id}", status_code=204, summary="Delete a task (its flows stay as history)",

@@ -26,6 +26,17 @@ re-drives (or closes) the flow: at least once, never lost.
 At-most-once flows arrive ``sending`` with ``attempts=1`` (written by the fire transaction) and get
 exactly one attempt. One that arrives ``pending`` (a manual trigger) is first recorded ``sending``,
 synchronously, and only then sent.
+
+Before every attempt the node's ``fence`` is asked: once the node's lease has expired (a SIGSTOP or a
+stall outlived it, and another node owns its jobs now) nothing more is sent. The flow is dropped from
+memory unrecorded; the database still has it ``pending`` at its next attempt time, and the new
+owner's compensator re-drives it. Before a retry (never before a first attempt: the fire path pays
+no read) the flow's stored status is read: a flow ``cancelled`` meanwhile (its task was deleted, on
+any node) or finished elsewhere is not sent again.
+
+Attempt numbers (``tjobs-attempt``) grow with every send of a flow: retries count on from the
+recorded ``attempts``, and a compensator re-drive counts the attempt a crash may have lost (see
+:mod:`tjobs.scheduler.compensator`).
 """
 
 from __future__ import annotations
@@ -71,12 +82,18 @@ class FlowRecorder(Protocol):
         ...
 
 
+class FlowReader(Protocol):
+    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
+        """The flow as stored now (see ``TaskStore``)."""
+        ...
+
+
 class _Delivery:
     """One flow being delivered: in a queue, in an attempt, or waiting for its retry timer."""
 
     __slots__ = (
         "at_most_once", "attempt", "deadline_ms", "flow_id", "job", "last_error", "last_status",
-        "max_attempts", "message", "record_sending", "targets", "timer",
+        "max_attempts", "message", "queued", "recheck", "record_sending", "targets", "timer",
     )
 
     def __init__(self, job: CallbackJob, flow_id: str, settings: CallbackSettings) -> None:
@@ -96,6 +113,8 @@ class _Delivery:
         self.last_status: int | None = flow.last_status_code
         self.last_error: str | None = flow.last_error
         self.timer: asyncio.TimerHandle | None = None
+        self.queued = False  # waits in its lane for one of the app's max_concurrency workers
+        self.recheck = False  # a retry: read the stored status before sending it
 
     def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
         flow = self.job.flow
@@ -132,6 +151,8 @@ class Deliverer:
         flush_batch: int = FLUSH_BATCH,
         retry_horizon_s: float = RETRY_HORIZON_S,
         max_waiting_retries: int = MAX_WAITING_RETRIES,
+        fence: Callable[[], bool] | None = None,
+        status_reader: FlowReader | None = None,
     ) -> None:
         """``on_result`` sees every attempt to every target; ``on_update`` every outcome recorded
         (``pending`` with a retry time, ``delivered``, ``dead``), e.g. for metrics. Both run inline
@@ -140,6 +161,9 @@ class Deliverer:
         Memory stays bounded when a receiver is down: a retry due more than ``retry_horizon_s``
         ahead, or beyond ``max_waiting_retries`` already waiting, is not kept in memory. It is
         recorded ``pending`` at its retry time like any other, and the compensator re-drives it then.
+
+        ``fence()`` is ``False`` while this node may not send (its lease expired); ``status_reader``
+        reads a flow's stored status before a retry. Without them, neither check is made.
         """
         self._recorder = recorder
         self._sender = sender
@@ -153,6 +177,8 @@ class Deliverer:
         self._flush_batch = flush_batch
         self._retry_horizon_ms = int(retry_horizon_s * 1000)
         self._max_waiting_retries = max_waiting_retries
+        self._fence = fence
+        self._status_reader = status_reader
         self._waiting_retries = 0
         self._active: dict[str, _Delivery] = {}
         self._lanes: dict[str, _Lane] = {}
@@ -165,6 +191,8 @@ class Deliverer:
         self._running = False
         self.flush_calls = 0
         self.flush_failures = 0
+        self.fenced = 0
+        self.cancelled = 0
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -266,7 +294,10 @@ class Deliverer:
         if lane is None:
             lane = self._lanes[app.id] = _Lane(app.id)
         lane.queue.append(delivery)
-        if lane.workers < max(app.max_concurrency, 1):
+        # Every live worker is in an attempt or about to take an entry queued before this one, so with
+        # all of them started this delivery waits for the app's concurrency cap.
+        delivery.queued = lane.workers >= max(app.max_concurrency, 1)
+        if not delivery.queued:
             lane.workers += 1
             worker = asyncio.get_running_loop().create_task(self._work(lane))
             self._workers.add(worker)
@@ -286,7 +317,9 @@ class Deliverer:
                 delivery = lane.queue.popleft()
                 app = delivery.job.app
                 try:
-                    async with self._limiter.slot(lane.app_id, app.rate_limit_per_s, app.max_concurrency):
+                    async with self._limiter.slot(
+                        lane.app_id, app.rate_limit_per_s, app.max_concurrency, queued=delivery.queued
+                    ):
                         await self._attempt(delivery)
                 except Exception:
                     # A bug, not a receiver failure: leave the flow to the compensator.
@@ -299,6 +332,14 @@ class Deliverer:
                 del self._lanes[lane.app_id]
 
     async def _attempt(self, delivery: _Delivery) -> None:
+        if self._fence is not None and not self._fence():
+            self.fenced += 1
+            self._active.pop(delivery.flow_id, None)
+            logger.warning("fenced: not sending flow %s; the owner's compensator re-drives it", delivery.flow_id,
+                           extra={"action": "delivery_fenced", "flow_id": delivery.flow_id})
+            return
+        if delivery.recheck and self._status_reader is not None and not await self._still_open(delivery):
+            return
         now_ms = self._clock.now_ms()
         attempt = delivery.attempt
         if delivery.record_sending:
@@ -327,6 +368,26 @@ class Deliverer:
                 *(self._sender.send(message.request(url, attempt, headers, body)) for url in targets)
             )
         self._settle(delivery, results)
+
+    async def _still_open(self, delivery: _Delivery) -> bool:
+        """Whether a retry may be sent: its flow is still open in the store (read it)."""
+        assert self._status_reader is not None
+        job = delivery.job
+        try:
+            stored = await self._status_reader.get_flow(job.flow.task_id, job.flow.scheduled_at_ms)
+        except Exception:
+            self._active.pop(delivery.flow_id, None)
+            logger.exception("could not read flow %s before its retry; the compensator re-drives it",
+                             delivery.flow_id, extra={"action": "delivery_deferred", "flow_id": delivery.flow_id})
+            return False
+        if stored is not None and not stored.status.terminal:
+            return True
+        self.cancelled += 1
+        self._active.pop(delivery.flow_id, None)
+        logger.info("flow %s is %s; its retry is not sent", delivery.flow_id,
+                    "gone" if stored is None else stored.status.value,
+                    extra={"action": "retry_dropped", "flow_id": delivery.flow_id})
+        return False
 
     def _settle(self, delivery: _Delivery, results: Sequence[AttemptResult]) -> None:
         attempt = delivery.attempt
@@ -375,6 +436,7 @@ class Deliverer:
             return
         self._record(delivery, delivery.update(FlowStatus.PENDING, attempt, due_ms))
         delivery.attempt = attempt + 1
+        delivery.recheck = True
         if (
             self._running
             and delay_ms <= self._retry_horizon_ms

@@ -15,8 +15,11 @@ Waiting is not dropping: a throttled callback is sent later, never skipped.
 A caller the app's own limits made wait is reported once to ``on_throttled(app_id, reason)``:
 ``"rate"`` when the token bucket delayed it (whether or not it also queued for a concurrency slot:
 a rate-limited app's callers queue behind those sleeping on the bucket), else ``"concurrency"``
-when it queued for one of the app's slots. Waiting for the node's global cap is not the app's
-throttling and is not reported. Callers that pass straight through pay nothing for the hook.
+when it queued for one of the app's slots, or says it already queued for one outside (``slot(…,
+queued=True)``: the deliverer keeps an app's waiting callbacks in its own per-app queue, drained by
+at most ``concurrency`` workers, so they wait there rather than at the gate). Waiting for the node's
+global cap is not the app's throttling and is not reported. Callers that pass straight through pay
+nothing for the hook.
 """
 
 from __future__ import annotations
@@ -124,8 +127,9 @@ class AppLimiter:
         self._on_throttled = on_throttled
         self._apps: dict[str, _AppState] = {}
 
-    def slot(self, app_id: str, rate_per_s: float, concurrency: int) -> _Slot:
-        """An async context manager holding one callback slot of ``app_id`` (see the module doc)."""
+    def slot(self, app_id: str, rate_per_s: float, concurrency: int, *, queued: bool = False) -> _Slot:
+        """An async context manager holding one callback slot of ``app_id`` (see the module doc);
+        ``queued``: the caller already waited for one of the app's ``concurrency`` slots elsewhere."""
         state = self._apps.get(app_id)
         if state is None:
             state = self._apps[app_id] = _AppState(rate_per_s, max(concurrency, 1), self._burst_s)
@@ -134,7 +138,7 @@ class AppLimiter:
                 state.set_rate(rate_per_s, self._burst_s)
             if state.gate.limit != concurrency and concurrency >= 1:
                 state.gate.set_limit(concurrency)
-        return _Slot(self, app_id, state)
+        return _Slot(self, app_id, state, queued)
 
     def in_flight(self, app_id: str | None = None) -> int:
         """Slots held now: for one app, or globally."""
@@ -153,17 +157,18 @@ class AppLimiter:
 
 
 class _Slot:
-    __slots__ = ("_app_id", "_limiter", "_state")
+    __slots__ = ("_app_id", "_limiter", "_queued", "_state")
 
-    def __init__(self, limiter: AppLimiter, app_id: str, state: _AppState) -> None:
+    def __init__(self, limiter: AppLimiter, app_id: str, state: _AppState, queued: bool) -> None:
         self._limiter = limiter
         self._app_id = app_id
         self._state = state
+        self._queued = queued
 
     async def __aenter__(self) -> None:
         state = self._state
         limiter = self._limiter
-        queued = await state.gate.acquire()
+        queued = await state.gate.acquire() or self._queued
         try:
             delay_s = state.reserve(limiter._now_s())
             if (queued or delay_s > 0.0) and limiter._on_throttled is not None:

@@ -6,6 +6,11 @@ shards hold non-terminal flows whose next attempt is more than ``grace_s`` overd
 database), leases those flows in each such shard, and hands the ones this node is not delivering
 right now back to the deliverer. At-most-once flows found ``sending`` are never resent: they become
 ``unknown``. Flows of deleted tasks become ``cancelled``.
+
+The lease counts one attempt on each pending flow it claims (see ``TaskStore.lease_stale_flows``):
+the last attempt may have been sent and answered with its outcome lost in the crashed node's write
+buffer, so a re-drive is always a higher ``tjobs-attempt`` than anything sent before it. A node whose
+fence is closed (its lease expired) claims nothing: the new owner's compensator does.
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ class Compensator(PeriodicPass):
         settings: CompensatorSettings,
         clock: Clock,
         lease_ms: int,
+        *,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
+        """``fence()`` is ``False`` while this node may not work on its jobs (see ``Deliverer``)."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -43,6 +51,7 @@ class Compensator(PeriodicPass):
         self._settings = settings
         self._clock = clock
         self._lease_ms = lease_ms
+        self._fence = fence
         self.redriven = 0
         self.backlog = 0
 
@@ -57,6 +66,8 @@ class Compensator(PeriodicPass):
         for shard in owned:
             if shard not in stale:
                 continue
+            if self._fence is not None and not self._fence():
+                break
             now_ms = self._clock.now_ms()
             leased = await self._store.lease_stale_flows(
                 shard, now_ms - grace_ms, grace_ms + self._lease_ms, self._settings.batch

@@ -107,7 +107,9 @@ class JobRunner:
         self._horizon_ms = 0
         self._pending: list[WheelEntry] = []
         self._commit_failures: dict[FireIntent, int] = {}  # failed intent -> consecutive failures
-        self._pending_ready = asyncio.Event()
+        self._committing: dict[str, asyncio.Event] = {}  # database server -> "its entries are due"
+        self._servers: dict[int, str] = {}  # shard -> its database server (store.server_of_shard)
+        self._one_server = len(store.database_servers()) == 1
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self._loads_in_progress = 0
@@ -141,15 +143,14 @@ class JobRunner:
         self._horizon_ms = (now_ms // self._cycle_ms + 1) * self._cycle_ms
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="tjobs-tick"))
         self._tasks.append(asyncio.create_task(self._cycle_loop(), name="tjobs-cycle"))
-        for index in range(self._committers):
-            self._tasks.append(asyncio.create_task(self._commit_loop(), name=f"tjobs-commit-{index}"))
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Stop ticking; let a commit or a load page in progress finish (a database call is never
         cancelled half-way unless it outlasts ``timeout_s``). Uncommitted due entries are dropped:
         the store still holds them for whoever loads the shard next."""
         self._running = False
-        self._pending_ready.set()
+        for ready in self._committing.values():
+            ready.set()
         _, unfinished = await asyncio.wait(self._tasks, timeout=timeout_s)
         for task in unfinished:
             task.cancel()
@@ -280,7 +281,7 @@ class JobRunner:
                 due = self.wheel.advance(now_ms)
                 if due:
                     self._pending.extend(due)
-                    self._pending_ready.set()
+                    self._wake_committers(due)
             next_tick += tick_s
             delay = next_tick - loop.time()
             if delay < 0:  # fell behind (GC, a long callback): resynchronise instead of bursting
@@ -288,17 +289,51 @@ class JobRunner:
                 delay = 0
             await asyncio.sleep(delay)
 
-    async def _commit_loop(self) -> None:
+    def _server_of(self, task_id: int) -> str:
+        shard = shard_of_task_id(task_id)
+        server = self._servers.get(shard)
+        if server is None:
+            server = self._servers[shard] = self._store.server_of_shard(shard)
+        return server
+
+    def _wake_committers(self, due: list[WheelEntry]) -> None:
+        """Wake the committers of each database server with newly due entries (started on first use:
+        ``committers`` per server, so a server whose transactions stall holds only its own)."""
+        servers = {self._server_of(entry.task_id) for entry in due} if not self._one_server else {""}
+        for server in servers:
+            ready = self._committing.get(server)
+            if ready is None:
+                ready = self._committing[server] = asyncio.Event()
+                for index in range(self._committers):
+                    self._tasks.append(asyncio.create_task(
+                        self._commit_loop(server, ready), name=f"tjobs-commit-{server}-{index}"))
+            ready.set()
+
+    def _take_batch(self, server: str) -> list[WheelEntry]:
+        """Up to ``fire_batch_max`` due entries of ``server``, oldest first; never another server's,
+        so a batch never waits for a server it does not touch."""
         batch_max = self._settings.fire_batch_max
-        while self._running:
-            await self._pending_ready.wait()
-            if not self._pending:
-                self._pending_ready.clear()
-                continue
+        if self._one_server:
             batch = self._pending[:batch_max]
             del self._pending[:batch_max]
-            if not self._pending:
-                self._pending_ready.clear()
+            return batch
+        batch, rest = [], []
+        for entry in self._pending:
+            if len(batch) < batch_max and self._server_of(entry.task_id) == server:
+                batch.append(entry)
+            else:
+                rest.append(entry)
+        self._pending = rest
+        return batch
+
+    async def _commit_loop(self, server: str, ready: asyncio.Event) -> None:
+        while self._running:
+            await ready.wait()
+            batch = self._take_batch(server)
+            if len(batch) < self._settings.fire_batch_max:
+                ready.clear()  # none of its entries left (a full batch may have left more)
+            if not batch:
+                continue
             if self._paused:  # never commit for a paused shard (set_paused dropped what it could)
                 batch = [entry for entry in batch if shard_of_task_id(entry.task_id) not in self._paused]
                 if not batch:

@@ -9,7 +9,7 @@ Every implementation (memory twin, SQLAlchemy on SQLite or MariaDB) passes the s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 
 from sharding import Topology
 from tjobs.model import (
@@ -24,9 +24,6 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
-
-EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
-"""The task fields an owner's edit may set (:meth:`TaskStore.edit_task`)."""
 
 FirePlanner = Callable[[Task, FireIntent, int], FirePlan | None]
 """Pure: given the locked task row, the due intent and ``now_ms``, decide what the fire does.
@@ -51,13 +48,6 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
-
-    async def check_layout(self) -> None:
-        """Refuse to run on data written for another layout (topology, database prefix, servers):
-        raise :class:`tjobs.stores.layout_record.StorageLayoutMismatch` naming each difference, or
-        ``StorageNotMigrated`` without a layout record; record the layout if it is not yet (a first
-        start). A node calls it once after :meth:`start`. Nothing persists in memory: no-op there."""
-        return None
 
     @abstractmethod
     async def ping(self) -> None:
@@ -146,26 +136,18 @@ class TaskStore(ABC):
         """
 
     @abstractmethod
-    async def edit_task(
-        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
-        from_status: TaskStatus | None = None,
-    ) -> Task:
-        """Apply an owner's edit to the stored row in one atomic step; return the row afterwards.
-
-        Only ``fields`` (names of :data:`EDITABLE_FIELDS`) are copied from ``task``, so a fire that
-        committed since ``task`` was read keeps its progress. ``"schedule"`` also takes ``task``'s
-        ``next_run_at_ms``, restarts ``fire_count`` at 0 and reopens a ``completed`` task as
-        ``active``. ``updated_at_ms`` is always taken; ``version`` and ``revision`` grow by one.
-
-        With ``expected_revision``, raise :class:`tjobs.errors.VersionConflict` (carrying the stored
-        revision) unless the row is at that revision; fires never move it. With ``from_status``,
-        a row in another status is returned unchanged. Raise :class:`tjobs.errors.NotFound` if the
-        task is gone.
-        """
-
-    @abstractmethod
     async def delete_task(self, task_id: int) -> bool:
         """Delete the task row; its flows stay as history. ``False`` if it did not exist."""
+
+    @abstractmethod
+    async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
+        """Delete the task row and, in the same transaction, mark its ``pending`` flows ``cancelled``
+        (``next_attempt_at_ms`` cleared, ``updated_at_ms = now_ms``), so no node sends them again.
+
+        Every flow stays as history; a ``sending`` (at-most-once) flow keeps its status, since its
+        single attempt is already under way and its outcome is still to be recorded. ``False``, and
+        nothing changed, if the task did not exist.
+        """
 
     @abstractmethod
     async def list_tasks(
@@ -275,6 +257,13 @@ class TaskStore(ABC):
         Atomically pushes each returned flow's ``next_attempt_at_ms`` to ``now_ms + lease_ms`` so a
         second caller does not take the same flows before the lease ends. The task is ``None`` if it
         was deleted.
+
+        In the same statement, a returned ``pending`` flow whose task exists has its ``attempts``
+        counted up by one (stored and returned): the attempt a crashed or frozen node may have made
+        without recording its outcome. The re-drive that follows therefore carries a higher attempt
+        number than any attempt sent before (a receiver can tell a re-drive from a first attempt).
+        ``sending`` flows and flows of deleted tasks keep their ``attempts``: they are closed, not
+        re-driven.
         """
 
     # ---- retention ----------------------------------------------------------------------------

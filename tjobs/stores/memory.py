@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +20,6 @@ from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, TaskIdTaken, 
 from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.base import FirePlanner, TaskStore
 from tjobs.stores.schema import clip_error
-from tjobs.stores.task_edits import check_fields, edited_row
 
 FlowKey = tuple[int, int]
 
@@ -53,6 +52,13 @@ class MemoryTaskStore(TaskStore):
 
     async def ping(self) -> None:
         return None
+
+    def database_servers(self) -> list[str]:
+        # Each topology instance is a server of its own here: one fire transaction each (commit_fires).
+        return [f"memory-{instance}" for instance in range(self.topology.instances)]
+
+    def server_of_shard(self, shard: int) -> str:
+        return f"memory-{self.topology.locate(shard).instance}"
 
     async def database_now_ms(self) -> int:
         return time.time_ns() // 1_000_000
@@ -158,25 +164,9 @@ class MemoryTaskStore(TaskStore):
             key=stored.key,
             created_at_ms=stored.created_at_ms,
             version=expected_version + 1,
-            revision=stored.revision,
         )
         self._tasks[shard_of_task_id(task.id)][task.id] = updated
         return _task_copy(updated)
-
-    async def edit_task(
-        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
-        from_status: TaskStatus | None = None,
-    ) -> Task:
-        check_fields(fields)
-        await asyncio.sleep(0)
-        stored = self._get(task.id)
-        if stored is None:
-            raise NotFound("task", task.id)
-        edited = edited_row(stored, _task_copy(task), fields, expected_revision, from_status)
-        if edited is None:
-            return _task_copy(stored)
-        self._tasks[shard_of_task_id(task.id)][task.id] = edited
-        return _task_copy(edited)
 
     async def delete_task(self, task_id: int) -> bool:
         shard = self._shard_of(task_id)
@@ -187,6 +177,18 @@ class MemoryTaskStore(TaskStore):
             return False
         if task.key is not None:
             self._keys.pop((task.app_id, task.key), None)
+        return True
+
+    async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
+        if not await self.delete_task(task_id):
+            return False
+        shard = self._shard_of(task_id)
+        assert shard is not None
+        for flow in self._flows[shard].values():
+            if flow.task_id == task_id and flow.status is FlowStatus.PENDING:
+                flow.status = FlowStatus.CANCELLED
+                flow.next_attempt_at_ms = None
+                flow.updated_at_ms = now_ms
         return True
 
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
@@ -392,6 +394,8 @@ class MemoryTaskStore(TaskStore):
             flow = self._flows[shard][key]
             flow.next_attempt_at_ms = now_ms + lease_ms
             task = self._tasks[shard].get(flow.task_id)
+            if task is not None and flow.status is FlowStatus.PENDING:
+                flow.attempts += 1
             leased.append((replace(flow), None if task is None else _task_copy(task)))
         return leased
 

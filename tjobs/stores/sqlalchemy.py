@@ -18,7 +18,7 @@ import asyncio
 import functools
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -27,6 +27,7 @@ from asyncmy.errors import IntegrityError as DriverIntegrityError
 from sqlalchemy import (
     and_,
     bindparam,
+    case,
     delete,
     exists,
     func,
@@ -58,7 +59,6 @@ from tjobs.model import (
 )
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import FirePlanner, TaskStore
-from tjobs.stores.layout_record import ensure_layout
 from tjobs.stores.schema import (
     app_from_row,
     app_to_row,
@@ -87,19 +87,15 @@ from tjobs.stores.sql_layout import (
     ShardTables,
     create_engine_for,
     is_unavailable,
-    safe_url,
     unavailable,
 )
 from tjobs.stores.sql_sessions import SessionRegistry, kill_connections
-from tjobs.stores.task_edits import check_fields, edited_row
 
 T = TypeVar("T")
 
 _OPEN = (FlowStatus.PENDING.value, FlowStatus.SENDING.value)
 _TERMINAL = tuple(s.value for s in FlowStatus if s.terminal)
 _INSERT_RETRIES = 3
-_EDITED_COLUMNS = ("name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status",
-                   "next_run_at", "fire_count", "updated_at", "version", "revision")
 
 
 class SQLAlchemyTaskStore(TaskStore):
@@ -138,18 +134,6 @@ class SQLAlchemyTaskStore(TaskStore):
                                                 max_flushes=max(1, self.settings.pool_size // 2))
             elif self.layout.dialect != MYSQL:  # SQLite: one writer per file at a time anyway
                 self._groups[url] = GroupCommit(functools.partial(self._write_group, url), max_flushes=1)
-
-    async def check_layout(self) -> None:
-        home = self.layout.apps_database
-        where = f"database {home.name} on {safe_url(home.engine_url)}"
-        try:
-            await ensure_layout(self._engine(home.engine_url, write=True), self.layout, self.settings, where)
-        except TjobsError:
-            raise
-        except Exception as error:
-            if is_unavailable(error):
-                raise unavailable(home.engine_url, error) from error
-            raise
 
     async def close(self) -> None:
         engines = list(self._engines.values())
@@ -555,34 +539,6 @@ class SQLAlchemyTaskStore(TaskStore):
             raise NotFound("task", task.id)
         raise VersionConflict(task.id, expected_version, stored.version)
 
-    async def edit_task(
-        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
-        from_status: TaskStatus | None = None,
-    ) -> Task:
-        check_fields(fields)
-        home = self._shard_of_task(task.id)
-        if home is None:
-            raise NotFound("task", task.id)
-        tasks_t = home.tasks
-        async with self._write(home.database.engine_url) as conn:
-            # The row lock orders this edit with the fire transaction: whichever comes second sees
-            # the other's row (a fire's CAS then fails on the new version; this edit keeps its progress).
-            locked = select(tasks_t).where(tasks_t.c.id == task.id).with_for_update()
-            row = (await conn.execute(locked, execution_options=home.options)).mappings().first()
-            if row is None:
-                raise NotFound("task", task.id)
-            stored = task_from_row(row)
-            edited = edited_row(stored, task, fields, expected_revision, from_status)
-            if edited is None:
-                return stored
-            values = task_to_row(edited)
-            await conn.execute(
-                update(tasks_t).where(tasks_t.c.id == task.id)
-                .values({name: values[name] for name in _EDITED_COLUMNS}),
-                execution_options=home.options,
-            )
-        return edited
-
     async def delete_task(self, task_id: int) -> bool:
         home = self._shard_of_task(task_id)
         if home is None:
@@ -592,6 +548,25 @@ class SQLAlchemyTaskStore(TaskStore):
                 delete(home.tasks).where(home.tasks.c.id == task_id), execution_options=home.options
             )
         return bool(result.rowcount)
+
+    async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return False
+        c = home.flows.c
+        async with self._write(home.database.engine_url) as conn:
+            result = await conn.execute(
+                delete(home.tasks).where(home.tasks.c.id == task_id), execution_options=home.options
+            )
+            if not result.rowcount:
+                return False
+            await conn.execute(
+                update(home.flows)
+                .where(c.task_id == task_id, c.status == FlowStatus.PENDING.value)
+                .values(status=FlowStatus.CANCELLED.value, next_attempt_at=None, updated_at=now_ms),
+                execution_options=home.options,
+            )
+        return True
 
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         home = self._shard(shard)
@@ -879,18 +854,30 @@ class SQLAlchemyTaskStore(TaskStore):
             if not rows:
                 return []
             flows = [replace(flow_from_row(row), next_attempt_at_ms=lease_until) for row in rows]
-            keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
-            await conn.execute(
-                update(home.flows)
-                .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
-                .values(next_attempt_at=lease_until),
-                execution_options=home.options,
-            )
             task_ids = sorted({f.task_id for f in flows})
             task_rows = await conn.execute(
                 select(home.tasks).where(home.tasks.c.id.in_(task_ids)), execution_options=home.options
             )
             tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
+            # A pending flow of a live task is about to be re-driven: count the attempt whose outcome
+            # may have been lost (see the contract), in the statement that takes the lease.
+            for flow in flows:
+                if flow.status is FlowStatus.PENDING and flow.task_id in tasks:
+                    flow.attempts += 1
+            counted = {(f.task_id, f.scheduled_at_ms) for f in flows
+                       if f.status is FlowStatus.PENDING and f.task_id in tasks}
+            keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
+            await conn.execute(
+                update(home.flows)
+                .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
+                .values(
+                    next_attempt_at=lease_until,
+                    attempts=c.attempts + case(
+                        (tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
+                    if counted else c.attempts,
+                ),
+                execution_options=home.options,
+            )
         return [(flow, tasks.get(flow.task_id)) for flow in flows]
 
     # ---- retention ----------------------------------------------------------------------------------

@@ -1,0 +1,151 @@
+"""Per-server database health: which shards pause, when they resume, and when the node-wide fence counts.
+
+A fake store over three servers (shards 0-3 on "a:1", 4-7 on "b:2", 8-11 on "c:3") answers, fails or
+hangs per server; the clock is passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from sharding import Topology
+from tjobs.coordinators.db_health import DatabaseHealth
+from tjobs.errors import StorageUnavailable
+from tjobs.stores.memory import MemoryTaskStore
+
+SERVERS = ["a:1", "b:2", "c:3"]
+
+
+class ServersStore(MemoryTaskStore):
+    def __init__(self) -> None:
+        super().__init__(Topology(3, 1, 4))
+        self.down: set[str] = set()
+        self.hanging: set[str] = set()
+
+    def database_servers(self) -> list[str]:
+        return list(SERVERS)
+
+    def server_of_shard(self, shard: int) -> str:
+        return SERVERS[shard // 4]
+
+    async def ping_server(self, server: str) -> None:
+        if server in self.hanging:
+            await asyncio.sleep(3600)
+        if server in self.down:
+            raise StorageUnavailable(f"database mysql://user:secret@{server} is unavailable") from OSError(
+                111, "Connection refused"
+            )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@pytest.fixture
+def store() -> ServersStore:
+    return ServersStore()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def health(store: ServersStore, clock: Clock) -> DatabaseHealth:
+    return DatabaseHealth(store, 12, ping_timeout_s=0.05, monotonic=clock)
+
+
+async def test_a_server_that_fails_a_ping_pauses_only_its_shards(
+    store: ServersStore, health: DatabaseHealth, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[frozenset[int]] = []
+
+    async def listener(paused: frozenset[int]) -> None:
+        seen.append(paused)
+
+    health.subscribe(listener)
+    await health.check_once()
+    assert seen == [] and health.paused_shards() == frozenset()
+
+    store.down.add("b:2")
+    with caplog.at_level(logging.INFO):
+        await health.check_once()
+        await health.check_once()  # still down: no second notification, no second log line
+
+    assert seen == [frozenset({4, 5, 6, 7})]
+    assert health.unreachable_servers() == ["b:2"]
+    assert [r.action for r in caplog.records if hasattr(r, "action")] == ["db_server_unreachable"]
+
+
+async def test_a_server_that_answers_again_resumes_its_shards(
+    store: ServersStore, health: DatabaseHealth, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[frozenset[int]] = []
+
+    async def listener(paused: frozenset[int]) -> None:
+        seen.append(paused)
+
+    health.subscribe(listener)
+    with caplog.at_level(logging.INFO):
+        store.down.add("c:3")
+        await health.check_once()
+        store.down.clear()
+        await health.check_once()
+
+    assert seen == [frozenset({8, 9, 10, 11}), frozenset()]
+    assert [r.action for r in caplog.records if hasattr(r, "action")] == [
+        "db_server_unreachable", "db_server_recovered"
+    ]
+
+
+async def test_a_server_that_does_not_answer_within_the_timeout_is_unreachable(
+    store: ServersStore, health: DatabaseHealth
+) -> None:
+    store.hanging.add("a:1")
+    await health.check_once()
+    assert health.paused_shards() == frozenset({0, 1, 2, 3})
+    assert "no answer within" in str(health.describe()[0]["error"])
+
+
+async def test_the_node_wide_fence_counts_only_while_no_server_answers(
+    store: ServersStore, health: DatabaseHealth, clock: Clock
+) -> None:
+    await health.check_once()
+    store.down.update({"a:1", "b:2"})
+    clock.now_s += 10
+    await health.check_once()
+    assert health.all_unreachable_for_s() == 0.0  # c:3 still answers: pause, do not fence
+
+    store.down.add("c:3")
+    clock.now_s += 1
+    await health.check_once()
+    clock.now_s += 4
+    assert health.all_unreachable_for_s() == pytest.approx(5.0)  # since c:3 last answered
+
+
+async def test_describe_names_each_server_without_credentials(store: ServersStore, health: DatabaseHealth) -> None:
+    store.down.add("b:2")
+    await health.check_once()
+    view = {entry["server"]: entry for entry in health.describe()}
+    assert list(view) == SERVERS
+    assert view["b:2"]["reachable"] is False and view["b:2"]["paused_shards"] == 4
+    assert view["a:1"]["reachable"] is True and view["a:1"]["paused_shards"] == 0
+    assert "secret" not in repr(view) and "Connection refused" in str(view["b:2"]["error"])
+
+
+async def test_the_memory_twin_always_answers() -> None:
+    health = DatabaseHealth(MemoryTaskStore(Topology(1, 1, 4)), 4)
+    await health.start()
+    try:
+        assert health.describe() == [{"server": "memory-0", "reachable": True, "unreachable_for_s": 0.0,
+                                      "error": None, "shards": 4, "paused_shards": 0}]
+    finally:
+        await health.stop()

@@ -1,0 +1,176 @@
+"""The Deliverer on the memory store with a scripted sender: fencing, cancelled flows, throttling."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from tests.delivery_fakes import APP, CLOCK, SETTINGS, ScriptedSender, stored_flow
+from tjobs.callbacks.delivery import CallbackJob, Deliverer
+from tjobs.callbacks.limiter import AppLimiter
+from tjobs.model import App, Flow, FlowStatus, parse_flow_id
+from tjobs.stores.memory import MemoryTaskStore
+
+Build = Callable[..., Awaitable[Deliverer]]
+
+
+class CountingReader:
+    """The store's flow read, counted: the fire path must not pay for it."""
+
+    def __init__(self, store: MemoryTaskStore) -> None:
+        self.store = store
+        self.reads = 0
+
+    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
+        self.reads += 1
+        return await self.store.get_flow(task_id, scheduled_at_ms)
+
+
+@pytest.fixture
+def store() -> MemoryTaskStore:
+    return MemoryTaskStore()
+
+
+@pytest.fixture
+async def build(store: MemoryTaskStore) -> AsyncIterator[Build]:
+    built: list[Deliverer] = []
+
+    async def make(sender: ScriptedSender, **kwargs: Any) -> Deliverer:
+        limiter = kwargs.pop("limiter", None) or AppLimiter(SETTINGS.global_max_in_flight)
+        kwargs.setdefault("flush_interval_s", 0.01)
+        deliverer = Deliverer(store, sender, limiter, SETTINGS, CLOCK, **kwargs)
+        await deliverer.start()
+        built.append(deliverer)
+        return deliverer
+
+    yield make
+    for deliverer in built:
+        await deliverer.stop(1.0)
+
+
+async def _stored(store: MemoryTaskStore, flow_id: str) -> Flow:
+    flow = await store.get_flow(*parse_flow_id(flow_id))
+    assert flow is not None
+    return flow
+
+
+async def _settled(deliverer: Deliverer, timeout_s: float = 5.0) -> None:
+    """Wait until nothing is queued, sent, waiting for a retry or unwritten."""
+    for _ in range(int(timeout_s / 0.01)):
+        if not deliverer.in_flight_count():
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError(f"still in flight: {deliverer.in_flight()}")
+
+
+# ---- fencing -------------------------------------------------------------------------------------
+
+
+async def test_a_node_whose_fence_is_closed_sends_nothing_and_leaves_the_flow_to_the_new_owner(
+    store: MemoryTaskStore, build: Build
+) -> None:
+    sender = ScriptedSender()
+    deliverer = await build(sender, fence=lambda: False)
+    task, flow = await stored_flow(store)
+
+    deliverer.submit(CallbackJob(task, flow, APP))
+    await _settled(deliverer)
+
+    assert sender.requests == []
+    stored = await _stored(store, flow.id)
+    assert (stored.status, stored.attempts, stored.next_attempt_at_ms) == (
+        FlowStatus.PENDING, 0, flow.next_attempt_at_ms)
+
+
+async def test_a_fence_closing_between_attempts_stops_the_retries(store: MemoryTaskStore, build: Build) -> None:
+    # Given a flow whose first attempt fails while the node still holds its lease
+    fence_open = True
+    sender = ScriptedSender(500, then=200)
+    deliverer = await build(sender, fence=lambda: fence_open)
+    task, flow = await stored_flow(store)
+    deliverer.submit(CallbackJob(task, flow, APP))
+    await sender.wait_for(1)
+    # When the lease expires (a SIGSTOP outlived it) before the retry is due
+    fence_open = False
+    await asyncio.sleep(0.3)
+    await _settled(deliverer)
+    # Then the retry is never sent; the recorded outcome says what was sent, for the new owner
+    assert sender.attempts() == [1]
+    stored = await _stored(store, flow.id)
+    assert (stored.status, stored.attempts) == (FlowStatus.PENDING, 1)
+
+
+# ---- cancelled flows ---------------------------------------------------------------------------
+
+
+async def test_a_retry_of_a_flow_cancelled_meanwhile_is_not_sent(store: MemoryTaskStore, build: Build) -> None:
+    sender = ScriptedSender(500, then=200)
+    deliverer = await build(sender, status_reader=store)
+    task, flow = await stored_flow(store)
+    deliverer.submit(CallbackJob(task, flow, APP))
+    await sender.wait_for(1)
+
+    assert await store.delete_task_cancelling_flows(task.id, CLOCK.now_ms())  # a DELETE on any node
+    await asyncio.sleep(0.3)
+    await _settled(deliverer)
+
+    assert sender.attempts() == [1]
+    assert (await _stored(store, flow.id)).status is FlowStatus.CANCELLED
+
+
+async def test_only_a_retry_reads_the_flow_first(store: MemoryTaskStore, build: Build) -> None:
+    reader = CountingReader(store)
+    sender = ScriptedSender(200, 500, then=200)
+    deliverer = await build(sender, status_reader=reader)
+    first_task, first = await stored_flow(store)
+    deliverer.submit(CallbackJob(first_task, first, APP))
+    await _settled(deliverer)
+    assert reader.reads == 0  # a first attempt (the fire path) costs no read
+
+    task, flow = await stored_flow(store)
+    deliverer.submit(CallbackJob(task, flow, APP))
+    await _settled(deliverer)
+
+    assert sender.attempts() == [1, 1, 2] and reader.reads == 1
+    assert (await _stored(store, flow.id)).status is FlowStatus.DELIVERED
+
+
+# ---- throttling ----------------------------------------------------------------------------------
+
+
+async def test_waiting_for_the_apps_concurrency_cap_is_counted_as_concurrency_throttling(
+    store: MemoryTaskStore, build: Build
+) -> None:
+    # Given an app allowed one callback at a time and a slow receiver
+    app = App("one-at-a-time", "one", "", APP.secrets, rate_limit_per_s=0.0, max_concurrency=1)
+    throttled: list[tuple[str, str]] = []
+    limiter = AppLimiter(SETTINGS.global_max_in_flight, on_throttled=lambda a, r: throttled.append((a, r)))
+    sender = ScriptedSender()
+    sender.hold = asyncio.Event()
+    deliverer = await build(sender, limiter=limiter)
+    # When three of its flows are due at once
+    for _ in range(3):
+        task, flow = await stored_flow(store, app=app)
+        deliverer.submit(CallbackJob(task, flow, app))
+    await sender.wait_for(1)
+    await asyncio.sleep(0.05)
+    assert len(sender.requests) == 1
+    sender.hold.set()
+    await _settled(deliverer)
+    # Then all three are delivered, and the two that waited for the cap are counted
+    assert len(sender.requests) == 3
+    assert throttled == [("one-at-a-time", "concurrency")] * 2
+
+
+async def test_a_callback_that_never_waits_is_not_counted(store: MemoryTaskStore, build: Build) -> None:
+    throttled: list[tuple[str, str]] = []
+    limiter = AppLimiter(SETTINGS.global_max_in_flight, on_throttled=lambda a, r: throttled.append((a, r)))
+    deliverer = await build(ScriptedSender(), limiter=limiter)
+    for _ in range(3):
+        task, flow = await stored_flow(store)
+        deliverer.submit(CallbackJob(task, flow, APP))
+    await _settled(deliverer)
+    assert throttled == []
