@@ -21,9 +21,11 @@ from tjobs.model import App
 from tjobs.settings import Settings
 from tjobs.ssrf import AllowList
 from tjobs.stores.base import TaskStore
+from tjobs.validation import check_name
 
 DEFAULT_SECRET_GRACE_S = 86_400
 MAX_SECRET_GRACE_S = 30 * 86_400
+MAX_ACTIVE_TASKS = 1_000_000_000_000  # a per-app quota; beyond it a count could not be stored
 _CALLBACK_DEFAULT_KEYS = frozenset({"timeout_ms", "max_attempts", "max_age_s", "headers", "method"})
 _APP_KEYS = frozenset({"name", "rate_limit_per_s", "max_concurrency", "allowed_callback_hosts",
                        "callback_defaults", "max_active_tasks"})
@@ -65,10 +67,7 @@ def validate_app_fields(body: Any, settings: Settings, *, creating: bool) -> dic
         raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
     fields: dict[str, Any] = {}
     if creating or "name" in body:
-        name = body.get("name")
-        if not isinstance(name, str) or not 1 <= len(name) <= 100 or not name.strip():
-            raise InvalidInput("name", "must be a string of 1..100 characters")
-        fields["name"] = name
+        fields["name"] = check_name(body.get("name"), "name", 100)
     callbacks = settings.callbacks
     if creating or "rate_limit_per_s" in body:
         rate = body.get("rate_limit_per_s", callbacks.default_rate_limit_per_s)
@@ -90,8 +89,10 @@ def validate_app_fields(body: Any, settings: Settings, *, creating: bool) -> dic
         fields["callback_defaults"] = _callback_defaults(body["callback_defaults"], settings)
     if "max_active_tasks" in body:
         quota = body["max_active_tasks"]
-        if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool) or quota < 0):
-            raise InvalidInput("max_active_tasks", "must be a non-negative integer (0: the node default)")
+        if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool)
+                                  or not 0 <= quota <= MAX_ACTIVE_TASKS):
+            raise InvalidInput("max_active_tasks", f"must be an integer within 0..{MAX_ACTIVE_TASKS} "
+                               "(0: the node default)")
         fields["max_active_tasks"] = quota
     return fields
 

@@ -4,6 +4,8 @@
 
     TjobsError
     ├── InvalidInput          422  a request field is wrong; ``field`` names it
+    │   ├── BodyTooLarge      413  the body passed its byte cap while being read
+    │   └── UnsupportedMediaType 415  a body that is not JSON (``content-type``)
     ├── NotFound              404  the id does not exist (or belongs to another app)
     ├── Conflict              409
     │   ├── VersionConflict        optimistic ``version`` lost a race
@@ -41,6 +43,25 @@ class InvalidInput(TjobsError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.code = code
+
+
+class BodyTooLarge(InvalidInput):
+    """The request body passed ``limit_bytes`` (the setting named ``setting``) while being read."""
+
+    status_code = 413
+
+    def __init__(self, limit_bytes: int, setting: str) -> None:
+        super().__init__("body", f"larger than {limit_bytes} bytes ({setting})", "too_large")
+        self.limit_bytes = limit_bytes
+
+
+class UnsupportedMediaType(InvalidInput):
+    """A request body sent as something other than JSON."""
+
+    status_code = 415
+
+    def __init__(self, media_type: str) -> None:
+        super().__init__("content-type", f"{media_type or 'none'} is not application/json", "unsupported_media_type")
 
 
 class NotFound(TjobsError):

@@ -128,8 +128,12 @@ def flow_id(task_id: int, scheduled_at_ms: int) -> str:
     return f"{task_id}-{scheduled_at_ms}"
 
 
+MAX_ID = (1 << 63) - 1  # ids and instants are signed 64-bit in every store
+
+
 def _digits(text: str) -> bool:
-    return text.isascii() and text.isdigit()  # isdigit() alone admits '²', which int() refuses
+    # isdigit() alone admits '²', which int() refuses; more than 19 digits is beyond 64 bits
+    return text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_ID
 
 
 def parse_flow_id(text: str) -> tuple[int, int]:

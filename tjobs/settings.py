@@ -41,7 +41,10 @@ class StorageSettings(BaseModel):
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8080
-    admin_key: str | None = None
+    admin_key: str | None = None  # `tjobs serve` refuses a weak one (see weak_admin_key_reason)
+    # request bodies are refused with 413 once they pass these, while being read
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    max_batch_body_bytes: int = Field(default=16 << 20, ge=1024)  # POST /v1/tasks/batch
 
 
 class SchedulerSettings(BaseModel):
@@ -91,6 +94,7 @@ class LimitSettings(BaseModel):
     min_period_ms: int = 1000
     max_future_days: int = 3650
     max_active_tasks_per_app: int = 10_000_000  # per-app quota of active tasks (0: unlimited)
+    max_json_depth: int = Field(default=64, ge=4, le=250)  # nesting of objects/arrays in a request body
 
 
 class MetricsSettings(BaseModel):
@@ -134,6 +138,29 @@ class Settings(BaseSettings):
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:
         policy: MisfirePolicy = getattr(self.scheduler, f"misfire_default_{schedule_kind}")
         return policy
+
+
+_PLACEHOLDER_KEYS = frozenset({"changeme", "change", "admin", "administrator", "password", "secret", "test",
+                               "default", "example", "key", "adminkey", "token", "letmein", "root"})
+_PLACEHOLDER_WORDS = ("changeme", "replace", "placeholder")
+MIN_ADMIN_KEY_CHARS = 16
+
+
+def weak_admin_key_reason(settings: Settings) -> str | None:
+    """Why ``tjobs serve`` must not start with this ``api.admin_key`` (None: it may, or it is unset).
+
+    Weak: shorter than :data:`MIN_ADMIN_KEY_CHARS`, fewer than 8 distinct characters, or a placeholder
+    (``change-me``, ``admin``, ``password``...). ``tjobs dev`` mints its own random key.
+    """
+    key = settings.api.admin_key
+    if key is None:
+        return None
+    folded = "".join(c for c in key.lower() if c.isalnum())
+    placeholder = folded in _PLACEHOLDER_KEYS or any(word in folded for word in _PLACEHOLDER_WORDS)
+    if len(key) < MIN_ADMIN_KEY_CHARS or len(set(key)) < 8 or placeholder:
+        return (f"api.admin_key is too weak (at least {MIN_ADMIN_KEY_CHARS} random characters, not a placeholder "
+                "like 'change-me'): generate one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+    return None
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:

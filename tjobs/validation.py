@@ -18,6 +18,8 @@ from tjobs.settings import LimitSettings
 
 CALLBACK_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: refused in names, keys and header values
+_HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # the same, but HTAB is allowed
 _RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 _RESERVED_PREFIXES = ("webhook-", "tjobs-")
 _CALLBACK_KEYS = frozenset({"url", "urls", "method", "headers", "body", "timeout_ms", "max_attempts", "max_age_s"})
@@ -60,8 +62,8 @@ def normalize_callback(spec: Any, limits: LimitSettings) -> dict[str, Any]:
         lowered = name.lower()
         if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES):
             raise InvalidInput(field, "reserved header; tjobs sets it")
-        if not isinstance(value, str) or "\r" in value or "\n" in value or len(value) > 4096:
-            raise InvalidInput(field, "must be a single-line string of at most 4096 characters")
+        if not isinstance(value, str) or len(value) > 4096 or _HEADER_VALUE_FORBIDDEN.search(value):
+            raise InvalidInput(field, "must be a string of at most 4096 characters without control characters")
     if headers:
         canonical["headers"] = dict(headers)
     if "body" in spec and spec["body"] is not None:
@@ -135,6 +137,8 @@ def parse_delivery(value: Any) -> DeliveryMode:
 def check_name(value: Any, field: str = "name", max_len: int = 200) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > max_len:
         raise InvalidInput(field, f"must be a non-empty string of at most {max_len} characters")
+    if _CONTROL.search(value):
+        raise InvalidInput(field, "must not contain control characters")
     return value
 
 
@@ -143,4 +147,6 @@ def check_key(value: Any) -> str | None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= 200:
         raise InvalidInput("key", "must be a string of 1..200 characters")
+    if _CONTROL.search(value):
+        raise InvalidInput("key", "must not contain control characters")
     return value

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tjobs import __version__
 from tjobs.api import routes_apps, routes_flows, routes_slo, routes_tasks, schemas
+from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.apps import AppService
@@ -28,11 +29,12 @@ if TYPE_CHECKING:
     from tjobs.node import Node
 
 
-def _error(status: int, code: str, message: str, field: str | None = None) -> ORJSONResponse:
+def _error(status: int, code: str, message: str, field: str | None = None,
+           headers: dict[str, str] | None = None) -> ORJSONResponse:
     error: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
-    return ORJSONResponse({"error": error}, status_code=status)
+    return ORJSONResponse({"error": error}, status_code=status, headers=headers)
 
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 401: "unauthorized"}
@@ -61,7 +63,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     @api.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, error: StarletteHTTPException) -> ORJSONResponse:
         code = _HTTP_CODES.get(error.status_code, "http_error")
-        return _error(error.status_code, code, str(error.detail))
+        return _error(error.status_code, code, str(error.detail), headers=dict(error.headers or {}))  # 405 keeps Allow
 
     api.include_router(routes_tasks.router)
     api.include_router(routes_flows.router)
@@ -135,6 +137,8 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
+    api.add_middleware(BodyLimitMiddleware, max_body_bytes=node.settings.api.max_body_bytes,
+                       max_batch_body_bytes=node.settings.api.max_batch_body_bytes)
     api.add_middleware(MetricsMiddleware, metrics=node.metrics)
     return api
 

@@ -23,9 +23,10 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
+from tjobs.api.bodies import parse_json, require_json_content_type
 from tjobs.api.schemas import Error
 from tjobs.errors import InvalidInput, NotFound, Unauthorized
-from tjobs.model import App
+from tjobs.model import MAX_ID, App
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -42,9 +43,6 @@ def json_response(content: Any, status_code: int = 200) -> ORJSONResponse:
     ``jsonable_encoder`` walk on top of the serialisation (a tenth of a batch create's time)."""
     return ORJSONResponse(content, status_code=status_code)
 
-
-MAX_BODY_BYTES = 1 << 20
-MAX_BATCH_BODY_BYTES = 80 << 20  # 1,000 tasks of up to 64 KiB payload each
 
 _bearer = HTTPBearer(auto_error=False, description="an app's API key, or the admin key for /v1/apps")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -96,14 +94,15 @@ async def require_admin(request: Request, credentials: Credentials) -> None:
 AppDep = Annotated[App, Depends(current_app)]
 
 
-async def json_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> Any:
+async def json_body(request: Request) -> Any:
+    """The request's JSON body: 415 unless sent as JSON; 413 past the byte cap (the read stops there,
+    :class:`tjobs.api.bodies.BodyLimitMiddleware`); 422 naming the field for invalid JSON, too deep a
+    nesting or an integer beyond 64 bits (:func:`tjobs.api.bodies.parse_json`)."""
     raw = await request.body()
-    if len(raw) > max_bytes:
-        raise InvalidInput("body", f"larger than {max_bytes} bytes", "too_large")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as error:
-        raise InvalidInput("body", f"not valid JSON ({error.msg})", "bad_json") from None
+    content_type = request.headers.get("content-type")
+    if raw or content_type:
+        require_json_content_type(content_type)
+    return parse_json(raw, node_of(request).settings.limits.max_json_depth)
 
 
 def json_object(body: Any) -> dict[str, Any]:
@@ -113,7 +112,9 @@ def json_object(body: Any) -> dict[str, Any]:
 
 
 def task_id_of(raw: str) -> int:
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:  # str.isdigit() also admits '²'; int() not
+    """A task id from a path, parsed into its range (1..2^63-1) before any store sees it; else 404."""
+    # str.isdigit() also admits '²' (int() does not); 19 digits can still pass 2^63-1
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or not 0 < int(raw) <= MAX_ID:
         raise NotFound("task", raw)
     return int(raw)
 

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query, Request, Response
 from tjobs.api import schemas
 from tjobs.api.deps import (
     BEARER,
-    MAX_BATCH_BODY_BYTES,
     AppDep,
     NodeDep,
     body_doc,
@@ -56,7 +55,7 @@ async def create_task(request: Request) -> Any:
 async def create_tasks(request: Request) -> Any:
     app = await request_app(request)
     node = node_of(request)
-    body = json_object(await json_body(request, MAX_BATCH_BODY_BYTES))
+    body = json_object(await json_body(request))
     unknown = set(body) - _BATCH_KEYS
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")

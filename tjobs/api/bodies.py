@@ -1,0 +1,146 @@
+"""Request bodies: bounded while they are read, then parsed as JSON within the documented limits.
+
+:class:`BodyLimitMiddleware` (ASGI) holds every request to ``api.max_body_bytes``
+(``api.max_batch_body_bytes`` on the batch create): a ``Content-Length`` over the cap is answered 413
+before a byte of the body is read, and a body that grows past it while streaming (chunked, or a lying
+client) stops the read at the cap with the same 413 — a node never holds more than the cap of one body.
+
+:func:`parse_json` refuses, with a 422 naming the field: invalid JSON (``body``), nesting deeper than
+``limits.max_json_depth`` objects/arrays, and integer literals beyond 64 bits (which a JSON parser would
+otherwise turn into imprecise floats). :func:`require_json_content_type` answers 415 for a non-JSON body.
+Both extra checks are paid only when a cheap scan of the raw bytes says they could matter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tjobs.errors import BodyTooLarge, InvalidInput, UnsupportedMediaType
+
+BATCH_PATHS = frozenset({"/v1/tasks/batch", "/v1/tasks:batch"})
+INT_MIN = -(1 << 63)
+INT_MAX = (1 << 64) - 1  # what a JSON body may hold as an integer (signed 64-bit up to unsigned 64-bit)
+_LONG_DIGITS = re.compile(rb"\d{20}")  # every integer outside the 64-bit range has at least 20 digits
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over their cap with 413, counting bytes as they arrive (see the module)."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_batch_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_batch_body_bytes = max_batch_body_bytes
+
+    def cap_of(self, path: str) -> tuple[int, str]:
+        if path in BATCH_PATHS:
+            return self.max_batch_body_bytes, "api.max_batch_body_bytes"
+        return self.max_body_bytes, "api.max_body_bytes"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        cap, setting = self.cap_of(scope["path"])
+        for name, value in scope["headers"]:
+            if name == b"content-length" and (not value.isdigit() or int(value) > cap):
+                await _refuse(send, BodyTooLarge(cap, setting))
+                return
+        received = 0
+
+        async def bounded_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > cap:
+                    raise BodyTooLarge(cap, setting)
+            return message
+
+        await self.app(scope, bounded_receive, send)
+
+
+async def _refuse(send: Send, error: BodyTooLarge) -> None:
+    body = orjson.dumps({"error": {"code": error.code, "message": error.message, "field": error.field}})
+    await send({"type": "http.response.start", "status": error.status_code,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def require_json_content_type(content_type: str | None) -> None:
+    """415 unless ``content_type`` is ``application/json`` or a ``+json`` type (parameters allowed)."""
+    media_type = (content_type or "").partition(";")[0].strip().lower()
+    if media_type != "application/json" and not (media_type.startswith("application/") and
+                                                   media_type.endswith("+json")):
+        raise UnsupportedMediaType(media_type)
+
+
+def parse_json(raw: bytes, max_depth: int) -> Any:
+    """The JSON value of ``raw``, or :class:`InvalidInput` naming the field (see the module)."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        if "depth" in str(error).lower():
+            raise InvalidInput("body", f"nests deeper than {max_depth} objects/arrays (limits.max_json_depth)",
+                               "too_deep") from None
+        raise InvalidInput("body", f"not valid JSON ({error.msg})", "bad_json") from None
+    if raw.count(b"[") + raw.count(b"{") > max_depth:  # depth never exceeds the number of openings
+        _check_depth(value, max_depth)
+    if _LONG_DIGITS.search(raw):
+        _check_integers(raw)
+    return value
+
+
+def _check_depth(value: Any, max_depth: int) -> None:
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
+    while stack:
+        node, depth, path = stack.pop()
+        if depth > max_depth:
+            raise InvalidInput(field_of(path), f"nests deeper than {max_depth} objects/arrays "
+                               "(limits.max_json_depth)", "too_deep")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1, (*path, k)) for k, v in node.items() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1, (*path, i)) for i, v in enumerate(node) if isinstance(v, dict | list))
+
+
+def field_of(path: tuple[str | int, ...]) -> str:
+    """The request field a deep value belongs to: the top-level key, then any ``[index].key`` pairs
+    (``payload``, ``tasks[3].payload``), or ``body`` for the body itself."""
+    if not path or not isinstance(path[0], str):
+        return "body"
+    field = path[0]
+    rest = path[1:]
+    while len(rest) >= 2 and isinstance(rest[0], int) and isinstance(rest[1], str):
+        field += f"[{rest[0]}].{rest[1]}"
+        rest = rest[2:]
+    return field
+
+
+class _OutOfRange:
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
+
+
+def _checked_int(literal: str) -> int | _OutOfRange:
+    number = int(literal)
+    return number if INT_MIN <= number <= INT_MAX else _OutOfRange(literal)
+
+
+def _check_integers(raw: bytes) -> None:
+    value = json.loads(raw, parse_int=_checked_int)
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, _OutOfRange):
+            name = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in path).replace(".[", "[") or "body"
+            raise InvalidInput(name, f"integer {node.literal[:30]} is beyond 64 bits", "out_of_range")
+        if isinstance(node, dict):
+            stack.extend((v, (*path, k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, (*path, i)) for i, v in enumerate(node))
