@@ -92,9 +92,7 @@ class Node:
         self.apps = AppDirectory(self.store, self.clock)
         # SSRF: every send re-judges the target and connects only to the judged addresses.
         self.guard = TargetGuard(self._allow_list_of, allow_loopback=settings.allow_loopback_callbacks)
-        self.sender = CallbackSender(
-            settings.callbacks, policy=self.guard.policy, resolver=self.guard.resolver
-        )
+        self.sender = CallbackSender(settings.callbacks, policy=self.guard.policy)
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, on_throttled=self._observe_throttled)
         self.deliverer = Deliverer(
             self.store, self.sender, self.limiter, settings.callbacks, self.clock,

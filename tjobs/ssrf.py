@@ -1,50 +1,56 @@
-"""Callback target policy (SSRF): which addresses tjobs may call back, checked twice.
+"""Callback target policy (SSRF): which addresses tjobs may call back, judged on one parsed URL.
+
+Every callback URL is parsed once by :func:`tjobs.urls.parse_callback_url` (the one URL model:
+scheme, ASCII host, port, target). The host it yields is what the policy judges and what the sender
+connects to; nothing re-parses the URL text to decide where to connect.
 
 A callback URL must be ``http``/``https``. Its host's addresses must be public unless the app's
 allow-list admits them. Refused: loopback, private (RFC 1918, ULA), shared (CGNAT), link-local,
 multicast, unspecified, reserved and documentation ranges, cloud metadata addresses, and the IPv6
 forms that embed an IPv4 address (v4-mapped ``::ffff:a.b.c.d``, v4-compatible, 6to4, Teredo, NAT64),
-which are judged by the IPv4 address inside. Numeric hosts must be canonical: ``0177.0.0.1``,
-``2130706433``, ``0x7f.1`` or ``127.1`` are refused outright whatever they decode to.
+which are judged by the IPv4 address inside. Hosts the URL model cannot represent unambiguously
+(non-canonical or non-ASCII numeric spellings, zone ids, userinfo, names IDNA cannot encode) never
+get this far: they are refused as invalid URLs.
 
-1. **At registration** (:meth:`TargetGuard.check_registration`): the URL is parsed, a literal address
-   is judged, and a name is resolved (with a short cache) and every answer judged.
+1. **At registration** (:meth:`TargetGuard.check_registration`): a literal address is judged, and a
+   name is resolved (with a short cache) and every answer judged. A refusal names the field and says
+   "not allowed" without the DNS answer (the answer is logged, never shown to the tenant).
 2. **At send** (:meth:`TargetGuard.policy`, the sender's ``TargetPolicy``): the name is resolved
-   again (answers are cached for ``RESOLVE_CACHE_TTL_MS``, and so is the verdict on exactly those
-   answers per allow-list, so a burst of sends judges once) and the answer is *pinned* for this
-   request: :class:`GuardedResolver`, the resolver of the sender's connector, hands aiohttp exactly
-   the addresses that were judged, never a second DNS answer. A resolver that answers public then
-   private therefore cannot rebind a callback.
-   Redirects are never followed (the sender's ``allow_redirects=False``).
+   (answers cached for ``RESOLVE_CACHE_TTL_MS``, and so is the verdict on exactly those answers per
+   allow-list), every answer judged, and the judged addresses are handed to the sender as a
+   :class:`tjobs.callbacks.sender.Route`: the sender connects to those addresses only (the URL it
+   gives the HTTP client carries the address, the ``Host`` header and the TLS name carry the name),
+   so a resolver answering public then private cannot rebind a callback, and no library resolves or
+   folds the host on its own. Redirects are never followed.
 
 Allow-list entries (per app, ``allowed_callback_hosts``): an exact host name (``billing.internal``),
 a suffix wildcard (``*.corp.example``), an address (``10.0.0.7``, ``fd00::1``) or a network
-(``10.0.0.0/8``). A name entry admits whatever that name resolves to; an address or network entry
-admits those addresses under any name. Metadata addresses are refused even then. ``tjobs dev``
-(``settings.allow_loopback_callbacks``) admits loopback targets, and nothing else beyond this policy.
+(``10.0.0.0/8``); names are validated by the same host function as URLs. A name entry admits
+whatever that name resolves to; an address or network entry admits those addresses under any name.
+Metadata addresses are refused even then. ``tjobs dev`` (``settings.allow_loopback_callbacks``)
+admits loopback targets, and nothing else beyond this policy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import ipaddress
-import re
+import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import ThreadedResolver
+from aiohttp.abc import ResolveResult
 
-from tjobs.callbacks.sender import CallbackRequest
+from tjobs.callbacks.sender import CallbackRequest, Route
 from tjobs.clock import Clock, SystemClock
 from tjobs.errors import InvalidInput
+from tjobs.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url, parse_host
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+logger = logging.getLogger(__name__)
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 METADATA_ADDRESSES = frozenset(
@@ -61,12 +67,10 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _V4_COMPATIBLE = ipaddress.ip_network("::/96")
 _LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
-_NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]*))*\.?$", re.IGNORECASE)
-_LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
-_HOST_NAME = re.compile(rf"^(\*\.)?({_LABEL}\.)*{_LABEL}\.?$", re.IGNORECASE)
 RESOLVE_TIMEOUT_S = 2.0
 RESOLVE_CACHE_TTL_MS = 30_000
 RESOLVE_CACHE_MAX = 10_000
+MAX_ANSWERS = 16
 
 
 class TargetUnresolvable(OSError):
@@ -75,11 +79,15 @@ class TargetUnresolvable(OSError):
 
 
 class TargetRefused(Exception):
-    """A callback target the policy refuses; ``reason`` says why (names the address, never a secret)."""
+    """A callback target the policy refuses.
 
-    def __init__(self, reason: str) -> None:
+    ``reason`` is safe to show the tenant (it never names a DNS answer); ``detail`` may (for logs).
+    """
+
+    def __init__(self, reason: str, detail: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.detail = detail or reason
 
 
 def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
@@ -123,19 +131,6 @@ def classify_address(address: IPAddress) -> str | None:
     return None
 
 
-def parse_literal(host: str) -> IPAddress | None:
-    """The address a URL host names literally, or ``None`` for a name; odd numeric forms are refused."""
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    bare = bare.split("%", 1)[0]  # an IPv6 zone id names an interface, never a different address
-    try:
-        return ipaddress.ip_address(bare)
-    except ValueError:
-        pass
-    if _NUMERIC_HOST.match(bare):
-        raise TargetRefused(f"host {host!r} is a non-canonical numeric address")
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class AllowList:
     """An app's admitted callback hosts, parsed once."""
@@ -150,18 +145,23 @@ class AllowList:
         suffixes: list[str] = []
         networks: list[IPNetwork] = []
         for i, raw in enumerate(entries):
-            entry = raw.strip().lower().rstrip(".")
+            entry = raw.strip() if isinstance(raw, str) else ""
             try:
                 networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
                 continue
             except ValueError:
                 pass
-            if not entry or len(entry) > 253 or not _HOST_NAME.match(entry) or _NUMERIC_HOST.match(entry):
+            wildcard = entry.startswith("*.")
+            try:
+                host = parse_host(entry[2:] if wildcard else entry)
+            except UrlRefused:
+                host = None
+            if host is None or host.address is not None:
                 raise InvalidInput(f"{field}[{i}]", "must be a host name, *.suffix, an address or a network")
-            if entry.startswith("*."):
-                suffixes.append(entry[1:])
+            if wildcard:
+                suffixes.append("." + host.bare_name)
             else:
-                names.add(entry)
+                names.add(host.bare_name)
         return cls(frozenset(names), tuple(suffixes), tuple(networks))
 
     def admits_name(self, host: str) -> bool:
@@ -193,38 +193,12 @@ def judge(address: IPAddress, host: str, allow: AllowList, allow_loopback: bool)
     return why
 
 
-_NAME = "<a name, to resolve>"
-
-
-@functools.lru_cache(maxsize=4096)
-def _judge_literal(host: str, allow: AllowList, allow_loopback: bool) -> str | None:
-    """Why a URL host may not be called without DNS: a refusal, ``None`` for an admitted address, or
-    :data:`_NAME` when it is a name (judged after resolving). Cached: registrations repeat hosts."""
+def parse_target(url: str) -> CallbackUrl:
+    """The URL model of a callback target, or :class:`TargetRefused` with the model's reason."""
     try:
-        literal = parse_literal(host)
-    except TargetRefused as refused:
-        return refused.reason
-    if literal is None:
-        return _NAME
-    return judge(literal, host, allow, allow_loopback)
-
-
-@functools.lru_cache(maxsize=16384)
-def _check_url(url: str, allow: AllowList, allow_loopback: bool) -> tuple[str | None, tuple[str, int] | None]:
-    """``(refusal, None)``, or ``(None, (host, port) still to resolve)``, or ``(None, None)`` for an
-    admitted address: the DNS-free verdict on a URL, cached (every send of a task repeats its URL)."""
-    parts = urlsplit(url)  # a ValueError (bad port or IPv6 literal) propagates, uncached
-    port = parts.port
-    if parts.scheme not in ("http", "https"):
-        return "scheme must be http or https", None
-    host = parts.hostname
-    if not host:
-        return "the URL has no host", None
-    port = port or (443 if parts.scheme == "https" else 80)
-    why = _judge_literal(host, allow, allow_loopback)
-    if why is _NAME:
-        return None, (host, port)
-    return why, None
+        return parse_callback_url(url)
+    except UrlRefused as refused:
+        raise TargetRefused(refused.reason) from None
 
 
 Resolve = Callable[[str, int], Awaitable[list[ResolveResult]]]
@@ -232,52 +206,19 @@ AllowListOf = Callable[[str], Awaitable[AllowList]]
 
 
 @dataclass(frozen=True, slots=True)
-class _Pin:
-    host: str
-    port: int
-    answers: list[ResolveResult]
-
-
-@dataclass(frozen=True, slots=True)
 class _Resolved:
     """A name's cached answers and the verdicts on exactly those answers, per allow-list."""
 
     expires_ms: int
-    answers: list[ResolveResult]
+    answers: tuple[IPAddress, ...] | None  # None: an answer that is not an address
     verdicts: dict[AllowList, str | None]
 
 
 _UNJUDGED = "<not judged yet>"
 
-_PINNED: contextvars.ContextVar[_Pin | None] = contextvars.ContextVar("tjobs_ssrf_pin", default=None)
-
-
-class GuardedResolver(AbstractResolver):
-    """The sender connector's resolver: returns the addresses the policy judged for this request.
-
-    Without a pin (a connection the policy did not see), it resolves and applies the default policy
-    (no allow-list), raising :class:`OSError` for a refused answer; aiohttp then connects to nothing.
-    """
-
-    def __init__(self, guard: TargetGuard) -> None:
-        self._guard = guard
-
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-                      ) -> list[ResolveResult]:
-        pin = _PINNED.get()
-        if pin is not None and pin.host == host and pin.port == port:
-            return list(pin.answers)
-        try:
-            return await self._guard.resolve_checked(host, port, EMPTY_ALLOW_LIST)
-        except TargetRefused as refused:
-            raise OSError(refused.reason) from None  # TargetUnresolvable is an OSError already
-
-    async def close(self) -> None:
-        await self._guard.close()
-
 
 class TargetGuard:
-    """The SSRF policy of one node: registration checks, the send-time policy and its resolver."""
+    """The SSRF policy of one node: registration checks and the send-time policy (routes)."""
 
     def __init__(
         self,
@@ -289,103 +230,136 @@ class TargetGuard:
     ) -> None:
         self._allow_list_of = allow_list_of
         self.allow_loopback = allow_loopback
-        self._threaded: ThreadedResolver | None = None
-        self._resolve = resolve or self._system_resolve
+        self._resolve = resolve or _system_resolve
         self._clock = clock or SystemClock()
-        self._cache: dict[tuple[str, int], _Resolved] = {}
-        self.resolver = GuardedResolver(self)
-
-    async def _system_resolve(self, host: str, port: int) -> list[ResolveResult]:
-        if self._threaded is None:
-            self._threaded = ThreadedResolver()
-        return await self._threaded.resolve(host, port, family=socket.AF_UNSPEC)
+        self._cache: dict[str, _Resolved] = {}
 
     async def close(self) -> None:
-        if self._threaded is not None:
-            await self._threaded.close()
-            self._threaded = None
+        """Nothing to release (resolution uses the event loop's ``getaddrinfo``); kept for callers."""
 
-    async def resolve_checked(self, host: str, port: int, allow: AllowList) -> list[ResolveResult]:
-        """Resolve ``host`` and judge every answer; all must pass (one private answer refuses all)."""
+    async def addresses(self, url: CallbackUrl, allow: AllowList) -> tuple[IPAddress, ...]:
+        """The judged addresses ``url`` may be connected to: its literal address, or every answer
+        for its name (all must pass: one refused answer refuses the target).
+
+        Raises :class:`TargetRefused` or :class:`TargetUnresolvable`.
+        """
+        host = url.host
+        if host.address is not None:
+            why = _judge_literal(host.address, host.name, allow, self.allow_loopback)
+            if why is not None:
+                raise TargetRefused(why)
+            return (host.address,)
+        return await self._resolve_checked(host.name, url.port, allow)
+
+    async def _resolve_checked(self, name: str, port: int, allow: AllowList) -> tuple[IPAddress, ...]:
         now_ms = self._clock.now_ms()
-        key = (host.lower(), port)
-        resolved = self._cache.get(key)
+        resolved = self._cache.get(name)
         if resolved is None or resolved.expires_ms <= now_ms:
             try:
                 async with asyncio.timeout(RESOLVE_TIMEOUT_S):
-                    answers = await self._resolve(host, port)
+                    raw = await self._resolve(name, port)
             except (OSError, TimeoutError) as error:
-                raise TargetUnresolvable(f"host {host!r} does not resolve ({type(error).__name__})") from None
+                raise TargetUnresolvable(f"host {name!r} does not resolve ({type(error).__name__})") from None
             if len(self._cache) >= RESOLVE_CACHE_MAX:
                 self._cache.clear()
-            resolved = self._cache[key] = _Resolved(now_ms + RESOLVE_CACHE_TTL_MS, answers, {})
+            resolved = self._cache[name] = _Resolved(now_ms + RESOLVE_CACHE_TTL_MS, _addresses_of(raw), {})
         answers = resolved.answers
-        if not answers:
-            raise TargetUnresolvable(f"host {host!r} has no address")
+        if answers is not None and not answers:
+            raise TargetUnresolvable(f"host {name!r} has no address")
         # The verdict on these very answers, per allow-list: judged once per cached answer, not per send.
         verdict = resolved.verdicts.get(allow, _UNJUDGED)
         if verdict is _UNJUDGED:
-            verdict = resolved.verdicts[allow] = self._judge_answers(host, answers, allow)
+            verdict = resolved.verdicts[allow] = self._judge_answers(name, answers, allow)
         if verdict is not None:
-            raise TargetRefused(verdict)
+            raise TargetRefused(f"host {name!r} is not allowed as a callback target", verdict)
+        assert answers is not None
         return answers
 
-    def _judge_answers(self, host: str, answers: list[ResolveResult], allow: AllowList) -> str | None:
-        """Why the answers for ``host`` may not be called (the first refused one), or ``None``."""
-        for answer in answers:
-            try:
-                address = ipaddress.ip_address(str(answer["host"]).split("%", 1)[0])
-            except ValueError:
-                return f"host {host!r} resolved to an unreadable address"
-            why = judge(address, host, allow, self.allow_loopback)
+    def _judge_answers(self, name: str, answers: tuple[IPAddress, ...] | None, allow: AllowList) -> str | None:
+        """Why the answers for ``name`` may not be called (the first refused one), or ``None``."""
+        if answers is None:
+            return f"host {name!r} resolved to an unreadable address"
+        for address in answers:
+            why = judge(address, name, allow, self.allow_loopback)
             if why is not None:
-                return f"host {host!r} resolves to {why}"
+                return f"host {name!r} resolves to {why}"
         return None
 
-    def check_url(self, url: str, allow: AllowList) -> tuple[str, int] | None:
-        """Judge the parts of ``url`` that need no DNS; return ``(host, port)`` still to resolve, if any."""
-        refusal, pending = _check_url(url, allow, self.allow_loopback)
-        if refusal is not None:
-            raise TargetRefused(refusal)
-        return pending
+    async def refusal(self, url: str, allow: AllowList) -> str | None:
+        """Why ``url`` may not be registered (safe to show), or ``None``. A name that does not
+        resolve yet is accepted (it is judged again at every send)."""
+        try:
+            await self.addresses(parse_target(url), allow)
+        except TargetUnresolvable:
+            return None
+        except TargetRefused as refused:
+            if refused.detail != refused.reason:
+                logger.info("callback target refused at registration: %s", refused.detail,
+                            extra={"action": "callback_target_refused"})
+            return refused.reason
+        return None
 
     async def check_registration(self, urls: Sequence[str], allow: AllowList, field: str = "callback.url"
                                  ) -> None:
         """Refuse (422, naming the field) any target the policy refuses; names are resolved now too.
 
-        A name that does not resolve yet is accepted here (it is judged again at every send).
+        With several URLs the field is ``callback.urls[i]`` of the refused one.
         """
         for i, url in enumerate(urls):
-            name = field if len(urls) == 1 else f"callback.urls[{i}]"
-            try:
-                pending = self.check_url(url, allow)
-                if pending is not None:
-                    try:
-                        await self.resolve_checked(pending[0], pending[1], allow)
-                    except TargetUnresolvable:
-                        continue  # judged again at every send
-            except TargetRefused as refused:
-                message = f"callback target refused: {refused.reason}"
-                raise InvalidInput(name, message, "target_refused") from None
+            reason = await self.refusal(url, allow)
+            if reason is not None:
+                name = field if len(urls) == 1 else target_field(i)
+                raise InvalidInput(name, f"callback target refused: {reason}", "target_refused")
 
-    async def policy(self, request: CallbackRequest) -> str | None:
-        """The sender's ``TargetPolicy``: judge the target now and pin the judged answer for connecting.
+    async def policy(self, request: CallbackRequest) -> Route | str:
+        """The sender's ``TargetPolicy``: parse, resolve and judge the target now; return the
+        :class:`Route` (the judged addresses) to connect to, or the reason it is refused.
 
         A refusal is returned (permanent: the flow dead-letters); a name that does not resolve raises
         :class:`TargetUnresolvable` (an ``OSError``: the attempt is retried with backoff).
         """
-        _PINNED.set(None)
         try:
+            url = parse_target(request.url)
             allow = await self._allow_list_of(request.app_id)
-            pending = self.check_url(request.url, allow)
-            if pending is None:
-                return None
-            host, port = pending
-            answers = await self.resolve_checked(host, port, allow)
+            return Route(url, await self.addresses(url, allow))
         except TargetRefused as refused:
+            if refused.detail != refused.reason:
+                logger.info("callback target refused for flow %s: %s", request.flow_id, refused.detail,
+                            extra={"action": "callback_target_refused", "flow_id": request.flow_id})
             return refused.reason
-        _PINNED.set(_Pin(host, port, list(answers)))
-        return None
+
+
+def target_field(index: int) -> str:
+    """The request field of the ``index``-th target of a multicast callback."""
+    return f"callback.urls[{index}]"
+
+
+@functools.lru_cache(maxsize=4096)
+def _judge_literal(address: IPAddress, host: str, allow: AllowList, allow_loopback: bool) -> str | None:
+    return judge(address, host, allow, allow_loopback)
+
+
+def _addresses_of(answers: list[ResolveResult]) -> tuple[IPAddress, ...] | None:
+    """The distinct addresses of resolver answers (a zone id dropped), at most :data:`MAX_ANSWERS`;
+    ``None`` if one is not an address."""
+    out: list[IPAddress] = []
+    for answer in answers:
+        try:
+            address = ipaddress.ip_address(str(answer["host"]).split("%", 1)[0])
+        except ValueError:
+            return None
+        if address not in out:
+            out.append(address)
+    return tuple(out[:MAX_ANSWERS])
+
+
+async def _system_resolve(host: str, port: int) -> list[ResolveResult]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [
+        {"hostname": host, "host": str(info[4][0]), "port": int(info[4][1]), "family": info[0],
+         "proto": info[2], "flags": 0}
+        for info in infos
+    ]
 
 
 def allow_list_of_app(settings: dict[str, Any]) -> AllowList:

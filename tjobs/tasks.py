@@ -18,10 +18,10 @@ from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaExceeded, TjobsError
 from tjobs.hotpath.base import HotPath, TaskChange
-from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
+from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
 from tjobs.schedules import normalize_schedule, parse_schedule
 from tjobs.settings import Settings
-from tjobs.ssrf import EMPTY_ALLOW_LIST, AllowList, TargetGuard, allow_list_of_app
+from tjobs.ssrf import EMPTY_ALLOW_LIST, AllowList, TargetGuard, allow_list_of_app, target_field
 from tjobs.stores.base import TaskStore
 from tjobs.validation import (
     check_key,
@@ -54,15 +54,9 @@ def decode_cursor(cursor: str, size: int, field: str = "cursor") -> tuple[int, .
         parts = tuple(int(p) for p in text.split("."))
     except (ValueError, UnicodeDecodeError):
         raise InvalidInput(field, "not a cursor this API returned", "bad_cursor") from None
-    if len(parts) != size or any(not 0 <= p <= MAX_ID for p in parts):  # in range before any store sees it
+    if len(parts) != size or any(p < 0 for p in parts):
         raise InvalidInput(field, "not a cursor this API returned", "bad_cursor")
     return parts
-
-
-def _check_cursor_shard(shard: int, task_id: int, shard_count: int) -> None:
-    """A cursor's shard exists, and its task id (0: none yet) was minted in that shard."""
-    if shard > shard_count or (task_id and (shard == shard_count or shard_of_task_id(task_id) != shard)):
-        raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,21 +189,18 @@ class TaskService:
         results: list[ItemResult | None] = [None] * len(requests)
         built: list[tuple[int, Task]] = []
         ids: set[int] = set()
-        judged: dict[str, InvalidInput | None] = {}
+        judged: dict[str, str | None] = {}  # url -> why it is refused (None: allowed), once per batch
         for index, request in enumerate(requests):
             try:
                 task = self.build(app, request, now_ms)
-                for url in task.callback["urls"]:
+                urls = task.callback["urls"]
+                for position, url in enumerate(urls):
                     if url not in judged:
-                        try:
-                            await self.guard.check_registration([url], allow_list_of_app(app.settings))
-                            judged[url] = None
-                        except InvalidInput as refused:
-                            judged[url] = refused
-                    refused_url = judged[url]
-                    if refused_url is not None:
-                        raise InvalidInput("callback.url", refused_url.message.partition(": ")[2],
-                                           refused_url.code)
+                        judged[url] = await self.guard.refusal(url, allow_list_of_app(app.settings))
+                    reason = judged[url]
+                    if reason is not None:
+                        field = "callback.url" if len(urls) == 1 else target_field(position)
+                        raise InvalidInput(field, f"callback target refused: {reason}", "target_refused")
             except InvalidInput as error:
                 error.field = f"tasks[{index}].{error.field}"
                 error.message = f"{error.field}: {error.message.partition(': ')[2]}"
@@ -314,7 +305,8 @@ class TaskService:
             raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
         shard, after = (0, 0) if cursor is None else decode_cursor(cursor, 2)
         shard_count = self._topology.shard_count
-        _check_cursor_shard(shard, after, shard_count)
+        if shard > shard_count:
+            raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
         items: list[Task] = []
         scanned = 0
         fetch = min(max(limit, 100), LIST_PAGE_MAX)
@@ -357,7 +349,6 @@ class TaskService:
             raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
         shard, task_id, at = (0, 0, 0) if cursor is None else decode_cursor(cursor, 3)
         shard_count = self._topology.shard_count
-        _check_cursor_shard(shard, task_id, shard_count)
         items: list[Flow] = []
         while shard < shard_count and len(items) < limit:
             window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
 from tjobs.errors import InvalidInput
 from tjobs.model import DeliveryMode, MisfirePolicy
 from tjobs.settings import LimitSettings
+from tjobs.urls import UrlRefused, parse_callback_url
 
 CALLBACK_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -86,25 +86,15 @@ def normalize_callback(spec: Any, limits: LimitSettings) -> dict[str, Any]:
 
 
 def _url(value: Any, field: str, limits: LimitSettings) -> str:
+    """A callback URL the URL model (:func:`tjobs.urls.parse_callback_url`) accepts, as given."""
     if not isinstance(value, str) or not value:
         raise InvalidInput(field, "must be a non-empty string")
     if len(value) > limits.max_url_chars:
         raise InvalidInput(field, f"longer than {limits.max_url_chars} characters")
     try:
-        parts = urlsplit(value)
-        port = parts.port
-    except ValueError as error:
-        raise InvalidInput(field, f"not a valid URL ({error})") from None
-    if parts.scheme not in ("http", "https"):
-        raise InvalidInput(field, "scheme must be http or https", "bad_scheme")
-    if not parts.hostname:
-        raise InvalidInput(field, "has no host")
-    if parts.username or parts.password:
-        raise InvalidInput(field, "credentials in the URL are not allowed; use callback.headers")
-    if port == 0:
-        raise InvalidInput(field, "port 0 is not a valid target")
-    if any(c.isspace() for c in value):
-        raise InvalidInput(field, "must not contain whitespace")
+        parse_callback_url(value)
+    except UrlRefused as refused:
+        raise InvalidInput(field, refused.reason, refused.code) from None
     return value
 
 

@@ -1,8 +1,9 @@
 """SSRF matrix: no connection is ever attempted to a refused callback target.
 
-Given the node's target guard wired into a real :class:`CallbackSender` (policy + pinned resolver) and
-a fake DNS, when a callback is sent to each refused target (addresses in every range and encoding,
-names resolving to them, non-HTTP schemes), then the attempt is a permanent failure and an audit hook
+Given the node's target guard wired into a real :class:`CallbackSender` (the policy hands the sender
+the judged addresses; the sender connects to those only) and a fake DNS, when a callback is sent to
+each refused target (addresses in every range and encoding, names resolving to them, non-HTTP
+schemes), then the attempt is a permanent failure and an audit hook
 on ``socket.connect`` sees no connection at all. The same targets are refused at registration. An
 allow-list admits what it names; a resolver answering public then private cannot rebind a callback.
 """
@@ -10,6 +11,7 @@ allow-list admits what it names; a resolver answering public then private cannot
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -22,7 +24,7 @@ from aiohttp.abc import ResolveResult
 from tests.receiver import Receiver
 from tjobs import ssrf
 from tjobs.callbacks.retry import Outcome
-from tjobs.callbacks.sender import AttemptResult, CallbackRequest, CallbackSender
+from tjobs.callbacks.sender import AttemptResult, CallbackRequest, CallbackSender, Route
 from tjobs.clock import ManualClock
 from tjobs.errors import InvalidInput
 from tjobs.settings import CallbackSettings
@@ -31,11 +33,17 @@ from tjobs.ssrf import AllowList, TargetGuard, classify_address
 # ---- the audit hook: every socket.connect while recording; anything but loopback is blocked ---------
 
 CONNECTS: list[Any] = []
+LOOKUPS: list[Any] = []  # socket.getaddrinfo while recording: the HTTP client resolving on its own
 _RECORDING = [False]
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event != "socket.connect" or not _RECORDING[0]:
+    if not _RECORDING[0]:
+        return
+    if event == "socket.getaddrinfo":
+        LOOKUPS.append(args[0])
+        return
+    if event != "socket.connect":
         return
     address = args[1]
     CONNECTS.append(address)
@@ -176,7 +184,7 @@ def request_for(url: str, app_id: str = "app") -> CallbackRequest:
 async def guarded() -> AsyncIterator[tuple[TargetGuard, CallbackSender, FakeDns]]:
     dns = FakeDns()
     guard = TargetGuard(allow_list_of, resolve=dns)
-    sender = CallbackSender(CallbackSettings(timeout_ms=1000), policy=guard.policy, resolver=guard.resolver)
+    sender = CallbackSender(CallbackSettings(timeout_ms=1000), policy=guard.policy)
     try:
         yield guard, sender, dns
     finally:
@@ -185,6 +193,7 @@ async def guarded() -> AsyncIterator[tuple[TargetGuard, CallbackSender, FakeDns]
 
 async def send_recording(sender: CallbackSender, request: CallbackRequest) -> tuple[AttemptResult, list[Any]]:
     CONNECTS.clear()
+    LOOKUPS.clear()
     _RECORDING[0] = True
     try:
         result = await sender.send(request)
@@ -236,7 +245,7 @@ async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback
         assert receiver.requests == [] and result.status is None
         # A fresh guard now sees the private answer and refuses without connecting.
         guard2 = TargetGuard(allow_list_of, resolve=dns)
-        sender2 = CallbackSender(CallbackSettings(timeout_ms=1000), policy=guard2.policy, resolver=guard2.resolver)
+        sender2 = CallbackSender(CallbackSettings(timeout_ms=1000), policy=guard2.policy)
         try:
             result2, connects2 = await send_recording(sender2, request_for(f"http://rebind.test:{port}/hook"))
         finally:
@@ -244,13 +253,20 @@ async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback
         assert connects2 == [] and result2.outcome is Outcome.PERMANENT and receiver.requests == []
 
 
-async def test_the_resolver_without_a_pin_applies_the_default_policy(
+async def test_the_policy_routes_to_the_judged_answers_and_the_client_never_resolves(
     guarded: tuple[TargetGuard, CallbackSender, FakeDns]
 ) -> None:
-    guard, _, _ = guarded
-    with pytest.raises(OSError, match="private"):
-        await guard.resolver.resolve("intranet.test", 80)
-    assert [a["host"] for a in await guard.resolver.resolve("public.test", 80)] == [PUBLIC_V4]
+    guard, sender, _ = guarded
+    refusal = await guard.policy(request_for("http://intranet.test/"))
+    assert refusal == "host 'intranet.test' is not allowed as a callback target"
+    route = await guard.policy(request_for("https://public.test:8443/hook?x=1"))
+    assert isinstance(route, Route)
+    assert route.addresses == (ipaddress.ip_address(PUBLIC_V4),)
+    assert route.url.url_for(route.addresses[0]) == f"https://{PUBLIC_V4}:8443/hook?x=1"
+    assert (route.url.host_header, route.url.tls_name) == ("public.test:8443", "public.test")
+    # When sent, the only connection goes to the judged answer, and nothing else resolves the name.
+    result, connects = await send_recording(sender, request_for("https://public.test:8443/hook?x=1"))
+    assert [c[:2] for c in connects] == [(PUBLIC_V4, 8443)] and LOOKUPS == [] and result.status is None
 
 
 @pytest.mark.parametrize("url", ["http://10.0.0.5/hook", "http://db.corp.test/hook", "http://[fd00::7]/hook",
@@ -278,7 +294,7 @@ async def test_the_allow_list_never_admits_metadata_or_what_it_does_not_name(
 async def test_dev_mode_admits_loopback_and_nothing_else() -> None:
     dns = FakeDns()
     guard = TargetGuard(allow_list_of, allow_loopback=True, resolve=dns)
-    sender = CallbackSender(CallbackSettings(timeout_ms=2000), policy=guard.policy, resolver=guard.resolver)
+    sender = CallbackSender(CallbackSettings(timeout_ms=2000), policy=guard.policy)
     try:
         async with Receiver() as receiver:
             result, connects = await send_recording(sender, request_for(receiver.url("/hook")))
@@ -328,23 +344,29 @@ async def test_a_burst_of_sends_to_one_name_is_resolved_and_judged_once_per_ttl(
     dns, clock = FakeDns(), ManualClock(1_000_000)
     guard = TargetGuard(allow_list_of, resolve=dns, clock=clock)
     for _ in range(50):
-        assert await guard.policy(request_for("https://public.test/hook")) is None
-        assert (await guard.policy(request_for("https://intranet.test/hook")) or "").endswith("10.0.0.5")
-        assert await guard.policy(request_for("https://intranet.test/hook", ALLOWING_APP)) is None
+        assert isinstance(await guard.policy(request_for("https://public.test/hook")), Route)
+        refusal = await guard.policy(request_for("https://intranet.test/hook"))
+        assert refusal == "host 'intranet.test' is not allowed as a callback target"  # the answer is not shown
+        assert isinstance(await guard.policy(request_for("https://intranet.test/hook", ALLOWING_APP)), Route)
     # one resolution per name; one verdict per name and allow-list (the allowing app is judged apart)
     assert sorted(dns.calls) == ["intranet.test", "public.test"]
     assert sorted(judged) == ["intranet.test", "intranet.test", "public.test"]
     # Once the answers expire the name is resolved and judged afresh: a verdict never outlives them.
     clock.advance(ssrf.RESOLVE_CACHE_TTL_MS)
-    assert await guard.policy(request_for("https://public.test/hook")) is None
+    assert isinstance(await guard.policy(request_for("https://public.test/hook")), Route)
     assert dns.calls.count("public.test") == 2 and judged.count("public.test") == 2
 
 
-async def test_a_cached_answer_that_changes_is_judged_again_on_expiry() -> None:
+async def test_a_cached_answer_that_changes_is_judged_again_on_expiry(caplog: pytest.LogCaptureFixture) -> None:
     dns, clock = FakeDns(), ManualClock(1_000_000)
     guard = TargetGuard(allow_list_of, resolve=dns, clock=clock)
-    assert await guard.policy(request_for("http://rebind.test/hook")) is None  # public at first
-    assert await guard.policy(request_for("http://rebind.test/hook")) is None  # same cached answer
+    public = ipaddress.ip_address(PUBLIC_V4)
+    first = await guard.policy(request_for("http://rebind.test/hook"))  # public at first
+    second = await guard.policy(request_for("http://rebind.test/hook"))  # same cached answer
+    assert isinstance(first, Route) and isinstance(second, Route) and first.addresses == second.addresses == (public,)
     clock.advance(ssrf.RESOLVE_CACHE_TTL_MS)
-    refusal = await guard.policy(request_for("http://rebind.test/hook"))  # now private
-    assert refusal is not None and "loopback" in refusal
+    with caplog.at_level(logging.INFO, logger="tjobs.ssrf"):
+        refusal = await guard.policy(request_for("http://rebind.test/hook"))  # now private
+    # the tenant is told "not allowed"; the answer (loopback 127.0.0.1) is only in the node's log
+    assert refusal == "host 'rebind.test' is not allowed as a callback target"
+    assert any("loopback address 127.0.0.1" in r.getMessage() for r in caplog.records)

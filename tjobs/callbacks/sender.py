@@ -4,6 +4,9 @@
 connection, target vetoed by the URL policy) comes back as an :class:`AttemptResult` already
 classified by :func:`tjobs.callbacks.retry.classify`. Only cancellation propagates.
 
+With a target policy, every attempt connects only to the addresses the policy judged for it (its
+:class:`Route`): the URL handed to aiohttp carries the address, the ``Host`` header and the TLS name
+(SNI and certificate verification) carry the host, so aiohttp never resolves or re-parses the host.
 Redirects are not followed; the response body is read (so the connection can be kept alive) and
 discarded, up to ``max_body_bytes``, beyond which the connection is closed instead.
 """
@@ -12,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
+from yarl import URL
 
 from tjobs.callbacks.retry import (
     RETRY_AFTER_STATUSES,
@@ -26,6 +31,7 @@ from tjobs.callbacks.retry import (
 )
 from tjobs.clock import Clock, SystemClock
 from tjobs.settings import CallbackSettings
+from tjobs.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +74,24 @@ class AttemptResult:
     duration_s: float
 
 
-TargetPolicy = Callable[[CallbackRequest], Awaitable[str | None]]
-"""Checked before connecting: return a reason to refuse the target, or ``None`` to allow it.
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one attempt may connect: the parsed target and the addresses judged for its host
+    (tried in order; the next only if connecting to the previous one failed)."""
+
+    url: CallbackUrl
+    addresses: tuple[IPAddress, ...]
+
+
+TargetPolicy = Callable[[CallbackRequest], Awaitable[Route | str | None]]
+"""Checked before connecting: return the :class:`Route` to connect to, a reason to refuse the
+target, or ``None`` to let the HTTP client resolve the host itself (only for policies that do not
+judge addresses; :class:`tjobs.ssrf.TargetGuard` always returns a route or a reason).
 
 A refusal is a permanent failure (the flow goes to the dead letter). A policy that cannot decide
 right now (its DNS lookup timed out, say) should raise ``OSError`` or ``TimeoutError`` instead: the
-attempt then counts as a retryable failure. The default allows everything.
+attempt then counts as a retryable failure. Without a policy every target the URL model accepts is
+allowed.
 """
 
 
@@ -86,12 +104,12 @@ class CallbackSender:
         clock: Clock | None = None,
         policy: TargetPolicy | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
-        resolver: aiohttp.abc.AbstractResolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock or SystemClock()
         self._policy = policy
-        self._resolver = resolver  # e.g. tjobs.ssrf.GuardedResolver: connect only to judged addresses
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._max_body_bytes = max_body_bytes
         self._max_retry_after_ms = settings.max_retry_after_s * 1000
         self._session: aiohttp.ClientSession | None = None
@@ -105,9 +123,7 @@ class CallbackSender:
             limit_per_host=0,
             ttl_dns_cache=60,
             keepalive_timeout=30,
-            # A custom resolver is asked on every new connection (its answers may be per request).
-            resolver=self._resolver,
-            use_dns_cache=self._resolver is None,
+            ssl=self._ssl,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -138,29 +154,38 @@ class CallbackSender:
         error: str | None = None
         retry_after_ms: int | None = None
         try:
-            if self._policy is not None:
-                reason = await self._policy(request)
-                if reason is not None:
-                    raise TargetRejected(request.url, reason)
+            targets = await self._targets(request)
             session = self._session or self._open()
-            async with session.request(
-                request.method,
-                request.url,
-                data=request.body,
-                headers=request.headers,
-                allow_redirects=False,
-                timeout=self._timeout(request.timeout_ms),
-            ) as response:
-                status = response.status
-                if status in RETRY_AFTER_STATUSES:
-                    header = response.headers.get("Retry-After")
-                    if header is not None:
-                        retry_after_ms = parse_retry_after(header, self._clock.now_ms())
-                        if retry_after_ms is not None:
-                            retry_after_ms = min(retry_after_ms, self._max_retry_after_ms)
-                snippet = await self._drain(response)
-                if not 200 <= status < 300:
-                    error = _status_error(status, snippet)
+            deadline = started + request.timeout_ms / 1000
+            for index, (url, headers, tls_name) in enumerate(targets):
+                timeout = self._timeout(request.timeout_ms)
+                if index:
+                    timeout = aiohttp.ClientTimeout(total=max(deadline - loop.time(), 0.001))
+                try:
+                    async with session.request(
+                        request.method,
+                        url,
+                        data=request.body,
+                        headers=headers,
+                        allow_redirects=False,
+                        timeout=timeout,
+                        server_hostname=tls_name,
+                    ) as response:
+                        status = response.status
+                        if status in RETRY_AFTER_STATUSES:
+                            header = response.headers.get("Retry-After")
+                            if header is not None:
+                                retry_after_ms = parse_retry_after(header, self._clock.now_ms())
+                                if retry_after_ms is not None:
+                                    retry_after_ms = min(retry_after_ms, self._max_retry_after_ms)
+                        snippet = await self._drain(response)
+                        if not 200 <= status < 300:
+                            error = _status_error(status, snippet)
+                    break
+                except aiohttp.ClientConnectorError:
+                    # nothing was sent: the next judged address, if any and if time is left
+                    if index == len(targets) - 1 or loop.time() >= deadline:
+                        raise
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -177,6 +202,25 @@ class CallbackSender:
             request.flow_id, request.url, request.attempt, outcome, status, error, retry_after_ms,
             started_ms, loop.time() - started,
         )
+
+    async def _targets(self, request: CallbackRequest) -> list[tuple[URL, Mapping[str, str], str | None]]:
+        """What to connect to, in order: ``(URL, headers, TLS name)`` per judged address; with no
+        route (no policy, or a policy answering ``None``) the URL model's ASCII URL, resolved by aiohttp."""
+        verdict = await self._policy(request) if self._policy is not None else None
+        if isinstance(verdict, str):
+            raise TargetRejected(request.url, verdict)
+        if verdict is None:
+            try:
+                parsed = parse_callback_url(request.url)
+            except UrlRefused as refused:
+                raise TargetRejected(request.url, refused.reason) from None
+            return [(URL(parsed.text(), encoded=True), request.headers, None)]
+        if not verdict.addresses:
+            raise TargetRejected(request.url, "no judged address to connect to")
+        target = verdict.url
+        headers = {**request.headers, "Host": target.host_header}
+        return [(URL(target.url_for(address), encoded=True), headers, target.tls_name)
+                for address in verdict.addresses]
 
     async def _drain(self, response: aiohttp.ClientResponse) -> bytes:
         """Read and discard the body; keep the first bytes for error messages."""
