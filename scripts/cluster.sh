@@ -39,6 +39,8 @@ alive_pid() {
     pid="$(cat "$DIR/$name.pid")"
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$binary"* ]] || return 1
+    # A killed server not yet reaped is a zombie: gone, whatever its comm says (so `infra` restarts it).
+    [[ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]] || return 1
     echo "$pid"
 }
 
@@ -141,6 +143,9 @@ host = "$HOST"
 port = $port
 admin_key = "tja_cluster_local_admin"
 
+[metrics]
+scrape_token = "tjm_cluster_local_scrape"
+
 [cluster]
 etcd_endpoints = ["http://$HOST:$ETCD_PORT"]
 redis_url = "redis://$HOST:$REDIS_PORT/0"
@@ -165,7 +170,7 @@ cmd_up() {
     for i in $(seq "$count"); do
         wait_until 60 "node$i" curl -sf "http://$HOST:$((API_PORT + i - 1))/healthz"
     done
-    log "cluster up: $count nodes; try: curl -s http://$HOST:$API_PORT/v1/cluster"
+    log "cluster up: $count nodes; try: curl -s -H 'authorization: Bearer tja_cluster_local_admin' http://$HOST:$API_PORT/v1/cluster"
 }
 
 stop_pid() {
@@ -197,7 +202,7 @@ cmd_status() {
         pid="$(cat "$f")"
         if kill -0 "$pid" 2>/dev/null; then echo "$name: running (pid $pid)"; else echo "$name: gone (pid $pid)"; fi
     done
-    curl -s "http://$HOST:$API_PORT/v1/cluster" 2>/dev/null && echo || true
+    curl -s -H "authorization: Bearer tja_cluster_local_admin" "http://$HOST:$API_PORT/v1/cluster" 2>/dev/null && echo || true
 }
 
 case "${1:-}" in

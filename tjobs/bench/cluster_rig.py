@@ -1,8 +1,10 @@
 """A real cluster on one machine for tests and benchmarks: services from ``scripts/cluster.sh infra``,
 node processes (``python -m tjobs.cli serve --config FILE``) started and signalled from here.
 
-Only processes started here (nodes) or by ``cluster.sh`` for this state directory (its etcd and Redis,
-whose PIDs it records) are ever signalled.
+Only processes started here (nodes) or by ``cluster.sh`` for this state directory (its MariaDB servers,
+etcd and Redis, whose PIDs it records) are ever signalled. The fault helpers (:meth:`Infra.signal_service`,
+:meth:`Infra.kill_service`, :meth:`Infra.flush_redis`, :meth:`ClusterRig.hold_row_locks`) are what the
+fault suite (``tests/chaos``) breaks the cluster with.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -23,12 +25,29 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from sharding import Topology
 from tjobs.bench.node_process import _merge, free_port, to_toml
 from tjobs.clock import iso_ms
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
 ADMIN_KEY = "tja_rig_admin_" + "x" * 16
+ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+SERVICE_BINARIES = {"etcd": "etcd", "redis": "redis-server"}  # and mariadbN -> mariadbd
+
+
+def _service_binary(name: str) -> str:
+    return "mariadbd" if name.startswith("mariadb") else SERVICE_BINARIES[name]
+
+
+def _process_state(pid: int) -> tuple[str, str] | None:
+    """``(comm, state letter)`` of a live process, ``None`` when it is gone."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return comm, state
 
 
 @dataclass(frozen=True)
@@ -50,6 +69,52 @@ class Infra:
     def ensure(self) -> None:
         """(Re)start whatever of this state directory's services does not answer."""
         subprocess.run([str(CLUSTER_SH), "infra"], env=self.env, check=True, capture_output=True, timeout=180)
+
+    @staticmethod
+    def mariadb(server: int) -> str:
+        """The service name of MariaDB server ``server`` (0-based, the index into ``storage_urls``)."""
+        return f"mariadb{server + 1}"
+
+    def service_pid(self, name: str) -> int:
+        """The PID of service ``name`` (``mariadb1``, ``mariadb2``, ``etcd``, ``redis``) as recorded by
+        ``cluster.sh`` in this state directory, checked to still run that binary. Raises ``RuntimeError``
+        when this state directory did not start it (a server answering on the port was started by
+        someone else, and is never signalled from here)."""
+        pid = self.pid(name)
+        found = None if pid is None else _process_state(pid)
+        if pid is None or found is None or not found[0].startswith(_service_binary(name)[:15]) or found[1] == "Z":
+            raise RuntimeError(
+                f"{name} is not running from {self.state_dir} (its port may be served by another state "
+                "directory's process, which is never signalled from here)"
+            )
+        return pid
+
+    def signal_service(self, name: str, sig: signal.Signals) -> int:
+        """Send ``sig`` (SIGSTOP, SIGCONT, ...) to this state directory's service ``name``; its PID."""
+        pid = self.service_pid(name)
+        os.kill(pid, sig)
+        return pid
+
+    def kill_service(self, name: str, timeout_s: float = 10.0) -> None:
+        """SIGKILL this state directory's service ``name`` and wait until it is gone (``ensure`` restarts it)."""
+        pid = self.signal_service(name, signal.SIGKILL)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = _process_state(pid)
+            if found is None or found[1] == "Z":
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{name} (pid {pid}) still runs {timeout_s} s after SIGKILL")
+
+    def flush_redis(self) -> None:
+        """FLUSHALL on this state directory's Redis (the hot tier; never the truth)."""
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url, socket_timeout=5.0)
+        try:
+            client.flushall()
+        finally:
+            client.close()
 
 
 def start_infra(
@@ -118,9 +183,12 @@ class ClusterRig:
             "storage": {"urls": self.infra.storage_urls, "topology": self.topology,
                         "database_prefix": self.db_prefix},
             "api": {"host": "127.0.0.1", "port": port, "admin_key": ADMIN_KEY},
+            "rate_limits": {"enabled": False},  # the rig measures ownership and firing, not API admission
             "scheduler": {"cycle_s": 10, "load_lead_s": 3, "tick_ms": 10},
             "compensator": {"interval_s": 1.0, "grace_s": 3.0},
-            "callbacks": {"backoff_base_ms": 200, "backoff_max_ms": 2000, "timeout_ms": 2000},
+            "metrics": {"public": True},  # on loopback only; Api.histogram scrapes it
+            "callbacks": {"backoff_base_ms": 200, "backoff_max_ms": 2000, "timeout_ms": 2000,
+                          "user_agent": f"tjobs-rig/node{index}"},  # a receiver can tell who sent
             "cluster": {
                 "etcd_endpoints": [self.infra.etcd_url], "redis_url": self.infra.redis_url,
                 "hot_tier": self.hot_tier, "name": self.name, "zone": "abc"[(index - 1) % 3],
@@ -183,6 +251,44 @@ class ClusterRig:
     def live(self) -> list[NodeProc]:
         return [n for n in self.nodes.values() if n.alive()]
 
+    def server_of_shard(self, shard: int) -> int:
+        """The MariaDB server (index into ``storage_urls``) holding ``shard``: instance i uses
+        ``urls[i % len(urls)]``."""
+        return Topology.parse(self.topology).locate(shard).instance % len(self.infra.storage_urls)
+
+    def shards_of_server(self, server: int) -> list[int]:
+        return [s for s in Topology.parse(self.topology).shards() if self.server_of_shard(s) == server]
+
+    def hold_row_locks(
+        self, server: int, app_id: str, hold_s: float, on_locked: Callable[[int], None] | None = None
+    ) -> int:
+        """On MariaDB server ``server``: ``BEGIN; SELECT ... FOR UPDATE`` of every task row of ``app_id`` in
+        the shards it holds, ``DO SLEEP(hold_s)``, ``ROLLBACK``. Blocks (run it in a thread); calls
+        ``on_locked(rows)`` once the rows are held and returns the number of rows. Any fire transaction
+        touching those rows waits on the locks meanwhile."""
+        import pymysql
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.infra.storage_urls[server])
+        topology = Topology.parse(self.topology)
+        connection = pymysql.connect(host=url.host, port=url.port or 3306, user=url.username or "root",
+                                     password=url.password or "", autocommit=False)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("BEGIN")
+                held = 0
+                for shard in self.shards_of_server(server):
+                    where = topology.locate(shard)
+                    table = f"`{self.db_prefix}_{where.database_index:02d}`.`{where.tasks_table}`"
+                    held += cursor.execute(f"SELECT id FROM {table} WHERE app_id = %s FOR UPDATE", (app_id,))
+                if on_locked is not None:
+                    on_locked(held)
+                cursor.execute("DO SLEEP(%s)", (hold_s,))
+                connection.rollback()
+                return held
+        finally:
+            connection.close()
+
     def tail(self, index: int, lines: int = 40) -> str:
         try:
             return "\n".join(self.nodes[index].log.read_text(errors="replace").splitlines()[-lines:])
@@ -202,7 +308,7 @@ class Api:
         await self.http.aclose()
 
     async def view(self, node: NodeProc) -> dict[str, Any]:
-        reply = await self.http.get(f"{node.base_url}/v1/cluster", timeout=2.0)
+        reply = await self.http.get(f"{node.base_url}/v1/cluster", timeout=2.0, headers=ADMIN_AUTH)
         reply.raise_for_status()
         result: dict[str, Any] = reply.json()
         return result

@@ -1,0 +1,186 @@
+"""The fault suite's load: interval tasks firing every second over a window, a stream of one-shot tasks
+registered while the fault runs, some pauses and deletes; and the read-backs (flows from the database,
+``GET`` of every acknowledged task). Every call records what the accounting needs to build a
+:class:`Promise`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sharding import Topology, shard_of_task_id
+from tests.chaos.accounting import Promise, StoredFlow
+from tjobs.bench.cluster_rig import ADMIN_KEY, ClusterRig, NodeProc, now_ms
+from tjobs.clock import iso_ms
+
+CONFLICT_RETRIES = 20
+# An occurrence due less than this before a pause or delete was sent may still be waiting to fire (normal
+# lateness, under load), and the pause or delete cancels it: it may fire, it need not.
+STOP_RACE_MS = 1000
+
+
+@dataclass
+class Registered:
+    """One acknowledged task: its schedule's instants and, once paused or deleted, when that was sent
+    and when it was acknowledged. It must fire the instants due :data:`STOP_RACE_MS` before the send and
+    may fire those up to the acknowledgement."""
+
+    task_id: int
+    instants: list[int]
+    stop_sent_ms: int | None = None
+    stop_acked_ms: int | None = None
+    deleted: bool = False
+
+    def promise(self, server: int) -> Promise:
+        must, may = self.instants, self.instants
+        if self.stop_sent_ms is not None and self.stop_acked_ms is not None:
+            must = [i for i in self.instants if i < self.stop_sent_ms - STOP_RACE_MS]
+            may = [i for i in self.instants if i <= self.stop_acked_ms]
+        return Promise(self.task_id, server, frozenset(must), frozenset(may), self.deleted)
+
+
+@dataclass
+class Book:
+    """Everything the workload was promised, and the creates that got no answer."""
+
+    tasks: dict[int, Registered] = field(default_factory=dict)
+    unanswered_creates: int = 0
+    refused_creates: int = 0  # answered, but not 201 (a clear error: nothing was promised)
+
+
+class ChaosClient:
+    """The app's API calls against one node, recording what each answer promises into ``book``."""
+
+    def __init__(self, node: NodeProc, callback_url: str) -> None:
+        self.node = node
+        self.callback_url = callback_url
+        self.http = httpx.AsyncClient(base_url=node.base_url, timeout=10.0)
+        self.app_id = ""
+        self.book = Book()
+        self._slots = asyncio.Semaphore(16)
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def create_app(self) -> str:
+        body = {"name": "chaos", "rate_limit_per_s": 100000, "max_concurrency": 1000}
+        reply = await self.http.post("/v1/apps", json=body, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        reply.raise_for_status()
+        self.app_id = str(reply.json()["id"])
+        self.http.headers["Authorization"] = f"Bearer {reply.json()['api_key']}"
+        return self.app_id
+
+    async def _create(self, body: dict[str, Any], instants: list[int]) -> int | None:
+        async with self._slots:
+            try:
+                reply = await self.http.post("/v1/tasks", json=body)
+            except httpx.HTTPError:
+                self.book.unanswered_creates += 1
+                return None
+        if reply.status_code != 201:
+            if reply.status_code >= 500:
+                self.book.unanswered_creates += 1  # the server may or may not have kept it
+            else:
+                self.book.refused_creates += 1
+            return None
+        task_id = int(reply.json()["id"])
+        self.book.tasks[task_id] = Registered(task_id, instants)
+        return task_id
+
+    async def create_interval(self, start_ms: int, end_ms: int, every_ms: int) -> int | None:
+        """Occurrences ``start_ms + k * every_ms`` up to ``end_ms`` (inclusive); the default misfire
+        policy of interval tasks (``fire_soon``)."""
+        body = {"name": "chaos-interval", "callback": {"url": self.callback_url},
+                "schedule": {"kind": "interval", "every_ms": every_ms, "start_at_ms": start_ms,
+                             "end_at_ms": end_ms}}
+        return await self._create(body, list(range(start_ms, end_ms + 1, every_ms)))
+
+    async def create_at(self, at_ms: int) -> int | None:
+        body = {"name": "chaos-at", "callback": {"url": self.callback_url},
+                "schedule": {"kind": "at", "at": iso_ms(at_ms)}}
+        return await self._create(body, [at_ms])
+
+    async def stop(self, task_id: int, how: str) -> bool:
+        """Pause (``how="pause"``) or delete a task; retried on 409 (a fire landed between read and
+        write). True when acknowledged; the promise is then cut at the first send / the acknowledgement."""
+        task = self.book.tasks[task_id]
+        sent_ms = now_ms()
+        for _ in range(CONFLICT_RETRIES):
+            if how == "pause":
+                reply = await self.http.post(f"/v1/tasks/{task_id}/pause")
+            else:
+                reply = await self.http.delete(f"/v1/tasks/{task_id}")
+            if reply.status_code in (200, 204):
+                task.stop_sent_ms, task.stop_acked_ms, task.deleted = sent_ms, now_ms(), how == "delete"
+                return True
+            if reply.status_code != 409:
+                break
+        return False
+
+    async def unreadable(self) -> list[int]:
+        """Acknowledged, not deleted tasks that ``GET /v1/tasks/{id}`` does not answer with 200."""
+
+        async def readable(task_id: int) -> bool:
+            async with self._slots:
+                try:
+                    return (await self.http.get(f"/v1/tasks/{task_id}")).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+        ids = [t.task_id for t in self.book.tasks.values() if not t.deleted]
+        answers = await asyncio.gather(*(readable(task_id) for task_id in ids))
+        return [task_id for task_id, ok in zip(ids, answers, strict=True) if not ok]
+
+
+async def register_intervals(client: ChaosClient, count: int, start_ms: int, end_ms: int, every_ms: int) -> None:
+    await asyncio.gather(*(client.create_interval(start_ms, end_ms, every_ms) for _ in range(count)))
+
+
+async def stream_one_shots(client: ChaosClient, per_s: float, until_ms: int, seed: int = 10) -> None:
+    """Register ``at`` tasks at ``per_s`` until ``until_ms``, each due 1.5-4 s after its create: the
+    registrations land on whatever the fault is breaking, and their fires travel the hot tier."""
+    pick = random.Random(seed)
+    pending: set[asyncio.Task[int | None]] = set()
+    while now_ms() < until_ms:
+        at_ms = now_ms() + pick.randint(1500, 4000)
+        task = asyncio.create_task(client.create_at(at_ms))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        await asyncio.sleep(1 / per_s)
+    if pending:
+        await asyncio.gather(*pending)
+
+
+def read_flows(rig: ClusterRig, app_id: str) -> list[StoredFlow]:
+    """Every flow row of ``app_id``, read from each MariaDB server's flow tables (blocking)."""
+    import pymysql
+    from sqlalchemy.engine import make_url
+
+    topology = Topology.parse(rig.topology)
+    flows: list[StoredFlow] = []
+    for server, url_text in enumerate(rig.infra.storage_urls):
+        url = make_url(url_text)
+        connection = pymysql.connect(host=url.host, port=url.port or 3306, user=url.username or "root",
+                                     password=url.password or "", connect_timeout=5)
+        try:
+            with connection.cursor() as cursor:
+                for shard in rig.shards_of_server(server):
+                    where = topology.locate(shard)
+                    table = f"`{rig.db_prefix}_{where.database_index:02d}`.`{where.flows_table}`"
+                    cursor.execute(f"SELECT task_id, scheduled_at, status, attempts, created_at FROM {table} "
+                                   "WHERE app_id = %s", (app_id,))
+                    flows.extend(StoredFlow(int(t), int(s), str(st), int(a), int(c))
+                                 for t, s, st, a, c in cursor.fetchall())
+        finally:
+            connection.close()
+    return flows
+
+
+def promises(rig: ClusterRig, book: Book) -> dict[int, Promise]:
+    return {task_id: task.promise(rig.server_of_shard(shard_of_task_id(task_id)))
+            for task_id, task in book.tasks.items()}
