@@ -1,5 +1,9 @@
 """``tjobs migrate``: create every logical database and bring its schema to the newest revision.
 
+The layout the data is written for (topology, database prefix, servers) is recorded in the first
+logical database; a run with other settings on existing data is refused before anything changes
+(:mod:`tjobs.stores.layout_record`).
+
 Each logical database carries its own Alembic ``alembic_version`` table (the migrations live in
 :mod:`tjobs.migrations`, shipped inside the package). Databases are migrated concurrently, a few per
 server; a second run finds every database at head and does nothing.
@@ -23,12 +27,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tjobs.errors import TjobsError
 from tjobs.settings import StorageSettings
+from tjobs.stores.layout_record import check_facts, ensure_layout, layout_facts, recorded_layout
 from tjobs.stores.sql_layout import (
     MYSQL,
     DatabaseHome,
     Layout,
     create_engine_for,
     is_unavailable,
+    safe_url,
     sqlite_path,
     unavailable,
 )
@@ -85,6 +91,12 @@ async def migrate(settings: StorageSettings, progress: Progress | None = None) -
         else:
             for home in layout.databases:
                 os.makedirs(os.path.dirname(sqlite_path(home.engine_url)) or ".", exist_ok=True)
+        apps_engine = engines[layout.apps_database.engine_url]
+        where = _where(layout)
+        async with apps_engine.connect() as conn:  # refuse before changing anything
+            recorded = await recorded_layout(conn, layout)
+        if recorded is not None:
+            check_facts(recorded, layout_facts(settings), where)
         script = ScriptDirectory(str(MIGRATIONS_DIR))
         total = len(layout.databases)
         done = 0
@@ -99,9 +111,15 @@ async def migrate(settings: StorageSettings, progress: Progress | None = None) -
                 progress(home.name, done, total)
 
         await asyncio.gather(*(one(home) for home in layout.databases))
+        await ensure_layout(apps_engine, layout, settings, where)
         logger.info("migrated %d databases", total, extra={"action": "schema_migrated"})
     finally:
         await asyncio.gather(*(engine.dispose() for engine in engines.values()))
+
+
+def _where(layout: Layout) -> str:
+    home = layout.apps_database
+    return f"database {home.name} on {safe_url(home.engine_url)}"
 
 
 async def _create_databases(engine: AsyncEngine, layout: Layout, url: str) -> None:

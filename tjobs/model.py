@@ -73,6 +73,13 @@ class App:
 
 @dataclass(slots=True)
 class Task:
+    """A registered timer.
+
+    ``version`` moves on every change of the row, fires included: the fire compare-and-set checks it.
+    ``revision`` moves only on the owner's edits (update, pause, resume): it is the ``version`` the API
+    shows and checks, so a fire never makes an owner's edit conflict.
+    """
+
     id: int
     app_id: str
     name: str
@@ -88,6 +95,7 @@ class Task:
     fire_count: int
     created_at_ms: int
     updated_at_ms: int
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)

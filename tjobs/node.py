@@ -133,6 +133,11 @@ class Node:
 
     async def start(self) -> None:
         await self.store.start()
+        try:
+            await self.store.check_layout()  # never run on data laid out for other settings
+        except BaseException:
+            await self.store.close()
+            raise
         await self.deliverer.start()
         await self.runner.start()
         await self.db_health.start()

@@ -424,29 +424,37 @@ class TaskService:
     # ---- change -------------------------------------------------------------------------------
 
     async def update(self, app: App, task_id: int, request: Any) -> Task:
+        """Apply the request's fields. With ``version`` (the task's revision as last read), answer
+        409 if another edit landed since; fires never count. Without it, the last edit wins."""
         if not isinstance(request, dict):
             raise InvalidInput("body", "must be a JSON object")
         unknown = set(request) - _UPDATE_KEYS
         if unknown:
             raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
-        task = await self.get(app, task_id)
-        expected = request.get("version", task.version)
-        if not isinstance(expected, int) or isinstance(expected, bool):
+        expected = request.get("version")
+        if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
             raise InvalidInput("version", "must be an integer")
+        task = await self.get(app, task_id)
         now_ms = self._clock.now_ms()
         limits = self._settings.limits
+        fields: set[str] = set()
         if "name" in request:
             task.name = check_name(request["name"])
+            fields.add("name")
         if "callback" in request:
             task.callback = normalize_callback(with_defaults(request["callback"], app), limits)
             await self.check_targets(app, task.callback)
+            fields.add("callback")
         if "payload" in request:
             check_payload(request["payload"], limits)
             task.payload = request["payload"]
+            fields.add("payload")
         if "delivery" in request:
             task.delivery = parse_delivery(request["delivery"])
+            fields.add("delivery")
         if "misfire_policy" in request:
             task.misfire_policy = parse_misfire_policy(request["misfire_policy"], task.misfire_policy)
+            fields.add("misfire_policy")
         if "schedule" in request:
             task.schedule = normalize_schedule(
                 request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
@@ -455,19 +463,18 @@ class TaskService:
             if first is None:
                 raise InvalidInput("schedule", "never fires", "never_fires")
             task.next_run_at_ms = first
-            task.fire_count = 0
-            if task.status is TaskStatus.COMPLETED:
-                task.status = TaskStatus.ACTIVE
+            fields.add("schedule")
         task.updated_at_ms = now_ms
-        return await self._save(task, expected)
+        return await self._edit(task, fields, expected_revision=expected)
 
     async def pause(self, app: App, task_id: int) -> Task:
+        """Pause an active task (any other status is returned as it is); never a version conflict."""
         task = await self.get(app, task_id)
         if task.status is not TaskStatus.ACTIVE:
             return task
         task.status = TaskStatus.PAUSED
         task.updated_at_ms = self._clock.now_ms()
-        return await self._save(task, task.version)
+        return await self._edit(task, {"status"}, from_status=TaskStatus.ACTIVE)
 
     async def resume(self, app: App, task_id: int) -> Task:
         """Resume a paused task at its stored next run; if that passed while paused, the task's
@@ -477,7 +484,7 @@ class TaskService:
             return task
         task.status = TaskStatus.ACTIVE
         task.updated_at_ms = self._clock.now_ms()
-        return await self._save(task, task.version)
+        return await self._edit(task, {"status"}, from_status=TaskStatus.PAUSED)
 
     async def trigger(self, app: App, task_id: int, request: Any = None) -> Flow:
         """A manual fire now, with its own flow; the schedule is untouched.
@@ -510,8 +517,12 @@ class TaskService:
         await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms())
         await self._hotpath.publish(TaskChange.deleted(task_id, app.id))
 
-    async def _save(self, task: Task, expected_version: int) -> Task:
-        stored = await self._store.update_task(task, expected_version)
+    async def _edit(
+        self, task: Task, fields: set[str], *, expected_revision: int | None = None,
+        from_status: TaskStatus | None = None,
+    ) -> Task:
+        stored = await self._store.edit_task(task, fields, expected_revision=expected_revision,
+                                             from_status=from_status)
         await self._hotpath.publish(TaskChange.of(stored))
         return stored
 

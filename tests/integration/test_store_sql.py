@@ -54,10 +54,10 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
     for index in range(4):
         with sqlite3.connect(tmp_path / "data" / f"tjobs_{index:02d}.db") as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001_initial",)]
+            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003_layout_record",)]
             assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         expected = {f"tasks_{t:02d}" for t in range(4)} | {f"flows_{t:02d}" for t in range(4)}
-        assert tables == expected | {"alembic_version"} | ({"apps"} if index == 0 else set())
+        assert tables == expected | {"alembic_version"} | ({"apps", "tjobs_layout"} if index == 0 else set())
 
     started = time.perf_counter()
     await migrate(settings)  # second run: nothing to do
@@ -77,7 +77,7 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 f"WHERE TABLE_SCHEMA LIKE '{prefix}\\_%%' GROUP BY TABLE_SCHEMA ORDER BY TABLE_SCHEMA"
             )).all()
             assert [tuple(row) for row in rows] == [
-                (f"{prefix}_00", 10), (f"{prefix}_01", 9), (f"{prefix}_02", 9), (f"{prefix}_03", 9)
+                (f"{prefix}_00", 11), (f"{prefix}_01", 9), (f"{prefix}_02", 9), (f"{prefix}_03", 9)
             ]
             engines = (await conn.exec_driver_sql(
                 "SELECT DISTINCT ENGINE, TABLE_COLLATION FROM information_schema.TABLES "

@@ -31,7 +31,7 @@ def task_json(task: Task) -> dict[str, Any]:
         "delivery": task.delivery.value,
         "next_run_at": _instant(task.next_run_at_ms),
         "next_run_at_ms": task.next_run_at_ms,
-        "version": task.version,
+        "version": task.revision,  # the owner's edits only: a fire never makes a PATCH conflict
         "fire_count": task.fire_count,
         "created_at": _instant(task.created_at_ms),
         "updated_at": _instant(task.updated_at_ms),

@@ -110,7 +110,9 @@ class TaskUpdate(_Strict):
     payload: JsonValue = None
     misfire_policy: MisfirePolicyName | None = None
     delivery: DeliveryName | None = None
-    version: int | None = Field(default=None, description="expected version; 409 if the task moved on")
+    version: int | None = Field(default=None, description=(
+        "the task's version as last read: 409 version_conflict if another edit (update, pause, resume) "
+        "landed since; fires never move it. Without it the last edit wins"))
 
 
 class BatchCreate(_Strict):
@@ -139,7 +141,7 @@ class Task(BaseModel):
     delivery: DeliveryName
     next_run_at: str | None
     next_run_at_ms: int | None
-    version: int
+    version: int = Field(description="grows by one on each edit (update, pause, resume), never on a fire")
     fire_count: int
     created_at: str
     updated_at: str

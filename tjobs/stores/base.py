@@ -9,7 +9,7 @@ Every implementation (memory twin, SQLAlchemy on SQLite or MariaDB) passes the s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from sharding import Topology
 from tjobs.model import (
@@ -24,6 +24,9 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
+
+EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
+"""The task fields an owner's edit may set (:meth:`TaskStore.edit_task`)."""
 
 FirePlanner = Callable[[Task, FireIntent, int], FirePlan | None]
 """Pure: given the locked task row, the due intent and ``now_ms``, decide what the fire does.
@@ -48,6 +51,13 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+    async def check_layout(self) -> None:
+        """Refuse to run on data written for another layout (topology, database prefix, servers):
+        raise :class:`tjobs.stores.layout_record.StorageLayoutMismatch` naming each difference, or
+        ``StorageNotMigrated`` without a layout record; record the layout if it is not yet (a first
+        start). A node calls it once after :meth:`start`. Nothing persists in memory: no-op there."""
+        return None
 
     @abstractmethod
     async def ping(self) -> None:
@@ -133,6 +143,24 @@ class TaskStore(ABC):
         The stored version becomes ``expected_version + 1`` (returned); otherwise raise
         :class:`tjobs.errors.VersionConflict` (or :class:`tjobs.errors.NotFound` if gone). Any
         wheel entry holding the old version can then no longer fire (invariant 1).
+        """
+
+    @abstractmethod
+    async def edit_task(
+        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
+        from_status: TaskStatus | None = None,
+    ) -> Task:
+        """Apply an owner's edit to the stored row in one atomic step; return the row afterwards.
+
+        Only ``fields`` (names of :data:`EDITABLE_FIELDS`) are copied from ``task``, so a fire that
+        committed since ``task`` was read keeps its progress. ``"schedule"`` also takes ``task``'s
+        ``next_run_at_ms``, restarts ``fire_count`` at 0 and reopens a ``completed`` task as
+        ``active``. ``updated_at_ms`` is always taken; ``version`` and ``revision`` grow by one.
+
+        With ``expected_revision``, raise :class:`tjobs.errors.VersionConflict` (carrying the stored
+        revision) unless the row is at that revision; fires never move it. With ``from_status``,
+        a row in another status is returned unchanged. Raise :class:`tjobs.errors.NotFound` if the
+        task is gone.
         """
 
     @abstractmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +20,7 @@ from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, TaskIdTaken, 
 from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.base import FirePlanner, TaskStore
 from tjobs.stores.schema import clip_error
+from tjobs.stores.task_edits import check_fields, edited_row
 
 FlowKey = tuple[int, int]
 
@@ -164,9 +165,25 @@ class MemoryTaskStore(TaskStore):
             key=stored.key,
             created_at_ms=stored.created_at_ms,
             version=expected_version + 1,
+            revision=stored.revision,
         )
         self._tasks[shard_of_task_id(task.id)][task.id] = updated
         return _task_copy(updated)
+
+    async def edit_task(
+        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
+        from_status: TaskStatus | None = None,
+    ) -> Task:
+        check_fields(fields)
+        await asyncio.sleep(0)
+        stored = self._get(task.id)
+        if stored is None:
+            raise NotFound("task", task.id)
+        edited = edited_row(stored, _task_copy(task), fields, expected_revision, from_status)
+        if edited is None:
+            return _task_copy(stored)
+        self._tasks[shard_of_task_id(task.id)][task.id] = edited
+        return _task_copy(edited)
 
     async def delete_task(self, task_id: int) -> bool:
         shard = self._shard_of(task_id)

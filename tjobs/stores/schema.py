@@ -43,6 +43,7 @@ from tjobs.model import (
 )
 
 APPS_TABLE = "apps"
+LAYOUT_TABLE = "tjobs_layout"
 MAX_ERROR_CHARS = 500
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
@@ -78,6 +79,12 @@ def tasks_schema_items(table_name: str) -> list[SchemaItem]:
         PrimaryKeyConstraint("id"),  # MariaDB ignores (and warns about) primary key names
         UniqueConstraint("app_id", "idem_key", name=f"{table_name}_app_key"),
     ]
+
+
+def task_revision_column() -> Column[int]:
+    """``revision``: bumped by the owner's edits only (``version`` also moves on fires); added by
+    migration 0002, so not part of :func:`tasks_schema_items` (the initial revision's columns)."""
+    return Column("revision", Integer, nullable=False, server_default="1")
 
 
 def tasks_indexes(table_name: str) -> list[tuple[str, list[str]]]:
@@ -128,6 +135,16 @@ def apps_schema_items() -> list[SchemaItem]:
     ]
 
 
+def layout_schema_items() -> list[SchemaItem]:
+    """What the data was laid out for (topology, database prefix, servers): one row per fact, in
+    the first logical database only. See :mod:`tjobs.stores.layout_record`."""
+    return [
+        Column("name", String(64), nullable=False),
+        Column("value", String(200), nullable=False),
+        PrimaryKeyConstraint("name"),
+    ]
+
+
 def _table(
     metadata: MetaData, name: str, schema: str | None, items: list[SchemaItem],
     indexes: list[tuple[str, list[str]]],
@@ -144,7 +161,8 @@ def _table(
 
 
 def tasks_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
-    return _table(metadata, name, schema, tasks_schema_items(name), tasks_indexes(name))
+    items = [*tasks_schema_items(name), task_revision_column()]
+    return _table(metadata, name, schema, items, tasks_indexes(name))
 
 
 def flows_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
@@ -153,6 +171,10 @@ def flows_table(metadata: MetaData, name: str, schema: str | None = None) -> Tab
 
 def apps_table(metadata: MetaData, schema: str | None = None) -> Table:
     return _table(metadata, APPS_TABLE, schema, apps_schema_items(), [])
+
+
+def layout_table(metadata: MetaData, schema: str | None = None) -> Table:
+    return _table(metadata, LAYOUT_TABLE, schema, layout_schema_items(), [])
 
 
 # ---- rows ↔ records ----------------------------------------------------------------------------
@@ -183,12 +205,13 @@ def task_to_row(task: Task) -> dict[str, Any]:
         "delivery": task.delivery.value,
         "created_at": task.created_at_ms,
         "updated_at": task.updated_at_ms,
+        "revision": task.revision,
     }
 
 
 TASK_COLUMNS: tuple[str, ...] = (
     "id", "app_id", "name", "idem_key", "status", "next_run_at", "version", "fire_count", "schedule",
-    "callback", "payload", "misfire_policy", "delivery", "created_at", "updated_at",
+    "callback", "payload", "misfire_policy", "delivery", "created_at", "updated_at", "revision",
 )
 
 
@@ -209,6 +232,7 @@ def task_from_row(row: Mapping[Any, Any]) -> Task:
         fire_count=int(row["fire_count"]),
         created_at_ms=int(row["created_at"]),
         updated_at_ms=int(row["updated_at"]),
+        revision=int(row["revision"]),
     )
 
 

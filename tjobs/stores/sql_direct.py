@@ -71,7 +71,7 @@ def task_values(task: Task) -> tuple[Any, ...]:
     return (
         task.id, task.app_id, task.name, task.key, task.status.value, task.next_run_at_ms, task.version,
         task.fire_count, dumps(task.schedule), dumps(task.callback), dumps(task.payload),
-        task.misfire_policy.value, task.delivery.value, task.created_at_ms, task.updated_at_ms,
+        task.misfire_policy.value, task.delivery.value, task.created_at_ms, task.updated_at_ms, task.revision,
     )
 
 

@@ -18,7 +18,7 @@ import asyncio
 import functools
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -59,6 +59,7 @@ from tjobs.model import (
 )
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import FirePlanner, TaskStore
+from tjobs.stores.layout_record import ensure_layout
 from tjobs.stores.schema import (
     app_from_row,
     app_to_row,
@@ -87,15 +88,19 @@ from tjobs.stores.sql_layout import (
     ShardTables,
     create_engine_for,
     is_unavailable,
+    safe_url,
     unavailable,
 )
 from tjobs.stores.sql_sessions import SessionRegistry, kill_connections
+from tjobs.stores.task_edits import check_fields, edited_row
 
 T = TypeVar("T")
 
 _OPEN = (FlowStatus.PENDING.value, FlowStatus.SENDING.value)
 _TERMINAL = tuple(s.value for s in FlowStatus if s.terminal)
 _INSERT_RETRIES = 3
+_EDITED_COLUMNS = ("name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status",
+                   "next_run_at", "fire_count", "updated_at", "version", "revision")
 
 
 class SQLAlchemyTaskStore(TaskStore):
@@ -134,6 +139,18 @@ class SQLAlchemyTaskStore(TaskStore):
                                                 max_flushes=max(1, self.settings.pool_size // 2))
             elif self.layout.dialect != MYSQL:  # SQLite: one writer per file at a time anyway
                 self._groups[url] = GroupCommit(functools.partial(self._write_group, url), max_flushes=1)
+
+    async def check_layout(self) -> None:
+        home = self.layout.apps_database
+        where = f"database {home.name} on {safe_url(home.engine_url)}"
+        try:
+            await ensure_layout(self._engine(home.engine_url, write=True), self.layout, self.settings, where)
+        except TjobsError:
+            raise
+        except Exception as error:
+            if is_unavailable(error):
+                raise unavailable(home.engine_url, error) from error
+            raise
 
     async def close(self) -> None:
         engines = list(self._engines.values())
@@ -538,6 +555,34 @@ class SQLAlchemyTaskStore(TaskStore):
         if stored is None:
             raise NotFound("task", task.id)
         raise VersionConflict(task.id, expected_version, stored.version)
+
+    async def edit_task(
+        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
+        from_status: TaskStatus | None = None,
+    ) -> Task:
+        check_fields(fields)
+        home = self._shard_of_task(task.id)
+        if home is None:
+            raise NotFound("task", task.id)
+        tasks_t = home.tasks
+        async with self._write(home.database.engine_url) as conn:
+            # The row lock orders this edit with the fire transaction: whichever comes second sees
+            # the other's row (a fire's CAS then fails on the new version; this edit keeps its progress).
+            locked = select(tasks_t).where(tasks_t.c.id == task.id).with_for_update()
+            row = (await conn.execute(locked, execution_options=home.options)).mappings().first()
+            if row is None:
+                raise NotFound("task", task.id)
+            stored = task_from_row(row)
+            edited = edited_row(stored, task, fields, expected_revision, from_status)
+            if edited is None:
+                return stored
+            values = task_to_row(edited)
+            await conn.execute(
+                update(tasks_t).where(tasks_t.c.id == task.id)
+                .values({name: values[name] for name in _EDITED_COLUMNS}),
+                execution_options=home.options,
+            )
+        return edited
 
     async def delete_task(self, task_id: int) -> bool:
         home = self._shard_of_task(task_id)
