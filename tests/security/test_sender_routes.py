@@ -76,7 +76,7 @@ async def tls_receiver(certificates: Path) -> AsyncIterator[TlsReceiver]:
     def record_sni(_sock: ssl.SSLObject, name: str | None, _context: ssl.SSLContext) -> None:
         seen.server_names.append(name)
 
-    context.sni_callback = record_sni  # type: ignore[assignment]
+    context.sni_callback = record_sni
 
     async def handle(request: web.Request) -> web.Response:
         seen.hosts.append(request.headers["Host"])
