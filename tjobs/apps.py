@@ -28,7 +28,8 @@ MAX_SECRET_GRACE_S = 30 * 86_400
 MAX_ACTIVE_TASKS = 1_000_000_000_000  # a per-app quota; beyond it a count could not be stored
 _CALLBACK_DEFAULT_KEYS = frozenset({"timeout_ms", "max_attempts", "max_age_s", "headers", "method"})
 _APP_KEYS = frozenset({"name", "rate_limit_per_s", "max_concurrency", "allowed_callback_hosts",
-                       "callback_defaults", "max_active_tasks"})
+                       "callback_defaults", "max_active_tasks", "api_rate_limit_per_s",
+                       "create_rate_limit_per_s"})
 
 
 def hash_api_key(api_key: str) -> str:
@@ -94,6 +95,13 @@ def validate_app_fields(body: Any, settings: Settings, *, creating: bool) -> dic
             raise InvalidInput("max_active_tasks", f"must be an integer within 0..{MAX_ACTIVE_TASKS} "
                                "(0: the node default)")
         fields["max_active_tasks"] = quota
+    for name in ("api_rate_limit_per_s", "create_rate_limit_per_s"):  # API limits (tjobs.api.ratelimit)
+        if name in body:
+            rate = body[name]
+            if rate is not None and (not isinstance(rate, int | float) or isinstance(rate, bool)
+                                     or not 0 < rate <= 1_000_000):
+                raise InvalidInput(name, "must be a number within (0, 1000000], or null for the node default")
+            fields[name] = None if rate is None else float(rate)
     return fields
 
 
@@ -113,7 +121,8 @@ def _callback_defaults(value: Any, settings: Settings) -> dict[str, Any]:
     return dict(value)
 
 
-_SETTINGS_FIELDS = ("allowed_callback_hosts", "callback_defaults", "max_active_tasks")
+_SETTINGS_FIELDS = ("allowed_callback_hosts", "callback_defaults", "max_active_tasks", "api_rate_limit_per_s",
+                    "create_rate_limit_per_s")
 
 
 class AppService:
@@ -233,6 +242,10 @@ class AppDirectory:
         self._by_key_hash[key_hash] = (now_ms + self._ttl_ms, app)
         self.put(app)
         return app
+
+    def knows_key_hash(self, api_key_hash: str) -> bool:
+        """This node has accepted the key with this hash before (its cache entry may be stale)."""
+        return api_key_hash in self._by_key_hash
 
     def cached(self, app_id: str) -> App | None:
         """The cached app if still fresh, without touching the store (the fire path's fast lane)."""

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tjobs.cli_client import app_app, dlq_app, import_tasks, task_app
 from tjobs.clock import SystemClock
 from tjobs.logs import configure_logging
-from tjobs.settings import Settings, load_settings
+from tjobs.settings import Settings, load_settings, metrics_exposure_problem
 
 app = typer.Typer(help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False)
 bench_app = typer.Typer(help="Benchmarks: fire path, registration, wheel memory, cycle load.", no_args_is_help=True)
@@ -67,7 +67,12 @@ def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonL
     from tjobs.server import serve as serve_node
 
     configure_logging(json=json_logs)
-    run(serve_node(_settings(config, port)))
+    settings = _settings(config, port)
+    problem = metrics_exposure_problem(settings)
+    if problem is not None:
+        typer.echo(f"refusing to start: {problem}", err=True)
+        raise typer.Exit(2)
+    run(serve_node(settings))
 
 
 @app.command()

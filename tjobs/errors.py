@@ -13,6 +13,7 @@
     │   └── TaskIdTaken            a freshly minted task id collided (1 in 4096 per ms and shard)
     ├── Unauthorized          401
     ├── QuotaExceeded         429
+    │   └── RateLimited            a request rate limit; ``retry_after_s`` says when to come back
     ├── StorageUnavailable    503  a database could not be reached; nothing was written
     └── Fenced                503  this node lost the right to fire mid-transaction; rolled back
 
@@ -115,6 +116,16 @@ class Unauthorized(TjobsError):
 class QuotaExceeded(TjobsError):
     status_code = 429
     code = "quota_exceeded"
+
+
+class RateLimited(QuotaExceeded):
+    """A rate limit refused the request; the API answers ``Retry-After: retry_after_s``."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class StorageUnavailable(TjobsError):

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import uvicorn
 
 from tjobs.api import create_api
+from tjobs.api.routes_ops import create_metrics_api
 from tjobs.node import Node, NodeParts, settle_heap
 from tjobs.settings import Settings
 
@@ -46,30 +47,47 @@ async def serve(
         timeout_graceful_shutdown=5,
     )
     server = ApiServer(config)
+    servers = [server]
+    metrics_address = settings.metrics.listen_address()
+    if metrics_address is not None:
+        servers.append(ApiServer(uvicorn.Config(
+            create_metrics_api(node, api.state.rate_limits), host=metrics_address[0], port=metrics_address[1],
+            log_level="warning", access_log=False, lifespan="off", loop="none", timeout_graceful_shutdown=1,
+        )))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, _request_exit, server)
+        loop.add_signal_handler(sig, _request_exit, servers)
     await node.start()
     settle_heap()
     try:
-        serving = asyncio.create_task(server.serve())
-        while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn offers only a flag
+        serving = [asyncio.create_task(each.serve()) for each in servers]
+        while not all(each.started for each in servers):  # uvicorn offers only a flag
+            failed = [task for task in serving if task.done()]
+            if failed:
+                _request_exit(servers)
+                await asyncio.gather(*serving, return_exceptions=True)
+                await failed[0]  # re-raise a bind failure
+                return
             await asyncio.sleep(0.02)
-        if serving.done():
-            await serving  # re-raise a bind failure
-            return
         logger.info("API listening on http://%s:%d", settings.api.host, settings.api.port,
                     extra={"action": "api_listening"})
+        if metrics_address is not None:
+            logger.info("metrics listening on http://%s/metrics", settings.metrics.listen,
+                        extra={"action": "metrics_listening"})
         if after_start is not None:
             await after_start(node)
-        await serving
+        await serving[0]
+        for other in servers[1:]:
+            other.should_exit = True
+        await asyncio.gather(*serving[1:])
     finally:
         await node.stop()
 
 
-def _request_exit(server: uvicorn.Server) -> None:
+def _request_exit(servers: list[ApiServer]) -> None:
     logger.info("stop requested; handing off and draining", extra={"action": "node_stopping"})
-    server.should_exit = True
+    for server in servers:
+        server.should_exit = True
 
 
 def run(coro: Awaitable[None]) -> None:

@@ -100,6 +100,31 @@ class LimitSettings(BaseModel):
 class MetricsSettings(BaseModel):
     # false: no-op metrics (nothing counted, GET /metrics answers 404); to measure their cost, or unscraped
     enabled: bool = True
+    # Bearer token Prometheus sends ("authorization: {credentials: ...}"); also reads GET /v1/cluster
+    scrape_token: str | None = Field(default=None, min_length=16)
+    # "host:port" of a listener serving only /metrics; the API's listener then does not serve it
+    listen: str | None = Field(default=None, pattern=r"^\[?[0-9A-Za-z_.:-]+\]?:[0-9]{1,5}$")
+    # true: GET /metrics needs no token on the API's listener (tjobs serve refuses that otherwise)
+    public: bool = False
+
+    def listen_address(self) -> tuple[str, int] | None:
+        if self.listen is None:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+class RateLimitSettings(BaseModel):
+    """Per node: with N nodes behind a balancer an app gets up to N times these."""
+
+    enabled: bool = True
+    app_requests_per_s: float = Field(default=1000.0, ge=0)  # per app; an app's api_rate_limit_per_s wins
+    app_expensive_reads_per_s: float = Field(default=10.0, ge=0)  # per app: stats, task list, dead letters
+    app_creates_per_s: float = Field(default=2000.0, ge=0)  # tasks registered per app (a batch counts each)
+    burst_s: float = Field(default=2.0, gt=0)  # each bucket holds this many seconds of its rate
+    unauthenticated_per_s: float = Field(default=50.0, ge=0)  # failed or missing keys, all callers together
+    unknown_key_ttl_s: float = Field(default=60.0, ge=0)  # a refused key is refused without a lookup this long
+    unknown_keys_max: int = Field(default=100_000, ge=0)  # refused key hashes remembered (oldest go first)
 
 
 class ClusterSettings(BaseModel):
@@ -133,11 +158,29 @@ class Settings(BaseSettings):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
     allow_loopback_callbacks: bool = False
 
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:
         policy: MisfirePolicy = getattr(self.scheduler, f"misfire_default_{schedule_kind}")
         return policy
+
+
+def metrics_exposure_problem(settings: Settings) -> str | None:
+    """Why ``tjobs serve`` must not start with these settings' metrics exposure (None: it may).
+
+    ``GET /metrics`` names every app in its per-app series; on the API's listener, without a scrape
+    token, anyone who reaches the node reads them. That takes ``metrics.public = true`` on purpose.
+    """
+    metrics, api = settings.metrics, settings.api
+    listen = metrics.listen_address()
+    if listen is not None and listen[1] == api.port and listen[0] in (api.host, "0.0.0.0", "::"):
+        return f"metrics.listen ({metrics.listen}) is the API's own address: name a different port"
+    if not metrics.enabled or listen is not None or metrics.scrape_token is not None or metrics.public:
+        return None
+    return (f"GET /metrics would be open to anyone who reaches {api.host}:{api.port}: set metrics.scrape_token "
+            "(Prometheus sends it as a bearer token), or metrics.listen (a separate metrics listener), or "
+            "metrics.public = true (open on purpose), or metrics.enabled = false")
 
 
 _PLACEHOLDER_KEYS = frozenset({"changeme", "change", "admin", "administrator", "password", "secret", "test",

@@ -2,7 +2,8 @@
 
 A node (memory storage) serves on a loopback port; 200 interval tasks fire every second to a local
 receiver; the Debian ``prometheus`` binary (own port, own temp data dir, 1 s scrape interval) scrapes
-it; then each panel's target, with ``$app`` substituted, is evaluated through ``/api/v1/query`` and
+it with the node's ``metrics.scrape_token`` as its bearer credentials, as deploy/prometheus does; then
+each panel's target, with ``$app`` substituted, is evaluated through ``/api/v1/query`` and
 must return a non-empty result. Under CI (``CI`` set) a missing prometheus binary is a failure.
 """
 
@@ -28,6 +29,7 @@ from tjobs.testing import free_port, run_node
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
 ADMIN_KEY = "tja_ops_dashboard_admin"
+SCRAPE_TOKEN = "tjm_ops_dashboard_scrape_token"
 TASKS = 200
 
 
@@ -74,9 +76,12 @@ async def test_every_panel_returns_data_from_a_scraped_node(tmp_path: Path) -> N
     binary = prometheus_binary()
     settings = load_settings(
         None, storage={"urls": ["memory://"], "topology": "2x2x4"}, api={"admin_key": ADMIN_KEY},
-        scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3}, allow_loopback_callbacks=True,
+        scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3}, metrics={"scrape_token": SCRAPE_TOKEN},
+        allow_loopback_callbacks=True,
     )
     async with Receiver() as receiver, run_node(settings) as node:
+        async with httpx.AsyncClient(base_url=node.base_url) as anonymous:
+            assert (await anonymous.get("/metrics")).status_code == 401  # the token is what lets Prometheus in
         api_key = await _create_app(node.base_url)
         async with httpx.AsyncClient(base_url=node.base_url, timeout=30,
                                      headers={"authorization": f"Bearer {api_key}"}) as client:
@@ -118,6 +123,7 @@ def _start_prometheus(binary: str, tmp_path: Path, port: int, target: str) -> su
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "scrape_configs:\n"
         f"  - job_name: tjobs\n    static_configs: [{{targets: ['{target}']}}]\n"
+        f"    authorization: {{type: Bearer, credentials: '{SCRAPE_TOKEN}'}}\n"
     )
     with (tmp_path / "prometheus.log").open("wb") as log:
         return subprocess.Popen(

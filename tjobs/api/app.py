@@ -6,21 +6,22 @@ which name the offending field; every :class:`tjobs.errors.TjobsError` becomes i
 validation (422). Nothing answers 200 with an error inside, and bad input never makes a 500.
 
 Routes live in ``routes_tasks`` (tasks), ``routes_flows`` (flows, dead letters), ``routes_apps`` (apps,
-stats); operations (``/healthz``, ``/readyz``, ``/metrics``, ``/v1/cluster``) are here.
+stats), ``routes_ops`` (``/v1/cluster``, ``/metrics``); ``/healthz`` and ``/readyz`` are here.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tjobs import __version__
-from tjobs.api import routes_apps, routes_flows, routes_slo, routes_tasks, schemas
+from tjobs.api import routes_apps, routes_flows, routes_ops, routes_slo, routes_tasks, schemas
 from tjobs.api.bodies import BodyLimitMiddleware
-from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, ok
+from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
+from tjobs.api.ratelimit import ApiRateLimits
 from tjobs.apps import AppService
 from tjobs.errors import TjobsError
 from tjobs.model import App
@@ -47,10 +48,12 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     )
     api.state.node = node
     api.state.app_service = AppService(node.store, node.apps, node.settings, node.clock)
+    api.state.rate_limits = ApiRateLimits(node.settings.rate_limits)
 
     @api.exception_handler(TjobsError)
     async def _tjobs_error(request: Request, error: TjobsError) -> ORJSONResponse:
-        return _error(error.status_code, error.code, error.message, getattr(error, "field", None))
+        return _error(error.status_code, error.code, error.message, getattr(error, "field", None),
+                      error_headers(error))
 
     @api.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, error: RequestValidationError) -> ORJSONResponse:
@@ -95,27 +98,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
             return _error(503, "not_ready", "node owns no jobs yet")
         return {"status": "ready", "jobs": len(node.runner.owned), "cluster": node.coordinator.describe()}
 
-    @api.get("/v1/cluster", tags=["operations"])
-    async def cluster() -> Any:
-        stats = node.runner.stats
-        return {
-            **node.coordinator.describe(),
-            "node_id": node.node_id,
-            "jobs": sorted(node.runner.owned),
-            "fires_committed": stats.fires_committed,
-            "cas_rejected": stats.cas_rejected,
-            "wheel_tasks": len(node.runner.wheel),
-            "fire_backlog": node.runner.backlog,
-        }
-
-    @api.get("/metrics", tags=["operations"], response_class=Response,
-             responses={200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
-                        404: {"model": schemas.Error, "description": "metrics.enabled is false on this node"}})
-    async def metrics() -> Response:
-        if not node.metrics.enabled:
-            return _error(404, "metrics_disabled", "metrics are off on this node (metrics.enabled = false)")
-        node.refresh_gauges()
-        return Response(node.metrics.render(), media_type="text/plain; version=0.0.4")
+    api.include_router(routes_ops.router)
 
     if demo_routes:
         from tjobs.demo import add_demo_routes

@@ -3,7 +3,13 @@
 Auth: ``Authorization: Bearer <key>``. An app key is hashed and looked up by its hash (the store keeps
 only hashes; the final comparison is constant-time in :class:`tjobs.apps.AppDirectory`, which caches
 the answer for its TTL). The admin key (``settings.api.admin_key``) manages apps; it is compared with
-:func:`hmac.compare_digest`.
+:func:`hmac.compare_digest`. Operations reads (``/v1/cluster``, and ``/metrics`` when it has a scrape
+token) take the admin key or ``settings.metrics.scrape_token`` (:func:`require_operator`).
+
+Admission (:mod:`tjobs.api.ratelimit`) happens here too: a request without a valid key spends the
+node's unauthenticated budget (a key never seen spends it before its lookup), and an authenticated
+app spends its own request bucket; either answers 429 with ``Retry-After`` when empty. Creates spend
+the app's create bucket through :func:`admit_creates`.
 
 Create, batch create and get by id, the API's hot paths, take only the ``Request`` (and the path)
 and call :func:`request_app` and :func:`node_of` themselves, first thing: FastAPI's dependency
@@ -24,8 +30,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from tjobs.api.bodies import parse_json, require_json_content_type
+from tjobs.api.ratelimit import ApiRateLimits
 from tjobs.api.schemas import Error
-from tjobs.errors import InvalidInput, NotFound, Unauthorized
+from tjobs.apps import hash_api_key
+from tjobs.errors import InvalidInput, NotFound, RateLimited, TjobsError, Unauthorized
 from tjobs.model import MAX_ID, App
 
 if TYPE_CHECKING:
@@ -72,13 +80,48 @@ async def request_app(request: Request) -> App:
     return await _authenticate(request, key if scheme.lower() == "bearer" else None)
 
 
+def rate_limits_of(request: Request) -> ApiRateLimits:
+    limits: ApiRateLimits = request.app.state.rate_limits
+    return limits
+
+
 async def _authenticate(request: Request, key: str | None) -> App:
-    if not key:
+    limits = rate_limits_of(request)
+    if not key or not key.strip():
+        limits.admit_unauthenticated()
         raise Unauthorized("missing 'Authorization: Bearer <api key>'")
-    app = await node_of(request).apps.authenticate(key.strip())
-    if app is None:
+    key = key.strip()
+    key_hash = hash_api_key(key)
+    if limits.is_refused_key(key_hash):
+        limits.admit_unauthenticated()
         raise Unauthorized("unknown API key")
+    directory = node_of(request).apps
+    unseen = not directory.knows_key_hash(key_hash)
+    if unseen:  # a database lookup: paid from the unauthenticated budget until the key proves valid
+        limits.admit_unauthenticated()
+    app = await directory.authenticate(key)
+    if app is None:
+        limits.remember_refused_key(key_hash)
+        if not unseen:
+            limits.admit_unauthenticated()
+        raise Unauthorized("unknown API key")
+    if unseen:
+        limits.lookup_succeeded()
+    route = request.scope.get("route")
+    limits.admit_request(app, request.method, getattr(route, "path", None))
     return app
+
+
+def error_headers(error: TjobsError) -> dict[str, str] | None:
+    """The headers an error answer carries: ``Retry-After`` for a rate limit."""
+    if isinstance(error, RateLimited):
+        return {"retry-after": str(error.retry_after_s)}
+    return None
+
+
+def admit_creates(request: Request, app: App, count: int) -> None:
+    """Spend ``count`` of ``app``'s create tokens (one per task registered) or raise ``RateLimited``."""
+    rate_limits_of(request).admit_creates(app, count)
 
 
 BEARER: dict[str, Any] = {"security": [{"HTTPBearer": []}]}  # openapi_extra of a route using request_app
@@ -87,8 +130,22 @@ BEARER: dict[str, Any] = {"security": [{"HTTPBearer": []}]}  # openapi_extra of 
 async def require_admin(request: Request, credentials: Credentials) -> None:
     expected = node_of(request).settings.api.admin_key
     given = "" if credentials is None else credentials.credentials.strip()
-    if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+    if not _matches(given, expected):
+        rate_limits_of(request).admit_unauthenticated()
         raise Unauthorized("admin key required")
+
+
+async def require_operator(request: Request, credentials: Credentials) -> None:
+    """The admin key or the metrics scrape token (operations reads: ``/v1/cluster``, ``/metrics``)."""
+    settings = node_of(request).settings
+    given = "" if credentials is None else credentials.credentials.strip()
+    if not (_matches(given, settings.metrics.scrape_token) or _matches(given, settings.api.admin_key)):
+        rate_limits_of(request).admit_unauthenticated()
+        raise Unauthorized("the admin key or the metrics scrape token is required")
+
+
+def _matches(given: str, expected: str | None) -> bool:
+    return bool(expected) and bool(given) and hmac.compare_digest(given.encode(), (expected or "").encode())
 
 
 AppDep = Annotated[App, Depends(current_app)]
@@ -129,7 +186,7 @@ _ERROR_TEXT = {
     409: "conflict: lost a version race, or not in a state that allows this",
     413: "body too large",
     422: "invalid input; error.field names the offending field",
-    429: "quota exceeded",
+    429: "quota or rate limit exceeded (a rate limit answers Retry-After)",
     503: "storage unavailable",
 }
 
@@ -143,7 +200,8 @@ def body_doc(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": Error, "description": _ERROR_TEXT[status]} for status in (*statuses, 503)}
+    """The documented error answers: ``statuses``, plus 429 (rate limits) and 503 on every route."""
+    return {status: {"model": Error, "description": _ERROR_TEXT[status]} for status in (*statuses, 429, 503)}
 
 
 def ok(status: int, model: type[BaseModel] | None, description: str = "OK") -> dict[int | str, dict[str, Any]]:

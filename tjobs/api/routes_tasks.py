@@ -11,6 +11,7 @@ from tjobs.api.deps import (
     BEARER,
     AppDep,
     NodeDep,
+    admit_creates,
     body_doc,
     errors,
     json_body,
@@ -40,6 +41,7 @@ async def create_task(request: Request) -> Any:
     # create, batch create and get authenticate in the route, not by AppDep (see tjobs.api.deps)
     app = await request_app(request)
     node = node_of(request)
+    admit_creates(request, app, 1)
     created = await node.tasks.create(app, await json_body(request))
     if created.created:
         node.metrics.registrations.labels(app.id).inc()
@@ -61,6 +63,8 @@ async def create_tasks(request: Request) -> Any:
         raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
     if "tasks" not in body:
         raise InvalidInput("tasks", "is required", "missing")
+    if isinstance(body["tasks"], list):
+        admit_creates(request, app, len(body["tasks"]))
     results = await node.tasks.create_many(app, body["tasks"])
     items: list[dict[str, Any]] = []
     counts = {"created": 0, "existing": 0, "failed": 0}

@@ -232,6 +232,12 @@ class AppCreate(_Strict):
         description="host names, *.suffix, addresses or networks admitted despite the SSRF policy")
     callback_defaults: CallbackDefaults | None = None
     max_active_tasks: int | None = Field(default=None, ge=0, description="0: the node's default quota")
+    api_rate_limit_per_s: float | None = Field(
+        default=None, gt=0, le=1_000_000, description="API requests per second on each node (429 beyond); "
+        "null: rate_limits.app_requests_per_s")
+    create_rate_limit_per_s: float | None = Field(
+        default=None, gt=0, le=1_000_000, description="tasks registered per second on each node (429 beyond); "
+        "null: rate_limits.app_creates_per_s")
 
 
 class AppUpdate(_Strict):
@@ -241,6 +247,8 @@ class AppUpdate(_Strict):
     allowed_callback_hosts: list[str] | None = Field(default=None, max_length=100)
     callback_defaults: CallbackDefaults | None = None
     max_active_tasks: int | None = Field(default=None, ge=0)
+    api_rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    create_rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
 
 
 class Rotate(_Strict):

@@ -56,6 +56,7 @@ def node_settings(
         "allow_loopback_callbacks": True,
         "storage": storage,
         "api": {"host": "127.0.0.1", "port": port, "admin_key": admin_key},
+        "metrics": {"public": True},  # loopback only; `tjobs serve` refuses open metrics otherwise
     }
     return _merge(settings, dict(extra or {}))
 

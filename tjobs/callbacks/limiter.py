@@ -3,8 +3,8 @@
 ``async with limiter.slot(app_id, rate_per_s, concurrency):`` waits, in this order, for
 
 1. one of the app's ``concurrency`` slots (a FIFO gate of its own per app),
-2. the app's rate: a token bucket kept as GCRA virtual scheduling (a reservation per caller, so
-   waiters are served in arrival order; the bucket holds ``burst_s`` seconds of tokens),
+2. the app's rate: a :class:`tjobs.token_bucket.TokenBucket` reservation per caller (so waiters are
+   served in arrival order; the bucket holds ``burst_s`` seconds of tokens),
 3. one of the node's ``global_max_in_flight`` slots,
 
 and releases 3 then 1 on exit. Each app waits in its own queues, and a caller only touches the global
@@ -28,6 +28,8 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
+
+from tjobs.token_bucket import TokenBucket
 
 
 class Gate:
@@ -78,34 +80,11 @@ class Gate:
 
 
 class _AppState:
-    __slots__ = ("gate", "interval_s", "rate_per_s", "tat", "tolerance_s")
+    __slots__ = ("bucket", "gate")
 
     def __init__(self, rate_per_s: float, concurrency: int, burst_s: float) -> None:
         self.gate = Gate(concurrency)
-        self.rate_per_s = 0.0
-        self.interval_s = 0.0
-        self.tolerance_s = 0.0
-        self.tat = 0.0  # GCRA theoretical arrival time of the next token
-        self.set_rate(rate_per_s, burst_s)
-
-    def set_rate(self, rate_per_s: float, burst_s: float) -> None:
-        self.rate_per_s = rate_per_s
-        if rate_per_s <= 0 or rate_per_s == float("inf"):
-            self.interval_s = 0.0
-            self.tolerance_s = 0.0
-            return
-        self.interval_s = 1.0 / rate_per_s
-        burst = max(1.0, rate_per_s * burst_s)
-        self.tolerance_s = (burst - 1.0) * self.interval_s
-
-    def reserve(self, now_s: float) -> float:
-        """Take the next token; return how long the caller must wait for it (0 if none)."""
-        if self.interval_s == 0.0:
-            return 0.0
-        start = self.tat if self.tat > now_s else now_s
-        self.tat = start + self.interval_s
-        delay = start - now_s - self.tolerance_s
-        return delay if delay > 0.0 else 0.0
+        self.bucket = TokenBucket(rate_per_s, burst_s)
 
 
 class AppLimiter:
@@ -134,8 +113,8 @@ class AppLimiter:
         if state is None:
             state = self._apps[app_id] = _AppState(rate_per_s, max(concurrency, 1), self._burst_s)
         else:
-            if state.rate_per_s != rate_per_s:
-                state.set_rate(rate_per_s, self._burst_s)
+            if state.bucket.rate_per_s != rate_per_s:
+                state.bucket.set_rate(rate_per_s, self._burst_s)
             if state.gate.limit != concurrency and concurrency >= 1:
                 state.gate.set_limit(concurrency)
         return _Slot(self, app_id, state, queued)
@@ -170,7 +149,7 @@ class _Slot:
         limiter = self._limiter
         queued = await state.gate.acquire() or self._queued
         try:
-            delay_s = state.reserve(limiter._now_s())
+            delay_s = state.bucket.reserve(limiter._now_s())
             if (queued or delay_s > 0.0) and limiter._on_throttled is not None:
                 limiter._on_throttled(self._app_id, "rate" if delay_s > 0.0 else "concurrency")
             if delay_s > 0.0:

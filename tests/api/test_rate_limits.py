@@ -1,0 +1,201 @@
+"""API rate limits: per-app request, expensive-read and create buckets, and the shared budget of
+requests without a valid key. Every refusal is 429 with ``Retry-After`` and a JSON error; one app's
+limits never refuse another app.
+
+Admission does not depend on the store, so these run on the memory twin (one node per test, small
+buckets so a few requests exhaust them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.conftest import task_body
+from tjobs.settings import load_settings
+from tjobs.testing import RunningNode, run_node
+
+pytestmark = pytest.mark.asyncio
+
+ADMIN_KEY = "tja_rate_limit_admin_key"
+
+
+@asynccontextmanager
+async def node_with(**rate_limits: Any) -> AsyncIterator[RunningNode]:
+    settings = load_settings(None, storage={"urls": ["memory://"], "topology": "1x1x4"},
+                             api={"admin_key": ADMIN_KEY}, rate_limits={"burst_s": 1.0, **rate_limits},
+                             allow_loopback_callbacks=True)
+    async with run_node(settings) as running:
+        yield running
+
+
+@asynccontextmanager
+async def client_of(running: RunningNode, key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {key}"}) as client:
+        yield client
+
+
+def assert_rate_limited(response: httpx.Response) -> None:
+    assert response.status_code == 429, response.text
+    retry_after = response.headers["retry-after"]
+    assert retry_after.isdigit() and int(retry_after) >= 1, retry_after
+    error = response.json()["error"]
+    assert error["code"] == "rate_limited" and error["message"], error
+
+
+async def test_an_app_over_its_request_rate_gets_429_and_another_app_is_unaffected() -> None:
+    async with node_with(app_requests_per_s=5) as running:
+        _, noisy_key = await running.create_app("noisy")
+        _, quiet_key = await running.create_app("quiet")
+        async with client_of(running, noisy_key) as noisy, client_of(running, quiet_key) as quiet:
+            # Given: the noisy app spends its 5 tokens
+            answers = [await noisy.get("/v1/app") for _ in range(5)]
+            assert [a.status_code for a in answers] == [200] * 5
+            # When: it asks once more
+            refused = await noisy.get("/v1/app")
+            # Then: 429 with Retry-After and a JSON error, while the quiet app gets all of its own
+            assert_rate_limited(refused)
+            assert [(await quiet.get("/v1/app")).status_code for _ in range(4)] == [200] * 4
+            created = await quiet.post("/v1/tasks", json=task_body())
+            assert created.status_code == 201, created.text
+
+
+async def test_expensive_reads_have_their_own_bucket() -> None:
+    async with node_with(app_requests_per_s=1000, app_expensive_reads_per_s=2) as running:
+        _, key = await running.create_app("reader")
+        _, other_key = await running.create_app("other")
+        async with client_of(running, key) as client, client_of(running, other_key) as other:
+            assert (await client.get("/v1/stats")).status_code == 200
+            assert (await client.get("/v1/tasks")).status_code == 200
+            assert_rate_limited(await client.get("/v1/dead-letters"))
+            assert_rate_limited(await client.get("/v1/stats"))
+            # cheap requests of the same app, and another app's expensive reads, still pass
+            assert (await client.get("/v1/app")).status_code == 200
+            assert (await client.post("/v1/tasks", json=task_body())).status_code == 201
+            assert (await other.get("/v1/stats")).status_code == 200
+
+
+async def test_an_apps_own_api_rate_overrides_the_node_default() -> None:
+    async with node_with(app_requests_per_s=2) as running:
+        async with client_of(running, ADMIN_KEY) as admin:
+            made = await admin.post("/v1/apps", json={"name": "big", "api_rate_limit_per_s": 50})
+            assert made.status_code == 201, made.text
+            assert made.json()["settings"]["api_rate_limit_per_s"] == 50
+            bad = await admin.post("/v1/apps", json={"name": "bad", "api_rate_limit_per_s": 0})
+            assert bad.status_code == 422 and bad.json()["error"]["field"] == "api_rate_limit_per_s"
+        async with client_of(running, made.json()["api_key"]) as client:
+            assert [(await client.get("/v1/app")).status_code for _ in range(20)] == [200] * 20
+            # lowering it takes effect (the node's app cache is refreshed by the admin's update)
+            async with client_of(running, ADMIN_KEY) as admin:
+                patched = await admin.patch(f"/v1/apps/{made.json()['id']}", json={"api_rate_limit_per_s": 1})
+                assert patched.status_code == 200, patched.text
+            statuses = [(await client.get("/v1/app")).status_code for _ in range(60)]
+            assert 429 in statuses
+
+
+async def test_task_creates_spend_the_apps_create_rate_a_batch_counting_each_task() -> None:
+    async with node_with(app_creates_per_s=3) as running:
+        _, key = await running.create_app("writer")
+        _, other_key = await running.create_app("other-writer")
+        async with client_of(running, key) as client, client_of(running, other_key) as other:
+            batch = await client.post("/v1/tasks/batch", json={"tasks": [task_body(name=f"b{i}") for i in range(2)]})
+            assert batch.status_code == 200 and batch.json()["created"] == 2, batch.text
+            assert (await client.post("/v1/tasks", json=task_body())).status_code == 201
+            refused = await client.post("/v1/tasks", json=task_body())
+            assert_rate_limited(refused)
+            assert "registrations" in refused.json()["error"]["message"]
+            assert_rate_limited(await client.post("/v1/tasks/batch", json={"tasks": [task_body()]}))
+            # reads are not creates, and another app registers undisturbed
+            assert (await client.get("/v1/app")).status_code == 200
+            assert (await other.post("/v1/tasks", json=task_body())).status_code == 201
+
+
+async def test_a_batch_larger_than_the_bucket_is_admitted_when_it_is_full_and_leaves_it_in_debt() -> None:
+    async with node_with(app_creates_per_s=2) as running:
+        _, key = await running.create_app("bulk")
+        async with client_of(running, key) as client:
+            batch = await client.post("/v1/tasks/batch", json={"tasks": [task_body(name=f"b{i}") for i in range(4)]})
+            assert batch.status_code == 200 and batch.json()["created"] == 4, batch.text
+            refused = await client.post("/v1/tasks", json=task_body())
+            assert_rate_limited(refused)
+            assert int(refused.headers["retry-after"]) >= 1
+
+
+async def test_random_unknown_keys_cost_at_most_the_unauthenticated_budget_of_lookups() -> None:
+    async with node_with(unauthenticated_per_s=5) as running:
+        _, key = await running.create_app("legit")
+        store = running.node.store
+        lookups = 0
+        find = store.find_app_by_key_hash
+
+        async def counted(api_key_hash: str) -> Any:
+            nonlocal lookups
+            lookups += 1
+            return await find(api_key_hash)
+
+        store.find_app_by_key_hash = counted  # type: ignore[method-assign]
+        async with client_of(running, key) as legit:
+            assert (await legit.get("/v1/app")).status_code == 200  # this node has now seen the key
+            lookups = 0
+            # When: 100 requests, each with a fresh random key
+            async with httpx.AsyncClient(base_url=running.base_url) as anyone:
+                answers = await asyncio.gather(*(
+                    anyone.get("/v1/app", headers={"authorization": f"Bearer tjk_{secrets.token_urlsafe(32)}"})
+                    for _ in range(100)))
+            # Then: at most the budget (5 tokens, a little refill while they run) reached the store,
+            # the rest were refused with 429 + Retry-After, and the app with a valid key is not refused
+            statuses = [a.status_code for a in answers]
+            assert set(statuses) <= {401, 429}
+            assert lookups <= 8, lookups
+            assert statuses.count(429) >= 90
+            for answer in answers:
+                if answer.status_code == 429:
+                    assert_rate_limited(answer)
+            assert (await legit.get("/v1/app")).status_code == 200
+
+
+async def test_a_refused_key_is_refused_again_without_a_lookup() -> None:
+    async with node_with(unauthenticated_per_s=1000) as running:
+        store = running.node.store
+        lookups = 0
+        find = store.find_app_by_key_hash
+
+        async def counted(api_key_hash: str) -> Any:
+            nonlocal lookups
+            lookups += 1
+            return await find(api_key_hash)
+
+        store.find_app_by_key_hash = counted  # type: ignore[method-assign]
+        async with client_of(running, "tjk_" + "x" * 43) as stranger:
+            statuses = [(await stranger.get("/v1/app")).status_code for _ in range(20)]
+        assert statuses == [401] * 20
+        assert lookups == 1
+
+
+async def test_requests_without_a_key_spend_the_shared_budget() -> None:
+    async with node_with(unauthenticated_per_s=3) as running:
+        _, key = await running.create_app("legit")
+        async with httpx.AsyncClient(base_url=running.base_url) as anyone, client_of(running, key) as legit:
+            statuses = [(await anyone.get("/v1/app")).status_code for _ in range(3)]
+            assert statuses == [401] * 3
+            assert_rate_limited(await anyone.get("/v1/app"))
+            assert_rate_limited(await anyone.get("/v1/apps/x", headers={"authorization": "Bearer wrong"}))
+            # a valid key seen for the first time costs a token it gets back: with the budget spent it
+            # waits for a refill, then it is admitted and the budget is unchanged by it
+            await asyncio.sleep(0.4)
+            assert (await legit.get("/v1/app")).status_code == 200
+            assert (await legit.get("/v1/app")).status_code == 200
+
+
+async def test_rate_limits_can_be_switched_off() -> None:
+    async with node_with(enabled=False, app_requests_per_s=1, unauthenticated_per_s=1) as running:
+        _, key = await running.create_app("free")
+        async with client_of(running, key) as client, httpx.AsyncClient(base_url=running.base_url) as anyone:
+            assert [(await client.get("/v1/app")).status_code for _ in range(10)] == [200] * 10
+            assert [(await anyone.get("/v1/app")).status_code for _ in range(10)] == [401] * 10

@@ -1,0 +1,148 @@
+"""The API's admission limits on one node: per-app request, expensive-read and create rates, and the
+budget of unauthenticated requests shared by every caller without a valid key.
+
+Each limit is a :class:`tjobs.token_bucket.TokenBucket` (it holds ``rate_limits.burst_s`` seconds of its
+rate). A refused request raises :class:`tjobs.errors.RateLimited`, which the API answers with 429,
+``Retry-After`` (whole seconds, at least 1) and the usual JSON error; nothing is queued.
+
+- **Per app** (after authentication): every request takes one token of the app's request bucket
+  (``api_rate_limit_per_s`` in the app's settings, else ``rate_limits.app_requests_per_s``); the reads
+  that visit every shard (:data:`EXPENSIVE_READS`) also take one of its expensive-read bucket
+  (``rate_limits.app_expensive_reads_per_s``); creates take one token per task registered from its
+  create bucket (``create_rate_limit_per_s``, else ``rate_limits.app_creates_per_s``). One app's
+  buckets are its own: another app never waits on them.
+- **Without a valid key**: a missing, malformed or refused key takes one token of the node's
+  unauthenticated bucket (``rate_limits.unauthenticated_per_s``); when it is empty such requests get
+  429 instead of 401. A key this node has never seen takes its token *before* its database lookup and
+  gets it back when the key turns out valid, so random keys cost at most that many lookups per
+  second. A refused key's hash is remembered for ``unknown_key_ttl_s`` (at most ``unknown_keys_max``
+  of them, the oldest dropped first) and refused again without a lookup.
+
+A rate of 0 disables that limit; ``rate_limits.enabled = false`` disables all of them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from tjobs.errors import RateLimited
+from tjobs.model import App
+from tjobs.settings import RateLimitSettings
+from tjobs.token_bucket import TokenBucket
+
+# (method, route path) of the reads that visit every shard: they also take an expensive-read token
+EXPENSIVE_READS = frozenset({("GET", "/v1/stats"), ("GET", "/v1/tasks"), ("GET", "/v1/dead-letters")})
+
+
+def retry_after_s(wait_s: float) -> int:
+    return max(1, math.ceil(wait_s))
+
+
+class _AppBuckets:
+    __slots__ = ("creates", "expensive_reads", "requests")
+
+    def __init__(self, requests_per_s: float, expensive_reads_per_s: float, creates_per_s: float,
+                 burst_s: float) -> None:
+        self.requests = TokenBucket(requests_per_s, burst_s)
+        self.expensive_reads = TokenBucket(expensive_reads_per_s, burst_s)
+        self.creates = TokenBucket(creates_per_s, burst_s)
+
+
+class ApiRateLimits:
+    """One node's API admission state (see the module doc)."""
+
+    def __init__(self, settings: RateLimitSettings, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._settings = settings
+        self._monotonic = monotonic
+        self._apps: dict[str, _AppBuckets] = {}
+        self._unauthenticated = TokenBucket(settings.unauthenticated_per_s, settings.burst_s)
+        self._refused_keys: OrderedDict[str, float] = OrderedDict()  # key hash -> refused until (monotonic s)
+
+    @property
+    def enabled(self) -> bool:
+        return self._settings.enabled
+
+    # ---- per app ------------------------------------------------------------------------------
+
+    def admit_request(self, app: App, method: str, route_path: str | None) -> None:
+        """Take the app's request token (and an expensive-read token for :data:`EXPENSIVE_READS`)."""
+        if not self._settings.enabled:
+            return
+        buckets = self._buckets(app)
+        now_s = self._monotonic()
+        expensive = route_path is not None and (method, route_path) in EXPENSIVE_READS
+        if expensive:
+            wait_s = buckets.expensive_reads.take(now_s)
+            if wait_s > 0.0:
+                raise RateLimited(f"app {app.id} is over its rate of "
+                                  f"{buckets.expensive_reads.rate_per_s:g} expensive reads per second "
+                                  f"(GET /v1/stats, /v1/tasks, /v1/dead-letters)", retry_after_s(wait_s))
+        wait_s = buckets.requests.take(now_s)
+        if wait_s > 0.0:
+            if expensive:
+                buckets.expensive_reads.give_back()
+            raise RateLimited(f"app {app.id} is over its rate of {buckets.requests.rate_per_s:g} requests "
+                              "per second", retry_after_s(wait_s))
+
+    def admit_creates(self, app: App, count: int) -> None:
+        """Take ``count`` create tokens (a batch counts each task) or refuse them all."""
+        if not self._settings.enabled or count <= 0:
+            return
+        bucket = self._buckets(app).creates
+        wait_s = bucket.take(self._monotonic(), float(count))
+        if wait_s > 0.0:
+            raise RateLimited(f"app {app.id} is over its rate of {bucket.rate_per_s:g} task registrations "
+                              "per second", retry_after_s(wait_s))
+
+    def _buckets(self, app: App) -> _AppBuckets:
+        settings = self._settings
+        requests_per_s = float(app.settings.get("api_rate_limit_per_s") or settings.app_requests_per_s)
+        creates_per_s = float(app.settings.get("create_rate_limit_per_s") or settings.app_creates_per_s)
+        buckets = self._apps.get(app.id)
+        if buckets is None:
+            buckets = self._apps[app.id] = _AppBuckets(
+                requests_per_s, settings.app_expensive_reads_per_s, creates_per_s, settings.burst_s)
+            return buckets
+        if buckets.requests.rate_per_s != requests_per_s:  # the app's settings changed
+            buckets.requests.set_rate(requests_per_s, settings.burst_s)
+        if buckets.creates.rate_per_s != creates_per_s:
+            buckets.creates.set_rate(creates_per_s, settings.burst_s)
+        return buckets
+
+    # ---- without a valid key ------------------------------------------------------------------
+
+    def is_refused_key(self, key_hash: str) -> bool:
+        """``key_hash`` was refused within ``unknown_key_ttl_s``: refuse it again without a lookup."""
+        until_s = self._refused_keys.get(key_hash)
+        if until_s is None:
+            return False
+        if until_s > self._monotonic():
+            return True
+        del self._refused_keys[key_hash]
+        return False
+
+    def remember_refused_key(self, key_hash: str) -> None:
+        settings = self._settings
+        if settings.unknown_key_ttl_s <= 0 or settings.unknown_keys_max <= 0:
+            return
+        self._refused_keys[key_hash] = self._monotonic() + settings.unknown_key_ttl_s
+        self._refused_keys.move_to_end(key_hash)
+        while len(self._refused_keys) > settings.unknown_keys_max:
+            self._refused_keys.popitem(last=False)
+
+    def admit_unauthenticated(self) -> None:
+        """Take a token of the shared unauthenticated budget (a failed auth, or before an unseen key's
+        lookup), or raise :class:`RateLimited`."""
+        if not self._settings.enabled:
+            return
+        wait_s = self._unauthenticated.take(self._monotonic())
+        if wait_s > 0.0:
+            raise RateLimited("too many requests without a valid API key on this node", retry_after_s(wait_s))
+
+    def lookup_succeeded(self) -> None:
+        """An unseen key looked up under :meth:`admit_unauthenticated` was valid: its token goes back."""
+        if self._settings.enabled:
+            self._unauthenticated.give_back()
