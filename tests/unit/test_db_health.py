@@ -149,3 +149,23 @@ async def test_the_memory_twin_always_answers() -> None:
                                       "error": None, "shards": 4, "paused_shards": 0}]
     finally:
         await health.stop()
+
+
+async def test_a_listener_that_failed_gets_the_paused_shards_again_at_the_next_check(
+    store: ServersStore, health: DatabaseHealth
+) -> None:
+    calls: list[frozenset[int]] = []
+
+    async def flaky(paused: frozenset[int]) -> None:
+        calls.append(paused)
+        if len(calls) == 2:
+            raise StorageUnavailable("reload failed")
+
+    health.subscribe(flaky)
+    store.down.add("a:1")
+    await health.check_once()
+    store.down.clear()
+    await health.check_once()  # the resume fails in the listener
+    await health.check_once()  # nothing changed, but the listener is handed the set again
+
+    assert calls == [frozenset({0, 1, 2, 3}), frozenset(), frozenset()]

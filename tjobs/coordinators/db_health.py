@@ -61,6 +61,7 @@ class DatabaseHealth:
         self._states: dict[str, ServerState] = {}
         self._shards_of: dict[str, frozenset[int]] = {}
         self._paused: frozenset[int] = frozenset()
+        self._renotify = False  # a listener failed: hand it the paused set again at the next check
         self._task: asyncio.Task[None] | None = None
         self._started_at = monotonic()
 
@@ -99,13 +100,11 @@ class DatabaseHealth:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s)
-            try:
-                await self.check_once()
-            except Exception:  # a listener failed: log, keep checking
-                logger.exception("database health check failed", extra={"action": "db_health_failed"})
+            await self.check_once()
 
     async def check_once(self) -> None:
-        """Ping every server once (concurrently), update their states, notify on a change."""
+        """Ping every server once (concurrently), update their states, and hand the paused shards to
+        every listener when they changed (or a listener failed last time)."""
         self._map_servers()
         servers = list(self._states)
         results = await asyncio.gather(*(self._ping(server) for server in servers))
@@ -116,10 +115,16 @@ class DatabaseHealth:
             shard for server, state in self._states.items() if not state.reachable
             for shard in self._shards_of[server]
         )
-        if paused != self._paused:
+        if paused != self._paused or self._renotify:
             self._paused = paused
+            self._renotify = False
             for listener in self._listeners:
-                await listener(paused)
+                try:
+                    await listener(paused)
+                except Exception:
+                    self._renotify = True
+                    logger.exception("applying the paused shards failed; retrying at the next check",
+                                     extra={"action": "db_health_failed"})
 
     async def _ping(self, server: str) -> str | None:
         try:

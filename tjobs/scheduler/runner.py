@@ -176,7 +176,8 @@ class JobRunner:
     async def set_paused(self, paused: frozenset[int]) -> None:
         """Database health listener: stop firing the shards whose server this node cannot reach (their
         wheel and backlog entries are dropped, nothing is committed for them) and, once their server
-        answers again, reload those still owned up to the horizon. Other shards are not touched."""
+        answers again, reload those still owned up to the horizon. Other shards are not touched.
+        A reload that fails leaves its shards paused and raises; calling again retries it."""
         newly_paused = paused - self._paused
         resumed = (self._paused - paused) & self._owned
         self._paused = paused
@@ -186,7 +187,12 @@ class JobRunner:
             logger.warning("paused %d shards (database server unreachable), %d wheel entries dropped",
                            len(newly_paused), removed, extra={"action": "jobs_paused"})
         if resumed:
-            await self._load(sorted(resumed), self._horizon_ms)
+            try:
+                await self._load(sorted(resumed), self._horizon_ms)
+            except Exception:
+                # Not loaded: stay paused, so the next call with the same set retries the reload.
+                self._paused = self._paused | resumed
+                raise
             logger.info("resumed %d shards", len(resumed), extra={"action": "jobs_resumed"})
 
     def on_task_change(self, change: TaskChange) -> None:
