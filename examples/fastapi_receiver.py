@@ -1,6 +1,7 @@
 """A tjobs callback receiver in FastAPI: verify the signature, deduplicate by flow id, answer 2xx.
 
-Run it, then point a task's callback at it (``tjobs dev`` admits loopback targets)::
+Run it, then point a task's callback at it (in ``tjobs dev`` the demo app may call loopback targets: use
+its API key, or add 127.0.0.1 to your app's ``allowed_callback_hosts``)::
 
     TJOBS_SIGNING_SECRETS=whsec_... uvicorn examples.fastapi_receiver:app --port 9000
     tjobs task create close-order-123 --delay 10s --callback http://127.0.0.1:9000/tjobs/close-order \\
@@ -39,7 +40,10 @@ async def close_order(request: Request) -> Response:
         raise HTTPException(status_code=401, detail=str(error)) from None
     if callback.flow_id in _done:
         return Response(status_code=204)  # a retry of a fire we already handled
-    payload: Any = json.loads(body) if body else None
+    try:  # the task's payload as JSON, or its callback.body as given (any text)
+        payload: Any = json.loads(body) if body else None
+    except ValueError:
+        payload = body.decode(errors="replace")
     print(f"closing order {payload} for task {callback.task_id}, fire at {callback.scheduled_at_ms} "
           f"(attempt {callback.attempt})")
     _done.add(callback.flow_id)

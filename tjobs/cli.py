@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tjobs.cli_client import app_app, dlq_app, import_tasks, task_app
 from tjobs.clock import SystemClock
 from tjobs.logs import configure_logging
-from tjobs.settings import Settings, load_settings, metrics_exposure_problem
+from tjobs.settings import Settings, load_settings, metrics_exposure_problem, weak_admin_key_reason
 
 app = typer.Typer(help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False)
 bench_app = typer.Typer(help="Benchmarks: fire path, registration, wheel memory, cycle load.", no_args_is_help=True)
@@ -68,11 +68,21 @@ def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonL
 
     configure_logging(json=json_logs)
     settings = _settings(config, port)
-    problem = metrics_exposure_problem(settings)
+    problem = weak_admin_key_reason(settings) or metrics_exposure_problem(settings)
     if problem is not None:
         typer.echo(f"refusing to start: {problem}", err=True)
         raise typer.Exit(2)
     run(serve_node(settings))
+
+
+def dev_settings(port: int, data_dir: Path, keys: dict[str, str]) -> Settings:
+    """``tjobs dev``'s settings: SQLite shards in ``data_dir``. Loopback callbacks are not opened to
+    every app: the demo app's allow-list admits 127.0.0.1 and localhost (:func:`tjobs.demo.bootstrap_demo`)."""
+    return load_settings(
+        None,
+        storage={"urls": [f"sqlite+aiosqlite:///{(data_dir / 'data').resolve()}"]},
+        api={"port": port, "admin_key": keys["admin_key"]},
+    )
 
 
 @app.command()
@@ -92,12 +102,7 @@ def dev(
     configure_logging(json=json_logs)
     data_dir.mkdir(parents=True, exist_ok=True)
     keys = _dev_keys(data_dir / "dev-keys.json")
-    settings = load_settings(
-        None,
-        storage={"urls": [f"sqlite+aiosqlite:///{(data_dir / 'data').resolve()}"]},
-        api={"port": port, "admin_key": keys["admin_key"]},
-        allow_loopback_callbacks=True,
-    )
+    settings = dev_settings(port, data_dir, keys)
     _migrate_with_progress(settings)
     base_url = f"http://127.0.0.1:{port}"
 

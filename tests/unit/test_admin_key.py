@@ -1,0 +1,49 @@
+"""``tjobs serve`` refuses to start with a weak admin key, saying which setting and how to make a good one."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import tjobs.server
+from tjobs.cli import app as cli
+from tjobs.settings import load_settings, weak_admin_key_reason
+
+STRONG = "tja_Qm7xV2pL9sK4wE8rT1yU6iO3"
+
+
+@pytest.mark.parametrize("key", ["change-me", "CHANGE_ME", "admin", "password", "short-key-123", "a" * 40,
+                                 "abababababababababab",
+                                 "REPLACE-with-32-random-characters", "please-change-me-now-0123"])
+def test_weak_admin_keys_are_named(key: str) -> None:
+    reason = weak_admin_key_reason(load_settings(None, api={"admin_key": key}))
+    assert reason is not None and "api.admin_key" in reason
+
+
+@pytest.mark.parametrize("key", [None, STRONG, "tja_test_admin_key"])
+def test_strong_or_unset_admin_keys_pass(key: str | None) -> None:
+    assert weak_admin_key_reason(load_settings(None, api={"admin_key": key})) is None
+
+
+def test_serve_refuses_to_start_with_the_example_placeholder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[object] = []
+
+    def run(main: Coroutine[Any, Any, None]) -> None:
+        started.append(main)
+        main.close()
+
+    monkeypatch.setattr(tjobs.server, "run", run)
+    config = tmp_path / "tjobs.toml"
+    config.write_text('[api]\nadmin_key = "change-me"\n[metrics]\nscrape_token = "' + STRONG + '"\n')
+    result = CliRunner().invoke(cli, ["serve", "--config", str(config)])
+    assert result.exit_code == 2 and not started, result.output
+    assert "api.admin_key is too weak" in result.output
+
+
+def test_the_example_configuration_does_not_start_as_is() -> None:
+    example = Path(__file__).resolve().parents[2] / "tjobs.example.toml"
+    assert weak_admin_key_reason(load_settings(example)) is not None
