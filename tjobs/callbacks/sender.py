@@ -14,6 +14,7 @@ discarded, up to ``max_body_bytes``, beyond which the connection is closed inste
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
@@ -217,10 +218,9 @@ class CallbackSender:
             return [(URL(parsed.text(), encoded=True), request.headers, None)]
         if not verdict.addresses:
             raise TargetRejected(request.url, "no judged address to connect to")
-        target = verdict.url
-        headers = {**request.headers, "Host": target.host_header}
-        return [(URL(target.url_for(address), encoded=True), headers, target.tls_name)
-                for address in verdict.addresses]
+        targets = [_connect_target(verdict.url, address) for address in verdict.addresses]
+        headers = {**request.headers, "Host": targets[0][1]}
+        return [(url, headers, tls_name) for url, _, tls_name in targets]
 
     async def _drain(self, response: aiohttp.ClientResponse) -> bytes:
         """Read and discard the body; keep the first bytes for error messages."""
@@ -237,6 +237,12 @@ class CallbackSender:
             if total > self._max_body_bytes:
                 response.close()  # not worth reading: drop the connection instead of keeping it
                 return kept
+
+
+@functools.lru_cache(maxsize=16384)
+def _connect_target(url: CallbackUrl, address: IPAddress) -> tuple[URL, str, str | None]:
+    """The already-encoded URL that connects to ``address``, the ``Host`` header and the TLS name."""
+    return URL(url.url_for(address), encoded=True), url.host_header, url.tls_name
 
 
 def _status_error(status: int, snippet: bytes) -> str:
