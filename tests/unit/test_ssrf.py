@@ -152,6 +152,17 @@ REFUSED_SCHEMES = [
     "wss://public.test/", "javascript:alert(1)", "data:text/plain,hi", "dict://public.test:11211/",
     "ldap://public.test/", "//public.test/",
 ]
+# Spellings another parser folds to a refused address (yarl: NFKC/UTS-46), and URLs the model cannot
+# represent unambiguously: refused as URLs, whatever a resolver would answer for their punycode.
+DIFFERENTIAL = [
+    "http://16\U0001ccf9.254.169.254/", "http://12\U0001ccf7.0.0.1/", "http://１２７.０.０.１/",
+    "http://\U0001d7cf\U0001d7d0\U0001d7d5.0.0.1/", "http://¹²⁷.0.0.1/", "http://127。0。0。1/",
+    "http://\u0661\u0660.0.0.1/", "http://10.0.0.\u0967/", "http://xn--16-fy20a.254.169.254/",
+    "http://[fe80::1%25eth0]/", "http://[::1%251]/", "http://%31%32%37.0.0.1/", "http://:@public.test/",
+    "http://public.test@127.0.0.1/", "http://public.test\\@127.0.0.1/", "http://a..b/", "http://.public.test/",
+    "http://" + "a" * 64 + ".test/", "http://" + ("a" * 60 + ".") * 5 + "test/", "http://\u05d0a.test/",
+    "http://pub\x80lic.test/", "http://\ufffd.test/", "http://127.0.0.1\t/",
+]
 
 
 def refused_urls() -> list[str]:
@@ -166,6 +177,7 @@ def refused_urls() -> list[str]:
         urls.append(f"http://{host}/hook")
         urls.append(f"https://{host.upper()}:22/x?y=1")
     urls += REFUSED_SCHEMES
+    urls += DIFFERENTIAL
     return urls
 
 
