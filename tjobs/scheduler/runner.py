@@ -105,7 +105,7 @@ class JobRunner:
         self._owned: frozenset[int] = frozenset()
         self._paused: frozenset[int] = frozenset()  # shards whose database server is unreachable
         self._horizon_ms = 0
-        self._pending: list[WheelEntry] = []
+        self._pending: dict[str, list[WheelEntry]] = {}  # database server -> its due entries, oldest first
         self._commit_failures: dict[FireIntent, int] = {}  # failed intent -> consecutive failures
         self._committing: dict[str, asyncio.Event] = {}  # database server -> "its entries are due"
         self._servers: dict[int, str] = {}  # shard -> its database server (store.server_of_shard)
@@ -135,7 +135,7 @@ class JobRunner:
     @property
     def backlog(self) -> int:
         """Due entries waiting for a committer."""
-        return len(self._pending)
+        return sum(len(entries) for entries in self._pending.values())
 
     async def start(self) -> None:
         self._running = True
@@ -166,7 +166,7 @@ class JobRunner:
         self._owned = owned
         if lost:
             removed = self.wheel.remove_where(lambda entry: shard_of_task_id(entry.task_id) in lost)
-            self._pending = [e for e in self._pending if shard_of_task_id(e.task_id) not in lost]
+            self._drop_pending(lost)
             logger.info("released %d jobs, %d wheel entries dropped", len(lost), removed,
                         extra={"action": "jobs_released"})
         if gained:
@@ -183,7 +183,7 @@ class JobRunner:
         self._paused = paused
         if newly_paused:
             removed = self.wheel.remove_where(lambda entry: shard_of_task_id(entry.task_id) in newly_paused)
-            self._pending = [e for e in self._pending if shard_of_task_id(e.task_id) not in newly_paused]
+            self._drop_pending(newly_paused)
             logger.warning("paused %d shards (database server unreachable), %d wheel entries dropped",
                            len(newly_paused), removed, extra={"action": "jobs_paused"})
         if resumed:
@@ -286,8 +286,7 @@ class JobRunner:
             if self._coordinator.may_fire(now_ms):
                 due = self.wheel.advance(now_ms)
                 if due:
-                    self._pending.extend(due)
-                    self._wake_committers(due)
+                    self._queue(due)
             next_tick += tick_s
             delay = next_tick - loop.time()
             if delay < 0:  # fell behind (GC, a long callback): resynchronise instead of bursting
@@ -302,11 +301,17 @@ class JobRunner:
             server = self._servers[shard] = self._store.server_of_shard(shard)
         return server
 
-    def _wake_committers(self, due: list[WheelEntry]) -> None:
-        """Wake the committers of each database server with newly due entries (started on first use:
-        ``committers`` per server, so a server whose transactions stall holds only its own)."""
-        servers = {self._server_of(entry.task_id) for entry in due} if not self._one_server else {""}
-        for server in servers:
+    def _queue(self, due: list[WheelEntry]) -> None:
+        """Queue due entries per database server and wake that server's committers (started on first
+        use: ``committers`` per server, so a server whose transactions stall holds only its own)."""
+        by_server: dict[str, list[WheelEntry]] = {}
+        if self._one_server:
+            by_server[""] = due
+        else:
+            for entry in due:
+                by_server.setdefault(self._server_of(entry.task_id), []).append(entry)
+        for server, entries in by_server.items():
+            self._pending.setdefault(server, []).extend(entries)
             ready = self._committing.get(server)
             if ready is None:
                 ready = self._committing[server] = asyncio.Event()
@@ -315,29 +320,26 @@ class JobRunner:
                         self._commit_loop(server, ready), name=f"tjobs-commit-{server}-{index}"))
             ready.set()
 
+    def _drop_pending(self, shards: frozenset[int]) -> None:
+        for server, entries in list(self._pending.items()):
+            self._pending[server] = [e for e in entries if shard_of_task_id(e.task_id) not in shards]
+
     def _take_batch(self, server: str) -> list[WheelEntry]:
         """Up to ``fire_batch_max`` due entries of ``server``, oldest first; never another server's,
         so a batch never waits for a server it does not touch."""
-        batch_max = self._settings.fire_batch_max
-        if self._one_server:
-            batch = self._pending[:batch_max]
-            del self._pending[:batch_max]
-            return batch
-        batch, rest = [], []
-        for entry in self._pending:
-            if len(batch) < batch_max and self._server_of(entry.task_id) == server:
-                batch.append(entry)
-            else:
-                rest.append(entry)
-        self._pending = rest
+        entries = self._pending.get(server)
+        if not entries:
+            return []
+        batch = entries[:self._settings.fire_batch_max]
+        del entries[:self._settings.fire_batch_max]
         return batch
 
     async def _commit_loop(self, server: str, ready: asyncio.Event) -> None:
         while self._running:
             await ready.wait()
             batch = self._take_batch(server)
-            if len(batch) < self._settings.fire_batch_max:
-                ready.clear()  # none of its entries left (a full batch may have left more)
+            if not self._pending.get(server):
+                ready.clear()
             if not batch:
                 continue
             if self._paused:  # never commit for a paused shard (set_paused dropped what it could)
