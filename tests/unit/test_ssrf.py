@@ -382,3 +382,23 @@ async def test_a_cached_answer_that_changes_is_judged_again_on_expiry(caplog: py
     # the tenant is told "not allowed"; the answer (loopback 127.0.0.1) is only in the node's log
     assert refusal == "host 'rebind.test' is not allowed as a callback target"
     assert any("loopback address 127.0.0.1" in r.getMessage() for r in caplog.records)
+
+
+# ---- allow-list entries: validated by the same host function as URLs ---------------------------------------
+
+
+def test_allow_list_names_are_parsed_like_url_hosts() -> None:
+    allow = AllowList.parse(["Billing.Internal.", "*.Bücher.example", "10.0.0.0/8", "[fd00::7]"])
+    assert allow.names == frozenset({"billing.internal"})
+    assert allow.suffixes == (".xn--bcher-kva.example",)
+    assert ssrf.parse_target("http://api.bücher.example/").host.name == "api.xn--bcher-kva.example"
+    assert allow.admits_name("api.xn--bcher-kva.example") and allow.admits_name("billing.internal.")
+    assert allow.admits_address(ipaddress.ip_address("fd00::7"))
+
+
+@pytest.mark.parametrize("entry", ["127.1", "0x7f.0.0.1", "a..b", "*.", "*", "host:80", "user@host", "１２７.0.0.1",
+                                   "a" * 64, "exa mple", "\ufffd.example", ""])
+def test_allow_list_entries_the_host_function_refuses_are_refused(entry: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        AllowList.parse(["ok.example", entry])
+    assert refused.value.field == "allowed_callback_hosts[1]"
