@@ -15,8 +15,8 @@ task's next occurrence re-enters the wheel if it falls before the horizon.
 A batch spans database servers, and each server's transaction commits or fails on its own: what
 committed is delivered and re-enters the wheel as above, and the intents of a failed transaction go
 back into the wheel alone, retried after 0.5 s, doubling up to 5 s. A retried intent that is then
-rejected has its task re-read and offered as stored (its first commit may have gone through unseen, a
-connection lost during COMMIT; the compensator delivers such a flow).
+rejected has its task re-read and offered as stored: the failed attempt may have committed unseen (a
+connection lost during COMMIT), and then its flow is delivered too.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ class JobRunner:
         self._paused: frozenset[int] = frozenset()  # shards whose database server is unreachable
         self._horizon_ms = 0
         self._pending: dict[str, list[WheelEntry]] = {}  # database server -> its due entries, oldest first
-        self._commit_failures: dict[FireIntent, int] = {}  # failed intent -> consecutive failures
+        # failed intent -> (consecutive failures, now_ms of the last failed attempt)
+        self._commit_failures: dict[FireIntent, tuple[int, int]] = {}
         self._committing: dict[str, asyncio.Event] = {}  # database server -> "its entries are due"
         self._servers: dict[int, str] = {}  # shard -> its database server (store.server_of_shard)
         self._one_server = len(store.database_servers()) == 1
@@ -364,14 +365,14 @@ class JobRunner:
             self.stats.commit_batches += 1
             if self._on_fire_outcomes is not None:
                 self._on_fire_outcomes(outcomes, now_ms, loop.time() - started)
-        rejected_retries: list[FireIntent] = []
+        rejected_retries: list[tuple[FireIntent, int]] = []
         for entry, outcome in zip(batch, outcomes, strict=True):
             if outcome.failed:
-                self._retry_later(entry, outcome.intent)
-            elif self._after_commit(outcome):
-                rejected_retries.append(outcome.intent)
-        for intent in rejected_retries:
-            await self._reconcile(intent)
+                self._retry_later(entry, outcome.intent, now_ms)
+            elif (failed_at_ms := self._after_commit(outcome)) is not None:
+                rejected_retries.append((outcome.intent, failed_at_ms))
+        for intent, failed_at_ms in rejected_retries:
+            await self._reconcile(intent, failed_at_ms)
 
     def _log_failures(self, outcomes: list[FireOutcome]) -> None:
         """Count and log each failed transaction (its intents share one error) once."""
@@ -391,37 +392,45 @@ class JobRunner:
                 logger.warning("fire transaction of %d intents failed (%s); retrying them", count, error,
                                extra={"action": "fire_commit_failed"})
 
-    def _retry_later(self, entry: WheelEntry, intent: FireIntent) -> None:
+    def _retry_later(self, entry: WheelEntry, intent: FireIntent, attempt_ms: int) -> None:
         """Put a failed intent back in the wheel, alone, after a delay that doubles per failure.
 
         Nothing of it was written (or, after a connection lost during COMMIT, it committed and its
         retry is rejected: see :meth:`_reconcile`). The tick loop yields it only while this node may
         fire; a released job's entries leave the wheel with it.
         """
-        failures = self._commit_failures.get(intent, 0) + 1
+        failures = self._commit_failures.get(intent, (0, 0))[0] + 1
         if self.wheel.get(entry.task_id) is not None or not self._fires(shard_of_task_id(entry.task_id)):
             self._commit_failures.pop(intent, None)  # a newer entry took its place, or the job left
             return
-        self._commit_failures[intent] = failures
+        self._commit_failures[intent] = (failures, attempt_ms)
         delay_ms = min(COMMIT_RETRY_FIRST_MS * 2 ** min(failures - 1, 16), COMMIT_RETRY_MAX_MS)
         self.stats.commit_retries += 1
         self.wheel.add(entry.task_id, self._clock.now_ms() + delay_ms, entry.scheduled_at_ms, entry.version)
 
-    async def _reconcile(self, intent: FireIntent) -> None:
-        """A retried intent was rejected: its first commit may have gone through although it failed
-        (the connection was lost while the server committed), or the task changed meanwhile. Offer the
-        task as the store holds it now, so its next instant does not wait for the next cycle load; a
-        flow that did commit is pending in the store, and the compensator delivers it."""
+    async def _reconcile(self, intent: FireIntent, failed_at_ms: int) -> None:
+        """A retried intent was rejected: the task changed meanwhile, or the failed attempt did commit
+        (a connection lost while the server committed: the retry that follows such an attempt is the
+        one rejected). Offer the task as the store holds it now, so its next instant does not wait for
+        the next cycle load; and if the instant's flow is that attempt's own (created at its
+        ``now_ms``) and not finished, deliver it now rather than after the compensator's grace."""
         try:
             task = await self._store.get_task(intent.task_id)
+            flow = await self._store.get_flow(intent.task_id, intent.scheduled_at_ms) if task else None
         except Exception as error:
             logger.warning("could not re-read task %d after a rejected retry (%s); the next load offers it",
                            intent.task_id, error, extra={"action": "fire_reconcile_failed"})
             return
         self.stats.reconciled += 1
+        if task is None:
+            return
+        if flow is not None and flow.created_at_ms == failed_at_ms and not flow.status.terminal:
+            logger.info("flow %s committed although its fire transaction failed; delivering it", flow.id,
+                        extra={"action": "fire_commit_found", "flow_id": flow.id})
+            self.stats.flows_sent += 1
+            self._flow_sink(task, flow)
         if (
-            task is not None
-            and task.status is TaskStatus.ACTIVE
+            task.status is TaskStatus.ACTIVE
             and task.next_run_at_ms is not None
             and task.next_run_at_ms < self._horizon_ms
             and self._fires(shard_of_task_id(task.id))
@@ -431,14 +440,14 @@ class JobRunner:
     def _may_commit(self) -> bool:
         return self._coordinator.may_fire(self._clock.now_ms())
 
-    def _after_commit(self, outcome: FireOutcome) -> bool:
-        """Deliver a committed fire's flows and offer its next run; ``True`` for a rejected intent
-        that had failed before (it needs :meth:`_reconcile`)."""
-        retried = self._commit_failures.pop(outcome.intent, 0) > 0
+    def _after_commit(self, outcome: FireOutcome) -> int | None:
+        """Deliver a committed fire's flows and offer its next run. For a rejected intent that had
+        failed before, the ``now_ms`` of its last failed attempt (it needs :meth:`_reconcile`)."""
+        failures = self._commit_failures.pop(outcome.intent, None)
         task = outcome.task
         if task is None:
             self.stats.cas_rejected += 1
-            return retried
+            return None if failures is None else failures[1]
         self.stats.fires_committed += 1
         for flow in outcome.flows:
             if flow.status in (FlowStatus.PENDING, FlowStatus.SENDING):
@@ -456,4 +465,4 @@ class JobRunner:
             and self._fires(shard_of_task_id(task.id))
         ):
             self._offer(task.id, task.app_id, task.next_run_at_ms, task.version, task.misfire_policy)
-        return False
+        return None
