@@ -23,8 +23,8 @@ Anything that parsers are known to read differently is refused rather than inter
 * control characters, whitespace and backslashes anywhere; ``%`` in the host; a port outside
   1..65535 or not written in ASCII digits.
 
-A fragment is dropped (it is never sent); non-ASCII characters of the path and query are
-percent-encoded as UTF-8.
+A fragment is dropped (it is never sent); the path and query are encoded as HTTP clients send them
+(percent-encoded UTF-8, dot segments removed).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import unicodedata
 from dataclasses import dataclass
 
 import idna
+from yarl import URL
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -51,10 +52,6 @@ _PORT = re.compile(r"^[0-9]{1,5}$")
 _IPV6_CHARS = re.compile(r"^[0-9a-fA-F:.]+$")
 # Characters some URL parser treats as a label separator (UTS-46 maps these to ".").
 _DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
-# Kept as they are in a request target; everything else outside printable ASCII is percent-encoded.
-_TARGET_SAFE = frozenset(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/?%[]{}|^`\"<>"
-)
 
 
 class UrlRefused(ValueError):
@@ -180,9 +177,10 @@ def _parse_port(text: str | None, scheme: str) -> int:
 
 
 def _encode_target(target: str) -> str:
-    if all(c in _TARGET_SAFE for c in target):
-        return target
-    return "".join(c if c in _TARGET_SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in target)
+    """The path and query as HTTP clients send them: percent-encoded (UTF-8), invalid escapes
+    repaired, dot segments removed (yarl's rules, applied to the target alone: the host is ours)."""
+    encoded = URL("http://target.invalid" + target).raw_path_qs
+    return encoded if encoded.startswith("/") else "/" + encoded
 
 
 @functools.lru_cache(maxsize=16384)

@@ -49,6 +49,8 @@ ACCEPTED = [
     ("http://[2606:2800:220:1:0:0:0:1]:81/", "http://[2606:2800:220:1::1]:81/", "2606:2800:220:1::1",
      "2606:2800:220:1::1"),
     ("http://[::FFFF:127.0.0.1]/", "http://[::ffff:7f00:1]/", "::ffff:7f00:1", "::ffff:7f00:1"),
+    ("http://a/ü/x/../b?é=1&r=%zz\"<>", "http://a/%C3%BC/b?%C3%A9=1&r=%25zz%22%3C%3E", "a", None),
+    ("http://a//b.example/x", "http://a//b.example/x", "a", None),  # a path, never a second authority
     ("http://a/b@c", "http://a/b@c", "a", None),  # '@' in the path is not userinfo
     ("http://a?x=@b", "http://a/?x=@b", "a", None),
     ("http://a#@b/", "http://a/", "a", None),
