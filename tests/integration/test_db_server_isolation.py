@@ -31,6 +31,7 @@ from tests.contract.backends import drop_databases
 from tests.receiver import Receiver
 from tjobs.migrate import migrate
 from tjobs.settings import Settings, StorageSettings, load_settings
+from tjobs.stores.sql_sessions import BOOTED_AT_SQL
 from tjobs.testing import RunningNode, free_port, run_node
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.etcd]
@@ -168,7 +169,9 @@ async def test_shards_of_a_healthy_server_keep_firing_on_time_while_another_serv
             proxy.freeze()
         await asyncio.sleep(OUTAGE_S / 2)
         view = node.coordinator.describe()
-        servers = {s["server"]: s for s in view["database_servers"]}  # type: ignore[union-attr]
+        listed = view["database_servers"]
+        assert isinstance(listed, list)
+        servers = {s["server"]: s for s in listed}
         assert servers[lost]["reachable"] is False and servers[healthy]["reachable"] is True
         assert "://" not in repr(view["database_servers"]) and "root@" not in repr(view["database_servers"])
         async with httpx.AsyncClient(base_url=running.base_url) as client:
@@ -243,8 +246,10 @@ async def one_server_settings(mysql_url: str, etcd_url: str) -> AsyncIterator[Se
     await drop_databases(settings.storage)
 
 
+@pytest.mark.parametrize("recorded_in", ["this run of the server", "an earlier run of the server"])
 async def test_a_frozen_former_owners_row_lock_does_not_delay_the_new_owners_fire(
-    one_server_settings: Settings, mysql_url: str, etcd_url: str, caplog: pytest.LogCaptureFixture
+    one_server_settings: Settings, mysql_url: str, etcd_url: str, caplog: pytest.LogCaptureFixture,
+    recorded_in: str,
 ) -> None:
     caplog.set_level(logging.INFO)
     settings = one_server_settings
@@ -272,14 +277,26 @@ async def test_a_frozen_former_owners_row_lock_does_not_delay_the_new_owners_fir
             await frozen.begin()
             async with frozen.cursor() as cursor:
                 await cursor.execute(f"SELECT id FROM {tasks_sql} WHERE id = %s FOR UPDATE", (task_id,))
+                await cursor.execute(BOOTED_AT_SQL)
+                (booted_at_s,) = await cursor.fetchone()
             server = f"{url.host or '127.0.0.1'}:{url.port or 3306}"
-            await put_etcd(etcd_url, f"/tjobs/{settings.cluster.name}/sessions/frozen-node",
-                           json.dumps({"servers": {server: [frozen.thread_id()]}}))
+            if recorded_in == "an earlier run of the server":
+                booted_at_s -= 3600
+            record = {"servers": {server: {"booted_at_s": int(booted_at_s), "ids": [frozen.thread_id()]}}}
+            await put_etcd(etcd_url, f"/tjobs/{settings.cluster.name}/sessions/frozen-node", json.dumps(record))
 
             # When a new owner takes the jobs over before the instant
             async with run_node(settings) as second:
                 await wait_until(lambda: bool(second.node.runner.owned), 10)
                 assert time.time_ns() // 1_000_000 < due_ms - 1000, "the takeover took too long to test"
+                if recorded_in == "an earlier run of the server":
+                    # Then ids recorded under another start of the server are not killed: they may
+                    # name someone else's sessions now (the lock holder lives on)
+                    await asyncio.sleep(1.0)
+                    async with frozen.cursor() as cursor:
+                        await cursor.execute("SELECT 1")
+                    assert "db_sessions_ended" not in [getattr(r, "action", None) for r in caplog.records]
+                    return
                 await wait_until(lambda: bool(receiver.requests), (due_ms - time.time_ns() // 1_000_000) / 1000 + 10)
         finally:
             frozen.close()

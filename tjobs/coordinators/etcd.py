@@ -6,7 +6,7 @@ Keys, under ``/tjobs/<cluster name>/``::
     leader              <node id>                                               on the leader's lease
     plan                {"version", "shard_count", "groups": [{"id", "shards", "nodes"}], ...}
     holders/<group id>  {"node_id", "since_ms"}                                 on the holder's lease
-    sessions/<node id>  {"servers": {server: [connection id, ...]}}             no lease (outlives it)
+    sessions/<node id>  {"servers": {server: {"booted_at_s", "ids"}}}          no lease (outlives it)
 
 One lease per node (``lease_ttl_s``, kept alive every quarter TTL) carries its member key, its group
 holds and, on the leader, the leader key: when the node dies, or stalls past its TTL, etcd deletes all
@@ -383,7 +383,7 @@ class EtcdCoordinator(Coordinator):
                 view.holders[int(name.removeprefix("holders/"))] = (str(holder["node_id"]), int(kv.lease))
             elif name.startswith("sessions/"):
                 node_id = name.removeprefix("sessions/")
-                with contextlib.suppress(ValueError, AttributeError):
+                with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
                     view.sessions[node_id] = parse_sessions(node_id, kv.value, int(kv.mod_revision))
         return view
 

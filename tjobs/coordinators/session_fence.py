@@ -19,7 +19,7 @@ import json
 import logging
 from dataclasses import dataclass
 
-from tjobs.stores.base import TaskStore
+from tjobs.stores.base import ServerSessions, TaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -31,20 +31,29 @@ class RecordedSessions:
     """One node's published sessions as read from etcd."""
 
     node_id: str
-    servers: dict[str, list[int]]  # server name -> session ids
+    servers: dict[str, ServerSessions]  # server name -> its start time and the session ids
     revision: int  # the key's mod revision, so only this record is deleted once ended
 
 
 def sessions_value(store: TaskStore) -> bytes | None:
     """This node's record, or ``None`` when the store has no sessions another node could end."""
     sessions = store.fire_sessions()
-    return json.dumps({"servers": sessions}, sort_keys=True).encode() if sessions else None
+    if not sessions:
+        return None
+    servers = {server: {"booted_at_s": s.booted_at_s, "ids": s.ids} for server, s in sessions.items()}
+    return json.dumps({"servers": servers}, sort_keys=True).encode()
 
 
 def parse_sessions(node_id: str, value: bytes, revision: int) -> RecordedSessions:
-    servers = json.loads(value).get("servers", {})
+    """Raise ``ValueError``, ``KeyError`` or ``TypeError`` on a record of another shape."""
+    servers = json.loads(value)["servers"]
     return RecordedSessions(
-        node_id, {str(server): [int(i) for i in ids] for server, ids in servers.items()}, revision
+        node_id,
+        {
+            str(server): ServerSessions(int(entry["booted_at_s"]), [int(i) for i in entry["ids"]])
+            for server, entry in servers.items()
+        },
+        revision,
     )
 
 
@@ -53,10 +62,10 @@ async def end_sessions_of(store: TaskStore, recorded: RecordedSessions) -> int:
     :data:`END_SESSIONS_TIMEOUT_S`); returns how many were ended. A server that fails is logged and
     skipped: its sessions' locks are then bounded by the lock-wait timeout instead."""
     ended = 0
-    for server, ids in recorded.servers.items():
+    for server, sessions in recorded.servers.items():
         try:
             async with asyncio.timeout(END_SESSIONS_TIMEOUT_S):
-                ended += await store.end_sessions(server, ids)
+                ended += await store.end_sessions(server, sessions)
         except Exception as error:
             logger.warning(
                 "could not end the sessions of former owner %s on %s (%s)", recorded.node_id, server, error,

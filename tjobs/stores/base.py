@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from sharding import Topology
 from tjobs.model import (
@@ -27,6 +28,14 @@ from tjobs.model import (
 
 EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
 """The task fields an owner's edit may set (:meth:`TaskStore.edit_task`)."""
+
+@dataclass(frozen=True, slots=True)
+class ServerSessions:
+    """Sessions of one node on one database server, as recorded for :meth:`TaskStore.end_sessions`."""
+
+    booted_at_s: int  # the server's start (epoch s): session ids are unique only within one run
+    ids: list[int]
+
 
 FirePlanner = Callable[[Task, FireIntent, int], FirePlan | None]
 """Pure: given the locked task row, the due intent and ``now_ms``, decide what the fire does.
@@ -78,16 +87,17 @@ class TaskStore(ABC):
         """Raise :class:`StorageUnavailable` unless ``server`` answers."""
         await self.ping()
 
-    def fire_sessions(self) -> dict[str, list[int]]:
+    def fire_sessions(self) -> dict[str, ServerSessions]:
         """Per server name, the ids of this store's open connections that can hold task row locks
         (MariaDB ``CONNECTION_ID()``), for a successor to end (:meth:`end_sessions`); empty where
         sessions cannot be ended from outside (SQLite, memory)."""
         return {}
 
-    async def end_sessions(self, server: str, session_ids: Sequence[int]) -> int:
-        """End the given sessions (another node's :meth:`fire_sessions`) on ``server``: their open
+    async def end_sessions(self, server: str, sessions: ServerSessions) -> int:
+        """End another node's sessions (its :meth:`fire_sessions`) on ``server``: their open
         transactions roll back and their row locks are released at once. Ids no longer open are
-        skipped. Returns how many were ended."""
+        skipped, and nothing is ended if the server restarted since they were recorded (ids start
+        again at a restart, so they may name someone else's sessions). Returns how many were ended."""
         return 0
 
     @abstractmethod

@@ -13,15 +13,22 @@ locks go at once, and the frozen node, when it wakes, finds its connection dead 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tjobs.stores.base import ServerSessions
+
 logger = logging.getLogger(__name__)
 
 UNKNOWN_THREAD_ERRNO = 1094  # KILL of an id that is not (or no longer) a session
+BOOT_TOLERANCE_S = 2  # the start time is derived from whole seconds of uptime and of the clock
+BOOTED_AT_SQL = (
+    "SELECT UNIX_TIMESTAMP() - VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+    "WHERE VARIABLE_NAME = 'UPTIME'"
+)
 
 
 class SessionRegistry:
@@ -29,6 +36,7 @@ class SessionRegistry:
 
     def __init__(self) -> None:
         self._ids: set[int] = set()
+        self.booted_at_s: int | None = None  # the server's start, read by the latest connection
 
     def attach(self, engine: AsyncEngine) -> None:
         sync_engine = engine.sync_engine
@@ -50,8 +58,19 @@ class SessionRegistry:
 
     def _opened(self, dbapi_connection: Any, _record: Any) -> None:
         thread_id = self._thread_id(dbapi_connection)
-        if thread_id is not None:
-            self._ids.add(thread_id)
+        if thread_id is None:
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(BOOTED_AT_SQL)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        booted_at_s = int(row[0])
+        if self.booted_at_s is None or abs(booted_at_s - self.booted_at_s) > BOOT_TOLERANCE_S:
+            self._ids.clear()  # the server restarted: the ids of its previous run mean nothing now
+            self.booted_at_s = booted_at_s
+        self._ids.add(thread_id)
 
     def _closed(self, dbapi_connection: Any, _record: Any) -> None:
         thread_id = self._thread_id(dbapi_connection)
@@ -65,11 +84,20 @@ class SessionRegistry:
         self._closed(dbapi_connection, None)
 
 
-async def kill_connections(cursor: Any, session_ids: Sequence[int]) -> int:
-    """``KILL CONNECTION`` each id on the cursor's server (an autocommit cursor of the same user, who
-    may end its own sessions without extra privileges); ids no longer open are skipped."""
+async def kill_connections(cursor: Any, sessions: ServerSessions, keep: Collection[int] = ()) -> int:
+    """``KILL CONNECTION`` each recorded id but ``keep`` on the cursor's server (an autocommit cursor
+    of the same user, who may end its own sessions without extra privileges); ids no longer open are
+    skipped, and nothing is killed when the server started at another time than recorded."""
+    await cursor.execute(BOOTED_AT_SQL)
+    row = await cursor.fetchone()
+    if row is None or abs(int(row[0]) - sessions.booted_at_s) > BOOT_TOLERANCE_S:
+        logger.info("recorded sessions are from an earlier run of the server; none ended",
+                    extra={"action": "db_sessions_outdated"})
+        return 0
     ended = 0
-    for session_id in session_ids:
+    for session_id in sessions.ids:
+        if session_id in keep:
+            continue
         try:
             await cursor.execute("KILL CONNECTION %s", (int(session_id),))
         except Exception as error:

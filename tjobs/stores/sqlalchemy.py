@@ -58,7 +58,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.settings import StorageSettings
-from tjobs.stores.base import FirePlanner, TaskStore
+from tjobs.stores.base import FirePlanner, ServerSessions, TaskStore
 from tjobs.stores.layout_record import ensure_layout
 from tjobs.stores.schema import (
     app_from_row,
@@ -196,17 +196,21 @@ class SQLAlchemyTaskStore(TaskStore):
     async def ping_server(self, server: str) -> None:
         await self._ping_url(self._url_of_server(server))
 
-    def fire_sessions(self) -> dict[str, list[int]]:
-        return {self._server_names[url]: ids for url, registry in self._sessions.items() if (ids := registry.ids())}
+    def fire_sessions(self) -> dict[str, ServerSessions]:
+        recorded: dict[str, ServerSessions] = {}
+        for url, registry in self._sessions.items():
+            if (ids := registry.ids()) and registry.booted_at_s is not None:
+                recorded[self._server_names[url]] = ServerSessions(registry.booted_at_s, ids)
+        return recorded
 
-    async def end_sessions(self, server: str, session_ids: Sequence[int]) -> int:
+    async def end_sessions(self, server: str, sessions: ServerSessions) -> int:
         url = self._url_of_server(server)
         pool = self._direct.get(url)
-        if pool is None or not session_ids:
+        if pool is None or not sessions.ids:
             return 0
         own = set(self._sessions[url].ids()) if url in self._sessions else set()
         async with self._direct_call(url), pool.cursor() as cursor:
-            return await kill_connections(cursor, [i for i in session_ids if i not in own])
+            return await kill_connections(cursor, sessions, own)
 
     async def database_now_ms(self) -> int:
         if self.layout.dialect != MYSQL:
