@@ -332,3 +332,18 @@ async def test_a_stalled_server_delays_neither_the_commits_nor_the_deliveries_of
             assert instants == sorted(set(instants)) and instants[0] == 1 * SECOND and instants[-1] == 4 * SECOND
     finally:
         await h.stop()
+
+
+async def test_a_runner_started_again_after_stop_fires_again() -> None:
+    store = FaultyServerStore()
+    h = Harness(store)
+    tasks = [await add_task(store, shard) for shard in (HEALTHY_SHARD, FAILING_SHARD)]
+    await h.start()
+    await h.move_to(1 * SECOND, until=fired_at(h, tasks, 1 * SECOND))
+    await h.runner.stop()
+    await h.runner.start()
+    try:
+        await h.move_to(2 * SECOND, until=fired_at(h, tasks, 2 * SECOND))
+        assert all(h.sent_instants(task) == [1 * SECOND, 2 * SECOND] for task in tasks)
+    finally:
+        await h.stop()

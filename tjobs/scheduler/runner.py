@@ -157,6 +157,7 @@ class JobRunner:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self._committing.clear()  # their committers have ended; a restart starts new ones
 
     # ---- ownership and changes ---------------------------------------------------------------
 
