@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.receiver import ChaosReceiver
+from tests.chaos.scenario import OUTCOMES
 from tjobs.bench.cluster_rig import ClusterRig, Infra, start_infra
 
 STATE_DIR = Path(os.environ.get("TJOBS_TEST_CHAOS_DIR")
@@ -81,3 +82,11 @@ def rig(chaos_infra: Infra, chaos_db_prefix: str, tmp_path: Path) -> Iterator[Cl
 async def receiver() -> AsyncIterator[ChaosReceiver]:
     async with ChaosReceiver() as started:
         yield started
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line of figures per fault run (lost, duplicate flows, phantom, lateness, load average)."""
+    if OUTCOMES:
+        terminalreporter.section("fault suite figures")
+        for outcome in OUTCOMES:
+            terminalreporter.write_line(outcome.summary())

@@ -34,6 +34,7 @@ from tjobs.settings import CallbackSettings, ClusterSettings, CompensatorSetting
 
 NODES = 3
 QUIET_AFTER_S = 2.0  # after everything arrived: time for a late duplicate or phantom to show up
+OUTCOMES: list[Outcome] = []  # every run of the session; conftest prints their figure lines at its end
 
 
 def product_defaults() -> dict[str, Any]:
@@ -112,6 +113,7 @@ class Outcome:
     callbacks: list[Callback]
     flows: list[StoredFlow]
     deadline_ms: int
+    load: tuple[float, float, float] = field(default_factory=os.getloadavg)  # when the run ended
     notes: dict[str, object] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
@@ -160,8 +162,7 @@ class Outcome:
             victim = self.victim_delivered_late_ms()
             parts.append(f"victim_due_in_fault n={len(victim)} max={max(victim, default=0)}ms")
         parts.extend(f"{key}={value}" for key, value in self.notes.items())
-        load = os.getloadavg()
-        parts.append(f"load={load[0]:.2f},{load[1]:.2f},{load[2]:.2f}")
+        parts.append("load={:.2f},{:.2f},{:.2f}".format(*self.load))
         return " | ".join(parts)
 
 
@@ -227,7 +228,7 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
         outcome = Outcome(profile, window, figures, owed, callbacks, flows, deadline_ms)
         outcome.notes["creates_unanswered"] = client.book.unanswered_creates
         outcome.notes["creates_refused"] = client.book.refused_creates
-        print("\n" + outcome.summary(), flush=True)
+        OUTCOMES.append(outcome)
         return outcome
     finally:
         await client.close()
