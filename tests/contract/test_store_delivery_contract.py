@@ -58,3 +58,26 @@ async def test_deleting_a_task_cancels_its_pending_flows_and_keeps_them_all(stor
     late = await store.get_flow(task.id, NOW_MS - 3)
     assert late is not None and (late.status, late.attempts) == (FlowStatus.CANCELLED, 2)
     assert await store.delete_task_cancelling_flows(task.id, NOW_MS) is False
+
+
+async def test_a_stale_pending_outcome_never_lowers_the_attempts_a_claim_counted(store: TaskStore) -> None:
+    # Given a flow claimed by the compensator (attempts 2 -> 3) and re-driven as attempt 4, failing
+    shard = 9
+    task = await store.insert_task(make_task(shard=shard))
+    await store.insert_manual_flow(task.id, _flow(task, NOW_MS - 500, attempts=2))
+    [(claimed, _)] = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10)
+    assert claimed.attempts == 3
+    await store.record_flow_updates(
+        [FlowUpdate(task.id, NOW_MS - 500, FlowStatus.PENDING, 4, NOW_MS + 2_000, 500)], NOW_MS)
+    # When a node that lost the flow (frozen, then resumed) flushes its outdated outcome of attempt 2
+    await store.record_flow_updates(
+        [FlowUpdate(task.id, NOW_MS - 500, FlowStatus.PENDING, 2, NOW_MS + 1_000, 503)], NOW_MS + 1)
+    # Then the count stays (a later claim never reuses attempt 3 or 4) ...
+    kept = await store.get_flow(task.id, NOW_MS - 500)
+    assert kept is not None and (kept.attempts, kept.next_attempt_at_ms, kept.last_status_code) == (
+        4, NOW_MS + 2_000, 500)
+    # ... while a terminal outcome always lands: a delivery is never forgotten
+    await store.record_flow_updates(
+        [FlowUpdate(task.id, NOW_MS - 500, FlowStatus.DELIVERED, 2, None, 200)], NOW_MS + 2)
+    done = await store.get_flow(task.id, NOW_MS - 500)
+    assert done is not None and (done.status, done.attempts) == (FlowStatus.DELIVERED, 2)

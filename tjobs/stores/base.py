@@ -249,7 +249,12 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
-        """Write delivery outcomes, batched per database; terminal flows are never changed again."""
+        """Write delivery outcomes, batched per database; terminal flows are never changed again.
+
+        A non-terminal outcome with fewer ``attempts`` than stored is outdated (written by a node
+        that lost the flow to a compensator claim, see :meth:`lease_stale_flows`) and is ignored, so
+        a flow's attempt count never goes down while it is open. A terminal outcome always lands.
+        """
 
     @abstractmethod
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None: ...

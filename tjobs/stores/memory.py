@@ -335,6 +335,8 @@ class MemoryTaskStore(TaskStore):
             flow = self._flows[shard].get((update.task_id, update.scheduled_at_ms))
             if flow is None or flow.status.terminal:
                 continue
+            if not update.status.terminal and update.attempts < flow.attempts:
+                continue  # outdated: written by a node that no longer delivers this flow
             flow.status = update.status
             flow.attempts = update.attempts
             flow.next_attempt_at_ms = update.next_attempt_at_ms

@@ -10,7 +10,8 @@ server as one multi-statement on the raw asyncmy connection of one transaction (
 
 The statements are those of the generic path: per shard and per distinct ``(status, attempts,
 next_attempt_at, last_status_code, last_error)``, ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND
-status IN ('pending', 'sending')``, so a terminal flow is never changed again. Shards and keys are
+status IN ('pending', 'sending')``, so a terminal flow is never changed again, plus ``AND attempts <=
+…`` for an open outcome, so an outdated one never lowers the attempt count. Shards and keys are
 sorted, so two writers lock rows in the same order.
 """
 
@@ -48,15 +49,19 @@ def update_statements(
         table = shards[shard].flows_sql
         for values, keys in groups.items():
             keys.sort()
+            open_outcome = not FlowStatus(values[0]).terminal
             sql = (
                 f"UPDATE {table} SET status = %s, attempts = %s, next_attempt_at = %s, "
                 f"last_status_code = %s, last_error = %s, updated_at = %s "
                 f"WHERE (task_id, scheduled_at) IN ({', '.join(['(%s, %s)'] * len(keys))}) AND {_OPEN_SQL}"
+                + (" AND attempts <= %s" if open_outcome else "")
             )
             params: list[Any] = [*values, now_ms]
             for task_id, scheduled_at_ms in keys:
                 params.append(task_id)
                 params.append(scheduled_at_ms)
+            if open_outcome:
+                params.append(values[1])
             statements.append((sql, params))
     return statements
 

@@ -36,6 +36,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    true,
     tuple_,
     union_all,
     update,
@@ -773,6 +774,8 @@ class SQLAlchemyTaskStore(TaskStore):
                         .where(
                             tuple_(c.task_id, c.scheduled_at).in_(sorted(keys)),
                             c.status.in_(_OPEN),
+                            # an open outcome never lowers the count (see the contract)
+                            true() if FlowStatus(status).terminal else c.attempts <= attempts,
                         )
                         .values(status=status, attempts=attempts, next_attempt_at=next_at,
                                 last_status_code=code, last_error=error, updated_at=now_ms)
