@@ -10,10 +10,12 @@ then be delivered by ``max(last instant, fault end) + settle_s``.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sharding import shard_of_task_id
@@ -142,6 +144,19 @@ class Outcome:
         return stale_sends(self.callbacks, self.flows, sender=f"tjobs-rig/node{self.window.victim_node}",
                            stopped_ms=self.window.start_ms, resumed_ms=self.window.end_ms)
 
+    def dump(self, directory: str) -> Path:
+        """Write the run's raw record (window, promises, callbacks, flows) as JSON, for diagnosis."""
+        path = Path(directory) / f"chaos-{self.window.start_ms}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "summary": self.summary(), "deadline_ms": self.deadline_ms,
+            "window": {**asdict(self.window), "victim_jobs": sorted(self.window.victim_jobs)},
+            "promises": [{"task_id": p.task_id, "server": p.server, "must": sorted(p.must), "may": sorted(p.may),
+                          "shard": shard_of_task_id(p.task_id)} for p in self.promises.values()],
+            "callbacks": [asdict(c) for c in self.callbacks], "flows": [asdict(f) for f in self.flows],
+        }))
+        return path
+
     def summary(self) -> str:
         f = self.figures
         late = list(f.first_send_late_ms.values())
@@ -229,6 +244,8 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
         outcome.notes["creates_unanswered"] = client.book.unanswered_creates
         outcome.notes["creates_refused"] = client.book.refused_creates
         OUTCOMES.append(outcome)
+        if os.environ.get("TJOBS_TEST_CHAOS_DUMP_DIR"):
+            outcome.dump(os.environ["TJOBS_TEST_CHAOS_DUMP_DIR"])
         return outcome
     finally:
         await client.close()
