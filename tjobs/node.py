@@ -145,6 +145,7 @@ class Node:
         await self.coordinator.start(self._on_ownership)
         await self.compensator.start()
         await self.retention.start()
+        await self.tasks.counts.start()
         self.started = True
         logger.info("node %s started with %d jobs", self.node_id, len(self.runner.owned),
                     extra={"action": "node_started"})
@@ -155,6 +156,7 @@ class Node:
         await self.runner.stop()
         await self.compensator.stop()
         await self.retention.stop()
+        await self.tasks.counts.stop()
         await self.db_health.stop()
         await self.hotpath.stop()
         await self.deliverer.stop(drain_timeout_s)

@@ -23,6 +23,7 @@ from tjobs.schedules import normalize_schedule, parse_schedule
 from tjobs.settings import Settings
 from tjobs.ssrf import EMPTY_ALLOW_LIST, AllowList, TargetGuard, allow_list_of_app, target_field
 from tjobs.stores.base import TaskStore
+from tjobs.task_counts import TaskCounts
 from tjobs.validation import (
     check_key,
     check_name,
@@ -41,7 +42,6 @@ MAX_BATCH = 1000
 LIST_PAGE_MAX = 1000
 LIST_SCAN_BUDGET = 5000  # rows read per list request at most; a partial page then carries a cursor
 SHARD_WINDOW = 16  # shards read concurrently while walking them in order
-QUOTA_CACHE_MS = 30_000
 
 
 def encode_cursor(*parts: int) -> str:
@@ -101,8 +101,7 @@ class TaskService:
         self._threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
         self.manual_flow_sink: Callable[[Task, Flow], None] | None = None
         self.guard = TargetGuard(_no_allow_list, allow_loopback=settings.allow_loopback_callbacks)
-        self._active_counts: dict[str, tuple[int, int]] = {}  # app -> (fresh until ms, count)
-        self._counting: dict[str, asyncio.Future[int]] = {}
+        self.counts = TaskCounts(store, clock, settings.limits.task_count_refresh_s)
 
     # ---- create ---------------------------------------------------------------------------------
 
@@ -155,7 +154,7 @@ class TaskService:
         now_ms = self._clock.now_ms()
         task = self.build(app, request, now_ms)
         await self.check_targets(app, task.callback)
-        await self._check_quota(app, 1)
+        self._check_quota(app, 1)
         for _ in range(MAX_INSERT_ATTEMPTS):
             try:
                 stored = await self._store.insert_task(task)
@@ -169,7 +168,7 @@ class TaskService:
                 task.id = self._ids.mint(shard_of_task_id(task.id), self._clock.now_ms())
                 continue
             await self._hotpath.publish(TaskChange.of(stored))
-            self._count_created(app.id, 1)
+            self.counts.changed(app.id, stored.id, None, stored.status)
             return Created(stored, created=True)
         raise Conflict(f"could not store task {task.name!r}; retry")
 
@@ -211,7 +210,7 @@ class TaskService:
             ids.add(task.id)
             built.append((index, task))
         if built:
-            await self._check_quota(app, len(built))
+            self._check_quota(app, len(built))
             stored = await self._insert_many([t for _, t in built])
             existing_ids = [r for r in stored if isinstance(r, int)]
             existing = dict(zip(existing_ids, await asyncio.gather(
@@ -230,7 +229,8 @@ class TaskService:
                     results[index] = ItemResult(outcome, True, None)
             for task in created:  # in order; no task per change (a batch is up to 1,000)
                 await self._hotpath.publish(TaskChange.of(task))
-            self._count_created(app.id, len(created))
+            for task in created:
+                self.counts.changed(app.id, task.id, None, task.status)
         return [r for r in results if r is not None]
 
     async def _insert_many(self, tasks: list[Task]) -> list[Task | int]:
@@ -240,54 +240,14 @@ class TaskService:
 
     # ---- quota ------------------------------------------------------------------------------------
 
-    async def _check_quota(self, app: App, adding: int) -> None:
+    def _check_quota(self, app: App, adding: int) -> None:
+        """The app's active-task quota against the background counts (:mod:`tjobs.task_counts`)."""
         quota = int(app.settings.get("max_active_tasks") or self._settings.limits.max_active_tasks_per_app)
         if quota <= 0:
             return
-        active = await self.active_count(app.id)
+        active = self.counts.of(app.id).active
         if active + adding > quota:
             raise QuotaExceeded(f"app {app.id} has {active} active tasks; its quota is {quota}")
-
-    async def active_count(self, app_id: str) -> int:
-        """The app's active tasks (counted over every shard at most every 30 s, plus local creates)."""
-        cached = self._active_counts.get(app_id)
-        counting = self._counting.get(app_id)
-        if cached is not None and cached[0] > self._clock.now_ms():
-            return cached[1]
-        if counting is None:
-            counting = self._counting[app_id] = asyncio.ensure_future(self._count_active(app_id))
-            counting.add_done_callback(self._counted)
-        if cached is not None:
-            return cached[1]  # stale but close: recounted in the background, nobody waits for it
-        return await asyncio.shield(counting)
-
-    def _counted(self, counting: asyncio.Future[int]) -> None:
-        for app_id, pending in list(self._counting.items()):
-            if pending is counting:
-                del self._counting[app_id]
-        if not counting.cancelled() and counting.exception() is not None:
-            logger.warning("counting active tasks failed: %s", counting.exception(),
-                           extra={"action": "quota_count_failed"})
-
-    async def _count_active(self, app_id: str) -> int:
-        total = 0
-        shards = list(self._topology.shards())
-        for start in range(0, len(shards), SHARD_WINDOW * 4):
-            window = shards[start:start + SHARD_WINDOW * 4]
-            counts = await asyncio.gather(
-                *(self._store.count_tasks(app_id, s, TaskStatus.ACTIVE) for s in window)
-            )
-            total += sum(counts)
-        self._active_counts[app_id] = (self._clock.now_ms() + QUOTA_CACHE_MS, total)
-        return total
-
-    def _count_created(self, app_id: str, created: int) -> None:
-        cached = self._active_counts.get(app_id)
-        if cached is not None:
-            self._active_counts[app_id] = (cached[0], cached[1] + created)
-
-    def forget_counts(self, app_id: str) -> None:
-        self._active_counts.pop(app_id, None)
 
     # ---- list ---------------------------------------------------------------------------------
 
@@ -465,7 +425,7 @@ class TaskService:
             task.next_run_at_ms = first
             fields.add("schedule")
         task.updated_at_ms = now_ms
-        return await self._edit(task, fields, expected_revision=expected)
+        return await self._edit(task, fields, task.status, expected_revision=expected)
 
     async def pause(self, app: App, task_id: int) -> Task:
         """Pause an active task (any other status is returned as it is); never a version conflict."""
@@ -474,7 +434,7 @@ class TaskService:
             return task
         task.status = TaskStatus.PAUSED
         task.updated_at_ms = self._clock.now_ms()
-        return await self._edit(task, {"status"}, from_status=TaskStatus.ACTIVE)
+        return await self._edit(task, {"status"}, TaskStatus.ACTIVE, from_status=TaskStatus.ACTIVE)
 
     async def resume(self, app: App, task_id: int) -> Task:
         """Resume a paused task at its stored next run; if that passed while paused, the task's
@@ -484,7 +444,7 @@ class TaskService:
             return task
         task.status = TaskStatus.ACTIVE
         task.updated_at_ms = self._clock.now_ms()
-        return await self._edit(task, {"status"}, from_status=TaskStatus.PAUSED)
+        return await self._edit(task, {"status"}, TaskStatus.PAUSED, from_status=TaskStatus.PAUSED)
 
     async def trigger(self, app: App, task_id: int, request: Any = None) -> Flow:
         """A manual fire now, with its own flow; the schedule is untouched.
@@ -513,16 +473,20 @@ class TaskService:
         """Delete the task and cancel its pending flows in one transaction, so no node sends them
         again (a retry already waiting on a node reads the flow's status first); every flow stays
         readable as history."""
-        await self.get(app, task_id)
-        await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms())
+        task = await self.get(app, task_id)
+        if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
+            self.counts.changed(app.id, task_id, task.status, None)
         await self._hotpath.publish(TaskChange.deleted(task_id, app.id))
 
     async def _edit(
-        self, task: Task, fields: set[str], *, expected_revision: int | None = None,
+        self, task: Task, fields: set[str], before: TaskStatus, *, expected_revision: int | None = None,
         from_status: TaskStatus | None = None,
     ) -> Task:
+        """Store an edit of ``task`` (read in status ``before``) and hand it to the hot path."""
         stored = await self._store.edit_task(task, fields, expected_revision=expected_revision,
                                              from_status=from_status)
+        if stored.status is not before:
+            self.counts.changed(stored.app_id, stored.id, before, stored.status)
         await self._hotpath.publish(TaskChange.of(stored))
         return stored
 

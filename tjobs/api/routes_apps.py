@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,7 @@ from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_ob
 from tjobs.api.render import app_json
 from tjobs.apps import AppService
 from tjobs.errors import InvalidInput
-from tjobs.model import App, FlowStatus, TaskStatus
+from tjobs.model import App
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -21,8 +20,6 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1", tags=["apps"])
 admin = APIRouter(prefix="/v1", tags=["apps"], dependencies=[Depends(require_admin)])
 
-DEAD_LETTER_COUNT_CAP = 10_000
-_COUNT_WINDOW = 64
 
 
 def app_service(request: Request) -> AppService:
@@ -46,7 +43,6 @@ async def show_app(app_id: str, request: Request) -> Any:
              responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)}, openapi_extra=body_doc(schemas.AppUpdate))
 async def update_app(app_id: str, request: Request, node: NodeDep) -> Any:
     app = await app_service(request).update(app_id, await json_body(request))
-    node.tasks.forget_counts(app.id)
     return json_response(app_json(app, with_secrets=True))
 
 
@@ -91,19 +87,11 @@ async def my_stats(app: AppDep, node: NodeDep) -> Any:
 
 
 async def stats_of(node: Node, app: App) -> dict[str, Any]:
-    shards = list(node.topology.shards())
-    counts = {status: 0 for status in TaskStatus}
-    for start in range(0, len(shards), _COUNT_WINDOW):
-        window = shards[start:start + _COUNT_WINDOW]
-        for status in TaskStatus:
-            found = await asyncio.gather(*(node.store.count_tasks(app.id, s, status) for s in window))
-            counts[status] += sum(found)
-    dead = 0
-    for shard in shards:
-        if dead >= DEAD_LETTER_COUNT_CAP:
-            break
-        dead += len(await node.store.list_flows_by_status(
-            shard, FlowStatus.DEAD, app.id, DEAD_LETTER_COUNT_CAP - dead + 1))
+    """The app's stats: task and dead-letter counts from the node's background counts
+    (:mod:`tjobs.task_counts`, as of ``counted_at_ms``, plus this node's own changes since), never a
+    count on the request; fires and lateness are this node's."""
+    node.tasks.counts.refresh_soon()
+    counts = node.tasks.counts.of(app.id)
     registry = node.metrics.registry
     fires = registry.get_sample_value("tjobs_fires_total", {"app": app.id, "outcome": "committed"}) or 0.0
     failures = 0.0
@@ -113,11 +101,12 @@ async def stats_of(node: Node, app: App) -> dict[str, Any]:
                             and s.labels.get("app") == app.id and s.labels.get("outcome") != "delivered")
     return {
         "app_id": app.id,
-        "active_tasks": counts[TaskStatus.ACTIVE],
-        "paused_tasks": counts[TaskStatus.PAUSED],
-        "completed_tasks": counts[TaskStatus.COMPLETED],
-        "dead_letters": min(dead, DEAD_LETTER_COUNT_CAP),
-        "dead_letters_capped": dead > DEAD_LETTER_COUNT_CAP,
+        "active_tasks": counts.active,
+        "paused_tasks": counts.paused,
+        "completed_tasks": counts.completed,
+        "dead_letters": counts.dead_letters,
+        "dead_letters_capped": False,
+        "counted_at_ms": counts.counted_at_ms,
         "fires": int(fires),
         "callback_failures": int(failures),
         "fire_lateness": _lateness(node, app.id),

@@ -283,7 +283,10 @@ class AppStats(BaseModel):
     paused_tasks: int
     completed_tasks: int
     dead_letters: int
-    dead_letters_capped: bool = Field(description="true if there are more dead letters than counted")
+    dead_letters_capped: bool = Field(description="always false: every dead letter is counted (kept for clients)")
+    counted_at_ms: int | None = Field(description=(
+        "when the node's background count behind these task and dead-letter numbers started (epoch ms; "
+        "null before its first pass); this node's own changes since then are included"))
     fires: int = Field(description="fires committed by this node since it started")
     callback_failures: int = Field(description="failed callback attempts on this node since it started")
     fire_lateness: Lateness = Field(description="this node, since it started (bucketed)")

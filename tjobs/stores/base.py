@@ -26,6 +26,9 @@ from tjobs.model import (
     TaskStatus,
 )
 
+DEAD_LETTERS = "dead_letters"
+"""The key of an app's dead flows in :meth:`TaskStore.count_by_app` (beside the task statuses)."""
+
 EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
 """The task fields an owner's edit may set (:meth:`TaskStore.edit_task`)."""
 
@@ -283,6 +286,11 @@ class TaskStore(ABC):
     @abstractmethod
     async def count_tasks(self, app_id: str, shard: int, status: TaskStatus | None = None) -> int:
         """How many of the app's tasks live in ``shard`` (in ``status``, when given)."""
+
+    @abstractmethod
+    async def count_by_app(self, database_index: int) -> dict[str, dict[str, int]]:
+        """Every app's tasks per status, and its dead letters (key :data:`DEAD_LETTERS`), over the
+        shards of one logical database: one statement, no locks. Apps with nothing there are absent."""
 
     @abstractmethod
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:

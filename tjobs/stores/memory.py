@@ -18,7 +18,7 @@ import orjson
 from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
 from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, TaskIdTaken, VersionConflict
 from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
-from tjobs.stores.base import FirePlanner, TaskStore
+from tjobs.stores.base import DEAD_LETTERS, FirePlanner, TaskStore
 from tjobs.stores.schema import clip_error
 from tjobs.stores.task_edits import check_fields, edited_row
 
@@ -390,6 +390,19 @@ class MemoryTaskStore(TaskStore):
         self._check_shard(shard)
         return sum(1 for t in self._tasks[shard].values()
                    if t.app_id == app_id and (status is None or t.status is status))
+
+    async def count_by_app(self, database_index: int) -> dict[str, dict[str, int]]:
+        await asyncio.sleep(0)
+        counts: dict[str, dict[str, int]] = {}
+        for shard in self.topology.shards_of_database(database_index):
+            for task in self._tasks[shard].values():
+                of_app = counts.setdefault(task.app_id, {})
+                of_app[task.status.value] = of_app.get(task.status.value, 0) + 1
+            for flow in self._flows[shard].values():
+                if flow.status is FlowStatus.DEAD:
+                    of_app = counts.setdefault(flow.app_id, {})
+                    of_app[DEAD_LETTERS] = of_app.get(DEAD_LETTERS, 0) + 1
+        return counts
 
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
         for shard in shards:

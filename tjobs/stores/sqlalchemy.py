@@ -59,7 +59,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.settings import StorageSettings
-from tjobs.stores.base import FirePlanner, ServerSessions, TaskStore
+from tjobs.stores.base import DEAD_LETTERS, FirePlanner, ServerSessions, TaskStore
 from tjobs.stores.layout_record import ensure_layout
 from tjobs.stores.schema import (
     app_from_row,
@@ -855,6 +855,22 @@ class SQLAlchemyTaskStore(TaskStore):
             statement = statement.where(home.tasks.c.status == status.value)
         async with self._connect(home.database.engine_url) as conn:
             return int((await conn.execute(statement, execution_options=home.options)).scalar_one())
+
+    async def count_by_app(self, database_index: int) -> dict[str, dict[str, int]]:
+        homes = [self._shard(shard) for shard in self.topology.shards_of_database(database_index)]
+        parts: list[Any] = []
+        for home in homes:
+            t, f = home.tasks.c, home.flows.c
+            parts.append(select(t.app_id, t.status, func.count()).group_by(t.app_id, t.status))
+            parts.append(select(f.app_id, literal(DEAD_LETTERS), func.count())
+                         .where(f.status == FlowStatus.DEAD.value).group_by(f.app_id))
+        counts: dict[str, dict[str, int]] = {}
+        async with self._connect(homes[0].database.engine_url) as conn:
+            rows = await conn.execute(union_all(*parts), execution_options=homes[0].options)
+            for app_id, status, count in rows:
+                of_app = counts.setdefault(str(app_id), {})
+                of_app[str(status)] = of_app.get(str(status), 0) + int(count)
+        return counts
 
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
         # One statement per database: SELECT <shard> WHERE EXISTS (an open flow due), UNION ALL over

@@ -1,0 +1,75 @@
+"""Quotas and stats count tasks in the background, never shard by shard on a request.
+
+Given a running node, when a new app registers its first task or reads its stats,
+then no request counts the app's tasks shard by shard (a background pass counts every app with one
+statement per logical database); the quota still holds, counting tasks other nodes stored once a pass
+has seen them, and stats show this node's own changes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.conftest import Tenant, task_body
+from tests.contract.backends import make_task
+from tjobs.testing import RunningNode
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def test_a_new_apps_first_create_and_its_stats_count_no_shard_on_the_request(
+    api_node: RunningNode, tenant_factory: Callable[..., Awaitable[Tenant]], admin: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = api_node.node.store
+    per_shard_counts: list[Any] = []
+    count_tasks = store.count_tasks
+
+    async def counted(*args: Any, **kwargs: Any) -> int:
+        per_shard_counts.append(args)
+        return await count_tasks(*args, **kwargs)
+
+    monkeypatch.setattr(store, "count_tasks", counted)
+    tenant = await tenant_factory("first-create")
+    created = await tenant.client.post("/v1/tasks", json=task_body(name="first"))
+    assert created.status_code == 201, created.text
+    stats = await tenant.client.get("/v1/stats")
+    assert stats.status_code == 200 and stats.json()["active_tasks"] == 1  # its own create, at once
+    assert (await admin.get(f"/v1/apps/{tenant.app.id}/stats")).status_code == 200
+    assert per_shard_counts == []
+
+
+async def test_the_quota_counts_tasks_another_node_stored_once_a_pass_has_seen_them(
+    api_node: RunningNode, tenant_factory: Callable[..., Awaitable[Tenant]],
+) -> None:
+    tenant = await tenant_factory("quota-elsewhere", max_active_tasks=3)
+    for i in range(2):  # as another node would: straight into the store
+        await api_node.node.store.insert_task(make_task(app_id=tenant.app.id, name=f"elsewhere-{i}"))
+    await api_node.node.tasks.counts.refresh()
+
+    assert (await tenant.client.post("/v1/tasks", json=task_body(name="here"))).status_code == 201
+    over = await tenant.client.post("/v1/tasks", json=task_body(name="over"))
+    assert over.status_code == 429 and over.json()["error"]["code"] == "quota_exceeded"
+
+    stats = (await tenant.client.get("/v1/stats")).json()
+    assert stats["active_tasks"] == 3
+    assert stats["counted_at_ms"] is not None and stats["counted_at_ms"] <= time.time_ns() // 1_000_000
+
+
+async def test_stats_catch_up_with_what_only_a_pass_can_see(
+    api_node: RunningNode, tenant_factory: Callable[..., Awaitable[Tenant]],
+) -> None:
+    tenant = await tenant_factory("stats-pass")
+    task = make_task(app_id=tenant.app.id, name="paused-elsewhere")
+    task.status = task.status.PAUSED
+    await api_node.node.store.insert_task(task)
+    deadline = time.monotonic() + 10
+    while (await tenant.client.get("/v1/stats")).json()["paused_tasks"] != 1:  # a read asks for a pass
+        assert time.monotonic() < deadline, "no count pass followed the stats read"
+        await asyncio.sleep(0.1)

@@ -1,0 +1,134 @@
+"""Per-app task counts for quotas and ``/v1/stats``, kept off the request path.
+
+A background pass counts every app's tasks by status, and its dead letters, with one statement per
+logical database (:meth:`tjobs.stores.base.TaskStore.count_by_app`), the databases one after another
+so a pass holds at most one connection and never crowds the fire path. Requests read the last pass
+(a *snapshot*) plus this node's own changes since that pass began (creates, pauses, resumes, deletes),
+so a client sees its own writes at once; what other nodes did, tasks completing and flows going dead
+appear with the next pass (every ``limits.task_count_refresh_s``, and soon after a stats read, at
+most every 2 s).
+
+The quota is therefore per node and optimistic: before the first pass of a node only its own creates
+count, and creates on other nodes count from the next pass on, so an app can exceed its quota by what
+the other nodes register within one refresh period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from sharding import shard_of_task_id
+from tjobs.clock import Clock
+from tjobs.model import TaskStatus
+from tjobs.stores.base import DEAD_LETTERS, TaskStore
+
+logger = logging.getLogger(__name__)
+
+MIN_ASKED_PASS_INTERVAL_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class AppCounts:
+    """One app's counts; ``counted_at_ms`` is when the pass behind them started (``None``: none yet)."""
+
+    active: int
+    paused: int
+    completed: int
+    dead_letters: int
+    counted_at_ms: int | None
+
+
+class TaskCounts:
+    def __init__(self, store: TaskStore, clock: Clock, refresh_s: float) -> None:
+        self._store = store
+        self._clock = clock
+        self._refresh_s = refresh_s
+        self._snapshot: dict[str, Counter[str]] = {}
+        self._counted_at_ms: int | None = None
+        self._since_snapshot: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        # changes to databases the running pass has counted already: the next snapshot misses them
+        self._after_counted: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._counted_databases: set[int] | None = None  # of the running pass
+        self._wake = asyncio.Event()
+        self._loop: asyncio.Task[None] | None = None
+        self._passing = asyncio.Lock()
+
+    async def start(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.create_task(self._run(), name="task-counts")
+
+    async def stop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop
+
+    def of(self, app_id: str) -> AppCounts:
+        """The app's counts: the last pass plus this node's changes since it began (never negative)."""
+        counts = Counter(self._snapshot.get(app_id, Counter()))
+        counts.update(self._since_snapshot.get(app_id, Counter()))
+        return AppCounts(
+            active=max(0, counts[TaskStatus.ACTIVE.value]),
+            paused=max(0, counts[TaskStatus.PAUSED.value]),
+            completed=max(0, counts[TaskStatus.COMPLETED.value]),
+            dead_letters=max(0, counts[DEAD_LETTERS]),
+            counted_at_ms=self._counted_at_ms,
+        )
+
+    def changed(self, app_id: str, task_id: int, before: TaskStatus | None, after: TaskStatus | None) -> None:
+        """Record this node's change of a task from ``before`` to ``after`` (``None``: absent), after
+        it committed. Kept until a pass that counted the task's database after the change ends."""
+        counted = self._counted_databases
+        database = shard_of_task_id(task_id) // self._store.topology.tables_per_database
+        targets = [self._since_snapshot[app_id]]
+        if counted is not None and database in counted:
+            targets.append(self._after_counted[app_id])
+        for deltas in targets:
+            if before is not None:
+                deltas[before.value] -= 1
+            if after is not None:
+                deltas[after.value] += 1
+
+    def refresh_soon(self) -> None:
+        """Ask the background loop for a pass now rather than at the end of its period, unless the
+        last one started less than :data:`MIN_ASKED_PASS_INTERVAL_S` ago (reads cannot drive a scan
+        loop)."""
+        last_ms = self._counted_at_ms
+        if last_ms is None or self._clock.now_ms() - last_ms >= MIN_ASKED_PASS_INTERVAL_S * 1000:
+            self._wake.set()
+
+    async def refresh(self) -> None:
+        """One full pass (the background loop's; callable directly, e.g. by tests and tools)."""
+        async with self._passing:
+            started_ms = self._clock.now_ms()
+            self._after_counted = defaultdict(Counter)
+            self._counted_databases = set()
+            totals: dict[str, Counter[str]] = defaultdict(Counter)
+            try:
+                for database in range(self._store.topology.database_count):
+                    for app_id, counts in (await self._store.count_by_app(database)).items():
+                        totals[app_id].update(counts)
+                    self._counted_databases.add(database)
+            finally:
+                self._counted_databases = None
+            self._snapshot = dict(totals)
+            self._since_snapshot = self._after_counted
+            self._counted_at_ms = started_ms
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a database down: keep the last snapshot, try next period
+                logger.warning("counting tasks failed: %s", error, extra={"action": "task_count_failed"})
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._refresh_s):
+                    await self._wake.wait()
