@@ -94,7 +94,8 @@ class Client:
 
     def update_task(self, task_id: str, *, version: int | None = None, **fields: Any) -> Task:
         """Change ``name``, ``schedule``, ``callback``, ``payload``, ``misfire_policy`` or ``delivery``;
-        with ``version``, raise :class:`VersionConflict` if the task moved on meanwhile."""
+        with ``version`` (the task's version as read), raise :class:`VersionConflict` if another edit
+        (update, pause, resume) landed since; fires never count. Without it the last edit wins."""
         if version is not None:
             fields["version"] = version
         return self._run(calls.update_task(task_id, fields))
