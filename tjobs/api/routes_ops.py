@@ -55,7 +55,8 @@ async def cluster(request: Request) -> Any:
     responses={200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
                401: {"model": schemas.Error, "description": "metrics.scrape_token is set and was not sent"},
                404: {"model": schemas.Error,
-                     "description": "metrics.enabled is false, or metrics.listen serves them elsewhere"}},
+                     "description": "metrics.enabled is false, or metrics.listen serves them elsewhere"},
+               429: {"model": schemas.Error, "description": "too many requests without a valid key (Retry-After)"}},
 )
 async def metrics(request: Request) -> Response:
     node = node_of(request)
