@@ -40,6 +40,9 @@ class Metrics:
         self.up = Gauge("tjobs_node_up", "1 while this node process serves", registry=r)
         self.up.set(1)
         self.registrations = Counter("tjobs_registrations", "Tasks registered", ["app"], registry=r)
+        self.api_rate_limited = Counter(  # app "" for requests without a valid key (tjobs.api.ratelimit)
+            "tjobs_api_rate_limited", "API requests refused with 429 by a rate limit, by bucket",
+            ["app", "bucket"], registry=r)
         # fires, lateness, callback attempts and duration, flow outcomes, throttled sends: per app, plain
         # numbers (tjobs.metrics_per_app), read by the collector at scrape
         self.per_app: dict[str, AppSeries] = {}

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import task_body
 from tjobs.settings import load_settings
@@ -51,7 +52,7 @@ def assert_rate_limited(response: httpx.Response) -> None:
 
 async def test_an_app_over_its_request_rate_gets_429_and_another_app_is_unaffected() -> None:
     async with node_with(app_requests_per_s=5) as running:
-        _, noisy_key = await running.create_app("noisy")
+        noisy_app, noisy_key = await running.create_app("noisy")
         _, quiet_key = await running.create_app("quiet")
         async with client_of(running, noisy_key) as noisy, client_of(running, quiet_key) as quiet:
             # Given: the noisy app spends its 5 tokens
@@ -64,6 +65,12 @@ async def test_an_app_over_its_request_rate_gets_429_and_another_app_is_unaffect
             assert [(await quiet.get("/v1/app")).status_code for _ in range(4)] == [200] * 4
             created = await quiet.post("/v1/tasks", json=task_body())
             assert created.status_code == 201, created.text
+            # and the refusal is counted for the operator, per app and bucket
+            scraped = (await noisy.get("/metrics")).text
+            refused = {(s.labels["app"], s.labels["bucket"]): s.value
+                       for family in text_string_to_metric_families(scraped) if family.name == "tjobs_api_rate_limited"
+                       for s in family.samples if s.name.endswith("_total")}
+            assert refused == {(noisy_app.id, "requests"): 1.0}
 
 
 async def test_expensive_reads_have_their_own_bucket() -> None:

@@ -48,7 +48,9 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     )
     api.state.node = node
     api.state.app_service = AppService(node.store, node.apps, node.settings, node.clock)
-    api.state.rate_limits = ApiRateLimits(node.settings.rate_limits)
+    api.state.rate_limits = ApiRateLimits(
+        node.settings.rate_limits,
+        on_refused=lambda app_id, bucket: node.metrics.api_rate_limited.labels(app_id, bucket).inc())
 
     @api.exception_handler(TjobsError)
     async def _tjobs_error(request: Request, error: TjobsError) -> ORJSONResponse:

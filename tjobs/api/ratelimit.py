@@ -18,7 +18,8 @@ rate). A refused request raises :class:`tjobs.errors.RateLimited`, which the API
   second. A refused key's hash is remembered for ``unknown_key_ttl_s`` (at most ``unknown_keys_max``
   of them, the oldest dropped first) and refused again without a lookup.
 
-A rate of 0 disables that limit; ``rate_limits.enabled = false`` disables all of them.
+A rate of 0 disables that limit; ``rate_limits.enabled = false`` disables all of them. Refusals are
+counted by the node in ``tjobs_api_rate_limited_total{app,bucket}``.
 """
 
 from __future__ import annotations
@@ -54,9 +55,13 @@ class _AppBuckets:
 class ApiRateLimits:
     """One node's API admission state (see the module doc)."""
 
-    def __init__(self, settings: RateLimitSettings, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: RateLimitSettings, monotonic: Callable[[], float] = time.monotonic,
+                 on_refused: Callable[[str, str], None] | None = None) -> None:
+        """``on_refused(app_id, bucket)`` sees every refusal (app ``""`` for the unauthenticated budget;
+        bucket ``requests``, ``expensive_reads``, ``creates`` or ``unauthenticated``)."""
         self._settings = settings
         self._monotonic = monotonic
+        self._on_refused = on_refused
         self._apps: dict[str, _AppBuckets] = {}
         self._unauthenticated = TokenBucket(settings.unauthenticated_per_s, settings.burst_s)
         self._refused_keys: OrderedDict[str, float] = OrderedDict()  # key hash -> refused until (monotonic s)
@@ -77,6 +82,7 @@ class ApiRateLimits:
         if expensive:
             wait_s = buckets.expensive_reads.take(now_s)
             if wait_s > 0.0:
+                self._refused(app.id, "expensive_reads")
                 raise RateLimited(f"app {app.id} is over its rate of "
                                   f"{buckets.expensive_reads.rate_per_s:g} expensive reads per second "
                                   f"(GET /v1/stats, /v1/tasks, /v1/dead-letters)", retry_after_s(wait_s))
@@ -84,6 +90,7 @@ class ApiRateLimits:
         if wait_s > 0.0:
             if expensive:
                 buckets.expensive_reads.give_back()
+            self._refused(app.id, "requests")
             raise RateLimited(f"app {app.id} is over its rate of {buckets.requests.rate_per_s:g} requests "
                               "per second", retry_after_s(wait_s))
 
@@ -94,8 +101,13 @@ class ApiRateLimits:
         bucket = self._buckets(app).creates
         wait_s = bucket.take(self._monotonic(), float(count))
         if wait_s > 0.0:
+            self._refused(app.id, "creates")
             raise RateLimited(f"app {app.id} is over its rate of {bucket.rate_per_s:g} task registrations "
                               "per second", retry_after_s(wait_s))
+
+    def _refused(self, app_id: str, bucket: str) -> None:
+        if self._on_refused is not None:
+            self._on_refused(app_id, bucket)
 
     def _buckets(self, app: App) -> _AppBuckets:
         settings = self._settings
@@ -140,6 +152,7 @@ class ApiRateLimits:
             return
         wait_s = self._unauthenticated.take(self._monotonic())
         if wait_s > 0.0:
+            self._refused("", "unauthenticated")
             raise RateLimited("too many requests without a valid API key on this node", retry_after_s(wait_s))
 
     def lookup_succeeded(self) -> None:
