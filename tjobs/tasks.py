@@ -18,7 +18,7 @@ from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaExceeded, TjobsError
 from tjobs.hotpath.base import HotPath, TaskChange
-from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
+from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
 from tjobs.schedules import normalize_schedule, parse_schedule
 from tjobs.settings import Settings
 from tjobs.ssrf import EMPTY_ALLOW_LIST, AllowList, TargetGuard, allow_list_of_app, target_field
@@ -54,9 +54,15 @@ def decode_cursor(cursor: str, size: int, field: str = "cursor") -> tuple[int, .
         parts = tuple(int(p) for p in text.split("."))
     except (ValueError, UnicodeDecodeError):
         raise InvalidInput(field, "not a cursor this API returned", "bad_cursor") from None
-    if len(parts) != size or any(p < 0 for p in parts):
+    if len(parts) != size or any(not 0 <= p <= MAX_ID for p in parts):  # in range before any store sees it
         raise InvalidInput(field, "not a cursor this API returned", "bad_cursor")
     return parts
+
+
+def _check_cursor_shard(shard: int, task_id: int, shard_count: int) -> None:
+    """A cursor's shard exists, and its task id (0: none yet) was minted in that shard."""
+    if shard > shard_count or (task_id and (shard == shard_count or shard_of_task_id(task_id) != shard)):
+        raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,8 +271,7 @@ class TaskService:
             raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
         shard, after = (0, 0) if cursor is None else decode_cursor(cursor, 2)
         shard_count = self._topology.shard_count
-        if shard > shard_count:
-            raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
+        _check_cursor_shard(shard, after, shard_count)
         items: list[Task] = []
         scanned = 0
         fetch = min(max(limit, 100), LIST_PAGE_MAX)
@@ -309,6 +314,7 @@ class TaskService:
             raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
         shard, task_id, at = (0, 0, 0) if cursor is None else decode_cursor(cursor, 3)
         shard_count = self._topology.shard_count
+        _check_cursor_shard(shard, task_id, shard_count)
         items: list[Flow] = []
         while shard < shard_count and len(items) < limit:
             window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))

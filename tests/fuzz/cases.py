@@ -99,10 +99,11 @@ HEADERS_BAD: list[Any] = [[], "x-a: b", {"bad name": "v"}, {"x-a": 1}, {"x-a": "
                           {"x-a": "v" * 4097}, {"x-a": ["v"]}, *DEEP]
 BODY_BAD: list[Any] = [1, {}, [], True, "x" * 65_537, *DEEP]
 PAYLOAD_BAD: list[Any] = [*DEEP, nested_list(255), nested_object(256), Raw("18446744073709551616"),
+                          Raw("-9223372036854775809"),
                           Raw("-9223372036854775809000"), {"n": Raw("123456789012345678901234567890")},
                           "x" * 65_537]
 
-VALID_SCHEDULES = {
+VALID_SCHEDULES: dict[str, dict[str, Any]] = {
     "delay": {"kind": "delay", "delay_ms": 3_600_000},
     "at": {"kind": "at", "at": "2030-01-01T00:00:00Z"},
     "cron": {"kind": "cron", "expr": "0 9 * * *", "timezone": "Asia/Shanghai"},
@@ -154,7 +155,7 @@ def with_field(body: dict[str, Any], path: str, value: Any, kind: str | None) ->
     if kind is not None:
         made["schedule"] = dict(VALID_SCHEDULES[kind])
     parts = path.split(".")
-    target = made
+    target: dict[str, Any] = made
     for part in parts[:-1]:
         target = target[part]
     if parts[-1] == "urls":

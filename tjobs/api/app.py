@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from tjobs import __version__
 from tjobs.api import routes_apps, routes_flows, routes_ops, routes_slo, routes_tasks, schemas
@@ -68,7 +69,10 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     @api.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, error: StarletteHTTPException) -> ORJSONResponse:
         code = _HTTP_CODES.get(error.status_code, "http_error")
-        return _error(error.status_code, code, str(error.detail), headers=dict(error.headers or {}))  # 405 keeps Allow
+        headers = dict(error.headers or {})
+        if error.status_code == 405:  # Starlette names only the first route of the path in Allow
+            headers["Allow"] = _allowed_methods(request)
+        return _error(error.status_code, code, str(error.detail), headers=headers)
 
     api.include_router(routes_tasks.router)
     api.include_router(routes_flows.router)
@@ -126,6 +130,14 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
                        max_batch_body_bytes=node.settings.api.max_batch_body_bytes)
     api.add_middleware(MetricsMiddleware, metrics=node.metrics)
     return api
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this request's path (the ``Allow`` of a 405)."""
+    methods = {method for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+               if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+                      for route in request.app.routes)}
+    return ", ".join(sorted(methods))
 
 
 def _errors_are_ours(document: dict[str, Any]) -> None:

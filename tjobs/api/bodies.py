@@ -25,7 +25,7 @@ from tjobs.errors import BodyTooLarge, InvalidInput, UnsupportedMediaType
 BATCH_PATHS = frozenset({"/v1/tasks/batch", "/v1/tasks:batch"})
 INT_MIN = -(1 << 63)
 INT_MAX = (1 << 64) - 1  # what a JSON body may hold as an integer (signed 64-bit up to unsigned 64-bit)
-_LONG_DIGITS = re.compile(rb"\d{20}")  # every integer outside the 64-bit range has at least 20 digits
+_LONG_DIGITS = re.compile(rb"\d{19}")  # every integer outside -2^63..2^64-1 has at least 19 digits
 
 
 class BodyLimitMiddleware:

@@ -64,6 +64,10 @@ async def create_tasks(request: Request) -> Any:
     if "tasks" not in body:
         raise InvalidInput("tasks", "is required", "missing")
     if isinstance(body["tasks"], list):
+        for index, item in enumerate(body["tasks"]):
+            if not isinstance(item, dict):
+                raise InvalidInput(f"tasks[{index}]", "must be a task create request (a JSON object)")
+    if isinstance(body["tasks"], list):
         admit_creates(request, app, len(body["tasks"]))
     results = await node.tasks.create_many(app, body["tasks"])
     items: list[dict[str, Any]] = []

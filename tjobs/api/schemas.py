@@ -116,7 +116,9 @@ class TaskUpdate(_Strict):
 
 
 class BatchCreate(_Strict):
-    tasks: list[TaskCreate] = Field(min_length=1, max_length=1000)
+    tasks: list[dict[str, Any]] = Field(min_length=1, max_length=1000, description=(
+        "each item a TaskCreate, validated on its own: an invalid item gets its error in the result, at its "
+        "index, and does not stop the others (an item that is not an object refuses the whole batch)"))
 
 
 class StoredCallback(BaseModel):
