@@ -14,6 +14,7 @@ import pytest
 from sharding import Topology
 from tjobs.coordinators.db_health import DatabaseHealth
 from tjobs.errors import StorageUnavailable
+from tjobs.metrics import Metrics
 from tjobs.stores.memory import MemoryTaskStore
 
 SERVERS = ["a:1", "b:2", "c:3"]
@@ -169,3 +170,16 @@ async def test_a_listener_that_failed_gets_the_paused_shards_again_at_the_next_c
     await health.check_once()  # nothing changed, but the listener is handed the set again
 
     assert calls == [frozenset({0, 1, 2, 3}), frozenset(), frozenset()]
+
+
+async def test_the_metrics_show_each_server_up_or_down_and_the_paused_shards(
+    store: ServersStore, health: DatabaseHealth
+) -> None:
+    store.down.add("b:2")
+    await health.check_once()
+    metrics = Metrics()
+    metrics.observe_db_servers(health.describe())
+    text = metrics.render().decode()
+    assert 'tjobs_db_server_up{server="a:1"} 1.0' in text
+    assert 'tjobs_db_server_up{server="b:2"} 0.0' in text
+    assert "tjobs_jobs_paused 4.0" in text
