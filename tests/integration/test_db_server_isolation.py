@@ -316,3 +316,33 @@ async def put_etcd(etcd_url: str, key: str, value: str) -> None:
     host, port = _host_port(etcd_url)
     async with aetcd.Client(host=host, port=port) as client:
         await client.put(key.encode(), value.encode())
+
+
+async def test_no_group_moves_between_nodes_while_one_server_is_down(
+    two_server_settings: Settings, proxy: TcpProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given two nodes sharing the jobs
+    caplog.set_level(logging.INFO)
+    async with contextlib.AsyncExitStack() as stack:
+        nodes = [await stack.enter_async_context(run_node(two_server_settings.model_copy(update={"node_id": f"n{i}"})))
+                 for i in range(2)]
+        shard_count = nodes[0].node.topology.shard_count
+        await wait_until(lambda: all(n.node.runner.owned for n in nodes)
+                         and sum(len(n.node.runner.owned) for n in nodes) == shard_count, 20)
+        before = [n.node.runner.owned for n in nodes]
+        caplog.clear()
+
+        # When the second server goes away for longer than the node-wide fence's limit
+        await proxy.cut()
+        await asyncio.sleep(OUTAGE_S)
+
+        # Then both nodes pause that server's shards and keep their groups: no failover, no fence
+        assert [n.node.runner.owned for n in nodes] == before
+        lost = f"127.0.0.1:{proxy.port}"
+        lost_shards = frozenset(s for s in range(shard_count) if nodes[0].node.store.server_of_shard(s) == lost)
+        for n in nodes:
+            assert n.node.runner.paused == lost_shards
+        actions = [getattr(record, "action", None) for record in caplog.records]
+        assert not {"fenced", "group_failover", "group_released", "lease_lost"} & set(actions), actions
+        await proxy.start()
+        await wait_until(lambda: all(not n.node.runner.paused for n in nodes), 10)
