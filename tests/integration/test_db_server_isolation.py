@@ -2,8 +2,9 @@
 
 Given a node whose shards live on two database servers, when one server goes away the shards of the
 other keep firing on time, the node keeps its job groups, and the lost server's shards resume when it
-answers again. The second server is the same MariaDB reached through a TCP proxy this test starts,
-cuts (listener and every connection closed: the server is gone) and restores.
+answers again; with two nodes, no group moves. The second server is the same MariaDB reached through
+a TCP proxy this test starts, cuts (listener and every connection closed: a killed server) or freezes
+(every byte held: a stopped server), and restores.
 
 Given a former owner frozen inside a fire transaction (a connection holding ``SELECT … FOR UPDATE`` on
 a task row, its sessions on record, its lease gone), the node that takes the jobs over ends its
