@@ -218,7 +218,7 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
     client = ChaosClient(rig.nodes[1], receiver.url())  # node 1 is the API entry; faults spare it
     try:
         await client.create_app()
-        start_ms = math.ceil((now_ms() + 4000) / 1000) * 1000
+        start_ms = math.ceil((now_ms() + 4000 + 25 * profile.interval_tasks) / 1000) * 1000
         end_ms = start_ms + int(profile.window_s * 1000)
         await register_intervals(client, profile.interval_tasks, start_ms, end_ms, profile.every_ms)
         stream = asyncio.create_task(stream_one_shots(client, profile.one_shots_per_s, end_ms - 4000))

@@ -81,6 +81,13 @@ def test_an_instant_off_the_schedule_or_after_an_acknowledged_pause_is_phantom()
     assert figures.lost == [(T2, 1000)]
 
 
+def test_a_recurring_task_owes_the_instants_from_its_acknowledgement_and_may_fire_those_from_its_send() -> None:
+    slow = Registered(T1, [1000, 2000, 3000, 4000], create_sent_ms=1500, create_acked_ms=3000).promise(0)
+    assert slow.must == {3000, 4000} and slow.may == {2000, 3000, 4000}
+    late_one_shot = Registered(T2, [1000], create_sent_ms=900, create_acked_ms=1500, recurring=False).promise(0)
+    assert late_one_shot.must == {1000}
+
+
 def test_a_callback_of_an_unknown_task_is_phantom_unless_a_create_went_unanswered() -> None:
     calls = [sent(999, 1000, 1010)]
     assert account({}, calls, [], deadline_ms=9999).phantom == [(999, 1000)]

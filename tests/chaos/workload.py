@@ -26,21 +26,32 @@ STOP_RACE_MS = 1000
 
 @dataclass
 class Registered:
-    """One acknowledged task: its schedule's instants and, once paused or deleted, when that was sent
-    and when it was acknowledged. It must fire the instants due :data:`STOP_RACE_MS` before the send and
-    may fire those up to the acknowledgement."""
+    """One acknowledged task: its schedule's instants, when its create was sent and acknowledged, and,
+    once paused or deleted, when that was sent and acknowledged.
+
+    A recurring task starts at the first occurrence after its create was validated: it must fire the
+    instants due from the acknowledgement on and may fire those due from the send on (a create slower
+    than the lead to ``start_at`` skips the first ones). A one-shot task owes its instant whenever it was
+    acknowledged (``fire_now``). A pause or delete cuts the promise: instants due :data:`STOP_RACE_MS`
+    before its send must fire, those due up to its acknowledgement may."""
 
     task_id: int
     instants: list[int]
+    create_sent_ms: int = 0
+    create_acked_ms: int = 0
+    recurring: bool = True
     stop_sent_ms: int | None = None
     stop_acked_ms: int | None = None
     deleted: bool = False
 
     def promise(self, server: int) -> Promise:
         must, may = self.instants, self.instants
+        if self.recurring:
+            must = [i for i in must if i >= self.create_acked_ms]
+            may = [i for i in may if i >= self.create_sent_ms]
         if self.stop_sent_ms is not None and self.stop_acked_ms is not None:
-            must = [i for i in self.instants if i < self.stop_sent_ms - STOP_RACE_MS]
-            may = [i for i in self.instants if i <= self.stop_acked_ms]
+            must = [i for i in must if i < self.stop_sent_ms - STOP_RACE_MS]
+            may = [i for i in may if i <= self.stop_acked_ms]
         return Promise(self.task_id, server, frozenset(must), frozenset(may), self.deleted)
 
 
@@ -77,6 +88,7 @@ class ChaosClient:
 
     async def _create(self, body: dict[str, Any], instants: list[int]) -> int | None:
         async with self._slots:
+            sent_ms = now_ms()
             try:
                 reply = await self.http.post("/v1/tasks", json=body)
             except httpx.HTTPError:
@@ -89,7 +101,7 @@ class ChaosClient:
                 self.book.refused_creates += 1
             return None
         task_id = int(reply.json()["id"])
-        self.book.tasks[task_id] = Registered(task_id, instants)
+        self.book.tasks[task_id] = Registered(task_id, instants, sent_ms, now_ms(), recurring=len(instants) > 1)
         return task_id
 
     async def create_interval(self, start_ms: int, end_ms: int, every_ms: int) -> int | None:
