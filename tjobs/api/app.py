@@ -9,6 +9,7 @@ Routes live in ``routes_tasks`` (tasks), ``routes_flows`` (flows, dead letters),
 stats), ``routes_ops`` (``/v1/cluster``, ``/metrics``); ``/healthz`` and ``/readyz`` are here.
 """
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -133,8 +134,15 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
 
 
 def _allowed_methods(request: Request) -> str:
-    """Every method some route serves at this request's path (the ``Allow`` of a 405)."""
-    methods = {method for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+    """The ``Allow`` of a 405: the methods of the documented path this request names (a literal path wins
+    over a template: ``/v1/tasks/batch`` is not ``/v1/tasks/{task_id}``), else of every route matching it."""
+    path = request.url.path
+    documented = request.app.openapi().get("paths", {})
+    templates = sorted((t.count("{"), t) for t in documented
+                       if re.fullmatch(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(t)), path))
+    if templates:
+        return ", ".join(sorted(method.upper() for method in documented[templates[0][1]]))
+    methods = {method for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
                if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
                       for route in request.app.routes)}
     return ", ".join(sorted(methods))
