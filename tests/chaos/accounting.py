@@ -37,6 +37,8 @@ class Promise:
     must: frozenset[int]
     may: frozenset[int]
     deleted: bool = False
+    create_sent_ms: int = 0
+    create_acked_ms: int = 0  # an instant due before this measures the create path, not firing
 
     def __post_init__(self) -> None:
         if not self.must <= self.may:
@@ -145,10 +147,13 @@ def select(
     tasks: set[int] | None = None, due_from_ms: int | None = None, due_until_ms: int | None = None,
 ) -> list[int]:
     """The lateness values (ms) of instants matching every given filter: task on one of ``servers``, task in
-    ``tasks``, instant in ``[due_from_ms, due_until_ms]``."""
+    ``tasks``, instant in ``[due_from_ms, due_until_ms]``; never an instant due before its task's create
+    was acknowledged (that lateness is the create's)."""
     chosen = []
     for (task_id, instant), late in late_ms.items():
         promise = promises[task_id]
+        if instant < promise.create_acked_ms:
+            continue
         if servers is not None and promise.server not in servers:
             continue
         if tasks is not None and task_id not in tasks:

@@ -134,6 +134,13 @@ class Outcome:
         return select(self.figures.first_send_late_ms, self.promises, servers=servers,
                       due_from_ms=self.window.start_ms, due_until_ms=self.window.end_ms)
 
+    def healthy_create_ms(self) -> list[int]:
+        """How long the acknowledged creates sent during the fault, of tasks on the other servers, took."""
+        assert self.window.victim_server is not None
+        return [p.create_acked_ms - p.create_sent_ms for p in self.promises.values()
+                if p.server != self.window.victim_server
+                and self.window.start_ms <= p.create_sent_ms <= self.window.end_ms]
+
     def victim_delivered_late_ms(self) -> list[int]:
         """Lateness of deliveries of instants due during the fault, of tasks in the victim node's jobs."""
         return select(self.figures.delivered_late_ms, self.promises, tasks=self.victim_tasks(),
@@ -151,7 +158,7 @@ class Outcome:
         path.write_text(json.dumps({
             "summary": self.summary(), "deadline_ms": self.deadline_ms,
             "window": {**asdict(self.window), "victim_jobs": sorted(self.window.victim_jobs)},
-            "promises": [{"task_id": p.task_id, "server": p.server, "must": sorted(p.must), "may": sorted(p.may),
+            "promises": [{**asdict(p), "must": sorted(p.must), "may": sorted(p.may),
                           "shard": shard_of_task_id(p.task_id)} for p in self.promises.values()],
             "callbacks": [asdict(c) for c in self.callbacks], "flows": [asdict(f) for f in self.flows],
         }))
@@ -173,6 +180,9 @@ class Outcome:
             healthy = self.healthy_first_send_late_ms()
             parts.append(f"healthy_server n={len(healthy)} p99={percentile(healthy, 0.99)}ms "
                          f"max={max(healthy, default=0)}ms")
+            creates = self.healthy_create_ms()
+            parts.append(f"healthy_creates_in_fault n={len(creates)} p99={percentile(creates, 0.99)}ms "
+                         f"max={max(creates, default=0)}ms")
         if self.window.victim_jobs:
             victim = self.victim_delivered_late_ms()
             parts.append(f"victim_due_in_fault n={len(victim)} max={max(victim, default=0)}ms")

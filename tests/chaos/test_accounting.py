@@ -88,6 +88,12 @@ def test_a_recurring_task_owes_the_instants_from_its_acknowledgement_and_may_fir
     assert late_one_shot.must == {1000}
 
 
+def test_lateness_leaves_out_instants_due_before_the_create_was_acknowledged() -> None:
+    owed = {T1: Promise(T1, 0, frozenset({1000, 2000}), frozenset({1000, 2000}), create_acked_ms=1500)}
+    figures = account(owed, [sent(T1, 1000, 1600), sent(T1, 2000, 2050)], [], deadline_ms=9999)
+    assert select(figures.first_send_late_ms, owed) == [50]
+
+
 def test_a_callback_of_an_unknown_task_is_phantom_unless_a_create_went_unanswered() -> None:
     calls = [sent(999, 1000, 1010)]
     assert account({}, calls, [], deadline_ms=9999).phantom == [(999, 1000)]

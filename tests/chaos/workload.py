@@ -52,7 +52,8 @@ class Registered:
         if self.stop_sent_ms is not None and self.stop_acked_ms is not None:
             must = [i for i in must if i < self.stop_sent_ms - STOP_RACE_MS]
             may = [i for i in may if i <= self.stop_acked_ms]
-        return Promise(self.task_id, server, frozenset(must), frozenset(may), self.deleted)
+        return Promise(self.task_id, server, frozenset(must), frozenset(may), self.deleted,
+                       self.create_sent_ms, self.create_acked_ms)
 
 
 @dataclass
