@@ -176,14 +176,16 @@ def percentile(values: Sequence[int], fraction: float) -> int:
 
 def stale_sends(
     callbacks: Iterable[Callback], flows: Iterable[StoredFlow], *, sender: str, stopped_ms: int,
-    resumed_ms: int, grace_ms: int = 200,
+    resumed_ms: int, owns_again_ms: int | None = None, grace_ms: int = 200,
 ) -> list[Callback]:
     """Requests ``sender`` (a node frozen from ``stopped_ms`` to ``resumed_ms``, whose lease expired
-    meanwhile) sent after it resumed, for flows committed before it froze: a node whose lease expired must
-    stop sending what it held."""
+    meanwhile) sent after it resumed and before it held jobs again (``owns_again_ms``; ``None``: never),
+    for flows committed before it froze: a node whose lease expired must stop sending what it held. Once
+    it owns jobs again, its compensator may rightly re-drive them."""
     committed_before = {(f.task_id, f.scheduled_at_ms) for f in flows if f.created_at_ms <= stopped_ms}
+    until_ms = owns_again_ms if owns_again_ms is not None else math.inf
     return [
         c for c in callbacks
-        if c.sender == sender and c.received_ms > resumed_ms + grace_ms
+        if c.sender == sender and resumed_ms + grace_ms < c.received_ms < until_ms
         and (c.task_id, c.scheduled_at_ms) in committed_before
     ]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import httpx
+
 from tests.chaos.receiver import ReceiverFaults
 from tests.chaos.scenario import Fault, FaultWindow, Stage
 from tjobs.bench.cluster_rig import now_ms
@@ -47,10 +49,27 @@ def freeze_node(index: int = VICTIM_NODE, frozen_s: float = 10.0) -> Fault:
             await asyncio.sleep(frozen_s)
         finally:
             stage.rig.signal(index, signal.SIGCONT)
-        return FaultWindow(f"SIGSTOP primary {frozen_s:g}s", stopped_ms, now_ms(), victim_node=index,
-                           victim_jobs=jobs)
+        resumed_ms = now_ms()
+        return FaultWindow(f"SIGSTOP primary {frozen_s:g}s", stopped_ms, resumed_ms, victim_node=index,
+                           victim_jobs=jobs, victim_owns_again_ms=await _owns_jobs_again(stage, index))
 
     return fault
+
+
+async def _owns_jobs_again(stage: Stage, index: int, timeout_s: float = 20.0) -> int | None:
+    """When node ``index`` (just resumed) first reports owned jobs while not fenced, polled every 100 ms;
+    ``None`` if not within ``timeout_s``. (Right after SIGCONT its view may still list the jobs it held,
+    with a fence reason set: that is not owning them.)"""
+    deadline_ms = now_ms() + int(timeout_s * 1000)
+    while now_ms() < deadline_ms:
+        try:
+            view = await stage.api.view(stage.rig.nodes[index])
+            if view.get("jobs") and view.get("owned_jobs") and view.get("fenced") is None:
+                return now_ms()
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.1)
+    return None
 
 
 def terminate_node(index: int = VICTIM_NODE) -> Fault:

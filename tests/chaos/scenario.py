@@ -89,6 +89,7 @@ class FaultWindow:
     victim_node: int | None = None
     victim_server: int | None = None
     victim_jobs: frozenset[int] = frozenset()
+    victim_owns_again_ms: int | None = None  # a resumed victim: when it first held jobs again
 
 
 @dataclass
@@ -149,7 +150,8 @@ class Outcome:
     def stale_sends(self) -> list[Callback]:
         assert self.window.victim_node is not None
         return stale_sends(self.callbacks, self.flows, sender=f"tjobs-rig/node{self.window.victim_node}",
-                           stopped_ms=self.window.start_ms, resumed_ms=self.window.end_ms)
+                           stopped_ms=self.window.start_ms, resumed_ms=self.window.end_ms,
+                           owns_again_ms=self.window.victim_owns_again_ms)
 
     def dump(self, directory: str) -> Path:
         """Write the run's raw record (window, promises, callbacks, flows) as JSON, for diagnosis."""

@@ -125,3 +125,5 @@ def test_stale_sends_are_the_frozen_nodes_requests_after_it_resumed_for_flows_co
         sent(T1, 6000, 12_000, sender="n2"),  # committed after the freeze began: not the frozen node's
     ]
     assert stale_sends(calls, flows, sender="n2", stopped_ms=1000, resumed_ms=11_000) == [calls[1]]
+    owning = stale_sends(calls, flows, sender="n2", stopped_ms=1000, resumed_ms=11_000, owns_again_ms=11_500)
+    assert owning == [], "once it holds jobs again its re-drives are its own"
