@@ -25,6 +25,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# what tjobs.validation refuses in names, keys and header values: control characters (C0, DEL, C1), and
+# a name or a key of whitespace only
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
+HEADER_VALUE = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f-\x9f]*$")]
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 
@@ -85,16 +92,17 @@ class CallbackSpec(_Strict):
     url: str | None = Field(default=None, description="unicast target (http/https), or give urls")
     urls: list[str] | None = Field(default=None, description="multicast targets (1..10)")
     method: Method = "POST"
-    headers: dict[str, str] = Field(default_factory=dict, description="at most 20 custom headers")
+    headers: dict[str, HEADER_VALUE] = Field(default_factory=dict, max_length=20,
+                                             description="at most 20 custom headers")
     body: str | None = Field(default=None, description="raw request body (else the task payload as JSON)")
     timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
     max_attempts: int | None = Field(default=None, ge=1, le=50)
-    max_age_s: int | None = Field(default=None, ge=1)
+    max_age_s: int | None = Field(default=None, ge=1, le=30 * 86_400)
 
 
 class TaskCreate(_Strict):
-    name: str = Field(min_length=1, max_length=200)
-    key: str | None = Field(default=None, min_length=1, max_length=200,
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
+    key: str | None = Field(default=None, min_length=1, max_length=200, pattern=KEY_PATTERN,
                             description="idempotency key, unique per app")
     schedule: Schedule
     callback: CallbackSpec
@@ -104,7 +112,7 @@ class TaskCreate(_Strict):
 
 
 class TaskUpdate(_Strict):
-    name: str | None = Field(default=None, min_length=1, max_length=200)
+    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN)
     schedule: Schedule | None = None
     callback: CallbackSpec | None = None
     payload: JsonValue = None
@@ -219,21 +227,22 @@ class RedriveResult(BaseModel):
 
 class CallbackDefaults(_Strict):
     method: Method | None = None
-    headers: dict[str, str] | None = None
+    headers: dict[str, HEADER_VALUE] | None = Field(default=None, max_length=20)
     timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
     max_attempts: int | None = Field(default=None, ge=1, le=50)
-    max_age_s: int | None = Field(default=None, ge=1)
+    max_age_s: int | None = Field(default=None, ge=1, le=30 * 86_400)
 
 
 class AppCreate(_Strict):
-    name: str = Field(min_length=1, max_length=100)
+    name: str = Field(min_length=1, max_length=100, pattern=NAME_PATTERN)
     rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
     max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
     allowed_callback_hosts: list[str] | None = Field(
         default=None, max_length=100,
         description="host names, *.suffix, addresses or networks admitted despite the SSRF policy")
     callback_defaults: CallbackDefaults | None = None
-    max_active_tasks: int | None = Field(default=None, ge=0, description="0: the node's default quota")
+    max_active_tasks: int | None = Field(default=None, ge=0, le=1_000_000_000_000,
+                                         description="0: the node's default quota")
     api_rate_limit_per_s: float | None = Field(
         default=None, gt=0, le=1_000_000, description="API requests per second on each node (429 beyond); "
         "null: rate_limits.app_requests_per_s")
@@ -243,12 +252,12 @@ class AppCreate(_Strict):
 
 
 class AppUpdate(_Strict):
-    name: str | None = Field(default=None, min_length=1, max_length=100)
+    name: str | None = Field(default=None, min_length=1, max_length=100, pattern=NAME_PATTERN)
     rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
     max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
     allowed_callback_hosts: list[str] | None = Field(default=None, max_length=100)
     callback_defaults: CallbackDefaults | None = None
-    max_active_tasks: int | None = Field(default=None, ge=0)
+    max_active_tasks: int | None = Field(default=None, ge=0, le=1_000_000_000_000)
     api_rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
     create_rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
 
