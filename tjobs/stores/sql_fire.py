@@ -184,7 +184,7 @@ class FireTransaction:
             after = Task(
                 task.id, task.app_id, task.name, task.key, task.schedule, task.callback, task.payload,
                 task.misfire_policy, task.delivery, plan.status, plan.next_run_at_ms, task.version + 1,
-                task.fire_count + plan.fires_added, task.created_at_ms, self.now_ms,
+                task.fire_count + plan.fires_added, task.created_at_ms, self.now_ms, task.revision,
             )
             state[task.id] = after
             advanced[home.shard][task.id] = after
