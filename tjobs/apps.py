@@ -243,6 +243,11 @@ class AppDirectory:
         self.put(app)
         return app
 
+    def known_app(self, api_key_hash: str) -> App | None:
+        """The app this node accepted the key with this hash for, without the store (maybe stale)."""
+        cached = self._by_key_hash.get(api_key_hash)
+        return None if cached is None else cached[1]
+
     def knows_key_hash(self, api_key_hash: str) -> bool:
         """This node has accepted the key with this hash before (its cache entry may be stale)."""
         return api_key_hash in self._by_key_hash

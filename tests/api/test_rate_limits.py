@@ -12,7 +12,7 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -66,11 +66,12 @@ async def test_an_app_over_its_request_rate_gets_429_and_another_app_is_unaffect
             created = await quiet.post("/v1/tasks", json=task_body())
             assert created.status_code == 201, created.text
             # and the refusal is counted for the operator, per app and bucket
-            scraped = (await noisy.get("/metrics")).text
-            refused = {(s.labels["app"], s.labels["bucket"]): s.value
+            async with httpx.AsyncClient(base_url=running.base_url) as scraper:  # an app key is charged anywhere
+                scraped = (await scraper.get("/metrics")).text
+            refusals = {(s.labels["app"], s.labels["bucket"]): s.value
                        for family in text_string_to_metric_families(scraped) if family.name == "tjobs_api_rate_limited"
                        for s in family.samples if s.name.endswith("_total")}
-            assert refused == {(noisy_app.id, "requests"): 1.0}
+            assert refusals == {(noisy_app.id, "requests"): 1.0}
 
 
 async def test_expensive_reads_have_their_own_bucket() -> None:
@@ -206,3 +207,52 @@ async def test_rate_limits_can_be_switched_off() -> None:
         async with client_of(running, key) as client, httpx.AsyncClient(base_url=running.base_url) as anyone:
             assert [(await client.get("/v1/app")).status_code for _ in range(10)] == [200] * 10
             assert [(await anyone.get("/v1/app")).status_code for _ in range(10)] == [401] * 10
+
+
+async def test_admission_middleware_refuses_a_known_app_before_the_inner_layers() -> None:
+    from tjobs.api.ratelimit import ADMITTED, AdmissionMiddleware, ApiRateLimits
+    from tjobs.apps import hash_api_key
+    from tjobs.settings import RateLimitSettings
+
+    class Directory:  # the one AppDirectory call the middleware makes
+        def __init__(self, known: dict[str, Any]) -> None:
+            self.known = known
+
+        def known_app(self, api_key_hash: str) -> Any:
+            return self.known.get(api_key_hash)
+
+    class Known:
+        id = "app_known"
+        settings: ClassVar[dict[str, Any]] = {}
+
+    reached: list[dict[str, Any]] = []
+
+    async def inner(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        reached.append(scope)
+
+    limits = ApiRateLimits(RateLimitSettings(app_requests_per_s=1, burst_s=1))
+    middleware = AdmissionMiddleware(inner, limits, Directory({hash_api_key("tjk_known"): Known()}))  # type: ignore[arg-type]
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    def scope(key: str | None) -> dict[str, Any]:
+        headers = [] if key is None else [(b"authorization", f"Bearer {key}".encode())]
+        return {"type": "http", "method": "GET", "path": "/v1/app", "headers": headers}
+
+    await middleware(scope("tjk_known"), None, send)  # admitted: the inner layers run, told so
+    assert len(reached) == 1 and reached[0][ADMITTED] == "app_known" and sent == []
+    await middleware(scope("tjk_known"), None, send)  # over the rate: answered here
+    assert len(reached) == 1
+    assert sent[0]["status"] == 429 and (b"retry-after", b"1") in sent[0]["headers"]
+    assert orjson_loads(sent[1]["body"])["error"]["code"] == "rate_limited"
+    await middleware(scope("tjk_unknown"), None, send)  # not known here: the full path decides
+    await middleware(scope(None), None, send)
+    assert len(reached) == 3 and ADMITTED not in reached[1] and ADMITTED not in reached[2]
+
+
+def orjson_loads(raw: bytes) -> Any:
+    import orjson
+
+    return orjson.loads(raw)

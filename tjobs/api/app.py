@@ -23,7 +23,7 @@ from tjobs.api import routes_apps, routes_flows, routes_ops, routes_slo, routes_
 from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
-from tjobs.api.ratelimit import ApiRateLimits
+from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
 from tjobs.apps import AppService
 from tjobs.errors import TjobsError
 from tjobs.model import App
@@ -130,6 +130,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.add_middleware(BodyLimitMiddleware, max_body_bytes=node.settings.api.max_body_bytes,
                        max_batch_body_bytes=node.settings.api.max_batch_body_bytes)
     api.add_middleware(MetricsMiddleware, metrics=node.metrics)
+    api.add_middleware(AdmissionMiddleware, limits=api.state.rate_limits, directory=node.apps)  # outermost
     return api
 
 

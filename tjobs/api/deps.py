@@ -30,7 +30,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from tjobs.api.bodies import parse_json, require_json_content_type
-from tjobs.api.ratelimit import ApiRateLimits
+from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
 from tjobs.api.schemas import Error
 from tjobs.apps import hash_api_key
 from tjobs.errors import InvalidInput, NotFound, RateLimited, TjobsError, Unauthorized
@@ -107,8 +107,9 @@ async def _authenticate(request: Request, key: str | None) -> App:
         raise Unauthorized("unknown API key")
     if unseen:
         limits.lookup_succeeded()
-    route = request.scope.get("route")
-    limits.admit_request(app, request.method, getattr(route, "path", None))
+    if request.scope.get(ADMITTED) != app.id:  # else AdmissionMiddleware took its token already
+        route = request.scope.get("route")
+        limits.admit_request(app, request.method, getattr(route, "path", None))
     return app
 
 

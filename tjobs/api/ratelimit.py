@@ -18,6 +18,11 @@ rate). A refused request raises :class:`tjobs.errors.RateLimited`, which the API
   second. A refused key's hash is remembered for ``unknown_key_ttl_s`` (at most ``unknown_keys_max``
   of them, the oldest dropped first) and refused again without a lookup.
 
+An app's request token is taken by :class:`AdmissionMiddleware`, in front of every other layer, when
+this node has accepted its key before, so a refused request costs no routing, dependency solving or
+request accounting (it is counted only in ``tjobs_api_rate_limited_total``); the authentication that
+follows for an admitted request does not take it again. A key not yet known takes the whole path.
+
 A rate of 0 disables that limit; ``rate_limits.enabled = false`` disables all of them. Refusals are
 counted by the node in ``tjobs_api_rate_limited_total{app,bucket}``.
 """
@@ -28,9 +33,16 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+import orjson
+
+from tjobs.apps import hash_api_key
 from tjobs.errors import RateLimited
 from tjobs.model import App
+
+if TYPE_CHECKING:
+    from tjobs.apps import AppDirectory
 from tjobs.settings import RateLimitSettings
 from tjobs.token_bucket import TokenBucket
 
@@ -159,3 +171,50 @@ class ApiRateLimits:
         """An unseen key looked up under :meth:`admit_unauthenticated` was valid: its token goes back."""
         if self._settings.enabled:
             self._unauthenticated.give_back()
+
+
+ADMITTED = "tjobs.admitted_app"  # scope key: the app whose request token AdmissionMiddleware took
+
+
+class AdmissionMiddleware:
+    """Takes a known app's request token before anything else runs, and answers 429 itself when refused.
+
+    A key is known when this node accepted it before (:meth:`tjobs.apps.AppDirectory.known_app`, even
+    if that cache entry is stale: refusing with a stale app only answers 429 where 401 may be due).
+    Authentication still happens in the route as before; this only moves the token-take forward.
+    """
+
+    def __init__(self, app: Any, limits: ApiRateLimits, directory: AppDirectory) -> None:
+        self.app = app
+        self._limits = limits
+        self._directory = directory
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self._limits.enabled:
+            key = _bearer_key(scope)
+            known = None if key is None else self._directory.known_app(hash_api_key(key))
+            if known is not None:
+                try:
+                    self._limits.admit_request(known, scope["method"], scope["path"])
+                except RateLimited as refused:
+                    await _refuse(send, refused)
+                    return
+                scope[ADMITTED] = known.id
+        await self.app(scope, receive, send)
+
+
+def _bearer_key(scope: dict[str, Any]) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, key = value.decode("latin-1").partition(" ")
+            key = key.strip()
+            return key if scheme.lower() == "bearer" and key else None
+    return None
+
+
+async def _refuse(send: Any, refused: RateLimited) -> None:
+    body = orjson.dumps({"error": {"code": refused.code, "message": refused.message}})
+    await send({"type": "http.response.start", "status": 429, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(refused.retry_after_s).encode())]})
+    await send({"type": "http.response.body", "body": body})
