@@ -74,7 +74,7 @@ class ChaosClient:
         self.http = httpx.AsyncClient(base_url=node.base_url, timeout=10.0)
         self.app_id = ""
         self.book = Book()
-        self._slots = asyncio.Semaphore(16)
+        self._slots = asyncio.Semaphore(64)  # creates to a stalled server must not starve the others
 
     async def close(self) -> None:
         await self.http.aclose()
