@@ -250,11 +250,13 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
         unreadable = await client.unreadable()
         owed = promises(rig, client.book)
         callbacks = list(receiver.callbacks)
-        figures = account(owed, callbacks, flows, deadline_ms=deadline_ms, unreadable=unreadable,
+        figures = account(owed, callbacks, flows, deadline_ms=deadline_ms, unreadable=sorted(unreadable),
                           unanswered_creates=client.book.unanswered_creates)
         outcome = Outcome(profile, window, figures, owed, callbacks, flows, deadline_ms)
         outcome.notes["creates_unanswered"] = client.book.unanswered_creates
         outcome.notes["creates_refused"] = client.book.refused_creates
+        if unreadable:
+            outcome.notes["unreadable_answers"] = ",".join(sorted(set(unreadable.values())))
         OUTCOMES.append(outcome)
         if os.environ.get("TJOBS_TEST_CHAOS_DUMP_DIR"):
             outcome.dump(os.environ["TJOBS_TEST_CHAOS_DUMP_DIR"])

@@ -135,19 +135,25 @@ class ChaosClient:
                 break
         return False
 
-    async def unreadable(self) -> list[int]:
-        """Acknowledged, not deleted tasks that ``GET /v1/tasks/{id}`` does not answer with 200."""
+    async def unreadable(self) -> dict[int, str]:
+        """Acknowledged, not deleted tasks that ``GET /v1/tasks/{id}`` does not answer with 200, with what it
+        answered (a 429 or 503 is asked again after its Retry-After, 3 times at most)."""
 
-        async def readable(task_id: int) -> bool:
-            async with self._slots:
-                try:
-                    return (await self.http.get(f"/v1/tasks/{task_id}")).status_code == 200
-                except httpx.HTTPError:
-                    return False
+        async def answer(task_id: int) -> str:
+            for _ in range(4):
+                async with self._slots:
+                    try:
+                        reply = await self.http.get(f"/v1/tasks/{task_id}")
+                    except httpx.HTTPError as error:
+                        return type(error).__name__
+                if reply.status_code not in (429, 503):
+                    break
+                await asyncio.sleep(min(float(reply.headers.get("retry-after", "1") or 1), 5.0))
+            return str(reply.status_code)
 
         ids = [t.task_id for t in self.book.tasks.values() if not t.deleted]
-        answers = await asyncio.gather(*(readable(task_id) for task_id in ids))
-        return [task_id for task_id, ok in zip(ids, answers, strict=True) if not ok]
+        answers = await asyncio.gather(*(answer(task_id) for task_id in ids))
+        return {task_id: got for task_id, got in zip(ids, answers, strict=True) if got != "200"}
 
 
 async def register_intervals(client: ChaosClient, count: int, start_ms: int, end_ms: int, every_ms: int) -> None:
