@@ -430,6 +430,10 @@ class JobRunner:
                         extra={"action": "fire_commit_found", "flow_id": flow.id})
             self.stats.flows_sent += 1
             self._flow_sink(task, flow)
+        self._offer_next_run(task)
+
+    def _offer_next_run(self, task: Task) -> None:
+        """Put the task's next run in the wheel when it is due within this cycle on a shard we fire."""
         if (
             task.status is TaskStatus.ACTIVE
             and task.next_run_at_ms is not None
@@ -459,11 +463,5 @@ class JobRunner:
             if flow.kind is FlowKind.MISFIRE:
                 key = task.misfire_policy.value
                 self.stats.misfires[key] = self.stats.misfires.get(key, 0) + 1
-        if (
-            task.status is TaskStatus.ACTIVE
-            and task.next_run_at_ms is not None
-            and task.next_run_at_ms < self._horizon_ms
-            and self._fires(shard_of_task_id(task.id))
-        ):
-            self._offer(task.id, task.app_id, task.next_run_at_ms, task.version, task.misfire_policy)
+        self._offer_next_run(task)
         return None
