@@ -12,6 +12,7 @@ from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_ob
 from tjobs.api.render import app_json
 from tjobs.apps import AppService
 from tjobs.errors import InvalidInput
+from tjobs.metrics_per_app import Buckets
 from tjobs.model import App
 
 if TYPE_CHECKING:
@@ -92,13 +93,10 @@ async def stats_of(node: Node, app: App) -> dict[str, Any]:
     count on the request; fires and lateness are this node's."""
     node.tasks.counts.refresh_soon()
     counts = node.tasks.counts.of(app.id)
-    registry = node.metrics.registry
-    fires = registry.get_sample_value("tjobs_fires_total", {"app": app.id, "outcome": "committed"}) or 0.0
-    failures = 0.0
-    for metric in registry.collect():
-        if metric.name == "tjobs_callback_attempts":
-            failures += sum(s.value for s in metric.samples if s.name.endswith("_total")
-                            and s.labels.get("app") == app.id and s.labels.get("outcome") != "delivered")
+    series = node.metrics.per_app.get(app.id)  # this app's own numbers: no walk over every app's series
+    fires = series.fires if series is not None else 0
+    failures = 0 if series is None else sum(
+        attempts for (outcome, _status), attempts in series.attempts.items() if outcome != "delivered")
     return {
         "app_id": app.id,
         "active_tasks": counts.active,
@@ -109,20 +107,19 @@ async def stats_of(node: Node, app: App) -> dict[str, Any]:
         "counted_at_ms": counts.counted_at_ms,
         "fires": int(fires),
         "callback_failures": int(failures),
-        "fire_lateness": _lateness(node, app.id),
+        "fire_lateness": _lateness(series.fire_lateness if series is not None else None),
         "fire_lateness_recent": node.slo.lateness.windows(app.id),
     }
 
 
-def _lateness(node: Node, app_id: str) -> dict[str, Any]:
-    buckets: list[tuple[float, float]] = []
-    for metric in node.metrics.registry.collect():
-        if metric.name == "tjobs_fire_lateness_seconds":
-            buckets = sorted(
-                (float(s.labels["le"]), s.value) for s in metric.samples
-                if s.name.endswith("_bucket") and s.labels.get("app") == app_id
-            )
-    total = int(buckets[-1][1]) if buckets else 0
+def _lateness(histogram: Buckets | None) -> dict[str, Any]:
+    buckets: list[tuple[float, int]] = []
+    if histogram is not None:
+        seen = 0
+        for bound, count in zip((*histogram.bounds, math.inf), histogram.counts, strict=True):
+            seen += count
+            buckets.append((bound, seen))
+    total = buckets[-1][1] if buckets else 0
 
     def quantile(q: float) -> float | None:
         if total == 0:
