@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp
 
 from tjobs import __version__
 from tjobs.api import routes_apps, routes_flows, routes_ops, routes_slo, routes_tasks, schemas
@@ -130,8 +131,19 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.add_middleware(BodyLimitMiddleware, max_body_bytes=node.settings.api.max_body_bytes,
                        max_batch_body_bytes=node.settings.api.max_batch_body_bytes)
     api.add_middleware(MetricsMiddleware, metrics=node.metrics)
-    api.add_middleware(AdmissionMiddleware, limits=api.state.rate_limits, directory=node.apps)  # outermost
+    _admit_first(api, api.state.rate_limits, node)
     return api
+
+
+def _admit_first(api: FastAPI, limits: ApiRateLimits, node: "Node") -> None:
+    """Put :class:`AdmissionMiddleware` outside even the error and telemetry layers FastAPI adds itself,
+    so a refused request's 429 goes straight to the server's ``send`` (nothing it skips can fail it)."""
+    build_stack = api.build_middleware_stack
+
+    def build_admitted_stack() -> ASGIApp:
+        return AdmissionMiddleware(build_stack(), limits=limits, directory=node.apps)
+
+    api.build_middleware_stack = build_admitted_stack  # type: ignore[method-assign]
 
 
 def _allowed_methods(request: Request) -> str:

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from starlette.types import Receive, Scope, Send
 
 from tjobs.apps import hash_api_key
 from tjobs.errors import RateLimited
@@ -189,7 +190,7 @@ class AdmissionMiddleware:
         self._limits = limits
         self._directory = directory
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._limits.enabled:
             key = _bearer_key(scope)
             known = None if key is None else self._directory.known_app(hash_api_key(key))
@@ -203,7 +204,7 @@ class AdmissionMiddleware:
         await self.app(scope, receive, send)
 
 
-def _bearer_key(scope: dict[str, Any]) -> str | None:
+def _bearer_key(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, key = value.decode("latin-1").partition(" ")
@@ -212,7 +213,7 @@ def _bearer_key(scope: dict[str, Any]) -> str | None:
     return None
 
 
-async def _refuse(send: Any, refused: RateLimited) -> None:
+async def _refuse(send: Send, refused: RateLimited) -> None:
     body = orjson.dumps({"error": {"code": refused.code, "message": refused.message}})
     await send({"type": "http.response.start", "status": 429, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

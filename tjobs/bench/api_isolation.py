@@ -61,6 +61,7 @@ class Phase:
     flood_statuses: dict[str, int] = field(default_factory=dict)
     flood_achieved_per_s: float = 0.0
     node_cpu_s: float = 0.0
+    flood_client_cpu_s: float = 0.0  # the flooder process's own CPU: it shares the machine's cores with the node
     load_average_1m: float = 0.0
 
 
@@ -118,7 +119,8 @@ async def _flood(session: ClientSession, url: str, headers: dict[str, str], rate
     return total / (time.perf_counter() - started)
 
 
-async def _flood_in_child(url: str, key: str, rate: float, duration_s: float, statuses: Counter[str]) -> float:
+async def _flood_in_child(url: str, key: str, rate: float, duration_s: float,
+                          statuses: Counter[str]) -> tuple[float, float]:
     """Run the flooder in its own process, so its client's CPU does not delay the victim's client."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tjobs.bench.api_isolation", "--flood-child", url, "--flood-key", key,
@@ -126,14 +128,14 @@ async def _flood_in_child(url: str, key: str, rate: float, duration_s: float, st
     out, _ = await process.communicate()
     result = json.loads(out)
     statuses.update(result["statuses"])
-    return float(result["achieved_per_s"])
+    return float(result["achieved_per_s"]), float(result["cpu_s"])
 
 
 async def _flood_child(url: str, key: str, rate: float, duration_s: float) -> None:
     statuses: Counter[str] = Counter()
     async with _session(512) as session:
         achieved = await _flood(session, url, _headers(key), rate, duration_s, statuses)
-    print(json.dumps({"statuses": statuses, "achieved_per_s": achieved}))
+    print(json.dumps({"statuses": statuses, "achieved_per_s": achieved, "cpu_s": time.process_time()}))
 
 
 async def run(base_url: str, admin_key: str, node_pid: int, *, victim_rate: float, flood_rate: float, flood_path: str,
@@ -155,10 +157,10 @@ async def run(base_url: str, admin_key: str, node_pid: int, *, victim_rate: floa
             victim_task = asyncio.ensure_future(_victim(session, victim_url, ids, victim_key, victim_rate, duration_s,
                                                         statuses, latencies))
             cpu0 = (process_cpu_s(node_pid) or 0.0)
-            achieved = 0.0
+            achieved = client_cpu_s = 0.0
             if name == "flood":
-                achieved = await _flood_in_child(f"{base_url}{flood_path}", flooder, flood_rate, duration_s,
-                                                 flood_statuses)
+                achieved, client_cpu_s = await _flood_in_child(
+                    f"{base_url}{flood_path}", flooder, flood_rate, duration_s, flood_statuses)
             await victim_task
             node_cpu_s = (process_cpu_s(node_pid) or 0.0) - cpu0
             count1, sum1, buckets1 = await _lateness(session, base_url, victim_id)
@@ -169,7 +171,7 @@ async def run(base_url: str, admin_key: str, node_pid: int, *, victim_rate: floa
                 _percentile(ordered, 0.5), _percentile(ordered, 0.99), round(ordered[-1], 2) if ordered else 0.0,
                 int(fires), round((sum1 - sum0) / fires * 1000, 2) if fires else float("nan"),
                 _p99_bound(buckets0, buckets1, fires), dict(flood_statuses), round(achieved, 1),
-                round(node_cpu_s, 2), os.getloadavg()[0],
+                round(node_cpu_s, 2), round(client_cpu_s, 2), os.getloadavg()[0],
             ))
         return phases
 
