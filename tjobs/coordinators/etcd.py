@@ -118,6 +118,9 @@ class EtcdCoordinator(Coordinator):
         self._published_sessions: bytes | None = None
         self._on_change: OwnershipListener | None = None
         self._owned: frozenset[int] = frozenset()
+        self._handed_owned: frozenset[int] | None = frozenset()  # what the listener last took (None: failed)
+        self._etcd_failed_at = float("-inf")  # monotonic: the latest failed etcd call or lost lease
+        self._session_fence_deferred = False
         self._held: set[int] = set()
         self._unheld_since: dict[int, float] = {}
         self._view = ClusterView()
@@ -282,12 +285,14 @@ class EtcdCoordinator(Coordinator):
                     elif self._lease_id == lease_id:
                         self._lease_deadline = sent + int(reply.TTL) - self.settings.fence_margin_ms / 1000
                 except Exception as error:
+                    self._etcd_failed_at = time.monotonic()
                     logger.warning("lease keepalive failed (%s)", error, extra={"action": "keepalive_failed"})
                     await self._rotate_endpoint()
             await asyncio.sleep(interval_s)
 
     async def _lease_lost(self, why: str) -> None:
         logger.error("lease lost: %s; stepping down", why, extra={"action": "lease_lost"})
+        self._etcd_failed_at = time.monotonic()
         self._lease_id = None
         self._held.clear()
         self.is_leader = False
@@ -337,6 +342,7 @@ class EtcdCoordinator(Coordinator):
             except asyncio.CancelledError:
                 raise
             except Exception as error:
+                self._etcd_failed_at = time.monotonic()
                 logger.warning("cluster sync failed (%s)", error, extra={"action": "cluster_sync_failed"})
                 if self._owned and self._fenced_reason() is not None:
                     await self._set_owned(frozenset())
@@ -399,11 +405,32 @@ class EtcdCoordinator(Coordinator):
 
     async def _end_former_owners_sessions(self, view: ClusterView) -> None:
         """Before firing newly acquired jobs: end the sessions of every node whose lease is gone, so
-        no transaction of a frozen former owner holds row locks or can commit."""
+        no transaction of a frozen former owner holds row locks or can commit.
+
+        A missing member key means its node is gone only while etcd serves this node normally: when
+        this node failed an etcd call or lost its lease within the last lease TTL, every lease may
+        have ended together (etcd frozen or restarted past the TTL) and the others are re-registering.
+        The ending then waits until this node has talked to etcd without failure for a lease TTL and
+        is decided on the view of that sync (a node back by then keeps its sessions); the locks of a
+        frozen former owner are bounded meanwhile by the lock-wait timeout."""
+        gone = [
+            recorded for node_id, recorded in view.sessions.items()
+            if node_id != self.node_id and node_id not in view.members
+        ]
+        quiet_for_s = time.monotonic() - self._etcd_failed_at
+        if gone and quiet_for_s < self._ttl_s:
+            if not self._session_fence_deferred:
+                logger.info(
+                    "ending the sessions of %s deferred: etcd failed %.1f s ago, their leases may have "
+                    "ended with it", ", ".join(r.node_id for r in gone), quiet_for_s,
+                    extra={"action": "db_sessions_end_deferred"},
+                )
+            self._session_fence_deferred = True
+            return
+        self._session_fence_deferred = False
         client = self._etcd()
-        for node_id, recorded in view.sessions.items():
-            if node_id == self.node_id or node_id in view.members:
-                continue
+        for recorded in gone:
+            node_id = recorded.node_id
             await end_sessions_of(self._store, recorded)
             key = self._key("sessions", node_id)
             await client.transaction(
@@ -562,7 +589,7 @@ class EtcdCoordinator(Coordinator):
             for group in plan.groups:
                 if group.id in held:
                     owned.update(group.shards)
-        if acquired:
+        if acquired or (self._session_fence_deferred and owned):
             await self._end_former_owners_sessions(view)
         await self._set_owned(frozenset(owned))
         for group_id in to_release:  # after the wheel dropped their shards
@@ -591,11 +618,15 @@ class EtcdCoordinator(Coordinator):
         return bool(won)
 
     async def _set_owned(self, owned: frozenset[int]) -> None:
-        if owned == self._owned:
-            return
+        """Hand ``owned`` to the listener; one that raised (a load failed: a database session ended
+        under it, a server flapped) is handed the set again at the next call, even an unchanged one."""
         self._owned = owned
+        if owned == self._handed_owned:
+            return
+        self._handed_owned = None
         if self._on_change is not None:
             await self._on_change(owned)
+        self._handed_owned = owned
 
     # ---- view ----------------------------------------------------------------------------------------
 

@@ -162,7 +162,9 @@ class JobRunner:
     # ---- ownership and changes ---------------------------------------------------------------
 
     async def set_owned(self, owned: frozenset[int]) -> None:
-        """Coordinator listener: drop lost jobs from the wheel, load gained ones up to the horizon."""
+        """Coordinator listener: drop lost jobs from the wheel, load gained ones up to the horizon.
+        A load that fails leaves the gained jobs not owned (nothing of theirs in the wheel) and
+        raises; calling again with the same set retries it."""
         gained = owned - self._owned
         lost = self._owned - owned
         self._owned = owned
@@ -172,7 +174,13 @@ class JobRunner:
             logger.info("released %d jobs, %d wheel entries dropped", len(lost), removed,
                         extra={"action": "jobs_released"})
         if gained:
-            await self._load(sorted(gained - self._paused), self._horizon_ms)
+            try:
+                await self._load(sorted(gained - self._paused), self._horizon_ms)
+            except Exception:
+                self._owned = self._owned - gained
+                self.wheel.remove_where(lambda entry: shard_of_task_id(entry.task_id) in gained)
+                self._drop_pending(gained)
+                raise
             logger.info("acquired %d jobs", len(gained), extra={"action": "jobs_acquired"})
 
     async def set_paused(self, paused: frozenset[int]) -> None:
