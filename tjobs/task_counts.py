@@ -5,8 +5,9 @@ logical database (:meth:`tjobs.stores.base.TaskStore.count_by_app`), the databas
 so a pass holds at most one connection and never crowds the fire path. Requests read the last pass
 (a *snapshot*) plus this node's own changes since that pass began (creates, pauses, resumes, deletes),
 so a client sees its own writes at once; what other nodes did, tasks completing and flows going dead
-appear with the next pass (every ``limits.task_count_refresh_s``, and soon after a stats read, at
-most every 2 s).
+appear with the next pass (every ``limits.task_count_refresh_s``, and soon after a stats read once the
+counter has rested since its last pass: at least 2 s and four times as long as that pass took, so reads
+keep it counting at most a fifth of the time however large the tables).
 
 The quota is therefore per node and optimistic: before the first pass of a node only its own creates
 count, and creates on other nodes count from the next pass on, so an app can exceed its quota by what
@@ -28,7 +29,8 @@ from tjobs.stores.base import DEAD_LETTERS, TaskStore
 
 logger = logging.getLogger(__name__)
 
-MIN_ASKED_PASS_INTERVAL_S = 2.0
+MIN_ASKED_PASS_INTERVAL_S = 2.0  # rest after a pass before a read may ask for the next
+ASKED_PASS_REST_FACTOR = 4.0  # ... and at least this many times the last pass's duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class TaskCounts:
         self._refresh_s = refresh_s
         self._snapshot: dict[str, Counter[str]] = {}
         self._counted_at_ms: int | None = None
+        self._next_asked_pass_ms: int | None = None  # a read may ask for a pass from then on
         self._since_snapshot: defaultdict[str, Counter[str]] = defaultdict(Counter)
         # changes to databases the running pass has counted already: the next snapshot misses them
         self._after_counted: defaultdict[str, Counter[str]] = defaultdict(Counter)
@@ -95,11 +98,11 @@ class TaskCounts:
                 deltas[after.value] += 1
 
     def refresh_soon(self) -> None:
-        """Ask the background loop for a pass now rather than at the end of its period, unless the
-        last one started less than :data:`MIN_ASKED_PASS_INTERVAL_S` ago (reads cannot drive a scan
-        loop)."""
-        last_ms = self._counted_at_ms
-        if last_ms is None or self._clock.now_ms() - last_ms >= MIN_ASKED_PASS_INTERVAL_S * 1000:
+        """Ask the background loop for a pass now rather than at the end of its period, unless the last
+        pass ended less than :data:`MIN_ASKED_PASS_INTERVAL_S`, or :data:`ASKED_PASS_REST_FACTOR` times
+        its duration, ago (reads cannot drive a scan loop, however long a pass takes)."""
+        next_ms = self._next_asked_pass_ms
+        if next_ms is None or self._clock.now_ms() >= next_ms:
             self._wake.set()
 
     async def refresh(self) -> None:
@@ -119,6 +122,9 @@ class TaskCounts:
             self._snapshot = dict(totals)
             self._since_snapshot = self._after_counted
             self._counted_at_ms = started_ms
+            ended_ms = self._clock.now_ms()
+            self._next_asked_pass_ms = ended_ms + int(max(MIN_ASKED_PASS_INTERVAL_S * 1000,
+                                                          ASKED_PASS_REST_FACTOR * (ended_ms - started_ms)))
 
     async def _run(self) -> None:
         while True:
