@@ -19,7 +19,9 @@ answer delays nobody's measurement) and its fire lateness from the node's
 ``tjobs_fire_lateness_seconds`` histogram over the phase (mean from sum/count, p99 as a bucket bound);
 the flood phase also counts the flooder's answers by status. The flooder runs in a process of its own
 (so its client does not delay the victim's), as does the sink; they share the machine's cores with the
-node. ``node_cpu_s`` is the node process's CPU time over the phase.
+node (``--node-cpu N`` pins the node to core N and the clients to the others; the database server
+and anything else on the machine still run anywhere). ``node_cpu_s`` is the node process's CPU time
+over the phase, ``flood_client_cpu_s`` the flooder's.
 """
 
 from __future__ import annotations
@@ -242,6 +244,15 @@ def _node(storage: str, limits: bool) -> Iterator[tuple[str, str, int]]:
         drop_databases(StorageSettings(urls=[storage], database_prefix=prefix))
 
 
+def _pin(node_pid: int, node_cpu: int) -> None:
+    """The node on ``node_cpu`` alone, this process and the children it starts from now on elsewhere."""
+    others = os.sched_getaffinity(0) - {node_cpu}
+    if not others:
+        raise SystemExit(f"--node-cpu {node_cpu}: no other core left for the clients")
+    os.sched_setaffinity(node_pid, {node_cpu})
+    os.sched_setaffinity(0, others)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tjobs.bench.api_isolation", description=__doc__.split("\n")[0])
     parser.add_argument("--storage", default="mysql+asyncmy://root@127.0.0.1:3306")
@@ -251,6 +262,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flood-path", default="/v1/stats")
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--interval-tasks", type=int, default=200)
+    parser.add_argument("--node-cpu", type=int, help="pin the node to this core and the clients (victim, flooder, "
+                        "sink) to the others, so the flooder's client does not take the node's core")
     parser.add_argument("--flood-child", help=argparse.SUPPRESS)  # internal: be the flooder, for this URL
     parser.add_argument("--flood-key", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -258,6 +271,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_flood_child(args.flood_child, args.flood_key, args.flood_rate, args.duration_s))
         return
     with _node(args.storage, not args.no_limits) as (base_url, admin_key, node_pid):
+        if args.node_cpu is not None:
+            _pin(node_pid, args.node_cpu)
         phases = asyncio.run(run(base_url, admin_key, node_pid, victim_rate=args.victim_rate,
                                  flood_rate=args.flood_rate, flood_path=args.flood_path,
                                  duration_s=args.duration_s, interval_tasks=args.interval_tasks))
