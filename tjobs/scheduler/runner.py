@@ -70,7 +70,7 @@ class RunnerStats:
     commit_errors: int = 0
     commit_fenced: int = 0
     commit_retries: int = 0  # intents of failed fire transactions put back in the wheel
-    reconciled: int = 0  # retried intents found rejected, whose task was re-read
+    reconciled: int = 0  # rejected intents whose task was re-read
     last_load_ms: int = 0
     misfires: dict[str, int] = field(default_factory=dict)
 
@@ -374,13 +374,15 @@ class JobRunner:
             self.stats.commit_batches += 1
             if self._on_fire_outcomes is not None:
                 self._on_fire_outcomes(outcomes, now_ms, loop.time() - started)
-        rejected_retries: list[tuple[FireIntent, int]] = []
+        rejected: list[tuple[FireIntent, int | None]] = []
         for entry, outcome in zip(batch, outcomes, strict=True):
             if outcome.failed:
                 self._retry_later(entry, outcome.intent, now_ms)
-            elif (failed_at_ms := self._after_commit(outcome)) is not None:
-                rejected_retries.append((outcome.intent, failed_at_ms))
-        for intent, failed_at_ms in rejected_retries:
+            elif outcome.task is None:
+                rejected.append((outcome.intent, self._after_rejection(outcome)))
+            else:
+                self._after_commit(outcome)
+        for intent, failed_at_ms in rejected:
             await self._reconcile(intent, failed_at_ms)
 
     def _log_failures(self, outcomes: list[FireOutcome]) -> None:
@@ -417,17 +419,22 @@ class JobRunner:
         self.stats.commit_retries += 1
         self.wheel.add(entry.task_id, self._clock.now_ms() + delay_ms, entry.scheduled_at_ms, entry.version)
 
-    async def _reconcile(self, intent: FireIntent, failed_at_ms: int) -> None:
-        """A retried intent was rejected: the task changed meanwhile, or the failed attempt did commit
-        (a connection lost while the server committed: the retry that follows such an attempt is the
-        one rejected). Offer the task as the store holds it now, so its next instant does not wait for
-        the next cycle load; and if the instant's flow is that attempt's own (created at its
-        ``now_ms``) and not finished, deliver it now rather than after the compensator's grace."""
+    async def _reconcile(self, intent: FireIntent, failed_at_ms: int | None) -> None:
+        """An intent was rejected: the task changed meanwhile (an edit, or another node fired the
+        instant first while ownership moved), or, for a retried intent (``failed_at_ms``: its last
+        failed attempt's ``now_ms``), the failed attempt did commit (a connection lost while the
+        server committed: the retry that follows such an attempt is the one rejected). Offer the task
+        as the store holds it now, so its next instant does not wait for the next cycle load; and if
+        the instant's flow is that failed attempt's own (created at its ``now_ms``) and not finished,
+        deliver it now rather than after the compensator's grace."""
+        if not self._fires(shard_of_task_id(intent.task_id)):
+            return  # the job left: its next owner loads the task
         try:
             task = await self._store.get_task(intent.task_id)
-            flow = await self._store.get_flow(intent.task_id, intent.scheduled_at_ms) if task else None
+            flow = (await self._store.get_flow(intent.task_id, intent.scheduled_at_ms)
+                    if task is not None and failed_at_ms is not None else None)
         except Exception as error:
-            logger.warning("could not re-read task %d after a rejected retry (%s); the next load offers it",
+            logger.warning("could not re-read task %d after a rejected fire (%s); the next load offers it",
                            intent.task_id, error, extra={"action": "fire_reconcile_failed"})
             return
         self.stats.reconciled += 1
@@ -453,14 +460,17 @@ class JobRunner:
     def _may_commit(self) -> bool:
         return self._coordinator.may_fire(self._clock.now_ms())
 
-    def _after_commit(self, outcome: FireOutcome) -> int | None:
-        """Deliver a committed fire's flows and offer its next run. For a rejected intent that had
-        failed before, the ``now_ms`` of its last failed attempt (it needs :meth:`_reconcile`)."""
+    def _after_rejection(self, outcome: FireOutcome) -> int | None:
+        """Count a rejected intent; the ``now_ms`` of its last failed attempt when it had failed before."""
         failures = self._commit_failures.pop(outcome.intent, None)
+        self.stats.cas_rejected += 1
+        return None if failures is None else failures[1]
+
+    def _after_commit(self, outcome: FireOutcome) -> None:
+        """Deliver a committed fire's flows and offer its next run."""
+        self._commit_failures.pop(outcome.intent, None)
         task = outcome.task
-        if task is None:
-            self.stats.cas_rejected += 1
-            return None if failures is None else failures[1]
+        assert task is not None
         self.stats.fires_committed += 1
         for flow in outcome.flows:
             if flow.status in (FlowStatus.PENDING, FlowStatus.SENDING):
@@ -472,4 +482,3 @@ class JobRunner:
                 key = task.misfire_policy.value
                 self.stats.misfires[key] = self.stats.misfires.get(key, 0) + 1
         self._offer_next_run(task)
-        return None
