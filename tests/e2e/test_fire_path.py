@@ -131,10 +131,15 @@ async def test_an_interval_task_fires_every_period_without_drift_or_duplicates(
 ) -> None:
     client, _ = await client_for(running)
     async with client:
-        start = now_ms() + 500
+        # The lead only has to cover the create; a create answered after `start` would move the first
+        # instant on (an interval never owes one before its registration), so it fails here by name.
+        start = now_ms() + 1500
         task = (await client.post("/v1/tasks", json={
             "name": "tick", "schedule": {"kind": "interval", "every_ms": 1000, "start_at_ms": start},
             "callback": {"url": receiver.url("/hook")}})).json()
+        registered_at = now_ms()
+        assert registered_at < start, f"the create took {registered_at - start + 1500} ms"
+        assert task["next_run_at_ms"] == start
         received = await receiver.wait_for(4, timeout_s=10)
         await client.delete(f"/v1/tasks/{task['id']}")
         instants = [int(r.headers["tjobs-scheduled-at"]) for r in received[:4]]
