@@ -23,6 +23,8 @@ import pytest
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.scenario import OUTCOMES
 from tjobs.bench.cluster_rig import ClusterRig, Infra, start_infra
+from tjobs.bench.cycle_load import drop_databases
+from tjobs.settings import StorageSettings
 
 STATE_DIR = Path(os.environ.get("TJOBS_TEST_CHAOS_DIR")
                  or os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests"))
@@ -46,19 +48,7 @@ def chaos_db_prefix(chaos_infra: Infra, tmp_path_factory: pytest.TempPathFactory
     ClusterRig(chaos_infra, tmp_path_factory.mktemp("migrate"), "migrate", prefix).migrate()
     yield prefix
     _resume_all(chaos_infra)
-    import pymysql
-    from sqlalchemy.engine import make_url
-
-    for url in chaos_infra.storage_urls:
-        parsed = make_url(url)
-        connection = pymysql.connect(host=parsed.host, port=parsed.port or 3306, user="root", password="")
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SHOW DATABASES LIKE %s", (f"{prefix}\\_%",))
-                for (name,) in cursor.fetchall():
-                    cursor.execute(f"DROP DATABASE `{name}`")
-        finally:
-            connection.close()
+    drop_databases(StorageSettings(urls=chaos_infra.storage_urls, database_prefix=prefix))
 
 
 def _resume_all(infra: Infra) -> None:

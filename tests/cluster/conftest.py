@@ -15,6 +15,8 @@ import pytest
 
 from tests.receiver import Receiver
 from tjobs.bench.cluster_rig import Api, ClusterRig, Infra, start_infra
+from tjobs.bench.cycle_load import drop_databases
+from tjobs.settings import StorageSettings
 
 STATE_DIR = Path(os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests"))
 
@@ -34,19 +36,7 @@ def db_prefix(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     rig = ClusterRig(infra, tmp_path_factory.mktemp("migrate"), "migrate", prefix)
     rig.migrate()
     yield prefix
-    import pymysql
-    from sqlalchemy.engine import make_url
-
-    for url in infra.storage_urls:
-        parsed = make_url(url)
-        connection = pymysql.connect(host=parsed.host, port=parsed.port or 3306, user="root", password="")
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SHOW DATABASES LIKE %s", (f"{prefix}\\_%",))
-                for (name,) in cursor.fetchall():
-                    cursor.execute(f"DROP DATABASE `{name}`")
-        finally:
-            connection.close()
+    drop_databases(StorageSettings(urls=infra.storage_urls, database_prefix=prefix))
 
 
 @pytest.fixture
