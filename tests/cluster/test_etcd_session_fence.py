@@ -186,3 +186,35 @@ async def test_a_listener_that_fails_to_take_jobs_is_given_them_again(
         # The first hand-over of the jobs failed; the next sync hands them over again
         await wait_for(lambda: node.owned == frozenset(range(SHARDS)), 5)
         assert node.coordinator.owned_jobs() == node.owned
+
+
+async def test_a_node_ends_a_gone_owners_sessions_before_it_fires_the_shards_it_gained_by_a_re_plan(
+    etcd_url: str, etcd: aetcd.Client, cluster_name: str
+) -> None:
+    ended: list[int] = []
+    survivor, victim = Node(etcd_url, cluster_name, "n0", 100, ended), Node(etcd_url, cluster_name, "n1", 200, ended)
+    ended_when_gained: list[list[int]] = []
+    take = survivor.on_change
+
+    async def on_change(owned: frozenset[int]) -> None:
+        if owned & victim_shards:
+            ended_when_gained.append(list(ended))
+        await take(owned)
+
+    survivor.on_change = on_change  # type: ignore[method-assign]
+    victim_shards: frozenset[int] = frozenset()
+    async with running([survivor, victim]):
+        await wait_for(lambda: partitioned([survivor, victim]), 10)
+        victim_shards = victim.owned
+
+        # When the victim freezes and its lease is gone (the leader re-plans its shards onto the
+        # survivor's group, which the survivor already holds: nothing is acquired)
+        await victim.pause()
+        lease_id = victim.coordinator._lease_id
+        assert lease_id is not None
+        await etcd.revoke_lease(lease_id)
+        await wait_for(lambda: victim_shards <= survivor.owned, 10)
+
+        # Then the survivor had ended the victim's sessions before it was handed the victim's shards
+        assert ended_when_gained and all(200 in seen for seen in ended_when_gained), ended_when_gained
+        assert 100 not in ended

@@ -589,7 +589,9 @@ class EtcdCoordinator(Coordinator):
             for group in plan.groups:
                 if group.id in held:
                     owned.update(group.shards)
-        if acquired or (self._session_fence_deferred and owned):
+        # Shards come by acquiring a group or by a re-plan growing a group already held (the leader
+        # handed it a vanished primary's shards): either way a former owner may still hold their locks.
+        if acquired or owned - self._owned or (self._session_fence_deferred and owned):
             await self._end_former_owners_sessions(view)
         await self._set_owned(frozenset(owned))
         for group_id in to_release:  # after the wheel dropped their shards
