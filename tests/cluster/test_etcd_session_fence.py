@@ -218,3 +218,20 @@ async def test_a_node_ends_a_gone_owners_sessions_before_it_fires_the_shards_it_
         # Then the survivor had ended the victim's sessions before it was handed the victim's shards
         assert ended_when_gained and all(200 in seen for seen in ended_when_gained), ended_when_gained
         assert 100 not in ended
+
+
+async def test_a_node_that_hands_off_gracefully_keeps_its_sessions_while_it_drains(
+    etcd_url: str, cluster_name: str
+) -> None:
+    ended: list[int] = []
+    stays, leaves = Node(etcd_url, cluster_name, "n0", 100, ended), Node(etcd_url, cluster_name, "n1", 200, ended)
+    async with running([stays, leaves]):
+        await wait_for(lambda: partitioned([stays, leaves]), 10)
+
+        # When one node stops gracefully (its deliveries still drain over its sessions after this)
+        await leaves.coordinator.stop()
+        await wait_for(lambda: stays.owned == frozenset(range(SHARDS)), 10)
+
+        # Then the node taking its jobs over ended none of its sessions
+        await asyncio.sleep(0.5)
+        assert ended == []

@@ -169,6 +169,10 @@ class EtcdCoordinator(Coordinator):
         if self._client is not None and self._lease_id is not None:
             try:
                 async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
+                    # It fires nothing any more, so no lock of its can hold a successor up; its sessions
+                    # still write the outcomes of deliveries it drains, which a successor must not end.
+                    await self._client.delete(self._key("sessions", self.node_id))
+                    self._published_sessions = None
                     await self._client.revoke_lease(self._lease_id)
                 logger.info("resigned: lease revoked", extra={"action": "lease_revoked"})
             except Exception as error:
