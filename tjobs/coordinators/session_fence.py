@@ -5,9 +5,10 @@ transaction and that transaction's row locks for as long as it stays frozen; its
 backup takes the group over, but the backup's first fire transaction would wait on those locks. So
 each node publishes the server-side ids of its connections (``sessions/<node id>`` in etcd, with no
 lease, so the record outlives the node's lease), and a node gaining jobs (acquiring a group, or a
-re-plan growing a group it holds) ends the recorded sessions of every node whose member key is gone (its lease expired or was revoked) before it loads
-and fires: ``KILL CONNECTION`` rolls their transactions back and frees the locks at once, and a
-former owner that wakes up finds its connection dead, so it cannot commit either. Sessions the
+re-plan growing a group it holds) ends the recorded sessions of every node whose member key is gone
+(its lease expired or was revoked) before it loads and fires: ``KILL CONNECTION`` rolls their
+transactions back and frees the locks at once, and a former owner that wakes up finds its connection
+dead, so it cannot commit either. Sessions the
 record missed (opened after the last publish) are bounded by ``innodb_lock_wait_timeout``
 (:data:`tjobs.stores.sql_layout.ROW_LOCK_WAIT_S`) and retried.
 """
