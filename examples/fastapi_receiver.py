@@ -44,7 +44,9 @@ async def close_order(request: Request) -> Response:
         payload: Any = json.loads(body) if body else None
     except ValueError:
         payload = body.decode(errors="replace")
-    print(f"closing order {payload} for task {callback.task_id}, fire at {callback.scheduled_at_ms} "
-          f"(attempt {callback.attempt})")
+    print(
+        f"closing order {payload} for task {callback.task_id}, fire at {callback.scheduled_at_ms} "
+        f"(attempt {callback.attempt})"
+    )
     _done.add(callback.flow_id)
     return Response(status_code=204)

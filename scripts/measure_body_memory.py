@@ -44,8 +44,10 @@ def send(port: int, path: str, key: str, chunked: bool) -> tuple[int, int]:
     """Send a 256 MiB body; return (status, bytes sent before the answer or the close)."""
     sock = socket.create_connection(("127.0.0.1", port))
     framing = "transfer-encoding: chunked" if chunked else f"content-length: {BODY_BYTES}"
-    sock.sendall(f"POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
-                 f"content-type: application/json\r\n{framing}\r\n\r\n".encode())
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+        f"content-type: application/json\r\n{framing}\r\n\r\n".encode()
+    )
     sock.setblocking(False)
     sent = 0
     answer = b""
@@ -87,10 +89,15 @@ def main() -> int:
     admin_key = "tja_" + secrets.token_urlsafe(24)
     work = Path(tempfile.mkdtemp(prefix="tjobs-body-memory-"))
     config = work / "tjobs.toml"
-    config.write_text(f'[storage]\nurls = ["memory://"]\ntopology = "1x2x4"\n[api]\nport = {port}\n'
-                      f'admin_key = "{admin_key}"\n[metrics]\npublic = true\n')
-    node = subprocess.Popen([sys.executable, "-m", "tjobs.cli", "serve", "--config", str(config)],
-                            stdout=subprocess.DEVNULL, stderr=(work / "node.log").open("w"))
+    config.write_text(
+        f'[storage]\nurls = ["memory://"]\ntopology = "1x2x4"\n[api]\nport = {port}\n'
+        f'admin_key = "{admin_key}"\n[metrics]\npublic = true\n'
+    )
+    node = subprocess.Popen(
+        [sys.executable, "-m", "tjobs.cli", "serve", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "node.log").open("w"),
+    )
     results = []
     try:
         base = f"http://127.0.0.1:{port}"
@@ -100,8 +107,9 @@ def main() -> int:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        app = httpx.post(f"{base}/v1/apps", json={"name": "body-memory"},
-                         headers={"authorization": f"Bearer {admin_key}"}).json()
+        app = httpx.post(
+            f"{base}/v1/apps", json={"name": "body-memory"}, headers={"authorization": f"Bearer {admin_key}"}
+        ).json()
         settings = {"/v1/tasks": 1 << 20, "/v1/tasks/batch": 16 << 20}  # the defaults
         for path, chunked in (("/v1/tasks", False), ("/v1/tasks", True), ("/v1/tasks/batch", True)):
             Path(f"/proc/{node.pid}/clear_refs").write_text("5")  # reset the peak RSS
@@ -110,10 +118,17 @@ def main() -> int:
             time.sleep(0.5)
             growth_kib = kib(node.pid, "VmHWM") - before_kib
             cap = settings[path]
-            results.append({"path": path, "framing": "chunked" if chunked else "content-length",
-                            "status": status, "sent_mib": round(sent / 2**20, 1), "cap_mib": cap / 2**20,
-                            "rss_growth_mib": round(growth_kib / 1024, 1),
-                            "within_2x_cap": growth_kib * 1024 <= 2 * cap})
+            results.append(
+                {
+                    "path": path,
+                    "framing": "chunked" if chunked else "content-length",
+                    "status": status,
+                    "sent_mib": round(sent / 2**20, 1),
+                    "cap_mib": cap / 2**20,
+                    "rss_growth_mib": round(growth_kib / 1024, 1),
+                    "within_2x_cap": growth_kib * 1024 <= 2 * cap,
+                }
+            )
     finally:
         node.terminate()
         node.wait(10)
@@ -121,9 +136,11 @@ def main() -> int:
         print(json.dumps(results))
     else:
         for r in results:
-            print(f"{r['path']:<16} {r['framing']:<15} -> {r['status']}  sent {r['sent_mib']:>6} MiB  "
-                  f"cap {r['cap_mib']:>4} MiB  peak RSS growth {r['rss_growth_mib']:>6} MiB  "
-                  f"{'ok' if r['within_2x_cap'] else 'OVER 2 x cap'}")
+            print(
+                f"{r['path']:<16} {r['framing']:<15} -> {r['status']}  sent {r['sent_mib']:>6} MiB  "
+                f"cap {r['cap_mib']:>4} MiB  peak RSS growth {r['rss_growth_mib']:>6} MiB  "
+                f"{'ok' if r['within_2x_cap'] else 'OVER 2 x cap'}"
+            )
     return 0 if all(r["within_2x_cap"] and r["status"] == 413 for r in results) else 1
 
 

@@ -68,6 +68,4 @@ class TaskIdGenerator:
         elapsed_ms = now_ms - ID_EPOCH_MS
         if not 0 <= elapsed_ms < (1 << _TIME_BITS):
             raise ValueError(f"now_ms {now_ms} is outside the id epoch")
-        return (elapsed_ms << (_SHARD_BITS + _RANDOM_BITS)) | (shard << _RANDOM_BITS) | (
-            secrets.randbits(_RANDOM_BITS)
-        )
+        return (elapsed_ms << (_SHARD_BITS + _RANDOM_BITS)) | (shard << _RANDOM_BITS) | (secrets.randbits(_RANDOM_BITS))

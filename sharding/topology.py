@@ -80,9 +80,7 @@ class Topology:
 
     def databases(self) -> list[tuple[int, str]]:
         """Every logical database as ``(instance, name)``, in database-index order."""
-        return [
-            (index // self.databases_per_instance, f"tjobs_{index:02d}") for index in range(self.database_count)
-        ]
+        return [(index // self.databases_per_instance, f"tjobs_{index:02d}") for index in range(self.database_count)]
 
     def shards_of_database(self, database_index: int) -> range:
         start = database_index * self.tables_per_database

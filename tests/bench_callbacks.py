@@ -65,9 +65,23 @@ async def run(rate: int, seconds: float, in_flight: int, port: int, freeze: bool
     base_ms = clock.now_ms()
     jobs = []
     for i in range(total):
-        task = Task(10_000_000 + i, app.id, f"bench-{i}", None, {"kind": "at"}, {"urls": [url]},
-                    {"i": i}, MisfirePolicy.FIRE_NOW, DeliveryMode.AT_LEAST_ONCE, TaskStatus.COMPLETED,
-                    None, 1, 1, 0, 0)
+        task = Task(
+            10_000_000 + i,
+            app.id,
+            f"bench-{i}",
+            None,
+            {"kind": "at"},
+            {"urls": [url]},
+            {"i": i},
+            MisfirePolicy.FIRE_NOW,
+            DeliveryMode.AT_LEAST_ONCE,
+            TaskStatus.COMPLETED,
+            None,
+            1,
+            1,
+            0,
+            0,
+        )
         flow = Flow(task.id, base_ms, app.id, FlowKind.SCHEDULED, FlowStatus.PENDING, 0, base_ms, 0, 0)
         jobs.append(CallbackJob(task, flow, app))
     if freeze:
@@ -106,9 +120,7 @@ async def run(rate: int, seconds: float, in_flight: int, port: int, freeze: bool
     await sender.close()
     async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/_records") as resp:
         records = orjson.loads(await resp.read())
-    latencies_ms = sorted(
-        (recv_ns - submit_ns[flow_id]) / 1e6 for flow_id, recv_ns in records if flow_id in submit_ns
-    )
+    latencies_ms = sorted((recv_ns - submit_ns[flow_id]) / 1e6 for flow_id, recv_ns in records if flow_id in submit_ns)
     first_submit = min(submit_ns.values())
     last_recv = max(recv_ns for _, recv_ns in records)
     return {
@@ -143,7 +155,9 @@ def main() -> None:
     args = parser.parse_args()
     receiver = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("receiver.py")), str(args.reply_delay_ms)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert receiver.stdout is not None

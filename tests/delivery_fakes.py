@@ -42,8 +42,17 @@ class ScriptedSender(CallbackSender):
         if self.hold is not None:
             await self.hold.wait()
         status = self._statuses.popleft() if self._statuses else self._then
-        return AttemptResult(request.flow_id, request.url, request.attempt, classify(status, None), status,
-                             None if 200 <= status < 300 else f"HTTP {status}", None, CLOCK.now_ms(), 0.0)
+        return AttemptResult(
+            request.flow_id,
+            request.url,
+            request.attempt,
+            classify(status, None),
+            status,
+            None if 200 <= status < 300 else f"HTTP {status}",
+            None,
+            CLOCK.now_ms(),
+            0.0,
+        )
 
     async def wait_for(self, count: int, timeout_s: float = 5.0) -> list[CallbackRequest]:
         async with asyncio.timeout(timeout_s), self._arrived:
@@ -55,18 +64,38 @@ class ScriptedSender(CallbackSender):
 
 
 async def stored_flow(
-    store: MemoryTaskStore, *, app: App = APP, overdue_ms: int = 0, attempts: int = 0,
-    status: FlowStatus = FlowStatus.PENDING, delivery: DeliveryMode = DeliveryMode.AT_LEAST_ONCE,
+    store: MemoryTaskStore,
+    *,
+    app: App = APP,
+    overdue_ms: int = 0,
+    attempts: int = 0,
+    status: FlowStatus = FlowStatus.PENDING,
+    delivery: DeliveryMode = DeliveryMode.AT_LEAST_ONCE,
 ) -> tuple[Task, Flow]:
     """A task stored with one flow (its next attempt ``overdue_ms`` in the past)."""
     now_ms = CLOCK.now_ms()
     ids = TaskIdGenerator(store.topology.shard_count)
-    task = await store.insert_task(Task(
-        ids.mint(ids.random_shard(), now_ms + next(_instants)), app.id, "t", None,
-        {"kind": "at", "at_ms": now_ms}, {"url": "https://receiver.example/hook"}, {"order": 1},
-        MisfirePolicy.FIRE_NOW, delivery, TaskStatus.COMPLETED, None, 2, 1, now_ms, now_ms,
-    ))
+    task = await store.insert_task(
+        Task(
+            ids.mint(ids.random_shard(), now_ms + next(_instants)),
+            app.id,
+            "t",
+            None,
+            {"kind": "at", "at_ms": now_ms},
+            {"url": "https://receiver.example/hook"},
+            {"order": 1},
+            MisfirePolicy.FIRE_NOW,
+            delivery,
+            TaskStatus.COMPLETED,
+            None,
+            2,
+            1,
+            now_ms,
+            now_ms,
+        )
+    )
     at_ms = now_ms - overdue_ms
     flow = await store.insert_manual_flow(
-        task.id, Flow(task.id, at_ms, app.id, FlowKind.SCHEDULED, status, attempts, at_ms, at_ms, at_ms))
+        task.id, Flow(task.id, at_ms, app.id, FlowKind.SCHEDULED, status, attempts, at_ms, at_ms, at_ms)
+    )
     return task, flow

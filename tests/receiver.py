@@ -110,9 +110,7 @@ class Receiver:
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def script(
-        self, path: str, *replies: Reply, then: Reply | None = None, flow_id: str | None = None
-    ) -> None:
+    def script(self, path: str, *replies: Reply, then: Reply | None = None, flow_id: str | None = None) -> None:
         """Answer requests to ``path`` (of ``flow_id``, or any flow) with ``replies``, then ``then``."""
         self._scripts[(path, flow_id)] = _Script(deque(replies), then or self.default)
 

@@ -27,9 +27,18 @@ DEFAULT_SECRET_GRACE_S = 86_400
 MAX_SECRET_GRACE_S = 30 * 86_400
 MAX_ACTIVE_TASKS = 1_000_000_000_000  # a per-app quota; beyond it a count could not be stored
 _CALLBACK_DEFAULT_KEYS = frozenset({"timeout_ms", "max_attempts", "max_age_s", "headers", "method"})
-_APP_KEYS = frozenset({"name", "rate_limit_per_s", "max_concurrency", "allowed_callback_hosts",
-                       "callback_defaults", "max_active_tasks", "api_rate_limit_per_s",
-                       "create_rate_limit_per_s"})
+_APP_KEYS = frozenset(
+    {
+        "name",
+        "rate_limit_per_s",
+        "max_concurrency",
+        "allowed_callback_hosts",
+        "callback_defaults",
+        "max_active_tasks",
+        "api_rate_limit_per_s",
+        "create_rate_limit_per_s",
+    }
+)
 
 
 def hash_api_key(api_key: str) -> str:
@@ -90,16 +99,19 @@ def validate_app_fields(body: Any, settings: Settings, *, creating: bool) -> dic
         fields["callback_defaults"] = _callback_defaults(body["callback_defaults"], settings)
     if "max_active_tasks" in body:
         quota = body["max_active_tasks"]
-        if quota is not None and (not isinstance(quota, int) or isinstance(quota, bool)
-                                  or not 0 <= quota <= MAX_ACTIVE_TASKS):
-            raise InvalidInput("max_active_tasks", f"must be an integer within 0..{MAX_ACTIVE_TASKS} "
-                               "(0: the node default)")
+        if quota is not None and (
+            not isinstance(quota, int) or isinstance(quota, bool) or not 0 <= quota <= MAX_ACTIVE_TASKS
+        ):
+            raise InvalidInput(
+                "max_active_tasks", f"must be an integer within 0..{MAX_ACTIVE_TASKS} (0: the node default)"
+            )
         fields["max_active_tasks"] = quota
     for name in ("api_rate_limit_per_s", "create_rate_limit_per_s"):  # API limits (tjobs.api.ratelimit)
         if name in body:
             rate = body[name]
-            if rate is not None and (not isinstance(rate, int | float) or isinstance(rate, bool)
-                                     or not 0 < rate <= 1_000_000):
+            if rate is not None and (
+                not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 < rate <= 1_000_000
+            ):
                 raise InvalidInput(name, "must be a number within (0, 1000000], or null for the node default")
             fields[name] = None if rate is None else float(rate)
     return fields
@@ -116,13 +128,19 @@ def _callback_defaults(value: Any, settings: Settings) -> dict[str, Any]:
     try:  # validate as a callback spec with a placeholder target
         normalize_callback({**value, "url": "https://placeholder.invalid/"}, settings.limits)
     except InvalidInput as error:
-        raise InvalidInput(error.field.replace("callback.", "callback_defaults.", 1),
-                           error.message.partition(": ")[2], error.code) from None
+        raise InvalidInput(
+            error.field.replace("callback.", "callback_defaults.", 1), error.message.partition(": ")[2], error.code
+        ) from None
     return dict(value)
 
 
-_SETTINGS_FIELDS = ("allowed_callback_hosts", "callback_defaults", "max_active_tasks", "api_rate_limit_per_s",
-                    "create_rate_limit_per_s")
+_SETTINGS_FIELDS = (
+    "allowed_callback_hosts",
+    "callback_defaults",
+    "max_active_tasks",
+    "api_rate_limit_per_s",
+    "create_rate_limit_per_s",
+)
 
 
 class AppService:
@@ -146,8 +164,10 @@ class AppService:
             rate_limit_per_s=fields["rate_limit_per_s"],
             max_concurrency=fields["max_concurrency"],
             created_at_ms=self._clock.now_ms(),
-            settings={"allowed_callback_hosts": fields.get("allowed_callback_hosts", []),
-                      **{k: fields[k] for k in _SETTINGS_FIELDS[1:] if k in fields}},
+            settings={
+                "allowed_callback_hosts": fields.get("allowed_callback_hosts", []),
+                **{k: fields[k] for k in _SETTINGS_FIELDS[1:] if k in fields},
+            },
         )
         await self._store.put_app(app)
         self._directory.put(app)
@@ -176,8 +196,9 @@ class AppService:
         await self._save(app)
         return app
 
-    async def rotate(self, app_id: str, *, api_key: bool, secret: bool,
-                     grace_s: int = DEFAULT_SECRET_GRACE_S) -> tuple[App, str | None]:
+    async def rotate(
+        self, app_id: str, *, api_key: bool, secret: bool, grace_s: int = DEFAULT_SECRET_GRACE_S
+    ) -> tuple[App, str | None]:
         """New API key (the old stops at once) and/or new signing secret (the old signs for ``grace_s``)."""
         if not 0 <= grace_s <= MAX_SECRET_GRACE_S:
             raise InvalidInput("grace_s", f"must be within 0..{MAX_SECRET_GRACE_S}")
@@ -196,8 +217,10 @@ class AppService:
             old = app.secrets[0]
             retiring.append({"sha256": _secret_hash(old), "until_ms": now_ms + grace_s * 1000})
             settings["retiring_secrets"] = retiring
-            app = live_secrets(replace(app, secrets=[generate_secret(), *app.secrets], settings=settings),
-                               now_ms + (1 if grace_s == 0 else 0))
+            app = live_secrets(
+                replace(app, secrets=[generate_secret(), *app.secrets], settings=settings),
+                now_ms + (1 if grace_s == 0 else 0),
+            )
         await self._save(app)
         return app, new_key
 

@@ -43,8 +43,12 @@ def _migrate_with_progress(settings: Settings) -> None:
     from tjobs.migrate import migrate
 
     with Progress(
-        TextColumn("[bold]migrate[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=False,
+        TextColumn("[bold]migrate[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
     ) as progress:
         bar = progress.add_task("databases", total=None)
 
@@ -114,8 +118,8 @@ def dev(
             f"  admin key        : {keys['admin_key']}\n"
             f"  demo tasks       : {', '.join(ids) or 'none'} → callbacks print below as they arrive\n"
             f"  try: curl -s -X POST {base_url}/v1/tasks -H 'Authorization: Bearer {keys['demo_api_key']}' "
-            f"-H 'content-type: application/json' -d '{{\"name\": \"hello\", \"schedule\": {{\"kind\": \"delay\", "
-            f"\"delay_ms\": 3000}}, \"callback\": {{\"url\": \"{base_url}/_demo/echo\"}}}}'\n"
+            f'-H \'content-type: application/json\' -d \'{{"name": "hello", "schedule": {{"kind": "delay", '
+            f'"delay_ms": 3000}}, "callback": {{"url": "{base_url}/_demo/echo"}}}}\'\n'
         )
 
     run(serve_node(settings, demo=demo, after_start=after_start))
@@ -134,8 +138,9 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object 
 
 
 @contextlib.contextmanager
-def _bench_target(url: str | None, admin_key: str | None, embedded: bool, storage: list[str] | None,
-                  topology: str | None) -> Iterator[tuple[str, str, int | None]]:
+def _bench_target(
+    url: str | None, admin_key: str | None, embedded: bool, storage: list[str] | None, topology: str | None
+) -> Iterator[tuple[str, str, int | None]]:
     """The node a bench drives: a running one (--url), or one started for the run and stopped after
     (then its pid comes too, for the node's CPU figures)."""
     from tjobs.bench.node_process import node_process
@@ -161,19 +166,36 @@ def bench_fire(
     concurrency: Annotated[int, typer.Option(help="creates in flight")] = 64,
     drain_timeout_s: Annotated[float, typer.Option("--drain-timeout-s")] = 30.0,
     verify_every: Annotated[int, typer.Option("--verify-every", help="check every n-th signature")] = 0,
-    url: UrlOption = None, admin_key: AdminKeyOption = None, embedded: EmbeddedOption = False,
-    storage: StorageOption = None, topology: TopologyOption = None, json_out: JsonOption = False,
+    url: UrlOption = None,
+    admin_key: AdminKeyOption = None,
+    embedded: EmbeddedOption = False,
+    storage: StorageOption = None,
+    topology: TopologyOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     """Register N tasks due across a window over HTTP, sink their callbacks, report rate and lateness."""
     from tjobs.bench.fire import run, run_fire_bench
     from tjobs.bench.report import emit, rich_progress
 
-    with _bench_target(url, admin_key, embedded, storage, topology) as (base_url, key, pid), \
-            rich_progress(console) as progress:
-        result = run(run_fire_bench(
-            base_url, key, tasks=tasks, window_s=window_s, lead_s=lead_s, register_rate=register_rate,
-            concurrency=concurrency, progress=progress, drain_timeout_s=drain_timeout_s,
-            verify_every=verify_every, node_pid=pid))
+    with (
+        _bench_target(url, admin_key, embedded, storage, topology) as (base_url, key, pid),
+        rich_progress(console) as progress,
+    ):
+        result = run(
+            run_fire_bench(
+                base_url,
+                key,
+                tasks=tasks,
+                window_s=window_s,
+                lead_s=lead_s,
+                register_rate=register_rate,
+                concurrency=concurrency,
+                progress=progress,
+                drain_timeout_s=drain_timeout_s,
+                verify_every=verify_every,
+                node_pid=pid,
+            )
+        )
     emit(result, console, as_json=json_out)
 
 
@@ -183,17 +205,32 @@ def bench_register(
     register_rate: Annotated[float | None, typer.Option("--register-rate", help="creates/s (default: max)")] = None,
     concurrency: Annotated[int, typer.Option(help="creates in flight")] = 64,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="use batch create, N per request")] = None,
-    url: UrlOption = None, admin_key: AdminKeyOption = None, embedded: EmbeddedOption = False,
-    storage: StorageOption = None, topology: TopologyOption = None, json_out: JsonOption = False,
+    url: UrlOption = None,
+    admin_key: AdminKeyOption = None,
+    embedded: EmbeddedOption = False,
+    storage: StorageOption = None,
+    topology: TopologyOption = None,
+    json_out: JsonOption = False,
 ) -> None:
     """Single (or batch) creates per second over HTTP; the tasks are deleted afterwards."""
     from tjobs.bench.fire import run, run_register_bench
     from tjobs.bench.report import emit, rich_progress
 
-    with _bench_target(url, admin_key, embedded, storage, topology) as (base_url, key, _), \
-            rich_progress(console) as progress:
-        result = run(run_register_bench(base_url, key, tasks=tasks, register_rate=register_rate,
-                                        concurrency=concurrency, batch_size=batch_size, progress=progress))
+    with (
+        _bench_target(url, admin_key, embedded, storage, topology) as (base_url, key, _),
+        rich_progress(console) as progress,
+    ):
+        result = run(
+            run_register_bench(
+                base_url,
+                key,
+                tasks=tasks,
+                register_rate=register_rate,
+                concurrency=concurrency,
+                batch_size=batch_size,
+                progress=progress,
+            )
+        )
     emit(result, console, as_json=json_out)
 
 
@@ -231,8 +268,13 @@ def bench_load(
         store = create_store(settings)
         await store.start()
         try:
-            return await measure(store, [int(s) for s in sizes.split(",")], due, SystemClock().now_ms(),
-                                 progress=lambda line: console.print(line))
+            return await measure(
+                store,
+                [int(s) for s in sizes.split(",")],
+                due,
+                SystemClock().now_ms(),
+                progress=lambda line: console.print(line),
+            )
         finally:
             await store.close()
             if not keep:

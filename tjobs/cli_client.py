@@ -23,8 +23,9 @@ from rich.table import Table
 
 from tjobs.client import ApiError, Client, Flow, Task, TjobsClientError, at, cron, delay, every
 
-task_app = typer.Typer(help="Tasks: create, get, list, update, pause, resume, trigger, delete, flows.",
-                       no_args_is_help=True)
+task_app = typer.Typer(
+    help="Tasks: create, get, list, update, pause, resume, trigger, delete, flows.", no_args_is_help=True
+)
 app_app = typer.Typer(help="Apps (admin key): create, rotate keys and secrets, show.", no_args_is_help=True)
 dlq_app = typer.Typer(help="Dead letters: list and redrive.", no_args_is_help=True)
 
@@ -90,13 +91,21 @@ def _flows_table(flows: Sequence[Flow]) -> Table:
     table = Table("scheduled at", "kind", "status", "attempts", "last status", "last error")
     table.add_column("flow id", no_wrap=True, min_width=33)
     for f in flows:
-        table.add_row(f.scheduled_at.isoformat(timespec="milliseconds"), f.kind, f.status, str(f.attempts),
-                      str(f.last_status_code or "-"), (f.last_error or "")[:60], f.id)
+        table.add_row(
+            f.scheduled_at.isoformat(timespec="milliseconds"),
+            f.kind,
+            f.status,
+            str(f.attempts),
+            str(f.last_status_code or "-"),
+            (f.last_error or "")[:60],
+            f.id,
+        )
     return table
 
 
-def _schedule(delay_: str | None, at_: str | None, cron_: str | None, every_: str | None,
-              timezone: str) -> dict[str, Any] | None:
+def _schedule(
+    delay_: str | None, at_: str | None, cron_: str | None, every_: str | None, timezone: str
+) -> dict[str, Any] | None:
     given = [x for x in (delay_, at_, cron_, every_) if x is not None]
     if len(given) > 1:
         raise typer.BadParameter("give one of --delay, --at, --cron, --every")
@@ -143,13 +152,21 @@ Header = Annotated[list[str] | None, typer.Option("--header", "-H", help="NAME:V
 
 @task_app.command("create")
 def task_create(
-    name: str, url_: Annotated[str, typer.Option("--callback", help="callback URL")],
-    delay_: Delay = None, at_: At = None, cron_: Cron = None, every_: Every = None, tz: Tz = "UTC",
+    name: str,
+    url_: Annotated[str, typer.Option("--callback", help="callback URL")],
+    delay_: Delay = None,
+    at_: At = None,
+    cron_: Cron = None,
+    every_: Every = None,
+    tz: Tz = "UTC",
     key: Annotated[str | None, typer.Option("--key", help="idempotency key")] = None,
     payload: Annotated[str | None, typer.Option("--payload", help="JSON payload")] = None,
-    method: Annotated[str, typer.Option("--method")] = "POST", header: Header = None,
+    method: Annotated[str, typer.Option("--method")] = "POST",
+    header: Header = None,
     misfire: Annotated[str | None, typer.Option("--misfire", help="fire_now|fire_soon|skip|catch_up")] = None,
-    url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
 ) -> None:
     """Register a task."""
     schedule = _schedule(delay_, at_, cron_, every_, tz)
@@ -160,8 +177,14 @@ def task_create(
         callback["headers"] = _headers(header)
     with _client(url, api_key, "--api-key") as sdk:
         try:
-            task = sdk.create_task(name, schedule, callback=callback, key=key, payload=_json_arg(payload, "--payload"),
-                                   misfire_policy=misfire)
+            task = sdk.create_task(
+                name,
+                schedule,
+                callback=callback,
+                key=key,
+                payload=_json_arg(payload, "--payload"),
+                misfire_policy=misfire,
+            )
         except TjobsClientError as error:
             raise _fail(error) from None
     _emit(task, as_json, _tasks_table([task]))
@@ -185,7 +208,9 @@ def task_list(
     prefix: Annotated[str | None, typer.Option("--prefix", help="name prefix")] = None,
     limit: Annotated[int, typer.Option("--limit")] = 50,
     all_: Annotated[bool, typer.Option("--all", help="every page")] = False,
-    url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
 ) -> None:
     """List tasks (newest shards first page; --all walks every page)."""
     with _client(url, api_key, "--api-key") as sdk:
@@ -205,10 +230,16 @@ def task_update(
     name: Annotated[str | None, typer.Option("--name")] = None,
     callback_url: Annotated[str | None, typer.Option("--callback", help="new callback URL")] = None,
     payload: Annotated[str | None, typer.Option("--payload", help="JSON payload")] = None,
-    delay_: Delay = None, at_: At = None, cron_: Cron = None, every_: Every = None, tz: Tz = "UTC",
+    delay_: Delay = None,
+    at_: At = None,
+    cron_: Cron = None,
+    every_: Every = None,
+    tz: Tz = "UTC",
     misfire: Annotated[str | None, typer.Option("--misfire")] = None,
     version: Annotated[int | None, typer.Option("--version", help="expected version (409 if it moved on)")] = None,
-    url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
 ) -> None:
     """Change a task's name, schedule, callback, payload or misfire policy."""
     fields: dict[str, Any] = {}
@@ -275,8 +306,13 @@ def task_delete(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as
 
 
 @task_app.command("flows")
-def task_flows(task_id: str, limit: Annotated[int, typer.Option("--limit")] = 20,
-               url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+def task_flows(
+    task_id: str,
+    limit: Annotated[int, typer.Option("--limit")] = 20,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
     """A task's flows, newest first."""
     with _client(url, api_key, "--api-key") as sdk:
         try:
@@ -303,7 +339,9 @@ def app_create(
     rate: Annotated[float | None, typer.Option("--rate", help="callbacks per second")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", help="callbacks in flight")] = None,
     allow_host: Annotated[list[str] | None, typer.Option("--allow-host", help="admitted host/network")] = None,
-    url: Url = DEFAULT_URL, admin_key: AdminKey = None, as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    admin_key: AdminKey = None,
+    as_json: AsJson = False,
 ) -> None:
     """Create an app; prints its API key and signing secret once."""
     fields: dict[str, Any] = {}
@@ -327,7 +365,9 @@ def app_rotate(
     key: Annotated[bool, typer.Option("--key/--no-key", help="rotate the API key")] = True,
     secret: Annotated[bool, typer.Option("--secret/--no-secret", help="rotate the signing secret")] = True,
     grace_s: Annotated[int, typer.Option("--grace-s", help="old secret keeps signing this long")] = 86_400,
-    url: Url = DEFAULT_URL, admin_key: AdminKey = None, as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    admin_key: AdminKey = None,
+    as_json: AsJson = False,
 ) -> None:
     """Rotate an app's API key and/or signing secret."""
     with _client(url, admin_key, "--admin-key") as sdk:
@@ -342,7 +382,10 @@ def app_rotate(
 def app_show(
     app_id: Annotated[str | None, typer.Argument(help="app id (admin key); omit to show your own app")] = None,
     stats: Annotated[bool, typer.Option("--stats", help="show its stats instead")] = False,
-    url: Url = DEFAULT_URL, admin_key: AdminKey = None, api_key: ApiKey = None, as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    admin_key: AdminKey = None,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
 ) -> None:
     """Show an app (admin key) or your own (API key), or its stats."""
     if app_id is not None:
@@ -364,9 +407,13 @@ def app_show(
 
 
 @dlq_app.command("list")
-def dlq_list(limit: Annotated[int, typer.Option("--limit")] = 50,
-             all_: Annotated[bool, typer.Option("--all", help="every page")] = False,
-             url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+def dlq_list(
+    limit: Annotated[int, typer.Option("--limit")] = 50,
+    all_: Annotated[bool, typer.Option("--all", help="every page")] = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
     """List the app's dead letters."""
     with _client(url, api_key, "--api-key") as sdk:
         try:
@@ -377,22 +424,32 @@ def dlq_list(limit: Annotated[int, typer.Option("--limit")] = 50,
 
 
 @dlq_app.command("redrive")
-def dlq_redrive(flow_ids: Annotated[list[str] | None, typer.Argument(help="flow ids")] = None,
-                all_: Annotated[bool, typer.Option("--all", help="every dead letter")] = False,
-                url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+def dlq_redrive(
+    flow_ids: Annotated[list[str] | None, typer.Argument(help="flow ids")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="every dead letter")] = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
     """Send dead flows again (attempts kept)."""
     if not flow_ids and not all_:
         raise typer.BadParameter("give flow ids or --all")
     with _client(url, api_key, "--api-key") as sdk:
         try:
             ids = [f.id for f in sdk.iter_dead_letters()] if all_ else list(flow_ids or [])
-            results = [sdk.redrive(ids[i:i + 1000]) for i in range(0, len(ids), 1000)]
+            results = [sdk.redrive(ids[i : i + 1000]) for i in range(0, len(ids), 1000)]
         except TjobsClientError as error:
             raise _fail(error) from None
     items = [item for result in results for item in result.items]
     if as_json:
-        _emit({"redriven": sum(r.redriven for r in results), "failed": sum(r.failed for r in results),
-               "items": [i.model_dump(mode="json") for i in items]}, True)
+        _emit(
+            {
+                "redriven": sum(r.redriven for r in results),
+                "failed": sum(r.failed for r in results),
+                "items": [i.model_dump(mode="json") for i in items],
+            },
+            True,
+        )
         return
     table = Table("flow id", "status", "error")
     for item in items:
@@ -426,7 +483,9 @@ def read_requests(path: Path, start_line: int) -> Iterator[tuple[int, dict[str, 
 def import_tasks(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL: one create request per line")],
     restart: Annotated[bool, typer.Option("--restart", help="ignore the saved position")] = False,
-    url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
 ) -> None:
     """Create every task in FILE in batches; resumable (FILE.progress) and idempotent (by key)."""
     progress_file = file.with_name(file.name + ".progress")
@@ -435,10 +494,17 @@ def import_tasks(
         total = sum(1 for line in handle if line.strip())
     counts = {"created": 0, "existing": 0, "failed": 0}
     failures: list[dict[str, Any]] = []
-    with _client(url, api_key, "--api-key") as sdk, Progress(
-        TextColumn("[bold]import[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, disable=as_json,
-    ) as progress:
+    with (
+        _client(url, api_key, "--api-key") as sdk,
+        Progress(
+            TextColumn("[bold]import[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            disable=as_json,
+        ) as progress,
+    ):
         bar = progress.add_task("tasks", total=total, completed=min(start, total))
         batch: list[tuple[int, dict[str, Any]]] = []
 

@@ -85,14 +85,26 @@ async def bootstrap_demo(node: Node, api_key: str, base_url: str) -> list[str]:
     node.apps.put(app)
     target = {"url": f"{base_url}{ECHO_PATH}", "method": "POST", "timeout_ms": 2000}
     requests = [
-        {"name": "demo-every-10s", "key": "demo-every-10s",
-         "schedule": {"kind": "interval", "every_ms": 10_000}, "callback": target,
-         "payload": {"hello": "every 10 seconds"}},
-        {"name": "demo-in-5s", "schedule": {"kind": "delay", "delay_ms": 5_000}, "callback": target,
-         "payload": {"hello": "once, 5 seconds after start"}},
-        {"name": "demo-every-minute", "key": "demo-every-minute",
-         "schedule": {"kind": "cron", "expr": "* * * * *", "timezone": "UTC"}, "callback": target,
-         "payload": {"hello": "at the top of every minute"}},
+        {
+            "name": "demo-every-10s",
+            "key": "demo-every-10s",
+            "schedule": {"kind": "interval", "every_ms": 10_000},
+            "callback": target,
+            "payload": {"hello": "every 10 seconds"},
+        },
+        {
+            "name": "demo-in-5s",
+            "schedule": {"kind": "delay", "delay_ms": 5_000},
+            "callback": target,
+            "payload": {"hello": "once, 5 seconds after start"},
+        },
+        {
+            "name": "demo-every-minute",
+            "key": "demo-every-minute",
+            "schedule": {"kind": "cron", "expr": "* * * * *", "timezone": "UTC"},
+            "callback": target,
+            "payload": {"hello": "at the top of every minute"},
+        },
     ]
     ids = []
     for request in requests:

@@ -79,16 +79,12 @@ def _on_time(
     return _plan([flow], task, schedule.next_fire(scheduled_at_ms), fires_added=1)
 
 
-def _fire_and_jump(
-    task: Task, schedule: Schedule, scheduled_at_ms: int, now_ms: int, missed: int
-) -> FirePlan:
+def _fire_and_jump(task: Task, schedule: Schedule, scheduled_at_ms: int, now_ms: int, missed: int) -> FirePlan:
     flow = _sent_flow(task, scheduled_at_ms, now_ms, FlowKind.MISFIRE, missed)
     return _plan([flow], task, schedule.next_fire(now_ms), fires_added=1)
 
 
-def _catch_up(
-    task: Task, schedule: Schedule, scheduled_at_ms: int, now_ms: int, cap: int
-) -> FirePlan:
+def _catch_up(task: Task, schedule: Schedule, scheduled_at_ms: int, now_ms: int, cap: int) -> FirePlan:
     # Backlog = this occurrence and every later one up to now.
     later = schedule.occurrences_between(scheduled_at_ms, now_ms, COUNT_CAP)
     backlog = 1 + len(later)
@@ -109,19 +105,13 @@ def _catch_up(
 def _sent_flow(task: Task, scheduled_at_ms: int, now_ms: int, kind: FlowKind, missed: int) -> NewFlow:
     if task.delivery is DeliveryMode.AT_MOST_ONCE:
         # The single attempt is recorded before it is sent (at-most-once).
-        return NewFlow(scheduled_at_ms, kind, FlowStatus.SENDING, attempts=1, next_attempt_at_ms=now_ms,
-                       missed=missed)
-    return NewFlow(scheduled_at_ms, kind, FlowStatus.PENDING, attempts=0, next_attempt_at_ms=now_ms,
-                   missed=missed)
+        return NewFlow(scheduled_at_ms, kind, FlowStatus.SENDING, attempts=1, next_attempt_at_ms=now_ms, missed=missed)
+    return NewFlow(scheduled_at_ms, kind, FlowStatus.PENDING, attempts=0, next_attempt_at_ms=now_ms, missed=missed)
 
 
 def _plan(flows: list[NewFlow], task: Task, next_run_at_ms: int | None, fires_added: int) -> FirePlan:
     schedule_max = task.schedule.get("max_fires")
-    if (
-        next_run_at_ms is not None
-        and isinstance(schedule_max, int)
-        and task.fire_count + fires_added >= schedule_max
-    ):
+    if next_run_at_ms is not None and isinstance(schedule_max, int) and task.fire_count + fires_added >= schedule_max:
         next_run_at_ms = None
     status = TaskStatus.ACTIVE if next_run_at_ms is not None else TaskStatus.COMPLETED
     return FirePlan(flows=flows, next_run_at_ms=next_run_at_ms, status=status, fires_added=fires_added)

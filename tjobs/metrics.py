@@ -41,14 +41,18 @@ class Metrics:
         self.up.set(1)
         self.registrations = Counter("tjobs_registrations", "Tasks registered", ["app"], registry=r)
         self.api_rate_limited = Counter(  # app "" for requests without a valid key (tjobs.api.ratelimit)
-            "tjobs_api_rate_limited", "API requests refused with 429 by a rate limit, by bucket",
-            ["app", "bucket"], registry=r)
+            "tjobs_api_rate_limited",
+            "API requests refused with 429 by a rate limit, by bucket",
+            ["app", "bucket"],
+            registry=r,
+        )
         # fires, lateness, callback attempts and duration, flow outcomes, throttled sends: per app, plain
         # numbers (tjobs.metrics_per_app), read by the collector at scrape
         self.per_app: dict[str, AppSeries] = {}
         r.register(PerAppCollector(self.per_app))
-        self.retries = Counter("tjobs_callback_retries", "Retries scheduled after a failed attempt",
-                               ["app"], registry=r)
+        self.retries = Counter(
+            "tjobs_callback_retries", "Retries scheduled after a failed attempt", ["app"], registry=r
+        )
         self.dead_letters = Counter("tjobs_dead_letters", "Flows moved to the dead letter", ["app"], registry=r)
         self.misfires = Counter("tjobs_misfires", "Misfires by policy", ["app", "policy"], registry=r)
         self.fires_rejected = Counter(
@@ -59,15 +63,20 @@ class Metrics:
         self.fire_tx_failures = Counter(
             "tjobs_fire_transaction_failures",
             "Fire transactions not committed, one per database server: error (its fires retried alone) or fenced",
-            ["reason"], registry=r,
+            ["reason"],
+            registry=r,
         )
         self.fire_tx_duration = Histogram(
-            "tjobs_fire_transaction_duration_seconds", "Duration of one fire commit batch",
-            buckets=DURATION_BUCKETS_S, registry=r,
+            "tjobs_fire_transaction_duration_seconds",
+            "Duration of one fire commit batch",
+            buckets=DURATION_BUCKETS_S,
+            registry=r,
         )
         self.fire_tx_batch = Histogram(
-            "tjobs_fire_transaction_batch_size", "Intents per fire commit batch",
-            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=r,
+            "tjobs_fire_transaction_batch_size",
+            "Intents per fire commit batch",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+            registry=r,
         )
         self.wheel_size = Gauge("tjobs_wheel_tasks", "Tasks loaded in the timing wheel", registry=r)
         self.jobs_owned = Gauge("tjobs_jobs_owned", "Jobs (shards) this node runs", registry=r)
@@ -75,53 +84,63 @@ class Metrics:
         self.groups_without_primary = Gauge(
             "tjobs_groups_without_primary", "Planned job groups no node holds (this node's view)", registry=r
         )
-        self.is_leader = Gauge("tjobs_dispatcher_leader", "1 while this node is the dispatcher leader",
-                               registry=r)
+        self.is_leader = Gauge("tjobs_dispatcher_leader", "1 while this node is the dispatcher leader", registry=r)
         self.leadership_changes = Counter(
             "tjobs_leadership_changes", "Times this node gained or lost dispatcher leadership", registry=r
         )
         self.failovers = Gauge(
-            "tjobs_failovers", "Group failovers this node took over (monotonic; from the coordinator)",
+            "tjobs_failovers",
+            "Group failovers this node took over (monotonic; from the coordinator)",
             registry=r,
         )
-        self.cluster_nodes = Gauge("tjobs_cluster_nodes", "Live member nodes (this node's view)",
-                                   ["health"], registry=r)
+        self.cluster_nodes = Gauge(
+            "tjobs_cluster_nodes", "Live member nodes (this node's view)", ["health"], registry=r
+        )
         self.plan_version = Gauge("tjobs_plan_version", "Version of the dispatch plan in force", registry=r)
         self.plan_age = Gauge("tjobs_plan_age_seconds", "Age of the dispatch plan in force", registry=r)
-        self.lease_remaining = Gauge("tjobs_lease_remaining_seconds", "Time left on the node's lease",
-                                     registry=r)
+        self.lease_remaining = Gauge("tjobs_lease_remaining_seconds", "Time left on the node's lease", registry=r)
         self.cycle_load_duration = Gauge(
             "tjobs_cycle_load_duration_seconds", "Duration of the last cycle load", registry=r
         )
         self.commit_backlog = Gauge("tjobs_fire_backlog", "Due fires waiting for a committer", registry=r)
         self.sync_lag = Gauge(
-            "tjobs_cluster_sync_lag_seconds", "Age of the coordinator's last sync with the cluster view",
+            "tjobs_cluster_sync_lag_seconds",
+            "Age of the coordinator's last sync with the cluster view",
             registry=r,
         )
         self.hot_tier_lag = Histogram(
             "tjobs_hot_tier_lag_seconds",
             "Time from a task change's publish on one node to its apply on the shard's owner",
-            ["tier"], buckets=LATENESS_BUCKETS_S, registry=r,
+            ["tier"],
+            buckets=LATENESS_BUCKETS_S,
+            registry=r,
         )
         self.compensator_backlog = Gauge(
             "tjobs_compensator_backlog", "Flows the last compensation pass handled", registry=r
         )
         self.flows_redriven = Counter("tjobs_flows_redriven", "Flows re-driven by the compensator", registry=r)
         self.api_requests = Counter(
-            "tjobs_api_requests", "API requests by route template, method and status class",
-            ["route", "method", "status_class"], registry=r,
+            "tjobs_api_requests",
+            "API requests by route template, method and status class",
+            ["route", "method", "status_class"],
+            registry=r,
         )
         self.api_duration = Histogram(
-            "tjobs_api_request_duration_seconds", "API request duration by route template", ["route"],
-            buckets=DURATION_BUCKETS_S, registry=r,
+            "tjobs_api_request_duration_seconds",
+            "API request duration by route template",
+            ["route"],
+            buckets=DURATION_BUCKETS_S,
+            registry=r,
         )
         self.db_server_up = Gauge(
             "tjobs_db_server_up",
             "1 while this node reaches the database server, 0 while it pauses the server's shards",
-            ["server"], registry=r,
+            ["server"],
+            registry=r,
         )
         self.jobs_paused = Gauge(
-            "tjobs_jobs_paused", "Jobs (shards) paused on this node because their database server is unreachable",
+            "tjobs_jobs_paused",
+            "Jobs (shards) paused on this node because their database server is unreachable",
             registry=r,
         )
         self._hot_tier_lag: dict[str, Histogram] = {}
@@ -187,9 +206,7 @@ class Metrics:
         groups = view.get("groups")
         if isinstance(groups, list):
             self.groups_owned.set(sum(1 for g in groups if isinstance(g, dict) and g.get("holder") == node_id))
-            self.groups_without_primary.set(
-                sum(1 for g in groups if isinstance(g, dict) and g.get("holder") is None)
-            )
+            self.groups_without_primary.set(sum(1 for g in groups if isinstance(g, dict) and g.get("holder") is None))
         nodes = view.get("nodes")
         if isinstance(nodes, list):
             healthy = sum(1 for n in nodes if not isinstance(n, dict) or n.get("healthy", True))

@@ -86,23 +86,31 @@ class PerAppCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         series = sorted(self._series.items())
         fires = CounterMetricFamily("tjobs_fires", "Fires by outcome", labels=["app", "outcome"])
-        attempts = CounterMetricFamily("tjobs_callback_attempts", "Callback attempts by outcome and status class",
-                                       labels=["app", "outcome", "status_class"])
+        attempts = CounterMetricFamily(
+            "tjobs_callback_attempts",
+            "Callback attempts by outcome and status class",
+            labels=["app", "outcome", "status_class"],
+        )
         outcomes = CounterMetricFamily(
-            "tjobs_flow_outcomes", "Flow outcomes recorded (pending = retry scheduled, delivered, dead, ...)",
-            labels=["app", "status"])
+            "tjobs_flow_outcomes",
+            "Flow outcomes recorded (pending = retry scheduled, delivered, dead, ...)",
+            labels=["app", "status"],
+        )
         throttled = CounterMetricFamily(
             "tjobs_throttled_fires",
             "Callback sends delayed (never dropped) by the app's rate limit or concurrency cap",
-            labels=["app", "reason"])
+            labels=["app", "reason"],
+        )
         histograms = {
             "fire_lateness": HistogramMetricFamily(
-                "tjobs_fire_lateness_seconds", "Fire commit time minus scheduled instant", labels=["app"]),
+                "tjobs_fire_lateness_seconds", "Fire commit time minus scheduled instant", labels=["app"]
+            ),
             "delivery_lateness": HistogramMetricFamily(
-                "tjobs_delivery_lateness_seconds", "First successful delivery minus scheduled instant",
-                labels=["app"]),
+                "tjobs_delivery_lateness_seconds", "First successful delivery minus scheduled instant", labels=["app"]
+            ),
             "callback_duration": HistogramMetricFamily(
-                "tjobs_callback_duration_seconds", "Callback request duration", labels=["app"]),
+                "tjobs_callback_duration_seconds", "Callback request duration", labels=["app"]
+            ),
         }
         for app, s in series:
             if s.fires:

@@ -55,9 +55,7 @@ def alembic_config(connection: Connection | None = None, **attributes: Any) -> C
     return config
 
 
-def _upgrade(
-    connection: Connection, /, script: ScriptDirectory, version_schema: str | None, **attributes: Any
-) -> None:
+def _upgrade(connection: Connection, /, script: ScriptDirectory, version_schema: str | None, **attributes: Any) -> None:
     """Upgrade the database behind ``connection`` to head.
 
     Alembic's ``command.upgrade`` goes through ``env.py`` and the module-global ``context``/``op``
@@ -130,8 +128,7 @@ async def _create_databases(engine: AsyncEngine, layout: Layout, url: str) -> No
             for home in layout.databases:
                 if home.engine_url == url and home.name not in existing:
                     await conn.exec_driver_sql(
-                        f"CREATE DATABASE IF NOT EXISTS `{home.name}` "
-                        "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                        f"CREATE DATABASE IF NOT EXISTS `{home.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
                     )
             await conn.commit()
     except TjobsError:
@@ -142,9 +139,7 @@ async def _create_databases(engine: AsyncEngine, layout: Layout, url: str) -> No
         raise
 
 
-async def _upgrade_database(
-    engine: AsyncEngine, layout: Layout, home: DatabaseHome, script: ScriptDirectory
-) -> None:
+async def _upgrade_database(engine: AsyncEngine, layout: Layout, home: DatabaseHome, script: ScriptDirectory) -> None:
     attributes = {
         "tables_per_database": layout.topology.tables_per_database,
         "holds_apps": home.index == layout.apps_database.index,

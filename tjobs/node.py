@@ -95,14 +95,18 @@ class Node:
         self.sender = CallbackSender(settings.callbacks, policy=self.guard.policy)
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, on_throttled=self._observe_throttled)
         self.deliverer = Deliverer(
-            self.store, self.sender, self.limiter, settings.callbacks, self.clock,
-            on_result=self._observe_attempt, on_update=self._observe_flow_update,
-            fence=self._may_send, status_reader=self.store,
+            self.store,
+            self.sender,
+            self.limiter,
+            settings.callbacks,
+            self.clock,
+            on_result=self._observe_attempt,
+            on_update=self._observe_flow_update,
+            fence=self._may_send,
+            status_reader=self.store,
         )
         scheduler = settings.scheduler
-        self.planner = FirePlanner(
-            FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max)
-        )
+        self.planner = FirePlanner(FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max))
         self.runner = JobRunner(
             self.store,
             self.coordinator,
@@ -147,8 +151,9 @@ class Node:
         await self.retention.start()
         await self.tasks.counts.start()
         self.started = True
-        logger.info("node %s started with %d jobs", self.node_id, len(self.runner.owned),
-                    extra={"action": "node_started"})
+        logger.info(
+            "node %s started with %d jobs", self.node_id, len(self.runner.owned), extra={"action": "node_started"}
+        )
 
     async def stop(self, drain_timeout_s: float = 10.0) -> None:
         self.started = False
@@ -206,8 +211,12 @@ class Node:
             app = await self._fetch_app(task.app_id)
         except Exception:
             # The flow stays pending in the store; the compensator re-drives it.
-            logger.exception("app %s unavailable for flow %s", task.app_id, flow.id,
-                             extra={"action": "delivery_deferred", "flow_id": flow.id})
+            logger.exception(
+                "app %s unavailable for flow %s",
+                task.app_id,
+                flow.id,
+                extra={"action": "delivery_deferred", "flow_id": flow.id},
+            )
             return
         self.deliverer.submit(CallbackJob(task, flow, app))
 

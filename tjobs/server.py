@@ -50,10 +50,20 @@ async def serve(
     servers = [server]
     metrics_address = settings.metrics.listen_address()
     if metrics_address is not None:
-        servers.append(ApiServer(uvicorn.Config(
-            create_metrics_api(node, api.state.rate_limits), host=metrics_address[0], port=metrics_address[1],
-            log_level="warning", access_log=False, lifespan="off", loop="none", timeout_graceful_shutdown=1,
-        )))
+        servers.append(
+            ApiServer(
+                uvicorn.Config(
+                    create_metrics_api(node, api.state.rate_limits),
+                    host=metrics_address[0],
+                    port=metrics_address[1],
+                    log_level="warning",
+                    access_log=False,
+                    lifespan="off",
+                    loop="none",
+                    timeout_graceful_shutdown=1,
+                )
+            )
+        )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _request_exit, servers)
@@ -69,11 +79,13 @@ async def serve(
                 await failed[0]  # re-raise a bind failure
                 return
             await asyncio.sleep(0.02)
-        logger.info("API listening on http://%s:%d", settings.api.host, settings.api.port,
-                    extra={"action": "api_listening"})
+        logger.info(
+            "API listening on http://%s:%d", settings.api.host, settings.api.port, extra={"action": "api_listening"}
+        )
         if metrics_address is not None:
-            logger.info("metrics listening on http://%s/metrics", settings.metrics.listen,
-                        extra={"action": "metrics_listening"})
+            logger.info(
+                "metrics listening on http://%s/metrics", settings.metrics.listen, extra={"action": "metrics_listening"}
+            )
         if after_start is not None:
             await after_start(node)
         await serving[0]

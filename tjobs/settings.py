@@ -180,13 +180,31 @@ def metrics_exposure_problem(settings: Settings) -> str | None:
         return f"metrics.listen ({metrics.listen}) is the API's own address: name a different port"
     if not metrics.enabled or listen is not None or metrics.scrape_token is not None or metrics.public:
         return None
-    return (f"GET /metrics would be open to anyone who reaches {api.host}:{api.port}: set metrics.scrape_token "
-            "(Prometheus sends it as a bearer token), or metrics.listen (a separate metrics listener), or "
-            "metrics.public = true (open on purpose), or metrics.enabled = false")
+    return (
+        f"GET /metrics would be open to anyone who reaches {api.host}:{api.port}: set metrics.scrape_token "
+        "(Prometheus sends it as a bearer token), or metrics.listen (a separate metrics listener), or "
+        "metrics.public = true (open on purpose), or metrics.enabled = false"
+    )
 
 
-_PLACEHOLDER_KEYS = frozenset({"changeme", "change", "admin", "administrator", "password", "secret", "test",
-                               "default", "example", "key", "adminkey", "token", "letmein", "root"})
+_PLACEHOLDER_KEYS = frozenset(
+    {
+        "changeme",
+        "change",
+        "admin",
+        "administrator",
+        "password",
+        "secret",
+        "test",
+        "default",
+        "example",
+        "key",
+        "adminkey",
+        "token",
+        "letmein",
+        "root",
+    }
+)
 _PLACEHOLDER_WORDS = ("changeme", "replace", "placeholder")
 MIN_ADMIN_KEY_CHARS = 16
 
@@ -203,8 +221,10 @@ def weak_admin_key_reason(settings: Settings) -> str | None:
     folded = "".join(c for c in key.lower() if c.isalnum())
     placeholder = folded in _PLACEHOLDER_KEYS or any(word in folded for word in _PLACEHOLDER_WORDS)
     if len(key) < MIN_ADMIN_KEY_CHARS or len(set(key)) < 8 or placeholder:
-        return (f"api.admin_key is too weak (at least {MIN_ADMIN_KEY_CHARS} random characters, not a placeholder "
-                "like 'change-me'): generate one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+        return (
+            f"api.admin_key is too weak (at least {MIN_ADMIN_KEY_CHARS} random characters, not a placeholder "
+            "like 'change-me'): generate one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+        )
     return None
 
 

@@ -187,8 +187,9 @@ def judge(address: IPAddress, host: str, allow: AllowList, allow_loopback: bool)
         return None
     if inner is not None and allow.admits_address(inner):
         return None
-    if allow_loopback and (_LOOPBACK_ONLY.admits_address(address)
-                           or (inner is not None and _LOOPBACK_ONLY.admits_address(inner))):
+    if allow_loopback and (
+        _LOOPBACK_ONLY.admits_address(address) or (inner is not None and _LOOPBACK_ONLY.admits_address(inner))
+    ):
         return None
     return why
 
@@ -294,13 +295,15 @@ class TargetGuard:
             return None
         except TargetRefused as refused:
             if refused.detail != refused.reason:
-                logger.info("callback target refused at registration: %s", refused.detail,
-                            extra={"action": "callback_target_refused"})
+                logger.info(
+                    "callback target refused at registration: %s",
+                    refused.detail,
+                    extra={"action": "callback_target_refused"},
+                )
             return refused.reason
         return None
 
-    async def check_registration(self, urls: Sequence[str], allow: AllowList, field: str = "callback.url"
-                                 ) -> None:
+    async def check_registration(self, urls: Sequence[str], allow: AllowList, field: str = "callback.url") -> None:
         """Refuse (422, naming the field) any target the policy refuses; names are resolved now too.
 
         With several URLs the field is ``callback.urls[i]`` of the refused one.
@@ -324,8 +327,12 @@ class TargetGuard:
             return Route(url, await self.addresses(url, allow))
         except TargetRefused as refused:
             if refused.detail != refused.reason:
-                logger.info("callback target refused for flow %s: %s", request.flow_id, refused.detail,
-                            extra={"action": "callback_target_refused", "flow_id": request.flow_id})
+                logger.info(
+                    "callback target refused for flow %s: %s",
+                    request.flow_id,
+                    refused.detail,
+                    extra={"action": "callback_target_refused", "flow_id": request.flow_id},
+                )
             return refused.reason
 
 
@@ -356,8 +363,14 @@ def _addresses_of(answers: list[ResolveResult]) -> tuple[IPAddress, ...] | None:
 async def _system_resolve(host: str, port: int) -> list[ResolveResult]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [
-        {"hostname": host, "host": str(info[4][0]), "port": int(info[4][1]), "family": info[0],
-         "proto": info[2], "flags": 0}
+        {
+            "hostname": host,
+            "host": str(info[4][0]),
+            "port": int(info[4][1]),
+            "family": info[0],
+            "proto": info[2],
+            "flags": 0,
+        }
         for info in infos
     ]
 

@@ -123,8 +123,9 @@ class TaskCounts:
             self._since_snapshot = self._after_counted
             self._counted_at_ms = started_ms
             ended_ms = self._clock.now_ms()
-            self._next_asked_pass_ms = ended_ms + int(max(MIN_ASKED_PASS_INTERVAL_S * 1000,
-                                                          ASKED_PASS_REST_FACTOR * (ended_ms - started_ms)))
+            self._next_asked_pass_ms = ended_ms + int(
+                max(MIN_ASKED_PASS_INTERVAL_S * 1000, ASKED_PASS_REST_FACTOR * (ended_ms - started_ms))
+            )
 
     async def _run(self) -> None:
         while True:

@@ -219,15 +219,17 @@ class TaskService:
             self._check_quota(app, len(built))
             stored = await self._insert_many([t for _, t in built])
             existing_ids = [r for r in stored if isinstance(r, int)]
-            existing = dict(zip(existing_ids, await asyncio.gather(
-                *(self._store.get_task(i) for i in existing_ids)), strict=True))
+            existing = dict(
+                zip(existing_ids, await asyncio.gather(*(self._store.get_task(i) for i in existing_ids)), strict=True)
+            )
             created: list[Task] = []
             for (index, _), outcome in zip(built, stored, strict=True):
                 if isinstance(outcome, int):
                     found = existing.get(outcome)
                     if found is None:
-                        results[index] = ItemResult(None, False, Conflict("the task with this key was "
-                                                                          "deleted meanwhile; retry"))
+                        results[index] = ItemResult(
+                            None, False, Conflict("the task with this key was deleted meanwhile; retry")
+                        )
                     else:
                         results[index] = ItemResult(found, False, None)
                 else:
@@ -258,8 +260,14 @@ class TaskService:
     # ---- list ---------------------------------------------------------------------------------
 
     async def list_tasks(
-        self, app: App, *, limit: int = 100, cursor: str | None = None, status: TaskStatus | None = None,
-        kind: str | None = None, name_prefix: str | None = None,
+        self,
+        app: App,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: TaskStatus | None = None,
+        kind: str | None = None,
+        name_prefix: str | None = None,
     ) -> Page:
         """The app's tasks walked shard by shard in order, ascending id within a shard.
 
@@ -277,10 +285,9 @@ class TaskService:
         fetch = min(max(limit, 100), LIST_PAGE_MAX)
         while shard < shard_count:
             window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))
-            pages = await asyncio.gather(*(
-                self._store.list_tasks(app.id, s, after if s == shard and after else None, fetch)
-                for s in window
-            ))
+            pages = await asyncio.gather(
+                *(self._store.list_tasks(app.id, s, after if s == shard and after else None, fetch) for s in window)
+            )
             for s, page in zip(window, pages, strict=True):
                 for position, task in enumerate(page):
                     scanned += 1
@@ -319,11 +326,14 @@ class TaskService:
         while shard < shard_count and len(items) < limit:
             window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))
             want = limit - len(items)
-            pages = await asyncio.gather(*(
-                self._store.list_flows_by_status(
-                    s, FlowStatus.DEAD, app.id, want, (task_id, at) if s == shard and task_id else None)
-                for s in window
-            ))
+            pages = await asyncio.gather(
+                *(
+                    self._store.list_flows_by_status(
+                        s, FlowStatus.DEAD, app.id, want, (task_id, at) if s == shard and task_id else None
+                    )
+                    for s in window
+                )
+            )
             for s, page in zip(window, pages, strict=True):
                 for flow in page:
                     items.append(flow)
@@ -462,9 +472,13 @@ class TaskService:
             if not isinstance(request, dict):
                 raise InvalidInput("body", "must be a JSON object")
             if "payload" in request:
-                raise InvalidInput("payload", "a trigger cannot override the task's payload: the callback "
-                                   "carries the task's payload (change it with PATCH, or create a one-off "
-                                   "'delay' task with its own payload)", "unsupported_field")
+                raise InvalidInput(
+                    "payload",
+                    "a trigger cannot override the task's payload: the callback "
+                    "carries the task's payload (change it with PATCH, or create a one-off "
+                    "'delay' task with its own payload)",
+                    "unsupported_field",
+                )
             if request:
                 raise InvalidInput(sorted(request)[0], "unknown field", "unknown_field")
         task = await self.get(app, task_id)
@@ -485,12 +499,16 @@ class TaskService:
         await self._hotpath.publish(TaskChange.deleted(task_id, app.id))
 
     async def _edit(
-        self, task: Task, fields: set[str], before: TaskStatus, *, expected_revision: int | None = None,
+        self,
+        task: Task,
+        fields: set[str],
+        before: TaskStatus,
+        *,
+        expected_revision: int | None = None,
         from_status: TaskStatus | None = None,
     ) -> Task:
         """Store an edit of ``task`` (read in status ``before``) and hand it to the hot path."""
-        stored = await self._store.edit_task(task, fields, expected_revision=expected_revision,
-                                             from_status=from_status)
+        stored = await self._store.edit_task(task, fields, expected_revision=expected_revision, from_status=from_status)
         if stored.status is not before:
             self.counts.changed(stored.app_id, stored.id, before, stored.status)
         await self._hotpath.publish(TaskChange.of(stored))
@@ -498,7 +516,6 @@ class TaskService:
 
     def _routable(self, task_id: int) -> bool:
         return task_id > 0 and shard_of_task_id(task_id) < self._topology.shard_count
-
 
 
 async def _no_allow_list(app_id: str) -> AllowList:

@@ -137,7 +137,7 @@ def parse_callback_url(value: str) -> CallbackUrl:
     scheme = scheme_match.group(1).lower()
     if scheme not in SCHEMES:
         raise UrlRefused("scheme must be http or https", "bad_scheme")
-    rest = value[scheme_match.end():]
+    rest = value[scheme_match.end() :]
     if not rest.startswith("//"):
         raise UrlRefused("must be an absolute http or https URL (scheme://host/path)")
     rest = rest[2:].partition("#")[0]  # a fragment is never sent
@@ -158,7 +158,7 @@ def _split_authority(authority: str) -> tuple[str, str | None]:
         end = authority.find("]")
         if end < 0:
             raise UrlRefused("host: an IPv6 address must be closed with ']'")
-        host, after = authority[: end + 1], authority[end + 1:]
+        host, after = authority[: end + 1], authority[end + 1 :]
         if after and not after.startswith(":"):
             raise UrlRefused("host: unexpected characters after the IPv6 address")
         return host, after[1:] if after else None
@@ -274,5 +274,6 @@ def _folds_to_number(text: str) -> bool:
 
 
 def _fold_digits(text: str) -> str:
-    return "".join(str(unicodedata.decimal(c)) if not c.isascii() and unicodedata.decimal(c, None) is not None
-                   else c for c in text)
+    return "".join(
+        str(unicodedata.decimal(c)) if not c.isascii() and unicodedata.decimal(c, None) is not None else c for c in text
+    )

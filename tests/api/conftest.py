@@ -86,14 +86,19 @@ async def tenant(tenant_factory: Any) -> Tenant:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def admin(api_node: RunningNode) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=api_node.base_url,
-                                 headers={"authorization": f"Bearer {ADMIN_KEY}"}) as client:
+    async with httpx.AsyncClient(
+        base_url=api_node.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"}
+    ) as client:
         yield client
 
 
 def task_body(receiver: Receiver | None = None, **extra: Any) -> dict[str, Any]:
     url = receiver.url("/hook") if receiver is not None else "http://127.0.0.1:9/hook"
-    body: dict[str, Any] = {"name": "t", "schedule": {"kind": "delay", "delay_ms": 3_600_000},
-                            "callback": {"url": url}, "payload": {"n": 1}}
+    body: dict[str, Any] = {
+        "name": "t",
+        "schedule": {"kind": "delay", "delay_ms": 3_600_000},
+        "callback": {"url": url},
+        "payload": {"n": 1},
+    }
     body.update(extra)
     return body

@@ -26,8 +26,12 @@ BATCH_CAP = 256 * 1024
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def node() -> AsyncIterator[tuple[RunningNode, str]]:
-    settings = load_settings(None, storage={"urls": ["memory://"], "topology": "1x1x4"}, allow_loopback_callbacks=True,
-                             api={"max_body_bytes": CAP, "max_batch_body_bytes": BATCH_CAP})
+    settings = load_settings(
+        None,
+        storage={"urls": ["memory://"], "topology": "1x1x4"},
+        allow_loopback_callbacks=True,
+        api={"max_body_bytes": CAP, "max_batch_body_bytes": BATCH_CAP},
+    )
     async with run_node(settings) as running:
         _, key = await running.create_app("limits")
         yield running, key
@@ -48,8 +52,10 @@ async def read_status(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 async def test_a_declared_length_over_the_cap_is_refused_before_the_body_is_sent(node: tuple[RunningNode, str]) -> None:
     running, key = node
     reader, writer = await asyncio.open_connection("127.0.0.1", port_of(running))
-    writer.write(f"POST /v1/tasks HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
-                 f"content-type: application/json\r\ncontent-length: {256 << 20}\r\n\r\n".encode())
+    writer.write(
+        f"POST /v1/tasks HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+        f"content-type: application/json\r\ncontent-length: {256 << 20}\r\n\r\n".encode()
+    )
     await writer.drain()
     status, body = await read_status(reader)  # nothing of the 256 MiB was sent
     writer.close()
@@ -60,8 +66,10 @@ async def test_a_declared_length_over_the_cap_is_refused_before_the_body_is_sent
 async def test_a_chunked_body_stops_being_read_at_the_cap(node: tuple[RunningNode, str]) -> None:
     running, key = node
     reader, writer = await asyncio.open_connection("127.0.0.1", port_of(running))
-    writer.write(f"POST /v1/tasks HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
-                 "content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".encode())
+    writer.write(
+        f"POST /v1/tasks HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+        "content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".encode()
+    )
     chunk = b" " * 16384
     sent = 0
     answer: asyncio.Task[tuple[int, bytes]] = asyncio.create_task(read_status(reader))
@@ -83,8 +91,9 @@ async def test_the_batch_endpoint_has_its_own_cap(node: tuple[RunningNode, str])
     running, key = node
     task = {**valid_task(), "payload": "x" * 30_000}
     async with httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {key}"}) as client:
-        single = await client.post("/v1/tasks", content=orjson.dumps({**task, "pad": "y" * CAP}),
-                                   headers={"content-type": "application/json"})
+        single = await client.post(
+            "/v1/tasks", content=orjson.dumps({**task, "pad": "y" * CAP}), headers={"content-type": "application/json"}
+        )
         assert single.status_code == 413 and "api.max_body_bytes" in single.json()["error"]["message"]
         five = await client.post("/v1/tasks/batch", json={"tasks": [task] * 5})  # ~150 KiB: under the batch cap
         assert five.status_code == 200 and five.json()["created"] == 5, five.text

@@ -71,10 +71,27 @@ async def cli_run(*args: str, env: dict[str, str]) -> Any:
 
 
 async def test_the_cli_drives_tasks_apps_and_dead_letters(api_node: RunningNode, tenant: Tenant) -> None:
-    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "TJOBS_ADMIN_KEY": ADMIN_KEY,
-           "COLUMNS": "200"}
-    task = await cli_run("task", "create", "cli-task", "--callback", "http://127.0.0.1:9/hook", "--every", "30s",
-                         "--payload", '{"x": 1}', "-H", "x-trace: 1", "--json", env=env)
+    env = {
+        "TJOBS_URL": api_node.base_url,
+        "TJOBS_API_KEY": tenant.api_key,
+        "TJOBS_ADMIN_KEY": ADMIN_KEY,
+        "COLUMNS": "200",
+    }
+    task = await cli_run(
+        "task",
+        "create",
+        "cli-task",
+        "--callback",
+        "http://127.0.0.1:9/hook",
+        "--every",
+        "30s",
+        "--payload",
+        '{"x": 1}',
+        "-H",
+        "x-trace: 1",
+        "--json",
+        env=env,
+    )
     assert task["schedule"]["every_ms"] == 30_000 and task["callback"]["headers"] == {"x-trace": "1"}
     assert (await cli_run("task", "get", task["id"], "--json", env=env))["id"] == task["id"]
     assert [t["id"] for t in await cli_run("task", "list", "--prefix", "cli-", "--json", env=env)] == [task["id"]]
@@ -88,8 +105,9 @@ async def test_the_cli_drives_tasks_apps_and_dead_letters(api_node: RunningNode,
     assert await cli_run("dlq", "list", "--json", env=env) == []
     await cli_run("task", "delete", task["id"], env=env)
 
-    made = await cli_run("app", "create", "cli-app", "--concurrency", "4", "--allow-host", "10.0.0.0/8", "--json",
-                         env=env)
+    made = await cli_run(
+        "app", "create", "cli-app", "--concurrency", "4", "--allow-host", "10.0.0.0/8", "--json", env=env
+    )
     assert made["api_key"] and made["settings"]["allowed_callback_hosts"] == ["10.0.0.0/8"]
     rotated = await cli_run("app", "rotate", made["id"], "--no-key", "--json", env=env)
     assert rotated["api_key"] is None and len(rotated["secrets"]) == 2

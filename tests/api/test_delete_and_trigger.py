@@ -16,8 +16,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 async def _create(tenant: Tenant, receiver: Receiver, path: str) -> dict[str, Any]:
-    response = await tenant.client.post("/v1/tasks", json={**task_body(receiver),
-                                                           "callback": {"url": receiver.url(path)}})
+    response = await tenant.client.post(
+        "/v1/tasks", json={**task_body(receiver), "callback": {"url": receiver.url(path)}}
+    )
     assert response.status_code == 201, response.text
     task: dict[str, Any] = response.json()
     return task
@@ -32,9 +33,7 @@ async def _flow_status(tenant: Tenant, flow_id: str, wanted: str, timeout_s: flo
     return flow
 
 
-async def test_delete_stops_the_retries_of_a_fired_flow_and_cancels_it(
-    tenant: Tenant, receiver: Receiver
-) -> None:
+async def test_delete_stops_the_retries_of_a_fired_flow_and_cancels_it(tenant: Tenant, receiver: Receiver) -> None:
     # Given a flow whose receiver answers 503 with Retry-After: 1 (a retry every second)
     path = f"/delete-stops-retries-{secrets.token_hex(4)}"  # one receiver serves every backend
     receiver.script(path, then=Reply(503, retry_after="1"))
@@ -83,9 +82,7 @@ async def test_trigger_refuses_a_payload_override_naming_the_field(tenant: Tenan
     assert flows == []
 
 
-async def test_trigger_refuses_an_unknown_field_and_accepts_an_empty_object(
-    tenant: Tenant, receiver: Receiver
-) -> None:
+async def test_trigger_refuses_an_unknown_field_and_accepts_an_empty_object(tenant: Tenant, receiver: Receiver) -> None:
     task = await _create(tenant, receiver, "/trigger-body")
 
     unknown = await tenant.client.post(f"/v1/tasks/{task['id']}/trigger", json={"when": "now"})

@@ -58,11 +58,13 @@ def task(url: str) -> dict[str, object]:
 
 async def test_in_dev_only_the_demo_app_may_call_loopback(dev: Dev) -> None:
     _, other_key = await create_app_record(dev.node, {"name": "other"})
-    demo = await dev.client.post("/v1/tasks", json=task(f"{BASE_URL}/hook"),
-                                 headers={"authorization": f"Bearer {DEMO_KEY}"})
+    demo = await dev.client.post(
+        "/v1/tasks", json=task(f"{BASE_URL}/hook"), headers={"authorization": f"Bearer {DEMO_KEY}"}
+    )
     assert demo.status_code == 201, demo.text
-    other = await dev.client.post("/v1/tasks", json=task(f"{BASE_URL}/hook"),
-                                  headers={"authorization": f"Bearer {other_key}"})
+    other = await dev.client.post(
+        "/v1/tasks", json=task(f"{BASE_URL}/hook"), headers={"authorization": f"Bearer {other_key}"}
+    )
     assert other.status_code == 422 and other.json()["error"]["field"] == "callback.url", other.text
 
 
@@ -80,8 +82,11 @@ async def test_the_echo_refuses_unsigned_and_malformed_callbacks_without_a_500(d
     app = dev.node.apps.cached(DEMO_APP_ID)
     assert app is not None
     now_s = int(time.time())
-    signed = {"webhook-id": "1-2", "webhook-timestamp": str(now_s),
-              "webhook-signature": signature_header(app.secrets, "1-2", now_s, body)}
+    signed = {
+        "webhook-id": "1-2",
+        "webhook-timestamp": str(now_s),
+        "webhook-signature": signature_header(app.secrets, "1-2", now_s, body),
+    }
     bad = await dev.client.post(ECHO_PATH, content=body, headers={**signed, "tjobs-scheduled-at": "soon"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "tjobs-scheduled-at", bad.text
     good = await dev.client.post(ECHO_PATH, content=body, headers={**signed, "tjobs-scheduled-at": "1000"})

@@ -52,8 +52,7 @@ async def test_redrive_many_answers_per_id_and_dead_letters_page(tenant: Tenant,
     rest = (await tenant.client.get("/v1/dead-letters", params={"limit": 2, "cursor": first["next_cursor"]})).json()
     assert {f["id"] for f in first["items"] + rest["items"]} == {f["id"] for f in flows}
     ids = [f["id"] for f in flows]
-    result = (await tenant.client.post("/v1/dead-letters/redrive",
-                                       json={"flow_ids": [*ids, "1-2", "garbage"]})).json()
+    result = (await tenant.client.post("/v1/dead-letters/redrive", json={"flow_ids": [*ids, "1-2", "garbage"]})).json()
     assert (result["redriven"], result["failed"]) == (3, 2)
     assert [i["status"] for i in result["items"]] == [200, 200, 200, 404, 404]
     for flow_id in ids:
@@ -63,11 +62,16 @@ async def test_redrive_many_answers_per_id_and_dead_letters_page(tenant: Tenant,
 
 
 async def test_admin_creates_shows_and_updates_an_app(admin: httpx.AsyncClient, api_node: RunningNode) -> None:
-    created = await admin.post("/v1/apps", json={
-        "name": "billing", "rate_limit_per_s": 50, "max_concurrency": 5,
-        "allowed_callback_hosts": ["10.0.0.0/8", "*.corp.example"],
-        "callback_defaults": {"timeout_ms": 1500, "headers": {"x-team": "billing"}},
-    })
+    created = await admin.post(
+        "/v1/apps",
+        json={
+            "name": "billing",
+            "rate_limit_per_s": 50,
+            "max_concurrency": 5,
+            "allowed_callback_hosts": ["10.0.0.0/8", "*.corp.example"],
+            "callback_defaults": {"timeout_ms": 1500, "headers": {"x-team": "billing"}},
+        },
+    )
     assert created.status_code == 201, created.text
     app = created.json()
     assert app["api_key"].startswith("tjk_") and app["secrets"][0].startswith("whsec_")
@@ -78,8 +82,9 @@ async def test_admin_creates_shows_and_updates_an_app(admin: httpx.AsyncClient, 
     assert updated.status_code == 200 and updated.json()["max_concurrency"] == 7
     assert updated.json()["settings"]["max_active_tasks"] == 3
 
-    async with httpx.AsyncClient(base_url=api_node.base_url,
-                                 headers={"authorization": f"Bearer {app['api_key']}"}) as client:
+    async with httpx.AsyncClient(
+        base_url=api_node.base_url, headers={"authorization": f"Bearer {app['api_key']}"}
+    ) as client:
         me = (await client.get("/v1/app")).json()
         assert me["id"] == app["id"] and "api_key" not in me
         # callback defaults apply under the task's own fields; the allow-list admits 10/8
@@ -88,10 +93,13 @@ async def test_admin_creates_shows_and_updates_an_app(admin: httpx.AsyncClient, 
         refused = await client.post("/v1/tasks", json=task_body(callback={"url": "http://192.168.1.1/"}))
         assert refused.status_code == 422 and refused.json()["error"]["code"] == "target_refused"
 
-    for body, field in [({}, "name"), ({"name": "x", "max_concurrency": 0}, "max_concurrency"),
-                        ({"name": "x", "allowed_callback_hosts": ["not a host!"]}, "allowed_callback_hosts[0]"),
-                        ({"name": "x", "callback_defaults": {"timeout_ms": -1}}, "callback_defaults.timeout_ms"),
-                        ({"name": "x", "colour": 1}, "colour")]:
+    for body, field in [
+        ({}, "name"),
+        ({"name": "x", "max_concurrency": 0}, "max_concurrency"),
+        ({"name": "x", "allowed_callback_hosts": ["not a host!"]}, "allowed_callback_hosts[0]"),
+        ({"name": "x", "callback_defaults": {"timeout_ms": -1}}, "callback_defaults.timeout_ms"),
+        ({"name": "x", "colour": 1}, "colour"),
+    ]:
         response = await admin.post("/v1/apps", json=body)
         assert response.status_code == 422 and response.json()["error"]["field"] == field, response.text
     assert (await admin.get("/v1/apps/app_nope")).status_code == 404

@@ -49,6 +49,10 @@ def test_service_levels_count_outcomes_per_app_and_feed_the_windows() -> None:
     for status in ("pending", "delivered", "delivered", "dead"):
         levels.observe_outcome("a", status)
     levels.observe_outcome("b", "delivered")
-    assert levels.outcome_counts == {("a", "pending"): 1, ("a", "delivered"): 2, ("a", "dead"): 1,
-                                     ("b", "delivered"): 1}
+    assert levels.outcome_counts == {
+        ("a", "pending"): 1,
+        ("a", "delivered"): 2,
+        ("a", "dead"): 1,
+        ("b", "delivered"): 1,
+    }
     assert levels.lateness.windows("a")["1m"]["count"] == 1

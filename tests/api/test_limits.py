@@ -30,8 +30,7 @@ async def _client(limits: dict[str, Any], **settings: Any) -> AsyncIterator[http
     config = load_settings(None, storage={"urls": ["memory://"], "topology": "1x1x4"}, limits=limits, **settings)
     async with run_node(config) as running:
         _, key = await running.create_app("limits")
-        async with httpx.AsyncClient(base_url=running.base_url,
-                                     headers={"authorization": f"Bearer {key}"}) as client:
+        async with httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {key}"}) as client:
             yield client
 
 
@@ -43,8 +42,14 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def tight() -> AsyncIterator[httpx.AsyncClient]:
-    limits = {"max_payload_bytes": 100, "max_url_chars": 40, "max_headers": 2, "min_period_ms": 10_000,
-              "max_future_days": 1, "max_active_tasks_per_app": 3}
+    limits = {
+        "max_payload_bytes": 100,
+        "max_url_chars": 40,
+        "max_headers": 2,
+        "min_period_ms": 10_000,
+        "max_future_days": 1,
+        "max_active_tasks_per_app": 3,
+    }
     async for made in _client(limits, allow_loopback_callbacks=True):
         yield made
 
@@ -89,12 +94,15 @@ async def test_up_to_20_custom_headers_are_accepted_and_21_refused(client: httpx
 async def test_periods_under_one_second_are_refused(client: httpx.AsyncClient) -> None:
     assert (await status_of(client, task_body(schedule={"kind": "interval", "every_ms": 1000})))[0] == 201
     assert await status_of(client, task_body(schedule={"kind": "interval", "every_ms": 999})) == (
-        422, "schedule.every_ms", "too_frequent")
+        422,
+        "schedule.every_ms",
+        "too_frequent",
+    )
     assert (await status_of(client, task_body(schedule={"kind": "cron", "expr": "* * * * * *"})))[0] == 201
 
 
 async def test_at_within_the_misfire_threshold_in_the_past_is_accepted_and_older_refused(
-    client: httpx.AsyncClient
+    client: httpx.AsyncClient,
 ) -> None:
     assert (await status_of(client, task_body(schedule=at(-30_000))))[0] == 201
     assert (await status_of(client, task_body(schedule=at(-61_000))))[1:] == ("schedule.at_ms", "in_past")

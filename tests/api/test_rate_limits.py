@@ -29,9 +29,13 @@ ADMIN_KEY = "tja_rate_limit_admin_key"
 
 @asynccontextmanager
 async def node_with(**rate_limits: Any) -> AsyncIterator[RunningNode]:
-    settings = load_settings(None, storage={"urls": ["memory://"], "topology": "1x1x4"},
-                             api={"admin_key": ADMIN_KEY}, rate_limits={"burst_s": 1.0, **rate_limits},
-                             allow_loopback_callbacks=True)
+    settings = load_settings(
+        None,
+        storage={"urls": ["memory://"], "topology": "1x1x4"},
+        api={"admin_key": ADMIN_KEY},
+        rate_limits={"burst_s": 1.0, **rate_limits},
+        allow_loopback_callbacks=True,
+    )
     async with run_node(settings) as running:
         yield running
 
@@ -68,9 +72,13 @@ async def test_an_app_over_its_request_rate_gets_429_and_another_app_is_unaffect
             # and the refusal is counted for the operator, per app and bucket
             async with httpx.AsyncClient(base_url=running.base_url) as scraper:  # an app key is charged anywhere
                 scraped = (await scraper.get("/metrics")).text
-            refusals = {(s.labels["app"], s.labels["bucket"]): s.value
-                       for family in text_string_to_metric_families(scraped) if family.name == "tjobs_api_rate_limited"
-                       for s in family.samples if s.name.endswith("_total")}
+            refusals = {
+                (s.labels["app"], s.labels["bucket"]): s.value
+                for family in text_string_to_metric_families(scraped)
+                if family.name == "tjobs_api_rate_limited"
+                for s in family.samples
+                if s.name.endswith("_total")
+            }
             assert refusals == {(noisy_app.id, "requests"): 1.0}
 
 
@@ -153,9 +161,12 @@ async def test_random_unknown_keys_cost_at_most_the_unauthenticated_budget_of_lo
             lookups = 0
             # When: 100 requests, each with a fresh random key
             async with httpx.AsyncClient(base_url=running.base_url) as anyone:
-                answers = await asyncio.gather(*(
-                    anyone.get("/v1/app", headers={"authorization": f"Bearer tjk_{secrets.token_urlsafe(32)}"})
-                    for _ in range(100)))
+                answers = await asyncio.gather(
+                    *(
+                        anyone.get("/v1/app", headers={"authorization": f"Bearer tjk_{secrets.token_urlsafe(32)}"})
+                        for _ in range(100)
+                    )
+                )
             # Then: at most the budget (5 tokens, a little refill while they run) reached the store,
             # the rest were refused with 429 + Retry-After, and the app with a valid key is not refused
             statuses = [a.status_code for a in answers]

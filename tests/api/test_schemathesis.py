@@ -30,8 +30,13 @@ def _settings() -> Settings:
     # The run sends bursts of requests with wrong keys (ignored_auth) and of expensive reads; the API's
     # rate limits (tests/api/test_rate_limits.py) would answer some of them 429 instead of the answer
     # this suite checks, so they are lifted here.
-    return load_settings(None, storage={"urls": ["memory://"], "topology": "1x2x4"}, api={"admin_key": ADMIN_KEY},
-                         rate_limits={"enabled": False}, allow_loopback_callbacks=True)
+    return load_settings(
+        None,
+        storage={"urls": ["memory://"], "topology": "1x2x4"},
+        api={"admin_key": ADMIN_KEY},
+        rate_limits={"enabled": False},
+        allow_loopback_callbacks=True,
+    )
 
 
 schema = schemathesis.openapi.from_dict(create_api(Node(_settings())).openapi())
@@ -76,9 +81,14 @@ class _NodeThread:
         self._stop = asyncio.Event()
         async with run_node(_settings()) as running:
             app, self.api_key = await running.create_app("schemathesis")
-            created = await running.node.tasks.create(app, {
-                "name": "seed", "schedule": {"kind": "delay", "delay_ms": 3_600_000},
-                "callback": {"url": "http://127.0.0.1:9/hook"}})
+            created = await running.node.tasks.create(
+                app,
+                {
+                    "name": "seed",
+                    "schedule": {"kind": "delay", "delay_ms": 3_600_000},
+                    "callback": {"url": "http://127.0.0.1:9/hook"},
+                },
+            )
             self.task_id = str(created.task.id)
             self.base_url = running.base_url
             self._ready.set()

@@ -18,10 +18,20 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 PUBLIC_URL = "http://93.184.216.34/hook"
 BAD_HOSTS = [
-    "http://a..b/", "http://.example/", "http://" + "a" * 64 + ".com/", "http://" + ("a" * 60 + ".") * 5 + "com/",
-    "http://\u05d0a.example/", "http://exa\x80mple.com/", "http://\ufffd.com/", "http://:@example.com/",
-    "http://user:pw@example.com/", "http://16\U0001ccf9.254.169.254/", "http://127.1/", "http://[fe80::1%25lo]/",
-    "http://example.com\\@10.0.0.1/", "http://xn--zz.example/",
+    "http://a..b/",
+    "http://.example/",
+    "http://" + "a" * 64 + ".com/",
+    "http://" + ("a" * 60 + ".") * 5 + "com/",
+    "http://\u05d0a.example/",
+    "http://exa\x80mple.com/",
+    "http://\ufffd.com/",
+    "http://:@example.com/",
+    "http://user:pw@example.com/",
+    "http://16\U0001ccf9.254.169.254/",
+    "http://127.1/",
+    "http://[fe80::1%25lo]/",
+    "http://example.com\\@10.0.0.1/",
+    "http://xn--zz.example/",
 ]
 
 
@@ -62,8 +72,9 @@ async def test_one_bad_host_fails_only_its_batch_item(tenant: Tenant) -> None:
     assert response.status_code == 200, response.text
     result = response.json()
     assert [i["status"] for i in result["items"]] == [422] * len(BAD_HOSTS) + [201]
-    assert [i["error"]["field"] for i in result["items"][:-1]] == [f"tasks[{i}].callback.url"
-                                                                     for i in range(len(BAD_HOSTS))]
+    assert [i["error"]["field"] for i in result["items"][:-1]] == [
+        f"tasks[{i}].callback.url" for i in range(len(BAD_HOSTS))
+    ]
 
 
 async def test_a_batch_names_the_refused_target_of_a_multicast_item(tenant: Tenant, private_dns: None) -> None:

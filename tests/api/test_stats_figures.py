@@ -23,8 +23,11 @@ class _Counts:
 
 
 def _node(metrics: Metrics) -> Any:
-    return SimpleNamespace(tasks=SimpleNamespace(counts=_Counts()), metrics=metrics,
-                           slo=SimpleNamespace(lateness=SimpleNamespace(windows=lambda app_id: {})))
+    return SimpleNamespace(
+        tasks=SimpleNamespace(counts=_Counts()),
+        metrics=metrics,
+        slo=SimpleNamespace(lateness=SimpleNamespace(windows=lambda app_id: {})),
+    )
 
 
 def _app(app_id: str) -> App:

@@ -24,7 +24,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 async def test_a_new_apps_first_create_and_its_stats_count_no_shard_on_the_request(
-    api_node: RunningNode, tenant_factory: Callable[..., Awaitable[Tenant]], admin: httpx.AsyncClient,
+    api_node: RunningNode,
+    tenant_factory: Callable[..., Awaitable[Tenant]],
+    admin: httpx.AsyncClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = api_node.node.store
@@ -46,7 +48,8 @@ async def test_a_new_apps_first_create_and_its_stats_count_no_shard_on_the_reque
 
 
 async def test_the_quota_counts_tasks_another_node_stored_once_a_pass_has_seen_them(
-    api_node: RunningNode, tenant_factory: Callable[..., Awaitable[Tenant]],
+    api_node: RunningNode,
+    tenant_factory: Callable[..., Awaitable[Tenant]],
 ) -> None:
     tenant = await tenant_factory("quota-elsewhere", max_active_tasks=3)
     for i in range(2):  # as another node would: straight into the store
@@ -63,7 +66,8 @@ async def test_the_quota_counts_tasks_another_node_stored_once_a_pass_has_seen_t
 
 
 async def test_stats_catch_up_with_what_only_a_pass_can_see(
-    api_node: RunningNode, tenant_factory: Callable[..., Awaitable[Tenant]],
+    api_node: RunningNode,
+    tenant_factory: Callable[..., Awaitable[Tenant]],
 ) -> None:
     tenant = await tenant_factory("stats-pass")
     task = make_task(app_id=tenant.app.id, name="paused-elsewhere")

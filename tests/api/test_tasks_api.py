@@ -61,9 +61,9 @@ async def test_create_with_a_taken_key_answers_200_with_the_existing_task(tenant
 
 
 async def test_twenty_concurrent_creates_with_one_key_make_one_task(tenant: Tenant) -> None:
-    responses = await asyncio.gather(*(
-        tenant.client.post("/v1/tasks", json=task_body(key="concurrent-key", name=f"n{i}")) for i in range(20)
-    ))
+    responses = await asyncio.gather(
+        *(tenant.client.post("/v1/tasks", json=task_body(key="concurrent-key", name=f"n{i}")) for i in range(20))
+    )
     assert sorted(r.status_code for r in responses) == [200] * 19 + [201]
     assert len({r.json()["id"] for r in responses}) == 1
     listed = (await tenant.client.get("/v1/tasks", params={"limit": 1000})).json()["items"]
@@ -86,11 +86,17 @@ async def test_get_answers_the_task_and_404_for_unknown_or_malformed_ids(tenant:
 async def test_update_recomputes_the_next_run_and_bumps_the_version(tenant: Tenant) -> None:
     task = await create(tenant)
     at_ms = now_ms() + 7_200_000
-    response = await tenant.client.patch(f"/v1/tasks/{task['id']}", json={
-        "schedule": {"kind": "at", "at_ms": at_ms}, "name": "renamed", "payload": [1, 2],
-        "misfire_policy": "skip", "callback": {"url": "http://127.0.0.1:9/other", "timeout_ms": 500},
-        "version": task["version"],
-    })
+    response = await tenant.client.patch(
+        f"/v1/tasks/{task['id']}",
+        json={
+            "schedule": {"kind": "at", "at_ms": at_ms},
+            "name": "renamed",
+            "payload": [1, 2],
+            "misfire_policy": "skip",
+            "callback": {"url": "http://127.0.0.1:9/other", "timeout_ms": 500},
+            "version": task["version"],
+        },
+    )
     assert response.status_code == 200, response.text
     updated = response.json()
     assert updated["next_run_at_ms"] == at_ms
@@ -110,9 +116,9 @@ async def test_update_with_a_stale_version_answers_409_and_changes_nothing(tenan
 
 async def test_concurrent_updates_at_one_version_let_exactly_one_win(tenant: Tenant) -> None:
     task = await create(tenant)
-    responses = await asyncio.gather(*(
-        tenant.client.patch(f"/v1/tasks/{task['id']}", json={"name": f"n{i}", "version": 1}) for i in range(5)
-    ))
+    responses = await asyncio.gather(
+        *(tenant.client.patch(f"/v1/tasks/{task['id']}", json={"name": f"n{i}", "version": 1}) for i in range(5))
+    )
     assert sorted(r.status_code for r in responses) == [200] + [409] * 4
 
 
@@ -121,8 +127,9 @@ async def test_update_rejects_unknown_fields_and_bad_values_by_name(tenant: Tena
     path = f"/v1/tasks/{task['id']}"
     assert_error(await tenant.client.patch(path, json={"colour": 1}), 422, "unknown_field", "colour")
     assert_error(await tenant.client.patch(path, json={"version": "x"}), 422, field="version")
-    assert_error(await tenant.client.patch(path, json={"schedule": {"kind": "cron", "expr": "bad"}}), 422,
-                 field="schedule.expr")
+    assert_error(
+        await tenant.client.patch(path, json={"schedule": {"kind": "cron", "expr": "bad"}}), 422, field="schedule.expr"
+    )
     assert_error(await tenant.client.patch(path, json=[1]), 422, field="body")
 
 
@@ -137,9 +144,7 @@ async def test_pause_and_resume_change_the_status(tenant: Tenant) -> None:
     assert resumed.json()["next_run_at_ms"] == task["next_run_at_ms"]
 
 
-async def test_trigger_fires_now_with_its_own_flow_delivered_to_the_target(
-    tenant: Tenant, receiver: Receiver
-) -> None:
+async def test_trigger_fires_now_with_its_own_flow_delivered_to_the_target(tenant: Tenant, receiver: Receiver) -> None:
     task = (await tenant.client.post("/v1/tasks", json=task_body(receiver))).json()
     triggered = await tenant.client.post(f"/v1/tasks/{task['id']}/trigger")
     assert triggered.status_code == 201, triggered.text
@@ -171,8 +176,9 @@ async def test_flows_of_a_task_are_newest_first_and_page_with_before_ms(tenant: 
         await asyncio.sleep(0.005)
     flows = (await tenant.client.get(f"/v1/tasks/{task['id']}/flows")).json()["items"]
     assert [f["scheduled_at_ms"] for f in flows] == sorted(ids, reverse=True)
-    older = (await tenant.client.get(f"/v1/tasks/{task['id']}/flows",
-                                     params={"before_ms": ids[2], "limit": 1})).json()["items"]
+    older = (await tenant.client.get(f"/v1/tasks/{task['id']}/flows", params={"before_ms": ids[2], "limit": 1})).json()[
+        "items"
+    ]
     assert [f["scheduled_at_ms"] for f in older] == [ids[1]]
 
 
@@ -246,16 +252,19 @@ async def test_batch_create_of_1000_is_accepted_and_1001_refused(tenant: Tenant)
     assert_error(await tenant.client.post("/v1/tasks/batch", json={"items": []}), 422, "unknown_field", "items")
 
 
-@pytest.mark.parametrize(("body", "field", "code"), [
-    ({"schedule": {"kind": "delay", "delay_ms": 1}, "callback": {"url": "http://127.0.0.1:9/"}}, "name", "missing"),
-    ({**task_body(), "extra": 1}, "extra", "unknown_field"),
-    (task_body(name=""), "name", None),
-    (task_body(key=""), "key", None),
-    (task_body(schedule={"kind": "weekly"}), "schedule.kind", "unknown_kind"),
-    (task_body(callback={"url": "http://127.0.0.1:9/", "method": "BREW"}), "callback.method", None),
-    (task_body(misfire_policy="maybe"), "misfire_policy", None),
-    (task_body(callback="http://x"), "callback", None),
-])
+@pytest.mark.parametrize(
+    ("body", "field", "code"),
+    [
+        ({"schedule": {"kind": "delay", "delay_ms": 1}, "callback": {"url": "http://127.0.0.1:9/"}}, "name", "missing"),
+        ({**task_body(), "extra": 1}, "extra", "unknown_field"),
+        (task_body(name=""), "name", None),
+        (task_body(key=""), "key", None),
+        (task_body(schedule={"kind": "weekly"}), "schedule.kind", "unknown_kind"),
+        (task_body(callback={"url": "http://127.0.0.1:9/", "method": "BREW"}), "callback.method", None),
+        (task_body(misfire_policy="maybe"), "misfire_policy", None),
+        (task_body(callback="http://x"), "callback", None),
+    ],
+)
 async def test_create_rejects_bad_fields_by_name(
     tenant: Tenant, body: dict[str, Any], field: str, code: str | None
 ) -> None:
@@ -275,8 +284,7 @@ async def test_missing_or_unknown_keys_are_401(api_node: RunningNode, tenant: Te
     async with httpx.AsyncClient(base_url=api_node.base_url) as anonymous:
         assert_error(await anonymous.get("/v1/tasks"), 401, "unauthorized")
         assert_error(await anonymous.get("/v1/tasks", headers={"authorization": "Bearer tjk_nope"}), 401)
-        assert_error(await anonymous.post("/v1/tasks", json=task_body(),
-                                          headers={"authorization": "Basic abc"}), 401)
+        assert_error(await anonymous.post("/v1/tasks", json=task_body(), headers={"authorization": "Basic abc"}), 401)
 
 
 async def test_operations_endpoints_answer(api_node: RunningNode) -> None:

@@ -38,9 +38,14 @@ async def test_an_app_can_never_see_or_change_another_apps_tasks_or_flows(
     b = await tenant_factory("tenant-b")
     secret_name = "b-secret-task-name"
     receiver.script("/b-dead", Reply(400))
-    b_task = (await b.client.post("/v1/tasks", json=task_body(
-        name=secret_name, key="b-key", payload={"b": "private"},
-        callback={"url": receiver.url("/b-dead")}))).json()
+    b_task = (
+        await b.client.post(
+            "/v1/tasks",
+            json=task_body(
+                name=secret_name, key="b-key", payload={"b": "private"}, callback={"url": receiver.url("/b-dead")}
+            ),
+        )
+    ).json()
     b_flow = (await b.client.post(f"/v1/tasks/{b_task['id']}/trigger")).json()
     await wait_status(b.client, b_flow["id"], "dead")
     b_before = (await b.client.get(f"/v1/tasks/{b_task['id']}")).json()
@@ -88,9 +93,13 @@ async def test_an_app_can_never_see_or_change_another_apps_tasks_or_flows(
 
 
 async def test_an_app_key_cannot_manage_apps(tenant: Tenant) -> None:
-    for method, path in [("POST", "/v1/apps"), ("GET", f"/v1/apps/{tenant.app.id}"),
-                         ("PATCH", f"/v1/apps/{tenant.app.id}"), ("POST", f"/v1/apps/{tenant.app.id}/rotate"),
-                         ("GET", f"/v1/apps/{tenant.app.id}/stats")]:
+    for method, path in [
+        ("POST", "/v1/apps"),
+        ("GET", f"/v1/apps/{tenant.app.id}"),
+        ("PATCH", f"/v1/apps/{tenant.app.id}"),
+        ("POST", f"/v1/apps/{tenant.app.id}/rotate"),
+        ("GET", f"/v1/apps/{tenant.app.id}/stats"),
+    ]:
         response = await tenant.client.request(method, path, json={"name": "x"})
         assert response.status_code == 401, (method, path, response.text)
         assert "whsec_" not in response.text

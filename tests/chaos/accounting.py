@@ -143,8 +143,13 @@ def account(
 
 
 def select(
-    late_ms: Mapping[Instant, int], promises: Mapping[int, Promise], *, servers: set[int] | None = None,
-    tasks: set[int] | None = None, due_from_ms: int | None = None, due_until_ms: int | None = None,
+    late_ms: Mapping[Instant, int],
+    promises: Mapping[int, Promise],
+    *,
+    servers: set[int] | None = None,
+    tasks: set[int] | None = None,
+    due_from_ms: int | None = None,
+    due_until_ms: int | None = None,
 ) -> list[int]:
     """The lateness values (ms) of instants matching every given filter: task on one of ``servers``, task in
     ``tasks``, instant in ``[due_from_ms, due_until_ms]``; never an instant due before its task's create
@@ -175,8 +180,14 @@ def percentile(values: Sequence[int], fraction: float) -> int:
 
 
 def stale_sends(
-    callbacks: Iterable[Callback], flows: Iterable[StoredFlow], *, sender: str, stopped_ms: int,
-    resumed_ms: int, owns_again_ms: int | None = None, grace_ms: int = 200,
+    callbacks: Iterable[Callback],
+    flows: Iterable[StoredFlow],
+    *,
+    sender: str,
+    stopped_ms: int,
+    resumed_ms: int,
+    owns_again_ms: int | None = None,
+    grace_ms: int = 200,
 ) -> list[Callback]:
     """Requests ``sender`` (a node frozen from ``stopped_ms`` to ``resumed_ms``, whose lease expired
     meanwhile) sent after it resumed and before it held jobs again (``owns_again_ms``; ``None``: never),
@@ -185,7 +196,9 @@ def stale_sends(
     committed_before = {(f.task_id, f.scheduled_at_ms) for f in flows if f.created_at_ms <= stopped_ms}
     until_ms = owns_again_ms if owns_again_ms is not None else math.inf
     return [
-        c for c in callbacks
-        if c.sender == sender and resumed_ms + grace_ms < c.received_ms < until_ms
+        c
+        for c in callbacks
+        if c.sender == sender
+        and resumed_ms + grace_ms < c.received_ms < until_ms
         and (c.task_id, c.scheduled_at_ms) in committed_before
     ]

@@ -26,8 +26,9 @@ from tjobs.bench.cluster_rig import ClusterRig, Infra, start_infra
 from tjobs.bench.cycle_load import drop_databases
 from tjobs.settings import StorageSettings
 
-STATE_DIR = Path(os.environ.get("TJOBS_TEST_CHAOS_DIR")
-                 or os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests"))
+STATE_DIR = Path(
+    os.environ.get("TJOBS_TEST_CHAOS_DIR") or os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests")
+)
 MYSQL_PORTS = os.environ.get("TJOBS_TEST_CHAOS_MYSQL_PORTS", "3307 3308")
 ETCD_PORT = int(os.environ.get("TJOBS_TEST_CHAOS_ETCD_PORT", "23795"))
 REDIS_PORT = int(os.environ.get("TJOBS_TEST_CHAOS_REDIS_PORT", "6395"))

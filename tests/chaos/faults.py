@@ -32,8 +32,7 @@ def kill_node(index: int = VICTIM_NODE) -> Fault:
         jobs = await _victim_jobs(stage, index)
         killed_ms = now_ms()
         await asyncio.to_thread(stage.rig.kill, index)
-        return FaultWindow("kill -9 primary", killed_ms, killed_ms + LEASE_TTL_MS, victim_node=index,
-                           victim_jobs=jobs)
+        return FaultWindow("kill -9 primary", killed_ms, killed_ms + LEASE_TTL_MS, victim_node=index, victim_jobs=jobs)
 
     return fault
 
@@ -50,8 +49,14 @@ def freeze_node(index: int = VICTIM_NODE, frozen_s: float = 10.0) -> Fault:
         finally:
             stage.rig.signal(index, signal.SIGCONT)
         resumed_ms = now_ms()
-        return FaultWindow(f"SIGSTOP primary {frozen_s:g}s", stopped_ms, resumed_ms, victim_node=index,
-                           victim_jobs=jobs, victim_owns_again_ms=await _owns_jobs_again(stage, index))
+        return FaultWindow(
+            f"SIGSTOP primary {frozen_s:g}s",
+            stopped_ms,
+            resumed_ms,
+            victim_node=index,
+            victim_jobs=jobs,
+            victim_owns_again_ms=await _owns_jobs_again(stage, index),
+        )
 
     return fault
 
@@ -80,8 +85,13 @@ def terminate_node(index: int = VICTIM_NODE) -> Fault:
         jobs = await _victim_jobs(stage, index)
         started_ms = now_ms()
         await asyncio.to_thread(stage.rig.stop, index, 30.0)
-        return FaultWindow("SIGTERM hand-off", started_ms, max(now_ms(), started_ms + LEASE_TTL_MS),
-                           victim_node=index, victim_jobs=jobs)
+        return FaultWindow(
+            "SIGTERM hand-off",
+            started_ms,
+            max(now_ms(), started_ms + LEASE_TTL_MS),
+            victim_node=index,
+            victim_jobs=jobs,
+        )
 
     return fault
 
@@ -153,8 +163,9 @@ def lock_rows(server: int = VICTIM_SERVER, hold_s: float = 13.0) -> Fault:
         def on_locked(rows: int) -> None:
             loop.call_soon_threadsafe(locked.set_result, rows)
 
-        holder = asyncio.create_task(asyncio.to_thread(
-            stage.rig.hold_row_locks, server, stage.client.app_id, hold_s, on_locked))
+        holder = asyncio.create_task(
+            asyncio.to_thread(stage.rig.hold_row_locks, server, stage.client.app_id, hold_s, on_locked)
+        )
         rows = await asyncio.wait_for(locked, 30)
         started_ms = now_ms()
         await holder
@@ -193,6 +204,7 @@ def failing_receiver(faults: ReceiverFaults = TEN_PERCENT_5XX_ONE_PERCENT_TIMEOU
         finally:
             stage.receiver.faults = None
         return FaultWindow(
-            f"receiver {faults.error_share:.0%} 5xx + {faults.timeout_share:.0%} timeouts", started_ms, now_ms())
+            f"receiver {faults.error_share:.0%} 5xx + {faults.timeout_share:.0%} timeouts", started_ms, now_ms()
+        )
 
     return fault

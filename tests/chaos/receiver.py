@@ -66,15 +66,17 @@ class ChaosReceiver:
             elif draw < self.faults.error_share + self.faults.timeout_share:
                 hold_s = self.faults.hold_s
         try:
-            self.callbacks.append(Callback(
-                task_id=int(headers.get("tjobs-task-id", "0")),
-                scheduled_at_ms=int(headers.get("tjobs-scheduled-at", "0")),
-                flow_id=headers.get("webhook-id", ""),
-                attempt=int(headers.get("tjobs-attempt", "0")),
-                sender=headers.get("User-Agent", ""),
-                received_ms=received_ms,
-                delivered=status == 200 and not hold_s,
-            ))
+            self.callbacks.append(
+                Callback(
+                    task_id=int(headers.get("tjobs-task-id", "0")),
+                    scheduled_at_ms=int(headers.get("tjobs-scheduled-at", "0")),
+                    flow_id=headers.get("webhook-id", ""),
+                    attempt=int(headers.get("tjobs-attempt", "0")),
+                    sender=headers.get("User-Agent", ""),
+                    received_ms=received_ms,
+                    delivered=status == 200 and not hold_s,
+                )
+            )
         except ValueError:  # not a tjobs callback: record nothing, refuse it
             return web.Response(status=400)
         if hold_s:

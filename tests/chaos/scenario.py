@@ -44,13 +44,18 @@ def product_defaults() -> dict[str, Any]:
     scheduler, compensator = SchedulerSettings(), CompensatorSettings()
     callbacks, cluster = CallbackSettings(), ClusterSettings()
     return {
-        "scheduler": {"cycle_s": scheduler.cycle_s, "load_lead_s": scheduler.load_lead_s,
-                      "tick_ms": scheduler.tick_ms},
+        "scheduler": {"cycle_s": scheduler.cycle_s, "load_lead_s": scheduler.load_lead_s, "tick_ms": scheduler.tick_ms},
         "compensator": {"interval_s": compensator.interval_s, "grace_s": compensator.grace_s},
-        "callbacks": {"backoff_base_ms": callbacks.backoff_base_ms, "backoff_max_ms": callbacks.backoff_max_ms,
-                      "timeout_ms": callbacks.timeout_ms},
-        "cluster": {"lease_ttl_s": cluster.lease_ttl_s, "sync_interval_ms": cluster.sync_interval_ms,
-                    "hot_poll_interval_ms": cluster.hot_poll_interval_ms},
+        "callbacks": {
+            "backoff_base_ms": callbacks.backoff_base_ms,
+            "backoff_max_ms": callbacks.backoff_max_ms,
+            "timeout_ms": callbacks.timeout_ms,
+        },
+        "cluster": {
+            "lease_ttl_s": cluster.lease_ttl_s,
+            "sync_interval_ms": cluster.sync_interval_ms,
+            "hot_poll_interval_ms": cluster.hot_poll_interval_ms,
+        },
     }
 
 
@@ -74,8 +79,7 @@ class Profile:
 
 
 QUICK = Profile("quick")
-LONG = Profile("long", interval_tasks=120, window_s=90.0, fault_at_s=20.0, one_shots_per_s=8.0, stops=6,
-               settle_s=40.0)
+LONG = Profile("long", interval_tasks=120, window_s=90.0, fault_at_s=20.0, one_shots_per_s=8.0, stops=6, settle_s=40.0)
 
 
 @dataclass(frozen=True)
@@ -122,8 +126,13 @@ class Outcome:
     def counts(self) -> dict[str, int]:
         """The counts every scenario must bring to 0."""
         f = self.figures
-        return {"lost": len(f.lost), "duplicate_flows": len(f.duplicate_flows), "phantom": len(f.phantom),
-                "unreadable": len(f.unreadable), "attempt_reuse": len(f.attempt_reuse)}
+        return {
+            "lost": len(f.lost),
+            "duplicate_flows": len(f.duplicate_flows),
+            "phantom": len(f.phantom),
+            "unreadable": len(f.unreadable),
+            "attempt_reuse": len(f.attempt_reuse),
+        }
 
     def victim_tasks(self) -> set[int]:
         return {t for t in self.promises if shard_of_task_id(t) in self.window.victim_jobs}
@@ -132,38 +141,68 @@ class Outcome:
         """Lateness of first sends of instants due during the fault, of tasks on the other servers."""
         assert self.window.victim_server is not None
         servers = {p.server for p in self.promises.values()} - {self.window.victim_server}
-        return select(self.figures.first_send_late_ms, self.promises, servers=servers,
-                      due_from_ms=self.window.start_ms, due_until_ms=self.window.end_ms)
+        return select(
+            self.figures.first_send_late_ms,
+            self.promises,
+            servers=servers,
+            due_from_ms=self.window.start_ms,
+            due_until_ms=self.window.end_ms,
+        )
 
     def healthy_create_ms(self) -> list[int]:
         """How long the acknowledged creates sent during the fault, of tasks on the other servers, took."""
         assert self.window.victim_server is not None
-        return [p.create_acked_ms - p.create_sent_ms for p in self.promises.values()
-                if p.server != self.window.victim_server
-                and self.window.start_ms <= p.create_sent_ms <= self.window.end_ms]
+        return [
+            p.create_acked_ms - p.create_sent_ms
+            for p in self.promises.values()
+            if p.server != self.window.victim_server and self.window.start_ms <= p.create_sent_ms <= self.window.end_ms
+        ]
 
     def victim_delivered_late_ms(self) -> list[int]:
         """Lateness of deliveries of instants due during the fault, of tasks in the victim node's jobs."""
-        return select(self.figures.delivered_late_ms, self.promises, tasks=self.victim_tasks(),
-                      due_from_ms=self.window.start_ms, due_until_ms=self.window.end_ms)
+        return select(
+            self.figures.delivered_late_ms,
+            self.promises,
+            tasks=self.victim_tasks(),
+            due_from_ms=self.window.start_ms,
+            due_until_ms=self.window.end_ms,
+        )
 
     def stale_sends(self) -> list[Callback]:
         assert self.window.victim_node is not None
-        return stale_sends(self.callbacks, self.flows, sender=f"tjobs-rig/node{self.window.victim_node}",
-                           stopped_ms=self.window.start_ms, resumed_ms=self.window.end_ms,
-                           owns_again_ms=self.window.victim_owns_again_ms)
+        return stale_sends(
+            self.callbacks,
+            self.flows,
+            sender=f"tjobs-rig/node{self.window.victim_node}",
+            stopped_ms=self.window.start_ms,
+            resumed_ms=self.window.end_ms,
+            owns_again_ms=self.window.victim_owns_again_ms,
+        )
 
     def dump(self, directory: str) -> Path:
         """Write the run's raw record (window, promises, callbacks, flows) as JSON, for diagnosis."""
         path = Path(directory) / f"chaos-{self.window.start_ms}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({
-            "summary": self.summary(), "deadline_ms": self.deadline_ms,
-            "window": {**asdict(self.window), "victim_jobs": sorted(self.window.victim_jobs)},
-            "promises": [{**asdict(p), "must": sorted(p.must), "may": sorted(p.may),
-                          "shard": shard_of_task_id(p.task_id)} for p in self.promises.values()],
-            "callbacks": [asdict(c) for c in self.callbacks], "flows": [asdict(f) for f in self.flows],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "summary": self.summary(),
+                    "deadline_ms": self.deadline_ms,
+                    "window": {**asdict(self.window), "victim_jobs": sorted(self.window.victim_jobs)},
+                    "promises": [
+                        {
+                            **asdict(p),
+                            "must": sorted(p.must),
+                            "may": sorted(p.may),
+                            "shard": shard_of_task_id(p.task_id),
+                        }
+                        for p in self.promises.values()
+                    ],
+                    "callbacks": [asdict(c) for c in self.callbacks],
+                    "flows": [asdict(f) for f in self.flows],
+                }
+            )
+        )
         return path
 
     def summary(self) -> str:
@@ -180,11 +219,14 @@ class Outcome:
         ]
         if self.window.victim_server is not None:
             healthy = self.healthy_first_send_late_ms()
-            parts.append(f"healthy_server n={len(healthy)} p99={percentile(healthy, 0.99)}ms "
-                         f"max={max(healthy, default=0)}ms")
+            parts.append(
+                f"healthy_server n={len(healthy)} p99={percentile(healthy, 0.99)}ms max={max(healthy, default=0)}ms"
+            )
             creates = self.healthy_create_ms()
-            parts.append(f"healthy_creates_in_fault n={len(creates)} p99={percentile(creates, 0.99)}ms "
-                         f"max={max(creates, default=0)}ms")
+            parts.append(
+                f"healthy_creates_in_fault n={len(creates)} p99={percentile(creates, 0.99)}ms "
+                f"max={max(creates, default=0)}ms"
+            )
         if self.window.victim_jobs:
             victim = self.victim_delivered_late_ms()
             parts.append(f"victim_due_in_fault n={len(victim)} max={max(victim, default=0)}ms")
@@ -211,9 +253,7 @@ async def _wait_delivered(client: ChaosClient, receiver: ChaosReceiver, rig: Clu
     """Until every must-instant has a 2xx reply, or the deadline."""
     while now_ms() < deadline_ms:
         delivered = {(c.task_id, c.scheduled_at_ms) for c in receiver.callbacks if c.delivered}
-        owed = (
-            (p.task_id, instant) for p in promises(rig, client.book).values() for instant in p.must
-        )
+        owed = ((p.task_id, instant) for p in promises(rig, client.book).values() for instant in p.must)
         if all(key in delivered for key in owed):
             return
         await asyncio.sleep(0.5)
@@ -250,8 +290,14 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
         unreadable = await client.unreadable()
         owed = promises(rig, client.book)
         callbacks = list(receiver.callbacks)
-        figures = account(owed, callbacks, flows, deadline_ms=deadline_ms, unreadable=sorted(unreadable),
-                          unanswered_creates=client.book.unanswered_creates)
+        figures = account(
+            owed,
+            callbacks,
+            flows,
+            deadline_ms=deadline_ms,
+            unreadable=sorted(unreadable),
+            unanswered_creates=client.book.unanswered_creates,
+        )
         outcome = Outcome(profile, window, figures, owed, callbacks, flows, deadline_ms)
         outcome.notes["creates_unanswered"] = client.book.unanswered_creates
         outcome.notes["creates_refused"] = client.book.refused_creates
@@ -269,8 +315,10 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
 def assert_clean(outcome: Outcome) -> None:
     """0 lost, 0 duplicate flows, 0 phantom, every 201 readable, no attempt number sent twice."""
     f = outcome.figures
-    detail = (f"\nfirst lost: {f.lost[:5]}\nfirst duplicated: {f.duplicate_flows[:5]}\nfirst phantom: "
-              f"{f.phantom[:5]}\nfirst unreadable: {f.unreadable[:5]}\nfirst reused attempts: {f.attempt_reuse[:5]}")
+    detail = (
+        f"\nfirst lost: {f.lost[:5]}\nfirst duplicated: {f.duplicate_flows[:5]}\nfirst phantom: "
+        f"{f.phantom[:5]}\nfirst unreadable: {f.unreadable[:5]}\nfirst reused attempts: {f.attempt_reuse[:5]}"
+    )
     assert outcome.counts() == dict.fromkeys(outcome.counts(), 0), outcome.summary() + detail
 
 

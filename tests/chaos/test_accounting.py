@@ -14,8 +14,16 @@ def promise(task_id: int, *instants: int, server: int = 0) -> Promise:
     return Promise(task_id, server, frozenset(instants), frozenset(instants))
 
 
-def sent(task_id: int, instant: int, received_ms: int, *, attempt: int = 1, delivered: bool = True,
-         flow_id: str | None = None, sender: str = "n1") -> Callback:
+def sent(
+    task_id: int,
+    instant: int,
+    received_ms: int,
+    *,
+    attempt: int = 1,
+    delivered: bool = True,
+    flow_id: str | None = None,
+    sender: str = "n1",
+) -> Callback:
     return Callback(task_id, instant, flow_id or f"{task_id}-{instant}", attempt, sender, received_ms, delivered)
 
 

@@ -52,8 +52,15 @@ class Registered:
         if self.stop_sent_ms is not None and self.stop_acked_ms is not None:
             must = [i for i in must if i < self.stop_sent_ms - STOP_RACE_MS]
             may = [i for i in may if i <= self.stop_acked_ms]
-        return Promise(self.task_id, server, frozenset(must), frozenset(may), self.deleted,
-                       self.create_sent_ms, self.create_acked_ms)
+        return Promise(
+            self.task_id,
+            server,
+            frozenset(must),
+            frozenset(may),
+            self.deleted,
+            self.create_sent_ms,
+            self.create_acked_ms,
+        )
 
 
 @dataclass
@@ -108,14 +115,19 @@ class ChaosClient:
     async def create_interval(self, start_ms: int, end_ms: int, every_ms: int) -> int | None:
         """Occurrences ``start_ms + k * every_ms`` up to ``end_ms`` (inclusive); the default misfire
         policy of interval tasks (``fire_soon``)."""
-        body = {"name": "chaos-interval", "callback": {"url": self.callback_url},
-                "schedule": {"kind": "interval", "every_ms": every_ms, "start_at_ms": start_ms,
-                             "end_at_ms": end_ms}}
+        body = {
+            "name": "chaos-interval",
+            "callback": {"url": self.callback_url},
+            "schedule": {"kind": "interval", "every_ms": every_ms, "start_at_ms": start_ms, "end_at_ms": end_ms},
+        }
         return await self._create(body, list(range(start_ms, end_ms + 1, every_ms)))
 
     async def create_at(self, at_ms: int) -> int | None:
-        body = {"name": "chaos-at", "callback": {"url": self.callback_url},
-                "schedule": {"kind": "at", "at": iso_ms(at_ms)}}
+        body = {
+            "name": "chaos-at",
+            "callback": {"url": self.callback_url},
+            "schedule": {"kind": "at", "at": iso_ms(at_ms)},
+        }
         return await self._create(body, [at_ms])
 
     async def stop(self, task_id: int, how: str) -> bool:
@@ -184,22 +196,31 @@ def read_flows(rig: ClusterRig, app_id: str) -> list[StoredFlow]:
     flows: list[StoredFlow] = []
     for server, url_text in enumerate(rig.infra.storage_urls):
         url = make_url(url_text)
-        connection = pymysql.connect(host=url.host, port=url.port or 3306, user=url.username or "root",
-                                     password=url.password or "", connect_timeout=5)
+        connection = pymysql.connect(
+            host=url.host,
+            port=url.port or 3306,
+            user=url.username or "root",
+            password=url.password or "",
+            connect_timeout=5,
+        )
         try:
             with connection.cursor() as cursor:
                 for shard in rig.shards_of_server(server):
                     where = topology.locate(shard)
                     table = f"`{rig.db_prefix}_{where.database_index:02d}`.`{where.flows_table}`"
-                    cursor.execute(f"SELECT task_id, scheduled_at, status, attempts, created_at FROM {table} "
-                                   "WHERE app_id = %s", (app_id,))
-                    flows.extend(StoredFlow(int(t), int(s), str(st), int(a), int(c))
-                                 for t, s, st, a, c in cursor.fetchall())
+                    cursor.execute(
+                        f"SELECT task_id, scheduled_at, status, attempts, created_at FROM {table} WHERE app_id = %s",
+                        (app_id,),
+                    )
+                    flows.extend(
+                        StoredFlow(int(t), int(s), str(st), int(a), int(c)) for t, s, st, a, c in cursor.fetchall()
+                    )
         finally:
             connection.close()
     return flows
 
 
 def promises(rig: ClusterRig, book: Book) -> dict[int, Promise]:
-    return {task_id: task.promise(rig.server_of_shard(shard_of_task_id(task_id)))
-            for task_id, task in book.tasks.items()}
+    return {
+        task_id: task.promise(rig.server_of_shard(shard_of_task_id(task_id))) for task_id, task in book.tasks.items()
+    }

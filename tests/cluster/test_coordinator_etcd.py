@@ -29,14 +29,23 @@ SHARDS = 16
 class Node:
     def __init__(self, etcd_url: str, cluster: str, node_id: str, zone: str) -> None:
         settings = ClusterSettings(
-            etcd_endpoints=[etcd_url], name=cluster, lease_ttl_s=2, fence_margin_ms=500, zone=zone,
+            etcd_endpoints=[etcd_url],
+            name=cluster,
+            lease_ttl_s=2,
+            fence_margin_ms=500,
+            zone=zone,
             sync_interval_ms=50,
         )
         self.owned: frozenset[int] = frozenset()
         self.changes = 0
         self.coordinator = EtcdCoordinator(
-            settings, node_id=node_id, address=f"http://{node_id}", shard_count=SHARDS, cycle_s=300,
-            store=MemoryTaskStore(Topology(1, 1, SHARDS)), clock=SystemClock(),
+            settings,
+            node_id=node_id,
+            address=f"http://{node_id}",
+            shard_count=SHARDS,
+            cycle_s=300,
+            store=MemoryTaskStore(Topology(1, 1, SHARDS)),
+            clock=SystemClock(),
         )
 
     async def on_change(self, owned: frozenset[int]) -> None:

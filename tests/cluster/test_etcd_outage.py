@@ -17,8 +17,7 @@ from tests.cluster.workload import collect, schedule, settle, start_cluster
 from tests.receiver import Receiver
 from tjobs.bench.cluster_rig import Api, ClusterRig, now_ms
 
-pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis,
-              pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 
 RESUME_LIMIT_MS = 5000
 
@@ -46,13 +45,9 @@ async def outage_and_check(rig: ClusterRig, api: Api, receiver: Receiver, how: s
     assert late and max(late.values()) < 1000, sorted(late.values())[-5:]
 
 
-async def test_etcd_killed_and_restarted_firing_resumes(
-    rig: ClusterRig, api: Api, receiver: Receiver
-) -> None:
+async def test_etcd_killed_and_restarted_firing_resumes(rig: ClusterRig, api: Api, receiver: Receiver) -> None:
     await outage_and_check(rig, api, receiver, "kill")
 
 
-async def test_etcd_stopped_past_the_ttl_firing_resumes(
-    rig: ClusterRig, api: Api, receiver: Receiver
-) -> None:
+async def test_etcd_stopped_past_the_ttl_firing_resumes(rig: ClusterRig, api: Api, receiver: Receiver) -> None:
     await outage_and_check(rig, api, receiver, "stop")

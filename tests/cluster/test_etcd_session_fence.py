@@ -54,14 +54,22 @@ class SessionsStore(MemoryTaskStore):
 class Node:
     def __init__(self, etcd_url: str, cluster: str, node_id: str, session_id: int, ended: list[int]) -> None:
         settings = ClusterSettings(
-            etcd_endpoints=[etcd_url], name=cluster, lease_ttl_s=LEASE_TTL_S, fence_margin_ms=500,
+            etcd_endpoints=[etcd_url],
+            name=cluster,
+            lease_ttl_s=LEASE_TTL_S,
+            fence_margin_ms=500,
             sync_interval_ms=50,
         )
         self.owned: frozenset[int] = frozenset()
         self.fail_next_gain = False
         self.coordinator = EtcdCoordinator(
-            settings, node_id=node_id, address=f"http://{node_id}", shard_count=SHARDS, cycle_s=300,
-            store=SessionsStore(session_id, ended), clock=SystemClock(),
+            settings,
+            node_id=node_id,
+            address=f"http://{node_id}",
+            shard_count=SHARDS,
+            cycle_s=300,
+            store=SessionsStore(session_id, ended),
+            clock=SystemClock(),
         )
 
     async def on_change(self, owned: frozenset[int]) -> None:
@@ -177,9 +185,7 @@ async def test_a_recorded_node_that_stays_gone_has_its_sessions_ended_after_an_e
         assert 100 not in ended
 
 
-async def test_a_listener_that_fails_to_take_jobs_is_given_them_again(
-    etcd_url: str, cluster_name: str
-) -> None:
+async def test_a_listener_that_fails_to_take_jobs_is_given_them_again(etcd_url: str, cluster_name: str) -> None:
     node = Node(etcd_url, cluster_name, "n0", 100, [])
     node.fail_next_gain = True
     async with running([node]):

@@ -15,8 +15,7 @@ from tests.cluster.workload import collect, in_shards, schedule, settle, start_c
 from tests.receiver import Receiver
 from tjobs.bench.cluster_rig import Api, ClusterRig, now_ms
 
-pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis,
-              pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 
 TAKEOVER_LIMIT_MS = 7000
 
@@ -51,9 +50,7 @@ async def test_kill_9_primary_backup_fires_within_7s_nothing_lost_or_doubled(
 @pytest.mark.chaos
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("repetition", range(10))
-async def test_kill_9_primary_repeatedly(
-    rig: ClusterRig, api: Api, receiver: Receiver, repetition: int
-) -> None:
+async def test_kill_9_primary_repeatedly(rig: ClusterRig, api: Api, receiver: Receiver, repetition: int) -> None:
     await kill_primary_and_check(rig, api, receiver)
 
 
@@ -97,9 +94,7 @@ async def test_killed_dispatcher_leader_is_replaced_and_firing_continues(
     assert outcome.lost == [] and outcome.duplicated == []
 
 
-async def test_scale_3_to_4_to_2_rebalances_without_loss(
-    rig: ClusterRig, api: Api, receiver: Receiver
-) -> None:
+async def test_scale_3_to_4_to_2_rebalances_without_loss(rig: ClusterRig, api: Api, receiver: Receiver) -> None:
     await start_cluster(rig, api, 3)
     start = now_ms() + 2000
     tasks = await schedule(api, rig.nodes[1], receiver.url(), start, start + 24_000, 60)

@@ -15,8 +15,7 @@ from tests.cluster.workload import collect, schedule, settle, start_cluster
 from tests.receiver import Receiver
 from tjobs.bench.cluster_rig import Api, ClusterRig, now_ms
 
-pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis,
-              pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 
 
 async def near_term_lateness(rig: ClusterRig, api: Api, receiver: Receiver) -> list[int]:
@@ -61,9 +60,7 @@ async def test_near_term_task_on_a_non_owner_fires_on_time_through_the_db_poll(
     assert lateness[-1] < 1500, lateness
 
 
-async def test_redis_flushed_and_killed_mid_run_loses_nothing(
-    rig: ClusterRig, api: Api, receiver: Receiver
-) -> None:
+async def test_redis_flushed_and_killed_mid_run_loses_nothing(rig: ClusterRig, api: Api, receiver: Receiver) -> None:
     await start_cluster(rig, api, 3)
     client = redis.Redis.from_url(rig.infra.redis_url)
     start = now_ms() + 1500

@@ -35,9 +35,7 @@ async def start_cluster(rig: ClusterRig, api: Api, count: int) -> dict[str, obje
     return view
 
 
-async def schedule(
-    api: Api, via: NodeProc, url: str, start_ms: int, end_ms: int, every_ms: int
-) -> dict[int, int]:
+async def schedule(api: Api, via: NodeProc, url: str, start_ms: int, end_ms: int, every_ms: int) -> dict[int, int]:
     """One ``at`` task per ``every_ms`` in [start, end): task id -> instant."""
     slots = asyncio.Semaphore(16)
     instants = list(range(start_ms, end_ms, every_ms))

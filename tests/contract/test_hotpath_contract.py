@@ -66,9 +66,13 @@ class Pair:
     outage: Callable[[Pair], Awaitable[None]]  # the tier stops answering ``pair.publisher``
 
 
-async def _start(publisher: HotPath, owner: HotPath, remote: bool,
-                 lose_state: Callable[[], Awaitable[None]],
-                 outage: Callable[[Pair], Awaitable[None]]) -> Pair:
+async def _start(
+    publisher: HotPath,
+    owner: HotPath,
+    remote: bool,
+    lose_state: Callable[[], Awaitable[None]],
+    outage: Callable[[Pair], Awaitable[None]],
+) -> Pair:
     published, received = Recorder(), Recorder()
     owner.lag_observer = received.lags_s.append
     if owner is publisher:
@@ -119,8 +123,7 @@ async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         await admin.aclose()
         return
     storage = StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path}"], topology="1x1x16")
-    db_publisher = DbPollHotPath(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS,
-                                 poll_interval_ms=20)
+    db_publisher = DbPollHotPath(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
     db_owner = DbPollHotPath(storage, origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
 
     async def execute(sql: str) -> None:
@@ -267,9 +270,7 @@ async def test_owner_reads_the_shards_it_watches_from_the_moment_it_gains_them(
 
 
 @pytest.mark.redis
-async def test_change_for_a_later_minute_is_read_once_that_minute_is_next(
-    redis_url: str, redis_prefix: str
-) -> None:
+async def test_change_for_a_later_minute_is_read_once_that_minute_is_next(redis_url: str, redis_prefix: str) -> None:
     start_ms = (SystemClock().now_ms() // MINUTE_MS) * MINUTE_MS + 1000
     clock = ManualClock(start_ms)
     publisher, owner = manual_pair(redis_url, redis_prefix, clock)
@@ -324,13 +325,20 @@ async def test_db_poll_nodes_starting_together_on_a_fresh_database_all_start(mys
 
     prefix = f"tjobsct_{secrets.token_hex(4)}"
     parsed = make_url(mysql_url)
-    admin = pymysql.connect(host=parsed.host, port=parsed.port or 3306, user=parsed.username or "root",
-                            password=parsed.password or "", autocommit=True)
+    admin = pymysql.connect(
+        host=parsed.host,
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        autocommit=True,
+    )
     with admin.cursor() as cursor:
         cursor.execute(f"CREATE DATABASE `{prefix}_00`")
     storage = StorageSettings(urls=[mysql_url], topology="1x1x16", database_prefix=prefix)
-    nodes = [DbPollHotPath(storage, origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
-             for i in range(6)]
+    nodes = [
+        DbPollHotPath(storage, origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
+        for i in range(6)
+    ]
     try:
         await asyncio.gather(*(node.start(Recorder()) for node in nodes))  # none fails on the CREATE race
     finally:

@@ -89,8 +89,14 @@ async def test_task_round_trips_and_updates_with_compare_and_set(store: TaskStor
     assert await store.find_task_by_key("app-a", "order-1") == task
     assert await store.find_task_by_key("app-b", "order-1") is None
 
-    changed = replace(task, name="renamed", payload={"v": 2}, next_run_at_ms=NOW_MS + 5,
-                      status=TaskStatus.PAUSED, updated_at_ms=NOW_MS + 1)
+    changed = replace(
+        task,
+        name="renamed",
+        payload={"v": 2},
+        next_run_at_ms=NOW_MS + 5,
+        status=TaskStatus.PAUSED,
+        updated_at_ms=NOW_MS + 1,
+    )
     stored = await store.update_task(changed, expected_version=1)
     assert stored == replace(changed, version=2)
     assert await store.get_task(task.id) == stored
@@ -207,8 +213,12 @@ async def test_load_due_returns_active_due_tasks_in_order_and_pages(store: TaskS
     shard = 2
     tasks = [make_task(shard=shard) for _ in range(9)]
     specs = [  # (next_run_at offset, status)
-        (30, TaskStatus.ACTIVE), (10, TaskStatus.ACTIVE), (10, TaskStatus.ACTIVE),
-        (-5_000, TaskStatus.ACTIVE), (20, TaskStatus.PAUSED), (40, TaskStatus.COMPLETED),
+        (30, TaskStatus.ACTIVE),
+        (10, TaskStatus.ACTIVE),
+        (10, TaskStatus.ACTIVE),
+        (-5_000, TaskStatus.ACTIVE),
+        (20, TaskStatus.PAUSED),
+        (40, TaskStatus.COMPLETED),
         (1_000, TaskStatus.ACTIVE),
     ]
     for i, (offset, status) in enumerate(specs):
@@ -218,8 +228,12 @@ async def test_load_due_returns_active_due_tasks_in_order_and_pages(store: TaskS
     before = await dump(store)
 
     due = await store.load_due(shard, NOW_MS + 1_000, 100)
-    expected = [(NOW_MS - 5_000, tasks[3].id), (NOW_MS + 10, tasks[1].id), (NOW_MS + 10, tasks[2].id),
-                (NOW_MS + 30, tasks[0].id)]
+    expected = [
+        (NOW_MS - 5_000, tasks[3].id),
+        (NOW_MS + 10, tasks[1].id),
+        (NOW_MS + 10, tasks[2].id),
+        (NOW_MS + 30, tasks[0].id),
+    ]
     assert [(d.next_run_at_ms, d.task_id) for d in due] == expected
     assert all(d.version == 1 and d.app_id == "app-a" for d in due)
 
@@ -244,11 +258,11 @@ async def test_fire_inserts_the_flow_and_advances_the_task(store: TaskStore) -> 
     [outcome] = await store.commit_fires([intent_of(task)], NOW_MS + 3, interval_planner)
 
     assert outcome.committed
-    advanced = replace(task, next_run_at_ms=NOW_MS + 60_000, version=2, fire_count=1,
-                       updated_at_ms=NOW_MS + 3)
+    advanced = replace(task, next_run_at_ms=NOW_MS + 60_000, version=2, fire_count=1, updated_at_ms=NOW_MS + 3)
     assert outcome.task == advanced
-    assert outcome.flows == [Flow(task.id, NOW_MS, "app-a", FlowKind.SCHEDULED, FlowStatus.PENDING, 0,
-                                  NOW_MS + 3, NOW_MS + 3, NOW_MS + 3)]
+    assert outcome.flows == [
+        Flow(task.id, NOW_MS, "app-a", FlowKind.SCHEDULED, FlowStatus.PENDING, 0, NOW_MS + 3, NOW_MS + 3, NOW_MS + 3)
+    ]
     assert await store.get_task(task.id) == advanced
     assert await store.list_flows(task.id, 10) == outcome.flows
 
@@ -299,14 +313,12 @@ async def test_a_fence_closing_inside_the_transaction_rolls_it_back(store: TaskS
 
     # When the batch commits, it is rolled back and Fenced is raised
     with pytest.raises(Fenced):
-        await store.commit_fires([intent_of(first), intent_of(second)], NOW_MS, interval_planner,
-                                 fence_closed)
+        await store.commit_fires([intent_of(first), intent_of(second)], NOW_MS, interval_planner, fence_closed)
 
     # Then the fence was asked, nothing was written, and the same intents still commit once it opens
     assert asked
     assert await dump(store) == before
-    outcomes = await store.commit_fires([intent_of(first), intent_of(second)], NOW_MS, interval_planner,
-                                        lambda: True)
+    outcomes = await store.commit_fires([intent_of(first), intent_of(second)], NOW_MS, interval_planner, lambda: True)
     assert [o.committed for o in outcomes] == [True, True]
 
 
@@ -416,8 +428,9 @@ def two_server_mariadb_settings(mysql_url: str) -> Iterator[StorageSettings]:
     other = _other_address(mysql_url)
     if other is None:
         pytest.skip(f"no second address for {mysql_url}: use 127.0.0.1 or localhost")
-    settings = StorageSettings(urls=[mysql_url, other], topology=TOPOLOGY,
-                               database_prefix=f"tjobsct2_{secrets.token_hex(4)}")
+    settings = StorageSettings(
+        urls=[mysql_url, other], topology=TOPOLOGY, database_prefix=f"tjobsct2_{secrets.token_hex(4)}"
+    )
     run_in_thread(lambda: migrate(settings))
     yield settings
     run_in_thread(lambda: drop_databases(settings))
@@ -549,8 +562,13 @@ async def test_list_flows_newest_first_with_a_cursor(store: TaskStore) -> None:
 
 async def test_flow_updates_never_touch_a_terminal_flow(store: TaskStore) -> None:
     task = await store.insert_task(make_task())
-    for offset, status in ((1, FlowStatus.PENDING), (2, FlowStatus.DELIVERED), (3, FlowStatus.PENDING),
-                           (4, FlowStatus.SENDING), (5, FlowStatus.DEAD)):
+    for offset, status in (
+        (1, FlowStatus.PENDING),
+        (2, FlowStatus.DELIVERED),
+        (3, FlowStatus.PENDING),
+        (4, FlowStatus.SENDING),
+        (5, FlowStatus.DEAD),
+    ):
         await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset, status))
 
     updates = [
@@ -569,10 +587,8 @@ async def test_flow_updates_never_touch_a_terminal_flow(store: TaskStore) -> Non
     flows = {f.scheduled_at_ms - NOW_MS: f for f in await store.list_flows(task.id, 10)}
     assert (flows[1].status, flows[1].attempts, flows[1].last_status_code) == (FlowStatus.PENDING, 1, 503)
     assert flows[1].last_error == "x" * 500 and flows[1].updated_at_ms == NOW_MS + 50
-    assert (flows[2].status, flows[2].attempts, flows[2].updated_at_ms) == (FlowStatus.DELIVERED, 0,
-                                                                            NOW_MS + 2)
-    assert (flows[3].status, flows[3].attempts, flows[3].next_attempt_at_ms) == (FlowStatus.DELIVERED, 2,
-                                                                                 None)
+    assert (flows[2].status, flows[2].attempts, flows[2].updated_at_ms) == (FlowStatus.DELIVERED, 0, NOW_MS + 2)
+    assert (flows[3].status, flows[3].attempts, flows[3].next_attempt_at_ms) == (FlowStatus.DELIVERED, 2, None)
     assert (flows[4].status, flows[4].last_status_code) == (FlowStatus.DELIVERED, 204)
     assert (flows[5].status, flows[5].attempts) == (FlowStatus.DEAD, 0)
 
@@ -602,9 +618,16 @@ async def test_flow_updates_spread_over_many_shards_land_in_one_call(
     for index, task in enumerate(tasks):
         flows = {f.scheduled_at_ms - NOW_MS: f for f in await store.list_flows(task.id, 10)}
         assert (flows[1].status, flows[1].attempts, flows[1].last_status_code, flows[1].last_error) == (
-            FlowStatus.DELIVERED, 1, 204, None)
+            FlowStatus.DELIVERED,
+            1,
+            204,
+            None,
+        )
         assert (flows[2].status, flows[2].next_attempt_at_ms, flows[2].last_error) == (
-            FlowStatus.PENDING, NOW_MS + 500 + index, f"busy {index}")
+            FlowStatus.PENDING,
+            NOW_MS + 500 + index,
+            f"busy {index}",
+        )
         assert (flows[3].status, flows[3].attempts, flows[3].updated_at_ms) == (FlowStatus.DEAD, 3, NOW_MS + 50)
         assert set(flows) == ({1, 2, 3, 4} if index == 3 else {1, 2, 3})  # no flow 4 was made up
     untouched = await store.get_flow(tasks[3].id, NOW_MS + 4)
@@ -621,7 +644,8 @@ async def test_list_flows_by_status_filters_by_app_and_pages(store: TaskStore) -
         await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 4, FlowStatus.DELIVERED))
     dead = await store.list_flows_by_status(shard, FlowStatus.DEAD, None, 100)
     assert [(f.task_id, f.scheduled_at_ms) for f in dead] == sorted(
-        (t.id, NOW_MS + o) for t in (a, b) for o in (1, 2, 3))
+        (t.id, NOW_MS + o) for t in (a, b) for o in (1, 2, 3)
+    )
     only_b = await store.list_flows_by_status(shard, FlowStatus.DEAD, "app-b", 2)
     assert [(f.task_id, f.scheduled_at_ms - NOW_MS) for f in only_b] == [(b.id, 1), (b.id, 2)]
     rest = await store.list_flows_by_status(shard, FlowStatus.DEAD, "app-b", 10, (b.id, NOW_MS + 2))
@@ -641,8 +665,7 @@ async def test_lease_stale_flows_hands_each_flow_to_one_caller_until_the_lease_e
 
     leased = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10)
 
-    assert [(f.task_id, f.scheduled_at_ms) for f, _ in leased] == [
-        (task.id, NOW_MS - 300), (gone.id, NOW_MS - 200)]
+    assert [(f.task_id, f.scheduled_at_ms) for f, _ in leased] == [(task.id, NOW_MS - 300), (gone.id, NOW_MS - 200)]
     assert all(f.next_attempt_at_ms == NOW_MS + 10_000 for f, _ in leased)
     assert leased[0][1] == task and leased[1][1] is None
     assert await store.lease_stale_flows(shard, NOW_MS + 9_999, 10_000, 10) == []
@@ -652,8 +675,12 @@ async def test_lease_stale_flows_hands_each_flow_to_one_caller_until_the_lease_e
 
 async def test_shards_with_stale_flows_names_the_shards_a_lease_would_find_something_in(store: TaskStore) -> None:
     pending, sending, later, delivered, empty = 2, 5, 7, 9, 12
-    for shard, offset, status in ((pending, -300, FlowStatus.PENDING), (sending, -1, FlowStatus.SENDING),
-                                  (later, 50_000, FlowStatus.PENDING), (delivered, -400, FlowStatus.DELIVERED)):
+    for shard, offset, status in (
+        (pending, -300, FlowStatus.PENDING),
+        (sending, -1, FlowStatus.SENDING),
+        (later, 50_000, FlowStatus.PENDING),
+        (delivered, -400, FlowStatus.DELIVERED),
+    ):
         task = await store.insert_task(make_task(shard=shard))
         await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset, status))
     shards = [pending, sending, later, delivered, empty]
@@ -685,13 +712,21 @@ async def test_purge_removes_only_old_terminal_flows_and_old_completed_tasks_in_
 ) -> None:
     shard = 6
     cutoff = NOW_MS
-    old_done = await store.insert_task(replace(make_task(shard=shard, status=TaskStatus.COMPLETED,
-                                                         next_run_at_ms=None), updated_at_ms=cutoff - 1))
+    old_done = await store.insert_task(
+        replace(make_task(shard=shard, status=TaskStatus.COMPLETED, next_run_at_ms=None), updated_at_ms=cutoff - 1)
+    )
     fresh_done = await store.insert_task(
-        make_task(shard=shard, status=TaskStatus.COMPLETED, next_run_at_ms=None, now_ms=cutoff + 1))
+        make_task(shard=shard, status=TaskStatus.COMPLETED, next_run_at_ms=None, now_ms=cutoff + 1)
+    )
     active = await store.insert_task(replace(make_task(shard=shard), updated_at_ms=cutoff - 10))
-    for offset, status in ((-30, FlowStatus.DELIVERED), (-20, FlowStatus.DEAD), (-10, FlowStatus.SKIPPED),
-                           (-5, FlowStatus.PENDING), (-4, FlowStatus.SENDING), (5, FlowStatus.DELIVERED)):
+    for offset, status in (
+        (-30, FlowStatus.DELIVERED),
+        (-20, FlowStatus.DEAD),
+        (-10, FlowStatus.SKIPPED),
+        (-5, FlowStatus.PENDING),
+        (-4, FlowStatus.SENDING),
+        (5, FlowStatus.DELIVERED),
+    ):
         await store.insert_manual_flow(active.id, manual_flow(active, cutoff + offset, status))
 
     removed = []
@@ -722,14 +757,18 @@ async def test_redrive_puts_only_a_dead_flow_back_to_pending(store: TaskStore) -
     task = await store.insert_task(make_task())
     await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 1, FlowStatus.DEAD))
     await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 2, FlowStatus.DELIVERED))
-    await store.record_flow_updates([FlowUpdate(task.id, NOW_MS + 1, FlowStatus.DEAD, 4, None, 500, "x")],
-                                    NOW_MS)  # terminal already: ignored, attempts stay 0
+    await store.record_flow_updates(
+        [FlowUpdate(task.id, NOW_MS + 1, FlowStatus.DEAD, 4, None, 500, "x")], NOW_MS
+    )  # terminal already: ignored, attempts stay 0
 
     redriven = await store.redrive_flow(task.id, NOW_MS + 1, NOW_MS + 99)
 
     assert redriven is not None
     assert (redriven.status, redriven.next_attempt_at_ms, redriven.updated_at_ms) == (
-        FlowStatus.PENDING, NOW_MS + 99, NOW_MS + 99)
+        FlowStatus.PENDING,
+        NOW_MS + 99,
+        NOW_MS + 99,
+    )
     assert await store.get_flow(task.id, NOW_MS + 1) == redriven
     assert await store.redrive_flow(task.id, NOW_MS + 1, NOW_MS + 100) is None  # no longer dead
     assert await store.redrive_flow(task.id, NOW_MS + 2, NOW_MS + 100) is None  # delivered

@@ -18,13 +18,18 @@ async def test_count_by_app_counts_every_app_per_status_and_dead_letters_in_one_
 ) -> None:
     tables = store.topology.tables_per_database
     first, second = 0, tables  # the first shards of databases 0 and 1
-    for shard, status in ((first, TaskStatus.ACTIVE), (first + 1, TaskStatus.ACTIVE),
-                          (first + 2, TaskStatus.PAUSED), (second, TaskStatus.ACTIVE)):
+    for shard, status in (
+        (first, TaskStatus.ACTIVE),
+        (first + 1, TaskStatus.ACTIVE),
+        (first + 2, TaskStatus.PAUSED),
+        (second, TaskStatus.ACTIVE),
+    ):
         await store.insert_task(make_task(shard=shard, status=status))
     other = await store.insert_task(make_task(shard=first + 3, app_id="app-b"))
     for at, status in ((NOW_MS, FlowStatus.DEAD), (NOW_MS + 1, FlowStatus.DEAD), (NOW_MS + 2, FlowStatus.DELIVERED)):
-        await store.insert_manual_flow(other.id, Flow(other.id, at, "app-b", FlowKind.MANUAL, status, 1, None,
-                                                      NOW_MS, NOW_MS))
+        await store.insert_manual_flow(
+            other.id, Flow(other.id, at, "app-b", FlowKind.MANUAL, status, 1, None, NOW_MS, NOW_MS)
+        )
 
     assert await store.count_by_app(0) == {
         "app-a": {"active": 2, "paused": 1},
@@ -40,10 +45,14 @@ async def test_an_edit_keeps_a_fire_that_committed_since_the_read(store: TaskSto
     [outcome] = await store.commit_fires([intent_of(task)], NOW_MS, interval_planner)
     assert outcome.task is not None  # a fire between the read and the edit
 
-    paused = await store.edit_task(replace(read, status=TaskStatus.PAUSED, updated_at_ms=NOW_MS + 9), {"status"},
-                                   from_status=TaskStatus.ACTIVE)
+    paused = await store.edit_task(
+        replace(read, status=TaskStatus.PAUSED, updated_at_ms=NOW_MS + 9), {"status"}, from_status=TaskStatus.ACTIVE
+    )
     assert (paused.status, paused.fire_count, paused.next_run_at_ms) == (
-        TaskStatus.PAUSED, 1, outcome.task.next_run_at_ms)
+        TaskStatus.PAUSED,
+        1,
+        outcome.task.next_run_at_ms,
+    )
     assert (paused.version, paused.revision, paused.updated_at_ms) == (3, 2, NOW_MS + 9)
     assert await store.get_task(task.id) == paused
     assert shard_of_task_id(paused.id) == 5

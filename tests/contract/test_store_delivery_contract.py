@@ -24,12 +24,14 @@ async def test_a_leased_pending_flow_counts_the_attempt_a_crash_may_have_lost(st
 
     leased = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10)
 
-    assert [(f.scheduled_at_ms - NOW_MS, f.attempts) for f, _ in leased] == [
-        (-500, 1), (-400, 3), (-300, 1), (-200, 1)]
+    assert [(f.scheduled_at_ms - NOW_MS, f.attempts) for f, _ in leased] == [(-500, 1), (-400, 3), (-300, 1), (-200, 1)]
     stored = [await store.get_flow(f.task_id, f.scheduled_at_ms) for f, _ in leased]
     assert [(f.attempts, f.status, f.next_attempt_at_ms) for f in stored if f is not None] == [
-        (1, FlowStatus.PENDING, NOW_MS + 10_000), (3, FlowStatus.PENDING, NOW_MS + 10_000),
-        (1, FlowStatus.SENDING, NOW_MS + 10_000), (1, FlowStatus.PENDING, NOW_MS + 10_000)]
+        (1, FlowStatus.PENDING, NOW_MS + 10_000),
+        (3, FlowStatus.PENDING, NOW_MS + 10_000),
+        (1, FlowStatus.SENDING, NOW_MS + 10_000),
+        (1, FlowStatus.PENDING, NOW_MS + 10_000),
+    ]
     # each lease of the same flow is one more possible attempt
     again = await store.lease_stale_flows(shard, NOW_MS + 10_000, 10_000, 1)
     assert [(f.scheduled_at_ms - NOW_MS, f.attempts) for f, _ in again] == [(-500, 2)]
@@ -48,13 +50,17 @@ async def test_deleting_a_task_cancels_its_pending_flows_and_keeps_them_all(stor
     assert await store.get_task(task.id) is None
     flows = {f.scheduled_at_ms - NOW_MS: f for f in await store.list_flows(task.id, 10)}
     assert {k: (f.status, f.attempts) for k, f in flows.items()} == {
-        -3: (FlowStatus.CANCELLED, 2), -2: (FlowStatus.SENDING, 1), -1: (FlowStatus.DELIVERED, 1)}
+        -3: (FlowStatus.CANCELLED, 2),
+        -2: (FlowStatus.SENDING, 1),
+        -1: (FlowStatus.DELIVERED, 1),
+    }
     assert flows[-3].next_attempt_at_ms is None and flows[-3].updated_at_ms == NOW_MS
     untouched = await store.get_flow(other.id, NOW_MS - 3)
     assert untouched is not None and untouched.status is FlowStatus.PENDING
     # a cancelled flow is terminal: a late outcome never revives it
     await store.record_flow_updates(
-        [FlowUpdate(task.id, NOW_MS - 3, FlowStatus.PENDING, 3, NOW_MS + 1_000)], NOW_MS + 1)
+        [FlowUpdate(task.id, NOW_MS - 3, FlowStatus.PENDING, 3, NOW_MS + 1_000)], NOW_MS + 1
+    )
     late = await store.get_flow(task.id, NOW_MS - 3)
     assert late is not None and (late.status, late.attempts) == (FlowStatus.CANCELLED, 2)
     assert await store.delete_task_cancelling_flows(task.id, NOW_MS) is False
@@ -68,16 +74,20 @@ async def test_a_stale_pending_outcome_never_lowers_the_attempts_a_claim_counted
     [(claimed, _)] = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10)
     assert claimed.attempts == 3
     await store.record_flow_updates(
-        [FlowUpdate(task.id, NOW_MS - 500, FlowStatus.PENDING, 4, NOW_MS + 2_000, 500)], NOW_MS)
+        [FlowUpdate(task.id, NOW_MS - 500, FlowStatus.PENDING, 4, NOW_MS + 2_000, 500)], NOW_MS
+    )
     # When a node that lost the flow (frozen, then resumed) flushes its outdated outcome of attempt 2
     await store.record_flow_updates(
-        [FlowUpdate(task.id, NOW_MS - 500, FlowStatus.PENDING, 2, NOW_MS + 1_000, 503)], NOW_MS + 1)
+        [FlowUpdate(task.id, NOW_MS - 500, FlowStatus.PENDING, 2, NOW_MS + 1_000, 503)], NOW_MS + 1
+    )
     # Then the count stays (a later claim never reuses attempt 3 or 4) ...
     kept = await store.get_flow(task.id, NOW_MS - 500)
     assert kept is not None and (kept.attempts, kept.next_attempt_at_ms, kept.last_status_code) == (
-        4, NOW_MS + 2_000, 500)
+        4,
+        NOW_MS + 2_000,
+        500,
+    )
     # ... while a terminal outcome always lands: a delivery is never forgotten
-    await store.record_flow_updates(
-        [FlowUpdate(task.id, NOW_MS - 500, FlowStatus.DELIVERED, 2, None, 200)], NOW_MS + 2)
+    await store.record_flow_updates([FlowUpdate(task.id, NOW_MS - 500, FlowStatus.DELIVERED, 2, None, 200)], NOW_MS + 2)
     done = await store.get_flow(task.id, NOW_MS - 500)
     assert done is not None and (done.status, done.attempts) == (FlowStatus.DELIVERED, 2)

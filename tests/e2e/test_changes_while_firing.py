@@ -28,11 +28,16 @@ def now_ms() -> int:
 
 async def register_firing_tasks(client: httpx.AsyncClient, receiver: Receiver, count: int) -> list[dict[str, Any]]:
     start = now_ms() + 1000
-    body = {"tasks": [
-        {"name": f"tick-{i}", "schedule": {"kind": "interval", "every_ms": EVERY_MS, "start_at_ms": start},
-         "callback": {"url": receiver.url("/hook")}}
-        for i in range(count)
-    ]}
+    body = {
+        "tasks": [
+            {
+                "name": f"tick-{i}",
+                "schedule": {"kind": "interval", "every_ms": EVERY_MS, "start_at_ms": start},
+                "callback": {"url": receiver.url("/hook")},
+            }
+            for i in range(count)
+        ]
+    }
     created = await client.post("/v1/tasks/batch", json=body)
     assert created.status_code == 200, created.text
     assert created.json()["created"] == count
@@ -65,15 +70,17 @@ async def test_concurrent_pauses_and_unversioned_updates_of_firing_tasks_never_c
         await receiver.wait_for(TASKS, timeout_s=15)  # every task is firing now
         await asyncio.sleep(0.9)  # the next second's fires are landing while the changes arrive
 
-        renames = await asyncio.gather(*(
-            client.patch(f"/v1/tasks/{t['id']}", json={"name": f"renamed-{t['name']}"}) for t in tasks[: TASKS // 2]
-        ))
+        renames = await asyncio.gather(
+            *(client.patch(f"/v1/tasks/{t['id']}", json={"name": f"renamed-{t['name']}"}) for t in tasks[: TASKS // 2])
+        )
         pauses = await asyncio.gather(*(client.post(f"/v1/tasks/{t['id']}/pause") for t in tasks))
 
         statuses = [r.status_code for r in (*renames, *pauses)]
         conflicts = statuses.count(409)
-        print(f"unversioned changes of firing tasks: {conflicts} conflicts of {len(statuses)} "
-              f"({[r.status_code for r in pauses].count(409)} of {TASKS} pauses)")
+        print(
+            f"unversioned changes of firing tasks: {conflicts} conflicts of {len(statuses)} "
+            f"({[r.status_code for r in pauses].count(409)} of {TASKS} pauses)"
+        )
         assert conflicts == 0, f"{conflicts} of {len(statuses)} unversioned changes answered 409"
         assert set(statuses) == {200}, [r.text for r in (*renames, *pauses) if r.status_code != 200][:3]
         assert all(r.json()["status"] == "paused" for r in pauses)

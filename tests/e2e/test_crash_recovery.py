@@ -65,19 +65,33 @@ async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
     async with Receiver() as receiver:
         # The first 30 callbacks to /slow hang for 4 s: the node dies while they are in flight.
         receiver.script("/slow", *[Reply(200, delay_s=4.0)] * SLOW_ONE_SHOTS)
-        with node_process(storage_urls=storage["storage_urls"], topology=storage["topology"],
-                          settings=_settings(storage), work_dir=tmp_path / "first") as first:
+        with node_process(
+            storage_urls=storage["storage_urls"],
+            topology=storage["topology"],
+            settings=_settings(storage),
+            work_dir=tmp_path / "first",
+        ) as first:
             api_key = await _create_app(first.base_url, first.admin_key)
             start = now_ms() + 5000
             async with _client(first.base_url, api_key) as client:
-                skip, catch_up = await _register(client, [
-                    _every("skip", receiver.url("/skip"), start, "skip"),
-                    _every("catch", receiver.url("/catch"), start, "catch_up")])
-                one_shots = await _register(client, [
-                    _at("hook", receiver.url("/hook"), start + i * 6000 // ONE_SHOTS) for i in range(ONE_SHOTS)])
-                slow = await _register(client, [
-                    _at("slow", receiver.url("/slow"), start + i * 1000 // SLOW_ONE_SHOTS)
-                    for i in range(SLOW_ONE_SHOTS)])
+                skip, catch_up = await _register(
+                    client,
+                    [
+                        _every("skip", receiver.url("/skip"), start, "skip"),
+                        _every("catch", receiver.url("/catch"), start, "catch_up"),
+                    ],
+                )
+                one_shots = await _register(
+                    client,
+                    [_at("hook", receiver.url("/hook"), start + i * 6000 // ONE_SHOTS) for i in range(ONE_SHOTS)],
+                )
+                slow = await _register(
+                    client,
+                    [
+                        _at("slow", receiver.url("/slow"), start + i * 1000 // SLOW_ONE_SHOTS)
+                        for i in range(SLOW_ONE_SHOTS)
+                    ],
+                )
                 registered_at = now_ms()
             assert registered_at < start, f"registration took {registered_at - start + 5000} ms"
             # Mid-cycle, mid-stream: about a third of the one-shots have fired, /slow ones are in flight.
@@ -86,8 +100,12 @@ async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
             killed_at = now_ms()
 
         await asyncio.sleep(4.0)  # fires due now are missed; those older than the threshold misfire
-        with node_process(storage_urls=storage["storage_urls"], topology=storage["topology"],
-                          settings=_settings(storage), work_dir=tmp_path / "second") as second:
+        with node_process(
+            storage_urls=storage["storage_urls"],
+            topology=storage["topology"],
+            settings=_settings(storage),
+            work_dir=tmp_path / "second",
+        ) as second:
             restarted_at = now_ms()
             async with _client(second.base_url, api_key) as client:
                 await _wait_until_delivered(client, one_shots + slow, timeout_s=60)
@@ -106,9 +124,13 @@ async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
                     assert ids == {flows[0]["id"]}
 
                 # Overdue one-shots fired after the restart as misfires (fire_now), once each.
-                late = [f for t in one_shots for f in await _flows(client, t)
-                        if f["scheduled_at_ms"] < restarted_at - MISFIRE_THRESHOLD_S * 1000 - 500
-                        and f["scheduled_at_ms"] > killed_at + 500]
+                late = [
+                    f
+                    for t in one_shots
+                    for f in await _flows(client, t)
+                    if f["scheduled_at_ms"] < restarted_at - MISFIRE_THRESHOLD_S * 1000 - 500
+                    and f["scheduled_at_ms"] > killed_at + 500
+                ]
                 assert late and all(f["kind"] == "misfire" for f in late)
 
                 # Orphaned flows (committed, callback in flight at the kill) were re-driven: the receiver
@@ -125,13 +147,21 @@ async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
 
 
 def _at(name: str, url: str, at_ms: int) -> dict[str, Any]:
-    return {"name": name, "schedule": {"kind": "at", "at_ms": at_ms}, "callback": {"url": url},
-            "misfire_policy": "fire_now"}
+    return {
+        "name": name,
+        "schedule": {"kind": "at", "at_ms": at_ms},
+        "callback": {"url": url},
+        "misfire_policy": "fire_now",
+    }
 
 
 def _every(name: str, url: str, start_ms: int, policy: str) -> dict[str, Any]:
-    return {"name": name, "schedule": {"kind": "interval", "every_ms": 1000, "start_at_ms": start_ms},
-            "callback": {"url": url}, "misfire_policy": policy}
+    return {
+        "name": name,
+        "schedule": {"kind": "interval", "every_ms": 1000, "start_at_ms": start_ms},
+        "callback": {"url": url},
+        "misfire_policy": policy,
+    }
 
 
 async def _create_app(base_url: str, admin_key: str) -> str:
@@ -164,8 +194,9 @@ async def _wait_until_delivered(client: httpx.AsyncClient, task_ids: list[str], 
     remaining = list(task_ids)
     while remaining:
         flows = await asyncio.gather(*(_flows(client, t) for t in remaining))
-        remaining = [t for t, f in zip(remaining, flows, strict=True)
-                     if not f or any(x["status"] != "delivered" for x in f)]
+        remaining = [
+            t for t, f in zip(remaining, flows, strict=True) if not f or any(x["status"] != "delivered" for x in f)
+        ]
         if remaining and time.monotonic() > deadline:
             raise AssertionError(f"{len(remaining)} one-shot tasks never delivered, e.g. {remaining[:5]}")
         await asyncio.sleep(0.5)

@@ -33,8 +33,13 @@ async def client_for(running: RunningNode) -> tuple[httpx.AsyncClient, list[str]
 
 
 def at_task(receiver: Receiver, at_ms: int, **extra: Any) -> dict[str, Any]:
-    return {"name": "e2e", "schedule": {"kind": "at", "at_ms": at_ms},
-            "callback": {"url": receiver.url("/hook")}, "payload": {"n": 1}, **extra}
+    return {
+        "name": "e2e",
+        "schedule": {"kind": "at", "at_ms": at_ms},
+        "callback": {"url": receiver.url("/hook")},
+        "payload": {"n": 1},
+        **extra,
+    }
 
 
 async def test_a_task_registered_two_seconds_ahead_fires_on_time_signed(
@@ -42,9 +47,15 @@ async def test_a_task_registered_two_seconds_ahead_fires_on_time_signed(
 ) -> None:
     client, secrets = await client_for(running)
     async with client:
-        created = await client.post("/v1/tasks", json={
-            "name": "close-order-123", "schedule": {"kind": "delay", "delay_ms": 2000},
-            "callback": {"url": receiver.url("/hook"), "headers": {"x-order": "123"}}, "payload": {"order": 123}})
+        created = await client.post(
+            "/v1/tasks",
+            json={
+                "name": "close-order-123",
+                "schedule": {"kind": "delay", "delay_ms": 2000},
+                "callback": {"url": receiver.url("/hook"), "headers": {"x-order": "123"}},
+                "payload": {"order": 123},
+            },
+        )
         assert created.status_code == 201, created.text
         task = created.json()
 
@@ -134,9 +145,16 @@ async def test_an_interval_task_fires_every_period_without_drift_or_duplicates(
         # The lead only has to cover the create; a create answered after `start` would move the first
         # instant on (an interval never owes one before its registration), so it fails here by name.
         start = now_ms() + 1500
-        task = (await client.post("/v1/tasks", json={
-            "name": "tick", "schedule": {"kind": "interval", "every_ms": 1000, "start_at_ms": start},
-            "callback": {"url": receiver.url("/hook")}})).json()
+        task = (
+            await client.post(
+                "/v1/tasks",
+                json={
+                    "name": "tick",
+                    "schedule": {"kind": "interval", "every_ms": 1000, "start_at_ms": start},
+                    "callback": {"url": receiver.url("/hook")},
+                },
+            )
+        ).json()
         registered_at = now_ms()
         assert registered_at < start, f"the create took {registered_at - start + 1500} ms"
         assert task["next_run_at_ms"] == start
@@ -180,7 +198,8 @@ async def test_a_committed_flow_whose_delivery_was_lost_is_redriven(running: Run
         node.runner.wheel.cancel(int(task["id"]))
         # Commit the fire behind the node's back: the flow is durable, no callback was sent.
         [outcome] = await node.store.commit_fires(
-            [FireIntent(int(task["id"]), at, task["version"])], now_ms(), FirePlanner(FirePolicy(60_000, 10)))
+            [FireIntent(int(task["id"]), at, task["version"])], now_ms(), FirePlanner(FirePolicy(60_000, 10))
+        )
         assert outcome.committed and receiver.requests == []
         [request] = await receiver.wait_for(1, timeout_s=10)  # grace 2 s + pass every 0.5 s
         assert request.flow_id == f"{task['id']}-{at}"

@@ -83,25 +83,77 @@ DEEP = [nested_list(300), nested_object(300), nested_list(1000)]
 WRONG_SHAPES: list[Any] = [[], {}, True]
 
 INTEGER_BAD: list[Any] = [
-    "10", 1.5, True, -1, [], {}, Raw("18446744073709551616"), Raw("-18446744073709551616"),
-    Raw("100000000000000000000000000000"), 1 << 63, Raw("1e400"), Raw("NaN"), *DEEP,
+    "10",
+    1.5,
+    True,
+    -1,
+    [],
+    {},
+    Raw("18446744073709551616"),
+    Raw("-18446744073709551616"),
+    Raw("100000000000000000000000000000"),
+    1 << 63,
+    Raw("1e400"),
+    Raw("NaN"),
+    *DEEP,
 ]
 ENUM_BAD: list[Any] = ["", "nope", "FIRE_NOW\u0000", 1, True, [], {}, *DEEP]
 TEXT_BAD: list[Any] = ["", "   ", "a\u0000b", "a\u007fb", "a\u001bb", "a\nb", "x" * 201, 1, True, [], {}, *DEEP]
-INSTANT_BAD: list[Any] = ["", "tomorrow", "2026-13-01T00:00:00Z", "2026-11-21T17:00:00", "2026-11-21T17:00:00+25:00",
-                          1, True, [], {}, *DEEP]
+INSTANT_BAD: list[Any] = [
+    "",
+    "tomorrow",
+    "2026-13-01T00:00:00Z",
+    "2026-11-21T17:00:00",
+    "2026-11-21T17:00:00+25:00",
+    1,
+    True,
+    [],
+    {},
+    *DEEP,
+]
 EXPR_BAD: list[Any] = ["", "* * *", "61 * * * *", "a b c d e", "* * * * * * *", "0 0 30 2 *", 1, [], *DEEP]
 TIMEZONE_BAD: list[Any] = ["", "Mars/Base", "../../etc/passwd", "UTC\u0000", 1, [], *DEEP]
-URL_BAD: list[Any] = ["", "ftp://example.com/", "http://", "http:///x", "http://a b/", "http://127.0.0.1:99999/",
-                      "http://[::1/", "javascript:alert(1)", "http://u:p@example.com/", 1, [], {}, *DEEP]
-HEADERS_BAD: list[Any] = [[], "x-a: b", {"bad name": "v"}, {"x-a": 1}, {"x-a": "a\u0000b"}, {"x-a": "a\u007fb"},
-                          {"x-a": "a\rb"}, {"x-a": "a\u0001b"}, {"host": "x"}, {"webhook-id": "x"},
-                          {"x-a": "v" * 4097}, {"x-a": ["v"]}, *DEEP]
+URL_BAD: list[Any] = [
+    "",
+    "ftp://example.com/",
+    "http://",
+    "http:///x",
+    "http://a b/",
+    "http://127.0.0.1:99999/",
+    "http://[::1/",
+    "javascript:alert(1)",
+    "http://u:p@example.com/",
+    1,
+    [],
+    {},
+    *DEEP,
+]
+HEADERS_BAD: list[Any] = [
+    [],
+    "x-a: b",
+    {"bad name": "v"},
+    {"x-a": 1},
+    {"x-a": "a\u0000b"},
+    {"x-a": "a\u007fb"},
+    {"x-a": "a\rb"},
+    {"x-a": "a\u0001b"},
+    {"host": "x"},
+    {"webhook-id": "x"},
+    {"x-a": "v" * 4097},
+    {"x-a": ["v"]},
+    *DEEP,
+]
 BODY_BAD: list[Any] = [1, {}, [], True, "x" * 65_537, *DEEP]
-PAYLOAD_BAD: list[Any] = [*DEEP, nested_list(255), nested_object(256), Raw("18446744073709551616"),
-                          Raw("-9223372036854775809"),
-                          Raw("-9223372036854775809000"), {"n": Raw("123456789012345678901234567890")},
-                          "x" * 65_537]
+PAYLOAD_BAD: list[Any] = [
+    *DEEP,
+    nested_list(255),
+    nested_object(256),
+    Raw("18446744073709551616"),
+    Raw("-9223372036854775809"),
+    Raw("-9223372036854775809000"),
+    {"n": Raw("123456789012345678901234567890")},
+    "x" * 65_537,
+]
 
 VALID_SCHEDULES: dict[str, dict[str, Any]] = {
     "delay": {"kind": "delay", "delay_ms": 3_600_000},
@@ -112,8 +164,12 @@ VALID_SCHEDULES: dict[str, dict[str, Any]] = {
 
 
 def valid_task() -> dict[str, Any]:
-    return {"name": "fuzz", "schedule": dict(VALID_SCHEDULES["delay"]),
-            "callback": {"url": "http://127.0.0.1:9/hook"}, "payload": {"n": 1}}
+    return {
+        "name": "fuzz",
+        "schedule": dict(VALID_SCHEDULES["delay"]),
+        "callback": {"url": "http://127.0.0.1:9/hook"},
+        "payload": {"n": 1},
+    }
 
 
 # (path in the create body, bad values, the schedule kind it belongs to or None)
@@ -136,8 +192,19 @@ TASK_FIELDS: list[tuple[str, list[Any], str | None]] = [
     ("schedule.max_fires", [*INTEGER_BAD, 0], "interval"),
     ("callback", [None, "http://x/", 1, [], {}, *DEEP], None),
     ("callback.url", URL_BAD, None),
-    ("callback.urls", [[], "http://127.0.0.1:9/", ["http://127.0.0.1:9/"] * 2, [1], ["ftp://x/"],
-                       ["http://127.0.0.1:9/a"] * 11, *DEEP], None),
+    (
+        "callback.urls",
+        [
+            [],
+            "http://127.0.0.1:9/",
+            ["http://127.0.0.1:9/"] * 2,
+            [1],
+            ["ftp://x/"],
+            ["http://127.0.0.1:9/a"] * 11,
+            *DEEP,
+        ],
+        None,
+    ),
     ("callback.method", ENUM_BAD, None),
     ("callback.headers", HEADERS_BAD, None),
     ("callback.body", BODY_BAD, None),
@@ -179,12 +246,16 @@ def field_cases() -> list[Case]:
             top = path.split(".")[0]
             expected = "body" if isinstance(value, Raw) and value.text in NOT_JSON else top
             cases.append(Case(f"create {path}={_label(value)}", "POST", "/v1/tasks", body, field=expected))
-            cases.append(Case(f"batch {path}={_label(value)}", "POST", "/v1/tasks/batch", {"tasks": [body]},
-                              batch_item=True))
+            cases.append(
+                Case(f"batch {path}={_label(value)}", "POST", "/v1/tasks/batch", {"tasks": [body]}, batch_item=True)
+            )
             if path != "key" and not path.startswith("schedule.") and value is not None:
                 update = {top: body[top]}
-                cases.append(Case(f"update {top} via {path}={_label(value)}", "PATCH", "/v1/tasks/{task}",
-                                  update, field=expected))
+                cases.append(
+                    Case(
+                        f"update {top} via {path}={_label(value)}", "PATCH", "/v1/tasks/{task}", update, field=expected
+                    )
+                )
     return cases
 
 
@@ -193,8 +264,10 @@ APP_FIELDS: list[tuple[str, list[Any]]] = [
     ("rate_limit_per_s", ["10", True, 0, -1, Raw("1e400"), [], {}, *DEEP]),
     ("max_concurrency", [*INTEGER_BAD, 0, 10_001]),
     ("allowed_callback_hosts", ["example.com", [1], {}, True, *DEEP]),
-    ("callback_defaults", ["x", [], {"method": "TRACE"}, {"timeout_ms": 0}, {"headers": {"x-a": "a\u0000"}},
-                           {"nope": 1}, *DEEP]),
+    (
+        "callback_defaults",
+        ["x", [], {"method": "TRACE"}, {"timeout_ms": 0}, {"headers": {"x-a": "a\u0000"}}, {"nope": 1}, *DEEP],
+    ),
     ("max_active_tasks", [*INTEGER_BAD]),
 ]
 
@@ -205,27 +278,65 @@ def app_cases() -> list[Case]:
         for value in values:
             body = {"name": "fuzz-app", name: value}
             expected = "body" if isinstance(value, Raw) and value.text in NOT_JSON else name
-            cases.append(Case(f"app create {name}={_label(value)}", "POST", "/v1/apps", body, field=expected,
-                              admin=True))
+            cases.append(
+                Case(f"app create {name}={_label(value)}", "POST", "/v1/apps", body, field=expected, admin=True)
+            )
     return cases
 
 
-BAD_TASK_IDS = ["9223372036854775808", "99999999999999999999", "18446744073709551616", "-1", "abc", "1e3",
-                "\u0663", "0x10", "1.0", " 1", "00000000000000000000001"]
-TASK_ROUTES = [("GET", "/v1/tasks/{id}"), ("DELETE", "/v1/tasks/{id}"), ("POST", "/v1/tasks/{id}/pause"),
-               ("POST", "/v1/tasks/{id}/resume"), ("POST", "/v1/tasks/{id}/trigger"),
-               ("GET", "/v1/tasks/{id}/flows"), ("PATCH", "/v1/tasks/{id}")]
-BAD_FLOW_IDS = ["1-99999999999999999999", "9223372036854775808-1", "1-9223372036854775808", "1-", "-1", "a-b",
-                "1-2-3", "99999999999999999999999-1"]
+BAD_TASK_IDS = [
+    "9223372036854775808",
+    "99999999999999999999",
+    "18446744073709551616",
+    "-1",
+    "abc",
+    "1e3",
+    "\u0663",
+    "0x10",
+    "1.0",
+    " 1",
+    "00000000000000000000001",
+]
+TASK_ROUTES = [
+    ("GET", "/v1/tasks/{id}"),
+    ("DELETE", "/v1/tasks/{id}"),
+    ("POST", "/v1/tasks/{id}/pause"),
+    ("POST", "/v1/tasks/{id}/resume"),
+    ("POST", "/v1/tasks/{id}/trigger"),
+    ("GET", "/v1/tasks/{id}/flows"),
+    ("PATCH", "/v1/tasks/{id}"),
+]
+BAD_FLOW_IDS = [
+    "1-99999999999999999999",
+    "9223372036854775808-1",
+    "1-9223372036854775808",
+    "1-",
+    "-1",
+    "a-b",
+    "1-2-3",
+    "99999999999999999999999-1",
+]
 
 
 def _cursor(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-BAD_CURSORS = [_cursor(t) for t in ("1.9223372036854775808", "9223372036854775808.0", "99999999999999999999.1",
-                                    "-1.0", "1.2.3", "1", "a.b", "1.99999999999999999999999999",
-                                    "1.9223372036854775808.9223372036854775808", "0.0.99999999999999999999")]
+BAD_CURSORS = [
+    _cursor(t)
+    for t in (
+        "1.9223372036854775808",
+        "9223372036854775808.0",
+        "99999999999999999999.1",
+        "-1.0",
+        "1.2.3",
+        "1",
+        "a.b",
+        "1.99999999999999999999999999",
+        "1.9223372036854775808.9223372036854775808",
+        "0.0.99999999999999999999",
+    )
+]
 BAD_CURSORS += ["!!!", "%00", "a" * 201]
 
 
@@ -238,14 +349,23 @@ def id_cases() -> list[Case]:
     for bad in BAD_FLOW_IDS:
         cases.append(Case(f"GET flow {bad!r}", "GET", f"/v1/flows/{_quote(bad)}"))
         cases.append(Case(f"redrive flow {bad!r}", "POST", f"/v1/flows/{_quote(bad)}/redrive"))
-        cases.append(Case(f"redrive many {bad!r}", "POST", "/v1/dead-letters/redrive", {"flow_ids": [bad]},
-                          statuses=(200,)))
+        cases.append(
+            Case(f"redrive many {bad!r}", "POST", "/v1/dead-letters/redrive", {"flow_ids": [bad]}, statuses=(200,))
+        )
     for cursor in BAD_CURSORS:
         cases.append(Case(f"list cursor {cursor!r}", "GET", f"/v1/tasks?cursor={_quote(cursor)}", field="cursor"))
-        cases.append(Case(f"dead-letter cursor {cursor!r}", "GET", f"/v1/dead-letters?cursor={_quote(cursor)}",
-                          field="cursor"))
-    for query in ("limit=0", "limit=1001", "limit=abc", "limit=99999999999999999999", "status=nope", "kind=weekly",
-                  "name_prefix="):
+        cases.append(
+            Case(f"dead-letter cursor {cursor!r}", "GET", f"/v1/dead-letters?cursor={_quote(cursor)}", field="cursor")
+        )
+    for query in (
+        "limit=0",
+        "limit=1001",
+        "limit=abc",
+        "limit=99999999999999999999",
+        "status=nope",
+        "kind=weekly",
+        "name_prefix=",
+    ):
         cases.append(Case(f"list {query}", "GET", f"/v1/tasks?{query}"))
     for query in ("before_ms=-1", "before_ms=9223372036854775808", "before_ms=x", "limit=0"):
         cases.append(Case(f"flows {query}", "GET", f"/v1/tasks/{{task}}/flows?{query}"))
@@ -269,33 +389,66 @@ def body_cases() -> list[Case]:
         Case("invalid UTF-8", "POST", "/v1/tasks", content=b'{"name": "\xff"}', headers=json_type, field="body"),
         Case("lone surrogate", "POST", "/v1/tasks", content=b'{"name": "\\ud800"}', headers=json_type),
         Case("unknown field", "POST", "/v1/tasks", {**valid_task(), "color": "red"}, field="color"),
-        Case("missing name", "POST", "/v1/tasks", {k: v for k, v in valid_task().items() if k != "name"},
-             field="name"),
-        Case("body nested 1,025", "POST", "/v1/tasks", content=render(nested_list(1025)).encode(), headers=json_type,
-             field="body"),
-        Case("text/plain", "POST", "/v1/tasks", content=task, headers={"content-type": "text/plain"},
-             statuses=(415,)),
-        Case("form", "POST", "/v1/tasks", content=task,
-             headers={"content-type": "application/x-www-form-urlencoded"}, statuses=(415,)),
+        Case("missing name", "POST", "/v1/tasks", {k: v for k, v in valid_task().items() if k != "name"}, field="name"),
+        Case(
+            "body nested 1,025",
+            "POST",
+            "/v1/tasks",
+            content=render(nested_list(1025)).encode(),
+            headers=json_type,
+            field="body",
+        ),
+        Case("text/plain", "POST", "/v1/tasks", content=task, headers={"content-type": "text/plain"}, statuses=(415,)),
+        Case(
+            "form",
+            "POST",
+            "/v1/tasks",
+            content=task,
+            headers={"content-type": "application/x-www-form-urlencoded"},
+            statuses=(415,),
+        ),
         Case("no content-type", "POST", "/v1/tasks", content=task, headers={"content-type": ""}, statuses=(415,)),
-        Case("batch text/plain", "POST", "/v1/tasks/batch", content=b'{"tasks": [' + task + b"]}",
-             headers={"content-type": "text/plain"}, statuses=(415,)),
-        Case("update text/plain", "PATCH", "/v1/tasks/{task}", content=b'{"name": "y"}',
-             headers={"content-type": "text/plain"}, statuses=(415,)),
-        Case("body over 1 MiB", "POST", "/v1/tasks", content=b" " * (1 << 20) + task, headers=json_type,
-             statuses=(413,)),
+        Case(
+            "batch text/plain",
+            "POST",
+            "/v1/tasks/batch",
+            content=b'{"tasks": [' + task + b"]}",
+            headers={"content-type": "text/plain"},
+            statuses=(415,),
+        ),
+        Case(
+            "update text/plain",
+            "PATCH",
+            "/v1/tasks/{task}",
+            content=b'{"name": "y"}',
+            headers={"content-type": "text/plain"},
+            statuses=(415,),
+        ),
+        Case(
+            "body over 1 MiB", "POST", "/v1/tasks", content=b" " * (1 << 20) + task, headers=json_type, statuses=(413,)
+        ),
         Case("batch not a list", "POST", "/v1/tasks/batch", {"tasks": {}}, field="tasks"),
         Case("batch empty", "POST", "/v1/tasks/batch", {"tasks": []}, field="tasks"),
         Case("batch 1,001", "POST", "/v1/tasks/batch", {"tasks": [valid_task()] * 1001}, field="tasks"),
         Case("batch unknown key", "POST", "/v1/tasks/batch", {"tasks": [valid_task()], "x": 1}, field="x"),
-        Case("batch deep", "POST", "/v1/tasks/batch", {"tasks": [{**valid_task(), "payload": nested_list(400)}]},
-             field="tasks"),
+        Case(
+            "batch deep",
+            "POST",
+            "/v1/tasks/batch",
+            {"tasks": [{**valid_task(), "payload": nested_list(400)}]},
+            field="tasks",
+        ),
         Case("redrive not a list", "POST", "/v1/dead-letters/redrive", {"flow_ids": "1-2"}, field="flow_ids"),
         Case("redrive empty", "POST", "/v1/dead-letters/redrive", {"flow_ids": []}, field="flow_ids"),
-        Case("rotate grace_s huge", "POST", "/v1/apps/{app}/rotate", {"grace_s": Raw("18446744073709551616")},
-             field="grace_s", admin=True),
-        Case("rotate grace_s negative", "POST", "/v1/apps/{app}/rotate", {"grace_s": -1}, field="grace_s",
-             admin=True),
+        Case(
+            "rotate grace_s huge",
+            "POST",
+            "/v1/apps/{app}/rotate",
+            {"grace_s": Raw("18446744073709551616")},
+            field="grace_s",
+            admin=True,
+        ),
+        Case("rotate grace_s negative", "POST", "/v1/apps/{app}/rotate", {"grace_s": -1}, field="grace_s", admin=True),
         Case("wrong method on /v1/tasks", "PUT", "/v1/tasks", statuses=(405,)),
         Case("wrong method on a task", "PUT", "/v1/tasks/{task}", {"name": "x"}, statuses=(405,)),
     ]

@@ -55,10 +55,14 @@ async def target(storage: dict[str, Any]) -> AsyncIterator[Target]:
         await migrate(settings.storage)
     async with run_node(settings) as running:
         app, key = await running.create_app("fuzz")
-        async with httpx.AsyncClient(base_url=running.base_url, timeout=30,
-                                     headers={"authorization": f"Bearer {key}"}) as client, \
-                httpx.AsyncClient(base_url=running.base_url, timeout=30,
-                                  headers={"authorization": f"Bearer {ADMIN_KEY}"}) as admin:
+        async with (
+            httpx.AsyncClient(
+                base_url=running.base_url, timeout=30, headers={"authorization": f"Bearer {key}"}
+            ) as client,
+            httpx.AsyncClient(
+                base_url=running.base_url, timeout=30, headers={"authorization": f"Bearer {ADMIN_KEY}"}
+            ) as admin,
+        ):
             seeded = await client.post("/v1/tasks", json=valid_task())
             assert seeded.status_code == 201, seeded.text
             yield Target(client, admin, seeded.json()["id"], app.id)

@@ -26,17 +26,39 @@ ADMIN_KEY = "tja_fuzz_models_admin_0123456789"
 
 INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 64) - 1)
 SCALARS = st.none() | st.booleans() | INT64 | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40)
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                         max_size=4), max_leaves=20)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 # integers past 64 bits and deep nests: what a JSON parser would otherwise turn into floats or refuse to write
-HOSTILE = st.integers(min_value=1 << 64, max_value=1 << 80) | st.integers(max_value=-(1 << 63) - 1,
-                                                                            min_value=-(1 << 80))
+HOSTILE = st.integers(min_value=1 << 64, max_value=1 << 80) | st.integers(
+    max_value=-(1 << 63) - 1, min_value=-(1 << 80)
+)
 TASK_FIELDS = ["name", "key", "schedule", "callback", "payload", "misfire_policy", "delivery"]
-SCHEDULE_FIELDS = ["kind", "delay_ms", "at", "at_ms", "expr", "timezone", "every_ms", "start_at", "end_at",
-                   "max_fires", "dst_gap", "dst_overlap"]
+SCHEDULE_FIELDS = [
+    "kind",
+    "delay_ms",
+    "at",
+    "at_ms",
+    "expr",
+    "timezone",
+    "every_ms",
+    "start_at",
+    "end_at",
+    "max_fires",
+    "dst_gap",
+    "dst_overlap",
+]
 CALLBACK_FIELDS = ["url", "urls", "method", "headers", "body", "timeout_ms", "max_attempts", "max_age_s"]
-APP_FIELDS = ["name", "rate_limit_per_s", "max_concurrency", "allowed_callback_hosts", "callback_defaults",
-              "max_active_tasks"]
+APP_FIELDS = [
+    "name",
+    "rate_limit_per_s",
+    "max_concurrency",
+    "allowed_callback_hosts",
+    "callback_defaults",
+    "max_active_tasks",
+]
 
 
 class NodeThread:
@@ -53,9 +75,13 @@ class NodeThread:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        config = load_settings(None, storage={"urls": ["memory://"], "topology": "1x2x4"},
-                               api={"admin_key": ADMIN_KEY}, allow_loopback_callbacks=True,
-                               limits={"max_active_tasks_per_app": 0})
+        config = load_settings(
+            None,
+            storage={"urls": ["memory://"], "topology": "1x2x4"},
+            api={"admin_key": ADMIN_KEY},
+            allow_loopback_callbacks=True,
+            limits={"max_active_tasks_per_app": 0},
+        )
         async with run_node(config) as running:
             _, self.key = await running.create_app("fuzz-models")
             self.base_url = running.base_url
@@ -75,14 +101,19 @@ class NodeThread:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[httpx.Client]:
-    with NodeThread() as node, httpx.Client(base_url=node.base_url, timeout=30,
-                                            headers={"authorization": f"Bearer {node.key}"}) as made:
+    with (
+        NodeThread() as node,
+        httpx.Client(base_url=node.base_url, timeout=30, headers={"authorization": f"Bearer {node.key}"}) as made,
+    ):
         yield made
 
 
 def post(client: httpx.Client, path: str, body: Any, **headers: str) -> httpx.Response:
-    return client.post(path, content=orjson.dumps(body, option=orjson.OPT_PASSTHROUGH_SUBCLASS),
-                       headers={"content-type": "application/json", **headers})
+    return client.post(
+        path,
+        content=orjson.dumps(body, option=orjson.OPT_PASSTHROUGH_SUBCLASS),
+        headers={"content-type": "application/json", **headers},
+    )
 
 
 def check_refusal(response: httpx.Response, *fields: str) -> None:
@@ -113,8 +144,11 @@ def test_any_value_in_any_schedule_field_is_a_2xx_or_a_4xx_naming_the_schedule(
     client: httpx.Client, field: str, value: Any, kind: str
 ) -> None:
     schedules: dict[str, dict[str, Any]] = {
-        "delay": {"kind": "delay", "delay_ms": 60_000}, "at": {"kind": "at", "at": "2030-01-01T00:00:00Z"},
-        "cron": {"kind": "cron", "expr": "0 9 * * *"}, "interval": {"kind": "interval", "every_ms": 60_000}}
+        "delay": {"kind": "delay", "delay_ms": 60_000},
+        "at": {"kind": "at", "at": "2030-01-01T00:00:00Z"},
+        "cron": {"kind": "cron", "expr": "0 9 * * *"},
+        "interval": {"kind": "interval", "every_ms": 60_000},
+    }
     body = {**valid_task(), "schedule": {**schedules[kind], field: value}}
     check_refusal(post(client, "/v1/tasks", body), "schedule", "body")
 

@@ -208,8 +208,17 @@ async def test_fire_bench_counts_missing_duplicates_and_lateness(
         phases[phase] = (done, total)
 
     result = await run_fire_bench(
-        base_url, "admin", tasks=200, window_s=1.0, lead_s=1.0, register_rate=None, concurrency=16,
-        progress=progress, drain_timeout_s=2.0, settle_s=0.3, verify_every=1,
+        base_url,
+        "admin",
+        tasks=200,
+        window_s=1.0,
+        lead_s=1.0,
+        register_rate=None,
+        concurrency=16,
+        progress=progress,
+        drain_timeout_s=2.0,
+        settle_s=0.3,
+        verify_every=1,
     )
     summary = to_json(result)
     # Then the bench counts exactly those, and the rest arrived on time
@@ -250,9 +259,7 @@ async def test_without_lead_or_rate_a_probe_sizes_the_lead_and_is_deleted(
 ) -> None:
     base_url, node = stand_in_node
     monkeypatch.setattr(fire, "LEAD_EXTRA_S", 0.5)
-    result = await run_fire_bench(
-        base_url, "admin", tasks=50, window_s=0.5, drain_timeout_s=2.0, settle_s=0.1
-    )
+    result = await run_fire_bench(base_url, "admin", tasks=50, window_s=0.5, drain_timeout_s=2.0, settle_s=0.1)
     summary = to_json(result)
     rate = summary["settings"]["calibrated_register_rate"]
     assert rate > 0

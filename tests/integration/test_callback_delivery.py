@@ -102,8 +102,23 @@ def make_job(
         status = FlowStatus.SENDING if at_most_once else FlowStatus.PENDING
     if attempts is None:
         attempts = 1 if status is FlowStatus.SENDING else 0
-    task = Task(task_id, app.id, f"task-{task_id}", None, {"kind": "at"}, callback, payload,
-                MisfirePolicy.FIRE_NOW, delivery, TaskStatus.COMPLETED, None, 2, 1, now_ms, now_ms)
+    task = Task(
+        task_id,
+        app.id,
+        f"task-{task_id}",
+        None,
+        {"kind": "at"},
+        callback,
+        payload,
+        MisfirePolicy.FIRE_NOW,
+        delivery,
+        TaskStatus.COMPLETED,
+        None,
+        2,
+        1,
+        now_ms,
+        now_ms,
+    )
     flow = Flow(task_id, scheduled, app.id, FlowKind.SCHEDULED, status, attempts, now_ms, now_ms, now_ms)
     return CallbackJob(task, flow, app)
 
@@ -173,8 +188,9 @@ async def test_a_callback_is_delivered_first_time_signed_and_recorded(
     assert request.headers["x-order"] == "123"
     assert request.headers["user-agent"] == FAST.user_agent
     assert Webhook(SECRET).verify(request.body, request.headers)["payload"] == {"order": 123}
-    assert final[job.flow.id] == FlowUpdate(job.task.id, job.flow.scheduled_at_ms, FlowStatus.DELIVERED, 1,
-                                            None, 200, None)
+    assert final[job.flow.id] == FlowUpdate(
+        job.task.id, job.flow.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200, None
+    )
     assert job.flow.id not in deliverer.in_flight()
 
 
@@ -307,8 +323,9 @@ async def test_a_redriven_flow_past_its_limits_dies_unsent(
     receiver: Receiver, recorder: MemoryRecorder, make_deliverer: DelivererFactory
 ) -> None:
     deliverer = await started(make_deliverer())
-    too_old = make_job({"urls": [receiver.url("/hook")], "max_age_s": 1}, attempts=2,
-                       scheduled_at_ms=CLOCK.now_ms() - 5000)
+    too_old = make_job(
+        {"urls": [receiver.url("/hook")], "max_age_s": 1}, attempts=2, scheduled_at_ms=CLOCK.now_ms() - 5000
+    )
     too_many = make_job({"urls": [receiver.url("/hook")], "max_attempts": 3}, attempts=3)
     deliverer.submit(too_old)
     deliverer.submit(too_many)
@@ -344,9 +361,7 @@ async def test_a_timeout_is_retried(
     assert first_failure.last_status_code is None
 
 
-async def test_a_refused_connection_is_retried(
-    recorder: MemoryRecorder, make_deliverer: DelivererFactory
-) -> None:
+async def test_a_refused_connection_is_retried(recorder: MemoryRecorder, make_deliverer: DelivererFactory) -> None:
     deliverer = await started(make_deliverer(flush_interval_s=0.01))
     job = make_job({"urls": [f"http://127.0.0.1:{unused_port()}/hook"], "max_attempts": 3})
     deliverer.submit(job)
@@ -415,12 +430,14 @@ async def test_at_most_once_arriving_pending_is_recorded_sending_before_it_is_se
     receiver: Receiver, recorder: MemoryRecorder, make_deliverer: DelivererFactory
 ) -> None:
     deliverer = await started(make_deliverer())
-    job = make_job({"urls": [receiver.url("/hook")]}, delivery=DeliveryMode.AT_MOST_ONCE,
-                   status=FlowStatus.PENDING, attempts=0)  # e.g. a manual trigger
+    job = make_job(
+        {"urls": [receiver.url("/hook")]}, delivery=DeliveryMode.AT_MOST_ONCE, status=FlowStatus.PENDING, attempts=0
+    )  # e.g. a manual trigger
     deliverer.submit(job)
     final = (await recorder.wait_terminal([job.flow.id]))[job.flow.id]
     assert [(u.status, u.attempts) for u in recorder.history[job.flow.id]] == [
-        (FlowStatus.SENDING, 1), (FlowStatus.DELIVERED, 1)
+        (FlowStatus.SENDING, 1),
+        (FlowStatus.DELIVERED, 1),
     ]
     assert final.status is FlowStatus.DELIVERED
     assert [r.attempt for r in receiver.requests] == [1]
@@ -431,8 +448,9 @@ async def test_at_most_once_is_not_sent_when_sending_cannot_be_recorded(
 ) -> None:
     deliverer = await started(make_deliverer())
     recorder.fail_next = 1
-    job = make_job({"urls": [receiver.url("/hook")]}, delivery=DeliveryMode.AT_MOST_ONCE,
-                   status=FlowStatus.PENDING, attempts=0)
+    job = make_job(
+        {"urls": [receiver.url("/hook")]}, delivery=DeliveryMode.AT_MOST_ONCE, status=FlowStatus.PENDING, attempts=0
+    )
     deliverer.submit(job)
     await asyncio.sleep(0.3)
     assert receiver.requests == []
@@ -460,13 +478,15 @@ async def test_every_attempt_is_reported_to_on_result(
     receiver.script("/hook", Reply(500))
     results: list[AttemptResult] = []
     updates: list[FlowUpdate] = []
-    deliverer = await started(make_deliverer(on_result=lambda job, r: results.append(r),
-                                             on_update=lambda job, u: updates.append(u)))
+    deliverer = await started(
+        make_deliverer(on_result=lambda job, r: results.append(r), on_update=lambda job, u: updates.append(u))
+    )
     job = make_job({"urls": [receiver.url("/hook")]})
     deliverer.submit(job)
     await recorder.wait_terminal([job.flow.id])
     assert [(r.attempt, r.outcome, r.status) for r in results] == [
-        (1, Outcome.RETRYABLE, 500), (2, Outcome.DELIVERED, 200)
+        (1, Outcome.RETRYABLE, 500),
+        (2, Outcome.DELIVERED, 200),
     ]
     assert [u.status for u in updates] == [FlowStatus.PENDING, FlowStatus.DELIVERED]
 

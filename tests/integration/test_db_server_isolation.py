@@ -125,8 +125,12 @@ async def two_server_settings(mysql_url: str, etcd_url: str, proxy: TcpProxy) ->
         scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3},
         compensator={"interval_s": 0.5, "grace_s": 2.0},
         callbacks={"backoff_base_ms": 100, "backoff_max_ms": 1000, "timeout_ms": 2000},
-        cluster={"etcd_endpoints": [etcd_url], "name": f"iso-{secrets.token_hex(4)}", "hot_tier": "off",
-                 "sync_interval_ms": 100},
+        cluster={
+            "etcd_endpoints": [etcd_url],
+            "name": f"iso-{secrets.token_hex(4)}",
+            "hot_tier": "off",
+            "sync_interval_ms": 100,
+        },
         allow_loopback_callbacks=True,
     )
     await migrate(settings.storage)
@@ -199,8 +203,9 @@ async def test_shards_of_a_healthy_server_keep_firing_on_time_while_another_serv
         instants = sorted(s for (t, s) in deliveries if t == task_id and cut_ms <= s <= restore_ms)
         assert len(instants) >= int(OUTAGE_S) - 1, (task_id, instants)
         assert all(b - a == 1000 for a, b in itertools.pairwise(instants)), (task_id, instants)
-        late += [(task_id, s, deliveries[(task_id, s)]) for s in instants
-                 if deliveries[(task_id, s)] > LATENESS_BOUND_S]
+        late += [
+            (task_id, s, deliveries[(task_id, s)]) for s in instants if deliveries[(task_id, s)] > LATENESS_BOUND_S
+        ]
     assert not late, f"tasks on the healthy server fired late during the outage: {late[:10]}"
     # And the lost server's tasks fire again once it answers
     for task_id in (t for t, server in server_of.items() if server == lost):
@@ -213,15 +218,17 @@ async def test_shards_of_a_healthy_server_keep_firing_on_time_while_another_serv
 async def register_every_second_tasks(running: RunningNode, receiver: Receiver, count: int) -> list[int]:
     _, api_key = await running.create_app("iso")
     start_ms = (time.time_ns() // 1_000_000 // 1000 + 2) * 1000
-    async with httpx.AsyncClient(base_url=running.base_url,
-                                 headers={"authorization": f"Bearer {api_key}"}) as client:
+    async with httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {api_key}"}) as client:
         ids = []
         for index in range(count):
-            reply = await client.post("/v1/tasks", json={
-                "name": f"iso-{index}",
-                "schedule": {"kind": "interval", "every_ms": 1000, "start_at_ms": start_ms},
-                "callback": {"url": receiver.url("/hook")},
-            })
+            reply = await client.post(
+                "/v1/tasks",
+                json={
+                    "name": f"iso-{index}",
+                    "schedule": {"kind": "interval", "every_ms": 1000, "start_at_ms": start_ms},
+                    "callback": {"url": receiver.url("/hook")},
+                },
+            )
             assert reply.status_code == 201, reply.text
             ids.append(int(reply.json()["id"]))
     return ids
@@ -238,8 +245,12 @@ async def one_server_settings(mysql_url: str, etcd_url: str) -> AsyncIterator[Se
         storage=storage.model_dump(),
         scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3},
         callbacks={"backoff_base_ms": 100, "backoff_max_ms": 1000, "timeout_ms": 2000},
-        cluster={"etcd_endpoints": [etcd_url], "name": f"fz-{secrets.token_hex(4)}", "hot_tier": "off",
-                 "sync_interval_ms": 100},
+        cluster={
+            "etcd_endpoints": [etcd_url],
+            "name": f"fz-{secrets.token_hex(4)}",
+            "hot_tier": "off",
+            "sync_interval_ms": 100,
+        },
         allow_loopback_callbacks=True,
     )
     await migrate(settings.storage)
@@ -249,7 +260,10 @@ async def one_server_settings(mysql_url: str, etcd_url: str) -> AsyncIterator[Se
 
 @pytest.mark.parametrize("recorded_in", ["this run of the server", "an earlier run of the server"])
 async def test_a_frozen_former_owners_row_lock_does_not_delay_the_new_owners_fire(
-    one_server_settings: Settings, mysql_url: str, etcd_url: str, caplog: pytest.LogCaptureFixture,
+    one_server_settings: Settings,
+    mysql_url: str,
+    etcd_url: str,
+    caplog: pytest.LogCaptureFixture,
     recorded_in: str,
 ) -> None:
     caplog.set_level(logging.INFO)
@@ -259,12 +273,17 @@ async def test_a_frozen_former_owners_row_lock_does_not_delay_the_new_owners_fir
         async with run_node(settings) as first:
             _, api_key = await first.create_app("frozen")
             due_ms = (time.time_ns() // 1_000_000 // 1000 + 8) * 1000
-            async with httpx.AsyncClient(base_url=first.base_url,
-                                         headers={"authorization": f"Bearer {api_key}"}) as client:
-                reply = await client.post("/v1/tasks", json={
-                    "name": "frozen", "schedule": {"kind": "at", "at_ms": due_ms},
-                    "callback": {"url": receiver.url("/hook")},
-                })
+            async with httpx.AsyncClient(
+                base_url=first.base_url, headers={"authorization": f"Bearer {api_key}"}
+            ) as client:
+                reply = await client.post(
+                    "/v1/tasks",
+                    json={
+                        "name": "frozen",
+                        "schedule": {"kind": "at", "at_ms": due_ms},
+                        "callback": {"url": receiver.url("/hook")},
+                    },
+                )
             assert reply.status_code == 201, reply.text
             task_id = int(reply.json()["id"])
             tasks_sql = first.node.store.layout.shards[shard_of_task_id(task_id)].tasks_sql  # type: ignore[attr-defined]
@@ -272,8 +291,12 @@ async def test_a_frozen_former_owners_row_lock_does_not_delay_the_new_owners_fir
         # And a former owner, frozen inside a fire transaction: it holds the task's row lock, its
         # lease is gone, and its sessions are on record
         url = make_url(mysql_url)
-        frozen = await asyncmy.connect(host=url.host or "127.0.0.1", port=url.port or 3306,
-                                       user=url.username or "root", password=url.password or "")
+        frozen = await asyncmy.connect(
+            host=url.host or "127.0.0.1",
+            port=url.port or 3306,
+            user=url.username or "root",
+            password=url.password or "",
+        )
         try:
             await frozen.begin()
             async with frozen.cursor() as cursor:
@@ -325,11 +348,17 @@ async def test_no_group_moves_between_nodes_while_one_server_is_down(
     # Given two nodes sharing the jobs
     caplog.set_level(logging.INFO)
     async with contextlib.AsyncExitStack() as stack:
-        nodes = [await stack.enter_async_context(run_node(two_server_settings.model_copy(update={"node_id": f"n{i}"})))
-                 for i in range(2)]
+        nodes = [
+            await stack.enter_async_context(run_node(two_server_settings.model_copy(update={"node_id": f"n{i}"})))
+            for i in range(2)
+        ]
         shard_count = nodes[0].node.topology.shard_count
-        await wait_until(lambda: all(n.node.runner.owned for n in nodes)
-                         and sum(len(n.node.runner.owned) for n in nodes) == shard_count, 20)
+        await wait_until(
+            lambda: (
+                all(n.node.runner.owned for n in nodes) and sum(len(n.node.runner.owned) for n in nodes) == shard_count
+            ),
+            20,
+        )
         before = [n.node.runner.owned for n in nodes]
         caplog.clear()
 

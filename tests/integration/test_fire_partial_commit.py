@@ -51,8 +51,9 @@ async def two_servers(mysql_url: str) -> AsyncIterator[StorageSettings]:
     other = _other_address(mysql_url)
     if other is None:
         pytest.skip(f"no second address for {mysql_url}: use 127.0.0.1 or localhost")
-    settings = StorageSettings(urls=[mysql_url, other], topology=TOPOLOGY,
-                               database_prefix=f"tjobspc_{secrets.token_hex(4)}")
+    settings = StorageSettings(
+        urls=[mysql_url, other], topology=TOPOLOGY, database_prefix=f"tjobspc_{secrets.token_hex(4)}"
+    )
     await migrate(settings)
     try:
         yield settings
@@ -65,10 +66,15 @@ class RowLock:
 
     def __init__(self, mysql_url: str, table_sql: str, task_id: int) -> None:
         parsed = make_url(mysql_url)
+
         def connect(autocommit: bool) -> pymysql.Connection:
-            return pymysql.connect(host=parsed.host or "127.0.0.1", port=parsed.port or 3306,
-                                   user=parsed.username or "root", password=parsed.password or "",
-                                   autocommit=autocommit)
+            return pymysql.connect(
+                host=parsed.host or "127.0.0.1",
+                port=parsed.port or 3306,
+                user=parsed.username or "root",
+                password=parsed.password or "",
+                autocommit=autocommit,
+            )
 
         self.table_sql, self.task_id = table_sql, task_id
         self.holder = connect(autocommit=False)
@@ -110,11 +116,21 @@ class RowLock:
 
 def make_task(shard: int) -> Task:
     return Task(
-        id=IDS.mint(shard, T0 - 60_000 + next(_ID_CLOCK)), app_id="app", name=f"s{shard}", key=None,
+        id=IDS.mint(shard, T0 - 60_000 + next(_ID_CLOCK)),
+        app_id="app",
+        name=f"s{shard}",
+        key=None,
         schedule={"kind": "interval", "every_ms": SECOND, "start_at_ms": T0 + SECOND},
-        callback={"url": "https://receiver.example/hook"}, payload=None,
-        misfire_policy=MisfirePolicy.FIRE_SOON, delivery=DeliveryMode.AT_LEAST_ONCE, status=TaskStatus.ACTIVE,
-        next_run_at_ms=T0 + SECOND, version=1, fire_count=0, created_at_ms=T0 - 60_000, updated_at_ms=T0 - 60_000,
+        callback={"url": "https://receiver.example/hook"},
+        payload=None,
+        misfire_policy=MisfirePolicy.FIRE_SOON,
+        delivery=DeliveryMode.AT_LEAST_ONCE,
+        status=TaskStatus.ACTIVE,
+        next_run_at_ms=T0 + SECOND,
+        version=1,
+        fire_count=0,
+        created_at_ms=T0 - 60_000,
+        updated_at_ms=T0 - 60_000,
     )
 
 
@@ -127,7 +143,8 @@ async def eventually(condition: Callable[[], bool], timeout_s: float, what: str)
 
 
 async def test_a_row_lock_on_one_server_neither_delays_nor_loses_the_other_servers_fires(
-    mysql_url: str, two_servers: StorageSettings,
+    mysql_url: str,
+    two_servers: StorageSettings,
 ) -> None:
     store = SQLAlchemyTaskStore(two_servers)
     await store.start()
@@ -135,8 +152,12 @@ async def test_a_row_lock_on_one_server_neither_delays_nor_loses_the_other_serve
     sent: list[Flow] = []
     coordinator = LocalCoordinator(Topology.parse(TOPOLOGY).shard_count)
     runner = JobRunner(
-        store, coordinator, FirePlanner(FirePolicy(60 * SECOND, 100)), lambda _t, flow: sent.append(flow),
-        SchedulerSettings(tick_ms=10, cycle_s=300, load_lead_s=30), clock,
+        store,
+        coordinator,
+        FirePlanner(FirePolicy(60 * SECOND, 100)),
+        lambda _t, flow: sent.append(flow),
+        SchedulerSettings(tick_ms=10, cycle_s=300, load_lead_s=30),
+        clock,
     )
     healthy = [make_task(shard) for shard in HEALTHY_SHARDS for _ in range(10)]
     locked, beside = make_task(LOCKED_SHARD), make_task(LOCKED_SHARD)

@@ -33,14 +33,26 @@ RUN_S = 8.0
 
 
 def _task(task_id: int) -> Task:
-    return Task(task_id, "bench", "bench", None, {"kind": "interval", "every_ms": 1000},
-                {"url": "https://receiver.example/hook"}, {"n": 1}, MisfirePolicy.FIRE_NOW,
-                DeliveryMode.AT_LEAST_ONCE, TaskStatus.ACTIVE, NOW_MS, 1, 0, NOW_MS, NOW_MS)
+    return Task(
+        task_id,
+        "bench",
+        "bench",
+        None,
+        {"kind": "interval", "every_ms": 1000},
+        {"url": "https://receiver.example/hook"},
+        {"n": 1},
+        MisfirePolicy.FIRE_NOW,
+        DeliveryMode.AT_LEAST_ONCE,
+        TaskStatus.ACTIVE,
+        NOW_MS,
+        1,
+        0,
+        NOW_MS,
+        NOW_MS,
+    )
 
 
-async def _fire_loop(
-    store: SQLAlchemyTaskStore, state: dict[int, FireIntent], batch: int
-) -> tuple[float, float]:
+async def _fire_loop(store: SQLAlchemyTaskStore, state: dict[int, FireIntent], batch: int) -> tuple[float, float]:
     """Commit batches back to back for RUN_S; return (fires/s, p50 batch ms). ``state`` holds each
     task's current intent and is kept up to date from the outcomes."""
     order = list(state)
@@ -66,8 +78,9 @@ async def _fire_loop(
 
 
 async def test_fire_throughput_on_mariadb(mysql_url: str) -> None:
-    settings = StorageSettings(urls=[mysql_url], topology="8x4x16",
-                               database_prefix=f"tjobs_test_bench_{secrets.token_hex(3)}")
+    settings = StorageSettings(
+        urls=[mysql_url], topology="8x4x16", database_prefix=f"tjobs_test_bench_{secrets.token_hex(3)}"
+    )
     started = time.perf_counter()
     await migrate(settings)
     migrate_s = time.perf_counter() - started
@@ -81,18 +94,23 @@ async def test_fire_throughput_on_mariadb(mysql_url: str) -> None:
         tasks = [_task(ids.mint(shard, NOW_MS + n)) for n in range(TASKS_PER_SHARD) for shard in range(512)]
         started = time.perf_counter()
         for start in range(0, len(tasks), 1000):
-            await store.insert_tasks(tasks[start:start + 1000])
+            await store.insert_tasks(tasks[start : start + 1000])
         insert_rate = len(tasks) / (time.perf_counter() - started)
         spread = {t.id: FireIntent(t.id, NOW_MS, 1) for t in tasks}
         single = [_task(ids.mint(7, NOW_MS + 1000 + n)) for n in range(1000)]
         await store.insert_tasks(single)
         one_shard = {t.id: FireIntent(t.id, NOW_MS, 1) for t in single}
 
-        print(f"\nmigrate 8x4x16 fresh: {migrate_s:.1f} s, again: {remigrate_s:.2f} s; "
-              f"insert_tasks: {insert_rate:,.0f} tasks/s ({len(tasks)} tasks)")
+        print(
+            f"\nmigrate 8x4x16 fresh: {migrate_s:.1f} s, again: {remigrate_s:.2f} s; "
+            f"insert_tasks: {insert_rate:,.0f} tasks/s ({len(tasks)} tasks)"
+        )
         print(f"{'writes':>22} {'intents':>8} {'batch':>6} {'fires/s':>9} {'p50 ms':>8}")
-        variants = (("multi-statement + CASE", True, True), ("per-table CASE", False, True),
-                    ("per-table per-row", False, False))
+        variants = (
+            ("multi-statement + CASE", True, True),
+            ("per-table CASE", False, True),
+            ("per-table per-row", False, False),
+        )
         for label, one_round_trip, with_case in variants:
             sql_fire.ONE_ROUND_TRIP, sql_fire.ADVANCE_WITH_CASE = one_round_trip, with_case
             for spread_label, pool in (("512 sh", spread), ("1 shard", one_shard)):

@@ -73,17 +73,24 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
     try:
         async with engine.connect() as conn:
             prefix = mariadb.database_prefix
-            rows = (await conn.exec_driver_sql(
-                "SELECT TABLE_SCHEMA, COUNT(*) FROM information_schema.TABLES "
-                f"WHERE TABLE_SCHEMA LIKE '{prefix}\\_%%' GROUP BY TABLE_SCHEMA ORDER BY TABLE_SCHEMA"
-            )).all()
+            rows = (
+                await conn.exec_driver_sql(
+                    "SELECT TABLE_SCHEMA, COUNT(*) FROM information_schema.TABLES "
+                    f"WHERE TABLE_SCHEMA LIKE '{prefix}\\_%%' GROUP BY TABLE_SCHEMA ORDER BY TABLE_SCHEMA"
+                )
+            ).all()
             assert [tuple(row) for row in rows] == [
-                (f"{prefix}_00", 11), (f"{prefix}_01", 9), (f"{prefix}_02", 9), (f"{prefix}_03", 9)
+                (f"{prefix}_00", 11),
+                (f"{prefix}_01", 9),
+                (f"{prefix}_02", 9),
+                (f"{prefix}_03", 9),
             ]
-            engines = (await conn.exec_driver_sql(
-                "SELECT DISTINCT ENGINE, TABLE_COLLATION FROM information_schema.TABLES "
-                f"WHERE TABLE_SCHEMA LIKE '{prefix}\\_%%'"
-            )).all()
+            engines = (
+                await conn.exec_driver_sql(
+                    "SELECT DISTINCT ENGINE, TABLE_COLLATION FROM information_schema.TABLES "
+                    f"WHERE TABLE_SCHEMA LIKE '{prefix}\\_%%'"
+                )
+            ).all()
             assert [tuple(row) for row in engines] == [("InnoDB", "utf8mb4_bin")]
     finally:
         await engine.dispose()
@@ -101,12 +108,15 @@ async def test_load_due_is_a_range_scan_of_the_status_next_run_index(mariadb: St
         shard = 5
         rng = random.Random(7)
         tasks = [
-            make_task(shard=shard, next_run_at_ms=NOW_MS + rng.randrange(0, 86_400_000),
-                      status=rng.choice([TaskStatus.ACTIVE] * 8 + [TaskStatus.PAUSED, TaskStatus.COMPLETED]))
+            make_task(
+                shard=shard,
+                next_run_at_ms=NOW_MS + rng.randrange(0, 86_400_000),
+                status=rng.choice([TaskStatus.ACTIVE] * 8 + [TaskStatus.PAUSED, TaskStatus.COMPLETED]),
+            )
             for _ in range(3000)
         ]
         for start in range(0, len(tasks), 500):
-            await store.insert_tasks(tasks[start:start + 500])
+            await store.insert_tasks(tasks[start : start + 500])
         home = store.layout.shards[shard]
         statement = store.load_due_statement(shard, NOW_MS + 60_000, 5000)
         sql = str(statement.compile(dialect=mysql.dialect(), compile_kwargs={"literal_binds": True}))
@@ -150,9 +160,11 @@ async def test_two_nodes_firing_the_same_batch_fire_each_task_once(mariadb: Stor
 
             # When both commit the same intents at the same time, in different orders
             results = await asyncio.gather(
-                *(node.commit_fires(batch, now_ms, interval_planner)
-                  for node, intents in ((node_a, intents_a), (node_b, intents_b))
-                  for batch in (intents[:120], intents[120:]))
+                *(
+                    node.commit_fires(batch, now_ms, interval_planner)
+                    for node, intents in ((node_a, intents_a), (node_b, intents_b))
+                    for batch in (intents[:120], intents[120:])
+                )
             )
 
             # Then every task fired exactly once this round (no deadlock surfaced, no duplicate)
@@ -172,13 +184,15 @@ async def test_two_nodes_firing_the_same_batch_fire_each_task_once(mariadb: Stor
 
 
 async def test_an_unreachable_server_is_storage_unavailable_without_the_password() -> None:
-    settings = StorageSettings(urls=["mysql+asyncmy://tjobs:s3cret@127.0.0.1:1"], topology="2x2x4",
-                               connect_timeout_s=1)
+    settings = StorageSettings(urls=["mysql+asyncmy://tjobs:s3cret@127.0.0.1:1"], topology="2x2x4", connect_timeout_s=1)
     store = create_store(settings)
     await store.start()
     try:
-        for call in (store.ping(), store.get_task(make_task(shard=3).id),
-                     store.commit_fires([intent_of(make_task(shard=9))], NOW_MS, interval_planner)):
+        for call in (
+            store.ping(),
+            store.get_task(make_task(shard=3).id),
+            store.commit_fires([intent_of(make_task(shard=9))], NOW_MS, interval_planner),
+        ):
             with pytest.raises(StorageUnavailable) as error:
                 await call
             assert "127.0.0.1:1" in error.value.message and "s3cret" not in error.value.message
@@ -235,13 +249,18 @@ def test_create_store_chooses_by_url_scheme(tmp_path: Path) -> None:
     assert isinstance(create_store(StorageSettings(urls=["memory://"], topology="1x1x4")), MemoryTaskStore)
     sql = create_store(StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path}"], topology="1x2x4"))
     assert isinstance(sql, SQLAlchemyTaskStore)
-    assert sql.layout.engine_urls() == [f"sqlite+aiosqlite:///{tmp_path}/tjobs_00.db",
-                                        f"sqlite+aiosqlite:///{tmp_path}/tjobs_01.db"]
+    assert sql.layout.engine_urls() == [
+        f"sqlite+aiosqlite:///{tmp_path}/tjobs_00.db",
+        f"sqlite+aiosqlite:///{tmp_path}/tjobs_01.db",
+    ]
 
 
 def test_merged_deployment_maps_instances_onto_fewer_servers() -> None:
-    settings = StorageSettings(urls=["mysql+asyncmy://root@db-a:3306", "mysql+asyncmy://root@db-b:3306/ignored"],
-                               topology="3x2x4", database_prefix="tj")
+    settings = StorageSettings(
+        urls=["mysql+asyncmy://root@db-a:3306", "mysql+asyncmy://root@db-b:3306/ignored"],
+        topology="3x2x4",
+        database_prefix="tj",
+    )
     layout = SQLAlchemyTaskStore(settings).layout
     servers = [home.engine_url.split("@")[1].split("?")[0] for home in layout.databases]
     assert servers == ["db-a:3306"] * 2 + ["db-b:3306"] * 2 + ["db-a:3306"] * 2  # instance i → urls[i % 2]

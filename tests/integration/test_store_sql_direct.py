@@ -65,8 +65,7 @@ def test_urls_with_options_it_does_not_translate_keep_sqlalchemy() -> None:
 
 
 async def test_an_unreachable_server_is_storage_unavailable_on_the_direct_path() -> None:
-    settings = StorageSettings(urls=["mysql+asyncmy://tjobs:s3cret@127.0.0.1:1"], topology="2x2x4",
-                               connect_timeout_s=1)
+    settings = StorageSettings(urls=["mysql+asyncmy://tjobs:s3cret@127.0.0.1:1"], topology="2x2x4", connect_timeout_s=1)
     store = SQLAlchemyTaskStore(settings)
     await store.start()
     try:

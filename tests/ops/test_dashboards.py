@@ -75,24 +75,34 @@ def prometheus_binary() -> str:
 async def test_every_panel_returns_data_from_a_scraped_node(tmp_path: Path) -> None:
     binary = prometheus_binary()
     settings = load_settings(
-        None, storage={"urls": ["memory://"], "topology": "2x2x4"}, api={"admin_key": ADMIN_KEY},
-        scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3}, metrics={"scrape_token": SCRAPE_TOKEN},
+        None,
+        storage={"urls": ["memory://"], "topology": "2x2x4"},
+        api={"admin_key": ADMIN_KEY},
+        scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3},
+        metrics={"scrape_token": SCRAPE_TOKEN},
         allow_loopback_callbacks=True,
     )
     async with Receiver() as receiver, run_node(settings) as node:
         async with httpx.AsyncClient(base_url=node.base_url) as anonymous:
             assert (await anonymous.get("/metrics")).status_code == 401  # the token is what lets Prometheus in
         api_key = await _create_app(node.base_url)
-        async with httpx.AsyncClient(base_url=node.base_url, timeout=30,
-                                     headers={"authorization": f"Bearer {api_key}"}) as client:
+        async with httpx.AsyncClient(
+            base_url=node.base_url, timeout=30, headers={"authorization": f"Bearer {api_key}"}
+        ) as client:
             start_ms = (int(time.time()) + 2) * 1000
             start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start_ms / 1000))
-            bodies = [{
-                "name": f"ops-{i}", "schedule": {"kind": "interval", "every_ms": 1000, "start_at": start},
-                "callback": {"url": receiver.url("/hook")},
-            } for i in range(TASKS)]
+            bodies = [
+                {
+                    "name": f"ops-{i}",
+                    "schedule": {"kind": "interval", "every_ms": 1000, "start_at": start},
+                    "callback": {"url": receiver.url("/hook")},
+                }
+                for i in range(TASKS)
+            ]
             for chunk in range(0, TASKS, 50):
-                responses = await asyncio.gather(*(client.post("/v1/tasks", json=b) for b in bodies[chunk:chunk + 50]))
+                responses = await asyncio.gather(
+                    *(client.post("/v1/tasks", json=b) for b in bodies[chunk : chunk + 50])
+                )
                 assert all(r.status_code == 201 for r in responses), responses[0].text
             port = free_port()
             process = _start_prometheus(binary, tmp_path, port, node.base_url.split("//")[1])
@@ -127,9 +137,15 @@ def _start_prometheus(binary: str, tmp_path: Path, port: int, target: str) -> su
     )
     with (tmp_path / "prometheus.log").open("wb") as log:
         return subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
 
 

@@ -19,8 +19,21 @@ def compose() -> dict[str, Any]:
 
 def test_compose_runs_the_whole_cluster() -> None:
     services = compose()["services"]
-    assert {"mysql-1", "mysql-2", "etcd-1", "etcd-2", "etcd-3", "redis", "tjobs-1", "tjobs-2", "tjobs-3",
-            "prometheus", "grafana", "receiver", "migrate"} <= set(services)
+    assert {
+        "mysql-1",
+        "mysql-2",
+        "etcd-1",
+        "etcd-2",
+        "etcd-3",
+        "redis",
+        "tjobs-1",
+        "tjobs-2",
+        "tjobs-3",
+        "prometheus",
+        "grafana",
+        "receiver",
+        "migrate",
+    } <= set(services)
     for name in ("tjobs-1", "tjobs-2", "tjobs-3"):
         assert services[name]["environment"]["TJOBS_NODE_ID"] == name
         assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
@@ -54,8 +67,9 @@ def test_prometheus_scrapes_every_compose_node() -> None:
 
 
 def test_kubernetes_manifests_have_the_required_fields() -> None:
-    documents = [d for path in sorted((DEPLOY / "k8s").glob("*.yaml"))
-                 for d in yaml.safe_load_all(path.read_text()) if d]
+    documents = [
+        d for path in sorted((DEPLOY / "k8s").glob("*.yaml")) for d in yaml.safe_load_all(path.read_text()) if d
+    ]
     kinds = {d["kind"] for d in documents}
     assert {"ConfigMap", "Job", "StatefulSet", "Service"} <= kinds
     for document in documents:

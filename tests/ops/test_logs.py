@@ -66,9 +66,7 @@ def _api() -> FastAPI:
     return api
 
 
-async def _get(
-    api: FastAPI, *requests: tuple[str, Mapping[str, str] | Mapping[bytes, bytes]]
-) -> list[httpx.Response]:
+async def _get(api: FastAPI, *requests: tuple[str, Mapping[str, str] | Mapping[bytes, bytes]]) -> list[httpx.Response]:
     transport = httpx.ASGITransport(app=api, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         return [await client.get(path, headers=headers) for path, headers in requests]
@@ -106,9 +104,16 @@ async def test_a_failed_request_is_logged_with_its_request_id(json_logs: Any) ->
     assert "RuntimeError: boom" in failed[0]["exception"]
 
 
-@pytest.mark.parametrize("insane", [
-    b"two words", b"x" * 129, b"tab\there", "caf\u00e9".encode(), b'{"forged":"json"}\x00next',
-])
+@pytest.mark.parametrize(
+    "insane",
+    [
+        b"two words",
+        b"x" * 129,
+        b"tab\there",
+        "caf\u00e9".encode(),
+        b'{"forged":"json"}\x00next',
+    ],
+)
 async def test_an_insane_incoming_request_id_is_replaced_by_a_fresh_one(insane: bytes) -> None:
     (response,) = await _get(_api(), ("/v1/things/a", {b"x-request-id": insane}))
     echoed = response.headers["x-request-id"]
@@ -137,8 +142,23 @@ def _job() -> CallbackJob:
     clock = SystemClock()
     now_ms = clock.now_ms()
     app = App("shop", "shop", "", [generate_secret()])
-    task = Task(4242, app.id, "task-4242", None, {"kind": "at"}, {"url": "http://127.0.0.1:9/cb"}, None,
-                MisfirePolicy.FIRE_NOW, DeliveryMode.AT_LEAST_ONCE, TaskStatus.COMPLETED, None, 2, 1, now_ms, now_ms)
+    task = Task(
+        4242,
+        app.id,
+        "task-4242",
+        None,
+        {"kind": "at"},
+        {"url": "http://127.0.0.1:9/cb"},
+        None,
+        MisfirePolicy.FIRE_NOW,
+        DeliveryMode.AT_LEAST_ONCE,
+        TaskStatus.COMPLETED,
+        None,
+        2,
+        1,
+        now_ms,
+        now_ms,
+    )
     flow = Flow(task.id, now_ms, app.id, FlowKind.SCHEDULED, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
     return CallbackJob(task, flow, app)
 
@@ -160,8 +180,16 @@ async def test_every_delivery_log_line_carries_the_flow_id(json_logs: Any) -> No
     settings = CallbackSettings(backoff_base_ms=1, backoff_max_ms=5, max_attempts=3)
     sender = CallbackSender(settings, policy=policy)
     recorder = _Recorder()
-    deliverer = Deliverer(recorder, sender, AppLimiter(10), settings, SystemClock(),
-                          on_result=failing_hook, on_update=failing_hook, flush_interval_s=0.01)
+    deliverer = Deliverer(
+        recorder,
+        sender,
+        AppLimiter(10),
+        settings,
+        SystemClock(),
+        on_result=failing_hook,
+        on_update=failing_hook,
+        flush_interval_s=0.01,
+    )
     job = _job()
     await deliverer.start()
     try:

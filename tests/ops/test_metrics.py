@@ -54,16 +54,18 @@ def test_callback_attempts_are_counted_by_outcome_and_status_class() -> None:
 
 
 def test_status_class_is_bounded() -> None:
-    assert [status_class(s) for s in (None, 200, 302, 429, 503, 999)] == [
-        "none", "2xx", "3xx", "4xx", "5xx", "other"
-    ]
+    assert [status_class(s) for s in (None, 200, 302, 429, 503, 999)] == ["none", "2xx", "3xx", "4xx", "5xx", "other"]
 
 
 def test_cluster_view_feeds_ownership_leadership_and_failover_gauges() -> None:
     metrics = Metrics()
     view: dict[str, object] = {
-        "mode": "cluster", "is_leader": True, "plan_version": 7, "plan_age_ms": 1500,
-        "lease_remaining_ms": 4000, "sync_lag_ms": 250,
+        "mode": "cluster",
+        "is_leader": True,
+        "plan_version": 7,
+        "plan_age_ms": 1500,
+        "lease_remaining_ms": 4000,
+        "sync_lag_ms": 250,
         "groups": [{"id": 0, "holder": "n1"}, {"id": 1, "holder": "n2"}, {"id": 2, "holder": None}],
         "nodes": [{"id": "n1", "healthy": True, "failovers": 3}, {"id": "n2", "healthy": False}],
     }
@@ -114,8 +116,7 @@ def test_api_requests_are_counted_by_route_template_and_carry_a_request_id() -> 
     got = samples(metrics)
     key = (("method", "GET"), ("route", "/v1/things/{thing_id}"), ("status_class", "2xx"))
     assert got[("tjobs_api_requests_total", key)] == 2
-    assert got[("tjobs_api_requests_total", (("method", "GET"), ("route", "unmatched"),
-                                             ("status_class", "4xx")))] == 1
+    assert got[("tjobs_api_requests_total", (("method", "GET"), ("route", "unmatched"), ("status_class", "4xx")))] == 1
     assert got[("tjobs_api_request_duration_seconds_count", (("route", "/v1/things/{thing_id}"),))] == 2
 
 
@@ -227,21 +228,30 @@ async def test_a_node_with_metrics_off_fires_and_answers_404_on_metrics() -> Non
 
     admin_key = "tja_ops_metrics_off_admin"
     settings = load_settings(
-        None, storage={"urls": ["memory://"], "topology": "2x2x4"}, api={"admin_key": admin_key},
-        metrics={"enabled": False}, allow_loopback_callbacks=True,
+        None,
+        storage={"urls": ["memory://"], "topology": "2x2x4"},
+        api={"admin_key": admin_key},
+        metrics={"enabled": False},
+        allow_loopback_callbacks=True,
     )
     async with Receiver() as receiver, run_node(settings) as running:
-        async with httpx.AsyncClient(base_url=running.base_url,
-                                     headers={"authorization": f"Bearer {admin_key}"}) as admin:
-            created = (await admin.post("/v1/apps", json={"name": "off", "allowed_callback_hosts": ["127.0.0.1"]}))
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers={"authorization": f"Bearer {admin_key}"}
+        ) as admin:
+            created = await admin.post("/v1/apps", json={"name": "off", "allowed_callback_hosts": ["127.0.0.1"]})
             scrape = await admin.get("/metrics")
         app = created.json()
-        async with httpx.AsyncClient(base_url=running.base_url,
-                                     headers={"authorization": f"Bearer {app['api_key']}"}) as client:
-            task = await client.post("/v1/tasks", json={
-                "name": "off", "schedule": {"kind": "delay", "delay_ms": 200},
-                "callback": {"url": receiver.url("/hook")},
-            })
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers={"authorization": f"Bearer {app['api_key']}"}
+        ) as client:
+            task = await client.post(
+                "/v1/tasks",
+                json={
+                    "name": "off",
+                    "schedule": {"kind": "delay", "delay_ms": 200},
+                    "callback": {"url": receiver.url("/hook")},
+                },
+            )
             assert task.status_code == 201, task.text
             await receiver.wait_for(1, "/hook")
             deadline = time.monotonic() + 5
@@ -268,16 +278,30 @@ def test_runner_totals_advance_the_rejected_fire_and_failed_transaction_counters
 
 # Every metric issue 5 asks for, as a running node feeds it: counters and histograms must have counted.
 COUNTED = (
-    "tjobs_registrations_total", "tjobs_fires_total", "tjobs_fire_lateness_seconds_count",
-    "tjobs_delivery_lateness_seconds_count", "tjobs_callback_attempts_total", "tjobs_callback_duration_seconds_count",
-    "tjobs_callback_retries_total", "tjobs_dead_letters_total", "tjobs_throttled_fires_total",
-    "tjobs_fire_transaction_duration_seconds_count", "tjobs_fire_transaction_batch_size_count",
-    "tjobs_leadership_changes_total", "tjobs_api_requests_total", "tjobs_api_request_duration_seconds_count",
+    "tjobs_registrations_total",
+    "tjobs_fires_total",
+    "tjobs_fire_lateness_seconds_count",
+    "tjobs_delivery_lateness_seconds_count",
+    "tjobs_callback_attempts_total",
+    "tjobs_callback_duration_seconds_count",
+    "tjobs_callback_retries_total",
+    "tjobs_dead_letters_total",
+    "tjobs_throttled_fires_total",
+    "tjobs_fire_transaction_duration_seconds_count",
+    "tjobs_fire_transaction_batch_size_count",
+    "tjobs_leadership_changes_total",
+    "tjobs_api_requests_total",
+    "tjobs_api_request_duration_seconds_count",
     "tjobs_flow_outcomes_total",
 )
 EXPORTED = (  # gauges, and counters this scenario has no reason to move
-    "tjobs_wheel_tasks", "tjobs_jobs_owned", "tjobs_groups_owned", "tjobs_failovers",
-    "tjobs_cycle_load_duration_seconds", "tjobs_compensator_backlog", "tjobs_fires_rejected_total",
+    "tjobs_wheel_tasks",
+    "tjobs_jobs_owned",
+    "tjobs_groups_owned",
+    "tjobs_failovers",
+    "tjobs_cycle_load_duration_seconds",
+    "tjobs_compensator_backlog",
+    "tjobs_fires_rejected_total",
     "tjobs_dispatcher_leader",
 )
 
@@ -293,27 +317,48 @@ async def test_a_running_node_feeds_every_metric_operators_were_promised() -> No
 
     admin_key = "tja_ops_metrics_fed_admin"
     settings = load_settings(
-        None, storage={"urls": ["memory://"], "topology": "2x2x4"}, api={"admin_key": admin_key},
+        None,
+        storage={"urls": ["memory://"], "topology": "2x2x4"},
+        api={"admin_key": admin_key},
         scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3, "misfire_threshold_s": 1.0},
-        callbacks={"backoff_base_ms": 20, "backoff_max_ms": 50}, allow_loopback_callbacks=True,
+        callbacks={"backoff_base_ms": 20, "backoff_max_ms": 50},
+        allow_loopback_callbacks=True,
     )
     async with Receiver() as receiver, run_node(settings) as running:
         receiver.script("/fail", then=Reply(500))
-        async with httpx.AsyncClient(base_url=running.base_url,
-                                     headers={"authorization": f"Bearer {admin_key}"}) as admin:
-            app = (await admin.post("/v1/apps", json={
-                "name": "fed", "allowed_callback_hosts": ["127.0.0.1"], "rate_limit_per_s": 4.0,
-            })).json()
-        async with httpx.AsyncClient(base_url=running.base_url,
-                                     headers={"authorization": f"Bearer {app['api_key']}"}) as client:
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers={"authorization": f"Bearer {admin_key}"}
+        ) as admin:
+            app = (
+                await admin.post(
+                    "/v1/apps",
+                    json={
+                        "name": "fed",
+                        "allowed_callback_hosts": ["127.0.0.1"],
+                        "rate_limit_per_s": 4.0,
+                    },
+                )
+            ).json()
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers={"authorization": f"Bearer {app['api_key']}"}
+        ) as client:
             # Given: six on-time fires at once for an app limited to 4/s (delivered, some throttled),
             # and one whose receiver always fails (a retry, then the dead letter)
             bodies: list[dict[str, object]] = [
-                {"name": f"ok-{i}", "schedule": {"kind": "delay", "delay_ms": 300},
-                 "callback": {"url": receiver.url("/ok")}} for i in range(6)
+                {
+                    "name": f"ok-{i}",
+                    "schedule": {"kind": "delay", "delay_ms": 300},
+                    "callback": {"url": receiver.url("/ok")},
+                }
+                for i in range(6)
             ]
-            bodies.append({"name": "fails", "schedule": {"kind": "delay", "delay_ms": 300},
-                           "callback": {"url": receiver.url("/fail"), "max_attempts": 2}})
+            bodies.append(
+                {
+                    "name": "fails",
+                    "schedule": {"kind": "delay", "delay_ms": 300},
+                    "callback": {"url": receiver.url("/fail"), "max_attempts": 2},
+                }
+            )
             for body in bodies:
                 response = await client.post("/v1/tasks", json=body)
                 assert response.status_code == 201, response.text
@@ -354,9 +399,23 @@ def test_a_misfire_committed_by_the_node_is_counted_by_policy() -> None:
     node = Node(load_settings(None, storage={"urls": ["memory://"], "topology": "2x2x4"}))
     now_ms = 1_800_000_000_000
     scheduled_ms = now_ms - 120_000
-    task = Task(7, "shop", "late", None, {"kind": "interval"}, {"url": "http://127.0.0.1:9/"}, None,
-                MisfirePolicy.FIRE_SOON, DeliveryMode.AT_LEAST_ONCE, TaskStatus.ACTIVE, now_ms + 60_000, 3, 1,
-                now_ms, now_ms)
+    task = Task(
+        7,
+        "shop",
+        "late",
+        None,
+        {"kind": "interval"},
+        {"url": "http://127.0.0.1:9/"},
+        None,
+        MisfirePolicy.FIRE_SOON,
+        DeliveryMode.AT_LEAST_ONCE,
+        TaskStatus.ACTIVE,
+        now_ms + 60_000,
+        3,
+        1,
+        now_ms,
+        now_ms,
+    )
     flow = Flow(7, scheduled_ms, "shop", FlowKind.MISFIRE, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms, missed=1)
     # A fire found 2 minutes late, collapsing one more missed occurrence, as the fire transaction reports it
     node._observe_outcomes([FireOutcome(FireIntent(7, scheduled_ms, 2), task, [flow])], now_ms, 0.003)
@@ -375,12 +434,26 @@ def test_per_app_series_render_as_prometheus_clients_own_counters_and_histograms
 
     registry = CollectorRegistry()
     fires = Counter("tjobs_fires", "Fires by outcome", ["app", "outcome"], registry=registry)
-    lateness = Histogram("tjobs_fire_lateness_seconds", "Fire commit time minus scheduled instant", ["app"],
-                         buckets=LATENESS_BUCKETS_S, registry=registry)
-    attempts = Counter("tjobs_callback_attempts", "Callback attempts by outcome and status class",
-                       ["app", "outcome", "status_class"], registry=registry)
-    duration = Histogram("tjobs_callback_duration_seconds", "Callback request duration", ["app"],
-                         buckets=DURATION_BUCKETS_S, registry=registry)
+    lateness = Histogram(
+        "tjobs_fire_lateness_seconds",
+        "Fire commit time minus scheduled instant",
+        ["app"],
+        buckets=LATENESS_BUCKETS_S,
+        registry=registry,
+    )
+    attempts = Counter(
+        "tjobs_callback_attempts",
+        "Callback attempts by outcome and status class",
+        ["app", "outcome", "status_class"],
+        registry=registry,
+    )
+    duration = Histogram(
+        "tjobs_callback_duration_seconds",
+        "Callback request duration",
+        ["app"],
+        buckets=DURATION_BUCKETS_S,
+        registry=registry,
+    )
     metrics = Metrics()
     observations = [("shop", 0.0), ("shop", 0.005), ("shop", 0.0051), ("shop", 1.0), ("shop", 301.0), ("b", 7.5)]
     for app, value in observations:
@@ -396,11 +469,16 @@ def test_per_app_series_render_as_prometheus_clients_own_counters_and_histograms
     def parsed(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text.decode()) for s in family.samples
+            for family in text_string_to_metric_families(text.decode())
+            for s in family.samples
             if not s.name.endswith("_created")
         }
 
-    ours = {key: value for key, value in parsed(metrics.render()).items()
-            if key[0].startswith(("tjobs_fires_total", "tjobs_fire_lateness", "tjobs_callback_attempts",
-                                  "tjobs_callback_duration"))}
+    ours = {
+        key: value
+        for key, value in parsed(metrics.render()).items()
+        if key[0].startswith(
+            ("tjobs_fires_total", "tjobs_fire_lateness", "tjobs_callback_attempts", "tjobs_callback_duration")
+        )
+    }
     assert ours == parsed(generate_latest(registry))

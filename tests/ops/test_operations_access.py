@@ -30,8 +30,9 @@ SCRAPE_TOKEN = "tjm_ops_access_scrape_token"
 
 @asynccontextmanager
 async def node_with(**metrics: Any) -> AsyncIterator[RunningNode]:
-    settings = load_settings(None, storage={"urls": ["memory://"], "topology": "1x1x4"},
-                             api={"admin_key": ADMIN_KEY}, metrics=metrics)
+    settings = load_settings(
+        None, storage={"urls": ["memory://"], "topology": "1x1x4"}, api={"admin_key": ADMIN_KEY}, metrics=metrics
+    )
     async with run_node(settings) as running:
         yield running
 
@@ -115,9 +116,17 @@ def _serve(tmp_path: Path, env: dict[str, str], wait_s: float) -> tuple[subproce
     log = tmp_path / "serve.log"
     with log.open("wb") as handle:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tjobs.cli", "serve"], cwd=tmp_path, stdout=handle, stderr=subprocess.STDOUT,
-            env={**os.environ, "TJOBS_STORAGE__URLS": '["memory://"]', "TJOBS_STORAGE__TOPOLOGY": "1x1x4",
-                 "TJOBS_API__ADMIN_KEY": ADMIN_KEY, **env},
+            [sys.executable, "-m", "tjobs.cli", "serve"],
+            cwd=tmp_path,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "TJOBS_STORAGE__URLS": '["memory://"]',
+                "TJOBS_STORAGE__TOPOLOGY": "1x1x4",
+                "TJOBS_API__ADMIN_KEY": ADMIN_KEY,
+                **env,
+            },
         )
     with suppress(subprocess.TimeoutExpired):
         process.wait(timeout=wait_s)
@@ -132,9 +141,15 @@ def test_tjobs_serve_refuses_to_start_with_open_metrics(tmp_path: Path) -> None:
 
 def test_tjobs_serve_runs_a_separate_metrics_listener(tmp_path: Path) -> None:
     api_port, metrics_port = free_port(), free_port()
-    process, log = _serve(tmp_path, {"TJOBS_API__PORT": str(api_port),
-                                     "TJOBS_METRICS__LISTEN": f"127.0.0.1:{metrics_port}",
-                                     "TJOBS_METRICS__SCRAPE_TOKEN": SCRAPE_TOKEN}, wait_s=0)
+    process, log = _serve(
+        tmp_path,
+        {
+            "TJOBS_API__PORT": str(api_port),
+            "TJOBS_METRICS__LISTEN": f"127.0.0.1:{metrics_port}",
+            "TJOBS_METRICS__SCRAPE_TOKEN": SCRAPE_TOKEN,
+        },
+        wait_s=0,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -163,7 +178,7 @@ def _compose() -> dict[str, Any]:
 def _default_of(value: str) -> str:
     """``${NAME:-default}`` as compose resolves it with NAME unset."""
     assert value.startswith("${") and ":-" in value, value
-    return value[value.index(":-") + 2:-1]
+    return value[value.index(":-") + 2 : -1]
 
 
 def test_compose_nodes_start_and_prometheus_sends_their_scrape_token() -> None:
@@ -174,8 +189,9 @@ def test_compose_nodes_start_and_prometheus_sends_their_scrape_token() -> None:
         env = services[name]["environment"]
         token = _default_of(env["TJOBS_METRICS__SCRAPE_TOKEN"])
         tokens.add(env["TJOBS_METRICS__SCRAPE_TOKEN"])
-        settings = Settings.model_validate({**baked, "api": {"host": "0.0.0.0", "port": 8000},
-                                            "metrics": {"scrape_token": token}})
+        settings = Settings.model_validate(
+            {**baked, "api": {"host": "0.0.0.0", "port": 8000}, "metrics": {"scrape_token": token}}
+        )
         assert metrics_exposure_problem(settings) is None, name
     prometheus = services["prometheus"]
     assert {prometheus["environment"]["TJOBS_METRICS_SCRAPE_TOKEN"]} == tokens  # one variable feeds both
@@ -191,6 +207,7 @@ def test_kubernetes_nodes_take_their_scrape_token_from_the_secret() -> None:
     [config] = [d for d in documents if d and d["kind"] == "ConfigMap"]
     env = {e["name"]: e for e in stateful["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TJOBS_METRICS__SCRAPE_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "metrics-scrape-token"
-    settings = Settings.model_validate({**tomllib.loads(config["data"]["tjobs.toml"]),
-                                        "metrics": {"scrape_token": "t" * 32}})
+    settings = Settings.model_validate(
+        {**tomllib.loads(config["data"]["tjobs.toml"]), "metrics": {"scrape_token": "t" * 32}}
+    )
     assert metrics_exposure_problem(settings) is None

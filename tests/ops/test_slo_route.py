@@ -11,11 +11,11 @@ ADMIN_KEY = "tja_ops_slo_admin"
 
 
 async def test_slo_reports_p99_lateness_and_reach_against_the_objectives() -> None:
-    settings = load_settings(None, storage={"urls": ["memory://"], "topology": "2x2x4"},
-                             api={"admin_key": ADMIN_KEY})
+    settings = load_settings(None, storage={"urls": ["memory://"], "topology": "2x2x4"}, api={"admin_key": ADMIN_KEY})
     async with run_node(settings) as running:
-        async with httpx.AsyncClient(base_url=running.base_url,
-                                     headers={"authorization": f"Bearer {ADMIN_KEY}"}) as admin:
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"}
+        ) as admin:
             created = (await admin.post("/v1/apps", json={"name": "slo"})).json()
         app_id, api_key = created["id"], created["api_key"]
         # Given 9,999 delivered flows and 2 dead ones, and fires 2 s late, on this node
@@ -24,8 +24,9 @@ async def test_slo_reports_p99_lateness_and_reach_against_the_objectives() -> No
         running.node.slo.observe_outcome(app_id, "dead")
         running.node.slo.observe_outcome(app_id, "dead")
         running.node.slo.observe_fire(app_id, 2.0)
-        async with httpx.AsyncClient(base_url=running.base_url,
-                                     headers={"authorization": f"Bearer {api_key}"}) as client:
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers={"authorization": f"Bearer {api_key}"}
+        ) as client:
             response = await client.get("/v1/slo")
     assert response.status_code == 200, response.text
     body = response.json()

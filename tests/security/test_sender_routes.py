@@ -26,8 +26,10 @@ DNS = {"hook.test": ["127.0.0.1"], "other.test": ["127.0.0.1"], "two.test": ["12
 
 
 async def fake_dns(host: str, port: int) -> list[ResolveResult]:
-    return [{"hostname": host, "host": a, "port": port, "family": socket.AF_INET, "proto": 0, "flags": 0}
-            for a in DNS[host.rstrip(".")]]
+    return [
+        {"hostname": host, "host": a, "port": port, "family": socket.AF_INET, "proto": 0, "flags": 0}
+        for a in DNS[host.rstrip(".")]
+    ]
 
 
 async def no_allow_list(app_id: str) -> AllowList:
@@ -49,12 +51,40 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("needs the openssl command to make a test certificate")
     where = tmp_path_factory.mktemp("tls")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=tjobs test CA",
-             cwd=where)
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=tjobs test CA",
+        cwd=where,
+    )
     _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=hook.test", cwd=where)
     (where / "san.ext").write_text("subjectAltName=DNS:hook.test\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "server.pem", "-days", "2", "-extfile", "san.ext", cwd=where)
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        cwd=where,
+    )
     return where
 
 

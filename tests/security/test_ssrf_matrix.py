@@ -56,8 +56,17 @@ from tjobs.validation import normalize_callback
 PUBLIC = "93.184.216.34"  # what the fake DNS answers for unknown names; connections to it are stopped
 REDIRECTOR = "127.0.0.100"  # the one admitted target (by the redirect scenario's allow-list)
 LOOPBACK_LISTENERS = ["127.0.0.1", "127.0.0.2", "127.1.2.3", "127.255.255.254", "::1"]
-PRIVATE_LISTENERS = ["10.0.0.1", "169.254.169.254", "192.168.1.20", "172.16.0.1", "100.64.0.1",
-                     "100.100.100.200", "169.254.170.2", "fd00::1", "fd00:ec2::254"]
+PRIVATE_LISTENERS = [
+    "10.0.0.1",
+    "169.254.169.254",
+    "192.168.1.20",
+    "172.16.0.1",
+    "100.64.0.1",
+    "100.100.100.200",
+    "169.254.170.2",
+    "fd00::1",
+    "fd00:ec2::254",
+]
 
 
 # ---- listeners: one thread accepting on every address it could bind, all on one port -----------------------
@@ -123,8 +132,11 @@ class Listeners:
             data += chunk
         path = data.split(b" ", 2)[1].decode()
         location = self.locations[int(path.rsplit("/", 1)[1])]
-        conn.sendall(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: " + location.encode("utf-8", "replace")
-                     + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        conn.sendall(
+            b"HTTP/1.1 307 Temporary Redirect\r\nLocation: "
+            + location.encode("utf-8", "replace")
+            + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
 
     def close(self) -> None:
         self._stop.set()
@@ -147,8 +159,20 @@ class Case:
     via_dns: bool = False  # the address comes from a DNS answer (must never appear in a refusal)
 
 
-IPV4_TARGETS = ["127.0.0.1", "127.0.0.2", "127.1.2.3", "127.255.255.254", "10.0.0.1", "169.254.169.254",
-                "192.168.1.20", "172.16.0.1", "100.64.0.1", "100.100.100.200", "169.254.170.2", "0.0.0.0"]
+IPV4_TARGETS = [
+    "127.0.0.1",
+    "127.0.0.2",
+    "127.1.2.3",
+    "127.255.255.254",
+    "10.0.0.1",
+    "169.254.169.254",
+    "192.168.1.20",
+    "172.16.0.1",
+    "100.64.0.1",
+    "100.100.100.200",
+    "169.254.170.2",
+    "0.0.0.0",
+]
 IPV6_TARGETS = ["::1", "fd00::1", "fe80::1", "::", "fd00:ec2::254"]
 DIGIT_SETS = {
     "fullwidth": "０１２３４５６７８９",
@@ -171,15 +195,26 @@ def ipv4_cases(target: str, n: int) -> list[Case]:
     value = int(address)
     p = PORT
     hosts = [
-        target, str(value), hex(value), f"0{value:o}", ".".join(f"0{o:o}" for o in (a, b, c, d)),
-        ".".join(hex(o) for o in (a, b, c, d)), f"{a}.{(b << 16) | (c << 8) | d}", f"{a}.{b}.{(c << 8) | d}",
-        ".".join(f"{o:03d}" for o in (a, b, c, d)), f"{target}.", target.replace(".", "\u3002"),
+        target,
+        str(value),
+        hex(value),
+        f"0{value:o}",
+        ".".join(f"0{o:o}" for o in (a, b, c, d)),
+        ".".join(hex(o) for o in (a, b, c, d)),
+        f"{a}.{(b << 16) | (c << 8) | d}",
+        f"{a}.{b}.{(c << 8) | d}",
+        ".".join(f"{o:03d}" for o in (a, b, c, d)),
+        f"{target}.",
+        target.replace(".", "\u3002"),
         target.replace(".", "\uff0e"),
         *(_digits(target, digits) for digits in DIGIT_SETS.values()),
         _digits(target[:2], DIGIT_SETS["outlined"]) + target[2:],  # one folded digit, like 16\U0001ccf9
         "".join(f"%{ord(ch):02X}" for ch in target),
-        f"[::ffff:{target}]", f"[::ffff:{(value >> 16):x}:{(value & 0xFFFF):x}]", f"[::{target}]",
-        f"[64:ff9b::{target}]", f"[2002:{(value >> 16):x}:{(value & 0xFFFF):x}::1]",
+        f"[::ffff:{target}]",
+        f"[::ffff:{(value >> 16):x}:{(value & 0xFFFF):x}]",
+        f"[::{target}]",
+        f"[64:ff9b::{target}]",
+        f"[2002:{(value >> 16):x}:{(value & 0xFFFF):x}::1]",
     ]
     cases = [Case(f"http://{h}:{p}/hook", target) for h in hosts]
     DNS[f"t{n}.refused.test"] = [target]
@@ -200,8 +235,13 @@ def ipv4_cases(target: str, n: int) -> list[Case]:
 def ipv6_cases(target: str, n: int) -> list[Case]:
     address = ipaddress.IPv6Address(target)
     DNS[f"v{n}.refused.test"] = [target]
-    hosts = [f"[{address.compressed}]", f"[{address.exploded}]", f"[{address.exploded.upper()}]",
-             f"[{address.compressed}%25lo]", f"[{address.compressed}%251]"]
+    hosts = [
+        f"[{address.compressed}]",
+        f"[{address.exploded}]",
+        f"[{address.exploded.upper()}]",
+        f"[{address.compressed}%25lo]",
+        f"[{address.compressed}%251]",
+    ]
     cases = [Case(f"http://{h}:{PORT}/hook", target) for h in hosts]
     cases.append(Case(f"http://v{n}.refused.test:{PORT}/hook", target, via_dns=True))
     return cases
@@ -219,12 +259,22 @@ def all_cases() -> list[Case]:
         Case(f"http://localhost:{PORT}/", "127.0.0.1", via_dns=True),
         Case(f"http://LOCALHOST.:{PORT}/", "127.0.0.1", via_dns=True),
         Case(f"http://metadata.google.internal:{PORT}/computeMetadata/v1/", "169.254.169.254", via_dns=True),
-        *(Case(u, "127.0.0.1") for u in (
-            f"ftp://127.0.0.1:{PORT}/", f"gopher://127.0.0.1:{PORT}/_x", f"file://127.0.0.1:{PORT}/etc/passwd",
-            f"ws://127.0.0.1:{PORT}/", f"dict://127.0.0.1:{PORT}/", f"//127.0.0.1:{PORT}/",
-            f"http:127.0.0.1:{PORT}/", f"http:/127.0.0.1:{PORT}/", f"http://127.0.0.1 :{PORT}/",
-            f"http://127.0.0.1\t:{PORT}/", f"http://127.0.0.1:{PORT}\u3000/",
-        )),
+        *(
+            Case(u, "127.0.0.1")
+            for u in (
+                f"ftp://127.0.0.1:{PORT}/",
+                f"gopher://127.0.0.1:{PORT}/_x",
+                f"file://127.0.0.1:{PORT}/etc/passwd",
+                f"ws://127.0.0.1:{PORT}/",
+                f"dict://127.0.0.1:{PORT}/",
+                f"//127.0.0.1:{PORT}/",
+                f"http:127.0.0.1:{PORT}/",
+                f"http:/127.0.0.1:{PORT}/",
+                f"http://127.0.0.1 :{PORT}/",
+                f"http://127.0.0.1\t:{PORT}/",
+                f"http://127.0.0.1:{PORT}\u3000/",
+            )
+        ),
     ]
     unique: dict[str, Case] = {}
     for case in cases:  # some spellings coincide (0.0.0.0 in octal is 00.00.00.00 ...)
@@ -269,8 +319,17 @@ def refused_connects(admitted: frozenset[str] = frozenset()) -> list[tuple[str, 
 
 
 def _answers(host: str, port: int, addresses: list[str]) -> list[ResolveResult]:
-    return [{"hostname": host, "host": a, "port": port, "family": socket.AF_INET6 if ":" in a else socket.AF_INET,
-             "proto": 0, "flags": 0} for a in addresses]
+    return [
+        {
+            "hostname": host,
+            "host": a,
+            "port": port,
+            "family": socket.AF_INET6 if ":" in a else socket.AF_INET,
+            "proto": 0,
+            "flags": 0,
+        }
+        for a in addresses
+    ]
 
 
 class FakeDns:

@@ -16,9 +16,20 @@ from tjobs.settings import load_settings, weak_admin_key_reason
 STRONG = "tja_Qm7xV2pL9sK4wE8rT1yU6iO3"
 
 
-@pytest.mark.parametrize("key", ["change-me", "CHANGE_ME", "admin", "password", "short-key-123", "a" * 40,
-                                 "abababababababababab",
-                                 "REPLACE-with-32-random-characters", "please-change-me-now-0123"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "change-me",
+        "CHANGE_ME",
+        "admin",
+        "password",
+        "short-key-123",
+        "a" * 40,
+        "abababababababababab",
+        "REPLACE-with-32-random-characters",
+        "please-change-me-now-0123",
+    ],
+)
 def test_weak_admin_keys_are_named(key: str) -> None:
     reason = weak_admin_key_reason(load_settings(None, api={"admin_key": key}))
     assert reason is not None and "api.admin_key" in reason

@@ -50,9 +50,7 @@ T0_MS = 1_800_000_000_000
         ([-5.0, -1.0, 0.0, 3.0], 50, -1.0),  # early callbacks have negative lateness
     ],
 )
-def test_percentile_is_the_nearest_rank_observed_value(
-    values: list[float], p: float, expected: float | None
-) -> None:
+def test_percentile_is_the_nearest_rank_observed_value(values: list[float], p: float, expected: float | None) -> None:
     assert percentile(values, p) == expected
 
 
@@ -83,8 +81,7 @@ CASES: list[tuple[str, dict[int, int], list[tuple[int, int, int, int, int]], dic
         "every task once, on time",
         {1: 0, 2: 10, 3: 20},
         [(5, 1, 0, 0, 1), (12, 2, 10, 1, 1), (21, 3, 20, 2, 1)],
-        {"delivered": 3, "missing": 0, "same_flow": 0, "extra_flows": 0, "duplicates": 0,
-         "lateness": [1, 2, 5]},
+        {"delivered": 3, "missing": 0, "same_flow": 0, "extra_flows": 0, "duplicates": 0, "lateness": [1, 2, 5]},
     ),
     (
         "a task never called back is missing",
@@ -96,8 +93,15 @@ CASES: list[tuple[str, dict[int, int], list[tuple[int, int, int, int, int]], dic
         "a retry of the same flow is a same-flow duplicate; lateness counts the first receipt",
         {1: 0},
         [(5, 1, 0, 0, 1), (900, 1, 0, 0, 2)],
-        {"delivered": 1, "missing": 0, "same_flow": 1, "extra_flows": 0, "duplicates": 1, "retried": 1,
-         "lateness": [5]},
+        {
+            "delivered": 1,
+            "missing": 0,
+            "same_flow": 1,
+            "extra_flows": 0,
+            "duplicates": 1,
+            "retried": 1,
+            "lateness": [5],
+        },
     ),
     (
         "the same flow delivered twice at the same attempt is also a duplicate",
@@ -109,8 +113,14 @@ CASES: list[tuple[str, dict[int, int], list[tuple[int, int, int, int, int]], dic
         "a one-shot task with two distinct flow ids was fired twice",
         {1: 0, 2: 0},
         [(5, 1, 0, 0, 1), (7, 1, 0, 1, 1), (8, 2, 0, 2, 1)],
-        {"delivered": 2, "same_flow": 0, "extra_flows": 1, "tasks_with_extra_flows": 1, "duplicates": 1,
-         "lateness": [5, 8]},
+        {
+            "delivered": 2,
+            "same_flow": 0,
+            "extra_flows": 1,
+            "tasks_with_extra_flows": 1,
+            "duplicates": 1,
+            "lateness": [5, 8],
+        },
     ),
     (
         "two extra flows, one of them retried, count separately",
@@ -193,8 +203,12 @@ def fire_result() -> BenchResult:
         base_url="http://127.0.0.1:8080",
         tasks=3,
         registration=Registration(
-            attempted=4, succeeded=3, errors=1, elapsed_s=0.5,
-            create_latency_ms=Percentiles.of([1.0, 2.0, 9.0]), error_samples=["HTTP 500: boom"],
+            attempted=4,
+            succeeded=3,
+            errors=1,
+            elapsed_s=0.5,
+            create_latency_ms=Percentiles.of([1.0, 2.0, 9.0]),
+            error_samples=["HTTP 500: boom"],
         ),
         window_s=1.0,
         lead_s=2.0,
@@ -298,7 +312,10 @@ def test_task_bodies_are_the_create_contract() -> None:
 
 def test_node_config_is_toml_the_settings_accept() -> None:
     settings = node_settings(
-        storage_urls=['sqlite+aiosqlite:////tmp/a "b"'], port=18080, admin_key="k", topology="2x2x4",
+        storage_urls=['sqlite+aiosqlite:////tmp/a "b"'],
+        port=18080,
+        admin_key="k",
+        topology="2x2x4",
         extra={"scheduler": {"tick_ms": 5}, "api": {"host": "127.0.0.2"}},
     )
     parsed = Settings.model_validate(tomllib.loads(to_toml(settings)))

@@ -13,8 +13,15 @@ from tjobs.callbacks.limiter import AppLimiter, Gate
 UNLIMITED = 0.0  # a rate of 0 means "no rate limit"
 
 
-async def _hold(limiter: AppLimiter, app: str, rate: float, concurrency: int, hold_s: float,
-                peaks: dict[str, int], live: dict[str, int]) -> float:
+async def _hold(
+    limiter: AppLimiter,
+    app: str,
+    rate: float,
+    concurrency: int,
+    hold_s: float,
+    peaks: dict[str, int],
+    live: dict[str, int],
+) -> float:
     async with limiter.slot(app, rate, concurrency):
         live[app] = live.get(app, 0) + 1
         peaks[app] = max(peaks.get(app, 0), live[app])

@@ -28,11 +28,24 @@ SCHEDULED_MS = 1_795_770_000_000  # 2026-11-27T09:00:00Z
 NOW_MS = SCHEDULED_MS + 1234
 
 
-def _message(
-    callback: dict[str, Any], payload: Any = None, secrets: list[str] | None = None
-) -> CallbackMessage:
-    task = Task(TASK_ID, "shop", "close-order-123", None, {"kind": "at"}, callback, payload,
-                MisfirePolicy.FIRE_NOW, DeliveryMode.AT_LEAST_ONCE, TaskStatus.ACTIVE, None, 1, 1, 0, 0)
+def _message(callback: dict[str, Any], payload: Any = None, secrets: list[str] | None = None) -> CallbackMessage:
+    task = Task(
+        TASK_ID,
+        "shop",
+        "close-order-123",
+        None,
+        {"kind": "at"},
+        callback,
+        payload,
+        MisfirePolicy.FIRE_NOW,
+        DeliveryMode.AT_LEAST_ONCE,
+        TaskStatus.ACTIVE,
+        None,
+        1,
+        1,
+        0,
+        0,
+    )
     flow = Flow(TASK_ID, SCHEDULED_MS, "shop", FlowKind.SCHEDULED, FlowStatus.PENDING, 0, SCHEDULED_MS, 0, 0)
     app = App("shop", "shop", "", [SECRET] if secrets is None else secrets)
     return CallbackMessage(task, flow, app, flow_id(TASK_ID, SCHEDULED_MS), default_timeout_ms=3000)
@@ -78,8 +91,14 @@ def test_the_flow_id_is_the_same_on_every_attempt_and_the_signature_changes() ->
 
 
 def test_a_custom_body_and_headers_are_sent_verbatim() -> None:
-    message = _message({"urls": ["https://x.example/"], "method": "PUT", "body": "order=123&close=1",
-                        "headers": {"X-Order": "123", "Content-Type": "application/x-www-form-urlencoded"}})
+    message = _message(
+        {
+            "urls": ["https://x.example/"],
+            "method": "PUT",
+            "body": "order=123&close=1",
+            "headers": {"X-Order": "123", "Content-Type": "application/x-www-form-urlencoded"},
+        }
+    )
     headers, body = message.signed(1, NOW_MS)
     assert body == b"order=123&close=1"
     assert headers["X-Order"] == "123"
@@ -92,8 +111,8 @@ def test_a_custom_body_without_content_type_gets_a_sensible_one() -> None:
     assert _message({"urls": ["https://x/"], "body": ' {"a": 1}'}).signed(1, NOW_MS)[0]["content-type"] == (
         "application/json"
     )
-    assert _message({"urls": ["https://x/"], "body": "ping"}).signed(1, NOW_MS)[0]["content-type"].startswith(
-        "text/plain"
+    assert (
+        _message({"urls": ["https://x/"], "body": "ping"}).signed(1, NOW_MS)[0]["content-type"].startswith("text/plain")
     )
 
 

@@ -33,14 +33,16 @@ def test_a_signature_verifies_with_the_standardwebhooks_library() -> None:
     signature = sign(secret, "42-1000", now_s, body)
     assert signature.startswith("v1,")
     assert Webhook(secret).verify(body, _headers("42-1000", now_s, signature)) == {
-        "flow_id": "42-1000", "payload": {"order": 123}
+        "flow_id": "42-1000",
+        "payload": {"order": 123},
     }
 
 
 def test_the_signature_matches_the_library_byte_for_byte() -> None:
     secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # the spec's published example secret
-    expected = Webhook(secret).sign("msg_p5jXN8AQM9LWM0D4loKWxJek", datetime.fromtimestamp(1614265330, UTC),
-                                    '{"test": 2432232314}')
+    expected = Webhook(secret).sign(
+        "msg_p5jXN8AQM9LWM0D4loKWxJek", datetime.fromtimestamp(1614265330, UTC), '{"test": 2432232314}'
+    )
     assert sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, b'{"test": 2432232314}') == expected
     assert expected == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
 

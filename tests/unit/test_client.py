@@ -32,10 +32,21 @@ from tjobs.client import (
 )
 
 TASK = {
-    "id": "42", "name": "t", "key": None, "status": "active", "schedule": {"kind": "delay", "delay_ms": 1},
-    "callback": {"urls": ["https://x.example/"], "method": "POST"}, "payload": None, "misfire_policy": "fire_now",
-    "delivery": "at_least_once", "next_run_at": "2026-11-21T00:00:00.000Z", "next_run_at_ms": 1795219200000,
-    "version": 1, "fire_count": 0, "created_at": "2026-11-21T00:00:00.000Z", "updated_at": "2026-11-21T00:00:00Z",
+    "id": "42",
+    "name": "t",
+    "key": None,
+    "status": "active",
+    "schedule": {"kind": "delay", "delay_ms": 1},
+    "callback": {"urls": ["https://x.example/"], "method": "POST"},
+    "payload": None,
+    "misfire_policy": "fire_now",
+    "delivery": "at_least_once",
+    "next_run_at": "2026-11-21T00:00:00.000Z",
+    "next_run_at_ms": 1795219200000,
+    "version": 1,
+    "fire_count": 0,
+    "created_at": "2026-11-21T00:00:00.000Z",
+    "updated_at": "2026-11-21T00:00:00Z",
 }
 
 
@@ -65,8 +76,9 @@ def client(transport: httpx.MockTransport) -> Client:
 
 
 def test_reads_are_retried_after_a_lost_connection_and_a_503() -> None:
-    transport, seen = scripted(httpx.ConnectError("down"), error(503, "storage_unavailable"),
-                               httpx.Response(200, json=TASK))
+    transport, seen = scripted(
+        httpx.ConnectError("down"), error(503, "storage_unavailable"), httpx.Response(200, json=TASK)
+    )
     with client(transport) as sdk:
         assert sdk.get_task("42").id == "42"
     assert len(seen) == 3
@@ -112,11 +124,14 @@ def test_a_quota_429_is_final_but_a_429_with_retry_after_is_retried() -> None:
     assert len(seen) == 2
 
 
-@pytest.mark.parametrize(("answer", "kind"), [
-    (error(422, "invalid_input", "schedule.expr"), BadRequest),
-    (error(404, "not_found"), NotFound),
-    (error(409, "version_conflict"), VersionConflict),
-])
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        (error(422, "invalid_input", "schedule.expr"), BadRequest),
+        (error(404, "not_found"), NotFound),
+        (error(409, "version_conflict"), VersionConflict),
+    ],
+)
 def test_errors_map_to_types_carrying_code_and_field(answer: httpx.Response, kind: type[Exception]) -> None:
     transport, _ = scripted(answer)
     with client(transport) as sdk, pytest.raises(kind) as raised:
@@ -126,9 +141,11 @@ def test_errors_map_to_types_carrying_code_and_field(answer: httpx.Response, kin
 
 
 def test_iter_tasks_follows_cursors_to_the_end() -> None:
-    pages = [httpx.Response(200, json={"items": [TASK], "next_cursor": "c1"}),
-             httpx.Response(200, json={"items": [], "next_cursor": "c2"}),
-             httpx.Response(200, json={"items": [TASK, TASK], "next_cursor": None})]
+    pages = [
+        httpx.Response(200, json={"items": [TASK], "next_cursor": "c1"}),
+        httpx.Response(200, json={"items": [], "next_cursor": "c2"}),
+        httpx.Response(200, json={"items": [TASK, TASK], "next_cursor": None}),
+    ]
     transport, seen = scripted(*pages, pages[-1])
     with client(transport) as sdk:
         assert len(list(sdk.iter_tasks(status="active", page_size=2))) == 3
@@ -157,7 +174,11 @@ def test_schedule_builders_make_the_api_shapes() -> None:
     assert at(1_795_219_200_000) == {"kind": "at", "at_ms": 1_795_219_200_000}
     assert cron("0 9 * * *", timezone="Asia/Shanghai")["timezone"] == "Asia/Shanghai"
     assert every(seconds=30, start_at=start, max_fires=3) == {
-        "kind": "interval", "every_ms": 30_000, "start_at": "2026-11-21T00:00:00+00:00", "max_fires": 3}
+        "kind": "interval",
+        "every_ms": 30_000,
+        "start_at": "2026-11-21T00:00:00+00:00",
+        "max_fires": 3,
+    }
     with pytest.raises(ValueError):
         at(datetime(2026, 1, 1))  # naive
 
@@ -166,13 +187,22 @@ def test_verify_accepts_what_tjobs_signs_with_any_current_secret_and_nothing_els
     old, new = generate_secret(), generate_secret()
     body = b'{"order": 123}'
     now = int(time.time())
-    headers = {"Webhook-Id": "42-1000", "Webhook-Timestamp": str(now), "tjobs-task-id": "42",
-               "tjobs-scheduled-at": "1000", "tjobs-attempt": "2",
-               "Webhook-Signature": signature_header([new, old], "42-1000", now, body)}
+    headers = {
+        "Webhook-Id": "42-1000",
+        "Webhook-Timestamp": str(now),
+        "tjobs-task-id": "42",
+        "tjobs-scheduled-at": "1000",
+        "tjobs-attempt": "2",
+        "Webhook-Signature": signature_header([new, old], "42-1000", now, body),
+    }
     for secret in (old, new, [generate_secret(), new]):
         verified = verify(body, headers, secret)
         assert (verified.flow_id, verified.task_id, verified.scheduled_at_ms, verified.attempt) == (
-            "42-1000", "42", 1000, 2)
+            "42-1000",
+            "42",
+            1000,
+            2,
+        )
     with pytest.raises(WebhookVerificationError):
         verify(body, headers, generate_secret())
     with pytest.raises(WebhookVerificationError):

@@ -15,9 +15,15 @@ from tjobs.callbacks.signing import generate_secret, signature_header
 
 def signed(secret: str, flow_id: str, body: bytes) -> dict[str, str]:
     now = int(time.time())
-    return {"webhook-id": flow_id, "webhook-timestamp": str(now), "tjobs-task-id": "42",
-            "tjobs-scheduled-at": "1000", "tjobs-attempt": "1",
-            "webhook-signature": signature_header([secret], flow_id, now, body), "content-type": "application/json"}
+    return {
+        "webhook-id": flow_id,
+        "webhook-timestamp": str(now),
+        "tjobs-task-id": "42",
+        "tjobs-scheduled-at": "1000",
+        "tjobs-attempt": "1",
+        "webhook-signature": signature_header([secret], flow_id, now, body),
+        "content-type": "application/json",
+    }
 
 
 async def test_the_example_receiver_accepts_signed_callbacks_once_and_refuses_forgeries(
@@ -67,5 +73,6 @@ def test_the_readme_verify_call_accepts_any_signed_body(body: bytes) -> None:
 
     secret = generate_secret()
     headers = signed(secret, "42-4000", body)
-    eval(readme_verify_call(), {"standardwebhooks": standardwebhooks, "secret": secret, "body": body,
-                                "headers": headers})
+    eval(
+        readme_verify_call(), {"standardwebhooks": standardwebhooks, "secret": secret, "body": body, "headers": headers}
+    )

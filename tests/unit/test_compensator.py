@@ -19,8 +19,11 @@ LEASE_MS = 16_000
 
 
 def compensator(
-    store: MemoryTaskStore, redrive: Callable[[Task, Flow], None], *,
-    busy: Callable[[], set[str]] = set, fence: Callable[[], bool] | None = None,
+    store: MemoryTaskStore,
+    redrive: Callable[[Task, Flow], None],
+    *,
+    busy: Callable[[], set[str]] = set,
+    fence: Callable[[], bool] | None = None,
 ) -> Compensator:
     every_shard = frozenset(store.topology.shards())
     return Compensator(store, lambda: every_shard, busy, redrive, GRACE, CLOCK, LEASE_MS, fence=fence)
@@ -41,8 +44,7 @@ async def test_a_redrive_of_an_attempt_whose_2xx_was_lost_is_attempt_2() -> None
     successor = Deliverer(store, second, AppLimiter(100), SETTINGS, CLOCK, flush_interval_s=0.01)
     await successor.start()
     try:
-        handled = await compensator(
-            store, lambda t, f: successor.submit(CallbackJob(t, f, APP))).run_once()
+        handled = await compensator(store, lambda t, f: successor.submit(CallbackJob(t, f, APP))).run_once()
         await second.wait_for(1)
         await successor.stop(1.0)
     finally:
@@ -61,8 +63,7 @@ async def test_every_claim_of_a_flow_counts_one_more_attempt() -> None:
     redriven: list[Flow] = []
     await compensator(store, lambda t, f: redriven.append(f)).run_once()
     # When that re-drive's outcome is lost too, and the lease ends
-    lapsed = await store.lease_stale_flows(
-        shard_of_task_id(flow.task_id), CLOCK.now_ms() + LEASE_MS, LEASE_MS, 10)
+    lapsed = await store.lease_stale_flows(shard_of_task_id(flow.task_id), CLOCK.now_ms() + LEASE_MS, LEASE_MS, 10)
     # Then each claim is one more possible attempt
     assert [f.attempts for f in redriven] == [4]
     assert [f.attempts for f, _ in lapsed] == [5]
@@ -70,8 +71,9 @@ async def test_every_claim_of_a_flow_counts_one_more_attempt() -> None:
 
 async def test_a_lost_at_most_once_attempt_is_closed_unknown_and_never_resent() -> None:
     store = MemoryTaskStore()
-    _, flow = await stored_flow(store, overdue_ms=60_000, attempts=1, status=FlowStatus.SENDING,
-                                delivery=DeliveryMode.AT_MOST_ONCE)
+    _, flow = await stored_flow(
+        store, overdue_ms=60_000, attempts=1, status=FlowStatus.SENDING, delivery=DeliveryMode.AT_MOST_ONCE
+    )
     redriven: list[Flow] = []
 
     assert await compensator(store, lambda t, f: redriven.append(f)).run_once() == 1

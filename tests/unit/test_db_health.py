@@ -103,7 +103,8 @@ async def test_a_server_that_answers_again_resumes_its_shards(
 
     assert seen == [frozenset({8, 9, 10, 11}), frozenset()]
     assert [r.action for r in caplog.records if hasattr(r, "action")] == [
-        "db_server_unreachable", "db_server_recovered"
+        "db_server_unreachable",
+        "db_server_recovered",
     ]
 
 
@@ -146,8 +147,16 @@ async def test_the_memory_twin_always_answers() -> None:
     health = DatabaseHealth(MemoryTaskStore(Topology(1, 1, 4)), 4)
     await health.start()
     try:
-        assert health.describe() == [{"server": "memory-0", "reachable": True, "unreachable_for_s": 0.0,
-                                      "error": None, "shards": 4, "paused_shards": 0}]
+        assert health.describe() == [
+            {
+                "server": "memory-0",
+                "reachable": True,
+                "unreachable_for_s": 0.0,
+                "error": None,
+                "shards": 4,
+                "paused_shards": 0,
+            }
+        ]
     finally:
         await health.stop()
 

@@ -82,7 +82,10 @@ async def test_a_node_whose_fence_is_closed_sends_nothing_and_leaves_the_flow_to
     assert sender.requests == []
     stored = await _stored(store, flow.id)
     assert (stored.status, stored.attempts, stored.next_attempt_at_ms) == (
-        FlowStatus.PENDING, 0, flow.next_attempt_at_ms)
+        FlowStatus.PENDING,
+        0,
+        flow.next_attempt_at_ms,
+    )
 
 
 async def test_a_fence_closing_between_attempts_stops_the_retries(store: MemoryTaskStore, build: Build) -> None:

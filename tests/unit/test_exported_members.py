@@ -5,11 +5,39 @@ from __future__ import annotations
 import tjobs.client
 
 EXPECTED = {
-    "ApiError", "App", "AppStats", "AsyncClient", "BadRequest", "BatchItem", "BatchResult", "Callback", "Client",
-    "Conflict", "ErrorDetail", "Flow", "Lateness", "NotFound", "Page", "QuotaExceeded", "RedriveItem",
-    "RedriveResult", "Schedule", "ServerError", "Task", "TjobsClientError", "TransportError", "Unauthorized",
-    "VerifiedCallback", "VersionConflict", "WebhookVerificationError", "at", "cron", "delay", "every",
-    "task_request", "verify",
+    "ApiError",
+    "App",
+    "AppStats",
+    "AsyncClient",
+    "BadRequest",
+    "BatchItem",
+    "BatchResult",
+    "Callback",
+    "Client",
+    "Conflict",
+    "ErrorDetail",
+    "Flow",
+    "Lateness",
+    "NotFound",
+    "Page",
+    "QuotaExceeded",
+    "RedriveItem",
+    "RedriveResult",
+    "Schedule",
+    "ServerError",
+    "Task",
+    "TjobsClientError",
+    "TransportError",
+    "Unauthorized",
+    "VerifiedCallback",
+    "VersionConflict",
+    "WebhookVerificationError",
+    "at",
+    "cron",
+    "delay",
+    "every",
+    "task_request",
+    "verify",
 }
 
 
@@ -31,7 +59,9 @@ def test_the_sdk_does_not_import_the_server() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, tjobs.client; bad = [m for m in sys.modules if m.startswith(('tjobs.stores', "
-            "'tjobs.node', 'tjobs.callbacks', 'fastapi', 'sqlalchemy', 'aiohttp'))]; print(bad); sys.exit(bool(bad))")
+    code = (
+        "import sys, tjobs.client; bad = [m for m in sys.modules if m.startswith(('tjobs.stores', "
+        "'tjobs.node', 'tjobs.callbacks', 'fastapi', 'sqlalchemy', 'aiohttp'))]; print(bad); sys.exit(bool(bad))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr

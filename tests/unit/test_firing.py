@@ -24,10 +24,21 @@ POLICY = FirePolicy(misfire_threshold_ms=60 * SECOND, catch_up_max=3)
 
 def make_task(schedule: dict[str, Any], policy: MisfirePolicy = MisfirePolicy.FIRE_SOON, **extra: Any) -> Task:
     fields: dict[str, Any] = {
-        "id": 1, "app_id": "a", "name": "t", "key": None, "schedule": schedule, "callback": {"urls": ["http://x"]},
-        "payload": None, "misfire_policy": policy, "delivery": DeliveryMode.AT_LEAST_ONCE,
-        "status": TaskStatus.ACTIVE, "next_run_at_ms": T0, "version": 7, "fire_count": 0,
-        "created_at_ms": T0 - 1000, "updated_at_ms": T0 - 1000,
+        "id": 1,
+        "app_id": "a",
+        "name": "t",
+        "key": None,
+        "schedule": schedule,
+        "callback": {"urls": ["http://x"]},
+        "payload": None,
+        "misfire_policy": policy,
+        "delivery": DeliveryMode.AT_LEAST_ONCE,
+        "status": TaskStatus.ACTIVE,
+        "next_run_at_ms": T0,
+        "version": 7,
+        "fire_count": 0,
+        "created_at_ms": T0 - 1000,
+        "updated_at_ms": T0 - 1000,
     }
     fields.update(extra)
     return Task(**fields)
@@ -45,7 +56,11 @@ def test_on_time_recurring_fire_records_one_pending_flow_and_advances_one_period
     assert plan is not None
     [flow] = plan.flows
     assert (flow.scheduled_at_ms, flow.kind, flow.status, flow.attempts) == (
-        T0, FlowKind.SCHEDULED, FlowStatus.PENDING, 0)
+        T0,
+        FlowKind.SCHEDULED,
+        FlowStatus.PENDING,
+        0,
+    )
     assert plan.next_run_at_ms == T0 + 30 * SECOND
     assert plan.status is TaskStatus.ACTIVE
     assert plan.fires_added == 1

@@ -51,7 +51,10 @@ class FaultyServerStore(MemoryTaskStore):
         self.calls = 0
 
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: Planner,
+        self,
+        intents: Sequence[FireIntent],
+        now_ms: int,
+        planner: Planner,
         may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         self.calls += 1
@@ -72,8 +75,13 @@ class Harness:
         settings = SchedulerSettings(tick_ms=10, cycle_s=300, load_lead_s=30, misfire_threshold_s=60)
         self.coordinator = LocalCoordinator(TOPOLOGY.shard_count)
         self.runner = JobRunner(
-            store, self.coordinator, FirePlanner(FirePolicy(60 * SECOND, 100)),
-            lambda _task, flow: self.sent.append(flow), settings, self.clock, committers=2,
+            store,
+            self.coordinator,
+            FirePlanner(FirePolicy(60 * SECOND, 100)),
+            lambda _task, flow: self.sent.append(flow),
+            settings,
+            self.clock,
+            committers=2,
         )
 
     async def start(self) -> None:
@@ -110,10 +118,21 @@ async def add_task(store: MemoryTaskStore, shard: int, every_s: int = 1, max_fir
     if max_fires is not None:
         schedule["max_fires"] = max_fires
     task = Task(
-        id=IDS.mint(shard, T0 - 60_000 + next(_ID_CLOCK)), app_id="app", name=f"s{shard}", key=None,
-        schedule=schedule, callback={"url": "https://receiver.example/hook"}, payload=None,
-        misfire_policy=MisfirePolicy.FIRE_SOON, delivery=DeliveryMode.AT_LEAST_ONCE, status=TaskStatus.ACTIVE,
-        next_run_at_ms=T0 + SECOND, version=1, fire_count=0, created_at_ms=T0 - 60_000, updated_at_ms=T0 - 60_000,
+        id=IDS.mint(shard, T0 - 60_000 + next(_ID_CLOCK)),
+        app_id="app",
+        name=f"s{shard}",
+        key=None,
+        schedule=schedule,
+        callback={"url": "https://receiver.example/hook"},
+        payload=None,
+        misfire_policy=MisfirePolicy.FIRE_SOON,
+        delivery=DeliveryMode.AT_LEAST_ONCE,
+        status=TaskStatus.ACTIVE,
+        next_run_at_ms=T0 + SECOND,
+        version=1,
+        fire_count=0,
+        created_at_ms=T0 - 60_000,
+        updated_at_ms=T0 - 60_000,
     )
     return await store.insert_task(task)
 
@@ -214,7 +233,10 @@ class CommitLostStore(MemoryTaskStore):
         self.lose_answers = False
 
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: Planner,
+        self,
+        intents: Sequence[FireIntent],
+        now_ms: int,
+        planner: Planner,
         may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         outcomes = await super().commit_fires(intents, now_ms, planner, may_commit)
@@ -223,7 +245,8 @@ class CommitLostStore(MemoryTaskStore):
         lost = StorageUnavailable("lost connection to server 1 during COMMIT")
         return [
             FireOutcome(o.intent, None, [], lost)
-            if TOPOLOGY.locate(shard_of_task_id(o.intent.task_id)).instance == 1 else o
+            if TOPOLOGY.locate(shard_of_task_id(o.intent.task_id)).instance == 1
+            else o
             for o in outcomes
         ]
 
@@ -242,9 +265,10 @@ async def test_a_commit_whose_answer_was_lost_is_never_fired_twice_and_its_task_
         assert retry is not None and retry.scheduled_at_ms == T0 + SECOND
 
         # When the retry finds the instant already fired (its compare-and-set fails)
-        await h.move_to(retry.fire_at_ms - T0,
-                        until=lambda: (e := h.runner.wheel.get(task.id)) is not None
-                        and e.scheduled_at_ms == T0 + 2 * SECOND)
+        await h.move_to(
+            retry.fire_at_ms - T0,
+            until=lambda: (e := h.runner.wheel.get(task.id)) is not None and e.scheduled_at_ms == T0 + 2 * SECOND,
+        )
 
         # Then no second flow was written, the flow the lost answer committed is delivered (once),
         # and the task's next instant fires on time
@@ -294,7 +318,10 @@ class StallingServerStore(MemoryTaskStore):
         self.resume = asyncio.Event()
 
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: Planner,
+        self,
+        intents: Sequence[FireIntent],
+        now_ms: int,
+        planner: Planner,
         may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         on_instance_1 = [TOPOLOGY.locate(shard_of_task_id(i.task_id)).instance == 1 for i in intents]

@@ -44,9 +44,7 @@ def assert_balanced(plan: Plan, loads: dict[int, int], shard_count: int) -> None
         (("a", "b", "c", "d", "e"), 3, [0, 0, 1, 1, 1]),
     ],
 )
-def test_uniform_load_splits_shards_evenly(
-    nodes: tuple[str, ...], shard_count: int, expected_sizes: list[int]
-) -> None:
+def test_uniform_load_splits_shards_evenly(nodes: tuple[str, ...], shard_count: int, expected_sizes: list[int]) -> None:
     live = members(*nodes)
     plan = pack(None, live, shard_count, {}, version=1)
     assert_valid(plan, live, shard_count)

@@ -55,7 +55,9 @@ async def test_an_instant_another_owner_fired_first_leaves_the_next_one_in_the_w
         # Given another node (its plan not yet updated) that fires the task's first instant first
         assert h.runner.wheel.get(task.id) is not None
         other = await store.commit_fires(
-            [FireIntent(task.id, T0 + 1 * SECOND, task.version)], T0 + 1 * SECOND, h.runner._planner,
+            [FireIntent(task.id, T0 + 1 * SECOND, task.version)],
+            T0 + 1 * SECOND,
+            h.runner._planner,
         )
         assert other[0].task is not None
 

@@ -55,8 +55,13 @@ class Harness:
         settings = SchedulerSettings(tick_ms=10, cycle_s=300, load_lead_s=30, misfire_threshold_s=60)
         self.coordinator = LocalCoordinator(TOPOLOGY.shard_count)
         self.runner = JobRunner(
-            store, self.coordinator, FirePlanner(FirePolicy(60 * SECOND, 100)),
-            lambda _task, flow: self.sent.append(flow), settings, self.clock, committers=2,
+            store,
+            self.coordinator,
+            FirePlanner(FirePolicy(60 * SECOND, 100)),
+            lambda _task, flow: self.sent.append(flow),
+            settings,
+            self.clock,
+            committers=2,
         )
 
     async def start(self) -> None:
@@ -82,11 +87,21 @@ def fired(h: Harness, task: Task, offset_ms: int) -> Callable[[], bool]:
 
 async def add_task(store: MemoryTaskStore, shard: int) -> Task:
     task = Task(
-        id=IDS.mint(shard, T0 - 60_000 + next(_ID_CLOCK)), app_id="app", name=f"s{shard}", key=None,
+        id=IDS.mint(shard, T0 - 60_000 + next(_ID_CLOCK)),
+        app_id="app",
+        name=f"s{shard}",
+        key=None,
         schedule={"kind": "interval", "every_ms": SECOND, "start_at_ms": T0 + SECOND},
-        callback={"url": "https://receiver.example/hook"}, payload=None,
-        misfire_policy=MisfirePolicy.FIRE_SOON, delivery=DeliveryMode.AT_LEAST_ONCE, status=TaskStatus.ACTIVE,
-        next_run_at_ms=T0 + SECOND, version=1, fire_count=0, created_at_ms=T0 - 60_000, updated_at_ms=T0 - 60_000,
+        callback={"url": "https://receiver.example/hook"},
+        payload=None,
+        misfire_policy=MisfirePolicy.FIRE_SOON,
+        delivery=DeliveryMode.AT_LEAST_ONCE,
+        status=TaskStatus.ACTIVE,
+        next_run_at_ms=T0 + SECOND,
+        version=1,
+        fire_count=0,
+        created_at_ms=T0 - 60_000,
+        updated_at_ms=T0 - 60_000,
     )
     return await store.insert_task(task)
 

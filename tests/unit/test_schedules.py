@@ -44,8 +44,14 @@ def cron(expr: str, timezone: str = "UTC", **extra: Any) -> Schedule:
 
 def test_the_public_surface_is_pinned() -> None:
     assert sorted(tjobs.schedules.__all__) == [
-        "CronSchedule", "DstGap", "DstOverlap", "IntervalSchedule", "OneShotSchedule", "Schedule",
-        "normalize_schedule", "parse_schedule",
+        "CronSchedule",
+        "DstGap",
+        "DstOverlap",
+        "IntervalSchedule",
+        "OneShotSchedule",
+        "Schedule",
+        "normalize_schedule",
+        "parse_schedule",
     ]
 
 
@@ -53,25 +59,52 @@ def test_the_public_surface_is_pinned() -> None:
 
 CRON_EXAMPLES = [
     # expr, timezone, after, expected next fires (UTC)
-    ("0 9 * * *", "Asia/Shanghai", "2026-11-21T00:59:59Z",
-     ["2026-11-21T01:00:00Z", "2026-11-22T01:00:00Z", "2026-11-23T01:00:00Z"]),
-    ("0 9 * * *", "Asia/Shanghai", "2026-11-21T01:00:00Z",
-     ["2026-11-22T01:00:00Z", "2026-11-23T01:00:00Z"]),
-    ("*/15 * * * *", "UTC", "2026-11-21T10:07:00Z",
-     ["2026-11-21T10:15:00Z", "2026-11-21T10:30:00Z", "2026-11-21T10:45:00Z", "2026-11-21T11:00:00Z"]),
+    (
+        "0 9 * * *",
+        "Asia/Shanghai",
+        "2026-11-21T00:59:59Z",
+        ["2026-11-21T01:00:00Z", "2026-11-22T01:00:00Z", "2026-11-23T01:00:00Z"],
+    ),
+    ("0 9 * * *", "Asia/Shanghai", "2026-11-21T01:00:00Z", ["2026-11-22T01:00:00Z", "2026-11-23T01:00:00Z"]),
+    (
+        "*/15 * * * *",
+        "UTC",
+        "2026-11-21T10:07:00Z",
+        ["2026-11-21T10:15:00Z", "2026-11-21T10:30:00Z", "2026-11-21T10:45:00Z", "2026-11-21T11:00:00Z"],
+    ),
     # 6 fields: seconds first
-    ("*/20 * * * * *", "UTC", "2026-11-21T10:00:30Z",
-     ["2026-11-21T10:00:40Z", "2026-11-21T10:01:00Z", "2026-11-21T10:01:20Z"]),
+    (
+        "*/20 * * * * *",
+        "UTC",
+        "2026-11-21T10:00:30Z",
+        ["2026-11-21T10:00:40Z", "2026-11-21T10:01:00Z", "2026-11-21T10:01:20Z"],
+    ),
     ("30 0 9 * * *", "UTC", "2026-11-21T00:00:00Z", ["2026-11-21T09:00:30Z", "2026-11-22T09:00:30Z"]),
-    ("* * * * * *", "UTC", "2026-11-21T23:59:58Z",
-     ["2026-11-21T23:59:59Z", "2026-11-22T00:00:00Z", "2026-11-22T00:00:01Z"]),
+    (
+        "* * * * * *",
+        "UTC",
+        "2026-11-21T23:59:58Z",
+        ["2026-11-21T23:59:59Z", "2026-11-22T00:00:00Z", "2026-11-22T00:00:01Z"],
+    ),
     # day-of-month and day-of-week are OR-ed unless one of them starts with "*"
-    ("0 0 1 * MON", "UTC", "2026-11-25T00:00:00Z",
-     ["2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z", "2026-12-07T00:00:00Z"]),
-    ("0 12 * * MON-FRI", "UTC", "2026-11-20T13:00:00Z",  # a Friday afternoon
-     ["2026-11-23T12:00:00Z", "2026-11-24T12:00:00Z"]),
-    ("0 0 L * *", "UTC", "2027-01-15T00:00:00Z",
-     ["2027-01-31T00:00:00Z", "2027-02-28T00:00:00Z", "2027-03-31T00:00:00Z"]),
+    (
+        "0 0 1 * MON",
+        "UTC",
+        "2026-11-25T00:00:00Z",
+        ["2026-11-30T00:00:00Z", "2026-12-01T00:00:00Z", "2026-12-07T00:00:00Z"],
+    ),
+    (
+        "0 12 * * MON-FRI",
+        "UTC",
+        "2026-11-20T13:00:00Z",  # a Friday afternoon
+        ["2026-11-23T12:00:00Z", "2026-11-24T12:00:00Z"],
+    ),
+    (
+        "0 0 L * *",
+        "UTC",
+        "2027-01-15T00:00:00Z",
+        ["2027-01-31T00:00:00Z", "2027-02-28T00:00:00Z", "2027-03-31T00:00:00Z"],
+    ),
     ("0 0 29 2 *", "UTC", "2026-01-01T00:00:00Z", ["2028-02-29T00:00:00Z", "2032-02-29T00:00:00Z"]),
     ("0 10 * * FRI#1", "UTC", "2026-11-01T00:00:00Z", ["2026-11-06T10:00:00Z", "2026-12-04T10:00:00Z"]),
     ("0 0 1 1 *", "Asia/Kolkata", "2026-06-01T00:00:00Z", ["2026-12-31T18:30:00Z", "2027-12-31T18:30:00Z"]),
@@ -104,7 +137,10 @@ def test_cron_bounds_are_inclusive_and_limit_the_fires() -> None:
     schedule = cron("0 9 * * *", "UTC", start_at_ms=start, end_at_ms=end)
     assert schedule.first_fire(ms("2026-11-21T00:00:00Z")) == ms("2026-12-01T09:00:00Z")
     assert fires(schedule, "2026-11-21T00:00:00Z", 10) == [
-        "2026-12-01T09:00:00Z", "2026-12-02T09:00:00Z", "2026-12-03T09:00:00Z"]
+        "2026-12-01T09:00:00Z",
+        "2026-12-02T09:00:00Z",
+        "2026-12-03T09:00:00Z",
+    ]
     assert schedule.next_fire(ms("2026-12-03T09:00:00Z")) is None
 
 
@@ -114,8 +150,13 @@ def test_cron_max_fires_is_carried_for_the_planner() -> None:
 
 
 def test_parse_schedule_reuses_cached_cron_schedules() -> None:
-    stored = {"kind": "cron", "expr": "0 9 * * *", "timezone": "Asia/Shanghai", "dst_gap": "skip",
-              "dst_overlap": "once"}
+    stored = {
+        "kind": "cron",
+        "expr": "0 9 * * *",
+        "timezone": "Asia/Shanghai",
+        "dst_gap": "skip",
+        "dst_overlap": "once",
+    }
     assert parse_schedule(stored) is parse_schedule(dict(stored))
     assert parse_cron("0 9 * * *") is parse_cron("0 9 * * *")
     assert isinstance(parse_schedule(stored), CronSchedule)
@@ -126,7 +167,8 @@ def test_occurrences_between_is_half_open_and_capped() -> None:
     schedule = cron("0 * * * *")
     start, end = ms("2026-11-21T00:00:00Z"), ms("2026-11-21T05:00:00Z")
     assert [iso(t) for t in schedule.occurrences_between(start, end, 100)] == [
-        f"2026-11-21T0{h}:00:00Z" for h in range(1, 6)]
+        f"2026-11-21T0{h}:00:00Z" for h in range(1, 6)
+    ]
     assert len(schedule.occurrences_between(start, end, 2)) == 2
     assert schedule.occurrences_between(start, start, 10) == []
 

@@ -31,8 +31,13 @@ HOUR = 3600 * SECOND
 DAY = 24 * HOUR
 EPOCH = datetime(1970, 1, 1)
 ZONES = [
-    "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Shanghai", "Africa/Cairo",
-    "America/Sao_Paulo", "Pacific/Apia",
+    "America/New_York",
+    "Europe/Berlin",
+    "Australia/Lord_Howe",
+    "Asia/Shanghai",
+    "Africa/Cairo",
+    "America/Sao_Paulo",
+    "Pacific/Apia",
 ]
 POLICIES = [("skip", "once"), ("skip", "twice"), ("shift", "once"), ("shift", "twice")]
 
@@ -46,8 +51,7 @@ def iso(instant_ms: int) -> str:
 
 
 def cron(expr: str, timezone: str, gap: str = "skip", overlap: str = "once") -> Schedule:
-    return parse_schedule(
-        {"kind": "cron", "expr": expr, "timezone": timezone, "dst_gap": gap, "dst_overlap": overlap})
+    return parse_schedule({"kind": "cron", "expr": expr, "timezone": timezone, "dst_gap": gap, "dst_overlap": overlap})
 
 
 def fires_between(schedule: Schedule, lo_ms: int, hi_ms: int) -> list[int]:
@@ -65,48 +69,159 @@ EXAMPLES = [
     (*DAILY_0230_NY_SPRING, "shift", "once", ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]),  # 03:00 EDT
     # New York, 2026-11-01 02:00 EDT -> 01:00 EST: 01:30 happens at 05:30Z and again at 06:30Z.
     (*DAILY_0130_NY_FALL, "skip", "once", ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]),
-    (*DAILY_0130_NY_FALL, "skip", "twice",
-     ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z", "2026-11-02T06:30:00Z"]),
+    (*DAILY_0130_NY_FALL, "skip", "twice", ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z", "2026-11-02T06:30:00Z"]),
     # A quarter-hourly job: once leaves the repeated hour silent, twice keeps its rhythm.
-    ("*/15 * * * *", "America/New_York", "2026-11-01T05:40:00Z", "2026-11-01T07:15:00Z", "skip", "once",
-     ["2026-11-01T05:45:00Z", "2026-11-01T07:00:00Z", "2026-11-01T07:15:00Z"]),
-    ("*/15 * * * *", "America/New_York", "2026-11-01T05:40:00Z", "2026-11-01T07:15:00Z", "skip", "twice",
-     ["2026-11-01T05:45:00Z", "2026-11-01T06:00:00Z", "2026-11-01T06:15:00Z", "2026-11-01T06:30:00Z",
-      "2026-11-01T06:45:00Z", "2026-11-01T07:00:00Z", "2026-11-01T07:15:00Z"]),
+    (
+        "*/15 * * * *",
+        "America/New_York",
+        "2026-11-01T05:40:00Z",
+        "2026-11-01T07:15:00Z",
+        "skip",
+        "once",
+        ["2026-11-01T05:45:00Z", "2026-11-01T07:00:00Z", "2026-11-01T07:15:00Z"],
+    ),
+    (
+        "*/15 * * * *",
+        "America/New_York",
+        "2026-11-01T05:40:00Z",
+        "2026-11-01T07:15:00Z",
+        "skip",
+        "twice",
+        [
+            "2026-11-01T05:45:00Z",
+            "2026-11-01T06:00:00Z",
+            "2026-11-01T06:15:00Z",
+            "2026-11-01T06:30:00Z",
+            "2026-11-01T06:45:00Z",
+            "2026-11-01T07:00:00Z",
+            "2026-11-01T07:15:00Z",
+        ],
+    ),
     # ... and in the spring gap, shift collapses 02:00-02:45 into the one 03:00 EDT fire.
-    ("*/15 * * * *", "America/New_York", "2026-03-08T06:40:00Z", "2026-03-08T07:15:00Z", "shift", "once",
-     ["2026-03-08T06:45:00Z", "2026-03-08T07:00:00Z", "2026-03-08T07:15:00Z"]),
-    ("0 * * * *", "America/New_York", "2026-03-08T05:30:00Z", "2026-03-08T08:00:00Z", "skip", "once",
-     ["2026-03-08T06:00:00Z", "2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"]),
+    (
+        "*/15 * * * *",
+        "America/New_York",
+        "2026-03-08T06:40:00Z",
+        "2026-03-08T07:15:00Z",
+        "shift",
+        "once",
+        ["2026-03-08T06:45:00Z", "2026-03-08T07:00:00Z", "2026-03-08T07:15:00Z"],
+    ),
+    (
+        "0 * * * *",
+        "America/New_York",
+        "2026-03-08T05:30:00Z",
+        "2026-03-08T08:00:00Z",
+        "skip",
+        "once",
+        ["2026-03-08T06:00:00Z", "2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"],
+    ),
     # Berlin, 2026-03-29 02:00 CET -> 03:00 CEST and 2026-10-25 03:00 CEST -> 02:00 CET.
-    ("30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z", "2026-03-29T12:00:00Z", "shift", "once",
-     ["2026-03-29T01:00:00Z"]),
-    ("30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z", "2026-10-25T12:00:00Z", "skip", "twice",
-     ["2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z"]),
+    (
+        "30 2 * * *",
+        "Europe/Berlin",
+        "2026-03-28T12:00:00Z",
+        "2026-03-29T12:00:00Z",
+        "shift",
+        "once",
+        ["2026-03-29T01:00:00Z"],
+    ),
+    (
+        "30 2 * * *",
+        "Europe/Berlin",
+        "2026-10-24T12:00:00Z",
+        "2026-10-25T12:00:00Z",
+        "skip",
+        "twice",
+        ["2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z"],
+    ),
     # Lord Howe moves by 30 minutes: 2026-10-04 02:00 -> 02:30 (+10:30 -> +11), 2026-04-05 02:00 -> 01:30.
     ("15 2 * * *", "Australia/Lord_Howe", "2026-10-03T12:00:00Z", "2026-10-04T12:00:00Z", "skip", "once", []),
-    ("15 2 * * *", "Australia/Lord_Howe", "2026-10-03T12:00:00Z", "2026-10-04T12:00:00Z", "shift", "once",
-     ["2026-10-03T15:30:00Z"]),  # 02:30 +11:00
-    ("45 1 * * *", "Australia/Lord_Howe", "2026-04-04T12:00:00Z", "2026-04-05T12:00:00Z", "skip", "once",
-     ["2026-04-04T14:45:00Z"]),
-    ("45 1 * * *", "Australia/Lord_Howe", "2026-04-04T12:00:00Z", "2026-04-05T12:00:00Z", "skip", "twice",
-     ["2026-04-04T14:45:00Z", "2026-04-04T15:15:00Z"]),
+    (
+        "15 2 * * *",
+        "Australia/Lord_Howe",
+        "2026-10-03T12:00:00Z",
+        "2026-10-04T12:00:00Z",
+        "shift",
+        "once",
+        ["2026-10-03T15:30:00Z"],
+    ),  # 02:30 +11:00
+    (
+        "45 1 * * *",
+        "Australia/Lord_Howe",
+        "2026-04-04T12:00:00Z",
+        "2026-04-05T12:00:00Z",
+        "skip",
+        "once",
+        ["2026-04-04T14:45:00Z"],
+    ),
+    (
+        "45 1 * * *",
+        "Australia/Lord_Howe",
+        "2026-04-04T12:00:00Z",
+        "2026-04-05T12:00:00Z",
+        "skip",
+        "twice",
+        ["2026-04-04T14:45:00Z", "2026-04-04T15:15:00Z"],
+    ),
     # Cairo (DST again since 2023): 2026-04-24 00:00 -> 01:00 and 2026-10-29 24:00 -> 23:00.
     ("30 0 * * *", "Africa/Cairo", "2026-04-23T12:00:00Z", "2026-04-24T12:00:00Z", "skip", "once", []),
-    ("30 0 * * *", "Africa/Cairo", "2026-04-23T12:00:00Z", "2026-04-24T12:00:00Z", "shift", "once",
-     ["2026-04-23T22:00:00Z"]),
-    ("30 23 * * *", "Africa/Cairo", "2026-10-29T12:00:00Z", "2026-10-30T12:00:00Z", "skip", "twice",
-     ["2026-10-29T20:30:00Z", "2026-10-29T21:30:00Z"]),
+    (
+        "30 0 * * *",
+        "Africa/Cairo",
+        "2026-04-23T12:00:00Z",
+        "2026-04-24T12:00:00Z",
+        "shift",
+        "once",
+        ["2026-04-23T22:00:00Z"],
+    ),
+    (
+        "30 23 * * *",
+        "Africa/Cairo",
+        "2026-10-29T12:00:00Z",
+        "2026-10-30T12:00:00Z",
+        "skip",
+        "twice",
+        ["2026-10-29T20:30:00Z", "2026-10-29T21:30:00Z"],
+    ),
     # Sao Paulo sprang forward at midnight (2018-11-04 00:00 -> 01:00): that day has no midnight.
-    ("0 0 * * *", "America/Sao_Paulo", "2018-11-03T12:00:00Z", "2018-11-05T12:00:00Z", "skip", "once",
-     ["2018-11-05T02:00:00Z"]),
-    ("0 0 * * *", "America/Sao_Paulo", "2018-11-03T12:00:00Z", "2018-11-05T12:00:00Z", "shift", "once",
-     ["2018-11-04T03:00:00Z", "2018-11-05T02:00:00Z"]),
+    (
+        "0 0 * * *",
+        "America/Sao_Paulo",
+        "2018-11-03T12:00:00Z",
+        "2018-11-05T12:00:00Z",
+        "skip",
+        "once",
+        ["2018-11-05T02:00:00Z"],
+    ),
+    (
+        "0 0 * * *",
+        "America/Sao_Paulo",
+        "2018-11-03T12:00:00Z",
+        "2018-11-05T12:00:00Z",
+        "shift",
+        "once",
+        ["2018-11-04T03:00:00Z", "2018-11-05T02:00:00Z"],
+    ),
     # Apia skipped 2011-12-30 entirely (UTC-10 -> UTC+14).
-    ("0 12 * * *", "Pacific/Apia", "2011-12-29T12:00:00Z", "2011-12-31T12:00:00Z", "skip", "once",
-     ["2011-12-29T22:00:00Z", "2011-12-30T22:00:00Z"]),
-    ("0 12 * * *", "Pacific/Apia", "2011-12-29T12:00:00Z", "2011-12-31T12:00:00Z", "shift", "once",
-     ["2011-12-29T22:00:00Z", "2011-12-30T10:00:00Z", "2011-12-30T22:00:00Z"]),
+    (
+        "0 12 * * *",
+        "Pacific/Apia",
+        "2011-12-29T12:00:00Z",
+        "2011-12-31T12:00:00Z",
+        "skip",
+        "once",
+        ["2011-12-29T22:00:00Z", "2011-12-30T22:00:00Z"],
+    ),
+    (
+        "0 12 * * *",
+        "Pacific/Apia",
+        "2011-12-29T12:00:00Z",
+        "2011-12-31T12:00:00Z",
+        "shift",
+        "once",
+        ["2011-12-29T22:00:00Z", "2011-12-30T10:00:00Z", "2011-12-30T22:00:00Z"],
+    ),
 ]
 
 
@@ -118,16 +233,14 @@ def test_dst_policy_examples(
     assert [iso(t) for t in fires_between(schedule, ms(lo), ms(hi))] == expected
 
 
-@pytest.mark.parametrize(
-    ("overlap", "expected"), [("once", "2026-11-01T07:00:00Z"), ("twice", "2026-11-01T06:15:00Z")])
+@pytest.mark.parametrize(("overlap", "expected"), [("once", "2026-11-01T07:00:00Z"), ("twice", "2026-11-01T06:15:00Z")])
 def test_next_fire_from_inside_the_second_pass_of_an_overlap(overlap: str, expected: str) -> None:
     # Given 06:10Z, i.e. 01:10 EST on the repeated hour, when asking for the next quarter-hour fire:
     schedule = cron("*/15 * * * *", "America/New_York", "skip", overlap)
     assert iso(schedule.next_fire(ms("2026-11-01T06:10:00Z")) or 0) == expected
 
 
-@pytest.mark.parametrize(
-    ("overlap", "expected"), [("once", "2026-11-01T07:00:00Z"), ("twice", "2026-11-01T06:00:00Z")])
+@pytest.mark.parametrize(("overlap", "expected"), [("once", "2026-11-01T07:00:00Z"), ("twice", "2026-11-01T06:00:00Z")])
 def test_next_fire_from_the_end_of_the_first_pass(overlap: str, expected: str) -> None:
     # 05:50Z is 01:50 EDT: the wall times 01:00-01:49 are still to come again under twice.
     schedule = cron("0 1,2 * * *", "America/New_York", "skip", overlap)
@@ -137,8 +250,7 @@ def test_next_fire_from_the_end_of_the_first_pass(overlap: str, expected: str) -
 def test_seconds_cron_in_a_gap_shifts_to_the_first_valid_second() -> None:
     schedule = cron("*/20 59 1,2 * * *", "America/New_York", "shift", "once")
     got = fires_between(schedule, ms("2026-03-08T06:59:00Z"), ms("2026-03-08T07:59:59Z"))
-    assert [iso(t) for t in got] == [
-        "2026-03-08T06:59:20Z", "2026-03-08T06:59:40Z", "2026-03-08T07:00:00Z"]
+    assert [iso(t) for t in got] == ["2026-03-08T06:59:20Z", "2026-03-08T06:59:40Z", "2026-03-08T07:00:00Z"]
 
 
 # ---- the oracle ----------------------------------------------------------------------------------
@@ -276,9 +388,7 @@ policy = pytest.mark.parametrize(("gap", "overlap"), POLICIES)
 @policy
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
-def test_fires_are_exactly_the_oracles_from_any_starting_point(
-    gap: str, overlap: str, data: st.DataObject
-) -> None:
+def test_fires_are_exactly_the_oracles_from_any_starting_point(gap: str, overlap: str, data: st.DataObject) -> None:
     scenario = data.draw(scenarios(gap, overlap))
     expected = scenario.oracle()
     assert scenario.fires() == expected
@@ -337,8 +447,9 @@ def test_gap_wall_times_fire_nowhere_under_skip_and_once_right_after_the_gap_und
         before, after = offset_s(tz, t_s - 1), offset_s(tz, t_s)
         if after <= before:
             continue
-        gap_walls = [w for w in walls
-                     if EPOCH + timedelta(seconds=t_s + before) <= w < EPOCH + timedelta(seconds=t_s + after)]
+        gap_walls = [
+            w for w in walls if EPOCH + timedelta(seconds=t_s + before) <= w < EPOCH + timedelta(seconds=t_s + after)
+        ]
         if not gap_walls:
             continue
         end_wall_matches = wall_of(tz, t_s) in walls
@@ -354,9 +465,7 @@ def test_gap_wall_times_fire_nowhere_under_skip_and_once_right_after_the_gap_und
 @policy
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
-def test_repeated_wall_times_fire_once_on_the_first_pass_or_twice(
-    gap: str, overlap: str, data: st.DataObject
-) -> None:
+def test_repeated_wall_times_fire_once_on_the_first_pass_or_twice(gap: str, overlap: str, data: st.DataObject) -> None:
     scenario = data.draw(scenarios(gap, overlap))
     tz, fires = scenario.tz, scenario.fires()
     by_wall: dict[datetime, list[int]] = {}

@@ -26,32 +26,55 @@ def normalize(spec: Any, limits: LimitSettings = LIMITS) -> dict[str, Any]:
 # ---- accepted specs and their canonical form -----------------------------------------------------
 
 CANONICAL: list[tuple[dict[str, Any], dict[str, Any]]] = [
-    ({"kind": "delay", "delay_ms": 1_800_000},
-     {"kind": "delay", "delay_ms": 1_800_000, "at_ms": NOW + 1_800_000}),
+    ({"kind": "delay", "delay_ms": 1_800_000}, {"kind": "delay", "delay_ms": 1_800_000, "at_ms": NOW + 1_800_000}),
     ({"kind": "delay", "delay_ms": 0}, {"kind": "delay", "delay_ms": 0, "at_ms": NOW}),
     ({"kind": "at", "at": "2026-11-21T17:00:00+08:00"}, {"kind": "at", "at_ms": NOW}),
     ({"kind": "at", "at": "2026-11-21T09:30:00Z"}, {"kind": "at", "at_ms": NOW + 1_800_000}),
     ({"kind": "at", "at_ms": NOW + 5}, {"kind": "at", "at_ms": NOW + 5}),
     ({"kind": "at", "at_ms": NOW - THRESHOLD_MS}, {"kind": "at", "at_ms": NOW - THRESHOLD_MS}),  # late: ok
-    ({"kind": "cron", "expr": " 0  9 * * * ", "timezone": "Asia/Shanghai"},
-     {"kind": "cron", "expr": "0 9 * * *", "timezone": "Asia/Shanghai", "dst_gap": "skip",
-      "dst_overlap": "once"}),
-    ({"kind": "cron", "expr": "0 9 * * *"},
-     {"kind": "cron", "expr": "0 9 * * *", "timezone": "UTC", "dst_gap": "skip", "dst_overlap": "once"}),
-    ({"kind": "cron", "expr": "* * * * * *", "dst_gap": "shift", "dst_overlap": "twice", "max_fires": 3,
-      "start_at": "2026-12-01T00:00:00Z", "end_at": "2026-12-02T00:00:00+01:00"},
-     {"kind": "cron", "expr": "* * * * * *", "timezone": "UTC", "dst_gap": "shift", "dst_overlap": "twice",
-      "max_fires": 3, "start_at_ms": 1_796_083_200_000, "end_at_ms": 1_796_166_000_000}),
-    ({"kind": "cron", "expr": "@daily", "timezone": "Europe/Berlin", "dst_gap": None},
-     {"kind": "cron", "expr": "@daily", "timezone": "Europe/Berlin", "dst_gap": "skip",
-      "dst_overlap": "once"}),
-    ({"kind": "interval", "every_ms": 30_000, "start_at": "2026-11-21T00:00:00Z"},
-     {"kind": "interval", "every_ms": 30_000, "start_at_ms": NOW - 9 * 3_600_000}),
+    (
+        {"kind": "cron", "expr": " 0  9 * * * ", "timezone": "Asia/Shanghai"},
+        {"kind": "cron", "expr": "0 9 * * *", "timezone": "Asia/Shanghai", "dst_gap": "skip", "dst_overlap": "once"},
+    ),
+    (
+        {"kind": "cron", "expr": "0 9 * * *"},
+        {"kind": "cron", "expr": "0 9 * * *", "timezone": "UTC", "dst_gap": "skip", "dst_overlap": "once"},
+    ),
+    (
+        {
+            "kind": "cron",
+            "expr": "* * * * * *",
+            "dst_gap": "shift",
+            "dst_overlap": "twice",
+            "max_fires": 3,
+            "start_at": "2026-12-01T00:00:00Z",
+            "end_at": "2026-12-02T00:00:00+01:00",
+        },
+        {
+            "kind": "cron",
+            "expr": "* * * * * *",
+            "timezone": "UTC",
+            "dst_gap": "shift",
+            "dst_overlap": "twice",
+            "max_fires": 3,
+            "start_at_ms": 1_796_083_200_000,
+            "end_at_ms": 1_796_166_000_000,
+        },
+    ),
+    (
+        {"kind": "cron", "expr": "@daily", "timezone": "Europe/Berlin", "dst_gap": None},
+        {"kind": "cron", "expr": "@daily", "timezone": "Europe/Berlin", "dst_gap": "skip", "dst_overlap": "once"},
+    ),
+    (
+        {"kind": "interval", "every_ms": 30_000, "start_at": "2026-11-21T00:00:00Z"},
+        {"kind": "interval", "every_ms": 30_000, "start_at_ms": NOW - 9 * 3_600_000},
+    ),
     # without a start the grid is anchored at registration and fires first one period later
-    ({"kind": "interval", "every_ms": 30_000},
-     {"kind": "interval", "every_ms": 30_000, "start_at_ms": NOW + 30_000}),
-    ({"kind": "interval", "every_ms": 1000, "start_at_ms": NOW, "end_at_ms": NOW + 5000, "max_fires": 2},
-     {"kind": "interval", "every_ms": 1000, "start_at_ms": NOW, "end_at_ms": NOW + 5000, "max_fires": 2}),
+    ({"kind": "interval", "every_ms": 30_000}, {"kind": "interval", "every_ms": 30_000, "start_at_ms": NOW + 30_000}),
+    (
+        {"kind": "interval", "every_ms": 1000, "start_at_ms": NOW, "end_at_ms": NOW + 5000, "max_fires": 2},
+        {"kind": "interval", "every_ms": 1000, "start_at_ms": NOW, "end_at_ms": NOW + 5000, "max_fires": 2},
+    ),
 ]
 
 
@@ -152,17 +175,14 @@ REJECTED = [
     ({**INTERVAL, "start_at": "2026-11-21T00:00:00"}, "schedule.start_at", "invalid_instant"),
     ({**INTERVAL, "start_at": "tomorrow"}, "schedule.start_at", "invalid_instant"),
     ({**INTERVAL, "start_at": 1_795_251_600_000}, "schedule.start_at", "invalid_type"),
-    ({**INTERVAL, "start_at": "2026-11-21T00:00:00Z", "start_at_ms": NOW},
-     "schedule.start_at_ms", "ambiguous"),
+    ({**INTERVAL, "start_at": "2026-11-21T00:00:00Z", "start_at_ms": NOW}, "schedule.start_at_ms", "ambiguous"),
     ({**INTERVAL, "start_at_ms": "2026-11-21T00:00:00Z"}, "schedule.start_at_ms", "invalid_type"),
     ({**INTERVAL, "start_at_ms": FAR}, "schedule.start_at_ms", "too_far"),
-    ({**CRON, "start_at": "2026-12-02T00:00:00Z", "end_at": "2026-12-01T00:00:00Z"},
-     "schedule.end_at", "out_of_range"),
+    ({**CRON, "start_at": "2026-12-02T00:00:00Z", "end_at": "2026-12-01T00:00:00Z"}, "schedule.end_at", "out_of_range"),
     ({**INTERVAL, "start_at_ms": NOW, "end_at_ms": NOW - 1}, "schedule.end_at_ms", "out_of_range"),
     ({**CRON, "end_at": "2026-11-01T00:00:00Z"}, "schedule.end_at", "never_fires"),
     ({**INTERVAL, "end_at_ms": NOW}, "schedule.end_at", "never_fires"),
-    ({**CRON, "start_at": "2026-11-21T10:00:00Z", "end_at": "2026-11-21T11:00:00Z"},
-     "schedule.end_at", "never_fires"),
+    ({**CRON, "start_at": "2026-11-21T10:00:00Z", "end_at": "2026-11-21T11:00:00Z"}, "schedule.end_at", "never_fires"),
     ({**CRON, "max_fires": 0}, "schedule.max_fires", "out_of_range"),
     ({**INTERVAL, "max_fires": -1}, "schedule.max_fires", "out_of_range"),
     ({**INTERVAL, "max_fires": "3"}, "schedule.max_fires", "invalid_type"),
@@ -226,8 +246,17 @@ JSON = st.recursive(
 )
 CRON_TEXT = st.text(alphabet="0123456789*/,-LW#? MONTUEFRIJANDEC@daily", max_size=30)
 ISO_TEXT = st.sampled_from(
-    ["2026-11-21T00:00:00Z", "2026-11-21T00:00:00", "0001-01-01T00:00:00+00:00", "9999-12-31T23:59:59-12:00",
-     "2026-11-21", "", "Z", "2026-13-01T00:00:00Z"])
+    [
+        "2026-11-21T00:00:00Z",
+        "2026-11-21T00:00:00",
+        "0001-01-01T00:00:00+00:00",
+        "9999-12-31T23:59:59-12:00",
+        "2026-11-21",
+        "",
+        "Z",
+        "2026-13-01T00:00:00Z",
+    ]
+)
 ANY_INT = st.integers() | st.integers(-(10**15), 10**15)
 FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "expr": CRON_TEXT | JSON,
@@ -245,9 +274,10 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "max_fires": ANY_INT | JSON,
     "bogus": JSON,
 }
-SPECS = st.fixed_dictionaries(
-    {"kind": st.sampled_from(["cron", "interval", "at", "delay"]) | JSON}, optional=FIELD_VALUES
-) | JSON
+SPECS = (
+    st.fixed_dictionaries({"kind": st.sampled_from(["cron", "interval", "at", "delay"]) | JSON}, optional=FIELD_VALUES)
+    | JSON
+)
 
 
 @settings(max_examples=400, deadline=None)

@@ -41,8 +41,11 @@ def test_a_store_without_sessions_publishes_nothing() -> None:
 
 
 async def test_every_servers_sessions_are_ended_and_a_failing_server_is_skipped() -> None:
-    sessions = {"db1:3306": ServerSessions(1, [11, 12]), "db2:3306": ServerSessions(1, [7]),
-                "db3:3306": ServerSessions(1, [5])}
+    sessions = {
+        "db1:3306": ServerSessions(1, [11, 12]),
+        "db2:3306": ServerSessions(1, [7]),
+        "db3:3306": ServerSessions(1, [5]),
+    }
     store = SessionsStore({})
     store.down.add("db2:3306")
     recorded = parse_sessions("n1", sessions_value(SessionsStore(sessions)) or b"", revision=1)

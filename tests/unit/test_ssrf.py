@@ -122,46 +122,148 @@ async def allow_list_of(app_id: str) -> AllowList:
 
 REFUSED_LITERALS = [
     # IPv4 loopback, private, shared, link-local, metadata, multicast, reserved, special
-    "127.0.0.1", "127.1.2.3", "127.255.255.254", "10.0.0.1", "10.255.255.255", "172.16.0.1", "172.31.255.255",
-    "192.168.0.1", "192.168.255.255", "169.254.169.254", "169.254.0.1", "169.254.170.2", "100.64.0.1",
-    "100.127.255.255", "100.100.100.200", "0.0.0.0", "0.1.2.3", "224.0.0.1", "239.255.255.250",
-    "240.0.0.1", "255.255.255.255", "192.0.0.1", "192.0.0.192", "192.0.2.1", "198.18.0.1", "198.51.100.7",
+    "127.0.0.1",
+    "127.1.2.3",
+    "127.255.255.254",
+    "10.0.0.1",
+    "10.255.255.255",
+    "172.16.0.1",
+    "172.31.255.255",
+    "192.168.0.1",
+    "192.168.255.255",
+    "169.254.169.254",
+    "169.254.0.1",
+    "169.254.170.2",
+    "100.64.0.1",
+    "100.127.255.255",
+    "100.100.100.200",
+    "0.0.0.0",
+    "0.1.2.3",
+    "224.0.0.1",
+    "239.255.255.250",
+    "240.0.0.1",
+    "255.255.255.255",
+    "192.0.0.1",
+    "192.0.0.192",
+    "192.0.2.1",
+    "198.18.0.1",
+    "198.51.100.7",
     "203.0.113.9",
     # IPv6 loopback, unspecified, link-local, ULA, site-local, multicast, documentation, discard
-    "[::1]", "[::]", "[0:0:0:0:0:0:0:1]", "[fe80::1]", "[fe80::1%25eth0]", "[fc00::1]", "[fd00::1]",
-    "[fd00:ec2::254]", "[fec0::1]", "[ff02::1]", "[ff05::1:3]", "[2001:db8::1]", "[100::1]",
+    "[::1]",
+    "[::]",
+    "[0:0:0:0:0:0:0:1]",
+    "[fe80::1]",
+    "[fe80::1%25eth0]",
+    "[fc00::1]",
+    "[fd00::1]",
+    "[fd00:ec2::254]",
+    "[fec0::1]",
+    "[ff02::1]",
+    "[ff05::1:3]",
+    "[2001:db8::1]",
+    "[100::1]",
     # IPv6 forms embedding a refused IPv4 address
-    "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[::ffff:10.0.0.1]", "[::ffff:169.254.169.254]",
-    "[::ffff:192.168.1.1]", "[::127.0.0.1]", "[::10.0.0.1]", "[2002:7f00:1::]", "[2002:a00:1::1]",
-    "[2002:a9fe:a9fe::]", "[64:ff9b::7f00:1]", "[64:ff9b::a9fe:a9fe]", "[64:ff9b::10.0.0.1]",
+    "[::ffff:127.0.0.1]",
+    "[::ffff:7f00:1]",
+    "[::ffff:10.0.0.1]",
+    "[::ffff:169.254.169.254]",
+    "[::ffff:192.168.1.1]",
+    "[::127.0.0.1]",
+    "[::10.0.0.1]",
+    "[2002:7f00:1::]",
+    "[2002:a00:1::1]",
+    "[2002:a9fe:a9fe::]",
+    "[64:ff9b::7f00:1]",
+    "[64:ff9b::a9fe:a9fe]",
+    "[64:ff9b::10.0.0.1]",
     "[2001:0:4136:e378:8000:63bf:80ff:fffe]",  # Teredo wrapping 127.0.0.1
 ]
 ODD_ENCODINGS = [
-    "0177.0.0.1", "0x7f.0.0.1", "0x7f.1", "0x7f000001", "2130706433", "017700000001", "127.1", "127.0.1",
-    "127.000.000.001", "0", "0x0", "1", "10.1", "167772161", "3232235521", "0xa9fea9fe", "2852039166",
-    "0251.0376.0251.0376", "0xA9.0xFE.0xA9.0xFE", "0300.0250.0.1", "0x7F.0x0.0x0.0x1", "127.0.0.1.",
+    "0177.0.0.1",
+    "0x7f.0.0.1",
+    "0x7f.1",
+    "0x7f000001",
+    "2130706433",
+    "017700000001",
+    "127.1",
+    "127.0.1",
+    "127.000.000.001",
+    "0",
+    "0x0",
+    "1",
+    "10.1",
+    "167772161",
+    "3232235521",
+    "0xa9fea9fe",
+    "2852039166",
+    "0251.0376.0251.0376",
+    "0xA9.0xFE.0xA9.0xFE",
+    "0300.0250.0.1",
+    "0x7F.0x0.0x0.0x1",
+    "127.0.0.1.",
 ]
 REFUSED_NAMES = [
-    "localhost", "localhost.localdomain", "metadata.google.internal", "instance-data.ec2.internal",
-    "intranet.test", "printer.test", "cgnat.test", "v6private.test", "v6linklocal.test", "v6loopback.test",
-    "mapped.test", "mapped-private.test", "nat64.test", "sixtofour.test", "mixed.test", "mixed-v6.test",
-    "multicast.test", "zero.test", "broadcast.test", "reserved.test", "does-not-exist.test",
+    "localhost",
+    "localhost.localdomain",
+    "metadata.google.internal",
+    "instance-data.ec2.internal",
+    "intranet.test",
+    "printer.test",
+    "cgnat.test",
+    "v6private.test",
+    "v6linklocal.test",
+    "v6loopback.test",
+    "mapped.test",
+    "mapped-private.test",
+    "nat64.test",
+    "sixtofour.test",
+    "mixed.test",
+    "mixed-v6.test",
+    "multicast.test",
+    "zero.test",
+    "broadcast.test",
+    "reserved.test",
+    "does-not-exist.test",
 ]
 REFUSED_SCHEMES = [
-    "ftp://public.test/", "file:///etc/passwd", "gopher://public.test/", "ws://public.test/",
-    "wss://public.test/", "javascript:alert(1)", "data:text/plain,hi", "dict://public.test:11211/",
-    "ldap://public.test/", "//public.test/",
+    "ftp://public.test/",
+    "file:///etc/passwd",
+    "gopher://public.test/",
+    "ws://public.test/",
+    "wss://public.test/",
+    "javascript:alert(1)",
+    "data:text/plain,hi",
+    "dict://public.test:11211/",
+    "ldap://public.test/",
+    "//public.test/",
 ]
 # Spellings another parser folds to a refused address (yarl: NFKC/UTS-46), and URLs the model cannot
 # represent unambiguously: refused as URLs, whatever a resolver would answer for their punycode.
 DIFFERENTIAL = [
-    "http://16\U0001ccf9.254.169.254/", "http://12\U0001ccf7.0.0.1/", "http://１２７.０.０.１/",
-    "http://\U0001d7cf\U0001d7d0\U0001d7d5.0.0.1/", "http://¹²⁷.0.0.1/", "http://127。0。0。1/",
-    "http://\u0661\u0660.0.0.1/", "http://10.0.0.\u0967/", "http://xn--16-fy20a.254.169.254/",
-    "http://[fe80::1%25eth0]/", "http://[::1%251]/", "http://%31%32%37.0.0.1/", "http://:@public.test/",
-    "http://public.test@127.0.0.1/", "http://public.test\\@127.0.0.1/", "http://a..b/", "http://.public.test/",
-    "http://" + "a" * 64 + ".test/", "http://" + ("a" * 60 + ".") * 5 + "test/", "http://\u05d0a.test/",
-    "http://pub\x80lic.test/", "http://\ufffd.test/", "http://127.0.0.1\t/",
+    "http://16\U0001ccf9.254.169.254/",
+    "http://12\U0001ccf7.0.0.1/",
+    "http://１２７.０.０.１/",
+    "http://\U0001d7cf\U0001d7d0\U0001d7d5.0.0.1/",
+    "http://¹²⁷.0.0.1/",
+    "http://127。0。0。1/",
+    "http://\u0661\u0660.0.0.1/",
+    "http://10.0.0.\u0967/",
+    "http://xn--16-fy20a.254.169.254/",
+    "http://[fe80::1%25eth0]/",
+    "http://[::1%251]/",
+    "http://%31%32%37.0.0.1/",
+    "http://:@public.test/",
+    "http://public.test@127.0.0.1/",
+    "http://public.test\\@127.0.0.1/",
+    "http://a..b/",
+    "http://.public.test/",
+    "http://" + "a" * 64 + ".test/",
+    "http://" + ("a" * 60 + ".") * 5 + "test/",
+    "http://\u05d0a.test/",
+    "http://pub\x80lic.test/",
+    "http://\ufffd.test/",
+    "http://127.0.0.1\t/",
 ]
 
 
@@ -237,7 +339,7 @@ async def test_a_refused_target_is_refused_at_registration_naming_the_field(
 
 
 async def test_a_name_that_does_not_resolve_yet_is_accepted_at_registration_and_retried_at_send(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns]
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns],
 ) -> None:
     guard, sender, _ = guarded
     await guard.check_registration(["http://does-not-exist.test/"], AllowList.parse([]))
@@ -246,7 +348,7 @@ async def test_a_name_that_does_not_resolve_yet_is_accepted_at_registration_and_
 
 
 async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns]
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns],
 ) -> None:
     _, sender, dns = guarded
     async with Receiver() as receiver:  # listening on 127.0.0.1: where a rebinding would land
@@ -266,7 +368,7 @@ async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback
 
 
 async def test_the_policy_routes_to_the_judged_answers_and_the_client_never_resolves(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns]
+    guarded: tuple[TargetGuard, CallbackSender, FakeDns],
 ) -> None:
     guard, sender, _ = guarded
     refusal = await guard.policy(request_for("http://intranet.test/"))
@@ -281,8 +383,16 @@ async def test_the_policy_routes_to_the_judged_answers_and_the_client_never_reso
     assert [c[:2] for c in connects] == [(PUBLIC_V4, 8443)] and LOOKUPS == [] and result.status is None
 
 
-@pytest.mark.parametrize("url", ["http://10.0.0.5/hook", "http://db.corp.test/hook", "http://[fd00::7]/hook",
-                                 "http://intranet.test/hook", "http://[::ffff:10.1.1.1]/hook"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.5/hook",
+        "http://db.corp.test/hook",
+        "http://[fd00::7]/hook",
+        "http://intranet.test/hook",
+        "http://[::ffff:10.1.1.1]/hook",
+    ],
+)
 async def test_the_apps_allow_list_admits_what_it_names(
     guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
 ) -> None:
@@ -293,8 +403,15 @@ async def test_the_apps_allow_list_admits_what_it_names(
     assert result.outcome is Outcome.RETRYABLE
 
 
-@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://metadata.google.internal/",
-                                 "http://127.0.0.1/", "http://192.168.1.1/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://metadata.google.internal/",
+        "http://127.0.0.1/",
+        "http://192.168.1.1/",
+    ],
+)
 async def test_the_allow_list_never_admits_metadata_or_what_it_does_not_name(
     guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
 ) -> None:
@@ -396,8 +513,23 @@ def test_allow_list_names_are_parsed_like_url_hosts() -> None:
     assert allow.admits_address(ipaddress.ip_address("fd00::7"))
 
 
-@pytest.mark.parametrize("entry", ["127.1", "0x7f.0.0.1", "a..b", "*.", "*", "host:80", "user@host", "１２７.0.0.1",
-                                   "a" * 64, "exa mple", "\ufffd.example", ""])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "127.1",
+        "0x7f.0.0.1",
+        "a..b",
+        "*.",
+        "*",
+        "host:80",
+        "user@host",
+        "１２７.0.0.1",
+        "a" * 64,
+        "exa mple",
+        "\ufffd.example",
+        "",
+    ],
+)
 def test_allow_list_entries_the_host_function_refuses_are_refused(entry: str) -> None:
     with pytest.raises(InvalidInput) as refused:
         AllowList.parse(["ok.example", entry])

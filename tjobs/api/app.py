@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from tjobs.node import Node
 
 
-def _error(status: int, code: str, message: str, field: str | None = None,
-           headers: dict[str, str] | None = None) -> ORJSONResponse:
+def _error(
+    status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> ORJSONResponse:
     error: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
@@ -46,19 +47,21 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 40
 
 def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api = FastAPI(
-        title="tjobs", version=__version__, default_response_class=ORJSONResponse,
+        title="tjobs",
+        version=__version__,
+        default_response_class=ORJSONResponse,
         description="Register timers; tjobs calls your service back, signed, when they are due.",
     )
     api.state.node = node
     api.state.app_service = AppService(node.store, node.apps, node.settings, node.clock)
     api.state.rate_limits = ApiRateLimits(
         node.settings.rate_limits,
-        on_refused=lambda app_id, bucket: node.metrics.api_rate_limited.labels(app_id, bucket).inc())
+        on_refused=lambda app_id, bucket: node.metrics.api_rate_limited.labels(app_id, bucket).inc(),
+    )
 
     @api.exception_handler(TjobsError)
     async def _tjobs_error(request: Request, error: TjobsError) -> ORJSONResponse:
-        return _error(error.status_code, error.code, error.message, getattr(error, "field", None),
-                      error_headers(error))
+        return _error(error.status_code, error.code, error.message, getattr(error, "field", None), error_headers(error))
 
     @api.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, error: RequestValidationError) -> ORJSONResponse:
@@ -88,8 +91,12 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     async def healthz() -> Any:
         return {"status": "ok", "node": node.node_id}
 
-    @api.get("/readyz", tags=["operations"], summary="Ready: the database answers and this node owns jobs",
-             responses={**ok(200, schemas.Ready), 503: {"model": schemas.Error, "description": "not ready"}})
+    @api.get(
+        "/readyz",
+        tags=["operations"],
+        summary="Ready: the database answers and this node owns jobs",
+        responses={**ok(200, schemas.Ready), 503: {"model": schemas.Error, "description": "not ready"}},
+    )
     async def readyz() -> Any:
         # Ready while at least one database server answers: the shards of an unreachable one pause
         # (named under cluster.database_servers) and the others keep firing and serving.
@@ -115,8 +122,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is None:
-            document = get_openapi(title=api.title, version=api.version, description=api.description,
-                                   routes=api.routes)
+            document = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
             components = document.setdefault("components", {}).setdefault("schemas", {})
             for model in DOCUMENTED_BODIES:
                 schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -128,8 +134,11 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
-    api.add_middleware(BodyLimitMiddleware, max_body_bytes=node.settings.api.max_body_bytes,
-                       max_batch_body_bytes=node.settings.api.max_batch_body_bytes)
+    api.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=node.settings.api.max_body_bytes,
+        max_batch_body_bytes=node.settings.api.max_batch_body_bytes,
+    )
     api.add_middleware(MetricsMiddleware, metrics=node.metrics)
     _admit_first(api, api.state.rate_limits, node)
     return api
@@ -151,13 +160,16 @@ def _allowed_methods(request: Request) -> str:
     over a template: ``/v1/tasks/batch`` is not ``/v1/tasks/{task_id}``), else of every route matching it."""
     path = request.url.path
     documented = request.app.openapi().get("paths", {})
-    templates = sorted((t.count("{"), t) for t in documented
-                       if re.fullmatch(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(t)), path))
+    templates = sorted(
+        (t.count("{"), t) for t in documented if re.fullmatch(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(t)), path)
+    )
     if templates:
         return ", ".join(sorted(method.upper() for method in documented[templates[0][1]]))
-    methods = {method for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
-               if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
-                      for route in request.app.routes)}
+    methods = {
+        method
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+        if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in request.app.routes)
+    }
     return ", ".join(sorted(methods))
 
 

@@ -66,17 +66,26 @@ class BodyLimitMiddleware:
 
 async def _refuse(send: Send, error: BodyTooLarge) -> None:
     body = orjson.dumps({"error": {"code": error.code, "message": error.message, "field": error.field}})
-    await send({"type": "http.response.start", "status": error.status_code,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status_code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 def require_json_content_type(content_type: str | None) -> None:
     """415 unless ``content_type`` is ``application/json`` or a ``+json`` type (parameters allowed)."""
     media_type = (content_type or "").partition(";")[0].strip().lower()
-    if media_type != "application/json" and not (media_type.startswith("application/") and
-                                                   media_type.endswith("+json")):
+    if media_type != "application/json" and not (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    ):
         raise UnsupportedMediaType(media_type)
 
 
@@ -86,8 +95,9 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         if "depth" in str(error).lower():
-            raise InvalidInput("body", f"nests deeper than {max_depth} objects/arrays (limits.max_json_depth)",
-                               "too_deep") from None
+            raise InvalidInput(
+                "body", f"nests deeper than {max_depth} objects/arrays (limits.max_json_depth)", "too_deep"
+            ) from None
         raise InvalidInput("body", f"not valid JSON ({error.msg})", "bad_json") from None
     if raw.count(b"[") + raw.count(b"{") > max_depth:  # depth never exceeds the number of openings
         _check_depth(value, max_depth)
@@ -101,8 +111,9 @@ def _check_depth(value: Any, max_depth: int) -> None:
     while stack:
         node, depth, path = stack.pop()
         if depth > max_depth:
-            raise InvalidInput(field_of(path), f"nests deeper than {max_depth} objects/arrays "
-                               "(limits.max_json_depth)", "too_deep")
+            raise InvalidInput(
+                field_of(path), f"nests deeper than {max_depth} objects/arrays (limits.max_json_depth)", "too_deep"
+            )
         if isinstance(node, dict):
             stack.extend((v, depth + 1, (*path, k)) for k, v in node.items() if isinstance(v, dict | list))
         elif isinstance(node, list):

@@ -39,6 +39,7 @@ from tjobs.model import MAX_ID, App
 if TYPE_CHECKING:
     from tjobs.node import Node
 
+
 class ORJSONResponse(JSONResponse):
     media_type = "application/json"
 

@@ -80,16 +80,20 @@ class MetricsMiddleware:
         template = str(getattr(route, "path", "unmatched"))
         method = str(scope.get("method", ""))
         if status >= 500:
-            logger.warning("%s %s answered %d", method, template, status, exc_info=failure,
-                           extra={"action": "api_request_failed", "request_id": rid, "status": status})
+            logger.warning(
+                "%s %s answered %d",
+                method,
+                template,
+                status,
+                exc_info=failure,
+                extra={"action": "api_request_failed", "request_id": rid, "status": status},
+            )
         if not self._enabled:
             return
         key = (template, method, status // 100)
         counter = self._counters.get(key)
         if counter is None:
-            counter = self._counters[key] = self.metrics.api_requests.labels(
-                template, method, status_class(status)
-            )
+            counter = self._counters[key] = self.metrics.api_requests.labels(template, method, status_class(status))
         counter.inc()
         histogram = self._durations.get(template)
         if histogram is None:
@@ -101,8 +105,9 @@ _ERROR_HEADERS = [(b"content-type", b"application/json")]
 
 
 def _error_body(rid: str) -> bytes:
-    return orjson.dumps({"error": {"code": "internal_error",
-                                   "message": f"internal error; quote request id {rid} when reporting it"}})
+    return orjson.dumps(
+        {"error": {"code": "internal_error", "message": f"internal error; quote request id {rid} when reporting it"}}
+    )
 
 
 def _incoming_request_id(scope: Scope) -> str | None:

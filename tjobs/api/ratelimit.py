@@ -58,8 +58,9 @@ def retry_after_s(wait_s: float) -> int:
 class _AppBuckets:
     __slots__ = ("creates", "expensive_reads", "requests")
 
-    def __init__(self, requests_per_s: float, expensive_reads_per_s: float, creates_per_s: float,
-                 burst_s: float) -> None:
+    def __init__(
+        self, requests_per_s: float, expensive_reads_per_s: float, creates_per_s: float, burst_s: float
+    ) -> None:
         self.requests = TokenBucket(requests_per_s, burst_s)
         self.expensive_reads = TokenBucket(expensive_reads_per_s, burst_s)
         self.creates = TokenBucket(creates_per_s, burst_s)
@@ -68,8 +69,12 @@ class _AppBuckets:
 class ApiRateLimits:
     """One node's API admission state (see the module doc)."""
 
-    def __init__(self, settings: RateLimitSettings, monotonic: Callable[[], float] = time.monotonic,
-                 on_refused: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: RateLimitSettings,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_refused: Callable[[str, str], None] | None = None,
+    ) -> None:
         """``on_refused(app_id, bucket)`` sees every refusal (app ``""`` for the unauthenticated budget;
         bucket ``requests``, ``expensive_reads``, ``creates`` or ``unauthenticated``)."""
         self._settings = settings
@@ -96,16 +101,21 @@ class ApiRateLimits:
             wait_s = buckets.expensive_reads.take(now_s)
             if wait_s > 0.0:
                 self._refused(app.id, "expensive_reads")
-                raise RateLimited(f"app {app.id} is over its rate of "
-                                  f"{buckets.expensive_reads.rate_per_s:g} expensive reads per second "
-                                  f"(GET /v1/stats, /v1/tasks, /v1/dead-letters)", retry_after_s(wait_s))
+                raise RateLimited(
+                    f"app {app.id} is over its rate of "
+                    f"{buckets.expensive_reads.rate_per_s:g} expensive reads per second "
+                    f"(GET /v1/stats, /v1/tasks, /v1/dead-letters)",
+                    retry_after_s(wait_s),
+                )
         wait_s = buckets.requests.take(now_s)
         if wait_s > 0.0:
             if expensive:
                 buckets.expensive_reads.give_back()
             self._refused(app.id, "requests")
-            raise RateLimited(f"app {app.id} is over its rate of {buckets.requests.rate_per_s:g} requests "
-                              "per second", retry_after_s(wait_s))
+            raise RateLimited(
+                f"app {app.id} is over its rate of {buckets.requests.rate_per_s:g} requests per second",
+                retry_after_s(wait_s),
+            )
 
     def admit_creates(self, app: App, count: int) -> None:
         """Take ``count`` create tokens (a batch counts each task) or refuse them all."""
@@ -115,8 +125,10 @@ class ApiRateLimits:
         wait_s = bucket.take(self._monotonic(), float(count))
         if wait_s > 0.0:
             self._refused(app.id, "creates")
-            raise RateLimited(f"app {app.id} is over its rate of {bucket.rate_per_s:g} task registrations "
-                              "per second", retry_after_s(wait_s))
+            raise RateLimited(
+                f"app {app.id} is over its rate of {bucket.rate_per_s:g} task registrations per second",
+                retry_after_s(wait_s),
+            )
 
     def _refused(self, app_id: str, bucket: str) -> None:
         if self._on_refused is not None:
@@ -129,7 +141,8 @@ class ApiRateLimits:
         buckets = self._apps.get(app.id)
         if buckets is None:
             buckets = self._apps[app.id] = _AppBuckets(
-                requests_per_s, settings.app_expensive_reads_per_s, creates_per_s, settings.burst_s)
+                requests_per_s, settings.app_expensive_reads_per_s, creates_per_s, settings.burst_s
+            )
             return buckets
         if buckets.requests.rate_per_s != requests_per_s:  # the app's settings changed
             buckets.requests.set_rate(requests_per_s, settings.burst_s)
@@ -215,7 +228,15 @@ def _bearer_key(scope: Scope) -> str | None:
 
 async def _refuse(send: Send, refused: RateLimited) -> None:
     body = orjson.dumps({"error": {"code": refused.code, "message": refused.message}})
-    await send({"type": "http.response.start", "status": 429, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(refused.retry_after_s).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", str(refused.retry_after_s).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

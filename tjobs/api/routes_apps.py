@@ -22,14 +22,18 @@ router = APIRouter(prefix="/v1", tags=["apps"])
 admin = APIRouter(prefix="/v1", tags=["apps"], dependencies=[Depends(require_admin)])
 
 
-
 def app_service(request: Request) -> AppService:
     service: AppService = request.app.state.app_service
     return service
 
 
-@admin.post("/apps", status_code=201, summary="Create an app (admin); answers its API key once",
-            responses={**ok(201, schemas.AppOut), **errors(401, 422)}, openapi_extra=body_doc(schemas.AppCreate))
+@admin.post(
+    "/apps",
+    status_code=201,
+    summary="Create an app (admin); answers its API key once",
+    responses={**ok(201, schemas.AppOut), **errors(401, 422)},
+    openapi_extra=body_doc(schemas.AppCreate),
+)
 async def create_app(request: Request) -> Any:
     app, api_key = await app_service(request).create(await json_body(request))
     return json_response(app_json(app, api_key), 201)
@@ -40,15 +44,23 @@ async def show_app(app_id: str, request: Request) -> Any:
     return json_response(app_json(await app_service(request).get(app_id), with_secrets=True))
 
 
-@admin.patch("/apps/{app_id}", summary="Change an app's limits, callback defaults or allowed hosts (admin)",
-             responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)}, openapi_extra=body_doc(schemas.AppUpdate))
+@admin.patch(
+    "/apps/{app_id}",
+    summary="Change an app's limits, callback defaults or allowed hosts (admin)",
+    responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)},
+    openapi_extra=body_doc(schemas.AppUpdate),
+)
 async def update_app(app_id: str, request: Request, node: NodeDep) -> Any:
     app = await app_service(request).update(app_id, await json_body(request))
     return json_response(app_json(app, with_secrets=True))
 
 
-@admin.post("/apps/{app_id}/rotate", summary="Rotate the API key and/or signing secret (admin)",
-            responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)}, openapi_extra=body_doc(schemas.Rotate))
+@admin.post(
+    "/apps/{app_id}/rotate",
+    summary="Rotate the API key and/or signing secret (admin)",
+    responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)},
+    openapi_extra=body_doc(schemas.Rotate),
+)
 async def rotate_app(app_id: str, request: Request) -> Any:
     raw = await request.body()
     body = json_object(await json_body(request)) if raw.strip() else {}
@@ -65,19 +77,26 @@ async def rotate_app(app_id: str, request: Request) -> Any:
     if not isinstance(grace_s, int) or isinstance(grace_s, bool):
         raise InvalidInput("grace_s", "must be an integer number of seconds")
     app, api_key = await app_service(request).rotate(
-        app_id, api_key=flags["api_key"], secret=flags["secret"], grace_s=grace_s)
+        app_id, api_key=flags["api_key"], secret=flags["secret"], grace_s=grace_s
+    )
     return json_response(app_json(app, api_key, with_secrets=True))
 
 
-@admin.get("/apps/{app_id}/stats", summary="An app's stats (admin)",
-           responses={**ok(200, schemas.AppStats), **errors(401, 404)})
+@admin.get(
+    "/apps/{app_id}/stats",
+    summary="An app's stats (admin)",
+    responses={**ok(200, schemas.AppStats), **errors(401, 404)},
+)
 async def app_stats_admin(app_id: str, request: Request, node: NodeDep) -> Any:
     stats = await stats_of(node, await app_service(request).get(app_id))
     return json_response(stats)
 
 
-@router.get("/app", summary="The calling app (its settings and signing secrets)",
-            responses={**ok(200, schemas.AppOut), **errors(401)})
+@router.get(
+    "/app",
+    summary="The calling app (its settings and signing secrets)",
+    responses={**ok(200, schemas.AppOut), **errors(401)},
+)
 async def me(app: AppDep) -> Any:
     return json_response(app_json(app, with_secrets=True))
 
@@ -95,8 +114,11 @@ async def stats_of(node: Node, app: App) -> dict[str, Any]:
     counts = node.tasks.counts.of(app.id)
     series = node.metrics.per_app.get(app.id)  # this app's own numbers: no walk over every app's series
     fires = series.fires if series is not None else 0
-    failures = 0 if series is None else sum(
-        attempts for (outcome, _status), attempts in series.attempts.items() if outcome != "delivered")
+    failures = (
+        0
+        if series is None
+        else sum(attempts for (outcome, _status), attempts in series.attempts.items() if outcome != "delivered")
+    )
     return {
         "app_id": app.id,
         "active_tasks": counts.active,

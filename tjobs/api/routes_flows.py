@@ -15,14 +15,20 @@ from tjobs.tasks import Redriven
 router = APIRouter(prefix="/v1", tags=["flows"])
 
 
-@router.get("/flows/{flow_id}", summary="Get one flow (id: '<task id>-<scheduled_at_ms>')",
-            responses={**ok(200, schemas.Flow), **errors(401, 404)})
+@router.get(
+    "/flows/{flow_id}",
+    summary="Get one flow (id: '<task id>-<scheduled_at_ms>')",
+    responses={**ok(200, schemas.Flow), **errors(401, 404)},
+)
 async def get_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
     return json_response(flow_json(await node.tasks.get_flow(app, flow_id)))
 
 
-@router.post("/flows/{flow_id}/redrive", summary="Re-drive one dead flow (attempts kept)",
-             responses={**ok(200, schemas.Flow), **errors(401, 404, 409)})
+@router.post(
+    "/flows/{flow_id}/redrive",
+    summary="Re-drive one dead flow (attempts kept)",
+    responses={**ok(200, schemas.Flow), **errors(401, 404, 409)},
+)
 async def redrive_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
     [(_, flow, error)] = await node.tasks.redrive(app, [flow_id])
     if error is not None:
@@ -31,8 +37,11 @@ async def redrive_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
     return json_response(flow_json(flow))
 
 
-@router.get("/dead-letters", summary="The app's dead flows (cursor pagination across every shard)",
-            responses={**ok(200, schemas.FlowPage), **errors(401, 422)})
+@router.get(
+    "/dead-letters",
+    summary="The app's dead flows (cursor pagination across every shard)",
+    responses={**ok(200, schemas.FlowPage), **errors(401, 422)},
+)
 async def dead_letters(
     app: AppDep,
     node: NodeDep,
@@ -43,9 +52,12 @@ async def dead_letters(
     return json_response({"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor})
 
 
-@router.post("/dead-letters/redrive", summary="Re-drive many dead flows; one result per id",
-             responses={**ok(200, schemas.RedriveResult), **errors(401, 422)},
-             openapi_extra=body_doc(schemas.Redrive))
+@router.post(
+    "/dead-letters/redrive",
+    summary="Re-drive many dead flows; one result per id",
+    responses={**ok(200, schemas.RedriveResult), **errors(401, 422)},
+    openapi_extra=body_doc(schemas.Redrive),
+)
 async def redrive_many(request: Request, app: AppDep, node: NodeDep) -> Any:
     body = json_object(await json_body(request))
     unknown = set(body) - {"flow_ids"}

@@ -33,8 +33,12 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return ORJSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
-@router.get("/v1/cluster", summary="This node's view of the cluster (admin key or metrics scrape token)",
-            dependencies=[Depends(require_operator)], responses=errors(401))
+@router.get(
+    "/v1/cluster",
+    summary="This node's view of the cluster (admin key or metrics scrape token)",
+    dependencies=[Depends(require_operator)],
+    responses=errors(401),
+)
 async def cluster(request: Request) -> Any:
     node = node_of(request)
     stats = node.runner.stats
@@ -50,13 +54,18 @@ async def cluster(request: Request) -> Any:
 
 
 @router.get(
-    "/metrics", summary="Prometheus text format (bearer metrics.scrape_token when it is set)",
+    "/metrics",
+    summary="Prometheus text format (bearer metrics.scrape_token when it is set)",
     response_class=Response,
-    responses={200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
-               401: {"model": schemas.Error, "description": "metrics.scrape_token is set and was not sent"},
-               404: {"model": schemas.Error,
-                     "description": "metrics.enabled is false, or metrics.listen serves them elsewhere"},
-               429: {"model": schemas.Error, "description": "too many requests without a valid key (Retry-After)"}},
+    responses={
+        200: {"description": "Prometheus text format", "content": {"text/plain": {}}},
+        401: {"model": schemas.Error, "description": "metrics.scrape_token is set and was not sent"},
+        404: {
+            "model": schemas.Error,
+            "description": "metrics.enabled is false, or metrics.listen serves them elsewhere",
+        },
+        429: {"model": schemas.Error, "description": "too many requests without a valid key (Retry-After)"},
+    },
 )
 async def metrics(request: Request) -> Response:
     node = node_of(request)
@@ -86,4 +95,3 @@ def create_metrics_api(node: Node, rate_limits: ApiRateLimits) -> FastAPI:
 
     api.add_api_route("/metrics", metrics, methods=["GET"], response_class=Response)
     return api
-

@@ -30,16 +30,26 @@ async def my_slo(app: AppDep, node: NodeDep) -> Any:
     finished = delivered + dead
     reach = delivered / finished if finished else None
     lateness = {
-        name: {"fires": window.get("count", 0), "p99_s": window.get("p99_s"),
-               "met": window.get("p99_s") is None or window["p99_s"] <= P99_OBJECTIVE_S}
+        name: {
+            "fires": window.get("count", 0),
+            "p99_s": window.get("p99_s"),
+            "met": window.get("p99_s") is None or window["p99_s"] <= P99_OBJECTIVE_S,
+        }
         for name, window in windows.items()
     }
-    return json_response({
-        "app_id": app.id,
-        "scope": "node",
-        "node_id": node.node_id,
-        "objectives": {"p99_lateness_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
-        "fire_lateness": lateness,
-        "reach": {"delivered": delivered, "dead": dead, "ratio": reach,
-                  "met": reach is None or reach >= REACH_OBJECTIVE, "since": "node start"},
-    })
+    return json_response(
+        {
+            "app_id": app.id,
+            "scope": "node",
+            "node_id": node.node_id,
+            "objectives": {"p99_lateness_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
+            "fire_lateness": lateness,
+            "reach": {
+                "delivered": delivered,
+                "dead": dead,
+                "ratio": reach,
+                "met": reach is None or reach >= REACH_OBJECTIVE,
+                "since": "node start",
+            },
+        }
+    )

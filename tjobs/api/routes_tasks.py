@@ -32,9 +32,14 @@ _BATCH_KEYS = frozenset({"tasks"})
 
 
 @router.post(
-    "/tasks", status_code=201, summary="Create a task (idempotent per app on key)",
-    responses={**ok(201, schemas.Task, "created"), **ok(200, schemas.Task, "an existing task with this key"),
-               **errors(401, 422, 429)},
+    "/tasks",
+    status_code=201,
+    summary="Create a task (idempotent per app on key)",
+    responses={
+        **ok(201, schemas.Task, "created"),
+        **ok(200, schemas.Task, "an existing task with this key"),
+        **errors(401, 422, 429),
+    },
     openapi_extra={**BEARER, **body_doc(schemas.TaskCreate)},
 )
 async def create_task(request: Request) -> Any:
@@ -49,7 +54,9 @@ async def create_task(request: Request) -> Any:
 
 
 @router.post(
-    "/tasks/batch", status_code=200, summary="Create up to 1,000 tasks; one result per item",
+    "/tasks/batch",
+    status_code=200,
+    summary="Create up to 1,000 tasks; one result per item",
     responses={**ok(200, schemas.BatchResult), **errors(401, 422, 429)},
     openapi_extra={**BEARER, **body_doc(schemas.BatchCreate)},
 )
@@ -79,15 +86,22 @@ async def create_tasks(request: Request) -> Any:
         else:
             assert result.task is not None
             counts["created" if result.created else "existing"] += 1
-            items.append({"index": index, "status": 201 if result.created else 200, "id": str(result.task.id),
-                          "task": task_json(result.task)})
+            items.append(
+                {
+                    "index": index,
+                    "status": 201 if result.created else 200,
+                    "id": str(result.task.id),
+                    "task": task_json(result.task),
+                }
+            )
     if counts["created"]:
         node.metrics.registrations.labels(app.id).inc(counts["created"])
     return json_response({**counts, "items": items})
 
 
 @router.get(
-    "/tasks", summary="List the app's tasks (cursor pagination across every shard)",
+    "/tasks",
+    summary="List the app's tasks (cursor pagination across every shard)",
     responses={**ok(200, schemas.TaskPage), **errors(401, 422)},
 )
 async def list_tasks(
@@ -100,21 +114,30 @@ async def list_tasks(
     name_prefix: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> Any:
     page = await node.tasks.list_tasks(
-        app, limit=limit, cursor=cursor, status=None if status is None else TaskStatus(status),
-        kind=kind, name_prefix=name_prefix,
+        app,
+        limit=limit,
+        cursor=cursor,
+        status=None if status is None else TaskStatus(status),
+        kind=kind,
+        name_prefix=name_prefix,
     )
     return json_response({"items": [task_json(t) for t in page.items], "next_cursor": page.next_cursor})
 
 
-@router.get("/tasks/{task_id}", summary="Get a task", responses={**ok(200, schemas.Task), **errors(401, 404)},
-            openapi_extra=BEARER)
+@router.get(
+    "/tasks/{task_id}",
+    summary="Get a task",
+    responses={**ok(200, schemas.Task), **errors(401, 404)},
+    openapi_extra=BEARER,
+)
 async def get_task(task_id: str, request: Request) -> Any:
     app = await request_app(request)
     return json_response(task_json(await node_of(request).tasks.get(app, task_id_of(task_id))))
 
 
 @router.patch(
-    "/tasks/{task_id}", summary="Update a task (optimistic: pass version to get 409 on a lost race)",
+    "/tasks/{task_id}",
+    summary="Update a task (optimistic: pass version to get 409 on a lost race)",
     responses={**ok(200, schemas.Task), **errors(401, 404, 409, 422)},
     openapi_extra=body_doc(schemas.TaskUpdate),
 )
@@ -124,35 +147,48 @@ async def update_task(task_id: str, request: Request, app: AppDep, node: NodeDep
     return json_response(task_json(await node.tasks.update(app, tid, body)))
 
 
-@router.post("/tasks/{task_id}/pause", summary="Pause a task",
-             responses={**ok(200, schemas.Task), **errors(401, 404, 409)})
+@router.post(
+    "/tasks/{task_id}/pause", summary="Pause a task", responses={**ok(200, schemas.Task), **errors(401, 404, 409)}
+)
 async def pause_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
     return json_response(task_json(await node.tasks.pause(app, task_id_of(task_id))))
 
 
-@router.post("/tasks/{task_id}/resume", summary="Resume a task (its misfire policy covers what was missed)",
-             responses={**ok(200, schemas.Task), **errors(401, 404, 409)})
+@router.post(
+    "/tasks/{task_id}/resume",
+    summary="Resume a task (its misfire policy covers what was missed)",
+    responses={**ok(200, schemas.Task), **errors(401, 404, 409)},
+)
 async def resume_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
     return json_response(task_json(await node.tasks.resume(app, task_id_of(task_id))))
 
 
-@router.post("/tasks/{task_id}/trigger", status_code=201,
-             summary="Fire now (a manual flow; no body, or {} — a payload override is refused with 422)",
-             responses={**ok(201, schemas.Flow), **errors(401, 404, 409, 422)})
+@router.post(
+    "/tasks/{task_id}/trigger",
+    status_code=201,
+    summary="Fire now (a manual flow; no body, or {} — a payload override is refused with 422)",
+    responses={**ok(201, schemas.Flow), **errors(401, 404, 409, 422)},
+)
 async def trigger_task(task_id: str, request: Request, app: AppDep, node: NodeDep) -> Any:
     body = await json_body(request) if await request.body() else None  # the body is optional
     return json_response(flow_json(await node.tasks.trigger(app, task_id_of(task_id), body)), 201)
 
 
-@router.delete("/tasks/{task_id}", status_code=204, summary="Delete a task (its flows stay as history)",
-               responses={**ok(204, None, "deleted"), **errors(401, 404)})
+@router.delete(
+    "/tasks/{task_id}",
+    status_code=204,
+    summary="Delete a task (its flows stay as history)",
+    responses={**ok(204, None, "deleted"), **errors(401, 404)},
+)
 async def delete_task(task_id: str, app: AppDep, node: NodeDep) -> Response:
     await node.tasks.delete(app, task_id_of(task_id))
     return Response(status_code=204)
 
 
 @router.get(
-    "/tasks/{task_id}/flows", tags=["flows"], summary="A task's flows, newest first",
+    "/tasks/{task_id}/flows",
+    tags=["flows"],
+    summary="A task's flows, newest first",
     responses={**ok(200, schemas.FlowList), **errors(401, 404, 422)},
 )
 async def list_task_flows(

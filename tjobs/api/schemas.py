@@ -80,9 +80,7 @@ class IntervalSchedule(_Bounds):
     every_ms: int = Field(ge=1)
 
 
-Schedule = Annotated[
-    DelaySchedule | AtSchedule | CronSchedule | IntervalSchedule, Field(discriminator="kind")
-]
+Schedule = Annotated[DelaySchedule | AtSchedule | CronSchedule | IntervalSchedule, Field(discriminator="kind")]
 
 
 # ---- tasks --------------------------------------------------------------------------------------
@@ -92,8 +90,9 @@ class CallbackSpec(_Strict):
     url: str | None = Field(default=None, description="unicast target (http/https), or give urls")
     urls: list[str] | None = Field(default=None, description="multicast targets (1..10)")
     method: Method = "POST"
-    headers: dict[str, HEADER_VALUE] = Field(default_factory=dict, max_length=20,
-                                             description="at most 20 custom headers")
+    headers: dict[str, HEADER_VALUE] = Field(
+        default_factory=dict, max_length=20, description="at most 20 custom headers"
+    )
     body: str | None = Field(default=None, description="raw request body (else the task payload as JSON)")
     timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
     max_attempts: int | None = Field(default=None, ge=1, le=50)
@@ -102,8 +101,9 @@ class CallbackSpec(_Strict):
 
 class TaskCreate(_Strict):
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
-    key: str | None = Field(default=None, min_length=1, max_length=200, pattern=KEY_PATTERN,
-                            description="idempotency key, unique per app")
+    key: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=KEY_PATTERN, description="idempotency key, unique per app"
+    )
     schedule: Schedule
     callback: CallbackSpec
     payload: JsonValue = None
@@ -118,15 +118,24 @@ class TaskUpdate(_Strict):
     payload: JsonValue = None
     misfire_policy: MisfirePolicyName | None = None
     delivery: DeliveryName | None = None
-    version: int | None = Field(default=None, description=(
-        "the task's version as last read: 409 version_conflict if another edit (update, pause, resume) "
-        "landed since; fires never move it. Without it the last edit wins"))
+    version: int | None = Field(
+        default=None,
+        description=(
+            "the task's version as last read: 409 version_conflict if another edit (update, pause, resume) "
+            "landed since; fires never move it. Without it the last edit wins"
+        ),
+    )
 
 
 class BatchCreate(_Strict):
-    tasks: list[dict[str, Any]] = Field(min_length=1, max_length=1000, description=(
-        "each item a TaskCreate, validated on its own: an invalid item gets its error in the result, at its "
-        "index, and does not stop the others (an item that is not an object refuses the whole batch)"))
+    tasks: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=1000,
+        description=(
+            "each item a TaskCreate, validated on its own: an invalid item gets its error in the result, at its "
+            "index, and does not stop the others (an item that is not an object refuses the whole batch)"
+        ),
+    )
 
 
 class StoredCallback(BaseModel):
@@ -238,17 +247,26 @@ class AppCreate(_Strict):
     rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
     max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
     allowed_callback_hosts: list[str] | None = Field(
-        default=None, max_length=100,
-        description="host names, *.suffix, addresses or networks admitted despite the SSRF policy")
+        default=None,
+        max_length=100,
+        description="host names, *.suffix, addresses or networks admitted despite the SSRF policy",
+    )
     callback_defaults: CallbackDefaults | None = None
-    max_active_tasks: int | None = Field(default=None, ge=0, le=1_000_000_000_000,
-                                         description="0: the node's default quota")
+    max_active_tasks: int | None = Field(
+        default=None, ge=0, le=1_000_000_000_000, description="0: the node's default quota"
+    )
     api_rate_limit_per_s: float | None = Field(
-        default=None, gt=0, le=1_000_000, description="API requests per second on each node (429 beyond); "
-        "null: rate_limits.app_requests_per_s")
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="API requests per second on each node (429 beyond); null: rate_limits.app_requests_per_s",
+    )
     create_rate_limit_per_s: float | None = Field(
-        default=None, gt=0, le=1_000_000, description="tasks registered per second on each node (429 beyond); "
-        "null: rate_limits.app_creates_per_s")
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="tasks registered per second on each node (429 beyond); null: rate_limits.app_creates_per_s",
+    )
 
 
 class AppUpdate(_Strict):
@@ -265,8 +283,9 @@ class AppUpdate(_Strict):
 class Rotate(_Strict):
     api_key: bool = True
     secret: bool = True
-    grace_s: int = Field(default=86_400, ge=0, le=30 * 86_400,
-                         description="how long the old signing secret keeps signing beside the new")
+    grace_s: int = Field(
+        default=86_400, ge=0, le=30 * 86_400, description="how long the old signing secret keeps signing beside the new"
+    )
 
 
 class AppOut(BaseModel):
@@ -277,8 +296,9 @@ class AppOut(BaseModel):
     created_at: str
     settings: dict[str, Any]
     api_key: str | None = Field(default=None, description="only in create and rotate answers; store it")
-    secrets: list[str] | None = Field(default=None, description="signing secrets, newest first "
-                                      "(create, rotate and show answers)")
+    secrets: list[str] | None = Field(
+        default=None, description="signing secrets, newest first (create, rotate and show answers)"
+    )
 
 
 class Lateness(BaseModel):
@@ -295,14 +315,18 @@ class AppStats(BaseModel):
     completed_tasks: int
     dead_letters: int
     dead_letters_capped: bool = Field(description="always false: every dead letter is counted (kept for clients)")
-    counted_at_ms: int | None = Field(description=(
-        "when the node's background count behind these task and dead-letter numbers started (epoch ms; "
-        "null before its first pass); this node's own changes since then are included"))
+    counted_at_ms: int | None = Field(
+        description=(
+            "when the node's background count behind these task and dead-letter numbers started (epoch ms; "
+            "null before its first pass); this node's own changes since then are included"
+        )
+    )
     fires: int = Field(description="fires committed by this node since it started")
     callback_failures: int = Field(description="failed callback attempts on this node since it started")
     fire_lateness: Lateness = Field(description="this node, since it started (bucketed)")
     fire_lateness_recent: dict[str, Lateness] = Field(
-        description="this node, over the last 1m, 5m and 1h (keys '1m', '5m', '1h')")
+        description="this node, over the last 1m, 5m and 1h (keys '1m', '5m', '1h')"
+    )
 
 
 # ---- operations ---------------------------------------------------------------------------------------

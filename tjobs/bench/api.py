@@ -66,12 +66,19 @@ def _session(concurrency: int) -> ClientSession:
 
 
 def _body(index: int, due_ms: int) -> bytes:
-    return orjson.dumps({"name": f"bench-{index}", "schedule": {"kind": "at", "at_ms": due_ms + index},
-                         "callback": {"url": DISCARD_URL}, "payload": {"i": index}})
+    return orjson.dumps(
+        {
+            "name": f"bench-{index}",
+            "schedule": {"kind": "at", "at_ms": due_ms + index},
+            "callback": {"url": DISCARD_URL},
+            "payload": {"i": index},
+        }
+    )
 
 
-async def _create_batches(session: ClientSession, base_url: str, key: str, tasks: int, batch_size: int,
-                          concurrency: int) -> tuple[list[str], int]:
+async def _create_batches(
+    session: ClientSession, base_url: str, key: str, tasks: int, batch_size: int, concurrency: int
+) -> tuple[list[str], int]:
     due_ms = time.time_ns() // 1_000_000 + DUE_IN_MS
     starts = iter(range(0, tasks, batch_size))
     ids: list[str] = []
@@ -94,8 +101,9 @@ async def _create_batches(session: ClientSession, base_url: str, key: str, tasks
     return ids, failed
 
 
-async def run_batch_bench(base_url: str, admin_key: str, *, tasks: int = 100_000, batch_size: int = 1000,
-                          concurrency: int = 4) -> BatchResult:
+async def run_batch_bench(
+    base_url: str, admin_key: str, *, tasks: int = 100_000, batch_size: int = 1000, concurrency: int = 4
+) -> BatchResult:
     cpu = time.process_time()
     async with _session(concurrency) as session:
         key, _ = await create_bench_app(session, base_url, admin_key, name="bench-batch")
@@ -103,8 +111,15 @@ async def run_batch_bench(base_url: str, admin_key: str, *, tasks: int = 100_000
         started = time.perf_counter()
         ids, failed = await _create_batches(session, base_url, key, tasks, batch_size, concurrency)
         elapsed = time.perf_counter() - started
-    return BatchResult(len(ids), batch_size, concurrency, round(elapsed, 3), round(len(ids) / elapsed, 1), failed,
-                       round(time.process_time() - cpu, 2))
+    return BatchResult(
+        len(ids),
+        batch_size,
+        concurrency,
+        round(elapsed, 3),
+        round(len(ids) / elapsed, 1),
+        failed,
+        round(time.process_time() - cpu, 2),
+    )
 
 
 def _percentile(sorted_ms: list[float], q: float) -> float:
@@ -114,8 +129,15 @@ def _percentile(sorted_ms: list[float], q: float) -> float:
     return round(sorted_ms[index], 2)
 
 
-async def run_get_bench(base_url: str, admin_key: str, *, rate: float = 500.0, duration_s: float = 20.0,
-                        tasks: int = 5000, concurrency: int = 256) -> GetResult:
+async def run_get_bench(
+    base_url: str,
+    admin_key: str,
+    *,
+    rate: float = 500.0,
+    duration_s: float = 20.0,
+    tasks: int = 5000,
+    concurrency: int = 256,
+) -> GetResult:
     async with _session(concurrency) as session:
         key, _ = await create_bench_app(session, base_url, admin_key, name="bench-get")
         ids, _ = await _create_batches(session, base_url, key, tasks, 1000, 2)
@@ -144,8 +166,17 @@ async def run_get_bench(base_url: str, admin_key: str, *, rate: float = 500.0, d
         await asyncio.gather(*(one(i, start + i / rate) for i in range(total)))
         elapsed = time.perf_counter() - started
     ordered = sorted(latencies)
-    return GetResult(rate, total, round(elapsed, 2), round(total / elapsed, 1), errors, _percentile(ordered, 0.5),
-                     _percentile(ordered, 0.9), _percentile(ordered, 0.99), round(ordered[-1], 2))
+    return GetResult(
+        rate,
+        total,
+        round(elapsed, 2),
+        round(total / elapsed, 1),
+        errors,
+        _percentile(ordered, 0.5),
+        _percentile(ordered, 0.9),
+        _percentile(ordered, 0.99),
+        round(ordered[-1], 2),
+    )
 
 
 @contextlib.contextmanager
@@ -188,8 +219,11 @@ def main(argv: list[str] | None = None) -> None:
     with _target(args.url, args.admin_key, args.storage) as (base_url, key):
         result: Any
         if args.mode == "batch":
-            result = asyncio.run(run_batch_bench(base_url, key, tasks=args.tasks, batch_size=args.batch_size,
-                                                 concurrency=args.concurrency))
+            result = asyncio.run(
+                run_batch_bench(
+                    base_url, key, tasks=args.tasks, batch_size=args.batch_size, concurrency=args.concurrency
+                )
+            )
         else:
             result = asyncio.run(run_get_bench(base_url, key, rate=args.rate, duration_s=args.duration_s))
     print(json.dumps({"mode": args.mode, **asdict(result)}))

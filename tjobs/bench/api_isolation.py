@@ -69,8 +69,10 @@ class Phase:
 
 async def _lateness(session: ClientSession, base_url: str, app_id: str) -> tuple[float, float, dict[float, float]]:
     """(count, sum, cumulative buckets) of ``app_id``'s fire lateness histogram on the node."""
-    async with ClientSession(connector=TCPConnector(force_close=True)) as fresh, \
-            fresh.get(f"{base_url}/metrics") as response:  # a fresh connection: no idle keep-alive to lose
+    async with (
+        ClientSession(connector=TCPConnector(force_close=True)) as fresh,
+        fresh.get(f"{base_url}/metrics") as response,
+    ):  # a fresh connection: no idle keep-alive to lose
         text = await response.text()
     count = total = 0.0
     buckets: dict[float, float] = {}
@@ -98,8 +100,9 @@ def _p99_bound(before: dict[float, float], after: dict[float, float], fires: flo
     return float("inf")
 
 
-async def _flood(session: ClientSession, url: str, headers: dict[str, str], rate: float, duration_s: float,
-                 statuses: Counter[str]) -> float:
+async def _flood(
+    session: ClientSession, url: str, headers: dict[str, str], rate: float, duration_s: float, statuses: Counter[str]
+) -> float:
     """Send GET ``url`` open-loop at ``rate`` for ``duration_s``; count answers by status; return the rate sent."""
     loop = asyncio.get_running_loop()
     total = int(rate * duration_s)
@@ -121,12 +124,24 @@ async def _flood(session: ClientSession, url: str, headers: dict[str, str], rate
     return total / (time.perf_counter() - started)
 
 
-async def _flood_in_child(url: str, key: str, rate: float, duration_s: float,
-                          statuses: Counter[str]) -> tuple[float, float]:
+async def _flood_in_child(
+    url: str, key: str, rate: float, duration_s: float, statuses: Counter[str]
+) -> tuple[float, float]:
     """Run the flooder in its own process, so its client's CPU does not delay the victim's client."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tjobs.bench.api_isolation", "--flood-child", url, "--flood-key", key,
-        "--flood-rate", str(rate), "--duration-s", str(duration_s), stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "tjobs.bench.api_isolation",
+        "--flood-child",
+        url,
+        "--flood-key",
+        key,
+        "--flood-rate",
+        str(rate),
+        "--duration-s",
+        str(duration_s),
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await process.communicate()
     result = json.loads(out)
     statuses.update(result["statuses"])
@@ -140,8 +155,17 @@ async def _flood_child(url: str, key: str, rate: float, duration_s: float) -> No
     print(json.dumps({"statuses": statuses, "achieved_per_s": achieved, "cpu_s": time.process_time()}))
 
 
-async def run(base_url: str, admin_key: str, node_pid: int, *, victim_rate: float, flood_rate: float, flood_path: str,
-              duration_s: float, interval_tasks: int) -> list[Phase]:
+async def run(
+    base_url: str,
+    admin_key: str,
+    node_pid: int,
+    *,
+    victim_rate: float,
+    flood_rate: float,
+    flood_path: str,
+    duration_s: float,
+    interval_tasks: int,
+) -> list[Phase]:
     async with _session(512) as session, SinkProcess() as sink:
         victim_key, _ = await create_bench_app(session, base_url, admin_key, name="victim")
         ids, _ = await _create_batches(session, base_url, victim_key, 2000, 1000, 2)
@@ -156,30 +180,51 @@ async def run(base_url: str, admin_key: str, node_pid: int, *, victim_rate: floa
             flood_statuses: Counter[str] = Counter()
             latencies: list[float] = []
             count0, sum0, buckets0 = await _lateness(session, base_url, victim_id)
-            victim_task = asyncio.ensure_future(_victim(session, victim_url, ids, victim_key, victim_rate, duration_s,
-                                                        statuses, latencies))
-            cpu0 = (process_cpu_s(node_pid) or 0.0)
+            victim_task = asyncio.ensure_future(
+                _victim(session, victim_url, ids, victim_key, victim_rate, duration_s, statuses, latencies)
+            )
+            cpu0 = process_cpu_s(node_pid) or 0.0
             achieved = client_cpu_s = 0.0
             if name == "flood":
                 achieved, client_cpu_s = await _flood_in_child(
-                    f"{base_url}{flood_path}", flooder, flood_rate, duration_s, flood_statuses)
+                    f"{base_url}{flood_path}", flooder, flood_rate, duration_s, flood_statuses
+                )
             await victim_task
             node_cpu_s = (process_cpu_s(node_pid) or 0.0) - cpu0
             count1, sum1, buckets1 = await _lateness(session, base_url, victim_id)
             fires = count1 - count0
             ordered = sorted(latencies)
-            phases.append(Phase(
-                name, len(latencies), sum(v for k, v in statuses.items() if k != "200"),
-                _percentile(ordered, 0.5), _percentile(ordered, 0.99), round(ordered[-1], 2) if ordered else 0.0,
-                int(fires), round((sum1 - sum0) / fires * 1000, 2) if fires else float("nan"),
-                _p99_bound(buckets0, buckets1, fires), dict(flood_statuses), round(achieved, 1),
-                round(node_cpu_s, 2), round(client_cpu_s, 2), os.getloadavg()[0],
-            ))
+            phases.append(
+                Phase(
+                    name,
+                    len(latencies),
+                    sum(v for k, v in statuses.items() if k != "200"),
+                    _percentile(ordered, 0.5),
+                    _percentile(ordered, 0.99),
+                    round(ordered[-1], 2) if ordered else 0.0,
+                    int(fires),
+                    round((sum1 - sum0) / fires * 1000, 2) if fires else float("nan"),
+                    _p99_bound(buckets0, buckets1, fires),
+                    dict(flood_statuses),
+                    round(achieved, 1),
+                    round(node_cpu_s, 2),
+                    round(client_cpu_s, 2),
+                    os.getloadavg()[0],
+                )
+            )
         return phases
 
 
-async def _victim(session: ClientSession, url: str, ids: list[str], key: str, rate: float, duration_s: float,
-                  statuses: Counter[str], latencies: list[float]) -> None:
+async def _victim(
+    session: ClientSession,
+    url: str,
+    ids: list[str],
+    key: str,
+    rate: float,
+    duration_s: float,
+    statuses: Counter[str],
+    latencies: list[float],
+) -> None:
     loop = asyncio.get_running_loop()
     headers = _headers(key)
     start = loop.time() + 0.05
@@ -218,10 +263,17 @@ async def _app_id(session: ClientSession, base_url: str, key: str) -> str:
 async def _register_interval_tasks(session: ClientSession, base_url: str, key: str, url: str, count: int) -> None:
     start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 2))
     for first in range(0, count, 1000):
-        tasks = [{"name": f"tick-{i}", "schedule": {"kind": "interval", "every_ms": 1000, "start_at": start},
-                  "callback": {"url": url}} for i in range(first, min(count, first + 1000))]
-        async with session.post(f"{base_url}/v1/tasks/batch", data=orjson.dumps({"tasks": tasks}),
-                                headers=_headers(key)) as response:
+        tasks = [
+            {
+                "name": f"tick-{i}",
+                "schedule": {"kind": "interval", "every_ms": 1000, "start_at": start},
+                "callback": {"url": url},
+            }
+            for i in range(first, min(count, first + 1000))
+        ]
+        async with session.post(
+            f"{base_url}/v1/tasks/batch", data=orjson.dumps({"tasks": tasks}), headers=_headers(key)
+        ) as response:
             result = orjson.loads(await response.read())
             if response.status != 200 or result["failed"]:
                 raise RuntimeError(f"registering interval tasks: {response.status} {str(result)[:300]}")
@@ -262,8 +314,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flood-path", default="/v1/stats")
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--interval-tasks", type=int, default=200)
-    parser.add_argument("--node-cpu", type=int, help="pin the node to this core and the clients (victim, flooder, "
-                        "sink) to the others, so the flooder's client does not take the node's core")
+    parser.add_argument(
+        "--node-cpu",
+        type=int,
+        help="pin the node to this core and the clients (victim, flooder, "
+        "sink) to the others, so the flooder's client does not take the node's core",
+    )
     parser.add_argument("--flood-child", help=argparse.SUPPRESS)  # internal: be the flooder, for this URL
     parser.add_argument("--flood-key", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -273,15 +329,31 @@ def main(argv: list[str] | None = None) -> None:
     with _node(args.storage, not args.no_limits) as (base_url, admin_key, node_pid):
         if args.node_cpu is not None:
             _pin(node_pid, args.node_cpu)
-        phases = asyncio.run(run(base_url, admin_key, node_pid, victim_rate=args.victim_rate,
-                                 flood_rate=args.flood_rate, flood_path=args.flood_path,
-                                 duration_s=args.duration_s, interval_tasks=args.interval_tasks))
+        phases = asyncio.run(
+            run(
+                base_url,
+                admin_key,
+                node_pid,
+                victim_rate=args.victim_rate,
+                flood_rate=args.flood_rate,
+                flood_path=args.flood_path,
+                duration_s=args.duration_s,
+                interval_tasks=args.interval_tasks,
+            )
+        )
     idle, flood = phases
-    print(json.dumps({
-        "limits": not args.no_limits, "flood_path": args.flood_path, "flood_rate": args.flood_rate,
-        "victim_rate": args.victim_rate, "phases": [asdict(p) for p in phases],
-        "victim_p99_ratio": round(flood.victim_p99_ms / idle.victim_p99_ms, 2) if idle.victim_p99_ms else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "limits": not args.no_limits,
+                "flood_path": args.flood_path,
+                "flood_rate": args.flood_rate,
+                "victim_rate": args.victim_rate,
+                "phases": [asdict(p) for p in phases],
+                "victim_p99_ratio": round(flood.victim_p99_ms / idle.victim_p99_ms, 2) if idle.victim_p99_ms else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

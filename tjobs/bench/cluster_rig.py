@@ -180,19 +180,27 @@ class ClusterRig:
         base: dict[str, Any] = {
             "node_id": f"node{index}",
             "allow_loopback_callbacks": True,
-            "storage": {"urls": self.infra.storage_urls, "topology": self.topology,
-                        "database_prefix": self.db_prefix},
+            "storage": {"urls": self.infra.storage_urls, "topology": self.topology, "database_prefix": self.db_prefix},
             "api": {"host": "127.0.0.1", "port": port, "admin_key": ADMIN_KEY},
             "rate_limits": {"enabled": False},  # the rig measures ownership and firing, not API admission
             "scheduler": {"cycle_s": 10, "load_lead_s": 3, "tick_ms": 10},
             "compensator": {"interval_s": 1.0, "grace_s": 3.0},
             "metrics": {"public": True},  # on loopback only; Api.histogram scrapes it
-            "callbacks": {"backoff_base_ms": 200, "backoff_max_ms": 2000, "timeout_ms": 2000,
-                          "user_agent": f"tjobs-rig/node{index}"},  # a receiver can tell who sent
+            "callbacks": {
+                "backoff_base_ms": 200,
+                "backoff_max_ms": 2000,
+                "timeout_ms": 2000,
+                "user_agent": f"tjobs-rig/node{index}",
+            },  # a receiver can tell who sent
             "cluster": {
-                "etcd_endpoints": [self.infra.etcd_url], "redis_url": self.infra.redis_url,
-                "hot_tier": self.hot_tier, "name": self.name, "zone": "abc"[(index - 1) % 3],
-                "lease_ttl_s": 5, "sync_interval_ms": 100, "hot_poll_interval_ms": 100,
+                "etcd_endpoints": [self.infra.etcd_url],
+                "redis_url": self.infra.redis_url,
+                "hot_tier": self.hot_tier,
+                "name": self.name,
+                "zone": "abc"[(index - 1) % 3],
+                "lease_ttl_s": 5,
+                "sync_interval_ms": 100,
+                "hot_poll_interval_ms": 100,
             },
         }
         return _merge(base, self.overrides)
@@ -209,15 +217,22 @@ class ClusterRig:
 
     def migrate(self) -> None:
         node = self._write_config(1)
-        subprocess.run([sys.executable, "-m", "tjobs.cli", "migrate", "--config", str(node.config)],
-                       check=True, capture_output=True, timeout=600, cwd=REPO)
+        subprocess.run(
+            [sys.executable, "-m", "tjobs.cli", "migrate", "--config", str(node.config)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+            cwd=REPO,
+        )
 
     def start(self, index: int) -> NodeProc:
         node = self._write_config(index)
         with node.log.open("ab") as log:
             node.process = subprocess.Popen(
                 [sys.executable, "-m", "tjobs.cli", "serve", "--config", str(node.config)],
-                stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
             )
         return node
 
@@ -271,8 +286,13 @@ class ClusterRig:
 
         url = make_url(self.infra.storage_urls[server])
         topology = Topology.parse(self.topology)
-        connection = pymysql.connect(host=url.host, port=url.port or 3306, user=url.username or "root",
-                                     password=url.password or "", autocommit=False)
+        connection = pymysql.connect(
+            host=url.host,
+            port=url.port or 3306,
+            user=url.username or "root",
+            password=url.password or "",
+            autocommit=False,
+        )
         try:
             with connection.cursor() as cursor:
                 cursor.execute("BEGIN")
@@ -353,7 +373,9 @@ class Api:
                 view = views[0]
                 groups = view["groups"]
                 if (
-                    len(versions) == 1 and None not in versions and len(groups) == expected_nodes
+                    len(versions) == 1
+                    and None not in versions
+                    and len(groups) == expected_nodes
                     and all(g["holder"] == g["primary"] for g in groups)
                     and sum(v["owned_jobs"] for v in views) == sum(g["shards"] for g in groups)
                 ):
@@ -376,8 +398,12 @@ class Api:
         return {"Authorization": f"Bearer {self.api_key}"}
 
     async def create_at(self, node: NodeProc, at_ms: int, callback_url: str, name: str = "t") -> int:
-        body = {"name": name, "schedule": {"kind": "at", "at": iso_ms(at_ms)},
-                "callback": {"url": callback_url}, "misfire_policy": "fire_now"}
+        body = {
+            "name": name,
+            "schedule": {"kind": "at", "at": iso_ms(at_ms)},
+            "callback": {"url": callback_url},
+            "misfire_policy": "fire_now",
+        }
         reply = await self.http.post(f"{node.base_url}/v1/tasks", json=body, headers=self._auth())
         reply.raise_for_status()
         return int(reply.json()["id"])

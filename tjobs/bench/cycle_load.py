@@ -27,11 +27,21 @@ def _task(ids: TaskIdGenerator, shard: int, index: int, next_run_at_ms: int, now
     return Task(
         # One id millisecond per task: ids minted in the same millisecond for one shard may collide
         # (12 random bits), which the API answers by minting again; a bulk fill has no such retry.
-        id=ids.mint(shard, now_ms - index), app_id="bench", name=f"load-{index}", key=None,
-        schedule={"kind": "at", "at_ms": next_run_at_ms}, callback={"urls": ["http://127.0.0.1:9/cb"]},
-        payload=None, misfire_policy=MisfirePolicy.FIRE_NOW, delivery=DeliveryMode.AT_LEAST_ONCE,
-        status=TaskStatus.ACTIVE, next_run_at_ms=next_run_at_ms, version=1, fire_count=0,
-        created_at_ms=now_ms, updated_at_ms=now_ms,
+        id=ids.mint(shard, now_ms - index),
+        app_id="bench",
+        name=f"load-{index}",
+        key=None,
+        schedule={"kind": "at", "at_ms": next_run_at_ms},
+        callback={"urls": ["http://127.0.0.1:9/cb"]},
+        payload=None,
+        misfire_policy=MisfirePolicy.FIRE_NOW,
+        delivery=DeliveryMode.AT_LEAST_ONCE,
+        status=TaskStatus.ACTIVE,
+        next_run_at_ms=next_run_at_ms,
+        version=1,
+        fire_count=0,
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
     )
 
 
@@ -93,8 +103,9 @@ async def measure(
             seconds, loaded = await time_full_load(store, horizon_ms, page_size, concurrency)
             timings.append(seconds)
         best = min(timings)
-        results.append({"stored": stored, "due": loaded, "load_s": round(best, 4),
-                        "load_s_all": [round(t, 4) for t in timings]})
+        results.append(
+            {"stored": stored, "due": loaded, "load_s": round(best, 4), "load_s_all": [round(t, 4) for t in timings]}
+        )
         if progress:
             progress(f"{stored:,} stored: loaded {loaded:,} due in {best * 1000:.0f} ms")
     return results
@@ -118,8 +129,12 @@ def drop_databases(settings: StorageSettings) -> None:
             continue
         if parsed.get_backend_name() != "mysql":
             continue
-        connection = pymysql.connect(host=parsed.host or "127.0.0.1", port=parsed.port or 3306,
-                                     user=parsed.username or "root", password=parsed.password or "")
+        connection = pymysql.connect(
+            host=parsed.host or "127.0.0.1",
+            port=parsed.port or 3306,
+            user=parsed.username or "root",
+            password=parsed.password or "",
+        )
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SHOW DATABASES LIKE %s", (f"{prefix}\\_%",))

@@ -343,8 +343,12 @@ def main(argv: list[str] | None = None) -> None:
     t = sub.add_parser("throughput")
     t.add_argument("--nodes", type=int, default=1)
     t.add_argument("--tasks", type=int, default=20_000)
-    t.add_argument("--lead-s", type=int, default=240,
-                   help="the burst is due this long after registration starts (all of it must fit)")
+    t.add_argument(
+        "--lead-s",
+        type=int,
+        default=240,
+        help="the burst is due this long after registration starts (all of it must fit)",
+    )
     args = parser.parse_args(argv)
     if args.command == "handoff":
         args.graceful = True

@@ -101,8 +101,13 @@ def _headers(key: str) -> dict[str, str]:
 
 
 async def create_bench_app(
-    session: ClientSession, base_url: str, admin_key: str, *, name: str = "bench",
-    callback_hosts: Sequence[str] = ("127.0.0.1",), rate_limit_per_s: float = 100_000,
+    session: ClientSession,
+    base_url: str,
+    admin_key: str,
+    *,
+    name: str = "bench",
+    callback_hosts: Sequence[str] = ("127.0.0.1",),
+    rate_limit_per_s: float = 100_000,
     max_concurrency: int = 100,
 ) -> tuple[str, list[str]]:
     """Create an app for the bench; return its API key and signing secrets.
@@ -112,9 +117,12 @@ async def create_bench_app(
     0.4 s) against p99 67 ms at 100, same node CPU per fire. Its API and create rates are lifted to
     the maximum: the benches measure the node, not the per-app API limits."""
     body = {
-        "name": name, "rate_limit_per_s": rate_limit_per_s, "max_concurrency": max_concurrency,
+        "name": name,
+        "rate_limit_per_s": rate_limit_per_s,
+        "max_concurrency": max_concurrency,
         "allowed_callback_hosts": list(callback_hosts),
-        "api_rate_limit_per_s": 1_000_000, "create_rate_limit_per_s": 1_000_000,
+        "api_rate_limit_per_s": 1_000_000,
+        "create_rate_limit_per_s": 1_000_000,
     }
     url = f"{base_url}/v1/apps"
     async with session.post(url, data=orjson.dumps(body), headers=_headers(admin_key)) as response:
@@ -188,8 +196,15 @@ def batch_sender(base_url: str, api_key: str, body_of: Callable[[int], bytes]) -
 
 
 async def register(
-    session: ClientSession, send: Sender, count: int, *, rate: float | None, concurrency: int,
-    unit: int = 1, progress: ProgressFn | None = None, phase: str = "register",
+    session: ClientSession,
+    send: Sender,
+    count: int,
+    *,
+    rate: float | None,
+    concurrency: int,
+    unit: int = 1,
+    progress: ProgressFn | None = None,
+    phase: str = "register",
 ) -> _Outcome:
     """Create ``count`` tasks, ``unit`` per request, ``concurrency`` requests in flight, paced so that
     task ``i`` is not sent before ``t0 + i / rate`` (as fast as possible when ``rate`` is None)."""
@@ -240,9 +255,13 @@ async def register(
 
 def _registration(outcome: _Outcome, late: int = 0) -> Registration:
     return Registration(
-        attempted=outcome.attempted, succeeded=len(outcome.task_ids), errors=outcome.errors,
-        elapsed_s=outcome.elapsed_s, create_latency_ms=Percentiles.of(outcome.latencies_ms),
-        error_samples=outcome.error_samples, late=late,
+        attempted=outcome.attempted,
+        succeeded=len(outcome.task_ids),
+        errors=outcome.errors,
+        elapsed_s=outcome.elapsed_s,
+        create_latency_ms=Percentiles.of(outcome.latencies_ms),
+        error_samples=outcome.error_samples,
+        late=late,
     )
 
 
@@ -250,10 +269,21 @@ def _registration(outcome: _Outcome, late: int = 0) -> Registration:
 
 
 async def run_fire_bench(
-    base_url: str, admin_key: str, *, tasks: int, window_s: float, lead_s: float | None = None,
-    register_rate: float | None = None, concurrency: int = 64, progress: ProgressFn | None = None,
-    drain_timeout_s: float = 30.0, settle_s: float = 1.0, verify_every: int = 0,
-    callback_timeout_ms: int = 3000, request_timeout_s: float = 30.0, poll_interval_s: float = 0.25,
+    base_url: str,
+    admin_key: str,
+    *,
+    tasks: int,
+    window_s: float,
+    lead_s: float | None = None,
+    register_rate: float | None = None,
+    concurrency: int = 64,
+    progress: ProgressFn | None = None,
+    drain_timeout_s: float = 30.0,
+    settle_s: float = 1.0,
+    verify_every: int = 0,
+    callback_timeout_ms: int = 3000,
+    request_timeout_s: float = 30.0,
+    poll_interval_s: float = 0.25,
     node_pid: int | None = None,
 ) -> BenchResult:
     """Register ``tasks`` one-shot tasks due across ``window_s`` and measure how their callbacks arrive.
@@ -287,8 +317,12 @@ async def run_fire_bench(
             callback = {"url": sink.callback_url, "method": "POST", "timeout_ms": callback_timeout_ms}
             body_of = task_bodies(callback, "bench", instants.__getitem__)
             outcome = await register(
-                session, single_sender(base_url, api_key, body_of), tasks, rate=register_rate,
-                concurrency=concurrency, progress=progress,
+                session,
+                single_sender(base_url, api_key, body_of),
+                tasks,
+                rate=register_rate,
+                concurrency=concurrency,
+                progress=progress,
             )
             pairs = zip(outcome.task_ids, outcome.indices, strict=True)
             registered = {task_id: instants[index] for task_id, index in pairs}
@@ -318,11 +352,21 @@ async def run_fire_bench(
         checked, failed = stats.signatures_checked, stats.signatures_failed
         warnings.append(f"{failed} of {checked} checked signatures did not verify")
     return BenchResult(
-        mode="fire", base_url=base_url, tasks=tasks, registration=_registration(outcome, late),
-        window_s=window_s, lead_s=lead_s, start_ms=start_ms, target_register_rate=register_rate,
+        mode="fire",
+        base_url=base_url,
+        tasks=tasks,
+        registration=_registration(outcome, late),
+        window_s=window_s,
+        lead_s=lead_s,
+        start_ms=start_ms,
+        target_register_rate=register_rate,
         calibrated_register_rate=calibrated_rate,
-        concurrency=concurrency, delivery=delivery, drained=drained, sink=dict(stats.__dict__),
-        warnings=warnings, client_cpu_s=time.process_time() - cpu_start_s,
+        concurrency=concurrency,
+        delivery=delivery,
+        drained=drained,
+        sink=dict(stats.__dict__),
+        warnings=warnings,
+        client_cpu_s=time.process_time() - cpu_start_s,
         node_cpu_s=_spent(node_cpu_start_s, node_cpu_end_s),
         node_fire_cpu_s=_spent(fire_cpu_start_s, node_cpu_end_s),
     )
@@ -351,8 +395,13 @@ async def _probe_register_rate(
 
 
 async def _await_callbacks(
-    sink: SinkProcess, expected: int, end_ms: int, drain_timeout_s: float, settle_s: float,
-    poll_interval_s: float, progress: ProgressFn | None,
+    sink: SinkProcess,
+    expected: int,
+    end_ms: int,
+    drain_timeout_s: float,
+    settle_s: float,
+    poll_interval_s: float,
+    progress: ProgressFn | None,
 ) -> bool:
     """Wait for the window to pass and callbacks of ``expected`` distinct tasks to arrive (or the drain
     timeout)."""
@@ -371,8 +420,15 @@ async def _await_callbacks(
 
 
 async def run_register_bench(
-    base_url: str, admin_key: str, *, tasks: int, register_rate: float | None = None, concurrency: int = 64,
-    batch_size: int | None = None, keep_tasks: bool = False, progress: ProgressFn | None = None,
+    base_url: str,
+    admin_key: str,
+    *,
+    tasks: int,
+    register_rate: float | None = None,
+    concurrency: int = 64,
+    batch_size: int | None = None,
+    keep_tasks: bool = False,
+    progress: ProgressFn | None = None,
     request_timeout_s: float = 30.0,
 ) -> BenchResult:
     """Measure creates/s: ``tasks`` tasks due ~30 days ahead (never loaded or fired during the run),
@@ -390,22 +446,37 @@ async def run_register_bench(
         body_of = task_bodies(callback, "bench-register", lambda index: due_ms + index)
         sender = batch_sender if batch_size else single_sender
         outcome = await register(
-            session, sender(base_url, api_key, body_of), tasks, rate=register_rate, concurrency=concurrency,
-            unit=batch_size or 1, progress=progress,
+            session,
+            sender(base_url, api_key, body_of),
+            tasks,
+            rate=register_rate,
+            concurrency=concurrency,
+            unit=batch_size or 1,
+            progress=progress,
         )
         if not keep_tasks and outcome.task_ids:
             failed = await _delete_tasks(session, base_url, api_key, outcome.task_ids, concurrency, progress)
             if failed:
                 warnings.append(f"{failed} of the registered tasks could not be deleted")
     return BenchResult(
-        mode="register", base_url=base_url, tasks=tasks, registration=_registration(outcome),
-        target_register_rate=register_rate, concurrency=concurrency, batch_size=batch_size, warnings=warnings,
+        mode="register",
+        base_url=base_url,
+        tasks=tasks,
+        registration=_registration(outcome),
+        target_register_rate=register_rate,
+        concurrency=concurrency,
+        batch_size=batch_size,
+        warnings=warnings,
         client_cpu_s=time.process_time() - cpu_start_s,
     )
 
 
 async def _delete_tasks(
-    session: ClientSession, base_url: str, api_key: str, task_ids: Sequence[int], concurrency: int,
+    session: ClientSession,
+    base_url: str,
+    api_key: str,
+    task_ids: Sequence[int],
+    concurrency: int,
     progress: ProgressFn | None,
 ) -> int:
     headers = {"Authorization": f"Bearer {api_key}"}
@@ -422,4 +493,3 @@ async def _delete_tasks(
         session, delete, len(task_ids), rate=None, concurrency=concurrency, progress=progress, phase="cleanup"
     )
     return outcome.errors
-

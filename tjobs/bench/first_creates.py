@@ -54,8 +54,13 @@ class Latencies:
 
     @classmethod
     def of(cls, values_ms: Sequence[float]) -> Latencies:
-        return cls(len(values_ms), quantile(values_ms, 0.5), quantile(values_ms, 0.99),
-                   max(values_ms) if values_ms else None, sum(1 for v in values_ms if v > 100))
+        return cls(
+            len(values_ms),
+            quantile(values_ms, 0.5),
+            quantile(values_ms, 0.99),
+            max(values_ms) if values_ms else None,
+            sum(1 for v in values_ms if v > 100),
+        )
 
 
 class Receiver:
@@ -105,11 +110,16 @@ async def bench(base_url: str, admin_key: str, apps: int, timers: int, settle_s:
         async with ClientSession(timeout=ClientTimeout(total=60)) as session:
             timer_key, _ = await create_bench_app(session, base_url, admin_key, name="timers")
             start_ms = now_ms() + 2000
-            body = {"tasks": [
-                {"name": f"tick-{i}", "callback": {"url": hook},
-                 "schedule": {"kind": "interval", "every_ms": EVERY_MS, "start_at_ms": start_ms}}
-                for i in range(timers)
-            ]}
+            body = {
+                "tasks": [
+                    {
+                        "name": f"tick-{i}",
+                        "callback": {"url": hook},
+                        "schedule": {"kind": "interval", "every_ms": EVERY_MS, "start_at_ms": start_ms},
+                    }
+                    for i in range(timers)
+                ]
+            }
             status, _ = await _timed(session, "POST", f"{base_url}/v1/tasks/batch", timer_key, body)
             assert status == 200, status
             await asyncio.sleep(2 + settle_s)
@@ -117,18 +127,29 @@ async def bench(base_url: str, admin_key: str, apps: int, timers: int, settle_s:
             await asyncio.sleep(settle_s)
             keys = [(await create_bench_app(session, base_url, admin_key, name=f"new-{i}"))[0] for i in range(apps)]
             window_from = now_ms()
-            creates = await asyncio.gather(*(
-                _timed(session, "POST", f"{base_url}/v1/tasks", key,
-                       {"name": "first", "schedule": {"kind": "delay", "delay_ms": 3_600_000},
-                        "callback": {"url": hook}})
-                for key in keys
-            ))
+            creates = await asyncio.gather(
+                *(
+                    _timed(
+                        session,
+                        "POST",
+                        f"{base_url}/v1/tasks",
+                        key,
+                        {
+                            "name": "first",
+                            "schedule": {"kind": "delay", "delay_ms": 3_600_000},
+                            "callback": {"url": hook},
+                        },
+                    )
+                    for key in keys
+                )
+            )
             stats = await asyncio.gather(*(_timed(session, "GET", f"{base_url}/v1/stats", key) for key in keys))
             await asyncio.sleep(settle_s)
             window_to = now_ms() - 1000  # fires due in the last second may still be on their way
             await asyncio.sleep(1.5)
         return {
-            "apps": apps, "timers": timers,
+            "apps": apps,
+            "timers": timers,
             "create_statuses": sorted({s for s, _ in creates}),
             "first_create": asdict(Latencies.of([ms for _, ms in creates])),
             "stats_statuses": sorted({s for s, _ in stats}),
@@ -151,8 +172,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     prefix = f"tjfc_{secrets.token_hex(3)}"
     settings: dict[str, Any] = {"storage": {"database_prefix": prefix}} if args.storage else {}
     try:
-        with node_process(storage_urls=[args.storage] if args.storage else None, topology=args.topology,
-                          settings=settings) as node:
+        with node_process(
+            storage_urls=[args.storage] if args.storage else None, topology=args.topology, settings=settings
+        ) as node:
             result = asyncio.run(bench(node.base_url, node.admin_key, args.apps, args.timers, args.settle_s))
     finally:
         if args.storage:
@@ -160,8 +182,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             from tjobs.settings import StorageSettings
 
             drop_databases(StorageSettings(urls=[args.storage], database_prefix=prefix, topology=args.topology))
-    print(json.dumps({"topology": args.topology, "storage": "mariadb" if args.storage else "sqlite", **result},
-                     indent=2))
+    print(
+        json.dumps({"topology": args.topology, "storage": "mariadb" if args.storage else "sqlite", **result}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ fires/s by ±8 % here, more than the metrics do: kept for comparison, not for th
 Embedded (SQLite) by default; ``--storage`` runs on MariaDB/MySQL under the database prefix
 ``--prefix`` (dropped before each run and afterwards).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,7 +87,12 @@ def per_fire_cost_us(fires: int, apps: int, batch: int) -> dict[str, float]:
 
 
 def node_run(
-    metrics_on: bool, *, tasks: int, window_s: float, storage: Sequence[str] | None, topology: str | None,
+    metrics_on: bool,
+    *,
+    tasks: int,
+    window_s: float,
+    storage: Sequence[str] | None,
+    topology: str | None,
     prefix: str | None,
 ) -> dict[str, Any]:
     """One fire bench on a fresh node process with metrics on or off; its figures as JSON-able values."""
@@ -98,8 +104,7 @@ def node_run(
     if prefix is not None:
         settings["storage"] = {"database_prefix": prefix}
     with node_process(storage_urls=storage, topology=topology, settings=settings) as node:
-        result = run(run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s,
-                                    node_pid=node.pid))
+        result = run(run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s, node_pid=node.pid))
     summary = to_json(result, machine_info={})
     us_per_fire = node_us_per_fire(result)
     return {
@@ -150,10 +155,16 @@ def _node_main(args: argparse.Namespace) -> None:
     runs: list[dict[str, Any]] = []
     try:
         for pair in range(args.pairs):
-            for metrics_on in ((True, False) if pair % 2 == 0 else (False, True)):
+            for metrics_on in (True, False) if pair % 2 == 0 else (False, True):
                 _drop_prefix(args)  # each run starts from empty shards
-                run_ = node_run(metrics_on, tasks=args.tasks, window_s=args.window_s, storage=args.storage,
-                                topology=args.topology, prefix=args.prefix)
+                run_ = node_run(
+                    metrics_on,
+                    tasks=args.tasks,
+                    window_s=args.window_s,
+                    storage=args.storage,
+                    topology=args.topology,
+                    prefix=args.prefix,
+                )
                 runs.append(run_)
                 print(json.dumps(run_), flush=True)
     finally:
@@ -165,8 +176,15 @@ def _node_main(args: argparse.Namespace) -> None:
 
 
 def interleaved_run(
-    *, tasks: int, window_s: float, slice_s: float, storage: Sequence[str] | None, topology: str | None,
-    prefix: str | None, steady: bool = False, control: bool = False,
+    *,
+    tasks: int,
+    window_s: float,
+    slice_s: float,
+    storage: Sequence[str] | None,
+    topology: str | None,
+    prefix: str | None,
+    steady: bool = False,
+    control: bool = False,
 ) -> dict[str, Any]:
     """One fire bench on a node that switches its metrics on and off every ``slice_s``
     (:mod:`tjobs.bench.metrics_slices`); the comparison over the slices where it was saturated."""
@@ -183,24 +201,32 @@ def interleaved_run(
         settings["storage"] = {"database_prefix": prefix}
     with tempfile.TemporaryDirectory(prefix="tjobs-metrics-slices-") as directory:
         slices_path = Path(directory) / "slices.jsonl"
-        command: tuple[str, ...] = ("-m", "tjobs.bench.metrics_slices", "--slices", str(slices_path),
-                                    "--slice-s", str(slice_s))
+        command: tuple[str, ...] = (
+            "-m",
+            "tjobs.bench.metrics_slices",
+            "--slices",
+            str(slices_path),
+            "--slice-s",
+            str(slice_s),
+        )
         if control:
             command += ("--control",)
-        with node_process(storage_urls=storage, topology=topology, settings=settings,
-                          serve_command=command) as node:
-            result = run(run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s,
-                                        node_pid=node.pid))
+        with node_process(storage_urls=storage, topology=topology, settings=settings, serve_command=command) as node:
+            result = run(
+                run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s, node_pid=node.pid)
+            )
         slices = read_slices(slices_path)
     delivery = result.delivery
     if result.start_ms is None or delivery is None:
         raise RuntimeError("the fire bench reported no window or delivery")
     if steady:
-        busy = in_window_with_deliveries(slices, delivery.first_receipts_us, start_ms=result.start_ms,
-                                         window_s=window_s)
+        busy = in_window_with_deliveries(
+            slices, delivery.first_receipts_us, start_ms=result.start_ms, window_s=window_s
+        )
     else:
-        busy = saturated_with_deliveries(slices, delivery.first_receipts_us, tasks=tasks,
-                                         start_ms=result.start_ms, window_s=window_s)
+        busy = saturated_with_deliveries(
+            slices, delivery.first_receipts_us, tasks=tasks, start_ms=result.start_ms, window_s=window_s
+        )
     return {
         "delivered": delivery.delivered,
         "missing": delivery.missing,
@@ -221,9 +247,16 @@ def _interleaved_main(args: argparse.Namespace) -> None:
     try:
         for _ in range(args.runs):
             _drop_prefix(args)  # each run starts from empty shards
-            result = interleaved_run(tasks=args.tasks, window_s=args.window_s, slice_s=args.slice_s,
-                                     storage=args.storage, topology=args.topology, prefix=args.prefix,
-                                     steady=args.steady, control=args.control)
+            result = interleaved_run(
+                tasks=args.tasks,
+                window_s=args.window_s,
+                slice_s=args.slice_s,
+                storage=args.storage,
+                topology=args.topology,
+                prefix=args.prefix,
+                steady=args.steady,
+                control=args.control,
+            )
             busy = result.pop("_slices")
             pooled.extend(busy)
             losses.append(result["fitted_capacity_loss_pct"])
@@ -240,8 +273,17 @@ def _interleaved_main(args: argparse.Namespace) -> None:
     if len(known) > 1:
         summary["fitted_capacity_loss_pct_mean_of_runs"] = round(statistics.fmean(known), 2)
         summary["fitted_capacity_loss_pct_stderr_of_runs"] = round(statistics.stdev(known) / len(known) ** 0.5, 2)
-    print(json.dumps({"tasks": args.tasks, "window_s": args.window_s, "slice_s": args.slice_s,
-                      "runs": args.runs, "pooled": summary}))
+    print(
+        json.dumps(
+            {
+                "tasks": args.tasks,
+                "window_s": args.window_s,
+                "slice_s": args.slice_s,
+                "runs": args.runs,
+                "pooled": summary,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -256,14 +298,21 @@ def main() -> None:
     parser.add_argument("--storage", action="append", help="storage URL (else embedded SQLite)")
     parser.add_argument("--topology", default=None)
     parser.add_argument("--prefix", default=None, help="database prefix with --storage (dropped after)")
-    parser.add_argument("--interleaved", action="store_true",
-                        help="one saturated node per run, metrics switched on/off every --slice-s")
+    parser.add_argument(
+        "--interleaved", action="store_true", help="one saturated node per run, metrics switched on/off every --slice-s"
+    )
     parser.add_argument("--runs", type=int, default=3, help="with --interleaved: fire bench runs")
     parser.add_argument("--slice-s", type=float, default=1.0)
-    parser.add_argument("--steady", action="store_true",
-                        help="with --interleaved: a rate the node keeps up with; every slice of the window counts")
-    parser.add_argument("--control", action="store_true",
-                        help="with --interleaved: both arms without metrics (A/A), the method's own spread")
+    parser.add_argument(
+        "--steady",
+        action="store_true",
+        help="with --interleaved: a rate the node keeps up with; every slice of the window counts",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="with --interleaved: both arms without metrics (A/A), the method's own spread",
+    )
     args = parser.parse_args()
     if (args.node or args.interleaved) and args.storage and not args.prefix:
         parser.error("--storage needs --prefix (a database prefix of your own, dropped afterwards)")

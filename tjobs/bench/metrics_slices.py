@@ -70,8 +70,12 @@ async def alternate_metrics(node: Any, slice_s: float, out: Path, control: bool 
             committed = node.runner.stats.fires_committed
             await asyncio.sleep(slice_s)
             record = Slice(
-                position=position, metrics_on=on, start_ms=start_ms, end_ms=time.time_ns() // 1_000_000,
-                cpu_s=time.process_time() - cpu_s, committed=node.runner.stats.fires_committed - committed,
+                position=position,
+                metrics_on=on,
+                start_ms=start_ms,
+                end_ms=time.time_ns() // 1_000_000,
+                cpu_s=time.process_time() - cpu_s,
+                committed=node.runner.stats.fires_committed - committed,
             )
             lines.write(json.dumps(asdict(record)) + "\n")
             lines.flush()
@@ -82,7 +86,11 @@ def read_slices(path: Path) -> list[Slice]:
 
 
 def in_window_with_deliveries(
-    slices: Iterable[Slice], first_receipts_us: Sequence[int], *, start_ms: int, window_s: float,
+    slices: Iterable[Slice],
+    first_receipts_us: Sequence[int],
+    *,
+    start_ms: int,
+    window_s: float,
 ) -> list[Slice]:
     """For a steady run (offered rate below capacity, so commits and deliveries both follow it): the
     slices from 1 s into the window to its end, each with the first callbacks received during it."""
@@ -101,7 +109,12 @@ def _counted(s: Slice, first_receipts_us: Sequence[int]) -> Slice:
 
 
 def saturated_with_deliveries(
-    slices: Iterable[Slice], first_receipts_us: Sequence[int], *, tasks: int, start_ms: int, window_s: float,
+    slices: Iterable[Slice],
+    first_receipts_us: Sequence[int],
+    *,
+    tasks: int,
+    start_ms: int,
+    window_s: float,
 ) -> list[Slice]:
     """The slices at whose end more than :data:`SATURATED_BACKLOG` fires were due but not yet received
     (the bench spreads ``tasks`` evenly over ``window_s`` from ``start_ms``), each with the first
@@ -112,7 +125,8 @@ def saturated_with_deliveries(
         return tasks * min(max((ms - start_ms) / window_ms, 0.0), 1.0)
 
     return [
-        _counted(s, first_receipts_us) for s in slices
+        _counted(s, first_receipts_us)
+        for s in slices
         if due_by(s.end_ms) - _received(first_receipts_us, s.end_ms) > SATURATED_BACKLOG
     ]
 
@@ -149,9 +163,12 @@ def fitted_cost_us(slices: Sequence[Slice]) -> dict[str, float] | None:
         return None
     commit_us = (cy * dd - dy * cd) / determinant * 1e6
     delivery_us = (dy * cc - cy * cd) / determinant * 1e6
-    return {"commit_us": round(commit_us, 1), "delivery_us": round(delivery_us, 1),
-            "fire_us": round(commit_us + delivery_us, 1),
-            "fires_per_core_s": round(1e6 / (commit_us + delivery_us), 1)}
+    return {
+        "commit_us": round(commit_us, 1),
+        "delivery_us": round(delivery_us, 1),
+        "fire_us": round(commit_us + delivery_us, 1),
+        "fires_per_core_s": round(1e6 / (commit_us + delivery_us), 1),
+    }
 
 
 def loss_pct(on: dict[str, Any], off: dict[str, Any], key: str = "delivered_per_s") -> float | None:
@@ -169,6 +186,7 @@ def compare(slices: Sequence[Slice]) -> dict[str, Any]:
     A/A: the comparison of fires/s between the two on-positions of the on-off-off-on order (first
     against last) and between the two off-positions; a run with ``--control`` (both arms without
     metrics) shows the same for every figure. A loss inside those is not a finding."""
+
     def at(*positions: int) -> dict[str, Any]:
         return rates([s for s in slices if s.position % len(SLICE_ORDER) in positions])
 

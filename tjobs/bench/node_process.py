@@ -45,7 +45,11 @@ class NodeHandle:
 
 
 def node_settings(
-    *, storage_urls: Sequence[str], port: int, admin_key: str, topology: str | None = None,
+    *,
+    storage_urls: Sequence[str],
+    port: int,
+    admin_key: str,
+    topology: str | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The settings a bench node runs with (``extra`` is merged in, nested tables included)."""
@@ -123,9 +127,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def node_process(
-    *, storage_urls: Sequence[str] | None = None, topology: str | None = None, port: int | None = None,
-    admin_key: str | None = None, settings: Mapping[str, Any] | None = None, work_dir: Path | None = None,
-    migrate_timeout_s: float = 600.0, ready_timeout_s: float = 120.0, stop_timeout_s: float = 15.0,
+    *,
+    storage_urls: Sequence[str] | None = None,
+    topology: str | None = None,
+    port: int | None = None,
+    admin_key: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    work_dir: Path | None = None,
+    migrate_timeout_s: float = 600.0,
+    ready_timeout_s: float = 120.0,
+    stop_timeout_s: float = 15.0,
     serve_command: Sequence[str] = ("-m", "tjobs.cli", "serve"),
 ) -> Iterator[NodeHandle]:
     """Run a node until the block exits. Without ``storage_urls`` it is the embedded kind: SQLite
@@ -142,8 +153,7 @@ def node_process(
         admin_key = admin_key or "tja_bench_" + secrets.token_urlsafe(18)
         config_path = directory / "node.toml"
         config_path.write_text(
-            to_toml(node_settings(storage_urls=urls, port=port, admin_key=admin_key, topology=topology,
-                                  extra=settings))
+            to_toml(node_settings(storage_urls=urls, port=port, admin_key=admin_key, topology=topology, extra=settings))
         )
         config_path.chmod(0o600)
         log_path = directory / "node.log"
@@ -151,7 +161,10 @@ def node_process(
             try:
                 migrate = subprocess.run(
                     [sys.executable, "-m", "tjobs.cli", "migrate", "--config", str(config_path)],
-                    stdout=log, stderr=subprocess.STDOUT, check=False, timeout=migrate_timeout_s,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                    timeout=migrate_timeout_s,
                 )
             except subprocess.TimeoutExpired:
                 raise NodeStartError(
@@ -161,7 +174,8 @@ def node_process(
                 raise NodeStartError(f"tjobs migrate exited with {migrate.returncode}\n{_tail(log_path)}")
             process = subprocess.Popen(
                 [sys.executable, *serve_command, "--config", str(config_path)],
-                stdout=log, stderr=subprocess.STDOUT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         try:
             base_url = f"http://127.0.0.1:{port}"

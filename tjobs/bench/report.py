@@ -84,8 +84,12 @@ class Percentiles:
 
     def to_json(self) -> dict[str, float | None]:
         return {
-            "p50": _round(self.p50), "p99": _round(self.p99), "p999": _round(self.p999),
-            "max": _round(self.max), "min": _round(self.min), "mean": _round(self.mean),
+            "p50": _round(self.p50),
+            "p99": _round(self.p99),
+            "p999": _round(self.p999),
+            "max": _round(self.max),
+            "min": _round(self.min),
+            "mean": _round(self.mean),
         }
 
 
@@ -357,9 +361,7 @@ def _pair(first: float | None, second: float | None) -> str | None:
     return f"{first:,.1f} / {second:,.1f}" if isinstance(first, float) else f"{first:,} / {second:,}"
 
 
-def emit(
-    result: BenchResult, console: Console, *, as_json: bool, out: TextIO | None = None
-) -> dict[str, Any]:
+def emit(result: BenchResult, console: Console, *, as_json: bool, out: TextIO | None = None) -> dict[str, Any]:
     """Show a result: with ``as_json`` one JSON object on ``out`` (stdout), else the table on ``console``;
     warnings always go to ``console`` (meant to be stderr, so stdout stays parseable). Returns the object."""
     summary = to_json(result)
@@ -389,8 +391,13 @@ def rich_progress(console: Console) -> Iterator[ProgressFn]:
 
     bars: dict[str, TaskID] = {}
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(), console=console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
     ) as progress:
 
         def report(phase: str, done: int, total: int) -> None:
@@ -399,4 +406,3 @@ def rich_progress(console: Console) -> Iterator[ProgressFn]:
             progress.update(bars[phase], completed=done, total=total)
 
         yield report
-

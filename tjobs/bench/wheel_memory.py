@@ -89,9 +89,7 @@ def _traced_bytes_per_task(entries: int, span_ms: int, tick_ms: int, seed: int) 
     return (after - before) / len(wheel)
 
 
-def measure(
-    entries: int = 1_000_000, span_ms: int = 300_000, tick_ms: int = 10, seed: int = 1
-) -> dict[str, Any]:
+def measure(entries: int = 1_000_000, span_ms: int = 300_000, tick_ms: int = 10, seed: int = 1) -> dict[str, Any]:
     """Memory and speed of a wheel loaded with ``entries`` tasks due within ``span_ms``."""
     if entries < 10 or span_ms < 1:
         raise ValueError("need at least 10 entries and a positive span")

@@ -92,8 +92,20 @@ class _Delivery:
     """One flow being delivered: in a queue, in an attempt, or waiting for its retry timer."""
 
     __slots__ = (
-        "at_most_once", "attempt", "deadline_ms", "flow_id", "job", "last_error", "last_status",
-        "max_attempts", "message", "queued", "recheck", "record_sending", "targets", "timer",
+        "at_most_once",
+        "attempt",
+        "deadline_ms",
+        "flow_id",
+        "job",
+        "last_error",
+        "last_status",
+        "max_attempts",
+        "message",
+        "queued",
+        "recheck",
+        "record_sending",
+        "targets",
+        "timer",
     )
 
     def __init__(self, job: CallbackJob, flow_id: str, settings: CallbackSettings) -> None:
@@ -118,8 +130,9 @@ class _Delivery:
 
     def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
         flow = self.job.flow
-        return FlowUpdate(flow.task_id, flow.scheduled_at_ms, status, attempts, next_attempt_at_ms,
-                          self.last_status, self.last_error)
+        return FlowUpdate(
+            flow.task_id, flow.scheduled_at_ms, status, attempts, next_attempt_at_ms, self.last_status, self.last_error
+        )
 
 
 class _Lane:
@@ -228,8 +241,11 @@ class Deliverer:
             self._flusher = None
         while self._pending:
             if not await self._flush() and loop.time() >= deadline:
-                logger.error("stopping with %d flow updates unwritten; the compensator will re-drive them",
-                             len(self._pending), extra={"action": "flow_updates_abandoned"})
+                logger.error(
+                    "stopping with %d flow updates unwritten; the compensator will re-drive them",
+                    len(self._pending),
+                    extra={"action": "flow_updates_abandoned"},
+                )
                 self._pending.clear()
                 break
             if self._pending:
@@ -243,22 +259,35 @@ class Deliverer:
         if flow_id in self._active:
             return
         if not self._running:
-            logger.warning("deliverer stopped; flow %s left to the compensator", flow_id,
-                           extra={"action": "delivery_refused", "flow_id": flow_id})
+            logger.warning(
+                "deliverer stopped; flow %s left to the compensator",
+                flow_id,
+                extra={"action": "delivery_refused", "flow_id": flow_id},
+            )
             return
         if job.flow.status.terminal:
-            logger.warning("flow %s is already %s; not delivering it", flow_id, job.flow.status.value,
-                           extra={"action": "delivery_refused", "flow_id": flow_id})
+            logger.warning(
+                "flow %s is already %s; not delivering it",
+                flow_id,
+                job.flow.status.value,
+                extra={"action": "delivery_refused", "flow_id": flow_id},
+            )
             return
         try:
             delivery = _Delivery(job, flow_id, self._settings)
         except Exception as error:
             # A stored callback spec we cannot read can never be delivered: dead letter, loudly.
-            logger.exception("flow %s has an unusable callback spec", flow_id,
-                             extra={"action": "flow_dead", "flow_id": flow_id})
+            logger.exception(
+                "flow %s has an unusable callback spec", flow_id, extra={"action": "flow_dead", "flow_id": flow_id}
+            )
             flow = job.flow
             self._pending[flow_id] = FlowUpdate(
-                flow.task_id, flow.scheduled_at_ms, FlowStatus.DEAD, flow.attempts, None, None,
+                flow.task_id,
+                flow.scheduled_at_ms,
+                FlowStatus.DEAD,
+                flow.attempts,
+                None,
+                None,
                 f"unusable callback spec: {type(error).__name__}: {error}"[:240],
             )
             self._dirty.set()
@@ -267,8 +296,9 @@ class Deliverer:
         if job.flow.attempts > 0 and not delivery.at_most_once:
             # A re-drive: the limits may already be spent.
             if delivery.attempt > delivery.max_attempts:
-                self._finish(delivery, FlowStatus.DEAD, delivery.attempt - 1,
-                             f"gave up after {delivery.attempt - 1} attempts")
+                self._finish(
+                    delivery, FlowStatus.DEAD, delivery.attempt - 1, f"gave up after {delivery.attempt - 1} attempts"
+                )
                 return
             if self._clock.now_ms() > delivery.deadline_ms:
                 self._finish(delivery, FlowStatus.DEAD, delivery.attempt - 1, "max_age_s exceeded")
@@ -323,8 +353,11 @@ class Deliverer:
                         await self._attempt(delivery)
                 except Exception:
                     # A bug, not a receiver failure: leave the flow to the compensator.
-                    logger.exception("delivery of flow %s failed", delivery.flow_id,
-                                     extra={"action": "delivery_failed", "flow_id": delivery.flow_id})
+                    logger.exception(
+                        "delivery of flow %s failed",
+                        delivery.flow_id,
+                        extra={"action": "delivery_failed", "flow_id": delivery.flow_id},
+                    )
                     self._active.pop(delivery.flow_id, None)
         finally:
             lane.workers -= 1
@@ -335,8 +368,11 @@ class Deliverer:
         if self._fence is not None and not self._fence():
             self.fenced += 1
             self._active.pop(delivery.flow_id, None)
-            logger.warning("fenced: not sending flow %s; the owner's compensator re-drives it", delivery.flow_id,
-                           extra={"action": "delivery_fenced", "flow_id": delivery.flow_id})
+            logger.warning(
+                "fenced: not sending flow %s; the owner's compensator re-drives it",
+                delivery.flow_id,
+                extra={"action": "delivery_fenced", "flow_id": delivery.flow_id},
+            )
             return
         if delivery.recheck and self._status_reader is not None and not await self._still_open(delivery):
             return
@@ -347,9 +383,11 @@ class Deliverer:
             try:
                 await self._recorder.record_flow_updates([sending], now_ms)
             except Exception:
-                logger.exception("could not record at-most-once flow %s as sending; not sending it",
-                                 delivery.flow_id,
-                                 extra={"action": "delivery_deferred", "flow_id": delivery.flow_id})
+                logger.exception(
+                    "could not record at-most-once flow %s as sending; not sending it",
+                    delivery.flow_id,
+                    extra={"action": "delivery_deferred", "flow_id": delivery.flow_id},
+                )
                 self._active.pop(delivery.flow_id, None)
                 return
             delivery.record_sending = False
@@ -377,16 +415,22 @@ class Deliverer:
             stored = await self._status_reader.get_flow(job.flow.task_id, job.flow.scheduled_at_ms)
         except Exception:
             self._active.pop(delivery.flow_id, None)
-            logger.exception("could not read flow %s before its retry; the compensator re-drives it",
-                             delivery.flow_id, extra={"action": "delivery_deferred", "flow_id": delivery.flow_id})
+            logger.exception(
+                "could not read flow %s before its retry; the compensator re-drives it",
+                delivery.flow_id,
+                extra={"action": "delivery_deferred", "flow_id": delivery.flow_id},
+            )
             return False
         if stored is not None and not stored.status.terminal:
             return True
         self.cancelled += 1
         self._active.pop(delivery.flow_id, None)
-        logger.info("flow %s is %s; its retry is not sent", delivery.flow_id,
-                    "gone" if stored is None else stored.status.value,
-                    extra={"action": "retry_dropped", "flow_id": delivery.flow_id})
+        logger.info(
+            "flow %s is %s; its retry is not sent",
+            delivery.flow_id,
+            "gone" if stored is None else stored.status.value,
+            extra={"action": "retry_dropped", "flow_id": delivery.flow_id},
+        )
         return False
 
     def _settle(self, delivery: _Delivery, results: Sequence[AttemptResult]) -> None:
@@ -427,8 +471,9 @@ class Deliverer:
         settings = self._settings
         delay_ms = retry_after_ms
         if backoff:
-            delay_ms = max(delay_ms, compute_backoff_ms(attempt, settings.backoff_base_ms,
-                                                        settings.backoff_max_ms, self._rng))
+            delay_ms = max(
+                delay_ms, compute_backoff_ms(attempt, settings.backoff_base_ms, settings.backoff_max_ms, self._rng)
+            )
         now_ms = self._clock.now_ms()
         due_ms = now_ms + delay_ms
         if due_ms > delivery.deadline_ms:
@@ -437,26 +482,32 @@ class Deliverer:
         self._record(delivery, delivery.update(FlowStatus.PENDING, attempt, due_ms))
         delivery.attempt = attempt + 1
         delivery.recheck = True
-        if (
-            self._running
-            and delay_ms <= self._retry_horizon_ms
-            and self._waiting_retries < self._max_waiting_retries
-        ):
+        if self._running and delay_ms <= self._retry_horizon_ms and self._waiting_retries < self._max_waiting_retries:
             self._waiting_retries += 1
             delivery.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._retry_due, delivery)
         else:
             self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
-        logger.debug("flow %s attempt %d failed (%s); next in %d ms", delivery.flow_id, attempt,
-                     delivery.last_error, delay_ms,
-                     extra={"action": "callback_retry_scheduled", "flow_id": delivery.flow_id})
+        logger.debug(
+            "flow %s attempt %d failed (%s); next in %d ms",
+            delivery.flow_id,
+            attempt,
+            delivery.last_error,
+            delay_ms,
+            extra={"action": "callback_retry_scheduled", "flow_id": delivery.flow_id},
+        )
 
     def _finish(self, delivery: _Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
         self._active.pop(delivery.flow_id, None)
         if status is FlowStatus.DEAD:
             if reason is not None:
                 delivery.last_error = f"{delivery.last_error} ({reason})" if delivery.last_error else reason
-            logger.warning("flow %s is dead after %d attempts: %s", delivery.flow_id, attempts,
-                           delivery.last_error, extra={"action": "flow_dead", "flow_id": delivery.flow_id})
+            logger.warning(
+                "flow %s is dead after %d attempts: %s",
+                delivery.flow_id,
+                attempts,
+                delivery.last_error,
+                extra={"action": "flow_dead", "flow_id": delivery.flow_id},
+            )
         self._record(delivery, delivery.update(status, attempts, None))
 
     def _record(self, delivery: _Delivery, update: FlowUpdate) -> None:
@@ -502,13 +553,16 @@ class Deliverer:
         items = list(self._flushing.items())
         try:
             for start in range(0, len(items), self._flush_batch):
-                chunk = items[start:start + self._flush_batch]
+                chunk = items[start : start + self._flush_batch]
                 try:
                     await self._recorder.record_flow_updates([u for _, u in chunk], self._clock.now_ms())
                 except Exception:
                     self.flush_failures += 1
-                    logger.exception("writing %d flow updates failed; keeping them for the next flush",
-                                     len(items) - start, extra={"action": "flow_updates_failed"})
+                    logger.exception(
+                        "writing %d flow updates failed; keeping them for the next flush",
+                        len(items) - start,
+                        extra={"action": "flow_updates_failed"},
+                    )
                     self._restore(items[start:])
                     return False
                 except BaseException:

@@ -100,6 +100,4 @@ class CallbackMessage:
         return headers, body
 
     def request(self, url: str, attempt: int, headers: dict[str, str], body: bytes | None) -> CallbackRequest:
-        return CallbackRequest(
-            self.app_id, self.flow_id, url, self.method, headers, body, self.timeout_ms, attempt
-        )
+        return CallbackRequest(self.app_id, self.flow_id, url, self.method, headers, body, self.timeout_ms, attempt)

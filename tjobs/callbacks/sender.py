@@ -197,11 +197,24 @@ class CallbackSender:
         outcome = classify(status, None if status is not None else failure)
         expected = isinstance(failure, OSError | TimeoutError | aiohttp.ClientError)
         if outcome is Outcome.RETRYABLE and status is None and not expected:
-            logger.warning("unexpected error calling %s for flow %s: %s", request.url, request.flow_id, error,
-                           exc_info=failure, extra={"action": "callback_unexpected_error", "flow_id": request.flow_id})
+            logger.warning(
+                "unexpected error calling %s for flow %s: %s",
+                request.url,
+                request.flow_id,
+                error,
+                exc_info=failure,
+                extra={"action": "callback_unexpected_error", "flow_id": request.flow_id},
+            )
         return AttemptResult(
-            request.flow_id, request.url, request.attempt, outcome, status, error, retry_after_ms,
-            started_ms, loop.time() - started,
+            request.flow_id,
+            request.url,
+            request.attempt,
+            outcome,
+            status,
+            error,
+            retry_after_ms,
+            started_ms,
+            loop.time() - started,
         )
 
     async def _targets(self, request: CallbackRequest) -> list[tuple[URL, Mapping[str, str], str | None]]:

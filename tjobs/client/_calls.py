@@ -45,15 +45,26 @@ def _none(raw: Any) -> None:
 
 
 def task_request(
-    name: str, schedule: Schedule, url: str | None = None, *, callback: dict[str, Any] | None = None,
-    key: str | None = None, payload: Any = None, misfire_policy: str | None = None, delivery: str | None = None,
+    name: str,
+    schedule: Schedule,
+    url: str | None = None,
+    *,
+    callback: dict[str, Any] | None = None,
+    key: str | None = None,
+    payload: Any = None,
+    misfire_policy: str | None = None,
+    delivery: str | None = None,
 ) -> dict[str, Any]:
     """The body of a create request; ``url`` is shorthand for ``callback={"url": url}``."""
     if (url is None) == (callback is None):
         raise ValueError("give exactly one of url or callback")
     body: dict[str, Any] = {"name": name, "schedule": schedule, "callback": callback or {"url": url}}
-    for name_, value in (("key", key), ("payload", payload), ("misfire_policy", misfire_policy),
-                         ("delivery", delivery)):
+    for name_, value in (
+        ("key", key),
+        ("payload", payload),
+        ("misfire_policy", misfire_policy),
+        ("delivery", delivery),
+    ):
         if value is not None:
             body[name_] = value
     return body
@@ -65,18 +76,33 @@ def create_task(body: dict[str, Any]) -> Call[Task]:
 
 def create_tasks(bodies: Sequence[dict[str, Any]]) -> Call[BatchResult]:
     items = list(bodies)
-    return Call("POST", "/v1/tasks/batch", BatchResult.model_validate, json={"tasks": items},
-                idempotent=all(b.get("key") is not None for b in items))
+    return Call(
+        "POST",
+        "/v1/tasks/batch",
+        BatchResult.model_validate,
+        json={"tasks": items},
+        idempotent=all(b.get("key") is not None for b in items),
+    )
 
 
 def get_task(task_id: str) -> Call[Task]:
     return Call("GET", f"/v1/tasks/{_seg(task_id)}", _task, idempotent=True)
 
 
-def list_tasks(limit: int, cursor: str | None, status: str | None, kind: str | None,
-               name_prefix: str | None) -> Call[Page[Task]]:
-    params = {k: v for k, v in {"limit": limit, "cursor": cursor, "status": status, "kind": kind,
-                                "name_prefix": name_prefix}.items() if v is not None}
+def list_tasks(
+    limit: int, cursor: str | None, status: str | None, kind: str | None, name_prefix: str | None
+) -> Call[Page[Task]]:
+    params = {
+        k: v
+        for k, v in {
+            "limit": limit,
+            "cursor": cursor,
+            "status": status,
+            "kind": kind,
+            "name_prefix": name_prefix,
+        }.items()
+        if v is not None
+    }
     return Call("GET", "/v1/tasks", Page[Task].model_validate, params=params, idempotent=True)
 
 
@@ -104,8 +130,13 @@ def list_flows(task_id: str, limit: int, before_ms: int | None) -> Call[list[Flo
     params: dict[str, Any] = {"limit": limit}
     if before_ms is not None:
         params["before_ms"] = before_ms
-    return Call("GET", f"/v1/tasks/{_seg(task_id)}/flows",
-                lambda raw: [_flow(f) for f in raw["items"]], params=params, idempotent=True)
+    return Call(
+        "GET",
+        f"/v1/tasks/{_seg(task_id)}/flows",
+        lambda raw: [_flow(f) for f in raw["items"]],
+        params=params,
+        idempotent=True,
+    )
 
 
 def get_flow(flow_id: str) -> Call[Flow]:
@@ -144,8 +175,9 @@ def update_app(app_id: str, fields: dict[str, Any]) -> Call[App]:
 
 
 def rotate_app(app_id: str, api_key: bool, secret: bool, grace_s: int) -> Call[App]:
-    return Call("POST", f"/v1/apps/{_seg(app_id)}/rotate", _app,
-                json={"api_key": api_key, "secret": secret, "grace_s": grace_s})
+    return Call(
+        "POST", f"/v1/apps/{_seg(app_id)}/rotate", _app, json={"api_key": api_key, "secret": secret, "grace_s": grace_s}
+    )
 
 
 def app_stats(app_id: str) -> Call[AppStats]:

@@ -29,8 +29,15 @@ def _instant(value: datetime | int) -> dict[str, Any]:
     return {"at_ms": int(value)}
 
 
-def delay(value: timedelta | None = None, *, ms: int = 0, seconds: float = 0, minutes: float = 0,
-          hours: float = 0, days: float = 0) -> Schedule:
+def delay(
+    value: timedelta | None = None,
+    *,
+    ms: int = 0,
+    seconds: float = 0,
+    minutes: float = 0,
+    hours: float = 0,
+    days: float = 0,
+) -> Schedule:
     """Fire once, this long after registration."""
     delay_ms = _ms(value, seconds=seconds, minutes=minutes, hours=hours, days=days) + ms
     return {"kind": "delay", "delay_ms": delay_ms}
@@ -52,17 +59,39 @@ def _bounds(start_at: datetime | int | None, end_at: datetime | int | None, max_
     return out
 
 
-def cron(expr: str, *, timezone: str = "UTC", dst_gap: Literal["skip", "shift"] = "skip",
-         dst_overlap: Literal["once", "twice"] = "once", start_at: datetime | int | None = None,
-         end_at: datetime | int | None = None, max_fires: int | None = None) -> Schedule:
+def cron(
+    expr: str,
+    *,
+    timezone: str = "UTC",
+    dst_gap: Literal["skip", "shift"] = "skip",
+    dst_overlap: Literal["once", "twice"] = "once",
+    start_at: datetime | int | None = None,
+    end_at: datetime | int | None = None,
+    max_fires: int | None = None,
+) -> Schedule:
     """Fire on a cron expression (5 fields, or 6 with seconds first) in an IANA time zone."""
-    return {"kind": "cron", "expr": expr, "timezone": timezone, "dst_gap": dst_gap, "dst_overlap": dst_overlap,
-            **_bounds(start_at, end_at, max_fires)}
+    return {
+        "kind": "cron",
+        "expr": expr,
+        "timezone": timezone,
+        "dst_gap": dst_gap,
+        "dst_overlap": dst_overlap,
+        **_bounds(start_at, end_at, max_fires),
+    }
 
 
-def every(value: timedelta | None = None, *, ms: int = 0, seconds: float = 0, minutes: float = 0,
-          hours: float = 0, days: float = 0, start_at: datetime | int | None = None,
-          end_at: datetime | int | None = None, max_fires: int | None = None) -> Schedule:
+def every(
+    value: timedelta | None = None,
+    *,
+    ms: int = 0,
+    seconds: float = 0,
+    minutes: float = 0,
+    hours: float = 0,
+    days: float = 0,
+    start_at: datetime | int | None = None,
+    end_at: datetime | int | None = None,
+    max_fires: int | None = None,
+) -> Schedule:
     """Fire at a fixed rate, anchored at ``start_at`` (default: one period after registration)."""
     every_ms = _ms(value, seconds=seconds, minutes=minutes, hours=hours, days=days) + ms
     return {"kind": "interval", "every_ms": every_ms, **_bounds(start_at, end_at, max_fires)}

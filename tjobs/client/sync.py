@@ -26,9 +26,16 @@ class Client:
     jittered exponential backoff; anything else is sent once. Use the admin key for the ``*_app`` calls.
     """
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8080", api_key: str | None = None, *,
-                 timeout_s: float = 10.0, retries: int = 2, backoff_s: float = 0.2,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8080",
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 10.0,
+        retries: int = 2,
+        backoff_s: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s, transport=transport)
         self._retries = retries
@@ -63,12 +70,32 @@ class Client:
 
     # ---- tasks ----------------------------------------------------------------------------------
 
-    def create_task(self, name: str, schedule: Schedule, url: str | None = None, *,
-                    callback: dict[str, Any] | None = None, key: str | None = None, payload: Any = None,
-                    misfire_policy: str | None = None, delivery: str | None = None) -> Task:
-        return self._run(calls.create_task(task_request(
-            name, schedule, url, callback=callback, key=key, payload=payload, misfire_policy=misfire_policy,
-            delivery=delivery)))
+    def create_task(
+        self,
+        name: str,
+        schedule: Schedule,
+        url: str | None = None,
+        *,
+        callback: dict[str, Any] | None = None,
+        key: str | None = None,
+        payload: Any = None,
+        misfire_policy: str | None = None,
+        delivery: str | None = None,
+    ) -> Task:
+        return self._run(
+            calls.create_task(
+                task_request(
+                    name,
+                    schedule,
+                    url,
+                    callback=callback,
+                    key=key,
+                    payload=payload,
+                    misfire_policy=misfire_policy,
+                    delivery=delivery,
+                )
+            )
+        )
 
     def create_tasks(self, requests: Sequence[dict[str, Any]]) -> BatchResult:
         """Up to 1,000 create bodies (see :func:`tjobs.client.task_request`); one result per item."""
@@ -77,16 +104,28 @@ class Client:
     def get_task(self, task_id: str) -> Task:
         return self._run(calls.get_task(task_id))
 
-    def list_tasks(self, *, limit: int = 100, cursor: str | None = None, status: str | None = None,
-                   kind: str | None = None, name_prefix: str | None = None) -> Page[Task]:
+    def list_tasks(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        name_prefix: str | None = None,
+    ) -> Page[Task]:
         return self._run(calls.list_tasks(limit, cursor, status, kind, name_prefix))
 
-    def iter_tasks(self, *, status: str | None = None, kind: str | None = None,
-                   name_prefix: str | None = None, page_size: int = 500) -> Iterator[Task]:
+    def iter_tasks(
+        self,
+        *,
+        status: str | None = None,
+        kind: str | None = None,
+        name_prefix: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[Task]:
         cursor: str | None = None
         while True:
-            page = self.list_tasks(limit=page_size, cursor=cursor, status=status, kind=kind,
-                                     name_prefix=name_prefix)
+            page = self.list_tasks(limit=page_size, cursor=cursor, status=status, kind=kind, name_prefix=name_prefix)
             yield from page.items
             if page.next_cursor is None:
                 return

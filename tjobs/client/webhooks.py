@@ -70,8 +70,10 @@ def verify(
             scheduled = lowered.get("tjobs-scheduled-at", "")
             attempt = lowered.get("tjobs-attempt", "")
             return VerifiedCallback(
-                msg_id, lowered.get("tjobs-task-id"),
+                msg_id,
+                lowered.get("tjobs-task-id"),
                 int(scheduled) if scheduled.isascii() and scheduled.isdigit() else None,
-                int(attempt) if attempt.isascii() and attempt.isdigit() else None, timestamp_s,
+                int(attempt) if attempt.isascii() and attempt.isdigit() else None,
+                timestamp_s,
             )
     raise WebhookVerificationError("no signature matches the given secret(s)")

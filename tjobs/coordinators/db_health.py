@@ -112,8 +112,7 @@ class DatabaseHealth:
         for server, error in zip(servers, results, strict=True):
             self._record(server, error, now)
         paused = frozenset(
-            shard for server, state in self._states.items() if not state.reachable
-            for shard in self._shards_of[server]
+            shard for server, state in self._states.items() if not state.reachable for shard in self._shards_of[server]
         )
         if paused != self._paused or self._renotify:
             self._paused = paused
@@ -123,8 +122,10 @@ class DatabaseHealth:
                     await listener(paused)
                 except Exception:
                     self._renotify = True
-                    logger.exception("applying the paused shards failed; retrying at the next check",
-                                     extra={"action": "db_health_failed"})
+                    logger.exception(
+                        "applying the paused shards failed; retrying at the next check",
+                        extra={"action": "db_health_failed"},
+                    )
 
     async def _ping(self, server: str) -> str | None:
         try:
@@ -143,7 +144,9 @@ class DatabaseHealth:
             if not state.reachable:
                 logger.warning(
                     "database server %s answers again after %.1f s; resuming its %d shards",
-                    server, now - (state.down_since or now), len(self._shards_of[server]),
+                    server,
+                    now - (state.down_since or now),
+                    len(self._shards_of[server]),
                     extra={"action": "db_server_recovered", "server": server},
                 )
             state.reachable, state.last_ok, state.down_since, state.error = True, now, None, ""
@@ -153,7 +156,9 @@ class DatabaseHealth:
             state.reachable, state.down_since = False, now
             logger.error(
                 "database server %s unreachable (%s); pausing its %d shards on this node",
-                server, error, len(self._shards_of[server]),
+                server,
+                error,
+                len(self._shards_of[server]),
                 extra={"action": "db_server_unreachable", "server": server},
             )
 

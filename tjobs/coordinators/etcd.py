@@ -145,9 +145,7 @@ class EtcdCoordinator(Coordinator):
         try:
             await self._ensure_lease()
         except Exception as error:  # etcd down at start: the sync loop keeps trying
-            logger.warning(
-                "etcd not reachable at start (%s); retrying", error, extra={"action": "etcd_unreachable"}
-            )
+            logger.warning("etcd not reachable at start (%s); retrying", error, extra={"action": "etcd_unreachable"})
         self._tasks = [
             asyncio.create_task(self._keepalive_loop(), name="tjobs-etcd-keepalive"),
             asyncio.create_task(self._clock_loop(), name="tjobs-clock-check"),
@@ -259,9 +257,7 @@ class EtcdCoordinator(Coordinator):
             self._registered_value = None
             self._published_sessions = None
             self._held.clear()
-            logger.info(
-                "lease %x granted (ttl %d s)", self._lease_id, self._ttl_s, extra={"action": "lease_granted"}
-            )
+            logger.info("lease %x granted (ttl %d s)", self._lease_id, self._ttl_s, extra={"action": "lease_granted"})
         value = self._member_value()
         if value != self._registered_value:
             await client.put(self._key("members", self.node_id), value, lease=self._lease_id)
@@ -368,9 +364,7 @@ class EtcdCoordinator(Coordinator):
         self._last_sync = time.monotonic()
         lease_id = self._lease_id
         # Holds etcd shows as ours under the current lease; anything else was lost with a lease.
-        self._held = {
-            g for g, (node, lease) in view.holders.items() if node == self.node_id and lease == lease_id
-        }
+        self._held = {g for g, (node, lease) in view.holders.items() if node == self.node_id and lease == lease_id}
         await self._lead(view)
         await self._reconcile_groups(view)
 
@@ -418,15 +412,17 @@ class EtcdCoordinator(Coordinator):
         is decided on the view of that sync (a node back by then keeps its sessions); the locks of a
         frozen former owner are bounded meanwhile by the lock-wait timeout."""
         gone = [
-            recorded for node_id, recorded in view.sessions.items()
+            recorded
+            for node_id, recorded in view.sessions.items()
             if node_id != self.node_id and node_id not in view.members
         ]
         quiet_for_s = time.monotonic() - self._etcd_failed_at
         if gone and quiet_for_s < self._ttl_s:
             if not self._session_fence_deferred:
                 logger.info(
-                    "ending the sessions of %s deferred: etcd failed %.1f s ago, their leases may have "
-                    "ended with it", ", ".join(r.node_id for r in gone), quiet_for_s,
+                    "ending the sessions of %s deferred: etcd failed %.1f s ago, their leases may have ended with it",
+                    ", ".join(r.node_id for r in gone),
+                    quiet_for_s,
                     extra={"action": "db_sessions_end_deferred"},
                 )
             self._session_fence_deferred = True
@@ -454,9 +450,7 @@ class EtcdCoordinator(Coordinator):
         if view.leader is None and self.healthy:
             won, _ = await client.transaction(
                 compare=[client.transactions.create(self._key("leader")) == 0],
-                success=[
-                    client.transactions.put(self._key("leader"), self.node_id.encode(), lease=self._lease_id)
-                ],
+                success=[client.transactions.put(self._key("leader"), self.node_id.encode(), lease=self._lease_id)],
                 failure=[],
             )
             if won:
@@ -486,9 +480,7 @@ class EtcdCoordinator(Coordinator):
             self._refresh_loads()
         previous = view.plan
         version = (previous.version if previous is not None else 0) + 1
-        plan = pack(
-            previous, live, self.shard_count, self._loads, version=version, now_ms=now_ms, leader=self.node_id
-        )
+        plan = pack(previous, live, self.shard_count, self._loads, version=version, now_ms=now_ms, leader=self.node_id)
         if previous is not None and plan.groups == previous.groups:
             self._last_plan_ms = now_ms  # nothing to move this cycle
             return
@@ -545,9 +537,10 @@ class EtcdCoordinator(Coordinator):
         if fenced != self._fenced_logged:
             if fenced is not None:
                 logger.warning(
-                    "fenced (%s): giving up my groups (lease %.1f s left, no database server answered "
-                    "for %.1f s)",
-                    fenced, self._lease_deadline - now, self._health.all_unreachable_for_s(),
+                    "fenced (%s): giving up my groups (lease %.1f s left, no database server answered for %.1f s)",
+                    fenced,
+                    self._lease_deadline - now,
+                    self._health.all_unreachable_for_s(),
                     extra={"action": "fenced", "reason": fenced},
                 )
             else:

@@ -69,12 +69,17 @@ async def end_sessions_of(store: TaskStore, recorded: RecordedSessions) -> int:
                 ended += await store.end_sessions(server, sessions)
         except Exception as error:
             logger.warning(
-                "could not end the sessions of former owner %s on %s (%s)", recorded.node_id, server, error,
+                "could not end the sessions of former owner %s on %s (%s)",
+                recorded.node_id,
+                server,
+                error,
                 extra={"action": "db_sessions_end_failed", "server": server},
             )
     if ended:
         logger.warning(
-            "ended %d database sessions of former owner %s (its lease is gone)", ended, recorded.node_id,
+            "ended %d database sessions of former owner %s (its lease is gone)",
+            ended,
+            recorded.node_id,
             extra={"action": "db_sessions_ended", "former_owner": recorded.node_id},
         )
     return ended

@@ -103,4 +103,3 @@ async def cancel_and_wait(task: asyncio.Task[None]) -> None:
         await asyncio.wait({task}, timeout=0.1)
     if not task.cancelled() and task.exception() is not None:
         logging.getLogger(__name__).warning("hot path loop ended with %r", task.exception())
-

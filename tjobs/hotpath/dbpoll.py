@@ -166,10 +166,7 @@ class DbPollHotPath(HotPath):
                     rows = (
                         (
                             await conn.execute(
-                                select(table)
-                                .where(table.c.id > watermark)
-                                .order_by(table.c.id)
-                                .limit(POLL_LIMIT)
+                                select(table).where(table.c.id > watermark).order_by(table.c.id).limit(POLL_LIMIT)
                             )
                         )
                         .mappings()
@@ -213,9 +210,7 @@ class DbPollHotPath(HotPath):
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                logger.warning(
-                    "hot change poll failed (%s); retrying", error, extra={"action": "hot_read_failed"}
-                )
+                logger.warning("hot change poll failed (%s); retrying", error, extra={"action": "hot_read_failed"})
             await asyncio.sleep(self._interval_s)
 
     async def _ids_went_back(self, conn: AsyncConnection, highest_seen: int) -> bool:

@@ -162,7 +162,9 @@ class RedisHotPath(HotPath):
     async def start(self, listener: ChangeListener) -> None:
         self._listener = listener
         self._redis = aioredis.from_url(
-            self._url, socket_timeout=self._timeout_s, socket_connect_timeout=self._timeout_s,
+            self._url,
+            socket_timeout=self._timeout_s,
+            socket_connect_timeout=self._timeout_s,
             decode_responses=True,
         )
         self._add = self._redis.register_script(_ADD_SCRIPT)
@@ -187,8 +189,7 @@ class RedisHotPath(HotPath):
                 found = await self._redis.mget([self.seq_key(b) for b in gained])
                 floors = {b: int(raw) if raw else 0 for b, raw in zip(gained, found, strict=True)}
             except Exception as error:  # replaying a gained bucket from its start is slower, not wrong
-                logger.warning("hot tier unreadable at a job gain (%s)", error,
-                               extra={"action": "hot_read_failed"})
+                logger.warning("hot tier unreadable at a job gain (%s)", error, extra={"action": "hot_read_failed"})
         # No await from here to the runner's set_owned: nothing of a gained bucket is applied unowned.
         self._floors = {b: f for b, f in self._floors.items() if b in shards} | floors
         self._watched = shards
@@ -230,9 +231,7 @@ class RedisHotPath(HotPath):
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                logger.warning(
-                    "hot tier read failed (%s); retrying", error, extra={"action": "hot_read_failed"}
-                )
+                logger.warning("hot tier read failed (%s); retrying", error, extra={"action": "hot_read_failed"})
                 await asyncio.sleep(READ_RETRY_S)
             await asyncio.sleep(self._interval_s)
 

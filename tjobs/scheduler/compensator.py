@@ -90,8 +90,12 @@ class Compensator(PeriodicPass):
             else:
                 self._redrive(task, flow)
                 self.redriven += 1
-                logger.info("re-driving flow %s (attempts so far %d)", flow.id, flow.attempts,
-                            extra={"action": "flow_redriven", "flow_id": flow.id})
+                logger.info(
+                    "re-driving flow %s (attempts so far %d)",
+                    flow.id,
+                    flow.attempts,
+                    extra={"action": "flow_redriven", "flow_id": flow.id},
+                )
         if closures:
             await self._store.record_flow_updates(closures, now_ms)
         return len(leased)

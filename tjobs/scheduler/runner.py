@@ -171,8 +171,9 @@ class JobRunner:
         if lost:
             removed = self.wheel.remove_where(lambda entry: shard_of_task_id(entry.task_id) in lost)
             self._drop_pending(lost)
-            logger.info("released %d jobs, %d wheel entries dropped", len(lost), removed,
-                        extra={"action": "jobs_released"})
+            logger.info(
+                "released %d jobs, %d wheel entries dropped", len(lost), removed, extra={"action": "jobs_released"}
+            )
         if gained:
             try:
                 await self._load(sorted(gained - self._paused), self._horizon_ms)
@@ -194,8 +195,12 @@ class JobRunner:
         if newly_paused:
             removed = self.wheel.remove_where(lambda entry: shard_of_task_id(entry.task_id) in newly_paused)
             self._drop_pending(newly_paused)
-            logger.warning("paused %d shards (database server unreachable), %d wheel entries dropped",
-                           len(newly_paused), removed, extra={"action": "jobs_paused"})
+            logger.warning(
+                "paused %d shards (database server unreachable), %d wheel entries dropped",
+                len(newly_paused),
+                removed,
+                extra={"action": "jobs_paused"},
+            )
         if resumed:
             try:
                 await self._load(sorted(resumed), self._horizon_ms)
@@ -255,8 +260,9 @@ class JobRunner:
     async def _load(self, shards: Iterable[int], before_ms: int) -> None:
         started_ms = self._clock.now_ms()
         shards = list(shards)
-        results = await asyncio.gather(*(self._load_shard(shard, before_ms) for shard in shards),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._load_shard(shard, before_ms) for shard in shards), return_exceptions=True
+        )
         counts: list[int] = []
         for shard, result in zip(shards, results, strict=True):
             if isinstance(result, BaseException):
@@ -267,8 +273,13 @@ class JobRunner:
         total = sum(counts)
         self.stats.loaded += total
         self.stats.last_load_ms = self._clock.now_ms() - started_ms
-        logger.info("loaded %d tasks due before %d in %d ms", total, before_ms, self.stats.last_load_ms,
-                    extra={"action": "cycle_loaded"})
+        logger.info(
+            "loaded %d tasks due before %d in %d ms",
+            total,
+            before_ms,
+            self.stats.last_load_ms,
+            extra={"action": "cycle_loaded"},
+        )
 
     async def _load_shard(self, shard: int, before_ms: int) -> int:
         page_size = self._settings.load_page_size
@@ -326,8 +337,9 @@ class JobRunner:
             if ready is None:
                 ready = self._committing[server] = asyncio.Event()
                 for index in range(self._committers):
-                    self._tasks.append(asyncio.create_task(
-                        self._commit_loop(server, ready), name=f"tjobs-commit-{server}-{index}"))
+                    self._tasks.append(
+                        asyncio.create_task(self._commit_loop(server, ready), name=f"tjobs-commit-{server}-{index}")
+                    )
             ready.set()
 
     def _drop_pending(self, shards: frozenset[int]) -> None:
@@ -340,8 +352,8 @@ class JobRunner:
         entries = self._pending.get(server)
         if not entries:
             return []
-        batch = entries[:self._settings.fire_batch_max]
-        del entries[:self._settings.fire_batch_max]
+        batch = entries[: self._settings.fire_batch_max]
+        del entries[: self._settings.fire_batch_max]
         return batch
 
     async def _commit_loop(self, server: str, ready: asyncio.Event) -> None:
@@ -396,12 +408,19 @@ class JobRunner:
             if isinstance(error, Fenced):
                 # Stopped inside the transaction while the fence closed: rolled back, nothing written.
                 self.stats.commit_fenced += 1
-                logger.warning("fire transaction of %d intents rolled back: this node is fenced", count,
-                               extra={"action": "fire_commit_fenced"})
+                logger.warning(
+                    "fire transaction of %d intents rolled back: this node is fenced",
+                    count,
+                    extra={"action": "fire_commit_fenced"},
+                )
             else:
                 self.stats.commit_errors += 1
-                logger.warning("fire transaction of %d intents failed (%s); retrying them", count, error,
-                               extra={"action": "fire_commit_failed"})
+                logger.warning(
+                    "fire transaction of %d intents failed (%s); retrying them",
+                    count,
+                    error,
+                    extra={"action": "fire_commit_failed"},
+                )
 
     def _retry_later(self, entry: WheelEntry, intent: FireIntent, attempt_ms: int) -> None:
         """Put a failed intent back in the wheel, alone, after a delay that doubles per failure.
@@ -431,18 +450,28 @@ class JobRunner:
             return  # the job left: its next owner loads the task
         try:
             task = await self._store.get_task(intent.task_id)
-            flow = (await self._store.get_flow(intent.task_id, intent.scheduled_at_ms)
-                    if task is not None and failed_at_ms is not None else None)
+            flow = (
+                await self._store.get_flow(intent.task_id, intent.scheduled_at_ms)
+                if task is not None and failed_at_ms is not None
+                else None
+            )
         except Exception as error:
-            logger.warning("could not re-read task %d after a rejected fire (%s); the next load offers it",
-                           intent.task_id, error, extra={"action": "fire_reconcile_failed"})
+            logger.warning(
+                "could not re-read task %d after a rejected fire (%s); the next load offers it",
+                intent.task_id,
+                error,
+                extra={"action": "fire_reconcile_failed"},
+            )
             return
         self.stats.reconciled += 1
         if task is None:
             return
         if flow is not None and flow.created_at_ms == failed_at_ms and not flow.status.terminal:
-            logger.info("flow %s committed although its fire transaction failed; delivering it", flow.id,
-                        extra={"action": "fire_commit_found", "flow_id": flow.id})
+            logger.info(
+                "flow %s committed although its fire transaction failed; delivering it",
+                flow.id,
+                extra={"action": "fire_commit_found", "flow_id": flow.id},
+            )
             self.stats.flows_sent += 1
             self._flow_sink(task, flow)
         self._offer_next_run(task)

@@ -48,8 +48,18 @@ class CronSyntaxError(ValueError):
 class CronPattern:
     """A parsed cron expression. Build it with :func:`parse_cron`, which caches instances."""
 
-    __slots__ = ("_day_and", "_first_sod", "_hours", "_match_day", "_minutes", "_month_days", "_months",
-                 "_seconds", "expr", "has_seconds")
+    __slots__ = (
+        "_day_and",
+        "_first_sod",
+        "_hours",
+        "_match_day",
+        "_minutes",
+        "_month_days",
+        "_months",
+        "_seconds",
+        "expr",
+        "has_seconds",
+    )
 
     def __init__(self, expr: str) -> None:
         text = ALIASES.get(expr.strip().lower(), expr)

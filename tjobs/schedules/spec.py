@@ -61,9 +61,7 @@ _KEYS: dict[ScheduleKind, frozenset[str]] = {
 }
 
 
-def normalize_schedule(
-    spec: Any, *, now_ms: int, limits: LimitSettings, misfire_threshold_ms: int
-) -> dict[str, Any]:
+def normalize_schedule(spec: Any, *, now_ms: int, limits: LimitSettings, misfire_threshold_ms: int) -> dict[str, Any]:
     """Validate a user's schedule spec and return the canonical dict to store (see module docs)."""
     if not isinstance(spec, dict):
         raise InvalidInput("schedule", "must be a JSON object", "invalid_type")
@@ -123,8 +121,13 @@ def parse_schedule(stored: dict[str, Any]) -> Schedule:
 
 @lru_cache(maxsize=65_536)
 def _cron_schedule(
-    expr: str, timezone: str, dst_gap: str, dst_overlap: str,
-    start_at_ms: int | None, end_at_ms: int | None, max_fires: int | None,
+    expr: str,
+    timezone: str,
+    dst_gap: str,
+    dst_overlap: str,
+    start_at_ms: int | None,
+    end_at_ms: int | None,
+    max_fires: int | None,
 ) -> CronSchedule:
     gap, overlap = DstGap(dst_gap), DstOverlap(dst_overlap)
     return CronSchedule(expr, timezone, gap, overlap, start_at_ms, end_at_ms, max_fires)
@@ -133,9 +136,7 @@ def _cron_schedule(
 # ---- per kind ------------------------------------------------------------------------------------
 
 
-def _normalize_at(
-    spec: dict[str, Any], now_ms: int, horizon_ms: int, misfire_threshold_ms: int
-) -> dict[str, Any]:
+def _normalize_at(spec: dict[str, Any], now_ms: int, horizon_ms: int, misfire_threshold_ms: int) -> dict[str, Any]:
     at_ms = _instant(spec, "at")
     if at_ms is None:
         raise InvalidInput("schedule.at", "is required (or at_ms)", "missing")
@@ -147,9 +148,7 @@ def _normalize_at(
     return {"kind": ScheduleKind.AT.value, "at_ms": at_ms}
 
 
-def _normalize_interval(
-    spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings
-) -> dict[str, Any]:
+def _normalize_interval(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings) -> dict[str, Any]:
     every_ms = _int(spec, "every_ms", required=True)
     assert every_ms is not None
     if every_ms < limits.min_period_ms:
@@ -168,9 +167,7 @@ def _normalize_interval(
     return stored
 
 
-def _normalize_cron(
-    spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings
-) -> dict[str, Any]:
+def _normalize_cron(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings) -> dict[str, Any]:
     expr = spec.get("expr")
     if expr is None:
         raise InvalidInput("schedule.expr", "is required", "missing")
@@ -189,8 +186,11 @@ def _normalize_cron(
     dst_overlap = _choice(spec, "dst_overlap", DstOverlap, DstOverlap.ONCE)
     start_ms, end_ms, max_fires = _bounds(spec, horizon_ms)
     stored: dict[str, Any] = {
-        "kind": ScheduleKind.CRON.value, "expr": expr, "timezone": timezone,
-        "dst_gap": dst_gap.value, "dst_overlap": dst_overlap.value,
+        "kind": ScheduleKind.CRON.value,
+        "expr": expr,
+        "timezone": timezone,
+        "dst_gap": dst_gap.value,
+        "dst_overlap": dst_overlap.value,
     }
     if start_ms is not None:
         stored["start_at_ms"] = start_ms
@@ -199,8 +199,7 @@ def _normalize_cron(
     schedule = CronSchedule(expr, timezone, dst_gap, dst_overlap, start_ms)  # no end: see why it never fires
     first = schedule.first_fire(now_ms)
     if first is None or first > max(now_ms, start_ms or now_ms) + limits.max_future_days * MS_PER_DAY:
-        raise InvalidInput("schedule.expr", f"has no occurrence within {limits.max_future_days} days",
-                           "never_fires")
+        raise InvalidInput("schedule.expr", f"has no occurrence within {limits.max_future_days} days", "never_fires")
     if end_ms is not None and first > end_ms:
         raise InvalidInput("schedule.end_at", "is before the first occurrence", "never_fires")
     _check_cron_period(schedule, first, limits.min_period_ms)
@@ -216,7 +215,8 @@ def _check_cron_period(schedule: CronSchedule, first_ms: int, min_period_ms: int
             return
         if nxt - previous < min_period_ms:
             raise InvalidInput(
-                "schedule.expr", f"fires {nxt - previous} ms apart; the minimum period is {min_period_ms} ms",
+                "schedule.expr",
+                f"fires {nxt - previous} ms apart; the minimum period is {min_period_ms} ms",
                 "too_frequent",
             )
         previous = nxt

@@ -32,6 +32,7 @@ DEAD_LETTERS = "dead_letters"
 EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
 """The task fields an owner's edit may set (:meth:`TaskStore.edit_task`)."""
 
+
 @dataclass(frozen=True, slots=True)
 class ServerSessions:
     """Sessions of one node on one database server, as recorded for :meth:`TaskStore.end_sessions`."""
@@ -160,7 +161,11 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def edit_task(
-        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
+        self,
+        task: Task,
+        fields: Collection[str],
+        *,
+        expected_revision: int | None = None,
         from_status: TaskStatus | None = None,
     ) -> Task:
         """Apply an owner's edit to the stored row in one atomic step; return the row afterwards.
@@ -191,9 +196,7 @@ class TaskStore(ABC):
         """
 
     @abstractmethod
-    async def list_tasks(
-        self, app_id: str, shard: int, after_id: int | None, limit: int
-    ) -> list[Task]:
+    async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         """The app's tasks in one shard, ascending id, strictly after ``after_id``."""
 
     # ---- loading (invariant 3: reads only) --------------------------------------------------
@@ -215,7 +218,10 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner,
+        self,
+        intents: Sequence[FireIntent],
+        now_ms: int,
+        planner: FirePlanner,
         may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         """Commit a batch of due fires; one outcome per intent, in order.
@@ -263,14 +269,16 @@ class TaskStore(ABC):
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None: ...
 
     @abstractmethod
-    async def list_flows(
-        self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None
-    ) -> list[Flow]:
+    async def list_flows(self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None) -> list[Flow]:
         """A task's flows, newest ``scheduled_at_ms`` first."""
 
     @abstractmethod
     async def list_flows_by_status(
-        self, shard: int, status: FlowStatus, app_id: str | None, limit: int,
+        self,
+        shard: int,
+        status: FlowStatus,
+        app_id: str | None,
+        limit: int,
         after: tuple[int, int] | None = None,
     ) -> list[Flow]:
         """Flows of ``shard`` in ``status`` (dead letters, for instance), ordered by (task, instant)."""

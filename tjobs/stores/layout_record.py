@@ -57,11 +57,13 @@ def check_facts(recorded: dict[str, str], expected: dict[str, str], where: str) 
     """Raise :class:`StorageLayoutMismatch` naming each fact that differs."""
     differences = [
         f"storage.{name} is {expected[name]!r} but the data was written with {recorded[name]!r}"
-        for name in expected if name in recorded and recorded[name] != expected[name]
+        for name in expected
+        if name in recorded and recorded[name] != expected[name]
     ]
     if differences:
         raise StorageLayoutMismatch(
-            f"refusing to use {where}: " + "; ".join(differences)
+            f"refusing to use {where}: "
+            + "; ".join(differences)
             + ". Tasks would be looked up in the wrong shards. Start with the recorded settings; "
             "changing the layout requires moving the data, not a restart."
         )

@@ -28,8 +28,9 @@ FlowKey = tuple[int, int]
 def _task_copy(task: Task) -> Task:
     """A copy sharing nothing mutable: the JSON documents go through JSON, as the SQL store's do
     (a quarter of the cost of ``copy.deepcopy``, which was a quarter of an in-memory create)."""
-    return replace(task, schedule=_json_copy(task.schedule), callback=_json_copy(task.callback),
-                   payload=_json_copy(task.payload))
+    return replace(
+        task, schedule=_json_copy(task.schedule), callback=_json_copy(task.callback), payload=_json_copy(task.payload)
+    )
 
 
 def _json_copy(value: Any) -> Any:
@@ -171,7 +172,11 @@ class MemoryTaskStore(TaskStore):
         return _task_copy(updated)
 
     async def edit_task(
-        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
+        self,
+        task: Task,
+        fields: Collection[str],
+        *,
+        expected_revision: int | None = None,
         from_status: TaskStatus | None = None,
     ) -> Task:
         check_fields(fields)
@@ -211,8 +216,7 @@ class MemoryTaskStore(TaskStore):
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         self._check_shard(shard)
         chosen = sorted(
-            t.id for t in self._tasks[shard].values()
-            if t.app_id == app_id and (after_id is None or t.id > after_id)
+            t.id for t in self._tasks[shard].values() if t.app_id == app_id and (after_id is None or t.id > after_id)
         )[:limit]
         return [_task_copy(self._tasks[shard][task_id]) for task_id in chosen]
 
@@ -225,7 +229,9 @@ class MemoryTaskStore(TaskStore):
         due = sorted(
             (t.next_run_at_ms, t.id, t)
             for t in self._tasks[shard].values()
-            if t.status is TaskStatus.ACTIVE and t.next_run_at_ms is not None and t.next_run_at_ms < before_ms
+            if t.status is TaskStatus.ACTIVE
+            and t.next_run_at_ms is not None
+            and t.next_run_at_ms < before_ms
             and (after is None or (t.next_run_at_ms, t.id) > after)
         )[:limit]
         return [DueTask(t.id, at, t.version, t.app_id, t.misfire_policy) for at, _, t in due]
@@ -237,7 +243,10 @@ class MemoryTaskStore(TaskStore):
     # ---- the fire transaction ---------------------------------------------------------------------
 
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner,
+        self,
+        intents: Sequence[FireIntent],
+        now_ms: int,
+        planner: FirePlanner,
         may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         await asyncio.sleep(0)
@@ -264,7 +273,10 @@ class MemoryTaskStore(TaskStore):
         return outcomes
 
     def _fire_transaction(
-        self, intents: list[FireIntent], now_ms: int, planner: FirePlanner,
+        self,
+        intents: list[FireIntent],
+        now_ms: int,
+        planner: FirePlanner,
         may_commit: Callable[[], bool] | None,
     ) -> list[FireOutcome]:
         # Plan everything first: a planner that raises leaves nothing changed.
@@ -301,8 +313,20 @@ class MemoryTaskStore(TaskStore):
                 if key in shard_flows or key in written:
                     continue  # invariant 2: never a second flow for one (task, instant)
                 written.add(key)
-                flows.append(Flow(task.id, new.scheduled_at_ms, task.app_id, new.kind, new.status,
-                                  new.attempts, new.next_attempt_at_ms, now_ms, now_ms, new.missed))
+                flows.append(
+                    Flow(
+                        task.id,
+                        new.scheduled_at_ms,
+                        task.app_id,
+                        new.kind,
+                        new.status,
+                        new.attempts,
+                        new.next_attempt_at_ms,
+                        now_ms,
+                        now_ms,
+                        new.missed,
+                    )
+                )
             outcomes.append(FireOutcome(intent, _task_copy(after), flows))
         if may_commit is not None and not may_commit():
             raise Fenced("the fence closed during the fire transaction; rolled back")
@@ -349,30 +373,35 @@ class MemoryTaskStore(TaskStore):
         flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
         return None if flow is None else replace(flow)
 
-    async def list_flows(
-        self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None
-    ) -> list[Flow]:
+    async def list_flows(self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None) -> list[Flow]:
         shard = self._shard_of(task_id)
         if shard is None:
             return []
         before = before_scheduled_at_ms
         flows = sorted(
-            (f for f in self._flows[shard].values()
-             if f.task_id == task_id and (before is None or f.scheduled_at_ms < before)),
+            (
+                f
+                for f in self._flows[shard].values()
+                if f.task_id == task_id and (before is None or f.scheduled_at_ms < before)
+            ),
             key=lambda f: f.scheduled_at_ms,
             reverse=True,
         )
         return [replace(f) for f in flows[:limit]]
 
     async def list_flows_by_status(
-        self, shard: int, status: FlowStatus, app_id: str | None, limit: int,
+        self,
+        shard: int,
+        status: FlowStatus,
+        app_id: str | None,
+        limit: int,
         after: tuple[int, int] | None = None,
     ) -> list[Flow]:
         self._check_shard(shard)
         chosen = sorted(
-            key for key, f in self._flows[shard].items()
-            if f.status is status and (app_id is None or f.app_id == app_id)
-            and (after is None or key > after)
+            key
+            for key, f in self._flows[shard].items()
+            if f.status is status and (app_id is None or f.app_id == app_id) and (after is None or key > after)
         )[:limit]
         return [replace(self._flows[shard][key]) for key in chosen]
 
@@ -388,8 +417,9 @@ class MemoryTaskStore(TaskStore):
 
     async def count_tasks(self, app_id: str, shard: int, status: TaskStatus | None = None) -> int:
         self._check_shard(shard)
-        return sum(1 for t in self._tasks[shard].values()
-                   if t.app_id == app_id and (status is None or t.status is status))
+        return sum(
+            1 for t in self._tasks[shard].values() if t.app_id == app_id and (status is None or t.status is status)
+        )
 
     async def count_by_app(self, database_index: int) -> dict[str, dict[str, int]]:
         await asyncio.sleep(0)
@@ -408,9 +438,12 @@ class MemoryTaskStore(TaskStore):
         for shard in shards:
             self._check_shard(shard)
         return {
-            shard for shard in shards
-            if any(not f.status.terminal and f.next_attempt_at_ms is not None and f.next_attempt_at_ms <= now_ms
-                   for f in self._flows[shard].values())
+            shard
+            for shard in shards
+            if any(
+                not f.status.terminal and f.next_attempt_at_ms is not None and f.next_attempt_at_ms <= now_ms
+                for f in self._flows[shard].values()
+            )
         }
 
     async def lease_stale_flows(
@@ -418,7 +451,8 @@ class MemoryTaskStore(TaskStore):
     ) -> list[tuple[Flow, Task | None]]:
         self._check_shard(shard)
         stale = sorted(
-            (f.next_attempt_at_ms, key) for key, f in self._flows[shard].items()
+            (f.next_attempt_at_ms, key)
+            for key, f in self._flows[shard].items()
             if not f.status.terminal and f.next_attempt_at_ms is not None and f.next_attempt_at_ms <= now_ms
         )[:limit]
         leased: list[tuple[Flow, Task | None]] = []
@@ -438,14 +472,16 @@ class MemoryTaskStore(TaskStore):
         if limit <= 0:
             return 0
         flows = self._flows[shard]
-        old_flows = [key for key, f in flows.items()
-                     if f.status.terminal and f.scheduled_at_ms < finished_before_ms][:limit]
+        old_flows = [key for key, f in flows.items() if f.status.terminal and f.scheduled_at_ms < finished_before_ms][
+            :limit
+        ]
         for key in old_flows:
             del flows[key]
         room = limit - len(old_flows)
         tasks = self._tasks[shard]
-        old_tasks = [t for t in tasks.values()
-                     if t.status is TaskStatus.COMPLETED and t.updated_at_ms < finished_before_ms][:room]
+        old_tasks = [
+            t for t in tasks.values() if t.status is TaskStatus.COMPLETED and t.updated_at_ms < finished_before_ms
+        ][:room]
         for task in old_tasks:
             del tasks[task.id]
             if task.key is not None:

@@ -146,11 +146,17 @@ def layout_schema_items() -> list[SchemaItem]:
 
 
 def _table(
-    metadata: MetaData, name: str, schema: str | None, items: list[SchemaItem],
+    metadata: MetaData,
+    name: str,
+    schema: str | None,
+    items: list[SchemaItem],
     indexes: list[tuple[str, list[str]]],
 ) -> Table:
     table = Table(
-        name, metadata, *items, schema=schema,
+        name,
+        metadata,
+        *items,
+        schema=schema,
         mysql_engine=MYSQL_TABLE_OPTIONS["mysql_engine"],
         mysql_charset=MYSQL_TABLE_OPTIONS["mysql_charset"],
         mysql_collate=MYSQL_TABLE_OPTIONS["mysql_collate"],
@@ -210,8 +216,22 @@ def task_to_row(task: Task) -> dict[str, Any]:
 
 
 TASK_COLUMNS: tuple[str, ...] = (
-    "id", "app_id", "name", "idem_key", "status", "next_run_at", "version", "fire_count", "schedule",
-    "callback", "payload", "misfire_policy", "delivery", "created_at", "updated_at", "revision",
+    "id",
+    "app_id",
+    "name",
+    "idem_key",
+    "status",
+    "next_run_at",
+    "version",
+    "fire_count",
+    "schedule",
+    "callback",
+    "payload",
+    "misfire_policy",
+    "delivery",
+    "created_at",
+    "updated_at",
+    "revision",
 )
 
 
@@ -237,8 +257,18 @@ def task_from_row(row: Mapping[Any, Any]) -> Task:
 
 
 FLOW_COLUMNS: tuple[str, ...] = (
-    "task_id", "scheduled_at", "app_id", "kind", "status", "attempts", "next_attempt_at", "missed",
-    "last_status_code", "last_error", "created_at", "updated_at",
+    "task_id",
+    "scheduled_at",
+    "app_id",
+    "kind",
+    "status",
+    "attempts",
+    "next_attempt_at",
+    "missed",
+    "last_status_code",
+    "last_error",
+    "created_at",
+    "updated_at",
 )
 
 

@@ -69,9 +69,22 @@ def connect_kwargs(engine_url: str, settings: StorageSettings) -> dict[str, Any]
 def task_values(task: Task) -> tuple[Any, ...]:
     """The row of :func:`tjobs.stores.schema.task_to_row`, in :data:`TASK_COLUMNS` order."""
     return (
-        task.id, task.app_id, task.name, task.key, task.status.value, task.next_run_at_ms, task.version,
-        task.fire_count, dumps(task.schedule), dumps(task.callback), dumps(task.payload),
-        task.misfire_policy.value, task.delivery.value, task.created_at_ms, task.updated_at_ms, task.revision,
+        task.id,
+        task.app_id,
+        task.name,
+        task.key,
+        task.status.value,
+        task.next_run_at_ms,
+        task.version,
+        task.fire_count,
+        dumps(task.schedule),
+        dumps(task.callback),
+        dumps(task.payload),
+        task.misfire_policy.value,
+        task.delivery.value,
+        task.created_at_ms,
+        task.updated_at_ms,
+        task.revision,
     )
 
 
@@ -126,8 +139,7 @@ class DirectPool:
     async def _open(self) -> Any:
         async with self._opening:
             if self._pool is None:
-                self._pool = await asyncmy.create_pool(minsize=0, maxsize=self._size, pool_recycle=3600,
-                                                       **self._kwargs)
+                self._pool = await asyncmy.create_pool(minsize=0, maxsize=self._size, pool_recycle=3600, **self._kwargs)
         return self._pool
 
     async def close(self) -> None:
@@ -242,8 +254,9 @@ class GroupCommit:
     stored task, the id of the task already holding its key, or that task's own exception.
     """
 
-    def __init__(self, write: Callable[[list[Task]], Awaitable[list[Outcome]]], *, max_flushes: int,
-                 max_rows: int = 256) -> None:
+    def __init__(
+        self, write: Callable[[list[Task]], Awaitable[list[Outcome]]], *, max_flushes: int, max_rows: int = 256
+    ) -> None:
         self._write = write
         self._max_flushes = max_flushes
         self._max_rows = max_rows

@@ -182,15 +182,38 @@ class FireTransaction:
                 outcomes[index] = FireOutcome(intent, None, [])
                 continue
             after = Task(
-                task.id, task.app_id, task.name, task.key, task.schedule, task.callback, task.payload,
-                task.misfire_policy, task.delivery, plan.status, plan.next_run_at_ms, task.version + 1,
-                task.fire_count + plan.fires_added, task.created_at_ms, self.now_ms, task.revision,
+                task.id,
+                task.app_id,
+                task.name,
+                task.key,
+                task.schedule,
+                task.callback,
+                task.payload,
+                task.misfire_policy,
+                task.delivery,
+                plan.status,
+                plan.next_run_at_ms,
+                task.version + 1,
+                task.fire_count + plan.fires_added,
+                task.created_at_ms,
+                self.now_ms,
+                task.revision,
             )
             state[task.id] = after
             advanced[home.shard][task.id] = after
             flows = [
-                Flow(task.id, new.scheduled_at_ms, task.app_id, new.kind, new.status, new.attempts,
-                     new.next_attempt_at_ms, self.now_ms, self.now_ms, new.missed)
+                Flow(
+                    task.id,
+                    new.scheduled_at_ms,
+                    task.app_id,
+                    new.kind,
+                    new.status,
+                    new.attempts,
+                    new.next_attempt_at_ms,
+                    self.now_ms,
+                    self.now_ms,
+                    new.missed,
+                )
                 for new in plan.flows
             ]
             new_flows[home.shard].extend((index, flow) for flow in flows)
@@ -227,13 +250,14 @@ class FireTransaction:
             flows = new_flows.get(shard, [])
             if flows:
                 params = [value for _, flow in flows for value in _flow_values(flow)]
-                sql = (f"INSERT IGNORE INTO {home.flows_sql} ({_FLOW_INSERT_COLUMNS}) VALUES "
-                       + ", ".join([marks] * len(flows)))
+                sql = f"INSERT IGNORE INTO {home.flows_sql} ({_FLOW_INSERT_COLUMNS}) VALUES " + ", ".join(
+                    [marks] * len(flows)
+                )
                 statements.append((sql, params, len(flows), True))
             tasks = sorted(advanced.get(shard, {}).values(), key=lambda t: t.id)
             for start in range(0, len(tasks), MAX_PARAMS // 10):
-                sql, update_params = self._update_sql(home, tasks[start:start + MAX_PARAMS // 10])
-                statements.append((sql, update_params, len(tasks[start:start + MAX_PARAMS // 10]), False))
+                sql, update_params = self._update_sql(home, tasks[start : start + MAX_PARAMS // 10])
+                statements.append((sql, update_params, len(tasks[start : start + MAX_PARAMS // 10]), False))
         for chunk in round_trips(statements, lambda statement: statement[1]):
             await self._run_multi(run, chunk)
 
@@ -253,7 +277,7 @@ class FireTransaction:
         for shard in sorted(ids_by_shard):
             ids = sorted(ids_by_shard[shard])
             for start in range(0, len(ids), MAX_PARAMS):
-                chunk = ids[start:start + MAX_PARAMS]
+                chunk = ids[start : start + MAX_PARAMS]
                 marks = ", ".join([self.mark] * len(chunk))
                 sql = f"SELECT {_TASK_SELECT} FROM {self.shards[shard].tasks_sql} WHERE id IN ({marks}){lock}"
                 parts.append((sql, chunk))
@@ -292,8 +316,10 @@ class FireTransaction:
         if self.mysql:
             sql = f"INSERT IGNORE INTO {home.flows_sql} ({_FLOW_INSERT_COLUMNS}) VALUES ({marks})"
         else:
-            sql = (f"INSERT INTO {home.flows_sql} ({_FLOW_INSERT_COLUMNS}) VALUES ({marks}) "
-                   "ON CONFLICT (task_id, scheduled_at) DO NOTHING")
+            sql = (
+                f"INSERT INTO {home.flows_sql} ({_FLOW_INSERT_COLUMNS}) VALUES ({marks}) "
+                "ON CONFLICT (task_id, scheduled_at) DO NOTHING"
+            )
         rows = [_flow_values(flow) for _, flow in pairs]
         if not careful:
             if await run.count_many(sql, rows) != len(rows):
@@ -311,7 +337,7 @@ class FireTransaction:
             return
         step = MAX_PARAMS // 10
         for start in range(0, len(tasks), step):
-            chunk = sorted(tasks[start:start + step], key=lambda t: t.id)
+            chunk = sorted(tasks[start : start + step], key=lambda t: t.id)
             sql, params = self._update_sql(home, chunk)
             advanced = await run.count(sql, tuple(params))
             if advanced != len(chunk):
@@ -342,10 +368,14 @@ class FireTransaction:
     async def _advance_each(self, run: _Executor, home: ShardTables, tasks: list[Task]) -> None:
         """The alternative measured against the CASE form: one executemany of per-row UPDATEs."""
         m = self.mark
-        sql = (f"UPDATE {home.tasks_sql} SET next_run_at = {m}, status = {m}, version = {m}, "
-               f"fire_count = {m}, updated_at = {m} WHERE id = {m}")
-        rows = [(t.next_run_at_ms, t.status.value, t.version, t.fire_count, self.now_ms, t.id)
-                for t in sorted(tasks, key=lambda t: t.id)]
+        sql = (
+            f"UPDATE {home.tasks_sql} SET next_run_at = {m}, status = {m}, version = {m}, "
+            f"fire_count = {m}, updated_at = {m} WHERE id = {m}"
+        )
+        rows = [
+            (t.next_run_at_ms, t.status.value, t.version, t.fire_count, self.now_ms, t.id)
+            for t in sorted(tasks, key=lambda t: t.id)
+        ]
         advanced = await run.count_many(sql, rows)
         if advanced != len(rows):
             raise RuntimeError(f"fire transaction advanced {advanced} of {len(rows)} locked rows")
@@ -353,7 +383,16 @@ class FireTransaction:
 
 def _flow_values(flow: Flow) -> tuple[Any, ...]:
     return (
-        flow.task_id, flow.scheduled_at_ms, flow.app_id, flow.kind.value, flow.status.value, flow.attempts,
-        flow.next_attempt_at_ms, flow.missed, flow.last_status_code, clip_error(flow.last_error),
-        flow.created_at_ms, flow.updated_at_ms,
+        flow.task_id,
+        flow.scheduled_at_ms,
+        flow.app_id,
+        flow.kind.value,
+        flow.status.value,
+        flow.attempts,
+        flow.next_attempt_at_ms,
+        flow.missed,
+        flow.last_status_code,
+        clip_error(flow.last_error),
+        flow.created_at_ms,
+        flow.updated_at_ms,
     )

@@ -43,8 +43,7 @@ def update_statements(
     for shard in sorted(by_shard):
         groups: dict[Values, list[tuple[int, int]]] = defaultdict(list)
         for u in by_shard[shard]:
-            values = (u.status.value, u.attempts, u.next_attempt_at_ms, u.last_status_code,
-                      clip_error(u.last_error))
+            values = (u.status.value, u.attempts, u.next_attempt_at_ms, u.last_status_code, clip_error(u.last_error))
             groups[values].append((u.task_id, u.scheduled_at_ms))
         table = shards[shard].flows_sql
         for values, keys in groups.items():
@@ -67,7 +66,9 @@ def update_statements(
 
 
 async def write_flow_updates(
-    conn: AsyncConnection, by_shard: dict[int, list[FlowUpdate]], shards: Sequence[ShardTables],
+    conn: AsyncConnection,
+    by_shard: dict[int, list[FlowUpdate]],
+    shards: Sequence[ShardTables],
     now_ms: int,
 ) -> None:
     """Run the updates on ``conn`` (a MariaDB transaction) in as few round trips as the size allows."""

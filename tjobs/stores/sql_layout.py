@@ -29,8 +29,9 @@ SQLITE = "sqlite"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 # MySQL client/server error numbers meaning "the server could not be reached or dropped us".
-_CONNECTION_ERRNOS = frozenset({1040, 1045, 1053, 1152, 1158, 1159, 1160, 1161, 2002, 2003, 2005,
-                                2006, 2013, 2014, 2026, 2055})
+_CONNECTION_ERRNOS = frozenset(
+    {1040, 1045, 1053, 1152, 1158, 1159, 1160, 1161, 2002, 2003, 2005, 2006, 2013, 2014, 2026, 2055}
+)
 DEADLOCK_ERRNOS = frozenset({1213})
 ROW_LOCK_WAIT_S = 2  # innodb_lock_wait_timeout of the engine's sessions (fire transactions, updates)
 MULTI_STATEMENT_PARAMS = 20_000  # bound parameters per multi-statement round trip (MariaDB)
@@ -39,7 +40,8 @@ _Statement = TypeVar("_Statement")
 
 
 def round_trips(
-    statements: Sequence[_Statement], params_of: Callable[[_Statement], Sequence[Any]],
+    statements: Sequence[_Statement],
+    params_of: Callable[[_Statement], Sequence[Any]],
     max_params: int = MULTI_STATEMENT_PARAMS,
 ) -> list[list[_Statement]]:
     """Group statements, in order, into ``;``-joined round trips of about ``max_params`` parameters
@@ -56,6 +58,8 @@ def round_trips(
     if group:
         groups.append(group)
     return groups
+
+
 _SQLITE_UNAVAILABLE = ("unable to open database file", "database is locked", "disk i/o error")
 
 
@@ -137,15 +141,17 @@ class Layout:
             location = self.topology.locate(shard)
             home = self.databases[location.database_index]
             qualifier = f"{quote(home.schema)}." if home.schema else ""
-            self.shards.append(ShardTables(
-                shard,
-                home,
-                task_tables[location.table_index],
-                flow_tables[location.table_index],
-                self.options_for(home),
-                qualifier + quote(location.tasks_table),
-                qualifier + quote(location.flows_table),
-            ))
+            self.shards.append(
+                ShardTables(
+                    shard,
+                    home,
+                    task_tables[location.table_index],
+                    flow_tables[location.table_index],
+                    self.options_for(home),
+                    qualifier + quote(location.tasks_table),
+                    qualifier + quote(location.flows_table),
+                )
+            )
         self.apps_database = self.databases[0]
         self.apps = apps_table(self.metadata)
         self.apps_options = self.options_for(self.apps_database)
@@ -185,9 +191,7 @@ def _server_url(url: str) -> str:
     parsed = make_url(url)
     query = dict(parsed.query)
     query.setdefault("charset", "utf8mb4")
-    server = URL.create(
-        "mysql+asyncmy", parsed.username, parsed.password, parsed.host, parsed.port, None, query
-    )
+    server = URL.create("mysql+asyncmy", parsed.username, parsed.password, parsed.host, parsed.port, None, query)
     return server.render_as_string(hide_password=False)
 
 

@@ -26,8 +26,7 @@ logger = logging.getLogger(__name__)
 UNKNOWN_THREAD_ERRNO = 1094  # KILL of an id that is not (or no longer) a session
 BOOT_TOLERANCE_S = 2  # the start time is derived from whole seconds of uptime and of the clock
 BOOTED_AT_SQL = (
-    "SELECT UNIX_TIMESTAMP() - VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
-    "WHERE VARIABLE_NAME = 'UPTIME'"
+    "SELECT UNIX_TIMESTAMP() - VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"
 )
 
 
@@ -50,9 +49,7 @@ class SessionRegistry:
 
     @staticmethod
     def _thread_id(dbapi_connection: Any) -> int | None:
-        driver = getattr(dbapi_connection, "driver_connection", None) or getattr(
-            dbapi_connection, "_connection", None
-        )
+        driver = getattr(dbapi_connection, "driver_connection", None) or getattr(dbapi_connection, "_connection", None)
         thread_id = getattr(driver, "thread_id", None)
         return int(thread_id()) if callable(thread_id) else None
 
@@ -91,8 +88,10 @@ async def kill_connections(cursor: Any, sessions: ServerSessions, keep: Collecti
     await cursor.execute(BOOTED_AT_SQL)
     row = await cursor.fetchone()
     if row is None or abs(int(row[0]) - sessions.booted_at_s) > BOOT_TOLERANCE_S:
-        logger.info("recorded sessions are from an earlier run of the server; none ended",
-                    extra={"action": "db_sessions_outdated"})
+        logger.info(
+            "recorded sessions are from an earlier run of the server; none ended",
+            extra={"action": "db_sessions_outdated"},
+        )
         return 0
     ended = 0
     for session_id in sessions.ids:

@@ -100,8 +100,20 @@ T = TypeVar("T")
 _OPEN = (FlowStatus.PENDING.value, FlowStatus.SENDING.value)
 _TERMINAL = tuple(s.value for s in FlowStatus if s.terminal)
 _INSERT_RETRIES = 3
-_EDITED_COLUMNS = ("name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status",
-                   "next_run_at", "fire_count", "updated_at", "version", "revision")
+_EDITED_COLUMNS = (
+    "name",
+    "schedule",
+    "callback",
+    "payload",
+    "misfire_policy",
+    "delivery",
+    "status",
+    "next_run_at",
+    "fire_count",
+    "updated_at",
+    "version",
+    "revision",
+)
 
 
 class SQLAlchemyTaskStore(TaskStore):
@@ -136,8 +148,9 @@ class SQLAlchemyTaskStore(TaskStore):
             if kwargs is not None:
                 self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
                 self._health[url] = HealthConnection(kwargs)
-                self._groups[url] = GroupCommit(functools.partial(self._write_group, url),
-                                                max_flushes=max(1, self.settings.pool_size // 2))
+                self._groups[url] = GroupCommit(
+                    functools.partial(self._write_group, url), max_flushes=max(1, self.settings.pool_size // 2)
+                )
             elif self.layout.dialect != MYSQL:  # SQLite: one writer per file at a time anyway
                 self._groups[url] = GroupCommit(functools.partial(self._write_group, url), max_flushes=1)
 
@@ -333,8 +346,7 @@ class SQLAlchemyTaskStore(TaskStore):
         if task.key is not None:
             key_shard = shard_for_key(task.app_id, task.key, self.topology.shard_count)
             if key_shard != home.shard:
-                raise ValueError(f"task {task.id} has key {task.key!r} of shard {key_shard}, "
-                                 f"not {home.shard}")
+                raise ValueError(f"task {task.id} has key {task.key!r} of shard {key_shard}, not {home.shard}")
         return home
 
     async def insert_task(self, task: Task) -> Task:
@@ -364,8 +376,9 @@ class SQLAlchemyTaskStore(TaskStore):
             else:
                 async with self._write(url) as conn:
                     for home, new in groups:
-                        await conn.execute(insert(home.tasks), [task_to_row(t) for t in new],
-                                           execution_options=home.options)
+                        await conn.execute(
+                            insert(home.tasks), [task_to_row(t) for t in new], execution_options=home.options
+                        )
             return list(outcomes)
         except TjobsError:
             raise  # unavailable: so would each one be
@@ -391,9 +404,7 @@ class SQLAlchemyTaskStore(TaskStore):
                         await direct.insert_task(home, task)
                 else:
                     async with self._write(url) as conn:
-                        await conn.execute(
-                            insert(home.tasks), [task_to_row(task)], execution_options=home.options
-                        )
+                        await conn.execute(insert(home.tasks), [task_to_row(task)], execution_options=home.options)
                 return replace(task)
             except (sa_exc.IntegrityError, DriverIntegrityError) as error:
                 await self._raise_insert_conflict(task, error)
@@ -422,10 +433,14 @@ class SQLAlchemyTaskStore(TaskStore):
             else:
                 by_database[database].append(index)
         await asyncio.gather(
-            *(self._insert_batch(home, [(i, tasks[i]) for i in indexes], results)
-              for home, indexes in by_database.items()),
-            *(self._insert_server_batch(url, [(i, tasks[i]) for i in indexes], results)
-              for url, indexes in by_server.items()),
+            *(
+                self._insert_batch(home, [(i, tasks[i]) for i in indexes], results)
+                for home, indexes in by_database.items()
+            ),
+            *(
+                self._insert_server_batch(url, [(i, tasks[i]) for i in indexes], results)
+                for url, indexes in by_server.items()
+            ),
         )
         return [r for r in results if r is not None]
 
@@ -484,7 +499,10 @@ class SQLAlchemyTaskStore(TaskStore):
             results[index] = await self._settle_item(task)
 
     async def _insert_shard_items(
-        self, conn: AsyncConnection, home: ShardTables, items: list[tuple[int, Task]],
+        self,
+        conn: AsyncConnection,
+        home: ShardTables,
+        items: list[tuple[int, Task]],
         staged: dict[int, Task | int],
     ) -> None:
         tasks_t = home.tasks
@@ -545,8 +563,18 @@ class SQLAlchemyTaskStore(TaskStore):
             raise NotFound("task", task.id)
         tasks_t = home.tasks
         row = task_to_row(task)
-        mutable = ("name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status",
-                   "next_run_at", "fire_count", "updated_at")
+        mutable = (
+            "name",
+            "schedule",
+            "callback",
+            "payload",
+            "misfire_policy",
+            "delivery",
+            "status",
+            "next_run_at",
+            "fire_count",
+            "updated_at",
+        )
         statement = (
             update(tasks_t)
             .where(tasks_t.c.id == task.id, tasks_t.c.version == expected_version)
@@ -562,7 +590,11 @@ class SQLAlchemyTaskStore(TaskStore):
         raise VersionConflict(task.id, expected_version, stored.version)
 
     async def edit_task(
-        self, task: Task, fields: Collection[str], *, expected_revision: int | None = None,
+        self,
+        task: Task,
+        fields: Collection[str],
+        *,
+        expected_revision: int | None = None,
         from_status: TaskStatus | None = None,
     ) -> Task:
         check_fields(fields)
@@ -583,8 +615,7 @@ class SQLAlchemyTaskStore(TaskStore):
                 return stored
             values = task_to_row(edited)
             await conn.execute(
-                update(tasks_t).where(tasks_t.c.id == task.id)
-                .values({name: values[name] for name in _EDITED_COLUMNS}),
+                update(tasks_t).where(tasks_t.c.id == task.id).values({name: values[name] for name in _EDITED_COLUMNS}),
                 execution_options=home.options,
             )
         return edited
@@ -643,15 +674,14 @@ class SQLAlchemyTaskStore(TaskStore):
             after_at, after_id = after
             # The redundant lower bound keeps this a range scan of (status, next_run_at).
             statement = statement.where(
-                c.next_run_at >= after_at, or_(c.next_run_at > after_at, and_(c.next_run_at == after_at,
-                                                                              c.id > after_id))
+                c.next_run_at >= after_at,
+                or_(c.next_run_at > after_at, and_(c.next_run_at == after_at, c.id > after_id)),
             )
         statement = statement.order_by(c.next_run_at, c.id).limit(limit)
         async with self._connect(home.database.engine_url) as conn:
             rows = await conn.execute(statement, execution_options=home.options)
             return [
-                DueTask(int(r.id), int(r.next_run_at), int(r.version), r.app_id,
-                        MisfirePolicy(r.misfire_policy))
+                DueTask(int(r.id), int(r.next_run_at), int(r.version), r.app_id, MisfirePolicy(r.misfire_policy))
                 for r in rows
             ]
 
@@ -675,7 +705,10 @@ class SQLAlchemyTaskStore(TaskStore):
     # ---- the fire transaction -------------------------------------------------------------------
 
     async def commit_fires(
-        self, intents: Sequence[FireIntent], now_ms: int, planner: FirePlanner,
+        self,
+        intents: Sequence[FireIntent],
+        now_ms: int,
+        planner: FirePlanner,
         may_commit: Callable[[], bool] | None = None,
     ) -> list[FireOutcome]:
         outcomes: list[FireOutcome] = [FireOutcome(intent, None, []) for intent in intents]
@@ -736,36 +769,36 @@ class SQLAlchemyTaskStore(TaskStore):
                 home = self._shard_of_task(item.task_id)
                 if home is not None:
                     by_engine[home.database.engine_url][home.shard].append(item)
-            await asyncio.gather(*(
-                self._record_updates_on_server(url, shards, now_ms) for url, shards in by_engine.items()
-            ))
+            await asyncio.gather(
+                *(self._record_updates_on_server(url, shards, now_ms) for url, shards in by_engine.items())
+            )
             return
         by_database: dict[DatabaseHome, dict[int, list[FlowUpdate]]] = defaultdict(lambda: defaultdict(list))
         for item in final.values():
             home = self._shard_of_task(item.task_id)
             if home is not None:
                 by_database[home.database][home.shard].append(item)
-        await self._per_database({
-            database: self._record_updates(database, shards, now_ms)
-            for database, shards in by_database.items()
-        })
+        await self._per_database(
+            {database: self._record_updates(database, shards, now_ms) for database, shards in by_database.items()}
+        )
 
-    async def _record_updates_on_server(
-        self, url: str, shards: dict[int, list[FlowUpdate]], now_ms: int
-    ) -> None:
+    async def _record_updates_on_server(self, url: str, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
         async with self._write(url) as conn:
             await write_flow_updates(conn, shards, self.layout.shards, now_ms)
 
-    async def _record_updates(
-        self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int
-    ) -> None:
+    async def _record_updates(self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
         async with self._write(database.engine_url) as conn:
             for shard, items in sorted(shards.items()):
                 home = self.layout.shards[shard]
                 groups: dict[tuple[Any, ...], list[tuple[int, int]]] = defaultdict(list)
                 for u in items:
-                    values = (u.status.value, u.attempts, u.next_attempt_at_ms, u.last_status_code,
-                              clip_error(u.last_error))
+                    values = (
+                        u.status.value,
+                        u.attempts,
+                        u.next_attempt_at_ms,
+                        u.last_status_code,
+                        clip_error(u.last_error),
+                    )
                     groups[values].append((u.task_id, u.scheduled_at_ms))
                 c = home.flows.c
                 for (status, attempts, next_at, code, error), keys in groups.items():
@@ -777,8 +810,14 @@ class SQLAlchemyTaskStore(TaskStore):
                             # an open outcome never lowers the count (see the contract)
                             true() if FlowStatus(status).terminal else c.attempts <= attempts,
                         )
-                        .values(status=status, attempts=attempts, next_attempt_at=next_at,
-                                last_status_code=code, last_error=error, updated_at=now_ms)
+                        .values(
+                            status=status,
+                            attempts=attempts,
+                            next_attempt_at=next_at,
+                            last_status_code=code,
+                            last_error=error,
+                            updated_at=now_ms,
+                        )
                     )
                     await conn.execute(statement, execution_options=home.options)
 
@@ -792,9 +831,7 @@ class SQLAlchemyTaskStore(TaskStore):
             row = (await conn.execute(statement, execution_options=home.options)).mappings().first()
         return None if row is None else flow_from_row(row)
 
-    async def list_flows(
-        self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None
-    ) -> list[Flow]:
+    async def list_flows(self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None) -> list[Flow]:
         home = self._shard_of_task(task_id)
         if home is None:
             return []
@@ -808,7 +845,11 @@ class SQLAlchemyTaskStore(TaskStore):
             return [flow_from_row(row) for row in rows.mappings()]
 
     async def list_flows_by_status(
-        self, shard: int, status: FlowStatus, app_id: str | None, limit: int,
+        self,
+        shard: int,
+        status: FlowStatus,
+        app_id: str | None,
+        limit: int,
         after: tuple[int, int] | None = None,
     ) -> list[Flow]:
         home = self._shard(shard)
@@ -834,18 +875,23 @@ class SQLAlchemyTaskStore(TaskStore):
         c = home.flows.c
         statement = (
             update(home.flows)
-            .where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms,
-                   c.status == FlowStatus.DEAD.value)
+            .where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms, c.status == FlowStatus.DEAD.value)
             .values(status=FlowStatus.PENDING.value, next_attempt_at=now_ms, updated_at=now_ms)
         )
         async with self._write(home.database.engine_url) as conn:
             result = await conn.execute(statement, execution_options=home.options)
             if not result.rowcount:
                 return None
-            row = (await conn.execute(
-                select(home.flows).where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms),
-                execution_options=home.options,
-            )).mappings().first()
+            row = (
+                (
+                    await conn.execute(
+                        select(home.flows).where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms),
+                        execution_options=home.options,
+                    )
+                )
+                .mappings()
+                .first()
+            )
         return None if row is None else flow_from_row(row)
 
     async def count_tasks(self, app_id: str, shard: int, status: TaskStatus | None = None) -> int:
@@ -862,8 +908,11 @@ class SQLAlchemyTaskStore(TaskStore):
         for home in homes:
             t, f = home.tasks.c, home.flows.c
             parts.append(select(t.app_id, t.status, func.count()).group_by(t.app_id, t.status))
-            parts.append(select(f.app_id, literal(DEAD_LETTERS), func.count())
-                         .where(f.status == FlowStatus.DEAD.value).group_by(f.app_id))
+            parts.append(
+                select(f.app_id, literal(DEAD_LETTERS), func.count())
+                .where(f.status == FlowStatus.DEAD.value)
+                .group_by(f.app_id)
+            )
         counts: dict[str, dict[str, int]] = {}
         async with self._connect(homes[0].database.engine_url) as conn:
             rows = await conn.execute(union_all(*parts), execution_options=homes[0].options)
@@ -932,17 +981,18 @@ class SQLAlchemyTaskStore(TaskStore):
             for flow in flows:
                 if flow.status is FlowStatus.PENDING and flow.task_id in tasks:
                     flow.attempts += 1
-            counted = {(f.task_id, f.scheduled_at_ms) for f in flows
-                       if f.status is FlowStatus.PENDING and f.task_id in tasks}
+            counted = {
+                (f.task_id, f.scheduled_at_ms) for f in flows if f.status is FlowStatus.PENDING and f.task_id in tasks
+            }
             keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
             await conn.execute(
                 update(home.flows)
                 .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
                 .values(
                     next_attempt_at=lease_until,
-                    attempts=c.attempts + case(
-                        (tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
-                    if counted else c.attempts,
+                    attempts=c.attempts + case((tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
+                    if counted
+                    else c.attempts,
                 ),
                 execution_options=home.options,
             )
@@ -958,12 +1008,14 @@ class SQLAlchemyTaskStore(TaskStore):
         t = home.tasks.c
         opts = home.options
         async with self._write(home.database.engine_url) as conn:
-            old_flows = (await conn.execute(
-                select(f.task_id, f.scheduled_at)
-                .where(f.status.in_(_TERMINAL), f.scheduled_at < finished_before_ms)
-                .limit(limit),
-                execution_options=opts,
-            )).all()
+            old_flows = (
+                await conn.execute(
+                    select(f.task_id, f.scheduled_at)
+                    .where(f.status.in_(_TERMINAL), f.scheduled_at < finished_before_ms)
+                    .limit(limit),
+                    execution_options=opts,
+                )
+            ).all()
             purged = 0
             if old_flows:
                 result = await conn.execute(
@@ -976,17 +1028,19 @@ class SQLAlchemyTaskStore(TaskStore):
                 purged += result.rowcount
             room = limit - purged
             if room > 0:
-                old_tasks = (await conn.execute(
-                    select(t.id)
-                    .where(t.status == "completed", t.updated_at < finished_before_ms)
-                    .limit(room),
-                    execution_options=opts,
-                )).scalars().all()
+                old_tasks = (
+                    (
+                        await conn.execute(
+                            select(t.id).where(t.status == "completed", t.updated_at < finished_before_ms).limit(room),
+                            execution_options=opts,
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
                 if old_tasks:
                     result = await conn.execute(
-                        delete(home.tasks).where(
-                            t.id.in_(bindparam("ids", expanding=True)), t.status == "completed"
-                        ),
+                        delete(home.tasks).where(t.id.in_(bindparam("ids", expanding=True)), t.status == "completed"),
                         {"ids": list(old_tasks)},
                         execution_options=opts,
                     )

@@ -21,7 +21,10 @@ def check_fields(fields: Collection[str]) -> None:
 
 
 def edited_row(
-    stored: Task, task: Task, fields: Collection[str], expected_revision: int | None,
+    stored: Task,
+    task: Task,
+    fields: Collection[str],
+    expected_revision: int | None,
     from_status: TaskStatus | None,
 ) -> Task | None:
     """The row after the edit, or ``None`` when ``from_status`` does not match (nothing to write).
@@ -38,5 +41,10 @@ def edited_row(
         changes["fire_count"] = 0
         if "status" not in fields and stored.status is TaskStatus.COMPLETED:
             changes["status"] = TaskStatus.ACTIVE
-    return replace(stored, **changes, updated_at_ms=task.updated_at_ms,  # type: ignore[arg-type]
-                   version=stored.version + 1, revision=stored.revision + 1)
+    return replace(
+        stored,
+        **changes,  # type: ignore[arg-type]
+        updated_at_ms=task.updated_at_ms,
+        version=stored.version + 1,
+        revision=stored.revision + 1,
+    )

@@ -30,9 +30,7 @@ branch_labels = None
 depends_on = None
 
 
-def upgrade(
-    tables_per_database: int, holds_apps: bool, operations: Operations | None = None, **_: Any
-) -> None:
+def upgrade(tables_per_database: int, holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
     op = operations or global_op
     if holds_apps:
         op.create_table(APPS_TABLE, *apps_schema_items(), **_OPTIONS)
@@ -47,9 +45,7 @@ def upgrade(
             op.create_index(name, flows, columns)
 
 
-def downgrade(
-    tables_per_database: int, holds_apps: bool, operations: Operations | None = None, **_: Any
-) -> None:
+def downgrade(tables_per_database: int, holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
     op = operations or global_op
     for table in reversed(range(tables_per_database)):
         op.drop_table(f"flows_{table:02d}")
