@@ -11,17 +11,21 @@ A ``tjobs serve`` node runs in a child process (its own databases on the server,
 - the *victim* reads its own tasks by id (``GET /v1/tasks/{id}``) open-loop at ``--victim-rate`` and has
   ``--interval-tasks`` interval tasks firing every second into a callback sink (another child process);
 - the *flooder* sends ``--flood-path`` (default ``/v1/stats``, the heaviest read) open-loop at
-  ``--flood-rate`` (default 1,000/s) with the node's default limits.
+  ``--flood-rate`` (default 1,000/s) with the node's default limits, pipelined over
+  ``--flood-connections`` keep-alive connections (:mod:`tjobs.bench.flooder`: pre-encoded requests,
+  a parser that reads only status lines and lengths, so the offer is sent whatever the node answers
+  and costs the machine little).
 
 Two phases of ``--duration-s`` each: **idle** (victim only), then **flood** (victim + flooder). Each
 phase reports the victim's p50/p99/max (latency counted from each request's due instant, so a slow
 answer delays nobody's measurement) and its fire lateness from the node's
 ``tjobs_fire_lateness_seconds`` histogram over the phase (mean from sum/count, p99 as a bucket bound);
-the flood phase also counts the flooder's answers by status. The flooder runs in a process of its own
+the flood phase also reports the flooder's :class:`tjobs.bench.flooder.FloodResult` (offered, sent,
+answers by status, its answers' latency from their due instants). The flooder runs in a process of its own
 (so its client does not delay the victim's), as does the sink; they share the machine's cores with the
 node (``--node-cpu N`` pins the node to core N and the clients to the others; the database server
 and anything else on the machine still run anywhere). ``node_cpu_s`` is the node process's CPU time
-over the phase, ``flood_client_cpu_s`` the flooder's.
+over the phase, ``flood_client_cpu_us_per_request`` the flooder's own CPU per request it sent.
 """
 
 from __future__ import annotations
@@ -32,11 +36,12 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
@@ -45,6 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tjobs.bench.api import _create_batches, _headers, _percentile, _session
 from tjobs.bench.fire import create_bench_app
+from tjobs.bench.flooder import FloodResult, flood
 from tjobs.bench.node_process import process_cpu_s
 from tjobs.bench.sink import SinkProcess
 
@@ -60,11 +66,10 @@ class Phase:
     fires: int
     fire_lateness_mean_ms: float
     fire_lateness_p99_le_s: float
-    flood_statuses: dict[str, int] = field(default_factory=dict)
-    flood_achieved_per_s: float = 0.0
     node_cpu_s: float = 0.0
-    flood_client_cpu_s: float = 0.0  # the flooder process's own CPU: it shares the machine's cores with the node
     load_average_1m: float = 0.0
+    flood: FloodResult | None = None
+    flood_client_cpu_us_per_request: float = 0.0  # the flooder's own CPU per request sent
 
 
 async def _lateness(session: ClientSession, base_url: str, app_id: str) -> tuple[float, float, dict[float, float]]:
@@ -100,33 +105,7 @@ def _p99_bound(before: dict[float, float], after: dict[float, float], fires: flo
     return float("inf")
 
 
-async def _flood(
-    session: ClientSession, url: str, headers: dict[str, str], rate: float, duration_s: float, statuses: Counter[str]
-) -> float:
-    """Send GET ``url`` open-loop at ``rate`` for ``duration_s``; count answers by status; return the rate sent."""
-    loop = asyncio.get_running_loop()
-    total = int(rate * duration_s)
-    start = loop.time() + 0.05
-
-    async def one(due: float) -> None:
-        delay = due - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        try:
-            async with session.get(url, headers=headers) as response:
-                await response.read()
-                statuses[str(response.status)] += 1
-        except (ClientError, TimeoutError) as error:  # a transport error is a result here, counted
-            statuses[type(error).__name__] += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(one(start + i / rate) for i in range(total)))
-    return total / (time.perf_counter() - started)
-
-
-async def _flood_in_child(
-    url: str, key: str, rate: float, duration_s: float, statuses: Counter[str]
-) -> tuple[float, float]:
+async def _flood_in_child(url: str, key: str, rate: float, duration_s: float, connections: int) -> FloodResult:
     """Run the flooder in its own process, so its client's CPU does not delay the victim's client."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -138,21 +117,20 @@ async def _flood_in_child(
         key,
         "--flood-rate",
         str(rate),
+        "--flood-connections",
+        str(connections),
         "--duration-s",
         str(duration_s),
         stdout=asyncio.subprocess.PIPE,
     )
     out, _ = await process.communicate()
     result = json.loads(out)
-    statuses.update(result["statuses"])
-    return float(result["achieved_per_s"]), float(result["cpu_s"])
+    return FloodResult(**result)
 
 
-async def _flood_child(url: str, key: str, rate: float, duration_s: float) -> None:
-    statuses: Counter[str] = Counter()
-    async with _session(512) as session:
-        achieved = await _flood(session, url, _headers(key), rate, duration_s, statuses)
-    print(json.dumps({"statuses": statuses, "achieved_per_s": achieved, "cpu_s": time.process_time()}))
+async def _flood_child(url: str, key: str, rate: float, duration_s: float, connections: int) -> None:
+    result = await flood(url, _headers(key), rate, duration_s, connections=connections)
+    print(json.dumps(asdict(result)))
 
 
 async def run(
@@ -165,6 +143,8 @@ async def run(
     flood_path: str,
     duration_s: float,
     interval_tasks: int,
+    flood_connections: int,
+    profile_path: str | None = None,
 ) -> list[Phase]:
     async with _session(512) as session, SinkProcess() as sink:
         victim_key, _ = await create_bench_app(session, base_url, admin_key, name="victim")
@@ -177,18 +157,20 @@ async def run(
         phases = []
         for name in ("idle", "flood"):
             statuses: Counter[str] = Counter()
-            flood_statuses: Counter[str] = Counter()
             latencies: list[float] = []
             count0, sum0, buckets0 = await _lateness(session, base_url, victim_id)
             victim_task = asyncio.ensure_future(
                 _victim(session, victim_url, ids, victim_key, victim_rate, duration_s, statuses, latencies)
             )
             cpu0 = process_cpu_s(node_pid) or 0.0
-            achieved = client_cpu_s = 0.0
+            flooded = None
             if name == "flood":
-                achieved, client_cpu_s = await _flood_in_child(
-                    f"{base_url}{flood_path}", flooder, flood_rate, duration_s, flood_statuses
+                profiler = await _start_profile(node_pid, profile_path, duration_s) if profile_path else None
+                flooded = await _flood_in_child(
+                    f"{base_url}{flood_path}", flooder, flood_rate, duration_s, flood_connections
                 )
+                if profiler is not None:
+                    await profiler.wait()
             await victim_task
             node_cpu_s = (process_cpu_s(node_pid) or 0.0) - cpu0
             count1, sum1, buckets1 = await _lateness(session, base_url, victim_id)
@@ -205,14 +187,32 @@ async def run(
                     int(fires),
                     round((sum1 - sum0) / fires * 1000, 2) if fires else float("nan"),
                     _p99_bound(buckets0, buckets1, fires),
-                    dict(flood_statuses),
-                    round(achieved, 1),
                     round(node_cpu_s, 2),
-                    round(client_cpu_s, 2),
                     os.getloadavg()[0],
+                    flooded,
+                    round(flooded.client_cpu_s / flooded.sent * 1e6, 1) if flooded and flooded.sent else 0.0,
                 )
             )
         return phases
+
+
+async def _start_profile(node_pid: int, path: str, duration_s: float) -> asyncio.subprocess.Process:
+    """``py-spy record`` of the node over the flood phase, in py-spy's raw (collapsed stacks) format."""
+    py_spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or "py-spy"  # the venv's, else PATH's
+    return await asyncio.create_subprocess_exec(
+        py_spy,
+        "record",
+        "--pid",
+        str(node_pid),
+        "--duration",
+        str(max(1, int(duration_s) - 2)),
+        "-f",
+        "raw",
+        "-o",
+        path,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
 
 
 async def _victim(
@@ -312,6 +312,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--victim-rate", type=float, default=100.0)
     parser.add_argument("--flood-rate", type=float, default=1000.0)
     parser.add_argument("--flood-path", default="/v1/stats")
+    parser.add_argument(
+        "--flood-connections", type=int, default=4, help="keep-alive connections the flooder pipelines over"
+    )
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--interval-tasks", type=int, default=200)
     parser.add_argument(
@@ -320,11 +323,16 @@ def main(argv: list[str] | None = None) -> None:
         help="pin the node to this core and the clients (victim, flooder, "
         "sink) to the others, so the flooder's client does not take the node's core",
     )
+    parser.add_argument(
+        "--py-spy", metavar="FILE", help="py-spy record the node during the flood phase into FILE (raw)"
+    )
     parser.add_argument("--flood-child", help=argparse.SUPPRESS)  # internal: be the flooder, for this URL
     parser.add_argument("--flood-key", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.flood_child:
-        asyncio.run(_flood_child(args.flood_child, args.flood_key, args.flood_rate, args.duration_s))
+        asyncio.run(
+            _flood_child(args.flood_child, args.flood_key, args.flood_rate, args.duration_s, args.flood_connections)
+        )
         return
     with _node(args.storage, not args.no_limits) as (base_url, admin_key, node_pid):
         if args.node_cpu is not None:
@@ -339,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
                 flood_path=args.flood_path,
                 duration_s=args.duration_s,
                 interval_tasks=args.interval_tasks,
+                flood_connections=args.flood_connections,
+                profile_path=args.py_spy,
             )
         )
     idle, flood = phases
@@ -348,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
                 "limits": not args.no_limits,
                 "flood_path": args.flood_path,
                 "flood_rate": args.flood_rate,
+                "flood_connections": args.flood_connections,
                 "victim_rate": args.victim_rate,
                 "phases": [asdict(p) for p in phases],
                 "victim_p99_ratio": round(flood.victim_p99_ms / idle.victim_p99_ms, 2) if idle.victim_p99_ms else None,
