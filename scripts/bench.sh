@@ -14,7 +14,7 @@ fi
 
 mapfile -t names < <(.venv/bin/python -c '
 import typer.main
-from tjobs.cli import app
+from tjobs.cli.main import app
 try:
     bench = typer.main.get_command(app).commands["bench"]
 except (RuntimeError, KeyError):  # no benchmark registered yet

@@ -160,12 +160,12 @@ cmd_up() {
     cmd_infra
     config="$(node_config 1)"
     log "migrating ($TOPOLOGY over ${#MYSQL_PORTS[@]} MariaDB servers)"
-    "$PYTHON" -m tjobs.cli migrate --config "$config" >>"$DIR/migrate.log" 2>&1 || die "migrate failed; see $DIR/migrate.log"
+    "$PYTHON" -m tjobs.cli.main migrate --config "$config" >>"$DIR/migrate.log" 2>&1 || die "migrate failed; see $DIR/migrate.log"
     for i in $(seq "$count"); do
         if alive_pid "node$i" python >/dev/null; then continue; fi
         config="$(node_config "$i")"
         log "node$i: http://$HOST:$((API_PORT + i - 1)) (log $DIR/node$i.log)"
-        (cd "$ROOT" && spawn "node$i" "$PYTHON" -m tjobs.cli serve --config "$config")
+        (cd "$ROOT" && spawn "node$i" "$PYTHON" -m tjobs.cli.main serve --config "$config")
     done
     for i in $(seq "$count"); do
         wait_until 60 "node$i" curl -sf "http://$HOST:$((API_PORT + i - 1))/healthz"

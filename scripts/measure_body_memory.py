@@ -94,7 +94,7 @@ def main() -> int:
         f'admin_key = "{admin_key}"\n[metrics]\npublic = true\n'
     )
     node = subprocess.Popen(
-        [sys.executable, "-m", "tjobs.cli", "serve", "--config", str(config)],
+        [sys.executable, "-m", "tjobs.cli.main", "serve", "--config", str(config)],
         stdout=subprocess.DEVNULL,
         stderr=(work / "node.log").open("w"),
     )

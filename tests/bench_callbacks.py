@@ -23,11 +23,11 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tjobs.callbacks.delivery import CallbackJob, Deliverer
-from tjobs.callbacks.limiter import AppLimiter
-from tjobs.callbacks.sender import CallbackSender
-from tjobs.callbacks.signing import generate_secret
 from tjobs.clock import SystemClock
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.sender import CallbackSender
+from tjobs.delivery.signing import generate_secret
 from tjobs.model import (
     App,
     DeliveryMode,

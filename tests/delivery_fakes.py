@@ -7,10 +7,10 @@ import itertools
 from collections import deque
 
 from sharding import TaskIdGenerator
-from tjobs.callbacks.retry import classify
-from tjobs.callbacks.sender import AttemptResult, CallbackRequest, CallbackSender
-from tjobs.callbacks.signing import generate_secret
 from tjobs.clock import SystemClock
+from tjobs.delivery.retry import classify
+from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender
+from tjobs.delivery.signing import generate_secret
 from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import CallbackSettings
 from tjobs.stores.memory import MemoryTaskStore

@@ -12,28 +12,28 @@ import logging
 import socket
 from dataclasses import dataclass
 
-from tjobs.apps import AppDirectory
-from tjobs.callbacks.delivery import CallbackJob, Deliverer
-from tjobs.callbacks.limiter import AppLimiter
-from tjobs.callbacks.sender import AttemptResult, CallbackSender
 from tjobs.clock import Clock, SystemClock
-from tjobs.coordinators.base import Coordinator
-from tjobs.coordinators.db_health import DatabaseHealth
-from tjobs.coordinators.local import LocalCoordinator
-from tjobs.firing import FirePlanner, FirePolicy
+from tjobs.cluster.base import Coordinator
+from tjobs.cluster.db_health import DatabaseHealth
+from tjobs.cluster.local import LocalCoordinator
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.sender import AttemptResult, CallbackSender
+from tjobs.delivery.ssrf import AllowList, TargetGuard, allow_list_of_app
+from tjobs.firing.compensator import Compensator
+from tjobs.firing.planner import FirePlanner, FirePolicy
+from tjobs.firing.retention import RetentionSweeper
+from tjobs.firing.runner import JobRunner
 from tjobs.hotpath.base import HotPath
 from tjobs.hotpath.local import LocalHotPath
-from tjobs.metrics import Metrics, NullMetrics
 from tjobs.model import App, FireOutcome, Flow, FlowKind, FlowStatus, FlowUpdate, Task
-from tjobs.scheduler.compensator import Compensator
-from tjobs.scheduler.retention import RetentionSweeper
-from tjobs.scheduler.runner import JobRunner
+from tjobs.observability.metrics import Metrics, NullMetrics
+from tjobs.observability.slo import ServiceLevels
+from tjobs.service.apps import AppDirectory
+from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
-from tjobs.slo import ServiceLevels
-from tjobs.ssrf import AllowList, TargetGuard, allow_list_of_app
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
-from tjobs.tasks import TaskService
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Node:
         # Per database server: shards of a server this node cannot reach pause; the others keep firing.
         self.db_health = DatabaseHealth(self.store, self.topology.shard_count)
         if settings.cluster.etcd_endpoints:  # cluster mode: etcd coordination, Redis or DB-poll hot path
-            from tjobs.cluster import build_coordinator, build_hotpath
+            from tjobs.cluster.wiring import build_coordinator, build_hotpath
 
             parts.coordinator = parts.coordinator or build_coordinator(
                 settings, self.node_id, self.store, self.clock, self.db_health

@@ -13,9 +13,9 @@ import uvicorn
 
 from tjobs.api import create_api
 from tjobs.api.app import create_app_record
+from tjobs.api.server import ApiServer
 from tjobs.model import App
 from tjobs.node import Node, NodeParts
-from tjobs.server import ApiServer
 from tjobs.settings import Settings
 
 

@@ -43,7 +43,7 @@ def api_storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 async def api_node(api_storage: dict[str, Any]) -> AsyncIterator[RunningNode]:
     settings = load_settings(None, storage=api_storage, api={"admin_key": ADMIN_KEY}, **FAST_SETTINGS)
     if not api_storage["urls"][0].startswith("memory:"):
-        from tjobs.migrate import migrate
+        from tjobs.stores.migrate import migrate
 
         await migrate(settings.storage)
     async with run_node(settings) as handle:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.receiver import Receiver, Reply
-from tjobs.cli import app as cli
+from tjobs.cli.main import app as cli
 from tjobs.client import AsyncClient, Client, VersionConflict, cron, delay, task_request
 from tjobs.testing import RunningNode
 

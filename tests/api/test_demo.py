@@ -1,6 +1,6 @@
 """``tjobs dev``: only the demo app may call loopback, and the demo echo receiver is private and robust.
 
-The node runs with the settings ``tjobs dev`` builds (:func:`tjobs.cli.dev_settings`) on SQLite, its API
+The node runs with the settings ``tjobs dev`` builds (:func:`tjobs.cli.main.dev_settings`) on SQLite, its API
 mounted with the demo routes and called in process.
 """
 
@@ -17,11 +17,11 @@ import pytest_asyncio
 
 from tjobs.api import create_api
 from tjobs.api.app import create_app_record
-from tjobs.callbacks.signing import signature_header
-from tjobs.cli import dev_settings
-from tjobs.demo import DEMO_APP_ID, ECHO_PATH, bootstrap_demo
-from tjobs.migrate import migrate
+from tjobs.api.demo import DEMO_APP_ID, ECHO_PATH, bootstrap_demo
+from tjobs.cli.main import dev_settings
+from tjobs.delivery.signing import signature_header
 from tjobs.node import Node
+from tjobs.stores.migrate import migrate
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tjobs.slo import RecentLateness
+from tjobs.observability.slo import RecentLateness
 
 
 class Clock:
@@ -42,7 +42,7 @@ def test_lateness_beyond_the_last_bucket_has_no_finite_percentile() -> None:
 
 
 def test_service_levels_count_outcomes_per_app_and_feed_the_windows() -> None:
-    from tjobs.slo import ServiceLevels
+    from tjobs.observability.slo import ServiceLevels
 
     levels = ServiceLevels(Clock())
     levels.observe_fire("a", 0.004)

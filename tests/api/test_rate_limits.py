@@ -222,7 +222,7 @@ async def test_rate_limits_can_be_switched_off() -> None:
 
 async def test_admission_middleware_refuses_a_known_app_before_the_inner_layers() -> None:
     from tjobs.api.ratelimit import ADMITTED, AdmissionMiddleware, ApiRateLimits
-    from tjobs.apps import hash_api_key
+    from tjobs.service.apps import hash_api_key
     from tjobs.settings import RateLimitSettings
 
     class Directory:  # the one AppDirectory call the middleware makes

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.abc import ResolveResult
 
 from tests.api.conftest import Tenant, task_body
-from tjobs.ssrf import TargetGuard
+from tjobs.delivery.ssrf import TargetGuard
 from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -9,9 +9,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tjobs.api.routes_apps import stats_of
-from tjobs.metrics import Metrics
 from tjobs.model import App
-from tjobs.task_counts import AppCounts
+from tjobs.observability.metrics import Metrics
+from tjobs.service.task_counts import AppCounts
 
 
 class _Counts:

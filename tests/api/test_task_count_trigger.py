@@ -1,6 +1,6 @@
 """Stats reads cannot keep the task counter busy: after a pass, a read asks for the next one only once
-the counter has rested :data:`tjobs.task_counts.MIN_ASKED_PASS_INTERVAL_S`, and
-:data:`tjobs.task_counts.ASKED_PASS_REST_FACTOR` times as long as that pass took, since it ended."""
+the counter has rested :data:`tjobs.service.task_counts.MIN_ASKED_PASS_INTERVAL_S`, and
+:data:`tjobs.service.task_counts.ASKED_PASS_REST_FACTOR` times as long as that pass took, since it ended."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 from tjobs.clock import ManualClock
-from tjobs.task_counts import ASKED_PASS_REST_FACTOR, MIN_ASKED_PASS_INTERVAL_S, TaskCounts
+from tjobs.service.task_counts import ASKED_PASS_REST_FACTOR, MIN_ASKED_PASS_INTERVAL_S, TaskCounts
 
 
 class _SlowCountingStore:

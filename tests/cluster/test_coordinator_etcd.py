@@ -17,7 +17,7 @@ import pytest
 
 from sharding import Topology
 from tjobs.clock import SystemClock
-from tjobs.coordinators.etcd import EtcdCoordinator
+from tjobs.cluster.etcd import EtcdCoordinator
 from tjobs.settings import ClusterSettings
 from tjobs.stores.memory import MemoryTaskStore
 
@@ -75,7 +75,7 @@ async def cluster(etcd_url: str) -> AsyncIterator[list[Node]]:
             await node.coordinator.stop()
     import aetcd
 
-    from tjobs.coordinators.etcd import _host_port
+    from tjobs.cluster.etcd import _host_port
 
     host, port = _host_port(etcd_url)
     async with aetcd.Client(host=host, port=port) as client:

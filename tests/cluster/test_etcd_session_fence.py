@@ -21,8 +21,8 @@ import pytest
 
 from sharding import Topology
 from tjobs.clock import SystemClock
-from tjobs.coordinators.etcd import EtcdCoordinator, _host_port
-from tjobs.coordinators.session_fence import sessions_value
+from tjobs.cluster.etcd import EtcdCoordinator, _host_port
+from tjobs.cluster.session_fence import sessions_value
 from tjobs.errors import StorageUnavailable
 from tjobs.settings import ClusterSettings
 from tjobs.stores.base import ServerSessions

@@ -9,10 +9,10 @@ import pytest
 
 from sharding import Topology
 from tests.contract.backends import TOPOLOGY, drop_databases, mariadb_settings, run_in_thread, wipe
-from tjobs.migrate import migrate
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import TaskStore
 from tjobs.stores.memory import MemoryTaskStore
+from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 

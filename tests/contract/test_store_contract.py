@@ -24,7 +24,6 @@ from tests.contract.backends import (
     wipe,
 )
 from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, VersionConflict
-from tjobs.migrate import migrate
 from tjobs.model import (
     App,
     FireIntent,
@@ -41,6 +40,7 @@ from tjobs.settings import StorageSettings
 from tjobs.stores import sql_flow_updates
 from tjobs.stores.base import TaskStore
 from tjobs.stores.memory import MemoryTaskStore
+from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 APPS = ("app-a", "app-b")

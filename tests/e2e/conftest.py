@@ -44,7 +44,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
 async def node_settings(storage: dict[str, Any]) -> Settings:
     settings = load_settings(None, storage=storage, **FAST_SETTINGS)
     if not storage["urls"][0].startswith("memory:"):
-        from tjobs.migrate import migrate
+        from tjobs.stores.migrate import migrate
 
         await migrate(settings.storage)
     return settings

@@ -187,7 +187,7 @@ async def test_the_same_key_registered_concurrently_yields_one_task(running: Run
 
 async def test_a_committed_flow_whose_delivery_was_lost_is_redriven(running: RunningNode, receiver: Receiver) -> None:
     """The compensator finds a flow committed but never delivered (as after a crash) and sends it."""
-    from tjobs.firing import FirePlanner, FirePolicy
+    from tjobs.firing.planner import FirePlanner, FirePolicy
     from tjobs.model import FireIntent
 
     node = running.node

@@ -16,8 +16,8 @@ import pytest_asyncio
 
 from tests.fuzz.cases import Case, all_cases, render, valid_task
 from tjobs.bench.cycle_load import drop_databases
-from tjobs.migrate import migrate
 from tjobs.settings import StorageSettings, load_settings
+from tjobs.stores.migrate import migrate
 from tjobs.testing import run_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

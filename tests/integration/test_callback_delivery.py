@@ -17,12 +17,12 @@ import pytest
 from standardwebhooks import Webhook
 
 from tests.receiver import Received, Receiver, Reply, unused_port
-from tjobs.callbacks.delivery import CallbackJob, Deliverer
-from tjobs.callbacks.limiter import AppLimiter
-from tjobs.callbacks.retry import Outcome
-from tjobs.callbacks.sender import AttemptResult, CallbackRequest, CallbackSender
-from tjobs.callbacks.signing import generate_secret
 from tjobs.clock import SystemClock
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.retry import Outcome
+from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender
+from tjobs.delivery.signing import generate_secret
 from tjobs.model import (
     App,
     DeliveryMode,

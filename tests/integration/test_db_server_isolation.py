@@ -30,8 +30,8 @@ from sqlalchemy.engine import make_url
 from sharding import shard_of_task_id
 from tests.contract.backends import drop_databases
 from tests.receiver import Receiver
-from tjobs.migrate import migrate
 from tjobs.settings import Settings, StorageSettings, load_settings
+from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_sessions import BOOTED_AT_SQL
 from tjobs.testing import RunningNode, free_port, run_node
 
@@ -335,7 +335,7 @@ async def test_a_frozen_former_owners_row_lock_does_not_delay_the_new_owners_fir
 async def put_etcd(etcd_url: str, key: str, value: str) -> None:
     import aetcd
 
-    from tjobs.coordinators.etcd import _host_port
+    from tjobs.cluster.etcd import _host_port
 
     host, port = _host_port(etcd_url)
     async with aetcd.Client(host=host, port=port) as client:

@@ -22,12 +22,12 @@ from sqlalchemy.engine import make_url
 from sharding import TaskIdGenerator, Topology
 from tests.contract.backends import drop_databases
 from tjobs.clock import ManualClock
-from tjobs.coordinators.local import LocalCoordinator
-from tjobs.firing import FirePlanner, FirePolicy
-from tjobs.migrate import migrate
+from tjobs.cluster.local import LocalCoordinator
+from tjobs.firing.planner import FirePlanner, FirePolicy
+from tjobs.firing.runner import JobRunner
 from tjobs.model import DeliveryMode, Flow, MisfirePolicy, Task, TaskStatus
-from tjobs.scheduler.runner import JobRunner
 from tjobs.settings import SchedulerSettings, StorageSettings
+from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 pytestmark = pytest.mark.mariadb

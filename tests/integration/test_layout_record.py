@@ -19,9 +19,9 @@ from sqlalchemy import delete
 
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.bench.cycle_load import drop_databases
-from tjobs.migrate import migrate
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores.layout_record import _LAYOUT, StorageLayoutMismatch, StorageNotMigrated
+from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 from tjobs.testing import run_node
 

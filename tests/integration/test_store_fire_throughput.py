@@ -20,10 +20,10 @@ import pytest
 
 from sharding import TaskIdGenerator
 from tests.contract.backends import NOW_MS, drop_databases, interval_planner
-from tjobs.migrate import migrate
 from tjobs.model import DeliveryMode, FireIntent, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import StorageSettings
 from tjobs.stores import sql_fire
+from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 pytestmark = pytest.mark.skipif(not os.environ.get("TJOBS_STORE_BENCH"), reason="set TJOBS_STORE_BENCH=1")

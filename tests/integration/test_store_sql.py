@@ -24,11 +24,11 @@ from tests.contract.backends import (
     mariadb_settings,
 )
 from tjobs.errors import StorageUnavailable
-from tjobs.migrate import migrate
 from tjobs.model import TaskStatus
 from tjobs.settings import StorageSettings
 from tjobs.stores import create_store
 from tjobs.stores.memory import MemoryTaskStore
+from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 

@@ -13,10 +13,10 @@ import pytest
 from sharding import shard_of_task_id
 from tests.contract.backends import drop_databases, make_task, mariadb_settings
 from tjobs.errors import Conflict, DuplicateKey, StorageUnavailable
-from tjobs.migrate import migrate
 from tjobs.model import Task
 from tjobs.settings import StorageSettings
 from tjobs.stores import sql_direct
+from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_direct import DirectPool, connect_kwargs
 from tjobs.stores.sql_layout import ShardTables
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore

@@ -14,14 +14,14 @@ import pytest
 from fastapi import FastAPI
 
 from tjobs.api.metrics_middleware import MetricsMiddleware
-from tjobs.callbacks.delivery import CallbackJob, Deliverer
-from tjobs.callbacks.limiter import AppLimiter
-from tjobs.callbacks.sender import CallbackRequest, CallbackSender
-from tjobs.callbacks.signing import generate_secret
 from tjobs.clock import SystemClock
-from tjobs.logs import configure_logging
-from tjobs.metrics import Metrics
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.sender import CallbackRequest, CallbackSender
+from tjobs.delivery.signing import generate_secret
 from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, MisfirePolicy, Task, TaskStatus
+from tjobs.observability.logs import configure_logging
+from tjobs.observability.metrics import Metrics
 from tjobs.settings import CallbackSettings
 
 logger = logging.getLogger("tjobs.tests.ops")
@@ -199,7 +199,7 @@ async def test_every_delivery_log_line_carries_the_flow_id(json_logs: Any) -> No
     finally:
         await deliverer.stop(1.0)
         await sender.close()
-    lines = [r for r in json_logs() if r["logger"].startswith("tjobs.callbacks")]
+    lines = [r for r in json_logs() if r["logger"].startswith("tjobs.delivery")]
     # Then every line it caused names the flow
     actions = {r["action"] for r in lines}
     assert {"callback_unexpected_error", "callback_retry_scheduled", "hook_failed", "flow_dead"} <= actions

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tjobs.metrics import Metrics, status_class
+from tjobs.observability.metrics import Metrics, status_class
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -133,7 +133,7 @@ def test_flow_outcomes_count_retries_dead_letters_and_first_delivery_lateness() 
 
 
 async def test_callbacks_delayed_by_the_rate_limit_are_counted_as_throttled_by_rate() -> None:
-    from tjobs.callbacks.limiter import AppLimiter
+    from tjobs.delivery.limiter import AppLimiter
 
     # Given an app limited to 64/s with a burst of 4, and a frozen limiter clock
     metrics = Metrics()
@@ -152,7 +152,7 @@ async def test_callbacks_delayed_by_the_rate_limit_are_counted_as_throttled_by_r
 
 
 async def test_callbacks_queued_for_the_apps_concurrency_cap_are_counted_as_throttled_by_concurrency() -> None:
-    from tjobs.callbacks.limiter import AppLimiter
+    from tjobs.delivery.limiter import AppLimiter
 
     metrics = Metrics()
     limiter = AppLimiter(100, on_throttled=metrics.observe_throttled)
@@ -168,7 +168,7 @@ async def test_callbacks_queued_for_the_apps_concurrency_cap_are_counted_as_thro
 
 
 async def test_waiting_for_the_nodes_global_cap_is_not_an_apps_throttling() -> None:
-    from tjobs.callbacks.limiter import AppLimiter
+    from tjobs.delivery.limiter import AppLimiter
 
     metrics = Metrics()
     limiter = AppLimiter(1, on_throttled=metrics.observe_throttled)
@@ -200,7 +200,7 @@ async def _enter(node: Node, app: str) -> None:
 
 
 def test_null_metrics_take_every_hook_and_render_nothing() -> None:
-    from tjobs.metrics import NullMetrics
+    from tjobs.observability.metrics import NullMetrics
 
     metrics = NullMetrics()
     metrics.observe_fire("shop", 0.2)
@@ -262,7 +262,7 @@ async def test_a_node_with_metrics_off_fires_and_answers_404_on_metrics() -> Non
                 await asyncio.sleep(0.05)
     assert scrape.status_code == 404 and scrape.json()["error"]["code"] == "metrics_disabled"
     assert len(scrape.headers["x-request-id"]) == 32
-    assert slo["reach"]["delivered"] == 1  # the SLO accounting (tjobs.slo) does not depend on the metrics
+    assert slo["reach"]["delivered"] == 1  # the SLO accounting (tjobs.observability.slo) does not depend on the metrics
     assert slo["fire_lateness"]["1m"]["fires"] == 1
 
 
@@ -426,11 +426,11 @@ def test_a_misfire_committed_by_the_node_is_counted_by_policy() -> None:
 
 
 def test_per_app_series_render_as_prometheus_clients_own_counters_and_histograms_would() -> None:
-    # The fire path's metrics are plain numbers rendered at scrape (tjobs.metrics_per_app); dashboards and
+    # The fire path's metrics are plain numbers rendered at scrape (tjobs.observability.metrics_per_app); dashboards and
     # alerts were written against prometheus_client's Counter and Histogram: same samples, bar _created.
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-    from tjobs.metrics import DURATION_BUCKETS_S, LATENESS_BUCKETS_S
+    from tjobs.observability.metrics import DURATION_BUCKETS_S, LATENESS_BUCKETS_S
 
     registry = CollectorRegistry()
     fires = Counter("tjobs_fires", "Fires by outcome", ["app", "outcome"], registry=registry)

@@ -116,7 +116,7 @@ def _serve(tmp_path: Path, env: dict[str, str], wait_s: float) -> tuple[subproce
     log = tmp_path / "serve.log"
     with log.open("wb") as handle:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tjobs.cli", "serve"],
+            [sys.executable, "-m", "tjobs.cli.main", "serve"],
             cwd=tmp_path,
             stdout=handle,
             stderr=subprocess.STDOUT,

@@ -17,10 +17,10 @@ from aiohttp import web
 from aiohttp.abc import ResolveResult
 
 from tests.receiver import Receiver
-from tjobs.callbacks.retry import Outcome
-from tjobs.callbacks.sender import CallbackRequest, CallbackSender
+from tjobs.delivery.retry import Outcome
+from tjobs.delivery.sender import CallbackRequest, CallbackSender
+from tjobs.delivery.ssrf import AllowList, TargetGuard
 from tjobs.settings import CallbackSettings
-from tjobs.ssrf import AllowList, TargetGuard
 
 DNS = {"hook.test": ["127.0.0.1"], "other.test": ["127.0.0.1"], "two.test": ["127.0.0.3", "127.0.0.1"]}
 

@@ -45,13 +45,13 @@ import pytest
 import pytest_asyncio
 from aiohttp.abc import ResolveResult
 
-from tjobs.callbacks.retry import Outcome
-from tjobs.callbacks.sender import AttemptResult, CallbackRequest, CallbackSender
 from tjobs.clock import ManualClock
+from tjobs.delivery.retry import Outcome
+from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender
+from tjobs.delivery.ssrf import RESOLVE_CACHE_TTL_MS, AllowList, TargetGuard, classify_address
 from tjobs.errors import InvalidInput
+from tjobs.service.validation import normalize_callback
 from tjobs.settings import CallbackSettings, LimitSettings
-from tjobs.ssrf import RESOLVE_CACHE_TTL_MS, AllowList, TargetGuard, classify_address
-from tjobs.validation import normalize_callback
 
 PUBLIC = "93.184.216.34"  # what the fake DNS answers for unknown names; connections to it are stopped
 REDIRECTOR = "127.0.0.100"  # the one admitted target (by the redirect scenario's allow-list)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import tjobs.server
-from tjobs.cli import app as cli
+import tjobs.api.server
+from tjobs.cli.main import app as cli
 from tjobs.settings import load_settings, weak_admin_key_reason
 
 STRONG = "tja_Qm7xV2pL9sK4wE8rT1yU6iO3"
@@ -47,7 +47,7 @@ def test_serve_refuses_to_start_with_the_example_placeholder(tmp_path: Path, mon
         started.append(main)
         main.close()
 
-    monkeypatch.setattr(tjobs.server, "run", run)
+    monkeypatch.setattr(tjobs.api.server, "run", run)
     config = tmp_path / "tjobs.toml"
     config.write_text('[api]\nadmin_key = "change-me"\n[metrics]\nscrape_token = "' + STRONG + '"\n')
     result = CliRunner().invoke(cli, ["serve", "--config", str(config)])

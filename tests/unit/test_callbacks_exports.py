@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import tjobs.callbacks
+import tjobs.delivery
 
 
 def test_public_names_are_pinned() -> None:
-    assert sorted(tjobs.callbacks.__all__) == [
+    assert sorted(tjobs.delivery.__all__) == [
         "AppLimiter",
         "AttemptResult",
         "CallbackJob",
@@ -25,5 +25,5 @@ def test_public_names_are_pinned() -> None:
         "signature_header",
         "verify",
     ]
-    for name in tjobs.callbacks.__all__:
-        assert getattr(tjobs.callbacks, name) is not None
+    for name in tjobs.delivery.__all__:
+        assert getattr(tjobs.delivery, name) is not None

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tjobs.callbacks.limiter import AppLimiter, Gate
+from tjobs.delivery.limiter import AppLimiter, Gate
 
 UNLIMITED = 0.0  # a rate of 0 means "no rate limit"
 

@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 from standardwebhooks import Webhook
 
-from tjobs.callbacks.message import CallbackMessage
-from tjobs.callbacks.signing import generate_secret
 from tjobs.clock import SystemClock
+from tjobs.delivery.message import CallbackMessage
+from tjobs.delivery.signing import generate_secret
 from tjobs.model import (
     App,
     DeliveryMode,

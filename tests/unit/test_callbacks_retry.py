@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tjobs.callbacks.retry import Outcome, TargetRejected, classify, compute_backoff_ms, parse_retry_after
 from tjobs.clock import datetime_to_ms
+from tjobs.delivery.retry import Outcome, TargetRejected, classify, compute_backoff_ms, parse_retry_after
 
 # ---- backoff ---------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from tjobs.callbacks.signing import generate_secret, sign, signature_header, verify
+from tjobs.delivery.signing import generate_secret, sign, signature_header, verify
 
 
 def _headers(msg_id: str, timestamp_s: int, signature: str) -> dict[str, str]:

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tjobs.callbacks.signing import generate_secret, signature_header
 from tjobs.client import (
     AsyncClient,
     BadRequest,
@@ -30,6 +29,7 @@ from tjobs.client import (
     every,
     verify,
 )
+from tjobs.delivery.signing import generate_secret, signature_header
 
 TASK = {
     "id": "42",

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from examples import fastapi_receiver
-from tjobs.callbacks.signing import generate_secret, signature_header
+from tjobs.delivery.signing import generate_secret, signature_header
 
 
 def signed(secret: str, flow_id: str, body: bytes) -> dict[str, str]:

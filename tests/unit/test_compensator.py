@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 from sharding import shard_of_task_id
 from tests.delivery_fakes import APP, CLOCK, SETTINGS, ScriptedSender, stored_flow
-from tjobs.callbacks.delivery import CallbackJob, Deliverer
-from tjobs.callbacks.limiter import AppLimiter
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.firing.compensator import Compensator
 from tjobs.model import DeliveryMode, Flow, FlowStatus, Task
-from tjobs.scheduler.compensator import Compensator
 from tjobs.settings import CompensatorSettings
 from tjobs.stores.memory import MemoryTaskStore
 

@@ -12,9 +12,9 @@ import logging
 import pytest
 
 from sharding import Topology
-from tjobs.coordinators.db_health import DatabaseHealth
+from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.errors import StorageUnavailable
-from tjobs.metrics import Metrics
+from tjobs.observability.metrics import Metrics
 from tjobs.stores.memory import MemoryTaskStore
 
 SERVERS = ["a:1", "b:2", "c:3"]

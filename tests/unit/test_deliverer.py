@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.delivery_fakes import APP, CLOCK, SETTINGS, ScriptedSender, stored_flow
-from tjobs.callbacks.delivery import CallbackJob, Deliverer
-from tjobs.callbacks.limiter import AppLimiter
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
 from tjobs.model import App, Flow, FlowStatus, parse_flow_id
 from tjobs.stores.memory import MemoryTaskStore
 

@@ -61,7 +61,7 @@ def test_the_sdk_does_not_import_the_server() -> None:
 
     code = (
         "import sys, tjobs.client; bad = [m for m in sys.modules if m.startswith(('tjobs.stores', "
-        "'tjobs.node', 'tjobs.callbacks', 'fastapi', 'sqlalchemy', 'aiohttp'))]; print(bad); sys.exit(bool(bad))"
+        "'tjobs.node', 'tjobs.delivery', 'fastapi', 'sqlalchemy', 'aiohttp'))]; print(bad); sys.exit(bool(bad))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tjobs.firing import FirePolicy, plan_fire
+from tjobs.firing.planner import FirePolicy, plan_fire
 from tjobs.model import (
     DeliveryMode,
     FireIntent,

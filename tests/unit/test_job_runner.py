@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 
 from sharding import TaskIdGenerator, Topology, shard_of_task_id
 from tjobs.clock import ManualClock
-from tjobs.coordinators.local import LocalCoordinator
+from tjobs.cluster.local import LocalCoordinator
 from tjobs.errors import Fenced, StorageUnavailable
-from tjobs.firing import FirePlanner, FirePolicy
+from tjobs.firing.planner import FirePlanner, FirePolicy
+from tjobs.firing.runner import JobRunner
 from tjobs.model import (
     DeliveryMode,
     FireIntent,
@@ -29,7 +30,6 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
-from tjobs.scheduler.runner import JobRunner
 from tjobs.settings import SchedulerSettings
 from tjobs.stores.base import FirePlanner as Planner
 from tjobs.stores.memory import MemoryTaskStore

@@ -1,4 +1,4 @@
-"""Job packing (tjobs.coordinators.plan): validity, balance, zones, and stickiness on join and leave."""
+"""Job packing (tjobs.cluster.plan): validity, balance, zones, and stickiness on join and leave."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tjobs.coordinators.plan import Member, Plan, group_load, moved_shards, needs_replan, pack, weight
+from tjobs.cluster.plan import Member, Plan, group_load, moved_shards, needs_replan, pack, weight
 
 
 def members(*ids: str, zones: str = "") -> list[Member]:

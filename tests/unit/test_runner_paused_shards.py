@@ -15,11 +15,11 @@ import pytest
 
 from sharding import TaskIdGenerator, Topology
 from tjobs.clock import ManualClock
-from tjobs.coordinators.local import LocalCoordinator
+from tjobs.cluster.local import LocalCoordinator
 from tjobs.errors import StorageUnavailable
-from tjobs.firing import FirePlanner, FirePolicy
+from tjobs.firing.planner import FirePlanner, FirePolicy
+from tjobs.firing.runner import JobRunner
 from tjobs.model import DeliveryMode, DueTask, Flow, MisfirePolicy, Task, TaskStatus
-from tjobs.scheduler.runner import JobRunner
 from tjobs.settings import SchedulerSettings
 from tjobs.stores.memory import MemoryTaskStore
 

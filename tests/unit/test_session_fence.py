@@ -5,7 +5,7 @@ skipped without stopping the others."""
 from __future__ import annotations
 
 from sharding import Topology
-from tjobs.coordinators.session_fence import end_sessions_of, parse_sessions, sessions_value
+from tjobs.cluster.session_fence import end_sessions_of, parse_sessions, sessions_value
 from tjobs.errors import StorageUnavailable
 from tjobs.stores.base import ServerSessions
 from tjobs.stores.memory import MemoryTaskStore

@@ -22,13 +22,13 @@ import pytest_asyncio
 from aiohttp.abc import ResolveResult
 
 from tests.receiver import Receiver
-from tjobs import ssrf
-from tjobs.callbacks.retry import Outcome
-from tjobs.callbacks.sender import AttemptResult, CallbackRequest, CallbackSender, Route
 from tjobs.clock import ManualClock
+from tjobs.delivery import ssrf
+from tjobs.delivery.retry import Outcome
+from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender, Route
+from tjobs.delivery.ssrf import AllowList, TargetGuard, classify_address
 from tjobs.errors import InvalidInput
 from tjobs.settings import CallbackSettings
-from tjobs.ssrf import AllowList, TargetGuard, classify_address
 
 # ---- the audit hook: every socket.connect while recording; anything but loopback is blocked ---------
 
@@ -451,7 +451,7 @@ def test_public_addresses_are_not_classified(address: str) -> None:
 def test_redirects_are_never_followed() -> None:
     import inspect
 
-    from tjobs.callbacks import sender
+    from tjobs.delivery import sender
 
     assert "allow_redirects=False" in inspect.getsource(sender.CallbackSender.send)
 
@@ -494,7 +494,7 @@ async def test_a_cached_answer_that_changes_is_judged_again_on_expiry(caplog: py
     second = await guard.policy(request_for("http://rebind.test/hook"))  # same cached answer
     assert isinstance(first, Route) and isinstance(second, Route) and first.addresses == second.addresses == (public,)
     clock.advance(ssrf.RESOLVE_CACHE_TTL_MS)
-    with caplog.at_level(logging.INFO, logger="tjobs.ssrf"):
+    with caplog.at_level(logging.INFO, logger="tjobs.delivery.ssrf"):
         refusal = await guard.policy(request_for("http://rebind.test/hook"))  # now private
     # the tenant is told "not allowed"; the answer (loopback 127.0.0.1) is only in the node's log
     assert refusal == "host 'rebind.test' is not allowed as a callback target"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tjobs.wheel import TimingWheel, WheelEntry
+from tjobs.firing.wheel import TimingWheel, WheelEntry
 
 LEVELS = (256, 64, 64, 64)  # the default
 T0 = 1_795_251_600_003  # an instant that is not on a tick boundary

@@ -1,6 +1,6 @@
 """The FastAPI application of a node: routers, auth, the one error handler, and the OpenAPI document.
 
-Request bodies are parsed with orjson and validated by :mod:`tjobs.tasks` / :mod:`tjobs.validation`,
+Request bodies are parsed with orjson and validated by :mod:`tjobs.service.tasks` / :mod:`tjobs.service.validation`,
 which name the offending field; every :class:`tjobs.errors.TjobsError` becomes its status code with
 ``{"error": {"code", "message", "field"}}`` in one handler, and so does FastAPI's own parameter
 validation (422). Nothing answers 200 with an error inside, and bad input never makes a 500.
@@ -25,9 +25,9 @@ from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
-from tjobs.apps import AppService
 from tjobs.errors import TjobsError
 from tjobs.model import App
+from tjobs.service.apps import AppService
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -116,7 +116,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_ops.router)
 
     if demo_routes:
-        from tjobs.demo import add_demo_routes
+        from tjobs.api.demo import add_demo_routes
 
         add_demo_routes(api, node)
 

@@ -1,7 +1,7 @@
 """What every route needs: the node, the calling app (API key) or the admin, JSON bodies, docs helpers.
 
 Auth: ``Authorization: Bearer <key>``. An app key is hashed and looked up by its hash (the store keeps
-only hashes; the final comparison is constant-time in :class:`tjobs.apps.AppDirectory`, which caches
+only hashes; the final comparison is constant-time in :class:`tjobs.service.apps.AppDirectory`, which caches
 the answer for its TTL). The admin key (``settings.api.admin_key``) manages apps; it is compared with
 :func:`hmac.compare_digest`. Operations reads (``/v1/cluster``, and ``/metrics`` when it has a scrape
 token) take the admin key or ``settings.metrics.scrape_token`` (:func:`require_operator`).
@@ -32,9 +32,9 @@ from pydantic import BaseModel
 from tjobs.api.bodies import parse_json, require_json_content_type
 from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
 from tjobs.api.schemas import Error
-from tjobs.apps import hash_api_key
 from tjobs.errors import InvalidInput, NotFound, RateLimited, TjobsError, Unauthorized
 from tjobs.model import MAX_ID, App
+from tjobs.service.apps import hash_api_key
 
 if TYPE_CHECKING:
     from tjobs.node import Node

@@ -6,8 +6,8 @@ Every HTTP request is counted in ``tjobs_api_requests_total{route,method,status_
 
 The request id is the caller's ``x-request-id`` when it is sane (1 to 128 visible ASCII characters:
 no spaces, controls or non-ASCII, so it cannot forge or break a log line), else a fresh 32-hex one;
-it is echoed in the response's ``x-request-id`` and held in :data:`tjobs.logs.request_id` while the
-request is served, so every log record emitted meanwhile carries it (:class:`tjobs.logs.RequestIdFilter`).
+it is echoed in the response's ``x-request-id`` and held in :data:`tjobs.observability.logs.request_id` while the
+request is served, so every log record emitted meanwhile carries it (:class:`tjobs.observability.logs.RequestIdFilter`).
 Errors (5xx) are logged with ``action="api_request_failed"`` and the request id; an exception that
 escapes the app before it answered is answered here (``500``, ``{"error": {"code": "internal_error"}}``,
 with the ``x-request-id``) and logged with its traceback, instead of Starlette's bare text.
@@ -27,8 +27,8 @@ import orjson
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tjobs.logs import request_id
-from tjobs.metrics import Metrics, status_class
+from tjobs.observability.logs import request_id
+from tjobs.observability.metrics import Metrics, status_class
 
 logger = logging.getLogger(__name__)
 

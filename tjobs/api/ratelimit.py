@@ -1,7 +1,7 @@
 """The API's admission limits on one node: per-app request, expensive-read and create rates, and the
 budget of unauthenticated requests shared by every caller without a valid key.
 
-Each limit is a :class:`tjobs.token_bucket.TokenBucket` (it holds ``rate_limits.burst_s`` seconds of its
+Each limit is a :class:`tjobs.delivery.token_bucket.TokenBucket` (it holds ``rate_limits.burst_s`` seconds of its
 rate). A refused request raises :class:`tjobs.errors.RateLimited`, which the API answers with 429,
 ``Retry-After`` (whole seconds, at least 1) and the usual JSON error; nothing is queued.
 
@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
-from tjobs.apps import hash_api_key
 from tjobs.errors import RateLimited
 from tjobs.model import App
+from tjobs.service.apps import hash_api_key
 
 if TYPE_CHECKING:
-    from tjobs.apps import AppDirectory
+    from tjobs.service.apps import AppDirectory
+from tjobs.delivery.token_bucket import TokenBucket
 from tjobs.settings import RateLimitSettings
-from tjobs.token_bucket import TokenBucket
 
 # (method, route path) of the reads that visit every shard: they also take an expensive-read token
 EXPENSIVE_READS = frozenset({("GET", "/v1/stats"), ("GET", "/v1/tasks"), ("GET", "/v1/dead-letters")})
@@ -193,7 +193,7 @@ ADMITTED = "tjobs.admitted_app"  # scope key: the app whose request token Admiss
 class AdmissionMiddleware:
     """Takes a known app's request token before anything else runs, and answers 429 itself when refused.
 
-    A key is known when this node accepted it before (:meth:`tjobs.apps.AppDirectory.known_app`, even
+    A key is known when this node accepted it before (:meth:`tjobs.service.apps.AppDirectory.known_app`, even
     if that cache entry is stale: refusing with a stale app only answers 429 where 401 may be due).
     Authentication still happens in the route as before; this only moves the token-take forward.
     """

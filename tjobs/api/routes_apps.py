@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Request
 from tjobs.api import schemas
 from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok, require_admin
 from tjobs.api.render import app_json
-from tjobs.apps import AppService
 from tjobs.errors import InvalidInput
-from tjobs.metrics_per_app import Buckets
 from tjobs.model import App
+from tjobs.observability.metrics_per_app import Buckets
+from tjobs.service.apps import AppService
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -108,7 +108,7 @@ async def my_stats(app: AppDep, node: NodeDep) -> Any:
 
 async def stats_of(node: Node, app: App) -> dict[str, Any]:
     """The app's stats: task and dead-letter counts from the node's background counts
-    (:mod:`tjobs.task_counts`, as of ``counted_at_ms``, plus this node's own changes since), never a
+    (:mod:`tjobs.service.task_counts`, as of ``counted_at_ms``, plus this node's own changes since), never a
     count on the request; fires and lateness are this node's."""
     node.tasks.counts.refresh_soon()
     counts = node.tasks.counts.of(app.id)

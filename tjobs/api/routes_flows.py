@@ -10,7 +10,7 @@ from tjobs.api import schemas
 from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok
 from tjobs.api.render import error_json, flow_json
 from tjobs.errors import InvalidInput, TjobsError
-from tjobs.tasks import Redriven
+from tjobs.service.tasks import Redriven
 
 router = APIRouter(prefix="/v1", tags=["flows"])
 

@@ -1,6 +1,6 @@
 """The documented shapes of the ``/v1`` API (OpenAPI components).
 
-Requests are validated by :mod:`tjobs.tasks`, :mod:`tjobs.validation` and :mod:`tjobs.schedules`
+Requests are validated by :mod:`tjobs.service.tasks`, :mod:`tjobs.service.validation` and :mod:`tjobs.schedules`
 (field-named errors, one handler), not by these models; they exist so ``/openapi.json`` says exactly
 what is accepted and answered. Responses are built by :mod:`tjobs.api.render` and documented here;
 ``tests/api/test_schemathesis.py`` checks the two agree.
@@ -25,7 +25,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# what tjobs.validation refuses in names, keys and header values: control characters (C0, DEL, C1), and
+# what tjobs.service.validation refuses in names, keys and header values: control characters (C0, DEL, C1), and
 # a name or a key of whitespace only
 NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
 KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"

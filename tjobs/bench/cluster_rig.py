@@ -1,5 +1,5 @@
 """A real cluster on one machine for tests and benchmarks: services from ``scripts/cluster.sh infra``,
-node processes (``python -m tjobs.cli serve --config FILE``) started and signalled from here.
+node processes (``python -m tjobs.cli.main serve --config FILE``) started and signalled from here.
 
 Only processes started here (nodes) or by ``cluster.sh`` for this state directory (its MariaDB servers,
 etcd and Redis, whose PIDs it records) are ever signalled. The fault helpers (:meth:`Infra.signal_service`,
@@ -218,7 +218,7 @@ class ClusterRig:
     def migrate(self) -> None:
         node = self._write_config(1)
         subprocess.run(
-            [sys.executable, "-m", "tjobs.cli", "migrate", "--config", str(node.config)],
+            [sys.executable, "-m", "tjobs.cli.main", "migrate", "--config", str(node.config)],
             check=True,
             capture_output=True,
             timeout=600,
@@ -229,7 +229,7 @@ class ClusterRig:
         node = self._write_config(index)
         with node.log.open("ab") as log:
             node.process = subprocess.Popen(
-                [sys.executable, "-m", "tjobs.cli", "serve", "--config", str(node.config)],
+                [sys.executable, "-m", "tjobs.cli.main", "serve", "--config", str(node.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=REPO,

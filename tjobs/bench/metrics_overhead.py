@@ -23,7 +23,7 @@ with MariaDB, 150,000 tasks over 20 s): only the slices where it was behind coun
 the runs and per run, and the A/A spread of the method.
 
 **Separate nodes** (``--node``): ``--pairs`` pairs of fire bench runs, each on a fresh node process,
-one with ``metrics.enabled = true`` and one with ``false`` (:class:`tjobs.metrics.NullMetrics`), in
+one with ``metrics.enabled = true`` and one with ``false`` (:class:`tjobs.observability.metrics.NullMetrics`), in
 alternating order. Each run reports the fires/s its callbacks arrived at and the node's CPU per
 fire over the fire phase (``/proc/<pid>/stat``). Between two processes the machine's state moves
 fires/s by ±8 % here, more than the metrics do: kept for comparison, not for the figure.
@@ -40,7 +40,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tjobs.metrics import Metrics
+from tjobs.observability.metrics import Metrics
 
 
 def per_fire_cost_us(fires: int, apps: int, batch: int) -> dict[str, float]:

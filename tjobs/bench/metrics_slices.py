@@ -3,8 +3,8 @@
 Two node processes, one with metrics and one without, differ in more than their metrics: the
 database's state, what else the machine runs meanwhile, where the heap lands. On this 2-core machine
 that spread (±8 % in fires/s between identical runs) is larger than the thing measured. Here one node
-switches ``node.metrics`` between its live :class:`tjobs.metrics.Metrics` and a
-:class:`tjobs.metrics.NullMetrics` every ``slice_s`` seconds, in the order on, off, off, on (so a
+switches ``node.metrics`` between its live :class:`tjobs.observability.metrics.Metrics` and a
+:class:`tjobs.observability.metrics.NullMetrics` every ``slice_s`` seconds, in the order on, off, off, on (so a
 steady drift in the machine's load falls on both), while the fire bench offers more fires than it can
 take. Every fire-path hook of :class:`tjobs.node.Node` reads ``node.metrics`` when it runs, so a slice
 runs exactly the code of a node with metrics on, or of one with them off.
@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tjobs.metrics import NullMetrics
+from tjobs.observability.metrics import NullMetrics
 
 SLICE_ORDER = (True, False, False, True)  # metrics on?  on, off, off, on, on, off, off, on, ...
 SATURATED_BACKLOG = 1000  # fires due but not yet delivered at a slice's end for it to count
@@ -211,8 +211,8 @@ def compare(slices: Sequence[Slice]) -> dict[str, Any]:
 
 def serve_alternating(config: Path, slices_out: Path, slice_s: float, control: bool) -> None:
     """``tjobs serve --config FILE`` plus :func:`alternate_metrics` once the node has started."""
-    from tjobs.logs import configure_logging
-    from tjobs.server import run, serve
+    from tjobs.api.server import run, serve
+    from tjobs.observability.logs import configure_logging
     from tjobs.settings import load_settings
 
     configure_logging()

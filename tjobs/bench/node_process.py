@@ -1,7 +1,7 @@
 """A tjobs node in a child process, for ``tjobs bench fire --embedded`` / ``--storage URL``.
 
 :func:`node_process` writes a TOML settings file, runs ``tjobs migrate --config FILE``, starts
-``tjobs serve --config FILE`` (both as ``python -m tjobs.cli``), waits until ``GET /readyz`` answers 200
+``tjobs serve --config FILE`` (both as ``python -m tjobs.cli.main``), waits until ``GET /readyz`` answers 200
 and yields a :class:`NodeHandle`; at exit it sends SIGTERM, then SIGKILL after ``stop_timeout_s``. The
 node's output goes to ``node.log`` in the work directory (shown when it fails to start).
 
@@ -137,7 +137,7 @@ def node_process(
     migrate_timeout_s: float = 600.0,
     ready_timeout_s: float = 120.0,
     stop_timeout_s: float = 15.0,
-    serve_command: Sequence[str] = ("-m", "tjobs.cli", "serve"),
+    serve_command: Sequence[str] = ("-m", "tjobs.cli.main", "serve"),
 ) -> Iterator[NodeHandle]:
     """Run a node until the block exits. Without ``storage_urls`` it is the embedded kind: SQLite
     shards in the work directory (a temporary one, removed afterwards, unless ``work_dir`` is given).
@@ -160,7 +160,7 @@ def node_process(
         with log_path.open("ab") as log:
             try:
                 migrate = subprocess.run(
-                    [sys.executable, "-m", "tjobs.cli", "migrate", "--config", str(config_path)],
+                    [sys.executable, "-m", "tjobs.cli.main", "migrate", "--config", str(config_path)],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     check=False,

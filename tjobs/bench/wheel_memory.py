@@ -30,7 +30,7 @@ import tracemalloc
 from typing import Any
 
 from sharding import TaskIdGenerator
-from tjobs.wheel import TimingWheel
+from tjobs.firing.wheel import TimingWheel
 
 NOW_MS = 1_795_251_600_000  # 2026-11-21T09:00:00Z
 _ID_AGE_MS = 90 * 86_400_000  # ids minted over the last 90 days

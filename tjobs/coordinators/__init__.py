@@ -1,1 +1,0 @@
-"""Who owns which job: in-process for the embedded default, etcd for a cluster."""

@@ -1,0 +1,580 @@
+"""The delivery loop: committed fires in, signed callbacks out, flow outcomes recorded in batches.
+
+Life of a flow handed to :meth:`Deliverer.submit` (always after its fire transaction committed):
+
+1. It joins its app's queue. Up to the app's ``max_concurrency`` workers drain that queue, each
+   attempt holding an :class:`AppLimiter` slot, so a slow or throttled app only ever waits on itself.
+2. An attempt sends to every target not yet delivered (one target for unicast), signed afresh.
+3. All targets ``2xx`` → ``delivered``. A permanent failure (see :mod:`tjobs.delivery.retry`), an
+   at-most-once flow's single attempt failing, ``max_attempts`` reached, or a next attempt that would
+   fall after ``scheduled_at + max_age_s`` → ``dead`` (the dead letter). Otherwise the flow is
+   recorded ``pending`` with ``next_attempt_at_ms`` = the retry time, and waits in memory (an
+   asyncio timer) until then: ``Retry-After`` when a ``429``/``503`` gave one, else exponential
+   backoff with full jitter. A multicast flow's retries go only to the targets that have not
+   answered ``2xx`` yet (tracked in memory; a re-drive after a crash sends to all of them again).
+   Retries far ahead, or too many at once, are left to the compensator instead (see ``__init__``).
+
+The first attempt of a flow is always made, however late (lateness is the misfire policy's business);
+``max_age_s`` only bounds retries, and a re-driven flow that is already past it dies unsent.
+
+Outcomes are coalesced per flow and written by one background flusher at most every
+``flush_interval_s`` (or as soon as ``flush_batch`` are pending). A failed write keeps its updates
+and is retried; meanwhile those flows count as in flight, so the compensator leaves them alone. If
+the node dies first, the database still says ``pending`` (or ``sending``) and the compensator
+re-drives (or closes) the flow: at least once, never lost.
+
+At-most-once flows arrive ``sending`` with ``attempts=1`` (written by the fire transaction) and get
+exactly one attempt. One that arrives ``pending`` (a manual trigger) is first recorded ``sending``,
+synchronously, and only then sent.
+
+Before every attempt the node's ``fence`` is asked: once the node's lease has expired (a SIGSTOP or a
+stall outlived it, and another node owns its jobs now) nothing more is sent. The flow is dropped from
+memory unrecorded; the database still has it ``pending`` at its next attempt time, and the new
+owner's compensator re-drives it. Before a retry (never before a first attempt: the fire path pays
+no read) the flow's stored status is read: a flow ``cancelled`` meanwhile (its task was deleted, on
+any node) or finished elsewhere is not sent again.
+
+Attempt numbers (``tjobs-attempt``) grow with every send of a flow: retries count on from the
+recorded ``attempts``, and a compensator re-drive counts the attempt a crash may have lost (see
+:mod:`tjobs.firing.compensator`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tjobs.clock import Clock
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.message import CallbackMessage
+from tjobs.delivery.retry import Outcome, compute_backoff_ms
+from tjobs.delivery.sender import AttemptResult, CallbackSender
+from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
+from tjobs.settings import CallbackSettings
+
+logger = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_S = 0.1
+FLUSH_BATCH = 500
+FLUSH_RETRY_MAX_S = 5.0
+RETRY_HORIZON_S = 600.0
+MAX_WAITING_RETRIES = 50_000
+
+
+@dataclass(slots=True)
+class CallbackJob:
+    """A committed fire to deliver: the task as it was after the fire, its flow, and its app."""
+
+    task: Task
+    flow: Flow
+    app: App
+
+
+class FlowRecorder(Protocol):
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        """Write delivery outcomes; terminal flows are never changed again (see ``TaskStore``)."""
+        ...
+
+
+class FlowReader(Protocol):
+    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
+        """The flow as stored now (see ``TaskStore``)."""
+        ...
+
+
+class _Delivery:
+    """One flow being delivered: in a queue, in an attempt, or waiting for its retry timer."""
+
+    __slots__ = (
+        "at_most_once",
+        "attempt",
+        "deadline_ms",
+        "flow_id",
+        "job",
+        "last_error",
+        "last_status",
+        "max_attempts",
+        "message",
+        "queued",
+        "recheck",
+        "record_sending",
+        "targets",
+        "timer",
+    )
+
+    def __init__(self, job: CallbackJob, flow_id: str, settings: CallbackSettings) -> None:
+        task, flow = job.task, job.flow
+        spec = task.callback
+        self.job = job
+        self.flow_id = flow_id
+        self.message = CallbackMessage(task, flow, job.app, flow_id, settings.timeout_ms)
+        self.targets: list[str] = self.message.urls
+        self.at_most_once = task.delivery is DeliveryMode.AT_MOST_ONCE
+        # A `sending` flow already counts its single attempt; otherwise this is the next one.
+        self.record_sending = self.at_most_once and flow.status is not FlowStatus.SENDING
+        self.attempt = flow.attempts if flow.status is FlowStatus.SENDING else flow.attempts + 1
+        max_attempts = int(spec.get("max_attempts", settings.max_attempts))
+        self.max_attempts = 1 if self.at_most_once else max_attempts
+        self.deadline_ms = flow.scheduled_at_ms + int(spec.get("max_age_s", settings.max_age_s)) * 1000
+        self.last_status: int | None = flow.last_status_code
+        self.last_error: str | None = flow.last_error
+        self.timer: asyncio.TimerHandle | None = None
+        self.queued = False  # waits in its lane for one of the app's max_concurrency workers
+        self.recheck = False  # a retry: read the stored status before sending it
+
+    def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
+        flow = self.job.flow
+        return FlowUpdate(
+            flow.task_id, flow.scheduled_at_ms, status, attempts, next_attempt_at_ms, self.last_status, self.last_error
+        )
+
+
+class _Lane:
+    """One app's queue of deliveries ready for an attempt, and how many workers drain it."""
+
+    __slots__ = ("app_id", "queue", "workers")
+
+    def __init__(self, app_id: str) -> None:
+        self.app_id = app_id
+        self.queue: deque[_Delivery] = deque()
+        self.workers = 0
+
+
+class Deliverer:
+    """Delivers committed fires (see the module docstring); one per node, on the node's event loop."""
+
+    def __init__(
+        self,
+        recorder: FlowRecorder,
+        sender: CallbackSender,
+        limiter: AppLimiter,
+        settings: CallbackSettings,
+        clock: Clock,
+        rng: random.Random | None = None,
+        on_result: Callable[[CallbackJob, AttemptResult], None] | None = None,
+        *,
+        on_update: Callable[[CallbackJob, FlowUpdate], None] | None = None,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+        flush_batch: int = FLUSH_BATCH,
+        retry_horizon_s: float = RETRY_HORIZON_S,
+        max_waiting_retries: int = MAX_WAITING_RETRIES,
+        fence: Callable[[], bool] | None = None,
+        status_reader: FlowReader | None = None,
+    ) -> None:
+        """``on_result`` sees every attempt to every target; ``on_update`` every outcome recorded
+        (``pending`` with a retry time, ``delivered``, ``dead``), e.g. for metrics. Both run inline
+        on the event loop and must be quick.
+
+        Memory stays bounded when a receiver is down: a retry due more than ``retry_horizon_s``
+        ahead, or beyond ``max_waiting_retries`` already waiting, is not kept in memory. It is
+        recorded ``pending`` at its retry time like any other, and the compensator re-drives it then.
+
+        ``fence()`` is ``False`` while this node may not send (its lease expired); ``status_reader``
+        reads a flow's stored status before a retry. Without them, neither check is made.
+        """
+        self._recorder = recorder
+        self._sender = sender
+        self._limiter = limiter
+        self._settings = settings
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._on_result = on_result
+        self._on_update = on_update
+        self._flush_interval_s = flush_interval_s
+        self._flush_batch = flush_batch
+        self._retry_horizon_ms = int(retry_horizon_s * 1000)
+        self._max_waiting_retries = max_waiting_retries
+        self._fence = fence
+        self._status_reader = status_reader
+        self._waiting_retries = 0
+        self._active: dict[str, _Delivery] = {}
+        self._lanes: dict[str, _Lane] = {}
+        self._workers: set[asyncio.Task[None]] = set()
+        self._pending: dict[str, FlowUpdate] = {}
+        self._flushing: dict[str, FlowUpdate] = {}
+        self._dirty = asyncio.Event()
+        self._full = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._running = False
+        self.flush_calls = 0
+        self.flush_failures = 0
+        self.fenced = 0
+        self.cancelled = 0
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._running = True
+        self._flusher = asyncio.create_task(self._flush_loop(), name="tjobs-flow-flusher")
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        """Finish the attempts under way (up to ``drain_timeout_s``), then write every pending outcome.
+
+        Flows waiting for a retry or still queued are left to the compensator: the database already
+        has them ``pending`` at their next attempt time.
+        """
+        self._running = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_timeout_s
+        for delivery in list(self._active.values()):
+            if delivery.timer is not None:
+                delivery.timer.cancel()
+                delivery.timer = None
+                self._waiting_retries -= 1
+                del self._active[delivery.flow_id]
+        if self._workers:
+            _, late = await asyncio.wait(set(self._workers), timeout=max(drain_timeout_s, 0.0))
+            for worker in late:
+                worker.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        self._lanes.clear()
+        self._active.clear()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+            self._flusher = None
+        while self._pending:
+            if not await self._flush() and loop.time() >= deadline:
+                logger.error(
+                    "stopping with %d flow updates unwritten; the compensator will re-drive them",
+                    len(self._pending),
+                    extra={"action": "flow_updates_abandoned"},
+                )
+                self._pending.clear()
+                break
+            if self._pending:
+                await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0.0)))
+
+    # ---- intake -------------------------------------------------------------------------------
+
+    def submit(self, job: CallbackJob) -> None:
+        """Queue a committed fire for delivery; never blocks. Duplicates of a flow in flight are ignored."""
+        flow_id = job.flow.id
+        if flow_id in self._active:
+            return
+        if not self._running:
+            logger.warning(
+                "deliverer stopped; flow %s left to the compensator",
+                flow_id,
+                extra={"action": "delivery_refused", "flow_id": flow_id},
+            )
+            return
+        if job.flow.status.terminal:
+            logger.warning(
+                "flow %s is already %s; not delivering it",
+                flow_id,
+                job.flow.status.value,
+                extra={"action": "delivery_refused", "flow_id": flow_id},
+            )
+            return
+        try:
+            delivery = _Delivery(job, flow_id, self._settings)
+        except Exception as error:
+            # A stored callback spec we cannot read can never be delivered: dead letter, loudly.
+            logger.exception(
+                "flow %s has an unusable callback spec", flow_id, extra={"action": "flow_dead", "flow_id": flow_id}
+            )
+            flow = job.flow
+            self._pending[flow_id] = FlowUpdate(
+                flow.task_id,
+                flow.scheduled_at_ms,
+                FlowStatus.DEAD,
+                flow.attempts,
+                None,
+                None,
+                f"unusable callback spec: {type(error).__name__}: {error}"[:240],
+            )
+            self._dirty.set()
+            return
+        self._active[flow_id] = delivery
+        if job.flow.attempts > 0 and not delivery.at_most_once:
+            # A re-drive: the limits may already be spent.
+            if delivery.attempt > delivery.max_attempts:
+                self._finish(
+                    delivery, FlowStatus.DEAD, delivery.attempt - 1, f"gave up after {delivery.attempt - 1} attempts"
+                )
+                return
+            if self._clock.now_ms() > delivery.deadline_ms:
+                self._finish(delivery, FlowStatus.DEAD, delivery.attempt - 1, "max_age_s exceeded")
+                return
+        self._enqueue(delivery)
+
+    def in_flight(self) -> set[str]:
+        """Flow ids queued, being sent, waiting for a retry, or with an outcome not yet written."""
+        return set(self._active).union(self._pending, self._flushing)
+
+    def in_flight_count(self) -> int:
+        """``len(in_flight())`` without building the set (a flow may be counted twice)."""
+        return len(self._active) + len(self._pending) + len(self._flushing)
+
+    @property
+    def backlog(self) -> int:
+        """Deliveries waiting in app queues for a slot."""
+        return sum(len(lane.queue) for lane in self._lanes.values())
+
+    def _enqueue(self, delivery: _Delivery) -> None:
+        app = delivery.job.app
+        lane = self._lanes.get(app.id)
+        if lane is None:
+            lane = self._lanes[app.id] = _Lane(app.id)
+        lane.queue.append(delivery)
+        # Every live worker is in an attempt or about to take an entry queued before this one, so with
+        # all of them started this delivery waits for the app's concurrency cap.
+        delivery.queued = lane.workers >= max(app.max_concurrency, 1)
+        if not delivery.queued:
+            lane.workers += 1
+            worker = asyncio.get_running_loop().create_task(self._work(lane))
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+
+    def _retry_due(self, delivery: _Delivery) -> None:
+        delivery.timer = None
+        self._waiting_retries -= 1
+        if self._running:
+            self._enqueue(delivery)
+
+    # ---- attempts -----------------------------------------------------------------------------
+
+    async def _work(self, lane: _Lane) -> None:
+        try:
+            while lane.queue and self._running:
+                delivery = lane.queue.popleft()
+                app = delivery.job.app
+                try:
+                    async with self._limiter.slot(
+                        lane.app_id, app.rate_limit_per_s, app.max_concurrency, queued=delivery.queued
+                    ):
+                        await self._attempt(delivery)
+                except Exception:
+                    # A bug, not a receiver failure: leave the flow to the compensator.
+                    logger.exception(
+                        "delivery of flow %s failed",
+                        delivery.flow_id,
+                        extra={"action": "delivery_failed", "flow_id": delivery.flow_id},
+                    )
+                    self._active.pop(delivery.flow_id, None)
+        finally:
+            lane.workers -= 1
+            if lane.workers == 0 and not lane.queue and self._lanes.get(lane.app_id) is lane:
+                del self._lanes[lane.app_id]
+
+    async def _attempt(self, delivery: _Delivery) -> None:
+        if self._fence is not None and not self._fence():
+            self.fenced += 1
+            self._active.pop(delivery.flow_id, None)
+            logger.warning(
+                "fenced: not sending flow %s; the owner's compensator re-drives it",
+                delivery.flow_id,
+                extra={"action": "delivery_fenced", "flow_id": delivery.flow_id},
+            )
+            return
+        if delivery.recheck and self._status_reader is not None and not await self._still_open(delivery):
+            return
+        now_ms = self._clock.now_ms()
+        attempt = delivery.attempt
+        if delivery.record_sending:
+            sending = delivery.update(FlowStatus.SENDING, attempt, now_ms)
+            try:
+                await self._recorder.record_flow_updates([sending], now_ms)
+            except Exception:
+                logger.exception(
+                    "could not record at-most-once flow %s as sending; not sending it",
+                    delivery.flow_id,
+                    extra={"action": "delivery_deferred", "flow_id": delivery.flow_id},
+                )
+                self._active.pop(delivery.flow_id, None)
+                return
+            delivery.record_sending = False
+        message = delivery.message
+        try:
+            headers, body = message.signed(attempt, now_ms)
+        except ValueError as error:
+            delivery.last_status, delivery.last_error = None, f"cannot sign: {error}"
+            self._finish(delivery, FlowStatus.DEAD, attempt, None)
+            return
+        targets = delivery.targets
+        if len(targets) == 1:
+            results = [await self._sender.send(message.request(targets[0], attempt, headers, body))]
+        else:
+            results = await asyncio.gather(
+                *(self._sender.send(message.request(url, attempt, headers, body)) for url in targets)
+            )
+        self._settle(delivery, results)
+
+    async def _still_open(self, delivery: _Delivery) -> bool:
+        """Whether a retry may be sent: its flow is still open in the store (read it)."""
+        assert self._status_reader is not None
+        job = delivery.job
+        try:
+            stored = await self._status_reader.get_flow(job.flow.task_id, job.flow.scheduled_at_ms)
+        except Exception:
+            self._active.pop(delivery.flow_id, None)
+            logger.exception(
+                "could not read flow %s before its retry; the compensator re-drives it",
+                delivery.flow_id,
+                extra={"action": "delivery_deferred", "flow_id": delivery.flow_id},
+            )
+            return False
+        if stored is not None and not stored.status.terminal:
+            return True
+        self.cancelled += 1
+        self._active.pop(delivery.flow_id, None)
+        logger.info(
+            "flow %s is %s; its retry is not sent",
+            delivery.flow_id,
+            "gone" if stored is None else stored.status.value,
+            extra={"action": "retry_dropped", "flow_id": delivery.flow_id},
+        )
+        return False
+
+    def _settle(self, delivery: _Delivery, results: Sequence[AttemptResult]) -> None:
+        attempt = delivery.attempt
+        remaining: list[str] = []
+        permanent = False
+        retry_after_ms = 0
+        backoff = False
+        delivered_status: int | None = None
+        multicast = len(results) > 1
+        hook = self._on_result
+        for result in results:
+            if hook is not None:
+                self._notify_result(hook, delivery.job, result)
+            if result.outcome is Outcome.DELIVERED:
+                delivered_status = result.status
+                continue
+            remaining.append(result.url)
+            delivery.last_status = result.status
+            delivery.last_error = f"{result.url}: {result.error}" if multicast else result.error
+            if result.outcome is Outcome.PERMANENT:
+                permanent = True
+            elif result.retry_after_ms is not None:
+                retry_after_ms = max(retry_after_ms, result.retry_after_ms)
+            else:
+                backoff = True
+        delivery.targets = remaining
+        if not remaining:
+            delivery.last_status, delivery.last_error = delivered_status, None
+            self._finish(delivery, FlowStatus.DELIVERED, attempt, None)
+            return
+        if permanent:
+            self._finish(delivery, FlowStatus.DEAD, attempt, "permanent failure")
+            return
+        if attempt >= delivery.max_attempts:
+            self._finish(delivery, FlowStatus.DEAD, attempt, f"gave up after {attempt} attempts")
+            return
+        settings = self._settings
+        delay_ms = retry_after_ms
+        if backoff:
+            delay_ms = max(
+                delay_ms, compute_backoff_ms(attempt, settings.backoff_base_ms, settings.backoff_max_ms, self._rng)
+            )
+        now_ms = self._clock.now_ms()
+        due_ms = now_ms + delay_ms
+        if due_ms > delivery.deadline_ms:
+            self._finish(delivery, FlowStatus.DEAD, attempt, "max_age_s exceeded")
+            return
+        self._record(delivery, delivery.update(FlowStatus.PENDING, attempt, due_ms))
+        delivery.attempt = attempt + 1
+        delivery.recheck = True
+        if self._running and delay_ms <= self._retry_horizon_ms and self._waiting_retries < self._max_waiting_retries:
+            self._waiting_retries += 1
+            delivery.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._retry_due, delivery)
+        else:
+            self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
+        logger.debug(
+            "flow %s attempt %d failed (%s); next in %d ms",
+            delivery.flow_id,
+            attempt,
+            delivery.last_error,
+            delay_ms,
+            extra={"action": "callback_retry_scheduled", "flow_id": delivery.flow_id},
+        )
+
+    def _finish(self, delivery: _Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
+        self._active.pop(delivery.flow_id, None)
+        if status is FlowStatus.DEAD:
+            if reason is not None:
+                delivery.last_error = f"{delivery.last_error} ({reason})" if delivery.last_error else reason
+            logger.warning(
+                "flow %s is dead after %d attempts: %s",
+                delivery.flow_id,
+                attempts,
+                delivery.last_error,
+                extra={"action": "flow_dead", "flow_id": delivery.flow_id},
+            )
+        self._record(delivery, delivery.update(status, attempts, None))
+
+    def _record(self, delivery: _Delivery, update: FlowUpdate) -> None:
+        self._pending[delivery.flow_id] = update
+        if len(self._pending) >= self._flush_batch:
+            self._full.set()
+        self._dirty.set()
+        if self._on_update is not None:
+            try:
+                self._on_update(delivery.job, update)
+            except Exception:
+                logger.exception("on_update hook failed", extra={"action": "hook_failed", "flow_id": delivery.flow_id})
+
+    @staticmethod
+    def _notify_result(
+        hook: Callable[[CallbackJob, AttemptResult], None], job: CallbackJob, result: AttemptResult
+    ) -> None:
+        try:
+            hook(job, result)
+        except Exception:
+            logger.exception("on_result hook failed", extra={"action": "hook_failed", "flow_id": result.flow_id})
+
+    # ---- batched writes -----------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        retry_s = self._flush_interval_s
+        while True:
+            await self._dirty.wait()
+            if len(self._pending) < self._flush_batch:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._flush_interval_s):
+                        await self._full.wait()
+            if await self._flush():
+                retry_s = self._flush_interval_s
+            else:
+                await asyncio.sleep(retry_s)
+                retry_s = min(retry_s * 2, FLUSH_RETRY_MAX_S)
+
+    async def _flush(self) -> bool:
+        """Write everything pending, in chunks; on failure keep what was not written and say so."""
+        self._full.clear()
+        self._flushing, self._pending = self._pending, {}
+        items = list(self._flushing.items())
+        try:
+            for start in range(0, len(items), self._flush_batch):
+                chunk = items[start : start + self._flush_batch]
+                try:
+                    await self._recorder.record_flow_updates([u for _, u in chunk], self._clock.now_ms())
+                except Exception:
+                    self.flush_failures += 1
+                    logger.exception(
+                        "writing %d flow updates failed; keeping them for the next flush",
+                        len(items) - start,
+                        extra={"action": "flow_updates_failed"},
+                    )
+                    self._restore(items[start:])
+                    return False
+                except BaseException:
+                    self._restore(items[start:])
+                    raise
+                self.flush_calls += 1
+            return True
+        finally:
+            self._flushing = {}
+            if not self._pending:
+                self._dirty.clear()
+
+    def _restore(self, items: list[tuple[str, FlowUpdate]]) -> None:
+        for flow_id, update in items:
+            self._pending.setdefault(flow_id, update)  # an update made meanwhile is newer: keep it

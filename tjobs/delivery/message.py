@@ -1,0 +1,103 @@
+"""The callback message of one flow: targets, method, headers and body, built once and signed per attempt.
+
+Headers sent on every attempt (Standard Webhooks plus tjobs' own):
+
+* ``webhook-id`` — the flow id, identical on every attempt: the receiver's idempotency key;
+* ``webhook-timestamp`` — the attempt's send time in epoch seconds (receivers reject stale ones);
+* ``webhook-signature`` — ``v1,<sig>`` per app secret, space-separated while a secret rotates;
+* ``tjobs-task-id``, ``tjobs-scheduled-at`` (epoch ms), ``tjobs-attempt`` (1-based);
+* the task's own ``headers``, and ``content-type`` unless the task sets it.
+
+The body is the task's ``callback.body`` verbatim when given (``content-type`` defaults to JSON if it
+looks like JSON, else text). Otherwise it is the JSON envelope ``{"flow_id", "task_id", "task_name",
+"scheduled_at", "scheduled_at_ms", "attempt", "payload"}`` (ids as strings: 63-bit ids do not fit a
+JavaScript number), except for ``GET``, which carries no default body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from tjobs.clock import iso_ms
+from tjobs.delivery.sender import CallbackRequest
+from tjobs.delivery.signing import signature_header
+from tjobs.model import App, Flow, Task
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+
+
+class CallbackMessage:
+    """Everything about one flow's callback that does not change between attempts, pre-encoded."""
+
+    __slots__ = (
+        "_body",
+        "_envelope",
+        "_secrets",
+        "_static_headers",
+        "app_id",
+        "flow_id",
+        "method",
+        "timeout_ms",
+        "urls",
+    )
+
+    def __init__(self, task: Task, flow: Flow, app: App, flow_id: str, default_timeout_ms: int) -> None:
+        spec = task.callback
+        urls = spec.get("urls")
+        self.urls: list[str] = list(urls) if urls else [spec["url"]]
+        self.method: str = str(spec.get("method", "POST")).upper()
+        self.timeout_ms: int = int(spec.get("timeout_ms", default_timeout_ms))
+        self.app_id = app.id
+        self.flow_id = flow_id
+        self._secrets = app.secrets
+        headers: dict[str, str] = {}
+        custom: dict[str, str] = spec.get("headers") or {}
+        has_content_type = False
+        if custom:
+            headers.update(custom)
+            has_content_type = any(name.lower() == "content-type" for name in custom)
+        body = spec.get("body")
+        self._envelope: dict[str, Any] | None = None
+        self._body: bytes | None = None
+        if body is not None:
+            self._body = body.encode() if isinstance(body, str) else bytes(body)
+            if not has_content_type:
+                headers["content-type"] = JSON if self._body.lstrip()[:1] in (b"{", b"[") else TEXT
+        elif self.method != "GET":
+            self._envelope = {
+                "flow_id": flow_id,
+                "task_id": str(task.id),
+                "task_name": task.name,
+                "scheduled_at": iso_ms(flow.scheduled_at_ms),
+                "scheduled_at_ms": flow.scheduled_at_ms,
+                "attempt": 0,
+                "payload": task.payload,
+            }
+            if not has_content_type:
+                headers["content-type"] = JSON
+        headers["webhook-id"] = flow_id
+        headers["tjobs-task-id"] = str(task.id)
+        headers["tjobs-scheduled-at"] = str(flow.scheduled_at_ms)
+        self._static_headers = headers
+
+    def body_for(self, attempt: int) -> bytes | None:
+        if self._envelope is None:
+            return self._body
+        self._envelope["attempt"] = attempt
+        return orjson.dumps(self._envelope)
+
+    def signed(self, attempt: int, now_ms: int) -> tuple[dict[str, str], bytes | None]:
+        """Headers and body of ``attempt`` sent at ``now_ms``; raises ``ValueError`` without a secret."""
+        body = self.body_for(attempt)
+        timestamp_s = now_ms // 1000
+        headers = self._static_headers.copy()
+        headers["webhook-timestamp"] = str(timestamp_s)
+        headers["webhook-signature"] = signature_header(self._secrets, self.flow_id, timestamp_s, body or b"")
+        headers["tjobs-attempt"] = str(attempt)
+        return headers, body
+
+    def request(self, url: str, attempt: int, headers: dict[str, str], body: bytes | None) -> CallbackRequest:
+        return CallbackRequest(self.app_id, self.flow_id, url, self.method, headers, body, self.timeout_ms, attempt)

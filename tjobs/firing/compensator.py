@@ -1,0 +1,105 @@
+"""Re-drive flows that committed but never reached a terminal state (invariant 5).
+
+A node that crashed after the fire transaction, or lost a callback's response, leaves flows
+``pending`` (or ``sending`` for at-most-once). Every ``interval_s`` the compensator asks which owned
+shards hold non-terminal flows whose next attempt is more than ``grace_s`` overdue (one read per
+database), leases those flows in each such shard, and hands the ones this node is not delivering
+right now back to the deliverer. At-most-once flows found ``sending`` are never resent: they become
+``unknown``. Flows of deleted tasks become ``cancelled``.
+
+The lease counts one attempt on each pending flow it claims (see ``TaskStore.lease_stale_flows``):
+the last attempt may have been sent and answered with its outcome lost in the crashed node's write
+buffer, so a re-drive is always a higher ``tjobs-attempt`` than anything sent before it. A node whose
+fence is closed (its lease expired) claims nothing: the new owner's compensator does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from tjobs.clock import Clock
+from tjobs.firing.periodic import PeriodicPass
+from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
+from tjobs.settings import CompensatorSettings
+from tjobs.stores.base import TaskStore
+
+logger = logging.getLogger(__name__)
+
+
+class Compensator(PeriodicPass):
+    name = "compensator"
+
+    def __init__(
+        self,
+        store: TaskStore,
+        owned: Callable[[], frozenset[int]],
+        in_flight: Callable[[], set[str]],
+        redrive: Callable[[Task, Flow], None],
+        settings: CompensatorSettings,
+        clock: Clock,
+        lease_ms: int,
+        *,
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
+        """``fence()`` is ``False`` while this node may not work on its jobs (see ``Deliverer``)."""
+        super().__init__(settings.interval_s)
+        self._store = store
+        self._owned = owned
+        self._in_flight = in_flight
+        self._redrive = redrive
+        self._settings = settings
+        self._clock = clock
+        self._lease_ms = lease_ms
+        self._fence = fence
+        self.redriven = 0
+        self.backlog = 0
+
+    async def run_once(self) -> int:
+        """One pass over every owned shard; returns how many flows were re-driven or closed."""
+        grace_ms = int(self._settings.grace_s * 1000)
+        handled = 0
+        owned = sorted(self._owned())
+        # A cheap read first (a few statements per database): most passes find nothing to lease, and a
+        # locking lease per owned shard was 512 transactions every interval on an idle node.
+        stale = await self._store.shards_with_stale_flows(owned, self._clock.now_ms() - grace_ms)
+        for shard in owned:
+            if shard not in stale:
+                continue
+            if self._fence is not None and not self._fence():
+                break
+            now_ms = self._clock.now_ms()
+            leased = await self._store.lease_stale_flows(
+                shard, now_ms - grace_ms, grace_ms + self._lease_ms, self._settings.batch
+            )
+            if leased:
+                handled += await self._handle(leased, now_ms)
+        self.backlog = handled
+        return handled
+
+    async def _handle(self, leased: list[tuple[Flow, Task | None]], now_ms: int) -> int:
+        busy = self._in_flight()
+        closures: list[FlowUpdate] = []
+        for flow, task in leased:
+            if flow.id in busy:
+                continue
+            if task is None:
+                closures.append(_close(flow, FlowStatus.CANCELLED, "task deleted before delivery"))
+            elif flow.status is FlowStatus.SENDING:
+                closures.append(_close(flow, FlowStatus.UNKNOWN, "at-most-once attempt lost by a crash"))
+            else:
+                self._redrive(task, flow)
+                self.redriven += 1
+                logger.info(
+                    "re-driving flow %s (attempts so far %d)",
+                    flow.id,
+                    flow.attempts,
+                    extra={"action": "flow_redriven", "flow_id": flow.id},
+                )
+        if closures:
+            await self._store.record_flow_updates(closures, now_ms)
+        return len(leased)
+
+
+def _close(flow: Flow, status: FlowStatus, reason: str) -> FlowUpdate:
+    return FlowUpdate(flow.task_id, flow.scheduled_at_ms, status, flow.attempts, None, None, reason)

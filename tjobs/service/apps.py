@@ -1,0 +1,296 @@
+"""Apps (tenants): their management (create, update, rotate) and a small cache in front of the store.
+
+Key rotation: a new API key replaces the old at once (its hash is what the store keeps). A new signing
+secret goes first in ``App.secrets`` and the old one keeps signing beside it for a grace window
+(``settings.retiring_secrets`` holds its expiry, by hash); afterwards it is dropped on read, and from
+the store at the next rotation or update.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import replace
+from typing import Any
+
+from tjobs.clock import Clock
+from tjobs.delivery.signing import generate_secret
+from tjobs.delivery.ssrf import AllowList
+from tjobs.errors import InvalidInput, NotFound
+from tjobs.model import App
+from tjobs.service.validation import check_name
+from tjobs.settings import Settings
+from tjobs.stores.base import TaskStore
+
+DEFAULT_SECRET_GRACE_S = 86_400
+MAX_SECRET_GRACE_S = 30 * 86_400
+MAX_ACTIVE_TASKS = 1_000_000_000_000  # a per-app quota; beyond it a count could not be stored
+_CALLBACK_DEFAULT_KEYS = frozenset({"timeout_ms", "max_attempts", "max_age_s", "headers", "method"})
+_APP_KEYS = frozenset(
+    {
+        "name",
+        "rate_limit_per_s",
+        "max_concurrency",
+        "allowed_callback_hosts",
+        "callback_defaults",
+        "max_active_tasks",
+        "api_rate_limit_per_s",
+        "create_rate_limit_per_s",
+    }
+)
+
+
+def hash_api_key(api_key: str) -> str:
+    """API keys are stored as SHA-256 hex digests; they are random 32-byte tokens, so no salt is needed."""
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def generate_api_key() -> str:
+    return "tjk_" + secrets.token_urlsafe(32)
+
+
+def _secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def live_secrets(app: App, now_ms: int) -> App:
+    """``app`` without the retired secrets whose grace window has ended (the newest always stays)."""
+    retiring = app.settings.get("retiring_secrets")
+    if not retiring:
+        return app
+    expired = {r["sha256"] for r in retiring if r["until_ms"] <= now_ms}
+    if not expired:
+        return app
+    kept = [s for i, s in enumerate(app.secrets) if i == 0 or _secret_hash(s) not in expired]
+    settings = dict(app.settings)
+    settings["retiring_secrets"] = [r for r in retiring if r["sha256"] not in expired]
+    return replace(app, secrets=kept, settings=settings)
+
+
+def validate_app_fields(body: Any, settings: Settings, *, creating: bool) -> dict[str, Any]:
+    """Check an app create/update body; return the fields it sets (each named on error)."""
+    if not isinstance(body, dict):
+        raise InvalidInput("body", "must be a JSON object")
+    unknown = set(body) - _APP_KEYS
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    fields: dict[str, Any] = {}
+    if creating or "name" in body:
+        fields["name"] = check_name(body.get("name"), "name", 100)
+    callbacks = settings.callbacks
+    if creating or "rate_limit_per_s" in body:
+        rate = body.get("rate_limit_per_s", callbacks.default_rate_limit_per_s)
+        if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 < rate <= 1_000_000:
+            raise InvalidInput("rate_limit_per_s", "must be a number within (0, 1000000]")
+        fields["rate_limit_per_s"] = float(rate)
+    if creating or "max_concurrency" in body:
+        concurrency = body.get("max_concurrency", callbacks.default_max_concurrency)
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 10_000:
+            raise InvalidInput("max_concurrency", "must be an integer within 1..10000")
+        fields["max_concurrency"] = concurrency
+    if "allowed_callback_hosts" in body:
+        hosts = body["allowed_callback_hosts"]
+        if not isinstance(hosts, list) or len(hosts) > 100 or not all(isinstance(h, str) for h in hosts):
+            raise InvalidInput("allowed_callback_hosts", "must be a list of at most 100 host names or networks")
+        AllowList.parse(hosts)
+        fields["allowed_callback_hosts"] = hosts
+    if "callback_defaults" in body:
+        fields["callback_defaults"] = _callback_defaults(body["callback_defaults"], settings)
+    if "max_active_tasks" in body:
+        quota = body["max_active_tasks"]
+        if quota is not None and (
+            not isinstance(quota, int) or isinstance(quota, bool) or not 0 <= quota <= MAX_ACTIVE_TASKS
+        ):
+            raise InvalidInput(
+                "max_active_tasks", f"must be an integer within 0..{MAX_ACTIVE_TASKS} (0: the node default)"
+            )
+        fields["max_active_tasks"] = quota
+    for name in ("api_rate_limit_per_s", "create_rate_limit_per_s"):  # API limits (tjobs.api.ratelimit)
+        if name in body:
+            rate = body[name]
+            if rate is not None and (
+                not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 < rate <= 1_000_000
+            ):
+                raise InvalidInput(name, "must be a number within (0, 1000000], or null for the node default")
+            fields[name] = None if rate is None else float(rate)
+    return fields
+
+
+def _callback_defaults(value: Any, settings: Settings) -> dict[str, Any]:
+    from tjobs.service.validation import normalize_callback
+
+    if not isinstance(value, dict):
+        raise InvalidInput("callback_defaults", "must be an object")
+    unknown = set(value) - _CALLBACK_DEFAULT_KEYS
+    if unknown:
+        raise InvalidInput(f"callback_defaults.{sorted(unknown)[0]}", "unknown field", "unknown_field")
+    try:  # validate as a callback spec with a placeholder target
+        normalize_callback({**value, "url": "https://placeholder.invalid/"}, settings.limits)
+    except InvalidInput as error:
+        raise InvalidInput(
+            error.field.replace("callback.", "callback_defaults.", 1), error.message.partition(": ")[2], error.code
+        ) from None
+    return dict(value)
+
+
+_SETTINGS_FIELDS = (
+    "allowed_callback_hosts",
+    "callback_defaults",
+    "max_active_tasks",
+    "api_rate_limit_per_s",
+    "create_rate_limit_per_s",
+)
+
+
+class AppService:
+    """App management behind the admin API."""
+
+    def __init__(self, store: TaskStore, directory: AppDirectory, settings: Settings, clock: Clock) -> None:
+        self._store = store
+        self._directory = directory
+        self._settings = settings
+        self._clock = clock
+
+    async def create(self, body: Any, app_id: str | None = None) -> tuple[App, str]:
+        """Store a new app; returns it with its API key (shown once, stored only as a hash)."""
+        fields = validate_app_fields(body, self._settings, creating=True)
+        api_key = generate_api_key()
+        app = App(
+            id=app_id or f"app_{secrets.token_hex(6)}",
+            name=fields["name"],
+            api_key_hash=hash_api_key(api_key),
+            secrets=[generate_secret()],
+            rate_limit_per_s=fields["rate_limit_per_s"],
+            max_concurrency=fields["max_concurrency"],
+            created_at_ms=self._clock.now_ms(),
+            settings={
+                "allowed_callback_hosts": fields.get("allowed_callback_hosts", []),
+                **{k: fields[k] for k in _SETTINGS_FIELDS[1:] if k in fields},
+            },
+        )
+        await self._store.put_app(app)
+        self._directory.put(app)
+        return app, api_key
+
+    async def get(self, app_id: str) -> App:
+        app = await self._store.get_app(app_id)
+        if app is None:
+            raise NotFound("app", app_id)
+        return live_secrets(app, self._clock.now_ms())
+
+    async def update(self, app_id: str, body: Any) -> App:
+        fields = validate_app_fields(body, self._settings, creating=False)
+        app = await self.get(app_id)
+        settings = dict(app.settings)
+        for key in _SETTINGS_FIELDS:
+            if key in fields:
+                settings[key] = fields[key]
+        app = replace(
+            app,
+            name=fields.get("name", app.name),
+            rate_limit_per_s=fields.get("rate_limit_per_s", app.rate_limit_per_s),
+            max_concurrency=fields.get("max_concurrency", app.max_concurrency),
+            settings=settings,
+        )
+        await self._save(app)
+        return app
+
+    async def rotate(
+        self, app_id: str, *, api_key: bool, secret: bool, grace_s: int = DEFAULT_SECRET_GRACE_S
+    ) -> tuple[App, str | None]:
+        """New API key (the old stops at once) and/or new signing secret (the old signs for ``grace_s``)."""
+        if not 0 <= grace_s <= MAX_SECRET_GRACE_S:
+            raise InvalidInput("grace_s", f"must be within 0..{MAX_SECRET_GRACE_S}")
+        if not api_key and not secret:
+            raise InvalidInput("rotate", "rotate api_key, secret or both")
+        app = await self.get(app_id)
+        new_key: str | None = None
+        if api_key:
+            new_key = generate_api_key()
+            self._directory.forget_key_hash(app.api_key_hash)
+            app = replace(app, api_key_hash=hash_api_key(new_key))
+        if secret:
+            now_ms = self._clock.now_ms()
+            settings = dict(app.settings)
+            retiring = list(settings.get("retiring_secrets") or [])
+            old = app.secrets[0]
+            retiring.append({"sha256": _secret_hash(old), "until_ms": now_ms + grace_s * 1000})
+            settings["retiring_secrets"] = retiring
+            app = live_secrets(
+                replace(app, secrets=[generate_secret(), *app.secrets], settings=settings),
+                now_ms + (1 if grace_s == 0 else 0),
+            )
+        await self._save(app)
+        return app, new_key
+
+    async def _save(self, app: App) -> None:
+        await self._store.put_app(app)
+        self._directory.put(app)
+
+
+class AppDirectory:
+    """Caches apps by id for ``ttl_ms`` so the fire path never waits on the store for them."""
+
+    def __init__(self, store: TaskStore, clock: Clock, ttl_ms: int = 10_000) -> None:
+        self._store = store
+        self._clock = clock
+        self._ttl_ms = ttl_ms
+        self._cache: dict[str, tuple[int, App]] = {}
+        self._by_key_hash: dict[str, tuple[int, App]] = {}
+
+    async def get(self, app_id: str) -> App:
+        now_ms = self._clock.now_ms()
+        cached = self._cache.get(app_id)
+        if cached is not None and cached[0] > now_ms:
+            return cached[1]
+        app = await self._store.get_app(app_id)
+        if app is None:
+            raise NotFound("app", app_id)
+        app = live_secrets(app, now_ms)
+        self._cache[app_id] = (now_ms + self._ttl_ms, app)
+        return app
+
+    async def authenticate(self, api_key: str) -> App | None:
+        """The app owning ``api_key``; the key is hashed, and the lookup is by the hash (an index)."""
+        key_hash = hash_api_key(api_key)
+        now_ms = self._clock.now_ms()
+        cached = self._by_key_hash.get(key_hash)
+        if cached is not None and cached[0] > now_ms:
+            return cached[1]
+        app = await self._store.find_app_by_key_hash(key_hash)
+        if app is None or not hmac.compare_digest(app.api_key_hash, key_hash):
+            return None
+        app = live_secrets(app, now_ms)
+        self._by_key_hash[key_hash] = (now_ms + self._ttl_ms, app)
+        self.put(app)
+        return app
+
+    def known_app(self, api_key_hash: str) -> App | None:
+        """The app this node accepted the key with this hash for, without the store (maybe stale)."""
+        cached = self._by_key_hash.get(api_key_hash)
+        return None if cached is None else cached[1]
+
+    def knows_key_hash(self, api_key_hash: str) -> bool:
+        """This node has accepted the key with this hash before (its cache entry may be stale)."""
+        return api_key_hash in self._by_key_hash
+
+    def cached(self, app_id: str) -> App | None:
+        """The cached app if still fresh, without touching the store (the fire path's fast lane)."""
+        cached = self._cache.get(app_id)
+        if cached is not None and cached[0] > self._clock.now_ms():
+            return cached[1]
+        return None
+
+    def invalidate(self, app_id: str) -> None:
+        self._cache.pop(app_id, None)
+
+    def put(self, app: App) -> None:
+        now_ms = self._clock.now_ms()
+        self._cache[app.id] = (now_ms + self._ttl_ms, app)
+        if app.api_key_hash in self._by_key_hash:
+            self._by_key_hash[app.api_key_hash] = (now_ms + self._ttl_ms, app)
+
+    def forget_key_hash(self, api_key_hash: str) -> None:
+        """Stop accepting a (rotated) key on this node at once; other nodes within ``ttl_ms``."""
+        self._by_key_hash.pop(api_key_hash, None)

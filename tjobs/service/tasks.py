@@ -1,0 +1,542 @@
+"""Task operations behind the API: validate, route by shard, store, and hand near-term changes to the wheel.
+
+Every change that could move, stop or start a fire is published to the hot path after it commits, so
+the owning node's wheel sees it before the task's instant (the fire CAS covers any race).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
+from tjobs.clock import Clock
+from tjobs.delivery.ssrf import EMPTY_ALLOW_LIST, AllowList, TargetGuard, allow_list_of_app, target_field
+from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaExceeded, TjobsError
+from tjobs.hotpath.base import HotPath, TaskChange
+from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
+from tjobs.schedules import normalize_schedule, parse_schedule
+from tjobs.service.task_counts import TaskCounts
+from tjobs.service.validation import (
+    check_key,
+    check_name,
+    check_payload,
+    normalize_callback,
+    parse_delivery,
+    parse_misfire_policy,
+)
+from tjobs.settings import Settings
+from tjobs.stores.base import TaskStore
+
+logger = logging.getLogger(__name__)
+
+_CREATE_KEYS = frozenset({"name", "key", "schedule", "callback", "payload", "misfire_policy", "delivery"})
+_UPDATE_KEYS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "version"})
+MAX_INSERT_ATTEMPTS = 3
+MAX_BATCH = 1000
+LIST_PAGE_MAX = 1000
+LIST_SCAN_BUDGET = 5000  # rows read per list request at most; a partial page then carries a cursor
+SHARD_WINDOW = 16  # shards read concurrently while walking them in order
+
+
+def encode_cursor(*parts: int) -> str:
+    return base64.urlsafe_b64encode(".".join(str(p) for p in parts).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, size: int, field: str = "cursor") -> tuple[int, ...]:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        parts = tuple(int(p) for p in text.split("."))
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(field, "not a cursor this API returned", "bad_cursor") from None
+    if len(parts) != size or any(not 0 <= p <= MAX_ID for p in parts):  # in range before any store sees it
+        raise InvalidInput(field, "not a cursor this API returned", "bad_cursor")
+    return parts
+
+
+def _check_cursor_shard(shard: int, task_id: int, shard_count: int) -> None:
+    """A cursor's shard exists, and its task id (0: none yet) was minted in that shard."""
+    if shard > shard_count or (task_id and (shard == shard_count or shard_of_task_id(task_id) != shard)):
+        raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a listing; ``next_cursor`` is ``None`` only at the end (a page may be short)."""
+
+    items: list[Any]
+    next_cursor: str | None
+
+
+Redriven = tuple[str, Flow | None, TjobsError | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    """One item of a batch: ``task`` (``created`` says if new) or ``error`` (code, message, field)."""
+
+    task: Task | None
+    created: bool
+    error: TjobsError | None
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    task: Task
+    created: bool  # False when an existing task with the same (app, key) was returned
+
+
+class TaskService:
+    def __init__(
+        self, store: TaskStore, hotpath: HotPath, settings: Settings, clock: Clock, topology: Topology
+    ) -> None:
+        self._store = store
+        self._hotpath = hotpath
+        self._settings = settings
+        self._clock = clock
+        self._topology = topology
+        self._ids = TaskIdGenerator(topology.shard_count)
+        # the shard of a task without a key only needs to be uniform, not unpredictable: a seeded
+        # PRNG instead of TaskIdGenerator.random_shard's secrets (a syscall per task in a batch)
+        self._shards = random.Random()
+        self._threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
+        self.manual_flow_sink: Callable[[Task, Flow], None] | None = None
+        self.guard = TargetGuard(_no_allow_list, allow_loopback=settings.allow_loopback_callbacks)
+        self.counts = TaskCounts(store, clock, settings.limits.task_count_refresh_s)
+
+    # ---- create ---------------------------------------------------------------------------------
+
+    def build(self, app: App, request: Any, now_ms: int) -> Task:
+        """Validate a create request and build the task it describes (not stored yet)."""
+        if not isinstance(request, dict):
+            raise InvalidInput("body", "must be a JSON object")
+        unknown = set(request) - _CREATE_KEYS
+        if unknown:
+            raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+        for required in ("name", "schedule", "callback"):
+            if required not in request:
+                raise InvalidInput(required, "is required", "missing")
+        name = check_name(request["name"])
+        key = check_key(request.get("key"))
+        limits = self._settings.limits
+        schedule = normalize_schedule(
+            request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
+        )
+        callback = normalize_callback(with_defaults(request["callback"], app), limits)
+        payload = request.get("payload")
+        check_payload(payload, limits)
+        kind = schedule["kind"]
+        policy = parse_misfire_policy(request.get("misfire_policy"), self._settings.default_misfire_policy(kind))
+        delivery = parse_delivery(request.get("delivery"))
+        first = parse_schedule(schedule).first_fire(now_ms)
+        if first is None:
+            raise InvalidInput("schedule", "never fires", "never_fires")
+        shards = self._topology.shard_count
+        shard = shard_for_key(app.id, key, shards) if key else self._shards.randrange(shards)
+        return Task(
+            id=self._ids.mint(shard, now_ms),
+            app_id=app.id,
+            name=name,
+            key=key,
+            schedule=schedule,
+            callback=callback,
+            payload=payload,
+            misfire_policy=policy,
+            delivery=delivery,
+            status=TaskStatus.ACTIVE,
+            next_run_at_ms=first,
+            version=1,
+            fire_count=0,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+        )
+
+    async def create(self, app: App, request: Any) -> Created:
+        now_ms = self._clock.now_ms()
+        task = self.build(app, request, now_ms)
+        await self.check_targets(app, task.callback)
+        self._check_quota(app, 1)
+        for _ in range(MAX_INSERT_ATTEMPTS):
+            try:
+                stored = await self._store.insert_task(task)
+            except DuplicateKey as duplicate:
+                existing = await self._store.get_task(duplicate.existing_task_id)
+                if existing is None:  # deleted between the insert and the read: try again
+                    continue
+                return Created(existing, created=False)
+            except Conflict:
+                # A task id collision (1 in 4096 per node and millisecond): mint another id.
+                task.id = self._ids.mint(shard_of_task_id(task.id), self._clock.now_ms())
+                continue
+            await self._hotpath.publish(TaskChange.of(stored))
+            self.counts.changed(app.id, stored.id, None, stored.status)
+            return Created(stored, created=True)
+        raise Conflict(f"could not store task {task.name!r}; retry")
+
+    async def check_targets(self, app: App, callback: dict[str, Any]) -> None:
+        """The SSRF policy at registration: 422 naming the URL field if a target is refused."""
+        urls: list[str] = callback["urls"]
+        await self.guard.check_registration(urls, allow_list_of_app(app.settings))
+
+    async def create_many(self, app: App, requests: Any) -> list[ItemResult]:
+        """Create up to :data:`MAX_BATCH` tasks; one result per item, in order (an invalid item
+        does not stop the others). Valid items are stored in one batch (a transaction per database)."""
+        if not isinstance(requests, list):
+            raise InvalidInput("tasks", "must be a list of task create requests")
+        if not 1 <= len(requests) <= MAX_BATCH:
+            raise InvalidInput("tasks", f"must hold 1..{MAX_BATCH} items", "batch_size")
+        now_ms = self._clock.now_ms()
+        results: list[ItemResult | None] = [None] * len(requests)
+        built: list[tuple[int, Task]] = []
+        ids: set[int] = set()
+        judged: dict[str, str | None] = {}  # url -> why it is refused (None: allowed), once per batch
+        for index, request in enumerate(requests):
+            try:
+                task = self.build(app, request, now_ms)
+                urls = task.callback["urls"]
+                for position, url in enumerate(urls):
+                    if url not in judged:
+                        judged[url] = await self.guard.refusal(url, allow_list_of_app(app.settings))
+                    reason = judged[url]
+                    if reason is not None:
+                        field = "callback.url" if len(urls) == 1 else target_field(position)
+                        raise InvalidInput(field, f"callback target refused: {reason}", "target_refused")
+            except InvalidInput as error:
+                error.field = f"tasks[{index}].{error.field}"
+                error.message = f"{error.field}: {error.message.partition(': ')[2]}"
+                results[index] = ItemResult(None, False, error)
+                continue
+            while task.id in ids:
+                task.id = self._ids.mint(shard_of_task_id(task.id), now_ms)
+            ids.add(task.id)
+            built.append((index, task))
+        if built:
+            self._check_quota(app, len(built))
+            stored = await self._insert_many([t for _, t in built])
+            existing_ids = [r for r in stored if isinstance(r, int)]
+            existing = dict(
+                zip(existing_ids, await asyncio.gather(*(self._store.get_task(i) for i in existing_ids)), strict=True)
+            )
+            created: list[Task] = []
+            for (index, _), outcome in zip(built, stored, strict=True):
+                if isinstance(outcome, int):
+                    found = existing.get(outcome)
+                    if found is None:
+                        results[index] = ItemResult(
+                            None, False, Conflict("the task with this key was deleted meanwhile; retry")
+                        )
+                    else:
+                        results[index] = ItemResult(found, False, None)
+                else:
+                    created.append(outcome)
+                    results[index] = ItemResult(outcome, True, None)
+            for task in created:  # in order; no task per change (a batch is up to 1,000)
+                await self._hotpath.publish(TaskChange.of(task))
+            for task in created:
+                self.counts.changed(app.id, task.id, None, task.status)
+        return [r for r in results if r is not None]
+
+    async def _insert_many(self, tasks: list[Task]) -> list[Task | int]:
+        # Not retried here: the store settles taken ids item by item, and a failure after some items
+        # were committed must reach the client (keys make its retry idempotent), not store them twice.
+        return await self._store.insert_tasks(tasks)
+
+    # ---- quota ------------------------------------------------------------------------------------
+
+    def _check_quota(self, app: App, adding: int) -> None:
+        """The app's active-task quota against the background counts (:mod:`tjobs.service.task_counts`)."""
+        quota = int(app.settings.get("max_active_tasks") or self._settings.limits.max_active_tasks_per_app)
+        if quota <= 0:
+            return
+        active = self.counts.of(app.id).active
+        if active + adding > quota:
+            raise QuotaExceeded(f"app {app.id} has {active} active tasks; its quota is {quota}")
+
+    # ---- list ---------------------------------------------------------------------------------
+
+    async def list_tasks(
+        self,
+        app: App,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: TaskStatus | None = None,
+        kind: str | None = None,
+        name_prefix: str | None = None,
+    ) -> Page:
+        """The app's tasks walked shard by shard in order, ascending id within a shard.
+
+        The cursor is ``(shard, last id read)``, so pages stay correct however tasks are spread over
+        the shards, and tasks created or deleted meanwhile never shift a page. A page may be shorter
+        than ``limit`` (filters, or the scan budget): only a ``None`` cursor means the end.
+        """
+        if not 1 <= limit <= LIST_PAGE_MAX:
+            raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
+        shard, after = (0, 0) if cursor is None else decode_cursor(cursor, 2)
+        shard_count = self._topology.shard_count
+        _check_cursor_shard(shard, after, shard_count)
+        items: list[Task] = []
+        scanned = 0
+        fetch = min(max(limit, 100), LIST_PAGE_MAX)
+        while shard < shard_count:
+            window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))
+            pages = await asyncio.gather(
+                *(self._store.list_tasks(app.id, s, after if s == shard and after else None, fetch) for s in window)
+            )
+            for s, page in zip(window, pages, strict=True):
+                for position, task in enumerate(page):
+                    scanned += 1
+                    if _matches(task, status, kind, name_prefix):
+                        items.append(task)
+                    if len(items) == limit:
+                        more = position + 1 < len(page) or len(page) == fetch or s + 1 < shard_count
+                        return Page(items, encode_cursor(s, task.id) if more else None)
+                if len(page) == fetch:  # this shard may hold more: continue in it next time
+                    return Page(items, encode_cursor(s, page[-1].id))
+                if scanned >= LIST_SCAN_BUDGET and s + 1 < shard_count:
+                    return Page(items, encode_cursor(s + 1, 0))
+            shard, after = window[-1] + 1, 0
+        return Page(items, None)
+
+    # ---- flows: one, dead letters, redrive ---------------------------------------------------------
+
+    async def get_flow(self, app: App, flow_id: str) -> Flow:
+        try:
+            task_id, scheduled_at_ms = parse_flow_id(flow_id)
+        except ValueError:
+            raise NotFound("flow", flow_id) from None
+        flow = await self._store.get_flow(task_id, scheduled_at_ms) if self._routable(task_id) else None
+        if flow is None or flow.app_id != app.id:
+            raise NotFound("flow", flow_id)
+        return flow
+
+    async def dead_letters(self, app: App, limit: int = 100, cursor: str | None = None) -> Page:
+        """The app's dead flows, shard by shard; cursor ``(shard, task id, scheduled_at_ms)``."""
+        if not 1 <= limit <= LIST_PAGE_MAX:
+            raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
+        shard, task_id, at = (0, 0, 0) if cursor is None else decode_cursor(cursor, 3)
+        shard_count = self._topology.shard_count
+        _check_cursor_shard(shard, task_id, shard_count)
+        items: list[Flow] = []
+        while shard < shard_count and len(items) < limit:
+            window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))
+            want = limit - len(items)
+            pages = await asyncio.gather(
+                *(
+                    self._store.list_flows_by_status(
+                        s, FlowStatus.DEAD, app.id, want, (task_id, at) if s == shard and task_id else None
+                    )
+                    for s in window
+                )
+            )
+            for s, page in zip(window, pages, strict=True):
+                for flow in page:
+                    items.append(flow)
+                    if len(items) == limit:
+                        return Page(items, encode_cursor(s, flow.task_id, flow.scheduled_at_ms))
+            shard, task_id, at = window[-1] + 1, 0, 0
+        return Page(items, None)
+
+    async def redrive(self, app: App, flow_ids: Sequence[str]) -> list[Redriven]:
+        """Put dead flows back to pending (attempts kept) and hand them to delivery at once.
+
+        The re-driven delivery gets a fresh budget: ``max_attempts`` more attempts and ``max_age_s``
+        from now. Per id: the flow as re-driven, or the error (not found, not dead).
+        """
+        if not 1 <= len(flow_ids) <= MAX_BATCH:
+            raise InvalidInput("flow_ids", f"must hold 1..{MAX_BATCH} flow ids")
+        results: list[Redriven] = []
+        for flow_id in flow_ids:
+            try:
+                flow = await self.get_flow(app, flow_id)
+                if flow.status is not FlowStatus.DEAD:
+                    raise Conflict(f"flow {flow_id} is {flow.status.value}, not dead")
+                now_ms = self._clock.now_ms()
+                redriven = await self._store.redrive_flow(flow.task_id, flow.scheduled_at_ms, now_ms)
+                if redriven is None:
+                    raise Conflict(f"flow {flow_id} is no longer dead")
+                task = await self._store.get_task(flow.task_id)
+                if task is not None and self.manual_flow_sink is not None:
+                    self.manual_flow_sink(self._fresh_budget(task, redriven, now_ms), redriven)
+                results.append((flow_id, redriven, None))
+            except TjobsError as error:
+                results.append((flow_id, None, error))
+        return results
+
+    def _fresh_budget(self, task: Task, flow: Flow, now_ms: int) -> Task:
+        callback = dict(task.callback)
+        settings = self._settings.callbacks
+        callback["max_attempts"] = flow.attempts + int(callback.get("max_attempts", settings.max_attempts))
+        age_s = int(callback.get("max_age_s", settings.max_age_s))
+        callback["max_age_s"] = max(0, (now_ms - flow.scheduled_at_ms) // 1000) + age_s
+        return replace(task, callback=callback)
+
+    # ---- read ---------------------------------------------------------------------------------
+
+    async def get(self, app: App, task_id: int) -> Task:
+        task = await self._store.get_task(task_id) if self._routable(task_id) else None
+        if task is None or task.app_id != app.id:
+            raise NotFound("task", task_id)
+        return task
+
+    async def flows(self, app: App, task_id: int, limit: int, before_ms: int | None) -> list[Flow]:
+        """A task's flows, newest first; a deleted task's flows stay readable as history."""
+        if not self._routable(task_id):
+            raise NotFound("task", task_id)
+        task = await self._store.get_task(task_id)
+        if task is None:  # deleted: the app that owned it still reads its flows
+            newest = await self._store.list_flows(task_id, 1)
+            if not newest or newest[0].app_id != app.id:
+                raise NotFound("task", task_id)
+        elif task.app_id != app.id:
+            raise NotFound("task", task_id)
+        return await self._store.list_flows(task_id, limit, before_ms)
+
+    # ---- change -------------------------------------------------------------------------------
+
+    async def update(self, app: App, task_id: int, request: Any) -> Task:
+        """Apply the request's fields. With ``version`` (the task's revision as last read), answer
+        409 if another edit landed since; fires never count. Without it, the last edit wins."""
+        if not isinstance(request, dict):
+            raise InvalidInput("body", "must be a JSON object")
+        unknown = set(request) - _UPDATE_KEYS
+        if unknown:
+            raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+        expected = request.get("version")
+        if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
+            raise InvalidInput("version", "must be an integer")
+        task = await self.get(app, task_id)
+        now_ms = self._clock.now_ms()
+        limits = self._settings.limits
+        fields: set[str] = set()
+        if "name" in request:
+            task.name = check_name(request["name"])
+            fields.add("name")
+        if "callback" in request:
+            task.callback = normalize_callback(with_defaults(request["callback"], app), limits)
+            await self.check_targets(app, task.callback)
+            fields.add("callback")
+        if "payload" in request:
+            check_payload(request["payload"], limits)
+            task.payload = request["payload"]
+            fields.add("payload")
+        if "delivery" in request:
+            task.delivery = parse_delivery(request["delivery"])
+            fields.add("delivery")
+        if "misfire_policy" in request:
+            task.misfire_policy = parse_misfire_policy(request["misfire_policy"], task.misfire_policy)
+            fields.add("misfire_policy")
+        if "schedule" in request:
+            task.schedule = normalize_schedule(
+                request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
+            )
+            first = parse_schedule(task.schedule).first_fire(now_ms)
+            if first is None:
+                raise InvalidInput("schedule", "never fires", "never_fires")
+            task.next_run_at_ms = first
+            fields.add("schedule")
+        task.updated_at_ms = now_ms
+        return await self._edit(task, fields, task.status, expected_revision=expected)
+
+    async def pause(self, app: App, task_id: int) -> Task:
+        """Pause an active task (any other status is returned as it is); never a version conflict."""
+        task = await self.get(app, task_id)
+        if task.status is not TaskStatus.ACTIVE:
+            return task
+        task.status = TaskStatus.PAUSED
+        task.updated_at_ms = self._clock.now_ms()
+        return await self._edit(task, {"status"}, TaskStatus.ACTIVE, from_status=TaskStatus.ACTIVE)
+
+    async def resume(self, app: App, task_id: int) -> Task:
+        """Resume a paused task at its stored next run; if that passed while paused, the task's
+        misfire policy decides what happens at its (immediate) fire."""
+        task = await self.get(app, task_id)
+        if task.status is not TaskStatus.PAUSED:
+            return task
+        task.status = TaskStatus.ACTIVE
+        task.updated_at_ms = self._clock.now_ms()
+        return await self._edit(task, {"status"}, TaskStatus.PAUSED, from_status=TaskStatus.PAUSED)
+
+    async def trigger(self, app: App, task_id: int, request: Any = None) -> Flow:
+        """A manual fire now, with its own flow; the schedule is untouched.
+
+        ``request`` is the optional JSON body; it has no fields yet. A ``payload`` override is refused
+        (422) rather than ignored: the callback of a flow carries its task's payload.
+        """
+        if request is not None:
+            if not isinstance(request, dict):
+                raise InvalidInput("body", "must be a JSON object")
+            if "payload" in request:
+                raise InvalidInput(
+                    "payload",
+                    "a trigger cannot override the task's payload: the callback "
+                    "carries the task's payload (change it with PATCH, or create a one-off "
+                    "'delay' task with its own payload)",
+                    "unsupported_field",
+                )
+            if request:
+                raise InvalidInput(sorted(request)[0], "unknown field", "unknown_field")
+        task = await self.get(app, task_id)
+        now_ms = self._clock.now_ms()
+        flow = Flow(task.id, now_ms, task.app_id, FlowKind.MANUAL, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
+        stored = await self._store.insert_manual_flow(task.id, flow)
+        if self.manual_flow_sink is not None:
+            self.manual_flow_sink(task, stored)
+        return stored
+
+    async def delete(self, app: App, task_id: int) -> None:
+        """Delete the task and cancel its pending flows in one transaction, so no node sends them
+        again (a retry already waiting on a node reads the flow's status first); every flow stays
+        readable as history."""
+        task = await self.get(app, task_id)
+        if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
+            self.counts.changed(app.id, task_id, task.status, None)
+        await self._hotpath.publish(TaskChange.deleted(task_id, app.id))
+
+    async def _edit(
+        self,
+        task: Task,
+        fields: set[str],
+        before: TaskStatus,
+        *,
+        expected_revision: int | None = None,
+        from_status: TaskStatus | None = None,
+    ) -> Task:
+        """Store an edit of ``task`` (read in status ``before``) and hand it to the hot path."""
+        stored = await self._store.edit_task(task, fields, expected_revision=expected_revision, from_status=from_status)
+        if stored.status is not before:
+            self.counts.changed(stored.app_id, stored.id, before, stored.status)
+        await self._hotpath.publish(TaskChange.of(stored))
+        return stored
+
+    def _routable(self, task_id: int) -> bool:
+        return task_id > 0 and shard_of_task_id(task_id) < self._topology.shard_count
+
+
+async def _no_allow_list(app_id: str) -> AllowList:
+    return EMPTY_ALLOW_LIST
+
+
+def _matches(task: Task, status: TaskStatus | None, kind: str | None, name_prefix: str | None) -> bool:
+    return (
+        (status is None or task.status is status)
+        and (kind is None or task.schedule.get("kind") == kind)
+        and (name_prefix is None or task.name.startswith(name_prefix))
+    )
+
+
+def with_defaults(callback: Any, app: App) -> Any:
+    """The app's callback defaults (``settings.callback_defaults``) under the request's own fields."""
+    defaults = app.settings.get("callback_defaults")
+    if not defaults or not isinstance(callback, dict):
+        return callback
+    merged = {k: v for k, v in defaults.items() if k != "headers"}
+    merged.update(callback)
+    if defaults.get("headers") and isinstance(callback.get("headers", {}), dict):
+        merged["headers"] = {**defaults["headers"], **callback.get("headers", {})}
+    return merged

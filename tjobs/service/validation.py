@@ -1,0 +1,142 @@
+"""Validation of the parts of a task request that are not its schedule: callback, payload, policies.
+
+Every rejection is :class:`tjobs.errors.InvalidInput` naming the field by its dotted path, so the API
+answers 422 with that field and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from tjobs.delivery.urls import UrlRefused, parse_callback_url
+from tjobs.errors import InvalidInput
+from tjobs.model import DeliveryMode, MisfirePolicy
+from tjobs.settings import LimitSettings
+
+CALLBACK_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: refused in names, keys and header values
+_HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # the same, but HTAB is allowed
+_RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_RESERVED_PREFIXES = ("webhook-", "tjobs-")
+_CALLBACK_KEYS = frozenset({"url", "urls", "method", "headers", "body", "timeout_ms", "max_attempts", "max_age_s"})
+MAX_TARGETS = 10
+MAX_TIMEOUT_MS = 60_000
+MAX_ATTEMPTS = 50
+
+
+def normalize_callback(spec: Any, limits: LimitSettings) -> dict[str, Any]:
+    """Validate a callback spec and return its canonical stored form (``urls`` always a list)."""
+    if not isinstance(spec, dict):
+        raise InvalidInput("callback", "must be an object")
+    unknown = set(spec) - _CALLBACK_KEYS
+    if unknown:
+        raise InvalidInput(f"callback.{sorted(unknown)[0]}", "unknown field", "unknown_field")
+    if ("url" in spec) == ("urls" in spec):
+        raise InvalidInput("callback.url", "give exactly one of url (unicast) or urls (multicast)")
+    if "url" in spec:
+        urls = [_url(spec["url"], "callback.url", limits)]
+    else:
+        raw = spec["urls"]
+        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_TARGETS:
+            raise InvalidInput("callback.urls", f"must be a list of 1..{MAX_TARGETS} URLs")
+        urls = [_url(u, f"callback.urls[{i}]", limits) for i, u in enumerate(raw)]
+        if len(set(urls)) != len(urls):
+            raise InvalidInput("callback.urls", "targets must be distinct")
+    method = spec.get("method", "POST")
+    if not isinstance(method, str) or method.upper() not in CALLBACK_METHODS:
+        raise InvalidInput("callback.method", f"must be one of {', '.join(sorted(CALLBACK_METHODS))}")
+    canonical: dict[str, Any] = {"urls": urls, "method": method.upper()}
+    headers = spec.get("headers", {})
+    if not isinstance(headers, dict):
+        raise InvalidInput("callback.headers", "must be an object of string values")
+    if len(headers) > limits.max_headers:
+        raise InvalidInput("callback.headers", f"at most {limits.max_headers} custom headers")
+    for name, value in headers.items():
+        field = f"callback.headers.{name}"
+        if not _HEADER_NAME.match(name):
+            raise InvalidInput(field, "not a valid header name")
+        lowered = name.lower()
+        if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES):
+            raise InvalidInput(field, "reserved header; tjobs sets it")
+        if not isinstance(value, str) or len(value) > 4096 or _HEADER_VALUE_FORBIDDEN.search(value):
+            raise InvalidInput(field, "must be a string of at most 4096 characters without control characters")
+    if headers:
+        canonical["headers"] = dict(headers)
+    if "body" in spec and spec["body"] is not None:
+        if not isinstance(spec["body"], str):
+            raise InvalidInput("callback.body", "must be a string (the raw request body)")
+        if len(spec["body"].encode()) > limits.max_payload_bytes:
+            raise InvalidInput("callback.body", f"larger than {limits.max_payload_bytes} bytes")
+        canonical["body"] = spec["body"]
+    for key, low, high in (
+        ("timeout_ms", 1, MAX_TIMEOUT_MS),
+        ("max_attempts", 1, MAX_ATTEMPTS),
+        ("max_age_s", 1, 30 * 86_400),
+    ):
+        if key in spec:
+            value = spec[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise InvalidInput(f"callback.{key}", f"must be an integer within {low}..{high}")
+            canonical[key] = value
+    return canonical
+
+
+def _url(value: Any, field: str, limits: LimitSettings) -> str:
+    """A callback URL the URL model (:func:`tjobs.delivery.urls.parse_callback_url`) accepts, as given."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(field, "must be a non-empty string")
+    if len(value) > limits.max_url_chars:
+        raise InvalidInput(field, f"longer than {limits.max_url_chars} characters")
+    try:
+        parse_callback_url(value)
+    except UrlRefused as refused:
+        raise InvalidInput(field, refused.reason, refused.code) from None
+    return value
+
+
+def check_payload(payload: Any, limits: LimitSettings) -> None:
+    size = len(orjson.dumps(payload))
+    if size > limits.max_payload_bytes:
+        raise InvalidInput("payload", f"{size} bytes is larger than {limits.max_payload_bytes}", "too_large")
+
+
+def parse_misfire_policy(value: Any, default: MisfirePolicy) -> MisfirePolicy:
+    if value is None:
+        return default
+    try:
+        return MisfirePolicy(value)
+    except ValueError:
+        allowed = ", ".join(p.value for p in MisfirePolicy)
+        raise InvalidInput("misfire_policy", f"must be one of {allowed}") from None
+
+
+def parse_delivery(value: Any) -> DeliveryMode:
+    if value is None:
+        return DeliveryMode.AT_LEAST_ONCE
+    try:
+        return DeliveryMode(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in DeliveryMode)
+        raise InvalidInput("delivery", f"must be one of {allowed}") from None
+
+
+def check_name(value: Any, field: str = "name", max_len: int = 200) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
+        raise InvalidInput(field, f"must be a non-empty string of at most {max_len} characters")
+    if _CONTROL.search(value):
+        raise InvalidInput(field, "must not contain control characters")
+    return value
+
+
+def check_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= 200:
+        raise InvalidInput("key", "must be a string of 1..200 characters")
+    if _CONTROL.search(value):
+        raise InvalidInput("key", "must not contain control characters")
+    return value

@@ -1,0 +1,163 @@
+"""``tjobs migrate``: create every logical database and bring its schema to the newest revision.
+
+The layout the data is written for (topology, database prefix, servers) is recorded in the first
+logical database; a run with other settings on existing data is refused before anything changes
+(:mod:`tjobs.stores.layout_record`).
+
+Each logical database carries its own Alembic ``alembic_version`` table (the migrations live in
+:mod:`tjobs.stores.migrations`, shipped inside the package). Databases are migrated concurrently, a few per
+server; a second run finds every database at head and does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from alembic.config import Config
+from alembic.operations import Operations
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tjobs.errors import TjobsError
+from tjobs.settings import StorageSettings
+from tjobs.stores.layout_record import check_facts, ensure_layout, layout_facts, recorded_layout
+from tjobs.stores.sql_layout import (
+    MYSQL,
+    DatabaseHome,
+    Layout,
+    create_engine_for,
+    is_unavailable,
+    safe_url,
+    sqlite_path,
+    unavailable,
+)
+
+logger = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+CONCURRENCY_PER_SERVER = 8
+
+Progress = Callable[[str, int, int], None]
+
+
+def alembic_config(connection: Connection | None = None, **attributes: Any) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    config.attributes.update(attributes)
+    return config
+
+
+def _upgrade(connection: Connection, /, script: ScriptDirectory, version_schema: str | None, **attributes: Any) -> None:
+    """Upgrade the database behind ``connection`` to head.
+
+    Alembic's ``command.upgrade`` goes through ``env.py`` and the module-global ``context``/``op``
+    proxies, which interleaving greenlets would share; so this drives a :class:`MigrationContext` of
+    its own and hands each revision its own :class:`Operations` (``env.py`` serves the ``alembic``
+    command line).
+    """
+    context = MigrationContext.configure(
+        connection,
+        opts={
+            "fn": lambda heads, _context: script._upgrade_revs("head", heads),
+            "version_table_schema": version_schema,
+        },
+    )
+    with context.begin_transaction():
+        context.run_migrations(operations=Operations(context), **attributes)
+
+
+async def migrate(settings: StorageSettings, progress: Progress | None = None) -> None:
+    """Create the logical databases if missing and upgrade each to head; ``progress(db, done, total)``."""
+    if all(url.startswith("memory:") for url in settings.urls):
+        return
+    layout = Layout(settings)
+    engines: dict[str, AsyncEngine] = {}
+    for url in layout.engine_urls():
+        pooled = settings.model_copy(update={"pool_size": CONCURRENCY_PER_SERVER})
+        engines[url] = create_engine_for(url, pooled)
+    try:
+        if layout.dialect == MYSQL:
+            await asyncio.gather(*(_create_databases(engine, layout, url) for url, engine in engines.items()))
+        else:
+            for home in layout.databases:
+                os.makedirs(os.path.dirname(sqlite_path(home.engine_url)) or ".", exist_ok=True)
+        apps_engine = engines[layout.apps_database.engine_url]
+        where = _where(layout)
+        async with apps_engine.connect() as conn:  # refuse before changing anything
+            recorded = await recorded_layout(conn, layout)
+        if recorded is not None:
+            check_facts(recorded, layout_facts(settings), where)
+        script = ScriptDirectory(str(MIGRATIONS_DIR))
+        total = len(layout.databases)
+        done = 0
+        slots = {url: asyncio.Semaphore(CONCURRENCY_PER_SERVER) for url in engines}
+
+        async def one(home: DatabaseHome) -> None:
+            nonlocal done
+            async with slots[home.engine_url]:
+                await _upgrade_database(engines[home.engine_url], layout, home, script)
+            done += 1
+            if progress is not None:
+                progress(home.name, done, total)
+
+        await asyncio.gather(*(one(home) for home in layout.databases))
+        await ensure_layout(apps_engine, layout, settings, where)
+        logger.info("migrated %d databases", total, extra={"action": "schema_migrated"})
+    finally:
+        await asyncio.gather(*(engine.dispose() for engine in engines.values()))
+
+
+def _where(layout: Layout) -> str:
+    home = layout.apps_database
+    return f"database {home.name} on {safe_url(home.engine_url)}"
+
+
+async def _create_databases(engine: AsyncEngine, layout: Layout, url: str) -> None:
+    try:
+        async with engine.connect() as conn:
+            result = await conn.exec_driver_sql("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
+            existing = set(result.scalars())
+            for home in layout.databases:
+                if home.engine_url == url and home.name not in existing:
+                    await conn.exec_driver_sql(
+                        f"CREATE DATABASE IF NOT EXISTS `{home.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                    )
+            await conn.commit()
+    except TjobsError:
+        raise
+    except Exception as error:
+        if is_unavailable(error):
+            raise unavailable(url, error) from error
+        raise
+
+
+async def _upgrade_database(engine: AsyncEngine, layout: Layout, home: DatabaseHome, script: ScriptDirectory) -> None:
+    attributes = {
+        "tables_per_database": layout.topology.tables_per_database,
+        "holds_apps": home.index == layout.apps_database.index,
+    }
+    try:
+        async with engine.connect() as conn:
+            if layout.dialect == MYSQL:
+                await conn.exec_driver_sql(f"USE `{home.name}`")
+            await conn.run_sync(_upgrade, script, home.schema, **attributes)
+            await conn.commit()
+    except TjobsError:
+        raise
+    except Exception as error:
+        if is_unavailable(error):
+            raise unavailable(home.engine_url, error) from error
+        raise
+
+
+def migrate_sync(settings: StorageSettings, progress: Progress | None = None) -> None:
+    """:func:`migrate` for synchronous callers (scripts, tests without an event loop)."""
+    asyncio.run(migrate(settings, progress))
