@@ -2,7 +2,7 @@
 #   make dev     embedded node with the demo app (extra args: make dev ARGS="--port 9090")
 #   make test    .venv + real MariaDB/etcd/Redis + pytest, all but `chaos` (make test ARGS="-k wheel")
 #   make unit    tests/unit only, no services
-#   make lint    ruff + mypy --strict
+#   make lint    ruff format --check + ruff + mypy --strict (also run by .ci/run)
 #   make chaos   the long failure-injection suites (-m chaos)
 #   make bench   every `tjobs bench` benchmark with its defaults (make bench ARGS="<name> --help")
 #   make services-up | services-status | services-down
@@ -26,9 +26,8 @@ test:
 unit:
 	TJOBS_TEST_NO_SERVICES=1 bash scripts/test.sh tests/unit $(ARGS)
 
-lint: venv
-	.venv/bin/ruff check .
-	.venv/bin/mypy
+lint:
+	bash scripts/lint.sh
 
 chaos:
 	TJOBS_TEST_TIMEOUT_S=$${TJOBS_TEST_TIMEOUT_S:-1800} bash scripts/test.sh -m chaos $(ARGS)
