@@ -247,7 +247,7 @@ async def test_load_due_returns_active_due_tasks_in_order_and_pages(store: TaskS
         after = (page[-1].next_run_at_ms, page[-1].task_id)
     assert pages == expected
     assert await store.count_active(shard) == 6  # the one with no next run is active too
-    assert await dump(store) == before  # invariant 3: loading changes nothing
+    assert await dump(store) == before  # invariant 3 (docs/design.md): loading changes nothing
 
 
 # ---- the fire transaction -----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""kill -9 a node mid-cycle and restart it: nothing is lost, nothing is duplicated (invariant 5).
+"""kill -9 a node mid-cycle and restart it: nothing lost, nothing duplicated (invariant 5, docs/design.md).
 
 Given a node process firing one-shot and recurring tasks, some of whose callbacks are still in flight,
 when the process is killed with SIGKILL and a new one starts on the same storage a few seconds later,

@@ -1,4 +1,4 @@
-"""Re-drive flows that committed but never reached a terminal state (invariant 5).
+"""Re-drive flows that committed but never reached a terminal state (invariant 5, docs/design.md).
 
 A node that crashed after the fire transaction, or lost a callback's response, leaves flows
 ``pending`` (or ``sending`` for at-most-once). Every ``interval_s`` the compensator asks which owned

@@ -2,8 +2,8 @@
 
 The store locks the task row and checks the compare-and-set; this module decides, from the row, the
 due instant and ``now``, which flows to record and where the task goes next. Misfire policies live
-here (DESIGN "Misfire policies"): a fire is a misfire when it runs more than ``misfire_threshold_ms``
-after its instant.
+here (README "Misfires"; *misfire* in docs/design.md): a fire is a misfire when it runs more than
+``misfire_threshold_ms`` after its instant.
 
 - ``fire_now``: one fire immediately for the missed instant; the task moves to its next future
   occurrence. Missed occurrences in between are collapsed into it (counted in ``missed``).

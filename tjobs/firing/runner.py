@@ -3,13 +3,14 @@
 Each cycle (``cycle_s``, aligned to the epoch so every node agrees) the runner raises its loaded
 *horizon* to the next cycle's end, ``load_lead_s`` before that cycle starts, and loads each owned
 shard's active tasks with ``next_run_at < horizon`` (overdue ones included) into the wheel. Loading
-only reads (invariant 3). Changes made during a cycle arrive through the hot path and are offered to
-the wheel the same way; an offer never replaces an entry holding a newer task version.
+only reads (invariant 3 in docs/design.md). Changes made during a cycle arrive through the hot path
+and are offered to the wheel the same way; an offer never replaces an entry holding a newer task
+version.
 
 Every tick the wheel yields its due entries; committers take them in batches and call
-:meth:`TaskStore.commit_fires` (one transaction per database per batch, invariant 1). While one batch
-commits, newly due entries queue up and form the next, larger batch (group commit), so batches grow
-with load instead of transactions multiplying. Committed flows go to the deliverer; a recurring
+:meth:`TaskStore.commit_fires` (invariant 1 in docs/design.md: one transaction per database server per
+batch). While one batch commits, newly due entries queue up and form the next, larger batch (group commit), so batches
+grow with load instead of transactions multiplying. Committed flows go to the deliverer; a recurring
 task's next occurrence re-enters the wheel if it falls before the horizon.
 
 A batch spans database servers, and each server's transaction commits or fails on its own: what

@@ -1,8 +1,8 @@
 """The hot-path contract: hand a task change to whichever node owns its shard, within the cycle.
 
 A change whose instant falls before the owning node's loaded horizon would otherwise wait for the next
-cycle load; the hot path closes that gap. It is never the truth (invariant 7): a lost change costs
-latency (the next load or the fire CAS catches it), never a fire.
+cycle load; the hot path closes that gap. It is never the truth (invariant 7, docs/design.md): a lost
+change costs latency (the next load or the fire CAS catches it), never a fire.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ skips those it already applied. A table emptied under it whose ids restart (``TR
 reusing ids once every row was purged) is noticed (the highest id fell below what was seen) and read
 again from the start. Rows older than ``RETENTION_S`` are purged in small batches. The table is
 created on start if missing (nodes starting together tolerate each other's ``CREATE``). It is not the
-truth (invariant 7): a missed row costs latency until the next load, never a fire.
+truth (invariant 7, docs/design.md): a missed row costs latency until the next load, never a fire.
 """
 
 from __future__ import annotations

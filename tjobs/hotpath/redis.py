@@ -40,9 +40,9 @@ command does (measured: 1.2 % of a core at 50 ms whether the node owns 171 or 51
 all in redis-py's reply parser). ``PUBLISH`` would save part of the period at the price of a
 subscriber connection per node and a second delivery path to reconcile.
 
-Redis is never the truth (invariant 7). A change lost to an outage or a flush leaves the task in the
-store, where the next cycle load or a take-over load finds it (overdue ones fire at once under their
-misfire policy): latency, never a lost fire. While Redis fails, publishing is skipped for a second at
+Redis is never the truth (invariant 7, docs/design.md). A change lost to an outage or a flush leaves
+the task in the store, where the next cycle load or a take-over load finds it (overdue ones fire at
+once under their misfire policy): latency, never a lost fire. While Redis fails, publishing is skipped for a second at
 a time instead of slowing every registration down.
 """
 

@@ -2,7 +2,7 @@
 
 The expression is matched against **local wall-clock time** in ``timezone``; the fire instants are
 the UTC instants at which the zone's clocks show a matching wall time. Away from DST transitions that
-is one instant per matching wall time. At a transition two per-task policies decide (DESIGN "DST"):
+is one instant per matching wall time. At a transition two per-task policies decide (README schedule table):
 
 Gap (clocks spring forward, e.g. America/New_York 2026-03-08 02:00 EST -> 03:00 EDT; wall times
 02:00:00-02:59:59 do not exist that day):

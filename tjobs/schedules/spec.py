@@ -1,6 +1,7 @@
 """Schedule specs: validating what the API receives, and building schedules from what is stored.
 
-The API shape (DESIGN "Create-task request") and the canonical dict :func:`normalize_schedule` stores::
+The API shape (``schedule`` of ``POST /v1/tasks``, README "Using it") and the canonical dict
+:func:`normalize_schedule` stores::
 
     {"kind": "cron", "expr": "0 9 * * *", "timezone": "Asia/Shanghai",     # timezone default "UTC"
      "dst_gap": "skip" | "shift", "dst_overlap": "once" | "twice"}          # defaults skip, once

@@ -156,7 +156,7 @@ class TaskStore(ABC):
 
         The stored version becomes ``expected_version + 1`` (returned); otherwise raise
         :class:`tjobs.errors.VersionConflict` (or :class:`tjobs.errors.NotFound` if gone). Any
-        wheel entry holding the old version can then no longer fire (invariant 1).
+        wheel entry holding the old version can then no longer fire (invariant 1, docs/design.md).
         """
 
     @abstractmethod
@@ -199,7 +199,7 @@ class TaskStore(ABC):
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         """The app's tasks in one shard, ascending id, strictly after ``after_id``."""
 
-    # ---- loading (invariant 3: reads only) --------------------------------------------------
+    # ---- loading (invariant 3 in docs/design.md: reads only) -----------------------------
 
     @abstractmethod
     async def load_due(
@@ -214,7 +214,7 @@ class TaskStore(ABC):
     @abstractmethod
     async def count_active(self, shard: int) -> int: ...
 
-    # ---- the fire transaction (invariant 1) -------------------------------------------------
+    # ---- the fire transaction (invariant 1 in docs/design.md) ----------------------------
 
     @abstractmethod
     async def commit_fires(
@@ -232,7 +232,7 @@ class TaskStore(ABC):
         ``(next_run_at_ms, version) == (intent.scheduled_at_ms, intent.version)`` the planner
         decides the plan, the plan's flows are inserted and the task advances (``version + 1``).
         Otherwise the outcome is *rejected*: ``task=None`` and no flow. A flow whose ``(task_id,
-        scheduled_at_ms)`` already exists is never duplicated (invariant 2).
+        scheduled_at_ms)`` already exists is never duplicated (invariant 2, docs/design.md).
 
         Transactions succeed or fail independently: a failed one (a lost connection, a lock wait
         timeout, the fence, a planner error) commits none of its intents, and each of them gets a

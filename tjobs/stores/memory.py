@@ -311,7 +311,7 @@ class MemoryTaskStore(TaskStore):
             for new in plan.flows:
                 key = (task.id, new.scheduled_at_ms)
                 if key in shard_flows or key in written:
-                    continue  # invariant 2: never a second flow for one (task, instant)
+                    continue  # invariant 2 (docs/design.md): never a second flow for one (task, instant)
                 written.add(key)
                 flows.append(
                     Flow(

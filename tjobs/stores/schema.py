@@ -108,7 +108,7 @@ def flows_schema_items(table_name: str) -> list[SchemaItem]:
         Column("last_error", String(MAX_ERROR_CHARS), nullable=True),
         Column("created_at", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
-        # The primary key IS the UNIQUE(task_id, scheduled_at) of invariant 2.
+        # The primary key IS the UNIQUE(task_id, scheduled_at) of invariant 2 (docs/design.md).
         PrimaryKeyConstraint("task_id", "scheduled_at"),
     ]
 

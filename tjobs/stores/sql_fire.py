@@ -1,4 +1,4 @@
-"""The fire transaction (invariant 1) on SQL: lock, compare-and-set, plan, insert flows, advance.
+"""The fire transaction on SQL: lock, compare-and-set, plan, insert flows, advance (invariant 1, docs/design.md).
 
 One :class:`FireTransaction` covers the intents of one engine: a MariaDB server (a transaction may span
 the logical databases of one server, never two servers) or one SQLite file. Inside it:
@@ -9,7 +9,7 @@ the logical databases of one server, never two servers) or one SQLite file. Insi
 2. the CAS is checked in Python and the planner runs for the rows that match;
 3. flows are inserted with one executemany per flows table, ignoring primary-key duplicates; if fewer
    rows went in than were sent, the transaction is rolled back and redone inserting row by row, so
-   the outcome reports exactly the flows this transaction wrote (invariant 2);
+   the outcome reports exactly the flows this transaction wrote (invariant 2, docs/design.md);
 4. tasks advance with one ``UPDATE … SET col = CASE id … END … WHERE id IN (…)`` per tasks table;
 5. the node's fence (``may_commit``) is asked once more, and only then does the transaction commit.
 
