@@ -61,7 +61,7 @@ class Compensator(PeriodicPass):
         handled = 0
         owned = sorted(self._owned())
         # A cheap read first (a few statements per database): most passes find nothing to lease, and a
-        # locking lease per owned shard was 512 transactions every interval on an idle node.
+        # locking lease per owned shard would be one transaction per shard every interval on an idle node.
         stale = await self._store.shards_with_stale_flows(owned, self._clock.now_ms() - grace_ms)
         for shard in owned:
             if shard not in stale:

@@ -24,7 +24,7 @@ A slot of level ``L >= 1`` is a small radix tree, not a flat bag: a dict from th
 digit to the node of that sub-slot, down to level-0 nodes keyed by task id. When the wheel enters such
 a slot, its children simply *become* the slots of level ``L - 1``: a cascade costs O(slots per level)
 whatever the number of entries under it, so a million entries loaded minutes ahead never cause a
-burst of re-placements (a flat-bucket wheel spent 400 ms in one ``advance`` doing that).
+burst of re-placements (as a flat-bucket wheel's ``advance`` does).
 
 :meth:`TimingWheel.advance` never walks ticks one by one: a bitmap of occupied slots per level lets it
 jump to the next occupied level-0 slot or the next occupied higher slot, so its cost follows the
@@ -38,9 +38,9 @@ Memory
 ------
 Inside, an entry is a plain ``(task_id, fire_at_ms, scheduled_at_ms, version)`` tuple. CPython's
 collector stops tracking a tuple of ints at its first collection, so a million loaded entries cost the
-node's full garbage collections nearly nothing; one ``__slots__`` object each made every full
-collection of a node holding 1M entries take ~300 ms. :class:`WheelEntry`, a ``NamedTuple`` over the
-same four fields, is built on the way out (``advance``, ``get``, ``entries``, ``remove_where``).
+node's full garbage collections nearly nothing, where one ``__slots__`` object each would be walked
+by every full collection. :class:`WheelEntry`, a ``NamedTuple`` over the same four fields, is built
+on the way out (``advance``, ``get``, ``entries``, ``remove_where``).
 ``tjobs.bench.wheel_memory`` measures bytes per loaded task.
 """
 

@@ -34,11 +34,10 @@ sequence at or below the one just read is already in its slice, so no settle win
 primary with replicas), not Redis Cluster.
 
 Why a pure poll and no wake-up signal: the lag a poll adds is at most one period plus a round trip,
-within the 100 ms budget at the 50 ms default, and an idle poll costs about what one redis-py
-command does (measured: 1.2 % of a core at 50 ms whether the node owns 171 or 512 buckets, against
-1.0 % for a bare ``GET`` at the same rate; an ``MGET`` of the bucket sequences cost 2.0 % and 4.5 %,
-all in redis-py's reply parser). ``PUBLISH`` would save part of the period at the price of a
-subscriber connection per node and a second delivery path to reconcile.
+within the 100 ms budget at the 50 ms default, and an idle poll is one script call, costing about
+what one redis-py command does whatever the number of buckets the node owns (figures:
+docs/benchmarks.md, "Moved from docstrings"). ``PUBLISH`` would save part of the period at the price
+of a subscriber connection per node and a second delivery path to reconcile.
 
 Redis is never the truth (invariant 7, docs/design.md). A change lost to an outage or a flush leaves
 the task in the store, where the next cycle load or a take-over load finds it (overdue ones fire at

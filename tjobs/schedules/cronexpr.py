@@ -3,9 +3,9 @@
 :mod:`cronsim` parses the expression (5 fields, or 6 with **seconds first**; names such as ``MON`` and
 ``JAN``; ``L``, ``LW``, ``5L`` and ``MON#2``; Debian's rule that day-of-month and day-of-week are
 OR-ed unless either starts with ``*``). Matching is done here instead of with cronsim's iterator,
-which advances one second, minute or hour at a time through tz-aware datetimes and costs about 30 µs
-a step: a :class:`CronPattern` keeps the fields as sorted tuples, caches the matching days of each
-month, and finds the next match with a few bisections.
+which advances one second, minute or hour at a time through tz-aware datetimes: a
+:class:`CronPattern` keeps the fields as sorted tuples, caches the matching days of each month, and
+finds the next match with a few bisections.
 
 A *wall second* is a local date and time written as seconds since 1970-01-01 00:00 on that same local
 calendar, with no time zone: ``wall = utc + offset``. Mapping wall times to instants (and the DST

@@ -4,8 +4,8 @@
 layer needs them (where a gap or an overlap starts and how far the clock jumps), so a
 :class:`ZoneTimeline` finds them per UTC year by sampling the offset every few hours and bisecting each
 change to the second, then caches the year. Since 1970 no zone changes its offset twice within a week,
-so a 12-hour step cannot miss one. Scanning a zone-year costs about 1.5 ms, once per process; a
-zone without changes then costs one empty tuple per year.
+so a 12-hour step cannot miss one. A zone-year is scanned once per process; a zone without changes
+then costs one empty tuple per year.
 
 All instants and offsets are integer milliseconds (offsets are whole seconds, so ``wall = utc + offset``
 is exact).

@@ -64,9 +64,9 @@ class _Executor:
 
 
 class _AsyncmyExecutor(_Executor):
-    """The same on the raw asyncmy connection of the transaction: a third of the per-statement cost
-    of going through SQLAlchemy (0.16 vs 0.48 ms for ``SELECT 1`` here), and a fire transaction
-    spread over many shards is hundreds of statements. SQLAlchemy still owns the transaction."""
+    """The same on the raw asyncmy connection of the transaction: a fraction of the per-statement cost
+    of going through SQLAlchemy, and a fire transaction spread over many shards is hundreds of
+    statements. SQLAlchemy still owns the transaction."""
 
     def __init__(self, conn: AsyncConnection, cursor: Any) -> None:
         super().__init__(conn)
@@ -176,7 +176,7 @@ class FireTransaction:
                 outcomes[index] = FireOutcome(intent, None, [])
                 continue
             # The row object is this transaction's own (read just now), so the pure planner gets it
-            # as is; the advanced row is a new object (dataclasses.replace costs 15 µs a call here).
+            # as is; the advanced row is built directly (dataclasses.replace is slow on this path).
             plan = self.planner(task, intent, self.now_ms)
             if plan is None:
                 outcomes[index] = FireOutcome(intent, None, [])
