@@ -44,10 +44,11 @@ def settle_heap() -> None:
     """For a node process, once started: freeze the objects made so far (modules, settings, pools:
     they live as long as the process) out of the collector's reach and collect young objects less
     often. The fire path allocates a few hundred objects per fire, nearly all freed by reference
-    counting; with the default thresholds a node firing 2,000/s ran a young collection every few
-    fires and a full one every few seconds, each walking every live object while the loop waits
-    (measured: 456 vs 261 µs of node CPU per fire, and lateness with it). Process-wide: call it from
-    a server's entry point, not from a library or test that hosts nodes."""
+    counting; with the default thresholds a node firing thousands of fires a second runs a young
+    collection every few fires and a full one every few seconds, each walking every live object while
+    the loop waits, which costs node CPU per fire and lateness (figures: docs/benchmarks.md, "Moved
+    from docstrings"). Process-wide: call it from a server's entry point, not from a library or test
+    that hosts nodes."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
