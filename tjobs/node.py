@@ -10,16 +10,20 @@ import asyncio
 import gc
 import logging
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tjobs.clock import Clock, SystemClock
 from tjobs.cluster.base import Coordinator
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.sender import AttemptResult, CallbackSender
 from tjobs.delivery.ssrf import AllowList, TargetGuard, allow_list_of_app
+from tjobs.delivery.transport import AttemptResult, Transport
+from tjobs.errors import TjobsError
 from tjobs.firing.compensator import Compensator
 from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.firing.retention import RetentionSweeper
@@ -54,6 +58,22 @@ def settle_heap() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """What a node tells the API about itself: a read-only snapshot, so no route reaches into the
+    runner, the coordinator or the health checker."""
+
+    node_id: str
+    started: bool
+    jobs: frozenset[int]  # owned by this node (paused ones included)
+    wheel_tasks: int
+    fire_backlog: int  # due intents waiting for a fire transaction
+    fires_committed: int
+    cas_rejected: int
+    cluster: Mapping[str, Any]  # the coordinator's view (:meth:`tjobs.cluster.base.Coordinator.describe`)
+    database_servers: list[dict[str, Any]]  # per server: name, reachable, paused jobs
+
+
 @dataclass(slots=True)
 class NodeParts:
     """Overrides for tests and cluster mode; anything left ``None`` gets the embedded default."""
@@ -62,6 +82,7 @@ class NodeParts:
     coordinator: Coordinator | None = None
     hotpath: HotPath | None = None
     clock: Clock | None = None
+    transport: Transport | None = None  # callbacks: the HTTP transport with the node's SSRF guard
 
 
 class Node:
@@ -93,11 +114,11 @@ class Node:
         self.apps = AppDirectory(self.store, self.clock)
         # SSRF: every send re-judges the target and connects only to the judged addresses.
         self.guard = TargetGuard(self._allow_list_of, allow_loopback=settings.allow_loopback_callbacks)
-        self.sender = CallbackSender(settings.callbacks, policy=self.guard.policy)
+        self.transport: Transport = parts.transport or HttpTransport(settings.callbacks, policy=self.guard.policy)
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, on_throttled=self._observe_throttled)
         self.deliverer = Deliverer(
             self.store,
-            self.sender,
+            self.transport,
             self.limiter,
             settings.callbacks,
             self.clock,
@@ -166,7 +187,7 @@ class Node:
         await self.db_health.stop()
         await self.hotpath.stop()
         await self.deliverer.stop(drain_timeout_s)
-        await self.sender.close()
+        await self.transport.close()
         await self.store.close()
         logger.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
 
@@ -183,6 +204,36 @@ class Node:
             lookup = self._app_lookups[app_id] = asyncio.ensure_future(self.apps.get(app_id))
             lookup.add_done_callback(lambda done: self._app_lookups.pop(app_id, None))
         return await asyncio.shield(lookup)
+
+    def status(self) -> NodeStatus:
+        stats = self.runner.stats
+        return NodeStatus(
+            node_id=self.node_id,
+            started=self.started,
+            jobs=self.runner.owned,
+            wheel_tasks=len(self.runner.wheel),
+            fire_backlog=self.runner.backlog,
+            fires_committed=stats.fires_committed,
+            cas_rejected=stats.cas_rejected,
+            cluster=self.coordinator.describe(),
+            database_servers=self.db_health.describe(),
+        )
+
+    async def not_ready_reason(self) -> str | None:
+        """``None`` when the node is ready (a database server answers and it owns jobs), else why not.
+        Ready while at least one server answers: the shards of an unreachable one pause and the
+        others keep firing and serving."""
+        servers = self.db_health.describe()
+        if servers and not any(server["reachable"] for server in servers):
+            return "no database server answers ({})".format(", ".join(str(server["server"]) for server in servers))
+        if not self.db_health.running:
+            try:
+                await self.store.ping()
+            except TjobsError as error:
+                return error.message
+        if not self.started or not self.runner.owned:
+            return "node owns no jobs yet"
+        return None
 
     def _may_send(self) -> bool:
         """The node's fence for delivery and re-drives: closed once its lease has expired."""

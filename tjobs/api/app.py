@@ -98,20 +98,11 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         responses={**ok(200, schemas.Ready), 503: {"model": schemas.Error, "description": "not ready"}},
     )
     async def readyz() -> Any:
-        # Ready while at least one database server answers: the shards of an unreachable one pause
-        # (named under cluster.database_servers) and the others keep firing and serving.
-        servers = node.db_health.describe()
-        if servers and not any(server["reachable"] for server in servers):
-            names = ", ".join(str(server["server"]) for server in servers)
-            return _error(503, "not_ready", f"no database server answers ({names})")
-        if not node.db_health.running:
-            try:
-                await node.store.ping()
-            except TjobsError as error:
-                return _error(503, "not_ready", error.message)
-        if not node.started or not node.runner.owned:
-            return _error(503, "not_ready", "node owns no jobs yet")
-        return {"status": "ready", "jobs": len(node.runner.owned), "cluster": node.coordinator.describe()}
+        reason = await node.not_ready_reason()
+        if reason is not None:
+            return _error(503, "not_ready", reason)
+        status = node.status()
+        return {"status": "ready", "jobs": len(status.jobs), "cluster": status.cluster}
 
     api.include_router(routes_ops.router)
 

@@ -40,16 +40,15 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     responses=errors(401),
 )
 async def cluster(request: Request) -> Any:
-    node = node_of(request)
-    stats = node.runner.stats
+    status = node_of(request).status()
     return {
-        **node.coordinator.describe(),
-        "node_id": node.node_id,
-        "jobs": sorted(node.runner.owned),
-        "fires_committed": stats.fires_committed,
-        "cas_rejected": stats.cas_rejected,
-        "wheel_tasks": len(node.runner.wheel),
-        "fire_backlog": node.runner.backlog,
+        **status.cluster,
+        "node_id": status.node_id,
+        "jobs": sorted(status.jobs),
+        "fires_committed": status.fires_committed,
+        "cas_rejected": status.cas_rejected,
+        "wheel_tasks": status.wheel_tasks,
+        "fire_backlog": status.fire_backlog,
     }
 
 
