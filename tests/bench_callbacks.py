@@ -25,8 +25,8 @@ import orjson
 
 from tjobs.clock import SystemClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.sender import CallbackSender
 from tjobs.delivery.signing import generate_secret
 from tjobs.model import (
     App,
@@ -88,7 +88,7 @@ async def run(rate: int, seconds: float, in_flight: int, port: int, freeze: bool
         gc.collect()
         gc.freeze()  # the pre-built jobs are long-lived: keep them out of every collection
     recorder = CountingRecorder()
-    sender = CallbackSender(settings)
+    sender = HttpTransport(settings)
     limiter = AppLimiter(settings.global_max_in_flight)
     deliverer = Deliverer(recorder, sender, limiter, settings, clock)
     await deliverer.start()

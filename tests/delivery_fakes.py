@@ -1,15 +1,12 @@
-"""Unit-test doubles for delivery: a scripted sender (no sockets) and stored tasks with a flow each."""
+"""Unit-test helpers for delivery: the transport twin scripted by status, and stored tasks with a flow each."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections import deque
 
 from sharding import TaskIdGenerator
 from tjobs.clock import SystemClock
-from tjobs.delivery.retry import classify
-from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender
+from tjobs.delivery.recording import RecordingTransport
 from tjobs.delivery.signing import generate_secret
 from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import CallbackSettings
@@ -21,46 +18,16 @@ APP = App("shop", "shop", "", [generate_secret()], rate_limit_per_s=0.0, max_con
 _instants = itertools.count(1)
 
 
-class ScriptedSender(CallbackSender):
-    """Answers attempts with scripted statuses (then ``then``), records every request, never connects.
+def scripted(*statuses: int, then: int = 200) -> RecordingTransport:
+    """The transport twin answering ``statuses`` in order, then ``then`` for good; connects nowhere."""
+    transport = RecordingTransport(SETTINGS, CLOCK)
+    transport.answer_statuses(*statuses, then=then)
+    return transport
 
-    While ``hold`` is set to an unset event, every attempt waits for it: a slow receiver.
-    """
 
-    def __init__(self, *statuses: int, then: int = 200) -> None:
-        super().__init__(SETTINGS)
-        self.requests: list[CallbackRequest] = []
-        self.hold: asyncio.Event | None = None
-        self._statuses = deque(statuses)
-        self._then = then
-        self._arrived = asyncio.Condition()
-
-    async def send(self, request: CallbackRequest) -> AttemptResult:
-        async with self._arrived:
-            self.requests.append(request)
-            self._arrived.notify_all()
-        if self.hold is not None:
-            await self.hold.wait()
-        status = self._statuses.popleft() if self._statuses else self._then
-        return AttemptResult(
-            request.flow_id,
-            request.url,
-            request.attempt,
-            classify(status, None),
-            status,
-            None if 200 <= status < 300 else f"HTTP {status}",
-            None,
-            CLOCK.now_ms(),
-            0.0,
-        )
-
-    async def wait_for(self, count: int, timeout_s: float = 5.0) -> list[CallbackRequest]:
-        async with asyncio.timeout(timeout_s), self._arrived:
-            await self._arrived.wait_for(lambda: len(self.requests) >= count)
-        return self.requests
-
-    def attempts(self) -> list[int]:
-        return [int(r.headers["tjobs-attempt"]) for r in self.requests]
+def attempts_of(transport: RecordingTransport) -> list[int]:
+    """The ``tjobs-attempt`` header of every attempt, in arrival order."""
+    return [int(r.headers["tjobs-attempt"]) for r in transport.requests]
 
 
 async def stored_flow(

@@ -19,10 +19,11 @@ from standardwebhooks import Webhook
 from tests.receiver import Received, Receiver, Reply, unused_port
 from tjobs.clock import SystemClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.retry import Outcome
-from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender
 from tjobs.delivery.signing import generate_secret
+from tjobs.delivery.transport import AttemptResult, CallbackRequest
 from tjobs.model import (
     App,
     DeliveryMode,
@@ -146,10 +147,10 @@ DelivererFactory = Callable[..., Deliverer]
 
 @pytest.fixture
 async def make_deliverer(recorder: MemoryRecorder) -> AsyncIterator[DelivererFactory]:
-    built: list[tuple[Deliverer, CallbackSender]] = []
+    built: list[tuple[Deliverer, HttpTransport]] = []
 
     def build(settings: CallbackSettings = FAST, **kwargs: Any) -> Deliverer:
-        sender = CallbackSender(settings, policy=kwargs.pop("policy", None))
+        sender = HttpTransport(settings, policy=kwargs.pop("policy", None))
         limiter = AppLimiter(settings.global_max_in_flight)
         kwargs.setdefault("rng", Fixed())
         deliverer = Deliverer(kwargs.pop("recorder", recorder), sender, limiter, settings, CLOCK, **kwargs)

@@ -16,9 +16,10 @@ from fastapi import FastAPI
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.clock import SystemClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.sender import CallbackRequest, CallbackSender
 from tjobs.delivery.signing import generate_secret
+from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, MisfirePolicy, Task, TaskStatus
 from tjobs.observability.logs import configure_logging
 from tjobs.observability.metrics import Metrics
@@ -178,7 +179,7 @@ async def test_every_delivery_log_line_carries_the_flow_id(json_logs: Any) -> No
         raise ValueError("hook bug")
 
     settings = CallbackSettings(backoff_base_ms=1, backoff_max_ms=5, max_attempts=3)
-    sender = CallbackSender(settings, policy=policy)
+    sender = HttpTransport(settings, policy=policy)
     recorder = _Recorder()
     deliverer = Deliverer(
         recorder,

@@ -7,16 +7,20 @@ import tjobs.delivery
 
 def test_public_names_are_pinned() -> None:
     assert sorted(tjobs.delivery.__all__) == [
+        "Answer",
         "AppLimiter",
         "AttemptResult",
         "CallbackJob",
         "CallbackRequest",
-        "CallbackSender",
         "Deliverer",
         "FlowRecorder",
+        "HttpTransport",
         "Outcome",
+        "RecordingTransport",
+        "Route",
         "TargetPolicy",
         "TargetRejected",
+        "Transport",
         "classify",
         "compute_backoff_ms",
         "generate_secret",

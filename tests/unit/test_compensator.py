@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sharding import shard_of_task_id
-from tests.delivery_fakes import APP, CLOCK, SETTINGS, ScriptedSender, stored_flow
+from tests.delivery_fakes import APP, CLOCK, SETTINGS, attempts_of, scripted, stored_flow
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.firing.compensator import Compensator
@@ -33,14 +33,14 @@ async def test_a_redrive_of_an_attempt_whose_2xx_was_lost_is_attempt_2() -> None
     # Given a node that sent attempt 1, got 200, and died before its write buffer was flushed
     store = MemoryTaskStore()
     task, flow = await stored_flow(store, overdue_ms=60_000)
-    first = ScriptedSender()
+    first = scripted()
     crashed = Deliverer(store, first, AppLimiter(100), SETTINGS, CLOCK, flush_interval_s=3600, flush_batch=10_000)
     await crashed.start()
     crashed.submit(CallbackJob(task, flow, APP))
     await first.wait_for(1)
     assert (await store.get_flow(task.id, flow.scheduled_at_ms)).attempts == 0  # type: ignore[union-attr]
     # When the new owner's compensator re-drives the flow
-    second = ScriptedSender()
+    second = scripted()
     successor = Deliverer(store, second, AppLimiter(100), SETTINGS, CLOCK, flush_interval_s=0.01)
     await successor.start()
     try:
@@ -51,7 +51,7 @@ async def test_a_redrive_of_an_attempt_whose_2xx_was_lost_is_attempt_2() -> None
         await crashed.stop(0.0)
     # Then the receiver sees attempt 2, never attempt 1 twice
     assert handled == 1
-    assert first.attempts() == [1] and second.attempts() == [2]
+    assert attempts_of(first) == [1] and attempts_of(second) == [2]
     stored = await store.get_flow(task.id, flow.scheduled_at_ms)
     assert stored is not None and (stored.status, stored.attempts) == (FlowStatus.DELIVERED, 2)
 

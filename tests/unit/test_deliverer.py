@@ -1,4 +1,4 @@
-"""The Deliverer on the memory store with a scripted sender: fencing, cancelled flows, throttling."""
+"""The Deliverer on the memory store with the transport twin: fencing, cancelled flows, throttling."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.delivery_fakes import APP, CLOCK, SETTINGS, ScriptedSender, stored_flow
+from tests.delivery_fakes import APP, CLOCK, SETTINGS, attempts_of, scripted, stored_flow
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.recording import RecordingTransport
 from tjobs.model import App, Flow, FlowStatus, parse_flow_id
 from tjobs.stores.memory import MemoryTaskStore
 
@@ -38,10 +39,10 @@ def store() -> MemoryTaskStore:
 async def build(store: MemoryTaskStore) -> AsyncIterator[Build]:
     built: list[Deliverer] = []
 
-    async def make(sender: ScriptedSender, **kwargs: Any) -> Deliverer:
+    async def make(transport: RecordingTransport, **kwargs: Any) -> Deliverer:
         limiter = kwargs.pop("limiter", None) or AppLimiter(SETTINGS.global_max_in_flight)
         kwargs.setdefault("flush_interval_s", 0.01)
-        deliverer = Deliverer(store, sender, limiter, SETTINGS, CLOCK, **kwargs)
+        deliverer = Deliverer(store, transport, limiter, SETTINGS, CLOCK, **kwargs)
         await deliverer.start()
         built.append(deliverer)
         return deliverer
@@ -72,14 +73,14 @@ async def _settled(deliverer: Deliverer, timeout_s: float = 5.0) -> None:
 async def test_a_node_whose_fence_is_closed_sends_nothing_and_leaves_the_flow_to_the_new_owner(
     store: MemoryTaskStore, build: Build
 ) -> None:
-    sender = ScriptedSender()
-    deliverer = await build(sender, fence=lambda: False)
+    transport = scripted()
+    deliverer = await build(transport, fence=lambda: False)
     task, flow = await stored_flow(store)
 
     deliverer.submit(CallbackJob(task, flow, APP))
     await _settled(deliverer)
 
-    assert sender.requests == []
+    assert transport.requests == []
     stored = await _stored(store, flow.id)
     assert (stored.status, stored.attempts, stored.next_attempt_at_ms) == (
         FlowStatus.PENDING,
@@ -91,17 +92,17 @@ async def test_a_node_whose_fence_is_closed_sends_nothing_and_leaves_the_flow_to
 async def test_a_fence_closing_between_attempts_stops_the_retries(store: MemoryTaskStore, build: Build) -> None:
     # Given a flow whose first attempt fails while the node still holds its lease
     fence_open = True
-    sender = ScriptedSender(500, then=200)
-    deliverer = await build(sender, fence=lambda: fence_open)
+    transport = scripted(500, then=200)
+    deliverer = await build(transport, fence=lambda: fence_open)
     task, flow = await stored_flow(store)
     deliverer.submit(CallbackJob(task, flow, APP))
-    await sender.wait_for(1)
+    await transport.wait_for(1)
     # When the lease expires (a SIGSTOP outlived it) before the retry is due
     fence_open = False
     await asyncio.sleep(0.3)
     await _settled(deliverer)
     # Then the retry is never sent; the recorded outcome says what was sent, for the new owner
-    assert sender.attempts() == [1]
+    assert attempts_of(transport) == [1]
     stored = await _stored(store, flow.id)
     assert (stored.status, stored.attempts) == (FlowStatus.PENDING, 1)
 
@@ -110,24 +111,24 @@ async def test_a_fence_closing_between_attempts_stops_the_retries(store: MemoryT
 
 
 async def test_a_retry_of_a_flow_cancelled_meanwhile_is_not_sent(store: MemoryTaskStore, build: Build) -> None:
-    sender = ScriptedSender(500, then=200)
-    deliverer = await build(sender, status_reader=store)
+    transport = scripted(500, then=200)
+    deliverer = await build(transport, status_reader=store)
     task, flow = await stored_flow(store)
     deliverer.submit(CallbackJob(task, flow, APP))
-    await sender.wait_for(1)
+    await transport.wait_for(1)
 
     assert await store.delete_task_cancelling_flows(task.id, CLOCK.now_ms())  # a DELETE on any node
     await asyncio.sleep(0.3)
     await _settled(deliverer)
 
-    assert sender.attempts() == [1]
+    assert attempts_of(transport) == [1]
     assert (await _stored(store, flow.id)).status is FlowStatus.CANCELLED
 
 
 async def test_only_a_retry_reads_the_flow_first(store: MemoryTaskStore, build: Build) -> None:
     reader = CountingReader(store)
-    sender = ScriptedSender(200, 500, then=200)
-    deliverer = await build(sender, status_reader=reader)
+    transport = scripted(200, 500, then=200)
+    deliverer = await build(transport, status_reader=reader)
     first_task, first = await stored_flow(store)
     deliverer.submit(CallbackJob(first_task, first, APP))
     await _settled(deliverer)
@@ -137,7 +138,7 @@ async def test_only_a_retry_reads_the_flow_first(store: MemoryTaskStore, build: 
     deliverer.submit(CallbackJob(task, flow, APP))
     await _settled(deliverer)
 
-    assert sender.attempts() == [1, 1, 2] and reader.reads == 1
+    assert attempts_of(transport) == [1, 1, 2] and reader.reads == 1
     assert (await _stored(store, flow.id)).status is FlowStatus.DELIVERED
 
 
@@ -151,27 +152,27 @@ async def test_waiting_for_the_apps_concurrency_cap_is_counted_as_concurrency_th
     app = App("one-at-a-time", "one", "", APP.secrets, rate_limit_per_s=0.0, max_concurrency=1)
     throttled: list[tuple[str, str]] = []
     limiter = AppLimiter(SETTINGS.global_max_in_flight, on_throttled=lambda a, r: throttled.append((a, r)))
-    sender = ScriptedSender()
-    sender.hold = asyncio.Event()
-    deliverer = await build(sender, limiter=limiter)
+    transport = scripted()
+    transport.hold = asyncio.Event()
+    deliverer = await build(transport, limiter=limiter)
     # When three of its flows are due at once
     for _ in range(3):
         task, flow = await stored_flow(store, app=app)
         deliverer.submit(CallbackJob(task, flow, app))
-    await sender.wait_for(1)
+    await transport.wait_for(1)
     await asyncio.sleep(0.05)
-    assert len(sender.requests) == 1
-    sender.hold.set()
+    assert len(transport.requests) == 1
+    transport.hold.set()
     await _settled(deliverer)
     # Then all three are delivered, and the two that waited for the cap are counted
-    assert len(sender.requests) == 3
+    assert len(transport.requests) == 3
     assert throttled == [("one-at-a-time", "concurrency")] * 2
 
 
 async def test_a_callback_that_never_waits_is_not_counted(store: MemoryTaskStore, build: Build) -> None:
     throttled: list[tuple[str, str]] = []
     limiter = AppLimiter(SETTINGS.global_max_in_flight, on_throttled=lambda a, r: throttled.append((a, r)))
-    deliverer = await build(ScriptedSender(), limiter=limiter)
+    deliverer = await build(scripted(), limiter=limiter)
     for _ in range(3):
         task, flow = await stored_flow(store)
         deliverer.submit(CallbackJob(task, flow, APP))

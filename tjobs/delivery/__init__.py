@@ -1,25 +1,40 @@
-"""Delivery of committed flows: the delivery loop (:mod:`.deliverer`), one HTTP attempt (:mod:`.sender`),
-the message of a flow (:mod:`.message`), signing (:mod:`.signing`), retry policy (:mod:`.retry`),
-per-app limits (:mod:`.limiter` on :mod:`.token_bucket`), and the callback URL model (:mod:`.urls`) with
-the target policy judged on it (:mod:`.ssrf`)."""
+"""Delivery of committed flows: the delivery loop (:mod:`.deliverer`) over the transport contract
+(:mod:`.transport`: one attempt to one target, classified), the HTTP transport (:mod:`.http`) and its
+in-memory twin (:mod:`.recording`), the message of a flow (:mod:`.message`), signing (:mod:`.signing`),
+retry policy (:mod:`.retry`), per-app limits (:mod:`.limiter` on :mod:`.token_bucket`), and the callback
+URL model (:mod:`.urls`) with the target policy judged on it (:mod:`.ssrf`)."""
 
 from tjobs.delivery.deliverer import CallbackJob, Deliverer, FlowRecorder
+from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.retry import Outcome, TargetRejected, classify, compute_backoff_ms, parse_retry_after
-from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender, TargetPolicy
+from tjobs.delivery.recording import Answer, RecordingTransport
+from tjobs.delivery.retry import classify, compute_backoff_ms, parse_retry_after
 from tjobs.delivery.signing import generate_secret, sign, signature_header, verify
+from tjobs.delivery.transport import (
+    AttemptResult,
+    CallbackRequest,
+    Outcome,
+    Route,
+    TargetPolicy,
+    TargetRejected,
+    Transport,
+)
 
 __all__ = [
+    "Answer",
     "AppLimiter",
     "AttemptResult",
     "CallbackJob",
     "CallbackRequest",
-    "CallbackSender",
     "Deliverer",
     "FlowRecorder",
+    "HttpTransport",
     "Outcome",
+    "RecordingTransport",
+    "Route",
     "TargetPolicy",
     "TargetRejected",
+    "Transport",
     "classify",
     "compute_backoff_ms",
     "generate_secret",

@@ -53,8 +53,8 @@ from typing import Protocol
 from tjobs.clock import Clock
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.message import CallbackMessage
-from tjobs.delivery.retry import Outcome, compute_backoff_ms
-from tjobs.delivery.sender import AttemptResult, CallbackSender
+from tjobs.delivery.retry import compute_backoff_ms
+from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
 from tjobs.settings import CallbackSettings
 
@@ -152,7 +152,7 @@ class Deliverer:
     def __init__(
         self,
         recorder: FlowRecorder,
-        sender: CallbackSender,
+        transport: Transport,
         limiter: AppLimiter,
         settings: CallbackSettings,
         clock: Clock,
@@ -179,7 +179,7 @@ class Deliverer:
         reads a flow's stored status before a retry. Without them, neither check is made.
         """
         self._recorder = recorder
-        self._sender = sender
+        self._transport = transport
         self._limiter = limiter
         self._settings = settings
         self._clock = clock
@@ -400,10 +400,10 @@ class Deliverer:
             return
         targets = delivery.targets
         if len(targets) == 1:
-            results = [await self._sender.send(message.request(targets[0], attempt, headers, body))]
+            results = [await self._transport.send(message.request(targets[0], attempt, headers, body))]
         else:
             results = await asyncio.gather(
-                *(self._sender.send(message.request(url, attempt, headers, body)) for url in targets)
+                *(self._transport.send(message.request(url, attempt, headers, body)) for url in targets)
             )
         self._settle(delivery, results)
 

@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 
 from tjobs.clock import iso_ms
-from tjobs.delivery.sender import CallbackRequest
 from tjobs.delivery.signing import signature_header
+from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import App, Flow, Task
 
 JSON = "application/json"

@@ -22,30 +22,15 @@ from __future__ import annotations
 import random
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from enum import StrEnum
 
 import aiohttp
 
 from tjobs.clock import datetime_to_ms
+from tjobs.delivery.transport import Outcome, TargetRejected
 
 RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 _MAX_SHIFT = 62
-
-
-class Outcome(StrEnum):
-    DELIVERED = "delivered"
-    RETRYABLE = "retryable"
-    PERMANENT = "permanent"
-
-
-class TargetRejected(Exception):
-    """The target URL was vetoed by the target policy before connecting; never retried."""
-
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"target {url} refused: {reason}")
-        self.url = url
-        self.reason = reason
 
 
 def classify(status: int | None, error: BaseException | None) -> Outcome:

@@ -1,7 +1,7 @@
 """Callback target policy (SSRF): which addresses tjobs may call back, judged on one parsed URL.
 
 Every callback URL is parsed once by :func:`tjobs.delivery.urls.parse_callback_url` (the one URL model:
-scheme, ASCII host, port, target). The host it yields is what the policy judges and what the sender
+scheme, ASCII host, port, target). The host it yields is what the policy judges and what the transport
 connects to; nothing re-parses the URL text to decide where to connect.
 
 A callback URL must be ``http``/``https``. Its host's addresses must be public unless the app's
@@ -15,11 +15,11 @@ get this far: they are refused as invalid URLs.
 1. **At registration** (:meth:`TargetGuard.check_registration`): a literal address is judged, and a
    name is resolved (with a short cache) and every answer judged. A refusal names the field and says
    "not allowed" without the DNS answer (the answer is logged, never shown to the tenant).
-2. **At send** (:meth:`TargetGuard.policy`, the sender's ``TargetPolicy``): the name is resolved
+2. **At send** (:meth:`TargetGuard.policy`, the transport's ``TargetPolicy``): the name is resolved
    (answers cached for ``RESOLVE_CACHE_TTL_MS``, and so is the verdict on exactly those answers per
-   allow-list), every answer judged, and the judged addresses are handed to the sender as a
-   :class:`tjobs.delivery.sender.Route`: the sender connects to those addresses only (the URL it
-   gives the HTTP client carries the address, the ``Host`` header and the TLS name carry the name),
+   allow-list), every answer judged, and the judged addresses are handed to the transport as a
+   :class:`tjobs.delivery.transport.Route`: the transport connects to those addresses only (the URL
+   it gives the HTTP client carries the address, the ``Host`` header and the TLS name carry the name),
    so a resolver answering public then private cannot rebind a callback, and no library resolves or
    folds the host on its own. Redirects are never followed.
 
@@ -45,7 +45,7 @@ from typing import Any
 from aiohttp.abc import ResolveResult
 
 from tjobs.clock import Clock, SystemClock
-from tjobs.delivery.sender import CallbackRequest, Route
+from tjobs.delivery.transport import CallbackRequest, Route
 from tjobs.delivery.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url, parse_host
 from tjobs.errors import InvalidInput
 
@@ -75,7 +75,7 @@ MAX_ANSWERS = 16
 
 class TargetUnresolvable(OSError):
     """The target's name does not resolve (now): not a refusal. At send the attempt is retried later
-    (the sender treats an ``OSError`` from its policy as retryable); at registration it is accepted."""
+    (a transport treats an ``OSError`` from its policy as retryable); at registration it is accepted."""
 
 
 class TargetRefused(Exception):
@@ -315,7 +315,7 @@ class TargetGuard:
                 raise InvalidInput(name, f"callback target refused: {reason}", "target_refused")
 
     async def policy(self, request: CallbackRequest) -> Route | str:
-        """The sender's ``TargetPolicy``: parse, resolve and judge the target now; return the
+        """The transport's ``TargetPolicy``: parse, resolve and judge the target now; return the
         :class:`Route` (the judged addresses) to connect to, or the reason it is refused.
 
         A refusal is returned (permanent: the flow dead-letters); a name that does not resolve raises

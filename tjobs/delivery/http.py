@@ -1,0 +1,205 @@
+"""The HTTP transport: one attempt to one callback target, over one shared aiohttp session.
+
+:class:`HttpTransport` keeps the :class:`tjobs.delivery.transport.Transport` contract: it never raises
+for a failed attempt; every outcome (status, timeout, refused connection, target vetoed by the URL
+policy) comes back as an :class:`AttemptResult` already classified by
+:func:`tjobs.delivery.retry.classify`. Only cancellation propagates.
+
+With a target policy, every attempt connects only to the addresses the policy judged for it (its
+:class:`Route`): the URL handed to aiohttp carries the address, the ``Host`` header and the TLS name
+(SNI and certificate verification) carry the host, so aiohttp never resolves or re-parses the host.
+Redirects are not followed; the response body is read (so the connection can be kept alive) and
+discarded, up to ``max_body_bytes``, beyond which the connection is closed instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import ssl
+from collections.abc import Mapping
+
+import aiohttp
+from yarl import URL
+
+from tjobs.clock import Clock, SystemClock
+from tjobs.delivery.retry import RETRY_AFTER_STATUSES, classify, parse_retry_after
+from tjobs.delivery.transport import (
+    ERROR_SNIPPET_BYTES,
+    MAX_BODY_BYTES,
+    AttemptResult,
+    CallbackRequest,
+    Outcome,
+    TargetPolicy,
+    TargetRejected,
+    Transport,
+    failure_error,
+    status_error,
+)
+from tjobs.delivery.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
+from tjobs.settings import CallbackSettings
+
+logger = logging.getLogger(__name__)
+
+
+class HttpTransport(Transport):
+    """Sends callback attempts over one keep-alive ``aiohttp.ClientSession``, opened on first use."""
+
+    def __init__(
+        self,
+        settings: CallbackSettings,
+        clock: Clock | None = None,
+        policy: TargetPolicy | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._settings = settings
+        self._clock = clock or SystemClock()
+        self._policy = policy
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self._max_body_bytes = max_body_bytes
+        self._max_retry_after_ms = settings.max_retry_after_s * 1000
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[int, aiohttp.ClientTimeout] = {}
+
+    def _open(self) -> aiohttp.ClientSession:
+        # Multicast sends up to a few targets per limiter slot, so the pool is a backstop above the
+        # global in-flight cap, never the limit callers queue on (a pool wait counts in the timeout).
+        connector = aiohttp.TCPConnector(
+            limit=self._settings.global_max_in_flight * 2,
+            limit_per_host=0,
+            ttl_dns_cache=60,
+            keepalive_timeout=30,
+            ssl=self._ssl,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"User-Agent": self._settings.user_agent},
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            raise_for_status=False,
+        )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    def _timeout(self, timeout_ms: int) -> aiohttp.ClientTimeout:
+        timeout = self._timeouts.get(timeout_ms)
+        if timeout is None:
+            timeout = self._timeouts[timeout_ms] = aiohttp.ClientTimeout(total=timeout_ms / 1000)
+        return timeout
+
+    async def send(self, request: CallbackRequest) -> AttemptResult:
+        started_ms = self._clock.now_ms()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        status: int | None = None
+        failure: BaseException | None = None
+        error: str | None = None
+        retry_after_ms: int | None = None
+        try:
+            targets = await self._targets(request)
+            session = self._session or self._open()
+            deadline = started + request.timeout_ms / 1000
+            for index, (url, headers, tls_name) in enumerate(targets):
+                timeout = self._timeout(request.timeout_ms)
+                if index:
+                    timeout = aiohttp.ClientTimeout(total=max(deadline - loop.time(), 0.001))
+                try:
+                    async with session.request(
+                        request.method,
+                        url,
+                        data=request.body,
+                        headers=headers,
+                        allow_redirects=False,
+                        timeout=timeout,
+                        server_hostname=tls_name,
+                    ) as response:
+                        status = response.status
+                        if status in RETRY_AFTER_STATUSES:
+                            header = response.headers.get("Retry-After")
+                            if header is not None:
+                                retry_after_ms = parse_retry_after(header, self._clock.now_ms())
+                                if retry_after_ms is not None:
+                                    retry_after_ms = min(retry_after_ms, self._max_retry_after_ms)
+                        snippet = await self._drain(response)
+                        if not 200 <= status < 300:
+                            error = status_error(status, snippet)
+                    break
+                except aiohttp.ClientConnectorError:
+                    # nothing was sent: the next judged address, if any and if time is left
+                    if index == len(targets) - 1 or loop.time() >= deadline:
+                        raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failure = exc
+            if status is None:
+                error = failure_error(exc, request.timeout_ms)
+            # else: the receiver answered, then the body failed; the status decides the outcome.
+        outcome = classify(status, None if status is not None else failure)
+        expected = isinstance(failure, OSError | TimeoutError | aiohttp.ClientError)
+        if outcome is Outcome.RETRYABLE and status is None and not expected:
+            logger.warning(
+                "unexpected error calling %s for flow %s: %s",
+                request.url,
+                request.flow_id,
+                error,
+                exc_info=failure,
+                extra={"action": "callback_unexpected_error", "flow_id": request.flow_id},
+            )
+        return AttemptResult(
+            request.flow_id,
+            request.url,
+            request.attempt,
+            outcome,
+            status,
+            error,
+            retry_after_ms,
+            started_ms,
+            loop.time() - started,
+        )
+
+    async def _targets(self, request: CallbackRequest) -> list[tuple[URL, Mapping[str, str], str | None]]:
+        """What to connect to, in order: ``(URL, headers, TLS name)`` per judged address; with no
+        route (no policy, or a policy answering ``None``) the URL model's ASCII URL, resolved by aiohttp."""
+        verdict = await self._policy(request) if self._policy is not None else None
+        if isinstance(verdict, str):
+            raise TargetRejected(request.url, verdict)
+        if verdict is None:
+            try:
+                parsed = parse_callback_url(request.url)
+            except UrlRefused as refused:
+                raise TargetRejected(request.url, refused.reason) from None
+            return [(URL(parsed.text(), encoded=True), request.headers, None)]
+        if not verdict.addresses:
+            raise TargetRejected(request.url, "no judged address to connect to")
+        targets = [_connect_target(verdict.url, address) for address in verdict.addresses]
+        headers = {**request.headers, "Host": targets[0][1]}
+        return [(url, headers, tls_name) for url, _, tls_name in targets]
+
+    async def _drain(self, response: aiohttp.ClientResponse) -> bytes:
+        """Read and discard the body; keep the first bytes for error messages."""
+        content = response.content
+        kept = b""
+        total = 0
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                return kept
+            total += len(chunk)
+            if len(kept) < ERROR_SNIPPET_BYTES:
+                kept += chunk[: ERROR_SNIPPET_BYTES - len(kept)]
+            if total > self._max_body_bytes:
+                response.close()  # not worth reading: drop the connection instead of keeping it
+                return kept
+
+
+@functools.lru_cache(maxsize=16384)
+def _connect_target(url: CallbackUrl, address: IPAddress) -> tuple[URL, str, str | None]:
+    """The already-encoded URL that connects to ``address``, the ``Host`` header and the TLS name."""
+    return URL(url.url_for(address), encoded=True), url.host_header, url.tls_name
