@@ -1,4 +1,13 @@
-"""Helpers to run a real node inside a test's event loop (API on a loopback port, scheduler running)."""
+"""Helpers to run a real node inside a test's event loop (API on a loopback port, scheduler running).
+
+To test callbacks without a receiver, hand the node the transport twin::
+
+    transport = RecordingTransport()
+    transport.script(Answer(503, retry_after="1"), then=Answer(204))
+    async with run_node(settings, NodeParts(transport=transport)) as running:
+        ...
+        await transport.wait_for(2)
+"""
 
 from __future__ import annotations
 
@@ -14,9 +23,12 @@ import uvicorn
 from tjobs.api import create_api
 from tjobs.api.app import create_app_record
 from tjobs.api.server import ApiServer
+from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.model import App
 from tjobs.node import Node, NodeParts
 from tjobs.settings import Settings
+
+__all__ = ["Answer", "NodeParts", "RecordingTransport", "RunningNode", "free_port", "run_node"]
 
 
 def free_port() -> int:

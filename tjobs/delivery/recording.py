@@ -8,8 +8,9 @@ against receivers that answer any status, slowly, never, or not at all::
     transport.script(Answer(503, retry_after="2"), Answer.timeout(), then=Answer(204))   # any target
     transport.script(Answer(410), url="https://gone.example/hook")                      # one target
     ... deliver ...
-    transport.requests                       # every attempt, in arrival order (as sent: signed)
-    await transport.wait_for(3)              # until three attempts arrived
+    transport.requests                       # what the receiver got, in arrival order (as sent: signed)
+    transport.exchanges                      # every finished attempt: request, answer, result
+    await transport.wait_for(3)              # until three requests arrived
 
 Answers are taken in order per target first, then from the any-target script; when a script is used
 up its ``then`` answer repeats (``200`` when not given). An attempt is classified exactly as the HTTP
@@ -115,7 +116,9 @@ class RecordingTransport(Transport):
         self._arrived = asyncio.Condition()
         self.default = default
         self.requests: list[CallbackRequest] = []
+        """Every attempt that reached the receiver, in arrival order (not the vetoed or refused ones)."""
         self.exchanges: list[Exchange] = []
+        """Every finished attempt, in completion order."""
         self.hold: asyncio.Event | None = None
         """While set to an unset event, every attempt waits for it (within its timeout): a stalled receiver."""
         self.closed = 0
@@ -131,11 +134,11 @@ class RecordingTransport(Transport):
         self.script(*(Answer(status) for status in statuses), then=Answer(then), url=url)
 
     def to(self, url: str) -> list[CallbackRequest]:
-        """The attempts made to ``url``."""
+        """The requests that reached ``url``."""
         return [r for r in self.requests if r.url == url]
 
     async def wait_for(self, count: int, timeout_s: float = 5.0) -> list[CallbackRequest]:
-        """Wait until ``count`` attempts arrived; return them all."""
+        """Wait until ``count`` requests reached the receiver; return them all."""
         async with asyncio.timeout(timeout_s), self._arrived:
             await self._arrived.wait_for(lambda: len(self.requests) >= count)
         return self.requests
@@ -149,9 +152,6 @@ class RecordingTransport(Transport):
         started_ms = self._clock.now_ms()
         loop = asyncio.get_running_loop()
         started = loop.time()
-        async with self._arrived:
-            self.requests.append(request)
-            self._arrived.notify_all()
         answer: Answer | None = None
         status: int | None = None
         error: str | None = None
@@ -161,6 +161,10 @@ class RecordingTransport(Transport):
         try:
             await self._check_target(request)
             answer = self._next_answer(request.url)
+            if not isinstance(answer.failure, ConnectionRefusedError):
+                async with self._arrived:
+                    self.requests.append(request)
+                    self._arrived.notify_all()
             async with asyncio.timeout(request.timeout_ms / 1000):
                 if self.hold is not None:
                     await self.hold.wait()
