@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from sqlalchemy import text
 
 from sharding import TaskIdGenerator
 from tjobs.clock import ManualClock, SystemClock
@@ -25,6 +26,9 @@ from tjobs.hotpath.dbpoll import DbPollHotPath
 from tjobs.hotpath.local import LocalHotPath
 from tjobs.hotpath.redis import MINUTE_MS, RedisHotPath
 from tjobs.settings import StorageSettings
+from tjobs.stores.layout_record import StorageNotMigrated
+from tjobs.stores.migrate import migrate
+from tjobs.stores.sql_layout import create_engine_for
 
 SHARDS = 16
 IDS = TaskIdGenerator(SHARDS)
@@ -123,6 +127,7 @@ async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         await admin.aclose()
         return
     storage = StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path}"], topology="1x1x16")
+    await migrate(storage)
     db_publisher = DbPollHotPath(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
     db_owner = DbPollHotPath(storage, origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
 
@@ -315,34 +320,34 @@ async def test_update_and_stop_are_read_at_once_whatever_the_instant(redis_url: 
         await owner.stop()
 
 
-# ---- DB poll: nodes starting together -----------------------------------------------------------
+# ---- DB poll: the table comes with the schema ---------------------------------------------------
 
 
 @pytest.mark.mariadb
-async def test_db_poll_nodes_starting_together_on_a_fresh_database_all_start(mysql_url: str) -> None:
-    import pymysql
-    from sqlalchemy.engine import make_url
-
+async def test_db_poll_refuses_a_schema_without_its_table_and_nodes_start_together_once_migrated(
+    mysql_url: str,
+) -> None:
     prefix = f"tjobsct_{secrets.token_hex(4)}"
-    parsed = make_url(mysql_url)
-    admin = pymysql.connect(
-        host=parsed.host,
-        port=parsed.port or 3306,
-        user=parsed.username or "root",
-        password=parsed.password or "",
-        autocommit=True,
-    )
-    with admin.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE `{prefix}_00`")
     storage = StorageSettings(urls=[mysql_url], topology="1x1x16", database_prefix=prefix)
-    nodes = [
-        DbPollHotPath(storage, origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
-        for i in range(6)
-    ]
+    admin = create_engine_for(mysql_url, storage)
+    async with admin.begin() as conn:
+        await conn.execute(text(f"CREATE DATABASE `{prefix}_00`"))  # a database no `tjobs migrate` ran on
     try:
-        await asyncio.gather(*(node.start(Recorder()) for node in nodes))  # none fails on the CREATE race
+        bare = DbPollHotPath(storage, origin="node-0", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
+        with pytest.raises(StorageNotMigrated, match="tjobs migrate"):
+            await bare.start(Recorder())
+        await bare.stop()
+
+        await migrate(storage)
+        nodes = [
+            DbPollHotPath(storage, origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
+            for i in range(6)
+        ]
+        try:
+            await asyncio.gather(*(node.start(Recorder()) for node in nodes))
+        finally:
+            await asyncio.gather(*(node.stop() for node in nodes))
     finally:
-        await asyncio.gather(*(node.stop() for node in nodes))
-        with admin.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE `{prefix}_00`")
-        admin.close()
+        async with admin.begin() as conn:
+            await conn.execute(text(f"DROP DATABASE IF EXISTS `{prefix}_00`"))
+        await admin.dispose()

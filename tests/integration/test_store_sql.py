@@ -55,14 +55,27 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
     for index in range(4):
         with sqlite3.connect(tmp_path / "data" / f"tjobs_{index:02d}.db") as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003_layout_record",)]
+            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004_hot_changes",)]
             assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         expected = {f"tasks_{t:02d}" for t in range(4)} | {f"flows_{t:02d}" for t in range(4)}
-        assert tables == expected | {"alembic_version"} | ({"apps", "tjobs_layout"} if index == 0 else set())
+        first_only = {"apps", "tjobs_layout", "hot_changes"}
+        assert tables == expected | {"alembic_version"} | (first_only if index == 0 else set())
 
     started = time.perf_counter()
     await migrate(settings)  # second run: nothing to do
     assert time.perf_counter() - started < 5
+
+
+async def test_migrate_keeps_a_hot_changes_table_an_earlier_node_created(tmp_path: Path) -> None:
+    """Nodes before revision 0004 created the DB-poll table themselves on start."""
+    (tmp_path / "data").mkdir()
+    with sqlite3.connect(tmp_path / "data" / "tjobs_00.db") as db:
+        db.execute("CREATE TABLE hot_changes (id INTEGER PRIMARY KEY, task_id BIGINT NOT NULL)")
+        db.execute("INSERT INTO hot_changes (task_id) VALUES (7)")
+    await migrate(StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path / 'data'}"], topology="1x1x4"))
+    with sqlite3.connect(tmp_path / "data" / "tjobs_00.db") as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0004_hot_changes",)]
+        assert db.execute("SELECT task_id FROM hot_changes").fetchall() == [(7,)]
 
 
 @pytest.mark.mariadb
@@ -80,7 +93,7 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 )
             ).all()
             assert [tuple(row) for row in rows] == [
-                (f"{prefix}_00", 11),
+                (f"{prefix}_00", 12),
                 (f"{prefix}_01", 9),
                 (f"{prefix}_02", 9),
                 (f"{prefix}_03", 9),

@@ -6,8 +6,9 @@ Ids come from an auto-increment key, and a lower id may commit after a higher on
 poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
 skips those it already applied. A table emptied under it whose ids restart (``TRUNCATE``, or SQLite
 reusing ids once every row was purged) is noticed (the highest id fell below what was seen) and read
-again from the start. Rows older than ``RETENTION_S`` are purged in small batches. The table is
-created on start if missing (nodes starting together tolerate each other's ``CREATE``). It is not the
+again from the start. Rows older than ``RETENTION_S`` are purged in small batches. The table comes
+with the schema (``tjobs migrate``, revision ``0004_hot_changes``); a node finding it missing refuses
+to start and says so. It is not the
 truth (invariant 7, docs/design.md): a missed row costs latency until the next load, never a fire.
 """
 
@@ -19,25 +20,21 @@ import logging
 import time
 
 from sqlalchemy import (
-    BigInteger,
-    Column,
-    Index,
-    Integer,
     MetaData,
-    String,
-    Table,
     delete,
     func,
     insert,
+    inspect,
     select,
 )
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, cancel_and_wait, is_near
 from tjobs.settings import StorageSettings
+from tjobs.stores.layout_record import StorageNotMigrated
+from tjobs.stores.schema import hot_changes_table
 from tjobs.stores.sql_layout import Layout, create_engine_for
 
 logger = logging.getLogger(__name__)
@@ -48,22 +45,6 @@ SETTLE_S = 1.0
 POLL_LIMIT = 5000
 
 
-def hot_changes_table(metadata: MetaData, schema: str | None) -> Table:
-    return Table(
-        "hot_changes",
-        metadata,
-        Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-        Column("task_id", BigInteger, nullable=False),
-        Column("app_id", String(64), nullable=False),
-        Column("next_run_at_ms", BigInteger, nullable=True),
-        Column("version", BigInteger, nullable=False),
-        Column("origin", String(128), nullable=False),
-        Column("created_at_ms", BigInteger, nullable=False),
-        Index("ix_hot_changes_created", "created_at_ms"),
-        schema=schema,
-    )
-
-
 class DbPollHotPath(HotPath):
     tier = "dbpoll"
 
@@ -72,10 +53,11 @@ class DbPollHotPath(HotPath):
     ) -> None:
         super().__init__()
         layout = Layout(storage)
-        home = layout.databases[0]
+        home = layout.apps_database
         self._storage = storage
         self._url = home.engine_url
         self._table = hot_changes_table(MetaData(), home.schema)
+        self._where = home.name
         self._origin = origin
         self._clock = clock
         self._near_ms = near_ms
@@ -90,22 +72,20 @@ class DbPollHotPath(HotPath):
     async def start(self, listener: ChangeListener) -> None:
         self._listener = listener
         self._engine = create_engine_for(self._url, self._storage)
-        await self._create_table()
+        await self._check_table()
         self._task = asyncio.create_task(self._poll_loop(), name="tjobs-hot-dbpoll")
 
-    async def _create_table(self) -> None:
-        """Create the table if missing. Nodes starting together may both find it missing: the one
-        whose ``CREATE`` loses the race looks again and finds it."""
+    async def _check_table(self) -> None:
+        """Refuse to start on a schema older than the hot tier's table."""
         assert self._engine is not None
-        for attempt in (1, 2):
-            try:
-                async with self._engine.begin() as conn:
-                    await conn.run_sync(self._table.metadata.create_all, checkfirst=True)
-                return
-            except DBAPIError:
-                if attempt == 2:
-                    raise
-                await asyncio.sleep(0.2)
+        table = self._table
+        async with self._engine.connect() as conn:
+            present = await conn.run_sync(lambda sync: inspect(sync).has_table(table.name, schema=table.schema))
+        if not present:
+            raise StorageNotMigrated(
+                f"the DB-poll hot tier needs the {table.name!r} table in {self._where!r}, which the schema "
+                "there does not have yet: run `tjobs migrate` with this configuration"
+            )
 
     async def stop(self) -> None:
         if self._task is not None:

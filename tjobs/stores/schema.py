@@ -44,6 +44,7 @@ from tjobs.model import (
 
 APPS_TABLE = "apps"
 LAYOUT_TABLE = "tjobs_layout"
+HOT_CHANGES_TABLE = "hot_changes"
 MAX_ERROR_CHARS = 500
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
@@ -145,6 +146,23 @@ def layout_schema_items() -> list[SchemaItem]:
     ]
 
 
+def hot_changes_schema_items() -> list[SchemaItem]:
+    """The DB-poll hot tier's append-only change log (:mod:`tjobs.hotpath.dbpoll`), in the first
+    logical database only."""
+    return [
+        Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+        Column("task_id", BigInteger, nullable=False),
+        Column("app_id", String(64), nullable=False),
+        Column("next_run_at_ms", BigInteger, nullable=True),
+        Column("version", BigInteger, nullable=False),
+        Column("origin", String(128), nullable=False),
+        Column("created_at_ms", BigInteger, nullable=False),
+    ]
+
+
+HOT_CHANGES_INDEXES = [("ix_hot_changes_created", ["created_at_ms"])]
+
+
 def _table(
     metadata: MetaData,
     name: str,
@@ -181,6 +199,10 @@ def apps_table(metadata: MetaData, schema: str | None = None) -> Table:
 
 def layout_table(metadata: MetaData, schema: str | None = None) -> Table:
     return _table(metadata, LAYOUT_TABLE, schema, layout_schema_items(), [])
+
+
+def hot_changes_table(metadata: MetaData, schema: str | None = None) -> Table:
+    return _table(metadata, HOT_CHANGES_TABLE, schema, hot_changes_schema_items(), HOT_CHANGES_INDEXES)
 
 
 # ---- rows ↔ records ----------------------------------------------------------------------------
