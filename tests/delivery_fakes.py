@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 from sharding import TaskIdGenerator
@@ -16,6 +17,53 @@ CLOCK = SystemClock()
 SETTINGS = CallbackSettings(backoff_base_ms=20, backoff_max_ms=40, max_attempts=5, timeout_ms=1000)
 APP = App("shop", "shop", "", [generate_secret()], rate_limit_per_s=0.0, max_concurrency=10)
 _instants = itertools.count(1)
+
+
+class ManualTime:
+    """Monotonic seconds that move only when told, and a ``sleep`` on them: the limiter's time in tests.
+
+    ``run()`` lets every task on the loop go as far as it can, then moves the clock straight to the
+    earliest sleeper's wake-up time and wakes it, until nobody sleeps (or ``until_s`` is reached).
+    """
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+        self.slept: list[float] = []  # every sleep asked for, in order
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+    async def sleep(self, delay_s: float) -> None:
+        self.slept.append(delay_s)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.now_s + delay_s, waiter))
+        await waiter
+
+    @property
+    def sleeping(self) -> int:
+        return sum(1 for _, waiter in self._sleepers if not waiter.done())
+
+    async def run(self, until_s: float = float("inf")) -> None:
+        while True:
+            await settle()
+            self._sleepers = [(due, waiter) for due, waiter in self._sleepers if not waiter.done()]
+            if not self._sleepers:
+                return
+            due_s = min(due for due, _ in self._sleepers)
+            if due_s > until_s:
+                self.now_s = until_s
+                return
+            self.now_s = max(self.now_s, due_s)
+            for due, waiter in self._sleepers:
+                if due <= self.now_s:
+                    waiter.set_result(None)
+
+
+async def settle(rounds: int = 20) -> None:
+    """Let every runnable task on the loop run until it waits (a few loop iterations, no wall time)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
 
 
 def scripted(*statuses: int, then: int = 200) -> RecordingTransport:

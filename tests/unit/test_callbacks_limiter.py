@@ -1,16 +1,25 @@
-"""Per-app limits: concurrency, rate, a global cap, and no tenant slowing another."""
+"""Per-app limits: concurrency, rate, a global cap, and no tenant slowing another.
+
+Time is the limiter's injected clock (:class:`tests.delivery_fakes.ManualTime`); a slow receiver is a
+holder waiting for an event. Nothing here depends on wall-clock time.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import time
 
 import pytest
 
+from tests.delivery_fakes import ManualTime, settle
 from tjobs.delivery.limiter import AppLimiter, Gate
 
 UNLIMITED = 0.0  # a rate of 0 means "no rate limit"
+HANG_GUARD_S = 10.0  # fails a test that would hang; not a time window
+
+
+def timed_limiter(global_max_in_flight: int, burst_s: float = 1.0) -> tuple[AppLimiter, ManualTime]:
+    time = ManualTime()
+    return AppLimiter(global_max_in_flight, burst_s, monotonic=time.monotonic, sleep=time.sleep), time
 
 
 async def _hold(
@@ -18,24 +27,29 @@ async def _hold(
     app: str,
     rate: float,
     concurrency: int,
-    hold_s: float,
+    release: asyncio.Event | None,
     peaks: dict[str, int],
     live: dict[str, int],
-) -> float:
+) -> None:
+    """Hold one slot of ``app`` until ``release`` is set (or for a few loop turns without one),
+    counting how many of the app's (and all apps', under ``"*"``) slots are held at once."""
     async with limiter.slot(app, rate, concurrency):
-        live[app] = live.get(app, 0) + 1
-        peaks[app] = max(peaks.get(app, 0), live[app])
-        entered = time.monotonic()
-        await asyncio.sleep(hold_s)
-        live[app] -= 1
-    return entered
+        for key in (app, "*"):
+            live[key] = live.get(key, 0) + 1
+            peaks[key] = max(peaks.get(key, 0), live[key])
+        if release is not None:
+            await release.wait()
+        else:
+            await settle(3)
+        for key in (app, "*"):
+            live[key] -= 1
 
 
 async def test_an_app_never_exceeds_its_concurrency() -> None:
     limiter = AppLimiter(global_max_in_flight=100)
     peaks: dict[str, int] = {}
     live: dict[str, int] = {}
-    await asyncio.gather(*(_hold(limiter, "a", UNLIMITED, 3, 0.01, peaks, live) for _ in range(30)))
+    await asyncio.gather(*(_hold(limiter, "a", UNLIMITED, 3, None, peaks, live) for _ in range(30)))
     assert peaks["a"] == 3
     assert limiter.in_flight("a") == 0 and limiter.in_flight() == 0
 
@@ -44,40 +58,41 @@ async def test_the_global_cap_bounds_all_apps_together() -> None:
     limiter = AppLimiter(global_max_in_flight=4)
     peaks: dict[str, int] = {}
     live: dict[str, int] = {}
-    global_peak = 0
-
-    async def watch() -> None:
-        nonlocal global_peak
-        for _ in range(50):
-            global_peak = max(global_peak, limiter.in_flight())
-            await asyncio.sleep(0.002)
-
-    await asyncio.gather(
-        watch(), *(_hold(limiter, app, UNLIMITED, 10, 0.02, peaks, live) for app in "abc" for _ in range(10))
-    )
-    assert global_peak == 4
+    release = asyncio.Event()
+    holders = [
+        asyncio.create_task(_hold(limiter, app, UNLIMITED, 10, release, peaks, live))
+        for app in "abc"
+        for _ in range(10)
+    ]
+    await settle()
+    assert limiter.in_flight() == 4
+    release.set()
+    async with asyncio.timeout(HANG_GUARD_S):
+        await asyncio.gather(*holders)
+    assert peaks["*"] == 4
+    assert limiter.in_flight() == 0
 
 
 async def test_the_rate_limit_spaces_callbacks_after_the_burst() -> None:
     # 100/s with a 0.1 s burst: 10 go at once, the next 50 at 10 ms intervals (0.5 s).
-    limiter = AppLimiter(global_max_in_flight=100, burst_s=0.1)
-    started = time.monotonic()
+    limiter, time = timed_limiter(100, burst_s=0.1)
     entered: list[float] = []
 
     async def one() -> None:
         async with limiter.slot("a", 100.0, 1000):
-            entered.append(time.monotonic() - started)
+            entered.append(time.now_s)
 
-    await asyncio.gather(*(one() for _ in range(60)))
+    callers = [asyncio.create_task(one()) for _ in range(60)]
+    await time.run()
+    await asyncio.gather(*callers)
     entered.sort()
-    assert entered[9] < 0.05  # the burst
-    assert 0.45 <= entered[-1] < 0.75
-    gaps = [b - a for a, b in itertools.pairwise(entered[10:])]
-    assert sum(gaps) / len(gaps) == pytest.approx(0.01, abs=0.003)
+    assert entered[:10] == [0.0] * 10  # the burst
+    assert entered[10:] == pytest.approx([0.01 * k for k in range(1, 51)])
 
 
 async def test_a_throttled_fire_waits_and_is_still_delivered() -> None:
-    limiter = AppLimiter(global_max_in_flight=10, burst_s=1.0)
+    # 20/s with a 1 s burst: 20 go at once, the other 10 within the next half second.
+    limiter, time = timed_limiter(10, burst_s=1.0)
     done = 0
 
     async def one() -> None:
@@ -85,24 +100,28 @@ async def test_a_throttled_fire_waits_and_is_still_delivered() -> None:
         async with limiter.slot("slow-rate", 20.0, 5):
             done += 1
 
-    await asyncio.wait_for(asyncio.gather(*(one() for _ in range(30))), timeout=2.0)
+    callers = [asyncio.create_task(one()) for _ in range(30)]
+    await time.run()
+    await asyncio.gather(*callers)
     assert done == 30
+    assert time.now_s == pytest.approx(0.5)
 
 
 async def test_a_slow_app_does_not_delay_another_app() -> None:
-    # Given app A whose receiver holds every slot for 1 s, with a backlog far beyond its concurrency
+    # Given app A whose receiver holds every slot until released, with a backlog far beyond its concurrency
     limiter = AppLimiter(global_max_in_flight=20)
     peaks: dict[str, int] = {}
     live: dict[str, int] = {}
-    slow = [asyncio.create_task(_hold(limiter, "A", UNLIMITED, 2, 1.0, peaks, live)) for _ in range(30)]
-    await asyncio.sleep(0.05)
+    never = asyncio.Event()
+    slow = [asyncio.create_task(_hold(limiter, "A", UNLIMITED, 2, never, peaks, live)) for _ in range(30)]
+    await settle()
     assert limiter.waiting("A") == 28
     # When app B sends 50 quick callbacks
-    started = time.monotonic()
-    await asyncio.gather(*(_hold(limiter, "B", UNLIMITED, 5, 0.001, peaks, live) for _ in range(50)))
-    # Then they all go through at once, not after A's backlog
-    assert time.monotonic() - started < 0.3
-    assert limiter.in_flight("A") == 2
+    async with asyncio.timeout(HANG_GUARD_S):
+        await asyncio.gather(*(_hold(limiter, "B", UNLIMITED, 5, None, peaks, live) for _ in range(50)))
+    # Then they all go through while A's receiver still holds its 2 slots and A's backlog waits
+    assert peaks["B"] == 5
+    assert limiter.in_flight("A") == 2 and limiter.waiting("A") == 28
     for task in slow:
         task.cancel()
     await asyncio.gather(*slow, return_exceptions=True)
@@ -110,12 +129,13 @@ async def test_a_slow_app_does_not_delay_another_app() -> None:
 
 
 async def test_a_rate_limited_app_does_not_delay_another_app() -> None:
-    limiter = AppLimiter(global_max_in_flight=50, burst_s=0.01)
+    limiter, time = timed_limiter(50, burst_s=0.01)
     throttled = [asyncio.create_task(_enter(limiter, "A", 2.0)) for _ in range(10)]  # 2/s: ~5 s of backlog
-    await asyncio.sleep(0.01)
-    started = time.monotonic()
+    await settle()
+    assert time.sleeping == 9
     await asyncio.gather(*(_enter(limiter, "B", 1000.0) for _ in range(5)))
-    assert time.monotonic() - started < 0.1
+    # B went through without the clock moving and without waiting on it
+    assert time.now_s == 0.0 and time.sleeping == 9 and len(time.slept) == 9
     for task in throttled:
         task.cancel()
     await asyncio.gather(*throttled, return_exceptions=True)
@@ -140,14 +160,15 @@ async def test_cancelled_waiters_give_their_slot_back() -> None:
     first = asyncio.create_task(holder())
     await holder_entered.wait()
     waiters = [asyncio.create_task(_enter(limiter, app, UNLIMITED)) for app in ("a", "b", "b")]
-    await asyncio.sleep(0.01)
+    await settle()
     for waiter in waiters:
         waiter.cancel()
     await asyncio.gather(*waiters, return_exceptions=True)
     release.set()
     await first
     assert limiter.in_flight() == 0 and limiter.in_flight("a") == 0 and limiter.in_flight("b") == 0
-    await asyncio.wait_for(_enter(limiter, "b", UNLIMITED), 0.5)
+    async with asyncio.timeout(HANG_GUARD_S):
+        await _enter(limiter, "b", UNLIMITED)
 
 
 async def test_a_raised_concurrency_admits_waiters_at_once() -> None:
@@ -162,10 +183,10 @@ async def test_a_raised_concurrency_admits_waiters_at_once() -> None:
             await release.wait()
 
     tasks = [asyncio.create_task(one(1)) for _ in range(5)]
-    await asyncio.sleep(0.01)
+    await settle()
     assert entered == 1
     tasks.append(asyncio.create_task(one(4)))  # the app's settings changed
-    await asyncio.sleep(0.01)
+    await settle()
     assert entered == 4
     release.set()
     await asyncio.gather(*tasks)

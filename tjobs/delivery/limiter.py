@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from tjobs.delivery.token_bucket import TokenBucket
@@ -96,14 +96,19 @@ class AppLimiter:
         burst_s: float = 1.0,
         monotonic: Callable[[], float] | None = None,
         on_throttled: Callable[[str, str], None] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        """``on_throttled(app_id, reason)`` sees each caller the app's limits delayed (module doc)."""
+        """``on_throttled(app_id, reason)`` sees each caller the app's limits delayed (module doc).
+
+        ``monotonic`` (seconds; the event loop's clock by default) and ``sleep`` (the wait for a rate
+        reservation) are the limiter's time: tests hand in a manual clock and its sleep."""
         if global_max_in_flight < 1:
             raise ValueError("global_max_in_flight must be at least 1")
         self._global = Gate(global_max_in_flight)
         self._burst_s = burst_s
         self._monotonic = monotonic
         self._on_throttled = on_throttled
+        self._sleep = sleep
         self._apps: dict[str, _AppState] = {}
 
     def slot(self, app_id: str, rate_per_s: float, concurrency: int, *, queued: bool = False) -> _Slot:
@@ -153,7 +158,7 @@ class _Slot:
             if (queued or delay_s > 0.0) and limiter._on_throttled is not None:
                 limiter._on_throttled(self._app_id, "rate" if delay_s > 0.0 else "concurrency")
             if delay_s > 0.0:
-                await asyncio.sleep(delay_s)
+                await limiter._sleep(delay_s)
             await limiter._global.acquire()
         except BaseException:
             state.gate.release()
