@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
+from tests.delivery_fakes import ManualTime
 from tests.receiver import Received, Receiver, Reply, unused_port
 from tjobs.clock import SystemClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
@@ -151,7 +152,7 @@ async def make_deliverer(recorder: MemoryRecorder) -> AsyncIterator[DelivererFac
 
     def build(settings: CallbackSettings = FAST, **kwargs: Any) -> Deliverer:
         sender = HttpTransport(settings, policy=kwargs.pop("policy", None))
-        limiter = AppLimiter(settings.global_max_in_flight)
+        limiter = kwargs.pop("limiter", None) or AppLimiter(settings.global_max_in_flight)
         kwargs.setdefault("rng", Fixed())
         deliverer = Deliverer(kwargs.pop("recorder", recorder), sender, limiter, settings, CLOCK, **kwargs)
         built.append((deliverer, sender))
@@ -590,13 +591,12 @@ async def test_a_slow_app_does_not_slow_another_app(
         deliverer.submit(make_job({"urls": [receiver.url("/a")]}, app=slow_app))
     await receiver.wait_for(2, path="/a")
     # When app B fires 40 callbacks
-    started_at = time.monotonic()
     b_jobs = [make_job({"urls": [receiver.url("/b")]}, app=fast_app) for _ in range(40)]
     for job in b_jobs:
         deliverer.submit(job)
     await receiver.wait_for(40, path="/b", timeout_s=5)
-    # Then B's callbacks all arrive at once, while A still has only its 2 in flight
-    assert time.monotonic() - started_at < 0.5
+    # Then B's callbacks all arrive while A still has only its 2 in flight (its first two answers,
+    # 2 s each, have not come back: a third A request would be sent as soon as one did)
     assert len(receiver.for_path("/a")) == 2
     await recorder.wait_terminal([j.flow.id for j in b_jobs])
 
@@ -604,16 +604,30 @@ async def test_a_slow_app_does_not_slow_another_app(
 async def test_a_rate_limited_app_is_delivered_later_not_dropped(
     receiver: Receiver, recorder: MemoryRecorder, make_deliverer: DelivererFactory
 ) -> None:
+    # The limiter runs on a manual clock: its time moves only to the next throttled callback's turn.
+    limiter_time = ManualTime()
+    limiter = AppLimiter(FAST.global_max_in_flight, monotonic=limiter_time.monotonic, sleep=limiter_time.sleep)
     app = App("slowrate", "slowrate", "", [SECRET], rate_limit_per_s=20.0, max_concurrency=5)
-    deliverer = await started(make_deliverer())
+    deliverer = await started(make_deliverer(limiter=limiter))
     jobs = [make_job({"urls": [receiver.url("/hook")]}, app=app) for _ in range(40)]
-    started_at = time.monotonic()
     for job in jobs:
         deliverer.submit(job)
-    final = await recorder.wait_terminal([j.flow.id for j in jobs])
-    elapsed = time.monotonic() - started_at
+
+    async def run_limiter_time() -> None:
+        while True:
+            await limiter_time.run()
+            await asyncio.sleep(0.005)  # throttled callers reach the limiter as HTTP answers come back
+
+    driver = asyncio.create_task(run_limiter_time())
+    try:
+        final = await recorder.wait_terminal([j.flow.id for j in jobs])
+    finally:
+        driver.cancel()
     assert all(u.status is FlowStatus.DELIVERED for u in final.values())
-    assert 0.9 <= elapsed < 2.0  # a 1 s burst of 20, then 20 more at 20/s
+    assert len(receiver.for_path("/hook")) == 40
+    # a 1 s burst of 20 went at once, then 20 more at 20/s: the last one's turn came at 1 s
+    assert sum(1 for delay_s in limiter_time.slept if delay_s > 1e-9) == 20  # (float rounding: one ~1e-16 s)
+    assert limiter_time.now_s == pytest.approx(1.0)
 
 
 async def test_an_unreadable_callback_spec_is_a_dead_letter_not_a_crash_of_the_fire_path(
