@@ -1,4 +1,9 @@
-"""The coordination contract: which jobs (shards) this node runs, and whether it may fire now."""
+"""The coordination contract: which jobs (shards) this node runs, and whether it may fire now.
+
+Implementations: :class:`tjobs.cluster.local.LocalCoordinator` (embedded: one node owns every job; the
+in-memory twin) and :class:`tjobs.cluster.etcd.EtcdCoordinator` (a cluster on etcd). One suite,
+``tests/contract/test_coordinator_contract.py``, runs this contract over both.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +11,65 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
 OwnershipListener = Callable[[frozenset[int]], Awaitable[None]]
+"""Takes the jobs this node owns now (the whole set, not a difference). Raising means "not taken"
+(a load failed): the coordinator hands the set again at its next sync."""
 
 
 class Coordinator(ABC):
     """Grants this node a set of jobs. Ownership is for liveness only; correctness comes from the
-    fire transaction's compare-and-set (invariant 6), so a brief overlap is safe and a gap is not."""
+    fire transaction's compare-and-set (invariant 6), so a brief overlap is safe and a gap is not.
+
+    The listener's hand-overs, the one rule every method below relies on:
+
+    - the listener is called only with a set that differs from the last set it took; before the
+      first hand-over it is taken to hold the empty set, so it is never handed an empty set first;
+    - a listener that raises has not taken the set: the error is logged, never raised out of the
+      coordinator, and the coordinator's current set is handed again at its next sync (every
+      ``sync_interval_ms``), even when that set has not changed, until a hand-over returns.
+
+    Between coordinators of one cluster: once every live node's hand-overs have settled, each job
+    is owned by exactly one of them (none twice, none unowned). One node alone owns every job.
+    """
 
     @abstractmethod
     async def start(self, on_change: OwnershipListener) -> None:
-        """Join, then call ``on_change`` with the owned jobs now and on every change after."""
+        """Join, then hand ``on_change`` the owned jobs as soon as they are known and on every change
+        after. The embedded coordinator hands every job before returning; a cluster node hands its
+        share from its sync once the plan gives it one. A listener's error never escapes ``start``."""
 
     @abstractmethod
     async def stop(self) -> None:
-        """Hand the jobs off (resign) so a successor takes over without waiting for a lease to end."""
+        """Hand the jobs off (resign) so a successor takes over without waiting for a lease to end.
+
+        Hands the listener the empty set before returning (unless it already holds it); afterwards
+        ``owned_jobs()`` is empty and ``may_fire`` is false. A listener that raises on that last
+        hand-over does not stop the resignation: its error is logged, not raised."""
 
     @abstractmethod
-    def owned_jobs(self) -> frozenset[int]: ...
+    def owned_jobs(self) -> frozenset[int]:
+        """The jobs this node owns now: the set last handed to the listener, or being handed, or
+        (after a hand-over raised) waiting to be handed again. Empty before start and after stop."""
 
     @abstractmethod
     def may_fire(self, now_ms: int) -> bool:
-        """``False`` once this node's lease deadline has passed: it must stop firing (self-fencing)."""
+        """Whether this node may commit fires now: it owns jobs (``owned_jobs()`` is not empty) and is
+        not fenced (``describe()["fenced"] is None``). A cluster node is fenced once its lease deadline
+        has passed, its database is unreachable or its clock is off (self-fencing): it must stop firing
+        before a successor can start. False before start and after stop."""
 
     @abstractmethod
     def describe(self) -> dict[str, object]:
-        """A JSON-able view for ``/v1/cluster`` and ``/readyz``."""
+        """A JSON-able view for ``/v1/cluster``, ``/readyz`` and the cluster metrics. Every
+        implementation returns at least:
+
+        - ``mode``: ``"embedded"`` or ``"cluster"``;
+        - ``node``: this node's id;
+        - ``nodes``: the members this node sees, each ``{"id": str, "healthy": bool, ...}`` (embedded:
+          only itself);
+        - ``owned_jobs``: ``len(owned_jobs())``;
+        - ``fenced``: ``None``, or why this node may not fire even while owning jobs (cluster:
+          ``"lease"``, ``"database"``, ``"clock"``);
+
+        and ``database_servers`` (:meth:`tjobs.cluster.db_health.DatabaseHealth.describe`) when it
+        was given the node's database health. A cluster coordinator adds its plan, groups, leader,
+        lease and sync figures (:meth:`tjobs.cluster.etcd.EtcdCoordinator.describe`)."""

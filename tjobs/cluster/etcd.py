@@ -161,7 +161,14 @@ class EtcdCoordinator(Coordinator):
         self._tasks.clear()
         if self._loads_task is not None:
             self._loads_task.cancel()
-        await self._set_owned(frozenset())
+        try:
+            await self._set_owned(frozenset())
+        except Exception as error:  # the resignation goes on: a successor must not wait for the lease to end
+            logger.warning(
+                "the ownership listener failed on the hand-off (%s)",
+                error,
+                extra={"action": "ownership_listener_failed"},
+            )
         if self._own_health:
             await self._health.stop()
         if self._client is not None and self._lease_id is not None:

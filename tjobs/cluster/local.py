@@ -1,24 +1,52 @@
-"""The embedded coordinator: one process owns every job, for ever."""
+"""The embedded coordinator: one process owns every job from start to stop (the in-memory twin of the
+etcd coordinator, held to the same contract by ``tests/contract/test_coordinator_contract.py``)."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
 
 from tjobs.cluster.base import Coordinator, OwnershipListener
 from tjobs.cluster.db_health import DatabaseHealth
 
+logger = logging.getLogger(__name__)
+
+SYNC_INTERVAL_MS = 200  # as ``cluster.sync_interval_ms``: how soon a hand-over that raised is retried
+
 
 class LocalCoordinator(Coordinator):
-    def __init__(self, shard_count: int, node_id: str = "local", health: DatabaseHealth | None = None) -> None:
+    def __init__(
+        self,
+        shard_count: int,
+        node_id: str = "local",
+        health: DatabaseHealth | None = None,
+        *,
+        sync_interval_ms: int = SYNC_INTERVAL_MS,
+    ) -> None:
         self._all = frozenset(range(shard_count))
         self._owned: frozenset[int] = frozenset()
+        self._handed: frozenset[int] | None = frozenset()  # what the listener last took (None: it raised)
+        self._on_change: OwnershipListener | None = None
+        self._sync_interval_s = sync_interval_ms / 1000
+        self._retry: asyncio.Task[None] | None = None
         self.node_id = node_id
         self._health = health  # shown in describe(); pausing is the runner's (wired by the node)
 
     async def start(self, on_change: OwnershipListener) -> None:
+        self._on_change = on_change
         self._owned = self._all
-        await on_change(self._owned)
+        if not await self._hand_over():
+            self._retry = asyncio.create_task(self._retry_until_taken(), name="tjobs-local-ownership")
 
     async def stop(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retry
+            self._retry = None
         self._owned = frozenset()
+        await self._hand_over()
 
     def owned_jobs(self) -> frozenset[int]:
         return self._owned
@@ -27,7 +55,40 @@ class LocalCoordinator(Coordinator):
         return bool(self._owned)
 
     def describe(self) -> dict[str, object]:
-        view: dict[str, object] = {"mode": "embedded", "nodes": [self.node_id], "owned_jobs": len(self._owned)}
+        view: dict[str, object] = {
+            "mode": "embedded",
+            "node": self.node_id,
+            "nodes": [{"id": self.node_id, "healthy": True}],
+            "owned_jobs": len(self._owned),
+            "fenced": None,
+        }
         if self._health is not None:
             view["database_servers"] = self._health.describe()
         return view
+
+    async def _retry_until_taken(self) -> None:
+        """The sync of a coordinator whose ownership never changes: hand the set again until taken."""
+        while True:
+            await asyncio.sleep(self._sync_interval_s)
+            if await self._hand_over():
+                return
+
+    async def _hand_over(self) -> bool:
+        """Hand the owned set to the listener unless it took that set already; whether it holds it now.
+        A listener that raises is logged; the caller hands the set again (start's retry) or not (stop)."""
+        owned = self._owned
+        if owned == self._handed or self._on_change is None:
+            return True
+        self._handed = None
+        try:
+            await self._on_change(owned)
+        except Exception as error:
+            logger.warning(
+                "the ownership listener did not take %d jobs (%s)",
+                len(owned),
+                error,
+                extra={"action": "ownership_listener_failed"},
+            )
+            return False
+        self._handed = owned
+        return True

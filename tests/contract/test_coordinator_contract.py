@@ -1,0 +1,332 @@
+"""The coordinator contract (:class:`tjobs.cluster.base.Coordinator`), run on every implementation:
+the embedded one (in-process, one node owns every job) and the etcd one (a real etcd from
+``TJOBS_TEST_ETCD_URL``, a fresh cluster name per test, its keys deleted afterwards).
+
+Each test waits for a condition with a generous timeout, never for a time window: the etcd
+coordinator runs with a 2 s lease and a 50 ms sync so that every condition arrives within a second or
+two. The partition of the jobs between two nodes runs on the implementations that have more than one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import aetcd
+import pytest
+
+from sharding import Topology
+from tjobs.clock import SystemClock
+from tjobs.cluster.base import Coordinator
+from tjobs.cluster.db_health import DatabaseHealth
+from tjobs.cluster.etcd import EtcdCoordinator, _host_port
+from tjobs.cluster.local import LocalCoordinator
+from tjobs.errors import StorageUnavailable
+from tjobs.settings import ClusterSettings
+from tjobs.stores.memory import MemoryTaskStore
+
+SHARDS = 16
+EVERY_JOB = frozenset(range(SHARDS))
+LEASE_TTL_S = 2
+SYNC_INTERVAL_MS = 50
+SETTLE_TIMEOUT_S = 8.0  # generous: every condition below settles within a sync or two once etcd answers
+
+
+class Listener:
+    """An ownership listener that records every hand-over, and raises on the next ``fail_next`` ones."""
+
+    def __init__(self) -> None:
+        self.calls: list[frozenset[int]] = []  # every hand-over, taken or not
+        self.taken: list[frozenset[int]] = []  # the hand-overs that returned
+        self.fail_next = 0
+
+    async def __call__(self, owned: frozenset[int]) -> None:
+        self.calls.append(owned)
+        if self.fail_next:
+            self.fail_next -= 1
+            raise StorageUnavailable("MySQL server has gone away")  # a load of gained jobs failed
+        self.taken.append(owned)
+
+    @property
+    def holds(self) -> frozenset[int]:
+        return self.taken[-1] if self.taken else frozenset()
+
+
+@dataclass
+class Member:
+    coordinator: Coordinator
+    listener: Listener = field(default_factory=Listener)
+
+    async def start(self) -> None:
+        await self.coordinator.start(self.listener)
+
+
+@dataclass
+class Backend:
+    """Makes coordinators of one cluster; stops every one it made when the test ends."""
+
+    name: str
+    new_coordinator: Callable[[str], Coordinator]
+    multi_node: bool
+    registered: Callable[[], Awaitable[set[str]]] | None = None  # the node ids the cluster lists as members
+    members: list[Member] = field(default_factory=list)
+
+    def member(self, node_id: str) -> Member:
+        made = Member(self.new_coordinator(node_id))
+        self.members.append(made)
+        return made
+
+    async def close(self) -> None:
+        for made in self.members:
+            with contextlib.suppress(Exception):
+                await made.coordinator.stop()
+
+
+def _local_backend() -> Backend:
+    store = MemoryTaskStore(Topology(1, 1, SHARDS))
+    return Backend(
+        "local",
+        lambda node_id: LocalCoordinator(
+            SHARDS, node_id, DatabaseHealth(store, SHARDS), sync_interval_ms=SYNC_INTERVAL_MS
+        ),
+        multi_node=False,
+    )
+
+
+def _etcd_backend(etcd_url: str, cluster: str) -> Backend:
+    host, port = _host_port(etcd_url)
+    members_prefix = f"/tjobs/{cluster}/members/".encode()
+
+    async def registered() -> set[str]:
+        async with aetcd.Client(host=host, port=port) as client:
+            found = await client.get_prefix(members_prefix)
+        return {bytes(kv.key)[len(members_prefix) :].decode() for kv in found}
+
+    settings = ClusterSettings(
+        etcd_endpoints=[etcd_url],
+        name=cluster,
+        lease_ttl_s=LEASE_TTL_S,
+        fence_margin_ms=500,
+        sync_interval_ms=SYNC_INTERVAL_MS,
+    )
+    return Backend(
+        "etcd",
+        lambda node_id: EtcdCoordinator(
+            settings,
+            node_id=node_id,
+            address=f"http://{node_id}",
+            shard_count=SHARDS,
+            cycle_s=300,
+            store=MemoryTaskStore(Topology(1, 1, SHARDS)),
+            clock=SystemClock(),
+        ),
+        multi_node=True,
+        registered=registered,
+    )
+
+
+async def _etcd_backend_for(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    etcd_url: str = request.getfixturevalue("etcd_url")
+    cluster = f"contract-{secrets.token_hex(4)}"
+    made = _etcd_backend(etcd_url, cluster)
+    try:
+        yield made
+    finally:
+        await made.close()
+        host, port = _host_port(etcd_url)
+        async with aetcd.Client(host=host, port=port) as client:
+            await client.delete_prefix(f"/tjobs/{cluster}/".encode())
+
+
+@pytest.fixture(params=["local", pytest.param("etcd", marks=pytest.mark.etcd)])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "local":
+        made = _local_backend()
+        try:
+            yield made
+        finally:
+            await made.close()
+        return
+    async for made in _etcd_backend_for(request):
+        yield made
+
+
+@pytest.fixture(params=[pytest.param("etcd", marks=pytest.mark.etcd)])
+async def cluster_backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """The implementations where several nodes share the jobs."""
+    async for made in _etcd_backend_for(request):
+        assert made.multi_node
+        yield made
+
+
+async def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout_s} s: {what}", pytrace=False)
+        await asyncio.sleep(0.01)
+
+
+def now_ms() -> int:
+    return SystemClock().now_ms()
+
+
+# ---- one node ------------------------------------------------------------------------------------
+
+
+async def test_before_start_nothing_is_owned_and_nothing_may_fire(backend: Backend) -> None:
+    node = backend.member("n0")
+    assert node.coordinator.owned_jobs() == frozenset()
+    assert not node.coordinator.may_fire(now_ms())
+
+
+async def test_start_hands_the_listener_the_owned_jobs_and_one_node_alone_owns_every_job(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await wait_for(lambda: node.listener.holds == EVERY_JOB, "the one node took every job")
+    assert node.coordinator.owned_jobs() == node.listener.holds
+    assert frozenset() not in node.listener.calls  # never handed an empty set before its first jobs
+
+
+async def test_the_listener_is_handed_only_changes(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await wait_for(lambda: node.listener.holds == EVERY_JOB, "the one node took every job")
+    await node.coordinator.stop()
+    taken = node.listener.taken
+    assert all(before != after for before, after in itertools.pairwise(taken)), taken
+
+
+async def test_may_fire_while_owning_and_not_after_stop(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await wait_for(lambda: node.coordinator.may_fire(now_ms()), "may fire once owning")
+    assert node.coordinator.owned_jobs()
+    await node.coordinator.stop()
+    assert not node.coordinator.may_fire(now_ms())
+
+
+async def test_stop_hands_the_listener_the_empty_set(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await wait_for(lambda: node.listener.holds == EVERY_JOB, "the one node took every job")
+    await node.coordinator.stop()
+    assert node.listener.holds == frozenset()
+    assert node.coordinator.owned_jobs() == frozenset()
+
+
+async def test_stop_resigns_even_when_the_listener_raises_on_the_empty_set(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await wait_for(lambda: node.listener.holds == EVERY_JOB, "the one node took every job")
+    node.listener.fail_next = 1
+    await node.coordinator.stop()  # the listener's error is logged, not raised
+    assert node.listener.calls[-1] == frozenset()
+    assert node.coordinator.owned_jobs() == frozenset()
+    assert not node.coordinator.may_fire(now_ms())
+
+
+async def test_a_listener_that_raises_is_handed_the_set_again_at_the_next_sync(backend: Backend) -> None:
+    node = backend.member("n0")
+    node.listener.fail_next = 1
+    await node.start()  # the listener's error does not escape start
+    await wait_for(lambda: node.listener.holds == EVERY_JOB, "the jobs handed again after the failure")
+    assert node.listener.calls[:2] == [EVERY_JOB, EVERY_JOB]  # the same set again, though unchanged
+    assert node.coordinator.owned_jobs() == EVERY_JOB
+
+
+async def test_a_listener_that_keeps_raising_is_handed_the_set_until_it_takes_it(backend: Backend) -> None:
+    node = backend.member("n0")
+    node.listener.fail_next = 3
+    await node.start()
+    await wait_for(lambda: node.listener.holds == EVERY_JOB, "the jobs taken after three failures")
+    assert node.listener.calls[:4] == [EVERY_JOB] * 4
+    assert node.coordinator.may_fire(now_ms())
+
+
+async def test_describe_returns_the_documented_shape(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await wait_for(lambda: node.listener.holds == EVERY_JOB, "the one node took every job")
+    view = node.coordinator.describe()
+    assert json.loads(json.dumps(view)) == view  # JSON-able as it is
+    assert view["mode"] in {"embedded", "cluster"}
+    assert view["mode"] == ("cluster" if backend.multi_node else "embedded")
+    assert view["node"] == "n0"
+    nodes = view["nodes"]
+    assert isinstance(nodes, list)
+    assert [member["id"] for member in nodes] == ["n0"]
+    assert all(isinstance(member["healthy"], bool) for member in nodes)
+    assert view["owned_jobs"] == len(node.coordinator.owned_jobs()) == SHARDS
+    assert view["fenced"] is None
+    assert isinstance(view["database_servers"], list)
+
+
+async def test_may_fire_is_owning_and_not_fenced(backend: Backend) -> None:
+    node = backend.member("n0")
+    assert node.coordinator.may_fire(now_ms()) == (
+        bool(node.coordinator.owned_jobs()) and node.coordinator.describe()["fenced"] is None
+    )
+    await node.start()
+    await wait_for(lambda: node.listener.holds == EVERY_JOB, "the one node took every job")
+    assert node.coordinator.may_fire(now_ms())
+    assert node.coordinator.describe()["fenced"] is None
+    await node.coordinator.stop()
+    view = node.coordinator.describe()
+    assert view["owned_jobs"] == 0
+    assert not node.coordinator.may_fire(now_ms())
+
+
+# ---- several nodes -------------------------------------------------------------------------------
+
+
+def partitioned(members: list[Member]) -> bool:
+    """Every job owned by exactly one member, every member owning some, each listener holding its own."""
+    owned = [job for member in members for job in member.coordinator.owned_jobs()]
+    return (
+        sorted(owned) == sorted(EVERY_JOB)
+        and all(member.coordinator.owned_jobs() for member in members)
+        and all(member.listener.holds == member.coordinator.owned_jobs() for member in members)
+    )
+
+
+async def test_two_nodes_partition_the_jobs(cluster_backend: Backend) -> None:
+    members = [cluster_backend.member("n0"), cluster_backend.member("n1")]
+    for member in members:
+        await member.start()
+    await wait_for(lambda: partitioned(members), "two nodes own every job once")
+    for member in members:
+        view = member.coordinator.describe()
+        assert sorted(node["id"] for node in view["nodes"]) == ["n0", "n1"]  # type: ignore[attr-defined]
+        assert member.coordinator.may_fire(now_ms())
+
+
+async def test_a_stopping_node_hands_its_jobs_to_the_other(cluster_backend: Backend) -> None:
+    members = [cluster_backend.member("n0"), cluster_backend.member("n1")]
+    for member in members:
+        await member.start()
+    await wait_for(lambda: partitioned(members), "two nodes own every job once")
+    leaving, staying = members
+    await leaving.coordinator.stop()
+    assert leaving.listener.holds == frozenset()
+    await wait_for(lambda: staying.listener.holds == EVERY_JOB, "the staying node took every job")
+    assert staying.coordinator.owned_jobs() == EVERY_JOB
+
+
+async def test_a_stopping_node_whose_listener_raises_still_resigns(cluster_backend: Backend) -> None:
+    members = [cluster_backend.member("n0"), cluster_backend.member("n1")]
+    for member in members:
+        await member.start()
+    await wait_for(lambda: partitioned(members), "two nodes own every job once")
+    leaving, staying = members
+    leaving.listener.fail_next = 1
+    await leaving.coordinator.stop()  # the listener's error is logged, not raised
+    assert cluster_backend.registered is not None
+    assert await cluster_backend.registered() == {"n1"}  # resigned: not left for its lease to end
+    await wait_for(lambda: staying.listener.holds == EVERY_JOB, "the staying node took every job")
