@@ -25,7 +25,9 @@ answers by status, its answers' latency from their due instants). The flooder ru
 (so its client does not delay the victim's), as does the sink; they share the machine's cores with the
 node (``--node-cpu N`` pins the node to core N and the clients to the others; the database server
 and anything else on the machine still run anywhere). ``node_cpu_s`` is the node process's CPU time
-over the phase, ``flood_client_cpu_us_per_request`` the flooder's own CPU per request it sent.
+over the phase, ``node_runnable_wait_s`` the time its threads were ready to run but waited for a core
+(and ``bench_runnable_wait_s`` the same for the victim's client), ``flood_client_cpu_us_per_request``
+the flooder's own CPU per request it sent.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class Phase:
     fire_lateness_mean_ms: float
     fire_lateness_p99_le_s: float
     node_cpu_s: float = 0.0
+    node_runnable_wait_s: float = 0.0  # the node's threads ready to run but waiting for a core, over the phase
+    bench_runnable_wait_s: float = 0.0  # the same for this process, the victim's client
     load_average_1m: float = 0.0
     flood: FloodResult | None = None
     flood_client_cpu_us_per_request: float = 0.0  # the flooder's own CPU per request sent
@@ -163,6 +167,7 @@ async def run(
                 _victim(session, victim_url, ids, victim_key, victim_rate, duration_s, statuses, latencies)
             )
             cpu0 = process_cpu_s(node_pid) or 0.0
+            node_wait0, bench_wait0 = runnable_wait_s(node_pid), runnable_wait_s(os.getpid())
             flooded = None
             if name == "flood":
                 profiler = await _start_profile(node_pid, profile_path, duration_s) if profile_path else None
@@ -173,6 +178,8 @@ async def run(
                     await profiler.wait()
             await victim_task
             node_cpu_s = (process_cpu_s(node_pid) or 0.0) - cpu0
+            node_wait_s = runnable_wait_s(node_pid) - node_wait0
+            bench_wait_s = runnable_wait_s(os.getpid()) - bench_wait0
             count1, sum1, buckets1 = await _lateness(session, base_url, victim_id)
             fires = count1 - count0
             ordered = sorted(latencies)
@@ -188,12 +195,32 @@ async def run(
                     round((sum1 - sum0) / fires * 1000, 2) if fires else float("nan"),
                     _p99_bound(buckets0, buckets1, fires),
                     round(node_cpu_s, 2),
+                    round(node_wait_s, 2),
+                    round(bench_wait_s, 2),
                     os.getloadavg()[0],
                     flooded,
                     round(flooded.client_cpu_s / flooded.sent * 1e6, 1) if flooded and flooded.sent else 0.0,
                 )
             )
         return phases
+
+
+def runnable_wait_s(pid: int) -> float:
+    """Seconds the threads of ``pid`` have spent runnable but waiting for a core (the second field of
+    ``/proc/PID/task/TID/schedstat``); 0.0 where that cannot be read. On a shared machine this tells a
+    node short of a core from a node short of work."""
+    total_ns = 0
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/schedstat", "rb") as stat:
+                total_ns += int(stat.read().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total_ns / 1e9
 
 
 async def _start_profile(node_pid: int, path: str, duration_s: float) -> asyncio.subprocess.Process:
