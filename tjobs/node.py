@@ -19,10 +19,10 @@ from tjobs.cluster.base import Coordinator
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
-from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.ssrf import AllowList, TargetGuard, allow_list_of_app
 from tjobs.delivery.transport import AttemptResult, Transport
+from tjobs.delivery.transports import build_transport
 from tjobs.errors import TjobsError
 from tjobs.firing.compensator import Compensator
 from tjobs.firing.planner import FirePlanner, FirePolicy
@@ -114,7 +114,7 @@ class Node:
         self.apps = AppDirectory(self.store, self.clock)
         # SSRF: every send re-judges the target and connects only to the judged addresses.
         self.guard = TargetGuard(self._allow_list_of, allow_loopback=settings.allow_loopback_callbacks)
-        self.transport: Transport = parts.transport or HttpTransport(settings.callbacks, policy=self.guard.policy)
+        self.transport: Transport = parts.transport or build_transport(settings.callbacks, policy=self.guard.policy)
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, on_throttled=self._observe_throttled)
         self.deliverer = Deliverer(
             self.store,

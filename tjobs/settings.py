@@ -73,6 +73,11 @@ class CallbackSettings(BaseModel):
     global_max_in_flight: int = 1000
     max_retry_after_s: int = 3600
     user_agent: str = "tjobs/0.1"
+    # "lean": pooled HTTP/1.1 on asyncio + llhttp (tjobs/delivery/lean_http.py); "aiohttp": the aiohttp
+    # client (tjobs/delivery/http.py), for what the lean one does not cover
+    transport: Literal["lean", "aiohttp"] = "lean"
+    # connecting (TCP + TLS handshake) to one judged address; unset: bounded by timeout_ms only (lean only)
+    connect_timeout_ms: int | None = Field(default=None, gt=0)
 
 
 class CompensatorSettings(BaseModel):

@@ -3,7 +3,8 @@
 Each case scripts one receiver answer (an :class:`Answer`) and holds the transport to the same
 assertions whatever it is:
 
-* ``http`` — the real :class:`HttpTransport` against a raw asyncio HTTP/1.1 server on 127.0.0.1 started
+* ``aiohttp`` and ``lean`` — the real HTTP transports (:class:`HttpTransport`,
+  :class:`LeanHttpTransport`) against a raw asyncio HTTP/1.1 server on 127.0.0.1 started
   here, which acts each answer out on the socket (slow headers, a reset, a body far over the cap,
   a redirect; "refused" is a port nothing listens on);
 * ``twin`` — :class:`RecordingTransport` scripted with the very same answers.
@@ -25,6 +26,7 @@ from standardwebhooks import Webhook
 from yarl import URL
 
 from tjobs.delivery.http import HttpTransport
+from tjobs.delivery.lean_http import LeanHttpTransport
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.delivery.transport import (
@@ -148,13 +150,18 @@ class RawHttpReceiver:
         return True
 
 
-class HttpBackend:
-    name = "http"
+HTTP_TRANSPORTS: dict[str, type[HttpTransport] | type[LeanHttpTransport]] = {
+    "aiohttp": HttpTransport,
+    "lean": LeanHttpTransport,
+}
 
-    def __init__(self, receiver: RawHttpReceiver, refused_port: int) -> None:
+
+class HttpBackend:
+    def __init__(self, receiver: RawHttpReceiver, refused_port: int, name: str) -> None:
+        self.name = name
         self.receiver = receiver
         self.refused_port = refused_port
-        self.transport: Transport = HttpTransport(SETTINGS, policy=policy)
+        self.transport: Transport = HTTP_TRANSPORTS[name](SETTINGS, policy=policy)
 
     def target(self, path: str, answer: Answer) -> str:
         if isinstance(answer.failure, ConnectionRefusedError):
@@ -209,20 +216,20 @@ def unused_port() -> int:
     return port
 
 
-@pytest.fixture(params=["twin", "http"])
+@pytest.fixture(params=["twin", *HTTP_TRANSPORTS])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     made: Backend
     receiver = RawHttpReceiver()
-    if request.param == "http":
+    if request.param in HTTP_TRANSPORTS:
         await receiver.start()
-        made = HttpBackend(receiver, unused_port())
+        made = HttpBackend(receiver, unused_port(), request.param)
     else:
         made = TwinBackend()
     try:
         yield made
     finally:
         await made.transport.close()
-        if request.param == "http":
+        if request.param in HTTP_TRANSPORTS:
             await receiver.stop()
 
 

@@ -16,10 +16,11 @@ import pytest_asyncio
 from aiohttp import web
 from aiohttp.abc import ResolveResult
 
+from tests.http_transports import HTTP_TRANSPORTS, HttpTransportClass
 from tests.receiver import Receiver
 from tjobs.delivery.retry import Outcome
-from tjobs.delivery.sender import CallbackRequest, CallbackSender
-from tjobs.delivery.ssrf import AllowList, TargetGuard
+from tjobs.delivery.ssrf import TargetGuard
+from tjobs.delivery.transport import CallbackRequest, Transport
 from tjobs.settings import CallbackSettings
 
 DNS = {"hook.test": ["127.0.0.1"], "other.test": ["127.0.0.1"], "two.test": ["127.0.0.3", "127.0.0.1"]}
@@ -30,10 +31,6 @@ async def fake_dns(host: str, port: int) -> list[ResolveResult]:
         {"hostname": host, "host": a, "port": port, "family": socket.AF_INET, "proto": 0, "flags": 0}
         for a in DNS[host.rstrip(".")]
     ]
-
-
-async def no_allow_list(app_id: str) -> AllowList:
-    return AllowList.parse([])
 
 
 def request_for(url: str) -> CallbackRequest:
@@ -123,11 +120,17 @@ async def tls_receiver(certificates: Path) -> AsyncIterator[TlsReceiver]:
         await runner.cleanup()
 
 
+@pytest.fixture(params=list(HTTP_TRANSPORTS))
+def sender_class(request: pytest.FixtureRequest) -> HttpTransportClass:
+    """Each real HTTP transport in turn (the guarantee holds for every ``callbacks.transport``)."""
+    return HTTP_TRANSPORTS[request.param]
+
+
 @pytest_asyncio.fixture
-async def sender(certificates: Path) -> AsyncIterator[CallbackSender]:
-    guard = TargetGuard(no_allow_list, allow_loopback=True, resolve=fake_dns)
+async def sender(certificates: Path, sender_class: HttpTransportClass) -> AsyncIterator[Transport]:
+    guard = TargetGuard(allow_loopback=True, resolve=fake_dns)
     trust = ssl.create_default_context(cafile=str(certificates / "ca.pem"))
-    made = CallbackSender(CallbackSettings(timeout_ms=3000), policy=guard.policy, ssl_context=trust)
+    made = sender_class(CallbackSettings(timeout_ms=3000), policy=guard.policy, ssl_context=trust)
     try:
         yield made
     finally:
@@ -135,7 +138,7 @@ async def sender(certificates: Path) -> AsyncIterator[CallbackSender]:
 
 
 async def test_tls_speaks_to_the_name_while_connecting_to_the_judged_address(
-    sender: CallbackSender, tls_receiver: TlsReceiver
+    sender: Transport, tls_receiver: TlsReceiver
 ) -> None:
     result = await sender.send(request_for(f"https://HOOK.test:{tls_receiver.port}/hook"))
     assert (result.status, result.outcome) == (204, Outcome.DELIVERED), result
@@ -145,7 +148,7 @@ async def test_tls_speaks_to_the_name_while_connecting_to_the_judged_address(
 
 @pytest.mark.parametrize("host", ["other.test", "127.0.0.1"])
 async def test_a_certificate_not_for_the_host_is_refused_before_anything_is_sent(
-    sender: CallbackSender, tls_receiver: TlsReceiver, host: str
+    sender: Transport, tls_receiver: TlsReceiver, host: str
 ) -> None:
     result = await sender.send(request_for(f"https://{host}:{tls_receiver.port}/hook"))
     assert result.status is None and result.outcome is Outcome.RETRYABLE
@@ -153,7 +156,7 @@ async def test_a_certificate_not_for_the_host_is_refused_before_anything_is_sent
     assert tls_receiver.hosts == []
 
 
-async def test_the_next_judged_address_is_tried_only_when_connecting_failed(sender: CallbackSender) -> None:
+async def test_the_next_judged_address_is_tried_only_when_connecting_failed(sender: Transport) -> None:
     async with Receiver() as receiver:  # on 127.0.0.1; nothing listens on 127.0.0.3
         result = await sender.send(request_for(f"http://two.test:{receiver.port}/hook"))
         assert (result.status, result.outcome) == (200, Outcome.DELIVERED), result

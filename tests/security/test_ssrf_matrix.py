@@ -45,10 +45,11 @@ import pytest
 import pytest_asyncio
 from aiohttp.abc import ResolveResult
 
+from tests.http_transports import HTTP_TRANSPORTS, HttpTransportClass
 from tjobs.clock import ManualClock
 from tjobs.delivery.retry import Outcome
-from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender
 from tjobs.delivery.ssrf import RESOLVE_CACHE_TTL_MS, AllowList, TargetGuard, classify_address
+from tjobs.delivery.transport import AttemptResult, CallbackRequest, Transport
 from tjobs.errors import InvalidInput
 from tjobs.service.validation import normalize_callback
 from tjobs.settings import CallbackSettings, LimitSettings
@@ -366,7 +367,7 @@ def listeners() -> Any:
 @dataclass
 class Rig:
     guard: TargetGuard
-    sender: CallbackSender
+    sender: Transport
     dns: FakeDns
     clock: ManualClock
     listeners: Listeners
@@ -375,15 +376,21 @@ class Rig:
 REDIRECT_APP = "redirecting-app"
 
 
-async def allow_list_of(app_id: str) -> AllowList:
+def allow_list_of(app_id: str) -> AllowList:
     return AllowList.parse([f"{REDIRECTOR}/32"] if app_id == REDIRECT_APP else [])
 
 
+@pytest.fixture(params=list(HTTP_TRANSPORTS))
+def sender_class(request: pytest.FixtureRequest) -> HttpTransportClass:
+    """Each real HTTP transport in turn (the guarantee holds for every ``callbacks.transport``)."""
+    return HTTP_TRANSPORTS[request.param]
+
+
 @pytest_asyncio.fixture
-async def rig(listeners: Listeners) -> AsyncIterator[Rig]:
+async def rig(listeners: Listeners, sender_class: HttpTransportClass) -> AsyncIterator[Rig]:
     dns, clock = FakeDns(), ManualClock(1_000_000)
-    guard = TargetGuard(allow_list_of, resolve=dns, clock=clock)
-    sender = CallbackSender(CallbackSettings(timeout_ms=2000), policy=guard.policy)
+    guard = TargetGuard(resolve=dns, clock=clock)
+    sender = sender_class(CallbackSettings(timeout_ms=2000), policy=guard.policy)
     try:
         yield Rig(guard, sender, dns, clock, listeners)
     finally:
@@ -391,10 +398,12 @@ async def rig(listeners: Listeners) -> AsyncIterator[Rig]:
 
 
 def request_for(url: str, app_id: str = "tenant") -> CallbackRequest:
-    return CallbackRequest(app_id, "1-1", url, "POST", {"content-type": "application/json"}, b"{}", 2000, 1)
+    return CallbackRequest(
+        app_id, "1-1", url, "POST", {"content-type": "application/json"}, b"{}", 2000, 1, allow_list_of(app_id)
+    )
 
 
-async def send_recording(sender: CallbackSender, request: CallbackRequest) -> AttemptResult:
+async def send_recording(sender: Transport, request: CallbackRequest) -> AttemptResult:
     CONNECTS.clear()
     _STATE["recording"] = True
     try:

@@ -1,6 +1,6 @@
 """SSRF matrix: no connection is ever attempted to a refused callback target.
 
-Given the node's target guard wired into a real :class:`CallbackSender` (the policy hands the sender
+Given the node's target guard wired into each real HTTP transport (the policy hands the sender
 the judged addresses; the sender connects to those only) and a fake DNS, when a callback is sent to
 each refused target (addresses in every range and encoding, names resolving to them, non-HTTP
 schemes), then the attempt is a permanent failure and an audit hook
@@ -21,12 +21,13 @@ import pytest
 import pytest_asyncio
 from aiohttp.abc import ResolveResult
 
+from tests.http_transports import HTTP_TRANSPORTS, HttpTransportClass
 from tests.receiver import Receiver
 from tjobs.clock import ManualClock
 from tjobs.delivery import ssrf
 from tjobs.delivery.retry import Outcome
-from tjobs.delivery.sender import AttemptResult, CallbackRequest, CallbackSender, Route
 from tjobs.delivery.ssrf import AllowList, TargetGuard, classify_address
+from tjobs.delivery.transport import AttemptResult, CallbackRequest, Route, Transport
 from tjobs.errors import InvalidInput
 from tjobs.settings import CallbackSettings
 
@@ -112,7 +113,7 @@ class FakeDns:
 ALLOWING_APP = "app-with-allow-list"
 
 
-async def allow_list_of(app_id: str) -> AllowList:
+def allow_list_of(app_id: str) -> AllowList:
     if app_id == ALLOWING_APP:
         return AllowList.parse(["10.0.0.0/8", "*.corp.test", "fd00::/8"])
     return AllowList.parse([])
@@ -291,21 +292,29 @@ def test_the_matrix_has_at_least_one_hundred_cases() -> None:
 
 
 def request_for(url: str, app_id: str = "app") -> CallbackRequest:
-    return CallbackRequest(app_id, "1-1", url, "POST", {"content-type": "application/json"}, b"{}", 1000, 1)
+    return CallbackRequest(
+        app_id, "1-1", url, "POST", {"content-type": "application/json"}, b"{}", 1000, 1, allow_list_of(app_id)
+    )
+
+
+@pytest.fixture(params=list(HTTP_TRANSPORTS))
+def sender_class(request: pytest.FixtureRequest) -> HttpTransportClass:
+    """Each real HTTP transport in turn (the guarantee holds for every ``callbacks.transport``)."""
+    return HTTP_TRANSPORTS[request.param]
 
 
 @pytest_asyncio.fixture
-async def guarded() -> AsyncIterator[tuple[TargetGuard, CallbackSender, FakeDns]]:
+async def guarded(sender_class: HttpTransportClass) -> AsyncIterator[tuple[TargetGuard, Transport, FakeDns]]:
     dns = FakeDns()
-    guard = TargetGuard(allow_list_of, resolve=dns)
-    sender = CallbackSender(CallbackSettings(timeout_ms=1000), policy=guard.policy)
+    guard = TargetGuard(resolve=dns)
+    sender = sender_class(CallbackSettings(timeout_ms=1000), policy=guard.policy)
     try:
         yield guard, sender, dns
     finally:
         await sender.close()
 
 
-async def send_recording(sender: CallbackSender, request: CallbackRequest) -> tuple[AttemptResult, list[Any]]:
+async def send_recording(sender: Transport, request: CallbackRequest) -> tuple[AttemptResult, list[Any]]:
     CONNECTS.clear()
     LOOKUPS.clear()
     _RECORDING[0] = True
@@ -318,7 +327,7 @@ async def send_recording(sender: CallbackSender, request: CallbackRequest) -> tu
 
 @pytest.mark.parametrize("url", REFUSED)
 async def test_no_connection_is_attempted_to_a_refused_target(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
+    guarded: tuple[TargetGuard, Transport, FakeDns], url: str
 ) -> None:
     _, sender, _ = guarded
     result, connects = await send_recording(sender, request_for(url))
@@ -330,7 +339,7 @@ async def test_no_connection_is_attempted_to_a_refused_target(
 
 @pytest.mark.parametrize("url", [u for u in REFUSED if "does-not-exist" not in u.lower()])
 async def test_a_refused_target_is_refused_at_registration_naming_the_field(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
+    guarded: tuple[TargetGuard, Transport, FakeDns], url: str
 ) -> None:
     guard, _, _ = guarded
     with pytest.raises(InvalidInput) as refused:
@@ -339,7 +348,7 @@ async def test_a_refused_target_is_refused_at_registration_naming_the_field(
 
 
 async def test_a_name_that_does_not_resolve_yet_is_accepted_at_registration_and_retried_at_send(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns],
+    guarded: tuple[TargetGuard, Transport, FakeDns],
 ) -> None:
     guard, sender, _ = guarded
     await guard.check_registration(["http://does-not-exist.test/"], AllowList.parse([]))
@@ -348,7 +357,7 @@ async def test_a_name_that_does_not_resolve_yet_is_accepted_at_registration_and_
 
 
 async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns],
+    guarded: tuple[TargetGuard, Transport, FakeDns], sender_class: HttpTransportClass
 ) -> None:
     _, sender, dns = guarded
     async with Receiver() as receiver:  # listening on 127.0.0.1: where a rebinding would land
@@ -358,8 +367,8 @@ async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback
         assert [c[0] for c in connects] == [PUBLIC_V4]
         assert receiver.requests == [] and result.status is None
         # A fresh guard now sees the private answer and refuses without connecting.
-        guard2 = TargetGuard(allow_list_of, resolve=dns)
-        sender2 = CallbackSender(CallbackSettings(timeout_ms=1000), policy=guard2.policy)
+        guard2 = TargetGuard(resolve=dns)
+        sender2 = sender_class(CallbackSettings(timeout_ms=1000), policy=guard2.policy)
         try:
             result2, connects2 = await send_recording(sender2, request_for(f"http://rebind.test:{port}/hook"))
         finally:
@@ -368,7 +377,7 @@ async def test_a_resolver_answering_public_then_private_cannot_rebind_a_callback
 
 
 async def test_the_policy_routes_to_the_judged_answers_and_the_client_never_resolves(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns],
+    guarded: tuple[TargetGuard, Transport, FakeDns],
 ) -> None:
     guard, sender, _ = guarded
     refusal = await guard.policy(request_for("http://intranet.test/"))
@@ -394,10 +403,10 @@ async def test_the_policy_routes_to_the_judged_answers_and_the_client_never_reso
     ],
 )
 async def test_the_apps_allow_list_admits_what_it_names(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
+    guarded: tuple[TargetGuard, Transport, FakeDns], url: str
 ) -> None:
     guard, sender, _ = guarded
-    await guard.check_registration([url], await allow_list_of(ALLOWING_APP))
+    await guard.check_registration([url], allow_list_of(ALLOWING_APP))
     result, connects = await send_recording(sender, request_for(url, ALLOWING_APP))
     assert len(connects) == 1  # attempted (and stopped by the audit hook: no real network in tests)
     assert result.outcome is Outcome.RETRYABLE
@@ -413,17 +422,17 @@ async def test_the_apps_allow_list_admits_what_it_names(
     ],
 )
 async def test_the_allow_list_never_admits_metadata_or_what_it_does_not_name(
-    guarded: tuple[TargetGuard, CallbackSender, FakeDns], url: str
+    guarded: tuple[TargetGuard, Transport, FakeDns], url: str
 ) -> None:
     _, sender, _ = guarded
     result, connects = await send_recording(sender, request_for(url, ALLOWING_APP))
     assert connects == [] and result.outcome is Outcome.PERMANENT
 
 
-async def test_dev_mode_admits_loopback_and_nothing_else() -> None:
+async def test_dev_mode_admits_loopback_and_nothing_else(sender_class: HttpTransportClass) -> None:
     dns = FakeDns()
-    guard = TargetGuard(allow_list_of, allow_loopback=True, resolve=dns)
-    sender = CallbackSender(CallbackSettings(timeout_ms=2000), policy=guard.policy)
+    guard = TargetGuard(allow_loopback=True, resolve=dns)
+    sender = sender_class(CallbackSettings(timeout_ms=2000), policy=guard.policy)
     try:
         async with Receiver() as receiver:
             result, connects = await send_recording(sender, request_for(receiver.url("/hook")))
@@ -436,7 +445,7 @@ async def test_dev_mode_admits_loopback_and_nothing_else() -> None:
         await sender.close()
 
 
-async def test_public_targets_are_attempted(guarded: tuple[TargetGuard, CallbackSender, FakeDns]) -> None:
+async def test_public_targets_are_attempted(guarded: tuple[TargetGuard, Transport, FakeDns]) -> None:
     _, sender, _ = guarded
     for url in (f"http://{PUBLIC_V4}/", "https://public.test/hook", "http://[2606:2800:220:1::1]/"):
         result, connects = await send_recording(sender, request_for(url))
@@ -448,7 +457,8 @@ def test_public_addresses_are_not_classified(address: str) -> None:
     assert classify_address(ipaddress.ip_address(address)) is None
 
 
-def test_redirects_are_never_followed() -> None:
+def test_the_aiohttp_transport_never_follows_redirects() -> None:
+    """(The transport contract suite proves it of every transport, on the wire.)"""
     import inspect
 
     from tjobs.delivery import sender
@@ -471,7 +481,7 @@ async def test_a_burst_of_sends_to_one_name_is_resolved_and_judged_once_per_ttl(
 
     monkeypatch.setattr(ssrf, "judge", counting_judge)
     dns, clock = FakeDns(), ManualClock(1_000_000)
-    guard = TargetGuard(allow_list_of, resolve=dns, clock=clock)
+    guard = TargetGuard(resolve=dns, clock=clock)
     for _ in range(50):
         assert isinstance(await guard.policy(request_for("https://public.test/hook")), Route)
         refusal = await guard.policy(request_for("https://intranet.test/hook"))
@@ -488,7 +498,7 @@ async def test_a_burst_of_sends_to_one_name_is_resolved_and_judged_once_per_ttl(
 
 async def test_a_cached_answer_that_changes_is_judged_again_on_expiry(caplog: pytest.LogCaptureFixture) -> None:
     dns, clock = FakeDns(), ManualClock(1_000_000)
-    guard = TargetGuard(allow_list_of, resolve=dns, clock=clock)
+    guard = TargetGuard(resolve=dns, clock=clock)
     public = ipaddress.ip_address(PUBLIC_V4)
     first = await guard.policy(request_for("http://rebind.test/hook"))  # public at first
     second = await guard.policy(request_for("http://rebind.test/hook"))  # same cached answer
