@@ -119,6 +119,7 @@ class EtcdCoordinator(Coordinator):
         self._on_change: OwnershipListener | None = None
         self._owned: frozenset[int] = frozenset()
         self._handed_owned: frozenset[int] | None = frozenset()  # what the listener last took (None: failed)
+        self._handing = asyncio.Lock()
         self._etcd_failed_at = float("-inf")  # monotonic: the latest failed etcd call or lost lease
         self._session_fence_deferred = False
         self._held: set[int] = set()
@@ -625,14 +626,18 @@ class EtcdCoordinator(Coordinator):
 
     async def _set_owned(self, owned: frozenset[int]) -> None:
         """Hand ``owned`` to the listener; one that raised (a load failed: a database session ended
-        under it, a server flapped) is handed the set again at the next call, even an unchanged one."""
+        under it, a server flapped) is handed the set again at the next call, even an unchanged one.
+        One hand-over at a time: the keepalive loop (a lost lease) and the sync loop (a re-plan) both
+        call this: a later call waits for the one in progress, and a set superseded while it waited is
+        not handed at all (``owned_jobs`` says the newest at once)."""
         self._owned = owned
-        if owned == self._handed_owned:
-            return
-        self._handed_owned = None
-        if self._on_change is not None:
-            await self._on_change(owned)
-        self._handed_owned = owned
+        async with self._handing:
+            if owned is not self._owned or owned == self._handed_owned:
+                return
+            self._handed_owned = None
+            if self._on_change is not None:
+                await self._on_change(owned)
+            self._handed_owned = owned
 
     # ---- view ----------------------------------------------------------------------------------------
 
