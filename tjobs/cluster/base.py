@@ -17,7 +17,7 @@ OwnershipListener = Callable[[frozenset[int]], Awaitable[None]]
 
 class Coordinator(ABC):
     """Grants this node a set of jobs. Ownership is for liveness only; correctness comes from the
-    fire transaction's compare-and-set (invariant 6), so a brief overlap is safe and a gap is not.
+    fire transaction's compare-and-set (invariant 6, docs/design.md), so a brief overlap is safe and a gap is not.
 
     The listener's hand-overs, the one rule every method below relies on:
 
