@@ -6,7 +6,6 @@ path handed in here; everything else is the same code.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import socket
@@ -18,10 +17,10 @@ from tjobs.clock import Clock, SystemClock
 from tjobs.cluster.base import Coordinator
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local import LocalCoordinator
-from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.deliverer import Deliverer
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.ssrf import AllowList, TargetGuard, allow_list_of_app
-from tjobs.delivery.transport import AttemptResult, Transport
+from tjobs.delivery.ssrf import TargetGuard
+from tjobs.delivery.transport import Transport
 from tjobs.delivery.transports import build_transport
 from tjobs.errors import TjobsError
 from tjobs.firing.compensator import Compensator
@@ -30,8 +29,8 @@ from tjobs.firing.retention import RetentionSweeper
 from tjobs.firing.runner import JobRunner
 from tjobs.hotpath.base import HotPath
 from tjobs.hotpath.local import LocalHotPath
-from tjobs.model import App, FireOutcome, Flow, FlowKind, FlowStatus, FlowUpdate, Task
 from tjobs.observability.metrics import Metrics, NullMetrics
+from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
 from tjobs.service.apps import AppDirectory
 from tjobs.service.tasks import TaskService
@@ -106,25 +105,25 @@ class Node:
             self.topology.shard_count, self.node_id, self.db_health
         )
         self.hotpath: HotPath = parts.hotpath or LocalHotPath()
-        # Every hook below reaches the metrics through self.metrics when it runs (never a bound method
-        # taken here), so this one attribute decides whether metrics are on.
         self.metrics = Metrics() if settings.metrics.enabled else NullMetrics()
         self.slo = ServiceLevels(self.clock.now_ms)  # fed with or without metrics: GET /v1/slo, /v1/stats
-        self.hotpath.lag_observer = self._observe_hot_tier_lag
+        # Metrics and SLO accounting hang off this one observer of the runner, deliverer, limiter and hot path.
+        self.observer = MetricsObserver(self.metrics, self.slo, self.clock.now_ms)
         self.apps = AppDirectory(self.store, self.clock)
-        # SSRF: every send re-judges the target and connects only to the judged addresses.
-        self.guard = TargetGuard(self._allow_list_of, allow_loopback=settings.allow_loopback_callbacks)
+        # SSRF: every send re-judges the target (with the allow-list its request carries) and connects
+        # only to the judged addresses.
+        self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
         self.transport: Transport = parts.transport or build_transport(settings.callbacks, policy=self.guard.policy)
-        self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, on_throttled=self._observe_throttled)
+        self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, observer=self.observer)
         self.deliverer = Deliverer(
             self.store,
             self.transport,
             self.limiter,
             settings.callbacks,
             self.clock,
-            on_result=self._observe_attempt,
-            on_update=self._observe_flow_update,
-            fence=self._may_send,
+            apps=self.apps,
+            observer=self.observer,
+            fence=self.coordinator.may_fire,
             status_reader=self.store,
         )
         scheduler = settings.scheduler
@@ -133,28 +132,28 @@ class Node:
             self.store,
             self.coordinator,
             self.planner,
-            self._deliver,
+            self.deliverer.deliver,
             scheduler,
             self.clock,
-            on_fire_outcomes=self._observe_outcomes,
+            observer=self.observer,
+            hotpath=self.hotpath,
         )
         self.db_health.subscribe(self.runner.set_paused)
         lease_ms = settings.callbacks.timeout_ms * 2 + 10_000
         self.compensator = Compensator(
             self.store,
-            self._owned_jobs,
+            self.runner.firing_jobs,
             self.deliverer.in_flight,
-            self._deliver,
+            self.deliverer.deliver,
             settings.compensator,
             self.clock,
             lease_ms,
-            fence=self._may_send,
+            fence=self.coordinator.may_fire,
         )
-        self.retention = RetentionSweeper(self.store, self._owned_jobs, settings.retention, self.clock)
-        self.tasks = TaskService(self.store, self.hotpath, settings, self.clock, self.topology)
-        self.tasks.manual_flow_sink = self._deliver
-        self._pending_lookups: set[asyncio.Task[None]] = set()
-        self._app_lookups: dict[str, asyncio.Future[App]] = {}
+        self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
+        self.tasks = TaskService(
+            self.store, self.hotpath, settings, self.clock, self.topology, flow_sink=self.deliverer.deliver
+        )
         self.started = False
 
     async def start(self) -> None:
@@ -167,8 +166,8 @@ class Node:
         await self.deliverer.start()
         await self.runner.start()
         await self.db_health.start()
-        await self.hotpath.start(self.runner.on_task_change)
-        await self.coordinator.start(self._on_ownership)
+        await self.hotpath.start(self.runner.on_task_change, self.observer)
+        await self.coordinator.start(self.runner.set_owned)
         await self.compensator.start()
         await self.retention.start()
         await self.tasks.counts.start()
@@ -190,20 +189,6 @@ class Node:
         await self.transport.close()
         await self.store.close()
         logger.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
-
-    async def _allow_list_of(self, app_id: str) -> AllowList:
-        app = self.apps.cached(app_id) or await self._fetch_app(app_id)
-        return allow_list_of_app(app.settings)
-
-    async def _fetch_app(self, app_id: str) -> App:
-        """The app from the store, one lookup per app at a time: when its cache entry expires in the
-        middle of a burst, every fire and send that misses shares the one query instead of each
-        sending its own."""
-        lookup = self._app_lookups.get(app_id)
-        if lookup is None:
-            lookup = self._app_lookups[app_id] = asyncio.ensure_future(self.apps.get(app_id))
-            lookup.add_done_callback(lambda done: self._app_lookups.pop(app_id, None))
-        return await asyncio.shield(lookup)
 
     def status(self) -> NodeStatus:
         stats = self.runner.stats
@@ -235,75 +220,9 @@ class Node:
             return "node owns no jobs yet"
         return None
 
-    def _may_send(self) -> bool:
-        """The node's fence for delivery and re-drives: closed once its lease has expired."""
-        return self.coordinator.may_fire(self.clock.now_ms())
-
-    def _owned_jobs(self) -> frozenset[int]:
-        """The jobs the compensator and retention work on: owned, and not paused for their server."""
-        return self.runner.owned - self.runner.paused
-
-    async def _on_ownership(self, owned: frozenset[int]) -> None:
-        await self.hotpath.watch(owned)  # right before the load: later changes of a gained shard follow it
-        await self.runner.set_owned(owned)
-        self.metrics.jobs_owned.set(len(owned))
-
-    def _deliver(self, task: Task, flow: Flow) -> None:
-        """Hand a committed flow to the deliverer; the app comes from the cache (fetched if cold)."""
-        app = self.apps.cached(task.app_id)
-        if app is not None:
-            self.deliverer.submit(CallbackJob(task, flow, app))
-            return
-        lookup = asyncio.create_task(self._deliver_after_lookup(task, flow))
-        self._pending_lookups.add(lookup)
-        lookup.add_done_callback(self._pending_lookups.discard)
-
-    async def _deliver_after_lookup(self, task: Task, flow: Flow) -> None:
-        try:
-            app = await self._fetch_app(task.app_id)
-        except Exception:
-            # The flow stays pending in the store; the compensator re-drives it.
-            logger.exception(
-                "app %s unavailable for flow %s",
-                task.app_id,
-                flow.id,
-                extra={"action": "delivery_deferred", "flow_id": flow.id},
-            )
-            return
-        self.deliverer.submit(CallbackJob(task, flow, app))
-
-    def _observe_outcomes(self, outcomes: list[FireOutcome], now_ms: int, duration_s: float) -> None:
-        self.metrics.fire_tx_duration.observe(duration_s)
-        self.metrics.fire_tx_batch.observe(len(outcomes))
-        for outcome in outcomes:
-            if outcome.task is None:
-                continue
-            lateness_s = max((now_ms - outcome.intent.scheduled_at_ms) / 1000, 0.0)
-            self.metrics.observe_fire(outcome.task.app_id, lateness_s)
-            self.slo.observe_fire(outcome.task.app_id, lateness_s)
-            for flow in outcome.flows:
-                if flow.kind is FlowKind.MISFIRE or flow.missed:
-                    self.metrics.misfires.labels(flow.app_id, str(outcome.task.misfire_policy)).inc(
-                        flow.missed + (flow.kind is FlowKind.MISFIRE)
-                    )
-
-    def _observe_attempt(self, job: CallbackJob, result: AttemptResult) -> None:
-        self.metrics.observe_attempt(job.task.app_id, str(result.outcome), result.status, result.duration_s)
-
-    def _observe_flow_update(self, job: CallbackJob, update: FlowUpdate) -> None:
-        lateness_s = None
-        if update.status is FlowStatus.DELIVERED and update.attempts <= 1:
-            lateness_s = max((self.clock.now_ms() - update.scheduled_at_ms) / 1000, 0.0)
-        self.metrics.observe_flow_update(job.task.app_id, update.status.value, lateness_s)
-        self.slo.observe_outcome(job.task.app_id, update.status.value)
-
-    def _observe_throttled(self, app_id: str, reason: str) -> None:
-        self.metrics.observe_throttled(app_id, reason)
-
-    def _observe_hot_tier_lag(self, lag_s: float) -> None:
-        self.metrics.observe_hot_tier_lag(self.hotpath.tier, lag_s)
-
     def refresh_gauges(self) -> None:
+        """Bring the scrape-time gauges up to date (called by ``GET /metrics``)."""
+        self.metrics.jobs_owned.set(len(self.runner.owned))
         self.metrics.wheel_size.set(len(self.runner.wheel))
         self.metrics.cycle_load_duration.set(self.runner.stats.last_load_ms / 1000)
         self.metrics.commit_backlog.set(self.runner.backlog)

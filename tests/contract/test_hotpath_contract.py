@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from sqlalchemy import text
 
 from sharding import TaskIdGenerator
+from tests.observers import RecordingObserver
 from tjobs.clock import ManualClock, SystemClock
 from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.hotpath.dbpoll import DbPollHotPath
@@ -44,7 +45,11 @@ def task_id(shard: int) -> int:
 @dataclass
 class Recorder:
     changes: list[TaskChange] = field(default_factory=list)
-    lags_s: list[float] = field(default_factory=list)
+    observer: RecordingObserver = field(default_factory=RecordingObserver)  # the tier reports lags to it
+
+    @property
+    def lags_s(self) -> list[float]:
+        return self.observer.lags_s
 
     def __call__(self, change: TaskChange) -> None:
         self.changes.append(change)
@@ -78,12 +83,11 @@ async def _start(
     outage: Callable[[Pair], Awaitable[None]],
 ) -> Pair:
     published, received = Recorder(), Recorder()
-    owner.lag_observer = received.lags_s.append
     if owner is publisher:
-        await owner.start(received)
+        await owner.start(received, received.observer)
         published = received
     else:
-        await owner.start(received)
+        await owner.start(received, received.observer)
         await publisher.start(published)
     await owner.watch(EVERY_SHARD)
     return Pair(publisher, owner, published, received, remote, lose_state, outage)

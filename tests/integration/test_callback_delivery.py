@@ -17,6 +17,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from tests.delivery_fakes import ManualTime
+from tests.observers import RecordingObserver
 from tests.receiver import Received, Receiver, Reply, unused_port
 from tjobs.clock import SystemClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
@@ -24,7 +25,7 @@ from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.retry import Outcome
 from tjobs.delivery.signing import generate_secret
-from tjobs.delivery.transport import AttemptResult, CallbackRequest
+from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import (
     App,
     DeliveryMode,
@@ -474,18 +475,17 @@ async def test_a_vetoed_target_is_never_connected_and_dies(
     assert receiver.requests == []
 
 
-async def test_every_attempt_is_reported_to_on_result(
+async def test_every_attempt_is_reported_to_the_observer(
     receiver: Receiver, recorder: MemoryRecorder, make_deliverer: DelivererFactory
 ) -> None:
     receiver.script("/hook", Reply(500))
-    results: list[AttemptResult] = []
-    updates: list[FlowUpdate] = []
-    deliverer = await started(
-        make_deliverer(on_result=lambda job, r: results.append(r), on_update=lambda job, u: updates.append(u))
-    )
+    observer = RecordingObserver()
+    deliverer = await started(make_deliverer(observer=observer))
     job = make_job({"urls": [receiver.url("/hook")]})
     deliverer.submit(job)
     await recorder.wait_terminal([job.flow.id])
+    results = [r for _, r in observer.attempts]
+    updates = [u for _, u in observer.updates]
     assert [(r.attempt, r.outcome, r.status) for r in results] == [
         (1, Outcome.RETRYABLE, 500),
         (2, Outcome.DELIVERED, 200),

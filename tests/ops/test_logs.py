@@ -13,6 +13,7 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
+from tests.observers import FailingObserver
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.clock import SystemClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
@@ -165,7 +166,7 @@ def _job() -> CallbackJob:
 
 
 async def test_every_delivery_log_line_carries_the_flow_id(json_logs: Any) -> None:
-    # Given a target whose check fails unexpectedly once, then refuses it for good, and hooks that fail
+    # Given a target whose check fails unexpectedly once, then refuses it for good, and an observer that fails
     calls = 0
 
     async def policy(request: CallbackRequest) -> str | None:
@@ -174,9 +175,6 @@ async def test_every_delivery_log_line_carries_the_flow_id(json_logs: Any) -> No
         if calls == 1:
             raise RuntimeError("resolver bug")
         return "refused by policy"
-
-    def failing_hook(*_: object) -> None:
-        raise ValueError("hook bug")
 
     settings = CallbackSettings(backoff_base_ms=1, backoff_max_ms=5, max_attempts=3)
     sender = HttpTransport(settings, policy=policy)
@@ -187,8 +185,7 @@ async def test_every_delivery_log_line_carries_the_flow_id(json_logs: Any) -> No
         AppLimiter(10),
         settings,
         SystemClock(),
-        on_result=failing_hook,
-        on_update=failing_hook,
+        observer=FailingObserver(),
         flush_interval_s=0.01,
     )
     job = _job()

@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tjobs.clock import ManualClock
 from tjobs.observability.metrics import Metrics, status_class
+from tjobs.observability.observer import MetricsObserver
+from tjobs.observability.slo import ServiceLevels
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -132,12 +135,18 @@ def test_flow_outcomes_count_retries_dead_letters_and_first_delivery_lateness() 
     assert got[("tjobs_delivery_lateness_seconds_bucket", (("app", "shop"), ("le", "0.5")))] == 1
 
 
+def _observer(metrics: Metrics) -> MetricsObserver:
+    """The node's observer over ``metrics`` (what a node's limiter reports to)."""
+    clock = ManualClock(0)
+    return MetricsObserver(metrics, ServiceLevels(clock.now_ms), clock.now_ms)
+
+
 async def test_callbacks_delayed_by_the_rate_limit_are_counted_as_throttled_by_rate() -> None:
     from tjobs.delivery.limiter import AppLimiter
 
     # Given an app limited to 64/s with a burst of 4, and a frozen limiter clock
     metrics = Metrics()
-    limiter = AppLimiter(10, burst_s=1 / 16, monotonic=lambda: 0.0, on_throttled=metrics.observe_throttled)
+    limiter = AppLimiter(10, burst_s=1 / 16, monotonic=lambda: 0.0, observer=_observer(metrics))
 
     async def one() -> None:
         async with limiter.slot("shop", 64.0, 100):
@@ -155,7 +164,7 @@ async def test_callbacks_queued_for_the_apps_concurrency_cap_are_counted_as_thro
     from tjobs.delivery.limiter import AppLimiter
 
     metrics = Metrics()
-    limiter = AppLimiter(100, on_throttled=metrics.observe_throttled)
+    limiter = AppLimiter(100, observer=_observer(metrics))
 
     async def hold() -> None:
         async with limiter.slot("shop", 0.0, 2):
@@ -171,7 +180,7 @@ async def test_waiting_for_the_nodes_global_cap_is_not_an_apps_throttling() -> N
     from tjobs.delivery.limiter import AppLimiter
 
     metrics = Metrics()
-    limiter = AppLimiter(1, on_throttled=metrics.observe_throttled)
+    limiter = AppLimiter(1, observer=_observer(metrics))
 
     async def hold(app: str) -> None:
         async with limiter.slot(app, 0.0, 10):
@@ -418,7 +427,7 @@ def test_a_misfire_committed_by_the_node_is_counted_by_policy() -> None:
     )
     flow = Flow(7, scheduled_ms, "shop", FlowKind.MISFIRE, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms, missed=1)
     # A fire found 2 minutes late, collapsing one more missed occurrence, as the fire transaction reports it
-    node._observe_outcomes([FireOutcome(FireIntent(7, scheduled_ms, 2), task, [flow])], now_ms, 0.003)
+    node.observer.fires_committed([FireOutcome(FireIntent(7, scheduled_ms, 2), task, [flow])], now_ms, 0.003)
     got = samples(node.metrics)
     assert got[("tjobs_misfires_total", (("app", "shop"), ("policy", "fire_soon")))] == 2
     assert got[("tjobs_fires_total", (("app", "shop"), ("outcome", "committed")))] == 1

@@ -23,7 +23,7 @@ def compensator(
     redrive: Callable[[Task, Flow], None],
     *,
     busy: Callable[[], set[str]] = set,
-    fence: Callable[[], bool] | None = None,
+    fence: Callable[[int], bool] | None = None,
 ) -> Compensator:
     every_shard = frozenset(store.topology.shards())
     return Compensator(store, lambda: every_shard, busy, redrive, GRACE, CLOCK, LEASE_MS, fence=fence)
@@ -114,7 +114,7 @@ async def test_a_fenced_node_claims_nothing() -> None:
     _, flow = await stored_flow(store, overdue_ms=60_000)
     redriven: list[Flow] = []
 
-    assert await compensator(store, lambda t, f: redriven.append(f), fence=lambda: False).run_once() == 0
+    assert await compensator(store, lambda t, f: redriven.append(f), fence=lambda now_ms: False).run_once() == 0
 
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert redriven == []

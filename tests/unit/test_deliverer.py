@@ -1,18 +1,22 @@
-"""The Deliverer on the memory store with the transport twin: fencing, cancelled flows, throttling."""
+"""The Deliverer on the memory store with the transport twin: fencing, cancelled flows, throttling, apps."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from tests.delivery_fakes import APP, CLOCK, SETTINGS, attempts_of, scripted, stored_flow
+from tests.observers import RecordingObserver
+from tjobs.delivery.allow_list import AllowList
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import RecordingTransport
 from tjobs.model import App, Flow, FlowStatus, parse_flow_id
+from tjobs.service.apps import AppDirectory
 from tjobs.stores.memory import MemoryTaskStore
 
 Build = Callable[..., Awaitable[Deliverer]]
@@ -74,7 +78,7 @@ async def test_a_node_whose_fence_is_closed_sends_nothing_and_leaves_the_flow_to
     store: MemoryTaskStore, build: Build
 ) -> None:
     transport = scripted()
-    deliverer = await build(transport, fence=lambda: False)
+    deliverer = await build(transport, fence=lambda now_ms: False)
     task, flow = await stored_flow(store)
 
     deliverer.submit(CallbackJob(task, flow, APP))
@@ -93,7 +97,7 @@ async def test_a_fence_closing_between_attempts_stops_the_retries(store: MemoryT
     # Given a flow whose first attempt fails while the node still holds its lease
     fence_open = True
     transport = scripted(500, then=200)
-    deliverer = await build(transport, fence=lambda: fence_open)
+    deliverer = await build(transport, fence=lambda now_ms: fence_open)
     task, flow = await stored_flow(store)
     deliverer.submit(CallbackJob(task, flow, APP))
     await transport.wait_for(1)
@@ -150,8 +154,9 @@ async def test_waiting_for_the_apps_concurrency_cap_is_counted_as_concurrency_th
 ) -> None:
     # Given an app allowed one callback at a time and a slow receiver
     app = App("one-at-a-time", "one", "", APP.secrets, rate_limit_per_s=0.0, max_concurrency=1)
-    throttled: list[tuple[str, str]] = []
-    limiter = AppLimiter(SETTINGS.global_max_in_flight, on_throttled=lambda a, r: throttled.append((a, r)))
+    observer = RecordingObserver()
+    throttled = observer.throttled_calls
+    limiter = AppLimiter(SETTINGS.global_max_in_flight, observer=observer)
     transport = scripted()
     transport.hold = asyncio.Event()
     deliverer = await build(transport, limiter=limiter)
@@ -170,11 +175,81 @@ async def test_waiting_for_the_apps_concurrency_cap_is_counted_as_concurrency_th
 
 
 async def test_a_callback_that_never_waits_is_not_counted(store: MemoryTaskStore, build: Build) -> None:
-    throttled: list[tuple[str, str]] = []
-    limiter = AppLimiter(SETTINGS.global_max_in_flight, on_throttled=lambda a, r: throttled.append((a, r)))
+    observer = RecordingObserver()
+    throttled = observer.throttled_calls
+    limiter = AppLimiter(SETTINGS.global_max_in_flight, observer=observer)
     deliverer = await build(scripted(), limiter=limiter)
     for _ in range(3):
         task, flow = await stored_flow(store)
         deliverer.submit(CallbackJob(task, flow, APP))
     await _settled(deliverer)
     assert throttled == []
+
+
+# ---- apps ------------------------------------------------------------------------------------------
+
+
+class CountingApps(AppDirectory):
+    """The node's app directory over the memory store, its store reads counted."""
+
+    def __init__(self, store: MemoryTaskStore, fail: bool = False) -> None:
+        super().__init__(store, CLOCK)
+        self.store_reads = 0
+        self.fail = fail
+
+    async def _read(self, app_id: str) -> App:
+        self.store_reads += 1
+        await asyncio.sleep(0.02)  # a database round trip: the burst arrives meanwhile
+        if self.fail:
+            raise OSError("database unreachable")
+        return await super()._read(app_id)
+
+
+async def test_a_burst_of_flows_of_a_cold_app_is_delivered_after_one_app_read(
+    store: MemoryTaskStore, build: Build
+) -> None:
+    # Given an app the node has not cached
+    await store.put_app(APP)
+    apps = CountingApps(store)
+    transport = scripted()
+    deliverer = await build(transport, apps=apps)
+    # When ten of its flows are handed over at once
+    for _ in range(10):
+        deliverer.deliver(*await stored_flow(store))
+    # Then the app is read once and every flow is delivered
+    await transport.wait_for(10)
+    await _settled(deliverer)
+    assert apps.store_reads == 1
+    assert len(transport.requests) == 10
+
+
+async def test_a_flow_whose_app_cannot_be_read_stays_pending_for_the_compensator(
+    store: MemoryTaskStore, build: Build, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = scripted()
+    deliverer = await build(transport, apps=CountingApps(store, fail=True))
+    task, flow = await stored_flow(store)
+    with caplog.at_level(logging.ERROR, logger="tjobs.delivery.deliverer"):
+        deliverer.deliver(task, flow)
+        for _ in range(100):
+            if any(getattr(r, "action", None) == "delivery_deferred" for r in caplog.records):
+                break
+            await asyncio.sleep(0.01)
+    assert [
+        getattr(r, "flow_id", None) for r in caplog.records if getattr(r, "action", None) == "delivery_deferred"
+    ] == [flow.id]
+    assert transport.requests == []
+    assert (await _stored(store, flow.id)).status is FlowStatus.PENDING
+
+
+async def test_the_request_carries_its_apps_allow_list(store: MemoryTaskStore, build: Build) -> None:
+    # Given an app whose allow-list admits an internal network
+    app = App("internal", "internal", "", APP.secrets, settings={"allowed_callback_hosts": ["10.0.0.0/8"]})
+    transport = scripted()
+    deliverer = await build(transport)
+    task, flow = await stored_flow(store, app=app)
+    # When its flow is sent
+    deliverer.submit(CallbackJob(task, flow, app))
+    await transport.wait_for(1)
+    # Then the target policy finds the allow-list on the request (no app lookup per send)
+    assert transport.requests[0].allow_list == AllowList.parse(["10.0.0.0/8"])

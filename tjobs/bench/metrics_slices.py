@@ -3,11 +3,12 @@
 Two node processes, one with metrics and one without, differ in more than their metrics: the
 database's state, what else the machine runs meanwhile, where the heap lands. On this 2-core machine
 that spread (±8 % in fires/s between identical runs) is larger than the thing measured. Here one node
-switches ``node.metrics`` between its live :class:`tjobs.observability.metrics.Metrics` and a
+switches ``node.observer.metrics`` between its live :class:`tjobs.observability.metrics.Metrics` and a
 :class:`tjobs.observability.metrics.NullMetrics` every ``slice_s`` seconds, in the order on, off, off, on (so a
 steady drift in the machine's load falls on both), while the fire bench offers more fires than it can
-take. Every fire-path hook of :class:`tjobs.node.Node` reads ``node.metrics`` when it runs, so a slice
-runs exactly the code of a node with metrics on, or of one with them off.
+take. The node's fire-path observer (:class:`tjobs.observability.observer.MetricsObserver`) reads its
+``metrics`` when it runs, so a slice runs exactly the code of a node with metrics on, or of one with
+them off.
 
 The node records each slice's wall-clock span, its own CPU time and the fires it committed meanwhile
 (``RunnerStats.fires_committed``); the fires a slice delivered are the first callbacks the bench's
@@ -55,17 +56,17 @@ class Slice:
 
 
 async def alternate_metrics(node: Any, slice_s: float, out: Path, control: bool = False) -> None:
-    """Switch ``node.metrics`` on and off in :data:`SLICE_ORDER`, one JSON line per slice to ``out``.
+    """Switch ``node.observer.metrics`` on and off in :data:`SLICE_ORDER`, one JSON line per slice to ``out``.
     ``control``: both arms are a :class:`NullMetrics` (two of them), so any difference the comparison
     then reports is the method's own."""
-    live = NullMetrics() if control else node.metrics
+    live = NullMetrics() if control else node.observer.metrics
     if not control and not live.enabled:
         raise ValueError("the node must start with metrics.enabled = true")
     null = NullMetrics()
     with out.open("a", encoding="utf-8") as lines:
         for position in itertools.count():
             on = SLICE_ORDER[position % len(SLICE_ORDER)]
-            node.metrics = live if on else null
+            node.observer.metrics = live if on else null
             start_ms, cpu_s = time.time_ns() // 1_000_000, time.process_time()
             committed = node.runner.stats.fires_committed
             await asyncio.sleep(slice_s)

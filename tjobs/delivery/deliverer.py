@@ -1,7 +1,9 @@
 """The delivery loop: committed fires in, signed callbacks out, flow outcomes recorded in batches.
 
-Life of a flow handed to :meth:`Deliverer.submit` (always after its fire transaction committed):
+Life of a flow handed to :meth:`Deliverer.deliver` (always after its fire transaction committed):
 
+0. Its app comes from the app directory: cached, or read once for every flow waiting on it (a flow
+   whose app cannot be read now stays ``pending`` in the store, and the compensator re-drives it).
 1. It joins its app's queue. Up to the app's ``max_concurrency`` workers drain that queue, each
    attempt holding an :class:`AppLimiter` slot, so a slow or throttled app only ever waits on itself.
 2. An attempt sends to every target not yet delivered (one target for unicast), signed afresh.
@@ -56,6 +58,7 @@ from tjobs.delivery.message import CallbackMessage
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.settings import CallbackSettings
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,18 @@ class CallbackJob:
     task: Task
     flow: Flow
     app: App
+
+
+class AppSource(Protocol):
+    """Where the deliverer finds a flow's app (:class:`tjobs.service.apps.AppDirectory`)."""
+
+    def cached(self, app_id: str) -> App | None:
+        """The app if cached and fresh, without waiting."""
+        ...
+
+    async def get(self, app_id: str) -> App:
+        """The app, read if need be (one read per app at a time); raises if it cannot be had."""
+        ...
 
 
 class FlowRecorder(Protocol):
@@ -157,26 +172,27 @@ class Deliverer:
         settings: CallbackSettings,
         clock: Clock,
         rng: random.Random | None = None,
-        on_result: Callable[[CallbackJob, AttemptResult], None] | None = None,
         *,
-        on_update: Callable[[CallbackJob, FlowUpdate], None] | None = None,
+        apps: AppSource | None = None,
+        observer: FireObserver = NO_OBSERVER,
         flush_interval_s: float = FLUSH_INTERVAL_S,
         flush_batch: int = FLUSH_BATCH,
         retry_horizon_s: float = RETRY_HORIZON_S,
         max_waiting_retries: int = MAX_WAITING_RETRIES,
-        fence: Callable[[], bool] | None = None,
+        fence: Callable[[int], bool] | None = None,
         status_reader: FlowReader | None = None,
     ) -> None:
-        """``on_result`` sees every attempt to every target; ``on_update`` every outcome recorded
-        (``pending`` with a retry time, ``delivered``, ``dead``), e.g. for metrics. Both run inline
-        on the event loop and must be quick.
+        """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
+        :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
+        outcome recorded (``pending`` with a retry time, ``delivered``, ``dead``).
 
         Memory stays bounded when a receiver is down: a retry due more than ``retry_horizon_s``
         ahead, or beyond ``max_waiting_retries`` already waiting, is not kept in memory. It is
         recorded ``pending`` at its retry time like any other, and the compensator re-drives it then.
 
-        ``fence()`` is ``False`` while this node may not send (its lease expired); ``status_reader``
-        reads a flow's stored status before a retry. Without them, neither check is made.
+        ``fence(now_ms)`` is ``False`` while this node may not send (its lease expired: the
+        coordinator's ``may_fire``); ``status_reader`` reads a flow's stored status before a retry.
+        Without them, neither check is made.
         """
         self._recorder = recorder
         self._transport = transport
@@ -184,8 +200,9 @@ class Deliverer:
         self._settings = settings
         self._clock = clock
         self._rng = rng or random.Random()
-        self._on_result = on_result
-        self._on_update = on_update
+        self._apps = apps
+        self._observer = observer
+        self._app_lookups: set[asyncio.Task[None]] = set()
         self._flush_interval_s = flush_interval_s
         self._flush_batch = flush_batch
         self._retry_horizon_ms = int(retry_horizon_s * 1000)
@@ -222,6 +239,9 @@ class Deliverer:
         self._running = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_timeout_s
+        for lookup in list(self._app_lookups):  # their flows are still pending in the store
+            lookup.cancel()
+        await asyncio.gather(*self._app_lookups, return_exceptions=True)
         for delivery in list(self._active.values()):
             if delivery.timer is not None:
                 delivery.timer.cancel()
@@ -253,8 +273,35 @@ class Deliverer:
 
     # ---- intake -------------------------------------------------------------------------------
 
+    def deliver(self, task: Task, flow: Flow) -> None:
+        """Deliver a committed flow (the runner's, the compensator's and the API's flow sink); never
+        blocks. The app comes from the directory's cache, or from one shared read when it is cold."""
+        assert self._apps is not None, "a deliverer without an app source only takes submit(job)"
+        app = self._apps.cached(task.app_id)
+        if app is not None:
+            self.submit(CallbackJob(task, flow, app))
+            return
+        lookup = asyncio.get_running_loop().create_task(self._deliver_after_lookup(task, flow))
+        self._app_lookups.add(lookup)
+        lookup.add_done_callback(self._app_lookups.discard)
+
+    async def _deliver_after_lookup(self, task: Task, flow: Flow) -> None:
+        assert self._apps is not None
+        try:
+            app = await self._apps.get(task.app_id)
+        except Exception:
+            # The flow stays pending in the store; the compensator re-drives it.
+            logger.exception(
+                "app %s unavailable for flow %s",
+                task.app_id,
+                flow.id,
+                extra={"action": "delivery_deferred", "flow_id": flow.id},
+            )
+            return
+        self.submit(CallbackJob(task, flow, app))
+
     def submit(self, job: CallbackJob) -> None:
-        """Queue a committed fire for delivery; never blocks. Duplicates of a flow in flight are ignored."""
+        """Queue a committed fire whose app is known; never blocks. Duplicates of a flow in flight are ignored."""
         flow_id = job.flow.id
         if flow_id in self._active:
             return
@@ -365,7 +412,7 @@ class Deliverer:
                 del self._lanes[lane.app_id]
 
     async def _attempt(self, delivery: _Delivery) -> None:
-        if self._fence is not None and not self._fence():
+        if self._fence is not None and not self._fence(self._clock.now_ms()):
             self.fenced += 1
             self._active.pop(delivery.flow_id, None)
             logger.warning(
@@ -441,10 +488,12 @@ class Deliverer:
         backoff = False
         delivered_status: int | None = None
         multicast = len(results) > 1
-        hook = self._on_result
+        observer, app_id = self._observer, delivery.job.task.app_id
         for result in results:
-            if hook is not None:
-                self._notify_result(hook, delivery.job, result)
+            try:
+                observer.attempt(app_id, result)
+            except Exception:
+                logger.exception("observer failed", extra={"action": "hook_failed", "flow_id": result.flow_id})
             if result.outcome is Outcome.DELIVERED:
                 delivered_status = result.status
                 continue
@@ -515,20 +564,10 @@ class Deliverer:
         if len(self._pending) >= self._flush_batch:
             self._full.set()
         self._dirty.set()
-        if self._on_update is not None:
-            try:
-                self._on_update(delivery.job, update)
-            except Exception:
-                logger.exception("on_update hook failed", extra={"action": "hook_failed", "flow_id": delivery.flow_id})
-
-    @staticmethod
-    def _notify_result(
-        hook: Callable[[CallbackJob, AttemptResult], None], job: CallbackJob, result: AttemptResult
-    ) -> None:
         try:
-            hook(job, result)
+            self._observer.flow_update(delivery.job.task.app_id, update)
         except Exception:
-            logger.exception("on_result hook failed", extra={"action": "hook_failed", "flow_id": result.flow_id})
+            logger.exception("observer failed", extra={"action": "hook_failed", "flow_id": delivery.flow_id})
 
     # ---- batched writes -----------------------------------------------------------------------
 

@@ -12,14 +12,15 @@ gate once its app's limits let it through, so an app that is throttled or whose 
 holds at most its own ``concurrency`` of the global slots and never delays another app's callbacks.
 Waiting is not dropping: a throttled callback is sent later, never skipped.
 
-A caller the app's own limits made wait is reported once to ``on_throttled(app_id, reason)``:
+A caller the app's own limits made wait is reported once to the observer
+(:meth:`tjobs.observability.observer.FireObserver.throttled` with ``app_id`` and a reason):
 ``"rate"`` when the token bucket delayed it (whether or not it also queued for a concurrency slot:
 a rate-limited app's callers queue behind those sleeping on the bucket), else ``"concurrency"``
 when it queued for one of the app's slots, or says it already queued for one outside (``slot(…,
 queued=True)``: the deliverer keeps an app's waiting callbacks in its own per-app queue, drained by
 at most ``concurrency`` workers, so they wait there rather than at the gate). Waiting for the node's
 global cap is not the app's throttling and is not reported. Callers that pass straight through pay
-nothing for the hook.
+nothing for the observer.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from tjobs.delivery.token_bucket import TokenBucket
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 
 class Gate:
@@ -95,10 +97,10 @@ class AppLimiter:
         global_max_in_flight: int,
         burst_s: float = 1.0,
         monotonic: Callable[[], float] | None = None,
-        on_throttled: Callable[[str, str], None] | None = None,
+        observer: FireObserver = NO_OBSERVER,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        """``on_throttled(app_id, reason)`` sees each caller the app's limits delayed (module doc).
+        """``observer`` is told of each caller the app's limits delayed (module doc).
 
         ``monotonic`` (seconds; the event loop's clock by default) and ``sleep`` (the wait for a rate
         reservation) are the limiter's time: tests hand in a manual clock and its sleep."""
@@ -107,7 +109,7 @@ class AppLimiter:
         self._global = Gate(global_max_in_flight)
         self._burst_s = burst_s
         self._monotonic = monotonic
-        self._on_throttled = on_throttled
+        self._observer = observer
         self._sleep = sleep
         self._apps: dict[str, _AppState] = {}
 
@@ -155,8 +157,8 @@ class _Slot:
         queued = await state.gate.acquire() or self._queued
         try:
             delay_s = state.bucket.reserve(limiter._now_s())
-            if (queued or delay_s > 0.0) and limiter._on_throttled is not None:
-                limiter._on_throttled(self._app_id, "rate" if delay_s > 0.0 else "concurrency")
+            if queued or delay_s > 0.0:
+                limiter._observer.throttled(self._app_id, "rate" if delay_s > 0.0 else "concurrency")
             if delay_s > 0.0:
                 await limiter._sleep(delay_s)
             await limiter._global.acquire()

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from tjobs.clock import iso_ms
+from tjobs.delivery.allow_list import allow_list_of_app
 from tjobs.delivery.signing import signature_header
 from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import App, Flow, Task
@@ -37,6 +38,7 @@ class CallbackMessage:
         "_envelope",
         "_secrets",
         "_static_headers",
+        "allow_list",
         "app_id",
         "flow_id",
         "method",
@@ -53,6 +55,7 @@ class CallbackMessage:
         self.app_id = app.id
         self.flow_id = flow_id
         self._secrets = app.secrets
+        self.allow_list = allow_list_of_app(app.settings)  # travels with every request, for the target policy
         headers: dict[str, str] = {}
         custom: dict[str, str] = spec.get("headers") or {}
         has_content_type = False
@@ -100,4 +103,6 @@ class CallbackMessage:
         return headers, body
 
     def request(self, url: str, attempt: int, headers: dict[str, str], body: bytes | None) -> CallbackRequest:
-        return CallbackRequest(self.app_id, self.flow_id, url, self.method, headers, body, self.timeout_ms, attempt)
+        return CallbackRequest(
+            self.app_id, self.flow_id, url, self.method, headers, body, self.timeout_ms, attempt, self.allow_list
+        )

@@ -40,18 +40,30 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp.abc import ResolveResult
 
 from tjobs.clock import Clock, SystemClock
+from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList, allow_list_of_app
 from tjobs.delivery.transport import CallbackRequest, Route
-from tjobs.delivery.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url, parse_host
+from tjobs.delivery.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 from tjobs.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+__all__ = [  # the allow-list lives in tjobs.delivery.allow_list; callers of the policy find it here too
+    "EMPTY_ALLOW_LIST",
+    "AllowList",
+    "TargetGuard",
+    "TargetRefused",
+    "TargetUnresolvable",
+    "allow_list_of_app",
+    "classify_address",
+    "embedded_ipv4",
+    "judge",
+    "parse_target",
+    "target_field",
+]
 
 METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a)
@@ -131,48 +143,6 @@ def classify_address(address: IPAddress) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class AllowList:
-    """An app's admitted callback hosts, parsed once."""
-
-    names: frozenset[str]
-    suffixes: tuple[str, ...]
-    networks: tuple[IPNetwork, ...]
-
-    @classmethod
-    def parse(cls, entries: Sequence[str], field: str = "allowed_callback_hosts") -> AllowList:
-        names: set[str] = set()
-        suffixes: list[str] = []
-        networks: list[IPNetwork] = []
-        for i, raw in enumerate(entries):
-            entry = raw.strip() if isinstance(raw, str) else ""
-            try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-                continue
-            except ValueError:
-                pass
-            wildcard = entry.startswith("*.")
-            try:
-                host = parse_host(entry[2:] if wildcard else entry)
-            except UrlRefused:
-                host = None
-            if host is None or host.address is not None:
-                raise InvalidInput(f"{field}[{i}]", "must be a host name, *.suffix, an address or a network")
-            if wildcard:
-                suffixes.append("." + host.bare_name)
-            else:
-                names.add(host.bare_name)
-        return cls(frozenset(names), tuple(suffixes), tuple(networks))
-
-    def admits_name(self, host: str) -> bool:
-        host = host.lower().rstrip(".")
-        return host in self.names or any(host.endswith(s) for s in self.suffixes)
-
-    def admits_address(self, address: IPAddress) -> bool:
-        return any(address.version == n.version and address in n for n in self.networks)
-
-
-EMPTY_ALLOW_LIST = AllowList(frozenset(), (), ())
 _LOOPBACK_ONLY = AllowList(frozenset(), (), (_LOOPBACK_V4, ipaddress.ip_network("::1/128")))
 
 
@@ -203,7 +173,6 @@ def parse_target(url: str) -> CallbackUrl:
 
 
 Resolve = Callable[[str, int], Awaitable[list[ResolveResult]]]
-AllowListOf = Callable[[str], Awaitable[AllowList]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,13 +192,11 @@ class TargetGuard:
 
     def __init__(
         self,
-        allow_list_of: AllowListOf,
         *,
         allow_loopback: bool = False,
         resolve: Resolve | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self._allow_list_of = allow_list_of
         self.allow_loopback = allow_loopback
         self._resolve = resolve or _system_resolve
         self._clock = clock or SystemClock()
@@ -315,16 +282,16 @@ class TargetGuard:
                 raise InvalidInput(name, f"callback target refused: {reason}", "target_refused")
 
     async def policy(self, request: CallbackRequest) -> Route | str:
-        """The transport's ``TargetPolicy``: parse, resolve and judge the target now; return the
-        :class:`Route` (the judged addresses) to connect to, or the reason it is refused.
+        """The transport's ``TargetPolicy``: parse, resolve and judge the target now, with the
+        allow-list the request carries; return the :class:`Route` (the judged addresses) to connect
+        to, or the reason it is refused.
 
         A refusal is returned (permanent: the flow dead-letters); a name that does not resolve raises
         :class:`TargetUnresolvable` (an ``OSError``: the attempt is retried with backoff).
         """
         try:
             url = parse_target(request.url)
-            allow = await self._allow_list_of(request.app_id)
-            return Route(url, await self.addresses(url, allow))
+            return Route(url, await self.addresses(url, request.allow_list))
         except TargetRefused as refused:
             if refused.detail != refused.reason:
                 logger.info(
@@ -373,17 +340,3 @@ async def _system_resolve(host: str, port: int) -> list[ResolveResult]:
         }
         for info in infos
     ]
-
-
-def allow_list_of_app(settings: dict[str, Any]) -> AllowList:
-    """The parsed allow-list stored in an app's ``settings`` (parsed once per distinct list)."""
-    entries = settings.get("allowed_callback_hosts") or []
-    return _parsed(tuple(str(e) for e in entries))
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed(entries: tuple[str, ...]) -> AllowList:
-    try:
-        return AllowList.parse(entries)
-    except InvalidInput:
-        return EMPTY_ALLOW_LIST

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList
 from tjobs.delivery.urls import CallbackUrl, IPAddress
 
 MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is read no further than this
@@ -65,7 +66,8 @@ class TargetRejected(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CallbackRequest:
-    """One attempt to one target, fully built and signed (headers and body are final)."""
+    """One attempt to one target, fully built and signed (headers and body are final), with its app's
+    allow-list for the target policy (so judging the target needs no app lookup)."""
 
     app_id: str
     flow_id: str
@@ -75,6 +77,7 @@ class CallbackRequest:
     body: bytes | None
     timeout_ms: int
     attempt: int
+    allow_list: AllowList = EMPTY_ALLOW_LIST
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,9 +40,10 @@ class Compensator(PeriodicPass):
         clock: Clock,
         lease_ms: int,
         *,
-        fence: Callable[[], bool] | None = None,
+        fence: Callable[[int], bool] | None = None,
     ) -> None:
-        """``fence()`` is ``False`` while this node may not work on its jobs (see ``Deliverer``)."""
+        """``fence(now_ms)`` is ``False`` while this node may not work on its jobs (the coordinator's
+        ``may_fire``; see ``Deliverer``)."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -66,7 +67,7 @@ class Compensator(PeriodicPass):
         for shard in owned:
             if shard not in stale:
                 continue
-            if self._fence is not None and not self._fence():
+            if self._fence is not None and not self._fence(self._clock.now_ms()):
                 break
             now_ms = self._clock.now_ms()
             leased = await self._store.lease_stale_flows(

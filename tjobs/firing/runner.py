@@ -33,7 +33,7 @@ from tjobs.cluster.base import Coordinator
 from tjobs.errors import Fenced
 from tjobs.firing.pacing import MisfirePacer
 from tjobs.firing.wheel import TimingWheel, WheelEntry
-from tjobs.hotpath.base import TaskChange
+from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.model import (
     FireIntent,
     FireOutcome,
@@ -44,6 +44,7 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.settings import SchedulerSettings
 from tjobs.stores.base import FirePlanner, TaskStore
 
@@ -87,8 +88,12 @@ class JobRunner:
         clock: Clock,
         committers: int = 4,
         load_concurrency: int = 8,
-        on_fire_outcomes: Callable[[list[FireOutcome], int, float], None] | None = None,
+        observer: FireObserver = NO_OBSERVER,
+        hotpath: HotPath | None = None,
     ) -> None:
+        """``flow_sink`` takes every committed flow to send (the deliverer); ``observer`` is told of
+        every fire transaction batch that committed something; ``hotpath`` (whose changes reach
+        :meth:`on_task_change`) is told the owned jobs right before gained ones are loaded."""
         self._store = store
         self._coordinator = coordinator
         self._planner = planner
@@ -97,7 +102,8 @@ class JobRunner:
         self._clock = clock
         self._committers = committers
         self._load_slots = asyncio.Semaphore(load_concurrency)
-        self._on_fire_outcomes = on_fire_outcomes
+        self._observer = observer
+        self._hotpath = hotpath
         self._cycle_ms = settings.cycle_s * 1000
         self._threshold_ms = int(settings.misfire_threshold_s * 1000)
         self._pacer = MisfirePacer(settings.misfire_rate_per_s)
@@ -130,6 +136,11 @@ class JobRunner:
     def paused(self) -> frozenset[int]:
         """Shards paused because their database server cannot be reached (owned or not)."""
         return self._paused
+
+    def firing_jobs(self) -> frozenset[int]:
+        """The jobs this node fires now: owned, and not paused for their database server (what the
+        compensator and retention work on)."""
+        return self._owned - self._paused
 
     def _fires(self, shard: int) -> bool:
         return shard in self._owned and shard not in self._paused
@@ -166,6 +177,9 @@ class JobRunner:
         """Coordinator listener: drop lost jobs from the wheel, load gained ones up to the horizon.
         A load that fails leaves the gained jobs not owned (nothing of theirs in the wheel) and
         raises; calling again with the same set retries it."""
+        if self._hotpath is not None:
+            # Right before the load: the later changes of a gained job follow what the load reads.
+            await self._hotpath.watch(owned)
         gained = owned - self._owned
         lost = self._owned - owned
         self._owned = owned
@@ -385,8 +399,7 @@ class JobRunner:
         self._log_failures(outcomes)
         if not all(outcome.failed for outcome in outcomes):
             self.stats.commit_batches += 1
-            if self._on_fire_outcomes is not None:
-                self._on_fire_outcomes(outcomes, now_ms, loop.time() - started)
+            self._observer.fires_committed(outcomes, now_ms, loop.time() - started)
         rejected: list[tuple[FireIntent, int | None]] = []
         for entry, outcome in zip(batch, outcomes, strict=True):
             if outcome.failed:

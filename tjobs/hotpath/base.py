@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tjobs.model import Task, TaskStatus
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,6 @@ class TaskChange:
 
 
 ChangeListener = Callable[[TaskChange], None]
-LagObserver = Callable[[float], None]  # seconds from a change's publish to its apply on another node
 
 
 def is_near(change: TaskChange, now_ms: int, near_ms: int) -> bool:
@@ -64,11 +64,12 @@ class HotPath(ABC):
     tier = "local"  # the ``tier`` label of ``tjobs_hot_tier_lag_seconds``
 
     def __init__(self) -> None:
-        self.lag_observer: LagObserver | None = None
+        self._observer: FireObserver = NO_OBSERVER
 
     @abstractmethod
-    async def start(self, listener: ChangeListener) -> None:
-        """Begin delivering changes for this node's owned shards to ``listener``."""
+    async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
+        """Begin delivering changes for this node's owned shards to ``listener``; a remote tier tells
+        ``observer`` each change's lag from its publish to its apply here."""
 
     @abstractmethod
     async def stop(self) -> None: ...
@@ -89,8 +90,7 @@ class HotPath(ABC):
         return None
 
     def _observe_lag(self, published_at_ms: int, now_ms: int) -> None:
-        if self.lag_observer is not None:
-            self.lag_observer(max(now_ms - published_at_ms, 0) / 1000)
+        self._observer.hot_tier_lag(self.tier, max(now_ms - published_at_ms, 0) / 1000)
 
 
 async def cancel_and_wait(task: asyncio.Task[None]) -> None:

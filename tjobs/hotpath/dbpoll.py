@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, cancel_and_wait, is_near
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.settings import StorageSettings
 from tjobs.stores.layout_record import StorageNotMigrated
 from tjobs.stores.schema import hot_changes_table
@@ -69,8 +70,9 @@ class DbPollHotPath(HotPath):
         self.published = 0
         self.received = 0
 
-    async def start(self, listener: ChangeListener) -> None:
+    async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
         self._listener = listener
+        self._observer = observer
         self._engine = create_engine_for(self._url, self._storage)
         await self._check_table()
         self._task = asyncio.create_task(self._poll_loop(), name="tjobs-hot-dbpoll")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 
 class LocalHotPath(HotPath):
@@ -10,8 +11,9 @@ class LocalHotPath(HotPath):
         super().__init__()
         self._listener: ChangeListener | None = None
 
-    async def start(self, listener: ChangeListener) -> None:
+    async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
         self._listener = listener
+        self._observer = observer
 
     async def stop(self) -> None:
         self._listener = None

@@ -59,6 +59,7 @@ import redis.asyncio as aioredis
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, cancel_and_wait, is_near
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +159,9 @@ class RedisHotPath(HotPath):
     def slice_key(self, minute: int, bucket: int) -> str:
         return f"{self._prefix}:slice:{minute}:{{{bucket}}}"
 
-    async def start(self, listener: ChangeListener) -> None:
+    async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
         self._listener = listener
+        self._observer = observer
         self._redis = aioredis.from_url(
             self._url,
             socket_timeout=self._timeout_s,

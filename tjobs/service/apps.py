@@ -8,6 +8,8 @@ the store at the next rotation or update.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import hmac
 import secrets
@@ -230,7 +232,11 @@ class AppService:
 
 
 class AppDirectory:
-    """Caches apps by id for ``ttl_ms`` so the fire path never waits on the store for them."""
+    """Caches apps by id for ``ttl_ms`` so the fire path never waits on the store for them.
+
+    A miss reads the store once per app at a time: when an app's entry expires in the middle of a
+    burst, every fire and send that misses it shares the one query instead of each sending its own.
+    """
 
     def __init__(self, store: TaskStore, clock: Clock, ttl_ms: int = 10_000) -> None:
         self._store = store
@@ -238,18 +244,34 @@ class AppDirectory:
         self._ttl_ms = ttl_ms
         self._cache: dict[str, tuple[int, App]] = {}
         self._by_key_hash: dict[str, tuple[int, App]] = {}
+        self._lookups: dict[str, asyncio.Future[App]] = {}  # app id -> the store read under way
 
     async def get(self, app_id: str) -> App:
-        now_ms = self._clock.now_ms()
+        """The app (cached, else read once for every caller waiting on it); :class:`NotFound` if none.
+        A caller that is cancelled leaves the shared read running for the others."""
         cached = self._cache.get(app_id)
-        if cached is not None and cached[0] > now_ms:
+        if cached is not None and cached[0] > self._clock.now_ms():
             return cached[1]
+        lookup = self._lookups.get(app_id)
+        if lookup is None:
+            lookup = self._lookups[app_id] = asyncio.ensure_future(self._read(app_id))
+            lookup.add_done_callback(functools.partial(self._lookup_done, app_id))
+        return await asyncio.shield(lookup)
+
+    async def _read(self, app_id: str) -> App:
         app = await self._store.get_app(app_id)
         if app is None:
             raise NotFound("app", app_id)
+        now_ms = self._clock.now_ms()
         app = live_secrets(app, now_ms)
         self._cache[app_id] = (now_ms + self._ttl_ms, app)
         return app
+
+    def _lookup_done(self, app_id: str, lookup: asyncio.Future[App]) -> None:
+        if self._lookups.get(app_id) is lookup:
+            del self._lookups[app_id]
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: every caller may have been cancelled meanwhile
 
     async def authenticate(self, api_key: str) -> App | None:
         """The app owning ``api_key``; the key is hashed, and the lookup is by the hash (an index)."""

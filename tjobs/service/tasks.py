@@ -16,7 +16,7 @@ from typing import Any
 
 from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
 from tjobs.clock import Clock
-from tjobs.delivery.ssrf import EMPTY_ALLOW_LIST, AllowList, TargetGuard, allow_list_of_app, target_field
+from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app, target_field
 from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaExceeded, TjobsError
 from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
@@ -93,8 +93,16 @@ class Created:
 
 class TaskService:
     def __init__(
-        self, store: TaskStore, hotpath: HotPath, settings: Settings, clock: Clock, topology: Topology
+        self,
+        store: TaskStore,
+        hotpath: HotPath,
+        settings: Settings,
+        clock: Clock,
+        topology: Topology,
+        flow_sink: Callable[[Task, Flow], None] | None = None,
     ) -> None:
+        """``flow_sink`` delivers the flows this service commits itself (a manual trigger, a dead
+        letter re-driven): the deliverer's :meth:`tjobs.delivery.deliverer.Deliverer.deliver`."""
         self._store = store
         self._hotpath = hotpath
         self._settings = settings
@@ -105,8 +113,8 @@ class TaskService:
         # PRNG instead of TaskIdGenerator.random_shard's secrets (a syscall per task in a batch)
         self._shards = random.Random()
         self._threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
-        self.manual_flow_sink: Callable[[Task, Flow], None] | None = None
-        self.guard = TargetGuard(_no_allow_list, allow_loopback=settings.allow_loopback_callbacks)
+        self._flow_sink = flow_sink
+        self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
         self.counts = TaskCounts(store, clock, settings.limits.task_count_refresh_s)
 
     # ---- create ---------------------------------------------------------------------------------
@@ -361,8 +369,8 @@ class TaskService:
                 if redriven is None:
                     raise Conflict(f"flow {flow_id} is no longer dead")
                 task = await self._store.get_task(flow.task_id)
-                if task is not None and self.manual_flow_sink is not None:
-                    self.manual_flow_sink(self._fresh_budget(task, redriven, now_ms), redriven)
+                if task is not None and self._flow_sink is not None:
+                    self._flow_sink(self._fresh_budget(task, redriven, now_ms), redriven)
                 results.append((flow_id, redriven, None))
             except TjobsError as error:
                 results.append((flow_id, None, error))
@@ -485,8 +493,8 @@ class TaskService:
         now_ms = self._clock.now_ms()
         flow = Flow(task.id, now_ms, task.app_id, FlowKind.MANUAL, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
         stored = await self._store.insert_manual_flow(task.id, flow)
-        if self.manual_flow_sink is not None:
-            self.manual_flow_sink(task, stored)
+        if self._flow_sink is not None:
+            self._flow_sink(task, stored)
         return stored
 
     async def delete(self, app: App, task_id: int) -> None:
@@ -516,10 +524,6 @@ class TaskService:
 
     def _routable(self, task_id: int) -> bool:
         return task_id > 0 and shard_of_task_id(task_id) < self._topology.shard_count
-
-
-async def _no_allow_list(app_id: str) -> AllowList:
-    return EMPTY_ALLOW_LIST
 
 
 def _matches(task: Task, status: TaskStatus | None, kind: str | None, name_prefix: str | None) -> bool:

@@ -1,0 +1,45 @@
+"""A fire-path observer that records what it is told, for tests of the parts that report to one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tjobs.delivery.transport import AttemptResult
+from tjobs.model import FireOutcome, FlowUpdate
+from tjobs.observability.observer import FireObserver
+
+
+class RecordingObserver(FireObserver):
+    """Every event, in order of arrival, per kind."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[list[FireOutcome], int, float]] = []
+        self.attempts: list[tuple[str, AttemptResult]] = []
+        self.updates: list[tuple[str, FlowUpdate]] = []
+        self.throttled_calls: list[tuple[str, str]] = []
+        self.lags_s: list[float] = []
+
+    def fires_committed(self, outcomes: Sequence[FireOutcome], now_ms: int, duration_s: float) -> None:
+        self.batches.append((list(outcomes), now_ms, duration_s))
+
+    def attempt(self, app_id: str, result: AttemptResult) -> None:
+        self.attempts.append((app_id, result))
+
+    def flow_update(self, app_id: str, update: FlowUpdate) -> None:
+        self.updates.append((app_id, update))
+
+    def throttled(self, app_id: str, reason: str) -> None:
+        self.throttled_calls.append((app_id, reason))
+
+    def hot_tier_lag(self, tier: str, lag_s: float) -> None:
+        self.lags_s.append(lag_s)
+
+
+class FailingObserver(FireObserver):
+    """An observer with a bug: every event raises."""
+
+    def attempt(self, app_id: str, result: AttemptResult) -> None:
+        raise ValueError("observer bug")
+
+    def flow_update(self, app_id: str, update: FlowUpdate) -> None:
+        raise ValueError("observer bug")

@@ -1,0 +1,97 @@
+"""One observer for what the fire path reports as it goes: the node's metrics and service levels hang off it.
+
+The runner, the deliverer, the limiter and the hot path each take a :class:`FireObserver` and tell it
+what happened (fires committed, an attempt, a flow outcome recorded, a callback throttled, a task
+change's hot-tier lag). :class:`FireObserver` itself does nothing, so a part built without one (a
+unit test) pays one empty call; an observer overrides the events it cares about (the shape of
+dramatiq's middleware). :class:`MetricsObserver` is the node's: it feeds the Prometheus metrics
+(:mod:`tjobs.observability.metrics`) and the service levels (:mod:`tjobs.observability.slo`).
+
+The calls run inline on the event loop, some once per fire: an observer must be quick, must not
+allocate per fire (the per-app figures are plain numbers), and should not raise (the deliverer logs
+and survives an observer's error; the runner and the limiter do not guard against one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from tjobs.model import FireOutcome, FlowKind, FlowStatus, FlowUpdate
+
+if TYPE_CHECKING:  # at run time the observer never needs them; importing delivery here would loop
+    from tjobs.delivery.transport import AttemptResult
+    from tjobs.observability.metrics import Metrics
+    from tjobs.observability.slo import ServiceLevels
+
+
+class FireObserver:
+    """What the fire path reports; every event is a no-op here (override the ones you need)."""
+
+    __slots__ = ()
+
+    def fires_committed(self, outcomes: Sequence[FireOutcome], now_ms: int, duration_s: float) -> None:
+        """A fire transaction batch ended with at least one transaction committed (``outcomes``: one
+        per intent, committed, rejected or failed) at ``now_ms`` after ``duration_s`` seconds."""
+
+    def attempt(self, app_id: str, result: AttemptResult) -> None:
+        """One callback attempt to one target came back."""
+
+    def flow_update(self, app_id: str, update: FlowUpdate) -> None:
+        """A delivery outcome was recorded: ``pending`` with a retry time, ``delivered`` or ``dead``."""
+
+    def throttled(self, app_id: str, reason: str) -> None:
+        """A callback the app's own limits delayed (``reason`` ``rate`` or ``concurrency``; see
+        :mod:`tjobs.delivery.limiter`)."""
+
+    def hot_tier_lag(self, tier: str, lag_s: float) -> None:
+        """A task change published on another node was applied here ``lag_s`` after its publish."""
+
+
+NO_OBSERVER = FireObserver()
+
+
+class MetricsObserver(FireObserver):
+    """The node's observer: Prometheus metrics (``metrics``, swappable while the node runs: a
+    :class:`tjobs.observability.metrics.NullMetrics` turns them off) and the service levels, which
+    are fed whether or not metrics are on."""
+
+    __slots__ = ("_now_ms", "metrics", "slo")
+
+    def __init__(self, metrics: Metrics, slo: ServiceLevels, now_ms: Callable[[], int]) -> None:
+        self.metrics = metrics
+        self.slo = slo
+        self._now_ms = now_ms
+
+    def fires_committed(self, outcomes: Sequence[FireOutcome], now_ms: int, duration_s: float) -> None:
+        metrics, slo = self.metrics, self.slo
+        metrics.fire_tx_duration.observe(duration_s)
+        metrics.fire_tx_batch.observe(len(outcomes))
+        for outcome in outcomes:
+            task = outcome.task
+            if task is None:
+                continue
+            lateness_s = max((now_ms - outcome.intent.scheduled_at_ms) / 1000, 0.0)
+            metrics.observe_fire(task.app_id, lateness_s)
+            slo.observe_fire(task.app_id, lateness_s)
+            for flow in outcome.flows:
+                if flow.kind is FlowKind.MISFIRE or flow.missed:
+                    metrics.misfires.labels(flow.app_id, str(task.misfire_policy)).inc(
+                        flow.missed + (flow.kind is FlowKind.MISFIRE)
+                    )
+
+    def attempt(self, app_id: str, result: AttemptResult) -> None:
+        self.metrics.observe_attempt(app_id, str(result.outcome), result.status, result.duration_s)
+
+    def flow_update(self, app_id: str, update: FlowUpdate) -> None:
+        lateness_s = None
+        if update.status is FlowStatus.DELIVERED and update.attempts <= 1:
+            lateness_s = max((self._now_ms() - update.scheduled_at_ms) / 1000, 0.0)
+        self.metrics.observe_flow_update(app_id, update.status.value, lateness_s)
+        self.slo.observe_outcome(app_id, update.status.value)
+
+    def throttled(self, app_id: str, reason: str) -> None:
+        self.metrics.observe_throttled(app_id, reason)
+
+    def hot_tier_lag(self, tier: str, lag_s: float) -> None:
+        self.metrics.observe_hot_tier_lag(tier, lag_s)
