@@ -267,3 +267,64 @@ def orjson_loads(raw: bytes) -> Any:
     import orjson
 
     return orjson.loads(raw)
+
+
+async def test_a_connection_refused_again_is_answered_when_the_apps_bucket_would_admit_it() -> None:
+    """A client that keeps sending over its rate on one connection gets each repeated 429 only once its
+    bucket would have admitted the request (at most a second later): uvicorn reads a connection's next
+    pipelined request only after answering the current one, so a flood costs the node one answer per
+    connection per hold, not one per request sent. A first refusal, or one after an admitted request,
+    is answered at once; another connection's first refusal too.
+    """
+    from tjobs.api.ratelimit import REFUSAL_HOLD_MAX_S, AdmissionMiddleware, ApiRateLimits
+    from tjobs.service.apps import hash_api_key
+    from tjobs.settings import RateLimitSettings
+
+    class Directory:
+        def known_app(self, api_key_hash: str) -> Any:
+            return Known() if api_key_hash == hash_api_key("tjk_known") else None
+
+    class Known:
+        id = "app_known"
+        settings: ClassVar[dict[str, Any]] = {}
+
+    events: list[tuple[str, Any]] = []
+
+    async def inner(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        events.append(("admitted", scope["path"]))
+
+    async def hold(seconds: float) -> None:
+        events.append(("hold", round(seconds, 6)))
+
+    async def send(message: dict[str, Any]) -> None:
+        events.append(("send", message.get("status", "body")))
+
+    now = [100.0]
+    settings = RateLimitSettings(app_requests_per_s=2, app_expensive_reads_per_s=0.25, burst_s=1)
+    limits = ApiRateLimits(settings, monotonic=lambda: now[0])  # time moves only when the test says
+    middleware = AdmissionMiddleware(inner, limits, Directory(), hold=hold)  # type: ignore[arg-type]
+
+    def scope(path: str, port: int = 50000) -> dict[str, Any]:
+        headers = [(b"authorization", b"Bearer tjk_known")]
+        return {"type": "http", "method": "GET", "path": path, "headers": headers, "client": ("127.0.0.1", port)}
+
+    async def request(path: str, port: int = 50000) -> list[tuple[str, Any]]:
+        events.clear()
+        await middleware(scope(path, port), None, send)
+        return list(events)
+
+    refused_now = [("send", 429), ("send", "body")]
+    assert await request("/v1/app") == [("admitted", "/v1/app")]
+    assert await request("/v1/app") == [("admitted", "/v1/app")]
+    assert await request("/v1/app") == refused_now  # 2/s, both tokens taken: the first refusal, at once
+    assert await request("/v1/app") == [("hold", 0.5), *refused_now]  # again: held until a token is due
+    assert await request("/v1/app", port=50001) == refused_now  # another connection's first refusal
+    now[0] += 0.5
+    assert await request("/v1/app") == [("admitted", "/v1/app")]
+    assert await request("/v1/app") == refused_now  # after an admitted request: at once again
+    assert await request("/v1/stats") == [("hold", 0.5), *refused_now]  # the requests bucket refuses first
+    now[0] += 1.0
+    assert await request("/v1/stats") == [("admitted", "/v1/stats")]
+    assert await request("/v1/stats") == refused_now
+    assert await request("/v1/stats") == [("hold", REFUSAL_HOLD_MAX_S), *refused_now]  # 4 s away: the cap
+    assert REFUSAL_HOLD_MAX_S <= 1.0

@@ -23,16 +23,24 @@ this node has accepted its key before, so a refused request costs no routing, de
 request accounting (it is counted only in ``tjobs_api_rate_limited_total``); the authentication that
 follows for an admitted request does not take it again. A key not yet known takes the whole path.
 
+A connection refused again right after a refusal (it did not wait) gets its 429 only once the app's
+bucket would have admitted the request (at most :data:`REFUSAL_HOLD_MAX_S` later; ``Retry-After`` is
+unchanged; the first refusal is answered at once). The server reads a connection's next request only
+after answering its current one, so an app flooding over its rate gets one answer per connection per
+hold, whatever it sends: the flood costs the node its connections' worth of sleeping requests, not an
+HTTP round per request, and other apps' requests do not queue behind its refusals.
+
 A rate of 0 disables that limit; ``rate_limits.enabled = false`` disables all of them. Refusals are
 counted by the node in ``tjobs_api_rate_limited_total{app,bucket}``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -47,12 +55,25 @@ if TYPE_CHECKING:
 from tjobs.delivery.token_bucket import TokenBucket
 from tjobs.settings import RateLimitSettings
 
+# the longest a repeated refusal's 429 is held back (until the app's bucket would admit it; see the module doc)
+REFUSAL_HOLD_MAX_S = 1.0
+# connections remembered as refused last (the oldest forgotten first: a closed one is never seen again)
+REFUSED_CONNECTIONS_MAX = 10_000
+
 # (method, route path) of the reads that visit every shard: they also take an expensive-read token
 EXPENSIVE_READS = frozenset({("GET", "/v1/stats"), ("GET", "/v1/tasks"), ("GET", "/v1/dead-letters")})
 
 
 def retry_after_s(wait_s: float) -> int:
     return max(1, math.ceil(wait_s))
+
+
+class OverRate(RateLimited):
+    """An app over one of its rates; ``wait_s`` is how long until its bucket would admit the request."""
+
+    def __init__(self, message: str, wait_s: float) -> None:
+        super().__init__(message, retry_after_s(wait_s))
+        self.wait_s = wait_s
 
 
 class _AppBuckets:
@@ -91,7 +112,8 @@ class ApiRateLimits:
     # ---- per app ------------------------------------------------------------------------------
 
     def admit_request(self, app: App, method: str, route_path: str | None) -> None:
-        """Take the app's request token (and an expensive-read token for :data:`EXPENSIVE_READS`)."""
+        """Take the app's request token (and an expensive-read token for :data:`EXPENSIVE_READS`), or
+        raise :class:`OverRate`."""
         if not self._settings.enabled:
             return
         buckets = self._buckets(app)
@@ -101,20 +123,19 @@ class ApiRateLimits:
             wait_s = buckets.expensive_reads.take(now_s)
             if wait_s > 0.0:
                 self._refused(app.id, "expensive_reads")
-                raise RateLimited(
+                raise OverRate(
                     f"app {app.id} is over its rate of "
                     f"{buckets.expensive_reads.rate_per_s:g} expensive reads per second "
                     f"(GET /v1/stats, /v1/tasks, /v1/dead-letters)",
-                    retry_after_s(wait_s),
+                    wait_s,
                 )
         wait_s = buckets.requests.take(now_s)
         if wait_s > 0.0:
             if expensive:
                 buckets.expensive_reads.give_back()
             self._refused(app.id, "requests")
-            raise RateLimited(
-                f"app {app.id} is over its rate of {buckets.requests.rate_per_s:g} requests per second",
-                retry_after_s(wait_s),
+            raise OverRate(
+                f"app {app.id} is over its rate of {buckets.requests.rate_per_s:g} requests per second", wait_s
             )
 
     def admit_creates(self, app: App, count: int) -> None:
@@ -191,17 +212,28 @@ ADMITTED = "tjobs.admitted_app"  # scope key: the app whose request token Admiss
 
 
 class AdmissionMiddleware:
-    """Takes a known app's request token before anything else runs, and answers 429 itself when refused.
+    """Takes a known app's request token before anything else runs, and answers 429 itself when refused;
+    a connection refused twice in a row gets the second 429 once the app's bucket would have admitted
+    the request (at most :data:`REFUSAL_HOLD_MAX_S` later). A connection is the ASGI ``client`` address.
 
     A key is known when this node accepted it before (:meth:`tjobs.service.apps.AppDirectory.known_app`, even
     if that cache entry is stale: refusing with a stale app only answers 429 where 401 may be due).
     Authentication still happens in the route as before; this only moves the token-take forward.
+    ``hold`` is the wait (``asyncio.sleep``; tests pass a recorder).
     """
 
-    def __init__(self, app: Any, limits: ApiRateLimits, directory: AppDirectory) -> None:
+    def __init__(
+        self,
+        app: Any,
+        limits: ApiRateLimits,
+        directory: AppDirectory,
+        hold: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.app = app
         self._limits = limits
         self._directory = directory
+        self._hold = hold
+        self._refused_connections: OrderedDict[tuple[Any, ...], None] = OrderedDict()  # last request refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._limits.enabled:
@@ -210,11 +242,31 @@ class AdmissionMiddleware:
             if known is not None:
                 try:
                     self._limits.admit_request(known, scope["method"], scope["path"])
-                except RateLimited as refused:
+                except OverRate as refused:
+                    if self._refused_again(scope.get("client")):
+                        await self._hold(min(refused.wait_s, REFUSAL_HOLD_MAX_S))
                     await _refuse(send, refused)
                     return
+                if self._refused_connections:
+                    self._refused_connections.pop(_connection(scope.get("client")), None)
                 scope[ADMITTED] = known.id
         await self.app(scope, receive, send)
+
+    def _refused_again(self, client: Any) -> bool:
+        """Whether this connection's previous request was refused too; it is remembered as refused now."""
+        if client is None:
+            return False
+        connection = _connection(client)
+        if connection in self._refused_connections:
+            return True
+        self._refused_connections[connection] = None
+        if len(self._refused_connections) > REFUSED_CONNECTIONS_MAX:
+            self._refused_connections.popitem(last=False)
+        return False
+
+
+def _connection(client: Any) -> tuple[Any, ...]:
+    return tuple(client) if client is not None else ()
 
 
 def _bearer_key(scope: Scope) -> str | None:
