@@ -26,6 +26,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from tests.http_transports import HTTP_TRANSPORTS, HttpTransportClass
+from tjobs.delivery.lean_http import LeanHttpTransport
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.delivery.transport import MAX_BODY_BYTES, CallbackRequest, Outcome, Route, Transport
 from tjobs.delivery.urls import parse_callback_url
@@ -70,6 +71,8 @@ class RawServer:
     connections: int = 0
     requests: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
     closed_by_server: asyncio.Event = field(default_factory=asyncio.Event)
+    closed_by_client: asyncio.Event = field(default_factory=asyncio.Event)  # set at each, cleared by readers
+    client_closes: int = 0
     _server: asyncio.Server | None = None
     _handlers: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -111,7 +114,10 @@ class RawServer:
                     await writer.wait_closed()
                     self.closed_by_server.set()
                     return
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, asyncio.CancelledError):
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            self.client_closes += 1
+            self.closed_by_client.set()
+        except asyncio.CancelledError:
             pass
         finally:
             self._handlers.discard(handler)
@@ -438,3 +444,25 @@ def test_on_uvloop(case: Callable[..., Any], transport_class: HttpTransportClass
 @pytest.mark.parametrize("case", ON_UVLOOP_WITH_TLS, ids=lambda case: case.__name__)
 def test_tls_on_uvloop(case: Callable[..., Any], transport_class: HttpTransportClass, certificates: Path) -> None:
     run_on_uvloop(case, transport_class, certificates)
+
+
+# ---- the lean transport's idle connections -------------------------------------------------------------
+
+
+async def test_lean_closes_a_connection_idle_longer_than_the_receiver_keeps_it() -> None:
+    transport = LeanHttpTransport(SETTINGS, policy=to_loopback)
+    try:
+        # "Keep-Alive: timeout=1": the receiver may close it after 1 s; the transport keeps it 1 s less
+        async with RawServer(lambda path: (answer(204, b"", "Keep-Alive: timeout=1, max=100"), False)) as server:
+            url = f"http://hook.test:{server.port}/hook"
+            for _ in range(2):
+                assert (await transport.send(signed(url))).outcome is Outcome.DELIVERED
+            assert server.connections == 2  # the first one was past its time when the second attempt came
+            assert transport.idle_connections == 1
+            async with asyncio.timeout(10):  # the sweep closes the second one too, unasked
+                while server.client_closes < 2:
+                    await server.closed_by_client.wait()
+                    server.closed_by_client.clear()
+            assert transport.idle_connections == 0
+    finally:
+        await transport.close()

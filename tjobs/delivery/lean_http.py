@@ -227,14 +227,15 @@ class _Connection(asyncio.Protocol):
 
 
 class _Pool:
-    """Idle keep-alive connections per :data:`PoolKey`, most recently used first."""
+    """Idle keep-alive connections per :data:`PoolKey`, most recently used first; the expired ones are
+    closed by a sweep every :data:`SWEEP_EVERY_S` while any connection is idle."""
 
     def __init__(self, max_idle: int) -> None:
         self.idle: dict[PoolKey, list[_Connection]] = {}
         self.count = 0
         self.closed = False
         self._max_idle = max_idle
-        self._next_sweep = 0.0
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def take(self, key: PoolKey, now: float) -> _Connection | None:
         idle = self.idle.get(key)
@@ -246,19 +247,19 @@ class _Pool:
             connection.abort()
         return None
 
-    def put(self, connection: _Connection, now: float) -> None:
+    def put(self, connection: _Connection, loop: asyncio.AbstractEventLoop) -> None:
         if self.closed or self.count >= self._max_idle:
             connection.abort()
             return
         connection.release()
-        connection.idle_since = now
+        connection.idle_since = loop.time()
         idle = self.idle.get(connection.key)
         if idle is None:
             idle = self.idle[connection.key] = []
         idle.append(connection)
         self.count += 1
-        if now >= self._next_sweep:
-            self._sweep(now)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(SWEEP_EVERY_S, self._sweep, loop)
 
     def discard(self, connection: _Connection) -> None:
         """A connection closed while idle (by the receiver) leaves the pool."""
@@ -267,21 +268,29 @@ class _Pool:
             idle.remove(connection)
             self.count -= 1
 
-    def _sweep(self, now: float) -> None:
-        self._next_sweep = now + SWEEP_EVERY_S
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._sweeper = None
+        now = loop.time()
         for key, idle in list(self.idle.items()):
-            keep = [c for c in idle if not c.closed and now - c.idle_since < c.keep_alive_s]
+            keep: list[_Connection] = []
             for connection in idle:
-                if connection not in keep:
+                if not connection.closed and now - connection.idle_since < connection.keep_alive_s:
+                    keep.append(connection)
+                else:
                     connection.abort()
             self.count -= len(idle) - len(keep)
             if keep:
                 self.idle[key] = keep
             else:
                 del self.idle[key]
+        if self.count:
+            self._sweeper = loop.call_later(SWEEP_EVERY_S, self._sweep, loop)
 
     def close(self) -> None:
         self.closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for idle in self.idle.values():
             for connection in idle:
                 connection.abort()
@@ -439,7 +448,7 @@ class LeanHttpTransport(Transport):
         finally:
             timer.cancel()
         if connection.reusable():
-            pool.put(connection, loop.time())
+            pool.put(connection, loop)
         else:
             connection.abort()
         return exchange
