@@ -274,19 +274,25 @@ async def test_a_connection_refused_again_is_answered_when_the_apps_bucket_would
     bucket would have admitted the request (at most a second later): uvicorn reads a connection's next
     pipelined request only after answering the current one, so a flood costs the node one answer per
     connection per hold, not one per request sent. A first refusal, or one after an admitted request,
-    is answered at once; another connection's first refusal too.
+    is answered at once; another connection's first refusal too, and another app's on the same
+    connection (apps behind one proxy share its connections).
     """
     from tjobs.api.ratelimit import REFUSAL_HOLD_MAX_S, AdmissionMiddleware, ApiRateLimits
     from tjobs.service.apps import hash_api_key
     from tjobs.settings import RateLimitSettings
 
-    class Directory:
-        def known_app(self, api_key_hash: str) -> Any:
-            return Known() if api_key_hash == hash_api_key("tjk_known") else None
-
     class Known:
         id = "app_known"
         settings: ClassVar[dict[str, Any]] = {}
+
+    class Other:
+        id = "app_other"
+        settings: ClassVar[dict[str, Any]] = {}
+
+    class Directory:
+        def known_app(self, api_key_hash: str) -> Any:
+            apps = {hash_api_key("tjk_known"): Known(), hash_api_key("tjk_other"): Other()}
+            return apps.get(api_key_hash)
 
     events: list[tuple[str, Any]] = []
 
@@ -304,13 +310,13 @@ async def test_a_connection_refused_again_is_answered_when_the_apps_bucket_would
     limits = ApiRateLimits(settings, monotonic=lambda: now[0])  # time moves only when the test says
     middleware = AdmissionMiddleware(inner, limits, Directory(), hold=hold)  # type: ignore[arg-type]
 
-    def scope(path: str, port: int = 50000) -> dict[str, Any]:
-        headers = [(b"authorization", b"Bearer tjk_known")]
+    def scope(path: str, port: int, key: str) -> dict[str, Any]:
+        headers = [(b"authorization", f"Bearer {key}".encode())]
         return {"type": "http", "method": "GET", "path": path, "headers": headers, "client": ("127.0.0.1", port)}
 
-    async def request(path: str, port: int = 50000) -> list[tuple[str, Any]]:
+    async def request(path: str, port: int = 50000, key: str = "tjk_known") -> list[tuple[str, Any]]:
         events.clear()
-        await middleware(scope(path, port), None, send)
+        await middleware(scope(path, port, key), None, send)
         return list(events)
 
     refused_now = [("send", 429), ("send", "body")]
@@ -319,6 +325,10 @@ async def test_a_connection_refused_again_is_answered_when_the_apps_bucket_would
     assert await request("/v1/app") == refused_now  # 2/s, both tokens taken: the first refusal, at once
     assert await request("/v1/app") == [("hold", 0.5), *refused_now]  # again: held until a token is due
     assert await request("/v1/app", port=50001) == refused_now  # another connection's first refusal
+    assert await request("/v1/app", port=50002, key="tjk_other") == [("admitted", "/v1/app")]
+    assert await request("/v1/app", port=50002, key="tjk_other") == [("admitted", "/v1/app")]
+    assert await request("/v1/app", key="tjk_other") == refused_now  # right after app_known's, on its connection
+    assert await request("/v1/app") == [("hold", 0.5), *refused_now]  # app_known's own second refusal is held
     now[0] += 0.5
     assert await request("/v1/app") == [("admitted", "/v1/app")]
     assert await request("/v1/app") == refused_now  # after an admitted request: at once again

@@ -23,7 +23,7 @@ this node has accepted its key before, so a refused request costs no routing, de
 request accounting (it is counted only in ``tjobs_api_rate_limited_total``); the authentication that
 follows for an admitted request does not take it again. A key not yet known takes the whole path.
 
-A connection refused again right after a refusal (it did not wait) gets its 429 only once the app's
+A connection refused again for the same app right after a refusal (it did not wait) gets its 429 only once the app's
 bucket would have admitted the request (at most :data:`REFUSAL_HOLD_MAX_S` later; ``Retry-After`` is
 unchanged; the first refusal is answered at once). The server reads a connection's next request only
 after answering its current one, so an app flooding over its rate gets one answer per connection per
@@ -57,7 +57,7 @@ from tjobs.settings import RateLimitSettings
 
 # the longest a repeated refusal's 429 is held back (until the app's bucket would admit it; see the module doc)
 REFUSAL_HOLD_MAX_S = 1.0
-# connections remembered as refused last (the oldest forgotten first: a closed one is never seen again)
+# (connection, app) pairs remembered as refused last (the oldest forgotten first: a closed one is never seen again)
 REFUSED_CONNECTIONS_MAX = 10_000
 
 # (method, route path) of the reads that visit every shard: they also take an expensive-read token
@@ -213,8 +213,9 @@ ADMITTED = "tjobs.admitted_app"  # scope key: the app whose request token Admiss
 
 class AdmissionMiddleware:
     """Takes a known app's request token before anything else runs, and answers 429 itself when refused;
-    a connection refused twice in a row gets the second 429 once the app's bucket would have admitted
-    the request (at most :data:`REFUSAL_HOLD_MAX_S` later). A connection is the ASGI ``client`` address.
+    a connection refused twice in a row for one app gets the second 429 once the app's bucket would have
+    admitted the request (at most :data:`REFUSAL_HOLD_MAX_S` later). A connection is the ASGI ``client``
+    address.
 
     A key is known when this node accepted it before (:meth:`tjobs.service.apps.AppDirectory.known_app`, even
     if that cache entry is stale: refusing with a stale app only answers 429 where 401 may be due).
@@ -243,20 +244,21 @@ class AdmissionMiddleware:
                 try:
                     self._limits.admit_request(known, scope["method"], scope["path"])
                 except OverRate as refused:
-                    if self._refused_again(scope.get("client")):
+                    if self._refused_again(scope.get("client"), known.id):
                         await self._hold(min(refused.wait_s, REFUSAL_HOLD_MAX_S))
                     await _refuse(send, refused)
                     return
                 if self._refused_connections:
-                    self._refused_connections.pop(_connection(scope.get("client")), None)
+                    self._refused_connections.pop(_connection(scope.get("client"), known.id), None)
                 scope[ADMITTED] = known.id
         await self.app(scope, receive, send)
 
-    def _refused_again(self, client: Any) -> bool:
-        """Whether this connection's previous request was refused too; it is remembered as refused now."""
+    def _refused_again(self, client: Any, app_id: str) -> bool:
+        """Whether this connection's previous request of ``app_id`` was refused too (apps sharing a
+        proxy's connection do not hold each other); it is remembered as refused now."""
         if client is None:
             return False
-        connection = _connection(client)
+        connection = _connection(client, app_id)
         if connection in self._refused_connections:
             return True
         self._refused_connections[connection] = None
@@ -265,8 +267,8 @@ class AdmissionMiddleware:
         return False
 
 
-def _connection(client: Any) -> tuple[Any, ...]:
-    return tuple(client) if client is not None else ()
+def _connection(client: Any, app_id: str) -> tuple[Any, ...]:
+    return (*client, app_id) if client is not None else ()
 
 
 def _bearer_key(scope: Scope) -> str | None:
