@@ -40,6 +40,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.settings import CallbackSettings
+from tjobs.specs import AtSpec, CallbackSpec
 
 
 class CountingRecorder:
@@ -70,8 +71,8 @@ async def run(rate: int, seconds: float, in_flight: int, port: int, freeze: bool
             app.id,
             f"bench-{i}",
             None,
-            {"kind": "at"},
-            {"urls": [url]},
+            AtSpec(0),
+            CallbackSpec((url,)),
             {"i": i},
             MisfirePolicy.FIRE_NOW,
             DeliveryMode.AT_LEAST_ONCE,

@@ -11,6 +11,7 @@ from tjobs.delivery.recording import RecordingTransport
 from tjobs.delivery.signing import generate_secret
 from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import CallbackSettings
+from tjobs.specs import AtSpec, CallbackSpec
 from tjobs.stores.memory import MemoryTaskStore
 
 CLOCK = SystemClock()
@@ -96,8 +97,8 @@ async def stored_flow(
             app.id,
             "t",
             None,
-            {"kind": "at", "at_ms": now_ms},
-            {"url": "https://receiver.example/hook"},
+            AtSpec(now_ms),
+            CallbackSpec(("https://receiver.example/hook",)),
             {"order": 1},
             MisfirePolicy.FIRE_NOW,
             delivery,

@@ -1,8 +1,8 @@
 """The records tjobs stores and passes between its parts: apps, tasks, flows, and fire plans.
 
 Instants are UTC epoch milliseconds (``*_ms``) everywhere in this module; the API converts to and
-from tz-aware datetimes at the edge. A task's ``schedule`` and ``callback`` are kept as validated
-JSON-able dicts (the API's shapes) so the store never needs to understand them.
+from tz-aware datetimes at the edge. A task's ``schedule`` and ``callback`` are typed, immutable values
+(:mod:`tjobs.specs`), parsed once at the edge and kept as JSON by the stores.
 """
 
 from __future__ import annotations
@@ -11,12 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-
-class ScheduleKind(StrEnum):
-    CRON = "cron"
-    INTERVAL = "interval"
-    AT = "at"
-    DELAY = "delay"
+from tjobs.specs import CallbackSpec, ScheduleSpec
+from tjobs.specs import ScheduleKind as ScheduleKind  # re-exported: it lives with the schedule specs
 
 
 class MisfirePolicy(StrEnum):
@@ -84,8 +80,8 @@ class Task:
     app_id: str
     name: str
     key: str | None
-    schedule: dict[str, Any]
-    callback: dict[str, Any]
+    schedule: ScheduleSpec
+    callback: CallbackSpec
     payload: Any
     misfire_policy: MisfirePolicy
     delivery: DeliveryMode

@@ -27,6 +27,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.settings import StorageSettings
+from tjobs.specs import CallbackSpec, IntervalSpec
 from tjobs.stores.sql_layout import MYSQL, Layout, create_engine_for
 
 T = TypeVar("T")
@@ -111,16 +112,14 @@ def make_task(
         shard = shard_for_key(app_id, key, IDS.shard_count)
     elif shard is None:
         shard = IDS.random_shard()
-    schedule: dict[str, Any] = {"kind": "interval", "every_ms": every_ms}
-    if max_fires is not None:
-        schedule["max_fires"] = max_fires
+    schedule = IntervalSpec(every_ms, start_at_ms=now_ms, max_fires=max_fires)
     return Task(
         id=IDS.mint(shard, NOW_MS + next(_ID_CLOCK)),
         app_id=app_id,
         name=name,
         key=key,
         schedule=schedule,
-        callback={"url": "https://receiver.example/hook", "method": "POST", "headers": {"x": "1"}},
+        callback=CallbackSpec(("https://receiver.example/hook",), "POST", {"x": "1"}),
         payload={"order": 123, "note": "héllo ✓"},
         misfire_policy=MisfirePolicy.FIRE_NOW,
         delivery=DeliveryMode.AT_LEAST_ONCE,
@@ -136,10 +135,11 @@ def make_task(
 def interval_planner(task: Task, intent: FireIntent, now_ms: int) -> FirePlan | None:
     """Deterministic test planner: one pending flow at the instant, next run one period later;
     ``max_fires`` completes the task."""
-    every_ms = int(task.schedule["every_ms"])
+    assert isinstance(task.schedule, IntervalSpec)
+    every_ms = task.schedule.every_ms
     flow = NewFlow(intent.scheduled_at_ms, FlowKind.SCHEDULED, FlowStatus.PENDING, 0, now_ms)
     next_run: int | None = intent.scheduled_at_ms + every_ms
-    max_fires = task.schedule.get("max_fires")
+    max_fires = task.schedule.max_fires
     if max_fires is not None and task.fire_count + 1 >= max_fires:
         next_run = None
     status = TaskStatus.ACTIVE if next_run is not None else TaskStatus.COMPLETED

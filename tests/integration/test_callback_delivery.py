@@ -38,6 +38,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.settings import CallbackSettings
+from tjobs.specs import AtSpec, callback_from_json
 
 CLOCK = SystemClock()
 SECRET = generate_secret()
@@ -110,8 +111,8 @@ def make_job(
         app.id,
         f"task-{task_id}",
         None,
-        {"kind": "at"},
-        callback,
+        AtSpec(scheduled),
+        callback_from_json(callback),
         payload,
         MisfirePolicy.FIRE_NOW,
         delivery,

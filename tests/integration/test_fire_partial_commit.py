@@ -27,6 +27,7 @@ from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.firing.runner import JobRunner
 from tjobs.model import DeliveryMode, Flow, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import SchedulerSettings, StorageSettings
+from tjobs.specs import CallbackSpec, IntervalSpec
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -120,8 +121,8 @@ def make_task(shard: int) -> Task:
         app_id="app",
         name=f"s{shard}",
         key=None,
-        schedule={"kind": "interval", "every_ms": SECOND, "start_at_ms": T0 + SECOND},
-        callback={"url": "https://receiver.example/hook"},
+        schedule=IntervalSpec(SECOND, T0 + SECOND),
+        callback=CallbackSpec(("https://receiver.example/hook",)),
         payload=None,
         misfire_policy=MisfirePolicy.FIRE_SOON,
         delivery=DeliveryMode.AT_LEAST_ONCE,

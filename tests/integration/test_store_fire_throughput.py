@@ -22,6 +22,7 @@ from sharding import TaskIdGenerator
 from tests.contract.backends import NOW_MS, drop_databases, interval_planner
 from tjobs.model import DeliveryMode, FireIntent, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import StorageSettings
+from tjobs.specs import CallbackSpec, IntervalSpec
 from tjobs.stores import sql_fire
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
@@ -38,8 +39,8 @@ def _task(task_id: int) -> Task:
         "bench",
         "bench",
         None,
-        {"kind": "interval", "every_ms": 1000},
-        {"url": "https://receiver.example/hook"},
+        IntervalSpec(1000, 0),
+        CallbackSpec(("https://receiver.example/hook",)),
         {"n": 1},
         MisfirePolicy.FIRE_NOW,
         DeliveryMode.AT_LEAST_ONCE,

@@ -25,6 +25,7 @@ from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdat
 from tjobs.observability.logs import configure_logging
 from tjobs.observability.metrics import Metrics
 from tjobs.settings import CallbackSettings
+from tjobs.specs import AtSpec, CallbackSpec
 
 logger = logging.getLogger("tjobs.tests.ops")
 
@@ -149,8 +150,8 @@ def _job() -> CallbackJob:
         app.id,
         "task-4242",
         None,
-        {"kind": "at"},
-        {"url": "http://127.0.0.1:9/cb"},
+        AtSpec(0),
+        CallbackSpec(("http://127.0.0.1:9/cb",)),
         None,
         MisfirePolicy.FIRE_NOW,
         DeliveryMode.AT_LEAST_ONCE,

@@ -11,6 +11,7 @@ from tjobs.clock import ManualClock
 from tjobs.observability.metrics import Metrics, status_class
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
+from tjobs.specs import CallbackSpec, IntervalSpec
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -413,8 +414,8 @@ def test_a_misfire_committed_by_the_node_is_counted_by_policy() -> None:
         "shop",
         "late",
         None,
-        {"kind": "interval"},
-        {"url": "http://127.0.0.1:9/"},
+        IntervalSpec(1000, 0),
+        CallbackSpec(("http://127.0.0.1:9/",)),
         None,
         MisfirePolicy.FIRE_SOON,
         DeliveryMode.AT_LEAST_ONCE,

@@ -21,6 +21,7 @@ from tjobs.model import (
     TaskStatus,
     flow_id,
 )
+from tjobs.specs import AtSpec, callback_from_json
 
 SECRET = generate_secret()
 TASK_ID = 7_340_032_123_456_789_012  # a 63-bit id: must survive as a string
@@ -34,8 +35,8 @@ def _message(callback: dict[str, Any], payload: Any = None, secrets: list[str] |
         "shop",
         "close-order-123",
         None,
-        {"kind": "at"},
-        callback,
+        AtSpec(SCHEDULED_MS),
+        callback_from_json(callback),
         payload,
         MisfirePolicy.FIRE_NOW,
         DeliveryMode.AT_LEAST_ONCE,

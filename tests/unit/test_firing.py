@@ -16,6 +16,7 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
+from tjobs.specs import CallbackSpec, schedule_from_json
 
 T0 = 1_790_000_000_000  # a fixed instant; every schedule below is anchored on it
 SECOND = 1000
@@ -28,8 +29,8 @@ def make_task(schedule: dict[str, Any], policy: MisfirePolicy = MisfirePolicy.FI
         "app_id": "a",
         "name": "t",
         "key": None,
-        "schedule": schedule,
-        "callback": {"urls": ["http://x"]},
+        "schedule": schedule_from_json(schedule),
+        "callback": CallbackSpec(("http://x",)),
         "payload": None,
         "misfire_policy": policy,
         "delivery": DeliveryMode.AT_LEAST_ONCE,

@@ -31,6 +31,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.settings import SchedulerSettings
+from tjobs.specs import CallbackSpec, schedule_from_json
 from tjobs.stores.base import FirePlanner as Planner
 from tjobs.stores.memory import MemoryTaskStore
 
@@ -122,8 +123,8 @@ async def add_task(store: MemoryTaskStore, shard: int, every_s: int = 1, max_fir
         app_id="app",
         name=f"s{shard}",
         key=None,
-        schedule=schedule,
-        callback={"url": "https://receiver.example/hook"},
+        schedule=schedule_from_json(schedule),
+        callback=CallbackSpec(("https://receiver.example/hook",)),
         payload=None,
         misfire_policy=MisfirePolicy.FIRE_SOON,
         delivery=DeliveryMode.AT_LEAST_ONCE,

@@ -21,6 +21,7 @@ from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.firing.runner import JobRunner
 from tjobs.model import DeliveryMode, DueTask, Flow, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import SchedulerSettings
+from tjobs.specs import CallbackSpec, IntervalSpec
 from tjobs.stores.memory import MemoryTaskStore
 
 TOPOLOGY = Topology.parse("2x2x4")
@@ -91,8 +92,8 @@ async def add_task(store: MemoryTaskStore, shard: int) -> Task:
         app_id="app",
         name=f"s{shard}",
         key=None,
-        schedule={"kind": "interval", "every_ms": SECOND, "start_at_ms": T0 + SECOND},
-        callback={"url": "https://receiver.example/hook"},
+        schedule=IntervalSpec(SECOND, T0 + SECOND),
+        callback=CallbackSpec(("https://receiver.example/hook",)),
         payload=None,
         misfire_policy=MisfirePolicy.FIRE_SOON,
         delivery=DeliveryMode.AT_LEAST_ONCE,

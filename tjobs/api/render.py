@@ -8,6 +8,7 @@ from typing import Any
 from tjobs.clock import iso_ms
 from tjobs.errors import TjobsError
 from tjobs.model import App, Flow, Task
+from tjobs.specs import callback_to_json, schedule_to_json
 
 # Instants repeat (a batch's tasks share created_at/updated_at, many share next_run_at), and
 # formatting one was a tenth of a batch create's CPU in the profile.
@@ -24,8 +25,8 @@ def task_json(task: Task) -> dict[str, Any]:
         "name": task.name,
         "key": task.key,
         "status": task.status.value,
-        "schedule": task.schedule,
-        "callback": task.callback,
+        "schedule": schedule_to_json(task.schedule),
+        "callback": callback_to_json(task.callback),
         "payload": task.payload,
         "misfire_policy": task.misfire_policy.value,
         "delivery": task.delivery.value,

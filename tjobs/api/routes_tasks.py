@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
+from tjobs import wire
 from tjobs.api import schemas
 from tjobs.api.deps import (
     BEARER,
@@ -40,7 +41,7 @@ _BATCH_KEYS = frozenset({"tasks"})
         **ok(200, schemas.Task, "an existing task with this key"),
         **errors(401, 422, 429),
     },
-    openapi_extra={**BEARER, **body_doc(schemas.TaskCreate)},
+    openapi_extra={**BEARER, **body_doc(wire.TaskCreate)},
 )
 async def create_task(request: Request) -> Any:
     # create, batch create and get authenticate in the route, not by AppDep (see tjobs.api.deps)
@@ -139,7 +140,7 @@ async def get_task(task_id: str, request: Request) -> Any:
     "/tasks/{task_id}",
     summary="Update a task (optimistic: pass version to get 409 on a lost race)",
     responses={**ok(200, schemas.Task), **errors(401, 404, 409, 422)},
-    openapi_extra=body_doc(schemas.TaskUpdate),
+    openapi_extra=body_doc(wire.TaskUpdate),
 )
 async def update_task(task_id: str, request: Request, app: AppDep, node: NodeDep) -> Any:
     tid = task_id_of(task_id)

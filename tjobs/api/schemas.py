@@ -1,35 +1,26 @@
 """The documented shapes of the ``/v1`` API (OpenAPI components).
 
-Requests are validated by :mod:`tjobs.service.tasks`, :mod:`tjobs.service.validation` and :mod:`tjobs.schedules`
-(field-named errors, one handler), not by these models; they exist so ``/openapi.json`` says exactly
-what is accepted and answered. Responses are built by :mod:`tjobs.api.render` and documented here;
-``tests/api/test_schemathesis.py`` checks the two agree.
+The request shapes of tasks (schedules, callbacks, create and update bodies, an app's callback
+defaults) are :mod:`tjobs.wire`'s, published here as they are: validation reads its field names,
+bounds and choices from the same models (field-named errors, one handler). Responses are built by
+:mod:`tjobs.api.render` and documented here; ``tests/api/test_schemathesis.py`` checks the two agree.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-JsonValue = Any
-MisfirePolicyName = Literal["fire_now", "fire_soon", "skip", "catch_up"]
-DeliveryName = Literal["at_least_once", "at_most_once"]
+from tjobs.wire import NAME_PATTERN, CallbackDefaults, DeliveryName, JsonValue, MisfirePolicyName, StoredCallback
+
 TaskStatusName = Literal["active", "paused", "completed"]
 FlowStatusName = Literal["pending", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
 FlowKindName = Literal["scheduled", "misfire", "manual"]
-Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-# what tjobs.service.validation refuses in names, keys and header values: control characters (C0, DEL, C1), and
-# a name or a key of whitespace only
-NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
-KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
-HEADER_VALUE = Annotated[str, Field(max_length=4096, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f-\x9f]*$")]
 
 
 # ---- errors ------------------------------------------------------------------------------------
@@ -45,86 +36,7 @@ class Error(BaseModel):
     error: ErrorDetail
 
 
-# ---- schedules ----------------------------------------------------------------------------------
-
-
-class DelaySchedule(_Strict):
-    kind: Literal["delay"]
-    delay_ms: int = Field(ge=0)
-
-
-class AtSchedule(_Strict):
-    kind: Literal["at"]
-    at: str | None = Field(default=None, description="ISO-8601 instant with an offset")
-    at_ms: int | None = Field(default=None, description="UTC epoch milliseconds (instead of at)")
-
-
-class _Bounds(_Strict):
-    start_at: str | None = None
-    start_at_ms: int | None = None
-    end_at: str | None = None
-    end_at_ms: int | None = None
-    max_fires: int | None = Field(default=None, ge=1)
-
-
-class CronSchedule(_Bounds):
-    kind: Literal["cron"]
-    expr: str = Field(description="5 fields, or 6 with seconds first")
-    timezone: str = Field(default="UTC", description="IANA time zone")
-    dst_gap: Literal["skip", "shift"] = "skip"
-    dst_overlap: Literal["once", "twice"] = "once"
-
-
-class IntervalSchedule(_Bounds):
-    kind: Literal["interval"]
-    every_ms: int = Field(ge=1)
-
-
-Schedule = Annotated[DelaySchedule | AtSchedule | CronSchedule | IntervalSchedule, Field(discriminator="kind")]
-
-
 # ---- tasks --------------------------------------------------------------------------------------
-
-
-class CallbackSpec(_Strict):
-    url: str | None = Field(default=None, description="unicast target (http/https), or give urls")
-    urls: list[str] | None = Field(default=None, description="multicast targets (1..10)")
-    method: Method = "POST"
-    headers: dict[str, HEADER_VALUE] = Field(
-        default_factory=dict, max_length=20, description="at most 20 custom headers"
-    )
-    body: str | None = Field(default=None, description="raw request body (else the task payload as JSON)")
-    timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
-    max_attempts: int | None = Field(default=None, ge=1, le=50)
-    max_age_s: int | None = Field(default=None, ge=1, le=30 * 86_400)
-
-
-class TaskCreate(_Strict):
-    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
-    key: str | None = Field(
-        default=None, min_length=1, max_length=200, pattern=KEY_PATTERN, description="idempotency key, unique per app"
-    )
-    schedule: Schedule
-    callback: CallbackSpec
-    payload: JsonValue = None
-    misfire_policy: MisfirePolicyName | None = None
-    delivery: DeliveryName | None = None
-
-
-class TaskUpdate(_Strict):
-    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN)
-    schedule: Schedule | None = None
-    callback: CallbackSpec | None = None
-    payload: JsonValue = None
-    misfire_policy: MisfirePolicyName | None = None
-    delivery: DeliveryName | None = None
-    version: int | None = Field(
-        default=None,
-        description=(
-            "the task's version as last read: 409 version_conflict if another edit (update, pause, resume) "
-            "landed since; fires never move it. Without it the last edit wins"
-        ),
-    )
 
 
 class BatchCreate(_Strict):
@@ -136,16 +48,6 @@ class BatchCreate(_Strict):
             "index, and does not stop the others (an item that is not an object refuses the whole batch)"
         ),
     )
-
-
-class StoredCallback(BaseModel):
-    urls: list[str]
-    method: Method
-    headers: dict[str, str] | None = None
-    body: str | None = None
-    timeout_ms: int | None = None
-    max_attempts: int | None = None
-    max_age_s: int | None = None
 
 
 class Task(BaseModel):
@@ -232,14 +134,6 @@ class RedriveResult(BaseModel):
 
 
 # ---- apps -------------------------------------------------------------------------------------------
-
-
-class CallbackDefaults(_Strict):
-    method: Method | None = None
-    headers: dict[str, HEADER_VALUE] | None = Field(default=None, max_length=20)
-    timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
-    max_attempts: int | None = Field(default=None, ge=1, le=50)
-    max_age_s: int | None = Field(default=None, ge=1, le=30 * 86_400)
 
 
 class AppCreate(_Strict):

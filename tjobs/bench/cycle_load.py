@@ -17,6 +17,7 @@ from typing import Any
 from sharding import TaskIdGenerator
 from tjobs.model import DeliveryMode, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import StorageSettings
+from tjobs.specs import AtSpec, CallbackSpec
 from tjobs.stores.base import TaskStore
 
 DAY_MS = 86_400_000
@@ -31,8 +32,8 @@ def _task(ids: TaskIdGenerator, shard: int, index: int, next_run_at_ms: int, now
         app_id="bench",
         name=f"load-{index}",
         key=None,
-        schedule={"kind": "at", "at_ms": next_run_at_ms},
-        callback={"urls": ["http://127.0.0.1:9/cb"]},
+        schedule=AtSpec(next_run_at_ms),
+        callback=CallbackSpec(("http://127.0.0.1:9/cb",)),
         payload=None,
         misfire_policy=MisfirePolicy.FIRE_NOW,
         delivery=DeliveryMode.AT_LEAST_ONCE,

@@ -12,7 +12,8 @@
     callback = verify(raw_body, request_headers, signing_secret)   # raises WebhookVerificationError
     if already_done(callback.flow_id): ...                          # the idempotency key
 
-Depends only on httpx and pydantic (not on the server's modules).
+Depends only on httpx and pydantic, and on tjobs.wire (the request shapes, pydantic only), never on the
+server's modules.
 """
 
 from tjobs.client._calls import task_request

@@ -7,6 +7,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from tjobs.wire import StoredCallback
+
 T = TypeVar("T")
 
 
@@ -14,14 +16,10 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class Callback(_Model):
-    urls: list[str]
-    method: str = "POST"
-    headers: dict[str, str] | None = None
-    body: str | None = None
-    timeout_ms: int | None = None
-    max_attempts: int | None = None
-    max_age_s: int | None = None
+class Callback(StoredCallback):
+    """A task's callback: the shape :mod:`tjobs.wire` declares for the server and the SDK alike."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class Task(_Model):

@@ -125,7 +125,7 @@ class _Delivery:
 
     def __init__(self, job: CallbackJob, flow_id: str, settings: CallbackSettings) -> None:
         task, flow = job.task, job.flow
-        spec = task.callback
+        callback = task.callback
         self.job = job
         self.flow_id = flow_id
         self.message = CallbackMessage(task, flow, job.app, flow_id, settings.timeout_ms)
@@ -134,9 +134,10 @@ class _Delivery:
         # A `sending` flow already counts its single attempt; otherwise this is the next one.
         self.record_sending = self.at_most_once and flow.status is not FlowStatus.SENDING
         self.attempt = flow.attempts if flow.status is FlowStatus.SENDING else flow.attempts + 1
-        max_attempts = int(spec.get("max_attempts", settings.max_attempts))
+        max_attempts = settings.max_attempts if callback.max_attempts is None else callback.max_attempts
         self.max_attempts = 1 if self.at_most_once else max_attempts
-        self.deadline_ms = flow.scheduled_at_ms + int(spec.get("max_age_s", settings.max_age_s)) * 1000
+        max_age_s = settings.max_age_s if callback.max_age_s is None else callback.max_age_s
+        self.deadline_ms = flow.scheduled_at_ms + max_age_s * 1000
         self.last_status: int | None = flow.last_status_code
         self.last_error: str | None = flow.last_error
         self.timer: asyncio.TimerHandle | None = None

@@ -48,25 +48,26 @@ class CallbackMessage:
 
     def __init__(self, task: Task, flow: Flow, app: App, flow_id: str, default_timeout_ms: int) -> None:
         spec = task.callback
-        urls = spec.get("urls")
-        self.urls: list[str] = list(urls) if urls else [spec["url"]]
-        self.method: str = str(spec.get("method", "POST")).upper()
-        self.timeout_ms: int = int(spec.get("timeout_ms", default_timeout_ms))
+        if not spec.urls:
+            raise ValueError("the callback has no target")
+        self.urls: list[str] = list(spec.urls)
+        self.method: str = spec.method.upper()
+        self.timeout_ms: int = default_timeout_ms if spec.timeout_ms is None else spec.timeout_ms
         self.app_id = app.id
         self.flow_id = flow_id
         self._secrets = app.secrets
         self.allow_list = allow_list_of_app(app.settings)  # travels with every request, for the target policy
         headers: dict[str, str] = {}
-        custom: dict[str, str] = spec.get("headers") or {}
+        custom = spec.headers
         has_content_type = False
         if custom:
             headers.update(custom)
             has_content_type = any(name.lower() == "content-type" for name in custom)
-        body = spec.get("body")
+        body = spec.body
         self._envelope: dict[str, Any] | None = None
         self._body: bytes | None = None
         if body is not None:
-            self._body = body.encode() if isinstance(body, str) else bytes(body)
+            self._body = body.encode()
             if not has_content_type:
                 headers["content-type"] = JSON if self._body.lstrip()[:1] in (b"{", b"[") else TEXT
         elif self.method != "GET":

@@ -31,7 +31,8 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
-from tjobs.schedules import Schedule, parse_schedule
+from tjobs.schedules import Schedule
+from tjobs.schedules.spec import schedule_of
 
 COUNT_CAP = 10_000  # missed occurrences are counted up to this many; beyond it the count saturates
 
@@ -53,7 +54,7 @@ class FirePlanner:
 
 
 def plan_fire(task: Task, intent: FireIntent, now_ms: int, policy: FirePolicy) -> FirePlan | None:
-    schedule = parse_schedule(task.schedule)
+    schedule = schedule_of(task.schedule)
     scheduled_at_ms = intent.scheduled_at_ms
     if now_ms - scheduled_at_ms <= policy.misfire_threshold_ms:
         return _on_time(task, schedule, scheduled_at_ms, now_ms, FlowKind.SCHEDULED, missed=0)
@@ -110,8 +111,8 @@ def _sent_flow(task: Task, scheduled_at_ms: int, now_ms: int, kind: FlowKind, mi
 
 
 def _plan(flows: list[NewFlow], task: Task, next_run_at_ms: int | None, fires_added: int) -> FirePlan:
-    schedule_max = task.schedule.get("max_fires")
-    if next_run_at_ms is not None and isinstance(schedule_max, int) and task.fire_count + fires_added >= schedule_max:
+    schedule_max = task.schedule.max_fires
+    if next_run_at_ms is not None and schedule_max is not None and task.fire_count + fires_added >= schedule_max:
         next_run_at_ms = None
     status = TaskStatus.ACTIVE if next_run_at_ms is not None else TaskStatus.COMPLETED
     return FirePlan(flows=flows, next_run_at_ms=next_run_at_ms, status=status, fires_added=fires_added)

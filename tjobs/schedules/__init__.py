@@ -1,7 +1,9 @@
 """Schedule math: when a task fires. Pure functions of the instant they are given; no clock, no I/O.
 
-- :mod:`~tjobs.schedules.spec` validates the API's schedule spec into the canonical stored dict
-  (:func:`normalize_schedule`) and builds a :class:`Schedule` from it (:func:`parse_schedule`).
+- :mod:`~tjobs.schedules.spec` parses the API's schedule request into its typed spec
+  (:func:`~tjobs.schedules.spec.parse_schedule_request`; :mod:`tjobs.specs`) and builds the
+  :class:`Schedule` of a spec (:func:`~tjobs.schedules.spec.schedule_of`). :func:`normalize_schedule`
+  and :func:`parse_schedule` do the same from and to the stored JSON object.
 - :mod:`~tjobs.schedules.cron` is cron in an IANA zone with the DST policies (``dst_gap`` skip/shift,
   ``dst_overlap`` once/twice) documented there; :mod:`~tjobs.schedules.cronexpr` matches expressions
   against wall-clock time and :mod:`~tjobs.schedules.zones` finds a zone's offset transitions.

@@ -38,24 +38,15 @@ matched), from the start of the repeated wall times (twice) or from the end of t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-from tjobs.model import ScheduleKind
 from tjobs.schedules.base import Schedule
 from tjobs.schedules.cronexpr import CronPattern, parse_cron
 from tjobs.schedules.zones import ZoneTimeline, zone_timeline
+from tjobs.specs import DstGap as DstGap  # the policies are part of the spec; re-exported here
+from tjobs.specs import DstOverlap as DstOverlap
+from tjobs.specs import ScheduleKind
 
 SEARCH_HORIZON_S = 100 * 366 * 86_400  # give up looking for a next fire this far past the last one
-
-
-class DstGap(StrEnum):
-    SKIP = "skip"
-    SHIFT = "shift"
-
-
-class DstOverlap(StrEnum):
-    ONCE = "once"
-    TWICE = "twice"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +64,7 @@ class CronSchedule(Schedule):
     _timeline: ZoneTimeline = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Raises CronSyntaxError / KeyError for inputs that normalize_schedule would have rejected.
+        # Raises CronSyntaxError / KeyError for inputs that parse_schedule_request would have rejected.
         object.__setattr__(self, "_pattern", parse_cron(self.expr))
         object.__setattr__(self, "_timeline", zone_timeline(self.timezone))
 

@@ -10,7 +10,7 @@ from tjobs.schedules.base import Schedule
 
 @dataclass(frozen=True, slots=True)
 class OneShotSchedule(Schedule):
-    kind: ScheduleKind  # AT or DELAY; a delay was turned into its instant by normalize_schedule
+    kind: ScheduleKind  # AT or DELAY; a delay was turned into its instant by parse_schedule_request
     at_ms: int
 
     def next_fire(self, after_ms: int) -> int | None:

@@ -1,7 +1,8 @@
-"""Schedule specs: validating what the API receives, and building schedules from what is stored.
+"""Schedule specs: parsing what the API receives into a typed spec, and the schedule of a spec.
 
-The API shape (``schedule`` of ``POST /v1/tasks``, README "Using it") and the canonical dict
-:func:`normalize_schedule` stores::
+The API shape (``schedule`` of ``POST /v1/tasks``, README "Using it"; declared once in
+:mod:`tjobs.wire`) and the canonical spec (:mod:`tjobs.specs.schedule`) that
+:func:`parse_schedule_request` makes of it, shown as the JSON the store keeps::
 
     {"kind": "cron", "expr": "0 9 * * *", "timezone": "Asia/Shanghai",     # timezone default "UTC"
      "dst_gap": "skip" | "shift", "dst_overlap": "once" | "twice"}          # defaults skip, once
@@ -17,8 +18,8 @@ Recurring kinds (cron, interval) also take ``start_at`` / ``end_at`` (ISO-8601 w
 ``start_at_ms`` / ``end_at_ms``; both bounds inclusive), stored as ``*_ms``, and ``max_fires`` (a
 positive int, enforced by the fire planner). An interval without a start is anchored at registration
 and fires first one period later (``start_at_ms = now + every_ms``); with a start it fires first at
-the start itself. A stored cron, interval or at dict validates to itself, so such a task read back
-can be written back; a stored delay carries its computed ``at_ms``, which a delay spec does not take.
+the start itself. A stored cron, interval or at object validates to itself, so such a task read back
+can be written back; a stored delay carries its computed ``at_ms``, which a delay request does not take.
 
 Limits (:class:`~tjobs.settings.LimitSettings`): an ``at`` may be at most ``misfire_threshold_ms`` in
 the past; nothing may start more than ``max_future_days`` ahead; an interval's ``every_ms`` and the
@@ -37,36 +38,54 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from tjobs.clock import datetime_to_ms
 from tjobs.errors import InvalidInput
-from tjobs.model import ScheduleKind
 from tjobs.schedules.base import Schedule
-from tjobs.schedules.cron import CronSchedule, DstGap, DstOverlap
+from tjobs.schedules.cron import CronSchedule
 from tjobs.schedules.cronexpr import CronSyntaxError, parse_cron
 from tjobs.schedules.interval import IntervalSchedule
 from tjobs.schedules.oneshot import OneShotSchedule
 from tjobs.schedules.zones import is_known_zone
 from tjobs.settings import LimitSettings
+from tjobs.specs import (
+    AtSpec,
+    CronSpec,
+    DelaySpec,
+    DstGap,
+    DstOverlap,
+    IntervalSpec,
+    ScheduleKind,
+    ScheduleSpec,
+    schedule_from_json,
+    schedule_to_json,
+)
+from tjobs.specs.schedule import KIND
+from tjobs.wire import SCHEDULE_SHAPES
 
 MS_PER_DAY = 86_400_000
 PERIOD_SAMPLE_FIRES = 256  # consecutive cron fires inspected for the minimum period
 
-_BOUNDS = ("start_at", "start_at_ms", "end_at", "end_at_ms", "max_fires")
+# the keys each kind of request takes, as tjobs.wire declares them
 _KEYS: dict[ScheduleKind, frozenset[str]] = {
-    ScheduleKind.CRON: frozenset(("kind", "expr", "timezone", "dst_gap", "dst_overlap", *_BOUNDS)),
-    ScheduleKind.INTERVAL: frozenset(("kind", "every_ms", *_BOUNDS)),
-    ScheduleKind.AT: frozenset(("kind", "at", "at_ms")),
-    ScheduleKind.DELAY: frozenset(("kind", "delay_ms")),
+    ScheduleKind(get_args(shape.model_fields[KIND].annotation)[0]): frozenset(shape.model_fields)
+    for shape in SCHEDULE_SHAPES
 }
 
 
 def normalize_schedule(spec: Any, *, now_ms: int, limits: LimitSettings, misfire_threshold_ms: int) -> dict[str, Any]:
-    """Validate a user's schedule spec and return the canonical dict to store (see module docs)."""
+    """The stored JSON of :func:`parse_schedule_request`'s spec (see the module docs)."""
+    return schedule_to_json(
+        parse_schedule_request(spec, now_ms=now_ms, limits=limits, misfire_threshold_ms=misfire_threshold_ms)
+    )
+
+
+def parse_schedule_request(spec: Any, *, now_ms: int, limits: LimitSettings, misfire_threshold_ms: int) -> ScheduleSpec:
+    """Validate a user's schedule request and return its canonical spec (see the module docs)."""
     if not isinstance(spec, dict):
         raise InvalidInput("schedule", "must be a JSON object", "invalid_type")
-    kind_value = spec.get("kind")
+    kind_value = spec.get(KIND)
     if kind_value is None:
         raise InvalidInput("schedule.kind", "is required", "missing")
     if not isinstance(kind_value, str) or kind_value not in _KEYS:
@@ -86,58 +105,50 @@ def normalize_schedule(spec: Any, *, now_ms: int, limits: LimitSettings, misfire
             raise InvalidInput("schedule.delay_ms", "must not be negative", "out_of_range")
         if now_ms + delay_ms > horizon_ms:
             raise InvalidInput("schedule.delay_ms", f"is more than {limits.max_future_days} days", "too_far")
-        return {"kind": kind.value, "delay_ms": delay_ms, "at_ms": now_ms + delay_ms}
+        return DelaySpec(delay_ms=delay_ms, at_ms=now_ms + delay_ms)
     if kind is ScheduleKind.INTERVAL:
         return _normalize_interval(spec, now_ms, horizon_ms, limits)
     return _normalize_cron(spec, now_ms, horizon_ms, limits)
 
 
-def parse_schedule(stored: dict[str, Any]) -> Schedule:
-    """The :class:`Schedule` of a canonical stored dict (trusted: it passed :func:`normalize_schedule`).
+def schedule_of(spec: ScheduleSpec) -> Schedule:
+    """The :class:`Schedule` (the fire math) of a spec.
 
     Cheap enough for the fire path: cron schedules (and their parsed expressions and zones) are cached.
     """
-    kind = stored["kind"]
-    if kind == ScheduleKind.CRON:
+    if type(spec) is CronSpec:
         return _cron_schedule(
-            stored["expr"],
-            stored.get("timezone", "UTC"),
-            stored.get("dst_gap", DstGap.SKIP.value),
-            stored.get("dst_overlap", DstOverlap.ONCE.value),
-            stored.get("start_at_ms"),
-            stored.get("end_at_ms"),
-            stored.get("max_fires"),
+            spec.expr, spec.timezone, spec.dst_gap, spec.dst_overlap, spec.start_at_ms, spec.end_at_ms, spec.max_fires
         )
-    if kind == ScheduleKind.INTERVAL:
-        return IntervalSchedule(
-            every_ms=stored["every_ms"],
-            start_at_ms=stored["start_at_ms"],
-            end_at_ms=stored.get("end_at_ms"),
-            max_fires=stored.get("max_fires"),
-        )
-    if kind in (ScheduleKind.AT, ScheduleKind.DELAY):
-        return OneShotSchedule(kind=ScheduleKind(kind), at_ms=stored["at_ms"])
-    raise ValueError(f"not a stored schedule: {stored!r}")
+    if type(spec) is IntervalSpec:
+        return IntervalSchedule(spec.every_ms, spec.start_at_ms, spec.end_at_ms, spec.max_fires)
+    if type(spec) is AtSpec or type(spec) is DelaySpec:
+        return OneShotSchedule(spec.kind, spec.at_ms)
+    raise TypeError(f"not a schedule spec: {spec!r}")
+
+
+def parse_schedule(stored: dict[str, Any]) -> Schedule:
+    """The :class:`Schedule` of a stored schedule object (trusted: it passed validation)."""
+    return schedule_of(schedule_from_json(stored))
 
 
 @lru_cache(maxsize=65_536)
 def _cron_schedule(
     expr: str,
     timezone: str,
-    dst_gap: str,
-    dst_overlap: str,
+    dst_gap: DstGap,
+    dst_overlap: DstOverlap,
     start_at_ms: int | None,
     end_at_ms: int | None,
     max_fires: int | None,
 ) -> CronSchedule:
-    gap, overlap = DstGap(dst_gap), DstOverlap(dst_overlap)
-    return CronSchedule(expr, timezone, gap, overlap, start_at_ms, end_at_ms, max_fires)
+    return CronSchedule(expr, timezone, dst_gap, dst_overlap, start_at_ms, end_at_ms, max_fires)
 
 
 # ---- per kind ------------------------------------------------------------------------------------
 
 
-def _normalize_at(spec: dict[str, Any], now_ms: int, horizon_ms: int, misfire_threshold_ms: int) -> dict[str, Any]:
+def _normalize_at(spec: dict[str, Any], now_ms: int, horizon_ms: int, misfire_threshold_ms: int) -> AtSpec:
     at_ms = _instant(spec, "at")
     if at_ms is None:
         raise InvalidInput("schedule.at", "is required (or at_ms)", "missing")
@@ -146,10 +157,10 @@ def _normalize_at(spec: dict[str, Any], now_ms: int, horizon_ms: int, misfire_th
         raise InvalidInput(field, f"is {(now_ms - at_ms) // 1000} s in the past", "in_past")
     if at_ms > horizon_ms:
         raise InvalidInput(field, "is too far in the future", "too_far")
-    return {"kind": ScheduleKind.AT.value, "at_ms": at_ms}
+    return AtSpec(at_ms=at_ms)
 
 
-def _normalize_interval(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings) -> dict[str, Any]:
+def _normalize_interval(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings) -> IntervalSpec:
     every_ms = _int(spec, "every_ms", required=True)
     assert every_ms is not None
     if every_ms < limits.min_period_ms:
@@ -157,18 +168,13 @@ def _normalize_interval(spec: dict[str, Any], now_ms: int, horizon_ms: int, limi
     if every_ms > limits.max_future_days * MS_PER_DAY:
         raise InvalidInput("schedule.every_ms", f"is more than {limits.max_future_days} days", "too_far")
     start_ms, end_ms, max_fires = _bounds(spec, horizon_ms)
-    stored: dict[str, Any] = {
-        "kind": ScheduleKind.INTERVAL.value,
-        "every_ms": every_ms,
-        "start_at_ms": start_ms if start_ms is not None else now_ms + every_ms,
-    }
-    _put_bounds(stored, end_ms, max_fires)
-    if parse_schedule(stored).first_fire(now_ms) is None:
+    interval = IntervalSpec(every_ms, start_ms if start_ms is not None else now_ms + every_ms, end_ms, max_fires)
+    if schedule_of(interval).first_fire(now_ms) is None:
         raise InvalidInput("schedule.end_at", "is before the first occurrence", "never_fires")
-    return stored
+    return interval
 
 
-def _normalize_cron(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings) -> dict[str, Any]:
+def _normalize_cron(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings) -> CronSpec:
     expr = spec.get("expr")
     if expr is None:
         raise InvalidInput("schedule.expr", "is required", "missing")
@@ -186,16 +192,7 @@ def _normalize_cron(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: 
     dst_gap = _choice(spec, "dst_gap", DstGap, DstGap.SKIP)
     dst_overlap = _choice(spec, "dst_overlap", DstOverlap, DstOverlap.ONCE)
     start_ms, end_ms, max_fires = _bounds(spec, horizon_ms)
-    stored: dict[str, Any] = {
-        "kind": ScheduleKind.CRON.value,
-        "expr": expr,
-        "timezone": timezone,
-        "dst_gap": dst_gap.value,
-        "dst_overlap": dst_overlap.value,
-    }
-    if start_ms is not None:
-        stored["start_at_ms"] = start_ms
-    _put_bounds(stored, end_ms, max_fires)
+    cron = CronSpec(expr, timezone, dst_gap, dst_overlap, start_ms, end_ms, max_fires)
 
     schedule = CronSchedule(expr, timezone, dst_gap, dst_overlap, start_ms)  # no end: see why it never fires
     first = schedule.first_fire(now_ms)
@@ -204,7 +201,7 @@ def _normalize_cron(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: 
     if end_ms is not None and first > end_ms:
         raise InvalidInput("schedule.end_at", "is before the first occurrence", "never_fires")
     _check_cron_period(schedule, first, limits.min_period_ms)
-    return stored
+    return cron
 
 
 def _check_cron_period(schedule: CronSchedule, first_ms: int, min_period_ms: int) -> None:
@@ -237,13 +234,6 @@ def _bounds(spec: dict[str, Any], horizon_ms: int) -> tuple[int | None, int | No
     if max_fires is not None and max_fires < 1:
         raise InvalidInput("schedule.max_fires", "must be at least 1", "out_of_range")
     return start_ms, end_ms, max_fires
-
-
-def _put_bounds(stored: dict[str, Any], end_ms: int | None, max_fires: int | None) -> None:
-    if end_ms is not None:
-        stored["end_at_ms"] = end_ms
-    if max_fires is not None:
-        stored["max_fires"] = max_fires
 
 
 def _instant(spec: dict[str, Any], name: str) -> int | None:

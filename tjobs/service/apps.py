@@ -24,11 +24,12 @@ from tjobs.model import App
 from tjobs.service.validation import check_name
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
+from tjobs.wire import CallbackDefaults
 
 DEFAULT_SECRET_GRACE_S = 86_400
 MAX_SECRET_GRACE_S = 30 * 86_400
 MAX_ACTIVE_TASKS = 1_000_000_000_000  # a per-app quota; beyond it a count could not be stored
-_CALLBACK_DEFAULT_KEYS = frozenset({"timeout_ms", "max_attempts", "max_age_s", "headers", "method"})
+_CALLBACK_DEFAULT_KEYS = frozenset(CallbackDefaults.model_fields)
 _APP_KEYS = frozenset(
     {
         "name",
@@ -120,7 +121,7 @@ def validate_app_fields(body: Any, settings: Settings, *, creating: bool) -> dic
 
 
 def _callback_defaults(value: Any, settings: Settings) -> dict[str, Any]:
-    from tjobs.service.validation import normalize_callback
+    from tjobs.service.validation import parse_callback_request
 
     if not isinstance(value, dict):
         raise InvalidInput("callback_defaults", "must be an object")
@@ -128,7 +129,7 @@ def _callback_defaults(value: Any, settings: Settings) -> dict[str, Any]:
     if unknown:
         raise InvalidInput(f"callback_defaults.{sorted(unknown)[0]}", "unknown field", "unknown_field")
     try:  # validate as a callback spec with a placeholder target
-        normalize_callback({**value, "url": "https://placeholder.invalid/"}, settings.limits)
+        parse_callback_request({**value, "url": "https://placeholder.invalid/"}, settings.limits)
     except InvalidInput as error:
         raise InvalidInput(
             error.field.replace("callback.", "callback_defaults.", 1), error.message.partition(": ")[2], error.code

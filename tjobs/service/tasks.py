@@ -20,23 +20,26 @@ from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app, target_field
 from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaExceeded, TjobsError
 from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
-from tjobs.schedules import normalize_schedule, parse_schedule
+from tjobs.schedules.spec import parse_schedule_request, schedule_of
 from tjobs.service.task_counts import TaskCounts
 from tjobs.service.validation import (
     check_key,
     check_name,
     check_payload,
-    normalize_callback,
+    parse_callback_request,
     parse_delivery,
     parse_misfire_policy,
 )
 from tjobs.settings import Settings
+from tjobs.specs import CallbackSpec
 from tjobs.stores.base import TaskStore
+from tjobs.wire import TaskCreate, TaskUpdate
 
 logger = logging.getLogger(__name__)
 
-_CREATE_KEYS = frozenset({"name", "key", "schedule", "callback", "payload", "misfire_policy", "delivery"})
-_UPDATE_KEYS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "version"})
+_CREATE_KEYS = frozenset(TaskCreate.model_fields)
+_CREATE_REQUIRED = tuple(name for name, field in TaskCreate.model_fields.items() if field.is_required())
+_UPDATE_KEYS = frozenset(TaskUpdate.model_fields)
 MAX_INSERT_ATTEMPTS = 3
 MAX_BATCH = 1000
 LIST_PAGE_MAX = 1000
@@ -126,22 +129,22 @@ class TaskService:
         unknown = set(request) - _CREATE_KEYS
         if unknown:
             raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
-        for required in ("name", "schedule", "callback"):
+        for required in _CREATE_REQUIRED:
             if required not in request:
                 raise InvalidInput(required, "is required", "missing")
         name = check_name(request["name"])
         key = check_key(request.get("key"))
         limits = self._settings.limits
-        schedule = normalize_schedule(
+        schedule = parse_schedule_request(
             request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
         )
-        callback = normalize_callback(with_defaults(request["callback"], app), limits)
+        callback = parse_callback_request(with_defaults(request["callback"], app), limits)
         payload = request.get("payload")
         check_payload(payload, limits)
-        kind = schedule["kind"]
-        policy = parse_misfire_policy(request.get("misfire_policy"), self._settings.default_misfire_policy(kind))
+        default_policy = self._settings.default_misfire_policy(schedule.kind)
+        policy = parse_misfire_policy(request.get("misfire_policy"), default_policy)
         delivery = parse_delivery(request.get("delivery"))
-        first = parse_schedule(schedule).first_fire(now_ms)
+        first = schedule_of(schedule).first_fire(now_ms)
         if first is None:
             raise InvalidInput("schedule", "never fires", "never_fires")
         shards = self._topology.shard_count
@@ -186,10 +189,9 @@ class TaskService:
             return Created(stored, created=True)
         raise Conflict(f"could not store task {task.name!r}; retry")
 
-    async def check_targets(self, app: App, callback: dict[str, Any]) -> None:
+    async def check_targets(self, app: App, callback: CallbackSpec) -> None:
         """The SSRF policy at registration: 422 naming the URL field if a target is refused."""
-        urls: list[str] = callback["urls"]
-        await self.guard.check_registration(urls, allow_list_of_app(app.settings))
+        await self.guard.check_registration(callback.urls, allow_list_of_app(app.settings))
 
     async def create_many(self, app: App, requests: Any) -> list[ItemResult]:
         """Create up to :data:`MAX_BATCH` tasks; one result per item, in order (an invalid item
@@ -206,7 +208,7 @@ class TaskService:
         for index, request in enumerate(requests):
             try:
                 task = self.build(app, request, now_ms)
-                urls = task.callback["urls"]
+                urls = task.callback.urls
                 for position, url in enumerate(urls):
                     if url not in judged:
                         judged[url] = await self.guard.refusal(url, allow_list_of_app(app.settings))
@@ -377,12 +379,16 @@ class TaskService:
         return results
 
     def _fresh_budget(self, task: Task, flow: Flow, now_ms: int) -> Task:
-        callback = dict(task.callback)
+        callback = task.callback
         settings = self._settings.callbacks
-        callback["max_attempts"] = flow.attempts + int(callback.get("max_attempts", settings.max_attempts))
-        age_s = int(callback.get("max_age_s", settings.max_age_s))
-        callback["max_age_s"] = max(0, (now_ms - flow.scheduled_at_ms) // 1000) + age_s
-        return replace(task, callback=callback)
+        attempts = settings.max_attempts if callback.max_attempts is None else callback.max_attempts
+        age_s = settings.max_age_s if callback.max_age_s is None else callback.max_age_s
+        fresh = replace(
+            callback,
+            max_attempts=flow.attempts + attempts,
+            max_age_s=max(0, (now_ms - flow.scheduled_at_ms) // 1000) + age_s,
+        )
+        return replace(task, callback=fresh)
 
     # ---- read ---------------------------------------------------------------------------------
 
@@ -426,7 +432,7 @@ class TaskService:
             task.name = check_name(request["name"])
             fields.add("name")
         if "callback" in request:
-            task.callback = normalize_callback(with_defaults(request["callback"], app), limits)
+            task.callback = parse_callback_request(with_defaults(request["callback"], app), limits)
             await self.check_targets(app, task.callback)
             fields.add("callback")
         if "payload" in request:
@@ -440,10 +446,10 @@ class TaskService:
             task.misfire_policy = parse_misfire_policy(request["misfire_policy"], task.misfire_policy)
             fields.add("misfire_policy")
         if "schedule" in request:
-            task.schedule = normalize_schedule(
+            task.schedule = parse_schedule_request(
                 request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
             )
-            first = parse_schedule(task.schedule).first_fire(now_ms)
+            first = schedule_of(task.schedule).first_fire(now_ms)
             if first is None:
                 raise InvalidInput("schedule", "never fires", "never_fires")
             task.next_run_at_ms = first
@@ -529,7 +535,7 @@ class TaskService:
 def _matches(task: Task, status: TaskStatus | None, kind: str | None, name_prefix: str | None) -> bool:
     return (
         (status is None or task.status is status)
-        and (kind is None or task.schedule.get("kind") == kind)
+        and (kind is None or task.schedule.kind == kind)
         and (name_prefix is None or task.name.startswith(name_prefix))
     )
 

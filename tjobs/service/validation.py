@@ -1,38 +1,60 @@
 """Validation of the parts of a task request that are not its schedule: callback, payload, policies.
 
-Every rejection is :class:`tjobs.errors.InvalidInput` naming the field by its dotted path, so the API
+The callback's keys, methods, number of targets and budget bounds are read from its request shape
+(:class:`tjobs.wire.CallbackRequest`); what validation adds is what JSON Schema cannot say (the URL
+model, header names, reserved headers, the configured limits) and the field-named errors. Every
+rejection is :class:`tjobs.errors.InvalidInput` naming the field by its dotted path, so the API
 answers 422 with that field and nothing is stored.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, get_args
 
 import orjson
+from annotated_types import Ge, Le, MaxLen
+from pydantic.fields import FieldInfo
 
 from tjobs.delivery.urls import UrlRefused, parse_callback_url
 from tjobs.errors import InvalidInput
 from tjobs.model import DeliveryMode, MisfirePolicy
 from tjobs.settings import LimitSettings
+from tjobs.specs import CallbackSpec, callback_to_json
+from tjobs.wire import MAX_HEADER_VALUE_CHARS, CallbackBudget, CallbackRequest, Method
 
-CALLBACK_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: refused in names, keys and header values
 _HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # the same, but HTAB is allowed
 _RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 _RESERVED_PREFIXES = ("webhook-", "tjobs-")
-_CALLBACK_KEYS = frozenset({"url", "urls", "method", "headers", "body", "timeout_ms", "max_attempts", "max_age_s"})
-MAX_TARGETS = 10
-MAX_TIMEOUT_MS = 60_000
-MAX_ATTEMPTS = 50
+
+
+def _int_bounds(field: FieldInfo) -> tuple[int, int]:
+    low = next(m.ge for m in field.metadata if isinstance(m, Ge))
+    high = next(m.le for m in field.metadata if isinstance(m, Le))
+    return int(low), int(high)  # type: ignore[call-overload]
+
+
+# what tjobs.wire declares: the keys, the methods, the number of targets and the budget's bounds
+CALLBACK_KEYS = frozenset(CallbackRequest.model_fields)
+CALLBACK_METHODS = frozenset(get_args(Method))
+MAX_TARGETS = next(m.max_length for m in CallbackRequest.model_fields["urls"].metadata if isinstance(m, MaxLen))
+BUDGET_BOUNDS: dict[str, tuple[int, int]] = {
+    name: _int_bounds(field) for name, field in CallbackBudget.model_fields.items()
+}
 
 
 def normalize_callback(spec: Any, limits: LimitSettings) -> dict[str, Any]:
-    """Validate a callback spec and return its canonical stored form (``urls`` always a list)."""
+    """The stored JSON of :func:`parse_callback_request`'s spec."""
+    return callback_to_json(parse_callback_request(spec, limits))
+
+
+def parse_callback_request(spec: Any, limits: LimitSettings) -> CallbackSpec:
+    """Validate a callback request and return its canonical spec (``urls`` always a tuple)."""
     if not isinstance(spec, dict):
         raise InvalidInput("callback", "must be an object")
-    unknown = set(spec) - _CALLBACK_KEYS
+    unknown = set(spec) - CALLBACK_KEYS
     if unknown:
         raise InvalidInput(f"callback.{sorted(unknown)[0]}", "unknown field", "unknown_field")
     if ("url" in spec) == ("urls" in spec):
@@ -49,7 +71,6 @@ def normalize_callback(spec: Any, limits: LimitSettings) -> dict[str, Any]:
     method = spec.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in CALLBACK_METHODS:
         raise InvalidInput("callback.method", f"must be one of {', '.join(sorted(CALLBACK_METHODS))}")
-    canonical: dict[str, Any] = {"urls": urls, "method": method.upper()}
     headers = spec.get("headers", {})
     if not isinstance(headers, dict):
         raise InvalidInput("callback.headers", "must be an object of string values")
@@ -62,27 +83,24 @@ def normalize_callback(spec: Any, limits: LimitSettings) -> dict[str, Any]:
         lowered = name.lower()
         if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES):
             raise InvalidInput(field, "reserved header; tjobs sets it")
-        if not isinstance(value, str) or len(value) > 4096 or _HEADER_VALUE_FORBIDDEN.search(value):
-            raise InvalidInput(field, "must be a string of at most 4096 characters without control characters")
-    if headers:
-        canonical["headers"] = dict(headers)
-    if "body" in spec and spec["body"] is not None:
-        if not isinstance(spec["body"], str):
+        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_CHARS or _HEADER_VALUE_FORBIDDEN.search(value):
+            raise InvalidInput(
+                field, f"must be a string of at most {MAX_HEADER_VALUE_CHARS} characters without control characters"
+            )
+    body = spec.get("body")
+    if body is not None:
+        if not isinstance(body, str):
             raise InvalidInput("callback.body", "must be a string (the raw request body)")
-        if len(spec["body"].encode()) > limits.max_payload_bytes:
+        if len(body.encode()) > limits.max_payload_bytes:
             raise InvalidInput("callback.body", f"larger than {limits.max_payload_bytes} bytes")
-        canonical["body"] = spec["body"]
-    for key, low, high in (
-        ("timeout_ms", 1, MAX_TIMEOUT_MS),
-        ("max_attempts", 1, MAX_ATTEMPTS),
-        ("max_age_s", 1, 30 * 86_400),
-    ):
+    budget: dict[str, int] = {}
+    for key, (low, high) in BUDGET_BOUNDS.items():
         if key in spec:
             value = spec[key]
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise InvalidInput(f"callback.{key}", f"must be an integer within {low}..{high}")
-            canonical[key] = value
-    return canonical
+            budget[key] = value
+    return CallbackSpec(tuple(urls), method.upper(), headers, body, **budget)
 
 
 def _url(value: Any, field: str, limits: LimitSettings) -> str:

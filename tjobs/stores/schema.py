@@ -41,6 +41,7 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
+from tjobs.specs import callback_from_text, callback_to_text, schedule_from_text, schedule_to_text
 
 APPS_TABLE = "apps"
 LAYOUT_TABLE = "tjobs_layout"
@@ -226,8 +227,8 @@ def task_to_row(task: Task) -> dict[str, Any]:
         "next_run_at": task.next_run_at_ms,
         "version": task.version,
         "fire_count": task.fire_count,
-        "schedule": dumps(task.schedule),
-        "callback": dumps(task.callback),
+        "schedule": schedule_to_text(task.schedule),
+        "callback": callback_to_text(task.callback),
         "payload": dumps(task.payload),
         "misfire_policy": task.misfire_policy.value,
         "delivery": task.delivery.value,
@@ -263,8 +264,8 @@ def task_from_row(row: Mapping[Any, Any]) -> Task:
         app_id=row["app_id"],
         name=row["name"],
         key=row["idem_key"],
-        schedule=loads(row["schedule"]),
-        callback=loads(row["callback"]),
+        schedule=schedule_from_text(row["schedule"]),
+        callback=callback_from_text(row["callback"]),
         payload=loads(row["payload"]),
         misfire_policy=MisfirePolicy(row["misfire_policy"]),
         delivery=DeliveryMode(row["delivery"]),

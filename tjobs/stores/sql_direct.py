@@ -33,6 +33,7 @@ from sqlalchemy.engine import make_url
 from sharding import shard_of_task_id
 from tjobs.model import Task
 from tjobs.settings import StorageSettings
+from tjobs.specs import callback_to_text, schedule_to_text
 from tjobs.stores.schema import TASK_COLUMNS, dumps, task_from_row
 from tjobs.stores.sql_layout import Layout, ShardTables
 
@@ -77,8 +78,8 @@ def task_values(task: Task) -> tuple[Any, ...]:
         task.next_run_at_ms,
         task.version,
         task.fire_count,
-        dumps(task.schedule),
-        dumps(task.callback),
+        schedule_to_text(task.schedule),
+        callback_to_text(task.callback),
         dumps(task.payload),
         task.misfire_policy.value,
         task.delivery.value,

@@ -1,0 +1,76 @@
+"""A task's callback as a typed value: its targets, the request to send, and its delivery budget.
+
+The canonical form is what :func:`tjobs.service.validation.parse_callback_request` makes of a request
+(one or many targets as ``urls``, the method upper-cased) and what the store keeps as JSON in the
+task's ``callback`` column::
+
+    {"urls": [...], "method": "POST"[, "headers": {...}][, "body": "..."]
+     [, "timeout_ms": n][, "max_attempts": n][, "max_age_s": n]}
+
+The JSON keys are the field names, in field order; ``headers`` is left out when empty and the other
+optional fields when unset, so :func:`callback_to_json` writes exactly the bytes the store has always
+held. An unset ``timeout_ms``, ``max_attempts`` or ``max_age_s`` takes the node's default
+(:class:`tjobs.settings.CallbackSettings`) when the callback is sent, so a changed default applies to
+existing tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+LEGACY_URL = "url"  # a unicast target as some early rows (and requests) spell it
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackSpec:
+    """Immutable, so one parsed spec may serve every fire of its task (and of tasks stored alike)."""
+
+    urls: tuple[str, ...]
+    method: str = "POST"
+    headers: Mapping[str, str] = field(default_factory=lambda: NO_HEADERS)  # the task's own, read-only
+    body: str | None = None  # sent verbatim instead of the JSON envelope
+    timeout_ms: int | None = None
+    max_attempts: int | None = None
+    max_age_s: int | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.urls) is not tuple:
+            object.__setattr__(self, "urls", tuple(self.urls))
+        if type(self.headers) is not MappingProxyType:
+            object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)) if self.headers else NO_HEADERS)
+
+
+_FIELDS = tuple(f.name for f in fields(CallbackSpec))
+_URLS = _FIELDS[0]
+
+
+def callback_to_json(spec: CallbackSpec) -> dict[str, Any]:
+    """The stored JSON object of ``spec`` (see the module docstring for its keys and their order)."""
+    stored: dict[str, Any] = {}
+    for name in _FIELDS:
+        value = getattr(spec, name)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Mapping):
+            value = dict(value) or None
+        if value is not None:
+            stored[name] = value
+    return stored
+
+
+def callback_from_json(stored: dict[str, Any]) -> CallbackSpec:
+    """The spec of a stored callback object (trusted: it was validated when the task was registered).
+
+    Unknown keys are ignored. A row with a single ``url`` (older rows) reads as one target; a row with
+    no target at all reads as ``urls=()``, which delivery dead-letters as unusable instead of failing
+    the fire that produced it.
+    """
+    values = {name: stored[name] for name in _FIELDS if stored.get(name) is not None}
+    if _URLS not in values:
+        single = stored.get(LEGACY_URL)
+        values[_URLS] = () if single is None else (single,)
+    return CallbackSpec(**values)

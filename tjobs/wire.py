@@ -1,0 +1,152 @@
+"""The request shapes of the ``/v1`` task API, written once: the source of truth for the request.
+
+Three readers, one declaration:
+
+- validation (:func:`tjobs.schedules.spec.parse_schedule_request`,
+  :func:`tjobs.service.validation.parse_callback_request`, :class:`tjobs.service.tasks.TaskService`,
+  :mod:`tjobs.service.apps`) takes each object's field names, the integer bounds, the choices and the
+  target count from these models; it keeps its own code only for what JSON Schema cannot say (cron
+  syntax, time zones, instants, horizons, the URL model, reserved headers) and for its field-named
+  error codes;
+- the OpenAPI document (:mod:`tjobs.api.schemas`) publishes these models as they are;
+- the SDK (:mod:`tjobs.client.models`) reads a task's callback with :class:`StoredCallback`.
+
+Only pydantic is imported, so the SDK stays importable without the server's dependencies. The typed
+values the server keeps (:mod:`tjobs.specs`) share the field names; ``tests/unit/test_specs.py``
+holds the two to each other.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JsonValue = Any
+MisfirePolicyName = Literal["fire_now", "fire_soon", "skip", "catch_up"]
+DeliveryName = Literal["at_least_once", "at_most_once"]
+Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+DstGapName = Literal["skip", "shift"]
+DstOverlapName = Literal["once", "twice"]
+
+# what validation refuses in names, keys and header values: control characters (C0, DEL, C1), and a name
+# or a key of whitespace only
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
+MAX_HEADER_VALUE_CHARS = 4096
+HEADER_VALUE = Annotated[str, Field(max_length=MAX_HEADER_VALUE_CHARS, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f-\x9f]*$")]
+MAX_HEADERS = 20  # limits.max_headers by default
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- schedules ----------------------------------------------------------------------------------
+
+
+class DelaySchedule(_Strict):
+    kind: Literal["delay"]
+    delay_ms: int = Field(ge=0)
+
+
+class AtSchedule(_Strict):
+    kind: Literal["at"]
+    at: str | None = Field(default=None, description="ISO-8601 instant with an offset")
+    at_ms: int | None = Field(default=None, description="UTC epoch milliseconds (instead of at)")
+
+
+class _Bounds(_Strict):
+    start_at: str | None = None
+    start_at_ms: int | None = None
+    end_at: str | None = None
+    end_at_ms: int | None = None
+    max_fires: int | None = Field(default=None, ge=1)
+
+
+class CronSchedule(_Bounds):
+    kind: Literal["cron"]
+    expr: str = Field(description="5 fields, or 6 with seconds first")
+    timezone: str = Field(default="UTC", description="IANA time zone")
+    dst_gap: DstGapName = "skip"
+    dst_overlap: DstOverlapName = "once"
+
+
+class IntervalSchedule(_Bounds):
+    kind: Literal["interval"]
+    every_ms: int = Field(ge=1)
+
+
+SCHEDULE_SHAPES: tuple[type[BaseModel], ...] = (DelaySchedule, AtSchedule, CronSchedule, IntervalSchedule)
+Schedule = Annotated[DelaySchedule | AtSchedule | CronSchedule | IntervalSchedule, Field(discriminator="kind")]
+
+
+# ---- callbacks ----------------------------------------------------------------------------------
+
+
+class CallbackBudget(_Strict):
+    """The integer options every callback takes, and an app's callback defaults may set."""
+
+    timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
+    max_attempts: int | None = Field(default=None, ge=1, le=50)
+    max_age_s: int | None = Field(default=None, ge=1, le=30 * 86_400)
+
+
+class CallbackRequest(CallbackBudget):
+    url: str | None = Field(default=None, description="unicast target (http/https), or give urls")
+    urls: list[str] | None = Field(default=None, min_length=1, max_length=10, description="multicast targets (1..10)")
+    method: Method = "POST"
+    headers: dict[str, HEADER_VALUE] = Field(
+        default_factory=dict, max_length=MAX_HEADERS, description=f"at most {MAX_HEADERS} custom headers"
+    )
+    body: str | None = Field(default=None, description="raw request body (else the task payload as JSON)")
+
+
+class CallbackDefaults(CallbackBudget):
+    """An app's defaults under each of its tasks' callbacks (the task's own fields win)."""
+
+    method: Method | None = None
+    headers: dict[str, HEADER_VALUE] | None = Field(default=None, max_length=MAX_HEADERS)
+
+
+class StoredCallback(BaseModel):
+    """A task's callback as the API answers it (its canonical stored form: targets always as urls)."""
+
+    urls: list[str]
+    method: Method = "POST"
+    headers: dict[str, str] | None = None
+    body: str | None = None
+    timeout_ms: int | None = None
+    max_attempts: int | None = None
+    max_age_s: int | None = None
+
+
+# ---- tasks --------------------------------------------------------------------------------------
+
+
+class TaskCreate(_Strict):
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
+    key: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=KEY_PATTERN, description="idempotency key, unique per app"
+    )
+    schedule: Schedule
+    callback: CallbackRequest
+    payload: JsonValue = None
+    misfire_policy: MisfirePolicyName | None = None
+    delivery: DeliveryName | None = None
+
+
+class TaskUpdate(_Strict):
+    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN)
+    schedule: Schedule | None = None
+    callback: CallbackRequest | None = None
+    payload: JsonValue = None
+    misfire_policy: MisfirePolicyName | None = None
+    delivery: DeliveryName | None = None
+    version: int | None = Field(
+        default=None,
+        description=(
+            "the task's version as last read: 409 version_conflict if another edit (update, pause, resume) "
+            "landed since; fires never move it. Without it the last edit wins"
+        ),
+    )
