@@ -5,8 +5,7 @@ Run by hand (it migrates 32 databases and writes ~100k rows)::
     TJOBS_STORE_BENCH=1 .venv/bin/pytest tests/integration/test_store_fire_throughput.py -s -q
 
 It prints, per batch size, committed fires per second with one batch in flight (one node's commit
-loop), for intents spread over all 512 shards and for intents of one shard, with the CASE update
-and with the per-row executemany update. The databases (``tjobs_test_bench_<hex>_NN``) are dropped.
+loop), for intents spread over all 512 shards and for intents of one shard. The databases (``tjobs_test_bench_<hex>_NN``) are dropped.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from tests.contract.backends import NOW_MS, drop_databases, interval_planner
 from tjobs.model import DeliveryMode, FireIntent, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import StorageSettings
 from tjobs.specs import CallbackSpec, IntervalSpec
-from tjobs.stores import sql_fire
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -106,19 +104,11 @@ async def test_fire_throughput_on_mariadb(mysql_url: str) -> None:
             f"\nmigrate 8x4x16 fresh: {migrate_s:.1f} s, again: {remigrate_s:.2f} s; "
             f"insert_tasks: {insert_rate:,.0f} tasks/s ({len(tasks)} tasks)"
         )
-        print(f"{'writes':>22} {'intents':>8} {'batch':>6} {'fires/s':>9} {'p50 ms':>8}")
-        variants = (
-            ("multi-statement + CASE", True, True),
-            ("per-table CASE", False, True),
-            ("per-table per-row", False, False),
-        )
-        for label, one_round_trip, with_case in variants:
-            sql_fire.ONE_ROUND_TRIP, sql_fire.ADVANCE_WITH_CASE = one_round_trip, with_case
-            for spread_label, pool in (("512 sh", spread), ("1 shard", one_shard)):
-                for batch in (10, 100, 1000):
-                    rate, p50 = await _fire_loop(store, pool, batch)
-                    print(f"{label:>22} {spread_label:>8} {batch:>6} {rate:>9,.0f} {p50:>8.1f}")
+        print(f"{'intents':>8} {'batch':>6} {'fires/s':>9} {'p50 ms':>8}")
+        for spread_label, pool in (("512 sh", spread), ("1 shard", one_shard)):
+            for batch in (10, 100, 1000):
+                rate, p50 = await _fire_loop(store, pool, batch)
+                print(f"{spread_label:>8} {batch:>6} {rate:>9,.0f} {p50:>8.1f}")
     finally:
-        sql_fire.ONE_ROUND_TRIP, sql_fire.ADVANCE_WITH_CASE = True, True
         await store.close()
         await drop_databases(settings)

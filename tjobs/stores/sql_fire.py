@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     from tjobs.stores.sql_layout import ShardTables
 
 MAX_PARAMS = 8000  # per statement; far below MySQL's 65535 and SQLite's 32766
-ONE_ROUND_TRIP = True  # MariaDB: all flow inserts and task updates in one multi-statement
-ADVANCE_WITH_CASE = True  # one UPDATE … CASE per table; False: executemany of per-row UPDATEs
 _TASK_SELECT = ", ".join(TASK_COLUMNS)
 _FLOW_INSERT_COLUMNS = ", ".join(FLOW_COLUMNS)
 
@@ -219,7 +217,7 @@ class FireTransaction:
             new_flows[home.shard].extend((index, flow) for flow in flows)
             outcomes[index] = FireOutcome(intent, after, flows)
 
-        if isinstance(run, _AsyncmyExecutor) and ONE_ROUND_TRIP and not careful:
+        if isinstance(run, _AsyncmyExecutor) and not careful:  # MariaDB: one multi-statement
             await self._write_in_one_round_trip(run, new_flows, advanced)
             return outcomes
         for shard in sorted(new_flows):
@@ -332,9 +330,7 @@ class FireTransaction:
         return kept
 
     async def _advance(self, run: _Executor, home: ShardTables, tasks: list[Task]) -> None:
-        if not ADVANCE_WITH_CASE:
-            await self._advance_each(run, home, tasks)
-            return
+        """One ``UPDATE … CASE`` per table and chunk."""
         step = MAX_PARAMS // 10
         for start in range(0, len(tasks), step):
             chunk = sorted(tasks[start : start + step], key=lambda t: t.id)
@@ -364,21 +360,6 @@ class FireTransaction:
         params.append(self.now_ms)
         params.extend(task.id for task in chunk)
         return sql, params
-
-    async def _advance_each(self, run: _Executor, home: ShardTables, tasks: list[Task]) -> None:
-        """The alternative measured against the CASE form: one executemany of per-row UPDATEs."""
-        m = self.mark
-        sql = (
-            f"UPDATE {home.tasks_sql} SET next_run_at = {m}, status = {m}, version = {m}, "
-            f"fire_count = {m}, updated_at = {m} WHERE id = {m}"
-        )
-        rows = [
-            (t.next_run_at_ms, t.status.value, t.version, t.fire_count, self.now_ms, t.id)
-            for t in sorted(tasks, key=lambda t: t.id)
-        ]
-        advanced = await run.count_many(sql, rows)
-        if advanced != len(rows):
-            raise RuntimeError(f"fire transaction advanced {advanced} of {len(rows)} locked rows")
 
 
 def _flow_values(flow: Flow) -> tuple[Any, ...]:
