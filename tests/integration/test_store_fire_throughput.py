@@ -5,7 +5,8 @@ Run by hand (it migrates 32 databases and writes ~100k rows)::
     TJOBS_STORE_BENCH=1 .venv/bin/pytest tests/integration/test_store_fire_throughput.py -s -q
 
 It prints, per batch size, committed fires per second with one batch in flight (one node's commit
-loop), for intents spread over all 512 shards and for intents of one shard. The databases (``tjobs_test_bench_<hex>_NN``) are dropped.
+loop), for intents spread over all 512 shards and for intents of one shard. The databases
+(``tjobs_test_bench_<hex>_NN``) are dropped.
 """
 
 from __future__ import annotations
