@@ -4,7 +4,7 @@
 #   make unit    tests/unit only, no services
 #   make lint    ruff format --check + ruff + mypy --strict (also run by .ci/run)
 #   make chaos   the long failure-injection suites (-m chaos)
-#   make bench   every `tjobs bench` benchmark with its defaults (make bench ARGS="<name> --help")
+#   make bench   benchmarks (python -m benchmarks): make bench ARGS="fire --embedded", ARGS="<name> --help"
 #   make services-up | services-status | services-down
 
 ARGS ?=

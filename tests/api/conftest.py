@@ -18,10 +18,10 @@ import pytest_asyncio
 
 from tests.e2e.conftest import FAST_SETTINGS
 from tests.receiver import Receiver
-from tjobs.bench.cycle_load import drop_databases
 from tjobs.model import App
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.testing import RunningNode, run_node
+from tjobs.testing.databases import drop_databases
 
 ADMIN_KEY = "tja_test_admin_key"
 

@@ -22,9 +22,9 @@ import pytest
 
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.scenario import OUTCOMES
-from tjobs.bench.cluster_rig import ClusterRig, Infra, start_infra
-from tjobs.bench.cycle_load import drop_databases
 from tjobs.settings import StorageSettings
+from tjobs.testing.cluster_rig import ClusterRig, Infra, start_infra
+from tjobs.testing.databases import drop_databases
 
 STATE_DIR = Path(
     os.environ.get("TJOBS_TEST_CHAOS_DIR") or os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests")

@@ -14,7 +14,7 @@ import httpx
 
 from tests.chaos.receiver import ReceiverFaults
 from tests.chaos.scenario import Fault, FaultWindow, Stage
-from tjobs.bench.cluster_rig import now_ms
+from tjobs.testing.cluster_rig import now_ms
 
 VICTIM_NODE = 2
 VICTIM_SERVER = 1

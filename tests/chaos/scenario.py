@@ -31,8 +31,8 @@ from tests.chaos.accounting import (
 )
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.workload import ChaosClient, promises, read_flows, register_intervals, stream_one_shots
-from tjobs.bench.cluster_rig import Api, ClusterRig, now_ms
 from tjobs.settings import CallbackSettings, ClusterSettings, CompensatorSettings, SchedulerSettings
+from tjobs.testing.cluster_rig import Api, ClusterRig, now_ms
 
 NODES = 3
 QUIET_AFTER_S = 2.0  # after everything arrived: time for a late duplicate or phantom to show up

@@ -11,7 +11,7 @@ import pytest
 from tests.chaos import faults
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.scenario import Profile, assert_clean, profiles, run
-from tjobs.bench.cluster_rig import ClusterRig
+from tjobs.testing.cluster_rig import ClusterRig
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis]
 

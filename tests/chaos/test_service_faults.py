@@ -13,7 +13,7 @@ from tests.chaos import faults
 from tests.chaos.accounting import select
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.scenario import Outcome, Profile, assert_clean, profiles, run
-from tjobs.bench.cluster_rig import ClusterRig
+from tjobs.testing.cluster_rig import ClusterRig
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis]
 

@@ -15,8 +15,8 @@ import httpx
 
 from sharding import Topology, shard_of_task_id
 from tests.chaos.accounting import Promise, StoredFlow
-from tjobs.bench.cluster_rig import ADMIN_KEY, ClusterRig, NodeProc, now_ms
 from tjobs.clock import iso_ms
+from tjobs.testing.cluster_rig import ADMIN_KEY, ClusterRig, NodeProc, now_ms
 
 CONFLICT_RETRIES = 20
 # An occurrence due less than this before a pause or delete was sent may still be waiting to fire (normal

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.receiver import Receiver
-from tjobs.bench.cluster_rig import Api, ClusterRig, Infra, start_infra
-from tjobs.bench.cycle_load import drop_databases
 from tjobs.settings import StorageSettings
+from tjobs.testing.cluster_rig import Api, ClusterRig, Infra, start_infra
+from tjobs.testing.databases import drop_databases
 
 STATE_DIR = Path(os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests"))
 

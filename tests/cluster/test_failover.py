@@ -13,7 +13,7 @@ import pytest
 
 from tests.cluster.workload import collect, in_shards, schedule, settle, start_cluster
 from tests.receiver import Receiver
-from tjobs.bench.cluster_rig import Api, ClusterRig, now_ms
+from tjobs.testing.cluster_rig import Api, ClusterRig, now_ms
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from sharding import shard_of_task_id
-from tjobs.bench.cluster_rig import Api, ClusterRig, NodeProc, created_ms, now_ms
+from tjobs.testing.cluster_rig import Api, ClusterRig, NodeProc, created_ms, now_ms
 
 
 @dataclass

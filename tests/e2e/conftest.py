@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.receiver import Receiver
-from tjobs.bench.cycle_load import drop_databases
 from tjobs.settings import Settings, StorageSettings, load_settings
 from tjobs.testing import RunningNode, run_node
+from tjobs.testing.databases import drop_databases
 
 FAST_SETTINGS: dict[str, Any] = {
     "scheduler": {"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3},

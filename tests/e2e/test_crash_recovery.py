@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from tests.receiver import Receiver, Reply
-from tjobs.bench.cycle_load import drop_databases
-from tjobs.bench.node_process import node_process
 from tjobs.settings import StorageSettings
+from tjobs.testing.databases import drop_databases
+from tjobs.testing.node_process import node_process
 
 pytestmark = pytest.mark.slow
 

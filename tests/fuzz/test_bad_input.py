@@ -15,10 +15,10 @@ import pytest
 import pytest_asyncio
 
 from tests.fuzz.cases import Case, all_cases, render, valid_task
-from tjobs.bench.cycle_load import drop_databases
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores.migrate import migrate
 from tjobs.testing import run_node
+from tjobs.testing.databases import drop_databases
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -18,12 +18,12 @@ import pytest
 from sqlalchemy import delete
 
 from tests.e2e.conftest import FAST_SETTINGS
-from tjobs.bench.cycle_load import drop_databases
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores.layout_record import _LAYOUT, StorageLayoutMismatch, StorageNotMigrated
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 from tjobs.testing import run_node
+from tjobs.testing.databases import drop_databases
 
 
 @pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])

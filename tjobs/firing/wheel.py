@@ -41,7 +41,7 @@ collector stops tracking a tuple of ints at its first collection, so a million l
 node's full garbage collections nearly nothing, where one ``__slots__`` object each would be walked
 by every full collection. :class:`WheelEntry`, a ``NamedTuple`` over the same four fields, is built
 on the way out (``advance``, ``get``, ``entries``, ``remove_where``).
-``tjobs.bench.wheel_memory`` measures bytes per loaded task.
+``benchmarks.wheel_memory`` measures bytes per loaded task.
 """
 
 from __future__ import annotations

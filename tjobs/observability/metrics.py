@@ -12,7 +12,7 @@ gauges that mirror state (wheel size, ownership, the coordinator's view) are set
 
 ``metrics.enabled = false`` gives the node a :class:`NullMetrics`: the same attributes and hooks,
 doing nothing (``/metrics`` answers 404). It exists to measure what the metrics cost on the fire
-path (``python -m tjobs.bench.metrics_overhead``) and for operators who scrape nothing.
+path (``python -m benchmarks.metrics_overhead``) and for operators who scrape nothing.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Cluster benchmarks on one machine (real etcd, 2 MariaDB servers, Redis, node processes).
 
-    python -m tjobs.bench.failover kills --count 20       kill -9 a primary, measure kill -> first fire
-    python -m tjobs.bench.failover handoff --count 5      SIGTERM a primary, measure the firing gap
-    python -m tjobs.bench.failover nearterm --hot redis   cross-node near-term lateness (redis | dbpoll),
+    python -m benchmarks.failover kills --count 20       kill -9 a primary, measure kill -> first fire
+    python -m benchmarks.failover handoff --count 5      SIGTERM a primary, measure the firing gap
+    python -m benchmarks.failover nearterm --hot redis   cross-node near-term lateness (redis | dbpoll),
                                                           with the hot-tier lag from the nodes' metrics
-    python -m tjobs.bench.failover throughput --nodes 2   fires/s of one burst of due tasks (and node CPU
+    python -m benchmarks.failover throughput --nodes 2   fires/s of one burst of due tasks (and node CPU
                                                           per fire, which a loaded machine distorts less)
 
 Services come from ``scripts/cluster.sh infra`` in ``--state-dir`` (own etcd/Redis ports, so nothing
@@ -31,10 +31,10 @@ from aiohttp import web
 from sqlalchemy.engine import make_url
 
 from sharding import shard_of_task_id
-from tjobs.bench.cluster_rig import ADMIN_KEY, Api, ClusterRig, Infra, now_ms, start_infra
-from tjobs.bench.node_process import free_port, process_cpu_s
 from tjobs.settings import StorageSettings
 from tjobs.stores.sql_layout import Layout
+from tjobs.testing.cluster_rig import ADMIN_KEY, Api, ClusterRig, Infra, now_ms, start_infra
+from tjobs.testing.node_process import free_port, process_cpu_s
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -324,7 +324,7 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tjobs.bench.failover",
+        prog="python -m benchmarks.failover",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,8 +2,8 @@
 
 ::
 
-    python -m tjobs.bench.api_isolation --storage mysql+asyncmy://root@127.0.0.1:3306
-    python -m tjobs.bench.api_isolation --storage mysql+asyncmy://root@127.0.0.1:3306 --no-limits  # control
+    python -m benchmarks.api_isolation --storage mysql+asyncmy://root@127.0.0.1:3306
+    python -m benchmarks.api_isolation --storage mysql+asyncmy://root@127.0.0.1:3306 --no-limits  # control
 
 A ``tjobs serve`` node runs in a child process (its own databases on the server, dropped afterwards;
 ``--no-limits`` runs it with ``rate_limits.enabled = false``). Two apps:
@@ -12,7 +12,7 @@ A ``tjobs serve`` node runs in a child process (its own databases on the server,
   ``--interval-tasks`` interval tasks firing every second into a callback sink (another child process);
 - the *flooder* sends ``--flood-path`` (default ``/v1/stats``, the heaviest read) open-loop at
   ``--flood-rate`` (default 1,000/s) with the node's default limits, pipelined over
-  ``--flood-connections`` keep-alive connections (:mod:`tjobs.bench.flooder`: pre-encoded requests,
+  ``--flood-connections`` keep-alive connections (:mod:`benchmarks.flooder`: pre-encoded requests,
   a parser that reads only status lines and lengths, so the offer is sent whatever the node answers
   and costs the machine little).
 
@@ -20,7 +20,7 @@ Two phases of ``--duration-s`` each: **idle** (victim only), then **flood** (vic
 phase reports the victim's p50/p99/max (latency counted from each request's due instant, so a slow
 answer delays nobody's measurement) and its fire lateness from the node's
 ``tjobs_fire_lateness_seconds`` histogram over the phase (mean from sum/count, p99 as a bucket bound);
-the flood phase also reports the flooder's :class:`tjobs.bench.flooder.FloodResult` (offered, sent,
+the flood phase also reports the flooder's :class:`benchmarks.flooder.FloodResult` (offered, sent,
 answers by status, its answers' latency from their due instants). The flooder runs in a process of its own
 (so its client does not delay the victim's), as does the sink; they share the machine's cores with the
 node (``--node-cpu N`` pins the node to core N and the clients to the others; the database server
@@ -50,11 +50,11 @@ import orjson
 from aiohttp import ClientError, ClientSession, TCPConnector
 from prometheus_client.parser import text_string_to_metric_families
 
-from tjobs.bench.api import _create_batches, _headers, _percentile, _session
-from tjobs.bench.fire import create_bench_app
-from tjobs.bench.flooder import FloodResult, flood
-from tjobs.bench.node_process import process_cpu_s
-from tjobs.bench.sink import SinkProcess
+from benchmarks.api import _create_batches, _headers, _percentile, _session
+from benchmarks.fire import create_bench_app
+from benchmarks.flooder import FloodResult, flood
+from tjobs.testing.node_process import process_cpu_s
+from tjobs.testing.sink import SinkProcess
 
 
 @dataclass
@@ -114,7 +114,7 @@ async def _flood_in_child(url: str, key: str, rate: float, duration_s: float, co
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tjobs.bench.api_isolation",
+        "benchmarks.api_isolation",
         "--flood-child",
         url,
         "--flood-key",
@@ -308,9 +308,9 @@ async def _register_interval_tasks(session: ClientSession, base_url: str, key: s
 
 @contextlib.contextmanager
 def _node(storage: str, limits: bool) -> Iterator[tuple[str, str, int]]:
-    from tjobs.bench.cycle_load import drop_databases
-    from tjobs.bench.node_process import node_process
     from tjobs.settings import StorageSettings
+    from tjobs.testing.databases import drop_databases
+    from tjobs.testing.node_process import node_process
 
     prefix = f"tjbenchiso_{secrets.token_hex(3)}"
     settings: dict[str, Any] = {"storage": {"database_prefix": prefix}}
@@ -333,7 +333,7 @@ def _pin(node_pid: int, node_cpu: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tjobs.bench.api_isolation", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.api_isolation", description=__doc__.split("\n")[0])
     parser.add_argument("--storage", default="mysql+asyncmy://root@127.0.0.1:3306")
     parser.add_argument("--no-limits", action="store_true", help="run the node with rate_limits.enabled = false")
     parser.add_argument("--victim-rate", type=float, default=100.0)

@@ -5,7 +5,7 @@ ways, each on a fresh connection: with a ``Content-Length`` to ``POST /v1/tasks`
 ``POST /v1/tasks``, and chunked to ``POST /v1/tasks/batch``. Before each it resets the process's peak RSS
 (``/proc/PID/clear_refs``) and reads its RSS; after, the peak (``VmHWM``): growth = peak - RSS before.
 
-    .venv/bin/python scripts/measure_body_memory.py [--json]
+    .venv/bin/python -m benchmarks.body_memory [--json]
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """What the metrics cost on the fire path: in isolation, on one node switching them on and off, and
 on separate nodes with them on and off.
 
-    python -m tjobs.bench.metrics_overhead [--fires 200000] [--apps 20] [--batch 100]
-    python -m tjobs.bench.metrics_overhead --interleaved [--runs 3] [--tasks 20000] [--window-s 10]
+    python -m benchmarks.metrics_overhead [--fires 200000] [--apps 20] [--batch 100]
+    python -m benchmarks.metrics_overhead --interleaved [--runs 3] [--tasks 20000] [--window-s 10]
                                            [--slice-s 1] [--storage URL --prefix NAME] [--topology 8x4x16]
-    python -m tjobs.bench.metrics_overhead --node [--pairs 2] [--tasks 20000] [--window-s 10] [...]
+    python -m benchmarks.metrics_overhead --node [--pairs 2] [--tasks 20000] [--window-s 10] [...]
 
 **In isolation** (the default): the metric calls one fire makes, timed with ``process_time``:
 ``observe_fire`` (counter + lateness histogram), its share of the per-batch observations
@@ -15,9 +15,9 @@ feeds them. The figure is CPU microseconds per fire; the loss of fire throughput
 core, 0.4 % at 1,000).
 
 **Interleaved** (``--interleaved``, the figure for the ≤ 5 % target): ``--runs`` runs of the fire
-bench (:mod:`tjobs.bench.fire`: ``--tasks`` one-shot tasks due across ``--window-s``, called back
+bench (:mod:`benchmarks.fire`: ``--tasks`` one-shot tasks due across ``--window-s``, called back
 into the sink), each on a fresh node that switches its metrics on and off every ``--slice-s``
-(:mod:`tjobs.bench.metrics_slices`). Offer more than the node can take (on this 2-core machine
+(:mod:`benchmarks.metrics_slices`). Offer more than the node can take (on this 2-core machine
 with MariaDB, 150,000 tasks over 20 s): only the slices where it was behind count. Reports fires/s
 (first callbacks the sink received) and node CPU per fire for the on- and off-slices, pooled over
 the runs and per run, and the A/A spread of the method.
@@ -96,9 +96,9 @@ def node_run(
     prefix: str | None,
 ) -> dict[str, Any]:
     """One fire bench on a fresh node process with metrics on or off; its figures as JSON-able values."""
-    from tjobs.bench.fire import run, run_fire_bench
-    from tjobs.bench.node_process import node_process
-    from tjobs.bench.report import node_us_per_fire, to_json
+    from benchmarks.fire import run, run_fire_bench
+    from benchmarks.report import node_us_per_fire, to_json
+    from tjobs.testing.node_process import node_process
 
     settings: dict[str, Any] = {"metrics": {"enabled": metrics_on}}
     if prefix is not None:
@@ -142,8 +142,8 @@ def compare(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _drop_prefix(args: argparse.Namespace) -> None:
     """Drop the ``--prefix`` databases of ``--storage`` (nothing for the embedded default)."""
-    from tjobs.bench.cycle_load import drop_databases
     from tjobs.settings import StorageSettings
+    from tjobs.testing.databases import drop_databases
 
     if args.storage:
         drop_databases(StorageSettings(urls=args.storage, database_prefix=args.prefix))
@@ -187,14 +187,14 @@ def interleaved_run(
     control: bool = False,
 ) -> dict[str, Any]:
     """One fire bench on a node that switches its metrics on and off every ``slice_s``
-    (:mod:`tjobs.bench.metrics_slices`); the comparison over the slices where it was saturated."""
+    (:mod:`benchmarks.metrics_slices`); the comparison over the slices where it was saturated."""
     import tempfile
     from pathlib import Path
 
-    from tjobs.bench.fire import run, run_fire_bench
-    from tjobs.bench.metrics_slices import compare as compare_slices
-    from tjobs.bench.metrics_slices import in_window_with_deliveries, read_slices, saturated_with_deliveries
-    from tjobs.bench.node_process import node_process
+    from benchmarks.fire import run, run_fire_bench
+    from benchmarks.metrics_slices import compare as compare_slices
+    from benchmarks.metrics_slices import in_window_with_deliveries, read_slices, saturated_with_deliveries
+    from tjobs.testing.node_process import node_process
 
     settings: dict[str, Any] = {"metrics": {"enabled": True}}
     if prefix is not None:
@@ -203,7 +203,7 @@ def interleaved_run(
         slices_path = Path(directory) / "slices.jsonl"
         command: tuple[str, ...] = (
             "-m",
-            "tjobs.bench.metrics_slices",
+            "benchmarks.metrics_slices",
             "--slices",
             str(slices_path),
             "--slice-s",
@@ -240,7 +240,7 @@ def interleaved_run(
 def _interleaved_main(args: argparse.Namespace) -> None:
     import json
 
-    from tjobs.bench.metrics_slices import compare as compare_slices
+    from benchmarks.metrics_slices import compare as compare_slices
 
     pooled = []
     losses = []

@@ -1,10 +1,10 @@
-"""API benchmarks beyond single creates (``tjobs bench register``): batch create and get-by-id latency.
+"""API benchmarks beyond single creates (``python -m benchmarks register``): batch create and get-by-id latency.
 
 ::
 
-    python -m tjobs.bench.api batch --tasks 100000 --batch-size 1000 --concurrency 4   # embedded node
-    python -m tjobs.bench.api get --rate 500 --duration-s 20                            # p50/p99/max
-    python -m tjobs.bench.api batch --url http://127.0.0.1:8080 --admin-key KEY        # a running node
+    python -m benchmarks.api batch --tasks 100000 --batch-size 1000 --concurrency 4   # embedded node
+    python -m benchmarks.api get --rate 500 --duration-s 20                            # p50/p99/max
+    python -m benchmarks.api batch --url http://127.0.0.1:8080 --admin-key KEY        # a running node
 
 Without ``--url`` each run starts its own embedded node in a child process (SQLite shards in a temp
 directory, removed afterwards), so the client and the node do not share a core's event loop. Get
@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 from aiohttp import ClientSession, ClientTimeout, TCPConnector
 
-from tjobs.bench.fire import create_bench_app
+from benchmarks.fire import create_bench_app
 
 DISCARD_URL = "http://127.0.0.1:9/cb"
 DUE_IN_MS = 30 * 86_400_000  # far ahead: never loaded or fired during the run
@@ -188,9 +188,9 @@ def _target(url: str | None, admin_key: str | None, storage: str | None) -> Iter
         return
     import secrets
 
-    from tjobs.bench.cycle_load import drop_databases
-    from tjobs.bench.node_process import node_process
     from tjobs.settings import StorageSettings
+    from tjobs.testing.databases import drop_databases
+    from tjobs.testing.node_process import node_process
 
     if storage is None or storage.startswith(("memory:", "sqlite")):
         with node_process(storage_urls=[storage] if storage else None) as node:
@@ -205,7 +205,7 @@ def _target(url: str | None, admin_key: str | None, storage: str | None) -> Iter
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tjobs.bench.api", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.api", description=__doc__.split("\n")[0])
     parser.add_argument("mode", choices=["batch", "get"])
     parser.add_argument("--url")
     parser.add_argument("--admin-key")

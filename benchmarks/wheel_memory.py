@@ -15,7 +15,7 @@ collector enabled as in a node; ``advance`` is called once per tick, as the runn
 ``p99``/``max`` show whether any single call stalls (a max far above p99 on a busy machine is
 usually the OS scheduler, not the wheel).
 
-``python -m tjobs.bench.wheel_memory [entries] [span_ms] [tick_ms]`` prints the figures as JSON.
+``python -m benchmarks.wheel_memory [entries] [span_ms] [tick_ms]`` prints the figures as JSON.
 """
 
 from __future__ import annotations

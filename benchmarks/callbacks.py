@@ -1,6 +1,6 @@
 """Throughput and latency of the Deliverer against a real aiohttp receiver in another process.
 
-    .venv/bin/python tests/bench_callbacks.py --rate 2000 --seconds 10 --in-flight 100 [--reply-delay-ms 0]
+    .venv/bin/python -m benchmarks.callbacks --rate 2000 --seconds 10 --in-flight 100 [--reply-delay-ms 0]
 
 Jobs (task, flow, app) are built before the clock starts, then submitted at ``--rate`` per second
 from one pacing loop, exactly as the fire path calls :meth:`Deliverer.submit`. The receiver records

@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from tjobs.bench import fire
-from tjobs.bench.fire import BenchError, run_fire_bench, run_register_bench
-from tjobs.bench.report import to_json
-from tjobs.bench.sink import CallbackRecords, SinkConfig, SinkProcess
+from benchmarks import fire
+from benchmarks.fire import BenchError, run_fire_bench, run_register_bench
+from benchmarks.report import to_json
+from tjobs.testing.sink import CallbackRecords, SinkConfig, SinkProcess
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()

@@ -1,6 +1,6 @@
 """Cost of the fire path's schedule step: ``parse_schedule(stored).next_fire(t)``.
 
-Run ``python -m tjobs.schedules.bench``. For each stored schedule it times, after warm-up (parsed
+Run ``python -m benchmarks.schedules``. For each stored schedule it times, after warm-up (parsed
 expressions and zone years are cached), one ``next_fire`` from a fresh instant per call, walking the
 schedule forward as the fire path does, and prints the median of several rounds in microseconds.
 """

@@ -1,4 +1,4 @@
-"""A tjobs node in a child process, for ``tjobs bench fire --embedded`` / ``--storage URL``.
+"""A tjobs node in a child process, for ``python -m benchmarks fire --embedded`` / ``--storage URL``.
 
 :func:`node_process` writes a TOML settings file, runs ``tjobs migrate --config FILE``, starts
 ``tjobs serve --config FILE`` (both as ``python -m tjobs.cli.main``), waits until ``GET /readyz`` answers 200
@@ -142,7 +142,7 @@ def node_process(
     """Run a node until the block exits. Without ``storage_urls`` it is the embedded kind: SQLite
     shards in the work directory (a temporary one, removed afterwards, unless ``work_dir`` is given).
     ``serve_command`` is what runs it (``python <serve_command> --config FILE``): ``tjobs serve`` unless
-    a bench hosts the node its own way (:mod:`tjobs.bench.metrics_overhead` ``--interleaved``)."""
+    a bench hosts the node its own way (:mod:`benchmarks.metrics_overhead` ``--interleaved``)."""
     owned_dir = work_dir is None
     directory = Path(tempfile.mkdtemp(prefix="tjobs-bench-")) if work_dir is None else work_dir
     directory.mkdir(parents=True, exist_ok=True)

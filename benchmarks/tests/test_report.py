@@ -13,9 +13,8 @@ import orjson
 import pytest
 from rich.console import Console
 
-from tjobs.bench.fire import default_lead_s, spread_instants, task_bodies
-from tjobs.bench.node_process import node_settings, process_cpu_s, to_toml
-from tjobs.bench.report import (
+from benchmarks.fire import default_lead_s, spread_instants, task_bodies
+from benchmarks.report import (
     BenchResult,
     Percentiles,
     Registration,
@@ -25,8 +24,9 @@ from tjobs.bench.report import (
     render_table,
     to_json,
 )
-from tjobs.bench.sink import CallbackRecords
 from tjobs.settings import Settings
+from tjobs.testing.node_process import node_settings, process_cpu_s, to_toml
+from tjobs.testing.sink import CallbackRecords
 
 T0_MS = 1_800_000_000_000
 

@@ -26,8 +26,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sharding import Topology
-from tjobs.bench.node_process import _merge, free_port, to_toml
 from tjobs.clock import iso_ms
+from tjobs.testing.node_process import _merge, free_port, to_toml
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"

@@ -1,11 +1,11 @@
-"""``tjobs bench fire`` and ``tjobs bench register``: drive a running node over its HTTP API.
+"""``python -m benchmarks fire`` and ``python -m benchmarks register``: drive a running node over its HTTP API.
 
 The fire bench creates an app, starts the callback sink in its own process, registers ``tasks``
 one-shot ``at`` tasks whose instants are spread uniformly over ``[start, start + window_s)`` (start =
 now + ``lead_s``, long enough for the registration to finish first: without a lead or a target rate,
 a short probe of creates due in 30 days measures the node's create rate to size it), waits for the
 window and a drain, then matches the sink's records against what it registered
-(:func:`tjobs.bench.report.account`).
+(:func:`benchmarks.report.account`).
 
 The register bench only measures creates/s, with tasks due far in the future (deleted afterwards
 unless asked to keep them).
@@ -29,10 +29,10 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
 
-from tjobs.bench.node_process import process_cpu_s
-from tjobs.bench.report import BenchResult, Percentiles, ProgressFn, Registration, account
-from tjobs.bench.sink import SinkConfig, SinkProcess
+from benchmarks.report import BenchResult, Percentiles, ProgressFn, Registration, account
 from tjobs.errors import TjobsError
+from tjobs.testing.node_process import process_cpu_s
+from tjobs.testing.sink import SinkConfig, SinkProcess
 
 ASSUMED_REGISTER_RATE = 1500.0  # creates/s assumed when neither a target rate nor a probe gives one
 LEAD_MARGIN = 1.25  # lead = expected registration time × this + LEAD_EXTRA_S

@@ -19,9 +19,9 @@ every slice of the window, at a rate the node keeps up with). The comparison (:f
 each arm's CPU to its commits and deliveries, since the mix of the two moves from slice to slice; a
 ``--control`` run, with no metrics in either arm, measures what the method reports on its own.
 
-The child side is ``python -m tjobs.bench.metrics_slices --config FILE --slices OUT [--slice-s S]``
-(run by :func:`tjobs.bench.node_process.node_process`); the driver is
-``python -m tjobs.bench.metrics_overhead --interleaved``.
+The child side is ``python -m benchmarks.metrics_slices --config FILE --slices OUT [--slice-s S]``
+(run by :func:`tjobs.testing.node_process.node_process`); the driver is
+``python -m benchmarks.metrics_overhead --interleaved``.
 """
 
 from __future__ import annotations

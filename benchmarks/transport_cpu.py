@@ -1,6 +1,6 @@
 """CPU per callback of each HTTP transport: the client process alone, against a sink in another process.
 
-    .venv/bin/python -m tjobs.bench.transport_cpu [--requests 20000] [--in-flight 100] [--rounds 3]
+    .venv/bin/python -m benchmarks.transport_cpu [--requests 20000] [--in-flight 100] [--rounds 3]
 
 Every transport in ``callbacks.transport`` sends the same signed POST (a ~300-byte JSON body, 8
 headers as the deliverer writes them) to a keep-alive HTTP/1.1 sink on 127.0.0.1 in its own process
@@ -38,7 +38,7 @@ TRANSPORTS = ("aiohttp", "lean")
 _ANSWER = b"HTTP/1.1 204 No Content\r\nServer: sink\r\n\r\n"
 
 
-# ---- the sink (run as a child: python -m tjobs.bench.transport_cpu --sink) -------------------------
+# ---- the sink (run as a child: python -m benchmarks.transport_cpu --sink) -------------------------
 
 
 class _SinkConnection(asyncio.Protocol):
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         uvloop.run(_serve_sink())
         return
     sink = subprocess.Popen(
-        [sys.executable, "-m", "tjobs.bench.transport_cpu", "--sink"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-m", "benchmarks.transport_cpu", "--sink"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     try:
         assert sink.stdout is not None

@@ -1,6 +1,6 @@
 """The bench's callback sink: a separate aiohttp process that records every callback and answers 204.
 
-It runs as ``python -m tjobs.bench.sink`` so it never shares the GIL with the registering client. The
+It runs as ``python -m tjobs.testing.sink`` so it never shares the GIL with the registering client. The
 parent (:class:`SinkProcess`) writes one JSON config line to the child's stdin, reads the bound port from
 its first stdout line, and stops it by closing stdin (so a dead parent never leaves a sink behind).
 
@@ -256,7 +256,7 @@ class SinkProcess:
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tjobs.bench.sink", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            sys.executable, "-m", "tjobs.testing.sink", stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.write(self.config.to_json() + b"\n")

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from tjobs.bench.sink import CallbackRecords
+    from tjobs.testing.sink import CallbackRecords
 
 ProgressFn = Callable[[str, int, int], None]
 """Called with (phase, done, total): phases are "register", "fire" and "cleanup"."""
@@ -302,7 +302,7 @@ def render_table(summary: Mapping[str, Any]) -> Table:
     """A two-column table of the figures in :func:`to_json`'s object."""
     from rich.table import Table
 
-    table = Table(title=f"tjobs bench {summary['mode']}", show_header=True, header_style="bold")
+    table = Table(title=f"python -m benchmarks {summary['mode']}", show_header=True, header_style="bold")
     table.add_column("figure")
     table.add_column("value", justify="right")
 
