@@ -461,9 +461,9 @@ def test_the_aiohttp_transport_never_follows_redirects() -> None:
     """(The transport contract suite proves it of every transport, on the wire.)"""
     import inspect
 
-    from tjobs.delivery import sender
+    from tjobs.delivery.http import HttpTransport
 
-    assert "allow_redirects=False" in inspect.getsource(sender.CallbackSender.send)
+    assert "allow_redirects=False" in inspect.getsource(HttpTransport.send)
 
 
 # ---- the send-time cache ----------------------------------------------------------------------------------
