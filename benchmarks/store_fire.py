@@ -1,32 +1,50 @@
-"""Fire-transaction throughput on a real MariaDB, topology 8x4x16 (512 shards) on one server.
+"""Fire-transaction throughput of the SQL store on one MariaDB server, topology 8x4x16 (512 shards).
 
-Run by hand (it migrates 32 databases and writes ~100k rows)::
+::
 
-    TJOBS_STORE_BENCH=1 .venv/bin/pytest tests/integration/test_store_fire_throughput.py -s -q
+    python -m benchmarks store_fire --storage mysql+asyncmy://root@127.0.0.1:3306
 
-It prints, per batch size, committed fires per second with one batch in flight (one node's commit
-loop), for intents spread over all 512 shards and for intents of one shard. The databases
-(``tjobs_test_bench_<hex>_NN``) are dropped.
+It migrates 32 databases under a fresh ``tjbench_<hex>`` prefix (dropped afterwards), writes ~20k
+tasks, and prints, per batch size, committed fires per second with one batch in flight (one node's
+commit loop), for intents spread over all 512 shards and for intents of one shard: the store alone,
+no node, no delivery.
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import asyncio
 import random
 import secrets
 import time
 
-import pytest
-
 from sharding import TaskIdGenerator
-from tests.contract.backends import NOW_MS, drop_databases, interval_planner
-from tjobs.model import DeliveryMode, FireIntent, MisfirePolicy, Task, TaskStatus
+from tjobs.model import (
+    DeliveryMode,
+    FireIntent,
+    FirePlan,
+    FlowKind,
+    FlowStatus,
+    MisfirePolicy,
+    NewFlow,
+    Task,
+    TaskStatus,
+)
 from tjobs.settings import StorageSettings
 from tjobs.specs import CallbackSpec, IntervalSpec
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+from tjobs.testing.databases import drop_databases
 
-pytestmark = pytest.mark.skipif(not os.environ.get("TJOBS_STORE_BENCH"), reason="set TJOBS_STORE_BENCH=1")
+NOW_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z
+
+
+def interval_planner(task: Task, intent: FireIntent, now_ms: int) -> FirePlan | None:
+    """One pending flow at the instant, the next run one period later."""
+    assert isinstance(task.schedule, IntervalSpec)
+    flow = NewFlow(intent.scheduled_at_ms, FlowKind.SCHEDULED, FlowStatus.PENDING, 0, now_ms)
+    return FirePlan([flow], intent.scheduled_at_ms + task.schedule.every_ms, TaskStatus.ACTIVE, 1)
+
 
 TASKS_PER_SHARD = 40
 RUN_S = 8.0
@@ -69,7 +87,8 @@ async def _fire_loop(store: SQLAlchemyTaskStore, state: dict[int, FireIntent], b
         latencies.append(time.perf_counter() - t0)
         for outcome in outcomes:
             task = outcome.task
-            assert task is not None and task.next_run_at_ms is not None
+            if task is None or task.next_run_at_ms is None:
+                raise RuntimeError(f"fire of {outcome.intent.task_id} not committed")
             fired += 1
             state[task.id] = FireIntent(task.id, task.next_run_at_ms, task.version)
     elapsed = time.perf_counter() - started
@@ -77,10 +96,8 @@ async def _fire_loop(store: SQLAlchemyTaskStore, state: dict[int, FireIntent], b
     return fired / elapsed, latencies[len(latencies) // 2] * 1000
 
 
-async def test_fire_throughput_on_mariadb(mysql_url: str) -> None:
-    settings = StorageSettings(
-        urls=[mysql_url], topology="8x4x16", database_prefix=f"tjobs_test_bench_{secrets.token_hex(3)}"
-    )
+async def run(storage_url: str) -> None:
+    settings = StorageSettings(urls=[storage_url], topology="8x4x16", database_prefix=f"tjbench_{secrets.token_hex(3)}")
     started = time.perf_counter()
     await migrate(settings)
     migrate_s = time.perf_counter() - started
@@ -112,4 +129,17 @@ async def test_fire_throughput_on_mariadb(mysql_url: str) -> None:
                 print(f"{spread_label:>8} {batch:>6} {rate:>9,.0f} {p50:>8.1f}")
     finally:
         await store.close()
-        await drop_databases(settings)
+        drop_databases(settings)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks store_fire", description=(__doc__ or "").splitlines()[0]
+    )
+    parser.add_argument("--storage", required=True, help="a MariaDB URL (mysql+asyncmy://...)")
+    args = parser.parse_args(argv)
+    asyncio.run(run(args.storage))
+
+
+if __name__ == "__main__":
+    main()
