@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -156,5 +157,47 @@ async def test_a_resume_whose_reload_fails_stays_paused_until_retried() -> None:
         await h.runner.set_paused(frozenset())  # the health check hands the same set again
         assert h.runner.paused == frozenset()
         await h.move_to(1 * SECOND + 100, until=lambda: h.sent_instants(lost) == [1 * SECOND])
+    finally:
+        await h.runner.stop()
+
+
+class HangingLoadStore(MemoryTaskStore):
+    """The memory twin whose loads of the lost server's shards hang while ``frozen`` (a SIGSTOPped
+    server: the query waits for an answer that does not come)."""
+
+    def __init__(self) -> None:
+        super().__init__(TOPOLOGY)
+        self.frozen = False
+        self.hanging = 0
+
+    async def load_due(
+        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+    ) -> list[DueTask]:
+        if self.frozen and shard in LOST_SERVER_SHARDS:
+            self.hanging += 1
+            await asyncio.Event().wait()
+        return await super().load_due(shard, before_ms, limit, after)
+
+
+async def test_a_cycle_load_hung_on_a_frozen_server_does_not_hold_up_the_next_cycles_of_the_others() -> None:
+    store = HangingLoadStore()
+    h = Harness(store)
+    healthy = await add_task(store, HEALTHY_SHARD)
+    # a healthy task whose next instant opens the cycle after next (T0 + 600 s)
+    later = await store.update_task(replace(healthy, next_run_at_ms=T0 + 600 * SECOND, version=2), 1)
+    assert later is not None
+    await add_task(store, LOST_SHARD)
+    await h.start()
+    try:
+        # Given the lost server froze just before a cycle load: its shards' loads hang
+        store.frozen = True
+        await h.move_to(275 * SECOND, until=lambda: store.hanging > 0)
+        # When the health check pauses its shards
+        await h.runner.set_paused(LOST_SERVER_SHARDS)
+
+        # Then the next cycle still loads the healthy shards and the task fires on time
+        await h.move_to(575 * SECOND)
+        await h.move_to(600 * SECOND, until=fired(h, later, 600 * SECOND))
+        assert h.sent_instants(later) == [600 * SECOND]
     finally:
         await h.runner.stop()

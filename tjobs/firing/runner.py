@@ -102,6 +102,7 @@ class JobRunner:
         self._clock = clock
         self._committers = committers
         self._load_slots = asyncio.Semaphore(load_concurrency)
+        self._loading: dict[int, set[asyncio.Future[int]]] = {}  # shard -> its loads under way
         self._observer = observer
         self._hotpath = hotpath
         self._cycle_ms = settings.cycle_s * 1000
@@ -208,6 +209,9 @@ class JobRunner:
         resumed = (self._paused - paused) & self._owned
         self._paused = paused
         if newly_paused:
+            for shard in newly_paused:
+                for load in self._loading.get(shard, ()):
+                    load.cancel()  # a load waiting on the unreachable server: reloaded on resume
             removed = self.wheel.remove_where(lambda entry: shard_of_task_id(entry.task_id) in newly_paused)
             self._drop_pending(newly_paused)
             logger.warning(
@@ -273,11 +277,23 @@ class JobRunner:
                 await asyncio.sleep(1.0)
 
     async def _load(self, shards: Iterable[int], before_ms: int) -> None:
+        """Load each shard on its own task, so a shard paused meanwhile (its server stopped answering
+        in the middle of the load) is cancelled by :meth:`set_paused` instead of holding up the load,
+        and with it the next cycle's load of every other shard."""
         started_ms = self._clock.now_ms()
         shards = list(shards)
-        results = await asyncio.gather(
-            *(self._load_shard(shard, before_ms) for shard in shards), return_exceptions=True
-        )
+        loads = [asyncio.ensure_future(self._load_shard(shard, before_ms)) for shard in shards]
+        for shard, load in zip(shards, loads, strict=True):
+            self._loading.setdefault(shard, set()).add(load)
+        try:
+            results = await asyncio.gather(*loads, return_exceptions=True)
+        finally:
+            for shard, load in zip(shards, loads, strict=True):
+                running = self._loading.get(shard)
+                if running is not None:
+                    running.discard(load)
+                    if not running:
+                        del self._loading[shard]
         counts: list[int] = []
         for shard, result in zip(shards, results, strict=True):
             if isinstance(result, BaseException):
