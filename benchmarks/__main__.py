@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import importlib
 import json
+import os
 import pkgutil
+import secrets
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -39,7 +41,13 @@ def modules() -> list[str]:
 @contextlib.contextmanager
 def _bench_target(args: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]:
     """The node a bench drives: a running one (--url), or one started for the run and stopped after
-    (then its pid comes too, for the node's CPU figures)."""
+    (then its pid comes too, for the node's CPU figures). A node started on ``--storage`` gets a fresh
+    ``tjbench_<hex>`` database prefix, dropped afterwards, unless ``TJOBS_STORAGE__DATABASE_PREFIX``
+    names one: a run never writes into the default ``tjobs_*`` databases, and runs do not pile up
+    databases on the server (thousands of leftover tables slowed MariaDB enough to add seconds of
+    lateness to later runs)."""
+    from tjobs.settings import StorageSettings
+    from tjobs.testing.databases import drop_databases
     from tjobs.testing.node_process import node_process
 
     if args.url:
@@ -49,9 +57,17 @@ def _bench_target(args: argparse.Namespace) -> Iterator[tuple[str, str, int | No
         return
     if not args.embedded and not args.storage:
         raise SystemExit("give --url, --embedded or --storage")
-    with node_process(storage_urls=args.storage or None, topology=args.topology) as node:
-        console.print(f"node {node.pid} on {node.base_url} (log: {node.log_path})")
-        yield node.base_url, node.admin_key, node.pid
+    fresh_prefix = None
+    if args.storage and not os.environ.get("TJOBS_STORAGE__DATABASE_PREFIX"):
+        fresh_prefix = f"tjbench_{secrets.token_hex(3)}"
+    settings = {"storage": {"database_prefix": fresh_prefix}} if fresh_prefix else None
+    try:
+        with node_process(storage_urls=args.storage or None, topology=args.topology, settings=settings) as node:
+            console.print(f"node {node.pid} on {node.base_url} (log: {node.log_path})")
+            yield node.base_url, node.admin_key, node.pid
+    finally:
+        if fresh_prefix:
+            drop_databases(StorageSettings(urls=args.storage, database_prefix=fresh_prefix))
 
 
 def _target_options(parser: argparse.ArgumentParser) -> None:

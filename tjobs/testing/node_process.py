@@ -141,19 +141,9 @@ def node_process(
 ) -> Iterator[NodeHandle]:
     """Run a node until the block exits. Without ``storage_urls`` it is the embedded kind: SQLite
     shards in the work directory (a temporary one, removed afterwards, unless ``work_dir`` is given).
-    With ``storage_urls`` and no database prefix given (``settings`` ``storage.database_prefix`` or
-    ``TJOBS_STORAGE__DATABASE_PREFIX``), the node gets a fresh ``tjbench_<hex>`` prefix whose databases
-    are dropped afterwards: a run never writes into another's databases, and runs do not pile up
-    databases on the server (thousands of leftover tables slowed MariaDB enough to add seconds of
-    lateness to later runs).
     ``serve_command`` is what runs it (``python <serve_command> --config FILE``): ``tjobs serve`` unless
     a bench hosts the node its own way (:mod:`benchmarks.metrics_overhead` ``--interleaved``)."""
     owned_dir = work_dir is None
-    fresh_prefix: str | None = None
-    given_prefix = dict((settings or {}).get("storage") or {}).get("database_prefix")
-    if storage_urls and given_prefix is None and not os.environ.get("TJOBS_STORAGE__DATABASE_PREFIX"):
-        fresh_prefix = f"tjbench_{secrets.token_hex(3)}"
-        settings = _merge(dict(settings or {}), {"storage": {"database_prefix": fresh_prefix}})
     directory = Path(tempfile.mkdtemp(prefix="tjobs-bench-")) if work_dir is None else work_dir
     directory.mkdir(parents=True, exist_ok=True)
     try:
@@ -196,11 +186,6 @@ def node_process(
     finally:
         if owned_dir:
             shutil.rmtree(directory, ignore_errors=True)
-        if fresh_prefix is not None and storage_urls:
-            from tjobs.settings import StorageSettings
-            from tjobs.testing.databases import drop_databases
-
-            drop_databases(StorageSettings(urls=list(storage_urls), database_prefix=fresh_prefix))
 
 
 def _wait_ready(process: subprocess.Popen[bytes], base_url: str, timeout_s: float, log_path: Path) -> None:
