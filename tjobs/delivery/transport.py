@@ -28,6 +28,12 @@ only. A transport (HTTP today: :class:`tjobs.delivery.http.HttpTransport`; the i
   receiver's answer is read no further than a fixed cap, and only its first bytes are kept for
   ``error``.
 * :meth:`Transport.close` releases connections; a transport is reopened lazily by the next send.
+* **Credentials stay secret.** A named target's ``credentials`` are used to connect and never appear
+  in ``error`` (nor in a log line): a broker's own error text is scrubbed of them.
+* **Any protocol.** Message transports (AMQP, NATS JetStream, Redis Streams) and gRPC send the same
+  signed headers and body as HTTP (headers as message headers / call metadata, the flow id as the
+  message id and idempotency key); their acknowledgement (publisher confirm, JetStream ack, ``XADD``
+  id, a ``Fire`` reply) is ``DELIVERED``, and their failures map onto the same three outcomes.
 
 ``tests/contract/test_transport_contract.py`` holds every transport and the twin to this.
 """
@@ -41,6 +47,7 @@ from enum import StrEnum
 
 from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList
 from tjobs.delivery.urls import CallbackUrl, IPAddress
+from tjobs.targets.model import Target
 
 MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is read no further than this
 ERROR_SNIPPET_BYTES = 160  # the first bytes of a failed answer kept for ``AttemptResult.error``
@@ -78,6 +85,10 @@ class CallbackRequest:
     timeout_ms: int
     attempt: int
     allow_list: AllowList = EMPTY_ALLOW_LIST
+    # A named target (:mod:`tjobs.targets.model`): its protocol picks the transport and its settings
+    # say where to send. ``None``: an inline HTTP callback to ``url``. For a target, ``url`` is the
+    # name the flow tracks it by (``target:<name>``), never an address carrying credentials.
+    target: Target | None = None
 
 
 @dataclass(frozen=True, slots=True)
