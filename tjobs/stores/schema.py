@@ -1,9 +1,10 @@
 """The one schema definition (SQLAlchemy Core) for SQLite and MariaDB, and the row ↔ record mapping.
 
-Per shard, in its logical database: ``tasks_TT`` and ``flows_TT``. In the first logical database only:
-``apps``. Instants are BIGINT epoch milliseconds; JSON documents are stored as text (``orjson``).
-On MariaDB every table is InnoDB, ``utf8mb4`` with the binary collation, so that idempotency keys
-compare exactly as they do in SQLite and in memory (``"Order-1"`` and ``"order-1"`` are two keys).
+Per shard, in its logical database: ``tasks_TT``, ``flows_TT`` and ``task_targets_TT`` (which tasks
+name which target). In the first logical database only: ``apps`` and ``targets``. Instants are BIGINT
+epoch milliseconds; JSON documents are stored as text (``orjson``). On MariaDB every table is InnoDB,
+``utf8mb4`` with the binary collation, so that idempotency keys compare exactly as they do in SQLite
+and in memory (``"Order-1"`` and ``"order-1"`` are two keys).
 
 Index names carry the table name because SQLite index names are per database, not per table.
 """
@@ -46,6 +47,8 @@ from tjobs.specs import callback_from_text, callback_to_text, schedule_from_text
 APPS_TABLE = "apps"
 LAYOUT_TABLE = "tjobs_layout"
 HOT_CHANGES_TABLE = "hot_changes"
+TARGETS_TABLE = "targets"
+TARGET_NAME_CHARS = 64
 MAX_ERROR_CHARS = 500
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
@@ -164,6 +167,42 @@ def hot_changes_schema_items() -> list[SchemaItem]:
 HOT_CHANGES_INDEXES = [("ix_hot_changes_created", ["created_at_ms"])]
 
 
+def targets_schema_items() -> list[SchemaItem]:
+    """An app's named delivery targets (:mod:`tjobs.targets`), in the first logical database only,
+    beside ``apps``. ``settings``, ``retry`` and ``credentials`` are JSON documents."""
+    return [
+        Column("app_id", String(64), nullable=False),
+        Column("name", String(TARGET_NAME_CHARS), nullable=False),
+        Column("protocol", String(16), nullable=False),
+        Column("version", Integer, nullable=False),
+        Column("settings", Text, nullable=False),
+        Column("retry", Text, nullable=False),
+        Column("credentials", Text, nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        PrimaryKeyConstraint("app_id", "name"),
+    ]
+
+
+def task_targets_table_name(table: int) -> str:
+    return f"task_targets_{table:02d}"
+
+
+def task_targets_schema_items(table_name: str) -> list[SchemaItem]:
+    """Per shard, beside ``tasks_TT``: one row per (target, task) naming it, written in the task's own
+    transaction, so counting the tasks that name a target reads only that target's rows."""
+    return [
+        Column("app_id", String(64), nullable=False),
+        Column("target", String(TARGET_NAME_CHARS), nullable=False),
+        Column("task_id", BigInteger, nullable=False, autoincrement=False),
+        PrimaryKeyConstraint("app_id", "target", "task_id"),
+    ]
+
+
+def task_targets_indexes(table_name: str) -> list[tuple[str, list[str]]]:
+    return [(f"{table_name}_task", ["task_id"])]  # a task's rows, when it is edited or deleted
+
+
 def _table(
     metadata: MetaData,
     name: str,
@@ -204,6 +243,14 @@ def layout_table(metadata: MetaData, schema: str | None = None) -> Table:
 
 def hot_changes_table(metadata: MetaData, schema: str | None = None) -> Table:
     return _table(metadata, HOT_CHANGES_TABLE, schema, hot_changes_schema_items(), HOT_CHANGES_INDEXES)
+
+
+def targets_table(metadata: MetaData, schema: str | None = None) -> Table:
+    return _table(metadata, TARGETS_TABLE, schema, targets_schema_items(), [])
+
+
+def task_targets_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
+    return _table(metadata, name, schema, task_targets_schema_items(name), task_targets_indexes(name))
 
 
 # ---- rows ↔ records ----------------------------------------------------------------------------
