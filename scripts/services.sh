@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The real services the integration tests talk to: MariaDB, etcd, Redis (and the Prometheus package).
+# The real services the integration tests talk to: MariaDB, etcd, Redis, RabbitMQ, NATS with JetStream
+# (and the Prometheus package).
 #
 #   scripts/services.sh up      install missing Debian packages, start what does not answer yet, write .services/env
 #   scripts/services.sh status  what answers where, and which processes this script started
@@ -7,8 +8,10 @@
 #
 # No systemd, no Docker: daemons are started detached with `setsid -f` and their PIDs recorded.
 # A server that already answers on a port is reused and never stopped. MariaDB is reused only if it
-# accepts root with an empty password over TCP; if something else holds its port, our own instance
-# goes to the next free port and .services/env says which.
+# accepts root with an empty password over TCP, RabbitMQ if it speaks AMQP 0-9-1 (the tests log in as
+# guest/guest), NATS if it has JetStream; if something else holds its port, our own instance goes to the
+# next free port and .services/env says which. Our RabbitMQ node (tjobs-services@localhost) registers
+# with the machine's epmd and starts one if none runs (epmd outlives `down`, as it does for any node).
 #
 # Environment overrides (all optional):
 #   TJOBS_SERVICES_DIR             state dir (default <repo>/.services): data, logs, pids, env
@@ -16,6 +19,8 @@
 #   TJOBS_SERVICES_ETCD_PORT       default 2379
 #   TJOBS_SERVICES_ETCD_PEER_PORT  default ETCD_PORT + 1
 #   TJOBS_SERVICES_REDIS_PORT      default 6379
+#   TJOBS_SERVICES_AMQP_PORT       default 5672 (our own node's Erlang distribution port: AMQP_PORT + 20000)
+#   TJOBS_SERVICES_NATS_PORT       default 4222
 #   TJOBS_SERVICES_TIMEOUT_S       how long to wait for each service to answer (default 60)
 #   TJOBS_SERVICES_NO_INSTALL=1    never call apt-get (the binaries must already be there)
 set -euo pipefail
@@ -30,9 +35,11 @@ MYSQL_PORT="${TJOBS_SERVICES_MYSQL_PORT:-3306}"
 ETCD_PORT="${TJOBS_SERVICES_ETCD_PORT:-2379}"
 ETCD_PEER_PORT="${TJOBS_SERVICES_ETCD_PEER_PORT:-}"
 REDIS_PORT="${TJOBS_SERVICES_REDIS_PORT:-6379}"
+AMQP_PORT="${TJOBS_SERVICES_AMQP_PORT:-5672}"
+NATS_PORT="${TJOBS_SERVICES_NATS_PORT:-4222}"
 TIMEOUT_S="${TJOBS_SERVICES_TIMEOUT_S:-60}"
-PACKAGES=(mariadb-server mariadb-client etcd-server etcd-client redis-server prometheus)
-SERVICES=(mariadb etcd redis)
+PACKAGES=(mariadb-server mariadb-client etcd-server etcd-client redis-server rabbitmq-server nats-server prometheus)
+SERVICES=(mariadb etcd redis rabbitmq nats)
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
@@ -76,6 +83,22 @@ redis_answers() {
     [ "$(timeout 3 redis-cli -h "$HOST" -p "$1" ping 2>/dev/null)" = PONG ]
 }
 
+# The AMQP 0-9-1 protocol header is answered by a Connection.Start method frame (type 1, channel 0).
+rabbitmq_answers() {
+    local reply
+    reply="$(timeout 3 bash -c "exec 3<>/dev/tcp/$HOST/$1 && printf 'AMQP\\x00\\x00\\x09\\x01' >&3 && head -c 3 <&3 | od -An -tx1" \
+        2>/dev/null)" || return 1
+    [ "$(echo $reply)" = "01 00 00" ]
+}
+
+# A NATS server greets with INFO {...}; ours must have JetStream on.
+nats_answers() {
+    local line
+    line="$(timeout 3 bash -c "exec 3<>/dev/tcp/$HOST/$1 && read -r -t 2 line <&3 && echo \"\$line\"" 2>/dev/null)" \
+        || return 1
+    [[ "$line" == INFO* && "$line" == *'"jetstream":true'* ]]
+}
+
 answers() { "${1}_answers" "$2"; }
 
 # ------------------------------------------------------------------------------------------ bookkeeping
@@ -89,6 +112,8 @@ binary_of() {
         mariadb) echo mariadbd ;;
         etcd) echo etcd ;;
         redis) echo redis-server ;;
+        rabbitmq) echo beam.smp ;;
+        nats) echo nats-server ;;
     esac
 }
 
@@ -160,7 +185,7 @@ ensure_packages() {
         return 0
     fi
     if ! command -v dpkg-query >/dev/null 2>&1; then
-        log "not a Debian system: skipping package installation; mariadbd, etcd and redis-server must be on PATH"
+        log "not a Debian system: skipping package installation; mariadbd, etcd, redis-server, rabbitmq-server and nats-server must be on PATH"
         return 0
     fi
     local missing=() pkg
@@ -217,6 +242,33 @@ start_redis() {
         --dir "$DIR/redis" --daemonize no
 }
 
+# Our own RabbitMQ node: its config, node name, data and logs under $DIR/rabbitmq, nothing read from
+# /etc/rabbitmq. RUNNING_UNDER_SYSTEMD makes the start script exec the VM, so the recorded PID is the
+# broker's own (beam.smp), which stops cleanly on SIGTERM.
+start_rabbitmq() {
+    local port="$1" data="$DIR/rabbitmq" server=/usr/lib/rabbitmq/bin/rabbitmq-server
+    [ -x "$server" ] || server="$(command -v rabbitmq-server)" || die "rabbitmq-server not found (package rabbitmq-server)"
+    local dist=$((port + 20000))
+    tcp_open "$dist" && die "rabbitmq: the Erlang distribution port $dist (AMQP port + 20000) is taken"
+    mkdir -p "$data"
+    printf 'listeners.tcp.default = %s:%s\nloopback_users.guest = true\n' "$HOST" "$port" >"$data/rabbitmq.conf"
+    : >"$data/rabbitmq-env.conf"
+    echo '[].' >"$data/enabled_plugins"
+    spawn rabbitmq env HOME="$data" RUNNING_UNDER_SYSTEMD=1 \
+        RABBITMQ_CONF_ENV_FILE="$data/rabbitmq-env.conf" RABBITMQ_CONFIG_FILE="$data/rabbitmq.conf" \
+        RABBITMQ_ENABLED_PLUGINS_FILE="$data/enabled_plugins" RABBITMQ_NODENAME=tjobs-services@localhost \
+        RABBITMQ_NODE_PORT="$port" RABBITMQ_DIST_PORT="$dist" RABBITMQ_MNESIA_BASE="$data/mnesia" \
+        RABBITMQ_LOG_BASE="$data/log" ERL_EPMD_ADDRESS="$HOST" \
+        RABBITMQ_SERVER_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" "$server"
+}
+
+start_nats() {
+    local port="$1"
+    command -v nats-server >/dev/null 2>&1 || die "nats-server not found (package nats-server)"
+    mkdir -p "$DIR/nats/jetstream"
+    spawn nats nats-server -a "$HOST" -p "$port" -js -sd "$DIR/nats/jetstream"
+}
+
 # Bring one service up; print the port it answers on.
 up_one() {
     local svc="$1" port="$2" pid
@@ -251,6 +303,8 @@ up_one() {
         mariadb) start_mariadb "$port" ;;
         etcd) start_etcd "$port" "$peer" ;;
         redis) start_redis "$port" ;;
+        rabbitmq) start_rabbitmq "$port" ;;
+        nats) start_nats "$port" ;;
     esac
     echo "$port" >"$(portfile "$svc")"
     wait_answering "$svc" "$port"
@@ -263,6 +317,8 @@ url_of() {
         mariadb) echo "mysql+asyncmy://root@$HOST:$2" ;;
         etcd) echo "http://$HOST:$2" ;;
         redis) echo "redis://$HOST:$2/0" ;;
+        rabbitmq) echo "amqp://guest:guest@$HOST:$2/" ;;
+        nats) echo "nats://$HOST:$2" ;;
     esac
 }
 
@@ -274,15 +330,19 @@ cmd_up() {
     exec 8>"$DIR/.lock"
     flock 8
     ensure_packages
-    local mysql_port etcd_port redis_port
+    local mysql_port etcd_port redis_port amqp_port nats_port
     mysql_port="$(up_one mariadb "$MYSQL_PORT")"
     etcd_port="$(up_one etcd "$ETCD_PORT")"
     redis_port="$(up_one redis "$REDIS_PORT")"
+    amqp_port="$(up_one rabbitmq "$AMQP_PORT")"
+    nats_port="$(up_one nats "$NATS_PORT")"
     {
         echo "# written by scripts/services.sh up at $(date -u +%FT%TZ)"
         echo "TJOBS_TEST_MYSQL_URL=$(url_of mariadb "$mysql_port")"
         echo "TJOBS_TEST_ETCD_URL=$(url_of etcd "$etcd_port")"
         echo "TJOBS_TEST_REDIS_URL=$(url_of redis "$redis_port")"
+        echo "TJOBS_TEST_AMQP_URL=$(url_of rabbitmq "$amqp_port")"
+        echo "TJOBS_TEST_NATS_URL=$(url_of nats "$nats_port")"
     } >"$DIR/env.tmp"
     mv "$DIR/env.tmp" "$DIR/env"
     log "ready in $((SECONDS - start)) s; wrote $DIR/env:"
@@ -296,6 +356,8 @@ cmd_status() {
             mariadb) default="$MYSQL_PORT" ;;
             etcd) default="$ETCD_PORT" ;;
             redis) default="$REDIS_PORT" ;;
+            rabbitmq) default="$AMQP_PORT" ;;
+            nats) default="$NATS_PORT" ;;
         esac
         if pid="$(our_pid "$svc")"; then
             port="$(cat "$(portfile "$svc")" 2>/dev/null || echo "$default")"

@@ -27,7 +27,9 @@ fi
 printf '[test] %s=%s\n' \
     TJOBS_TEST_MYSQL_URL "${TJOBS_TEST_MYSQL_URL:-<unset>}" \
     TJOBS_TEST_ETCD_URL "${TJOBS_TEST_ETCD_URL:-<unset>}" \
-    TJOBS_TEST_REDIS_URL "${TJOBS_TEST_REDIS_URL:-<unset>}" >&2
+    TJOBS_TEST_REDIS_URL "${TJOBS_TEST_REDIS_URL:-<unset>}" \
+    TJOBS_TEST_AMQP_URL "${TJOBS_TEST_AMQP_URL:-<unset>}" \
+    TJOBS_TEST_NATS_URL "${TJOBS_TEST_NATS_URL:-<unset>}" >&2
 
 rc=0
 .venv/bin/pytest -p no:cacheprovider -m "not chaos" --timeout="${TJOBS_TEST_TIMEOUT_S:-300}" "$@" || rc=$?

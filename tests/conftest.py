@@ -1,13 +1,13 @@
 """Top-level fixtures: where the real services are, and the rule that CI never skips them.
 
-``scripts/services.sh up`` starts (or finds) MariaDB, etcd and Redis and writes their URLs to
+``scripts/services.sh up`` starts (or finds) MariaDB, etcd, Redis, RabbitMQ and NATS and writes their URLs to
 ``.services/env``; ``scripts/test.sh`` exports them. Each fixture below checks that its service really
 answers before handing out the URL. When it does not:
 
 * with ``CI`` set, the test **fails** (a missing service must never turn a CI run green);
 * otherwise it is skipped with a hint to run ``scripts/services.sh up``.
 
-Tests marked ``mariadb``, ``etcd`` or ``redis`` may not be skipped at all under CI, whatever skips them.
+Tests marked ``mariadb``, ``etcd``, ``redis``, ``rabbitmq`` or ``nats`` may not be skipped at all under CI, whatever skips them.
 Fixtures of a single area belong in that area's own ``conftest.py``, not here.
 """
 
@@ -25,7 +25,9 @@ import pytest
 DEFAULT_MYSQL_URL = "mysql+asyncmy://root@127.0.0.1:3306"
 DEFAULT_ETCD_URL = "http://127.0.0.1:2379"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-SERVICE_MARKERS = ("mariadb", "etcd", "redis")
+DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+SERVICE_MARKERS = ("mariadb", "etcd", "redis", "rabbitmq", "nats")
 PROBE_TIMEOUT_S = 3.0
 
 _MUST_RUN = pytest.StashKey[str]()
@@ -94,6 +96,34 @@ def _probe_redis(url: str) -> None:
         client.close()
 
 
+def _probe_amqp(url: str) -> None:
+    """Log in (the URL's user info) and open a channel: the AMQP 0-9-1 handshake done by hand."""
+    import asyncio
+
+    import aiormq
+
+    async def probe() -> None:
+        connection = await asyncio.wait_for(aiormq.connect(url), PROBE_TIMEOUT_S)
+        try:
+            await asyncio.wait_for(connection.channel(), PROBE_TIMEOUT_S)
+        finally:
+            await connection.close()
+
+    asyncio.run(probe())
+
+
+def _probe_nats(url: str) -> None:
+    """The server greets with ``INFO {...}``; JetStream must be on."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), PROBE_TIMEOUT_S) as sock:
+        sock.settimeout(PROBE_TIMEOUT_S)
+        greeting = sock.recv(4096)
+    if not greeting.startswith(b"INFO "):
+        raise RuntimeError(f"greeted with {greeting[:40]!r}, not a NATS server")
+    if not json.loads(greeting[5:].split(b"\r\n", 1)[0]).get("jetstream"):
+        raise RuntimeError("the NATS server runs without JetStream (start it with -js)")
+
+
 @pytest.fixture(scope="session")
 def mysql_url() -> str:
     """SQLAlchemy URL of a MariaDB server (``mysql+asyncmy://root@host:port``) that answers."""
@@ -106,6 +136,20 @@ def etcd_url() -> str:
     """``http://host:port`` of an etcd server that answers."""
     url = os.environ.get("TJOBS_TEST_ETCD_URL") or DEFAULT_ETCD_URL
     return _require("etcd", "TJOBS_TEST_ETCD_URL", url, _probe_etcd)
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    """``amqp://user:password@host:port/vhost`` of a RabbitMQ broker that lets that user in."""
+    url = os.environ.get("TJOBS_TEST_AMQP_URL") or DEFAULT_AMQP_URL
+    return _require("RabbitMQ", "TJOBS_TEST_AMQP_URL", url, _probe_amqp)
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> str:
+    """``nats://host:port`` of a NATS server with JetStream."""
+    url = os.environ.get("TJOBS_TEST_NATS_URL") or DEFAULT_NATS_URL
+    return _require("NATS", "TJOBS_TEST_NATS_URL", url, _probe_nats)
 
 
 @pytest.fixture(scope="session")
