@@ -20,7 +20,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp
 
 from tjobs import __version__
-from tjobs.api import routes_apps, routes_flows, routes_ops, routes_slo, routes_tasks, schemas
+from tjobs.api import routes_apps, routes_flows, routes_ops, routes_schedules, routes_slo, routes_tasks, schemas
 from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
@@ -84,6 +84,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_apps.router)
     api.include_router(routes_apps.admin)
     api.include_router(routes_slo.router)
+    api.include_router(routes_schedules.router)
 
     # ---- operations -----------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from tjobs.api.bodies import parse_json, require_json_content_type
 from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
 from tjobs.api.schemas import Error
-from tjobs.errors import InvalidInput, NotFound, RateLimited, TjobsError, Unauthorized
+from tjobs.errors import InvalidInput, NotFound, RateLimited, StaleShardMap, TjobsError, Unauthorized
 from tjobs.model import MAX_ID, App
 from tjobs.service.apps import hash_api_key
 
@@ -115,8 +115,8 @@ async def _authenticate(request: Request, key: str | None) -> App:
 
 
 def error_headers(error: TjobsError) -> dict[str, str] | None:
-    """The headers an error answer carries: ``Retry-After`` for a rate limit."""
-    if isinstance(error, RateLimited):
+    """The headers an error answer carries: ``Retry-After`` for a rate limit and a moving database."""
+    if isinstance(error, RateLimited | StaleShardMap):
         return {"retry-after": str(error.retry_after_s)}
     return None
 
@@ -146,11 +146,21 @@ async def require_operator(request: Request, credentials: Credentials) -> None:
         raise Unauthorized("the admin key or the metrics scrape token is required")
 
 
+async def app_or_admin(request: Request, credentials: Credentials) -> App | None:
+    """The calling app, or ``None`` for the admin key (reads that need no app's data, such as a
+    schedule preview); 401 for anything else."""
+    given = "" if credentials is None else credentials.credentials.strip()
+    if _matches(given, node_of(request).settings.api.admin_key):
+        return None
+    return await _authenticate(request, given or None)
+
+
 def _matches(given: str, expected: str | None) -> bool:
     return bool(expected) and bool(given) and hmac.compare_digest(given.encode(), (expected or "").encode())
 
 
 AppDep = Annotated[App, Depends(current_app)]
+AppOrAdminDep = Annotated[App | None, Depends(app_or_admin)]
 
 
 async def json_body(request: Request) -> Any:

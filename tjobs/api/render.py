@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 
 from tjobs.clock import iso_ms
 from tjobs.errors import TjobsError
 from tjobs.model import App, Flow, Task
-from tjobs.specs import callback_to_json, schedule_to_json
+from tjobs.schedules.preview import Preview
+from tjobs.specs import ScheduleSpec, callback_to_json, schedule_to_json
 
 # Instants repeat (a batch's tasks share created_at/updated_at, many share next_run_at), and
 # formatting one was a tenth of a batch create's CPU in the profile.
@@ -80,3 +82,34 @@ def error_json(error: TjobsError) -> dict[str, Any]:
     if field is not None:
         detail["field"] = field
     return detail
+
+
+def preview_json(spec: ScheduleSpec, preview: Preview) -> dict[str, Any]:
+    """A schedule preview: each instant in UTC (ISO and epoch ms) and as the schedule's zone shows it."""
+    return {
+        "schedule": schedule_to_json(spec),
+        "timezone": preview.timezone,
+        "instants": [
+            {
+                "at": _instant(o.at_ms),
+                "at_ms": o.at_ms,
+                "local": local_iso(o.at_ms, o.utc_offset_ms),
+                "utc_offset": _offset_text(o.utc_offset_ms),
+            }
+            for o in preview.occurrences
+        ],
+        "ended": preview.ended,
+    }
+
+
+def local_iso(instant_ms: int, utc_offset_ms: int) -> str:
+    """``2026-03-29T03:00:00.000+02:00``: the instant as a clock at that UTC offset shows it."""
+    zone = timezone(timedelta(milliseconds=utc_offset_ms))
+    return datetime.fromtimestamp(instant_ms / 1000, tz=UTC).astimezone(zone).isoformat(timespec="milliseconds")
+
+
+def _offset_text(utc_offset_ms: int) -> str:
+    sign = "-" if utc_offset_ms < 0 else "+"
+    minutes, seconds = divmod(abs(utc_offset_ms) // 1000, 60)
+    text = f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+    return f"{text}:{seconds:02d}" if seconds else text

@@ -12,7 +12,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tjobs.wire import NAME_PATTERN, CallbackDefaults, DeliveryName, JsonValue, MisfirePolicyName, StoredCallback
+from tjobs.wire import (
+    NAME_PATTERN,
+    CallbackDefaults,
+    DeliveryName,
+    JsonValue,
+    MisfirePolicyName,
+    Schedule,
+    StoredCallback,
+)
 
 TaskStatusName = Literal["active", "paused", "completed"]
 FlowStatusName = Literal["pending", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
@@ -221,6 +229,33 @@ class AppStats(BaseModel):
     fire_lateness_recent: dict[str, Lateness] = Field(
         description="this node, over the last 1m, 5m and 1h (keys '1m', '5m', '1h')"
     )
+
+
+# ---- schedules ------------------------------------------------------------------------------------
+
+
+class SchedulePreviewRequest(_Strict):
+    schedule: Schedule = Field(description="as in a task create; validated the same way")
+    count: int = Field(default=10, ge=1, le=100, description="how many instants")
+    from_: str | int | None = Field(
+        default=None,
+        alias="from",
+        description="list instants at or after this one (ISO-8601 with an offset, or epoch ms); default: now",
+    )
+
+
+class PreviewInstant(BaseModel):
+    at: str = Field(description="UTC, ISO-8601")
+    at_ms: int = Field(description="UTC epoch milliseconds")
+    local: str = Field(description="the wall time in the schedule's zone, with its UTC offset")
+    utc_offset: str = Field(description="the zone's UTC offset at this instant, e.g. +02:00")
+
+
+class SchedulePreview(BaseModel):
+    schedule: dict[str, Any] = Field(description="the canonical schedule, as a task would store it")
+    timezone: str = Field(description="the zone of local (a cron's own; UTC for the other kinds)")
+    instants: list[PreviewInstant] = Field(description="the next instants, DST policies applied, oldest first")
+    ended: bool = Field(description="true if the schedule has no instant after the last one listed")
 
 
 # ---- operations ---------------------------------------------------------------------------------------

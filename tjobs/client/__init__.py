@@ -41,8 +41,10 @@ from tjobs.client.models import (
     Flow,
     Lateness,
     Page,
+    PreviewInstant,
     RedriveItem,
     RedriveResult,
+    SchedulePreview,
     Task,
 )
 from tjobs.client.schedules import Schedule, at, cron, delay, every
@@ -65,10 +67,12 @@ __all__ = [
     "Lateness",
     "NotFound",
     "Page",
+    "PreviewInstant",
     "QuotaExceeded",
     "RedriveItem",
     "RedriveResult",
     "Schedule",
+    "SchedulePreview",
     "ServerError",
     "Task",
     "TjobsClientError",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from tjobs.client.models import App, AppStats, BatchResult, Flow, Page, RedriveResult, Task
+from tjobs.client.models import App, AppStats, BatchResult, Flow, Page, RedriveResult, SchedulePreview, Task
 from tjobs.client.schedules import Schedule
 
 T = TypeVar("T")
@@ -152,6 +152,13 @@ def dead_letters(limit: int, cursor: str | None) -> Call[Page[Flow]]:
 
 def redrive(flow_ids: Sequence[str]) -> Call[RedriveResult]:
     return Call("POST", "/v1/dead-letters/redrive", RedriveResult.model_validate, json={"flow_ids": list(flow_ids)})
+
+
+def preview_schedule(schedule: Schedule, count: int, from_: str | int | None) -> Call[SchedulePreview]:
+    body: dict[str, Any] = {"schedule": schedule, "count": count}
+    if from_ is not None:
+        body["from"] = from_
+    return Call("POST", "/v1/schedules:preview", SchedulePreview.model_validate, json=body, idempotent=True)
 
 
 def me() -> Call[App]:

@@ -106,6 +106,20 @@ class App(_Model):
     secrets: list[str] | None = None
 
 
+class PreviewInstant(_Model):
+    at: datetime
+    at_ms: int
+    local: datetime  # the wall time in the schedule's zone, carrying that zone's UTC offset
+    utc_offset: str
+
+
+class SchedulePreview(_Model):
+    schedule: dict[str, Any]
+    timezone: str
+    instants: list[PreviewInstant]
+    ended: bool
+
+
 class Lateness(_Model):
     count: int
     p50_s: float | None = None

@@ -12,7 +12,7 @@ from tjobs.client import _calls as calls
 from tjobs.client._calls import Call, task_request
 from tjobs.client._retry import result_of, retry_delay_s
 from tjobs.client.errors import TransportError
-from tjobs.client.models import App, AppStats, BatchResult, Flow, Page, RedriveResult, Task
+from tjobs.client.models import App, AppStats, BatchResult, Flow, Page, RedriveResult, SchedulePreview, Task
 from tjobs.client.schedules import Schedule
 
 T = TypeVar("T")
@@ -173,6 +173,15 @@ class Client:
 
     def redrive(self, flow_ids: str | Sequence[str]) -> RedriveResult:
         return self._run(calls.redrive([flow_ids] if isinstance(flow_ids, str) else flow_ids))
+
+    # ---- schedules ------------------------------------------------------------------------------
+
+    def preview_schedule(
+        self, schedule: Schedule, *, count: int = 10, from_: str | int | None = None
+    ) -> SchedulePreview:
+        """The next ``count`` instants of ``schedule`` (at or after ``from_``: ISO-8601 or epoch ms),
+        as a task registered now would fire, in UTC and in the schedule's zone."""
+        return self._run(calls.preview_schedule(schedule, count, from_))
 
     # ---- the calling app, and app management (admin key) ---------------------------------------------
 

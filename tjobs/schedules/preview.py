@@ -1,0 +1,78 @@
+"""The next instants of a schedule, as the fire path will produce them: a pure function of ``now``.
+
+The instants come from the same :class:`~tjobs.schedules.base.Schedule` the fire path uses
+(:func:`~tjobs.schedules.spec.schedule_of`): the first is where a task registered at ``now_ms`` starts
+(``first_fire``, as :meth:`tjobs.service.tasks.TaskService.build` computes it), each next one is
+``next_fire`` of the previous (as the fire planner advances a task on time). So a cron's DST
+policies, an interval's anchor and the bounds apply exactly as they will when the task fires.
+``max_fires`` counts from a task that has not fired yet. Each instant carries the UTC offset of the
+schedule's zone at that instant (UTC for every kind but cron).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tjobs.schedules.spec import schedule_of
+from tjobs.schedules.zones import zone_timeline
+from tjobs.specs import CronSpec, ScheduleSpec
+
+UTC_ZONE = "UTC"
+MAX_SKIPPED = 10_000  # instants before ``from_ms`` walked to count them against ``max_fires``
+
+
+class TooFarAhead(ValueError):
+    """``from_ms`` lies more than :data:`MAX_SKIPPED` occurrences after the first of a schedule with
+    ``max_fires``: counting the fires before it would cost too much."""
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One upcoming fire instant (UTC epoch ms) and the schedule zone's UTC offset at it."""
+
+    at_ms: int
+    utc_offset_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """``occurrences`` in increasing order; ``ended`` is true when the schedule has no more after them."""
+
+    timezone: str
+    occurrences: list[Occurrence]
+    ended: bool
+
+
+def zone_of(spec: ScheduleSpec) -> str:
+    """The IANA zone a schedule's wall times are read in: a cron's own, UTC for the other kinds."""
+    return spec.timezone if isinstance(spec, CronSpec) else UTC_ZONE
+
+
+def preview(spec: ScheduleSpec, *, now_ms: int, count: int, from_ms: int | None = None) -> Preview:
+    """The first ``count`` fire instants of ``spec`` for a task registered at ``now_ms``; with
+    ``from_ms``, only those at or after it (the task's fires before it are counted for ``max_fires``)."""
+    if count < 1:
+        raise ValueError(f"count must be positive, got {count}")
+    schedule = schedule_of(spec)
+    timeline = zone_timeline(zone_of(spec))
+    remaining = spec.max_fires  # fires left before the planner completes the task
+    instant = schedule.first_fire(now_ms)
+    if from_ms is not None and instant is not None and instant < from_ms:
+        if remaining is None:
+            instant = schedule.next_fire(from_ms - 1)
+        else:  # the fires before from_ms count against max_fires: walk them
+            skipped = 0
+            while instant is not None and instant < from_ms and remaining > 0:
+                if skipped == MAX_SKIPPED:
+                    raise TooFarAhead(f"more than {MAX_SKIPPED} occurrences lie before it")
+                skipped += 1
+                remaining -= 1
+                instant = schedule.next_fire(instant)
+    found: list[Occurrence] = []
+    while instant is not None and len(found) < count and (remaining is None or remaining > 0):
+        found.append(Occurrence(instant, timeline.offset_ms(instant)))
+        if remaining is not None:
+            remaining -= 1
+        instant = schedule.next_fire(instant)
+    ended = instant is None or remaining == 0
+    return Preview(zone_of(spec), found, ended)

@@ -1,0 +1,78 @@
+"""``POST /v1/schedules:preview``: validate a preview request and compute the schedule's next instants.
+
+The body is ``{"schedule": <as in a task create>, "count": 1..100 (10), "from": <ISO-8601 with an
+offset, or epoch ms; optional, at most limits.max_future_days ahead>}``. The schedule is validated
+exactly as a create validates it, at the node's ``now`` (same limits, same misfire threshold, same
+field-named errors); the instants come from :func:`tjobs.schedules.preview.preview`, the fire path's
+own schedule math.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from tjobs.clock import datetime_to_ms
+from tjobs.errors import InvalidInput
+from tjobs.schedules.preview import Preview, TooFarAhead, preview
+from tjobs.schedules.spec import MS_PER_DAY, parse_schedule_request
+from tjobs.settings import Settings
+from tjobs.specs import ScheduleSpec
+
+MAX_COUNT = 100
+DEFAULT_COUNT = 10
+MAX_INSTANT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last instant ISO-8601 can name
+_KEYS = frozenset({"schedule", "count", "from"})
+
+
+def preview_request(body: Any, settings: Settings, now_ms: int) -> tuple[ScheduleSpec, Preview]:
+    """The canonical schedule of a preview request and its next instants; :class:`InvalidInput`
+    naming the field (``schedule.*``, ``count``, ``from``) otherwise."""
+    if not isinstance(body, dict):
+        raise InvalidInput("body", "must be a JSON object")
+    unknown = sorted(set(body) - _KEYS)
+    if unknown:
+        raise InvalidInput(unknown[0], "unknown field", "unknown_field")
+    if "schedule" not in body:
+        raise InvalidInput("schedule", "is required", "missing")
+    count = body.get("count", DEFAULT_COUNT)
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_COUNT:
+        raise InvalidInput("count", f"must be an integer within 1..{MAX_COUNT}", "out_of_range")
+    from_ms = parse_instant(body.get("from"), "from")
+    if from_ms is not None and from_ms > now_ms + settings.limits.max_future_days * MS_PER_DAY:
+        raise InvalidInput("from", f"is more than {settings.limits.max_future_days} days ahead", "too_far")
+    threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
+    spec = parse_schedule_request(
+        body["schedule"], now_ms=now_ms, limits=settings.limits, misfire_threshold_ms=threshold_ms
+    )
+    try:
+        return spec, preview(spec, now_ms=now_ms, count=count, from_ms=from_ms)
+    except TooFarAhead as error:
+        raise InvalidInput("from", str(error), "out_of_range") from None
+
+
+def parse_instant(value: Any, field: str) -> int | None:
+    """An instant given as ISO-8601 with a UTC offset or as epoch milliseconds; ``None`` if absent."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        instant_ms = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isascii() and text.isdigit() and len(text) <= 19:
+            instant_ms = int(text)
+        else:
+            try:
+                parsed = datetime.fromisoformat(text)
+            except ValueError:
+                raise InvalidInput(
+                    field, f"{value!r} is not an ISO-8601 instant or epoch ms", "invalid_instant"
+                ) from None
+            if parsed.tzinfo is None or parsed.utcoffset() is None:
+                raise InvalidInput(field, f"{value!r} has no UTC offset (add Z or +08:00)", "invalid_instant")
+            instant_ms = datetime_to_ms(parsed)
+    else:
+        raise InvalidInput(field, "must be an ISO-8601 string with an offset, or epoch ms", "invalid_type")
+    if not 0 <= instant_ms <= MAX_INSTANT_MS:
+        raise InvalidInput(field, "is outside 1970-01-01..9999-12-31", "out_of_range")
+    return instant_ms
