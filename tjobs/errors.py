@@ -10,11 +10,15 @@
     ├── Conflict              409
     │   ├── VersionConflict        optimistic ``version`` lost a race
     │   ├── DuplicateKey           ``(app, key)`` already names a task
-    │   └── TaskIdTaken            a freshly minted task id collided (1 in 4096 per ms and shard)
+    │   ├── TaskIdTaken            a freshly minted task id collided (1 in 4096 per ms and shard)
+    │   ├── TargetExists           the app already has a target of this name
+    │   ├── TargetVersionConflict  a target's ``version`` lost a race
+    │   └── TargetInUse            tasks still name the target (``details.tasks`` says how many)
     ├── Unauthorized          401
     ├── QuotaExceeded         429
     │   └── RateLimited            a request rate limit; ``retry_after_s`` says when to come back
     ├── StorageUnavailable    503  a database could not be reached; nothing was written
+    │   └── StaleShardMap          a moved (or moving) logical database refused the write; ``Retry-After``
     └── Fenced                503  this node lost the right to fire mid-transaction; rolled back
 
 The API maps these to status codes in one handler; nothing else catches them to hide them.
@@ -108,6 +112,32 @@ class TaskIdTaken(Conflict):
         self.task_id = task_id
 
 
+class TargetExists(Conflict):
+    code = "target_exists"
+
+    def __init__(self, app_id: str, name: str) -> None:
+        super().__init__(f"app {app_id} already has a target named {name!r}")
+
+
+class TargetVersionConflict(Conflict):
+    code = "version_conflict"
+
+    def __init__(self, name: str, expected: int, actual: int) -> None:
+        super().__init__(f"target {name!r} is at version {actual}, not {expected}")
+        self.expected = expected
+        self.actual = actual
+
+
+class TargetInUse(Conflict):
+    """Deleting a target that tasks still name; the API answers ``details: {"tasks": count}``."""
+
+    code = "target_in_use"
+
+    def __init__(self, name: str, tasks: int) -> None:
+        super().__init__(f"target {name!r} is named by {tasks} task(s); change or delete them first")
+        self.details = {"tasks": tasks}
+
+
 class Unauthorized(TjobsError):
     status_code = 401
     code = "unauthorized"
@@ -131,6 +161,15 @@ class RateLimited(QuotaExceeded):
 class StorageUnavailable(TjobsError):
     status_code = 503
     code = "storage_unavailable"
+
+
+class StaleShardMap(StorageUnavailable):
+    """A logical database refused a write made under an older shard-map epoch than its copy admits
+    (it moved, or is moving): nothing was written; the node reloads the map and the write is retried
+    (an API caller gets 503 with ``Retry-After``)."""
+
+    code = "shard_moving"
+    retry_after_s = 1
 
 
 class Fenced(TjobsError):

@@ -95,6 +95,12 @@ class CallbackBudget(_Strict):
 class CallbackRequest(CallbackBudget):
     url: str | None = Field(default=None, description="unicast target (http/https), or give urls")
     urls: list[str] | None = Field(default=None, min_length=1, max_length=10, description="multicast targets (1..10)")
+    target: str | None = Field(
+        default=None, description="the name of one of the app's targets (/v1/targets), instead of url/urls"
+    )
+    targets: list[str] | None = Field(
+        default=None, min_length=1, max_length=10, description="several named targets (multicast, 1..10)"
+    )
     method: Method = "POST"
     headers: dict[str, HEADER_VALUE] = Field(
         default_factory=dict, max_length=MAX_HEADERS, description=f"at most {MAX_HEADERS} custom headers"
@@ -110,15 +116,17 @@ class CallbackDefaults(CallbackBudget):
 
 
 class StoredCallback(BaseModel):
-    """A task's callback as the API answers it (its canonical stored form: targets always as urls)."""
+    """A task's callback as the API answers it (its canonical stored form: inline URLs always as urls,
+    named targets always as targets; a callback has one or the other)."""
 
-    urls: list[str]
+    urls: list[str] = Field(default_factory=list)
     method: Method = "POST"
     headers: dict[str, str] | None = None
     body: str | None = None
     timeout_ms: int | None = None
     max_attempts: int | None = None
     max_age_s: int | None = None
+    targets: list[str] | None = None
 
 
 # ---- tasks --------------------------------------------------------------------------------------
@@ -150,3 +158,101 @@ class TaskUpdate(_Strict):
             "landed since; fires never move it. Without it the last edit wins"
         ),
     )
+
+
+# ---- targets ------------------------------------------------------------------------------------
+
+TARGET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+ProtocolName = Literal["http", "grpc", "amqp", "nats", "redis_stream"]
+TargetMethod = Literal["POST", "PUT", "PATCH", "DELETE"]  # a target always sends the signed body
+MAX_TARGET_URLS = 10
+
+
+class HttpTargetSettings(_Strict):
+    url: str | None = Field(default=None, description="one URL (http/https), or give urls")
+    urls: list[str] | None = Field(default=None, min_length=1, max_length=MAX_TARGET_URLS)
+    method: TargetMethod = "POST"
+    headers: dict[str, HEADER_VALUE] = Field(default_factory=dict, max_length=MAX_HEADERS)
+    timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
+
+
+class GrpcTargetSettings(_Strict):
+    address: str = Field(max_length=300, description="host:port of a Receiver service")
+    tls: bool = False
+    deadline_ms: int | None = Field(default=None, ge=1, le=60_000)
+
+
+class AmqpTargetSettings(_Strict):
+    url: str = Field(max_length=2048, description="amqp://host:port/vhost or amqps://…, no user info")
+    exchange: str = Field(max_length=255, description='"" is the default exchange')
+    routing_key: str = Field(default="", max_length=255)
+    persistent: bool = True
+    mandatory: bool = True
+
+
+class NatsTargetSettings(_Strict):
+    servers: list[str] = Field(min_length=1, max_length=10, description="nats://host:port or tls://host:port")
+    subject: str = Field(max_length=255)
+    stream: str | None = Field(default=None, max_length=255, description="the ack must come from this stream")
+
+
+class RedisStreamTargetSettings(_Strict):
+    url: str = Field(max_length=2048, description="redis://host:port/db or rediss://…, no user info")
+    stream: str = Field(max_length=512, description="the stream key")
+    maxlen: int | None = Field(default=None, ge=1, le=1_000_000_000, description="XADD MAXLEN ~ n")
+
+
+TARGET_SETTINGS_SHAPES: dict[str, type[BaseModel]] = {
+    "http": HttpTargetSettings,
+    "grpc": GrpcTargetSettings,
+    "amqp": AmqpTargetSettings,
+    "nats": NatsTargetSettings,
+    "redis_stream": RedisStreamTargetSettings,
+}
+TargetSettingsShape = (
+    HttpTargetSettings | GrpcTargetSettings | AmqpTargetSettings | NatsTargetSettings | RedisStreamTargetSettings
+)
+
+
+class TargetRetry(_Strict):
+    """Overrides of the node's delivery budget for the tasks naming the target (a task's own wins)."""
+
+    max_attempts: int | None = Field(default=None, ge=1, le=50)
+    max_age_s: int | None = Field(default=None, ge=1, le=30 * 86_400)
+    backoff_base_ms: int | None = Field(default=None, ge=1, le=3_600_000)
+    backoff_max_ms: int | None = Field(default=None, ge=1, le=86_400_000)
+
+
+class TargetCreate(_Strict):
+    name: str = Field(pattern=TARGET_NAME_PATTERN, description="unique per app; tasks name it")
+    protocol: ProtocolName
+    settings: TargetSettingsShape = Field(description="the shape of the protocol's settings")
+    retry: TargetRetry | None = None
+    credentials: dict[str, HEADER_VALUE] | None = Field(
+        default=None, max_length=MAX_HEADERS, description="write-only: stored and used, never answered"
+    )
+
+
+class TargetUpdate(_Strict):
+    protocol: ProtocolName | None = Field(default=None, description="changes only together with settings")
+    settings: TargetSettingsShape | None = Field(default=None, description="replaces the settings as a whole")
+    retry: TargetRetry | None = Field(default=None, description="replaces the retry policy as a whole")
+    credentials: dict[str, HEADER_VALUE] | None = Field(
+        default=None, max_length=MAX_HEADERS, description="replaces the credentials ({} clears); absent: kept"
+    )
+    version: int | None = Field(
+        default=None, description="the target's version as last read: 409 version_conflict if it moved since"
+    )
+
+
+class StoredTarget(BaseModel):
+    """A target as the API answers it: credentials by key only, every value ``***``."""
+
+    name: str
+    protocol: ProtocolName
+    version: int
+    settings: dict[str, Any]
+    retry: dict[str, int] = Field(default_factory=dict)
+    credentials: dict[str, str] = Field(default_factory=dict)
+    created_at: str | None = None
+    updated_at: str | None = None

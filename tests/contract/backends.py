@@ -74,8 +74,9 @@ async def wipe(settings: StorageSettings) -> None:
                     qualifier = f"`{home.name}`." if layout.dialect == MYSQL else ""
                     names = [f"tasks_{t:02d}" for t in range(layout.topology.tables_per_database)]
                     names += [f"flows_{t:02d}" for t in range(layout.topology.tables_per_database)]
+                    names += [f"task_targets_{t:02d}" for t in range(layout.topology.tables_per_database)]
                     if home.index == 0:
-                        names.append("apps")
+                        names += ["apps", "targets"]
                     for name in names:
                         await conn.exec_driver_sql(f"DELETE FROM {qualifier}{name}")
         finally:

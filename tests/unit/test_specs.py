@@ -161,4 +161,4 @@ def test_the_callback_spec_and_its_shapes_name_the_same_fields() -> None:
     spec_fields = [f.name for f in fields(CallbackSpec)]
     assert list(StoredCallback.model_fields) == spec_fields
     assert set(CallbackBudget.model_fields) <= set(spec_fields)
-    assert set(CallbackRequest.model_fields) - set(spec_fields) == {"url"}  # the unicast spelling of urls
+    assert set(CallbackRequest.model_fields) - set(spec_fields) == {"url", "target"}  # unicast spellings

@@ -21,13 +21,14 @@ from tjobs.errors import InvalidInput
 from tjobs.model import DeliveryMode, MisfirePolicy
 from tjobs.settings import LimitSettings
 from tjobs.specs import CallbackSpec, callback_to_json
-from tjobs.wire import MAX_HEADER_VALUE_CHARS, CallbackBudget, CallbackRequest, Method
+from tjobs.wire import MAX_HEADER_VALUE_CHARS, TARGET_NAME_PATTERN, CallbackBudget, CallbackRequest, Method
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: refused in names, keys and header values
 _HEADER_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # the same, but HTAB is allowed
 _RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 _RESERVED_PREFIXES = ("webhook-", "tjobs-")
+_TARGET_NAME = re.compile(TARGET_NAME_PATTERN)
 
 
 def _int_bounds(field: FieldInfo) -> tuple[int, int]:
@@ -57,8 +58,10 @@ def parse_callback_request(spec: Any, limits: LimitSettings) -> CallbackSpec:
     unknown = set(spec) - CALLBACK_KEYS
     if unknown:
         raise InvalidInput(f"callback.{sorted(unknown)[0]}", "unknown field", "unknown_field")
+    if "target" in spec or "targets" in spec:
+        return _parse_target_callback(spec, limits)
     if ("url" in spec) == ("urls" in spec):
-        raise InvalidInput("callback.url", "give exactly one of url (unicast) or urls (multicast)")
+        raise InvalidInput("callback.url", "give exactly one of url (unicast) or urls (multicast), or target(s)")
     if "url" in spec:
         urls = [_url(spec["url"], "callback.url", limits)]
     else:
@@ -71,28 +74,73 @@ def parse_callback_request(spec: Any, limits: LimitSettings) -> CallbackSpec:
     method = spec.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in CALLBACK_METHODS:
         raise InvalidInput("callback.method", f"must be one of {', '.join(sorted(CALLBACK_METHODS))}")
-    headers = spec.get("headers", {})
-    if not isinstance(headers, dict):
-        raise InvalidInput("callback.headers", "must be an object of string values")
-    if len(headers) > limits.max_headers:
-        raise InvalidInput("callback.headers", f"at most {limits.max_headers} custom headers")
-    for name, value in headers.items():
-        field = f"callback.headers.{name}"
-        if not _HEADER_NAME.match(name):
-            raise InvalidInput(field, "not a valid header name")
-        lowered = name.lower()
-        if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES):
-            raise InvalidInput(field, "reserved header; tjobs sets it")
-        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_CHARS or _HEADER_VALUE_FORBIDDEN.search(value):
+    headers = check_headers(spec.get("headers", {}), "callback.headers", limits)
+    body = _body(spec, limits)
+    budget = _budget(spec)
+    return CallbackSpec(
+        tuple(urls),
+        method.upper(),
+        headers,
+        body,
+        budget.get("timeout_ms"),
+        budget.get("max_attempts"),
+        budget.get("max_age_s"),
+    )
+
+
+def _parse_target_callback(spec: dict[str, Any], limits: LimitSettings) -> CallbackSpec:
+    """A callback naming the app's targets: ``target`` (one) or ``targets`` (multicast), with an
+    optional ``body`` and explicit budget. Inline URLs cannot be mixed in (a URL that should sit beside
+    targets becomes an HTTP target), and the method and headers are the targets' own. Whether each
+    name exists is the caller's check (:meth:`tjobs.service.targets.TargetService.check_named`)."""
+    if "target" in spec and "targets" in spec:
+        raise InvalidInput("callback.target", "give exactly one of target (unicast) or targets (multicast)")
+    for inline in ("url", "urls", "method", "headers"):
+        if inline in spec:
             raise InvalidInput(
-                field, f"must be a string of at most {MAX_HEADER_VALUE_CHARS} characters without control characters"
+                f"callback.{inline}",
+                "not with target(s): a named target carries its own address, method and headers",
+                "target_conflict",
             )
+    if "target" in spec:
+        names = [_target_name(spec["target"], "callback.target")]
+    else:
+        raw = spec["targets"]
+        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_TARGETS:
+            raise InvalidInput("callback.targets", f"must be a list of 1..{MAX_TARGETS} target names")
+        names = [_target_name(name, f"callback.targets[{i}]") for i, name in enumerate(raw)]
+        if len(set(names)) != len(names):
+            raise InvalidInput("callback.targets", "targets must be distinct")
+    budget = _budget(spec)
+    return CallbackSpec(
+        (),
+        "POST",
+        {},
+        _body(spec, limits),
+        budget.get("timeout_ms"),
+        budget.get("max_attempts"),
+        budget.get("max_age_s"),
+        tuple(names),
+    )
+
+
+def _target_name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not _TARGET_NAME.fullmatch(value):
+        raise InvalidInput(field, "must be a target name (letters, digits, '.', '_', '-'; at most 64)")
+    return value
+
+
+def _body(spec: dict[str, Any], limits: LimitSettings) -> str | None:
     body = spec.get("body")
     if body is not None:
         if not isinstance(body, str):
             raise InvalidInput("callback.body", "must be a string (the raw request body)")
         if len(body.encode()) > limits.max_payload_bytes:
             raise InvalidInput("callback.body", f"larger than {limits.max_payload_bytes} bytes")
+    return body
+
+
+def _budget(spec: dict[str, Any]) -> dict[str, int]:
     budget: dict[str, int] = {}
     for key, (low, high) in BUDGET_BOUNDS.items():
         if key in spec:
@@ -100,7 +148,33 @@ def parse_callback_request(spec: Any, limits: LimitSettings) -> CallbackSpec:
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise InvalidInput(f"callback.{key}", f"must be an integer within {low}..{high}")
             budget[key] = value
-    return CallbackSpec(tuple(urls), method.upper(), headers, body, **budget)
+    return budget
+
+
+def check_headers(headers: Any, field: str, limits: LimitSettings) -> dict[str, str]:
+    """Custom request headers: valid names, none that tjobs sets itself, values without control
+    characters (a refusal names the header, never quotes its value)."""
+    if not isinstance(headers, dict):
+        raise InvalidInput(field, "must be an object of string values")
+    if len(headers) > limits.max_headers:
+        raise InvalidInput(field, f"at most {limits.max_headers} custom headers")
+    for name, value in headers.items():
+        named = f"{field}.{name}"
+        if not _HEADER_NAME.match(name):
+            raise InvalidInput(named, "not a valid header name")
+        lowered = name.lower()
+        if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIXES):
+            raise InvalidInput(named, "reserved header; tjobs sets it")
+        if not isinstance(value, str) or len(value) > MAX_HEADER_VALUE_CHARS or _HEADER_VALUE_FORBIDDEN.search(value):
+            raise InvalidInput(
+                named, f"must be a string of at most {MAX_HEADER_VALUE_CHARS} characters without control characters"
+            )
+    return headers
+
+
+def check_url(value: Any, field: str, limits: LimitSettings) -> str:
+    """A callback URL (inline, or of an HTTP target) the URL model accepts, as given."""
+    return _url(value, field, limits)
 
 
 def _url(value: Any, field: str, limits: LimitSettings) -> str:

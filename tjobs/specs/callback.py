@@ -1,15 +1,18 @@
-"""A task's callback as a typed value: its targets, the request to send, and its delivery budget.
+"""A task's callback as a typed value: its destinations, the request to send, and its delivery budget.
 
 The canonical form is what :func:`tjobs.service.validation.parse_callback_request` makes of a request
-(one or many targets as ``urls``, the method upper-cased) and what the store keeps as JSON in the
-task's ``callback`` column::
+(one or many inline URLs as ``urls``, or one or many named targets as ``targets``, the method
+upper-cased) and what the store keeps as JSON in the task's ``callback`` column::
 
     {"urls": [...], "method": "POST"[, "headers": {...}][, "body": "..."]
      [, "timeout_ms": n][, "max_attempts": n][, "max_age_s": n]}
+    {"method": "POST"[, "body": "..."][, "timeout_ms": n][, "max_attempts": n][, "max_age_s": n],
+     "targets": ["orders-mq", ...]}
 
-The JSON keys are the field names, in field order; ``headers`` is left out when empty and the other
-optional fields when unset, so :func:`callback_to_json` writes exactly the bytes the store has always
-held. An unset ``timeout_ms``, ``max_attempts`` or ``max_age_s`` takes the node's default
+The JSON keys are the field names, in field order; ``headers``, ``urls`` and ``targets`` are left out
+when empty and the other optional fields when unset, so :func:`callback_to_json` writes exactly the
+bytes the store has always held for an inline callback. A callback has inline URLs or named targets
+(:mod:`tjobs.targets`), never both. An unset ``timeout_ms``, ``max_attempts`` or ``max_age_s`` takes the node's default
 (:class:`tjobs.settings.CallbackSettings`) when the callback is sent, so a changed default applies to
 existing tasks.
 """
@@ -36,16 +39,20 @@ class CallbackSpec:
     timeout_ms: int | None = None
     max_attempts: int | None = None
     max_age_s: int | None = None
+    targets: tuple[str, ...] = ()  # names of the app's targets (instead of urls); delivery resolves them
 
     def __post_init__(self) -> None:
         if type(self.urls) is not tuple:
             object.__setattr__(self, "urls", tuple(self.urls))
+        if type(self.targets) is not tuple:
+            object.__setattr__(self, "targets", tuple(self.targets))
         if type(self.headers) is not MappingProxyType:
             object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)) if self.headers else NO_HEADERS)
 
 
 _FIELDS = tuple(f.name for f in fields(CallbackSpec))
 _URLS = _FIELDS[0]
+_OMITTED_WHEN_EMPTY = frozenset({"urls", "targets"})
 
 
 def callback_to_json(spec: CallbackSpec) -> dict[str, Any]:
@@ -54,6 +61,8 @@ def callback_to_json(spec: CallbackSpec) -> dict[str, Any]:
     for name in _FIELDS:
         value = getattr(spec, name)
         if isinstance(value, tuple):
+            if not value and name in _OMITTED_WHEN_EMPTY:
+                continue
             value = list(value)
         elif isinstance(value, Mapping):
             value = dict(value) or None
@@ -66,8 +75,8 @@ def callback_from_json(stored: dict[str, Any]) -> CallbackSpec:
     """The spec of a stored callback object (trusted: it was validated when the task was registered).
 
     Unknown keys are ignored. A row with a single ``url`` (older rows) reads as one target; a row with
-    no target at all reads as ``urls=()``, which delivery dead-letters as unusable instead of failing
-    the fire that produced it.
+    no destination at all reads as ``urls=()`` and ``targets=()``, which delivery dead-letters as
+    unusable instead of failing the fire that produced it.
     """
     values = {name: stored[name] for name in _FIELDS if stored.get(name) is not None}
     if _URLS not in values:

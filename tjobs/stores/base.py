@@ -25,6 +25,7 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
+from tjobs.targets.model import Target
 
 DEAD_LETTERS = "dead_letters"
 """The key of an app's dead flows in :meth:`TaskStore.count_by_app` (beside the task statuses)."""
@@ -122,6 +123,41 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def list_apps(self) -> list[App]: ...
+
+    # ---- targets (named delivery targets, beside the apps) -------------------------------------
+
+    @abstractmethod
+    async def put_target(self, target: Target, expected_version: int | None) -> None:
+        """Store ``target`` under ``(target.app_id, target.name)``.
+
+        ``expected_version=None`` creates it: raise :class:`tjobs.errors.TargetExists` if the app
+        already has a target of that name. Otherwise replace the stored target only if it is still at
+        ``expected_version`` (its version becomes ``target.version``): raise
+        :class:`tjobs.errors.TargetVersionConflict` carrying the stored version if it moved, or
+        :class:`tjobs.errors.NotFound` if it is gone. Credentials are stored as given.
+        """
+
+    @abstractmethod
+    async def get_target(self, app_id: str, name: str) -> Target | None: ...
+
+    @abstractmethod
+    async def list_targets(self, app_id: str, after_name: str | None, limit: int) -> list[Target]:
+        """The app's targets by ascending name, strictly after ``after_name``."""
+
+    @abstractmethod
+    async def delete_target(self, app_id: str, name: str) -> bool:
+        """Delete the target; ``False`` if it did not exist. Tasks naming it are not checked here
+        (:meth:`count_target_references` is the caller's check)."""
+
+    @abstractmethod
+    async def count_target_references(self, app_id: str, name: str) -> int:
+        """How many of the app's tasks that can still fire (``active`` or ``paused``) name the target.
+
+        Bounded by the references, not by the tasks: every task naming targets has one reference row
+        per target in its shard (``task_targets_TT``), written in the same transaction as the task
+        (insert, callback edit, delete, retention purge), so the count reads that target's index range
+        in each shard (one statement per logical database), never the tasks themselves.
+        """
 
     # ---- tasks ------------------------------------------------------------------------------
 

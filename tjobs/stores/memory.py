@@ -16,11 +16,21 @@ from typing import Any
 import orjson
 
 from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
-from tjobs.errors import Conflict, DuplicateKey, Fenced, NotFound, TaskIdTaken, VersionConflict
+from tjobs.errors import (
+    Conflict,
+    DuplicateKey,
+    Fenced,
+    NotFound,
+    TargetExists,
+    TargetVersionConflict,
+    TaskIdTaken,
+    VersionConflict,
+)
 from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, TaskStore
 from tjobs.stores.schema import clip_error
 from tjobs.stores.task_edits import check_fields, edited_row
+from tjobs.targets.model import Target
 
 FlowKey = tuple[int, int]
 
@@ -43,6 +53,7 @@ class MemoryTaskStore(TaskStore):
         self._flows: list[dict[FlowKey, Flow]] = [{} for _ in range(count)]
         self._keys: dict[tuple[str, str], int] = {}
         self._apps: dict[str, App] = {}
+        self._targets: dict[tuple[str, str], Target] = {}
 
     async def start(self) -> None:
         return None
@@ -93,6 +104,41 @@ class MemoryTaskStore(TaskStore):
 
     async def list_apps(self) -> list[App]:
         return [copy.deepcopy(self._apps[key]) for key in sorted(self._apps)]
+
+    # ---- targets ----------------------------------------------------------------------------------
+    # Targets are frozen values (their mappings read-only), so they are shared, not copied.
+
+    async def put_target(self, target: Target, expected_version: int | None) -> None:
+        await asyncio.sleep(0)
+        key = (target.app_id, target.name)
+        stored = self._targets.get(key)
+        if expected_version is None:
+            if stored is not None:
+                raise TargetExists(target.app_id, target.name)
+        elif stored is None:
+            raise NotFound("target", target.name)
+        elif stored.version != expected_version:
+            raise TargetVersionConflict(target.name, expected_version, stored.version)
+        self._targets[key] = target
+
+    async def get_target(self, app_id: str, name: str) -> Target | None:
+        return self._targets.get((app_id, name))
+
+    async def list_targets(self, app_id: str, after_name: str | None, limit: int) -> list[Target]:
+        names = sorted(n for a, n in self._targets if a == app_id and (after_name is None or n > after_name))
+        return [self._targets[(app_id, n)] for n in names[:limit]]
+
+    async def delete_target(self, app_id: str, name: str) -> bool:
+        return self._targets.pop((app_id, name), None) is not None
+
+    async def count_target_references(self, app_id: str, name: str) -> int:
+        # The twin scans (the SQL store reads reference rows; see TaskStore.count_target_references).
+        return sum(
+            1
+            for shard in self._tasks
+            for task in shard.values()
+            if task.app_id == app_id and name in task.callback.targets and task.status is not TaskStatus.COMPLETED
+        )
 
     # ---- tasks ------------------------------------------------------------------------------------
 

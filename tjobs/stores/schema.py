@@ -43,9 +43,19 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.specs import callback_from_text, callback_to_text, schedule_from_text, schedule_to_text
+from tjobs.targets.codec import (
+    credentials_from_json,
+    retry_from_json,
+    retry_to_json,
+    settings_from_json,
+    settings_to_json,
+)
+from tjobs.targets.model import Protocol, Target
 
 APPS_TABLE = "apps"
 LAYOUT_TABLE = "tjobs_layout"
+SHARD_MAP_TABLE = "tjobs_shard_map"
+SHARD_FENCE_TABLE = "tjobs_fence"
 HOT_CHANGES_TABLE = "hot_changes"
 TARGETS_TABLE = "targets"
 TARGET_NAME_CHARS = 64
@@ -147,6 +157,27 @@ def layout_schema_items() -> list[SchemaItem]:
         Column("name", String(64), nullable=False),
         Column("value", String(200), nullable=False),
         PrimaryKeyConstraint("name"),
+    ]
+
+
+def shard_map_schema_items() -> list[SchemaItem]:
+    """The embedded mode's shard map (:mod:`sharding.shard_map`): one row, in the first logical
+    database only; a cluster keeps its map in etcd instead. See :mod:`tjobs.stores.shard_fence`."""
+    return [
+        Column("id", Integer, nullable=False, autoincrement=False),
+        Column("epoch", BigInteger, nullable=False),
+        Column("document", Text, nullable=False),
+        PrimaryKeyConstraint("id"),
+    ]
+
+
+def shard_fence_schema_items() -> list[SchemaItem]:
+    """One row in every logical database: the lowest shard-map epoch a writer must hold to write to
+    this copy of it (``RETIRED`` once it moved away). See :mod:`tjobs.stores.shard_fence`."""
+    return [
+        Column("id", Integer, nullable=False, autoincrement=False),
+        Column("epoch", BigInteger, nullable=False),
+        PrimaryKeyConstraint("id"),
     ]
 
 
@@ -404,3 +435,36 @@ def app_from_row(row: Mapping[Any, Any]) -> App:
         created_at_ms=int(row["created_at"]),
         settings=dict(loads(row["settings"])),
     )
+
+
+def target_to_row(target: Target) -> dict[str, Any]:
+    return {
+        "app_id": target.app_id,
+        "name": target.name,
+        "protocol": target.protocol.value,
+        "version": target.version,
+        "settings": dumps(settings_to_json(target.settings)),
+        "retry": dumps(retry_to_json(target.retry)),
+        "credentials": dumps(dict(target.credentials)),
+        "created_at": target.created_at_ms,
+        "updated_at": target.updated_at_ms,
+    }
+
+
+def target_from_row(row: Mapping[Any, Any]) -> Target:
+    protocol = Protocol(row["protocol"])
+    return Target(
+        app_id=row["app_id"],
+        name=row["name"],
+        settings=settings_from_json(protocol, loads(row["settings"])),
+        version=int(row["version"]),
+        retry=retry_from_json(loads(row["retry"])),
+        credentials=credentials_from_json(loads(row["credentials"])),
+        created_at_ms=int(row["created_at"]),
+        updated_at_ms=int(row["updated_at"]),
+    )
+
+
+def task_target_rows(task: Task) -> list[dict[str, Any]]:
+    """The ``task_targets_TT`` rows of ``task``: one per target its callback names (none for inline)."""
+    return [{"app_id": task.app_id, "target": name, "task_id": task.id} for name in task.callback.targets]

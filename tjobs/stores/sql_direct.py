@@ -10,9 +10,10 @@ and a read needs no transaction to close. ``READ COMMITTED`` as on the engine.
 
 Batches of new tasks (a batch create, or concurrent single creates grouped by :class:`GroupCommit`)
 go in ONE transaction per server, whatever logical databases and tables they touch: a multi-row
-``INSERT`` per table, all sent as one multi-statement (split only past :data:`ROUND_TRIP_BYTES`)
-ending in ``COMMIT``. Any error rolls the whole transaction back; the store then settles each item on
-its own, so one bad row never fails its neighbours.
+``INSERT`` per table (tasks naming targets add their ``task_targets_TT`` rows), all sent as one
+multi-statement (split only past :data:`ROUND_TRIP_BYTES`) ending in ``COMMIT``. Any error rolls
+the whole transaction back; the store then settles each item on its own, so one bad row never fails
+its neighbours.
 
 Only identifiers derived from the topology are put into the SQL text; every value is a bound
 parameter. A server URL with options this module does not translate (anything but ``charset`` and
@@ -35,6 +36,7 @@ from tjobs.model import Task
 from tjobs.settings import StorageSettings
 from tjobs.specs import callback_to_text, schedule_to_text
 from tjobs.stores.schema import TASK_COLUMNS, dumps, task_from_row
+from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql_layout import Layout, ShardTables
 
 _TASK_COLUMN_LIST = ", ".join(TASK_COLUMNS)
@@ -151,9 +153,16 @@ class DirectPool:
 
     # ---- statements ---------------------------------------------------------------------------------
 
-    async def insert_task(self, home: ShardTables, task: Task) -> None:
+    async def insert_task(self, home: ShardTables, task: Task, fence_epoch: int | None = None) -> None:
         """One autocommit ``INSERT``: committed when it returns; asyncmy's ``IntegrityError`` on a
-        taken id or key (nothing written)."""
+        taken id or key (nothing written). A task naming targets also writes its reference rows, in
+        one transaction with the task (:meth:`insert_new`)."""
+        if task.callback.targets:
+            await self.insert_new([(home, [task])])
+            return
+        if fence_epoch is not None:  # the fence check needs a transaction around the insert
+            await self.insert_new([(home, [task])], fence_epoch)
+            return
         async with self.cursor() as cursor:
             await cursor.execute(
                 f"INSERT INTO {home.tasks_sql} ({_TASK_COLUMN_LIST}) VALUES ({_TASK_MARKS})", task_values(task)
@@ -188,9 +197,13 @@ class DirectPool:
             await cursor.execute(" UNION ALL ".join(parts), params)
             return {(app_id, key): int(task_id) for app_id, key, task_id in await cursor.fetchall()}
 
-    async def insert_new(self, groups: Sequence[tuple[ShardTables, Sequence[Task]]]) -> None:
+    async def insert_new(
+        self, groups: Sequence[tuple[ShardTables, Sequence[Task]]], fence_epoch: int | None = None
+    ) -> None:
         """Insert every task of ``groups`` in one transaction (committed when this returns). Raises
-        the driver's error, having rolled everything back, if any row is refused."""
+        the driver's error, having rolled everything back, if any row is refused. With ``fence_epoch``,
+        the transaction first passes the fence of each logical database it writes to
+        (:func:`tjobs.stores.shard_fence.fence_statement`, error 1242 when it does not)."""
         chunks: list[tuple[str, list[Any]]] = []
         statements: list[str] = []
         params: list[Any] = []
@@ -214,6 +227,13 @@ class DirectPool:
                 size += row_bytes
             if rows:
                 statements.append(head + ", ".join(rows))
+            references = [(t.app_id, name, t.id) for t in tasks for name in t.callback.targets]
+            if references:  # which tasks name which target, in the same transaction as the tasks
+                statements.append(
+                    f"INSERT INTO {home.task_targets_sql} (app_id, target, task_id) VALUES "
+                    + ", ".join(["(%s, %s, %s)"] * len(references))
+                )
+                params.extend(value for reference in references for value in reference)
         if statements:
             chunks.append((";".join(statements), params))
         if not chunks:
@@ -221,6 +241,9 @@ class DirectPool:
         # START TRANSACTION and COMMIT ride in the first and last round trips: a group that fits in
         # one is a single round trip. A refused statement stops the rest (COMMIT included).
         first_sql, first_params = chunks[0]
+        if fence_epoch is not None:
+            fence_sql, fence_params = fence_statement(list({home.database: None for home, _ in groups}), fence_epoch)
+            first_sql, first_params = f"{fence_sql};{first_sql}", [*fence_params, *first_params]
         chunks[0] = ("START TRANSACTION;" + first_sql, first_params)
         last_sql, last_params = chunks[-1]
         chunks[-1] = (last_sql + ";COMMIT", last_params)

@@ -22,7 +22,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sharding import Topology
 from tjobs.errors import StorageUnavailable
 from tjobs.settings import StorageSettings
-from tjobs.stores.schema import apps_table, flows_table, tasks_table
+from tjobs.stores.schema import (
+    apps_table,
+    flows_table,
+    targets_table,
+    task_targets_table,
+    task_targets_table_name,
+    tasks_table,
+)
 
 MYSQL = "mysql"
 SQLITE = "sqlite"
@@ -97,9 +104,10 @@ class DatabaseHome:
 
 @dataclass(frozen=True, slots=True)
 class ShardTables:
-    """One shard's two tables. The Core ``Table`` objects are shared by every database (unqualified);
-    ``options`` carries the ``schema_translate_map`` that points them at this shard's database, so
-    compiled statements are cached per table shape, not per shard."""
+    """One shard's tables (tasks, flows, and which tasks name which target). The Core ``Table``
+    objects are shared by every database (unqualified); ``options`` carries the
+    ``schema_translate_map`` that points them at this shard's database, so compiled statements are
+    cached per table shape, not per shard."""
 
     shard: int
     database: DatabaseHome
@@ -108,12 +116,16 @@ class ShardTables:
     options: dict[str, Any]
     tasks_sql: str  # quoted, qualified name for hand-written SQL on the hot path
     flows_sql: str
+    task_targets: Table
+    task_targets_sql: str
 
 
 class Layout:
     """The mapping from shards to engines, databases and tables (pure; opens nothing)."""
 
-    def __init__(self, settings: StorageSettings) -> None:
+    def __init__(self, settings: StorageSettings, placement: Sequence[str] | None = None) -> None:
+        """``placement`` names the server of each logical database (a shard map's); without it, the
+        configured list's seed: instance ``i`` on ``urls[i % len(urls)]``."""
         if not settings.urls:
             raise ValueError("storage.urls is empty")
         self.topology: Topology = settings.parsed_topology()
@@ -125,9 +137,16 @@ class Layout:
         self.metadata = MetaData()
         quote: Callable[[str], str] = (lambda n: f"`{n}`") if self.dialect == MYSQL else (lambda n: f'"{n}"')
         self.databases: list[DatabaseHome] = []
+        servers = configured_servers(settings.urls)
+        if placement is not None and len(placement) != self.topology.database_count:
+            raise ValueError(f"a placement of {len(placement)} databases for topology {self.topology}")
         for index, (instance, _) in enumerate(self.topology.databases()):
             name = database_name(self.prefix, index)
             server = settings.urls[instance % len(settings.urls)]
+            if placement is not None:
+                if placement[index] not in servers:
+                    raise ValueError(f"{name} is on {placement[index]}, which storage.urls does not list")
+                server = servers[placement[index]]
             if self.dialect == MYSQL:
                 home = DatabaseHome(index, name, _server_url(server), name)
             else:
@@ -136,6 +155,7 @@ class Layout:
         tables = range(self.topology.tables_per_database)
         task_tables = [tasks_table(self.metadata, f"tasks_{t:02d}") for t in tables]
         flow_tables = [flows_table(self.metadata, f"flows_{t:02d}") for t in tables]
+        reference_tables = [task_targets_table(self.metadata, task_targets_table_name(t)) for t in tables]
         self.shards: list[ShardTables] = []
         for shard in self.topology.shards():
             location = self.topology.locate(shard)
@@ -150,10 +170,13 @@ class Layout:
                     self.options_for(home),
                     qualifier + quote(location.tasks_table),
                     qualifier + quote(location.flows_table),
+                    reference_tables[location.table_index],
+                    qualifier + quote(task_targets_table_name(location.table_index)),
                 )
             )
         self.apps_database = self.databases[0]
         self.apps = apps_table(self.metadata)
+        self.targets = targets_table(self.metadata)
         self.apps_options = self.options_for(self.apps_database)
 
     @staticmethod
@@ -176,6 +199,22 @@ class Layout:
                 name = f"{base}#{copy}"
             names[url] = name
         return names
+
+
+def configured_servers(urls: Sequence[str]) -> dict[str, str]:
+    """Each configured URL by its server's name (:func:`server_name`), in the configured order. A
+    URL listed twice is one server; two URLs of one MariaDB ``host:port`` are ``host:port`` and
+    ``host:port#2`` (as :meth:`Layout.server_names` names them). SQLite: the data directory."""
+    named: dict[str, str] = {}
+    for url in dict.fromkeys(urls):
+        mysql = dialect_of(url) == MYSQL
+        name = base = server_name(url if mysql else _sqlite_file_url(url, "any"))
+        copy = 1
+        while name in named:
+            copy += 1
+            name = f"{base}#{copy}"
+        named[name] = url
+    return named
 
 
 def server_name(url: str) -> str:

@@ -45,7 +45,16 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sharding import TaskIdGenerator, shard_for_key, shard_of_task_id
-from tjobs.errors import Conflict, DuplicateKey, NotFound, TaskIdTaken, TjobsError, VersionConflict
+from tjobs.errors import (
+    Conflict,
+    DuplicateKey,
+    NotFound,
+    TargetExists,
+    TargetVersionConflict,
+    TaskIdTaken,
+    TjobsError,
+    VersionConflict,
+)
 from tjobs.model import (
     App,
     DueTask,
@@ -67,7 +76,10 @@ from tjobs.stores.schema import (
     clip_error,
     flow_from_row,
     flow_to_row,
+    target_from_row,
+    target_to_row,
     task_from_row,
+    task_target_rows,
     task_to_row,
 )
 from tjobs.stores.sql_direct import (
@@ -94,6 +106,7 @@ from tjobs.stores.sql_layout import (
 )
 from tjobs.stores.sql_sessions import SessionRegistry, kill_connections
 from tjobs.stores.task_edits import check_fields, edited_row
+from tjobs.targets.model import Target
 
 T = TypeVar("T")
 
@@ -337,6 +350,78 @@ class SQLAlchemyTaskStore(TaskStore):
             rows = await conn.execute(statement, execution_options=self.layout.apps_options)
             return [app_from_row(row) for row in rows.mappings()]
 
+    # ---- targets ----------------------------------------------------------------------------------
+
+    async def put_target(self, target: Target, expected_version: int | None) -> None:
+        targets = self.layout.targets
+        row = target_to_row(target)
+        opts = self.layout.apps_options
+        url = self.layout.apps_database.engine_url
+        if expected_version is None:
+            try:
+                async with self._write(url) as conn:
+                    await conn.execute(insert(targets), [row], execution_options=opts)
+            except sa_exc.IntegrityError as error:
+                raise TargetExists(target.app_id, target.name) from error
+            return
+        key = (targets.c.app_id == target.app_id, targets.c.name == target.name)
+        values = {k: v for k, v in row.items() if k not in ("app_id", "name", "created_at")}
+        async with self._write(url) as conn:
+            result = await conn.execute(
+                update(targets).where(*key, targets.c.version == expected_version).values(**values),
+                execution_options=opts,
+            )
+            if result.rowcount == 1:
+                return
+            stored = (await conn.execute(select(targets.c.version).where(*key), execution_options=opts)).first()
+        if stored is None:
+            raise NotFound("target", target.name)
+        raise TargetVersionConflict(target.name, expected_version, int(stored[0]))
+
+    async def get_target(self, app_id: str, name: str) -> Target | None:
+        targets = self.layout.targets
+        statement = select(targets).where(targets.c.app_id == app_id, targets.c.name == name)
+        async with self._connect(self.layout.apps_database.engine_url) as conn:
+            row = (await conn.execute(statement, execution_options=self.layout.apps_options)).mappings().first()
+        return None if row is None else target_from_row(row)
+
+    async def list_targets(self, app_id: str, after_name: str | None, limit: int) -> list[Target]:
+        targets = self.layout.targets
+        statement = select(targets).where(targets.c.app_id == app_id)
+        if after_name is not None:
+            statement = statement.where(targets.c.name > after_name)
+        statement = statement.order_by(targets.c.name).limit(limit)
+        async with self._connect(self.layout.apps_database.engine_url) as conn:
+            rows = await conn.execute(statement, execution_options=self.layout.apps_options)
+            return [target_from_row(row) for row in rows.mappings()]
+
+    async def delete_target(self, app_id: str, name: str) -> bool:
+        targets = self.layout.targets
+        async with self._write(self.layout.apps_database.engine_url) as conn:
+            result = await conn.execute(
+                delete(targets).where(targets.c.app_id == app_id, targets.c.name == name),
+                execution_options=self.layout.apps_options,
+            )
+        return bool(result.rowcount)
+
+    async def count_target_references(self, app_id: str, name: str) -> int:
+        async def in_database(database_index: int) -> int:
+            homes = [self._shard(shard) for shard in self.topology.shards_of_database(database_index)]
+            parts: list[Any] = []
+            for home in homes:
+                r, t = home.task_targets.c, home.tasks.c
+                parts.append(
+                    select(func.count())
+                    .select_from(home.task_targets.join(home.tasks, t.id == r.task_id))
+                    .where(r.app_id == app_id, r.target == name, t.status != TaskStatus.COMPLETED.value)
+                )
+            async with self._connect(homes[0].database.engine_url) as conn:
+                rows = await conn.execute(union_all(*parts), execution_options=homes[0].options)
+                return sum(int(count) for (count,) in rows)
+
+        counts = await asyncio.gather(*(in_database(home.index) for home in self.layout.databases))
+        return sum(counts)
+
     # ---- tasks ------------------------------------------------------------------------------------
 
     def _check_routing(self, task: Task) -> ShardTables:
@@ -379,6 +464,7 @@ class SQLAlchemyTaskStore(TaskStore):
                         await conn.execute(
                             insert(home.tasks), [task_to_row(t) for t in new], execution_options=home.options
                         )
+                        await _insert_references(conn, home, new)
             return list(outcomes)
         except TjobsError:
             raise  # unavailable: so would each one be
@@ -405,6 +491,7 @@ class SQLAlchemyTaskStore(TaskStore):
                 else:
                     async with self._write(url) as conn:
                         await conn.execute(insert(home.tasks), [task_to_row(task)], execution_options=home.options)
+                        await _insert_references(conn, home, [task])
                 return replace(task)
             except (sa_exc.IntegrityError, DriverIntegrityError) as error:
                 await self._raise_insert_conflict(task, error)
@@ -517,6 +604,7 @@ class SQLAlchemyTaskStore(TaskStore):
             )
             taken = {(row.app_id, row.idem_key): int(row.id) for row in rows}
         new_rows: list[dict[str, Any]] = []
+        new_tasks: list[Task] = []
         for index, task in items:
             if task.key is not None and (task.app_id, task.key) in taken:
                 staged[index] = taken[(task.app_id, task.key)]
@@ -525,8 +613,10 @@ class SQLAlchemyTaskStore(TaskStore):
                 taken[(task.app_id, task.key)] = task.id  # a later item with the same key gets this id
             staged[index] = replace(task)
             new_rows.append(task_to_row(task))
+            new_tasks.append(task)
         if new_rows:
             await conn.execute(insert(tasks_t), new_rows, execution_options=home.options)
+            await _insert_references(conn, home, new_tasks)
 
     async def get_task(self, task_id: int) -> Task | None:
         home = self._shard_of_task(task_id)
@@ -583,6 +673,8 @@ class SQLAlchemyTaskStore(TaskStore):
         async with self._write(home.database.engine_url) as conn:
             result = await conn.execute(statement, execution_options=home.options)
             stored = await self._read_task(conn, home, task.id)
+            if result.rowcount == 1 and stored is not None:
+                await _replace_references(conn, home, stored)
         if result.rowcount == 1 and stored is not None:
             return stored
         if stored is None:
@@ -618,6 +710,8 @@ class SQLAlchemyTaskStore(TaskStore):
                 update(tasks_t).where(tasks_t.c.id == task.id).values({name: values[name] for name in _EDITED_COLUMNS}),
                 execution_options=home.options,
             )
+            if "callback" in fields and (stored.callback.targets or edited.callback.targets):
+                await _replace_references(conn, home, edited)
         return edited
 
     async def delete_task(self, task_id: int) -> bool:
@@ -628,6 +722,8 @@ class SQLAlchemyTaskStore(TaskStore):
             result = await conn.execute(
                 delete(home.tasks).where(home.tasks.c.id == task_id), execution_options=home.options
             )
+            if result.rowcount:
+                await _delete_references(conn, home, [task_id])
         return bool(result.rowcount)
 
     async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
@@ -641,6 +737,7 @@ class SQLAlchemyTaskStore(TaskStore):
             )
             if not result.rowcount:
                 return False
+            await _delete_references(conn, home, [task_id])
             await conn.execute(
                 update(home.flows)
                 .where(c.task_id == task_id, c.status == FlowStatus.PENDING.value)
@@ -1045,4 +1142,28 @@ class SQLAlchemyTaskStore(TaskStore):
                         execution_options=opts,
                     )
                     purged += result.rowcount
+                    await _delete_references(conn, home, list(old_tasks))
         return purged
+
+
+# ---- which tasks name which target (task_targets_TT), always in the task's own transaction --------
+
+
+async def _insert_references(conn: AsyncConnection, home: ShardTables, tasks: Sequence[Task]) -> None:
+    rows = [row for task in tasks for row in task_target_rows(task)]
+    if rows:
+        await conn.execute(insert(home.task_targets), rows, execution_options=home.options)
+
+
+async def _delete_references(conn: AsyncConnection, home: ShardTables, task_ids: list[int]) -> None:
+    r = home.task_targets.c
+    await conn.execute(
+        delete(home.task_targets).where(r.task_id.in_(bindparam("task_ids", expanding=True))),
+        {"task_ids": task_ids},
+        execution_options=home.options,
+    )
+
+
+async def _replace_references(conn: AsyncConnection, home: ShardTables, task: Task) -> None:
+    await _delete_references(conn, home, [task.id])
+    await _insert_references(conn, home, [task])

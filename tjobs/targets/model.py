@@ -30,6 +30,14 @@ from types import MappingProxyType
 
 NO_CREDENTIALS: Mapping[str, str] = MappingProxyType({})
 REDACTED = "***"
+TARGET_KEY_PREFIX = "target:"
+"""A flow tracks each named target it sends to as ``target:<name>`` (inline URLs as themselves: an
+``http(s)`` URL never starts so), in :attr:`tjobs.delivery.transport.AttemptResult.url` and the flow's
+``last_error``: never an address or a credential."""
+
+
+def tracking_key(name: str) -> str:
+    return TARGET_KEY_PREFIX + name
 
 
 class Protocol(StrEnum):
