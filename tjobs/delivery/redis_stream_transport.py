@@ -1,0 +1,174 @@
+"""The Redis Streams transport: one ``XADD`` per attempt, delivered = the entry id Redis answers.
+
+An attempt appends one entry to the target's ``stream`` with three fields, in this order:
+
+* ``flow_id`` — the flow id, the same on every attempt: consumers deduplicate on it;
+* ``headers`` — the request's headers (``webhook-id``, ``webhook-signature``, ``tjobs-*``, the
+  task's own) as one JSON object;
+* ``body`` — ``request.body`` as sent (the bytes the signature covers).
+
+With ``maxlen`` set the stream is trimmed as it grows (``MAXLEN ~ n``: whole macro nodes, cheap; a
+consumer that falls more than ``n`` entries behind loses the oldest, which is what a capped stream
+means). Without it a stream grows until the server's ``maxmemory``, where ``XADD`` fails with
+``OOM`` (retryable) under the ``noeviction`` policy.
+
+Idempotency: Redis 8.6 added ``XADD … IDMP <producer> <id>``, which stores an entry once per
+(producer, id); where the server announces 8.6 or later the transport sends the flow id as that id
+(producer ``tjobs``), so a retry whose answer was lost is not stored twice (Redis keeps the last
+100 ids per producer for 100 s unless ``XCFGSET`` raises that). Older servers (Redis 7.0, as on this
+project's machines) have no such form: a retry may append a second entry for the same ``flow_id``,
+and the consumer deduplicates.
+
+Connections: one pool per (server URL, user name, password), created by the first send that needs
+it, at most :data:`MAX_CONNECTIONS` connections; a burst waits for a free one within each attempt's
+timeout. redis-py's own retries are off (one attempt is one ``XADD``).
+
+What the answers mean: an entry id — :attr:`Outcome.DELIVERED`; ``WRONGPASS``/``NOAUTH`` (wrong or
+missing credentials), ``NOPERM`` (the user may not write that key) and ``WRONGTYPE`` (the key holds
+something else than a stream) — permanent; ``OOM``, ``READONLY`` (a replica), ``LOADING``, a refused
+or reset connection and a timeout — retryable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import orjson
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError, ResponseError
+from redis.retry import Retry
+
+from tjobs.clock import Clock
+from tjobs.delivery.broker import BrokerBusy, BrokerRefused, BrokerTransport
+from tjobs.delivery.transport import CallbackRequest, TargetPolicy
+from tjobs.settings import CallbackSettings
+from tjobs.targets.model import Protocol, RedisStreamTarget, Target
+
+logger = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 32  # per server and user
+CONNECT_TIMEOUT_S = 5.0  # the attempt's own timeout bounds it further
+PRODUCER = "tjobs"  # the IDMP producer id
+IDMP_SINCE = (8, 6)
+
+ClientKey = tuple[str, str, str]  # server URL, user name, password
+
+
+def xadd_command(
+    stream: str, flow_id: str, headers: bytes, body: bytes, maxlen: int | None, idempotent: bool
+) -> list[str | bytes | int]:
+    """The ``XADD`` of one attempt, as sent (``idempotent``: the server has ``IDMP``)."""
+    command: list[str | bytes | int] = ["XADD", stream]
+    if idempotent:
+        command += ["IDMP", PRODUCER, flow_id]
+    if maxlen is not None:
+        command += ["MAXLEN", "~", maxlen]
+    command += ["*", "flow_id", flow_id, "headers", headers, "body", body]
+    return command
+
+
+def has_idmp(version: str) -> bool:
+    """Whether a server of this ``redis_version`` knows ``XADD … IDMP``."""
+    parts = version.split(".")
+    try:
+        return (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0) >= IDMP_SINCE
+    except ValueError:
+        return False
+
+
+class _Server:
+    """One connection pool to one Redis server as one user, and what the server supports."""
+
+    def __init__(self, key: ClientKey) -> None:
+        url, username, password = key
+        self.pool = redis.asyncio.BlockingConnectionPool.from_url(
+            url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=None,  # wait for a free connection; the attempt's deadline bounds the wait
+            username=username or None,
+            password=password or None,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=0,
+        )
+        self.client = redis.asyncio.Redis(connection_pool=self.pool)
+        self.idempotent: bool | None = None  # unknown until the first send asks the server
+        self._asking: asyncio.Lock = asyncio.Lock()
+
+    async def knows_idmp(self) -> bool:
+        if self.idempotent is None:
+            async with self._asking:
+                if self.idempotent is None:
+                    info = await self.client.info("server")
+                    self.idempotent = has_idmp(str(info.get("redis_version", "0")))
+        return self.idempotent
+
+    @property
+    def pending(self) -> int:
+        return len(self.pool._in_use_connections)  # redis-py has no public count of them
+
+    async def close(self) -> None:
+        try:
+            await self.client.aclose()
+            await self.pool.aclose()
+        except Exception as exc:  # a server already gone: nothing left to release
+            logger.debug("closing a Redis pool failed: %s", type(exc).__name__)
+
+
+class RedisStreamTransport(BrokerTransport[RedisStreamTarget]):
+    """Appends each attempt to a Redis stream with ``XADD`` (see the module docstring)."""
+
+    protocols = frozenset({Protocol.REDIS_STREAM})
+
+    def __init__(
+        self, settings: CallbackSettings, clock: Clock | None = None, policy: TargetPolicy | None = None
+    ) -> None:
+        super().__init__(settings, clock, policy)
+        self._servers: dict[ClientKey, _Server] = {}
+
+    @property
+    def pending_publishes(self) -> int:
+        return sum(server.pending for server in self._servers.values())
+
+    async def close(self) -> None:
+        servers, self._servers = self._servers, {}
+        await asyncio.gather(*(server.close() for server in servers.values()))
+
+    async def _publish(self, request: CallbackRequest, target: Target, settings: RedisStreamTarget) -> None:
+        credentials = target.credentials
+        key = (settings.url, credentials.get("username", ""), credentials.get("password", ""))
+        server = self._servers.get(key)
+        if server is None:
+            if not settings.url.startswith(("redis://", "rediss://")):
+                raise BrokerRefused("the server URL must be redis://host:port/db or rediss://…")
+            server = self._servers[key] = _Server(key)
+        try:
+            idempotent = await server.knows_idmp()
+            command = xadd_command(
+                settings.stream,
+                request.flow_id,
+                orjson.dumps(dict(request.headers)),
+                request.body or b"",
+                settings.maxlen,
+                idempotent,
+            )
+            await server.client.execute_command(*command)  # type: ignore[no-untyped-call]
+        except AuthenticationError:
+            raise BrokerRefused("Redis refused the credentials (WRONGPASS or NOAUTH)") from None
+        except NoPermissionError:
+            raise BrokerRefused(f"Redis user may not XADD to {settings.stream!r} (NOPERM)") from None
+        except OutOfMemoryError:
+            raise BrokerBusy("Redis is full (OOM: used memory > maxmemory)") from None
+        except ResponseError as answer:
+            text = _first_line(answer.args)
+            if text.startswith("WRONGTYPE"):
+                raise BrokerRefused(f"key {settings.stream!r} holds something else than a stream (WRONGTYPE)") from None
+            raise BrokerBusy(f"Redis refused XADD: {text}") from None
+
+
+def _first_line(args: Sequence[object]) -> str:
+    text = str(args[0]) if args else "error"
+    return text.splitlines()[0] if text else "error"
