@@ -152,6 +152,16 @@ class ClusterSettings(BaseModel):
     redis_poll_interval_ms: int = Field(default=50, ge=5)  # Redis hot tier: owner's slice poll period
 
 
+class ConsoleSettings(BaseModel):
+    """The web console at ``/console`` (:mod:`tjobs.console`)."""
+
+    enabled: bool = True
+    # Signs console session cookies; every node of a cluster must share it. Unset: derived from
+    # api.admin_key (nodes share that), else random per process (sessions then end with the process).
+    session_secret: str | None = None
+    session_ttl_s: int = Field(default=8 * 3600, ge=60, le=30 * 86_400)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TJOBS_", env_nested_delimiter="__", extra="forbid")
 
@@ -166,6 +176,7 @@ class Settings(BaseSettings):
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     allow_loopback_callbacks: bool = False
 
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:

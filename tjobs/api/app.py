@@ -25,6 +25,7 @@ from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
+from tjobs.console import include_console
 from tjobs.errors import TjobsError
 from tjobs.model import App
 from tjobs.service.apps import AppService
@@ -106,6 +107,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         return {"status": "ready", "jobs": len(status.jobs), "cluster": status.cluster}
 
     api.include_router(routes_ops.router)
+    include_console(api, node)  # /console: the web console (tjobs.console)
 
     if demo_routes:
         from tjobs.api.demo import add_demo_routes

@@ -1,0 +1,41 @@
+"""The web console at ``/console``: server-rendered pages over the node's services, served by the API app.
+
+Pages are Jinja2 templates (``templates/``) with one stylesheet and one small script (``static/``); no
+build step. Every page works without JavaScript: the script only refreshes a task's flows while the
+page is open and offers "select all" on dead letters.
+
+Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once, in
+:mod:`tjobs.console.context` and :mod:`tjobs.console.session`. The pages (one module per area):
+
+- ``pages_session``: sign in (an app key or the admin key), sign out, the static files;
+- ``pages_overview``: per app fire rate, lateness, reach, dead letters;
+- ``pages_tasks``: the task list, a task (its schedule's next instants, flows), pause / resume /
+  trigger / edit / delete, each confirmed;
+- ``pages_flows``: a flow, the dead letters and their redrive;
+- ``pages_apps`` (admin): create, limits, rotate key or secret (a new key or secret is shown once);
+- ``pages_cluster`` (admin): nodes, job groups, the plan, database servers, the hot tier.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+
+from tjobs.console.context import Console
+
+if TYPE_CHECKING:
+    from tjobs.node import Node
+
+__all__ = ["include_console"]
+
+
+def include_console(api: FastAPI, node: Node) -> None:
+    """Serve the console on ``api`` (unless ``console.enabled`` is false)."""
+    if not node.settings.console.enabled:
+        return
+    from tjobs.console import pages_apps, pages_cluster, pages_flows, pages_overview, pages_session, pages_tasks
+
+    api.state.console = Console(node, api.state.app_service, api.state.rate_limits)
+    for module in (pages_session, pages_overview, pages_tasks, pages_flows, pages_apps, pages_cluster):
+        api.include_router(module.router, include_in_schema=False)

@@ -1,0 +1,81 @@
+"""Flows: one flow's page, the dead letters, and their redrive (one or many, confirmed first).
+
+A redrive posts the chosen flow ids; without ``confirmed`` it answers a page naming them with a form
+that posts them again confirmed, and only that second post puts them back to pending.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import RedirectResponse
+
+from tjobs.api.render import flow_json, task_json
+from tjobs.console.context import ConsoleRoute, console_of
+from tjobs.errors import InvalidInput, NotFound
+from tjobs.service.tasks import MAX_BATCH
+
+router = APIRouter(route_class=ConsoleRoute)
+
+PAGE_SIZE = 50
+
+
+@router.get("/console/flows")
+async def flows_page(request: Request, id: Annotated[str | None, Query(max_length=60)] = None) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    if id:
+        return RedirectResponse(f"/console/flows/{quote(id.strip(), safe='')}", status_code=303)
+    return console.render(request, "flows.html", principal)
+
+
+@router.get("/console/flows/{flow_id}")
+async def flow_page(request: Request, flow_id: str) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    owner = await console.flow_owner(principal, flow_id)
+    flow = await console.node.tasks.get_flow(owner, flow_id)
+    try:
+        task = task_json(await console.node.tasks.get(owner, flow.task_id))
+    except NotFound:  # deleted: its flows stay as history
+        task = None
+    return console.render(request, "flow.html", principal, owner=owner, flow=flow_json(flow), task=task)
+
+
+@router.get("/console/dead-letters")
+async def dead_letters(
+    request: Request,
+    app: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    scoped = await console.scope(principal, app)
+    flows = []
+    next_cursor = None
+    if scoped is not None:
+        page = await console.node.tasks.dead_letters(scoped, PAGE_SIZE, cursor or None)
+        flows, next_cursor = [flow_json(flow) for flow in page.items], page.next_cursor
+    return console.render(request, "dead_letters.html", principal, scoped=scoped, flows=flows, next_cursor=next_cursor)
+
+
+@router.post("/console/dead-letters/redrive")
+async def redrive(request: Request) -> Response:
+    console = console_of(request)
+    principal, form = await console.posted(request)
+    scoped = await console.scope(principal, form.get("app") or None)
+    if scoped is None:
+        raise InvalidInput("app", "name the app whose dead letters to redrive")
+    flow_ids = [flow_id for flow_id in form.getlist("flow_ids") if flow_id]
+    if not 1 <= len(flow_ids) <= MAX_BATCH:
+        raise InvalidInput("flow_ids", f"choose 1..{MAX_BATCH} dead letters to redrive")
+    if form.get("confirmed") != "yes":
+        return console.render(request, "redrive_confirm.html", principal, scoped=scoped, flow_ids=flow_ids)
+    results = await console.node.tasks.redrive(scoped, flow_ids)
+    outcomes = [
+        {"flow_id": flow_id, "ok": error is None, "message": "back to pending" if error is None else error.message}
+        for flow_id, _, error in results
+    ]
+    return console.render(request, "redrive_done.html", principal, scoped=scoped, outcomes=outcomes)

@@ -1,0 +1,223 @@
+"""Tasks: the list (filters, cursor pages), a task's page, and its actions.
+
+Pause, resume, trigger now and delete each go through a confirmation page (``GET .../confirm``) whose
+form posts the action; the edit form sends only the fields that changed, with the version the form
+was opened at, so an edit that crossed another one answers 409 instead of overwriting it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import RedirectResponse
+
+from tjobs.api.deps import task_id_of
+from tjobs.api.render import flow_json, task_json
+from tjobs.console.context import ConsoleRoute, Principal, console_of
+from tjobs.console.instants import next_instants
+from tjobs.errors import InvalidInput, NotFound, VersionConflict
+from tjobs.model import DeliveryMode, MisfirePolicy, Task, TaskStatus
+
+router = APIRouter(route_class=ConsoleRoute)
+
+PAGE_SIZE = 50
+FLOWS_SHOWN = 25
+Action = Literal["pause", "resume", "trigger", "delete"]
+ACTIONS: dict[str, dict[str, str]] = {
+    "pause": {"verb": "Pause", "done": "paused", "says": "It stops firing until it is resumed."},
+    "resume": {
+        "verb": "Resume",
+        "done": "resumed",
+        "says": "It fires again from its next instant; what it missed while paused follows its misfire policy.",
+    },
+    "trigger": {
+        "verb": "Trigger now",
+        "done": "triggered",
+        "says": "It fires once now, with a flow of its own; its schedule does not change.",
+    },
+    "delete": {
+        "verb": "Delete",
+        "done": "deleted",
+        "says": "It never fires again and its pending flows are cancelled; its flows stay readable as history.",
+    },
+}
+DONE_NOTICES = {action["done"]: f"Task {action['done']}." for action in ACTIONS.values()} | {
+    "edited": "Task saved.",
+    "unchanged": "Nothing changed.",
+}
+EDITABLE_JSON = ("schedule", "callback", "payload")
+
+
+@router.get("/console/tasks")
+async def task_list(
+    request: Request,
+    app: Annotated[str | None, Query(max_length=200)] = None,
+    status: Annotated[Literal["active", "paused", "completed"] | None, Query()] = None,
+    kind: Annotated[Literal["cron", "interval", "at", "delay"] | None, Query()] = None,
+    name_prefix: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    done: Annotated[str | None, Query(max_length=20)] = None,
+) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    scoped = await console.scope(principal, app)
+    filters = {"status": status or "", "kind": kind or "", "name_prefix": name_prefix or ""}
+    items: list[Task] = []
+    next_cursor = None
+    if scoped is not None:
+        page = await console.node.tasks.list_tasks(
+            scoped,
+            limit=PAGE_SIZE,
+            cursor=cursor or None,
+            status=TaskStatus(status) if status else None,
+            kind=kind or None,
+            name_prefix=name_prefix or None,
+        )
+        items, next_cursor = page.items, page.next_cursor
+    return console.render(
+        request,
+        "tasks.html",
+        principal,
+        scoped=scoped,
+        tasks=items,
+        next_cursor=next_cursor,
+        filters=filters,
+        notice=DONE_NOTICES.get(done or ""),
+    )
+
+
+async def _task_context(request: Request, principal: Principal, raw_id: str) -> dict[str, Any]:
+    console = console_of(request)
+    task_id = task_id_of(raw_id)
+    owner = await console.task_owner(principal, task_id)
+    task = await console.node.tasks.get(owner, task_id)
+    return {"owner": owner, "task": task, "shown": task_json(task)}
+
+
+async def _flows(request: Request, principal: Principal, raw_id: str) -> list[dict[str, Any]]:
+    console = console_of(request)
+    task_id = task_id_of(raw_id)
+    owner = await console.task_owner(principal, task_id)
+    flows = await console.node.tasks.flows(owner, task_id, FLOWS_SHOWN, None)
+    return [flow_json(flow) for flow in flows]
+
+
+@router.get("/console/tasks/{task_id}")
+async def task_page(
+    request: Request, task_id: str, done: Annotated[str | None, Query(max_length=20)] = None
+) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    context = await _task_context(request, principal, task_id)
+    return console.render(
+        request,
+        "task.html",
+        principal,
+        **context,
+        instants=next_instants(context["task"]),
+        flows=await _flows(request, principal, task_id),
+        notice=DONE_NOTICES.get(done or ""),
+    )
+
+
+@router.get("/console/tasks/{task_id}/flows")
+async def task_flows_fragment(request: Request, task_id: str) -> Response:
+    """The flows table alone: the task page's script refreshes it while the page is open."""
+    console = console_of(request)
+    principal = await console.principal(request)
+    flows = await _flows(request, principal, task_id)
+    return console.render(request, "_flows.html", principal, flows=flows, task_id=task_id)
+
+
+@router.get("/console/tasks/{task_id}/confirm")
+async def confirm_action(request: Request, task_id: str, action: Annotated[Action, Query()]) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    context = await _task_context(request, principal, task_id)
+    return console.render(request, "task_confirm.html", principal, **context, action=action, about=ACTIONS[action])
+
+
+def _edit_values(shown: dict[str, Any]) -> dict[str, str]:
+    values = {name: json.dumps(shown[name], indent=2, ensure_ascii=False) for name in EDITABLE_JSON}
+    return {**values, "name": shown["name"], "misfire_policy": shown["misfire_policy"], "delivery": shown["delivery"]}
+
+
+def _edit_page(request: Request, principal: Principal, context: dict[str, Any], **extra: Any) -> Response:
+    return console_of(request).render(
+        request,
+        "task_edit.html",
+        principal,
+        **context,
+        policies=[p.value for p in MisfirePolicy],
+        deliveries=[d.value for d in DeliveryMode],
+        **extra,
+    )
+
+
+@router.get("/console/tasks/{task_id}/edit")
+async def edit_page(request: Request, task_id: str) -> Response:
+    principal = await console_of(request).principal(request)
+    context = await _task_context(request, principal, task_id)
+    values = _edit_values(context["shown"])
+    return _edit_page(request, principal, context, values=values, version=context["task"].revision, error=None)
+
+
+@router.post("/console/tasks/{task_id}/edit")
+async def edit(request: Request, task_id: str) -> Response:
+    console = console_of(request)
+    principal, form = await console.posted(request)
+    context = await _task_context(request, principal, task_id)
+    task: Task = context["task"]
+    current = context["shown"]
+    values = {name: form.get(name) for name in ("name", "misfire_policy", "delivery", *EDITABLE_JSON)}
+    raw_version = form.get("version")
+    try:
+        if not raw_version.isdigit():
+            raise InvalidInput("version", "must be the version the form was opened at")
+        body: dict[str, Any] = {}
+        for name in ("name", "misfire_policy", "delivery"):
+            if values[name] != current[name]:
+                body[name] = values[name]
+        for name in EDITABLE_JSON:
+            try:
+                parsed = json.loads(values[name]) if values[name].strip() else None
+            except json.JSONDecodeError as error:
+                raise InvalidInput(name, f"not valid JSON ({error.msg}, line {error.lineno})") from None
+            if parsed != current[name]:
+                body[name] = parsed
+        if not body:
+            return RedirectResponse(f"/console/tasks/{task.id}?done=unchanged", status_code=303)
+        await console.node.tasks.update(context["owner"], task.id, {**body, "version": int(raw_version)})
+    except (InvalidInput, VersionConflict) as error:
+        message = error.message
+        if isinstance(error, VersionConflict):
+            message = "The task changed since this form was opened (" + error.message + "): reload it and edit again."
+        return _edit_page(
+            request, principal, context, values=values, version=raw_version, error=message, status=error.status_code
+        )
+    return RedirectResponse(f"/console/tasks/{task.id}?done=edited", status_code=303)
+
+
+# after the edit route: /console/tasks/{id}/edit is not an action
+@router.post("/console/tasks/{task_id}/{action}")
+async def act(request: Request, task_id: str, action: str) -> Response:
+    console = console_of(request)
+    principal, _ = await console.posted(request)
+    if action not in ACTIONS:
+        raise NotFound("action", action)
+    tid = task_id_of(task_id)
+    owner = await console.task_owner(principal, tid)
+    tasks = console.node.tasks
+    if action == "pause":
+        await tasks.pause(owner, tid)
+    elif action == "resume":
+        await tasks.resume(owner, tid)
+    elif action == "trigger":
+        await tasks.trigger(owner, tid)
+    else:
+        await tasks.delete(owner, tid)
+        app_part = f"&app={owner.id}" if principal.admin else ""
+        return RedirectResponse(f"/console/tasks?done=deleted{app_part}", status_code=303)
+    return RedirectResponse(f"/console/tasks/{tid}?done={ACTIONS[action]['done']}", status_code=303)
