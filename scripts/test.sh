@@ -15,6 +15,7 @@ cd "$ROOT"
 start=$SECONDS
 
 bash scripts/venv.sh
+bash scripts/browser.sh  # Debian chromium for the console browser tests (tests/console)
 
 if [ "${TJOBS_TEST_NO_SERVICES:-0}" != 1 ]; then
     bash scripts/services.sh up
