@@ -15,11 +15,13 @@ Answers are taken in order from the flow's script first, then from the any-flow 
 is used up its ``then`` answer repeats (OK when not given). An answer may wait (``delay_s``) and send
 trailing metadata (``retry-after-ms``).
 
-Run as a program (``python -m tjobs.testing.grpc_receiver [--port N] [--print-answered]``) it serves in
-its own process, for benchmarks and for killing it for real: it prints its port on the first stdout line,
-answers OK to everything, with ``--print-answered`` prints each flow id on its own line just before
-answering OK (so a killed receiver's printed ids include every call it acknowledged), and exits when
-stdin closes, printing ``calls=<n> cpu_s=<seconds>`` last. :class:`GrpcReceiverProcess` drives it.
+Run as a program (``python -m tjobs.testing.grpc_receiver [--port N] [--print-answered] [--answer-first N]``)
+it serves in its own process, for benchmarks and for killing it for real: it prints its port on the
+first stdout line and answers OK to everything (with ``--answer-first N``, to the first ``N`` calls only:
+later calls are held unanswered, in flight until it dies); with ``--print-answered`` it prints each flow
+id on its own line just before answering OK (so a killed receiver's printed ids include every call it
+acknowledged); it exits when stdin closes, printing ``calls=<n> cpu_s=<seconds>`` last.
+:class:`GrpcReceiverProcess` drives it.
 """
 
 from __future__ import annotations
@@ -91,10 +93,17 @@ class _Servicer(receiver_pb2_grpc.ReceiverServicer):
 class GrpcReceiver:
     """``Receiver.Fire`` on ``host:port`` (port 0: any free one), answering as scripted."""
 
-    def __init__(self, port: int = 0, authorization: str | None = None, host: str = LOOPBACK) -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        authorization: str | None = None,
+        host: str = LOOPBACK,
+        tls: tuple[bytes, bytes] | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.authorization = authorization
+        self.tls = tls  # (private key, certificate chain), PEM: serve TLS only
         self.received: list[Fired] = []
         self.answered: list[str] = []
         self._scripts: dict[str | None, _Script] = {}
@@ -122,7 +131,11 @@ class GrpcReceiver:
     async def start(self) -> None:
         server = aio.server()
         receiver_pb2_grpc.add_ReceiverServicer_to_server(_Servicer(self), server)
-        self.port = server.add_insecure_port(f"{self.host}:{self.port}")
+        if self.tls is None:
+            self.port = server.add_insecure_port(f"{self.host}:{self.port}")
+        else:
+            credentials = grpc.ssl_server_credentials([self.tls])
+            self.port = server.add_secure_port(f"{self.host}:{self.port}", credentials)
         await server.start()
         self._server = server
 
@@ -187,9 +200,10 @@ class GrpcReceiver:
 class GrpcReceiverProcess:
     """``python -m tjobs.testing.grpc_receiver`` as a child process: started, read, killed for real."""
 
-    def __init__(self, port: int = 0, print_answered: bool = False) -> None:
+    def __init__(self, port: int = 0, print_answered: bool = False, answer_first: int | None = None) -> None:
         self.port = port
         self.print_answered = print_answered
+        self.answer_first = answer_first
         self.answered: list[str] = []
         """Flow ids the child acknowledged (with ``print_answered``), read from its stdout."""
         self.summary = ""
@@ -210,6 +224,8 @@ class GrpcReceiverProcess:
         command = [sys.executable, "-m", "tjobs.testing.grpc_receiver", "--port", str(self.port)]
         if self.print_answered:
             command.append("--print-answered")
+        if self.answer_first is not None:
+            command += ["--answer-first", str(self.answer_first)]
         process = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
         )
@@ -275,10 +291,11 @@ class GrpcReceiverProcess:
 class _PrintingReceiver(GrpcReceiver):
     """The program's receiver: counts calls and prints each acknowledged flow id when asked to."""
 
-    def __init__(self, port: int, print_answered: bool) -> None:
+    def __init__(self, port: int, print_answered: bool, answer_first: int | None) -> None:
         super().__init__(port)
         self.calls = 0
         self._print_answered = print_answered
+        self._answer_first = answer_first
 
     async def _fire(
         self,
@@ -286,14 +303,16 @@ class _PrintingReceiver(GrpcReceiver):
         context: aio.ServicerContext[receiver_pb2.FireRequest, receiver_pb2.FireReply],
     ) -> receiver_pb2.FireReply:
         self.calls += 1
+        if self._answer_first is not None and self.calls > self._answer_first:
+            await asyncio.Event().wait()  # held: in flight until the process dies
         if self._print_answered:
             sys.stdout.write(request.flow_id + "\n")
             sys.stdout.flush()  # before the OK leaves: a killed child has printed all it acknowledged
         return receiver_pb2.FireReply()
 
 
-async def _serve(port: int, print_answered: bool) -> None:
-    receiver = _PrintingReceiver(port, print_answered)
+async def _serve(port: int, print_answered: bool, answer_first: int | None) -> None:
+    receiver = _PrintingReceiver(port, print_answered, answer_first)
     await receiver.start()
     sys.stdout.write(f"{receiver.port}\n")
     sys.stdout.flush()
@@ -308,8 +327,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tjobs.testing.grpc_receiver", description=__doc__)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--print-answered", action="store_true")
+    parser.add_argument("--answer-first", type=int, default=None)
     args = parser.parse_args()
-    asyncio.run(_serve(args.port, args.print_answered))
+    asyncio.run(_serve(args.port, args.print_answered, args.answer_first))
 
 
 if __name__ == "__main__":
