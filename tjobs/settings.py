@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sharding import Topology
 from tjobs.model import MisfirePolicy
+from tjobs.targets.addresses import AddressAllowList
 
 
 class StorageSettings(BaseModel):
@@ -162,6 +163,23 @@ class ConsoleSettings(BaseModel):
     session_ttl_s: int = Field(default=8 * 3600, ge=60, le=30 * 86_400)
 
 
+class TargetsSettings(BaseModel):
+    """Named delivery targets (:mod:`tjobs.targets`)."""
+
+    # The broker and gRPC addresses ("host:port", "[v6]:port") non-HTTP targets may connect to: none
+    # unless the operator lists them (SSRF; tjobs.targets.addresses). A malformed entry refuses the start.
+    allowed_addresses: list[str] = Field(default_factory=list)
+    # How long a node serves a target from its cache before reading it again: a change made through
+    # another node reaches this node's next attempt within this (through this node: at once).
+    cache_ttl_s: float = Field(default=5.0, gt=0, le=300)
+
+    @field_validator("allowed_addresses")
+    @classmethod
+    def _valid_addresses(cls, value: list[str]) -> list[str]:
+        AddressAllowList.parse(value)  # AddressRefused is a ValueError: pydantic names the entry
+        return value
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TJOBS_", env_nested_delimiter="__", extra="forbid")
 
@@ -177,6 +195,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    targets: TargetsSettings = Field(default_factory=TargetsSettings)
     allow_loopback_callbacks: bool = False
 
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:
