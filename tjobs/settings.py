@@ -151,6 +151,7 @@ class ClusterSettings(BaseModel):
     sync_interval_ms: int = Field(default=200, ge=20)  # membership / plan / holder reconcile period
     hot_poll_interval_ms: int = Field(default=200, ge=10)  # DB-poll hot path period
     redis_poll_interval_ms: int = Field(default=50, ge=5)  # Redis hot tier: owner's slice poll period
+    pool_sync_interval_ms: int = Field(default=500, ge=20)  # re-read of every executor pool (tjobs.pools)
 
 
 class ConsoleSettings(BaseModel):

@@ -28,6 +28,7 @@ from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.etcd import EtcdCoordinator, _host_port
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.errors import StorageUnavailable
+from tjobs.pools.model import Executor
 from tjobs.settings import ClusterSettings
 from tjobs.stores.memory import MemoryTaskStore
 
@@ -114,6 +115,7 @@ def _etcd_backend(etcd_url: str, cluster: str) -> Backend:
         lease_ttl_s=LEASE_TTL_S,
         fence_margin_ms=500,
         sync_interval_ms=SYNC_INTERVAL_MS,
+        pool_sync_interval_ms=SYNC_INTERVAL_MS,
     )
     return Backend(
         "etcd",
@@ -142,6 +144,7 @@ async def _etcd_backend_for(request: pytest.FixtureRequest) -> AsyncIterator[Bac
         host, port = _host_port(etcd_url)
         async with aetcd.Client(host=host, port=port) as client:
             await client.delete_prefix(f"/tjobs/{cluster}/".encode())
+            await client.delete_prefix(f"/tjobs-pools/{cluster}/".encode())
 
 
 @pytest.fixture(params=["local", pytest.param("etcd", marks=pytest.mark.etcd)])
@@ -330,3 +333,113 @@ async def test_a_stopping_node_whose_listener_raises_still_resigns(cluster_backe
     assert cluster_backend.registered is not None
     assert await cluster_backend.registered() == {"n1"}  # resigned: not left for its lease to end
     await wait_for(lambda: staying.listener.holds == EVERY_JOB, "the staying node took every job")
+
+
+# ---- executor pools --------------------------------------------------------------------------------
+
+EXECUTOR_TTL_S = 2  # etcd's floor
+
+
+def executor(executor_id: str, address: str = "http://10.0.0.1:8000", zone: str = "a", **changes: object) -> Executor:
+    return Executor(executor_id, address, zone, ttl_s=EXECUTOR_TTL_S, **changes)  # type: ignore[arg-type]
+
+
+def ids(executors: list[Executor] | tuple[Executor, ...]) -> list[str]:
+    return [found.id for found in executors]
+
+
+async def test_a_registered_executor_is_listed_at_once_and_live_within_a_sync(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    assert await node.coordinator.register_executor("app1", "workers", executor("e1")) is True
+    assert ids(await node.coordinator.pool_executors("app1", "workers")) == ["e1"]
+    await wait_for(lambda: ids(node.coordinator.live_executors("app1", "workers")) == ["e1"], "e1 live")
+    pools = await node.coordinator.app_pools("app1")
+    assert list(pools) == ["workers"] and ids(pools["workers"]) == ["e1"]
+
+
+async def test_registering_again_is_idempotent_and_replaces_what_changed(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    assert await node.coordinator.register_executor("app1", "workers", executor("e1")) is True
+    assert await node.coordinator.register_executor("app1", "workers", executor("e1")) is False
+    moved = executor("e1", address="http://10.0.0.2:9000", zone="b", weight=3, capacity=5)
+    assert await node.coordinator.register_executor("app1", "workers", moved) is False
+    (found,) = await node.coordinator.pool_executors("app1", "workers")
+    assert (found.address, found.zone, found.weight, found.capacity) == ("http://10.0.0.2:9000", "b", 3, 5)
+    await wait_for(
+        lambda: [e.address for e in node.coordinator.live_executors("app1", "workers")] == ["http://10.0.0.2:9000"],
+        "the changed address live",
+    )
+
+
+async def test_deregistering_removes_the_executor_and_renewing_it_then_says_unknown(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await node.coordinator.register_executor("app1", "workers", executor("e1"))
+    await node.coordinator.register_executor("app1", "workers", executor("e2"))
+    renewed = await node.coordinator.renew_executor("app1", "workers", "e1")
+    assert renewed is not None and renewed.id == "e1"
+    assert await node.coordinator.deregister_executor("app1", "workers", "e1") is True
+    assert ids(await node.coordinator.pool_executors("app1", "workers")) == ["e2"]
+    assert await node.coordinator.deregister_executor("app1", "workers", "e1") is False
+    assert await node.coordinator.renew_executor("app1", "workers", "e1") is None
+    assert await node.coordinator.renew_executor("app1", "workers", "never") is None
+    await wait_for(lambda: ids(node.coordinator.live_executors("app1", "workers")) == ["e2"], "only e2 live")
+
+
+async def test_apps_see_only_their_own_pools(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await node.coordinator.register_executor("app1", "workers", executor("e1"))
+    await node.coordinator.register_executor("app2", "other", executor("e9"))
+    assert await node.coordinator.pool_executors("app2", "workers") == []
+    assert list(await node.coordinator.app_pools("app2")) == ["other"]
+    assert list(await node.coordinator.app_pools("app1")) == ["workers"]
+    assert await node.coordinator.renew_executor("app2", "workers", "e1") is None
+    assert await node.coordinator.deregister_executor("app2", "workers", "e1") is False
+    await wait_for(lambda: ids(node.coordinator.live_executors("app1", "workers")) == ["e1"], "e1 live")
+    assert node.coordinator.live_executors("app2", "workers") == ()
+
+
+async def test_an_executor_that_stops_renewing_is_out_within_twice_its_ttl(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await node.coordinator.register_executor("app1", "workers", executor("silent"))
+    await node.coordinator.register_executor("app1", "workers", executor("beating"))
+    await wait_for(lambda: len(node.coordinator.live_executors("app1", "workers")) == 2, "both live")
+    registered_at = time.monotonic()
+
+    async def heartbeats() -> None:
+        while True:
+            await asyncio.sleep(EXECUTOR_TTL_S / 4)
+            assert await node.coordinator.renew_executor("app1", "workers", "beating") is not None
+
+    beating = asyncio.create_task(heartbeats())
+    try:
+        await wait_for(
+            lambda: ids(node.coordinator.live_executors("app1", "workers")) == ["beating"],
+            "the silent executor out of the live view",
+            timeout_s=2 * EXECUTOR_TTL_S,
+        )
+        assert ids(await node.coordinator.pool_executors("app1", "workers")) == ["beating"]
+        assert await node.coordinator.renew_executor("app1", "workers", "silent") is None
+        await asyncio.sleep(max(2 * EXECUTOR_TTL_S - (time.monotonic() - registered_at), 0))  # past its TTL
+        assert ids(await node.coordinator.pool_executors("app1", "workers")) == ["beating"]
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating  # a heartbeat that failed raises here
+
+
+async def test_an_executor_registered_through_one_node_is_live_renewed_and_removed_through_another(
+    cluster_backend: Backend,
+) -> None:
+    first, second = cluster_backend.member("n0"), cluster_backend.member("n1")
+    for member in (first, second):
+        await member.start()
+    await first.coordinator.register_executor("app1", "workers", executor("e1"))
+    await wait_for(lambda: ids(second.coordinator.live_executors("app1", "workers")) == ["e1"], "e1 live on n1")
+    assert await second.coordinator.renew_executor("app1", "workers", "e1") is not None
+    assert await second.coordinator.deregister_executor("app1", "workers", "e1") is True
+    await wait_for(lambda: first.coordinator.live_executors("app1", "workers") == (), "e1 gone on n0")

@@ -1,4 +1,6 @@
-"""The coordination contract: which jobs (shards) this node runs, and whether it may fire now.
+"""The coordination contract: which jobs (shards) this node runs, whether it may fire now, and the
+executor pools' registry (:mod:`tjobs.pools`), which lives beside membership for the same reason
+membership does: it is cluster-wide, leased, and costs no database write.
 
 Implementations: :class:`tjobs.cluster.local.LocalCoordinator` (embedded: one node owns every job; the
 in-memory twin) and :class:`tjobs.cluster.etcd.EtcdCoordinator` (a cluster on etcd). One suite,
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+
+from tjobs.pools.model import Executor
 
 OwnershipListener = Callable[[frozenset[int]], Awaitable[None]]
 """Takes the jobs this node owns now (the whole set, not a difference). Raising means "not taken"
@@ -73,3 +77,45 @@ class Coordinator(ABC):
         and ``database_servers`` (:meth:`tjobs.cluster.db_health.DatabaseHealth.describe`) when it
         was given the node's database health. A cluster coordinator adds its plan, groups, leader,
         lease and sync figures (:meth:`tjobs.cluster.etcd.EtcdCoordinator.describe`)."""
+
+    # ---- executor pools ------------------------------------------------------------------------------
+    #
+    # An app's executors register into its named pools (tjobs.pools). Between start and stop, on every
+    # node of a cluster alike:
+    #
+    # - a registration is a TTL lease of ``executor.ttl_s``; :meth:`renew_executor` (a heartbeat)
+    #   restarts it; an executor not renewed for its TTL is out: gone from :meth:`pool_executors` and
+    #   :meth:`live_executors` within 2 x TTL (within TTL + one pool sync in practice);
+    # - registering is idempotent per ``(app, pool, executor id)``: registering again renews the lease
+    #   and replaces what changed (address, zone, weight, capacity, TTL), never adds a second executor;
+    # - apps are apart: an app's calls name only its own pools and never see another app's executors;
+    # - renewing and reading write nothing to the database; a heartbeat is at most one lease renewal
+    #   on the cluster's store (etcd) and none in the embedded mode.
+
+    @abstractmethod
+    async def register_executor(self, app_id: str, pool: str, executor: Executor) -> bool:
+        """Register (or re-register) ``executor`` into ``pool`` of ``app_id`` and start its lease;
+        ``True`` if it was not registered before. Seen by :meth:`pool_executors` on any node at once,
+        and by :meth:`live_executors` on every node within a pool sync."""
+
+    @abstractmethod
+    async def renew_executor(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
+        """Restart the executor's lease; ``None`` if it is not registered (never was, deregistered, or
+        its lease ended): it must register again."""
+
+    @abstractmethod
+    async def deregister_executor(self, app_id: str, pool: str, executor_id: str) -> bool:
+        """Remove the executor at once; ``False`` if it was not registered."""
+
+    @abstractmethod
+    async def pool_executors(self, app_id: str, pool: str) -> list[Executor]:
+        """The live executors of one pool as the registry holds them now (a read), by id."""
+
+    @abstractmethod
+    async def app_pools(self, app_id: str) -> dict[str, list[Executor]]:
+        """Every pool of ``app_id`` that has a live executor, with its live executors (a read)."""
+
+    @abstractmethod
+    def live_executors(self, app_id: str, pool: str) -> tuple[Executor, ...]:
+        """The pool's live executors as this node last saw them, by id, without waiting (delivery asks
+        this per attempt). It may lag the registry by one pool sync (``cluster.pool_sync_interval_ms``)."""

@@ -8,6 +8,9 @@ Keys, under ``/tjobs/<cluster name>/``::
     holders/<group id>  {"node_id", "since_ms"}                                 on the holder's lease
     sessions/<node id>  {"servers": {server: {"booted_at_s", "ids"}}}          no lease (outlives it)
 
+Executor pools have a root of their own, ``/tjobs-pools/<cluster name>/``, with one lease per executor
+(:mod:`tjobs.cluster.etcd_pools`), read whole every ``pool_sync_interval_ms``.
+
 One lease per node (``lease_ttl_s``, kept alive every quarter TTL) carries its member key, its group
 holds and, on the leader, the leader key: when the node dies, or stalls past its TTL, etcd deletes all
 of them at once, and when it stops gracefully it revokes the lease, which hands everything off at once.
@@ -49,8 +52,10 @@ import aetcd
 from tjobs.clock import Clock
 from tjobs.cluster.base import Coordinator, OwnershipListener
 from tjobs.cluster.db_health import DatabaseHealth
+from tjobs.cluster.etcd_pools import EtcdPoolRegistry
 from tjobs.cluster.plan import Member, Plan, needs_replan, pack
 from tjobs.cluster.session_fence import RecordedSessions, end_sessions_of, parse_sessions, sessions_value
+from tjobs.pools.model import Executor
 from tjobs.settings import ClusterSettings
 from tjobs.stores.base import TaskStore
 
@@ -134,6 +139,7 @@ class EtcdCoordinator(Coordinator):
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self._sync_lock = asyncio.Lock()
+        self._pools = EtcdPoolRegistry(self._etcd, settings.name, clock.now_ms)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -151,6 +157,7 @@ class EtcdCoordinator(Coordinator):
             asyncio.create_task(self._keepalive_loop(), name="tjobs-etcd-keepalive"),
             asyncio.create_task(self._clock_loop(), name="tjobs-clock-check"),
             asyncio.create_task(self._sync_loop(), name="tjobs-etcd-sync"),
+            asyncio.create_task(self._pool_sync_loop(), name="tjobs-etcd-pool-sync"),
         ]
 
     async def stop(self) -> None:
@@ -534,6 +541,37 @@ class EtcdCoordinator(Coordinator):
         for shard in range(self.shard_count):
             loads[shard] = await self._store.count_active(shard)
         return loads
+
+    # ---- executor pools (tjobs.cluster.etcd_pools) -------------------------------------------------------
+
+    async def register_executor(self, app_id: str, pool: str, executor: Executor) -> bool:
+        return await self._pools.register(app_id, pool, executor)
+
+    async def renew_executor(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
+        return await self._pools.renew(app_id, pool, executor_id)
+
+    async def deregister_executor(self, app_id: str, pool: str, executor_id: str) -> bool:
+        return await self._pools.deregister(app_id, pool, executor_id)
+
+    async def pool_executors(self, app_id: str, pool: str) -> list[Executor]:
+        return await self._pools.executors(app_id, pool)
+
+    async def app_pools(self, app_id: str) -> dict[str, list[Executor]]:
+        return await self._pools.pools(app_id)
+
+    def live_executors(self, app_id: str, pool: str) -> tuple[Executor, ...]:
+        return self._pools.live(app_id, pool)
+
+    async def _pool_sync_loop(self) -> None:
+        interval_s = self.settings.pool_sync_interval_ms / 1000
+        while self._running:
+            try:
+                await self._pools.sync()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the view stays as last read; etcd's own failures are the sync's
+                logger.debug("pool sync failed (%s)", error, extra={"action": "pool_sync_failed"})
+            await asyncio.sleep(interval_s)
 
     # ---- per-group election ------------------------------------------------------------------------
 

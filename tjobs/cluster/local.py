@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 
 from tjobs.cluster.base import Coordinator, OwnershipListener
 from tjobs.cluster.db_health import DatabaseHealth
+from tjobs.cluster.local_pools import LocalPoolRegistry
+from tjobs.pools.model import Executor
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +27,7 @@ class LocalCoordinator(Coordinator):
         health: DatabaseHealth | None = None,
         *,
         sync_interval_ms: int = SYNC_INTERVAL_MS,
+        monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self._all = frozenset(range(shard_count))
         self._owned: frozenset[int] = frozenset()
@@ -32,6 +37,7 @@ class LocalCoordinator(Coordinator):
         self._retry: asyncio.Task[None] | None = None
         self.node_id = node_id
         self._health = health  # shown in describe(); pausing is the runner's (wired by the node)
+        self._pools = LocalPoolRegistry(monotonic_s)  # one process: the registry is the view
 
     async def start(self, on_change: OwnershipListener) -> None:
         self._on_change = on_change
@@ -65,6 +71,26 @@ class LocalCoordinator(Coordinator):
         if self._health is not None:
             view["database_servers"] = self._health.describe()
         return view
+
+    # ---- executor pools (in process: every read is current) ---------------------------------------------
+
+    async def register_executor(self, app_id: str, pool: str, executor: Executor) -> bool:
+        return self._pools.register(app_id, pool, executor)
+
+    async def renew_executor(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
+        return self._pools.renew(app_id, pool, executor_id)
+
+    async def deregister_executor(self, app_id: str, pool: str, executor_id: str) -> bool:
+        return self._pools.deregister(app_id, pool, executor_id)
+
+    async def pool_executors(self, app_id: str, pool: str) -> list[Executor]:
+        return self._pools.executors(app_id, pool)
+
+    async def app_pools(self, app_id: str) -> dict[str, list[Executor]]:
+        return self._pools.pools(app_id)
+
+    def live_executors(self, app_id: str, pool: str) -> tuple[Executor, ...]:
+        return self._pools.live(app_id, pool)
 
     async def _retry_until_taken(self) -> None:
         """The sync of a coordinator whose ownership never changes: hand the set again until taken."""

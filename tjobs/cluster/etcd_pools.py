@@ -1,0 +1,222 @@
+"""The executor pools' registry of the etcd coordinator: one etcd lease per executor (the contract:
+:class:`tjobs.cluster.base.Coordinator`, its pool methods).
+
+Keys, under ``/tjobs-pools/<cluster name>/`` (a root of their own, so the coordinator's sync, which
+reads ``/tjobs/<cluster name>/`` whole every ``sync_interval_ms``, never carries them)::
+
+    <app id, percent-encoded>/<pool>/<executor id>   Executor.to_json()   on the executor's lease
+
+Registering grants a lease of the executor's TTL and puts the key on it (or, for an executor still
+registered with the same TTL, renews its lease and rewrites the key only if something changed). A
+heartbeat is one lease renewal (``LeaseKeepAlive``): no write, no revision, and nothing in any
+database. etcd deletes the key when the lease ends, so an executor that stops renewing is out after
+its TTL; deregistering revokes the lease.
+
+Every node keeps a view of all pools, read whole every ``cluster.pool_sync_interval_ms``
+(:meth:`EtcdPoolRegistry.sync`), which delivery reads per attempt without waiting
+(:meth:`EtcdPoolRegistry.live`); a change made through this node shows in it at once. The view also
+gives each executor's lease id, so a heartbeat through any node usually needs no read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote
+
+import aetcd
+
+from tjobs.errors import StorageUnavailable
+from tjobs.pools.model import Executor
+
+logger = logging.getLogger(__name__)
+
+ETCD_CALL_TIMEOUT_S = 2.0
+ExecutorKey = tuple[str, str, str]  # (app id, pool, executor id)
+T = TypeVar("T")
+
+
+class EtcdPoolRegistry:
+    def __init__(self, client: Callable[[], aetcd.Client], cluster_name: str, now_ms: Callable[[], int]) -> None:
+        self._client = client
+        self._root = f"/tjobs-pools/{cluster_name}/".encode()
+        self._now_ms = now_ms
+        self._view: dict[tuple[str, str], tuple[Executor, ...]] = {}
+        self._leases: dict[ExecutorKey, tuple[int, Executor]] = {}
+        self.synced = 0
+
+    # ---- keys ------------------------------------------------------------------------------------------
+
+    def _app_prefix(self, app_id: str) -> bytes:
+        return self._root + quote(app_id, safe="").encode() + b"/"
+
+    def _pool_prefix(self, app_id: str, pool: str) -> bytes:
+        return self._app_prefix(app_id) + pool.encode() + b"/"
+
+    def _key(self, app_id: str, pool: str, executor_id: str) -> bytes:
+        return self._pool_prefix(app_id, pool) + executor_id.encode()
+
+    def _split(self, key: bytes) -> ExecutorKey | None:
+        parts = key[len(self._root) :].decode().split("/")
+        if len(parts) != 3:
+            return None
+        return unquote(parts[0]), parts[1], parts[2]
+
+    # ---- the registry ----------------------------------------------------------------------------------
+
+    async def register(self, app_id: str, pool: str, executor: Executor) -> bool:
+        key = self._key(app_id, pool, executor.id)
+
+        async def run() -> bool:
+            client = self._client()
+            existing = await client.get(key)
+            if existing is not None and existing.lease:
+                known = _executor_of(existing.value)
+                if known is not None and known.ttl_s == executor.ttl_s:
+                    reply = await client.refresh_lease(existing.lease)
+                    if reply is not None and int(reply.TTL) > 0:
+                        kept = _with_registered_at(executor, known.registered_at_ms)
+                        if not kept.same_registration(known):
+                            await client.put(key, _value(kept), lease=existing.lease)
+                        self._remember(app_id, pool, int(existing.lease), kept)
+                        return False
+            lease = await client.lease(executor.ttl_s)
+            registered = _with_registered_at(executor, self._now_ms())
+            put = await client.put(key, _value(registered), lease=lease.id, prev_kv=True)
+            previous = put.prev_kv  # aetcd answers an empty one when the key did not exist
+            existed = previous is not None and int(previous.create_revision) != 0
+            if existed and previous is not None and previous.lease and int(previous.lease) != int(lease.id):
+                await _quietly(client.revoke_lease(previous.lease))  # nothing else is on it any more
+            self._remember(app_id, pool, int(lease.id), registered)
+            return not existed
+
+        return await self._call(run, "register an executor")
+
+    async def renew(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
+        ident = (app_id, pool, executor_id)
+
+        async def run() -> Executor | None:
+            client = self._client()
+            cached = self._leases.get(ident)
+            if cached is not None:
+                reply = await client.refresh_lease(cached[0])
+                if reply is not None and int(reply.TTL) > 0:
+                    return cached[1]
+                self._leases.pop(ident, None)  # re-registered with another lease, or gone: read it
+            found = await client.get(self._key(*ident))
+            executor = None if found is None else _executor_of(found.value)
+            if found is None or executor is None or not found.lease:
+                self._forget(ident)
+                return None
+            reply = await client.refresh_lease(found.lease)
+            if reply is None or int(reply.TTL) <= 0:
+                self._forget(ident)
+                return None
+            self._leases[ident] = (int(found.lease), executor)
+            return executor
+
+        return await self._call(run, "renew an executor")
+
+    async def deregister(self, app_id: str, pool: str, executor_id: str) -> bool:
+        ident = (app_id, pool, executor_id)
+
+        async def run() -> bool:
+            client = self._client()
+            key = self._key(*ident)
+            found = await client.get(key)
+            self._forget(ident)
+            if found is None:
+                return False
+            if found.lease:
+                await client.revoke_lease(found.lease)  # deletes the key with it
+            await client.delete(key)
+            return True
+
+        return await self._call(run, "deregister an executor")
+
+    async def executors(self, app_id: str, pool: str) -> list[Executor]:
+        found = await self._call(lambda: self._client().get_prefix(self._pool_prefix(app_id, pool)), "read a pool")
+        executors = [e for e in (_executor_of(kv.value) for kv in found) if e is not None]
+        return sorted(executors, key=lambda e: e.id)
+
+    async def pools(self, app_id: str) -> dict[str, list[Executor]]:
+        found = await self._call(lambda: self._client().get_prefix(self._app_prefix(app_id)), "read the pools")
+        pools: dict[str, list[Executor]] = {}
+        for kv in found:
+            ident = self._split(bytes(kv.key))
+            executor = _executor_of(kv.value)
+            if ident is not None and executor is not None:
+                pools.setdefault(ident[1], []).append(executor)
+        return {name: sorted(pools[name], key=lambda e: e.id) for name in sorted(pools)}
+
+    # ---- the view ---------------------------------------------------------------------------------------
+
+    def live(self, app_id: str, pool: str) -> tuple[Executor, ...]:
+        return self._view.get((app_id, pool), ())
+
+    async def sync(self) -> None:
+        """Read every pool once and make that the view (and the lease cache)."""
+        found = await self._call(lambda: self._client().get_prefix(self._root), "read the pools")
+        pools: dict[tuple[str, str], list[Executor]] = {}
+        leases: dict[ExecutorKey, tuple[int, Executor]] = {}
+        for kv in found:
+            ident = self._split(bytes(kv.key))
+            executor = _executor_of(kv.value)
+            if ident is None or executor is None:
+                continue
+            pools.setdefault((ident[0], ident[1]), []).append(executor)
+            leases[ident] = (int(kv.lease), executor)
+        self._view = {pool: tuple(sorted(found, key=lambda e: e.id)) for pool, found in pools.items()}
+        self._leases = leases
+        self.synced += 1
+
+    def _remember(self, app_id: str, pool: str, lease_id: int, executor: Executor) -> None:
+        self._leases[(app_id, pool, executor.id)] = (lease_id, executor)
+        others = [e for e in self._view.get((app_id, pool), ()) if e.id != executor.id]
+        self._view[(app_id, pool)] = tuple(sorted([*others, executor], key=lambda e: e.id))
+
+    def _forget(self, ident: ExecutorKey) -> None:
+        self._leases.pop(ident, None)
+        pool = (ident[0], ident[1])
+        remaining = tuple(e for e in self._view.get(pool, ()) if e.id != ident[2])
+        if remaining:
+            self._view[pool] = remaining
+        else:
+            self._view.pop(pool, None)
+
+    async def _call(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """``call()`` bounded in time; anything but an answer is :class:`StorageUnavailable` (503)."""
+        try:
+            async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
+                return await call()
+        except StorageUnavailable:
+            raise
+        except (Exception, TimeoutError) as error:
+            logger.warning("could not %s: %s", what, error, extra={"action": "pool_registry_failed"})
+            raise StorageUnavailable(f"the executor registry (etcd) did not answer; could not {what}") from None
+
+
+def _value(executor: Executor) -> bytes:
+    return json.dumps(executor.to_json(), sort_keys=True).encode()
+
+
+def _executor_of(raw: Any) -> Executor | None:
+    try:
+        return Executor.from_json(json.loads(bytes(raw)))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _with_registered_at(executor: Executor, registered_at_ms: int) -> Executor:
+    return replace(executor, registered_at_ms=registered_at_ms)
+
+
+async def _quietly(call: Awaitable[Any]) -> None:
+    try:
+        await call
+    except Exception as error:
+        logger.info("revoking a replaced executor lease failed (%s); it ends by itself", error)

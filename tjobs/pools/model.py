@@ -1,0 +1,81 @@
+"""An executor of a pool, and the rules its names follow.
+
+An executor is identified by ``(app id, pool, executor id)``. Its ``address`` is the base URL callbacks
+go to (a pool route may add a path); ``zone`` groups executors for ``one_per_zone``; ``weight`` biases
+round robin and consistent hashing; ``capacity`` bounds the callbacks one node keeps in flight to it
+(``None``: unbounded). ``ttl_s`` is its lease: an executor that sends no heartbeat for that long is out
+of the pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+EXECUTOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+ZONE_PATTERN = r"^[A-Za-z0-9_.:-]{0,64}$"
+MIN_TTL_S = 2  # etcd's own floor for a lease
+MAX_TTL_S = 300
+DEFAULT_TTL_S = 10
+MAX_WEIGHT = 1000
+
+_POOL_NAME = re.compile(POOL_NAME_PATTERN)
+
+
+def valid_pool_name(name: str) -> bool:
+    return bool(_POOL_NAME.match(name))
+
+
+def executor_id_for(address: str) -> str:
+    """The id of an executor that registers without one: stable per address, so registering the same
+    address again is the same executor."""
+    return "x" + hashlib.sha256(address.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True, slots=True)
+class Executor:
+    id: str
+    address: str
+    zone: str = ""
+    weight: int = 1
+    capacity: int | None = None
+    ttl_s: int = DEFAULT_TTL_S
+    registered_at_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "address": self.address,
+            "zone": self.zone,
+            "weight": self.weight,
+            "capacity": self.capacity,
+            "ttl_s": self.ttl_s,
+            "registered_at_ms": self.registered_at_ms,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> Executor:
+        capacity = value.get("capacity")
+        return cls(
+            id=str(value["id"]),
+            address=str(value["address"]),
+            zone=str(value.get("zone", "")),
+            weight=int(value.get("weight", 1)),
+            capacity=None if capacity is None else int(capacity),
+            ttl_s=int(value.get("ttl_s", DEFAULT_TTL_S)),
+            registered_at_ms=int(value.get("registered_at_ms", 0)),
+        )
+
+    def same_registration(self, other: Executor) -> bool:
+        """Whether ``other`` registers the same thing (everything but the registration instant)."""
+        return (self.id, self.address, self.zone, self.weight, self.capacity, self.ttl_s) == (
+            other.id,
+            other.address,
+            other.zone,
+            other.weight,
+            other.capacity,
+            other.ttl_s,
+        )
