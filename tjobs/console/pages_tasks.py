@@ -54,8 +54,8 @@ EDITABLE_JSON = ("schedule", "callback", "payload")
 async def task_list(
     request: Request,
     app: Annotated[str | None, Query(max_length=200)] = None,
-    status: Annotated[Literal["active", "paused", "completed"] | None, Query()] = None,
-    kind: Annotated[Literal["cron", "interval", "at", "delay"] | None, Query()] = None,
+    status: Annotated[Literal["", "active", "paused", "completed"] | None, Query()] = None,
+    kind: Annotated[Literal["", "cron", "interval", "at", "delay"] | None, Query()] = None,
     name_prefix: Annotated[str | None, Query(max_length=200)] = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     done: Annotated[str | None, Query(max_length=20)] = None,

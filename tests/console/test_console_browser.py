@@ -1,0 +1,324 @@
+"""The console in a real browser (headless Debian chromium) against a real node on SQLite.
+
+Tasks are created through the API, as a client would; everything else happens by clicking. One browser
+serves the module; each test opens its own profile (no cookies shared), so sessions never leak between
+tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from playwright.async_api import BrowserContext, Page, expect
+
+from tests.console.conftest import ADMIN_KEY, PHONE, api, screenshot, sign_in
+from tests.receiver import Receiver, Reply
+from tjobs.testing import RunningNode
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+FLOW_WAIT_MS = 30_000  # how long a page may take to show a flow the node delivers (a loaded CI box)
+YEARLY = {"kind": "cron", "expr": "0 9 1 1 *", "timezone": "Europe/Paris"}
+
+
+async def _create_task(running: RunningNode, key: str, body: dict[str, object]) -> str:
+    created = await api(running, key, "POST", "/v1/tasks", body)
+    assert created.status_code == 201, created.text
+    task_id: str = created.json()["id"]
+    return task_id
+
+
+async def _csrf_of(page: Page) -> str:
+    token = await page.locator("input[name=csrf]").first.get_attribute("value")
+    assert token
+    return token
+
+
+async def _wait_for_flow_status(running: RunningNode, key: str, task_id: str, status: str) -> str:
+    """The id of the task's newest flow once it has ``status`` (the API is asked until then)."""
+    async with asyncio.timeout(FLOW_WAIT_MS / 1000):
+        while True:
+            flows = (await api(running, key, "GET", f"/v1/tasks/{task_id}/flows")).json()["items"]
+            if flows and flows[0]["status"] == status:
+                flow_id: str = flows[0]["id"]
+                return flow_id
+            await asyncio.sleep(0.2)
+
+
+async def test_sign_in_find_a_task_made_through_the_api_and_watch_its_flow_arrive(
+    running: RunningNode, receiver: Receiver, context: BrowserContext, screenshots: Path
+) -> None:
+    # Given an app with a task registered through the API, due in a few seconds
+    _, key = await running.create_app("shop")
+    task_id = await _create_task(
+        running,
+        key,
+        {
+            "name": "order-1001-reminder",
+            "schedule": {"kind": "delay", "delay_ms": 5000},
+            "callback": {"url": receiver.url("/shop")},
+            "payload": {"order": 1001},
+        },
+    )
+    await _create_task(
+        running, key, {"name": "invoice-7", "schedule": YEARLY, "callback": {"url": receiver.url("/shop")}}
+    )
+    page = await context.new_page()
+
+    # When the app's developer signs in with its key (keyboard only) and searches the task list
+    await page.goto("/console/signin")
+    await screenshot(page, screenshots, "signin")
+    await page.get_by_label("API key or admin key").fill(key)
+    await page.keyboard.press("Enter")
+    await page.wait_for_url("**/console/")
+    await page.get_by_role("link", name="Tasks", exact=True).click()
+    await page.get_by_label("Name starts with").fill("order-1")
+    await page.get_by_role("button", name="Filter").click()
+
+    # Then only the matching task is listed, and its page shows its schedule and payload
+    rows = page.locator("table tbody tr")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_contain_text("order-1001-reminder")
+    await page.get_by_role("link", name="order-1001-reminder").click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("order-1001-reminder")
+    await expect(page.locator("#h-schedule + pre")).to_contain_text('"delay_ms": 5000')
+    await expect(page.get_by_text('"order": 1001')).to_be_visible()
+    await page.evaluate("window.stillTheSamePage = true")
+
+    # And its flow appears on the open page once delivered, without a reload
+    flows = page.locator("#flows")
+    await expect(flows).to_contain_text("delivered", timeout=FLOW_WAIT_MS)
+    assert await page.evaluate("window.stillTheSamePage") is True
+    assert [r.flow_id.partition("-")[0] for r in receiver.for_path("/shop")] == [task_id]
+    await screenshot(page, screenshots, "task")
+
+    # And the flow's page has its attempt
+    await flows.get_by_role("link").first.click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("delivered")
+    await expect(page.locator("dl.pairs")).to_contain_text("HTTP 200")
+    await screenshot(page, screenshots, "flow")
+
+    await page.goto("/console/tasks")
+    await screenshot(page, screenshots, "tasks")
+    await page.goto("/console/")
+    await expect(page.locator("dl.figures")).to_contain_text("Dead letters")
+    await screenshot(page, screenshots, "overview")
+
+
+async def test_pause_resume_trigger_edit_and_delete_each_confirmed(
+    running: RunningNode, receiver: Receiver, context: BrowserContext, screenshots: Path
+) -> None:
+    _, key = await running.create_app("billing")
+    task_id = await _create_task(
+        running, key, {"name": "monthly-report", "schedule": YEARLY, "callback": {"url": receiver.url("/billing")}}
+    )
+    page = await context.new_page()
+    await sign_in(page, key)
+    await page.goto(f"/console/tasks/{task_id}")
+    heading = page.get_by_role("heading", level=1)
+    await expect(page.locator("ol.instants li")).to_have_count(10)
+
+    # Pause: a confirmation page first, then the task is paused
+    await page.get_by_role("link", name="Pause").click()
+    await expect(heading).to_have_text(re.compile("Pause .monthly-report.\\?"))
+    await screenshot(page, screenshots, "confirm")
+    await page.get_by_role("button", name="Pause").click()
+    await expect(page.get_by_role("status")).to_have_text("Task paused.")
+    await expect(heading).to_contain_text("paused")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).json()["status"] == "paused"
+
+    # Resume
+    await page.get_by_role("link", name="Resume").click()
+    await page.get_by_role("button", name="Resume").click()
+    await expect(page.get_by_role("status")).to_have_text("Task resumed.")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).json()["status"] == "active"
+
+    # Trigger now: a manual flow, delivered
+    await page.get_by_role("link", name="Trigger now").click()
+    await page.get_by_role("button", name="Trigger now").click()
+    await expect(page.get_by_role("status")).to_have_text("Task triggered.")
+    await expect(page.locator("#flows")).to_contain_text("manual")
+    await expect(page.locator("#flows")).to_contain_text("delivered", timeout=FLOW_WAIT_MS)
+
+    # Edit: the name changes; an edit that crossed another one is refused, naming the conflict
+    await page.get_by_role("link", name="Edit").click()
+    await page.get_by_label("Name").fill("monthly-report-eu")
+    await page.get_by_role("button", name="Save").click()
+    await expect(page.get_by_role("status")).to_have_text("Task saved.")
+    await expect(heading).to_contain_text("monthly-report-eu")
+    await page.get_by_role("link", name="Edit").click()
+    changed = await api(running, key, "PATCH", f"/v1/tasks/{task_id}", {"payload": {"changed": "elsewhere"}})
+    assert changed.status_code == 200
+    await page.get_by_label("Name").fill("lost-edit")
+    await page.get_by_role("button", name="Save").click()
+    await expect(page.get_by_role("alert")).to_contain_text("changed since this form was opened")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).json()["name"] == "monthly-report-eu"
+
+    # Delete
+    await page.goto(f"/console/tasks/{task_id}")
+    await page.get_by_role("link", name="Delete").click()
+    await page.get_by_role("button", name="Delete").click()
+    await expect(page.get_by_role("status")).to_have_text("Task deleted.")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).status_code == 404
+
+
+async def test_redrive_a_dead_letter(
+    running: RunningNode, receiver: Receiver, context: BrowserContext, screenshots: Path
+) -> None:
+    # Given a task whose only attempt was refused: a dead letter
+    _, key = await running.create_app("ledger")
+    receiver.script("/ledger", Reply(500))  # then 200
+    task_id = await _create_task(
+        running,
+        key,
+        {
+            "name": "settle-batch-42",
+            "schedule": {"kind": "delay", "delay_ms": 0},
+            "callback": {"url": receiver.url("/ledger"), "max_attempts": 1},
+        },
+    )
+    flow_id = await _wait_for_flow_status(running, key, task_id, "dead")
+    page = await context.new_page()
+    await sign_in(page, key)
+
+    # When it is chosen on the dead letters page and the redrive is confirmed
+    await page.get_by_role("link", name="Dead letters").click()
+    await expect(page.locator("table")).to_contain_text(flow_id)
+    await expect(page.locator("table")).to_contain_text("HTTP 500")
+    await page.get_by_label(f"Redrive {flow_id}").check()
+    await screenshot(page, screenshots, "dead-letters")
+    await page.get_by_role("button", name="Redrive selected").click()
+    await expect(page.get_by_role("heading", level=1)).to_have_text("Redrive 1 dead letter?")
+    await page.get_by_role("button", name="Redrive").click()
+
+    # Then it is back to pending, sent again, and delivered
+    await expect(page.get_by_role("status")).to_contain_text("back to pending")
+    await _wait_for_flow_status(running, key, task_id, "delivered")
+    await page.goto(f"/console/flows/{flow_id}")
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("delivered")
+    assert [r.attempt for r in receiver.for_flow(flow_id)] == [1, 2]
+
+
+async def test_an_app_key_gets_404_for_another_apps_pages_and_cannot_act_on_its_tasks(
+    running: RunningNode, receiver: Receiver, context: BrowserContext
+) -> None:
+    other, other_key = await running.create_app("other")
+    foreign_task = await _create_task(
+        running, other_key, {"name": "theirs", "schedule": YEARLY, "callback": {"url": receiver.url("/other")}}
+    )
+    trigger = await api(running, other_key, "POST", f"/v1/tasks/{foreign_task}/trigger")
+    foreign_flow = trigger.json()["id"]
+    _, key = await running.create_app("mine")
+    page = await context.new_page()
+    await sign_in(page, key)
+    csrf = await _csrf_of(page)
+
+    for path in (
+        f"/console/tasks/{foreign_task}",
+        f"/console/tasks/{foreign_task}/edit",
+        f"/console/tasks/{foreign_task}/confirm?action=delete",
+        f"/console/flows/{foreign_flow}",
+        f"/console/tasks?app={other.id}",
+        f"/console/dead-letters?app={other.id}",
+        f"/console/apps/{other.id}",
+        "/console/apps",
+        "/console/cluster",
+    ):
+        answer = await page.goto(path)
+        assert answer is not None and answer.status == 404, path
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Not found")
+
+    for action in ("pause", "trigger", "delete"):
+        refused = await page.request.post(f"/console/tasks/{foreign_task}/{action}", form={"csrf": csrf})
+        assert refused.status == 404, action
+    redrive = await page.request.post(
+        "/console/dead-letters/redrive", form={"csrf": csrf, "app": other.id, "flow_ids": foreign_flow}
+    )
+    assert redrive.status == 404
+    theirs = (await api(running, other_key, "GET", f"/v1/tasks/{foreign_task}")).json()
+    assert theirs["status"] == "active"
+
+
+async def test_a_post_without_the_csrf_token_is_refused(
+    running: RunningNode, receiver: Receiver, context: BrowserContext
+) -> None:
+    _, key = await running.create_app("guarded")
+    task_id = await _create_task(
+        running, key, {"name": "guarded", "schedule": YEARLY, "callback": {"url": receiver.url("/guarded")}}
+    )
+    page = await context.new_page()
+    await sign_in(page, key)
+
+    missing = await page.request.post(f"/console/tasks/{task_id}/pause", form={})
+    wrong = await page.request.post(f"/console/tasks/{task_id}/delete", form={"csrf": "not-the-token"})
+    foreign_signin = await page.request.post("/console/signin", form={"key": key})
+
+    assert (missing.status, wrong.status, foreign_signin.status) == (403, 403, 403)
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).json()["status"] == "active"
+
+
+async def test_the_admin_creates_an_app_whose_key_is_shown_once_rotates_it_and_sees_the_cluster(
+    running: RunningNode, context: BrowserContext, screenshots: Path
+) -> None:
+    page = await context.new_page()
+    await sign_in(page, ADMIN_KEY)
+
+    # Create: the key and the secret are on the answer page, and they work
+    await page.get_by_role("link", name="Apps").click()
+    await page.get_by_label("Name").fill("payments")
+    await page.get_by_label("Allowed callback hosts").fill("127.0.0.1")
+    await page.get_by_role("button", name="Create app").click()
+    api_key = await page.locator("#api-key").inner_text()
+    secret = await page.locator("#signing-secret").inner_text()
+    app_id = await page.locator("#app-id").inner_text()
+    assert (await api(running, api_key, "GET", "/v1/app")).status_code == 200
+    await screenshot(page, screenshots, "app-created")
+
+    # The app's page never shows them again
+    await page.get_by_role("link", name="Open the app").click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("payments")
+    content = await page.content()
+    assert api_key not in content and secret not in content
+    await page.get_by_label("Callbacks per second").fill("250")
+    await page.get_by_role("button", name="Save").click()
+    await expect(page.get_by_role("status")).to_have_text("Limits saved.")
+    await screenshot(page, screenshots, "app")
+
+    # Rotate the API key (confirmed): the new one is shown once and the old one stops
+    await page.get_by_role("link", name="Rotate API key").click()
+    await page.get_by_role("button", name="Rotate").click()
+    new_key = await page.locator("#api-key").inner_text()
+    assert new_key != api_key
+    assert (await api(running, api_key, "GET", "/v1/app")).status_code == 401
+    assert (await api(running, new_key, "GET", "/v1/app")).status_code == 200
+
+    # The admin sees any app's pages, and the cluster
+    await page.goto(f"/console/?app={app_id}")
+    await expect(page.get_by_role("heading", level=2).first).to_contain_text("payments")
+    await page.get_by_role("link", name="Cluster").click()
+    await expect(page.locator("main")).to_contain_text("embedded")
+    await expect(page.locator("main")).to_contain_text(running.node.node_id)
+    await screenshot(page, screenshots, "cluster")
+
+
+async def test_on_a_phone_the_pages_fit_the_screen(
+    running: RunningNode, receiver: Receiver, context: BrowserContext, screenshots: Path
+) -> None:
+    _, key = await running.create_app("mobile")
+    task_id = await _create_task(
+        running, key, {"name": "phone-check", "schedule": YEARLY, "callback": {"url": receiver.url("/mobile")}}
+    )
+    page = await context.new_page()
+    await page.set_viewport_size(PHONE)  # type: ignore[arg-type]
+    await sign_in(page, key)
+    for path, name in ((f"/console/tasks/{task_id}", "phone-task"), ("/console/tasks", "phone-tasks")):
+        await page.goto(path)
+        # nothing is wider than the screen: no sideways scrolling of the page
+        assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        await screenshot(page, screenshots, name, full_page=False)
+    # keyboard: the first Tab reaches the skip link, which leads to the page's content
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.textContent") == "Skip to content"
