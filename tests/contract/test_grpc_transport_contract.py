@@ -22,14 +22,16 @@ import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import count
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from standardwebhooks import Webhook
 
+from tjobs.delivery.grpc_proto import receiver_pb2_grpc
 from tjobs.delivery.grpc_transport import MAX_RECONNECT_BACKOFF_MS, GrpcTransport, channel_target
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.delivery.signing import generate_secret, signature_header
@@ -44,6 +46,7 @@ TOKEN = "Bearer tok_0123456789abcdef"
 SETTINGS = CallbackSettings(timeout_ms=3000, max_retry_after_s=60)
 TIMEOUT_MS = 3000
 SHORT_DEADLINE_MS = 300
+ROOT = Path(__file__).resolve().parents[2]
 SLOW_S = 30.0  # a receiver this slow is never waited for
 _numbers = count(1)
 
@@ -610,3 +613,52 @@ async def test_tls_verifies_the_receiver_against_the_given_roots(certificate: Ce
         finally:
             await trusting.close()
             await untrusting.close()
+
+
+# ---- the consumer example of docs/targets.md ------------------------------------------------------
+
+
+def consumer_example() -> str:
+    """The Python block of the "gRPC" section under "Consumers" in docs/targets.md."""
+    section = (ROOT / "docs" / "targets.md").read_text().split("### gRPC", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_documented_consumer_verifies_deduplicates_and_answers_with_statuses(
+    transport: GrpcTransport, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TJOBS_WEBHOOK_SECRET", SECRET)
+    monkeypatch.setenv("TJOBS_TARGET_TOKEN", TOKEN)
+    example: dict[str, Any] = {"__name__": "consumer_example"}
+    exec(compile(consumer_example(), "docs/targets.md", "exec"), example)
+    server = grpc.aio.server()
+    receiver_pb2_grpc.add_ReceiverServicer_to_server(example["Receiver"](), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        address = f"127.0.0.1:{port}"
+        target = grpc_target(address, credentials={"authorization": TOKEN})
+        request = signed_request(target)
+        # a fire and its retry: handled once, OK twice
+        assert [(await transport.send(request)).outcome for _ in range(2)] == [Outcome.DELIVERED] * 2
+        assert example["handled"] == {request.flow_id}
+        [handled_line] = capsys.readouterr().out.splitlines()
+        assert handled_line.startswith(f"{request.flow_id} näme-")
+        # a body the signature does not cover, a wrong token: permanent
+        forged = await transport.send(replace(request, body=b'{"forged":true}'))
+        assert (forged.outcome, forged.error) == (Outcome.PERMANENT, "gRPC PERMISSION_DENIED: bad signature")
+        stranger = signed_request(grpc_target(address, credentials={"authorization": "Bearer no"}))
+        refused = await transport.send(stranger)
+        assert (refused.outcome, refused.error) == (Outcome.PERMANENT, "gRPC UNAUTHENTICATED: bad token")
+
+        # a failure that may pass: retryable after the delay the consumer asked for, not marked handled
+        async def failing(request: Any) -> None:
+            raise example["TemporaryFailure"]()
+
+        example["handle"] = failing
+        later = signed_request(target)
+        result = await transport.send(later)
+        assert (result.outcome, result.retry_after_ms) == (Outcome.RETRYABLE, 5000)
+        assert later.flow_id not in example["handled"]
+    finally:
+        await server.stop(None)
