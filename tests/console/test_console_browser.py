@@ -120,6 +120,16 @@ async def test_pause_resume_trigger_edit_and_delete_each_confirmed(
     await page.goto(f"/console/tasks/{task_id}")
     heading = page.get_by_role("heading", level=1)
     await expect(page.locator("ol.instants li")).to_have_count(10)
+    await expect(page.locator("ol.instants li").first).to_contain_text("09:00:00 +0100 Europe/Paris")
+
+    # The schedule preview starts from the task's schedule
+    await page.get_by_role("link", name="Preview this schedule with changes").click()
+    await page.get_by_label("How many instants").fill("3")
+    await page.get_by_role("button", name="Preview").click()
+    await expect(page.locator("ol.instants li")).to_have_count(3)
+    await expect(page.locator("ol.instants li").first).to_contain_text("Europe/Paris")
+    await screenshot(page, screenshots, "schedule-preview")
+    await page.goto(f"/console/tasks/{task_id}")
 
     # Pause: a confirmation page first, then the task is paused
     await page.get_by_role("link", name="Pause").click()

@@ -11,6 +11,7 @@ Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once,
 - ``pages_overview``: per app fire rate, lateness, reach, dead letters;
 - ``pages_tasks``: the task list, a task (its schedule's next instants, flows), pause / resume /
   trigger / edit / delete, each confirmed;
+- ``pages_schedules``: the next instants of any schedule (the schedule preview);
 - ``pages_flows``: a flow, the dead letters and their redrive;
 - ``pages_apps`` (admin): create, limits, rotate key or secret (a new key or secret is shown once);
 - ``pages_cluster`` (admin): nodes, job groups, the plan, database servers, the hot tier.
@@ -34,8 +35,17 @@ def include_console(api: FastAPI, node: Node) -> None:
     """Serve the console on ``api`` (unless ``console.enabled`` is false)."""
     if not node.settings.console.enabled:
         return
-    from tjobs.console import pages_apps, pages_cluster, pages_flows, pages_overview, pages_session, pages_tasks
+    from tjobs.console import (
+        pages_apps,
+        pages_cluster,
+        pages_flows,
+        pages_overview,
+        pages_schedules,
+        pages_session,
+        pages_tasks,
+    )
 
     api.state.console = Console(node, api.state.app_service, api.state.rate_limits)
-    for module in (pages_session, pages_overview, pages_tasks, pages_flows, pages_apps, pages_cluster):
+    pages = (pages_session, pages_overview, pages_tasks, pages_schedules, pages_flows, pages_apps, pages_cluster)
+    for module in pages:
         api.include_router(module.router, include_in_schema=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
@@ -117,6 +118,7 @@ async def task_page(
         principal,
         **context,
         instants=next_instants(context["task"]),
+        preview_query=urlencode({"schedule": json.dumps(as_request(context["shown"]["schedule"]))}),
         flows=await _flows(request, principal, task_id),
         notice=DONE_NOTICES.get(done or ""),
     )
@@ -139,7 +141,20 @@ async def confirm_action(request: Request, task_id: str, action: Annotated[Actio
     return console.render(request, "task_confirm.html", principal, **context, action=action, about=ACTIONS[action])
 
 
+def as_request(stored_schedule: dict[str, Any]) -> dict[str, Any]:
+    """A stored schedule in the shape a create or update takes: a delay's computed ``at_ms`` is the
+    node's, not the caller's (sending the schedule again restarts the delay from then)."""
+    if stored_schedule.get("kind") == "delay":
+        return {key: value for key, value in stored_schedule.items() if key != "at_ms"}
+    return stored_schedule
+
+
+def _editable(shown: dict[str, Any]) -> dict[str, Any]:
+    return {**shown, "schedule": as_request(shown["schedule"])}
+
+
 def _edit_values(shown: dict[str, Any]) -> dict[str, str]:
+    shown = _editable(shown)
     values = {name: json.dumps(shown[name], indent=2, ensure_ascii=False) for name in EDITABLE_JSON}
     return {**values, "name": shown["name"], "misfire_policy": shown["misfire_policy"], "delivery": shown["delivery"]}
 
@@ -170,7 +185,7 @@ async def edit(request: Request, task_id: str) -> Response:
     principal, form = await console.posted(request)
     context = await _task_context(request, principal, task_id)
     task: Task = context["task"]
-    current = context["shown"]
+    current = _editable(context["shown"])
     values = {name: form.get(name) for name in ("name", "misfire_policy", "delivery", *EDITABLE_JSON)}
     raw_version = form.get("version")
     try:
