@@ -1,6 +1,7 @@
 """Delivery of committed flows: the delivery loop (:mod:`.deliverer`) over the transport contract
 (:mod:`.transport`: one attempt to one target, classified), the HTTP transports (:mod:`.lean_http`, the
-default, and :mod:`.http` on aiohttp; :mod:`.transports` builds the one ``callbacks.transport`` names) and
+default, and :mod:`.http` on aiohttp; :mod:`.transports` builds the one ``callbacks.transport`` names), the
+gRPC transport (:mod:`.grpc_transport`, ``Receiver.Fire``; its generated modules in :mod:`.grpc_proto`) and
 their in-memory twin (:mod:`.recording`), the message of a flow (:mod:`.message`), signing (:mod:`.signing`),
 retry policy (:mod:`.retry`), per-app limits (:mod:`.limiter` on :mod:`.token_bucket`), and the callback
 URL model (:mod:`.urls`) with the target policy judged on it (:mod:`.ssrf`)."""
