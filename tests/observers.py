@@ -15,6 +15,7 @@ class RecordingObserver(FireObserver):
     def __init__(self) -> None:
         self.batches: list[tuple[list[FireOutcome], int, float]] = []
         self.attempts: list[tuple[str, AttemptResult]] = []
+        self.protocols: list[str] = []
         self.updates: list[tuple[str, FlowUpdate]] = []
         self.throttled_calls: list[tuple[str, str]] = []
         self.lags_s: list[float] = []
@@ -22,8 +23,9 @@ class RecordingObserver(FireObserver):
     def fires_committed(self, outcomes: Sequence[FireOutcome], now_ms: int, duration_s: float) -> None:
         self.batches.append((list(outcomes), now_ms, duration_s))
 
-    def attempt(self, app_id: str, result: AttemptResult) -> None:
+    def attempt(self, app_id: str, result: AttemptResult, protocol: str = "http") -> None:
         self.attempts.append((app_id, result))
+        self.protocols.append(protocol)
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
         self.updates.append((app_id, update))
@@ -38,7 +40,7 @@ class RecordingObserver(FireObserver):
 class FailingObserver(FireObserver):
     """An observer with a bug: every event raises."""
 
-    def attempt(self, app_id: str, result: AttemptResult) -> None:
+    def attempt(self, app_id: str, result: AttemptResult, protocol: str = "http") -> None:
         raise ValueError("observer bug")
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:

@@ -45,16 +45,20 @@ def test_committed_fire_counts_and_observes_lateness_per_app() -> None:
     assert got[("tjobs_fire_lateness_seconds_count", (("app", "shop"),))] == 2
 
 
-def test_callback_attempts_are_counted_by_outcome_and_status_class() -> None:
+def test_callback_attempts_are_counted_by_outcome_status_class_and_protocol() -> None:
     metrics = Metrics()
     metrics.observe_attempt("shop", "retryable", 503, 0.1)
     metrics.observe_attempt("shop", "retryable", None, 3.0)
+    metrics.observe_attempt("shop", "delivered", None, 0.01, "amqp")
     got = samples(metrics)
-    key = (("app", "shop"), ("outcome", "retryable"), ("status_class", "5xx"))
+    key = (("app", "shop"), ("outcome", "retryable"), ("protocol", "http"), ("status_class", "5xx"))
     assert got[("tjobs_callback_attempts_total", key)] == 1
-    key = (("app", "shop"), ("outcome", "retryable"), ("status_class", "none"))
+    key = (("app", "shop"), ("outcome", "retryable"), ("protocol", "http"), ("status_class", "none"))
     assert got[("tjobs_callback_attempts_total", key)] == 1
-    assert got[("tjobs_callback_duration_seconds_count", (("app", "shop"),))] == 2
+    key = (("app", "shop"), ("outcome", "delivered"), ("protocol", "amqp"), ("status_class", "none"))
+    assert got[("tjobs_callback_attempts_total", key)] == 1
+    assert got[("tjobs_callback_duration_seconds_count", (("app", "shop"), ("protocol", "http")))] == 2
+    assert got[("tjobs_callback_duration_seconds_count", (("app", "shop"), ("protocol", "amqp")))] == 1
 
 
 def test_status_class_is_bounded() -> None:
@@ -453,14 +457,14 @@ def test_per_app_series_render_as_prometheus_clients_own_counters_and_histograms
     )
     attempts = Counter(
         "tjobs_callback_attempts",
-        "Callback attempts by outcome and status class",
-        ["app", "outcome", "status_class"],
+        "Callback attempts by outcome, status class and protocol",
+        ["app", "outcome", "status_class", "protocol"],
         registry=registry,
     )
     duration = Histogram(
         "tjobs_callback_duration_seconds",
-        "Callback request duration",
-        ["app"],
+        "Callback attempt duration",
+        ["app", "protocol"],
         buckets=DURATION_BUCKETS_S,
         registry=registry,
     )
@@ -470,11 +474,16 @@ def test_per_app_series_render_as_prometheus_clients_own_counters_and_histograms
         metrics.observe_fire(app, value)
         fires.labels(app, "committed").inc()
         lateness.labels(app).observe(value)
-    for status, seconds in ((200, 0.001), (204, 0.3), (503, 5.0), (None, 9.0)):
+    for status, seconds, protocol in (
+        (200, 0.001, "http"),
+        (204, 0.3, "http"),
+        (503, 5.0, "http"),
+        (None, 9.0, "nats"),
+    ):
         outcome = "delivered" if status and status < 300 else "retryable"
-        metrics.observe_attempt("shop", outcome, status, seconds)
-        attempts.labels("shop", outcome, status_class(status)).inc()
-        duration.labels("shop").observe(seconds)
+        metrics.observe_attempt("shop", outcome, status, seconds, protocol)
+        attempts.labels("shop", outcome, status_class(status), protocol).inc()
+        duration.labels("shop", protocol).observe(seconds)
 
     def parsed(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         return {

@@ -125,7 +125,7 @@ def test_get_without_a_body_sends_none_and_signs_the_empty_body() -> None:
 
 
 def test_unicast_url_timeout_and_multicast_urls() -> None:
-    assert _message({"url": "https://a/"}).urls == ["https://a/"]
+    assert _message({"url": "https://a/"}).destinations == ["https://a/"]
     assert _message({"urls": ["https://a/", "https://b/"], "timeout_ms": 250}).timeout_ms == 250
     assert _message({"urls": ["https://a/"]}).timeout_ms == 3000
 

@@ -16,6 +16,20 @@ Life of a flow handed to :meth:`Deliverer.deliver` (always after its fire transa
    answered ``2xx`` yet (tracked in memory; a re-drive after a crash sends to all of them again).
    Retries far ahead, or too many at once, are left to the compensator instead (see ``__init__``).
 
+**Named targets.** A flow whose task names targets (``callback.targets``) sends to each of them,
+tracked as ``target:<name>`` like a multicast URL (a retry goes only to the targets not yet
+delivered). The targets come from the target directory (:class:`TargetSource`, cached per app;
+:mod:`tjobs.service.targets`): read before the first attempt (a flow whose targets cannot be read
+now stays ``pending`` for the compensator, like one whose app cannot), and again before every
+attempt, so a changed target applies to the next attempt. A target deleted while tasks still name it
+is a permanent failure naming the target (``target 'x' no longer exists``): the flow dead-letters,
+never silently dropped. Budget precedence per field: the task's explicit ``callback`` value, else the
+target's retry policy, else the node's default; with several targets each field takes the largest of
+the targets' values (the most patient target sets the flow's budget, since retries only go to the
+targets not delivered yet). A target's timeout (HTTP ``timeout_ms``, gRPC ``deadline_ms``) applies
+unless the task sets ``timeout_ms``. A task with inline URLs pays for none of this: no lookup, no
+extra work per attempt.
+
 The first attempt of a flow is always made, however late (lateness is the misfire policy's business);
 ``max_age_s`` only bounds retries, and a re-driven flow that is already past it dies unsent.
 
@@ -48,7 +62,7 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -60,6 +74,7 @@ from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.settings import CallbackSettings
+from tjobs.targets.model import TARGET_KEY_PREFIX, GrpcTarget, HttpTarget, RetryPolicy, Target, tracking_key
 
 logger = logging.getLogger(__name__)
 
@@ -72,11 +87,26 @@ MAX_WAITING_RETRIES = 50_000
 
 @dataclass(slots=True)
 class CallbackJob:
-    """A committed fire to deliver: the task as it was after the fire, its flow, and its app."""
+    """A committed fire to deliver: the task as it was after the fire, its flow, and its app; for a
+    task naming targets, each target as read (``None``: the app has no target of that name)."""
 
     task: Task
     flow: Flow
     app: App
+    targets: dict[str, Target | None] | None = None
+
+
+class TargetSource(Protocol):
+    """Where the deliverer finds a flow's named targets (:class:`tjobs.service.targets.TargetDirectory`)."""
+
+    def cached(self, app_id: str, name: str) -> Target | None:
+        """The target if cached and fresh, without waiting (``None``: ask :meth:`get`)."""
+        ...
+
+    async def get(self, app_id: str, name: str) -> Target | None:
+        """The target, read if need be; ``None`` if the app has none of that name; raises if it
+        cannot be read now."""
+        ...
 
 
 class AppSource(Protocol):
@@ -109,6 +139,8 @@ class _Delivery:
     __slots__ = (
         "at_most_once",
         "attempt",
+        "backoff_base_ms",
+        "backoff_max_ms",
         "deadline_ms",
         "flow_id",
         "job",
@@ -116,6 +148,7 @@ class _Delivery:
         "last_status",
         "max_attempts",
         "message",
+        "named",
         "queued",
         "recheck",
         "record_sending",
@@ -129,26 +162,59 @@ class _Delivery:
         self.job = job
         self.flow_id = flow_id
         self.message = CallbackMessage(task, flow, job.app, flow_id, settings.timeout_ms)
-        self.targets: list[str] = self.message.urls
+        self.targets: list[str] = self.message.destinations  # the destinations not delivered yet
+        # name -> the target as last read, for a task naming targets (None: inline URLs)
+        self.named: dict[str, Target | None] | None = None
+        if callback.targets:
+            if job.targets is None:
+                raise ValueError("the callback names targets and no target directory was given")
+            self.named = dict(job.targets)
         self.at_most_once = task.delivery is DeliveryMode.AT_MOST_ONCE
         # A `sending` flow already counts its single attempt; otherwise this is the next one.
         self.record_sending = self.at_most_once and flow.status is not FlowStatus.SENDING
         self.attempt = flow.attempts if flow.status is FlowStatus.SENDING else flow.attempts + 1
-        max_attempts = settings.max_attempts if callback.max_attempts is None else callback.max_attempts
-        self.max_attempts = 1 if self.at_most_once else max_attempts
-        max_age_s = settings.max_age_s if callback.max_age_s is None else callback.max_age_s
-        self.deadline_ms = flow.scheduled_at_ms + max_age_s * 1000
+        if self.named is None:  # inline URLs: the task's values, else the node's
+            max_attempts = settings.max_attempts if callback.max_attempts is None else callback.max_attempts
+            self.max_attempts = 1 if self.at_most_once else max_attempts
+            max_age_s = settings.max_age_s if callback.max_age_s is None else callback.max_age_s
+            self.deadline_ms = flow.scheduled_at_ms + max_age_s * 1000
+            self.backoff_base_ms = settings.backoff_base_ms
+            self.backoff_max_ms = settings.backoff_max_ms
+        else:
+            self.budget(settings)
         self.last_status: int | None = flow.last_status_code
         self.last_error: str | None = flow.last_error
         self.timer: asyncio.TimerHandle | None = None
         self.queued = False  # waits in its lane for one of the app's max_concurrency workers
         self.recheck = False  # a retry: read the stored status before sending it
 
+    def budget(self, settings: CallbackSettings) -> None:
+        """Set the retry budget of a flow naming targets: the task's explicit values, else its targets'
+        retry policies (the largest over several targets), else the node's defaults."""
+        callback = self.job.task.callback
+        assert self.named is not None
+        policies = [t.retry for t in self.named.values() if t is not None]
+        max_attempts = _pick(callback.max_attempts, policies, "max_attempts", settings.max_attempts)
+        self.max_attempts = 1 if self.at_most_once else max_attempts
+        max_age_s = _pick(callback.max_age_s, policies, "max_age_s", settings.max_age_s)
+        self.deadline_ms = self.job.flow.scheduled_at_ms + max_age_s * 1000
+        self.backoff_base_ms = _pick(None, policies, "backoff_base_ms", settings.backoff_base_ms)
+        self.backoff_max_ms = _pick(None, policies, "backoff_max_ms", settings.backoff_max_ms)
+
     def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
         flow = self.job.flow
         return FlowUpdate(
             flow.task_id, flow.scheduled_at_ms, status, attempts, next_attempt_at_ms, self.last_status, self.last_error
         )
+
+
+def _pick(explicit: int | None, policies: list[RetryPolicy], name: str, default: int) -> int:
+    """One budget field: the task's explicit value, else the largest of the targets' (each target
+    without its own counts as the node's default), else the node's default."""
+    if explicit is not None:
+        return explicit
+    values = [getattr(policy, name) for policy in policies]
+    return max((default if value is None else value for value in values), default=default)
 
 
 class _Lane:
@@ -182,6 +248,7 @@ class Deliverer:
         max_waiting_retries: int = MAX_WAITING_RETRIES,
         fence: Callable[[int], bool] | None = None,
         status_reader: FlowReader | None = None,
+        targets: TargetSource | None = None,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
         :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
@@ -193,7 +260,8 @@ class Deliverer:
 
         ``fence(now_ms)`` is ``False`` while this node may not send (its lease expired: the
         coordinator's ``may_fire``); ``status_reader`` reads a flow's stored status before a retry.
-        Without them, neither check is made.
+        Without them, neither check is made. ``targets`` resolves the named targets of a task that
+        names them (without it, such a flow dead-letters as unusable).
         """
         self._recorder = recorder
         self._transport = transport
@@ -210,6 +278,7 @@ class Deliverer:
         self._max_waiting_retries = max_waiting_retries
         self._fence = fence
         self._status_reader = status_reader
+        self._targets = targets
         self._waiting_retries = 0
         self._active: dict[str, _Delivery] = {}
         self._lanes: dict[str, _Lane] = {}
@@ -280,8 +349,14 @@ class Deliverer:
         assert self._apps is not None, "a deliverer without an app source only takes submit(job)"
         app = self._apps.cached(task.app_id)
         if app is not None:
-            self.submit(CallbackJob(task, flow, app))
-            return
+            names = task.callback.targets
+            if not names:
+                self.submit(CallbackJob(task, flow, app))
+                return
+            targets = self._cached_targets(app.id, names)
+            if targets is not None:
+                self.submit(CallbackJob(task, flow, app, targets))
+                return
         lookup = asyncio.get_running_loop().create_task(self._deliver_after_lookup(task, flow))
         self._app_lookups.add(lookup)
         lookup.add_done_callback(self._app_lookups.discard)
@@ -299,7 +374,37 @@ class Deliverer:
                 extra={"action": "delivery_deferred", "flow_id": flow.id},
             )
             return
-        self.submit(CallbackJob(task, flow, app))
+        targets: dict[str, Target | None] | None = None
+        if task.callback.targets and self._targets is not None:
+            try:
+                targets = await self._read_targets(app.id, task.callback.targets)
+            except Exception:
+                logger.exception(
+                    "targets of app %s unavailable for flow %s",
+                    task.app_id,
+                    flow.id,
+                    extra={"action": "delivery_deferred", "flow_id": flow.id},
+                )
+                return
+        self.submit(CallbackJob(task, flow, app, targets))
+
+    def _cached_targets(self, app_id: str, names: tuple[str, ...]) -> dict[str, Target | None] | None:
+        """Every named target from the directory's cache, or ``None`` if one must be read."""
+        if self._targets is None:
+            return None
+        found: dict[str, Target | None] = {}
+        for name in names:
+            target = self._targets.cached(app_id, name)
+            if target is None:
+                return None
+            found[name] = target
+        return found
+
+    async def _read_targets(self, app_id: str, names: Sequence[str]) -> dict[str, Target | None]:
+        assert self._targets is not None
+        source = self._targets
+        read = await asyncio.gather(*(source.get(app_id, name) for name in names))
+        return dict(zip(names, read, strict=True))
 
     def submit(self, job: CallbackJob) -> None:
         """Queue a committed fire whose app is known; never blocks. Duplicates of a flow in flight are ignored."""
@@ -447,6 +552,9 @@ class Deliverer:
             self._finish(delivery, FlowStatus.DEAD, attempt, None)
             return
         targets = delivery.targets
+        if delivery.named is not None:
+            await self._attempt_targets(delivery, attempt, headers, body, now_ms)
+            return
         if len(targets) == 1:
             results = [await self._transport.send(message.request(targets[0], attempt, headers, body))]
         else:
@@ -454,6 +562,60 @@ class Deliverer:
                 *(self._transport.send(message.request(url, attempt, headers, body)) for url in targets)
             )
         self._settle(delivery, results)
+
+    async def _attempt_targets(
+        self, delivery: _Delivery, attempt: int, headers: dict[str, str], body: bytes | None, now_ms: int
+    ) -> None:
+        """One attempt to the named targets not delivered yet, each as read now (a change made since
+        the last attempt applies); a target gone is a permanent failure naming it."""
+        named = delivery.named
+        assert named is not None
+        pending = [key[len(TARGET_KEY_PREFIX) :] for key in delivery.targets]
+        await self._refresh_targets(delivery.job.app.id, pending, named)
+        delivery.budget(self._settings)
+        explicit_timeout_ms = delivery.job.task.callback.timeout_ms
+        sends: list[Awaitable[AttemptResult]] = []
+        protocols: list[str] = []
+        for name in pending:
+            target = named.get(name)
+            if target is None:
+                sends.append(_missing_target(delivery.flow_id, name, attempt, now_ms))
+                protocols.append("unknown")
+                continue
+            timeout_ms = explicit_timeout_ms or _target_timeout_ms(target) or self._settings.timeout_ms
+            request = delivery.message.target_request(target, attempt, headers, body, timeout_ms)
+            sends.append(self._transport.send(request))
+            protocols.append(target.protocol.value)
+        results = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
+        self._settle(delivery, results, protocols)
+
+    async def _refresh_targets(self, app_id: str, names: list[str], named: dict[str, Target | None]) -> None:
+        """Read the targets again through the directory (cached for its TTL); one that cannot be read
+        now keeps its last version."""
+        source = self._targets
+        if source is None:
+            return
+        stale = []
+        for name in names:
+            target = source.cached(app_id, name)
+            if target is None:
+                stale.append(name)
+            else:
+                named[name] = target
+        if not stale:
+            return
+        read = await asyncio.gather(*(source.get(app_id, name) for name in stale), return_exceptions=True)
+        for name, outcome in zip(stale, read, strict=True):
+            if isinstance(outcome, BaseException):
+                logger.warning(
+                    "target %s of app %s could not be read (%s); its last version is used",
+                    name,
+                    app_id,
+                    type(outcome).__name__,
+                    extra={"action": "target_unavailable"},
+                )
+                continue
+            named[name] = outcome
 
     async def _still_open(self, delivery: _Delivery) -> bool:
         """Whether a retry may be sent: its flow is still open in the store (read it)."""
@@ -481,7 +643,9 @@ class Deliverer:
         )
         return False
 
-    def _settle(self, delivery: _Delivery, results: Sequence[AttemptResult]) -> None:
+    def _settle(
+        self, delivery: _Delivery, results: Sequence[AttemptResult], protocols: Sequence[str] | None = None
+    ) -> None:
         attempt = delivery.attempt
         remaining: list[str] = []
         permanent = False
@@ -490,9 +654,12 @@ class Deliverer:
         delivered_status: int | None = None
         multicast = len(results) > 1
         observer, app_id = self._observer, delivery.job.task.app_id
-        for result in results:
+        for index, result in enumerate(results):
             try:
-                observer.attempt(app_id, result)
+                if protocols is None:
+                    observer.attempt(app_id, result)
+                else:
+                    observer.attempt(app_id, result, protocols[index])
             except Exception:
                 logger.exception("observer failed", extra={"action": "hook_failed", "flow_id": result.flow_id})
             if result.outcome is Outcome.DELIVERED:
@@ -518,11 +685,10 @@ class Deliverer:
         if attempt >= delivery.max_attempts:
             self._finish(delivery, FlowStatus.DEAD, attempt, f"gave up after {attempt} attempts")
             return
-        settings = self._settings
         delay_ms = retry_after_ms
         if backoff:
             delay_ms = max(
-                delay_ms, compute_backoff_ms(attempt, settings.backoff_base_ms, settings.backoff_max_ms, self._rng)
+                delay_ms, compute_backoff_ms(attempt, delivery.backoff_base_ms, delivery.backoff_max_ms, self._rng)
             )
         now_ms = self._clock.now_ms()
         due_ms = now_ms + delay_ms
@@ -618,3 +784,28 @@ class Deliverer:
     def _restore(self, items: list[tuple[str, FlowUpdate]]) -> None:
         for flow_id, update in items:
             self._pending.setdefault(flow_id, update)  # an update made meanwhile is newer: keep it
+
+
+def _target_timeout_ms(target: Target) -> int | None:
+    """The target's own timeout: an HTTP target's ``timeout_ms``, a gRPC target's ``deadline_ms``."""
+    settings = target.settings
+    if isinstance(settings, HttpTarget):
+        return settings.timeout_ms
+    if isinstance(settings, GrpcTarget):
+        return settings.deadline_ms
+    return None
+
+
+async def _missing_target(flow_id: str, name: str, attempt: int, now_ms: int) -> AttemptResult:
+    """The result of an attempt to a target the app no longer has: permanent, naming it."""
+    return AttemptResult(
+        flow_id,
+        tracking_key(name),
+        attempt,
+        Outcome.PERMANENT,
+        None,
+        f"target {name!r} no longer exists (deleted while tasks still name it)",
+        None,
+        now_ms,
+        0.0,
+    )

@@ -1,4 +1,9 @@
-"""The callback message of one flow: targets, method, headers and body, built once and signed per attempt.
+"""The callback message of one flow: destinations, method, headers and body, built once and signed per attempt.
+
+A flow's destinations are its inline URLs, or its named targets tracked as ``target:<name>``
+(:func:`tjobs.targets.model.tracking_key`): the same signed headers and body go to each; a target's
+own request settings (address, method, headers, credentials) are applied by the transport
+(:mod:`tjobs.delivery.router`) from :attr:`tjobs.delivery.transport.CallbackRequest.target`.
 
 Headers sent on every attempt (Standard Webhooks plus tjobs' own):
 
@@ -25,6 +30,7 @@ from tjobs.delivery.allow_list import allow_list_of_app
 from tjobs.delivery.signing import signature_header
 from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import App, Flow, Task
+from tjobs.targets.model import Target, tracking_key
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -40,17 +46,17 @@ class CallbackMessage:
         "_static_headers",
         "allow_list",
         "app_id",
+        "destinations",
         "flow_id",
         "method",
         "timeout_ms",
-        "urls",
     )
 
     def __init__(self, task: Task, flow: Flow, app: App, flow_id: str, default_timeout_ms: int) -> None:
         spec = task.callback
-        if not spec.urls:
-            raise ValueError("the callback has no target")
-        self.urls: list[str] = list(spec.urls)
+        self.destinations: list[str] = list(spec.urls) if spec.urls else [tracking_key(n) for n in spec.targets]
+        if not self.destinations:
+            raise ValueError("the callback has no destination")
         self.method: str = spec.method.upper()
         self.timeout_ms: int = default_timeout_ms if spec.timeout_ms is None else spec.timeout_ms
         self.app_id = app.id
@@ -106,4 +112,21 @@ class CallbackMessage:
     def request(self, url: str, attempt: int, headers: dict[str, str], body: bytes | None) -> CallbackRequest:
         return CallbackRequest(
             self.app_id, self.flow_id, url, self.method, headers, body, self.timeout_ms, attempt, self.allow_list
+        )
+
+    def target_request(
+        self, target: Target, attempt: int, headers: dict[str, str], body: bytes | None, timeout_ms: int
+    ) -> CallbackRequest:
+        """The request to a named target, tracked as ``target:<name>`` (never its address)."""
+        return CallbackRequest(
+            self.app_id,
+            self.flow_id,
+            tracking_key(target.name),
+            self.method,
+            headers,
+            body,
+            timeout_ms,
+            attempt,
+            self.allow_list,
+            target,
         )

@@ -7,6 +7,7 @@ against receivers that answer any status, slowly, never, or not at all::
     transport = RecordingTransport()
     transport.script(Answer(503, retry_after="2"), Answer.timeout(), then=Answer(204))   # any target
     transport.script(Answer(410), url="https://gone.example/hook")                      # one target
+    transport.script(Answer.refused(), url="target:orders-mq")                          # a named target
     ... deliver ...
     transport.requests                       # what the receiver got, in arrival order (as sent: signed)
     transport.exchanges                      # every finished attempt: request, answer, result
@@ -202,7 +203,11 @@ class RecordingTransport(Transport):
         return result
 
     async def _check_target(self, request: CallbackRequest) -> None:
-        """What a real transport checks before connecting: the policy's verdict, else the URL model."""
+        """What a real transport checks before connecting: the policy's verdict, else the URL model.
+        A named target's request (standing in for a broker or gRPC transport) is tracked by its name,
+        ``target:<name>``, and has no URL to judge."""
+        if request.target is not None:
+            return
         verdict = await self._policy(request) if self._policy is not None else None
         if isinstance(verdict, str):
             raise TargetRejected(request.url, verdict)

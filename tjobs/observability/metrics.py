@@ -157,12 +157,15 @@ class Metrics:
         series.fires += 1
         series.fire_lateness.observe(lateness_s)
 
-    def observe_attempt(self, app_id: str, outcome: str, status: int | None, duration_s: float) -> None:
-        """One callback attempt to one target."""
+    def observe_attempt(
+        self, app_id: str, outcome: str, status: int | None, duration_s: float, protocol: str = "http"
+    ) -> None:
+        """One callback attempt to one destination, over ``protocol``."""
         series = self.per_app.get(app_id) or self._new_series(app_id)
-        key = (outcome, status)
+        key = (outcome, status, protocol)
         series.attempts[key] = series.attempts.get(key, 0) + 1
-        series.callback_duration.observe(duration_s)
+        durations = series.callback_duration.get(protocol) or series.new_durations(protocol)
+        durations.observe(duration_s)
 
     def observe_flow_update(self, app_id: str, status: str, delivery_lateness_s: float | None) -> None:
         """A flow outcome recorded (``pending`` = a retry is scheduled)."""
@@ -271,7 +274,9 @@ class NullMetrics(Metrics):
     def observe_fire(self, app_id: str, lateness_s: float) -> None:
         pass
 
-    def observe_attempt(self, app_id: str, outcome: str, status: int | None, duration_s: float) -> None:
+    def observe_attempt(
+        self, app_id: str, outcome: str, status: int | None, duration_s: float, protocol: str = "http"
+    ) -> None:
         pass
 
     def observe_flow_update(self, app_id: str, status: str, delivery_lateness_s: float | None) -> None:

@@ -1,10 +1,12 @@
 """The per-fire metrics of a node, per app, as plain numbers turned into Prometheus families at scrape.
 
 A fire updates seven series (fires, fire lateness, callback attempts and duration, flow outcomes,
-delivery lateness, throttled sends). With ``prometheus_client``'s own ``Counter`` and ``Histogram``
-each update is several method calls and a lock per value; here it is an attribute or list increment
-on one :class:`AppSeries` per app. Updates and scrapes both run on the node's event loop, so nothing
-needs a lock. :class:`PerAppCollector` renders the same families, names, labels and buckets the
+delivery lateness, throttled sends). Attempts and their duration also carry the destination's
+``protocol`` (``http`` for inline URLs and HTTP targets), kept in the same per-app dictionaries.
+With ``prometheus_client``'s own ``Counter`` and ``Histogram`` each update is several method calls
+and a lock per value; here it is an attribute or list increment on one :class:`AppSeries` per app.
+Updates and scrapes both run on the node's event loop, so nothing needs a lock.
+:class:`PerAppCollector` renders the same families, names, labels and buckets the
 ``prometheus_client`` classes did (no ``_created`` samples).
 """
 
@@ -58,6 +60,7 @@ class AppSeries:
     """Every per-fire series of one app."""
 
     __slots__ = (
+        "_duration_bounds",
         "attempts",
         "callback_duration",
         "delivery_lateness",
@@ -70,11 +73,16 @@ class AppSeries:
     def __init__(self, lateness_bounds: Sequence[float], duration_bounds: Sequence[float]) -> None:
         self.fires = 0  # committed
         self.fire_lateness = Buckets(lateness_bounds)
-        self.attempts: dict[tuple[str, int | None], int] = {}  # (outcome, HTTP status) -> attempts
-        self.callback_duration = Buckets(duration_bounds)
+        self.attempts: dict[tuple[str, int | None, str], int] = {}  # (outcome, HTTP status, protocol) -> attempts
+        self._duration_bounds = duration_bounds
+        self.callback_duration: dict[str, Buckets] = {}  # protocol -> attempt durations
         self.outcomes: dict[str, int] = {}  # flow status -> outcomes recorded
         self.delivery_lateness = Buckets(lateness_bounds)
         self.throttled: dict[str, int] = {}  # reason -> sends delayed
+
+    def new_durations(self, protocol: str) -> Buckets:
+        buckets = self.callback_duration[protocol] = Buckets(self._duration_bounds)
+        return buckets
 
 
 class PerAppCollector(Collector):
@@ -88,8 +96,8 @@ class PerAppCollector(Collector):
         fires = CounterMetricFamily("tjobs_fires", "Fires by outcome", labels=["app", "outcome"])
         attempts = CounterMetricFamily(
             "tjobs_callback_attempts",
-            "Callback attempts by outcome and status class",
-            labels=["app", "outcome", "status_class"],
+            "Callback attempts by outcome, status class and protocol",
+            labels=["app", "outcome", "status_class", "protocol"],
         )
         outcomes = CounterMetricFamily(
             "tjobs_flow_outcomes",
@@ -108,19 +116,21 @@ class PerAppCollector(Collector):
             "delivery_lateness": HistogramMetricFamily(
                 "tjobs_delivery_lateness_seconds", "First successful delivery minus scheduled instant", labels=["app"]
             ),
-            "callback_duration": HistogramMetricFamily(
-                "tjobs_callback_duration_seconds", "Callback request duration", labels=["app"]
-            ),
         }
+        durations = HistogramMetricFamily(
+            "tjobs_callback_duration_seconds", "Callback attempt duration", labels=["app", "protocol"]
+        )
         for app, s in series:
             if s.fires:
                 fires.add_metric([app, "committed"], s.fires)
-            by_class: dict[tuple[str, str], int] = {}
-            for (outcome, status), count in s.attempts.items():
-                key = (outcome, status_class(status))
+            by_class: dict[tuple[str, str, str], int] = {}
+            for (outcome, status, protocol), count in s.attempts.items():
+                key = (outcome, status_class(status), protocol)
                 by_class[key] = by_class.get(key, 0) + count
-            for (outcome, klass), count in sorted(by_class.items()):
-                attempts.add_metric([app, outcome, klass], count)
+            for (outcome, klass, protocol), count in sorted(by_class.items()):
+                attempts.add_metric([app, outcome, klass, protocol], count)
+            for protocol, of_protocol in sorted(s.callback_duration.items()):
+                durations.add_metric([app, protocol], of_protocol.cumulative(), of_protocol.sum)
             for flow_status, count in sorted(s.outcomes.items()):
                 outcomes.add_metric([app, flow_status], count)
             for reason, count in sorted(s.throttled.items()):
@@ -129,4 +139,4 @@ class PerAppCollector(Collector):
                 buckets: Buckets = getattr(s, attribute)
                 if any(buckets.counts):
                     family.add_metric([app], buckets.cumulative(), buckets.sum)
-        yield from (fires, attempts, outcomes, throttled, *histograms.values())
+        yield from (fires, attempts, outcomes, throttled, *histograms.values(), durations)

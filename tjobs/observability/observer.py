@@ -34,8 +34,9 @@ class FireObserver:
         """A fire transaction batch ended with at least one transaction committed (``outcomes``: one
         per intent, committed, rejected or failed) at ``now_ms`` after ``duration_s`` seconds."""
 
-    def attempt(self, app_id: str, result: AttemptResult) -> None:
-        """One callback attempt to one target came back."""
+    def attempt(self, app_id: str, result: AttemptResult, protocol: str = "http") -> None:
+        """One callback attempt to one destination came back (``protocol``: an inline URL and an HTTP
+        target are ``http``; a named target's protocol otherwise)."""
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
         """A delivery outcome was recorded: ``pending`` with a retry time, ``delivered`` or ``dead``."""
@@ -80,8 +81,8 @@ class MetricsObserver(FireObserver):
                         flow.missed + (flow.kind is FlowKind.MISFIRE)
                     )
 
-    def attempt(self, app_id: str, result: AttemptResult) -> None:
-        self.metrics.observe_attempt(app_id, str(result.outcome), result.status, result.duration_s)
+    def attempt(self, app_id: str, result: AttemptResult, protocol: str = "http") -> None:
+        self.metrics.observe_attempt(app_id, str(result.outcome), result.status, result.duration_s, protocol)
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
         lateness_s = None
