@@ -6,7 +6,8 @@ which name the offending field; every :class:`tjobs.errors.TjobsError` becomes i
 validation (422). Nothing answers 200 with an error inside, and bad input never makes a 500.
 
 Routes live in ``routes_tasks`` (tasks), ``routes_flows`` (flows, dead letters), ``routes_apps`` (apps,
-stats), ``routes_ops`` (``/v1/cluster``, ``/metrics``); ``/healthz`` and ``/readyz`` are here.
+stats), ``routes_pools`` (executor pools), ``routes_ops`` (``/v1/cluster``, ``/metrics``); ``/healthz``
+and ``/readyz`` are here.
 """
 
 import re
@@ -20,7 +21,16 @@ from starlette.routing import Match
 from starlette.types import ASGIApp
 
 from tjobs import __version__
-from tjobs.api import routes_apps, routes_flows, routes_ops, routes_schedules, routes_slo, routes_tasks, schemas
+from tjobs.api import (
+    routes_apps,
+    routes_flows,
+    routes_ops,
+    routes_pools,
+    routes_schedules,
+    routes_slo,
+    routes_tasks,
+    schemas,
+)
 from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
@@ -86,6 +96,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_apps.admin)
     api.include_router(routes_slo.router)
     api.include_router(routes_schedules.router)
+    api.include_router(routes_pools.router)
 
     # ---- operations -----------------------------------------------------------------------------
 

@@ -14,14 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
-EXECUTOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
-ZONE_PATTERN = r"^[A-Za-z0-9_.:-]{0,64}$"
-MIN_TTL_S = 2  # etcd's own floor for a lease
-MAX_TTL_S = 300
-DEFAULT_TTL_S = 10
-MAX_WEIGHT = 1000
+from tjobs.wire import EXECUTOR_DEFAULT_TTL_S, POOL_NAME_PATTERN
 
+DEFAULT_TTL_S = EXECUTOR_DEFAULT_TTL_S
 _POOL_NAME = re.compile(POOL_NAME_PATTERN)
 
 

@@ -22,13 +22,12 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from tjobs.errors import InvalidInput
-from tjobs.pools.model import POOL_NAME_PATTERN
+from tjobs.pools.model import valid_pool_name
 
 MAX_SHARD_TOTAL = 1024
 MAX_SHARD_PARAM_CHARS = 1024
 MAX_PATH_CHARS = 512
 _PATH = re.compile(r"^/[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*$")
-_POOL_NAME = re.compile(POOL_NAME_PATTERN)
 E = TypeVar("E", bound=StrEnum)
 
 
@@ -94,7 +93,7 @@ def parse_pool_route(raw: Any, field: str = "callback.pool") -> PoolRoute:
     if unknown:
         raise InvalidInput(f"{field}.{unknown[0]}", "unknown field", "unknown_field")
     name = raw.get("name")
-    if not isinstance(name, str) or not _POOL_NAME.match(name):
+    if not isinstance(name, str) or not valid_pool_name(name):
         raise InvalidInput(f"{field}.name", "must be a pool name: lower-case letters, digits, '_', '.', '-' (1..63)")
     mode = _choice(raw, "mode", Mode, Mode.ONE, field)
     strategy = _choice(raw, "strategy", Strategy, Strategy.ROUND_ROBIN, field)

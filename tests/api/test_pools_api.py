@@ -1,0 +1,129 @@
+"""``/v1/pools``: executors register (idempotently), heartbeat and leave; apps see only their own pools;
+an executor's address passes the target policy like a callback URL; bad input names its field.
+
+The registry is the coordinator's (here the embedded one; etcd's is held to the same contract by
+``tests/contract/test_coordinator_contract.py``), so one storage backend is enough for the routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.api.conftest import Tenant
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+Tenants = Callable[..., Awaitable[Tenant]]
+
+
+@pytest.fixture(scope="module")
+def api_storage() -> Iterator[dict[str, Any]]:
+    yield {"urls": ["memory://"], "topology": "2x2x4"}
+
+
+async def test_an_executor_registers_heartbeats_is_listed_and_leaves(tenant_factory: Tenants) -> None:
+    tenant = await tenant_factory("pools")
+    client = tenant.client
+    body = {"id": "w-1", "address": "http://127.0.0.1:9001", "zone": "z1", "weight": 2, "capacity": 8, "ttl_s": 30}
+    first = await client.post("/v1/pools/workers/executors", json=body)
+    assert first.status_code == 201, first.text
+    assert first.json() | {"registered_at": None} == {**body, "registered_at": None}
+    again = await client.post("/v1/pools/workers/executors", json=body)
+    assert again.status_code == 200  # idempotent: the same executor, its lease renewed
+    await client.post("/v1/pools/workers/executors", json={"id": "w-2", "address": "http://127.0.0.1:9002"})
+
+    listed = (await client.get("/v1/pools/workers")).json()
+    assert [e["id"] for e in listed["executors"]] == ["w-1", "w-2"]
+    assert (await client.get("/v1/pools")).json() == {
+        "items": [{"name": "workers", "executors": 2, "zones": ["", "z1"]}]
+    }
+    beat = await client.put("/v1/pools/workers/executors/w-1/heartbeat")
+    assert beat.status_code == 200 and beat.json() == {"id": "w-1", "ttl_s": 30}
+
+    assert (await client.delete("/v1/pools/workers/executors/w-1")).status_code == 204
+    assert (await client.delete("/v1/pools/workers/executors/w-1")).status_code == 404
+    gone = await client.put("/v1/pools/workers/executors/w-1/heartbeat")
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"  # register again
+    assert [e["id"] for e in (await client.get("/v1/pools/workers")).json()["executors"]] == ["w-2"]
+    assert (await client.delete("/v1/pools/workers/executors/w-2")).status_code == 204
+    assert (await client.get("/v1/pools/workers")).status_code == 404  # no live executor: no pool
+    assert (await client.get("/v1/pools")).json() == {"items": []}
+
+
+async def test_an_executor_without_an_id_is_known_by_its_address(tenant_factory: Tenants) -> None:
+    client = (await tenant_factory("pools")).client
+    first = await client.post("/v1/pools/workers/executors", json={"address": "http://127.0.0.1:9100/"})
+    second = await client.post("/v1/pools/workers/executors", json={"address": "http://127.0.0.1:9100/"})
+    other = await client.post("/v1/pools/workers/executors", json={"address": "http://127.0.0.1:9101/"})
+    assert (first.status_code, second.status_code, other.status_code) == (201, 200, 201)
+    assert first.json()["id"] == second.json()["id"] != other.json()["id"]
+    assert len((await client.get("/v1/pools/workers")).json()["executors"]) == 2
+
+
+async def test_an_app_can_neither_read_nor_change_another_apps_pool(tenant_factory: Tenants) -> None:
+    owner, other = await tenant_factory("owner"), await tenant_factory("other")
+    await owner.client.post("/v1/pools/shared-name/executors", json={"id": "e1", "address": "http://127.0.0.1:9200"})
+    assert (await other.client.get("/v1/pools/shared-name")).status_code == 404
+    assert (await other.client.get("/v1/pools")).json() == {"items": []}
+    assert (await other.client.put("/v1/pools/shared-name/executors/e1/heartbeat")).status_code == 404
+    assert (await other.client.delete("/v1/pools/shared-name/executors/e1")).status_code == 404
+    mine = await other.client.post(
+        "/v1/pools/shared-name/executors", json={"id": "e1", "address": "http://127.0.0.1:9"}
+    )
+    assert mine.status_code == 201  # its own pool of that name, not the owner's executor
+    owners = (await owner.client.get("/v1/pools/shared-name")).json()["executors"]
+    assert [(e["id"], e["address"]) for e in owners] == [("e1", "http://127.0.0.1:9200")]
+
+
+async def test_an_executor_address_is_judged_like_a_callback_url(tenant_factory: Tenants) -> None:
+    plain = await tenant_factory("plain")
+    refused = await plain.client.post("/v1/pools/w/executors", json={"address": "http://10.1.2.3:8000"})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["field"] == "address" and refused.json()["error"]["code"] == "target_refused"
+    admitted = await tenant_factory("internal", allowed_callback_hosts=["10.0.0.0/8"])
+    ok = await admitted.client.post("/v1/pools/w/executors", json={"address": "http://10.1.2.3:8000"})
+    assert ok.status_code == 201
+    metadata = await admitted.client.post(
+        "/v1/pools/w/executors", json={"address": "http://169.254.169.254/", "id": "m"}
+    )
+    assert metadata.status_code == 422 and metadata.json()["error"]["field"] == "address"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "address"),
+        ({"address": "ftp://127.0.0.1/"}, "address"),
+        ({"address": "http://user:pw@127.0.0.1/"}, "address"),
+        ({"address": "http://127.0.0.1", "id": "-bad"}, "id"),
+        ({"address": "http://127.0.0.1", "id": 7}, "id"),
+        ({"address": "http://127.0.0.1", "zone": "a b"}, "zone"),
+        ({"address": "http://127.0.0.1", "weight": 0}, "weight"),
+        ({"address": "http://127.0.0.1", "weight": True}, "weight"),
+        ({"address": "http://127.0.0.1", "capacity": 0}, "capacity"),
+        ({"address": "http://127.0.0.1", "ttl_s": 1}, "ttl_s"),
+        ({"address": "http://127.0.0.1", "ttl_s": 301}, "ttl_s"),
+        ({"address": "http://127.0.0.1", "colour": "red"}, "colour"),
+    ],
+)
+async def test_a_bad_registration_is_refused_naming_the_field(
+    tenant_factory: Tenants, body: dict[str, Any], field: str
+) -> None:
+    client = (await tenant_factory("bad")).client
+    answer = await client.post("/v1/pools/workers/executors", json=body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["field"] == field
+
+
+async def test_a_bad_pool_name_is_refused_and_an_unknown_pool_is_not_found(tenant_factory: Tenants) -> None:
+    client = (await tenant_factory("names")).client
+    answer = await client.post("/v1/pools/Not%20A%20Pool/executors", json={"address": "http://127.0.0.1"})
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == "pool"
+    assert (await client.get("/v1/pools/never-registered")).status_code == 404
+    assert (await client.get("/v1/pools/Not%20A%20Pool")).status_code == 404
+    assert (
+        await client.post("/v1/pools/workers/executors", content=b"[]", headers={"content-type": "application/json"})
+    ).status_code == 422

@@ -1,0 +1,112 @@
+"""``/v1/pools``: an app's executor pools — executors register, heartbeat and leave; the app reads them.
+
+Each app sees only its own pools: another app's pool answers 404, like a pool with no live executor
+(pools exist while they have one). See :mod:`tjobs.service.pools` and :mod:`tjobs.pools`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
+
+from tjobs import wire
+from tjobs.api.deps import AppDep, body_doc, errors, json_body, json_response, node_of, ok
+from tjobs.clock import iso_ms
+from tjobs.pools.model import Executor
+from tjobs.service.pools import PoolService
+
+router = APIRouter(prefix="/v1", tags=["pools"])
+
+
+class PoolSummary(BaseModel):
+    name: str
+    executors: int
+    zones: list[str]
+
+
+class PoolList(BaseModel):
+    items: list[PoolSummary]
+
+
+class PoolOut(BaseModel):
+    name: str
+    executors: list[wire.StoredExecutor]
+
+
+class Heartbeat(BaseModel):
+    id: str
+    ttl_s: int
+
+
+def pool_service(request: Request) -> PoolService:
+    service: PoolService | None = getattr(request.app.state, "pool_service", None)
+    if service is None:
+        node = node_of(request)
+        service = PoolService(node.coordinator, node.guard, node.settings.limits, node.clock)
+        request.app.state.pool_service = service
+    return service
+
+
+def executor_json(executor: Executor) -> dict[str, Any]:
+    return {
+        "id": executor.id,
+        "address": executor.address,
+        "zone": executor.zone,
+        "weight": executor.weight,
+        "capacity": executor.capacity,
+        "ttl_s": executor.ttl_s,
+        "registered_at": iso_ms(executor.registered_at_ms) if executor.registered_at_ms else None,
+    }
+
+
+@router.post(
+    "/pools/{pool}/executors",
+    status_code=201,
+    summary="Register an executor into a pool (201), or again (200: idempotent per id; renews its lease)",
+    responses={**ok(201, wire.StoredExecutor, "registered"), **ok(200, wire.StoredExecutor), **errors(401, 422)},
+    openapi_extra=body_doc(wire.ExecutorRegistration),
+)
+async def register_executor(pool: str, request: Request, app: AppDep) -> Any:
+    executor, created = await pool_service(request).register(app, pool, await json_body(request))
+    return json_response(executor_json(executor), 201 if created else 200)
+
+
+@router.put(
+    "/pools/{pool}/executors/{executor_id}/heartbeat",
+    summary="Renew an executor's lease (404: not registered any more; register again)",
+    responses={**ok(200, Heartbeat), **errors(401, 404)},
+)
+async def heartbeat(pool: str, executor_id: str, request: Request, app: AppDep) -> Any:
+    executor = await pool_service(request).renew(app, pool, executor_id)
+    return json_response({"id": executor.id, "ttl_s": executor.ttl_s})
+
+
+@router.delete(
+    "/pools/{pool}/executors/{executor_id}",
+    status_code=204,
+    summary="Deregister an executor (on shutdown)",
+    responses={204: {"description": "deregistered"}, **errors(401, 404)},
+)
+async def deregister_executor(pool: str, executor_id: str, request: Request, app: AppDep) -> Response:
+    await pool_service(request).deregister(app, pool, executor_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/pools", summary="The app's pools that have live executors", responses={**ok(200, PoolList), **errors(401)}
+)
+async def list_pools(request: Request, app: AppDep) -> Any:
+    pools = await pool_service(request).pools(app)
+    items = [
+        {"name": name, "executors": len(executors), "zones": sorted({e.zone for e in executors})}
+        for name, executors in pools.items()
+    ]
+    return json_response({"items": items})
+
+
+@router.get("/pools/{pool}", summary="A pool's live executors", responses={**ok(200, PoolOut), **errors(401, 404)})
+async def show_pool(pool: str, request: Request, app: AppDep) -> Any:
+    executors = await pool_service(request).pool(app, pool)
+    return json_response({"name": pool, "executors": [executor_json(e) for e in executors]})
