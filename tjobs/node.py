@@ -33,10 +33,13 @@ from tjobs.observability.metrics import Metrics, NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
 from tjobs.service.apps import AppDirectory
+from tjobs.service.targets import TargetDirectory, TargetService
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
+from tjobs.targets.addresses import AddressAllowList
+from tjobs.targets.model import Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +85,8 @@ class NodeParts:
     hotpath: HotPath | None = None
     clock: Clock | None = None
     transport: Transport | None = None  # callbacks: the HTTP transport with the node's SSRF guard
+    # named targets' other protocols (tests: the in-memory twin); else each loaded on its first use
+    protocol_transports: Mapping[Protocol, Transport] | None = None
 
 
 class Node:
@@ -113,7 +118,15 @@ class Node:
         # SSRF: every send re-judges the target (with the allow-list its request carries) and connects
         # only to the judged addresses.
         self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
-        self.transport: Transport = parts.transport or build_transport(settings.callbacks, policy=self.guard.policy)
+        # Named targets: cached per app, read per attempt; brokers and gRPC only where the operator allows.
+        self.targets = TargetDirectory(self.store, self.clock, int(settings.targets.cache_ttl_s * 1000))
+        self.transport: Transport = build_transport(
+            settings.callbacks,
+            policy=self.guard.policy,
+            allowed_addresses=AddressAllowList.parse(settings.targets.allowed_addresses),
+            transports=parts.protocol_transports,
+            http=parts.transport,
+        )
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, observer=self.observer)
         self.deliverer = Deliverer(
             self.store,
@@ -125,6 +138,7 @@ class Node:
             observer=self.observer,
             fence=self.coordinator.may_fire,
             status_reader=self.store,
+            targets=self.targets,
         )
         scheduler = settings.scheduler
         self.planner = FirePlanner(FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max))
@@ -151,8 +165,15 @@ class Node:
             fence=self.coordinator.may_fire,
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
+        self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)
         self.tasks = TaskService(
-            self.store, self.hotpath, settings, self.clock, self.topology, flow_sink=self.deliverer.deliver
+            self.store,
+            self.hotpath,
+            settings,
+            self.clock,
+            self.topology,
+            flow_sink=self.deliverer.deliver,
+            targets=self.target_service,
         )
         self.started = False
 

@@ -258,43 +258,6 @@ class StoredTarget(BaseModel):
     updated_at: str | None = None
 
 
-# ---- executor pools -----------------------------------------------------------------------------
-
-POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
-EXECUTOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
-ZONE_PATTERN = r"^[A-Za-z0-9_.:-]{0,64}$"
-EXECUTOR_MIN_TTL_S = 2  # etcd's own floor for a lease
-EXECUTOR_MAX_TTL_S = 300
-EXECUTOR_DEFAULT_TTL_S = 10
-EXECUTOR_MAX_WEIGHT = 1000
-EXECUTOR_MAX_CAPACITY = 100_000
-
-
-class ExecutorRegistration(_Strict):
-    """``POST /v1/pools/{pool}/executors``: an instance of the app's service joins the pool (again)."""
-
-    address: str = Field(description="the executor's base URL (http/https), judged like a callback URL")
-    id: str | None = Field(
-        default=None, pattern=EXECUTOR_ID_PATTERN, description="stable id; default: derived from the address"
-    )
-    zone: str = Field(default="", pattern=ZONE_PATTERN, description="for one_per_zone routing")
-    weight: int = Field(default=1, ge=1, le=EXECUTOR_MAX_WEIGHT, description="share in round robin and hashing")
-    capacity: int | None = Field(
-        default=None, ge=1, le=EXECUTOR_MAX_CAPACITY, description="callbacks in flight per node it prefers (soft)"
-    )
-    ttl_s: int = Field(
-        default=EXECUTOR_DEFAULT_TTL_S,
-        ge=EXECUTOR_MIN_TTL_S,
-        le=EXECUTOR_MAX_TTL_S,
-        description="lease: out of the pool once this long without a heartbeat",
-    )
-
-
-class StoredExecutor(BaseModel):
-    id: str
-    address: str
-    zone: str
-    weight: int
-    capacity: int | None = None
-    ttl_s: int
-    registered_at: str | None = None
+class StoredTargetPage(BaseModel):
+    items: list[StoredTarget]
+    next_cursor: str | None = None

@@ -6,8 +6,7 @@ which name the offending field; every :class:`tjobs.errors.TjobsError` becomes i
 validation (422). Nothing answers 200 with an error inside, and bad input never makes a 500.
 
 Routes live in ``routes_tasks`` (tasks), ``routes_flows`` (flows, dead letters), ``routes_apps`` (apps,
-stats), ``routes_pools`` (executor pools), ``routes_ops`` (``/v1/cluster``, ``/metrics``); ``/healthz``
-and ``/readyz`` are here.
+stats), ``routes_ops`` (``/v1/cluster``, ``/metrics``); ``/healthz`` and ``/readyz`` are here.
 """
 
 import re
@@ -25,9 +24,9 @@ from tjobs.api import (
     routes_apps,
     routes_flows,
     routes_ops,
-    routes_pools,
     routes_schedules,
     routes_slo,
+    routes_targets,
     routes_tasks,
     schemas,
 )
@@ -45,11 +44,18 @@ if TYPE_CHECKING:
 
 
 def _error(
-    status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+    details: dict[str, Any] | None = None,
 ) -> ORJSONResponse:
     error: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
+    if details is not None:
+        error["details"] = details
     return ORJSONResponse({"error": error}, status_code=status, headers=headers)
 
 
@@ -72,7 +78,14 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
 
     @api.exception_handler(TjobsError)
     async def _tjobs_error(request: Request, error: TjobsError) -> ORJSONResponse:
-        return _error(error.status_code, error.code, error.message, getattr(error, "field", None), error_headers(error))
+        return _error(
+            error.status_code,
+            error.code,
+            error.message,
+            getattr(error, "field", None),
+            error_headers(error),
+            getattr(error, "details", None),  # e.g. target_in_use: {"tasks": n}
+        )
 
     @api.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, error: RequestValidationError) -> ORJSONResponse:
@@ -95,8 +108,8 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_apps.router)
     api.include_router(routes_apps.admin)
     api.include_router(routes_slo.router)
+    api.include_router(routes_targets.router)
     api.include_router(routes_schedules.router)
-    api.include_router(routes_pools.router)
 
     # ---- operations -----------------------------------------------------------------------------
 

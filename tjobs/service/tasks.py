@@ -21,6 +21,7 @@ from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaEx
 from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
 from tjobs.schedules.spec import parse_schedule_request, schedule_of
+from tjobs.service.targets import TargetService
 from tjobs.service.task_counts import TaskCounts
 from tjobs.service.validation import (
     check_key,
@@ -103,9 +104,11 @@ class TaskService:
         clock: Clock,
         topology: Topology,
         flow_sink: Callable[[Task, Flow], None] | None = None,
+        targets: TargetService | None = None,
     ) -> None:
         """``flow_sink`` delivers the flows this service commits itself (a manual trigger, a dead
-        letter re-driven): the deliverer's :meth:`tjobs.delivery.deliverer.Deliverer.deliver`."""
+        letter re-driven): the deliverer's :meth:`tjobs.delivery.deliverer.Deliverer.deliver`.
+        ``targets`` checks that the targets a callback names exist (without it, naming one is a 422)."""
         self._store = store
         self._hotpath = hotpath
         self._settings = settings
@@ -117,6 +120,7 @@ class TaskService:
         self._shards = random.Random()
         self._threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
         self._flow_sink = flow_sink
+        self._targets = targets
         self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
         self.counts = TaskCounts(store, clock, settings.limits.task_count_refresh_s)
 
@@ -170,7 +174,7 @@ class TaskService:
     async def create(self, app: App, request: Any) -> Created:
         now_ms = self._clock.now_ms()
         task = self.build(app, request, now_ms)
-        await self.check_targets(app, task.callback)
+        await self.check_targets(app, task.callback, request["callback"])
         self._check_quota(app, 1)
         for _ in range(MAX_INSERT_ATTEMPTS):
             try:
@@ -189,8 +193,16 @@ class TaskService:
             return Created(stored, created=True)
         raise Conflict(f"could not store task {task.name!r}; retry")
 
-    async def check_targets(self, app: App, callback: CallbackSpec) -> None:
-        """The SSRF policy at registration: 422 naming the URL field if a target is refused."""
+    async def check_targets(self, app: App, callback: CallbackSpec, request: Any = None) -> None:
+        """The SSRF policy at registration: 422 naming the URL field if a URL is refused; and for a
+        callback naming targets, 422 naming the field of a name the app has no target of
+        (``request`` is the callback as sent, to name ``target`` or ``targets[i]``)."""
+        if callback.targets:
+            if self._targets is None:
+                raise InvalidInput("callback.target", "named targets are not available on this node", "unknown_target")
+            unicast = isinstance(request, dict) and "target" in request
+            await self._targets.check_named(app, callback.targets, unicast)
+            return
         await self.guard.check_registration(callback.urls, allow_list_of_app(app.settings))
 
     async def create_many(self, app: App, requests: Any) -> list[ItemResult]:
@@ -205,9 +217,13 @@ class TaskService:
         built: list[tuple[int, Task]] = []
         ids: set[int] = set()
         judged: dict[str, str | None] = {}  # url -> why it is refused (None: allowed), once per batch
+        named: set[tuple[str, ...]] = set()  # target names found, once per batch
         for index, request in enumerate(requests):
             try:
                 task = self.build(app, request, now_ms)
+                if task.callback.targets and task.callback.targets not in named:
+                    await self.check_targets(app, task.callback, request["callback"])
+                    named.add(task.callback.targets)
                 urls = task.callback.urls
                 for position, url in enumerate(urls):
                     if url not in judged:
@@ -433,7 +449,7 @@ class TaskService:
             fields.add("name")
         if "callback" in request:
             task.callback = parse_callback_request(with_defaults(request["callback"], app), limits)
-            await self.check_targets(app, task.callback)
+            await self.check_targets(app, task.callback, request["callback"])
             fields.add("callback")
         if "payload" in request:
             check_payload(request["payload"], limits)
@@ -541,9 +557,10 @@ def _matches(task: Task, status: TaskStatus | None, kind: str | None, name_prefi
 
 
 def with_defaults(callback: Any, app: App) -> Any:
-    """The app's callback defaults (``settings.callback_defaults``) under the request's own fields."""
+    """The app's callback defaults (``settings.callback_defaults``) under the request's own fields.
+    A callback naming targets takes none: each target carries its own settings and retry policy."""
     defaults = app.settings.get("callback_defaults")
-    if not defaults or not isinstance(callback, dict):
+    if not defaults or not isinstance(callback, dict) or "target" in callback or "targets" in callback:
         return callback
     merged = {k: v for k, v in defaults.items() if k != "headers"}
     merged.update(callback)

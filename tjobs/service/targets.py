@@ -1,0 +1,250 @@
+"""Named delivery targets behind the API (create, read, list, change, delete), and the cache delivery
+reads them through.
+
+**Versions.** Every change moves a target's ``version``. An update carrying ``version`` (as last read)
+is refused with 409 ``version_conflict`` if the target moved since, as a task's update is; without
+it the last change wins (the store's compare-and-set still orders concurrent writers).
+
+**Credentials** are accepted on create and update and never answered: answers show their keys, each
+value ``***`` (:func:`tjobs.targets.codec.target_json`); log lines name the target and its protocol
+only, and validation errors name the key, never the value.
+
+**SSRF.** An HTTP target's URLs are judged at create and update like inline callback URLs (the URL
+model, the node's policy, the app's allow-list) and again at every send. Any other protocol connects
+only to an address the operator allowed (``targets.allowed_addresses``,
+:mod:`tjobs.targets.addresses`): anything else is a 422 here and a permanent refusal at send.
+
+**Deleting a target that tasks still name** is a 409 ``target_in_use`` whose ``details.tasks`` says
+how many (tasks that can still fire: active or paused). The count is bounded by the references, not
+by the tasks: each task naming targets has one ``task_targets_TT`` row per target in its own shard,
+written in the same transaction as the task (:meth:`tjobs.stores.base.TaskStore.
+count_target_references`), so a delete reads that target's index range once per logical database,
+never a task row it does not need, and the count is exact at the instant it is read (no counter to
+drift across servers, since a task and its references commit together on one server). A task
+registered between the count and the delete (on another node) names a target that is gone: its
+flows dead-letter with an error naming the target, never silently.
+
+**The directory** (:class:`TargetDirectory`) caches targets per ``(app, name)`` for
+``targets.cache_ttl_s`` (5 s by default), so delivery reads a target once per TTL, not once per
+attempt. A change made through this node's API replaces the entry at once, so this node's next
+attempt uses it; another node's entry expires within ``cache_ttl_s``, after which its next attempt
+reads the change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import logging
+from dataclasses import replace
+from typing import Any
+
+from tjobs.clock import Clock
+from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app
+from tjobs.errors import InvalidInput, NotFound, TargetInUse, TargetVersionConflict
+from tjobs.model import App
+from tjobs.service.target_requests import parse_create, parse_credentials, parse_update
+from tjobs.settings import Settings
+from tjobs.stores.base import TaskStore
+from tjobs.targets.addresses import AddressAllowList
+from tjobs.targets.model import HttpTarget, Target, TargetSettings
+
+logger = logging.getLogger(__name__)
+
+LIST_PAGE_MAX = 1000
+UPDATE_ATTEMPTS = 3  # an update without ``version`` re-reads and retries when another lands first
+
+
+class TargetDirectory:
+    """Targets by ``(app, name)``, cached for ``ttl_ms``; a miss reads the store once per key at a
+    time (every caller waiting on that key shares the read). Misses are not cached: a target created
+    on another node is found by the next read."""
+
+    def __init__(self, store: TaskStore, clock: Clock, ttl_ms: int = 5000) -> None:
+        self._store = store
+        self._clock = clock
+        self._ttl_ms = ttl_ms
+        self._cache: dict[tuple[str, str], tuple[int, Target]] = {}
+        self._lookups: dict[tuple[str, str], asyncio.Future[Target | None]] = {}
+
+    def cached(self, app_id: str, name: str) -> Target | None:
+        """The target if cached and fresh, without touching the store (``None``: ask :meth:`get`)."""
+        entry = self._cache.get((app_id, name))
+        if entry is not None and entry[0] > self._clock.now_ms():
+            return entry[1]
+        return None
+
+    async def get(self, app_id: str, name: str) -> Target | None:
+        """The target (cached, else read once for every caller waiting on it); ``None`` if the app has
+        no target of that name. Raises what the store raises (``StorageUnavailable``)."""
+        target = self.cached(app_id, name)
+        if target is not None:
+            return target
+        key = (app_id, name)
+        lookup = self._lookups.get(key)
+        if lookup is None:
+            lookup = self._lookups[key] = asyncio.ensure_future(self._read(app_id, name))
+            lookup.add_done_callback(functools.partial(self._lookup_done, key))
+        return await asyncio.shield(lookup)
+
+    async def _read(self, app_id: str, name: str) -> Target | None:
+        target = await self._store.get_target(app_id, name)
+        if target is None:
+            self._cache.pop((app_id, name), None)
+        else:
+            self.put(target)
+        return target
+
+    def _lookup_done(self, key: tuple[str, str], lookup: asyncio.Future[Target | None]) -> None:
+        if self._lookups.get(key) is lookup:
+            del self._lookups[key]
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: every caller may have been cancelled meanwhile
+
+    def put(self, target: Target) -> None:
+        self._cache[(target.app_id, target.name)] = (self._clock.now_ms() + self._ttl_ms, target)
+
+    def forget(self, app_id: str, name: str) -> None:
+        self._cache.pop((app_id, name), None)
+
+
+class TargetService:
+    """Target management behind ``/v1/targets`` (see the module docstring)."""
+
+    def __init__(
+        self, store: TaskStore, directory: TargetDirectory, settings: Settings, clock: Clock, guard: TargetGuard
+    ) -> None:
+        self._store = store
+        self._directory = directory
+        self._settings = settings
+        self._clock = clock
+        self._guard = guard
+        self.allowed_addresses = AddressAllowList.parse(settings.targets.allowed_addresses)
+
+    async def create(self, app: App, body: Any) -> Target:
+        fields = parse_create(body, self._settings.limits)
+        assert fields.name is not None and fields.settings is not None and fields.retry is not None
+        await self._check_addresses(app, fields.settings, body["settings"])
+        now_ms = self._clock.now_ms()
+        target = Target(
+            app_id=app.id,
+            name=fields.name,
+            settings=fields.settings,
+            version=1,
+            retry=fields.retry,
+            credentials=fields.credentials or {},
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+        )
+        await self._store.put_target(target, None)
+        self._directory.put(target)
+        logger.info(
+            "target %s (%s) created for app %s",
+            target.name,
+            target.protocol.value,
+            app.id,
+            extra={"action": "target_created"},
+        )
+        return target
+
+    async def get(self, app: App, name: str) -> Target:
+        target = await self._store.get_target(app.id, name)
+        if target is None:
+            raise NotFound("target", name)
+        return target
+
+    async def list(self, app: App, limit: int = 100, cursor: str | None = None) -> tuple[list[Target], str | None]:
+        """The app's targets by name; the cursor is the last name of the previous page."""
+        if not 1 <= limit <= LIST_PAGE_MAX:
+            raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
+        after = None if cursor is None else _decode_cursor(cursor)
+        page = await self._store.list_targets(app.id, after, limit + 1)
+        more = len(page) > limit
+        page = page[:limit]
+        return page, (_encode_cursor(page[-1].name) if more else None)
+
+    async def update(self, app: App, name: str, body: Any) -> Target:
+        """Apply the body's fields to the stored target (see the module docstring for ``version``)."""
+        for _ in range(UPDATE_ATTEMPTS):
+            current = await self.get(app, name)
+            fields = parse_update(body, current.protocol, self._settings.limits)
+            if fields.version is not None and fields.version != current.version:
+                raise TargetVersionConflict(name, fields.version, current.version)
+            settings = fields.settings or current.settings
+            credentials = fields.credentials
+            if credentials is None:  # kept: still valid for the (maybe changed) protocol?
+                probe = replace(current, settings=settings)
+                credentials = parse_credentials(probe.protocol, dict(current.credentials), self._settings.limits)
+            await self._check_addresses(app, settings, body.get("settings"))
+            changed = replace(
+                current,
+                settings=settings,
+                retry=current.retry if fields.retry is None else fields.retry,
+                credentials=credentials,
+                version=current.version + 1,
+                updated_at_ms=self._clock.now_ms(),
+            )
+            try:
+                await self._store.put_target(changed, current.version)
+            except TargetVersionConflict:
+                if fields.version is not None:
+                    raise
+                continue  # another change landed first: apply this one to it
+            self._directory.put(changed)
+            logger.info(
+                "target %s (%s) of app %s is at version %d",
+                name,
+                changed.protocol.value,
+                app.id,
+                changed.version,
+                extra={"action": "target_updated"},
+            )
+            return changed
+        raise TargetVersionConflict(name, -1, -1)
+
+    async def delete(self, app: App, name: str) -> None:
+        """Delete the target unless tasks that can still fire name it (409 with how many)."""
+        await self.get(app, name)
+        naming = await self._store.count_target_references(app.id, name)
+        if naming:
+            raise TargetInUse(name, naming)
+        await self._store.delete_target(app.id, name)
+        self._directory.forget(app.id, name)
+        logger.info("target %s of app %s deleted", name, app.id, extra={"action": "target_deleted"})
+
+    async def check_named(self, app: App, names: tuple[str, ...], unicast: bool) -> None:
+        """422 naming the field (``callback.target`` or ``callback.targets[i]``) for a name the app
+        has no target of; the registration of a task naming targets."""
+        for index, name in enumerate(names):
+            if await self._directory.get(app.id, name) is None:
+                field = "callback.target" if unicast else f"callback.targets[{index}]"
+                raise InvalidInput(field, f"the app has no target named {name!r}", "unknown_target")
+
+    async def _check_addresses(self, app: App, settings: TargetSettings, request: Any) -> None:
+        """The SSRF rules (see the module docstring); ``request`` is the settings object as sent, to
+        name ``settings.url`` or ``settings.urls[i]`` as it was spelled."""
+        if isinstance(settings, HttpTarget):
+            allow = allow_list_of_app(app.settings)
+            unicast = isinstance(request, dict) and "url" in request
+            for index, url in enumerate(settings.urls):
+                reason = await self._guard.refusal(url, allow)
+                if reason is not None:
+                    field = "settings.url" if unicast else f"settings.urls[{index}]"
+                    raise InvalidInput(field, f"target refused: {reason}", "target_refused")
+            return
+        refusal = self.allowed_addresses.refusal(settings)
+        if refusal is not None:
+            field, reason = refusal
+            raise InvalidInput(field, f"target refused: {reason}", "target_refused")
+
+
+def _encode_cursor(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor") from None
