@@ -5,7 +5,8 @@
     TjobsError
     ├── InvalidInput          422  a request field is wrong; ``field`` names it
     │   ├── BodyTooLarge      413  the body passed its byte cap while being read
-    │   └── UnsupportedMediaType 415  a body that is not JSON (``content-type``)
+    │   ├── UnsupportedMediaType 415  a body that is not JSON (``content-type``)
+    │   └── ConfirmationRequired 400  a destructive call without its confirmation parameter
     ├── NotFound              404  the id does not exist (or belongs to another app)
     ├── Conflict              409
     │   ├── VersionConflict        optimistic ``version`` lost a race
@@ -15,6 +16,7 @@
     │   ├── TargetVersionConflict  a target's ``version`` lost a race
     │   └── TargetInUse            tasks still name the target (``details.tasks`` says how many)
     ├── Unauthorized          401
+    ├── AppDisabled           403  the app's key is refused while an operator has it disabled
     ├── QuotaExceeded         429
     │   └── RateLimited            a request rate limit; ``retry_after_s`` says when to come back
     ├── StorageUnavailable    503  a database could not be reached; nothing was written
@@ -67,6 +69,15 @@ class UnsupportedMediaType(InvalidInput):
 
     def __init__(self, media_type: str) -> None:
         super().__init__("content-type", f"{media_type or 'none'} is not application/json", "unsupported_media_type")
+
+
+class ConfirmationRequired(InvalidInput):
+    """A destructive call (deleting an app) must repeat what it destroys in ``field``."""
+
+    status_code = 400
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message, "confirmation_required")
 
 
 class NotFound(TjobsError):
@@ -141,6 +152,20 @@ class TargetInUse(Conflict):
 class Unauthorized(TjobsError):
     status_code = 401
     code = "unauthorized"
+
+
+class AppDisabled(TjobsError):
+    """The calling app is disabled (``POST /v1/apps/{id}/disable``): its key is refused with 403."""
+
+    status_code = 403
+    code = "app_disabled"
+
+    def __init__(self, app_id: str) -> None:
+        super().__init__(
+            f"app {app_id} is disabled by an operator: its key is refused and its tasks do not fire "
+            "until it is enabled again"
+        )
+        self.app_id = app_id
 
 
 class QuotaExceeded(TjobsError):

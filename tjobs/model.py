@@ -66,6 +66,16 @@ class App:
     created_at_ms: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def disabled_at_ms(self) -> int | None:
+        """When an operator disabled the app (``settings["disabled_at_ms"]``); ``None`` while enabled."""
+        value = self.settings.get(DISABLED_AT)
+        return int(value) if value is not None else None
+
+
+DISABLED_AT = "disabled_at_ms"
+"""The key of :attr:`App.settings` holding when the app was disabled (absent while it is enabled)."""
+
 
 @dataclass(slots=True)
 class Task:

@@ -33,6 +33,7 @@ from tjobs.observability.metrics import Metrics, NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
 from tjobs.service.apps import AppDirectory
+from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.targets import TargetDirectory, TargetService
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
@@ -115,6 +116,7 @@ class Node:
         # Metrics and SLO accounting hang off this one observer of the runner, deliverer, limiter and hot path.
         self.observer = MetricsObserver(self.metrics, self.slo, self.clock.now_ms)
         self.apps = AppDirectory(self.store, self.clock)
+        self.disabled_apps = DisabledApps(self.store)  # their tasks do not fire (planner and runner)
         # SSRF: every send re-judges the target (with the allow-list its request carries) and connects
         # only to the judged addresses.
         self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
@@ -141,7 +143,10 @@ class Node:
             targets=self.targets,
         )
         scheduler = settings.scheduler
-        self.planner = FirePlanner(FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max))
+        self.planner = FirePlanner(
+            FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max),
+            disabled_apps=self.disabled_apps,
+        )
         self.runner = JobRunner(
             self.store,
             self.coordinator,
@@ -151,8 +156,10 @@ class Node:
             self.clock,
             observer=self.observer,
             hotpath=self.hotpath,
+            disabled_apps=self.disabled_apps,
         )
         self.db_health.subscribe(self.runner.set_paused)
+        self.disabled_apps.subscribe(self.runner.reload)
         lease_ms = settings.callbacks.timeout_ms * 2 + 10_000
         self.compensator = Compensator(
             self.store,
@@ -188,6 +195,7 @@ class Node:
         await self.runner.start()
         await self.db_health.start()
         await self.hotpath.start(self.runner.on_task_change, self.observer)
+        await self.disabled_apps.start()  # known before the first load
         await self.coordinator.start(self.runner.set_owned)
         await self.compensator.start()
         await self.retention.start()
@@ -203,6 +211,7 @@ class Node:
         await self.runner.stop()
         await self.compensator.stop()
         await self.retention.stop()
+        await self.disabled_apps.stop()
         await self.tasks.counts.stop()
         await self.db_health.stop()
         await self.hotpath.stop()

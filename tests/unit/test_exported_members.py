@@ -7,6 +7,7 @@ import tjobs.client
 EXPECTED = {
     "ApiError",
     "App",
+    "AppDeleted",
     "AppStats",
     "AsyncClient",
     "BadRequest",

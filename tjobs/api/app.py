@@ -70,7 +70,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         description="Register timers; tjobs calls your service back, signed, when they are due.",
     )
     api.state.node = node
-    api.state.app_service = AppService(node.store, node.apps, node.settings, node.clock)
+    api.state.app_service = AppService(node.store, node.apps, node.settings, node.clock, node.disabled_apps)
     api.state.rate_limits = ApiRateLimits(
         node.settings.rate_limits,
         on_refused=lambda app_id, bucket: node.metrics.api_rate_limited.labels(app_id, bucket).inc(),

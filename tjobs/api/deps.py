@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from tjobs.api.bodies import parse_json, require_json_content_type
 from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
 from tjobs.api.schemas import Error
-from tjobs.errors import InvalidInput, NotFound, RateLimited, StaleShardMap, TjobsError, Unauthorized
+from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, StaleShardMap, TjobsError, Unauthorized
 from tjobs.model import MAX_ID, App
 from tjobs.service.apps import hash_api_key
 
@@ -108,6 +108,8 @@ async def _authenticate(request: Request, key: str | None) -> App:
         raise Unauthorized("unknown API key")
     if unseen:
         limits.lookup_succeeded()
+    if app.disabled_at_ms is not None:
+        raise AppDisabled(app.id)
     if request.scope.get(ADMITTED) != app.id:  # else AdmissionMiddleware took its token already
         route = request.scope.get("route")
         limits.admit_request(app, request.method, getattr(route, "path", None))
@@ -193,7 +195,9 @@ def task_id_of(raw: str) -> int:
 DOCUMENTED_BODIES: list[type[BaseModel]] = []
 
 _ERROR_TEXT = {
+    400: "a destructive call without its confirmation; error.field names the parameter",
     401: "missing or unknown key",
+    403: "the app is disabled by an operator",
     404: "not found (or another app's)",
     409: "conflict: lost a version race, or not in a state that allows this",
     413: "body too large",

@@ -8,13 +8,14 @@ from typing import Any
 
 from tjobs.clock import iso_ms
 from tjobs.errors import TjobsError
-from tjobs.model import App, Flow, Task
+from tjobs.model import DISABLED_AT, App, Flow, Task
 from tjobs.schedules.preview import Preview
 from tjobs.specs import ScheduleSpec, callback_to_json, schedule_to_json
 
 # Instants repeat (a batch's tasks share created_at/updated_at, many share next_run_at), and
 # formatting one was a tenth of a batch create's CPU in the profile.
 _cached_iso_ms = lru_cache(maxsize=4096)(iso_ms)
+_INTERNAL_SETTINGS = frozenset({"retiring_secrets", DISABLED_AT})  # shown otherwise, or never
 
 
 def _instant(ms: int | None) -> str | None:
@@ -67,7 +68,9 @@ def app_json(app: App, api_key: str | None = None, *, with_secrets: bool | None 
         "rate_limit_per_s": app.rate_limit_per_s,
         "max_concurrency": app.max_concurrency,
         "created_at": _instant(app.created_at_ms),
-        "settings": {k: v for k, v in app.settings.items() if k != "retiring_secrets"},
+        "settings": {k: v for k, v in app.settings.items() if k not in _INTERNAL_SETTINGS},
+        "disabled": app.disabled_at_ms is not None,
+        "disabled_at": _instant(app.disabled_at_ms),
     }
     if api_key is not None:
         body["api_key"] = api_key

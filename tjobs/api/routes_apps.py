@@ -1,11 +1,12 @@
-"""Apps: admin management (create, show, update, rotate, stats) and an app's view of itself."""
+"""Apps: admin management (create, list, show, update, rotate, disable, enable, delete, stats) and an
+app's view of itself."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from tjobs.api import schemas
 from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok, require_admin
@@ -14,6 +15,7 @@ from tjobs.errors import InvalidInput
 from tjobs.model import App
 from tjobs.observability.metrics_per_app import Buckets
 from tjobs.service.apps import AppService
+from tjobs.service.cursors import MAX_CURSOR_CHARS
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -37,6 +39,20 @@ def app_service(request: Request) -> AppService:
 async def create_app(request: Request) -> Any:
     app, api_key = await app_service(request).create(await json_body(request))
     return json_response(app_json(app, api_key), 201)
+
+
+@admin.get(
+    "/apps",
+    summary="List the apps by id (admin; cursor pagination)",
+    responses={**ok(200, schemas.AppPage), **errors(401, 422)},
+)
+async def list_apps(
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> Any:
+    page = await app_service(request).list_page(limit, cursor)
+    return json_response({"items": [app_json(app) for app in page.items], "next_cursor": page.next_cursor})
 
 
 @admin.get("/apps/{app_id}", summary="Show an app (admin)", responses={**ok(200, schemas.AppOut), **errors(401, 404)})
@@ -80,6 +96,38 @@ async def rotate_app(app_id: str, request: Request) -> Any:
         app_id, api_key=flags["api_key"], secret=flags["secret"], grace_s=grace_s
     )
     return json_response(app_json(app, api_key, with_secrets=True))
+
+
+@admin.post(
+    "/apps/{app_id}/disable",
+    summary="Disable an app (admin): its key answers 403 and its tasks do not fire until it is enabled",
+    responses={**ok(200, schemas.AppOut), **errors(401, 404)},
+)
+async def disable_app(app_id: str, request: Request) -> Any:
+    return json_response(app_json(await app_service(request).set_disabled(app_id, True)))
+
+
+@admin.post(
+    "/apps/{app_id}/enable",
+    summary="Enable an app again (admin): its tasks resume under their misfire policy",
+    responses={**ok(200, schemas.AppOut), **errors(401, 404)},
+)
+async def enable_app(app_id: str, request: Request) -> Any:
+    return json_response(app_json(await app_service(request).set_disabled(app_id, False)))
+
+
+@admin.delete(
+    "/apps/{app_id}",
+    summary="Delete an app with all its tasks and targets (admin); ?confirm=<app id> is required",
+    responses={**ok(200, schemas.AppDeleted), **errors(400, 401, 404)},
+)
+async def delete_app(
+    app_id: str,
+    request: Request,
+    confirm: Annotated[str | None, Query(max_length=200, description="the app id again")] = None,
+) -> Any:
+    deleted = await app_service(request).delete(app_id, confirm)
+    return json_response({"id": app_id, "deleted_tasks": deleted})
 
 
 @admin.get(

@@ -201,6 +201,18 @@ class AppOut(BaseModel):
     secrets: list[str] | None = Field(
         default=None, description="signing secrets, newest first (create, rotate and show answers)"
     )
+    disabled: bool = Field(description="an operator disabled it: its key answers 403, its tasks do not fire")
+    disabled_at: str | None = Field(description="when it was disabled")
+
+
+class AppPage(BaseModel):
+    items: list[AppOut]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null at the end")
+
+
+class AppDeleted(BaseModel):
+    id: str
+    deleted_tasks: int = Field(description="tasks deleted with it (their pending flows cancelled)")
 
 
 class Lateness(BaseModel):

@@ -13,12 +13,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tjobs.cli.api_commands import app_app, dlq_app, import_tasks, task_app
+from tjobs.cli.app_admin_commands import add_app_admin_commands
 from tjobs.cli.schedule_commands import schedule_app
 from tjobs.observability.logs import configure_logging
 from tjobs.settings import Settings, load_settings, metrics_exposure_problem, weak_admin_key_reason
 
 app = typer.Typer(help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False)
 app.add_typer(task_app, name="task")
+add_app_admin_commands(app_app)
 app.add_typer(app_app, name="app")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(schedule_app, name="schedule")

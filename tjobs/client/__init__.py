@@ -33,6 +33,7 @@ from tjobs.client.errors import (
 )
 from tjobs.client.models import (
     App,
+    AppDeleted,
     AppStats,
     BatchItem,
     BatchResult,
@@ -54,6 +55,7 @@ from tjobs.client.webhooks import VerifiedCallback, verify
 __all__ = [
     "ApiError",
     "App",
+    "AppDeleted",
     "AppStats",
     "AsyncClient",
     "BadRequest",

@@ -7,7 +7,17 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from tjobs.client.models import App, AppStats, BatchResult, Flow, Page, RedriveResult, SchedulePreview, Task
+from tjobs.client.models import (
+    App,
+    AppDeleted,
+    AppStats,
+    BatchResult,
+    Flow,
+    Page,
+    RedriveResult,
+    SchedulePreview,
+    Task,
+)
 from tjobs.client.schedules import Schedule
 
 T = TypeVar("T")
@@ -184,6 +194,28 @@ def update_app(app_id: str, fields: dict[str, Any]) -> Call[App]:
 def rotate_app(app_id: str, api_key: bool, secret: bool, grace_s: int) -> Call[App]:
     return Call(
         "POST", f"/v1/apps/{_seg(app_id)}/rotate", _app, json={"api_key": api_key, "secret": secret, "grace_s": grace_s}
+    )
+
+
+def list_apps(limit: int, cursor: str | None) -> Call[Page[App]]:
+    params: dict[str, Any] = {"limit": limit}
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call("GET", "/v1/apps", Page[App].model_validate, params=params, idempotent=True)
+
+
+def disable_app(app_id: str) -> Call[App]:
+    return Call("POST", f"/v1/apps/{_seg(app_id)}/disable", _app, idempotent=True)
+
+
+def enable_app(app_id: str) -> Call[App]:
+    return Call("POST", f"/v1/apps/{_seg(app_id)}/enable", _app, idempotent=True)
+
+
+def delete_app(app_id: str, confirm: str) -> Call[AppDeleted]:
+    # idempotent: a repeat goes on where a cut-short call stopped; after it finished, 404
+    return Call(
+        "DELETE", f"/v1/apps/{_seg(app_id)}", AppDeleted.model_validate, params={"confirm": confirm}, idempotent=True
     )
 
 

@@ -12,7 +12,17 @@ from tjobs.client import _calls as calls
 from tjobs.client._calls import Call, task_request
 from tjobs.client._retry import result_of, retry_delay_s
 from tjobs.client.errors import TransportError
-from tjobs.client.models import App, AppStats, BatchResult, Flow, Page, RedriveResult, SchedulePreview, Task
+from tjobs.client.models import (
+    App,
+    AppDeleted,
+    AppStats,
+    BatchResult,
+    Flow,
+    Page,
+    RedriveResult,
+    SchedulePreview,
+    Task,
+)
 from tjobs.client.schedules import Schedule
 
 T = TypeVar("T")
@@ -206,6 +216,21 @@ class AsyncClient:
 
     async def rotate_app(self, app_id: str, *, api_key: bool = True, secret: bool = True, grace_s: int = 86_400) -> App:
         return await self._run(calls.rotate_app(app_id, api_key, secret, grace_s))
+
+    async def list_apps(self, *, limit: int = 100, cursor: str | None = None) -> Page[App]:
+        return await self._run(calls.list_apps(limit, cursor))
+
+    async def disable_app(self, app_id: str) -> App:
+        """Its key answers 403 and its tasks do not fire until :meth:`enable_app`."""
+        return await self._run(calls.disable_app(app_id))
+
+    async def enable_app(self, app_id: str) -> App:
+        """Its tasks resume under their misfire policy."""
+        return await self._run(calls.enable_app(app_id))
+
+    async def delete_app(self, app_id: str, *, confirm: str) -> AppDeleted:
+        """Delete the app with all its tasks and targets; ``confirm`` must repeat ``app_id``."""
+        return await self._run(calls.delete_app(app_id, confirm))
 
     async def app_stats(self, app_id: str) -> AppStats:
         return await self._run(calls.app_stats(app_id))

@@ -104,6 +104,13 @@ class App(_Model):
     settings: dict[str, Any]
     api_key: str | None = None
     secrets: list[str] | None = None
+    disabled: bool = False
+    disabled_at: datetime | None = None
+
+
+class AppDeleted(_Model):
+    id: str
+    deleted_tasks: int
 
 
 class PreviewInstant(_Model):

@@ -12,7 +12,17 @@ from tjobs.client import _calls as calls
 from tjobs.client._calls import Call, task_request
 from tjobs.client._retry import result_of, retry_delay_s
 from tjobs.client.errors import TransportError
-from tjobs.client.models import App, AppStats, BatchResult, Flow, Page, RedriveResult, SchedulePreview, Task
+from tjobs.client.models import (
+    App,
+    AppDeleted,
+    AppStats,
+    BatchResult,
+    Flow,
+    Page,
+    RedriveResult,
+    SchedulePreview,
+    Task,
+)
 from tjobs.client.schedules import Schedule
 
 T = TypeVar("T")
@@ -202,6 +212,21 @@ class Client:
 
     def rotate_app(self, app_id: str, *, api_key: bool = True, secret: bool = True, grace_s: int = 86_400) -> App:
         return self._run(calls.rotate_app(app_id, api_key, secret, grace_s))
+
+    def list_apps(self, *, limit: int = 100, cursor: str | None = None) -> Page[App]:
+        return self._run(calls.list_apps(limit, cursor))
+
+    def disable_app(self, app_id: str) -> App:
+        """Its key answers 403 and its tasks do not fire until :meth:`enable_app`."""
+        return self._run(calls.disable_app(app_id))
+
+    def enable_app(self, app_id: str) -> App:
+        """Its tasks resume under their misfire policy."""
+        return self._run(calls.enable_app(app_id))
+
+    def delete_app(self, app_id: str, *, confirm: str) -> AppDeleted:
+        """Delete the app with all its tasks and targets; ``confirm`` must repeat ``app_id``."""
+        return self._run(calls.delete_app(app_id, confirm))
 
     def app_stats(self, app_id: str) -> AppStats:
         return self._run(calls.app_stats(app_id))

@@ -18,6 +18,7 @@ here (README "Misfires"; *misfire* in docs/design.md): a fire is a misfire when 
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
 from tjobs.model import (
@@ -44,12 +45,20 @@ class FirePolicy:
 
 
 class FirePlanner:
-    """Callable planner handed to :meth:`tjobs.stores.base.TaskStore.commit_fires`."""
+    """Callable planner handed to :meth:`tjobs.stores.base.TaskStore.commit_fires`.
 
-    def __init__(self, policy: FirePolicy) -> None:
+    It declines (``None``: the task untouched, no flow) the fires of the apps in ``disabled_apps``
+    (:class:`tjobs.service.disabled_apps.DisabledApps`), so a disabled app's tasks keep their instant
+    and fire under their misfire policy once it is enabled again.
+    """
+
+    def __init__(self, policy: FirePolicy, disabled_apps: Container[str] = frozenset()) -> None:
         self.policy = policy
+        self._disabled_apps = disabled_apps
 
     def __call__(self, task: Task, intent: FireIntent, now_ms: int) -> FirePlan | None:
+        if task.app_id in self._disabled_apps:
+            return None
         return plan_fire(task, intent, now_ms, self.policy)
 
 

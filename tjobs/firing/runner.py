@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
 from sharding import shard_of_task_id
@@ -90,10 +90,12 @@ class JobRunner:
         load_concurrency: int = 8,
         observer: FireObserver = NO_OBSERVER,
         hotpath: HotPath | None = None,
+        disabled_apps: Container[str] = frozenset(),
     ) -> None:
         """``flow_sink`` takes every committed flow to send (the deliverer); ``observer`` is told of
         every fire transaction batch that committed something; ``hotpath`` (whose changes reach
-        :meth:`on_task_change`) is told the owned jobs right before gained ones are loaded."""
+        :meth:`on_task_change`) is told the owned jobs right before gained ones are loaded; the tasks
+        of ``disabled_apps`` are kept out of the wheel (see :meth:`reload`)."""
         self._store = store
         self._coordinator = coordinator
         self._planner = planner
@@ -105,6 +107,7 @@ class JobRunner:
         self._loading: dict[int, set[asyncio.Future[int]]] = {}  # shard -> its loads under way
         self._observer = observer
         self._hotpath = hotpath
+        self._disabled_apps = disabled_apps
         self._cycle_ms = settings.cycle_s * 1000
         self._threshold_ms = int(settings.misfire_threshold_s * 1000)
         self._pacer = MisfirePacer(settings.misfire_rate_per_s)
@@ -244,6 +247,9 @@ class JobRunner:
     def _offer(
         self, task_id: int, app_id: str, scheduled_at_ms: int, version: int, policy: MisfirePolicy | None
     ) -> None:
+        if app_id in self._disabled_apps:  # its fires wait in the store until it is enabled (reload)
+            self.wheel.cancel(task_id)
+            return
         existing = self.wheel.get(task_id)
         if existing is not None and existing.version > version:
             return
@@ -252,6 +258,12 @@ class JobRunner:
         if now_ms - scheduled_at_ms > self._threshold_ms and policy in _PACED:
             fire_at_ms = self._pacer.slot(app_id, now_ms)
         self.wheel.add(task_id, fire_at_ms, scheduled_at_ms, version)
+
+    async def reload(self) -> None:
+        """Load every shard this node fires up to the horizon again: an app enabled again has its
+        tasks back in the wheel now (overdue ones fire under their misfire policy), not at the next
+        cycle load. Offers never replace newer entries, so what the wheel holds is unchanged."""
+        await self._load(sorted(self.firing_jobs()), self._horizon_ms)
 
     # ---- cycle loading -----------------------------------------------------------------------
 

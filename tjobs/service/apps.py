@@ -19,8 +19,11 @@ from typing import Any
 from tjobs.clock import Clock
 from tjobs.delivery.signing import generate_secret
 from tjobs.delivery.ssrf import AllowList
-from tjobs.errors import InvalidInput, NotFound
-from tjobs.model import App
+from tjobs.errors import ConfirmationRequired, InvalidInput, NotFound
+from tjobs.model import DISABLED_AT, App
+from tjobs.service.cursors import decode_position, encode_position
+from tjobs.service.disabled_apps import DisabledApps
+from tjobs.service.tasks import LIST_PAGE_MAX, SHARD_WINDOW, Page
 from tjobs.service.validation import check_name
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
@@ -29,6 +32,7 @@ from tjobs.wire import CallbackDefaults
 DEFAULT_SECRET_GRACE_S = 86_400
 MAX_SECRET_GRACE_S = 30 * 86_400
 MAX_ACTIVE_TASKS = 1_000_000_000_000  # a per-app quota; beyond it a count could not be stored
+DELETE_BATCH = 1000  # tasks deleted per transaction when an app is deleted
 _CALLBACK_DEFAULT_KEYS = frozenset(CallbackDefaults.model_fields)
 _APP_KEYS = frozenset(
     {
@@ -149,11 +153,19 @@ _SETTINGS_FIELDS = (
 class AppService:
     """App management behind the admin API."""
 
-    def __init__(self, store: TaskStore, directory: AppDirectory, settings: Settings, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        directory: AppDirectory,
+        settings: Settings,
+        clock: Clock,
+        disabled_apps: DisabledApps | None = None,
+    ) -> None:
         self._store = store
         self._directory = directory
         self._settings = settings
         self._clock = clock
+        self._disabled_apps = disabled_apps
 
     async def create(self, body: Any, app_id: str | None = None) -> tuple[App, str]:
         """Store a new app; returns it with its API key (shown once, stored only as a hash)."""
@@ -230,6 +242,69 @@ class AppService:
     async def _save(self, app: App) -> None:
         await self._store.put_app(app)
         self._directory.put(app)
+
+    async def list_page(self, limit: int = 100, cursor: str | None = None) -> Page:
+        """Every app by ascending id; the cursor is the last id listed."""
+        if not 1 <= limit <= LIST_PAGE_MAX:
+            raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
+        after = None if cursor is None else str(decode_position(cursor, "apps", (str,))[0])
+        now_ms = self._clock.now_ms()
+        apps = [app for app in await self._store.list_apps() if after is None or app.id > after]
+        page = [live_secrets(app, now_ms) for app in apps[:limit]]
+        return Page(page, encode_position("apps", (page[-1].id,)) if len(apps) > limit else None)
+
+    async def set_disabled(self, app_id: str, disabled: bool) -> App:
+        """Disable (its key answers 403, its tasks do not fire) or enable again (its tasks resume
+        under their misfire policy); doing either twice changes nothing."""
+        app = await self.get(app_id)
+        if (app.disabled_at_ms is not None) == disabled:
+            return app
+        settings = {k: v for k, v in app.settings.items() if k != DISABLED_AT}
+        if disabled:
+            settings[DISABLED_AT] = self._clock.now_ms()
+        app = replace(app, settings=settings)
+        await self._save(app)
+        if self._disabled_apps is not None:
+            await self._disabled_apps.changed(app)
+        return app
+
+    async def delete(self, app_id: str, confirm: str | None) -> int:
+        """Delete the app with its tasks (their pending flows cancelled; flows stay as history until
+        retention) and its targets; ``confirm`` must repeat the app id. The app is disabled first, so
+        nothing of it fires or is changed meanwhile, and a call cut short can be repeated: it goes on
+        where the first stopped. Returns how many tasks were deleted."""
+        await self.get(app_id)
+        if confirm != app_id:
+            raise ConfirmationRequired(
+                "confirm", f"deleting an app deletes all its tasks: repeat its id, ?confirm={app_id}"
+            )
+        app = await self.set_disabled(app_id, True)
+        self._directory.forget_key_hash(app.api_key_hash)
+        now_ms = self._clock.now_ms()
+        shards = list(range(self._store.topology.shard_count))
+        deleted = 0
+        for start in range(0, len(shards), SHARD_WINDOW):
+            counts = await asyncio.gather(
+                *(self._delete_tasks(app_id, shard, now_ms) for shard in shards[start : start + SHARD_WINDOW])
+            )
+            deleted += sum(counts)
+        while targets := await self._store.list_targets(app_id, None, DELETE_BATCH):
+            for target in targets:
+                await self._store.delete_target(app_id, target.name)
+        await self._store.delete_app(app_id)
+        self._directory.invalidate(app_id)
+        self._directory.forget_key_hash(app.api_key_hash)
+        if self._disabled_apps is not None:
+            self._disabled_apps.forget(app_id)
+        return deleted
+
+    async def _delete_tasks(self, app_id: str, shard: int, now_ms: int) -> int:
+        deleted = 0
+        while True:
+            count = await self._store.delete_app_tasks(app_id, shard, DELETE_BATCH, now_ms)
+            deleted += count
+            if count < DELETE_BATCH:
+                return deleted
 
 
 class AppDirectory:

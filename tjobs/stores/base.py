@@ -124,6 +124,10 @@ class TaskStore(ABC):
     @abstractmethod
     async def list_apps(self) -> list[App]: ...
 
+    @abstractmethod
+    async def delete_app(self, app_id: str) -> bool:
+        """Delete the app's row (its tasks are :meth:`delete_app_tasks`'s); ``False`` if it did not exist."""
+
     # ---- targets (named delivery targets, beside the apps) -------------------------------------
 
     @abstractmethod
@@ -230,6 +234,12 @@ class TaskStore(ABC):
         single attempt is already under way and its outcome is still to be recorded. ``False``, and
         nothing changed, if the task did not exist.
         """
+
+    @abstractmethod
+    async def delete_app_tasks(self, app_id: str, shard: int, limit: int, now_ms: int) -> int:
+        """Delete up to ``limit`` of the app's tasks in ``shard``, each as
+        :meth:`delete_task_cancelling_flows` deletes one, in one transaction; return how many went
+        (fewer than ``limit``: none of the app's tasks is left there)."""
 
     @abstractmethod
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:

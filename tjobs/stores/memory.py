@@ -105,6 +105,9 @@ class MemoryTaskStore(TaskStore):
     async def list_apps(self) -> list[App]:
         return [copy.deepcopy(self._apps[key]) for key in sorted(self._apps)]
 
+    async def delete_app(self, app_id: str) -> bool:
+        return self._apps.pop(app_id, None) is not None
+
     # ---- targets ----------------------------------------------------------------------------------
     # Targets are frozen values (their mappings read-only), so they are shared, not copied.
 
@@ -256,6 +259,13 @@ class MemoryTaskStore(TaskStore):
                 flow.next_attempt_at_ms = None
                 flow.updated_at_ms = now_ms
         return True
+
+    async def delete_app_tasks(self, app_id: str, shard: int, limit: int, now_ms: int) -> int:
+        self._check_shard(shard)
+        doomed = [t.id for t in self._tasks[shard].values() if t.app_id == app_id][:limit]
+        for task_id in doomed:
+            await self.delete_task_cancelling_flows(task_id, now_ms)
+        return len(doomed)
 
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         self._check_shard(shard)

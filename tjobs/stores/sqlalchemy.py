@@ -350,6 +350,14 @@ class SQLAlchemyTaskStore(TaskStore):
             rows = await conn.execute(statement, execution_options=self.layout.apps_options)
             return [app_from_row(row) for row in rows.mappings()]
 
+    async def delete_app(self, app_id: str) -> bool:
+        apps = self.layout.apps
+        async with self._write(self.layout.apps_database.engine_url) as conn:
+            result = await conn.execute(
+                delete(apps).where(apps.c.id == app_id), execution_options=self.layout.apps_options
+            )
+        return bool(result.rowcount)
+
     # ---- targets ----------------------------------------------------------------------------------
 
     async def put_target(self, target: Target, expected_version: int | None) -> None:
@@ -745,6 +753,28 @@ class SQLAlchemyTaskStore(TaskStore):
                 execution_options=home.options,
             )
         return True
+
+    async def delete_app_tasks(self, app_id: str, shard: int, limit: int, now_ms: int) -> int:
+        home = self._shard(shard)
+        t, f = home.tasks.c, home.flows.c
+        async with self._write(home.database.engine_url) as conn:
+            # the app's index range, locked: a fire of one of them waits, then finds its row gone
+            pick = select(t.id).where(t.app_id == app_id).order_by(t.id).limit(limit).with_for_update()
+            task_ids = list((await conn.execute(pick, execution_options=home.options)).scalars())
+            if not task_ids:
+                return 0
+            await conn.execute(
+                delete(home.tasks).where(t.id.in_(_ids())), {"ids": task_ids}, execution_options=home.options
+            )
+            await _delete_references(conn, home, task_ids)
+            await conn.execute(
+                update(home.flows)
+                .where(f.task_id.in_(_ids()), f.status == FlowStatus.PENDING.value)
+                .values(status=FlowStatus.CANCELLED.value, next_attempt_at=None, updated_at=now_ms),
+                {"ids": task_ids},
+                execution_options=home.options,
+            )
+        return len(task_ids)
 
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         home = self._shard(shard)
@@ -1144,6 +1174,11 @@ class SQLAlchemyTaskStore(TaskStore):
                     purged += result.rowcount
                     await _delete_references(conn, home, list(old_tasks))
         return purged
+
+
+def _ids() -> Any:
+    """The expanding ``ids`` parameter of a statement over a list of task ids."""
+    return bindparam("ids", expanding=True)
 
 
 # ---- which tasks name which target (task_targets_TT), always in the task's own transaction --------
