@@ -34,7 +34,7 @@ from fastapi.routing import APIRoute
 from sharding import shard_of_task_id
 from tjobs.clock import iso_ms
 from tjobs.console.session import COOKIE_NAME, CSRF_FIELD, CSRF_HEADER, SessionClaim, SessionCodec, session_secret
-from tjobs.errors import NotFound, RateLimited, TjobsError
+from tjobs.errors import InvalidInput, NotFound, RateLimited, TjobsError
 from tjobs.model import App, parse_flow_id
 from tjobs.service.apps import AppService, hash_api_key
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from tjobs.api.ratelimit import ApiRateLimits
     from tjobs.node import Node
 
+MAX_FORM_FIELDS = 2000  # a redrive posts up to 1,000 flow ids
 SECURITY_HEADERS = {
     "cache-control": "no-store",
     "content-security-policy": (
@@ -107,7 +108,10 @@ class Form:
 
 async def read_form(request: Request) -> Form:
     raw = await request.body()
-    return Form(parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=2000))
+    try:
+        return Form(parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS))
+    except ValueError:
+        raise InvalidInput("form", f"more than {MAX_FORM_FIELDS} fields") from None
 
 
 def _templates() -> jinja2.Environment:

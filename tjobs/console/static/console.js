@@ -10,6 +10,10 @@ function startRefreshing(element) {
     if (!document.hidden) {
       try {
         const answer = await fetch(url, { credentials: "same-origin", headers: { "accept": "text/html" } });
+        if (answer.redirected) {  // the session ended: reloading leads to the sign-in page, and back here
+          window.location.reload();
+          return;
+        }
         if (answer.ok && answer.headers.get("content-type")?.startsWith("text/html")) {
           const html = await answer.text();
           if (html !== element.dataset.lastHtml) {
