@@ -7,16 +7,22 @@ carries a credential's value.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
+from typer.testing import CliRunner
 
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.e2e.conftest import FAST_SETTINGS
+from tjobs.cli.main import app as cli_app
+from tjobs.client import AsyncClient, Conflict, VersionConflict, delay
 from tjobs.settings import load_settings
 from tjobs.testing import RunningNode, run_node
 
@@ -320,3 +326,58 @@ async def test_tasks_name_targets_and_a_target_they_name_cannot_be_deleted_until
     assert (await client.delete("/v1/targets/orders-mq")).status_code == 204
     assert (await client.get("/v1/targets/orders-mq")).status_code == 404
     assert (await client.delete("/v1/targets/orders-mq")).status_code == 404
+
+
+# ---- the SDK and the CLI -----------------------------------------------------------------------
+
+
+async def test_the_sdk_manages_targets_and_reads_the_in_use_count(api_node: RunningNode, tenant: Tenant) -> None:
+    async with AsyncClient(api_node.base_url, tenant.api_key) as sdk:
+        body = BODIES["redis_stream"]
+        made = await sdk.create_target(
+            body["name"], "redis_stream", body["settings"], retry={"max_attempts": 3}, credentials=body["credentials"]
+        )
+        assert made.credentials == {"password": "***"} and made.retry == {"max_attempts": 3}
+        assert (await sdk.get_target(made.name)).version == 1
+        assert [t.name for t in (await sdk.list_targets()).items] == [made.name]
+        changed = await sdk.update_target(made.name, version=1, retry={"max_attempts": 5})
+        assert (changed.version, changed.retry) == (2, {"max_attempts": 5})
+        with pytest.raises(VersionConflict):
+            await sdk.update_target(made.name, version=1, retry={})
+        await sdk.create_task("names-it", delay(hours=1), callback={"target": made.name})
+        with pytest.raises(Conflict) as in_use:
+            await sdk.delete_target(made.name)
+        assert in_use.value.code == "target_in_use" and in_use.value.details == {"tasks": 1}
+
+
+async def test_the_cli_manages_targets_without_ever_printing_a_credential(
+    api_node: RunningNode, tenant: Tenant, tmp_path: Path
+) -> None:
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "200"}
+
+    async def cli(*args: str, code: int = 0) -> str:
+        result = await asyncio.to_thread(CliRunner().invoke, cli_app, list(args), env=env)
+        assert result.exit_code == code, result.output
+        assert_no_secret(result.output)
+        return result.output
+
+    secrets_file = tmp_path / "credentials.json"
+    secrets_file.write_text(json.dumps({"username": "tjobs", "password": SECRETS[0]}))
+    settings = json.dumps(BODIES["amqp"]["settings"])
+    made = json.loads(
+        await cli("target", "create", "cli-mq", "--protocol", "amqp", "--settings", settings,
+                  "--credentials-file", str(secrets_file), "--retry", '{"max_attempts": 2}', "--json")
+    )  # fmt: skip
+    assert made["credentials"] == {"username": "***", "password": "***"}
+    assert "cli-mq" in await cli("target", "list")
+    assert json.loads(await cli("target", "get", "cli-mq", "--json"))["retry"] == {"max_attempts": 2}
+    updated = json.loads(
+        await cli("target", "update", "cli-mq", "--credential", f"password={SECRETS[0]}x", "--version", "1", "--json")
+    )
+    assert updated["version"] == 2 and updated["credentials"] == {"password": "***"}
+    task = json.loads(await cli("task", "create", "cli-named", "--target", "cli-mq", "--delay", "1h", "--json"))
+    assert task["callback"]["targets"] == ["cli-mq"]
+    assert "target_in_use" in await cli("target", "delete", "cli-mq", code=1)
+    await cli("task", "delete", task["id"])
+    await cli("target", "delete", "cli-mq")
+    assert "not_found" in await cli("target", "get", "cli-mq", code=1)

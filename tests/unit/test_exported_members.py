@@ -28,6 +28,7 @@ EXPECTED = {
     "Schedule",
     "SchedulePreview",
     "ServerError",
+    "Target",
     "Task",
     "TjobsClientError",
     "TransportError",

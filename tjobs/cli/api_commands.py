@@ -153,7 +153,10 @@ Header = Annotated[list[str] | None, typer.Option("--header", "-H", help="NAME:V
 @task_app.command("create")
 def task_create(
     name: str,
-    url_: Annotated[str, typer.Option("--callback", help="callback URL")],
+    url_: Annotated[str | None, typer.Option("--callback", help="callback URL (or --target)")] = None,
+    target: Annotated[
+        list[str] | None, typer.Option("--target", help="a named target of the app (repeatable: multicast)")
+    ] = None,
     delay_: Delay = None,
     at_: At = None,
     cron_: Cron = None,
@@ -172,9 +175,15 @@ def task_create(
     schedule = _schedule(delay_, at_, cron_, every_, tz)
     if schedule is None:
         raise typer.BadParameter("give one of --delay, --at, --cron, --every")
-    callback: dict[str, Any] = {"url": url_, "method": method}
-    if header:
-        callback["headers"] = _headers(header)
+    if (url_ is None) == (not target):
+        raise typer.BadParameter("give --callback URL or --target NAME")
+    callback: dict[str, Any]
+    if target:
+        callback = {"target": target[0]} if len(target) == 1 else {"targets": target}
+    else:
+        callback = {"url": url_, "method": method}
+        if header:
+            callback["headers"] = _headers(header)
     with _client(url, api_key, "--api-key") as sdk:
         try:
             task = sdk.create_task(

@@ -46,6 +46,7 @@ from tjobs.client.models import (
     RedriveItem,
     RedriveResult,
     SchedulePreview,
+    Target,
     Task,
 )
 from tjobs.client.schedules import Schedule, at, cron, delay, every
@@ -76,6 +77,7 @@ __all__ = [
     "Schedule",
     "SchedulePreview",
     "ServerError",
+    "Target",
     "Task",
     "TjobsClientError",
     "TransportError",

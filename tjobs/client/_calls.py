@@ -16,6 +16,7 @@ from tjobs.client.models import (
     Page,
     RedriveResult,
     SchedulePreview,
+    Target,
     Task,
 )
 from tjobs.client.schedules import Schedule
@@ -221,6 +222,50 @@ def delete_app(app_id: str, confirm: str) -> Call[AppDeleted]:
 
 def app_stats(app_id: str) -> Call[AppStats]:
     return Call("GET", f"/v1/apps/{_seg(app_id)}/stats", AppStats.model_validate, idempotent=True)
+
+
+def _target(raw: Any) -> Target:
+    return Target.model_validate(raw)
+
+
+def target_request(
+    name: str,
+    protocol: str,
+    settings: dict[str, Any],
+    *,
+    retry: dict[str, int] | None = None,
+    credentials: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The body of a target create request."""
+    body: dict[str, Any] = {"name": name, "protocol": protocol, "settings": settings}
+    if retry is not None:
+        body["retry"] = retry
+    if credentials is not None:
+        body["credentials"] = credentials
+    return body
+
+
+def create_target(body: dict[str, Any]) -> Call[Target]:
+    return Call("POST", "/v1/targets", _target, json=body)
+
+
+def get_target(name: str) -> Call[Target]:
+    return Call("GET", f"/v1/targets/{_seg(name)}", _target, idempotent=True)
+
+
+def list_targets(limit: int, cursor: str | None) -> Call[Page[Target]]:
+    params: dict[str, Any] = {"limit": limit}
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call("GET", "/v1/targets", Page[Target].model_validate, params=params, idempotent=True)
+
+
+def update_target(name: str, fields: dict[str, Any]) -> Call[Target]:
+    return Call("PATCH", f"/v1/targets/{_seg(name)}", _target, json=fields)
+
+
+def delete_target(name: str) -> Call[None]:
+    return Call("DELETE", f"/v1/targets/{_seg(name)}", _none, idempotent=True, missing_ok=True)
 
 
 def health() -> Call[dict[str, Any]]:

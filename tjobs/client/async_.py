@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import httpx
 
 from tjobs.client import _calls as calls
-from tjobs.client._calls import Call, task_request
+from tjobs.client._calls import Call, target_request, task_request
 from tjobs.client._retry import result_of, retry_delay_s
 from tjobs.client.errors import TransportError
 from tjobs.client.models import (
@@ -21,6 +21,7 @@ from tjobs.client.models import (
     Page,
     RedriveResult,
     SchedulePreview,
+    Target,
     Task,
 )
 from tjobs.client.schedules import Schedule
@@ -234,6 +235,40 @@ class AsyncClient:
 
     async def app_stats(self, app_id: str) -> AppStats:
         return await self._run(calls.app_stats(app_id))
+
+    # ---- targets --------------------------------------------------------------------------------
+
+    async def create_target(
+        self,
+        name: str,
+        protocol: str,
+        settings: dict[str, Any],
+        *,
+        retry: dict[str, int] | None = None,
+        credentials: dict[str, str] | None = None,
+    ) -> Target:
+        """Create a named target (``protocol``: http, grpc, amqp, nats or redis_stream) the app's tasks
+        name with ``callback={"target": name}``; ``credentials`` are stored and never answered."""
+        body = target_request(name, protocol, settings, retry=retry, credentials=credentials)
+        return await self._run(calls.create_target(body))
+
+    async def get_target(self, name: str) -> Target:
+        return await self._run(calls.get_target(name))
+
+    async def list_targets(self, *, limit: int = 100, cursor: str | None = None) -> Page[Target]:
+        return await self._run(calls.list_targets(limit, cursor))
+
+    async def update_target(self, name: str, *, version: int | None = None, **fields: Any) -> Target:
+        """Replace ``settings``, ``retry`` or ``credentials`` (``{}`` clears them), or ``protocol`` with
+        ``settings``; with ``version`` (as read), raise :class:`VersionConflict` if it moved since."""
+        if version is not None:
+            fields["version"] = version
+        return await self._run(calls.update_target(name, fields))
+
+    async def delete_target(self, name: str) -> None:
+        """Delete a target; :class:`Conflict` (``code == "target_in_use"``, ``details["tasks"]``) while
+        tasks that can still fire name it."""
+        await self._run(calls.delete_target(name))
 
     async def health(self) -> dict[str, Any]:
         return await self._run(calls.health())

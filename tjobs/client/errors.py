@@ -33,8 +33,11 @@ class WebhookVerificationError(TjobsClientError):
 
 
 class ApiError(TjobsClientError):
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, field: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(f"{status} {code}: {message}")
+        self.details = details or {}  # e.g. target_in_use: {"tasks": n}
         self.status = status
         self.code = code
         self.message = message
@@ -92,4 +95,7 @@ def error_from(status: int, body: Any) -> ApiError:
         kind = BadRequest
     else:
         kind = ApiError
-    return kind(status, code, message, None if field is None else str(field))
+    details = detail.get("details")
+    return kind(
+        status, code, message, None if field is None else str(field), details if isinstance(details, dict) else None
+    )

@@ -7,7 +7,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from tjobs.wire import StoredCallback
+from tjobs.wire import StoredCallback, StoredTarget
 
 T = TypeVar("T")
 
@@ -18,6 +18,12 @@ class _Model(BaseModel):
 
 class Callback(StoredCallback):
     """A task's callback: the shape :mod:`tjobs.wire` declares for the server and the SDK alike."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Target(StoredTarget):
+    """A named target as the API answers it: its credentials by key only, each value ``***``."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
