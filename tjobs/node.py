@@ -32,6 +32,7 @@ from tjobs.hotpath.local import LocalHotPath
 from tjobs.observability.metrics import Metrics, NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
+from tjobs.pools.dispatcher import PoolDispatcher
 from tjobs.service.apps import AppDirectory
 from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.targets import TargetDirectory, TargetService
@@ -130,6 +131,8 @@ class Node:
             http=parts.transport,
         )
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, observer=self.observer)
+        # Executor pools: the coordinator holds the registry; the dispatcher routes each pool attempt.
+        self.pools = PoolDispatcher(self.coordinator, self.transport)
         self.deliverer = Deliverer(
             self.store,
             self.transport,
@@ -141,6 +144,7 @@ class Node:
             fence=self.coordinator.may_fire,
             status_reader=self.store,
             targets=self.targets,
+            pools=self.pools,
         )
         scheduler = settings.scheduler
         self.planner = FirePlanner(

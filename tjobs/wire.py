@@ -101,6 +101,9 @@ class CallbackRequest(CallbackBudget):
     targets: list[str] | None = Field(
         default=None, min_length=1, max_length=10, description="several named targets (multicast, 1..10)"
     )
+    pool: PoolRouteRequest | str | None = Field(
+        default=None, description="an executor pool of the app (/v1/pools), instead of url(s)/target(s)"
+    )
     method: Method = "POST"
     headers: dict[str, HEADER_VALUE] = Field(
         default_factory=dict, max_length=MAX_HEADERS, description=f"at most {MAX_HEADERS} custom headers"
@@ -127,6 +130,7 @@ class StoredCallback(BaseModel):
     max_attempts: int | None = None
     max_age_s: int | None = None
     targets: list[str] | None = None
+    pool: dict[str, Any] | None = None
 
 
 # ---- tasks --------------------------------------------------------------------------------------
@@ -261,3 +265,65 @@ class StoredTarget(BaseModel):
 class StoredTargetPage(BaseModel):
     items: list[StoredTarget]
     next_cursor: str | None = None
+
+
+# ---- executor pools -----------------------------------------------------------------------------
+
+POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+EXECUTOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+ZONE_PATTERN = r"^[A-Za-z0-9_.:-]{0,64}$"
+EXECUTOR_MIN_TTL_S = 2  # etcd's own floor for a lease
+EXECUTOR_MAX_TTL_S = 300
+EXECUTOR_DEFAULT_TTL_S = 10
+EXECUTOR_MAX_WEIGHT = 1000
+EXECUTOR_MAX_CAPACITY = 100_000
+
+
+PoolModeName = Literal["one", "one_per_zone", "all", "sharded"]
+PoolStrategyName = Literal["round_robin", "consistent_hash", "least_in_flight"]
+MAX_SHARD_TOTAL = 1024
+
+
+class PoolRouteRequest(_Strict):
+    """``callback.pool``: which executors of the app's pool get each fire (a bare string names the pool)."""
+
+    name: str = Field(pattern=POOL_NAME_PATTERN)
+    mode: PoolModeName = "one"
+    strategy: PoolStrategyName | None = Field(default=None, description="one and one_per_zone: default round_robin")
+    hash_on: Literal["task_id", "key"] | None = Field(default=None, description="consistent_hash: default task_id")
+    path: str | None = Field(default=None, max_length=512, description="appended to every executor's address")
+    shard_total: int | None = Field(default=None, ge=1, le=MAX_SHARD_TOTAL, description="sharded: the item count")
+    shard_params: list[str] | None = Field(default=None, description="sharded: one parameter per item")
+
+
+class ExecutorRegistration(_Strict):
+    """``POST /v1/pools/{pool}/executors``: an instance of the app's service joins the pool (again)."""
+
+    address: str = Field(description="the executor's base URL (http/https), judged like a callback URL")
+    id: str | None = Field(
+        default=None, pattern=EXECUTOR_ID_PATTERN, description="stable id; default: derived from the address"
+    )
+    zone: str = Field(default="", pattern=ZONE_PATTERN, description="for one_per_zone routing")
+    weight: int = Field(default=1, ge=1, le=EXECUTOR_MAX_WEIGHT, description="share in round robin and hashing")
+    capacity: int | None = Field(
+        default=None, ge=1, le=EXECUTOR_MAX_CAPACITY, description="callbacks in flight per node it prefers (soft)"
+    )
+    ttl_s: int = Field(
+        default=EXECUTOR_DEFAULT_TTL_S,
+        ge=EXECUTOR_MIN_TTL_S,
+        le=EXECUTOR_MAX_TTL_S,
+        description="lease: out of the pool once this long without a heartbeat",
+    )
+
+
+class StoredExecutor(BaseModel):
+    id: str
+    address: str
+    zone: str
+    weight: int
+    capacity: int | None = None
+    ttl_s: int
+    registered_at: str | None = None
+
+
+CallbackRequest.model_rebuild()  # its ``pool`` shape is declared with the pools, below it

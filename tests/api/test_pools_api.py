@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Tenant
+from tests.api.conftest import Tenant, task_body
+from tests.receiver import Receiver
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -127,3 +128,40 @@ async def test_a_bad_pool_name_is_refused_and_an_unknown_pool_is_not_found(tenan
     assert (
         await client.post("/v1/pools/workers/executors", content=b"[]", headers={"content-type": "application/json"})
     ).status_code == 422
+
+
+# ---- tasks routed to a pool ------------------------------------------------------------------------
+
+
+async def test_a_task_in_a_pool_is_delivered_to_a_registered_executor_and_its_flow_says_which(
+    tenant_factory: Tenants, receiver: Receiver
+) -> None:
+    client = (await tenant_factory("routed")).client
+    base = receiver.url("")
+    await client.post("/v1/pools/workers/executors", json={"id": "exec-a", "address": base})
+    body = task_body(receiver, schedule={"kind": "delay", "delay_ms": 0})
+    body["callback"] = {"pool": {"name": "workers", "path": "/pooled"}, "headers": {"x-job": "refresh"}}
+    created = await client.post("/v1/tasks", json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["callback"]["pool"] == {"name": "workers", "path": "/pooled"}
+    (request,) = await receiver.wait_for(1, path="/pooled")
+    assert request.headers["tjobs-executor-id"] == "exec-a" and request.headers["x-job"] == "refresh"
+
+
+@pytest.mark.parametrize(
+    ("callback", "field", "code"),
+    [
+        ({"pool": "workers", "url": "http://127.0.0.1:9/"}, "callback.url", "pool_conflict"),
+        ({"pool": "workers", "target": "t"}, "callback.target", "pool_conflict"),
+        ({"pool": {"name": "workers", "mode": "every"}}, "callback.pool.mode", "invalid_input"),
+        ({"pool": {"name": "workers", "mode": "sharded"}}, "callback.pool.shard_total", "invalid_input"),
+        ({"pool": {"name": "BAD"}}, "callback.pool.name", "invalid_input"),
+    ],
+)
+async def test_a_bad_pool_callback_is_refused_naming_the_field(
+    tenant_factory: Tenants, callback: dict[str, Any], field: str, code: str
+) -> None:
+    client = (await tenant_factory("routed")).client
+    answer = await client.post("/v1/tasks", json={**task_body(), "callback": callback})
+    assert answer.status_code == 422, answer.text
+    assert (answer.json()["error"]["field"], answer.json()["error"]["code"]) == (field, code)

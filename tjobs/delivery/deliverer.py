@@ -73,8 +73,9 @@ from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
+from tjobs.pools.dispatcher import PoolDispatcher, PoolFlow, hash_key_of
 from tjobs.settings import CallbackSettings
-from tjobs.targets.model import TARGET_KEY_PREFIX, GrpcTarget, HttpTarget, RetryPolicy, Target, tracking_key
+from tjobs.targets.model import TARGET_KEY_PREFIX, GrpcTarget, HttpTarget, Target, pick_budget, tracking_key
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ class _Delivery:
         "max_attempts",
         "message",
         "named",
+        "pool",
         "queued",
         "recheck",
         "record_sending",
@@ -169,6 +171,8 @@ class _Delivery:
             if job.targets is None:
                 raise ValueError("the callback names targets and no target directory was given")
             self.named = dict(job.targets)
+        pool = callback.pool  # an executor pool: the dispatcher's state of this flow (tjobs.pools.dispatcher)
+        self.pool = None if pool is None else PoolFlow(job.app.id, pool, hash_key_of(pool, task.id, task.key))
         self.at_most_once = task.delivery is DeliveryMode.AT_MOST_ONCE
         # A `sending` flow already counts its single attempt; otherwise this is the next one.
         self.record_sending = self.at_most_once and flow.status is not FlowStatus.SENDING
@@ -194,27 +198,18 @@ class _Delivery:
         callback = self.job.task.callback
         assert self.named is not None
         policies = [t.retry for t in self.named.values() if t is not None]
-        max_attempts = _pick(callback.max_attempts, policies, "max_attempts", settings.max_attempts)
+        max_attempts = pick_budget(callback.max_attempts, policies, "max_attempts", settings.max_attempts)
         self.max_attempts = 1 if self.at_most_once else max_attempts
-        max_age_s = _pick(callback.max_age_s, policies, "max_age_s", settings.max_age_s)
+        max_age_s = pick_budget(callback.max_age_s, policies, "max_age_s", settings.max_age_s)
         self.deadline_ms = self.job.flow.scheduled_at_ms + max_age_s * 1000
-        self.backoff_base_ms = _pick(None, policies, "backoff_base_ms", settings.backoff_base_ms)
-        self.backoff_max_ms = _pick(None, policies, "backoff_max_ms", settings.backoff_max_ms)
+        self.backoff_base_ms = pick_budget(None, policies, "backoff_base_ms", settings.backoff_base_ms)
+        self.backoff_max_ms = pick_budget(None, policies, "backoff_max_ms", settings.backoff_max_ms)
 
     def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
         flow = self.job.flow
         return FlowUpdate(
             flow.task_id, flow.scheduled_at_ms, status, attempts, next_attempt_at_ms, self.last_status, self.last_error
         )
-
-
-def _pick(explicit: int | None, policies: list[RetryPolicy], name: str, default: int) -> int:
-    """One budget field: the task's explicit value, else the largest of the targets' (each target
-    without its own counts as the node's default), else the node's default."""
-    if explicit is not None:
-        return explicit
-    values = [getattr(policy, name) for policy in policies]
-    return max((default if value is None else value for value in values), default=default)
 
 
 class _Lane:

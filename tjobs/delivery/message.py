@@ -1,7 +1,8 @@
 """The callback message of one flow: destinations, method, headers and body, built once and signed per attempt.
 
 A flow's destinations are its inline URLs, or its named targets tracked as ``target:<name>``
-(:func:`tjobs.targets.model.tracking_key`): the same signed headers and body go to each; a target's
+(:func:`tjobs.targets.model.tracking_key`), or an executor pool tracked as ``pool:<name>`` (expanded
+per attempt by :mod:`tjobs.pools.dispatcher`): the same signed headers and body go to each; a target's
 own request settings (address, method, headers, credentials) are applied by the transport
 (:mod:`tjobs.delivery.router`) from :attr:`tjobs.delivery.transport.CallbackRequest.target`.
 
@@ -21,6 +22,7 @@ JavaScript number), except for ``GET``, which carries no default body.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -30,6 +32,7 @@ from tjobs.delivery.allow_list import allow_list_of_app
 from tjobs.delivery.signing import signature_header
 from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import App, Flow, Task
+from tjobs.pools.spec import pool_key
 from tjobs.targets.model import Target, tracking_key
 
 JSON = "application/json"
@@ -55,6 +58,8 @@ class CallbackMessage:
     def __init__(self, task: Task, flow: Flow, app: App, flow_id: str, default_timeout_ms: int) -> None:
         spec = task.callback
         self.destinations: list[str] = list(spec.urls) if spec.urls else [tracking_key(n) for n in spec.targets]
+        if spec.pool is not None:  # an executor pool (tjobs.pools.dispatcher expands it per attempt)
+            self.destinations = [pool_key(spec.pool.pool)]
         if not self.destinations:
             raise ValueError("the callback has no destination")
         self.method: str = spec.method.upper()
@@ -93,15 +98,18 @@ class CallbackMessage:
         headers["tjobs-scheduled-at"] = str(flow.scheduled_at_ms)
         self._static_headers = headers
 
-    def body_for(self, attempt: int) -> bytes | None:
+    def body_for(self, attempt: int, extra: Mapping[str, Any] | None = None) -> bytes | None:
         if self._envelope is None:
             return self._body
         self._envelope["attempt"] = attempt
-        return orjson.dumps(self._envelope)
+        return orjson.dumps({**self._envelope, **extra} if extra else self._envelope)
 
-    def signed(self, attempt: int, now_ms: int) -> tuple[dict[str, str], bytes | None]:
-        """Headers and body of ``attempt`` sent at ``now_ms``; raises ``ValueError`` without a secret."""
-        body = self.body_for(attempt)
+    def signed(
+        self, attempt: int, now_ms: int, extra: Mapping[str, Any] | None = None
+    ) -> tuple[dict[str, str], bytes | None]:
+        """Headers and body of ``attempt`` sent at ``now_ms``; raises ``ValueError`` without a secret.
+        ``extra`` adds keys to the JSON envelope (a pool's shard item), signed with it."""
+        body = self.body_for(attempt, extra)
         timestamp_s = now_ms // 1000
         headers = self._static_headers.copy()
         headers["webhook-timestamp"] = str(timestamp_s)

@@ -23,12 +23,22 @@ from typing import Any, TypeVar
 
 from tjobs.errors import InvalidInput
 from tjobs.pools.model import valid_pool_name
+from tjobs.wire import MAX_SHARD_TOTAL
 
-MAX_SHARD_TOTAL = 1024
 MAX_SHARD_PARAM_CHARS = 1024
 MAX_PATH_CHARS = 512
 _PATH = re.compile(r"^/[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*$")
 E = TypeVar("E", bound=StrEnum)
+
+
+POOL_KEY_PREFIX = "pool:"
+"""A flow tracks its pool destinations as ``pool:<name>`` and, once expanded by the route's mode,
+``pool:<name>@<zone>``, ``pool:<name>/<executor id>`` or ``pool:<name>#<item>``
+(:mod:`tjobs.pools.dispatcher`)."""
+
+
+def pool_key(pool: str) -> str:
+    return POOL_KEY_PREFIX + pool
 
 
 class Mode(StrEnum):
@@ -118,12 +128,17 @@ def parse_pool_route(raw: Any, field: str = "callback.pool") -> PoolRoute:
         if not isinstance(shard_params_raw, list) or len(shard_params_raw) != shard_total:
             raise InvalidInput(f"{field}.shard_params", "must be a list of one string per item (shard_total)")
         for index, param in enumerate(shard_params_raw):
-            if not isinstance(param, str) or len(param) > MAX_SHARD_PARAM_CHARS or not param.isprintable():
+            if not isinstance(param, str) or len(param) > MAX_SHARD_PARAM_CHARS or not _header_safe(param):
                 raise InvalidInput(
-                    f"{field}.shard_params[{index}]", f"must be printable text of at most {MAX_SHARD_PARAM_CHARS} chars"
+                    f"{field}.shard_params[{index}]",
+                    f"must be printable ASCII of at most {MAX_SHARD_PARAM_CHARS} chars (it travels as a header)",
                 )
         shard_params = tuple(shard_params_raw)
     return PoolRoute(name, mode, strategy, hash_on, path, shard_total, shard_params)
+
+
+def _header_safe(text: str) -> bool:
+    return text.isascii() and text.isprintable()
 
 
 def _choice(raw: Mapping[str, Any], key: str, kind: type[E], default: E, field: str) -> E:

@@ -19,6 +19,7 @@ from pydantic.fields import FieldInfo
 from tjobs.delivery.urls import UrlRefused, parse_callback_url
 from tjobs.errors import InvalidInput
 from tjobs.model import DeliveryMode, MisfirePolicy
+from tjobs.pools.spec import parse_pool_route
 from tjobs.settings import LimitSettings
 from tjobs.specs import CallbackSpec, callback_to_json
 from tjobs.wire import MAX_HEADER_VALUE_CHARS, TARGET_NAME_PATTERN, CallbackBudget, CallbackRequest, Method
@@ -58,6 +59,8 @@ def parse_callback_request(spec: Any, limits: LimitSettings) -> CallbackSpec:
     unknown = set(spec) - CALLBACK_KEYS
     if unknown:
         raise InvalidInput(f"callback.{sorted(unknown)[0]}", "unknown field", "unknown_field")
+    if "pool" in spec:
+        return _parse_pool_callback(spec, limits)
     if "target" in spec or "targets" in spec:
         return _parse_target_callback(spec, limits)
     if ("url" in spec) == ("urls" in spec):
@@ -121,6 +124,32 @@ def _parse_target_callback(spec: dict[str, Any], limits: LimitSettings) -> Callb
         budget.get("max_attempts"),
         budget.get("max_age_s"),
         tuple(names),
+    )
+
+
+def _parse_pool_callback(spec: dict[str, Any], limits: LimitSettings) -> CallbackSpec:
+    """A callback naming one of the app's executor pools (:mod:`tjobs.pools.spec`), with the method,
+    headers, body and budget of an inline callback; no URL or target beside it. Whether the pool has
+    executors is not checked here: they may come later, and a fire with none waits for them."""
+    for other in ("url", "urls", "target", "targets"):
+        if other in spec:
+            raise InvalidInput(
+                f"callback.{other}", "not with pool: the pool's executors are the destinations", "pool_conflict"
+            )
+    route = parse_pool_route(spec["pool"])
+    method = spec.get("method", "POST")
+    if not isinstance(method, str) or method.upper() not in CALLBACK_METHODS:
+        raise InvalidInput("callback.method", f"must be one of {', '.join(sorted(CALLBACK_METHODS))}")
+    budget = _budget(spec)
+    return CallbackSpec(
+        (),
+        method.upper(),
+        check_headers(spec.get("headers", {}), "callback.headers", limits),
+        _body(spec, limits),
+        budget.get("timeout_ms"),
+        budget.get("max_attempts"),
+        budget.get("max_age_s"),
+        pool=route,
     )
 
 

@@ -8,11 +8,13 @@ upper-cased) and what the store keeps as JSON in the task's ``callback`` column:
      [, "timeout_ms": n][, "max_attempts": n][, "max_age_s": n]}
     {"method": "POST"[, "body": "..."][, "timeout_ms": n][, "max_attempts": n][, "max_age_s": n],
      "targets": ["orders-mq", ...]}
+    {"method": "POST"[, "headers": {...}]..., "pool": {"name": "workers"[, "mode": ...]}}
 
 The JSON keys are the field names, in field order; ``headers``, ``urls`` and ``targets`` are left out
 when empty and the other optional fields when unset, so :func:`callback_to_json` writes exactly the
-bytes the store has always held for an inline callback. A callback has inline URLs or named targets
-(:mod:`tjobs.targets`), never both. An unset ``timeout_ms``, ``max_attempts`` or ``max_age_s`` takes the node's default
+bytes the store has always held for an inline callback. A callback has inline URLs, named targets
+(:mod:`tjobs.targets`) or an executor pool (:mod:`tjobs.pools.spec`, stored by its ``to_json``): one
+kind. An unset ``timeout_ms``, ``max_attempts`` or ``max_age_s`` takes the node's default
 (:class:`tjobs.settings.CallbackSettings`) when the callback is sent, so a changed default applies to
 existing tasks.
 """
@@ -23,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
+
+from tjobs.pools.spec import PoolRoute, parse_pool_route
 
 NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 LEGACY_URL = "url"  # a unicast target as some early rows (and requests) spell it
@@ -40,6 +44,7 @@ class CallbackSpec:
     max_attempts: int | None = None
     max_age_s: int | None = None
     targets: tuple[str, ...] = ()  # names of the app's targets (instead of urls); delivery resolves them
+    pool: PoolRoute | None = None  # an executor pool of the app (instead of urls/targets; tjobs.pools.spec)
 
     def __post_init__(self) -> None:
         if type(self.urls) is not tuple:
@@ -66,6 +71,8 @@ def callback_to_json(spec: CallbackSpec) -> dict[str, Any]:
             value = list(value)
         elif isinstance(value, Mapping):
             value = dict(value) or None
+        elif isinstance(value, PoolRoute):
+            value = value.to_json()
         if value is not None:
             stored[name] = value
     return stored
@@ -79,6 +86,8 @@ def callback_from_json(stored: dict[str, Any]) -> CallbackSpec:
     unusable instead of failing the fire that produced it.
     """
     values = {name: stored[name] for name in _FIELDS if stored.get(name) is not None}
+    if "pool" in values:
+        values["pool"] = parse_pool_route(values["pool"])
     if _URLS not in values:
         single = stored.get(LEGACY_URL)
         values[_URLS] = () if single is None else (single,)

@@ -1,0 +1,213 @@
+"""Flows whose callback names an executor pool, on the deliverer with the transport twin and the embedded
+registry: which executors get each attempt, failover within a flow, broadcast, zones, shards, the
+circuit breaker, and a pool with no executor (the flow waits, unspent, and dies only past max age)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from standardwebhooks import Webhook
+
+from tests.delivery_fakes import APP, CLOCK, SETTINGS, stored_flow
+from tjobs.cluster.local import LocalCoordinator
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.recording import Answer, RecordingTransport
+from tjobs.model import Flow, FlowStatus, Task, parse_flow_id
+from tjobs.pools.dispatcher import PoolDispatcher
+from tjobs.pools.model import Executor
+from tjobs.pools.spec import PoolRoute, parse_pool_route
+from tjobs.specs import CallbackSpec
+from tjobs.stores.memory import MemoryTaskStore
+
+
+class Rig:
+    def __init__(self, store: MemoryTaskStore, registry: LocalCoordinator, transport: RecordingTransport) -> None:
+        self.store = store
+        self.registry = registry
+        self.transport = transport
+        self.dispatcher = PoolDispatcher(registry, transport)
+        self.deliverer = Deliverer(
+            store,
+            transport,
+            AppLimiter(SETTINGS.global_max_in_flight),
+            SETTINGS,
+            CLOCK,
+            flush_interval_s=0.01,
+            status_reader=store,
+            pools=self.dispatcher,
+        )
+
+    async def executors(self, count: int, zones: tuple[str, ...] = ("z1",), pool: str = "workers") -> list[Executor]:
+        made = [Executor(f"e{i}", f"http://10.0.0.{i}:8000", zones[i % len(zones)]) for i in range(count)]
+        for executor in made:
+            await self.registry.register_executor(APP.id, pool, executor)
+        return made
+
+    async def fire(self, route: dict[str, Any] | str, **callback: Any) -> Flow:
+        task, flow = await stored_flow(self.store)
+        spec = CallbackSpec((), pool=parse_pool_route(route), **callback)
+        task = dataclasses.replace(task, callback=spec)
+        self.deliverer.submit(CallbackJob(task, flow, APP))
+        return flow
+
+    async def stored(self, flow: Flow) -> Flow:
+        found = await self.store.get_flow(*parse_flow_id(flow.id))
+        assert found is not None
+        return found
+
+    async def settled(self, timeout_s: float = 5.0) -> None:
+        for _ in range(int(timeout_s / 0.01)):
+            if not self.deliverer.in_flight_count():
+                return
+            await asyncio.sleep(0.01)
+        raise TimeoutError(f"still in flight: {self.deliverer.in_flight()}")
+
+    def executor_ids(self) -> list[str]:
+        """The executor of every attempt made (refused ones included), in completion order."""
+        return [e.request.headers["tjobs-executor-id"] for e in self.transport.exchanges]
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    made = Rig(MemoryTaskStore(), LocalCoordinator(4), RecordingTransport(SETTINGS, CLOCK))
+    await made.deliverer.start()
+    yield made
+    await made.deliverer.stop(1.0)
+
+
+Fire = Callable[..., Awaitable[Flow]]
+
+
+async def test_one_by_round_robin_sends_each_fire_to_one_executor_spreading_them_evenly(rig: Rig) -> None:
+    await rig.executors(5)
+    flows = [await rig.fire({"name": "workers", "path": "/jobs/run"}) for _ in range(10)]
+    await rig.settled()
+    assert len(rig.transport.requests) == 10  # one per fire
+    assert Counter(rig.executor_ids()) == Counter({f"e{i}": 2 for i in range(5)})
+    assert {r.url for r in rig.transport.requests} == {f"http://10.0.0.{i}:8000/jobs/run" for i in range(5)}
+    assert {(await rig.stored(flow)).status for flow in flows} == {FlowStatus.DELIVERED}
+
+
+async def test_one_fails_over_to_another_executor_within_the_same_flow(rig: Rig) -> None:
+    executors = await rig.executors(3)
+    for executor in executors[:2]:  # two are down: refused
+        rig.transport.script(Answer.refused(), then=Answer.refused(), url=executor.address)
+    flow = await rig.fire({"name": "workers", "strategy": "consistent_hash"})
+    await rig.settled()
+    ids = rig.executor_ids()
+    assert ids[-1] == "e2" and len(set(ids)) == len(ids)  # never the same executor twice for the flow
+    sent = [e.request for e in rig.transport.exchanges]
+    assert {r.headers["webhook-id"] for r in sent} == {flow.id}
+    assert [int(r.headers["tjobs-attempt"]) for r in sent] == list(range(1, len(ids) + 1))
+    stored = await rig.stored(flow)
+    assert (stored.status, stored.attempts) == (FlowStatus.DELIVERED, len(ids))
+
+
+async def test_all_reaches_every_executor_and_drops_one_that_left_instead_of_retrying_it(rig: Rig) -> None:
+    executors = await rig.executors(3)
+    rig.transport.script(Answer(500), then=Answer(500), url=executors[1].address)
+    flow = await rig.fire({"name": "workers", "mode": "all"})
+    await rig.transport.wait_for(3)
+    await rig.registry.deregister_executor(APP.id, "workers", "e1")  # it leaves before its retry
+    await rig.settled()
+    assert sorted(rig.executor_ids()) == ["e0", "e1", "e2"]  # each once: e1 is not retried
+    stored = await rig.stored(flow)
+    assert stored.status is FlowStatus.DELIVERED
+
+
+async def test_all_retries_only_the_executors_that_did_not_answer_2xx(rig: Rig) -> None:
+    executors = await rig.executors(3)
+    rig.transport.script(Answer(503), url=executors[2].address)
+    await rig.fire({"name": "workers", "mode": "all"})
+    await rig.settled()
+    assert Counter(rig.executor_ids()) == Counter({"e0": 1, "e1": 1, "e2": 2})
+
+
+async def test_one_per_zone_sends_to_one_executor_in_each_zone(rig: Rig) -> None:
+    await rig.executors(5, zones=("z1", "z2"))
+    for _ in range(4):
+        await rig.fire({"name": "workers", "mode": "one_per_zone"})
+    await rig.settled()
+    picked = rig.executor_ids()
+    assert len(picked) == 8
+    by_zone = Counter("z1" if int(e[1:]) % 2 == 0 else "z2" for e in picked)
+    assert by_zone == Counter({"z1": 4, "z2": 4})
+
+
+async def test_sharded_spreads_the_items_evenly_each_signed_with_its_index(rig: Rig) -> None:
+    await rig.executors(2)
+    route = {"name": "workers", "mode": "sharded", "shard_total": 4, "shard_params": ["a", "b", "c", "d"]}
+    await rig.fire(route)
+    await rig.settled()
+    requests = rig.transport.requests
+    assert sorted(int(r.headers["tjobs-shard-index"]) for r in requests) == [0, 1, 2, 3]
+    assert {r.headers["tjobs-shard-total"] for r in requests} == {"4"}
+    assert Counter(r.headers["tjobs-executor-id"] for r in requests) == Counter({"e0": 2, "e1": 2})
+    for request in requests:
+        assert request.body is not None
+        Webhook(APP.secrets[0]).verify(request.body, dict(request.headers))  # signed with its shard
+        shard = json.loads(request.body)["shard"]
+        assert shard["index"] == int(request.headers["tjobs-shard-index"])
+        assert shard["param"] == "abcd"[shard["index"]] == request.headers["tjobs-shard-param"]
+
+
+async def test_sharded_items_of_an_executor_that_dies_mid_flow_go_to_a_live_one_on_retry(rig: Rig) -> None:
+    executors = await rig.executors(3)
+    rig.transport.script(Answer.refused(), then=Answer.refused(), url=executors[0].address)
+    flow = await rig.fire({"name": "workers", "mode": "sharded", "shard_total": 6})
+    await rig.settled()
+    delivered = [r for r in rig.transport.requests if r.headers["tjobs-executor-id"] != "e0"]
+    assert sorted(int(r.headers["tjobs-shard-index"]) for r in delivered) == list(range(6))  # each item once
+    assert (await rig.stored(flow)).status is FlowStatus.DELIVERED
+
+
+async def test_a_pool_without_executors_waits_without_spending_attempts_until_one_registers(rig: Rig) -> None:
+    flow = await rig.fire("workers")
+    await asyncio.sleep(0.2)  # several waits (20-40 ms backoff)
+    stored = await rig.stored(flow)
+    assert rig.transport.requests == []
+    assert (stored.status, stored.attempts) == (FlowStatus.PENDING, 0)
+    assert stored.last_error == "no live executor in pool 'workers'"
+    assert rig.dispatcher.waits >= 2
+    await rig.executors(1)
+    await rig.settled()
+    assert [r.headers["tjobs-attempt"] for r in rig.transport.requests] == ["1"]
+    assert (await rig.stored(flow)).status is FlowStatus.DELIVERED
+
+
+async def test_a_pool_without_executors_past_max_age_is_dead_naming_why(rig: Rig) -> None:
+    task, flow = await stored_flow(rig.store, overdue_ms=2000)
+    task = dataclasses.replace(task, callback=CallbackSpec((), max_age_s=1, pool=PoolRoute("workers")))
+    rig.deliverer.submit(CallbackJob(task, flow, APP))
+    await rig.settled()
+    stored = await rig.stored(flow)
+    assert stored.status is FlowStatus.DEAD
+    assert stored.last_error == "no live executor in pool 'workers' (max_age_s exceeded)"
+
+
+async def test_an_executor_answering_503_is_skipped_while_its_circuit_is_open(rig: Rig) -> None:
+    executors = await rig.executors(3)
+    rig.transport.script(Answer(503), url=executors[0].address)
+    for _ in range(7):
+        await rig.fire("workers")
+        await rig.settled()
+    ids = rig.executor_ids()
+    assert ids.count("e0") == 1  # once, then skipped for its backoff (1 s): the others took every fire
+    assert rig.dispatcher.breakers.is_open((APP.id, "workers", "e0"), CLOCK.now_ms())
+
+
+def test_a_task_in_a_pool_reads_back_from_its_stored_json() -> None:
+    from tjobs.specs import callback_from_json, callback_to_json
+
+    spec = CallbackSpec((), headers={"x": "1"}, pool=parse_pool_route({"name": "w", "mode": "all"}))
+    stored = callback_to_json(spec)
+    assert stored == {"method": "POST", "headers": {"x": "1"}, "pool": {"name": "w", "mode": "all"}}
+    assert callback_from_json(stored) == spec
+    _ = Task  # the stored task keeps this spec as its callback column
