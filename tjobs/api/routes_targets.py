@@ -57,7 +57,7 @@ async def list_targets(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Any:
-    items, next_cursor = await node.target_service.list(app, limit, cursor)
+    items, next_cursor = await node.target_service.list_targets(app, limit, cursor)
     return json_response({"items": [_json(t) for t in items], "next_cursor": next_cursor})
 
 

@@ -244,6 +244,7 @@ class Deliverer:
         fence: Callable[[int], bool] | None = None,
         status_reader: FlowReader | None = None,
         targets: TargetSource | None = None,
+        pools: PoolDispatcher | None = None,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
         :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
@@ -256,7 +257,8 @@ class Deliverer:
         ``fence(now_ms)`` is ``False`` while this node may not send (its lease expired: the
         coordinator's ``may_fire``); ``status_reader`` reads a flow's stored status before a retry.
         Without them, neither check is made. ``targets`` resolves the named targets of a task that
-        names them (without it, such a flow dead-letters as unusable).
+        names them (without it, such a flow dead-letters as unusable). ``pools`` routes the flows of
+        a task naming an executor pool (without it, such a flow dead-letters).
         """
         self._recorder = recorder
         self._transport = transport
@@ -274,6 +276,7 @@ class Deliverer:
         self._fence = fence
         self._status_reader = status_reader
         self._targets = targets
+        self._pools = pools
         self._waiting_retries = 0
         self._active: dict[str, _Delivery] = {}
         self._lanes: dict[str, _Lane] = {}
@@ -550,6 +553,9 @@ class Deliverer:
         if delivery.named is not None:
             await self._attempt_targets(delivery, attempt, headers, body, now_ms)
             return
+        if delivery.pool is not None:
+            await self._attempt_pool(delivery, attempt, headers, body, now_ms)
+            return
         if len(targets) == 1:
             results = [await self._transport.send(message.request(targets[0], attempt, headers, body))]
         else:
@@ -583,6 +589,52 @@ class Deliverer:
             protocols.append(target.protocol.value)
         results = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
         self._settle(delivery, results, protocols)
+
+    async def _attempt_pool(
+        self, delivery: _Delivery, attempt: int, headers: dict[str, str], body: bytes | None, now_ms: int
+    ) -> None:
+        """One attempt to the pool destinations not delivered yet (:mod:`tjobs.pools.dispatcher`). An
+        attempt that found no executor to send to sent nothing: the flow waits for executors per its
+        retry policy without spending an attempt, and dies only past ``max_age_s`` (an at-most-once
+        flow, whose single attempt is recorded already, dies at once)."""
+        pool = delivery.pool
+        assert pool is not None
+        if self._pools is None:
+            delivery.last_status, delivery.last_error = None, "no executor pools on this node"
+            self._finish(delivery, FlowStatus.DEAD, attempt, None)
+            return
+        sent = await self._pools.attempt(pool, delivery.targets, delivery.message, attempt, headers, body, now_ms)
+        delivery.targets = sent.destinations
+        if sent.dropped:
+            delivery.last_error = f"dropped (left the pool): {', '.join(sent.dropped)}"[:240]
+        if sent.results:
+            self._settle(delivery, sent.results)
+        elif not delivery.targets:  # every destination left the pool before it answered
+            status = FlowStatus.DELIVERED if pool.delivered else FlowStatus.DEAD
+            self._finish(delivery, status, attempt - 1, None if pool.delivered else "every executor left the pool")
+        elif delivery.at_most_once:
+            delivery.last_status, delivery.last_error = None, sent.nothing_sent
+            self._finish(delivery, FlowStatus.DEAD, attempt, None)
+        else:
+            self._wait_for_executors(delivery, sent.nothing_sent or "no executor", pool.waits)
+
+    def _wait_for_executors(self, delivery: _Delivery, why: str, waits: int) -> None:
+        """Retry a pool flow that sent nothing, after the backoff of its ``waits``-th wait: recorded
+        ``pending`` with the attempts it has made (not one more), dead once past ``max_age_s``."""
+        made = delivery.attempt - 1
+        delivery.last_status, delivery.last_error = None, why
+        delay_ms = compute_backoff_ms(waits, delivery.backoff_base_ms, delivery.backoff_max_ms, self._rng)
+        due_ms = self._clock.now_ms() + delay_ms
+        if due_ms > delivery.deadline_ms:
+            self._finish(delivery, FlowStatus.DEAD, made, "max_age_s exceeded")
+            return
+        self._record(delivery, delivery.update(FlowStatus.PENDING, made, due_ms))
+        delivery.recheck = True
+        if self._running and delay_ms <= self._retry_horizon_ms and self._waiting_retries < self._max_waiting_retries:
+            self._waiting_retries += 1
+            delivery.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._retry_due, delivery)
+        else:
+            self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
 
     async def _refresh_targets(self, app_id: str, names: list[str], named: dict[str, Target | None]) -> None:
         """Read the targets again through the directory (cached for its TTL); one that cannot be read

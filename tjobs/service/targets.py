@@ -48,7 +48,7 @@ from tjobs.service.target_requests import parse_create, parse_credentials, parse
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
 from tjobs.targets.addresses import AddressAllowList
-from tjobs.targets.model import HttpTarget, Target, TargetSettings
+from tjobs.targets.model import HttpTarget, RetryPolicy, Target, TargetSettings
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,9 @@ class TargetService:
             raise NotFound("target", name)
         return target
 
-    async def list(self, app: App, limit: int = 100, cursor: str | None = None) -> tuple[list[Target], str | None]:
+    async def list_targets(
+        self, app: App, limit: int = 100, cursor: str | None = None
+    ) -> tuple[list[Target], str | None]:
         """The app's targets by name; the cursor is the last name of the previous page."""
         if not 1 <= limit <= LIST_PAGE_MAX:
             raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
@@ -220,6 +222,11 @@ class TargetService:
             if await self._directory.get(app.id, name) is None:
                 field = "callback.target" if unicast else f"callback.targets[{index}]"
                 raise InvalidInput(field, f"the app has no target named {name!r}", "unknown_target")
+
+    async def retry_policies(self, app: App, names: tuple[str, ...]) -> list[RetryPolicy]:
+        """The retry policies of the named targets that exist (through the directory)."""
+        found = [await self._directory.get(app.id, name) for name in names]
+        return [target.retry for target in found if target is not None]
 
     async def _check_addresses(self, app: App, settings: TargetSettings, request: Any) -> None:
         """The SSRF rules (see the module docstring); ``request`` is the settings object as sent, to

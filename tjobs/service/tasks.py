@@ -34,6 +34,7 @@ from tjobs.service.validation import (
 from tjobs.settings import Settings
 from tjobs.specs import CallbackSpec
 from tjobs.stores.base import TaskStore
+from tjobs.targets.model import RetryPolicy, pick_budget
 from tjobs.wire import TaskCreate, TaskUpdate
 
 logger = logging.getLogger(__name__)
@@ -388,17 +389,22 @@ class TaskService:
                     raise Conflict(f"flow {flow_id} is no longer dead")
                 task = await self._store.get_task(flow.task_id)
                 if task is not None and self._flow_sink is not None:
-                    self._flow_sink(self._fresh_budget(task, redriven, now_ms), redriven)
+                    policies: list[RetryPolicy] = []
+                    if task.callback.targets and self._targets is not None:
+                        policies = await self._targets.retry_policies(app, task.callback.targets)
+                    self._flow_sink(self._fresh_budget(task, redriven, now_ms, policies), redriven)
                 results.append((flow_id, redriven, None))
             except TjobsError as error:
                 results.append((flow_id, None, error))
         return results
 
-    def _fresh_budget(self, task: Task, flow: Flow, now_ms: int) -> Task:
+    def _fresh_budget(self, task: Task, flow: Flow, now_ms: int, policies: Sequence[RetryPolicy] = ()) -> Task:
+        """``task`` with a budget of ``max_attempts`` more attempts and ``max_age_s`` from now (each as
+        the flow's delivery reads it: the task's, else its targets' ``policies``, else the node's)."""
         callback = task.callback
         settings = self._settings.callbacks
-        attempts = settings.max_attempts if callback.max_attempts is None else callback.max_attempts
-        age_s = settings.max_age_s if callback.max_age_s is None else callback.max_age_s
+        attempts = pick_budget(callback.max_attempts, policies, "max_attempts", settings.max_attempts)
+        age_s = pick_budget(callback.max_age_s, policies, "max_age_s", settings.max_age_s)
         fresh = replace(
             callback,
             max_attempts=flow.attempts + attempts,

@@ -23,7 +23,7 @@ and must keep credentials out of :attr:`tjobs.delivery.transport.AttemptResult.e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -116,6 +116,16 @@ class RetryPolicy:
     max_age_s: int | None = None
     backoff_base_ms: int | None = None
     backoff_max_ms: int | None = None
+
+
+def pick_budget(explicit: int | None, policies: Sequence[RetryPolicy], name: str, default: int) -> int:
+    """One field of a flow's retry budget (``max_attempts``, ``max_age_s``, ``backoff_base_ms``,
+    ``backoff_max_ms``): the task's explicit value, else the largest of its targets' (a target
+    without its own counts as the node's ``default``), else the node's ``default``."""
+    if explicit is not None:
+        return explicit
+    values = [getattr(policy, name) for policy in policies]
+    return max((default if value is None else value for value in values), default=default)
 
 
 @dataclass(frozen=True, slots=True)
