@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sharding.shard_map import ShardMap
 from tjobs.clock import Clock, SystemClock
 from tjobs.cluster.base import Coordinator
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local import LocalCoordinator
+from tjobs.cluster.shard_maps import establish_shard_map
 from tjobs.delivery.deliverer import Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.ssrf import TargetGuard
@@ -109,8 +111,9 @@ class Node:
             )
             parts.hotpath = parts.hotpath or build_hotpath(settings, self.node_id, self.clock)
         self.coordinator: Coordinator = parts.coordinator or LocalCoordinator(
-            self.topology.shard_count, self.node_id, self.db_health
+            self.topology.shard_count, self.node_id, self.db_health, map_home=self.store
         )
+        self.coordinator.watch_shard_map(self._route_by)
         self.hotpath: HotPath = parts.hotpath or LocalHotPath()
         self.metrics = Metrics() if settings.metrics.enabled else NullMetrics()
         self.slo = ServiceLevels(self.clock.now_ms)  # fed with or without metrics: GET /v1/slo, /v1/stats
@@ -192,6 +195,7 @@ class Node:
         await self.store.start()
         try:
             await self.store.check_layout()  # never run on data laid out for other settings
+            await establish_shard_map(self.coordinator, self.store)  # nor on other servers than the map's
         except BaseException:
             await self.store.close()
             raise
@@ -208,6 +212,10 @@ class Node:
         logger.info(
             "node %s started with %d jobs", self.node_id, len(self.runner.owned), extra={"action": "node_started"}
         )
+
+    async def _route_by(self, shard_map: ShardMap) -> None:
+        """A newer shard map (a logical database moved): route by it from now on."""
+        self.store.use_shard_map(shard_map)
 
     async def stop(self, drain_timeout_s: float = 10.0) -> None:
         self.started = False

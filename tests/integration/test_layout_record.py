@@ -19,7 +19,7 @@ from sqlalchemy import delete
 
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.settings import StorageSettings, load_settings
-from tjobs.stores.layout_record import _LAYOUT, StorageLayoutMismatch, StorageNotMigrated
+from tjobs.stores.layout_record import _LAYOUT, ShardMapMismatch, StorageLayoutMismatch, StorageNotMigrated
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 from tjobs.testing import run_node
@@ -35,6 +35,13 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
     prefix = f"tjlay_{secrets.token_hex(3)}"
     yield {"urls": [url], "topology": "2x2x4", "database_prefix": prefix}
     drop_databases(StorageSettings(urls=[url], database_prefix=prefix, topology="2x2x4"))
+
+
+def another_server_url(url: str) -> str:
+    """A server the data was not laid out on: another directory, or the same MariaDB by another name."""
+    if url.startswith("sqlite"):
+        return url + "_other"
+    return url.replace("127.0.0.1", "localhost")
 
 
 def with_topology(storage: dict[str, Any], topology: str) -> dict[str, Any]:
@@ -60,14 +67,15 @@ async def test_a_node_started_with_another_topology_on_existing_data_refuses_to_
         pass
 
 
-async def test_migrate_with_another_topology_or_server_count_refuses_before_changing_anything(
+async def test_migrate_with_another_topology_or_server_list_refuses_before_changing_anything(
     storage: dict[str, Any],
 ) -> None:
     await migrate(StorageSettings(**storage))
     with pytest.raises(StorageLayoutMismatch, match=re.escape("storage.topology is '1x2x4'")):
         await migrate(StorageSettings(**with_topology(storage, "1x2x4")))
-    with pytest.raises(StorageLayoutMismatch, match=re.escape("storage.servers is '2'")):
-        await migrate(StorageSettings(**{**storage, "urls": storage["urls"] * 2}))
+    another_server = another_server_url(storage["urls"][0])
+    with pytest.raises(ShardMapMismatch, match=r"storage.urls lists .*, which the shard map does not know"):
+        await migrate(StorageSettings(**{**storage, "urls": [*storage["urls"], another_server]}))
     await migrate(StorageSettings(**storage))  # the recorded layout: idempotent
 
 

@@ -98,9 +98,9 @@ def record_transactions(store: SQLAlchemyTaskStore) -> list[int]:
     sizes: list[int] = []
     original = pool.insert_new
 
-    async def insert_new(groups: Sequence[tuple[ShardTables, Sequence[Task]]]) -> None:
+    async def insert_new(groups: Sequence[tuple[ShardTables, Sequence[Task]]], fence_epoch: int | None = None) -> None:
         sizes.append(sum(len(tasks) for _, tasks in groups))
-        await original(groups)
+        await original(groups, fence_epoch)
 
     pool.insert_new = insert_new  # type: ignore[method-assign]
     return sizes

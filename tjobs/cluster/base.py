@@ -2,6 +2,9 @@
 executor pools' registry (:mod:`tjobs.pools`), which lives beside membership for the same reason
 membership does: it is cluster-wide, leased, and costs no database write.
 
+The coordinator also keeps the shard map (:mod:`sharding.shard_map`): which server holds each logical
+database, under an epoch that grows with every change.
+
 Implementations: :class:`tjobs.cluster.local.LocalCoordinator` (embedded: one node owns every job; the
 in-memory twin) and :class:`tjobs.cluster.etcd.EtcdCoordinator` (a cluster on etcd). One suite,
 ``tests/contract/test_coordinator_contract.py``, runs this contract over both.
@@ -12,7 +15,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
+from sharding.shard_map import ShardMap
 from tjobs.pools.model import Executor
+
+ShardMapListener = Callable[[ShardMap], Awaitable[None]]
+"""Takes a shard map newer than any handed before (:meth:`Coordinator.watch_shard_map`)."""
 
 OwnershipListener = Callable[[frozenset[int]], Awaitable[None]]
 """Takes the jobs this node owns now (the whole set, not a difference). Raising means "not taken"
@@ -77,6 +84,32 @@ class Coordinator(ABC):
         and ``database_servers`` (:meth:`tjobs.cluster.db_health.DatabaseHealth.describe`) when it
         was given the node's database health. A cluster coordinator adds its plan, groups, leader,
         lease and sync figures (:meth:`tjobs.cluster.etcd.EtcdCoordinator.describe`)."""
+
+    # ---- the shard map ------------------------------------------------------------------------------
+    #
+    # The map is shared by every node of the cluster (etcd; the embedded mode: the store's record) and
+    # outlives them. These calls work before ``start`` and after ``stop``; a storage outage raises.
+
+    @abstractmethod
+    async def read_shard_map(self) -> ShardMap | None:
+        """The stored map, ``None`` before one was seeded."""
+
+    @abstractmethod
+    async def seed_shard_map(self, seed: ShardMap) -> ShardMap:
+        """Store ``seed`` unless a map is stored already, atomically (of two nodes seeding at once,
+        one wins and both get its map); return the stored map: ``seed`` or the one found."""
+
+    @abstractmethod
+    async def replace_shard_map(self, new: ShardMap, expected_epoch: int) -> bool:
+        """Store ``new`` only if the stored map is still at ``expected_epoch`` and ``new.epoch`` is
+        greater (a compare-and-set: of two writers from one epoch, one wins); whether it was stored."""
+
+    @abstractmethod
+    def watch_shard_map(self, listener: ShardMapListener) -> None:
+        """From ``start`` on, hand ``listener`` every stored map newer than the last one it took,
+        within a sync interval or so of its storing (intermediate epochs may be skipped, an epoch is
+        never handed twice, never an older one). Call before ``start``. A listener that raises is
+        logged and handed the newest map again at the next sync."""
 
     # ---- executor pools ------------------------------------------------------------------------------
     #

@@ -7,6 +7,7 @@ Keys, under ``/tjobs/<cluster name>/``::
     plan                {"version", "shard_count", "groups": [{"id", "shards", "nodes"}], ...}
     holders/<group id>  {"node_id", "since_ms"}                                 on the holder's lease
     sessions/<node id>  {"servers": {server: {"booted_at_s", "ids"}}}          no lease (outlives it)
+    shard_map           {"epoch", "servers", "placement"} (sharding/shard_map.py) no lease (outlives all)
 
 Executor pools have a root of their own, ``/tjobs-pools/<cluster name>/``, with one lease per executor
 (:mod:`tjobs.cluster.etcd_pools`), read whole every ``pool_sync_interval_ms``.
@@ -42,19 +43,21 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import aetcd
 
+from sharding.shard_map import ShardMap
 from tjobs.clock import Clock
-from tjobs.cluster.base import Coordinator, OwnershipListener
+from tjobs.cluster.base import Coordinator, OwnershipListener, ShardMapListener
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.etcd_pools import EtcdPoolRegistry
 from tjobs.cluster.plan import Member, Plan, needs_replan, pack
 from tjobs.cluster.session_fence import RecordedSessions, end_sessions_of, parse_sessions, sessions_value
+from tjobs.cluster.shard_maps import ShardMapWatch
 from tjobs.pools.model import Executor
 from tjobs.settings import ClusterSettings
 from tjobs.stores.base import TaskStore
@@ -64,6 +67,7 @@ logger = logging.getLogger(__name__)
 ETCD_CALL_TIMEOUT_S = 2
 CLOCK_CHECK_INTERVAL_S = 5.0
 BACKUP_GRACE_S = 2.0  # a backup takes an unheld group after this long even if a node ahead looks alive
+SHARD_MAP_KEY = "shard_map"
 
 
 @dataclass(slots=True)
@@ -76,6 +80,7 @@ class ClusterView:
     plan_revision: int = 0
     holders: dict[int, tuple[str, int]] = field(default_factory=dict)  # group -> (node, lease id)
     sessions: dict[str, RecordedSessions] = field(default_factory=dict)  # node -> its database sessions
+    shard_map: ShardMap | None = None
 
 
 def _host_port(endpoint: str) -> tuple[str, int]:
@@ -140,6 +145,7 @@ class EtcdCoordinator(Coordinator):
         self._running = False
         self._sync_lock = asyncio.Lock()
         self._pools = EtcdPoolRegistry(self._etcd, settings.name, clock.now_ms)
+        self._map_watch = ShardMapWatch()
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -382,6 +388,7 @@ class EtcdCoordinator(Coordinator):
         self._held = {g for g, (node, lease) in view.holders.items() if node == self.node_id and lease == lease_id}
         await self._lead(view)
         await self._reconcile_groups(view)
+        await self._map_watch.offer(view.shard_map)
 
     async def _read(self) -> ClusterView:
         client = self._etcd()
@@ -400,6 +407,11 @@ class EtcdCoordinator(Coordinator):
             elif name.startswith("holders/"):
                 holder = json.loads(kv.value)
                 view.holders[int(name.removeprefix("holders/"))] = (str(holder["node_id"]), int(kv.lease))
+            elif name == SHARD_MAP_KEY:
+                try:
+                    view.shard_map = ShardMap.from_json(json.loads(kv.value))
+                except ValueError as error:  # never route by a map that does not parse: keep the last
+                    logger.error("unreadable shard map in etcd (%s)", error, extra={"action": "shard_map_unreadable"})
             elif name.startswith("sessions/"):
                 node_id = name.removeprefix("sessions/")
                 with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
@@ -676,6 +688,66 @@ class EtcdCoordinator(Coordinator):
             if self._on_change is not None:
                 await self._on_change(owned)
             self._handed_owned = owned
+
+    # ---- the shard map ---------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _map_client(self) -> AsyncIterator[aetcd.Client]:
+        """The running client, or one of its own before ``start`` and after ``stop``."""
+        if self._client is not None:
+            yield self._client
+            return
+        client = self._new_client()
+        try:
+            yield client
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    async def _stored_map(self, client: aetcd.Client) -> tuple[ShardMap | None, int]:
+        """The stored map and its key's mod revision (0: no map)."""
+        async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
+            kv = await client.get(self._key(SHARD_MAP_KEY))
+        if kv is None:
+            return None, 0
+        return ShardMap.from_json(json.loads(kv.value)), int(kv.mod_revision)
+
+    async def read_shard_map(self) -> ShardMap | None:
+        async with self._map_client() as client:
+            return (await self._stored_map(client))[0]
+
+    async def seed_shard_map(self, seed: ShardMap) -> ShardMap:
+        key = self._key(SHARD_MAP_KEY)
+        async with self._map_client() as client:
+            async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
+                await client.transaction(
+                    compare=[client.transactions.create(key) == 0],
+                    success=[client.transactions.put(key, json.dumps(seed.to_json()).encode())],
+                    failure=[],
+                )
+            stored, _ = await self._stored_map(client)
+        if stored is None:
+            raise RuntimeError("the shard map was seeded but reads back as missing")
+        return stored
+
+    async def replace_shard_map(self, new: ShardMap, expected_epoch: int) -> bool:
+        if new.epoch <= expected_epoch:
+            return False
+        key = self._key(SHARD_MAP_KEY)
+        async with self._map_client() as client:
+            stored, revision = await self._stored_map(client)
+            if stored is None or stored.epoch != expected_epoch:
+                return False
+            async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
+                replaced, _ = await client.transaction(
+                    compare=[client.transactions.mod(key) == revision],
+                    success=[client.transactions.put(key, json.dumps(new.to_json()).encode())],
+                    failure=[],
+                )
+        return bool(replaced)
+
+    def watch_shard_map(self, listener: ShardMapListener) -> None:
+        self._map_watch.listener = listener
 
     # ---- view ----------------------------------------------------------------------------------------
 

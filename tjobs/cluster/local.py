@@ -1,5 +1,9 @@
 """The embedded coordinator: one process owns every job from start to stop (the in-memory twin of the
-etcd coordinator, held to the same contract by ``tests/contract/test_coordinator_contract.py``)."""
+etcd coordinator, held to the same contract by ``tests/contract/test_coordinator_contract.py``).
+
+The shard map lives in its home: the store's record in the embedded mode (so ``tjobs shards`` run
+from another process changes it), in memory by default. The home is read every
+``map_poll_interval_ms`` while started, and a newer map is handed to the watcher."""
 
 from __future__ import annotations
 
@@ -9,14 +13,17 @@ import logging
 import time
 from collections.abc import Callable
 
-from tjobs.cluster.base import Coordinator, OwnershipListener
+from sharding.shard_map import ShardMap
+from tjobs.cluster.base import Coordinator, OwnershipListener, ShardMapListener
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local_pools import LocalPoolRegistry
+from tjobs.cluster.shard_maps import MemoryShardMapHome, ShardMapHome, ShardMapWatch, replace_in, seed_in
 from tjobs.pools.model import Executor
 
 logger = logging.getLogger(__name__)
 
 SYNC_INTERVAL_MS = 200  # as ``cluster.sync_interval_ms``: how soon a hand-over that raised is retried
+MAP_POLL_INTERVAL_MS = 1000  # how soon a map stored by another process (``tjobs shards``) is seen
 
 
 class LocalCoordinator(Coordinator):
@@ -27,6 +34,8 @@ class LocalCoordinator(Coordinator):
         health: DatabaseHealth | None = None,
         *,
         sync_interval_ms: int = SYNC_INTERVAL_MS,
+        map_home: ShardMapHome | None = None,
+        map_poll_interval_ms: int = MAP_POLL_INTERVAL_MS,
         monotonic_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self._all = frozenset(range(shard_count))
@@ -38,14 +47,25 @@ class LocalCoordinator(Coordinator):
         self.node_id = node_id
         self._health = health  # shown in describe(); pausing is the runner's (wired by the node)
         self._pools = LocalPoolRegistry(monotonic_s)  # one process: the registry is the view
+        self._map_home: ShardMapHome = map_home or MemoryShardMapHome()
+        self._map_watch = ShardMapWatch()
+        self._map_poll_s = map_poll_interval_ms / 1000
+        self._map_poll: asyncio.Task[None] | None = None
 
     async def start(self, on_change: OwnershipListener) -> None:
         self._on_change = on_change
         self._owned = self._all
         if not await self._hand_over():
             self._retry = asyncio.create_task(self._retry_until_taken(), name="tjobs-local-ownership")
+        if self._map_watch.listener is not None:
+            self._map_poll = asyncio.create_task(self._poll_shard_map(), name="tjobs-local-shard-map")
 
     async def stop(self) -> None:
+        if self._map_poll is not None:
+            self._map_poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._map_poll
+            self._map_poll = None
         if self._retry is not None:
             self._retry.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -118,3 +138,28 @@ class LocalCoordinator(Coordinator):
             return False
         self._handed = owned
         return True
+
+    # ---- the shard map ------------------------------------------------------------------------------
+
+    async def read_shard_map(self) -> ShardMap | None:
+        return await self._map_home.read_shard_map()
+
+    async def seed_shard_map(self, seed: ShardMap) -> ShardMap:
+        return await seed_in(self._map_home, seed)
+
+    async def replace_shard_map(self, new: ShardMap, expected_epoch: int) -> bool:
+        stored = await replace_in(self._map_home, new, expected_epoch)
+        if stored and self._map_poll is not None:
+            await self._map_watch.offer(new)
+        return stored
+
+    def watch_shard_map(self, listener: ShardMapListener) -> None:
+        self._map_watch.listener = listener
+
+    async def _poll_shard_map(self) -> None:
+        while True:
+            try:
+                await self._map_watch.offer(await self._map_home.read_shard_map())
+            except Exception as error:  # the store is down: routing stays as it is until it answers
+                logger.warning("shard map not read (%s)", error, extra={"action": "shard_map_read_failed"})
+            await asyncio.sleep(self._map_poll_s)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from sharding import Topology
+from sharding.shard_map import ShardMap
 from tjobs.model import (
     App,
     DueTask,
@@ -104,6 +105,44 @@ class TaskStore(ABC):
         skipped, and nothing is ended if the server restarted since they were recorded (ids start
         again at a restart, so they may name someone else's sessions). Returns how many were ended."""
         return 0
+
+    # ---- the shard map: which server holds each logical database (sharding/shard_map.py) -------
+
+    def configured_servers(self) -> list[str]:
+        """The names of the configured servers (``storage.urls``), in the configured order."""
+        return self.database_servers()
+
+    def seed_shard_map(self) -> ShardMap:
+        """The map the configured list gives at epoch 1: instance ``i`` on ``urls[i % len(urls)]``."""
+        return ShardMap.seed(self.configured_servers(), self.topology)
+
+    def use_shard_map(self, shard_map: ShardMap) -> None:
+        """Route by ``shard_map`` from now on, and write under its epoch: a logical database whose
+        fence admits only a later epoch refuses the write (:class:`tjobs.errors.StaleShardMap`,
+        nothing written; :mod:`tjobs.stores.shard_fence`). A map no newer than the one in use is
+        ignored. Before the first call the store routes by :meth:`seed_shard_map` under epoch 0."""
+        if self._shard_map_in_use is None or shard_map.epoch > self._shard_map_in_use.epoch:
+            self._shard_map_in_use = shard_map
+
+    def shard_map(self) -> ShardMap | None:
+        """The map in use (:meth:`use_shard_map`), ``None`` before the first."""
+        return self._shard_map_in_use
+
+    async def read_shard_map(self) -> ShardMap | None:
+        """The embedded mode's recorded map (a cluster keeps its map in etcd); ``None`` before the first."""
+        return self._recorded_shard_map
+
+    async def swap_shard_map(self, new: ShardMap, expected_epoch: int | None) -> bool:
+        """Record ``new`` if the recorded map is at ``expected_epoch`` (``None``: if none is recorded);
+        whether it was recorded. The embedded coordinator's storage of the map."""
+        recorded = self._recorded_shard_map
+        if (recorded.epoch if recorded is not None else None) != expected_epoch:
+            return False
+        self._recorded_shard_map = new
+        return True
+
+    _shard_map_in_use: ShardMap | None = None
+    _recorded_shard_map: ShardMap | None = None  # memory: the record lives as long as the store
 
     @abstractmethod
     async def database_now_ms(self) -> int:

@@ -1,12 +1,16 @@
 """The layout record: the data remembers the layout it was written for, and refuses any other.
 
-A task's shard is in its id, and the shard's database and table follow from ``storage.topology``,
-``storage.database_prefix`` and how many servers ``storage.urls`` lists. Started with other values on
+A task's shard is in its id, and the shard's database and table follow from ``storage.topology`` and
+``storage.database_prefix``; the server of each logical database is the shard map's
+(:mod:`sharding.shard_map`), which ``storage.urls`` only seeds. Started with other values on
 existing data, a node would look for tasks where they are not: they would answer 404 and never fire.
 So ``tjobs migrate`` records these facts in ``tjobs_layout`` (in the first logical database), a node's
 first start records them if ``migrate`` did not, and every later ``migrate`` or start compares and
 refuses a difference with :class:`StorageLayoutMismatch`. Changing the layout means moving the data:
 an explicit operation of its own, never a restart with other settings.
+
+The configured server list is checked against the shard map (:func:`check_shard_map`): a list that
+names another server, lacks one or reorders them is refused the same way (:class:`ShardMapMismatch`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from sqlalchemy import MetaData, insert, inspect, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from sharding import Topology
+from sharding.shard_map import ShardMap
 from tjobs.errors import TjobsError
 from tjobs.settings import StorageSettings
 from tjobs.stores.schema import LAYOUT_TABLE, layout_table
@@ -27,17 +33,37 @@ class StorageLayoutMismatch(TjobsError):
     """The configured storage layout is not the one the existing data was written with."""
 
 
+class ShardMapMismatch(StorageLayoutMismatch):
+    """The configured servers (``storage.urls``) are not the shard map's: refused (a configuration
+    mistake is refused, never absorbed) until the list is corrected, or the operator re-seeds the
+    map's server list (``tjobs shards reseed``)."""
+
+
 class StorageNotMigrated(TjobsError):
     """The databases lack the newest schema: ``tjobs migrate`` has not been run on them."""
 
 
 def layout_facts(settings: StorageSettings) -> dict[str, str]:
     """The settings that decide where a task lives, as recorded."""
-    return {
-        "topology": str(settings.parsed_topology()),
-        "database_prefix": settings.database_prefix,
-        "servers": str(len(settings.urls)),
-    }
+    return {"topology": str(settings.parsed_topology()), "database_prefix": settings.database_prefix}
+    # Data recorded before the shard map also has "servers" (the count of storage.urls): no longer
+    # compared; the shard map says where each database is.
+
+
+def check_shard_map(stored: ShardMap, configured_servers: list[str], topology: Topology, where: str) -> None:
+    """Raise :class:`ShardMapMismatch` naming each difference between the configured servers (in
+    order) and the stored map's, or a map laid out for another number of logical databases."""
+    if len(stored.placement) != topology.database_count:
+        raise ShardMapMismatch(
+            f"refusing to use {where}: the shard map places {len(stored.placement)} logical databases, "
+            f"topology {topology} has {topology.database_count}"
+        )
+    problems = stored.differences(configured_servers)
+    if problems:
+        raise ShardMapMismatch(
+            f"refusing to use {where}: {'; '.join(problems)} (shard map epoch {stored.epoch}). Correct "
+            "storage.urls; if the server list really changed, run `tjobs shards reseed` with the new settings."
+        )
 
 
 async def recorded_layout(conn: AsyncConnection, layout: Layout) -> dict[str, str] | None:

@@ -23,15 +23,25 @@ from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from sharding.shard_map import ShardMap
 from tjobs.errors import TjobsError
 from tjobs.settings import StorageSettings
-from tjobs.stores.layout_record import check_facts, ensure_layout, layout_facts, recorded_layout
+from tjobs.stores.layout_record import (
+    StorageNotMigrated,
+    check_facts,
+    check_shard_map,
+    ensure_layout,
+    layout_facts,
+    recorded_layout,
+)
+from tjobs.stores.shard_fence import read_recorded_map, swap_recorded_map
 from tjobs.stores.sql_layout import (
     MYSQL,
     DatabaseHome,
     Layout,
+    configured_servers,
     create_engine_for,
     is_unavailable,
     safe_url,
@@ -78,23 +88,33 @@ async def migrate(settings: StorageSettings, progress: Progress | None = None) -
     """Create the logical databases if missing and upgrade each to head; ``progress(db, done, total)``."""
     if all(url.startswith("memory:") for url in settings.urls):
         return
-    layout = Layout(settings)
+    layout = Layout(settings)  # the seed's placement; the first database never moves, so it finds the map
     engines: dict[str, AsyncEngine] = {}
-    for url in layout.engine_urls():
-        pooled = settings.model_copy(update={"pool_size": CONCURRENCY_PER_SERVER})
-        engines[url] = create_engine_for(url, pooled)
+    pooled = settings.model_copy(update={"pool_size": CONCURRENCY_PER_SERVER})
     try:
+        apps_url = layout.apps_database.engine_url
+        engines[apps_url] = apps_engine = create_engine_for(apps_url, pooled)
+        if layout.dialect == MYSQL:
+            await _create_databases(apps_engine, layout, apps_url, only=layout.apps_database)
+        else:
+            os.makedirs(os.path.dirname(sqlite_path(apps_url)) or ".", exist_ok=True)
+        where = _where(layout)
+        async with apps_engine.connect() as conn:  # refuse before changing anything
+            recorded = await recorded_layout(conn, layout)
+            recorded_map = await _recorded_map(conn, layout) if recorded is not None else None
+        if recorded is not None:
+            check_facts(recorded, layout_facts(settings), where)
+        if recorded_map is not None:  # the databases are where the map says, which may not be the seed
+            check_shard_map(recorded_map, list(configured_servers(settings.urls)), layout.topology, where)
+            layout = Layout(settings, recorded_map.placement)
+        for url in layout.engine_urls():
+            if url not in engines:
+                engines[url] = create_engine_for(url, pooled)
         if layout.dialect == MYSQL:
             await asyncio.gather(*(_create_databases(engine, layout, url) for url, engine in engines.items()))
         else:
             for home in layout.databases:
                 os.makedirs(os.path.dirname(sqlite_path(home.engine_url)) or ".", exist_ok=True)
-        apps_engine = engines[layout.apps_database.engine_url]
-        where = _where(layout)
-        async with apps_engine.connect() as conn:  # refuse before changing anything
-            recorded = await recorded_layout(conn, layout)
-        if recorded is not None:
-            check_facts(recorded, layout_facts(settings), where)
         script = ScriptDirectory(str(MIGRATIONS_DIR))
         total = len(layout.databases)
         done = 0
@@ -110,6 +130,9 @@ async def migrate(settings: StorageSettings, progress: Progress | None = None) -
 
         await asyncio.gather(*(one(home) for home in layout.databases))
         await ensure_layout(apps_engine, layout, settings, where)
+        if recorded_map is None:  # the data's own record of its map: seeded here, moved by `tjobs shards`
+            async with apps_engine.begin() as conn:
+                await swap_recorded_map(conn, layout, ShardMap.seed(_placed_servers(settings), layout.topology), None)
         logger.info("migrated %d databases", total, extra={"action": "schema_migrated"})
     finally:
         await asyncio.gather(*(engine.dispose() for engine in engines.values()))
@@ -120,12 +143,26 @@ def _where(layout: Layout) -> str:
     return f"database {home.name} on {safe_url(home.engine_url)}"
 
 
-async def _create_databases(engine: AsyncEngine, layout: Layout, url: str) -> None:
+def _placed_servers(settings: StorageSettings) -> list[str]:
+    name_of = {url: name for name, url in configured_servers(settings.urls).items()}
+    return [name_of[url] for url in settings.urls]
+
+
+async def _recorded_map(conn: AsyncConnection, layout: Layout) -> ShardMap | None:
+    """The recorded shard map; ``None`` also on a schema from before the map (its migration adds it)."""
+    try:
+        return await read_recorded_map(conn, layout)
+    except StorageNotMigrated:
+        await conn.rollback()
+        return None
+
+
+async def _create_databases(engine: AsyncEngine, layout: Layout, url: str, only: DatabaseHome | None = None) -> None:
     try:
         async with engine.connect() as conn:
             result = await conn.exec_driver_sql("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
             existing = set(result.scalars())
-            for home in layout.databases:
+            for home in layout.databases if only is None else [only]:
                 if home.engine_url == url and home.name not in existing:
                     await conn.exec_driver_sql(
                         f"CREATE DATABASE IF NOT EXISTS `{home.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"

@@ -13,6 +13,11 @@ the logical databases of one server, never two servers) or one SQLite file. Insi
 4. tasks advance with one ``UPDATE … SET col = CASE id … END … WHERE id IN (…)`` per tasks table;
 5. the node's fence (``may_commit``) is asked once more, and only then does the transaction commit.
 
+On MariaDB, a transaction that writes also passes the shard-map epoch fence of every logical database
+it touches (:mod:`tjobs.stores.shard_fence`): one more statement at the head of the round trip that
+carries the writes (step 3-4), so it costs no round trip; a fenced database fails the transaction with
+error 1242 and nothing is written.
+
 The statements are hand-built text with bound parameters: their shape changes with every batch (the
 tables touched, the IN-list lengths, the CASE arms), so SQLAlchemy's statement cache cannot help, and
 only identifiers derived from the topology are ever put into the SQL text. A deadlock is retried once.
@@ -31,6 +36,7 @@ from tjobs.errors import Fenced
 from tjobs.model import FireIntent, FireOutcome, Flow, Task, TaskStatus
 from tjobs.stores.base import FirePlanner
 from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, clip_error, task_from_row
+from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, MYSQL, mysql_errno, round_trips
 
 if TYPE_CHECKING:
@@ -113,8 +119,10 @@ class FireTransaction:
         now_ms: int,
         planner: FirePlanner,
         may_commit: Callable[[], bool] | None = None,
+        fence_epoch: int | None = None,
     ) -> None:
         self.mysql = dialect == MYSQL
+        self.fence_epoch = fence_epoch if self.mysql else None
         self.may_commit = may_commit
         self.mark = "%s" if self.mysql else "?"
         self.intents = intents
@@ -220,6 +228,9 @@ class FireTransaction:
         if isinstance(run, _AsyncmyExecutor) and not careful:  # MariaDB: one multi-statement
             await self._write_in_one_round_trip(run, new_flows, advanced)
             return outcomes
+        if self.fence_epoch is not None and (new_flows or advanced):
+            fence_sql, fence_params = self._fence()
+            await run.rows(fence_sql, tuple(fence_params))
         for shard in sorted(new_flows):
             kept = await self._insert_flows(run, self.shards[shard], new_flows[shard], careful)
             if kept is not None:
@@ -242,6 +253,9 @@ class FireTransaction:
         than sent means a duplicate (redo carefully), fewer tasks than locked is a bug.
         """
         statements: list[tuple[str, list[Any], int, bool]] = []  # sql, params, expected, is_insert
+        if self.fence_epoch is not None and (new_flows or advanced):
+            fence_sql, fence_params = self._fence()
+            statements.append((fence_sql, fence_params, len(fence_params), False))
         marks = "(" + ", ".join(["%s"] * len(FLOW_COLUMNS)) + ")"
         for shard in sorted(set(new_flows) | set(advanced)):
             home = self.shards[shard]
@@ -258,6 +272,13 @@ class FireTransaction:
                 statements.append((sql, update_params, len(tasks[start : start + MAX_PARAMS // 10]), False))
         for chunk in round_trips(statements, lambda statement: statement[1]):
             await self._run_multi(run, chunk)
+
+    def _fence(self) -> tuple[str, list[Any]]:
+        """The epoch fence of every logical database of the batch (one row each when it passes)."""
+        assert self.fence_epoch is not None
+        homes = {home.database.index: home.database for home in self.shards.values()}
+        sql, params = fence_statement(list(homes.values()), self.fence_epoch)
+        return sql, list(params)
 
     async def _run_multi(self, run: _AsyncmyExecutor, chunk: list[tuple[str, list[Any], int, bool]]) -> None:
         sql = "; ".join(statement for statement, _, _, _ in chunk)

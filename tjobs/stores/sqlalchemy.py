@@ -45,6 +45,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sharding import TaskIdGenerator, shard_for_key, shard_of_task_id
+from sharding.shard_map import ShardMap
 from tjobs.errors import (
     Conflict,
     DuplicateKey,
@@ -82,6 +83,7 @@ from tjobs.stores.schema import (
     task_target_rows,
     task_to_row,
 )
+from tjobs.stores.shard_fence import is_fenced, read_recorded_map, stale, swap_recorded_map
 from tjobs.stores.sql_direct import (
     DirectPool,
     GroupCommit,
@@ -99,6 +101,7 @@ from tjobs.stores.sql_layout import (
     DatabaseHome,
     Layout,
     ShardTables,
+    configured_servers,
     create_engine_for,
     is_unavailable,
     safe_url,
@@ -144,6 +147,8 @@ class SQLAlchemyTaskStore(TaskStore):
         for url, name in self._server_names.items():
             self._server_urls.setdefault(name, url)
         self._sessions: dict[str, SessionRegistry] = {}  # MariaDB: engine URL -> open session ids
+        self._shard_map: ShardMap | None = None  # routing by the seed (the configured list) until given one
+        self._fence_epoch = 0  # the epoch writes are made under (tjobs.stores.shard_fence)
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -151,21 +156,25 @@ class SQLAlchemyTaskStore(TaskStore):
         if self._engines:
             return
         for url in self.layout.engine_urls():
-            engine = create_engine_for(url, self.settings)
-            self._engines[url] = engine
-            self._writers[url] = engine.execution_options(**{WRITE_OPTION: True})
-            if self.layout.dialect == MYSQL:
-                self._sessions[url] = sessions = SessionRegistry()
-                sessions.attach(engine)
-            kwargs = connect_kwargs(url, self.settings) if self.layout.dialect == MYSQL else None
-            if kwargs is not None:
-                self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
-                self._health[url] = HealthConnection(kwargs)
-                self._groups[url] = GroupCommit(
-                    functools.partial(self._write_group, url), max_flushes=max(1, self.settings.pool_size // 2)
-                )
-            elif self.layout.dialect != MYSQL:  # SQLite: one writer per file at a time anyway
-                self._groups[url] = GroupCommit(functools.partial(self._write_group, url), max_flushes=1)
+            self._open(url)
+
+    def _open(self, url: str) -> None:
+        """The engine, pools and group commit of one server (or SQLite file)."""
+        engine = create_engine_for(url, self.settings)
+        self._engines[url] = engine
+        self._writers[url] = engine.execution_options(**{WRITE_OPTION: True})
+        if self.layout.dialect == MYSQL:
+            self._sessions[url] = sessions = SessionRegistry()
+            sessions.attach(engine)
+        kwargs = connect_kwargs(url, self.settings) if self.layout.dialect == MYSQL else None
+        if kwargs is not None:
+            self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
+            self._health[url] = HealthConnection(kwargs)
+            self._groups[url] = GroupCommit(
+                functools.partial(self._write_group, url), max_flushes=max(1, self.settings.pool_size // 2)
+            )
+        elif self.layout.dialect != MYSQL:  # SQLite: one writer per file at a time anyway
+            self._groups[url] = GroupCommit(functools.partial(self._write_group, url), max_flushes=1)
 
     async def check_layout(self) -> None:
         home = self.layout.apps_database
@@ -222,6 +231,42 @@ class SQLAlchemyTaskStore(TaskStore):
 
     async def ping_server(self, server: str) -> None:
         await self._ping_url(self._url_of_server(server))
+
+    # ---- the shard map: routing and the epoch fence ---------------------------------------------------
+
+    def configured_servers(self) -> list[str]:
+        return list(configured_servers(self.settings.urls))
+
+    def seed_shard_map(self) -> ShardMap:
+        name_of = {url: name for name, url in configured_servers(self.settings.urls).items()}
+        return ShardMap.seed([name_of[url] for url in self.settings.urls], self.topology)
+
+    def use_shard_map(self, shard_map: ShardMap) -> None:
+        if self._shard_map is not None and shard_map.epoch <= self._shard_map.epoch:
+            return
+        layout = Layout(self.settings, shard_map.placement)
+        if self._engines:
+            for url in layout.engine_urls():
+                if url not in self._engines:
+                    self._open(url)
+        names = layout.server_names()
+        urls: dict[str, str] = {}
+        for url, name in names.items():
+            urls.setdefault(name, url)
+        self.layout, self._server_names, self._server_urls = layout, names, urls
+        self._shard_map, self._fence_epoch = shard_map, shard_map.epoch
+
+    def shard_map(self) -> ShardMap | None:
+        return self._shard_map
+
+    async def read_shard_map(self) -> ShardMap | None:
+        url = self.layout.apps_database.engine_url
+        async with self._connect(url) as conn:
+            return await read_recorded_map(conn, self.layout)
+
+    async def swap_shard_map(self, new: ShardMap, expected_epoch: int | None) -> bool:
+        async with self._write(self.layout.apps_database.engine_url) as conn:
+            return await swap_recorded_map(conn, self.layout, new, expected_epoch)
 
     def fire_sessions(self) -> dict[str, ServerSessions]:
         recorded: dict[str, ServerSessions] = {}
@@ -291,6 +336,8 @@ class SQLAlchemyTaskStore(TaskStore):
         except Exception as error:
             if is_unavailable(error):
                 raise unavailable(url, error) from error
+            if is_fenced(error):
+                raise stale(f"a logical database on {self._server_names.get(url, url)}", self._fence_epoch) from error
             raise
 
     def _shard(self, shard: int) -> ShardTables:
@@ -465,7 +512,7 @@ class SQLAlchemyTaskStore(TaskStore):
         try:
             if direct is not None:
                 async with self._direct_call(url):
-                    await direct.insert_new(groups)
+                    await direct.insert_new(groups, self._fence_epoch)
             else:
                 async with self._write(url) as conn:
                     for home, new in groups:
@@ -495,7 +542,7 @@ class SQLAlchemyTaskStore(TaskStore):
             try:
                 if direct is not None:
                     async with self._direct_call(url):
-                        await direct.insert_task(home, task)
+                        await direct.insert_task(home, task, self._fence_epoch)
                 else:
                     async with self._write(url) as conn:
                         await conn.execute(insert(home.tasks), [task_to_row(task)], execution_options=home.options)
@@ -549,7 +596,9 @@ class SQLAlchemyTaskStore(TaskStore):
             async with self._direct_call(url):
                 taken = await direct.taken_keys(by_shard(self.layout, [t for t in tasks if t.key is not None]))
                 outcomes = unique_keys(tasks, taken)
-                await direct.insert_new(by_shard(self.layout, [t for t in outcomes if isinstance(t, Task)]))
+                await direct.insert_new(
+                    by_shard(self.layout, [t for t in outcomes if isinstance(t, Task)]), self._fence_epoch
+                )
             for (index, _), outcome in zip(items, outcomes, strict=True):
                 results[index] = outcome
             return
@@ -847,12 +896,16 @@ class SQLAlchemyTaskStore(TaskStore):
 
         async def run(url: str, items: list[tuple[int, ShardTables]]) -> Exception | None:
             """One server's transaction; its error is its intents' outcome, not the batch's."""
-            fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit)
+            epoch = self._fence_epoch
+            fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit, epoch)
             try:
                 await fire.run(lambda: self._engine(url, write=True).begin())
             except Exception as error:
                 failure = error
-                if not isinstance(error, TjobsError) and is_unavailable(error):
+                if is_fenced(error):
+                    failure = stale(", ".join(sorted({home.database.name for _, home in items})), epoch)
+                    failure.__cause__ = error
+                elif not isinstance(error, TjobsError) and is_unavailable(error):
                     failure = unavailable(url, error)
                     failure.__cause__ = error
                 for index, _ in items:
