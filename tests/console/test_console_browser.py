@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.async_api import BrowserContext, Page, expect
+from playwright.async_api import Browser, BrowserContext, Page, expect
 
 from tests.console.conftest import ADMIN_KEY, PHONE, api, screenshot, sign_in
 from tests.receiver import Receiver, Reply
@@ -305,13 +305,62 @@ async def test_the_admin_creates_an_app_whose_key_is_shown_once_rotates_it_and_s
     assert (await api(running, api_key, "GET", "/v1/app")).status_code == 401
     assert (await api(running, new_key, "GET", "/v1/app")).status_code == 200
 
-    # The admin sees any app's pages, and the cluster
-    await page.goto(f"/console/?app={app_id}")
+    # The admin sees every app, any app's pages, and the cluster
+    await page.goto("/console/")
+    await expect(page.locator("table")).to_contain_text("payments")
+    await screenshot(page, screenshots, "overview-admin")
+    await page.get_by_role("link", name="payments").click()
     await expect(page.get_by_role("heading", level=2).first).to_contain_text("payments")
+    await page.get_by_role("link", name="Apps").click()
+    await expect(page.locator("table")).to_contain_text(app_id)
+    await screenshot(page, screenshots, "apps")
     await page.get_by_role("link", name="Cluster").click()
     await expect(page.locator("main")).to_contain_text("embedded")
     await expect(page.locator("main")).to_contain_text(running.node.node_id)
     await screenshot(page, screenshots, "cluster")
+
+
+async def test_the_admin_disables_enables_and_deletes_an_app_confirmed(
+    running: RunningNode, browser: Browser, context: BrowserContext
+) -> None:
+    app, key = await running.create_app("retired")
+    task_id = await _create_task(
+        running, key, {"name": "old", "schedule": YEARLY, "callback": {"url": "https://example.com/"}}
+    )
+    as_app = await browser.new_context(base_url=running.base_url)  # the app's own console session
+    app_page = await as_app.new_page()
+    await sign_in(app_page, key)
+    page = await context.new_page()
+    await sign_in(page, ADMIN_KEY)
+    await page.goto(f"/console/apps/{app.id}")
+
+    # Disable: the app's key and its console session are refused
+    await page.get_by_role("link", name="Disable").click()
+    await page.get_by_role("button", name="Disable").click()
+    await expect(page.get_by_role("status")).to_have_text("App disabled.")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).status_code == 403
+    refused = await app_page.goto("/console/tasks")
+    assert refused is not None and refused.status == 403
+    await expect(app_page.get_by_role("alert")).to_contain_text("disabled")
+
+    # Enable: both work again
+    await page.get_by_role("link", name="Enable").click()
+    await page.get_by_role("button", name="Enable").click()
+    await expect(page.get_by_role("status")).to_have_text("App enabled.")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).status_code == 200
+    await as_app.close()
+
+    # Delete: only with the app's id typed again
+    await page.get_by_role("link", name="Delete").click()
+    await page.get_by_label("Type the app's id").fill("not-this-one")
+    await page.get_by_role("button", name="Delete").click()
+    await expect(page.get_by_role("alert")).to_contain_text(f"Type the app's id, {app.id}")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).status_code == 200
+    await page.get_by_label("Type the app's id").fill(app.id)
+    await page.get_by_role("button", name="Delete").click()
+    await expect(page.get_by_role("status")).to_have_text("App deleted.")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).status_code == 401
+    assert await running.node.store.get_task(int(task_id)) is None
 
 
 async def test_on_a_phone_the_pages_fit_the_screen(

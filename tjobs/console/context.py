@@ -3,6 +3,7 @@ CSRF check, and HTML rendering.
 
 - Every console page needs a session (:mod:`tjobs.console.session`); without one it redirects to the
   sign-in page. An app session sees its own app only; the admin session sees every app and the cluster.
+  A disabled app's session gets 403 on every page, as its key does on the API.
 - **Foreign ids are 404**, never 403: an app session asking for another app's task, flow or app page
   gets the same "not found" page as for an id that does not exist (:meth:`Console.task_owner`,
   :meth:`Console.flow_owner`, :meth:`Console.scope`), as the API does (invariant 10).
@@ -34,7 +35,7 @@ from fastapi.routing import APIRoute
 from sharding import shard_of_task_id
 from tjobs.clock import iso_ms
 from tjobs.console.session import COOKIE_NAME, CSRF_FIELD, CSRF_HEADER, SessionClaim, SessionCodec, session_secret
-from tjobs.errors import InvalidInput, NotFound, RateLimited, TjobsError
+from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, TjobsError
 from tjobs.model import App, parse_flow_id
 from tjobs.service.apps import AppService, hash_api_key
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from tjobs.api.ratelimit import ApiRateLimits
     from tjobs.node import Node
 
+APP_CHOICES = 100  # apps offered by name where the admin has not picked one
 MAX_FORM_FIELDS = 2000  # a redrive posts up to 1,000 flow ids
 SECURITY_HEADERS = {
     "cache-control": "no-store",
@@ -202,11 +204,16 @@ class Console:
             app = await self.node.apps.get(claim.app_id)
         except NotFound:
             return None
-        return Principal(app, csrf) if self.codec.tag_matches(claim, app.api_key_hash) else None
+        if not self.codec.tag_matches(claim, app.api_key_hash):
+            return None
+        if app.disabled_at_ms is not None:
+            raise AppDisabled(app.id)
+        return Principal(app, csrf)
 
     async def sign_in(self, key: str) -> tuple[str, App | None] | None:
         """Check a key typed into the sign-in form: the admin key or an app's API key. Returns the session
-        cookie value and the app (``None``: admin), or ``None`` for an unknown key."""
+        cookie value and the app (``None``: admin), or ``None`` for an unknown key; :class:`AppDisabled`
+        for the key of a disabled app."""
         self.rate_limits.admit_unauthenticated()  # every attempt, so keys cannot be guessed quickly
         key = key.strip()
         if not key:
@@ -219,6 +226,8 @@ class Console:
         app = await self.node.apps.authenticate(key)
         if app is None:
             return None
+        if app.disabled_at_ms is not None:
+            raise AppDisabled(app.id)
         cookie, _ = self.codec.issue("app", app.id, app.api_key_hash, now_ms)
         return cookie, app
 
@@ -247,6 +256,12 @@ class Console:
         if not app_id:
             return None
         return await self.apps.get(app_id)
+
+    async def app_choices(self, principal: Principal, scoped: App | None) -> list[App]:
+        """The apps the admin may pick from when a page names none (the first page of the app list)."""
+        if not principal.admin or scoped is not None:
+            return []
+        return list((await self.apps.list_page(APP_CHOICES)).items)
 
     async def task_owner(self, principal: Principal, task_id: int) -> App:
         """The app to act as on ``task_id``: an app session's own (the service then answers 404 for a

@@ -1,5 +1,8 @@
-"""Apps (admin only; an app session gets 404 here): create one, its page, its limits, and rotating its
-API key or signing secret.
+"""Apps (admin only; an app session gets 404 here): the list, creating one, its page, its limits,
+rotating its API key or signing secret, disabling or enabling it, and deleting it.
+
+Disable, enable and delete are confirmed on a page of their own; deleting also asks for the app's id
+typed again (the service refuses otherwise, as ``DELETE /v1/apps/{id}?confirm=<id>`` does).
 
 A new API key or signing secret appears once, on the page that answers the create or the rotation
 (sent ``no-store``); no page shows it again: the store keeps only the key's hash, and the app's page
@@ -10,17 +13,22 @@ from __future__ import annotations
 
 import json
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
-from tjobs.console.context import ConsoleRoute, Form, console_of, require_admin
-from tjobs.errors import InvalidInput
+from tjobs.console.context import ConsoleRoute, Form, Principal, console_of, require_admin
+from tjobs.errors import ConfirmationRequired, InvalidInput, NotFound
 from tjobs.model import App
+from tjobs.service.cursors import MAX_CURSOR_CHARS
 
 router = APIRouter(route_class=ConsoleRoute)
 
 Rotation = Literal["api_key", "secret", "both"]
+AppAction = Literal["disable", "enable", "delete"]
+PAGE_SIZE = 100
+APP_NOTICES = {"updated": "Limits saved.", "disabled": "App disabled.", "enabled": "App enabled."}
 NUMBER_FIELDS = (
     ("rate_limit_per_s", float),
     ("max_concurrency", int),
@@ -76,17 +84,39 @@ def _view(app: App) -> dict[str, Any]:
         "api_rate_limit_per_s": settings.get("api_rate_limit_per_s"),
         "create_rate_limit_per_s": settings.get("create_rate_limit_per_s"),
         "live_secrets": len(app.secrets),
+        "disabled_at_ms": app.disabled_at_ms,
     }
 
 
-@router.get("/console/apps")
-async def apps_page(request: Request, app: Annotated[str | None, Query(max_length=200)] = None) -> Response:
+async def _apps_page(
+    request: Request, principal: Principal, cursor: str | None, status: int = 200, **context: Any
+) -> Response:
     console = console_of(request)
-    principal = await console.principal(request)
+    page = await console.apps.list_page(PAGE_SIZE, cursor)
+    return console.render(
+        request,
+        "apps.html",
+        principal,
+        status,
+        apps=[_view(app) for app in page.items],
+        next_cursor=page.next_cursor,
+        **context,
+    )
+
+
+@router.get("/console/apps")
+async def apps_page(
+    request: Request,
+    app: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+    done: Annotated[str | None, Query(max_length=20)] = None,
+) -> Response:
+    principal = await console_of(request).principal(request)
     require_admin(principal, "apps")
     if app:
-        return RedirectResponse(f"/console/apps/{app}", status_code=303)
-    return console.render(request, "apps.html", principal, values={}, error=None)
+        return RedirectResponse(f"/console/apps/{quote(app, safe='')}", status_code=303)
+    notice = "App deleted." if done == "deleted" else None
+    return await _apps_page(request, principal, cursor or None, values={}, error=None, notice=notice)
 
 
 @router.post("/console/apps")
@@ -98,7 +128,7 @@ async def create_app(request: Request) -> Response:
         app, api_key = await console.apps.create(app_fields(form, creating=True))
     except InvalidInput as error:
         values = {name: form.get(name) for name in ("name", *(n for n, _ in NUMBER_FIELDS), "allowed_callback_hosts")}
-        return console.render(request, "apps.html", principal, 422, values=values, error=error.message)
+        return await _apps_page(request, principal, None, 422, values=values, error=error.message, notice=None)
     return console.render(
         request,
         "app_secrets.html",
@@ -117,7 +147,7 @@ async def app_page(request: Request, app_id: str, done: Annotated[str | None, Qu
     principal = await console.principal(request)
     require_admin(principal, "apps")
     app = await console.apps.get(app_id)
-    notice = "Limits saved." if done == "updated" else None
+    notice = APP_NOTICES.get(done or "")
     return console.render(request, "app.html", principal, app=_view(app), error=None, notice=notice)
 
 
@@ -158,3 +188,34 @@ async def rotate(request: Request, app_id: str) -> Response:
     return console.render(
         request, "app_secrets.html", principal, app=_view(app), api_key=api_key, secret=secret, created=False
     )
+
+
+@router.get("/console/apps/{app_id}/confirm")
+async def confirm_app_action(request: Request, app_id: str, action: Annotated[AppAction, Query()]) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    require_admin(principal, "apps")
+    app = await console.apps.get(app_id)
+    return console.render(request, "app_confirm.html", principal, app=_view(app), action=action, error=None)
+
+
+@router.post("/console/apps/{app_id}/{action}")
+async def app_action(request: Request, app_id: str, action: str) -> Response:
+    """Disable, enable or delete (routes above take /limits and /rotate first)."""
+    console = console_of(request)
+    principal, form = await console.posted(request)
+    require_admin(principal, "apps")
+    if action not in ("disable", "enable", "delete"):
+        raise NotFound("action", action)
+    if action == "delete":
+        try:
+            await console.apps.delete(app_id, form.get("confirm").strip() or None)
+        except ConfirmationRequired:
+            app = await console.apps.get(app_id)
+            error = f"Type the app's id, {app.id}, to delete it."
+            return console.render(
+                request, "app_confirm.html", principal, 400, app=_view(app), action=action, error=error
+            )
+        return RedirectResponse("/console/apps?done=deleted", status_code=303)
+    await console.apps.set_disabled(app_id, action == "disable")
+    return RedirectResponse(f"/console/apps/{quote(app_id, safe='')}?done={action}d", status_code=303)

@@ -58,7 +58,10 @@ async def dead_letters(
     if scoped is not None:
         page = await console.node.tasks.dead_letters(scoped, PAGE_SIZE, cursor or None)
         flows, next_cursor = [flow_json(flow) for flow in page.items], page.next_cursor
-    return console.render(request, "dead_letters.html", principal, scoped=scoped, flows=flows, next_cursor=next_cursor)
+    choices = await console.app_choices(principal, scoped)
+    return console.render(
+        request, "dead_letters.html", principal, scoped=scoped, choices=choices, flows=flows, next_cursor=next_cursor
+    )
 
 
 @router.post("/console/dead-letters/redrive")

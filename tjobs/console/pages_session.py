@@ -16,7 +16,7 @@ from fastapi.responses import RedirectResponse
 
 from tjobs.console.context import ConsoleRoute, CsrfRefused, console_of, read_form, static_file
 from tjobs.console.session import COOKIE_NAME, COOKIE_PATH
-from tjobs.errors import NotFound
+from tjobs.errors import AppDisabled, NotFound
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -63,17 +63,15 @@ async def signin(request: Request) -> Response:
     if not pre_session or not given or not hmac.compare_digest(given, console.sign_in_token(pre_session)):
         raise CsrfRefused
     target = _safe_next(form.get("next"))
-    signed_in = await console.sign_in(form.get("key"))
+    try:
+        signed_in = await console.sign_in(form.get("key"))
+    except AppDisabled as disabled:
+        signed_in, status, error = None, disabled.status_code, disabled.message
+    else:
+        status, error = 401, "That key is neither an app's API key nor the admin key."
     if signed_in is None:
-        return console.render(
-            request,
-            "signin.html",
-            None,
-            401,
-            token=console.sign_in_token(pre_session),
-            next=target,
-            error="That key is neither an app's API key nor the admin key.",
-        )
+        token = console.sign_in_token(pre_session)
+        return console.render(request, "signin.html", None, status, token=token, next=target, error=error)
     cookie, _ = signed_in
     response = RedirectResponse(target, status_code=303)
     _cookie(response, request, COOKIE_NAME, cookie, console.codec.ttl_s)

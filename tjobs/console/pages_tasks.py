@@ -82,6 +82,7 @@ async def task_list(
         "tasks.html",
         principal,
         scoped=scoped,
+        choices=await console.app_choices(principal, scoped),
         tasks=items,
         next_cursor=next_cursor,
         filters=filters,
