@@ -1,6 +1,8 @@
 """Delivery of committed flows: the delivery loop (:mod:`.deliverer`) over the transport contract
 (:mod:`.transport`: one attempt to one target, classified), the HTTP transports (:mod:`.lean_http`, the
-default, and :mod:`.http` on aiohttp; :mod:`.transports` builds the one ``callbacks.transport`` names), the
+default, and :mod:`.http` on aiohttp), the protocol router in front of every transport (:mod:`.router`:
+inline URLs and HTTP targets to HTTP, each named target's protocol to its own transport, loaded on first
+use; :mod:`.transports` builds it over the HTTP transport ``callbacks.transport`` names), the
 gRPC transport (:mod:`.grpc_transport`, ``Receiver.Fire``; its generated modules in :mod:`.grpc_proto`) and
 their in-memory twin (:mod:`.recording`), the message of a flow (:mod:`.message`), signing (:mod:`.signing`),
 retry policy (:mod:`.retry`), per-app limits (:mod:`.limiter` on :mod:`.token_bucket`), and the callback
