@@ -1,14 +1,17 @@
 """A node routes by the stored shard map; the configured server list only seeds it. A node started with
 another list is refused at start, naming the difference, until the operator re-seeds the map's server
-list (``tjobs shards reseed``)."""
+list (``tjobs shards reseed``), which ``tjobs shards status`` then shows."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.e2e.conftest import FAST_SETTINGS
+from tjobs.cli.main import app
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.cluster.shard_maps import reseed_shard_map
 from tjobs.settings import StorageSettings, load_settings
@@ -47,3 +50,19 @@ async def test_a_node_started_with_another_server_list_is_refused_until_the_map_
     with pytest.raises(ShardMapMismatch, match="lacks"):  # and the old list is now the wrong one
         async with run_node(load_settings(None, storage=storage, **FAST_SETTINGS)):
             pass
+
+
+def test_tjobs_shards_status_and_reseed_on_the_embedded_record(tmp_path: Path) -> None:
+    first = f"sqlite+aiosqlite:///{tmp_path / 'a'}"
+    second = f"sqlite+aiosqlite:///{tmp_path / 'b'}"
+    asyncio.run(migrate(StorageSettings(urls=[first], topology="1x2x4")))
+    config = tmp_path / "tjobs.toml"
+    config.write_text(f'[storage]\nurls = ["{first}", "{second}"]\ntopology = "1x2x4"\n')
+
+    shown = CliRunner().invoke(app, ["shards", "status", "--config", str(config)])
+    reseeded = CliRunner().invoke(app, ["shards", "reseed", "--config", str(config)])
+
+    assert shown.exit_code == 0 and "shard map epoch 1" in shown.output
+    assert f"{tmp_path / 'a'}: 2 logical databases [0, 1]" in shown.output
+    assert reseeded.exit_code == 0, reseeded.output
+    assert "shard map epoch 2" in reseeded.output and f"{tmp_path / 'b'}: 0 logical databases" in reseeded.output
