@@ -157,10 +157,7 @@ class DirectPool:
         """One autocommit ``INSERT``: committed when it returns; asyncmy's ``IntegrityError`` on a
         taken id or key (nothing written). A task naming targets also writes its reference rows, in
         one transaction with the task (:meth:`insert_new`)."""
-        if task.callback.targets:
-            await self.insert_new([(home, [task])])
-            return
-        if fence_epoch is not None:  # the fence check needs a transaction around the insert
+        if task.callback.targets or fence_epoch is not None:  # a transaction around the insert
             await self.insert_new([(home, [task])], fence_epoch)
             return
         async with self.cursor() as cursor:
