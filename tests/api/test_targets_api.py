@@ -356,10 +356,11 @@ async def test_the_cli_manages_targets_without_ever_printing_a_credential(
     env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "200"}
 
     async def cli(*args: str, code: int = 0) -> str:
+        """The command's stdout (its stderr only on failure: a log line may land there too)."""
         result = await asyncio.to_thread(CliRunner().invoke, cli_app, list(args), env=env)
         assert result.exit_code == code, result.output
         assert_no_secret(result.output)
-        return result.output
+        return result.stdout if code == 0 else result.output
 
     secrets_file = tmp_path / "credentials.json"
     secrets_file.write_text(json.dumps({"username": "tjobs", "password": SECRETS[0]}))
