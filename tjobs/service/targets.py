@@ -42,7 +42,7 @@ from typing import Any
 
 from tjobs.clock import Clock
 from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app
-from tjobs.errors import InvalidInput, NotFound, TargetInUse, TargetVersionConflict
+from tjobs.errors import Conflict, InvalidInput, NotFound, TargetInUse, TargetVersionConflict
 from tjobs.model import App
 from tjobs.service.target_requests import parse_create, parse_credentials, parse_update
 from tjobs.settings import Settings
@@ -203,7 +203,7 @@ class TargetService:
                 extra={"action": "target_updated"},
             )
             return changed
-        raise TargetVersionConflict(name, -1, -1)
+        raise Conflict(f"target {name!r} changed {UPDATE_ATTEMPTS} times while this update was applied; retry")
 
     async def delete(self, app: App, name: str) -> None:
         """Delete the target unless tasks that can still fire name it (409 with how many)."""
