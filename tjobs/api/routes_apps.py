@@ -165,7 +165,7 @@ async def stats_of(node: Node, app: App) -> dict[str, Any]:
     failures = (
         0
         if series is None
-        else sum(attempts for (outcome, _status), attempts in series.attempts.items() if outcome != "delivered")
+        else sum(attempts for (outcome, *_), attempts in series.attempts.items() if outcome != "delivered")
     )
     return {
         "app_id": app.id,
