@@ -2,20 +2,27 @@
 admits only a later epoch than the writer's refuses the fire transaction and the registration, and
 nothing is written; the other databases of the same server go on.
 
+Every other write to a logical database passes the fence as well (edits, deletes, manual flows, flow
+outcomes, re-drives, the compensator's leases, purges: tjobs/stores/sql_fenced.py), each refused
+under an older epoch with nothing changed, and passing under the epoch the fence admits.
+
 A move sets the fence of the copy it leaves to RETIRED and of the copy it fills to the new epoch; the
 tests set fences directly, as the mover will.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 
 import pytest
 
+from sharding import shard_of_task_id
 from sharding.shard_map import ShardMap
 from tests.contract.backends import NOW_MS, drop_databases, intent_of, interval_planner, make_task, mariadb_settings
 from tjobs.api.deps import error_headers
 from tjobs.errors import StaleShardMap
+from tjobs.model import Flow, FlowKind, FlowStatus, FlowUpdate, Task
 from tjobs.settings import StorageSettings
 from tjobs.stores.migrate import migrate
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
@@ -99,3 +106,78 @@ async def test_a_writer_under_an_older_epoch_is_refused_until_it_routes_by_the_n
     home = store.layout.databases[3]
     async with store._connect(home.engine_url) as conn:
         assert await read_fence(conn, home) == 3
+
+
+# ---- every other write of a moving database passes the fence too --------------------------------
+
+FAR_FUTURE_MS = NOW_MS + 10 * 365 * 86_400_000
+
+
+@dataclass(frozen=True)
+class Fired:
+    """A task of logical database 1 fired once at NOW_MS: its pending flow, and a dead one."""
+
+    task: Task
+    pending: Flow
+    dead: Flow
+
+
+async def fire_in_database_1(store: SQLAlchemyTaskStore) -> Fired:
+    task = make_task(shard=shard_in(store, 1), max_fires=None)
+    await store.insert_task(task)
+    (fired,) = await store.commit_fires([intent_of(task)], NOW_MS, interval_planner)
+    assert fired.task is not None
+    manual = Flow(task.id, NOW_MS - 1, task.app_id, FlowKind.MANUAL, FlowStatus.DEAD, 3, None, NOW_MS, NOW_MS)
+    await store.insert_manual_flow(task.id, manual)
+    return Fired(fired.task, fired.flows[0], manual)
+
+
+Write = Callable[[SQLAlchemyTaskStore, Fired], Awaitable[object]]
+
+WRITES: dict[str, Write] = {
+    "edit": lambda s, f: s.edit_task(replace(f.task, name="renamed"), {"name"}),
+    "update": lambda s, f: s.update_task(replace(f.task, name="renamed"), f.task.version),
+    "delete": lambda s, f: s.delete_task(f.task.id),
+    "delete cancelling flows": lambda s, f: s.delete_task_cancelling_flows(f.task.id, NOW_MS),
+    "delete the app's tasks": lambda s, f: s.delete_app_tasks(f.task.app_id, shard_of_task_id(f.task.id), 10, NOW_MS),
+    "manual flow": lambda s, f: s.insert_manual_flow(
+        f.task.id, replace(f.pending, scheduled_at_ms=NOW_MS + 7, kind=FlowKind.MANUAL)
+    ),
+    "flow outcome": lambda s, f: s.record_flow_updates(
+        [FlowUpdate(f.task.id, f.pending.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200)], NOW_MS
+    ),
+    "redrive": lambda s, f: s.redrive_flow(f.task.id, f.dead.scheduled_at_ms, NOW_MS),
+    "compensator lease": lambda s, f: s.lease_stale_flows(shard_of_task_id(f.task.id), FAR_FUTURE_MS, 60_000, 10),
+    "purge": lambda s, f: s.purge(shard_of_task_id(f.task.id), FAR_FUTURE_MS, 100),
+}
+
+
+async def snapshot(store: SQLAlchemyTaskStore, fired: Fired) -> tuple[Task | None, list[Flow]]:
+    return await store.get_task(fired.task.id), await store.list_flows(fired.task.id, 100)
+
+
+@pytest.mark.parametrize("write", list(WRITES), ids=list(WRITES))
+async def test_a_write_under_an_older_epoch_is_refused_and_changes_nothing(
+    store: SQLAlchemyTaskStore, write: str
+) -> None:
+    fired = await fire_in_database_1(store)
+    before = await snapshot(store, fired)
+    await set_fence(store, 1, 2)  # a move to epoch 2 filled this copy; the writer still holds epoch 1
+
+    with pytest.raises(StaleShardMap, match="refused a write under shard-map epoch 1"):
+        await WRITES[write](store, fired)
+
+    assert await snapshot(store, fired) == before
+
+
+@pytest.mark.parametrize("write", list(WRITES), ids=list(WRITES))
+async def test_the_same_write_passes_under_the_epoch_the_fence_admits(store: SQLAlchemyTaskStore, write: str) -> None:
+    fired = await fire_in_database_1(store)
+    before = await snapshot(store, fired)
+    await set_fence(store, 1, 2)
+    seeded = store.seed_shard_map()
+    store.use_shard_map(ShardMap(2, seeded.servers, seeded.placement))
+
+    await WRITES[write](store, fired)
+
+    assert await snapshot(store, fired) != before  # each write changes the task or its flows

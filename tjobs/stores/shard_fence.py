@@ -6,7 +6,8 @@ target copy before the map names it, and :data:`RETIRED_EPOCH` into the copy it 
 still routes by an older map can no longer commit there, whatever its timing.
 
 On MariaDB the check rides inside the writing transaction, in a round trip it sends anyway (the fire
-transaction's writes, a registration's ``INSERT``\\ s): :func:`fence_statement` reads each touched
+transaction's writes, a registration's ``INSERT``\\ s, the flow outcomes' multi-statement, and the first
+statement of every other write: :mod:`tjobs.stores.sql_fenced`): :func:`fence_statement` reads each touched
 database's fence row ``LOCK IN SHARE MODE`` and fails the statement (error 1242, a scalar subquery of
 two rows) when the row's epoch is above the writer's. The shared lock is held to COMMIT, so the
 mover's ``UPDATE`` of the fence waits for every transaction that passed the check, and no transaction

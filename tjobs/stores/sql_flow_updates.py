@@ -12,7 +12,8 @@ The statements are those of the generic path: per shard and per distinct ``(stat
 next_attempt_at, last_status_code, last_error)``, ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND
 status IN ('pending', 'sending')``, so a terminal flow is never changed again, plus ``AND attempts <=
 …`` for an open outcome, so an outdated one never lowers the attempt count. Shards and keys are
-sorted, so two writers lock rows in the same order.
+sorted, so two writers lock rows in the same order. The shard-map fence of the server's logical
+databases heads the first round trip (:mod:`tjobs.stores.shard_fence`).
 """
 
 from __future__ import annotations
@@ -70,13 +71,18 @@ async def write_flow_updates(
     by_shard: dict[int, list[FlowUpdate]],
     shards: Sequence[ShardTables],
     now_ms: int,
+    fence: tuple[str, list[int]] | None = None,
 ) -> None:
-    """Run the updates on ``conn`` (a MariaDB transaction) in as few round trips as the size allows."""
+    """Run the updates on ``conn`` (a MariaDB transaction) in as few round trips as the size allows;
+    ``fence`` (:func:`tjobs.stores.shard_fence.fence_statement`) heads the first round trip."""
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
     cursor = driver.cursor()
+    statements = update_statements(by_shard, shards, now_ms)
+    if fence is not None:
+        statements.insert(0, (fence[0], list(fence[1])))
     try:
-        for sql, params in _chunks(update_statements(by_shard, shards, now_ms)):
+        for sql, params in _chunks(statements):
             await cursor.execute(sql, params)
             while await cursor.nextset():
                 pass

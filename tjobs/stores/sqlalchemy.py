@@ -83,7 +83,7 @@ from tjobs.stores.schema import (
     task_target_rows,
     task_to_row,
 )
-from tjobs.stores.shard_fence import is_fenced, read_recorded_map, stale, swap_recorded_map
+from tjobs.stores.shard_fence import fence_statement, is_fenced, read_recorded_map, stale, swap_recorded_map
 from tjobs.stores.sql_direct import (
     DirectPool,
     GroupCommit,
@@ -93,6 +93,7 @@ from tjobs.stores.sql_direct import (
     connect_kwargs,
     unique_keys,
 )
+from tjobs.stores.sql_fenced import StatementResult, execute_fenced
 from tjobs.stores.sql_fire import FireTransaction
 from tjobs.stores.sql_flow_updates import write_flow_updates
 from tjobs.stores.sql_layout import (
@@ -324,7 +325,18 @@ class SQLAlchemyTaskStore(TaskStore):
         except Exception as error:
             if is_unavailable(error):
                 raise unavailable(url, error) from error
+            if is_fenced(error):
+                raise stale(f"a logical database on {self._server_names.get(url, url)}", self._fence_epoch) from error
             raise
+
+    async def _fenced(
+        self, conn: AsyncConnection, database: DatabaseHome, statement: Any, options: dict[str, Any]
+    ) -> StatementResult:
+        """The first statement of a write transaction on ``database``: on MariaDB it passes the
+        shard-map fence in the same round trip (:mod:`tjobs.stores.sql_fenced`)."""
+        if self.layout.dialect == MYSQL:
+            return await execute_fenced(conn, [database], self._fence_epoch, statement, options)
+        return StatementResult.of(await conn.execute(statement, execution_options=options))
 
     @asynccontextmanager
     async def _direct_call(self, url: str) -> AsyncIterator[None]:
@@ -728,7 +740,7 @@ class SQLAlchemyTaskStore(TaskStore):
             .values({**{name: row[name] for name in mutable}, "version": expected_version + 1})
         )
         async with self._write(home.database.engine_url) as conn:
-            result = await conn.execute(statement, execution_options=home.options)
+            result = await self._fenced(conn, home.database, statement, home.options)
             stored = await self._read_task(conn, home, task.id)
             if result.rowcount == 1 and stored is not None:
                 await _replace_references(conn, home, stored)
@@ -755,10 +767,10 @@ class SQLAlchemyTaskStore(TaskStore):
             # The row lock orders this edit with the fire transaction: whichever comes second sees
             # the other's row (a fire's CAS then fails on the new version; this edit keeps its progress).
             locked = select(tasks_t).where(tasks_t.c.id == task.id).with_for_update()
-            row = (await conn.execute(locked, execution_options=home.options)).mappings().first()
-            if row is None:
+            rows = (await self._fenced(conn, home.database, locked, home.options)).mappings()
+            if not rows:
                 raise NotFound("task", task.id)
-            stored = task_from_row(row)
+            stored = task_from_row(rows[0])
             edited = edited_row(stored, task, fields, expected_revision, from_status)
             if edited is None:
                 return stored
@@ -776,9 +788,8 @@ class SQLAlchemyTaskStore(TaskStore):
         if home is None:
             return False
         async with self._write(home.database.engine_url) as conn:
-            result = await conn.execute(
-                delete(home.tasks).where(home.tasks.c.id == task_id), execution_options=home.options
-            )
+            statement = delete(home.tasks).where(home.tasks.c.id == task_id)
+            result = await self._fenced(conn, home.database, statement, home.options)
             if result.rowcount:
                 await _delete_references(conn, home, [task_id])
         return bool(result.rowcount)
@@ -789,9 +800,8 @@ class SQLAlchemyTaskStore(TaskStore):
             return False
         c = home.flows.c
         async with self._write(home.database.engine_url) as conn:
-            result = await conn.execute(
-                delete(home.tasks).where(home.tasks.c.id == task_id), execution_options=home.options
-            )
+            statement = delete(home.tasks).where(home.tasks.c.id == task_id)
+            result = await self._fenced(conn, home.database, statement, home.options)
             if not result.rowcount:
                 return False
             await _delete_references(conn, home, [task_id])
@@ -809,7 +819,9 @@ class SQLAlchemyTaskStore(TaskStore):
         async with self._write(home.database.engine_url) as conn:
             # the app's index range, locked: a fire of one of them waits, then finds its row gone
             pick = select(t.id).where(t.app_id == app_id).order_by(t.id).limit(limit).with_for_update()
-            task_ids = list((await conn.execute(pick, execution_options=home.options)).scalars())
+            task_ids = [
+                int(task_id) for task_id in (await self._fenced(conn, home.database, pick, home.options)).scalars()
+            ]
             if not task_ids:
                 return 0
             await conn.execute(
@@ -929,8 +941,9 @@ class SQLAlchemyTaskStore(TaskStore):
         stored = replace(flow, task_id=task_id, last_error=clip_error(flow.last_error))
         try:
             async with self._write(home.database.engine_url) as conn:
-                await conn.execute(insert(home.flows), [flow_to_row(stored)], execution_options=home.options)
-        except sa_exc.IntegrityError as error:
+                statement = insert(home.flows).values(flow_to_row(stored))
+                await self._fenced(conn, home.database, statement, home.options)
+        except (sa_exc.IntegrityError, DriverIntegrityError) as error:
             raise Conflict(f"flow {stored.id} already exists") from error
         return stored
 
@@ -963,8 +976,11 @@ class SQLAlchemyTaskStore(TaskStore):
         )
 
     async def _record_updates_on_server(self, url: str, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
+        databases = list({self.layout.shards[shard].database: None for shard in shards})
         async with self._write(url) as conn:
-            await write_flow_updates(conn, shards, self.layout.shards, now_ms)
+            await write_flow_updates(
+                conn, shards, self.layout.shards, now_ms, fence_statement(databases, self._fence_epoch)
+            )
 
     async def _record_updates(self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
         async with self._write(database.engine_url) as conn:
@@ -1059,7 +1075,7 @@ class SQLAlchemyTaskStore(TaskStore):
             .values(status=FlowStatus.PENDING.value, next_attempt_at=now_ms, updated_at=now_ms)
         )
         async with self._write(home.database.engine_url) as conn:
-            result = await conn.execute(statement, execution_options=home.options)
+            result = await self._fenced(conn, home.database, statement, home.options)
             if not result.rowcount:
                 return None
             row = (
@@ -1137,7 +1153,7 @@ class SQLAlchemyTaskStore(TaskStore):
             # (the primary key breaks ties), so MariaDB locks only the rows it returns and a
             # concurrent caller skips them (SKIP LOCKED) instead of waiting or sharing them.
             rows: list[Any] = []
-            for status in _OPEN:
+            for position, status in enumerate(_OPEN):
                 pick = (
                     select(home.flows)
                     .where(c.status == status, c.next_attempt_at <= now_ms)
@@ -1145,7 +1161,10 @@ class SQLAlchemyTaskStore(TaskStore):
                     .limit(limit)
                     .with_for_update(skip_locked=True)
                 )
-                rows += (await conn.execute(pick, execution_options=home.options)).mappings().all()
+                if position == 0:  # the transaction's first statement passes the shard-map fence
+                    rows += (await self._fenced(conn, home.database, pick, home.options)).mappings()
+                else:
+                    rows += (await conn.execute(pick, execution_options=home.options)).mappings().all()
             rows.sort(key=lambda r: (r["next_attempt_at"], r["task_id"], r["scheduled_at"]))
             rows = rows[:limit]
             if not rows:
@@ -1189,13 +1208,15 @@ class SQLAlchemyTaskStore(TaskStore):
         opts = home.options
         async with self._write(home.database.engine_url) as conn:
             old_flows = (
-                await conn.execute(
+                await self._fenced(
+                    conn,
+                    home.database,
                     select(f.task_id, f.scheduled_at)
                     .where(f.status.in_(_TERMINAL), f.scheduled_at < finished_before_ms)
                     .limit(limit),
-                    execution_options=opts,
+                    opts,
                 )
-            ).all()
+            ).rows
             purged = 0
             if old_flows:
                 result = await conn.execute(
