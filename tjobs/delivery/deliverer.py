@@ -75,7 +75,7 @@ from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.pools.dispatcher import PoolDispatcher, PoolFlow, hash_key_of
 from tjobs.settings import CallbackSettings
-from tjobs.targets.model import TARGET_KEY_PREFIX, GrpcTarget, HttpTarget, RetryPolicy, Target, tracking_key
+from tjobs.targets.model import TARGET_KEY_PREFIX, GrpcTarget, HttpTarget, Target, pick_budget, tracking_key
 
 logger = logging.getLogger(__name__)
 
@@ -198,27 +198,18 @@ class _Delivery:
         callback = self.job.task.callback
         assert self.named is not None
         policies = [t.retry for t in self.named.values() if t is not None]
-        max_attempts = _pick(callback.max_attempts, policies, "max_attempts", settings.max_attempts)
+        max_attempts = pick_budget(callback.max_attempts, policies, "max_attempts", settings.max_attempts)
         self.max_attempts = 1 if self.at_most_once else max_attempts
-        max_age_s = _pick(callback.max_age_s, policies, "max_age_s", settings.max_age_s)
+        max_age_s = pick_budget(callback.max_age_s, policies, "max_age_s", settings.max_age_s)
         self.deadline_ms = self.job.flow.scheduled_at_ms + max_age_s * 1000
-        self.backoff_base_ms = _pick(None, policies, "backoff_base_ms", settings.backoff_base_ms)
-        self.backoff_max_ms = _pick(None, policies, "backoff_max_ms", settings.backoff_max_ms)
+        self.backoff_base_ms = pick_budget(None, policies, "backoff_base_ms", settings.backoff_base_ms)
+        self.backoff_max_ms = pick_budget(None, policies, "backoff_max_ms", settings.backoff_max_ms)
 
     def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
         flow = self.job.flow
         return FlowUpdate(
             flow.task_id, flow.scheduled_at_ms, status, attempts, next_attempt_at_ms, self.last_status, self.last_error
         )
-
-
-def _pick(explicit: int | None, policies: list[RetryPolicy], name: str, default: int) -> int:
-    """One budget field: the task's explicit value, else the largest of the targets' (each target
-    without its own counts as the node's default), else the node's default."""
-    if explicit is not None:
-        return explicit
-    values = [getattr(policy, name) for policy in policies]
-    return max((default if value is None else value for value in values), default=default)
 
 
 class _Lane:
