@@ -57,13 +57,15 @@ class MemoryBroker:
         self.credentials = dict(credentials) if credentials is not None else None
         """``None``: anyone may publish; else exactly these credentials."""
         self.latency_s = latency_s
-        """How long a publish is in flight before the broker takes it (a stop meanwhile loses it)."""
+        """How long the broker takes to store one publish; it stores one at a time (a stop meanwhile
+        loses the publishes in flight)."""
         self.hold: asyncio.Event | None = None
         """While set to an unset event, publishes wait for it (within their timeout): a stalled broker."""
         self.up = True
         self._messages: dict[str, deque[BrokerMessage]] = {}
         self._capacity: dict[str, int | None] = {}
         self._generation = 0  # moves on every stop: a publish in flight across it is lost
+        self._storing = asyncio.Lock()
 
     def declare(self, destination: str, max_messages: int | None = None) -> None:
         """Create ``destination`` (a queue, a stream, a subject captured by a stream)."""
@@ -102,7 +104,9 @@ class MemoryBroker:
         if self.hold is not None:
             await self.hold.wait()
         if self.latency_s:
-            await asyncio.sleep(self.latency_s)
+            async with self._storing:
+                if generation == self._generation:
+                    await asyncio.sleep(self.latency_s)
         if generation != self._generation or not self.up:
             raise ConnectionResetError(104, "the broker went away before acknowledging")
         destination = message.destination

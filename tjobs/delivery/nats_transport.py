@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 MSG_ID = "Nats-Msg-Id"
 STREAM_MISMATCH = 10060  # "expected stream does not match"
 CONNECT_TIMEOUT_S = 5  # the attempt's own timeout bounds it further
+AUTHORIZATION_VIOLATION = "NATS authorization violation: check the target's credentials"
 
 ConnectionKey = tuple[tuple[str, ...], str, str, str]  # servers, user name, password, token
 
@@ -76,9 +77,19 @@ class _Server:
             return client
 
     async def _connect(self) -> Client:
+        client = Client()
+        try:
+            await self._open(client)
+        except BaseException:
+            # nats-py leaves a connection cut short (a timeout, a cancellation, a refusal) open
+            await _close_quietly(client)
+            raise
+        return client
+
+    async def _open(self, client: Client) -> None:
         servers, username, password, token = self.key
         try:
-            return await nats.connect(
+            await client.connect(
                 servers=list(servers),
                 user=username or None,
                 password=password or None,
@@ -96,10 +107,10 @@ class _Server:
         except nats.errors.NoServersError:
             raise ConnectionRefusedError("no NATS server answered") from None
         except (nats.errors.AuthorizationError, nats.errors.InvalidUserCredentialsError):
-            raise BrokerRefused("NATS authorization violation: check the target's credentials") from None
+            raise BrokerRefused(AUTHORIZATION_VIOLATION) from None
         except nats.errors.Error as exc:
             if "authorization" in str(exc).lower():
-                raise BrokerRefused("NATS authorization violation: check the target's credentials") from None
+                raise BrokerRefused(AUTHORIZATION_VIOLATION) from None
             raise
 
     @property
