@@ -17,16 +17,12 @@ name; list the address instead to pin it.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from tjobs.targets.model import AmqpTarget, GrpcTarget, NatsTarget, RedisStreamTarget, TargetSettings
 
-_LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
-_HOST_NAME = re.compile(rf"{_LABEL}(\.{_LABEL})*\.?")
 DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671, "nats": 4222, "tls": 4222, "redis": 6379, "rediss": 6379}
 SCHEMES: dict[str, tuple[str, ...]] = {
     "amqp": ("amqp", "amqps"),
@@ -46,19 +42,19 @@ class AddressRefused(ValueError):
 
 
 def _host(text: str) -> str:
-    """A host name or an IP literal, normalised (lower case, IPv6 in brackets); else AddressRefused."""
-    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    """A host name or an IP literal, normalised (lower case, IPv6 in brackets), by the one host
+    validator the transports connect with (:func:`tjobs.delivery.urls.parse_host`): a numeric host
+    that is not a canonical dotted quad (``127.1``, ``0x7f.0.0.1``) is refused, not read as a name."""
+    # tjobs.settings imports this module, and the tjobs.delivery package imports the settings
+    from tjobs.delivery.urls import UrlRefused, parse_host
+
     try:
-        address = ipaddress.ip_address(bare)
-    except ValueError:
-        if text.startswith("[") or not _HOST_NAME.fullmatch(text.lower()) or len(text) > 253:
-            raise AddressRefused(f"{text!r} is not a host name or an IP address") from None
-        return text.lower().rstrip(".")
-    if address.version == 6:
-        if not text.startswith("["):
-            raise AddressRefused("an IPv6 address is written [address]:port")
-        return f"[{address.compressed}]"
-    return address.compressed
+        host = parse_host(text)
+    except UrlRefused as refused:
+        raise AddressRefused(f"{text!r} is not a host name or an IP address ({refused})") from None
+    if host.address is None and not text.isascii():
+        raise AddressRefused(f"{text!r}: write an internationalised name in its ASCII (xn--) form")
+    return host.uri_text.rstrip(".") if host.address is None else host.uri_text
 
 
 def parse_host_port(text: str) -> str:
