@@ -67,3 +67,15 @@ async def test_an_edit_keeps_a_fire_that_committed_since_the_read(store: TaskSto
     assert (conflict.value.expected, conflict.value.actual) == (2, 3)
     with pytest.raises(NotFound):
         await store.edit_task(replace(read, id=make_task(shard=5).id), {"name"})
+
+
+async def test_count_rows_counts_the_tasks_and_flows_of_one_logical_database(store: TaskStore) -> None:
+    tables = store.topology.tables_per_database
+    fired = make_task(shard=tables)  # database 1
+    await store.insert_task(fired)
+    await store.insert_task(make_task(shard=tables + 1))
+    await store.insert_task(make_task(shard=0))
+    await store.commit_fires([intent_of(fired)], NOW_MS, interval_planner)
+
+    assert await store.count_rows(1) == {"tasks": 2, "flows": 1}
+    assert await store.count_rows(0) == {"tasks": 1, "flows": 0}

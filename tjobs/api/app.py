@@ -6,8 +6,8 @@ which name the offending field; every :class:`tjobs.errors.TjobsError` becomes i
 validation (422). Nothing answers 200 with an error inside, and bad input never makes a 500.
 
 Routes live in ``routes_tasks`` (tasks), ``routes_flows`` (flows, dead letters), ``routes_apps`` (apps,
-stats), ``routes_pools`` (executor pools), ``routes_ops`` (``/v1/cluster``, ``/metrics``); ``/healthz``
-and ``/readyz`` are here.
+stats), ``routes_pools`` (executor pools), ``routes_shards`` (the shard map, admin), ``routes_ops``
+(``/v1/cluster``, ``/metrics``); ``/healthz`` and ``/readyz`` are here.
 """
 
 import re
@@ -27,6 +27,7 @@ from tjobs.api import (
     routes_ops,
     routes_pools,
     routes_schedules,
+    routes_shards,
     routes_slo,
     routes_targets,
     routes_tasks,
@@ -113,6 +114,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_targets.router)
     api.include_router(routes_schedules.router)
     api.include_router(routes_pools.router)
+    api.include_router(routes_shards.admin)
 
     # ---- operations -----------------------------------------------------------------------------
 

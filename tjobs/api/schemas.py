@@ -282,3 +282,41 @@ class Ready(BaseModel):
     status: str
     jobs: int
     cluster: dict[str, Any]
+
+
+# ---- the shard map (admin) ------------------------------------------------------------------------------
+
+
+class ShardServer(BaseModel):
+    server: str = Field(description="host:port")
+    databases: list[int] = Field(description="the logical databases it holds")
+
+
+class ShardDatabase(BaseModel):
+    database: int = Field(description="the logical database's index")
+    server: str = Field(description="host:port of the server holding it")
+    tasks: int
+    flows: int
+
+
+class Shards(BaseModel):
+    epoch: int = Field(description="the shard map's epoch: grows with every change")
+    servers: list[ShardServer]
+    databases: list[ShardDatabase]
+
+
+class ShardPlanRequest(_Strict):
+    servers: list[str] = Field(
+        min_length=1, description="the server list to spread the logical databases over (host:port), first unchanged"
+    )
+
+
+class ShardMove(BaseModel):
+    database: int
+    from_: str = Field(alias="from", description="host:port it is on")
+    to: str = Field(description="host:port it would move to")
+
+
+class ShardPlan(BaseModel):
+    epoch: int = Field(description="the epoch of the map the plan was made from")
+    moves: list[ShardMove] = Field(description="in database order; empty when the spread is already even")

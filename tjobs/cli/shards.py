@@ -1,9 +1,13 @@
 """``tjobs shards``: the shard map (which server holds each logical database) as the operator sees it.
 
-- ``status``: the map's epoch and servers, and the logical databases on each server;
+- ``status``: the map's epoch and servers, the logical databases on each server, and the tasks and
+  flows each database holds;
 - ``reseed``: make the map's server list the configured ``storage.urls`` (adding a server before
   moving databases onto it, or correcting the order); placements are kept, and a server that still
-  holds databases cannot be dropped.
+  holds databases cannot be dropped;
+- ``plan --servers …`` (and ``rebalance --servers …``, the same): the moves that would spread the
+  logical databases evenly over that server list (:func:`sharding.rebalance.plan_rebalance`); nothing
+  moves.
 
 Both read and write the map where the nodes do: etcd when ``cluster.etcd_endpoints`` is set, else the
 map record in the first logical database.
@@ -18,11 +22,14 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from sharding.rebalance import Move
 from sharding.shard_map import ShardMap
 from tjobs.clock import SystemClock
 from tjobs.cluster.base import Coordinator
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.cluster.shard_maps import reseed_shard_map
+from tjobs.errors import InvalidInput
+from tjobs.service.shards import ShardStatus, plan, shard_status, stored_map
 from tjobs.settings import Settings, load_settings
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
@@ -30,6 +37,10 @@ from tjobs.stores.base import TaskStore
 shards_app = typer.Typer(help="The shard map: which database server holds each logical database.", no_args_is_help=True)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML settings file", exists=True)]
+ServersOption = Annotated[
+    list[str],
+    typer.Option("--servers", help="the new server list (host:port), first unchanged; repeat it or separate by commas"),
+]
 T = TypeVar("T")
 
 
@@ -63,18 +74,62 @@ def _describe(shard_map: ShardMap) -> str:
     return "\n".join(lines)
 
 
+def _rows(status: ShardStatus) -> str:
+    lines = ["  database  server                      tasks        flows"]
+    for row in status.databases:
+        lines.append(f"  {row.database:>8}  {row.server:<24}  {row.tasks:>11,}  {row.flows:>11,}")
+    return "\n".join(lines)
+
+
 @shards_app.command()
 def status(config: ConfigOption = None) -> None:
-    """The stored shard map: its epoch and the logical databases on each server."""
+    """The stored shard map: its epoch, the logical databases on each server and their rows."""
 
-    async def read(coordinator: Coordinator, store: TaskStore) -> ShardMap | None:
-        return await coordinator.read_shard_map()
+    async def read(coordinator: Coordinator, store: TaskStore) -> ShardStatus | None:
+        shard_map = await coordinator.read_shard_map()
+        if shard_map is None:
+            return None
+        store.use_shard_map(shard_map)
+        return await shard_status(coordinator, store)
 
-    shard_map = _with_map(config, read)
-    if shard_map is None:
+    found = _with_map(config, read)
+    if found is None:
         typer.echo("no shard map yet: the first node (or tjobs migrate) seeds it from storage.urls")
         raise typer.Exit(1)
-    typer.echo(_describe(shard_map))
+    typer.echo(_describe(found.shard_map))
+    typer.echo(_rows(found))
+
+
+def _plan(config: Path | None, servers: list[str]) -> None:
+    listed = [name.strip() for value in servers for name in value.split(",") if name.strip()]
+
+    async def propose(coordinator: Coordinator, store: TaskStore) -> tuple[ShardMap, list[Move]]:
+        shard_map = await stored_map(coordinator)
+        return shard_map, plan(shard_map, listed)
+
+    try:
+        shard_map, moves = _with_map(config, propose)
+    except InvalidInput as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    if not moves:
+        typer.echo(f"shard map epoch {shard_map.epoch}: the logical databases are spread evenly already; no move")
+        return
+    typer.echo(f"shard map epoch {shard_map.epoch}: {len(moves)} moves for an even spread over {', '.join(listed)}")
+    for move in moves:
+        typer.echo(f"  tjobs shards move --db {move.database} --to {move.target}    # now on {move.source}")
+
+
+@shards_app.command("plan")
+def plan_command(servers: ServersOption, config: ConfigOption = None) -> None:
+    """The moves that would spread the logical databases evenly over --servers (nothing moves)."""
+    _plan(config, servers)
+
+
+@shards_app.command()
+def rebalance(servers: ServersOption, config: ConfigOption = None) -> None:
+    """Propose the moves of an even spread over --servers, one `tjobs shards move` each."""
+    _plan(config, servers)
 
 
 @shards_app.command()

@@ -386,6 +386,11 @@ class TaskStore(ABC):
         shards of one logical database: one statement, no locks. Apps with nothing there are absent."""
 
     @abstractmethod
+    async def count_rows(self, database_index: int) -> dict[str, int]:
+        """How many tasks and flows (keys ``tasks``, ``flows``) one logical database holds, over all
+        its shards: one statement, no locks (``tjobs shards status``, ``GET /v1/shards``)."""
+
+    @abstractmethod
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
         """Which of ``shards`` hold a non-terminal flow with ``next_attempt_at_ms <= now_ms``: a plain
         read (no locks, a few statements per database) so a compensation pass leases only where there

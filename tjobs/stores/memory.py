@@ -488,6 +488,14 @@ class MemoryTaskStore(TaskStore):
                     of_app[DEAD_LETTERS] = of_app.get(DEAD_LETTERS, 0) + 1
         return counts
 
+    async def count_rows(self, database_index: int) -> dict[str, int]:
+        await asyncio.sleep(0)
+        shards = self.topology.shards_of_database(database_index)
+        return {
+            "tasks": sum(len(self._tasks[shard]) for shard in shards),
+            "flows": sum(len(self._flows[shard]) for shard in shards),
+        }
+
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
         for shard in shards:
             self._check_shard(shard)

@@ -1117,6 +1117,18 @@ class SQLAlchemyTaskStore(TaskStore):
                 of_app[str(status)] = of_app.get(str(status), 0) + int(count)
         return counts
 
+    async def count_rows(self, database_index: int) -> dict[str, int]:
+        homes = [self._shard(shard) for shard in self.topology.shards_of_database(database_index)]
+        parts: list[Any] = []
+        for home in homes:
+            parts.append(select(literal("tasks"), func.count()).select_from(home.tasks))
+            parts.append(select(literal("flows"), func.count()).select_from(home.flows))
+        counts = {"tasks": 0, "flows": 0}
+        async with self._connect(homes[0].database.engine_url) as conn:
+            for kind, count in await conn.execute(union_all(*parts), execution_options=homes[0].options):
+                counts[str(kind)] += int(count)
+        return counts
+
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
         # One statement per database: SELECT <shard> WHERE EXISTS (an open flow due), UNION ALL over
         # its shards. Each EXISTS is a range probe of (status, next_attempt_at).
