@@ -35,6 +35,7 @@ from tjobs.api.schemas import Error
 from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, StaleShardMap, TjobsError, Unauthorized
 from tjobs.model import MAX_ID, App
 from tjobs.service.apps import hash_api_key
+from tjobs.service.search import SearchService
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -180,6 +181,19 @@ def json_object(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidInput("body", "must be a JSON object")
     return body
+
+
+def filter_task_id(raw: str, field: str = "task_id") -> int:
+    """A task id given as a search filter: 422 naming ``field`` unless it is one (a filter never 404s:
+    another app's task id, like one that never existed, finds nothing)."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or not 0 < int(raw) <= MAX_ID:
+        raise InvalidInput(field, "must be a task id (digits)", "invalid_type")
+    return int(raw)
+
+
+def search_of(request: Request) -> SearchService:
+    """The node's search across shards (:class:`tjobs.service.search.SearchService`)."""
+    return node_of(request).tasks.search
 
 
 def task_id_of(raw: str) -> int:

@@ -1,4 +1,4 @@
-"""Flows: get one, the app's dead letters, and their redrive (one or many)."""
+"""Flows: search them across shards, get one, the app's dead letters, and their redrive (one or many)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,55 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from tjobs.api import schemas
-from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok
+from tjobs.api.deps import (
+    AppDep,
+    NodeDep,
+    body_doc,
+    errors,
+    filter_task_id,
+    json_body,
+    json_object,
+    json_response,
+    ok,
+    search_of,
+)
 from tjobs.api.render import error_json, flow_json
+from tjobs.api.schemas import FlowFilterName
 from tjobs.errors import InvalidInput, TjobsError
+from tjobs.service.cursors import MAX_CURSOR_CHARS
+from tjobs.service.schedule_preview import parse_instant
 from tjobs.service.tasks import Redriven
 
 router = APIRouter(prefix="/v1", tags=["flows"])
+
+
+@router.get(
+    "/flows",
+    summary="Search the app's flows across every shard, newest first (cursor pagination)",
+    responses={**ok(200, schemas.FlowPage), **errors(401, 422)},
+)
+async def search_flows(
+    request: Request,
+    app: AppDep,
+    status: Annotated[FlowFilterName | None, Query(description="a flow status, or retrying")] = None,
+    task_id: Annotated[str | None, Query(max_length=19, description="one task's flows")] = None,
+    from_: Annotated[
+        str | None, Query(alias="from", max_length=40, description="scheduled at or after (ISO-8601 or ms)")
+    ] = None,
+    to: Annotated[str | None, Query(max_length=40, description="scheduled before (ISO-8601 or ms)")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> Any:
+    page = await search_of(request).flows(
+        app.id,
+        status=status,
+        task_id=None if task_id is None else filter_task_id(task_id),
+        from_ms=parse_instant(from_, "from"),
+        until_ms=parse_instant(to, "to"),
+        limit=limit,
+        cursor=cursor,
+    )
+    return json_response({"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor})
 
 
 @router.get(

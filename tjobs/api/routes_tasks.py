@@ -26,6 +26,7 @@ from tjobs.api.deps import (
 from tjobs.api.render import error_json, flow_json, task_json
 from tjobs.errors import InvalidInput
 from tjobs.model import TaskStatus
+from tjobs.service.cursors import MAX_CURSOR_CHARS
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 
@@ -102,17 +103,18 @@ async def create_tasks(request: Request) -> Any:
 
 @router.get(
     "/tasks",
-    summary="List the app's tasks (cursor pagination across every shard)",
+    summary="Search the app's tasks across every shard: newest first, or by name with name_prefix",
     responses={**ok(200, schemas.TaskPage), **errors(401, 422)},
 )
 async def list_tasks(
     app: AppDep,
     node: NodeDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
     status: Annotated[Literal["active", "paused", "completed"] | None, Query()] = None,
     kind: Annotated[Literal["cron", "interval", "at", "delay"] | None, Query()] = None,
     name_prefix: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    key: Annotated[str | None, Query(min_length=1, max_length=200, description="the idempotency key")] = None,
 ) -> Any:
     page = await node.tasks.list_tasks(
         app,
@@ -121,6 +123,7 @@ async def list_tasks(
         status=None if status is None else TaskStatus(status),
         kind=kind,
         name_prefix=name_prefix,
+        key=key,
     )
     return json_response({"items": [task_json(t) for t in page.items], "next_cursor": page.next_cursor})
 

@@ -25,6 +25,7 @@ from tjobs.wire import (
 TaskStatusName = Literal["active", "paused", "completed"]
 FlowStatusName = Literal["pending", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
 FlowKindName = Literal["scheduled", "misfire", "manual"]
+FlowFilterName = Literal["pending", "retrying", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
 
 
 class _Strict(BaseModel):

@@ -15,16 +15,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tjobs.cli.api_commands import app_app, dlq_app, import_tasks, task_app
 from tjobs.cli.app_admin_commands import add_app_admin_commands
 from tjobs.cli.schedule_commands import schedule_app
+from tjobs.cli.search_commands import add_task_search, flows_app
 from tjobs.cli.shards import shards_app
 from tjobs.cli.target_commands import target_app
 from tjobs.observability.logs import configure_logging
 from tjobs.settings import Settings, load_settings, metrics_exposure_problem, weak_admin_key_reason
 
 app = typer.Typer(help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False)
+add_task_search(task_app)
 app.add_typer(task_app, name="task")
 add_app_admin_commands(app_app)
 app.add_typer(app_app, name="app")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(flows_app, name="flows")
 app.add_typer(shards_app, name="shards")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(target_app, name="target")

@@ -101,7 +101,12 @@ def get_task(task_id: str) -> Call[Task]:
 
 
 def list_tasks(
-    limit: int, cursor: str | None, status: str | None, kind: str | None, name_prefix: str | None
+    limit: int,
+    cursor: str | None,
+    status: str | None,
+    kind: str | None,
+    name_prefix: str | None,
+    key: str | None = None,
 ) -> Call[Page[Task]]:
     params = {
         k: v
@@ -111,10 +116,24 @@ def list_tasks(
             "status": status,
             "kind": kind,
             "name_prefix": name_prefix,
+            "key": key,
         }.items()
         if v is not None
     }
     return Call("GET", "/v1/tasks", Page[Task].model_validate, params=params, idempotent=True)
+
+
+def search_flows(
+    limit: int,
+    cursor: str | None,
+    status: str | None,
+    task_id: str | None,
+    from_: str | int | None,
+    to: str | int | None,
+) -> Call[Page[Flow]]:
+    given = {"limit": limit, "cursor": cursor, "status": status, "task_id": task_id, "from": from_, "to": to}
+    params = {k: v for k, v in given.items() if v is not None}
+    return Call("GET", "/v1/flows", Page[Flow].model_validate, params=params, idempotent=True)
 
 
 def update_task(task_id: str, fields: dict[str, Any]) -> Call[Task]:

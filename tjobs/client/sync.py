@@ -123,8 +123,10 @@ class Client:
         status: str | None = None,
         kind: str | None = None,
         name_prefix: str | None = None,
+        key: str | None = None,
     ) -> Page[Task]:
-        return self._run(calls.list_tasks(limit, cursor, status, kind, name_prefix))
+        """The app's tasks across every shard: newest first, or by name with ``name_prefix``."""
+        return self._run(calls.list_tasks(limit, cursor, status, kind, name_prefix, key))
 
     def iter_tasks(
         self,
@@ -163,6 +165,37 @@ class Client:
         self._run(calls.delete_task(task_id))
 
     # ---- flows ----------------------------------------------------------------------------------
+
+    def search_flows(
+        self,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        from_: str | int | None = None,
+        to: str | int | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[Flow]:
+        """The app's flows across every shard, newest first: ``status`` (a flow status or
+        ``retrying``), one task's, scheduled in ``[from_, to)`` (ISO-8601 or epoch ms)."""
+        return self._run(calls.search_flows(limit, cursor, status, task_id, from_, to))
+
+    def iter_flows(
+        self,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        from_: str | int | None = None,
+        to: str | int | None = None,
+        page_size: int = 500,
+    ) -> Iterator[Flow]:
+        cursor: str | None = None
+        while True:
+            page = self.search_flows(limit=page_size, cursor=cursor, status=status, task_id=task_id, from_=from_, to=to)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     def list_flows(self, task_id: str, *, limit: int = 100, before_ms: int | None = None) -> list[Flow]:
         return self._run(calls.list_flows(task_id, limit, before_ms))

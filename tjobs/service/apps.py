@@ -21,9 +21,9 @@ from tjobs.delivery.signing import generate_secret
 from tjobs.delivery.ssrf import AllowList
 from tjobs.errors import ConfirmationRequired, InvalidInput, NotFound
 from tjobs.model import DISABLED_AT, App
-from tjobs.service.cursors import decode_position, encode_position
+from tjobs.service.cursors import LIST_PAGE_MAX, Page, decode_position, encode_position
 from tjobs.service.disabled_apps import DisabledApps
-from tjobs.service.tasks import LIST_PAGE_MAX, SHARD_WINDOW, Page
+from tjobs.service.tasks import SHARD_WINDOW
 from tjobs.service.validation import check_name
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore

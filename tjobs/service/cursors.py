@@ -1,4 +1,4 @@
-"""Opaque cursors for the listings that walk a sort order: the position of the last item listed.
+"""Pages of a listing and their opaque cursors: the position of the last item listed.
 
 A cursor is URL-safe base64 of a JSON array, ``[kind, *position]``; ``kind`` names the listing and
 its order, so a cursor from one listing is refused by another (422 ``bad_cursor`` naming the field).
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -16,8 +18,17 @@ from tjobs.errors import InvalidInput
 from tjobs.model import MAX_ID
 
 MAX_CURSOR_CHARS = 1000
+LIST_PAGE_MAX = 1000  # items per page at most, in every listing
 
 Position = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a listing; ``next_cursor`` is ``None`` only at the end (a page may be short)."""
+
+    items: list[Any]
+    next_cursor: str | None
 
 
 def encode_position(kind: str, position: Position) -> str:

@@ -21,6 +21,9 @@ from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaEx
 from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
 from tjobs.schedules.spec import parse_schedule_request, schedule_of
+from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported: the listings' bound
+from tjobs.service.cursors import Page
+from tjobs.service.search import SearchService
 from tjobs.service.targets import TargetService
 from tjobs.service.task_counts import TaskCounts
 from tjobs.service.validation import (
@@ -32,8 +35,9 @@ from tjobs.service.validation import (
     parse_misfire_policy,
 )
 from tjobs.settings import Settings
-from tjobs.specs import CallbackSpec
+from tjobs.specs import CallbackSpec, ScheduleKind
 from tjobs.stores.base import TaskStore
+from tjobs.stores.queries import TaskQuery
 from tjobs.targets.model import RetryPolicy, pick_budget
 from tjobs.wire import TaskCreate, TaskUpdate
 
@@ -44,8 +48,6 @@ _CREATE_REQUIRED = tuple(name for name, field in TaskCreate.model_fields.items()
 _UPDATE_KEYS = frozenset(TaskUpdate.model_fields)
 MAX_INSERT_ATTEMPTS = 3
 MAX_BATCH = 1000
-LIST_PAGE_MAX = 1000
-LIST_SCAN_BUDGET = 5000  # rows read per list request at most; a partial page then carries a cursor
 SHARD_WINDOW = 16  # shards read concurrently while walking them in order
 
 
@@ -68,14 +70,6 @@ def _check_cursor_shard(shard: int, task_id: int, shard_count: int) -> None:
     """A cursor's shard exists, and its task id (0: none yet) was minted in that shard."""
     if shard > shard_count or (task_id and (shard == shard_count or shard_of_task_id(task_id) != shard)):
         raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """One page of a listing; ``next_cursor`` is ``None`` only at the end (a page may be short)."""
-
-    items: list[Any]
-    next_cursor: str | None
 
 
 Redriven = tuple[str, Flow | None, TjobsError | None]
@@ -124,6 +118,7 @@ class TaskService:
         self._targets = targets
         self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
         self.counts = TaskCounts(store, clock, settings.limits.task_count_refresh_s)
+        self.search = SearchService(store, topology)  # tasks and flows across every shard
 
     # ---- create ---------------------------------------------------------------------------------
 
@@ -295,40 +290,12 @@ class TaskService:
         status: TaskStatus | None = None,
         kind: str | None = None,
         name_prefix: str | None = None,
+        key: str | None = None,
     ) -> Page:
-        """The app's tasks walked shard by shard in order, ascending id within a shard.
-
-        The cursor is ``(shard, last id read)``, so pages stay correct however tasks are spread over
-        the shards, and tasks created or deleted meanwhile never shift a page. A page may be shorter
-        than ``limit`` (filters, or the scan budget): only a ``None`` cursor means the end.
-        """
-        if not 1 <= limit <= LIST_PAGE_MAX:
-            raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
-        shard, after = (0, 0) if cursor is None else decode_cursor(cursor, 2)
-        shard_count = self._topology.shard_count
-        _check_cursor_shard(shard, after, shard_count)
-        items: list[Task] = []
-        scanned = 0
-        fetch = min(max(limit, 100), LIST_PAGE_MAX)
-        while shard < shard_count:
-            window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))
-            pages = await asyncio.gather(
-                *(self._store.list_tasks(app.id, s, after if s == shard and after else None, fetch) for s in window)
-            )
-            for s, page in zip(window, pages, strict=True):
-                for position, task in enumerate(page):
-                    scanned += 1
-                    if _matches(task, status, kind, name_prefix):
-                        items.append(task)
-                    if len(items) == limit:
-                        more = position + 1 < len(page) or len(page) == fetch or s + 1 < shard_count
-                        return Page(items, encode_cursor(s, task.id) if more else None)
-                if len(page) == fetch:  # this shard may hold more: continue in it next time
-                    return Page(items, encode_cursor(s, page[-1].id))
-                if scanned >= LIST_SCAN_BUDGET and s + 1 < shard_count:
-                    return Page(items, encode_cursor(s + 1, 0))
-            shard, after = window[-1] + 1, 0
-        return Page(items, None)
+        """The app's tasks across every shard (:meth:`tjobs.service.search.SearchService.tasks`):
+        newest first, or by name with ``name_prefix``; each filter an index range, never a scan."""
+        query = TaskQuery(app.id, status, None if kind is None else ScheduleKind(kind), name_prefix, key)
+        return await self.search.tasks(query, limit=limit, cursor=cursor)
 
     # ---- flows: one, dead letters, redrive ---------------------------------------------------------
 
@@ -552,14 +519,6 @@ class TaskService:
 
     def _routable(self, task_id: int) -> bool:
         return task_id > 0 and shard_of_task_id(task_id) < self._topology.shard_count
-
-
-def _matches(task: Task, status: TaskStatus | None, kind: str | None, name_prefix: str | None) -> bool:
-    return (
-        (status is None or task.status is status)
-        and (kind is None or task.schedule.kind == kind)
-        and (name_prefix is None or task.name.startswith(name_prefix))
-    )
 
 
 def with_defaults(callback: Any, app: App) -> Any:

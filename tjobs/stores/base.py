@@ -9,7 +9,7 @@ Every implementation (memory twin, SQLAlchemy on SQLite or MariaDB) passes the s
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sharding import Topology
@@ -26,6 +26,7 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
+from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 from tjobs.targets.model import Target
 
 DEAD_LETTERS = "dead_letters"
@@ -367,6 +368,35 @@ class TaskStore(ABC):
         after: tuple[int, int] | None = None,
     ) -> list[Flow]:
         """Flows of ``shard`` in ``status`` (dead letters, for instance), ordered by (task, instant)."""
+
+    # ---- searches across shards (tjobs/stores/queries.py: the queries, the orders, the positions) ----
+
+    @abstractmethod
+    async def search_flows(
+        self, query: FlowQuery, reads: Mapping[int, FlowPosition | None], limit: int
+    ) -> dict[int, list[Flow]]:
+        """For each shard of ``reads``: up to ``limit`` of its flows matching ``query``, newest first
+        (``(scheduled_at_ms, task_id)`` descending), strictly after the shard's position (``None``:
+        from the newest). A shard that returns fewer than ``limit`` has no more.
+
+        Reads only, and never a scan: each shard is one ordered index range (the app and, when given,
+        the status, scheduled_at; a task's own flows by the primary key), read up to ``limit`` rows.
+        The shards of one logical database are read in one statement, a few statements at a time per
+        server, so a search takes no more of a server than that however many shards it reads.
+        """
+
+    @abstractmethod
+    async def search_tasks(
+        self, query: TaskQuery, reads: Mapping[int, TaskPosition | None], limit: int
+    ) -> dict[int, list[Task]]:
+        """For each shard of ``reads``: up to ``limit`` of its tasks matching ``query`` in the query's
+        order (newest first: ``id`` descending; with a name prefix: ``(name, id)`` ascending), strictly
+        after the shard's position. A shard that returns fewer than ``limit`` has no more.
+
+        Reads only, as :meth:`search_flows`: each shard is one ordered index range of the app's tasks
+        (by name, status, schedule kind, or id; a key is one row of the unique key), other filters
+        applied on that range.
+        """
 
     @abstractmethod
     async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:

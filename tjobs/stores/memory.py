@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +28,16 @@ from tjobs.errors import (
 )
 from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, TaskStore
+from tjobs.stores.queries import (
+    FlowPosition,
+    FlowQuery,
+    TaskPosition,
+    TaskQuery,
+    flow_after,
+    flow_rank,
+    task_after,
+    task_rank,
+)
 from tjobs.stores.schema import clip_error
 from tjobs.stores.task_edits import check_fields, edited_row
 from tjobs.targets.model import Target
@@ -458,6 +468,31 @@ class MemoryTaskStore(TaskStore):
             if f.status is status and (app_id is None or f.app_id == app_id) and (after is None or key > after)
         )[:limit]
         return [replace(self._flows[shard][key]) for key in chosen]
+
+    async def search_flows(
+        self, query: FlowQuery, reads: Mapping[int, FlowPosition | None], limit: int
+    ) -> dict[int, list[Flow]]:
+        found: dict[int, list[Flow]] = {}
+        for shard, after in reads.items():  # the twin scans; the SQL store reads an index range
+            self._check_shard(shard)
+            chosen = sorted(
+                (f for f in self._flows[shard].values() if query.matches(f) and flow_after(f, after)), key=flow_rank
+            )
+            found[shard] = [replace(f) for f in chosen[:limit]]
+        return found
+
+    async def search_tasks(
+        self, query: TaskQuery, reads: Mapping[int, TaskPosition | None], limit: int
+    ) -> dict[int, list[Task]]:
+        found: dict[int, list[Task]] = {}
+        for shard, after in reads.items():
+            self._check_shard(shard)
+            chosen = sorted(
+                (t for t in self._tasks[shard].values() if query.matches(t) and task_after(query, t, after)),
+                key=lambda t: task_rank(query, t),
+            )
+            found[shard] = [_task_copy(t) for t in chosen[:limit]]
+        return found
 
     async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:
         shard = self._shard_of(task_id)

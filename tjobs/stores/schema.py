@@ -109,6 +109,30 @@ def tasks_indexes(table_name: str) -> list[tuple[str, list[str]]]:
     ]
 
 
+SCHEDULE_KIND_COLUMN = "schedule_kind"
+"""A virtual column of ``tasks_TT`` (migration 0006_search): the kind stored first in ``schedule``'s
+JSON, computed by the database and indexed for searching tasks by kind; never written or read back."""
+
+SCHEDULE_KIND_EXPRESSION = {"mysql": "JSON_VALUE(schedule, '$.kind')", "sqlite": "json_extract(schedule, '$.kind')"}
+
+
+def search_task_indexes(table_name: str) -> list[tuple[str, list[str]]]:
+    """The task search's ordered index ranges (migration 0006_search; :mod:`tjobs.stores.sql_search`)."""
+    return [
+        (f"{table_name}_app_name", ["app_id", "name", "id"]),
+        (f"{table_name}_app_status", ["app_id", "status", "id"]),
+        (f"{table_name}_app_kind", ["app_id", SCHEDULE_KIND_COLUMN, "id"]),
+    ]
+
+
+def search_flow_indexes(table_name: str) -> list[tuple[str, list[str]]]:
+    """The flow search's ordered index ranges, newest first (migration 0006_search)."""
+    return [
+        (f"{table_name}_app_at", ["app_id", "scheduled_at", "task_id"]),
+        (f"{table_name}_app_status_at", ["app_id", "status", "scheduled_at", "task_id"]),
+    ]
+
+
 def flows_schema_items(table_name: str) -> list[SchemaItem]:
     return [
         Column("task_id", BigInteger, nullable=False, autoincrement=False),

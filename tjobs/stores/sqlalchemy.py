@@ -18,7 +18,7 @@ import asyncio
 import functools
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -69,8 +69,10 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.settings import StorageSettings
+from tjobs.stores import sql_search
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, ServerSessions, TaskStore
 from tjobs.stores.layout_record import ensure_layout
+from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 from tjobs.stores.schema import (
     app_from_row,
     app_to_row,
@@ -1063,6 +1065,16 @@ class SQLAlchemyTaskStore(TaskStore):
         async with self._connect(home.database.engine_url) as conn:
             rows = await conn.execute(statement, execution_options=home.options)
             return [flow_from_row(row) for row in rows.mappings()]
+
+    async def search_flows(
+        self, query: FlowQuery, reads: Mapping[int, FlowPosition | None], limit: int
+    ) -> dict[int, list[Flow]]:
+        return await sql_search.search_flows(self._shard, self._connect, query, reads, limit)
+
+    async def search_tasks(
+        self, query: TaskQuery, reads: Mapping[int, TaskPosition | None], limit: int
+    ) -> dict[int, list[Task]]:
+        return await sql_search.search_tasks(self._shard, self._connect, query, reads, limit)
 
     async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:
         home = self._shard_of_task(task_id)

@@ -1,0 +1,106 @@
+"""``tjobs flows search`` and ``tjobs task search``: the searches across shards, in tables that fit 80 columns.
+
+Instants show in UTC to the second (``2026-11-25 17:53:08``), never cut; ids are never cut either
+(they are copied into the next command). ``--all`` walks every page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _client, _emit, _fail
+from tjobs.client import Flow, Task, TjobsClientError
+
+flows_app = typer.Typer(help="Flows: search them across every shard.", no_args_is_help=True)
+
+Limit = Annotated[int, typer.Option("--limit", help="items per page (1..1000)")]
+All = Annotated[bool, typer.Option("--all", help="every page")]
+
+
+def _compact(*columns: str) -> Table:
+    return Table(*columns, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+
+
+def flow_search_table(flows: Sequence[Flow]) -> Table:
+    """scheduled (UTC), status, attempts, last answer (status code or error), flow id: 80 columns."""
+    table = _compact("scheduled (UTC)", "status", "att", "last")
+    table.add_column("flow id", no_wrap=True, min_width=33)
+    for flow in flows:
+        at = flow.scheduled_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        last = str(flow.last_status_code) if flow.last_status_code else (flow.last_error or "-")
+        table.add_row(at, flow.status, str(flow.attempts), last[:12], flow.id)
+    return table
+
+
+def task_search_table(tasks: Sequence[Task]) -> Table:
+    """name, status, kind, next run (UTC), id: 80 columns."""
+    table = _compact("name", "status", "kind", "next run (UTC)")
+    table.add_column("id", no_wrap=True, min_width=19)
+    for task in tasks:
+        next_run = task.next_run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M") if task.next_run_at else "-"
+        table.add_row(task.name, task.status, str(task.schedule.get("kind", "")), next_run, task.id)
+    return table
+
+
+@flows_app.command("search")
+def flows_search(
+    status: Annotated[str | None, typer.Option("--status", help="pending|retrying|delivered|dead|...")] = None,
+    task: Annotated[str | None, typer.Option("--task", help="one task's flows")] = None,
+    from_: Annotated[str | None, typer.Option("--from", help="scheduled at or after (ISO-8601 or ms)")] = None,
+    to: Annotated[str | None, typer.Option("--to", help="scheduled before (ISO-8601 or ms)")] = None,
+    limit: Limit = 50,
+    all_: All = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """The app's flows across every shard, newest first."""
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            if all_:
+                flows = list(sdk.iter_flows(status=status, task_id=task, from_=from_, to=to, page_size=limit))
+            else:
+                flows = sdk.search_flows(status=status, task_id=task, from_=from_, to=to, limit=limit).items
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(flows, as_json, flow_search_table(flows))
+
+
+def task_search(
+    prefix: Annotated[str | None, typer.Option("--prefix", help="name prefix (orders by name)")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="active|paused|completed")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="cron|interval|at|delay")] = None,
+    key: Annotated[str | None, typer.Option("--key", help="the idempotency key")] = None,
+    limit: Limit = 50,
+    all_: All = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """The app's tasks across every shard: newest first, or by name with --prefix."""
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            page = sdk.list_tasks(limit=limit, status=status, kind=kind, name_prefix=prefix, key=key)
+            tasks = list(page.items)
+            while all_ and page.next_cursor is not None:
+                page = sdk.list_tasks(
+                    limit=limit, cursor=page.next_cursor, status=status, kind=kind, name_prefix=prefix, key=key
+                )
+                tasks += page.items
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(tasks, as_json, task_search_table(tasks))
+
+
+def add_task_search(group: typer.Typer) -> None:
+    """Register ``search`` on ``tjobs task``."""
+    group.command("search")(task_search)
+
+
+__all__ = ["add_task_search", "flow_search_table", "flows_app", "task_search_table"]
