@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
 from tjobs import wire
-from tjobs.api.deps import AppDep, body_doc, errors, json_body, json_response, node_of, ok
+from tjobs.api.deps import BEARER, AppDep, body_doc, errors, json_body, json_response, node_of, ok, request_app
 from tjobs.clock import iso_ms
 from tjobs.pools.model import Executor
 from tjobs.service.pools import PoolService
@@ -77,8 +77,11 @@ async def register_executor(pool: str, request: Request, app: AppDep) -> Any:
     "/pools/{pool}/executors/{executor_id}/heartbeat",
     summary="Renew an executor's lease (404: not registered any more; register again)",
     responses={**ok(200, Heartbeat), **errors(401, 404)},
+    openapi_extra=BEARER,
 )
-async def heartbeat(pool: str, executor_id: str, request: Request, app: AppDep) -> Any:
+async def heartbeat(pool: str, executor_id: str, request: Request) -> Any:
+    # the pool's hot path (every executor, every third of its TTL): no dependency solving, as for creates
+    app = await request_app(request)
     executor = await pool_service(request).renew(app, pool, executor_id)
     return json_response({"id": executor.id, "ttl_s": executor.ttl_s})
 

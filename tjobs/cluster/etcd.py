@@ -203,6 +203,7 @@ class EtcdCoordinator(Coordinator):
                 )
         self._lease_id = None
         self._held.clear()
+        await self._pools.close()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()

@@ -8,8 +8,11 @@ reads ``/tjobs/<cluster name>/`` whole every ``sync_interval_ms``, never carries
 
 Registering grants a lease of the executor's TTL and puts the key on it (or, for an executor still
 registered with the same TTL, renews its lease and rewrites the key only if something changed). A
-heartbeat is one lease renewal (``LeaseKeepAlive``): no write, no revision, and nothing in any
-database. etcd deletes the key when the lease ends, so an executor that stops renewing is out after
+heartbeat is at most one lease renewal (``LeaseKeepAlive``): no write, no revision, and nothing in any
+database (renewals go over one long-lived keepalive stream: :mod:`tjobs.cluster.etcd_keepalive`); a
+heartbeat through a node that renewed that lease less than half a TTL ago, while the executor is in its
+view, renews nothing (the lease still has more than half its TTL to run).
+etcd deletes the key when the lease ends, so an executor that stops renewing is out after
 its TTL; deregistering revokes the lease.
 
 Every node keeps a view of all pools, read whole every ``cluster.pool_sync_interval_ms``
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -30,12 +34,14 @@ from urllib.parse import quote, unquote
 
 import aetcd
 
+from tjobs.cluster.etcd_keepalive import LeaseKeepAlives
 from tjobs.errors import StorageUnavailable
 from tjobs.pools.model import Executor
 
 logger = logging.getLogger(__name__)
 
 ETCD_CALL_TIMEOUT_S = 2.0
+MAX_TTL_S = 300.0
 ExecutorKey = tuple[str, str, str]  # (app id, pool, executor id)
 T = TypeVar("T")
 
@@ -47,6 +53,9 @@ class EtcdPoolRegistry:
         self._now_ms = now_ms
         self._view: dict[tuple[str, str], tuple[Executor, ...]] = {}
         self._leases: dict[ExecutorKey, tuple[int, Executor]] = {}
+        self._parsed: dict[bytes, tuple[int, Executor | None]] = {}  # key -> (mod revision, its value read)
+        self._keepalives = LeaseKeepAlives(client)
+        self._renewed_at: dict[int, float] = {}  # lease id -> when this node last renewed it (monotonic s)
         self.synced = 0
 
     # ---- keys ------------------------------------------------------------------------------------------
@@ -76,14 +85,13 @@ class EtcdPoolRegistry:
             existing = await client.get(key)
             if existing is not None and existing.lease:
                 known = _executor_of(existing.value)
-                if known is not None and known.ttl_s == executor.ttl_s:
-                    reply = await client.refresh_lease(existing.lease)
-                    if reply is not None and int(reply.TTL) > 0:
-                        kept = _with_registered_at(executor, known.registered_at_ms)
-                        if not kept.same_registration(known):
-                            await client.put(key, _value(kept), lease=existing.lease)
-                        self._remember(app_id, pool, int(existing.lease), kept)
-                        return False
+                same_ttl = known is not None and known.ttl_s == executor.ttl_s
+                if known is not None and same_ttl and await self._keepalives.renew(int(existing.lease)) > 0:
+                    kept = _with_registered_at(executor, known.registered_at_ms)
+                    if not kept.same_registration(known):
+                        await client.put(key, _value(kept), lease=existing.lease)
+                    self._remember(app_id, pool, int(existing.lease), kept)
+                    return False
             lease = await client.lease(executor.ttl_s)
             registered = _with_registered_at(executor, self._now_ms())
             put = await client.put(key, _value(registered), lease=lease.id, prev_kv=True)
@@ -103,20 +111,25 @@ class EtcdPoolRegistry:
             client = self._client()
             cached = self._leases.get(ident)
             if cached is not None:
-                reply = await client.refresh_lease(cached[0])
-                if reply is not None and int(reply.TTL) > 0:
-                    return cached[1]
+                lease_id, known = cached
+                now_s = time.monotonic()
+                renewed_s = self._renewed_at.get(lease_id)
+                if renewed_s is not None and now_s - renewed_s < known.ttl_s / 2 and self._in_view(ident):
+                    return known  # renewed through this node less than half a TTL ago: it lasts
+                if await self._keepalives.renew(lease_id) > 0:
+                    self._renewed(lease_id, now_s)
+                    return known
                 self._leases.pop(ident, None)  # re-registered with another lease, or gone: read it
             found = await client.get(self._key(*ident))
             executor = None if found is None else _executor_of(found.value)
             if found is None or executor is None or not found.lease:
                 self._forget(ident)
                 return None
-            reply = await client.refresh_lease(found.lease)
-            if reply is None or int(reply.TTL) <= 0:
+            if await self._keepalives.renew(int(found.lease)) <= 0:
                 self._forget(ident)
                 return None
             self._leases[ident] = (int(found.lease), executor)
+            self._renewed(int(found.lease), time.monotonic())
             return executor
 
         return await self._call(run, "renew an executor")
@@ -153,6 +166,9 @@ class EtcdPoolRegistry:
                 pools.setdefault(ident[1], []).append(executor)
         return {name: sorted(pools[name], key=lambda e: e.id) for name in sorted(pools)}
 
+    async def close(self) -> None:
+        await self._keepalives.close()
+
     # ---- the view ---------------------------------------------------------------------------------------
 
     def live(self, app_id: str, pool: str) -> tuple[Executor, ...]:
@@ -163,16 +179,29 @@ class EtcdPoolRegistry:
         found = await self._call(lambda: self._client().get_prefix(self._root), "read the pools")
         pools: dict[tuple[str, str], list[Executor]] = {}
         leases: dict[ExecutorKey, tuple[int, Executor]] = {}
+        parsed: dict[bytes, tuple[int, Executor | None]] = {}
         for kv in found:
-            ident = self._split(bytes(kv.key))
-            executor = _executor_of(kv.value)
+            key, revision = bytes(kv.key), int(kv.mod_revision)
+            known = self._parsed.get(key)
+            executor = known[1] if known is not None and known[0] == revision else _executor_of(kv.value)
+            parsed[key] = (revision, executor)  # values change only on (re-)registration: parse those
+            ident = self._split(key)
             if ident is None or executor is None:
                 continue
             pools.setdefault((ident[0], ident[1]), []).append(executor)
             leases[ident] = (int(kv.lease), executor)
         self._view = {pool: tuple(sorted(found, key=lambda e: e.id)) for pool, found in pools.items()}
         self._leases = leases
+        self._parsed = parsed
         self.synced += 1
+
+    def _in_view(self, ident: ExecutorKey) -> bool:
+        return any(e.id == ident[2] for e in self._view.get((ident[0], ident[1]), ()))
+
+    def _renewed(self, lease_id: int, now_s: float) -> None:
+        if len(self._renewed_at) > 100_000:
+            self._renewed_at = {k: v for k, v in self._renewed_at.items() if now_s - v < MAX_TTL_S}
+        self._renewed_at[lease_id] = now_s
 
     def _remember(self, app_id: str, pool: str, lease_id: int, executor: Executor) -> None:
         self._leases[(app_id, pool, executor.id)] = (lease_id, executor)
