@@ -58,6 +58,7 @@ async def test_sign_in_find_a_task_made_through_the_api_and_watch_its_flow_arriv
         key,
         {
             "name": "order-1001-reminder",
+            "key": "order-1001",
             "schedule": {"kind": "delay", "delay_ms": 5000},
             "callback": {"url": receiver.url("/shop")},
             "payload": {"order": 1001},
@@ -80,6 +81,11 @@ async def test_sign_in_find_a_task_made_through_the_api_and_watch_its_flow_arriv
 
     # Then only the matching task is listed, and its page shows its schedule and payload
     rows = page.locator("table tbody tr")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_contain_text("order-1001-reminder")
+    await page.get_by_label("Name starts with").fill("")
+    await page.get_by_label("Key").fill("order-1001")
+    await page.get_by_role("button", name="Filter").click()
     await expect(rows).to_have_count(1)
     await expect(rows.first).to_contain_text("order-1001-reminder")
     await page.get_by_role("link", name="order-1001-reminder").click()
@@ -193,6 +199,14 @@ async def test_redrive_a_dead_letter(
     flow_id = await _wait_for_flow_status(running, key, task_id, "dead")
     page = await context.new_page()
     await sign_in(page, key)
+
+    # The flow search finds it among the app's dead flows
+    await page.get_by_role("link", name="Flows", exact=True).click()
+    await page.get_by_label("Status").select_option("dead")
+    await page.get_by_role("button", name="Search").click()
+    await expect(page.locator("table tbody tr")).to_have_count(1)
+    await expect(page.locator("table")).to_contain_text(task_id)
+    await screenshot(page, screenshots, "flows")
 
     # When it is chosen on the dead letters page and the redrive is confirmed
     await page.get_by_role("link", name="Dead letters").click()

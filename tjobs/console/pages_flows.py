@@ -1,4 +1,5 @@
-"""Flows: one flow's page, the dead letters, and their redrive (one or many, confirmed first).
+"""Flows: the search across shards, one flow's page, the dead letters, and their redrive (one or many,
+confirmed first).
 
 A redrive posts the chosen flow ids; without ``confirmed`` it answers a page naming them with a form
 that posts them again confirmed, and only that second post puts them back to pending.
@@ -6,29 +7,78 @@ that posts them again confirmed, and only that second post puts them back to pen
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, get_args
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from tjobs.api.deps import filter_task_id
 from tjobs.api.render import flow_json, task_json
+from tjobs.api.schemas import FlowFilterName
 from tjobs.console.context import ConsoleRoute, console_of
 from tjobs.errors import InvalidInput, NotFound
+from tjobs.service.cursors import MAX_CURSOR_CHARS
+from tjobs.service.schedule_preview import parse_instant
 from tjobs.service.tasks import MAX_BATCH
 
 router = APIRouter(route_class=ConsoleRoute)
 
 PAGE_SIZE = 50
+FLOW_FILTERS: tuple[str, ...] = get_args(FlowFilterName)
 
 
 @router.get("/console/flows")
-async def flows_page(request: Request, id: Annotated[str | None, Query(max_length=60)] = None) -> Response:
+async def flows_page(
+    request: Request,
+    app: Annotated[str | None, Query(max_length=200)] = None,
+    status: Annotated[str | None, Query(max_length=20)] = None,
+    task_id: Annotated[str | None, Query(max_length=40)] = None,
+    start: Annotated[str | None, Query(alias="from", max_length=40)] = None,
+    to: Annotated[str | None, Query(max_length=40)] = None,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+    id: Annotated[str | None, Query(max_length=60)] = None,
+) -> Response:
+    """The cross-shard flow search (``GET /v1/flows``), newest first; ``id`` opens one flow."""
     console = console_of(request)
     principal = await console.principal(request)
     if id:
         return RedirectResponse(f"/console/flows/{quote(id.strip(), safe='')}", status_code=303)
-    return console.render(request, "flows.html", principal)
+    scoped = await console.scope(principal, app)
+    filters = {"status": status or "", "task_id": (task_id or "").strip(), "from": (start or "").strip()}
+    filters["to"] = (to or "").strip()
+    flows: list[dict[str, object]] = []
+    next_cursor = None
+    error = None
+    if scoped is not None:
+        try:
+            if filters["status"] and filters["status"] not in FLOW_FILTERS:
+                raise InvalidInput("status", f"must be one of {', '.join(FLOW_FILTERS)}")
+            page = await console.node.tasks.search.flows(
+                scoped.id,
+                status=filters["status"] or None,
+                task_id=filter_task_id(filters["task_id"]) if filters["task_id"] else None,
+                from_ms=parse_instant(filters["from"] or None, "from"),
+                until_ms=parse_instant(filters["to"] or None, "to"),
+                limit=PAGE_SIZE,
+                cursor=cursor or None,
+            )
+            flows, next_cursor = [flow_json(flow) for flow in page.items], page.next_cursor
+        except InvalidInput as invalid:
+            error = invalid.message
+    return console.render(
+        request,
+        "flows.html",
+        principal,
+        422 if error else 200,
+        scoped=scoped,
+        choices=await console.app_choices(principal, scoped),
+        statuses=FLOW_FILTERS,
+        filters=filters,
+        flows=flows,
+        next_cursor=next_cursor,
+        error=error,
+    )
 
 
 @router.get("/console/flows/{flow_id}")
@@ -48,7 +98,7 @@ async def flow_page(request: Request, flow_id: str) -> Response:
 async def dead_letters(
     request: Request,
     app: Annotated[str | None, Query(max_length=200)] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
 ) -> Response:
     console = console_of(request)
     principal = await console.principal(request)

@@ -1,4 +1,5 @@
-"""Tasks: the list (filters, cursor pages), a task's page, and its actions.
+"""Tasks: the search (``GET /v1/tasks``: newest first, or by name with a name prefix; status, kind and
+key filters; cursor pages), a task's page, and its actions.
 
 Pause, resume, trigger now and delete each go through a confirmation page (``GET .../confirm``) whose
 form posts the action; the edit form sends only the fields that changed, with the version the form
@@ -20,6 +21,7 @@ from tjobs.console.context import ConsoleRoute, Principal, console_of
 from tjobs.console.instants import next_instants
 from tjobs.errors import InvalidInput, NotFound, VersionConflict
 from tjobs.model import DeliveryMode, MisfirePolicy, Task, TaskStatus
+from tjobs.service.cursors import MAX_CURSOR_CHARS
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -58,13 +60,14 @@ async def task_list(
     status: Annotated[Literal["", "active", "paused", "completed"] | None, Query()] = None,
     kind: Annotated[Literal["", "cron", "interval", "at", "delay"] | None, Query()] = None,
     name_prefix: Annotated[str | None, Query(max_length=200)] = None,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    key: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
     done: Annotated[str | None, Query(max_length=20)] = None,
 ) -> Response:
     console = console_of(request)
     principal = await console.principal(request)
     scoped = await console.scope(principal, app)
-    filters = {"status": status or "", "kind": kind or "", "name_prefix": name_prefix or ""}
+    filters = {"status": status or "", "kind": kind or "", "name_prefix": name_prefix or "", "key": key or ""}
     items: list[Task] = []
     next_cursor = None
     if scoped is not None:
@@ -75,6 +78,7 @@ async def task_list(
             status=TaskStatus(status) if status else None,
             kind=kind or None,
             name_prefix=name_prefix or None,
+            key=key or None,
         )
         items, next_cursor = page.items, page.next_cursor
     return console.render(
