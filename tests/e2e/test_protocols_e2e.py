@@ -248,7 +248,7 @@ async def test_every_fire_reaches_a_real_consumer_once_with_headers_and_a_valid_
 # ---- a broker of the test's own, killed and restarted mid-run ---------------------------------------
 
 KILLED_FOR_S = 1.0
-RETRY = {"max_attempts": 200, "max_age_s": 600, "backoff_base_ms": 200, "backoff_max_ms": 2000}
+RETRY = {"max_attempts": 50, "max_age_s": 600, "backoff_base_ms": 200, "backoff_max_ms": 2000}
 
 
 @dataclass
