@@ -214,8 +214,11 @@ class Node:
         )
 
     async def _route_by(self, shard_map: ShardMap) -> None:
-        """A newer shard map (a logical database moved): route by it from now on."""
+        """A newer shard map (a logical database moved): route by it from now on, and rebuild what is
+        per server (the runner's committers, the health checker's servers)."""
         self.store.use_shard_map(shard_map)
+        self.runner.servers_changed()
+        self.db_health.servers_changed()
 
     async def stop(self, drain_timeout_s: float = 10.0) -> None:
         self.started = False

@@ -7,7 +7,10 @@
   holds databases cannot be dropped;
 - ``plan --servers …`` (and ``rebalance --servers …``, the same): the moves that would spread the
   logical databases evenly over that server list (:func:`sharding.rebalance.plan_rebalance`); nothing
-  moves.
+  moves;
+- ``move --db N --to host:port`` (MariaDB): move one logical database online
+  (:mod:`tjobs.cluster.shard_move`); rerun after an interruption to finish, ``--abort`` to roll back;
+  ``drop-old --db N`` drops the old copy of a finished move.
 
 Both read and write the map where the nodes do: etcd when ``cluster.etcd_endpoints`` is set, else the
 map record in the first logical database.
@@ -28,11 +31,13 @@ from tjobs.clock import SystemClock
 from tjobs.cluster.base import Coordinator
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.cluster.shard_maps import reseed_shard_map
+from tjobs.cluster.shard_move import MoveRefused, ShardMover
 from tjobs.errors import InvalidInput
 from tjobs.service.shards import ShardStatus, plan, shard_status, stored_map
 from tjobs.settings import Settings, load_settings
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
+from tjobs.stores.sql_move import MoveRow
 
 shards_app = typer.Typer(help="The shard map: which database server holds each logical database.", no_args_is_help=True)
 
@@ -118,6 +123,55 @@ def _plan(config: Path | None, servers: list[str]) -> None:
     typer.echo(f"shard map epoch {shard_map.epoch}: {len(moves)} moves for an even spread over {', '.join(listed)}")
     for move in moves:
         typer.echo(f"  tjobs shards move --db {move.database} --to {move.target}    # now on {move.source}")
+
+
+def _mover_run(config: Path | None, act: Callable[[ShardMover], Awaitable[MoveRow]]) -> MoveRow:
+    settings = load_settings(config)
+
+    async def run(coordinator: Coordinator, store: TaskStore) -> MoveRow:
+        shard_map = await coordinator.read_shard_map()
+        if shard_map is not None:
+            store.use_shard_map(shard_map)
+        mover = ShardMover(settings.storage, coordinator, store, report=typer.echo)
+        try:
+            return await act(mover)
+        finally:
+            await mover.close()
+
+    try:
+        return _with_map(config, run)
+    except MoveRefused as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+
+
+DatabaseOption = Annotated[int, typer.Option("--db", help="the logical database's index")]
+
+
+@shards_app.command()
+def move(
+    database: DatabaseOption,
+    to: Annotated[str | None, typer.Option("--to", help="the server (host:port) to move it to")] = None,
+    abort: Annotated[bool, typer.Option("--abort", help="roll back the recorded move of --db")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Move a logical database to another server while the cluster runs (rerun to resume)."""
+    if abort:
+        _mover_run(config, lambda mover: mover.abort(database))
+        return
+    if to is None:
+        typer.echo("error: --to host:port is required (or --abort)", err=True)
+        raise typer.Exit(2)
+    target = to
+    row = _mover_run(config, lambda mover: mover.move(database, target))
+    typer.echo(f"logical database {row.database} is on {row.target} (map epoch {row.epoch}); the old copy on")
+    typer.echo(f"{row.source} is kept read-only until: tjobs shards drop-old --db {row.database}")
+
+
+@shards_app.command("drop-old")
+def drop_old(database: DatabaseOption, config: ConfigOption = None) -> None:
+    """Drop the old, read-only copy of a finished move."""
+    _mover_run(config, lambda mover: mover.drop_old(database))
 
 
 @shards_app.command("plan")

@@ -87,6 +87,11 @@ class DatabaseHealth:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def servers_changed(self) -> None:
+        """The shard map moved a logical database: map shards to servers again at the next check
+        (servers already known keep their state)."""
+        self._shards_of = {}
+
     def _map_servers(self) -> None:
         if self._shards_of:
             return
@@ -95,7 +100,7 @@ class DatabaseHealth:
             shards.setdefault(self._store.server_of_shard(shard), set()).add(shard)
         self._shards_of = {server: frozenset(ids) for server, ids in shards.items()}
         now = self._monotonic()
-        self._states = {server: ServerState(last_ok=now) for server in shards}
+        self._states = {server: self._states.get(server) or ServerState(last_ok=now) for server in shards}
 
     async def _loop(self) -> None:
         while True:

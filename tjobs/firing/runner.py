@@ -358,6 +358,16 @@ class JobRunner:
                 delay = 0
             await asyncio.sleep(delay)
 
+    def servers_changed(self) -> None:
+        """The shard map moved a logical database: shards are looked up on their server again, and
+        what waits for a committer goes to its shard's server now (invariant 9 holds after a move)."""
+        self._servers.clear()
+        self._one_server = len(self._store.database_servers()) == 1
+        waiting = [entry for entries in self._pending.values() for entry in entries]
+        self._pending.clear()
+        if waiting:
+            self._queue(waiting)
+
     def _server_of(self, task_id: int) -> str:
         shard = shard_of_task_id(task_id)
         server = self._servers.get(shard)

@@ -1,0 +1,295 @@
+"""Moving a logical database to another MariaDB server while a node registers and fires
+(tjobs/cluster/shard_move.py, tjobs/stores/sql_move.py).
+
+The second server is our own: a mariadbd started by this module on a free port, in a temporary data
+directory, and stopped by its PID at the end (never another server). The node runs embedded-like
+(one node, the local coordinator, the map in its record) over both servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pymysql
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from sharding import shard_of_task_id
+from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
+from tests.e2e.conftest import FAST_SETTINGS
+from tjobs.cli.main import app
+from tjobs.cluster.local import LocalCoordinator
+from tjobs.cluster.shard_move import CUTTING_OVER, DONE, MoveRefused, ShardMover
+from tjobs.errors import StaleShardMap
+from tjobs.model import FireIntent, FirePlan, FlowKind, FlowStatus, NewFlow, Task, TaskStatus
+from tjobs.settings import Settings, load_settings
+from tjobs.stores.migrate import migrate
+from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
+from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+from tjobs.testing import free_port, run_node
+from tjobs.testing.databases import drop_databases
+
+pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
+
+MOVED = 1  # logical database 1: on the shared server by the seed of topology 2x2x4 over two servers
+
+
+@pytest.fixture(scope="module")
+def own_mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A MariaDB server of our own on a free loopback port; its URL."""
+    install = shutil.which("mariadb-install-db")
+    server = shutil.which("mariadbd") or shutil.which("mariadbd", path="/usr/sbin:/usr/local/sbin:/sbin")
+    if install is None or server is None:
+        pytest.fail("mariadb-install-db and mariadbd are needed to start a second MariaDB server")
+    data = tmp_path_factory.mktemp("own-mariadb")
+    port = free_port()
+    subprocess.run(
+        [install, "--no-defaults", "--user=root", f"--datadir={data / 'data'}", "--skip-test-db",
+         "--auth-root-authentication-method=normal"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    log = (data / "mariadbd.log").open("w")
+    process = subprocess.Popen(
+        [server, "--no-defaults", "--user=root", f"--datadir={data / 'data'}", f"--socket={data / 'sock'}",
+         f"--port={port}", "--bind-address=127.0.0.1", "--skip-name-resolve", "--character-set-server=utf8mb4",
+         "--collation-server=utf8mb4_general_ci", f"--pid-file={data / 'pid'}", "--innodb-buffer-pool-size=64M",
+         "--table-definition-cache=2048", "--table-open-cache=2048", "--skip-log-bin"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                pymysql.connect(host="127.0.0.1", port=port, user="root", connect_timeout=1).close()
+                break
+            except pymysql.err.OperationalError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"our MariaDB on port {port} did not start; see {data / 'mariadbd.log'}")
+                time.sleep(0.2)
+        yield f"mysql+asyncmy://root@127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
+        if process.poll() is None:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture
+async def settings(mysql_url: str, own_mariadb: str) -> AsyncIterator[Settings]:
+    storage = {"urls": [mysql_url, own_mariadb], "topology": "2x2x4", "database_prefix": f"tjmv_{secrets.token_hex(3)}"}
+    made = load_settings(None, storage=storage, **FAST_SETTINGS)
+    await migrate(made.storage)
+    try:
+        yield made
+    finally:
+        drop_databases(made.storage)
+
+
+def server_of(url: str) -> str:
+    return url.split("@", 1)[1]
+
+
+async def test_a_database_moves_while_a_node_registers_and_fires_and_nothing_is_lost_or_doubled(
+    settings: Settings, own_mariadb: str
+) -> None:
+    target = server_of(own_mariadb)
+    async with run_node(settings) as running:
+        node = running.node
+        _, key = await running.create_app("mover")
+        headers = {"authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(base_url=running.base_url, headers=headers, timeout=10) as client:
+            recurring = []
+            for index in range(8):
+                made = await client.post(
+                    "/v1/tasks", json=_task(f"every-{index}", {"kind": "interval", "every_ms": 1000})
+                )
+                assert made.status_code == 201, made.text
+                recurring.append(int(made.json()["id"]))
+            acknowledged: list[int] = []
+            refused = 0
+            stop = asyncio.Event()
+
+            async def register() -> None:
+                nonlocal refused
+                while not stop.is_set():
+                    answer = await client.post("/v1/tasks", json=_task("once", {"kind": "delay", "delay_ms": 700}))
+                    if answer.status_code == 201:
+                        acknowledged.append(int(answer.json()["id"]))
+                    else:
+                        assert answer.status_code == 503, answer.text  # moving: Retry-After, not acknowledged
+                        assert answer.headers["retry-after"] == "1"
+                        refused += 1
+                    await asyncio.sleep(0.005)
+
+            registering = asyncio.create_task(register())
+            await asyncio.sleep(1.5)
+            mover = ShardMover(settings.storage, node.coordinator, node.store, batch_rows=50, cut_over_below=20)
+            try:
+                row = await mover.move(MOVED, target)
+            finally:
+                await mover.close()
+            await asyncio.sleep(1.5)
+            stop.set()
+            await registering
+
+            assert row.state == DONE and row.epoch == 2
+            shard_map = node.store.shard_map()
+            assert shard_map is not None and shard_map.epoch == 2 and shard_map.server_of(MOVED) == target
+            assert node.store.layout.databases[MOVED].engine_url.endswith(target.split(":")[1] + "?charset=utf8mb4")
+
+            await _wait_until_fired(node.store, acknowledged)
+            moved_ids = [
+                i for i in acknowledged if node.store.topology.locate(shard_of_task_id(i)).database_index == MOVED
+            ]
+            assert moved_ids, "no registration landed in the moved database"
+            for task_id in acknowledged:  # every 201 readable, fired exactly once
+                task = await node.store.get_task(task_id)
+                assert task is not None, f"acknowledged task {task_id} is lost"
+                flows = await node.store.list_flows(task_id, 10)
+                assert len(flows) == 1, f"task {task_id} has {len(flows)} flows"
+            for task_id in recurring:  # every instant fired once, none skipped
+                instants = sorted(flow.scheduled_at_ms for flow in await node.store.list_flows(task_id, 1000))
+                assert len(instants) >= 3
+                assert [b - a for a, b in itertools.pairwise(instants)] == [1000] * (len(instants) - 1)
+
+    await _the_old_copy_is_retired_and_refuses_a_node_on_the_old_map(settings, own_mariadb)
+
+
+async def _the_old_copy_is_retired_and_refuses_a_node_on_the_old_map(settings: Settings, own_mariadb: str) -> None:
+    stale = SQLAlchemyTaskStore(settings.storage)  # routes by the seed, epoch 1: it missed the move
+    await stale.start()
+    try:
+        stale.use_shard_map(stale.seed_shard_map())
+        home = stale.layout.databases[MOVED]
+        assert server_of(own_mariadb) not in home.engine_url  # it still looks on the old server
+        async with stale._connect(home.engine_url) as conn:
+            assert await read_fence(conn, home) == RETIRED_EPOCH
+        shards = stale.topology.shards_of_database(MOVED)
+        due = [task for shard in shards for task in await stale.load_due(shard, 1 << 62, 10)]
+        assert due, "the old copy holds the recurring tasks of the moved database"
+        intent = FireIntent(due[0].task_id, due[0].next_run_at_ms, due[0].version)
+        with pytest.raises(StaleShardMap):  # a node that missed the map cannot commit a fire there
+            await stale.commit_fires([intent], due[0].next_run_at_ms, fire_once)
+        with pytest.raises(StaleShardMap):
+            await stale.insert_task(make_task(shard=shards[0]))
+    finally:
+        await stale.close()
+
+
+def fire_once(task: Task, intent: FireIntent, now_ms: int) -> FirePlan:
+    """Whatever the schedule: one flow at the instant, and the task completes."""
+    flow = NewFlow(intent.scheduled_at_ms, FlowKind.SCHEDULED, FlowStatus.PENDING, 0, now_ms)
+    return FirePlan([flow], None, TaskStatus.COMPLETED, 1)
+
+
+def _task(name: str, schedule: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "schedule": schedule, "callback": {"url": "http://127.0.0.1:9/hook"}, "payload": {}}
+
+
+async def _wait_until_fired(store: SQLAlchemyTaskStore, task_ids: list[int]) -> None:
+    pending = set(task_ids)
+    for _ in range(200):
+        for task_id in list(pending):
+            if await store.list_flows(task_id, 1):
+                pending.discard(task_id)
+        if not pending:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{len(pending)} acknowledged tasks never fired, e.g. {sorted(pending)[:5]}")
+
+
+async def test_an_aborted_move_leaves_the_database_where_it_was_and_a_rerun_finishes_a_cut_over(
+    settings: Settings, own_mariadb: str
+) -> None:
+    target = server_of(own_mariadb)
+    store = SQLAlchemyTaskStore(settings.storage)
+    await store.start()
+    coordinator = LocalCoordinator(store.topology.shard_count, map_home=store)
+    mover = ShardMover(settings.storage, coordinator, store, batch_rows=10, cut_over_below=1)
+    try:
+        seeded = await coordinator.seed_shard_map(await store.read_shard_map() or store.seed_shard_map())
+        store.use_shard_map(seeded)
+        source_server = seeded.server_of(MOVED)
+        task = make_task(shard=store.topology.shards_of_database(MOVED)[0])
+        await store.insert_task(task)
+        with pytest.raises(MoveRefused, match="does not move"):
+            await mover.move(0, target)
+
+        # copied, then "killed": --abort puts everything back
+        row = await mover._start(seeded, MOVED, target)
+        copy, source, _ = mover._copy(row, seeded)
+        await copy.prepare()
+        await copy.copy()
+        aborted = await mover.abort(MOVED)
+        assert aborted.source == source_server
+        assert not await copy.exists_on(copy.target)
+        assert await mover.records.get(MOVED) is None
+        fired = await store.commit_fires([intent_of(task)], NOW_MS, interval_planner)
+        assert fired[0].error is None and len(fired[0].flows) == 1  # the source takes writes again
+
+        # killed while cutting over (the source fenced, the map unchanged): the rerun finishes
+        row = await mover._start(seeded, MOVED, target)
+        copy, source, _ = mover._copy(row, seeded)
+        await copy.prepare()
+        await copy.copy()
+        await mover._save(replace(row, state=CUTTING_OVER))
+        async with copy.source.begin() as conn:
+            await write_fence(conn, source, RETIRED_EPOCH)
+        with pytest.raises(StaleShardMap):  # meanwhile nobody writes the database
+            await store.edit_task(replace(task, name="late"), {"name"})
+        finished = await mover.move(MOVED, target)
+
+        assert finished.state == DONE
+        shard_map = await coordinator.read_shard_map()
+        assert shard_map is not None and shard_map.server_of(MOVED) == target and shard_map.epoch == 2
+        store.use_shard_map(shard_map)
+        moved_task = await store.get_task(task.id)
+        assert moved_task is not None and moved_task.fire_count == 1  # the fire made before the move
+        assert len(await store.list_flows(task.id, 10)) == 1
+        with pytest.raises(MoveRefused, match="the move is done"):
+            await mover.abort(MOVED)
+        await mover.drop_old(MOVED)
+        assert not await copy.exists_on(copy.source) and await mover.records.get(MOVED) is None
+    finally:
+        await mover.close()
+        await store.close()
+
+
+async def test_the_cli_moves_a_database_shows_it_and_drops_the_old_copy(
+    settings: Settings, own_mariadb: str, tmp_path: Path
+) -> None:
+    target = server_of(own_mariadb)
+    storage = settings.storage
+    config = tmp_path / "tjobs.toml"
+    urls = ", ".join(f'"{url}"' for url in storage.urls)
+    config.write_text(
+        f'[storage]\nurls = [{urls}]\ntopology = "{storage.topology}"\ndatabase_prefix = "{storage.database_prefix}"\n'
+    )
+
+    def cli(*args: str) -> Result:
+        return CliRunner().invoke(app, ["shards", *args, "--config", str(config)])
+
+    refused = await asyncio.to_thread(cli, "move", "--db", "0", "--to", target)
+    moved = await asyncio.to_thread(cli, "move", "--db", str(MOVED), "--to", target)
+    shown = await asyncio.to_thread(cli, "status")
+    dropped = await asyncio.to_thread(cli, "drop-old", "--db", str(MOVED))
+
+    assert refused.exit_code == 2 and "does not move" in refused.output
+    assert moved.exit_code == 0, moved.output
+    assert f"logical database {MOVED} is on {target} (map epoch 2)" in moved.output
+    assert f"{target}: 3 logical databases [1, 2, 3]" in shown.output, shown.output
+    assert dropped.exit_code == 0 and f"dropped the old copy of logical database {MOVED}" in dropped.output

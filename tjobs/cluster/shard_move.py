@@ -1,0 +1,252 @@
+"""Moving one logical database to another MariaDB server while the cluster fires and registers
+(``tjobs shards move``, ``--abort``, ``drop-old``); :mod:`tjobs.stores.sql_move` holds the SQL and
+says why it is a chunked copy with change capture rather than MariaDB replication.
+
+A move goes through recorded states (``tjobs_shard_moves`` in the first logical database, which
+never moves; the map itself is the coordinator's, etcd or the record), so a rerun after the mover
+died at any step picks up where it stopped, and every step is safe to repeat:
+
+``copying``
+    The target gets the database's tables with its fence retired (nobody may write there), the source
+    records every written key (triggers), and every row is copied in primary-key batches.
+``catching_up``
+    The recorded keys are applied to the target until fewer than ``cut_over_below`` are left.
+``cutting_over``
+    The source's fence goes to ``RETIRED`` (it waits for the writers that passed it; every later
+    writer is refused: fires are retried, an API write answers 503 with ``Retry-After``), the last
+    keys are applied, the target's fence goes to the next epoch, and the map naming the target is
+    published by compare-and-set (and written to the map record too, so a cluster re-seeding from it
+    gets the new map). The nodes reload it and write to the target; a node still on the old map is
+    refused by the source, whatever its timing.
+``done``
+    The old copy stays, read-only (fence retired), until ``drop-old`` drops it.
+
+At every moment at most one copy admits writers under the map that names it: before the cut-over
+the source (the target's fence is retired); after it the target (the source's is). A mover killed
+while cutting over leaves the database refusing writes (the source fenced, the map still naming
+it) until it is rerun (finishing) or aborted (restoring the source's fence). ``--abort`` before the
+map names the target puts the source back as it was and drops the target copy; after, there is
+nothing to abort (the move is done). Logical database 0 never moves. One move at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sharding.shard_map import PINNED_DATABASE, ShardMap
+from tjobs.cluster.base import Coordinator
+from tjobs.errors import Conflict
+from tjobs.settings import StorageSettings
+from tjobs.stores.base import TaskStore
+from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
+from tjobs.stores.sql_layout import DatabaseHome, Layout, create_engine_for
+from tjobs.stores.sql_move import DatabaseCopy, MoveRecords, MoveRow
+
+logger = logging.getLogger(__name__)
+
+COPYING, CATCHING_UP, CUTTING_OVER, DONE = "copying", "catching_up", "cutting_over", "done"
+
+Report = Callable[[str], None]
+
+
+class MoveRefused(Conflict):
+    """The move cannot start, continue or be aborted as asked (the message says why)."""
+
+    code = "move_refused"
+
+
+class ShardMover:
+    """Runs, resumes, aborts and finishes moves of logical databases (see the module)."""
+
+    def __init__(
+        self,
+        settings: StorageSettings,
+        coordinator: Coordinator,
+        store: TaskStore,
+        *,
+        batch_rows: int = 1000,
+        cut_over_below: int = 200,
+        report: Report | None = None,
+    ) -> None:
+        self.settings = settings
+        self.coordinator = coordinator
+        self.store = store
+        self.batch_rows = batch_rows
+        self.cut_over_below = cut_over_below
+        self.report: Report = report or (lambda _: None)
+        self._engines: dict[str, AsyncEngine] = {}
+        first = Layout(settings).apps_database
+        self.records = MoveRecords(self._engine(first.engine_url), first.schema or first.name)
+
+    def _engine(self, url: str) -> AsyncEngine:
+        engine = self._engines.get(url)
+        if engine is None:
+            engine = self._engines[url] = create_engine_for(url, self.settings)
+        return engine
+
+    async def close(self) -> None:
+        engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            await engine.dispose()
+
+    def _home(self, placement: tuple[str, ...], database: int) -> DatabaseHome:
+        try:
+            return Layout(self.settings, placement).databases[database]
+        except ValueError as error:  # a server storage.urls does not list
+            raise MoveRefused(f"{error}: add it to storage.urls and run tjobs shards reseed first") from error
+
+    def _copy(self, row: MoveRow, shard_map: ShardMap) -> tuple[DatabaseCopy, DatabaseHome, DatabaseHome]:
+        placement = list(shard_map.placement)
+        placement[row.database] = row.source
+        source = self._home(tuple(placement), row.database)
+        placement[row.database] = row.target
+        target = self._home(tuple(placement), row.database)
+        copy = DatabaseCopy(
+            self._engine(source.engine_url), self._engine(target.engine_url), source.name, self.batch_rows
+        )
+        return copy, source, target
+
+    async def _map(self) -> ShardMap:
+        shard_map = await self.coordinator.read_shard_map()
+        if shard_map is None:
+            raise MoveRefused("no shard map is stored yet: start a node or run tjobs migrate first")
+        return shard_map
+
+    async def _save(self, row: MoveRow) -> MoveRow:
+        await self.records.put(row, int(time.time() * 1000))
+        logger.info(
+            "move of logical database %d to %s: %s",
+            row.database,
+            row.target,
+            row.state,
+            extra={"action": "shard_move_state"},
+        )
+        self.report(f"logical database {row.database}: {row.state}")
+        return row
+
+    # ---- the move -----------------------------------------------------------------------------------
+
+    async def move(self, database: int, target: str) -> MoveRow:
+        """Move ``database`` to ``target`` (a server of the map), or carry on with the recorded move."""
+        shard_map = await self._map()
+        row = await self.records.get(database)
+        if row is None:
+            row = await self._start(shard_map, database, target)
+        elif row.target != target:
+            raise MoveRefused(
+                f"logical database {database} is being moved to {row.target}: rerun with --to {row.target}, or --abort"
+            )
+        copy, source, target_home = self._copy(row, shard_map)
+        if row.state == COPYING:
+            await copy.prepare()
+            copied = await copy.copy(lambda table, rows: self.report(f"copied {rows:,} rows ({table})"))
+            self.report(f"copied {copied:,} rows; catching up")
+            row = await self._save(replace(row, state=CATCHING_UP))
+        if row.state == CATCHING_UP:
+            while (backlog := await copy.backlog()) >= self.cut_over_below:
+                self.report(f"catching up: {backlog:,} changed rows behind")
+                await copy.catch_up(rounds=max(1, backlog // self.batch_rows))
+            row = await self._save(replace(row, state=CUTTING_OVER))
+        if row.state == CUTTING_OVER:
+            row = await self._cut_over(row, copy, source, target_home)
+        return row
+
+    async def _start(self, shard_map: ShardMap, database: int, target: str) -> MoveRow:
+        if database == PINNED_DATABASE:
+            raise MoveRefused(f"logical database {PINNED_DATABASE} holds the apps and the map record; it does not move")
+        if not 0 <= database < len(shard_map.placement):
+            raise MoveRefused(f"no logical database {database} (0..{len(shard_map.placement) - 1})")
+        if target not in shard_map.servers:
+            raise MoveRefused(
+                f"the shard map does not know {target}: add it to storage.urls and run tjobs shards reseed"
+            )
+        source = shard_map.server_of(database)
+        if source == target:
+            raise MoveRefused(f"logical database {database} is on {target} already")
+        busy = [other for other in await self.records.all() if other.state != DONE]
+        if busy:
+            raise MoveRefused(f"logical database {busy[0].database} is being moved: one move at a time")
+        home = self._home(shard_map.placement, database)
+        async with self._engine(home.engine_url).connect() as conn:
+            fence = await read_fence(conn, home)
+        self.report(f"moving logical database {database} from {source} to {target} (map epoch {shard_map.epoch})")
+        return await self._save(MoveRow(database, source, target, COPYING, fence, 0))
+
+    async def _cut_over(self, row: MoveRow, copy: DatabaseCopy, source: DatabaseHome, target: DatabaseHome) -> MoveRow:
+        started = time.monotonic()
+        async with copy.source.begin() as conn:
+            await write_fence(conn, source, RETIRED_EPOCH)  # waits for the writers holding its share lock
+        applied = await copy.catch_up()
+        while True:
+            current = await self._map()
+            if current.server_of(row.database) == row.target:
+                published = current  # a run before this one published it
+                break
+            published = current.moved(row.database, row.target)
+            async with copy.target.begin() as conn:
+                await write_fence(conn, target, published.epoch)
+            if await self.coordinator.replace_shard_map(published, current.epoch):
+                break
+        await self._record_map(published)
+        await copy.stop_capture()
+        self.report(
+            f"cut over in {time.monotonic() - started:.2f} s ({applied:,} last changes); "
+            f"map epoch {published.epoch} names {row.target}"
+        )
+        return await self._save(replace(row, state=DONE, epoch=published.epoch))
+
+    async def _record_map(self, published: ShardMap) -> None:
+        """The map record as well as the coordinator's map (a cluster re-seeding from the record after
+        losing etcd must get this map, not an older one)."""
+        for _ in range(3):
+            recorded = await self.store.read_shard_map()
+            if recorded is not None and recorded.epoch >= published.epoch:
+                return
+            if await self.store.swap_shard_map(published, recorded.epoch if recorded is not None else None):
+                return
+        raise MoveRefused("the shard map record changed three times while being written; rerun the move")
+
+    # ---- abort and drop-old -------------------------------------------------------------------------
+
+    async def abort(self, database: int) -> MoveRow:
+        """Undo a move the map does not yet name the target of: the source's fence back as it was, no
+        capture, the target copy dropped, the record gone."""
+        row = await self.records.get(database)
+        if row is None:
+            raise MoveRefused(f"no move of logical database {database} is recorded")
+        shard_map = await self._map()
+        if row.state == DONE or shard_map.server_of(database) == row.target:
+            raise MoveRefused(
+                f"logical database {database} is on {row.target} already: the move is done "
+                "(drop-old removes the old copy)"
+            )
+        copy, source, _ = self._copy(row, shard_map)
+        async with copy.source.begin() as conn:
+            await write_fence(conn, source, row.source_fence)
+        await copy.stop_capture()
+        await copy.drop_on(copy.target)
+        await self.records.delete(database)
+        self.report(f"move of logical database {database} to {row.target} aborted; it stays on {row.source}")
+        return row
+
+    async def drop_old(self, database: int) -> MoveRow:
+        """Drop the old copy of a finished move (it is retired: nothing writes it)."""
+        row = await self.records.get(database)
+        if row is None or row.state != DONE:
+            raise MoveRefused(f"no finished move of logical database {database} is recorded")
+        shard_map = await self._map()
+        if shard_map.server_of(database) != row.target:
+            raise MoveRefused(f"the shard map places logical database {database} on {shard_map.server_of(database)}")
+        copy, source, _ = self._copy(row, shard_map)
+        async with copy.source.connect() as conn:
+            if await read_fence(conn, source) != RETIRED_EPOCH:
+                raise MoveRefused(f"the copy of logical database {database} on {row.source} is not retired")
+        await copy.drop_on(copy.source)
+        await self.records.delete(database)
+        self.report(f"dropped the old copy of logical database {database} on {row.source}")
+        return row
