@@ -141,17 +141,20 @@ def _greeting(port: int, send: bytes = b"") -> bytes:
 
 
 class OwnNats(OwnBroker):
-    """``nats-server`` with JetStream; with ``username``/``password`` it requires them."""
+    """``nats-server`` with JetStream; with ``username``/``password`` (or a ``token``) it requires them."""
 
-    def __init__(self, username: str | None = None, password: str | None = None) -> None:
+    def __init__(self, username: str | None = None, password: str | None = None, token: str | None = None) -> None:
         super().__init__()
         self.username = username
         self.password = password
+        self.token = token
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         command = [_binary("nats-server"), "-a", HOST, "-p", str(self.port), "-js", "-sd", str(self.directory)]
         if self.username is not None:
             command += ["--user", self.username, "--pass", self.password or ""]
+        if self.token is not None:
+            command += ["--auth", self.token]
         return command, {}
 
     def _answers(self) -> bool:
@@ -187,15 +190,21 @@ class OwnRedis(OwnBroker):
 
 
 class OwnRabbitMQ(OwnBroker):
-    """A RabbitMQ node of its own; ``guest``/``guest`` may log in from loopback."""
+    """A RabbitMQ node of its own; ``guest``/``guest`` may log in from loopback, or, with ``username`` and
+    ``password``, only that user (created at the node's first start instead of ``guest``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, username: str | None = None, password: str | None = None) -> None:
         super().__init__()
         self.dist_port = free_port()
         self.node_name = f"tjobs-test-{self.port}@localhost"
+        self.username = username
+        self.password = password
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
-        (self.directory / "rabbitmq.conf").write_text(f"listeners.tcp.default = {HOST}:{self.port}\n")
+        config = f"listeners.tcp.default = {HOST}:{self.port}\n"
+        if self.username is not None:
+            config += f"default_user = {self.username}\ndefault_pass = {self.password or ''}\n"
+        (self.directory / "rabbitmq.conf").write_text(config)
         (self.directory / "rabbitmq-env.conf").write_text("")
         (self.directory / "enabled_plugins").write_text("[].\n")
         server = _binary("/usr/lib/rabbitmq/bin/rabbitmq-server", "rabbitmq-server")
