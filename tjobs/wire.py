@@ -294,6 +294,9 @@ class PoolRouteRequest(_Strict):
     path: str | None = Field(default=None, max_length=512, description="appended to every executor's address")
     shard_total: int | None = Field(default=None, ge=1, le=MAX_SHARD_TOTAL, description="sharded: the item count")
     shard_params: list[str] | None = Field(default=None, description="sharded: one parameter per item")
+    overlap: Literal["allow", "skip_if_running", "queue_one"] = Field(
+        default="allow", description="a fire while the task's previous flow still runs: go, skip, or wait (one)"
+    )
 
 
 class ExecutorRegistration(_Strict):

@@ -211,3 +211,63 @@ def test_a_task_in_a_pool_reads_back_from_its_stored_json() -> None:
     assert stored == {"method": "POST", "headers": {"x": "1"}, "pool": {"name": "w", "mode": "all"}}
     assert callback_from_json(stored) == spec
     _ = Task  # the stored task keeps this spec as its callback column
+
+
+# ---- overlap policy --------------------------------------------------------------------------------
+
+
+async def fires_of_one_task(rig: Rig, route: dict[str, Any], count: int) -> tuple[Task, list[Flow]]:
+    task, first = await stored_flow(rig.store)
+    task = dataclasses.replace(task, callback=CallbackSpec((), pool=parse_pool_route(route)))
+    flows = [first]
+    for later in range(1, count):
+        at_ms = first.scheduled_at_ms + later
+        flows.append(
+            await rig.store.insert_manual_flow(
+                task.id, dataclasses.replace(first, scheduled_at_ms=at_ms, next_attempt_at_ms=at_ms)
+            )
+        )
+    return task, flows
+
+
+async def test_skip_if_running_skips_a_fire_while_the_previous_one_runs(rig: Rig) -> None:
+    executors = await rig.executors(2)
+    for executor in executors:
+        rig.transport.script(Answer(200, delay_s=0.3), then=Answer(200), url=executor.address)
+    task, (first, second) = await fires_of_one_task(rig, {"name": "workers", "overlap": "skip_if_running"}, 2)
+    rig.deliverer.submit(CallbackJob(task, first, APP))
+    await asyncio.sleep(0.05)  # the first is in its (slow) attempt
+    rig.deliverer.submit(CallbackJob(task, second, APP))
+    await rig.settled()
+    assert [r.headers["webhook-id"] for r in rig.transport.requests] == [first.id]
+    skipped = await rig.stored(second)
+    assert skipped.status is FlowStatus.SKIPPED and skipped.attempts == 0
+    assert skipped.last_error == f"skipped: flow {first.id} of the task is still running"
+    assert (await rig.stored(first)).status is FlowStatus.DELIVERED
+
+
+async def test_queue_one_runs_the_next_fire_after_the_running_one_and_skips_a_third(rig: Rig) -> None:
+    executors = await rig.executors(2)
+    for executor in executors:
+        rig.transport.script(Answer(200, delay_s=0.3), then=Answer(200), url=executor.address)
+    task, flows = await fires_of_one_task(rig, {"name": "workers", "overlap": "queue_one"}, 3)
+    for flow in flows:
+        rig.deliverer.submit(CallbackJob(task, flow, APP))
+        await asyncio.sleep(0.02)
+    await rig.settled()
+    sent = [e.request.headers["webhook-id"] for e in rig.transport.exchanges]
+    assert sent == [flows[0].id, flows[1].id]  # one after the other, never together
+    statuses = [(await rig.stored(flow)).status for flow in flows]
+    assert statuses == [FlowStatus.DELIVERED, FlowStatus.DELIVERED, FlowStatus.SKIPPED]
+
+
+async def test_allow_lets_fires_of_one_task_overlap(rig: Rig) -> None:
+    executors = await rig.executors(2)
+    for executor in executors:
+        rig.transport.script(Answer(200, delay_s=0.3), then=Answer(200), url=executor.address)
+    task, flows = await fires_of_one_task(rig, {"name": "workers"}, 2)
+    for flow in flows:
+        rig.deliverer.submit(CallbackJob(task, flow, APP))
+    await rig.transport.wait_for(2)  # both in flight at once
+    await rig.settled()
+    assert {(await rig.stored(flow)).status for flow in flows} == {FlowStatus.DELIVERED}

@@ -111,7 +111,9 @@ def test_a_pool_route_defaults_to_one_by_round_robin_and_stores_only_what_differ
     assert route.to_json() == {"name": "workers"}
     sharded = parse_pool_route({"name": "w", "mode": "sharded", "shard_total": 2, "shard_params": ["a", "b"]})
     assert parse_pool_route(sharded.to_json()) == sharded
-    hashed = parse_pool_route({"name": "w", "strategy": "consistent_hash", "hash_on": "key", "path": "/run"})
+    hashed = parse_pool_route(
+        {"name": "w", "strategy": "consistent_hash", "hash_on": "key", "path": "/run", "overlap": "queue_one"}
+    )
     assert parse_pool_route(hashed.to_json()) == hashed
     assert hashed.url_of("http://10.0.0.1:80/") == "http://10.0.0.1:80/run"
 
@@ -134,6 +136,7 @@ def test_a_pool_route_defaults_to_one_by_round_robin_and_stores_only_what_differ
         ({"name": "w", "path": "run"}, "callback.pool.path"),
         ({"name": "w", "path": "/a b"}, "callback.pool.path"),
         ({"name": "w", "color": "red"}, "callback.pool.color"),
+        ({"name": "w", "overlap": "never"}, "callback.pool.overlap"),
     ],
 )
 def test_a_bad_pool_route_is_refused_naming_the_field(raw: object, field: str) -> None:

@@ -74,6 +74,7 @@ from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.pools.dispatcher import PoolDispatcher, PoolFlow, hash_key_of
+from tjobs.pools.overlap import Overlap, OverlapGate, Verdict
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import TARGET_KEY_PREFIX, GrpcTarget, HttpTarget, Target, pick_budget, tracking_key
 
@@ -277,6 +278,7 @@ class Deliverer:
         self._status_reader = status_reader
         self._targets = targets
         self._pools = pools
+        self._overlap: OverlapGate[_Delivery] = OverlapGate()
         self._waiting_retries = 0
         self._active: dict[str, _Delivery] = {}
         self._lanes: dict[str, _Lane] = {}
@@ -454,7 +456,22 @@ class Deliverer:
             if self._clock.now_ms() > delivery.deadline_ms:
                 self._finish(delivery, FlowStatus.DEAD, delivery.attempt - 1, "max_age_s exceeded")
                 return
+        if delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW and not self._admit(delivery):
+            return
         self._enqueue(delivery)
+
+    def _admit(self, delivery: _Delivery) -> bool:
+        """A pool flow whose task must not overlap itself (:mod:`tjobs.pools.overlap`): whether it goes
+        now; otherwise it is skipped, or waits for the task's running flow to end."""
+        assert delivery.pool is not None
+        task_id = delivery.job.task.id
+        verdict, running = self._overlap.admit(
+            task_id, delivery.flow_id, delivery.pool.route.overlap, delivery, self._active.__contains__
+        )
+        if verdict is Verdict.SKIP:
+            delivery.last_status, delivery.last_error = None, f"skipped: flow {running} of the task is still running"
+            self._finish(delivery, FlowStatus.SKIPPED, delivery.attempt - 1, None)
+        return verdict is Verdict.GO
 
     def in_flight(self) -> set[str]:
         """Flow ids queued, being sent, waiting for a retry, or with an outcome not yet written."""
@@ -761,6 +778,10 @@ class Deliverer:
 
     def _finish(self, delivery: _Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
         self._active.pop(delivery.flow_id, None)
+        if delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW:
+            waiting = self._overlap.finished(delivery.job.task.id, delivery.flow_id)
+            if waiting is not None and self._running and waiting.flow_id in self._active:
+                self._enqueue(waiting)  # the task's next fire waited for this one
         if status is FlowStatus.DEAD:
             if reason is not None:
                 delivery.last_error = f"{delivery.last_error} ({reason})" if delivery.last_error else reason

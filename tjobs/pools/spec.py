@@ -10,6 +10,8 @@ Only ``name`` is required. ``mode``: ``one`` (default), ``one_per_zone``, ``all`
 ``hash_on``: the task id, default, or the task's ``key``) or ``least_in_flight``. ``path`` is appended
 to every executor's address. ``shard_total`` (1..1024) is required by ``sharded`` and refused
 elsewhere; ``shard_params``, if given, has one string per item (item ``i`` gets ``shard_params[i]``).
+``overlap`` (``allow``, default; ``skip_if_running``; ``queue_one``) says what a fire does while the
+task's previous flow still runs (:mod:`tjobs.pools.overlap`).
 The stored JSON leaves out what equals its default, so a route written once reads back the same.
 """
 
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 
 from tjobs.errors import InvalidInput
 from tjobs.pools.model import valid_pool_name
+from tjobs.pools.overlap import Overlap
 from tjobs.wire import MAX_SHARD_TOTAL
 
 MAX_SHARD_PARAM_CHARS = 1024
@@ -68,6 +71,7 @@ class PoolRoute:
     path: str = ""
     shard_total: int | None = None
     shard_params: tuple[str, ...] = ()
+    overlap: Overlap = Overlap.ALLOW
 
     def url_of(self, address: str) -> str:
         """The callback URL for an executor at ``address``."""
@@ -87,10 +91,12 @@ class PoolRoute:
             stored["shard_total"] = self.shard_total
         if self.shard_params:
             stored["shard_params"] = list(self.shard_params)
+        if self.overlap is not Overlap.ALLOW:
+            stored["overlap"] = self.overlap.value
         return stored
 
 
-_KEYS = frozenset({"name", "mode", "strategy", "hash_on", "path", "shard_total", "shard_params"})
+_KEYS = frozenset({"name", "mode", "strategy", "hash_on", "path", "shard_total", "shard_params", "overlap"})
 
 
 def parse_pool_route(raw: Any, field: str = "callback.pool") -> PoolRoute:
@@ -108,6 +114,7 @@ def parse_pool_route(raw: Any, field: str = "callback.pool") -> PoolRoute:
     mode = _choice(raw, "mode", Mode, Mode.ONE, field)
     strategy = _choice(raw, "strategy", Strategy, Strategy.ROUND_ROBIN, field)
     hash_on = _choice(raw, "hash_on", HashOn, HashOn.TASK_ID, field)
+    overlap = _choice(raw, "overlap", Overlap, Overlap.ALLOW, field)
     if mode in (Mode.ALL, Mode.SHARDED) and "strategy" in raw:
         raise InvalidInput(f"{field}.strategy", f"does not apply to mode {mode.value}")
     if strategy is not Strategy.CONSISTENT_HASH and "hash_on" in raw:
@@ -134,7 +141,7 @@ def parse_pool_route(raw: Any, field: str = "callback.pool") -> PoolRoute:
                     f"must be printable ASCII of at most {MAX_SHARD_PARAM_CHARS} chars (it travels as a header)",
                 )
         shard_params = tuple(shard_params_raw)
-    return PoolRoute(name, mode, strategy, hash_on, path, shard_total, shard_params)
+    return PoolRoute(name, mode, strategy, hash_on, path, shard_total, shard_params, overlap)
 
 
 def _header_safe(text: str) -> bool:
