@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import json
-import os
 import pkgutil
-import secrets
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 
 import benchmarks
+from benchmarks.bench_node import bench_target, target_options
 
 console = Console(stderr=True)
 OWN = ("fire", "register", "wheel", "load")
-NOT_BENCHMARKS = {"report", "flooder", "cycle_load", "tests"}  # helpers and what `load` runs
+NOT_BENCHMARKS = {"report", "flooder", "cycle_load", "bench_node", "tests"}  # helpers and what `load` runs
 
 
 def modules() -> list[str]:
@@ -38,53 +36,12 @@ def modules() -> list[str]:
     return sorted(names)
 
 
-@contextlib.contextmanager
-def _bench_target(args: argparse.Namespace) -> Iterator[tuple[str, str, int | None]]:
-    """The node a bench drives: a running one (--url), or one started for the run and stopped after
-    (then its pid comes too, for the node's CPU figures). A node started on ``--storage`` gets a fresh
-    ``tjbench_<hex>`` database prefix, dropped afterwards, unless ``TJOBS_STORAGE__DATABASE_PREFIX``
-    names one: a run never writes into the default ``tjobs_*`` databases, and runs do not pile up
-    databases on the server (thousands of leftover tables slowed MariaDB enough to add seconds of
-    lateness to later runs)."""
-    from tjobs.settings import StorageSettings
-    from tjobs.testing.databases import drop_databases
-    from tjobs.testing.node_process import node_process
-
-    if args.url:
-        if not args.admin_key:
-            raise SystemExit("--admin-key is required with --url")
-        yield args.url, args.admin_key, None
-        return
-    if not args.embedded and not args.storage:
-        raise SystemExit("give --url, --embedded or --storage")
-    fresh_prefix = None
-    if args.storage and not os.environ.get("TJOBS_STORAGE__DATABASE_PREFIX"):
-        fresh_prefix = f"tjbench_{secrets.token_hex(3)}"
-    settings = {"storage": {"database_prefix": fresh_prefix}} if fresh_prefix else None
-    try:
-        with node_process(storage_urls=args.storage or None, topology=args.topology, settings=settings) as node:
-            console.print(f"node {node.pid} on {node.base_url} (log: {node.log_path})")
-            yield node.base_url, node.admin_key, node.pid
-    finally:
-        if fresh_prefix:
-            drop_databases(StorageSettings(urls=args.storage, database_prefix=fresh_prefix))
-
-
-def _target_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="a running node's base URL")
-    parser.add_argument("--admin-key", help="its admin key (with --url)")
-    parser.add_argument("--embedded", action="store_true", help="start an embedded (SQLite) node for the run")
-    parser.add_argument("--storage", action="append", help="start a node on these storage URLs for the run")
-    parser.add_argument("--topology", help="shard topology of a started node")
-    parser.add_argument("--json", dest="json_out", action="store_true", help="print one JSON object on stdout")
-
-
 def fire(args: argparse.Namespace) -> None:
     """Register N tasks due across a window over HTTP, sink their callbacks, report rate and lateness."""
     from benchmarks.fire import run, run_fire_bench
     from benchmarks.report import emit, rich_progress
 
-    with _bench_target(args) as (base_url, key, pid), rich_progress(console) as progress:
+    with bench_target(args) as (base_url, key, pid), rich_progress(console) as progress:
         result = run(
             run_fire_bench(
                 base_url,
@@ -108,7 +65,7 @@ def register(args: argparse.Namespace) -> None:
     from benchmarks.fire import run, run_register_bench
     from benchmarks.report import emit, rich_progress
 
-    with _bench_target(args) as (base_url, key, _), rich_progress(console) as progress:
+    with bench_target(args) as (base_url, key, _), rich_progress(console) as progress:
         result = run(
             run_register_bench(
                 base_url,
@@ -173,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=64, help="creates in flight")
     p.add_argument("--drain-timeout-s", type=float, default=30.0)
     p.add_argument("--verify-every", type=int, default=0, help="check every n-th signature")
-    _target_options(p)
+    target_options(p)
     p.set_defaults(run=fire)
 
     p = commands.add_parser("register", help=register.__doc__)
@@ -181,7 +138,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--register-rate", type=float, help="creates/s (default: max)")
     p.add_argument("--concurrency", type=int, default=64, help="creates in flight")
     p.add_argument("--batch-size", type=int, help="use batch create, N per request")
-    _target_options(p)
+    target_options(p)
     p.set_defaults(run=register)
 
     p = commands.add_parser("wheel", help=wheel.__doc__)

@@ -24,7 +24,7 @@ import time
 from array import array
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
@@ -44,6 +44,20 @@ PROBE_MIN, PROBE_MAX = 200, 2000  # creates in the probe that sizes the lead tim
 FIRE_CPU_LEAD_S = 0.5  # the node's fire-phase CPU is counted from this long before the window
 
 T = TypeVar("T")
+
+
+class Destination(Protocol):
+    """Where a fire bench's tasks deliver when not to the sink over HTTP: a named target, whose
+    messages the sink reads with the consumer ``consume`` describes."""
+
+    @property
+    def consume(self) -> Mapping[str, Any]:
+        """The sink's consumer spec (:func:`tjobs.testing.consumers.consumer_from_spec`)."""
+
+    async def callback(
+        self, session: ClientSession, base_url: str, api_key: str, sink: SinkProcess
+    ) -> Mapping[str, object]:
+        """Create the target for the bench's app (``api_key``) and return the tasks' callback naming it."""
 
 
 class BenchError(TjobsError):
@@ -285,6 +299,7 @@ async def run_fire_bench(
     request_timeout_s: float = 30.0,
     poll_interval_s: float = 0.25,
     node_pid: int | None = None,
+    destination: Destination | None = None,
 ) -> BenchResult:
     """Register ``tasks`` one-shot tasks due across ``window_s`` and measure how their callbacks arrive.
 
@@ -293,6 +308,8 @@ async def run_fire_bench(
     makes the sink check the signature of every n-th callback with the app's secrets. With the node's
     ``node_pid`` (a node on this machine), the node's CPU time is reported for the whole run and for
     the fire phase alone (from ``FIRE_CPU_LEAD_S`` before the window to the end of the drain).
+    With a ``destination`` the tasks name its target instead of calling the sink over HTTP, and the
+    sink consumes what the target receives (:mod:`benchmarks.protocol_fire`).
     """
     if tasks < 1 or window_s <= 0:
         raise ValueError("tasks must be >= 1 and window_s > 0")
@@ -309,12 +326,20 @@ async def run_fire_bench(
             calibrated_rate, probe_ids = probe
         if lead_s is None:
             lead_s = default_lead_s(tasks, register_rate or calibrated_rate)
-        sink_config = SinkConfig(secrets=tuple(secrets) if verify_every else (), verify_every=verify_every)
+        consume = destination.consume if destination is not None else None
+        checking = tuple(secrets) if verify_every else ()
+        sink_config = SinkConfig(secrets=checking, verify_every=verify_every, consume=consume)
         async with SinkProcess(sink_config) as sink:
             start_ms = time.time_ns() // 1_000_000 + round(lead_s * 1000)
             end_ms = start_ms + round(window_s * 1000)
             instants = spread_instants(start_ms, window_s, tasks)
-            callback = {"url": sink.callback_url, "method": "POST", "timeout_ms": callback_timeout_ms}
+            callback: Mapping[str, object] = {
+                "url": sink.callback_url,
+                "method": "POST",
+                "timeout_ms": callback_timeout_ms,
+            }
+            if destination is not None:
+                callback = await destination.callback(session, base_url, api_key, sink)
             body_of = task_bodies(callback, "bench", instants.__getitem__)
             outcome = await register(
                 session,

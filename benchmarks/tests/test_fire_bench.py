@@ -111,6 +111,37 @@ async def test_sink_process_exits_when_stopped() -> None:
         os.kill(pid, 0)
 
 
+async def test_a_sink_consuming_records_messages_as_callbacks() -> None:
+    # Given a sink that serves gRPC Receiver.Fire (a consumer, not HTTP), checking every signature
+    import grpc
+
+    from tjobs.delivery.grpc_proto import receiver_pb2, receiver_pb2_grpc
+
+    config = SinkConfig(secrets=(SECRET,), verify_every=1, consume={"protocol": "grpc"})
+    async with SinkProcess(config) as sink, grpc.aio.insecure_channel(sink.consumer_address) as channel:
+        fire = receiver_pb2_grpc.ReceiverStub(channel).Fire
+        # When two flows arrive, one twice (a retry), and a third signed with another secret
+        body = b'{"i": 1}'
+        for secret, flow, attempt in (
+            (SECRET, "1-5", 1),
+            (SECRET, "1-5", 2),
+            (SECRET, "2-5", 1),
+            (OTHER_SECRET, "3-5", 1),
+        ):
+            headers = signed_headers(secret, flow, int(flow[0]), 5, attempt, body)
+            await fire(receiver_pb2.FireRequest(flow_id=flow, payload=body, headers=headers))
+        stats = await sink.stats()
+        records = await sink.records()
+    # Then each is recorded as a callback would be, its signature checked
+    assert (stats.received, stats.flows, stats.tasks, stats.malformed) == (4, 3, 3, 0)
+    assert (stats.signatures_checked, stats.signatures_failed) == (4, 1)
+    assert (list(records.task_id), list(records.flow), list(records.attempt)) == (
+        [1, 1, 2, 3],
+        [0, 0, 1, 2],
+        [1, 2, 1, 1],
+    )
+
+
 def test_records_round_trip_through_bytes() -> None:
     records = CallbackRecords()
     records.append(1_700_000_000_000_123, 2**62, 1_700_000_000_000, 0, 1)

@@ -10,6 +10,11 @@ flow ids compare as equal ints), and ``tjobs-attempt``. ``GET /_stats`` returns 
 ``GET /_records`` returns the arrays as one compact binary blob (:meth:`CallbackRecords.to_bytes`).
 Signatures are verified, with the ``standardwebhooks`` library, for every ``verify_every``-th callback
 when the app's secrets are given (off by default: verification costs CPU the node needs).
+
+With ``consume`` (a consumer spec, :func:`tjobs.testing.consumers.consumer_from_spec`) the sink also
+reads a broker destination or serves gRPC ``Receiver.Fire``, and records each message exactly as an
+HTTP callback (receive time = when the consumer got it); the first stdout line then also carries the
+consumer's ``address`` (:attr:`SinkProcess.consumer_address`), where a gRPC target must point.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ import subprocess
 import sys
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import ClientSession, ClientTimeout, web
+
+if TYPE_CHECKING:
+    from tjobs.testing.consumers import Consumed
 
 CALLBACK_PATH = "/cb"
 _COLUMNS = ("recv_us", "task_id", "scheduled_ms", "flow", "attempt")
@@ -81,15 +89,18 @@ class SinkConfig:
     port: int = 0
     secrets: tuple[str, ...] = ()
     verify_every: int = 0  # verify the signature of every n-th callback; 0 = never
+    consume: Mapping[str, Any] | None = None  # a consumer spec (tjobs.testing.consumers.consumer_from_spec)
 
     def to_json(self) -> bytes:
         fields = {"host": self.host, "port": self.port, "secrets": list(self.secrets)}
-        return orjson.dumps({**fields, "verify_every": self.verify_every})
+        consume = dict(self.consume) if self.consume is not None else None
+        return orjson.dumps({**fields, "verify_every": self.verify_every, "consume": consume})
 
     @classmethod
     def from_json(cls, raw: bytes) -> SinkConfig:
         data = orjson.loads(raw)
-        return cls(data["host"], int(data["port"]), tuple(data["secrets"]), int(data["verify_every"]))
+        secrets, verify_every = tuple(data["secrets"]), int(data["verify_every"])
+        return cls(data["host"], int(data["port"]), secrets, verify_every, data.get("consume"))
 
 
 @dataclass(frozen=True)
@@ -137,8 +148,18 @@ class CallbackRecorder:
         return app
 
     async def callback(self, request: web.Request) -> web.Response:
-        recv_us = time.time_ns() // 1000
-        headers = request.headers
+        if self.record(time.time_ns() // 1000, request.headers):
+            self._check_signature(dict(request.headers), await request.read())
+        return web.Response(status=204)
+
+    def consumed(self, message: Consumed) -> None:
+        """Record a message a consumer got (``consume``), as :meth:`callback` records a callback."""
+        if self.record(message.received_us, message.headers):
+            self._check_signature(message.headers, message.body)
+
+    def record(self, recv_us: int, headers: Mapping[str, str]) -> bool:
+        """Record one callback or message by its tjobs headers; returns whether its signature is due for a
+        check (every ``verify_every``-th)."""
         try:
             task_id = int(headers["tjobs-task-id"])
             scheduled_ms = int(headers["tjobs-scheduled-at"])
@@ -146,13 +167,11 @@ class CallbackRecorder:
             flow_id = headers["webhook-id"]
         except (KeyError, ValueError):
             self.malformed += 1
-            return web.Response(status=204)
+            return False
         flow = self._flow_index.setdefault(flow_id, len(self._flow_index))
         self._tasks.add(task_id)
         self.records.append(recv_us, task_id, scheduled_ms, flow, attempt)
-        if self._verify_every and len(self.records) % self._verify_every == 1 % self._verify_every:
-            self._check_signature(dict(headers), await request.read())
-        return web.Response(status=204)
+        return bool(self._verify_every) and len(self.records) % self._verify_every == 1 % self._verify_every
 
     def _check_signature(self, headers: dict[str, str], body: bytes) -> None:
         self.signatures_checked += 1
@@ -193,7 +212,14 @@ async def _serve(config: SinkConfig) -> None:
     site = web.TCPSite(runner, config.host, config.port, backlog=1024)
     await site.start()
     port = runner.addresses[0][1]
-    sys.stdout.write(orjson.dumps({"port": port}).decode() + "\n")
+    consumer = None
+    if config.consume is not None:
+        from tjobs.testing.consumers import consumer_from_spec
+
+        consumer = consumer_from_spec(config.consume)
+        await consumer.start(recorder.consumed)
+    address = consumer.address if consumer is not None else ""
+    sys.stdout.write(orjson.dumps({"port": port, "consumer": address}).decode() + "\n")
     sys.stdout.flush()
 
     loop = asyncio.get_running_loop()
@@ -216,6 +242,8 @@ async def _serve(config: SinkConfig) -> None:
     try:
         await stop.wait()
     finally:
+        if consumer is not None:
+            await consumer.stop()
         await runner.cleanup()
 
 
@@ -241,6 +269,7 @@ class SinkProcess:
         self._process: asyncio.subprocess.Process | None = None
         self._session: ClientSession | None = None
         self.port = 0
+        self.consumer_address = ""  # with ``consume``: where the consumer serves, for a gRPC target
 
     @property
     def base_url(self) -> str:
@@ -270,7 +299,9 @@ class SinkProcess:
             code = await self._process.wait()
             self._process = None
             raise RuntimeError(f"the callback sink exited with code {code} before listening")
-        self.port = int(orjson.loads(line)["port"])
+        started = orjson.loads(line)
+        self.port = int(started["port"])
+        self.consumer_address = str(started.get("consumer", ""))
         self._session = ClientSession(timeout=ClientTimeout(total=60))
 
     async def stats(self) -> SinkStats:
