@@ -213,6 +213,34 @@ class FireOutcome:
         return self.error is not None
 
 
+SLO_LATENESS_SLOTS = 15
+"""Lateness histogram slots of the service levels: one per bucket bound of
+:data:`tjobs.observability.metrics.LATENESS_BUCKETS_S`, plus one past the last."""
+
+
+@dataclass(frozen=True, slots=True)
+class SloCounts:
+    """What one app's fires and flows came to over some minutes: ``fires`` committed, flows finished
+    ``delivered`` or ``dead``, ``misses`` (missed occurrences: misfires, collapsed or skipped),
+    ``throttled`` callbacks, and the fires' lateness per histogram slot."""
+
+    fires: int = 0
+    delivered: int = 0
+    dead: int = 0
+    misses: int = 0
+    throttled: int = 0
+    lateness: tuple[int, ...] = (0,) * SLO_LATENESS_SLOTS
+
+
+@dataclass(frozen=True, slots=True)
+class SloMinute:
+    """One app's :class:`SloCounts` in one minute (``minute``: epoch ms // 60,000) on one node."""
+
+    app_id: str
+    minute: int
+    counts: SloCounts
+
+
 @dataclass(frozen=True, slots=True)
 class FlowUpdate:
     """A delivery outcome to record on a flow (batched by the store)."""

@@ -34,6 +34,7 @@ from tjobs.hotpath.local import LocalHotPath
 from tjobs.observability.metrics import Metrics, NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
+from tjobs.observability.slo_recorder import SloRecorder
 from tjobs.pools.dispatcher import PoolDispatcher
 from tjobs.service.apps import AppDirectory
 from tjobs.service.disabled_apps import DisabledApps
@@ -119,6 +120,8 @@ class Node:
         self.slo = ServiceLevels(self.clock.now_ms)  # fed with or without metrics: GET /v1/slo, /v1/stats
         # Metrics and SLO accounting hang off this one observer of the runner, deliverer, limiter and hot path.
         self.observer = MetricsObserver(self.metrics, self.slo, self.clock.now_ms)
+        # this node's service-level minutes, added to the store once a minute: GET /v1/slo?window= sums every node's
+        self.slo_recorder = SloRecorder(self.store, self.slo.minutes, self.node_id, self.clock)
         self.apps = AppDirectory(self.store, self.clock)
         self.disabled_apps = DisabledApps(self.store)  # their tasks do not fire (planner and runner)
         # SSRF: every send re-judges the target (with the allow-list its request carries) and connects
@@ -208,6 +211,7 @@ class Node:
         await self.compensator.start()
         await self.retention.start()
         await self.tasks.counts.start()
+        await self.slo_recorder.start()
         self.started = True
         logger.info(
             "node %s started with %d jobs", self.node_id, len(self.runner.owned), extra={"action": "node_started"}
@@ -231,6 +235,7 @@ class Node:
         await self.db_health.stop()
         await self.hotpath.stop()
         await self.deliverer.stop(drain_timeout_s)
+        await self.slo_recorder.stop()  # with the drained flows' outcomes
         await self.transport.close()
         await self.store.close()
         logger.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})

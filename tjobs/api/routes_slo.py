@@ -1,4 +1,9 @@
-"""``GET /v1/slo``: the calling app's service levels as seen by THIS node.
+"""``GET /v1/slo``: an app's service levels, for the cluster (``?window=``) or as seen by THIS node.
+
+With ``window`` (``5m``, ``1h``, ``1d``, ``7d``) the answer is the cluster's, the same on every node
+(:mod:`tjobs.service.cluster_slo`: every node's minutes summed from the store): p50/p90/p99 lateness,
+reach, misses, throttled and dead, for the calling app; the admin key names an app with ``app_id``,
+or gets every app's total without it. Without ``window``, the app's figures on this node, as below.
 
 p99 fire lateness over the last 1 m / 5 m / 1 h (the node's recent-lateness windows) and reach
 (delivered / (delivered + dead)) over the flows this node finished since it started, each against
@@ -9,20 +14,45 @@ it delivered; the cluster-wide figures are Prometheus' (recording rules
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
-from tjobs.api.deps import AppDep, NodeDep, errors, json_response
+from tjobs.api.deps import AppOrAdminDep, NodeDep, errors, json_response
+from tjobs.errors import InvalidInput, NotFound
+from tjobs.model import App
+from tjobs.service.cluster_slo import P99_OBJECTIVE_S as P99_OBJECTIVE_S  # the console reads the objectives here
+from tjobs.service.cluster_slo import REACH_OBJECTIVE as REACH_OBJECTIVE
+from tjobs.service.cluster_slo import cluster_service_levels
+
+if TYPE_CHECKING:
+    from tjobs.node import Node
 
 router = APIRouter(prefix="/v1", tags=["apps"])
 
-P99_OBJECTIVE_S = 1.0
-REACH_OBJECTIVE = 0.9999
+
+@router.get(
+    "/slo",
+    summary="Service levels: the cluster's over a window (the same on every node), or this node's",
+    responses={**errors(401, 404, 422)},
+)
+async def my_slo(
+    caller: AppOrAdminDep,
+    node: NodeDep,
+    window: Annotated[Literal["5m", "1h", "1d", "7d"] | None, Query(description="the cluster's, over")] = None,
+    app_id: Annotated[str | None, Query(max_length=64, description="admin: one app (default: all)")] = None,
+) -> Any:
+    if window is not None:
+        if caller is not None and app_id not in (None, caller.id):
+            raise NotFound("app", app_id)
+        subject = caller.id if caller is not None else app_id
+        return json_response(await cluster_service_levels(node.store, subject, window, node.clock.now_ms()))
+    if caller is None:
+        raise InvalidInput("window", "the admin key reads the cluster's service levels: give a window")
+    return json_response(node_service_levels(caller, node))
 
 
-@router.get("/slo", summary="The calling app's p99 lateness and reach on this node", responses={**errors(401)})
-async def my_slo(app: AppDep, node: NodeDep) -> Any:
+def node_service_levels(app: App, node: Node) -> dict[str, Any]:
     windows = node.slo.lateness.windows(app.id)
     counts = node.slo.outcome_counts
     delivered = counts.get((app.id, "delivered"), 0)
@@ -37,19 +67,17 @@ async def my_slo(app: AppDep, node: NodeDep) -> Any:
         }
         for name, window in windows.items()
     }
-    return json_response(
-        {
-            "app_id": app.id,
-            "scope": "node",
-            "node_id": node.node_id,
-            "objectives": {"p99_lateness_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
-            "fire_lateness": lateness,
-            "reach": {
-                "delivered": delivered,
-                "dead": dead,
-                "ratio": reach,
-                "met": reach is None or reach >= REACH_OBJECTIVE,
-                "since": "node start",
-            },
-        }
-    )
+    return {
+        "app_id": app.id,
+        "scope": "node",
+        "node_id": node.node_id,
+        "objectives": {"p99_lateness_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
+        "fire_lateness": lateness,
+        "reach": {
+            "delivered": delivered,
+            "dead": dead,
+            "ratio": reach,
+            "met": reach is None or reach >= REACH_OBJECTIVE,
+            "since": "node start",
+        },
+    }

@@ -17,6 +17,7 @@ from tjobs.cli.app_admin_commands import add_app_admin_commands
 from tjobs.cli.schedule_commands import schedule_app
 from tjobs.cli.search_commands import add_task_search, flows_app
 from tjobs.cli.shards import shards_app
+from tjobs.cli.slo_commands import slo
 from tjobs.cli.target_commands import target_app
 from tjobs.observability.logs import configure_logging
 from tjobs.settings import Settings, load_settings, metrics_exposure_problem, weak_admin_key_reason
@@ -32,6 +33,7 @@ app.add_typer(shards_app, name="shards")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(target_app, name="target")
 app.command("import")(import_tasks)
+app.command("slo")(slo)
 console = Console(stderr=True)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML settings file", exists=True)]

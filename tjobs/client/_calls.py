@@ -287,5 +287,10 @@ def delete_target(name: str) -> Call[None]:
     return Call("DELETE", f"/v1/targets/{_seg(name)}", _none, idempotent=True, missing_ok=True)
 
 
+def slo(window: str | None, app_id: str | None) -> Call[dict[str, Any]]:
+    params = {k: v for k, v in {"window": window, "app_id": app_id}.items() if v is not None}
+    return Call("GET", "/v1/slo", dict, params=params, idempotent=True)
+
+
 def health() -> Call[dict[str, Any]]:
     return Call("GET", "/healthz", dict, idempotent=True)

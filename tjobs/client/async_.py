@@ -306,5 +306,10 @@ class AsyncClient:
         tasks that can still fire name it."""
         await self._run(calls.delete_target(name))
 
+    async def slo(self, window: str | None = None, *, app_id: str | None = None) -> dict[str, Any]:
+        """Service levels: the cluster's over ``window`` (``5m``, ``1h``, ``1d``, ``7d``; the same on every
+        node), or without it this node's; the admin key names an app with ``app_id`` (default: all)."""
+        return await self._run(calls.slo(window, app_id))
+
     async def health(self) -> dict[str, Any]:
         return await self._run(calls.health())

@@ -299,5 +299,10 @@ class Client:
         tasks that can still fire name it."""
         self._run(calls.delete_target(name))
 
+    def slo(self, window: str | None = None, *, app_id: str | None = None) -> dict[str, Any]:
+        """Service levels: the cluster's over ``window`` (``5m``, ``1h``, ``1d``, ``7d``; the same on every
+        node), or without it this node's; the admin key names an app with ``app_id`` (default: all)."""
+        return self._run(calls.slo(window, app_id))
+
     def health(self) -> dict[str, Any]:
         return self._run(calls.health())

@@ -77,9 +77,9 @@ class MetricsObserver(FireObserver):
             slo.observe_fire(task.app_id, lateness_s)
             for flow in outcome.flows:
                 if flow.kind is FlowKind.MISFIRE or flow.missed:
-                    metrics.misfires.labels(flow.app_id, str(task.misfire_policy)).inc(
-                        flow.missed + (flow.kind is FlowKind.MISFIRE)
-                    )
+                    missed = flow.missed + (flow.kind is FlowKind.MISFIRE)
+                    metrics.misfires.labels(flow.app_id, str(task.misfire_policy)).inc(missed)
+                    slo.observe_misses(flow.app_id, missed)
 
     def attempt(self, app_id: str, result: AttemptResult, protocol: str = "http") -> None:
         self.metrics.observe_attempt(app_id, str(result.outcome), result.status, result.duration_s, protocol)
@@ -93,6 +93,7 @@ class MetricsObserver(FireObserver):
 
     def throttled(self, app_id: str, reason: str) -> None:
         self.metrics.observe_throttled(app_id, reason)
+        self.slo.observe_throttled(app_id)
 
     def hot_tier_lag(self, tier: str, lag_s: float) -> None:
         self.metrics.observe_hot_tier_lag(tier, lag_s)

@@ -7,20 +7,29 @@ depends on the metrics.
 slots of a bucketed histogram (the metrics' buckets), 360 slots per app (one hour), so a window's
 percentiles sum the slots it covers: O(buckets) per fire, bounded memory. Percentiles are bucket upper
 bounds (like Prometheus' ``histogram_quantile`` without interpolation).
+
+**Minutes** (:class:`MinuteFolds`): the same fires, with the flows' outcomes, misses and throttled
+callbacks, folded per app and minute for the cluster (:mod:`tjobs.observability.slo_recorder` adds them
+to the store once a minute; ``GET /v1/slo?window=`` sums every node's). A fire costs one more dict
+lookup and two increments; the histogram slot is found once for both.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from tjobs.model import SLO_LATENESS_SLOTS, SloCounts, SloMinute
 from tjobs.observability.metrics import LATENESS_BUCKETS_S
 
 SLOT_MS = 10_000
 SLOTS = 360
 WINDOWS_S = (60, 300, 3600)
 MAX_APPS = 10_000
+MS_PER_MINUTE = 60_000
+MAX_FOLDED_MINUTES = 60 * MAX_APPS  # (app, minute) folds kept while the store cannot take them
+assert len(LATENESS_BUCKETS_S) + 1 == SLO_LATENESS_SLOTS
 
 
 class ServiceLevels:
@@ -28,15 +37,73 @@ class ServiceLevels:
     this node finished since it started."""
 
     def __init__(self, now_ms: Callable[[], int]) -> None:
+        self._now_ms = now_ms
         self.lateness = RecentLateness(now_ms)
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (app, status) -> flows
+        self.minutes = MinuteFolds()
 
     def observe_fire(self, app_id: str, lateness_s: float) -> None:
-        self.lateness.observe(app_id, lateness_s)
+        now_ms = self._now_ms()
+        slot = bisect.bisect_left(LATENESS_BUCKETS_S, lateness_s)
+        self.lateness.observe_slot(app_id, slot, now_ms)
+        self.minutes.add(app_id, now_ms, _FIRES, slot)
 
     def observe_outcome(self, app_id: str, status: str) -> None:
         key = (app_id, status)
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
+        field = _OUTCOME_FIELDS.get(status)
+        if field is not None:
+            self.minutes.add(app_id, self._now_ms(), field)
+
+    def observe_misses(self, app_id: str, missed: int) -> None:
+        self.minutes.add(app_id, self._now_ms(), _MISSES, count=missed)
+
+    def observe_throttled(self, app_id: str) -> None:
+        self.minutes.add(app_id, self._now_ms(), _THROTTLED)
+
+
+_FIRES, _DELIVERED, _DEAD, _MISSES, _THROTTLED = range(5)
+_OUTCOME_FIELDS = {"delivered": _DELIVERED, "dead": _DEAD}
+
+
+class MinuteFolds:
+    """Per (app, minute): fires, delivered, dead, misses, throttled, then the lateness slots, as one
+    list of counts. :meth:`take` hands them over (to be added to the store) and starts afresh."""
+
+    def __init__(self) -> None:
+        self._folds: dict[tuple[str, int], list[int]] = {}
+
+    def add(self, app_id: str, now_ms: int, field: int, slot: int | None = None, count: int = 1) -> None:
+        key = (app_id, now_ms // MS_PER_MINUTE)
+        fold = self._folds.get(key)
+        if fold is None:
+            if len(self._folds) >= MAX_FOLDED_MINUTES:
+                return
+            fold = self._folds[key] = [0] * (_THROTTLED + 1 + SLO_LATENESS_SLOTS)
+        fold[field] += count
+        if slot is not None:
+            fold[_THROTTLED + 1 + slot] += 1
+
+    def take(self) -> list[SloMinute]:
+        folds, self._folds = self._folds, {}
+        return [
+            SloMinute(app, minute, SloCounts(fold[0], fold[1], fold[2], fold[3], fold[4], tuple(fold[5:])))
+            for (app, minute), fold in folds.items()
+        ]
+
+    def give_back(self, minutes: list[SloMinute]) -> None:
+        """Minutes the store did not take: folded in again, to go with the next :meth:`take`."""
+        for minute in minutes:
+            counts = minute.counts
+            values = [counts.fires, counts.delivered, counts.dead, counts.misses, counts.throttled, *counts.lateness]
+            key = (minute.app_id, minute.minute)
+            fold = self._folds.get(key)
+            if fold is None:
+                if len(self._folds) >= MAX_FOLDED_MINUTES:
+                    continue
+                self._folds[key] = values
+            else:
+                self._folds[key] = [a + b for a, b in zip(fold, values, strict=True)]
 
 
 class RecentLateness:
@@ -47,17 +114,21 @@ class RecentLateness:
         self._slots: dict[str, list[tuple[int, list[int]] | None]] = {}
 
     def observe(self, app_id: str, lateness_s: float) -> None:
+        self.observe_slot(app_id, bisect.bisect_left(self._bounds, lateness_s), self._now_ms())
+
+    def observe_slot(self, app_id: str, slot: int, now_ms: int) -> None:
+        """A fire whose lateness falls in histogram slot ``slot`` (``bisect_left`` of the bounds)."""
         slots = self._slots.get(app_id)
         if slots is None:
             if len(self._slots) >= MAX_APPS:
                 return
             slots = self._slots[app_id] = [None] * SLOTS
-        number = self._now_ms() // SLOT_MS
+        number = now_ms // SLOT_MS
         index = number % SLOTS
         entry = slots[index]
         if entry is None or entry[0] != number:
             entry = slots[index] = (number, [0] * (len(self._bounds) + 1))
-        entry[1][bisect.bisect_left(self._bounds, lateness_s)] += 1
+        entry[1][slot] += 1
 
     def windows(self, app_id: str) -> dict[str, Any]:
         """``{"1m": {...}, "5m": {...}, "1h": {...}}`` with count and p50/p90/p99 in seconds."""
@@ -74,19 +145,25 @@ class RecentLateness:
         return out
 
     def _summary(self, counts: list[int]) -> dict[str, Any]:
-        total = sum(counts)
+        return lateness_summary(counts)
 
-        def quantile(q: float) -> float | None:
-            if total == 0:
-                return None
-            rank, seen = q * total, 0
-            for index, count in enumerate(counts):
-                seen += count
-                if seen >= rank:
-                    return self._bounds[index] if index < len(self._bounds) else None
+
+def lateness_summary(counts: Sequence[int]) -> dict[str, Any]:
+    """Count and p50/p90/p99 (seconds, the bucket's upper bound; ``None`` past the last bound or
+    without fires) of a lateness histogram, one count per slot of :data:`LATENESS_BUCKETS_S`."""
+    total = sum(counts)
+
+    def quantile(q: float) -> float | None:
+        if total == 0:
             return None
+        rank, seen = q * total, 0
+        for index, count in enumerate(counts):
+            seen += count
+            if seen >= rank:
+                return LATENESS_BUCKETS_S[index] if index < len(LATENESS_BUCKETS_S) else None
+        return None
 
-        return {"count": total, "p50_s": quantile(0.5), "p90_s": quantile(0.9), "p99_s": quantile(0.99)}
+    return {"count": total, "p50_s": quantile(0.5), "p90_s": quantile(0.9), "p99_s": quantile(0.99)}
 
 
 def _label(window_s: int) -> str:

@@ -23,6 +23,8 @@ from tjobs.model import (
     Flow,
     FlowStatus,
     FlowUpdate,
+    SloCounts,
+    SloMinute,
     Task,
     TaskStatus,
 )
@@ -444,6 +446,23 @@ class TaskStore(ABC):
         ``sending`` flows and flows of deleted tasks keep their ``attempts``: they are closed, not
         re-driven.
         """
+
+    # ---- service levels: every node's per-minute counts, summed for the cluster ---------------
+
+    @abstractmethod
+    async def add_slo_minutes(self, node_id: str, minutes: Sequence[SloMinute]) -> None:
+        """Add each minute's counts to ``node_id``'s row for that app and minute (created at zero), in
+        one statement: a node writes only its own rows, so nodes never contend, and counts a node
+        adds twice for one minute (a pass within the minute, a restart) add up."""
+
+    @abstractmethod
+    async def sum_slo_minutes(self, app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
+        """Every node's counts for the app (every app: ``None``) over minutes ``[from_minute,
+        to_minute)``, summed: one range of the rows, never the flow tables."""
+
+    @abstractmethod
+    async def purge_slo_minutes(self, before_minute: int, limit: int) -> int:
+        """Delete up to ``limit`` rows of minutes before ``before_minute``; how many went."""
 
     # ---- retention ----------------------------------------------------------------------------
 

@@ -26,7 +26,19 @@ from tjobs.errors import (
     TaskIdTaken,
     VersionConflict,
 )
-from tjobs.model import App, DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
+from tjobs.model import (
+    App,
+    DueTask,
+    FireIntent,
+    FireOutcome,
+    Flow,
+    FlowStatus,
+    FlowUpdate,
+    SloCounts,
+    SloMinute,
+    Task,
+    TaskStatus,
+)
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, TaskStore
 from tjobs.stores.queries import (
     FlowPosition,
@@ -55,6 +67,17 @@ def _json_copy(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value))
 
 
+def _added(a: SloCounts, b: SloCounts) -> SloCounts:
+    return SloCounts(
+        a.fires + b.fires,
+        a.delivered + b.delivered,
+        a.dead + b.dead,
+        a.misses + b.misses,
+        a.throttled + b.throttled,
+        tuple(x + y for x, y in zip(a.lateness, b.lateness, strict=True)),
+    )
+
+
 class MemoryTaskStore(TaskStore):
     def __init__(self, topology: Topology | None = None) -> None:
         self.topology = topology or Topology()
@@ -63,6 +86,7 @@ class MemoryTaskStore(TaskStore):
         self._flows: list[dict[FlowKey, Flow]] = [{} for _ in range(count)]
         self._keys: dict[tuple[str, str], int] = {}
         self._apps: dict[str, App] = {}
+        self._slo_minutes: dict[tuple[str, int, str], SloCounts] = {}  # (app, minute, node)
         self._targets: dict[tuple[str, str], Target] = {}
 
     async def start(self) -> None:
@@ -561,6 +585,26 @@ class MemoryTaskStore(TaskStore):
                 flow.attempts += 1
             leased.append((replace(flow), None if task is None else _task_copy(task)))
         return leased
+
+    # ---- service levels -------------------------------------------------------------------------------
+
+    async def add_slo_minutes(self, node_id: str, minutes: Sequence[SloMinute]) -> None:
+        for minute in minutes:
+            key = (minute.app_id, minute.minute, node_id)
+            self._slo_minutes[key] = _added(self._slo_minutes.get(key, SloCounts()), minute.counts)
+
+    async def sum_slo_minutes(self, app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
+        total = SloCounts()
+        for (app, minute, _), counts in self._slo_minutes.items():
+            if (app_id is None or app == app_id) and from_minute <= minute < to_minute:
+                total = _added(total, counts)
+        return total
+
+    async def purge_slo_minutes(self, before_minute: int, limit: int) -> int:
+        doomed = [key for key in self._slo_minutes if key[1] < before_minute][:limit]
+        for key in doomed:
+            del self._slo_minutes[key]
+        return len(doomed)
 
     # ---- retention ----------------------------------------------------------------------------------
 

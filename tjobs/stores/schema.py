@@ -33,6 +33,7 @@ from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import TypeEngine
 
 from tjobs.model import (
+    SLO_LATENESS_SLOTS,
     App,
     DeliveryMode,
     Flow,
@@ -221,6 +222,25 @@ def hot_changes_schema_items() -> list[SchemaItem]:
 
 HOT_CHANGES_INDEXES = [("ix_hot_changes_created", ["created_at_ms"])]
 
+SLO_MINUTES_TABLE = "slo_minutes"
+SLO_COUNT_COLUMNS = ("fires", "delivered", "dead", "misses", "throttled")
+SLO_LATENESS_COLUMNS = tuple(f"lateness_{slot:02d}" for slot in range(SLO_LATENESS_SLOTS))
+SLO_MINUTES_INDEXES = [("ix_slo_minutes_minute", ["minute"])]
+
+
+def slo_minutes_schema_items() -> list[SchemaItem]:
+    """Per app, minute and node, what that node's fires and flows came to (:class:`tjobs.model.SloCounts`),
+    in the first logical database only; every node adds its own rows once a minute and any node sums
+    them (:mod:`tjobs.stores.sql_slo`)."""
+    return [
+        Column("app_id", String(64), nullable=False),
+        Column("minute", BigInteger, nullable=False, autoincrement=False),  # epoch ms // 60,000
+        Column("node_id", String(128), nullable=False),
+        *(Column(name, BigInteger, nullable=False, server_default="0") for name in SLO_COUNT_COLUMNS),
+        *(Column(name, BigInteger, nullable=False, server_default="0") for name in SLO_LATENESS_COLUMNS),
+        PrimaryKeyConstraint("app_id", "minute", "node_id"),
+    ]
+
 
 def targets_schema_items() -> list[SchemaItem]:
     """An app's named delivery targets (:mod:`tjobs.targets`), in the first logical database only,
@@ -298,6 +318,10 @@ def layout_table(metadata: MetaData, schema: str | None = None) -> Table:
 
 def hot_changes_table(metadata: MetaData, schema: str | None = None) -> Table:
     return _table(metadata, HOT_CHANGES_TABLE, schema, hot_changes_schema_items(), HOT_CHANGES_INDEXES)
+
+
+def slo_minutes_table(metadata: MetaData, schema: str | None = None) -> Table:
+    return _table(metadata, SLO_MINUTES_TABLE, schema, slo_minutes_schema_items(), SLO_MINUTES_INDEXES)
 
 
 def targets_table(metadata: MetaData, schema: str | None = None) -> Table:

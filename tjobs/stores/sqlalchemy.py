@@ -65,11 +65,13 @@ from tjobs.model import (
     FlowStatus,
     FlowUpdate,
     MisfirePolicy,
+    SloCounts,
+    SloMinute,
     Task,
     TaskStatus,
 )
 from tjobs.settings import StorageSettings
-from tjobs.stores import sql_search
+from tjobs.stores import sql_search, sql_slo
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, ServerSessions, TaskStore
 from tjobs.stores.layout_record import ensure_layout
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
@@ -1220,6 +1222,21 @@ class SQLAlchemyTaskStore(TaskStore):
                 execution_options=home.options,
             )
         return [(flow, tasks.get(flow.task_id)) for flow in flows]
+
+    # ---- service levels (tjobs/stores/sql_slo.py) -----------------------------------------------------
+
+    async def add_slo_minutes(self, node_id: str, minutes: Sequence[SloMinute]) -> None:
+        if minutes:
+            async with self._write(self.layout.apps_database.engine_url) as conn:
+                await sql_slo.add_minutes(conn, self.layout.apps_options, node_id, minutes)
+
+    async def sum_slo_minutes(self, app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
+        async with self._connect(self.layout.apps_database.engine_url) as conn:
+            return await sql_slo.sum_minutes(conn, self.layout.apps_options, app_id, from_minute, to_minute)
+
+    async def purge_slo_minutes(self, before_minute: int, limit: int) -> int:
+        async with self._write(self.layout.apps_database.engine_url) as conn:
+            return await sql_slo.purge_minutes(conn, self.layout.apps_options, before_minute, limit)
 
     # ---- retention ----------------------------------------------------------------------------------
 

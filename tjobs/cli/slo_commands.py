@@ -1,0 +1,59 @@
+"""``tjobs slo``: service levels, the cluster's over a window (the same on every node) or this node's."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.table import Table
+
+from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, ApiKey, AsJson, Url, _emit, _fail, out
+from tjobs.client import Client, TjobsClientError
+
+
+def _seconds(value: Any) -> str:
+    return "-" if value is None else f"{value:g} s"
+
+
+def slo_table(report: dict[str, Any]) -> Table:
+    table = Table("figure", "value", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    lateness, reach = report["fire_lateness"], report["reach"]
+    ratio = "-" if reach["ratio"] is None else f"{reach['ratio']:.4%}"
+    rows = [
+        ("app", str(report["app_id"] or "every app")),
+        ("window", f"{report['window']} ({report['from']} .. {report['to']})"),
+        ("fires", str(report["fires"])),
+        ("lateness p50 / p99", f"{_seconds(lateness['p50_s'])} / {_seconds(lateness['p99_s'])}"),
+        ("p99 objective met", "yes" if lateness["met"] else "NO"),
+        ("reach", f"{ratio} ({reach['delivered']} delivered, {reach['dead']} dead)"),
+        ("reach objective met", "yes" if reach["met"] else "NO"),
+        ("misses", str(report["misses"])),
+        ("throttled", str(report["throttled"])),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def slo(
+    window: Annotated[str, typer.Option("--window", "-w", help="5m, 1h, 1d or 7d")] = "1h",
+    app_id: Annotated[str | None, typer.Option("--app", help="admin: one app (default: every app)")] = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    admin_key: AdminKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """The cluster's service levels over a window: lateness, reach, misses, throttled, dead."""
+    key = api_key or admin_key
+    if not key:
+        raise typer.BadParameter("give --api-key or --admin-key (or set its environment variable)")
+    with Client(url, key) as sdk:
+        try:
+            report = sdk.slo(window, app_id=app_id)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    if as_json:
+        _emit(report, True)
+    else:
+        out.print(slo_table(report))

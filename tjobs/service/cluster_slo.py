@@ -1,0 +1,59 @@
+"""``GET /v1/slo?window=``: an app's service levels over the cluster, the same on every node.
+
+The figures are every node's minutes as the store holds them (:mod:`tjobs.observability.slo_recorder`
+adds them once a minute), summed over the window's minutes (:meth:`TaskStore.sum_slo_minutes`): one
+range of rows whatever the window, never the flow tables. A window ends with the current minute, so
+the last minute or so (not added yet) is missing, on every node alike.
+
+Reach is ``delivered / (delivered + dead)``: the flows that finished in the window and how many of
+them arrived; ``fires`` counts what fell due and was committed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tjobs.clock import iso_ms
+from tjobs.errors import InvalidInput
+from tjobs.observability.slo import MS_PER_MINUTE, lateness_summary
+from tjobs.stores.base import TaskStore
+
+WINDOW_MINUTES = {"5m": 5, "1h": 60, "1d": 1_440, "7d": 10_080}
+P99_OBJECTIVE_S = 1.0
+REACH_OBJECTIVE = 0.9999
+
+
+async def cluster_service_levels(store: TaskStore, app_id: str | None, window: str, now_ms: int) -> dict[str, Any]:
+    """The report of ``app_id`` (every app: ``None``) over ``window`` ending with the current minute."""
+    minutes = WINDOW_MINUTES.get(window)
+    if minutes is None:
+        raise InvalidInput("window", f"must be one of {', '.join(WINDOW_MINUTES)}", "invalid_choice")
+    to_minute = now_ms // MS_PER_MINUTE + 1
+    from_minute = to_minute - minutes
+    counts = await store.sum_slo_minutes(app_id, from_minute, to_minute)
+    lateness = lateness_summary(counts.lateness)
+    finished = counts.delivered + counts.dead
+    reach = counts.delivered / finished if finished else None
+    p99 = lateness["p99_s"]
+    return {
+        "app_id": app_id,
+        "scope": "cluster",
+        "window": window,
+        "from": iso_ms(from_minute * MS_PER_MINUTE),
+        "to": iso_ms(to_minute * MS_PER_MINUTE),
+        "objectives": {"p99_lateness_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
+        "fires": counts.fires,
+        "fire_lateness": {
+            **lateness,
+            "met": lateness["count"] == 0 or (p99 is not None and p99 <= P99_OBJECTIVE_S),
+        },
+        "reach": {
+            "delivered": counts.delivered,
+            "dead": counts.dead,
+            "ratio": reach,
+            "met": reach is None or reach >= REACH_OBJECTIVE,
+        },
+        "misses": counts.misses,
+        "throttled": counts.throttled,
+        "dead": counts.dead,
+    }
