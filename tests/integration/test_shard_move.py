@@ -13,7 +13,9 @@ import contextlib
 import itertools
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -21,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pymysql
 import pytest
 from click.testing import Result
+from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from sharding import shard_of_task_id
+from sharding.shard_map import ShardMap
 from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.cli.main import app
@@ -35,10 +40,12 @@ from tjobs.cluster.shard_move import CUTTING_OVER, DONE, MoveRefused, ShardMover
 from tjobs.errors import StaleShardMap
 from tjobs.model import FireIntent, FirePlan, FlowKind, FlowStatus, NewFlow, Task, TaskStatus
 from tjobs.settings import Settings, load_settings
+from tjobs.stores.base import TaskStore
 from tjobs.stores.migrate import migrate
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
+from tjobs.stores.sql_layout import Layout, configured_servers
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
-from tjobs.testing import free_port, run_node
+from tjobs.testing import RunningNode, free_port, run_node
 from tjobs.testing.databases import drop_databases
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
@@ -103,68 +110,97 @@ def server_of(url: str) -> str:
     return url.split("@", 1)[1]
 
 
+class Load:
+    """Recurring tasks (every second) and one-shot registrations (due in 0.7 s) through a node's API,
+    counting what it acknowledged (201) and refused (503 while moving: not acknowledged)."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self.recurring: list[int] = []
+        self.acknowledged: list[int] = []
+        self.refused = 0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        for index in range(8):
+            made = await self.client.post(
+                "/v1/tasks", json=_task(f"every-{index}", {"kind": "interval", "every_ms": 1000})
+            )
+            assert made.status_code == 201, made.text
+            self.recurring.append(int(made.json()["id"]))
+        self._task = asyncio.create_task(self._register())
+
+    async def _register(self) -> None:
+        while not self._stop.is_set():
+            answer = await self.client.post("/v1/tasks", json=_task("once", {"kind": "delay", "delay_ms": 700}))
+            if answer.status_code == 201:
+                self.acknowledged.append(int(answer.json()["id"]))
+            else:
+                assert answer.status_code == 503, answer.text  # moving: Retry-After, not acknowledged
+                assert answer.headers["retry-after"] == "1"
+                self.refused += 1
+            await asyncio.sleep(0.005)
+
+    def halt(self) -> None:
+        """Stop registering without waiting (a failed test's exit)."""
+        self._stop.set()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+
+    async def assert_nothing_lost_or_doubled(self, store: TaskStore) -> None:
+        await _wait_until_fired(store, self.acknowledged)
+        moved = [i for i in self.acknowledged if store.topology.locate(shard_of_task_id(i)).database_index == MOVED]
+        assert moved, "no registration landed in the moved database"
+        for task_id in self.acknowledged:  # every 201 readable, fired exactly once
+            assert await store.get_task(task_id) is not None, f"acknowledged task {task_id} is lost"
+            flows = await store.list_flows(task_id, 10)
+            assert len(flows) == 1, f"task {task_id} has {len(flows)} flows"
+        for task_id in self.recurring:  # every instant fired once, none skipped
+            instants = sorted(flow.scheduled_at_ms for flow in await store.list_flows(task_id, 1000))
+            assert len(instants) >= 3
+            assert [b - a for a, b in itertools.pairwise(instants)] == [1000] * (len(instants) - 1)
+
+
+@contextlib.asynccontextmanager
+async def loaded_node(settings: Settings) -> AsyncIterator[tuple[RunningNode, Load]]:
+    async with run_node(settings) as running:
+        _, key = await running.create_app("mover")
+        headers = {"authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(base_url=running.base_url, headers=headers, timeout=10) as client:
+            load = Load(client)
+            await load.start()
+            try:
+                yield running, load
+            finally:
+                load.halt()
+
+
 async def test_a_database_moves_while_a_node_registers_and_fires_and_nothing_is_lost_or_doubled(
     settings: Settings, own_mariadb: str
 ) -> None:
     target = server_of(own_mariadb)
-    async with run_node(settings) as running:
+    async with loaded_node(settings) as (running, load):
         node = running.node
-        _, key = await running.create_app("mover")
-        headers = {"authorization": f"Bearer {key}"}
-        async with httpx.AsyncClient(base_url=running.base_url, headers=headers, timeout=10) as client:
-            recurring = []
-            for index in range(8):
-                made = await client.post(
-                    "/v1/tasks", json=_task(f"every-{index}", {"kind": "interval", "every_ms": 1000})
-                )
-                assert made.status_code == 201, made.text
-                recurring.append(int(made.json()["id"]))
-            acknowledged: list[int] = []
-            refused = 0
-            stop = asyncio.Event()
+        await asyncio.sleep(1.5)
+        mover = ShardMover(settings.storage, node.coordinator, node.store, batch_rows=50, cut_over_below=20)
+        try:
+            row = await mover.move(MOVED, target)
+        finally:
+            await mover.close()
+        await asyncio.sleep(1.5)
+        await load.stop()
 
-            async def register() -> None:
-                nonlocal refused
-                while not stop.is_set():
-                    answer = await client.post("/v1/tasks", json=_task("once", {"kind": "delay", "delay_ms": 700}))
-                    if answer.status_code == 201:
-                        acknowledged.append(int(answer.json()["id"]))
-                    else:
-                        assert answer.status_code == 503, answer.text  # moving: Retry-After, not acknowledged
-                        assert answer.headers["retry-after"] == "1"
-                        refused += 1
-                    await asyncio.sleep(0.005)
-
-            registering = asyncio.create_task(register())
-            await asyncio.sleep(1.5)
-            mover = ShardMover(settings.storage, node.coordinator, node.store, batch_rows=50, cut_over_below=20)
-            try:
-                row = await mover.move(MOVED, target)
-            finally:
-                await mover.close()
-            await asyncio.sleep(1.5)
-            stop.set()
-            await registering
-
-            assert row.state == DONE and row.epoch == 2
-            shard_map = node.store.shard_map()
-            assert shard_map is not None and shard_map.epoch == 2 and shard_map.server_of(MOVED) == target
-            assert node.store.layout.databases[MOVED].engine_url.endswith(target.split(":")[1] + "?charset=utf8mb4")
-
-            await _wait_until_fired(node.store, acknowledged)
-            moved_ids = [
-                i for i in acknowledged if node.store.topology.locate(shard_of_task_id(i)).database_index == MOVED
-            ]
-            assert moved_ids, "no registration landed in the moved database"
-            for task_id in acknowledged:  # every 201 readable, fired exactly once
-                task = await node.store.get_task(task_id)
-                assert task is not None, f"acknowledged task {task_id} is lost"
-                flows = await node.store.list_flows(task_id, 10)
-                assert len(flows) == 1, f"task {task_id} has {len(flows)} flows"
-            for task_id in recurring:  # every instant fired once, none skipped
-                instants = sorted(flow.scheduled_at_ms for flow in await node.store.list_flows(task_id, 1000))
-                assert len(instants) >= 3
-                assert [b - a for a, b in itertools.pairwise(instants)] == [1000] * (len(instants) - 1)
+        assert row.state == DONE and row.epoch == 2
+        shard_map = node.store.shard_map()
+        assert shard_map is not None and shard_map.epoch == 2 and shard_map.server_of(MOVED) == target
+        assert node.store.layout.databases[MOVED].engine_url.endswith(target.split(":")[1] + "?charset=utf8mb4")
+        await load.assert_nothing_lost_or_doubled(node.store)
 
     await _the_old_copy_is_retired_and_refuses_a_node_on_the_old_map(settings, own_mariadb)
 
@@ -200,7 +236,7 @@ def _task(name: str, schedule: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "schedule": schedule, "callback": {"url": "http://127.0.0.1:9/hook"}, "payload": {}}
 
 
-async def _wait_until_fired(store: SQLAlchemyTaskStore, task_ids: list[int]) -> None:
+async def _wait_until_fired(store: TaskStore, task_ids: list[int]) -> None:
     pending = set(task_ids)
     for _ in range(200):
         for task_id in list(pending):
@@ -273,12 +309,7 @@ async def test_the_cli_moves_a_database_shows_it_and_drops_the_old_copy(
     settings: Settings, own_mariadb: str, tmp_path: Path
 ) -> None:
     target = server_of(own_mariadb)
-    storage = settings.storage
-    config = tmp_path / "tjobs.toml"
-    urls = ", ".join(f'"{url}"' for url in storage.urls)
-    config.write_text(
-        f'[storage]\nurls = [{urls}]\ntopology = "{storage.topology}"\ndatabase_prefix = "{storage.database_prefix}"\n'
-    )
+    config = config_file(settings, tmp_path)
 
     def cli(*args: str) -> Result:
         return CliRunner().invoke(app, ["shards", *args, "--config", str(config)])
@@ -293,3 +324,105 @@ async def test_the_cli_moves_a_database_shows_it_and_drops_the_old_copy(
     assert f"logical database {MOVED} is on {target} (map epoch 2)" in moved.output
     assert f"{target}: 3 logical databases [1, 2, 3]" in shown.output, shown.output
     assert dropped.exit_code == 0 and f"dropped the old copy of logical database {MOVED}" in dropped.output
+
+
+def config_file(settings: Settings, directory: Path) -> Path:
+    storage = settings.storage
+    config = directory / "tjobs.toml"
+    urls = ", ".join(f'"{url}"' for url in storage.urls)
+    config.write_text(
+        f'[storage]\nurls = [{urls}]\ntopology = "{storage.topology}"\ndatabase_prefix = "{storage.database_prefix}"\n'
+    )
+    return config
+
+
+# ---- the mover killed (SIGKILL) at each step, then rerun -------------------------------------------
+
+
+def query(url: str, sql: str) -> list[tuple[Any, ...]]:
+    """One statement on the server of ``url`` (pymysql, outside any event loop); [] if its table is not there."""
+    server = make_url(url)
+    connection = pymysql.connect(host=server.host, port=server.port or 3306, user=server.username or "root")
+    try:
+        with connection.cursor() as cursor:
+            try:
+                cursor.execute(sql)
+            except pymysql.err.ProgrammingError:
+                return []
+            return list(cursor.fetchall())
+    finally:
+        connection.close()
+
+
+def recorded_step(settings: Settings) -> tuple[str | None, int]:
+    """The recorded move's state and the recorded map's epoch."""
+    first = Layout(settings.storage).databases[0]
+    moves = query(
+        first.engine_url, f"SELECT state FROM `{first.name}`.tjobs_shard_moves WHERE database_index = {MOVED}"
+    )
+    epoch = query(first.engine_url, f"SELECT epoch FROM `{first.name}`.tjobs_shard_map")
+    return (str(moves[0][0]) if moves else None), int(epoch[0][0])
+
+
+def wait_for_step(settings: Settings, step: str, mover: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        state, epoch = recorded_step(settings)
+        if (step == "published" and epoch == 2) or state == step:
+            return
+        assert mover.poll() is None, f"the mover ended before {step}: {mover.communicate()[0].decode()[-2000:]}"
+        time.sleep(0.005)
+    raise AssertionError(f"the mover never reached {step}")
+
+
+def copies_admitting_writers(settings: Settings) -> tuple[str, list[str]]:
+    """The server the recorded map names for the moved database, and the servers whose copy of it
+    admits a writer holding that map's epoch (fence at or below it)."""
+    first = Layout(settings.storage).databases[0]
+    (document,) = query(first.engine_url, f"SELECT document FROM `{first.name}`.tjobs_shard_map")[0]
+    shard_map = ShardMap.from_json(orjson.loads(document))
+    name = Layout(settings.storage).databases[MOVED].name
+    admitting = []
+    for server, url in configured_servers(settings.storage.urls).items():
+        fence = query(url, f"SELECT epoch FROM `{name}`.tjobs_fence")
+        if fence and int(fence[0][0]) <= shard_map.epoch:
+            admitting.append(server)
+    return shard_map.server_of(MOVED), admitting
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("step", ["copying", "catching_up", "cutting_over", "published"])
+async def test_the_mover_killed_at_any_step_leaves_one_server_and_a_rerun_finishes_with_nothing_lost(
+    settings: Settings, own_mariadb: str, tmp_path: Path, step: str
+) -> None:
+    target = server_of(own_mariadb)
+    command = [sys.executable, "-m", "tjobs.cli.main", "shards", "move", "--db", str(MOVED), "--to", target,
+               "-c", str(config_file(settings, tmp_path)), "--batch-rows", "20", "--cut-over-below", "5"]  # fmt: skip
+    async with loaded_node(settings) as (running, load):
+        store = running.node.store
+        await store.insert_tasks(
+            [make_task(shard=shard) for shard in list(store.topology.shards_of_database(MOVED)) * 200]
+        )
+        await asyncio.sleep(1.0)
+        mover = await asyncio.to_thread(subprocess.Popen, command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            await asyncio.to_thread(wait_for_step, settings, step, mover)
+        finally:
+            mover.send_signal(signal.SIGKILL)
+            mover.communicate(timeout=30)
+        await asyncio.sleep(1.5)  # registrations and fires go on with the mover dead
+
+        named, admitting = await asyncio.to_thread(copies_admitting_writers, settings)
+        assert set(admitting) <= {named}, f"{admitting} admit writers; the map names {named}"
+        if step != "cutting_over":  # killed while cutting over: paused (503) until the rerun
+            assert admitting == [named]
+
+        rerun = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=600)
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+        await asyncio.sleep(1.5)  # the node reads the new map from the record within a second
+        await load.stop()
+
+        shard_map = store.shard_map()
+        assert shard_map is not None and shard_map.server_of(MOVED) == target
+        assert await asyncio.to_thread(copies_admitting_writers, settings) == (target, [target])
+        await load.assert_nothing_lost_or_doubled(store)

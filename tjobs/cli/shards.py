@@ -125,14 +125,26 @@ def _plan(config: Path | None, servers: list[str]) -> None:
         typer.echo(f"  tjobs shards move --db {move.database} --to {move.target}    # now on {move.source}")
 
 
-def _mover_run(config: Path | None, act: Callable[[ShardMover], Awaitable[MoveRow]]) -> MoveRow:
+def _mover_run(
+    config: Path | None,
+    act: Callable[[ShardMover], Awaitable[MoveRow]],
+    batch_rows: int = 1000,
+    cut_over_below: int = 200,
+) -> MoveRow:
     settings = load_settings(config)
 
     async def run(coordinator: Coordinator, store: TaskStore) -> MoveRow:
         shard_map = await coordinator.read_shard_map()
         if shard_map is not None:
             store.use_shard_map(shard_map)
-        mover = ShardMover(settings.storage, coordinator, store, report=typer.echo)
+        mover = ShardMover(
+            settings.storage,
+            coordinator,
+            store,
+            batch_rows=batch_rows,
+            cut_over_below=cut_over_below,
+            report=typer.echo,
+        )
         try:
             return await act(mover)
         finally:
@@ -153,6 +165,10 @@ def move(
     database: DatabaseOption,
     to: Annotated[str | None, typer.Option("--to", help="the server (host:port) to move it to")] = None,
     abort: Annotated[bool, typer.Option("--abort", help="roll back the recorded move of --db")] = False,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="rows per copy batch")] = 1000,
+    cut_over_below: Annotated[
+        int, typer.Option("--cut-over-below", min=1, help="cut over once fewer changed rows than this are behind")
+    ] = 200,
     config: ConfigOption = None,
 ) -> None:
     """Move a logical database to another server while the cluster runs (rerun to resume)."""
@@ -163,7 +179,7 @@ def move(
         typer.echo("error: --to host:port is required (or --abort)", err=True)
         raise typer.Exit(2)
     target = to
-    row = _mover_run(config, lambda mover: mover.move(database, target))
+    row = _mover_run(config, lambda mover: mover.move(database, target), batch_rows, cut_over_below)
     typer.echo(f"logical database {row.database} is on {row.target} (map epoch {row.epoch}); the old copy on")
     typer.echo(f"{row.source} is kept read-only until: tjobs shards drop-old --db {row.database}")
 

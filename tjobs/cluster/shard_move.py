@@ -187,17 +187,19 @@ class ShardMover:
             if current.server_of(row.database) == row.target:
                 published = current  # a run before this one published it
                 break
+            if await self.records.get(row.database) != row:
+                raise MoveRefused(f"the move of logical database {row.database} was aborted meanwhile")
             published = current.moved(row.database, row.target)
             async with copy.target.begin() as conn:
                 await write_fence(conn, target, published.epoch)
             if await self.coordinator.replace_shard_map(published, current.epoch):
                 break
+        self.report(
+            f"cut over: writes to logical database {row.database} paused {time.monotonic() - started:.2f} s "
+            f"({applied:,} last changes); map epoch {published.epoch} names {row.target}"
+        )
         await self._record_map(published)
         await copy.stop_capture()
-        self.report(
-            f"cut over in {time.monotonic() - started:.2f} s ({applied:,} last changes); "
-            f"map epoch {published.epoch} names {row.target}"
-        )
         return await self._save(replace(row, state=DONE, epoch=published.epoch))
 
     async def _record_map(self, published: ShardMap) -> None:
