@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import aetcd
 import httpx
 import orjson
 import pymysql
@@ -35,11 +36,13 @@ from sharding.shard_map import ShardMap
 from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.cli.main import app
+from tjobs.clock import SystemClock
+from tjobs.cluster.etcd import EtcdCoordinator, _host_port
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.cluster.shard_move import CUTTING_OVER, DONE, MoveRefused, ShardMover
 from tjobs.errors import StaleShardMap
 from tjobs.model import FireIntent, FirePlan, FlowKind, FlowStatus, NewFlow, Task, TaskStatus
-from tjobs.settings import Settings, load_settings
+from tjobs.settings import ClusterSettings, Settings, load_settings
 from tjobs.stores.base import TaskStore
 from tjobs.stores.migrate import migrate
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
@@ -426,3 +429,40 @@ async def test_the_mover_killed_at_any_step_leaves_one_server_and_a_rerun_finish
         assert shard_map is not None and shard_map.server_of(MOVED) == target
         assert await asyncio.to_thread(copies_admitting_writers, settings) == (target, [target])
         await load.assert_nothing_lost_or_doubled(store)
+
+
+@pytest.mark.etcd
+async def test_in_a_cluster_the_move_publishes_the_map_on_etcd_and_writes_the_record_too(
+    settings: Settings, own_mariadb: str, etcd_url: str
+) -> None:
+    target = server_of(own_mariadb)
+    cluster = ClusterSettings(etcd_endpoints=[etcd_url], name=f"move-{secrets.token_hex(4)}")
+    store = SQLAlchemyTaskStore(settings.storage)
+    await store.start()
+    coordinator = EtcdCoordinator(
+        cluster,
+        node_id="mover",
+        address="http://mover",
+        shard_count=store.topology.shard_count,
+        cycle_s=300,
+        store=store,
+        clock=SystemClock(),
+    )
+    mover = ShardMover(settings.storage, coordinator, store)
+    try:
+        recorded = await store.read_shard_map()
+        assert recorded is not None
+        store.use_shard_map(await coordinator.seed_shard_map(recorded))
+
+        row = await mover.move(MOVED, target)
+
+        on_etcd, in_record = await coordinator.read_shard_map(), await store.read_shard_map()
+        assert on_etcd is not None and on_etcd.epoch == row.epoch == 2 and on_etcd.server_of(MOVED) == target
+        assert in_record == on_etcd  # a cluster re-seeding from the record after losing etcd gets this map
+    finally:
+        await mover.close()
+        await coordinator.stop()
+        await store.close()
+        host, port = _host_port(etcd_url)
+        async with aetcd.Client(host=host, port=port) as client:
+            await client.delete_prefix(f"/tjobs/{cluster.name}/".encode())
