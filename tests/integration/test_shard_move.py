@@ -308,7 +308,7 @@ async def test_an_aborted_move_leaves_the_database_where_it_was_and_a_rerun_fini
         await store.close()
 
 
-async def test_the_cli_moves_a_database_shows_it_and_drops_the_old_copy(
+async def test_the_cli_moves_a_database_shows_it_drops_the_old_copy_and_rebalances(
     settings: Settings, own_mariadb: str, tmp_path: Path
 ) -> None:
     target = server_of(own_mariadb)
@@ -321,12 +321,18 @@ async def test_the_cli_moves_a_database_shows_it_and_drops_the_old_copy(
     moved = await asyncio.to_thread(cli, "move", "--db", str(MOVED), "--to", target)
     shown = await asyncio.to_thread(cli, "status")
     dropped = await asyncio.to_thread(cli, "drop-old", "--db", str(MOVED))
+    first = server_of(settings.storage.urls[0])
+    rebalanced = await asyncio.to_thread(cli, "rebalance", "--servers", f"{first},{target}", "--apply")
+    after = await asyncio.to_thread(cli, "status")
 
     assert refused.exit_code == 2 and "does not move" in refused.output
     assert moved.exit_code == 0, moved.output
     assert f"logical database {MOVED} is on {target} (map epoch 2)" in moved.output
     assert f"{target}: 3 logical databases [1, 2, 3]" in shown.output, shown.output
     assert dropped.exit_code == 0 and f"dropped the old copy of logical database {MOVED}" in dropped.output
+    assert rebalanced.exit_code == 0, rebalanced.output
+    assert f"move 1 of 1: logical database 3 to {first}" in rebalanced.output
+    assert f"{first}: 2 logical databases [0, 3]" in after.output and "shard map epoch 3" in after.output
 
 
 def config_file(settings: Settings, directory: Path) -> Path:

@@ -7,7 +7,7 @@
   holds databases cannot be dropped;
 - ``plan --servers …`` (and ``rebalance --servers …``, the same): the moves that would spread the
   logical databases evenly over that server list (:func:`sharding.rebalance.plan_rebalance`); nothing
-  moves;
+  moves, unless ``rebalance --apply``, which performs them one after the other;
 - ``move --db N --to host:port`` (MariaDB): move one logical database online
   (:mod:`tjobs.cluster.shard_move`); rerun after an interruption to finish, ``--abort`` to roll back;
   ``drop-old --db N`` drops the old copy of a finished move.
@@ -197,9 +197,36 @@ def plan_command(servers: ServersOption, config: ConfigOption = None) -> None:
 
 
 @shards_app.command()
-def rebalance(servers: ServersOption, config: ConfigOption = None) -> None:
-    """Propose the moves of an even spread over --servers, one `tjobs shards move` each."""
+def rebalance(
+    servers: ServersOption,
+    apply: Annotated[bool, typer.Option("--apply", help="perform the moves, one after the other")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Propose the moves of an even spread over --servers (one `tjobs shards move` each); --apply
+    performs them one by one (the old copies are kept until drop-old)."""
     _plan(config, servers)
+    if not apply:
+        return
+    listed = [name.strip() for value in servers for name in value.split(",") if name.strip()]
+    storage = load_settings(config).storage
+
+    async def perform(coordinator: Coordinator, store: TaskStore) -> None:
+        shard_map = await stored_map(coordinator)
+        store.use_shard_map(shard_map)
+        moves = plan(shard_map, listed)
+        mover = ShardMover(storage, coordinator, store, report=typer.echo)
+        try:
+            for number, step in enumerate(moves, 1):
+                typer.echo(f"move {number} of {len(moves)}: logical database {step.database} to {step.target}")
+                await mover.move(step.database, step.target)
+        finally:
+            await mover.close()
+
+    try:
+        _with_map(config, perform)
+    except (InvalidInput, MoveRefused) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
 
 
 @shards_app.command()

@@ -137,6 +137,11 @@ class ShardMover:
         row = await self.records.get(database)
         if row is None:
             row = await self._start(shard_map, database, target)
+        elif row.state == DONE and row.target != target:
+            raise MoveRefused(
+                f"logical database {database} was moved to {row.target}: "
+                f"tjobs shards drop-old --db {database} before moving it again"
+            )
         elif row.target != target:
             raise MoveRefused(
                 f"logical database {database} is being moved to {row.target}: rerun with --to {row.target}, or --abort"

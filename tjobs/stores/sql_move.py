@@ -97,6 +97,15 @@ class DatabaseCopy:
                 keys: dict[str, list[str]] = defaultdict(list)
                 for table, column in rows:
                     keys[str(table)].append(str(column))
+                every = await _rows(
+                    conn,
+                    "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                    "AND TABLE_TYPE = 'BASE TABLE'",
+                    (self.schema,),
+                )
+                keyless = sorted({str(name) for (name,) in every} - set(keys) - _SKIPPED)
+                if keyless:  # a batch copy and a key capture need a primary key
+                    raise ValueError(f"{self.schema} has tables without a primary key: {', '.join(keyless)}")
                 stored: dict[str, list[str]] = defaultdict(list)
                 for table, column in await _rows(
                     conn,
