@@ -131,10 +131,15 @@ class Flow:
     missed: int = 0  # occurrences this fire stands for beyond its own (collapsed or skipped misfires)
     last_status_code: int | None = None
     last_error: str | None = None
+    routes: tuple[FlowRoute, ...] = ()  # a pool flow's sends, newest last (tjobs.pools.dispatcher)
 
     @property
     def id(self) -> str:
         return flow_id(self.task_id, self.scheduled_at_ms)
+
+
+FlowRoute = tuple[int, str, str]
+"""One send of a pool flow: ``(attempt, destination, executor id)`` — which executor got which attempt."""
 
 
 def flow_id(task_id: int, scheduled_at_ms: int) -> str:
@@ -252,3 +257,4 @@ class FlowUpdate:
     next_attempt_at_ms: int | None
     last_status_code: int | None = None
     last_error: str | None = None
+    routes: tuple[FlowRoute, ...] | None = None  # a pool flow's route log as it is now; None: unchanged

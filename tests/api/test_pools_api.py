@@ -7,6 +7,7 @@ The registry is the coordinator's (here the embedded one; etcd's is held to the 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -146,6 +147,13 @@ async def test_a_task_in_a_pool_is_delivered_to_a_registered_executor_and_its_fl
     assert created.json()["callback"]["pool"] == {"name": "workers", "path": "/pooled"}
     (request,) = await receiver.wait_for(1, path="/pooled")
     assert request.headers["tjobs-executor-id"] == "exec-a" and request.headers["x-job"] == "refresh"
+    task_id = created.json()["id"]
+    for _ in range(100):  # the outcome is written behind the callback
+        (flow,) = (await client.get(f"/v1/tasks/{task_id}/flows")).json()["items"]
+        if flow["status"] == "delivered":
+            break
+        await asyncio.sleep(0.02)
+    assert flow["routes"] == [{"attempt": 1, "destination": "pool:workers", "executor": "exec-a"}]
 
 
 @pytest.mark.parametrize(

@@ -108,6 +108,7 @@ async def test_one_fails_over_to_another_executor_within_the_same_flow(rig: Rig)
     assert [int(r.headers["tjobs-attempt"]) for r in sent] == list(range(1, len(ids) + 1))
     stored = await rig.stored(flow)
     assert (stored.status, stored.attempts) == (FlowStatus.DELIVERED, len(ids))
+    assert stored.routes == tuple((n, "pool:workers", e) for n, e in enumerate(ids, start=1))  # who got which
 
 
 async def test_all_reaches_every_executor_and_drops_one_that_left_instead_of_retrying_it(rig: Rig) -> None:

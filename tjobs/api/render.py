@@ -57,6 +57,11 @@ def flow_json(flow: Flow) -> dict[str, Any]:
         "last_error": flow.last_error,
         "created_at": _instant(flow.created_at_ms),
         "updated_at": _instant(flow.updated_at_ms),
+        **(
+            {"routes": [{"attempt": a, "destination": d, "executor": e} for a, d, e in flow.routes]}
+            if flow.routes
+            else {}
+        ),
     }
 
 

@@ -114,6 +114,17 @@ class Flow(BaseModel):
     last_error: str | None
     created_at: str
     updated_at: str
+    routes: list[FlowRoute] | None = Field(
+        default=None, description="a pool flow's sends: which executor got which attempt (newest last)"
+    )
+
+
+class FlowRoute(BaseModel):
+    attempt: int
+    destination: str = Field(
+        description="pool:<name>, pool:<name>@<zone>, pool:<name>/<executor> or pool:<name>#<item>"
+    )
+    executor: str
 
 
 class FlowList(BaseModel):

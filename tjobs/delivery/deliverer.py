@@ -173,7 +173,9 @@ class _Delivery:
                 raise ValueError("the callback names targets and no target directory was given")
             self.named = dict(job.targets)
         pool = callback.pool  # an executor pool: the dispatcher's state of this flow (tjobs.pools.dispatcher)
-        self.pool = None if pool is None else PoolFlow(job.app.id, pool, hash_key_of(pool, task.id, task.key))
+        self.pool = None
+        if pool is not None:  # its route log goes on from what is stored (a re-drive)
+            self.pool = PoolFlow(job.app.id, pool, hash_key_of(pool, task.id, task.key), routes=list(flow.routes))
         self.at_most_once = task.delivery is DeliveryMode.AT_MOST_ONCE
         # A `sending` flow already counts its single attempt; otherwise this is the next one.
         self.record_sending = self.at_most_once and flow.status is not FlowStatus.SENDING
@@ -208,8 +210,16 @@ class _Delivery:
 
     def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
         flow = self.job.flow
+        routes = None if self.pool is None else tuple(self.pool.routes)
         return FlowUpdate(
-            flow.task_id, flow.scheduled_at_ms, status, attempts, next_attempt_at_ms, self.last_status, self.last_error
+            flow.task_id,
+            flow.scheduled_at_ms,
+            status,
+            attempts,
+            next_attempt_at_ms,
+            self.last_status,
+            self.last_error,
+            routes,
         )
 
 

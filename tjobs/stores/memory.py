@@ -454,6 +454,8 @@ class MemoryTaskStore(TaskStore):
             flow.next_attempt_at_ms = update.next_attempt_at_ms
             flow.last_status_code = update.last_status_code
             flow.last_error = clip_error(update.last_error)
+            if update.routes is not None:
+                flow.routes = update.routes
             flow.updated_at_ms = now_ms
 
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:

@@ -38,6 +38,7 @@ from tjobs.model import (
     DeliveryMode,
     Flow,
     FlowKind,
+    FlowRoute,
     FlowStatus,
     MisfirePolicy,
     Task,
@@ -101,6 +102,24 @@ def task_revision_column() -> Column[int]:
     """``revision``: bumped by the owner's edits only (``version`` also moves on fires); added by
     migration 0002, so not part of :func:`tasks_schema_items` (the initial revision's columns)."""
     return Column("revision", Integer, nullable=False, server_default="1")
+
+
+def flow_routes_column() -> Column[str]:
+    """``routes``: a pool flow's route log as JSON, ``[[attempt, destination, executor id], ...]``
+    (:mod:`tjobs.pools.dispatcher`), NULL for every other flow; added by migration 0009, so not part
+    of :func:`flows_schema_items` (the initial revision's columns) nor of :data:`FLOW_COLUMNS` (a fire
+    inserts none)."""
+    return Column("routes", Text, nullable=True)
+
+
+def routes_to_text(routes: tuple[FlowRoute, ...] | None) -> str | None:
+    return None if not routes else orjson.dumps([list(route) for route in routes]).decode()
+
+
+def routes_from_text(text: str | None) -> tuple[FlowRoute, ...]:
+    if not text:
+        return ()
+    return tuple((int(attempt), str(destination), str(executor)) for attempt, destination, executor in loads(text))
 
 
 def tasks_indexes(table_name: str) -> list[tuple[str, list[str]]]:
@@ -305,7 +324,8 @@ def tasks_table(metadata: MetaData, name: str, schema: str | None = None) -> Tab
 
 
 def flows_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
-    return _table(metadata, name, schema, flows_schema_items(name), flows_indexes(name))
+    items = [*flows_schema_items(name), flow_routes_column()]
+    return _table(metadata, name, schema, items, flows_indexes(name))
 
 
 def apps_table(metadata: MetaData, schema: str | None = None) -> Table:
@@ -456,6 +476,7 @@ def flow_from_row(row: Mapping[Any, Any]) -> Flow:
         missed=int(row["missed"]),
         last_status_code=None if row["last_status_code"] is None else int(row["last_status_code"]),
         last_error=row["last_error"],
+        routes=routes_from_text(row.get("routes")),
     )
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import FlowStatus, FlowUpdate
-from tjobs.stores.schema import clip_error
+from tjobs.stores.schema import clip_error, routes_to_text
 from tjobs.stores.sql_layout import MULTI_STATEMENT_PARAMS, round_trips
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 _OPEN_SQL = f"status IN ('{FlowStatus.PENDING.value}', '{FlowStatus.SENDING.value}')"
 
-Values = tuple[Any, ...]  # status, attempts, next_attempt_at, last_status_code, last_error
+Values = tuple[Any, ...]  # status, attempts, next_attempt_at, last_status_code, last_error, routes
 
 
 def update_statements(
@@ -44,7 +44,14 @@ def update_statements(
     for shard in sorted(by_shard):
         groups: dict[Values, list[tuple[int, int]]] = defaultdict(list)
         for u in by_shard[shard]:
-            values = (u.status.value, u.attempts, u.next_attempt_at_ms, u.last_status_code, clip_error(u.last_error))
+            values = (
+                u.status.value,
+                u.attempts,
+                u.next_attempt_at_ms,
+                u.last_status_code,
+                clip_error(u.last_error),
+                routes_to_text(u.routes),
+            )
             groups[values].append((u.task_id, u.scheduled_at_ms))
         table = shards[shard].flows_sql
         for values, keys in groups.items():
@@ -52,7 +59,7 @@ def update_statements(
             open_outcome = not FlowStatus(values[0]).terminal
             sql = (
                 f"UPDATE {table} SET status = %s, attempts = %s, next_attempt_at = %s, "
-                f"last_status_code = %s, last_error = %s, updated_at = %s "
+                f"last_status_code = %s, last_error = %s, routes = COALESCE(%s, routes), updated_at = %s "
                 f"WHERE (task_id, scheduled_at) IN ({', '.join(['(%s, %s)'] * len(keys))}) AND {_OPEN_SQL}"
                 + (" AND attempts <= %s" if open_outcome else "")
             )

@@ -81,6 +81,7 @@ from tjobs.stores.schema import (
     clip_error,
     flow_from_row,
     flow_to_row,
+    routes_to_text,
     target_from_row,
     target_to_row,
     task_from_row,
@@ -998,10 +999,11 @@ class SQLAlchemyTaskStore(TaskStore):
                         u.next_attempt_at_ms,
                         u.last_status_code,
                         clip_error(u.last_error),
+                        routes_to_text(u.routes),
                     )
                     groups[values].append((u.task_id, u.scheduled_at_ms))
                 c = home.flows.c
-                for (status, attempts, next_at, code, error), keys in groups.items():
+                for (status, attempts, next_at, code, error, routes), keys in groups.items():
                     statement = (
                         update(home.flows)
                         .where(
@@ -1016,6 +1018,7 @@ class SQLAlchemyTaskStore(TaskStore):
                             next_attempt_at=next_at,
                             last_status_code=code,
                             last_error=error,
+                            routes=c.routes if routes is None else routes,  # None: the log unchanged
                             updated_at=now_ms,
                         )
                     )

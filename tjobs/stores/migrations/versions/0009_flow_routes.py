@@ -1,0 +1,35 @@
+"""A pool flow's route log: ``flows_TT.routes`` (JSON ``[[attempt, destination, executor id], ...]``,
+NULL for every other flow), so the flow API says which executor got which attempt
+(:func:`tjobs.stores.schema.flow_routes_column`, :mod:`tjobs.pools.dispatcher`).
+
+Revision ID: 0009_flow_routes
+Revises: 0008_slo
+Create Date: 2026-11-28
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+
+from tjobs.stores.schema import flow_routes_column
+
+revision = "0009_flow_routes"
+down_revision = "0008_slo"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    for index in range(tables_per_database):
+        op.add_column(f"flows_{index:02d}", flow_routes_column())
+
+
+def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    for index in range(tables_per_database):
+        with op.batch_alter_table(f"flows_{index:02d}") as batch:
+            batch.drop_column("routes")
