@@ -1,18 +1,27 @@
-"""The overview: per app, its fire rate, p99 fire lateness, reach and dead letters.
+"""The overview: per app, its fire rate, fire lateness, reach and dead letters over a window, with charts.
 
-An app session sees its own app; the admin sees every app in one table (a page of 100 at a time),
-or one app's figures with ``?app=``.
+The figures are the cluster's, the same whichever node serves the page: ``GET /v1/slo?window=``'s
+(:func:`tjobs.service.cluster_slo.cluster_service_levels`, every node's minutes summed from the store,
+never the flow tables). The charts cut the window into a few buckets and sum each the same way
+(:data:`WINDOWS`: 5 × 1 min, 12 × 5 min, 24 × 1 h, 28 × 6 h), read concurrently. Dead letters and
+task counts are the node's background counts (``GET /v1/stats``).
+
+An app session sees its own app; the admin sees every app in one table (a page of 100 at a time,
+with the total of all apps), or one app's figures and charts with ``?app=``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+import asyncio
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from tjobs.api.routes_slo import P99_OBJECTIVE_S, REACH_OBJECTIVE
+from tjobs.console.charts import Chart, line_chart
 from tjobs.console.context import ConsoleRoute, console_of
 from tjobs.model import App
+from tjobs.observability.slo import MS_PER_MINUTE, lateness_summary
+from tjobs.service.cluster_slo import P99_OBJECTIVE_S, REACH_OBJECTIVE, cluster_service_levels
 from tjobs.service.cursors import MAX_CURSOR_CHARS
 
 if TYPE_CHECKING:
@@ -21,61 +30,93 @@ if TYPE_CHECKING:
 router = APIRouter(route_class=ConsoleRoute)
 
 APPS_PER_PAGE = 100
+Window = Literal["5m", "1h", "1d", "7d"]
+WINDOWS: dict[str, tuple[int, int]] = {"5m": (5, 1), "1h": (60, 5), "1d": (1_440, 60), "7d": (10_080, 360)}
+WINDOW_NAMES = {"5m": "5 min", "1h": "1 hour", "1d": "1 day", "7d": "7 days"}
+DEFAULT_WINDOW: Window = "1h"
 
 
-def service_levels(node: Node, app: App) -> dict[str, Any]:
-    """What the overview shows for one app, as this node sees it (the node's ``/v1/slo`` and counts)."""
-    node.tasks.counts.refresh_soon()
-    counts = node.tasks.counts.of(app.id)
-    windows = node.slo.lateness.windows(app.id)
-    outcomes = node.slo.outcome_counts
-    delivered = outcomes.get((app.id, "delivered"), 0)
-    dead = outcomes.get((app.id, "dead"), 0)
-    reach = delivered / (delivered + dead) if delivered + dead else None
-    last_minute = windows.get("1m", {})
-    p99_s = windows.get("5m", {}).get("p99_s")
-    return {
+async def service_levels(node: Node, app: App | None, window: str) -> dict[str, Any]:
+    """One app's figures over ``window`` (every app's total: ``None``), as the overview shows them."""
+    report = await cluster_service_levels(node.store, None if app is None else app.id, window, node.clock.now_ms())
+    lateness = report["fire_lateness"]
+    reach = report["reach"]
+    row: dict[str, Any] = {
         "app": app,
-        "fires_per_min_1m": last_minute.get("count", 0),
-        "fires_per_min_5m": windows.get("5m", {}).get("count", 0) / 5,
-        "lateness": windows,
-        "p99_s": p99_s,
-        "p99_met": p99_s is None or p99_s <= P99_OBJECTIVE_S,
-        "reach": reach,
-        "reach_met": reach is None or reach >= REACH_OBJECTIVE,
-        "delivered": delivered,
-        "dead_since_start": dead,
-        "dead_letters": counts.dead_letters,
-        "active_tasks": counts.active,
-        "paused_tasks": counts.paused,
-        "counted_at_ms": counts.counted_at_ms,
-        "scope": "node",
-        "disabled": app.disabled_at_ms is not None,
+        "fires": report["fires"],
+        "fires_per_min": report["fires"] / WINDOWS[window][0],
+        "lateness": lateness,
+        "p99_s": lateness["p99_s"],
+        "p99_met": lateness["met"],
+        "reach": reach["ratio"],
+        "reach_met": reach["met"],
+        "delivered": reach["delivered"],
+        "dead": reach["dead"],
+        "misses": report["misses"],
+        "throttled": report["throttled"],
+        "disabled": app is not None and app.disabled_at_ms is not None,
     }
+    if app is not None:
+        node.tasks.counts.refresh_soon()
+        counts = node.tasks.counts.of(app.id)
+        row.update(dead_letters=counts.dead_letters, active_tasks=counts.active, paused_tasks=counts.paused)
+    return row
+
+
+async def charts(node: Node, app: App, window: str) -> list[Chart]:
+    """Fires per minute, p99 lateness, reach and dead flows per bucket of ``window``, oldest first."""
+    minutes, step = WINDOWS[window]
+    to_minute = node.clock.now_ms() // MS_PER_MINUTE + 1
+    starts = range(to_minute - minutes, to_minute, step)
+    buckets = await asyncio.gather(*(node.store.sum_slo_minutes(app.id, start, start + step) for start in starts))
+    p99_ms: list[float | None] = []
+    reach: list[float | None] = []
+    for bucket in buckets:
+        p99_s = lateness_summary(bucket.lateness)["p99_s"]
+        p99_ms.append(None if p99_s is None else p99_s * 1000)
+        finished = bucket.delivered + bucket.dead
+        reach.append(bucket.delivered / finished * 100 if finished else None)
+    per = f"{step} min" if step < 60 else f"{step // 60} h"
+    return [
+        line_chart("Fires per minute", [bucket.fires / step for bucket in buckets], digits=1),
+        line_chart(f"p99 fire lateness (per {per})", p99_ms, unit=" ms"),
+        line_chart(f"Reach (per {per})", reach, unit=" %", digits=2),
+        line_chart(f"Dead flows (per {per})", [float(bucket.dead) for bucket in buckets]),
+    ]
 
 
 @router.get("/console/")
 async def overview(
     request: Request,
     app: Annotated[str | None, Query(max_length=200)] = None,
+    window: Annotated[Window, Query()] = DEFAULT_WINDOW,
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
 ) -> Response:
     console = console_of(request)
     principal = await console.principal(request)
     scoped = await console.scope(principal, app)
+    node = console.node
+    total = None
+    next_cursor = None
+    shown: list[Chart] = []
     if scoped is not None:
-        rows = [service_levels(console.node, scoped)]
-        next_cursor = None
-    else:  # the admin: every app, a page at a time
+        rows = [await service_levels(node, scoped, window)]
+        shown = await charts(node, scoped, window)
+    else:  # the admin: every app, a page at a time, and their total
         page = await console.apps.list_page(APPS_PER_PAGE, cursor or None)
-        rows = [service_levels(console.node, each) for each in page.items]
+        rows = list(await asyncio.gather(*(service_levels(node, each, window) for each in page.items)))
+        total = await service_levels(node, None, window)
         next_cursor = page.next_cursor
     return console.render(
         request,
         "overview.html",
         principal,
         rows=rows,
+        total=total,
+        charts=shown,
         scoped=scoped,
+        window=window,
+        windows=WINDOW_NAMES,
         next_cursor=next_cursor,
         objectives={"p99_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
     )
