@@ -257,15 +257,16 @@ class Node:
     async def not_ready_reason(self) -> str | None:
         """``None`` when the node is ready (a database server answers and it owns jobs), else why not.
         Ready while at least one server answers: the shards of an unreachable one pause and the
-        others keep firing and serving."""
+        others keep firing and serving. The reason is short and names no server or address (``/readyz``
+        is open); which servers fail, and their errors, are in ``/v1/cluster`` and the node's log."""
         servers = self.db_health.describe()
         if servers and not any(server["reachable"] for server in servers):
-            return "no database server answers ({})".format(", ".join(str(server["server"]) for server in servers))
+            return f"no database server answers (0 of {len(servers)})"
         if not self.db_health.running:
             try:
                 await self.store.ping()
-            except TjobsError as error:
-                return error.message
+            except TjobsError:
+                return "the database does not answer"
         if not self.started or not self.runner.owned:
             return "node owns no jobs yet"
         return None

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Tenant, task_body
+from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.receiver import Receiver
 from tjobs.testing import RunningNode
 
@@ -293,7 +293,9 @@ async def test_operations_endpoints_answer(api_node: RunningNode) -> None:
     async with httpx.AsyncClient(base_url=api_node.base_url) as client:
         assert (await client.get("/healthz")).json()["status"] == "ok"
         ready = await client.get("/readyz")
-        assert ready.status_code == 200 and ready.json()["jobs"] == 16
+        assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+        cluster = await client.get("/v1/cluster", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        assert cluster.status_code == 200 and len(cluster.json()["jobs"]) == 16
         metrics = await client.get("/metrics")
         assert metrics.status_code == 200 and "tjobs_registrations_total" in metrics.text
         spec = (await client.get("/openapi.json")).json()

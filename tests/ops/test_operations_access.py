@@ -61,6 +61,28 @@ async def test_cluster_view_is_closed_even_without_a_scrape_token() -> None:
         assert (await client.get("/v1/cluster", headers=bearer(ADMIN_KEY))).status_code == 200
 
 
+async def test_readiness_answers_ready_without_the_cluster_view() -> None:
+    """``/readyz`` is open (probes carry no key): it says ready or not, never the members, addresses,
+    plan or database servers that ``/v1/cluster`` keeps behind the operator's credential."""
+    async with node_with(scrape_token=SCRAPE_TOKEN) as running, httpx.AsyncClient(base_url=running.base_url) as client:
+        ready = await client.get("/readyz")
+        servers = running.node.store.database_servers()
+        assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+        assert running.node.node_id not in ready.text and not any(server in ready.text for server in servers)
+        cluster = await client.get("/v1/cluster", headers=bearer(SCRAPE_TOKEN))
+        assert cluster.status_code == 200 and cluster.json()["database_servers"]  # the view is still there
+
+
+async def test_not_ready_names_no_database_server() -> None:
+    async with node_with(scrape_token=SCRAPE_TOKEN) as running, httpx.AsyncClient(base_url=running.base_url) as client:
+        unreachable = [{"server": "10.20.30.40:3306", "reachable": False, "last_error": "refused by 10.20.30.40"}]
+        running.node.db_health.describe = lambda: unreachable  # type: ignore[method-assign]
+        not_ready = await client.get("/readyz")
+    assert not_ready.status_code == 503, not_ready.text
+    error = not_ready.json()["error"]
+    assert error["code"] == "not_ready" and error["message"] and "10.20.30.40" not in not_ready.text
+
+
 async def test_metrics_with_a_scrape_token_answer_only_the_token_or_the_admin_key() -> None:
     async with node_with(scrape_token=SCRAPE_TOKEN) as running:
         _, app_key = await running.create_app("tenant")

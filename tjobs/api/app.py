@@ -125,15 +125,15 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     @api.get(
         "/readyz",
         tags=["operations"],
-        summary="Ready: the database answers and this node owns jobs",
-        responses={**ok(200, schemas.Ready), 503: {"model": schemas.Error, "description": "not ready"}},
+        summary="Ready: the database answers and this node owns jobs (no key; the cluster view is /v1/cluster)",
+        responses={**ok(200, schemas.Ready), 503: {"model": schemas.Error, "description": "not ready, and why"}},
     )
     async def readyz() -> Any:
+        # open to probes: ready or a short reason, never members, addresses or servers (/v1/cluster has them)
         reason = await node.not_ready_reason()
         if reason is not None:
             return _error(503, "not_ready", reason)
-        status = node.status()
-        return {"status": "ready", "jobs": len(status.jobs), "cluster": status.cluster}
+        return {"status": "ready"}
 
     api.include_router(routes_ops.router)
     include_console(api, node)  # /console: the web console (tjobs.console)

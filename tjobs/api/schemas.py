@@ -291,9 +291,7 @@ class Health(BaseModel):
 
 
 class Ready(BaseModel):
-    status: str
-    jobs: int
-    cluster: dict[str, Any]
+    status: Literal["ready"]
 
 
 # ---- the shard map (admin) ------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ class Coordinator(ABC):
 
     @abstractmethod
     def describe(self) -> dict[str, object]:
-        """A JSON-able view for ``/v1/cluster``, ``/readyz`` and the cluster metrics. Every
+        """A JSON-able view for ``/v1/cluster`` and the cluster metrics. Every
         implementation returns at least:
 
         - ``mode``: ``"embedded"`` or ``"cluster"``;

@@ -184,7 +184,7 @@ class DatabaseHealth:
         return self._monotonic() - max(state.last_ok for state in self._states.values())
 
     def describe(self) -> list[dict[str, object]]:
-        """One entry per server for ``/readyz`` and ``/v1/cluster``: name (no credentials), whether
+        """One entry per server for ``/v1/cluster`` and the readiness check: name (no credentials), whether
         it answers, since when it does not, the last error and how many shards are paused."""
         now = self._monotonic()
         return [

@@ -187,7 +187,7 @@ class Layout:
         return list(dict.fromkeys(home.engine_url for home in self.databases))
 
     def server_names(self) -> dict[str, str]:
-        """Engine URL -> the server's name for logs, metrics and ``/readyz`` (:func:`server_name`).
+        """Engine URL -> the server's name for logs, metrics and ``/v1/cluster`` (:func:`server_name`).
         MariaDB: one server per URL, made unique with ``#2``, ``#3`` … should two URLs name the same
         host and port. SQLite: every file of the data directory is one "server" (one disk)."""
         names: dict[str, str] = {}
