@@ -33,9 +33,9 @@ from tjobs.delivery.grpc_transport import GrpcTransport
 from tjobs.delivery.lean_http import LeanHttpTransport
 from tjobs.delivery.signing import generate_secret
 from tjobs.delivery.transport import CallbackRequest, Outcome, Route, Transport
-from tjobs.delivery.urls import parse_callback_url
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import GrpcTarget, Target
+from tjobs.targets.urls import parse_callback_url
 from tjobs.testing.grpc_receiver import GrpcReceiverProcess
 
 

@@ -31,8 +31,8 @@ import orjson
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.delivery.transport import CallbackRequest, Outcome, Route, Transport
 from tjobs.delivery.transports import build_transport
-from tjobs.delivery.urls import parse_callback_url
 from tjobs.settings import CallbackSettings
+from tjobs.targets.urls import parse_callback_url
 
 TRANSPORTS = ("aiohttp", "lean")
 _ANSWER = b"HTTP/1.1 204 No Content\r\nServer: sink\r\n\r\n"

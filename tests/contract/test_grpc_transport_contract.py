@@ -36,9 +36,9 @@ from tjobs.delivery.grpc_transport import MAX_RECONNECT_BACKOFF_MS, GrpcTranspor
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.delivery.transport import CallbackRequest, Outcome, Route, Transport
-from tjobs.delivery.urls import UrlRefused, parse_callback_url
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import NO_CREDENTIALS, GrpcTarget, HttpTarget, Target
+from tjobs.targets.urls import UrlRefused, parse_callback_url
 from tjobs.testing.grpc_receiver import FireAnswer, GrpcReceiver, GrpcReceiverProcess
 
 SECRET = generate_secret()

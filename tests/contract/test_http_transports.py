@@ -29,8 +29,8 @@ from tests.http_transports import HTTP_TRANSPORTS, HttpTransportClass
 from tjobs.delivery.lean_http import LeanHttpTransport
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.delivery.transport import MAX_BODY_BYTES, CallbackRequest, Outcome, Route, Transport
-from tjobs.delivery.urls import parse_callback_url
 from tjobs.settings import CallbackSettings
+from tjobs.targets.urls import parse_callback_url
 
 SETTINGS = CallbackSettings(timeout_ms=3000, max_retry_after_s=60)
 SECRET = generate_secret()

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from tjobs.delivery.urls import CallbackUrl, UrlRefused, parse_callback_url, parse_host
+from tjobs.targets.urls import CallbackUrl, UrlRefused, parse_callback_url, parse_host
 
 # ---- accepted: the ASCII model of each --------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Broker and gRPC addresses (tjobs.targets.addresses) are judged by the one host validator the
-transports connect with (tjobs.delivery.urls.parse_host): a host the gRPC transport would refuse at
+transports connect with (tjobs.targets.urls.parse_host): a host the gRPC transport would refuse at
 send, or that resolvers read as another address than written, is refused when listed or created."""
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ inline URLs and HTTP targets to HTTP, each named target's protocol to its own tr
 use; :mod:`.transports` builds it over the HTTP transport ``callbacks.transport`` names), the
 gRPC transport (:mod:`.grpc_transport`, ``Receiver.Fire``; its generated modules in :mod:`.grpc_proto`) and
 their in-memory twin (:mod:`.recording`), the message of a flow (:mod:`.message`), signing (:mod:`.signing`),
-retry policy (:mod:`.retry`), per-app limits (:mod:`.limiter` on :mod:`.token_bucket`), and the callback
-URL model (:mod:`.urls`) with the target policy judged on it (:mod:`.ssrf`)."""
+retry policy (:mod:`.retry`), per-app limits (:mod:`.limiter` on :mod:`.token_bucket`), and the target
+policy (:mod:`.ssrf`) judged on the callback URL model (:mod:`tjobs.targets.urls`)."""
 
 from tjobs.delivery.deliverer import CallbackJob, Deliverer, FlowRecorder
 from tjobs.delivery.http import HttpTransport

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tjobs.delivery.urls import IPAddress, UrlRefused, parse_host
 from tjobs.errors import InvalidInput
+from tjobs.targets.urls import IPAddress, UrlRefused, parse_host
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -43,7 +43,7 @@ UNAVAILABLE: no call waits for a connection, ``wait_for_ready`` is off).
 
 Where it connects (the SSRF guarantee): only to ``address`` as given. Which addresses are allowed is
 the operator's decision, checked before the transport is asked (the node's allowed broker/gRPC
-addresses). The address is ``host:port`` and is parsed here by :func:`tjobs.delivery.urls.parse_host`
+addresses). The address is ``host:port`` and is parsed here by :func:`tjobs.targets.urls.parse_host`
 (the one host validator): an IP literal becomes an ``ipv4:``/``ipv6:`` channel target, which gRPC
 connects to without any lookup; a name becomes ``dns:///name:port``, resolved by gRPC to that name's
 own A/AAAA records. gRPC's ways of going elsewhere are off: no HTTP CONNECT proxy from the
@@ -82,9 +82,9 @@ from tjobs.delivery.transport import (
     Transport,
     failure_error,
 )
-from tjobs.delivery.urls import UrlRefused, parse_host
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import REDACTED, GrpcTarget
+from tjobs.targets.urls import UrlRefused, parse_host
 
 logger = logging.getLogger(__name__)
 

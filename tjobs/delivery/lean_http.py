@@ -52,8 +52,8 @@ from tjobs.delivery.transport import (
     failure_error,
     status_error,
 )
-from tjobs.delivery.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 from tjobs.settings import CallbackSettings
+from tjobs.targets.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 
 logger = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from tjobs.delivery.transport import (
     failure_error,
     status_error,
 )
-from tjobs.delivery.urls import UrlRefused, parse_callback_url
 from tjobs.settings import CallbackSettings
+from tjobs.targets.urls import UrlRefused, parse_callback_url
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Callback target policy (SSRF): which addresses tjobs may call back, judged on one parsed URL.
 
-Every callback URL is parsed once by :func:`tjobs.delivery.urls.parse_callback_url` (the one URL model:
+Every callback URL is parsed once by :func:`tjobs.targets.urls.parse_callback_url` (the one URL model:
 scheme, ASCII host, port, target). The host it yields is what the policy judges and what the transport
 connects to; nothing re-parses the URL text to decide where to connect.
 
@@ -46,8 +46,8 @@ from aiohttp.abc import ResolveResult
 from tjobs.clock import Clock, SystemClock
 from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList, allow_list_of_app
 from tjobs.delivery.transport import CallbackRequest, Route
-from tjobs.delivery.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 from tjobs.errors import InvalidInput
+from tjobs.targets.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 
 logger = logging.getLogger(__name__)
 

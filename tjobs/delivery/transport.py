@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList
-from tjobs.delivery.urls import CallbackUrl, IPAddress
 from tjobs.targets.model import Target
+from tjobs.targets.urls import CallbackUrl, IPAddress
 
 MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is read no further than this
 ERROR_SNIPPET_BYTES = 160  # the first bytes of a failed answer kept for ``AttemptResult.error``

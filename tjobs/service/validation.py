@@ -16,12 +16,12 @@ import orjson
 from annotated_types import Ge, Le, MaxLen
 from pydantic.fields import FieldInfo
 
-from tjobs.delivery.urls import UrlRefused, parse_callback_url
 from tjobs.errors import InvalidInput
 from tjobs.model import DeliveryMode, MisfirePolicy
 from tjobs.pools.spec import parse_pool_route
 from tjobs.settings import LimitSettings
 from tjobs.specs import CallbackSpec, callback_to_json
+from tjobs.targets.urls import UrlRefused, parse_callback_url
 from tjobs.wire import MAX_HEADER_VALUE_CHARS, TARGET_NAME_PATTERN, CallbackBudget, CallbackRequest, Method
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -207,7 +207,7 @@ def check_url(value: Any, field: str, limits: LimitSettings) -> str:
 
 
 def _url(value: Any, field: str, limits: LimitSettings) -> str:
-    """A callback URL the URL model (:func:`tjobs.delivery.urls.parse_callback_url`) accepts, as given."""
+    """A callback URL the URL model (:func:`tjobs.targets.urls.parse_callback_url`) accepts, as given."""
     if not isinstance(value, str) or not value:
         raise InvalidInput(field, "must be a non-empty string")
     if len(value) > limits.max_url_chars:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from tjobs.targets.model import AmqpTarget, GrpcTarget, NatsTarget, RedisStreamTarget, TargetSettings
+from tjobs.targets.urls import UrlRefused, parse_host
 
 DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671, "nats": 4222, "tls": 4222, "redis": 6379, "rediss": 6379}
 SCHEMES: dict[str, tuple[str, ...]] = {
@@ -43,11 +44,8 @@ class AddressRefused(ValueError):
 
 def _host(text: str) -> str:
     """A host name or an IP literal, normalised (lower case, IPv6 in brackets), by the one host
-    validator the transports connect with (:func:`tjobs.delivery.urls.parse_host`): a numeric host
+    validator the transports connect with (:func:`tjobs.targets.urls.parse_host`): a numeric host
     that is not a canonical dotted quad (``127.1``, ``0x7f.0.0.1``) is refused, not read as a name."""
-    # tjobs.settings imports this module, and the tjobs.delivery package imports the settings
-    from tjobs.delivery.urls import UrlRefused, parse_host
-
     try:
         host = parse_host(text)
     except UrlRefused as refused:
