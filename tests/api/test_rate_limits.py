@@ -97,6 +97,34 @@ async def test_expensive_reads_have_their_own_bucket() -> None:
             assert (await other.get("/v1/stats")).status_code == 200
 
 
+async def test_searches_and_cluster_service_levels_are_expensive_reads() -> None:
+    """The cross-shard flow search, a task search with filters and the cluster's service levels
+    (``/v1/slo?window=``: every node's minutes summed from the store) spend the expensive-read bucket;
+    ``/v1/slo`` without a window (this node's own figures, from memory) does not. Two expensive tokens,
+    the next due 50 s later: no refill during the test, however slow the machine."""
+    async with node_with(app_requests_per_s=1000, app_expensive_reads_per_s=0.02, burst_s=100) as running:
+        _, key = await running.create_app("searcher")
+        async with client_of(running, key) as client:
+            assert (await client.get("/v1/flows", params={"status": "dead"})).status_code == 200
+            assert (await client.get("/v1/slo", params={"window": "7d"})).status_code == 200
+            assert_rate_limited(await client.get("/v1/flows"))
+            assert_rate_limited(await client.get("/v1/slo", params={"window": "5m"}))
+            assert_rate_limited(await client.get("/v1/tasks", params={"name_prefix": "a", "kind": "cron"}))
+            assert (await client.get("/v1/slo")).status_code == 200
+
+
+async def test_expensive_reads_are_named_by_method_route_and_query() -> None:
+    from tjobs.api.ratelimit import is_expensive_read
+
+    assert is_expensive_read("GET", "/v1/flows", ())
+    assert is_expensive_read("GET", "/v1/tasks", ("name_prefix", "status"))
+    assert is_expensive_read("GET", "/v1/slo", ("window",))
+    assert not is_expensive_read("GET", "/v1/slo", ())
+    assert not is_expensive_read("GET", "/v1/slo", ("app_id",))
+    assert not is_expensive_read("POST", "/v1/tasks", ())
+    assert not is_expensive_read("GET", "/v1/flows/{flow_id}", ())
+
+
 async def test_an_apps_own_api_rate_overrides_the_node_default() -> None:
     async with node_with(app_requests_per_s=2) as running:
         async with client_of(running, ADMIN_KEY) as admin:

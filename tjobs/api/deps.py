@@ -113,7 +113,7 @@ async def _authenticate(request: Request, key: str | None) -> App:
         raise AppDisabled(app.id)
     if request.scope.get(ADMITTED) != app.id:  # else AdmissionMiddleware took its token already
         route = request.scope.get("route")
-        limits.admit_request(app, request.method, getattr(route, "path", None))
+        limits.admit_request(app, request.method, getattr(route, "path", None), request.query_params.keys())
     return app
 
 

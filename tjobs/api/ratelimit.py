@@ -7,7 +7,8 @@ rate). A refused request raises :class:`tjobs.errors.RateLimited`, which the API
 
 - **Per app** (after authentication): every request takes one token of the app's request bucket
   (``api_rate_limit_per_s`` in the app's settings, else ``rate_limits.app_requests_per_s``); the reads
-  that visit every shard (:data:`EXPENSIVE_READS`) also take one of its expensive-read bucket
+  that visit every shard or sum the store (:func:`is_expensive_read`: :data:`EXPENSIVE_READS`, and
+  :data:`EXPENSIVE_WITH_QUERY` when its parameter is given) also take one of its expensive-read bucket
   (``rate_limits.app_expensive_reads_per_s``); creates take one token per task registered from its
   create bucket (``create_rate_limit_per_s``, else ``rate_limits.app_creates_per_s``). One app's
   buckets are its own: another app never waits on them.
@@ -40,8 +41,9 @@ import asyncio
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 import orjson
 from starlette.types import Receive, Scope, Send
@@ -61,7 +63,23 @@ REFUSAL_HOLD_MAX_S = 1.0
 REFUSED_CONNECTIONS_MAX = 10_000
 
 # (method, route path) of the reads that visit every shard: they also take an expensive-read token
-EXPENSIVE_READS = frozenset({("GET", "/v1/stats"), ("GET", "/v1/tasks"), ("GET", "/v1/dead-letters")})
+EXPENSIVE_READS = frozenset(
+    {("GET", "/v1/stats"), ("GET", "/v1/tasks"), ("GET", "/v1/flows"), ("GET", "/v1/dead-letters")}
+)
+# (method, route path) -> the query parameter that makes it expensive: with ?window= the service levels
+# are the cluster's, every node's minutes summed from the store; without it, this node's, from memory
+EXPENSIVE_WITH_QUERY = {("GET", "/v1/slo"): "window"}
+EXPENSIVE_READS_NAMED = "GET /v1/stats, /v1/tasks, /v1/flows, /v1/dead-letters, /v1/slo?window="
+
+
+def is_expensive_read(method: str, route_path: str | None, query_names: Iterable[str]) -> bool:
+    """Whether this request also takes an expensive-read token (``query_names``: its query parameters)."""
+    if route_path is None:
+        return False
+    if (method, route_path) in EXPENSIVE_READS:
+        return True
+    parameter = EXPENSIVE_WITH_QUERY.get((method, route_path))
+    return parameter is not None and parameter in query_names
 
 
 def retry_after_s(wait_s: float) -> int:
@@ -111,14 +129,14 @@ class ApiRateLimits:
 
     # ---- per app ------------------------------------------------------------------------------
 
-    def admit_request(self, app: App, method: str, route_path: str | None) -> None:
-        """Take the app's request token (and an expensive-read token for :data:`EXPENSIVE_READS`), or
+    def admit_request(self, app: App, method: str, route_path: str | None, query_names: Iterable[str] = ()) -> None:
+        """Take the app's request token (and an expensive-read token when :func:`is_expensive_read`), or
         raise :class:`OverRate`."""
         if not self._settings.enabled:
             return
         buckets = self._buckets(app)
         now_s = self._monotonic()
-        expensive = route_path is not None and (method, route_path) in EXPENSIVE_READS
+        expensive = is_expensive_read(method, route_path, query_names)
         if expensive:
             wait_s = buckets.expensive_reads.take(now_s)
             if wait_s > 0.0:
@@ -126,7 +144,7 @@ class ApiRateLimits:
                 raise OverRate(
                     f"app {app.id} is over its rate of "
                     f"{buckets.expensive_reads.rate_per_s:g} expensive reads per second "
-                    f"(GET /v1/stats, /v1/tasks, /v1/dead-letters)",
+                    f"({EXPENSIVE_READS_NAMED})",
                     wait_s,
                 )
         wait_s = buckets.requests.take(now_s)
@@ -242,7 +260,7 @@ class AdmissionMiddleware:
             known = None if key is None else self._directory.known_app(hash_api_key(key))
             if known is not None:
                 try:
-                    self._limits.admit_request(known, scope["method"], scope["path"])
+                    self._limits.admit_request(known, scope["method"], scope["path"], _query_names(scope))
                 except OverRate as refused:
                     if self._refused_again(scope.get("client"), known.id):
                         await self._hold(min(refused.wait_s, REFUSAL_HOLD_MAX_S))
@@ -269,6 +287,11 @@ class AdmissionMiddleware:
 
 def _connection(client: Any, app_id: str) -> tuple[Any, ...]:
     return (*client, app_id) if client is not None else ()
+
+
+def _query_names(scope: Scope) -> set[str]:
+    query = scope.get("query_string", b"").decode("latin-1")
+    return {name for name, _ in parse_qsl(query, keep_blank_values=True)} if query else set()
 
 
 def _bearer_key(scope: Scope) -> str | None:
