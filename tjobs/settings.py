@@ -248,17 +248,28 @@ MIN_ADMIN_KEY_CHARS = 16
 def weak_admin_key_reason(settings: Settings) -> str | None:
     """Why ``tjobs serve`` must not start with this ``api.admin_key`` (None: it may, or it is unset).
 
-    Weak: shorter than :data:`MIN_ADMIN_KEY_CHARS`, fewer than 8 distinct characters, or a placeholder
-    (``change-me``, ``admin``, ``password``...). ``tjobs dev`` mints its own random key.
+    Weak (:func:`weak_secret_reason`): shorter than :data:`MIN_ADMIN_KEY_CHARS`, fewer than 8 distinct
+    characters, or a placeholder (``change-me``, ``admin``, ``password``...). ``tjobs dev`` mints its
+    own random key.
     """
-    key = settings.api.admin_key
-    if key is None:
+    return weak_secret_reason("api.admin_key", settings.api.admin_key)
+
+
+def weak_scrape_token_reason(settings: Settings) -> str | None:
+    """Why ``tjobs serve`` must not start with this ``metrics.scrape_token`` (None: it may, or it is
+    unset): it reads every app's series and the cluster view, so the admin key's rules hold for it."""
+    return weak_secret_reason("metrics.scrape_token", settings.metrics.scrape_token)
+
+
+def weak_secret_reason(setting: str, secret: str | None) -> str | None:
+    """Why ``secret`` (the value of ``setting``) is too weak to serve with, or None (strong, or unset)."""
+    if secret is None:
         return None
-    folded = "".join(c for c in key.lower() if c.isalnum())
+    folded = "".join(c for c in secret.lower() if c.isalnum())
     placeholder = folded in _PLACEHOLDER_KEYS or any(word in folded for word in _PLACEHOLDER_WORDS)
-    if len(key) < MIN_ADMIN_KEY_CHARS or len(set(key)) < 8 or placeholder:
+    if len(secret) < MIN_ADMIN_KEY_CHARS or len(set(secret)) < 8 or placeholder:
         return (
-            f"api.admin_key is too weak (at least {MIN_ADMIN_KEY_CHARS} random characters, not a placeholder "
+            f"{setting} is too weak (at least {MIN_ADMIN_KEY_CHARS} random characters, not a placeholder "
             "like 'change-me'): generate one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`"
         )
     return None

@@ -20,7 +20,13 @@ from tjobs.cli.shards import shards_app
 from tjobs.cli.slo_commands import slo
 from tjobs.cli.target_commands import target_app
 from tjobs.observability.logs import configure_logging
-from tjobs.settings import Settings, load_settings, metrics_exposure_problem, weak_admin_key_reason
+from tjobs.settings import (
+    Settings,
+    load_settings,
+    metrics_exposure_problem,
+    weak_admin_key_reason,
+    weak_scrape_token_reason,
+)
 
 app = typer.Typer(help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False)
 add_task_search(task_app)
@@ -80,7 +86,9 @@ def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonL
 
     configure_logging(json=json_logs)
     settings = _settings(config, port)
-    problem = weak_admin_key_reason(settings) or metrics_exposure_problem(settings)
+    problem = (
+        weak_admin_key_reason(settings) or weak_scrape_token_reason(settings) or metrics_exposure_problem(settings)
+    )
     if problem is not None:
         typer.echo(f"refusing to start: {problem}", err=True)
         raise typer.Exit(2)
