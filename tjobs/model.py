@@ -131,7 +131,7 @@ class Flow:
     missed: int = 0  # occurrences this fire stands for beyond its own (collapsed or skipped misfires)
     last_status_code: int | None = None
     last_error: str | None = None
-    routes: tuple[FlowRoute, ...] = ()  # a pool flow's sends, newest last (tjobs.pools.dispatcher)
+    routes: tuple[FlowRoute, ...] = ()  # a pool flow's sends, newest last (tjobs.delivery.pool_dispatcher)
 
     @property
     def id(self) -> str:

@@ -21,6 +21,7 @@ from tjobs.cluster.local import LocalCoordinator
 from tjobs.cluster.shard_maps import establish_shard_map
 from tjobs.delivery.deliverer import Deliverer
 from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.ssrf import TargetGuard
 from tjobs.delivery.transport import Transport
 from tjobs.delivery.transports import build_transport
@@ -35,7 +36,6 @@ from tjobs.observability.metrics import Metrics, NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
 from tjobs.observability.slo_recorder import SloRecorder
-from tjobs.pools.dispatcher import PoolDispatcher
 from tjobs.service.apps import AppDirectory
 from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.targets import TargetDirectory, TargetService

@@ -18,12 +18,12 @@ from tests.delivery_fakes import APP, CLOCK, SETTINGS, stored_flow
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.model import Flow, FlowStatus, Task, parse_flow_id
-from tjobs.pools.dispatcher import PoolDispatcher
 from tjobs.pools.model import Executor
-from tjobs.pools.spec import PoolRoute, parse_pool_route
 from tjobs.specs import CallbackSpec
+from tjobs.specs.pool import PoolRoute, parse_pool_route
 from tjobs.stores.memory import MemoryTaskStore
 
 

@@ -10,7 +10,7 @@ from tjobs.errors import InvalidInput
 from tjobs.pools.breaker import CircuitBreakers
 from tjobs.pools.model import Executor
 from tjobs.pools.selection import RoundRobin, least_in_flight, one_per_zone, rendezvous_order, with_room
-from tjobs.pools.spec import HashOn, Mode, PoolRoute, Strategy, parse_pool_route
+from tjobs.specs.pool import HashOn, Mode, PoolRoute, Strategy, parse_pool_route
 
 
 def pool(count: int, zones: tuple[str, ...] = ("a",), **weights: int) -> list[Executor]:

@@ -69,13 +69,14 @@ from typing import Protocol
 from tjobs.clock import Clock
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.message import CallbackMessage
+from tjobs.delivery.pool_dispatcher import PoolDispatcher, PoolFlow, hash_key_of
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
-from tjobs.pools.dispatcher import PoolDispatcher, PoolFlow, hash_key_of
-from tjobs.pools.overlap import Overlap, OverlapGate, Verdict
+from tjobs.pools.overlap import OverlapGate, Verdict
 from tjobs.settings import CallbackSettings
+from tjobs.specs.pool import Overlap
 from tjobs.targets.model import TARGET_KEY_PREFIX, GrpcTarget, HttpTarget, Target, pick_budget, tracking_key
 
 logger = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ class _Delivery:
             if job.targets is None:
                 raise ValueError("the callback names targets and no target directory was given")
             self.named = dict(job.targets)
-        pool = callback.pool  # an executor pool: the dispatcher's state of this flow (tjobs.pools.dispatcher)
+        pool = callback.pool  # an executor pool: the dispatcher's state of this flow (tjobs.delivery.pool_dispatcher)
         self.pool = None
         if pool is not None:  # its route log goes on from what is stored (a re-drive)
             self.pool = PoolFlow(job.app.id, pool, hash_key_of(pool, task.id, task.key), routes=list(flow.routes))
@@ -620,7 +621,7 @@ class Deliverer:
     async def _attempt_pool(
         self, delivery: _Delivery, attempt: int, headers: dict[str, str], body: bytes | None, now_ms: int
     ) -> None:
-        """One attempt to the pool destinations not delivered yet (:mod:`tjobs.pools.dispatcher`). An
+        """One attempt to the pool destinations not delivered yet (:mod:`tjobs.delivery.pool_dispatcher`). An
         attempt that found no executor to send to sent nothing: the flow waits for executors per its
         retry policy without spending an attempt, and dies only past ``max_age_s`` (an at-most-once
         flow, whose single attempt is recorded already, dies at once)."""

@@ -2,7 +2,7 @@
 
 A flow's destinations are its inline URLs, or its named targets tracked as ``target:<name>``
 (:func:`tjobs.targets.model.tracking_key`), or an executor pool tracked as ``pool:<name>`` (expanded
-per attempt by :mod:`tjobs.pools.dispatcher`): the same signed headers and body go to each; a target's
+per attempt by :mod:`tjobs.delivery.pool_dispatcher`): the same signed headers and body go to each; a target's
 own request settings (address, method, headers, credentials) are applied by the transport
 (:mod:`tjobs.delivery.router`) from :attr:`tjobs.delivery.transport.CallbackRequest.target`.
 
@@ -32,7 +32,7 @@ from tjobs.delivery.allow_list import allow_list_of_app
 from tjobs.delivery.signing import signature_header
 from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import App, Flow, Task
-from tjobs.pools.spec import pool_key
+from tjobs.specs.pool import pool_key
 from tjobs.targets.model import Target, tracking_key
 
 JSON = "application/json"
@@ -58,7 +58,7 @@ class CallbackMessage:
     def __init__(self, task: Task, flow: Flow, app: App, flow_id: str, default_timeout_ms: int) -> None:
         spec = task.callback
         self.destinations: list[str] = list(spec.urls) if spec.urls else [tracking_key(n) for n in spec.targets]
-        if spec.pool is not None:  # an executor pool (tjobs.pools.dispatcher expands it per attempt)
+        if spec.pool is not None:  # an executor pool (tjobs.delivery.pool_dispatcher expands it per attempt)
             self.destinations = [pool_key(spec.pool.pool)]
         if not self.destinations:
             raise ValueError("the callback has no destination")

@@ -5,16 +5,18 @@ An **executor** is one instance of a business service that registered into a nam
 the coordinator seam (:class:`tjobs.cluster.base.Coordinator`: in-process in the embedded mode, etcd
 leases in a cluster), so a heartbeat costs no database write.
 
-What is here is pure (no I/O, no clock: ``now_ms`` is passed in):
+How a callback points at a pool is part of the callback's spec: :class:`tjobs.specs.pool.PoolRoute`
+(with the names' rules). What is here is pure (no I/O, no clock: ``now_ms`` is passed in):
 
-- :mod:`tjobs.pools.model` — an :class:`~tjobs.pools.model.Executor` and the names' rules;
-- :mod:`tjobs.pools.spec` — how a callback points at a pool: :class:`~tjobs.pools.spec.PoolRoute`;
+- :mod:`tjobs.pools.model` — an :class:`~tjobs.pools.model.Executor`;
 - :mod:`tjobs.pools.selection` — ``one`` (round robin, consistent hash, least in flight),
   ``one_per_zone``, ``all``;
 - :mod:`tjobs.pools.sharding` — ``sharded``: ``shard_total`` items over the live executors, even and
   stable;
-- :mod:`tjobs.pools.breaker` — the per-executor circuit breaker.
+- :mod:`tjobs.pools.breaker` — the per-executor circuit breaker;
+- :mod:`tjobs.pools.overlap` — the bookkeeping of a route's overlap policy.
 
-:mod:`tjobs.pools.router` holds the per-node state these need (round-robin positions, in-flight
-counts, breakers, the last shard assignment) and turns a pool route into destinations for an attempt.
+The delivery layer's :mod:`tjobs.delivery.pool_dispatcher` holds the per-node state these need
+(round-robin positions, in-flight counts, breakers, the last shard assignment) and turns a pool
+route into destinations for an attempt.
 """

@@ -1,4 +1,4 @@
-"""An executor of a pool, and the rules its names follow.
+"""An executor of a pool (a pool's name follows :func:`tjobs.specs.pool.valid_pool_name`).
 
 An executor is identified by ``(app id, pool, executor id)``. Its ``address`` is the base URL callbacks
 go to (a pool route may add a path); ``zone`` groups executors for ``one_per_zone``; ``weight`` biases
@@ -10,18 +10,12 @@ of the pool.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from tjobs.wire import EXECUTOR_DEFAULT_TTL_S, POOL_NAME_PATTERN
+from tjobs.wire import EXECUTOR_DEFAULT_TTL_S
 
 DEFAULT_TTL_S = EXECUTOR_DEFAULT_TTL_S
-_POOL_NAME = re.compile(POOL_NAME_PATTERN)
-
-
-def valid_pool_name(name: str) -> bool:
-    return bool(_POOL_NAME.match(name))
 
 
 def executor_id_for(address: str) -> str:

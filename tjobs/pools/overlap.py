@@ -1,6 +1,6 @@
 """The overlap policy of a task routed to a pool: what a fire does while the task's previous flow still runs.
 
-``callback.pool.overlap`` (XXL-JOB's block strategy):
+``callback.pool.overlap`` (:class:`tjobs.specs.pool.Overlap`, XXL-JOB's block strategy):
 
 - ``allow`` (default): every fire is delivered as it comes;
 - ``skip_if_running``: a fire whose task still has a flow running on this node ends ``skipped``
@@ -21,13 +21,9 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Generic, TypeVar
 
+from tjobs.specs.pool import Overlap
+
 T = TypeVar("T")
-
-
-class Overlap(StrEnum):
-    ALLOW = "allow"
-    SKIP_IF_RUNNING = "skip_if_running"
-    QUEUE_ONE = "queue_one"
 
 
 class Verdict(StrEnum):

@@ -1,6 +1,6 @@
 """Picking executors for one attempt (pure: the state a pick needs is passed in or held by the caller).
 
-- ``one`` picks a single executor by a :class:`tjobs.pools.spec.Strategy`:
+- ``one`` picks a single executor by a :class:`tjobs.specs.pool.Strategy`:
 
   - ``round_robin``: smooth weighted round robin (:class:`RoundRobin`): with equal weights, executor
     after executor in id order; a weight-3 executor gets three picks in every cycle of the weights'

@@ -19,9 +19,10 @@ from tjobs.cluster.base import Coordinator
 from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app
 from tjobs.errors import InvalidInput, NotFound
 from tjobs.model import App
-from tjobs.pools.model import Executor, executor_id_for, valid_pool_name
+from tjobs.pools.model import Executor, executor_id_for
 from tjobs.service.validation import check_url
 from tjobs.settings import LimitSettings
+from tjobs.specs.pool import valid_pool_name
 from tjobs.wire import (
     EXECUTOR_DEFAULT_TTL_S,
     EXECUTOR_ID_PATTERN,

@@ -18,9 +18,9 @@ from pydantic.fields import FieldInfo
 
 from tjobs.errors import InvalidInput
 from tjobs.model import DeliveryMode, MisfirePolicy
-from tjobs.pools.spec import parse_pool_route
 from tjobs.settings import LimitSettings
 from tjobs.specs import CallbackSpec, callback_to_json
+from tjobs.specs.pool import parse_pool_route
 from tjobs.targets.urls import UrlRefused, parse_callback_url
 from tjobs.wire import MAX_HEADER_VALUE_CHARS, TARGET_NAME_PATTERN, CallbackBudget, CallbackRequest, Method
 
@@ -128,7 +128,7 @@ def _parse_target_callback(spec: dict[str, Any], limits: LimitSettings) -> Callb
 
 
 def _parse_pool_callback(spec: dict[str, Any], limits: LimitSettings) -> CallbackSpec:
-    """A callback naming one of the app's executor pools (:mod:`tjobs.pools.spec`), with the method,
+    """A callback naming one of the app's executor pools (:mod:`tjobs.specs.pool`), with the method,
     headers, body and budget of an inline callback; no URL or target beside it. Whether the pool has
     executors is not checked here: they may come later, and a fire with none waits for them."""
     for other in ("url", "urls", "target", "targets"):

@@ -13,7 +13,7 @@ upper-cased) and what the store keeps as JSON in the task's ``callback`` column:
 The JSON keys are the field names, in field order; ``headers``, ``urls`` and ``targets`` are left out
 when empty and the other optional fields when unset, so :func:`callback_to_json` writes exactly the
 bytes the store has always held for an inline callback. A callback has inline URLs, named targets
-(:mod:`tjobs.targets`) or an executor pool (:mod:`tjobs.pools.spec`, stored by its ``to_json``): one
+(:mod:`tjobs.targets`) or an executor pool (:mod:`tjobs.specs.pool`, stored by its ``to_json``): one
 kind. An unset ``timeout_ms``, ``max_attempts`` or ``max_age_s`` takes the node's default
 (:class:`tjobs.settings.CallbackSettings`) when the callback is sent, so a changed default applies to
 existing tasks.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from tjobs.pools.spec import PoolRoute, parse_pool_route
+from tjobs.specs.pool import PoolRoute, parse_pool_route
 
 NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 LEGACY_URL = "url"  # a unicast target as some early rows (and requests) spell it
@@ -44,7 +44,7 @@ class CallbackSpec:
     max_attempts: int | None = None
     max_age_s: int | None = None
     targets: tuple[str, ...] = ()  # names of the app's targets (instead of urls); delivery resolves them
-    pool: PoolRoute | None = None  # an executor pool of the app (instead of urls/targets; tjobs.pools.spec)
+    pool: PoolRoute | None = None  # an executor pool of the app (instead of urls/targets; tjobs.specs.pool)
 
     def __post_init__(self) -> None:
         if type(self.urls) is not tuple:

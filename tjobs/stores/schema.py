@@ -106,7 +106,7 @@ def task_revision_column() -> Column[int]:
 
 def flow_routes_column() -> Column[str]:
     """``routes``: a pool flow's route log as JSON, ``[[attempt, destination, executor id], ...]``
-    (:mod:`tjobs.pools.dispatcher`), NULL for every other flow; added by migration 0009, so not part
+    (:mod:`tjobs.delivery.pool_dispatcher`), NULL for every other flow; added by migration 0009, so not part
     of :func:`flows_schema_items` (the initial revision's columns) nor of :data:`FLOW_COLUMNS` (a fire
     inserts none)."""
     return Column("routes", Text, nullable=True)

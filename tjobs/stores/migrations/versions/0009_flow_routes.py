@@ -1,6 +1,6 @@
 """A pool flow's route log: ``flows_TT.routes`` (JSON ``[[attempt, destination, executor id], ...]``,
 NULL for every other flow), so the flow API says which executor got which attempt
-(:func:`tjobs.stores.schema.flow_routes_column`, :mod:`tjobs.pools.dispatcher`).
+(:func:`tjobs.stores.schema.flow_routes_column`, :mod:`tjobs.delivery.pool_dispatcher`).
 
 Revision ID: 0009_flow_routes
 Revises: 0008_slo

@@ -11,8 +11,9 @@ Only ``name`` is required. ``mode``: ``one`` (default), ``one_per_zone``, ``all`
 to every executor's address. ``shard_total`` (1..1024) is required by ``sharded`` and refused
 elsewhere; ``shard_params``, if given, has one string per item (item ``i`` gets ``shard_params[i]``).
 ``overlap`` (``allow``, default; ``skip_if_running``; ``queue_one``) says what a fire does while the
-task's previous flow still runs (:mod:`tjobs.pools.overlap`).
+task's previous flow still runs (:class:`Overlap`; the deliverer keeps it by :mod:`tjobs.pools.overlap`).
 The stored JSON leaves out what equals its default, so a route written once reads back the same.
+A pool's name follows :func:`valid_pool_name` here and in the registry (:mod:`tjobs.service.pools`).
 """
 
 from __future__ import annotations
@@ -24,20 +25,23 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from tjobs.errors import InvalidInput
-from tjobs.pools.model import valid_pool_name
-from tjobs.pools.overlap import Overlap
-from tjobs.wire import MAX_SHARD_TOTAL
+from tjobs.wire import MAX_SHARD_TOTAL, POOL_NAME_PATTERN
 
 MAX_SHARD_PARAM_CHARS = 1024
 MAX_PATH_CHARS = 512
 _PATH = re.compile(r"^/[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*$")
 E = TypeVar("E", bound=StrEnum)
+_POOL_NAME = re.compile(POOL_NAME_PATTERN)
+
+
+def valid_pool_name(name: str) -> bool:
+    return bool(_POOL_NAME.match(name))
 
 
 POOL_KEY_PREFIX = "pool:"
 """A flow tracks its pool destinations as ``pool:<name>`` and, once expanded by the route's mode,
 ``pool:<name>@<zone>``, ``pool:<name>/<executor id>`` or ``pool:<name>#<item>``
-(:mod:`tjobs.pools.dispatcher`)."""
+(:mod:`tjobs.delivery.pool_dispatcher`)."""
 
 
 def pool_key(pool: str) -> str:
@@ -60,6 +64,14 @@ class Strategy(StrEnum):
 class HashOn(StrEnum):
     TASK_ID = "task_id"
     KEY = "key"
+
+
+class Overlap(StrEnum):
+    """What a fire does while its task's previous flow still runs (:mod:`tjobs.pools.overlap`)."""
+
+    ALLOW = "allow"
+    SKIP_IF_RUNNING = "skip_if_running"
+    QUEUE_ONE = "queue_one"
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ from tjobs.pools.breaker import CircuitBreakers
 from tjobs.pools.model import Executor
 from tjobs.pools.selection import RoundRobin, least_in_flight, rendezvous_order, with_room
 from tjobs.pools.sharding import assign_items
-from tjobs.pools.spec import HashOn, Mode, PoolRoute, Strategy, pool_key
+from tjobs.specs.pool import HashOn, Mode, PoolRoute, Strategy, pool_key
 
 MAX_ROUTE_LOG = 50  # sends kept in a flow's route log (the newest)
 REFUSED_ERRORS = ("ConnectionRefusedError", "Connection refused")
