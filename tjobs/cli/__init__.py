@@ -1,2 +1,12 @@
-"""The ``tjobs`` command: :mod:`tjobs.cli.main` (``dev``, ``serve``, ``migrate``, ``bench``) and
-:mod:`tjobs.cli.api_commands` (``task``, ``app``, ``dlq``, ``import``: the API from a terminal)."""
+"""The ``tjobs`` command, assembled in :mod:`tjobs.cli.main`:
+
+- on this node's settings: ``dev``, ``serve``, ``migrate`` (:mod:`~tjobs.cli.main`) and ``shards
+  status|reseed|plan|move|rebalance|drop-old`` (:mod:`~tjobs.cli.shards`: the shard map);
+- over the API with the SDK: ``task``, ``app``, ``dlq``, ``import`` (:mod:`~tjobs.cli.api_commands`),
+  ``app list|disable|enable|delete`` (:mod:`~tjobs.cli.app_admin_commands`, admin key), ``target``
+  (:mod:`~tjobs.cli.target_commands`), ``schedule preview`` (:mod:`~tjobs.cli.schedule_commands`),
+  ``flows search`` and ``task search`` (:mod:`~tjobs.cli.search_commands`) and ``slo``
+  (:mod:`~tjobs.cli.slo_commands`).
+
+Benchmarks are not commands of the product: ``python -m benchmarks <name>`` in a checkout.
+"""

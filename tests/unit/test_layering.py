@@ -1,0 +1,157 @@
+"""No module reaches up a layer (docs/design.md, "Layering").
+
+The layer table has one source: the fenced block under **Layering** in ``docs/design.md``, read here.
+Each line below the first starts with ``→`` and names one layer's packages or modules (the first
+component under ``tjobs/``, or the top-level ``sharding`` package), top first; ``apart:`` names the SDK
+side, which imports only itself and ``wire``. The README's numbered layer list must say the same.
+
+Every module under ``tjobs/`` and ``sharding/`` is parsed (not imported), and every import in it is
+checked: at module level, inside functions and under ``TYPE_CHECKING``, relative ones resolved.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCANNED_PACKAGES = ("tjobs", "sharding")
+APART = "apart"
+
+
+@dataclass(frozen=True)
+class Layers:
+    ranks: dict[str, int]  # package or module name -> layer index, 0 at the top
+    names: list[list[str]]  # the layers' members, top first
+    apart: frozenset[str]  # the SDK side
+
+
+def parse_layers(design: str) -> Layers:
+    """The layer table from the first fenced block after the ``**Layering**`` paragraph."""
+    after = design.split("**Layering**", 1)[1]
+    block = after.split("```", 2)[1]
+    names: list[list[str]] = []
+    apart: set[str] = set()
+    for line in block.splitlines()[1:]:  # the first item of the split is the fence's info string
+        text = line.strip().removeprefix("→").strip()
+        if not text:
+            continue
+        members, is_apart = (text.removeprefix(APART + ":"), True) if text.startswith(APART + ":") else (text, False)
+        parts = [part.strip() for part in members.split(",")]
+        assert all(part.isidentifier() for part in parts), f"design.md layering line {line!r}: names, comma-separated"
+        if is_apart:
+            apart.update(parts)
+        else:
+            names.append(parts)
+    ranks = {name: index for index, layer in enumerate(names) for name in layer}
+    assert len(ranks) == sum(map(len, names)), "a name appears in two layers"
+    return Layers(ranks, names, frozenset(apart))
+
+
+LAYERS = parse_layers((ROOT / "docs" / "design.md").read_text())
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def unit_of(module: str) -> str:
+    """The layer table's name for ``module``: ``tjobs.delivery.urls`` -> ``delivery``,
+    ``tjobs.node`` -> ``node``, ``sharding.ids`` -> ``sharding``, the ``tjobs`` package itself -> ``tjobs``."""
+    parts = module.split(".")
+    if parts[0] != "tjobs":
+        return parts[0]
+    return parts[1] if len(parts) > 1 else "tjobs"
+
+
+def imported_modules(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
+    """``(imported module, line)`` for every import of ours in the file, anywhere in it."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in SCANNED_PACKAGES:
+                    yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] not in SCANNED_PACKAGES:
+                continue
+            for alias in node.names:  # ``from pkg import submodule`` imports the submodule
+                submodule = f"{target}.{alias.name}"
+                yield (submodule if submodule in known else target), node.lineno
+
+
+def scanned_files() -> dict[str, Path]:
+    return {module_name(path): path for package in SCANNED_PACKAGES for path in (ROOT / package).rglob("*.py")}
+
+
+def describe(unit: str) -> str:
+    if unit in LAYERS.apart:
+        return f"{unit!r} (apart)"
+    return f"layer {LAYERS.ranks[unit] + 1} {unit!r}"
+
+
+def layering_violations() -> list[str]:
+    files = scanned_files()
+    known = set(files)
+    top_layer = set(LAYERS.names[0])
+    violations: list[str] = []
+    for module, path in sorted(files.items()):
+        importer = unit_of(module)
+        for imported, line in sorted(set(imported_modules(module, path, known))):
+            target = unit_of(imported)
+            if target == importer or target not in LAYERS.ranks.keys() | LAYERS.apart:
+                continue  # within one package, or unlisted (test_every_package_is_in_a_layer says so)
+            where = f"{module} imports {imported} ({path.relative_to(ROOT)}:{line}; "
+            if importer in LAYERS.apart:
+                if target not in LAYERS.apart and target != "wire":
+                    violations.append(where + f"{describe(importer)} imports only its side and 'wire')")
+            elif importer == "tjobs":
+                violations.append(where + "the tjobs package itself imports nothing of ours)")
+            elif target in LAYERS.apart:
+                if importer not in top_layer:
+                    violations.append(where + f"{describe(target)} is used only by layer 1)")
+            elif LAYERS.ranks[target] < LAYERS.ranks[importer]:
+                violations.append(where + f"{describe(target)} above {describe(importer)})")
+    return violations
+
+
+def test_no_module_imports_from_a_layer_above_it() -> None:
+    violations = layering_violations()
+    assert not violations, "\n" + "\n".join(violations)
+
+
+def test_every_package_is_in_a_layer() -> None:
+    units = {unit_of(module) for module in scanned_files()} - {"tjobs"}
+    listed = LAYERS.ranks.keys() | LAYERS.apart
+    assert sorted(units - listed) == [], "name them in docs/design.md's Layering block"
+    assert sorted(listed - units) == [], "docs/design.md's Layering block names what does not exist"
+
+
+def test_the_readme_lists_the_same_layers() -> None:
+    readme = (ROOT / "README.md").read_text()
+    _, listing, after = readme.split("The layers, from the top down:", 1)[1].split("\n\n", 3)[:3]
+    layers = [re.findall(r"`(\w+)`", line) for line in listing.splitlines() if re.match(r"\d+\. ", line)]
+    assert layers == LAYERS.names
+    apart = set(re.findall(r"`(\w+)(?:/|\.py)?`", after))
+    assert apart >= LAYERS.apart, "the paragraph after the README's list names the SDK side"
+
+
+def test_the_scan_resolves_relative_and_function_level_imports(tmp_path: Path) -> None:
+    """The scanner itself: ``from . import x`` and imports inside functions are seen."""
+    package = tmp_path / "tjobs" / "delivery"
+    package.mkdir(parents=True)
+    source = package / "x.py"
+    source.write_text("from . import urls\nfrom ..node import Node\n\ndef f():\n    from tjobs.api import app\n")
+    found = dict(imported_modules("tjobs.delivery.x", source, {"tjobs.delivery.urls", "tjobs.api.app"}))
+    assert found == {"tjobs.delivery.urls": 1, "tjobs.node": 2, "tjobs.api.app": 5}
