@@ -3,7 +3,8 @@ requests without a valid key. Every refusal is 429 with ``Retry-After`` and a JS
 limits never refuse another app.
 
 Admission does not depend on the store, so these run on the memory twin (one node per test, small
-buckets so a few requests exhaust them).
+buckets so a few requests exhaust them). The limiter's clock stands still unless a test moves it
+(``LIMITER_TIME``), so no bucket refills while a slow machine sends the requests.
 """
 
 from __future__ import annotations
@@ -37,7 +38,24 @@ async def node_with(**rate_limits: Any) -> AsyncIterator[RunningNode]:
         allow_loopback_callbacks=True,
     )
     async with run_node(settings) as running:
+        running.api.state.rate_limits.monotonic = LIMITER_TIME
         yield running
+
+
+class StillTime:
+    """The limiter's monotonic seconds: still until :meth:`advance`."""
+
+    def __init__(self) -> None:
+        self.now_s = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
+
+
+LIMITER_TIME = StillTime()
 
 
 @asynccontextmanager
@@ -235,7 +253,7 @@ async def test_requests_without_a_key_spend_the_shared_budget() -> None:
             assert_rate_limited(await anyone.get("/v1/apps/x", headers={"authorization": "Bearer wrong"}))
             # a valid key seen for the first time costs a token it gets back: with the budget spent it
             # waits for a refill, then it is admitted and the budget is unchanged by it
-            await asyncio.sleep(0.4)
+            LIMITER_TIME.advance(0.4)
             assert (await legit.get("/v1/app")).status_code == 200
             assert (await legit.get("/v1/app")).status_code == 200
 

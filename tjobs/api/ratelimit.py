@@ -117,7 +117,7 @@ class ApiRateLimits:
         """``on_refused(app_id, bucket)`` sees every refusal (app ``""`` for the unauthenticated budget;
         bucket ``requests``, ``expensive_reads``, ``creates`` or ``unauthenticated``)."""
         self._settings = settings
-        self._monotonic = monotonic
+        self.monotonic = monotonic  # the time source, in seconds (tests hold it still)
         self._on_refused = on_refused
         self._apps: dict[str, _AppBuckets] = {}
         self._unauthenticated = TokenBucket(settings.unauthenticated_per_s, settings.burst_s)
@@ -135,7 +135,7 @@ class ApiRateLimits:
         if not self._settings.enabled:
             return
         buckets = self._buckets(app)
-        now_s = self._monotonic()
+        now_s = self.monotonic()
         expensive = is_expensive_read(method, route_path, query_names)
         if expensive:
             wait_s = buckets.expensive_reads.take(now_s)
@@ -161,7 +161,7 @@ class ApiRateLimits:
         if not self._settings.enabled or count <= 0:
             return
         bucket = self._buckets(app).creates
-        wait_s = bucket.take(self._monotonic(), float(count))
+        wait_s = bucket.take(self.monotonic(), float(count))
         if wait_s > 0.0:
             self._refused(app.id, "creates")
             raise RateLimited(
@@ -196,7 +196,7 @@ class ApiRateLimits:
         until_s = self._refused_keys.get(key_hash)
         if until_s is None:
             return False
-        if until_s > self._monotonic():
+        if until_s > self.monotonic():
             return True
         del self._refused_keys[key_hash]
         return False
@@ -205,7 +205,7 @@ class ApiRateLimits:
         settings = self._settings
         if settings.unknown_key_ttl_s <= 0 or settings.unknown_keys_max <= 0:
             return
-        self._refused_keys[key_hash] = self._monotonic() + settings.unknown_key_ttl_s
+        self._refused_keys[key_hash] = self.monotonic() + settings.unknown_key_ttl_s
         self._refused_keys.move_to_end(key_hash)
         while len(self._refused_keys) > settings.unknown_keys_max:
             self._refused_keys.popitem(last=False)
@@ -215,7 +215,7 @@ class ApiRateLimits:
         lookup), or raise :class:`RateLimited`."""
         if not self._settings.enabled:
             return
-        wait_s = self._unauthenticated.take(self._monotonic())
+        wait_s = self._unauthenticated.take(self.monotonic())
         if wait_s > 0.0:
             self._refused("", "unauthenticated")
             raise RateLimited("too many requests without a valid API key on this node", retry_after_s(wait_s))

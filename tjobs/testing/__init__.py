@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
 from tjobs.api import create_api
 from tjobs.api.app import create_app_record
@@ -42,6 +43,7 @@ def free_port() -> int:
 class RunningNode:
     node: Node
     base_url: str
+    api: FastAPI
 
     async def create_app(self, name: str = "test", **body: Any) -> tuple[App, str]:
         """Create an app directly (no admin HTTP round trip); returns it with its API key."""
@@ -56,9 +58,8 @@ async def run_node(
     port = port or free_port()
     settings = settings.model_copy(update={"api": settings.api.model_copy(update={"port": port})})
     node = Node(settings, parts)
-    config = uvicorn.Config(
-        create_api(node), host="127.0.0.1", port=port, log_level="warning", lifespan="off", loop="none"
-    )
+    api = create_api(node)
+    config = uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning", lifespan="off", loop="none")
     server = ApiServer(config)
     await node.start()
     serving = asyncio.create_task(server.serve())
@@ -68,7 +69,7 @@ async def run_node(
                 await serving
                 raise RuntimeError("API server did not start")
             await asyncio.sleep(0.01)
-        yield RunningNode(node, f"http://127.0.0.1:{port}")
+        yield RunningNode(node, f"http://127.0.0.1:{port}", api)
     finally:
         server.should_exit = True
         await asyncio.gather(serving, return_exceptions=True)
