@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
+from collections.abc import Callable
 
 from sharding import TaskIdGenerator
-from tjobs.clock import SystemClock
+from tjobs.clock import Clock, SystemClock
+from tjobs.delivery.deliverer import Deliverer
 from tjobs.delivery.recording import RecordingTransport
 from tjobs.delivery.signing import generate_secret
 from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
@@ -67,9 +70,32 @@ async def settle(rounds: int = 20) -> None:
         await asyncio.sleep(0)
 
 
-def scripted(*statuses: int, then: int = 200) -> RecordingTransport:
+class NoJitter(random.Random):
+    """The deliverer's jitter source drawing 0: every backoff is 0 ms, so a retry (or a pool flow's
+    wait for executors) is due at once. The deliverer keeps its retry timers on the event loop
+    (``loop.call_later``), not on its clock: with them due at once, no test waits for one."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+async def turns_until(done: Callable[[], bool], what: str, turns: int = 10_000) -> None:
+    """Let the loop run (``sleep(0)``, no wall time) until ``done()``; fail naming ``what`` if it never is."""
+    for _ in range(turns):
+        if done():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"after {turns} loop turns, still not {what}")
+
+
+async def delivered_all(deliverer: Deliverer) -> None:
+    """Until nothing is queued, sent, waiting for a retry or unwritten (loop turns, no wall time)."""
+    await turns_until(lambda: not deliverer.in_flight_count(), f"settled: in flight {deliverer.in_flight()}")
+
+
+def scripted(*statuses: int, then: int = 200, clock: Clock = CLOCK) -> RecordingTransport:
     """The transport twin answering ``statuses`` in order, then ``then`` for good; connects nowhere."""
-    transport = RecordingTransport(SETTINGS, CLOCK)
+    transport = RecordingTransport(SETTINGS, clock)
     transport.answer_statuses(*statuses, then=then)
     return transport
 
@@ -87,9 +113,10 @@ async def stored_flow(
     attempts: int = 0,
     status: FlowStatus = FlowStatus.PENDING,
     delivery: DeliveryMode = DeliveryMode.AT_LEAST_ONCE,
+    clock: Clock = CLOCK,
 ) -> tuple[Task, Flow]:
-    """A task stored with one flow (its next attempt ``overdue_ms`` in the past)."""
-    now_ms = CLOCK.now_ms()
+    """A task stored with one flow (its next attempt ``overdue_ms`` before ``clock``'s now)."""
+    now_ms = clock.now_ms()
     ids = TaskIdGenerator(store.topology.shard_count)
     task = await store.insert_task(
         Task(

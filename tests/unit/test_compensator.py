@@ -1,12 +1,16 @@
 """The Compensator on the memory store: what it re-drives, closes and leaves alone, and the attempt
-numbers a re-drive carries."""
+numbers a re-drive carries. Its clock (and the deliverers') is a ManualClock the test moves."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from sharding import shard_of_task_id
 from tests.delivery_fakes import APP, CLOCK, SETTINGS, attempts_of, scripted, stored_flow
+from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.firing.compensator import Compensator
@@ -18,33 +22,44 @@ GRACE = CompensatorSettings(interval_s=1.0, grace_s=30.0, batch=100)
 LEASE_MS = 16_000
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(CLOCK.now_ms())
+
+
 def compensator(
     store: MemoryTaskStore,
     redrive: Callable[[Task, Flow], None],
+    clock: ManualClock,
     *,
     busy: Callable[[], set[str]] = set,
     fence: Callable[[int], bool] | None = None,
 ) -> Compensator:
     every_shard = frozenset(store.topology.shards())
-    return Compensator(store, lambda: every_shard, busy, redrive, GRACE, CLOCK, LEASE_MS, fence=fence)
+    return Compensator(store, lambda: every_shard, busy, redrive, GRACE, clock, LEASE_MS, fence=fence)
 
 
-async def test_a_redrive_of_an_attempt_whose_2xx_was_lost_is_attempt_2() -> None:
+async def stale_flow(store: MemoryTaskStore, clock: ManualClock, **kwargs: Any) -> tuple[Task, Flow]:
+    """A stored flow, on ``clock``'s time."""
+    return await stored_flow(store, clock=clock, **kwargs)
+
+
+async def test_a_redrive_of_an_attempt_whose_2xx_was_lost_is_attempt_2(clock: ManualClock) -> None:
     # Given a node that sent attempt 1, got 200, and died before its write buffer was flushed
     store = MemoryTaskStore()
-    task, flow = await stored_flow(store, overdue_ms=60_000)
-    first = scripted()
-    crashed = Deliverer(store, first, AppLimiter(100), SETTINGS, CLOCK, flush_interval_s=3600, flush_batch=10_000)
+    task, flow = await stale_flow(store, clock, overdue_ms=60_000)
+    first = scripted(clock=clock)
+    crashed = Deliverer(store, first, AppLimiter(100), SETTINGS, clock, flush_interval_s=3600, flush_batch=10_000)
     await crashed.start()
     crashed.submit(CallbackJob(task, flow, APP))
     await first.wait_for(1)
     assert (await store.get_flow(task.id, flow.scheduled_at_ms)).attempts == 0  # type: ignore[union-attr]
     # When the new owner's compensator re-drives the flow
-    second = scripted()
-    successor = Deliverer(store, second, AppLimiter(100), SETTINGS, CLOCK, flush_interval_s=0.01)
+    second = scripted(clock=clock)
+    successor = Deliverer(store, second, AppLimiter(100), SETTINGS, clock, flush_batch=1)
     await successor.start()
     try:
-        handled = await compensator(store, lambda t, f: successor.submit(CallbackJob(t, f, APP))).run_once()
+        handled = await compensator(store, lambda t, f: successor.submit(CallbackJob(t, f, APP)), clock).run_once()
         await second.wait_for(1)
         await successor.stop(1.0)
     finally:
@@ -56,65 +71,66 @@ async def test_a_redrive_of_an_attempt_whose_2xx_was_lost_is_attempt_2() -> None
     assert stored is not None and (stored.status, stored.attempts) == (FlowStatus.DELIVERED, 2)
 
 
-async def test_every_claim_of_a_flow_counts_one_more_attempt() -> None:
+async def test_every_claim_of_a_flow_counts_one_more_attempt(clock: ManualClock) -> None:
     # Given a flow with 3 recorded attempts, re-driven once by the compensator
     store = MemoryTaskStore()
-    _, flow = await stored_flow(store, overdue_ms=60_000, attempts=3)
+    _, flow = await stale_flow(store, clock, overdue_ms=60_000, attempts=3)
     redriven: list[Flow] = []
-    await compensator(store, lambda t, f: redriven.append(f)).run_once()
+    await compensator(store, lambda t, f: redriven.append(f), clock).run_once()
     # When that re-drive's outcome is lost too, and the lease ends
-    lapsed = await store.lease_stale_flows(shard_of_task_id(flow.task_id), CLOCK.now_ms() + LEASE_MS, LEASE_MS, 10)
+    clock.advance(LEASE_MS)
+    lapsed = await store.lease_stale_flows(shard_of_task_id(flow.task_id), clock.now_ms(), LEASE_MS, 10)
     # Then each claim is one more possible attempt
     assert [f.attempts for f in redriven] == [4]
     assert [f.attempts for f, _ in lapsed] == [5]
 
 
-async def test_a_lost_at_most_once_attempt_is_closed_unknown_and_never_resent() -> None:
+async def test_a_lost_at_most_once_attempt_is_closed_unknown_and_never_resent(clock: ManualClock) -> None:
     store = MemoryTaskStore()
-    _, flow = await stored_flow(
-        store, overdue_ms=60_000, attempts=1, status=FlowStatus.SENDING, delivery=DeliveryMode.AT_MOST_ONCE
+    _, flow = await stale_flow(
+        store, clock, overdue_ms=60_000, attempts=1, status=FlowStatus.SENDING, delivery=DeliveryMode.AT_MOST_ONCE
     )
     redriven: list[Flow] = []
 
-    assert await compensator(store, lambda t, f: redriven.append(f)).run_once() == 1
+    assert await compensator(store, lambda t, f: redriven.append(f), clock).run_once() == 1
 
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert redriven == []
     assert stored is not None and (stored.status, stored.attempts) == (FlowStatus.UNKNOWN, 1)
 
 
-async def test_a_flow_of_a_deleted_task_is_cancelled_not_sent() -> None:
+async def test_a_flow_of_a_deleted_task_is_cancelled_not_sent(clock: ManualClock) -> None:
     store = MemoryTaskStore()
-    task, flow = await stored_flow(store, overdue_ms=60_000, attempts=1)
+    task, flow = await stale_flow(store, clock, overdue_ms=60_000, attempts=1)
     await store.delete_task(task.id)  # a delete that raced the fire: the flow was not cancelled
     redriven: list[Flow] = []
 
-    await compensator(store, lambda t, f: redriven.append(f)).run_once()
+    await compensator(store, lambda t, f: redriven.append(f), clock).run_once()
 
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert redriven == []
     assert stored is not None and (stored.status, stored.attempts) == (FlowStatus.CANCELLED, 1)
 
 
-async def test_flows_this_node_is_delivering_and_flows_not_yet_stale_are_left_alone() -> None:
+async def test_flows_this_node_is_delivering_and_flows_not_yet_stale_are_left_alone(clock: ManualClock) -> None:
     store = MemoryTaskStore()
-    _, busy = await stored_flow(store, overdue_ms=60_000)
-    _, fresh = await stored_flow(store, overdue_ms=1_000)
+    _, busy = await stale_flow(store, clock, overdue_ms=60_000)
+    _, fresh = await stale_flow(store, clock, overdue_ms=1_000)
     redriven: list[Flow] = []
 
-    await compensator(store, lambda t, f: redriven.append(f), busy=lambda: {busy.id}).run_once()
+    await compensator(store, lambda t, f: redriven.append(f), clock, busy=lambda: {busy.id}).run_once()
 
     assert redriven == []
     stored = await store.get_flow(fresh.task_id, fresh.scheduled_at_ms)
     assert stored is not None and stored.next_attempt_at_ms == fresh.next_attempt_at_ms
 
 
-async def test_a_fenced_node_claims_nothing() -> None:
+async def test_a_fenced_node_claims_nothing(clock: ManualClock) -> None:
     store = MemoryTaskStore()
-    _, flow = await stored_flow(store, overdue_ms=60_000)
+    _, flow = await stale_flow(store, clock, overdue_ms=60_000)
     redriven: list[Flow] = []
 
-    assert await compensator(store, lambda t, f: redriven.append(f), fence=lambda now_ms: False).run_once() == 0
+    assert await compensator(store, lambda t, f: redriven.append(f), clock, fence=lambda now_ms: False).run_once() == 0
 
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert redriven == []

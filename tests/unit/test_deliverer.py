@@ -1,4 +1,9 @@
-"""The Deliverer on the memory store with the transport twin: fencing, cancelled flows, throttling, apps."""
+"""The Deliverer on the memory store with the transport twin: fencing, cancelled flows, throttling, apps.
+
+Time is the test's: the deliverer's clock is a ManualClock moved by the test, its backoff draws no
+jitter (a retry is due at once: its timer runs on the event loop, not on the clock), its outcomes are
+written one by one (no flush interval), and every wait is for an event or for loop turns, never for
+wall-clock time."""
 
 from __future__ import annotations
 
@@ -9,8 +14,20 @@ from typing import Any
 
 import pytest
 
-from tests.delivery_fakes import APP, CLOCK, SETTINGS, attempts_of, scripted, stored_flow
+from tests.delivery_fakes import (
+    APP,
+    CLOCK,
+    SETTINGS,
+    NoJitter,
+    attempts_of,
+    delivered_all,
+    scripted,
+    settle,
+    stored_flow,
+    turns_until,
+)
 from tests.observers import RecordingObserver
+from tjobs.clock import ManualClock
 from tjobs.delivery.allow_list import AllowList
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
@@ -40,13 +57,18 @@ def store() -> MemoryTaskStore:
 
 
 @pytest.fixture
-async def build(store: MemoryTaskStore) -> AsyncIterator[Build]:
+def clock() -> ManualClock:
+    return ManualClock(CLOCK.now_ms())
+
+
+@pytest.fixture
+async def build(store: MemoryTaskStore, clock: ManualClock) -> AsyncIterator[Build]:
     built: list[Deliverer] = []
 
     async def make(transport: RecordingTransport, **kwargs: Any) -> Deliverer:
         limiter = kwargs.pop("limiter", None) or AppLimiter(SETTINGS.global_max_in_flight)
-        kwargs.setdefault("flush_interval_s", 0.01)
-        deliverer = Deliverer(store, transport, limiter, SETTINGS, CLOCK, **kwargs)
+        kwargs.setdefault("flush_batch", 1)  # each outcome written at once, not after a flush interval
+        deliverer = Deliverer(store, transport, limiter, SETTINGS, clock, NoJitter(), **kwargs)
         await deliverer.start()
         built.append(deliverer)
         return deliverer
@@ -62,15 +84,6 @@ async def _stored(store: MemoryTaskStore, flow_id: str) -> Flow:
     return flow
 
 
-async def _settled(deliverer: Deliverer, timeout_s: float = 5.0) -> None:
-    """Wait until nothing is queued, sent, waiting for a retry or unwritten."""
-    for _ in range(int(timeout_s / 0.01)):
-        if not deliverer.in_flight_count():
-            return
-        await asyncio.sleep(0.01)
-    raise TimeoutError(f"still in flight: {deliverer.in_flight()}")
-
-
 # ---- fencing -------------------------------------------------------------------------------------
 
 
@@ -82,7 +95,7 @@ async def test_a_node_whose_fence_is_closed_sends_nothing_and_leaves_the_flow_to
     task, flow = await stored_flow(store)
 
     deliverer.submit(CallbackJob(task, flow, APP))
-    await _settled(deliverer)
+    await delivered_all(deliverer)
 
     assert transport.requests == []
     stored = await _stored(store, flow.id)
@@ -93,18 +106,21 @@ async def test_a_node_whose_fence_is_closed_sends_nothing_and_leaves_the_flow_to
     )
 
 
-async def test_a_fence_closing_between_attempts_stops_the_retries(store: MemoryTaskStore, build: Build) -> None:
+async def test_a_fence_closing_between_attempts_stops_the_retries(
+    store: MemoryTaskStore, build: Build, clock: ManualClock
+) -> None:
     # Given a flow whose first attempt fails while the node still holds its lease
-    fence_open = True
+    lease_ends_ms = clock.now_ms() + 10_000
     transport = scripted(500, then=200)
-    deliverer = await build(transport, fence=lambda now_ms: fence_open)
+    transport.hold = asyncio.Event()  # the receiver sits on the attempt until released
+    deliverer = await build(transport, fence=lambda now_ms: now_ms < lease_ends_ms)
     task, flow = await stored_flow(store)
     deliverer.submit(CallbackJob(task, flow, APP))
     await transport.wait_for(1)
     # When the lease expires (a SIGSTOP outlived it) before the retry is due
-    fence_open = False
-    await asyncio.sleep(0.3)
-    await _settled(deliverer)
+    clock.advance(10_000)
+    transport.hold.set()  # attempt 1 answers 500: its retry is due at once
+    await delivered_all(deliverer)
     # Then the retry is never sent; the recorded outcome says what was sent, for the new owner
     assert attempts_of(transport) == [1]
     stored = await _stored(store, flow.id)
@@ -114,16 +130,19 @@ async def test_a_fence_closing_between_attempts_stops_the_retries(store: MemoryT
 # ---- cancelled flows ---------------------------------------------------------------------------
 
 
-async def test_a_retry_of_a_flow_cancelled_meanwhile_is_not_sent(store: MemoryTaskStore, build: Build) -> None:
+async def test_a_retry_of_a_flow_cancelled_meanwhile_is_not_sent(
+    store: MemoryTaskStore, build: Build, clock: ManualClock
+) -> None:
     transport = scripted(500, then=200)
+    transport.hold = asyncio.Event()  # attempt 1 is under way until released
     deliverer = await build(transport, status_reader=store)
     task, flow = await stored_flow(store)
     deliverer.submit(CallbackJob(task, flow, APP))
     await transport.wait_for(1)
 
-    assert await store.delete_task_cancelling_flows(task.id, CLOCK.now_ms())  # a DELETE on any node
-    await asyncio.sleep(0.3)
-    await _settled(deliverer)
+    assert await store.delete_task_cancelling_flows(task.id, clock.now_ms())  # a DELETE on any node
+    transport.hold.set()  # attempt 1 answers 500: its retry is due at once
+    await delivered_all(deliverer)
 
     assert attempts_of(transport) == [1]
     assert (await _stored(store, flow.id)).status is FlowStatus.CANCELLED
@@ -135,12 +154,12 @@ async def test_only_a_retry_reads_the_flow_first(store: MemoryTaskStore, build: 
     deliverer = await build(transport, status_reader=reader)
     first_task, first = await stored_flow(store)
     deliverer.submit(CallbackJob(first_task, first, APP))
-    await _settled(deliverer)
+    await delivered_all(deliverer)
     assert reader.reads == 0  # a first attempt (the fire path) costs no read
 
     task, flow = await stored_flow(store)
     deliverer.submit(CallbackJob(task, flow, APP))
-    await _settled(deliverer)
+    await delivered_all(deliverer)
 
     assert attempts_of(transport) == [1, 1, 2] and reader.reads == 1
     assert (await _stored(store, flow.id)).status is FlowStatus.DELIVERED
@@ -165,10 +184,10 @@ async def test_waiting_for_the_apps_concurrency_cap_is_counted_as_concurrency_th
         task, flow = await stored_flow(store, app=app)
         deliverer.submit(CallbackJob(task, flow, app))
     await transport.wait_for(1)
-    await asyncio.sleep(0.05)
+    await settle()  # the other two had every chance to start
     assert len(transport.requests) == 1
     transport.hold.set()
-    await _settled(deliverer)
+    await delivered_all(deliverer)
     # Then all three are delivered, and the two that waited for the cap are counted
     assert len(transport.requests) == 3
     assert throttled == [("one-at-a-time", "concurrency")] * 2
@@ -182,7 +201,7 @@ async def test_a_callback_that_never_waits_is_not_counted(store: MemoryTaskStore
     for _ in range(3):
         task, flow = await stored_flow(store)
         deliverer.submit(CallbackJob(task, flow, APP))
-    await _settled(deliverer)
+    await delivered_all(deliverer)
     assert throttled == []
 
 
@@ -190,51 +209,57 @@ async def test_a_callback_that_never_waits_is_not_counted(store: MemoryTaskStore
 
 
 class CountingApps(AppDirectory):
-    """The node's app directory over the memory store, its store reads counted."""
+    """The node's app directory over the memory store, its store reads counted; a read answers once
+    ``answer`` is set (set from the start unless the test holds it)."""
 
-    def __init__(self, store: MemoryTaskStore, fail: bool = False) -> None:
-        super().__init__(store, CLOCK)
+    def __init__(self, store: MemoryTaskStore, clock: ManualClock, fail: bool = False) -> None:
+        super().__init__(store, clock)
         self.store_reads = 0
         self.fail = fail
+        self.answer = asyncio.Event()
+        self.answer.set()
 
     async def _read(self, app_id: str) -> App:
         self.store_reads += 1
-        await asyncio.sleep(0.02)  # a database round trip: the burst arrives meanwhile
+        await self.answer.wait()  # a database round trip
         if self.fail:
             raise OSError("database unreachable")
         return await super()._read(app_id)
 
 
 async def test_a_burst_of_flows_of_a_cold_app_is_delivered_after_one_app_read(
-    store: MemoryTaskStore, build: Build
+    store: MemoryTaskStore, build: Build, clock: ManualClock
 ) -> None:
     # Given an app the node has not cached
     await store.put_app(APP)
-    apps = CountingApps(store)
+    apps = CountingApps(store, clock)
+    apps.answer.clear()  # the read is under way while the burst arrives
     transport = scripted()
     deliverer = await build(transport, apps=apps)
     # When ten of its flows are handed over at once
     for _ in range(10):
         deliverer.deliver(*await stored_flow(store))
+    await settle()
+    apps.answer.set()
     # Then the app is read once and every flow is delivered
     await transport.wait_for(10)
-    await _settled(deliverer)
+    await delivered_all(deliverer)
     assert apps.store_reads == 1
     assert len(transport.requests) == 10
 
 
 async def test_a_flow_whose_app_cannot_be_read_stays_pending_for_the_compensator(
-    store: MemoryTaskStore, build: Build, caplog: pytest.LogCaptureFixture
+    store: MemoryTaskStore, build: Build, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     transport = scripted()
-    deliverer = await build(transport, apps=CountingApps(store, fail=True))
+    deliverer = await build(transport, apps=CountingApps(store, clock, fail=True))
     task, flow = await stored_flow(store)
     with caplog.at_level(logging.ERROR, logger="tjobs.delivery.deliverer"):
         deliverer.deliver(task, flow)
-        for _ in range(100):
-            if any(getattr(r, "action", None) == "delivery_deferred" for r in caplog.records):
-                break
-            await asyncio.sleep(0.01)
+        await turns_until(
+            lambda: any(getattr(r, "action", None) == "delivery_deferred" for r in caplog.records),
+            "logged delivery_deferred",
+        )
     assert [
         getattr(r, "flow_id", None) for r in caplog.records if getattr(r, "action", None) == "delivery_deferred"
     ] == [flow.id]

@@ -1,6 +1,10 @@
 """Flows whose callback names an executor pool, on the deliverer with the transport twin and the embedded
 registry: which executors get each attempt, failover within a flow, broadcast, zones, shards, the
-circuit breaker, and a pool with no executor (the flow waits, unspent, and dies only past max age)."""
+circuit breaker, and a pool with no executor (the flow waits, unspent, and dies only past max age).
+
+Time is the test's: the deliverer's clock (which the breakers judge by) is a ManualClock, its backoff
+draws no jitter (retries and waits for executors are due at once: their timers run on the event loop,
+not on the clock), outcomes are written one by one, and a slow receiver is one held until released."""
 
 from __future__ import annotations
 
@@ -14,13 +18,15 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from tests.delivery_fakes import APP, CLOCK, SETTINGS, stored_flow
+from tests.delivery_fakes import APP, CLOCK, SETTINGS, NoJitter, delivered_all, settle, stored_flow, turns_until
+from tjobs.clock import ManualClock
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.model import Flow, FlowStatus, Task, parse_flow_id
+from tjobs.pools.breaker import BASE_MS as BREAKER_BASE_MS
 from tjobs.pools.model import Executor
 from tjobs.specs import CallbackSpec
 from tjobs.specs.pool import PoolRoute, parse_pool_route
@@ -28,18 +34,20 @@ from tjobs.stores.memory import MemoryTaskStore
 
 
 class Rig:
-    def __init__(self, store: MemoryTaskStore, registry: LocalCoordinator, transport: RecordingTransport) -> None:
+    def __init__(self, store: MemoryTaskStore, registry: LocalCoordinator, clock: ManualClock) -> None:
         self.store = store
         self.registry = registry
-        self.transport = transport
-        self.dispatcher = PoolDispatcher(registry, transport)
+        self.clock = clock
+        self.transport = RecordingTransport(SETTINGS, clock)
+        self.dispatcher = PoolDispatcher(registry, self.transport)
         self.deliverer = Deliverer(
             store,
-            transport,
+            self.transport,
             AppLimiter(SETTINGS.global_max_in_flight),
             SETTINGS,
-            CLOCK,
-            flush_interval_s=0.01,
+            clock,
+            NoJitter(),
+            flush_batch=1,
             status_reader=store,
             pools=self.dispatcher,
         )
@@ -62,12 +70,8 @@ class Rig:
         assert found is not None
         return found
 
-    async def settled(self, timeout_s: float = 5.0) -> None:
-        for _ in range(int(timeout_s / 0.01)):
-            if not self.deliverer.in_flight_count():
-                return
-            await asyncio.sleep(0.01)
-        raise TimeoutError(f"still in flight: {self.deliverer.in_flight()}")
+    async def settled(self) -> None:
+        await delivered_all(self.deliverer)
 
     def executor_ids(self) -> list[str]:
         """The executor of every attempt made (refused ones included), in completion order."""
@@ -76,7 +80,7 @@ class Rig:
 
 @pytest.fixture
 async def rig() -> AsyncIterator[Rig]:
-    made = Rig(MemoryTaskStore(), LocalCoordinator(4), RecordingTransport(SETTINGS, CLOCK))
+    made = Rig(MemoryTaskStore(), LocalCoordinator(4), ManualClock(CLOCK.now_ms()))
     await made.deliverer.start()
     yield made
     await made.deliverer.stop(1.0)
@@ -114,9 +118,11 @@ async def test_one_fails_over_to_another_executor_within_the_same_flow(rig: Rig)
 async def test_all_reaches_every_executor_and_drops_one_that_left_instead_of_retrying_it(rig: Rig) -> None:
     executors = await rig.executors(3)
     rig.transport.script(Answer(500), then=Answer(500), url=executors[1].address)
+    rig.transport.hold = asyncio.Event()  # the receivers sit on the attempt until released
     flow = await rig.fire({"name": "workers", "mode": "all"})
     await rig.transport.wait_for(3)
     await rig.registry.deregister_executor(APP.id, "workers", "e1")  # it leaves before its retry
+    rig.transport.hold.set()  # e1 answers 500: its retry is due at once
     await rig.settled()
     assert sorted(rig.executor_ids()) == ["e0", "e1", "e2"]  # each once: e1 is not retried
     stored = await rig.stored(flow)
@@ -127,6 +133,9 @@ async def test_all_retries_only_the_executors_that_did_not_answer_2xx(rig: Rig) 
     executors = await rig.executors(3)
     rig.transport.script(Answer(503), url=executors[2].address)
     await rig.fire({"name": "workers", "mode": "all"})
+    # e2's 503 opens its circuit: the flow waits for it, spending nothing, until its backoff has passed
+    await turns_until(lambda: len(rig.transport.exchanges) == 3 and rig.dispatcher.waits >= 1, "waiting for e2")
+    rig.clock.advance(BREAKER_BASE_MS)
     await rig.settled()
     assert Counter(rig.executor_ids()) == Counter({"e0": 1, "e1": 1, "e2": 2})
 
@@ -171,7 +180,8 @@ async def test_sharded_items_of_an_executor_that_dies_mid_flow_go_to_a_live_one_
 
 async def test_a_pool_without_executors_waits_without_spending_attempts_until_one_registers(rig: Rig) -> None:
     flow = await rig.fire("workers")
-    await asyncio.sleep(0.2)  # several waits (20-40 ms backoff)
+    await turns_until(lambda: rig.dispatcher.waits >= 2, "waited twice")  # each wait due at once (no jitter)
+    await settle()  # its outcome written
     stored = await rig.stored(flow)
     assert rig.transport.requests == []
     assert (stored.status, stored.attempts) == (FlowStatus.PENDING, 0)
@@ -201,7 +211,7 @@ async def test_an_executor_answering_503_is_skipped_while_its_circuit_is_open(ri
         await rig.settled()
     ids = rig.executor_ids()
     assert ids.count("e0") == 1  # once, then skipped for its backoff (1 s): the others took every fire
-    assert rig.dispatcher.breakers.is_open((APP.id, "workers", "e0"), CLOCK.now_ms())
+    assert rig.dispatcher.breakers.is_open((APP.id, "workers", "e0"), rig.clock.now_ms())
 
 
 def test_a_task_in_a_pool_reads_back_from_its_stored_json() -> None:
@@ -232,13 +242,14 @@ async def fires_of_one_task(rig: Rig, route: dict[str, Any], count: int) -> tupl
 
 
 async def test_skip_if_running_skips_a_fire_while_the_previous_one_runs(rig: Rig) -> None:
-    executors = await rig.executors(2)
-    for executor in executors:
-        rig.transport.script(Answer(200, delay_s=0.3), then=Answer(200), url=executor.address)
+    await rig.executors(2)
+    rig.transport.hold = asyncio.Event()  # a slow receiver: it answers when released
     task, (first, second) = await fires_of_one_task(rig, {"name": "workers", "overlap": "skip_if_running"}, 2)
     rig.deliverer.submit(CallbackJob(task, first, APP))
-    await asyncio.sleep(0.05)  # the first is in its (slow) attempt
+    await rig.transport.wait_for(1)  # the first is in its (slow) attempt
     rig.deliverer.submit(CallbackJob(task, second, APP))
+    await settle()
+    rig.transport.hold.set()
     await rig.settled()
     assert [r.headers["webhook-id"] for r in rig.transport.requests] == [first.id]
     skipped = await rig.stored(second)
@@ -248,13 +259,14 @@ async def test_skip_if_running_skips_a_fire_while_the_previous_one_runs(rig: Rig
 
 
 async def test_queue_one_runs_the_next_fire_after_the_running_one_and_skips_a_third(rig: Rig) -> None:
-    executors = await rig.executors(2)
-    for executor in executors:
-        rig.transport.script(Answer(200, delay_s=0.3), then=Answer(200), url=executor.address)
+    await rig.executors(2)
+    rig.transport.hold = asyncio.Event()  # a slow receiver: it answers when released
     task, flows = await fires_of_one_task(rig, {"name": "workers", "overlap": "queue_one"}, 3)
     for flow in flows:
         rig.deliverer.submit(CallbackJob(task, flow, APP))
-        await asyncio.sleep(0.02)
+        await settle()
+    assert len(rig.transport.requests) == 1  # the second waits while the first runs
+    rig.transport.hold.set()
     await rig.settled()
     sent = [e.request.headers["webhook-id"] for e in rig.transport.exchanges]
     assert sent == [flows[0].id, flows[1].id]  # one after the other, never together
@@ -263,12 +275,12 @@ async def test_queue_one_runs_the_next_fire_after_the_running_one_and_skips_a_th
 
 
 async def test_allow_lets_fires_of_one_task_overlap(rig: Rig) -> None:
-    executors = await rig.executors(2)
-    for executor in executors:
-        rig.transport.script(Answer(200, delay_s=0.3), then=Answer(200), url=executor.address)
+    await rig.executors(2)
+    rig.transport.hold = asyncio.Event()  # a slow receiver: it answers when released
     task, flows = await fires_of_one_task(rig, {"name": "workers"}, 2)
     for flow in flows:
         rig.deliverer.submit(CallbackJob(task, flow, APP))
     await rig.transport.wait_for(2)  # both in flight at once
+    rig.transport.hold.set()
     await rig.settled()
     assert {(await rig.stored(flow)).status for flow in flows} == {FlowStatus.DELIVERED}

@@ -4,6 +4,10 @@ A changed target applies to the next attempt (through this node at once, from an
 directory's entry expires); a multicast of targets retries only the one that failed; a target gone
 dead-letters naming it; the retry budget follows task > target > node; inline callbacks never ask
 the directory.
+
+Time is the test's: one ManualClock for the deliverer, the transports and the directory; no jitter
+(a retry is due at once: its timer runs on the event loop, not on the clock); outcomes written one by
+one; every wait is for an event or for loop turns.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.delivery_fakes import APP, CLOCK, SETTINGS, stored_flow
+from tests.delivery_fakes import APP, CLOCK, SETTINGS, NoJitter, delivered_all, settle, stored_flow
 from tests.observers import RecordingObserver
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import Deliverer
@@ -63,10 +67,10 @@ class Rig:
     def __init__(self, store: MemoryTaskStore, directory: TargetDirectory, clock: ManualClock) -> None:
         self.store = store
         self.directory = directory
-        self.clock = clock  # the directory's clock: moves only when told
-        self.http = RecordingTransport(SETTINGS, CLOCK)
-        self.amqp = RecordingTransport(SETTINGS, CLOCK)
-        self.nats = RecordingTransport(SETTINGS, CLOCK)
+        self.clock = clock  # the deliverer's, the transports' and the directory's: moves only when told
+        self.http = RecordingTransport(SETTINGS, clock)
+        self.amqp = RecordingTransport(SETTINGS, clock)
+        self.nats = RecordingTransport(SETTINGS, clock)
         self.router = ProtocolRouter(
             self.http,
             SETTINGS,
@@ -83,10 +87,11 @@ class Rig:
             self.router,
             AppLimiter(SETTINGS.global_max_in_flight),
             SETTINGS,
-            CLOCK,
+            self.clock,
+            NoJitter(),
             apps=Apps(),
             observer=self.observer,
-            flush_interval_s=0.01,
+            flush_batch=1,
             status_reader=self.store,
             **kwargs,
         )
@@ -104,21 +109,17 @@ class Rig:
     async def settled(self) -> None:
         """Until nothing is queued, sent, waiting for a retry or unwritten."""
         assert self.deliverer is not None
-        for _ in range(500):
-            if not self.deliverer.in_flight_count():
-                return
-            await asyncio.sleep(0.01)
-        raise TimeoutError(f"still in flight: {self.deliverer.in_flight()}")
+        await delivered_all(self.deliverer)
 
     async def until(self, flow: Flow, status: FlowStatus) -> Flow:
         """Until the stored flow is in ``status`` (its targets may be read first: not in flight yet)."""
-        for _ in range(500):
+        for _ in range(10_000):  # loop turns, no wall time
             found = await self.store.get_flow(*parse_flow_id(flow.id))
             if found is not None and found.status is status:
                 await self.settled()
                 return found
-            await asyncio.sleep(0.01)
-        raise TimeoutError(f"flow {flow.id} never became {status.value}")
+            await asyncio.sleep(0)
+        raise AssertionError(f"flow {flow.id} never became {status.value}")
 
 
 @pytest.fixture
@@ -264,8 +265,7 @@ async def test_a_flow_whose_targets_cannot_be_read_now_stays_pending_for_the_com
 
     deliverer.deliver(task, flow)
     await asyncio.wait_for(asked.wait(), 5)
-    for _ in range(20):  # the lookup's failure handled
-        await asyncio.sleep(0)
+    await settle()  # the lookup's failure handled
     await rig.settled()
 
     assert rig.amqp.exchanges == []
