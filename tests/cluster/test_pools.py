@@ -218,11 +218,15 @@ async def test_a_killed_executor_fails_over_drops_out_after_its_ttl_and_its_item
     await start_executors(cluster, api, executors, ids)
     start = now_ms() + 8000  # registering the tasks takes a few seconds on a loaded machine
     instants = [start + 1000 * i for i in range(12)]
-    single = await pool_tasks(api, cluster, {"path": "/one"}, [start + 250 * i for i in range(48)])
+    # A burst of `one` fires lands between the kill (start + 2.2 s) and the next broadcast (start + 3 s):
+    # ten fires over two nodes' round robins of five reach e0 on at least one node before a broadcast
+    # or sharded send to e0 opens its breaker there (after which `one` skips e0 and never fails over).
+    burst = [start + 2400 + 25 * i for i in range(10)]
+    single = await pool_tasks(api, cluster, {"path": "/one"}, [start + 250 * i for i in range(48)] + burst)
     broadcast = await pool_tasks(api, cluster, {"mode": "all", "path": "/all"}, instants)
     sharded = await pool_tasks(api, cluster, {"mode": "sharded", "shard_total": 10, "path": "/shard"}, instants)
     assert now_ms() < start, "the tasks were not all registered before the first fire"
-    await asyncio.sleep(max(start + 2500 - now_ms(), 0) / 1000)
+    await asyncio.sleep(max(start + 2200 - now_ms(), 0) / 1000)
     executors.kill("e0")
     killed_ms = now_ms()
 
