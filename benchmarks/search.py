@@ -1,0 +1,209 @@
+"""Search across shards at scale: task and flow searches over many stored tasks and flows (issue 16).
+
+::
+
+    python -m benchmarks search --storage mysql+asyncmy://root@127.0.0.1:3306 --tasks 1000000 --flows-per-task 10
+
+It migrates a fresh ``tjbench_<hex>`` prefix (topology 8x4x16, 512 shards; dropped afterwards unless
+``--keep``), writes ``--tasks`` tasks of ``--apps`` apps (names ``order-<n>``, every status and kind)
+and ``--flows-per-task`` flows each (every status, instants over a week), straight into the shard
+tables, then times :class:`tjobs.service.search.SearchService` (the store and the merge, no HTTP):
+each search's first page and a page ``--depth`` pages in, ``--samples`` times, p50 and p99 in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import random
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from sharding import TaskIdGenerator, shard_for_key
+from tjobs.model import DeliveryMode, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
+from tjobs.service.cursors import Page
+from tjobs.service.search import SearchService
+from tjobs.settings import StorageSettings
+from tjobs.specs import AtSpec, CallbackSpec, CronSpec, IntervalSpec, ScheduleKind, ScheduleSpec
+from tjobs.stores.migrate import migrate
+from tjobs.stores.queries import TaskQuery
+from tjobs.stores.schema import task_to_row
+from tjobs.stores.sql_layout import create_engine_for
+from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+from tjobs.testing.databases import drop_databases
+
+NOW_MS = 1_800_000_000_000
+WEEK_MS = 7 * 86_400_000
+SCHEDULES: tuple[ScheduleSpec, ...] = (
+    IntervalSpec(60_000, NOW_MS),
+    CronSpec("0 9 * * *", "Asia/Shanghai"),
+    AtSpec(NOW_MS + 3_600_000),
+)
+BATCH = 2_000
+
+
+def _task(task_id: int, app_id: str, n: int, key: str | None = None) -> Task:
+    return Task(
+        task_id,
+        app_id,
+        f"order-{n}",
+        key,
+        SCHEDULES[n % len(SCHEDULES)],
+        CallbackSpec(("https://receiver.example/hook",)),
+        {"n": n},
+        MisfirePolicy.FIRE_NOW,
+        DeliveryMode.AT_LEAST_ONCE,
+        list(TaskStatus)[n % 3],
+        NOW_MS,
+        1,
+        0,
+        NOW_MS,
+        NOW_MS,
+    )
+
+
+async def seed(
+    store: SQLAlchemyTaskStore, settings: StorageSettings, tasks: int, flows_per_task: int, apps: int
+) -> list[Task]:
+    """Write the tasks and their flows shard by shard, ``BATCH`` rows a statement; return a sample."""
+    rng = random.Random(1)
+    engines: dict[str, AsyncEngine] = {}
+    shards = store.topology.shard_count
+    statuses = list(FlowStatus)
+    sample: list[Task] = []
+    per_shard = -(-tasks // shards)
+    for shard in range(shards):
+        home = store.layout.shards[shard]
+        made = [
+            _task((((n + 1) << 10 | shard) << 12) | rng.randrange(4096), f"app-{n % apps}", n)
+            for n in range(shard * per_shard, min(tasks, (shard + 1) * per_shard))
+        ]
+        if not made:
+            continue
+        sample.append(made[0])
+        flows = [
+            {
+                "task_id": task.id,
+                "scheduled_at": NOW_MS - rng.randrange(WEEK_MS),
+                "app_id": task.app_id,
+                "kind": FlowKind.SCHEDULED.value,
+                "status": statuses[rng.randrange(len(statuses))].value,
+                "attempts": rng.randrange(3),
+                "missed": 0,
+                "created_at": NOW_MS,
+                "updated_at": NOW_MS,
+            }
+            for task in made
+            for _ in range(flows_per_task)
+        ]
+        url = home.database.engine_url
+        engine = engines.setdefault(url, create_engine_for(url, settings))
+        async with engine.begin() as conn:
+            rows = [task_to_row(task) for task in made]
+            for start in range(0, len(rows), BATCH):
+                await conn.execute(insert(home.tasks), rows[start : start + BATCH], execution_options=home.options)
+            unique = {(f["task_id"], f["scheduled_at"]): f for f in flows}
+            rows = list(unique.values())
+            for start in range(0, len(rows), BATCH):
+                await conn.execute(insert(home.flows), rows[start : start + BATCH], execution_options=home.options)
+    for engine in engines.values():
+        await engine.dispose()
+    return sample
+
+
+async def timed(samples: int, call: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    spent: list[float] = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        await call()
+        spent.append((time.perf_counter() - started) * 1000)
+    spent.sort()
+    return spent[len(spent) // 2], spent[min(len(spent) - 1, int(len(spent) * 0.99))]
+
+
+async def run(args: argparse.Namespace) -> None:
+    prefix = f"tjbench_{secrets.token_hex(3)}"
+    settings = StorageSettings(urls=[args.storage], topology="8x4x16", database_prefix=prefix)
+    await migrate(settings)
+    store = SQLAlchemyTaskStore(settings)
+    await store.start()
+    try:
+        started = time.perf_counter()
+        sample = await seed(store, settings, args.tasks, args.flows_per_task, args.apps)
+        seeded_s = time.perf_counter() - started
+        print(f"seeded {args.tasks:,} tasks, {args.tasks * args.flows_per_task:,} flows in {seeded_s:.0f} s")
+        search = SearchService(store, store.topology)
+        task = sample[len(sample) // 2]
+        key_shard = shard_for_key("app-1", "bench-key", store.topology.shard_count)
+        keyed = _task(TaskIdGenerator(store.topology.shard_count).mint(key_shard, NOW_MS), "app-1", -1, "bench-key")
+        await store.insert_task(keyed)
+
+        async def deep(first: Callable[[str | None], Awaitable[Page]]) -> None:
+            cursor = None
+            for _ in range(args.depth):
+                page = await first(cursor)
+                cursor = page.next_cursor
+                if cursor is None:
+                    return
+
+        cases: list[tuple[str, Callable[[str | None], Awaitable[Page]]]] = [
+            ("tasks newest", lambda c: search.tasks(TaskQuery("app-1"), limit=args.limit, cursor=c)),
+            (
+                "tasks name order-12",
+                lambda c: search.tasks(TaskQuery("app-1", name_prefix="order-12"), limit=args.limit, cursor=c),
+            ),
+            (
+                "tasks paused",
+                lambda c: search.tasks(TaskQuery("app-1", status=TaskStatus.PAUSED), limit=args.limit, cursor=c),
+            ),
+            (
+                "tasks cron",
+                lambda c: search.tasks(TaskQuery("app-1", kind=ScheduleKind.CRON), limit=args.limit, cursor=c),
+            ),
+            ("task by key", lambda c: search.tasks(TaskQuery("app-1", key="bench-key"), limit=args.limit, cursor=c)),
+            ("flows newest", lambda c: search.flows("app-1", limit=args.limit, cursor=c)),
+            ("flows dead", lambda c: search.flows("app-1", status="dead", limit=args.limit, cursor=c)),
+            ("flows retrying", lambda c: search.flows("app-1", status="retrying", limit=args.limit, cursor=c)),
+            ("flows of a task", lambda c: search.flows(task.app_id, task_id=task.id, limit=args.limit, cursor=c)),
+            (
+                "flows last hour",
+                lambda c: search.flows(
+                    "app-1", from_ms=NOW_MS - 3_600_000, until_ms=NOW_MS, limit=args.limit, cursor=c
+                ),
+            ),
+        ]
+        print(f"{'search':<22} {'first p50':>10} {'first p99':>10} {'page ' + str(args.depth) + ' p50':>12} {'p99':>8}")
+        for name, first in cases:
+            p50, p99 = await timed(args.samples, functools.partial(first, None))
+            d50, d99 = await timed(max(1, args.samples // args.depth), functools.partial(deep, first))
+            print(f"{name:<22} {p50:>10.1f} {p99:>10.1f} {d50 / args.depth:>12.1f} {d99 / args.depth:>8.1f}")
+    finally:
+        await store.close()
+        if not args.keep:
+            drop_databases(settings)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks search", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--storage", required=True, help="a MariaDB URL (mysql+asyncmy://...) or a SQLite directory URL"
+    )
+    parser.add_argument("--tasks", type=int, default=1_000_000)
+    parser.add_argument("--flows-per-task", type=int, default=10)
+    parser.add_argument("--apps", type=int, default=10)
+    parser.add_argument("--limit", type=int, default=50, help="items per page")
+    parser.add_argument("--samples", type=int, default=100, help="timed first pages per search")
+    parser.add_argument("--depth", type=int, default=10, help="pages walked for the deep figure (per page)")
+    parser.add_argument("--keep", action="store_true", help="keep the databases (named in the output)")
+    args = parser.parse_args(argv)
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
