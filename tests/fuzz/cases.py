@@ -455,5 +455,449 @@ def body_cases() -> list[Case]:
     return cases
 
 
+# ---- the endpoints added after the table: targets, pools, search, service levels, previews, shards --------
+
+SEEDED_TARGET = "fuzz-hook"  # an HTTP target the fixture creates, for the update cases
+SERVER0 = "{server0}"  # the shard map's first server (memory-0, sqlite-0, 127.0.0.1:3306): the fixture fills it in
+BAD_TARGET_NAMES: list[Any] = [
+    "",
+    "-x",
+    ".x",
+    "a b",
+    "a/b",
+    "x" * 65,
+    "a\u0000b",
+    "\u00e9t\u00e9",
+    1,
+    True,
+    [],
+    {},
+    *DEEP,
+]
+VALID_TARGETS: dict[str, dict[str, Any]] = {
+    "http": {"url": "http://127.0.0.1:9/hook"},
+    "grpc": {"address": "127.0.0.1:50051"},
+    "amqp": {"url": "amqp://127.0.0.1:5672/", "exchange": ""},
+    "nats": {"servers": ["nats://127.0.0.1:4222"], "subject": "fuzz.fires"},
+    "redis_stream": {"url": "redis://127.0.0.1:6379/0", "stream": "fuzz"},
+}
+TARGET_ALLOWED_ADDRESSES = ["127.0.0.1:50051", "127.0.0.1:5672", "127.0.0.1:4222", "127.0.0.1:6379"]
+BOOLEAN_BAD: list[Any] = ["true", 1, 0, None, [], {}, *DEEP]
+NOT_ALLOWED_HOST = "10.0.0.9"  # private and not in the node's targets.allowed_addresses
+
+# (path in the create body, bad values, the protocol whose settings it belongs to or None)
+TARGET_FIELDS: list[tuple[str, list[Any], str | None]] = [
+    ("name", BAD_TARGET_NAMES, None),
+    ("protocol", [*ENUM_BAD, "HTTP", "smtp"], None),
+    ("settings", [None, "http://127.0.0.1:9/", 1, [], {}, *DEEP], None),
+    ("retry", ["x", 1, [], {"nope": 1}, *DEEP], None),
+    ("retry.max_attempts", [*INTEGER_BAD, 0, 51], None),
+    ("retry.max_age_s", [*INTEGER_BAD, 0, 30 * 86_400 + 1], None),
+    ("retry.backoff_base_ms", [*INTEGER_BAD, 0, 3_600_001], None),
+    ("retry.backoff_max_ms", [*INTEGER_BAD, 0, 86_400_001], None),
+    ("credentials", [[], "k=v", {"k": 1}, {"k": "a\u0000b"}, {"k": "a\rb"}, {"k": "v" * 4097}, *DEEP], None),
+    ("settings.url", [*URL_BAD, f"http://{NOT_ALLOWED_HOST}/", "http://169.254.169.254/"], "http"),
+    ("settings.urls", [[], "http://127.0.0.1:9/", [1], ["ftp://x/"], ["http://127.0.0.1:9/a"] * 11, *DEEP], "http"),
+    ("settings.method", [*ENUM_BAD, "GET"], "http"),
+    ("settings.headers", HEADERS_BAD, "http"),
+    ("settings.timeout_ms", [*INTEGER_BAD, 0, 60_001], "http"),
+    ("settings.nope", [1], "http"),
+    (
+        "settings.address",
+        [
+            "",
+            "nohost",
+            "127.0.0.1:99999",
+            "127.0.0.1:0",
+            "[::1",
+            "a b:1",
+            "x" * 301,
+            f"{NOT_ALLOWED_HOST}:50051",
+            1,
+            [],
+        ],
+        "grpc",
+    ),
+    ("settings.tls", BOOLEAN_BAD, "grpc"),
+    ("settings.deadline_ms", [*INTEGER_BAD, 0, 60_001], "grpc"),
+    (
+        "settings.url",
+        [
+            "",
+            "http://127.0.0.1:5672/",
+            "amqp://u:p@127.0.0.1:5672/",
+            "amqp://127.0.0.1:99999/",
+            f"amqp://{NOT_ALLOWED_HOST}:5672/",
+            "amqp://127.0.0.1:5673/",
+            "amqps://127.0.0.1:5672/?no_verify_ssl=1",  # client options are the node's, never a tenant's
+            "amqp://127.0.0.1:5672/?keyfile=/etc/shadow",
+            "amqp://127.0.0.1:5672/#x",
+            "x" * 2049,
+            1,
+            [],
+            *DEEP,
+        ],
+        "amqp",
+    ),
+    ("settings.exchange", [1, True, [], "x" * 256, "a\u0000b", *DEEP], "amqp"),
+    ("settings.routing_key", [1, [], "x" * 256, "a\u0000b"], "amqp"),
+    ("settings.persistent", BOOLEAN_BAD, "amqp"),
+    ("settings.mandatory", BOOLEAN_BAD, "amqp"),
+    (
+        "settings.servers",
+        [
+            [],
+            "nats://127.0.0.1:4222",
+            [1],
+            [""],
+            ["http://127.0.0.1:4222"],
+            ["nats://u:p@127.0.0.1:4222"],
+            [f"nats://{NOT_ALLOWED_HOST}:4222"],
+            ["nats://127.0.0.1:4222"] * 11,
+            ["nats://127.0.0.1:4222/?x=1"],
+            *DEEP,
+        ],
+        "nats",
+    ),
+    ("settings.subject", ["", "a b", "a.>.b", "a.*", "a..b", "x" * 256, "a\u0000b", 1, [], *DEEP], "nats"),
+    ("settings.stream", [1, "", "a b", "x" * 256, []], "nats"),
+    (
+        "settings.url",
+        [
+            "",
+            "http://127.0.0.1:6379/",
+            "redis://u:p@127.0.0.1:6379/0",
+            "redis://127.0.0.1:99999/0",
+            f"redis://{NOT_ALLOWED_HOST}:6379/0",
+            "redis://127.0.0.1:6379/x",  # redis-py reads a path that is no number as database 0
+            "redis://127.0.0.1:6379/1/2",  # ... and this one as database 12
+            "rediss://127.0.0.1:6379/0?ssl_cert_reqs=none",
+            "redis://127.0.0.1:6379/0?db=5",
+            1,
+            [],
+            *DEEP,
+        ],
+        "redis_stream",
+    ),
+    ("settings.stream", ["", 1, [], "x" * 513, "a\u0000b"], "redis_stream"),
+    ("settings.maxlen", [*INTEGER_BAD, 0, 1_000_000_001], "redis_stream"),
+]
+
+
+def valid_target(protocol: str = "http", name: str = "fuzz-target") -> dict[str, Any]:
+    return {"name": name, "protocol": protocol, "settings": copy.deepcopy(VALID_TARGETS[protocol])}
+
+
+def _target_with(path: str, value: Any, protocol: str | None, name: str) -> dict[str, Any]:
+    made = valid_target(protocol or "http", name)
+    parts = path.split(".")
+    if parts[0] == "retry" and len(parts) > 1:
+        made["retry"] = {}
+    target: dict[str, Any] = made
+    for part in parts[:-1]:
+        target = target[part]
+    if parts == ["settings", "urls"]:
+        target.pop("url", None)
+    target[parts[-1]] = value
+    return made
+
+
+def _expected(value: Any, field: str) -> str:
+    return "body" if isinstance(value, Raw) and value.text in NOT_JSON else field
+
+
+def target_cases() -> list[Case]:
+    cases: list[Case] = []
+    for path, values, protocol in TARGET_FIELDS:
+        for value in values:
+            # each create its own name: one wrongly accepted must not turn the next ones into 409s
+            body = _target_with(path, value, protocol, f"fuzz-target-{len(cases)}")
+            label = f"{protocol or 'http'} {path}={_label(value)}"
+            top = path.split(".")[0]
+            cases.append(Case(f"target create {label}", "POST", "/v1/targets", body, field=_expected(value, top)))
+            # an update's null means "not given" (kept; null credentials clear them), as in a task update
+            if top in ("settings", "retry", "credentials") and protocol in (None, "http") and value is not None:
+                update = {top: body[top]}
+                cases.append(
+                    Case(
+                        f"target update {label}",
+                        "PATCH",
+                        f"/v1/targets/{SEEDED_TARGET}",
+                        update,
+                        field=_expected(value, top),
+                    )
+                )
+    seeded = f"/v1/targets/{SEEDED_TARGET}"
+    cases += [
+        Case("target create unknown field", "POST", "/v1/targets", {**valid_target(), "color": "red"}, field="color"),
+        Case("target create no name", "POST", "/v1/targets", {"protocol": "http", "settings": {}}, field="name"),
+        Case(
+            "target create url and urls",
+            "POST",
+            "/v1/targets",
+            {**valid_target(), "settings": {"url": "http://127.0.0.1:9/", "urls": ["http://127.0.0.1:9/"]}},
+            field="settings",
+        ),
+        Case(
+            "target create settings of another protocol",
+            "POST",
+            "/v1/targets",
+            {"name": "fuzz-target", "protocol": "grpc", "settings": VALID_TARGETS["amqp"]},
+            field="settings",
+        ),
+        Case("target create duplicate name", "POST", "/v1/targets", valid_target(name=SEEDED_TARGET), statuses=(409,)),
+        Case("target update protocol alone", "PATCH", seeded, {"protocol": "grpc"}, field="settings"),
+        Case("target update unknown field", "PATCH", seeded, {"color": "red"}, field="color"),
+        Case("target update name", "PATCH", seeded, {"name": "other"}, field="name"),
+        Case("target update stale version", "PATCH", seeded, {"version": 99, "retry": {}}, statuses=(409,)),
+        *(
+            Case(f"target update version={_label(v)}", "PATCH", seeded, {"version": v}, field=_expected(v, "version"))
+            for v in [v for v in INTEGER_BAD if v != -1]
+        ),
+    ]
+    for bad in ["x" * 65, "-x", "a b", "a\u0000b", "\u00e9", "nope"]:
+        path = f"/v1/targets/{_quote(bad)}"
+        cases += [
+            Case(f"target get {bad!r}", "GET", path, statuses=(404,)),
+            Case(f"target update {bad!r}", "PATCH", path, {"retry": {}}, statuses=(404,)),
+            Case(f"target delete {bad!r}", "DELETE", path, statuses=(404,)),
+        ]
+    for query in ("limit=0", "limit=1001", "limit=abc", "limit=99999999999999999999", "cursor=" + "a" * 201):
+        cases.append(Case(f"targets list {query[:20]}", "GET", f"/v1/targets?{query}"))
+    for cursor in [*BAD_CURSORS, _position_cursor("apps", "fuzz"), _position_cursor("targets", "a b")]:
+        cases.append(
+            Case(f"targets cursor {cursor[:30]!r}", "GET", f"/v1/targets?cursor={_quote(cursor)}", field="cursor")
+        )
+    return cases
+
+
+def _position_cursor(kind: str, *position: Any) -> str:
+    """A well-formed cursor of another listing, or with a position the listing cannot hold."""
+    import json
+
+    return base64.urlsafe_b64encode(json.dumps([kind, *position]).encode()).decode().rstrip("=")
+
+
+BAD_POOL_NAMES = ["P", "-x", "a b", "x" * 64, "a/b", "a\u0000b", "\u00e9"]
+EXECUTOR_FIELDS: list[tuple[str, list[Any]]] = [
+    (
+        "address",
+        [
+            *URL_BAD,
+            f"http://{NOT_ALLOWED_HOST}/",
+            "http://169.254.169.254/",
+            "http://127.0.0.1:9/?q=1",
+            "http://127.0.0.1:9/a#b",
+        ],
+    ),
+    ("id", ["", "-x", "a b", "a/b", "x" * 129, "a\u0000b", 1, True, [], {}, *DEEP]),
+    ("zone", ["a b", "a/b", "x" * 65, "a\u0000b", 1, [], {}, *DEEP]),
+    ("weight", [*INTEGER_BAD, 0, 1001]),
+    ("capacity", [*INTEGER_BAD, 0, 100_001]),
+    ("ttl_s", [*INTEGER_BAD, 0, 1, 301]),
+]
+
+
+def pool_cases() -> list[Case]:
+    valid = {"address": "http://127.0.0.1:9/"}
+    cases: list[Case] = []
+    for name, values in EXECUTOR_FIELDS:
+        for value in values:
+            body = {**valid, name: value}
+            cases.append(
+                Case(
+                    f"executor register {name}={_label(value)}",
+                    "POST",
+                    "/v1/pools/fuzz/executors",
+                    body,
+                    field=_expected(value, name),
+                )
+            )
+    cases += [
+        Case("executor register no address", "POST", "/v1/pools/fuzz/executors", {"zone": "a"}, field="address"),
+        Case("executor register unknown field", "POST", "/v1/pools/fuzz/executors", {**valid, "x": 1}, field="x"),
+        Case("executor register not an object", "POST", "/v1/pools/fuzz/executors", [valid], field="body"),
+    ]
+    for bad in BAD_POOL_NAMES:
+        pool = _quote(bad)
+        cases += [
+            Case(f"executor register pool={bad!r}", "POST", f"/v1/pools/{pool}/executors", valid, field="pool"),
+            Case(f"heartbeat pool={bad!r}", "PUT", f"/v1/pools/{pool}/executors/e1/heartbeat", statuses=(404,)),
+            Case(f"deregister pool={bad!r}", "DELETE", f"/v1/pools/{pool}/executors/e1", statuses=(404,)),
+            Case(f"pool get {bad!r}", "GET", f"/v1/pools/{pool}", statuses=(404,)),
+        ]
+    for bad in ["nope", "x" * 129, "a b", "a\u0000b"]:
+        executor = _quote(bad)
+        cases += [
+            Case(
+                f"heartbeat executor={bad!r}", "PUT", f"/v1/pools/fuzz/executors/{executor}/heartbeat", statuses=(404,)
+            ),
+            Case(f"deregister executor={bad!r}", "DELETE", f"/v1/pools/fuzz/executors/{executor}", statuses=(404,)),
+        ]
+    return cases
+
+
+def search_cases() -> list[Case]:
+    cases: list[Case] = []
+    flow_queries = {
+        "status": ["nope", "DEAD", "", "dead\u0000"],
+        "task_id": ["abc", "-1", "9223372036854775808", "99999999999999999999", "1e3", "\u0663", "", "0x10"],
+        "from": ["tomorrow", "", "2026-13-01T00:00:00Z", "2026-11-21T17:00:00", "99999999999999999999", "-1", "x" * 41],
+        "to": ["tomorrow", "2026-11-21T17:00:00+25:00", "9223372036854775808", "1.5"],
+        "limit": ["0", "1001", "abc", "99999999999999999999"],
+    }
+    for name, values in flow_queries.items():
+        for value in values:
+            query = f"{name}={_quote(value)}"
+            cases.append(Case(f"flows search {query[:40]}", "GET", f"/v1/flows?{query}", field=name))
+    flow_cursors = [
+        *BAD_CURSORS,
+        _position_cursor("tasks", 1),
+        _position_cursor("flows", 1),
+        _position_cursor("flows", "1", 1),
+        _position_cursor("flows", 1, 1 << 63),
+        _position_cursor("flows", -1, 1),
+        _position_cursor("flows", 1, 1, 1),
+    ]
+    for cursor in flow_cursors:
+        cases.append(
+            Case(f"flows search cursor {cursor[:30]!r}", "GET", f"/v1/flows?cursor={_quote(cursor)}", field="cursor")
+        )
+    task_queries = {
+        "key": ["", "x" * 201, "a\u0000b", "a\u001bb"],
+        "name_prefix": ["x" * 201, "a\u0000b"],
+        "status": ["", "ACTIVE", "deleted"],
+        "kind": ["", "CRON", "once"],
+    }
+    for name, values in task_queries.items():
+        for value in values:
+            query = f"{name}={_quote(value)}"
+            cases.append(Case(f"tasks search {query[:40]}", "GET", f"/v1/tasks?{query}", field=name))
+    task_cursors = [
+        _position_cursor("flows", 1, 1),
+        _position_cursor("tasks", "1"),
+        _position_cursor("tasks", 1 << 63),
+        _position_cursor("tasks-by-name", 1),
+        _position_cursor("tasks-by-name", "a", 1 << 63),
+        _position_cursor("apps", "x"),
+    ]
+    for cursor in task_cursors:
+        cases.append(
+            Case(f"tasks search cursor {cursor[:30]!r}", "GET", f"/v1/tasks?cursor={_quote(cursor)}", field="cursor")
+        )
+    cases.append(
+        Case(
+            "tasks by name with a newest-first cursor",
+            "GET",
+            f"/v1/tasks?name_prefix=a&cursor={_position_cursor('tasks', 1)}",
+            field="cursor",
+        )
+    )
+    return cases
+
+
+def slo_cases() -> list[Case]:
+    cases = [
+        Case(f"slo window={w!r}", "GET", f"/v1/slo?window={_quote(w)}", field="window")
+        for w in ["", "1m", "5M", "5 m", "300s", "30d", "7d\u0000", "x" * 100]
+    ]
+    cases += [
+        Case(f"slo admin window={w!r}", "GET", f"/v1/slo?window={_quote(w)}", field="window", admin=True)
+        for w in ["", "1m", "7"]
+    ]
+    cases += [
+        Case("slo admin without window", "GET", "/v1/slo", field="window", admin=True),
+        Case("slo admin app_id too long", "GET", f"/v1/slo?window=5m&app_id={'x' * 65}", field="app_id", admin=True),
+        Case("slo another app's id", "GET", "/v1/slo?window=5m&app_id=someone-else", statuses=(404,)),
+    ]
+    return cases
+
+
+PREVIEW_SCHEDULE_FIELDS = [(path, values, kind) for path, values, kind in TASK_FIELDS if path.startswith("schedule")]
+
+
+def preview_cases() -> list[Case]:
+    valid = {"schedule": dict(VALID_SCHEDULES["cron"]), "count": 3}
+    cases: list[Case] = []
+    for path, values, kind in PREVIEW_SCHEDULE_FIELDS:
+        for value in values:
+            body = with_field({"schedule": {}}, path, value, kind)
+            cases.append(
+                Case(
+                    f"preview {path}={_label(value)}",
+                    "POST",
+                    "/v1/schedules:preview",
+                    body,
+                    field=_expected(value, "schedule"),
+                )
+            )
+    for value in [*INTEGER_BAD, 0, 101]:
+        body = {**valid, "count": value}
+        cases.append(
+            Case(
+                f"preview count={_label(value)}", "POST", "/v1/schedules:preview", body, field=_expected(value, "count")
+            )
+        )
+    epoch_ms_is_fine = [v for v in INSTANT_BAD if type(v) is not int]  # from takes epoch ms too
+    for value in [*epoch_ms_is_fine, -1, 1 << 63, 1.5, Raw("1e400"), "99999999999999999999", "2999-01-01T00:00:00Z"]:
+        body = {**valid, "from": value}
+        cases.append(
+            Case(f"preview from={_label(value)}", "POST", "/v1/schedules:preview", body, field=_expected(value, "from"))
+        )
+    cases += [
+        Case("preview unknown field", "POST", "/v1/schedules:preview", {**valid, "x": 1}, field="x"),
+        Case("preview no schedule", "POST", "/v1/schedules:preview", {"count": 3}, field="schedule"),
+        Case("preview not an object", "POST", "/v1/schedules:preview", [valid], field="body"),
+        Case(
+            "preview text/plain",
+            "POST",
+            "/v1/schedules:preview",
+            content=render(valid).encode(),
+            headers={"content-type": "text/plain"},
+            statuses=(415,),
+        ),
+    ]
+    return cases
+
+
+def shard_cases() -> list[Case]:
+    plan = "/v1/shards:plan"
+    servers_bad: list[Any] = [
+        None,
+        [],
+        "a:1",
+        {},
+        [1],
+        [True],
+        [[]],
+        [""],
+        [SERVER0, ""],
+        [SERVER0, "x" * 300],
+        [SERVER0, SERVER0],
+        [SERVER0, "a:1", "a:1"],
+        ["not-the-first:1"],
+        *DEEP,
+    ]
+    cases = [
+        Case(
+            f"shards plan servers={_label(v)}", "POST", plan, {"servers": v}, field=_expected(v, "servers"), admin=True
+        )
+        for v in servers_bad
+    ]
+    cases += [
+        Case("shards plan unknown field", "POST", plan, {"servers": [SERVER0], "x": 1}, field="x", admin=True),
+        Case("shards plan no servers", "POST", plan, {}, field="servers", admin=True),
+        Case("shards plan not an object", "POST", plan, [SERVER0], field="body", admin=True),
+        Case("shards plan with an app key", "POST", plan, {"servers": [SERVER0]}, statuses=(401, 403)),
+        Case("shards with an app key", "GET", "/v1/shards", statuses=(401, 403)),
+        Case("shards wrong method", "DELETE", "/v1/shards", statuses=(405,), admin=True),
+    ]
+    return cases
+
+
+def later_endpoint_cases() -> list[Case]:
+    return [*target_cases(), *pool_cases(), *search_cases(), *slo_cases(), *preview_cases(), *shard_cases()]
+
+
 def all_cases() -> list[Case]:
-    return [*field_cases(), *app_cases(), *id_cases(), *body_cases()]
+    return [*field_cases(), *app_cases(), *id_cases(), *body_cases(), *later_endpoint_cases()]

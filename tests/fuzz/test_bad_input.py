@@ -14,7 +14,16 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from tests.fuzz.cases import Case, all_cases, render, valid_task
+from tests.fuzz.cases import (
+    SEEDED_TARGET,
+    SERVER0,
+    TARGET_ALLOWED_ADDRESSES,
+    Case,
+    all_cases,
+    render,
+    valid_target,
+    valid_task,
+)
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores.migrate import migrate
 from tjobs.testing import run_node
@@ -32,6 +41,7 @@ class Target:
     admin: httpx.AsyncClient
     task_id: str
     app_id: str
+    server0: str  # the shard map's first server, which a plan's server list must start with
 
 
 @pytest.fixture(scope="module", params=["memory", "sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
@@ -50,7 +60,14 @@ def storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def target(storage: dict[str, Any]) -> AsyncIterator[Target]:
-    settings = load_settings(None, storage=storage, api={"admin_key": ADMIN_KEY}, allow_loopback_callbacks=True)
+    settings = load_settings(
+        None,
+        storage=storage,
+        api={"admin_key": ADMIN_KEY},
+        allow_loopback_callbacks=True,
+        targets={"allowed_addresses": TARGET_ALLOWED_ADDRESSES},
+        rate_limits={"enabled": False},  # a 429 would answer before the input is judged (limits: tests/api)
+    )
     if not storage["urls"][0].startswith("memory:"):
         await migrate(settings.storage)
     async with run_node(settings) as running:
@@ -65,7 +82,11 @@ async def target(storage: dict[str, Any]) -> AsyncIterator[Target]:
         ):
             seeded = await client.post("/v1/tasks", json=valid_task())
             assert seeded.status_code == 201, seeded.text
-            yield Target(client, admin, seeded.json()["id"], app.id)
+            hook = await client.post("/v1/targets", json=valid_target(name=SEEDED_TARGET))
+            assert hook.status_code == 201, hook.text
+            shards = await admin.get("/v1/shards")
+            assert shards.status_code == 200, shards.text
+            yield Target(client, admin, seeded.json()["id"], app.id, shards.json()["servers"][0]["server"])
 
 
 async def test_the_table_holds_at_least_300_cases() -> None:
@@ -77,7 +98,7 @@ async def send(target: Target, case: Case) -> httpx.Response:
     headers = {k: v for k, v in case.headers.items() if v}
     content = case.content
     if content is None and case.body is not None:
-        content = render(case.body).encode()
+        content = render(case.body).replace(SERVER0, target.server0).encode()
         headers.setdefault("content-type", "application/json")
     client = target.admin if case.admin else target.client
     return await client.request(case.method, path, content=content, headers=headers)
@@ -88,6 +109,7 @@ async def test_bad_input_is_refused_with_a_4xx_naming_the_field(target: Target, 
     response = await send(target, case)
     status = response.status_code
     assert status < 500, f"{case.name}: {status} {response.text[:300]}"
+    assert status != 429, f"{case.name}: rate limited, so the input was never judged: {response.text[:300]}"
     if case.batch_item and status == 200:
         answer = response.json()
         assert answer["failed"] == 1 and 400 <= answer["items"][0]["status"] < 500, response.text[:300]

@@ -113,8 +113,10 @@ async def list_tasks(
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
     status: Annotated[Literal["active", "paused", "completed"] | None, Query()] = None,
     kind: Annotated[Literal["cron", "interval", "at", "delay"] | None, Query()] = None,
-    name_prefix: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-    key: Annotated[str | None, Query(min_length=1, max_length=200, description="the idempotency key")] = None,
+    name_prefix: Annotated[str | None, Query(min_length=1, max_length=200, pattern=wire.KEY_PATTERN)] = None,
+    key: Annotated[
+        str | None, Query(min_length=1, max_length=200, pattern=wire.KEY_PATTERN, description="the idempotency key")
+    ] = None,
 ) -> Any:
     page = await node.tasks.list_tasks(
         app,

@@ -62,6 +62,8 @@ class PoolService:
         if unknown:
             raise InvalidInput(unknown[0], "unknown field", "unknown_field")
         address = check_url(body.get("address"), "address", self._limits)
+        if "?" in address or "#" in address:  # a route's path is appended: it would land in the query
+            raise InvalidInput("address", "must be a base URL without a query or fragment (a route's path is appended)")
         executor_id = body.get("id")
         if executor_id is None:
             executor_id = executor_id_for(address)

@@ -67,7 +67,12 @@ async def shard_status(coordinator: Coordinator, store: TaskStore) -> ShardStatu
 
 def parse_servers(body: Any) -> list[str]:
     """The ``servers`` field of a plan request: a non-empty list of distinct ``host:port`` names."""
-    servers = body.get("servers") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        raise InvalidInput("body", "must be a JSON object")
+    unknown = sorted(set(body) - {"servers"})
+    if unknown:
+        raise InvalidInput(unknown[0], "unknown field", "unknown_field")
+    servers = body.get("servers")
     if not isinstance(servers, list) or not servers:
         raise InvalidInput("servers", "must be a non-empty list of server names (host:port)")
     for position, name in enumerate(servers):

@@ -86,7 +86,8 @@ def parse_create(body: Any, limits: LimitSettings) -> TargetFields:
     protocol = parse_protocol(body["protocol"])
     settings = parse_settings(protocol, body["settings"], limits)
     retry = parse_retry(body["retry"]) if body.get("retry") is not None else RetryPolicy()
-    credentials = parse_credentials(protocol, body.get("credentials") or {}, limits)
+    raw_credentials = body.get("credentials")
+    credentials = parse_credentials(protocol, {} if raw_credentials is None else raw_credentials, limits)
     return TargetFields(name, settings, retry, credentials)
 
 
@@ -106,7 +107,8 @@ def parse_update(body: Any, protocol: Protocol, limits: LimitSettings) -> Target
     retry = parse_retry(body["retry"]) if "retry" in body else None
     credentials = None
     if "credentials" in body:
-        credentials = parse_credentials(protocol, body["credentials"] or {}, limits)
+        raw = body["credentials"]  # null clears them, like {}
+        credentials = parse_credentials(protocol, {} if raw is None else raw, limits)
     return TargetFields(None, settings, retry, credentials, version)
 
 

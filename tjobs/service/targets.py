@@ -34,16 +34,18 @@ reads the change.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import logging
+import re
 from dataclasses import replace
 from typing import Any
 
+from tjobs import wire
 from tjobs.clock import Clock
 from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app
 from tjobs.errors import Conflict, InvalidInput, NotFound, TargetInUse, TargetVersionConflict
 from tjobs.model import App
+from tjobs.service.cursors import decode_position, encode_position
 from tjobs.service.target_requests import parse_create, parse_credentials, parse_update
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
@@ -246,12 +248,18 @@ class TargetService:
             raise InvalidInput(field, f"target refused: {reason}", "target_refused")
 
 
+TARGET_CURSOR = "targets"
+_TARGET_NAME = re.compile(wire.TARGET_NAME_PATTERN)
+
+
 def _encode_cursor(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+    return encode_position(TARGET_CURSOR, (name,))
 
 
 def _decode_cursor(cursor: str) -> str:
-    try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor") from None
+    """The last name of the previous page; a cursor this listing did not return (another listing's, a
+    tampered one, a position no target name can hold) is a 422 ``bad_cursor`` naming ``cursor``."""
+    (name,) = decode_position(cursor, TARGET_CURSOR, (str,))
+    if not _TARGET_NAME.fullmatch(str(name)):
+        raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
+    return str(name)

@@ -17,6 +17,7 @@ name; list the address instead to pin it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 from tjobs.targets.model import AmqpTarget, GrpcTarget, NatsTarget, RedisStreamTarget, TargetSettings
 from tjobs.targets.urls import UrlRefused, parse_host
 
+_REDIS_DATABASE_PATH = re.compile(r"(/([0-9]{1,9})?)?")
 DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671, "nats": 4222, "tls": 4222, "redis": 6379, "rediss": 6379}
 SCHEMES: dict[str, tuple[str, ...]] = {
     "amqp": ("amqp", "amqps"),
@@ -67,7 +69,12 @@ def parse_host_port(text: str) -> str:
 
 def parse_broker_url(url: str, schemes: Sequence[str]) -> str:
     """The ``host:port`` a broker URL connects to: one of ``schemes``, no user info (credentials
-    belong in the target's credentials), the scheme's default port when none is given."""
+    belong in the target's credentials), the scheme's default port when none is given.
+
+    No query or fragment either: the client libraries read connection options from the query
+    (``rediss://…?ssl_cert_reqs=none``, ``amqps://…?no_verify_ssl=1``, ``?keyfile=<a path on the node>``),
+    and those are the node's to set, never a tenant's. A Redis URL's path is its database number or
+    nothing (redis-py reads ``/x`` as database 0 and ``/1/2`` as 12)."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -77,6 +84,10 @@ def parse_broker_url(url: str, schemes: Sequence[str]) -> str:
         raise AddressRefused(f"the scheme must be {' or '.join(schemes)}")
     if "@" in parts.netloc:
         raise AddressRefused("no user info in the URL: give it in credentials")
+    if "?" in url or "#" in url:
+        raise AddressRefused("no query or fragment in the URL: connection options are the node's")
+    if parts.scheme in ("redis", "rediss") and not _REDIS_DATABASE_PATH.fullmatch(parts.path):
+        raise AddressRefused("the path must be a database number (redis://host:port/0) or nothing")
     netloc = parts.netloc
     host = netloc.rsplit(":", 1)[0] if port is not None or netloc.endswith(":") else netloc
     if not host:
