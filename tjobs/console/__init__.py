@@ -13,6 +13,8 @@ Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once,
   trigger / edit / delete, each confirmed;
 - ``pages_schedules``: the next instants of any schedule (the schedule preview);
 - ``pages_flows``: a flow, the dead letters and their redrive;
+- ``pages_targets``: the app's named delivery targets, one target (credentials only as set or not
+  set), deleting one (confirmed);
 - ``pages_apps`` (admin): create, limits, rotate key or secret (a new key or secret is shown once);
 - ``pages_cluster`` (admin): nodes, job groups, the plan, database servers, the hot tier.
 """
@@ -42,10 +44,20 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_overview,
         pages_schedules,
         pages_session,
+        pages_targets,
         pages_tasks,
     )
 
     api.state.console = Console(node, api.state.app_service, api.state.rate_limits)
-    pages = (pages_session, pages_overview, pages_tasks, pages_schedules, pages_flows, pages_apps, pages_cluster)
+    pages = (
+        pages_session,
+        pages_overview,
+        pages_tasks,
+        pages_schedules,
+        pages_flows,
+        pages_targets,
+        pages_apps,
+        pages_cluster,
+    )
     for module in pages:
         api.include_router(module.router, include_in_schema=False)
