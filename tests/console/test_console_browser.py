@@ -402,3 +402,94 @@ async def test_on_a_phone_the_pages_fit_the_screen(
     # keyboard: the first Tab reaches the skip link, which leads to the page's content
     await page.keyboard.press("Tab")
     assert await page.evaluate("document.activeElement.textContent") == "Skip to content"
+
+
+async def test_a_target_made_through_the_api_is_listed_opened_and_deleted_never_showing_its_credential(
+    running: RunningNode, receiver: Receiver, browser: Browser, context: BrowserContext, screenshots: Path
+) -> None:
+    # Given a target made through the API, with a credential, and a task naming it
+    app, key = await running.create_app("orders")
+    credential = "Bearer console-target-credential-5d1e"
+    created = await api(
+        running,
+        key,
+        "POST",
+        "/v1/targets",
+        {
+            "name": "orders-hook",
+            "protocol": "http",
+            "settings": {"url": receiver.url("/orders"), "method": "PUT", "headers": {"x-team": "orders"}},
+            "retry": {"max_attempts": 5},
+            "credentials": {"authorization": credential},
+        },
+    )
+    assert created.status_code == 201, created.text
+    task_id = await _create_task(
+        running, key, {"name": "close-order-17", "schedule": YEARLY, "callback": {"target": "orders-hook"}}
+    )
+    page = await context.new_page()
+    await sign_in(page, key)
+
+    # The app's navigation lists it: protocol, destination, version, retry policy
+    await page.get_by_role("link", name="Targets", exact=True).click()
+    rows = page.locator("table tbody tr")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_contain_text("orders-hook")
+    await expect(rows.first).to_contain_text(f"PUT {receiver.url('/orders')}")
+    await expect(rows.first).to_contain_text("max_attempts 5")
+    await screenshot(page, screenshots, "targets")
+
+    # Its page shows its settings, the credential only as set, and the task naming it
+    await page.get_by_role("link", name="orders-hook").click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("orders-hook")
+    await expect(page.locator("main pre")).to_contain_text('"x-team": "orders"')
+    await expect(page.locator("#credentials")).to_have_text(re.compile(r"^\s*authorization\s*set\s*$"))
+    await expect(page.locator("#naming")).to_contain_text("1")
+    assert "console-target-credential" not in await page.content()
+    await screenshot(page, screenshots, "target")
+
+    # The task's page names it, linked
+    await page.goto(f"/console/tasks/{task_id}")
+    await expect(page.locator("p.targets")).to_have_text("target: orders-hook")
+    await page.locator("p.targets").get_by_role("link", name="orders-hook").click()
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("orders-hook")
+
+    # Another app's session gets 404 for it, and cannot delete it; the admin sees it under its app
+    other_app = await browser.new_context(base_url=running.base_url)
+    other_page = await other_app.new_page()
+    _, other_key = await running.create_app("not-orders")
+    await sign_in(other_page, other_key)
+    for path in (
+        "/console/targets/orders-hook",
+        f"/console/targets/orders-hook?app={app.id}",
+        f"/console/targets/orders-hook/confirm?app={app.id}",
+        f"/console/targets?app={app.id}",
+    ):
+        answer = await other_page.goto(path)
+        assert answer is not None and answer.status == 404, path
+    refused = await other_page.request.post(
+        "/console/targets/orders-hook/delete", form={"csrf": await _csrf_of(other_page), "app": app.id}
+    )
+    assert refused.status == 404
+    await other_app.close()
+    admin = await browser.new_context(base_url=running.base_url)
+    admin_page = await admin.new_page()
+    await sign_in(admin_page, ADMIN_KEY)
+    await admin_page.goto(f"/console/targets?app={app.id}")
+    await admin_page.get_by_role("link", name="orders-hook").click()
+    await expect(admin_page.get_by_role("heading", level=1)).to_contain_text("orders-hook")
+    await admin.close()
+
+    # Delete is confirmed, and refused with a clear message while the task names it
+    await page.get_by_role("link", name="Delete").click()
+    await expect(page.get_by_role("heading", level=1)).to_have_text(re.compile("Delete the target .orders-hook.\\?"))
+    await page.get_by_role("button", name="Delete").click()
+    await expect(page.get_by_role("alert")).to_contain_text("1 task that can still fire names this target")
+    assert (await api(running, key, "GET", "/v1/targets/orders-hook")).status_code == 200
+
+    # Once the task is gone, the same confirmation deletes it
+    assert (await api(running, key, "DELETE", f"/v1/tasks/{task_id}")).status_code == 204
+    await page.get_by_role("button", name="Delete").click()
+    await expect(page.get_by_role("status")).to_have_text("Target deleted.")
+    await expect(page.locator("main")).to_contain_text("No target yet")
+    assert (await api(running, key, "GET", "/v1/targets/orders-hook")).status_code == 404
