@@ -19,7 +19,9 @@
     ├── AppDisabled           403  the app's key is refused while an operator has it disabled
     ├── QuotaExceeded         429
     │   └── RateLimited            a request rate limit; ``retry_after_s`` says when to come back
-    ├── StorageUnavailable    503  a database could not be reached; nothing was written
+    ├── StorageUnavailable    503  a database could not be reached; nothing was written; ``Retry-After``
+    │   ├── StorageOutcomeUnknown  a create's write was sent, then its server went silent: it may have
+    │   │                          committed (``details.task_id`` names the task it would be)
     │   └── StaleShardMap          a moved (or moving) logical database refused the write; ``Retry-After``
     └── Fenced                503  this node lost the right to fire mid-transaction; rolled back
 
@@ -184,8 +186,29 @@ class RateLimited(QuotaExceeded):
 
 
 class StorageUnavailable(TjobsError):
+    """A database server could not be reached (or did not answer in time) and nothing was written: the
+    same request may simply be sent again. The API answers 503 with ``Retry-After: retry_after_s``."""
+
     status_code = 503
     code = "storage_unavailable"
+    retry_after_s = 1
+
+
+class StorageOutcomeUnknown(StorageUnavailable):
+    """A create's write reached its server, which then failed or went silent before confirming it: the
+    task may have been stored (a frozen server commits it when it resumes) or not. ``details`` names the
+    id it has if it was (``GET /v1/tasks/{id}`` tells once the server answers); a retry with the same
+    ``key`` is idempotent, a retry without one may store a second task."""
+
+    code = "storage_outcome_unknown"
+
+    def __init__(self, task_id: int, why: str) -> None:
+        super().__init__(
+            f"task {task_id} may or may not have been stored: {why}; GET /v1/tasks/{task_id} once the "
+            "database answers, or retry with the same key (a retry without a key may store it twice)"
+        )
+        self.task_id = task_id
+        self.details = {"stored": "unknown", "task_id": str(task_id)}
 
 
 class StaleShardMap(StorageUnavailable):

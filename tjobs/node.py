@@ -191,6 +191,7 @@ class Node:
             self.topology,
             flow_sink=self.deliverer.deliver,
             targets=self.target_service,
+            unreachable_shards=self.db_health.paused_shards,  # a create there answers 503 at once
         )
         self.started = False
 

@@ -26,6 +26,9 @@ class StorageSettings(BaseModel):
     topology: str = "8x4x16"
     pool_size: int = 8
     connect_timeout_s: float = 5.0
+    # A create (single or batch) waits this long at most for its database server, then answers 503
+    # (storage_unavailable if nothing was sent, storage_outcome_unknown if its write may have committed)
+    create_timeout_s: float = Field(default=5.0, gt=0)
     # Logical databases are named "<prefix>_NN" (SQLite files "<prefix>_NN.db"); tests use their own.
     database_prefix: str = Field(default="tjobs", pattern=r"^[a-z][a-z0-9_]{0,40}$")
 

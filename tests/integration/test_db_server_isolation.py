@@ -27,7 +27,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from sharding import shard_of_task_id
+from sharding import shard_for_key, shard_of_task_id
 from tests.contract.backends import drop_databases
 from tests.receiver import Receiver
 from tjobs.settings import Settings, StorageSettings, load_settings
@@ -376,3 +376,100 @@ async def test_no_group_moves_between_nodes_while_one_server_is_down(
         assert not {"fenced", "group_failover", "group_released", "lease_lost"} & set(actions), actions
         await proxy.start()
         await wait_until(lambda: all(not n.node.runner.paused for n in nodes), 10)
+
+
+# ---- creates whose server is down: a prompt 503, nothing stored that was not acknowledged ---------------
+
+CLIENT_TIMEOUT_S = 20.0  # far past storage.create_timeout_s: a create still waiting by then went unanswered
+
+
+def keys_on(running: RunningNode, app_id: str, server: str, count: int, prefix: str) -> list[str]:
+    """``count`` idempotency keys whose shard lives on ``server``."""
+    store, shards = running.node.store, running.node.topology.shard_count
+    keys = (f"{prefix}-{index}" for index in itertools.count())
+    return list(
+        itertools.islice((k for k in keys if store.server_of_shard(shard_for_key(app_id, k, shards)) == server), count)
+    )
+
+
+def create_body(key: str, url: str) -> dict[str, object]:
+    return {"name": key, "key": key, "schedule": {"kind": "delay", "delay_ms": 3_600_000}, "callback": {"url": url}}
+
+
+def assert_storage_503(reply: httpx.Response) -> dict[str, object]:
+    """A 503 naming the storage, with Retry-After; returns the error body."""
+    assert reply.status_code == 503, reply.text
+    assert int(reply.headers["retry-after"]) >= 1
+    error = reply.json()["error"]
+    assert error["code"] in ("storage_unavailable", "storage_outcome_unknown"), error
+    return dict(error)
+
+
+async def assert_stored_only_if_unknown(client: httpx.AsyncClient, key: str, error: dict[str, object]) -> None:
+    """A definite 503 stored nothing; an unknown outcome names the task id that may have been stored."""
+    found = (await client.get("/v1/tasks", params={"key": key})).json()["items"]
+    if error["code"] == "storage_unavailable":
+        assert found == [], f"a create answered 503 {error} was stored: {found}"
+    else:
+        details = error["details"]
+        assert isinstance(details, dict) and details["stored"] == "unknown"
+        assert [item["id"] for item in found] in ([], [details["task_id"]]), (found, details)
+
+
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+async def test_creates_on_a_lost_server_answer_503_promptly_and_store_nothing_unacknowledged(
+    two_server_settings: Settings, proxy: TcpProxy, fault: str
+) -> None:
+    async with run_node(two_server_settings) as running:
+        node = running.node
+        healthy, lost = node.store.database_servers()
+        app, api_key = await running.create_app("unavailable")
+        url = "http://127.0.0.1:9/hook"
+        lost_keys = keys_on(running, app.id, lost, 3, "lost")
+        healthy_keys = keys_on(running, app.id, healthy, 2, "healthy")
+        headers = {"authorization": f"Bearer {api_key}"}
+        async with httpx.AsyncClient(base_url=running.base_url, headers=headers, timeout=CLIENT_TIMEOUT_S) as client:
+            try:
+                # Given the second server goes away
+                if fault == "killed":
+                    await proxy.cut()
+                else:
+                    proxy.freeze()
+
+                # When a create lands on it before the node's health check has noticed
+                first = await client.post("/v1/tasks", json=create_body(lost_keys[0], url))
+
+                # Then it answers 503 with Retry-After (not a hang, not a 5xx without a reason)
+                first_error = assert_storage_503(first)
+
+                # And once the node knows the server is down, a create on it is refused as storing nothing
+                await wait_until(lambda: node.db_health.unreachable_servers() == [lost], 15)
+                refused = await client.post("/v1/tasks", json=create_body(lost_keys[1], url))
+                assert assert_storage_503(refused)["code"] == "storage_unavailable"
+
+                # While creates on the healthy server are stored, and a batch answers per item
+                assert (await client.post("/v1/tasks", json=create_body(healthy_keys[0], url))).status_code == 201
+                batch = await client.post(
+                    "/v1/tasks/batch",
+                    json={"tasks": [create_body(healthy_keys[1], url), create_body(lost_keys[2], url)]},
+                )
+                assert batch.status_code == 200, batch.text
+                items = batch.json()["items"]
+                assert items[0]["status"] == 201, items
+                assert items[1]["status"] == 503 and items[1]["error"]["code"] == "storage_unavailable", items
+
+                # And when the server is back, nothing answered storage_unavailable was stored
+                if fault == "killed":
+                    await proxy.start()
+                else:
+                    proxy.thaw()
+                await wait_until(lambda: not node.db_health.unreachable_servers(), 15)
+                await assert_stored_only_if_unknown(client, lost_keys[0], first_error)
+                for key in lost_keys[1:]:
+                    assert (await client.get("/v1/tasks", params={"key": key})).json()["items"] == [], key
+                for key in healthy_keys:
+                    assert len((await client.get("/v1/tasks", params={"key": key})).json()["items"]) == 1, key
+            finally:  # never stop the node with its server frozen or gone (its pools would wait on it)
+                proxy.thaw()
+                if not proxy.listening:
+                    await proxy.start()

@@ -17,7 +17,7 @@ from tjobs.model import Task
 from tjobs.settings import StorageSettings
 from tjobs.stores import sql_direct
 from tjobs.stores.migrate import migrate
-from tjobs.stores.sql_direct import DirectPool, connect_kwargs
+from tjobs.stores.sql_direct import DirectPool, WriteAttempt, connect_kwargs
 from tjobs.stores.sql_layout import ShardTables
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -84,9 +84,9 @@ def record_groups(store: SQLAlchemyTaskStore) -> list[int]:
     sizes: list[int] = []
     original = group._write
 
-    async def write(tasks: list[Task]) -> list[Any]:
+    async def write(tasks: list[Task], attempt: WriteAttempt) -> list[Any]:
         sizes.append(len(tasks))
-        return await original(tasks)
+        return await original(tasks, attempt)
 
     group._write = write
     return sizes
@@ -98,9 +98,13 @@ def record_transactions(store: SQLAlchemyTaskStore) -> list[int]:
     sizes: list[int] = []
     original = pool.insert_new
 
-    async def insert_new(groups: Sequence[tuple[ShardTables, Sequence[Task]]], fence_epoch: int | None = None) -> None:
+    async def insert_new(
+        groups: Sequence[tuple[ShardTables, Sequence[Task]]],
+        fence_epoch: int | None = None,
+        attempt: WriteAttempt | None = None,
+    ) -> None:
         sizes.append(sum(len(tasks) for _, tasks in groups))
-        await original(groups, fence_epoch)
+        await original(groups, fence_epoch, attempt)
 
     pool.insert_new = insert_new  # type: ignore[method-assign]
     return sizes

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from tjobs.api.bodies import parse_json, require_json_content_type
 from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
 from tjobs.api.schemas import Error
-from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, StaleShardMap, TjobsError, Unauthorized
+from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, StorageUnavailable, TjobsError, Unauthorized
 from tjobs.model import MAX_ID, App
 from tjobs.service.apps import hash_api_key
 from tjobs.service.search import SearchService
@@ -118,8 +118,9 @@ async def _authenticate(request: Request, key: str | None) -> App:
 
 
 def error_headers(error: TjobsError) -> dict[str, str] | None:
-    """The headers an error answer carries: ``Retry-After`` for a rate limit and a moving database."""
-    if isinstance(error, RateLimited | StaleShardMap):
+    """The headers an error answer carries: ``Retry-After`` for a rate limit and an unavailable (or
+    moving) database."""
+    if isinstance(error, RateLimited | StorageUnavailable):
         return {"retry-after": str(error.retry_after_s)}
     return None
 

@@ -89,6 +89,9 @@ def error_json(error: TjobsError) -> dict[str, Any]:
     field = getattr(error, "field", None)
     if field is not None:
         detail["field"] = field
+    details = getattr(error, "details", None)  # e.g. storage_outcome_unknown: the task id it may have
+    if details is not None:
+        detail["details"] = details
     return detail
 
 

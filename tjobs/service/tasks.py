@@ -17,7 +17,15 @@ from typing import Any
 from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app, target_field
-from tjobs.errors import Conflict, DuplicateKey, InvalidInput, NotFound, QuotaExceeded, TjobsError
+from tjobs.errors import (
+    Conflict,
+    DuplicateKey,
+    InvalidInput,
+    NotFound,
+    QuotaExceeded,
+    StorageUnavailable,
+    TjobsError,
+)
 from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
 from tjobs.schedules.spec import parse_schedule_request, schedule_of
@@ -100,10 +108,14 @@ class TaskService:
         topology: Topology,
         flow_sink: Callable[[Task, Flow], None] | None = None,
         targets: TargetService | None = None,
+        unreachable_shards: Callable[[], frozenset[int]] | None = None,
     ) -> None:
         """``flow_sink`` delivers the flows this service commits itself (a manual trigger, a dead
         letter re-driven): the deliverer's :meth:`tjobs.delivery.deliverer.Deliverer.deliver`.
-        ``targets`` checks that the targets a callback names exist (without it, naming one is a 422)."""
+        ``targets`` checks that the targets a callback names exist (without it, naming one is a 422).
+        ``unreachable_shards`` names the shards whose database server this node knows to be down
+        (:meth:`tjobs.cluster.db_health.DatabaseHealth.paused_shards`): a create landing on one is
+        refused at once with :class:`StorageUnavailable`, before anything is sent."""
         self._store = store
         self._hotpath = hotpath
         self._settings = settings
@@ -116,6 +128,7 @@ class TaskService:
         self._threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
         self._flow_sink = flow_sink
         self._targets = targets
+        self._unreachable_shards = unreachable_shards
         self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
         self.counts = TaskCounts(store, clock, settings.limits.task_count_refresh_s)
         self.search = SearchService(store, topology)  # tasks and flows across every shard
@@ -172,6 +185,7 @@ class TaskService:
         task = self.build(app, request, now_ms)
         await self.check_targets(app, task.callback, request["callback"])
         self._check_quota(app, 1)
+        self._check_reachable(shard_of_task_id(task.id))
         for _ in range(MAX_INSERT_ATTEMPTS):
             try:
                 stored = await self._store.insert_task(task)
@@ -235,6 +249,11 @@ class TaskService:
                 continue
             while task.id in ids:
                 task.id = self._ids.mint(shard_of_task_id(task.id), now_ms)
+            try:
+                self._check_reachable(shard_of_task_id(task.id))
+            except StorageUnavailable as error:
+                results[index] = ItemResult(None, False, error)
+                continue
             ids.add(task.id)
             built.append((index, task))
         if built:
@@ -246,7 +265,9 @@ class TaskService:
             )
             created: list[Task] = []
             for (index, _), outcome in zip(built, stored, strict=True):
-                if isinstance(outcome, int):
+                if isinstance(outcome, StorageUnavailable):  # its server: nothing stored, or unknown
+                    results[index] = ItemResult(None, False, outcome)
+                elif isinstance(outcome, int):
                     found = existing.get(outcome)
                     if found is None:
                         results[index] = ItemResult(
@@ -263,10 +284,18 @@ class TaskService:
                 self.counts.changed(app.id, task.id, None, task.status)
         return [r for r in results if r is not None]
 
-    async def _insert_many(self, tasks: list[Task]) -> list[Task | int]:
+    async def _insert_many(self, tasks: list[Task]) -> list[Task | int | StorageUnavailable]:
         # Not retried here: the store settles taken ids item by item, and a failure after some items
         # were committed must reach the client (keys make its retry idempotent), not store them twice.
         return await self._store.insert_tasks(tasks)
+
+    def _check_reachable(self, shard: int) -> None:
+        """Refuse a create whose shard's database server this node knows is down (nothing is sent)."""
+        if self._unreachable_shards is not None and shard in self._unreachable_shards():
+            raise StorageUnavailable(
+                f"the database server holding shard {shard} is unreachable from this node; nothing was "
+                f"stored; retry after {StorageUnavailable.retry_after_s} s"
+            )
 
     # ---- quota ------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sharding import Topology
 from sharding.shard_map import ShardMap
+from tjobs.errors import StorageUnavailable
 from tjobs.model import (
     App,
     DueTask,
@@ -213,12 +214,18 @@ class TaskStore(ABC):
 
         If ``task.key`` is set and ``(app_id, key)`` already exists, raise
         :class:`tjobs.errors.DuplicateKey` carrying the existing task id; the unique index decides,
-        so concurrent inserts of one key leave exactly one row.
+        so concurrent inserts of one key leave exactly one row. A server that cannot be reached, or
+        does not answer within the store's create timeout, raises
+        :class:`tjobs.errors.StorageUnavailable` if nothing was sent (nothing stored) and
+        :class:`tjobs.errors.StorageOutcomeUnknown` if the write was sent and may have committed.
         """
 
     @abstractmethod
-    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
-        """Insert many; per item the stored task, or the existing task id on a duplicate key.
+    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int | StorageUnavailable]:
+        """Insert many; per item the stored task, the existing task id on a duplicate key, or the
+        :class:`tjobs.errors.StorageUnavailable` of an item whose database server could not be reached or
+        did not answer in time (:class:`tjobs.errors.StorageOutcomeUnknown` if its write may have
+        committed): the items of servers that answered are stored all the same.
 
         Never fails part-way for a taken id: an item whose freshly minted id is already stored is
         stored under another id of the same shard (:meth:`sharding.TaskIdGenerator.remint`), and the

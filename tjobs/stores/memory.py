@@ -21,6 +21,7 @@ from tjobs.errors import (
     DuplicateKey,
     Fenced,
     NotFound,
+    StorageUnavailable,
     TargetExists,
     TargetVersionConflict,
     TaskIdTaken,
@@ -204,11 +205,11 @@ class MemoryTaskStore(TaskStore):
         await asyncio.sleep(0)  # a real store yields here; let concurrent callers interleave
         return self._insert(task)
 
-    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
+    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int | StorageUnavailable]:
         for task in tasks:
             self._routing(task)
         await asyncio.sleep(0)
-        results: list[Task | int] = []
+        results: list[Task | int | StorageUnavailable] = []
         for task in tasks:
             while True:
                 try:

@@ -15,6 +15,11 @@ multi-statement (split only past :data:`ROUND_TRIP_BYTES`) ending in ``COMMIT``.
 the whole transaction back; the store then settles each item on its own, so one bad row never fails
 its neighbours.
 
+A create waits at most ``storage.create_timeout_s`` for its server (:class:`WriteAttempt`): a write
+that was not sent by then never will be (nothing stored, :class:`WriteAbandoned`), and one that was
+sent, or whose connection broke while it ran, may have committed (:class:`WriteOutcomeUnknown`). The
+store turns these into ``StorageUnavailable`` and ``StorageOutcomeUnknown``.
+
 Only identifiers derived from the topology are put into the SQL text; every value is a bound
 parameter. A server URL with options this module does not translate (anything but ``charset`` and
 ``unix_socket``) gets no direct pool, and the store keeps using SQLAlchemy for it.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import asyncmy
@@ -44,6 +50,51 @@ _TASK_MARKS = ", ".join(["%s"] * len(TASK_COLUMNS))
 _TRANSLATED_QUERY = frozenset({"charset", "unix_socket"})
 ROUND_TRIP_BYTES = 4 << 20  # statement text per round trip, well under max_allowed_packet (16 MiB)
 ROUND_TRIP_PARAMS = 20_000
+
+
+class WriteAbandoned(Exception):
+    """A write that was never sent: its deadline passed first (or the server could not be reached)."""
+
+
+class WriteOutcomeUnknown(Exception):
+    """A write that was sent and then got no answer from its server (the connection broke, or the caller
+    stopped waiting): the transaction may have committed."""
+
+
+class WriteAttempt:
+    """The gate of one write: :meth:`begin_send` lets it send only before ``deadline`` (event loop time;
+    ``None``: no deadline) and while nobody :meth:`close`-d it, and records that it did. A caller that
+    stops waiting can then tell a write that will never be sent from one whose outcome is unknown."""
+
+    def __init__(self, deadline: float | None = None) -> None:
+        self.deadline = deadline
+        self.sent = False
+        self.closed = False
+
+    def begin_send(self) -> None:
+        """Called right before the first statement goes out; raises :class:`WriteAbandoned` if too late."""
+        late = self.deadline is not None and asyncio.get_running_loop().time() >= self.deadline
+        if self.closed or late:
+            self.closed = True
+            raise WriteAbandoned("the write's deadline passed before it was sent")
+        self.sent = True
+
+    def close(self) -> bool:
+        """Stop the write from being sent; False if it was sent already (its outcome is then unknown)."""
+        self.closed = not self.sent
+        return self.closed
+
+
+def answered_by_server(error: BaseException) -> bool:
+    """Whether ``error`` is the server's own refusal of a statement (its transaction rolled back), as
+    opposed to the connection failing under it: MySQL's server errors are 1000–1999 and 3000+, the
+    client library's (lost connection, gone away) 2000–2999; an OS error (its errno is not MySQL's)
+    is the connection failing."""
+    if isinstance(error, OSError):
+        return False
+    args = getattr(error, "args", ())
+    errno = args[0] if args and isinstance(args[0], int) else None
+    return errno is not None and not 2000 <= errno < 3000
 
 
 def connect_kwargs(engine_url: str, settings: StorageSettings) -> dict[str, Any] | None:
@@ -155,15 +206,21 @@ class DirectPool:
 
     async def insert_task(self, home: ShardTables, task: Task, fence_epoch: int | None = None) -> None:
         """One autocommit ``INSERT``: committed when it returns; asyncmy's ``IntegrityError`` on a
-        taken id or key (nothing written). A task naming targets also writes its reference rows, in
-        one transaction with the task (:meth:`insert_new`)."""
+        taken id or key (nothing written), :class:`WriteOutcomeUnknown` if the connection broke while
+        it ran. A task naming targets also writes its reference rows, in one transaction with the task
+        (:meth:`insert_new`)."""
         if task.callback.targets or fence_epoch is not None:  # a transaction around the insert
             await self.insert_new([(home, [task])], fence_epoch)
             return
         async with self.cursor() as cursor:
-            await cursor.execute(
-                f"INSERT INTO {home.tasks_sql} ({_TASK_COLUMN_LIST}) VALUES ({_TASK_MARKS})", task_values(task)
-            )
+            try:
+                await cursor.execute(
+                    f"INSERT INTO {home.tasks_sql} ({_TASK_COLUMN_LIST}) VALUES ({_TASK_MARKS})", task_values(task)
+                )
+            except Exception as error:
+                if answered_by_server(error):
+                    raise
+                raise WriteOutcomeUnknown(f"the connection failed during the insert: {error}") from error
 
     async def get_task(self, home: ShardTables, task_id: int) -> Task | None:
         async with self.cursor() as cursor:
@@ -195,12 +252,17 @@ class DirectPool:
             return {(app_id, key): int(task_id) for app_id, key, task_id in await cursor.fetchall()}
 
     async def insert_new(
-        self, groups: Sequence[tuple[ShardTables, Sequence[Task]]], fence_epoch: int | None = None
+        self,
+        groups: Sequence[tuple[ShardTables, Sequence[Task]]],
+        fence_epoch: int | None = None,
+        attempt: WriteAttempt | None = None,
     ) -> None:
         """Insert every task of ``groups`` in one transaction (committed when this returns). Raises
-        the driver's error, having rolled everything back, if any row is refused. With ``fence_epoch``,
-        the transaction first passes the fence of each logical database it writes to
-        (:func:`tjobs.stores.shard_fence.fence_statement`, error 1242 when it does not)."""
+        the driver's error, having rolled everything back, if any row is refused, and
+        :class:`WriteOutcomeUnknown` if the connection failed once the statements were sent. With
+        ``fence_epoch``, the transaction first passes the fence of each logical database it writes to
+        (:func:`tjobs.stores.shard_fence.fence_statement`, error 1242 when it does not). With
+        ``attempt``, nothing is sent unless its gate lets it (:meth:`WriteAttempt.begin_send`)."""
         chunks: list[tuple[str, list[Any]]] = []
         statements: list[str] = []
         params: list[Any] = []
@@ -245,13 +307,17 @@ class DirectPool:
         last_sql, last_params = chunks[-1]
         chunks[-1] = (last_sql + ";COMMIT", last_params)
         async with self.cursor() as cursor:
+            if attempt is not None:
+                attempt.begin_send()  # a connection is at hand: nothing was sent before this
             try:
                 for sql, chunk_params in chunks:
                     await cursor.execute(sql, chunk_params)
                     while await cursor.nextset():
                         pass
-            except BaseException:
+            except BaseException as error:
                 await _rollback_or_drop(cursor)
+                if isinstance(error, Exception) and not answered_by_server(error):
+                    raise WriteOutcomeUnknown(f"the connection failed during the transaction: {error}") from error
                 raise
 
 
@@ -266,50 +332,85 @@ async def _rollback_or_drop(cursor: Any) -> None:
 Outcome = Task | int | BaseException  # stored task, id holding its key, or this item's error
 
 
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    task: Task
+    future: asyncio.Future[Outcome]
+    deadline: float | None  # event loop time
+    attempt: WriteAttempt | None = None  # the write that took it (None: still queued)
+
+
 class GroupCommit:
     """Concurrent single inserts for one server, written together: one transaction per flush.
 
     A caller waits for its own task's outcome only. When nothing is being flushed, an insert is
     written at once (no added latency); while ``max_flushes`` flushes are in flight, arrivals queue
     and the next flush takes up to ``max_rows`` of them. ``write`` settles a group: per task the
-    stored task, the id of the task already holding its key, or that task's own exception.
+    stored task, the id of the task already holding its key, or that task's own exception. It must
+    call :meth:`WriteAttempt.begin_send` on the attempt it is given before sending anything.
+
+    A caller that passes ``timeout_s`` waits that long at most; then, if its task was never sent (still
+    queued, or its group's write not started: the group's gate closes at its earliest caller's
+    deadline), it gets :class:`WriteAbandoned` and the task is never written; otherwise
+    :class:`WriteOutcomeUnknown`. A write itself is not cancelled (on a hung server that would leave a
+    connection mid-statement); it ends when the server answers or the connection fails.
     """
 
     def __init__(
-        self, write: Callable[[list[Task]], Awaitable[list[Outcome]]], *, max_flushes: int, max_rows: int = 256
+        self,
+        write: Callable[[list[Task], WriteAttempt], Awaitable[list[Outcome]]],
+        *,
+        max_flushes: int,
+        max_rows: int = 256,
     ) -> None:
         self._write = write
         self._max_flushes = max_flushes
         self._max_rows = max_rows
-        self._queue: list[tuple[Task, asyncio.Future[Outcome]]] = []
+        self._queue: list[_Waiter] = []
         self._flushing = 0
         self._flushes: set[asyncio.Future[None]] = set()
 
-    async def insert(self, task: Task) -> Outcome:
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._queue.append((task, future))
+    async def insert(self, task: Task, timeout_s: float | None = None) -> Outcome:
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(task, loop.create_future(), None if timeout_s is None else loop.time() + timeout_s)
+        self._queue.append(waiter)
         if self._flushing < self._max_flushes:
             self._flushing += 1
             flush = asyncio.ensure_future(self._flush())
             self._flushes.add(flush)
             flush.add_done_callback(self._flushes.discard)
-        return await future
+        try:
+            async with asyncio.timeout_at(waiter.deadline):
+                return await waiter.future
+        except TimeoutError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                return waiter.future.result()  # settled in the same instant the deadline passed
+            if waiter.attempt is None:
+                self._queue.remove(waiter)
+                raise WriteAbandoned(f"no connection to write with within {timeout_s:g} s") from None
+            if waiter.attempt.close():
+                raise WriteAbandoned(f"the write was not sent within {timeout_s:g} s") from None
+            raise WriteOutcomeUnknown(f"the write was sent and not confirmed within {timeout_s:g} s") from None
 
     async def _flush(self) -> None:
-        group: list[tuple[Task, asyncio.Future[Outcome]]] = []
+        group: list[_Waiter] = []
         try:
             while self._queue:
                 group, self._queue = self._queue[: self._max_rows], self._queue[self._max_rows :]
+                deadlines = [w.deadline for w in group if w.deadline is not None]
+                attempt = WriteAttempt(min(deadlines) if deadlines else None)
+                for waiter in group:
+                    waiter.attempt = attempt
                 try:
-                    outcomes = await self._write([task for task, _ in group])
+                    outcomes = await self._write([w.task for w in group], attempt)
                 except Exception as error:  # handed to every waiter of the group
                     outcomes = [error] * len(group)
-                for (_, future), outcome in zip(group, outcomes, strict=True):
-                    if not future.done():
-                        future.set_result(outcome)
+                for waiter, outcome in zip(group, outcomes, strict=True):
+                    if not waiter.future.done():
+                        waiter.future.set_result(outcome)
         except asyncio.CancelledError:  # the store is closing: nobody waits forever
-            for _, future in group + self._queue:
-                future.cancel()
+            for waiter in group + self._queue:
+                waiter.future.cancel()
             self._queue.clear()
             raise
         finally:

@@ -10,12 +10,18 @@ group-committed the same way, one writer per file), and :mod:`tjobs.stores.sql_f
 writes the deliverer's batched flow outcomes as one multi-statement per server. Every other call runs in one
 transaction per logical database (per engine for the fire transaction); a database that cannot be
 reached raises :class:`StorageUnavailable` naming its URL without the password.
+
+A create (single or batch) waits at most ``storage.create_timeout_s`` for each server it writes to:
+an item whose write was never sent answers ``StorageUnavailable`` (nothing stored), one whose write
+was sent and not confirmed ``StorageOutcomeUnknown`` (it may have committed; the error names its id).
+A batch answers per item: the shares of servers that answered are stored and reported as such.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
@@ -50,6 +56,8 @@ from tjobs.errors import (
     Conflict,
     DuplicateKey,
     NotFound,
+    StorageOutcomeUnknown,
+    StorageUnavailable,
     TargetExists,
     TargetVersionConflict,
     TaskIdTaken,
@@ -94,6 +102,9 @@ from tjobs.stores.sql_direct import (
     GroupCommit,
     HealthConnection,
     Outcome,
+    WriteAbandoned,
+    WriteAttempt,
+    WriteOutcomeUnknown,
     by_shard,
     connect_kwargs,
     unique_keys,
@@ -118,6 +129,9 @@ from tjobs.stores.task_edits import check_fields, edited_row
 from tjobs.targets.model import Target
 
 T = TypeVar("T")
+# a batch share's outcomes: (item index, the stored task, the id holding its key, or the item's error)
+Settled = list[tuple[int, Task | int | StorageUnavailable]]
+logger = logging.getLogger(__name__)
 
 _OPEN = (FlowStatus.PENDING.value, FlowStatus.SENDING.value)
 _TERMINAL = tuple(s.value for s in FlowStatus if s.terminal)
@@ -508,10 +522,17 @@ class SQLAlchemyTaskStore(TaskStore):
 
     async def insert_task(self, task: Task) -> Task:
         home = self._check_routing(task)
-        group = self._groups.get(home.database.engine_url)
-        if group is None:
-            return await self._insert_one(home, task)
-        outcome = await group.insert(task)  # written with whatever else arrives meanwhile
+        url = home.database.engine_url
+        group = self._groups.get(url)
+        timeout_s = self.settings.create_timeout_s
+        try:
+            if group is None:
+                return await self._bounded(lambda attempt: self._insert_one(home, task, attempt))
+            outcome = await group.insert(task, timeout_s)  # written with whatever else arrives meanwhile
+        except (WriteAbandoned, WriteOutcomeUnknown) as error:
+            raise self._create_failed(url, task.id, error) from error
+        if isinstance(outcome, WriteAbandoned | WriteOutcomeUnknown):
+            raise self._create_failed(url, task.id, outcome) from outcome
         if isinstance(outcome, BaseException):
             raise outcome
         if isinstance(outcome, int):
@@ -519,7 +540,7 @@ class SQLAlchemyTaskStore(TaskStore):
             raise DuplicateKey(task.app_id, task.key, outcome)
         return outcome
 
-    async def _write_group(self, url: str, tasks: list[Task]) -> list[Outcome]:
+    async def _write_group(self, url: str, tasks: list[Task], attempt: WriteAttempt) -> list[Outcome]:
         """A group commit: every new task of ``tasks`` in one transaction on ``url`` (a MariaDB server
         through sql_direct, or a SQLite file); if any row is refused, each task is settled on its own
         so that only that one fails."""
@@ -529,8 +550,9 @@ class SQLAlchemyTaskStore(TaskStore):
         try:
             if direct is not None:
                 async with self._direct_call(url):
-                    await direct.insert_new(groups, self._fence_epoch)
+                    await direct.insert_new(groups, self._fence_epoch, attempt)
             else:
+                attempt.begin_send()
                 async with self._write(url) as conn:
                     for home, new in groups:
                         await conn.execute(
@@ -538,8 +560,8 @@ class SQLAlchemyTaskStore(TaskStore):
                         )
                         await _insert_references(conn, home, new)
             return list(outcomes)
-        except TjobsError:
-            raise  # unavailable: so would each one be
+        except (TjobsError, WriteAbandoned, WriteOutcomeUnknown):
+            raise  # unavailable, not sent, or sent and unconfirmed: so is each one
         except Exception:  # a refused row (key, id, data) or a deadlock: one by one
             pass
         settled: list[Outcome] = []
@@ -552,9 +574,11 @@ class SQLAlchemyTaskStore(TaskStore):
                 settled.append(error)
         return settled
 
-    async def _insert_one(self, home: ShardTables, task: Task) -> Task:
+    async def _insert_one(self, home: ShardTables, task: Task, attempt: WriteAttempt | None = None) -> Task:
         url = home.database.engine_url
         direct = self._direct.get(url)
+        if attempt is not None:
+            attempt.begin_send()  # (before the connection is taken: a wait for one counts as sent)
         for _ in range(_INSERT_RETRIES):
             try:
                 if direct is not None:
@@ -581,8 +605,7 @@ class SQLAlchemyTaskStore(TaskStore):
         if await self.get_task(task.id) is not None:
             raise TaskIdTaken(task.id) from error
 
-    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int]:
-        results: list[Task | int | None] = [None] * len(tasks)
+    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int | StorageUnavailable]:
         by_database: dict[DatabaseHome, list[int]] = defaultdict(list)
         by_server: dict[str, list[int]] = defaultdict(list)  # MariaDB: one transaction per server
         for index, task in enumerate(tasks):
@@ -591,21 +614,56 @@ class SQLAlchemyTaskStore(TaskStore):
                 by_server[database.engine_url].append(index)
             else:
                 by_database[database].append(index)
-        await asyncio.gather(
-            *(
-                self._insert_batch(home, [(i, tasks[i]) for i in indexes], results)
-                for home, indexes in by_database.items()
-            ),
-            *(
-                self._insert_server_batch(url, [(i, tasks[i]) for i in indexes], results)
-                for url, indexes in by_server.items()
-            ),
-        )
-        return [r for r in results if r is not None]
+        shares: list[tuple[str, list[tuple[int, Task]], Callable[[WriteAttempt], Awaitable[Settled]]]] = []
+        for home, indexes in by_database.items():
+            items = [(i, tasks[i]) for i in indexes]
+            shares.append((home.engine_url, items, functools.partial(self._insert_batch, home, items)))
+        for url, indexes in by_server.items():
+            items = [(i, tasks[i]) for i in indexes]
+            shares.append((url, items, functools.partial(self._insert_server_batch, url, items)))
+        settled = await asyncio.gather(*(self._insert_share(url, items, write) for url, items, write in shares))
+        results: dict[int, Task | int | StorageUnavailable] = {}
+        for share in settled:
+            results.update(share)
+        return [results[index] for index in range(len(tasks))]
 
-    async def _insert_server_batch(
-        self, url: str, items: list[tuple[int, Task]], results: list[Task | int | None]
-    ) -> None:
+    async def _insert_share(
+        self, url: str, items: list[tuple[int, Task]], write: Callable[[WriteAttempt], Awaitable[Settled]]
+    ) -> dict[int, Task | int | StorageUnavailable]:
+        """One server's (or database's) share of a batch, bounded by ``storage.create_timeout_s``; if its
+        server cannot be reached or does not answer in time, each of its items carries the error."""
+        try:
+            return dict(await self._bounded(write))
+        except (StorageUnavailable, WriteAbandoned, WriteOutcomeUnknown) as error:
+            return {index: self._create_failed(url, task.id, error) for index, task in items}
+
+    async def _bounded(self, write: Callable[[WriteAttempt], Awaitable[T]]) -> T:
+        """Run ``write`` for at most ``storage.create_timeout_s``: past it, raise :class:`WriteAbandoned`
+        and close its gate if it sent nothing yet, else :class:`WriteOutcomeUnknown`. The write is not
+        cancelled (a hung server would leave its connection mid-statement); it ends on its own."""
+        timeout_s = self.settings.create_timeout_s
+        loop = asyncio.get_running_loop()
+        attempt = WriteAttempt(loop.time() + timeout_s)
+        running = asyncio.ensure_future(write(attempt))
+        try:
+            return await asyncio.wait_for(asyncio.shield(running), timeout_s)
+        except TimeoutError:
+            running.add_done_callback(_log_late_write)
+            if attempt.close():
+                raise WriteAbandoned(f"not sent within {timeout_s:g} s") from None
+            raise WriteOutcomeUnknown(f"sent and not confirmed within {timeout_s:g} s") from None
+
+    def _create_failed(self, url: str, task_id: int, error: BaseException) -> StorageUnavailable:
+        """The API's error for a create whose write failed with ``error`` (one of the store's own kinds)."""
+        if isinstance(error, StorageUnavailable):
+            return error
+        server = self._server_names.get(url, safe_url(url))
+        limit = f"storage.create_timeout_s: {self.settings.create_timeout_s:g} s"
+        if isinstance(error, WriteOutcomeUnknown):
+            return StorageOutcomeUnknown(task_id, f"database server {server}: {error} ({limit})")
+        return StorageUnavailable(f"database server {server} did not answer ({error}; {limit}); nothing was stored")
+
+    async def _insert_server_batch(self, url: str, items: list[tuple[int, Task]], attempt: WriteAttempt) -> Settled:
         """The server's share of a batch in one transaction (sql_direct); item by item if it conflicts."""
         direct = self._direct[url]
         tasks = [task for _, task in items]
@@ -614,17 +672,25 @@ class SQLAlchemyTaskStore(TaskStore):
                 taken = await direct.taken_keys(by_shard(self.layout, [t for t in tasks if t.key is not None]))
                 outcomes = unique_keys(tasks, taken)
                 await direct.insert_new(
-                    by_shard(self.layout, [t for t in outcomes if isinstance(t, Task)]), self._fence_epoch
+                    by_shard(self.layout, [t for t in outcomes if isinstance(t, Task)]), self._fence_epoch, attempt
                 )
-            for (index, _), outcome in zip(items, outcomes, strict=True):
-                results[index] = outcome
-            return
-        except TjobsError:
+            return [(index, outcome) for (index, _), outcome in zip(items, outcomes, strict=True)]
+        except (TjobsError, WriteAbandoned, WriteOutcomeUnknown):
             raise
         except Exception:  # a concurrent writer took a key or an id, or a refused row
             pass
+        return await self._settle_items(url, items)
+
+    async def _settle_items(self, url: str, items: list[tuple[int, Task]]) -> Settled:
+        """Each item of a share that conflicted as a whole, on its own: some may be stored before the
+        server fails, so a storage error is the item's own."""
+        settled: Settled = []
         for index, task in items:
-            results[index] = await self._settle_item(task)
+            try:
+                settled.append((index, await self._settle_item(task)))
+            except (StorageUnavailable, WriteOutcomeUnknown) as error:
+                settled.append((index, self._create_failed(url, task.id, error)))
+        return settled
 
     async def _settle_item(self, task: Task) -> Task | int:
         """Insert one item of a batch that conflicted as a whole. Other items (and other servers'
@@ -639,25 +705,21 @@ class SQLAlchemyTaskStore(TaskStore):
                 task.id = TaskIdGenerator.remint(task.id)
         raise Conflict(f"task {task.name!r} found its id taken {_INSERT_RETRIES} times; retry")
 
-    async def _insert_batch(
-        self, home: DatabaseHome, items: list[tuple[int, Task]], results: list[Task | int | None]
-    ) -> None:
+    async def _insert_batch(self, home: DatabaseHome, items: list[tuple[int, Task]], attempt: WriteAttempt) -> Settled:
         """One transaction for the database's share of the batch; item by item if it conflicts."""
         by_shard: dict[int, list[tuple[int, Task]]] = defaultdict(list)
         for index, task in items:
             by_shard[shard_of_task_id(task.id)].append((index, task))
+        attempt.begin_send()
         try:
             async with self._write(home.engine_url) as conn:
                 staged: dict[int, Task | int] = {}
                 for shard, shard_items in sorted(by_shard.items()):
                     await self._insert_shard_items(conn, self.layout.shards[shard], shard_items, staged)
-            for index, outcome in staged.items():
-                results[index] = outcome
-            return
+            return list(staged.items())
         except sa_exc.IntegrityError:
             pass  # a concurrent writer took a key or an id: settle each item on its own
-        for index, task in items:
-            results[index] = await self._settle_item(task)
+        return await self._settle_items(home.engine_url, items)
 
     async def _insert_shard_items(
         self,
@@ -1292,6 +1354,17 @@ class SQLAlchemyTaskStore(TaskStore):
                     purged += result.rowcount
                     await _delete_references(conn, home, list(old_tasks))
         return purged
+
+
+def _log_late_write(write: asyncio.Future[Any]) -> None:
+    """A create's write that ended after its caller stopped waiting: say how (its outcome was unknown)."""
+    if write.cancelled():
+        return
+    error = write.exception()
+    if error is not None and not isinstance(error, WriteAbandoned):
+        logger.warning(
+            "a create's write failed after its caller was answered: %r", error, extra={"action": "late_write"}
+        )
 
 
 def _ids() -> Any:
