@@ -12,7 +12,10 @@ in flight may go either way). Against that:
   callbacks carried more than one distinct flow id;
 * **phantom** — a callback or flow row for an instant the task may not fire (off its schedule, past its
   end, after its pause/delete was acknowledged), or for a task no create ever answered (counted only when
-  every create got an answer: a create that timed out may have committed);
+  every create got an answer: a create that timed out may have committed). A create answered ``503
+  storage_unavailable`` is an answer (nothing was stored, so anything it fires is phantom); one answered
+  ``503 storage_outcome_unknown`` names the task it may have stored, which is then *unconfirmed*: it owes
+  nothing and may fire its schedule, like a task whose create was acknowledged;
 * **unreadable** — an acknowledged, not deleted task that ``GET /v1/tasks/{id}`` does not answer with 200;
 * **attempt reuse** — the same ``(flow id, tjobs-attempt)`` received twice: a receiver could not tell a
   re-send from the first one.
@@ -92,9 +95,12 @@ def account(
     deadline_ms: int,
     unreadable: Sequence[int] = (),
     unanswered_creates: int = 0,
+    unconfirmed: Mapping[int, Promise] | None = None,
 ) -> Figures:
     """Judge one run. ``deadline_ms``: a must-instant counts as delivered only if a 2xx reply to one of its
-    callbacks was received by then."""
+    callbacks was received by then. ``unconfirmed``: the tasks creates may have stored without
+    acknowledging them (``must`` empty): their fires are judged by their ``may`` alone."""
+    unconfirmed = unconfirmed or {}
     figures = Figures(unreadable=sorted(unreadable))
     first_send: dict[Instant, int] = {}
     first_delivered: dict[Instant, int] = {}
@@ -104,7 +110,7 @@ def account(
     for callback in callbacks:
         key = (callback.task_id, callback.scheduled_at_ms)
         attempts_seen[(callback.flow_id, callback.attempt)] += 1
-        promise = promises.get(callback.task_id)
+        promise = promises.get(callback.task_id) or unconfirmed.get(callback.task_id)
         if promise is None:
             figures.unknown_task_callbacks += 1
             if unanswered_creates == 0:
@@ -120,7 +126,7 @@ def account(
     for flow in flows:
         key = (flow.task_id, flow.scheduled_at_ms)
         rows[key] += 1
-        promise = promises.get(flow.task_id)
+        promise = promises.get(flow.task_id) or unconfirmed.get(flow.task_id)
         if promise is not None and flow.scheduled_at_ms not in promise.may:
             phantom.add(key)
     duplicates = {key for key, count in rows.items() if count > 1}

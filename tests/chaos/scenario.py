@@ -297,10 +297,13 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
             deadline_ms=deadline_ms,
             unreadable=sorted(unreadable),
             unanswered_creates=client.book.unanswered_creates,
+            unconfirmed=promises(rig, client.book, unconfirmed=True),
         )
         outcome = Outcome(profile, window, figures, owed, callbacks, flows, deadline_ms)
         outcome.notes["creates_unanswered"] = client.book.unanswered_creates
         outcome.notes["creates_refused"] = client.book.refused_creates
+        outcome.notes["creates_storage_unavailable"] = client.book.unavailable_creates
+        outcome.notes["creates_outcome_unknown"] = len(client.book.unconfirmed)
         if unreadable:
             outcome.notes["unreadable_answers"] = ",".join(sorted(set(unreadable.values())))
         OUTCOMES.append(outcome)

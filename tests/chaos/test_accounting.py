@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.accounting import Callback, Promise, StoredFlow, account, percentile, select, stale_sends
-from tests.chaos.workload import STOP_RACE_MS, Registered
+from tests.chaos.workload import STOP_RACE_MS, Registered, create_answer
 
 T1, T2 = 101, 202
 
@@ -107,6 +107,44 @@ def test_a_callback_of_an_unknown_task_is_phantom_unless_a_create_went_unanswere
     assert account({}, calls, [], deadline_ms=9999).phantom == [(999, 1000)]
     lenient = account({}, calls, [], deadline_ms=9999, unanswered_creates=1)
     assert lenient.phantom == [] and lenient.unknown_task_callbacks == 1
+
+
+def test_a_task_a_create_may_have_stored_owes_nothing_and_may_fire_only_its_schedule() -> None:
+    # Given a create answered 503 storage_outcome_unknown, naming task T2, and every create answered
+    maybe = Registered(T2, [1000, 2000], create_sent_ms=900, create_acked_ms=6000, acknowledged=False).promise(1)
+    assert maybe.must == frozenset() and maybe.may == {1000, 2000}
+    calls = [sent(T2, 1000, 1010), sent(T2, 1500, 1510), sent(999, 1000, 1010)]
+    figures = account({}, calls, [stored(T2, 1000)], deadline_ms=9999, unconfirmed={T2: maybe})
+    # Then its fires on schedule are fine, off schedule phantom, and another unknown task's still phantom
+    assert figures.phantom == [(T2, 1500), (999, 1000)]
+    assert figures.expected == 0 and figures.lost == [] and figures.unknown_task_callbacks == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "answer"),
+    [
+        (201, {"id": "77"}, ("acknowledged", 77)),
+        (503, {"error": {"code": "storage_unavailable", "message": "m"}}, ("unavailable", None)),
+        (
+            503,
+            {
+                "error": {
+                    "code": "storage_outcome_unknown",
+                    "message": "m",
+                    "details": {"stored": "unknown", "task_id": "77"},
+                }
+            },
+            ("unconfirmed", 77),
+        ),
+        (503, {"error": {"code": "shard_moving", "message": "m"}}, ("unanswered", None)),
+        (503, None, ("unanswered", None)),
+        (500, {"error": {"code": "internal", "message": "m"}}, ("unanswered", None)),
+        (429, {"error": {"code": "rate_limited", "message": "m"}}, ("refused", None)),
+        (422, {"error": {"code": "invalid_input", "message": "m"}}, ("refused", None)),
+    ],
+)
+def test_a_create_answer_promises_only_what_it_says(status: int, body: object, answer: tuple[str, int | None]) -> None:
+    assert create_answer(status, body) == answer
 
 
 def test_unreadable_tasks_are_reported() -> None:

@@ -43,9 +43,10 @@ class Registered:
     stop_sent_ms: int | None = None
     stop_acked_ms: int | None = None
     deleted: bool = False
+    acknowledged: bool = True  # False: its create answered storage_outcome_unknown (it owes nothing)
 
     def promise(self, server: int) -> Promise:
-        must, may = self.instants, self.instants
+        must, may = (self.instants if self.acknowledged else []), self.instants
         if self.recurring:
             must = [i for i in must if i >= self.create_acked_ms]
             may = [i for i in may if i >= self.create_sent_ms]
@@ -68,8 +69,27 @@ class Book:
     """Everything the workload was promised, and the creates that got no answer."""
 
     tasks: dict[int, Registered] = field(default_factory=dict)
-    unanswered_creates: int = 0
+    unanswered_creates: int = 0  # no answer, or a 5xx that does not say what was stored
     refused_creates: int = 0  # answered, but not 201 (a clear error: nothing was promised)
+    unavailable_creates: int = 0  # of the refused: 503 storage_unavailable (nothing stored)
+    unconfirmed: dict[int, Registered] = field(default_factory=dict)  # 503 storage_outcome_unknown
+
+
+def create_answer(status: int, body: Any) -> tuple[str, int | None]:
+    """What a create's answer promised: ``("acknowledged", id)`` for a 201; ``("unavailable", None)`` for
+    a 503 ``storage_unavailable`` (nothing was stored); ``("unconfirmed", id)`` for a 503
+    ``storage_outcome_unknown`` naming the task it may have stored; ``("refused", None)`` for any other
+    4xx; ``("unanswered", None)`` for any other 5xx (it may have stored something, no id known)."""
+    if status == 201:
+        return "acknowledged", int(body["id"])
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    if status == 503 and code == "storage_unavailable":
+        return "unavailable", None
+    details = error.get("details") if isinstance(error, dict) else None
+    if status == 503 and code == "storage_outcome_unknown" and isinstance(details, dict):
+        return "unconfirmed", int(details["task_id"])
+    return ("unanswered" if status >= 500 else "refused"), None
 
 
 class ChaosClient:
@@ -102,14 +122,24 @@ class ChaosClient:
             except httpx.HTTPError:
                 self.book.unanswered_creates += 1
                 return None
-        if reply.status_code != 201:
-            if reply.status_code >= 500:
-                self.book.unanswered_creates += 1  # the server may or may not have kept it
-            else:
-                self.book.refused_creates += 1
+        try:
+            body = reply.json()
+        except ValueError:
+            body = None
+        answer, task_id = create_answer(reply.status_code, body)
+        if answer == "unanswered":
+            self.book.unanswered_creates += 1  # the server may or may not have kept it
+        elif answer in ("refused", "unavailable"):
+            self.book.refused_creates += 1
+            self.book.unavailable_creates += answer == "unavailable"
+        if task_id is None:
             return None
-        task_id = int(reply.json()["id"])
-        self.book.tasks[task_id] = Registered(task_id, instants, sent_ms, now_ms(), recurring=len(instants) > 1)
+        registered = Registered(task_id, instants, sent_ms, now_ms(), recurring=len(instants) > 1)
+        if answer == "unconfirmed":
+            registered.acknowledged = False
+            self.book.unconfirmed[task_id] = registered
+            return None
+        self.book.tasks[task_id] = registered
         return task_id
 
     async def create_interval(self, start_ms: int, end_ms: int, every_ms: int) -> int | None:
@@ -220,7 +250,7 @@ def read_flows(rig: ClusterRig, app_id: str) -> list[StoredFlow]:
     return flows
 
 
-def promises(rig: ClusterRig, book: Book) -> dict[int, Promise]:
-    return {
-        task_id: task.promise(rig.server_of_shard(shard_of_task_id(task_id))) for task_id, task in book.tasks.items()
-    }
+def promises(rig: ClusterRig, book: Book, *, unconfirmed: bool = False) -> dict[int, Promise]:
+    """The acknowledged tasks' promises (``unconfirmed``: those of the tasks creates may have stored)."""
+    tasks = book.unconfirmed if unconfirmed else book.tasks
+    return {task_id: task.promise(rig.server_of_shard(shard_of_task_id(task_id))) for task_id, task in tasks.items()}
