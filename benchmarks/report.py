@@ -115,6 +115,8 @@ class Delivery:
     scheduled_mismatch: int  # first callbacks whose tjobs-scheduled-at differs from the registered instant
     lateness_ms: tuple[float, ...]  # per delivered task, sorted ascending
     first_receipts_us: tuple[int, ...]  # per delivered task, sorted ascending
+    # (scheduled instant ms, lateness ms) per delivered task, by instant: where in the window it was late
+    lateness_by_instant: tuple[tuple[int, float], ...] = ()
 
     @property
     def duplicates(self) -> int:
@@ -130,6 +132,18 @@ class Delivery:
     def fires_in_window(self, start_ms: int, window_s: float) -> int:
         start_us, end_us = start_ms * 1000, start_ms * 1000 + int(window_s * 1e6)
         return sum(1 for recv_us in self.first_receipts_us if start_us <= recv_us < end_us)
+
+    def lateness_by_slice(self, start_ms: int, slice_s: float = 5.0) -> list[dict[str, Any]]:
+        """Per ``slice_s`` of scheduled instants from ``start_ms``: how many fired, p99 and max lateness."""
+        slices: dict[int, list[float]] = {}
+        for scheduled_ms, late_ms in self.lateness_by_instant:
+            slices.setdefault(int((scheduled_ms - start_ms) // (slice_s * 1000)), []).append(late_ms)
+        out = []
+        for index in sorted(slices):
+            values = sorted(slices[index])
+            p99 = Percentiles.of(values, presorted=True).to_json()["p99"]
+            out.append({"from_s": index * slice_s, "n": len(values), "p99_ms": p99, "max_ms": round(values[-1], 1)})
+        return out
 
 
 def account(registered: Mapping[int, int], records: CallbackRecords) -> Delivery:
@@ -169,6 +183,9 @@ def account(registered: Mapping[int, int], records: CallbackRecords) -> Delivery
         scheduled_mismatch=mismatch,
         lateness_ms=tuple(lateness),
         first_receipts_us=tuple(sorted(recv_us for recv_us, _ in first.values())),
+        lateness_by_instant=tuple(
+            sorted((scheduled_ms, recv_us / 1000 - scheduled_ms) for recv_us, scheduled_ms in first.values())
+        ),
     )
 
 
@@ -259,6 +276,11 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
         "fires_per_s": _round(fires_per_s, 1),
         "fires_in_window_per_s": _round(in_window, 1),
         "lateness_ms": lateness.to_json() if lateness else None,
+        "lateness_by_5s": (
+            delivery.lateness_by_slice(result.start_ms)
+            if delivery is not None and result.start_ms is not None
+            else None
+        ),
         "delivered": delivery.delivered if delivery else None,
         "missing": delivery.missing if delivery else None,
         "duplicates": delivery.duplicates if delivery else None,

@@ -16,6 +16,7 @@ from rich.console import Console
 from benchmarks.fire import default_lead_s, spread_instants, task_bodies
 from benchmarks.report import (
     BenchResult,
+    Delivery,
     Percentiles,
     Registration,
     account,
@@ -333,3 +334,24 @@ def test_emit_prints_json_on_stdout_and_warnings_on_the_console() -> None:
     assert "lead too short" in console.export_text()
     emit(result, console, as_json=False, out=out)
     assert "fires/s (sustained)" in console.export_text() and out.getvalue().count("\n") == 1
+
+
+def test_lateness_by_slice_shows_where_in_the_window_fires_were_late() -> None:
+    delivery = Delivery(
+        registered=4,
+        delivered=4,
+        missing=0,
+        same_flow=0,
+        extra_flows=0,
+        tasks_with_extra_flows=0,
+        retried=0,
+        unexpected=0,
+        scheduled_mismatch=0,
+        lateness_ms=(10.0, 12.0, 20.0, 4000.0),
+        first_receipts_us=(),
+        lateness_by_instant=((1_000, 10.0), (2_000, 12.0), (7_000, 4000.0), (9_000, 20.0)),
+    )
+
+    slices = delivery.lateness_by_slice(start_ms=1_000)
+
+    assert [(s["from_s"], s["n"], s["max_ms"]) for s in slices] == [(0.0, 2, 12.0), (5.0, 2, 4000.0)]
