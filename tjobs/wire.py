@@ -18,7 +18,7 @@ holds the two to each other.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,10 +36,84 @@ KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
 MAX_HEADER_VALUE_CHARS = 4096
 HEADER_VALUE = Annotated[str, Field(max_length=MAX_HEADER_VALUE_CHARS, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f-\x9f]*$")]
 MAX_HEADERS = 20  # limits.max_headers by default
+HEADER_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # an HTTP header name (RFC 9110 token)
+RESERVED_HEADERS = ("host", "content-length", "transfer-encoding", "connection")  # tjobs sets them
+RESERVED_HEADER_PREFIXES = ("webhook-", "tjobs-")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _any_case(text: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in text)  # letters and '-' only
+
+
+# a custom header's name: a token, and none that tjobs sets itself (in any case)
+_RESERVED = "|".join([*(_any_case(n) + "$" for n in RESERVED_HEADERS), *map(_any_case, RESERVED_HEADER_PREFIXES)])
+HEADER_NAME_PATTERN = f"^(?!{_RESERVED}){HEADER_TOKEN}$"
+# on a headers field: the pattern has a look-ahead, which only the published JSON Schema reads
+HEADER_NAMES: dict[str, Any] = {"propertyNames": {"pattern": HEADER_NAME_PATTERN}}
+# an ISO-8601 instant with an offset: published as RFC 3339 date-time (what the parser takes is a superset)
+INSTANT = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+# 5 fields, or 6 with seconds first, separated by whitespace (which fields are valid is the cron parser's)
+CRON_PATTERN = r"^\s*\S+(\s+\S+){4,5}\s*$"
+# what the callback URL model can take at all: http(s), a host without user info, no whitespace,
+# control characters or backslashes (the host's spelling and where it resolves are judged beyond this)
+CALLBACK_URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\\@/?#]+([/?#][^\s\x00-\x1f\x7f-\x9f\\]*)?$"
+TARGET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+MAX_URL_CHARS = 2048  # limits.max_url_chars by default
+EXECUTOR_ADDRESS_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\\@/?#]+(/[^\s\x00-\x1f\x7f-\x9f\\?#]*)?$"
+CALLBACK_URL = Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS, pattern=CALLBACK_URL_PATTERN)]
+
+
+def _published(schema: dict[str, Any], shape: type[BaseModel]) -> None:
+    """What a request shape publishes beyond its fields' types: validation reads an optional field's
+    absence as its default but refuses null there, so null is dropped from every property not in the
+    shape's ``NULLABLE``; and the shape's ``RULES`` (cross-field rules: one of, not both) are added."""
+    nullable: frozenset[str] = getattr(shape, "NULLABLE", frozenset())
+    for name, prop in schema.get("properties", {}).items():
+        if name in nullable:
+            continue
+        alternatives = prop.get("anyOf")
+        if alternatives and {"type": "null"} in alternatives:
+            kept = [a for a in prop.pop("anyOf") if a != {"type": "null"}]
+            if len(kept) == 1:
+                prop.update(kept[0])
+            else:
+                prop["anyOf"] = kept
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+    rules: tuple[dict[str, Any], ...] = getattr(shape, "RULES", ())
+    if rules:
+        schema["allOf"] = [*schema.get("allOf", []), *rules]
+
+
+class RequestShape(BaseModel):
+    """A request body's shape: unknown fields refused, null only where ``NULLABLE`` says, and the
+    cross-field ``RULES`` (JSON Schema) validation applies."""
+
+    NULLABLE: ClassVar[frozenset[str]] = frozenset()
+    RULES: ClassVar[tuple[dict[str, Any], ...]] = ()
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_published)
+
+
+_Strict = RequestShape
+
+
+def _present(*names: str) -> dict[str, Any]:
+    return {"required": list(names)}
+
+
+def _given(**types: str) -> dict[str, Any]:
+    """All of ``types``'s fields present and not null (each of its JSON type)."""
+    return {"required": list(types), "properties": {name: {"type": kind} for name, kind in types.items()}}
+
+
+def _set(name: str) -> dict[str, Any]:
+    """``name`` present and not null."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
+def _none_of(*names: str) -> dict[str, Any]:
+    return {"not": {"anyOf": [_present(name) for name in names]}}
 
 
 # ---- schedules ----------------------------------------------------------------------------------
@@ -51,22 +125,39 @@ class DelaySchedule(_Strict):
 
 
 class AtSchedule(_Strict):
+    NULLABLE = frozenset({"at", "at_ms"})  # null is read as absent
+    RULES = ({"oneOf": [_given(at="string"), _given(at_ms="integer")]},)  # exactly one of them
+
     kind: Literal["at"]
-    at: str | None = Field(default=None, description="ISO-8601 instant with an offset")
+    at: INSTANT | None = Field(default=None, description="ISO-8601 instant with an offset")
     at_ms: int | None = Field(default=None, description="UTC epoch milliseconds (instead of at)")
 
 
 class _Bounds(_Strict):
-    start_at: str | None = None
+    NULLABLE = frozenset({"start_at", "start_at_ms", "end_at", "end_at_ms", "max_fires"})
+    RULES = (  # an instant or its _ms spelling, not both
+        {
+            "not": {
+                "anyOf": [
+                    _given(start_at="string", start_at_ms="integer"),
+                    _given(end_at="string", end_at_ms="integer"),
+                ]
+            }
+        },
+    )
+
+    start_at: INSTANT | None = None
     start_at_ms: int | None = None
-    end_at: str | None = None
+    end_at: INSTANT | None = None
     end_at_ms: int | None = None
     max_fires: int | None = Field(default=None, ge=1)
 
 
 class CronSchedule(_Bounds):
+    NULLABLE = _Bounds.NULLABLE | {"timezone", "dst_gap", "dst_overlap"}  # null: the default
+
     kind: Literal["cron"]
-    expr: str = Field(description="5 fields, or 6 with seconds first")
+    expr: str = Field(pattern=CRON_PATTERN, description="5 fields, or 6 with seconds first")
     timezone: str = Field(default="UTC", description="IANA time zone")
     dst_gap: DstGapName = "skip"
     dst_overlap: DstOverlapName = "once"
@@ -93,20 +184,49 @@ class CallbackBudget(_Strict):
 
 
 class CallbackRequest(CallbackBudget):
-    url: str | None = Field(default=None, description="unicast target (http/https), or give urls")
-    urls: list[str] | None = Field(default=None, min_length=1, max_length=10, description="multicast targets (1..10)")
-    target: str | None = Field(
+    NULLABLE = frozenset({"body"})
+    # one destination: url or urls (with method and headers), target or targets (their own method and
+    # headers), or pool (with method and headers)
+    RULES = (
+        {
+            "oneOf": [
+                {"oneOf": [_present("url"), _present("urls")], **_none_of("target", "targets", "pool")},
+                {
+                    "oneOf": [_present("target"), _present("targets")],
+                    **_none_of("url", "urls", "method", "headers", "pool"),
+                },
+                {**_present("pool"), **_none_of("url", "urls", "target", "targets")},
+            ]
+        },
+    )
+
+    url: CALLBACK_URL | None = Field(default=None, description="unicast target (http/https), or give urls")
+    urls: list[CALLBACK_URL] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=10,
+        json_schema_extra={"uniqueItems": True},
+        description="multicast targets (1..10, distinct)",
+    )
+    target: Annotated[str, Field(pattern=TARGET_NAME_PATTERN)] | None = Field(
         default=None, description="the name of one of the app's targets (/v1/targets), instead of url/urls"
     )
-    targets: list[str] | None = Field(
-        default=None, min_length=1, max_length=10, description="several named targets (multicast, 1..10)"
+    targets: list[Annotated[str, Field(pattern=TARGET_NAME_PATTERN)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=10,
+        json_schema_extra={"uniqueItems": True},
+        description="several named targets (multicast, 1..10, distinct)",
     )
-    pool: PoolRouteRequest | str | None = Field(
+    pool: PoolRouteRequest | Annotated[str, Field(pattern=POOL_NAME_PATTERN)] | None = Field(
         default=None, description="an executor pool of the app (/v1/pools), instead of url(s)/target(s)"
     )
     method: Method = "POST"
     headers: dict[str, HEADER_VALUE] = Field(
-        default_factory=dict, max_length=MAX_HEADERS, description=f"at most {MAX_HEADERS} custom headers"
+        default_factory=dict,
+        max_length=MAX_HEADERS,
+        json_schema_extra=HEADER_NAMES,
+        description=f"at most {MAX_HEADERS} custom headers",
     )
     body: str | None = Field(default=None, description="raw request body (else the task payload as JSON)")
 
@@ -115,7 +235,9 @@ class CallbackDefaults(CallbackBudget):
     """An app's defaults under each of its tasks' callbacks (the task's own fields win)."""
 
     method: Method | None = None
-    headers: dict[str, HEADER_VALUE] | None = Field(default=None, max_length=MAX_HEADERS)
+    headers: dict[str, HEADER_VALUE] | None = Field(
+        default=None, max_length=MAX_HEADERS, json_schema_extra=HEADER_NAMES
+    )
 
 
 class StoredCallback(BaseModel):
@@ -137,6 +259,8 @@ class StoredCallback(BaseModel):
 
 
 class TaskCreate(_Strict):
+    NULLABLE = frozenset({"key", "payload", "misfire_policy", "delivery"})  # null: none, or the default
+
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     key: str | None = Field(
         default=None, min_length=1, max_length=200, pattern=KEY_PATTERN, description="idempotency key, unique per app"
@@ -166,43 +290,65 @@ class TaskUpdate(_Strict):
 
 # ---- targets ------------------------------------------------------------------------------------
 
-TARGET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ProtocolName = Literal["http", "grpc", "amqp", "nats", "redis_stream"]
 TargetMethod = Literal["POST", "PUT", "PATCH", "DELETE"]  # a target always sends the signed body
 MAX_TARGET_URLS = 10
 
 
+NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"  # a broker string setting: no control characters
+NO_CONTROL_NON_EMPTY = r"^[^\x00-\x1f\x7f-\x9f]+$"
+
+
 class HttpTargetSettings(_Strict):
-    url: str | None = Field(default=None, description="one URL (http/https), or give urls")
-    urls: list[str] | None = Field(default=None, min_length=1, max_length=MAX_TARGET_URLS)
+    NULLABLE = frozenset({"timeout_ms"})
+    RULES = ({"oneOf": [_present("url"), _present("urls")]},)
+
+    url: CALLBACK_URL | None = Field(default=None, description="one URL (http/https), or give urls")
+    urls: list[CALLBACK_URL] | None = Field(
+        default=None, min_length=1, max_length=MAX_TARGET_URLS, json_schema_extra={"uniqueItems": True}
+    )
     method: TargetMethod = "POST"
-    headers: dict[str, HEADER_VALUE] = Field(default_factory=dict, max_length=MAX_HEADERS)
+    headers: dict[str, HEADER_VALUE] = Field(
+        default_factory=dict, max_length=MAX_HEADERS, json_schema_extra=HEADER_NAMES
+    )
     timeout_ms: int | None = Field(default=None, ge=1, le=60_000)
 
 
 class GrpcTargetSettings(_Strict):
-    address: str = Field(max_length=300, description="host:port of a Receiver service")
+    NULLABLE = frozenset({"deadline_ms"})
+
+    address: str = Field(max_length=300, pattern=NO_CONTROL_NON_EMPTY, description="host:port of a Receiver service")
     tls: bool = False
     deadline_ms: int | None = Field(default=None, ge=1, le=60_000)
 
 
 class AmqpTargetSettings(_Strict):
-    url: str = Field(max_length=2048, description="amqp://host:port/vhost or amqps://…, no user info")
-    exchange: str = Field(max_length=255, description='"" is the default exchange')
-    routing_key: str = Field(default="", max_length=255)
+    url: str = Field(
+        max_length=2048, pattern=NO_CONTROL_NON_EMPTY, description="amqp://host:port/vhost or amqps://…, no user info"
+    )
+    exchange: str = Field(max_length=255, pattern=NO_CONTROL, description='"" is the default exchange')
+    routing_key: str = Field(default="", max_length=255, pattern=NO_CONTROL)
     persistent: bool = True
     mandatory: bool = True
 
 
 class NatsTargetSettings(_Strict):
-    servers: list[str] = Field(min_length=1, max_length=10, description="nats://host:port or tls://host:port")
-    subject: str = Field(max_length=255)
+    NULLABLE = frozenset({"stream"})
+
+    servers: list[Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS)]] = Field(
+        min_length=1, max_length=10, description="nats://host:port or tls://host:port"
+    )
+    subject: str = Field(max_length=255, pattern=NO_CONTROL_NON_EMPTY)
     stream: str | None = Field(default=None, max_length=255, description="the ack must come from this stream")
 
 
 class RedisStreamTargetSettings(_Strict):
-    url: str = Field(max_length=2048, description="redis://host:port/db or rediss://…, no user info")
-    stream: str = Field(max_length=512, description="the stream key")
+    NULLABLE = frozenset({"maxlen"})
+
+    url: str = Field(
+        max_length=2048, pattern=NO_CONTROL_NON_EMPTY, description="redis://host:port/db or rediss://…, no user info"
+    )
+    stream: str = Field(max_length=512, pattern=NO_CONTROL_NON_EMPTY, description="the stream key")
     maxlen: int | None = Field(default=None, ge=1, le=1_000_000_000, description="XADD MAXLEN ~ n")
 
 
@@ -221,13 +367,26 @@ TargetSettingsShape = (
 class TargetRetry(_Strict):
     """Overrides of the node's delivery budget for the tasks naming the target (a task's own wins)."""
 
+    NULLABLE = frozenset({"max_attempts", "max_age_s", "backoff_base_ms", "backoff_max_ms"})  # null: the node's
+
     max_attempts: int | None = Field(default=None, ge=1, le=50)
     max_age_s: int | None = Field(default=None, ge=1, le=30 * 86_400)
     backoff_base_ms: int | None = Field(default=None, ge=1, le=3_600_000)
     backoff_max_ms: int | None = Field(default=None, ge=1, le=86_400_000)
 
 
+def _settings_of(protocol: str) -> dict[str, Any]:
+    """``protocol``, and settings of its shape: its fields only, its required ones present (each shape
+    has a field the others lack, so the settings' own anyOf then holds them to this shape's types)."""
+    fields = TARGET_SETTINGS_SHAPES[protocol].model_fields
+    shape = {"propertyNames": {"enum": list(fields)}, "required": [n for n, f in fields.items() if f.is_required()]}
+    return {"required": ["protocol"], "properties": {"protocol": {"const": protocol}, "settings": shape}}
+
+
 class TargetCreate(_Strict):
+    NULLABLE = frozenset({"retry", "credentials"})  # null: none
+    RULES = ({"oneOf": [_settings_of(protocol) for protocol in TARGET_SETTINGS_SHAPES]},)  # the protocol's settings
+
     name: str = Field(pattern=TARGET_NAME_PATTERN, description="unique per app; tasks name it")
     protocol: ProtocolName
     settings: TargetSettingsShape = Field(description="the shape of the protocol's settings")
@@ -238,6 +397,19 @@ class TargetCreate(_Strict):
 
 
 class TargetUpdate(_Strict):
+    NULLABLE = frozenset(
+        {"protocol", "settings", "retry", "credentials", "version"}
+    )  # null: unchanged (credentials: cleared)
+    RULES = (  # with a protocol, that protocol's settings
+        {
+            "anyOf": [
+                {"not": _set("protocol")},
+                {"not": _set("settings")},
+                *(_settings_of(p) for p in TARGET_SETTINGS_SHAPES),
+            ]
+        },
+    )
+
     protocol: ProtocolName | None = Field(default=None, description="changes only together with settings")
     settings: TargetSettingsShape | None = Field(default=None, description="replaces the settings as a whole")
     retry: TargetRetry | None = Field(default=None, description="replaces the retry policy as a whole")
@@ -269,7 +441,6 @@ class StoredTargetPage(BaseModel):
 
 # ---- executor pools -----------------------------------------------------------------------------
 
-POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 EXECUTOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 ZONE_PATTERN = r"^[A-Za-z0-9_.:-]{0,64}$"
 EXECUTOR_MIN_TTL_S = 2  # etcd's own floor for a lease
@@ -287,13 +458,51 @@ MAX_SHARD_TOTAL = 1024
 class PoolRouteRequest(_Strict):
     """``callback.pool``: which executors of the app's pool get each fire (a bare string names the pool)."""
 
+    NULLABLE = frozenset({"mode", "strategy", "hash_on", "overlap", "shard_total", "shard_params"})  # null: default
+    RULES = (
+        {
+            "anyOf": [  # sharded needs shard_total and takes no strategy; the other modes take no shard_*
+                {
+                    "required": ["mode", "shard_total"],
+                    "properties": {"mode": {"const": "sharded"}, "shard_total": {"type": "integer"}},
+                    **_none_of("strategy", "hash_on"),
+                },
+                {
+                    "properties": {"mode": {"enum": ["one", "one_per_zone", "all", None]}},
+                    "not": {"anyOf": [_set("shard_total"), _set("shard_params")]},
+                },
+            ]
+        },
+        # mode all takes no strategy
+        {
+            "anyOf": [
+                {"not": {"required": ["mode"], "properties": {"mode": {"const": "all"}}}},
+                _none_of("strategy", "hash_on"),
+            ]
+        },
+        # hash_on only with strategy consistent_hash
+        {
+            "anyOf": [
+                _none_of("hash_on"),
+                {"required": ["strategy"], "properties": {"strategy": {"const": "consistent_hash"}}},
+            ]
+        },
+    )
+
     name: str = Field(pattern=POOL_NAME_PATTERN)
     mode: PoolModeName = "one"
     strategy: PoolStrategyName | None = Field(default=None, description="one and one_per_zone: default round_robin")
     hash_on: Literal["task_id", "key"] | None = Field(default=None, description="consistent_hash: default task_id")
-    path: str | None = Field(default=None, max_length=512, description="appended to every executor's address")
+    path: str | None = Field(
+        default=None,
+        max_length=512,
+        pattern=r"^(/[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*)?$",
+        description="appended to every executor's address",
+    )
     shard_total: int | None = Field(default=None, ge=1, le=MAX_SHARD_TOTAL, description="sharded: the item count")
-    shard_params: list[str] | None = Field(default=None, description="sharded: one parameter per item")
+    shard_params: list[Annotated[str, Field(max_length=1024, pattern=r"^[\x20-\x7e]*$")]] | None = Field(
+        default=None, description="sharded: one parameter per item (printable ASCII, travels as a header)"
+    )
     overlap: Literal["allow", "skip_if_running", "queue_one"] = Field(
         default="allow", description="a fire while the task's previous flow still runs: go, skip, or wait (one)"
     )
@@ -302,7 +511,14 @@ class PoolRouteRequest(_Strict):
 class ExecutorRegistration(_Strict):
     """``POST /v1/pools/{pool}/executors``: an instance of the app's service joins the pool (again)."""
 
-    address: str = Field(description="the executor's base URL (http/https), judged like a callback URL")
+    NULLABLE = frozenset({"id", "capacity"})  # null: derived from the address, none
+
+    address: str = Field(
+        min_length=1,
+        max_length=MAX_URL_CHARS,
+        pattern=EXECUTOR_ADDRESS_PATTERN,
+        description="the executor's base URL (http/https, no query or fragment), judged like a callback URL",
+    )
     id: str | None = Field(
         default=None, pattern=EXECUTOR_ID_PATTERN, description="stable id; default: derived from the address"
     )

@@ -26,6 +26,20 @@ from tjobs.service.cursors import MAX_CURSOR_CHARS
 from tjobs.service.schedule_preview import parse_instant
 from tjobs.service.tasks import Redriven
 
+# documented as validation judges them (its own 422 names the field): a task id is digits, 1..2^63-1;
+# an instant is ISO-8601 with an offset from 1970 on, or epoch ms in digits
+TASK_ID_PATTERN = r"^(?=0*[1-9])([0-9]{1,18}|[0-8][0-9]{18})$"  # not 0
+INSTANT_FILTER: dict[str, Any] = {
+    "allOf": [
+        {
+            "anyOf": [
+                {"format": "date-time", "pattern": r"^\s*(19[7-9][0-9]|[2-9][0-9]{3})-"},
+                {"pattern": r"^\s*[0-9]{1,14}\s*$"},
+            ]
+        }
+    ]
+}
+
 router = APIRouter(prefix="/v1", tags=["flows"])
 
 
@@ -38,11 +52,22 @@ async def search_flows(
     request: Request,
     app: AppDep,
     status: Annotated[FlowFilterName | None, Query(description="a flow status, or retrying")] = None,
-    task_id: Annotated[str | None, Query(max_length=19, description="one task's flows")] = None,
-    from_: Annotated[
-        str | None, Query(alias="from", max_length=40, description="scheduled at or after (ISO-8601 or ms)")
+    task_id: Annotated[
+        str | None, Query(max_length=19, json_schema_extra={"pattern": TASK_ID_PATTERN}, description="one task's flows")
     ] = None,
-    to: Annotated[str | None, Query(max_length=40, description="scheduled before (ISO-8601 or ms)")] = None,
+    from_: Annotated[
+        str | None,
+        Query(
+            alias="from",
+            max_length=40,
+            json_schema_extra=INSTANT_FILTER,
+            description="scheduled at or after (ISO-8601 or ms)",
+        ),
+    ] = None,
+    to: Annotated[
+        str | None,
+        Query(max_length=40, json_schema_extra=INSTANT_FILTER, description="scheduled before (ISO-8601 or ms)"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
 ) -> Any:

@@ -8,9 +8,9 @@ bounds and choices from the same models (field-named errors, one handler). Respo
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from tjobs.wire import (
     NAME_PATTERN,
@@ -18,6 +18,7 @@ from tjobs.wire import (
     DeliveryName,
     JsonValue,
     MisfirePolicyName,
+    RequestShape,
     Schedule,
     StoredCallback,
 )
@@ -28,8 +29,8 @@ FlowKindName = Literal["scheduled", "misfire", "manual"]
 FlowFilterName = Literal["pending", "retrying", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_Strict = RequestShape
+MAX_INSTANT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last instant ISO-8601 can name
 
 
 # ---- errors ------------------------------------------------------------------------------------
@@ -157,6 +158,8 @@ class RedriveResult(BaseModel):
 
 
 class AppCreate(_Strict):
+    NULLABLE = frozenset({"max_active_tasks", "api_rate_limit_per_s", "create_rate_limit_per_s"})  # null: default
+
     name: str = Field(min_length=1, max_length=100, pattern=NAME_PATTERN)
     rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
     max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
@@ -184,6 +187,8 @@ class AppCreate(_Strict):
 
 
 class AppUpdate(_Strict):
+    NULLABLE = AppCreate.NULLABLE
+
     name: str | None = Field(default=None, min_length=1, max_length=100, pattern=NAME_PATTERN)
     rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
     max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
@@ -195,6 +200,15 @@ class AppUpdate(_Strict):
 
 
 class Rotate(_Strict):
+    RULES = (  # something to rotate (both default to true)
+        {
+            "not": {
+                "required": ["api_key", "secret"],
+                "properties": {"api_key": {"const": False}, "secret": {"const": False}},
+            }
+        },
+    )
+
     api_key: bool = True
     secret: bool = True
     grace_s: int = Field(
@@ -255,13 +269,28 @@ class AppStats(BaseModel):
     )
 
 
-# ---- schedules ------------------------------------------------------------------------------------
+# ---- schedules ----------------------------------------------------------------------------------
+
+# an instant from 1970 on (epoch ms are never negative): ISO-8601 with an offset, or epoch ms in digits
+PreviewFrom = Annotated[
+    str,
+    Field(
+        json_schema_extra={
+            "anyOf": [
+                {"format": "date-time", "pattern": r"^\s*(19[7-9][0-9]|[2-9][0-9]{3})-"},
+                {"pattern": r"^\s*[0-9]{1,14}\s*$"},
+            ]
+        }
+    ),
+]
 
 
 class SchedulePreviewRequest(_Strict):
+    NULLABLE = frozenset({"from"})  # null: now
+
     schedule: Schedule = Field(description="as in a task create; validated the same way")
     count: int = Field(default=10, ge=1, le=100, description="how many instants")
-    from_: str | int | None = Field(
+    from_: PreviewFrom | Annotated[int, Field(ge=0, le=MAX_INSTANT_MS)] | None = Field(
         default=None,
         alias="from",
         description="list instants at or after this one (ISO-8601 with an offset, or epoch ms); default: now",
