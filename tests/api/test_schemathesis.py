@@ -9,8 +9,10 @@ key (app management), so generated cases reach the handlers instead of stopping 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CHECKS as REGISTERED_CHECKS
 from schemathesis.checks import load_all_checks
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.api.conftest import ADMIN_KEY
 from tjobs.api import create_api
@@ -41,12 +44,110 @@ def _settings() -> Settings:
 
 schema = schemathesis.openapi.from_dict(create_api(Node(_settings())).openapi())
 load_all_checks()
-# Every registered check but positive_data_acceptance: a schema-valid request may rightly be a 422 naming
-# the field, because JSON Schema cannot say all the validation checks: a callback URL must resolve to an
-# admitted address (DNS at registration), JSON Schema integers and 93.0 are not 64-bit integers, a cron
-# expression or time zone can be well-typed and meaningless, and a cursor is opaque (5 operations fail it).
-NOT_APPLICABLE = {"positive_data_acceptance"}
-CHECKS = [check for check in REGISTERED_CHECKS.get_all() if check.__name__ not in NOT_APPLICABLE]
+
+
+@dataclass(frozen=True)
+class Unexpressible:
+    """A rule validation applies that JSON Schema cannot state: a schema-valid request refused by it
+    (a 422 naming ``field`` with ``code``) is not a positive_data_acceptance failure."""
+
+    reason: str
+    field: str  # a regular expression over the error's field
+    codes: frozenset[str]
+
+    def covers(self, error: dict[str, Any]) -> bool:
+        return error.get("code") in self.codes and re.fullmatch(self.field, str(error.get("field"))) is not None
+
+
+_URL_FIELDS = r"(tasks\[\d+\]\.)?callback\.(url|urls\[\d+\])|address|settings\.(url|urls\[\d+\])"
+UNEXPRESSIBLE = [
+    Unexpressible("a cursor is opaque: only one this API returned is valid", r"cursor", frozenset({"bad_cursor"})),
+    Unexpressible(
+        "a URL's host is judged by the URL model (IDNA, numeric spellings, port) and the SSRF policy (DNS)",
+        _URL_FIELDS,
+        frozenset({"invalid_url", "bad_scheme", "target_refused"}),
+    ),
+    Unexpressible(
+        "an allow-list entry is judged by the same host model (IDNA, numeric spellings, networks)",
+        r"allowed_callback_hosts\[\d+\]",
+        frozenset({"invalid_input"}),
+    ),
+    Unexpressible(
+        "a cron expression's fields, and whether and how often it fires, are the cron parser's",
+        r"schedule\.expr",
+        frozenset({"invalid_cron", "never_fires", "too_frequent"}),
+    ),
+    Unexpressible(
+        "a time zone is one the server's tz database knows", r"schedule\.timezone", frozenset({"unknown_timezone"})
+    ),
+    Unexpressible(
+        "instants are judged against now, the configured horizon (limits.max_future_days) and minimum period "
+        "(limits.min_period_ms), and each other (end after start and the first fire)",
+        r"schedule\.\w+|from|to",
+        frozenset({"in_past", "too_far", "too_frequent", "never_fires", "out_of_range"}),
+    ),
+    Unexpressible(
+        "an integer literal beyond 64 bits in free-form JSON (a payload, a batch item) is refused, but JSON Schema "
+        "cannot bound it: 18446744073709551616 and the float 1.8446744073709552e19 the server accepts are one number",
+        r"(tasks\[\d+\]|payload)([.\[].*)?",
+        frozenset({"out_of_range"}),
+    ),
+    Unexpressible(
+        "shard_params has one entry per item: its length must equal shard_total",
+        r"(tasks\[\d+\]\.)?callback\.pool\.shard_params",
+        frozenset({"invalid_input"}),
+    ),
+    Unexpressible(
+        "a target's update is judged against the stored target (its protocol), and its broker addresses "
+        "(host:port, amqp/redis/nats URL forms, subjects, stream names) and credential keys per protocol by "
+        "tjobs.targets.addresses -- NOT YET EXPRESSED in the schema (issue 11 follow-up), not inexpressible",
+        r"settings(\..*)?|credentials(\..*)?|retry\.backoff_max_ms",
+        frozenset({"invalid_input", "missing", "unknown_field"}),
+    ),
+    Unexpressible(
+        "a named target must exist in the app", r"callback\.(target|targets\[\d+\])", frozenset({"unknown_target"})
+    ),
+]
+
+
+def _value_at(body: Any, field: str) -> Any:
+    """The request value an error's dotted field names (``a.b[2].c``), or None."""
+    value = body
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field):
+        if index and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        elif name and isinstance(value, dict) and name in value:
+            value = value[name]
+        else:
+            return None
+    return value
+
+
+def _whole_float(case: Any, error: dict[str, Any]) -> bool:
+    """JSON Schema (draft 6 on) calls 2.0 an integer, and schemathesis sends it for integer fields;
+    validation takes integers only as written without a fraction (2), so 2.0 is refused naming the field."""
+    value = _value_at(case.body, str(error.get("field")))
+    return isinstance(value, float) and value.is_integer()
+
+
+def positive_data_acceptance_where_expressible(ctx: Any, response: Any, case: Any) -> bool | None:
+    """positive_data_acceptance, but a 422 refusing a schema-valid request for one of the reasons
+    JSON Schema cannot state (:data:`UNEXPRESSIBLE`, a whole float) passes."""
+    if response.status_code == 422:
+        try:
+            error = response.json()["error"]
+        except (ValueError, KeyError, TypeError):
+            error = {}
+        if any(rule.covers(error) for rule in UNEXPRESSIBLE) or _whole_float(case, error):
+            return None
+    return positive_data_acceptance(ctx, response, case)
+
+
+positive_data_acceptance_where_expressible.__name__ = "positive_data_acceptance"
+CHECKS = [
+    positive_data_acceptance_where_expressible if check is positive_data_acceptance else check
+    for check in REGISTERED_CHECKS.get_all()
+]
 
 
 KEYS = {"admin": ADMIN_KEY, "app": ""}
