@@ -266,6 +266,7 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
         "mode": result.mode,
         "tasks": result.tasks,
         "window_s": result.window_s,
+        "window_start_ms": result.start_ms,
         "registered": registration.succeeded,
         "registrations_per_s": _round(registration.per_s, 1),
         "registration_s": _round(registration.elapsed_s),

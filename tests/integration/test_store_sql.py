@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlalchemy.dialects import mysql
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding import shard_of_task_id
 from tests.contract.backends import (
@@ -55,7 +56,7 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
     for index in range(4):
         with sqlite3.connect(tmp_path / "data" / f"tjobs_{index:02d}.db") as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0009_flow_routes",)]
+            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0010_stats_auto_recalc",)]
             assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         expected = {f"{kind}_{t:02d}" for kind in ("tasks", "flows", "task_targets") for t in range(4)}
         first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes"}
@@ -74,7 +75,7 @@ async def test_migrate_keeps_a_hot_changes_table_an_earlier_node_created(tmp_pat
         db.execute("INSERT INTO hot_changes (task_id) VALUES (7)")
     await migrate(StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path / 'data'}"], topology="1x1x4"))
     with sqlite3.connect(tmp_path / "data" / "tjobs_00.db") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0009_flow_routes",)]
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0010_stats_auto_recalc",)]
         assert db.execute("SELECT task_id FROM hot_changes").fetchall() == [(7,)]
 
 
@@ -105,6 +106,42 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 )
             ).all()
             assert [tuple(row) for row in engines] == [("InnoDB", "utf8mb4_bin")]
+            assert await tables_recalculating_statistics(conn, prefix) == []
+    finally:
+        await engine.dispose()
+
+
+async def tables_recalculating_statistics(conn: AsyncConnection, prefix: str) -> list[str]:
+    """The deployment's tables InnoDB would re-sample in the background as rows change: every
+    table is created with STATS_AUTO_RECALC=0, because that background pass held the dictionary
+    while saving and stalled every statement opening a table for 1-4 s under 2,000 fires/s
+    (docs/benchmarks.md, "InnoDB statistics stall")."""
+    rows = await conn.exec_driver_sql(
+        "SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME), CREATE_OPTIONS FROM information_schema.TABLES "
+        f"WHERE TABLE_SCHEMA LIKE '{prefix}\\_%%' ORDER BY 1"
+    )
+    return [name for name, options in rows.all() if "stats_auto_recalc=0" not in (options or "").lower()]
+
+
+@pytest.mark.mariadb
+async def test_migrating_an_earlier_deployment_turns_background_statistics_off(mariadb: StorageSettings) -> None:
+    await migrate(mariadb)
+    engine = create_engine_for(SQLAlchemyTaskStore(mariadb).layout.engine_urls()[0], mariadb)
+    try:
+        prefix = mariadb.database_prefix
+        async with engine.begin() as conn:  # as a deployment migrated before revision 0010 has it
+            for index in range(4):
+                database = f"{prefix}_{index:02d}"
+                names = await conn.exec_driver_sql(
+                    f"SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{database}'"
+                )
+                for (name,) in names.all():
+                    await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` STATS_AUTO_RECALC=DEFAULT")
+                await conn.exec_driver_sql(f"UPDATE `{database}`.alembic_version SET version_num = '0009_flow_routes'")
+            assert len(await tables_recalculating_statistics(conn, prefix)) == 20 + 3 * 14
+        await migrate(mariadb)
+        async with engine.connect() as conn:
+            assert await tables_recalculating_statistics(conn, prefix) == []
     finally:
         await engine.dispose()
 

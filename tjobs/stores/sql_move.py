@@ -151,7 +151,7 @@ class DatabaseCopy:
             await conn.exec_driver_sql(
                 f"CREATE TABLE IF NOT EXISTS {self.qualified(CHANGES)} ("
                 "seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, "
-                "row_key VARCHAR(1024) NOT NULL) ENGINE=InnoDB"
+                "row_key VARCHAR(1024) NOT NULL) ENGINE=InnoDB STATS_AUTO_RECALC=0"
             )
             for table in await self.tables():
                 for event, row in _EVENTS.items():
@@ -347,7 +347,8 @@ class MoveRecords:
         await conn.exec_driver_sql(
             f"CREATE TABLE IF NOT EXISTS {self.table} (database_index INT NOT NULL PRIMARY KEY, "
             "source VARCHAR(255) NOT NULL, target VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, "
-            "source_fence BIGINT NOT NULL, epoch BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL) ENGINE=InnoDB"
+            "source_fence BIGINT NOT NULL, epoch BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL) "
+            "ENGINE=InnoDB STATS_AUTO_RECALC=0"
         )
 
     async def all(self) -> list[MoveRow]:
