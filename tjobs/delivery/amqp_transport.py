@@ -10,8 +10,12 @@ Connections and channels: one connection per (broker URL, user name, password), 
 send that needs it, with one channel per target (app, name) in confirm mode. A channel carries any
 number of publishes at once: each waits for its own confirm while the next is written, so a burst
 to one target costs a round trip only at its end, not one per message (the broker acknowledges them
-in batches, ``multiple``). A connection or channel the broker closed is opened again by the next send
-(so sends deliver again once a restarted broker answers); a failed attempt never retries itself.
+in batches, ``multiple``). The publishes of one event-loop turn go out together: each is encoded to
+its frames (:mod:`tjobs.delivery.amqp_frames`) and given its delivery tag and confirm at once, and
+the turn's frames are handed to the connection's writer as one write (one system call for a burst,
+not one per message and a writer wake-up each). A connection or channel the broker closed is opened
+again by the next send (so sends deliver again once a restarted broker answers); a failed attempt
+never retries itself.
 
 What the broker's answers mean:
 
@@ -44,11 +48,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
 import aiormq
 import aiormq.abc
+from aiormq.abc import ChannelFrame
 from aiormq.exceptions import (
     AMQPChannelError,
     AuthenticationError,
@@ -62,6 +68,7 @@ from pamqp import commands as spec
 from yarl import URL
 
 from tjobs.clock import Clock
+from tjobs.delivery.amqp_frames import publish_frames
 from tjobs.delivery.broker import BrokerBusy, BrokerRefused, BrokerTransport
 from tjobs.delivery.transport import CallbackRequest, TargetPolicy
 from tjobs.settings import CallbackSettings
@@ -74,8 +81,58 @@ TRANSIENT = 1
 NO_ROUTE = 312
 NACKED = "nacked by the broker (a full queue rejecting publishes, or a broker error)"
 
+FramesFor = Callable[[int, int], bytes]  # (channel number, largest body frame) -> the publish's frames
 ConnectionKey = tuple[str, str, str]  # broker URL, user name, password
 ChannelKey = tuple[str, str]  # app id, target name
+WRITE_RETRY_S = 0.001  # the connection's write queue was full: hand the frames over again this soon
+
+
+class _Publisher:
+    """Publishes on one confirm-mode channel: tags and confirms at once, frames of a loop turn in one write.
+
+    It does what ``Channel.basic_publish`` does for a publish (the next delivery tag, a confirm future
+    the channel settles on ``basic.ack``/``basic.nack``/``basic.return`` and rejects when it closes,
+    the message id noted for a return) without its per-message lock, frame objects and writer
+    round trip. Frames reach the broker in tag order: every publish goes through :attr:`_pending`,
+    which is handed to the writer whole, in order. Only this publisher publishes on its channel."""
+
+    def __init__(self, channel: aiormq.Channel) -> None:
+        self.channel = channel
+        self._pending: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
+
+    def publish(self, frames_for: FramesFor, message_id: str) -> asyncio.Future[object]:
+        channel = self.channel
+        frames = frames_for(channel.number, channel.max_content_size)  # may raise: nothing was tagged
+        channel.delivery_tag += 1
+        tag = channel.delivery_tag
+        confirmation: asyncio.Future[object] = channel.create_future()
+        channel.confirmations[tag] = confirmation
+        channel.message_id_delivery_tag[message_id] = tag
+
+        def forget_message_id(_: asyncio.Future[object]) -> None:
+            if channel.message_id_delivery_tag.get(message_id) == tag:
+                del channel.message_id_delivery_tag[message_id]
+
+        confirmation.add_done_callback(forget_message_id)
+        self._pending.append(frames)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        return confirmation
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if not self._pending:
+            return
+        if self.channel.is_closed:  # its confirms were rejected on closing; frames on it would be an error
+            self._pending.clear()
+            return
+        try:
+            self.channel.connection.write_queue.put_nowait(ChannelFrame(b"".join(self._pending), should_close=False))
+        except asyncio.QueueFull:  # the writer is behind: keep them (in order) and try again shortly
+            self._flush_handle = asyncio.get_running_loop().call_later(WRITE_RETRY_S, self._flush)
+            return
+        self._pending.clear()
 
 
 @dataclass
@@ -84,28 +141,32 @@ class _Broker:
 
     url: URL
     connection: aiormq.abc.AbstractConnection | None = None
-    channels: dict[ChannelKey, aiormq.Channel] = field(default_factory=dict)
+    channels: dict[ChannelKey, _Publisher] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def channel(self, key: ChannelKey) -> aiormq.Channel:
-        channel = self.channels.get(key)
-        if channel is not None and not channel.is_closed:
-            return channel
+    async def publisher(self, key: ChannelKey) -> _Publisher:
+        publisher = self.channels.get(key)
+        if publisher is not None and not publisher.channel.is_closed:
+            return publisher
         async with self.lock:  # a burst to a new target opens one connection and one channel
-            channel = self.channels.get(key)
-            if channel is not None and not channel.is_closed:
-                return channel
+            publisher = self.channels.get(key)
+            if publisher is not None and not publisher.channel.is_closed:
+                return publisher
             connection = self.connection
             if connection is None or connection.is_closed:
                 self.channels.clear()
                 connection = self.connection = await _connect(self.url)
             channel = cast(aiormq.Channel, await connection.channel(publisher_confirms=True, on_return_raises=True))
-            self.channels[key] = channel
-            return channel
+            publisher = self.channels[key] = _Publisher(channel)
+            return publisher
 
     @property
     def pending(self) -> int:
-        return sum(len(channel.confirmations) for channel in self.channels.values() if not channel.is_closed)
+        return sum(
+            len(publisher.channel.confirmations)
+            for publisher in self.channels.values()
+            if not publisher.channel.is_closed
+        )
 
     async def close(self) -> None:
         connection, self.connection = self.connection, None
@@ -157,22 +218,25 @@ class AmqpTransport(BrokerTransport[AmqpTarget]):
         broker = self._brokers.get(key)
         if broker is None:
             broker = self._brokers[key] = _Broker(_broker_url(settings.url, username, password))
-        channel = await broker.channel((target.app_id, target.name))
+        publisher = await broker.publisher((target.app_id, target.name))
         headers = request.headers
-        properties = spec.Basic.Properties(
-            content_type=headers.get("content-type"),
-            headers=dict(headers),
-            delivery_mode=PERSISTENT if settings.persistent else TRANSIENT,
-            message_id=request.flow_id,
-        )
-        try:
-            confirm = await channel.basic_publish(
-                request.body or b"",
+
+        def frames_for(channel: int, max_body_frame: int) -> bytes:
+            return publish_frames(
+                channel,
                 exchange=settings.exchange,
                 routing_key=settings.routing_key,
-                properties=properties,
                 mandatory=settings.mandatory,
+                body=request.body or b"",
+                headers=headers,
+                content_type=headers.get("content-type"),
+                delivery_mode=PERSISTENT if settings.persistent else TRANSIENT,
+                message_id=request.flow_id,
+                max_body_frame=max_body_frame,
             )
+
+        try:
+            confirm = await publisher.publish(frames_for, request.flow_id)
         except PublishError as returned:
             frame = returned.frame
             reply = getattr(frame, "reply_text", "") or "returned"
