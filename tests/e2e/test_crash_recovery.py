@@ -138,9 +138,17 @@ async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
                 assert late and all(f["kind"] == "misfire" for f in late)
 
                 # Orphaned flows (committed, callback in flight at the kill) were re-driven: the receiver
-                # saw the lost attempt and then the compensator's, under the same webhook-id.
-                orphaned = [t for t in slow if received[t] >= 2]
-                assert len(orphaned) == SLOW_ONE_SHOTS, f"only {len(orphaned)} orphaned flows re-driven"
+                # saw the lost attempt and then the compensator's, under the same webhook-id. Which ones
+                # were in flight is what the receiver saw before the kill: on a loaded machine some
+                # /slow instants fire only after it (the restarted node sends those once).
+                in_flight = {
+                    r.headers.get("tjobs-task-id")
+                    for r in receiver.requests
+                    if r.path == "/slow" and r.received_at_ns // 1_000_000 < killed_at
+                }
+                assert in_flight, "no /slow callback was in flight at the kill: the test proved nothing"
+                not_redriven = sorted(t for t in in_flight if received[t] < 2)
+                assert not_redriven == [], f"{len(not_redriven)} of {len(in_flight)} orphaned flows not re-driven"
 
                 # Recurring tasks: skip recorded the outage as one skipped flow; catch_up fired every instant.
                 skip_flows = await _flows(client, skip)
