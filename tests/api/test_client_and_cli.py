@@ -137,3 +137,44 @@ async def test_import_is_resumable_and_idempotent_by_key(api_node: RunningNode, 
     assert (json.loads(again.stdout)["created"], json.loads(again.stdout)["existing"]) == (0, 1199)
     listed = (await tenant.client.get("/v1/tasks", params={"limit": 1000, "name_prefix": "imp-"})).json()
     assert listed["next_cursor"] is not None or len(listed["items"]) <= 1199
+
+
+async def test_cli_task_create_reaches_every_field_through_request_file(
+    api_node: RunningNode, tenant: Tenant, tmp_path: Path
+) -> None:
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "200"}
+    body = {
+        "schedule": {
+            "kind": "cron",
+            "expr": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "dst_gap": "shift",
+            "max_fires": 5,
+        },
+        "callback": {"urls": ["http://127.0.0.1:9/a", "http://127.0.0.1:9/b"], "method": "PUT"},
+        "payload": {"from": "file"},
+        "misfire_policy": "skip",
+    }
+    request = tmp_path / "task.json"
+    request.write_text(json.dumps(body))
+    task = await cli_run(
+        "task",
+        "create",
+        "cli-full",
+        "--request",
+        str(request),
+        "--delivery",
+        "at_most_once",
+        "--payload",
+        '{"from": "flag"}',
+        "--json",
+        env=env,
+    )
+    assert task["schedule"]["dst_gap"] == "shift" and task["schedule"]["max_fires"] == 5
+    assert task["callback"]["urls"] == body["callback"]["urls"] and task["delivery"] == "at_most_once"
+    assert task["payload"] == {"from": "flag"} and task["misfire_policy"] == "skip"
+    request.write_text("[1, 2]")
+    result = await asyncio.to_thread(
+        CliRunner().invoke, cli, ["task", "create", "bad", "--request", str(request)], env=env
+    )
+    assert result.exit_code != 0 and "--request" in result.output and "Traceback" not in result.output

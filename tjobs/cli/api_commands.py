@@ -139,6 +139,20 @@ def _json_arg(text: str | None, name: str) -> Any:
         raise typer.BadParameter(f"{name} is not JSON: {error}") from None
 
 
+def _request_file(source: str | None) -> dict[str, Any]:
+    """The --request body: a JSON object read from a file, or stdin for ``-``."""
+    if source is None:
+        return {}
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except OSError as error:
+        raise typer.BadParameter(f"--request {source}: {error.strerror}") from None
+    body = _json_arg(text, "--request")
+    if not isinstance(body, dict):
+        raise typer.BadParameter("--request must hold a JSON object (the POST /v1/tasks body)")
+    return body
+
+
 Delay = Annotated[str | None, typer.Option("--delay", help="fire once after this long (e.g. 30m)")]
 At = Annotated[str | None, typer.Option("--at", help="fire once at this ISO-8601 instant (or epoch ms)")]
 Cron = Annotated[str | None, typer.Option("--cron", help="cron expression (5 or 6 fields)")]
@@ -167,32 +181,45 @@ def task_create(
     method: Annotated[str, typer.Option("--method")] = "POST",
     header: Header = None,
     misfire: Annotated[str | None, typer.Option("--misfire", help="fire_now|fire_soon|skip|catch_up")] = None,
+    delivery: Annotated[str | None, typer.Option("--delivery", help="delivery mode (see POST /v1/tasks)")] = None,
+    request: Annotated[
+        str | None,
+        typer.Option("--request", help="JSON file (or - for stdin) with the POST /v1/tasks body; flags override it"),
+    ] = None,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """Register a task."""
-    schedule = _schedule(delay_, at_, cron_, every_, tz)
+    """Register a task (every API field is reachable through --request; flags override its fields)."""
+    base = _request_file(request)
+    schedule = _schedule(delay_, at_, cron_, every_, tz) or base.get("schedule")
     if schedule is None:
-        raise typer.BadParameter("give one of --delay, --at, --cron, --every")
-    if (url_ is None) == (not target):
-        raise typer.BadParameter("give --callback URL or --target NAME")
+        raise typer.BadParameter("give one of --delay, --at, --cron, --every (or schedule in --request)")
     callback: dict[str, Any]
+    if url_ is not None and target:
+        raise typer.BadParameter("give --callback URL or --target NAME, not both")
     if target:
         callback = {"target": target[0]} if len(target) == 1 else {"targets": target}
-    else:
-        callback = {"url": url_, "method": method}
+    elif url_ is not None:
+        callback = {**(base.get("callback") or {}), "url": url_, "method": method}
+        callback.pop("target", None)
+        callback.pop("targets", None)
         if header:
             callback["headers"] = _headers(header)
+    elif isinstance(base.get("callback"), dict):
+        callback = base["callback"]
+    else:
+        raise typer.BadParameter("give --callback URL or --target NAME (or callback in --request)")
     with _client(url, api_key, "--api-key") as sdk:
         try:
             task = sdk.create_task(
                 name,
                 schedule,
                 callback=callback,
-                key=key,
-                payload=_json_arg(payload, "--payload"),
-                misfire_policy=misfire,
+                key=key if key is not None else base.get("key"),
+                payload=_json_arg(payload, "--payload") if payload is not None else base.get("payload"),
+                misfire_policy=misfire if misfire is not None else base.get("misfire_policy"),
+                delivery=delivery if delivery is not None else base.get("delivery"),
             )
         except TjobsClientError as error:
             raise _fail(error) from None
