@@ -79,3 +79,25 @@ async def test_the_sdk_and_the_cli_list_disable_enable_and_delete(api_node: Runn
     assert disabled["disabled"] is True and enabled["disabled"] is False
     assert "confirmation_required" in refused and listed
     assert deleted.strip() == f"deleted app {doomed.app.id} and 1 tasks"
+
+
+async def test_the_cli_updates_an_apps_limits_and_names_a_bad_flag(api_node: RunningNode, tenant_factory: Any) -> None:
+    tenant = await tenant_factory("cli-update")
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_ADMIN_KEY": ADMIN_KEY, "COLUMNS": "80"}
+
+    def drive() -> tuple[Any, Any, Any]:
+        runner = CliRunner()
+        updated = runner.invoke(
+            cli, ["app", "update", tenant.app.id, "--rate", "7.5", "--concurrency", "3", "--json"], env=env
+        )
+        bad_json = runner.invoke(cli, ["app", "update", tenant.app.id, "--callback-defaults", "{nope"], env=env)
+        bad_rate = runner.invoke(cli, ["app", "update", tenant.app.id, "--rate", "-1"], env=env)
+        return updated, bad_json, bad_rate
+
+    updated, bad_json, bad_rate = await asyncio.to_thread(drive)
+    assert updated.exit_code == 0, updated.output
+    app = json.loads(updated.stdout)
+    assert app["rate_limit_per_s"] == 7.5 and app["max_concurrency"] == 3
+    assert bad_json.exit_code != 0 and "--callback-defaults" in bad_json.output
+    assert bad_rate.exit_code != 0 and "rate_limit_per_s" in bad_rate.output
+    assert "Traceback" not in bad_json.output + bad_rate.output

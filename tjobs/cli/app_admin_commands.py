@@ -1,4 +1,4 @@
-"""``tjobs app list|disable|enable|delete``: the operator's app commands (admin key), added to ``tjobs app``.
+"""``tjobs app list|update|disable|enable|delete``: the operator's app commands (admin key), added to ``tjobs app``.
 
 ``delete`` asks for the app id again (``--confirm``, or typed at the prompt): it deletes every task.
 """
@@ -6,12 +6,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, AsJson, Url, _app_table, _client, _emit, _fail, out
+from tjobs.cli.api_commands import (
+    DEFAULT_URL,
+    AdminKey,
+    AsJson,
+    Url,
+    _app_table,
+    _client,
+    _emit,
+    _fail,
+    _json_arg,
+    out,
+)
 from tjobs.client import App, TjobsClientError
 
 
@@ -42,6 +53,49 @@ def app_list(
         except TjobsClientError as error:
             raise _fail(error) from None
     _emit(apps, as_json, apps_table(apps))
+
+
+def app_update(
+    app_id: str,
+    name: Annotated[str | None, typer.Option("--name")] = None,
+    rate: Annotated[float | None, typer.Option("--rate", help="callbacks per second")] = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", help="callbacks in flight")] = None,
+    allow_host: Annotated[
+        list[str] | None, typer.Option("--allow-host", help="admitted host/network (repeatable; replaces the list)")
+    ] = None,
+    max_active_tasks: Annotated[int | None, typer.Option("--max-active-tasks")] = None,
+    api_rate: Annotated[float | None, typer.Option("--api-rate", help="API requests per second")] = None,
+    create_rate: Annotated[float | None, typer.Option("--create-rate", help="task creates per second")] = None,
+    callback_defaults: Annotated[
+        str | None, typer.Option("--callback-defaults", help="JSON object: the app's callback defaults")
+    ] = None,
+    url: Url = DEFAULT_URL,
+    admin_key: AdminKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Change an app's limits, allowed hosts or callback defaults (admin key); unnamed fields stay."""
+    fields: dict[str, Any] = {
+        wire: value
+        for wire, value in (
+            ("name", name),
+            ("rate_limit_per_s", rate),
+            ("max_concurrency", concurrency),
+            ("allowed_callback_hosts", allow_host),
+            ("max_active_tasks", max_active_tasks),
+            ("api_rate_limit_per_s", api_rate),
+            ("create_rate_limit_per_s", create_rate),
+            ("callback_defaults", _json_arg(callback_defaults, "--callback-defaults")),
+        )
+        if value is not None
+    }
+    if not fields:
+        raise typer.BadParameter("give at least one field to change (see --help)")
+    with _client(url, admin_key, "--admin-key") as sdk:
+        try:
+            app = sdk.update_app(app_id, **fields)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(app, as_json, _app_table(app))
 
 
 def _switch(app_id: str, disabled: bool, url: str, admin_key: str | None, as_json: bool) -> None:
@@ -85,8 +139,9 @@ def app_delete(
 
 
 def add_app_admin_commands(group: typer.Typer) -> None:
-    """Register ``list``, ``disable``, ``enable`` and ``delete`` on ``tjobs app``."""
+    """Register ``list``, ``update``, ``disable``, ``enable`` and ``delete`` on ``tjobs app``."""
     group.command("list")(app_list)
+    group.command("update")(app_update)
     group.command("disable")(app_disable)
     group.command("enable")(app_enable)
     group.command("delete")(app_delete)
