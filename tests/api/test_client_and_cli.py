@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,28 @@ async def test_cli_task_create_reaches_every_field_through_request_file(
         CliRunner().invoke, cli, ["task", "create", "bad", "--request", str(request)], env=env
     )
     assert result.exit_code != 0 and "--request" in result.output and "Traceback" not in result.output
+
+
+async def test_task_and_flow_tables_fit_80_columns_without_cutting_a_timestamp(
+    api_node: RunningNode, tenant: Tenant
+) -> None:
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "80"}
+    task = await cli_run(
+        "task",
+        "create",
+        "cli-narrow-table-task",
+        "--callback",
+        "http://127.0.0.1:9/n",
+        "--every",
+        "1h",
+        "--json",
+        env=env,
+    )
+    await cli_run("task", "trigger", task["id"], "--json", env=env)
+    listed = await cli_run("task", "list", "--prefix", "cli-narrow", env=env)
+    flows = await cli_run("task", "flows", task["id"], env=env)
+    for table in (listed, flows):
+        assert "…" not in table, table
+        assert max(len(line) for line in table.splitlines()) <= 80, table
+    assert task["id"] in listed and re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", listed), listed
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", flows), flows

@@ -12,11 +12,13 @@ import json
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -77,29 +79,46 @@ def _emit(value: BaseModel | Sequence[BaseModel] | dict[str, Any], as_json: bool
         out.print(table)
 
 
+def utc_stamp(moment: datetime, *, millis: bool = False) -> str:
+    """A compact UTC timestamp (``2026-11-28T06:24:55Z``) that tables never cut."""
+    text = moment.astimezone(UTC).isoformat(timespec="milliseconds" if millis else "seconds")
+    return text.removesuffix("+00:00") + "Z"
+
+
+def _narrow_table(*folding: str) -> Table:
+    """A table for 80 columns: no outer edges, and text columns fold rather than end in an ellipsis."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    for name in folding:
+        table.add_column(name, overflow="fold")
+    return table
+
+
 def _tasks_table(tasks: Sequence[Task]) -> Table:
-    table = Table("name", "status", "schedule", "next run", "version", "fires")
+    table = _narrow_table("name")
+    table.add_column("status", overflow="fold", min_width=6)
+    table.add_column("schedule", overflow="fold", min_width=8)
+    table.add_column("next run (UTC)", no_wrap=True, min_width=20)
+    table.add_column("ver", overflow="fold")
+    table.add_column("fires", overflow="fold")
     table.add_column("id", no_wrap=True, min_width=19)  # ids are copied into the next command: never cut
     for t in tasks:
         schedule = t.schedule.get("expr") or t.schedule.get("kind", "")
-        next_run = t.next_run_at.isoformat(timespec="seconds") if t.next_run_at else "-"
+        next_run = utc_stamp(t.next_run_at) if t.next_run_at else "-"
         table.add_row(t.name, t.status, str(schedule), next_run, str(t.version), str(t.fire_count), t.id)
     return table
 
 
 def _flows_table(flows: Sequence[Flow]) -> Table:
-    table = Table("scheduled at", "kind", "status", "attempts", "last status", "last error")
+    """Kind and the full error are in ``--json``; here the last answer is its status code and error together."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    table.add_column("scheduled (UTC)", no_wrap=True, min_width=20)
+    table.add_column("status", overflow="fold", min_width=7)
+    table.add_column("tries", overflow="fold")
+    table.add_column("last answer", overflow="fold")
     table.add_column("flow id", no_wrap=True, min_width=33)
     for f in flows:
-        table.add_row(
-            f.scheduled_at.isoformat(timespec="milliseconds"),
-            f.kind,
-            f.status,
-            str(f.attempts),
-            str(f.last_status_code or "-"),
-            (f.last_error or "")[:60],
-            f.id,
-        )
+        answer = " ".join(x for x in (str(f.last_status_code or ""), (f.last_error or "")[:60]) if x) or "-"
+        table.add_row(utc_stamp(f.scheduled_at), f.status, str(f.attempts), answer, f.id)
     return table
 
 
