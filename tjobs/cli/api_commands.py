@@ -29,7 +29,7 @@ task_app = typer.Typer(
     help="Tasks: create, get, list, update, pause, resume, trigger, delete, flows.", no_args_is_help=True
 )
 app_app = typer.Typer(
-    help="Apps (admin key): list, create, show, update (limits, hosts, callback defaults), rotate, disable, enable, delete.",
+    help="Apps (admin key): list, create, show, update, rotate, disable, enable, delete.",
     no_args_is_help=True,
 )
 dlq_app = typer.Typer(help="Dead letters: list and redrive.", no_args_is_help=True)
