@@ -132,6 +132,8 @@ class Flow:
     last_status_code: int | None = None
     last_error: str | None = None
     routes: tuple[FlowRoute, ...] = ()  # a pool flow's sends, newest last (tjobs.delivery.pool_dispatcher)
+    # the flow's own payload as JSON text (a trigger's override, sent on every attempt); None: the task's payload
+    payload_json: str | None = None
 
     @property
     def id(self) -> str:

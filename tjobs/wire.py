@@ -288,6 +288,20 @@ class TaskUpdate(_Strict):
     )
 
 
+class TaskTrigger(_Strict):
+    """The optional body of ``POST /v1/tasks/{id}/trigger``: no body, or ``{}``, sends the task's payload."""
+
+    NULLABLE = frozenset({"payload"})  # null is a payload like any other
+
+    payload: JsonValue = Field(
+        default=None,
+        description=(
+            "this manual flow's payload instead of the task's (same limits as a create's); sent on every "
+            "attempt of the flow, the stored task is unchanged"
+        ),
+    )
+
+
 # ---- targets ------------------------------------------------------------------------------------
 
 ProtocolName = Literal["http", "grpc", "amqp", "nats", "redis_stream"]

@@ -1,4 +1,4 @@
-"""DELETE ends a task's deliveries and keeps its flows as history; trigger says what it does with a body."""
+"""DELETE ends a task's deliveries and keeps its flows as history; a trigger may override its flow's payload."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import secrets
 import time
 from typing import Any
 
+import orjson
 import pytest
+from standardwebhooks import Webhook
 
 from tests.api.conftest import Tenant, task_body
 from tests.receiver import Receiver, Reply
@@ -70,14 +72,68 @@ async def test_flows_of_a_task_that_never_existed_are_not_found(tenant: Tenant) 
     assert (await tenant.client.get("/v1/tasks/123456789/flows")).status_code == 404
 
 
-async def test_trigger_refuses_a_payload_override_naming_the_field(tenant: Tenant, receiver: Receiver) -> None:
-    task = await _create(tenant, receiver, "/trigger-payload")
+async def test_trigger_with_a_payload_delivers_it_signed_and_leaves_the_task_as_it_was(
+    tenant: Tenant, receiver: Receiver
+) -> None:
+    path = f"/trigger-payload-{secrets.token_hex(4)}"
+    task = await _create(tenant, receiver, path)
 
-    refused = await tenant.client.post(f"/v1/tasks/{task['id']}/trigger", json={"payload": {"n": 2}})
+    triggered = await tenant.client.post(f"/v1/tasks/{task['id']}/trigger", json={"payload": {"n": 2, "why": "now"}})
 
-    assert refused.status_code == 422, refused.text
-    error = refused.json()["error"]
-    assert error["field"] == "payload" and "payload" in error["message"]
+    assert triggered.status_code == 201, triggered.text
+    flow = triggered.json()
+    assert flow["kind"] == "manual" and flow["payload"] == {"n": 2, "why": "now"}
+    [request] = await receiver.wait_for(1, path=path)
+    envelope = Webhook(tenant.app.secrets[0]).verify(request.body, request.headers)
+    assert envelope["payload"] == {"n": 2, "why": "now"} and envelope["flow_id"] == flow["id"]
+    stored = (await tenant.client.get(f"/v1/tasks/{task['id']}")).json()
+    assert stored["payload"] == {"n": 1} and stored["version"] == task["version"]
+    read = await _flow_status(tenant, flow["id"], "delivered")
+    assert read["payload"] == {"n": 2, "why": "now"}
+    plain = (await tenant.client.post(f"/v1/tasks/{task['id']}/trigger")).json()
+    assert "payload" not in plain  # a trigger without a payload sends the task's own
+    await receiver.wait_for(2, path=path)
+    assert orjson.loads(receiver.for_flow(plain["id"])[0].body)["payload"] == {"n": 1}
+
+
+async def test_a_null_payload_override_is_delivered_as_null(tenant: Tenant, receiver: Receiver) -> None:
+    path = f"/trigger-null-{secrets.token_hex(4)}"
+    task = await _create(tenant, receiver, path)
+
+    flow = (await tenant.client.post(f"/v1/tasks/{task['id']}/trigger", json={"payload": None})).json()
+
+    assert flow["payload"] is None
+    await receiver.wait_for(1, path=path)
+    assert orjson.loads(receiver.for_flow(flow["id"])[0].body)["payload"] is None
+
+
+async def test_the_retry_of_a_triggered_flow_carries_the_same_override(tenant: Tenant, receiver: Receiver) -> None:
+    path = f"/trigger-retry-{secrets.token_hex(4)}"
+    receiver.script(path, Reply(503, retry_after="1"))  # then 200
+    task = await _create(tenant, receiver, path)
+
+    flow = (await tenant.client.post(f"/v1/tasks/{task['id']}/trigger", json={"payload": ["once", 7]})).json()
+
+    await _flow_status(tenant, flow["id"], "delivered")
+    first, second = receiver.for_flow(flow["id"])
+    assert (first.attempt, second.attempt) == (1, 2)
+    for request in (first, second):
+        assert Webhook(tenant.app.secrets[0]).verify(request.body, request.headers)["payload"] == ["once", 7]
+
+
+async def test_trigger_refuses_a_bad_payload_naming_the_field(tenant: Tenant, receiver: Receiver) -> None:
+    task = await _create(tenant, receiver, "/trigger-bad-payload")
+    too_large = {"payload": "x" * (64 * 1024 + 1)}
+    too_deep: dict[str, Any] = {"payload": 1}
+    for _ in range(70):
+        too_deep["payload"] = [too_deep["payload"]]
+
+    for body in (too_large, too_deep):
+        refused = await tenant.client.post(f"/v1/tasks/{task['id']}/trigger", json=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["field"] == "payload", refused.text
+    mixed = await tenant.client.post(f"/v1/tasks/{task['id']}/trigger", json={"payload": 1, "when": "now"})
+    assert mixed.status_code == 422 and mixed.json()["error"]["field"] == "when", mixed.text
     flows = (await tenant.client.get(f"/v1/tasks/{task['id']}/flows")).json()["items"]
     assert flows == []
 

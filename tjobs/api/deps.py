@@ -222,12 +222,13 @@ _ERROR_TEXT = {
 }
 
 
-def body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` documenting a JSON request body that the route parses itself."""
+def body_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
+    """``openapi_extra`` documenting a JSON request body that the route parses itself (``required=False``:
+    the body may be left out)."""
     if model not in DOCUMENTED_BODIES:
         DOCUMENTED_BODIES.append(model)
     schema = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 
+import orjson
+
 from tjobs.clock import iso_ms
 from tjobs.errors import TjobsError
 from tjobs.model import DISABLED_AT, App, Flow, Task
@@ -62,6 +64,7 @@ def flow_json(flow: Flow) -> dict[str, Any]:
             if flow.routes
             else {}
         ),
+        **({"payload": orjson.loads(flow.payload_json)} if flow.payload_json is not None else {}),
     }
 
 

@@ -172,8 +172,9 @@ async def resume_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
 @router.post(
     "/tasks/{task_id}/trigger",
     status_code=201,
-    summary="Fire now (a manual flow; no body, or {} — a payload override is refused with 422)",
+    summary="Fire now: a manual flow (no body or {}: the task's payload; {\"payload\": …}: that flow's own)",
     responses={**ok(201, schemas.Flow), **errors(401, 404, 409, 422)},
+    openapi_extra=body_doc(wire.TaskTrigger, required=False),
 )
 async def trigger_task(task_id: str, request: Request, app: AppDep, node: NodeDep) -> Any:
     body = await json_body(request) if await request.body() else None  # the body is optional

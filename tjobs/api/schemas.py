@@ -118,6 +118,10 @@ class Flow(BaseModel):
     routes: list[FlowRoute] | None = Field(
         default=None, description="a pool flow's sends: which executor got which attempt (newest last)"
     )
+    payload: Any = Field(
+        default=None,
+        description="a manual flow's own payload (a trigger's override), sent instead of the task's",
+    )
 
 
 class FlowRoute(BaseModel):

@@ -17,7 +17,8 @@ Headers sent on every attempt (Standard Webhooks plus tjobs' own):
 The body is the task's ``callback.body`` verbatim when given (``content-type`` defaults to JSON if it
 looks like JSON, else text). Otherwise it is the JSON envelope ``{"flow_id", "task_id", "task_name",
 "scheduled_at", "scheduled_at_ms", "attempt", "payload"}`` (ids as strings: 63-bit ids do not fit a
-JavaScript number), except for ``GET``, which carries no default body.
+JavaScript number), except for ``GET``, which carries no default body. ``payload`` is the flow's own
+(:attr:`tjobs.model.Flow.payload_json`, a trigger's override) when it has one, else the task's.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class CallbackMessage:
                 "scheduled_at": iso_ms(flow.scheduled_at_ms),
                 "scheduled_at_ms": flow.scheduled_at_ms,
                 "attempt": 0,
-                "payload": task.payload,
+                "payload": task.payload if flow.payload_json is None else orjson.loads(flow.payload_json),
             }
             if not has_content_type:
                 headers["content-type"] = JSON

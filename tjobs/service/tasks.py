@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app, target_field
@@ -47,11 +49,12 @@ from tjobs.specs import CallbackSpec, ScheduleKind
 from tjobs.stores.base import TaskStore
 from tjobs.stores.queries import TaskQuery
 from tjobs.targets.model import RetryPolicy, pick_budget
-from tjobs.wire import TaskCreate, TaskUpdate
+from tjobs.wire import TaskCreate, TaskTrigger, TaskUpdate
 
 logger = logging.getLogger(__name__)
 
 _CREATE_KEYS = frozenset(TaskCreate.model_fields)
+_TRIGGER_KEYS = frozenset(TaskTrigger.model_fields)
 _CREATE_REQUIRED = tuple(name for name, field in TaskCreate.model_fields.items() if field.is_required())
 _UPDATE_KEYS = frozenset(TaskUpdate.model_fields)
 MAX_INSERT_ATTEMPTS = 3
@@ -497,25 +500,30 @@ class TaskService:
     async def trigger(self, app: App, task_id: int, request: Any = None) -> Flow:
         """A manual fire now, with its own flow; the schedule is untouched.
 
-        ``request`` is the optional JSON body; it has no fields yet. A ``payload`` override is refused
-        (422) rather than ignored: the callback of a flow carries its task's payload.
+        ``request`` is the optional JSON body (:class:`tjobs.wire.TaskTrigger`): its ``payload``, if
+        given, is this flow's payload instead of the task's, validated as a create's and stored with the
+        flow (so every attempt, a retry after a restart included, sends it); the task is unchanged.
         """
+        payload_json: str | None = None
         if request is not None:
             if not isinstance(request, dict):
                 raise InvalidInput("body", "must be a JSON object")
+            unknown = set(request) - _TRIGGER_KEYS
+            if unknown:
+                raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
             if "payload" in request:
-                raise InvalidInput(
-                    "payload",
-                    "a trigger cannot override the task's payload: the callback "
-                    "carries the task's payload (change it with PATCH, or create a one-off "
-                    "'delay' task with its own payload)",
-                    "unsupported_field",
-                )
-            if request:
-                raise InvalidInput(sorted(request)[0], "unknown field", "unknown_field")
+                check_payload(request["payload"], self._settings.limits)
+                payload_json = orjson.dumps(request["payload"]).decode()
         task = await self.get(app, task_id)
+        if payload_json is not None and (task.callback.body is not None or task.callback.method.upper() == "GET"):
+            raise InvalidInput(  # refused rather than dropped: such a callback never carries a payload
+                "payload",
+                "this task's callback sends no payload (it has its own callback.body, or is a GET)",
+                "unsupported_field",
+            )
         now_ms = self._clock.now_ms()
         flow = Flow(task.id, now_ms, task.app_id, FlowKind.MANUAL, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
+        flow.payload_json = payload_json
         stored = await self._store.insert_manual_flow(task.id, flow)
         if self._flow_sink is not None:
             self._flow_sink(task, stored)

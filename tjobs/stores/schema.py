@@ -115,6 +115,14 @@ def flow_routes_column() -> Column[str]:
     return Column("routes", Text, nullable=True)
 
 
+def flow_payload_column() -> Column[str]:
+    """``payload``: a manual flow's own payload as JSON text (``POST /v1/tasks/{id}/trigger`` with a
+    ``payload``), sent instead of the task's on every attempt of that flow; NULL for every other flow (the
+    task's payload). Added by migration 0011, so not part of :func:`flows_schema_items` nor of
+    :data:`FLOW_COLUMNS` (a fire inserts none)."""
+    return Column("payload", _big_text(), nullable=True)
+
+
 def routes_to_text(routes: tuple[FlowRoute, ...] | None) -> str | None:
     return None if not routes else orjson.dumps([list(route) for route in routes]).decode()
 
@@ -328,7 +336,7 @@ def tasks_table(metadata: MetaData, name: str, schema: str | None = None) -> Tab
 
 
 def flows_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
-    items = [*flows_schema_items(name), flow_routes_column()]
+    items = [*flows_schema_items(name), flow_routes_column(), flow_payload_column()]
     return _table(metadata, name, schema, items, flows_indexes(name))
 
 
@@ -463,6 +471,7 @@ def flow_to_row(flow: Flow) -> dict[str, Any]:
         "last_error": clip_error(flow.last_error),
         "created_at": flow.created_at_ms,
         "updated_at": flow.updated_at_ms,
+        **({"payload": flow.payload_json} if flow.payload_json is not None else {}),
     }
 
 
@@ -481,6 +490,7 @@ def flow_from_row(row: Mapping[Any, Any]) -> Flow:
         last_status_code=None if row["last_status_code"] is None else int(row["last_status_code"]),
         last_error=row["last_error"],
         routes=routes_from_text(row.get("routes")),
+        payload_json=row.get("payload"),
     )
 
 
