@@ -120,8 +120,10 @@ class Node:
         self.slo = ServiceLevels(self.clock.now_ms)  # fed with or without metrics: GET /v1/slo, /v1/stats
         # Metrics and SLO accounting hang off this one observer of the runner, deliverer, limiter and hot path.
         self.observer = MetricsObserver(self.metrics, self.slo, self.clock.now_ms)
-        # this node's service-level minutes, added to the store once a minute: GET /v1/slo?window= sums every node's
-        self.slo_recorder = SloRecorder(self.store, self.slo.minutes, self.node_id, self.clock)
+        # this node's service-level minutes, added to the store every slo.flush_s: GET /v1/slo?window= sums every node's
+        self.slo_recorder = SloRecorder(
+            self.store, self.slo.minutes, self.node_id, self.clock, interval_s=settings.slo.flush_s
+        )
         self.apps = AppDirectory(self.store, self.clock)
         self.disabled_apps = DisabledApps(self.store)  # their tasks do not fire (planner and runner)
         # SSRF: every send re-judges the target (with the allow-list its request carries) and connects

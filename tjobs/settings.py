@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sharding import Topology
@@ -19,7 +19,14 @@ from tjobs.model import MisfirePolicy
 from tjobs.targets.addresses import AddressAllowList
 
 
-class StorageSettings(BaseModel):
+class SettingsSection(BaseModel):
+    """A section of the settings (``[scheduler]`` in the TOML file): a key it does not define is a
+    mistake (a misspelling would otherwise leave the default in force) and refuses the start."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StorageSettings(SettingsSection):
     # One URL per database server. Instance i of the topology uses urls[i % len(urls)], so one URL
     # is a fully merged deployment. SQLite: "sqlite+aiosqlite:///DIR" keeps one file per logical DB.
     urls: list[str] = Field(default_factory=lambda: ["sqlite+aiosqlite:///.tjobs/data"])
@@ -42,7 +49,7 @@ class StorageSettings(BaseModel):
         return Topology.parse(self.topology)
 
 
-class ApiSettings(BaseModel):
+class ApiSettings(SettingsSection):
     host: str = "127.0.0.1"
     port: int = 8080
     admin_key: str | None = None  # `tjobs serve` refuses a weak one (see weak_admin_key_reason)
@@ -51,7 +58,7 @@ class ApiSettings(BaseModel):
     max_batch_body_bytes: int = Field(default=16 << 20, ge=1024)  # POST /v1/tasks/batch
 
 
-class SchedulerSettings(BaseModel):
+class SchedulerSettings(SettingsSection):
     tick_ms: int = Field(default=10, ge=1, le=100)
     cycle_s: int = Field(default=300, ge=5)
     load_lead_s: int = Field(default=30, ge=1)  # load the next cycle this long before it starts
@@ -66,7 +73,7 @@ class SchedulerSettings(BaseModel):
     fire_batch_max: int = 1000  # intents in one fire transaction
 
 
-class CallbackSettings(BaseModel):
+class CallbackSettings(SettingsSection):
     timeout_ms: int = 3000
     max_attempts: int = 8
     max_age_s: int = 86_400
@@ -84,19 +91,19 @@ class CallbackSettings(BaseModel):
     connect_timeout_ms: int | None = Field(default=None, gt=0)
 
 
-class CompensatorSettings(BaseModel):
+class CompensatorSettings(SettingsSection):
     interval_s: float = 5.0
     grace_s: float = 30.0  # a flow must be this far past its next attempt before re-drive
     batch: int = 500
 
 
-class RetentionSettings(BaseModel):
+class RetentionSettings(SettingsSection):
     days: float = 30.0
     interval_s: float = 60.0
     batch: int = 200
 
 
-class LimitSettings(BaseModel):
+class LimitSettings(SettingsSection):
     max_payload_bytes: int = 64 * 1024
     max_url_chars: int = 2048
     max_headers: int = 20
@@ -108,7 +115,7 @@ class LimitSettings(BaseModel):
     max_json_depth: int = Field(default=64, ge=4, le=250)  # nesting of objects/arrays in a request body
 
 
-class MetricsSettings(BaseModel):
+class MetricsSettings(SettingsSection):
     # false: no-op metrics (nothing counted, GET /metrics answers 404); to measure their cost, or unscraped
     enabled: bool = True
     # Bearer token Prometheus sends ("authorization: {credentials: ...}"); also reads GET /v1/cluster
@@ -125,7 +132,7 @@ class MetricsSettings(BaseModel):
         return host.strip("[]"), int(port)
 
 
-class RateLimitSettings(BaseModel):
+class RateLimitSettings(SettingsSection):
     """Per node: with N nodes behind a balancer an app gets up to N times these."""
 
     enabled: bool = True
@@ -138,7 +145,7 @@ class RateLimitSettings(BaseModel):
     unknown_keys_max: int = Field(default=100_000, ge=0)  # refused key hashes remembered (oldest go first)
 
 
-class ClusterSettings(BaseModel):
+class ClusterSettings(SettingsSection):
     """Cluster mode: on when ``etcd_endpoints`` is set (else the embedded, single-node coordinator)."""
 
     etcd_endpoints: list[str] = Field(default_factory=list)  # "http://127.0.0.1:2379", tried in order
@@ -157,7 +164,7 @@ class ClusterSettings(BaseModel):
     pool_sync_interval_ms: int = Field(default=500, ge=20)  # re-read of every executor pool (tjobs.pools)
 
 
-class ConsoleSettings(BaseModel):
+class ConsoleSettings(SettingsSection):
     """The web console at ``/console`` (:mod:`tjobs.console`)."""
 
     enabled: bool = True
@@ -167,7 +174,15 @@ class ConsoleSettings(BaseModel):
     session_ttl_s: int = Field(default=8 * 3600, ge=60, le=30 * 86_400)
 
 
-class TargetsSettings(BaseModel):
+class SloSettings(SettingsSection):
+    """Cluster-wide service levels (``GET /v1/slo?window=``, :mod:`tjobs.observability.slo_recorder`)."""
+
+    # How often each node adds its per-app, per-minute outcomes to the store: one statement per pass.
+    # The cluster's answer trails the fires by up to this much.
+    flush_s: float = Field(default=60.0, ge=1, le=600)
+
+
+class TargetsSettings(SettingsSection):
     """Named delivery targets (:mod:`tjobs.targets`)."""
 
     # The broker and gRPC addresses ("host:port", "[v6]:port") non-HTTP targets may connect to: none
@@ -200,6 +215,7 @@ class Settings(BaseSettings):
     rate_limits: RateLimitSettings = Field(default_factory=RateLimitSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     targets: TargetsSettings = Field(default_factory=TargetsSettings)
+    slo: SloSettings = Field(default_factory=SloSettings)
     allow_loopback_callbacks: bool = False
 
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:
@@ -278,15 +294,39 @@ def weak_secret_reason(setting: str, secret: str | None) -> str | None:
     return None
 
 
+class InvalidSettings(ValueError):
+    """The settings cannot be used: the message names each bad setting (``cluster.lease_ttl_s: …``) or
+    the file that is not TOML, one line each, for an operator to fix before the node starts."""
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build the settings: ``overrides`` > environment > ``config_file`` (TOML) > defaults."""
+    """Build the settings: ``overrides`` > environment > ``config_file`` (TOML) > defaults.
+
+    Raises :class:`InvalidSettings` for an unknown setting, a value out of its bounds or a file that
+    is not TOML."""
     file_values: dict[str, Any] = {}
-    if config_file is not None:
-        with config_file.open("rb") as handle:
-            file_values = tomllib.load(handle)
-    env_values = Settings().model_dump(exclude_unset=True)
-    merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
-    return Settings.model_validate(merged)
+    try:
+        if config_file is not None:
+            with config_file.open("rb") as handle:
+                file_values = tomllib.load(handle)
+        env_values = Settings().model_dump(exclude_unset=True)
+        merged = _deep_merge(_deep_merge(file_values, env_values), overrides)
+        return Settings.model_validate(merged)
+    except tomllib.TOMLDecodeError as error:
+        raise InvalidSettings(f"{config_file}: not TOML: {error}") from None
+    except ValidationError as error:
+        raise InvalidSettings(_describe(error)) from None
+
+
+def _describe(error: ValidationError) -> str:
+    """One line per problem: the setting's dotted name (as in the TOML file; ``TJOBS_A__B`` in the
+    environment is ``a.b``) and what is wrong with it."""
+    lines = []
+    for problem in error.errors(include_url=False, include_input=False):
+        name = ".".join(str(part) for part in problem["loc"]) or "settings"
+        message = "unknown setting" if problem["type"] == "extra_forbidden" else problem["msg"]
+        lines.append(f"{name}: {message}")
+    return "\n".join(lines)
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from tjobs.cli.api_commands import app_app, dlq_app, import_tasks, task_app
 from tjobs.cli.app_admin_commands import add_app_admin_commands
 from tjobs.cli.schedule_commands import schedule_app
 from tjobs.cli.search_commands import add_task_search, flows_app
+from tjobs.cli.settings_file import settings_or_exit
 from tjobs.cli.shards import shards_app
 from tjobs.cli.slo_commands import slo
 from tjobs.cli.target_commands import target_app
@@ -50,7 +51,7 @@ JsonLogs = Annotated[bool, typer.Option("--json-logs", help="JSON log lines inst
 def _settings(config: Path | None, port: int | None, **overrides: Any) -> Settings:
     if port is not None:
         overrides.setdefault("api", {})["port"] = port
-    return load_settings(config, **overrides)
+    return settings_or_exit(config, **overrides)
 
 
 def _migrate_with_progress(settings: Settings) -> None:

@@ -27,6 +27,7 @@ import typer
 
 from sharding.rebalance import Move
 from sharding.shard_map import ShardMap
+from tjobs.cli.settings_file import settings_or_exit
 from tjobs.clock import SystemClock
 from tjobs.cluster.base import Coordinator
 from tjobs.cluster.local import LocalCoordinator
@@ -34,7 +35,7 @@ from tjobs.cluster.shard_maps import reseed_shard_map
 from tjobs.cluster.shard_move import MoveRefused, ShardMover
 from tjobs.errors import InvalidInput
 from tjobs.service.shards import ShardStatus, plan, shard_status, stored_map
-from tjobs.settings import Settings, load_settings
+from tjobs.settings import Settings
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
 from tjobs.stores.sql_move import MoveRow
@@ -58,7 +59,7 @@ def _coordinator(settings: Settings, store: TaskStore) -> Coordinator:
 
 
 def _with_map(config: Path | None, act: Callable[[Coordinator, TaskStore], Awaitable[T]]) -> T:
-    settings = load_settings(config)
+    settings = settings_or_exit(config)
 
     async def run() -> T:
         store = create_store(settings.storage)
@@ -131,7 +132,7 @@ def _mover_run(
     batch_rows: int = 1000,
     cut_over_below: int = 200,
 ) -> MoveRow:
-    settings = load_settings(config)
+    settings = settings_or_exit(config)
 
     async def run(coordinator: Coordinator, store: TaskStore) -> MoveRow:
         shard_map = await coordinator.read_shard_map()
@@ -208,7 +209,7 @@ def rebalance(
     if not apply:
         return
     listed = [name.strip() for value in servers for name in value.split(",") if name.strip()]
-    storage = load_settings(config).storage
+    storage = settings_or_exit(config).storage
 
     async def perform(coordinator: Coordinator, store: TaskStore) -> None:
         shard_map = await stored_map(coordinator)

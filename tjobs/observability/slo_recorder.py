@@ -1,4 +1,4 @@
-"""Every node's service-level minutes, added to the store once a minute, so any node answers for the cluster.
+"""Every node's service-level minutes, added to the store every ``slo.flush_s``, so any node answers for all.
 
 Each pass takes what :class:`tjobs.observability.slo.MinuteFolds` folded since the last one (per app and
 minute: fires, outcomes, misses, throttled, lateness slots) and adds it to this node's rows in one

@@ -1,9 +1,10 @@
 """``GET /v1/slo?window=``: an app's service levels over the cluster, the same on every node.
 
 The figures are every node's minutes as the store holds them (:mod:`tjobs.observability.slo_recorder`
-adds them once a minute), summed over the window's minutes (:meth:`TaskStore.sum_slo_minutes`): one
-range of rows whatever the window, never the flow tables. A window ends with the current minute, so
-the last minute or so (not added yet) is missing, on every node alike.
+adds them every ``slo.flush_s``, 60 s by default), summed over the window's minutes
+(:meth:`TaskStore.sum_slo_minutes`): one range of rows whatever the window, never the flow tables. A
+window ends with the current minute, so the last minute or so (not added yet) is missing, on every
+node alike.
 
 Reach is ``delivered / (delivered + dead)``: the flows that finished in the window and how many of
 them arrived; ``fires`` counts what fell due and was committed.
