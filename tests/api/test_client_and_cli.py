@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.receiver import Receiver, Reply
 from tjobs.cli.main import app as cli
-from tjobs.client import AsyncClient, Client, VersionConflict, cron, delay, task_request
+from tjobs.client import AsyncClient, BadRequest, Client, VersionConflict, cron, delay, task_request
 from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -63,6 +64,51 @@ async def test_the_sync_sdk_batch_creates_and_manages_apps(api_node: RunningNode
             return result.created, admin.get_app(made.id).name, len(rotated.secrets or [])
 
     assert await asyncio.to_thread(run) == (20, "sdk-admin", 2)
+
+
+async def test_the_sdk_triggers_with_a_payload_override_only_when_one_is_given(
+    api_node: RunningNode, tenant: Tenant, receiver: Receiver
+) -> None:
+    path = f"/sdk-trigger-{secrets.token_hex(4)}"  # the receiver serves every storage of the module
+    async with AsyncClient(api_node.base_url, tenant.api_key) as sdk:
+        task = await sdk.create_task("sdk-trigger", delay(hours=1), receiver.url(path), payload={"own": 1})
+        overridden = await sdk.trigger_task(task.id, payload={"override": [1, 2]})
+        nulled = await sdk.trigger_task(task.id, payload=None)  # null is a payload like any other
+        plain = await sdk.trigger_task(task.id)
+
+    def sync_trigger() -> str:
+        with Client(api_node.base_url, tenant.api_key) as sdk:
+            return sdk.trigger_task(task.id, payload="from the sync client").id
+
+    synced = await asyncio.to_thread(sync_trigger)
+
+    assert overridden.kind == "manual" and overridden.payload == {"override": [1, 2]}
+    assert nulled.payload is None and "payload" in nulled.model_fields_set
+    assert plain.payload is None and "payload" not in plain.model_fields_set
+    await receiver.wait_for(4, path=path)
+    sent = {
+        flow_id: json.loads(receiver.for_flow(flow_id)[0].body)["payload"]
+        for flow_id in (overridden.id, nulled.id, plain.id, synced)
+    }
+    assert sent == {
+        overridden.id: {"override": [1, 2]},
+        nulled.id: None,
+        plain.id: {"own": 1},
+        synced: "from the sync client",
+    }
+
+
+async def test_the_sdk_trigger_refused_for_a_callback_without_payload_names_the_field(
+    api_node: RunningNode, tenant: Tenant, receiver: Receiver
+) -> None:
+    async with AsyncClient(api_node.base_url, tenant.api_key) as sdk:
+        task = await sdk.create_task(
+            "sdk-get", delay(hours=1), callback={"url": receiver.url("/sdk-get"), "method": "GET"}
+        )
+        with pytest.raises(BadRequest) as refused:
+            await sdk.trigger_task(task.id, payload={"n": 1})
+        assert refused.value.status == 422 and refused.value.field == "payload"
+        assert await sdk.list_flows(task.id) == []
 
 
 async def cli_run(*args: str, env: dict[str, str]) -> Any:

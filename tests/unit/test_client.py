@@ -106,6 +106,32 @@ def test_a_delete_whose_answer_was_lost_is_done_when_the_retry_finds_nothing() -
     assert [r.method for r in seen] == ["DELETE", "DELETE"]
 
 
+FLOW = {
+    "id": "42-1795219200000",
+    "task_id": "42",
+    "scheduled_at": "2026-11-21T00:00:00.000Z",
+    "scheduled_at_ms": 1795219200000,
+    "kind": "manual",
+    "status": "pending",
+    "attempts": 0,
+    "created_at": "2026-11-21T00:00:00.000Z",
+    "updated_at": "2026-11-21T00:00:00.000Z",
+}
+
+
+def test_a_trigger_sends_a_payload_override_only_when_one_is_given_and_is_sent_once() -> None:
+    transport, seen = scripted(httpx.Response(201, json=FLOW))
+    with client(transport) as sdk:
+        sdk.trigger_task("42")
+        sdk.trigger_task("42", payload=None)
+        sdk.trigger_task("42", payload={"n": 2})
+    assert [r.read() for r in seen] == [b"", b'{"payload":null}', b'{"payload":{"n":2}}']
+    transport, seen = scripted(error(503, "storage_unavailable"))
+    with client(transport) as sdk, pytest.raises(ServerError):
+        sdk.trigger_task("42", payload=1)
+    assert len(seen) == 1  # a resend could fire a second manual flow
+
+
 def test_retries_give_up_after_the_budget() -> None:
     transport, seen = scripted(error(503, "storage_unavailable"))
     with client(transport) as sdk, pytest.raises(ServerError):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from enum import Enum
+from typing import Any, Final, Generic, TypeVar
 from urllib.parse import quote
 
 from tjobs.client.models import (
@@ -33,6 +34,13 @@ class Call(Generic[T]):
     json: Any = None
     idempotent: bool = False  # safe to resend after a lost answer
     missing_ok: bool = False  # a 404 on a resend means the first attempt did it (delete)
+
+
+class _Omitted(Enum):
+    TASK_PAYLOAD = "the task's own payload"
+
+
+TASK_PAYLOAD: Final = _Omitted.TASK_PAYLOAD  # a trigger without an override (None is a payload: JSON null)
 
 
 def _seg(value: str) -> str:
@@ -148,8 +156,9 @@ def resume_task(task_id: str) -> Call[Task]:
     return Call("POST", f"/v1/tasks/{_seg(task_id)}/resume", _task, idempotent=True)
 
 
-def trigger_task(task_id: str) -> Call[Flow]:
-    return Call("POST", f"/v1/tasks/{_seg(task_id)}/trigger", _flow)
+def trigger_task(task_id: str, payload: Any = TASK_PAYLOAD) -> Call[Flow]:
+    body = None if payload is TASK_PAYLOAD else {"payload": payload}
+    return Call("POST", f"/v1/tasks/{_seg(task_id)}/trigger", _flow, json=body)
 
 
 def delete_task(task_id: str) -> Call[None]:

@@ -60,6 +60,9 @@ class Flow(_Model):
     last_error: str | None = None
     created_at: datetime
     updated_at: datetime
+    payload: Any = None
+    """A manual flow's own payload (a trigger's override), sent instead of the task's. Absent (not in
+    ``model_fields_set``) when the flow sends the task's payload; ``None`` there is a JSON null override."""
 
 
 class Page(_Model, Generic[T]):

@@ -158,8 +158,15 @@ class Client:
     def resume_task(self, task_id: str) -> Task:
         return self._run(calls.resume_task(task_id))
 
-    def trigger_task(self, task_id: str) -> Flow:
-        return self._run(calls.trigger_task(task_id))
+    def trigger_task(self, task_id: str, *, payload: Any = calls.TASK_PAYLOAD) -> Flow:
+        """Fire the task now, with a manual flow of its own; its schedule does not change.
+
+        ``payload`` (any JSON value, ``None`` included: JSON null) is sent instead of the task's payload
+        for this flow only, on every attempt; left out, the task's own is sent. It is validated as a
+        create's payload; a task whose callback has its own ``body`` or is a ``GET`` refuses it
+        (:class:`BadRequest`, ``field == "payload"``). Not resent after a lost answer (a second manual
+        flow would fire)."""
+        return self._run(calls.trigger_task(task_id, payload))
 
     def delete_task(self, task_id: str) -> None:
         self._run(calls.delete_task(task_id))
