@@ -165,6 +165,83 @@ async def test_the_cli_drives_tasks_apps_and_dead_letters(api_node: RunningNode,
     assert failed.exit_code == 1 and "not_found" in failed.output
 
 
+async def _task_via_api(tenant: Tenant, callback: dict[str, Any], payload: Any = None) -> dict[str, Any]:
+    body = {"name": "cli-trigger", "schedule": {"kind": "delay", "delay_ms": 3_600_000}, "callback": callback}
+    created = await tenant.client.post("/v1/tasks", json={**body, "payload": payload})
+    assert created.status_code == 201, created.text
+    made: dict[str, Any] = created.json()
+    return made
+
+
+async def cli_fails(*args: str, env: dict[str, str], stdin: str | None = None) -> str:
+    """The output of a CLI call that must fail cleanly: a non-zero exit, and no traceback."""
+    result = await asyncio.to_thread(CliRunner().invoke, cli, list(args), input=stdin, env=env)
+    assert result.exit_code != 0, result.output
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output, result.output
+    return result.output
+
+
+async def test_cli_task_trigger_sends_a_payload_from_the_flag_a_file_or_stdin(
+    api_node: RunningNode, tenant: Tenant, receiver: Receiver, tmp_path: Path
+) -> None:
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "200"}
+    path = f"/cli-trigger-{secrets.token_hex(4)}"  # the receiver serves every storage of the module
+    task = await _task_via_api(tenant, {"url": receiver.url(path)}, payload={"own": 1})
+    payload_file = tmp_path / "payload.json"
+    payload_file.write_text('{"from": "file"}')
+
+    from_flag = await cli_run("task", "trigger", task["id"], "--payload", '{"from": "flag"}', "--json", env=env)
+    from_file = await cli_run("task", "trigger", task["id"], "--payload-file", str(payload_file), "--json", env=env)
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["task", "trigger", task["id"], "--payload-file", "-", "--json"],
+        input="[1, 2]",
+        env=env,
+    )
+    assert result.exit_code == 0, result.output
+    from_stdin = json.loads(result.stdout)
+    null = await cli_run("task", "trigger", task["id"], "--payload", "null", "--json", env=env)
+    plain = await cli_run("task", "trigger", task["id"], "--json", env=env)
+
+    assert from_flag["payload"] == {"from": "flag"} and from_file["payload"] == {"from": "file"}
+    assert from_stdin["payload"] == [1, 2] and null["payload"] is None and plain["payload"] is None
+    await receiver.wait_for(5, path=path)
+    sent = [
+        json.loads(receiver.for_flow(f["id"])[0].body)["payload"]
+        for f in (from_flag, from_file, from_stdin, null, plain)
+    ]
+    assert sent == [{"from": "flag"}, {"from": "file"}, [1, 2], None, {"own": 1}]
+
+
+async def test_cli_task_trigger_names_the_flag_or_field_of_a_bad_payload(
+    api_node: RunningNode, tenant: Tenant, receiver: Receiver, tmp_path: Path
+) -> None:
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "200"}
+    task = await _task_via_api(tenant, {"url": receiver.url("/cli-bad")})
+    get_task = await _task_via_api(tenant, {"url": receiver.url("/cli-get"), "method": "GET"})
+    not_json = tmp_path / "bad.json"
+    not_json.write_text("{not json")
+
+    assert "--payload is not JSON" in await cli_fails("task", "trigger", task["id"], "--payload", "{not json", env=env)
+    assert "--payload-file is not JSON" in await cli_fails(
+        "task", "trigger", task["id"], "--payload-file", str(not_json), env=env
+    )
+    assert "--payload-file is not JSON" in await cli_fails(
+        "task", "trigger", task["id"], "--payload-file", "-", env=env, stdin=""
+    )
+    missing = await cli_fails("task", "trigger", task["id"], "--payload-file", str(tmp_path / "nowhere.json"), env=env)
+    assert "--payload-file" in missing and "nowhere.json" in missing
+    both = await cli_fails("task", "trigger", task["id"], "--payload", "1", "--payload-file", str(not_json), env=env)
+    assert "give --payload or --payload-file, not both" in both
+    refused = await cli_fails("task", "trigger", get_task["id"], "--payload", '{"n": 1}', env=env)
+    assert "422" in refused and "[payload]" in refused
+    too_deep = await cli_fails("task", "trigger", task["id"], "--payload", "[" * 70 + "]" * 70, env=env)
+    assert "[payload]" in too_deep
+    for made in (task, get_task):
+        assert (await tenant.client.get(f"/v1/tasks/{made['id']}/flows")).json()["items"] == []
+
+
 async def test_import_is_resumable_and_idempotent_by_key(api_node: RunningNode, tenant: Tenant, tmp_path: Path) -> None:
     env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key}
     lines = [task_body(name=f"imp-{i}", key=f"imp-{i}") if i % 2 else task_body(name=f"imp-{i}") for i in range(1200)]

@@ -20,6 +20,7 @@ import typer
 from pydantic import BaseModel
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -62,10 +63,10 @@ def _client(url: str, key: str | None, what: str) -> Client:
 
 def _fail(error: TjobsClientError) -> typer.Exit:
     if isinstance(error, ApiError):
-        where = f" [{error.field}]" if error.field else ""
-        err.print(f"[bold red]error {error.status} {error.code}{where}:[/] {error.message}")
+        where = escape(f" [{error.field}]") if error.field else ""  # rich would take [field] for markup
+        err.print(f"[bold red]error {error.status} {error.code}{where}:[/] {escape(error.message)}")
     else:
-        err.print(f"[bold red]error:[/] {error}")
+        err.print(f"[bold red]error:[/] {escape(str(error))}")
     return typer.Exit(1)
 
 
@@ -161,15 +162,19 @@ def _json_arg(text: str | None, name: str) -> Any:
         raise typer.BadParameter(f"{name} is not JSON: {error}") from None
 
 
+def _read_source(source: str, flag: str) -> str:
+    """The text of a file, or of stdin for ``-``; an unreadable one is an error naming ``flag``."""
+    try:
+        return sys.stdin.read() if source == "-" else Path(source).read_text()
+    except OSError as error:
+        raise typer.BadParameter(f"{flag} {source}: {error.strerror}") from None
+
+
 def _request_file(source: str | None) -> dict[str, Any]:
     """The --request body: a JSON object read from a file, or stdin for ``-``."""
     if source is None:
         return {}
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text()
-    except OSError as error:
-        raise typer.BadParameter(f"--request {source}: {error.strerror}") from None
-    body = _json_arg(text, "--request")
+    body = _json_arg(_read_source(source, "--request"), "--request")
     if not isinstance(body, dict):
         raise typer.BadParameter("--request must hold a JSON object (the POST /v1/tasks body)")
     return body
@@ -329,10 +334,6 @@ def _task_action(action: str, task_id: str, url: str, api_key: str | None, as_js
                 sdk.delete_task(task_id)
                 _emit({"deleted": task_id}, as_json, None) if as_json else out.print(f"deleted {task_id}")
                 return
-            if action == "trigger":
-                flow = sdk.trigger_task(task_id)
-                _emit(flow, as_json, _flows_table([flow]))
-                return
             task = sdk.pause_task(task_id) if action == "pause" else sdk.resume_task(task_id)
         except TjobsClientError as error:
             raise _fail(error) from None
@@ -352,9 +353,41 @@ def task_resume(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as
 
 
 @task_app.command("trigger")
-def task_trigger(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
-    """Fire a task now (its own flow; the schedule is untouched)."""
-    _task_action("trigger", task_id, url, api_key, as_json)
+def task_trigger(
+    task_id: str,
+    payload: Annotated[
+        str | None,
+        typer.Option("--payload", help="JSON sent instead of the task's payload, for this flow only"),
+    ] = None,
+    payload_file: Annotated[
+        str | None,
+        typer.Option("--payload-file", help="the same, read from a JSON file (or - for stdin)"),
+    ] = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Fire a task now (its own flow; the schedule is untouched).
+
+    Without --payload or --payload-file the flow sends the task's payload.
+
+    With one, it sends that JSON instead (null included), on every attempt of this flow only.
+
+    A task whose callback has its own body or is a GET refuses a payload (a 422 naming the payload field).
+    """
+    if payload is not None and payload_file is not None:
+        raise typer.BadParameter("give --payload or --payload-file, not both")
+    override: dict[str, Any] = {}
+    if payload is not None:
+        override["payload"] = _json_arg(payload, "--payload")
+    elif payload_file is not None:
+        override["payload"] = _json_arg(_read_source(payload_file, "--payload-file"), "--payload-file")
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            flow = sdk.trigger_task(task_id, **override)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(flow, as_json, _flows_table([flow]))
 
 
 @task_app.command("delete")
