@@ -47,17 +47,19 @@ T = TypeVar("T")
 
 
 class Destination(Protocol):
-    """Where a fire bench's tasks deliver when not to the sink over HTTP: a named target, whose
-    messages the sink reads with the consumer ``consume`` describes."""
+    """Where a fire bench's tasks deliver when not to the sink's one URL: a named target, whose messages
+    the sink reads with the consumer ``consume`` describes, or an executor pool whose executors' addresses
+    are the sink's (:mod:`benchmarks.pool_fire`)."""
 
     @property
-    def consume(self) -> Mapping[str, Any]:
-        """The sink's consumer spec (:func:`tjobs.testing.consumers.consumer_from_spec`)."""
+    def consume(self) -> Mapping[str, Any] | None:
+        """The sink's consumer spec (:func:`tjobs.testing.consumers.consumer_from_spec`); None when the
+        sink takes the callbacks over HTTP."""
 
     async def callback(
         self, session: ClientSession, base_url: str, api_key: str, sink: SinkProcess
     ) -> Mapping[str, object]:
-        """Create the target for the bench's app (``api_key``) and return the tasks' callback naming it."""
+        """Create the destination for the bench's app (``api_key``) and return the tasks' callback naming it."""
 
 
 class BenchError(TjobsError):
@@ -394,6 +396,8 @@ async def run_fire_bench(
         client_cpu_s=time.process_time() - cpu_start_s,
         node_cpu_s=_spent(node_cpu_start_s, node_cpu_end_s),
         node_fire_cpu_s=_spent(fire_cpu_start_s, node_cpu_end_s),
+        instants=registered,
+        records=records,
     )
 
 

@@ -229,6 +229,10 @@ class BenchResult:
     client_cpu_s: float | None = None  # CPU the registering process used during the run
     node_cpu_s: float | None = None  # CPU the node used during the run (when its pid is known)
     node_fire_cpu_s: float | None = None  # ... from just before the window to the end of the drain
+    # what ``delivery`` was accounted from (fire bench; not in the JSON): task id → its instant (epoch ms),
+    # and the sink's records, for a bench that accounts them its own way (benchmarks.pool_fire)
+    instants: Mapping[int, int] = field(default_factory=dict)
+    records: CallbackRecords | None = None
 
     def lateness(self) -> Percentiles | None:
         if self.delivery is None:

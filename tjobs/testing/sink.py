@@ -4,9 +4,11 @@ It runs as ``python -m tjobs.testing.sink`` so it never shares the GIL with the 
 parent (:class:`SinkProcess`) writes one JSON config line to the child's stdin, reads the bound port from
 its first stdout line, and stops it by closing stdin (so a dead parent never leaves a sink behind).
 
-For every callback the sink stores five integers: receive time (epoch µs), ``tjobs-task-id``,
+For every callback the sink stores six integers: receive time (epoch µs), ``tjobs-task-id``,
 ``tjobs-scheduled-at`` (epoch ms), the index of its ``webhook-id`` among the distinct ids seen (so equal
-flow ids compare as equal ints), and ``tjobs-attempt``. ``GET /_stats`` returns counts as JSON;
+flow ids compare as equal ints), ``tjobs-attempt``, and the index of its ``tjobs-executor-id`` (a pool
+callback's executor) among the distinct executor ids seen, -1 without one; the executor ids come with
+the records, in index order. ``GET /_stats`` returns counts as JSON;
 ``GET /_records`` returns the arrays as one compact binary blob (:meth:`CallbackRecords.to_bytes`).
 Signatures are verified, with the ``standardwebhooks`` library, for every ``verify_every``-th callback
 when the app's secrets are given (off by default: verification costs CPU the node needs).
@@ -37,50 +39,59 @@ if TYPE_CHECKING:
     from tjobs.testing.consumers import Consumed
 
 CALLBACK_PATH = "/cb"
-_COLUMNS = ("recv_us", "task_id", "scheduled_ms", "flow", "attempt")
-_MAGIC = b"TJBR1"
+_COLUMNS = ("recv_us", "task_id", "scheduled_ms", "flow", "attempt", "executor")
+_MAGIC = b"TJBR2"
+NO_EXECUTOR = -1  # the executor index of a callback without tjobs-executor-id
 
 
 @dataclass
 class CallbackRecords:
-    """One row per callback received, as parallel arrays of signed 64-bit ints (40 bytes a row)."""
+    """One row per callback received, as parallel arrays of signed 64-bit ints (48 bytes a row), and the
+    executor ids the ``executor`` column indexes."""
 
     recv_us: array[int] = field(default_factory=lambda: array("q"))
     task_id: array[int] = field(default_factory=lambda: array("q"))
     scheduled_ms: array[int] = field(default_factory=lambda: array("q"))
     flow: array[int] = field(default_factory=lambda: array("q"))
     attempt: array[int] = field(default_factory=lambda: array("q"))
+    executor: array[int] = field(default_factory=lambda: array("q"))
+    executor_ids: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.recv_us)
 
-    def append(self, recv_us: int, task_id: int, scheduled_ms: int, flow: int, attempt: int) -> None:
+    def append(
+        self, recv_us: int, task_id: int, scheduled_ms: int, flow: int, attempt: int, executor: int = NO_EXECUTOR
+    ) -> None:
         self.recv_us.append(recv_us)
         self.task_id.append(task_id)
         self.scheduled_ms.append(scheduled_ms)
         self.flow.append(flow)
         self.attempt.append(attempt)
+        self.executor.append(executor)
 
     def to_bytes(self) -> bytes:
         count = len(self).to_bytes(8, "little")
-        return b"".join([_MAGIC, count, *(getattr(self, name).tobytes() for name in _COLUMNS)])
+        executor_ids = orjson.dumps(self.executor_ids)
+        columns = (getattr(self, name).tobytes() for name in _COLUMNS)
+        return b"".join([_MAGIC, count, len(executor_ids).to_bytes(8, "little"), *columns, executor_ids])
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> CallbackRecords:
         if not blob.startswith(_MAGIC):
             raise ValueError("not a callback-records blob")
         count = int.from_bytes(blob[len(_MAGIC) : len(_MAGIC) + 8], "little")
-        offset = len(_MAGIC) + 8
+        ids_length = int.from_bytes(blob[len(_MAGIC) + 8 : len(_MAGIC) + 16], "little")
+        offset = len(_MAGIC) + 16
         width = array("q").itemsize * count
-        if len(blob) != offset + width * len(_COLUMNS):
+        if len(blob) != offset + width * len(_COLUMNS) + ids_length:
             raise ValueError(f"callback-records blob of {len(blob)} bytes does not hold {count} rows")
-        columns = []
-        for _ in _COLUMNS:
-            column = array("q")
-            column.frombytes(blob[offset : offset + width])
-            columns.append(column)
+        executor_ids = orjson.loads(blob[offset + width * len(_COLUMNS) :])
+        records = cls(executor_ids=[str(executor_id) for executor_id in executor_ids])
+        for name in _COLUMNS:
+            getattr(records, name).frombytes(blob[offset : offset + width])
             offset += width
-        return cls(*columns)
+        return records
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,7 @@ class CallbackRecorder:
         self.records = CallbackRecords()
         self._cpu_start_s = time.process_time()  # after the imports: count the serving, not the start-up
         self._flow_index: dict[str, int] = {}
+        self._executor_index: dict[str, int] = {}
         self._tasks: set[int] = set()
         self.malformed = 0
         self.signatures_checked = 0
@@ -169,8 +181,15 @@ class CallbackRecorder:
             self.malformed += 1
             return False
         flow = self._flow_index.setdefault(flow_id, len(self._flow_index))
+        executor = NO_EXECUTOR
+        executor_id = headers.get("tjobs-executor-id")
+        if executor_id is not None:
+            executor = self._executor_index.get(executor_id, NO_EXECUTOR)
+            if executor == NO_EXECUTOR:
+                executor = self._executor_index[executor_id] = len(self.records.executor_ids)
+                self.records.executor_ids.append(executor_id)
         self._tasks.add(task_id)
-        self.records.append(recv_us, task_id, scheduled_ms, flow, attempt)
+        self.records.append(recv_us, task_id, scheduled_ms, flow, attempt, executor)
         return bool(self._verify_every) and len(self.records) % self._verify_every == 1 % self._verify_every
 
     def _check_signature(self, headers: dict[str, str], body: bytes) -> None:
