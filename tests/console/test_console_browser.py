@@ -8,6 +8,7 @@ tests.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -185,6 +186,93 @@ async def test_pause_resume_trigger_edit_and_delete_each_confirmed(
     await page.get_by_role("button", name="Delete").click()
     await expect(page.get_by_role("status")).to_have_text("Task deleted.")
     assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).status_code == 404
+
+
+async def test_trigger_now_with_a_payload_sends_it_for_that_flow_only(
+    running: RunningNode, receiver: Receiver, context: BrowserContext, screenshots: Path
+) -> None:
+    # Given a task with its own payload, opened in the console
+    _, key = await running.create_app("pricing")
+    task_id = await _create_task(
+        running,
+        key,
+        {"name": "reprice", "schedule": YEARLY, "callback": {"url": receiver.url("/pricing")}, "payload": {"sku": 7}},
+    )
+    page = await context.new_page()
+    await sign_in(page, key)
+    await page.goto(f"/console/tasks/{task_id}")
+
+    # When "Trigger now" is confirmed with another payload, typed with the keyboard alone
+    await page.get_by_role("link", name="Trigger now").click()
+    payload = page.get_by_label("Payload for this flow (JSON)")
+    await expect(payload).to_be_empty()
+    await expect(page.locator("main form")).to_contain_text("Empty: the task's own payload is sent")
+    await page.keyboard.press("Shift+Tab")  # the button has the focus; the payload comes before it
+    await expect(payload).to_be_focused()
+    await page.keyboard.type('{"sku": 7, "price": 9.5}')
+    await screenshot(page, screenshots, "trigger-payload")
+    await page.keyboard.press("Tab")
+    await expect(page.get_by_role("button", name="Trigger now")).to_be_focused()
+    await page.keyboard.press("Enter")
+
+    # Then the receiver gets that payload for this flow, and the task keeps its own
+    await expect(page.get_by_role("status")).to_have_text("Task triggered.")
+    flow_id = await _wait_for_flow_status(running, key, task_id, "delivered")
+    assert [json.loads(r.body)["payload"] for r in receiver.for_flow(flow_id)] == [{"sku": 7, "price": 9.5}]
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).json()["payload"] == {"sku": 7}
+
+    # And an empty payload sends the task's own
+    await page.get_by_role("link", name="Trigger now").click()
+    await page.get_by_role("button", name="Trigger now").click()
+    await expect(page.get_by_role("status")).to_have_text("Task triggered.")
+    plain_id = await _wait_for_flow_status(running, key, task_id, "delivered")
+    assert plain_id != flow_id
+    assert [json.loads(r.body)["payload"] for r in receiver.for_flow(plain_id)] == [{"sku": 7}]
+
+
+async def test_trigger_now_with_a_bad_payload_says_so_on_the_page_and_fires_nothing(
+    running: RunningNode, receiver: Receiver, context: BrowserContext, screenshots: Path
+) -> None:
+    _, key = await running.create_app("pricing-bad")
+    task_id = await _create_task(
+        running, key, {"name": "reprice-bad", "schedule": YEARLY, "callback": {"url": receiver.url("/pricing-bad")}}
+    )
+    page = await context.new_page()
+    await sign_in(page, key)
+    await page.goto(f"/console/tasks/{task_id}/confirm?action=trigger")
+    payload = page.get_by_label("Payload for this flow (JSON)")
+    alert = page.get_by_role("alert")
+
+    # JSON that does not parse: refused on the page, naming the field, the text kept to correct
+    await payload.fill('{"sku": ')
+    async with page.expect_response(f"**/console/tasks/{task_id}/trigger") as answer:
+        await page.get_by_role("button", name="Trigger now").click()
+    assert (await answer.value).status == 422
+    await expect(alert).to_contain_text("payload: not valid JSON")
+    await expect(payload).to_have_value('{"sku": ')
+    await expect(payload).to_be_focused()
+    await expect(payload).to_have_attribute("aria-invalid", "true")
+
+    # A payload the API refuses (deeper than limits.max_json_depth): its message, naming the field
+    await payload.fill("[" * 70 + "]" * 70)
+    await page.get_by_role("button", name="Trigger now").click()
+    await expect(alert).to_contain_text("payload: nests deeper than")
+    await payload.fill('{"price": 99999999999999999999999}')  # beyond 64 bits: refused, not rounded
+    await page.get_by_role("button", name="Trigger now").click()
+    await expect(alert).to_contain_text("payload: integer 99999999999999999999999 is beyond 64 bits")
+    await expect(page.get_by_role("heading", level=1)).to_contain_text("Trigger now")
+
+    # A callback that sends no payload (a GET) refuses it, also when it changed after the form was opened
+    changed = await api(
+        running, key, "PATCH", f"/v1/tasks/{task_id}", {"callback": {"url": receiver.url("/p"), "method": "GET"}}
+    )
+    assert changed.status_code == 200, changed.text
+    await payload.fill('{"sku": 1}')
+    await page.get_by_role("button", name="Trigger now").click()
+    await expect(alert).to_contain_text("payload: this task's callback sends no payload")
+    await expect(payload).to_have_count(0)  # the page, shown again, no longer offers it
+    await expect(page.locator("main")).to_contain_text("so no payload can be given here")
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}/flows")).json()["items"] == []
 
 
 async def test_redrive_a_dead_letter(

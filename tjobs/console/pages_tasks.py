@@ -2,8 +2,9 @@
 key filters; cursor pages), a task's page, and its actions.
 
 Pause, resume, trigger now and delete each go through a confirmation page (``GET .../confirm``) whose
-form posts the action; the edit form sends only the fields that changed, with the version the form
-was opened at, so an edit that crossed another one answers 409 instead of overwriting it.
+form posts the action; trigger's may carry a payload for that flow only, sent instead of the task's.
+The edit form sends only the fields that changed, with the version the form was opened at, so an edit
+that crossed another one answers 409 instead of overwriting it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from tjobs.api.bodies import parse_json
 from tjobs.api.deps import task_id_of
 from tjobs.api.render import flow_json, task_json
 from tjobs.console.context import ConsoleRoute, Principal, console_of
@@ -143,7 +145,30 @@ async def confirm_action(request: Request, task_id: str, action: Annotated[Actio
     console = console_of(request)
     principal = await console.principal(request)
     context = await _task_context(request, principal, task_id)
-    return console.render(request, "task_confirm.html", principal, **context, action=action, about=ACTIONS[action])
+    return _confirm_page(request, principal, context, action)
+
+
+def _confirm_page(
+    request: Request,
+    principal: Principal,
+    context: dict[str, Any],
+    action: str,
+    *,
+    error: str | None = None,
+    payload_text: str = "",
+    status: int = 200,
+) -> Response:
+    return console_of(request).render(
+        request,
+        "task_confirm.html",
+        principal,
+        status=status,
+        **context,
+        action=action,
+        about=ACTIONS[action],
+        error=error,
+        payload_text=payload_text,
+    )
 
 
 def as_request(stored_schedule: dict[str, Any]) -> dict[str, Any]:
@@ -220,24 +245,58 @@ async def edit(request: Request, task_id: str) -> Response:
     return RedirectResponse(f"/console/tasks/{task.id}?done=edited", status_code=303)
 
 
-# after the edit route: /console/tasks/{id}/edit is not an action
+def trigger_request(payload_text: str, max_json_depth: int) -> dict[str, Any] | None:
+    """The body of a trigger from the form's payload field: ``None`` (the task's own payload) when it is
+    empty, else ``{"payload": <its JSON>}``, parsed within the API's limits (the payload sits one level
+    inside the API's body); anything else is :class:`InvalidInput` on ``payload``."""
+    if not payload_text.strip():
+        return None
+    try:
+        payload = parse_json(payload_text.encode(), max_json_depth - 1)
+    except InvalidInput as error:  # parse_json names the body, or a key of the payload
+        raise InvalidInput("payload", error.message.partition(": ")[2], error.code) from None
+    return {"payload": payload}
+
+
+@router.post("/console/tasks/{task_id}/trigger")
+async def trigger(request: Request, task_id: str) -> Response:
+    """Trigger now, with the form's payload instead of the task's if one was typed; a payload that is not
+    JSON, or that the node refuses, is shown on the form again, naming the field."""
+    console = console_of(request)
+    principal, form = await console.posted(request)
+    tid = task_id_of(task_id)
+    owner = await console.task_owner(principal, tid)
+    payload_text = form.get("payload")
+    try:
+        body = trigger_request(payload_text, console.node.settings.limits.max_json_depth)
+        await console.node.tasks.trigger(owner, tid, body)
+    except InvalidInput as error:
+        context = await _task_context(request, principal, task_id)
+        return _confirm_page(
+            request,
+            principal,
+            context,
+            "trigger",
+            error=error.message,
+            payload_text=payload_text,
+            status=error.status_code,
+        )
+    return RedirectResponse(f"/console/tasks/{tid}?done={ACTIONS['trigger']['done']}", status_code=303)
+
+
+# after the edit and trigger routes: /console/tasks/{id}/edit and .../trigger are routes of their own
 @router.post("/console/tasks/{task_id}/{action}")
 async def act(request: Request, task_id: str, action: str) -> Response:
     console = console_of(request)
     principal, _ = await console.posted(request)
-    if action not in ACTIONS:
+    if action not in ("pause", "resume", "delete"):
         raise NotFound("action", action)
     tid = task_id_of(task_id)
     owner = await console.task_owner(principal, tid)
     tasks = console.node.tasks
-    if action == "pause":
-        await tasks.pause(owner, tid)
-    elif action == "resume":
-        await tasks.resume(owner, tid)
-    elif action == "trigger":
-        await tasks.trigger(owner, tid)
-    else:
+    if action == "delete":
         await tasks.delete(owner, tid)
         app_part = f"&app={owner.id}" if principal.admin else ""
         return RedirectResponse(f"/console/tasks?done=deleted{app_part}", status_code=303)
+    await (tasks.pause if action == "pause" else tasks.resume)(owner, tid)
     return RedirectResponse(f"/console/tasks/{tid}?done={ACTIONS[action]['done']}", status_code=303)

@@ -515,7 +515,7 @@ class TaskService:
                 check_payload(request["payload"], self._settings.limits)
                 payload_json = orjson.dumps(request["payload"]).decode()
         task = await self.get(app, task_id)
-        if payload_json is not None and (task.callback.body is not None or task.callback.method.upper() == "GET"):
+        if payload_json is not None and not task.callback.sends_payload:
             raise InvalidInput(  # refused rather than dropped: such a callback never carries a payload
                 "payload",
                 "this task's callback sends no payload (it has its own callback.body, or is a GET)",

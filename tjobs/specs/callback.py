@@ -54,6 +54,12 @@ class CallbackSpec:
         if type(self.headers) is not MappingProxyType:
             object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)) if self.headers else NO_HEADERS)
 
+    @property
+    def sends_payload(self) -> bool:
+        """Whether a fire's payload reaches the receiver: not when the callback sends its own ``body`` or
+        is a ``GET`` (neither carries the JSON envelope), so a trigger's payload override is refused."""
+        return self.body is None and self.method.upper() != "GET"
+
 
 _FIELDS = tuple(f.name for f in fields(CallbackSpec))
 _URLS = _FIELDS[0]
