@@ -275,6 +275,31 @@ async def test_trigger_now_with_a_bad_payload_says_so_on_the_page_and_fires_noth
     assert (await api(running, key, "GET", f"/v1/tasks/{task_id}/flows")).json()["items"] == []
 
 
+async def test_an_edit_with_json_the_api_would_refuse_is_named_on_the_form_not_a_500(
+    running: RunningNode, receiver: Receiver, context: BrowserContext
+) -> None:
+    _, key = await running.create_app("edit-limits")
+    task_id = await _create_task(
+        running, key, {"name": "edit-limits", "schedule": YEARLY, "callback": {"url": receiver.url("/edit-limits")}}
+    )
+    page = await context.new_page()
+    await sign_in(page, key)
+    await page.goto(f"/console/tasks/{task_id}/edit")
+    payload = page.get_by_label("Payload (JSON)")
+
+    for text, says in (
+        ('{"price": 99999999999999999999999}', "payload: integer 99999999999999999999999 is beyond 64 bits"),
+        ("[" * 70 + "]" * 70, "payload: nests deeper than"),
+        ('{"price": ', "payload: not valid JSON"),
+    ):
+        await payload.fill(text)
+        async with page.expect_response(f"**/console/tasks/{task_id}/edit") as answer:
+            await page.get_by_role("button", name="Save").click()
+        assert (await answer.value).status == 422, text
+        await expect(page.get_by_role("alert")).to_contain_text(says)
+    assert (await api(running, key, "GET", f"/v1/tasks/{task_id}")).json()["payload"] is None
+
+
 async def test_redrive_a_dead_letter(
     running: RunningNode, receiver: Receiver, context: BrowserContext, screenshots: Path
 ) -> None:

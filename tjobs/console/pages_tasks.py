@@ -226,10 +226,7 @@ async def edit(request: Request, task_id: str) -> Response:
             if values[name] != current[name]:
                 body[name] = values[name]
         for name in EDITABLE_JSON:
-            try:
-                parsed = json.loads(values[name]) if values[name].strip() else None
-            except json.JSONDecodeError as error:
-                raise InvalidInput(name, f"not valid JSON ({error.msg}, line {error.lineno})") from None
+            parsed = form_json(name, values[name], console.node.settings.limits.max_json_depth)
             if parsed != current[name]:
                 body[name] = parsed
         if not body:
@@ -245,17 +242,24 @@ async def edit(request: Request, task_id: str) -> Response:
     return RedirectResponse(f"/console/tasks/{task.id}?done=edited", status_code=303)
 
 
-def trigger_request(payload_text: str, max_json_depth: int) -> dict[str, Any] | None:
-    """The body of a trigger from the form's payload field: ``None`` (the task's own payload) when it is
-    empty, else ``{"payload": <its JSON>}``, parsed within the API's limits (the payload sits one level
-    inside the API's body); anything else is :class:`InvalidInput` on ``payload``."""
-    if not payload_text.strip():
+def form_json(field: str, text: str, max_json_depth: int) -> Any:
+    """A form field's JSON (``None`` when empty), parsed within the API's limits as the field would be in
+    the API's body (one level inside it: depth, integers beyond 64 bits); else :class:`InvalidInput`
+    naming ``field``."""
+    if not text.strip():
         return None
     try:
-        payload = parse_json(payload_text.encode(), max_json_depth - 1)
-    except InvalidInput as error:  # parse_json names the body, or a key of the payload
-        raise InvalidInput("payload", error.message.partition(": ")[2], error.code) from None
-    return {"payload": payload}
+        return parse_json(text.encode(), max_json_depth - 1)
+    except InvalidInput as error:  # parse_json names the body, or a key inside the field
+        raise InvalidInput(field, error.message.partition(": ")[2], error.code) from None
+
+
+def trigger_request(payload_text: str, max_json_depth: int) -> dict[str, Any] | None:
+    """The body of a trigger from the form's payload field: ``None`` (the task's own payload) when it is
+    empty, else ``{"payload": <its JSON>}``."""
+    if not payload_text.strip():
+        return None
+    return {"payload": form_json("payload", payload_text, max_json_depth)}
 
 
 @router.post("/console/tasks/{task_id}/trigger")
