@@ -11,7 +11,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import Tenant, task_body
 from tests.receiver import Receiver
@@ -53,6 +55,40 @@ async def test_an_executor_registers_heartbeats_is_listed_and_leaves(tenant_fact
     assert (await client.delete("/v1/pools/workers/executors/w-2")).status_code == 204
     assert (await client.get("/v1/pools/workers")).status_code == 404  # no live executor: no pool
     assert (await client.get("/v1/pools")).json() == {"items": []}
+
+
+async def test_a_heartbeat_is_authenticated_counted_and_answered_like_any_route(
+    tenant_factory: Tenants, admin: httpx.AsyncClient
+) -> None:
+    """What the heartbeat's lean route (ahead of FastAPI's routing) keeps of every other route."""
+    client = (await tenant_factory("beats")).client
+    body = {"id": "w-1", "address": "http://127.0.0.1:9001", "ttl_s": 10}
+    await client.post("/v1/pools/workers/executors", json=body)
+    path = "/v1/pools/workers/executors/w-1/heartbeat"
+    async with httpx.AsyncClient(base_url=str(client.base_url)) as anonymous:
+        missing = await anonymous.put(path)
+        wrong = await anonymous.put(path, headers={"authorization": "Bearer tjk_not-a-key"})
+    assert (missing.status_code, wrong.status_code) == (401, 401)
+    assert missing.json()["error"]["code"] == wrong.json()["error"]["code"] == "unauthorized"
+    beat = await client.put(path, headers={"x-request-id": "beat-1"})
+    assert beat.status_code == 200 and beat.json() == {"id": "w-1", "ttl_s": 10}
+    assert beat.headers["x-request-id"] == "beat-1"
+    assert beat.headers["content-type"] == "application/json"
+    other_method = await client.get(path)
+    assert other_method.status_code == 405 and other_method.headers["allow"] == "PUT"
+    assert (await client.put(path + "/")).status_code in (307, 404)  # no other path is taken for it
+    assert (await client.put("/v1/pools/bad%20name/executors/w-1/heartbeat")).status_code == 404
+    scraped = (await admin.get("/metrics")).text
+    counted = {
+        (s.labels["route"], s.labels["method"], s.labels["status_class"]): s.value
+        for family in text_string_to_metric_families(scraped)
+        if family.name == "tjobs_api_requests"
+        for s in family.samples
+        if s.name == "tjobs_api_requests_total"
+    }
+    template = "/v1/pools/{pool}/executors/{executor_id}/heartbeat"
+    assert counted[(template, "PUT", "2xx")] >= 1
+    assert counted[(template, "PUT", "4xx")] >= 3
 
 
 async def test_an_executor_without_an_id_is_known_by_its_address(tenant_factory: Tenants) -> None:

@@ -114,6 +114,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_targets.router)
     api.include_router(routes_schedules.router)
     api.include_router(routes_pools.router)
+    api.router.routes.insert(0, routes_pools.heartbeat_route)  # the pools' hot path, matched first
     api.include_router(routes_shards.admin)
 
     # ---- operations -----------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel
+from starlette.routing import Match, Route
+from starlette.types import Scope
 
 from tjobs import wire
 from tjobs.api.deps import BEARER, AppDep, body_doc, errors, json_body, json_response, node_of, ok, request_app
@@ -76,17 +78,44 @@ async def register_executor(pool: PoolName, request: Request, app: AppDep) -> An
     return json_response(executor_json(executor), 201 if created else 200)
 
 
+HEARTBEAT_PATH = "/pools/{pool}/executors/{executor_id}/heartbeat"
+
+
 @router.put(
-    "/pools/{pool}/executors/{executor_id}/heartbeat",
+    HEARTBEAT_PATH,
     summary="Renew an executor's lease (404: not registered any more; register again)",
     responses={**ok(200, Heartbeat), **errors(401, 404)},
     openapi_extra=BEARER,
 )
 async def heartbeat(pool: PoolName, executor_id: str, request: Request) -> Any:
-    # the pool's hot path (every executor, every third of its TTL): no dependency solving, as for creates
+    # the pool's hot path (every executor, every third of its TTL): served by heartbeat_route below
     app = await request_app(request)
     executor = await pool_service(request).renew(app, pool, executor_id)
     return json_response({"id": executor.id, "ttl_s": executor.ttl_s})
+
+
+async def _heartbeat_by_path(request: Request) -> Any:
+    return await heartbeat(request.path_params["pool"], request.path_params["executor_id"], request)
+
+
+class _NamedRoute(Route):
+    """A Starlette route that names itself in the scope's ``route``, as FastAPI's routes do (the
+    metrics' route label and the rate limits' route read it)."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child_scope = super().matches(scope)
+        if match != Match.NONE:
+            child_scope["route"] = self
+        return match, child_scope
+
+
+heartbeat_route = _NamedRoute(
+    router.prefix + HEARTBEAT_PATH, _heartbeat_by_path, methods=["PUT"], include_in_schema=False
+)
+"""The heartbeat as a plain Starlette route, put first in the app's routes (:func:`tjobs.api.app.create_api`):
+the same function behind the same middleware (admission, metrics under the same route template, body
+limit, error handlers), without FastAPI's walk through every router and its parameter solving. The
+:func:`heartbeat` route above stays for the OpenAPI document."""
 
 
 @router.delete(

@@ -52,6 +52,7 @@ class EtcdPoolRegistry:
         self._root = f"/tjobs-pools/{cluster_name}/".encode()
         self._now_ms = now_ms
         self._view: dict[tuple[str, str], tuple[Executor, ...]] = {}
+        self._viewed: set[ExecutorKey] = set()  # the executors in _view, to judge one without a scan
         self._leases: dict[ExecutorKey, tuple[int, Executor]] = {}
         self._parsed: dict[bytes, tuple[int, Executor | None]] = {}  # key -> (mod revision, its value read)
         self._keepalives = LeaseKeepAlives(client)
@@ -191,12 +192,13 @@ class EtcdPoolRegistry:
             pools.setdefault((ident[0], ident[1]), []).append(executor)
             leases[ident] = (int(kv.lease), executor)
         self._view = {pool: tuple(sorted(found, key=lambda e: e.id)) for pool, found in pools.items()}
+        self._viewed = set(leases)
         self._leases = leases
         self._parsed = parsed
         self.synced += 1
 
     def _in_view(self, ident: ExecutorKey) -> bool:
-        return any(e.id == ident[2] for e in self._view.get((ident[0], ident[1]), ()))
+        return ident in self._viewed
 
     def _renewed(self, lease_id: int, now_s: float) -> None:
         if len(self._renewed_at) > 100_000:
@@ -207,9 +209,11 @@ class EtcdPoolRegistry:
         self._leases[(app_id, pool, executor.id)] = (lease_id, executor)
         others = [e for e in self._view.get((app_id, pool), ()) if e.id != executor.id]
         self._view[(app_id, pool)] = tuple(sorted([*others, executor], key=lambda e: e.id))
+        self._viewed.add((app_id, pool, executor.id))
 
     def _forget(self, ident: ExecutorKey) -> None:
         self._leases.pop(ident, None)
+        self._viewed.discard(ident)
         pool = (ident[0], ident[1])
         remaining = tuple(e for e in self._view.get(pool, ()) if e.id != ident[2])
         if remaining:

@@ -33,10 +33,16 @@ class LocalPoolRegistry:
         return created
 
     def renew(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
-        lease = self._live((app_id, pool)).get(executor_id)
+        """Only this executor's lease is judged (a heartbeat does not sweep its pool; the reads do)."""
+        leases = self._pools.get((app_id, pool))
+        lease = None if leases is None else leases.get(executor_id)
         if lease is None:
             return None
-        lease.expires_at_s = self._now_s() + lease.executor.ttl_s
+        now_s = self._now_s()
+        if lease.expires_at_s <= now_s:
+            self._live((app_id, pool))
+            return None
+        lease.expires_at_s = now_s + lease.executor.ttl_s
         return lease.executor
 
     def deregister(self, app_id: str, pool: str, executor_id: str) -> bool:
