@@ -7,6 +7,7 @@ from tz-aware datetimes at the edge. A task's ``schedule`` and ``callback`` are 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -134,10 +135,47 @@ class Flow:
     routes: tuple[FlowRoute, ...] = ()  # a pool flow's sends, newest last (tjobs.delivery.pool_dispatcher)
     # the flow's own payload as JSON text (a trigger's override, sent on every attempt); None: the task's payload
     payload_json: str | None = None
+    attempt_log: AttemptLog | None = None  # the recent attempts' outcomes; None: none recorded yet
 
     @property
     def id(self) -> str:
         return flow_id(self.task_id, self.scheduled_at_ms)
+
+
+MAX_ATTEMPT_RECORDS = 25
+"""How many attempt records a flow keeps (the newest); :attr:`AttemptLog.total` still counts them all."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """What one send of one attempt of a flow gave: ``attempt`` number, when it started and how long it
+    took, the receiver's ``status_code`` (``None``: no answer), the error (``None`` once delivered; capped
+    as ``last_error``) and the ``destination`` (URL, ``target:<name>`` or ``pool:…``) with the executor
+    id that got it (pool flows; ``None`` otherwise)."""
+
+    attempt: int
+    started_at_ms: int
+    duration_ms: int
+    status_code: int | None
+    error: str | None
+    destination: str
+    executor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLog:
+    """A flow's attempt history: the newest :data:`MAX_ATTEMPT_RECORDS` records, oldest first, and how
+    many were ever recorded (``total`` ≥ ``len(records)``)."""
+
+    records: tuple[AttemptRecord, ...]
+    total: int
+
+    def appended(self, new: Sequence[AttemptRecord]) -> AttemptLog:
+        kept = (*self.records, *new)[-MAX_ATTEMPT_RECORDS:]
+        return AttemptLog(kept, self.total + len(new))
+
+
+EMPTY_ATTEMPT_LOG = AttemptLog((), 0)
 
 
 FlowRoute = tuple[int, str, str]
@@ -260,3 +298,4 @@ class FlowUpdate:
     last_status_code: int | None = None
     last_error: str | None = None
     routes: tuple[FlowRoute, ...] | None = None  # a pool flow's route log as it is now; None: unchanged
+    attempt_log: AttemptLog | None = None  # the flow's attempt history as it is now; None: unchanged

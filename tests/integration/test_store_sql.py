@@ -56,7 +56,7 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
     for index in range(4):
         with sqlite3.connect(tmp_path / "data" / f"tjobs_{index:02d}.db") as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0011_flow_payload",)]
+            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0012_flow_attempt_log",)]
             assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         expected = {f"{kind}_{t:02d}" for kind in ("tasks", "flows", "task_targets") for t in range(4)}
         first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes"}
@@ -75,7 +75,7 @@ async def test_migrate_keeps_a_hot_changes_table_an_earlier_node_created(tmp_pat
         db.execute("INSERT INTO hot_changes (task_id) VALUES (7)")
     await migrate(StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path / 'data'}"], topology="1x1x4"))
     with sqlite3.connect(tmp_path / "data" / "tjobs_00.db") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0011_flow_payload",)]
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0012_flow_attempt_log",)]
         assert db.execute("SELECT task_id FROM hot_changes").fetchall() == [(7,)]
 
 
@@ -137,8 +137,9 @@ async def test_migrating_an_earlier_deployment_turns_background_statistics_off(m
                 )
                 for (name,) in names.all():
                     await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` STATS_AUTO_RECALC=DEFAULT")
-                    if name.startswith("flows_"):  # revision 0011 added it
+                    if name.startswith("flows_"):  # revisions 0011 and 0012 added them
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN payload")
+                        await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN attempt_log")
                 await conn.exec_driver_sql(f"UPDATE `{database}`.alembic_version SET version_num = '0009_flow_routes'")
             assert len(await tables_recalculating_statistics(conn, prefix)) == 20 + 3 * 14
         await migrate(mariadb)

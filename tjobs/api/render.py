@@ -65,7 +65,29 @@ def flow_json(flow: Flow) -> dict[str, Any]:
             else {}
         ),
         **({"payload": orjson.loads(flow.payload_json)} if flow.payload_json is not None else {}),
+        "attempt_history": attempt_history_json(flow),
+        "attempt_total": 0 if flow.attempt_log is None else flow.attempt_log.total,
     }
+
+
+def attempt_history_json(flow: Flow) -> list[dict[str, Any]]:
+    """The flow's kept attempt records, oldest first; ``lateness_ms``: the send's start − ``scheduled_at``."""
+    if flow.attempt_log is None:
+        return []
+    return [
+        {
+            "attempt": r.attempt,
+            "started_at": _instant(r.started_at_ms),
+            "started_at_ms": r.started_at_ms,
+            "duration_ms": r.duration_ms,
+            "status_code": r.status_code,
+            "error": r.error,
+            "destination": r.destination,
+            "executor": r.executor,
+            "lateness_ms": r.started_at_ms - flow.scheduled_at_ms,
+        }
+        for r in flow.attempt_log.records
+    ]
 
 
 def app_json(app: App, api_key: str | None = None, *, with_secrets: bool | None = None) -> dict[str, Any]:

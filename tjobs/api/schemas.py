@@ -122,6 +122,23 @@ class Flow(BaseModel):
         default=None,
         description="a manual flow's own payload (a trigger's override), sent instead of the task's",
     )
+    attempt_history: list[FlowAttempt] = Field(
+        default_factory=list,
+        description="what each send of each attempt gave, oldest first: the newest 25 only (attempt_total counts all)",
+    )
+    attempt_total: int = Field(default=0, description="sends recorded over the flow's life, kept or not")
+
+
+class FlowAttempt(BaseModel):
+    attempt: int = Field(description="the attempt number (a multicast attempt has one entry per destination)")
+    started_at: str = Field(description="ISO-8601, when the send started")
+    started_at_ms: int
+    duration_ms: int = Field(description="from the send's start to its answer or failure")
+    status_code: int | None = Field(description="the receiver's status; null when there was no answer")
+    error: str | None = Field(description="why it failed (capped as last_error); null once delivered")
+    destination: str = Field(description="the URL, target:<name> or pool:… destination that got it")
+    executor: str | None = Field(description="the executor id that got it (pool flows)")
+    lateness_ms: int = Field(description="started_at − scheduled_at; the first attempt's is the flow's lateness")
 
 
 class FlowRoute(BaseModel):

@@ -1,4 +1,5 @@
-"""``tjobs flows search`` and ``tjobs task search``: the searches across shards, in tables that fit 80 columns.
+"""``tjobs flows search`` and ``tjobs task search`` (the searches across shards) and ``tjobs flows show``
+(one flow's attempts), in tables that fit 80 columns.
 
 Instants show in UTC to the second (``2026-11-25 17:53:08``), never cut; ids are never cut either
 (they are copied into the next command). ``--all`` walks every page.
@@ -17,7 +18,7 @@ from rich.table import Table
 from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _client, _emit, _fail
 from tjobs.client import Flow, Task, TjobsClientError
 
-flows_app = typer.Typer(help="Flows: search them across every shard.", no_args_is_help=True)
+flows_app = typer.Typer(help="Flows: search them across every shard, show one with its attempts.", no_args_is_help=True)
 
 Limit = Annotated[int, typer.Option("--limit", help="items per page (1..1000)")]
 All = Annotated[bool, typer.Option("--all", help="every page")]
@@ -72,6 +73,39 @@ def flows_search(
     _emit(flows, as_json, flow_search_table(flows))
 
 
+@flows_app.command("show")
+def flows_show(
+    flow_id: Annotated[str, typer.Argument(help="the flow id (<task id>-<scheduled at ms>)")],
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """One flow and every attempt it kept (the newest 25), oldest first."""
+    with _client(url, api_key, "--api-key") as sdk:
+        try:
+            flow = sdk.get_flow(flow_id)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+    _emit(flow, as_json, flow_attempts_table(flow))
+
+
+def flow_attempts_table(flow: Flow) -> Table:
+    """#, at (UTC, ms), took, answer (status code or 'none'), late (ms after scheduled), error and
+    destination folded: 80 columns."""
+    shown = len(flow.attempt_history)
+    kept = f" (the last {shown} of {flow.attempt_total})" if flow.attempt_total > shown else ""
+    table = _compact("#", "at (UTC)", "took", "answer", "late")
+    table.title = f"flow {flow.id}: {flow.status}, {flow.attempts} attempts{kept}"
+    table.add_column("error / destination", overflow="fold")
+    for a in flow.attempt_history:
+        at = a.started_at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3]
+        where = a.destination + (f" ({a.executor})" if a.executor else "")
+        detail = f"{a.error}\n{where}" if a.error else where
+        answer = "none" if a.status_code is None else str(a.status_code)
+        table.add_row(str(a.attempt), at, f"{a.duration_ms}ms", answer, f"{a.lateness_ms}ms", detail)
+    return table
+
+
 def task_search(
     prefix: Annotated[str | None, typer.Option("--prefix", help="name prefix (orders by name)")] = None,
     status: Annotated[str | None, typer.Option("--status", help="active|paused|completed")] = None,
@@ -103,4 +137,4 @@ def add_task_search(group: typer.Typer) -> None:
     group.command("search")(task_search)
 
 
-__all__ = ["add_task_search", "flow_search_table", "flows_app", "task_search_table"]
+__all__ = ["add_task_search", "flow_attempts_table", "flow_search_table", "flows_app", "task_search_table"]

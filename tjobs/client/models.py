@@ -63,6 +63,21 @@ class Flow(_Model):
     payload: Any = None
     """A manual flow's own payload (a trigger's override), sent instead of the task's. Absent (not in
     ``model_fields_set``) when the flow sends the task's payload; ``None`` there is a JSON null override."""
+    attempt_history: list[FlowAttempt] = []
+    """What each send gave, oldest first: the newest 25 (``attempt_total`` counts them all)."""
+    attempt_total: int = 0
+
+
+class FlowAttempt(_Model):
+    attempt: int
+    started_at: datetime
+    started_at_ms: int
+    duration_ms: int
+    status_code: int | None = None
+    error: str | None = None
+    destination: str
+    executor: str | None = None
+    lateness_ms: int
 
 
 class Page(_Model, Generic[T]):

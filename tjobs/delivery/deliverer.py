@@ -72,7 +72,17 @@ from tjobs.delivery.message import CallbackMessage
 from tjobs.delivery.pool_dispatcher import PoolDispatcher, PoolFlow, hash_key_of
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
-from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task
+from tjobs.model import (
+    EMPTY_ATTEMPT_LOG,
+    App,
+    AttemptLog,
+    AttemptRecord,
+    DeliveryMode,
+    Flow,
+    FlowStatus,
+    FlowUpdate,
+    Task,
+)
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.pools.overlap import OverlapGate, Verdict
 from tjobs.settings import CallbackSettings
@@ -142,6 +152,7 @@ class _Delivery:
     __slots__ = (
         "at_most_once",
         "attempt",
+        "attempt_log",
         "backoff_base_ms",
         "backoff_max_ms",
         "deadline_ms",
@@ -192,6 +203,7 @@ class _Delivery:
             self.budget(settings)
         self.last_status: int | None = flow.last_status_code
         self.last_error: str | None = flow.last_error
+        self.attempt_log: AttemptLog | None = flow.attempt_log  # None until this delivery sends something
         self.timer: asyncio.TimerHandle | None = None
         self.queued = False  # waits in its lane for one of the app's max_concurrency workers
         self.recheck = False  # a retry: read the stored status before sending it
@@ -221,7 +233,25 @@ class _Delivery:
             self.last_status,
             self.last_error,
             routes,
+            self.attempt_log,
         )
+
+    def log_attempts(self, results: Sequence[AttemptResult]) -> None:
+        """Add what this attempt's sends gave to the flow's attempt history (written with its outcome)."""
+        executors = {} if self.pool is None else {(a, d): e for a, d, e in self.pool.routes}
+        records = [
+            AttemptRecord(
+                r.attempt,
+                r.started_ms,
+                max(0, round(r.duration_s * 1000)),
+                r.status,
+                r.error,
+                r.url,
+                executors.get((r.attempt, r.url)),
+            )
+            for r in results
+        ]
+        self.attempt_log = (self.attempt_log or EMPTY_ATTEMPT_LOG).appended(records)
 
 
 class _Lane:
@@ -729,6 +759,7 @@ class Deliverer:
         delivered_status: int | None = None
         multicast = len(results) > 1
         observer, app_id = self._observer, delivery.job.task.app_id
+        delivery.log_attempts(results)
         for index, result in enumerate(results):
             try:
                 if protocols is None:

@@ -51,7 +51,7 @@ from tjobs.stores.queries import (
     task_after,
     task_rank,
 )
-from tjobs.stores.schema import clip_error
+from tjobs.stores.schema import attempt_log_from_text, attempt_log_to_text, clip_error
 from tjobs.stores.task_edits import check_fields, edited_row
 from tjobs.targets.model import Target
 
@@ -457,6 +457,8 @@ class MemoryTaskStore(TaskStore):
             flow.last_error = clip_error(update.last_error)
             if update.routes is not None:
                 flow.routes = update.routes
+            if update.attempt_log is not None:
+                flow.attempt_log = attempt_log_from_text(attempt_log_to_text(update.attempt_log))  # errors clipped
             flow.updated_at_ms = now_ms
 
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:

@@ -35,6 +35,8 @@ from sqlalchemy.types import TypeEngine
 from tjobs.model import (
     SLO_LATENESS_SLOTS,
     App,
+    AttemptLog,
+    AttemptRecord,
     DeliveryMode,
     Flow,
     FlowKind,
@@ -121,6 +123,38 @@ def flow_payload_column() -> Column[str]:
     task's payload). Added by migration 0011, so not part of :func:`flows_schema_items` nor of
     :data:`FLOW_COLUMNS` (a fire inserts none)."""
     return Column("payload", _big_text(), nullable=True)
+
+
+def flow_attempt_log_column() -> Column[str]:
+    """``attempt_log``: a flow's attempt history as JSON, ``{"total": n, "records": [[attempt, started_at,
+    duration_ms, status_code, error, destination, executor], ...]}`` (the newest
+    :data:`tjobs.model.MAX_ATTEMPT_RECORDS`, oldest first), written whole by the same ``UPDATE`` that
+    records the outcome; NULL before the first attempt. Added by migration 0012, so not part of
+    :func:`flows_schema_items` nor of :data:`FLOW_COLUMNS` (a fire inserts none)."""
+    return Column("attempt_log", _big_text(), nullable=True)
+
+
+def attempt_log_to_text(log: AttemptLog | None) -> str | None:
+    if log is None:
+        return None
+    records = [
+        [r.attempt, r.started_at_ms, r.duration_ms, r.status_code, clip_error(r.error), r.destination, r.executor]
+        for r in log.records
+    ]
+    return orjson.dumps({"total": log.total, "records": records}).decode()
+
+
+def attempt_log_from_text(text: str | None) -> AttemptLog | None:
+    if not text:
+        return None
+    data = loads(text)
+    records = tuple(
+        AttemptRecord(
+            int(a), int(started), int(duration), None if code is None else int(code), error, str(dest), executor
+        )
+        for a, started, duration, code, error, dest, executor in data["records"]
+    )
+    return AttemptLog(records, int(data["total"]))
 
 
 def routes_to_text(routes: tuple[FlowRoute, ...] | None) -> str | None:
@@ -336,7 +370,7 @@ def tasks_table(metadata: MetaData, name: str, schema: str | None = None) -> Tab
 
 
 def flows_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
-    items = [*flows_schema_items(name), flow_routes_column(), flow_payload_column()]
+    items = [*flows_schema_items(name), flow_routes_column(), flow_payload_column(), flow_attempt_log_column()]
     return _table(metadata, name, schema, items, flows_indexes(name))
 
 
@@ -491,6 +525,7 @@ def flow_from_row(row: Mapping[Any, Any]) -> Flow:
         last_error=row["last_error"],
         routes=routes_from_text(row.get("routes")),
         payload_json=row.get("payload"),
+        attempt_log=attempt_log_from_text(row.get("attempt_log")),
     )
 
 

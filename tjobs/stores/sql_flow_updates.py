@@ -9,11 +9,13 @@ server as one multi-statement on the raw asyncmy connection of one transaction (
 :mod:`tjobs.stores.sql_fire`). Only identifiers derived from the topology are put into the SQL text.
 
 The statements are those of the generic path: per shard and per distinct ``(status, attempts,
-next_attempt_at, last_status_code, last_error)``, ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND
-status IN ('pending', 'sending')``, so a terminal flow is never changed again, plus ``AND attempts <=
-…`` for an open outcome, so an outdated one never lowers the attempt count. Shards and keys are
-sorted, so two writers lock rows in the same order. The shard-map fence of the server's logical
-databases heads the first round trip (:mod:`tjobs.stores.shard_fence`).
+next_attempt_at, last_status_code, last_error, routes, attempt_log)``, ``UPDATE … WHERE (task_id,
+scheduled_at) IN (…) AND status IN ('pending', 'sending')``, so a terminal flow is never changed again,
+plus ``AND attempts <= …`` for an open outcome, so an outdated one never lowers the attempt count. An
+outcome that made a send carries its flow's whole attempt history (start and duration differ per flow),
+so such outcomes share no statement: one short ``UPDATE`` per flow, still in the same multi-statement
+round trips. Shards and keys are sorted, so two writers lock rows in the same order. The shard-map
+fence of the server's logical databases heads the first round trip (:mod:`tjobs.stores.shard_fence`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import FlowStatus, FlowUpdate
-from tjobs.stores.schema import clip_error, routes_to_text
+from tjobs.stores.schema import attempt_log_to_text, clip_error, routes_to_text
 from tjobs.stores.sql_layout import MULTI_STATEMENT_PARAMS, round_trips
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 
 _OPEN_SQL = f"status IN ('{FlowStatus.PENDING.value}', '{FlowStatus.SENDING.value}')"
 
-Values = tuple[Any, ...]  # status, attempts, next_attempt_at, last_status_code, last_error, routes
+Values = tuple[Any, ...]  # status, attempts, next_attempt_at, last_status_code, last_error, routes, attempt_log
 
 
 def update_statements(
@@ -51,6 +53,7 @@ def update_statements(
                 u.last_status_code,
                 clip_error(u.last_error),
                 routes_to_text(u.routes),
+                attempt_log_to_text(u.attempt_log),
             )
             groups[values].append((u.task_id, u.scheduled_at_ms))
         table = shards[shard].flows_sql
@@ -59,7 +62,8 @@ def update_statements(
             open_outcome = not FlowStatus(values[0]).terminal
             sql = (
                 f"UPDATE {table} SET status = %s, attempts = %s, next_attempt_at = %s, "
-                f"last_status_code = %s, last_error = %s, routes = COALESCE(%s, routes), updated_at = %s "
+                f"last_status_code = %s, last_error = %s, routes = COALESCE(%s, routes), "
+                f"attempt_log = COALESCE(%s, attempt_log), updated_at = %s "
                 f"WHERE (task_id, scheduled_at) IN ({', '.join(['(%s, %s)'] * len(keys))}) AND {_OPEN_SQL}"
                 + (" AND attempts <= %s" if open_outcome else "")
             )

@@ -86,6 +86,7 @@ from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuer
 from tjobs.stores.schema import (
     app_from_row,
     app_to_row,
+    attempt_log_to_text,
     clip_error,
     flow_from_row,
     flow_to_row,
@@ -1062,10 +1063,11 @@ class SQLAlchemyTaskStore(TaskStore):
                         u.last_status_code,
                         clip_error(u.last_error),
                         routes_to_text(u.routes),
+                        attempt_log_to_text(u.attempt_log),
                     )
                     groups[values].append((u.task_id, u.scheduled_at_ms))
                 c = home.flows.c
-                for (status, attempts, next_at, code, error, routes), keys in groups.items():
+                for (status, attempts, next_at, code, error, routes, log), keys in groups.items():
                     statement = (
                         update(home.flows)
                         .where(
@@ -1081,6 +1083,7 @@ class SQLAlchemyTaskStore(TaskStore):
                             last_status_code=code,
                             last_error=error,
                             routes=c.routes if routes is None else routes,  # None: the log unchanged
+                            attempt_log=c.attempt_log if log is None else log,
                             updated_at=now_ms,
                         )
                     )
