@@ -113,6 +113,12 @@ async def test_one_fails_over_to_another_executor_within_the_same_flow(rig: Rig)
     stored = await rig.stored(flow)
     assert (stored.status, stored.attempts) == (FlowStatus.DELIVERED, len(ids))
     assert stored.routes == tuple((n, "pool:workers", e) for n, e in enumerate(ids, start=1))  # who got which
+    assert stored.attempt_log is not None  # each send's answer, with the executor that got it
+    assert [(r.attempt, r.destination, r.executor) for r in stored.attempt_log.records] == [
+        (n, "pool:workers", e) for n, e in enumerate(ids, start=1)
+    ]
+    assert [r.status_code for r in stored.attempt_log.records] == [None] * (len(ids) - 1) + [200]
+    assert all(r.error for r in stored.attempt_log.records[:-1]) and stored.attempt_log.records[-1].error is None
 
 
 async def test_all_reaches_every_executor_and_drops_one_that_left_instead_of_retrying_it(rig: Rig) -> None:
