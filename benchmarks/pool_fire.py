@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -158,6 +160,7 @@ class PoolDestination:
     consume: Mapping[str, Any] | None = None  # the sink takes the callbacks over HTTP
     heartbeats: int = 0
     lapsed: int = 0  # heartbeats answered 404: the executor was out of the pool, registered again
+    heartbeat_max_ms: float = 0.0  # the slowest heartbeat's answer (with its re-registration)
     heartbeat_errors: list[str] = field(default_factory=list)
     _bodies: dict[str, bytes] = field(default_factory=dict)
     _keeper: asyncio.Task[None] | None = None
@@ -195,24 +198,43 @@ class PoolDestination:
             return response.status, (await response.read())[:300].decode(errors="replace")
 
     async def _keep_alive(self) -> None:
-        """Every executor's heartbeat every ``ttl_s / HEARTBEATS_PER_TTL``, spread over the period."""
+        """Every executor's heartbeat every ``ttl_s / HEARTBEATS_PER_TTL``, spread over the period, each
+        sent at its own instant whatever the ones before it still wait for (a loaded node answers
+        slowly, and a heartbeat that waited for the previous one would let the leases run out)."""
+        loop = asyncio.get_running_loop()
+        executor_ids = list(self._bodies)
+        gap_s = self.ttl_s / HEARTBEATS_PER_TTL / len(executor_ids)
+        started = loop.time()
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            for sent in itertools.count(1):
+                delay = started + sent * gap_s - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                task = asyncio.create_task(self._heartbeat(executor_ids[sent % len(executor_ids)]))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        finally:
+            for task in in_flight:
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
+
+    async def _heartbeat(self, executor_id: str) -> None:
         assert self._session is not None
-        gap_s = self.ttl_s / HEARTBEATS_PER_TTL / max(1, self.executors)
-        while True:
-            for executor_id in self._bodies:
-                await asyncio.sleep(gap_s)
-                url = f"{self._base_url}/v1/pools/{POOL}/executors/{executor_id}/heartbeat"
-                try:
-                    async with self._session.put(url, headers=self._headers) as response:
-                        status = response.status
-                    if status == 404:
-                        self.lapsed += 1
-                        status, _ = await self._register(executor_id)
-                    if status not in (200, 201):
-                        self._heartbeat_error(f"{executor_id}: HTTP {status}")
-                except (ClientError, TimeoutError) as error:
-                    self._heartbeat_error(f"{executor_id}: {type(error).__name__}: {error}")
-                self.heartbeats += 1
+        url = f"{self._base_url}/v1/pools/{POOL}/executors/{executor_id}/heartbeat"
+        sent = time.perf_counter()
+        try:
+            async with self._session.put(url, headers=self._headers) as response:
+                status = response.status
+            if status == 404:
+                self.lapsed += 1
+                status, _ = await self._register(executor_id)
+            if status not in (200, 201):
+                self._heartbeat_error(f"{executor_id}: HTTP {status}")
+        except (ClientError, TimeoutError) as error:
+            self._heartbeat_error(f"{executor_id}: {type(error).__name__}: {error}")
+        self.heartbeats += 1
+        self.heartbeat_max_ms = max(self.heartbeat_max_ms, (time.perf_counter() - sent) * 1000)
 
     def _heartbeat_error(self, message: str) -> None:
         if len(self.heartbeat_errors) < 5:
@@ -293,6 +315,7 @@ def summarise(result: BenchResult, destination: PoolDestination | None) -> dict[
         "spread": spread(delivery.per_executor),
         "heartbeats": destination.heartbeats,
         "heartbeats_lapsed": destination.lapsed,
+        "heartbeat_max_ms": round(destination.heartbeat_max_ms, 1),
         "heartbeat_errors": destination.heartbeat_errors,
     }
     return summary

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+from types import SimpleNamespace
+from typing import cast
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from benchmarks.pool_fire import PoolDestination, account_pool, bench, destinations_of, spread, summarise
 from tjobs.testing.node_process import node_process
@@ -128,6 +132,45 @@ async def test_the_sink_records_which_executor_each_callback_reached() -> None:
     assert records.executor_ids == ["e7", "e3"]
     assert list(records.executor) == [0, 1, 0, NO_EXECUTOR]
     assert CallbackRecords.from_bytes(records.to_bytes()) == records
+
+
+async def test_heartbeats_do_not_wait_for_slow_answers_to_the_ones_before() -> None:
+    # Given a node that answers no heartbeat until those of all three executors are in flight at once
+    # (a loaded node: heartbeats sent one after another's answer would let the leases run out)
+    all_in_flight = asyncio.Event()
+    in_flight = 0
+
+    async def register(request: web.Request) -> web.Response:
+        return web.json_response(await request.json(), status=201)
+
+    async def heartbeat(request: web.Request) -> web.Response:
+        nonlocal in_flight
+        in_flight += 1
+        try:
+            if in_flight >= 3:
+                all_in_flight.set()
+            await all_in_flight.wait()
+        finally:  # a heartbeat the client gave up on is not in flight any more
+            in_flight -= 1
+        return web.json_response({"id": request.match_info["id"], "ttl_s": 2})
+
+    app = web.Application()
+    app.router.add_post("/v1/pools/{pool}/executors", register)
+    app.router.add_put("/v1/pools/{pool}/executors/{id}/heartbeat", heartbeat)
+    runner = web.AppRunner(app, handler_cancellation=True)  # a request the client gave up on ends
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    destination = PoolDestination("all", 3, ttl_s=2)
+    sink = cast(SinkProcess, SimpleNamespace(callback_url="http://127.0.0.1:9/cb"))
+    try:
+        async with aiohttp.ClientSession() as session:
+            await destination.callback(session, base_url, "key", sink)
+        # Then the heartbeats of all three are sent though none was answered yet
+        await asyncio.wait_for(all_in_flight.wait(), 30)
+    finally:
+        await destination.close()
+        await runner.cleanup()
 
 
 @pytest.mark.slow
