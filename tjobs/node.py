@@ -38,6 +38,7 @@ from tjobs.observability.slo import ServiceLevels
 from tjobs.observability.slo_recorder import SloRecorder
 from tjobs.service.apps import AppDirectory
 from tjobs.service.disabled_apps import DisabledApps
+from tjobs.service.shard_moves import MoveWatch
 from tjobs.service.targets import TargetDirectory, TargetService
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
@@ -195,6 +196,7 @@ class Node:
             targets=self.target_service,
             unreachable_shards=self.db_health.paused_shards,  # a create there answers 503 at once
         )
+        self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         self.started = False
 
     async def start(self) -> None:
@@ -215,6 +217,8 @@ class Node:
         await self.retention.start()
         await self.tasks.counts.start()
         await self.slo_recorder.start()
+        if self.metrics.enabled:
+            await self.move_watch.start()
         self.started = True
         logger.info(
             "node %s started with %d jobs", self.node_id, len(self.runner.owned), extra={"action": "node_started"}
@@ -235,6 +239,7 @@ class Node:
         await self.retention.stop()
         await self.disabled_apps.stop()
         await self.tasks.counts.stop()
+        await self.move_watch.stop()
         await self.db_health.stop()
         await self.hotpath.stop()
         await self.deliverer.stop(drain_timeout_s)
@@ -285,3 +290,4 @@ class Node:
         self.metrics.observe_runner(stats.cas_rejected, stats.commit_errors, stats.commit_fenced)
         self.metrics.observe_cluster(self.coordinator.describe(), self.node_id)
         self.metrics.observe_db_servers(self.db_health.describe())
+        self.metrics.observe_shard_moves(self.move_watch.latest)

@@ -63,3 +63,19 @@ async def test_bad_server_lists_are_422_naming_the_field_and_apps_get_401(
     assert_error(await admin.post("/v1/shards:plan", json={"servers": ["other:3306"]}), 422, field="servers")
     assert (await tenant.client.get("/v1/shards")).status_code == 401
     assert (await tenant.client.post("/v1/shards:plan", json={"servers": ["a:1"]})).status_code == 401
+
+
+async def test_moves_are_listed_for_the_admin_only_and_bad_filters_are_422_naming_the_field(
+    admin: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    listed = await admin.get("/v1/shards/moves")
+
+    assert listed.status_code == 200, listed.text
+    assert listed.json() == {"moves": []}  # nothing was moved on this node's storage
+    assert (await admin.get("/v1/shards/moves", params={"outcome": "in_progress", "database": 1})).json() == {
+        "moves": []
+    }
+    assert_error(await admin.get("/v1/shards/moves", params={"outcome": "finished"}), 422, field="outcome")
+    assert_error(await admin.get("/v1/shards/moves", params={"database": "-1"}), 422, field="database")
+    assert_error(await admin.get("/v1/shards/moves", params={"database": "one"}), 422, field="database")
+    assert (await tenant.client.get("/v1/shards/moves")).status_code == 401

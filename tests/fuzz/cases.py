@@ -891,6 +891,15 @@ def shard_cases() -> list[Case]:
         Case("shards plan with an app key", "POST", plan, {"servers": [SERVER0]}, statuses=(401, 403)),
         Case("shards with an app key", "GET", "/v1/shards", statuses=(401, 403)),
         Case("shards wrong method", "DELETE", "/v1/shards", statuses=(405,), admin=True),
+        Case("shard moves with an app key", "GET", "/v1/shards/moves", statuses=(401, 403)),
+        Case("shard moves wrong method", "POST", "/v1/shards/moves", statuses=(405,), admin=True),
+    ]
+    moves_bad = [("outcome", v) for v in ("", "done", "IN_PROGRESS", "x" * 300)] + [
+        ("database", v) for v in ("", "-1", "one", "1.5", "99999", "1e3", "9" * 30)
+    ]
+    cases += [
+        Case(f"shard moves {name}={_label(v)}", "GET", f"/v1/shards/moves?{name}={v}", field=name, admin=True)
+        for name, v in moves_bad
     ]
     return cases
 

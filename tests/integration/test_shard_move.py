@@ -475,3 +475,62 @@ async def test_in_a_cluster_the_move_publishes_the_map_on_etcd_and_writes_the_re
         host, port = _host_port(etcd_url)
         async with aetcd.Client(host=host, port=port) as client:
             await client.delete_prefix(f"/tjobs/{cluster.name}/".encode())
+
+
+async def test_an_operator_reads_moves_and_their_metrics_and_never_a_credential(
+    settings: Settings, own_mariadb: str, mysql_url: str
+) -> None:
+    """GET /v1/shards/moves (admin) and /metrics, during a move and after it (tjobs/service/shard_moves.py)."""
+    target = server_of(own_mariadb)
+    admin_key = "operations-test-admin-key-0123456789abcdef"
+    with_admin = settings.model_copy(update={"api": settings.api.model_copy(update={"admin_key": admin_key})})
+    async with run_node(with_admin) as running:
+        node = running.node
+        for shard in node.store.topology.shards_of_database(MOVED)[:3]:
+            await node.store.insert_task(make_task(shard=shard))
+        _, app_key = await running.create_app("not-an-operator")
+        mover = ShardMover(with_admin.storage, node.coordinator, node.store, batch_rows=2, cut_over_below=1)
+        admin = httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {admin_key}"})
+        try:
+            shard_map = await node.coordinator.read_shard_map()
+            assert shard_map is not None
+            source = shard_map.server_of(MOVED)
+
+            # Started (the mover "stopped" after its first step was recorded): in progress, copying
+            await mover._start(shard_map, MOVED, target)
+            await node.move_watch.refresh()  # the background read, without waiting for its interval
+            moving = (await admin.get("/v1/shards/moves", params={"outcome": "in_progress"})).json()["moves"]
+            assert [(move["database"], move["step"], move["outcome"]) for move in moving] == [
+                (MOVED, "copying", "in_progress")
+            ]
+            scraped = (await admin.get("/metrics")).text
+            assert "tjobs_shard_moves_in_progress 1.0" in scraped
+            assert f'tjobs_shard_move_step{{database="{MOVED}",step="copying"}} 1.0' in scraped
+
+            # Finished: the row names both servers, its rows, times and pause; the metrics the pause
+            row = await mover.move(MOVED, target)
+            await node.move_watch.refresh()
+            answer = await admin.get("/v1/shards/moves")
+            assert answer.status_code == 200, answer.text
+            (shown,) = answer.json()["moves"]
+            assert shown["database"] == MOVED and shown["from"] == source and shown["to"] == target
+            assert (shown["step"], shown["outcome"], shown["epoch"]) == ("done", "moved", row.epoch)
+            assert shown["rows_copied"] >= 3 and shown["lag_rows"] == 0
+            assert shown["started_at"] and shown["finished_at"] and shown["started_at"] <= shown["finished_at"]
+            assert row.cut_over_pause_ms is not None and shown["cut_over_pause_s"] == row.cut_over_pause_ms / 1000
+            assert (await admin.get("/v1/shards/moves", params={"outcome": "in_progress"})).json() == {"moves": []}
+            scraped = (await admin.get("/metrics")).text
+            assert "tjobs_shard_moves_in_progress 0.0" in scraped
+            assert f'tjobs_shard_move_last_cut_over_pause_seconds{{database="{MOVED}"}}' in scraped
+            assert "tjobs_shard_move_step{" not in scraped
+
+            for url in (mysql_url, own_mariadb):  # no user or password of either server, anywhere
+                parsed = make_url(url)
+                assert f"{parsed.username}@" not in answer.text
+                assert not parsed.password or parsed.password not in answer.text
+            async with httpx.AsyncClient(base_url=running.base_url) as app_client:
+                refused = await app_client.get("/v1/shards/moves", headers={"authorization": f"Bearer {app_key}"})
+            assert refused.status_code == 401
+        finally:
+            await admin.aclose()
+            await mover.close()

@@ -1,15 +1,18 @@
-"""The shard map (admin): ``GET /v1/shards`` (where each logical database is and its rows) and
-``POST /v1/shards:plan`` (the moves an even spread over a server list takes; nothing moves).
-:mod:`tjobs.service.shards` answers both."""
+"""The shard map (admin): ``GET /v1/shards`` (where each logical database is and its rows),
+``GET /v1/shards/moves`` (the moves in progress and done, :mod:`tjobs.service.shard_moves`) and
+``POST /v1/shards:plan`` (the moves an even spread over a server list takes; nothing moves,
+:mod:`tjobs.service.shards`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 
+from sharding.topology import MAX_SHARDS
 from tjobs.api import schemas
 from tjobs.api.deps import NodeDep, body_doc, errors, json_body, json_response, ok, require_admin
+from tjobs.service.shard_moves import Outcome, move_json, select_moves
 from tjobs.service.shards import parse_servers, plan, plan_json, shard_status, stored_map
 
 admin = APIRouter(prefix="/v1", tags=["shards"], dependencies=[Depends(require_admin)])
@@ -22,6 +25,20 @@ admin = APIRouter(prefix="/v1", tags=["shards"], dependencies=[Depends(require_a
 )
 async def shards(node: NodeDep) -> Any:
     return json_response((await shard_status(node.coordinator, node.store)).to_json())
+
+
+@admin.get(
+    "/shards/moves",
+    summary="The moves of logical databases: in progress (step, rows copied, lag) and done (cut-over pause) (admin)",
+    responses={**ok(200, schemas.ShardMoves), **errors(401, 422)},
+)
+async def shard_moves(
+    node: NodeDep,
+    outcome: Annotated[Outcome | None, Query(description="in_progress or moved; absent: both")] = None,
+    database: Annotated[int | None, Query(ge=0, le=MAX_SHARDS - 1, description="one logical database's move")] = None,
+) -> Any:
+    rows = select_moves(await node.store.read_shard_moves(), outcome, database)
+    return json_response({"moves": [move_json(row) for row in rows]})
 
 
 @admin.post(

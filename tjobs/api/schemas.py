@@ -377,6 +377,26 @@ class ShardMove(BaseModel):
     to: str = Field(description="host:port it would move to")
 
 
+class ShardMoveRecord(BaseModel):
+    database: int = Field(description="the logical database moved")
+    from_: str = Field(alias="from", description="host:port it is moved from (no credentials)")
+    to: str = Field(description="host:port it is moved to (no credentials)")
+    step: Literal["copying", "catching_up", "cutting_over", "done"]
+    outcome: Literal["in_progress", "moved"] = Field(
+        description="moved once the map names the target (listed until drop-old); an abort leaves no record"
+    )
+    rows_copied: int = Field(description="rows the bulk copy copied")
+    lag_rows: int = Field(description="changed rows the target is behind the source, last measured (0 once moved)")
+    started_at: str | None = Field(description="ISO-8601")
+    finished_at: str | None = Field(description="ISO-8601, when the map named the target")
+    cut_over_pause_s: float | None = Field(description="how long writes to the database were refused at the cut-over")
+    epoch: int | None = Field(description="the map epoch that names the target")
+
+
+class ShardMoves(BaseModel):
+    moves: list[ShardMoveRecord] = Field(description="in database order")
+
+
 class ShardPlan(BaseModel):
     epoch: int = Field(description="the epoch of the map the plan was made from")
     moves: list[ShardMove] = Field(description="in database order; empty when the spread is already even")

@@ -50,6 +50,7 @@ from tjobs.stores.sql_move import DatabaseCopy, MoveRecords, MoveRow
 logger = logging.getLogger(__name__)
 
 COPYING, CATCHING_UP, CUTTING_OVER, DONE = "copying", "catching_up", "cutting_over", "done"
+MOVE_STEPS = (COPYING, CATCHING_UP, CUTTING_OVER)  # the steps of a move in progress, in order
 
 Report = Callable[[str], None]
 
@@ -117,8 +118,13 @@ class ShardMover:
             raise MoveRefused("no shard map is stored yet: start a node or run tjobs migrate first")
         return shard_map
 
+    async def _record(self, row: MoveRow) -> MoveRow:
+        """Record a move's progress (rows copied, lag): no new step, nothing logged."""
+        await self.records.put(row, _now_ms())
+        return row
+
     async def _save(self, row: MoveRow) -> MoveRow:
-        await self.records.put(row, int(time.time() * 1000))
+        await self.records.put(row, _now_ms())
         logger.info(
             "move of logical database %d to %s: %s",
             row.database,
@@ -149,14 +155,22 @@ class ShardMover:
         copy, source, target_home = self._copy(row, shard_map)
         if row.state == COPYING:
             await copy.prepare()
-            copied = await copy.copy(lambda table, rows: self.report(f"copied {rows:,} rows ({table})"))
+            progress = row
+
+            async def copied_so_far(table: str, rows: int) -> None:
+                nonlocal progress
+                self.report(f"copied {rows:,} rows ({table})")
+                progress = await self._record(replace(progress, rows_copied=rows))
+
+            copied = await copy.copy(copied_so_far)
             self.report(f"copied {copied:,} rows; catching up")
-            row = await self._save(replace(row, state=CATCHING_UP))
+            row = await self._save(replace(row, state=CATCHING_UP, rows_copied=copied))
         if row.state == CATCHING_UP:
             while (backlog := await copy.backlog()) >= self.cut_over_below:
                 self.report(f"catching up: {backlog:,} changed rows behind")
+                row = await self._record(replace(row, lag_rows=backlog))
                 await copy.catch_up(rounds=max(1, backlog // self.batch_rows))
-            row = await self._save(replace(row, state=CUTTING_OVER))
+            row = await self._save(replace(row, state=CUTTING_OVER, lag_rows=backlog))
         if row.state == CUTTING_OVER:
             row = await self._cut_over(row, copy, source, target_home)
         return row
@@ -180,7 +194,7 @@ class ShardMover:
         async with self._engine(home.engine_url).connect() as conn:
             fence = await read_fence(conn, home)
         self.report(f"moving logical database {database} from {source} to {target} (map epoch {shard_map.epoch})")
-        return await self._save(MoveRow(database, source, target, COPYING, fence, 0))
+        return await self._save(MoveRow(database, source, target, COPYING, fence, 0, started_at_ms=_now_ms()))
 
     async def _cut_over(self, row: MoveRow, copy: DatabaseCopy, source: DatabaseHome, target: DatabaseHome) -> MoveRow:
         started = time.monotonic()
@@ -199,13 +213,22 @@ class ShardMover:
                 await write_fence(conn, target, published.epoch)
             if await self.coordinator.replace_shard_map(published, current.epoch):
                 break
+        pause_s = time.monotonic() - started
         self.report(
-            f"cut over: writes to logical database {row.database} paused {time.monotonic() - started:.2f} s "
+            f"cut over: writes to logical database {row.database} paused {pause_s:.2f} s "
             f"({applied:,} last changes); map epoch {published.epoch} names {row.target}"
         )
         await self._record_map(published)
         await copy.stop_capture()
-        return await self._save(replace(row, state=DONE, epoch=published.epoch))
+        done = replace(
+            row,
+            state=DONE,
+            epoch=published.epoch,
+            lag_rows=0,
+            finished_at_ms=_now_ms(),
+            cut_over_pause_ms=round(pause_s * 1000),
+        )
+        return await self._save(done)
 
     async def _record_map(self, published: ShardMap) -> None:
         """The map record as well as the coordinator's map (a cluster re-seeding from the record after
@@ -257,3 +280,7 @@ class ShardMover:
         await self.records.delete(database)
         self.report(f"dropped the old copy of logical database {database} on {row.source}")
         return row
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -3,6 +3,11 @@
 Nodes and their health, job groups with primary, backups and holder, the plan and its epoch, the
 database servers' health and this node's own figures (jobs owned, wheel size, fire backlog). In the
 embedded mode there is one node, no plan and no groups.
+
+The shard map (each logical database's server, and the map's epoch, as ``GET /v1/shards`` has it
+without counting rows) and the moves of logical databases in progress and done (as
+``GET /v1/shards/moves``): read from the coordinator and the move record at each view. Servers are
+shown as ``host:port``, never with a credential.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from tjobs.console.context import ConsoleRoute, console_of, require_admin
+from tjobs.node import Node
+from tjobs.service.shard_moves import move_json, without_credentials
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -39,6 +46,7 @@ async def cluster_page(request: Request) -> Response:
         "fires_committed": status.fires_committed,
         "cas_rejected": status.cas_rejected,
     }
+    shard_map, moves = await _shard_map_and_moves(node)
     return console.render(
         request,
         "cluster.html",
@@ -48,4 +56,28 @@ async def cluster_page(request: Request) -> Response:
         servers=status.database_servers,
         hot_tier=HOT_TIERS.get(type(node.hotpath).__name__, type(node.hotpath).__name__),
         topology=node.settings.storage.topology,
+        shard_map=shard_map,
+        moves=moves,
     )
+
+
+async def _shard_map_and_moves(node: Node) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The map as the template shows it (``None`` before one is stored) and the recorded moves."""
+    moves = [move_json(row) for row in await node.store.read_shard_moves()]
+    stored = await node.coordinator.read_shard_map()
+    if stored is None:
+        return None, moves
+    moving = {move["database"]: move for move in moves if move["outcome"] == "in_progress"}
+    databases = [
+        {
+            "database": database,
+            "server": without_credentials(server),
+            "shards": len(node.store.topology.shards_of_database(database)),
+            "moving": moving.get(database),
+        }
+        for database, server in enumerate(stored.placement)
+    ]
+    servers = [
+        {"server": without_credentials(server), "databases": stored.databases_on(server)} for server in stored.servers
+    ]
+    return {"epoch": stored.epoch, "databases": databases, "servers": servers}, moves

@@ -17,13 +17,17 @@ path (``python -m benchmarks.metrics_overhead``) and for operators who scrape no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
+from tjobs.cluster.shard_move import MOVE_STEPS
 from tjobs.observability.metrics_per_app import AppSeries, PerAppCollector, status_class
+
+if TYPE_CHECKING:
+    from tjobs.stores.sql_move import MoveRow
 
 __all__ = ["DURATION_BUCKETS_S", "LATENESS_BUCKETS_S", "Metrics", "NullMetrics", "status_class"]
 
@@ -143,6 +147,35 @@ class Metrics:
             "Jobs (shards) paused on this node because their database server is unreachable",
             registry=r,
         )
+        # moves of logical databases (tjobs shards move), from the recorded moves a background read
+        # keeps (tjobs.service.shard_moves.MoveWatch); a scrape never waits for the database
+        self.shard_moves_in_progress = Gauge(
+            "tjobs_shard_moves_in_progress", "Moves of logical databases in progress (recorded)", registry=r
+        )
+        self.shard_move_step = Gauge(
+            "tjobs_shard_move_step",
+            "1 for the step a move in progress is at (copying, catching_up, cutting_over), per logical database",
+            ["database", "step"],
+            registry=r,
+        )
+        self.shard_move_rows_copied = Gauge(
+            "tjobs_shard_move_rows_copied",
+            "Rows the bulk copy of a move in progress has copied",
+            ["database"],
+            registry=r,
+        )
+        self.shard_move_lag_rows = Gauge(
+            "tjobs_shard_move_lag_rows",
+            "Changed rows the target of a move in progress is behind its source (catch-up backlog, last measured)",
+            ["database"],
+            registry=r,
+        )
+        self.shard_move_cut_over_pause = Gauge(
+            "tjobs_shard_move_last_cut_over_pause_seconds",
+            "How long writes to a logical database were refused during its last move's cut-over",
+            ["database"],
+            registry=r,
+        )
         self._hot_tier_lag: dict[str, Histogram] = {}
         self._was_leader = False
         self._runner_seen = (0, 0, 0)
@@ -229,6 +262,23 @@ class Metrics:
             self.db_server_up.labels(str(server["server"])).set(1 if server["reachable"] else 0)
         self.jobs_paused.set(sum(_number(server.get("paused_shards")) for server in servers))
 
+    def observe_shard_moves(self, moves: Sequence[MoveRow]) -> None:
+        """Mirror the recorded moves (scrape time, from the last background read): the series of a
+        move in progress; the last cut-over pause stays while its move is recorded."""
+        running = [move for move in moves if move.state in MOVE_STEPS]
+        self.shard_moves_in_progress.set(len(running))
+        for gauge in (self.shard_move_step, self.shard_move_rows_copied, self.shard_move_lag_rows):
+            gauge.clear()
+        for move in running:
+            database = str(move.database)
+            for step in MOVE_STEPS:
+                self.shard_move_step.labels(database, step).set(1 if move.state == step else 0)
+            self.shard_move_rows_copied.labels(database).set(move.rows_copied)
+            self.shard_move_lag_rows.labels(database).set(move.lag_rows)
+        for move in moves:
+            if move.cut_over_pause_ms is not None:
+                self.shard_move_cut_over_pause.labels(str(move.database)).set(move.cut_over_pause_ms / 1000)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -295,6 +345,9 @@ class NullMetrics(Metrics):
         pass
 
     def observe_db_servers(self, servers: list[dict[str, object]]) -> None:
+        pass
+
+    def observe_shard_moves(self, moves: Sequence[MoveRow]) -> None:
         pass
 
     def render(self) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sharding import Topology
 from sharding.shard_map import ShardMap
@@ -31,6 +32,9 @@ from tjobs.model import (
 )
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 from tjobs.targets.model import Target
+
+if TYPE_CHECKING:
+    from tjobs.stores.sql_move import MoveRow
 
 DEAD_LETTERS = "dead_letters"
 """The key of an app's dead flows in :meth:`TaskStore.count_by_app` (beside the task statuses)."""
@@ -135,6 +139,12 @@ class TaskStore(ABC):
     async def read_shard_map(self) -> ShardMap | None:
         """The embedded mode's recorded map (a cluster keeps its map in etcd); ``None`` before the first."""
         return self._recorded_shard_map
+
+    async def read_shard_moves(self) -> list[MoveRow]:
+        """The moves of logical databases recorded (``tjobs shards move``: in progress, or done and
+        waiting for ``drop-old``), by database; read only. Only MariaDB databases move: other stores
+        record none."""
+        return []
 
     async def swap_shard_map(self, new: ShardMap, expected_epoch: int | None) -> bool:
         """Record ``new`` if the recorded map is at ``expected_epoch`` (``None``: if none is recorded);

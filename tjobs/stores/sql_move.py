@@ -34,7 +34,7 @@ Only identifiers from the topology (database and table names) are put into SQL t
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,9 +173,9 @@ class DatabaseCopy:
 
     # ---- step 2 ---------------------------------------------------------------------------------
 
-    async def copy(self, progress: Any = None) -> int:
+    async def copy(self, progress: Callable[[str, int], Awaitable[None]] | None = None) -> int:
         """Step 2: every row, batch by batch in primary-key order; returns the rows copied.
-        ``progress(table, rows_so_far)`` is called after each batch."""
+        ``progress(table, rows_so_far)`` is awaited after each batch."""
         copied = 0
         for table in await self.tables():
             after: tuple[Any, ...] | None = None
@@ -196,7 +196,7 @@ class DatabaseCopy:
                     await _replace(conn, self.qualified(table.name), columns, rows)
                 copied += len(rows)
                 if progress is not None:
-                    progress(table.name, copied)
+                    await progress(table.name, copied)
                 positions = [columns.index(column) for column in table.key]
                 after = tuple(rows[-1][p] for p in positions)
                 if len(rows) < self.batch_rows:
@@ -326,7 +326,8 @@ MOVES = "tjobs_shard_moves"
 
 @dataclass(frozen=True, slots=True)
 class MoveRow:
-    """A move as recorded: where it goes, its step, and the source's fence before it started."""
+    """A move as recorded: where it goes, its step, the source's fence before it started, and its
+    progress (what ``GET /v1/shards/moves``, the console and the move metrics show)."""
 
     database: int
     source: str
@@ -334,6 +335,47 @@ class MoveRow:
     state: str
     source_fence: int
     epoch: int  # the map epoch that names the target (0 until the cut-over published it)
+    rows_copied: int = 0  # by the bulk copy so far
+    lag_rows: int = 0  # changed rows the target is behind the source (catch-up backlog), last measured
+    started_at_ms: int = 0
+    finished_at_ms: int | None = None  # when the map named the target
+    cut_over_pause_ms: int | None = None  # writes to the database refused while cutting over
+
+
+_COLUMNS = (
+    "database_index, source, target, state, source_fence, epoch, rows_copied, lag_rows, started_at_ms, "
+    "finished_at_ms, cut_over_pause_ms"
+)
+_PROGRESS_COLUMNS = (  # added to a table recorded before moves kept their progress
+    "rows_copied BIGINT NOT NULL DEFAULT 0",
+    "lag_rows BIGINT NOT NULL DEFAULT 0",
+    "started_at_ms BIGINT NOT NULL DEFAULT 0",
+    "finished_at_ms BIGINT NULL",
+    "cut_over_pause_ms BIGINT NULL",
+)
+
+
+async def recorded_moves(conn: AsyncConnection, schema: str) -> list[MoveRow]:
+    """The moves recorded in database ``schema`` (the first logical database), read only; none before
+    the first move (no table yet, or one from before moves kept their progress). Operators' reads."""
+    found = await conn.exec_driver_sql(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        (schema, MOVES),
+    )
+    if "cut_over_pause_ms" not in {str(name) for (name,) in found}:
+        return []
+    return await _select_moves(conn, f"{_quote(schema)}.{_quote(MOVES)}")
+
+
+async def _select_moves(conn: AsyncConnection, table: str) -> list[MoveRow]:
+    rows = await _rows(conn, f"SELECT {_COLUMNS} FROM {table} ORDER BY database_index")
+    return [
+        MoveRow(
+            int(d), str(s), str(t), str(st), int(f), int(e), int(c), int(lag), int(begun),
+            None if ended is None else int(ended), None if pause is None else int(pause),
+        )
+        for d, s, t, st, f, e, c, lag, begun, ended, pause in rows
+    ]  # fmt: skip
 
 
 class MoveRecords:
@@ -341,25 +383,27 @@ class MoveRecords:
 
     def __init__(self, engine: AsyncEngine, schema: str) -> None:
         self.engine = engine
+        self.schema = schema
         self.table = f"{_quote(schema)}.{_quote(MOVES)}"
+        self._ensured = False
 
     async def _ensure(self, conn: AsyncConnection) -> None:
+        if self._ensured:
+            return
         await conn.exec_driver_sql(
             f"CREATE TABLE IF NOT EXISTS {self.table} (database_index INT NOT NULL PRIMARY KEY, "
             "source VARCHAR(255) NOT NULL, target VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, "
-            "source_fence BIGINT NOT NULL, epoch BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL) "
-            "ENGINE=InnoDB STATS_AUTO_RECALC=0"
+            "source_fence BIGINT NOT NULL, epoch BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL, "
+            f"{', '.join(_PROGRESS_COLUMNS)}) ENGINE=InnoDB STATS_AUTO_RECALC=0"
         )
+        for column in _PROGRESS_COLUMNS:
+            await conn.exec_driver_sql(f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS {column}")
+        self._ensured = True
 
     async def all(self) -> list[MoveRow]:
         async with self.engine.begin() as conn:
             await self._ensure(conn)
-            rows = await _rows(
-                conn,
-                f"SELECT database_index, source, target, state, source_fence, epoch FROM {self.table} "
-                "ORDER BY database_index",
-            )
-        return [MoveRow(int(d), str(s), str(t), str(st), int(f), int(e)) for d, s, t, st, f, e in rows]
+            return await _select_moves(conn, self.table)
 
     async def get(self, database: int) -> MoveRow | None:
         return next((row for row in await self.all() if row.database == database), None)
@@ -368,10 +412,14 @@ class MoveRecords:
         async with self.engine.begin() as conn:
             await self._ensure(conn)
             await conn.exec_driver_sql(
-                f"REPLACE INTO {self.table} (database_index, source, target, state, source_fence, epoch, "
-                "updated_at_ms) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (row.database, row.source, row.target, row.state, row.source_fence, row.epoch, now_ms),
-            )
+                f"REPLACE INTO {self.table} ({_COLUMNS}, updated_at_ms) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    row.database, row.source, row.target, row.state, row.source_fence, row.epoch,
+                    row.rows_copied, row.lag_rows, row.started_at_ms, row.finished_at_ms,
+                    row.cut_over_pause_ms, now_ms,
+                ),
+            )  # fmt: skip
 
     async def delete(self, database: int) -> None:
         async with self.engine.begin() as conn:

@@ -125,6 +125,7 @@ from tjobs.stores.sql_layout import (
     safe_url,
     unavailable,
 )
+from tjobs.stores.sql_move import MoveRow, recorded_moves
 from tjobs.stores.sql_sessions import SessionRegistry, kill_connections
 from tjobs.stores.task_edits import check_fields, edited_row
 from tjobs.targets.model import Target
@@ -284,6 +285,13 @@ class SQLAlchemyTaskStore(TaskStore):
         url = self.layout.apps_database.engine_url
         async with self._connect(url) as conn:
             return await read_recorded_map(conn, self.layout)
+
+    async def read_shard_moves(self) -> list[MoveRow]:
+        if self.layout.dialect != MYSQL:
+            return []
+        home = self.layout.apps_database
+        async with self._connect(home.engine_url) as conn:
+            return await recorded_moves(conn, home.schema or home.name)
 
     async def swap_shard_map(self, new: ShardMap, expected_epoch: int | None) -> bool:
         async with self._write(self.layout.apps_database.engine_url) as conn:
