@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 COPYING, CATCHING_UP, CUTTING_OVER, DONE = "copying", "catching_up", "cutting_over", "done"
 MOVE_STEPS = (COPYING, CATCHING_UP, CUTTING_OVER)  # the steps of a move in progress, in order
+PROGRESS_EVERY_S = 1.0  # how often a move's progress (rows copied, lag) is written to its record
 
 Report = Callable[[str], None]
 
@@ -81,6 +82,7 @@ class ShardMover:
         self.cut_over_below = cut_over_below
         self.report: Report = report or (lambda _: None)
         self._engines: dict[str, AsyncEngine] = {}
+        self._progress_recorded_at = float("-inf")
         first = Layout(settings).apps_database
         self.records = MoveRecords(self._engine(first.engine_url), first.schema or first.name)
 
@@ -118,10 +120,14 @@ class ShardMover:
             raise MoveRefused("no shard map is stored yet: start a node or run tjobs migrate first")
         return shard_map
 
-    async def _record(self, row: MoveRow) -> MoveRow:
-        """Record a move's progress (rows copied, lag): no new step, nothing logged."""
-        await self.records.put(row, _now_ms())
-        return row
+    async def _record(self, row: MoveRow) -> None:
+        """Record a move's progress (rows copied, lag) at most every :data:`PROGRESS_EVERY_S` (a
+        write to the record per batch would slow the copy and the catch-up): no new step, nothing
+        logged."""
+        now = time.monotonic()
+        if now - self._progress_recorded_at >= PROGRESS_EVERY_S:
+            await self.records.put(row, _now_ms())
+            self._progress_recorded_at = now
 
     async def _save(self, row: MoveRow) -> MoveRow:
         await self.records.put(row, _now_ms())
@@ -155,12 +161,11 @@ class ShardMover:
         copy, source, target_home = self._copy(row, shard_map)
         if row.state == COPYING:
             await copy.prepare()
-            progress = row
+            copying = row
 
             async def copied_so_far(table: str, rows: int) -> None:
-                nonlocal progress
                 self.report(f"copied {rows:,} rows ({table})")
-                progress = await self._record(replace(progress, rows_copied=rows))
+                await self._record(replace(copying, rows_copied=rows))
 
             copied = await copy.copy(copied_so_far)
             self.report(f"copied {copied:,} rows; catching up")
@@ -168,7 +173,7 @@ class ShardMover:
         if row.state == CATCHING_UP:
             while (backlog := await copy.backlog()) >= self.cut_over_below:
                 self.report(f"catching up: {backlog:,} changed rows behind")
-                row = await self._record(replace(row, lag_rows=backlog))
+                await self._record(replace(row, lag_rows=backlog))
                 await copy.catch_up(rounds=max(1, backlog // self.batch_rows))
             row = await self._save(replace(row, state=CUTTING_OVER, lag_rows=backlog))
         if row.state == CUTTING_OVER:
