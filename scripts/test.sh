@@ -33,7 +33,7 @@ printf '[test] %s=%s\n' \
     TJOBS_TEST_NATS_URL "${TJOBS_TEST_NATS_URL:-<unset>}" >&2
 
 rc=0
-.venv/bin/pytest -p no:cacheprovider -m "not chaos" --timeout="${TJOBS_TEST_TIMEOUT_S:-300}" "$@" || rc=$?
+.venv/bin/pytest -p no:cacheprovider -m "not chaos" --durations=40 --durations-min=5 --timeout="${TJOBS_TEST_TIMEOUT_S:-300}" "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then
     echo "[test] pytest collected no tests: that is a failure" >&2
 fi

@@ -192,9 +192,16 @@ async def test_a_callback_is_delivered_first_time_signed_and_recorded(
     assert request.headers["x-order"] == "123"
     assert request.headers["user-agent"] == FAST.user_agent
     assert Webhook(SECRET).verify(request.body, request.headers)["payload"] == {"order": 123}
-    assert final[job.flow.id] == FlowUpdate(
-        job.task.id, job.flow.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200, None
+    outcome = final[job.flow.id]
+    assert outcome == FlowUpdate(
+        job.task.id, job.flow.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200, None, None, outcome.attempt_log
     )
+    assert outcome.attempt_log is not None
+    (record,) = outcome.attempt_log.records
+    assert outcome.attempt_log.total == 1
+    assert (record.attempt, record.status_code, record.error) == (1, 200, None)
+    assert (record.destination, record.executor) == (receiver.url("/hook"), None)
+    assert record.duration_ms >= 0
     assert job.flow.id not in deliverer.in_flight()
 
 
