@@ -74,6 +74,7 @@ from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.model import (
     EMPTY_ATTEMPT_LOG,
+    MAX_ATTEMPT_RECORDS,
     App,
     AttemptLog,
     AttemptRecord,
@@ -237,21 +238,30 @@ class _Delivery:
         )
 
     def log_attempts(self, results: Sequence[AttemptResult]) -> None:
-        """Add what this attempt's sends gave to the flow's attempt history (written with its outcome)."""
-        executors = {} if self.pool is None else {(a, d): e for a, d, e in self.pool.routes}
-        records = [
-            AttemptRecord(
-                r.attempt,
-                r.started_ms,
-                max(0, round(r.duration_s * 1000)),
-                r.status,
-                r.error,
-                r.url,
-                executors.get((r.attempt, r.url)),
-            )
-            for r in results
-        ]
-        self.attempt_log = (self.attempt_log or EMPTY_ATTEMPT_LOG).appended(records)
+        """Add what this attempt's sends gave to the flow's attempt history (written with its outcome).
+        Once per send on the fire path: a flow's first history is made as it is, not appended to an
+        empty one, and only a pool flow looks up executors."""
+        pool = self.pool
+        executors = None if pool is None else {(a, d): e for a, d, e in pool.routes}
+        records = tuple(
+            [
+                AttemptRecord(
+                    r.attempt,
+                    r.started_ms,
+                    max(0, round(r.duration_s * 1000)),
+                    r.status,
+                    r.error,
+                    r.url,
+                    None if executors is None else executors.get((r.attempt, r.url)),
+                )
+                for r in results
+            ]
+        )
+        log = self.attempt_log
+        if log is None and len(records) <= MAX_ATTEMPT_RECORDS:
+            self.attempt_log = AttemptLog(records, len(records))
+        else:
+            self.attempt_log = (log or EMPTY_ATTEMPT_LOG).appended(records)
 
 
 class _Lane:

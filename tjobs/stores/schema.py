@@ -137,8 +137,16 @@ def flow_attempt_log_column() -> Column[str]:
 def attempt_log_to_text(log: AttemptLog | None) -> str | None:
     if log is None:
         return None
-    records = [
-        [r.attempt, r.started_at_ms, r.duration_ms, r.status_code, clip_error(r.error), r.destination, r.executor]
+    records = [  # once per outcome on the fire path: tuples (JSON arrays too), the error clipped only if long
+        (
+            r.attempt,
+            r.started_at_ms,
+            r.duration_ms,
+            r.status_code,
+            r.error if r.error is None or len(r.error) <= MAX_ERROR_CHARS else r.error[:MAX_ERROR_CHARS],
+            r.destination,
+            r.executor,
+        )
         for r in log.records
     ]
     return orjson.dumps({"total": log.total, "records": records}).decode()

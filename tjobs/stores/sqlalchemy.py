@@ -42,13 +42,13 @@ from sqlalchemy import (
     or_,
     select,
     text,
-    true,
     tuple_,
     union_all,
     update,
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import ColumnElement
 
 from sharding import TaskIdGenerator, shard_for_key, shard_of_task_id
 from sharding.shard_map import ShardMap
@@ -86,11 +86,9 @@ from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuer
 from tjobs.stores.schema import (
     app_from_row,
     app_to_row,
-    attempt_log_to_text,
     clip_error,
     flow_from_row,
     flow_to_row,
-    routes_to_text,
     target_from_row,
     target_to_row,
     task_from_row,
@@ -112,7 +110,7 @@ from tjobs.stores.sql_direct import (
 )
 from tjobs.stores.sql_fenced import StatementResult, execute_fenced
 from tjobs.stores.sql_fire import FireTransaction
-from tjobs.stores.sql_flow_updates import write_flow_updates
+from tjobs.stores.sql_flow_updates import ShardUpdate, plan_updates, write_flow_updates
 from tjobs.stores.sql_layout import (
     MYSQL,
     WRITE_OPTION,
@@ -1059,43 +1057,26 @@ class SQLAlchemyTaskStore(TaskStore):
             )
 
     async def _record_updates(self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
+        # One UPDATE per shard table, each row's values by CASE on its key (sql_flow_updates.plan_updates).
         async with self._write(database.engine_url) as conn:
-            for shard, items in sorted(shards.items()):
-                home = self.layout.shards[shard]
-                groups: dict[tuple[Any, ...], list[tuple[int, int]]] = defaultdict(list)
-                for u in items:
-                    values = (
-                        u.status.value,
-                        u.attempts,
-                        u.next_attempt_at_ms,
-                        u.last_status_code,
-                        clip_error(u.last_error),
-                        routes_to_text(u.routes),
-                        attempt_log_to_text(u.attempt_log),
-                    )
-                    groups[values].append((u.task_id, u.scheduled_at_ms))
+            for plan in plan_updates(shards):
+                home = self.layout.shards[plan.shard]
                 c = home.flows.c
-                for (status, attempts, next_at, code, error, routes, log), keys in groups.items():
-                    statement = (
-                        update(home.flows)
-                        .where(
-                            tuple_(c.task_id, c.scheduled_at).in_(sorted(keys)),
-                            c.status.in_(_OPEN),
-                            # an open outcome never lowers the count (see the contract)
-                            true() if FlowStatus(status).terminal else c.attempts <= attempts,
-                        )
-                        .values(
-                            status=status,
-                            attempts=attempts,
-                            next_attempt_at=next_at,
-                            last_status_code=code,
-                            last_error=error,
-                            routes=c.routes if routes is None else routes,  # None: the log unchanged
-                            attempt_log=c.attempt_log if log is None else log,
-                            updated_at=now_ms,
-                        )
-                    )
-                    await conn.execute(statement, execution_options=home.options)
+                values: dict[str, Any] = {
+                    a.column: a.value if a.per_row is None else _by_key(plan, c, a.per_row, c[a.column])
+                    for a in plan.assignments
+                }
+                values["updated_at"] = now_ms
+                where: list[ColumnElement[bool]] = [
+                    tuple_(c.task_id, c.scheduled_at).in_(plan.keys),
+                    c.status.in_(_OPEN),
+                ]
+                if isinstance(plan.guard, int):
+                    where.append(c.attempts <= plan.guard)  # an open outcome never lowers the count
+                elif plan.guard is not None:
+                    where.append(c.attempts <= _by_key(plan, c, plan.guard, c.attempts))
+                statement = update(home.flows).where(*where).values(values)
+                await conn.execute(statement, execution_options=home.options)
 
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
         home = self._shard_of_task(task_id)
@@ -1376,6 +1357,14 @@ def _log_late_write(write: asyncio.Future[Any]) -> None:
         logger.warning(
             "a create's write failed after its caller was answered: %r", error, extra={"action": "late_write"}
         )
+
+
+def _by_key(plan: ShardUpdate, c: Any, pairs: Sequence[tuple[tuple[int, int], Any]], otherwise: Any) -> Any:
+    """``CASE`` on a flow row's key giving each key of ``pairs`` its value, ``otherwise`` for the rest."""
+    if plan.by_task:  # no two rows share a task: its id alone tells them apart
+        return case({task_id: value for (task_id, _), value in pairs}, value=c.task_id, else_=otherwise)
+    whens = [(and_(c.task_id == task_id, c.scheduled_at == at_ms), value) for (task_id, at_ms), value in pairs]
+    return case(*whens, else_=otherwise)
 
 
 def _ids() -> Any:

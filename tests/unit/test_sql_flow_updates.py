@@ -1,0 +1,52 @@
+"""The MariaDB outcome writer's statements (tjobs/stores/sql_flow_updates.py), built without a server:
+outcomes that each carry their own attempt history still share one UPDATE per shard table (each row's
+values picked by CASE on its key), and the statement never matches a key it was not given. What the
+statements do on a server is the store contract's (tests/contract)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tjobs.model import AttemptLog, AttemptRecord, FlowStatus, FlowUpdate
+from tjobs.stores.sql_flow_updates import update_statements
+
+NOW_MS = 1_800_000_000_000
+URL = "http://receiver.example/hook"
+
+
+class _Shard:
+    def __init__(self, shard: int) -> None:
+        self.flows_sql = f"`db`.`flows_{shard:02d}`"
+
+
+SHARDS: Any = [_Shard(n) for n in range(4)]
+
+
+def _log(task_id: int) -> AttemptLog:
+    return AttemptLog((AttemptRecord(1, NOW_MS + task_id, task_id % 7, 200, None, URL),), 1)
+
+
+def test_outcomes_with_their_own_histories_share_one_update_per_shard_table() -> None:
+    by_shard = {
+        2: [FlowUpdate(t, NOW_MS, FlowStatus.DELIVERED, 1, None, 200, None, None, _log(t)) for t in (30, 10, 20)],
+        0: [
+            FlowUpdate(5, NOW_MS, FlowStatus.DELIVERED, 1, None, 200, None, None, _log(5)),
+            FlowUpdate(6, NOW_MS, FlowStatus.PENDING, 2, NOW_MS + 500, 503, "busy", None, _log(6)),
+            FlowUpdate(7, NOW_MS, FlowStatus.DEAD, 3, None, None, "refused", None, None),
+        ],
+    }
+    statements = update_statements(by_shard, SHARDS, NOW_MS + 50)
+
+    assert [sql.split(" SET ")[0] for sql, _ in statements] == ["UPDATE `db`.`flows_00`", "UPDATE `db`.`flows_02`"]
+    for sql, params in statements:
+        assert sql.count("UPDATE ") == 1 and sql.count("%s") == len(params)
+    delivered_only, params = statements[1]
+    for task_id in (10, 20, 30):  # each row's own history, in the one statement
+        text = next(p for p in params if isinstance(p, str) and f"{NOW_MS + task_id}" in p)
+        assert '"total":1' in text
+    # keys in order (rows locked in the same order by every writer), and only those keys
+    assert "(task_id, scheduled_at) IN ((%s, %s), (%s, %s), (%s, %s))" in delivered_only
+    assert params[-6:] == [10, NOW_MS, 20, NOW_MS, 30, NOW_MS]
+    mixed, _ = statements[0]
+    assert "status IN ('pending', 'sending')" in mixed  # a terminal flow is never changed again
+    assert "attempts <=" in mixed  # the open outcome never lowers the count
