@@ -50,3 +50,15 @@ def test_outcomes_with_their_own_histories_share_one_update_per_shard_table() ->
     mixed, _ = statements[0]
     assert "status IN ('pending', 'sending')" in mixed  # a terminal flow is never changed again
     assert "attempts <=" in mixed  # the open outcome never lowers the count
+
+
+def test_a_table_with_one_flow_sets_only_what_its_outcome_carries() -> None:
+    retry = FlowUpdate(40, NOW_MS, FlowStatus.PENDING, 2, NOW_MS + 500, 503, "busy")  # no history, no routes
+    delivered = FlowUpdate(41, NOW_MS, FlowStatus.DELIVERED, 1, None, 200, None, None, _log(41))
+    (open_sql, open_params), (done_sql, done_params) = update_statements({1: [retry], 3: [delivered]}, SHARDS, 9)
+
+    assert "attempt_log" not in open_sql and "routes" not in open_sql  # the stored ones stay
+    assert open_sql.endswith(" AND attempts <= %s") and open_params[-4:] == [9, 40, NOW_MS, 2]
+    assert "attempt_log = %s" in done_sql and "routes" not in done_sql and "attempts <=" not in done_sql
+    for sql, params in ((open_sql, open_params), (done_sql, done_params)):
+        assert sql.count("%s") == len(params) and "(task_id, scheduled_at) IN ((%s, %s))" in sql

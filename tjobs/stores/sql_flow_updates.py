@@ -14,17 +14,18 @@ terminal flow is never changed again and a flow is never made up. A column that 
 statement gets the same value of is set to it; one whose values differ (an outcome that made a send
 carries its flow's whole attempt history, whose start and duration are its own) is set by ``CASE`` on
 the row's key, ``task_id`` alone when no two rows share a task. ``routes`` and ``attempt_log`` keep the
-stored value where an outcome carries none (``COALESCE``). An open outcome adds ``attempts <= n`` for
-its row, so an outdated one never lowers the attempt count. Shards and keys are sorted, so two writers
-lock rows in the same order. The shard-map fence of the server's logical databases heads the first
-round trip (:mod:`tjobs.stores.shard_fence`).
+stored value where an outcome carries none (left out of the ``SET``, or the ``CASE``'s ``ELSE``). An
+open outcome adds ``attempts <= n`` for its row, so an outdated one never lowers the attempt count. A
+table with one flow in the flush (the usual case over 512 shards) takes a short way: no comparisons,
+its statement text cached. Shards and keys are sorted, so two writers lock rows in the same order. The
+shard-map fence of the server's logical databases heads the first round trip
+(:mod:`tjobs.stores.shard_fence`). Figures: docs/benchmarks.md, "The attempt history's cost".
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -39,80 +40,91 @@ _OPEN_SQL = f"status IN ('{FlowStatus.PENDING.value}', '{FlowStatus.SENDING.valu
 
 Key = tuple[int, int]  # (task_id, scheduled_at)
 COLUMNS = ("status", "attempts", "next_attempt_at", "last_status_code", "last_error", "routes", "attempt_log")
-KEPT_WHEN_NONE = frozenset({"routes", "attempt_log"})  # an outcome without one leaves the stored value
+_KEPT = (False, False, False, False, False, True, True)  # routes, attempt_log: None leaves the stored value
+_COLUMNS_GIVEN = {  # the columns a single row sets, by (routes given, attempt_log given)
+    (True, True): COLUMNS,
+    (True, False): COLUMNS[:6],
+    (False, True): (*COLUMNS[:5], COLUMNS[6]),
+    (False, False): COLUMNS[:5],
+}
+_SETS: dict[tuple[str, ...], str] = {}
+_ONE_ROW_SQL: dict[tuple[str, tuple[str, ...], bool], str] = {}  # by table, columns, guard: 512 tables x 8
+_ONE_ROW_SQL_MAX = 16_384  # "a = %s, b = %s, ..." per column list (a handful of them)
 
 
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    """One column of one shard's ``UPDATE``: every row gets ``value`` (``per_row`` is None), or each
-    row in ``per_row`` its own; a :data:`KEPT_WHEN_NONE` column leaves the stored value of a row it
-    gives no value to."""
-
-    column: str
-    value: Any
-    per_row: tuple[tuple[Key, Any], ...] | None
-
-
-@dataclass(frozen=True, slots=True)
-class ShardUpdate:
+class ShardUpdate(NamedTuple):
     """The one ``UPDATE`` of one shard table: its rows' ``keys`` in order, whether ``task_id`` alone
-    tells them apart (``by_task``), the columns it sets, and the attempt-count guard: ``None`` (all
-    outcomes terminal), one bound for every row (an ``int``), or each open row's own bound."""
+    tells them apart (``by_task``), the ``columns`` every row gets the same one of ``values``, the
+    columns set ``per_row`` (each row given one: its key and value; a routes or attempt_log row given
+    none keeps its own), and the attempt-count guard: ``None`` (all outcomes terminal), one bound for
+    every row (an ``int``), or each open row's own bound."""
 
     shard: int
     keys: tuple[Key, ...]
     by_task: bool
-    assignments: tuple[Assignment, ...]
+    columns: tuple[str, ...]
+    values: tuple[Any, ...]
+    per_row: tuple[tuple[str, tuple[tuple[Key, Any], ...]], ...]
     guard: int | tuple[tuple[Key, int], ...] | None
+
+
+def _values(u: FlowUpdate) -> tuple[Any, ...]:
+    return (
+        u.status.value,
+        u.attempts,
+        u.next_attempt_at_ms,
+        u.last_status_code,
+        clip_error(u.last_error),
+        routes_to_text(u.routes),
+        attempt_log_to_text(u.attempt_log),
+    )
 
 
 def plan_updates(by_shard: dict[int, list[FlowUpdate]]) -> list[ShardUpdate]:
     """One :class:`ShardUpdate` per shard, in shard order (a later outcome of the same flow wins)."""
-    plans: list[ShardUpdate] = []
-    for shard in sorted(by_shard):
-        rows: dict[Key, tuple[Any, ...]] = {}
-        open_rows: dict[Key, int] = {}
-        for u in by_shard[shard]:
-            key = (u.task_id, u.scheduled_at_ms)
-            if u.status.terminal:
-                open_rows.pop(key, None)
-            else:
-                open_rows[key] = u.attempts
-            rows[key] = (
-                u.status.value,
-                u.attempts,
-                u.next_attempt_at_ms,
-                u.last_status_code,
-                clip_error(u.last_error),
-                routes_to_text(u.routes),
-                attempt_log_to_text(u.attempt_log),
-            )
-        if not rows:
-            continue
-        keys = tuple(sorted(rows))
-        ordered = [rows[key] for key in keys]
-        assignments: list[Assignment] = []
-        for index, column in enumerate(COLUMNS):
-            first = ordered[0][index]
-            kept = column in KEPT_WHEN_NONE
-            if all(values[index] == first for values in ordered):
-                if not (kept and first is None):  # None for every row: the column is left as it is
-                    assignments.append(Assignment(column, first, None))
-                continue
-            per_row = tuple(
-                (key, values[index])
-                for key, values in zip(keys, ordered, strict=True)
-                if not (kept and values[index] is None)
-            )
-            assignments.append(Assignment(column, None, per_row))
-        bounds = tuple((key, open_rows[key]) for key in keys if key in open_rows)
-        guard: int | tuple[tuple[Key, int], ...] | None = None
-        if bounds:
-            same = bounds[0][1]
-            guard = same if len(bounds) == len(keys) and all(n == same for _, n in bounds) else bounds
-        by_task = len({task_id for task_id, _ in keys}) == len(keys)
-        plans.append(ShardUpdate(shard, keys, by_task, tuple(assignments), guard))
-    return plans
+    return [_plan(shard, by_shard[shard]) for shard in sorted(by_shard) if by_shard[shard]]
+
+
+def _plan(shard: int, updates: Sequence[FlowUpdate]) -> ShardUpdate:
+    if len(updates) == 1:  # one flow in the table: nothing to compare
+        u = updates[0]
+        values = _values(u)
+        columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None]
+        if len(columns) < len(COLUMNS):
+            values = (*values[:5], *[v for v in values[5:] if v is not None])
+        bound = None if u.status.terminal else u.attempts
+        return ShardUpdate(shard, ((u.task_id, u.scheduled_at_ms),), True, columns, values, (), bound)
+    rows: dict[Key, tuple[Any, ...]] = {}
+    open_rows: dict[Key, int] = {}
+    for u in updates:
+        key = (u.task_id, u.scheduled_at_ms)
+        if u.status.terminal:
+            open_rows.pop(key, None)
+        else:
+            open_rows[key] = u.attempts
+        rows[key] = _values(u)
+    keys = tuple(sorted(rows))
+    ordered = [rows[key] for key in keys]
+    shared: list[str] = []
+    shared_values: list[Any] = []
+    per_row: list[tuple[str, tuple[tuple[Key, Any], ...]]] = []
+    for column, kept, given in zip(COLUMNS, _KEPT, zip(*ordered, strict=True), strict=True):
+        first = given[0]
+        if given.count(first) == len(given):  # every row the same
+            if not (kept and first is None):  # None for every row: the column is left as it is
+                shared.append(column)
+                shared_values.append(first)
+        elif kept:
+            per_row.append((column, tuple([(k, v) for k, v in zip(keys, given, strict=True) if v is not None])))
+        else:
+            per_row.append((column, tuple(zip(keys, given, strict=True))))
+    bounds = tuple([(key, open_rows[key]) for key in keys if key in open_rows])
+    guard: int | tuple[tuple[Key, int], ...] | None = None
+    if bounds:
+        same = bounds[0][1]
+        guard = same if len(bounds) == len(keys) and all([n == same for _, n in bounds]) else bounds
+    by_task = len({task_id for task_id, _ in keys}) == len(keys)
+    return ShardUpdate(shard, keys, by_task, tuple(shared), tuple(shared_values), tuple(per_row), guard)
 
 
 def _case(plan: ShardUpdate, pairs: Sequence[tuple[Key, Any]], otherwise: str, params: list[Any]) -> str:
@@ -131,27 +143,63 @@ def _case(plan: ShardUpdate, pairs: Sequence[tuple[Key, Any]], otherwise: str, p
     return f"CASE {whens} ELSE {otherwise} END"
 
 
+def _sets(columns: tuple[str, ...]) -> str:
+    text = _SETS.get(columns)
+    if text is None:
+        text = _SETS[columns] = "".join([f"{column} = %s, " for column in columns])
+    return text
+
+
+def _one_row_sql(table: str, columns: tuple[str, ...], guarded: bool) -> str:
+    """The ``UPDATE`` of a table's only flow in a flush, by table, columns set and guard (cached)."""
+    key = (table, columns, guarded)
+    sql = _ONE_ROW_SQL.get(key)
+    if sql is None:
+        if len(_ONE_ROW_SQL) >= _ONE_ROW_SQL_MAX:
+            _ONE_ROW_SQL.clear()
+        sql = (
+            f"UPDATE {table} SET {_sets(columns)}updated_at = %s "
+            f"WHERE (task_id, scheduled_at) IN ((%s, %s)) AND {_OPEN_SQL}"
+        )
+        if guarded:
+            sql += " AND attempts <= %s"
+        _ONE_ROW_SQL[key] = sql
+    return sql
+
+
 def update_statements(
     by_shard: dict[int, list[FlowUpdate]], shards: Sequence[ShardTables], now_ms: int
 ) -> list[tuple[str, list[Any]]]:
     """One ``UPDATE`` per shard table, in shard and key order."""
     statements: list[tuple[str, list[Any]]] = []
-    for plan in plan_updates(by_shard):
-        params: list[Any] = []
-        sets: list[str] = []
-        for a in plan.assignments:
-            if a.per_row is None:
-                sets.append(f"{a.column} = %s")
-                params.append(a.value)
-            else:  # a row given no value (routes, attempt_log) keeps its own: ELSE the column
-                sets.append(f"{a.column} = {_case(plan, a.per_row, a.column, params)}")
-        sets.append("updated_at = %s")
+    for shard in sorted(by_shard):
+        updates = by_shard[shard]
+        if len(updates) == 1:  # the usual case over many shards: the plan's one-row case, inline
+            u = updates[0]
+            values = _values(u)
+            columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None]
+            params = (
+                [*values] if len(columns) == len(COLUMNS) else [*values[:5], *[v for v in values[5:] if v is not None]]
+            )
+            params.append(now_ms)
+            params.append(u.task_id)
+            params.append(u.scheduled_at_ms)
+            guarded = not u.status.terminal
+            if guarded:
+                params.append(u.attempts)
+            statements.append((_one_row_sql(shards[shard].flows_sql, columns, guarded), params))
+            continue
+        plan = _plan(shard, updates)
+        params = [*plan.values]
+        sets = _sets(plan.columns)
+        for column, pairs in plan.per_row:  # a row given no value (routes, attempt_log) keeps its own: ELSE
+            sets += f"{column} = {_case(plan, pairs, column, params)}, "
         params.append(now_ms)
         for task_id, scheduled_at_ms in plan.keys:
             params.append(task_id)
             params.append(scheduled_at_ms)
         sql = (
-            f"UPDATE {shards[plan.shard].flows_sql} SET {', '.join(sets)} "
+            f"UPDATE {shards[plan.shard].flows_sql} SET {sets}updated_at = %s "
             f"WHERE (task_id, scheduled_at) IN ({', '.join(['(%s, %s)'] * len(plan.keys))}) AND {_OPEN_SQL}"
         )
         if isinstance(plan.guard, int):

@@ -1062,10 +1062,9 @@ class SQLAlchemyTaskStore(TaskStore):
             for plan in plan_updates(shards):
                 home = self.layout.shards[plan.shard]
                 c = home.flows.c
-                values: dict[str, Any] = {
-                    a.column: a.value if a.per_row is None else _by_key(plan, c, a.per_row, c[a.column])
-                    for a in plan.assignments
-                }
+                values: dict[str, Any] = dict(zip(plan.columns, plan.values, strict=True))
+                for column, pairs in plan.per_row:  # a row given no value keeps its own: else_ the column
+                    values[column] = _by_key(plan, c, pairs, c[column])
                 values["updated_at"] = now_ms
                 where: list[ColumnElement[bool]] = [
                     tuple_(c.task_id, c.scheduled_at).in_(plan.keys),
