@@ -128,21 +128,28 @@ async def timed(samples: int, call: Callable[[], Awaitable[Any]]) -> tuple[float
 
 
 async def run(args: argparse.Namespace) -> None:
-    prefix = f"tjbench_{secrets.token_hex(3)}"
+    prefix = args.reuse or f"tjbench_{secrets.token_hex(3)}"
     settings = StorageSettings(urls=[args.storage], topology="8x4x16", database_prefix=prefix)
-    await migrate(settings)
+    if not args.reuse:  # a reused prefix must exist already: never create it on whatever answers the URL
+        await migrate(settings)
     store = SQLAlchemyTaskStore(settings)
     await store.start()
     try:
-        started = time.perf_counter()
-        sample = await seed(store, settings, args.tasks, args.flows_per_task, args.apps)
-        seeded_s = time.perf_counter() - started
-        print(f"seeded {args.tasks:,} tasks, {args.tasks * args.flows_per_task:,} flows in {seeded_s:.0f} s")
         search = SearchService(store, store.topology)
-        task = sample[len(sample) // 2]
-        key_shard = shard_for_key("app-1", "bench-key", store.topology.shard_count)
-        keyed = _task(TaskIdGenerator(store.topology.shard_count).mint(key_shard, NOW_MS), "app-1", -1, "bench-key")
-        await store.insert_task(keyed)
+        if args.reuse:
+            print(f"reusing {prefix} (seeded by an earlier --keep run; --tasks and --flows-per-task ignored)")
+            task = (await search.tasks(TaskQuery("app-3"), limit=1)).items[0]
+        else:
+            started = time.perf_counter()
+            sample = await seed(store, settings, args.tasks, args.flows_per_task, args.apps)
+            seeded_s = time.perf_counter() - started
+            print(f"seeded {args.tasks:,} tasks, {args.tasks * args.flows_per_task:,} flows in {seeded_s:.0f} s")
+            task = sample[len(sample) // 2]
+        print(f"databases: {prefix}_00..{prefix}_31")
+        if not (await search.tasks(TaskQuery("app-1", key="bench-key"), limit=1)).items:
+            key_shard = shard_for_key("app-1", "bench-key", store.topology.shard_count)
+            minted = TaskIdGenerator(store.topology.shard_count).mint(key_shard, NOW_MS)
+            await store.insert_task(_task(minted, "app-1", -1, "bench-key"))
 
         async def deep(first: Callable[[str | None], Awaitable[Page]]) -> None:
             cursor = None
@@ -185,7 +192,7 @@ async def run(args: argparse.Namespace) -> None:
             print(f"{name:<22} {p50:>10.1f} {p99:>10.1f} {d50 / args.depth:>12.1f} {d99 / args.depth:>8.1f}")
     finally:
         await store.close()
-        if not args.keep:
+        if not args.keep and not args.reuse:
             drop_databases(settings)
 
 
@@ -201,6 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=100, help="timed first pages per search")
     parser.add_argument("--depth", type=int, default=10, help="pages walked for the deep figure (per page)")
     parser.add_argument("--keep", action="store_true", help="keep the databases (named in the output)")
+    parser.add_argument(
+        "--reuse", metavar="PREFIX", help="time the searches over a prefix kept by an earlier --keep run (no seeding)"
+    )
     args = parser.parse_args(argv)
     asyncio.run(run(args))
 

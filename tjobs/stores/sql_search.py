@@ -1,22 +1,34 @@
 """The SQL store's searches across shards (:meth:`TaskStore.search_flows`, :meth:`TaskStore.search_tasks`).
 
-Each shard is read as one ordered index range, ``LIMIT`` rows past its position; the shards of one
-logical database go in one ``UNION ALL`` statement of those limited reads (each a derived table, whose
-``ORDER BY ... LIMIT`` both MariaDB and SQLite keep), and a server runs at most
-:data:`STATEMENTS_PER_SERVER` of a search's statements at a time. The indexes that make each read a
-range come with migration ``0006_search`` (:func:`tjobs.stores.schema.search_task_indexes`,
-:func:`tjobs.stores.schema.search_flow_indexes`).
+Each shard is read as one ordered index range, ``LIMIT`` rows past its position (:class:`Read`). A
+search round sends at most :data:`STATEMENTS_PER_SERVER` statements to each server, all servers at
+once: each statement is one ``UNION ALL`` of up to :data:`PARTS_PER_STATEMENT` shards' reads (on
+MariaDB across logical databases, the table names being qualified; on SQLite within its file).
+
+The SQL is written out here, not built with SQLAlchemy Core, and sent with ``exec_driver_sql``: a
+first page reads all 512 shards, and building, cache-keying and compiling 512 ``Select`` objects cost
+more client CPU than the database spent answering them (the profile in docs/benchmarks.md, issue 16).
+Only identifiers of the topology go into the text; every value is a bound parameter.
+
+MariaDB reads each part as a parenthesized ``(SELECT ... ORDER BY ... LIMIT n)``, which it answers
+straight from the index with no temporary table. SQLite has no parenthesized compound parts, so
+there each part is a derived table ``SELECT * FROM (SELECT ... LIMIT n)``, whose ``ORDER BY ...
+LIMIT`` SQLite keeps. (MariaDB materializes such derived tables: with the flows' and tasks' ``TEXT``
+columns each was an on-disk Aria temporary table, 16 created and dropped per statement.)
+
+The indexes that make each read a range come with migration ``0007_search``
+(:func:`tjobs.stores.schema.search_task_indexes`, :func:`tjobs.stores.schema.search_flow_indexes`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, and_, literal_column, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding import shard_of_task_id
@@ -33,60 +45,112 @@ from tjobs.stores.queries import (
 from tjobs.stores.schema import SCHEDULE_KIND_COLUMN, flow_from_row, task_from_row
 from tjobs.stores.sql_layout import ShardTables
 
-STATEMENTS_PER_SERVER = 4
+STATEMENTS_PER_SERVER = 4  # a search round's statements per server, sent at once
+PARTS_PER_STATEMENT = 128  # shards' reads per statement at most (SQLite allows 500 compound parts)
 
 Item = TypeVar("Item", Flow, Task)
 Position = TypeVar("Position", FlowPosition, TaskPosition)
 Connect = Callable[[str], AbstractAsyncContextManager[AsyncConnection]]
 
 
-def flow_statement(home: ShardTables, query: FlowQuery, after: FlowPosition | None, limit: int) -> Select[Any]:
-    """One shard's read: ``(app_id, [status,] scheduled_at, task_id)`` descending, or a task's own
-    flows by the primary key ``(task_id, scheduled_at)``."""
-    f = home.flows.c
-    statement = select(home.flows).where(f.app_id == query.app_id)
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One shard's read: a ``SELECT`` of the table's ``columns`` in the search's order, ``LIMIT`` rows,
+    with its bound values; its placeholders are the driver's (``%s`` on MariaDB, ``?`` on SQLite)."""
+
+    sql: str
+    params: tuple[Any, ...]
+    columns: tuple[str, ...]
+
+
+_COLUMNS: dict[str, tuple[str, ...]] = {}
+
+
+def _columns(table: Any) -> tuple[str, ...]:
+    """The table's column names (its ``Table`` is shared by every database, so by its name)."""
+    names = _COLUMNS.get(table.name)
+    if names is None:
+        names = _COLUMNS[table.name] = tuple(column.name for column in table.columns)
+    return names
+
+
+def flow_read(home: ShardTables, query: FlowQuery, after: FlowPosition | None, limit: int, mark: str = "%s") -> Read:
+    """``(app_id, [status,] scheduled_at, task_id)`` descending, or a task's own flows by the primary key
+    ``(task_id, scheduled_at)``."""
+    where = [f"app_id = {mark}"]
+    params: list[Any] = [query.app_id]
     if query.task_id is not None:
-        statement = statement.where(f.task_id == query.task_id)
+        where.append(f"task_id = {mark}")
+        params.append(query.task_id)
     if query.status is not None:
-        statement = statement.where(f.status == query.status.value)
+        where.append(f"status = {mark}")
+        params.append(query.status.value)
     if query.retrying:
-        statement = statement.where(f.attempts >= 1)
+        where.append("attempts >= 1")
     if query.from_ms is not None:
-        statement = statement.where(f.scheduled_at >= query.from_ms)
+        where.append(f"scheduled_at >= {mark}")
+        params.append(query.from_ms)
     if query.until_ms is not None:
-        statement = statement.where(f.scheduled_at < query.until_ms)
+        where.append(f"scheduled_at < {mark}")
+        params.append(query.until_ms)
     if after is not None:
         at, task_id = after
         # the redundant bound keeps it one range of the index
-        statement = statement.where(
-            f.scheduled_at <= at, or_(f.scheduled_at < at, and_(f.scheduled_at == at, f.task_id < task_id))
+        where.append(
+            f"scheduled_at <= {mark} AND (scheduled_at < {mark} OR (scheduled_at = {mark} AND task_id < {mark}))"
         )
-    return statement.order_by(f.scheduled_at.desc(), f.task_id.desc()).limit(limit)
+        params += [at, at, at, task_id]
+    columns = _columns(home.flows)
+    sql = (
+        f"SELECT {', '.join(columns)} FROM {home.flows_sql} WHERE {' AND '.join(where)} "
+        f"ORDER BY scheduled_at DESC, task_id DESC LIMIT {mark}"
+    )
+    return Read(sql, (*params, limit), columns)
 
 
-def task_statement(home: ShardTables, query: TaskQuery, after: TaskPosition | None, limit: int) -> Select[Any]:
-    """One shard's read: the app's ``(name, id)`` range of the prefix ascending, or its ids descending
-    (through ``(app_id, status, id)``, ``(app_id, schedule_kind, id)`` or ``(app_id, id)``)."""
-    t = home.tasks.c
-    statement = select(home.tasks).where(t.app_id == query.app_id)
+def task_read(home: ShardTables, query: TaskQuery, after: TaskPosition | None, limit: int, mark: str = "%s") -> Read:
+    """The app's ``(name, id)`` range of the prefix ascending, or its ids descending (through ``(app_id,
+    status, id)``, ``(app_id, schedule_kind, id)`` or ``(app_id, id)``)."""
+    where = [f"app_id = {mark}"]
+    params: list[Any] = [query.app_id]
     if query.key is not None:
-        statement = statement.where(t.idem_key == query.key)
+        where.append(f"idem_key = {mark}")
+        params.append(query.key)
     if query.status is not None:
-        statement = statement.where(t.status == query.status.value)
+        where.append(f"status = {mark}")
+        params.append(query.status.value)
     if query.kind is not None:
-        statement = statement.where(literal_column(SCHEDULE_KIND_COLUMN) == query.kind.value)
+        where.append(f"{SCHEDULE_KIND_COLUMN} = {mark}")
+        params.append(query.kind.value)
     if query.name_prefix is not None:
-        statement = statement.where(t.name >= query.name_prefix)
+        where.append(f"name >= {mark}")
+        params.append(query.name_prefix)
         upper = prefix_upper_bound(query.name_prefix)
         if upper is not None:
-            statement = statement.where(t.name < upper)
+            where.append(f"name < {mark}")
+            params.append(upper)
         if after is not None:
             name, task_id = after
-            statement = statement.where(t.name >= name, or_(t.name > name, and_(t.name == name, t.id > task_id)))
-        return statement.order_by(t.name, t.id).limit(limit)
-    if after is not None:
-        statement = statement.where(t.id < after[1])
-    return statement.order_by(t.id.desc()).limit(limit)
+            where.append(f"name >= {mark} AND (name > {mark} OR (name = {mark} AND id > {mark}))")
+            params += [name, name, name, task_id]
+        order = "name, id"
+    else:
+        if after is not None:
+            where.append(f"id < {mark}")
+            params.append(after[1])
+        order = "id DESC"
+    columns = _columns(home.tasks)
+    sql = f"SELECT {', '.join(columns)} FROM {home.tasks_sql} WHERE {' AND '.join(where)} ORDER BY {order} LIMIT {mark}"
+    return Read(sql, (*params, limit), columns)
+
+
+def union_sql(parts: Sequence[str], dialect: str) -> str:
+    """One statement of several reads, each keeping its own ``ORDER BY ... LIMIT`` (see the module)."""
+    if len(parts) == 1:
+        return parts[0]
+    if dialect == "sqlite":
+        return "SELECT * FROM (" + ") UNION ALL SELECT * FROM (".join(parts) + ")"
+    return "(" + ") UNION ALL (".join(parts) + ")"
 
 
 async def search_flows(
@@ -100,7 +164,7 @@ async def search_flows(
         shard_tables,
         connect,
         reads,
-        lambda home, after: flow_statement(home, query, after, limit),
+        lambda home, after, mark: flow_read(home, query, after, limit, mark),
         flow_from_row,
         flow_rank,
     )
@@ -117,40 +181,47 @@ async def search_tasks(
         shard_tables,
         connect,
         reads,
-        lambda home, after: task_statement(home, query, after, limit),
+        lambda home, after, mark: task_read(home, query, after, limit, mark),
         task_from_row,
         lambda task: task_rank(query, task),
     )
+
+
+def statements_of(shards: Sequence[int], per_server: int = STATEMENTS_PER_SERVER) -> list[list[int]]:
+    """A server's shards split into at most ``per_server`` statements (more only past
+    :data:`PARTS_PER_STATEMENT` each), in shard order."""
+    size = max(1, min(PARTS_PER_STATEMENT, -(-len(shards) // per_server)))
+    ordered = sorted(shards)
+    return [ordered[start : start + size] for start in range(0, len(ordered), size)]
 
 
 async def _read_shards(
     shard_tables: Callable[[int], ShardTables],
     connect: Connect,
     reads: Mapping[int, Position | None],
-    statement_of: Callable[[ShardTables, Position | None], Select[Any]],
+    read_of: Callable[[ShardTables, Position | None, str], Read],
     decode: Callable[[Mapping[Any, Any]], Item],
     rank: Callable[[Item], Any],
 ) -> dict[int, list[Item]]:
-    by_database: dict[str, list[tuple[ShardTables, Position | None]]] = defaultdict(list)
-    for shard, after in reads.items():
-        home = shard_tables(shard)
-        by_database[home.database.name].append((home, after))
-    slots: dict[str, asyncio.Semaphore] = {}
+    by_server: dict[str, list[int]] = defaultdict(list)
+    for shard in reads:
+        by_server[shard_tables(shard).database.engine_url].append(shard)
     found: dict[int, list[Item]] = {shard: [] for shard in reads}
 
-    async def read(homes: list[tuple[ShardTables, Position | None]]) -> None:
-        first = homes[0][0]
-        parts = [statement_of(home, after) for home, after in homes]
-        statement: Any = parts[0] if len(parts) == 1 else union_all(*(select(part.subquery()) for part in parts))
-        url = first.database.engine_url
-        slot = slots.setdefault(url, asyncio.Semaphore(STATEMENTS_PER_SERVER))
-        async with slot, connect(url) as conn:
-            rows = await conn.execute(statement, execution_options=first.options)
-            for row in rows.mappings():
-                item = decode(row)
-                found[shard_of_task_id(item.task_id if isinstance(item, Flow) else item.id)].append(item)
+    async def read(url: str, shards: list[int]) -> None:
+        async with connect(url) as conn:
+            dialect = conn.dialect.name
+            parts = [
+                read_of(shard_tables(shard), reads[shard], "?" if dialect == "sqlite" else "%s") for shard in shards
+            ]
+            params = tuple(value for part in parts for value in part.params)
+            rows = (await conn.exec_driver_sql(union_sql([part.sql for part in parts], dialect), params)).all()
+        columns = parts[0].columns
+        for row in rows:
+            item = decode(dict(zip(columns, row, strict=True)))
+            found[shard_of_task_id(item.task_id if isinstance(item, Flow) else item.id)].append(item)
 
-    await asyncio.gather(*(read(homes) for homes in by_database.values()))
+    await asyncio.gather(*(read(url, shards) for url, shards in by_server.items() for shards in statements_of(shards)))
     for items in found.values():
         items.sort(key=rank)  # a UNION ALL keeps each part's rows, not their order
     return found
