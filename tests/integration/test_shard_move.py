@@ -47,6 +47,7 @@ from tjobs.stores.base import TaskStore
 from tjobs.stores.migrate import migrate
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sql_layout import Layout, configured_servers
+from tjobs.stores.sql_move import CHANGES
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 from tjobs.testing import RunningNode, free_port, run_node
 from tjobs.testing.databases import drop_databases
@@ -54,6 +55,7 @@ from tjobs.testing.databases import drop_databases
 pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
 
 MOVED = 1  # logical database 1: on the shared server by the seed of topology 2x2x4 over two servers
+CUT_OVER_BELOW = 5  # the killed mover's --cut-over-below
 
 
 @pytest.fixture(scope="module")
@@ -373,6 +375,61 @@ def recorded_step(settings: Settings) -> tuple[str | None, int]:
     return (str(moves[0][0]) if moves else None), int(epoch[0][0])
 
 
+def hold(url: str, sql: str) -> tuple[pymysql.Connection[Any], list[tuple[Any, ...]]]:
+    """Run a locking ``SELECT`` on the server of ``url`` in a transaction left open: its row locks
+    are held until the returned connection rolls back (or closes). Also returns its rows."""
+    server = make_url(url)
+    connection = pymysql.connect(host=server.host, port=server.port or 3306, user=server.username or "root")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            return connection, list(cursor.fetchall())
+    except BaseException:
+        connection.close()
+        raise
+
+
+def release(connection: pymysql.Connection[Any]) -> None:
+    with contextlib.suppress(pymysql.err.Error):
+        connection.rollback()
+    connection.close()
+
+
+def hold_the_mover_in_catching_up(settings: Settings, mover: subprocess.Popen[bytes]) -> pymysql.Connection[Any]:
+    """Make the mover stay in ``catching_up`` until it is killed: it goes through that step in a few
+    catch-up rounds (tens of milliseconds), often between two polls of its record, and then the test
+    found it done ("the mover ended before catching_up").
+
+    While it copies, its record row is held, so its next record write (a copy progress or the step
+    change) waits and the copy cannot end; meanwhile the node's writes queue changed keys on the
+    source. Once at least the cut-over threshold is queued, the oldest queued key is held instead and
+    the record let go: the mover records ``catching_up``, applies its first round of keys and waits
+    to forget them (``DELETE`` of the held key) until it is killed. Returns the connection holding
+    that key (release it after the kill)."""
+    wait_for_step(settings, "copying", mover)
+    first = Layout(settings.storage).databases[0]
+    record, rows = hold(
+        first.engine_url,
+        f"SELECT state FROM `{first.name}`.tjobs_shard_moves WHERE database_index = {MOVED} FOR UPDATE",
+    )
+    try:
+        assert rows == [("copying",)], f"the mover left copying before its record was held: {rows}"
+        source = Layout(settings.storage).databases[MOVED]  # the seed's placement: the source
+        changes = f"`{source.name}`.`{CHANGES}`"
+        deadline = time.monotonic() + 60
+        while True:
+            ((queued, oldest),) = query(source.engine_url, f"SELECT COUNT(*), MIN(seq) FROM {changes}") or [(0, None)]
+            if queued >= CUT_OVER_BELOW:
+                break
+            assert mover.poll() is None, f"the mover ended while copying: {mover.communicate()[0].decode()[-2000:]}"
+            assert time.monotonic() < deadline, f"the node's writes queued {queued} changed keys in 60 s"
+            time.sleep(0.01)
+        key, _ = hold(source.engine_url, f"SELECT seq FROM {changes} WHERE seq = {int(oldest)} FOR UPDATE")
+    finally:
+        release(record)
+    return key
+
+
 def wait_for_step(settings: Settings, step: str, mover: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -406,7 +463,8 @@ async def test_the_mover_killed_at_any_step_leaves_one_server_and_a_rerun_finish
 ) -> None:
     target = server_of(own_mariadb)
     command = [sys.executable, "-m", "tjobs.cli.main", "shards", "move", "--db", str(MOVED), "--to", target,
-               "-c", str(config_file(settings, tmp_path)), "--batch-rows", "20", "--cut-over-below", "5"]  # fmt: skip
+               "-c", str(config_file(settings, tmp_path)), "--batch-rows", "20",
+               "--cut-over-below", str(CUT_OVER_BELOW)]  # fmt: skip
     async with loaded_node(settings) as (running, load):
         store = running.node.store
         await store.insert_tasks(
@@ -414,11 +472,16 @@ async def test_the_mover_killed_at_any_step_leaves_one_server_and_a_rerun_finish
         )
         await asyncio.sleep(1.0)
         mover = await asyncio.to_thread(subprocess.Popen, command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        held: pymysql.Connection[Any] | None = None
         try:
+            if step == "catching_up":
+                held = await asyncio.to_thread(hold_the_mover_in_catching_up, settings, mover)
             await asyncio.to_thread(wait_for_step, settings, step, mover)
         finally:
             mover.send_signal(signal.SIGKILL)
             mover.communicate(timeout=30)
+            if held is not None:
+                release(held)
         await asyncio.sleep(1.5)  # registrations and fires go on with the mover dead
 
         # the step the mover died in: it may have left `step` between our read and the kill (it
