@@ -195,26 +195,37 @@ def group_figures(delivery: Delivery, phases: Phases) -> dict[str, Any]:
         # fires due from the cut-over's start to 1 s after its end: the ones the pause holds back
         held = lateness_between(delivery, phases.cut_over_start_ms, phases.cut_over_end_ms + 1000)
         figures["lateness_around_cut_over_ms"] = _lateness_json(held)
+        figures["around_cut_over_by_250ms"] = timeline(delivery, phases.cut_over_start_ms - 2000, 6.0, 0.25)
     return figures
 
 
+def timeline(delivery: Delivery, start_ms: int, span_s: float, slice_s: float) -> list[dict[str, Any]]:
+    """Per ``slice_s`` of scheduled instants from ``start_ms`` for ``span_s``: fires, p99 and max
+    lateness (``from_s`` relative to ``start_ms``)."""
+    return [entry for entry in delivery.lateness_by_slice(start_ms, slice_s) if 0 <= entry["from_s"] < span_s]
+
+
 def account_groups(
-    registered: Mapping[int, int], records: CallbackRecords, moved: Callable[[int], bool], phases: Phases
+    registered: Mapping[int, int],
+    records: CallbackRecords,
+    groups: Mapping[str, Callable[[int], bool]],
+    phases: Phases,
 ) -> dict[str, Any]:
-    """Every due task's callbacks matched: the whole run (unexpected callbacks counted), then the moved
-    database's tasks and the others' separately (:func:`group_figures`)."""
+    """Every due task's callbacks matched: the whole run (unexpected callbacks counted), then each of
+    ``groups`` (name → which task ids are in it) on its own (:func:`group_figures`)."""
     overall = account(registered, records)
-    inside, outside = split_registered(registered, moved)
-    return {
+    figures: dict[str, Any] = {
         "due": overall.registered,
         "delivered": overall.delivered,
         "missing": overall.missing,
         "duplicates": overall.duplicates,
         "unexpected": overall.unexpected,
         "retried_callbacks": overall.retried,
-        "moved": group_figures(account(inside, only_records_of(records, moved)), phases),
-        "others": group_figures(account(outside, only_records_of(records, lambda i: not moved(i))), phases),
     }
+    for name, member in groups.items():
+        inside, _ = split_registered(registered, member)
+        figures[name] = group_figures(account(inside, only_records_of(records, member)), phases)
+    return figures
 
 
 def _lateness_json(values: Percentiles) -> dict[str, Any]:
@@ -431,7 +442,8 @@ async def bench(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
     loads = {"start": load_average()}
     try:
         settings = {**NODE_SETTINGS, "storage": {"database_prefix": prefix}}
-        with node_process(storage_urls=urls, topology=TOPOLOGY, settings=settings) as node:
+        node_dir = Path(args.node_dir) if args.node_dir else None
+        with node_process(storage_urls=urls, topology=TOPOLOGY, settings=settings, work_dir=node_dir) as node:
             say(f"node {node.pid} on {node.base_url} (log {node.log_path}); databases {prefix}_00..31")
             async with ClientSession() as session:
                 app_id = await create_app(session, node.base_url, node.admin_key)
@@ -454,7 +466,8 @@ async def bench(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
                 del parked, parked_ids
 
                 due_count = round(args.rate * args.window_s)
-                lead_s = due_count / min(parked_rate, 50_000) * 1.5 + 25  # seeded before the cycle loading them
+                # due rows go in at about a third of the parked rate (a few rows per table a statement)
+                lead_s = due_count / min(parked_rate / 3, 20_000) + 30  # all in before the cycle loading them
                 window_start = now_ms() + round(lead_s * 1000)
                 window_end = window_start + round(args.window_s * 1000)
                 rng = random.Random(7)
@@ -517,7 +530,25 @@ async def bench(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
         cut_over_end_ms=move.first("cut over:"),
     )
     moved_db = args.db
-    groups = account_groups(registered, records, lambda task_id: database_of(task_id, topology) == moved_db, phases)
+    on_source = {d.index for d in layout.databases if d.engine_url == layout.databases[0].engine_url} - {moved_db}
+
+    def other_on_source(task_id: int) -> bool:
+        return database_of(task_id, topology) in on_source
+
+    def other_on_target(task_id: int) -> bool:
+        return database_of(task_id, topology) not in on_source | {moved_db}
+
+    groups = account_groups(
+        registered,
+        records,
+        {
+            "moved": lambda task_id: database_of(task_id, topology) == moved_db,
+            "others": lambda task_id: database_of(task_id, topology) != moved_db,
+            "others_on_source_server": other_on_source,
+            "others_on_target_server": other_on_target,
+        },
+        phases,
+    )
     copying_ms, catching_ms = move.first(": copying"), move.first(": catching_up")
     steps = {
         "copy_s": _seconds(copying_ms, catching_ms),
@@ -603,6 +634,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source-url", help="a running MariaDB as the source server (default: one of our own)")
     parser.add_argument("--data-dir", help="where the bench's servers keep their data (default: the temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the databases afterwards")
+    parser.add_argument("--node-dir", help="the node's work directory, kept afterwards (its log, node.log)")
     args = parser.parse_args(argv)
     print(json.dumps(run(args)))
 

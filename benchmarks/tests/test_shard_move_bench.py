@@ -62,7 +62,8 @@ def test_lateness_is_split_by_database_and_by_phase_of_the_move() -> None:
     records.flow[-1] = records.flow[len(moved_ids)]
     phases = Phases(T0_MS, T0_MS + 6000, T0_MS + 2000, T0_MS + 4000, T0_MS + 2100, T0_MS + 2600)
 
-    figures = account_groups(registered, records, lambda i: database_of(i, TOPOLOGY) == 1, phases)
+    groups = {"moved": lambda i: database_of(i, TOPOLOGY) == 1, "others": lambda i: database_of(i, TOPOLOGY) != 1}
+    figures = account_groups(registered, records, groups, phases)
 
     assert (figures["due"], figures["missing"], figures["duplicates"], figures["unexpected"]) == (12, 0, 1, 0)
     moved, others = figures["moved"], figures["others"]
@@ -72,6 +73,14 @@ def test_lateness_is_split_by_database_and_by_phase_of_the_move() -> None:
     assert moved["lateness_during_move_ms"] == {"n": 2, "p50": 900.0, "p99": 1500.0, "max": 1500.0}
     assert moved["lateness_after_move_ms"] == {"n": 2, "p50": 20.0, "p99": 20.0, "max": 20.0}
     assert moved["lateness_around_cut_over_ms"]["n"] == 1  # due 2.1 s .. 3.6 s: the one at 3 s
+    timeline = moved["around_cut_over_by_250ms"]  # from 0.1 s (2 s before the cut-over) for 6 s
+    assert [(entry["from_s"], entry["max_ms"]) for entry in timeline] == [
+        (0.75, 10.0),
+        (1.75, 1500.0),
+        (2.75, 900.0),
+        (3.75, 20.0),
+        (4.75, 20.0),
+    ]
     assert others["lateness_during_move_ms"]["max"] == 5.0
     # moved: receipts at 3.5 s and 3.9 s inside 2..4 s; none from 2 s to 3.5 s
     assert moved["largest_gap_during_move_ms"] == 1500.0
