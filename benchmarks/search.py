@@ -9,6 +9,9 @@ It migrates a fresh ``tjbench_<hex>`` prefix (topology 8x4x16, 512 shards; dropp
 and ``--flows-per-task`` flows each (every status, instants over a week), straight into the shard
 tables, then times :class:`tjobs.service.search.SearchService` (the store and the merge, no HTTP):
 each search's first page and a page ``--depth`` pages in, ``--samples`` times, p50 and p99 in ms.
+With ``--console`` it then starts a node on the same databases (admin key only, in this process) and
+times the console's tasks and flows pages the same way (:func:`console_pages`: signed in as the admin,
+over HTTP on loopback, the HTML rendered).
 """
 
 from __future__ import annotations
@@ -17,25 +20,28 @@ import argparse
 import asyncio
 import functools
 import random
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sharding import TaskIdGenerator, shard_for_key
-from tjobs.model import DeliveryMode, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
+from tjobs.model import App, DeliveryMode, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService
-from tjobs.settings import StorageSettings
+from tjobs.settings import StorageSettings, load_settings
 from tjobs.specs import AtSpec, CallbackSpec, CronSpec, IntervalSpec, ScheduleKind, ScheduleSpec
 from tjobs.stores.migrate import migrate
 from tjobs.stores.queries import TaskQuery
 from tjobs.stores.schema import task_to_row
 from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+from tjobs.testing import run_node
 from tjobs.testing.databases import drop_databases
 
 NOW_MS = 1_800_000_000_000
@@ -127,6 +133,41 @@ async def timed(samples: int, call: Callable[[], Awaitable[Any]]) -> tuple[float
     return spent[len(spent) // 2], spent[min(len(spent) - 1, int(len(spent) * 0.99))]
 
 
+CONSOLE_ADMIN_KEY = "search-bench-admin-key-0123456789abcdef"
+CONSOLE_PAGES: tuple[tuple[str, str], ...] = (
+    ("console tasks", "/console/tasks?app=app-1"),
+    ("console tasks by name", "/console/tasks?app=app-1&name_prefix=order-12"),
+    ("console tasks paused", "/console/tasks?app=app-1&status=paused"),
+    ("console flows", "/console/flows?app=app-1"),
+    ("console flows dead", "/console/flows?app=app-1&status=dead"),
+    ("console flows retrying", "/console/flows?app=app-1&status=retrying"),
+)
+
+
+async def console_pages(storage: StorageSettings, samples: int) -> None:
+    """Start a node on ``storage`` (the app ``app-1`` registered if missing), sign in as the admin and
+    time each of :data:`CONSOLE_PAGES` (p50 and p99 in ms, every answer a 200)."""
+    settings = load_settings(None, storage=storage.model_dump(), api={"admin_key": CONSOLE_ADMIN_KEY})
+    async with run_node(settings) as running, httpx.AsyncClient(base_url=running.base_url, timeout=60) as client:
+        if await running.node.store.get_app("app-1") is None:
+            await running.node.store.put_app(App("app-1", "app-1", secrets.token_hex(32), [secrets.token_hex(16)]))
+        form = await client.get("/console/signin")
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        if token is None:
+            raise RuntimeError("no sign-in form")
+        await client.post("/console/signin", data={"key": CONSOLE_ADMIN_KEY, "csrf": token.group(1)})
+
+        async def get(path: str) -> None:
+            answer = await client.get(path)
+            if answer.status_code != 200:
+                raise RuntimeError(f"{path}: {answer.status_code}")
+
+        print(f"{'console page':<22} {'p50':>10} {'p99':>10}")
+        for name, path in CONSOLE_PAGES:
+            p50, p99 = await timed(samples, functools.partial(get, path))
+            print(f"{name:<22} {p50:>10.1f} {p99:>10.1f}")
+
+
 async def run(args: argparse.Namespace) -> None:
     prefix = args.reuse or f"tjbench_{secrets.token_hex(3)}"
     settings = StorageSettings(urls=[args.storage], topology="8x4x16", database_prefix=prefix)
@@ -190,6 +231,8 @@ async def run(args: argparse.Namespace) -> None:
             p50, p99 = await timed(args.samples, functools.partial(first, None))
             d50, d99 = await timed(max(1, args.samples // args.depth), functools.partial(deep, first))
             print(f"{name:<22} {p50:>10.1f} {p99:>10.1f} {d50 / args.depth:>12.1f} {d99 / args.depth:>8.1f}")
+        if args.console:
+            await console_pages(settings, args.samples)
     finally:
         await store.close()
         if not args.keep and not args.reuse:
@@ -208,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=100, help="timed first pages per search")
     parser.add_argument("--depth", type=int, default=10, help="pages walked for the deep figure (per page)")
     parser.add_argument("--keep", action="store_true", help="keep the databases (named in the output)")
+    parser.add_argument("--console", action="store_true", help="also time the console's tasks and flows pages")
     parser.add_argument(
         "--reuse", metavar="PREFIX", help="time the searches over a prefix kept by an earlier --keep run (no seeding)"
     )
