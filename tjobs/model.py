@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from tjobs.specs import CallbackSpec, ScheduleSpec
 from tjobs.specs import ScheduleKind as ScheduleKind  # re-exported: it lives with the schedule specs
@@ -146,12 +146,13 @@ MAX_ATTEMPT_RECORDS = 25
 """How many attempt records a flow keeps (the newest); :attr:`AttemptLog.total` still counts them all."""
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
+class AttemptRecord(NamedTuple):
     """What one send of one attempt of a flow gave: ``attempt`` number, when it started and how long it
     took, the receiver's ``status_code`` (``None``: no answer), the error (``None`` once delivered; capped
     as ``last_error``) and the ``destination`` (URL, ``target:<name>`` or ``pool:…``) with the executor
-    id that got it (pool flows; ``None`` otherwise)."""
+    id that got it (pool flows; ``None`` otherwise). Immutable like the dataclasses here, but a
+    ``NamedTuple``: the deliverer makes one per send, and a frozen dataclass is dearer to make
+    (docs/benchmarks.md, "The attempt history's cost")."""
 
     attempt: int
     started_at_ms: int
@@ -162,10 +163,10 @@ class AttemptRecord:
     executor: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptLog:
+class AttemptLog(NamedTuple):
     """A flow's attempt history: the newest :data:`MAX_ATTEMPT_RECORDS` records, oldest first, and how
-    many were ever recorded (``total`` ≥ ``len(records)``)."""
+    many were ever recorded (``total`` ≥ ``len(records)``). A ``NamedTuple`` (one per outcome that
+    made a send), like :class:`AttemptRecord`."""
 
     records: tuple[AttemptRecord, ...]
     total: int
