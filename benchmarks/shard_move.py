@@ -41,6 +41,7 @@ import json
 import math
 import os
 import random
+import resource
 import secrets
 import shutil
 import subprocess
@@ -188,6 +189,9 @@ def group_figures(delivery: Delivery, phases: Phases) -> dict[str, Any]:
     }
     for phase, (start, end) in phases.spans().items():
         figures[f"lateness_{phase}_move_ms"] = _lateness_json(lateness_between(delivery, start, end))
+    move_s = (phases.move_end_ms - phases.move_start_ms) / 1000
+    if move_s > 0:  # callbacks received during the move, per second: did the node keep up with the rate
+        figures["received_per_s_during_move"] = _round(delivery.fires_in_window(phases.move_start_ms, move_s) / move_s)
     figures["largest_gap_during_move_ms"] = _round(
         largest_gap_ms(delivery.first_receipts_us, phases.move_start_ms, phases.move_end_ms)
     )
@@ -240,9 +244,9 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 
 @contextlib.contextmanager
-def own_mariadb(directory: Path, buffer_pool: str) -> Iterator[str]:
+def own_mariadb(directory: Path, buffer_pool: str) -> Iterator[tuple[str, int]]:
     """A mariadbd of our own on a free loopback port, its data in ``directory``; its URL. Stopped by
-    its PID (SIGTERM, then SIGKILL) at the end; never any other server."""
+    its PID (SIGTERM, then SIGKILL) at the end; never any other server. Yields its URL and PID."""
     install = shutil.which("mariadb-install-db")
     server = shutil.which("mariadbd") or shutil.which("mariadbd", path="/usr/sbin:/usr/local/sbin:/sbin")
     if install is None or server is None:
@@ -274,7 +278,7 @@ def own_mariadb(directory: Path, buffer_pool: str) -> Iterator[str]:
                     log_path = directory / "mariadbd.log"
                     raise SystemExit(f"our MariaDB on port {port} did not start; see {log_path}") from None
                 time.sleep(0.2)
-        yield f"mysql+asyncmy://root@127.0.0.1:{port}"
+        yield f"mysql+asyncmy://root@127.0.0.1:{port}", process.pid
     finally:
         process.terminate()
         try:
@@ -430,7 +434,7 @@ async def create_app(session: ClientSession, base_url: str, admin_key: str) -> s
     return str(orjson.loads(raw)["id"])
 
 
-async def bench(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
+async def bench(args: argparse.Namespace, urls: list[str], server_pids: Mapping[str, int]) -> dict[str, Any]:
     prefix = f"tjbench_{secrets.token_hex(3)}"
     storage = StorageSettings(urls=urls, topology=TOPOLOGY, database_prefix=prefix)
     layout = Layout(storage)
@@ -491,14 +495,29 @@ async def bench(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
                 move_at = window_start + round(args.move_at_s * 1000)
                 await _sleep_until(move_at)
                 loads["move_start"] = load_average()
-                cpu_before = process_cpu_s(node.pid)
+                pids = {"node": node.pid, **server_pids, **({"sink": sink.pid} if sink.pid else {})}
+                cpu_before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+                children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 command = [sys.executable, "-m", "tjobs.cli.main", "shards", "move", "--db", str(args.db),
                            "--to", target, "--config", str(node.config_path), "--batch-rows", str(args.batch_rows),
                            "--cut-over-below", str(args.cut_over_below)]  # fmt: skip
                 say(f"moving logical database {args.db} to {target}")
                 move = await run_mover(command)
                 loads["move_end"] = load_average()
-                cpu_after = process_cpu_s(node.pid)
+                cpu_after = {name: process_cpu_s(pid) for name, pid in pids.items()}
+                children_after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the mover, reaped meanwhile
+                cpu_during_move = {
+                    name: round(after - before, 1)
+                    for name, after in cpu_after.items()
+                    if after is not None and (before := cpu_before[name]) is not None
+                }
+                cpu_during_move["mover"] = round(
+                    children_after.ru_utime
+                    + children_after.ru_stime
+                    - children_before.ru_utime
+                    - children_before.ru_stime,
+                    1,
+                )
                 say(f"mover exited {move.returncode} after {(move.ended_ms - move.started_ms) / 1000:.1f} s")
                 if move.returncode != 0:
                     warnings.append(f"the mover exited with {move.returncode}: {move.lines[-3:]}")
@@ -581,9 +600,7 @@ async def bench(args: argparse.Namespace, urls: list[str]) -> dict[str, Any]:
             ),
             "rows_copied": record["rows_copied"] if record else None,
             "record": record,
-            "node_cpu_s": round(cpu_after - cpu_before, 1)
-            if cpu_before is not None and cpu_after is not None
-            else None,
+            "cpu_s_during_move": cpu_during_move,
             "output_tail": [line for _, line in move.lines[-4:]],
         },
         "fires": groups,
@@ -607,15 +624,18 @@ async def _sleep_until(at_ms: int) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tjobs-move-bench-", dir=args.data_dir)))
-        urls = []
+        urls: list[str] = []
+        server_pids: dict[str, int] = {}
         if args.source_url:
             urls.append(args.source_url)
         for index in range(2 - len(urls)):
             directory = root / f"mariadb{index + 1}"
             directory.mkdir()
-            urls.append(stack.enter_context(own_mariadb(directory, args.buffer_pool)))
+            url, pid = stack.enter_context(own_mariadb(directory, args.buffer_pool))
+            urls.append(url)
+            server_pids["source_server" if len(urls) == 1 else "target_server"] = pid
         say(f"servers: {', '.join(url.split('@', 1)[1] for url in urls)}")
-        return asyncio.run(bench(args, urls))
+        return asyncio.run(bench(args, urls, server_pids))
 
 
 def main(argv: list[str] | None = None) -> None:
