@@ -47,9 +47,9 @@ _COLUMNS_GIVEN = {  # the columns a single row sets, by (routes given, attempt_l
     (False, True): (*COLUMNS[:5], COLUMNS[6]),
     (False, False): COLUMNS[:5],
 }
-_SETS: dict[tuple[str, ...], str] = {}
+_SETS: dict[tuple[str, ...], str] = {}  # "a = %s, b = %s, " per column list (a handful of them)
 _ONE_ROW_SQL: dict[tuple[str, tuple[str, ...], bool], str] = {}  # by table, columns, guard: 512 tables x 8
-_ONE_ROW_SQL_MAX = 16_384  # "a = %s, b = %s, ..." per column list (a handful of them)
+_ONE_ROW_SQL_MAX = 16_384  # emptied when full: it never grows without bound
 
 
 class ShardUpdate(NamedTuple):
