@@ -190,6 +190,9 @@ def group_figures(delivery: Delivery, phases: Phases) -> dict[str, Any]:
     move_s = (phases.move_end_ms - phases.move_start_ms) / 1000
     if move_s > 0:  # callbacks received during the move, per second: did the node keep up with the rate
         figures["received_per_s_during_move"] = _round(delivery.fires_in_window(phases.move_start_ms, move_s) / move_s)
+    figures["by_10s"] = timeline(
+        delivery, phases.window_start_ms, (phases.window_end_ms - phases.window_start_ms) / 1000, 10
+    )
     figures["largest_gap_during_move_ms"] = _round(
         largest_gap_ms(delivery.first_receipts_us, phases.move_start_ms, phases.move_end_ms)
     )

@@ -82,6 +82,7 @@ def test_lateness_is_split_by_database_and_by_phase_of_the_move() -> None:
         (4.75, 20.0),
     ]
     assert others["lateness_during_move_ms"]["max"] == 5.0
+    assert [(entry["from_s"], entry["n"]) for entry in moved["by_10s"]] == [(0.0, 6)]
     assert others["received_per_s_during_move"] == 1.0  # 2 first callbacks in the 2 s of the move
     # moved: receipts at 3.5 s and 3.9 s inside 2..4 s; none from 2 s to 3.5 s
     assert moved["largest_gap_during_move_ms"] == 1500.0
