@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from benchmarks.slo import batched, fold_costs_us, node_ids, p50_p99, seeded_minutes
+from benchmarks.slo import batched, fires_between, fold_costs_us, node_ids, p50_p99, seeded_minutes
 
 
 def test_seeded_minutes_cover_every_app_and_minute_with_consistent_counts() -> None:
@@ -38,3 +38,11 @@ def test_fold_costs_are_reported_per_fire() -> None:
     costs = fold_costs_us(2_000, 4, 2_000.0)
     assert set(costs) >= {"fire_fold_us", "outcome_fold_us", "take_per_fire_us", "total_per_fire_us"}
     assert costs["take_per_fire_us"] == costs["take_per_minute_us"] / 120_000
+
+
+def test_fires_between_counts_the_minutes_an_answer_covers() -> None:
+    from tjobs.clock import iso_ms
+
+    per_minute = {minute: 10 for minute in range(100, 110)}
+    assert fires_between(per_minute, iso_ms(100 * 60_000), iso_ms(110 * 60_000)) == 100
+    assert fires_between(per_minute, iso_ms(101 * 60_000), iso_ms(111 * 60_000)) == 90
