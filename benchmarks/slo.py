@@ -128,6 +128,15 @@ async def windows_run(args: argparse.Namespace) -> None:
     prefix = f"tjbench_{secrets.token_hex(3)}"
     storage = StorageSettings(urls=[args.storage], topology=args.topology, database_prefix=prefix)
     await migrate(storage)
+    try:
+        expected = await seed_and_explain(storage, args)
+        await time_windows(storage, args, expected)
+    finally:
+        if not args.keep:
+            drop_databases(storage)
+
+
+async def seed_and_explain(storage: StorageSettings, args: argparse.Namespace) -> dict[str, dict[int, int]]:
     store = SQLAlchemyTaskStore(storage)
     await store.start()
     try:
@@ -136,40 +145,40 @@ async def windows_run(args: argparse.Namespace) -> None:
         expected = await seed(store, args, to_minute)
         rows = args.apps * args.nodes * args.days * 1440
         print(f"seeded {rows:,} rows ({args.apps} apps x {args.nodes} nodes x {args.days * 1440:,} minutes)", end="")
-        print(f" in {time.perf_counter() - started:.0f} s; databases {prefix}_*")
+        print(f" in {time.perf_counter() - started:.0f} s; databases {storage.database_prefix}_*")
         await store.put_app(App("app-0", "app-0", hash_api_key(APP_KEY), [secrets.token_hex(16)]))
         if args.explain and store.layout.apps_database.schema:
             await explain(storage, store.layout.apps_database.schema, to_minute)
     finally:
         await store.close()
+    return expected
+
+
+async def time_windows(storage: StorageSettings, args: argparse.Namespace, expected: dict[str, dict[int, int]]) -> None:
     settings = load_settings(
         None,
         storage=storage.model_dump(),
         api={"admin_key": ADMIN_KEY},
         rate_limits={"app_expensive_reads_per_s": 1_000_000.0},
     )
-    try:
-        async with run_node(settings) as running, httpx.AsyncClient(base_url=running.base_url, timeout=60) as client:
+    async with run_node(settings) as running, httpx.AsyncClient(base_url=running.base_url, timeout=60) as client:
 
-            async def get(key: str, window: str, subject: str) -> None:
-                answer = await client.get(f"/v1/slo?window={window}", headers={"authorization": f"Bearer {key}"})
-                if answer.status_code != 200:
-                    raise RuntimeError(f"{window}: {answer.status_code} {answer.text}")
-                body = answer.json()
-                if window == "7d" and body["fires"] != fires_between(expected[subject], body["from"], body["to"]):
-                    raise RuntimeError(f"7d fires {body['fires']} do not match the seeded minutes")
+        async def get(key: str, window: str, subject: str) -> None:
+            answer = await client.get(f"/v1/slo?window={window}", headers={"authorization": f"Bearer {key}"})
+            if answer.status_code != 200:
+                raise RuntimeError(f"{window}: {answer.status_code} {answer.text}")
+            body = answer.json()
+            if window == "7d" and body["fires"] != fires_between(expected[subject], body["from"], body["to"]):
+                raise RuntimeError(f"7d fires {body['fires']} do not match the seeded minutes")
 
-            print(f"{'caller':<16} {'window':<7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-            for caller, key, subject in (("app key", APP_KEY, "app-0"), ("admin, all apps", ADMIN_KEY, "*")):
-                for window in WINDOWS:
-                    call = functools.partial(get, key, window, subject)
-                    await timed(args.warmup, call)
-                    spent = await timed(args.samples, call)
-                    p50, p99 = p50_p99(spent)
-                    print(f"{caller:<16} {window:<7} {p50:>8.1f} {p99:>8.1f} {max(spent):>8.1f}")
-    finally:
-        if not args.keep:
-            drop_databases(storage)
+        print(f"{'caller':<16} {'window':<7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+        for caller, key, subject in (("app key", APP_KEY, "app-0"), ("admin, all apps", ADMIN_KEY, "*")):
+            for window in WINDOWS:
+                call = functools.partial(get, key, window, subject)
+                await timed(args.warmup, call)
+                spent = await timed(args.samples, call)
+                p50, p99 = p50_p99(spent)
+                print(f"{caller:<16} {window:<7} {p50:>8.1f} {p99:>8.1f} {max(spent):>8.1f}")
 
 
 def _first_table(plan: Any) -> dict[str, Any]:
