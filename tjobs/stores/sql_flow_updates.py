@@ -80,6 +80,16 @@ def _values(u: FlowUpdate) -> tuple[Any, ...]:
     )
 
 
+def _one_row(u: FlowUpdate) -> tuple[tuple[str, ...], list[Any]]:
+    """The columns a table's only flow in a flush sets and their values (routes and attempt_log only
+    when given)."""
+    values = _values(u)
+    columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None]
+    if len(columns) == len(COLUMNS):
+        return columns, [*values]
+    return columns, [*values[:5], *[v for v in values[5:] if v is not None]]
+
+
 def plan_updates(by_shard: dict[int, list[FlowUpdate]]) -> list[ShardUpdate]:
     """One :class:`ShardUpdate` per shard, in shard order (a later outcome of the same flow wins)."""
     return [_plan(shard, by_shard[shard]) for shard in sorted(by_shard) if by_shard[shard]]
@@ -88,12 +98,9 @@ def plan_updates(by_shard: dict[int, list[FlowUpdate]]) -> list[ShardUpdate]:
 def _plan(shard: int, updates: Sequence[FlowUpdate]) -> ShardUpdate:
     if len(updates) == 1:  # one flow in the table: nothing to compare
         u = updates[0]
-        values = _values(u)
-        columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None]
-        if len(columns) < len(COLUMNS):
-            values = (*values[:5], *[v for v in values[5:] if v is not None])
+        columns, values = _one_row(u)
         bound = None if u.status.terminal else u.attempts
-        return ShardUpdate(shard, ((u.task_id, u.scheduled_at_ms),), True, columns, values, (), bound)
+        return ShardUpdate(shard, ((u.task_id, u.scheduled_at_ms),), True, columns, tuple(values), (), bound)
     rows: dict[Key, tuple[Any, ...]] = {}
     open_rows: dict[Key, int] = {}
     for u in updates:
@@ -176,11 +183,7 @@ def update_statements(
         updates = by_shard[shard]
         if len(updates) == 1:  # the usual case over many shards: the plan's one-row case, inline
             u = updates[0]
-            values = _values(u)
-            columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None]
-            params = (
-                [*values] if len(columns) == len(COLUMNS) else [*values[:5], *[v for v in values[5:] if v is not None]]
-            )
+            columns, params = _one_row(u)
             params.append(now_ms)
             params.append(u.task_id)
             params.append(u.scheduled_at_ms)
