@@ -44,8 +44,6 @@ import os
 import random
 import resource
 import secrets
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -68,7 +66,8 @@ from tjobs.specs import AtSpec, CallbackSpec
 from tjobs.stores.schema import TASK_COLUMNS, task_to_row
 from tjobs.stores.sql_layout import Layout
 from tjobs.testing.databases import drop_databases
-from tjobs.testing.node_process import free_port, node_process, process_cpu_s
+from tjobs.testing.node_process import node_process, process_cpu_s
+from tjobs.testing.own_mariadb import own_mariadb
 from tjobs.testing.sink import CallbackRecords, SinkConfig, SinkProcess
 
 TOPOLOGY = "8x4x16"
@@ -245,48 +244,19 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 
 @contextlib.contextmanager
-def own_mariadb(directory: Path, buffer_pool: str) -> Iterator[tuple[str, int]]:
-    """A mariadbd of our own on a free loopback port, its data in ``directory``; its URL. Stopped by
-    its PID (SIGTERM, then SIGKILL) at the end; never any other server. Yields its URL and PID."""
-    install = shutil.which("mariadb-install-db")
-    server = shutil.which("mariadbd") or shutil.which("mariadbd", path="/usr/sbin:/usr/local/sbin:/sbin")
-    if install is None or server is None:
-        raise SystemExit("mariadb-install-db and mariadbd are needed to start the bench's MariaDB servers")
-    port = free_port()
-    data = directory / "data"
-    subprocess.run(
-        [install, "--no-defaults", "--user=root", f"--datadir={data}", "--skip-test-db",
-         "--auth-root-authentication-method=normal"],
-        check=True, capture_output=True, timeout=180,
+def bench_mariadb(directory: Path, buffer_pool: str) -> Iterator[tuple[str, int]]:
+    """A mariadbd of our own (:func:`tjobs.testing.own_mariadb.own_mariadb`), its data in ``directory``,
+    sized for the bench; yields its URL and PID."""
+    args = (
+        "--max-connections=1000", f"--innodb-buffer-pool-size={buffer_pool}", "--table-definition-cache=4096",
+        "--table-open-cache=4096", "--innodb-open-files=4096",
     )  # fmt: skip
-    with (directory / "mariadbd.log").open("w") as log:
-        process = subprocess.Popen(
-            [server, "--no-defaults", "--user=root", f"--datadir={data}", f"--socket={directory / 'sock'}",
-             f"--port={port}", "--bind-address=127.0.0.1", "--skip-name-resolve", "--character-set-server=utf8mb4",
-             "--collation-server=utf8mb4_general_ci", f"--pid-file={directory / 'pid'}", "--max-connections=1000",
-             f"--innodb-buffer-pool-size={buffer_pool}", "--table-definition-cache=4096", "--table-open-cache=4096",
-             "--innodb-open-files=4096", "--skip-log-bin"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                pymysql.connect(host="127.0.0.1", port=port, user="root", connect_timeout=1).close()
-                break
-            except pymysql.err.OperationalError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log_path = directory / "mariadbd.log"
-                    raise SystemExit(f"our MariaDB on port {port} did not start; see {log_path}") from None
-                time.sleep(0.2)
-        yield f"mysql+asyncmy://root@127.0.0.1:{port}", process.pid
-    finally:
-        process.terminate()
+    with contextlib.ExitStack() as stack:
         try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            server = stack.enter_context(own_mariadb(directory, *args, start_timeout_s=120, stop_timeout_s=60))
+        except RuntimeError as error:  # it did not start: say so, no traceback
+            raise SystemExit(str(error)) from None
+        yield server.url, server.pid
 
 
 def _connect(url: str) -> pymysql.Connection[Any]:
@@ -636,7 +606,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for index in range(2 - len(urls)):
             directory = root / f"mariadb{index + 1}"
             directory.mkdir()
-            url, pid = stack.enter_context(own_mariadb(directory, args.buffer_pool))
+            url, pid = stack.enter_context(bench_mariadb(directory, args.buffer_pool))
             urls.append(url)
             server_pids["source_server" if len(urls) == 1 else "target_server"] = pid
         say(f"servers: {', '.join(url.split('@', 1)[1] for url in urls)}")

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import itertools
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -49,8 +48,9 @@ from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sql_layout import Layout, configured_servers
 from tjobs.stores.sql_move import CHANGES
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
-from tjobs.testing import RunningNode, free_port, run_node
+from tjobs.testing import RunningNode, run_node
 from tjobs.testing.databases import drop_databases
+from tjobs.testing.own_mariadb import own_mariadb
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
 
@@ -58,46 +58,16 @@ MOVED = 1  # logical database 1: on the shared server by the seed of topology 2x
 CUT_OVER_BELOW = 5  # the killed mover's --cut-over-below
 
 
-@pytest.fixture(scope="module")
-def own_mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture(scope="module", name="own_mariadb")
+def own_mariadb_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A MariaDB server of our own on a free loopback port; its URL."""
-    install = shutil.which("mariadb-install-db")
-    server = shutil.which("mariadbd") or shutil.which("mariadbd", path="/usr/sbin:/usr/local/sbin:/sbin")
-    if install is None or server is None:
-        pytest.fail("mariadb-install-db and mariadbd are needed to start a second MariaDB server")
-    data = tmp_path_factory.mktemp("own-mariadb")
-    port = free_port()
-    subprocess.run(
-        [install, "--no-defaults", "--user=root", f"--datadir={data / 'data'}", "--skip-test-db",
-         "--auth-root-authentication-method=normal"],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    log = (data / "mariadbd.log").open("w")
-    process = subprocess.Popen(
-        [server, "--no-defaults", "--user=root", f"--datadir={data / 'data'}", f"--socket={data / 'sock'}",
-         f"--port={port}", "--bind-address=127.0.0.1", "--skip-name-resolve", "--character-set-server=utf8mb4",
-         "--collation-server=utf8mb4_general_ci", f"--pid-file={data / 'pid'}", "--innodb-buffer-pool-size=64M",
-         "--table-definition-cache=2048", "--table-open-cache=2048", "--skip-log-bin"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                pymysql.connect(host="127.0.0.1", port=port, user="root", connect_timeout=1).close()
-                break
-            except pymysql.err.OperationalError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"our MariaDB on port {port} did not start; see {data / 'mariadbd.log'}")
-                time.sleep(0.2)
-        yield f"mysql+asyncmy://root@127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=30)
-        if process.poll() is None:
-            process.kill()
-        log.close()
+    args = ("--innodb-buffer-pool-size=64M", "--table-definition-cache=2048", "--table-open-cache=2048")
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(own_mariadb(tmp_path_factory.mktemp("own-mariadb"), *args))
+        except RuntimeError as error:
+            pytest.fail(str(error))
+        yield server.url
 
 
 @pytest.fixture
