@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import secrets
 import signal
 import subprocess
@@ -45,8 +46,8 @@ from tjobs.settings import ClusterSettings, Settings, load_settings
 from tjobs.stores.base import TaskStore
 from tjobs.stores.migrate import migrate
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
-from tjobs.stores.sql_layout import Layout, configured_servers
-from tjobs.stores.sql_move import CHANGES
+from tjobs.stores.sql_layout import Layout, configured_servers, create_engine_for
+from tjobs.stores.sql_move import CHANGES, MoveRecords
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 from tjobs.testing import RunningNode, run_node
 from tjobs.testing.databases import drop_databases
@@ -278,6 +279,34 @@ async def test_an_aborted_move_leaves_the_database_where_it_was_and_a_rerun_fini
     finally:
         await mover.close()
         await store.close()
+
+
+async def test_a_mover_starting_again_adds_no_column_twice_so_the_driver_warns_of_nothing(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every mover run extends the move record's table of a tjobs from before moves kept their
+    progress; on a table that has the columns already it creates and adds nothing, so the driver logs
+    none of the server's notes ("Duplicate column name", "Table … already exists")."""
+    first = Layout(settings.storage).databases[0]
+    engine = create_engine_for(first.engine_url, settings.storage)
+    table = f"`{first.name}`.tjobs_shard_moves"
+    try:
+        async with engine.begin() as conn:  # the table as moves recorded it before their progress
+            await conn.exec_driver_sql(
+                f"CREATE TABLE {table} (database_index INT NOT NULL PRIMARY KEY, source VARCHAR(255) NOT NULL, "
+                "target VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, source_fence BIGINT NOT NULL, "
+                "epoch BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL)"
+            )
+            await conn.exec_driver_sql(f"INSERT INTO {table} VALUES (2, 'a:1', 'b:2', 'copying', 1, 0, 0)")
+        (older,) = await MoveRecords(engine, first.name).all()
+        assert (older.database, older.rows_copied, older.cut_over_pause_ms) == (2, 0, None)
+
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):  # two more mover runs
+                assert await MoveRecords(engine, first.name).all() == [older]
+        assert [record.getMessage() for record in caplog.records if record.name == "asyncmy"] == []
+    finally:
+        await engine.dispose()
 
 
 async def test_the_cli_moves_a_database_shows_it_drops_the_old_copy_and_rebalances(

@@ -390,14 +390,27 @@ class MoveRecords:
     async def _ensure(self, conn: AsyncConnection) -> None:
         if self._ensured:
             return
-        await conn.exec_driver_sql(
-            f"CREATE TABLE IF NOT EXISTS {self.table} (database_index INT NOT NULL PRIMARY KEY, "
-            "source VARCHAR(255) NOT NULL, target VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, "
-            "source_fence BIGINT NOT NULL, epoch BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL, "
-            f"{', '.join(_PROGRESS_COLUMNS)}) ENGINE=InnoDB STATS_AUTO_RECALC=0"
-        )
-        for column in _PROGRESS_COLUMNS:
-            await conn.exec_driver_sql(f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS {column}")
+        # Asked first, not left to IF NOT EXISTS: the server answers a clause that finds the table or
+        # column there with a note, which the driver logs as a warning at every mover run.
+        present = {
+            str(name)
+            for (name,) in await _rows(
+                conn,
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (self.schema, MOVES),
+            )
+        }
+        if not present:
+            await conn.exec_driver_sql(
+                f"CREATE TABLE IF NOT EXISTS {self.table} (database_index INT NOT NULL PRIMARY KEY, "
+                "source VARCHAR(255) NOT NULL, target VARCHAR(255) NOT NULL, state VARCHAR(16) NOT NULL, "
+                "source_fence BIGINT NOT NULL, epoch BIGINT NOT NULL, updated_at_ms BIGINT NOT NULL, "
+                f"{', '.join(_PROGRESS_COLUMNS)}) ENGINE=InnoDB STATS_AUTO_RECALC=0"
+            )
+        else:
+            for column in _PROGRESS_COLUMNS:
+                if column.split(" ", 1)[0] not in present:
+                    await conn.exec_driver_sql(f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS {column}")
         self._ensured = True
 
     async def all(self) -> list[MoveRow]:
