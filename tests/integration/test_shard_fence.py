@@ -74,6 +74,35 @@ async def test_a_retired_database_refuses_the_fire_and_the_other_databases_still
     assert fired[0].error is None and len(fired[0].flows) == 1
 
 
+async def test_a_retired_database_in_a_servers_fire_batch_does_not_hold_back_the_others_on_that_server(
+    store: SQLAlchemyTaskStore,
+) -> None:
+    """At a move's cut-over the copy it leaves refuses writes before every node has the new map; the
+    fires of the other logical databases of the same server, committed in the same batch, go through
+    at once instead of waiting for the refused transaction's retry."""
+    moved_away = make_task(shard=shard_in(store, 1))
+    staying = [make_task(shard=shard_in(store, index)) for index in (0, 2, 3)]
+    for task in (moved_away, *staying):
+        await store.insert_task(task)
+    await set_fence(store, 1, RETIRED_EPOCH)
+
+    outcomes = await store.commit_fires(
+        [intent_of(t) for t in (staying[0], moved_away, *staying[1:])], NOW_MS, interval_planner
+    )
+
+    refused = outcomes[1]
+    assert isinstance(refused.error, StaleShardMap) and refused.task is None and not refused.flows
+    assert "_01 refused a write under shard-map epoch 1" in str(refused.error)
+    for outcome in (outcomes[0], *outcomes[2:]):
+        assert outcome.error is None and outcome.task is not None and len(outcome.flows) == 1, outcome
+    assert await store.get_flow(moved_away.id, NOW_MS) is None
+    stored = await store.get_task(moved_away.id)
+    assert stored is not None and stored.version == moved_away.version  # not advanced
+    for task in staying:
+        flow = await store.get_flow(task.id, NOW_MS)
+        assert flow is not None
+
+
 async def test_a_registration_into_a_retired_database_is_refused_and_writes_nothing(
     store: SQLAlchemyTaskStore,
 ) -> None:

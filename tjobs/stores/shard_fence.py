@@ -11,8 +11,11 @@ statement of every other write: :mod:`tjobs.stores.sql_fenced`): :func:`fence_st
 database's fence row ``LOCK IN SHARE MODE`` and fails the statement (error 1242, a scalar subquery of
 two rows) when the row's epoch is above the writer's. The shared lock is held to COMMIT, so the
 mover's ``UPDATE`` of the fence waits for every transaction that passed the check, and no transaction
-that starts after it passes. SQLite's "servers" are directories of one host: nothing moves between
-them, so nothing is checked there.
+that starts after it passes. A fire transaction covers every database of its server, so one database's
+fence refuses the whole share: the store reads the fences and commits the other databases' intents
+again at once, without the refused ones (:meth:`tjobs.stores.sqlalchemy.SQLAlchemyTaskStore.commit_fires`),
+and a cut-over delays only the moving database's fires. SQLite's "servers" are directories of one
+host: nothing moves between them, so nothing is checked there.
 
 In the embedded mode the map itself lives in ``tjobs_shard_map`` (one row) of the first logical
 database, which never moves (:data:`sharding.shard_map.PINNED_DATABASE`); a cluster keeps it in etcd.

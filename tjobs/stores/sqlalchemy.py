@@ -95,7 +95,14 @@ from tjobs.stores.schema import (
     task_target_rows,
     task_to_row,
 )
-from tjobs.stores.shard_fence import fence_statement, is_fenced, read_recorded_map, stale, swap_recorded_map
+from tjobs.stores.shard_fence import (
+    fence_statement,
+    is_fenced,
+    read_fence,
+    read_recorded_map,
+    stale,
+    swap_recorded_map,
+)
 from tjobs.stores.sql_direct import (
     DirectPool,
     GroupCommit,
@@ -979,8 +986,9 @@ class SQLAlchemyTaskStore(TaskStore):
             home = self._shard_of_task(intent.task_id)
             if home is not None:  # an id outside the topology names no row: a failed CAS
                 by_engine[home.database.engine_url].append((index, home))
+        committed = 0
 
-        async def run(url: str, items: list[tuple[int, ShardTables]]) -> Exception | None:
+        async def run(url: str, items: list[tuple[int, ShardTables]], refused_once: bool = False) -> Exception | None:
             """One server's transaction; its error is its intents' outcome, not the batch's."""
             epoch = self._fence_epoch
             fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit, epoch)
@@ -989,22 +997,42 @@ class SQLAlchemyTaskStore(TaskStore):
             except Exception as error:
                 failure = error
                 if is_fenced(error):
-                    failure = stale(", ".join(sorted({home.database.name for _, home in items})), epoch)
+                    # A move's cut-over: the fence of one database refused the server's whole share.
+                    # The other databases' intents are committed again at once, without it, rather
+                    # than wait for the refused ones' retry (once: a second refusal fails them all).
+                    databases = {home.database for _, home in items}
+                    refusing = databases if refused_once else await self._refusing(url, databases, epoch)
+                    failure = stale(", ".join(sorted(database.name for database in refusing)), epoch)
                     failure.__cause__ = error
+                    admitted = [(index, home) for index, home in items if home.database not in refusing]
+                    if admitted:
+                        items = [(index, home) for index, home in items if home.database in refusing]
+                        await run(url, admitted, refused_once=True)
                 elif not isinstance(error, TjobsError) and is_unavailable(error):
                     failure = unavailable(url, error)
                     failure.__cause__ = error
                 for index, _ in items:
                     outcomes[index] = FireOutcome(intents[index], None, [], failure)
                 return failure
+            nonlocal committed
+            committed += 1
             for index, outcome in fire.outcomes.items():
                 outcomes[index] = outcome
             return None
 
         errors = await asyncio.gather(*(run(url, items) for url, items in by_engine.items()))
-        if errors and all(error is not None for error in errors):
+        if errors and not committed:
             raise next(error for error in errors if error is not None)  # nothing was written
         return outcomes
+
+    async def _refusing(self, url: str, databases: set[DatabaseHome], epoch: int) -> set[DatabaseHome]:
+        """Which of ``databases`` (all on ``url``) admit no write under ``epoch`` now; all of them when
+        their fences cannot be read."""
+        try:
+            async with self._connect(url) as conn:
+                return {database for database in databases if await read_fence(conn, database) > epoch}
+        except Exception:
+            return databases
 
     # ---- flows --------------------------------------------------------------------------------------
 
