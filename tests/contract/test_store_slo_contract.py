@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tjobs.model import SLO_LATENESS_SLOTS, SloCounts, SloMinute
@@ -33,8 +35,74 @@ async def test_nodes_add_to_their_own_rows_and_sums_cover_every_node(store: Task
     assert await store.sum_slo_minutes("nobody", MINUTE, MINUTE + 2) == SloCounts()
 
 
-async def test_purge_drops_only_minutes_before_the_cutoff(store: TaskStore) -> None:
-    await store.add_slo_minutes("n1", [SloMinute("a", MINUTE + k, counts(1)) for k in range(5)])
-    assert await store.purge_slo_minutes(MINUTE + 3, 2) == 2
-    assert await store.purge_slo_minutes(MINUTE + 3, 100) == 1
-    assert (await store.sum_slo_minutes("a", 0, MINUTE + 100)).fires == 2
+async def test_purge_drops_whole_hours_before_the_cutoff_minutes_and_hour_rows_alike(store: TaskStore) -> None:
+    hour = MINUTE // 60 + 1  # minutes hour * 60 - 2 .. hour * 60 + 2: two in the hour before, three in it
+    first = hour * 60
+    await store.add_slo_minutes("n1", [SloMinute("a", first + k, counts(1)) for k in range(-2, 3)])
+    assert await store.purge_slo_minutes(first + 1, 1) == 2  # the hour row before, one of its minutes
+    assert await store.purge_slo_minutes(first + 1, 100) == 1  # its other minute; the cutoff's hour stays
+    assert await store.purge_slo_minutes(first + 1, 100) == 0
+    assert (await store.sum_slo_minutes("a", first - 60, first)).fires == 0
+    assert (await store.sum_slo_minutes("a", first, first + 60)).fires == 3  # its hour row
+    assert (await store.sum_slo_minutes("a", first + 1, first + 2)).fires == 1  # its minute rows
+    assert (await store.sum_slo_minutes("a", 0, first + 100)).fires == 3
+
+
+def _added(a: SloCounts, b: SloCounts) -> SloCounts:
+    return SloCounts(
+        a.fires + b.fires,
+        a.delivered + b.delivered,
+        a.dead + b.dead,
+        a.misses + b.misses,
+        a.throttled + b.throttled,
+        tuple(x + y for x, y in zip(a.lateness, b.lateness, strict=True)),
+    )
+
+
+async def test_sums_over_whole_hours_are_the_sums_of_the_minutes_whatever_the_edges(store: TaskStore) -> None:
+    """Ranges of a day and more read their whole hours from the hour rows, the edges from the minutes:
+    compared with the minutes the test added, summed here, over ranges whose edges fall anywhere."""
+    rng = random.Random(16)
+    start = (MINUTE // 60) * 60 - 37  # 37 minutes before an hour begins
+    minutes = 3 * 1440 + 100  # a little over three days
+    added: dict[tuple[str, int], SloCounts] = {}
+    for node in ("n1", "n2", "n3"):
+        batch: list[SloMinute] = []
+        for minute in range(start, start + minutes):
+            for app in ("a", "b"):
+                if rng.random() < 0.2:
+                    continue  # an app and node with nothing in that minute
+                lateness = tuple(rng.randrange(4) for _ in range(SLO_LATENESS_SLOTS))
+                fold = SloCounts(sum(lateness), rng.randrange(5), rng.randrange(2), rng.randrange(2), 0, lateness)
+                batch.append(SloMinute(app, minute, fold))
+                added[(app, minute)] = _added(added.get((app, minute), SloCounts()), fold)
+        again = batch[:: rng.randrange(40, 60)]  # some minutes added twice, as after a refused pass
+        for part in (batch[: len(batch) // 2], batch[len(batch) // 2 :], again):
+            await store.add_slo_minutes(node, part)
+        for fold in again:
+            added[(fold.app_id, fold.minute)] = _added(added[(fold.app_id, fold.minute)], fold.counts)
+
+    def expected(app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
+        total = SloCounts()
+        for (app, minute), fold in added.items():
+            if (app_id is None or app == app_id) and from_minute <= minute < to_minute:
+                total = _added(total, fold)
+        return total
+
+    ranges = [
+        (start, start + minutes),  # everything: uneven at both ends
+        (start + 37, start + 37 + 1440),  # a day of whole hours
+        (start + 37 + 60, start + 37 + 2 * 60),  # one whole hour
+        (start + 100, start + 100 + 1440),  # a day, uneven
+        (start + 1, start + 1 + 2 * 1440 + 59),  # two days, 23 and 59 minutes at the edges
+        (start + 37, start + 37 + 3 * 1440 + 1),  # aligned start, one minute past the last hour
+        (start + 36, start + 37 + 1440),  # one minute before the first whole hour
+        (start + 40, start + 40 + 59),  # no whole hour: minutes only
+        (start + 90, start + 90 + 60),  # an hour across a boundary: minutes only
+        (start - 500, start + 10),  # before anything was added, then a few minutes
+    ]
+    for from_minute, to_minute in ranges:
+        for app_id in ("a", "b", None):
+            assert await store.sum_slo_minutes(app_id, from_minute, to_minute) == expected(
+                app_id, from_minute, to_minute
+            ), (app_id, from_minute - start, to_minute - start)

@@ -56,10 +56,10 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
     for index in range(4):
         with sqlite3.connect(tmp_path / "data" / f"tjobs_{index:02d}.db") as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0012_flow_attempt_log",)]
+            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0013_slo_hours",)]
             assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         expected = {f"{kind}_{t:02d}" for kind in ("tasks", "flows", "task_targets") for t in range(4)}
-        first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes"}
+        first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes", "slo_hours"}
         assert tables == expected | {"alembic_version", "tjobs_fence"} | (first_only if index == 0 else set())
 
     started = time.perf_counter()
@@ -75,7 +75,7 @@ async def test_migrate_keeps_a_hot_changes_table_an_earlier_node_created(tmp_pat
         db.execute("INSERT INTO hot_changes (task_id) VALUES (7)")
     await migrate(StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path / 'data'}"], topology="1x1x4"))
     with sqlite3.connect(tmp_path / "data" / "tjobs_00.db") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0012_flow_attempt_log",)]
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0013_slo_hours",)]
         assert db.execute("SELECT task_id FROM hot_changes").fetchall() == [(7,)]
 
 
@@ -94,7 +94,7 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 )
             ).all()
             assert [tuple(row) for row in rows] == [
-                (f"{prefix}_00", 20),
+                (f"{prefix}_00", 21),
                 (f"{prefix}_01", 14),
                 (f"{prefix}_02", 14),
                 (f"{prefix}_03", 14),
@@ -130,6 +130,7 @@ async def test_migrating_an_earlier_deployment_turns_background_statistics_off(m
     try:
         prefix = mariadb.database_prefix
         async with engine.begin() as conn:  # as a deployment migrated before revision 0010 has it
+            await conn.exec_driver_sql(f"DROP TABLE `{prefix}_00`.slo_hours")  # revision 0013 adds it
             for index in range(4):
                 database = f"{prefix}_{index:02d}"
                 names = await conn.exec_driver_sql(

@@ -1,10 +1,11 @@
 """Every node's service-level minutes, added to the store every ``slo.flush_s``, so any node answers for all.
 
 Each pass takes what :class:`tjobs.observability.slo.MinuteFolds` folded since the last one (per app and
-minute: fires, outcomes, misses, throttled, lateness slots) and adds it to this node's rows in one
-statement (:meth:`TaskStore.add_slo_minutes`): one write per node per minute, whatever the fire rate.
-A pass the store refuses gives its minutes back, to go with the next one. Once an hour it drops the
-rows older than ``retention_days``. Stopping the node adds what is left.
+minute: fires, outcomes, misses, throttled, lateness slots) and adds it to this node's rows of those
+minutes and of their hours in one transaction (:meth:`TaskStore.add_slo_minutes`): one write per node
+per minute, whatever the fire rate. A pass the store refuses gives its minutes back, to go with the
+next one. Once an hour it drops the whole hours older than ``retention_days``. Stopping the node adds
+what is left.
 """
 
 from __future__ import annotations

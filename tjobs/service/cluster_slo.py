@@ -2,7 +2,8 @@
 
 The figures are every node's minutes as the store holds them (:mod:`tjobs.observability.slo_recorder`
 adds them every ``slo.flush_s``, 60 s by default), summed over the window's minutes
-(:meth:`TaskStore.sum_slo_minutes`): one range of rows whatever the window, never the flow tables. A
+(:meth:`TaskStore.sum_slo_minutes`: the window's whole hours from the per-hour rows, its edges from the
+minutes), never the flow tables. A
 window ends with the current minute, so the last minute or so (not added yet) is missing, on every
 node alike.
 

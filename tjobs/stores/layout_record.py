@@ -99,8 +99,10 @@ async def ensure_layout(engine: AsyncEngine, layout: Layout, settings: StorageSe
     """Compare the configured layout with the recorded one and record what is missing.
 
     Raises :class:`StorageLayoutMismatch` on a difference, :class:`StorageNotMigrated` if the layout
-    table does not exist.
+    table does not exist or the schema is behind this version's (:mod:`tjobs.stores.schema_revision`).
     """
+    from tjobs.stores.schema_revision import check_schema_revision  # it raises this module's StorageNotMigrated
+
     expected = layout_facts(settings)
     for _ in range(2):  # a concurrent first start may record the same facts: read them back once
         async with engine.begin() as conn:
@@ -108,6 +110,7 @@ async def ensure_layout(engine: AsyncEngine, layout: Layout, settings: StorageSe
             if recorded is None:
                 raise StorageNotMigrated(f"{where} has no layout record; run `tjobs migrate` first")
             check_facts(recorded, expected, where)
+            await check_schema_revision(conn, layout, where)
             missing = [{"name": n, "value": v} for n, v in expected.items() if n not in recorded]
             if not missing:
                 return

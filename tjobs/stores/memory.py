@@ -52,6 +52,7 @@ from tjobs.stores.queries import (
     task_rank,
 )
 from tjobs.stores.schema import attempt_log_from_text, attempt_log_to_text, clip_error
+from tjobs.stores.slo_hours import MINUTES_PER_HOUR, hour_of, purge_cutoff_hour, split_by_hours
 from tjobs.stores.task_edits import check_fields, edited_row
 from tjobs.targets.model import Target
 
@@ -79,6 +80,17 @@ def _added(a: SloCounts, b: SloCounts) -> SloCounts:
     )
 
 
+def _summed(
+    rows: dict[tuple[str, int, str], SloCounts], app_id: str | None, ranges: Sequence[tuple[int, int]]
+) -> SloCounts:
+    """The rows of ``app_id`` (every app: ``None``) whose minute or hour falls in one of ``ranges``."""
+    total = SloCounts()
+    for (app, period, _), counts in rows.items():
+        if (app_id is None or app == app_id) and any(start <= period < end for start, end in ranges):
+            total = _added(total, counts)
+    return total
+
+
 class MemoryTaskStore(TaskStore):
     def __init__(self, topology: Topology | None = None) -> None:
         self.topology = topology or Topology()
@@ -88,6 +100,7 @@ class MemoryTaskStore(TaskStore):
         self._keys: dict[tuple[str, str], int] = {}
         self._apps: dict[str, App] = {}
         self._slo_minutes: dict[tuple[str, int, str], SloCounts] = {}  # (app, minute, node)
+        self._slo_hours: dict[tuple[str, int, str], SloCounts] = {}  # (app, hour, node): its minutes' sums
         self._targets: dict[tuple[str, str], Target] = {}
 
     async def start(self) -> None:
@@ -595,21 +608,28 @@ class MemoryTaskStore(TaskStore):
 
     async def add_slo_minutes(self, node_id: str, minutes: Sequence[SloMinute]) -> None:
         for minute in minutes:
-            key = (minute.app_id, minute.minute, node_id)
-            self._slo_minutes[key] = _added(self._slo_minutes.get(key, SloCounts()), minute.counts)
+            for rows, key in (
+                (self._slo_minutes, (minute.app_id, minute.minute, node_id)),
+                (self._slo_hours, (minute.app_id, hour_of(minute.minute), node_id)),
+            ):
+                rows[key] = _added(rows.get(key, SloCounts()), minute.counts)
 
     async def sum_slo_minutes(self, app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
-        total = SloCounts()
-        for (app, minute, _), counts in self._slo_minutes.items():
-            if (app_id is None or app == app_id) and from_minute <= minute < to_minute:
-                total = _added(total, counts)
-        return total
+        split = split_by_hours(from_minute, to_minute)
+        if split is None:
+            return _summed(self._slo_minutes, app_id, [(from_minute, to_minute)])
+        hours = _summed(self._slo_hours, app_id, [(split.from_hour, split.to_hour)])
+        return _added(hours, _summed(self._slo_minutes, app_id, split.edges))
 
     async def purge_slo_minutes(self, before_minute: int, limit: int) -> int:
-        doomed = [key for key in self._slo_minutes if key[1] < before_minute][:limit]
-        for key in doomed:
-            del self._slo_minutes[key]
-        return len(doomed)
+        before_hour = purge_cutoff_hour(before_minute)
+        gone = 0
+        for rows, before in ((self._slo_hours, before_hour), (self._slo_minutes, before_hour * MINUTES_PER_HOUR)):
+            doomed = [key for key in rows if key[1] < before][:limit]
+            for key in doomed:
+                del rows[key]
+            gone += len(doomed)
+        return gone
 
     # ---- retention ----------------------------------------------------------------------------------
 

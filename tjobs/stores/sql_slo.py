@@ -1,9 +1,12 @@
 """The SQL store's service-level minutes (:meth:`TaskStore.add_slo_minutes`, :meth:`TaskStore.sum_slo_minutes`,
-:meth:`TaskStore.purge_slo_minutes`) in ``slo_minutes`` of the first logical database.
+:meth:`TaskStore.purge_slo_minutes`) in ``slo_minutes`` and ``slo_hours`` of the first logical database.
 
 A node adds its counts to its own rows (``INSERT ... ON DUPLICATE KEY UPDATE`` on MariaDB, ``ON
-CONFLICT DO UPDATE`` on SQLite: one statement for every app and minute it has), so nodes never write
-the same row; a sum reads one primary-key range (an app's minutes) or the minute index (every app).
+CONFLICT DO UPDATE`` on SQLite): one statement for every app and minute it has, then one for the same
+counts summed per app and hour, in one transaction, so nodes never write the same row and an hour row is
+always the sum of its minutes. A sum reads whole hours from ``slo_hours`` and the edges from
+``slo_minutes`` (:mod:`tjobs.stores.slo_hours`), one statement: per table a primary-key range (one app)
+or its period's index (every app).
 """
 
 from __future__ import annotations
@@ -11,71 +14,108 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import MetaData, delete, func, select, tuple_
+from sqlalchemy import MetaData, Table, and_, delete, func, or_, select, tuple_, union_all
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Select
 
 from tjobs.model import SloCounts, SloMinute
-from tjobs.stores.schema import SLO_COUNT_COLUMNS, SLO_LATENESS_COLUMNS, slo_minutes_table
+from tjobs.stores.schema import SLO_COUNT_COLUMNS, SLO_LATENESS_COLUMNS, slo_hours_table, slo_minutes_table
+from tjobs.stores.slo_hours import MINUTES_PER_HOUR, hour_of, purge_cutoff_hour, split_by_hours
 
 _SUMMED = (*SLO_COUNT_COLUMNS, *SLO_LATENESS_COLUMNS)
-SLO_MINUTES = slo_minutes_table(MetaData())  # unqualified: the apps database's options point it there
+_METADATA = MetaData()
+SLO_MINUTES = slo_minutes_table(_METADATA)  # unqualified: the apps database's options point it there
+SLO_HOURS = slo_hours_table(_METADATA)
+
+
+def _values(counts: SloCounts) -> tuple[int, ...]:
+    return (counts.fires, counts.delivered, counts.dead, counts.misses, counts.throttled, *counts.lateness)
 
 
 def _row(node_id: str, minute: SloMinute) -> dict[str, Any]:
-    counts = minute.counts
     row: dict[str, Any] = {"app_id": minute.app_id, "minute": minute.minute, "node_id": node_id}
-    row.update(
-        zip(
-            SLO_COUNT_COLUMNS,
-            (counts.fires, counts.delivered, counts.dead, counts.misses, counts.throttled),
-            strict=True,
-        )
-    )
-    row.update(zip(SLO_LATENESS_COLUMNS, counts.lateness, strict=True))
+    row.update(zip(_SUMMED, _values(minute.counts), strict=True))
     return row
+
+
+def _hour_rows(node_id: str, minutes: Sequence[SloMinute]) -> list[dict[str, Any]]:
+    """The minutes' counts summed per app and hour."""
+    sums: dict[tuple[str, int], list[int]] = {}
+    for minute in minutes:
+        key = (minute.app_id, hour_of(minute.minute))
+        total = sums.get(key)
+        if total is None:
+            sums[key] = list(_values(minute.counts))
+        else:
+            for index, value in enumerate(_values(minute.counts)):
+                total[index] += value
+    rows: list[dict[str, Any]] = []
+    for (app_id, hour), values in sums.items():
+        row: dict[str, Any] = {"app_id": app_id, "hour": hour, "node_id": node_id}
+        row.update(zip(_SUMMED, values, strict=True))
+        rows.append(row)
+    return rows
+
+
+def _adding(conn: AsyncConnection, table: Table, period: str) -> Any:
+    """``INSERT`` of rows that adds each count to the row already there."""
+    if conn.dialect.name == "sqlite":
+        lite = sqlite.insert(table)
+        return lite.on_conflict_do_update(
+            index_elements=["app_id", period, "node_id"],
+            set_={name: table.c[name] + lite.excluded[name] for name in _SUMMED},
+        )
+    maria = mysql.insert(table)
+    return maria.on_duplicate_key_update({name: table.c[name] + maria.inserted[name] for name in _SUMMED})
 
 
 async def add_minutes(
     conn: AsyncConnection, options: dict[str, Any], node_id: str, minutes: Sequence[SloMinute]
 ) -> None:
-    table = SLO_MINUTES
+    """Both statements in the caller's transaction."""
     rows = [_row(node_id, minute) for minute in minutes]
-    if conn.dialect.name == "sqlite":
-        lite = sqlite.insert(table)
-        statement: Any = lite.on_conflict_do_update(
-            index_elements=["app_id", "minute", "node_id"],
-            set_={name: table.c[name] + lite.excluded[name] for name in _SUMMED},
-        )
-    else:
-        maria = mysql.insert(table)
-        statement = maria.on_duplicate_key_update({name: table.c[name] + maria.inserted[name] for name in _SUMMED})
-    await conn.execute(statement, rows, execution_options=options)
+    await conn.execute(_adding(conn, SLO_MINUTES, "minute"), rows, execution_options=options)
+    await conn.execute(_adding(conn, SLO_HOURS, "hour"), _hour_rows(node_id, minutes), execution_options=options)
+
+
+def _sums(table: Table, app_id: str | None, *where: Any) -> Select[Any]:
+    statement = select(*(func.coalesce(func.sum(table.c[name]), 0) for name in _SUMMED)).where(*where)
+    return statement if app_id is None else statement.where(table.c.app_id == app_id)
 
 
 async def sum_minutes(
     conn: AsyncConnection, options: dict[str, Any], app_id: str | None, from_minute: int, to_minute: int
 ) -> SloCounts:
-    table = SLO_MINUTES
-    statement = select(*(func.coalesce(func.sum(table.c[name]), 0) for name in _SUMMED)).where(
-        table.c.minute >= from_minute, table.c.minute < to_minute
-    )
-    if app_id is not None:
-        statement = statement.where(table.c.app_id == app_id)
-    values = [int(value) for value in (await conn.execute(statement, execution_options=options)).one()]
-    fires, delivered, dead, misses, throttled = values[: len(SLO_COUNT_COLUMNS)]
-    return SloCounts(fires, delivered, dead, misses, throttled, tuple(values[len(SLO_COUNT_COLUMNS) :]))
+    minutes, hours = SLO_MINUTES, SLO_HOURS
+    split = split_by_hours(from_minute, to_minute)
+    statement: Any
+    if split is None:
+        statement = _sums(minutes, app_id, minutes.c.minute >= from_minute, minutes.c.minute < to_minute)
+    else:
+        parts = [_sums(hours, app_id, hours.c.hour >= split.from_hour, hours.c.hour < split.to_hour)]
+        if split.edges:
+            edges = [and_(minutes.c.minute >= start, minutes.c.minute < end) for start, end in split.edges]
+            parts.append(_sums(minutes, app_id, or_(*edges)))
+        statement = union_all(*parts)
+    totals = [0] * len(_SUMMED)
+    for row in (await conn.execute(statement, execution_options=options)).all():
+        for index, value in enumerate(row):
+            totals[index] += int(value)
+    fires, delivered, dead, misses, throttled = totals[: len(SLO_COUNT_COLUMNS)]
+    return SloCounts(fires, delivered, dead, misses, throttled, tuple(totals[len(SLO_COUNT_COLUMNS) :]))
 
 
 async def purge_minutes(conn: AsyncConnection, options: dict[str, Any], before_minute: int, limit: int) -> int:
-    table = SLO_MINUTES
-    old = select(table.c.app_id, table.c.minute, table.c.node_id).where(table.c.minute < before_minute).limit(limit)
-    keys = (await conn.execute(old, execution_options=options)).all()
-    if not keys:
-        return 0
-    doomed = [(row.app_id, row.minute, row.node_id) for row in keys]
-    result = await conn.execute(
-        delete(table).where(tuple_(table.c.app_id, table.c.minute, table.c.node_id).in_(doomed)),
-        execution_options=options,
-    )
-    return int(result.rowcount)
+    """Up to ``limit`` hour rows and ``limit`` minute rows of the hours wholly before ``before_minute``."""
+    before_hour = purge_cutoff_hour(before_minute)
+    gone = 0
+    cutoffs = ((SLO_HOURS, "hour", before_hour), (SLO_MINUTES, "minute", before_hour * MINUTES_PER_HOUR))
+    for table, period, before in cutoffs:
+        key = (table.c.app_id, table.c[period], table.c.node_id)
+        old = select(*key).where(table.c[period] < before).limit(limit)
+        doomed = [tuple(row) for row in (await conn.execute(old, execution_options=options)).all()]
+        if doomed:
+            result = await conn.execute(delete(table).where(tuple_(*key).in_(doomed)), execution_options=options)
+            gone += int(result.rowcount)
+    return gone

@@ -1,0 +1,74 @@
+"""Revision 0013 on a deployment that has service-level minutes: a node refuses the schema before it,
+and ``tjobs migrate`` fills ``slo_hours`` from the minutes already stored."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.contract.backends import drop_databases, mariadb_settings
+from tjobs.model import SLO_LATENESS_SLOTS, SloCounts, SloMinute
+from tjobs.settings import StorageSettings
+from tjobs.stores.layout_record import StorageNotMigrated
+from tjobs.stores.migrate import migrate
+from tjobs.stores.sql_layout import MYSQL, create_engine_for
+from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+
+pytestmark = pytest.mark.asyncio
+
+HOUR = 483_334
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
+async def settings(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StorageSettings]:
+    if request.param == "sqlite":
+        yield StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path / 'data'}"], topology="1x1x2")
+        return
+    mariadb = mariadb_settings(request.getfixturevalue("mysql_url"))
+    try:
+        yield mariadb
+    finally:
+        await drop_databases(mariadb)
+
+
+async def as_before_revision_0013(store: SQLAlchemyTaskStore, settings: StorageSettings) -> None:
+    home = store.layout.apps_database
+    engine = create_engine_for(home.engine_url, settings)
+    qualifier = f"`{home.name}`." if store.layout.dialect == MYSQL else ""
+    try:
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql(f"DROP TABLE {qualifier}slo_hours")
+            await conn.exec_driver_sql(f"UPDATE {qualifier}alembic_version SET version_num = '0012_flow_attempt_log'")
+    finally:
+        await engine.dispose()
+
+
+async def test_a_node_refuses_the_schema_before_the_hours_and_migrate_fills_them(settings: StorageSettings) -> None:
+    await migrate(settings)
+    store = SQLAlchemyTaskStore(settings)
+    await store.start()
+    try:
+        await store.check_layout()
+        lateness = tuple(1 if slot == 3 else 0 for slot in range(SLO_LATENESS_SLOTS))
+        one = SloCounts(1, 1, lateness=lateness)
+        for node in ("n1", "n2"):  # each app every minute from 10 before HOUR to 70 into HOUR + 1
+            await store.add_slo_minutes(
+                node, [SloMinute(app, HOUR * 60 + k, one) for app in ("a", "b") for k in range(-10, 130)]
+            )
+        await as_before_revision_0013(store, settings)
+
+        with pytest.raises(StorageNotMigrated, match=r"0012_flow_attempt_log.*0013_slo_hours.*tjobs migrate"):
+            await store.check_layout()
+
+        await migrate(settings)
+        await store.check_layout()
+        for app_id, per_minute in (("a", 2), (None, 4)):
+            assert (await store.sum_slo_minutes(app_id, HOUR * 60, HOUR * 60 + 120)).fires == 120 * per_minute
+            whole = await store.sum_slo_minutes(app_id, HOUR * 60 - 10, HOUR * 60 + 130)  # edges and two hours
+            assert (whole.fires, whole.delivered, whole.lateness[3]) == (140 * per_minute,) * 3
+        assert await store.purge_slo_minutes(HOUR * 60 + 61, 1_000) == 2 * 2 * 2 + 2 * 2 * 70  # hours too
+        assert (await store.sum_slo_minutes(None, 0, HOUR * 60 + 60)).fires == 0
+    finally:
+        await store.close()
