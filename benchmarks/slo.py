@@ -7,13 +7,14 @@ the per-minute accounting costs a fire.
     python -m benchmarks slo --fold [--fires 1000000] [--apps 20]
 
 **Windows** (the default): migrates a fresh ``tjbench_<hex>`` prefix (``--topology``, dropped afterwards
-unless ``--keep``), writes ``slo_minutes`` as ``--nodes`` nodes would have left it after ``--days`` days
-of ``--apps`` busy apps (one row per app, minute and node, every minute up to the current one, through
-:meth:`TaskStore.add_slo_minutes`: the statement the nodes' recorders use, ``--batch`` minutes a
-statement), then starts a node on those databases in this process and times ``GET /v1/slo?window=``
-over HTTP on loopback for 7d, 1d and 1h: with one app's key and with the admin key (every app), each
-``--samples`` times; p50 and p99 in ms, every answer a 200 whose fires match the seeded rows. The
-node's expensive-read limit is raised so the samples are not throttled.
+unless ``--keep``), writes ``slo_minutes`` and ``slo_hours`` as ``--nodes`` nodes would have left them
+after ``--days`` days of ``--apps`` busy apps (one row per app, minute and node, every minute up to the
+current one, and the hours they add up to, through :meth:`TaskStore.add_slo_minutes`: the statements
+the nodes' recorders use, ``--batch`` minutes a transaction), then starts a node on those databases
+in this process and times ``GET /v1/slo?window=`` over HTTP on loopback for 7d, 1d and 1h: with one
+app's key and with the admin key (every app), each ``--samples`` times; p50 and p99 in ms, every answer
+a 200 whose fires match the seeded minutes. The node's expensive-read limit is raised so the samples
+are not throttled.
 
 **Fold** (``--fold``, no database): CPU per fire of the per-minute accounting alone, in process
 (``process_time``): :meth:`ServiceLevels.observe_fire` against what it did before the minutes existed
@@ -37,6 +38,7 @@ from typing import Any
 
 import httpx
 from sqlalchemy import text
+from sqlalchemy.dialects import mysql
 
 from tjobs.model import SLO_LATENESS_SLOTS, App, SloCounts, SloMinute
 from tjobs.observability.metrics import LATENESS_BUCKETS_S
@@ -44,9 +46,8 @@ from tjobs.observability.slo import MS_PER_MINUTE, MinuteFolds, RecentLateness, 
 from tjobs.service.apps import hash_api_key
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores.migrate import migrate
-from tjobs.stores.schema import SLO_COUNT_COLUMNS, SLO_LATENESS_COLUMNS
 from tjobs.stores.sql_layout import create_engine_for
-from tjobs.stores.sql_slo import _row
+from tjobs.stores.sql_slo import _row, sum_statement
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 from tjobs.testing import run_node
 from tjobs.testing.databases import drop_databases
@@ -168,8 +169,8 @@ async def time_windows(storage: StorageSettings, args: argparse.Namespace, expec
             if answer.status_code != 200:
                 raise RuntimeError(f"{window}: {answer.status_code} {answer.text}")
             body = answer.json()
-            if window == "7d" and body["fires"] != fires_between(expected[subject], body["from"], body["to"]):
-                raise RuntimeError(f"7d fires {body['fires']} do not match the seeded minutes")
+            if body["fires"] != fires_between(expected[subject], body["from"], body["to"]):
+                raise RuntimeError(f"{window} fires {body['fires']} do not match the seeded minutes")
 
         print(f"{'caller':<16} {'window':<7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
         for caller, key, subject in (("app key", APP_KEY, "app-0"), ("admin, all apps", ADMIN_KEY, "*")):
@@ -181,38 +182,47 @@ async def time_windows(storage: StorageSettings, args: argparse.Namespace, expec
                 print(f"{caller:<16} {window:<7} {p50:>8.1f} {p99:>8.1f} {max(spent):>8.1f}")
 
 
-def _first_table(plan: Any) -> dict[str, Any]:
-    """The first ``"table"`` object of an ``ANALYZE FORMAT=JSON`` plan (under ``nested_loop`` on newer MariaDB)."""
+def _tables(plan: Any) -> list[dict[str, Any]]:
+    """Every ``"table"`` object of an ``ANALYZE FORMAT=JSON`` plan, in order (a ``UNION ALL`` has one per part)."""
     if isinstance(plan, dict):
         table = plan.get("table")
         if isinstance(table, dict):
-            return table
+            return [table]
         children: Any = plan.values()
     elif isinstance(plan, list):
         children = plan
     else:
-        return {}
-    for child in children:
-        found = _first_table(child)
-        if found:
-            return found
-    return {}
+        return []
+    return [table for child in children for table in _tables(child)]
+
+
+def _total_ms(plan: Any) -> float:
+    """The statement's time: its query block's ``r_total_time_ms``, or those of a ``UNION ALL``'s parts."""
+    if isinstance(plan, dict):
+        if "r_total_time_ms" in plan:
+            return float(plan["r_total_time_ms"])
+        return sum(_total_ms(child) for child in plan.values())
+    if isinstance(plan, list):
+        return sum(_total_ms(child) for child in plan)
+    return 0.0
 
 
 async def explain(storage: StorageSettings, schema: str, to_minute: int) -> None:
-    """MariaDB's ``ANALYZE FORMAT=JSON`` of the 7-day and 1-day sums (one app, every app): plan, rows read, time."""
+    """MariaDB's ``ANALYZE FORMAT=JSON`` of the statements the store sends for the 7-day and 1-day sums
+    (one app, every app; :func:`tjobs.stores.sql_slo.sum_statement`): per table read, plan, rows, time."""
     engine = create_engine_for(storage.urls[0], storage)
-    summed = ", ".join(f"COALESCE(SUM({name}), 0)" for name in (*SLO_COUNT_COLUMNS, *SLO_LATENESS_COLUMNS))
     try:
         async with engine.connect() as conn:
+            await conn.execute(text(f"USE `{schema}`"))
             for window, minutes in (("7d", 10_080), ("1d", 1_440)):
-                where = f"minute >= {to_minute + 1 - minutes} AND minute < {to_minute + 1}"
-                for label, extra in (("app-0", " AND app_id = 'app-0'"), ("all apps", "")):
-                    sql = f"ANALYZE FORMAT=JSON SELECT {summed} FROM `{schema}`.slo_minutes WHERE {where}{extra}"
-                    plan = json.loads((await conn.execute(text(sql))).scalar_one())
-                    table = _first_table(plan)
-                    picked = {k: table.get(k) for k in ("access_type", "key", "rows", "r_rows", "r_table_time_ms")}
-                    print(f"ANALYZE {window} {label}: total {plan['query_block'].get('r_total_time_ms')} ms, {picked}")
+                for label, app_id in (("app-0", "app-0"), ("all apps", None)):
+                    statement = sum_statement(app_id, to_minute + 1 - minutes, to_minute + 1)
+                    sql = str(statement.compile(dialect=mysql.dialect(), compile_kwargs={"literal_binds": True}))
+                    plan = json.loads((await conn.execute(text(f"ANALYZE FORMAT=JSON {sql}"))).scalar_one())
+                    print(f"ANALYZE {window} {label}: total {_total_ms(plan):.1f} ms")
+                    for table in _tables(plan):
+                        keys = ("table_name", "access_type", "key", "rows", "r_rows", "r_table_time_ms")
+                        print(f"    { ({key: table.get(key) for key in keys}) }")
     finally:
         await engine.dispose()
 
@@ -293,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=100, help="timed answers per window and caller")
     parser.add_argument("--warmup", type=int, default=3, help="untimed answers first")
     parser.add_argument("--keep", action="store_true", help="keep the databases (named in the output)")
-    parser.add_argument("--explain", action="store_true", help="MariaDB's ANALYZE of the 7-day sums first")
+    parser.add_argument("--explain", action="store_true", help="MariaDB's ANALYZE of the 7-day and 1-day sums first")
     parser.add_argument("--fold", action="store_true", help="the accounting's CPU per fire, in process")
     parser.add_argument("--fires", type=int, default=1_000_000)
     parser.add_argument("--rate", type=float, default=2_000.0, help="fires/s the take is shared by (--fold)")

@@ -84,20 +84,23 @@ def _sums(table: Table, app_id: str | None, *where: Any) -> Select[Any]:
     return statement if app_id is None else statement.where(table.c.app_id == app_id)
 
 
+def sum_statement(app_id: str | None, from_minute: int, to_minute: int) -> Any:
+    """The one statement :func:`sum_minutes` sends: a row of sums per table it reads."""
+    minutes, hours = SLO_MINUTES, SLO_HOURS
+    split = split_by_hours(from_minute, to_minute)
+    if split is None:
+        return _sums(minutes, app_id, minutes.c.minute >= from_minute, minutes.c.minute < to_minute)
+    parts = [_sums(hours, app_id, hours.c.hour >= split.from_hour, hours.c.hour < split.to_hour)]
+    if split.edges:
+        edges = [and_(minutes.c.minute >= start, minutes.c.minute < end) for start, end in split.edges]
+        parts.append(_sums(minutes, app_id, or_(*edges)))
+    return union_all(*parts)
+
+
 async def sum_minutes(
     conn: AsyncConnection, options: dict[str, Any], app_id: str | None, from_minute: int, to_minute: int
 ) -> SloCounts:
-    minutes, hours = SLO_MINUTES, SLO_HOURS
-    split = split_by_hours(from_minute, to_minute)
-    statement: Any
-    if split is None:
-        statement = _sums(minutes, app_id, minutes.c.minute >= from_minute, minutes.c.minute < to_minute)
-    else:
-        parts = [_sums(hours, app_id, hours.c.hour >= split.from_hour, hours.c.hour < split.to_hour)]
-        if split.edges:
-            edges = [and_(minutes.c.minute >= start, minutes.c.minute < end) for start, end in split.edges]
-            parts.append(_sums(minutes, app_id, or_(*edges)))
-        statement = union_all(*parts)
+    statement = sum_statement(app_id, from_minute, to_minute)
     totals = [0] * len(_SUMMED)
     for row in (await conn.execute(statement, execution_options=options)).all():
         for index, value in enumerate(row):
