@@ -16,7 +16,8 @@ bench's app, ids minted for their shards):
   shards of all 512 (1/32 of them in the moved database), calling the sink.
 
 ``--move-at-s`` into the window it runs ``tjobs shards move --db N --to <second server>`` (the CLI, a
-process of its own, with the node's config) and reads the steps off its output as they come, and the
+process of its own, with the node's config, paced as ``--copy-duty`` / ``--max-rows-per-s`` say, under
+py-spy with ``--profile-mover``) and reads the steps off its output as they come, and the
 move's record afterwards (rows copied, the cut-over pause the mover measured). After the window and
 the drain the sink's callbacks are matched against the due tasks (:func:`benchmarks.report.account`):
 lateness p50/p99/max of the moved database's fires and of the others', before, during and after the
@@ -472,6 +473,13 @@ async def bench(args: argparse.Namespace, urls: list[str], server_pids: Mapping[
                 command = [sys.executable, "-m", "tjobs.cli.main", "shards", "move", "--db", str(args.db),
                            "--to", target, "--config", str(node.config_path), "--batch-rows", str(args.batch_rows),
                            "--cut-over-below", str(args.cut_over_below)]  # fmt: skip
+                if args.copy_duty is not None:
+                    command += ["--copy-duty", str(args.copy_duty)]
+                if args.max_rows_per_s is not None:
+                    command += ["--max-rows-per-s", str(args.max_rows_per_s)]
+                if args.profile_mover:  # py-spy's collapsed stacks of the mover (its CPU, by function)
+                    command = ["py-spy", "record", "--format", "raw", "-r", "200", "-o", args.profile_mover,
+                               "--", *command]  # fmt: skip
                 say(f"moving logical database {args.db} to {target}")
                 move = await run_mover(command)
                 loads["move_end"] = load_average()
@@ -579,6 +587,8 @@ async def bench(args: argparse.Namespace, urls: list[str], server_pids: Mapping[
         "settings": {
             "batch_rows": args.batch_rows,
             "cut_over_below": args.cut_over_below,
+            "copy_duty": args.copy_duty,  # None: the mover's default
+            "max_rows_per_s": args.max_rows_per_s,
             "node": {**NODE_SETTINGS, "scheduler": {"cycle_s": args.cycle_s, "load_lead_s": args.load_lead_s}},
         },
         "warnings": warnings,
@@ -624,6 +634,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--db", type=int, default=1, help="the logical database moved (1..3)")
     parser.add_argument("--batch-rows", type=int, default=1000, help="the mover's --batch-rows")
     parser.add_argument("--cut-over-below", type=int, default=200, help="the mover's --cut-over-below")
+    parser.add_argument("--copy-duty", type=float, help="the mover's --copy-duty (default: the mover's default)")
+    parser.add_argument("--max-rows-per-s", type=int, help="the mover's --max-rows-per-s (default: none)")
+    parser.add_argument("--profile-mover", help="run the mover under py-spy, its collapsed stacks to this file")
     parser.add_argument("--drain-timeout-s", type=float, default=60.0)
     parser.add_argument("--cycle-s", type=int, default=10, help="the node's scheduler.cycle_s")
     parser.add_argument("--load-lead-s", type=int, default=5, help="the node's scheduler.load_lead_s")

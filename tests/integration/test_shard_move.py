@@ -39,11 +39,12 @@ from tjobs.cli.main import app
 from tjobs.clock import SystemClock
 from tjobs.cluster.etcd import EtcdCoordinator, _host_port
 from tjobs.cluster.local import LocalCoordinator
-from tjobs.cluster.shard_move import CUTTING_OVER, DONE, MoveRefused, ShardMover
+from tjobs.cluster.shard_move import CATCHING_UP, CUTTING_OVER, DONE, MoveRefused, ShardMover
 from tjobs.errors import StaleShardMap
 from tjobs.model import FireIntent, FirePlan, FlowKind, FlowStatus, NewFlow, Task, TaskStatus
 from tjobs.settings import ClusterSettings, Settings, load_settings
 from tjobs.stores.base import TaskStore
+from tjobs.stores.copy_pace import CopyPace
 from tjobs.stores.migrate import migrate
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sql_layout import Layout, configured_servers, create_engine_for
@@ -279,6 +280,97 @@ async def test_an_aborted_move_leaves_the_database_where_it_was_and_a_rerun_fini
     finally:
         await mover.close()
         await store.close()
+
+
+@contextlib.asynccontextmanager
+async def mapped_store(settings: Settings) -> AsyncIterator[tuple[SQLAlchemyTaskStore, LocalCoordinator]]:
+    """A store routing by the seeded map, and the local coordinator keeping it (no node)."""
+    store = SQLAlchemyTaskStore(settings.storage)
+    await store.start()
+    try:
+        coordinator = LocalCoordinator(store.topology.shard_count, map_home=store)
+        store.use_shard_map(await coordinator.seed_shard_map(await store.read_shard_map() or store.seed_shard_map()))
+        yield store, coordinator
+    finally:
+        await store.close()
+
+
+async def test_a_paced_move_copies_no_faster_than_its_cap_but_the_cut_over_does_not_rest(
+    settings: Settings, own_mariadb: str
+) -> None:
+    target = server_of(own_mariadb)
+    cap = 100  # rows per second
+    rests_s: list[float] = []
+
+    async def rest(seconds: float) -> None:
+        rests_s.append(seconds)
+        await asyncio.sleep(seconds)
+
+    async with mapped_store(settings) as (store, coordinator):
+        shards = store.topology.shards_of_database(MOVED)
+        tasks = [make_task(shard=shards[n % len(shards)]) for n in range(200)]
+        await store.insert_tasks(tasks)
+        pace = CopyPace(duty=1.0, max_rows_per_s=cap)
+        mover = ShardMover(
+            settings.storage, coordinator, store, batch_rows=25, cut_over_below=10_000, pace=pace, rest=rest
+        )
+        try:
+            row = await mover._start(await mover._map(), MOVED, target)
+            started = time.monotonic()
+            copy, _, _ = mover._copy(row, await mover._map())
+            await copy.prepare()
+            copied = await copy.copy()
+            copy_s = time.monotonic() - started
+            copy_rests = len(rests_s)
+            for task in tasks:  # 200 changed rows, left for the cut-over (cut_over_below is above them)
+                await store.edit_task(replace(task, name="changed"), {"name"})
+            await mover._save(replace(row, state=CATCHING_UP, rows_copied=copied))
+
+            finished = await mover.move(MOVED, target)  # straight to the cut-over: 200 < cut_over_below
+        finally:
+            await mover.close()
+
+    assert copied >= 200 and copy_s >= copied / cap, f"{copied} rows in {copy_s:.2f} s"
+    assert copy_rests >= 8  # a rest after (nearly) every batch of 25
+    assert finished.state == DONE and rests_s[copy_rests:] == []  # writes are refused while cutting over
+
+
+async def test_a_paced_catch_up_that_does_not_gain_on_the_writes_goes_unpaced_and_the_move_finishes(
+    settings: Settings, own_mariadb: str
+) -> None:
+    target = server_of(own_mariadb)
+    reports: list[str] = []
+    async with mapped_store(settings) as (store, coordinator):
+        shards = store.topology.shards_of_database(MOVED)
+        tasks = [make_task(shard=shards[n % len(shards)]) for n in range(20)]
+        await store.insert_tasks(tasks)
+        pace = CopyPace(duty=1.0, max_rows_per_s=10)  # far slower than the writer below, even on a busy box
+        mover = ShardMover(
+            settings.storage, coordinator, store, batch_rows=5, cut_over_below=30, pace=pace, report=reports.append
+        )
+
+        async def write_until_refused() -> int:
+            written = 0
+            for round_ in itertools.count():
+                for task in tasks:
+                    try:
+                        await store.edit_task(replace(task, name=f"round {round_}"), {"name"})
+                    except StaleShardMap:  # the cut-over retired the source
+                        return written
+                    written += 1
+                await asyncio.sleep(0.05)
+            raise AssertionError("unreachable")
+
+        writer = asyncio.create_task(write_until_refused())
+        try:
+            row = await asyncio.wait_for(mover.move(MOVED, target), timeout=120)
+            written = await asyncio.wait_for(writer, timeout=10)
+        finally:
+            writer.cancel()
+            await mover.close()
+
+    assert row.state == DONE and written > 100
+    assert any("not gaining on the writes" in line and "unpaced now" in line for line in reports), "\n".join(reports)
 
 
 async def test_a_mover_starting_again_adds_no_column_twice_so_the_driver_warns_of_nothing(

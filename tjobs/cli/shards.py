@@ -38,6 +38,7 @@ from tjobs.service.shards import ShardStatus, plan, shard_status, stored_map
 from tjobs.settings import Settings
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
+from tjobs.stores.copy_pace import DEFAULT_COPY_DUTY, CopyPace
 from tjobs.stores.sql_move import MoveRow
 
 shards_app = typer.Typer(help="The shard map: which database server holds each logical database.", no_args_is_help=True)
@@ -47,7 +48,27 @@ ServersOption = Annotated[
     list[str],
     typer.Option("--servers", help="the new server list (host:port), first unchanged; repeat it or separate by commas"),
 ]
+CopyDutyOption = Annotated[
+    float,
+    typer.Option(
+        "--copy-duty",
+        help="the share of the time the copy and catch-up keep the servers busy (above 0, at most 1; "
+        "1: unpaced); they rest after each batch for the rest",
+    ),
+]
+MaxRowsPerSOption = Annotated[
+    int | None, typer.Option("--max-rows-per-s", help="copy no more rows per second than this (default: no cap)")
+]
 T = TypeVar("T")
+
+
+def _pace_or_exit(copy_duty: float, max_rows_per_s: int | None) -> CopyPace:
+    """The copy's pace from the options, or exit 2 naming the bad one (before anything is touched)."""
+    try:
+        return CopyPace(copy_duty, max_rows_per_s)
+    except ValueError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
 
 
 def _coordinator(settings: Settings, store: TaskStore) -> Coordinator:
@@ -131,6 +152,7 @@ def _mover_run(
     act: Callable[[ShardMover], Awaitable[MoveRow]],
     batch_rows: int = 1000,
     cut_over_below: int = 200,
+    pace: CopyPace | None = None,
 ) -> MoveRow:
     settings = settings_or_exit(config)
 
@@ -144,6 +166,7 @@ def _mover_run(
             store,
             batch_rows=batch_rows,
             cut_over_below=cut_over_below,
+            pace=pace,
             report=typer.echo,
         )
         try:
@@ -170,9 +193,12 @@ def move(
     cut_over_below: Annotated[
         int, typer.Option("--cut-over-below", min=1, help="cut over once fewer changed rows than this are behind")
     ] = 200,
+    copy_duty: CopyDutyOption = DEFAULT_COPY_DUTY,
+    max_rows_per_s: MaxRowsPerSOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Move a logical database to another server while the cluster runs (rerun to resume)."""
+    pace = _pace_or_exit(copy_duty, max_rows_per_s)
     if abort:
         _mover_run(config, lambda mover: mover.abort(database))
         return
@@ -180,7 +206,7 @@ def move(
         typer.echo("error: --to host:port is required (or --abort)", err=True)
         raise typer.Exit(2)
     target = to
-    row = _mover_run(config, lambda mover: mover.move(database, target), batch_rows, cut_over_below)
+    row = _mover_run(config, lambda mover: mover.move(database, target), batch_rows, cut_over_below, pace)
     typer.echo(f"logical database {row.database} is on {row.target} (map epoch {row.epoch}); the old copy on")
     typer.echo(f"{row.source} is kept read-only until: tjobs shards drop-old --db {row.database}")
 
@@ -201,10 +227,13 @@ def plan_command(servers: ServersOption, config: ConfigOption = None) -> None:
 def rebalance(
     servers: ServersOption,
     apply: Annotated[bool, typer.Option("--apply", help="perform the moves, one after the other")] = False,
+    copy_duty: CopyDutyOption = DEFAULT_COPY_DUTY,
+    max_rows_per_s: MaxRowsPerSOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Propose the moves of an even spread over --servers (one `tjobs shards move` each); --apply
-    performs them one by one (the old copies are kept until drop-old)."""
+    performs them one by one, paced as `move` (the old copies are kept until drop-old)."""
+    pace = _pace_or_exit(copy_duty, max_rows_per_s)
     _plan(config, servers)
     if not apply:
         return
@@ -215,7 +244,7 @@ def rebalance(
         shard_map = await stored_map(coordinator)
         store.use_shard_map(shard_map)
         moves = plan(shard_map, listed)
-        mover = ShardMover(storage, coordinator, store, report=typer.echo)
+        mover = ShardMover(storage, coordinator, store, pace=pace, report=typer.echo)
         try:
             for number, step in enumerate(moves, 1):
                 typer.echo(f"move {number} of {len(moves)}: logical database {step.database} to {step.target}")

@@ -21,6 +21,10 @@ died at any step picks up where it stopped, and every step is safe to repeat:
 ``done``
     The old copy stays, read-only (fence retired), until ``drop-old`` drops it.
 
+The copy and the catch-up rest after each batch as the move's :class:`~tjobs.stores.copy_pace.CopyPace`
+says (``--copy-duty``, ``--max-rows-per-s``), so that the servers keep time for the firing; a catch-up
+that does not gain on the writes goes unpaced (:meth:`ShardMover._catch_up`).
+
 At every moment at most one copy admits writers under the map that names it: before the cut-over
 the source (the target's fence is retired); after it the target (the source's is). A mover killed
 while cutting over leaves the database refusing writes (the source fenced, the map still naming
@@ -31,9 +35,10 @@ nothing to abort (the move is done). Logical database 0 never moves. One move at
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -43,6 +48,7 @@ from tjobs.cluster.base import Coordinator
 from tjobs.errors import Conflict
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import TaskStore
+from tjobs.stores.copy_pace import CopyPace
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sql_layout import DatabaseHome, Layout, create_engine_for
 from tjobs.stores.sql_move import DatabaseCopy, MoveRecords, MoveRow
@@ -52,6 +58,7 @@ logger = logging.getLogger(__name__)
 COPYING, CATCHING_UP, CUTTING_OVER, DONE = "copying", "catching_up", "cutting_over", "done"
 MOVE_STEPS = (COPYING, CATCHING_UP, CUTTING_OVER)  # the steps of a move in progress, in order
 PROGRESS_EVERY_S = 1.0  # how often a move's progress (rows copied, lag) is written to its record
+CATCH_UP_ROUNDS_PER_CHECK = 10  # catch-up batches between two looks at the backlog (is it gaining?)
 
 Report = Callable[[str], None]
 
@@ -73,13 +80,17 @@ class ShardMover:
         *,
         batch_rows: int = 1000,
         cut_over_below: int = 200,
+        pace: CopyPace | None = None,
         report: Report | None = None,
+        rest: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
         self.coordinator = coordinator
         self.store = store
         self.batch_rows = batch_rows
         self.cut_over_below = cut_over_below
+        self.pace = pace or CopyPace()
+        self._rest = rest  # how the copy rests between batches (a test records it)
         self.report: Report = report or (lambda _: None)
         self._engines: dict[str, AsyncEngine] = {}
         self._progress_recorded_at = float("-inf")
@@ -109,9 +120,8 @@ class ShardMover:
         source = self._home(tuple(placement), row.database)
         placement[row.database] = row.target
         target = self._home(tuple(placement), row.database)
-        copy = DatabaseCopy(
-            self._engine(source.engine_url), self._engine(target.engine_url), source.name, self.batch_rows
-        )
+        engines = self._engine(source.engine_url), self._engine(target.engine_url)
+        copy = DatabaseCopy(*engines, source.name, self.batch_rows, self.pace, self._rest)
         return copy, source, target
 
     async def _map(self) -> ShardMap:
@@ -171,14 +181,41 @@ class ShardMover:
             self.report(f"copied {copied:,} rows; catching up")
             row = await self._save(replace(row, state=CATCHING_UP, rows_copied=copied))
         if row.state == CATCHING_UP:
-            while (backlog := await copy.backlog()) >= self.cut_over_below:
-                self.report(f"catching up: {backlog:,} changed rows behind")
-                await self._record(replace(row, lag_rows=backlog))
-                await copy.catch_up(rounds=max(1, backlog // self.batch_rows))
+            backlog = await self._catch_up(row, copy)
             row = await self._save(replace(row, state=CUTTING_OVER, lag_rows=backlog))
         if row.state == CUTTING_OVER:
             row = await self._cut_over(row, copy, source, target_home)
         return row
+
+    async def _catch_up(self, row: MoveRow, copy: DatabaseCopy) -> int:
+        """Apply the changed rows until fewer than ``cut_over_below`` are behind; returns that backlog.
+
+        Between two looks at the backlog it applies up to :data:`CATCH_UP_ROUNDS_PER_CHECK` batches,
+        paced. If the backlog did not shrink meanwhile, the writes come at least as fast as the paced
+        catch-up applies them: from then on it runs unpaced (the move must finish, and the cut-over
+        cannot start while the backlog is above the threshold). If even that cannot keep up, it goes
+        on reporting the growing backlog until the writes slow down or the operator stops it (the
+        record keeps ``catching_up``: a rerun resumes, ``--abort`` rolls back)."""
+        paced = not copy.pace.unpaced
+        behind: int | None = None
+        while (backlog := await copy.backlog()) >= self.cut_over_below:
+            if paced and behind is not None and backlog >= behind:
+                paced = False
+                logger.warning(
+                    "move of logical database %d: the paced catch-up is not gaining on the writes "
+                    "(%d then %d changed rows behind); catching up unpaced",
+                    row.database,
+                    behind,
+                    backlog,
+                    extra={"action": "shard_move_unpaced"},
+                )
+                self.report(f"the paced catch-up is not gaining on the writes ({behind:,} → {backlog:,}): unpaced now")
+            behind = backlog
+            self.report(f"catching up: {backlog:,} changed rows behind")
+            await self._record(replace(row, lag_rows=backlog))
+            rounds = min(CATCH_UP_ROUNDS_PER_CHECK, max(1, backlog // self.batch_rows))
+            await copy.catch_up(rounds=rounds, paced=paced)
+        return backlog
 
     async def _start(self, shard_map: ShardMap, database: int, target: str) -> MoveRow:
         if database == PINNED_DATABASE:
@@ -205,7 +242,7 @@ class ShardMover:
         started = time.monotonic()
         async with copy.source.begin() as conn:
             await write_fence(conn, source, RETIRED_EPOCH)  # waits for the writers holding its share lock
-        applied = await copy.catch_up()
+        applied = await copy.catch_up(paced=False)  # writes are refused meanwhile: no rest
         while True:
             current = await self._map()
             if current.server_of(row.database) == row.target:

@@ -17,7 +17,8 @@ The steps, each safe to repeat after a crash:
    change table :data:`CHANGES` in the source database, and on each source table with a primary key
    ``AFTER INSERT/UPDATE/DELETE`` triggers that record the row's key there, in the writing transaction.
 2. :meth:`DatabaseCopy.copy`: every table, in primary-key order, ``batch_rows`` at a time
-   (``REPLACE``: a row copied twice is the same row). A row changed after its batch was read has its
+   (``REPLACE``: a row copied twice is the same row), resting after each batch as its
+   :class:`~tjobs.stores.copy_pace.CopyPace` says. A row changed after its batch was read has its
    key in the change table.
 3. :meth:`DatabaseCopy.catch_up`: take the oldest recorded keys, re-read those rows on the source and
    make the target's the same (deleted if gone), then forget those keys; the change table is a queue,
@@ -33,6 +34,8 @@ Only identifiers from the topology (database and table names) are put into SQL t
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +44,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from tjobs.stores.copy_pace import UNPACED, CopyPace
 from tjobs.stores.schema import SHARD_FENCE_TABLE
 from tjobs.stores.shard_fence import RETIRED_EPOCH
 
@@ -67,14 +71,30 @@ def _quote(name: str) -> str:
 
 
 class DatabaseCopy:
-    """Moves the rows of database ``schema`` from the ``source`` server to the ``target`` server."""
+    """Moves the rows of database ``schema`` from the ``source`` server to the ``target`` server,
+    resting after each batch of the copy and of a paced catch-up as ``pace`` says."""
 
-    def __init__(self, source: AsyncEngine, target: AsyncEngine, schema: str, batch_rows: int = 2000) -> None:
+    def __init__(
+        self,
+        source: AsyncEngine,
+        target: AsyncEngine,
+        schema: str,
+        batch_rows: int = 2000,
+        pace: CopyPace = UNPACED,
+        rest: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.source = source
         self.target = target
         self.schema = schema
         self.batch_rows = batch_rows
+        self.pace = pace
+        self._rest = rest
         self._tables: list[CopiedTable] | None = None
+
+    async def _paced(self, pace: CopyPace, rows: int, started: float) -> None:
+        rest_s = pace.rest_s(rows, time.monotonic() - started)
+        if rest_s > 0:
+            await self._rest(rest_s)
 
     def qualified(self, table: str) -> str:
         return f"{_quote(self.schema)}.{_quote(table)}"
@@ -180,6 +200,7 @@ class DatabaseCopy:
         for table in await self.tables():
             after: tuple[Any, ...] | None = None
             while True:
+                started = time.monotonic()
                 where, params = _after(table.key, after)
                 order = ", ".join(_quote(column) for column in table.key)
                 async with self.source.connect() as conn:
@@ -194,6 +215,7 @@ class DatabaseCopy:
                     break
                 async with self.target.begin() as conn:
                     await _replace(conn, self.qualified(table.name), columns, rows)
+                await self._paced(self.pace, len(rows), started)
                 copied += len(rows)
                 if progress is not None:
                     await progress(table.name, copied)
@@ -209,13 +231,16 @@ class DatabaseCopy:
         async with self.source.connect() as conn:
             return int((await conn.exec_driver_sql(f"SELECT COUNT(*) FROM {self.qualified(CHANGES)}")).scalar_one())
 
-    async def catch_up(self, rounds: int | None = None) -> int:
-        """Step 3: apply the queued keys, oldest first, until none is left (or ``rounds`` batches);
-        returns how many keys were applied."""
+    async def catch_up(self, rounds: int | None = None, paced: bool = True) -> int:
+        """Step 3: apply the queued keys, oldest first, until none is left (or ``rounds`` batches),
+        resting after each batch as the pace says unless not ``paced``; returns how many keys were
+        applied."""
         applied = 0
         done = 0
         tables = {table.name: table for table in await self.tables()}
+        pace = self.pace if paced else UNPACED
         while rounds is None or done < rounds:
+            started = time.monotonic()
             async with self.source.connect() as conn:
                 queued = [
                     (int(seq), str(tbl), tuple(orjson.loads(row_key)))
@@ -235,6 +260,7 @@ class DatabaseCopy:
                 seqs = [seq for seq, _, _ in queued]
                 marks = ", ".join(["%s"] * len(seqs))
                 await conn.exec_driver_sql(f"DELETE FROM {self.qualified(CHANGES)} WHERE seq IN ({marks})", tuple(seqs))
+            await self._paced(pace, len(queued), started)
             applied += len(queued)
             done += 1
         return applied
