@@ -30,12 +30,14 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.errors import Fenced
-from tjobs.model import FireIntent, FireOutcome, Flow, Task, TaskStatus
+from tjobs.model import DeliveryMode, FireIntent, FireOutcome, Flow, MisfirePolicy, Task, TaskStatus
+from tjobs.specs import callback_from_text, schedule_from_text
 from tjobs.stores.base import FirePlanner
-from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, clip_error, task_from_row
+from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, clip_error
 from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, MYSQL, mysql_errno, round_trips
 
@@ -314,7 +316,7 @@ class FireTransaction:
             else:
                 sql = " UNION ALL ".join(statement)
             for row in await run.rows(sql, tuple(params)):
-                task = task_from_row(dict(zip(TASK_COLUMNS, row, strict=True)))
+                task = _task_of_values(row)
                 state[task.id] = task
             statement.clear()
             params.clear()
@@ -397,4 +399,45 @@ def _flow_values(flow: Flow) -> tuple[Any, ...]:
         clip_error(flow.last_error),
         flow.created_at_ms,
         flow.updated_at_ms,
+    )
+
+
+def _task_of_values(row: Sequence[Any]) -> Task:
+    """:func:`tjobs.stores.schema.task_from_row` of a locked row, read as values in
+    :data:`TASK_COLUMNS` order: one row per fire, so no mapping is built for it."""
+    (
+        id_,
+        app_id,
+        name,
+        idem_key,
+        status,
+        next_run_at,
+        version,
+        fire_count,
+        schedule,
+        callback,
+        payload,
+        misfire_policy,
+        delivery,
+        created_at,
+        updated_at,
+        revision,
+    ) = row
+    return Task(
+        int(id_),
+        app_id,
+        name,
+        idem_key,
+        schedule_from_text(schedule),
+        callback_from_text(callback),
+        orjson.loads(payload),
+        MisfirePolicy(misfire_policy),
+        DeliveryMode(delivery),
+        TaskStatus(status),
+        None if next_run_at is None else int(next_run_at),
+        int(version),
+        int(fire_count),
+        int(created_at),
+        int(updated_at),
+        int(revision),
     )
