@@ -111,3 +111,14 @@ def test_our_verify_accepts_fresh_valid_signatures_and_rejects_the_rest() -> Non
     assert not verify([new], headers, b'{"x":2}', now_s=now_s)
     assert not verify([new], headers, body, now_s=now_s + 301)  # stale: replay window is 5 minutes
     assert not verify([new], {"webhook-id": "9-9"}, body, now_s=now_s)
+
+
+def test_signing_one_message_leaves_the_next_signature_of_the_secret_alone() -> None:
+    """Signatures of one secret start from the same keyed state: the order of signing changes nothing."""
+    secret = generate_secret()
+    first = sign(secret, "1-1", 1614265330, b'{"n": 1}')
+    second = sign(secret, "2-2", 1614265331, b'{"n": 2}')
+    assert sign(secret, "1-1", 1614265330, b'{"n": 1}') == first
+    assert signature_header([secret], "2-2", 1614265331, b'{"n": 2}') == second
+    expected = Webhook(secret).sign("2-2", datetime.fromtimestamp(1614265331, UTC), '{"n": 2}')
+    assert second == expected

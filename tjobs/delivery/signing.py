@@ -8,6 +8,7 @@ space-separated, so a receiver holding either the old or the new secret verifies
 
 from __future__ import annotations
 
+import _hashlib
 import base64
 import binascii
 import hmac
@@ -40,14 +41,23 @@ def secret_key(secret: str) -> bytes:
     return key
 
 
-def _signature(key: bytes, msg_id: str, timestamp_s: int, body: bytes) -> str:
-    digest = hmac.digest(key, f"{msg_id}.{timestamp_s}.".encode() + body, "sha256")
-    return "v1," + base64.b64encode(digest).decode("ascii")
+@lru_cache(maxsize=4096)
+def _keyed(secret: str) -> _hashlib.HMAC:
+    """OpenSSL's HMAC-SHA256 keyed with ``secret`` and fed nothing: each signature starts from a copy
+    of it, which skips the digest lookup and key setup the one-shot ``hmac.digest`` pays per call
+    (``_hashlib`` is what :mod:`hmac` runs on; its ``HMAC`` without the Python wrapper's three calls)."""
+    return _hashlib.hmac_new(secret_key(secret), digestmod="sha256")
+
+
+def _signature(keyed: _hashlib.HMAC, msg_id: str, timestamp_s: int, body: bytes) -> str:
+    mac = keyed.copy()
+    mac.update(f"{msg_id}.{timestamp_s}.".encode() + body)
+    return "v1," + binascii.b2a_base64(mac.digest(), newline=False).decode("ascii")
 
 
 def sign(secret: str, msg_id: str, timestamp_s: int, body: bytes) -> str:
     """One ``v1,<base64>`` signature of ``body`` for message ``msg_id`` sent at ``timestamp_s``."""
-    return _signature(secret_key(secret), msg_id, timestamp_s, body)
+    return _signature(_keyed(secret), msg_id, timestamp_s, body)
 
 
 def signature_header(secrets: Sequence[str], msg_id: str, timestamp_s: int, body: bytes) -> str:
@@ -55,8 +65,8 @@ def signature_header(secrets: Sequence[str], msg_id: str, timestamp_s: int, body
     if not secrets:
         raise ValueError("an app needs at least one signing secret")
     if len(secrets) == 1:
-        return _signature(secret_key(secrets[0]), msg_id, timestamp_s, body)
-    return " ".join(_signature(secret_key(s), msg_id, timestamp_s, body) for s in secrets)
+        return _signature(_keyed(secrets[0]), msg_id, timestamp_s, body)
+    return " ".join(_signature(_keyed(s), msg_id, timestamp_s, body) for s in secrets)
 
 
 def verify(
