@@ -1,14 +1,17 @@
 """CPU per callback of each HTTP transport: the client process alone, against a sink in another process.
 
     .venv/bin/python -m benchmarks.transport_cpu [--requests 20000] [--in-flight 100] [--rounds 3]
+    .venv/bin/python -m benchmarks.transport_cpu --sinks [--requests 20000] [--rounds 3]
 
 Every transport in ``callbacks.transport`` sends the same signed POST (a ~300-byte JSON body, 8
 headers as the deliverer writes them) to a keep-alive HTTP/1.1 sink on 127.0.0.1 in its own process
-(raw asyncio + llhttp answering ``204``), ``--in-flight`` attempts at a time, on uvloop as the node
-runs. The policy hands a fixed :class:`Route` (what the SSRF guard returns from its cache), so only
-the transport is measured. Rounds alternate the transports (aiohttp, lean, aiohttp, lean, ...) after
-a warm-up each; the figure is this process's CPU time (user + system, ``getrusage``) per request, the
-median over rounds, printed as one JSON line with the load average.
+(:class:`tjobs.testing.sink.SinkProcess`, its lean llhttp server recording each and answering
+``204``), ``--in-flight`` attempts at a time, on uvloop as the node runs. The policy hands a fixed
+:class:`Route` (what the SSRF guard returns from its cache), so only the transport is measured. Rounds
+alternate the transports (aiohttp, lean, aiohttp, lean, ...) after a warm-up each; the figure is this
+process's CPU time (user + system, ``getrusage``) per request, the median over rounds, printed as one
+JSON line with the load average. ``--sinks`` measures the other side: the sink process's CPU per
+recorded callback for each of its servers (lean, aiohttp), the lean transport sending.
 """
 
 from __future__ import annotations
@@ -20,12 +23,9 @@ import ipaddress
 import os
 import resource
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
-import httptools
 import orjson
 
 from tjobs.delivery.signing import generate_secret, signature_header
@@ -33,36 +33,9 @@ from tjobs.delivery.transport import CallbackRequest, Outcome, Route, Transport
 from tjobs.delivery.transports import build_transport
 from tjobs.settings import CallbackSettings
 from tjobs.targets.urls import parse_callback_url
+from tjobs.testing.sink import SINK_SERVERS, SinkConfig, SinkProcess
 
 TRANSPORTS = ("aiohttp", "lean")
-_ANSWER = b"HTTP/1.1 204 No Content\r\nServer: sink\r\n\r\n"
-
-
-# ---- the sink (run as a child: python -m benchmarks.transport_cpu --sink) -------------------------
-
-
-class _SinkConnection(asyncio.Protocol):
-    def __init__(self) -> None:
-        self._parser = httptools.HttpRequestParser(self)
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self._parser.feed_data(data)
-
-    def on_message_complete(self) -> None:
-        assert self._transport is not None
-        self._transport.write(_ANSWER)
-
-
-async def _serve_sink() -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(_SinkConnection, "127.0.0.1", 0, backlog=1024)
-    print(server.sockets[0].getsockname()[1], flush=True)
-    await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
-    server.close()
 
 
 # ---- the client ------------------------------------------------------------------------------------
@@ -121,7 +94,13 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _measure(port: int, count: int, in_flight: int, rounds: int, only: tuple[str, ...]) -> dict[str, Any]:
+async def _measure(count: int, in_flight: int, rounds: int, only: tuple[str, ...]) -> dict[str, Any]:
+    async with SinkProcess(SinkConfig(server="lean")) as sink:
+        port = int(sink.base_url.rsplit(":", 1)[1])
+        return await _measure_against(port, count, in_flight, rounds, only)
+
+
+async def _measure_against(port: int, count: int, in_flight: int, rounds: int, only: tuple[str, ...]) -> dict[str, Any]:
     url = f"http://sink.bench:{port}/cb"
     route = Route(parse_callback_url(url), (ipaddress.ip_address("127.0.0.1"),))
 
@@ -161,32 +140,59 @@ async def _measure(port: int, count: int, in_flight: int, rounds: int, only: tup
     }
 
 
+async def _measure_sinks(count: int, in_flight: int, rounds: int) -> dict[str, Any]:
+    """The other side: the bench sink's CPU per recorded callback for each of its HTTP servers, the lean
+    transport sending; rounds alternate the servers, a fresh sink process each."""
+    per_callback_us: dict[str, list[float]] = {name: [] for name in SINK_SERVERS}
+    for _ in range(rounds):
+        for name in SINK_SERVERS:
+            async with SinkProcess(SinkConfig(server=name)) as sink:
+                port = int(sink.base_url.rsplit(":", 1)[1])
+                url = f"http://sink.bench:{port}/cb"
+                route = Route(parse_callback_url(url), (ipaddress.ip_address("127.0.0.1"),))
+
+                async def policy(request: CallbackRequest, route: Route = route) -> Route:
+                    return route
+
+                secret = generate_secret()
+                requests = [callback_request(url, i, secret) for i in range(count)]
+                transport = build_transport(CallbackSettings(transport="lean"), policy=policy)
+                try:
+                    await _drive(transport, requests[: min(count, 2000)], in_flight)
+                    before = await sink.stats()
+                    delivered = await _drive(transport, requests, in_flight)
+                    after = await sink.stats()
+                finally:
+                    await transport.close()
+            if delivered != count or after.received - before.received != count:
+                raise RuntimeError(f"sink {name}: {after.received - before.received} of {count} recorded")
+            per_callback_us[name].append((after.cpu_ms - before.cpu_ms) * 1000 / count)
+    return {
+        "requests_per_round": count,
+        "in_flight": in_flight,
+        "rounds": rounds,
+        "sink_cpu_us_per_callback": {name: round(statistics.median(v), 1) for name, v in per_callback_us.items()},
+        "sink_cpu_us_per_callback_rounds": {name: [round(x, 1) for x in v] for name, v in per_callback_us.items()},
+        "loadavg": os.getloadavg(),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--in-flight", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=TRANSPORTS, action="append", help="measure only this transport")
-    parser.add_argument("--sink", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sinks", action="store_true", help="measure the bench sink's servers instead (sink CPU)")
     args = parser.parse_args(argv)
     import uvloop
 
-    if args.sink:
-        uvloop.run(_serve_sink())
+    if args.sinks:
+        print(orjson.dumps(uvloop.run(_measure_sinks(args.requests, args.in_flight, args.rounds))).decode())
         return
-    sink = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.transport_cpu", "--sink"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    try:
-        assert sink.stdout is not None
-        port = int(sink.stdout.readline())
-        only = tuple(args.only) if args.only else TRANSPORTS
-        report = uvloop.run(_measure(port, args.requests, args.in_flight, args.rounds, only))
-        print(orjson.dumps(report).decode())
-    finally:
-        assert sink.stdin is not None
-        sink.stdin.close()
-        sink.wait(10)
+    only = tuple(args.only) if args.only else TRANSPORTS
+    report = uvloop.run(_measure(args.requests, args.in_flight, args.rounds, only))
+    print(orjson.dumps(report).decode())
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from standardwebhooks.webhooks import Webhook
 from benchmarks import fire
 from benchmarks.fire import BenchError, run_fire_bench, run_register_bench
 from benchmarks.report import to_json
-from tjobs.testing.sink import CallbackRecords, SinkConfig, SinkProcess
+from tjobs.testing.sink import SINK_SERVERS, CallbackRecords, SinkConfig, SinkProcess
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()
@@ -39,9 +39,9 @@ def signed_headers(
     }
 
 
-@pytest.fixture
-async def sink() -> AsyncIterator[SinkProcess]:
-    async with SinkProcess(SinkConfig(secrets=(SECRET,), verify_every=1)) as running:
+@pytest.fixture(params=SINK_SERVERS)
+async def sink(request: pytest.FixtureRequest) -> AsyncIterator[SinkProcess]:
+    async with SinkProcess(SinkConfig(secrets=(SECRET,), verify_every=1, server=request.param)) as running:
         yield running
 
 
@@ -90,6 +90,60 @@ async def test_sink_accepts_any_method_and_subpath(sink: SinkProcess) -> None:
             async with session.request(method, url, headers=headers) as response:
                 assert response.status == 204
     assert (await sink.stats()).received == 2
+
+
+async def raw_exchange(sink: SinkProcess, request: bytes, answers: int) -> list[bytes]:
+    """Send ``request`` (bytes as they go on the wire) on one connection; the status lines of the first
+    ``answers`` answers, and b"closed" if the server then closed the connection."""
+    port = int(sink.base_url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        statuses: list[bytes] = []
+        for _ in range(answers):
+            status = await asyncio.wait_for(reader.readline(), 5)
+            statuses.append(status.strip())
+            length = 0
+            while (line := await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            await reader.readexactly(length)
+        if await asyncio.wait_for(reader.read(1), 5) == b"":
+            statuses.append(b"closed")
+        return statuses
+    finally:
+        writer.close()
+
+
+CALLBACK_HEADERS = b"webhook-id: f\r\ntjobs-task-id: 1\r\ntjobs-scheduled-at: 2\r\n"
+
+
+async def test_the_lean_sink_answers_pipelined_requests_in_order_and_honours_connection_close() -> None:
+    async with SinkProcess(SinkConfig(server="lean")) as sink:
+        post = b"POST /cb HTTP/1.1\r\nHost: x\r\n" + CALLBACK_HEADERS + b"Content-Length: 2\r\n\r\n{}"
+        last = b"POST /cb/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + CALLBACK_HEADERS + b"\r\n"
+        statuses = await raw_exchange(sink, post + post + b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n" + last, 4)
+        assert statuses == [b"HTTP/1.1 204 No Content"] * 2 + [
+            b"HTTP/1.1 404 Not Found",
+            b"HTTP/1.1 204 No Content",
+            b"closed",
+        ]
+        assert (await sink.stats()).received == 3
+
+
+async def test_the_lean_sink_refuses_what_it_cannot_parse_and_bodies_over_the_cap() -> None:
+    async with SinkProcess(SinkConfig(server="lean")) as sink:
+        assert await raw_exchange(sink, b"NOT HTTP AT ALL\r\n\r\n", 1) == [b"HTTP/1.1 400 Bad Request", b"closed"]
+        huge = b"POST /cb HTTP/1.1\r\nHost: x\r\n" + CALLBACK_HEADERS + b"Content-Length: 2000000\r\n\r\n"
+        answer = await raw_exchange(sink, huge + b"x" * 1_100_000, 1)
+        assert answer == [b"HTTP/1.1 413 Payload Too Large", b"closed"]
+        assert (await sink.stats()).received == 0
+
+
+def test_a_sink_server_that_does_not_exist_is_refused() -> None:
+    with pytest.raises(ValueError, match="sink server must be one of lean, aiohttp, not 'nginx'"):
+        SinkConfig(server="nginx")
 
 
 async def test_sink_without_secrets_checks_no_signature() -> None:

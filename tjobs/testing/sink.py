@@ -1,4 +1,8 @@
-"""The bench's callback sink: a separate aiohttp process that records every callback and answers 204.
+"""The bench's callback sink: a separate process that records every callback and answers 204.
+
+Its HTTP server is a lean llhttp one (:mod:`tjobs.testing.sink_http`, ``SinkConfig.server="lean"``, the
+default) or aiohttp's (``"aiohttp"``, what every bench used before 2026-11-29: about ten times the CPU
+per callback, docs/benchmarks.md); both serve the same routes through :class:`CallbackRecorder`.
 
 It runs as ``python -m tjobs.testing.sink`` so it never shares the GIL with the registering client. The
 parent (:class:`SinkProcess`) writes one JSON config line to the child's stdin, reads the bound port from
@@ -35,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import ClientSession, ClientTimeout, web
 
+from tjobs.testing import sink_http
+
 if TYPE_CHECKING:
     from tjobs.testing.consumers import Consumed
 
@@ -42,6 +48,7 @@ CALLBACK_PATH = "/cb"
 _COLUMNS = ("recv_us", "task_id", "scheduled_ms", "flow", "attempt", "executor")
 _MAGIC = b"TJBR2"
 NO_EXECUTOR = -1  # the executor index of a callback without tjobs-executor-id
+SINK_SERVERS = ("lean", "aiohttp")
 
 
 @dataclass
@@ -101,9 +108,14 @@ class SinkConfig:
     secrets: tuple[str, ...] = ()
     verify_every: int = 0  # verify the signature of every n-th callback; 0 = never
     consume: Mapping[str, Any] | None = None  # a consumer spec (tjobs.testing.consumers.consumer_from_spec)
+    server: str = "lean"  # the HTTP server: "lean" (tjobs.testing.sink_http) or "aiohttp" (the first one)
+
+    def __post_init__(self) -> None:
+        if self.server not in SINK_SERVERS:
+            raise ValueError(f"sink server must be one of {', '.join(SINK_SERVERS)}, not {self.server!r}")
 
     def to_json(self) -> bytes:
-        fields = {"host": self.host, "port": self.port, "secrets": list(self.secrets)}
+        fields = {"host": self.host, "port": self.port, "secrets": list(self.secrets), "server": self.server}
         consume = dict(self.consume) if self.consume is not None else None
         return orjson.dumps({**fields, "verify_every": self.verify_every, "consume": consume})
 
@@ -111,7 +123,7 @@ class SinkConfig:
     def from_json(cls, raw: bytes) -> SinkConfig:
         data = orjson.loads(raw)
         secrets, verify_every = tuple(data["secrets"]), int(data["verify_every"])
-        return cls(data["host"], int(data["port"]), secrets, verify_every, data.get("consume"))
+        return cls(data["host"], int(data["port"]), secrets, verify_every, data.get("consume"), data["server"])
 
 
 @dataclass(frozen=True)
@@ -161,13 +173,13 @@ class CallbackRecorder:
 
     async def callback(self, request: web.Request) -> web.Response:
         if self.record(time.time_ns() // 1000, request.headers):
-            self._check_signature(dict(request.headers), await request.read())
+            self.check_signature(dict(request.headers), await request.read())
         return web.Response(status=204)
 
     def consumed(self, message: Consumed) -> None:
         """Record a message a consumer got (``consume``), as :meth:`callback` records a callback."""
         if self.record(message.received_us, message.headers):
-            self._check_signature(message.headers, message.body)
+            self.check_signature(message.headers, message.body)
 
     def record(self, recv_us: int, headers: Mapping[str, str]) -> bool:
         """Record one callback or message by its tjobs headers; returns whether its signature is due for a
@@ -192,7 +204,7 @@ class CallbackRecorder:
         self.records.append(recv_us, task_id, scheduled_ms, flow, attempt, executor)
         return bool(self._verify_every) and len(self.records) % self._verify_every == 1 % self._verify_every
 
-    def _check_signature(self, headers: dict[str, str], body: bytes) -> None:
+    def check_signature(self, headers: Mapping[str, str], body: bytes) -> None:
         self.signatures_checked += 1
         for webhook in self._webhooks:
             try:
@@ -226,11 +238,17 @@ class CallbackRecorder:
 
 async def _serve(config: SinkConfig) -> None:
     recorder = CallbackRecorder(config.secrets, config.verify_every)
-    runner = web.AppRunner(recorder.app(), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=1024)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner: web.AppRunner | None = None
+    server: asyncio.Server | None = None
+    if config.server == "aiohttp":
+        runner = web.AppRunner(recorder.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, config.host, config.port, backlog=1024)
+        await site.start()
+        port = runner.addresses[0][1]
+    else:
+        server = await sink_http.serve(recorder, config.host, config.port)
+        port = server.sockets[0].getsockname()[1]
     consumer = None
     if config.consume is not None:
         from tjobs.testing.consumers import consumer_from_spec
@@ -263,7 +281,10 @@ async def _serve(config: SinkConfig) -> None:
     finally:
         if consumer is not None:
             await consumer.stop()
-        await runner.cleanup()
+        if runner is not None:
+            await runner.cleanup()
+        if server is not None:
+            server.close()
 
 
 def main() -> None:

@@ -1,0 +1,111 @@
+"""The bench sink's lean HTTP/1.1 server: asyncio protocols and llhttp (``httptools``), no framework.
+
+At thousands of callbacks a second the sink shares the box's two cores with the node under test and
+MariaDB; with aiohttp's server it spent 210-310 µs of CPU per callback (docs/benchmarks.md), a core at
+5,000 callbacks/s. This server answers the same routes as :meth:`CallbackRecorder.app` — any method on
+``/cb`` and ``/cb/…`` records the callback and answers ``204``; ``GET /_stats`` and ``GET /_records``
+— with keep-alive, pipelined requests, ``Connection: close`` and a ``400`` for what llhttp cannot
+parse. It is a test receiver, not a general server: request bodies are read whole (1 MiB at most, as
+the aiohttp one) and nothing else is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, cast
+
+import httptools
+import orjson
+
+if TYPE_CHECKING:
+    from tjobs.testing.sink import CallbackRecorder
+
+MAX_BODY_BYTES = 1024 * 1024
+_NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+_TOO_LARGE = b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_CALLBACK_PATH = b"/cb"
+
+
+def _answer(content_type: bytes, body: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (content_type, len(body))
+    return head + body
+
+
+class SinkConnection(asyncio.Protocol):
+    """One client connection: parse requests as they arrive and answer each in order."""
+
+    def __init__(self, recorder: CallbackRecorder) -> None:
+        self._recorder = recorder
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._body_size = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._close_with(_BAD_REQUEST)
+        except httptools.HttpParserError:
+            if self._transport is not None and not self._transport.is_closing():
+                self._close_with(_BAD_REQUEST)
+
+    # ---- llhttp's callbacks -----------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._body = []
+        self._body_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > MAX_BODY_BYTES:
+            self._close_with(_TOO_LARGE)
+            raise httptools.HttpParserError("body over the cap")
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        path = self._url.split(b"?", 1)[0]
+        if path == _CALLBACK_PATH or path.startswith(_CALLBACK_PATH + b"/"):
+            recorder = self._recorder
+            if recorder.record(time.time_ns() // 1000, self._headers):
+                recorder.check_signature(self._headers, b"".join(self._body))
+            answer = _NO_CONTENT
+        elif path == b"/_stats" and self._parser.get_method() == b"GET":
+            answer = _answer(b"application/json", orjson.dumps(self._recorder.current_stats().__dict__))
+        elif path == b"/_records" and self._parser.get_method() == b"GET":
+            answer = _answer(b"application/octet-stream", self._recorder.records.to_bytes())
+        else:
+            answer = _NOT_FOUND
+        transport.write(answer)
+        if not self._parser.should_keep_alive():
+            transport.close()
+
+    def _close_with(self, answer: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(answer)
+            self._transport.close()
+
+
+async def serve(recorder: CallbackRecorder, host: str, port: int) -> asyncio.Server:
+    """Listen on ``host:port`` (0: any free port) and record into ``recorder``."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: SinkConnection(recorder), host, port, backlog=1024)
