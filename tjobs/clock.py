@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Protocol
 
 
@@ -51,5 +52,12 @@ def datetime_to_ms(instant: datetime) -> int:
 
 
 def iso_ms(instant_ms: int) -> str:
-    """``2026-11-21T09:00:00.000Z`` for an epoch-ms instant."""
-    return ms_to_datetime(instant_ms).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """``2026-11-21T09:00:00.000Z`` for an epoch-ms instant. Once per callback message: the text of
+    the instant's second is cached (fires due together share it), the milliseconds are formatted."""
+    second, millis = divmod(instant_ms, 1000)
+    return f"{_iso_second(second)}.{millis:03d}Z"
+
+
+@lru_cache(maxsize=1024)
+def _iso_second(epoch_s: int) -> str:
+    return datetime.fromtimestamp(epoch_s, tz=UTC).isoformat(timespec="seconds").removesuffix("+00:00")
