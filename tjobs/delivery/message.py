@@ -76,6 +76,7 @@ class CallbackMessage:
             headers.update(custom)
             has_content_type = any(name.lower() == "content-type" for name in custom)
         body = spec.body
+        task_id = str(task.id)
         self._envelope: dict[str, Any] | None = None
         self._body: bytes | None = None
         if body is not None:
@@ -85,7 +86,7 @@ class CallbackMessage:
         elif self.method != "GET":
             self._envelope = {
                 "flow_id": flow_id,
-                "task_id": str(task.id),
+                "task_id": task_id,
                 "task_name": task.name,
                 "scheduled_at": iso_ms(flow.scheduled_at_ms),
                 "scheduled_at_ms": flow.scheduled_at_ms,
@@ -95,7 +96,7 @@ class CallbackMessage:
             if not has_content_type:
                 headers["content-type"] = JSON
         headers["webhook-id"] = flow_id
-        headers["tjobs-task-id"] = str(task.id)
+        headers["tjobs-task-id"] = task_id
         headers["tjobs-scheduled-at"] = str(flow.scheduled_at_ms)
         self._static_headers = headers
 
