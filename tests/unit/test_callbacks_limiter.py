@@ -209,3 +209,14 @@ async def test_gate_serves_waiters_in_arrival_order() -> None:
     await asyncio.gather(*tasks)
     assert order == [0, 1, 2, 3, 4]
     assert gate.active == 0
+
+
+async def test_a_free_slot_is_taken_without_a_coroutine_and_a_full_gate_refuses_one() -> None:
+    gate = Gate(1)
+    assert gate.try_acquire() and gate.active == 1
+    assert not gate.try_acquire() and gate.active == 1  # full
+    queued = asyncio.create_task(gate.acquire())
+    await asyncio.sleep(0)
+    assert gate.waiting == 1
+    gate.set_limit(2)  # the queued caller is admitted first
+    assert await queued is True and gate.active == 2

@@ -48,10 +48,17 @@ class Gate:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    async def acquire(self) -> bool:
-        """Take a slot; ``True`` when the caller had to queue for it."""
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free and nobody queues for it (what :meth:`acquire` does first,
+        without a coroutine: the free path of every callback)."""
         if self.active < self.limit and not self._waiters:
             self.active += 1
+            return True
+        return False
+
+    async def acquire(self) -> bool:
+        """Take a slot; ``True`` when the caller had to queue for it."""
+        if self.try_acquire():
             return False
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
@@ -154,14 +161,16 @@ class _Slot:
     async def __aenter__(self) -> None:
         state = self._state
         limiter = self._limiter
-        queued = await state.gate.acquire() or self._queued
+        gate = state.gate
+        queued = (not gate.try_acquire() and await gate.acquire()) or self._queued
         try:
             delay_s = state.bucket.reserve(limiter._now_s())
             if queued or delay_s > 0.0:
                 limiter._observer.throttled(self._app_id, "rate" if delay_s > 0.0 else "concurrency")
             if delay_s > 0.0:
                 await limiter._sleep(delay_s)
-            await limiter._global.acquire()
+            if not limiter._global.try_acquire():
+                await limiter._global.acquire()
         except BaseException:
             state.gate.release()
             raise
