@@ -375,6 +375,29 @@ async def test_a_batch_spanning_every_shard_and_database(store: TaskStore) -> No
             assert stored.next_run_at_ms == (task.next_run_at_ms or 0) + 60_000
 
 
+async def test_a_batch_advances_a_table_holding_one_of_its_tasks_as_one_holding_several(store: TaskStore) -> None:
+    """The advance of a table's only task (one plain UPDATE) and of several (CASE per column) store the
+    same rows: next run, status (a task completing among them), version, fire count, updated_at."""
+    alone = await store.insert_task(make_task(shard=3, next_run_at_ms=NOW_MS, name="alone"))
+    last = await store.insert_task(make_task(shard=5, next_run_at_ms=NOW_MS, name="last", max_fires=1))
+    pair = [await store.insert_task(make_task(shard=9, next_run_at_ms=NOW_MS + i, name=f"p{i}")) for i in range(2)]
+    completing = await store.insert_task(make_task(shard=9, next_run_at_ms=NOW_MS, name="c", max_fires=1))
+    fired = [alone, last, *pair, completing]
+
+    outcomes = await store.commit_fires([intent_of(t) for t in fired], NOW_MS + 7, interval_planner)
+
+    assert all(o.committed for o in outcomes)
+    for task, outcome in zip(fired, outcomes, strict=True):
+        stored = await store.get_task(task.id)
+        assert stored == outcome.task
+        assert stored is not None and (stored.version, stored.fire_count, stored.updated_at_ms) == (2, 1, NOW_MS + 7)
+        if task in (last, completing):
+            assert stored.status is TaskStatus.COMPLETED and stored.next_run_at_ms is None
+        else:
+            assert stored.status is TaskStatus.ACTIVE
+            assert stored.next_run_at_ms == (task.next_run_at_ms or 0) + 60_000
+
+
 async def test_a_planner_returning_none_changes_nothing(store: TaskStore) -> None:
     task = await store.insert_task(make_task())
     before = await dump(store)

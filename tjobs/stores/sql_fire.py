@@ -363,6 +363,10 @@ class FireTransaction:
                 raise RuntimeError(f"fire transaction advanced {advanced} of {len(chunk)} locked rows")
 
     def _update_sql(self, home: ShardTables, chunk: list[Task]) -> tuple[str, list[Any]]:
+        if len(chunk) == 1:  # the usual case over many shards: one task in its table, no CASE
+            task = chunk[0]
+            one = [task.next_run_at_ms, task.status.value, task.version, task.fire_count, self.now_ms, task.id]
+            return _one_task_update_sql(home.tasks_sql, self.mark), one
         arms = " ".join(["WHEN " + self.mark + " THEN " + self.mark] * len(chunk))
         marks = ", ".join([self.mark] * len(chunk))
         sql = (
@@ -383,6 +387,20 @@ class FireTransaction:
         params.append(self.now_ms)
         params.extend(task.id for task in chunk)
         return sql, params
+
+
+_ONE_TASK_UPDATES: dict[tuple[str, str], str] = {}  # by tasks table and parameter mark: one per table
+
+
+def _one_task_update_sql(table: str, mark: str) -> str:
+    """The advance of a table's only task in the batch: what the ``CASE`` form does for one row."""
+    sql = _ONE_TASK_UPDATES.get((table, mark))
+    if sql is None:
+        sql = _ONE_TASK_UPDATES[(table, mark)] = (
+            f"UPDATE {table} SET next_run_at = {mark}, status = {mark}, version = {mark}, "
+            f"fire_count = {mark}, updated_at = {mark} WHERE id = {mark}"
+        )
+    return sql
 
 
 def _flow_values(flow: Flow) -> tuple[Any, ...]:
