@@ -544,3 +544,14 @@ def test_allow_list_entries_the_host_function_refuses_are_refused(entry: str) ->
     with pytest.raises(InvalidInput) as refused:
         AllowList.parse(["ok.example", entry])
     assert refused.value.field == "allowed_callback_hosts[1]"
+
+
+def test_allow_lists_with_the_same_entries_are_one_key_and_others_are_not() -> None:
+    """Verdicts are kept per allow-list (hashed once, when parsed): equal lists share them, a list
+    with one more entry never does."""
+    one = AllowList.parse(["10.0.0.0/8", "billing.internal", "*.corp.example"])
+    same = AllowList.parse(["*.corp.example", "billing.internal", "10.0.0.0/8"][::-1])
+    wider = AllowList.parse(["10.0.0.0/8", "billing.internal", "*.corp.example", "127.0.0.1"])
+    verdicts = {one: "one"}
+    assert same == one and hash(same) == hash(one) and verdicts[same] == "one"
+    assert wider != one and wider not in verdicts

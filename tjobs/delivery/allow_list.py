@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tjobs.errors import InvalidInput
@@ -23,11 +23,19 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 @dataclass(frozen=True, slots=True)
 class AllowList:
-    """An app's admitted callback hosts, parsed once."""
+    """An app's admitted callback hosts, parsed once. Hashed once too: every send's verdict is looked
+    up by its allow-list (hashing its networks again, in Python, was a part of each send)."""
 
     names: frozenset[str]
     suffixes: tuple[str, ...]
     networks: tuple[IPNetwork, ...]
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.names, self.suffixes, self.networks)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def parse(cls, entries: Sequence[str], field: str = "allowed_callback_hosts") -> AllowList:
