@@ -466,3 +466,16 @@ async def test_lean_closes_a_connection_idle_longer_than_the_receiver_keeps_it()
             assert transport.idle_connections == 0
     finally:
         await transport.close()
+
+
+async def test_each_url_and_host_gets_its_own_request_line_and_host_header(made: Callable[..., Transport]) -> None:
+    """Attempts to several URLs, alternating, each carry their own path and ``Host`` (the lean
+    transport makes a URL's request line once and keeps it)."""
+    transport = made(policy=to_loopback)
+    async with RawServer(lambda path: (answer(204), False)) as server:
+        urls = [f"http://{host}:{server.port}{path}" for host in ("a.test", "b.test") for path in ("/one", "/two?x=1")]
+        for url in urls * 2:
+            assert (await transport.send(signed(url))).outcome is Outcome.DELIVERED
+        seen = [(headers["host"], path) for path, headers, _ in server.requests]
+        expected = [(f"{h}:{server.port}", p) for h in ("a.test", "b.test") for p in ("/one", "/two?x=1")]
+        assert seen == expected * 2

@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 IDLE_S = 4.0  # an idle pooled connection is closed after this (receivers commonly close theirs at 5 s)
 MAX_IDLE_S = 60.0  # the most a receiver's ``Keep-Alive: timeout`` may extend it to
 SWEEP_EVERY_S = 1.0
+HEADS_MAX = 4096  # request heads kept, one per URL and method; emptied when full
 # Headers the transport writes itself; one in the request would contradict them (validation refuses them).
 _OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "user-agent"})
 
@@ -318,6 +319,7 @@ class LeanHttpTransport(Transport):
         self._max_idle = settings.global_max_in_flight
         self._ssl = ssl_context
         self._pool = _Pool(self._max_idle)
+        self._heads: dict[tuple[int, str], tuple[CallbackUrl, str]] = {}
 
     @property
     def idle_connections(self) -> int:
@@ -402,7 +404,7 @@ class LeanHttpTransport(Transport):
 
     def _encode(self, request: CallbackRequest, url: CallbackUrl) -> bytes:
         body = request.body
-        lines = [f"{request.method} {url.target} HTTP/1.1\r\nHost: {url.host_header}\r\nUser-Agent: {self._user_agent}"]
+        lines = [self._head(request.method, url)]
         if body is not None or request.method not in ("GET", "HEAD"):
             lines.append(f"Content-Length: {len(body) if body is not None else 0}")
         for name, value in request.headers.items():
@@ -416,6 +418,19 @@ class LeanHttpTransport(Transport):
             raise ValueError("a header name or value contains a line break")
         encoded = head.encode("utf-8")
         return encoded + body if body else encoded
+
+    def _head(self, method: str, url: CallbackUrl) -> str:
+        """The request line, ``Host`` and ``User-Agent`` of ``method`` to ``url``: made once per URL (a
+        parsed URL is one shared object while its text is cached: :func:`parse_callback_url`)."""
+        key = (id(url), method)
+        known = self._heads.get(key)
+        if known is not None and known[0] is url:  # the entry holds the URL: its id is not reused
+            return known[1]
+        head = f"{method} {url.target} HTTP/1.1\r\nHost: {url.host_header}\r\nUser-Agent: {self._user_agent}"
+        if len(self._heads) >= HEADS_MAX:
+            self._heads.clear()
+        self._heads[key] = (url, head)
+        return head
 
     # ---- one exchange on a pooled or new connection -------------------------------------------------
 
