@@ -259,9 +259,21 @@ class ClusterRig:
             node.process.kill()
             node.process.wait()
 
-    def stop_all(self) -> None:
-        for index in list(self.nodes):
-            self.stop(index)
+    def stop_all(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM every live node at once (each resumed first), then wait for each; one still running
+        ``timeout_s`` after the signals is killed. Stopping them one by one would have each stop's
+        hand-off move the jobs to the nodes about to stop next."""
+        running = [n.process for n in self.nodes.values() if n.process is not None and n.process.poll() is None]
+        for process in running:
+            process.send_signal(signal.SIGCONT)
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for process in running:
+            try:
+                process.wait(max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def live(self) -> list[NodeProc]:
         return [n for n in self.nodes.values() if n.alive()]
