@@ -13,7 +13,8 @@ current one, and the hours they add up to, through :meth:`TaskStore.add_slo_minu
 the nodes' recorders use, ``--batch`` minutes a transaction), then starts a node on those databases
 in this process and times ``GET /v1/slo?window=`` over HTTP on loopback for 7d, 1d and 1h: with one
 app's key and with the admin key (every app), each ``--samples`` times; p50 and p99 in ms, every answer
-a 200 whose fires match the seeded minutes. The node's expensive-read limit is raised so the samples
+a 200 whose fires match the seeded minutes, and the CPU per answer of this process (node and client)
+and, with ``--server-pid``, of the MariaDB server (every client of it counts). The node's expensive-read limit is raised so the samples
 are not throttled.
 
 **Fold** (``--fold``, no database): CPU per fire of the per-minute accounting alone, in process
@@ -29,6 +30,7 @@ import asyncio
 import bisect
 import functools
 import json
+import os
 import random
 import secrets
 import time
@@ -172,14 +174,30 @@ async def time_windows(storage: StorageSettings, args: argparse.Namespace, expec
             if body["fires"] != fires_between(expected[subject], body["from"], body["to"]):
                 raise RuntimeError(f"{window} fires {body['fires']} do not match the seeded minutes")
 
-        print(f"{'caller':<16} {'window':<7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+        columns = f"{'caller':<16} {'window':<7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'cpu ms':>7}"
+        print(columns + (f" {'db cpu ms':>9}" if args.server_pid else ""))
         for caller, key, subject in (("app key", APP_KEY, "app-0"), ("admin, all apps", ADMIN_KEY, "*")):
             for window in WINDOWS:
                 call = functools.partial(get, key, window, subject)
                 await timed(args.warmup, call)
+                cpu_started, db_started = time.process_time(), server_cpu_s(args.server_pid)
                 spent = await timed(args.samples, call)
+                cpu_ms = (time.process_time() - cpu_started) / args.samples * 1000
                 p50, p99 = p50_p99(spent)
-                print(f"{caller:<16} {window:<7} {p50:>8.1f} {p99:>8.1f} {max(spent):>8.1f}")
+                line = f"{caller:<16} {window:<7} {p50:>8.1f} {p99:>8.1f} {max(spent):>8.1f} {cpu_ms:>7.2f}"
+                if args.server_pid:
+                    line += f" {(server_cpu_s(args.server_pid) - db_started) / args.samples * 1000:>9.2f}"
+                print(line)
+
+
+def server_cpu_s(pid: int | None) -> float:
+    """The CPU seconds (user + system) the database server process has used (``/proc/<pid>/stat``); 0
+    without a pid. Every client of that server counts, so a busy shared server inflates it."""
+    if not pid:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _tables(plan: Any) -> list[dict[str, Any]]:
@@ -304,6 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed answers first")
     parser.add_argument("--keep", action="store_true", help="keep the databases (named in the output)")
     parser.add_argument("--explain", action="store_true", help="MariaDB's ANALYZE of the 7-day and 1-day sums first")
+    parser.add_argument("--server-pid", type=int, help="the MariaDB server's pid: its CPU per answer too")
     parser.add_argument("--fold", action="store_true", help="the accounting's CPU per fire, in process")
     parser.add_argument("--fires", type=int, default=1_000_000)
     parser.add_argument("--rate", type=float, default=2_000.0, help="fires/s the take is shared by (--fold)")
