@@ -14,8 +14,8 @@ the nodes' recorders use, ``--batch`` minutes a transaction), then starts a node
 in this process and times ``GET /v1/slo?window=`` over HTTP on loopback for 7d, 1d and 1h: with one
 app's key and with the admin key (every app), each ``--samples`` times; p50 and p99 in ms, every answer
 a 200 whose fires match the seeded minutes, and the CPU per answer of this process (node and client)
-and, with ``--server-pid``, of the MariaDB server (every client of it counts). The node's expensive-read limit is raised so the samples
-are not throttled.
+and, with ``--server-pid``, of the MariaDB server (every client of it counts). The node's expensive-read
+limit is raised so the samples are not throttled.
 
 **Fold** (``--fold``, no database): CPU per fire of the per-minute accounting alone, in process
 (``process_time``): :meth:`ServiceLevels.observe_fire` against what it did before the minutes existed
