@@ -9,6 +9,7 @@ specifications of the slice layout (which slices an owner reads, and when).
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +24,7 @@ from sharding import TaskIdGenerator
 from tests.observers import RecordingObserver
 from tjobs.clock import ManualClock, SystemClock
 from tjobs.hotpath.base import HotPath, TaskChange
-from tjobs.hotpath.dbpoll import DbPollHotPath
+from tjobs.hotpath.dbpoll import SETTLE_S, DbPollHotPath
 from tjobs.hotpath.local import LocalHotPath
 from tjobs.hotpath.redis import MINUTE_MS, RedisHotPath
 from tjobs.settings import StorageSettings
@@ -183,6 +184,33 @@ async def test_changes_published_after_the_tier_lost_its_state_still_arrive(pair
     after = TaskChange(task_id(2), "app", soon(), 1)
     await pair.publisher.publish(after)
     await pair.received.wait_for(after)
+
+
+async def test_changes_published_after_the_tier_lost_its_settled_state_still_arrive(pair: Pair) -> None:
+    # Given a change received and then settled (a DB-poll reader keeps no row of it once it is more
+    # than its settle time old): the reader is idle, its watermark at the change
+    before = TaskChange(task_id(4), "app", soon(), 1)
+    await pair.publisher.publish(before)
+    await pair.received.wait_for(before)
+    await asyncio.sleep(SETTLE_S + 0.5)
+    # When the tier loses its state (its ids restart) and a change is published
+    await pair.lose_state()
+    after = TaskChange(task_id(4), "app", soon(), 2)
+    await pair.publisher.publish(after)
+    # Then it still reaches the owner
+    await pair.received.wait_for(after)
+
+
+async def test_an_idle_tier_is_polled_without_warnings(pair: Pair, caplog: pytest.LogCaptureFixture) -> None:
+    # Given a tier that carried a change long enough ago that nothing of it is pending
+    change = TaskChange(task_id(6), "app", soon(), 1)
+    await pair.publisher.publish(change)
+    await pair.received.wait_for(change)
+    # When it stays idle for many polls
+    with caplog.at_level(logging.WARNING, logger="tjobs.hotpath"):
+        await asyncio.sleep(SETTLE_S + 1.0)
+    # Then nothing was logged: an idle cluster is quiet
+    assert [record.getMessage() for record in caplog.records if record.name.startswith("tjobs.hotpath")] == []
 
 
 async def test_publish_does_not_raise_while_the_tier_is_down(pair: Pair) -> None:

@@ -5,11 +5,11 @@ the shards it owns (:meth:`DbPollHotPath.watch`).
 Ids come from an auto-increment key, and a lower id may commit after a higher one was read, so each
 poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
 skips those it already applied. A table emptied under it whose ids restart (``TRUNCATE``, or SQLite
-reusing ids once every row was purged) is noticed (the highest id fell below what was seen) and read
-again from the start. Rows older than ``RETENTION_S`` are purged in small batches. The table comes
-with the schema (``tjobs migrate``, revision ``0004_hot_changes``); a node finding it missing refuses
-to start and says so. It is not the
-truth (invariant 7, docs/design.md): a missed row costs latency until the next load, never a fire.
+reusing ids once every row was purged) is noticed (the highest id fell below the highest read, or is
+that id on another row) and read again from the start. Rows older than ``RETENTION_S`` are purged in
+small batches. The table comes with the schema (``tjobs migrate``, revision ``0004_hot_changes``); a
+node finding it missing refuses to start and says so. It is not the truth (invariant 7,
+docs/design.md): a missed row costs latency until the next load, never a fire.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ class DbPollHotPath(HotPath):
         watermark: int | None = None
         recent: list[tuple[float, int]] = []  # (seen at, id) above the watermark
         seen: dict[int, tuple[int, int, int]] = {}  # id -> (task, version, created) of rows above it
+        highest: tuple[int, tuple[int, int, int] | None] = (0, None)  # the highest id read, and its row's
         next_purge = time.monotonic() + PURGE_INTERVAL_S
         while True:
             try:
@@ -145,6 +146,7 @@ class DbPollHotPath(HotPath):
                         watermark = int(
                             (await conn.execute(select(func.coalesce(func.max(table.c.id), 0)))).scalar_one()
                         )
+                        highest = (watermark, None)
                     rows = (
                         (
                             await conn.execute(
@@ -154,8 +156,8 @@ class DbPollHotPath(HotPath):
                         .mappings()
                         .all()
                     )
-                    if not rows and await self._ids_went_back(conn, max(watermark, *seen)):
-                        watermark, recent, seen = 0, [], {}
+                    if not rows and await self._ids_went_back(conn, *highest):
+                        watermark, recent, seen, highest = 0, [], {}, (0, None)
                         continue
                 now = time.monotonic()
                 now_ms = self._clock.now_ms()
@@ -165,6 +167,8 @@ class DbPollHotPath(HotPath):
                     if seen.get(row_id) == signature:
                         continue
                     seen[row_id] = signature  # an id reused after a truncate carries another row
+                    if row_id >= highest[0]:
+                        highest = (row_id, signature)
                     recent.append((now, row_id))
                     if (
                         row["origin"] != self._origin
@@ -195,13 +199,25 @@ class DbPollHotPath(HotPath):
                 logger.warning("hot change poll failed (%s); retrying", error, extra={"action": "hot_read_failed"})
             await asyncio.sleep(self._interval_s)
 
-    async def _ids_went_back(self, conn: AsyncConnection, highest_seen: int) -> bool:
-        """Whether the table was emptied and its ids restarted below ``highest_seen`` (a ``TRUNCATE``,
-        or SQLite reusing ids once the purge deleted every row): then everything present is new."""
-        if highest_seen == 0:
+    async def _ids_went_back(
+        self, conn: AsyncConnection, highest_id: int, highest_row: tuple[int, int, int] | None
+    ) -> bool:
+        """Whether the table was emptied and its ids restarted (a ``TRUNCATE``, or SQLite reusing ids
+        once the purge deleted every row): its highest id is below ``highest_id``, the highest read, or
+        is that id on another row than ``highest_row`` (task, version, created) — then everything
+        present is new."""
+        if highest_id == 0:
             return False
-        top = (await conn.execute(select(func.coalesce(func.max(self._table.c.id), 0)))).scalar_one()
-        return int(top) < highest_seen
+        c = self._table.c
+        top = (
+            await conn.execute(select(c.id, c.task_id, c.version, c.created_at_ms).order_by(c.id.desc()).limit(1))
+        ).first()
+        if top is None:
+            return False  # empty: a row with an id at or below highest_id shows it on a later poll
+        top_id = int(top.id)
+        if top_id != highest_id:
+            return top_id < highest_id
+        return highest_row is not None and (int(top.task_id), int(top.version), int(top.created_at_ms)) != highest_row
 
     async def _purge(self) -> None:
         assert self._engine is not None
