@@ -41,7 +41,7 @@ def fire(args: argparse.Namespace) -> None:
     from benchmarks.fire import run, run_fire_bench
     from benchmarks.report import emit, rich_progress
 
-    with bench_target(args) as (base_url, key, pid), rich_progress(console) as progress:
+    with bench_target(args) as (base_url, key, pids), rich_progress(console) as progress:
         result = run(
             run_fire_bench(
                 base_url,
@@ -54,7 +54,7 @@ def fire(args: argparse.Namespace) -> None:
                 progress=progress,
                 drain_timeout_s=args.drain_timeout_s,
                 verify_every=args.verify_every,
-                node_pid=pid,
+                node_pids=pids,
             )
         )
     emit(result, console, as_json=args.json_out)

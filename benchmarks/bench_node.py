@@ -1,6 +1,6 @@
 """The node a bench drives, and the command-line options that choose it (``--url``, ``--embedded``,
-``--storage``, ``--topology``, ``--json``): shared by ``python -m benchmarks fire`` / ``register`` and
-the benches that drive a node the same way (:mod:`benchmarks.protocol_fire`)."""
+``--storage``, ``--topology``, ``--nodes``, ``--etcd``, ``--json``): shared by ``python -m benchmarks
+fire`` / ``register`` and the benches that drive a node the same way (:mod:`benchmarks.protocol_fire`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import argparse
 import contextlib
 import os
 import secrets
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -19,13 +20,17 @@ console = Console(stderr=True)
 @contextlib.contextmanager
 def bench_target(
     args: argparse.Namespace, settings: Mapping[str, Any] | None = None
-) -> Iterator[tuple[str, str, int | None]]:
-    """The node a bench drives: a running one (--url), or one started for the run and stopped after
-    (then its pid comes too, for the node's CPU figures). A node started on ``--storage`` gets a fresh
+) -> Iterator[tuple[str, str, tuple[int, ...]]]:
+    """The node a bench drives: a running one (--url), or ``--nodes`` started for the run and stopped after
+    (then their pids come too, for the nodes' CPU figures). A node started on ``--storage`` gets a fresh
     ``tjbench_<hex>`` database prefix, dropped afterwards, unless ``TJOBS_STORAGE__DATABASE_PREFIX``
     names one: a run never writes into the default ``tjobs_*`` databases, and runs do not pile up
     databases on the server (thousands of leftover tables slowed MariaDB enough to add seconds of
-    lateness to later runs). ``settings`` go to a started node (``targets.allowed_addresses``, ...)."""
+    lateness to later runs). ``settings`` go to a started node (``targets.allowed_addresses``, ...).
+
+    ``--nodes N`` (N > 1, with ``--storage`` and ``--etcd``) starts a cluster of N nodes on this machine,
+    coordinated through etcd under a cluster name of the run's own, and yields the first node's URL once
+    every node fires its share of the jobs (the plan placed, each group held by its primary)."""
     from tjobs.settings import StorageSettings
     from tjobs.testing.databases import drop_databases
     from tjobs.testing.node_process import node_process
@@ -33,21 +38,69 @@ def bench_target(
     if args.url:
         if not args.admin_key:
             raise SystemExit("--admin-key is required with --url")
-        yield args.url, args.admin_key, None
+        yield args.url, args.admin_key, ()
         return
     if not args.embedded and not args.storage:
         raise SystemExit("give --url, --embedded or --storage")
+    if args.nodes < 1:
+        raise SystemExit("--nodes must be >= 1")
+    if args.nodes > 1 and not (args.storage and args.etcd):
+        raise SystemExit("--nodes above 1 needs --storage (MariaDB) and --etcd: a cluster on one machine")
     fresh_prefix = None
     if args.storage and not os.environ.get("TJOBS_STORAGE__DATABASE_PREFIX"):
         fresh_prefix = f"tjbench_{secrets.token_hex(3)}"
     node_settings = {**(settings or {}), **({"storage": {"database_prefix": fresh_prefix}} if fresh_prefix else {})}
+    if args.etcd:
+        cluster = {"etcd_endpoints": [args.etcd], "name": f"bench-{secrets.token_hex(3)}"}
+        node_settings = {**node_settings, "cluster": cluster}
+    admin_key = "tja_bench_" + secrets.token_urlsafe(18)
     try:
-        with node_process(storage_urls=args.storage or None, topology=args.topology, settings=node_settings) as node:
-            console.print(f"node {node.pid} on {node.base_url} (log: {node.log_path})")
-            yield node.base_url, node.admin_key, node.pid
+        with contextlib.ExitStack() as stack:
+            nodes = []
+            for _ in range(args.nodes):
+                node = stack.enter_context(
+                    node_process(
+                        storage_urls=args.storage or None,
+                        topology=args.topology,
+                        admin_key=admin_key,
+                        settings=node_settings,
+                    )
+                )
+                console.print(f"node {node.pid} on {node.base_url} (log: {node.log_path})")
+                nodes.append(node)
+            if args.etcd:
+                wait_for_shares([node.base_url for node in nodes], admin_key)
+            yield nodes[0].base_url, admin_key, tuple(node.pid for node in nodes)
     finally:
         if fresh_prefix:
             drop_databases(StorageSettings(urls=args.storage, database_prefix=fresh_prefix))
+
+
+def wait_for_shares(base_urls: Sequence[str], admin_key: str, timeout_s: float = 180.0) -> None:
+    """Wait until a cluster's nodes agree on one plan whose every group is held by its primary, and
+    each node fires its part of the jobs (none twice, none left out)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    seen: list[dict[str, Any]] = []
+    with httpx.Client(headers={"authorization": f"Bearer {admin_key}"}, timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            seen = [client.get(f"{url}/v1/cluster").json() for url in base_urls]
+            plans = {view.get("plan_version") for view in seen}
+            groups = seen[0].get("groups") or []
+            jobs = [set(view["jobs"]) for view in seen]
+            placed = sum(group["shards"] for group in groups)
+            if (
+                len(plans) == 1
+                and None not in plans
+                and all(len(view["nodes"]) == len(base_urls) for view in seen)
+                and all(group["holder"] == group["primary"] for group in groups)
+                and all(jobs)
+                and sum(len(own) for own in jobs) == len(set().union(*jobs)) == placed
+            ):
+                return
+            time.sleep(0.5)
+    raise SystemExit(f"the {len(base_urls)} nodes did not settle on a plan in {timeout_s:.0f} s: {seen}")
 
 
 def target_options(parser: argparse.ArgumentParser) -> None:
@@ -56,4 +109,6 @@ def target_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embedded", action="store_true", help="start an embedded (SQLite) node for the run")
     parser.add_argument("--storage", action="append", help="start a node on these storage URLs for the run")
     parser.add_argument("--topology", help="shard topology of a started node")
+    parser.add_argument("--nodes", type=int, default=1, help="start this many nodes, a cluster (with --etcd)")
+    parser.add_argument("--etcd", help="etcd endpoint: started nodes form a cluster through it (with --storage)")
     parser.add_argument("--json", dest="json_out", action="store_true", help="print one JSON object on stdout")

@@ -284,6 +284,13 @@ def _registration(outcome: _Outcome, late: int = 0) -> Registration:
 # ---- the benches ---------------------------------------------------------------------------------
 
 
+def _nodes_cpu_s(pids: Sequence[int]) -> float | None:
+    """The CPU time (user + system) the node processes ``pids`` have used, summed; ``None`` without any,
+    or when one cannot be read."""
+    spent = [process_cpu_s(pid) for pid in pids]
+    return None if not spent or None in spent else sum(s for s in spent if s is not None)
+
+
 async def run_fire_bench(
     base_url: str,
     admin_key: str,
@@ -300,15 +307,15 @@ async def run_fire_bench(
     callback_timeout_ms: int = 3000,
     request_timeout_s: float = 30.0,
     poll_interval_s: float = 0.25,
-    node_pid: int | None = None,
+    node_pids: Sequence[int] = (),
     destination: Destination | None = None,
 ) -> BenchResult:
     """Register ``tasks`` one-shot tasks due across ``window_s`` and measure how their callbacks arrive.
 
     Waits until the window's end, then until every registered task has a callback or
     ``drain_timeout_s`` passes, then ``settle_s`` more to catch late duplicates. ``verify_every`` > 0
-    makes the sink check the signature of every n-th callback with the app's secrets. With the node's
-    ``node_pid`` (a node on this machine), the node's CPU time is reported for the whole run and for
+    makes the sink check the signature of every n-th callback with the app's secrets. With the nodes'
+    ``node_pids`` (nodes on this machine), their CPU time (summed) is reported for the whole run and for
     the fire phase alone (from ``FIRE_CPU_LEAD_S`` before the window to the end of the drain).
     With a ``destination`` the tasks name its target instead of calling the sink over HTTP, and the
     sink consumes what the target receives (:mod:`benchmarks.protocol_fire`).
@@ -318,7 +325,7 @@ async def run_fire_bench(
     base_url = base_url.rstrip("/")
     warnings: list[str] = []
     cpu_start_s = time.process_time()
-    node_cpu_start_s = process_cpu_s(node_pid) if node_pid is not None else None
+    node_cpu_start_s = _nodes_cpu_s(node_pids)
     probe_ids: Sequence[int] = ()
     calibrated_rate: float | None = None
     async with _session(concurrency, request_timeout_s) as session:
@@ -361,15 +368,15 @@ async def run_fire_bench(
                     f"for the registration rate): their lateness includes registration time"
                 )
             fire_cpu_start_s = None
-            if node_pid is not None:
+            if node_pids:
                 wait_s = (start_ms - time.time_ns() // 1_000_000) / 1000 - FIRE_CPU_LEAD_S
                 if wait_s > 0:
                     await asyncio.sleep(wait_s)
-                fire_cpu_start_s = process_cpu_s(node_pid)
+                fire_cpu_start_s = _nodes_cpu_s(node_pids)
             drained = await _await_callbacks(
                 sink, len(registered), end_ms, drain_timeout_s, settle_s, poll_interval_s, progress
             )
-            node_cpu_end_s = process_cpu_s(node_pid) if node_pid is not None else None
+            node_cpu_end_s = _nodes_cpu_s(node_pids)
             records = await sink.records()
             stats = await sink.stats()
         if probe_ids and await _delete_tasks(session, base_url, api_key, probe_ids, concurrency, progress):

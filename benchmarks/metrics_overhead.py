@@ -104,7 +104,9 @@ def node_run(
     if prefix is not None:
         settings["storage"] = {"database_prefix": prefix}
     with node_process(storage_urls=storage, topology=topology, settings=settings) as node:
-        result = run(run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s, node_pid=node.pid))
+        result = run(
+            run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s, node_pids=(node.pid,))
+        )
     summary = to_json(result, machine_info={})
     us_per_fire = node_us_per_fire(result)
     return {
@@ -213,7 +215,7 @@ def interleaved_run(
             command += ("--control",)
         with node_process(storage_urls=storage, topology=topology, settings=settings, serve_command=command) as node:
             result = run(
-                run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s, node_pid=node.pid)
+                run_fire_bench(node.base_url, node.admin_key, tasks=tasks, window_s=window_s, node_pids=(node.pid,))
             )
         slices = read_slices(slices_path)
     delivery = result.delivery

@@ -262,9 +262,9 @@ class PoolDestination:
 
 
 async def bench(
-    args: argparse.Namespace, node: tuple[str, str, int | None], progress: ProgressFn
+    args: argparse.Namespace, node: tuple[str, str, tuple[int, ...]], progress: ProgressFn
 ) -> tuple[BenchResult, PoolDestination | None]:
-    base_url, admin_key, pid = node
+    base_url, admin_key, pids = node
     destination = None
     if not args.plain_url:
         destination = PoolDestination(args.route, args.executors, zones=args.zones, strategy=args.strategy)
@@ -280,7 +280,7 @@ async def bench(
             progress=progress,
             drain_timeout_s=args.drain_timeout_s,
             verify_every=args.verify_every,
-            node_pid=pid,
+            node_pids=pids,
             destination=destination,
         )
     finally:

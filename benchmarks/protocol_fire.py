@@ -157,9 +157,12 @@ async def made(protocol: str, url: str, destination: TargetDestination) -> Async
 
 
 async def bench(
-    args: argparse.Namespace, destination: TargetDestination, node: tuple[str, str, int | None], progress: ProgressFn
+    args: argparse.Namespace,
+    destination: TargetDestination,
+    node: tuple[str, str, tuple[int, ...]],
+    progress: ProgressFn,
 ) -> BenchResult:
-    base_url, admin_key, pid = node
+    base_url, admin_key, pids = node
     async with made(args.protocol, broker_url(args.protocol, args.broker_url), destination):
         return await run_fire_bench(
             base_url,
@@ -172,7 +175,7 @@ async def bench(
             progress=progress,
             drain_timeout_s=args.drain_timeout_s,
             verify_every=args.verify_every,
-            node_pid=pid,
+            node_pids=pids,
             destination=destination,
         )
 

@@ -194,7 +194,7 @@ async def test_tiny_runs_on_an_embedded_node_deliver_every_pair_once() -> None:
                 verify_every=1,
             )
             # When 80 tasks fire over a second
-            result, destination = await bench(args, (node.base_url, node.admin_key, node.pid), lambda *_: None)
+            result, destination = await bench(args, (node.base_url, node.admin_key, (node.pid,)), lambda *_: None)
             assert isinstance(destination, PoolDestination)
             summary = summarise(result, destination)
             # Then every (fire, destination) pair got exactly one callback, signed
