@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from tests.cluster.workload import collect, schedule, settle, start_cluster
+from tests.cluster.workload import collect_when_fired, schedule, start_cluster
 from tests.receiver import Receiver
 from tjobs.testing.cluster_rig import Api, ClusterRig, now_ms
 
@@ -38,8 +38,7 @@ async def outage_and_check(rig: ClusterRig, api: Api, receiver: Receiver, how: s
         await asyncio.sleep(7)
         os.kill(pid, signal.SIGCONT)
     back_ms = now_ms()
-    await settle(tasks, 9000)
-    outcome = await collect(api, rig.nodes[1], tasks)
+    outcome = await collect_when_fired(api, rig.nodes[1], tasks, 9000)
     assert outcome.lost == [] and outcome.duplicated == []
     late = {t: outcome.fired_at(t) - at for t, at in tasks.items() if at >= back_ms + RESUME_LIMIT_MS}
     assert late and max(late.values()) < 1000, sorted(late.values())[-5:]
