@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from sharding import shard_of_task_id
-from tests.cluster.workload import collect, schedule, settle, start_cluster
+from tests.cluster.workload import collect_when_fired, schedule, start_cluster
 from tests.receiver import Receiver
 from tjobs.testing.cluster_rig import Api, ClusterRig, now_ms
 
@@ -27,8 +27,7 @@ async def near_term_lateness(rig: ClusterRig, api: Api, receiver: Receiver) -> l
         at_ms = now_ms() + 1500
         tasks[await api.create_at(rig.nodes[1], at_ms, receiver.url())] = at_ms
         await asyncio.sleep(0.05)
-    await settle(tasks, 3000)
-    outcome = await collect(api, rig.nodes[1], tasks)
+    outcome = await collect_when_fired(api, rig.nodes[1], tasks, 3000)
     assert outcome.lost == [] and outcome.duplicated == []
     remote = [t for t in tasks if shard_of_task_id(t) not in node1_jobs]
     assert len(remote) >= 10
@@ -75,7 +74,7 @@ async def test_redis_flushed_and_killed_mid_run_loses_nothing(rig: ClusterRig, a
     start = now_ms() + 1500
     after = await schedule(api, rig.nodes[1], receiver.url(), start, start + 4000, 100)
     tasks = early | during | after
-    await settle(tasks, 14_000)  # a change lost with Redis waits at most for the next cycle load
-    outcome = await collect(api, rig.nodes[1], tasks)
+    # A change lost with Redis waits at most for the next cycle load.
+    outcome = await collect_when_fired(api, rig.nodes[1], tasks, 14_000)
     assert outcome.lost == [] and outcome.duplicated == []
     client.close()
