@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.workload import collect, schedule, settle, start_cluster
+from tests.cluster.workload import collect_when_fired, schedule, start_cluster
 from tests.receiver import Receiver
 from tjobs.testing.cluster_rig import Api, ClusterRig, NodeProc, now_ms
 
@@ -41,8 +41,7 @@ async def test_every_node_answers_the_same_cluster_service_levels(
     start_ms = now_ms() + 4000
     tasks = await schedule(api, rig.nodes[1], receiver.url(), start_ms, start_ms + 6000, 6000 // TASKS)
     assert len(tasks) == TASKS
-    await settle(tasks, 3000)
-    outcome = await collect(api, rig.nodes[1], tasks)
+    outcome = await collect_when_fired(api, rig.nodes[1], tasks, 3000)
     assert outcome.lost == [] and outcome.duplicated == []
     senders = {request.headers.get("user-agent") for request in receiver.requests}
     assert senders == {f"tjobs-rig/node{index}" for index in (1, 2, 3)}, senders  # every node fired some

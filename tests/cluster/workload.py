@@ -48,18 +48,6 @@ async def schedule(api: Api, via: NodeProc, url: str, start_ms: int, end_ms: int
     return dict(await asyncio.gather(*(one(at) for at in instants)))
 
 
-async def collect(api: Api, via: NodeProc, tasks: dict[int, int]) -> Outcome:
-    slots = asyncio.Semaphore(16)
-    outcome = Outcome()
-
-    async def one(task_id: int) -> None:
-        async with slots:
-            outcome.flows[task_id] = await api.flows(via, task_id)
-
-    await asyncio.gather(*(one(task) for task in tasks))
-    return outcome
-
-
 async def settle(tasks: dict[int, int], after_last_ms: int) -> None:
     wait_ms = max(tasks.values()) + after_last_ms - now_ms()
     if wait_ms > 0:
