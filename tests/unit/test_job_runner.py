@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from sharding import TaskIdGenerator, Topology, shard_of_task_id
 from tjobs.clock import ManualClock
 from tjobs.cluster.local import LocalCoordinator
-from tjobs.errors import Fenced, StorageUnavailable
+from tjobs.errors import Fenced, StaleShardMap, StorageUnavailable
 from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.firing.runner import JobRunner
 from tjobs.model import (
@@ -373,5 +373,33 @@ async def test_a_runner_started_again_after_stop_fires_again() -> None:
     try:
         await h.move_to(2 * SECOND, until=fired_at(h, tasks, 2 * SECOND))
         assert all(h.sent_instants(task) == [1 * SECOND, 2 * SECOND] for task in tasks)
+    finally:
+        await h.stop()
+
+
+async def test_intents_a_moving_database_refused_are_committed_as_soon_as_the_shard_map_changes() -> None:
+    # Given a task whose database is being moved: its server refuses the fire (the copy is retired)
+    # until this node routes by the new map, and the intent waits out a growing retry delay
+    store = FaultyServerStore()
+    h = Harness(store)
+    task = await add_task(store, FAILING_SHARD, every_s=60)
+    await h.start()
+    try:
+        store.fault = StaleShardMap("tjobs_01 refused a write under shard-map epoch 1")
+        now_ms = T0 + SECOND
+        await h.move_to(now_ms - T0, until=lambda: store.calls >= 1)
+        for _ in range(2):
+            entry = h.runner.wheel.get(task.id)
+            assert entry is not None
+            now_ms = entry.fire_at_ms
+            await h.move_to(now_ms - T0, until=called_more_than(store, store.calls))
+        entry = h.runner.wheel.get(task.id)
+        assert entry is not None and entry.fire_at_ms - now_ms >= 2 * SECOND
+        # When the node routes by the new map (the database now answers from its new server)
+        store.fault = None
+        h.runner.servers_changed()
+        # Then the fire commits on the next tick, not after the retry delay
+        await h.move_to(now_ms - T0 + 10, until=lambda: len(h.sent) == 1)
+        assert h.sent_instants(task) == [1 * SECOND]
     finally:
         await h.stop()

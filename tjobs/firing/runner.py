@@ -359,14 +359,23 @@ class JobRunner:
             await asyncio.sleep(delay)
 
     def servers_changed(self) -> None:
-        """The shard map moved a logical database: shards are looked up on their server again, and
-        what waits for a committer goes to its shard's server now (invariant 9 holds after a move)."""
+        """The shard map moved a logical database: shards are looked up on their server again, what
+        waits for a committer goes to its shard's server now, and what waits to retry a failed commit
+        is retried now (invariant 9 holds after a move)."""
         self._servers.clear()
         self._one_server = len(self._store.database_servers()) == 1
         waiting = [entry for entries in self._pending.values() for entry in entries]
         self._pending.clear()
         if waiting:
             self._queue(waiting)
+        # Intents waiting out a failed commit are due at once: most were refused by the database that
+        # moved (StaleShardMap), and the new map routes them to where they commit. One that failed for
+        # another reason fails again and waits its next delay, as before.
+        now_ms = self._clock.now_ms()
+        for intent in self._commit_failures:
+            entry = self.wheel.get(intent.task_id)
+            if entry is not None and entry.fire_at_ms > now_ms and entry.scheduled_at_ms == intent.scheduled_at_ms:
+                self.wheel.add(entry.task_id, now_ms, entry.scheduled_at_ms, entry.version)
 
     def _server_of(self, task_id: int) -> str:
         shard = shard_of_task_id(task_id)
