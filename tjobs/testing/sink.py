@@ -1,7 +1,7 @@
 """The bench's callback sink: a separate process that records every callback and answers 204.
 
 Its HTTP server is a lean llhttp one (:mod:`tjobs.testing.sink_http`, ``SinkConfig.server="lean"``, the
-default) or aiohttp's (``"aiohttp"``, what every bench used before 2026-11-29: about ten times the CPU
+default) or aiohttp's (``"aiohttp"``, what every bench used before 2026-11-29: about 2.5 times the CPU
 per callback, docs/benchmarks.md); both serve the same routes through :class:`CallbackRecorder`.
 
 It runs as ``python -m tjobs.testing.sink`` so it never shares the GIL with the registering client. The
@@ -143,7 +143,7 @@ class SinkStats:
 
 
 class CallbackRecorder:
-    """The sink's state and its aiohttp handlers (usable in-process too, e.g. in tests)."""
+    """The sink's state, what both servers record through, and its aiohttp handlers (usable in-process too)."""
 
     def __init__(self, secrets: Sequence[str] = (), verify_every: int = 0) -> None:
         self.records = CallbackRecords()

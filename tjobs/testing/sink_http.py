@@ -1,12 +1,14 @@
 """The bench sink's lean HTTP/1.1 server: asyncio protocols and llhttp (``httptools``), no framework.
 
 At thousands of callbacks a second the sink shares the box's two cores with the node under test and
-MariaDB; with aiohttp's server it spent 210-310 µs of CPU per callback (docs/benchmarks.md), a core at
-5,000 callbacks/s. This server answers the same routes as :meth:`CallbackRecorder.app` — any method on
-``/cb`` and ``/cb/…`` records the callback and answers ``204``; ``GET /_stats`` and ``GET /_records``
-— with keep-alive, pipelined requests, ``Connection: close`` and a ``400`` for what llhttp cannot
-parse. It is a test receiver, not a general server: request bodies are read whole (1 MiB at most, as
-the aiohttp one) and nothing else is served.
+MariaDB; with aiohttp's server it spent 77-82 µs of CPU per callback, this one 29-33 µs
+(docs/benchmarks.md, "The bench sink's CPU per callback"). This server answers the same routes as
+:meth:`CallbackRecorder.app` — any method on ``/cb`` and ``/cb/…`` records the callback and answers
+``204``; ``GET /_stats`` and ``GET /_records`` — with keep-alive, pipelined requests, ``Connection:
+close`` and a ``400`` for what llhttp cannot parse (a refused connection is read and dropped for
+``LINGER_S`` before it closes, so the answer is not lost to a reset). It is a test receiver, not a
+general server: request bodies are read whole (1 MiB at most, as the aiohttp one) and nothing else is
+served.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ _NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 _TOO_LARGE = b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _CALLBACK_PATH = b"/cb"
+LINGER_S = 1.0  # a refused connection is read (and dropped) this long before it is closed
 
 
 def _answer(content_type: bytes, body: bytes) -> bytes:
@@ -45,18 +48,18 @@ class SinkConnection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         self._body_size = 0
+        self._refused = False  # a 400 or 413 was answered: the connection is lingering to its close
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # what a refused client still sends is read and dropped until the lingering close
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._close_with(_BAD_REQUEST)
-        except httptools.HttpParserError:
-            if self._transport is not None and not self._transport.is_closing():
-                self._close_with(_BAD_REQUEST)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # only HTTP/1.1 is spoken here
+            self._refuse(_BAD_REQUEST)
 
     # ---- llhttp's callbacks -----------------------------------------------------------------------
 
@@ -75,13 +78,13 @@ class SinkConnection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
         if self._body_size > MAX_BODY_BYTES:
-            self._close_with(_TOO_LARGE)
+            self._refuse(_TOO_LARGE)
             raise httptools.HttpParserError("body over the cap")
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._refused:
             return
         path = self._url.split(b"?", 1)[0]
         if path == _CALLBACK_PATH or path.startswith(_CALLBACK_PATH + b"/"):
@@ -99,10 +102,17 @@ class SinkConnection(asyncio.Protocol):
         if not self._parser.should_keep_alive():
             transport.close()
 
-    def _close_with(self, answer: bytes) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(answer)
-            self._transport.close()
+    def _refuse(self, answer: bytes) -> None:
+        """Answer, end this side, and go on reading (and dropping) for ``LINGER_S`` before closing:
+        closing with the client's data unread resets the connection, which can lose the answer."""
+        transport = self._transport
+        if self._refused or transport is None or transport.is_closing():
+            return
+        self._refused = True
+        transport.write(answer)
+        if transport.can_write_eof():
+            transport.write_eof()
+        asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
 
 async def serve(recorder: CallbackRecorder, host: str, port: int) -> asyncio.Server:
