@@ -350,6 +350,7 @@ async def run_fire_bench(
             if destination is not None:
                 callback = await destination.callback(session, base_url, api_key, sink)
             body_of = task_bodies(callback, "bench", instants.__getitem__)
+            register_cpu_start = [process_cpu_s(pid) for pid in node_pids]
             outcome = await register(
                 session,
                 single_sender(base_url, api_key, body_of),
@@ -358,6 +359,7 @@ async def run_fire_bench(
                 concurrency=concurrency,
                 progress=progress,
             )
+            register_cpu = _each_spent(register_cpu_start, [process_cpu_s(pid) for pid in node_pids])
             pairs = zip(outcome.task_ids, outcome.indices, strict=True)
             registered = {task_id: instants[index] for task_id, index in pairs}
             answered = zip(outcome.indices, outcome.done_ms, strict=True)
@@ -403,6 +405,7 @@ async def run_fire_bench(
         client_cpu_s=time.process_time() - cpu_start_s,
         node_cpu_s=_spent(node_cpu_start_s, node_cpu_end_s),
         node_fire_cpu_s=_spent(fire_cpu_start_s, node_cpu_end_s),
+        node_register_cpu_s=register_cpu,
         instants=registered,
         records=records,
     )
@@ -410,6 +413,12 @@ async def run_fire_bench(
 
 def _spent(start_s: float | None, end_s: float | None) -> float | None:
     return None if start_s is None or end_s is None else end_s - start_s
+
+
+def _each_spent(start: Sequence[float | None], end: Sequence[float | None]) -> list[float] | None:
+    """Per node, the CPU between two readings; ``None`` without nodes or when one could not be read."""
+    spent = [_spent(a, b) for a, b in zip(start, end, strict=True)]
+    return None if not spent or None in spent else [s for s in spent if s is not None]
 
 
 async def _probe_register_rate(

@@ -21,6 +21,9 @@ Definitions (the JSON keys say the same):
   phase (from just before the window to the end of the drain), when the bench started the node;
   ``node_cpu_us_per_fire`` is the fire phase's share per delivered task. Unlike wall-clock rates it
   holds on a machine shared with other work.
+- *node_register_cpu_s*: per started node (in ``--nodes`` order, the first takes the creates), its CPU
+  time during the fire bench's registration; ``node_cpu_us_per_create`` is their sum per stored task
+  (a cluster's other nodes pay for reading what the first publishes).
 """
 
 from __future__ import annotations
@@ -229,6 +232,7 @@ class BenchResult:
     client_cpu_s: float | None = None  # CPU the registering process used during the run
     node_cpu_s: float | None = None  # CPU the node used during the run (when its pid is known)
     node_fire_cpu_s: float | None = None  # ... from just before the window to the end of the drain
+    node_register_cpu_s: list[float] | None = None  # per node, during the registration (fire bench)
     # what ``delivery`` was accounted from (fire bench; not in the JSON): task id → its instant (epoch ms),
     # and the sink's records, for a bench that accounts them its own way (benchmarks.pool_fire)
     instants: Mapping[int, int] = field(default_factory=dict)
@@ -246,6 +250,14 @@ def node_us_per_fire(result: BenchResult) -> float | None:
     if result.node_fire_cpu_s is None or not delivered:
         return None
     return result.node_fire_cpu_s / delivered * 1e6
+
+
+def node_us_per_create(result: BenchResult) -> float | None:
+    """The nodes' CPU during the registration (summed) per successful create, in µs."""
+    created = result.registration.succeeded
+    if result.node_register_cpu_s is None or not created:
+        return None
+    return sum(result.node_register_cpu_s) / created * 1e6
 
 
 def machine() -> dict[str, Any]:
@@ -317,6 +329,10 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
         },
         "node_cpu_s": {"run": _round(result.node_cpu_s), "fire": _round(result.node_fire_cpu_s)},
         "node_cpu_us_per_fire": _round(node_us_per_fire(result), 1),
+        "node_register_cpu_s": (
+            [_round(s) for s in result.node_register_cpu_s] if result.node_register_cpu_s is not None else None
+        ),
+        "node_cpu_us_per_create": _round(node_us_per_create(result), 1),
         "warnings": result.warnings,
         "machine": dict(machine_info) if machine_info is not None else machine(),
     }
@@ -379,6 +395,8 @@ def render_table(summary: Mapping[str, Any]) -> Table:
         row("node CPU: run / fire phase", _pair(node_cpu["run"], node_cpu["fire"]), "s")
     if summary.get("node_cpu_us_per_fire") is not None:
         row("node CPU per fire", summary["node_cpu_us_per_fire"], "µs")
+    if summary.get("node_cpu_us_per_create") is not None:
+        row("node CPU per create (registration)", summary["node_cpu_us_per_create"], "µs")
     return table
 
 

@@ -248,10 +248,22 @@ def test_node_cpu_is_reported_per_delivered_fire() -> None:
     assert "node CPU per fire" in console.export_text()
 
 
+def test_node_cpu_of_the_registration_is_reported_per_node_and_per_create() -> None:
+    result = fire_result()
+    result.node_register_cpu_s = [0.006, 0.003]  # two nodes; the registration stored 3 tasks
+    summary = to_json(result)
+    assert summary["node_register_cpu_s"] == [0.006, 0.003]
+    assert summary["node_cpu_us_per_create"] == 3000.0
+    console = Console(record=True, width=100)
+    console.print(render_table(summary))
+    assert "node CPU per create" in console.export_text()
+
+
 def test_node_cpu_is_absent_when_the_node_is_not_ours() -> None:
     summary = to_json(fire_result())
     assert summary["node_cpu_s"] == {"run": None, "fire": None}
     assert summary["node_cpu_us_per_fire"] is None
+    assert (summary["node_register_cpu_s"], summary["node_cpu_us_per_create"]) == (None, None)
 
 
 def test_process_cpu_is_read_from_proc_and_grows_with_work() -> None:
