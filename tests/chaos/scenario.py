@@ -149,6 +149,30 @@ class Outcome:
             due_until_ms=self.window.end_ms,
         )
 
+    def late_healthy_instants(self, limit_ms: int, most: int = 40) -> str:
+        """For a failure message: the first ``most`` first sends of healthy-server instants due in the fault
+        later than ``limit_ms`` (task, shard, its due instant and create ack relative to the fault's start,
+        lateness), so a rare failure says which fires were held and when."""
+        assert self.window.victim_server is not None
+        start = self.window.start_ms
+        lines = []
+        for (task_id, instant), late in sorted(self.figures.first_send_late_ms.items(), key=lambda item: item[0][1]):
+            promise = self.promises[task_id]
+            if (
+                promise.server == self.window.victim_server
+                or not start <= instant <= self.window.end_ms
+                or instant < promise.create_acked_ms
+                or late <= limit_ms
+            ):
+                continue
+            lines.append(
+                f"task {task_id} shard {shard_of_task_id(task_id)} server {promise.server}: due at fault+"
+                f"{instant - start} ms, create acked at fault{promise.create_acked_ms - start:+d} ms, "
+                f"{'interval' if len(promise.may) > 1 else 'one-shot'}, first send {late} ms late"
+            )
+        more = f"\n... and {len(lines) - most} more" if len(lines) > most else ""
+        return "\n".join(lines[:most]) + more
+
     def healthy_create_ms(self) -> list[int]:
         """How long the acknowledged creates sent during the fault, of tasks on the other servers, took."""
         assert self.window.victim_server is not None

@@ -21,10 +21,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.ma
 HEALTHY_P99_LIMIT_MS = 1000
 
 
-def assert_healthy_server_on_time(outcome: Outcome) -> None:
+def assert_healthy_server_on_time(outcome: Outcome, rig: ClusterRig) -> None:
     late = outcome.healthy_first_send_late_ms()
     assert late, "the healthy server had instants due during the fault"
-    assert percentile(late, 0.99) <= HEALTHY_P99_LIMIT_MS, outcome.summary()
+    if percentile(late, 0.99) > HEALTHY_P99_LIMIT_MS:
+        # What a rare failure needs to be explained: which fires were held, and what the nodes said.
+        logs = "\n".join(f"--- node{i} (warnings and errors)\n{rig.warnings(i)}" for i in sorted(rig.nodes))
+        pytest.fail(
+            f"{outcome.summary()}\nhealthy-server fires later than {HEALTHY_P99_LIMIT_MS} ms:\n"
+            f"{outcome.late_healthy_instants(HEALTHY_P99_LIMIT_MS)}\n{logs}"
+        )
 
 
 @pytest.mark.parametrize("profile", profiles())
@@ -33,7 +39,7 @@ async def test_one_mariadb_server_killed_for_15s_loses_nothing_and_the_other_fir
 ) -> None:
     outcome = await run(rig, receiver, profile, faults.kill_mariadb())
     assert_clean(outcome)
-    assert_healthy_server_on_time(outcome)
+    assert_healthy_server_on_time(outcome, rig)
 
 
 @pytest.mark.parametrize("profile", profiles())
@@ -42,7 +48,7 @@ async def test_one_mariadb_server_frozen_for_15s_loses_nothing_and_the_other_fir
 ) -> None:
     outcome = await run(rig, receiver, profile, faults.freeze_mariadb())
     assert_clean(outcome)
-    assert_healthy_server_on_time(outcome)
+    assert_healthy_server_on_time(outcome, rig)
 
 
 @pytest.mark.parametrize("profile", profiles(QUICK.with_defaults()))
@@ -51,4 +57,4 @@ async def test_row_lock_held_13s_on_one_server_loses_nothing_and_the_other_fires
 ) -> None:
     outcome = await run(rig, receiver, profile, faults.lock_rows())
     assert_clean(outcome)
-    assert_healthy_server_on_time(outcome)
+    assert_healthy_server_on_time(outcome, rig)

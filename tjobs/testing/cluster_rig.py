@@ -321,6 +321,23 @@ class ClusterRig:
         finally:
             connection.close()
 
+    def warnings(self, index: int, lines: int = 80) -> str:
+        """The last ``lines`` lines of node ``index``'s log at WARNING or above, and its group moves."""
+        try:
+            text = self.nodes[index].log.read_text(errors="replace")
+        except OSError:
+            return ""
+        keep = [
+            line
+            for line in text.splitlines()
+            if any(word in line for word in ("group", "jobs", "plan", "lease", "resumed"))
+            or (
+                "answered 503" not in line  # a create refused on the unreachable server, as expected
+                and any(mark in line[:30] for mark in ("WARNING", "ERROR", "CRITICAL"))
+            )
+        ]
+        return "\n".join(keep[-lines:])
+
     def tail(self, index: int, lines: int = 40) -> str:
         try:
             return "\n".join(self.nodes[index].log.read_text(errors="replace").splitlines()[-lines:])
