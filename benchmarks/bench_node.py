@@ -10,6 +10,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -30,7 +31,11 @@ def bench_target(
 
     ``--nodes N`` (N > 1, with ``--storage`` and ``--etcd``) starts a cluster of N nodes on this machine,
     coordinated through etcd under a cluster name of the run's own, and yields the first node's URL once
-    every node fires its share of the jobs (the plan placed, each group held by its primary)."""
+    every node fires its share of the jobs (the plan placed, each group held by its primary).
+
+    ``--node-dir DIR`` keeps a started node's work directory (``node.log``, ``node.toml``) in ``DIR``
+    after the run, to read its log against the bench's figures; with ``--nodes N`` each node gets
+    ``DIR/node-<i>``."""
     from tjobs.settings import StorageSettings
     from tjobs.testing.databases import drop_databases
     from tjobs.testing.node_process import node_process
@@ -54,16 +59,21 @@ def bench_target(
         cluster = {"etcd_endpoints": [args.etcd], "name": f"bench-{secrets.token_hex(3)}"}
         node_settings = {**node_settings, "cluster": cluster}
     admin_key = "tja_bench_" + secrets.token_urlsafe(18)
+    node_dir = getattr(args, "node_dir", None)
     try:
         with contextlib.ExitStack() as stack:
             nodes = []
-            for _ in range(args.nodes):
+            for index in range(args.nodes):
+                work_dir = None
+                if node_dir:
+                    work_dir = Path(node_dir) if args.nodes == 1 else Path(node_dir) / f"node-{index + 1}"
                 node = stack.enter_context(
                     node_process(
                         storage_urls=args.storage or None,
                         topology=args.topology,
                         admin_key=admin_key,
                         settings=node_settings,
+                        work_dir=work_dir,
                     )
                 )
                 console.print(f"node {node.pid} on {node.base_url} (log: {node.log_path})")
@@ -111,4 +121,7 @@ def target_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", help="shard topology of a started node")
     parser.add_argument("--nodes", type=int, default=1, help="start this many nodes, a cluster (with --etcd)")
     parser.add_argument("--etcd", help="etcd endpoint: started nodes form a cluster through it (with --storage)")
+    parser.add_argument(
+        "--node-dir", help="keep a started node's work directory (its log, node.log) here (--nodes N: DIR/node-<i>)"
+    )
     parser.add_argument("--json", dest="json_out", action="store_true", help="print one JSON object on stdout")

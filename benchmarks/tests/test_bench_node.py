@@ -4,6 +4,11 @@ before anything starts."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -33,3 +38,28 @@ def test_a_node_choice_that_cannot_work_is_refused_before_anything_starts(argv: 
 def test_a_running_node_is_driven_as_it_is_with_no_pid_to_measure() -> None:
     with bench_target(options("--url", "http://127.0.0.1:1", "--admin-key", "k")) as (url, key, pids):
         assert (url, key, pids) == ("http://127.0.0.1:1", "k", ())
+
+
+def test_node_dir_keeps_each_started_nodes_work_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``--node-dir`` is handed to the node as its work directory (kept afterwards: its node.log), one
+    per node when several are started."""
+    import tjobs.testing.node_process as node_process_module
+
+    given: list[Path | None] = []
+
+    @contextlib.contextmanager
+    def fake_node_process(**kwargs: Any) -> Iterator[SimpleNamespace]:
+        given.append(kwargs.get("work_dir"))
+        yield SimpleNamespace(pid=len(given), base_url=f"http://127.0.0.1:{len(given)}", log_path="-")
+
+    monkeypatch.setattr(node_process_module, "node_process", fake_node_process)
+    monkeypatch.setattr("benchmarks.bench_node.wait_for_shares", lambda urls, key: None)
+    monkeypatch.setenv("TJOBS_STORAGE__DATABASE_PREFIX", "tjbench_unused")  # no fresh prefix to drop
+    with bench_target(options("--embedded", "--node-dir", str(tmp_path / "one"))):
+        pass
+    storage = ("--storage", "mysql+asyncmy://root@127.0.0.1:1", "--etcd", "http://127.0.0.1:1")
+    with bench_target(options(*storage, "--nodes", "2", "--node-dir", str(tmp_path / "two"))):
+        pass
+    with bench_target(options("--embedded")):
+        pass
+    assert given == [tmp_path / "one", tmp_path / "two" / "node-1", tmp_path / "two" / "node-2", None]
