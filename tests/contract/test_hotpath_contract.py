@@ -1,5 +1,5 @@
 """The hot-path contract (:class:`tjobs.hotpath.base.HotPath`), run on every implementation: the
-in-process one, Redis ZSET slices (real Redis) and the DB poll (SQLite files).
+in-process one, Redis ZSET slices (real Redis) and the DB poll (SQLite files, and a real MariaDB).
 
 Each test gets a *pair*: the node that takes the API call (``publisher``) and the node whose wheel
 holds the shard (``owner``). In-process, both are the one embedded node. Then a few Redis-specific
@@ -9,6 +9,7 @@ specifications of the slice layout (which slices an owner reads, and when).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -18,11 +19,12 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from sqlalchemy import text
+from sqlalchemy import event, func, select, text
 
 from sharding import TaskIdGenerator
 from tests.observers import RecordingObserver
 from tjobs.clock import ManualClock, SystemClock
+from tjobs.hotpath import dbpoll
 from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.hotpath.dbpoll import SETTLE_S, DbPollHotPath
 from tjobs.hotpath.local import LocalHotPath
@@ -98,7 +100,14 @@ async def _nothing(*_: object) -> None:
     return None
 
 
-@pytest.fixture(params=["local", pytest.param("redis", marks=pytest.mark.redis), "dbpoll"])
+@pytest.fixture(
+    params=[
+        "local",
+        pytest.param("redis", marks=pytest.mark.redis),
+        "dbpoll",
+        pytest.param("dbpoll-mariadb", marks=pytest.mark.mariadb),
+    ]
+)
 async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pair]:
     if request.param == "local":
         local = LocalHotPath()
@@ -131,27 +140,68 @@ async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         await flush()
         await admin.aclose()
         return
-    storage = StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path}"], topology="1x1x16")
-    await migrate(storage)
-    db_publisher = DbPollHotPath(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
-    db_owner = DbPollHotPath(storage, origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
+    async with db_tier(request, tmp_path) as tier:
+        db_pair = await _start(tier.publisher, tier.owner, True, tier.truncate, tier.drop)
+        yield db_pair
+        await db_pair.publisher.stop()
+        await db_pair.owner.stop()
 
-    async def execute(sql: str) -> None:
-        import aiosqlite
 
-        async with aiosqlite.connect(tmp_path / "tjobs_00.db") as db:
-            await db.execute(sql)
-            await db.commit()
+@dataclass
+class DbTier:
+    """A DB-poll pair's database: its two nodes' hot paths, and SQL run on it from outside."""
 
-    async def truncate() -> None:
-        await execute("DELETE FROM hot_changes")
+    publisher: DbPollHotPath
+    owner: DbPollHotPath
+    execute: Callable[[str], Awaitable[None]]
+    mariadb: bool
 
-    async def drop(_: Pair) -> None:
-        await execute("DROP TABLE hot_changes")
+    async def truncate(self) -> None:  # the ids restart (SQLite reuses them once the table is empty)
+        await self.execute("TRUNCATE TABLE hot_changes" if self.mariadb else "DELETE FROM hot_changes")
 
-    yield await _start(db_publisher, db_owner, True, truncate, drop)
-    await db_publisher.stop()
-    await db_owner.stop()
+    async def drop(self, _: Pair) -> None:
+        await self.execute("DROP TABLE hot_changes")
+
+
+@contextlib.asynccontextmanager
+async def db_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[DbTier]:
+    """A migrated database of its own: SQLite files in ``tmp_path``, or with the ``dbpoll-mariadb``
+    param a fresh database on the test MariaDB, dropped afterwards."""
+    mariadb = request.param == "dbpoll-mariadb"
+    if mariadb:
+        mysql_url: str = request.getfixturevalue("mysql_url")
+        prefix = f"tjobsct_{secrets.token_hex(4)}"
+        storage = StorageSettings(urls=[mysql_url], topology="1x1x16", database_prefix=prefix)
+        admin = create_engine_for(mysql_url, storage)
+
+        async def execute(sql: str) -> None:
+            async with admin.begin() as conn:
+                await conn.execute(text(f"USE `{prefix}_00`"))
+                await conn.execute(text(sql))
+
+    else:
+        storage = StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path}"], topology="1x1x16")
+
+        async def execute(sql: str) -> None:
+            import aiosqlite
+
+            async with aiosqlite.connect(tmp_path / "tjobs_00.db") as db:
+                await db.execute(sql)
+                await db.commit()
+
+    try:
+        await migrate(storage)
+        yield DbTier(
+            DbPollHotPath(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20),
+            DbPollHotPath(storage, origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20),
+            execute,
+            mariadb,
+        )
+    finally:
+        if mariadb:
+            async with admin.begin() as conn:
+                await conn.execute(text(f"DROP DATABASE IF EXISTS `{prefix}_00`"))
+            await admin.dispose()
 
 
 def soon(offset_ms: int = 2000) -> int:
@@ -383,3 +433,87 @@ async def test_db_poll_refuses_a_schema_without_its_table_and_nodes_start_togeth
         async with admin.begin() as conn:
             await conn.execute(text(f"DROP DATABASE IF EXISTS `{prefix}_00`"))
         await admin.dispose()
+
+
+# ---- DB poll: concurrent publishes share a transaction ------------------------------------------
+
+
+@pytest.fixture(params=["dbpoll", pytest.param("dbpoll-mariadb", marks=pytest.mark.mariadb)])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[DbTier, Pair]]:
+    async with db_tier(request, tmp_path) as tier:
+        db_pair = await _start(tier.publisher, tier.owner, True, tier.truncate, tier.drop)
+        yield tier, db_pair
+        await db_pair.publisher.stop()
+        await db_pair.owner.stop()
+
+
+def commits_of(hot: DbPollHotPath) -> list[int]:
+    """The transactions ``hot`` commits from now on (its poll reads commit none), one entry each."""
+    engine = hot._engine
+    assert engine is not None
+    commits: list[int] = []
+    event.listen(engine.sync_engine, "commit", lambda _conn: commits.append(1))
+    return commits
+
+
+async def rows_of(tier: DbTier, changes: list[TaskChange]) -> int:
+    """How many of ``changes`` have their row in the table (counted on a connection of its own)."""
+    engine, table = tier.publisher._engine, tier.publisher._table
+    assert engine is not None
+    ids = [change.task_id for change in changes]
+    async with engine.connect() as conn:
+        count = select(func.count()).select_from(table).where(table.c.task_id.in_(ids))
+        return int((await conn.execute(count)).scalar_one())
+
+
+async def test_db_poll_writes_concurrent_publishes_in_fewer_transactions_and_the_owner_reads_them_all(
+    db: tuple[DbTier, Pair],
+) -> None:
+    tier, pair = db
+    commits = commits_of(tier.publisher)
+    # When 50 changes are published at once (50 creates answered by one node)
+    changes = [TaskChange(task_id(index % SHARDS), "app", soon(), 1) for index in range(50)]
+    await asyncio.gather(*(pair.publisher.publish(change) for change in changes))
+    # Then each was written before its publish returned, in fewer transactions than changes
+    assert await rows_of(tier, changes) == len(changes)
+    assert 1 <= len(commits) < len(changes)
+    # And the owner reads every one
+    for change in changes:
+        await pair.received.wait_for(change)
+
+
+async def test_db_poll_bounds_the_rows_of_a_transaction_and_writes_the_rest_in_the_next(
+    db: tuple[DbTier, Pair], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tier, pair = db
+    monkeypatch.setattr(dbpoll, "FLUSH_ROWS", 8)
+    commits = commits_of(tier.publisher)
+    changes = [TaskChange(task_id(index % SHARDS), "app", soon(), 1) for index in range(20)]
+    await asyncio.gather(*(pair.publisher.publish(change) for change in changes))
+    assert await rows_of(tier, changes) == len(changes)
+    assert len(commits) >= 3  # 8 + 8 + 4 at most per transaction
+    for change in changes:
+        await pair.received.wait_for(change)
+
+
+async def test_db_poll_a_failed_write_is_logged_once_per_transaction_and_later_changes_still_arrive(
+    db: tuple[DbTier, Pair], caplog: pytest.LogCaptureFixture
+) -> None:
+    tier, pair = db
+    # Given a table the publisher cannot write to for a while
+    await tier.execute("ALTER TABLE hot_changes RENAME TO hot_changes_away")
+    changes = [TaskChange(task_id(index % SHARDS), "app", soon(), 1) for index in range(20)]
+    with caplog.at_level(logging.WARNING, logger="tjobs.hotpath"):
+        # When changes are published at once: none raises, each is applied on the publishing node
+        await asyncio.gather(*(pair.publisher.publish(change) for change in changes))
+    assert all(change in pair.published.changes for change in changes)
+    # Then the failure is logged per transaction, not per change, and says how many it left out
+    failed = [record for record in caplog.records if getattr(record, "action", None) == "hot_publish_failed"]
+    assert 1 <= len(failed) < len(changes)
+    assert sum(int(record.getMessage().split()[0]) for record in failed) == len(changes)
+    # And once the table is back, a change published then reaches the owner (the lost ones are the
+    # cycle load's, from the store: the hot tier is never the truth)
+    await tier.execute("ALTER TABLE hot_changes_away RENAME TO hot_changes")
+    after = TaskChange(task_id(3), "app", soon(), 2)
+    await pair.publisher.publish(after)
+    await pair.received.wait_for(after)

@@ -7,7 +7,16 @@ poll re-reads the ids above a *settled* watermark (the highest id seen at least 
 skips those it already applied. A table emptied under it whose ids restart (``TRUNCATE``, or SQLite
 reusing ids once every row was purged) is noticed (the highest id fell below the highest read, or is
 that id on another row) and read again from the start. Rows older than ``RETENTION_S`` are purged in
-small batches. The table comes with the schema (``tjobs migrate``, revision ``0004_hot_changes``); a
+small batches.
+
+Publishing works like the store's :class:`tjobs.stores.sql_direct.GroupCommit`: a change is written at
+once when no write is in flight, and changes published meanwhile wait and go together in the next
+write, up to :data:`FLUSH_ROWS` rows in one transaction, instead of a transaction per change (the
+profile of a cluster node taking creates: docs/benchmarks.md). A publish returns once its row's write
+ended; a write that failed is logged once for its rows and, like any other row missed, is covered by
+the cycle load.
+
+The table comes with the schema (``tjobs migrate``, revision ``0004_hot_changes``); a
 node finding it missing refuses to start and says so. It is not the truth (invariant 7,
 docs/design.md): a missed row costs latency until the next load, never a fire.
 """
@@ -44,6 +53,7 @@ RETENTION_S = 600
 PURGE_INTERVAL_S = 30.0
 SETTLE_S = 1.0
 POLL_LIMIT = 5000
+FLUSH_ROWS = 500  # rows per publishing transaction at most
 
 
 class DbPollHotPath(HotPath):
@@ -67,6 +77,8 @@ class DbPollHotPath(HotPath):
         self._listener: ChangeListener | None = None
         self._task: asyncio.Task[None] | None = None
         self._watched: frozenset[int] = frozenset()
+        self._queue: list[tuple[dict[str, object], asyncio.Future[None]]] = []  # rows waiting for a write
+        self._flush: asyncio.Task[None] | None = None  # the write in flight, if any
         self.published = 0
         self.received = 0
 
@@ -93,6 +105,8 @@ class DbPollHotPath(HotPath):
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
+        if self._flush is not None:  # the rows queued are written (or fail) before the engine goes
+            await asyncio.wait([self._flush])
         if self._engine is not None:
             await self._engine.dispose()
             self._engine = None
@@ -107,29 +121,45 @@ class DbPollHotPath(HotPath):
         now_ms = self._clock.now_ms()
         if self._engine is None or not is_near(change, now_ms, self._near_ms):
             return
+        row: dict[str, object] = {
+            "task_id": change.task_id,
+            "app_id": change.app_id,
+            "next_run_at_ms": change.next_run_at_ms,
+            "version": change.version,
+            "origin": self._origin,
+            "created_at_ms": now_ms,
+        }
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((row, written))
+        if self._flush is None:  # nothing in flight: written at once (it starts on the loop's next turn)
+            self._flush = asyncio.create_task(self._write_queued(), name="tjobs-hot-dbpoll-publish")
+        await written  # a caller cancelled meanwhile leaves its row to be written with the others
+
+    async def _write_queued(self) -> None:
+        """Write the queued rows, up to :data:`FLUSH_ROWS` per transaction, until none is left; rows
+        queued during a write go in the next. Never raises: a failed write is logged for its rows."""
         try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    insert(self._table),
-                    [
-                        {
-                            "task_id": change.task_id,
-                            "app_id": change.app_id,
-                            "next_run_at_ms": change.next_run_at_ms,
-                            "version": change.version,
-                            "origin": self._origin,
-                            "created_at_ms": now_ms,
-                        }
-                    ],
-                )
-            self.published += 1
-        except Exception as error:
-            logger.warning(
-                "hot change of task %d not recorded (%s); the cycle load covers it",
-                change.task_id,
-                error,
-                extra={"action": "hot_publish_failed"},
-            )
+            while self._queue:
+                batch, self._queue = self._queue[:FLUSH_ROWS], self._queue[FLUSH_ROWS:]
+                try:
+                    assert self._engine is not None
+                    async with self._engine.begin() as conn:
+                        await conn.execute(insert(self._table), [row for row, _ in batch])
+                    self.published += len(batch)
+                except Exception as error:
+                    logger.warning(
+                        "%d hot change(s) not recorded (tasks %s) (%s); the cycle load covers them",
+                        len(batch),
+                        ", ".join(str(row["task_id"]) for row, _ in batch[:5]) + (", ..." if len(batch) > 5 else ""),
+                        error,
+                        extra={"action": "hot_publish_failed"},
+                    )
+                finally:
+                    _release(batch)
+        finally:  # rows still queued only when this was cancelled: nobody waits for them forever
+            self._flush = None
+            _release(self._queue)
+            self._queue = []
 
     async def _poll_loop(self) -> None:
         table = self._table
@@ -225,3 +255,9 @@ class DbPollHotPath(HotPath):
         with contextlib.suppress(Exception):
             async with self._engine.begin() as conn:
                 await conn.execute(delete(self._table).where(self._table.c.created_at_ms < cutoff_ms))
+
+
+def _release(rows: list[tuple[dict[str, object], asyncio.Future[None]]]) -> None:
+    for _, written in rows:
+        if not written.done():
+            written.set_result(None)
