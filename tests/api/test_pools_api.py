@@ -8,6 +8,7 @@ The registry is the coordinator's (here the embedded one; etcd's is held to the 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import Tenant, task_body
 from tests.receiver import Receiver
+from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -89,6 +91,119 @@ async def test_a_heartbeat_is_authenticated_counted_and_answered_like_any_route(
     template = "/v1/pools/{pool}/executors/{executor_id}/heartbeat"
     assert counted[(template, "PUT", "2xx")] >= 1
     assert counted[(template, "PUT", "4xx")] >= 3
+
+
+async def _exchange(base_url: str, raw: bytes, answers: int = 1) -> list[tuple[int, dict[str, str], Any]]:
+    """Send ``raw`` (one or more requests) on one connection; the answers in the order they came."""
+    host, port = base_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(raw)
+        got: list[tuple[int, dict[str, str], Any]] = []
+        for _ in range(answers):
+            head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)).decode("latin-1")
+            lines = head.split("\r\n")
+            headers = {n.lower(): v.strip() for n, _, v in (line.partition(":") for line in lines[1:] if line)}
+            body = await reader.readexactly(int(headers["content-length"]))
+            got.append((int(lines[0].split()[1]), headers, json.loads(body) if body else None))
+        return got
+    finally:
+        writer.close()
+
+
+def _put(path: str, key: str | None, *extra: str) -> bytes:
+    lines = [f"PUT {path} HTTP/1.1", "host: tjobs", "content-length: 0", *extra]
+    if key is not None:
+        lines.append(f"authorization: Bearer {key}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def test_a_heartbeat_served_below_asgi_answers_exactly_as_the_app(
+    api_node: RunningNode, tenant_factory: Tenants, admin: httpx.AsyncClient
+) -> None:
+    """The lean heartbeat path (tjobs.api.lean_heartbeat) against the app's own route: the same request
+    sent as is (answered by the HTTP protocol when it can) and with an empty query string (which always
+    goes through ASGI, and which the route ignores) gets the same status, body and headers."""
+    lean = api_node.api.state.lean_heartbeats
+    owner, other = await tenant_factory("lean-owner"), await tenant_factory("lean-other")
+    for client in (owner.client, other.client):
+        made = await client.post("/v1/pools/workers/executors", json={"id": "w-1", "address": "http://127.0.0.1:9"})
+        assert made.status_code in (200, 201)
+    await owner.client.post("/v1/pools/own/executors", json={"id": "w-2", "address": "http://127.0.0.1:9", "ttl_s": 9})
+    beat = "/v1/pools/{}/executors/{}/heartbeat"
+    cases = [  # (path, key, extra header lines, whether the lean path answers it)
+        (beat.format("own", "w-2"), owner.api_key, ["x-request-id: rid-1"], True),  # 200
+        (beat.format("own", "nobody"), owner.api_key, ["x-request-id: rid-2"], True),  # unknown executor: 404
+        (beat.format("own", "w-2"), other.api_key, ["x-request-id: rid-3"], True),  # another app's pool: 404
+        (beat.format("Bad.Name", "w-2"), owner.api_key, ["x-request-id: rid-4"], True),  # bad pool name
+        (beat.format("own", "-bad-id"), owner.api_key, ["x-request-id: rid-5"], True),  # bad executor id
+        (beat.format("own", "w-2"), None, ["x-request-id: rid-6"], False),  # no key: 401
+        (beat.format("own", "w-2"), "tjk_not-a-key", ["x-request-id: rid-7"], False),  # unknown key: 401
+        (beat.format("own", "w-2"), owner.api_key, ["x-request-id: bad id"], True),  # insane id: a fresh one
+    ]
+    for path, key, extra, served_lean in cases:
+        before = lean.served
+        [(status, headers, body)] = await _exchange(api_node.base_url, _put(path, key, *extra))
+        assert lean.served == before + served_lean, path
+        [(asgi_status, asgi_headers, asgi_body)] = await _exchange(api_node.base_url, _put(path + "?", key, *extra))
+        assert lean.served == before + served_lean, "a query string goes through ASGI"
+        assert (status, body) == (asgi_status, asgi_body), path
+        if extra[0] == "x-request-id: bad id":
+            assert len(headers.pop("x-request-id")) == len(asgi_headers.pop("x-request-id")) == 32
+        headers.pop("date"), asgi_headers.pop("date")
+        assert headers == asgi_headers, path
+
+    # a body, a chunked one, Expect, HTTP/1.0 or Connection: close go through ASGI (its body limits)
+    limit = api_node.node.settings.api.max_body_bytes
+    over = _put(beat.format("own", "w-2"), owner.api_key).replace(
+        b"content-length: 0", f"content-length: {limit + 1}".encode()
+    )
+    before = lean.served
+    [(status, _, body)] = await _exchange(api_node.base_url, over)
+    assert status == 413 and body["error"]["code"] == "too_large" and lean.served == before
+    closing = _put(beat.format("own", "w-2"), owner.api_key, "connection: close")
+    [(status, headers, _)] = await _exchange(api_node.base_url, closing)
+    assert status == 200 and headers["connection"] == "close" and lean.served == before
+
+    # pipelined heartbeats on one connection are answered in order
+    pipelined = b"".join(
+        _put(beat.format("own", e), owner.api_key, f"x-request-id: p{i}")
+        for i, e in enumerate(["w-2", "nobody", "w-2"])
+    )
+    answers = await _exchange(api_node.base_url, pipelined, answers=3)
+    assert [(status, headers["x-request-id"]) for status, headers, _ in answers] == [
+        (200, "p0"),
+        (404, "p1"),
+        (200, "p2"),
+    ]
+
+    # a disabled app: 403 from the app (the lean path serves no disabled app)
+    assert (await admin.post(f"/v1/apps/{other.app.id}/disable")).status_code == 200
+    before = lean.served
+    [(status, _, body)] = await _exchange(api_node.base_url, _put(beat.format("workers", "w-1"), other.api_key))
+    [(asgi_status, _, asgi_body)] = await _exchange(
+        api_node.base_url, _put(beat.format("workers", "w-1") + "?", other.api_key)
+    )
+    assert (status, body) == (asgi_status, asgi_body) and status == 403 and lean.served == before
+
+
+async def test_a_heartbeat_over_the_apps_rate_is_refused_by_the_app_not_served_below_it(
+    api_node: RunningNode, tenant_factory: Tenants
+) -> None:
+    lean = api_node.api.state.lean_heartbeats
+    slow = await tenant_factory("lean-slow", api_rate_limit_per_s=1)
+    await slow.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})
+    answers = []
+    for _ in range(6):
+        [(status, headers, body)] = await _exchange(
+            api_node.base_url, _put("/v1/pools/p/executors/e/heartbeat", slow.api_key)
+        )
+        answers.append((status, lean.served, headers.get("retry-after"), body))
+    refused = [a for a in answers if a[0] == 429]
+    assert refused and all(a[2] is not None and a[3]["error"]["code"] == "rate_limited" for a in refused)
+    assert {a[0] for a in answers} <= {200, 429}
+    served = [a[1] for a in answers]
+    assert served[-1] - served[0] == sum(a[0] == 200 for a in answers[1:])  # a refusal is never served lean
 
 
 async def test_an_executor_without_an_id_is_known_by_its_address(tenant_factory: Tenants) -> None:

@@ -34,7 +34,7 @@ from tjobs.api import (
     schemas,
 )
 from tjobs.api.bodies import BodyLimitMiddleware
-from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_headers, ok
+from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_content, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
 from tjobs.console import include_console
@@ -81,14 +81,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
 
     @api.exception_handler(TjobsError)
     async def _tjobs_error(request: Request, error: TjobsError) -> ORJSONResponse:
-        return _error(
-            error.status_code,
-            error.code,
-            error.message,
-            getattr(error, "field", None),
-            error_headers(error),
-            getattr(error, "details", None),  # e.g. target_in_use: {"tasks": n}
-        )
+        return ORJSONResponse(error_content(error), status_code=error.status_code, headers=error_headers(error))
 
     @api.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, error: RequestValidationError) -> ORJSONResponse:
@@ -174,7 +167,9 @@ def _admit_first(api: FastAPI, limits: ApiRateLimits, node: "Node") -> None:
     build_stack = api.build_middleware_stack
 
     def build_admitted_stack() -> ASGIApp:
-        return AdmissionMiddleware(build_stack(), limits=limits, directory=node.apps)
+        admission = AdmissionMiddleware(build_stack(), limits=limits, directory=node.apps)
+        api.state.admission = admission  # the lean heartbeat path admits through it too
+        return admission
 
     api.build_middleware_stack = build_admitted_stack  # type: ignore[method-assign]
 

@@ -125,6 +125,18 @@ def error_headers(error: TjobsError) -> dict[str, str] | None:
     return None
 
 
+def error_content(error: TjobsError) -> dict[str, Any]:
+    """The JSON an error answers: ``{"error": {"code", "message"[, "field"][, "details"]}}``."""
+    content: dict[str, Any] = {"code": error.code, "message": error.message}
+    field = getattr(error, "field", None)
+    if field is not None:
+        content["field"] = field
+    details = getattr(error, "details", None)  # e.g. target_in_use: {"tasks": n}
+    if details is not None:
+        content["details"] = details
+    return {"error": content}
+
+
 def admit_creates(request: Request, app: App, count: int) -> None:
     """Spend ``count`` of ``app``'s create tokens (one per task registered) or raise ``RateLimited``."""
     rate_limits_of(request).admit_creates(app, count)

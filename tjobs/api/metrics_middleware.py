@@ -36,13 +36,46 @@ _HEADER = b"x-request-id"
 _SANE_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 
 
-class MetricsMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
+class RequestMetrics:
+    """Counts and times answered requests, and logs the 5xx ones (the middleware's accounting; the lean
+    heartbeat path, :mod:`tjobs.api.lean_heartbeat`, records through one too)."""
+
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         self._enabled = metrics.enabled
         self._counters: dict[tuple[str, str, int], Counter] = {}
         self._durations: dict[str, Histogram] = {}
+
+    def observe(
+        self, template: str, method: str, status: int, duration_s: float, rid: str, failure: Exception | None
+    ) -> None:
+        if status >= 500:
+            logger.warning(
+                "%s %s answered %d",
+                method,
+                template,
+                status,
+                exc_info=failure,
+                extra={"action": "api_request_failed", "request_id": rid, "status": status},
+            )
+        if not self._enabled:
+            return
+        key = (template, method, status // 100)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.metrics.api_requests.labels(template, method, status_class(status))
+        counter.inc()
+        histogram = self._durations.get(template)
+        if histogram is None:
+            histogram = self._durations[template] = self.metrics.api_duration.labels(template)
+        histogram.observe(duration_s)
+
+
+class MetricsMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+        self._requests = RequestMetrics(metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -70,7 +103,7 @@ class MetricsMiddleware:
             # A bug: answer the API's error shape with the request id (logged below, with the traceback)
             failure = error
             await send_with_id({"type": "http.response.start", "status": 500, "headers": _ERROR_HEADERS})
-            await send_with_id({"type": "http.response.body", "body": _error_body(rid)})
+            await send_with_id({"type": "http.response.body", "body": error_body(rid)})
         finally:
             request_id.reset(token)
             self._observe(scope, status or 500, time.perf_counter() - started, rid, failure)
@@ -78,33 +111,13 @@ class MetricsMiddleware:
     def _observe(self, scope: Scope, status: int, duration_s: float, rid: str, failure: Exception | None) -> None:
         route: Any = scope.get("route")
         template = str(getattr(route, "path", "unmatched"))
-        method = str(scope.get("method", ""))
-        if status >= 500:
-            logger.warning(
-                "%s %s answered %d",
-                method,
-                template,
-                status,
-                exc_info=failure,
-                extra={"action": "api_request_failed", "request_id": rid, "status": status},
-            )
-        if not self._enabled:
-            return
-        key = (template, method, status // 100)
-        counter = self._counters.get(key)
-        if counter is None:
-            counter = self._counters[key] = self.metrics.api_requests.labels(template, method, status_class(status))
-        counter.inc()
-        histogram = self._durations.get(template)
-        if histogram is None:
-            histogram = self._durations[template] = self.metrics.api_duration.labels(template)
-        histogram.observe(duration_s)
+        self._requests.observe(template, str(scope.get("method", "")), status, duration_s, rid, failure)
 
 
 _ERROR_HEADERS = [(b"content-type", b"application/json")]
 
 
-def _error_body(rid: str) -> bytes:
+def error_body(rid: str) -> bytes:
     return orjson.dumps(
         {"error": {"code": "internal_error", "message": f"internal error; quote request id {rid} when reporting it"}}
     )
@@ -114,5 +127,10 @@ def _incoming_request_id(scope: Scope) -> str | None:
     """The caller's ``x-request-id`` if it is sane (see the module doc), else ``None``."""
     for name, value in scope.get("headers", ()):
         if name == _HEADER:
-            return value.decode("ascii") if _SANE_ID.fullmatch(value) else None
+            return sane_request_id(value)
     return None
+
+
+def sane_request_id(value: bytes) -> str | None:
+    """An ``x-request-id`` header's value if it is sane (see the module doc), else ``None``."""
+    return value.decode("ascii") if _SANE_ID.fullmatch(value) else None

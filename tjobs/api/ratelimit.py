@@ -156,6 +156,17 @@ class ApiRateLimits:
                 f"app {app.id} is over its rate of {buckets.requests.rate_per_s:g} requests per second", wait_s
             )
 
+    def would_admit(self, app: App, method: str, route_path: str | None) -> bool:
+        """Whether :meth:`admit_request` (without query parameters) would admit this request now; nothing
+        is taken and nothing counted."""
+        if not self._settings.enabled:
+            return True
+        buckets = self._buckets(app)
+        now_s = self.monotonic()
+        if is_expensive_read(method, route_path, ()) and not buckets.expensive_reads.would_take(now_s):
+            return False
+        return buckets.requests.would_take(now_s)
+
     def admit_creates(self, app: App, count: int) -> None:
         """Take ``count`` create tokens (a batch counts each task) or refuse them all."""
         if not self._settings.enabled or count <= 0:
@@ -266,10 +277,14 @@ class AdmissionMiddleware:
                         await self._hold(min(refused.wait_s, REFUSAL_HOLD_MAX_S))
                     await _refuse(send, refused)
                     return
-                if self._refused_connections:
-                    self._refused_connections.pop(_connection(scope.get("client"), known.id), None)
+                self.admitted(scope.get("client"), known.id)
                 scope[ADMITTED] = known.id
         await self.app(scope, receive, send)
+
+    def admitted(self, client: Any, app_id: str) -> None:
+        """A request of ``app_id`` on this connection was admitted: its next refusal is a first one again."""
+        if self._refused_connections:
+            self._refused_connections.pop(_connection(client, app_id), None)
 
     def _refused_again(self, client: Any, app_id: str) -> bool:
         """Whether this connection's previous request of ``app_id`` was refused too (apps sharing a

@@ -6,10 +6,11 @@ Each app sees only its own pools: another app's pool answers 404, like a pool wi
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
 from pydantic import BaseModel
+from starlette.datastructures import State
 from starlette.routing import Match, Route
 from starlette.types import Scope
 
@@ -18,6 +19,9 @@ from tjobs.api.deps import BEARER, AppDep, body_doc, errors, json_body, json_res
 from tjobs.clock import iso_ms
 from tjobs.pools.model import Executor
 from tjobs.service.pools import PoolService
+
+if TYPE_CHECKING:
+    from tjobs.node import Node
 
 # documented as validation judges it (the service's own 422 names the field)
 PoolName = Annotated[str, Path(json_schema_extra={"pattern": wire.POOL_NAME_PATTERN})]
@@ -46,11 +50,15 @@ class Heartbeat(BaseModel):
 
 
 def pool_service(request: Request) -> PoolService:
-    service: PoolService | None = getattr(request.app.state, "pool_service", None)
+    return pool_service_of(request.app.state, node_of(request))
+
+
+def pool_service_of(state: State, node: Node) -> PoolService:
+    """The API's one :class:`PoolService` (made on first use), kept in the app's ``state``."""
+    service: PoolService | None = getattr(state, "pool_service", None)
     if service is None:
-        node = node_of(request)
         service = PoolService(node.coordinator, node.guard, node.settings.limits, node.clock)
-        request.app.state.pool_service = service
+        state.pool_service = service
     return service
 
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import uvicorn
 
 from tjobs.api import create_api
+from tjobs.api.lean_heartbeat import heartbeat_protocol
 from tjobs.api.routes_ops import create_metrics_api
 from tjobs.node import Node, NodeParts, settle_heap
 from tjobs.settings import Settings
@@ -39,6 +40,7 @@ async def serve(
         api,
         host=settings.api.host,
         port=settings.api.port,
+        http=heartbeat_protocol(api),  # executor heartbeats answered below ASGI (tjobs.api.lean_heartbeat)
         log_level="warning",
         access_log=False,
         lifespan="off",

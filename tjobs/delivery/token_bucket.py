@@ -64,6 +64,13 @@ class TokenBucket:
         self.tat = start + cost * self.interval_s
         return 0.0
 
+    def would_take(self, now_s: float) -> bool:
+        """Whether :meth:`take` of one token would take it now (nothing is taken)."""
+        if self.interval_s == 0.0:
+            return True
+        start = self.tat if self.tat > now_s else now_s
+        return start - now_s - self.tolerance_s <= 1e-9
+
     def give_back(self, cost: float = 1.0) -> None:
         """Return tokens taken for work that turned out not to count (never beyond a full bucket)."""
         self.tat -= cost * self.interval_s

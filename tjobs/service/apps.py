@@ -364,6 +364,14 @@ class AppDirectory:
         self.put(app)
         return app
 
+    def fresh_app(self, api_key_hash: str) -> App | None:
+        """The app :meth:`authenticate` would answer for the key with this hash without the store (its
+        cache entry is fresh), else ``None``."""
+        cached = self._by_key_hash.get(api_key_hash)
+        if cached is not None and cached[0] > self._clock.now_ms():
+            return cached[1]
+        return None
+
     def known_app(self, api_key_hash: str) -> App | None:
         """The app this node accepted the key with this hash for, without the store (maybe stale)."""
         cached = self._by_key_hash.get(api_key_hash)

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 
 from tjobs.api import create_api
 from tjobs.api.app import create_app_record
+from tjobs.api.lean_heartbeat import heartbeat_protocol
 from tjobs.api.server import ApiServer
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.model import App
@@ -59,7 +60,15 @@ async def run_node(
     settings = settings.model_copy(update={"api": settings.api.model_copy(update={"port": port})})
     node = Node(settings, parts)
     api = create_api(node)
-    config = uvicorn.Config(api, host="127.0.0.1", port=port, log_level="warning", lifespan="off", loop="none")
+    config = uvicorn.Config(
+        api,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        loop="none",
+        http=heartbeat_protocol(api),  # as tjobs serve answers heartbeats (tjobs.api.lean_heartbeat)
+    )
     server = ApiServer(config)
     await node.start()
     serving = asyncio.create_task(server.serve())

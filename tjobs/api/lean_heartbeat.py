@@ -1,0 +1,212 @@
+"""Executor heartbeats answered below ASGI: the pools' hot path, served by the HTTP protocol itself.
+
+Every executor of every pool sends ``PUT /v1/pools/{pool}/executors/{executor_id}/heartbeat`` every
+third of its TTL (1,000 executors at a 15 s TTL: 200 a second). Through uvicorn's request cycle and the
+app's ASGI layers (admission, metrics, body limit, FastAPI's error and telemetry layers, routing) a
+heartbeat cost a node several times what renewing the lease costs. :func:`heartbeat_protocol` makes
+uvicorn's httptools protocol answer a plain heartbeat itself, with what the app would do for it:
+
+- the same authentication: the key is taken from ``Authorization: Bearer`` as the app parses it, and
+  the lean path only serves a key this node's :class:`tjobs.service.apps.AppDirectory` would accept
+  from its cache without the store (:meth:`~tjobs.service.apps.AppDirectory.fresh_app`), of an app
+  that is not disabled, and not remembered as refused;
+- the same admission: the app's request token is taken (:meth:`tjobs.api.ratelimit.ApiRateLimits.admit_request`)
+  only when it would be admitted (:meth:`~tjobs.api.ratelimit.ApiRateLimits.would_admit`), and the
+  connection's refusal memory is cleared as :class:`tjobs.api.ratelimit.AdmissionMiddleware` clears it;
+- the same pool service call (:meth:`tjobs.service.pools.PoolService.renew`: per-app pools, 404 for
+  an unknown executor or another app's, 503 when the registry does not answer), the same answers
+  (status, JSON body, ``Retry-After``, ``x-request-id``, ``content-type``, uvicorn's ``date`` and
+  ``server``), the same metrics under the route's template, and the request id in the logs.
+
+Anything else goes through ASGI unchanged, decided before anything is taken or counted: another
+method or path, a query string or percent-escape, a body (``Content-Length`` other than 0, chunked,
+``Expect``; so the body limits answer as before), HTTP/1.0 or ``Connection: close``, an upgrade,
+forwarded headers (uvicorn's proxy-headers layer would rewrite the client), a missing, unknown,
+refused or stale key, a disabled app, an app over its request rate (the app's 429 and hold), a
+request pipelined behind another on its connection, or a server with a concurrency limit. An
+unexpected failure answers the middleware's 500 (with ``content-length`` instead of chunks).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from tjobs.api.deps import error_content, error_headers
+from tjobs.api.metrics_middleware import RequestMetrics, error_body, sane_request_id
+from tjobs.api.routes_pools import heartbeat_route, pool_service_of
+from tjobs.errors import TjobsError
+from tjobs.model import App
+from tjobs.observability.logs import request_id
+from tjobs.service.apps import hash_api_key
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
+    from tjobs.node import Node
+
+# the heartbeat's path as sent, in visible ASCII (a percent-escape or a query string goes through ASGI)
+_HEARTBEAT = re.compile(rb"/v1/pools/([^/?#%\x00-\x20\x7f-\xff]+)/executors/([^/?#%\x00-\x20\x7f-\xff]+)/heartbeat")
+_SEPARATOR = b": "
+_CRLF = b"\r\n"
+_JSON_TYPE = b"content-type: application/json\r\n"
+
+
+class LeanHeartbeats:
+    """What the lean path needs of the app (one per API), and how many heartbeats it answered."""
+
+    def __init__(self, api: FastAPI) -> None:
+        self.api = api
+        self.node: Node = api.state.node
+        self.limits: ApiRateLimits = api.state.rate_limits
+        self.template = heartbeat_route.path
+        self.metrics = RequestMetrics(self.node.metrics)
+        self.served = 0  # heartbeats answered here (tests and benches read it)
+
+    def admit(self, authorization: bytes | None, client: Any) -> App | None:
+        """The calling app, its request token taken, when the app's own path would admit it the same
+        way without the store; else ``None`` with nothing taken (the request goes through ASGI)."""
+        if authorization is None:
+            return None
+        scheme, _, key = authorization.decode("latin-1").partition(" ")
+        key = key.strip()
+        if not key or scheme.lower() != "bearer":
+            return None
+        admission: AdmissionMiddleware | None = getattr(self.api.state, "admission", None)
+        if admission is None:  # the ASGI stack is built on the first request that goes through it
+            return None
+        key_hash = hash_api_key(key)
+        limits = self.limits
+        if limits.is_refused_key(key_hash):
+            return None
+        app = self.node.apps.fresh_app(key_hash)
+        if app is None or app.disabled_at_ms is not None:
+            return None
+        if limits.enabled:
+            if not limits.would_admit(app, "PUT", self.template):
+                return None
+            limits.admit_request(app, "PUT", self.template)
+            admission.admitted(client, app.id)
+        return app
+
+
+class _LeanCycle:
+    """Stands in for uvicorn's request cycle while a lean heartbeat is answered: the protocol queues a
+    request pipelined behind it, and marks it on disconnect or shutdown, as it does a real cycle."""
+
+    __slots__ = ("disconnected", "keep_alive", "more_body", "response_complete")
+
+    def __init__(self) -> None:
+        self.disconnected = False
+        self.keep_alive = True
+        self.more_body = False
+        self.response_complete = False
+
+    @property
+    def message_event(self) -> _LeanCycle:
+        return self
+
+    def set(self) -> None:  # message_event.set(): nothing waits for a body
+        pass
+
+
+class LeanHeartbeatProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, answering plain heartbeats itself (see the module)."""
+
+    lean: ClassVar[LeanHeartbeats]
+
+    def on_headers_complete(self) -> None:
+        if not self._answer_heartbeat():
+            super().on_headers_complete()
+
+    def _answer_heartbeat(self) -> bool:
+        parser = self.parser
+        if parser.get_method() != b"PUT":
+            return False
+        match = _HEARTBEAT.fullmatch(self.url)
+        if (
+            match is None
+            or parser.get_http_version() != "1.1"
+            or not parser.should_keep_alive()
+            or parser.should_upgrade()
+            or self.root_path
+            or self.limit_concurrency is not None
+            or self.pipeline
+            or not (self.cycle is None or self.cycle.response_complete)
+        ):
+            return False
+        authorization = rid = None
+        for name, value in self.headers:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"x-request-id":
+                rid = sane_request_id(value)
+            elif name == b"content-length":
+                if value != b"0":
+                    return False
+            elif name in (b"transfer-encoding", b"expect", b"x-forwarded-for", b"x-forwarded-proto"):
+                return False
+        started = time.perf_counter()
+        lean = self.lean
+        app = lean.admit(authorization, self.client)
+        if app is None:
+            return False
+        cycle = _LeanCycle()
+        self.cycle = cycle  # type: ignore[assignment]
+        rid = rid or uuid.uuid4().hex
+        token = request_id.set(rid)  # the task's copy of the context carries it to every log record
+        try:
+            task = self.loop.create_task(
+                self._heartbeat(cycle, app, match[1].decode(), match[2].decode(), rid, started)
+            )
+        finally:
+            request_id.reset(token)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        return True
+
+    async def _heartbeat(
+        self, cycle: _LeanCycle, app: App, pool: str, executor_id: str, rid: str, started: float
+    ) -> None:
+        lean = self.lean
+        failure: Exception | None = None
+        extra: dict[str, str] | None = None
+        try:
+            executor = await pool_service_of(lean.api.state, lean.node).renew(app, pool, executor_id)
+            status, body = 200, orjson.dumps({"id": executor.id, "ttl_s": executor.ttl_s})
+        except TjobsError as error:
+            status, body, extra = error.status_code, orjson.dumps(error_content(error)), error_headers(error)
+        except Exception as error:  # a bug: the metrics middleware's 500, with the request id
+            failure = error
+            status, body = 500, error_body(rid)
+        if not cycle.disconnected:
+            if self.flow.write_paused:
+                await self.flow.drain()
+            head = [STATUS_LINE[status]]
+            for name, value in self.server_state.default_headers:
+                head += (name, _SEPARATOR, value, _CRLF)
+            for header, text in (extra or {}).items():
+                head += (header.lower().encode("latin-1"), _SEPARATOR, text.encode("latin-1"), _CRLF)
+            head += (b"content-length: ", str(len(body)).encode(), _CRLF, _JSON_TYPE)
+            head += (b"x-request-id: ", rid.encode(), b"\r\n\r\n", body)
+            self.transport.write(b"".join(head))
+            if not cycle.keep_alive:  # the server is shutting down
+                self.transport.close()
+        cycle.response_complete = True
+        lean.served += 1
+        self.on_response_complete()
+        lean.metrics.observe(lean.template, "PUT", status, time.perf_counter() - started, rid, failure)
+
+
+def heartbeat_protocol(api: FastAPI) -> type[LeanHeartbeatProtocol]:
+    """The HTTP protocol class to give uvicorn (``http=``) for ``api``; its :class:`LeanHeartbeats` is
+    also ``api.state.lean_heartbeats``."""
+    lean = LeanHeartbeats(api)
+    api.state.lean_heartbeats = lean
+    return type("LeanHeartbeatProtocol", (LeanHeartbeatProtocol,), {"lean": lean})
