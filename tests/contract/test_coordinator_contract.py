@@ -16,7 +16,7 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aetcd
 import pytest
@@ -430,6 +430,39 @@ async def test_an_executor_that_stops_renewing_is_out_within_twice_its_ttl(backe
         beating.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beating  # a heartbeat that failed raises here
+
+
+async def test_a_node_reads_the_pools_whole_only_when_they_changed_and_sees_every_change(
+    cluster_backend: Backend,
+) -> None:
+    """The pool sync of a node whose pools did not change since its last whole read asks etcd only
+    whether they did; a registration, a re-registration, a deregistration and a lease running out
+    through another node still reach its view."""
+    writer, reader = cluster_backend.member("n0"), cluster_backend.member("n1")
+    for member in (writer, reader):
+        await member.start()
+    pools = reader.coordinator._pools  # type: ignore[attr-defined]
+    for name in ("e1", "e2", "e3"):
+        await writer.coordinator.register_executor("app1", "workers", replace(executor(name), ttl_s=30))
+    await wait_for(lambda: ids(reader.coordinator.live_executors("app1", "workers")) == ["e1", "e2", "e3"], "3 live")
+    whole, synced = pools.read_whole, pools.synced
+    await wait_for(lambda: pools.synced >= synced + 5, "five more syncs")
+    assert pools.read_whole == whole  # nothing changed: no whole read
+
+    await writer.coordinator.register_executor("app1", "workers", replace(executor("e4"), ttl_s=30))
+    await wait_for(lambda: len(reader.coordinator.live_executors("app1", "workers")) == 4, "e4 live on the reader")
+    await writer.coordinator.register_executor("app1", "workers", replace(executor("e1", zone="b"), ttl_s=30))
+    await wait_for(lambda: reader.coordinator.live_executors("app1", "workers")[0].zone == "b", "e1 moved zone")
+    assert await writer.coordinator.deregister_executor("app1", "workers", "e2")
+    await wait_for(lambda: ids(reader.coordinator.live_executors("app1", "workers")) == ["e1", "e3", "e4"], "e2 gone")
+    await writer.coordinator.register_executor("app1", "workers", executor("silent"))  # TTL 2 s, never renewed
+    await wait_for(lambda: len(reader.coordinator.live_executors("app1", "workers")) == 4, "silent live")
+    await wait_for(
+        lambda: ids(reader.coordinator.live_executors("app1", "workers")) == ["e1", "e3", "e4"],
+        "the silent executor out of the reader's view",
+        timeout_s=2 * EXECUTOR_TTL_S,
+    )
+    assert pools.read_whole > whole
 
 
 async def test_an_executor_registered_through_one_node_is_live_renewed_and_removed_through_another(

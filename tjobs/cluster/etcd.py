@@ -10,7 +10,7 @@ Keys, under ``/tjobs/<cluster name>/``::
     shard_map           {"epoch", "servers", "placement"} (sharding/shard_map.py) no lease (outlives all)
 
 Executor pools have a root of their own, ``/tjobs-pools/<cluster name>/``, with one lease per executor
-(:mod:`tjobs.cluster.etcd_pools`), read whole every ``pool_sync_interval_ms``.
+(:mod:`tjobs.cluster.etcd_pools`), checked every ``pool_sync_interval_ms`` and read whole when they changed.
 
 One lease per node (``lease_ttl_s``, kept alive every quarter TTL) carries its member key, its group
 holds and, on the leader, the leader key: when the node dies, or stalls past its TTL, etcd deletes all

@@ -15,8 +15,10 @@ view, renews nothing (the lease still has more than half its TTL to run).
 etcd deletes the key when the lease ends, so an executor that stops renewing is out after
 its TTL; deregistering revokes the lease.
 
-Every node keeps a view of all pools, read whole every ``cluster.pool_sync_interval_ms``
-(:meth:`EtcdPoolRegistry.sync`), which delivery reads per attempt without waiting
+Every node keeps a view of all pools, synced every ``cluster.pool_sync_interval_ms``
+(:meth:`EtcdPoolRegistry.sync`: one keys-only range for the keys written since the last whole read, and
+the whole root read again only when there are some or the key count changed), which delivery reads per
+attempt without waiting
 (:meth:`EtcdPoolRegistry.live`); a change made through this node shows in it at once. The view also
 gives each executor's lease id, so a heartbeat through any node usually needs no read.
 """
@@ -33,6 +35,8 @@ from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
 import aetcd
+import aetcd.utils
+from aetcd import rpc
 
 from tjobs.cluster.etcd_keepalive import LeaseKeepAlives
 from tjobs.errors import StorageUnavailable
@@ -57,7 +61,9 @@ class EtcdPoolRegistry:
         self._parsed: dict[bytes, tuple[int, Executor | None]] = {}  # key -> (mod revision, its value read)
         self._keepalives = LeaseKeepAlives(client)
         self._renewed_at: dict[int, float] = {}  # lease id -> when this node last renewed it (monotonic s)
+        self._read_at: tuple[int, int] | None = None  # (etcd revision, key count) of the last whole read
         self.synced = 0
+        self.read_whole = 0  # syncs that read every key (the others found nothing changed)
 
     # ---- keys ------------------------------------------------------------------------------------------
 
@@ -176,7 +182,12 @@ class EtcdPoolRegistry:
         return self._view.get((app_id, pool), ())
 
     async def sync(self) -> None:
-        """Read every pool once and make that the view (and the lease cache)."""
+        """Read every pool once and make that the view (and the lease cache), unless nothing under the
+        pools' root changed since the last whole read: no key written after that read's revision (a
+        registration, a re-registration) and as many keys (a deregistration, a lease that ran out)."""
+        if self._read_at is not None and await self._call(self._unchanged, "check the pools"):
+            self.synced += 1
+            return
         found = await self._call(lambda: self._client().get_prefix(self._root), "read the pools")
         pools: dict[tuple[str, str], list[Executor]] = {}
         leases: dict[ExecutorKey, tuple[int, Executor]] = {}
@@ -195,7 +206,25 @@ class EtcdPoolRegistry:
         self._viewed = set(leases)
         self._leases = leases
         self._parsed = parsed
+        self._read_at = (int(found.header.revision), len(found.kvs))
         self.synced += 1
+        self.read_whole += 1
+
+    async def _unchanged(self) -> bool:
+        """Whether the pools' keys are those of the last whole read: one range asking for the keys
+        written since (keys only; etcd's count is of every key in the range, filters aside)."""
+        assert self._read_at is not None
+        revision, count = self._read_at
+        client = self._client()
+        await client.connect()
+        since = rpc.RangeRequest(
+            key=self._root,
+            range_end=aetcd.utils.prefix_range_end(self._root),
+            keys_only=True,
+            min_mod_revision=revision + 1,
+        )
+        found = await client.kvstub.Range(since, metadata=client.metadata)
+        return not found.kvs and int(found.count) == count
 
     def _in_view(self, ident: ExecutorKey) -> bool:
         return ident in self._viewed
