@@ -2,9 +2,10 @@
 Redis) in a state directory whose processes these tests may kill and freeze, node processes per test, and
 the recording receiver.
 
-By default the suite shares ``tests/cluster``'s services (same state directory and ports), so one set of
-servers serves both. ``TJOBS_TEST_CHAOS_DIR``, ``TJOBS_TEST_CHAOS_MYSQL_PORTS`` ("3307 3308"),
-``TJOBS_TEST_CHAOS_ETCD_PORT`` and ``TJOBS_TEST_CHAOS_REDIS_PORT`` move it elsewhere. A server answering on
+By default the suite shares ``tests/cluster``'s services (same state directory and ports, including those
+moved by ``TJOBS_TEST_CLUSTER_*``), so one set of servers serves both. ``TJOBS_TEST_CHAOS_DIR``,
+``TJOBS_TEST_CHAOS_MYSQL_PORTS`` ("3307 3308"), ``TJOBS_TEST_CHAOS_ETCD_PORT`` and
+``TJOBS_TEST_CHAOS_REDIS_PORT`` move it elsewhere. A server answering on
 those ports that this state directory did not start is never signalled: the faults on it fail instead.
 """
 
@@ -29,9 +30,16 @@ from tjobs.testing.databases import drop_databases
 STATE_DIR = Path(
     os.environ.get("TJOBS_TEST_CHAOS_DIR") or os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests")
 )
-MYSQL_PORTS = os.environ.get("TJOBS_TEST_CHAOS_MYSQL_PORTS", "3307 3308")
-ETCD_PORT = int(os.environ.get("TJOBS_TEST_CHAOS_ETCD_PORT", "23795"))
-REDIS_PORT = int(os.environ.get("TJOBS_TEST_CHAOS_REDIS_PORT", "6395"))
+
+
+def _setting(name: str, default: str) -> str:
+    """``TJOBS_TEST_CHAOS_<name>``, else ``TJOBS_TEST_CLUSTER_<name>`` (shared with tests/cluster), else ``default``."""
+    return os.environ.get(f"TJOBS_TEST_CHAOS_{name}") or os.environ.get(f"TJOBS_TEST_CLUSTER_{name}", default)
+
+
+MYSQL_PORTS = _setting("MYSQL_PORTS", "3307 3308")
+ETCD_PORT = int(_setting("ETCD_PORT", "23795"))
+REDIS_PORT = int(_setting("REDIS_PORT", "6395"))
 SERVICES = ("mariadb1", "mariadb2", "etcd", "redis")
 
 

@@ -1,6 +1,11 @@
 """Cluster fixtures: real MariaDB (2 servers), etcd and Redis from ``scripts/cluster.sh infra`` in a
 state directory of their own (so the tests may kill *that* etcd and Redis, never the shared ones), and
 node processes per test. The schema is migrated once per session under a fresh database prefix.
+
+``TJOBS_TEST_CLUSTER_DIR`` (``/tmp/tjobs-cluster-tests``), ``TJOBS_TEST_CLUSTER_MYSQL_PORTS`` ("3307 3308"),
+``TJOBS_TEST_CLUSTER_ETCD_PORT`` (23795) and ``TJOBS_TEST_CLUSTER_REDIS_PORT`` (6395) move the services
+elsewhere: two runs on one machine (a clean-clone ``.ci/run`` next to an engineer's run) must not share
+them, since the tests kill and restart them.
 """
 
 from __future__ import annotations
@@ -19,12 +24,15 @@ from tjobs.testing.cluster_rig import Api, ClusterRig, Infra, start_infra
 from tjobs.testing.databases import drop_databases
 
 STATE_DIR = Path(os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests"))
+MYSQL_PORTS = os.environ.get("TJOBS_TEST_CLUSTER_MYSQL_PORTS", "3307 3308")
+ETCD_PORT = int(os.environ.get("TJOBS_TEST_CLUSTER_ETCD_PORT", "23795"))
+REDIS_PORT = int(os.environ.get("TJOBS_TEST_CLUSTER_REDIS_PORT", "6395"))
 
 
 @pytest.fixture(scope="session")
 def infra() -> Infra:
     try:
-        return start_infra(STATE_DIR)
+        return start_infra(STATE_DIR, etcd_port=ETCD_PORT, redis_port=REDIS_PORT, mysql_ports=MYSQL_PORTS)
     except (RuntimeError, subprocess.SubprocessError, OSError) as error:
         message = f"could not start the cluster services with scripts/cluster.sh infra: {error}"
         pytest.fail(message, pytrace=False)
