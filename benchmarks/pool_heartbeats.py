@@ -14,20 +14,23 @@ executor's heartbeat (``PUT /v1/pools/{pool}/executors/{id}/heartbeat``) every `
 evenly over the period, for ``--duration-s`` more, and reports the node's CPU (``/proc/<pid>/stat``)
 as a share of one core in both phases, the difference per heartbeat, the heartbeat latency
 percentiles as this client saw them, and any heartbeat that did not answer 200. The client runs in
-this process, on the same machine: its own CPU is reported too.
+this process, on the same machine: its own CPU is reported too. Registration goes through httpx; the
+heartbeats through a lean asyncio client (:func:`_heartbeats`; httpx's pool collapsed under load).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import statistics
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import httpx
 
@@ -49,28 +52,91 @@ async def _register(client: httpx.AsyncClient, count: int, ttl_s: int) -> list[s
     return list(await asyncio.gather(*(one(i) for i in range(count))))
 
 
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection of the heartbeat client: requests go out one at a time, answers are
+    read by ``Content-Length`` (the node always sends one)."""
+
+    def __init__(self, answered: Callable[[_Connection, str], None]) -> None:
+        self.answered = answered
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self.answered(self, "ConnectionLost")
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end]
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length :]
+            self.answered(self, head[9:12].decode("latin-1"))
+
+
 async def _heartbeats(
-    client: httpx.AsyncClient, ids: Sequence[str], every_s: float, duration_s: float
+    base_url: str, api_key: str, ids: Sequence[str], every_s: float, duration_s: float, connections: int = 64
 ) -> dict[str, Any]:
-    """Each id's heartbeat every ``every_s``, the ids spread evenly over the period, for ``duration_s``."""
+    """Each id's heartbeat every ``every_s``, the ids spread evenly over the period, for ``duration_s``,
+    over ``connections`` keep-alive connections (a request waits for a free one, first come first
+    served). The requests are the bytes httpx sends; an asyncio protocol sends them and reads the
+    answers, so the client costs tens of microseconds a heartbeat: with httpx's pool (whose request
+    assignment walks every queued request) a client that fell behind on a loaded machine spent its core
+    on the queue and never caught up, and leases ran out under it."""
     latencies_ms: list[float] = []
     failures: dict[str, int] = {}
-    tasks: set[asyncio.Task[None]] = set()
     loop = asyncio.get_running_loop()
-    started = loop.time()
-    gap_s = every_s / len(ids)
+    idle: deque[_Connection] = deque()
+    queued: deque[tuple[bytes, float]] = deque()
+    sent_at: dict[_Connection, float] = {}
+    outstanding = 0
+    settled = loop.create_future()
+    host, port = base_url.removeprefix("http://").rsplit(":", 1)
+    headers = (
+        f"Host: {host}:{port}\r\nAccept: */*\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\n"
+        f"User-Agent: python-httpx/{httpx.__version__}\r\nAuthorization: Bearer {api_key}\r\n"
+        "Content-Length: 0\r\n\r\n"
+    )
+    requests = [f"PUT /v1/pools/{POOL}/executors/{i}/heartbeat HTTP/1.1\r\n{headers}".encode() for i in ids]
 
-    async def beat(executor_id: str) -> None:
-        sent = time.perf_counter()
-        try:
-            reply = await client.put(f"/v1/pools/{POOL}/executors/{executor_id}/heartbeat")
-            status = str(reply.status_code)
-        except httpx.HTTPError as error:
-            status = type(error).__name__
-        latencies_ms.append((time.perf_counter() - sent) * 1000)
+    def send(connection: _Connection, request: bytes, queued_at: float) -> None:
+        assert connection.transport is not None
+        sent_at[connection] = queued_at
+        connection.transport.write(request)
+
+    def answered(connection: _Connection, status: str) -> None:
+        nonlocal outstanding
+        started = sent_at.pop(connection, None)
+        if started is None:
+            return  # a connection lost between requests
+        outstanding -= 1
+        latencies_ms.append((time.perf_counter() - started) * 1000)
         if status != "200":
             failures[status] = failures.get(status, 0) + 1
+        if not connection.lost.done():
+            if queued:
+                send(connection, *queued.popleft())
+            else:
+                idle.append(connection)
+        if outstanding == 0 and sending_done and not settled.done():
+            settled.set_result(None)
 
+    sending_done = False
+    made = [await loop.create_connection(lambda: _Connection(answered), host, int(port)) for _ in range(connections)]
+    idle.extend(protocol for _, protocol in made)
+    started = loop.time()
+    gap_s = every_s / len(ids)
     sent_count = 0
     while True:
         due = started + sent_count * gap_s
@@ -79,11 +145,21 @@ async def _heartbeats(
         delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        task = asyncio.create_task(beat(ids[sent_count % len(ids)]))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        outstanding += 1
+        request = requests[sent_count % len(ids)]
+        if idle:
+            send(idle.popleft(), request, time.perf_counter())
+        else:
+            queued.append((request, time.perf_counter()))
         sent_count += 1
-    await asyncio.gather(*tasks)
+    sending_done = True
+    if outstanding:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(settled, 30)
+    for transport, _ in made:
+        transport.close()
+    if outstanding:
+        failures["unanswered"] = outstanding
     latencies_ms.sort()
     return {
         "heartbeats": sent_count,
@@ -115,7 +191,7 @@ async def _measure(base_url: str, admin_key: str, pid: int, args: argparse.Names
         node_cpu = process_cpu_s(pid) or 0.0
         client_cpu = time.process_time()
         beat_started = time.monotonic()
-        beats = await _heartbeats(client, ids, args.every_s, args.duration_s)
+        beats = await _heartbeats(base_url, api_key, ids, args.every_s, args.duration_s)
         beat_s = time.monotonic() - beat_started
         node_cpu = (process_cpu_s(pid) or 0.0) - node_cpu
         client_cpu = time.process_time() - client_cpu
