@@ -432,6 +432,30 @@ async def test_an_executor_that_stops_renewing_is_out_within_twice_its_ttl(backe
             await beating  # a heartbeat that failed raises here
 
 
+async def test_a_heartbeating_executor_stays_with_few_lease_renewals_and_a_silent_one_leaves_within_twice_its_ttl(
+    cluster_backend: Backend,
+) -> None:
+    """An executor's lease outlasts its TTL (it is granted 2 x TTL - 1 s) and a node renews it only when
+    less than half a TTL of it would be left by the next heartbeat's latest time: an executor beating
+    every third of its TTL stays live on a few renewals, a silent one is out of every view within
+    2 x TTL of its registration."""
+    node = cluster_backend.member("n0")
+    await node.start()
+    pools = node.coordinator._pools  # type: ignore[attr-defined]
+    await node.coordinator.register_executor("app1", "workers", executor("silent"))
+    await node.coordinator.register_executor("app1", "workers", executor("beating"))
+    registered_at = time.monotonic()
+    sent = pools._keepalives.sent
+    while time.monotonic() - registered_at < 6 * EXECUTOR_TTL_S:
+        await asyncio.sleep(EXECUTOR_TTL_S / 3)
+        assert await node.coordinator.renew_executor("app1", "workers", "beating") is not None
+        if time.monotonic() - registered_at > 2 * EXECUTOR_TTL_S:
+            assert ids(node.coordinator.live_executors("app1", "workers")) == ["beating"]
+    # ~18 heartbeats over 12 s; a lease of 3 s renewed once less than 1 s of it would be left: every 2 to
+    # 2.7 s (a 2 s lease renewed at half its TTL: every 1.3 s, 9 renewals)
+    assert pools._keepalives.sent - sent <= 6
+
+
 async def test_a_node_reads_the_pools_whole_only_when_they_changed_and_sees_every_change(
     cluster_backend: Backend,
 ) -> None:

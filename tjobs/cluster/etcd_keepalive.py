@@ -26,6 +26,7 @@ class LeaseKeepAlives:
         self._requests: asyncio.Queue[int | None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiting: dict[int, list[asyncio.Future[int]]] = {}
+        self.sent = 0  # renewal requests put on the stream
 
     async def renew(self, lease_id: int) -> int:
         """Renew ``lease_id``; its TTL in seconds now (``0``: the lease has ended or never was)."""
@@ -37,6 +38,7 @@ class LeaseKeepAlives:
         else:
             self._waiting[lease_id] = [future]
             requests.put_nowait(lease_id)
+            self.sent += 1
         try:
             return await future
         finally:

@@ -6,14 +6,16 @@ reads ``/tjobs/<cluster name>/`` whole every ``sync_interval_ms``, never carries
 
     <app id, percent-encoded>/<pool>/<executor id>   Executor.to_json()   on the executor's lease
 
-Registering grants a lease of the executor's TTL and puts the key on it (or, for an executor still
-registered with the same TTL, renews its lease and rewrites the key only if something changed). A
-heartbeat is at most one lease renewal (``LeaseKeepAlive``): no write, no revision, and nothing in any
-database (renewals go over one long-lived keepalive stream: :mod:`tjobs.cluster.etcd_keepalive`); a
-heartbeat through a node that renewed that lease less than half a TTL ago, while the executor is in its
-view, renews nothing (the lease still has more than half its TTL to run).
-etcd deletes the key when the lease ends, so an executor that stops renewing is out after
-its TTL; deregistering revokes the lease.
+Registering grants a lease of :func:`lease_ttl_s` (2 x the executor's TTL - 1 s) and puts the key on it
+(or, for an executor still registered with the same TTL, renews its lease and rewrites the key only if
+something changed). A heartbeat is at most one lease renewal (``LeaseKeepAlive``): no write, no
+revision, and nothing in any database (renewals go over one long-lived keepalive stream:
+:mod:`tjobs.cluster.etcd_keepalive`); a heartbeat through a node that renewed that lease recently
+enough that more than half the executor's TTL of it is left, while the executor is in its view, renews
+nothing (the next heartbeat, due within half a TTL, comes while it lasts). The lease's length is what
+etcd answered at the last renewal, so a lease granted by an older node (the executor's TTL) is
+renewed every half TTL as before. etcd deletes the key when the lease ends, so an executor that stops
+renewing is out within 2 x its TTL of its last heartbeat; deregistering revokes the lease.
 
 Every node keeps a view of all pools, synced every ``cluster.pool_sync_interval_ms``
 (:meth:`EtcdPoolRegistry.sync`: one keys-only range for the keys written since the last whole read, and
@@ -60,7 +62,8 @@ class EtcdPoolRegistry:
         self._leases: dict[ExecutorKey, tuple[int, Executor]] = {}
         self._parsed: dict[bytes, tuple[int, Executor | None]] = {}  # key -> (mod revision, its value read)
         self._keepalives = LeaseKeepAlives(client)
-        self._renewed_at: dict[int, float] = {}  # lease id -> when this node last renewed it (monotonic s)
+        # lease id -> (when this node last renewed it, monotonic s; the lease's TTL etcd answered, s)
+        self._renewed_at: dict[int, tuple[float, int]] = {}
         self._read_at: tuple[int, int] | None = None  # (etcd revision, key count) of the last whole read
         self.synced = 0
         self.read_whole = 0  # syncs that read every key (the others found nothing changed)
@@ -93,13 +96,13 @@ class EtcdPoolRegistry:
             if existing is not None and existing.lease:
                 known = _executor_of(existing.value)
                 same_ttl = known is not None and known.ttl_s == executor.ttl_s
-                if known is not None and same_ttl and await self._keepalives.renew(int(existing.lease)) > 0:
+                if known is not None and same_ttl and await self._renew(int(existing.lease)):
                     kept = _with_registered_at(executor, known.registered_at_ms)
                     if not kept.same_registration(known):
                         await client.put(key, _value(kept), lease=existing.lease)
                     self._remember(app_id, pool, int(existing.lease), kept)
                     return False
-            lease = await client.lease(executor.ttl_s)
+            lease = await client.lease(lease_ttl_s(executor.ttl_s))
             registered = _with_registered_at(executor, self._now_ms())
             put = await client.put(key, _value(registered), lease=lease.id, prev_kv=True)
             previous = put.prev_kv  # aetcd answers an empty one when the key did not exist
@@ -119,12 +122,12 @@ class EtcdPoolRegistry:
             cached = self._leases.get(ident)
             if cached is not None:
                 lease_id, known = cached
-                now_s = time.monotonic()
-                renewed_s = self._renewed_at.get(lease_id)
-                if renewed_s is not None and now_s - renewed_s < known.ttl_s / 2 and self._in_view(ident):
-                    return known  # renewed through this node less than half a TTL ago: it lasts
-                if await self._keepalives.renew(lease_id) > 0:
-                    self._renewed(lease_id, now_s)
+                renewed = self._renewed_at.get(lease_id)
+                if renewed is not None and self._in_view(ident):
+                    renewed_s, lease_ttl = renewed
+                    if time.monotonic() - renewed_s < lease_ttl - known.ttl_s / 2:
+                        return known  # more than half a TTL of it is left: it outlasts the next heartbeat
+                if await self._renew(lease_id):
                     return known
                 self._leases.pop(ident, None)  # re-registered with another lease, or gone: read it
             found = await client.get(self._key(*ident))
@@ -132,11 +135,10 @@ class EtcdPoolRegistry:
             if found is None or executor is None or not found.lease:
                 self._forget(ident)
                 return None
-            if await self._keepalives.renew(int(found.lease)) <= 0:
+            if not await self._renew(int(found.lease)):
                 self._forget(ident)
                 return None
             self._leases[ident] = (int(found.lease), executor)
-            self._renewed(int(found.lease), time.monotonic())
             return executor
 
         return await self._call(run, "renew an executor")
@@ -229,10 +231,16 @@ class EtcdPoolRegistry:
     def _in_view(self, ident: ExecutorKey) -> bool:
         return ident in self._viewed
 
-    def _renewed(self, lease_id: int, now_s: float) -> None:
+    async def _renew(self, lease_id: int) -> bool:
+        """Renew the lease on the keepalive stream; whether it was still there."""
+        now_s = time.monotonic()
+        lease_ttl = await self._keepalives.renew(lease_id)
+        if lease_ttl <= 0:
+            return False
         if len(self._renewed_at) > 100_000:
-            self._renewed_at = {k: v for k, v in self._renewed_at.items() if now_s - v < MAX_TTL_S}
-        self._renewed_at[lease_id] = now_s
+            self._renewed_at = {k: v for k, v in self._renewed_at.items() if now_s - v[0] < 2 * MAX_TTL_S}
+        self._renewed_at[lease_id] = (now_s, lease_ttl)
+        return True
 
     def _remember(self, app_id: str, pool: str, lease_id: int, executor: Executor) -> None:
         self._leases[(app_id, pool, executor.id)] = (lease_id, executor)
@@ -260,6 +268,14 @@ class EtcdPoolRegistry:
         except (Exception, TimeoutError) as error:
             logger.warning("could not %s: %s", what, error, extra={"action": "pool_registry_failed"})
             raise StorageUnavailable(f"the executor registry (etcd) did not answer; could not {what}") from None
+
+
+def lease_ttl_s(ttl_s: int) -> int:
+    """The etcd lease of an executor with TTL ``ttl_s``: ``2 x ttl_s - 1`` s, so that a node renews it once
+    every few heartbeats (when less than half a TTL of it would be left) and an executor that stops is
+    out of every view within ``2 x ttl_s`` (the last renewal is at or before its last heartbeat; etcd
+    ends leases within half a second and the views re-read every ``pool_sync_interval_ms``)."""
+    return 2 * ttl_s - 1
 
 
 def _value(executor: Executor) -> bytes:
