@@ -187,6 +187,23 @@ async def test_a_heartbeat_served_below_asgi_answers_exactly_as_the_app(
     assert (status, body) == (asgi_status, asgi_body) and status == 403 and lean.served == before
 
 
+async def test_a_failure_of_the_lean_heartbeat_path_leaves_the_heartbeat_to_the_app(
+    api_node: RunningNode, tenant_factory: Tenants, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = await tenant_factory("lean-broken")
+    await tenant.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})
+    lean = api_node.api.state.lean_heartbeats
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(lean, "admit", broken)
+    served = lean.served
+    beat = await tenant.client.put("/v1/pools/p/executors/e/heartbeat")
+    assert beat.status_code == 200 and beat.json() == {"id": "e", "ttl_s": 10}
+    assert lean.served == served
+
+
 async def test_a_heartbeat_over_the_apps_rate_is_refused_by_the_app_not_served_below_it(
     api_node: RunningNode, tenant_factory: Tenants
 ) -> None:

@@ -29,6 +29,7 @@ unexpected failure answers the middleware's 500 (with ``content-length`` instead
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 
     from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
     from tjobs.node import Node
+
+logger = logging.getLogger(__name__)
 
 # the heartbeat's path as sent, in visible ASCII (a percent-escape or a query string goes through ASGI)
 _HEARTBEAT = re.compile(rb"/v1/pools/([^/?#%\x00-\x20\x7f-\xff]+)/executors/([^/?#%\x00-\x20\x7f-\xff]+)/heartbeat")
@@ -122,7 +125,12 @@ class LeanHeartbeatProtocol(HttpToolsProtocol):
     lean: ClassVar[LeanHeartbeats]
 
     def on_headers_complete(self) -> None:
-        if not self._answer_heartbeat():
+        try:
+            answered = self._answer_heartbeat()
+        except Exception:  # a bug here must not cost the request: the app answers it
+            logger.exception("the lean heartbeat path failed; answering through the app")
+            answered = False
+        if not answered:
             super().on_headers_complete()
 
     def _answer_heartbeat(self) -> bool:
