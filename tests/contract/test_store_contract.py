@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -274,6 +275,28 @@ async def test_fire_that_completes_a_task(store: TaskStore) -> None:
     assert outcome.task == stored
     assert stored is not None and stored.status is TaskStatus.COMPLETED and stored.next_run_at_ms is None
     assert await store.count_active(shard_of_task_id(stored.id)) == 0
+
+
+async def test_a_fire_batch_is_freed_by_reference_counting_not_left_to_the_cyclic_collector(store: TaskStore) -> None:
+    """Nothing of a committed batch (its intents, outcomes, tasks, flows) is left in a reference cycle.
+    A node firing thousands a second would otherwise leave every batch to the cyclic collector: young
+    collections every second or so, and middle ones that stop the event loop for hundreds of
+    milliseconds (the AMQP fire bench's late slices, docs/benchmarks.md, issue 14)."""
+    tasks = [await store.insert_task(make_task(next_run_at_ms=NOW_MS)) for _ in range(3)]
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        outcomes = await store.commit_fires([intent_of(task) for task in tasks], NOW_MS + 3, interval_planner)
+        assert all(outcome.committed for outcome in outcomes)
+        del outcomes
+        gc.collect()
+        left = [type(o).__name__ for o in gc.garbage if isinstance(o, FireOutcome | FireIntent | Task | Flow)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
 
 
 @pytest.mark.parametrize("change", ["stale_version", "paused", "deleted", "moved", "completed"])

@@ -986,44 +986,67 @@ class SQLAlchemyTaskStore(TaskStore):
             home = self._shard_of_task(intent.task_id)
             if home is not None:  # an id outside the topology names no row: a failed CAS
                 by_engine[home.database.engine_url].append((index, home))
-        committed = 0
-
-        async def run(url: str, items: list[tuple[int, ShardTables]], refused_once: bool = False) -> Exception | None:
-            """One server's transaction; its error is its intents' outcome, not the batch's."""
-            epoch = self._fence_epoch
-            fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit, epoch)
-            try:
-                await fire.run(lambda: self._engine(url, write=True).begin())
-            except Exception as error:
-                failure = error
-                if is_fenced(error):
-                    # A move's cut-over: the fence of one database refused the server's whole share.
-                    # The other databases' intents are committed again at once, without it, rather
-                    # than wait for the refused ones' retry (once: a second refusal fails them all).
-                    databases = {home.database for _, home in items}
-                    refusing = databases if refused_once else await self._refusing(url, databases, epoch)
-                    failure = stale(", ".join(sorted(database.name for database in refusing)), epoch)
-                    failure.__cause__ = error
-                    admitted = [(index, home) for index, home in items if home.database not in refusing]
-                    if admitted:
-                        items = [(index, home) for index, home in items if home.database in refusing]
-                        await run(url, admitted, refused_once=True)
-                elif not isinstance(error, TjobsError) and is_unavailable(error):
-                    failure = unavailable(url, error)
-                    failure.__cause__ = error
-                for index, _ in items:
-                    outcomes[index] = FireOutcome(intents[index], None, [], failure)
-                return failure
-            nonlocal committed
-            committed += 1
-            for index, outcome in fire.outcomes.items():
-                outcomes[index] = outcome
-            return None
-
-        errors = await asyncio.gather(*(run(url, items) for url, items in by_engine.items()))
-        if errors and not committed:
-            raise next(error for error in errors if error is not None)  # nothing was written
+        results = await asyncio.gather(
+            *(
+                self._fire_on_server(url, items, intents, outcomes, now_ms, planner, may_commit)
+                for url, items in by_engine.items()
+            )
+        )
+        if results and not any(committed for _, committed in results):
+            raise next(error for error, _ in results if error is not None)  # nothing was written
         return outcomes
+
+    async def _fire_on_server(
+        self,
+        url: str,
+        items: list[tuple[int, ShardTables]],
+        intents: Sequence[FireIntent],
+        outcomes: list[FireOutcome],
+        now_ms: int,
+        planner: FirePlanner,
+        may_commit: Callable[[], bool] | None,
+        refused_once: bool = False,
+    ) -> tuple[Exception | None, int]:
+        """One server's transaction for ``items`` (index into ``intents``, shard tables), its outcomes
+        written into ``outcomes``; its error is its intents' outcome, not the batch's. Returns the
+        error (``None``: committed) and how many transactions committed (a refused database's retry
+        without it is a second one).
+
+        A method, not a closure of :meth:`commit_fires`: a nested function calling itself (the retry
+        below) holds itself in its own closure, a reference cycle through which every batch's intents,
+        outcomes, tasks and flows stayed alive until the cyclic collector ran. At thousands of fires a
+        second that collector then ran every second or so and, in its middle generation, stopped the
+        event loop for hundreds of milliseconds (docs/benchmarks.md, issue 14)."""
+        epoch = self._fence_epoch
+        fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit, epoch)
+        committed = 0
+        try:
+            await fire.run(lambda: self._engine(url, write=True).begin())
+        except Exception as error:
+            failure = error
+            if is_fenced(error):
+                # A move's cut-over: the fence of one database refused the server's whole share.
+                # The other databases' intents are committed again at once, without it, rather
+                # than wait for the refused ones' retry (once: a second refusal fails them all).
+                databases = {home.database for _, home in items}
+                refusing = databases if refused_once else await self._refusing(url, databases, epoch)
+                failure = stale(", ".join(sorted(database.name for database in refusing)), epoch)
+                failure.__cause__ = error
+                admitted = [(index, home) for index, home in items if home.database not in refusing]
+                if admitted:
+                    items = [(index, home) for index, home in items if home.database in refusing]
+                    _, committed = await self._fire_on_server(
+                        url, admitted, intents, outcomes, now_ms, planner, may_commit, refused_once=True
+                    )
+            elif not isinstance(error, TjobsError) and is_unavailable(error):
+                failure = unavailable(url, error)
+                failure.__cause__ = error
+            for index, _ in items:
+                outcomes[index] = FireOutcome(intents[index], None, [], failure)
+            return failure, committed
+        for index, outcome in fire.outcomes.items():
+            outcomes[index] = outcome
+        return None, committed + 1
 
     async def _refusing(self, url: str, databases: set[DatabaseHome], epoch: int) -> set[DatabaseHome]:
         """Which of ``databases`` (all on ``url``) admit no write under ``epoch`` now; all of them when
