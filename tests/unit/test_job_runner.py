@@ -403,3 +403,52 @@ async def test_intents_a_moving_database_refused_are_committed_as_soon_as_the_sh
         assert h.sent_instants(task) == [1 * SECOND]
     finally:
         await h.stop()
+
+
+class CountingStallingStore(StallingServerStore):
+    """Records which tasks each fire transaction carried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.carried: list[int] = []
+
+    async def commit_fires(
+        self,
+        intents: Sequence[FireIntent],
+        now_ms: int,
+        planner: Planner,
+        may_commit: Callable[[], bool] | None = None,
+    ) -> list[FireOutcome]:
+        self.carried += [intent.task_id for intent in intents]
+        return await super().commit_fires(intents, now_ms, planner, may_commit)
+
+
+async def test_a_load_while_a_fire_is_being_committed_does_not_queue_that_fire_again() -> None:
+    """A load (a cycle's, or a reload) offers the tasks due before the horizon; one whose fire has left
+    the wheel and waits for its commit is not in the wheel, and was queued a second time: two
+    transactions for one task, the second waiting on the first's row locks (2 s on MariaDB) before its
+    compare-and-set was rejected. The AMQP fire bench saw such a load run 46 s inside its window over a
+    backlog of ~100,000 fires (docs/benchmarks.md, issue 14)."""
+    store = CountingStallingStore()
+    h = Harness(store)
+    stalled = await add_task(store, FAILING_SHARD, every_s=60)
+    await h.start()
+    try:
+        store.stalling = True
+        h.clock.set(T0 + SECOND)
+        for _ in range(100):  # its fire is taken into a transaction, which hangs
+            await asyncio.sleep(0.01)
+            if stalled.id in store.carried:
+                break
+        assert store.carried == [stalled.id]
+
+        await h.runner.reload()  # a load while that transaction hangs
+        for _ in range(30):
+            await asyncio.sleep(0.01)  # ticks: anything queued again would reach a committer
+        store.resume.set()
+        await h.move_to(SECOND + 100, until=lambda: len(h.sent) == 1)
+
+        assert store.carried == [stalled.id]  # one transaction carried it
+        assert h.sent_instants(stalled) == [1 * SECOND]
+    finally:
+        await h.stop()

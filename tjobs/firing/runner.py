@@ -117,6 +117,9 @@ class JobRunner:
         self._paused: frozenset[int] = frozenset()  # shards whose database server is unreachable
         self._horizon_ms = 0
         self._pending: dict[str, list[WheelEntry]] = {}  # database server -> its due entries, oldest first
+        # task id -> its entry taken from the wheel and not settled yet (waiting for a committer, or
+        # being committed): a load does not offer that fire again (see _load_shard)
+        self._in_flight: dict[int, WheelEntry] = {}
         # failed intent -> (consecutive failures, now_ms of the last failed attempt)
         self._commit_failures: dict[FireIntent, tuple[int, int]] = {}
         self._committing: dict[str, asyncio.Event] = {}  # database server -> "its entries are due"
@@ -173,6 +176,7 @@ class JobRunner:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self._in_flight.clear()  # what waited is dropped (the store still holds it); nothing commits now
         self._committing.clear()  # their committers have ended; a restart starts new ones
 
     # ---- ownership and changes ---------------------------------------------------------------
@@ -332,6 +336,16 @@ class JobRunner:
             while self._fires(shard) and self._running:
                 page = await self._store.load_due(shard, before_ms, page_size, after)
                 for due in page:
+                    taken = self._in_flight.get(due.task_id)
+                    if (
+                        taken is not None
+                        and taken.scheduled_at_ms == due.next_run_at_ms
+                        and taken.version == due.version
+                    ):
+                        # That fire left the wheel and waits for its commit: offered again, it would be
+                        # a second transaction for the task, waiting on the first's row locks before
+                        # its compare-and-set is rejected. Its outcome puts the next run in the wheel.
+                        continue
                     self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
                 loaded += len(page)
                 if len(page) < page_size:
@@ -393,6 +407,8 @@ class JobRunner:
         else:
             for entry in due:
                 by_server.setdefault(self._server_of(entry.task_id), []).append(entry)
+        for entry in due:
+            self._in_flight[entry.task_id] = entry
         for server, entries in by_server.items():
             self._pending.setdefault(server, []).extend(entries)
             ready = self._committing.get(server)
@@ -407,6 +423,13 @@ class JobRunner:
     def _drop_pending(self, shards: frozenset[int]) -> None:
         for server, entries in list(self._pending.items()):
             self._pending[server] = [e for e in entries if shard_of_task_id(e.task_id) not in shards]
+            self._settled([e for e in entries if shard_of_task_id(e.task_id) in shards])
+
+    def _settled(self, entries: Iterable[WheelEntry]) -> None:
+        """These entries are no longer waiting for a commit (committed, failed, rejected or dropped)."""
+        for entry in entries:
+            if self._in_flight.get(entry.task_id) is entry:
+                del self._in_flight[entry.task_id]
 
     def _take_batch(self, server: str) -> list[WheelEntry]:
         """Up to ``fire_batch_max`` due entries of ``server``, oldest first; never another server's,
@@ -427,6 +450,7 @@ class JobRunner:
             if not batch:
                 continue
             if self._paused:  # never commit for a paused shard (set_paused dropped what it could)
+                self._settled(entry for entry in batch if shard_of_task_id(entry.task_id) in self._paused)
                 batch = [entry for entry in batch if shard_of_task_id(entry.task_id) not in self._paused]
                 if not batch:
                     continue
@@ -436,6 +460,7 @@ class JobRunner:
         intents = [FireIntent(e.task_id, e.scheduled_at_ms, e.version) for e in batch]
         now_ms = self._clock.now_ms()
         if not self._coordinator.may_fire(now_ms):
+            self._settled(batch)
             return  # fenced: entries are dropped; the next owner loads them from the store
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -443,6 +468,8 @@ class JobRunner:
             outcomes = await self._store.commit_fires(intents, now_ms, self._planner, self._may_commit)
         except Exception as error:  # every transaction of the batch failed: nothing was written
             outcomes = [FireOutcome(intent, None, [], error) for intent in intents]
+        finally:
+            self._settled(batch)
         self._log_failures(outcomes)
         if not all(outcome.failed for outcome in outcomes):
             self.stats.commit_batches += 1
