@@ -16,10 +16,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import event, func, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sharding import TaskIdGenerator
 from tests.observers import RecordingObserver
@@ -517,3 +519,36 @@ async def test_db_poll_a_failed_write_is_logged_once_per_transaction_and_later_c
     after = TaskChange(task_id(3), "app", soon(), 2)
     await pair.publisher.publish(after)
     await pair.received.wait_for(after)
+
+
+async def test_db_poll_stops_in_bounded_time_while_a_write_hangs_and_releases_its_publishers(
+    db: tuple[DbTier, Pair], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tier, pair = db
+    monkeypatch.setattr(dbpoll, "STOP_WRITE_WAIT_S", 0.2)
+    engine = tier.publisher._engine
+    assert engine is not None
+
+    real_begin = AsyncEngine.begin
+
+    @contextlib.asynccontextmanager
+    async def hung() -> AsyncIterator[None]:  # a server that never answers the write
+        await asyncio.Event().wait()
+        yield
+
+    def begin(self: AsyncEngine) -> contextlib.AbstractAsyncContextManager[Any]:
+        return hung() if self is engine else real_begin(self)
+
+    monkeypatch.setattr(AsyncEngine, "begin", begin)
+    # Given a publish waiting for a write that hangs
+    change = TaskChange(task_id(5), "app", soon(), 1)
+    publishing = asyncio.create_task(pair.publisher.publish(change))
+    await asyncio.sleep(0.05)
+    assert not publishing.done()
+    # When the node stops: it does not wait for the write longer than its bound
+    started = time.monotonic()
+    await asyncio.wait_for(pair.publisher.stop(), 5.0)
+    assert time.monotonic() - started < 2.0
+    # And the publish returns (the change is the cycle load's), without raising
+    await asyncio.wait_for(publishing, 1.0)
+    assert change in pair.published.changes

@@ -54,6 +54,7 @@ PURGE_INTERVAL_S = 30.0
 SETTLE_S = 1.0
 POLL_LIMIT = 5000
 FLUSH_ROWS = 500  # rows per publishing transaction at most
+STOP_WRITE_WAIT_S = 2.0  # how long stop() lets a write in flight finish before cancelling it
 
 
 class DbPollHotPath(HotPath):
@@ -105,8 +106,16 @@ class DbPollHotPath(HotPath):
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
-        if self._flush is not None:  # the rows queued are written (or fail) before the engine goes
-            await asyncio.wait([self._flush])
+        if self._flush is not None:  # the rows queued are written (or fail) before the engine goes,
+            flush = self._flush  # unless the server does not answer: then they are the cycle load's
+            _, pending = await asyncio.wait([flush], timeout=STOP_WRITE_WAIT_S)
+            if pending:
+                logger.warning(
+                    "hot change write still running %.0f s after stop; cancelled, the cycle load covers its changes",
+                    STOP_WRITE_WAIT_S,
+                    extra={"action": "hot_publish_failed"},
+                )
+                await cancel_and_wait(flush)
         if self._engine is not None:
             await self._engine.dispose()
             self._engine = None
