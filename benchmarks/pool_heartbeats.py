@@ -9,13 +9,18 @@ A node process is started for the run: in cluster mode on ``--etcd`` (the regist
 a heartbeat is one ``LeaseKeepAlive``) with its shards on ``--storage``, or ``--embedded`` (SQLite,
 in-process registry). The bench measures the node's idle CPU over ``--duration-s`` (no executor
 yet), registers ``--executors`` executors (addresses only: nothing listens there, no task names the
-pool; the node then also re-reads them every ``cluster.pool_sync_interval_ms``), then sends each
-executor's heartbeat (``PUT /v1/pools/{pool}/executors/{id}/heartbeat``) every ``--every-s``, spread
-evenly over the period, for ``--duration-s`` more, and reports the node's CPU (``/proc/<pid>/stat``)
-as a share of one core in both phases, the difference per heartbeat, the heartbeat latency
-percentiles as this client saw them, and any heartbeat that did not answer 200. The client runs in
-this process, on the same machine: its own CPU is reported too. Registration goes through httpx; the
-heartbeats through a lean asyncio client (:func:`_heartbeats`; httpx's pool collapsed under load).
+pool; the node then also re-reads them every ``cluster.pool_sync_interval_ms``), measures the node
+with them registered and quiet for ``--quiet-s`` (at most half their TTL; what being registered costs:
+the pool sync, anything kept per executor), registers them again (their leases renewed), then sends
+each executor's heartbeat (``PUT /v1/pools/{pool}/executors/{id}/heartbeat``) every ``--every-s``,
+spread evenly over the period, for ``--duration-s`` more. It reports the node's CPU as a share of one
+core in each phase, the heartbeats' CPU per heartbeat (beyond idle, the earlier runs' figure, and
+beyond registered-quiet), both from ``/proc/<pid>/stat``'s ticks and from the scheduler's exact run
+time per thread with context switches (:func:`tjobs.testing.node_process.threads_cpu`), the heartbeat
+latency percentiles as this client saw them, and any heartbeat that did not answer 200. The client
+runs in this process, on the same machine: its own CPU is reported too. Registration goes through
+httpx; the heartbeats through a lean asyncio client (:func:`_heartbeats`; httpx's pool collapsed under
+load).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any, cast
 
 import httpx
 
-from tjobs.testing.node_process import node_process, process_cpu_s
+from tjobs.testing.node_process import ThreadsCpu, node_process, process_cpu_s, threads_cpu
 
 POOL = "bench"
 
@@ -86,7 +91,13 @@ class _Connection(asyncio.Protocol):
 
 
 async def _heartbeats(
-    base_url: str, api_key: str, ids: Sequence[str], every_s: float, duration_s: float, connections: int = 64
+    base_url: str,
+    api_key: str,
+    ids: Sequence[str],
+    every_s: float,
+    duration_s: float,
+    connections: int = 64,
+    path_suffix: str = "",
 ) -> dict[str, Any]:
     """Each id's heartbeat every ``every_s``, the ids spread evenly over the period, for ``duration_s``,
     over ``connections`` keep-alive connections (a request waits for a free one, first come first
@@ -108,7 +119,9 @@ async def _heartbeats(
         f"User-Agent: python-httpx/{httpx.__version__}\r\nAuthorization: Bearer {api_key}\r\n"
         "Content-Length: 0\r\n\r\n"
     )
-    requests = [f"PUT /v1/pools/{POOL}/executors/{i}/heartbeat HTTP/1.1\r\n{headers}".encode() for i in ids]
+    requests = [
+        f"PUT /v1/pools/{POOL}/executors/{i}/heartbeat{path_suffix} HTTP/1.1\r\n{headers}".encode() for i in ids
+    ]
 
     def send(connection: _Connection, request: bytes, queued_at: float) -> None:
         assert connection.transport is not None
@@ -172,6 +185,60 @@ async def _heartbeats(
     }
 
 
+class _Phase:
+    """The node's CPU over one phase of the run: ``/proc/<pid>/stat``'s ticks (the figure the earlier runs
+    gave) and the scheduler's exact run time per thread (:func:`threads_cpu`), with context switches."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.ticks_s = process_cpu_s(pid) or 0.0
+        self.exact = threads_cpu(pid)
+        self.started = time.monotonic()
+
+    def end(self) -> dict[str, Any]:
+        ticks_s = (process_cpu_s(self.pid) or 0.0) - self.ticks_s
+        exact = threads_cpu(self.pid)
+        wall_s = time.monotonic() - self.started
+        phase: dict[str, Any] = {"wall_s": wall_s, "ticks_s": ticks_s, "exact_s": None}
+        if exact is not None and self.exact is not None:
+            used = exact.since(self.exact)
+            phase["exact_s"] = used.total_s
+            phase["threads"] = used
+        return phase
+
+
+def _share(phase: dict[str, Any], key: str) -> float | None:
+    return None if phase[key] is None else phase[key] / phase["wall_s"]
+
+
+def _per_beat_us(busy: dict[str, Any], base: dict[str, Any], key: str, beats: int) -> float | None:
+    busy_share, base_share = _share(busy, key), _share(base, key)
+    if busy_share is None or base_share is None or not beats:
+        return None
+    return round((busy_share - base_share) * float(busy["wall_s"]) / beats * 1e6, 1)
+
+
+def _threads_per_beat(busy: dict[str, Any], base: dict[str, Any], beats: int) -> dict[str, Any]:
+    """Each node thread's CPU per heartbeat beyond the registered-quiet phase, and its context switches."""
+    if "threads" not in busy or "threads" not in base or not beats:
+        return {}
+    now: ThreadsCpu = busy["threads"]
+    quiet: ThreadsCpu = base["threads"]
+    found: dict[str, Any] = {}
+    for name, ns in sorted(now.run_ns.items(), key=lambda item: -item[1]):
+        quiet_rate = quiet.run_ns.get(name, 0) / base["wall_s"]
+        us = (ns - quiet_rate * busy["wall_s"]) / beats / 1000
+        vol, inv = now.switches.get(name, (0, 0))
+        quiet_vol, quiet_inv = quiet.switches.get(name, (0, 0))
+        scale = busy["wall_s"] / base["wall_s"]
+        found[name] = {
+            "us_per_heartbeat": round(us, 1),
+            "pct_of_core": round(100 * ns / 1e9 / busy["wall_s"], 2),
+            "switches_per_heartbeat": round((vol + inv - (quiet_vol + quiet_inv) * scale) / beats, 2),
+        }
+    return found
+
+
 async def _measure(base_url: str, admin_key: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base_url, timeout=10.0) as admin:
         reply = await admin.post(
@@ -182,30 +249,51 @@ async def _measure(base_url: str, admin_key: str, pid: int, args: argparse.Names
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     headers = {"authorization": f"Bearer {api_key}"}
     async with httpx.AsyncClient(base_url=base_url, timeout=10.0, headers=headers, limits=limits) as client:
-        idle_cpu = process_cpu_s(pid) or 0.0
-        idle_started = time.monotonic()
+        idle = _Phase(pid)
         await asyncio.sleep(args.duration_s)
-        idle_cpu = (process_cpu_s(pid) or 0.0) - idle_cpu
-        idle_s = time.monotonic() - idle_started
+        idle_phase = idle.end()
         ids = await _register(client, args.executors, args.ttl_s)
-        node_cpu = process_cpu_s(pid) or 0.0
+        # registered, nobody heartbeating: what the executors cost a node by being there (the pool sync,
+        # anything per executor), for less than half their TTL; then every lease is renewed by
+        # registering again (idempotent), so the heartbeats find them all
+        await asyncio.sleep(1.0)
+        quiet = _Phase(pid)
+        await asyncio.sleep(args.quiet_s if args.quiet_s is not None else min(args.duration_s, args.ttl_s / 2))
+        quiet_phase = quiet.end()
+        await _register(client, args.executors, args.ttl_s)
         client_cpu = time.process_time()
-        beat_started = time.monotonic()
+        busy = _Phase(pid)
         beats = await _heartbeats(base_url, api_key, ids, args.every_s, args.duration_s)
-        beat_s = time.monotonic() - beat_started
-        node_cpu = (process_cpu_s(pid) or 0.0) - node_cpu
+        busy_phase = busy.end()
         client_cpu = time.process_time() - client_cpu
         listed = (await client.get(f"/v1/pools/{POOL}")).json()
-    idle_share = idle_cpu / idle_s
-    beat_share = node_cpu / beat_s
+    count = beats["heartbeats"]
+    busy_s = busy_phase["wall_s"]
+
+    def pct(phase: dict[str, Any], key: str) -> float | None:
+        share = _share(phase, key)
+        return None if share is None else round(100 * share, 2)
+
     return {
         "executors": args.executors,
         "every_s": args.every_s,
-        "heartbeats_per_s": round(beats["heartbeats"] / beat_s, 1),
-        "node_cpu_idle_pct_of_core": round(100 * idle_share, 2),
-        "node_cpu_heartbeats_pct_of_core": round(100 * beat_share, 2),
-        "node_cpu_per_heartbeat_us": round((node_cpu - idle_share * beat_s) / beats["heartbeats"] * 1e6, 1),
-        "client_cpu_pct_of_core": round(100 * client_cpu / beat_s, 2),
+        "heartbeats_per_s": round(count / busy_s, 1),
+        # the figures of the earlier runs: /proc/<pid>/stat ticks, beyond the idle node (no executor)
+        "node_cpu_idle_pct_of_core": pct(idle_phase, "ticks_s"),
+        "node_cpu_heartbeats_pct_of_core": pct(busy_phase, "ticks_s"),
+        "node_cpu_per_heartbeat_us": _per_beat_us(busy_phase, idle_phase, "ticks_s", count),
+        # the scheduler's exact run time; beyond the idle node, and beyond the node with the executors
+        # registered but quiet
+        "exact": {
+            "idle_pct_of_core": pct(idle_phase, "exact_s"),
+            "registered_quiet_pct_of_core": pct(quiet_phase, "exact_s"),
+            "quiet_s": round(quiet_phase["wall_s"], 1),
+            "heartbeats_pct_of_core": pct(busy_phase, "exact_s"),
+            "per_heartbeat_beyond_idle_us": _per_beat_us(busy_phase, idle_phase, "exact_s", count),
+            "per_heartbeat_beyond_registered_us": _per_beat_us(busy_phase, quiet_phase, "exact_s", count),
+            "threads": _threads_per_beat(busy_phase, quiet_phase, count),
+        },
+        "client_cpu_pct_of_core": round(100 * client_cpu / busy_s, 2),
         "live_executors_after": len(listed.get("executors", [])),
         "load_average": os.getloadavg(),
         **beats,
@@ -221,6 +309,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--every-s", type=float, default=5.0)
     parser.add_argument("--duration-s", type=float, default=30.0)
     parser.add_argument("--ttl-s", type=int, default=15)
+    parser.add_argument(
+        "--quiet-s", type=float, help="the registered-but-quiet phase (default: --duration-s, at most half the TTL)"
+    )
     args = parser.parse_args(argv)
     settings: dict[str, Any] = {"rate_limits": {"enabled": False}}
     storage = None

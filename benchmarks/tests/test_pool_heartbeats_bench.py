@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import time
+
 import httpx
+import pytest
 
 from benchmarks.pool_heartbeats import POOL, _heartbeats
 from tests.e2e.conftest import FAST_SETTINGS
@@ -25,3 +31,50 @@ async def test_the_lean_client_sends_each_heartbeat_on_schedule_and_counts_the_a
         assert beats["heartbeats"] == 9
         assert beats["failures"] == {"404": 3}
         assert running.api.state.lean_heartbeats.served == 9
+
+
+def test_the_exact_cpu_account_names_each_thread_and_counts_only_what_came_after() -> None:
+    import os
+    import threading
+
+    from tjobs.testing.node_process import threads_cpu
+
+    done = threading.Event()
+
+    def spin() -> None:
+        deadline = time.thread_time() + 0.05
+        while time.thread_time() < deadline:
+            pass
+        done.wait(5)
+
+    before = threads_cpu(os.getpid())
+    assert before is not None and "main" in before.run_ns
+    worker = threading.Thread(target=spin)
+    worker.start()
+    while worker.native_id is None:
+        time.sleep(0.001)
+    time.sleep(0.2)  # the spinner has spun its 50 ms of CPU by now on any box this runs on
+    after = threads_cpu(os.getpid())
+    done.set()
+    worker.join()
+    assert after is not None
+    used = after.since(before)
+    others = sum(ns for name, ns in used.run_ns.items() if name != "main")  # Python names no OS thread
+    assert others >= 50_000_000  # the spinner, a new thread: all of its time counts
+    assert used.run_ns["main"] < after.run_ns["main"]  # the main thread: only what came after
+    assert used.total_s == sum(used.run_ns.values()) / 1e9
+    assert all(vol >= 0 and inv >= 0 for vol, inv in used.switches.values())
+
+
+@pytest.mark.parametrize("server", ["lean", "asgi", "bare"])
+def test_the_floor_bench_counts_each_heartbeat_and_who_served_it(server: str) -> None:
+    """``heartbeat_floor`` end to end, briefly: every heartbeat answered 200, the lean ones by the lean
+    path and none of the ``asgi`` ones."""
+    from benchmarks.heartbeat_floor import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["--server", server, "--rate", "40", "--duration-s", "0.5", "--executors", "10", "--quiet-s", "0.2"])
+    result = json.loads(out.getvalue())
+    assert result["heartbeats"] == 20 and result["failures"] == {}
+    assert result.get("served_lean") == {"lean": 20, "asgi": 0, "bare": None}[server]

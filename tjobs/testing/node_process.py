@@ -118,6 +118,64 @@ def process_cpu_s(pid: int) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class ThreadsCpu:
+    """The scheduler's own account of a process's live threads (``/proc/<pid>/task/*/schedstat``: run
+    time in nanoseconds, not sampled ticks), by thread name, with the context switches of each."""
+
+    run_ns: dict[str, int]  # thread name -> CPU time on the scheduler's clock (threads of one name added)
+    switches: dict[str, tuple[int, int]]  # thread name -> (voluntary, involuntary) context switches
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.run_ns.values()) / 1e9
+
+    def since(self, before: ThreadsCpu) -> ThreadsCpu:
+        """What each thread used after ``before`` (a thread that ended meanwhile is not counted)."""
+        zero = (0, 0)
+        return ThreadsCpu(
+            {name: ns - before.run_ns.get(name, 0) for name, ns in self.run_ns.items()},
+            {
+                name: (vol - before.switches.get(name, zero)[0], inv - before.switches.get(name, zero)[1])
+                for name, (vol, inv) in self.switches.items()
+            },
+        )
+
+
+def threads_cpu(pid: int) -> ThreadsCpu | None:
+    """:class:`ThreadsCpu` of process ``pid``; ``None`` where ``/proc`` has no schedstat (not Linux, a
+    kernel without scheduler statistics, or the process is gone). ``/proc/<pid>/stat``'s ticks
+    (:func:`process_cpu_s`) are sampled at the timer tick, which can misjudge a process that wakes for a
+    few microseconds hundreds of times a second; this is the scheduler's exact run time."""
+    run_ns: dict[str, int] = {}
+    switches: dict[str, tuple[int, int]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/schedstat", "rb") as stat:
+                ns = int(stat.read().split()[0])
+            with open(f"{base}/comm", "rb") as comm:
+                name = comm.read().strip().decode("utf-8", "replace")
+            with open(f"{base}/status", "rb") as status:
+                counts = dict(line.split(b":", 1) for line in status.read().splitlines() if b":" in line)
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended while it was read
+        if tid == str(pid):
+            name = "main"
+        run_ns[name] = run_ns.get(name, 0) + ns
+        vol = int(counts.get(b"voluntary_ctxt_switches", b"0"))
+        inv = int(counts.get(b"nonvoluntary_ctxt_switches", b"0"))
+        was = switches.get(name, (0, 0))
+        switches[name] = (was[0] + vol, was[1] + inv)
+    if not run_ns:
+        return None
+    return ThreadsCpu(run_ns, switches)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
