@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
+import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import Tenant, task_body
 from tests.receiver import Receiver
+from tjobs.cluster.base import RENEW_LATER
 from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -185,6 +187,101 @@ async def test_a_heartbeat_served_below_asgi_answers_exactly_as_the_app(
         api_node.base_url, _put(beat.format("workers", "w-1") + "?", other.api_key)
     )
     assert (status, body) == (asgi_status, asgi_body) and status == 403 and lean.served == before
+
+
+async def test_a_heartbeat_the_registry_renews_at_once_is_answered_at_once_and_one_it_cannot_after_it_did(
+    api_node: RunningNode, tenant_factory: Tenants, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lean path answers in the protocol's own callback when the registry renews without I/O
+    (``renew_executor_now``; the embedded registry always can) and through a task awaiting
+    ``renew_executor`` when it cannot (an etcd node that must renew or read): the same answers both ways,
+    and the same as the app's."""
+    lean = api_node.api.state.lean_heartbeats
+    owner = await tenant_factory("lean-at-once")
+    made = await owner.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})
+    assert made.status_code in (200, 201)
+    beat = "/v1/pools/p/executors/{}/heartbeat"
+
+    async def compare(executor_id: str, rid: str) -> int:
+        [(status, headers, body)] = await _exchange(
+            api_node.base_url, _put(beat.format(executor_id), owner.api_key, f"x-request-id: {rid}")
+        )
+        [(asgi_status, asgi_headers, asgi_body)] = await _exchange(
+            api_node.base_url, _put(beat.format(executor_id) + "?", owner.api_key, f"x-request-id: {rid}")
+        )
+        headers.pop("date"), asgi_headers.pop("date")
+        assert (status, headers, body) == (asgi_status, asgi_headers, asgi_body), executor_id
+        return status
+
+    served, at_once = lean.served, lean.at_once
+    assert [await compare("e", "now-1"), await compare("nobody", "now-2")] == [200, 404]
+    assert (lean.served - served, lean.at_once - at_once) == (2, 2)
+
+    coordinator = api_node.node.coordinator
+    later: list[str] = []
+
+    def cannot_tell(app_id: str, pool: str, executor_id: str) -> object:
+        later.append(executor_id)
+        return RENEW_LATER
+
+    monkeypatch.setattr(coordinator, "renew_executor_now", cannot_tell)
+    served, at_once = lean.served, lean.at_once
+    assert [await compare("e", "later-1"), await compare("nobody", "later-2")] == [200, 404]
+    assert (lean.served - served, lean.at_once - at_once) == (2, 0)
+    assert later == ["e", "nobody"]
+
+
+async def test_a_request_behind_a_heartbeat_answered_at_once_is_not_cut_by_the_keep_alive_timeout(
+    api_node: RunningNode, tenant_factory: Tenants, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A heartbeat answered at once arms the connection's keep-alive timer while its bytes are still being
+    parsed; a request pipelined behind it is not idle time: a slow one is answered, not closed on."""
+    from tjobs.api.lean_heartbeat import LeanHeartbeatProtocol
+    from tjobs.api.server import ApiServer
+    from tjobs.service.pools import PoolService
+    from tjobs.testing import free_port
+
+    tenant = await tenant_factory("lean-keepalive")
+    await tenant.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})
+    lean = api_node.api.state.lean_heartbeats
+    protocol = type("Protocol", (LeanHeartbeatProtocol,), {"lean": lean})
+    port = free_port()
+    config = uvicorn.Config(
+        api_node.api,
+        host="127.0.0.1",
+        port=port,
+        lifespan="off",
+        loop="none",
+        http=protocol,
+        timeout_keep_alive=cast(int, 0.2),  # uvicorn's annotation says int; it waits any number of seconds
+    )
+    server = ApiServer(config)
+    serving = asyncio.create_task(server.serve())
+    register = PoolService.register
+
+    async def slow_register(self: PoolService, *args: Any) -> Any:
+        await asyncio.sleep(0.6)  # three keep-alive timeouts
+        return await register(self, *args)
+
+    monkeypatch.setattr(PoolService, "register", slow_register)
+    try:
+        while not server.started:
+            assert not serving.done(), "the server did not start"
+            await asyncio.sleep(0.01)
+        body = b'{"id": "e2", "address": "http://127.0.0.1:9"}'
+        registration = (
+            f"POST /v1/pools/p/executors HTTP/1.1\r\nhost: tjobs\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {tenant.api_key}\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        at_once = lean.at_once
+        answers = await _exchange(
+            f"http://127.0.0.1:{port}", _put("/v1/pools/p/executors/e/heartbeat", tenant.api_key) + registration, 2
+        )
+        assert [status for status, _, _ in answers] == [200, 201]
+        assert lean.at_once == at_once + 1
+    finally:
+        server.should_exit = True
+        await serving
 
 
 async def test_a_failure_of_the_lean_heartbeat_path_leaves_the_heartbeat_to_the_app(

@@ -23,7 +23,7 @@ import pytest
 
 from sharding import Topology
 from tjobs.clock import SystemClock
-from tjobs.cluster.base import Coordinator
+from tjobs.cluster.base import RENEW_LATER, Coordinator
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.etcd import EtcdCoordinator, _host_port
 from tjobs.cluster.local import LocalCoordinator
@@ -386,6 +386,69 @@ async def test_deregistering_removes_the_executor_and_renewing_it_then_says_unkn
     assert await node.coordinator.renew_executor("app1", "workers", "e1") is None
     assert await node.coordinator.renew_executor("app1", "workers", "never") is None
     await wait_for(lambda: ids(node.coordinator.live_executors("app1", "workers")) == ["e2"], "only e2 live")
+
+
+async def test_a_renewal_answered_at_once_is_a_renewal_and_anything_else_is_left_to_renew_executor(
+    backend: Backend,
+) -> None:
+    """``renew_executor_now`` (the heartbeat's path without I/O) answers what ``renew_executor`` would,
+    or ``RENEW_LATER`` when only ``renew_executor`` can tell; an executor renewed through it stays live
+    past twice its TTL, and nothing of another app's or a gone executor is renewed."""
+    node = backend.member("n0")
+    await node.start()
+    coordinator = node.coordinator
+    await coordinator.register_executor("app1", "workers", executor("beating"))
+    await coordinator.register_executor("app1", "workers", executor("gone"))
+    assert await coordinator.deregister_executor("app1", "workers", "gone") is True
+    for app_id, executor_id in (("app1", "gone"), ("app1", "never"), ("app2", "beating")):
+        assert coordinator.renew_executor_now(app_id, "workers", executor_id) in (None, RENEW_LATER)
+    registered_at = time.monotonic()
+    at_once = 0
+    while time.monotonic() - registered_at < 3 * EXECUTOR_TTL_S:
+        await asyncio.sleep(EXECUTOR_TTL_S / 4)
+        found = coordinator.renew_executor_now("app1", "workers", "beating")
+        if found is RENEW_LATER:
+            found = await coordinator.renew_executor("app1", "workers", "beating")
+        else:
+            at_once += 1
+        assert found is not None and found.id == "beating"
+    assert at_once > 0  # both registries answer some heartbeats at once
+    assert ids(await coordinator.pool_executors("app1", "workers")) == ["beating"]
+    assert await coordinator.renew_executor("app2", "workers", "beating") is None
+
+
+async def test_the_embedded_registry_answers_every_renewal_at_once() -> None:
+    made = _local_backend()
+    try:
+        node = made.member("n0")
+        await node.start()
+        await node.coordinator.register_executor("app1", "workers", executor("e1"))
+        renewed = node.coordinator.renew_executor_now("app1", "workers", "e1")
+        assert renewed is not RENEW_LATER and renewed is not None and renewed.id == "e1"
+        assert node.coordinator.renew_executor_now("app1", "workers", "never") is None
+        assert node.coordinator.renew_executor_now("app2", "workers", "e1") is None
+    finally:
+        await made.close()
+
+
+async def test_an_etcd_node_answers_at_once_only_a_lease_it_renewed_with_enough_left(
+    cluster_backend: Backend,
+) -> None:
+    """At once means no keepalive: only for an executor in the node's view whose lease this node renewed
+    recently enough; an executor it does not know (registered through another node, or never) is left
+    to renew_executor, which reads it."""
+    node = cluster_backend.member("n0")
+    await node.start()
+    coordinator = node.coordinator
+    keepalives = coordinator._pools._keepalives  # type: ignore[attr-defined]
+    await coordinator.register_executor("app1", "workers", replace(executor("e1"), ttl_s=30))
+    assert coordinator.renew_executor_now("app1", "workers", "never") is RENEW_LATER
+    assert await coordinator.renew_executor("app1", "workers", "e1") is not None  # renewed on the stream
+    sent = keepalives.sent
+    for _ in range(3):
+        renewed = coordinator.renew_executor_now("app1", "workers", "e1")
+        assert renewed is not RENEW_LATER and renewed is not None and renewed.id == "e1"
+    assert keepalives.sent == sent
 
 
 async def test_apps_see_only_their_own_pools(backend: Backend) -> None:

@@ -18,6 +18,11 @@ uvicorn's httptools protocol answer a plain heartbeat itself, with what the app 
   (status, JSON body, ``Retry-After``, ``x-request-id``, ``content-type``, uvicorn's ``date`` and
   ``server``), the same metrics under the route's template, and the request id in the logs.
 
+A heartbeat the registry answers without I/O (:meth:`tjobs.service.pools.PoolService.renew_now`: the
+embedded registry always; an etcd node for a lease it renewed with more than half a TTL of it left) is
+answered in the parser's callback, with no task; one that needs etcd is answered by a task awaiting
+:meth:`~tjobs.service.pools.PoolService.renew`.
+
 Anything else goes through ASGI unchanged, decided before anything is taken or counted: another
 method or path, a query string or percent-escape, a body (``Content-Length`` other than 0, chunked,
 ``Expect``; so the body limits answer as before), HTTP/1.0 or ``Connection: close``, an upgrade,
@@ -41,9 +46,11 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from tjobs.api.deps import error_content, error_headers
 from tjobs.api.metrics_middleware import RequestMetrics, error_body, sane_request_id
 from tjobs.api.routes_pools import heartbeat_route, pool_service_of
+from tjobs.cluster.base import RENEW_LATER
 from tjobs.errors import TjobsError
 from tjobs.model import App
 from tjobs.observability.logs import request_id
+from tjobs.pools.model import Executor
 from tjobs.service.apps import hash_api_key
 
 if TYPE_CHECKING:
@@ -51,6 +58,7 @@ if TYPE_CHECKING:
 
     from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
     from tjobs.node import Node
+    from tjobs.service.pools import PoolService
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +79,17 @@ class LeanHeartbeats:
         self.template = heartbeat_route.path
         self.metrics = RequestMetrics(self.node.metrics)
         self.served = 0  # heartbeats answered here (tests and benches read it)
+        self.at_once = 0  # of those, answered in the protocol's callback (the registry needed no I/O)
+        self.pools: PoolService = pool_service_of(api.state, self.node)
+
+    def answer_now(self, app: App, pool: str, executor_id: str, rid: str) -> _Answer | None:
+        """The heartbeat's answer when the registry renews (or refuses) it without I/O
+        (:meth:`tjobs.service.pools.PoolService.renew_now`); ``None`` when only an await can tell."""
+        try:
+            found = self.pools.renew_now(app, pool, executor_id)
+        except Exception as error:
+            return _failed(error, rid)
+        return None if found is RENEW_LATER else _renewed(found)
 
     def admit(self, authorization: bytes | None, client: Any) -> App | None:
         """The calling app, its request token taken, when the app's own path would admit it the same
@@ -165,37 +184,47 @@ class LeanHeartbeatProtocol(HttpToolsProtocol):
         app = lean.admit(authorization, self.client)
         if app is None:
             return False
+        pool, executor_id = match[1].decode(), match[2].decode()
         cycle = _LeanCycle()
         self.cycle = cycle  # type: ignore[assignment]
         rid = rid or uuid.uuid4().hex
-        token = request_id.set(rid)  # the task's copy of the context carries it to every log record
+        token = request_id.set(rid)  # every log record meanwhile carries it (a task's copy of the context too)
         try:
-            task = self.loop.create_task(
-                self._heartbeat(cycle, app, match[1].decode(), match[2].decode(), rid, started)
-            )
+            answer = None if self.flow.write_paused else lean.answer_now(app, pool, executor_id, rid)
+            if answer is not None:  # the registry renewed (or refused) it without I/O: answered here
+                lean.at_once += 1
+                self._respond(cycle, answer, rid, started)
+                return True
+            task = self.loop.create_task(self._heartbeat(cycle, app, pool, executor_id, rid, started))
         finally:
             request_id.reset(token)
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
         return True
 
+    def on_message_begin(self) -> None:
+        # a request that follows, in the same bytes, one answered at once: it is not idle (as data_received
+        # would have stopped the keep-alive timer that answer armed)
+        self._unset_keepalive_if_required()
+        super().on_message_begin()
+
     async def _heartbeat(
         self, cycle: _LeanCycle, app: App, pool: str, executor_id: str, rid: str, started: float
     ) -> None:
         lean = self.lean
-        failure: Exception | None = None
-        extra: dict[str, str] | None = None
         try:
             executor = await pool_service_of(lean.api.state, lean.node).renew(app, pool, executor_id)
-            status, body = 200, orjson.dumps({"id": executor.id, "ttl_s": executor.ttl_s})
-        except TjobsError as error:
-            status, body, extra = error.status_code, orjson.dumps(error_content(error)), error_headers(error)
-        except Exception as error:  # a bug: the metrics middleware's 500, with the request id
-            failure = error
-            status, body = 500, error_body(rid)
+            answer = _renewed(executor)
+        except Exception as error:
+            answer = _failed(error, rid)
+        if not cycle.disconnected and self.flow.write_paused:
+            await self.flow.drain()
+        self._respond(cycle, answer, rid, started)
+
+    def _respond(self, cycle: _LeanCycle, answer: _Answer, rid: str, started: float) -> None:
+        status, body, extra, failure = answer
+        lean = self.lean
         if not cycle.disconnected:
-            if self.flow.write_paused:
-                await self.flow.drain()
             head = [STATUS_LINE[status]]
             for name, value in self.server_state.default_headers:
                 head += (name, _SEPARATOR, value, _CRLF)
@@ -210,6 +239,20 @@ class LeanHeartbeatProtocol(HttpToolsProtocol):
         lean.served += 1
         self.on_response_complete()
         lean.metrics.observe(lean.template, "PUT", status, time.perf_counter() - started, rid, failure)
+
+
+# (status, JSON body, extra headers, the exception of a 500)
+_Answer = tuple[int, bytes, "dict[str, str] | None", "Exception | None"]
+
+
+def _renewed(executor: Executor) -> _Answer:
+    return 200, orjson.dumps({"id": executor.id, "ttl_s": executor.ttl_s}), None, None
+
+
+def _failed(error: Exception, rid: str) -> _Answer:
+    if isinstance(error, TjobsError):  # the route's answer: 404 unknown executor, 503 registry down
+        return error.status_code, orjson.dumps(error_content(error)), error_headers(error), None
+    return 500, error_body(rid), None, error  # a bug: the metrics middleware's 500, with the request id
 
 
 def heartbeat_protocol(api: FastAPI) -> type[LeanHeartbeatProtocol]:

@@ -12,14 +12,28 @@ in-memory twin) and :class:`tjobs.cluster.etcd.EtcdCoordinator` (a cluster on et
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from typing import Final, Literal
 
 from sharding.shard_map import ShardMap
 from tjobs.pools.model import Executor
 
 ShardMapListener = Callable[[ShardMap], Awaitable[None]]
 """Takes a shard map newer than any handed before (:meth:`Coordinator.watch_shard_map`)."""
+
+
+class _RenewLater(enum.Enum):
+    LATER = "later"
+
+
+RENEW_LATER: Final = _RenewLater.LATER
+"""What :meth:`Coordinator.renew_executor_now` answers when only :meth:`Coordinator.renew_executor` can
+tell (it would have to renew the lease on the registry's store, or read the executor)."""
+
+RenewLater = Literal[_RenewLater.LATER]
+RenewNow = Executor | None | RenewLater
 
 OwnershipListener = Callable[[frozenset[int]], Awaitable[None]]
 """Takes the jobs this node owns now (the whole set, not a difference). Raising means "not taken"
@@ -135,6 +149,12 @@ class Coordinator(ABC):
     async def renew_executor(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
         """Restart the executor's lease; ``None`` if it is not registered (never was, deregistered, or
         its lease ended): it must register again."""
+
+    def renew_executor_now(self, app_id: str, pool: str, executor_id: str) -> RenewNow:
+        """:meth:`renew_executor` when it needs no I/O, answered at once with what it would answer (and
+        with the same effect: the executor stays live as long); :data:`RENEW_LATER` otherwise (then call
+        :meth:`renew_executor`). A heartbeat's fast path; this default never answers at once."""
+        return RENEW_LATER
 
     @abstractmethod
     async def deregister_executor(self, app_id: str, pool: str, executor_id: str) -> bool:

@@ -52,7 +52,7 @@ import aetcd
 
 from sharding.shard_map import ShardMap
 from tjobs.clock import Clock
-from tjobs.cluster.base import Coordinator, OwnershipListener, ShardMapListener
+from tjobs.cluster.base import Coordinator, OwnershipListener, RenewNow, ShardMapListener
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.etcd_pools import EtcdPoolRegistry
 from tjobs.cluster.plan import Member, Plan, needs_replan, pack
@@ -562,6 +562,9 @@ class EtcdCoordinator(Coordinator):
 
     async def renew_executor(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
         return await self._pools.renew(app_id, pool, executor_id)
+
+    def renew_executor_now(self, app_id: str, pool: str, executor_id: str) -> RenewNow:
+        return self._pools.renew_now(app_id, pool, executor_id)
 
     async def deregister_executor(self, app_id: str, pool: str, executor_id: str) -> bool:
         return await self._pools.deregister(app_id, pool, executor_id)

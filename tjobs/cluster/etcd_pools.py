@@ -40,6 +40,7 @@ import aetcd
 import aetcd.utils
 from aetcd import rpc
 
+from tjobs.cluster.base import RENEW_LATER, RenewNow
 from tjobs.cluster.etcd_keepalive import LeaseKeepAlives
 from tjobs.errors import StorageUnavailable
 from tjobs.pools.model import Executor
@@ -114,19 +115,38 @@ class EtcdPoolRegistry:
 
         return await self._call(run, "register an executor")
 
+    def renew_now(self, app_id: str, pool: str, executor_id: str) -> RenewNow:
+        """The executor, when this node renewed its lease recently enough that more than half its TTL of
+        it is left and it is in the view: the next heartbeat (due within half a TTL) comes while the lease
+        lasts, so nothing is sent; else :data:`RENEW_LATER` (:meth:`renew` renews or reads it)."""
+        ident = (app_id, pool, executor_id)
+        cached = self._leases.get(ident)
+        if cached is None:
+            return RENEW_LATER
+        lease_id, known = cached
+        renewed = self._renewed_at.get(lease_id)
+        if renewed is None or not self._in_view(ident):
+            return RENEW_LATER
+        renewed_s, lease_ttl = renewed
+        if time.monotonic() - renewed_s >= lease_ttl - known.ttl_s / 2:
+            return RENEW_LATER
+        try:
+            self._client()
+        except Exception:  # not started, or stopped: renew answers that the registry did not
+            return RENEW_LATER
+        return known
+
     async def renew(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
         ident = (app_id, pool, executor_id)
+        at_once = self.renew_now(app_id, pool, executor_id)
+        if at_once is not RENEW_LATER:
+            return at_once
 
         async def run() -> Executor | None:
             client = self._client()
             cached = self._leases.get(ident)
             if cached is not None:
                 lease_id, known = cached
-                renewed = self._renewed_at.get(lease_id)
-                if renewed is not None and self._in_view(ident):
-                    renewed_s, lease_ttl = renewed
-                    if time.monotonic() - renewed_s < lease_ttl - known.ttl_s / 2:
-                        return known  # more than half a TTL of it is left: it outlasts the next heartbeat
                 if await self._renew(lease_id):
                     return known
                 self._leases.pop(ident, None)  # re-registered with another lease, or gone: read it

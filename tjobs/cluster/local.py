@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from sharding.shard_map import ShardMap
-from tjobs.cluster.base import Coordinator, OwnershipListener, ShardMapListener
+from tjobs.cluster.base import Coordinator, OwnershipListener, RenewNow, ShardMapListener
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local_pools import LocalPoolRegistry
 from tjobs.cluster.shard_maps import MemoryShardMapHome, ShardMapHome, ShardMapWatch, replace_in, seed_in
@@ -99,6 +99,9 @@ class LocalCoordinator(Coordinator):
 
     async def renew_executor(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
         return self._pools.renew(app_id, pool, executor_id)
+
+    def renew_executor_now(self, app_id: str, pool: str, executor_id: str) -> RenewNow:
+        return self._pools.renew(app_id, pool, executor_id)  # in process: always at once
 
     async def deregister_executor(self, app_id: str, pool: str, executor_id: str) -> bool:
         return self._pools.deregister(app_id, pool, executor_id)

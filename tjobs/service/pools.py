@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from tjobs.clock import Clock
-from tjobs.cluster.base import Coordinator
+from tjobs.cluster.base import RENEW_LATER, Coordinator, RenewLater, RenewNow
 from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app
 from tjobs.errors import InvalidInput, NotFound
 from tjobs.model import App
@@ -84,6 +84,19 @@ class PoolService:
         found = None
         if valid_pool_name(pool) and _EXECUTOR_ID.match(executor_id):
             found = await self._registry.renew_executor(app.id, pool, executor_id)
+        if found is None:
+            raise NotFound("executor", f"{executor_id} in pool {pool}")
+        return found
+
+    def renew_now(self, app: App, pool: str, executor_id: str) -> Executor | RenewLater:
+        """:meth:`renew` answered at once when the registry can (no I/O): the executor, or
+        :class:`NotFound` raised as :meth:`renew` raises it; :data:`RENEW_LATER` when only :meth:`renew`
+        can tell (``None`` is never returned)."""
+        found: RenewNow = None
+        if valid_pool_name(pool) and _EXECUTOR_ID.match(executor_id):
+            found = self._registry.renew_executor_now(app.id, pool, executor_id)
+            if found is RENEW_LATER:
+                return found
         if found is None:
             raise NotFound("executor", f"{executor_id} in pool {pool}")
         return found
