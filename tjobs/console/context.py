@@ -17,6 +17,7 @@ CSRF check, and HTML rendering.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -26,7 +27,6 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote
 
-import jinja2
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -40,6 +40,8 @@ from tjobs.model import App, parse_flow_id
 from tjobs.service.apps import AppService, hash_api_key
 
 if TYPE_CHECKING:
+    import jinja2
+
     from tjobs.api.ratelimit import ApiRateLimits
     from tjobs.node import Node
 
@@ -117,6 +119,10 @@ async def read_form(request: Request) -> Form:
 
 
 def _templates() -> jinja2.Environment:
+    """The page templates' environment. Jinja2 is imported here, when the first page is rendered, not when
+    a node starts."""
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("tjobs.console", "templates"),
         autoescape=jinja2.select_autoescape(["html"]),
@@ -155,7 +161,10 @@ class Console:
         self.apps = app_service
         self.rate_limits = rate_limits
         self.codec = SessionCodec(session_secret(node.settings), node.settings.console.session_ttl_s)
-        self.templates = _templates()
+
+    @functools.cached_property
+    def templates(self) -> jinja2.Environment:
+        return _templates()
 
     # ---- rendering ---------------------------------------------------------------------------------
 

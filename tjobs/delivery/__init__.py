@@ -6,10 +6,14 @@ use; :mod:`.transports` builds it over the HTTP transport ``callbacks.transport`
 gRPC transport (:mod:`.grpc_transport`, ``Receiver.Fire``; its generated modules in :mod:`.grpc_proto`) and
 their in-memory twin (:mod:`.recording`), the message of a flow (:mod:`.message`), signing (:mod:`.signing`),
 retry policy (:mod:`.retry`), per-app limits (:mod:`.limiter` on :mod:`.token_bucket`), and the target
-policy (:mod:`.ssrf`) judged on the callback URL model (:mod:`tjobs.targets.urls`)."""
+policy (:mod:`.ssrf`) judged on the callback URL model (:mod:`tjobs.targets.urls`).
+
+:class:`HttpTransport` (aiohttp) is imported on first access of the name, so importing this package, or
+any module of it, does not load aiohttp for a node on the lean transport."""
+
+from typing import TYPE_CHECKING, Any
 
 from tjobs.delivery.deliverer import CallbackJob, Deliverer, FlowRecorder
-from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.delivery.retry import classify, compute_backoff_ms, parse_retry_after
@@ -23,6 +27,9 @@ from tjobs.delivery.transport import (
     TargetRejected,
     Transport,
 )
+
+if TYPE_CHECKING:
+    from tjobs.delivery.http import HttpTransport
 
 __all__ = [
     "Answer",
@@ -47,3 +54,11 @@ __all__ = [
     "signature_header",
     "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HttpTransport":
+        from tjobs.delivery.http import HttpTransport
+
+        return HttpTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,10 +20,9 @@ Classification (what an attempt's result means for its flow):
 from __future__ import annotations
 
 import random
+import sys
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-
-import aiohttp
 
 from tjobs.clock import datetime_to_ms
 from tjobs.delivery.transport import Outcome, TargetRejected
@@ -43,9 +42,17 @@ def classify(status: int | None, error: BaseException | None) -> Outcome:
         if 400 <= status < 500:
             return Outcome.RETRYABLE if status in RETRYABLE_4XX else Outcome.PERMANENT
         return Outcome.RETRYABLE
-    if isinstance(error, TargetRejected | aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
+    if isinstance(error, TargetRejected) or _is_aiohttp_url_error(error):
         return Outcome.PERMANENT
     return Outcome.RETRYABLE
+
+
+def _is_aiohttp_url_error(error: BaseException | None) -> bool:
+    """aiohttp's malformed-URL errors (only the aiohttp transport raises them). aiohttp is looked up, not
+    imported: where it was never imported none of its errors can exist, and the default (lean) transport
+    runs without it."""
+    aiohttp = sys.modules.get("aiohttp")
+    return aiohttp is not None and isinstance(error, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError)
 
 
 def compute_backoff_ms(attempt: int, base_ms: int, max_ms: int, rng: random.Random) -> int:

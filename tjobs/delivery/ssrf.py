@@ -40,14 +40,16 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-
-from aiohttp.abc import ResolveResult
+from typing import TYPE_CHECKING, TypeAlias
 
 from tjobs.clock import Clock, SystemClock
 from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList, allow_list_of_app
 from tjobs.delivery.transport import CallbackRequest, Route
 from tjobs.errors import InvalidInput
 from tjobs.targets.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
+
+if TYPE_CHECKING:
+    from aiohttp.abc import ResolveResult  # a TypedDict: the resolver's answer shape, no aiohttp at run time
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +174,7 @@ def parse_target(url: str) -> CallbackUrl:
         raise TargetRefused(refused.reason) from None
 
 
-Resolve = Callable[[str, int], Awaitable[list[ResolveResult]]]
+Resolve: TypeAlias = "Callable[[str, int], Awaitable[list[ResolveResult]]]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.lean_http import LeanHttpTransport
 from tjobs.delivery.router import ProtocolRouter
 from tjobs.delivery.transport import TargetPolicy, Transport
@@ -16,8 +15,11 @@ from tjobs.targets.model import Protocol
 
 
 def build_http_transport(settings: CallbackSettings, policy: TargetPolicy | None = None) -> Transport:
-    """The HTTP transport ``settings.transport`` names (validated with the settings: no other value loads)."""
+    """The HTTP transport ``settings.transport`` names (validated with the settings: no other value loads).
+    The aiohttp one is imported only when named, so a node on the default lean transport never loads aiohttp."""
     if settings.transport == "aiohttp":
+        from tjobs.delivery.http import HttpTransport
+
         return HttpTransport(settings, policy=policy)
     return LeanHttpTransport(settings, policy=policy)
 

@@ -3,14 +3,19 @@ revision (``alembic_version``) must be this version's newest, or one this versio
 version's ``tjobs migrate`` ran first: migrations are additive, so the node keeps working). A schema
 behind the code (say, without a table a later revision adds) is refused at start with
 :class:`StorageNotMigrated`, rather than failing the first statement that needs the missing table.
+
+The revisions are read from the migration files' ``revision`` / ``down_revision`` assignments, not
+through Alembic: importing Alembic (every dialect's DDL module) is a sizeable part of a node's start-up,
+and only ``tjobs migrate`` needs it. A unit test holds this reading equal to Alembic's.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 from pathlib import Path
+from typing import Any
 
-from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -24,10 +29,28 @@ VERSION_TABLE = "alembic_version"
 @functools.cache
 def known_revisions() -> tuple[str, frozenset[str]]:
     """This version's newest revision and every revision it ships."""
-    script = ScriptDirectory(str(MIGRATIONS_DIR))
-    head = script.get_current_head()
-    assert head is not None
-    return head, frozenset(revision.revision for revision in script.walk_revisions())
+    parents = dict(_revision_of(path) for path in sorted((MIGRATIONS_DIR / "versions").glob("*.py")))
+    heads = sorted(set(parents) - {parent for each in parents.values() for parent in each})
+    if len(heads) != 1:
+        raise RuntimeError(f"the migrations in {MIGRATIONS_DIR} have {len(heads)} heads: {heads}")
+    return heads[0], frozenset(parents)
+
+
+def _revision_of(path: Path) -> tuple[str, tuple[str, ...]]:
+    """A migration file's ``revision`` and the revisions it follows (``down_revision``: none, one, or
+    several for a merge), from the file's top-level literal assignments."""
+    values: dict[str, Any] = {}
+    for statement in ast.parse(path.read_text(encoding="utf-8"), str(path)).body:
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target, value = statement.targets[0], statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            target, value = statement.target, statement.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id in ("revision", "down_revision"):
+            values[target.id] = ast.literal_eval(value)
+    down = values.get("down_revision")
+    return str(values["revision"]), (down,) if isinstance(down, str) else tuple(down or ())
 
 
 async def check_schema_revision(conn: AsyncConnection, layout: Layout, where: str) -> None:
