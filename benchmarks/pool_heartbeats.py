@@ -32,6 +32,7 @@ import json
 import os
 import secrets
 import statistics
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -185,6 +186,11 @@ async def _heartbeats(
     }
 
 
+def _mark(what: str) -> None:
+    """A phase's start on stderr (a profiler attached by hand waits for ``heartbeats``)."""
+    print(f"[pool_heartbeats {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
+
+
 class _Phase:
     """The node's CPU over one phase of the run: ``/proc/<pid>/stat``'s ticks (the figure the earlier runs
     gave) and the scheduler's exact run time per thread (:func:`threads_cpu`), with context switches."""
@@ -249,6 +255,7 @@ async def _measure(base_url: str, admin_key: str, pid: int, args: argparse.Names
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     headers = {"authorization": f"Bearer {api_key}"}
     async with httpx.AsyncClient(base_url=base_url, timeout=10.0, headers=headers, limits=limits) as client:
+        _mark(f"node {pid}: idle")
         idle = _Phase(pid)
         await asyncio.sleep(args.duration_s)
         idle_phase = idle.end()
@@ -257,14 +264,17 @@ async def _measure(base_url: str, admin_key: str, pid: int, args: argparse.Names
         # anything per executor), for less than half their TTL; then every lease is renewed by
         # registering again (idempotent), so the heartbeats find them all
         await asyncio.sleep(1.0)
+        _mark(f"node {pid}: registered, quiet")
         quiet = _Phase(pid)
         await asyncio.sleep(args.quiet_s if args.quiet_s is not None else min(args.duration_s, args.ttl_s / 2))
         quiet_phase = quiet.end()
         await _register(client, args.executors, args.ttl_s)
         client_cpu = time.process_time()
+        _mark(f"node {pid}: heartbeats")
         busy = _Phase(pid)
         beats = await _heartbeats(base_url, api_key, ids, args.every_s, args.duration_s)
         busy_phase = busy.end()
+        _mark(f"node {pid}: done")
         client_cpu = time.process_time() - client_cpu
         listed = (await client.get(f"/v1/pools/{POOL}")).json()
     count = beats["heartbeats"]
