@@ -298,6 +298,11 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
             if delivery is not None and result.start_ms is not None
             else None
         ),
+        "lateness_by_1s": (
+            delivery.lateness_by_slice(result.start_ms, 1.0)
+            if delivery is not None and result.start_ms is not None
+            else None
+        ),
         "delivered": delivery.delivered if delivery else None,
         "missing": delivery.missing if delivery else None,
         "duplicates": delivery.duplicates if delivery else None,

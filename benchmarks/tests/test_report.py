@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -367,3 +368,18 @@ def test_lateness_by_slice_shows_where_in_the_window_fires_were_late() -> None:
     slices = delivery.lateness_by_slice(start_ms=1_000)
 
     assert [(s["from_s"], s["n"], s["max_ms"]) for s in slices] == [(0.0, 2, 12.0), (5.0, 2, 4000.0)]
+
+
+def test_json_slices_the_window_by_5_s_and_by_1_s() -> None:
+    """A stall of a second at the window's edge fills a 5-s slice's p99; 1-s slices say when it was."""
+    result = fire_result()
+    assert result.delivery is not None and result.start_ms is not None
+    late = ((T0_MS + 100, 10.0), (T0_MS + 1_500, 12.0), (T0_MS + 6_200, 1_200.0), (T0_MS + 6_900, 20.0))
+    result.delivery = dataclasses.replace(result.delivery, lateness_by_instant=late)
+    summary = to_json(result)
+    assert [(s["from_s"], s["n"], s["max_ms"]) for s in summary["lateness_by_1s"]] == [
+        (0.0, 1, 10.0),
+        (1.0, 1, 12.0),
+        (6.0, 2, 1_200.0),
+    ]
+    assert [(s["from_s"], s["n"]) for s in summary["lateness_by_5s"]] == [(0.0, 2), (5.0, 2)]
