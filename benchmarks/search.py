@@ -10,8 +10,8 @@ and ``--flows-per-task`` flows each (every status, instants over a week), straig
 tables, then times :class:`tjobs.service.search.SearchService` (the store and the merge, no HTTP):
 each search's first page and a page ``--depth`` pages in, ``--samples`` times, p50 and p99 in ms.
 With ``--console`` it then starts a node on the same databases (admin key only, in this process) and
-times the console's tasks and flows pages the same way (:func:`console_pages`: signed in as the admin,
-over HTTP on loopback, the HTML rendered).
+times every console page the same way (:func:`console_pages`: signed in as the admin, over HTTP on
+loopback, the HTML rendered; the task and flow pages are the ones the lists link to).
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from benchmarks.report import percentile
 from sharding import TaskIdGenerator, shard_for_key
 from tjobs.model import App, DeliveryMode, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.service.cursors import Page
@@ -123,30 +125,57 @@ async def seed(
     return sample
 
 
-async def timed(samples: int, call: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+async def timed(samples: int, call: Callable[[], Awaitable[Any]]) -> tuple[float, float, float]:
+    """``call`` ``samples`` times, one after another: p50, p99 (nearest rank) and max in ms."""
     spent: list[float] = []
     for _ in range(samples):
         started = time.perf_counter()
         await call()
         spent.append((time.perf_counter() - started) * 1000)
     spent.sort()
-    return spent[len(spent) // 2], spent[min(len(spent) - 1, int(len(spent) * 0.99))]
+    return percentile(spent, 50) or 0.0, percentile(spent, 99) or 0.0, spent[-1]
 
 
 CONSOLE_ADMIN_KEY = "search-bench-admin-key-0123456789abcdef"
+PREVIEWED_SCHEDULE = '{"kind": "cron", "expr": "0 9 * * *", "timezone": "Asia/Shanghai"}'
 CONSOLE_PAGES: tuple[tuple[str, str], ...] = (
+    ("console overview", "/console/"),
+    ("console overview app", "/console/?app=app-1"),
     ("console tasks", "/console/tasks?app=app-1"),
     ("console tasks by name", "/console/tasks?app=app-1&name_prefix=order-12"),
     ("console tasks paused", "/console/tasks?app=app-1&status=paused"),
     ("console flows", "/console/flows?app=app-1"),
     ("console flows dead", "/console/flows?app=app-1&status=dead"),
     ("console flows retrying", "/console/flows?app=app-1&status=retrying"),
+    ("console dead letters", "/console/dead-letters?app=app-1"),
+    ("console apps", "/console/apps"),
+    ("console app", "/console/apps/app-1"),
+    ("console targets", "/console/targets?app=app-1"),
+    ("console cluster", "/console/cluster"),
+    ("console preview", "/console/schedules/preview?" + urlencode({"schedule": PREVIEWED_SCHEDULE})),
 )
+TASK_LINK = re.compile(r'href="(/console/tasks/[0-9A-Za-z_-]+)"')
+FLOW_LINK = re.compile(r'href="(/console/flows/[0-9A-Za-z_-]+)"')
+
+
+def linked_pages(tasks_page: str, task_page: str) -> tuple[tuple[str, str], ...]:
+    """The pages an operator opens from a list, found by their links: the first task of the tasks page,
+    its flows fragment, and the first flow on that task's page."""
+    task = TASK_LINK.search(tasks_page)
+    flow = FLOW_LINK.search(task_page)
+    if task is None or flow is None:
+        raise RuntimeError("no task or flow link on the console's pages")
+    return (
+        ("console task", task.group(1)),
+        ("console task flows", task.group(1) + "/flows"),
+        ("console flow", flow.group(1)),
+    )
 
 
 async def console_pages(storage: StorageSettings, samples: int) -> None:
     """Start a node on ``storage`` (the app ``app-1`` registered if missing), sign in as the admin and
-    time each of :data:`CONSOLE_PAGES` (p50 and p99 in ms, every answer a 200)."""
+    time each of :data:`CONSOLE_PAGES` and the task and flow pages linked from them (p50 and p99 in ms,
+    every answer a 200)."""
     settings = load_settings(None, storage=storage.model_dump(), api={"admin_key": CONSOLE_ADMIN_KEY})
     async with run_node(settings) as running, httpx.AsyncClient(base_url=running.base_url, timeout=60) as client:
         if await running.node.store.get_app("app-1") is None:
@@ -157,15 +186,21 @@ async def console_pages(storage: StorageSettings, samples: int) -> None:
             raise RuntimeError("no sign-in form")
         await client.post("/console/signin", data={"key": CONSOLE_ADMIN_KEY, "csrf": token.group(1)})
 
-        async def get(path: str) -> None:
+        async def get(path: str) -> str:
             answer = await client.get(path)
             if answer.status_code != 200:
                 raise RuntimeError(f"{path}: {answer.status_code}")
+            return answer.text
 
-        print(f"{'console page':<22} {'p50':>10} {'p99':>10}")
-        for name, path in CONSOLE_PAGES:
-            p50, p99 = await timed(samples, functools.partial(get, path))
-            print(f"{name:<22} {p50:>10.1f} {p99:>10.1f}")
+        tasks_page = await get("/console/tasks?app=app-1&status=active")
+        task = TASK_LINK.search(tasks_page)
+        if task is None:
+            raise RuntimeError("no task link on the console's tasks page")
+        pages = CONSOLE_PAGES + linked_pages(tasks_page, await get(task.group(1)))
+        print(f"{'console page':<22} {'p50':>10} {'p99':>10} {'max':>10}")
+        for name, path in pages:
+            p50, p99, most = await timed(samples, functools.partial(get, path))
+            print(f"{name:<22} {p50:>10.1f} {p99:>10.1f} {most:>10.1f}")
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -226,11 +261,15 @@ async def run(args: argparse.Namespace) -> None:
                 ),
             ),
         ]
-        print(f"{'search':<22} {'first p50':>10} {'first p99':>10} {'page ' + str(args.depth) + ' p50':>12} {'p99':>8}")
+        print(
+            f"{'search':<22} {'first p50':>10} {'first p99':>10} {'max':>8} {f'page {args.depth} p50':>12} {'p99':>8}"
+        )
         for name, first in cases:
-            p50, p99 = await timed(args.samples, functools.partial(first, None))
-            d50, d99 = await timed(max(1, args.samples // args.depth), functools.partial(deep, first))
-            print(f"{name:<22} {p50:>10.1f} {p99:>10.1f} {d50 / args.depth:>12.1f} {d99 / args.depth:>8.1f}")
+            p50, p99, most = await timed(args.samples, functools.partial(first, None))
+            d50, d99, _ = await timed(max(1, args.samples // args.depth), functools.partial(deep, first))
+            print(
+                f"{name:<22} {p50:>10.1f} {p99:>10.1f} {most:>8.1f} {d50 / args.depth:>12.1f} {d99 / args.depth:>8.1f}"
+            )
         if args.console:
             await console_pages(settings, args.samples)
     finally:
@@ -251,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samples", type=int, default=100, help="timed first pages per search")
     parser.add_argument("--depth", type=int, default=10, help="pages walked for the deep figure (per page)")
     parser.add_argument("--keep", action="store_true", help="keep the databases (named in the output)")
-    parser.add_argument("--console", action="store_true", help="also time the console's tasks and flows pages")
+    parser.add_argument("--console", action="store_true", help="also time every console page")
     parser.add_argument(
         "--reuse", metavar="PREFIX", help="time the searches over a prefix kept by an earlier --keep run (no seeding)"
     )
