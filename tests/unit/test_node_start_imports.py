@@ -5,7 +5,8 @@ node needs only for a feature it may never use is loaded on first use instead: e
 library with its transport (:mod:`tjobs.delivery.router`), aiohttp with the ``aiohttp`` callback transport
 (:func:`tjobs.delivery.transports.build_http_transport`), Jinja2 with the first console page
 (:mod:`tjobs.console.context`), Alembic with ``tjobs migrate`` (the start-up schema check reads the
-migration files itself: :mod:`tjobs.stores.schema_revision`). These tests pin that in fresh interpreters,
+migration files itself: :mod:`tjobs.stores.schema_revision`), the SDK (httpx) and rich with the CLI
+commands that use them (:mod:`tjobs.cli.lazy_commands`). These tests pin that in fresh interpreters,
 without timing anything.
 """
 
@@ -20,7 +21,7 @@ from tjobs.settings import load_settings
 from tjobs.stores.migrate import migrate
 from tjobs.stores.schema_revision import MIGRATIONS_DIR, known_revisions
 
-LOADED_ON_FIRST_USE = ("grpc", "aio_pika", "aiormq", "nats", "redis", "aiohttp", "jinja2", "alembic")
+LOADED_ON_FIRST_USE = ("grpc", "aio_pika", "aiormq", "nats", "redis", "aiohttp", "jinja2", "alembic", "httpx", "rich")
 
 _REPORT = """
 import json, sys

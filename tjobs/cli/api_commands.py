@@ -35,8 +35,17 @@ app_app = typer.Typer(
 )
 dlq_app = typer.Typer(help="Dead letters: list and redrive.", no_args_is_help=True)
 
-out = Console()
-err = Console(stderr=True)
+
+def out() -> Console:
+    """Standard output's console, as this run sees the terminal (``COLUMNS`` included): made per use, so
+    the width is never the one of the run that first imported this module."""
+    return Console()
+
+
+def err() -> Console:
+    """Standard error's console, as :func:`out`."""
+    return Console(stderr=True)
+
 
 Url = Annotated[str, typer.Option("--url", envvar="TJOBS_URL", help="API base URL")]
 ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="TJOBS_API_KEY", help="the app's API key")]
@@ -64,9 +73,9 @@ def _client(url: str, key: str | None, what: str) -> Client:
 def _fail(error: TjobsClientError) -> typer.Exit:
     if isinstance(error, ApiError):
         where = escape(f" [{error.field}]") if error.field else ""  # rich would take [field] for markup
-        err.print(f"[bold red]error {error.status} {error.code}{where}:[/] {escape(error.message)}")
+        err().print(f"[bold red]error {error.status} {error.code}{where}:[/] {escape(error.message)}")
     else:
-        err.print(f"[bold red]error:[/] {escape(str(error))}")
+        err().print(f"[bold red]error:[/] {escape(str(error))}")
     return typer.Exit(1)
 
 
@@ -80,7 +89,7 @@ def _emit(value: BaseModel | Sequence[BaseModel] | dict[str, Any], as_json: bool
             data = [v.model_dump(mode="json") for v in value]
         sys.stdout.write(json.dumps(data, indent=None if as_json else 2) + "\n")
     else:
-        out.print(table)
+        out().print(table)
 
 
 def utc_stamp(moment: datetime, *, millis: bool = False) -> str:
@@ -332,7 +341,7 @@ def _task_action(action: str, task_id: str, url: str, api_key: str | None, as_js
         try:
             if action == "delete":
                 sdk.delete_task(task_id)
-                _emit({"deleted": task_id}, as_json, None) if as_json else out.print(f"deleted {task_id}")
+                _emit({"deleted": task_id}, as_json, None) if as_json else out().print(f"deleted {task_id}")
                 return
             task = sdk.pause_task(task_id) if action == "pause" else sdk.resume_task(task_id)
         except TjobsClientError as error:
@@ -545,7 +554,7 @@ def dlq_redrive(
     table = Table("flow id", "status", "error")
     for item in items:
         table.add_row(item.flow_id, str(item.status), item.error.message if item.error else "")
-    out.print(table)
+    out().print(table)
 
 
 # ---- import -----------------------------------------------------------------------------------------------
@@ -592,7 +601,7 @@ def import_tasks(
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=err,
+            console=err(),
             disable=as_json,
         ) as progress,
     ):
@@ -620,15 +629,15 @@ def import_tasks(
                 flush()
         except TjobsClientError as error:
             done = progress_file.read_text().strip() if progress_file.exists() else str(start)
-            err.print(f"stopped; run the same command again to resume after line {done}")
+            progress.console.print(f"stopped; run the same command again to resume after line {done}")
             raise _fail(error) from None
     summary = {**counts, "failures": failures[:100]}
     if as_json:
         _emit(summary, True)
     else:
-        out.print(f"created {counts['created']}, already there {counts['existing']}, failed {counts['failed']}")
+        out().print(f"created {counts['created']}, already there {counts['existing']}, failed {counts['failed']}")
         for failure in failures[:20]:
-            out.print(f"  line {failure['line']}: {failure['message']}")
+            out().print(f"  line {failure['line']}: {failure['message']}")
     if counts["failed"]:
         raise typer.Exit(2)
 

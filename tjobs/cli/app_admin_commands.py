@@ -135,7 +135,7 @@ def app_delete(
     if as_json:
         _emit(deleted, True)
     else:
-        out.print(f"deleted app {deleted.id} and {deleted.deleted_tasks} tasks")
+        out().print(f"deleted app {deleted.id} and {deleted.deleted_tasks} tasks")
 
 
 def add_app_admin_commands(group: typer.Typer) -> None:

@@ -1,4 +1,8 @@
-"""The ``tjobs`` command: ``dev``, ``serve`` and ``migrate`` (benchmarks: ``python -m benchmarks``, in a checkout)."""
+"""The ``tjobs`` command: ``dev``, ``serve`` and ``migrate`` (benchmarks: ``python -m benchmarks``, in a checkout).
+
+The other commands (the API's, ``shards``) are built when named (:mod:`tjobs.cli.lazy_commands`), and
+what ``serve`` does not use is imported inside the command that does (rich's progress bar, the node's
+modules in ``dev``), so starting a node imports only what a node runs on."""
 
 from __future__ import annotations
 
@@ -6,20 +10,12 @@ import asyncio
 import json
 import secrets
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tjobs.cli.api_commands import app_app, dlq_app, import_tasks, task_app
-from tjobs.cli.app_admin_commands import add_app_admin_commands
-from tjobs.cli.schedule_commands import schedule_app
-from tjobs.cli.search_commands import add_task_search, flows_app
+from tjobs.cli.lazy_commands import LazyCommandsGroup
 from tjobs.cli.settings_file import settings_or_exit
-from tjobs.cli.shards import shards_app
-from tjobs.cli.slo_commands import slo
-from tjobs.cli.target_commands import target_app
 from tjobs.observability.logs import configure_logging
 from tjobs.settings import (
     Settings,
@@ -29,19 +25,12 @@ from tjobs.settings import (
     weak_scrape_token_reason,
 )
 
-app = typer.Typer(help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False)
-add_task_search(task_app)
-app.add_typer(task_app, name="task")
-add_app_admin_commands(app_app)
-app.add_typer(app_app, name="app")
-app.add_typer(dlq_app, name="dlq")
-app.add_typer(flows_app, name="flows")
-app.add_typer(shards_app, name="shards")
-app.add_typer(schedule_app, name="schedule")
-app.add_typer(target_app, name="target")
-app.command("import")(import_tasks)
-app.command("slo")(slo)
-console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+app = typer.Typer(
+    cls=LazyCommandsGroup, help="tjobs: massive task triggering.", no_args_is_help=True, add_completion=False
+)
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="TOML settings file", exists=True)]
 PortOption = Annotated[int | None, typer.Option("--port", help="API port (overrides settings)")]
@@ -54,7 +43,15 @@ def _settings(config: Path | None, port: int | None, **overrides: Any) -> Settin
     return settings_or_exit(config, **overrides)
 
 
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def _migrate_with_progress(settings: Settings) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from tjobs.stores.migrate import migrate
 
     with Progress(
@@ -62,7 +59,7 @@ def _migrate_with_progress(settings: Settings) -> None:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console,
+        console=_console(),
         transient=False,
     ) as progress:
         bar = progress.add_task("databases", total=None)
@@ -129,7 +126,7 @@ def dev(
 
     async def after_start(node: Node) -> None:
         ids = await bootstrap_demo(node, keys["demo_api_key"], base_url) if demo else []
-        console.print(
+        _console().print(
             f"\n[bold green]tjobs dev[/] is up at {base_url}  (OpenAPI: {base_url}/docs)\n"
             f"  demo app API key : [bold]{keys['demo_api_key']}[/]\n"
             f"  admin key        : {keys['admin_key']}\n"

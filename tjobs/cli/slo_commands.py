@@ -56,4 +56,4 @@ def slo(
     if as_json:
         _emit(report, True)
     else:
-        out.print(slo_table(report))
+        out().print(slo_table(report))
