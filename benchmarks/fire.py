@@ -309,6 +309,7 @@ async def run_fire_bench(
     poll_interval_s: float = 0.25,
     node_pids: Sequence[int] = (),
     destination: Destination | None = None,
+    max_concurrency: int = 100,
 ) -> BenchResult:
     """Register ``tasks`` one-shot tasks due across ``window_s`` and measure how their callbacks arrive.
 
@@ -318,7 +319,8 @@ async def run_fire_bench(
     ``node_pids`` (nodes on this machine), their CPU time (summed) is reported for the whole run and for
     the fire phase alone (from ``FIRE_CPU_LEAD_S`` before the window to the end of the drain).
     With a ``destination`` the tasks name its target instead of calling the sink over HTTP, and the
-    sink consumes what the target receives (:mod:`benchmarks.protocol_fire`).
+    sink consumes what the target receives (:mod:`benchmarks.protocol_fire`). ``max_concurrency`` is
+    the bench app's cap on deliveries in flight (:func:`create_bench_app`).
     """
     if tasks < 1 or window_s <= 0:
         raise ValueError("tasks must be >= 1 and window_s > 0")
@@ -329,7 +331,7 @@ async def run_fire_bench(
     probe_ids: Sequence[int] = ()
     calibrated_rate: float | None = None
     async with _session(concurrency, request_timeout_s) as session:
-        api_key, secrets = await create_bench_app(session, base_url, admin_key)
+        api_key, secrets = await create_bench_app(session, base_url, admin_key, max_concurrency=max_concurrency)
         if lead_s is None and register_rate is None:
             probe = await _probe_register_rate(session, base_url, api_key, tasks, concurrency)
             calibrated_rate, probe_ids = probe
@@ -398,6 +400,7 @@ async def run_fire_bench(
         target_register_rate=register_rate,
         calibrated_register_rate=calibrated_rate,
         concurrency=concurrency,
+        max_concurrency=max_concurrency,
         delivery=delivery,
         drained=drained,
         sink=dict(stats.__dict__),

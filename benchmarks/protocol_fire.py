@@ -177,6 +177,7 @@ async def bench(
             verify_every=args.verify_every,
             node_pids=pids,
             destination=destination,
+            max_concurrency=args.max_concurrency,
         )
 
 
@@ -191,6 +192,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=64, help="creates in flight")
     p.add_argument("--drain-timeout-s", type=float, default=30.0)
     p.add_argument("--verify-every", type=int, default=0, help="check every n-th signature")
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=100,
+        help="the bench app's deliveries in flight (default: the product's 100; a publish holds one until confirmed)",
+    )
     target_options(p)
     return p
 

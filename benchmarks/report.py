@@ -224,6 +224,7 @@ class BenchResult:
     target_register_rate: float | None = None
     calibrated_register_rate: float | None = None  # creates/s the lead-sizing probe measured
     concurrency: int = 0
+    max_concurrency: int | None = None  # the bench app's cap on deliveries in flight (fire bench)
     batch_size: int | None = None
     delivery: Delivery | None = None
     drained: bool = True  # every registered task got a callback before the drain timeout
@@ -326,6 +327,7 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
             "target_register_rate": result.target_register_rate,
             "calibrated_register_rate": _round(result.calibrated_register_rate, 1),
             "concurrency": result.concurrency,
+            "max_concurrency": result.max_concurrency,
             "batch_size": result.batch_size,
         },
         "bench_cpu_s": {

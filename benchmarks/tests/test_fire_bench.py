@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import aiohttp
 import pytest
@@ -221,6 +222,7 @@ class StandInNode:
         self.pending: set[asyncio.Task[None]] = set()
         self.session: aiohttp.ClientSession | None = None
         self.deleted: set[int] = set()
+        self.app_bodies: list[dict[str, Any]] = []
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -236,6 +238,7 @@ class StandInNode:
     async def create_app(self, request: web.Request) -> web.Response:
         assert request.headers["Authorization"] == "Bearer admin"
         body = await request.json()
+        self.app_bodies.append(body)
         assert body["allowed_callback_hosts"] == ["127.0.0.1"]
         assert body["name"].startswith("bench")
         return web.json_response({"id": "app_1", "api_key": "key", "secrets": [self.secret]}, status=201)
@@ -318,6 +321,20 @@ async def test_fire_bench_counts_missing_duplicates_and_lateness(
     assert summary["sink"]["signatures_checked"] == 202 and summary["sink"]["signatures_failed"] == 0
     assert phases["register"] == (200, 200)
     assert phases["fire"] == (199, 200)  # callbacks of 199 distinct tasks out of 200
+
+
+async def test_the_bench_app_has_the_products_concurrency_cap_unless_told(
+    stand_in_node: tuple[str, StandInNode],
+) -> None:
+    base_url, node = stand_in_node
+    common: dict[str, Any] = {"tasks": 5, "window_s": 0.2, "lead_s": 0.5, "drain_timeout_s": 1.0, "settle_s": 0.1}
+    default = await run_fire_bench(base_url, "admin", **common)
+    raised = await run_fire_bench(base_url, "admin", max_concurrency=1000, **common)
+    assert [body["max_concurrency"] for body in node.app_bodies] == [100, 1000]
+    assert (to_json(default)["settings"]["max_concurrency"], to_json(raised)["settings"]["max_concurrency"]) == (
+        100,
+        1000,
+    )
 
 
 async def test_register_bench_measures_creates_and_deletes_its_tasks(
