@@ -16,6 +16,10 @@ start=$SECONDS
 
 bash scripts/venv.sh
 bash scripts/browser.sh  # Debian chromium for the console browser tests (tests/console)
+# Bytecode for tjobs, written once here (the install is editable, so pip compiled none of it): the run starts
+# about 60 node processes, and where PYTHONDONTWRITEBYTECODE is set, as in this machine's shells, every one
+# of them would compile its ~150 tjobs modules from source again (docs/benchmarks.md, "Node start-up").
+.venv/bin/python -m compileall -q -j 0 tjobs sharding >/dev/null
 
 if [ "${TJOBS_TEST_NO_SERVICES:-0}" != 1 ]; then
     bash scripts/services.sh up

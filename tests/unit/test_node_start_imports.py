@@ -21,7 +21,10 @@ from tjobs.settings import load_settings
 from tjobs.stores.migrate import migrate
 from tjobs.stores.schema_revision import MIGRATIONS_DIR, known_revisions
 
-LOADED_ON_FIRST_USE = ("grpc", "aio_pika", "aiormq", "nats", "redis", "aiohttp", "jinja2", "alembic", "httpx", "rich")
+LOADED_ON_FIRST_USE = (
+    *("grpc", "aio_pika", "aiormq", "nats", "redis"),  # the protocol transports' libraries
+    *("aiohttp", "jinja2", "alembic", "httpx", "rich"),
+)
 
 _REPORT = """
 import json, sys
