@@ -88,7 +88,15 @@ from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.pools.overlap import OverlapGate, Verdict
 from tjobs.settings import CallbackSettings
 from tjobs.specs.pool import Overlap
-from tjobs.targets.model import TARGET_KEY_PREFIX, GrpcTarget, HttpTarget, Target, pick_budget, tracking_key
+from tjobs.targets.model import (
+    TARGET_KEY_PREFIX,
+    GrpcTarget,
+    HttpTarget,
+    RetryBudget,
+    Target,
+    retry_budget,
+    tracking_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -214,13 +222,15 @@ class _Delivery:
         retry policies (the largest over several targets), else the node's defaults."""
         callback = self.job.task.callback
         assert self.named is not None
-        policies = [t.retry for t in self.named.values() if t is not None]
-        max_attempts = pick_budget(callback.max_attempts, policies, "max_attempts", settings.max_attempts)
-        self.max_attempts = 1 if self.at_most_once else max_attempts
-        max_age_s = pick_budget(callback.max_age_s, policies, "max_age_s", settings.max_age_s)
-        self.deadline_ms = self.job.flow.scheduled_at_ms + max_age_s * 1000
-        self.backoff_base_ms = pick_budget(None, policies, "backoff_base_ms", settings.backoff_base_ms)
-        self.backoff_max_ms = pick_budget(None, policies, "backoff_max_ms", settings.backoff_max_ms)
+        policies = tuple(t.retry for t in self.named.values() if t is not None)
+        defaults = RetryBudget(
+            settings.max_attempts, settings.max_age_s, settings.backoff_base_ms, settings.backoff_max_ms
+        )
+        budget = retry_budget(callback.max_attempts, callback.max_age_s, policies, defaults)
+        self.max_attempts = 1 if self.at_most_once else budget.max_attempts
+        self.deadline_ms = self.job.flow.scheduled_at_ms + budget.max_age_s * 1000
+        self.backoff_base_ms = budget.backoff_base_ms
+        self.backoff_max_ms = budget.backoff_max_ms
 
     def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
         flow = self.job.flow

@@ -23,10 +23,12 @@ and must keep credentials out of :attr:`tjobs.delivery.transport.AttemptResult.e
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
+from typing import NamedTuple
 
 NO_CREDENTIALS: Mapping[str, str] = MappingProxyType({})
 REDACTED = "***"
@@ -126,6 +128,31 @@ def pick_budget(explicit: int | None, policies: Sequence[RetryPolicy], name: str
         return explicit
     values = [getattr(policy, name) for policy in policies]
     return max((default if value is None else value for value in values), default=default)
+
+
+class RetryBudget(NamedTuple):
+    """A flow's whole retry budget (the fields of :class:`RetryPolicy`, every one set)."""
+
+    max_attempts: int
+    max_age_s: int
+    backoff_base_ms: int
+    backoff_max_ms: int
+
+
+@functools.lru_cache(maxsize=4096)
+def retry_budget(
+    max_attempts: int | None, max_age_s: int | None, policies: tuple[RetryPolicy, ...], defaults: RetryBudget
+) -> RetryBudget:
+    """Every field of a flow's budget by :func:`pick_budget`: the task's explicit ``max_attempts`` and
+    ``max_age_s``, its targets' ``policies`` and the node's ``defaults``. Worked out once per
+    combination (a handful per node: tasks share targets and mostly leave the budget alone), not
+    field by field for every delivery."""
+    return RetryBudget(
+        pick_budget(max_attempts, policies, "max_attempts", defaults.max_attempts),
+        pick_budget(max_age_s, policies, "max_age_s", defaults.max_age_s),
+        pick_budget(None, policies, "backoff_base_ms", defaults.backoff_base_ms),
+        pick_budget(None, policies, "backoff_max_ms", defaults.backoff_max_ms),
+    )
 
 
 @dataclass(frozen=True, slots=True)
