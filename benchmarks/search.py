@@ -8,7 +8,7 @@ It migrates a fresh ``tjbench_<hex>`` prefix (topology 8x4x16, 512 shards; dropp
 ``--keep``), writes ``--tasks`` tasks of ``--apps`` apps (names ``order-<n>``, every status and kind)
 and ``--flows-per-task`` flows each (every status, instants over a week), straight into the shard
 tables, then times :class:`tjobs.service.search.SearchService` (the store and the merge, no HTTP):
-each search's first page and a page ``--depth`` pages in, ``--samples`` times, p50 and p99 in ms.
+each search's first page and a page ``--depth`` pages in, ``--samples`` times, p50, p99 and max in ms.
 With ``--console`` it then starts a node on the same databases (admin key only, in this process) and
 times every console page the same way (:func:`console_pages`: signed in as the admin, over HTTP on
 loopback, the HTML rendered; the task and flow pages are the ones the lists link to).
@@ -174,8 +174,8 @@ def linked_pages(tasks_page: str, task_page: str) -> tuple[tuple[str, str], ...]
 
 async def console_pages(storage: StorageSettings, samples: int) -> None:
     """Start a node on ``storage`` (the app ``app-1`` registered if missing), sign in as the admin and
-    time each of :data:`CONSOLE_PAGES` and the task and flow pages linked from them (p50 and p99 in ms,
-    every answer a 200)."""
+    time each of :data:`CONSOLE_PAGES` and the task and flow pages linked from them (p50, p99 and max in
+    ms, every answer a 200)."""
     settings = load_settings(None, storage=storage.model_dump(), api={"admin_key": CONSOLE_ADMIN_KEY})
     async with run_node(settings) as running, httpx.AsyncClient(base_url=running.base_url, timeout=60) as client:
         if await running.node.store.get_app("app-1") is None:
