@@ -32,10 +32,10 @@ from typing import Any
 from tjobs.testing.node_process import ThreadsCpu, threads_cpu
 
 POOL = "bench"
+_BODY = b'{"id":"x1","ttl_s":15}'
 _ANSWER = (
-    b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-length: 27\r\ncontent-type: application/json\r\n"
-    b"x-request-id: 0123456789abcdef0123456789abcdef\r\n\r\n"
-    b'{"id":"x1","ttl_s":15,"a":1}'
+    b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-length: %d\r\ncontent-type: application/json\r\n"
+    b"x-request-id: 0123456789abcdef0123456789abcdef\r\n\r\n%s" % (len(_BODY), _BODY)
 )
 
 

@@ -74,7 +74,22 @@ def test_the_floor_bench_counts_each_heartbeat_and_who_served_it(server: str) ->
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        main(["--server", server, "--rate", "40", "--duration-s", "0.5", "--executors", "10", "--quiet-s", "0.2"])
+        main(
+            [
+                "--server",
+                server,
+                "--rate",
+                "40",
+                "--duration-s",
+                "0.5",
+                "--executors",
+                "10",
+                "--quiet-s",
+                "0.2",
+                "--connections",
+                "2",
+            ]
+        )
     result = json.loads(out.getvalue())
     assert result["heartbeats"] == 20 and result["failures"] == {}
     assert result.get("served_lean") == {"lean": 20, "asgi": 0, "bare": None}[server]
