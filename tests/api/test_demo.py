@@ -91,3 +91,20 @@ async def test_the_echo_refuses_unsigned_and_malformed_callbacks_without_a_500(d
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "tjobs-scheduled-at", bad.text
     good = await dev.client.post(ECHO_PATH, content=body, headers={**signed, "tjobs-scheduled-at": "1000"})
     assert good.status_code == 200
+
+
+async def test_the_echo_accepts_a_signed_callback_after_the_app_left_the_nodes_cache(dev: Dev) -> None:
+    """The app cache keeps an app for 10 s; a demo task every 10 s found it expired every other fire,
+    and the echo refused its correctly signed callback (401 "signature BAD", the flow dead)."""
+    app = await dev.node.apps.get(DEMO_APP_ID)
+    dev.node.apps.invalidate(DEMO_APP_ID)
+    body = b'{"hello": 2}'
+    now_s = int(time.time())
+    headers = {
+        "webhook-id": "3-4",
+        "webhook-timestamp": str(now_s),
+        "webhook-signature": signature_header(app.secrets, "3-4", now_s, body),
+        "tjobs-scheduled-at": str(now_s * 1000),
+    }
+    answer = await dev.client.post(ECHO_PATH, content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
