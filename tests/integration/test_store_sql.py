@@ -172,20 +172,28 @@ async def test_load_due_is_a_range_scan_of_the_status_next_run_index(mariadb: St
         for start in range(0, len(tasks), 500):
             await store.insert_tasks(tasks[start : start + 500])
         home = store.layout.shards[shard]
-        statement = store.load_due_statement(shard, NOW_MS + 60_000, 5000)
-        sql = str(statement.compile(dialect=mysql.dialect(), compile_kwargs={"literal_binds": True}))
+        statements = {
+            "overdue and due": store.load_due_statement(shard, NOW_MS + 60_000, 5000),
+            # the cycle load's new cycle: a lower bound, first page and a later one
+            "from_ms": store.load_due_statement(shard, NOW_MS + 600_000, 5000, from_ms=NOW_MS + 300_000),
+            "from_ms, after": store.load_due_statement(
+                shard, NOW_MS + 600_000, 5000, (NOW_MS + 400_000, 1 << 40), from_ms=NOW_MS + 300_000
+            ),
+        }
         engine = create_engine_for(home.database.engine_url, mariadb)
         try:
             async with engine.connect() as conn:
                 await conn.exec_driver_sql(f"USE `{home.database.name}`")
                 await conn.exec_driver_sql(f"ANALYZE TABLE {home.tasks.name}")
-                plan = (await conn.exec_driver_sql("EXPLAIN " + sql)).mappings().all()
+                for name, statement in statements.items():
+                    sql = str(statement.compile(dialect=mysql.dialect(), compile_kwargs={"literal_binds": True}))
+                    plan = (await conn.exec_driver_sql("EXPLAIN " + sql)).mappings().all()
+                    assert len(plan) == 1, (name, plan)
+                    row = plan[0]
+                    assert (row["type"], row["key"]) == ("range", f"{home.tasks.name}_due"), (name, dict(row))
+                    assert "filesort" not in (row["Extra"] or ""), (name, dict(row))
         finally:
             await engine.dispose()
-        assert len(plan) == 1, plan
-        row = plan[0]
-        assert (row["type"], row["key"]) == ("range", f"{home.tasks.name}_due"), dict(row)
-        assert "filesort" not in (row["Extra"] or ""), dict(row)
     finally:
         await store.close()
 

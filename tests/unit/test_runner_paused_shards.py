@@ -42,11 +42,16 @@ class FlakyLoadStore(MemoryTaskStore):
         self.down = False
 
     async def load_due(
-        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+        self,
+        shard: int,
+        before_ms: int,
+        limit: int,
+        after: tuple[int, int] | None = None,
+        from_ms: int | None = None,
     ) -> list[DueTask]:
         if self.down and shard in LOST_SERVER_SHARDS:
             raise StorageUnavailable("database server 1 is unavailable")
-        return await super().load_due(shard, before_ms, limit, after)
+        return await super().load_due(shard, before_ms, limit, after, from_ms)
 
 
 class Harness:
@@ -171,12 +176,17 @@ class HangingLoadStore(MemoryTaskStore):
         self.hanging = 0
 
     async def load_due(
-        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+        self,
+        shard: int,
+        before_ms: int,
+        limit: int,
+        after: tuple[int, int] | None = None,
+        from_ms: int | None = None,
     ) -> list[DueTask]:
         if self.frozen and shard in LOST_SERVER_SHARDS:
             self.hanging += 1
             await asyncio.Event().wait()
-        return await super().load_due(shard, before_ms, limit, after)
+        return await super().load_due(shard, before_ms, limit, after, from_ms)
 
 
 async def test_a_cycle_load_hung_on_a_frozen_server_does_not_hold_up_the_next_cycles_of_the_others() -> None:

@@ -308,12 +308,21 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def load_due(
-        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+        self,
+        shard: int,
+        before_ms: int,
+        limit: int,
+        after: tuple[int, int] | None = None,
+        from_ms: int | None = None,
     ) -> list[DueTask]:
-        """Active tasks of ``shard`` with ``next_run_at_ms < before_ms``, overdue ones included.
+        """Active tasks of ``shard`` with ``next_run_at_ms < before_ms``, overdue ones included; with
+        ``from_ms``, only those with ``from_ms <= next_run_at_ms < before_ms`` (the cycle load reads
+        the new cycle without the span it loaded before).
 
-        Ordered by ``(next_run_at_ms, task_id)``; ``after`` is the last ``(next_run_at_ms, task_id)``
-        of the previous page. Changes nothing in the database.
+        At most ``limit``, ordered by ``(next_run_at_ms, task_id)``; ``after`` is the last
+        ``(next_run_at_ms, task_id)`` of the previous page, and paging with it stays inside the range
+        (``from_ms`` still applies). SQL stores keep it one range scan of the ``(status, next_run_at)``
+        index. Changes nothing in the database.
         """
 
     @abstractmethod

@@ -325,7 +325,12 @@ class MemoryTaskStore(TaskStore):
     # ---- loading ----------------------------------------------------------------------------------
 
     async def load_due(
-        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+        self,
+        shard: int,
+        before_ms: int,
+        limit: int,
+        after: tuple[int, int] | None = None,
+        from_ms: int | None = None,
     ) -> list[DueTask]:
         self._check_shard(shard)
         due = sorted(
@@ -334,6 +339,7 @@ class MemoryTaskStore(TaskStore):
             if t.status is TaskStatus.ACTIVE
             and t.next_run_at_ms is not None
             and t.next_run_at_ms < before_ms
+            and (from_ms is None or t.next_run_at_ms >= from_ms)
             and (after is None or (t.next_run_at_ms, t.id) > after)
         )[:limit]
         return [DueTask(t.id, at, t.version, t.app_id, t.misfire_policy) for at, _, t in due]

@@ -932,21 +932,15 @@ class SQLAlchemyTaskStore(TaskStore):
     # ---- loading ----------------------------------------------------------------------------------
 
     async def load_due(
-        self, shard: int, before_ms: int, limit: int, after: tuple[int, int] | None = None
+        self,
+        shard: int,
+        before_ms: int,
+        limit: int,
+        after: tuple[int, int] | None = None,
+        from_ms: int | None = None,
     ) -> list[DueTask]:
         home = self._shard(shard)
-        c = home.tasks.c
-        statement = select(c.id, c.next_run_at, c.version, c.app_id, c.misfire_policy).where(
-            c.status == "active", c.next_run_at < before_ms
-        )
-        if after is not None:
-            after_at, after_id = after
-            # The redundant lower bound keeps this a range scan of (status, next_run_at).
-            statement = statement.where(
-                c.next_run_at >= after_at,
-                or_(c.next_run_at > after_at, and_(c.next_run_at == after_at, c.id > after_id)),
-            )
-        statement = statement.order_by(c.next_run_at, c.id).limit(limit)
+        statement = self.load_due_statement(shard, before_ms, limit, after, from_ms)
         async with self._connect(home.database.engine_url) as conn:
             rows = await conn.execute(statement, execution_options=home.options)
             return [
@@ -954,16 +948,29 @@ class SQLAlchemyTaskStore(TaskStore):
                 for r in rows
             ]
 
-    def load_due_statement(self, shard: int, before_ms: int, limit: int) -> Any:
-        """The cycle-load query, exposed so tests can EXPLAIN it."""
-        home = self._shard(shard)
-        c = home.tasks.c
-        return (
-            select(c.id, c.next_run_at, c.version, c.app_id, c.misfire_policy)
-            .where(c.status == "active", c.next_run_at < before_ms)
-            .order_by(c.next_run_at, c.id)
-            .limit(limit)
+    def load_due_statement(
+        self,
+        shard: int,
+        before_ms: int,
+        limit: int,
+        after: tuple[int, int] | None = None,
+        from_ms: int | None = None,
+    ) -> Any:
+        """The cycle-load query (:meth:`load_due`), exposed so tests can EXPLAIN it."""
+        c = self._shard(shard).tasks.c
+        statement = select(c.id, c.next_run_at, c.version, c.app_id, c.misfire_policy).where(
+            c.status == "active", c.next_run_at < before_ms
         )
+        if from_ms is not None:
+            statement = statement.where(c.next_run_at >= from_ms)
+        if after is not None:
+            after_at, after_id = after
+            # The redundant lower bound keeps this a range scan of (status, next_run_at).
+            statement = statement.where(
+                c.next_run_at >= after_at,
+                or_(c.next_run_at > after_at, and_(c.next_run_at == after_at, c.id > after_id)),
+            )
+        return statement.order_by(c.next_run_at, c.id).limit(limit)
 
     async def count_active(self, shard: int) -> int:
         home = self._shard(shard)
