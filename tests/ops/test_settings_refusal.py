@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tjobs.settings import InvalidSettings, load_settings
+
 
 def _serve(config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -25,6 +27,7 @@ def _serve(config: Path) -> subprocess.CompletedProcess[str]:
         ("[cluster]\nlease_ttl_s = 1\n", "cluster.lease_ttl_s"),  # below its bound
         ("[api]\nport = 'eighty'\n", "api.port"),
         ("[nonsense]\nx = 1\n", "nonsense"),
+        ("[scheduler]\ncycle_s = 10\nload_lead_s = 10\n", "scheduler.load_lead_s"),  # not below cycle_s
     ],
 )
 def test_serve_refuses_a_bad_setting_naming_it(tmp_path: Path, toml: str, named: str) -> None:
@@ -43,3 +46,17 @@ def test_serve_refuses_a_config_file_that_is_not_toml(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert f"invalid configuration: {config}:" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "╭" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("cycle_s", "load_lead_s"), [(10, 10), (10, 11), (5, None)])  # None: default 30
+def test_a_load_lead_not_below_the_cycle_is_refused_naming_it(cycle_s: int, load_lead_s: int | None) -> None:
+    # The cycle load skips what it loaded before, which needs the next load to start after the
+    # current horizon: cycle_s > load_lead_s (tjobs/firing/runner.py, invariant 7 in docs/design.md).
+    scheduler = {"cycle_s": cycle_s} if load_lead_s is None else {"cycle_s": cycle_s, "load_lead_s": load_lead_s}
+    with pytest.raises(InvalidSettings, match=r"^scheduler\.load_lead_s: .*below scheduler\.cycle_s"):
+        load_settings(scheduler=scheduler)
+
+
+def test_a_load_lead_below_the_cycle_is_accepted() -> None:
+    assert load_settings(scheduler={"cycle_s": 10, "load_lead_s": 3}).scheduler.load_lead_s == 3
+    assert load_settings().scheduler.load_lead_s == 30
