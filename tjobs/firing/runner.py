@@ -2,9 +2,17 @@
 
 Each cycle (``cycle_s``, aligned to the epoch so every node agrees) the runner raises its loaded
 *horizon* to the next cycle's end, ``load_lead_s`` before that cycle starts, and loads each owned
-shard's active tasks with ``next_run_at < horizon`` (overdue ones included) into the wheel. Loading
-only reads (invariant 3 in docs/design.md). Changes made during a cycle arrive through the hot path
-and are offered to the wheel the same way; an offer never replaces an entry holding a newer task
+shard's active tasks into the wheel: the overdue ones (``next_run_at`` before the load's start) and
+the new cycle (``[old horizon, new horizon)``). It does not read again the span in between, not due
+yet and already in the wheel (loaded by the previous load, kept current by the hot path). A change
+the hot path missed there is still never lost (invariant 7 in docs/design.md): a task it created or
+moved into that span is due before the next cycle load starts (``load_lead_s < cycle_s``, which the
+settings enforce), so that load reads it as overdue and it fires late under its misfire policy; a
+stale entry left in the wheel fires, its compare-and-set is rejected and the task is re-read and
+offered as stored (:meth:`JobRunner._reconcile`). Take-over loads (a gained job), a resumed shard, a
+reload and the first cycle load after a restart read everything below the horizon. Loading only
+reads (invariant 3 in docs/design.md). Changes made during a cycle arrive through the hot path and
+are offered to the wheel the same way; an offer never replaces an entry holding a newer task
 version.
 
 Every tick the wheel yields its due entries; committers take them in batches and call
@@ -116,9 +124,11 @@ class JobRunner:
         self._owned: frozenset[int] = frozenset()
         self._paused: frozenset[int] = frozenset()  # shards whose database server is unreachable
         self._horizon_ms = 0
+        # the next cycle load reads everything below its horizon (see start)
+        self._full_cycle_load = False
         self._pending: dict[str, list[WheelEntry]] = {}  # database server -> its due entries, oldest first
         # task id -> its entry taken from the wheel and not settled yet (waiting for a committer, or
-        # being committed): a load does not offer that fire again (see _load_shard)
+        # being committed): a load does not offer that fire again (see _load_range)
         self._in_flight: dict[int, WheelEntry] = {}
         # failed intent -> (consecutive failures, now_ms of the last failed attempt)
         self._commit_failures: dict[FireIntent, tuple[int, int]] = {}
@@ -161,6 +171,9 @@ class JobRunner:
         self._running = True
         now_ms = self._clock.now_ms()
         self._horizon_ms = (now_ms // self._cycle_ms + 1) * self._cycle_ms
+        # Started again with its jobs (no take-over load follows): what the wheel holds was loaded
+        # up to another horizon, so the first cycle load cannot skip what it would have loaded.
+        self._full_cycle_load = bool(self._owned)
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="tjobs-tick"))
         self._tasks.append(asyncio.create_task(self._cycle_loop(), name="tjobs-cycle"))
 
@@ -281,24 +294,46 @@ class JobRunner:
                 continue
             # Raise the horizon first: hot-path changes for the new cycle go straight to the wheel
             # while the load runs, and the load's older versions never replace them.
-            new_horizon_ms = self._horizon_ms + self._cycle_ms
+            old_horizon_ms = self._horizon_ms
+            new_horizon_ms = old_horizon_ms + self._cycle_ms
             self._horizon_ms = new_horizon_ms
-            self._pacer.forget_idle(self._clock.now_ms())
+            now_ms = self._clock.now_ms()
+            self._pacer.forget_idle(now_ms)
             self._commit_failures = {i: n for i, n in self._commit_failures.items() if i.task_id in self.wheel}
+            # Read the overdue tasks (before now_ms) and the new cycle [old horizon, new horizon), not
+            # [now_ms, old horizon): not due yet, and in the wheel already (the previous cycle load,
+            # a take-over or resume load, each up to the old horizon, then the hot path). A change
+            # the hot path missed there is due before the next cycle load starts (at old horizon +
+            # cycle - lead > old horizon: the settings refuse load_lead_s >= cycle_s), which reads it
+            # as overdue: late, never lost. A stale entry fires, is rejected and _reconcile offers
+            # the task as stored. After a restart (start) or a late wake-up past the old horizon
+            # nothing can be skipped. A retry after a failed load (below) skips the same span: the
+            # horizon is put back, and what that span held is still in the wheel.
+            skip: tuple[int, int] | None = None
+            if not self._full_cycle_load and now_ms < old_horizon_ms:
+                skip = (now_ms, old_horizon_ms)
             try:
-                await self._load(sorted(self._owned - self._paused), new_horizon_ms)
+                await self._load(sorted(self._owned - self._paused), new_horizon_ms, skip)
             except Exception:
                 logger.exception("cycle load failed; retrying shortly", extra={"action": "cycle_load_failed"})
-                self._horizon_ms = new_horizon_ms - self._cycle_ms
+                self._horizon_ms = old_horizon_ms
                 await asyncio.sleep(1.0)
+            else:
+                self._full_cycle_load = False
 
-    async def _load(self, shards: Iterable[int], before_ms: int) -> None:
-        """Load each shard on its own task, so a shard paused meanwhile (its server stopped answering
+    async def _load(self, shards: Iterable[int], before_ms: int, skip: tuple[int, int] | None = None) -> None:
+        """Load each shard's active tasks due before ``before_ms``, except those due in ``skip``
+        (``[from, until)``, the cycle load's span already in the wheel; ``None``: read everything).
+
+        Each shard loads on its own task, so a shard paused meanwhile (its server stopped answering
         in the middle of the load) is cancelled by :meth:`set_paused` instead of holding up the load,
         and with it the next cycle's load of every other shard."""
         started_ms = self._clock.now_ms()
         shards = list(shards)
-        loads = [asyncio.ensure_future(self._load_shard(shard, before_ms)) for shard in shards]
+        ranges: list[tuple[int | None, int]] = [(None, before_ms)]
+        if skip is not None:
+            ranges = [(None, skip[0]), (skip[1], before_ms)]
+        loads = [asyncio.ensure_future(self._load_shard(shard, ranges)) for shard in shards]
         for shard, load in zip(shards, loads, strict=True):
             self._loading.setdefault(shard, set()).add(load)
         try:
@@ -321,36 +356,40 @@ class JobRunner:
         self.stats.loaded += total
         self.stats.last_load_ms = self._clock.now_ms() - started_ms
         logger.info(
-            "loaded %d tasks due before %d in %d ms",
+            "loaded %d tasks due before %d%s in %d ms",
             total,
             before_ms,
+            "" if skip is None else f" (not again those due in [{skip[0]}, {skip[1]}))",
             self.stats.last_load_ms,
             extra={"action": "cycle_loaded"},
         )
 
-    async def _load_shard(self, shard: int, before_ms: int) -> int:
+    async def _load_shard(self, shard: int, ranges: list[tuple[int | None, int]]) -> int:
+        """Page through each ``(from_ms, before_ms)`` of ``ranges`` (``from_ms`` None: no lower bound)."""
+        loaded = 0
+        async with self._load_slots:
+            for from_ms, before_ms in ranges:
+                loaded += await self._load_range(shard, from_ms, before_ms)
+        return loaded
+
+    async def _load_range(self, shard: int, from_ms: int | None, before_ms: int) -> int:
         page_size = self._settings.load_page_size
         loaded = 0
         after: tuple[int, int] | None = None
-        async with self._load_slots:
-            while self._fires(shard) and self._running:
-                page = await self._store.load_due(shard, before_ms, page_size, after)
-                for due in page:
-                    taken = self._in_flight.get(due.task_id)
-                    if (
-                        taken is not None
-                        and taken.scheduled_at_ms == due.next_run_at_ms
-                        and taken.version == due.version
-                    ):
-                        # That fire left the wheel and waits for its commit: offered again, it would be
-                        # a second transaction for the task, waiting on the first's row locks before
-                        # its compare-and-set is rejected. Its outcome puts the next run in the wheel.
-                        continue
-                    self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
-                loaded += len(page)
-                if len(page) < page_size:
-                    break
-                after = (page[-1].next_run_at_ms, page[-1].task_id)
+        while self._fires(shard) and self._running:
+            page = await self._store.load_due(shard, before_ms, page_size, after, from_ms=from_ms)
+            for due in page:
+                taken = self._in_flight.get(due.task_id)
+                if taken is not None and taken.scheduled_at_ms == due.next_run_at_ms and taken.version == due.version:
+                    # That fire left the wheel and waits for its commit: offered again, it would be
+                    # a second transaction for the task, waiting on the first's row locks before
+                    # its compare-and-set is rejected. Its outcome puts the next run in the wheel.
+                    continue
+                self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
+            loaded += len(page)
+            if len(page) < page_size:
+                break
+            after = (page[-1].next_run_at_ms, page[-1].task_id)
         return loaded
 
     # ---- firing ------------------------------------------------------------------------------
