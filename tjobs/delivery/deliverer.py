@@ -105,6 +105,7 @@ FLUSH_BATCH = 500
 FLUSH_RETRY_MAX_S = 5.0
 RETRY_HORIZON_S = 600.0
 MAX_WAITING_RETRIES = 50_000
+FENCED_REPORT_MS = 10_000  # a fenced node logs the flows it does not send at most this often
 
 
 @dataclass(slots=True)
@@ -353,6 +354,8 @@ class Deliverer:
         self.flush_calls = 0
         self.flush_failures = 0
         self.fenced = 0
+        self._fenced_unreported = 0  # fenced flows not named in a log line yet (see _report_fenced)
+        self._fenced_reported_ms: int | None = None
         self.cancelled = 0
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -386,6 +389,13 @@ class Deliverer:
             await asyncio.gather(*late, return_exceptions=True)
         self._lanes.clear()
         self._active.clear()
+        if self._fenced_unreported:
+            logger.warning(
+                "fenced: %d more flows not sent since the last report; their owners' compensators re-drive them",
+                self._fenced_unreported,
+                extra={"action": "delivery_fenced", "flows": self._fenced_unreported},
+            )
+            self._fenced_unreported = 0
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
@@ -593,15 +603,37 @@ class Deliverer:
             if lane.workers == 0 and not lane.queue and self._lanes.get(lane.app_id) is lane:
                 del self._lanes[lane.app_id]
 
+    def _report_fenced(self, flow_id: str) -> None:
+        """Log a flow not sent because this node is fenced: the first one, then one line naming the
+        next flow and the count since the last line at most every :data:`FENCED_REPORT_MS` (and the
+        rest at stop). A node that lost its jobs with a deep queue would otherwise write one line per
+        flow: 127,448 lines in 5 s at 3,000 fires a second."""
+        now_ms = self._clock.now_ms()
+        if self._fenced_reported_ms is not None and now_ms - self._fenced_reported_ms < FENCED_REPORT_MS:
+            self._fenced_unreported += 1
+            return
+        if self._fenced_unreported:
+            logger.warning(
+                "fenced: not sending flow %s and %d more since the last report; their owners' compensators"
+                " re-drive them",
+                flow_id,
+                self._fenced_unreported,
+                extra={"action": "delivery_fenced", "flow_id": flow_id, "flows": self._fenced_unreported + 1},
+            )
+        else:
+            logger.warning(
+                "fenced: not sending flow %s; the owner's compensator re-drives it",
+                flow_id,
+                extra={"action": "delivery_fenced", "flow_id": flow_id, "flows": 1},
+            )
+        self._fenced_unreported = 0
+        self._fenced_reported_ms = now_ms
+
     async def _attempt(self, delivery: _Delivery) -> None:
         if self._fence is not None and not self._fence(self._clock.now_ms()):
             self.fenced += 1
             self._active.pop(delivery.flow_id, None)
-            logger.warning(
-                "fenced: not sending flow %s; the owner's compensator re-drives it",
-                delivery.flow_id,
-                extra={"action": "delivery_fenced", "flow_id": delivery.flow_id},
-            )
+            self._report_fenced(delivery.flow_id)
             return
         if delivery.recheck and self._status_reader is not None and not await self._still_open(delivery):
             return
