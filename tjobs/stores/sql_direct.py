@@ -20,20 +20,29 @@ that was not sent by then never will be (nothing stored, :class:`WriteAbandoned`
 sent, or whose connection broke while it ran, may have committed (:class:`WriteOutcomeUnknown`). The
 store turns these into ``StorageUnavailable`` and ``StorageOutcomeUnknown``.
 
+Each server also has a **fire pool** (:func:`fire_connect_kwargs`, :meth:`DirectPool.transaction`):
+the fire transaction (:mod:`tjobs.stores.sql_fire`) runs there, without SQLAlchemy's engine ``begin``/``commit``
+around them, on sessions like the engine's: autocommit off, ``READ COMMITTED``,
+``innodb_lock_wait_timeout`` = :data:`~tjobs.stores.sql_layout.ROW_LOCK_WAIT_S`; each session is
+recorded for the session fence (:meth:`tjobs.stores.sql_sessions.SessionRegistry.track`). Its own
+pool, not the API's: the API's autocommit sessions keep the server's lock wait.
+
 Only identifiers derived from the topology are put into the SQL text; every value is a bound
 parameter. A server URL with options this module does not translate (anything but ``charset`` and
-``unix_socket``) gets no direct pool, and the store keeps using SQLAlchemy for it.
+``unix_socket``) gets no direct pool and no fire pool, and the store keeps using SQLAlchemy for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import asyncmy
+import asyncmy.errors
 from asyncmy.constants import CLIENT
 from sqlalchemy.engine import make_url
 
@@ -43,7 +52,7 @@ from tjobs.settings import StorageSettings
 from tjobs.specs import callback_to_text, schedule_to_text
 from tjobs.stores.schema import TASK_COLUMNS, dumps, task_from_row
 from tjobs.stores.shard_fence import fence_statement
-from tjobs.stores.sql_layout import Layout, ShardTables
+from tjobs.stores.sql_layout import ROW_LOCK_WAIT_S, Layout, ShardTables
 
 _TASK_COLUMN_LIST = ", ".join(TASK_COLUMNS)
 _TASK_MARKS = ", ".join(["%s"] * len(TASK_COLUMNS))
@@ -175,14 +184,81 @@ class HealthConnection:
             conn.close()
 
 
-class DirectPool:
-    """A small autocommit asyncmy pool for one MariaDB server (opened on first use)."""
+def fire_connect_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The connection arguments of a server's fire pool (:meth:`DirectPool.transaction`), from those of
+    :func:`connect_kwargs`: the session of the engine's connections, which ran the fire transaction
+    before (:func:`tjobs.stores.sql_layout.create_engine_for`): autocommit off (the first statement
+    opens the transaction, COMMIT or ROLLBACK ends it), ``innodb_lock_wait_timeout`` =
+    :data:`ROW_LOCK_WAIT_S` set by ``init_command``, and ``READ COMMITTED`` (set once per connection
+    by :data:`FIRE_SESSION_SETUP`: ``init_command`` runs one statement)."""
+    return {**kwargs, "autocommit": False, "init_command": f"SET SESSION innodb_lock_wait_timeout = {ROW_LOCK_WAIT_S}"}
 
-    def __init__(self, kwargs: dict[str, Any], size: int) -> None:
+
+FIRE_SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+
+
+def _server_error(error: BaseException) -> bool:
+    """Whether ``error`` is a statement the server refused (1000-1999, 3000+), the connection intact."""
+    args = getattr(error, "args", ())
+    errno = args[0] if args and isinstance(args[0], int) else None
+    return errno is not None and (1000 <= errno < 2000 or errno >= 3000)
+
+
+class DirectPool:
+    """A small asyncmy pool for one MariaDB server (opened on first use): autocommit connections for the
+    API's statements (:func:`connect_kwargs`), or, with :func:`fire_connect_kwargs`, a server's fire pool
+    (:meth:`transaction`). ``on_connect`` is awaited with each new connection before its first use (the
+    store records its session for the session fence: :class:`tjobs.stores.sql_sessions.SessionRegistry`)."""
+
+    def __init__(
+        self,
+        kwargs: dict[str, Any],
+        size: int,
+        on_connect: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> None:
         self._kwargs = kwargs
         self._size = size
         self._pool: Any = None
         self._opening = asyncio.Lock()
+        self._on_connect = on_connect
+        self._ready: weakref.WeakSet[Any] = weakref.WeakSet()  # connections set up for transaction()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """A connection of the fire pool (:func:`fire_connect_kwargs`) in a transaction, committed when
+        the block exits cleanly. What the engine's ``begin()`` did, without the engine around it (the
+        fire transaction: docs/benchmarks.md, issue 13).
+
+        No connection goes back to the pool with a transaction open or in an unknown state: an error the
+        server answered (the connection intact) or one of the caller's own (``Fenced``, a planner bug)
+        rolls the transaction back; a broken connection, a cancellation (a statement may be half read)
+        or a failed ROLLBACK drops the connection, and the server rolls its transaction back. A COMMIT
+        that got no answer (or whose caller was cancelled waiting for one) drops it too: its outcome is
+        unknown, and the caller's error says so no more than the engine's did (the runner re-reads a
+        rejected retry: :meth:`tjobs.firing.runner.JobRunner._reconcile`)."""
+        pool = self._pool or await self._open()
+        async with pool.acquire() as conn:
+            if conn not in self._ready:
+                try:
+                    async with conn.cursor() as cursor:
+                        await cursor.execute(FIRE_SESSION_SETUP)
+                    if self._on_connect is not None:
+                        await self._on_connect(conn)
+                    await conn.commit()  # the fire's first statement opens its own transaction
+                except BaseException:
+                    conn.close()
+                    raise
+                self._ready.add(conn)
+            try:
+                yield conn
+            except BaseException as error:
+                await _rollback_or_close(conn, error)
+                raise
+            try:
+                await conn.commit()
+            except BaseException:
+                conn.close()
+                raise
 
     @asynccontextmanager
     async def cursor(self) -> AsyncIterator[Any]:
@@ -319,6 +395,17 @@ class DirectPool:
                 if isinstance(error, Exception) and not answered_by_server(error):
                     raise WriteOutcomeUnknown(f"the connection failed during the transaction: {error}") from error
                 raise
+
+
+async def _rollback_or_close(conn: Any, error: BaseException) -> None:
+    """End the transaction of :meth:`DirectPool.transaction` that ``error`` stopped (see there)."""
+    if isinstance(error, Exception) and (_server_error(error) or not isinstance(error, asyncmy.errors.Error | OSError)):
+        try:
+            await conn.rollback()
+            return
+        except BaseException:  # failed or cancelled: the connection's state is unknown
+            pass
+    conn.close()
 
 
 async def _rollback_or_drop(cursor: Any) -> None:

@@ -21,6 +21,13 @@ error 1242 and nothing is written.
 The statements are hand-built text with bound parameters: their shape changes with every batch (the
 tables touched, the IN-list lengths, the CASE arms), so SQLAlchemy's statement cache cannot help, and
 only identifiers derived from the topology are ever put into the SQL text. A deadlock is retried once.
+
+Where it runs: on MariaDB, on a connection of the server's fire pool, a raw asyncmy connection whose
+transaction :meth:`tjobs.stores.sql_direct.DirectPool.transaction` owns (committed when the block exits,
+rolled back or the connection dropped otherwise), without SQLAlchemy's engine around it; on a server URL
+without a fire pool (options :mod:`tjobs.stores.sql_direct` does not translate), in an engine
+connection's ``begin()``, its statements on the driver connection beneath. On SQLite, in an engine
+connection's ``begin()`` (``BEGIN IMMEDIATE``) through SQLAlchemy's driver-level API.
 """
 
 from __future__ import annotations
@@ -72,17 +79,19 @@ class _Executor:
 class _AsyncmyExecutor(_Executor):
     """The same on the raw asyncmy connection of the transaction: a fraction of the per-statement cost
     of going through SQLAlchemy, and a fire transaction spread over many shards is hundreds of
-    statements. SQLAlchemy still owns the transaction."""
+    statements. The connection is a fire pool's (:meth:`tjobs.stores.sql_direct.DirectPool.transaction`,
+    which owns the transaction), or, for a server without one, the driver connection under an engine
+    connection whose transaction SQLAlchemy owns."""
 
-    def __init__(self, conn: AsyncConnection, cursor: Any) -> None:
-        super().__init__(conn)
+    def __init__(self, cursor: Any) -> None:
         self.cursor = cursor
 
     @classmethod
-    async def open(cls, conn: AsyncConnection) -> _AsyncmyExecutor:
-        raw = await conn.get_raw_connection()
-        driver: Any = raw.driver_connection
-        return cls(conn, driver.cursor())
+    async def open(cls, conn: Any) -> _AsyncmyExecutor:
+        if isinstance(conn, AsyncConnection):
+            raw = await conn.get_raw_connection()
+            conn = raw.driver_connection
+        return cls(conn.cursor())
 
     async def rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         await self.cursor.execute(sql, params)
@@ -134,7 +143,10 @@ class FireTransaction:
         self.outcomes: dict[int, FireOutcome] = {}
         self.shards: dict[int, ShardTables] = {home.shard: home for _, home in items}
 
-    async def run(self, begin: Callable[[], AbstractAsyncContextManager[AsyncConnection]]) -> None:
+    async def run(self, begin: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
+        """Run the transaction in ``begin()`` (committed when its block exits cleanly): an engine
+        connection's ``begin()``, or on MariaDB a fire pool's :meth:`~tjobs.stores.sql_direct.DirectPool.transaction`
+        (a raw asyncmy connection)."""
         careful = False
         deadlocks = 0
         while True:
@@ -156,7 +168,7 @@ class FireTransaction:
             self.outcomes = outcomes
             return
 
-    async def _once(self, conn: AsyncConnection, careful: bool) -> dict[int, FireOutcome]:
+    async def _once(self, conn: Any, careful: bool) -> dict[int, FireOutcome]:
         run = await _AsyncmyExecutor.open(conn) if self.mysql else _Executor(conn)
         try:
             return await self._statements(run, careful)

@@ -4,7 +4,8 @@ A node frozen in the middle of a fire transaction (SIGSTOP, a long pause) keeps 
 open transaction and the transaction's row locks on the server for as long as it stays frozen: the
 server sees an idle client, not a dead one. Its successor must not wait for it. So every node
 records the ``CONNECTION_ID()`` of each connection its engines open (:class:`SessionRegistry`, fed
-by the pool's connect and close events), publishes them (the etcd coordinator keeps them under
+by the pool's connect and close events) and its fire pools open (where the fire transaction runs on
+MariaDB: :meth:`SessionRegistry.track`), publishes them (the etcd coordinator keeps them under
 ``sessions/<node id>``), and a node taking over jobs ends the sessions of nodes whose lease is gone
 with ``KILL CONNECTION`` (:func:`kill_connections`): the server rolls their transactions back, the
 locks go at once, and the frozen node, when it wakes, finds its connection dead and commits nothing.
@@ -13,6 +14,7 @@ locks go at once, and the frozen node, when it wakes, finds its connection dead 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Collection
 from typing import Any
 
@@ -35,6 +37,7 @@ class SessionRegistry:
 
     def __init__(self) -> None:
         self._ids: set[int] = set()
+        self._raw: dict[int, weakref.ref[Any]] = {}  # the fire pool's sessions (track): id -> connection
         self.booted_at_s: int | None = None  # the server's start, read by the latest connection
 
     def attach(self, engine: AsyncEngine) -> None:
@@ -45,7 +48,26 @@ class SessionRegistry:
         event.listen(sync_engine, "invalidate", self._invalidated)
 
     def ids(self) -> list[int]:
-        return sorted(self._ids)
+        for thread_id, ref in list(self._raw.items()):
+            conn = ref()
+            if conn is None or not conn.connected:
+                del self._raw[thread_id]
+        return sorted(self._ids | self._raw.keys())
+
+    async def track(self, conn: Any) -> None:
+        """Record the session of a raw asyncmy connection opened outside the engine (a server's fire
+        pool, :meth:`tjobs.stores.sql_direct.DirectPool.transaction`); it counts while it is open."""
+        async with conn.cursor() as cursor:
+            await cursor.execute(BOOTED_AT_SQL)
+            row = await cursor.fetchone()
+        self._booted(int(row[0]))
+        self._raw[int(conn.thread_id())] = weakref.ref(conn)
+
+    def _booted(self, booted_at_s: int) -> None:
+        if self.booted_at_s is None or abs(booted_at_s - self.booted_at_s) > BOOT_TOLERANCE_S:
+            self._ids.clear()  # the server restarted: the ids of its previous run mean nothing now
+            self._raw.clear()
+            self.booted_at_s = booted_at_s
 
     @staticmethod
     def _thread_id(dbapi_connection: Any) -> int | None:
@@ -63,10 +85,7 @@ class SessionRegistry:
             row = cursor.fetchone()
         finally:
             cursor.close()
-        booted_at_s = int(row[0])
-        if self.booted_at_s is None or abs(booted_at_s - self.booted_at_s) > BOOT_TOLERANCE_S:
-            self._ids.clear()  # the server restarted: the ids of its previous run mean nothing now
-            self.booted_at_s = booted_at_s
+        self._booted(int(row[0]))
         self._ids.add(thread_id)
 
     def _closed(self, dbapi_connection: Any, _record: Any) -> None:

@@ -7,9 +7,10 @@ asyncmy pool (concurrent single creates are group-committed, one transaction per
 caller answered after that commit, a refused row settled on its own; a batch create is one
 transaction per server rather than per logical database; on SQLite, concurrent single creates are
 group-committed the same way, one writer per file), and :mod:`tjobs.stores.sql_flow_updates`
-writes the deliverer's batched flow outcomes as one multi-statement per server. Every other call runs in one
-transaction per logical database (per engine for the fire transaction); a database that cannot be
-reached raises :class:`StorageUnavailable` naming its URL without the password.
+writes the deliverer's batched flow outcomes as one multi-statement per server. On MariaDB the fire
+transaction (one per server) runs on the server's fire pool (sql_direct), not through the engine.
+Every other call runs in one transaction per logical database; a database that cannot be reached
+raises :class:`StorageUnavailable` naming its URL without the password.
 
 A create (single or batch) waits at most ``storage.create_timeout_s`` for each server it writes to:
 an item whose write was never sent answers ``StorageUnavailable`` (nothing stored), one whose write
@@ -113,6 +114,7 @@ from tjobs.stores.sql_direct import (
     WriteOutcomeUnknown,
     by_shard,
     connect_kwargs,
+    fire_connect_kwargs,
     unique_keys,
 )
 from tjobs.stores.sql_fenced import StatementResult, execute_fenced
@@ -167,6 +169,7 @@ class SQLAlchemyTaskStore(TaskStore):
         self._engines: dict[str, AsyncEngine] = {}
         self._writers: dict[str, AsyncEngine] = {}
         self._direct: dict[str, DirectPool] = {}  # MariaDB: the API's inserts and reads (sql_direct)
+        self._fire_pools: dict[str, DirectPool] = {}  # MariaDB: fire transactions (sql_direct)
         self._health: dict[str, HealthConnection] = {}  # MariaDB: ping() outside the pools
         self._groups: dict[str, GroupCommit] = {}  # MariaDB: concurrent single inserts, per server
         self._server_names = self.layout.server_names()  # engine URL -> host:port (or file)
@@ -196,6 +199,9 @@ class SQLAlchemyTaskStore(TaskStore):
         kwargs = connect_kwargs(url, self.settings) if self.layout.dialect == MYSQL else None
         if kwargs is not None:
             self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
+            self._fire_pools[url] = DirectPool(
+                fire_connect_kwargs(kwargs), self.settings.pool_size, on_connect=self._sessions[url].track
+            )
             self._health[url] = HealthConnection(kwargs)
             self._groups[url] = GroupCommit(
                 functools.partial(self._write_group, url), max_flushes=max(1, self.settings.pool_size // 2)
@@ -217,13 +223,14 @@ class SQLAlchemyTaskStore(TaskStore):
 
     async def close(self) -> None:
         engines = list(self._engines.values())
-        direct = list(self._direct.values())
+        direct = [*self._direct.values(), *self._fire_pools.values()]
         for health in self._health.values():
             health.close()
         self._health.clear()
         self._engines.clear()
         self._writers.clear()
         self._direct.clear()
+        self._fire_pools.clear()
         self._groups.clear()
         self._sessions.clear()
         await asyncio.gather(*(engine.dispose() for engine in engines), *(pool.close() for pool in direct))
@@ -937,10 +944,10 @@ class SQLAlchemyTaskStore(TaskStore):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> list[DueTask]:
         home = self._shard(shard)
-        statement = self.load_due_statement(shard, before_ms, limit, after, from_ms)
+        statement = self.load_due_statement(shard, before_ms, limit, after, skip)
         async with self._connect(home.database.engine_url) as conn:
             rows = await conn.execute(statement, execution_options=home.options)
             return [
@@ -954,15 +961,17 @@ class SQLAlchemyTaskStore(TaskStore):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> Any:
         """The cycle-load query (:meth:`load_due`), exposed so tests can EXPLAIN it."""
         c = self._shard(shard).tasks.c
         statement = select(c.id, c.next_run_at, c.version, c.app_id, c.misfire_policy).where(
             c.status == "active", c.next_run_at < before_ms
         )
-        if from_ms is not None:
-            statement = statement.where(c.next_run_at >= from_ms)
+        if skip is not None:
+            skip_from_ms, skip_until_ms = skip
+            # two ranges of (status, next_run_at): below the span and from its end
+            statement = statement.where(or_(c.next_run_at < skip_from_ms, c.next_run_at >= skip_until_ms))
         if after is not None:
             after_at, after_id = after
             # The redundant lower bound keeps this a range scan of (status, next_run_at).
@@ -1027,8 +1036,9 @@ class SQLAlchemyTaskStore(TaskStore):
         epoch = self._fence_epoch
         fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit, epoch)
         committed = 0
+        pool = self._fire_pools.get(url)
         try:
-            await fire.run(lambda: self._engine(url, write=True).begin())
+            await fire.run(pool.transaction if pool is not None else lambda: self._engine(url, write=True).begin())
         except Exception as error:
             failure = error
             if is_fenced(error):
