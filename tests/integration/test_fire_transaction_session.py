@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 from tests.contract.backends import NOW_MS, drop_databases, intent_of, interval_planner, make_task, mariadb_settings
 from tjobs.errors import StorageUnavailable
+from tjobs.model import FlowStatus, FlowUpdate
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_layout import ROW_LOCK_WAIT_S, mysql_errno
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
@@ -240,7 +241,7 @@ async def test_a_fire_transaction_whose_session_a_new_owner_ends_is_unavailable_
     await eventually(lambda: session not in fire_session_ids(store), 5.0, "the ended session is forgotten")
 
 
-async def test_on_a_server_with_a_fire_pool_fires_do_not_go_through_the_engine(
+async def test_on_a_server_with_a_fire_pool_fires_and_outcomes_do_not_go_through_the_engine(
     store: SQLAlchemyTaskStore, request: pytest.FixtureRequest
 ) -> None:
     if request.node.callspec.params["store"] == "engine":
@@ -252,5 +253,10 @@ async def test_on_a_server_with_a_fire_pool_fires_do_not_go_through_the_engine(
 
     outcomes = await store.commit_fires([intent_of(t) for t in tasks], NOW_MS, interval_planner)
     assert all(o.committed for o in outcomes)
+    updates = [FlowUpdate(t.id, NOW_MS, FlowStatus.DELIVERED, 1, None, 204) for t in tasks]
+    await store.record_flow_updates(updates, NOW_MS + 5)
 
     assert checkouts == []
+    for task in tasks:
+        [flow] = await store.list_flows(task.id, 10)
+        assert flow.status is FlowStatus.DELIVERED and flow.attempts == 1 and flow.last_status_code == 204

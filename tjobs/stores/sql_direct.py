@@ -21,7 +21,8 @@ sent, or whose connection broke while it ran, may have committed (:class:`WriteO
 store turns these into ``StorageUnavailable`` and ``StorageOutcomeUnknown``.
 
 Each server also has a **fire pool** (:func:`fire_connect_kwargs`, :meth:`DirectPool.transaction`):
-the fire transaction (:mod:`tjobs.stores.sql_fire`) runs there, without SQLAlchemy's engine ``begin``/``commit``
+the fire transaction (:mod:`tjobs.stores.sql_fire`) and the deliverer's outcome writes
+(:mod:`tjobs.stores.sql_flow_updates`) run there, without SQLAlchemy's engine ``begin``/``commit``
 around them, on sessions like the engine's: autocommit off, ``READ COMMITTED``,
 ``innodb_lock_wait_timeout`` = :data:`~tjobs.stores.sql_layout.ROW_LOCK_WAIT_S`; each session is
 recorded for the session fence (:meth:`tjobs.stores.sql_sessions.SessionRegistry.track`). Its own
@@ -227,7 +228,7 @@ class DirectPool:
     async def transaction(self) -> AsyncIterator[Any]:
         """A connection of the fire pool (:func:`fire_connect_kwargs`) in a transaction, committed when
         the block exits cleanly. What the engine's ``begin()`` did, without the engine around it (the
-        fire transaction: docs/benchmarks.md, issue 13).
+        fire transaction and the outcome writes: docs/benchmarks.md, issue 13).
 
         No connection goes back to the pool with a transaction open or in an unknown state: an error the
         server answered (the connection intact) or one of the caller's own (``Fenced``, a planner bug)

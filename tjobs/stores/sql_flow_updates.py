@@ -5,8 +5,9 @@ The deliverer flushes hundreds of outcomes at a time, spread over as many shards
 per shard and per distinct outcome, each compiled afresh (the ``IN`` list and the schema change every
 time) and sent on its own round trip, they cost more node CPU than the fire transaction itself. Here
 every ``UPDATE`` of one server is hand-built text with bound parameters, and all of them go to the
-server as one multi-statement on the raw asyncmy connection of one transaction (like
-:mod:`tjobs.stores.sql_fire`). Only identifiers derived from the topology are put into the SQL text.
+server as one multi-statement on the raw asyncmy connection of one transaction, on the server's fire
+pool like the fire transaction (:meth:`tjobs.stores.sql_direct.DirectPool.transaction`; SQLAlchemy's
+engine only for a server URL without one). Only identifiers derived from the topology are put into the SQL text.
 
 One ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND status IN ('pending', 'sending')`` per shard
 table (:func:`plan_updates`, shared with the generic path of :mod:`tjobs.stores.sqlalchemy`), so a
@@ -215,17 +216,19 @@ def update_statements(
 
 
 async def write_flow_updates(
-    conn: AsyncConnection,
+    conn: Any,
     by_shard: dict[int, list[FlowUpdate]],
     shards: Sequence[ShardTables],
     now_ms: int,
     fence: tuple[str, list[int]] | None = None,
 ) -> None:
-    """Run the updates on ``conn`` (a MariaDB transaction) in as few round trips as the size allows;
-    ``fence`` (:func:`tjobs.stores.shard_fence.fence_statement`) heads the first round trip."""
-    raw = await conn.get_raw_connection()
-    driver: Any = raw.driver_connection
-    cursor = driver.cursor()
+    """Run the updates on ``conn`` (a MariaDB transaction: a raw asyncmy connection of a fire pool,
+    :meth:`tjobs.stores.sql_direct.DirectPool.transaction`, or an engine connection) in as few round
+    trips as the size allows; ``fence`` (:func:`tjobs.stores.shard_fence.fence_statement`) heads the
+    first round trip."""
+    if isinstance(conn, AsyncConnection):
+        conn = (await conn.get_raw_connection()).driver_connection
+    cursor = conn.cursor()
     statements = update_statements(by_shard, shards, now_ms)
     if fence is not None:
         statements.insert(0, (fence[0], list(fence[1])))

@@ -8,7 +8,8 @@ caller answered after that commit, a refused row settled on its own; a batch cre
 transaction per server rather than per logical database; on SQLite, concurrent single creates are
 group-committed the same way, one writer per file), and :mod:`tjobs.stores.sql_flow_updates`
 writes the deliverer's batched flow outcomes as one multi-statement per server. On MariaDB the fire
-transaction (one per server) runs on the server's fire pool (sql_direct), not through the engine.
+transaction (one per server) and those outcome writes run on the server's fire pool (sql_direct), not
+through the engine.
 Every other call runs in one transaction per logical database; a database that cannot be reached
 raises :class:`StorageUnavailable` naming its URL without the password.
 
@@ -169,7 +170,7 @@ class SQLAlchemyTaskStore(TaskStore):
         self._engines: dict[str, AsyncEngine] = {}
         self._writers: dict[str, AsyncEngine] = {}
         self._direct: dict[str, DirectPool] = {}  # MariaDB: the API's inserts and reads (sql_direct)
-        self._fire_pools: dict[str, DirectPool] = {}  # MariaDB: fire transactions (sql_direct)
+        self._fire_pools: dict[str, DirectPool] = {}  # MariaDB: fire transactions, outcome writes (sql_direct)
         self._health: dict[str, HealthConnection] = {}  # MariaDB: ping() outside the pools
         self._groups: dict[str, GroupCommit] = {}  # MariaDB: concurrent single inserts, per server
         self._server_names = self.layout.server_names()  # engine URL -> host:port (or file)
@@ -1117,10 +1118,14 @@ class SQLAlchemyTaskStore(TaskStore):
 
     async def _record_updates_on_server(self, url: str, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
         databases = list({self.layout.shards[shard].database: None for shard in shards})
+        fence = fence_statement(databases, self._fence_epoch)
+        pool = self._fire_pools.get(url)
+        if pool is not None:
+            async with self._direct_call(url), pool.transaction() as conn:
+                await write_flow_updates(conn, shards, self.layout.shards, now_ms, fence)
+            return
         async with self._write(url) as conn:
-            await write_flow_updates(
-                conn, shards, self.layout.shards, now_ms, fence_statement(databases, self._fence_epoch)
-            )
+            await write_flow_updates(conn, shards, self.layout.shards, now_ms, fence)
 
     async def _record_updates(self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
         # One UPDATE per shard table, each row's values by CASE on its key (sql_flow_updates.plan_updates).
