@@ -251,38 +251,52 @@ async def test_load_due_returns_active_due_tasks_in_order_and_pages(store: TaskS
     assert await dump(store) == before  # invariant 3 (docs/design.md): loading changes nothing
 
 
-async def test_load_due_with_a_lower_bound_reads_only_that_range_and_pages_within_it(store: TaskStore) -> None:
-    # The cycle load reads the new cycle [old horizon, new horizon) without the span it loaded before.
+async def test_load_due_skipping_a_span_reads_below_and_above_it_and_pages_across_it(store: TaskStore) -> None:
+    # The cycle load reads the overdue tasks and the new cycle [old horizon, new horizon) in one
+    # statement, leaving out [now, old horizon), loaded before.
     shard = 3
-    offsets = [-5_000, 0, 99, 100, 100, 100, 150, 150, 199, 200, 300]
+    offsets = [-5_000, -1, 0, 50, 99, 100, 100, 100, 150, 199, 200, 300]
     tasks = [make_task(shard=shard, next_run_at_ms=NOW_MS + offset) for offset in offsets]
     for task in tasks:
         await store.insert_task(task)
+    await store.insert_task(make_task(shard=shard, next_run_at_ms=NOW_MS - 10, status=TaskStatus.PAUSED))
     await store.insert_task(make_task(shard=shard, next_run_at_ms=NOW_MS + 120, status=TaskStatus.PAUSED))
-    await store.insert_task(make_task(shard=shard + 1, next_run_at_ms=NOW_MS + 120))  # another shard
-    expected = sorted((t.next_run_at_ms, t.id) for t in tasks if 100 <= (t.next_run_at_ms or 0) - NOW_MS < 200)
-    assert len(expected) == 6
+    await store.insert_task(make_task(shard=shard + 1, next_run_at_ms=NOW_MS - 10))  # another shard
+    await store.insert_task(make_task(shard=shard + 1, next_run_at_ms=NOW_MS + 120))
+    skip = (NOW_MS, NOW_MS + 100)  # from included, until not
 
-    due = await store.load_due(shard, NOW_MS + 200, 100, from_ms=NOW_MS + 100)
-    assert [(d.next_run_at_ms, d.task_id) for d in due] == expected  # from_ms included, before_ms not
+    def kept(task: Task) -> bool:
+        offset = (task.next_run_at_ms or 0) - NOW_MS
+        return offset < 200 and not 0 <= offset < 100
 
-    pages: list[tuple[int, int]] = []
-    after: tuple[int, int] | None = None
-    while True:  # pages of 2 inside the range: `after` and the lower bound together
-        page = await store.load_due(shard, NOW_MS + 200, 2, after, from_ms=NOW_MS + 100)
-        assert len(page) <= 2
-        pages += [(d.next_run_at_ms, d.task_id) for d in page]
-        if len(page) < 2:
-            break
-        after = (page[-1].next_run_at_ms, page[-1].task_id)
-    assert pages == expected
+    expected = sorted((t.next_run_at_ms, t.id) for t in tasks if kept(t))
+    assert [at - NOW_MS for at, _ in expected] == [-5_000, -1, 100, 100, 100, 150, 199]
+    before = await dump(store)
 
-    # an `after` below the lower bound: the bound still holds
-    below = await store.load_due(shard, NOW_MS + 200, 100, (NOW_MS - 5_000, tasks[0].id), from_ms=NOW_MS + 100)
-    assert [(d.next_run_at_ms, d.task_id) for d in below] == expected
-    # no lower bound: every due task, overdue ones included, as before
-    assert len(await store.load_due(shard, NOW_MS + 200, 100)) == 9
-    assert await store.load_due(shard, NOW_MS + 200, 100, from_ms=NOW_MS + 200) == []
+    due = await store.load_due(shard, NOW_MS + 200, 100, skip=skip)
+    assert [(d.next_run_at_ms, d.task_id) for d in due] == expected
+
+    for size in (1, 2, 3):  # pages that end below the span, inside the tie at +100 and above
+        pages: list[tuple[int, int]] = []
+        after: tuple[int, int] | None = None
+        while True:
+            page = await store.load_due(shard, NOW_MS + 200, size, after, skip=skip)
+            assert len(page) <= size
+            pages += [(d.next_run_at_ms, d.task_id) for d in page]
+            if len(page) < size:
+                break
+            after = (page[-1].next_run_at_ms, page[-1].task_id)
+        assert pages == expected, size
+
+    # an `after` inside the skipped span: the span still left out
+    inside = await store.load_due(shard, NOW_MS + 200, 100, (NOW_MS + 50, tasks[3].id), skip=skip)
+    assert [(d.next_run_at_ms, d.task_id) for d in inside] == expected[2:]
+    # nothing above the span before before_ms: the overdue ones only
+    overdue = await store.load_due(shard, NOW_MS + 100, 100, skip=skip)
+    assert [(d.next_run_at_ms, d.task_id) for d in overdue] == expected[:2]
+    # no skip: every due task, as before
+    assert len(await store.load_due(shard, NOW_MS + 200, 100)) == 10
+    assert await dump(store) == before  # invariant 3 (docs/design.md): loading changes nothing
 
 
 # ---- the fire transaction -----------------------------------------------------------------------

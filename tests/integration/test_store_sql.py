@@ -174,10 +174,13 @@ async def test_load_due_is_a_range_scan_of_the_status_next_run_index(mariadb: St
         home = store.layout.shards[shard]
         statements = {
             "overdue and due": store.load_due_statement(shard, NOW_MS + 60_000, 5000),
-            # the cycle load's new cycle: a lower bound, first page and a later one
-            "from_ms": store.load_due_statement(shard, NOW_MS + 600_000, 5000, from_ms=NOW_MS + 300_000),
-            "from_ms, after": store.load_due_statement(
-                shard, NOW_MS + 600_000, 5000, (NOW_MS + 400_000, 1 << 40), from_ms=NOW_MS + 300_000
+            # the cycle load: the overdue and the new cycle, not the span between; first page and later ones
+            "skip": store.load_due_statement(shard, NOW_MS + 600_000, 5000, skip=(NOW_MS + 30_000, NOW_MS + 300_000)),
+            "skip, after below it": store.load_due_statement(
+                shard, NOW_MS + 600_000, 5000, (NOW_MS + 10_000, 1 << 40), skip=(NOW_MS + 30_000, NOW_MS + 300_000)
+            ),
+            "skip, after above it": store.load_due_statement(
+                shard, NOW_MS + 600_000, 5000, (NOW_MS + 400_000, 1 << 40), skip=(NOW_MS + 30_000, NOW_MS + 300_000)
             ),
         }
         engine = create_engine_for(home.database.engine_url, mariadb)

@@ -2,9 +2,9 @@
 
 Cycle 300 s, lead 30 s, the runner started at T0 (a cycle boundary): the first load (the take-over of
 every shard) reads every task due before T0 + 300 s; the cycle load at T0 + 270 s raises the horizon to
-T0 + 600 s and reads, per shard, the overdue tasks (before T0 + 270 s) and the new cycle [T0 + 300 s,
-T0 + 600 s), not [T0 + 270 s, T0 + 300 s), which the first load put in the wheel already. The store is
-changed directly, never through :meth:`JobRunner.on_task_change`: a change the hot path missed
+T0 + 600 s and reads, per shard in one statement, the overdue tasks (before T0 + 270 s) and the new
+cycle [T0 + 300 s, T0 + 600 s), not [T0 + 270 s, T0 + 300 s), which the first load put in the wheel
+already. The store is changed directly, never through :meth:`JobRunner.on_task_change`: a change the hot path missed
 (invariant 7 in docs/design.md).
 """
 
@@ -37,7 +37,7 @@ _ID_CLOCK = itertools.count(1)
 @dataclass(frozen=True, slots=True)
 class LoadCall:
     shard: int
-    from_ms: int | None
+    skip: tuple[int, int] | None
     before_ms: int
     returned: tuple[int, ...]  # task ids
 
@@ -57,13 +57,13 @@ class SpyStore(MemoryTaskStore):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> list[DueTask]:
         if self.fail_loads > 0:
             self.fail_loads -= 1
             raise StorageUnavailable("database server 0 is unavailable")
-        page = await super().load_due(shard, before_ms, limit, after, from_ms)
-        self.calls.append(LoadCall(shard, from_ms, before_ms, tuple(due.task_id for due in page)))
+        page = await super().load_due(shard, before_ms, limit, after, skip)
+        self.calls.append(LoadCall(shard, skip, before_ms, tuple(due.task_id for due in page)))
         return page
 
     def read_ids(self) -> list[int]:
@@ -167,12 +167,11 @@ async def test_a_cycle_load_reads_the_overdue_and_the_new_cycle_not_what_it_load
         assert sorted(read) == sorted([overdue.id] + [t.id for t in next_cycle])
         assert not {t.id for t in loaded} & set(read)
         assert not {t.id for t in later} & set(read)
-        # per shard: the overdue (no lower bound, up to the load's start) and [old horizon, new horizon)
-        assert {(c.from_ms, c.before_ms) for c in h.store.calls} == {
-            (None, T0 + CYCLE_LOAD_AT),
-            (T0 + 300 * SECOND, T0 + 600 * SECOND),
+        # one statement per shard: before the new horizon, not [the load's start, old horizon)
+        assert {(c.skip, c.before_ms) for c in h.store.calls} == {
+            ((T0 + CYCLE_LOAD_AT, T0 + 300 * SECOND), T0 + 600 * SECOND)
         }
-        assert {c.shard for c in h.store.calls} == set(shards)
+        assert sorted(c.shard for c in h.store.calls) == shards
         assert all(h.runner.wheel.get(t.id) is not None for t in next_cycle)
         await h.move_to(CYCLE_LOAD_AT, until=lambda: h.sent_instants(overdue) == [200 * SECOND])
 
@@ -248,20 +247,20 @@ async def test_take_over_resume_and_reload_read_everything_below_the_horizon() -
         h.store.calls.clear()
         await h.runner.set_owned(owned)
         assert set(h.store.read_ids()) == everything
-        assert {(c.shard, c.from_ms, c.before_ms) for c in h.store.calls} == {(shard, None, T0 + 600 * SECOND)}
+        assert {(c.shard, c.skip, c.before_ms) for c in h.store.calls} == {(shard, None, T0 + 600 * SECOND)}
 
         # a shard paused for its database server and resumed
         await h.runner.set_paused(frozenset({shard}))
         h.store.calls.clear()
         await h.runner.set_paused(frozenset())
         assert set(h.store.read_ids()) == everything
-        assert {(c.from_ms, c.before_ms) for c in h.store.calls} == {(None, T0 + 600 * SECOND)}
+        assert {(c.skip, c.before_ms) for c in h.store.calls} == {(None, T0 + 600 * SECOND)}
 
         # reload (an app enabled again)
         h.store.calls.clear()
         await h.runner.reload()
         assert set(h.store.read_ids()) == everything
-        assert {(c.from_ms, c.before_ms) for c in h.store.calls} == {(None, T0 + 600 * SECOND)}
+        assert {(c.skip, c.before_ms) for c in h.store.calls} == {(None, T0 + 600 * SECOND)}
 
         await h.move_to(290 * SECOND, until=lambda: len(h.sent) == 1)
         assert h.sent_instants(soon) == [290 * SECOND]
@@ -283,13 +282,12 @@ async def test_the_first_cycle_load_after_a_restart_reads_everything() -> None:
         h.store.calls.clear()
         await h.cycle_load(CYCLE_LOAD_AT)
         assert soon.id in h.store.read_ids()
-        assert {(c.from_ms, c.before_ms) for c in h.store.calls} == {(None, T0 + 600 * SECOND)}
+        assert {(c.skip, c.before_ms) for c in h.store.calls} == {(None, T0 + 600 * SECOND)}
         # and the one after skips again
         h.store.calls.clear()
         await h.cycle_load(570 * SECOND)
-        assert {(c.from_ms, c.before_ms) for c in h.store.calls} == {
-            (None, T0 + 570 * SECOND),
-            (T0 + 600 * SECOND, T0 + 900 * SECOND),
+        assert {(c.skip, c.before_ms) for c in h.store.calls} == {
+            ((T0 + 570 * SECOND, T0 + 600 * SECOND), T0 + 900 * SECOND)
         }
     finally:
         await h.runner.stop()

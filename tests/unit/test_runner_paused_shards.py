@@ -47,11 +47,11 @@ class FlakyLoadStore(MemoryTaskStore):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> list[DueTask]:
         if self.down and shard in LOST_SERVER_SHARDS:
             raise StorageUnavailable("database server 1 is unavailable")
-        return await super().load_due(shard, before_ms, limit, after, from_ms)
+        return await super().load_due(shard, before_ms, limit, after, skip)
 
 
 class Harness:
@@ -181,12 +181,12 @@ class HangingLoadStore(MemoryTaskStore):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> list[DueTask]:
         if self.frozen and shard in LOST_SERVER_SHARDS:
             self.hanging += 1
             await asyncio.Event().wait()
-        return await super().load_due(shard, before_ms, limit, after, from_ms)
+        return await super().load_due(shard, before_ms, limit, after, skip)
 
 
 async def test_a_cycle_load_hung_on_a_frozen_server_does_not_hold_up_the_next_cycles_of_the_others() -> None:

@@ -128,7 +128,7 @@ class JobRunner:
         self._full_cycle_load = False
         self._pending: dict[str, list[WheelEntry]] = {}  # database server -> its due entries, oldest first
         # task id -> its entry taken from the wheel and not settled yet (waiting for a committer, or
-        # being committed): a load does not offer that fire again (see _load_range)
+        # being committed): a load does not offer that fire again (see _load_shard)
         self._in_flight: dict[int, WheelEntry] = {}
         # failed intent -> (consecutive failures, now_ms of the last failed attempt)
         self._commit_failures: dict[FireIntent, tuple[int, int]] = {}
@@ -300,15 +300,15 @@ class JobRunner:
             now_ms = self._clock.now_ms()
             self._pacer.forget_idle(now_ms)
             self._commit_failures = {i: n for i, n in self._commit_failures.items() if i.task_id in self.wheel}
-            # Read the overdue tasks (before now_ms) and the new cycle [old horizon, new horizon), not
-            # [now_ms, old horizon): not due yet, and in the wheel already (the previous cycle load,
-            # a take-over or resume load, each up to the old horizon, then the hot path). A change
-            # the hot path missed there is due before the next cycle load starts (at old horizon +
-            # cycle - lead > old horizon: the settings refuse load_lead_s >= cycle_s), which reads it
-            # as overdue: late, never lost. A stale entry fires, is rejected and _reconcile offers
-            # the task as stored. After a restart (start) or a late wake-up past the old horizon
-            # nothing can be skipped. A retry after a failed load (below) skips the same span: the
-            # horizon is put back, and what that span held is still in the wheel.
+            # Read the overdue tasks (before now_ms) and the new cycle [old horizon, new horizon), in
+            # one statement per page, not [now_ms, old horizon): not due yet, and in the wheel already
+            # (the previous cycle load, a take-over or resume load, each up to the old horizon, then
+            # the hot path). A change the hot path missed there is due before the next cycle load
+            # starts (at old horizon + cycle - lead > old horizon: the settings refuse load_lead_s >=
+            # cycle_s), which reads it as overdue: late, never lost. A stale entry fires, is rejected
+            # and _reconcile offers the task as stored. After a restart (start) or a late wake-up past
+            # the old horizon nothing can be skipped. A retry after a failed load (below) skips the
+            # same span: the horizon is put back, and what that span held is still in the wheel.
             skip: tuple[int, int] | None = None
             if not self._full_cycle_load and now_ms < old_horizon_ms:
                 skip = (now_ms, old_horizon_ms)
@@ -330,10 +330,7 @@ class JobRunner:
         and with it the next cycle's load of every other shard."""
         started_ms = self._clock.now_ms()
         shards = list(shards)
-        ranges: list[tuple[int | None, int]] = [(None, before_ms)]
-        if skip is not None:
-            ranges = [(None, skip[0]), (skip[1], before_ms)]
-        loads = [asyncio.ensure_future(self._load_shard(shard, ranges)) for shard in shards]
+        loads = [asyncio.ensure_future(self._load_shard(shard, before_ms, skip)) for shard in shards]
         for shard, load in zip(shards, loads, strict=True):
             self._loading.setdefault(shard, set()).add(load)
         try:
@@ -364,32 +361,31 @@ class JobRunner:
             extra={"action": "cycle_loaded"},
         )
 
-    async def _load_shard(self, shard: int, ranges: list[tuple[int | None, int]]) -> int:
-        """Page through each ``(from_ms, before_ms)`` of ``ranges`` (``from_ms`` None: no lower bound)."""
-        loaded = 0
-        async with self._load_slots:
-            for from_ms, before_ms in ranges:
-                loaded += await self._load_range(shard, from_ms, before_ms)
-        return loaded
-
-    async def _load_range(self, shard: int, from_ms: int | None, before_ms: int) -> int:
+    async def _load_shard(self, shard: int, before_ms: int, skip: tuple[int, int] | None) -> int:
         page_size = self._settings.load_page_size
         loaded = 0
         after: tuple[int, int] | None = None
-        while self._fires(shard) and self._running:
-            page = await self._store.load_due(shard, before_ms, page_size, after, from_ms=from_ms)
-            for due in page:
-                taken = self._in_flight.get(due.task_id)
-                if taken is not None and taken.scheduled_at_ms == due.next_run_at_ms and taken.version == due.version:
-                    # That fire left the wheel and waits for its commit: offered again, it would be
-                    # a second transaction for the task, waiting on the first's row locks before
-                    # its compare-and-set is rejected. Its outcome puts the next run in the wheel.
-                    continue
-                self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
-            loaded += len(page)
-            if len(page) < page_size:
-                break
-            after = (page[-1].next_run_at_ms, page[-1].task_id)
+        async with self._load_slots:
+            while self._fires(shard) and self._running:
+                # One statement per page for both ranges: a second query per shard for the overdue
+                # costs about what the re-read rows did (docs/benchmarks.md, issue 2).
+                page = await self._store.load_due(shard, before_ms, page_size, after, skip=skip)
+                for due in page:
+                    taken = self._in_flight.get(due.task_id)
+                    if (
+                        taken is not None
+                        and taken.scheduled_at_ms == due.next_run_at_ms
+                        and taken.version == due.version
+                    ):
+                        # That fire left the wheel and waits for its commit: offered again, it would be
+                        # a second transaction for the task, waiting on the first's row locks before
+                        # its compare-and-set is rejected. Its outcome puts the next run in the wheel.
+                        continue
+                    self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
+                loaded += len(page)
+                if len(page) < page_size:
+                    break
+                after = (page[-1].next_run_at_ms, page[-1].task_id)
         return loaded
 
     # ---- firing ------------------------------------------------------------------------------

@@ -313,16 +313,17 @@ class TaskStore(ABC):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> list[DueTask]:
         """Active tasks of ``shard`` with ``next_run_at_ms < before_ms``, overdue ones included; with
-        ``from_ms``, only those with ``from_ms <= next_run_at_ms < before_ms`` (the cycle load reads
-        the new cycle without the span it loaded before).
+        ``skip = (from_ms, until_ms)``, without those with ``from_ms <= next_run_at_ms < until_ms``
+        (the cycle load reads the overdue tasks and the new cycle in one statement, not the span it
+        loaded before).
 
         At most ``limit``, ordered by ``(next_run_at_ms, task_id)``; ``after`` is the last
-        ``(next_run_at_ms, task_id)`` of the previous page, and paging with it stays inside the range
-        (``from_ms`` still applies). SQL stores keep it one range scan of the ``(status, next_run_at)``
-        index. Changes nothing in the database.
+        ``(next_run_at_ms, task_id)`` of the previous page, and paging with it leaves out the
+        skipped span too. SQL stores keep it a range scan of the ``(status, next_run_at)`` index
+        (two ranges with ``skip``), without a sort. Changes nothing in the database.
         """
 
     @abstractmethod

@@ -330,7 +330,7 @@ class MemoryTaskStore(TaskStore):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> list[DueTask]:
         self._check_shard(shard)
         due = sorted(
@@ -339,7 +339,7 @@ class MemoryTaskStore(TaskStore):
             if t.status is TaskStatus.ACTIVE
             and t.next_run_at_ms is not None
             and t.next_run_at_ms < before_ms
-            and (from_ms is None or t.next_run_at_ms >= from_ms)
+            and (skip is None or not skip[0] <= t.next_run_at_ms < skip[1])
             and (after is None or (t.next_run_at_ms, t.id) > after)
         )[:limit]
         return [DueTask(t.id, at, t.version, t.app_id, t.misfire_policy) for at, _, t in due]

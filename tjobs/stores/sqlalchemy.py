@@ -945,10 +945,10 @@ class SQLAlchemyTaskStore(TaskStore):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> list[DueTask]:
         home = self._shard(shard)
-        statement = self.load_due_statement(shard, before_ms, limit, after, from_ms)
+        statement = self.load_due_statement(shard, before_ms, limit, after, skip)
         async with self._connect(home.database.engine_url) as conn:
             rows = await conn.execute(statement, execution_options=home.options)
             return [
@@ -962,15 +962,17 @@ class SQLAlchemyTaskStore(TaskStore):
         before_ms: int,
         limit: int,
         after: tuple[int, int] | None = None,
-        from_ms: int | None = None,
+        skip: tuple[int, int] | None = None,
     ) -> Any:
         """The cycle-load query (:meth:`load_due`), exposed so tests can EXPLAIN it."""
         c = self._shard(shard).tasks.c
         statement = select(c.id, c.next_run_at, c.version, c.app_id, c.misfire_policy).where(
             c.status == "active", c.next_run_at < before_ms
         )
-        if from_ms is not None:
-            statement = statement.where(c.next_run_at >= from_ms)
+        if skip is not None:
+            skip_from_ms, skip_until_ms = skip
+            # two ranges of (status, next_run_at): below the span and from its end
+            statement = statement.where(or_(c.next_run_at < skip_from_ms, c.next_run_at >= skip_until_ms))
         if after is not None:
             after_at, after_id = after
             # The redundant lower bound keeps this a range scan of (status, next_run_at).
