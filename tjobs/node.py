@@ -116,7 +116,7 @@ class Node:
             self.topology.shard_count, self.node_id, self.db_health, map_home=self.store
         )
         self.coordinator.watch_shard_map(self._route_by)
-        self.hotpath: HotPath = parts.hotpath or LocalHotPath()
+        self.hotpath: HotPath = parts.hotpath or LocalHotPath(sole_node=True)  # no cluster: every write is ours
         self.metrics = Metrics() if settings.metrics.enabled else NullMetrics()
         self.slo = ServiceLevels(self.clock.now_ms)  # fed with or without metrics: GET /v1/slo, /v1/stats
         # Metrics and SLO accounting hang off this one observer of the runner, deliverer, limiter and hot path.

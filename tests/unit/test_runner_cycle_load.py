@@ -18,11 +18,14 @@ from dataclasses import dataclass, replace
 from sharding import TaskIdGenerator, Topology
 from tjobs.clock import ManualClock
 from tjobs.cluster.local import LocalCoordinator
+from tjobs.cluster.wiring import build_hotpath
 from tjobs.errors import StorageUnavailable
 from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.firing.runner import JobRunner
+from tjobs.hotpath.base import HotPath
+from tjobs.hotpath.local import LocalHotPath
 from tjobs.model import DeliveryMode, DueTask, Flow, MisfirePolicy, Task, TaskStatus
-from tjobs.settings import SchedulerSettings
+from tjobs.settings import SchedulerSettings, load_settings
 from tjobs.specs import CallbackSpec, IntervalSpec
 from tjobs.stores.memory import MemoryTaskStore
 
@@ -71,7 +74,9 @@ class SpyStore(MemoryTaskStore):
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, hotpath: HotPath | None = None) -> None:
+        # The runner of a node without a cluster: its in-process hot path hears every change
+        self.hotpath = hotpath or LocalHotPath(sole_node=True)
         self.store = SpyStore()
         self.clock = ManualClock(T0)
         self.sent: list[Flow] = []
@@ -85,6 +90,7 @@ class Harness:
             settings,
             self.clock,
             committers=2,
+            hotpath=self.hotpath,
         )
 
     async def start(self) -> None:
@@ -206,6 +212,31 @@ async def test_a_task_created_in_the_skipped_span_that_the_hot_path_missed_fires
         await h.runner.stop()
 
 
+async def test_with_a_hot_path_that_can_miss_changes_every_cycle_load_reads_everything_below_its_horizon() -> None:
+    # A cluster's hot tier (Redis, the DB poll, or an in-process one that other nodes' changes do not
+    # reach) can lose a change: the cycle load then reads the span it loaded before again, so a change
+    # lost there waits at most for that load, not for the one after it (tests/cluster/test_hot_tier.py).
+    h = Harness(hotpath=LocalHotPath())
+    await h.start()
+    try:
+        # Given a task created after the first load, due in the cycle load's lead (the hot tier lost it)
+        missed = await add_task(h.store, 5, 285 * SECOND)
+        assert h.runner.wheel.get(missed.id) is None
+
+        # When the cycle load runs
+        h.store.calls.clear()
+        await h.cycle_load(CYCLE_LOAD_AT)
+
+        # Then it read everything below the new horizon and the task fires at its instant
+        assert {(c.skip, c.before_ms) for c in h.store.calls} == {(None, T0 + 600 * SECOND)}
+        assert missed.id in h.store.read_ids()
+        await h.move_to(285 * SECOND, until=lambda: h.sent_instants(missed) == [285 * SECOND])
+        [flow] = [f for f in h.sent if f.task_id == missed.id]
+        assert flow.created_at_ms == T0 + 285 * SECOND
+    finally:
+        await h.runner.stop()
+
+
 async def test_a_loaded_task_moved_later_behind_the_hot_paths_back_fires_at_its_new_instant_only() -> None:
     h = Harness()
     task = await add_task(h.store, 9, 280 * SECOND)
@@ -311,3 +342,15 @@ async def test_a_failed_cycle_load_is_retried_and_still_loads_the_new_cycle() ->
         assert sorted(f.task_id for f in h.sent) == sorted([soon.id] + [t.id for t in new])
     finally:
         await h.runner.stop()
+
+
+def test_only_the_hot_path_of_a_node_without_a_cluster_is_complete() -> None:
+    # A cluster node's tiers (Redis, the DB poll, or "off": changes reach other nodes at their cycle
+    # load) can lose a change, so its cycle loads read everything below the horizon.
+    cluster = {"etcd_endpoints": ["http://127.0.0.1:2379"], "redis_url": "redis://127.0.0.1:6379/0"}
+    tiers = {
+        tier: build_hotpath(load_settings(None, cluster={**cluster, "hot_tier": tier}), "n1", ManualClock(T0))
+        for tier in ("redis", "dbpoll", "off")
+    }
+    assert {tier: hotpath.complete for tier, hotpath in tiers.items()} == dict.fromkeys(tiers, False)
+    assert LocalHotPath(sole_node=True).complete

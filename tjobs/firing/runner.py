@@ -2,10 +2,13 @@
 
 Each cycle (``cycle_s``, aligned to the epoch so every node agrees) the runner raises its loaded
 *horizon* to the next cycle's end, ``load_lead_s`` before that cycle starts, and loads each owned
-shard's active tasks into the wheel: the overdue ones (``next_run_at`` before the load's start) and
-the new cycle (``[old horizon, new horizon)``). It does not read again the span in between, not due
-yet and already in the wheel (loaded by the previous load, kept current by the hot path). A change
-the hot path missed there is still never lost (invariant 7 in docs/design.md): a task it created or
+shard's active tasks due before the new horizon into the wheel, overdue ones included. On a node
+without a cluster, whose in-process hot path hears every write (``HotPath.complete``), it reads only
+the overdue ones (``next_run_at`` before the load's start) and the new cycle (``[old horizon, new
+horizon)``), not again the span in between, not due yet and already in the wheel (loaded by the
+previous load, kept current by the hot path); a cluster's hot tier can lose a change, so there the
+load reads that span again and a lost change waits at most for it. A change missed in a skipped span
+is still never lost (invariant 7 in docs/design.md): a task created or
 moved into that span is due before the next cycle load starts (``load_lead_s < cycle_s``, which the
 settings enforce), so that load reads it as overdue and it fires late under its misfire policy; a
 stale entry left in the wheel fires, its compare-and-set is rejected and the task is re-read and
@@ -115,6 +118,8 @@ class JobRunner:
         self._loading: dict[int, set[asyncio.Future[int]]] = {}  # shard -> its loads under way
         self._observer = observer
         self._hotpath = hotpath
+        # the cycle load leaves out what it loaded before only when no change can miss the wheel
+        self._skip_loaded_span = hotpath is not None and hotpath.complete
         self._disabled_apps = disabled_apps
         self._cycle_ms = settings.cycle_s * 1000
         self._threshold_ms = int(settings.misfire_threshold_s * 1000)
@@ -300,17 +305,20 @@ class JobRunner:
             now_ms = self._clock.now_ms()
             self._pacer.forget_idle(now_ms)
             self._commit_failures = {i: n for i, n in self._commit_failures.items() if i.task_id in self.wheel}
-            # Read the overdue tasks (before now_ms) and the new cycle [old horizon, new horizon), in
-            # one statement per page, not [now_ms, old horizon): not due yet, and in the wheel already
+            # With a complete hot path (a node without a cluster: every write goes through it), read
+            # the overdue tasks (before now_ms) and the new cycle [old horizon, new horizon), in one
+            # statement per page, not [now_ms, old horizon): not due yet, and in the wheel already
             # (the previous cycle load, a take-over or resume load, each up to the old horizon, then
-            # the hot path). A change the hot path missed there is due before the next cycle load
-            # starts (at old horizon + cycle - lead > old horizon: the settings refuse load_lead_s >=
-            # cycle_s), which reads it as overdue: late, never lost. A stale entry fires, is rejected
-            # and _reconcile offers the task as stored. After a restart (start) or a late wake-up past
-            # the old horizon nothing can be skipped. A retry after a failed load (below) skips the
-            # same span: the horizon is put back, and what that span held is still in the wheel.
+            # the hot path). Should a change there still be missed, it is due before the next cycle
+            # load starts (at old horizon + cycle - lead > old horizon: the settings refuse
+            # load_lead_s >= cycle_s), which reads it as overdue: late, never lost; a stale entry
+            # fires, is rejected and _reconcile offers the task as stored. A hot tier that can lose
+            # changes (a cluster's) gets the full read: a change it lost waits at most for this load.
+            # After a restart (start) or a late wake-up past the old horizon nothing can be skipped.
+            # A retry after a failed load (below) skips the same span: the horizon is put back, and
+            # what that span held is still in the wheel.
             skip: tuple[int, int] | None = None
-            if not self._full_cycle_load and now_ms < old_horizon_ms:
+            if self._skip_loaded_span and not self._full_cycle_load and now_ms < old_horizon_ms:
                 skip = (now_ms, old_horizon_ms)
             try:
                 await self._load(sorted(self._owned - self._paused), new_horizon_ms, skip)

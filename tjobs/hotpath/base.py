@@ -62,6 +62,11 @@ class HotPath(ABC):
     """
 
     tier = "local"  # the ``tier`` label of ``tjobs_hot_tier_lag_seconds``
+    # Whether every change to a task this node fires reaches its listener before the write is
+    # answered: true only of the in-process tier of a node without a cluster (it owns every shard and
+    # every write goes through it). Then a cycle load need not read again the span it loaded before
+    # (docs/design.md, invariant 7); a tier that can lose a change leaves that read to the cycle load.
+    complete = False
 
     def __init__(self) -> None:
         self._observer: FireObserver = NO_OBSERVER

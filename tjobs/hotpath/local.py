@@ -7,8 +7,11 @@ from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 
 class LocalHotPath(HotPath):
-    def __init__(self) -> None:
+    def __init__(self, *, sole_node: bool = False) -> None:
+        """``sole_node``: this node has no cluster, so every write reaches it (:attr:`HotPath.complete`);
+        a cluster node configured with the in-process tier hears only its own writes."""
         super().__init__()
+        self.complete = sole_node
         self._listener: ChangeListener | None = None
 
     async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
