@@ -27,7 +27,7 @@ from tests.contract.backends import (
 from tjobs.errors import StorageUnavailable
 from tjobs.model import TaskStatus
 from tjobs.settings import StorageSettings
-from tjobs.stores import create_store
+from tjobs.stores import create_store, sql_load
 from tjobs.stores.memory import MemoryTaskStore
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_layout import create_engine_for
@@ -172,25 +172,30 @@ async def test_load_due_is_a_range_scan_of_the_status_next_run_index(mariadb: St
         for start in range(0, len(tasks), 500):
             await store.insert_tasks(tasks[start : start + 500])
         home = store.layout.shards[shard]
-        statements = {
-            "overdue and due": store.load_due_statement(shard, NOW_MS + 60_000, 5000),
+        skip = (NOW_MS + 30_000, NOW_MS + 300_000)
+        forms: dict[str, tuple[int, tuple[int, int] | None, tuple[int, int] | None]] = {
+            "overdue and due": (NOW_MS + 60_000, None, None),
+            "overdue and due, after": (NOW_MS + 60_000, (NOW_MS + 10_000, 1 << 40), None),
             # the cycle load: the overdue and the new cycle, not the span between; first page and later ones
-            "skip": store.load_due_statement(shard, NOW_MS + 600_000, 5000, skip=(NOW_MS + 30_000, NOW_MS + 300_000)),
-            "skip, after below it": store.load_due_statement(
-                shard, NOW_MS + 600_000, 5000, (NOW_MS + 10_000, 1 << 40), skip=(NOW_MS + 30_000, NOW_MS + 300_000)
-            ),
-            "skip, after above it": store.load_due_statement(
-                shard, NOW_MS + 600_000, 5000, (NOW_MS + 400_000, 1 << 40), skip=(NOW_MS + 30_000, NOW_MS + 300_000)
-            ),
+            "skip": (NOW_MS + 600_000, None, skip),
+            "skip, after below it": (NOW_MS + 600_000, (NOW_MS + 10_000, 1 << 40), skip),
+            "skip, after above it": (NOW_MS + 600_000, (NOW_MS + 400_000, 1 << 40), skip),
         }
+        # each form as SQLAlchemy compiles it (SQLite, a URL without a direct pool) and as the text
+        # statement the direct pool runs (sql_load), with its parameters bound
+        statements: dict[str, tuple[str, tuple[int, ...]]] = {}
+        for name, (before_ms, after, skip_) in forms.items():
+            statement = store.load_due_statement(shard, before_ms, 5000, after, skip_)
+            compiled = str(statement.compile(dialect=mysql.dialect(), compile_kwargs={"literal_binds": True}))
+            statements[f"{name} (engine)"] = (compiled, ())
+            statements[f"{name} (direct)"] = sql_load.load_due_query(home, before_ms, 5000, after, skip_)
         engine = create_engine_for(home.database.engine_url, mariadb)
         try:
             async with engine.connect() as conn:
                 await conn.exec_driver_sql(f"USE `{home.database.name}`")
                 await conn.exec_driver_sql(f"ANALYZE TABLE {home.tasks.name}")
-                for name, statement in statements.items():
-                    sql = str(statement.compile(dialect=mysql.dialect(), compile_kwargs={"literal_binds": True}))
-                    plan = (await conn.exec_driver_sql("EXPLAIN " + sql)).mappings().all()
+                for name, (sql, params) in statements.items():
+                    plan = (await conn.exec_driver_sql("EXPLAIN " + sql, params or None)).mappings().all()
                     assert len(plan) == 1, (name, plan)
                     row = plan[0]
                     assert (row["type"], row["key"]) == ("range", f"{home.tasks.name}_due"), (name, dict(row))

@@ -81,7 +81,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.settings import StorageSettings
-from tjobs.stores import sql_search, sql_slo
+from tjobs.stores import sql_load, sql_search, sql_slo
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, ServerSessions, TaskStore
 from tjobs.stores.layout_record import ensure_layout
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
@@ -948,8 +948,13 @@ class SQLAlchemyTaskStore(TaskStore):
         skip: tuple[int, int] | None = None,
     ) -> list[DueTask]:
         home = self._shard(shard)
+        url = home.database.engine_url
+        direct = self._direct.get(url)
+        if direct is not None:  # MariaDB: text SQL on the direct pool, the engine's per-query cost avoided
+            async with self._direct_call(url):
+                return await sql_load.load_due(direct, home, before_ms, limit, after, skip)
         statement = self.load_due_statement(shard, before_ms, limit, after, skip)
-        async with self._connect(home.database.engine_url) as conn:
+        async with self._connect(url) as conn:
             rows = await conn.execute(statement, execution_options=home.options)
             return [
                 DueTask(int(r.id), int(r.next_run_at), int(r.version), r.app_id, MisfirePolicy(r.misfire_policy))
@@ -964,7 +969,8 @@ class SQLAlchemyTaskStore(TaskStore):
         after: tuple[int, int] | None = None,
         skip: tuple[int, int] | None = None,
     ) -> Any:
-        """The cycle-load query (:meth:`load_due`), exposed so tests can EXPLAIN it."""
+        """The cycle-load query (:meth:`load_due`), exposed so tests can EXPLAIN it. A MariaDB server
+        with a direct pool runs the same statement as text (:func:`sql_load.load_due_query`)."""
         c = self._shard(shard).tasks.c
         statement = select(c.id, c.next_run_at, c.version, c.app_id, c.misfire_policy).where(
             c.status == "active", c.next_run_at < before_ms
