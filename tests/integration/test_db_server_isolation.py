@@ -79,27 +79,33 @@ class TcpProxy:
                 await server.wait_closed()
 
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        await self._flowing.wait()
+        # The client's connection is the proxy's from its accept: :meth:`cut` drops it even while it
+        # waits for a thaw or for its upstream (a node's pools reconnect at any moment, teardown too).
+        self._writers.add(client_writer)
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            client_writer.transport.abort()
-            return
-        self._writers |= {client_writer, upstream_writer}
-
-        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._flowing.wait()
             try:
-                while chunk := await reader.read(65536):
-                    await self._flowing.wait()
-                    writer.write(chunk)
-                    await writer.drain()
-            except (OSError, ConnectionError):
-                pass
-            finally:
-                writer.transport.abort()
-                self._writers.discard(writer)
+                upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+            except OSError:
+                return
+            self._writers.add(upstream_writer)
 
-        await asyncio.gather(pipe(client_reader, upstream_writer), pipe(upstream_reader, client_writer))
+            async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                try:
+                    while chunk := await reader.read(65536):
+                        await self._flowing.wait()
+                        writer.write(chunk)
+                        await writer.drain()
+                except (OSError, ConnectionError):
+                    pass
+                finally:
+                    writer.transport.abort()
+                    self._writers.discard(writer)
+
+            await asyncio.gather(pipe(client_reader, upstream_writer), pipe(upstream_reader, client_writer))
+        finally:
+            client_writer.transport.abort()
+            self._writers.discard(client_writer)
 
 
 @pytest.fixture
@@ -484,3 +490,14 @@ async def test_creates_on_a_lost_server_answer_503_promptly_and_store_nothing_un
                 proxy.thaw()
                 if not proxy.listening:
                     await proxy.start()
+
+
+async def test_the_proxy_drops_a_connection_it_holds_frozen_when_cut(proxy: TcpProxy) -> None:
+    # CI (2026-11-29): a connection accepted at teardown, not yet piped, was never closed by cut() and
+    # failed the test that used the proxy with an unclosed-transport warning.
+    proxy.freeze()
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    await asyncio.sleep(0.1)  # accepted: waiting for the thaw
+    await proxy.cut()
+    assert await asyncio.wait_for(reader.read(), 2.0) == b""  # dropped, not left hanging
+    writer.close()

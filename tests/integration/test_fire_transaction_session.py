@@ -241,11 +241,10 @@ async def test_a_fire_transaction_whose_session_a_new_owner_ends_is_unavailable_
     await eventually(lambda: session not in fire_session_ids(store), 5.0, "the ended session is forgotten")
 
 
+@pytest.mark.parametrize("store", ["direct"], indirect=True)  # the engine path goes through the engine
 async def test_on_a_server_with_a_fire_pool_fires_and_outcomes_do_not_go_through_the_engine(
-    store: SQLAlchemyTaskStore, request: pytest.FixtureRequest
+    store: SQLAlchemyTaskStore,
 ) -> None:
-    if request.node.callspec.params["store"] == "engine":
-        pytest.skip("the engine path")
     checkouts: list[int] = []
     for engine in {*store._engines.values(), *store._writers.values()}:
         event.listen(engine.sync_engine.pool, "checkout", lambda *_: checkouts.append(1))
