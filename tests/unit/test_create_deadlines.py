@@ -152,6 +152,9 @@ class DriverError(Exception):
         (DriverError(3024, "query execution was interrupted"), True),
         (DriverError(2013, "Lost connection to MySQL server during query"), False),
         (DriverError(2006, "MySQL server has gone away"), False),
+        # asyncmy's own errno 0: a connection it closed after a cancelled read, used again
+        (DriverError(0, "Cancelled during execution"), False),
+        (DriverError(0, "Not connected"), False),
         (ConnectionResetError(104, "Connection reset by peer"), False),  # an OS errno is not MySQL's
         (OSError("broken pipe"), False),
         (TimeoutError(), False),

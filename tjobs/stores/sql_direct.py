@@ -98,13 +98,14 @@ class WriteAttempt:
 def answered_by_server(error: BaseException) -> bool:
     """Whether ``error`` is the server's own refusal of a statement (its transaction rolled back), as
     opposed to the connection failing under it: MySQL's server errors are 1000–1999 and 3000+, the
-    client library's (lost connection, gone away) 2000–2999; an OS error (its errno is not MySQL's)
-    is the connection failing."""
+    client library's (lost connection, gone away) 2000–2999, asyncmy's own 0 (a connection it closed
+    after a cancelled read, used again); an OS error (its errno is not MySQL's) is the connection
+    failing."""
     if isinstance(error, OSError):
         return False
     args = getattr(error, "args", ())
     errno = args[0] if args and isinstance(args[0], int) else None
-    return errno is not None and not 2000 <= errno < 3000
+    return errno is not None and (1000 <= errno < 2000 or errno >= 3000)
 
 
 def connect_kwargs(engine_url: str, settings: StorageSettings) -> dict[str, Any] | None:
@@ -196,13 +197,6 @@ def fire_connect_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 FIRE_SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
-
-
-def _server_error(error: BaseException) -> bool:
-    """Whether ``error`` is a statement the server refused (1000-1999, 3000+), the connection intact."""
-    args = getattr(error, "args", ())
-    errno = args[0] if args and isinstance(args[0], int) else None
-    return errno is not None and (1000 <= errno < 2000 or errno >= 3000)
 
 
 class DirectPool:
@@ -400,7 +394,9 @@ class DirectPool:
 
 async def _rollback_or_close(conn: Any, error: BaseException) -> None:
     """End the transaction of :meth:`DirectPool.transaction` that ``error`` stopped (see there)."""
-    if isinstance(error, Exception) and (_server_error(error) or not isinstance(error, asyncmy.errors.Error | OSError)):
+    if isinstance(error, Exception) and (
+        answered_by_server(error) or not isinstance(error, asyncmy.errors.Error | OSError)
+    ):
         try:
             await conn.rollback()
             return
