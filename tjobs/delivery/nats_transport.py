@@ -12,6 +12,16 @@ client does not reconnect by itself: a connection the server dropped is closed, 
 connects again, so while the server is down sends fail fast instead of queueing in a reconnect
 buffer, and once it is back they deliver again.
 
+The publish itself is written here, below nats-py's ``JetStreamContext.publish``: nats-py connects,
+reads, parses and routes each ack to its reply inbox, but the ``HPUB`` command is built in one step
+(the target's subject and ``Nats-Expected-Stream`` header encoded once per target, the header names
+checked once per name), the ack's future waits under the attempt's own deadline alone (nats-py
+wraps it in a second timer, ``asyncio.wait_for``), the reply token is a counter on the
+connection's unique inbox, and the ack is read with orjson (not a ``PubAck``). It uses the client's
+reply subscription and its write buffer (``_init_request_sub``, ``_resp_sub_prefix``, ``_resp_map``,
+``_send_command``, ``_flush_pending``), which nats-py does not publish: the broker contract suite and
+``tests/integration/test_nats_transport.py`` run it against a real server.
+
 What the answers mean:
 
 * a publish ack — :attr:`Outcome.DELIVERED`, a ``duplicate`` ack too (the stream already holds this
@@ -30,13 +40,18 @@ Credentials: ``username`` and ``password``, or ``token``; never in ``error``
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import logging
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import nats
 import nats.errors
-import nats.js.errors
+import orjson
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from tjobs.clock import Clock
 from tjobs.delivery.broker import BrokerBusy, BrokerRefused, BrokerTransport
@@ -52,6 +67,37 @@ CONNECT_TIMEOUT_S = 5  # the attempt's own timeout bounds it further
 AUTHORIZATION_VIOLATION = "NATS authorization violation: check the target's credentials"
 
 ConnectionKey = tuple[tuple[str, ...], str, str, str]  # servers, user name, password, token
+NO_RESPONDERS = "503"  # the status the server answers a publish no stream captures with
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # what a NATS header name may hold
+_NO_SPACE = re.compile(r"\S+")  # a subject or a stream name in the protocol line: no whitespace, no CR/LF
+_LINE_BREAKS = str.maketrans({"\r": " ", "\n": " "})
+EXPECTED_STREAM = "Nats-Expected-Stream"
+_OWN_HEADERS = frozenset({MSG_ID, EXPECTED_STREAM})  # set by the transport, never taken from a request
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One attempt's ``HPUB`` but for its reply subject and payload: the subject line's start and the
+    header block (the request's headers, ``Nats-Msg-Id``, ``Nats-Expected-Stream``)."""
+
+    start: bytes  # b"HPUB <subject> "
+    header_block: bytes
+
+    @classmethod
+    def of(cls, subject: str, stream: str | None, headers: Mapping[str, str], flow_id: str) -> Command:
+        start, fixed = _line_start(subject, stream)
+        return cls(start, fixed + _header_lines(headers, flow_id))
+
+    def encode(self, reply: str, payload: bytes) -> bytes:
+        block = self.header_block
+        return b"%b%b %d %d\r\n%b%b\r\n" % (
+            self.start,
+            reply.encode(),
+            len(block),
+            len(block) + len(payload),
+            block,
+            payload,
+        )
 
 
 @dataclass
@@ -61,6 +107,8 @@ class _Server:
     key: ConnectionKey
     client: Client | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    reply_prefix: str = ""  # the connection's reply inbox, ``_INBOX.<unique>.``; a token follows
+    _tokens: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     async def connected(self) -> Client:
         client = self.client
@@ -80,6 +128,9 @@ class _Server:
         client = Client()
         try:
             await self._open(client)
+            await client._init_request_sub()  # the reply inbox every publish's ack comes back on
+            assert client._resp_sub_prefix is not None  # set by _init_request_sub
+            self.reply_prefix = client._resp_sub_prefix.decode()
         except BaseException:
             # nats-py leaves a connection cut short (a timeout, a cancellation, a refusal) open
             await _close_quietly(client)
@@ -116,6 +167,31 @@ class _Server:
     @property
     def pending(self) -> int:
         return len(self._awaited_replies())
+
+    async def publish(self, client: Client, command: Command, payload: bytes) -> bytes:
+        """Write one ``HPUB`` with a reply token of its own and return the answer's data once read.
+
+        The answer's future is in the client's reply map from before the write until this returns,
+        raises or is cancelled (the attempt's deadline)."""
+        if len(payload) > client.max_payload:
+            raise nats.errors.MaxPayloadError
+        if not client.is_connected:
+            raise ConnectionResetError("the NATS connection is gone")
+        token = str(next(self._tokens))
+        replies: dict[str, asyncio.Future[Msg]] = client._resp_map
+        answer: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        replies[token] = answer
+        try:
+            await client._send_command(command.encode(self.reply_prefix + token, payload))
+            flushes = client._flush_queue
+            if flushes is not None and flushes.empty():
+                await client._flush_pending()
+            message = await answer
+        finally:
+            replies.pop(token, None)
+        if message.headers and message.headers.get("Status") == NO_RESPONDERS:
+            raise _NoResponders
+        return message.data
 
     def _awaited_replies(self) -> dict[str, asyncio.Future[object]]:
         """The publishes waiting for their ack (nats-py's own map: it has no public view of it)."""
@@ -177,26 +253,59 @@ class NatsTransport(BrokerTransport[NatsTarget]):
         server = self._servers.get(key)
         if server is None:
             server = self._servers[key] = _Server(key)
+        command = Command.of(settings.subject, settings.stream, request.headers, request.flow_id)
         client = await server.connected()
-        headers = dict(request.headers)
-        headers[MSG_ID] = request.flow_id
         try:
-            # the attempt's own deadline (asyncio.timeout around this) is the bound; this one only
-            # has to be no shorter
-            await client.jetstream().publish(
-                settings.subject,
-                request.body or b"",
-                timeout=request.timeout_ms / 1000 + 1,
-                stream=settings.stream,
-                headers=headers,
-            )
-        except nats.js.errors.NoStreamResponseError:
+            data = await server.publish(client, command, request.body or b"")
+        except _NoResponders:
             raise BrokerBusy(f"no JetStream stream captures subject {settings.subject!r} (no responders)") from None
-        except nats.js.errors.APIError as refused:
-            if refused.err_code == STREAM_MISMATCH:
-                raise BrokerRefused(
-                    f"subject {settings.subject!r} is not stored by stream {settings.stream!r}"
-                ) from None
-            raise BrokerBusy(
-                f"JetStream refused the publish: {refused.description} (error {refused.err_code})"
-            ) from None
+        ack = orjson.loads(data)
+        refused = ack.get("error") if isinstance(ack, dict) else None
+        if refused is None:
+            return  # stored (or a duplicate of a message the stream holds: the same flow id)
+        if refused.get("err_code") == STREAM_MISMATCH:
+            raise BrokerRefused(f"subject {settings.subject!r} is not stored by stream {settings.stream!r}")
+        raise BrokerBusy(
+            f"JetStream refused the publish: {refused.get('description')} (error {refused.get('err_code')})"
+        )
+
+
+class _NoResponders(Exception):
+    """No stream captures the subject: the server answered the publish itself (status 503)."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _line_start(subject: str, stream: str | None) -> tuple[bytes, bytes]:
+    """``HPUB <subject> `` and the header block's fixed part, checked and encoded once per target."""
+    if not _NO_SPACE.fullmatch(subject):
+        raise BrokerRefused(f"subject {subject!r} cannot be sent: it holds whitespace")
+    fixed = b"NATS/1.0\r\n"
+    if stream is not None:
+        if not _NO_SPACE.fullmatch(stream):
+            raise BrokerRefused(f"stream {stream!r} cannot be named: it holds whitespace")
+        fixed += f"{EXPECTED_STREAM}: {stream}\r\n".encode()
+    return f"HPUB {subject} ".encode(), fixed
+
+
+@functools.lru_cache(maxsize=1024)
+def _header_name_ok(name: str) -> bool:
+    return _HEADER_NAME.fullmatch(name) is not None
+
+
+def _header_lines(headers: Mapping[str, str], flow_id: str) -> bytes:
+    """The request's headers and ``Nats-Msg-Id`` as header lines; a value's CR/LF become spaces (as
+    nats-py does), so no value can start a header or end the block."""
+    lines = []
+    for name, value in headers.items():
+        if name in _OWN_HEADERS:
+            continue
+        if not _header_name_ok(name):
+            raise BrokerRefused(f"header name {name!r} cannot be sent over NATS")
+        value = value.strip()
+        if "\r" in value or "\n" in value:
+            value = value.translate(_LINE_BREAKS)
+        lines.append(f"{name}: {value}\r\n")
+    lines.append(f"{MSG_ID}: {flow_id}\r\n\r\n")
+    return "".join(lines).encode()
+
+
