@@ -307,5 +307,3 @@ def _header_lines(headers: Mapping[str, str], flow_id: str) -> bytes:
         lines.append(f"{name}: {value}\r\n")
     lines.append(f"{MSG_ID}: {flow_id}\r\n\r\n")
     return "".join(lines).encode()
-
-
