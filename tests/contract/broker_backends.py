@@ -58,6 +58,21 @@ class Restartable:
     restart: Any  # () -> Awaitable[None]
 
 
+async def give_up_once_written(backend: BrokerBackend, request: Any) -> asyncio.Task[Any]:
+    """Send ``request`` on a connected transport, cancel the attempt once its publish is written and
+    unanswered, and return the finished attempt."""
+    attempt = asyncio.create_task(backend.transport.send(request))
+    for _ in range(100):
+        if backend.transport.pending_publishes:
+            break
+        await asyncio.sleep(0)
+    assert backend.transport.pending_publishes == 1, "the publish was not written before its answer came"
+    attempt.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await attempt
+    return attempt
+
+
 class BrokerBackend(ABC):
     name: str
     transport: BrokerTransport[Any]
