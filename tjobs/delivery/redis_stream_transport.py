@@ -20,13 +20,8 @@ project's machines) have no such form: a retry may append a second entry for the
 and the consumer deduplicates.
 
 Connections: one pool per (server URL, user name, password), created by the first send that needs
-it, at most :data:`MAX_CONNECTIONS` connections. The ``XADD`` commands of one event-loop turn go to
-the server as one pipeline (at most :data:`MAX_PIPELINE` commands, not a transaction: each is answered
-on its own), so a burst costs one write and one read per pipeline, not a pooled connection, a
-round trip and a wake-up per attempt; a pipeline waits for a free connection, and each attempt
-waits for its own answer within its timeout. An attempt given up (its deadline) is still sent if
-its pipeline was already written: a retry carries the same flow id. redis-py's own retries are off
-(one attempt is one ``XADD``).
+it, at most :data:`MAX_CONNECTIONS` connections; a burst waits for a free one within each attempt's
+timeout. redis-py's own retries are off (one attempt is one ``XADD``).
 
 What the answers mean: an entry id — :attr:`Outcome.DELIVERED`; ``WRONGPASS``/``NOAUTH`` (wrong or
 missing credentials), ``NOPERM`` (the user may not write that key) and ``WRONGTYPE`` (the key holds
@@ -55,7 +50,6 @@ from tjobs.targets.model import Protocol, RedisStreamTarget, Target
 logger = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 32  # per server and user
-MAX_PIPELINE = 1000  # XADDs written together at most
 CONNECT_TIMEOUT_S = 5.0  # the attempt's own timeout bounds it further
 PRODUCER = "tjobs"  # the IDMP producer id
 IDMP_SINCE = (8, 6)
@@ -103,53 +97,6 @@ class _Server:
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
         self.idempotent: bool | None = None  # unknown until the first send asks the server
         self._asking: asyncio.Lock = asyncio.Lock()
-        self._queued: list[tuple[list[str | bytes | int], asyncio.Future[object]]] = []
-        self._flush_handle: asyncio.Handle | None = None
-        self._unanswered: set[asyncio.Future[object]] = set()
-        self._pipelines: set[asyncio.Task[None]] = set()
-
-    def xadd(self, command: list[str | bytes | int]) -> asyncio.Future[object]:
-        """Queue one ``XADD`` for this loop turn's pipeline; its future gets the server's answer
-        (an entry id, or the error Redis answered for it), or the pipeline's failure."""
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[object] = loop.create_future()
-        self._queued.append((command, answer))
-        self._unanswered.add(answer)
-        answer.add_done_callback(self._unanswered.discard)
-        if self._flush_handle is None:
-            self._flush_handle = loop.call_soon(self._flush)
-        return answer
-
-    def _flush(self) -> None:
-        self._flush_handle = None
-        queued, self._queued = self._queued, []
-        for start in range(0, len(queued), MAX_PIPELINE):
-            pipeline = asyncio.ensure_future(self._send(queued[start : start + MAX_PIPELINE]))
-            self._pipelines.add(pipeline)
-            pipeline.add_done_callback(self._pipelines.discard)
-
-    async def _send(self, batch: list[tuple[list[str | bytes | int], asyncio.Future[object]]]) -> None:
-        batch = [(command, answer) for command, answer in batch if not answer.done()]  # not given up yet
-        if not batch:
-            return
-        try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for command, _ in batch:
-                    pipe.execute_command(*command)
-                results = await pipe.execute(raise_on_error=False)
-        except asyncio.CancelledError:  # the transport is closing
-            _fail(batch, ConnectionResetError("the transport was closed before Redis answered"))
-            raise
-        except Exception as failed:  # the connection: every XADD of the pipeline failed with it
-            _fail(batch, failed)
-            return
-        for (_, answer), result in zip(batch, results, strict=True):
-            if answer.done():
-                continue
-            if isinstance(result, Exception):
-                answer.set_exception(result)
-            else:
-                answer.set_result(result)
 
     async def knows_idmp(self) -> bool:
         if self.idempotent is None:
@@ -161,30 +108,14 @@ class _Server:
 
     @property
     def pending(self) -> int:
-        return len(self._unanswered)
+        return len(self.pool._in_use_connections)  # redis-py has no public count of them
 
     async def close(self) -> None:
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        queued, self._queued = self._queued, []
-        for _, answer in queued:
-            if not answer.done():
-                answer.set_exception(ConnectionResetError("the transport was closed before sending"))
-        for pipeline in list(self._pipelines):
-            pipeline.cancel()
-        await asyncio.gather(*self._pipelines, return_exceptions=True)
         try:
             await self.client.aclose()
             await self.pool.aclose()
         except Exception as exc:  # a server already gone: nothing left to release
             logger.debug("closing a Redis pool failed: %s", type(exc).__name__)
-
-
-def _fail(batch: list[tuple[list[str | bytes | int], asyncio.Future[object]]], error: Exception) -> None:
-    for _, answer in batch:
-        if not answer.done():
-            answer.set_exception(error)
 
 
 class RedisStreamTransport(BrokerTransport[RedisStreamTarget]):
@@ -224,7 +155,7 @@ class RedisStreamTransport(BrokerTransport[RedisStreamTarget]):
                 settings.maxlen,
                 idempotent,
             )
-            await server.xadd(command)
+            await server.client.execute_command(*command)  # type: ignore[no-untyped-call]
         except AuthenticationError:
             raise BrokerRefused("Redis refused the credentials (WRONGPASS or NOAUTH)") from None
         except NoPermissionError:
