@@ -1,9 +1,12 @@
-"""The Redis Streams transport's attempts sent together, on a real Redis: each is answered on its own.
+"""The Redis Streams transport on a real Redis, beyond the broker contract: each attempt answered on
+its own, and a cancelled attempt cancelled.
 
 The broker-transport contract (``tests/contract/test_broker_transport_contract.py``) covers what
-every broker transport shares; these cases are what sending attempts together (a pipeline) must not
-break: a refused ``XADD`` fails its own attempt and not its neighbours, and attempts to two streams of
-one server in one loop turn both land.
+every broker transport shares; these cases are the transport's own promises: a refused ``XADD``
+fails its own attempt and not the attempts sent alongside it, attempts to two streams of one server
+in one loop turn both land, and an attempt cancelled while its ``XADD`` is written and unanswered
+propagates its cancellation (redis-py must not turn it into a result) and leaves nothing counted as
+waiting.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import replace
 import pytest
 import redis.asyncio
 
-from tests.contract.broker_backends import RedisStreamBackend
+from tests.contract.broker_backends import RedisStreamBackend, give_up_once_written
 from tests.contract.test_broker_transport_contract import signed_request
 from tjobs.delivery.transport import Outcome
 from tjobs.targets.model import RedisStreamTarget
@@ -61,3 +64,12 @@ async def test_two_streams_of_one_server_in_one_turn_both_receive_theirs(backend
     for target, sent in ((first, requests[:50]), (second, requests[50:])):
         received = await backend.received(target, 50, drain=True)
         assert sorted(message.message_id for message in received) == sorted(request.flow_id for request in sent)
+
+
+async def test_a_cancelled_attempt_leaves_nothing_waiting(backend: RedisStreamBackend) -> None:
+    target = await backend.destination()
+    assert (await backend.transport.send(signed_request(target))).outcome is Outcome.DELIVERED  # connected
+    attempt = await give_up_once_written(backend, signed_request(target))  # queued or written, its answer not read yet
+    assert attempt.cancelled()  # the cancellation propagates, not turned into a result
+    assert backend.transport.pending_publishes == 0
+    await backend.received(target, 0, drain=True)  # sent or not, the destination is emptied

@@ -21,7 +21,13 @@ and the consumer deduplicates.
 
 Connections: one pool per (server URL, user name, password), created by the first send that needs
 it, at most :data:`MAX_CONNECTIONS` connections; a burst waits for a free one within each attempt's
-timeout. redis-py's own retries are off (one attempt is one ``XADD``).
+timeout. redis-py's own retries are off (one attempt is one ``XADD``), and so is its socket timeout:
+the attempt's deadline bounds the write and the read. (With a socket timeout redis-py writes within
+``asyncio.wait_for``, which on Python 3.11 swallows a cancellation that comes as the write finishes:
+the attempt would go on to read its answer and come back delivered.) A cancelled attempt raises
+:class:`asyncio.CancelledError`, redis-py closing the connection it interrupted, so that answer is
+never read as the next ``XADD``'s; a cancellation absorbed below all the same is raised once the
+call returns.
 
 What the answers mean: an entry id — :attr:`Outcome.DELIVERED`; ``WRONGPASS``/``NOAUTH`` (wrong or
 missing credentials), ``NOPERM`` (the user may not write that key) and ``WRONGTYPE`` (the key holds
@@ -90,6 +96,7 @@ class _Server:
             timeout=None,  # wait for a free connection; the attempt's deadline bounds the wait
             username=username or None,
             password=password or None,
+            socket_timeout=None,  # no asyncio.wait_for around the write; the attempt's deadline bounds it
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             retry=Retry(NoBackoff(), 0),
             health_check_interval=0,
@@ -145,28 +152,42 @@ class RedisStreamTransport(BrokerTransport[RedisStreamTarget]):
             if not settings.url.startswith(("redis://", "rediss://")):
                 raise BrokerRefused("the server URL must be redis://host:port/db or rediss://…")
             server = self._servers[key] = _Server(key)
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0  # cancellations asked before this attempt
         try:
-            idempotent = await server.knows_idmp()
-            command = xadd_command(
-                settings.stream,
-                request.flow_id,
-                orjson.dumps(dict(request.headers)),
-                request.body or b"",
-                settings.maxlen,
-                idempotent,
-            )
-            await server.client.execute_command(*command)  # type: ignore[no-untyped-call]
-        except AuthenticationError:
-            raise BrokerRefused("Redis refused the credentials (WRONGPASS or NOAUTH)") from None
-        except NoPermissionError:
-            raise BrokerRefused(f"Redis user may not XADD to {settings.stream!r} (NOPERM)") from None
-        except OutOfMemoryError:
-            raise BrokerBusy("Redis is full (OOM: used memory > maxmemory)") from None
-        except ResponseError as answer:
-            text = _first_line(answer.args)
-            if text.startswith("WRONGTYPE"):
-                raise BrokerRefused(f"key {settings.stream!r} holds something else than a stream (WRONGTYPE)") from None
-            raise BrokerBusy(f"Redis refused XADD: {text}") from None
+            await _xadd(server, request, settings)
+        except Exception as exc:
+            if task is not None and task.cancelling() > cancels:  # the cancellation, turned into an error
+                raise asyncio.CancelledError from exc
+            raise
+        if task is not None and task.cancelling() > cancels:  # cancelled, and the cancellation absorbed
+            raise asyncio.CancelledError
+
+
+async def _xadd(server: _Server, request: CallbackRequest, settings: RedisStreamTarget) -> None:
+    """One ``XADD`` of ``request``, the server's refusals raised as what they mean."""
+    try:
+        idempotent = await server.knows_idmp()
+        command = xadd_command(
+            settings.stream,
+            request.flow_id,
+            orjson.dumps(dict(request.headers)),
+            request.body or b"",
+            settings.maxlen,
+            idempotent,
+        )
+        await server.client.execute_command(*command)  # type: ignore[no-untyped-call]
+    except AuthenticationError:
+        raise BrokerRefused("Redis refused the credentials (WRONGPASS or NOAUTH)") from None
+    except NoPermissionError:
+        raise BrokerRefused(f"Redis user may not XADD to {settings.stream!r} (NOPERM)") from None
+    except OutOfMemoryError:
+        raise BrokerBusy("Redis is full (OOM: used memory > maxmemory)") from None
+    except ResponseError as answer:
+        text = _first_line(answer.args)
+        if text.startswith("WRONGTYPE"):
+            raise BrokerRefused(f"key {settings.stream!r} holds something else than a stream (WRONGTYPE)") from None
+        raise BrokerBusy(f"Redis refused XADD: {text}") from None
 
 
 def _first_line(args: Sequence[object]) -> str:
