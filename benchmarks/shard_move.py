@@ -245,12 +245,12 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 
 @contextlib.contextmanager
-def bench_mariadb(directory: Path, buffer_pool: str) -> Iterator[tuple[str, int]]:
+def bench_mariadb(directory: Path, buffer_pool: str, redo_log: str) -> Iterator[tuple[str, int]]:
     """A mariadbd of our own (:func:`tjobs.testing.own_mariadb.own_mariadb`), its data in ``directory``,
-    sized for the bench; yields its URL and PID."""
+    sized for the bench (buffer pool and redo log as docs/operations.md advises); yields its URL and PID."""
     args = (
         "--max-connections=1000", f"--innodb-buffer-pool-size={buffer_pool}", "--table-definition-cache=4096",
-        "--table-open-cache=4096", "--innodb-open-files=4096",
+        "--table-open-cache=4096", "--innodb-open-files=4096", f"--innodb-log-file-size={redo_log}",
     )  # fmt: skip
     with contextlib.ExitStack() as stack:
         try:
@@ -616,7 +616,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for index in range(2 - len(urls)):
             directory = root / f"mariadb{index + 1}"
             directory.mkdir()
-            url, pid = stack.enter_context(bench_mariadb(directory, args.buffer_pool))
+            url, pid = stack.enter_context(bench_mariadb(directory, args.buffer_pool, args.redo_log))
             urls.append(url)
             server_pids["source_server" if len(urls) == 1 else "target_server"] = pid
         say(f"servers: {', '.join(url.split('@', 1)[1] for url in urls)}")
@@ -641,6 +641,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cycle-s", type=int, default=10, help="the node's scheduler.cycle_s")
     parser.add_argument("--load-lead-s", type=int, default=5, help="the node's scheduler.load_lead_s")
     parser.add_argument("--buffer-pool", default="1G", help="innodb_buffer_pool_size of the bench's servers")
+    parser.add_argument(
+        "--redo-log", default="1G", help="innodb_log_file_size of the bench's servers (MariaDB's default: 96M)"
+    )
     parser.add_argument("--source-url", help="a running MariaDB as the source server (default: one of our own)")
     parser.add_argument("--data-dir", help="where the bench's servers keep their data (default: the temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the databases afterwards")
