@@ -154,6 +154,8 @@ class Node:
             status_reader=self.store,
             targets=self.targets,
             pools=self.pools,
+            flush_interval_s=settings.callbacks.outcome_flush_ms / 1000,
+            flush_batch=settings.callbacks.outcome_flush_batch,
         )
         scheduler = settings.scheduler
         self.planner = FirePlanner(
