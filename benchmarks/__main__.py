@@ -90,11 +90,11 @@ def wheel(args: argparse.Namespace) -> None:
 def load(args: argparse.Namespace) -> None:
     """Cycle load time with the due slice fixed while stored tasks grow (100k → 5M by default)."""
     from benchmarks.cycle_load import measure
+    from testkit.databases import drop_databases
     from tjobs.clock import SystemClock
     from tjobs.settings import StorageSettings
     from tjobs.stores import create_store
     from tjobs.stores.migrate import migrate as migrate_storage
-    from tjobs.testing.databases import drop_databases
 
     settings = StorageSettings(urls=[args.storage], topology=args.topology, database_prefix=args.prefix)
 

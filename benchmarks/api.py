@@ -188,9 +188,9 @@ def _target(url: str | None, admin_key: str | None, storage: str | None) -> Iter
         return
     import secrets
 
+    from testkit.databases import drop_databases
+    from testkit.node_process import node_process
     from tjobs.settings import StorageSettings
-    from tjobs.testing.databases import drop_databases
-    from tjobs.testing.node_process import node_process
 
     if storage is None or storage.startswith(("memory:", "sqlite")):
         with node_process(storage_urls=[storage] if storage else None) as node:

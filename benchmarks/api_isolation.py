@@ -53,8 +53,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.api import _create_batches, _headers, _percentile, _session
 from benchmarks.fire import create_bench_app
 from benchmarks.flooder import FloodResult, flood
-from tjobs.testing.node_process import process_cpu_s
-from tjobs.testing.sink import SinkProcess
+from testkit.node_process import process_cpu_s
+from testkit.sink import SinkProcess
 
 
 @dataclass
@@ -308,9 +308,9 @@ async def _register_interval_tasks(session: ClientSession, base_url: str, key: s
 
 @contextlib.contextmanager
 def _node(storage: str, limits: bool) -> Iterator[tuple[str, str, int]]:
+    from testkit.databases import drop_databases
+    from testkit.node_process import node_process
     from tjobs.settings import StorageSettings
-    from tjobs.testing.databases import drop_databases
-    from tjobs.testing.node_process import node_process
 
     prefix = f"tjbenchiso_{secrets.token_hex(3)}"
     settings: dict[str, Any] = {"storage": {"database_prefix": prefix}}

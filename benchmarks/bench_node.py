@@ -36,9 +36,9 @@ def bench_target(
     ``--node-dir DIR`` keeps a started node's work directory (``node.log``, ``node.toml``) in ``DIR``
     after the run, to read its log against the bench's figures; with ``--nodes N`` each node gets
     ``DIR/node-<i>``."""
+    from testkit.databases import drop_databases
+    from testkit.node_process import node_process
     from tjobs.settings import StorageSettings
-    from tjobs.testing.databases import drop_databases
-    from tjobs.testing.node_process import node_process
 
     if args.url:
         if not args.admin_key:

@@ -123,7 +123,7 @@ def main() -> None:
         finally:
             await store.close()
             if sql:
-                from tjobs.testing.databases import drop_databases
+                from testkit.databases import drop_databases
 
                 drop_databases(settings)
 

@@ -31,10 +31,10 @@ from aiohttp import web
 from sqlalchemy.engine import make_url
 
 from sharding import shard_of_task_id
+from testkit.cluster_rig import ADMIN_KEY, Api, ClusterRig, Infra, now_ms, start_infra
+from testkit.node_process import free_port, process_cpu_s
 from tjobs.settings import StorageSettings
 from tjobs.stores.sql_layout import Layout
-from tjobs.testing.cluster_rig import ADMIN_KEY, Api, ClusterRig, Infra, now_ms, start_infra
-from tjobs.testing.node_process import free_port, process_cpu_s
 
 
 def percentile(values: Iterable[float], q: float) -> float:

@@ -30,9 +30,9 @@ import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
 
 from benchmarks.report import BenchResult, Percentiles, ProgressFn, Registration, account
+from testkit.node_process import process_cpu_s
+from testkit.sink import SinkConfig, SinkProcess
 from tjobs.errors import TjobsError
-from tjobs.testing.node_process import process_cpu_s
-from tjobs.testing.sink import SinkConfig, SinkProcess
 
 ASSUMED_REGISTER_RATE = 1500.0  # creates/s assumed when neither a target rate nor a probe gives one
 LEAD_MARGIN = 1.25  # lead = expected registration time × this + LEAD_EXTRA_S
@@ -53,7 +53,7 @@ class Destination(Protocol):
 
     @property
     def consume(self) -> Mapping[str, Any] | None:
-        """The sink's consumer spec (:func:`tjobs.testing.consumers.consumer_from_spec`); None when the
+        """The sink's consumer spec (:func:`testkit.consumers.consumer_from_spec`); None when the
         sink takes the callbacks over HTTP."""
 
     async def callback(

@@ -5,7 +5,7 @@
     python -m benchmarks.first_creates --storage mysql+asyncmy://root@127.0.0.1:3306   # 8x4x16 shards
     python -m benchmarks.first_creates                                                # embedded (SQLite)
 
-A node runs in a child process (:mod:`tjobs.testing.node_process`; on MariaDB under a fresh database
+A node runs in a child process (:mod:`testkit.node_process`; on MariaDB under a fresh database
 prefix, dropped afterwards). One app registers ``--timers`` interval tasks firing every second to a
 receiver in this process, which records each callback's lateness (arrival minus ``tjobs-scheduled-at``).
 Once they fire steadily, ``--apps`` apps are created, then every app's first create runs at once, then
@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 from benchmarks.fire import create_bench_app
-from tjobs.testing.node_process import free_port, node_process
+from testkit.node_process import free_port, node_process
 
 EVERY_MS = 1000
 
@@ -178,8 +178,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             result = asyncio.run(bench(node.base_url, node.admin_key, args.apps, args.timers, args.settle_s))
     finally:
         if args.storage:
+            from testkit.databases import drop_databases
             from tjobs.settings import StorageSettings
-            from tjobs.testing.databases import drop_databases
 
             drop_databases(StorageSettings(urls=[args.storage], database_prefix=prefix, topology=args.topology))
     print(

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks grpc_transport [--burst 1000] [--rounds 5] [--no-lean]
 
 :class:`GrpcTransport` sends ``--burst`` signed attempts at once (one task each, as a deliverer's burst
-of due flows) to :mod:`tjobs.testing.grpc_receiver` in its own process on 127.0.0.1 (answering OK),
+of due flows) to :mod:`testkit.grpc_receiver` in its own process on 127.0.0.1 (answering OK),
 on uvloop as the node runs; every attempt goes over the one pooled channel. Unless ``--no-lean``, the
 lean HTTP transport sends the same bursts to the HTTP sink of :mod:`benchmarks.transport_cpu` (raw
 asyncio + llhttp answering ``204``), rounds alternating, for comparison. After a warm-up burst each,
@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from benchmarks.transport_cpu import callback_request
+from testkit.grpc_receiver import GrpcReceiverProcess
 from tjobs.delivery.grpc_transport import GrpcTransport
 from tjobs.delivery.lean_http import LeanHttpTransport
 from tjobs.delivery.signing import generate_secret
@@ -36,7 +37,6 @@ from tjobs.delivery.transport import CallbackRequest, Outcome, Route, Transport
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import GrpcTarget, Target
 from tjobs.targets.urls import parse_callback_url
-from tjobs.testing.grpc_receiver import GrpcReceiverProcess
 
 
 def _cpu_s() -> float:

@@ -11,7 +11,7 @@ answers every request with the same 200 (the event loop's and the kernel's part:
 ``epoll``, wake-ups). The heartbeats come from a client in another process (the ``pool_heartbeats``
 bench's raw client: ``--rate`` a second over ``--connections`` keep-alive connections, each executor's
 in turn), so none of its CPU is counted here. The serving process's CPU is the scheduler's exact run time
-per thread (:func:`tjobs.testing.node_process.threads_cpu`), measured with nothing sent for ``--quiet-s``
+per thread (:func:`testkit.node_process.threads_cpu`), measured with nothing sent for ``--quiet-s``
 and while the client sends; the per-heartbeat figure is the difference, with the main thread's context
 switches per heartbeat (its wake-ups). A high ``--rate`` (thousands a second) shows the cost per request
 when the loop serves many per wake-up.
@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tjobs.testing.node_process import ThreadsCpu, threads_cpu
+from testkit.node_process import ThreadsCpu, threads_cpu
 
 POOL = "bench"
 _BODY = b'{"id":"x1","ttl_s":15}'
@@ -67,9 +67,9 @@ def _client(argv: Sequence[str]) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> dict[str, Any]:
+    from testkit import run_node
     from tjobs.pools.model import Executor
     from tjobs.settings import load_settings
-    from tjobs.testing import run_node
 
     if args.server == "bare":
         loop = asyncio.get_running_loop()

@@ -98,7 +98,7 @@ def node_run(
     """One fire bench on a fresh node process with metrics on or off; its figures as JSON-able values."""
     from benchmarks.fire import run, run_fire_bench
     from benchmarks.report import node_us_per_fire, to_json
-    from tjobs.testing.node_process import node_process
+    from testkit.node_process import node_process
 
     settings: dict[str, Any] = {"metrics": {"enabled": metrics_on}}
     if prefix is not None:
@@ -144,8 +144,8 @@ def compare(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _drop_prefix(args: argparse.Namespace) -> None:
     """Drop the ``--prefix`` databases of ``--storage`` (nothing for the embedded default)."""
+    from testkit.databases import drop_databases
     from tjobs.settings import StorageSettings
-    from tjobs.testing.databases import drop_databases
 
     if args.storage:
         drop_databases(StorageSettings(urls=args.storage, database_prefix=args.prefix))
@@ -196,7 +196,7 @@ def interleaved_run(
     from benchmarks.fire import run, run_fire_bench
     from benchmarks.metrics_slices import compare as compare_slices
     from benchmarks.metrics_slices import in_window_with_deliveries, read_slices, saturated_with_deliveries
-    from tjobs.testing.node_process import node_process
+    from testkit.node_process import node_process
 
     settings: dict[str, Any] = {"metrics": {"enabled": True}}
     if prefix is not None:

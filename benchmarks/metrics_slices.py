@@ -20,7 +20,7 @@ each arm's CPU to its commits and deliveries, since the mix of the two moves fro
 ``--control`` run, with no metrics in either arm, measures what the method reports on its own.
 
 The child side is ``python -m benchmarks.metrics_slices --config FILE --slices OUT [--slice-s S]``
-(run by :func:`tjobs.testing.node_process.node_process`); the driver is
+(run by :func:`testkit.node_process.node_process`); the driver is
 ``python -m benchmarks.metrics_overhead --interleaved``.
 """
 

@@ -49,7 +49,7 @@ from aiohttp import ClientError, ClientSession, ClientTimeout
 from benchmarks.bench_node import bench_target, console, target_options
 from benchmarks.fire import BenchError, run, run_fire_bench
 from benchmarks.report import BenchResult, Delivery, ProgressFn, account, render_table, rich_progress, to_json
-from tjobs.testing.sink import NO_EXECUTOR, CallbackRecords, SinkProcess
+from testkit.sink import NO_EXECUTOR, CallbackRecords, SinkProcess
 
 POOL = "bench-pool"
 ROUTES = ("one", "one_per_zone", "all")

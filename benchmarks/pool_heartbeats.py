@@ -16,7 +16,7 @@ each executor's heartbeat (``PUT /v1/pools/{pool}/executors/{id}/heartbeat``) ev
 spread evenly over the period, for ``--duration-s`` more. It reports the node's CPU as a share of one
 core in each phase, the heartbeats' CPU per heartbeat (beyond idle, the earlier runs' figure, and
 beyond registered-quiet), both from ``/proc/<pid>/stat``'s ticks and from the scheduler's exact run
-time per thread with context switches (:func:`tjobs.testing.node_process.threads_cpu`), the heartbeat
+time per thread with context switches (:func:`testkit.node_process.threads_cpu`), the heartbeat
 latency percentiles as this client saw them, and any heartbeat that did not answer 200. The client
 runs in this process, on the same machine: its own CPU is reported too. Registration goes through
 httpx; the heartbeats through a lean asyncio client (:func:`_heartbeats`; httpx's pool collapsed under
@@ -40,7 +40,7 @@ from typing import Any, cast
 
 import httpx
 
-from tjobs.testing.node_process import ThreadsCpu, node_process, process_cpu_s, threads_cpu
+from testkit.node_process import ThreadsCpu, node_process, process_cpu_s, threads_cpu
 
 POOL = "bench"
 
@@ -337,8 +337,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             result = asyncio.run(_measure(node.base_url, node.admin_key, node.pid, args))
     finally:
         if storage:
+            from testkit.databases import drop_databases
             from tjobs.settings import StorageSettings
-            from tjobs.testing.databases import drop_databases
 
             drop_databases(StorageSettings(urls=storage, database_prefix=settings["storage"]["database_prefix"]))
     result["mode"] = "embedded" if args.embedded else "cluster (etcd)"

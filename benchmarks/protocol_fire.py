@@ -4,7 +4,7 @@ The ``fire`` bench (:func:`benchmarks.fire.run_fire_bench`: one-shot tasks regis
 uniformly across the window; first receipts counted; lateness = receipt time − scheduled instant; the
 node's CPU) with every task naming one target of the protocol instead of calling the sink over HTTP.
 The sink process reads the target's destination with the protocol's own client
-(:mod:`tjobs.testing.consumers`) and records each message as it records a callback, so receipt is when
+(:mod:`testkit.consumers`) and records each message as it records a callback, so receipt is when
 the consumer got the message:
 
 * ``amqp`` — a durable queue on RabbitMQ, published to through the default exchange (persistent,
@@ -39,8 +39,8 @@ from aiohttp import ClientSession
 from benchmarks.bench_node import bench_target, console, target_options
 from benchmarks.fire import BenchError, run, run_fire_bench
 from benchmarks.report import BenchResult, ProgressFn, render_table, rich_progress, to_json
-from tjobs.testing.node_process import free_port
-from tjobs.testing.sink import SinkProcess
+from testkit.node_process import free_port
+from testkit.sink import SinkProcess
 
 PROTOCOLS = ("amqp", "nats", "redis_stream", "grpc")
 BROKER_URLS = {  # environment variable, default

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from tjobs.testing.sink import CallbackRecords
+    from testkit.sink import CallbackRecords
 
 ProgressFn = Callable[[str, int, int], None]
 """Called with (phase, done, total): phases are "register", "fire" and "cleanup"."""

@@ -33,6 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from benchmarks.report import percentile
 from sharding import TaskIdGenerator, shard_for_key
+from testkit import run_node
+from testkit.databases import drop_databases
 from tjobs.model import App, DeliveryMode, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService
@@ -43,8 +45,6 @@ from tjobs.stores.queries import TaskQuery
 from tjobs.stores.schema import task_to_row
 from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
-from tjobs.testing import run_node
-from tjobs.testing.databases import drop_databases
 
 NOW_MS = 1_800_000_000_000
 WEEK_MS = 7 * 86_400_000

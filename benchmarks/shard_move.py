@@ -61,15 +61,15 @@ from sqlalchemy.engine import make_url
 from benchmarks.report import Delivery, Percentiles, account, machine
 from sharding import Topology, shard_of_task_id
 from sharding.ids import ID_EPOCH_MS
+from testkit.databases import drop_databases
+from testkit.node_process import node_process, process_cpu_s
+from testkit.own_mariadb import own_mariadb
+from testkit.sink import CallbackRecords, SinkConfig, SinkProcess
 from tjobs.model import DeliveryMode, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import StorageSettings
 from tjobs.specs import AtSpec, CallbackSpec
 from tjobs.stores.schema import TASK_COLUMNS, task_to_row
 from tjobs.stores.sql_layout import Layout
-from tjobs.testing.databases import drop_databases
-from tjobs.testing.node_process import node_process, process_cpu_s
-from tjobs.testing.own_mariadb import own_mariadb
-from tjobs.testing.sink import CallbackRecords, SinkConfig, SinkProcess
 
 TOPOLOGY = "8x4x16"
 PARKED_DUE_IN_MS = 30 * 86_400_000  # the moved database's bulk: due in 30 days, never fired in the run
@@ -246,7 +246,7 @@ def _round(value: float | None, digits: int = 1) -> float | None:
 
 @contextlib.contextmanager
 def bench_mariadb(directory: Path, buffer_pool: str, redo_log: str) -> Iterator[tuple[str, int]]:
-    """A mariadbd of our own (:func:`tjobs.testing.own_mariadb.own_mariadb`), its data in ``directory``,
+    """A mariadbd of our own (:func:`testkit.own_mariadb.own_mariadb`), its data in ``directory``,
     sized for the bench (buffer pool and redo log as docs/operations.md advises); yields its URL and PID."""
     args = (
         "--max-connections=1000", f"--innodb-buffer-pool-size={buffer_pool}", "--table-definition-cache=4096",

@@ -42,6 +42,8 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.dialects import mysql
 
+from testkit import run_node
+from testkit.databases import drop_databases
 from tjobs.model import SLO_LATENESS_SLOTS, App, SloCounts, SloMinute
 from tjobs.observability.metrics import LATENESS_BUCKETS_S
 from tjobs.observability.slo import MS_PER_MINUTE, MinuteFolds, RecentLateness, ServiceLevels
@@ -51,8 +53,6 @@ from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sql_slo import _row, sum_statement
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
-from tjobs.testing import run_node
-from tjobs.testing.databases import drop_databases
 
 WINDOWS = ("7d", "1d", "1h")
 ADMIN_KEY = "slo-bench-admin-key-0123456789abcdef"

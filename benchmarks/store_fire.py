@@ -19,6 +19,7 @@ import secrets
 import time
 
 from sharding import TaskIdGenerator
+from testkit.databases import drop_databases
 from tjobs.model import (
     DeliveryMode,
     FireIntent,
@@ -34,7 +35,6 @@ from tjobs.settings import StorageSettings
 from tjobs.specs import CallbackSpec, IntervalSpec
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
-from tjobs.testing.databases import drop_databases
 
 NOW_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 

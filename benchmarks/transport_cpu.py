@@ -5,7 +5,7 @@
 
 Every transport in ``callbacks.transport`` sends the same signed POST (a ~300-byte JSON body, 8
 headers as the deliverer writes them) to a keep-alive HTTP/1.1 sink on 127.0.0.1 in its own process
-(:class:`tjobs.testing.sink.SinkProcess`, its lean llhttp server recording each and answering
+(:class:`testkit.sink.SinkProcess`, its lean llhttp server recording each and answering
 ``204``), ``--in-flight`` attempts at a time, on uvloop as the node runs. The policy hands a fixed
 :class:`Route` (what the SSRF guard returns from its cache), so only the transport is measured. Rounds
 alternate the transports (aiohttp, lean, aiohttp, lean, ...) after a warm-up each; the figure is this
@@ -28,12 +28,12 @@ from typing import Any
 
 import orjson
 
+from testkit.sink import SINK_SERVERS, SinkConfig, SinkProcess
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.delivery.transport import CallbackRequest, Outcome, Route, Transport
 from tjobs.delivery.transports import build_transport
 from tjobs.settings import CallbackSettings
 from tjobs.targets.urls import parse_callback_url
-from tjobs.testing.sink import SINK_SERVERS, SinkConfig, SinkProcess
 
 TRANSPORTS = ("aiohttp", "lean")
 

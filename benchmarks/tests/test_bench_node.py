@@ -43,7 +43,7 @@ def test_a_running_node_is_driven_as_it_is_with_no_pid_to_measure() -> None:
 def test_node_dir_keeps_each_started_nodes_work_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``--node-dir`` is handed to the node as its work directory (kept afterwards: its node.log), one
     per node when several are started."""
-    import tjobs.testing.node_process as node_process_module
+    import testkit.node_process as node_process_module
 
     given: list[Path | None] = []
 

@@ -18,7 +18,7 @@ from standardwebhooks.webhooks import Webhook
 from benchmarks import fire
 from benchmarks.fire import BenchError, run_fire_bench, run_register_bench
 from benchmarks.report import to_json
-from tjobs.testing.sink import SINK_SERVERS, CallbackRecords, SinkConfig, SinkProcess
+from testkit.sink import SINK_SERVERS, CallbackRecords, SinkConfig, SinkProcess
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()

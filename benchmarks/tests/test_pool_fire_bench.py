@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from benchmarks.pool_fire import PoolDestination, account_pool, bench, destinations_of, spread, summarise
-from tjobs.testing.node_process import node_process
-from tjobs.testing.sink import NO_EXECUTOR, CallbackRecords, SinkProcess
+from testkit.node_process import node_process
+from testkit.sink import NO_EXECUTOR, CallbackRecords, SinkProcess
 
 T0_MS = 1_800_000_000_000
 ZONES = {"e0": "z0", "e1": "z1", "e2": "z0"}

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from benchmarks.pool_heartbeats import POOL, _heartbeats
+from testkit import run_node
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.settings import load_settings
-from tjobs.testing import run_node
 
 
 async def test_the_lean_client_sends_each_heartbeat_on_schedule_and_counts_the_answers() -> None:
@@ -37,7 +37,7 @@ def test_the_exact_cpu_account_names_each_thread_and_counts_only_what_came_after
     import os
     import threading
 
-    from tjobs.testing.node_process import threads_cpu
+    from testkit.node_process import threads_cpu
 
     done = threading.Event()
 

@@ -26,9 +26,9 @@ from benchmarks.report import (
     render_table,
     to_json,
 )
+from testkit.node_process import node_settings, process_cpu_s, to_toml
+from testkit.sink import CallbackRecords
 from tjobs.settings import Settings
-from tjobs.testing.node_process import node_settings, process_cpu_s, to_toml
-from tjobs.testing.sink import CallbackRecords
 
 T0_MS = 1_800_000_000_000
 

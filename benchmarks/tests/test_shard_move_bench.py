@@ -17,9 +17,9 @@ from benchmarks.shard_move import (
     split_registered,
 )
 from sharding import Topology, shard_of_task_id
+from testkit.sink import CallbackRecords
 from tjobs.specs import CallbackSpec
 from tjobs.stores.schema import task_to_row
-from tjobs.testing.sink import CallbackRecords
 
 T0_MS = 1_800_000_000_000
 TOPOLOGY = Topology.parse("8x4x16")

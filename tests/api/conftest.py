@@ -16,12 +16,12 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from testkit import RunningNode, run_node
+from testkit.databases import drop_databases
 from tests.e2e.conftest import FAST_SETTINGS
 from tests.receiver import Receiver
 from tjobs.model import App
 from tjobs.settings import StorageSettings, load_settings
-from tjobs.testing import RunningNode, run_node
-from tjobs.testing.databases import drop_databases
 
 ADMIN_KEY = "tja_test_admin_key"
 

@@ -14,9 +14,9 @@ import orjson
 import pytest
 import pytest_asyncio
 
+from testkit import RunningNode, run_node
 from tests.fuzz.cases import valid_task
 from tjobs.settings import load_settings
-from tjobs.testing import RunningNode, run_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from testkit import RunningNode
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.receiver import Receiver, Reply
 from tjobs.cli.main import app as cli
 from tjobs.client import AsyncClient, BadRequest, Client, VersionConflict, cron, delay, task_request
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

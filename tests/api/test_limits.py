@@ -13,9 +13,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from testkit import run_node
 from tests.api.conftest import task_body
 from tjobs.settings import load_settings
-from tjobs.testing import run_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -17,10 +17,10 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.receiver import Receiver
 from tjobs.cluster.base import RENEW_LATER
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -236,10 +236,10 @@ async def test_a_request_behind_a_heartbeat_answered_at_once_is_not_cut_by_the_k
 ) -> None:
     """A heartbeat answered at once arms the connection's keep-alive timer while its bytes are still being
     parsed; a request pipelined behind it is not idle time: a slow one is answered, not closed on."""
+    from testkit import free_port
     from tjobs.api.lean_heartbeat import LeanHeartbeatProtocol
     from tjobs.api.server import ApiServer
     from tjobs.service.pools import PoolService
-    from tjobs.testing import free_port
 
     tenant = await tenant_factory("lean-keepalive")
     await tenant.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})

@@ -19,9 +19,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from testkit import RunningNode, run_node
 from tests.api.conftest import task_body
 from tjobs.settings import load_settings
-from tjobs.testing import RunningNode, run_node
 
 pytestmark = pytest.mark.asyncio
 

@@ -10,11 +10,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_tasks_api import assert_error
 from tjobs.cli.main import app as cli
 from tjobs.client import Client, SchedulePreview, cron
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

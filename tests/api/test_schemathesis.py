@@ -22,11 +22,11 @@ from schemathesis.checks import CHECKS as REGISTERED_CHECKS
 from schemathesis.checks import load_all_checks
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from testkit import run_node
 from tests.api.conftest import ADMIN_KEY
 from tjobs.api import create_api
 from tjobs.node import Node
 from tjobs.settings import Settings, load_settings
-from tjobs.testing import run_node
 
 
 def _settings() -> Settings:

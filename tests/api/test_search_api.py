@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_tasks_api import assert_error
 from tests.receiver import Receiver, Reply
 from tjobs.cli.main import app as cli
 from tjobs.client import Client
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

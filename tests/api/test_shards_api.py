@@ -10,9 +10,9 @@ import pytest
 from sharding import shard_of_task_id
 from sharding.rebalance import plan_rebalance
 from sharding.shard_map import ShardMap
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_tasks_api import assert_error
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

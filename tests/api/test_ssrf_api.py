@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from aiohttp.abc import ResolveResult
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tjobs.delivery.ssrf import TargetGuard
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -19,12 +19,12 @@ import pytest
 import pytest_asyncio
 from typer.testing import CliRunner
 
+from testkit import RunningNode, run_node
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.cli.main import app as cli_app
 from tjobs.client import AsyncClient, Conflict, VersionConflict, delay
 from tjobs.settings import load_settings
-from tjobs.testing import RunningNode, run_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.contract.backends import make_task
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from testkit import RunningNode
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.receiver import Receiver
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from testkit.cluster_rig import ClusterRig, Infra, start_infra
+from testkit.databases import drop_databases
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.scenario import OUTCOMES
 from tjobs.settings import StorageSettings
-from tjobs.testing.cluster_rig import ClusterRig, Infra, start_infra
-from tjobs.testing.databases import drop_databases
 
 STATE_DIR = Path(
     os.environ.get("TJOBS_TEST_CHAOS_DIR") or os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests")

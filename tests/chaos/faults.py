@@ -12,9 +12,9 @@ import signal
 
 import httpx
 
+from testkit.cluster_rig import now_ms
 from tests.chaos.receiver import ReceiverFaults
 from tests.chaos.scenario import Fault, FaultWindow, Stage
-from tjobs.testing.cluster_rig import now_ms
 
 VICTIM_NODE = 2
 VICTIM_SERVER = 1

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sharding import shard_of_task_id
+from testkit.cluster_rig import Api, ClusterRig, now_ms
 from tests.chaos.accounting import (
     Callback,
     Figures,
@@ -32,7 +33,6 @@ from tests.chaos.accounting import (
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.workload import ChaosClient, promises, read_flows, register_intervals, stream_one_shots
 from tjobs.settings import CallbackSettings, ClusterSettings, CompensatorSettings, SchedulerSettings
-from tjobs.testing.cluster_rig import Api, ClusterRig, now_ms
 
 NODES = 3
 QUIET_AFTER_S = 2.0  # after everything arrived: time for a late duplicate or phantom to show up

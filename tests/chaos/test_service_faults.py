@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.cluster_rig import ClusterRig
 from tests.chaos import faults
 from tests.chaos.accounting import select
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.scenario import Outcome, Profile, assert_clean, profiles, run
-from tjobs.testing.cluster_rig import ClusterRig
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis]
 

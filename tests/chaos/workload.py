@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 
 from sharding import Topology, shard_of_task_id
+from testkit.cluster_rig import ADMIN_KEY, ClusterRig, NodeProc, now_ms
 from tests.chaos.accounting import Promise, StoredFlow
 from tjobs.clock import iso_ms
-from tjobs.testing.cluster_rig import ADMIN_KEY, ClusterRig, NodeProc, now_ms
 
 CONFLICT_RETRIES = 20
 # An occurrence due less than this before a pause or delete was sent may still be waiting to fire (normal

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from testkit.cluster_rig import Api, ClusterRig, Infra, start_infra
+from testkit.databases import drop_databases
 from tests.receiver import Receiver
 from tjobs.settings import StorageSettings
-from tjobs.testing.cluster_rig import Api, ClusterRig, Infra, start_infra
-from tjobs.testing.databases import drop_databases
 
 STATE_DIR = Path(os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests"))
 MYSQL_PORTS = os.environ.get("TJOBS_TEST_CLUSTER_MYSQL_PORTS", "3307 3308")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from testkit.cluster_rig import Api, ClusterRig, NodeProc, now_ms
 from tests.cluster.workload import collect_when_fired, schedule, start_cluster
 from tests.receiver import Receiver
-from tjobs.testing.cluster_rig import Api, ClusterRig, NodeProc, now_ms
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 

@@ -13,9 +13,9 @@ import signal
 
 import pytest
 
+from testkit.cluster_rig import Api, ClusterRig, now_ms
 from tests.cluster.workload import collect_when_fired, schedule, start_cluster
 from tests.receiver import Receiver
-from tjobs.testing.cluster_rig import Api, ClusterRig, now_ms
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 

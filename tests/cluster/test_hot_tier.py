@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from sharding import shard_of_task_id
+from testkit.cluster_rig import Api, ClusterRig, now_ms
 from tests.cluster.workload import collect_when_fired, schedule, start_cluster
 from tests.receiver import Receiver
-from tjobs.testing.cluster_rig import Api, ClusterRig, now_ms
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 

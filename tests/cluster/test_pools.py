@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from testkit.cluster_rig import ADMIN_AUTH, REPO, Api, ClusterRig, NodeProc, now_ms
+from testkit.node_process import free_port
 from tjobs.clock import iso_ms
-from tjobs.testing.cluster_rig import ADMIN_AUTH, REPO, Api, ClusterRig, NodeProc, now_ms
-from tjobs.testing.node_process import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(300)]
 

@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 
 from sharding import shard_of_task_id
+from testkit.cluster_rig import Api, ClusterRig, NodeProc, created_ms, now_ms
 from tjobs.model import FlowStatus
-from tjobs.testing.cluster_rig import Api, ClusterRig, NodeProc, created_ms, now_ms
 
 
 @dataclass

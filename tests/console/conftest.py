@@ -19,10 +19,10 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
+from testkit import RunningNode, run_node
 from tests.receiver import Receiver
 from tjobs.settings import load_settings
 from tjobs.stores.migrate import migrate
-from tjobs.testing import RunningNode, run_node
 
 CHROMIUM = Path("/usr/bin/chromium")
 ADMIN_KEY = "console-tests-admin-key-0123456789abcdef"

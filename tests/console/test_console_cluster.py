@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from playwright.async_api import BrowserContext, expect
 
+from testkit import RunningNode
 from tests.console.conftest import ADMIN_KEY, PHONE, screenshot, sign_in
 from tjobs.stores.sql_move import MoveRow
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

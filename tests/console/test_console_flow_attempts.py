@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from playwright.async_api import BrowserContext, expect
 
+from testkit import RunningNode
 from tests.console.conftest import PHONE, api, screenshot, sign_in
 from tests.receiver import Receiver, Reply
-from tjobs.testing import RunningNode
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -31,6 +31,7 @@ import grpc
 import pytest
 from standardwebhooks import Webhook
 
+from testkit.grpc_receiver import FireAnswer, GrpcReceiver, GrpcReceiverProcess
 from tjobs.delivery.grpc_proto import receiver_pb2_grpc
 from tjobs.delivery.grpc_transport import MAX_RECONNECT_BACKOFF_MS, GrpcTransport, channel_target
 from tjobs.delivery.recording import Answer, RecordingTransport
@@ -39,7 +40,6 @@ from tjobs.delivery.transport import CallbackRequest, Outcome, Route, Transport
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import NO_CREDENTIALS, GrpcTarget, HttpTarget, Target
 from tjobs.targets.urls import UrlRefused, parse_callback_url
-from tjobs.testing.grpc_receiver import FireAnswer, GrpcReceiver, GrpcReceiverProcess
 
 SECRET = generate_secret()
 TOKEN = "Bearer tok_0123456789abcdef"

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from testkit import RunningNode, run_node
+from testkit.databases import drop_databases
 from tests.receiver import Receiver
 from tjobs.settings import Settings, StorageSettings, load_settings
-from tjobs.testing import RunningNode, run_node
-from tjobs.testing.databases import drop_databases
 
 FAST_SETTINGS: dict[str, Any] = {
     "scheduler": {"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3},

@@ -1,6 +1,6 @@
 """What the protocol end-to-end tests share: a node process, an app on it, tasks naming a target, the judging.
 
-* :func:`protocol_node` runs ``tjobs serve`` in a child process (:mod:`tjobs.testing.node_process`;
+* :func:`protocol_node` runs ``tjobs serve`` in a child process (:mod:`testkit.node_process`;
   SQLite shards in the test's directory, a fast scheduler) with the given broker and gRPC addresses in
   ``targets.allowed_addresses``; its output is captured in ``node.log`` there.
 * :class:`AppClient` is an app on that node, spoken to over the HTTP API: targets, one-shot tasks
@@ -26,8 +26,8 @@ import httpx
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from tjobs.testing.consumers import Consumed
-from tjobs.testing.node_process import NodeHandle, node_process
+from testkit.consumers import Consumed
+from testkit.node_process import NodeHandle, node_process
 
 TJOBS_HEADERS = (
     "webhook-id",

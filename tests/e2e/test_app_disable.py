@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit import RunningNode, run_node
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.model import FlowKind
 from tjobs.settings import load_settings
-from tjobs.testing import RunningNode, run_node
 
 pytestmark = pytest.mark.asyncio
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
+from testkit import RunningNode
 from tests.e2e.test_fire_path import client_for
 from tests.receiver import Receiver
-from tjobs.testing import RunningNode
 
 TASKS = 200
 EVERY_MS = 1000

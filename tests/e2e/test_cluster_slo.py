@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit import NodeParts, RunningNode, run_node
 from tests.e2e.conftest import FAST_SETTINGS
 from tests.receiver import Receiver
 from tjobs.model import FlowStatus
 from tjobs.settings import Settings, load_settings
 from tjobs.stores import create_store
-from tjobs.testing import NodeParts, RunningNode, run_node
 
 pytestmark = pytest.mark.asyncio
 

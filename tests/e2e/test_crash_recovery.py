@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit.databases import drop_databases
+from testkit.node_process import node_process
 from tests.receiver import Receiver, Reply
 from tjobs.settings import StorageSettings
-from tjobs.testing.databases import drop_databases
-from tjobs.testing.node_process import node_process
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
+from testkit import RunningNode
 from tests.receiver import Receiver
 from tjobs.model import FlowStatus
-from tjobs.testing import RunningNode
 
 ON_TIME_MS = 500  # generous for a loaded CI machine; the benchmark measures real lateness
 

@@ -34,6 +34,8 @@ import pytest
 import redis.asyncio
 from nats.js.api import StorageType, StreamConfig
 
+from testkit.consumers import AmqpConsumer, Consumed, Consumer, GrpcConsumer, NatsConsumer, RedisStreamConsumer
+from testkit.grpc_receiver import GrpcReceiverProcess
 from tests.brokers import OwnBroker, OwnNats, OwnRabbitMQ, OwnRedis, free_port
 from tests.e2e.protocol_rig import (
     AppClient,
@@ -46,8 +48,6 @@ from tests.e2e.protocol_rig import (
     wait_for_flows,
 )
 from tests.receiver import Receiver
-from tjobs.testing.consumers import AmqpConsumer, Consumed, Consumer, GrpcConsumer, NatsConsumer, RedisStreamConsumer
-from tjobs.testing.grpc_receiver import GrpcReceiverProcess
 
 pytestmark = pytest.mark.slow
 

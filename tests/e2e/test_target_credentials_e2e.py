@@ -25,11 +25,11 @@ import nats
 import pytest
 from nats.js.api import StorageType, StreamConfig
 
+from testkit.consumers import GrpcConsumer
+from testkit.node_process import free_port
 from tests.brokers import OwnNats, OwnRabbitMQ, OwnRedis
 from tests.e2e.protocol_rig import AppClient, flow_statuses, protocol_node
 from tests.receiver import Receiver
-from tjobs.testing.consumers import GrpcConsumer
-from tjobs.testing.node_process import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.rabbitmq, pytest.mark.nats, pytest.mark.redis]
 

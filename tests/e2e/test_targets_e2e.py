@@ -20,11 +20,11 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
+from testkit import RunningNode, run_node
 from tests.e2e.conftest import FAST_SETTINGS
 from tests.receiver import Receiver, Reply
 from tjobs.settings import load_settings
 from tjobs.stores.migrate import migrate
-from tjobs.testing import RunningNode, run_node
 
 SECRET = "Bearer e2e-credential-never-echoed"
 

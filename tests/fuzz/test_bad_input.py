@@ -14,6 +14,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from testkit import run_node
+from testkit.databases import drop_databases
 from tests.fuzz.cases import (
     SEEDED_TARGET,
     SERVER0,
@@ -26,8 +28,6 @@ from tests.fuzz.cases import (
 )
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores.migrate import migrate
-from tjobs.testing import run_node
-from tjobs.testing.databases import drop_databases
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from testkit import run_node
 from tests.fuzz.cases import valid_task
 from tjobs.settings import load_settings
-from tjobs.testing import run_node
 
 ADMIN_KEY = "tja_fuzz_models_admin_0123456789"
 

@@ -28,12 +28,12 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sharding import shard_for_key, shard_of_task_id
+from testkit import RunningNode, free_port, run_node
 from tests.contract.backends import drop_databases
 from tests.receiver import Receiver
 from tjobs.settings import Settings, StorageSettings, load_settings
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_sessions import BOOTED_AT_SQL
-from tjobs.testing import RunningNode, free_port, run_node
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.etcd]
 

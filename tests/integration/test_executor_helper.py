@@ -17,11 +17,11 @@ import uvicorn
 from aiohttp import web
 from fastapi import FastAPI
 
+from testkit import RunningNode, free_port, run_node
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.executor import Executor, Job
 from tjobs.settings import load_settings
-from tjobs.testing import RunningNode, free_port, run_node
 
 
 @pytest.fixture

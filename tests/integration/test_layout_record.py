@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from sqlalchemy import delete
 
+from testkit import run_node
+from testkit.databases import drop_databases
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores.layout_record import _LAYOUT, ShardMapMismatch, StorageLayoutMismatch, StorageNotMigrated
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
-from tjobs.testing import run_node
-from tjobs.testing.databases import drop_databases
 
 
 @pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])

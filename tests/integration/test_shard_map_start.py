@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from testkit import run_node
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.cli.main import app
 from tjobs.cluster.local import LocalCoordinator
@@ -18,7 +19,6 @@ from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores.layout_record import ShardMapMismatch
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
-from tjobs.testing import run_node
 
 
 async def test_a_node_started_with_another_server_list_is_refused_until_the_map_is_reseeded(tmp_path: Path) -> None:

@@ -33,6 +33,9 @@ from typer.testing import CliRunner
 
 from sharding import shard_of_task_id
 from sharding.shard_map import ShardMap
+from testkit import RunningNode, run_node
+from testkit.databases import drop_databases
+from testkit.own_mariadb import own_mariadb
 from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.cli.main import app
@@ -50,9 +53,6 @@ from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sql_layout import Layout, configured_servers, create_engine_for
 from tjobs.stores.sql_move import CHANGES, MoveRecords
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
-from tjobs.testing import RunningNode, run_node
-from tjobs.testing.databases import drop_databases
-from tjobs.testing.own_mariadb import own_mariadb
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
 

@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit import free_port, run_node
 from tests.receiver import Receiver
 from tjobs.settings import load_settings
-from tjobs.testing import free_port, run_node
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))

@@ -236,9 +236,9 @@ async def test_a_node_with_metrics_off_fires_and_answers_404_on_metrics() -> Non
 
     import httpx
 
+    from testkit import run_node
     from tests.receiver import Receiver
     from tjobs.settings import load_settings
-    from tjobs.testing import run_node
 
     admin_key = "tja_ops_metrics_off_admin"
     settings = load_settings(
@@ -325,9 +325,9 @@ async def test_a_running_node_feeds_every_metric_operators_were_promised() -> No
 
     import httpx
 
+    from testkit import run_node
     from tests.receiver import Receiver, Reply
     from tjobs.settings import load_settings
-    from tjobs.testing import run_node
 
     admin_key = "tja_ops_metrics_fed_admin"
     settings = load_settings(

@@ -18,10 +18,10 @@ import httpx
 import pytest
 import yaml  # type: ignore[import-untyped]
 
+from testkit import RunningNode, free_port, run_node
 from tjobs.api.ratelimit import ApiRateLimits
 from tjobs.api.routes_ops import create_metrics_api
 from tjobs.settings import Settings, load_settings, metrics_exposure_problem
-from tjobs.testing import RunningNode, free_port, run_node
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "tja_ops_access_admin_key"

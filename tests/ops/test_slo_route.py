@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
+from testkit import run_node
 from tjobs.settings import load_settings
-from tjobs.testing import run_node
 
 ADMIN_KEY = "tja_ops_slo_admin"
 

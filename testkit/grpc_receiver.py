@@ -15,7 +15,7 @@ Answers are taken in order from the flow's script first, then from the any-flow 
 is used up its ``then`` answer repeats (OK when not given). An answer may wait (``delay_s``) and send
 trailing metadata (``retry-after-ms``).
 
-Run as a program (``python -m tjobs.testing.grpc_receiver [--port N] [--print-answered] [--answer-first N]``)
+Run as a program (``python -m testkit.grpc_receiver [--port N] [--print-answered] [--answer-first N]``)
 it serves in its own process, for benchmarks and for killing it for real: it prints its port on the
 first stdout line and answers OK to everything (with ``--answer-first N``, to the first ``N`` calls only:
 later calls are held unanswered, in flight until it dies); with ``--print-answered`` it prints each flow
@@ -198,7 +198,7 @@ class GrpcReceiver:
 
 
 class GrpcReceiverProcess:
-    """``python -m tjobs.testing.grpc_receiver`` as a child process: started, read, killed for real."""
+    """``python -m testkit.grpc_receiver`` as a child process: started, read, killed for real."""
 
     def __init__(self, port: int = 0, print_answered: bool = False, answer_first: int | None = None) -> None:
         self.port = port
@@ -221,7 +221,7 @@ class GrpcReceiverProcess:
         return self._process.pid
 
     async def start(self) -> None:
-        command = [sys.executable, "-m", "tjobs.testing.grpc_receiver", "--port", str(self.port)]
+        command = [sys.executable, "-m", "testkit.grpc_receiver", "--port", str(self.port)]
         if self.print_answered:
             command.append("--print-answered")
         if self.answer_first is not None:
@@ -324,7 +324,7 @@ async def _serve(port: int, print_answered: bool, answer_first: int | None) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tjobs.testing.grpc_receiver", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m testkit.grpc_receiver", description=__doc__)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--print-answered", action="store_true")
     parser.add_argument("--answer-first", type=int, default=None)

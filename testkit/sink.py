@@ -1,10 +1,10 @@
 """The bench's callback sink: a separate process that records every callback and answers 204.
 
-Its HTTP server is a lean llhttp one (:mod:`tjobs.testing.sink_http`, ``SinkConfig.server="lean"``, the
+Its HTTP server is a lean llhttp one (:mod:`testkit.sink_http`, ``SinkConfig.server="lean"``, the
 default) or aiohttp's (``"aiohttp"``, what every bench used before 2026-11-29: about 2.5 times the CPU
 per callback, docs/benchmarks.md); both serve the same routes through :class:`CallbackRecorder`.
 
-It runs as ``python -m tjobs.testing.sink`` so it never shares the GIL with the registering client. The
+It runs as ``python -m testkit.sink`` so it never shares the GIL with the registering client. The
 parent (:class:`SinkProcess`) writes one JSON config line to the child's stdin, reads the bound port from
 its first stdout line, and stops it by closing stdin (so a dead parent never leaves a sink behind).
 
@@ -17,7 +17,7 @@ the records, in index order. ``GET /_stats`` returns counts as JSON;
 Signatures are verified, with the ``standardwebhooks`` library, for every ``verify_every``-th callback
 when the app's secrets are given (off by default: verification costs CPU the node needs).
 
-With ``consume`` (a consumer spec, :func:`tjobs.testing.consumers.consumer_from_spec`) the sink also
+With ``consume`` (a consumer spec, :func:`testkit.consumers.consumer_from_spec`) the sink also
 reads a broker destination or serves gRPC ``Receiver.Fire``, and records each message exactly as an
 HTTP callback (receive time = when the consumer got it); the first stdout line then also carries the
 consumer's ``address`` (:attr:`SinkProcess.consumer_address`), where a gRPC target must point.
@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import ClientSession, ClientTimeout, web
 
-from tjobs.testing import sink_http
+from testkit import sink_http
 
 if TYPE_CHECKING:
-    from tjobs.testing.consumers import Consumed
+    from testkit.consumers import Consumed
 
 CALLBACK_PATH = "/cb"
 _COLUMNS = ("recv_us", "task_id", "scheduled_ms", "flow", "attempt", "executor")
@@ -107,8 +107,8 @@ class SinkConfig:
     port: int = 0
     secrets: tuple[str, ...] = ()
     verify_every: int = 0  # verify the signature of every n-th callback; 0 = never
-    consume: Mapping[str, Any] | None = None  # a consumer spec (tjobs.testing.consumers.consumer_from_spec)
-    server: str = "lean"  # the HTTP server: "lean" (tjobs.testing.sink_http) or "aiohttp" (the first one)
+    consume: Mapping[str, Any] | None = None  # a consumer spec (testkit.consumers.consumer_from_spec)
+    server: str = "lean"  # the HTTP server: "lean" (testkit.sink_http) or "aiohttp" (the first one)
 
     def __post_init__(self) -> None:
         if self.server not in SINK_SERVERS:
@@ -251,7 +251,7 @@ async def _serve(config: SinkConfig) -> None:
         port = server.sockets[0].getsockname()[1]
     consumer = None
     if config.consume is not None:
-        from tjobs.testing.consumers import consumer_from_spec
+        from testkit.consumers import consumer_from_spec
 
         consumer = consumer_from_spec(config.consume)
         await consumer.start(recorder.consumed)
@@ -325,7 +325,7 @@ class SinkProcess:
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tjobs.testing.sink", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            sys.executable, "-m", "testkit.sink", stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.write(self.config.to_json() + b"\n")

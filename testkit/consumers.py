@@ -22,7 +22,7 @@ consumer acknowledges nothing (``AckPolicy.NONE``), the gRPC one answers ``OK`` 
 broker went away: a test that kills a broker reads with a fresh consumer once it is back.
 
 :func:`consumer_from_spec` builds one from a JSON object (``{"protocol": "amqp", ...}``), which is how
-the bench's sink process (:mod:`tjobs.testing.sink`) is told what to consume.
+the bench's sink process (:mod:`testkit.sink`) is told what to consume.
 """
 
 from __future__ import annotations

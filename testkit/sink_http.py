@@ -21,7 +21,7 @@ import httptools
 import orjson
 
 if TYPE_CHECKING:
-    from tjobs.testing.sink import CallbackRecorder
+    from testkit.sink import CallbackRecorder
 
 MAX_BODY_BYTES = 1024 * 1024
 _NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
