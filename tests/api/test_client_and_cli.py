@@ -267,7 +267,7 @@ async def test_cli_task_create_reaches_every_field_through_request_file(
     api_node: RunningNode, tenant: Tenant, tmp_path: Path
 ) -> None:
     env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "200"}
-    body = {
+    body: dict[str, Any] = {
         "schedule": {
             "kind": "cron",
             "expr": "0 3 * * *",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
@@ -26,6 +26,10 @@ from tjobs.settings import load_settings
 pytestmark = pytest.mark.asyncio
 
 ADMIN_KEY = "tja_rate_limit_admin_key"
+
+
+async def nothing_to_receive() -> MutableMapping[str, Any]:
+    raise AssertionError("the admission layer never reads the request body")
 
 
 @asynccontextmanager
@@ -294,23 +298,23 @@ async def test_admission_middleware_refuses_a_known_app_before_the_inner_layers(
 
     limits = ApiRateLimits(RateLimitSettings(app_requests_per_s=1, burst_s=1))
     middleware = AdmissionMiddleware(inner, limits, Directory({hash_api_key("tjk_known"): Known()}))  # type: ignore[arg-type]
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     def scope(key: str | None) -> dict[str, Any]:
         headers = [] if key is None else [(b"authorization", f"Bearer {key}".encode())]
         return {"type": "http", "method": "GET", "path": "/v1/app", "headers": headers}
 
-    await middleware(scope("tjk_known"), None, send)  # admitted: the inner layers run, told so
+    await middleware(scope("tjk_known"), nothing_to_receive, send)  # admitted: the inner layers run, told so
     assert len(reached) == 1 and reached[0][ADMITTED] == "app_known" and sent == []
-    await middleware(scope("tjk_known"), None, send)  # over the rate: answered here
+    await middleware(scope("tjk_known"), nothing_to_receive, send)  # over the rate: answered here
     assert len(reached) == 1
     assert sent[0]["status"] == 429 and (b"retry-after", b"1") in sent[0]["headers"]
     assert orjson_loads(sent[1]["body"])["error"]["code"] == "rate_limited"
-    await middleware(scope("tjk_unknown"), None, send)  # not known here: the full path decides
-    await middleware(scope(None), None, send)
+    await middleware(scope("tjk_unknown"), nothing_to_receive, send)  # not known here: the full path decides
+    await middleware(scope(None), nothing_to_receive, send)
     assert len(reached) == 3 and ADMITTED not in reached[1] and ADMITTED not in reached[2]
 
 
@@ -353,7 +357,7 @@ async def test_a_connection_refused_again_is_answered_when_the_apps_bucket_would
     async def hold(seconds: float) -> None:
         events.append(("hold", round(seconds, 6)))
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         events.append(("send", message.get("status", "body")))
 
     now = [100.0]
@@ -367,7 +371,7 @@ async def test_a_connection_refused_again_is_answered_when_the_apps_bucket_would
 
     async def request(path: str, port: int = 50000, key: str = "tjk_known") -> list[tuple[str, Any]]:
         events.clear()
-        await middleware(scope(path, port, key), None, send)
+        await middleware(scope(path, port, key), nothing_to_receive, send)
         return list(events)
 
     refused_now = [("send", 429), ("send", "body")]

@@ -122,11 +122,12 @@ class ChaosClient:
             except httpx.HTTPError:
                 self.book.unanswered_creates += 1
                 return None
+        answer_body: Any
         try:
-            body = reply.json()
+            answer_body = reply.json()
         except ValueError:
-            body = None
-        answer, task_id = create_answer(reply.status_code, body)
+            answer_body = None
+        answer, task_id = create_answer(reply.status_code, answer_body)
         if answer == "unanswered":
             self.book.unanswered_creates += 1  # the server may or may not have kept it
         elif answer in ("refused", "unavailable"):

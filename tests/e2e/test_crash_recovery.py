@@ -145,7 +145,7 @@ async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
                 # were in flight is what the receiver saw before the kill: on a loaded machine some
                 # /slow instants fire only after it (the restarted node sends those once).
                 in_flight = {
-                    r.headers.get("tjobs-task-id")
+                    r.headers.get("tjobs-task-id", "")
                     for r in receiver.requests
                     if r.path == "/slow" and r.received_at_ns // 1_000_000 < killed_at
                 }

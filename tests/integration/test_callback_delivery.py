@@ -23,9 +23,8 @@ from tjobs.clock import SystemClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.retry import Outcome
 from tjobs.delivery.signing import generate_secret
-from tjobs.delivery.transport import CallbackRequest
+from tjobs.delivery.transport import CallbackRequest, Outcome
 from tjobs.model import (
     App,
     DeliveryMode,

@@ -27,9 +27,8 @@ import httpx
 import orjson
 import pymysql
 import pytest
-from click.testing import Result
 from sqlalchemy.engine import make_url
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from sharding import shard_of_task_id
 from sharding.shard_map import ShardMap
@@ -42,9 +41,20 @@ from tjobs.cli.main import app
 from tjobs.clock import SystemClock
 from tjobs.cluster.etcd import EtcdCoordinator, _host_port
 from tjobs.cluster.local import LocalCoordinator
-from tjobs.cluster.shard_move import CATCHING_UP, CUTTING_OVER, DONE, MoveRefused, ShardMover
+from tjobs.cluster.shard_move import MoveRefused, ShardMover
 from tjobs.errors import StaleShardMap
-from tjobs.model import FireIntent, FirePlan, FlowKind, FlowStatus, NewFlow, Task, TaskStatus
+from tjobs.model import (
+    CATCHING_UP,
+    CUTTING_OVER,
+    DONE,
+    FireIntent,
+    FirePlan,
+    FlowKind,
+    FlowStatus,
+    NewFlow,
+    Task,
+    TaskStatus,
+)
 from tjobs.settings import ClusterSettings, Settings, load_settings
 from tjobs.stores.base import TaskStore
 from tjobs.stores.copy_pace import CopyPace

@@ -26,6 +26,7 @@ import nats
 import orjson
 import pytest
 import redis.asyncio
+from redis.typing import EncodableT, FieldT
 
 from tjobs.delivery.amqp_transport import AmqpTransport
 from tjobs.delivery.broker import BrokerTransport
@@ -139,6 +140,7 @@ async def test_the_documented_amqp_consumer_handles_each_flow_once_and_refuses_a
 
     async def on_message(message: aiormq.abc.DeliveredMessage) -> None:
         await documented_on_message(message)
+        assert isinstance(message.delivery, aiormq.spec.Basic.Deliver)
         settled.append(str(message.delivery.delivery_tag))
 
     example["on_message"] = on_message
@@ -251,8 +253,12 @@ async def test_the_documented_redis_stream_consumer_handles_each_flow_once_and_r
 
         async def retry_whose_answer_was_lost(request: CallbackRequest) -> None:
             # Redis before 8.6 cannot tell: the retry is a second entry with the same flow_id
-            fields = {"flow_id": request.flow_id, "headers": orjson.dumps(dict(request.headers))}
-            await observer.xadd(stream, {**fields, "body": request.body or b""})
+            fields: dict[FieldT, EncodableT] = {
+                "flow_id": request.flow_id,
+                "headers": orjson.dumps(dict(request.headers)),
+                "body": request.body or b"",
+            }
+            await observer.xadd(stream, fields)
 
         async with running(example) as consumer:
             await until(consuming, "the consumer created its group")

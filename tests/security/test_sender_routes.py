@@ -18,9 +18,8 @@ from aiohttp.abc import ResolveResult
 
 from tests.http_transports import HTTP_TRANSPORTS, HttpTransportClass
 from tests.receiver import Receiver
-from tjobs.delivery.retry import Outcome
 from tjobs.delivery.ssrf import TargetGuard
-from tjobs.delivery.transport import CallbackRequest, Transport
+from tjobs.delivery.transport import CallbackRequest, Outcome, Transport
 from tjobs.settings import CallbackSettings
 
 DNS = {"hook.test": ["127.0.0.1"], "other.test": ["127.0.0.1"], "two.test": ["127.0.0.3", "127.0.0.1"]}

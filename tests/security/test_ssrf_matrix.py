@@ -51,9 +51,8 @@ from aiohttp.abc import ResolveResult
 
 from tests.http_transports import HTTP_TRANSPORTS
 from tjobs.clock import ManualClock
-from tjobs.delivery.retry import Outcome
 from tjobs.delivery.ssrf import RESOLVE_CACHE_TTL_MS, AllowList, TargetGuard, classify_address
-from tjobs.delivery.transport import AttemptResult, CallbackRequest, Transport
+from tjobs.delivery.transport import AttemptResult, CallbackRequest, Outcome, Transport
 from tjobs.errors import InvalidInput
 from tjobs.service.validation import normalize_callback
 from tjobs.settings import CallbackSettings, LimitSettings

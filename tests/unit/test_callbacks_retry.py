@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tjobs.clock import datetime_to_ms
-from tjobs.delivery.retry import Outcome, TargetRejected, classify, compute_backoff_ms, parse_retry_after
+from tjobs.delivery.retry import classify, compute_backoff_ms, parse_retry_after
+from tjobs.delivery.transport import Outcome, TargetRejected
 
 # ---- backoff ---------------------------------------------------------------------------------------
 

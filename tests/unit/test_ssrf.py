@@ -25,9 +25,8 @@ from tests.http_transports import HTTP_TRANSPORTS, HttpTransportClass
 from tests.receiver import Receiver
 from tjobs.clock import ManualClock
 from tjobs.delivery import ssrf
-from tjobs.delivery.retry import Outcome
 from tjobs.delivery.ssrf import AllowList, TargetGuard, classify_address
-from tjobs.delivery.transport import AttemptResult, CallbackRequest, Route, Transport
+from tjobs.delivery.transport import AttemptResult, CallbackRequest, Outcome, Route, Transport
 from tjobs.errors import InvalidInput
 from tjobs.settings import CallbackSettings
 
