@@ -1,0 +1,37 @@
+"""The storage seam, cut by role: one abstract base per role, the contract written once in its docstrings.
+
+=====================  ==============================================================================
+:class:`FirePath`      load due tasks, commit fires, record delivery outcomes, lease stale flows
+:class:`TaskRecords`   tasks and flows for owners: create, read, edit, delete, search, count, purge
+:class:`Tenants`       apps and their named delivery targets
+:class:`ServiceLevels` every node's per-minute delivery counts
+:class:`ShardAdmin`    servers, the shard map and its fence, moves, the layout record, sessions
+=====================  ==============================================================================
+
+Every role shares :class:`StoreLifecycle` (topology, start, close, ping). :class:`tjobs.stores.base.
+TaskStore` is all of them at once: the one object a node takes. A component that needs one role takes
+that role's type. Each store (the memory twin, SQLAlchemy on SQLite or MariaDB) passes one contract
+suite per role in ``tests/contract``.
+"""
+
+from __future__ import annotations
+
+from tjobs.stores.contracts.fire_path import FirePath, FirePlanner
+from tjobs.stores.contracts.lifecycle import StoreLifecycle
+from tjobs.stores.contracts.service_levels import ServiceLevels
+from tjobs.stores.contracts.shard_admin import ServerSessions, ShardAdmin
+from tjobs.stores.contracts.tasks import DEAD_LETTERS, EDITABLE_FIELDS, TaskRecords
+from tjobs.stores.contracts.tenants import Tenants
+
+__all__ = [
+    "DEAD_LETTERS",
+    "EDITABLE_FIELDS",
+    "FirePath",
+    "FirePlanner",
+    "ServerSessions",
+    "ServiceLevels",
+    "ShardAdmin",
+    "StoreLifecycle",
+    "TaskRecords",
+    "Tenants",
+]

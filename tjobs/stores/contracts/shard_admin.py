@@ -1,0 +1,108 @@
+"""Shard administration: the database servers behind the shards, the shard map that places logical
+databases on them (:mod:`sharding.shard_map`), the layout record, the moves, and other nodes' sessions.
+
+A store on one server (SQLite, the memory twin) answers with the defaults here: one server named
+``local``, no sessions to end, no moves; the memory twin keeps its recorded map for as long as it lives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sharding.shard_map import ShardMap
+from tjobs.stores.contracts.lifecycle import StoreLifecycle
+
+if TYPE_CHECKING:
+    from tjobs.stores.sql_move import MoveRow
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSessions:
+    """Sessions of one node on one database server, as recorded for :meth:`ShardAdmin.end_sessions`."""
+
+    booted_at_s: int  # the server's start (epoch s): session ids are unique only within one run
+    ids: list[int]
+
+
+class ShardAdmin(StoreLifecycle):
+    """Servers, the shard map and its fence, moves, the layout record, sessions."""
+
+    async def check_layout(self) -> None:
+        """Refuse to run on data written for another layout (topology, database prefix, servers):
+        raise :class:`tjobs.stores.layout_record.StorageLayoutMismatch` naming each difference, or
+        ``StorageNotMigrated`` without a layout record; record the layout if it is not yet (a first
+        start). A node calls it once after :meth:`start`. Nothing persists in memory: no-op there."""
+        return None
+
+    # ---- database servers: per-server health and fencing ------------------------------------
+
+    def database_servers(self) -> list[str]:
+        """The names of the database servers this store spans, in topology order: ``host:port`` on
+        MariaDB, the file on SQLite; never credentials. A store on one server names it once."""
+        return ["local"]
+
+    def server_of_shard(self, shard: int) -> str:
+        """The name (one of :meth:`database_servers`) of the server holding ``shard``."""
+        return self.database_servers()[0]
+
+    async def ping_server(self, server: str) -> None:
+        """Raise :class:`tjobs.errors.StorageUnavailable` unless ``server`` answers."""
+        await self.ping()
+
+    def fire_sessions(self) -> dict[str, ServerSessions]:
+        """Per server name, the ids of this store's open connections that can hold task row locks
+        (MariaDB ``CONNECTION_ID()``), for a successor to end (:meth:`end_sessions`); empty where
+        sessions cannot be ended from outside (SQLite, memory)."""
+        return {}
+
+    async def end_sessions(self, server: str, sessions: ServerSessions) -> int:
+        """End another node's sessions (its :meth:`fire_sessions`) on ``server``: their open
+        transactions roll back and their row locks are released at once. Ids no longer open are
+        skipped, and nothing is ended if the server restarted since they were recorded (ids start
+        again at a restart, so they may name someone else's sessions). Returns how many were ended."""
+        return 0
+
+    # ---- the shard map: which server holds each logical database (sharding/shard_map.py) -------
+
+    def configured_servers(self) -> list[str]:
+        """The names of the configured servers (``storage.urls``), in the configured order."""
+        return self.database_servers()
+
+    def seed_shard_map(self) -> ShardMap:
+        """The map the configured list gives at epoch 1: instance ``i`` on ``urls[i % len(urls)]``."""
+        return ShardMap.seed(self.configured_servers(), self.topology)
+
+    def use_shard_map(self, shard_map: ShardMap) -> None:
+        """Route by ``shard_map`` from now on, and write under its epoch: a logical database whose
+        fence admits only a later epoch refuses the write (:class:`tjobs.errors.StaleShardMap`,
+        nothing written; :mod:`tjobs.stores.shard_fence`). A map no newer than the one in use is
+        ignored. Before the first call the store routes by :meth:`seed_shard_map` under epoch 0."""
+        if self._shard_map_in_use is None or shard_map.epoch > self._shard_map_in_use.epoch:
+            self._shard_map_in_use = shard_map
+
+    def shard_map(self) -> ShardMap | None:
+        """The map in use (:meth:`use_shard_map`), ``None`` before the first."""
+        return self._shard_map_in_use
+
+    async def read_shard_map(self) -> ShardMap | None:
+        """The embedded mode's recorded map (a cluster keeps its map in etcd); ``None`` before the first."""
+        return self._recorded_shard_map
+
+    async def swap_shard_map(self, new: ShardMap, expected_epoch: int | None) -> bool:
+        """Record ``new`` if the recorded map is at ``expected_epoch`` (``None``: if none is recorded);
+        whether it was recorded. The embedded coordinator's storage of the map."""
+        recorded = self._recorded_shard_map
+        if (recorded.epoch if recorded is not None else None) != expected_epoch:
+            return False
+        self._recorded_shard_map = new
+        return True
+
+    async def read_shard_moves(self) -> list[MoveRow]:
+        """The moves of logical databases recorded (``tjobs shards move``: in progress, or done and
+        waiting for ``drop-old``), by database; read only. Only MariaDB databases move: other stores
+        record none."""
+        return []
+
+    _shard_map_in_use: ShardMap | None = None
+    _recorded_shard_map: ShardMap | None = None  # memory: the record lives as long as the store

@@ -1,0 +1,197 @@
+"""Tasks and their flows as owners see them: create, read, edit, delete, search, count, re-drive, purge.
+
+Routing is by shard: a task id carries its shard (:func:`sharding.shard_of_task_id`), an idempotency
+key maps to one shard (:func:`sharding.shard_for_key`), and a flow lives in its task's shard.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Collection, Mapping, Sequence
+
+from tjobs.errors import StorageUnavailable
+from tjobs.model import Flow, FlowStatus, Task, TaskStatus
+from tjobs.stores.contracts.lifecycle import StoreLifecycle
+from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
+
+DEAD_LETTERS = "dead_letters"
+"""The key of an app's dead flows in :meth:`TaskRecords.count_by_app` (beside the task statuses)."""
+
+EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
+"""The task fields an owner's edit may set (:meth:`TaskRecords.edit_task`)."""
+
+
+class TaskRecords(StoreLifecycle):
+    """The task and flow rows behind the API, the console and retention."""
+
+    # ---- tasks ------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def insert_task(self, task: Task) -> Task:
+        """Insert a new task into the shard its id names.
+
+        If ``task.key`` is set and ``(app_id, key)`` already exists, raise
+        :class:`tjobs.errors.DuplicateKey` carrying the existing task id; the unique index decides,
+        so concurrent inserts of one key leave exactly one row. A server that cannot be reached, or
+        does not answer within the store's create timeout, raises
+        :class:`tjobs.errors.StorageUnavailable` if nothing was sent (nothing stored) and
+        :class:`tjobs.errors.StorageOutcomeUnknown` if the write was sent and may have committed.
+        """
+
+    @abstractmethod
+    async def insert_tasks(self, tasks: Sequence[Task]) -> list[Task | int | StorageUnavailable]:
+        """Insert many; per item the stored task, the existing task id on a duplicate key, or the
+        :class:`tjobs.errors.StorageUnavailable` of an item whose database server could not be reached or
+        did not answer in time (:class:`tjobs.errors.StorageOutcomeUnknown` if its write may have
+        committed): the items of servers that answered are stored all the same.
+
+        Never fails part-way for a taken id: an item whose freshly minted id is already stored is
+        stored under another id of the same shard (:meth:`sharding.TaskIdGenerator.remint`), and the
+        returned task carries it. (A caller that re-minted and retried the whole batch instead would
+        store the items already written twice.)
+        """
+
+    @abstractmethod
+    async def get_task(self, task_id: int) -> Task | None: ...
+
+    @abstractmethod
+    async def find_task_by_key(self, app_id: str, key: str) -> Task | None: ...
+
+    @abstractmethod
+    async def update_task(self, task: Task, expected_version: int) -> Task:
+        """Replace the mutable fields of ``task`` if the row is still at ``expected_version``.
+
+        The stored version becomes ``expected_version + 1`` (returned); otherwise raise
+        :class:`tjobs.errors.VersionConflict` (or :class:`tjobs.errors.NotFound` if gone). Any
+        wheel entry holding the old version can then no longer fire (invariant 1, docs/design.md).
+        """
+
+    @abstractmethod
+    async def edit_task(
+        self,
+        task: Task,
+        fields: Collection[str],
+        *,
+        expected_revision: int | None = None,
+        from_status: TaskStatus | None = None,
+    ) -> Task:
+        """Apply an owner's edit to the stored row in one atomic step; return the row afterwards.
+
+        Only ``fields`` (names of :data:`EDITABLE_FIELDS`) are copied from ``task``, so a fire that
+        committed since ``task`` was read keeps its progress. ``"schedule"`` also takes ``task``'s
+        ``next_run_at_ms``, restarts ``fire_count`` at 0 and reopens a ``completed`` task as
+        ``active``. ``updated_at_ms`` is always taken; ``version`` and ``revision`` grow by one.
+
+        With ``expected_revision``, raise :class:`tjobs.errors.VersionConflict` (carrying the stored
+        revision) unless the row is at that revision; fires never move it. With ``from_status``,
+        a row in another status is returned unchanged. Raise :class:`tjobs.errors.NotFound` if the
+        task is gone.
+        """
+
+    @abstractmethod
+    async def delete_task(self, task_id: int) -> bool:
+        """Delete the task row; its flows stay as history. ``False`` if it did not exist."""
+
+    @abstractmethod
+    async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
+        """Delete the task row and, in the same transaction, mark its ``pending`` flows ``cancelled``
+        (``next_attempt_at_ms`` cleared, ``updated_at_ms = now_ms``), so no node sends them again.
+
+        Every flow stays as history; a ``sending`` (at-most-once) flow keeps its status, since its
+        single attempt is already under way and its outcome is still to be recorded. ``False``, and
+        nothing changed, if the task did not exist.
+        """
+
+    @abstractmethod
+    async def delete_app_tasks(self, app_id: str, shard: int, limit: int, now_ms: int) -> int:
+        """Delete up to ``limit`` of the app's tasks in ``shard``, each as
+        :meth:`delete_task_cancelling_flows` deletes one, in one transaction; return how many went
+        (fewer than ``limit``: none of the app's tasks is left there)."""
+
+    @abstractmethod
+    async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
+        """The app's tasks in one shard, ascending id, strictly after ``after_id``."""
+
+    # ---- flows --------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def insert_manual_flow(self, task_id: int, flow: Flow) -> Flow:
+        """Record a manual ("trigger now") fire; raise :class:`tjobs.errors.Conflict` if it exists."""
+
+    @abstractmethod
+    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None: ...
+
+    @abstractmethod
+    async def list_flows(self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None) -> list[Flow]:
+        """A task's flows, newest ``scheduled_at_ms`` first."""
+
+    @abstractmethod
+    async def list_flows_by_status(
+        self,
+        shard: int,
+        status: FlowStatus,
+        app_id: str | None,
+        limit: int,
+        after: tuple[int, int] | None = None,
+    ) -> list[Flow]:
+        """Flows of ``shard`` in ``status`` (dead letters, for instance), ordered by (task, instant)."""
+
+    @abstractmethod
+    async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:
+        """Put a ``dead`` flow back to ``pending`` (attempts kept, next attempt ``now_ms``).
+
+        Returns the flow as stored afterwards, or ``None`` if it does not exist or is not dead
+        (only a dead letter can be re-driven; nothing is changed then).
+        """
+
+    # ---- searches across shards (tjobs/stores/queries.py: the queries, the orders, the positions) ----
+
+    @abstractmethod
+    async def search_flows(
+        self, query: FlowQuery, reads: Mapping[int, FlowPosition | None], limit: int
+    ) -> dict[int, list[Flow]]:
+        """For each shard of ``reads``: up to ``limit`` of its flows matching ``query``, newest first
+        (``(scheduled_at_ms, task_id)`` descending), strictly after the shard's position (``None``:
+        from the newest). A shard that returns fewer than ``limit`` has no more.
+
+        Reads only, and never a scan: each shard is one ordered index range (the app and, when given,
+        the status, scheduled_at; a task's own flows by the primary key), read up to ``limit`` rows.
+        The shards of one logical database are read in one statement, a few statements at a time per
+        server, so a search takes no more of a server than that however many shards it reads.
+        """
+
+    @abstractmethod
+    async def search_tasks(
+        self, query: TaskQuery, reads: Mapping[int, TaskPosition | None], limit: int
+    ) -> dict[int, list[Task]]:
+        """For each shard of ``reads``: up to ``limit`` of its tasks matching ``query`` in the query's
+        order (newest first: ``id`` descending; with a name prefix: ``(name, id)`` ascending), strictly
+        after the shard's position. A shard that returns fewer than ``limit`` has no more.
+
+        Reads only, as :meth:`search_flows`: each shard is one ordered index range of the app's tasks
+        (by name, status, schedule kind, or id; a key is one row of the unique key), other filters
+        applied on that range.
+        """
+
+    # ---- counts -------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def count_tasks(self, app_id: str, shard: int, status: TaskStatus | None = None) -> int:
+        """How many of the app's tasks live in ``shard`` (in ``status``, when given)."""
+
+    @abstractmethod
+    async def count_by_app(self, database_index: int) -> dict[str, dict[str, int]]:
+        """Every app's tasks per status, and its dead letters (key :data:`DEAD_LETTERS`), over the
+        shards of one logical database: one statement, no locks. Apps with nothing there are absent."""
+
+    @abstractmethod
+    async def count_rows(self, database_index: int) -> dict[str, int]:
+        """How many tasks and flows (keys ``tasks``, ``flows``) one logical database holds, over all
+        its shards: one statement, no locks (``tjobs shards status``, ``GET /v1/shards``)."""
+
+    # ---- retention ----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def purge(self, shard: int, finished_before_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` terminal flows scheduled before the cutoff and completed tasks
+        last updated before it; return how many rows went. Small batches: never a long lock."""
