@@ -26,10 +26,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sharding import Topology
+from testkit.children import REPO
 from testkit.node_process import _merge, free_port, to_toml
 from tjobs.clock import iso_ms
 
-REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
 ADMIN_KEY = "tja_rig_admin_" + "x" * 16
 ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}

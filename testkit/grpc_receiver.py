@@ -38,6 +38,7 @@ from types import TracebackType
 import grpc
 from grpc import aio
 
+from testkit.children import checkout_env
 from tjobs.delivery.grpc_proto import receiver_pb2, receiver_pb2_grpc
 
 LOOPBACK = "127.0.0.1"
@@ -227,7 +228,7 @@ class GrpcReceiverProcess:
         if self.answer_first is not None:
             command += ["--answer-first", str(self.answer_first)]
         process = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=checkout_env()
         )
         assert process.stdout is not None
         try:

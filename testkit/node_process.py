@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testkit.children import checkout_env
 from tjobs.errors import TjobsError
 
 
@@ -234,6 +235,7 @@ def node_process(
                 [sys.executable, *serve_command, "--config", str(config_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=checkout_env(),  # a serve_command of this checkout (-m benchmarks.…) finds its modules
             )
         try:
             base_url = f"http://127.0.0.1:{port}"

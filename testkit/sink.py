@@ -40,6 +40,7 @@ import orjson
 from aiohttp import ClientSession, ClientTimeout, web
 
 from testkit import sink_http
+from testkit.children import checkout_env
 
 if TYPE_CHECKING:
     from testkit.consumers import Consumed
@@ -325,7 +326,12 @@ class SinkProcess:
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "testkit.sink", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            sys.executable,
+            "-m",
+            "testkit.sink",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=checkout_env(),
         )
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.write(self.config.to_json() + b"\n")

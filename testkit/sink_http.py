@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, cast
+from collections.abc import Mapping
+from typing import Protocol, cast
 
 import httptools
 import orjson
-
-if TYPE_CHECKING:
-    from testkit.sink import CallbackRecorder
 
 MAX_BODY_BYTES = 1024 * 1024
 _NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
@@ -30,6 +28,24 @@ _TOO_LARGE = b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _CALLBACK_PATH = b"/cb"
 LINGER_S = 1.0  # a refused connection is read (and dropped) this long before it is closed
+
+
+class _Records(Protocol):
+    def to_bytes(self) -> bytes: ...
+
+
+class CallbackRecorder(Protocol):
+    """What this server records through: :class:`testkit.sink.CallbackRecorder` (which imports this module,
+    so the server names only what it calls)."""
+
+    @property
+    def records(self) -> _Records: ...
+
+    def record(self, recv_us: int, headers: Mapping[str, str]) -> bool: ...
+
+    def check_signature(self, headers: Mapping[str, str], body: bytes) -> None: ...
+
+    def current_stats(self) -> object: ...
 
 
 def _answer(content_type: bytes, body: bytes) -> bytes:
