@@ -24,7 +24,19 @@ from sharding.shard_map import ShardMap
 from tjobs.errors import TjobsError
 from tjobs.settings import StorageSettings
 from tjobs.stores.schema import LAYOUT_TABLE, layout_table
+from tjobs.stores.schema_revision import StorageNotMigrated, check_schema_revision
 from tjobs.stores.sql_layout import Layout
+
+__all__ = [
+    "ShardMapMismatch",
+    "StorageLayoutMismatch",
+    "StorageNotMigrated",  # defined beside the schema revision it is about; imported from here too
+    "check_facts",
+    "check_shard_map",
+    "ensure_layout",
+    "layout_facts",
+    "recorded_layout",
+]
 
 _LAYOUT = layout_table(MetaData())
 
@@ -37,10 +49,6 @@ class ShardMapMismatch(StorageLayoutMismatch):
     """The configured servers (``storage.urls``) are not the shard map's: refused (a configuration
     mistake is refused, never absorbed) until the list is corrected, or the operator re-seeds the
     map's server list (``tjobs shards reseed``)."""
-
-
-class StorageNotMigrated(TjobsError):
-    """The databases lack the newest schema: ``tjobs migrate`` has not been run on them."""
 
 
 def layout_facts(settings: StorageSettings) -> dict[str, str]:
@@ -101,8 +109,6 @@ async def ensure_layout(engine: AsyncEngine, layout: Layout, settings: StorageSe
     Raises :class:`StorageLayoutMismatch` on a difference, :class:`StorageNotMigrated` if the layout
     table does not exist or the schema is behind this version's (:mod:`tjobs.stores.schema_revision`).
     """
-    from tjobs.stores.schema_revision import check_schema_revision  # it raises this module's StorageNotMigrated
-
     expected = layout_facts(settings)
     for _ in range(2):  # a concurrent first start may record the same facts: read them back once
         async with engine.begin() as conn:

@@ -19,11 +19,15 @@ from typing import Any
 from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from tjobs.stores.layout_record import StorageNotMigrated
+from tjobs.errors import TjobsError
 from tjobs.stores.sql_layout import MYSQL, Layout
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 VERSION_TABLE = "alembic_version"
+
+
+class StorageNotMigrated(TjobsError):
+    """The databases lack the newest schema: ``tjobs migrate`` has not been run on them."""
 
 
 @functools.cache
