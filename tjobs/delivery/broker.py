@@ -17,8 +17,11 @@ Here, for every attempt: the request must name a target of the transport's proto
 permanent); the target policy is asked first, if any (a reason: permanent, vetoed; ``OSError`` or
 ``TimeoutError``: retryable), and only its verdict is used, since a broker address is not an HTTP
 route; the whole attempt (connecting, publishing, the broker's acknowledgement) runs within
-``timeout_ms``; and ``error`` is short and scrubbed of the target's credential values and of any
-user info in a URL (:func:`scrub`). ``status`` is always ``None``: a broker's answer is no HTTP status.
+``timeout_ms``; an attempt cancelled (or past ``timeout_ms``) while its publish was answered is
+cancelled (or timed out), not a result, even where the client library's ``asyncio.wait_for``
+swallowed the cancellation (:func:`tjobs.cancellation.cancellable`); and ``error`` is short and
+scrubbed of the target's credential values and of any user info in a URL (:func:`scrub`). ``status``
+is always ``None``: a broker's answer is no HTTP status.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar, Generic, TypeVar, cast
 
+from tjobs.cancellation import cancellable
 from tjobs.clock import Clock, SystemClock
 from tjobs.delivery.transport import (
     MAX_ERROR_CHARS,
@@ -113,7 +117,7 @@ class BrokerTransport(Transport, Generic[SettingsT]):
             credentials = target.credentials
             await self._check_policy(request)
             async with asyncio.timeout(request.timeout_ms / 1000):
-                await self._publish(request, target, cast(SettingsT, target.settings))
+                await cancellable(self._publish(request, target, cast(SettingsT, target.settings)))
         except asyncio.CancelledError:
             raise
         except (BrokerRefused, NotThisProtocol, TargetRejected) as exc:

@@ -10,7 +10,10 @@ Connections: one per (servers, credentials), opened by the first send that needs
 publish at once (each waits for its own ack on the connection's shared reply subscription). The
 client does not reconnect by itself: a connection the server dropped is closed, and the next send
 connects again, so while the server is down sends fail fast instead of queueing in a reconnect
-buffer, and once it is back they deliver again.
+buffer, and once it is back they deliver again. nats-py connects within ``asyncio.wait_for``, which
+on Python 3.11 loses a cancellation that comes as the connection opens (CPython gh-86296); an
+attempt cancelled (or past its deadline) then raises before it publishes, since nothing but its
+deadline bounds the wait for the ack (:func:`tjobs.cancellation.cancellable`).
 
 The publish itself is written here, below nats-py's ``JetStreamContext.publish``: nats-py connects,
 reads, parses and routes each ack to its reply inbox, but the ``HPUB`` command is built in one step
@@ -53,6 +56,7 @@ import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from tjobs.cancellation import cancellable
 from tjobs.clock import Clock
 from tjobs.delivery.broker import BrokerBusy, BrokerRefused, BrokerTransport
 from tjobs.delivery.transport import CallbackRequest, TargetPolicy
@@ -254,7 +258,7 @@ class NatsTransport(BrokerTransport[NatsTarget]):
         if server is None:
             server = self._servers[key] = _Server(key)
         command = Command.of(settings.subject, settings.stream, request.headers, request.flow_id)
-        client = await server.connected()
+        client = await cancellable(server.connected())  # nats-py connects within wait_for (gh-86296)
         try:
             data = await server.publish(client, command, request.body or b"")
         except _NoResponders:

@@ -27,7 +27,7 @@ the attempt's deadline bounds the write and the read. (With a socket timeout red
 the attempt would go on to read its answer and come back delivered.) A cancelled attempt raises
 :class:`asyncio.CancelledError`, redis-py closing the connection it interrupted, so that answer is
 never read as the next ``XADD``'s; a cancellation absorbed below all the same is raised once the
-call returns.
+call returns (:mod:`tjobs.delivery.broker`).
 
 What the answers mean: an entry id — :attr:`Outcome.DELIVERED`; ``WRONGPASS``/``NOAUTH`` (wrong or
 missing credentials), ``NOPERM`` (the user may not write that key) and ``WRONGTYPE`` (the key holds
@@ -152,16 +152,7 @@ class RedisStreamTransport(BrokerTransport[RedisStreamTarget]):
             if not settings.url.startswith(("redis://", "rediss://")):
                 raise BrokerRefused("the server URL must be redis://host:port/db or rediss://…")
             server = self._servers[key] = _Server(key)
-        task = asyncio.current_task()
-        cancels = task.cancelling() if task is not None else 0  # cancellations asked before this attempt
-        try:
-            await _xadd(server, request, settings)
-        except Exception as exc:
-            if task is not None and task.cancelling() > cancels:  # the cancellation, turned into an error
-                raise asyncio.CancelledError from exc
-            raise
-        if task is not None and task.cancelling() > cancels:  # cancelled, and the cancellation absorbed
-            raise asyncio.CancelledError
+        await _xadd(server, request, settings)
 
 
 async def _xadd(server: _Server, request: CallbackRequest, settings: RedisStreamTarget) -> None:

@@ -1,0 +1,44 @@
+"""A cancellation asked during a call is raised, even where the call swallowed it (CPython gh-86296).
+
+Python 3.11's :func:`asyncio.wait_for` returns its inner awaitable's result when the task awaiting it
+is cancelled just as that awaitable finishes: the cancellation is lost, and the task goes on as if
+nobody had asked. Libraries call ``wait_for`` inside their own calls (nats-py's connect, redis-py's
+write with a socket timeout, asyncmy's connect, SQLAlchemy's pool checkout), so the loss reaches any
+code that awaits them: an attempt cancelled at its deadline goes on to publish and wait for an answer
+with no bound left, or reports a result although it was cancelled.
+
+:func:`cancellable` awaits such a call and raises :class:`asyncio.CancelledError` if the task's
+:meth:`asyncio.Task.cancelling` count rose during it, whatever the call returned or raised. Inside
+an ``asyncio.timeout`` block that error becomes the block's :class:`TimeoutError`, as the deadline
+meant. A cancellation asked before the call (a task already cleaning up after one) is not raised
+again, and one the call itself handled (``uncancel``: an inner ``asyncio.timeout`` that expired) does
+not count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def cancellable(call: Awaitable[T]) -> T:
+    """Await ``call``; raise :class:`asyncio.CancelledError` if the current task was asked to cancel
+    meanwhile and ``call`` returned, or raised something else, all the same (see the module docstring)."""
+    task = asyncio.current_task()
+    if task is None:  # not in a task: nothing can cancel it
+        return await call
+    asked = task.cancelling()
+    try:
+        result = await call
+    except asyncio.CancelledError:
+        raise
+    except Exception as failure:
+        if task.cancelling() > asked:  # the cancellation, turned into another error
+            raise asyncio.CancelledError from failure
+        raise
+    if task.cancelling() > asked:  # the cancellation, turned into a result
+        raise asyncio.CancelledError
+    return result
