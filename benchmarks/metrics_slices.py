@@ -213,6 +213,7 @@ def compare(slices: Sequence[Slice]) -> dict[str, Any]:
 def serve_alternating(config: Path, slices_out: Path, slice_s: float, control: bool) -> None:
     """``tjobs serve --config FILE`` plus :func:`alternate_metrics` once the node has started."""
     from tjobs.api.server import run, serve
+    from tjobs.console import include_console
     from tjobs.observability.logs import configure_logging
     from tjobs.settings import load_settings
 
@@ -223,7 +224,7 @@ def serve_alternating(config: Path, slices_out: Path, slice_s: float, control: b
         task = asyncio.create_task(alternate_metrics(node, slice_s, slices_out, control), name="metrics-slices")
         background.add(task)
 
-    run(serve(load_settings(config), after_start=after_start))
+    run(serve(load_settings(config), after_start=after_start, mount=include_console))
 
 
 def main() -> None:

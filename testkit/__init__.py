@@ -25,6 +25,7 @@ from tjobs.api import create_api
 from tjobs.api.app import create_app_record
 from tjobs.api.lean_heartbeat import heartbeat_protocol
 from tjobs.api.server import ApiServer
+from tjobs.console import include_console
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.model import App
 from tjobs.node import Node, NodeParts
@@ -60,6 +61,7 @@ async def run_node(
     settings = settings.model_copy(update={"api": settings.api.model_copy(update={"port": port})})
     node = Node(settings, parts)
     api = create_api(node)
+    include_console(api, node)  # as tjobs serve mounts it
     config = uvicorn.Config(
         api,
         host="127.0.0.1",

@@ -1,4 +1,4 @@
-"""The records tjobs stores and passes between its parts: apps, tasks, flows, and fire plans.
+"""The records tjobs stores and passes between its parts: apps, tasks, flows, fire plans, attempt results.
 
 Instants are UTC epoch milliseconds (``*_ms``) everywhere in this module; the API converts to and
 from tz-aware datetimes at the edge. A task's ``schedule`` and ``callback`` are typed, immutable values
@@ -300,3 +300,39 @@ class FlowUpdate:
     last_error: str | None = None
     routes: tuple[FlowRoute, ...] | None = None  # a pool flow's route log as it is now; None: unchanged
     attempt_log: AttemptLog | None = None  # the flow's attempt history as it is now; None: unchanged
+
+
+class Outcome(StrEnum):
+    """What one attempt means for its flow (the classification table: :mod:`tjobs.delivery.retry`; the
+    transport contract: :mod:`tjobs.delivery.transport`)."""
+
+    DELIVERED = "delivered"
+    RETRYABLE = "retryable"
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """What one attempt to one target gave.
+
+    ``status`` is the receiver's answer (``None`` when there was none: a timeout, a connection error,
+    a vetoed target). ``retry_after_ms`` is the delay a ``429``/``503`` asked for, already capped by
+    ``max_retry_after_s``; ``None`` when the receiver did not say. ``error`` is a short,
+    human-readable reason for anything but a delivery.
+    """
+
+    flow_id: str
+    url: str
+    attempt: int
+    outcome: Outcome
+    status: int | None
+    error: str | None
+    retry_after_ms: int | None
+    started_ms: int
+    duration_s: float
+
+
+# A shard move's recorded steps (``MoveRow.state``, :mod:`tjobs.cluster.shard_move`), in order; ``done``
+# once the shard map names the target.
+COPYING, CATCHING_UP, CUTTING_OVER, DONE = "copying", "catching_up", "cutting_over", "done"
+MOVE_STEPS = (COPYING, CATCHING_UP, CUTTING_OVER)  # the steps of a move in progress, in order

@@ -1,5 +1,8 @@
 """A background pass repeated every ``interval_s`` that stops between passes, never inside one.
 
+The compensator, retention, the service-level recorder and the disabled-apps refresh run on it; it
+imports nothing of tjobs, so any layer may (docs/design.md, "Layering").
+
 Cancelling a coroutine in the middle of a database call leaves the driver's work running (aiosqlite
 finishes it on its own thread and then reports to a loop that may be gone), so :meth:`stop` asks the
 loop to end, waits for the pass in progress up to ``timeout_s``, and only then cancels.

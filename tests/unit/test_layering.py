@@ -1,4 +1,4 @@
-"""No module reaches up a layer (docs/design.md, "Layering").
+"""No module reaches up a layer, and no modules or packages import each other (docs/design.md, "Layering").
 
 The layer table has one source: the fenced block under **Layering** in ``docs/design.md``, read here.
 Each line below the first starts with ``→`` and names one layer's packages or modules (the first
@@ -7,13 +7,19 @@ side, which imports only itself and ``wire``. The README's numbered layer list m
 
 Every module under ``tjobs/`` and ``sharding/`` is parsed (not imported), and every import in it is
 checked: at module level, inside functions and under ``TYPE_CHECKING``, relative ones resolved.
+
+The cycle checks read the imports that run: at module level and inside functions (an import moved into
+a function only postpones a cycle: the two modules still need each other when it runs), not those under
+``TYPE_CHECKING``, which name a type for the checker and never run. A type-only import cannot reach up
+a layer either (the layering check counts it), so a loop through one stays inside a layer.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,10 +76,36 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "tjobs"
 
 
-def imported_modules(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
-    """``(imported module, line)`` for every import of ours in the file, anywhere in it."""
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """Each file is parsed once for every check here."""
+    return ast.parse(path.read_text(), str(path))
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imported_modules(
+    module: str, path: Path, known: set[str], *, run_time_only: bool = False
+) -> Iterator[tuple[str, int]]:
+    """``(imported module, line)`` for every import of ours in the file, anywhere in it (with
+    ``run_time_only``, leaving out those under ``if TYPE_CHECKING:``, which never run)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = parsed(path)
+    type_only = {
+        id(node)
+        for branch in ast.walk(tree)
+        if run_time_only and isinstance(branch, ast.If) and is_type_checking(branch.test)
+        for statement in branch.body
+        for node in ast.walk(statement)
+    }
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in SCANNED_PACKAGES:
@@ -126,6 +158,51 @@ def layering_violations() -> list[str]:
     return violations
 
 
+@functools.cache
+def import_graph() -> dict[str, frozenset[str]]:
+    """Every scanned module -> the scanned modules it imports when it runs (module level and functions)."""
+    files = scanned_files()
+    known = set(files)
+    return {
+        module: frozenset(
+            imported for imported, _ in imported_modules(module, path, known, run_time_only=True) if imported in known
+        )
+        - {module}
+        for module, path in files.items()
+    }
+
+
+def package_graph(modules: Mapping[str, Set[str]]) -> dict[str, set[str]]:
+    """The same imports between the layer table's names (``tjobs.delivery.urls`` counts as ``delivery``)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in modules.items():
+        graph.setdefault(unit_of(module), set()).update(unit_of(each) for each in imported)
+    return {unit: targets - {unit} for unit, targets in graph.items()}
+
+
+def cycles(graph: Mapping[str, Set[str]]) -> set[frozenset[str]]:
+    """The groups of names that reach each other through ``graph`` (its strongly connected parts of two or more)."""
+    reach: dict[str, set[str]] = {}
+    for start in graph:
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph.get(name, ()))
+        reach[start] = seen
+    return {
+        frozenset({name} | {other for other in reach[name] if name in reach.get(other, ())})
+        for name in graph
+        if name in reach[name]
+    }
+
+
+def describe_cycles(found: set[frozenset[str]]) -> str:
+    return "\n" + "\n".join(", ".join(sorted(group)) + " import each other" for group in sorted(found, key=sorted))
+
+
 def test_no_module_imports_from_a_layer_above_it() -> None:
     violations = layering_violations()
     assert not violations, "\n" + "\n".join(violations)
@@ -155,3 +232,37 @@ def test_the_scan_resolves_relative_and_function_level_imports(tmp_path: Path) -
     source.write_text("from . import urls\nfrom ..node import Node\n\ndef f():\n    from tjobs.api import app\n")
     found = dict(imported_modules("tjobs.delivery.x", source, {"tjobs.delivery.urls", "tjobs.api.app"}))
     assert found == {"tjobs.delivery.urls": 1, "tjobs.node": 2, "tjobs.api.app": 5}
+
+
+def test_the_cycle_graph_leaves_out_type_only_imports(tmp_path: Path) -> None:
+    """An import under ``TYPE_CHECKING`` counts for layering, not for cycles; one in a function counts for both."""
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n    from tjobs import a\n"
+        "if typing.TYPE_CHECKING:\n    from tjobs import b\nelse:\n    from tjobs import c\n"
+        "def f():\n    from tjobs import d\n"
+    )
+    known = {f"tjobs.{name}" for name in "abcd"}
+    assert {name for name, _ in imported_modules("tjobs.x", source, known)} == known
+    assert {name for name, _ in imported_modules("tjobs.x", source, known, run_time_only=True)} == {
+        "tjobs.c",
+        "tjobs.d",
+    }
+
+
+def test_no_modules_import_each_other() -> None:
+    """No import cycle between modules, two modules or round a longer loop."""
+    found = cycles(import_graph())
+    assert not found, describe_cycles(found)
+
+
+def test_no_packages_import_each_other() -> None:
+    """Packages in one layer may import each other, but not both ways (nor round a loop)."""
+    found = cycles(package_graph(import_graph()))
+    assert not found, describe_cycles(found)
+
+
+def test_the_cycle_check_finds_loops_of_any_length() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"}, "g": {"a"}}
+    assert cycles(graph) == {frozenset("abc"), frozenset("ef")}
+    assert cycles({"a": {"b"}, "b": set()}) == set()

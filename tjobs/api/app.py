@@ -8,6 +8,10 @@ validation (422). Nothing answers 200 with an error inside, and bad input never 
 Routes live in ``routes_tasks`` (tasks), ``routes_flows`` (flows, dead letters), ``routes_apps`` (apps,
 stats), ``routes_pools`` (executor pools), ``routes_shards`` (the shard map, admin), ``routes_ops``
 (``/v1/cluster``, ``/metrics``); ``/healthz`` and ``/readyz`` are here.
+
+The web console (:mod:`tjobs.console`) sits a layer above the API (it renders with the API's helpers), so
+the API does not mount it: whoever serves the node does, with :func:`tjobs.console.include_console` on the
+app this returns (``tjobs serve`` and ``tjobs dev`` through :func:`tjobs.api.server.serve`'s ``mount``).
 """
 
 import re
@@ -37,7 +41,6 @@ from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_content, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
-from tjobs.console import include_console
 from tjobs.errors import TjobsError
 from tjobs.model import App
 from tjobs.service.apps import AppService
@@ -130,7 +133,6 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         return {"status": "ready"}
 
     api.include_router(routes_ops.router)
-    include_console(api, node)  # /console: the web console (tjobs.console)
 
     if demo_routes:
         from tjobs.api.demo import add_demo_routes

@@ -9,6 +9,7 @@ import signal
 from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
+from fastapi import FastAPI
 
 from tjobs.api import create_api
 from tjobs.api.lean_heartbeat import heartbeat_protocol
@@ -17,6 +18,10 @@ from tjobs.node import Node, NodeParts, settle_heap
 from tjobs.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+Mount = Callable[[FastAPI, Node], None]
+"""Adds the routes of a layer above the API to a node's app before it serves: the web console,
+:func:`tjobs.console.include_console`, which the command passes in (the API does not import the console)."""
 
 
 class ApiServer(uvicorn.Server):
@@ -33,9 +38,12 @@ async def serve(
     parts: NodeParts | None = None,
     demo: bool = False,
     after_start: Callable[[Node], Awaitable[None]] | None = None,
+    mount: Mount | None = None,
 ) -> None:
     node = Node(settings, parts)
     api = create_api(node, demo_routes=demo)
+    if mount is not None:
+        mount(api, node)
     config = uvicorn.Config(
         api,
         host=settings.api.host,

@@ -81,6 +81,7 @@ def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonL
     """Run a node (API + scheduler) with the given settings until SIGTERM."""
     from tjobs.api.server import run
     from tjobs.api.server import serve as serve_node
+    from tjobs.console import include_console
 
     configure_logging(json=json_logs)
     settings = _settings(config, port)
@@ -90,7 +91,7 @@ def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonL
     if problem is not None:
         typer.echo(f"refusing to start: {problem}", err=True)
         raise typer.Exit(2)
-    run(serve_node(settings))
+    run(serve_node(settings, mount=include_console))
 
 
 def dev_settings(port: int, data_dir: Path, keys: dict[str, str]) -> Settings:
@@ -115,6 +116,7 @@ def dev(
     from tjobs.api.demo import bootstrap_demo
     from tjobs.api.server import run
     from tjobs.api.server import serve as serve_node
+    from tjobs.console import include_console
     from tjobs.node import Node
 
     configure_logging(json=json_logs)
@@ -136,7 +138,7 @@ def dev(
             f'"delay_ms": 3000}}, "callback": {{"url": "{base_url}/_demo/echo"}}}}\'\n'
         )
 
-    run(serve_node(settings, demo=demo, after_start=after_start))
+    run(serve_node(settings, demo=demo, after_start=after_start, mount=include_console))
 
 
 def _dev_keys(path: Path) -> dict[str, str]:

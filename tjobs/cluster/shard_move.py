@@ -46,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sharding.shard_map import PINNED_DATABASE, ShardMap
 from tjobs.cluster.base import Coordinator
 from tjobs.errors import Conflict
+from tjobs.model import CATCHING_UP, COPYING, CUTTING_OVER, DONE
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import TaskStore
 from tjobs.stores.copy_pace import CopyPace
@@ -55,8 +56,6 @@ from tjobs.stores.sql_move import DatabaseCopy, MoveRecords, MoveRow
 
 logger = logging.getLogger(__name__)
 
-COPYING, CATCHING_UP, CUTTING_OVER, DONE = "copying", "catching_up", "cutting_over", "done"
-MOVE_STEPS = (COPYING, CATCHING_UP, CUTTING_OVER)  # the steps of a move in progress, in order
 PROGRESS_EVERY_S = 1.0  # how often a move's progress (rows copied, lag) is written to its record
 CATCH_UP_ROUNDS_PER_CHECK = 10  # catch-up batches between two looks at the backlog (is it gaining?)
 

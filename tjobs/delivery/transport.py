@@ -43,23 +43,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
 from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList
+from tjobs.model import AttemptResult as AttemptResult  # re-exported: it lives with the records, below the
+from tjobs.model import Outcome as Outcome  # observer that names it (docs/design.md, "Layering")
 from tjobs.targets.model import Target
 from tjobs.targets.urls import CallbackUrl, IPAddress
 
 MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is read no further than this
 ERROR_SNIPPET_BYTES = 160  # the first bytes of a failed answer kept for ``AttemptResult.error``
 MAX_ERROR_CHARS = 240
-
-
-class Outcome(StrEnum):
-    """What one attempt means for its flow (the classification table: :mod:`tjobs.delivery.retry`)."""
-
-    DELIVERED = "delivered"
-    RETRYABLE = "retryable"
-    PERMANENT = "permanent"
 
 
 class TargetRejected(Exception):
@@ -89,27 +82,6 @@ class CallbackRequest:
     # say where to send. ``None``: an inline HTTP callback to ``url``. For a target, ``url`` is the
     # name the flow tracks it by (``target:<name>``), never an address carrying credentials.
     target: Target | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptResult:
-    """What one attempt to one target gave.
-
-    ``status`` is the receiver's answer (``None`` when there was none: a timeout, a connection error,
-    a vetoed target). ``retry_after_ms`` is the delay a ``429``/``503`` asked for, already capped by
-    ``max_retry_after_s``; ``None`` when the receiver did not say. ``error`` is a short,
-    human-readable reason for anything but a delivery.
-    """
-
-    flow_id: str
-    url: str
-    attempt: int
-    outcome: Outcome
-    status: int | None
-    error: str | None
-    retry_after_ms: int | None
-    started_ms: int
-    duration_s: float
 
 
 @dataclass(frozen=True, slots=True)

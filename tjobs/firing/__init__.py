@@ -8,5 +8,6 @@
 - :mod:`tjobs.firing.pacing` — spreads overdue (misfired) fires under a per-app rate.
 - :mod:`tjobs.firing.compensator` — re-drives flows left non-terminal by a crash or a lost response.
 - :mod:`tjobs.firing.retention` — purges old flows and finished tasks in small batches.
-- :mod:`tjobs.firing.periodic` — the loop shape the compensator and retention share.
+
+The compensator and retention run on :class:`tjobs.periodic.PeriodicPass`, the loop every background pass shares.
 """

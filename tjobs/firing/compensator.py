@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable
 
 from tjobs.clock import Clock
-from tjobs.firing.periodic import PeriodicPass
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
+from tjobs.periodic import PeriodicPass
 from tjobs.settings import CompensatorSettings
 from tjobs.stores.base import TaskStore
 

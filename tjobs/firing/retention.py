@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 
 from tjobs.clock import Clock
-from tjobs.firing.periodic import PeriodicPass
+from tjobs.periodic import PeriodicPass
 from tjobs.settings import RetentionSettings
 from tjobs.stores.base import TaskStore
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
-from tjobs.cluster.shard_move import MOVE_STEPS
+from tjobs.model import MOVE_STEPS
 from tjobs.observability.metrics_per_app import AppSeries, PerAppCollector, status_class
 
 if TYPE_CHECKING:

@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tjobs.model import FireOutcome, FlowKind, FlowStatus, FlowUpdate
+from tjobs.model import AttemptResult, FireOutcome, FlowKind, FlowStatus, FlowUpdate
 
-if TYPE_CHECKING:  # at run time the observer never needs them; importing delivery here would loop
-    from tjobs.delivery.transport import AttemptResult
+if TYPE_CHECKING:
     from tjobs.observability.metrics import Metrics
     from tjobs.observability.slo import ServiceLevels
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from tjobs.clock import Clock
-from tjobs.firing.periodic import PeriodicPass
 from tjobs.observability.slo import MS_PER_MINUTE, MinuteFolds
+from tjobs.periodic import PeriodicPass
 from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from tjobs.firing.periodic import PeriodicPass
 from tjobs.model import App
+from tjobs.periodic import PeriodicPass
 from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from tjobs.clock import iso_ms
-from tjobs.cluster.shard_move import DONE
 from tjobs.errors import TjobsError
+from tjobs.model import DONE
 from tjobs.stores.base import TaskStore
 from tjobs.stores.sql_move import MoveRow
 
