@@ -1,13 +1,17 @@
-"""Every API operation as data (method, path, params, body, idempotency, parser), shared by both clients."""
+"""Every API operation written once, as data (verb, path, params, body, idempotency, parser), for both clients.
+
+:class:`Api` holds one method per operation; :class:`tjobs.client.Client` and
+:class:`tjobs.client.AsyncClient` inherit them as methods that send the call (see ``_operation``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from enum import Enum
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 from urllib.parse import quote
 
+from tjobs.client._operation import Call, Flavour, Pages, operation, paging
 from tjobs.client.models import (
     App,
     AppDeleted,
@@ -21,19 +25,6 @@ from tjobs.client.models import (
     Task,
 )
 from tjobs.client.schedules import Schedule
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
-    method: str
-    path: str
-    parse: Callable[[Any], T]
-    params: dict[str, Any] = field(default_factory=dict)
-    json: Any = None
-    idempotent: bool = False  # safe to resend after a lost answer
-    missing_ok: bool = False  # a 404 on a resend means the first attempt did it (delete)
 
 
 class _Omitted(Enum):
@@ -63,6 +54,15 @@ def _none(raw: Any) -> None:
     return None
 
 
+def _target(raw: Any) -> Target:
+    return Target.model_validate(raw)
+
+
+def _given(params: dict[str, Any]) -> dict[str, Any]:
+    """The query parameters that have a value."""
+    return {k: v for k, v in params.items() if v is not None}
+
+
 def task_request(
     name: str,
     schedule: Schedule,
@@ -89,173 +89,6 @@ def task_request(
     return body
 
 
-def create_task(body: dict[str, Any]) -> Call[Task]:
-    return Call("POST", "/v1/tasks", _task, json=body, idempotent=body.get("key") is not None)
-
-
-def create_tasks(bodies: Sequence[dict[str, Any]]) -> Call[BatchResult]:
-    items = list(bodies)
-    return Call(
-        "POST",
-        "/v1/tasks/batch",
-        BatchResult.model_validate,
-        json={"tasks": items},
-        idempotent=all(b.get("key") is not None for b in items),
-    )
-
-
-def get_task(task_id: str) -> Call[Task]:
-    return Call("GET", f"/v1/tasks/{_seg(task_id)}", _task, idempotent=True)
-
-
-def list_tasks(
-    limit: int,
-    cursor: str | None,
-    status: str | None,
-    kind: str | None,
-    name_prefix: str | None,
-    key: str | None = None,
-) -> Call[Page[Task]]:
-    params = {
-        k: v
-        for k, v in {
-            "limit": limit,
-            "cursor": cursor,
-            "status": status,
-            "kind": kind,
-            "name_prefix": name_prefix,
-            "key": key,
-        }.items()
-        if v is not None
-    }
-    return Call("GET", "/v1/tasks", Page[Task].model_validate, params=params, idempotent=True)
-
-
-def search_flows(
-    limit: int,
-    cursor: str | None,
-    status: str | None,
-    task_id: str | None,
-    from_: str | int | None,
-    to: str | int | None,
-) -> Call[Page[Flow]]:
-    given = {"limit": limit, "cursor": cursor, "status": status, "task_id": task_id, "from": from_, "to": to}
-    params = {k: v for k, v in given.items() if v is not None}
-    return Call("GET", "/v1/flows", Page[Flow].model_validate, params=params, idempotent=True)
-
-
-def update_task(task_id: str, fields: dict[str, Any]) -> Call[Task]:
-    return Call("PATCH", f"/v1/tasks/{_seg(task_id)}", _task, json=fields)
-
-
-def pause_task(task_id: str) -> Call[Task]:
-    return Call("POST", f"/v1/tasks/{_seg(task_id)}/pause", _task, idempotent=True)
-
-
-def resume_task(task_id: str) -> Call[Task]:
-    return Call("POST", f"/v1/tasks/{_seg(task_id)}/resume", _task, idempotent=True)
-
-
-def trigger_task(task_id: str, payload: Any = TASK_PAYLOAD) -> Call[Flow]:
-    body = None if payload is TASK_PAYLOAD else {"payload": payload}
-    return Call("POST", f"/v1/tasks/{_seg(task_id)}/trigger", _flow, json=body)
-
-
-def delete_task(task_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/tasks/{_seg(task_id)}", _none, idempotent=True, missing_ok=True)
-
-
-def list_flows(task_id: str, limit: int, before_ms: int | None) -> Call[list[Flow]]:
-    params: dict[str, Any] = {"limit": limit}
-    if before_ms is not None:
-        params["before_ms"] = before_ms
-    return Call(
-        "GET",
-        f"/v1/tasks/{_seg(task_id)}/flows",
-        lambda raw: [_flow(f) for f in raw["items"]],
-        params=params,
-        idempotent=True,
-    )
-
-
-def get_flow(flow_id: str) -> Call[Flow]:
-    return Call("GET", f"/v1/flows/{_seg(flow_id)}", _flow, idempotent=True)
-
-
-def dead_letters(limit: int, cursor: str | None) -> Call[Page[Flow]]:
-    params: dict[str, Any] = {"limit": limit}
-    if cursor is not None:
-        params["cursor"] = cursor
-    return Call("GET", "/v1/dead-letters", Page[Flow].model_validate, params=params, idempotent=True)
-
-
-def redrive(flow_ids: Sequence[str]) -> Call[RedriveResult]:
-    return Call("POST", "/v1/dead-letters/redrive", RedriveResult.model_validate, json={"flow_ids": list(flow_ids)})
-
-
-def preview_schedule(schedule: Schedule, count: int, from_: str | int | None) -> Call[SchedulePreview]:
-    body: dict[str, Any] = {"schedule": schedule, "count": count}
-    if from_ is not None:
-        body["from"] = from_
-    return Call("POST", "/v1/schedules:preview", SchedulePreview.model_validate, json=body, idempotent=True)
-
-
-def me() -> Call[App]:
-    return Call("GET", "/v1/app", _app, idempotent=True)
-
-
-def stats() -> Call[AppStats]:
-    return Call("GET", "/v1/stats", AppStats.model_validate, idempotent=True)
-
-
-def create_app(fields: dict[str, Any]) -> Call[App]:
-    return Call("POST", "/v1/apps", _app, json=fields)
-
-
-def get_app(app_id: str) -> Call[App]:
-    return Call("GET", f"/v1/apps/{_seg(app_id)}", _app, idempotent=True)
-
-
-def update_app(app_id: str, fields: dict[str, Any]) -> Call[App]:
-    return Call("PATCH", f"/v1/apps/{_seg(app_id)}", _app, json=fields, idempotent=True)
-
-
-def rotate_app(app_id: str, api_key: bool, secret: bool, grace_s: int) -> Call[App]:
-    return Call(
-        "POST", f"/v1/apps/{_seg(app_id)}/rotate", _app, json={"api_key": api_key, "secret": secret, "grace_s": grace_s}
-    )
-
-
-def list_apps(limit: int, cursor: str | None) -> Call[Page[App]]:
-    params: dict[str, Any] = {"limit": limit}
-    if cursor is not None:
-        params["cursor"] = cursor
-    return Call("GET", "/v1/apps", Page[App].model_validate, params=params, idempotent=True)
-
-
-def disable_app(app_id: str) -> Call[App]:
-    return Call("POST", f"/v1/apps/{_seg(app_id)}/disable", _app, idempotent=True)
-
-
-def enable_app(app_id: str) -> Call[App]:
-    return Call("POST", f"/v1/apps/{_seg(app_id)}/enable", _app, idempotent=True)
-
-
-def delete_app(app_id: str, confirm: str) -> Call[AppDeleted]:
-    # idempotent: a repeat goes on where a cut-short call stopped; after it finished, 404
-    return Call(
-        "DELETE", f"/v1/apps/{_seg(app_id)}", AppDeleted.model_validate, params={"confirm": confirm}, idempotent=True
-    )
-
-
-def app_stats(app_id: str) -> Call[AppStats]:
-    return Call("GET", f"/v1/apps/{_seg(app_id)}/stats", AppStats.model_validate, idempotent=True)
-
-
-def _target(raw: Any) -> Target:
-    return Target.model_validate(raw)
-
-
 def target_request(
     name: str,
     protocol: str,
@@ -273,33 +106,293 @@ def target_request(
     return body
 
 
-def create_target(body: dict[str, Any]) -> Call[Target]:
-    return Call("POST", "/v1/targets", _target, json=body)
+class Api(Flavour):
+    """Every API operation as a typed method.
 
+    Idempotent calls (reads, pause, resume, delete, creates that carry a ``key``) are resent up to
+    ``retries`` times after a connection error or a 502/503/504 (or a 429 with ``Retry-After``), with
+    jittered exponential backoff; anything else is sent once. Use the admin key for the ``*_app`` calls.
+    """
 
-def get_target(name: str) -> Call[Target]:
-    return Call("GET", f"/v1/targets/{_seg(name)}", _target, idempotent=True)
+    # ---- tasks ----------------------------------------------------------------------------------
 
+    @operation
+    def create_task(
+        self,
+        name: str,
+        schedule: Schedule,
+        url: str | None = None,
+        *,
+        callback: dict[str, Any] | None = None,
+        key: str | None = None,
+        payload: Any = None,
+        misfire_policy: str | None = None,
+        delivery: str | None = None,
+    ) -> Call[Task]:
+        body = task_request(
+            name,
+            schedule,
+            url,
+            callback=callback,
+            key=key,
+            payload=payload,
+            misfire_policy=misfire_policy,
+            delivery=delivery,
+        )
+        return Call("POST", "/v1/tasks", _task, json=body, idempotent=key is not None)
 
-def list_targets(limit: int, cursor: str | None) -> Call[Page[Target]]:
-    params: dict[str, Any] = {"limit": limit}
-    if cursor is not None:
-        params["cursor"] = cursor
-    return Call("GET", "/v1/targets", Page[Target].model_validate, params=params, idempotent=True)
+    @operation
+    def create_tasks(self, requests: Sequence[dict[str, Any]]) -> Call[BatchResult]:
+        """Up to 1,000 create bodies (see :func:`tjobs.client.task_request`); one result per item."""
+        items = list(requests)
+        idempotent = all(b.get("key") is not None for b in items)
+        return Call("POST", "/v1/tasks/batch", BatchResult.model_validate, json={"tasks": items}, idempotent=idempotent)
 
+    @operation
+    def get_task(self, task_id: str) -> Call[Task]:
+        return Call("GET", f"/v1/tasks/{_seg(task_id)}", _task, idempotent=True)
 
-def update_target(name: str, fields: dict[str, Any]) -> Call[Target]:
-    return Call("PATCH", f"/v1/targets/{_seg(name)}", _target, json=fields)
+    @operation
+    def list_tasks(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        name_prefix: str | None = None,
+        key: str | None = None,
+    ) -> Call[Page[Task]]:
+        """The app's tasks across every shard: newest first, or by name with ``name_prefix``."""
+        params = _given(
+            {"limit": limit, "cursor": cursor, "status": status, "kind": kind, "name_prefix": name_prefix, "key": key}
+        )
+        return Call("GET", "/v1/tasks", Page[Task].model_validate, params=params, idempotent=True)
 
+    @paging
+    def iter_tasks(
+        self,
+        *,
+        status: str | None = None,
+        kind: str | None = None,
+        name_prefix: str | None = None,
+        page_size: int = 500,
+    ) -> Pages[Task]:
+        return Pages(
+            lambda cursor: Api.list_tasks.build(
+                self, limit=page_size, cursor=cursor, status=status, kind=kind, name_prefix=name_prefix
+            )
+        )
 
-def delete_target(name: str) -> Call[None]:
-    return Call("DELETE", f"/v1/targets/{_seg(name)}", _none, idempotent=True, missing_ok=True)
+    @operation
+    def update_task(self, /, task_id: str, *, version: int | None = None, **fields: Any) -> Call[Task]:
+        """Change ``name``, ``schedule``, ``callback``, ``payload``, ``misfire_policy`` or ``delivery``;
+        with ``version`` (the task's version as read), raise :class:`VersionConflict` if another edit
+        (update, pause, resume) landed since; fires never count. Without it the last edit wins."""
+        if version is not None:
+            fields["version"] = version
+        return Call("PATCH", f"/v1/tasks/{_seg(task_id)}", _task, json=fields)
 
+    @operation
+    def pause_task(self, task_id: str) -> Call[Task]:
+        return Call("POST", f"/v1/tasks/{_seg(task_id)}/pause", _task, idempotent=True)
 
-def slo(window: str | None, app_id: str | None) -> Call[dict[str, Any]]:
-    params = {k: v for k, v in {"window": window, "app_id": app_id}.items() if v is not None}
-    return Call("GET", "/v1/slo", dict, params=params, idempotent=True)
+    @operation
+    def resume_task(self, task_id: str) -> Call[Task]:
+        return Call("POST", f"/v1/tasks/{_seg(task_id)}/resume", _task, idempotent=True)
 
+    @operation
+    def trigger_task(self, task_id: str, *, payload: Any = TASK_PAYLOAD) -> Call[Flow]:
+        """Fire the task now, with a manual flow of its own; its schedule does not change.
 
-def health() -> Call[dict[str, Any]]:
-    return Call("GET", "/healthz", dict, idempotent=True)
+        ``payload`` (any JSON value, ``None`` included: JSON null) is sent instead of the task's payload
+        for this flow only, on every attempt; left out, the task's own is sent. It is validated as a
+        create's payload; a task whose callback has its own ``body`` or is a ``GET`` refuses it
+        (:class:`BadRequest`, ``field == "payload"``). Not resent after a lost answer (a second manual
+        flow would fire)."""
+        body = None if payload is TASK_PAYLOAD else {"payload": payload}
+        return Call("POST", f"/v1/tasks/{_seg(task_id)}/trigger", _flow, json=body)
+
+    @operation
+    def delete_task(self, task_id: str) -> Call[None]:
+        return Call("DELETE", f"/v1/tasks/{_seg(task_id)}", _none, idempotent=True, missing_ok=True)
+
+    # ---- flows ----------------------------------------------------------------------------------
+
+    @operation
+    def search_flows(
+        self,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        from_: str | int | None = None,
+        to: str | int | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Call[Page[Flow]]:
+        """The app's flows across every shard, newest first: ``status`` (a flow status or
+        ``retrying``), one task's, scheduled in ``[from_, to)`` (ISO-8601 or epoch ms)."""
+        params = _given(
+            {"limit": limit, "cursor": cursor, "status": status, "task_id": task_id, "from": from_, "to": to}
+        )
+        return Call("GET", "/v1/flows", Page[Flow].model_validate, params=params, idempotent=True)
+
+    @paging
+    def iter_flows(
+        self,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        from_: str | int | None = None,
+        to: str | int | None = None,
+        page_size: int = 500,
+    ) -> Pages[Flow]:
+        return Pages(
+            lambda cursor: Api.search_flows.build(
+                self, limit=page_size, cursor=cursor, status=status, task_id=task_id, from_=from_, to=to
+            )
+        )
+
+    @operation
+    def list_flows(self, task_id: str, *, limit: int = 100, before_ms: int | None = None) -> Call[list[Flow]]:
+        return Call(
+            "GET",
+            f"/v1/tasks/{_seg(task_id)}/flows",
+            lambda raw: [_flow(f) for f in raw["items"]],
+            params=_given({"limit": limit, "before_ms": before_ms}),
+            idempotent=True,
+        )
+
+    @operation
+    def get_flow(self, flow_id: str) -> Call[Flow]:
+        return Call("GET", f"/v1/flows/{_seg(flow_id)}", _flow, idempotent=True)
+
+    @operation
+    def dead_letters(self, *, limit: int = 100, cursor: str | None = None) -> Call[Page[Flow]]:
+        params = _given({"limit": limit, "cursor": cursor})
+        return Call("GET", "/v1/dead-letters", Page[Flow].model_validate, params=params, idempotent=True)
+
+    @paging
+    def iter_dead_letters(self, *, page_size: int = 500) -> Pages[Flow]:
+        return Pages(lambda cursor: Api.dead_letters.build(self, limit=page_size, cursor=cursor))
+
+    @operation
+    def redrive(self, flow_ids: str | Sequence[str]) -> Call[RedriveResult]:
+        ids = [flow_ids] if isinstance(flow_ids, str) else list(flow_ids)
+        return Call("POST", "/v1/dead-letters/redrive", RedriveResult.model_validate, json={"flow_ids": ids})
+
+    # ---- schedules ------------------------------------------------------------------------------
+
+    @operation
+    def preview_schedule(
+        self, schedule: Schedule, *, count: int = 10, from_: str | int | None = None
+    ) -> Call[SchedulePreview]:
+        """The next ``count`` instants of ``schedule`` (at or after ``from_``: ISO-8601 or epoch ms),
+        as a task registered now would fire, in UTC and in the schedule's zone."""
+        body: dict[str, Any] = {"schedule": schedule, "count": count}
+        if from_ is not None:
+            body["from"] = from_
+        return Call("POST", "/v1/schedules:preview", SchedulePreview.model_validate, json=body, idempotent=True)
+
+    # ---- the calling app, and app management (admin key) ---------------------------------------------
+
+    @operation
+    def app(self) -> Call[App]:
+        return Call("GET", "/v1/app", _app, idempotent=True)
+
+    @operation
+    def stats(self) -> Call[AppStats]:
+        return Call("GET", "/v1/stats", AppStats.model_validate, idempotent=True)
+
+    @operation
+    def create_app(self, /, name: str, **fields: Any) -> Call[App]:
+        return Call("POST", "/v1/apps", _app, json={"name": name, **fields})
+
+    @operation
+    def get_app(self, app_id: str) -> Call[App]:
+        return Call("GET", f"/v1/apps/{_seg(app_id)}", _app, idempotent=True)
+
+    @operation
+    def update_app(self, /, app_id: str, **fields: Any) -> Call[App]:
+        return Call("PATCH", f"/v1/apps/{_seg(app_id)}", _app, json=fields, idempotent=True)
+
+    @operation
+    def rotate_app(self, app_id: str, *, api_key: bool = True, secret: bool = True, grace_s: int = 86_400) -> Call[App]:
+        body = {"api_key": api_key, "secret": secret, "grace_s": grace_s}
+        return Call("POST", f"/v1/apps/{_seg(app_id)}/rotate", _app, json=body)
+
+    @operation
+    def list_apps(self, *, limit: int = 100, cursor: str | None = None) -> Call[Page[App]]:
+        params = _given({"limit": limit, "cursor": cursor})
+        return Call("GET", "/v1/apps", Page[App].model_validate, params=params, idempotent=True)
+
+    @operation
+    def disable_app(self, app_id: str) -> Call[App]:
+        """Its key answers 403 and its tasks do not fire until :meth:`enable_app`."""
+        return Call("POST", f"/v1/apps/{_seg(app_id)}/disable", _app, idempotent=True)
+
+    @operation
+    def enable_app(self, app_id: str) -> Call[App]:
+        """Its tasks resume under their misfire policy."""
+        return Call("POST", f"/v1/apps/{_seg(app_id)}/enable", _app, idempotent=True)
+
+    @operation
+    def delete_app(self, app_id: str, *, confirm: str) -> Call[AppDeleted]:
+        """Delete the app with all its tasks and targets; ``confirm`` must repeat ``app_id``."""
+        # idempotent: a repeat goes on where a cut-short call stopped; after it finished, 404
+        path = f"/v1/apps/{_seg(app_id)}"
+        return Call("DELETE", path, AppDeleted.model_validate, params={"confirm": confirm}, idempotent=True)
+
+    @operation
+    def app_stats(self, app_id: str) -> Call[AppStats]:
+        return Call("GET", f"/v1/apps/{_seg(app_id)}/stats", AppStats.model_validate, idempotent=True)
+
+    # ---- targets --------------------------------------------------------------------------------
+
+    @operation
+    def create_target(
+        self,
+        name: str,
+        protocol: str,
+        settings: dict[str, Any],
+        *,
+        retry: dict[str, int] | None = None,
+        credentials: dict[str, str] | None = None,
+    ) -> Call[Target]:
+        """Create a named target (``protocol``: http, grpc, amqp, nats or redis_stream) the app's tasks
+        name with ``callback={"target": name}``; ``credentials`` are stored and never answered."""
+        body = target_request(name, protocol, settings, retry=retry, credentials=credentials)
+        return Call("POST", "/v1/targets", _target, json=body)
+
+    @operation
+    def get_target(self, name: str) -> Call[Target]:
+        return Call("GET", f"/v1/targets/{_seg(name)}", _target, idempotent=True)
+
+    @operation
+    def list_targets(self, *, limit: int = 100, cursor: str | None = None) -> Call[Page[Target]]:
+        params = _given({"limit": limit, "cursor": cursor})
+        return Call("GET", "/v1/targets", Page[Target].model_validate, params=params, idempotent=True)
+
+    @operation
+    def update_target(self, /, name: str, *, version: int | None = None, **fields: Any) -> Call[Target]:
+        """Replace ``settings``, ``retry`` or ``credentials`` (``{}`` clears them), or ``protocol`` with
+        ``settings``; with ``version`` (as read), raise :class:`VersionConflict` if it moved since."""
+        if version is not None:
+            fields["version"] = version
+        return Call("PATCH", f"/v1/targets/{_seg(name)}", _target, json=fields)
+
+    @operation
+    def delete_target(self, name: str) -> Call[None]:
+        """Delete a target; :class:`Conflict` (``code == "target_in_use"``, ``details["tasks"]``) while
+        tasks that can still fire name it."""
+        return Call("DELETE", f"/v1/targets/{_seg(name)}", _none, idempotent=True, missing_ok=True)
+
+    @operation
+    def slo(self, window: str | None = None, *, app_id: str | None = None) -> Call[dict[str, Any]]:
+        """Service levels: the cluster's over ``window`` (``5m``, ``1h``, ``1d``, ``7d``; the same on every
+        node), or without it this node's; the admin key names an app with ``app_id`` (default: all)."""
+        return Call("GET", "/v1/slo", dict, params=_given({"window": window, "app_id": app_id}), idempotent=True)
+
+    @operation
+    def health(self) -> Call[dict[str, Any]]:
+        return Call("GET", "/healthz", dict, idempotent=True)
