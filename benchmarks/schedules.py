@@ -11,7 +11,7 @@ import statistics
 import time
 from typing import Any
 
-from tjobs.schedules.spec import parse_schedule
+from tjobs.schedules.parsing import parse_schedule
 
 START_MS = 1_790_000_000_000  # 2026-09-21
 CASES: list[dict[str, Any]] = [

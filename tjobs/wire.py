@@ -2,7 +2,7 @@
 
 Three readers, one declaration:
 
-- validation (:func:`tjobs.schedules.spec.parse_schedule_request`,
+- validation (:func:`tjobs.schedules.parsing.parse_schedule_request`,
   :func:`tjobs.service.validation.parse_callback_request`, :class:`tjobs.service.tasks.TaskService`,
   :mod:`tjobs.service.apps`) takes each object's field names, the integer bounds, the choices and the
   target count from these models; it keeps its own code only for what JSON Schema cannot say (cron

@@ -8,8 +8,8 @@ import pytest
 
 from tjobs.api.render import preview_json
 from tjobs.clock import datetime_to_ms
+from tjobs.schedules.parsing import schedule_of
 from tjobs.schedules.preview import MAX_SKIPPED, TooFarAhead, preview
-from tjobs.schedules.spec import schedule_of
 from tjobs.specs import AtSpec, CronSpec, DstGap, DstOverlap, IntervalSpec, ScheduleSpec
 
 

@@ -8,7 +8,7 @@ from typing import Any, get_args
 
 import pytest
 
-from tjobs.schedules.spec import parse_schedule_request
+from tjobs.schedules.parsing import parse_schedule_request
 from tjobs.service.validation import parse_callback_request
 from tjobs.settings import LimitSettings
 from tjobs.specs import (

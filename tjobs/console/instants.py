@@ -1,6 +1,6 @@
 """A task's next instants as the firing path will see them, and how to show an instant in a zone.
 
-Pure: the schedule math is the fire path's own (:func:`tjobs.schedules.spec.schedule_of`), walked
+Pure: the schedule math is the fire path's own (:func:`tjobs.schedules.parsing.schedule_of`), walked
 from the task's stored next run, and ``max_fires`` counts the fires the task already had.
 """
 
@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from tjobs.model import Task, TaskStatus
-from tjobs.schedules.spec import schedule_of
+from tjobs.schedules.parsing import schedule_of
 from tjobs.specs import CronSpec
 
 

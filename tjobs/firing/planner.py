@@ -33,7 +33,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.schedules import Schedule
-from tjobs.schedules.spec import schedule_of
+from tjobs.schedules.parsing import schedule_of
 
 COUNT_CAP = 10_000  # missed occurrences are counted up to this many; beyond it the count saturates
 

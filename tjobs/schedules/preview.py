@@ -1,7 +1,7 @@
 """The next instants of a schedule, as the fire path will produce them: a pure function of ``now``.
 
 The instants come from the same :class:`~tjobs.schedules.base.Schedule` the fire path uses
-(:func:`~tjobs.schedules.spec.schedule_of`): the first is where a task registered at ``now_ms`` starts
+(:func:`~tjobs.schedules.parsing.schedule_of`): the first is where a task registered at ``now_ms`` starts
 (``first_fire``, as :meth:`tjobs.service.tasks.TaskService.build` computes it), each next one is
 ``next_fire`` of the previous (as the fire planner advances a task on time). So a cron's DST
 policies, an interval's anchor and the bounds apply exactly as they will when the task fires.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tjobs.schedules.spec import schedule_of
+from tjobs.schedules.parsing import schedule_of
 from tjobs.schedules.zones import zone_timeline
 from tjobs.specs import CronSpec, ScheduleSpec
 

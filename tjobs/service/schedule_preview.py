@@ -14,8 +14,8 @@ from typing import Any
 
 from tjobs.clock import datetime_to_ms
 from tjobs.errors import InvalidInput
+from tjobs.schedules.parsing import MS_PER_DAY, parse_schedule_request
 from tjobs.schedules.preview import Preview, TooFarAhead, preview
-from tjobs.schedules.spec import MS_PER_DAY, parse_schedule_request
 from tjobs.settings import Settings
 from tjobs.specs import ScheduleSpec
 

@@ -30,7 +30,7 @@ from tjobs.errors import (
 )
 from tjobs.hotpath.base import HotPath, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
-from tjobs.schedules.spec import parse_schedule_request, schedule_of
+from tjobs.schedules.parsing import parse_schedule_request, schedule_of
 from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported: the listings' bound
 from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService

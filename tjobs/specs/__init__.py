@@ -1,7 +1,7 @@
 """A task's specs as typed values: its schedule (:mod:`~tjobs.specs.schedule`) and its callback
 (:mod:`~tjobs.specs.callback`).
 
-They are parsed once at the edge from a request (:func:`tjobs.schedules.spec.parse_schedule_request`,
+They are parsed once at the edge from a request (:func:`tjobs.schedules.parsing.parse_schedule_request`,
 :func:`tjobs.service.validation.parse_callback_request`), travel typed through :class:`tjobs.model.Task`,
 the stores, the fire planner and delivery, and are kept as JSON in the task's ``schedule`` and
 ``callback`` columns. :func:`schedule_from_text` and :func:`callback_from_text` read those columns;

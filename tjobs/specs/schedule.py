@@ -1,6 +1,6 @@
 """A task's schedule as a typed value: one frozen, slotted dataclass per kind, in its canonical form.
 
-The canonical form is what :func:`tjobs.schedules.spec.parse_schedule_request` makes of a request
+The canonical form is what :func:`tjobs.schedules.parsing.parse_schedule_request` makes of a request
 (instants as UTC epoch ms, defaults filled in, a delay turned into its instant) and what the store keeps
 as JSON in the task's ``schedule`` column::
 
