@@ -31,7 +31,7 @@ import orjson
 from testkit.sink import SINK_SERVERS, SinkConfig, SinkProcess
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.delivery.transport import CallbackRequest, Outcome, Route, Transport
-from tjobs.delivery.transports import build_transport
+from tjobs.delivery.wiring import build_transport
 from tjobs.settings import CallbackSettings
 from tjobs.targets.urls import parse_callback_url
 

@@ -24,7 +24,7 @@ from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.ssrf import TargetGuard
 from tjobs.delivery.transport import Transport
-from tjobs.delivery.transports import build_transport
+from tjobs.delivery.wiring import build_transport
 from tjobs.errors import TjobsError
 from tjobs.firing.compensator import Compensator
 from tjobs.firing.planner import FirePlanner, FirePolicy

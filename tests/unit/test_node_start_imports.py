@@ -3,7 +3,7 @@
 Dozens of tests start real node processes, and every ``tjobs serve`` pays for each import again. What a
 node needs only for a feature it may never use is loaded on first use instead: each protocol's client
 library with its transport (:mod:`tjobs.delivery.router`), aiohttp with the ``aiohttp`` callback transport
-(:func:`tjobs.delivery.transports.build_http_transport`), Jinja2 with the first console page
+(:func:`tjobs.delivery.wiring.build_http_transport`), Jinja2 with the first console page
 (:mod:`tjobs.console.context`), Alembic with ``tjobs migrate`` (the start-up schema check reads the
 migration files itself: :mod:`tjobs.stores.schema_revision`), the SDK (httpx) and rich with the CLI
 commands that use them (:mod:`tjobs.cli.lazy_commands`). These tests pin that in fresh interpreters,
