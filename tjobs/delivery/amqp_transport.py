@@ -67,11 +67,9 @@ from aiormq.exceptions import (
 from pamqp import commands as spec
 from yarl import URL
 
-from tjobs.clock import Clock
 from tjobs.delivery.amqp_frames import publish_frames
-from tjobs.delivery.broker import BrokerBusy, BrokerRefused, BrokerTransport
-from tjobs.delivery.transport import CallbackRequest, TargetPolicy
-from tjobs.settings import CallbackSettings
+from tjobs.delivery.broker import BrokerBusy, BrokerRefused, ConnectedBrokerTransport
+from tjobs.delivery.transport import CallbackRequest
 from tjobs.targets.model import AmqpTarget, Protocol, Target
 
 logger = logging.getLogger(__name__)
@@ -192,32 +190,17 @@ async def _connect(url: URL) -> aiormq.abc.AbstractConnection:
         raise BrokerRefused("AMQP virtual host refused (not found, or not allowed for this user)") from None
 
 
-class AmqpTransport(BrokerTransport[AmqpTarget]):
+class AmqpTransport(ConnectedBrokerTransport[AmqpTarget, ConnectionKey, _Broker]):
     """Publishes each attempt to a RabbitMQ exchange with publisher confirms (see the module docstring)."""
 
     protocols = frozenset({Protocol.AMQP})
 
-    def __init__(
-        self, settings: CallbackSettings, clock: Clock | None = None, policy: TargetPolicy | None = None
-    ) -> None:
-        super().__init__(settings, clock, policy)
-        self._brokers: dict[ConnectionKey, _Broker] = {}
-
-    @property
-    def pending_publishes(self) -> int:
-        return sum(broker.pending for broker in self._brokers.values())
-
-    async def close(self) -> None:
-        brokers, self._brokers = self._brokers, {}
-        await asyncio.gather(*(broker.close() for broker in brokers.values()))
-
     async def _publish(self, request: CallbackRequest, target: Target, settings: AmqpTarget) -> None:
         username = target.credentials.get("username", "")
         password = target.credentials.get("password", "")
-        key = (settings.url, username, password)
-        broker = self._brokers.get(key)
-        if broker is None:
-            broker = self._brokers[key] = _Broker(_broker_url(settings.url, username, password))
+        broker = self._connection(
+            (settings.url, username, password), lambda: _Broker(_broker_url(settings.url, username, password))
+        )
         publisher = await broker.publisher((target.app_id, target.name))
         headers = request.headers
 

@@ -29,8 +29,9 @@ from __future__ import annotations
 import asyncio
 import re
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import ClassVar, Generic, TypeVar, cast
+from typing import Protocol as Interface
 
 from tjobs.cancellation import cancellable
 from tjobs.clock import Clock, SystemClock
@@ -48,6 +49,7 @@ from tjobs.settings import CallbackSettings
 from tjobs.targets.model import REDACTED, AmqpTarget, NatsTarget, Protocol, RedisStreamTarget, Target
 
 SettingsT = TypeVar("SettingsT", bound=AmqpTarget | NatsTarget | RedisStreamTarget)
+KeyT = TypeVar("KeyT", bound=Hashable)
 
 _USER_INFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 
@@ -142,6 +144,48 @@ class BrokerTransport(Transport, Generic[SettingsT]):
         verdict = await self._policy(request)
         if isinstance(verdict, str):
             raise TargetRejected(request.url, verdict)
+
+
+class BrokerConnection(Interface):
+    """What a :class:`ConnectedBrokerTransport` keeps per broker and user: a connection, or a pool of them."""
+
+    @property
+    def pending(self) -> int:
+        """Its publishes written and not answered yet."""
+        ...
+
+    async def close(self) -> None:
+        """Release it; never raises for a broker already gone."""
+        ...
+
+
+ConnectionT = TypeVar("ConnectionT", bound=BrokerConnection)
+
+
+class ConnectedBrokerTransport(BrokerTransport[SettingsT], Generic[SettingsT, KeyT, ConnectionT]):
+    """A broker transport with one :class:`BrokerConnection` per key (the broker's address and the
+    target's credentials), opened by the first send that needs it and kept until :meth:`close`."""
+
+    def __init__(
+        self, settings: CallbackSettings, clock: Clock | None = None, policy: TargetPolicy | None = None
+    ) -> None:
+        super().__init__(settings, clock, policy)
+        self._connections: dict[KeyT, ConnectionT] = {}
+
+    @property
+    def pending_publishes(self) -> int:
+        return sum(connection.pending for connection in self._connections.values())
+
+    async def close(self) -> None:
+        connections, self._connections = self._connections, {}
+        await asyncio.gather(*(connection.close() for connection in connections.values()))
+
+    def _connection(self, key: KeyT, opening: Callable[[], ConnectionT]) -> ConnectionT:
+        """The connection of ``key``, ``opening()`` it first if there is none yet."""
+        connection = self._connections.get(key)
+        if connection is None:
+            connection = self._connections[key] = opening()
+        return connection
 
 
 def failure_message(exc: BaseException, timeout_ms: int) -> str:

@@ -57,10 +57,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from tjobs.cancellation import cancellable
-from tjobs.clock import Clock
-from tjobs.delivery.broker import BrokerBusy, BrokerRefused, BrokerTransport
-from tjobs.delivery.transport import CallbackRequest, TargetPolicy
-from tjobs.settings import CallbackSettings
+from tjobs.delivery.broker import BrokerBusy, BrokerRefused, ConnectedBrokerTransport
+from tjobs.delivery.transport import CallbackRequest
 from tjobs.targets.model import NatsTarget, Protocol, Target
 
 logger = logging.getLogger(__name__)
@@ -227,24 +225,10 @@ async def _on_error(exc: Exception) -> None:
     logger.debug("NATS connection error: %s", type(exc).__name__)
 
 
-class NatsTransport(BrokerTransport[NatsTarget]):
+class NatsTransport(ConnectedBrokerTransport[NatsTarget, ConnectionKey, _Server]):
     """Publishes each attempt to NATS JetStream and waits for its ack (see the module docstring)."""
 
     protocols = frozenset({Protocol.NATS})
-
-    def __init__(
-        self, settings: CallbackSettings, clock: Clock | None = None, policy: TargetPolicy | None = None
-    ) -> None:
-        super().__init__(settings, clock, policy)
-        self._servers: dict[ConnectionKey, _Server] = {}
-
-    @property
-    def pending_publishes(self) -> int:
-        return sum(server.pending for server in self._servers.values())
-
-    async def close(self) -> None:
-        servers, self._servers = self._servers, {}
-        await asyncio.gather(*(server.close() for server in servers.values()))
 
     async def _publish(self, request: CallbackRequest, target: Target, settings: NatsTarget) -> None:
         credentials = target.credentials
@@ -254,9 +238,7 @@ class NatsTransport(BrokerTransport[NatsTarget]):
             credentials.get("password", ""),
             credentials.get("token", ""),
         )
-        server = self._servers.get(key)
-        if server is None:
-            server = self._servers[key] = _Server(key)
+        server = self._connection(key, functools.partial(_Server, key))
         command = Command.of(settings.subject, settings.stream, request.headers, request.flow_id)
         client = await cancellable(server.connected())  # nats-py connects within wait_for (gh-86296)
         try:

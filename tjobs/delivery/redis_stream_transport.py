@@ -38,6 +38,7 @@ or reset connection and a timeout — retryable.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -47,10 +48,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError, ResponseError
 from redis.retry import Retry
 
-from tjobs.clock import Clock
-from tjobs.delivery.broker import BrokerBusy, BrokerRefused, BrokerTransport
-from tjobs.delivery.transport import CallbackRequest, TargetPolicy
-from tjobs.settings import CallbackSettings
+from tjobs.delivery.broker import BrokerBusy, BrokerRefused, ConnectedBrokerTransport
+from tjobs.delivery.transport import CallbackRequest
 from tjobs.targets.model import Protocol, RedisStreamTarget, Target
 
 logger = logging.getLogger(__name__)
@@ -90,6 +89,8 @@ class _Server:
 
     def __init__(self, key: ClientKey) -> None:
         url, username, password = key
+        if not url.startswith(("redis://", "rediss://")):
+            raise BrokerRefused("the server URL must be redis://host:port/db or rediss://…")
         self.pool = redis.asyncio.BlockingConnectionPool.from_url(
             url,
             max_connections=MAX_CONNECTIONS,
@@ -125,33 +126,15 @@ class _Server:
             logger.debug("closing a Redis pool failed: %s", type(exc).__name__)
 
 
-class RedisStreamTransport(BrokerTransport[RedisStreamTarget]):
+class RedisStreamTransport(ConnectedBrokerTransport[RedisStreamTarget, ClientKey, _Server]):
     """Appends each attempt to a Redis stream with ``XADD`` (see the module docstring)."""
 
     protocols = frozenset({Protocol.REDIS_STREAM})
 
-    def __init__(
-        self, settings: CallbackSettings, clock: Clock | None = None, policy: TargetPolicy | None = None
-    ) -> None:
-        super().__init__(settings, clock, policy)
-        self._servers: dict[ClientKey, _Server] = {}
-
-    @property
-    def pending_publishes(self) -> int:
-        return sum(server.pending for server in self._servers.values())
-
-    async def close(self) -> None:
-        servers, self._servers = self._servers, {}
-        await asyncio.gather(*(server.close() for server in servers.values()))
-
     async def _publish(self, request: CallbackRequest, target: Target, settings: RedisStreamTarget) -> None:
         credentials = target.credentials
         key = (settings.url, credentials.get("username", ""), credentials.get("password", ""))
-        server = self._servers.get(key)
-        if server is None:
-            if not settings.url.startswith(("redis://", "rediss://")):
-                raise BrokerRefused("the server URL must be redis://host:port/db or rediss://…")
-            server = self._servers[key] = _Server(key)
+        server = self._connection(key, functools.partial(_Server, key))
         await _xadd(server, request, settings)
 
 
