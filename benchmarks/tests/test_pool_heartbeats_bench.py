@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import time
 
 import httpx
-import pytest
 
 from benchmarks.pool_heartbeats import POOL, _heartbeats
 from testkit import run_node
@@ -64,32 +60,3 @@ def test_the_exact_cpu_account_names_each_thread_and_counts_only_what_came_after
     assert used.run_ns["main"] < after.run_ns["main"]  # the main thread: only what came after
     assert used.total_s == sum(used.run_ns.values()) / 1e9
     assert all(vol >= 0 and inv >= 0 for vol, inv in used.switches.values())
-
-
-@pytest.mark.parametrize("server", ["lean", "asgi", "bare"])
-def test_the_floor_bench_counts_each_heartbeat_and_who_served_it(server: str) -> None:
-    """``heartbeat_floor`` end to end, briefly: every heartbeat answered 200, the lean ones by the lean
-    path and none of the ``asgi`` ones."""
-    from benchmarks.heartbeat_floor import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        main(
-            [
-                "--server",
-                server,
-                "--rate",
-                "40",
-                "--duration-s",
-                "0.5",
-                "--executors",
-                "10",
-                "--quiet-s",
-                "0.2",
-                "--connections",
-                "2",
-            ]
-        )
-    result = json.loads(out.getvalue())
-    assert result["heartbeats"] == 20 and result["failures"] == {}
-    assert result.get("served_lean") == {"lean": 20, "asgi": 0, "bare": None}[server]
