@@ -53,6 +53,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.api import _create_batches, _headers, _percentile, _session
 from benchmarks.fire import create_bench_app
 from benchmarks.flooder import FloodResult, flood
+from testkit.children import checkout_env
 from testkit.node_process import process_cpu_s
 from testkit.sink import SinkProcess
 
@@ -126,6 +127,7 @@ async def _flood_in_child(url: str, key: str, rate: float, duration_s: float, co
         "--duration-s",
         str(duration_s),
         stdout=asyncio.subprocess.PIPE,
+        env=checkout_env(),  # benchmarks is not installed: the child finds it from any working directory
     )
     out, _ = await process.communicate()
     result = json.loads(out)

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from benchmarks.transport_cpu import callback_request
+from testkit.children import checkout_env
 from testkit.grpc_receiver import GrpcReceiverProcess
 from tjobs.delivery.grpc_transport import GrpcTransport
 from tjobs.delivery.lean_http import LeanHttpTransport
@@ -124,7 +125,10 @@ def main(argv: list[str] | None = None) -> None:
     lean_port: int | None = None
     if not args.no_lean:
         sink = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.transport_cpu", "--sink"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [sys.executable, "-m", "benchmarks.transport_cpu", "--sink"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=checkout_env(),
         )
     try:
         if sink is not None:
