@@ -11,10 +11,10 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import BaseModel
@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tjobs.client import ApiError, Client, Flow, Task, TjobsClientError, at, cron, delay, every
+from tjobs.client import ApiError, Client, Flow, Page, RedriveResult, Task, TjobsClientError, at, cron, delay, every
 
 task_app = typer.Typer(
     help="Tasks: create, get, list, update, pause, resume, trigger, delete, flows.", no_args_is_help=True
@@ -55,6 +55,7 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 IMPORT_BATCH = 500
+T = TypeVar("T")
 
 
 def parse_duration_ms(text: str) -> int:
@@ -68,6 +69,34 @@ def _client(url: str, key: str | None, what: str) -> Client:
     if not key:
         raise typer.BadParameter(f"give {what} (or set its environment variable)")
     return Client(url, key)
+
+
+def _either_key(api_key: str | None, admin_key: str | None) -> str:
+    """The app key, else the admin key, for the commands either may run."""
+    key = api_key or admin_key
+    if not key:
+        raise typer.BadParameter("give --api-key or --admin-key (or set its environment variable)")
+    return key
+
+
+def _ask(url: str, key: str | None, what: str, operation: Callable[[Client], T]) -> T:
+    """What ``operation`` gets from the API at ``url`` with ``key`` (``what`` names its flag); an error
+    it answers (or no answer) ends the command with the error printed."""
+    with _client(url, key, what) as sdk:
+        try:
+            return operation(sdk)
+        except TjobsClientError as error:
+            raise _fail(error) from None
+
+
+def _collect(page_at: Callable[[str | None], Page[T]], every_page: bool) -> list[T]:
+    """The first page's items (``page_at(None)``), or with ``every_page`` those of every page, cursor by cursor."""
+    page = page_at(None)
+    items = list(page.items)
+    while every_page and page.next_cursor is not None:
+        page = page_at(page.next_cursor)
+        items += page.items
+    return items
 
 
 def _fail(error: TjobsClientError) -> typer.Exit:
@@ -246,31 +275,34 @@ def task_create(
         callback = base["callback"]
     else:
         raise typer.BadParameter("give --callback URL or --target NAME (or callback in --request)")
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            task = sdk.create_task(
-                name,
-                schedule,
-                callback=callback,
-                key=key if key is not None else base.get("key"),
-                payload=_json_arg(payload, "--payload") if payload is not None else base.get("payload"),
-                misfire_policy=misfire if misfire is not None else base.get("misfire_policy"),
-                delivery=delivery if delivery is not None else base.get("delivery"),
-            )
-        except TjobsClientError as error:
-            raise _fail(error) from None
+
+    def created(sdk: Client) -> Task:
+        return sdk.create_task(
+            name,
+            schedule,
+            callback=callback,
+            key=key if key is not None else base.get("key"),
+            payload=_json_arg(payload, "--payload") if payload is not None else base.get("payload"),
+            misfire_policy=misfire if misfire is not None else base.get("misfire_policy"),
+            delivery=delivery if delivery is not None else base.get("delivery"),
+        )
+
+    task = _ask(url, api_key, "--api-key", created)
     _emit(task, as_json, _tasks_table([task]))
 
 
-@task_app.command("get")
-def task_get(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
-    """Show one task."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            task = sdk.get_task(task_id)
-        except TjobsClientError as error:
-            raise _fail(error) from None
-    _emit(task, as_json, _tasks_table([task]))
+def _task_command(verb: str, doc: str) -> Callable[..., None]:
+    """``tjobs task VERB TASK_ID``: the SDK's ``VERB_task``, answered by the task."""
+
+    def command(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
+        task: Task = _ask(url, api_key, "--api-key", lambda sdk: getattr(sdk, f"{verb}_task")(task_id))
+        _emit(task, as_json, _tasks_table([task]))
+
+    command.__name__, command.__qualname__, command.__doc__ = f"task_{verb}", f"task_{verb}", doc
+    return task_app.command(verb)(command)
+
+
+task_get = _task_command("get", "Show one task.")
 
 
 @task_app.command("list")
@@ -285,14 +317,13 @@ def task_list(
     as_json: AsJson = False,
 ) -> None:
     """List tasks (newest shards first page; --all walks every page)."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            if all_:
-                tasks = list(sdk.iter_tasks(status=status, kind=kind, name_prefix=prefix))
-            else:
-                tasks = sdk.list_tasks(limit=limit, status=status, kind=kind, name_prefix=prefix).items
-        except TjobsClientError as error:
-            raise _fail(error) from None
+
+    def listed(sdk: Client) -> list[Task]:
+        if all_:
+            return list(sdk.iter_tasks(status=status, kind=kind, name_prefix=prefix))
+        return sdk.list_tasks(limit=limit, status=status, kind=kind, name_prefix=prefix).items
+
+    tasks = _ask(url, api_key, "--api-key", listed)
     _emit(tasks, as_json, _tasks_table(tasks))
 
 
@@ -328,37 +359,12 @@ def task_update(
         fields["schedule"] = schedule
     if not fields:
         raise typer.BadParameter("nothing to change")
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            task = sdk.update_task(task_id, version=version, **fields)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    task = _ask(url, api_key, "--api-key", lambda sdk: sdk.update_task(task_id, version=version, **fields))
     _emit(task, as_json, _tasks_table([task]))
 
 
-def _task_action(action: str, task_id: str, url: str, api_key: str | None, as_json: bool) -> None:
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            if action == "delete":
-                sdk.delete_task(task_id)
-                _emit({"deleted": task_id}, as_json, None) if as_json else out().print(f"deleted {task_id}")
-                return
-            task = sdk.pause_task(task_id) if action == "pause" else sdk.resume_task(task_id)
-        except TjobsClientError as error:
-            raise _fail(error) from None
-    _emit(task, as_json, _tasks_table([task]))
-
-
-@task_app.command("pause")
-def task_pause(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
-    """Pause a task."""
-    _task_action("pause", task_id, url, api_key, as_json)
-
-
-@task_app.command("resume")
-def task_resume(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
-    """Resume a paused task."""
-    _task_action("resume", task_id, url, api_key, as_json)
+task_pause = _task_command("pause", "Pause a task.")
+task_resume = _task_command("resume", "Resume a paused task.")
 
 
 @task_app.command("trigger")
@@ -391,18 +397,15 @@ def task_trigger(
         override["payload"] = _json_arg(payload, "--payload")
     elif payload_file is not None:
         override["payload"] = _json_arg(_read_source(payload_file, "--payload-file"), "--payload-file")
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            flow = sdk.trigger_task(task_id, **override)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    flow = _ask(url, api_key, "--api-key", lambda sdk: sdk.trigger_task(task_id, **override))
     _emit(flow, as_json, _flows_table([flow]))
 
 
 @task_app.command("delete")
 def task_delete(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
     """Delete a task (its flows stay as history)."""
-    _task_action("delete", task_id, url, api_key, as_json)
+    _ask(url, api_key, "--api-key", lambda sdk: sdk.delete_task(task_id))
+    _emit({"deleted": task_id}, as_json, None) if as_json else out().print(f"deleted {task_id}")
 
 
 @task_app.command("flows")
@@ -414,11 +417,7 @@ def task_flows(
     as_json: AsJson = False,
 ) -> None:
     """A task's flows, newest first."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            flows = sdk.list_flows(task_id, limit=limit)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    flows = _ask(url, api_key, "--api-key", lambda sdk: sdk.list_flows(task_id, limit=limit))
     _emit(flows, as_json, _flows_table(flows))
 
 
@@ -451,11 +450,7 @@ def app_create(
         fields["max_concurrency"] = concurrency
     if allow_host:
         fields["allowed_callback_hosts"] = allow_host
-    with _client(url, admin_key, "--admin-key") as sdk:
-        try:
-            app = sdk.create_app(name, **fields)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    app = _ask(url, admin_key, "--admin-key", lambda sdk: sdk.create_app(name, **fields))
     _emit(app, as_json, _app_table(app))
 
 
@@ -470,11 +465,9 @@ def app_rotate(
     as_json: AsJson = False,
 ) -> None:
     """Rotate an app's API key and/or signing secret."""
-    with _client(url, admin_key, "--admin-key") as sdk:
-        try:
-            app = sdk.rotate_app(app_id, api_key=key, secret=secret, grace_s=grace_s)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    app = _ask(
+        url, admin_key, "--admin-key", lambda sdk: sdk.rotate_app(app_id, api_key=key, secret=secret, grace_s=grace_s)
+    )
     _emit(app, as_json, _app_table(app))
 
 
@@ -488,19 +481,17 @@ def app_show(
     as_json: AsJson = False,
 ) -> None:
     """Show an app (admin key) or your own (API key), or its stats."""
+
+    def shown(sdk: Client) -> BaseModel:
+        if app_id is None:
+            return sdk.stats() if stats else sdk.app()
+        return sdk.app_stats(app_id) if stats else sdk.get_app(app_id)
+
     if app_id is not None:
-        sdk = _client(url, admin_key, "--admin-key")
+        app = _ask(url, admin_key, "--admin-key", shown)
     else:
-        sdk = _client(url, api_key, "--api-key")
-    with sdk:
-        try:
-            if app_id is None:
-                shown: BaseModel = sdk.stats() if stats else sdk.app()
-            else:
-                shown = sdk.app_stats(app_id) if stats else sdk.get_app(app_id)
-        except TjobsClientError as error:
-            raise _fail(error) from None
-    _emit(shown, as_json, _app_table(shown))
+        app = _ask(url, api_key, "--api-key", shown)
+    _emit(app, as_json, _app_table(app))
 
 
 # ---- dlq ----------------------------------------------------------------------------------------------------
@@ -515,11 +506,12 @@ def dlq_list(
     as_json: AsJson = False,
 ) -> None:
     """List the app's dead letters."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            flows = list(sdk.iter_dead_letters()) if all_ else sdk.dead_letters(limit=limit).items
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    flows = _ask(
+        url,
+        api_key,
+        "--api-key",
+        lambda sdk: list(sdk.iter_dead_letters()) if all_ else sdk.dead_letters(limit=limit).items,
+    )
     _emit(flows, as_json, _flows_table(flows))
 
 
@@ -534,12 +526,12 @@ def dlq_redrive(
     """Send dead flows again (attempts kept)."""
     if not flow_ids and not all_:
         raise typer.BadParameter("give flow ids or --all")
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            ids = [f.id for f in sdk.iter_dead_letters()] if all_ else list(flow_ids or [])
-            results = [sdk.redrive(ids[i : i + 1000]) for i in range(0, len(ids), 1000)]
-        except TjobsClientError as error:
-            raise _fail(error) from None
+
+    def redriven(sdk: Client) -> list[RedriveResult]:
+        ids = [f.id for f in sdk.iter_dead_letters()] if all_ else list(flow_ids or [])
+        return [sdk.redrive(ids[i : i + 1000]) for i in range(0, len(ids), 1000)]
+
+    results = _ask(url, api_key, "--api-key", redriven)
     items = [item for result in results for item in result.items]
     if as_json:
         _emit(

@@ -17,13 +17,13 @@ from tjobs.cli.api_commands import (
     AsJson,
     Url,
     _app_table,
-    _client,
+    _ask,
+    _collect,
     _emit,
-    _fail,
     _json_arg,
     out,
 )
-from tjobs.client import App, TjobsClientError
+from tjobs.client import App
 
 
 def apps_table(apps: Sequence[App]) -> Table:
@@ -43,15 +43,9 @@ def app_list(
     as_json: AsJson = False,
 ) -> None:
     """List the apps (admin key)."""
-    with _client(url, admin_key, "--admin-key") as sdk:
-        try:
-            page = sdk.list_apps(limit=limit)
-            apps = list(page.items)
-            while all_ and page.next_cursor is not None:
-                page = sdk.list_apps(limit=limit, cursor=page.next_cursor)
-                apps += page.items
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    apps = _ask(
+        url, admin_key, "--admin-key", lambda sdk: _collect(lambda c: sdk.list_apps(limit=limit, cursor=c), all_)
+    )
     _emit(apps, as_json, apps_table(apps))
 
 
@@ -90,20 +84,14 @@ def app_update(
     }
     if not fields:
         raise typer.BadParameter("give at least one field to change (see --help)")
-    with _client(url, admin_key, "--admin-key") as sdk:
-        try:
-            app = sdk.update_app(app_id, **fields)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    app = _ask(url, admin_key, "--admin-key", lambda sdk: sdk.update_app(app_id, **fields))
     _emit(app, as_json, _app_table(app))
 
 
 def _switch(app_id: str, disabled: bool, url: str, admin_key: str | None, as_json: bool) -> None:
-    with _client(url, admin_key, "--admin-key") as sdk:
-        try:
-            app = sdk.disable_app(app_id) if disabled else sdk.enable_app(app_id)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    app = _ask(
+        url, admin_key, "--admin-key", lambda sdk: sdk.disable_app(app_id) if disabled else sdk.enable_app(app_id)
+    )
     _emit(app, as_json, _app_table(app))
 
 
@@ -127,11 +115,7 @@ def app_delete(
     """Delete an app with all its tasks and targets (asks for its id again)."""
     if confirm is None:
         confirm = typer.prompt(f"This deletes app {app_id} and every task of it. Type its id to confirm")
-    with _client(url, admin_key, "--admin-key") as sdk:
-        try:
-            deleted = sdk.delete_app(app_id, confirm=confirm)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    deleted = _ask(url, admin_key, "--admin-key", lambda sdk: sdk.delete_app(app_id, confirm=confirm))
     if as_json:
         _emit(deleted, True)
     else:

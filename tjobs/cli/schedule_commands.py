@@ -12,8 +12,18 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, ApiKey, AsJson, Url, _emit, _fail, parse_duration_ms
-from tjobs.client import Client, SchedulePreview, TjobsClientError, cron, delay, every
+from tjobs.cli.api_commands import (
+    DEFAULT_URL,
+    AdminKey,
+    ApiKey,
+    AsJson,
+    Url,
+    _ask,
+    _either_key,
+    _emit,
+    parse_duration_ms,
+)
+from tjobs.client import SchedulePreview, cron, delay, every
 
 schedule_app = typer.Typer(help="Schedules: preview the next instants of one.", no_args_is_help=True)
 
@@ -57,14 +67,8 @@ def schedule_preview(
             schedule.update(_instant(name, value))
     if max_fires is not None:
         schedule["max_fires"] = max_fires
-    key = api_key or admin_key
-    if not key:
-        raise typer.BadParameter("give --api-key or --admin-key (or set its environment variable)")
-    with Client(url, key) as sdk:
-        try:
-            preview = sdk.preview_schedule(schedule, count=count, from_=_from(from_))
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    key = _either_key(api_key, admin_key)
+    preview = _ask(url, key, "--api-key", lambda sdk: sdk.preview_schedule(schedule, count=count, from_=_from(from_)))
     _emit(preview, as_json, preview_table(preview))
 
 

@@ -15,8 +15,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _client, _emit, _fail
-from tjobs.client import Flow, Task, TjobsClientError
+from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _collect, _emit
+from tjobs.client import Flow, Task
 
 flows_app = typer.Typer(help="Flows: search them across every shard, show one with its attempts.", no_args_is_help=True)
 
@@ -62,14 +62,17 @@ def flows_search(
     as_json: AsJson = False,
 ) -> None:
     """The app's flows across every shard, newest first."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            if all_:
-                flows = list(sdk.iter_flows(status=status, task_id=task, from_=from_, to=to, page_size=limit))
-            else:
-                flows = sdk.search_flows(status=status, task_id=task, from_=from_, to=to, limit=limit).items
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    flows = _ask(
+        url,
+        api_key,
+        "--api-key",
+        lambda sdk: _collect(
+            lambda cursor: sdk.search_flows(
+                status=status, task_id=task, from_=from_, to=to, limit=limit, cursor=cursor
+            ),
+            all_,
+        ),
+    )
     _emit(flows, as_json, flow_search_table(flows))
 
 
@@ -81,11 +84,7 @@ def flows_show(
     as_json: AsJson = False,
 ) -> None:
     """One flow and every attempt it kept (the newest 25), oldest first."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            flow = sdk.get_flow(flow_id)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    flow = _ask(url, api_key, "--api-key", lambda sdk: sdk.get_flow(flow_id))
     _emit(flow, as_json, flow_attempts_table(flow))
 
 
@@ -118,17 +117,17 @@ def task_search(
     as_json: AsJson = False,
 ) -> None:
     """The app's tasks across every shard: newest first, or by name with --prefix."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            page = sdk.list_tasks(limit=limit, status=status, kind=kind, name_prefix=prefix, key=key)
-            tasks = list(page.items)
-            while all_ and page.next_cursor is not None:
-                page = sdk.list_tasks(
-                    limit=limit, cursor=page.next_cursor, status=status, kind=kind, name_prefix=prefix, key=key
-                )
-                tasks += page.items
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    tasks = _ask(
+        url,
+        api_key,
+        "--api-key",
+        lambda sdk: _collect(
+            lambda cursor: sdk.list_tasks(
+                limit=limit, cursor=cursor, status=status, kind=kind, name_prefix=prefix, key=key
+            ),
+            all_,
+        ),
+    )
     _emit(tasks, as_json, task_search_table(tasks))
 
 

@@ -8,8 +8,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, ApiKey, AsJson, Url, _emit, _fail, out
-from tjobs.client import Client, TjobsClientError
+from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, ApiKey, AsJson, Url, _ask, _either_key, _emit, out
 
 
 def _seconds(value: Any) -> str:
@@ -45,14 +44,7 @@ def slo(
     as_json: AsJson = False,
 ) -> None:
     """The cluster's service levels over a window: lateness, reach, misses, throttled, dead."""
-    key = api_key or admin_key
-    if not key:
-        raise typer.BadParameter("give --api-key or --admin-key (or set its environment variable)")
-    with Client(url, key) as sdk:
-        try:
-            report = sdk.slo(window, app_id=app_id)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    report = _ask(url, _either_key(api_key, admin_key), "--api-key", lambda sdk: sdk.slo(window, app_id=app_id))
     if as_json:
         _emit(report, True)
     else:

@@ -16,8 +16,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _client, _emit, _fail, _json_arg
-from tjobs.client import Target, TjobsClientError
+from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _collect, _emit, _json_arg
+from tjobs.client import Client, Target
 
 target_app = typer.Typer(
     help="Named targets (HTTP, gRPC, AMQP, NATS, Redis Streams): create, list, get, update, delete.",
@@ -101,46 +101,28 @@ def target_create(
     parsed = _object(settings, "--settings")
     if parsed is None:
         raise typer.BadParameter("give --settings (a JSON object)")
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            target = sdk.create_target(
-                name,
-                protocol,
-                parsed,
-                retry=_object(retry, "--retry"),
-                credentials=_credentials(credential, credentials_file),
-            )
-        except TjobsClientError as error:
-            raise _fail(error) from None
+
+    def created(sdk: Client) -> Target:
+        retry_, credentials = _object(retry, "--retry"), _credentials(credential, credentials_file)
+        return sdk.create_target(name, protocol, parsed, retry=retry_, credentials=credentials)
+
+    target = _ask(url, api_key, "--api-key", created)
     _emit(target, as_json, targets_table([target]))
 
 
 @target_app.command("list")
 def target_list(url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
     """Every target of the app, by name."""
-    targets: list[Target] = []
-    cursor: str | None = None
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            while True:
-                page = sdk.list_targets(limit=1000, cursor=cursor)
-                targets += page.items
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    targets = _ask(
+        url, api_key, "--api-key", lambda sdk: _collect(lambda c: sdk.list_targets(limit=1000, cursor=c), True)
+    )
     _emit(targets, as_json, targets_table(targets))
 
 
 @target_app.command("get")
 def target_get(name: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
     """Show one target (its settings and retry policy; credentials by key only)."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            target = sdk.get_target(name)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    target = _ask(url, api_key, "--api-key", lambda sdk: sdk.get_target(name))
     if as_json:
         _emit(target, True)
         return
@@ -179,20 +161,12 @@ def target_update(
         fields["credentials"] = credentials
     if not fields:
         raise typer.BadParameter("nothing to change")
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            target = sdk.update_target(name, version=version, **fields)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    target = _ask(url, api_key, "--api-key", lambda sdk: sdk.update_target(name, version=version, **fields))
     _emit(target, as_json, targets_table([target]))
 
 
 @target_app.command("delete")
 def target_delete(name: str, url: Url = DEFAULT_URL, api_key: ApiKey = None) -> None:
     """Delete a target (refused, saying how many, while tasks that can still fire name it)."""
-    with _client(url, api_key, "--api-key") as sdk:
-        try:
-            sdk.delete_target(name)
-        except TjobsClientError as error:
-            raise _fail(error) from None
+    _ask(url, api_key, "--api-key", lambda sdk: sdk.delete_target(name))
     _emit({"deleted": name}, False)
