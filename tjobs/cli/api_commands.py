@@ -89,14 +89,21 @@ def _ask(url: str, key: str | None, what: str, operation: Callable[[Client], T])
             raise _fail(error) from None
 
 
-def _collect(page_at: Callable[[str | None], Page[T]], every_page: bool) -> list[T]:
-    """The first page's items (``page_at(None)``), or with ``every_page`` those of every page, cursor by cursor."""
-    page = page_at(None)
-    items = list(page.items)
-    while every_page and page.next_cursor is not None:
-        page = page_at(page.next_cursor)
-        items += page.items
-    return items
+def _ask_pages(
+    url: str, key: str | None, what: str, every_page: bool, page_at: Callable[[Client, str | None], Page[T]]
+) -> list[T]:
+    """As :func:`_ask`, the items of the first page (``page_at(sdk, None)``), or with ``every_page``
+    those of every page, cursor by cursor."""
+
+    def collect(sdk: Client) -> list[T]:
+        page = page_at(sdk, None)
+        items = list(page.items)
+        while every_page and page.next_cursor is not None:
+            page = page_at(sdk, page.next_cursor)
+            items += page.items
+        return items
+
+    return _ask(url, key, what, collect)
 
 
 def _fail(error: TjobsClientError) -> typer.Exit:

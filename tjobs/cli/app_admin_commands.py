@@ -18,7 +18,7 @@ from tjobs.cli.api_commands import (
     Url,
     _app_table,
     _ask,
-    _collect,
+    _ask_pages,
     _emit,
     _json_arg,
     out,
@@ -43,8 +43,8 @@ def app_list(
     as_json: AsJson = False,
 ) -> None:
     """List the apps (admin key)."""
-    apps = _ask(
-        url, admin_key, "--admin-key", lambda sdk: _collect(lambda c: sdk.list_apps(limit=limit, cursor=c), all_)
+    apps = _ask_pages(
+        url, admin_key, "--admin-key", all_, lambda sdk, cursor: sdk.list_apps(limit=limit, cursor=cursor)
     )
     _emit(apps, as_json, apps_table(apps))
 

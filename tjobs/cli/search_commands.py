@@ -15,8 +15,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _collect, _emit
-from tjobs.client import Flow, Task
+from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _ask_pages, _emit
+from tjobs.client import Client, Flow, Page, Task
 
 flows_app = typer.Typer(help="Flows: search them across every shard, show one with its attempts.", no_args_is_help=True)
 
@@ -62,17 +62,11 @@ def flows_search(
     as_json: AsJson = False,
 ) -> None:
     """The app's flows across every shard, newest first."""
-    flows = _ask(
-        url,
-        api_key,
-        "--api-key",
-        lambda sdk: _collect(
-            lambda cursor: sdk.search_flows(
-                status=status, task_id=task, from_=from_, to=to, limit=limit, cursor=cursor
-            ),
-            all_,
-        ),
-    )
+
+    def page(sdk: Client, cursor: str | None) -> Page[Flow]:
+        return sdk.search_flows(status=status, task_id=task, from_=from_, to=to, limit=limit, cursor=cursor)
+
+    flows = _ask_pages(url, api_key, "--api-key", all_, page)
     _emit(flows, as_json, flow_search_table(flows))
 
 
@@ -117,17 +111,11 @@ def task_search(
     as_json: AsJson = False,
 ) -> None:
     """The app's tasks across every shard: newest first, or by name with --prefix."""
-    tasks = _ask(
-        url,
-        api_key,
-        "--api-key",
-        lambda sdk: _collect(
-            lambda cursor: sdk.list_tasks(
-                limit=limit, cursor=cursor, status=status, kind=kind, name_prefix=prefix, key=key
-            ),
-            all_,
-        ),
-    )
+
+    def page(sdk: Client, cursor: str | None) -> Page[Task]:
+        return sdk.list_tasks(limit=limit, cursor=cursor, status=status, kind=kind, name_prefix=prefix, key=key)
+
+    tasks = _ask_pages(url, api_key, "--api-key", all_, page)
     _emit(tasks, as_json, task_search_table(tasks))
 
 

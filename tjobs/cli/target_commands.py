@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _collect, _emit, _json_arg
+from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _ask_pages, _emit, _json_arg
 from tjobs.client import Client, Target
 
 target_app = typer.Typer(
@@ -113,8 +113,8 @@ def target_create(
 @target_app.command("list")
 def target_list(url: Url = DEFAULT_URL, api_key: ApiKey = None, as_json: AsJson = False) -> None:
     """Every target of the app, by name."""
-    targets = _ask(
-        url, api_key, "--api-key", lambda sdk: _collect(lambda c: sdk.list_targets(limit=1000, cursor=c), True)
+    targets = _ask_pages(
+        url, api_key, "--api-key", True, lambda sdk, cursor: sdk.list_targets(limit=1000, cursor=cursor)
     )
     _emit(targets, as_json, targets_table(targets))
 
