@@ -1,4 +1,4 @@
-"""One tjobs node: storage, coordination, hot path, wheel, deliverer, compensator and retention, wired.
+"""One tjobs node: storage, coordination, hot tier, wheel, deliverer, compensator and retention, wired.
 
 The embedded default and a cluster node differ only in the store URL, the coordinator and the hot
 path handed in here; everything else is the same code.
@@ -30,8 +30,8 @@ from tjobs.firing.compensator import Compensator
 from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.firing.retention import RetentionSweeper
 from tjobs.firing.runner import JobRunner
-from tjobs.hotpath.base import HotPath
-from tjobs.hotpath.local import LocalHotPath
+from tjobs.hot_tier.base import HotTier
+from tjobs.hot_tier.local import LocalHotTier
 from tjobs.observability.metrics import Metrics, NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
@@ -88,7 +88,7 @@ class NodeParts:
 
     store: TaskStore | None = None
     coordinator: Coordinator | None = None
-    hotpath: HotPath | None = None
+    hot_tier: HotTier | None = None
     clock: Clock | None = None
     transport: Transport | None = None  # callbacks: the HTTP transport with the node's SSRF guard
     # named targets' other protocols (tests: the in-memory twin); else each loaded on its first use
@@ -105,21 +105,21 @@ class Node:
         self.store: TaskStore = parts.store or create_store(settings.storage)
         # Per database server: shards of a server this node cannot reach pause; the others keep firing.
         self.db_health = DatabaseHealth(self.store, self.topology.shard_count)
-        if settings.cluster.etcd_endpoints:  # cluster mode: etcd coordination, Redis or DB-poll hot path
-            from tjobs.cluster.wiring import build_coordinator, build_hotpath
+        if settings.cluster.etcd_endpoints:  # cluster mode: etcd coordination, Redis or DB-poll hot tier
+            from tjobs.cluster.wiring import build_coordinator, build_hot_tier
 
             parts.coordinator = parts.coordinator or build_coordinator(
                 settings, self.node_id, self.store, self.clock, self.db_health
             )
-            parts.hotpath = parts.hotpath or build_hotpath(settings, self.node_id, self.clock)
+            parts.hot_tier = parts.hot_tier or build_hot_tier(settings, self.node_id, self.clock)
         self.coordinator: Coordinator = parts.coordinator or LocalCoordinator(
             self.topology.shard_count, self.node_id, self.db_health, map_home=self.store
         )
         self.coordinator.watch_shard_map(self._route_by)
-        self.hotpath: HotPath = parts.hotpath or LocalHotPath(sole_node=True)  # no cluster: every write is ours
+        self.hot_tier: HotTier = parts.hot_tier or LocalHotTier(sole_node=True)  # no cluster: every write is ours
         self.metrics = Metrics() if settings.metrics.enabled else NullMetrics()
         self.slo = ServiceLevels(self.clock.now_ms)  # fed with or without metrics: GET /v1/slo, /v1/stats
-        # Metrics and SLO accounting hang off this one observer of the runner, deliverer, limiter and hot path.
+        # Metrics and SLO accounting hang off this one observer of the runner, deliverer, limiter and hot tier.
         self.observer = MetricsObserver(self.metrics, self.slo, self.clock.now_ms)
         # this node's service-level minutes, added to the store every slo.flush_s: GET /v1/slo?window= sums every node's
         self.slo_recorder = SloRecorder(
@@ -170,7 +170,7 @@ class Node:
             scheduler,
             self.clock,
             observer=self.observer,
-            hotpath=self.hotpath,
+            hot_tier=self.hot_tier,
             disabled_apps=self.disabled_apps,
         )
         self.db_health.subscribe(self.runner.set_paused)
@@ -190,7 +190,7 @@ class Node:
         self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)
         self.tasks = TaskService(
             self.store,
-            self.hotpath,
+            self.hot_tier,
             settings,
             self.clock,
             self.topology,
@@ -212,7 +212,7 @@ class Node:
         await self.deliverer.start()
         await self.runner.start()
         await self.db_health.start()
-        await self.hotpath.start(self.runner.on_task_change, self.observer)
+        await self.hot_tier.start(self.runner.on_task_change, self.observer)
         await self.disabled_apps.start()  # known before the first load
         await self.coordinator.start(self.runner.set_owned)
         await self.compensator.start()
@@ -243,7 +243,7 @@ class Node:
         await self.tasks.counts.stop()
         await self.move_watch.stop()
         await self.db_health.stop()
-        await self.hotpath.stop()
+        await self.hot_tier.stop()
         await self.deliverer.stop(drain_timeout_s)
         await self.slo_recorder.stop()  # with the drained flows' outcomes
         await self.transport.close()

@@ -76,7 +76,7 @@ class SchedulerSettings(SettingsSection):
     @field_validator("load_lead_s")
     @classmethod
     def _lead_below_cycle(cls, value: int, info: ValidationInfo) -> int:
-        # The cycle load skips the tasks it loaded before (not due yet); one the hot path missed there
+        # The cycle load skips the tasks it loaded before (not due yet); one the hot tier missed there
         # is read as overdue by the next load, which must therefore start after the current horizon
         # (tjobs/firing/runner.py, invariant 7 in docs/design.md).
         cycle_s = info.data.get("cycle_s")
@@ -177,7 +177,7 @@ class ClusterSettings(SettingsSection):
     clock_skew_max_ms: int = 500
     db_unreachable_max_s: float = 3.0  # step down after the database has been unreachable this long
     sync_interval_ms: int = Field(default=200, ge=20)  # membership / plan / holder reconcile period
-    hot_poll_interval_ms: int = Field(default=200, ge=10)  # DB-poll hot path period
+    hot_poll_interval_ms: int = Field(default=200, ge=10)  # DB-poll hot tier period
     redis_poll_interval_ms: int = Field(default=50, ge=5)  # Redis hot tier: owner's slice poll period
     pool_sync_interval_ms: int = Field(default=500, ge=20)  # re-read of every executor pool (tjobs.pools)
 

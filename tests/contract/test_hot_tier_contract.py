@@ -1,4 +1,4 @@
-"""The hot-path contract (:class:`tjobs.hotpath.base.HotPath`), run on every implementation: the
+"""The hot-path contract (:class:`tjobs.hot_tier.base.HotTier`), run on every implementation: the
 in-process one, Redis ZSET slices (real Redis) and the DB poll (SQLite files, and a real MariaDB).
 
 Each test gets a *pair*: the node that takes the API call (``publisher``) and the node whose wheel
@@ -26,11 +26,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sharding import TaskIdGenerator
 from tests.observers import RecordingObserver
 from tjobs.clock import ManualClock, SystemClock
-from tjobs.hotpath import dbpoll
-from tjobs.hotpath.base import HotPath, TaskChange
-from tjobs.hotpath.dbpoll import SETTLE_S, DbPollHotPath
-from tjobs.hotpath.local import LocalHotPath
-from tjobs.hotpath.redis import MINUTE_MS, RedisHotPath
+from tjobs.hot_tier import dbpoll
+from tjobs.hot_tier.base import HotTier, TaskChange
+from tjobs.hot_tier.dbpoll import SETTLE_S, DbPollHotTier
+from tjobs.hot_tier.local import LocalHotTier
+from tjobs.hot_tier.redis import MINUTE_MS, RedisHotTier
 from tjobs.settings import StorageSettings
 from tjobs.stores.layout_record import StorageNotMigrated
 from tjobs.stores.migrate import migrate
@@ -71,8 +71,8 @@ class Recorder:
 
 @dataclass
 class Pair:
-    publisher: HotPath
-    owner: HotPath
+    publisher: HotTier
+    owner: HotTier
     published: Recorder
     received: Recorder
     remote: bool  # a change travels through a shared tier (else publisher is owner)
@@ -81,8 +81,8 @@ class Pair:
 
 
 async def _start(
-    publisher: HotPath,
-    owner: HotPath,
+    publisher: HotTier,
+    owner: HotTier,
     remote: bool,
     lose_state: Callable[[], Awaitable[None]],
     outage: Callable[[Pair], Awaitable[None]],
@@ -112,7 +112,7 @@ async def _nothing(*_: object) -> None:
 )
 async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pair]:
     if request.param == "local":
-        local = LocalHotPath()
+        local = LocalHotTier()
         yield await _start(local, local, False, _nothing, _nothing)
         await local.stop()
         return
@@ -120,8 +120,8 @@ async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         url: str = request.getfixturevalue("redis_url")
         prefix = f"tjobs:ct{secrets.token_hex(4)}:hot"
         admin = aioredis.from_url(url)
-        publisher = RedisHotPath(url, prefix=prefix, clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
-        owner = RedisHotPath(url, prefix=prefix, clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
+        publisher = RedisHotTier(url, prefix=prefix, clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
+        owner = RedisHotTier(url, prefix=prefix, clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
 
         async def flush() -> None:  # only this test's keys: the Redis is shared
             keys = [key async for key in admin.scan_iter(match=f"{prefix}:*")]
@@ -130,7 +130,7 @@ async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
         async def redis_outage(pair: Pair) -> None:  # a node whose Redis is gone: nothing listens on port 1
             await pair.publisher.stop()
-            pair.publisher = RedisHotPath(
+            pair.publisher = RedisHotTier(
                 "redis://127.0.0.1:1/0", prefix=prefix, clock=SystemClock(), near_ms=NEAR_MS, timeout_s=0.2
             )
             await pair.publisher.start(pair.published)
@@ -151,10 +151,10 @@ async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 @dataclass
 class DbTier:
-    """A DB-poll pair's database: its two nodes' hot paths, and SQL run on it from outside."""
+    """A DB-poll pair's database: its two nodes' hot tiers, and SQL run on it from outside."""
 
-    publisher: DbPollHotPath
-    owner: DbPollHotPath
+    publisher: DbPollHotTier
+    owner: DbPollHotTier
     execute: Callable[[str], Awaitable[None]]
     mariadb: bool
 
@@ -194,8 +194,8 @@ async def db_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     try:
         await migrate(storage)
         yield DbTier(
-            DbPollHotPath(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20),
-            DbPollHotPath(storage, origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20),
+            DbPollHotTier(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20),
+            DbPollHotTier(storage, origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20),
             execute,
             mariadb,
         )
@@ -259,15 +259,15 @@ async def test_an_idle_tier_is_polled_without_warnings(pair: Pair, caplog: pytes
     await pair.publisher.publish(change)
     await pair.received.wait_for(change)
     # When it stays idle for many polls
-    with caplog.at_level(logging.WARNING, logger="tjobs.hotpath"):
+    with caplog.at_level(logging.WARNING, logger="tjobs.hot_tier"):
         await asyncio.sleep(SETTLE_S + 1.0)
     # Then nothing was logged: an idle cluster is quiet
-    assert [record.getMessage() for record in caplog.records if record.name.startswith("tjobs.hotpath")] == []
+    assert [record.getMessage() for record in caplog.records if record.name.startswith("tjobs.hot_tier")] == []
 
 
 async def test_publish_does_not_raise_while_the_tier_is_down(pair: Pair) -> None:
     if not pair.remote:
-        pytest.skip("the in-process hot path has no tier that could be down")
+        pytest.skip("the in-process hot tier has no server that could be down")
     await pair.outage(pair)
     change = TaskChange(task_id(9), "app", soon(), 1)
     started = time.monotonic()
@@ -279,7 +279,7 @@ async def test_publish_does_not_raise_while_the_tier_is_down(pair: Pair) -> None
 
 async def test_a_remote_tier_applies_only_the_shards_the_node_watches(pair: Pair) -> None:
     if not pair.remote:
-        pytest.skip("the in-process hot path serves the one node that owns every shard")
+        pytest.skip("the in-process hot tier serves the one node that owns every shard")
     await pair.owner.watch(frozenset({1}))
     other = TaskChange(task_id(2), "app", soon(), 1)
     mine = TaskChange(task_id(1), "app", soon(), 1)
@@ -315,11 +315,11 @@ async def redis_prefix(redis_url: str) -> AsyncIterator[str]:
     await admin.aclose()
 
 
-def manual_pair(url: str, prefix: str, clock: ManualClock) -> tuple[RedisHotPath, RedisHotPath]:
-    """Two Redis hot paths whose loops poll once at start, then only when a test calls ``poll_once``."""
+def manual_pair(url: str, prefix: str, clock: ManualClock) -> tuple[RedisHotTier, RedisHotTier]:
+    """Two Redis hot tiers whose loops poll once at start, then only when a test calls ``poll_once``."""
     return (
-        RedisHotPath(url, prefix=prefix, clock=clock, near_ms=NEAR_MS, poll_interval_ms=3_600_000),
-        RedisHotPath(url, prefix=prefix, clock=clock, near_ms=NEAR_MS, poll_interval_ms=3_600_000),
+        RedisHotTier(url, prefix=prefix, clock=clock, near_ms=NEAR_MS, poll_interval_ms=3_600_000),
+        RedisHotTier(url, prefix=prefix, clock=clock, near_ms=NEAR_MS, poll_interval_ms=3_600_000),
     )
 
 
@@ -417,14 +417,14 @@ async def test_db_poll_refuses_a_schema_without_its_table_and_nodes_start_togeth
     async with admin.begin() as conn:
         await conn.execute(text(f"CREATE DATABASE `{prefix}_00`"))  # a database no `tjobs migrate` ran on
     try:
-        bare = DbPollHotPath(storage, origin="node-0", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
+        bare = DbPollHotTier(storage, origin="node-0", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
         with pytest.raises(StorageNotMigrated, match="tjobs migrate"):
             await bare.start(Recorder())
         await bare.stop()
 
         await migrate(storage)
         nodes = [
-            DbPollHotPath(storage, origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
+            DbPollHotTier(storage, origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
             for i in range(6)
         ]
         try:
@@ -449,7 +449,7 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tu
         await db_pair.owner.stop()
 
 
-def commits_of(hot: DbPollHotPath) -> list[int]:
+def commits_of(hot: DbPollHotTier) -> list[int]:
     """The transactions ``hot`` commits from now on (its poll reads commit none), one entry each."""
     engine = hot._engine
     assert engine is not None
@@ -505,7 +505,7 @@ async def test_db_poll_a_failed_write_is_logged_once_per_transaction_and_later_c
     # Given a table the publisher cannot write to for a while
     await tier.execute("ALTER TABLE hot_changes RENAME TO hot_changes_away")
     changes = [TaskChange(task_id(index % SHARDS), "app", soon(), 1) for index in range(20)]
-    with caplog.at_level(logging.WARNING, logger="tjobs.hotpath"):
+    with caplog.at_level(logging.WARNING, logger="tjobs.hot_tier"):
         # When changes are published at once: none raises, each is applied on the publishing node
         await asyncio.gather(*(pair.publisher.publish(change) for change in changes))
     assert all(change in pair.published.changes for change in changes)

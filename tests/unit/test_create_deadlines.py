@@ -17,7 +17,7 @@ from tests.contract.backends import NOW_MS, make_task
 from tests.delivery_fakes import APP
 from tjobs.clock import ManualClock
 from tjobs.errors import StorageOutcomeUnknown, StorageUnavailable
-from tjobs.hotpath.local import LocalHotPath
+from tjobs.hot_tier.local import LocalHotTier
 from tjobs.model import Task
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
@@ -171,7 +171,7 @@ def service(store: MemoryTaskStore, unreachable: frozenset[int]) -> TaskService:
     settings = Settings(storage={"urls": ["memory://"]}, allow_loopback_callbacks=True)
     return TaskService(
         store,
-        LocalHotPath(),
+        LocalHotTier(),
         settings,
         ManualClock(NOW_MS),
         store.topology,

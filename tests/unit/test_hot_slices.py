@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tjobs.hotpath.base import TaskChange, is_near
-from tjobs.hotpath.redis import MINUTE_MS, decode, encode, slice_minute
+from tjobs.hot_tier.base import TaskChange, is_near
+from tjobs.hot_tier.redis import MINUTE_MS, decode, encode, slice_minute
 
 NOW_MS = 1_800_000_000_000 + 12_345  # 2027-01-15T08:00:12.345Z
 MINUTE = NOW_MS // MINUTE_MS

@@ -4,7 +4,7 @@ Cycle 300 s, lead 30 s, the runner started at T0 (a cycle boundary): the first l
 every shard) reads every task due before T0 + 300 s; the cycle load at T0 + 270 s raises the horizon to
 T0 + 600 s and reads, per shard in one statement, the overdue tasks (before T0 + 270 s) and the new
 cycle [T0 + 300 s, T0 + 600 s), not [T0 + 270 s, T0 + 300 s), which the first load put in the wheel
-already. The store is changed directly, never through :meth:`JobRunner.on_task_change`: a change the hot path missed
+already. The store is changed directly, never through :meth:`JobRunner.on_task_change`: a change the hot tier missed
 (invariant 7 in docs/design.md).
 """
 
@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from sharding import TaskIdGenerator, Topology
 from tjobs.clock import ManualClock
 from tjobs.cluster.local import LocalCoordinator
-from tjobs.cluster.wiring import build_hotpath
+from tjobs.cluster.wiring import build_hot_tier
 from tjobs.errors import StorageUnavailable
 from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.firing.runner import JobRunner
-from tjobs.hotpath.base import HotPath
-from tjobs.hotpath.local import LocalHotPath
+from tjobs.hot_tier.base import HotTier
+from tjobs.hot_tier.local import LocalHotTier
 from tjobs.model import DeliveryMode, DueTask, Flow, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import SchedulerSettings, load_settings
 from tjobs.specs import CallbackSpec, IntervalSpec
@@ -74,9 +74,9 @@ class SpyStore(MemoryTaskStore):
 
 
 class Harness:
-    def __init__(self, hotpath: HotPath | None = None) -> None:
-        # The runner of a node without a cluster: its in-process hot path hears every change
-        self.hotpath = hotpath or LocalHotPath(sole_node=True)
+    def __init__(self, hot_tier: HotTier | None = None) -> None:
+        # The runner of a node without a cluster: its in-process hot tier hears every change
+        self.hot_tier = hot_tier or LocalHotTier(sole_node=True)
         self.store = SpyStore()
         self.clock = ManualClock(T0)
         self.sent: list[Flow] = []
@@ -90,7 +90,7 @@ class Harness:
             settings,
             self.clock,
             committers=2,
-            hotpath=self.hotpath,
+            hot_tier=self.hot_tier,
         )
 
     async def start(self) -> None:
@@ -159,7 +159,7 @@ async def test_a_cycle_load_reads_the_overdue_and_the_new_cycle_not_what_it_load
     try:
         assert set(h.store.read_ids()) == {t.id for t in loaded}  # the take-over read them all
         assert all(h.runner.wheel.get(t.id) is not None for t in loaded)
-        # and one task the hot path missed, overdue when the cycle load runs (not in the wheel)
+        # and one task the hot tier missed, overdue when the cycle load runs (not in the wheel)
         overdue = await add_task(h.store, shards[3], 200 * SECOND)
         assert h.runner.wheel.get(overdue.id) is None
         h.store.calls.clear()
@@ -190,12 +190,12 @@ async def test_a_cycle_load_reads_the_overdue_and_the_new_cycle_not_what_it_load
         await h.runner.stop()
 
 
-async def test_a_task_created_in_the_skipped_span_that_the_hot_path_missed_fires_late_not_never() -> None:
+async def test_a_task_created_in_the_skipped_span_that_the_hot_tier_missed_fires_late_not_never() -> None:
     h = Harness()
     await h.start()
     try:
         # Given a task created after the first load, due in the span the cycle load skips (not
-        # loaded: the hot path missed its creation)
+        # loaded: the hot tier missed its creation)
         missed = await add_task(h.store, 5, 285 * SECOND)
         await h.cycle_load(CYCLE_LOAD_AT)
         assert h.runner.wheel.get(missed.id) is None
@@ -212,11 +212,11 @@ async def test_a_task_created_in_the_skipped_span_that_the_hot_path_missed_fires
         await h.runner.stop()
 
 
-async def test_with_a_hot_path_that_can_miss_changes_every_cycle_load_reads_everything_below_its_horizon() -> None:
+async def test_with_a_hot_tier_that_can_miss_changes_every_cycle_load_reads_everything_below_its_horizon() -> None:
     # A cluster's hot tier (Redis, the DB poll, or an in-process one that other nodes' changes do not
     # reach) can lose a change: the cycle load then reads the span it loaded before again, so a change
     # lost there waits at most for that load, not for the one after it (tests/cluster/test_hot_tier.py).
-    h = Harness(hotpath=LocalHotPath())
+    h = Harness(hot_tier=LocalHotTier())
     await h.start()
     try:
         # Given a task created after the first load, due in the cycle load's lead (the hot tier lost it)
@@ -237,13 +237,13 @@ async def test_with_a_hot_path_that_can_miss_changes_every_cycle_load_reads_ever
         await h.runner.stop()
 
 
-async def test_a_loaded_task_moved_later_behind_the_hot_paths_back_fires_at_its_new_instant_only() -> None:
+async def test_a_loaded_task_moved_later_behind_the_hot_tiers_back_fires_at_its_new_instant_only() -> None:
     h = Harness()
     task = await add_task(h.store, 9, 280 * SECOND)
     await h.start()
     try:
         # Given a task loaded for T0 + 280 s, moved to T0 + 290 s in the store (version 2) with the
-        # hot path missing the change, and a cycle load that skips it: the wheel holds version 1
+        # hot tier missing the change, and a cycle load that skips it: the wheel holds version 1
         moved = await h.store.update_task(replace(task, next_run_at_ms=T0 + 290 * SECOND, version=2), 1)
         assert moved.version == 2
         await h.cycle_load(CYCLE_LOAD_AT)
@@ -344,13 +344,13 @@ async def test_a_failed_cycle_load_is_retried_and_still_loads_the_new_cycle() ->
         await h.runner.stop()
 
 
-def test_only_the_hot_path_of_a_node_without_a_cluster_is_complete() -> None:
+def test_only_the_hot_tier_of_a_node_without_a_cluster_is_complete() -> None:
     # A cluster node's tiers (Redis, the DB poll, or "off": changes reach other nodes at their cycle
     # load) can lose a change, so its cycle loads read everything below the horizon.
     cluster = {"etcd_endpoints": ["http://127.0.0.1:2379"], "redis_url": "redis://127.0.0.1:6379/0"}
     tiers = {
-        tier: build_hotpath(load_settings(None, cluster={**cluster, "hot_tier": tier}), "n1", ManualClock(T0))
+        tier: build_hot_tier(load_settings(None, cluster={**cluster, "hot_tier": tier}), "n1", ManualClock(T0))
         for tier in ("redis", "dbpoll", "off")
     }
-    assert {tier: hotpath.complete for tier, hotpath in tiers.items()} == dict.fromkeys(tiers, False)
-    assert LocalHotPath(sole_node=True).complete
+    assert {tier: hot_tier.complete for tier, hot_tier in tiers.items()} == dict.fromkeys(tiers, False)
+    assert LocalHotTier(sole_node=True).complete

@@ -9,7 +9,7 @@ from sharding import Topology
 from tests.delivery_fakes import APP, stored_flow
 from tjobs.clock import ManualClock
 from tjobs.delivery.ssrf import TargetGuard
-from tjobs.hotpath.local import LocalHotPath
+from tjobs.hot_tier.local import LocalHotTier
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
 from tjobs.service.targets import TargetDirectory, TargetService
 from tjobs.service.tasks import TaskService
@@ -68,7 +68,7 @@ async def test_a_redriven_flow_naming_targets_gets_a_fresh_budget_from_their_ret
     sent: list[Task] = []
     tasks = TaskService(
         store,
-        LocalHotPath(),
+        LocalHotTier(),
         settings,
         clock,
         store.topology,

@@ -6,10 +6,10 @@ from __future__ import annotations
 from tjobs.clock import Clock
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.etcd import EtcdCoordinator
-from tjobs.hotpath.base import HotPath
-from tjobs.hotpath.dbpoll import DbPollHotPath
-from tjobs.hotpath.local import LocalHotPath
-from tjobs.hotpath.redis import RedisHotPath
+from tjobs.hot_tier.base import HotTier
+from tjobs.hot_tier.dbpoll import DbPollHotTier
+from tjobs.hot_tier.local import LocalHotTier
+from tjobs.hot_tier.redis import RedisHotTier
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
 
@@ -35,7 +35,7 @@ def build_coordinator(
     )
 
 
-def build_hotpath(settings: Settings, node_id: str, clock: Clock) -> HotPath:
+def build_hot_tier(settings: Settings, node_id: str, clock: Clock) -> HotTier:
     cluster = settings.cluster
     # A wheel holds at most the current and the next cycle; later instants wait for their cycle load.
     near_ms = 2 * settings.scheduler.cycle_s * 1000
@@ -45,7 +45,7 @@ def build_hotpath(settings: Settings, node_id: str, clock: Clock) -> HotPath:
     if mode == "redis":
         if not cluster.redis_url:
             raise ValueError("cluster.hot_tier is 'redis' but cluster.redis_url is not set")
-        return RedisHotPath(
+        return RedisHotTier(
             cluster.redis_url,
             prefix=f"tjobs:{cluster.name}:hot",
             clock=clock,
@@ -53,11 +53,11 @@ def build_hotpath(settings: Settings, node_id: str, clock: Clock) -> HotPath:
             poll_interval_ms=cluster.redis_poll_interval_ms,
         )
     if mode == "dbpoll":
-        return DbPollHotPath(
+        return DbPollHotTier(
             settings.storage,
             origin=node_id,
             clock=clock,
             near_ms=near_ms,
             poll_interval_ms=cluster.hot_poll_interval_ms,
         )
-    return LocalHotPath()
+    return LocalHotTier()

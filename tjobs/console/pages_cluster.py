@@ -23,9 +23,9 @@ from tjobs.service.shard_moves import move_json, without_credentials
 router = APIRouter(route_class=ConsoleRoute)
 
 HOT_TIERS = {
-    "LocalHotPath": "in-process (changes reach other nodes at their cycle load)",
-    "RedisHotPath": "Redis",
-    "DbPollHotPath": "database poll",
+    "LocalHotTier": "in-process (changes reach other nodes at their cycle load)",
+    "RedisHotTier": "Redis",
+    "DbPollHotTier": "database poll",
 }
 
 
@@ -54,7 +54,7 @@ async def cluster_page(request: Request) -> Response:
         view=view,
         this_node=this_node,
         servers=status.database_servers,
-        hot_tier=HOT_TIERS.get(type(node.hotpath).__name__, type(node.hotpath).__name__),
+        hot_tier=HOT_TIERS.get(type(node.hot_tier).__name__, type(node.hot_tier).__name__),
         topology=node.settings.storage.topology,
         shard_map=shard_map,
         moves=moves,

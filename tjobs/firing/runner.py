@@ -3,10 +3,10 @@
 Each cycle (``cycle_s``, aligned to the epoch so every node agrees) the runner raises its loaded
 *horizon* to the next cycle's end, ``load_lead_s`` before that cycle starts, and loads each owned
 shard's active tasks due before the new horizon into the wheel, overdue ones included. On a node
-without a cluster, whose in-process hot path hears every write (``HotPath.complete``), it reads only
+without a cluster, whose in-process hot tier hears every write (``HotTier.complete``), it reads only
 the overdue ones (``next_run_at`` before the load's start) and the new cycle (``[old horizon, new
 horizon)``), not again the span in between, not due yet and already in the wheel (loaded by the
-previous load, kept current by the hot path); a cluster's hot tier can lose a change, so there the
+previous load, kept current by the hot tier); a cluster's hot tier can lose a change, so there the
 load reads that span again and a lost change waits at most for it. A change missed in a skipped span
 is still never lost (invariant 7 in docs/design.md): a task created or
 moved into that span is due before the next cycle load starts (``load_lead_s < cycle_s``, which the
@@ -14,7 +14,7 @@ settings enforce), so that load reads it as overdue and it fires late under its 
 stale entry left in the wheel fires, its compare-and-set is rejected and the task is re-read and
 offered as stored (:meth:`JobRunner._reconcile`). Take-over loads (a gained job), a resumed shard, a
 reload and the first cycle load after a restart read everything below the horizon. Loading only
-reads (invariant 3 in docs/design.md). Changes made during a cycle arrive through the hot path and
+reads (invariant 3 in docs/design.md). Changes made during a cycle arrive through the hot tier and
 are offered to the wheel the same way; an offer never replaces an entry holding a newer task
 version.
 
@@ -44,7 +44,7 @@ from tjobs.cluster.base import Coordinator
 from tjobs.errors import Fenced
 from tjobs.firing.pacing import MisfirePacer
 from tjobs.firing.wheel import TimingWheel, WheelEntry
-from tjobs.hotpath.base import HotPath, TaskChange
+from tjobs.hot_tier.base import HotTier, TaskChange
 from tjobs.model import (
     FireIntent,
     FireOutcome,
@@ -100,11 +100,11 @@ class JobRunner:
         committers: int = 4,
         load_concurrency: int = 8,
         observer: FireObserver = NO_OBSERVER,
-        hotpath: HotPath | None = None,
+        hot_tier: HotTier | None = None,
         disabled_apps: Container[str] = frozenset(),
     ) -> None:
         """``flow_sink`` takes every committed flow to send (the deliverer); ``observer`` is told of
-        every fire transaction batch that committed something; ``hotpath`` (whose changes reach
+        every fire transaction batch that committed something; ``hot_tier`` (whose changes reach
         :meth:`on_task_change`) is told the owned jobs right before gained ones are loaded; the tasks
         of ``disabled_apps`` are kept out of the wheel (see :meth:`reload`)."""
         self._store = store
@@ -117,9 +117,9 @@ class JobRunner:
         self._load_slots = asyncio.Semaphore(load_concurrency)
         self._loading: dict[int, set[asyncio.Future[int]]] = {}  # shard -> its loads under way
         self._observer = observer
-        self._hotpath = hotpath
+        self._hot_tier = hot_tier
         # the cycle load leaves out what it loaded before only when no change can miss the wheel
-        self._skip_loaded_span = hotpath is not None and hotpath.complete
+        self._skip_loaded_span = hot_tier is not None and hot_tier.complete
         self._disabled_apps = disabled_apps
         self._cycle_ms = settings.cycle_s * 1000
         self._threshold_ms = int(settings.misfire_threshold_s * 1000)
@@ -203,9 +203,9 @@ class JobRunner:
         """Coordinator listener: drop lost jobs from the wheel, load gained ones up to the horizon.
         A load that fails leaves the gained jobs not owned (nothing of theirs in the wheel) and
         raises; calling again with the same set retries it."""
-        if self._hotpath is not None:
+        if self._hot_tier is not None:
             # Right before the load: the later changes of a gained job follow what the load reads.
-            await self._hotpath.watch(owned)
+            await self._hot_tier.watch(owned)
         gained = owned - self._owned
         lost = self._owned - owned
         self._owned = owned
@@ -305,11 +305,11 @@ class JobRunner:
             now_ms = self._clock.now_ms()
             self._pacer.forget_idle(now_ms)
             self._commit_failures = {i: n for i, n in self._commit_failures.items() if i.task_id in self.wheel}
-            # With a complete hot path (a node without a cluster: every write goes through it), read
+            # With a complete hot tier (a node without a cluster: every write goes through it), read
             # the overdue tasks (before now_ms) and the new cycle [old horizon, new horizon), in one
             # statement per page, not [now_ms, old horizon): not due yet, and in the wheel already
             # (the previous cycle load, a take-over or resume load, each up to the old horizon, then
-            # the hot path). Should a change there still be missed, it is due before the next cycle
+            # the hot tier). Should a change there still be missed, it is due before the next cycle
             # load starts (at old horizon + cycle - lead > old horizon: the settings refuse
             # load_lead_s >= cycle_s), which reads it as overdue: late, never lost; a stale entry
             # fires, is rejected and _reconcile offers the task as stored. A hot tier that can lose

@@ -1,7 +1,7 @@
 """The hot-path contract: hand a task change to whichever node owns its shard, within the cycle.
 
 A change whose instant falls before the owning node's loaded horizon would otherwise wait for the next
-cycle load; the hot path closes that gap. It is never the truth (invariant 7, docs/design.md): a lost
+cycle load; the hot tier closes that gap. It is never the truth (invariant 7, docs/design.md): a lost
 change costs latency (the next load or the fire CAS catches it), never a fire.
 """
 
@@ -47,10 +47,10 @@ def is_near(change: TaskChange, now_ms: int, near_ms: int) -> bool:
     return change.next_run_at_ms is None or change.version > 1 or change.next_run_at_ms < now_ms + near_ms
 
 
-class HotPath(ABC):
+class HotTier(ABC):
     """Delivers changes to the node that owns their shard.
 
-    What every implementation guarantees (``tests/contract/test_hotpath_contract.py``):
+    What every implementation guarantees (``tests/contract/test_hot_tier_contract.py``):
 
     * ``publish`` hands the change to this node's own listener before it returns, so the publishing
       node's shards never depend on a remote tier;
@@ -107,4 +107,4 @@ async def cancel_and_wait(task: asyncio.Task[None]) -> None:
         task.cancel()
         await asyncio.wait({task}, timeout=0.1)
     if not task.cancelled() and task.exception() is not None:
-        logging.getLogger(__name__).warning("hot path loop ended with %r", task.exception())
+        logging.getLogger(__name__).warning("hot tier loop ended with %r", task.exception())

@@ -1,6 +1,6 @@
-"""The DB-poll hot path, for clusters without Redis: an append-only ``hot_changes`` table in logical
+"""The DB-poll hot tier, for clusters without Redis: an append-only ``hot_changes`` table in logical
 database 0 that every node polls by increasing id every ``hot_poll_interval_ms``, applying the rows of
-the shards it owns (:meth:`DbPollHotPath.watch`).
+the shards it owns (:meth:`DbPollHotTier.watch`).
 
 Ids come from an auto-increment key, and a lower id may commit after a higher one was read, so each
 poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
-from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, cancel_and_wait, is_near
+from tjobs.hot_tier.base import ChangeListener, HotTier, TaskChange, cancel_and_wait, is_near
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.settings import StorageSettings
 from tjobs.stores.layout_record import StorageNotMigrated
@@ -57,7 +57,7 @@ FLUSH_ROWS = 500  # rows per publishing transaction at most
 STOP_WRITE_WAIT_S = 2.0  # how long stop() lets a write in flight finish before cancelling it
 
 
-class DbPollHotPath(HotPath):
+class DbPollHotTier(HotTier):
     tier = "dbpoll"
 
     def __init__(

@@ -1,14 +1,14 @@
-"""In-process hot path for the embedded default: the one node owns every shard."""
+"""In-process hot tier for the embedded default: the one node owns every shard."""
 
 from __future__ import annotations
 
-from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange
+from tjobs.hot_tier.base import ChangeListener, HotTier, TaskChange
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 
-class LocalHotPath(HotPath):
+class LocalHotTier(HotTier):
     def __init__(self, *, sole_node: bool = False) -> None:
-        """``sole_node``: this node has no cluster, so every write reaches it (:attr:`HotPath.complete`);
+        """``sole_node``: this node has no cluster, so every write reaches it (:attr:`HotTier.complete`);
         a cluster node configured with the in-process tier hears only its own writes."""
         super().__init__()
         self.complete = sole_node

@@ -10,7 +10,7 @@ Layout (xtimer's two-dimensional slices; ``P`` = ``tjobs:<cluster>:hot``)::
   drop or move the entry it holds now, whatever the new instant) and an instant already past go into
   the slice of the publish minute. A slice expires ``SLICE_RETAIN_S`` after its minute ends.
 * **bucket** is the task's shard, i.e. the job: exactly one node runs it, so a node reads only the
-  slices of the jobs it owns (:meth:`HotPath.watch`), and a bucket changes hands with its job, never
+  slices of the jobs it owns (:meth:`HotTier.watch`), and a bucket changes hands with its job, never
   because a bucket count changed (xtimer reshuffles ownership then). ``{}`` keeps a bucket's keys in
   one Redis Cluster slot.
 * **score** is an insertion sequence, not the instant as in xtimer: here the wheel already orders
@@ -58,7 +58,7 @@ import redis.asyncio as aioredis
 
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
-from tjobs.hotpath.base import ChangeListener, HotPath, TaskChange, cancel_and_wait, is_near
+from tjobs.hot_tier.base import ChangeListener, HotTier, TaskChange, cancel_and_wait, is_near
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def decode(member: str) -> tuple[TaskChange, int, str]:
     return change, int(published), origin
 
 
-class RedisHotPath(HotPath):
+class RedisHotTier(HotTier):
     tier = "redis"
 
     def __init__(

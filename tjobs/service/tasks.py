@@ -1,6 +1,6 @@
 """Task operations behind the API: validate, route by shard, store, and hand near-term changes to the wheel.
 
-Every change that could move, stop or start a fire is published to the hot path after it commits, so
+Every change that could move, stop or start a fire is published to the hot tier after it commits, so
 the owning node's wheel sees it before the task's instant (the fire CAS covers any race).
 """
 
@@ -28,7 +28,7 @@ from tjobs.errors import (
     StorageUnavailable,
     TjobsError,
 )
-from tjobs.hotpath.base import HotPath, TaskChange
+from tjobs.hot_tier.base import HotTier, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
 from tjobs.schedules.parsing import parse_schedule_request, schedule_of
 from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported: the listings' bound
@@ -105,7 +105,7 @@ class TaskService:
     def __init__(
         self,
         store: TaskStore,
-        hotpath: HotPath,
+        hot_tier: HotTier,
         settings: Settings,
         clock: Clock,
         topology: Topology,
@@ -120,7 +120,7 @@ class TaskService:
         (:meth:`tjobs.cluster.db_health.DatabaseHealth.paused_shards`): a create landing on one is
         refused at once with :class:`StorageUnavailable`, before anything is sent."""
         self._store = store
-        self._hotpath = hotpath
+        self._hot_tier = hot_tier
         self._settings = settings
         self._clock = clock
         self._topology = topology
@@ -201,7 +201,7 @@ class TaskService:
                 # A task id collision (1 in 4096 per node and millisecond): mint another id.
                 task.id = self._ids.mint(shard_of_task_id(task.id), self._clock.now_ms())
                 continue
-            await self._hotpath.publish(TaskChange.of(stored))
+            await self._hot_tier.publish(TaskChange.of(stored))
             self.counts.changed(app.id, stored.id, None, stored.status)
             return Created(stored, created=True)
         raise Conflict(f"could not store task {task.name!r}; retry")
@@ -282,7 +282,7 @@ class TaskService:
                     created.append(outcome)
                     results[index] = ItemResult(outcome, True, None)
             for task in created:  # in order; no task per change (a batch is up to 1,000)
-                await self._hotpath.publish(TaskChange.of(task))
+                await self._hot_tier.publish(TaskChange.of(task))
             for task in created:
                 self.counts.changed(app.id, task.id, None, task.status)
         return [r for r in results if r is not None]
@@ -536,7 +536,7 @@ class TaskService:
         task = await self.get(app, task_id)
         if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
             self.counts.changed(app.id, task_id, task.status, None)
-        await self._hotpath.publish(TaskChange.deleted(task_id, app.id))
+        await self._hot_tier.publish(TaskChange.deleted(task_id, app.id))
 
     async def _edit(
         self,
@@ -547,11 +547,11 @@ class TaskService:
         expected_revision: int | None = None,
         from_status: TaskStatus | None = None,
     ) -> Task:
-        """Store an edit of ``task`` (read in status ``before``) and hand it to the hot path."""
+        """Store an edit of ``task`` (read in status ``before``) and hand it to the hot tier."""
         stored = await self._store.edit_task(task, fields, expected_revision=expected_revision, from_status=from_status)
         if stored.status is not before:
             self.counts.changed(stored.app_id, stored.id, before, stored.status)
-        await self._hotpath.publish(TaskChange.of(stored))
+        await self._hot_tier.publish(TaskChange.of(stored))
         return stored
 
     def _routable(self, task_id: int) -> bool:

@@ -279,7 +279,7 @@ def shard_fence_schema_items() -> list[SchemaItem]:
 
 
 def hot_changes_schema_items() -> list[SchemaItem]:
-    """The DB-poll hot tier's append-only change log (:mod:`tjobs.hotpath.dbpoll`), in the first
+    """The DB-poll hot tier's append-only change log (:mod:`tjobs.hot_tier.dbpoll`), in the first
     logical database only."""
     return [
         Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),

@@ -1,4 +1,4 @@
-"""The DB-poll hot tier's ``hot_changes`` table (:mod:`tjobs.hotpath.dbpoll`), in the first logical
+"""The DB-poll hot tier's ``hot_changes`` table (:mod:`tjobs.hot_tier.dbpoll`), in the first logical
 database. Nodes of earlier versions created it themselves on start; where one did, it is kept as is.
 
 Revision ID: 0004_hot_changes
