@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
 from tjobs.client._operation import Call, Flavour, Pages, operation, paging
@@ -25,6 +25,8 @@ from tjobs.client.models import (
     Task,
 )
 from tjobs.client.schedules import Schedule
+
+M = TypeVar("M")
 
 
 class _Omitted(Enum):
@@ -61,6 +63,11 @@ def _target(raw: Any) -> Target:
 def _given(params: dict[str, Any]) -> dict[str, Any]:
     """The query parameters that have a value."""
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _listing(path: str, page: type[Page[M]], params: dict[str, Any]) -> Call[Page[M]]:
+    """A page of a listing: the ``params`` that have a value (``limit``, ``cursor``, filters) as the query."""
+    return Call("GET", path, page.model_validate, params=_given(params), idempotent=True)
 
 
 def task_request(
@@ -164,10 +171,15 @@ class Api(Flavour):
         key: str | None = None,
     ) -> Call[Page[Task]]:
         """The app's tasks across every shard: newest first, or by name with ``name_prefix``."""
-        params = _given(
-            {"limit": limit, "cursor": cursor, "status": status, "kind": kind, "name_prefix": name_prefix, "key": key}
-        )
-        return Call("GET", "/v1/tasks", Page[Task].model_validate, params=params, idempotent=True)
+        params = {
+            "limit": limit,
+            "cursor": cursor,
+            "status": status,
+            "kind": kind,
+            "name_prefix": name_prefix,
+            "key": key,
+        }
+        return _listing("/v1/tasks", Page[Task], params)
 
     @paging
     def iter_tasks(
@@ -232,10 +244,8 @@ class Api(Flavour):
     ) -> Call[Page[Flow]]:
         """The app's flows across every shard, newest first: ``status`` (a flow status or
         ``retrying``), one task's, scheduled in ``[from_, to)`` (ISO-8601 or epoch ms)."""
-        params = _given(
-            {"limit": limit, "cursor": cursor, "status": status, "task_id": task_id, "from": from_, "to": to}
-        )
-        return Call("GET", "/v1/flows", Page[Flow].model_validate, params=params, idempotent=True)
+        params = {"limit": limit, "cursor": cursor, "status": status, "task_id": task_id, "from": from_, "to": to}
+        return _listing("/v1/flows", Page[Flow], params)
 
     @paging
     def iter_flows(
@@ -269,8 +279,7 @@ class Api(Flavour):
 
     @operation
     def dead_letters(self, *, limit: int = 100, cursor: str | None = None) -> Call[Page[Flow]]:
-        params = _given({"limit": limit, "cursor": cursor})
-        return Call("GET", "/v1/dead-letters", Page[Flow].model_validate, params=params, idempotent=True)
+        return _listing("/v1/dead-letters", Page[Flow], {"limit": limit, "cursor": cursor})
 
     @paging
     def iter_dead_letters(self, *, page_size: int = 500) -> Pages[Flow]:
@@ -323,8 +332,7 @@ class Api(Flavour):
 
     @operation
     def list_apps(self, *, limit: int = 100, cursor: str | None = None) -> Call[Page[App]]:
-        params = _given({"limit": limit, "cursor": cursor})
-        return Call("GET", "/v1/apps", Page[App].model_validate, params=params, idempotent=True)
+        return _listing("/v1/apps", Page[App], {"limit": limit, "cursor": cursor})
 
     @operation
     def disable_app(self, app_id: str) -> Call[App]:
@@ -370,8 +378,7 @@ class Api(Flavour):
 
     @operation
     def list_targets(self, *, limit: int = 100, cursor: str | None = None) -> Call[Page[Target]]:
-        params = _given({"limit": limit, "cursor": cursor})
-        return Call("GET", "/v1/targets", Page[Target].model_validate, params=params, idempotent=True)
+        return _listing("/v1/targets", Page[Target], {"limit": limit, "cursor": cursor})
 
     @operation
     def update_target(self, /, name: str, *, version: int | None = None, **fields: Any) -> Call[Target]:
