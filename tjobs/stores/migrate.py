@@ -26,7 +26,6 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sharding.shard_map import ShardMap
-from tjobs.errors import TjobsError
 from tjobs.settings import StorageSettings
 from tjobs.stores.layout_record import (
     StorageNotMigrated,
@@ -37,16 +36,15 @@ from tjobs.stores.layout_record import (
     recorded_layout,
 )
 from tjobs.stores.shard_fence import read_recorded_map, swap_recorded_map
+from tjobs.stores.sql.errors import storage_errors
 from tjobs.stores.sql_layout import (
     MYSQL,
     DatabaseHome,
     Layout,
     configured_servers,
     create_engine_for,
-    is_unavailable,
     safe_url,
     sqlite_path,
-    unavailable,
 )
 
 logger = logging.getLogger(__name__)
@@ -158,7 +156,7 @@ async def _recorded_map(conn: AsyncConnection, layout: Layout) -> ShardMap | Non
 
 
 async def _create_databases(engine: AsyncEngine, layout: Layout, url: str, only: DatabaseHome | None = None) -> None:
-    try:
+    with storage_errors(url):
         async with engine.connect() as conn:
             result = await conn.exec_driver_sql("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
             existing = set(result.scalars())
@@ -168,12 +166,6 @@ async def _create_databases(engine: AsyncEngine, layout: Layout, url: str, only:
                         f"CREATE DATABASE IF NOT EXISTS `{home.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
                     )
             await conn.commit()
-    except TjobsError:
-        raise
-    except Exception as error:
-        if is_unavailable(error):
-            raise unavailable(url, error) from error
-        raise
 
 
 async def _upgrade_database(engine: AsyncEngine, layout: Layout, home: DatabaseHome, script: ScriptDirectory) -> None:
@@ -181,18 +173,12 @@ async def _upgrade_database(engine: AsyncEngine, layout: Layout, home: DatabaseH
         "tables_per_database": layout.topology.tables_per_database,
         "holds_apps": home.index == layout.apps_database.index,
     }
-    try:
+    with storage_errors(home.engine_url):
         async with engine.connect() as conn:
             if layout.dialect == MYSQL:
                 await conn.exec_driver_sql(f"USE `{home.name}`")
             await conn.run_sync(_upgrade, script, home.schema, **attributes)
             await conn.commit()
-    except TjobsError:
-        raise
-    except Exception as error:
-        if is_unavailable(error):
-            raise unavailable(home.engine_url, error) from error
-        raise
 
 
 def migrate_sync(settings: StorageSettings, progress: Progress | None = None) -> None:

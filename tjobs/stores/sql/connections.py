@@ -1,0 +1,193 @@
+"""The SQL store's engines, pools and connections, shared by every role's part of the store.
+
+:class:`SqlBase` opens one engine per server URL (MariaDB) or file (SQLite) and, on MariaDB, the raw
+asyncmy pools of :mod:`tjobs.stores.sql_direct` (the API's inserts and reads, the fire transactions and
+outcome writes, a health connection). Every connection it hands out maps its errors through the one
+mapping of :mod:`tjobs.stores.sql.errors`; shards are resolved to their tables through the layout in use
+(:mod:`tjobs.stores.sql_layout`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import AbstractContextManager, asynccontextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from sharding import shard_of_task_id
+from sharding.shard_map import ShardMap
+from tjobs.errors import StaleShardMap
+from tjobs.model import Task
+from tjobs.settings import StorageSettings
+from tjobs.stores.contracts.lifecycle import StoreLifecycle
+from tjobs.stores.shard_fence import stale
+from tjobs.stores.sql.errors import storage_errors
+from tjobs.stores.sql_direct import (
+    DirectPool,
+    GroupCommit,
+    HealthConnection,
+    Outcome,
+    WriteAttempt,
+    connect_kwargs,
+    fire_connect_kwargs,
+)
+from tjobs.stores.sql_fenced import StatementResult, execute_fenced
+from tjobs.stores.sql_layout import MYSQL, WRITE_OPTION, DatabaseHome, Layout, ShardTables, create_engine_for
+from tjobs.stores.sql_sessions import SessionRegistry
+
+T = TypeVar("T")
+
+INSERT_RETRIES = 3  # a write that lost a race to a concurrent one (a key, an id) is tried again this often
+
+
+class SqlBase(StoreLifecycle):
+    """What every role's part of the SQL store shares: settings, layout, engines, pools, connections."""
+
+    def __init__(self, settings: StorageSettings) -> None:
+        self.settings = settings
+        self.layout = Layout(settings)
+        self.topology = self.layout.topology
+        self._engines: dict[str, AsyncEngine] = {}
+        self._writers: dict[str, AsyncEngine] = {}
+        self._direct: dict[str, DirectPool] = {}  # MariaDB: the API's inserts and reads (sql_direct)
+        self._fire_pools: dict[str, DirectPool] = {}  # MariaDB: fire transactions, outcome writes (sql_direct)
+        self._health: dict[str, HealthConnection] = {}  # MariaDB: ping() outside the pools
+        self._groups: dict[str, GroupCommit] = {}  # MariaDB: concurrent single inserts, per server
+        self._server_names = self.layout.server_names()  # engine URL -> host:port (or file)
+        self._server_urls: dict[str, str] = {}  # name -> the engine URL its ping uses (the first)
+        for url, name in self._server_names.items():
+            self._server_urls.setdefault(name, url)
+        self._sessions: dict[str, SessionRegistry] = {}  # MariaDB: engine URL -> open session ids
+        self._shard_map: ShardMap | None = None  # routing by the seed (the configured list) until given one
+        self._fence_epoch = 0  # the epoch writes are made under (tjobs.stores.shard_fence)
+
+    async def start(self) -> None:
+        if self._engines:
+            return
+        for url in self.layout.engine_urls():
+            self._open(url)
+
+    def _open(self, url: str) -> None:
+        """The engine, pools and group commit of one server (or SQLite file)."""
+        engine = create_engine_for(url, self.settings)
+        self._engines[url] = engine
+        self._writers[url] = engine.execution_options(**{WRITE_OPTION: True})
+        if self.layout.dialect == MYSQL:
+            self._sessions[url] = sessions = SessionRegistry()
+            sessions.attach(engine)
+        kwargs = connect_kwargs(url, self.settings) if self.layout.dialect == MYSQL else None
+        if kwargs is not None:
+            self._direct[url] = DirectPool(kwargs, self.settings.pool_size)
+            self._fire_pools[url] = DirectPool(
+                fire_connect_kwargs(kwargs), self.settings.pool_size, on_connect=self._sessions[url].track
+            )
+            self._health[url] = HealthConnection(kwargs)
+            self._groups[url] = GroupCommit(
+                functools.partial(self._write_group, url), max_flushes=max(1, self.settings.pool_size // 2)
+            )
+        elif self.layout.dialect != MYSQL:  # SQLite: one writer per file at a time anyway
+            self._groups[url] = GroupCommit(functools.partial(self._write_group, url), max_flushes=1)
+
+    async def close(self) -> None:
+        engines = list(self._engines.values())
+        direct = [*self._direct.values(), *self._fire_pools.values()]
+        for health in self._health.values():
+            health.close()
+        self._health.clear()
+        self._engines.clear()
+        self._writers.clear()
+        self._direct.clear()
+        self._fire_pools.clear()
+        self._groups.clear()
+        self._sessions.clear()
+        await asyncio.gather(*(engine.dispose() for engine in engines), *(pool.close() for pool in direct))
+
+    async def ping(self) -> None:
+        """Every server answers ``SELECT 1``; on MariaDB over a connection of its own, so that pools
+        busy with fires do not make a reachable server look down (:class:`HealthConnection`)."""
+        await asyncio.gather(*(self._ping_url(url) for url in self._engines))
+
+    async def _ping_url(self, url: str) -> None:
+        health = self._health.get(url)
+        if health is not None:
+            async with self._direct_call(url):
+                await health.ping()
+            return
+        async with self._connect(url) as conn:
+            await conn.execute(text("SELECT 1"))
+
+    def _url_of_server(self, server: str) -> str:
+        try:
+            return self._server_urls[server]
+        except KeyError:
+            raise ValueError(f"no database server named {server!r} in storage.urls") from None
+
+    def _engine(self, url: str, write: bool) -> AsyncEngine:
+        engines = self._writers if write else self._engines
+        try:
+            return engines[url]
+        except KeyError:
+            raise RuntimeError("the store is not started; call start() first") from None
+
+    def _errors(self, url: str, writes: bool = True) -> AbstractContextManager[None]:
+        """The one error mapping (:mod:`tjobs.stores.sql.errors`) for a call to the server of ``url``;
+        with ``writes``, a write the shard-map fence refused raises :class:`tjobs.errors.StaleShardMap`
+        under the epoch in use when it failed."""
+
+        def fenced() -> StaleShardMap:
+            return stale(f"a logical database on {self._server_names.get(url, url)}", self._fence_epoch)
+
+        return storage_errors(url, fenced if writes else None)
+
+    @asynccontextmanager
+    async def _connect(self, url: str) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads (a deferred transaction, rolled back at the end)."""
+        with self._errors(url, writes=False):
+            async with self._engine(url, write=False).connect() as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def _write(self, url: str) -> AsyncIterator[AsyncConnection]:
+        """A write transaction, committed when the block exits cleanly (SQLite: ``BEGIN IMMEDIATE``)."""
+        with self._errors(url):
+            async with self._engine(url, write=True).begin() as conn:
+                yield conn
+
+    async def _fenced(
+        self, conn: AsyncConnection, database: DatabaseHome, statement: Any, options: dict[str, Any]
+    ) -> StatementResult:
+        """The first statement of a write transaction on ``database``: on MariaDB it passes the
+        shard-map fence in the same round trip (:mod:`tjobs.stores.sql_fenced`)."""
+        if self.layout.dialect == MYSQL:
+            return await execute_fenced(conn, [database], self._fence_epoch, statement, options)
+        return StatementResult.of(await conn.execute(statement, execution_options=options))
+
+    @asynccontextmanager
+    async def _direct_call(self, url: str) -> AsyncIterator[None]:
+        """A call on a raw asyncmy connection of :mod:`tjobs.stores.sql_direct`, its driver errors mapped
+        as the engine's are."""
+        with self._errors(url):
+            yield
+
+    def _shard(self, shard: int) -> ShardTables:
+        if not 0 <= shard < self.topology.shard_count:
+            raise ValueError(f"shard {shard} is outside 0..{self.topology.shard_count - 1}")
+        return self.layout.shards[shard]
+
+    def _shard_of_task(self, task_id: int) -> ShardTables | None:
+        if task_id <= 0:
+            return None
+        shard = shard_of_task_id(task_id)
+        return self.layout.shards[shard] if shard < self.topology.shard_count else None
+
+    async def _per_database(self, jobs: dict[DatabaseHome, Awaitable[T]]) -> list[T]:
+        return list(await asyncio.gather(*jobs.values()))
+
+    @abstractmethod
+    async def _write_group(self, url: str, tasks: list[Task], attempt: WriteAttempt) -> list[Outcome]:
+        """Write one flush of the group commit of ``url`` (:mod:`tjobs.stores.sql.creates`)."""

@@ -1,0 +1,299 @@
+"""The SQL store's fire path (:class:`tjobs.stores.contracts.FirePath`): the cycle load
+(:mod:`tjobs.stores.sql_load` on MariaDB's direct pool), the fire transaction
+(:mod:`tjobs.stores.sql_fire`, one per server), delivery outcomes (:mod:`tjobs.stores.sql_flow_updates`,
+one multi-statement round trip per server on MariaDB) and the compensator's leases on stale flows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import and_, case, exists, func, literal, select, text, tuple_, union_all, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task
+from tjobs.stores import sql_load
+from tjobs.stores.contracts import FirePath, FirePlanner
+from tjobs.stores.schema import flow_from_row, task_from_row
+from tjobs.stores.shard_fence import fence_statement, is_fenced, read_fence, stale
+from tjobs.stores.sql.connections import SqlBase
+from tjobs.stores.sql.errors import storage_error
+from tjobs.stores.sql_fire import FireTransaction
+from tjobs.stores.sql_flow_updates import ShardUpdate, plan_updates, write_flow_updates
+from tjobs.stores.sql_layout import MYSQL, DatabaseHome, ShardTables
+
+_OPEN = (FlowStatus.PENDING.value, FlowStatus.SENDING.value)
+
+
+class SqlFirePath(SqlBase, FirePath):
+    """Load, commit, record outcomes, lease stale flows."""
+
+    async def database_now_ms(self) -> int:
+        if self.layout.dialect != MYSQL:
+            return time.time_ns() // 1_000_000  # embedded: the local clock is the database clock
+        async with self._connect(self.layout.databases[0].engine_url) as conn:
+            value = (await conn.execute(text("SELECT UNIX_TIMESTAMP(NOW(3)) * 1000"))).scalar_one()
+        return int(value)
+
+    async def load_due(
+        self,
+        shard: int,
+        before_ms: int,
+        limit: int,
+        after: tuple[int, int] | None = None,
+        skip: tuple[int, int] | None = None,
+    ) -> list[DueTask]:
+        home = self._shard(shard)
+        url = home.database.engine_url
+        direct = self._direct.get(url)
+        if direct is not None:  # MariaDB: text SQL on the direct pool, the engine's per-query cost avoided
+            async with self._direct_call(url):
+                return await sql_load.load_due(direct, home, before_ms, limit, after, skip)
+        mark = "%s" if self.layout.dialect == MYSQL else "?"  # the driver's: asyncmy's or sqlite3's
+        sql, params = sql_load.load_due_query(home, before_ms, limit, after, skip, mark)
+        async with self._connect(url) as conn:
+            return sql_load.due_tasks((await conn.exec_driver_sql(sql, params)).all())
+
+    async def count_active(self, shard: int) -> int:
+        home = self._shard(shard)
+        statement = select(func.count()).select_from(home.tasks).where(home.tasks.c.status == "active")
+        async with self._connect(home.database.engine_url) as conn:
+            return int((await conn.execute(statement, execution_options=home.options)).scalar_one())
+
+    async def commit_fires(
+        self,
+        intents: Sequence[FireIntent],
+        now_ms: int,
+        planner: FirePlanner,
+        may_commit: Callable[[], bool] | None = None,
+    ) -> list[FireOutcome]:
+        outcomes: list[FireOutcome] = [FireOutcome(intent, None, []) for intent in intents]
+        by_engine: dict[str, list[tuple[int, ShardTables]]] = defaultdict(list)
+        for index, intent in enumerate(intents):
+            home = self._shard_of_task(intent.task_id)
+            if home is not None:  # an id outside the topology names no row: a failed CAS
+                by_engine[home.database.engine_url].append((index, home))
+        results = await asyncio.gather(
+            *(
+                self._fire_on_server(url, items, intents, outcomes, now_ms, planner, may_commit)
+                for url, items in by_engine.items()
+            )
+        )
+        if results and not any(committed for _, committed in results):
+            raise next(error for error, _ in results if error is not None)  # nothing was written
+        return outcomes
+
+    async def _fire_on_server(
+        self,
+        url: str,
+        items: list[tuple[int, ShardTables]],
+        intents: Sequence[FireIntent],
+        outcomes: list[FireOutcome],
+        now_ms: int,
+        planner: FirePlanner,
+        may_commit: Callable[[], bool] | None,
+        refused_once: bool = False,
+    ) -> tuple[Exception | None, int]:
+        """One server's transaction for ``items`` (index into ``intents``, shard tables), its outcomes
+        written into ``outcomes``; its error is its intents' outcome, not the batch's. Returns the
+        error (``None``: committed) and how many transactions committed (a refused database's retry
+        without it is a second one).
+
+        A method, not a closure of :meth:`commit_fires`: a nested function calling itself (the retry
+        below) holds itself in its own closure, a reference cycle through which every batch's intents,
+        outcomes, tasks and flows stayed alive until the cyclic collector ran. At thousands of fires a
+        second that collector then ran every second or so and, in its middle generation, stopped the
+        event loop for hundreds of milliseconds (docs/benchmarks.md, issue 14)."""
+        epoch = self._fence_epoch
+        fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit, epoch)
+        committed = 0
+        pool = self._fire_pools.get(url)
+        try:
+            await fire.run(pool.transaction if pool is not None else lambda: self._engine(url, write=True).begin())
+        except Exception as error:
+            failure = error
+            if is_fenced(error):
+                # A move's cut-over: the fence of one database refused the server's whole share.
+                # The other databases' intents are committed again at once, without it, rather
+                # than wait for the refused ones' retry (once: a second refusal fails them all).
+                databases = {home.database for _, home in items}
+                refusing = databases if refused_once else await self._refusing(url, databases, epoch)
+                failure = stale(", ".join(sorted(database.name for database in refusing)), epoch)
+                failure.__cause__ = error
+                admitted = [(index, home) for index, home in items if home.database not in refusing]
+                if admitted:
+                    items = [(index, home) for index, home in items if home.database in refusing]
+                    _, committed = await self._fire_on_server(
+                        url, admitted, intents, outcomes, now_ms, planner, may_commit, refused_once=True
+                    )
+            elif (mapped := storage_error(error, url)) is not None:
+                failure = mapped
+                failure.__cause__ = error
+            for index, _ in items:
+                outcomes[index] = FireOutcome(intents[index], None, [], failure)
+            return failure, committed
+        for index, outcome in fire.outcomes.items():
+            outcomes[index] = outcome
+        return None, committed + 1
+
+    async def _refusing(self, url: str, databases: set[DatabaseHome], epoch: int) -> set[DatabaseHome]:
+        """Which of ``databases`` (all on ``url``) admit no write under ``epoch`` now; all of them when
+        their fences cannot be read."""
+        try:
+            async with self._connect(url) as conn:
+                return {database for database in databases if await read_fence(conn, database) > epoch}
+        except Exception:
+            return databases
+
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        # Sequential semantics per flow: the first terminal update wins, else the last one.
+        final: dict[tuple[int, int], FlowUpdate] = {}
+        for item in updates:
+            key = (item.task_id, item.scheduled_at_ms)
+            current = final.get(key)
+            if current is None or not current.status.terminal:
+                final[key] = item
+        if self.layout.dialect == MYSQL:
+            # One transaction and one multi-statement round trip per server (sql_flow_updates).
+            by_engine: dict[str, dict[int, list[FlowUpdate]]] = defaultdict(lambda: defaultdict(list))
+            for item in final.values():
+                home = self._shard_of_task(item.task_id)
+                if home is not None:
+                    by_engine[home.database.engine_url][home.shard].append(item)
+            await asyncio.gather(
+                *(self._record_updates_on_server(url, shards, now_ms) for url, shards in by_engine.items())
+            )
+            return
+        by_database: dict[DatabaseHome, dict[int, list[FlowUpdate]]] = defaultdict(lambda: defaultdict(list))
+        for item in final.values():
+            home = self._shard_of_task(item.task_id)
+            if home is not None:
+                by_database[home.database][home.shard].append(item)
+        await self._per_database(
+            {database: self._record_updates(database, shards, now_ms) for database, shards in by_database.items()}
+        )
+
+    async def _record_updates_on_server(self, url: str, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
+        databases = list({self.layout.shards[shard].database: None for shard in shards})
+        fence = fence_statement(databases, self._fence_epoch)
+        pool = self._fire_pools.get(url)
+        if pool is not None:
+            async with self._direct_call(url), pool.transaction() as conn:
+                await write_flow_updates(conn, shards, self.layout.shards, now_ms, fence)
+            return
+        async with self._write(url) as conn:
+            await write_flow_updates(conn, shards, self.layout.shards, now_ms, fence)
+
+    async def _record_updates(self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
+        # One UPDATE per shard table, each row's values by CASE on its key (sql_flow_updates.plan_updates).
+        async with self._write(database.engine_url) as conn:
+            for plan in plan_updates(shards):
+                home = self.layout.shards[plan.shard]
+                c = home.flows.c
+                values: dict[str, Any] = dict(zip(plan.columns, plan.values, strict=True))
+                for column, pairs in plan.per_row:  # a row given no value keeps its own: else_ the column
+                    values[column] = _by_key(plan, c, pairs, c[column])
+                values["updated_at"] = now_ms
+                where: list[ColumnElement[bool]] = [
+                    tuple_(c.task_id, c.scheduled_at).in_(plan.keys),
+                    c.status.in_(_OPEN),
+                ]
+                if isinstance(plan.guard, int):
+                    where.append(c.attempts <= plan.guard)  # an open outcome never lowers the count
+                elif plan.guard is not None:
+                    where.append(c.attempts <= _by_key(plan, c, plan.guard, c.attempts))
+                statement = update(home.flows).where(*where).values(values)
+                await conn.execute(statement, execution_options=home.options)
+
+    async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
+        # One statement per database: SELECT <shard> WHERE EXISTS (an open flow due), UNION ALL over
+        # its shards. Each EXISTS is a range probe of (status, next_attempt_at).
+        by_database: dict[str, list[ShardTables]] = {}
+        for shard in shards:
+            home = self._shard(shard)
+            by_database.setdefault(home.database.name, []).append(home)
+
+        async def probe(homes: list[ShardTables]) -> set[int]:
+            parts = [
+                select(literal(home.shard).label("shard")).where(
+                    exists().where(home.flows.c.status.in_(_OPEN), home.flows.c.next_attempt_at <= now_ms)
+                )
+                for home in homes
+            ]
+            statement = parts[0] if len(parts) == 1 else union_all(*parts)
+            async with self._connect(homes[0].database.engine_url) as conn:
+                rows = await conn.execute(statement, execution_options=homes[0].options)
+                return {int(row[0]) for row in rows}
+
+        stale: set[int] = set()
+        for homes in by_database.values():  # one at a time: a pass must not take the fire path's connections
+            stale |= await probe(homes)
+        return stale
+
+    async def lease_stale_flows(
+        self, shard: int, now_ms: int, lease_ms: int, limit: int
+    ) -> list[tuple[Flow, Task | None]]:
+        home = self._shard(shard)
+        c = home.flows.c
+        lease_until = now_ms + lease_ms
+        async with self._write(home.database.engine_url) as conn:
+            # One query per open status: each is an ordered range scan of (status, next_attempt_at)
+            # (the primary key breaks ties), so MariaDB locks only the rows it returns and a
+            # concurrent caller skips them (SKIP LOCKED) instead of waiting or sharing them.
+            rows: list[Any] = []
+            for position, status in enumerate(_OPEN):
+                pick = (
+                    select(home.flows)
+                    .where(c.status == status, c.next_attempt_at <= now_ms)
+                    .order_by(c.next_attempt_at, c.task_id, c.scheduled_at)
+                    .limit(limit)
+                    .with_for_update(skip_locked=True)
+                )
+                if position == 0:  # the transaction's first statement passes the shard-map fence
+                    rows += (await self._fenced(conn, home.database, pick, home.options)).mappings()
+                else:
+                    rows += (await conn.execute(pick, execution_options=home.options)).mappings().all()
+            rows.sort(key=lambda r: (r["next_attempt_at"], r["task_id"], r["scheduled_at"]))
+            rows = rows[:limit]
+            if not rows:
+                return []
+            flows = [replace(flow_from_row(row), next_attempt_at_ms=lease_until) for row in rows]
+            task_ids = sorted({f.task_id for f in flows})
+            task_rows = await conn.execute(
+                select(home.tasks).where(home.tasks.c.id.in_(task_ids)), execution_options=home.options
+            )
+            tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
+            # A pending flow of a live task is about to be re-driven: count the attempt whose outcome
+            # may have been lost (see the contract), in the statement that takes the lease.
+            for flow in flows:
+                if flow.status is FlowStatus.PENDING and flow.task_id in tasks:
+                    flow.attempts += 1
+            counted = {
+                (f.task_id, f.scheduled_at_ms) for f in flows if f.status is FlowStatus.PENDING and f.task_id in tasks
+            }
+            keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
+            await conn.execute(
+                update(home.flows)
+                .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
+                .values(
+                    next_attempt_at=lease_until,
+                    attempts=c.attempts + case((tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
+                    if counted
+                    else c.attempts,
+                ),
+                execution_options=home.options,
+            )
+        return [(flow, tasks.get(flow.task_id)) for flow in flows]
+
+
+def _by_key(plan: ShardUpdate, c: Any, pairs: Sequence[tuple[tuple[int, int], Any]], otherwise: Any) -> Any:
+    """``CASE`` on a flow row's key giving each key of ``pairs`` its value, ``otherwise`` for the rest."""
+    if plan.by_task:  # no two rows share a task: its id alone tells them apart
+        return case({task_id: value for (task_id, _), value in pairs}, value=c.task_id, else_=otherwise)
+    whens = [(and_(c.task_id == task_id, c.scheduled_at == at_ms), value) for (task_id, at_ms), value in pairs]
+    return case(*whens, else_=otherwise)
