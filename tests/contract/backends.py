@@ -19,6 +19,7 @@ from tjobs.model import (
     DeliveryMode,
     FireIntent,
     FirePlan,
+    Flow,
     FlowKind,
     FlowStatus,
     MisfirePolicy,
@@ -150,3 +151,8 @@ def interval_planner(task: Task, intent: FireIntent, now_ms: int) -> FirePlan | 
 def intent_of(task: Task) -> FireIntent:
     assert task.next_run_at_ms is not None
     return FireIntent(task.id, task.next_run_at_ms, task.version)
+
+
+def manual_flow(task: Task, at_ms: int, status: FlowStatus = FlowStatus.PENDING) -> Flow:
+    """A manual flow of ``task`` at ``at_ms``, no attempt made."""
+    return Flow(task.id, at_ms, task.app_id, FlowKind.MANUAL, status, 0, at_ms, at_ms, at_ms)

@@ -1,5 +1,6 @@
-"""Named targets on the store seam (put/get/list/delete, and the count of tasks naming one), proven on
-every backend: memory, SQLite, MariaDB."""
+"""Tenants on the store seam (:class:`tjobs.stores.contracts.Tenants`): apps (stored, replaced, found by
+key hash) and named targets (put/get/list/delete, and the count of tasks naming one), proven on every
+backend: memory, SQLite, MariaDB. Deleting an app's tasks is in test_store_admin_contract.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from tests.contract.backends import NOW_MS, make_task
 from tjobs.errors import NotFound, TargetExists, TargetVersionConflict
-from tjobs.model import Task, TaskStatus
+from tjobs.model import App, Task, TaskStatus
 from tjobs.specs import CallbackSpec
 from tjobs.stores.base import TaskStore
 from tjobs.targets.model import AmqpTarget, HttpTarget, NatsTarget, RetryPolicy, Target
@@ -119,3 +120,22 @@ async def test_a_purged_task_leaves_no_reference_behind(store: TaskStore) -> Non
     # the same id stored again as an active task counts once: no reference of the purged one is left
     await store.insert_task(replace(done, status=TaskStatus.ACTIVE))
     assert await store.count_target_references("app-a", "orders-mq") == 1
+
+
+# ---- apps ---------------------------------------------------------------------------------------
+
+
+async def test_apps_are_stored_replaced_and_found_by_key_hash(store: TaskStore) -> None:
+    app = App("app-a", "Orders", "hash-a", ["s1"], 50.0, 7, NOW_MS, {"tz": "UTC"})
+    await store.put_app(app)
+    await store.put_app(App("app-b", "Refunds", "hash-b", ["s2"]))
+    assert await store.get_app("app-a") == app
+    assert await store.find_app_by_key_hash("hash-b") == App("app-b", "Refunds", "hash-b", ["s2"])
+    assert await store.find_app_by_key_hash("nope") is None
+
+    renamed = replace(app, name="Orders v2", secrets=["s3", "s1"], api_key_hash="hash-a2")
+    await store.put_app(renamed)
+    assert await store.get_app("app-a") == renamed
+    assert await store.find_app_by_key_hash("hash-a") is None
+    assert [a.id for a in await store.list_apps()] == ["app-a", "app-b"]
+    assert await store.get_app("missing") is None

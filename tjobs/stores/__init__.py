@@ -1,10 +1,12 @@
-"""Where tasks, flows and apps live: the contract (:mod:`tjobs.stores.base`) and its implementations.
+"""Where tasks, flows and apps live: the contract (:mod:`tjobs.stores.base`, one part per role in
+:mod:`tjobs.stores.contracts`) and its implementations.
 
 - :class:`MemoryTaskStore` — the in-memory twin (``memory://``), for tests and experiments;
 - :class:`SQLAlchemyTaskStore` — SQLite files (``sqlite+aiosqlite:///DIR``, the embedded default) or
   MariaDB/MySQL servers (``mysql+asyncmy://user@host:3306``).
 
-Both pass the one contract suite in ``tests/contract/test_store_contract.py``.
+Both pass the contract suites in ``tests/contract`` (one per role: ``test_store_fire_path_contract.py``,
+``test_store_tasks_contract.py``, ``test_store_tenants_contract.py``, ``test_store_slo_contract.py``, ...).
 """
 
 from __future__ import annotations
