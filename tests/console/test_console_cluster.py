@@ -14,7 +14,7 @@ from playwright.async_api import BrowserContext, expect
 
 from testkit import RunningNode
 from tests.console.conftest import ADMIN_KEY, PHONE, screenshot, sign_in
-from tjobs.stores.sql_move import MoveRow
+from tjobs.stores.contracts import MoveRow
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tjobs.observability.metrics import Metrics
 from tjobs.service.shard_moves import move_json, without_credentials
-from tjobs.stores.sql_move import MoveRow
+from tjobs.stores.contracts import MoveRow
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -38,8 +38,8 @@ from tjobs.service.shards import ShardStatus, plan, shard_status, stored_map
 from tjobs.settings import Settings
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
+from tjobs.stores.contracts import MoveRow
 from tjobs.stores.copy_pace import DEFAULT_COPY_DUTY, CopyPace
-from tjobs.stores.sql_move import MoveRow
 
 shards_app = typer.Typer(help="The shard map: which database server holds each logical database.", no_args_is_help=True)
 

@@ -49,10 +49,11 @@ from tjobs.errors import Conflict
 from tjobs.model import CATCHING_UP, COPYING, CUTTING_OVER, DONE
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import TaskStore
+from tjobs.stores.contracts import MoveRow
 from tjobs.stores.copy_pace import CopyPace
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sql_layout import DatabaseHome, Layout, create_engine_for
-from tjobs.stores.sql_move import DatabaseCopy, MoveRecords, MoveRow
+from tjobs.stores.sql_move import DatabaseCopy, MoveRecords
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from tjobs.model import MOVE_STEPS
 from tjobs.observability.metrics_per_app import AppSeries, PerAppCollector, status_class
 
 if TYPE_CHECKING:
-    from tjobs.stores.sql_move import MoveRow
+    from tjobs.stores.contracts import MoveRow
 
 __all__ = ["DURATION_BUCKETS_S", "LATENESS_BUCKETS_S", "Metrics", "NullMetrics", "status_class"]
 

@@ -23,7 +23,7 @@ from tjobs.clock import iso_ms
 from tjobs.errors import TjobsError
 from tjobs.model import DONE
 from tjobs.stores.base import TaskStore
-from tjobs.stores.sql_move import MoveRow
+from tjobs.stores.contracts import MoveRow
 
 logger = logging.getLogger(__name__)
 

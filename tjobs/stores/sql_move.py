@@ -44,6 +44,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from tjobs.stores.contracts.shard_admin import MoveRow as MoveRow  # the record's type, on the contract
 from tjobs.stores.copy_pace import UNPACED, CopyPace
 from tjobs.stores.schema import SHARD_FENCE_TABLE
 from tjobs.stores.shard_fence import RETIRED_EPOCH
@@ -348,24 +349,6 @@ async def _rows(conn: AsyncConnection, sql: str, params: tuple[Any, ...] = ()) -
 # ---- the record of moves in progress (in the first logical database, which never moves) ------------
 
 MOVES = "tjobs_shard_moves"
-
-
-@dataclass(frozen=True, slots=True)
-class MoveRow:
-    """A move as recorded: where it goes, its step, the source's fence before it started, and its
-    progress (what ``GET /v1/shards/moves``, the console and the move metrics show)."""
-
-    database: int
-    source: str
-    target: str
-    state: str
-    source_fence: int
-    epoch: int  # the map epoch that names the target (0 until the cut-over published it)
-    rows_copied: int = 0  # by the bulk copy so far
-    lag_rows: int = 0  # changed rows the target is behind the source (catch-up backlog), last measured
-    started_at_ms: int = 0
-    finished_at_ms: int | None = None  # when the map named the target
-    cut_over_pause_ms: int | None = None  # writes to the database refused while cutting over
 
 
 _COLUMNS = (

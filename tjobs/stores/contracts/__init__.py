@@ -19,7 +19,7 @@ from __future__ import annotations
 from tjobs.stores.contracts.fire_path import FirePath, FirePlanner
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 from tjobs.stores.contracts.service_levels import ServiceLevels
-from tjobs.stores.contracts.shard_admin import ServerSessions, ShardAdmin
+from tjobs.stores.contracts.shard_admin import MoveRow, ServerSessions, ShardAdmin
 from tjobs.stores.contracts.tasks import DEAD_LETTERS, EDITABLE_FIELDS, TaskRecords
 from tjobs.stores.contracts.tenants import Tenants
 
@@ -28,6 +28,7 @@ __all__ = [
     "EDITABLE_FIELDS",
     "FirePath",
     "FirePlanner",
+    "MoveRow",
     "ServerSessions",
     "ServiceLevels",
     "ShardAdmin",

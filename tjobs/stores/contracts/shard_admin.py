@@ -8,13 +8,9 @@ A store on one server (SQLite, the memory twin) answers with the defaults here: 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sharding.shard_map import ShardMap
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
-
-if TYPE_CHECKING:
-    from tjobs.stores.sql_move import MoveRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +19,24 @@ class ServerSessions:
 
     booted_at_s: int  # the server's start (epoch s): session ids are unique only within one run
     ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class MoveRow:
+    """A move as recorded: where it goes, its step, the source's fence before it started, and its
+    progress (what ``GET /v1/shards/moves``, the console and the move metrics show)."""
+
+    database: int
+    source: str
+    target: str
+    state: str
+    source_fence: int
+    epoch: int  # the map epoch that names the target (0 until the cut-over published it)
+    rows_copied: int = 0  # by the bulk copy so far
+    lag_rows: int = 0  # changed rows the target is behind the source (catch-up backlog), last measured
+    started_at_ms: int = 0
+    finished_at_ms: int | None = None  # when the map named the target
+    cut_over_pause_ms: int | None = None  # writes to the database refused while cutting over
 
 
 class ShardAdmin(StoreLifecycle):

@@ -6,12 +6,12 @@ and moves, the layout record, and other nodes' fire sessions (:mod:`tjobs.stores
 from __future__ import annotations
 
 from sharding.shard_map import ShardMap
-from tjobs.stores.contracts import ServerSessions, ShardAdmin
+from tjobs.stores.contracts import MoveRow, ServerSessions, ShardAdmin
 from tjobs.stores.layout_record import ensure_layout
 from tjobs.stores.shard_fence import read_recorded_map, swap_recorded_map
 from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql_layout import MYSQL, Layout, configured_servers, safe_url
-from tjobs.stores.sql_move import MoveRow, recorded_moves
+from tjobs.stores.sql_move import recorded_moves
 from tjobs.stores.sql_sessions import kill_connections
 
 
