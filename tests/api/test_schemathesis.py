@@ -20,6 +20,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CHECKS as REGISTERED_CHECKS
 from schemathesis.checks import load_all_checks
+from schemathesis.schemas import BaseSchema
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from testkit import run_node
@@ -42,7 +43,6 @@ def _settings() -> Settings:
     )
 
 
-schema = schemathesis.openapi.from_dict(create_api(Node(_settings())).openapi())
 load_all_checks()
 
 
@@ -153,7 +153,6 @@ CHECKS = [
 KEYS = {"admin": ADMIN_KEY, "app": ""}
 
 
-@schema.auth(refresh_interval=None)
 class _BearerKey:
     """The admin key for app management, the app's key elsewhere; registered as the schema's auth (under
     the header's documented spelling, ``Authorization``) so ignored_auth can take it away and try without."""
@@ -210,6 +209,26 @@ class _NodeThread:
 def served() -> Iterator[_NodeThread]:
     with _NodeThread() as node:
         yield node
+
+
+@pytest.fixture(scope="module")
+def api_schema() -> BaseSchema:
+    """The schema ``/openapi.json`` serves, built when the test runs: schemathesis derives its coverage-phase
+    examples while building the tests, which at collection time cost every pytest run (and every xdist
+    worker) about a minute of CPU whether the test was selected or not."""
+    built = schemathesis.openapi.from_dict(create_api(Node(_settings())).openapi())
+    built.auth(refresh_interval=None)(_BearerKey)
+    return built
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@pytest.fixture(autouse=True)
+def _node_id_for_schemathesis(request: pytest.FixtureRequest) -> None:
+    """schemathesis 4.32's lazy loader reads and rewrites ``Node._nodeid`` (to name each operation's
+    subtest), an attribute pytest 9.2 no longer has: give it one to read."""
+    setattr(request.node, "_nodeid", request.node.nodeid)  # noqa: B010
 
 
 @schema.parametrize()
