@@ -71,6 +71,11 @@ def _client(url: str, key: str | None, what: str) -> Client:
     return Client(url, key)
 
 
+def _given(**fields: Any) -> dict[str, Any]:
+    """The API fields a command's flags gave (those not ``None``), by their API names."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 def _either_key(api_key: str | None, admin_key: str | None) -> str:
     """The app key, else the admin key, for the commands either may run."""
     key = api_key or admin_key
@@ -450,13 +455,7 @@ def app_create(
     as_json: AsJson = False,
 ) -> None:
     """Create an app; prints its API key and signing secret once."""
-    fields: dict[str, Any] = {}
-    if rate is not None:
-        fields["rate_limit_per_s"] = rate
-    if concurrency is not None:
-        fields["max_concurrency"] = concurrency
-    if allow_host:
-        fields["allowed_callback_hosts"] = allow_host
+    fields = _given(rate_limit_per_s=rate, max_concurrency=concurrency, allowed_callback_hosts=allow_host or None)
     app = _ask(url, admin_key, "--admin-key", lambda sdk: sdk.create_app(name, **fields))
     _emit(app, as_json, _app_table(app))
 
