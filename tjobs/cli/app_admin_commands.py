@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -20,7 +20,6 @@ from tjobs.cli.api_commands import (
     _ask,
     _ask_pages,
     _emit,
-    _given,
     _json_arg,
     out,
 )
@@ -69,16 +68,20 @@ def app_update(
     as_json: AsJson = False,
 ) -> None:
     """Change an app's limits, allowed hosts or callback defaults (admin key); unnamed fields stay."""
-    fields = _given(
-        name=name,
-        rate_limit_per_s=rate,
-        max_concurrency=concurrency,
-        allowed_callback_hosts=allow_host,
-        max_active_tasks=max_active_tasks,
-        api_rate_limit_per_s=api_rate,
-        create_rate_limit_per_s=create_rate,
-        callback_defaults=_json_arg(callback_defaults, "--callback-defaults"),
-    )
+    fields: dict[str, Any] = {
+        wire: value
+        for wire, value in (
+            ("name", name),
+            ("rate_limit_per_s", rate),
+            ("max_concurrency", concurrency),
+            ("allowed_callback_hosts", allow_host),
+            ("max_active_tasks", max_active_tasks),
+            ("api_rate_limit_per_s", api_rate),
+            ("create_rate_limit_per_s", create_rate),
+            ("callback_defaults", _json_arg(callback_defaults, "--callback-defaults")),
+        )
+        if value is not None
+    }
     if not fields:
         raise typer.BadParameter("give at least one field to change (see --help)")
     app = _ask(url, admin_key, "--admin-key", lambda sdk: sdk.update_app(app_id, **fields))
