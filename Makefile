@@ -1,6 +1,7 @@
 # Everything goes through scripts/ so that each target also works without make.
 #   make dev     embedded node with the demo app (extra args: make dev ARGS="--port 9090")
-#   make test    .venv + real MariaDB/etcd/Redis + pytest, all but `chaos` (make test ARGS="-k wheel")
+#   make check   the inner loop (<= 2 min): format, lint, mypy --strict and every test that needs no service
+#   make test    .venv + real MariaDB/etcd/Redis/RabbitMQ/NATS + pytest, all but `chaos` (make test ARGS="-k wheel")
 #   make unit    tests/unit only, no services
 #   make lint    ruff format --check + ruff + mypy --strict (also run by .ci/run)
 #   make chaos   the long failure-injection suites (-m chaos)
@@ -9,7 +10,7 @@
 
 ARGS ?=
 
-.PHONY: help dev test unit lint chaos bench venv services-up services-status services-down
+.PHONY: help dev check test unit lint chaos bench venv services-up services-status services-down
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -19,6 +20,9 @@ venv:
 
 dev:
 	bash scripts/dev.sh $(ARGS)
+
+check:
+	bash scripts/check.sh $(ARGS)
 
 test:
 	bash scripts/test.sh $(ARGS)

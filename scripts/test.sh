@@ -7,6 +7,7 @@
 #   scripts/test.sh -m chaos             # the long suites (make chaos)
 #
 # TJOBS_TEST_TIMEOUT_S   per-test timeout in seconds (default 300)
+# TJOBS_TEST_WORKERS     xdist workers (default run: 3; with arguments: none unless set)
 # TJOBS_TEST_NO_SERVICES=1  don't touch services (service tests then skip, or fail under CI=true)
 # TJOBS_TEST_*_URL already set in the environment win over the ones services.sh discovers.
 set -euo pipefail
@@ -29,6 +30,22 @@ if [ "${TJOBS_TEST_NO_SERVICES:-0}" != 1 ]; then
         if [ -z "${!key:-}" ]; then export "$key=$value"; fi
     done <"$services_dir/env"
 fi
+# The rigs whose servers the tests kill, freeze and restart (tests/cluster's, tests/chaos's): a state
+# directory and ports of this checkout's own, so that two checkouts' runs on one machine never share them,
+# and one rig each, so that the two suites can run on two workers at once. Ports: a block of ten below the
+# ephemeral range, picked by the checkout's path; set any of these to choose.
+block=$((20000 + $(printf '%s' "$ROOT" | cksum | cut -d' ' -f1) % 1000 * 10))
+export TJOBS_TEST_CLUSTER_DIR="${TJOBS_TEST_CLUSTER_DIR:-$ROOT/.services/cluster-rig}"
+export TJOBS_TEST_CLUSTER_MYSQL_PORTS="${TJOBS_TEST_CLUSTER_MYSQL_PORTS:-$block $((block + 1))}"
+export TJOBS_TEST_CLUSTER_ETCD_PORT="${TJOBS_TEST_CLUSTER_ETCD_PORT:-$((block + 2))}"  # peer port +1
+export TJOBS_TEST_CLUSTER_REDIS_PORT="${TJOBS_TEST_CLUSTER_REDIS_PORT:-$((block + 4))}"
+export TJOBS_TEST_CHAOS_DIR="${TJOBS_TEST_CHAOS_DIR:-$ROOT/.services/chaos-rig}"
+export TJOBS_TEST_CHAOS_MYSQL_PORTS="${TJOBS_TEST_CHAOS_MYSQL_PORTS:-$((block + 5)) $((block + 6))}"
+export TJOBS_TEST_CHAOS_ETCD_PORT="${TJOBS_TEST_CHAOS_ETCD_PORT:-$((block + 7))}"
+export TJOBS_TEST_CHAOS_REDIS_PORT="${TJOBS_TEST_CHAOS_REDIS_PORT:-$((block + 9))}"
+printf '[test] %s=%s\n' \
+    TJOBS_TEST_CLUSTER_DIR "$TJOBS_TEST_CLUSTER_DIR" TJOBS_TEST_CLUSTER_MYSQL_PORTS "$TJOBS_TEST_CLUSTER_MYSQL_PORTS" \
+    TJOBS_TEST_CHAOS_DIR "$TJOBS_TEST_CHAOS_DIR" TJOBS_TEST_CHAOS_MYSQL_PORTS "$TJOBS_TEST_CHAOS_MYSQL_PORTS" >&2
 printf '[test] %s=%s\n' \
     TJOBS_TEST_MYSQL_URL "${TJOBS_TEST_MYSQL_URL:-<unset>}" \
     TJOBS_TEST_ETCD_URL "${TJOBS_TEST_ETCD_URL:-<unset>}" \
@@ -36,10 +53,31 @@ printf '[test] %s=%s\n' \
     TJOBS_TEST_AMQP_URL "${TJOBS_TEST_AMQP_URL:-<unset>}" \
     TJOBS_TEST_NATS_URL "${TJOBS_TEST_NATS_URL:-<unset>}" >&2
 
+pytest_run() {  # pytest_run LABEL ARGS...: one pytest run; its exit code, 5 (nothing collected) a failure
+    local label="$1" phase_start=$SECONDS code=0
+    shift
+    .venv/bin/pytest -p no:cacheprovider --durations=40 --durations-min=5 \
+        --timeout="${TJOBS_TEST_TIMEOUT_S:-300}" "$@" || code=$?
+    if [ "$code" -eq 5 ]; then
+        echo "[test] ${label}: pytest collected no tests: that is a failure" >&2
+    fi
+    echo "[test] ${label}: $((SECONDS - phase_start)) s, exit code ${code}" >&2
+    return "$code"
+}
+
+# The default run is two pytest runs: everything but `chaos` and `timing` spread over
+# TJOBS_TEST_WORKERS xdist workers (tests of one killable rig kept on one worker: tests/conftest.py),
+# then the `timing` tests (wall-clock lateness bounds) alone, on a machine the first part no longer loads.
+# Extra arguments make it one run of exactly what they select, on TJOBS_TEST_WORKERS workers if set.
+workers="${TJOBS_TEST_WORKERS:-}"
 rc=0
-.venv/bin/pytest -p no:cacheprovider -m "not chaos" --durations=40 --durations-min=5 --timeout="${TJOBS_TEST_TIMEOUT_S:-300}" "$@" || rc=$?
-if [ "$rc" -eq 5 ]; then
-    echo "[test] pytest collected no tests: that is a failure" >&2
+if [ "$#" -eq 0 ]; then
+    pytest_run parallel -n "${workers:-3}" --dist loadgroup -m "not chaos and not timing" || rc=$?
+    pytest_run timing -m "timing and not chaos" || { code=$?; [ "$rc" -ne 0 ] || rc=$code; }
+else
+    parallel=()
+    [ -z "$workers" ] || parallel=(-n "$workers" --dist loadgroup)
+    pytest_run selection -m "not chaos" "${parallel[@]}" "$@" || rc=$?
 fi
 echo "[test] finished in $((SECONDS - start)) s with exit code $rc" >&2
 exit "$rc"

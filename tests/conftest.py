@@ -28,7 +28,7 @@ DEFAULT_ETCD_URL = "http://127.0.0.1:2379"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-SERVICE_MARKERS = ("mariadb", "etcd", "redis", "rabbitmq", "nats")
+SERVICE_MARKERS = ("mariadb", "etcd", "redis", "rabbitmq", "nats", "browser")
 PROBE_TIMEOUT_S = 3.0
 
 _MUST_RUN = pytest.StashKey[str]()
@@ -157,8 +157,36 @@ def redis_url() -> str:
     return _require("Redis", "TJOBS_TEST_REDIS_URL", url, _probe_redis)
 
 
+# A test that takes one of these fixtures (directly or through another fixture) needs that service,
+# whether or not its module says so: it gets the service's marker, so that ``make check`` (no services)
+# leaves it out and CI may not skip it.
+SERVICE_FIXTURES = {
+    "mysql_url": "mariadb",
+    "etcd_url": "etcd",
+    "redis_url": "redis",
+    "amqp_url": "rabbitmq",
+    "nats_url": "nats",
+    "chromium": "browser",  # tests/console: Debian's chromium, which scripts/browser.sh installs
+}
+# Fixtures of services on fixed ports and state directories that the tests kill and restart (the cluster
+# rig's etcd, Redis and two MariaDB servers): every test using one rig runs on the same xdist worker. The
+# fault suite shares tests/cluster's rig unless TJOBS_TEST_CHAOS_DIR gives it one of its own
+# (scripts/test.sh does, with ports of its own), and then it is a group of its own.
+SHARED_RIG_FIXTURES = {
+    "infra": "cluster-rig",
+    "chaos_infra": "chaos-rig" if os.environ.get("TJOBS_TEST_CHAOS_DIR") else "cluster-rig",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under CI, remember which tests need a real service: those may not be skipped."""
+    """Mark service tests by the fixtures they take, group the tests of one killable rig on one xdist
+    worker, and under CI remember which tests need a real service: those may not be skipped."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for fixture in sorted(fixtures & SERVICE_FIXTURES.keys()):
+            item.add_marker(SERVICE_FIXTURES[fixture])
+        for fixture in sorted(fixtures & SHARED_RIG_FIXTURES.keys()):
+            item.add_marker(pytest.mark.xdist_group(SHARED_RIG_FIXTURES[fixture]))
     if not _in_ci():
         return
     for item in items:

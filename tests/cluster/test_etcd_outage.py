@@ -44,9 +44,11 @@ async def outage_and_check(rig: ClusterRig, api: Api, receiver: Receiver, how: s
     assert late and max(late.values()) < 1000, sorted(late.values())[-5:]
 
 
+@pytest.mark.timing
 async def test_etcd_killed_and_restarted_firing_resumes(rig: ClusterRig, api: Api, receiver: Receiver) -> None:
     await outage_and_check(rig, api, receiver, "kill")
 
 
+@pytest.mark.timing
 async def test_etcd_stopped_past_the_ttl_firing_resumes(rig: ClusterRig, api: Api, receiver: Receiver) -> None:
     await outage_and_check(rig, api, receiver, "stop")

@@ -44,6 +44,7 @@ async def near_term_lateness(rig: ClusterRig, api: Api, receiver: Receiver) -> l
     return sorted(outcome.fired_at(t) - tasks[t] for t in remote)
 
 
+@pytest.mark.timing
 async def test_near_term_task_on_a_non_owner_fires_on_time_through_redis(
     rig: ClusterRig, api: Api, receiver: Receiver
 ) -> None:
@@ -51,6 +52,7 @@ async def test_near_term_task_on_a_non_owner_fires_on_time_through_redis(
     assert lateness[-1] < 1000, lateness
 
 
+@pytest.mark.timing
 async def test_near_term_task_on_a_non_owner_fires_on_time_through_the_db_poll(
     rig: ClusterRig, api: Api, receiver: Receiver
 ) -> None:

@@ -42,6 +42,7 @@ def at_task(receiver: Receiver, at_ms: int, **extra: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.timing
 async def test_a_task_registered_two_seconds_ahead_fires_on_time_signed(
     running: RunningNode, receiver: Receiver
 ) -> None:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `make check`: the inner loop, no services. The formatter check, the linter, mypy --strict (tests
+# included), then every test that needs no service (unit, the contract suites on the twins and SQLite, the
+# API on the embedded store, the fuzz table, the benches' own tests) over TJOBS_CHECK_WORKERS xdist workers
+# (default 2). Every step runs; the script fails if any failed. Extra arguments go to pytest.
+#
+# Left out, because they need something running: tests marked mariadb, etcd, redis, rabbitmq, nats or
+# browser (tests/conftest.py marks every test taking one of those fixtures), `slow` (node processes end to
+# end), `timing` (wall-clock bounds) and `chaos`. `make test` runs them all.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+start=$SECONDS
+bash scripts/venv.sh || exit 1
+rc=0
+step() {  # step LABEL COMMAND...: run it, note the time, remember a failure
+    local label="$1" step_start=$SECONDS code=0
+    shift
+    "$@" || code=$?
+    echo "[check] ${label}: $((SECONDS - step_start)) s, exit code ${code}" >&2
+    [ "$code" -eq 0 ] || rc=1
+}
+step "ruff format --check" .venv/bin/ruff format --check --quiet .
+step "ruff check" .venv/bin/ruff check --quiet .
+step "mypy --strict" .venv/bin/mypy
+export TJOBS_TEST_NO_SERVICES=1
+step "tests without services" .venv/bin/pytest -p no:cacheprovider -q -n "${TJOBS_CHECK_WORKERS:-2}" \
+    -m "not (mariadb or etcd or redis or rabbitmq or nats or browser or slow or timing or chaos)" \
+    --timeout=120 "$@"
+echo "[check] finished in $((SECONDS - start)) s with exit code ${rc}" >&2
+exit "$rc"
