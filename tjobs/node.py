@@ -36,9 +36,11 @@ from tjobs.observability.metrics import Metrics, NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
 from tjobs.observability.slo_recorder import SloRecorder
-from tjobs.service.apps import AppDirectory
+from tjobs.service.apps import AppDirectory, AppService
+from tjobs.service.cluster_slo import ClusterServiceLevels
 from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.shard_moves import MoveWatch
+from tjobs.service.shards import ShardService
 from tjobs.service.targets import TargetDirectory, TargetService
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
@@ -199,6 +201,10 @@ class Node:
             unreachable_shards=self.db_health.paused_shards,  # a create there answers 503 at once
         )
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
+        # The API and the console reach the store only through the services (tasks, target_service and these).
+        self.app_service = AppService(self.store, self.apps, settings, self.clock, self.disabled_apps)
+        self.shards = ShardService(self.coordinator, self.store)
+        self.cluster_slo = ClusterServiceLevels(self.store, self.clock)
         self.started = False
 
     async def start(self) -> None:

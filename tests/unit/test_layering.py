@@ -266,3 +266,19 @@ def test_the_cycle_check_finds_loops_of_any_length() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e"}, "g": {"a"}}
     assert cycles(graph) == {frozenset("abc"), frozenset("ef")}
     assert cycles({"a": {"b"}, "b": set()}) == set()
+
+
+def test_the_api_and_the_console_reach_services_not_the_store() -> None:
+    """``api`` and ``console`` ask the node's services (``node.tasks``, ``node.app_service``, ``node.shards``,
+    ...), never the store: no import of ``tjobs.stores``, no ``.store`` attribute."""
+    reaching: list[str] = []
+    for module, path in sorted(scanned_files().items()):
+        if unit_of(module) not in ("api", "console"):
+            continue
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Attribute) and node.attr == "store":
+                reaching.append(f"{path.relative_to(ROOT)}:{node.lineno} reads .store")
+        for imported, line in imported_modules(module, path, set(scanned_files())):
+            if unit_of(imported) == "stores":
+                reaching.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert not reaching, "\n" + "\n".join(reaching)

@@ -43,7 +43,6 @@ from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
 from tjobs.errors import TjobsError
 from tjobs.model import App
-from tjobs.service.apps import AppService
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -76,7 +75,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         description="Register timers; tjobs calls your service back, signed, when they are due.",
     )
     api.state.node = node
-    api.state.app_service = AppService(node.store, node.apps, node.settings, node.clock, node.disabled_apps)
+    api.state.app_service = node.app_service
     api.state.rate_limits = ApiRateLimits(
         node.settings.rate_limits,
         on_refused=lambda app_id, bucket: node.metrics.api_rate_limited.labels(app_id, bucket).inc(),
@@ -210,4 +209,4 @@ def _errors_are_ours(document: dict[str, Any]) -> None:
 
 async def create_app_record(node: "Node", body: dict[str, Any], app_id: str | None = None) -> tuple[App, str]:
     """Validate an app-create body, store the app, and return it with its one-time API key."""
-    return await AppService(node.store, node.apps, node.settings, node.clock).create(body, app_id)
+    return await node.app_service.create(body, app_id)

@@ -73,7 +73,7 @@ def add_demo_routes(api: FastAPI, node: Node) -> None:
 
 async def bootstrap_demo(node: Node, api_key: str, base_url: str) -> list[str]:
     """Create (or refresh) the demo app with ``api_key`` and register the demo tasks; return their ids."""
-    existing = await node.store.get_app(DEMO_APP_ID)
+    existing = await node.app_service.stored(DEMO_APP_ID)
     app = App(
         id=DEMO_APP_ID,
         name="demo",
@@ -84,8 +84,7 @@ async def bootstrap_demo(node: Node, api_key: str, base_url: str) -> list[str]:
         created_at_ms=existing.created_at_ms if existing else node.clock.now_ms(),
         settings={"allowed_callback_hosts": ["127.0.0.1", "localhost"]},
     )
-    await node.store.put_app(app)
-    node.apps.put(app)
+    await node.app_service.put(app)
     target = {"url": f"{base_url}{ECHO_PATH}", "method": "POST", "timeout_ms": 2000}
     requests = [
         {

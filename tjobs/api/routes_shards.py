@@ -12,8 +12,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from sharding.topology import MAX_SHARDS
 from tjobs.api import schemas
 from tjobs.api.deps import NodeDep, body_doc, errors, json_body, json_response, ok, require_admin
-from tjobs.service.shard_moves import Outcome, move_json, select_moves
-from tjobs.service.shards import parse_servers, plan, plan_json, shard_status, stored_map
+from tjobs.service.shard_moves import Outcome, move_json
+from tjobs.service.shards import parse_servers, plan, plan_json, stored_map
 
 admin = APIRouter(prefix="/v1", tags=["shards"], dependencies=[Depends(require_admin)])
 
@@ -24,7 +24,7 @@ admin = APIRouter(prefix="/v1", tags=["shards"], dependencies=[Depends(require_a
     responses={**ok(200, schemas.Shards), **errors(401)},
 )
 async def shards(node: NodeDep) -> Any:
-    return json_response((await shard_status(node.coordinator, node.store)).to_json())
+    return json_response((await node.shards.status()).to_json())
 
 
 @admin.get(
@@ -37,7 +37,7 @@ async def shard_moves(
     outcome: Annotated[Outcome | None, Query(description="in_progress or moved; absent: both")] = None,
     database: Annotated[int | None, Query(ge=0, le=MAX_SHARDS - 1, description="one logical database's move")] = None,
 ) -> Any:
-    rows = select_moves(await node.store.read_shard_moves(), outcome, database)
+    rows = await node.shards.moves(outcome, database)
     return json_response({"moves": [move_json(row) for row in rows]})
 
 

@@ -23,7 +23,6 @@ from tjobs.errors import InvalidInput, NotFound
 from tjobs.model import App
 from tjobs.service.cluster_slo import P99_OBJECTIVE_S as P99_OBJECTIVE_S  # the console reads the objectives here
 from tjobs.service.cluster_slo import REACH_OBJECTIVE as REACH_OBJECTIVE
-from tjobs.service.cluster_slo import cluster_service_levels
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -46,7 +45,7 @@ async def my_slo(
         if caller is not None and app_id not in (None, caller.id):
             raise NotFound("app", app_id)
         subject = caller.id if caller is not None else app_id
-        return json_response(await cluster_service_levels(node.store, subject, window, node.clock.now_ms()))
+        return json_response(await node.cluster_slo.report(subject, window))
     if caller is None:
         raise InvalidInput("window", "the admin key reads the cluster's service levels: give a window")
     return json_response(node_service_levels(caller, node))

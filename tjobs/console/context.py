@@ -280,13 +280,7 @@ class Console:
         node = self.node
         if task_id <= 0 or shard_of_task_id(task_id) >= node.topology.shard_count:
             raise NotFound("task", task_id)
-        task = await node.store.get_task(task_id)
-        if task is None:  # a deleted task's flows stay readable: its owner is theirs
-            flows = await node.store.list_flows(task_id, 1)
-            if not flows:
-                raise NotFound("task", task_id)
-            return await self.apps.get(flows[0].app_id)
-        return await self.apps.get(task.app_id)
+        return await self.apps.get(await node.tasks.owner_of(task_id))
 
     async def flow_owner(self, principal: Principal, flow_id: str) -> App:
         if principal.app is not None:

@@ -63,7 +63,7 @@ async def cluster_page(request: Request) -> Response:
 
 async def _shard_map_and_moves(node: Node) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The map as the template shows it (``None`` before one is stored) and the recorded moves."""
-    moves = [move_json(row) for row in await node.store.read_shard_moves()]
+    moves = [move_json(row) for row in await node.shards.moves()]
     stored = await node.coordinator.read_shard_map()
     if stored is None:
         return None, moves
@@ -72,7 +72,7 @@ async def _shard_map_and_moves(node: Node) -> tuple[dict[str, Any] | None, list[
         {
             "database": database,
             "server": without_credentials(server),
-            "shards": len(node.store.topology.shards_of_database(database)),
+            "shards": node.shards.shards_of_database(database),
             "moving": moving.get(database),
         }
         for database, server in enumerate(stored.placement)

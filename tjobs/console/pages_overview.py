@@ -21,7 +21,7 @@ from tjobs.console.charts import Chart, line_chart
 from tjobs.console.context import ConsoleRoute, console_of
 from tjobs.model import App
 from tjobs.observability.slo import MS_PER_MINUTE, lateness_summary
-from tjobs.service.cluster_slo import P99_OBJECTIVE_S, REACH_OBJECTIVE, cluster_service_levels
+from tjobs.service.cluster_slo import P99_OBJECTIVE_S, REACH_OBJECTIVE
 from tjobs.service.cursors import MAX_CURSOR_CHARS
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ DEFAULT_WINDOW: Window = "1h"
 
 async def service_levels(node: Node, app: App | None, window: str) -> dict[str, Any]:
     """One app's figures over ``window`` (every app's total: ``None``), as the overview shows them."""
-    report = await cluster_service_levels(node.store, None if app is None else app.id, window, node.clock.now_ms())
+    report = await node.cluster_slo.report(None if app is None else app.id, window)
     lateness = report["fire_lateness"]
     reach = report["reach"]
     row: dict[str, Any] = {
@@ -68,7 +68,7 @@ async def charts(node: Node, app: App, window: str) -> list[Chart]:
     minutes, step = WINDOWS[window]
     to_minute = node.clock.now_ms() // MS_PER_MINUTE + 1
     starts = range(to_minute - minutes, to_minute, step)
-    buckets = await asyncio.gather(*(node.store.sum_slo_minutes(app.id, start, start + step) for start in starts))
+    buckets = await asyncio.gather(*(node.cluster_slo.counts(app.id, start, start + step) for start in starts))
     p99_ms: list[float | None] = []
     reach: list[float | None] = []
     for bucket in buckets:

@@ -158,7 +158,7 @@ async def _target_context(request: Request, principal: Principal, app_id: str | 
     name = _name_of(raw_name)
     owner = await _owner(request, principal, app_id, name)
     target = await console.node.target_service.get(owner, name)
-    naming = await console.node.store.count_target_references(owner.id, name)
+    naming = await console.node.target_service.references(owner, name)
     return {"owner": owner, "target": target_view(target, console.node.settings.callbacks), "naming": naming}
 
 

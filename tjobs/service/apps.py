@@ -208,7 +208,7 @@ class AppService:
             max_concurrency=fields.get("max_concurrency", app.max_concurrency),
             settings=settings,
         )
-        await self._save(app)
+        await self.put(app)
         return app
 
     async def rotate(
@@ -236,10 +236,15 @@ class AppService:
                 replace(app, secrets=[generate_secret(), *app.secrets], settings=settings),
                 now_ms + (1 if grace_s == 0 else 0),
             )
-        await self._save(app)
+        await self.put(app)
         return app, new_key
 
-    async def _save(self, app: App) -> None:
+    async def stored(self, app_id: str) -> App | None:
+        """The app as stored, every secret kept (expired ones too); ``None`` if there is none."""
+        return await self._store.get_app(app_id)
+
+    async def put(self, app: App) -> None:
+        """Store ``app`` as given (a created, edited or bootstrapped app) and refresh the directory's copy."""
         await self._store.put_app(app)
         self._directory.put(app)
 
@@ -263,7 +268,7 @@ class AppService:
         if disabled:
             settings[DISABLED_AT] = self._clock.now_ms()
         app = replace(app, settings=settings)
-        await self._save(app)
+        await self.put(app)
         if self._disabled_apps is not None:
             await self._disabled_apps.changed(app)
         return app

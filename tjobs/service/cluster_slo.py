@@ -15,14 +15,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from tjobs.clock import iso_ms
+from tjobs.clock import Clock, iso_ms
 from tjobs.errors import InvalidInput
+from tjobs.model import SloCounts
 from tjobs.observability.slo import MS_PER_MINUTE, lateness_summary
 from tjobs.stores.base import TaskStore
 
 WINDOW_MINUTES = {"5m": 5, "1h": 60, "1d": 1_440, "7d": 10_080}
 P99_OBJECTIVE_S = 1.0
 REACH_OBJECTIVE = 0.9999
+
+
+class ClusterServiceLevels:
+    """The cluster's service levels as the API and the console read them (one per node: ``Node.service_levels``)."""
+
+    def __init__(self, store: TaskStore, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def report(self, app_id: str | None, window: str) -> dict[str, Any]:
+        """:func:`cluster_service_levels` of ``app_id`` over ``window``, ending with the current minute."""
+        return await cluster_service_levels(self._store, app_id, window, self._clock.now_ms())
+
+    async def counts(self, app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
+        """The summed counts of ``app_id`` (every app: ``None``) over ``[from_minute, to_minute)``."""
+        return await self._store.sum_slo_minutes(app_id, from_minute, to_minute)
 
 
 async def cluster_service_levels(store: TaskStore, app_id: str | None, window: str, now_ms: int) -> dict[str, Any]:

@@ -13,7 +13,9 @@ from sharding.rebalance import Move, plan_rebalance
 from sharding.shard_map import ShardMap, ShardMapError
 from tjobs.cluster.base import Coordinator
 from tjobs.errors import InvalidInput, NotFound
+from tjobs.service.shard_moves import Outcome, select_moves
 from tjobs.stores.base import TaskStore
+from tjobs.stores.sql_move import MoveRow
 
 MAX_SERVER_NAME_CHARS = 255
 
@@ -63,6 +65,26 @@ async def shard_status(coordinator: Coordinator, store: TaskStore) -> ShardStatu
         counts = await store.count_rows(database)
         rows.append(DatabaseRows(database, server, counts["tasks"], counts["flows"]))
     return ShardStatus(shard_map, rows)
+
+
+class ShardService:
+    """The shard map and the moves as the admin API and the console read them (one per node: ``Node.shards``)."""
+
+    def __init__(self, coordinator: Coordinator, store: TaskStore) -> None:
+        self._coordinator = coordinator
+        self._store = store
+
+    async def status(self) -> ShardStatus:
+        """:func:`shard_status`: the stored map and the rows of each logical database."""
+        return await shard_status(self._coordinator, self._store)
+
+    async def moves(self, outcome: Outcome | None = None, database: int | None = None) -> list[MoveRow]:
+        """The recorded moves with that outcome and of that logical database (``None``: any)."""
+        return select_moves(await self._store.read_shard_moves(), outcome, database)
+
+    def shards_of_database(self, database: int) -> int:
+        """How many shards logical database ``database`` holds."""
+        return len(self._store.topology.shards_of_database(database))
 
 
 def parse_servers(body: Any) -> list[str]:

@@ -156,6 +156,10 @@ class TargetService:
             raise NotFound("target", name)
         return target
 
+    async def references(self, app: App, name: str) -> int:
+        """How many of ``app``'s tasks that can still fire (active or paused) name the target ``name``."""
+        return await self._store.count_target_references(app.id, name)
+
     async def list_targets(
         self, app: App, limit: int = 100, cursor: str | None = None
     ) -> tuple[list[Target], str | None]:

@@ -413,6 +413,17 @@ class TaskService:
 
     # ---- read ---------------------------------------------------------------------------------
 
+    async def owner_of(self, task_id: int) -> str:
+        """The id of the app that owns ``task_id`` (the admin acts as it). A deleted task's flows stay
+        readable, and their app owns them; :class:`NotFound` when there is neither task nor flow."""
+        task = await self._store.get_task(task_id)
+        if task is not None:
+            return task.app_id
+        flows = await self._store.list_flows(task_id, 1)
+        if not flows:
+            raise NotFound("task", task_id)
+        return flows[0].app_id
+
     async def get(self, app: App, task_id: int) -> Task:
         task = await self._store.get_task(task_id) if self._routable(task_id) else None
         if task is None or task.app_id != app.id:
