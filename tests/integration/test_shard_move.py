@@ -59,7 +59,7 @@ from tjobs.settings import ClusterSettings, Settings, load_settings
 from tjobs.stores.base import TaskStore
 from tjobs.stores.copy_pace import CopyPace
 from tjobs.stores.migrate import migrate
-from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
+from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence
 from tjobs.stores.sql_layout import Layout, configured_servers, create_engine_for
 from tjobs.stores.sql_move import CHANGES, MoveRecords
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
@@ -175,7 +175,7 @@ async def test_a_database_moves_while_a_node_registers_and_fires_and_nothing_is_
     async with loaded_node(settings) as (running, load):
         node = running.node
         await asyncio.sleep(1.5)
-        mover = ShardMover(settings.storage, node.coordinator, node.store, batch_rows=50, cut_over_below=20)
+        mover = ShardMover(node.coordinator, node.store, batch_rows=50, cut_over_below=20)
         try:
             # Bounded: a catch-up that cannot gain on the load's writes (a saturated machine) waits for them
             # to slow down, by design, and the load never does; that is a failure here, not a hang. (Under
@@ -245,7 +245,7 @@ async def test_an_aborted_move_leaves_the_database_where_it_was_and_a_rerun_fini
     store = SQLAlchemyTaskStore(settings.storage)
     await store.start()
     coordinator = LocalCoordinator(store.topology.shard_count, map_home=store)
-    mover = ShardMover(settings.storage, coordinator, store, batch_rows=10, cut_over_below=1)
+    mover = ShardMover(coordinator, store, batch_rows=10, cut_over_below=1)
     try:
         seeded = await coordinator.seed_shard_map(await store.read_shard_map() or store.seed_shard_map())
         store.use_shard_map(seeded)
@@ -257,24 +257,23 @@ async def test_an_aborted_move_leaves_the_database_where_it_was_and_a_rerun_fini
 
         # copied, then "killed": --abort puts everything back
         row = await mover._start(seeded, MOVED, target)
-        copy, source, _ = mover._copy(row, seeded)
+        copy = mover._copy(row, seeded)
         await copy.prepare()
         await copy.copy()
         aborted = await mover.abort(MOVED)
         assert aborted.source == source_server
-        assert not await copy.exists_on(copy.target)
-        assert await mover.records.get(MOVED) is None
+        assert not await copy.exists(on_target=True)
+        assert await mover.moves.get(MOVED) is None
         fired = await store.commit_fires([intent_of(task)], NOW_MS, interval_planner)
         assert fired[0].error is None and len(fired[0].flows) == 1  # the source takes writes again
 
         # killed while cutting over (the source fenced, the map unchanged): the rerun finishes
         row = await mover._start(seeded, MOVED, target)
-        copy, source, _ = mover._copy(row, seeded)
+        copy = mover._copy(row, seeded)
         await copy.prepare()
         await copy.copy()
         await mover._save(replace(row, state=CUTTING_OVER))
-        async with copy.source.begin() as conn:
-            await write_fence(conn, source, RETIRED_EPOCH)
+        await copy.fence_source(RETIRED_EPOCH)
         with pytest.raises(StaleShardMap):  # meanwhile nobody writes the database
             await store.edit_task(replace(task, name="late"), {"name"})
         finished = await mover.move(MOVED, target)
@@ -289,7 +288,7 @@ async def test_an_aborted_move_leaves_the_database_where_it_was_and_a_rerun_fini
         with pytest.raises(MoveRefused, match="the move is done"):
             await mover.abort(MOVED)
         await mover.drop_old(MOVED)
-        assert not await copy.exists_on(copy.source) and await mover.records.get(MOVED) is None
+        assert not await copy.exists(on_target=False) and await mover.moves.get(MOVED) is None
     finally:
         await mover.close()
         await store.close()
@@ -324,13 +323,11 @@ async def test_a_paced_move_copies_no_faster_than_its_cap_but_the_cut_over_does_
         tasks = [make_task(shard=shards[n % len(shards)]) for n in range(200)]
         await store.insert_tasks(tasks)
         pace = CopyPace(duty=1.0, max_rows_per_s=cap)
-        mover = ShardMover(
-            settings.storage, coordinator, store, batch_rows=25, cut_over_below=10_000, pace=pace, rest=rest
-        )
+        mover = ShardMover(coordinator, store, batch_rows=25, cut_over_below=10_000, pace=pace, rest=rest)
         try:
             row = await mover._start(await mover._map(), MOVED, target)
             started = time.monotonic()
-            copy, _, _ = mover._copy(row, await mover._map())
+            copy = mover._copy(row, await mover._map())
             await copy.prepare()
             copied = await copy.copy()
             copy_s = time.monotonic() - started
@@ -358,9 +355,7 @@ async def test_a_paced_catch_up_that_does_not_gain_on_the_writes_goes_unpaced_an
         tasks = [make_task(shard=shards[n % len(shards)]) for n in range(20)]
         await store.insert_tasks(tasks)
         pace = CopyPace(duty=1.0, max_rows_per_s=10)  # far slower than the writer below, even on a busy box
-        mover = ShardMover(
-            settings.storage, coordinator, store, batch_rows=5, cut_over_below=30, pace=pace, report=reports.append
-        )
+        mover = ShardMover(coordinator, store, batch_rows=5, cut_over_below=30, pace=pace, report=reports.append)
 
         async def write_until_refused() -> int:
             written = 0
@@ -624,7 +619,7 @@ async def test_in_a_cluster_the_move_publishes_the_map_on_etcd_and_writes_the_re
         store=store,
         clock=SystemClock(),
     )
-    mover = ShardMover(settings.storage, coordinator, store)
+    mover = ShardMover(coordinator, store)
     try:
         recorded = await store.read_shard_map()
         assert recorded is not None
@@ -656,7 +651,7 @@ async def test_an_operator_reads_moves_and_their_metrics_and_never_a_credential(
         for shard in node.store.topology.shards_of_database(MOVED)[:3]:
             await node.store.insert_task(make_task(shard=shard))
         _, app_key = await running.create_app("not-an-operator")
-        mover = ShardMover(with_admin.storage, node.coordinator, node.store, batch_rows=2, cut_over_below=1)
+        mover = ShardMover(node.coordinator, node.store, batch_rows=2, cut_over_below=1)
         admin = httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {admin_key}"})
         try:
             shard_map = await node.coordinator.read_shard_map()

@@ -154,14 +154,11 @@ def _mover_run(
     cut_over_below: int = 200,
     pace: CopyPace | None = None,
 ) -> MoveRow:
-    settings = settings_or_exit(config)
-
     async def run(coordinator: Coordinator, store: TaskStore) -> MoveRow:
         shard_map = await coordinator.read_shard_map()
         if shard_map is not None:
             store.use_shard_map(shard_map)
         mover = ShardMover(
-            settings.storage,
             coordinator,
             store,
             batch_rows=batch_rows,
@@ -238,13 +235,12 @@ def rebalance(
     if not apply:
         return
     listed = [name.strip() for value in servers for name in value.split(",") if name.strip()]
-    storage = settings_or_exit(config).storage
 
     async def perform(coordinator: Coordinator, store: TaskStore) -> None:
         shard_map = await stored_map(coordinator)
         store.use_shard_map(shard_map)
         moves = plan(shard_map, listed)
-        mover = ShardMover(storage, coordinator, store, pace=pace, report=typer.echo)
+        mover = ShardMover(coordinator, store, pace=pace, report=typer.echo)
         try:
             for number, step in enumerate(moves, 1):
                 typer.echo(f"move {number} of {len(moves)}: logical database {step.database} to {step.target}")

@@ -1,6 +1,7 @@
 """Moving one logical database to another MariaDB server while the cluster fires and registers
-(``tjobs shards move``, ``--abort``, ``drop-old``); :mod:`tjobs.stores.sql_move` holds the SQL and
-says why it is a chunked copy with change capture rather than MariaDB replication.
+(``tjobs shards move``, ``--abort``, ``drop-old``). Storage does its part through the shard-administration
+contract (:class:`tjobs.stores.contracts.DatabaseMoves`); on SQL, :mod:`tjobs.stores.sql_move` holds the
+statements and says why it is a chunked copy with change capture rather than MariaDB replication.
 
 A move goes through recorded states (``tjobs_shard_moves`` in the first logical database, which
 never moves; the map itself is the coordinator's, etcd or the record), so a rerun after the mover
@@ -41,19 +42,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from sharding.shard_map import PINNED_DATABASE, ShardMap
 from tjobs.cluster.base import Coordinator
 from tjobs.errors import Conflict
 from tjobs.model import CATCHING_UP, COPYING, CUTTING_OVER, DONE
-from tjobs.settings import StorageSettings
 from tjobs.stores.base import TaskStore
-from tjobs.stores.contracts import MoveRow
+from tjobs.stores.contracts import RETIRED_EPOCH, DatabaseMove, MoveRow
 from tjobs.stores.copy_pace import CopyPace
-from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
-from tjobs.stores.sql_layout import DatabaseHome, Layout, create_engine_for
-from tjobs.stores.sql_move import DatabaseCopy, MoveRecords
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +69,6 @@ class ShardMover:
 
     def __init__(
         self,
-        settings: StorageSettings,
         coordinator: Coordinator,
         store: TaskStore,
         *,
@@ -84,45 +78,24 @@ class ShardMover:
         report: Report | None = None,
         rest: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.settings = settings
         self.coordinator = coordinator
         self.store = store
         self.batch_rows = batch_rows
         self.cut_over_below = cut_over_below
         self.pace = pace or CopyPace()
-        self._rest = rest  # how the copy rests between batches (a test records it)
         self.report: Report = report or (lambda _: None)
-        self._engines: dict[str, AsyncEngine] = {}
         self._progress_recorded_at = float("-inf")
-        first = Layout(settings).apps_database
-        self.records = MoveRecords(self._engine(first.engine_url), first.schema or first.name)
-
-    def _engine(self, url: str) -> AsyncEngine:
-        engine = self._engines.get(url)
-        if engine is None:
-            engine = self._engines[url] = create_engine_for(url, self.settings)
-        return engine
+        # the records and each move's copy, resting with ``rest`` between batches (a test records it)
+        self.moves = store.database_moves(batch_rows, self.pace, rest)
 
     async def close(self) -> None:
-        engines, self._engines = list(self._engines.values()), {}
-        for engine in engines:
-            await engine.dispose()
+        await self.moves.close()
 
-    def _home(self, placement: tuple[str, ...], database: int) -> DatabaseHome:
+    def _copy(self, row: MoveRow, shard_map: ShardMap) -> DatabaseMove:
         try:
-            return Layout(self.settings, placement).databases[database]
+            return self.moves.move(row, shard_map.placement)
         except ValueError as error:  # a server storage.urls does not list
-            raise MoveRefused(f"{error}: add it to storage.urls and run tjobs shards reseed first") from error
-
-    def _copy(self, row: MoveRow, shard_map: ShardMap) -> tuple[DatabaseCopy, DatabaseHome, DatabaseHome]:
-        placement = list(shard_map.placement)
-        placement[row.database] = row.source
-        source = self._home(tuple(placement), row.database)
-        placement[row.database] = row.target
-        target = self._home(tuple(placement), row.database)
-        engines = self._engine(source.engine_url), self._engine(target.engine_url)
-        copy = DatabaseCopy(*engines, source.name, self.batch_rows, self.pace, self._rest)
-        return copy, source, target
+            raise _unlisted(error) from error
 
     async def _map(self) -> ShardMap:
         shard_map = await self.coordinator.read_shard_map()
@@ -136,11 +109,11 @@ class ShardMover:
         logged."""
         now = time.monotonic()
         if now - self._progress_recorded_at >= PROGRESS_EVERY_S:
-            await self.records.put(row, _now_ms())
+            await self.moves.put(row, _now_ms())
             self._progress_recorded_at = now
 
     async def _save(self, row: MoveRow) -> MoveRow:
-        await self.records.put(row, _now_ms())
+        await self.moves.put(row, _now_ms())
         logger.info(
             "move of logical database %d to %s: %s",
             row.database,
@@ -156,7 +129,7 @@ class ShardMover:
     async def move(self, database: int, target: str) -> MoveRow:
         """Move ``database`` to ``target`` (a server of the map), or carry on with the recorded move."""
         shard_map = await self._map()
-        row = await self.records.get(database)
+        row = await self.moves.get(database)
         if row is None:
             row = await self._start(shard_map, database, target)
         elif row.state == DONE and row.target != target:
@@ -168,7 +141,7 @@ class ShardMover:
             raise MoveRefused(
                 f"logical database {database} is being moved to {row.target}: rerun with --to {row.target}, or --abort"
             )
-        copy, source, target_home = self._copy(row, shard_map)
+        copy = self._copy(row, shard_map)
         if row.state == COPYING:
             await copy.prepare()
             copying = row
@@ -184,10 +157,10 @@ class ShardMover:
             backlog = await self._catch_up(row, copy)
             row = await self._save(replace(row, state=CUTTING_OVER, lag_rows=backlog))
         if row.state == CUTTING_OVER:
-            row = await self._cut_over(row, copy, source, target_home)
+            row = await self._cut_over(row, copy)
         return row
 
-    async def _catch_up(self, row: MoveRow, copy: DatabaseCopy) -> int:
+    async def _catch_up(self, row: MoveRow, copy: DatabaseMove) -> int:
         """Apply the changed rows until fewer than ``cut_over_below`` are behind; returns that backlog.
 
         Between two looks at the backlog it applies up to :data:`CATCH_UP_ROUNDS_PER_CHECK` batches,
@@ -229,30 +202,29 @@ class ShardMover:
         source = shard_map.server_of(database)
         if source == target:
             raise MoveRefused(f"logical database {database} is on {target} already")
-        busy = [other for other in await self.records.all() if other.state != DONE]
+        busy = [other for other in await self.moves.all() if other.state != DONE]
         if busy:
             raise MoveRefused(f"logical database {busy[0].database} is being moved: one move at a time")
-        home = self._home(shard_map.placement, database)
-        async with self._engine(home.engine_url).connect() as conn:
-            fence = await read_fence(conn, home)
+        try:
+            fence = await self.moves.fence(shard_map.placement, database)
+        except ValueError as error:
+            raise _unlisted(error) from error
         self.report(f"moving logical database {database} from {source} to {target} (map epoch {shard_map.epoch})")
         return await self._save(MoveRow(database, source, target, COPYING, fence, 0, started_at_ms=_now_ms()))
 
-    async def _cut_over(self, row: MoveRow, copy: DatabaseCopy, source: DatabaseHome, target: DatabaseHome) -> MoveRow:
+    async def _cut_over(self, row: MoveRow, copy: DatabaseMove) -> MoveRow:
         started = time.monotonic()
-        async with copy.source.begin() as conn:
-            await write_fence(conn, source, RETIRED_EPOCH)  # waits for the writers holding its share lock
+        await copy.fence_source(RETIRED_EPOCH)  # waits for the writers holding its share lock
         applied = await copy.catch_up(paced=False)  # writes are refused meanwhile: no rest
         while True:
             current = await self._map()
             if current.server_of(row.database) == row.target:
                 published = current  # a run before this one published it
                 break
-            if await self.records.get(row.database) != row:
+            if await self.moves.get(row.database) != row:
                 raise MoveRefused(f"the move of logical database {row.database} was aborted meanwhile")
             published = current.moved(row.database, row.target)
-            async with copy.target.begin() as conn:
-                await write_fence(conn, target, published.epoch)
+            await copy.fence_target(published.epoch)
             if await self.coordinator.replace_shard_map(published, current.epoch):
                 break
         pause_s = time.monotonic() - started
@@ -288,7 +260,7 @@ class ShardMover:
     async def abort(self, database: int) -> MoveRow:
         """Undo a move the map does not yet name the target of: the source's fence back as it was, no
         capture, the target copy dropped, the record gone."""
-        row = await self.records.get(database)
+        row = await self.moves.get(database)
         if row is None:
             raise MoveRefused(f"no move of logical database {database} is recorded")
         shard_map = await self._map()
@@ -297,31 +269,33 @@ class ShardMover:
                 f"logical database {database} is on {row.target} already: the move is done "
                 "(drop-old removes the old copy)"
             )
-        copy, source, _ = self._copy(row, shard_map)
-        async with copy.source.begin() as conn:
-            await write_fence(conn, source, row.source_fence)
+        copy = self._copy(row, shard_map)
+        await copy.fence_source(row.source_fence)
         await copy.stop_capture()
-        await copy.drop_on(copy.target)
-        await self.records.delete(database)
+        await copy.drop(on_target=True)
+        await self.moves.delete(database)
         self.report(f"move of logical database {database} to {row.target} aborted; it stays on {row.source}")
         return row
 
     async def drop_old(self, database: int) -> MoveRow:
         """Drop the old copy of a finished move (it is retired: nothing writes it)."""
-        row = await self.records.get(database)
+        row = await self.moves.get(database)
         if row is None or row.state != DONE:
             raise MoveRefused(f"no finished move of logical database {database} is recorded")
         shard_map = await self._map()
         if shard_map.server_of(database) != row.target:
             raise MoveRefused(f"the shard map places logical database {database} on {shard_map.server_of(database)}")
-        copy, source, _ = self._copy(row, shard_map)
-        async with copy.source.connect() as conn:
-            if await read_fence(conn, source) != RETIRED_EPOCH:
-                raise MoveRefused(f"the copy of logical database {database} on {row.source} is not retired")
-        await copy.drop_on(copy.source)
-        await self.records.delete(database)
+        copy = self._copy(row, shard_map)
+        if await copy.source_fence() != RETIRED_EPOCH:
+            raise MoveRefused(f"the copy of logical database {database} on {row.source} is not retired")
+        await copy.drop(on_target=False)
+        await self.moves.delete(database)
         self.report(f"dropped the old copy of logical database {database} on {row.source}")
         return row
+
+
+def _unlisted(error: ValueError) -> MoveRefused:
+    return MoveRefused(f"{error}: add it to storage.urls and run tjobs shards reseed first")
 
 
 def _now_ms() -> int:

@@ -32,12 +32,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding.shard_map import ShardMap
 from tjobs.errors import StaleShardMap
+from tjobs.stores.contracts.shard_admin import RETIRED_EPOCH as RETIRED_EPOCH  # the contract's
 from tjobs.stores.layout_record import StorageNotMigrated
 from tjobs.stores.schema import SHARD_FENCE_TABLE, SHARD_MAP_TABLE, _table, shard_map_schema_items
 from tjobs.stores.sql_layout import DatabaseHome, Layout, mysql_errno
-
-RETIRED_EPOCH = 1 << 62
-"""The fence of a copy that was moved away: no map ever reaches it."""
 
 FENCED_ERRNO = 1242  # "Subquery returns more than 1 row": what the fence statement raises when it fails
 

@@ -19,13 +19,23 @@ from __future__ import annotations
 from tjobs.stores.contracts.fire_path import FirePath, FirePlanner
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 from tjobs.stores.contracts.service_levels import ServiceLevels
-from tjobs.stores.contracts.shard_admin import MoveRow, ServerSessions, ShardAdmin
+from tjobs.stores.contracts.shard_admin import (
+    RETIRED_EPOCH,
+    DatabaseMove,
+    DatabaseMoves,
+    MoveRow,
+    ServerSessions,
+    ShardAdmin,
+)
 from tjobs.stores.contracts.tasks import DEAD_LETTERS, EDITABLE_FIELDS, TaskRecords
 from tjobs.stores.contracts.tenants import Tenants
 
 __all__ = [
     "DEAD_LETTERS",
     "EDITABLE_FIELDS",
+    "RETIRED_EPOCH",
+    "DatabaseMove",
+    "DatabaseMoves",
     "FirePath",
     "FirePlanner",
     "MoveRow",

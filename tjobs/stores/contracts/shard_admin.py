@@ -1,16 +1,25 @@
 """Shard administration: the database servers behind the shards, the shard map that places logical
 databases on them (:mod:`sharding.shard_map`), the layout record, the moves, and other nodes' sessions.
 
+A move of a logical database (:mod:`tjobs.cluster.shard_move` runs its steps) asks storage for its
+records and, per move, a :class:`DatabaseMove`: the copy with change capture and both copies' fences.
+
 A store on one server (SQLite, the memory twin) answers with the defaults here: one server named
 ``local``, no sessions to end, no moves; the memory twin keeps its recorded map for as long as it lives.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from sharding.shard_map import ShardMap
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
+from tjobs.stores.copy_pace import CopyPace
+
+RETIRED_EPOCH = 1 << 62
+"""The fence of a copy that was moved away: no map ever reaches it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +46,91 @@ class MoveRow:
     started_at_ms: int = 0
     finished_at_ms: int | None = None  # when the map named the target
     cut_over_pause_ms: int | None = None  # writes to the database refused while cutting over
+
+
+class DatabaseMove(ABC):
+    """The storage side of moving one logical database from its source server to a target: the copy,
+    the capture of the changes written meanwhile, and both copies' fences. Each step is safe to repeat
+    (a rerun after a crash picks up where the last run stopped)."""
+
+    pace: CopyPace
+    """How hard the copy and a paced catch-up may work the servers (:mod:`tjobs.stores.copy_pace`)."""
+
+    @abstractmethod
+    async def prepare(self) -> None:
+        """The target's database and tables, its fence retired (nobody may write there); on the source,
+        every key written from now on is recorded."""
+
+    @abstractmethod
+    async def copy(self, progress: Callable[[str, int], Awaitable[None]] | None = None) -> int:
+        """Copy every row to the target, batch by batch in primary-key order, resting after each as
+        :attr:`pace` says; return how many rows. ``progress(table, rows_so_far)`` after each batch."""
+
+    @abstractmethod
+    async def backlog(self) -> int:
+        """How many recorded keys the target has not caught up with."""
+
+    @abstractmethod
+    async def catch_up(self, rounds: int | None = None, paced: bool = True) -> int:
+        """Apply the recorded keys to the target, oldest first, until none is left (or ``rounds``
+        batches), resting as :attr:`pace` says unless not ``paced``; return how many were applied."""
+
+    @abstractmethod
+    async def stop_capture(self) -> None:
+        """Stop recording the source's writes (after the cut-over, or on an abort)."""
+
+    @abstractmethod
+    async def source_fence(self) -> int:
+        """The source copy's fence epoch."""
+
+    @abstractmethod
+    async def fence_source(self, epoch: int) -> None:
+        """Set the source copy's fence to ``epoch``; waits for the writers that passed it before, so with
+        :data:`RETIRED_EPOCH` no write lands on the source afterwards."""
+
+    @abstractmethod
+    async def fence_target(self, epoch: int) -> None:
+        """Set the target copy's fence to ``epoch`` (the epoch of the map that will name it)."""
+
+    @abstractmethod
+    async def drop(self, on_target: bool) -> None:
+        """Drop the database's copy on the target (an aborted move) or on the source (``drop-old``)."""
+
+    @abstractmethod
+    async def exists(self, on_target: bool) -> bool:
+        """Whether the database has a copy on the target (or on the source)."""
+
+
+class DatabaseMoves(ABC):
+    """The moves recorded (``tjobs_shard_moves`` in logical database 0, which never moves) and the
+    storage side of each; opened by :meth:`ShardAdmin.database_moves`, closed by its user."""
+
+    @abstractmethod
+    async def all(self) -> list[MoveRow]:
+        """Every recorded move, by database."""
+
+    @abstractmethod
+    async def get(self, database: int) -> MoveRow | None: ...
+
+    @abstractmethod
+    async def put(self, row: MoveRow, now_ms: int) -> None:
+        """Record ``row`` (in place of the database's recorded move, if any)."""
+
+    @abstractmethod
+    async def delete(self, database: int) -> None: ...
+
+    @abstractmethod
+    def move(self, row: MoveRow, placement: Sequence[str]) -> DatabaseMove:
+        """The storage side of ``row``'s move, the other logical databases placed as ``placement`` says.
+        Raise :class:`ValueError` if the source or the target is not a configured server."""
+
+    @abstractmethod
+    async def fence(self, placement: Sequence[str], database: int) -> int:
+        """The fence epoch of ``database`` on its server under ``placement`` (:class:`ValueError` as
+        :meth:`move`)."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
 
 
 class ShardAdmin(StoreLifecycle):
@@ -111,6 +205,14 @@ class ShardAdmin(StoreLifecycle):
             return False
         self._recorded_shard_map = new
         return True
+
+    def database_moves(
+        self, batch_rows: int, pace: CopyPace, rest: Callable[[float], Awaitable[None]]
+    ) -> DatabaseMoves:
+        """The moves of logical databases (``tjobs shards move``): their records and, per move, the copy
+        in batches of ``batch_rows``, paced by ``pace``, resting with ``rest``. Only SQL databases move:
+        other stores raise :class:`ValueError`."""
+        raise ValueError("only SQL databases move: storage.urls names no SQL server")
 
     async def read_shard_moves(self) -> list[MoveRow]:
         """The moves of logical databases recorded (``tjobs shards move``: in progress, or done and

@@ -5,11 +5,15 @@ and moves, the layout record, and other nodes' fire sessions (:mod:`tjobs.stores
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from sharding.shard_map import ShardMap
 from tjobs.stores.contracts import MoveRow, ServerSessions, ShardAdmin
+from tjobs.stores.copy_pace import CopyPace
 from tjobs.stores.layout_record import ensure_layout
 from tjobs.stores.shard_fence import read_recorded_map, swap_recorded_map
 from tjobs.stores.sql.connections import SqlBase
+from tjobs.stores.sql.moves import SqlDatabaseMoves
 from tjobs.stores.sql_layout import MYSQL, Layout, configured_servers, safe_url
 from tjobs.stores.sql_move import recorded_moves
 from tjobs.stores.sql_sessions import kill_connections
@@ -62,6 +66,11 @@ class SqlShardAdmin(SqlBase, ShardAdmin):
         url = self.layout.apps_database.engine_url
         async with self._connect(url) as conn:
             return await read_recorded_map(conn, self.layout)
+
+    def database_moves(
+        self, batch_rows: int, pace: CopyPace, rest: Callable[[float], Awaitable[None]]
+    ) -> SqlDatabaseMoves:
+        return SqlDatabaseMoves(self.settings, batch_rows, pace, rest)
 
     async def read_shard_moves(self) -> list[MoveRow]:
         if self.layout.dialect != MYSQL:
