@@ -231,6 +231,7 @@ def _node_id_for_schemathesis(request: pytest.FixtureRequest) -> None:
     setattr(request.node, "_nodeid", request.node.nodeid)  # noqa: B010
 
 
+@pytest.mark.timeout(900)  # one test for all 45 operations (each a subtest): 80-370 s here, by the machine's load
 @schema.parametrize()
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 def test_generated_requests_never_break_the_server_or_the_schema(case: Any, served: _NodeThread) -> None:
