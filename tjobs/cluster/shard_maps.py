@@ -11,7 +11,7 @@ from typing import Protocol
 from sharding.shard_map import ShardMap
 from tjobs.cluster.base import Coordinator, ShardMapListener
 from tjobs.stores.base import TaskStore
-from tjobs.stores.layout_record import ShardMapMismatch, check_shard_map
+from tjobs.stores.contracts import ShardMapMismatch, check_shard_map
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class ShardMapWatch:
 async def establish_shard_map(coordinator: Coordinator, store: TaskStore) -> ShardMap:
     """At a node's start: seed the coordinator's map if none is stored (from the data's own record
     of it when there is one, else from the configured list), refuse a configured list that differs
-    from the stored map's (:class:`tjobs.stores.layout_record.ShardMapMismatch`, naming each
+    from the stored map's (:class:`tjobs.stores.contracts.ShardMapMismatch`, naming each
     difference), and route the store by the map."""
     stored = await coordinator.seed_shard_map(await store.read_shard_map() or store.seed_shard_map())
     check_shard_map(stored, store.configured_servers(), store.topology, "the stored shard map")

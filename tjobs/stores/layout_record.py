@@ -19,15 +19,13 @@ from sqlalchemy import MetaData, insert, inspect, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from sharding import Topology
-from sharding.shard_map import ShardMap
-from tjobs.errors import TjobsError
 from tjobs.settings import StorageSettings
+from tjobs.stores.contracts.shard_admin import ShardMapMismatch, StorageLayoutMismatch, check_shard_map
 from tjobs.stores.schema import LAYOUT_TABLE, layout_table
 from tjobs.stores.schema_revision import StorageNotMigrated, check_schema_revision
 from tjobs.stores.sql_layout import Layout
 
-__all__ = [
+__all__ = [  # the mismatches and check_shard_map are the shard-administration contract's, exported here too
     "ShardMapMismatch",
     "StorageLayoutMismatch",
     "StorageNotMigrated",  # defined beside the schema revision it is about; imported from here too
@@ -41,37 +39,11 @@ __all__ = [
 _LAYOUT = layout_table(MetaData())
 
 
-class StorageLayoutMismatch(TjobsError):
-    """The configured storage layout is not the one the existing data was written with."""
-
-
-class ShardMapMismatch(StorageLayoutMismatch):
-    """The configured servers (``storage.urls``) are not the shard map's: refused (a configuration
-    mistake is refused, never absorbed) until the list is corrected, or the operator re-seeds the
-    map's server list (``tjobs shards reseed``)."""
-
-
 def layout_facts(settings: StorageSettings) -> dict[str, str]:
     """The settings that decide where a task lives, as recorded."""
     return {"topology": str(settings.parsed_topology()), "database_prefix": settings.database_prefix}
     # Data recorded before the shard map also has "servers" (the count of storage.urls): no longer
     # compared; the shard map says where each database is.
-
-
-def check_shard_map(stored: ShardMap, configured_servers: list[str], topology: Topology, where: str) -> None:
-    """Raise :class:`ShardMapMismatch` naming each difference between the configured servers (in
-    order) and the stored map's, or a map laid out for another number of logical databases."""
-    if len(stored.placement) != topology.database_count:
-        raise ShardMapMismatch(
-            f"refusing to use {where}: the shard map places {len(stored.placement)} logical databases, "
-            f"topology {topology} has {topology.database_count}"
-        )
-    problems = stored.differences(configured_servers)
-    if problems:
-        raise ShardMapMismatch(
-            f"refusing to use {where}: {'; '.join(problems)} (shard map epoch {stored.epoch}). Correct "
-            "storage.urls; if the server list really changed, run `tjobs shards reseed` with the new settings."
-        )
 
 
 async def recorded_layout(conn: AsyncConnection, layout: Layout) -> dict[str, str] | None:

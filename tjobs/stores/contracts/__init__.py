@@ -26,6 +26,9 @@ from tjobs.stores.contracts.shard_admin import (
     MoveRow,
     ServerSessions,
     ShardAdmin,
+    ShardMapMismatch,
+    StorageLayoutMismatch,
+    check_shard_map,
 )
 from tjobs.stores.contracts.tasks import DEAD_LETTERS, EDITABLE_FIELDS, TaskRecords
 from tjobs.stores.contracts.tenants import Tenants
@@ -42,7 +45,10 @@ __all__ = [
     "ServerSessions",
     "ServiceLevels",
     "ShardAdmin",
+    "ShardMapMismatch",
+    "StorageLayoutMismatch",
     "StoreLifecycle",
     "TaskRecords",
     "Tenants",
+    "check_shard_map",
 ]

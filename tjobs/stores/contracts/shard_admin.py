@@ -14,12 +14,40 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from sharding import Topology
 from sharding.shard_map import ShardMap
+from tjobs.errors import TjobsError
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 from tjobs.stores.copy_pace import CopyPace
 
 RETIRED_EPOCH = 1 << 62
 """The fence of a copy that was moved away: no map ever reaches it."""
+
+
+class StorageLayoutMismatch(TjobsError):
+    """The configured storage layout is not the one the existing data was written with."""
+
+
+class ShardMapMismatch(StorageLayoutMismatch):
+    """The configured servers (``storage.urls``) are not the shard map's: refused (a configuration
+    mistake is refused, never absorbed) until the list is corrected, or the operator re-seeds the
+    map's server list (``tjobs shards reseed``)."""
+
+
+def check_shard_map(stored: ShardMap, configured_servers: list[str], topology: Topology, where: str) -> None:
+    """Raise :class:`ShardMapMismatch` naming each difference between the configured servers (in
+    order) and the stored map's, or a map laid out for another number of logical databases."""
+    if len(stored.placement) != topology.database_count:
+        raise ShardMapMismatch(
+            f"refusing to use {where}: the shard map places {len(stored.placement)} logical databases, "
+            f"topology {topology} has {topology.database_count}"
+        )
+    problems = stored.differences(configured_servers)
+    if problems:
+        raise ShardMapMismatch(
+            f"refusing to use {where}: {'; '.join(problems)} (shard map epoch {stored.epoch}). Correct "
+            "storage.urls; if the server list really changed, run `tjobs shards reseed` with the new settings."
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +166,7 @@ class ShardAdmin(StoreLifecycle):
 
     async def check_layout(self) -> None:
         """Refuse to run on data written for another layout (topology, database prefix, servers):
-        raise :class:`tjobs.stores.layout_record.StorageLayoutMismatch` naming each difference, or
+        raise :class:`StorageLayoutMismatch` naming each difference, or
         ``StorageNotMigrated`` without a layout record; record the layout if it is not yet (a first
         start). A node calls it once after :meth:`start`. Nothing persists in memory: no-op there."""
         return None
