@@ -11,6 +11,7 @@
 ``tenants.py``              apps and targets
 ``service_levels.py``       per-minute delivery counts
 ``shard_admin.py``          servers, the shard map and its fence, moves, layout record, sessions
+``moves.py``                a move's records, copy and fences (``tjobs shards move``)
 ==========================  =====================================================================
 
 The statements of the hot path live beside them: :mod:`tjobs.stores.sql_load`,
