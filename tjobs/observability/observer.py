@@ -1,6 +1,6 @@
 """One observer for what the fire path reports as it goes: the node's metrics and service levels hang off it.
 
-The runner, the deliverer, the limiter and the hot path each take a :class:`FireObserver` and tell it
+The runner, the deliverer, the limiter and the hot tier each take a :class:`FireObserver` and tell it
 what happened (fires committed, an attempt, a flow outcome recorded, a callback throttled, a task
 change's hot-tier lag). :class:`FireObserver` itself does nothing, so a part built without one (a
 unit test) pays one empty call; an observer overrides the events it cares about (the shape of
