@@ -1,13 +1,9 @@
 """The cluster coordinator: membership, the dispatcher, per-group election and self-fencing, on etcd.
 
-Keys, under ``/tjobs/<cluster name>/``::
-
-    members/<node id>   {"node_id", "zone", "address", "healthy", "failovers"}   on the node's lease
-    leader              <node id>                                               on the leader's lease
-    plan                {"version", "shard_count", "groups": [{"id", "shards", "nodes"}], ...}
-    holders/<group id>  {"node_id", "since_ms"}                                 on the holder's lease
-    sessions/<node id>  {"servers": {server: {"booted_at_s", "ids"}}}          no lease (outlives it)
-    shard_map           {"epoch", "servers", "placement"} (sharding/shard_map.py) no lease (outlives all)
+Keys, under ``/tjobs/<cluster name>/``: :mod:`tjobs.cluster.etcd_view`. The dispatcher (the leader and
+its plan): :mod:`tjobs.cluster.etcd_dispatcher`; the session fence's records:
+:mod:`tjobs.cluster.etcd_sessions`; the shard map's key: :mod:`tjobs.cluster.etcd_shard_map`; the clock
+check: :mod:`tjobs.cluster.clock_check`.
 
 Executor pools have a root of their own, ``/tjobs-pools/<cluster name>/``, with one lease per executor
 (:mod:`tjobs.cluster.etcd_pools`), checked every ``pool_sync_interval_ms`` and read whole when they changed.
@@ -43,9 +39,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import aetcd
@@ -53,10 +47,13 @@ import aetcd
 from sharding.shard_map import ShardMap
 from tjobs.clock import Clock
 from tjobs.cluster.base import Coordinator, OwnershipListener, RenewNow, ShardMapListener
+from tjobs.cluster.clock_check import CLOCK_CHECK_INTERVAL_S, ClockCheck
 from tjobs.cluster.db_health import DatabaseHealth
+from tjobs.cluster.etcd_dispatcher import EtcdDispatcher
 from tjobs.cluster.etcd_pools import EtcdPoolRegistry
-from tjobs.cluster.plan import Member, Plan, needs_replan, pack
-from tjobs.cluster.session_fence import RecordedSessions, end_sessions_of, parse_sessions, sessions_value
+from tjobs.cluster.etcd_sessions import EtcdSessionFence
+from tjobs.cluster.etcd_shard_map import EtcdShardMapStore
+from tjobs.cluster.etcd_view import ETCD_CALL_TIMEOUT_S, SHARD_MAP_KEY, ClusterView, read_view
 from tjobs.cluster.shard_maps import ShardMapWatch
 from tjobs.pools.model import Executor
 from tjobs.settings import ClusterSettings
@@ -64,23 +61,7 @@ from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)
 
-ETCD_CALL_TIMEOUT_S = 2
-CLOCK_CHECK_INTERVAL_S = 5.0
 BACKUP_GRACE_S = 2.0  # a backup takes an unheld group after this long even if a node ahead looks alive
-SHARD_MAP_KEY = "shard_map"
-
-
-@dataclass(slots=True)
-class ClusterView:
-    """What one read of the prefix showed."""
-
-    members: dict[str, dict[str, Any]] = field(default_factory=dict)
-    leader: str | None = None
-    plan: Plan | None = None
-    plan_revision: int = 0
-    holders: dict[int, tuple[str, int]] = field(default_factory=dict)  # group -> (node, lease id)
-    sessions: dict[str, RecordedSessions] = field(default_factory=dict)  # node -> its database sessions
-    shard_map: ShardMap | None = None
 
 
 def _host_port(endpoint: str) -> tuple[str, int]:
@@ -109,9 +90,7 @@ class EtcdCoordinator(Coordinator):
         self.address = address
         self.shard_count = shard_count
         self.cycle_ms = cycle_s * 1000
-        self._store = store
         self._clock = clock
-        self._loads_source = loads or self._count_active
         self._prefix = f"/tjobs/{settings.name}/".encode()
         self._ttl_s = settings.lease_ttl_s
         self._endpoint_index = 0
@@ -122,30 +101,53 @@ class EtcdCoordinator(Coordinator):
         self._own_health = health is None
         self._health = health or DatabaseHealth(store, shard_count)
         self._fenced_logged: str | None = None  # the fence reason last logged
-        self._clock_ok = True
-        self.clock_skew_ms = 0
+        self._clock_check = ClockCheck(store, clock, settings.clock_skew_max_ms)
         self._registered_value: bytes | None = None
-        self._published_sessions: bytes | None = None
         self._on_change: OwnershipListener | None = None
         self._owned: frozenset[int] = frozenset()
         self._handed_owned: frozenset[int] | None = frozenset()  # what the listener last took (None: failed)
         self._handing = asyncio.Lock()
         self._etcd_failed_at = float("-inf")  # monotonic: the latest failed etcd call or lost lease
-        self._session_fence_deferred = False
         self._held: set[int] = set()
         self._unheld_since: dict[int, float] = {}
         self._view = ClusterView()
         self._last_sync = 0.0
-        self._last_plan_ms = 0
-        self._loads: dict[int, int] = {}
-        self._loads_task: asyncio.Task[None] | None = None
         self.failovers = 0
-        self.is_leader = False
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self._sync_lock = asyncio.Lock()
         self._pools = EtcdPoolRegistry(self._etcd, settings.name, clock.now_ms)
         self._map_watch = ShardMapWatch()
+        self._shard_maps = EtcdShardMapStore(self._key(SHARD_MAP_KEY), lambda: self._client, self._new_client)
+        self._dispatcher = EtcdDispatcher(
+            node_id=node_id,
+            shard_count=shard_count,
+            cycle_ms=self.cycle_ms,
+            store=store,
+            clock=clock,
+            loads=loads,
+            client=self._etcd,
+            key=self._key,
+            healthy=lambda: self.healthy,
+            lease_id=lambda: self._lease_id,
+        )
+        self._sessions = EtcdSessionFence(
+            node_id=node_id,
+            store=store,
+            ttl_s=self._ttl_s,
+            client=self._etcd,
+            key=lambda node: self._key("sessions", node),
+        )
+
+    @property
+    def is_leader(self) -> bool:
+        """This node is the dispatcher leader (as of its last sync)."""
+        return self._dispatcher.is_leader
+
+    @property
+    def clock_skew_ms(self) -> int:
+        """The database's clock minus this node's, at the last check."""
+        return self._clock_check.skew_ms
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -173,8 +175,7 @@ class EtcdCoordinator(Coordinator):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self._loads_task is not None:
-            self._loads_task.cancel()
+        self._dispatcher.cancel()
         try:
             await self._set_owned(frozenset())
         except Exception as error:  # the resignation goes on: a successor must not wait for the lease to end
@@ -191,7 +192,7 @@ class EtcdCoordinator(Coordinator):
                     # It fires nothing any more, so no lock of its can hold a successor up; its sessions
                     # still write the outcomes of deliveries it drains, which a successor must not end.
                     await self._client.delete(self._key("sessions", self.node_id))
-                    self._published_sessions = None
+                    self._sessions.published = None
                     await self._client.revoke_lease(self._lease_id)
                 logger.info("resigned: lease revoked", extra={"action": "lease_revoked"})
             except Exception as error:
@@ -223,13 +224,13 @@ class EtcdCoordinator(Coordinator):
             return "lease"
         if self._health.all_unreachable_for_s() > self.settings.db_unreachable_max_s:
             return "database"
-        if not self._clock_ok:
+        if not self._clock_check.ok:
             return "clock"
         return None
 
     @property
     def healthy(self) -> bool:
-        return self._clock_ok and self._health.all_unreachable_for_s() <= self.settings.db_unreachable_max_s
+        return self._clock_check.ok and self._health.all_unreachable_for_s() <= self.settings.db_unreachable_max_s
 
     # ---- etcd plumbing ---------------------------------------------------------------------------
 
@@ -277,7 +278,7 @@ class EtcdCoordinator(Coordinator):
             self._lease_id = int(lease.id)
             self._lease_deadline = sent + self._ttl_s - self.settings.fence_margin_ms / 1000
             self._registered_value = None
-            self._published_sessions = None
+            self._sessions.published = None
             self._held.clear()
             logger.info("lease %x granted (ttl %d s)", self._lease_id, self._ttl_s, extra={"action": "lease_granted"})
         value = self._member_value()
@@ -317,42 +318,15 @@ class EtcdCoordinator(Coordinator):
         self._etcd_failed_at = time.monotonic()
         self._lease_id = None
         self._held.clear()
-        self.is_leader = False
+        self._dispatcher.is_leader = False
         await self._set_owned(frozenset())
 
-    # ---- the one clock (database reachability is DatabaseHealth's) ----------------------------------
+    # ---- the one clock (tjobs.cluster.clock_check; database reachability is DatabaseHealth's) ---------
 
     async def _clock_loop(self) -> None:
         while self._running:
-            await self._check_clock()
+            await self._clock_check.check()
             await asyncio.sleep(CLOCK_CHECK_INTERVAL_S)
-
-    async def _check_clock(self) -> None:
-        try:
-            before = self._clock.now_ms()
-            async with asyncio.timeout(2.0):
-                database_ms = await self._store.database_now_ms()
-            after = self._clock.now_ms()
-        except Exception:
-            return  # reachability is the health loop's business
-        skew_ms = database_ms - (before + after) // 2
-        self.clock_skew_ms = skew_ms
-        ok = abs(skew_ms) <= self.settings.clock_skew_max_ms + (after - before) // 2
-        if not ok:
-            logger.error(
-                "CLOCK SKEW: this node's clock is %d ms %s the database's (limit %d ms); giving up my groups",
-                abs(skew_ms),
-                "behind" if skew_ms > 0 else "ahead of",
-                self.settings.clock_skew_max_ms,
-                extra={"action": "clock_skew", "skew_ms": skew_ms},
-            )
-        elif not self._clock_ok:
-            logger.info(
-                "clock agrees with the database again (%d ms)",
-                skew_ms,
-                extra={"action": "clock_skew_cleared"},
-            )
-        self._clock_ok = ok
 
     # ---- the sync loop ------------------------------------------------------------------------------
 
@@ -380,180 +354,16 @@ class EtcdCoordinator(Coordinator):
             # Our deadline passed without a keepalive answer: the lease may be gone; stop firing now.
             await self._set_owned(frozenset())
         await self._ensure_lease()
-        await self._publish_sessions()
-        view = await self._read()
+        await self._sessions.publish()
+        view = await read_view(self._etcd(), self._prefix)
         self._view = view
         self._last_sync = time.monotonic()
         lease_id = self._lease_id
         # Holds etcd shows as ours under the current lease; anything else was lost with a lease.
         self._held = {g for g, (node, lease) in view.holders.items() if node == self.node_id and lease == lease_id}
-        await self._lead(view)
+        await self._dispatcher.lead(view)
         await self._reconcile_groups(view)
         await self._map_watch.offer(view.shard_map)
-
-    async def _read(self) -> ClusterView:
-        client = self._etcd()
-        result = await client.get_prefix(self._prefix)
-        view = ClusterView()
-        for kv in result:
-            name = bytes(kv.key)[len(self._prefix) :].decode()
-            if name.startswith("members/"):
-                with contextlib.suppress(ValueError):
-                    view.members[name.removeprefix("members/")] = json.loads(kv.value)
-            elif name == "leader":
-                view.leader = bytes(kv.value).decode()
-            elif name == "plan":
-                view.plan = Plan.from_json(json.loads(kv.value))
-                view.plan_revision = int(kv.mod_revision)
-            elif name.startswith("holders/"):
-                holder = json.loads(kv.value)
-                view.holders[int(name.removeprefix("holders/"))] = (str(holder["node_id"]), int(kv.lease))
-            elif name == SHARD_MAP_KEY:
-                try:
-                    view.shard_map = ShardMap.from_json(json.loads(kv.value))
-                except ValueError as error:  # never route by a map that does not parse: keep the last
-                    logger.error("unreadable shard map in etcd (%s)", error, extra={"action": "shard_map_unreadable"})
-            elif name.startswith("sessions/"):
-                node_id = name.removeprefix("sessions/")
-                with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
-                    view.sessions[node_id] = parse_sessions(node_id, kv.value, int(kv.mod_revision))
-        return view
-
-    # ---- database sessions: a former owner's end when its jobs are taken over ------------------------
-
-    async def _publish_sessions(self) -> None:
-        """Record this node's database sessions (:mod:`tjobs.cluster.session_fence`) when they changed."""
-        value = sessions_value(self._store)
-        if value is None or value == self._published_sessions:
-            return
-        await self._etcd().put(self._key("sessions", self.node_id), value)
-        self._published_sessions = value
-
-    async def _end_former_owners_sessions(self, view: ClusterView) -> None:
-        """Before firing newly acquired jobs: end the sessions of every node whose lease is gone, so
-        no transaction of a frozen former owner holds row locks or can commit.
-
-        A missing member key means its node is gone only while etcd serves this node normally: when
-        this node failed an etcd call or lost its lease within the last lease TTL, every lease may
-        have ended together (etcd frozen or restarted past the TTL) and the others are re-registering.
-        The ending then waits until this node has talked to etcd without failure for a lease TTL and
-        is decided on the view of that sync (a node back by then keeps its sessions); the locks of a
-        frozen former owner are bounded meanwhile by the lock-wait timeout."""
-        gone = [
-            recorded
-            for node_id, recorded in view.sessions.items()
-            if node_id != self.node_id and node_id not in view.members
-        ]
-        quiet_for_s = time.monotonic() - self._etcd_failed_at
-        if gone and quiet_for_s < self._ttl_s:
-            if not self._session_fence_deferred:
-                logger.info(
-                    "ending the sessions of %s deferred: etcd failed %.1f s ago, their leases may have ended with it",
-                    ", ".join(r.node_id for r in gone),
-                    quiet_for_s,
-                    extra={"action": "db_sessions_end_deferred"},
-                )
-            self._session_fence_deferred = True
-            return
-        self._session_fence_deferred = False
-        client = self._etcd()
-        for recorded in gone:
-            node_id = recorded.node_id
-            await end_sessions_of(self._store, recorded)
-            key = self._key("sessions", node_id)
-            await client.transaction(
-                compare=[client.transactions.mod(key) == recorded.revision],
-                success=[client.transactions.delete(key)],
-                failure=[],
-            )
-
-    def _available(self, view: ClusterView, node_id: str) -> bool:
-        member = view.members.get(node_id)
-        return member is not None and bool(member.get("healthy", True))
-
-    # ---- the dispatcher (leader only) ----------------------------------------------------------------
-
-    async def _lead(self, view: ClusterView) -> None:
-        client = self._etcd()
-        if view.leader is None and self.healthy:
-            won, _ = await client.transaction(
-                compare=[client.transactions.create(self._key("leader")) == 0],
-                success=[client.transactions.put(self._key("leader"), self.node_id.encode(), lease=self._lease_id)],
-                failure=[],
-            )
-            if won:
-                logger.info("elected dispatcher leader", extra={"action": "leader_elected"})
-                view.leader = self.node_id
-        was_leader = self.is_leader
-        self.is_leader = view.leader == self.node_id
-        if not self.is_leader:
-            return
-        if not self.healthy:
-            await client.delete(self._key("leader"))  # let a healthy node dispatch
-            self.is_leader = False
-            return
-        if not was_leader:
-            self._last_plan_ms = view.plan.created_at_ms if view.plan is not None else 0
-            self._refresh_loads()
-        live = [
-            Member(node, str(m.get("zone", "")), str(m.get("address", "")))
-            for node, m in view.members.items()
-            if self._available(view, node)
-        ]
-        now_ms = self._clock.now_ms()
-        cycle_due = now_ms - self._last_plan_ms >= self.cycle_ms
-        if not live or not (needs_replan(view.plan, live, self.shard_count) or cycle_due):
-            return
-        if cycle_due:
-            self._refresh_loads()
-        previous = view.plan
-        version = (previous.version if previous is not None else 0) + 1
-        plan = pack(previous, live, self.shard_count, self._loads, version=version, now_ms=now_ms, leader=self.node_id)
-        if previous is not None and plan.groups == previous.groups:
-            self._last_plan_ms = now_ms  # nothing to move this cycle
-            return
-        compare = (
-            client.transactions.mod(self._key("plan")) == view.plan_revision
-            if view.plan is not None
-            else client.transactions.create(self._key("plan")) == 0
-        )
-        published, _ = await client.transaction(
-            compare=[compare, client.transactions.value(self._key("leader")) == self.node_id.encode()],
-            success=[client.transactions.put(self._key("plan"), json.dumps(plan.to_json()).encode())],
-            failure=[],
-        )
-        if published:
-            self._last_plan_ms = now_ms
-            view.plan = plan
-            logger.info(
-                "published plan v%d: %d groups over %d nodes",
-                plan.version,
-                len(plan.groups),
-                len(live),
-                extra={"action": "jobs_rebalanced", "plan_version": plan.version},
-            )
-
-    def _refresh_loads(self) -> None:
-        if self._loads_task is not None and not self._loads_task.done():
-            return
-
-        async def refresh() -> None:
-            try:
-                self._loads = await self._loads_source()
-            except Exception as error:
-                logger.warning(
-                    "shard load estimate failed (%s); packing by count",
-                    error,
-                    extra={"action": "load_estimate_failed"},
-                )
-
-        self._loads_task = asyncio.create_task(refresh(), name="tjobs-load-estimate")
-
-    async def _count_active(self) -> dict[int, int]:
-        loads: dict[int, int] = {}
-        for shard in range(self.shard_count):
-            loads[shard] = await self._store.count_active(shard)
-        return loads
 
     # ---- executor pools (tjobs.cluster.etcd_pools) -------------------------------------------------------
 
@@ -616,7 +426,7 @@ class EtcdCoordinator(Coordinator):
                 to_release.add(group_id)
                 continue
             position = group.nodes.index(self.node_id)
-            if any(self._available(view, node) for node in group.nodes[:position]):
+            if any(view.available(node) for node in group.nodes[:position]):
                 to_release.add(group_id)  # hand back to the planned primary (or an earlier backup)
         if fenced is None and plan is not None:
             for group in plan.groups:
@@ -627,7 +437,7 @@ class EtcdCoordinator(Coordinator):
                     continue
                 first_seen = self._unheld_since.setdefault(group.id, now)
                 position = group.nodes.index(self.node_id)
-                ahead_gone = not any(self._available(view, node) for node in group.nodes[:position])
+                ahead_gone = not any(view.available(node) for node in group.nodes[:position])
                 if not ahead_gone and now - first_seen < BACKUP_GRACE_S:
                     continue
                 if await self._acquire(client, group.id):
@@ -650,8 +460,8 @@ class EtcdCoordinator(Coordinator):
                     owned.update(group.shards)
         # Shards come by acquiring a group or by a re-plan growing a group already held (the leader
         # handed it a vanished primary's shards): either way a former owner may still hold their locks.
-        if acquired or owned - self._owned or (self._session_fence_deferred and owned):
-            await self._end_former_owners_sessions(view)
+        if acquired or owned - self._owned or (self._sessions.deferred and owned):
+            await self._sessions.end_former_owners(view, self._etcd_failed_at)
         await self._set_owned(frozenset(owned))
         for group_id in to_release:  # after the wheel dropped their shards
             key = self._key("holders", str(group_id))
@@ -693,62 +503,16 @@ class EtcdCoordinator(Coordinator):
                 await self._on_change(owned)
             self._handed_owned = owned
 
-    # ---- the shard map ---------------------------------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _map_client(self) -> AsyncIterator[aetcd.Client]:
-        """The running client, or one of its own before ``start`` and after ``stop``."""
-        if self._client is not None:
-            yield self._client
-            return
-        client = self._new_client()
-        try:
-            yield client
-        finally:
-            with contextlib.suppress(Exception):
-                await client.close()
-
-    async def _stored_map(self, client: aetcd.Client) -> tuple[ShardMap | None, int]:
-        """The stored map and its key's mod revision (0: no map)."""
-        async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
-            kv = await client.get(self._key(SHARD_MAP_KEY))
-        if kv is None:
-            return None, 0
-        return ShardMap.from_json(json.loads(kv.value)), int(kv.mod_revision)
+    # ---- the shard map (tjobs.cluster.etcd_shard_map) ------------------------------------------------------
 
     async def read_shard_map(self) -> ShardMap | None:
-        async with self._map_client() as client:
-            return (await self._stored_map(client))[0]
+        return await self._shard_maps.read()
 
     async def seed_shard_map(self, seed: ShardMap) -> ShardMap:
-        key = self._key(SHARD_MAP_KEY)
-        async with self._map_client() as client:
-            async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
-                await client.transaction(
-                    compare=[client.transactions.create(key) == 0],
-                    success=[client.transactions.put(key, json.dumps(seed.to_json()).encode())],
-                    failure=[],
-                )
-            stored, _ = await self._stored_map(client)
-        if stored is None:
-            raise RuntimeError("the shard map was seeded but reads back as missing")
-        return stored
+        return await self._shard_maps.seed(seed)
 
     async def replace_shard_map(self, new: ShardMap, expected_epoch: int) -> bool:
-        if new.epoch <= expected_epoch:
-            return False
-        key = self._key(SHARD_MAP_KEY)
-        async with self._map_client() as client:
-            stored, revision = await self._stored_map(client)
-            if stored is None or stored.epoch != expected_epoch:
-                return False
-            async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
-                replaced, _ = await client.transaction(
-                    compare=[client.transactions.mod(key) == revision],
-                    success=[client.transactions.put(key, json.dumps(new.to_json()).encode())],
-                    failure=[],
-                )
-        return bool(replaced)
+        return await self._shard_maps.replace(new, expected_epoch)
 
     def watch_shard_map(self, listener: ShardMapListener) -> None:
         self._map_watch.listener = listener
