@@ -49,6 +49,9 @@ class Case:
     statuses: tuple[int, ...] = ()
     batch_item: bool = False  # a batch: the answer is 200 and items[0] must be refused
     admin: bool = False
+    # gets past validation to the store, so it runs on SQLite and MariaDB too: set by the generators below,
+    # checked by tests/fuzz/test_bad_input.py, which records each request's store calls on the in-memory twin
+    reaches_storage: bool = False
 
 
 def render(value: Any) -> str:
@@ -231,6 +234,18 @@ def with_field(body: dict[str, Any], path: str, value: Any, kind: str | None) ->
     return made
 
 
+def read_as_json(body: Any) -> bool:
+    """``body`` has no :class:`Raw` leaf: a Raw (a number beyond 64 bits, NaN, a nest deeper than the
+    parser takes) is refused as the body is read, before any handler looks at the store."""
+    if isinstance(body, Raw):
+        return False
+    if isinstance(body, dict):
+        return all(read_as_json(v) for v in body.values())
+    if isinstance(body, list):
+        return all(read_as_json(v) for v in body)
+    return True
+
+
 def _label(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -253,7 +268,13 @@ def field_cases() -> list[Case]:
                 update = {top: body[top]}
                 cases.append(
                     Case(
-                        f"update {top} via {path}={_label(value)}", "PATCH", "/v1/tasks/{task}", update, field=expected
+                        f"update {top} via {path}={_label(value)}",
+                        "PATCH",
+                        "/v1/tasks/{task}",
+                        update,
+                        field=expected,
+                        # an update reads the task it changes, then judges the new values against it
+                        reaches_storage=read_as_json(update),
                     )
                 )
     return cases
@@ -458,6 +479,7 @@ def body_cases() -> list[Case]:
 # ---- the endpoints added after the table: targets, pools, search, service levels, previews, shards --------
 
 SEEDED_TARGET = "fuzz-hook"  # an HTTP target the fixture creates, for the update cases
+MISSING_TARGET = "nope"  # a well-formed target name that is never created
 SERVER0 = "{server0}"  # the shard map's first server (memory-0, sqlite-0, 127.0.0.1:3306): the fixture fills it in
 BAD_TARGET_NAMES: list[Any] = [
     "",
@@ -625,6 +647,7 @@ def target_cases() -> list[Case]:
                         f"/v1/targets/{SEEDED_TARGET}",
                         update,
                         field=_expected(value, top),
+                        reaches_storage=read_as_json(update),  # read first, as a task update
                     )
                 )
     seeded = f"/v1/targets/{SEEDED_TARGET}"
@@ -645,22 +668,36 @@ def target_cases() -> list[Case]:
             {"name": "fuzz-target", "protocol": "grpc", "settings": VALID_TARGETS["amqp"]},
             field="settings",
         ),
-        Case("target create duplicate name", "POST", "/v1/targets", valid_target(name=SEEDED_TARGET), statuses=(409,)),
-        Case("target update protocol alone", "PATCH", seeded, {"protocol": "grpc"}, field="settings"),
-        Case("target update unknown field", "PATCH", seeded, {"color": "red"}, field="color"),
-        Case("target update name", "PATCH", seeded, {"name": "other"}, field="name"),
-        Case("target update stale version", "PATCH", seeded, {"version": 99, "retry": {}}, statuses=(409,)),
+        Case(
+            "target create duplicate name",
+            "POST",
+            "/v1/targets",
+            valid_target(name=SEEDED_TARGET),
+            statuses=(409,),
+            reaches_storage=True,  # the store's unique name answers
+        ),
         *(
-            Case(f"target update version={_label(v)}", "PATCH", seeded, {"version": v}, field=_expected(v, "version"))
-            for v in [v for v in INTEGER_BAD if v != -1]
+            Case(name, "PATCH", seeded, body, field=field, statuses=statuses, reaches_storage=read_as_json(body))
+            for name, body, field, statuses in [
+                ("target update protocol alone", {"protocol": "grpc"}, "settings", ()),
+                ("target update unknown field", {"color": "red"}, "color", ()),
+                ("target update name", {"name": "other"}, "name", ()),
+                ("target update stale version", {"version": 99, "retry": {}}, None, (409,)),
+                *(
+                    (f"target update version={_label(v)}", {"version": v}, _expected(v, "version"), ())
+                    for v in [v for v in INTEGER_BAD if v != -1]
+                ),
+            ]
         ),
     ]
-    for bad in ["x" * 65, "-x", "a b", "a\u0000b", "\u00e9", "nope"]:
+    # names refused by their form, and a well-formed one that is not there (looked up: 404)
+    for bad in ["x" * 65, "-x", "a b", "a\u0000b", "\u00e9", MISSING_TARGET]:
         path = f"/v1/targets/{_quote(bad)}"
+        looked_up = bad == MISSING_TARGET
         cases += [
-            Case(f"target get {bad!r}", "GET", path, statuses=(404,)),
-            Case(f"target update {bad!r}", "PATCH", path, {"retry": {}}, statuses=(404,)),
-            Case(f"target delete {bad!r}", "DELETE", path, statuses=(404,)),
+            Case(f"target get {bad!r}", "GET", path, statuses=(404,), reaches_storage=looked_up),
+            Case(f"target update {bad!r}", "PATCH", path, {"retry": {}}, statuses=(404,), reaches_storage=looked_up),
+            Case(f"target delete {bad!r}", "DELETE", path, statuses=(404,), reaches_storage=looked_up),
         ]
     for query in ("limit=0", "limit=1001", "limit=abc", "limit=99999999999999999999", "cursor=" + "a" * 201):
         cases.append(Case(f"targets list {query[:20]}", "GET", f"/v1/targets?{query}"))
@@ -875,14 +912,20 @@ def shard_cases() -> list[Case]:
         [SERVER0, "x" * 300],
         [SERVER0, SERVER0],
         [SERVER0, "a:1", "a:1"],
-        ["not-the-first:1"],
         *DEEP,
     ]
+    against_the_map: list[Any] = [["not-the-first:1"]]  # well formed: the stored shard map refuses it
     cases = [
         Case(
-            f"shards plan servers={_label(v)}", "POST", plan, {"servers": v}, field=_expected(v, "servers"), admin=True
+            f"shards plan servers={_label(v)}",
+            "POST",
+            plan,
+            {"servers": v},
+            field=_expected(v, "servers"),
+            admin=True,
+            reaches_storage=v in against_the_map,
         )
-        for v in servers_bad
+        for v in [*servers_bad, *against_the_map]
     ]
     cases += [
         Case("shards plan unknown field", "POST", plan, {"servers": [SERVER0], "x": 1}, field="x", admin=True),

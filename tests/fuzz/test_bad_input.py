@@ -1,10 +1,20 @@
 """Every case of the bad-input table (:mod:`tests.fuzz.cases`) is refused: a 4xx, never a 5xx, never
-accepted, and a 422 names the field. Runs on the in-memory twin, SQLite and MariaDB: ids and cursors must
-be parsed into their range before any store sees them.
+accepted, and a 422 names the field.
+
+Every case runs on the in-memory twin: that proves the validation. The cases whose input gets past it to a
+store (``Case.reaches_storage``) run on SQLite and MariaDB too, where an id beyond 64 bits used to overflow
+the driver: ids and cursors must be parsed into their range before any store sees them. Which cases those
+are is measured, not guessed: on the twin each request's store calls are recorded
+(:mod:`tests.fuzz.store_calls`); a case that reached the store without the tag fails, so a new one cannot
+silently skip the SQL stores, and a tagged case that did not reach it fails too. The record also shows
+what the SQL runs could only suggest: no id or cursor case reaches a store at all; the ones that do are
+updates (read before their values are judged), lookups of a well-formed name that is not there, a
+duplicate name, and a plan the stored shard map refuses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -14,7 +24,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from testkit import run_node
+from testkit import NodeParts, run_node
 from testkit.databases import drop_databases
 from tests.fuzz.cases import (
     SEEDED_TARGET,
@@ -26,13 +36,16 @@ from tests.fuzz.cases import (
     valid_target,
     valid_task,
 )
+from tests.fuzz.store_calls import RequestScope, StoreCalls
 from tjobs.settings import StorageSettings, load_settings
+from tjobs.stores import create_store
 from tjobs.stores.migrate import migrate
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ADMIN_KEY = "tja_fuzz_admin_key_0123456789"
 CASES = all_cases()
+REACHING_STORAGE = [case for case in CASES if case.reaches_storage]
 
 
 @dataclass
@@ -44,12 +57,10 @@ class Target:
     server0: str  # the shard map's first server, which a plan's server list must start with
 
 
-@pytest.fixture(scope="module", params=["memory", "sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
-def storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The memory twin, and the SQL stores, where an id beyond 64 bits used to overflow the driver."""
-    if request.param == "memory":
-        yield {"urls": ["memory://"], "topology": "1x2x4"}
-    elif request.param == "sqlite":
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def sql_storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The SQL stores, where an id beyond 64 bits used to overflow the driver."""
+    if request.param == "sqlite":
         yield {"urls": [f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('fuzz') / 'data'}"], "topology": "1x2x4"}
     else:
         url = request.getfixturevalue("mysql_url")
@@ -58,8 +69,26 @@ def storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         drop_databases(StorageSettings(urls=[url], topology="1x2x4", database_prefix=prefix))
 
 
+@pytest.fixture(scope="module")
+def twin_calls() -> StoreCalls:
+    return StoreCalls()
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def target(storage: dict[str, Any]) -> AsyncIterator[Target]:
+async def twin(twin_calls: StoreCalls) -> AsyncIterator[Target]:
+    """A node on the in-memory twin, whose store calls are recorded per request."""
+    async with serve({"urls": ["memory://"], "topology": "1x2x4"}, twin_calls) as target:
+        yield target
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def sql_node(sql_storage: dict[str, Any]) -> AsyncIterator[Target]:
+    async with serve(sql_storage) as target:
+        yield target
+
+
+@contextlib.asynccontextmanager
+async def serve(storage: dict[str, Any], calls: StoreCalls | None = None) -> AsyncIterator[Target]:
     settings = load_settings(
         None,
         storage=storage,
@@ -70,7 +99,10 @@ async def target(storage: dict[str, Any]) -> AsyncIterator[Target]:
     )
     if not storage["urls"][0].startswith("memory:"):
         await migrate(settings.storage)
-    async with run_node(settings) as running:
+    parts = None if calls is None else NodeParts(store=calls.watch(create_store(settings.storage)))
+    async with run_node(settings, parts) as running:
+        if calls is not None:
+            running.api.add_middleware(RequestScope, calls=calls)  # before the first request builds the stack
         app, key = await running.create_app("fuzz")
         async with (
             httpx.AsyncClient(
@@ -104,9 +136,7 @@ async def send(target: Target, case: Case) -> httpx.Response:
     return await client.request(case.method, path, content=content, headers=headers)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-async def test_bad_input_is_refused_with_a_4xx_naming_the_field(target: Target, case: Case) -> None:
-    response = await send(target, case)
+def assert_refused(case: Case, response: httpx.Response) -> None:
     status = response.status_code
     assert status < 500, f"{case.name}: {status} {response.text[:300]}"
     assert status != 429, f"{case.name}: rate limited, so the input was never judged: {response.text[:300]}"
@@ -127,3 +157,23 @@ async def test_bad_input_is_refused_with_a_4xx_naming_the_field(target: Target, 
         assert (error.get("field") or "").startswith(case.field), f"{case.name}: {error}"
     if status == 405:
         assert response.headers.get("allow"), "405 without Allow"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+async def test_bad_input_is_refused_with_a_4xx_naming_the_field(
+    twin: Target, twin_calls: StoreCalls, case: Case
+) -> None:
+    response, store_calls = await twin_calls.during(send(twin, case))
+    assert_refused(case, response)
+    if case.reaches_storage:
+        assert store_calls, f"{case.name}: tagged reaches_storage in tests/fuzz/cases.py but never called the store"
+    else:
+        assert not store_calls, (
+            f"{case.name}: called the store ({', '.join(store_calls)}): tag it reaches_storage=True in"
+            " tests/fuzz/cases.py, so that it runs on SQLite and MariaDB too"
+        )
+
+
+@pytest.mark.parametrize("case", REACHING_STORAGE, ids=[c.name for c in REACHING_STORAGE])
+async def test_bad_input_reaching_a_store_is_refused_by_the_sql_stores(sql_node: Target, case: Case) -> None:
+    assert_refused(case, await send(sql_node, case))
