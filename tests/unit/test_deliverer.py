@@ -115,7 +115,7 @@ async def test_a_fenced_node_reports_the_flows_it_does_not_send_in_a_few_lines_n
     transport = scripted()
     deliverer = await build(transport, fence=lambda now_ms: False)
     flows = [await stored_flow(store) for _ in range(40)]
-    caplog.set_level(logging.WARNING, logger="tjobs.delivery.deliverer")
+    caplog.set_level(logging.WARNING, logger="tjobs.delivery.fenced_report")
 
     for task, flow in flows[:30]:
         deliverer.submit(CallbackJob(task, flow, APP))
@@ -285,7 +285,7 @@ async def test_a_flow_whose_app_cannot_be_read_stays_pending_for_the_compensator
     transport = scripted()
     deliverer = await build(transport, apps=CountingApps(store, clock, fail=True))
     task, flow = await stored_flow(store)
-    with caplog.at_level(logging.ERROR, logger="tjobs.delivery.deliverer"):
+    with caplog.at_level(logging.ERROR, logger="tjobs.delivery.lookup"):
         deliverer.deliver(task, flow)
         await turns_until(
             lambda: any(getattr(r, "action", None) == "delivery_deferred" for r in caplog.records),

@@ -31,7 +31,7 @@ def test_the_defaults_are_a_flush_every_100_ms_or_at_500_pending() -> None:
 async def test_the_node_s_deliverer_flushes_by_the_settings() -> None:
     node = Node(Settings(storage=MEMORY, callbacks={"outcome_flush_ms": 250, "outcome_flush_batch": 42}))
     try:
-        assert node.deliverer._flush_interval_s == 0.25
-        assert node.deliverer._flush_batch == 42
+        assert node.deliverer._outcomes.flush_interval_s == 0.25
+        assert node.deliverer._outcomes.flush_batch == 42
     finally:
         await node.transport.close()

@@ -3,7 +3,8 @@
 Life of a flow handed to :meth:`Deliverer.deliver` (always after its fire transaction committed):
 
 0. Its app comes from the app directory: cached, or read once for every flow waiting on it (a flow
-   whose app cannot be read now stays ``pending`` in the store, and the compensator re-drives it).
+   whose app cannot be read now stays ``pending`` in the store, and the compensator re-drives it;
+   :mod:`tjobs.delivery.lookup`).
 1. It joins its app's queue. Up to the app's ``max_concurrency`` workers drain that queue, each
    attempt holding an :class:`AppLimiter` slot, so a slow or throttled app only ever waits on itself.
 2. An attempt sends to every target not yet delivered (one target for unicast), signed afresh.
@@ -34,256 +35,58 @@ The first attempt of a flow is always made, however late (lateness is the misfir
 ``max_age_s`` only bounds retries, and a re-driven flow that is already past it dies unsent.
 
 Outcomes are coalesced per flow and written by one background flusher at most every
-``flush_interval_s`` (or as soon as ``flush_batch`` are pending). A failed write keeps its updates
-and is retried; meanwhile those flows count as in flight, so the compensator leaves them alone. If
-the node dies first, the database still says ``pending`` (or ``sending``) and the compensator
-re-drives (or closes) the flow: at least once, never lost.
+``flush_interval_s`` (or as soon as ``flush_batch`` are pending; :mod:`tjobs.delivery.outcomes`). A
+failed write keeps its updates and is retried; meanwhile those flows count as in flight, so the
+compensator leaves them alone. If the node dies first, the database still says ``pending`` (or
+``sending``) and the compensator re-drives (or closes) the flow: at least once, never lost.
 
 At-most-once flows arrive ``sending`` with ``attempts=1`` (written by the fire transaction) and get
 exactly one attempt. One that arrives ``pending`` (a manual trigger) is first recorded ``sending``,
 synchronously, and only then sent.
 
 Before every attempt the node's ``fence`` is asked: once the node's lease has expired (a SIGSTOP or a
-stall outlived it, and another node owns its jobs now) nothing more is sent. The flow is dropped from
-memory unrecorded; the database still has it ``pending`` at its next attempt time, and the new
-owner's compensator re-drives it. Before a retry (never before a first attempt: the fire path pays
-no read) the flow's stored status is read: a flow ``cancelled`` meanwhile (its task was deleted, on
-any node) or finished elsewhere is not sent again.
+stall outlived it, and another node owns its jobs now) nothing more is sent (logged in a few lines:
+:mod:`tjobs.delivery.fenced_report`). The flow is dropped from memory unrecorded; the database still
+has it ``pending`` at its next attempt time, and the new owner's compensator re-drives it. Before a
+retry (never before a first attempt: the fire path pays no read) the flow's stored status is read: a
+flow ``cancelled`` meanwhile (its task was deleted, on any node) or finished elsewhere is not sent again.
 
 Attempt numbers (``tjobs-attempt``) grow with every send of a flow: retries count on from the
 recorded ``attempts``, and a compensator re-drive counts the attempt a crash may have lost (see
 :mod:`tjobs.firing.compensator`).
+
+The state of one flow in memory: :mod:`tjobs.delivery.in_flight`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 from tjobs.clock import Clock
+from tjobs.delivery.fenced_report import FencedReport
+from tjobs.delivery.in_flight import Delivery, Lane, missing_target, target_timeout_ms
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.message import CallbackMessage
-from tjobs.delivery.pool_dispatcher import PoolDispatcher, PoolFlow, hash_key_of
+from tjobs.delivery.lookup import AppSource, CallbackJob, JobLookup, TargetSource
+from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter
+from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
-from tjobs.model import (
-    EMPTY_ATTEMPT_LOG,
-    MAX_ATTEMPT_RECORDS,
-    App,
-    AttemptLog,
-    AttemptRecord,
-    DeliveryMode,
-    Flow,
-    FlowStatus,
-    FlowUpdate,
-    Task,
-)
+from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.pools.overlap import OverlapGate, Verdict
 from tjobs.settings import CallbackSettings
 from tjobs.specs.pool import Overlap
-from tjobs.targets.model import (
-    TARGET_KEY_PREFIX,
-    GrpcTarget,
-    HttpTarget,
-    RetryBudget,
-    Target,
-    retry_budget,
-    tracking_key,
-)
+from tjobs.targets.model import TARGET_KEY_PREFIX
+
+__all__ = ["AppSource", "CallbackJob", "Deliverer", "FlowReader", "FlowRecorder", "TargetSource"]
 
 logger = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_S = 0.1
-FLUSH_BATCH = 500
-FLUSH_RETRY_MAX_S = 5.0
 RETRY_HORIZON_S = 600.0
 MAX_WAITING_RETRIES = 50_000
-FENCED_REPORT_MS = 10_000  # a fenced node logs the flows it does not send at most this often
-
-
-@dataclass(slots=True)
-class CallbackJob:
-    """A committed fire to deliver: the task as it was after the fire, its flow, and its app; for a
-    task naming targets, each target as read (``None``: the app has no target of that name)."""
-
-    task: Task
-    flow: Flow
-    app: App
-    targets: dict[str, Target | None] | None = None
-
-
-class TargetSource(Protocol):
-    """Where the deliverer finds a flow's named targets (:class:`tjobs.service.targets.TargetDirectory`)."""
-
-    def cached(self, app_id: str, name: str) -> Target | None:
-        """The target if cached and fresh, without waiting (``None``: ask :meth:`get`)."""
-        ...
-
-    async def get(self, app_id: str, name: str) -> Target | None:
-        """The target, read if need be; ``None`` if the app has none of that name; raises if it
-        cannot be read now."""
-        ...
-
-
-class AppSource(Protocol):
-    """Where the deliverer finds a flow's app (:class:`tjobs.service.apps.AppDirectory`)."""
-
-    def cached(self, app_id: str) -> App | None:
-        """The app if cached and fresh, without waiting."""
-        ...
-
-    async def get(self, app_id: str) -> App:
-        """The app, read if need be (one read per app at a time); raises if it cannot be had."""
-        ...
-
-
-class FlowRecorder(Protocol):
-    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
-        """Write delivery outcomes; terminal flows are never changed again (see ``TaskStore``)."""
-        ...
-
-
-class FlowReader(Protocol):
-    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
-        """The flow as stored now (see ``TaskStore``)."""
-        ...
-
-
-class _Delivery:
-    """One flow being delivered: in a queue, in an attempt, or waiting for its retry timer."""
-
-    __slots__ = (
-        "at_most_once",
-        "attempt",
-        "attempt_log",
-        "backoff_base_ms",
-        "backoff_max_ms",
-        "deadline_ms",
-        "flow_id",
-        "job",
-        "last_error",
-        "last_status",
-        "max_attempts",
-        "message",
-        "named",
-        "pool",
-        "queued",
-        "recheck",
-        "record_sending",
-        "targets",
-        "timer",
-    )
-
-    def __init__(self, job: CallbackJob, flow_id: str, settings: CallbackSettings) -> None:
-        task, flow = job.task, job.flow
-        callback = task.callback
-        self.job = job
-        self.flow_id = flow_id
-        self.message = CallbackMessage(task, flow, job.app, flow_id, settings.timeout_ms)
-        self.targets: list[str] = self.message.destinations  # the destinations not delivered yet
-        # name -> the target as last read, for a task naming targets (None: inline URLs)
-        self.named: dict[str, Target | None] | None = None
-        if callback.targets:
-            if job.targets is None:
-                raise ValueError("the callback names targets and no target directory was given")
-            self.named = dict(job.targets)
-        pool = callback.pool  # an executor pool: the dispatcher's state of this flow (tjobs.delivery.pool_dispatcher)
-        self.pool = None
-        if pool is not None:  # its route log goes on from what is stored (a re-drive)
-            self.pool = PoolFlow(job.app.id, pool, hash_key_of(pool, task.id, task.key), routes=list(flow.routes))
-        self.at_most_once = task.delivery is DeliveryMode.AT_MOST_ONCE
-        # A `sending` flow already counts its single attempt; otherwise this is the next one.
-        self.record_sending = self.at_most_once and flow.status is not FlowStatus.SENDING
-        self.attempt = flow.attempts if flow.status is FlowStatus.SENDING else flow.attempts + 1
-        if self.named is None:  # inline URLs: the task's values, else the node's
-            max_attempts = settings.max_attempts if callback.max_attempts is None else callback.max_attempts
-            self.max_attempts = 1 if self.at_most_once else max_attempts
-            max_age_s = settings.max_age_s if callback.max_age_s is None else callback.max_age_s
-            self.deadline_ms = flow.scheduled_at_ms + max_age_s * 1000
-            self.backoff_base_ms = settings.backoff_base_ms
-            self.backoff_max_ms = settings.backoff_max_ms
-        else:
-            self.budget(settings)
-        self.last_status: int | None = flow.last_status_code
-        self.last_error: str | None = flow.last_error
-        self.attempt_log: AttemptLog | None = flow.attempt_log  # None until this delivery sends something
-        self.timer: asyncio.TimerHandle | None = None
-        self.queued = False  # waits in its lane for one of the app's max_concurrency workers
-        self.recheck = False  # a retry: read the stored status before sending it
-
-    def budget(self, settings: CallbackSettings) -> None:
-        """Set the retry budget of a flow naming targets: the task's explicit values, else its targets'
-        retry policies (the largest over several targets), else the node's defaults."""
-        callback = self.job.task.callback
-        assert self.named is not None
-        policies = tuple(t.retry for t in self.named.values() if t is not None)
-        defaults = RetryBudget(
-            settings.max_attempts, settings.max_age_s, settings.backoff_base_ms, settings.backoff_max_ms
-        )
-        budget = retry_budget(callback.max_attempts, callback.max_age_s, policies, defaults)
-        self.max_attempts = 1 if self.at_most_once else budget.max_attempts
-        self.deadline_ms = self.job.flow.scheduled_at_ms + budget.max_age_s * 1000
-        self.backoff_base_ms = budget.backoff_base_ms
-        self.backoff_max_ms = budget.backoff_max_ms
-
-    def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
-        flow = self.job.flow
-        routes = None if self.pool is None else tuple(self.pool.routes)
-        return FlowUpdate(
-            flow.task_id,
-            flow.scheduled_at_ms,
-            status,
-            attempts,
-            next_attempt_at_ms,
-            self.last_status,
-            self.last_error,
-            routes,
-            self.attempt_log,
-        )
-
-    def log_attempts(self, results: Sequence[AttemptResult]) -> None:
-        """Add what this attempt's sends gave to the flow's attempt history (written with its outcome).
-        Once per send on the fire path: a flow's first history is made as it is, not appended to an
-        empty one, and only a pool flow looks up executors."""
-        pool = self.pool
-        executors = None if pool is None else {(a, d): e for a, d, e in pool.routes}
-        records = tuple(
-            [
-                AttemptRecord(
-                    r.attempt,
-                    r.started_ms,
-                    max(0, round(r.duration_s * 1000)),
-                    r.status,
-                    r.error,
-                    r.url,
-                    None if executors is None else executors.get((r.attempt, r.url)),
-                )
-                for r in results
-            ]
-        )
-        log = self.attempt_log
-        if log is None and len(records) <= MAX_ATTEMPT_RECORDS:
-            self.attempt_log = AttemptLog(records, len(records))
-        else:
-            self.attempt_log = (log or EMPTY_ATTEMPT_LOG).appended(records)
-
-
-class _Lane:
-    """One app's queue of deliveries ready for an attempt, and how many workers drain it."""
-
-    __slots__ = ("app_id", "queue", "workers")
-
-    def __init__(self, app_id: str) -> None:
-        self.app_id = app_id
-        self.queue: deque[_Delivery] = deque()
-        self.workers = 0
 
 
 class Deliverer:
@@ -329,40 +132,40 @@ class Deliverer:
         self._settings = settings
         self._clock = clock
         self._rng = rng or random.Random()
-        self._apps = apps
+        self._lookup = JobLookup(apps, targets)
         self._observer = observer
         self._app_lookups: set[asyncio.Task[None]] = set()
-        self._flush_interval_s = flush_interval_s
-        self._flush_batch = flush_batch
+        self._outcomes = OutcomeWriter(recorder, clock, flush_interval_s, flush_batch)
         self._retry_horizon_ms = int(retry_horizon_s * 1000)
         self._max_waiting_retries = max_waiting_retries
         self._fence = fence
         self._status_reader = status_reader
-        self._targets = targets
         self._pools = pools
-        self._overlap: OverlapGate[_Delivery] = OverlapGate()
+        self._overlap: OverlapGate[Delivery] = OverlapGate()
         self._waiting_retries = 0
-        self._active: dict[str, _Delivery] = {}
-        self._lanes: dict[str, _Lane] = {}
+        self._active: dict[str, Delivery] = {}
+        self._lanes: dict[str, Lane] = {}
         self._workers: set[asyncio.Task[None]] = set()
-        self._pending: dict[str, FlowUpdate] = {}
-        self._flushing: dict[str, FlowUpdate] = {}
-        self._dirty = asyncio.Event()
-        self._full = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
         self._running = False
-        self.flush_calls = 0
-        self.flush_failures = 0
         self.fenced = 0
-        self._fenced_unreported = 0  # fenced flows not named in a log line yet (see _report_fenced)
-        self._fenced_reported_ms: int | None = None
+        self._fenced_report = FencedReport(clock)
         self.cancelled = 0
+
+    @property
+    def flush_calls(self) -> int:
+        """Outcome writes made (:class:`tjobs.delivery.outcomes.OutcomeWriter`)."""
+        return self._outcomes.flush_calls
+
+    @property
+    def flush_failures(self) -> int:
+        """Outcome writes that failed (and were kept for the next flush)."""
+        return self._outcomes.flush_failures
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         self._running = True
-        self._flusher = asyncio.create_task(self._flush_loop(), name="tjobs-flow-flusher")
+        self._outcomes.start()
 
     async def stop(self, drain_timeout_s: float) -> None:
         """Finish the attempts under way (up to ``drain_timeout_s``), then write every pending outcome.
@@ -389,93 +192,26 @@ class Deliverer:
             await asyncio.gather(*late, return_exceptions=True)
         self._lanes.clear()
         self._active.clear()
-        if self._fenced_unreported:
-            logger.warning(
-                "fenced: %d more flows not sent since the last report; their owners' compensators re-drive them",
-                self._fenced_unreported,
-                extra={"action": "delivery_fenced", "flows": self._fenced_unreported},
-            )
-            self._fenced_unreported = 0
-        if self._flusher is not None:
-            self._flusher.cancel()
-            await asyncio.gather(self._flusher, return_exceptions=True)
-            self._flusher = None
-        while self._pending:
-            if not await self._flush() and loop.time() >= deadline:
-                logger.error(
-                    "stopping with %d flow updates unwritten; the compensator will re-drive them",
-                    len(self._pending),
-                    extra={"action": "flow_updates_abandoned"},
-                )
-                self._pending.clear()
-                break
-            if self._pending:
-                await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0.0)))
+        self._fenced_report.close()
+        await self._outcomes.stop(deadline)
 
     # ---- intake -------------------------------------------------------------------------------
 
     def deliver(self, task: Task, flow: Flow) -> None:
         """Deliver a committed flow (the runner's, the compensator's and the API's flow sink); never
         blocks. The app comes from the directory's cache, or from one shared read when it is cold."""
-        assert self._apps is not None, "a deliverer without an app source only takes submit(job)"
-        app = self._apps.cached(task.app_id)
-        if app is not None:
-            names = task.callback.targets
-            if not names:
-                self.submit(CallbackJob(task, flow, app))
-                return
-            targets = self._cached_targets(app.id, names)
-            if targets is not None:
-                self.submit(CallbackJob(task, flow, app, targets))
-                return
+        job = self._lookup.cached(task, flow)
+        if job is not None:
+            self.submit(job)
+            return
         lookup = asyncio.get_running_loop().create_task(self._deliver_after_lookup(task, flow))
         self._app_lookups.add(lookup)
         lookup.add_done_callback(self._app_lookups.discard)
 
     async def _deliver_after_lookup(self, task: Task, flow: Flow) -> None:
-        assert self._apps is not None
-        try:
-            app = await self._apps.get(task.app_id)
-        except Exception:
-            # The flow stays pending in the store; the compensator re-drives it.
-            logger.exception(
-                "app %s unavailable for flow %s",
-                task.app_id,
-                flow.id,
-                extra={"action": "delivery_deferred", "flow_id": flow.id},
-            )
-            return
-        targets: dict[str, Target | None] | None = None
-        if task.callback.targets and self._targets is not None:
-            try:
-                targets = await self._read_targets(app.id, task.callback.targets)
-            except Exception:
-                logger.exception(
-                    "targets of app %s unavailable for flow %s",
-                    task.app_id,
-                    flow.id,
-                    extra={"action": "delivery_deferred", "flow_id": flow.id},
-                )
-                return
-        self.submit(CallbackJob(task, flow, app, targets))
-
-    def _cached_targets(self, app_id: str, names: tuple[str, ...]) -> dict[str, Target | None] | None:
-        """Every named target from the directory's cache, or ``None`` if one must be read."""
-        if self._targets is None:
-            return None
-        found: dict[str, Target | None] = {}
-        for name in names:
-            target = self._targets.cached(app_id, name)
-            if target is None:
-                return None
-            found[name] = target
-        return found
-
-    async def _read_targets(self, app_id: str, names: Sequence[str]) -> dict[str, Target | None]:
-        assert self._targets is not None
-        source = self._targets
-        read = await asyncio.gather(*(source.get(app_id, name) for name in names))
-        return dict(zip(names, read, strict=True))
+        job = await self._lookup.read(task, flow)
+        if job is not None:
+            self.submit(job)
 
     def submit(self, job: CallbackJob) -> None:
         """Queue a committed fire whose app is known; never blocks. Duplicates of a flow in flight are ignored."""
@@ -498,14 +234,14 @@ class Deliverer:
             )
             return
         try:
-            delivery = _Delivery(job, flow_id, self._settings)
+            delivery = Delivery(job, flow_id, self._settings)
         except Exception as error:
             # A stored callback spec we cannot read can never be delivered: dead letter, loudly.
             logger.exception(
                 "flow %s has an unusable callback spec", flow_id, extra={"action": "flow_dead", "flow_id": flow_id}
             )
             flow = job.flow
-            self._pending[flow_id] = FlowUpdate(
+            update = FlowUpdate(
                 flow.task_id,
                 flow.scheduled_at_ms,
                 FlowStatus.DEAD,
@@ -514,7 +250,7 @@ class Deliverer:
                 None,
                 f"unusable callback spec: {type(error).__name__}: {error}"[:240],
             )
-            self._dirty.set()
+            self._outcomes.put(flow_id, update)
             return
         self._active[flow_id] = delivery
         if job.flow.attempts > 0 and not delivery.at_most_once:
@@ -531,7 +267,7 @@ class Deliverer:
             return
         self._enqueue(delivery)
 
-    def _admit(self, delivery: _Delivery) -> bool:
+    def _admit(self, delivery: Delivery) -> bool:
         """A pool flow whose task must not overlap itself (:mod:`tjobs.pools.overlap`): whether it goes
         now; otherwise it is skipped, or waits for the task's running flow to end."""
         assert delivery.pool is not None
@@ -546,22 +282,22 @@ class Deliverer:
 
     def in_flight(self) -> set[str]:
         """Flow ids queued, being sent, waiting for a retry, or with an outcome not yet written."""
-        return set(self._active).union(self._pending, self._flushing)
+        return set(self._active).union(self._outcomes.pending, self._outcomes.flushing)
 
     def in_flight_count(self) -> int:
         """``len(in_flight())`` without building the set (a flow may be counted twice)."""
-        return len(self._active) + len(self._pending) + len(self._flushing)
+        return len(self._active) + len(self._outcomes.pending) + len(self._outcomes.flushing)
 
     @property
     def backlog(self) -> int:
         """Deliveries waiting in app queues for a slot."""
         return sum(len(lane.queue) for lane in self._lanes.values())
 
-    def _enqueue(self, delivery: _Delivery) -> None:
+    def _enqueue(self, delivery: Delivery) -> None:
         app = delivery.job.app
         lane = self._lanes.get(app.id)
         if lane is None:
-            lane = self._lanes[app.id] = _Lane(app.id)
+            lane = self._lanes[app.id] = Lane(app.id)
         lane.queue.append(delivery)
         # Every live worker is in an attempt or about to take an entry queued before this one, so with
         # all of them started this delivery waits for the app's concurrency cap.
@@ -572,7 +308,7 @@ class Deliverer:
             self._workers.add(worker)
             worker.add_done_callback(self._workers.discard)
 
-    def _retry_due(self, delivery: _Delivery) -> None:
+    def _retry_due(self, delivery: Delivery) -> None:
         delivery.timer = None
         self._waiting_retries -= 1
         if self._running:
@@ -580,7 +316,7 @@ class Deliverer:
 
     # ---- attempts -----------------------------------------------------------------------------
 
-    async def _work(self, lane: _Lane) -> None:
+    async def _work(self, lane: Lane) -> None:
         try:
             while lane.queue and self._running:
                 delivery = lane.queue.popleft()
@@ -603,37 +339,11 @@ class Deliverer:
             if lane.workers == 0 and not lane.queue and self._lanes.get(lane.app_id) is lane:
                 del self._lanes[lane.app_id]
 
-    def _report_fenced(self, flow_id: str) -> None:
-        """Log a flow not sent because this node is fenced: the first one, then one line naming the
-        next flow and the count since the last line at most every :data:`FENCED_REPORT_MS` (and the
-        rest at stop). A node that lost its jobs with a deep queue would otherwise write one line per
-        flow: 127,448 lines in 5 s at 3,000 fires a second."""
-        now_ms = self._clock.now_ms()
-        if self._fenced_reported_ms is not None and now_ms - self._fenced_reported_ms < FENCED_REPORT_MS:
-            self._fenced_unreported += 1
-            return
-        if self._fenced_unreported:
-            logger.warning(
-                "fenced: not sending flow %s and %d more since the last report; their owners' compensators"
-                " re-drive them",
-                flow_id,
-                self._fenced_unreported,
-                extra={"action": "delivery_fenced", "flow_id": flow_id, "flows": self._fenced_unreported + 1},
-            )
-        else:
-            logger.warning(
-                "fenced: not sending flow %s; the owner's compensator re-drives it",
-                flow_id,
-                extra={"action": "delivery_fenced", "flow_id": flow_id, "flows": 1},
-            )
-        self._fenced_unreported = 0
-        self._fenced_reported_ms = now_ms
-
-    async def _attempt(self, delivery: _Delivery) -> None:
+    async def _attempt(self, delivery: Delivery) -> None:
         if self._fence is not None and not self._fence(self._clock.now_ms()):
             self.fenced += 1
             self._active.pop(delivery.flow_id, None)
-            self._report_fenced(delivery.flow_id)
+            self._fenced_report.flow(delivery.flow_id)
             return
         if delivery.recheck and self._status_reader is not None and not await self._still_open(delivery):
             return
@@ -675,14 +385,14 @@ class Deliverer:
         self._settle(delivery, results)
 
     async def _attempt_targets(
-        self, delivery: _Delivery, attempt: int, headers: dict[str, str], body: bytes | None, now_ms: int
+        self, delivery: Delivery, attempt: int, headers: dict[str, str], body: bytes | None, now_ms: int
     ) -> None:
         """One attempt to the named targets not delivered yet, each as read now (a change made since
         the last attempt applies); a target gone is a permanent failure naming it."""
         named = delivery.named
         assert named is not None
         pending = [key[len(TARGET_KEY_PREFIX) :] for key in delivery.targets]
-        await self._refresh_targets(delivery.job.app.id, pending, named)
+        await self._lookup.refresh_targets(delivery.job.app.id, pending, named)
         delivery.budget(self._settings)
         explicit_timeout_ms = delivery.job.task.callback.timeout_ms
         sends: list[Awaitable[AttemptResult]] = []
@@ -690,10 +400,10 @@ class Deliverer:
         for name in pending:
             target = named.get(name)
             if target is None:
-                sends.append(_missing_target(delivery.flow_id, name, attempt, now_ms))
+                sends.append(missing_target(delivery.flow_id, name, attempt, now_ms))
                 protocols.append("unknown")
                 continue
-            timeout_ms = explicit_timeout_ms or _target_timeout_ms(target) or self._settings.timeout_ms
+            timeout_ms = explicit_timeout_ms or target_timeout_ms(target) or self._settings.timeout_ms
             request = delivery.message.target_request(target, attempt, headers, body, timeout_ms)
             sends.append(self._transport.send(request))
             protocols.append(target.protocol.value)
@@ -701,7 +411,7 @@ class Deliverer:
         self._settle(delivery, results, protocols)
 
     async def _attempt_pool(
-        self, delivery: _Delivery, attempt: int, headers: dict[str, str], body: bytes | None, now_ms: int
+        self, delivery: Delivery, attempt: int, headers: dict[str, str], body: bytes | None, now_ms: int
     ) -> None:
         """One attempt to the pool destinations not delivered yet (:mod:`tjobs.delivery.pool_dispatcher`). An
         attempt that found no executor to send to sent nothing: the flow waits for executors per its
@@ -728,7 +438,7 @@ class Deliverer:
         else:
             self._wait_for_executors(delivery, sent.nothing_sent or "no executor", pool.waits)
 
-    def _wait_for_executors(self, delivery: _Delivery, why: str, waits: int) -> None:
+    def _wait_for_executors(self, delivery: Delivery, why: str, waits: int) -> None:
         """Retry a pool flow that sent nothing, after the backoff of its ``waits``-th wait: recorded
         ``pending`` with the attempts it has made (not one more), dead once past ``max_age_s``."""
         made = delivery.attempt - 1
@@ -746,35 +456,7 @@ class Deliverer:
         else:
             self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
 
-    async def _refresh_targets(self, app_id: str, names: list[str], named: dict[str, Target | None]) -> None:
-        """Read the targets again through the directory (cached for its TTL); one that cannot be read
-        now keeps its last version."""
-        source = self._targets
-        if source is None:
-            return
-        stale = []
-        for name in names:
-            target = source.cached(app_id, name)
-            if target is None:
-                stale.append(name)
-            else:
-                named[name] = target
-        if not stale:
-            return
-        read = await asyncio.gather(*(source.get(app_id, name) for name in stale), return_exceptions=True)
-        for name, outcome in zip(stale, read, strict=True):
-            if isinstance(outcome, BaseException):
-                logger.warning(
-                    "target %s of app %s could not be read (%s); its last version is used",
-                    name,
-                    app_id,
-                    type(outcome).__name__,
-                    extra={"action": "target_unavailable"},
-                )
-                continue
-            named[name] = outcome
-
-    async def _still_open(self, delivery: _Delivery) -> bool:
+    async def _still_open(self, delivery: Delivery) -> bool:
         """Whether a retry may be sent: its flow is still open in the store (read it)."""
         assert self._status_reader is not None
         job = delivery.job
@@ -801,7 +483,7 @@ class Deliverer:
         return False
 
     def _settle(
-        self, delivery: _Delivery, results: Sequence[AttemptResult], protocols: Sequence[str] | None = None
+        self, delivery: Delivery, results: Sequence[AttemptResult], protocols: Sequence[str] | None = None
     ) -> None:
         attempt = delivery.attempt
         remaining: list[str] = []
@@ -870,7 +552,7 @@ class Deliverer:
             extra={"action": "callback_retry_scheduled", "flow_id": delivery.flow_id},
         )
 
-    def _finish(self, delivery: _Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
+    def _finish(self, delivery: Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
         self._active.pop(delivery.flow_id, None)
         if delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW:
             waiting = self._overlap.finished(delivery.job.task.id, delivery.flow_id)
@@ -888,86 +570,9 @@ class Deliverer:
             )
         self._record(delivery, delivery.update(status, attempts, None))
 
-    def _record(self, delivery: _Delivery, update: FlowUpdate) -> None:
-        self._pending[delivery.flow_id] = update
-        if len(self._pending) >= self._flush_batch:
-            self._full.set()
-        self._dirty.set()
+    def _record(self, delivery: Delivery, update: FlowUpdate) -> None:
+        self._outcomes.put(delivery.flow_id, update)
         try:
             self._observer.flow_update(delivery.job.task.app_id, update)
         except Exception:
             logger.exception("observer failed", extra={"action": "hook_failed", "flow_id": delivery.flow_id})
-
-    # ---- batched writes -----------------------------------------------------------------------
-
-    async def _flush_loop(self) -> None:
-        retry_s = self._flush_interval_s
-        while True:
-            await self._dirty.wait()
-            if len(self._pending) < self._flush_batch:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._flush_interval_s):
-                        await self._full.wait()
-            if await self._flush():
-                retry_s = self._flush_interval_s
-            else:
-                await asyncio.sleep(retry_s)
-                retry_s = min(retry_s * 2, FLUSH_RETRY_MAX_S)
-
-    async def _flush(self) -> bool:
-        """Write everything pending, in chunks; on failure keep what was not written and say so."""
-        self._full.clear()
-        self._flushing, self._pending = self._pending, {}
-        items = list(self._flushing.items())
-        try:
-            for start in range(0, len(items), self._flush_batch):
-                chunk = items[start : start + self._flush_batch]
-                try:
-                    await self._recorder.record_flow_updates([u for _, u in chunk], self._clock.now_ms())
-                except Exception:
-                    self.flush_failures += 1
-                    logger.exception(
-                        "writing %d flow updates failed; keeping them for the next flush",
-                        len(items) - start,
-                        extra={"action": "flow_updates_failed"},
-                    )
-                    self._restore(items[start:])
-                    return False
-                except BaseException:
-                    self._restore(items[start:])
-                    raise
-                self.flush_calls += 1
-            return True
-        finally:
-            self._flushing = {}
-            if not self._pending:
-                self._dirty.clear()
-
-    def _restore(self, items: list[tuple[str, FlowUpdate]]) -> None:
-        for flow_id, update in items:
-            self._pending.setdefault(flow_id, update)  # an update made meanwhile is newer: keep it
-
-
-def _target_timeout_ms(target: Target) -> int | None:
-    """The target's own timeout: an HTTP target's ``timeout_ms``, a gRPC target's ``deadline_ms``."""
-    settings = target.settings
-    if isinstance(settings, HttpTarget):
-        return settings.timeout_ms
-    if isinstance(settings, GrpcTarget):
-        return settings.deadline_ms
-    return None
-
-
-async def _missing_target(flow_id: str, name: str, attempt: int, now_ms: int) -> AttemptResult:
-    """The result of an attempt to a target the app no longer has: permanent, naming it."""
-    return AttemptResult(
-        flow_id,
-        tracking_key(name),
-        attempt,
-        Outcome.PERMANENT,
-        None,
-        f"target {name!r} no longer exists (deleted while tasks still name it)",
-        None,
-        now_ms,
-        0.0,
-    )

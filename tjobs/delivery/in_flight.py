@@ -1,0 +1,180 @@
+"""One flow being delivered (:class:`Delivery`: its message, the destinations not delivered yet, its
+retry budget and attempt history) and one app's queue of them (:class:`Lane`), as the deliverer
+(:mod:`tjobs.delivery.deliverer`) keeps them in memory between the commit of a fire and its outcome."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+
+from tjobs.delivery.lookup import CallbackJob
+from tjobs.delivery.message import CallbackMessage
+from tjobs.delivery.pool_dispatcher import PoolFlow, hash_key_of
+from tjobs.delivery.transport import AttemptResult, Outcome
+from tjobs.model import (
+    EMPTY_ATTEMPT_LOG,
+    MAX_ATTEMPT_RECORDS,
+    AttemptLog,
+    AttemptRecord,
+    DeliveryMode,
+    FlowStatus,
+    FlowUpdate,
+)
+from tjobs.settings import CallbackSettings
+from tjobs.targets.model import GrpcTarget, HttpTarget, RetryBudget, Target, retry_budget, tracking_key
+
+
+class Delivery:
+    """One flow being delivered: in a queue, in an attempt, or waiting for its retry timer."""
+
+    __slots__ = (
+        "at_most_once",
+        "attempt",
+        "attempt_log",
+        "backoff_base_ms",
+        "backoff_max_ms",
+        "deadline_ms",
+        "flow_id",
+        "job",
+        "last_error",
+        "last_status",
+        "max_attempts",
+        "message",
+        "named",
+        "pool",
+        "queued",
+        "recheck",
+        "record_sending",
+        "targets",
+        "timer",
+    )
+
+    def __init__(self, job: CallbackJob, flow_id: str, settings: CallbackSettings) -> None:
+        task, flow = job.task, job.flow
+        callback = task.callback
+        self.job = job
+        self.flow_id = flow_id
+        self.message = CallbackMessage(task, flow, job.app, flow_id, settings.timeout_ms)
+        self.targets: list[str] = self.message.destinations  # the destinations not delivered yet
+        # name -> the target as last read, for a task naming targets (None: inline URLs)
+        self.named: dict[str, Target | None] | None = None
+        if callback.targets:
+            if job.targets is None:
+                raise ValueError("the callback names targets and no target directory was given")
+            self.named = dict(job.targets)
+        pool = callback.pool  # an executor pool: the dispatcher's state of this flow (tjobs.delivery.pool_dispatcher)
+        self.pool = None
+        if pool is not None:  # its route log goes on from what is stored (a re-drive)
+            self.pool = PoolFlow(job.app.id, pool, hash_key_of(pool, task.id, task.key), routes=list(flow.routes))
+        self.at_most_once = task.delivery is DeliveryMode.AT_MOST_ONCE
+        # A `sending` flow already counts its single attempt; otherwise this is the next one.
+        self.record_sending = self.at_most_once and flow.status is not FlowStatus.SENDING
+        self.attempt = flow.attempts if flow.status is FlowStatus.SENDING else flow.attempts + 1
+        if self.named is None:  # inline URLs: the task's values, else the node's
+            max_attempts = settings.max_attempts if callback.max_attempts is None else callback.max_attempts
+            self.max_attempts = 1 if self.at_most_once else max_attempts
+            max_age_s = settings.max_age_s if callback.max_age_s is None else callback.max_age_s
+            self.deadline_ms = flow.scheduled_at_ms + max_age_s * 1000
+            self.backoff_base_ms = settings.backoff_base_ms
+            self.backoff_max_ms = settings.backoff_max_ms
+        else:
+            self.budget(settings)
+        self.last_status: int | None = flow.last_status_code
+        self.last_error: str | None = flow.last_error
+        self.attempt_log: AttemptLog | None = flow.attempt_log  # None until this delivery sends something
+        self.timer: asyncio.TimerHandle | None = None
+        self.queued = False  # waits in its lane for one of the app's max_concurrency workers
+        self.recheck = False  # a retry: read the stored status before sending it
+
+    def budget(self, settings: CallbackSettings) -> None:
+        """Set the retry budget of a flow naming targets: the task's explicit values, else its targets'
+        retry policies (the largest over several targets), else the node's defaults."""
+        callback = self.job.task.callback
+        assert self.named is not None
+        policies = tuple(t.retry for t in self.named.values() if t is not None)
+        defaults = RetryBudget(
+            settings.max_attempts, settings.max_age_s, settings.backoff_base_ms, settings.backoff_max_ms
+        )
+        budget = retry_budget(callback.max_attempts, callback.max_age_s, policies, defaults)
+        self.max_attempts = 1 if self.at_most_once else budget.max_attempts
+        self.deadline_ms = self.job.flow.scheduled_at_ms + budget.max_age_s * 1000
+        self.backoff_base_ms = budget.backoff_base_ms
+        self.backoff_max_ms = budget.backoff_max_ms
+
+    def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
+        flow = self.job.flow
+        routes = None if self.pool is None else tuple(self.pool.routes)
+        return FlowUpdate(
+            flow.task_id,
+            flow.scheduled_at_ms,
+            status,
+            attempts,
+            next_attempt_at_ms,
+            self.last_status,
+            self.last_error,
+            routes,
+            self.attempt_log,
+        )
+
+    def log_attempts(self, results: Sequence[AttemptResult]) -> None:
+        """Add what this attempt's sends gave to the flow's attempt history (written with its outcome).
+        Once per send on the fire path: a flow's first history is made as it is, not appended to an
+        empty one, and only a pool flow looks up executors."""
+        pool = self.pool
+        executors = None if pool is None else {(a, d): e for a, d, e in pool.routes}
+        records = tuple(
+            [
+                AttemptRecord(
+                    r.attempt,
+                    r.started_ms,
+                    max(0, round(r.duration_s * 1000)),
+                    r.status,
+                    r.error,
+                    r.url,
+                    None if executors is None else executors.get((r.attempt, r.url)),
+                )
+                for r in results
+            ]
+        )
+        log = self.attempt_log
+        if log is None and len(records) <= MAX_ATTEMPT_RECORDS:
+            self.attempt_log = AttemptLog(records, len(records))
+        else:
+            self.attempt_log = (log or EMPTY_ATTEMPT_LOG).appended(records)
+
+
+class Lane:
+    """One app's queue of deliveries ready for an attempt, and how many workers drain it."""
+
+    __slots__ = ("app_id", "queue", "workers")
+
+    def __init__(self, app_id: str) -> None:
+        self.app_id = app_id
+        self.queue: deque[Delivery] = deque()
+        self.workers = 0
+
+
+def target_timeout_ms(target: Target) -> int | None:
+    """The target's own timeout: an HTTP target's ``timeout_ms``, a gRPC target's ``deadline_ms``."""
+    settings = target.settings
+    if isinstance(settings, HttpTarget):
+        return settings.timeout_ms
+    if isinstance(settings, GrpcTarget):
+        return settings.deadline_ms
+    return None
+
+
+async def missing_target(flow_id: str, name: str, attempt: int, now_ms: int) -> AttemptResult:
+    """The result of an attempt to a target the app no longer has: permanent, naming it."""
+    return AttemptResult(
+        flow_id,
+        tracking_key(name),
+        attempt,
+        Outcome.PERMANENT,
+        None,
+        f"target {name!r} no longer exists (deleted while tasks still name it)",
+        None,
+        now_ms,
+        0.0,
+    )

@@ -1,0 +1,129 @@
+"""The deliverer's outcome writes (:class:`OutcomeWriter`): coalesced per flow, written in batches.
+
+Outcomes are coalesced per flow and written by one background flusher at most every
+``flush_interval_s`` (or as soon as ``flush_batch`` are pending). A failed write keeps its updates
+and is retried; meanwhile those flows count as in flight, so the compensator leaves them alone. If
+the node dies first, the database still says ``pending`` (or ``sending``) and the compensator
+re-drives (or closes) the flow: at least once, never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from tjobs.clock import Clock
+from tjobs.model import Flow, FlowUpdate
+
+logger = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_S = 0.1
+FLUSH_BATCH = 500
+FLUSH_RETRY_MAX_S = 5.0
+
+
+class FlowRecorder(Protocol):
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        """Write delivery outcomes; terminal flows are never changed again (see ``TaskStore``)."""
+        ...
+
+
+class FlowReader(Protocol):
+    async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
+        """The flow as stored now (see ``TaskStore``)."""
+        ...
+
+
+class OutcomeWriter:
+    def __init__(self, recorder: FlowRecorder, clock: Clock, flush_interval_s: float, flush_batch: int) -> None:
+        self._recorder = recorder
+        self._clock = clock
+        self.flush_interval_s = flush_interval_s
+        self.flush_batch = flush_batch
+        self.pending: dict[str, FlowUpdate] = {}  # flow id -> its newest update, not written yet
+        self.flushing: dict[str, FlowUpdate] = {}  # the updates being written now
+        self._dirty = asyncio.Event()
+        self._full = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self.flush_calls = 0
+        self.flush_failures = 0
+
+    def start(self) -> None:
+        self._flusher = asyncio.create_task(self._flush_loop(), name="tjobs-flow-flusher")
+
+    def put(self, flow_id: str, update: FlowUpdate) -> None:
+        """Write ``update`` with the next flush (replacing an update of the flow not written yet)."""
+        self.pending[flow_id] = update
+        if len(self.pending) >= self.flush_batch:
+            self._full.set()
+        self._dirty.set()
+
+    async def stop(self, deadline: float) -> None:
+        """Stop the flusher, then write everything pending, retrying until ``deadline`` (the event
+        loop's time); what is still unwritten then is dropped, for the compensator to re-drive."""
+        loop = asyncio.get_running_loop()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+            self._flusher = None
+        while self.pending:
+            if not await self._flush() and loop.time() >= deadline:
+                logger.error(
+                    "stopping with %d flow updates unwritten; the compensator will re-drive them",
+                    len(self.pending),
+                    extra={"action": "flow_updates_abandoned"},
+                )
+                self.pending.clear()
+                break
+            if self.pending:
+                await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0.0)))
+
+    async def _flush_loop(self) -> None:
+        retry_s = self.flush_interval_s
+        while True:
+            await self._dirty.wait()
+            if len(self.pending) < self.flush_batch:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.flush_interval_s):
+                        await self._full.wait()
+            if await self._flush():
+                retry_s = self.flush_interval_s
+            else:
+                await asyncio.sleep(retry_s)
+                retry_s = min(retry_s * 2, FLUSH_RETRY_MAX_S)
+
+    async def _flush(self) -> bool:
+        """Write everything pending, in chunks; on failure keep what was not written and say so."""
+        self._full.clear()
+        self.flushing, self.pending = self.pending, {}
+        items = list(self.flushing.items())
+        try:
+            for start in range(0, len(items), self.flush_batch):
+                chunk = items[start : start + self.flush_batch]
+                try:
+                    await self._recorder.record_flow_updates([u for _, u in chunk], self._clock.now_ms())
+                except Exception:
+                    self.flush_failures += 1
+                    logger.exception(
+                        "writing %d flow updates failed; keeping them for the next flush",
+                        len(items) - start,
+                        extra={"action": "flow_updates_failed"},
+                    )
+                    self._restore(items[start:])
+                    return False
+                except BaseException:
+                    self._restore(items[start:])
+                    raise
+                self.flush_calls += 1
+            return True
+        finally:
+            self.flushing = {}
+            if not self.pending:
+                self._dirty.clear()
+
+    def _restore(self, items: list[tuple[str, FlowUpdate]]) -> None:
+        for flow_id, update in items:
+            self.pending.setdefault(flow_id, update)  # an update made meanwhile is newer: keep it
