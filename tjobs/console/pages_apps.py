@@ -141,14 +141,18 @@ async def create_app(request: Request) -> Response:
     )
 
 
-@router.get("/console/apps/{app_id}")
-async def app_page(request: Request, app_id: str, done: Annotated[str | None, Query(max_length=20)] = None) -> Response:
+async def _app_page(request: Request, app_id: str, template: str, **context: Any) -> Response:
+    """A page about one app (admin only): ``template`` given the app's view and ``context``."""
     console = console_of(request)
     principal = await console.principal(request)
     require_admin(principal, "apps")
     app = await console.apps.get(app_id)
-    notice = APP_NOTICES.get(done or "")
-    return console.render(request, "app.html", principal, app=_view(app), error=None, notice=notice)
+    return console.render(request, template, principal, app=_view(app), **context)
+
+
+@router.get("/console/apps/{app_id}")
+async def app_page(request: Request, app_id: str, done: Annotated[str | None, Query(max_length=20)] = None) -> Response:
+    return await _app_page(request, app_id, "app.html", error=None, notice=APP_NOTICES.get(done or ""))
 
 
 @router.post("/console/apps/{app_id}/limits")
@@ -166,11 +170,7 @@ async def update_limits(request: Request, app_id: str) -> Response:
 
 @router.get("/console/apps/{app_id}/rotate")
 async def confirm_rotate(request: Request, app_id: str, what: Annotated[Rotation, Query()]) -> Response:
-    console = console_of(request)
-    principal = await console.principal(request)
-    require_admin(principal, "apps")
-    app = await console.apps.get(app_id)
-    return console.render(request, "app_rotate.html", principal, app=_view(app), what=what)
+    return await _app_page(request, app_id, "app_rotate.html", what=what)
 
 
 @router.post("/console/apps/{app_id}/rotate")
@@ -192,11 +192,7 @@ async def rotate(request: Request, app_id: str) -> Response:
 
 @router.get("/console/apps/{app_id}/confirm")
 async def confirm_app_action(request: Request, app_id: str, action: Annotated[AppAction, Query()]) -> Response:
-    console = console_of(request)
-    principal = await console.principal(request)
-    require_admin(principal, "apps")
-    app = await console.apps.get(app_id)
-    return console.render(request, "app_confirm.html", principal, app=_view(app), action=action, error=None)
+    return await _app_page(request, app_id, "app_confirm.html", action=action, error=None)
 
 
 @router.post("/console/apps/{app_id}/{action}")

@@ -162,16 +162,20 @@ async def _target_context(request: Request, principal: Principal, app_id: str | 
     return {"owner": owner, "target": target_view(target, console.node.settings.callbacks), "naming": naming}
 
 
+async def _target_page(request: Request, raw_name: str, app_id: str | None, template: str, **extra: Any) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    context = await _target_context(request, principal, app_id, raw_name)
+    return console.render(request, template, principal, **context, **extra)
+
+
 @router.get("/console/targets/{name}")
 async def target_page(
     request: Request,
     name: str,
     app: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
-    console = console_of(request)
-    principal = await console.principal(request)
-    context = await _target_context(request, principal, app, name)
-    return console.render(request, "target.html", principal, **context)
+    return await _target_page(request, name, app, "target.html")
 
 
 @router.get("/console/targets/{name}/confirm")
@@ -180,10 +184,7 @@ async def confirm_delete(
     name: str,
     app: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
-    console = console_of(request)
-    principal = await console.principal(request)
-    context = await _target_context(request, principal, app, name)
-    return console.render(request, "target_confirm.html", principal, **context, error=None)
+    return await _target_page(request, name, app, "target_confirm.html", error=None)
 
 
 @router.post("/console/targets/{name}/delete")
