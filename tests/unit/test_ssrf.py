@@ -337,10 +337,8 @@ async def test_no_connection_is_attempted_to_a_refused_target(
 
 
 @pytest.mark.parametrize("url", [u for u in REFUSED if "does-not-exist" not in u.lower()])
-async def test_a_refused_target_is_refused_at_registration_naming_the_field(
-    guarded: tuple[TargetGuard, Transport, FakeDns], url: str
-) -> None:
-    guard, _, _ = guarded
+async def test_a_refused_target_is_refused_at_registration_naming_the_field(url: str) -> None:
+    guard = TargetGuard(resolve=FakeDns())  # the guard judges before any transport: once, not per transport
     with pytest.raises(InvalidInput) as refused:
         await guard.check_registration([url], AllowList.parse([]))
     assert refused.value.field == "callback.url"
