@@ -180,6 +180,20 @@ class Console:
         )
         return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
+    async def render_listing(
+        self,
+        request: Request,
+        template: str,
+        principal: Principal,
+        scoped: App | None,
+        status: int = 200,
+        **context: Any,
+    ) -> HTMLResponse:
+        """A page listing one app's records: ``scoped`` is that app, or ``None`` when the admin named none
+        (the page then offers the apps to choose from)."""
+        choices = await self.app_choices(principal, scoped)
+        return self.render(request, template, principal, status, scoped=scoped, choices=choices, **context)
+
     def error_page(self, request: Request, status: int, message: str, headers: Mapping[str, str] = {}) -> HTMLResponse:
         principal: Principal | None = getattr(request.state, "console_principal", None)
         response = self.render(request, "error.html", principal, status, code=status, message=message)

@@ -66,13 +66,12 @@ async def flows_page(
             flows, next_cursor = [flow_json(flow) for flow in page.items], page.next_cursor
         except InvalidInput as invalid:
             error = invalid.message
-    return console.render(
+    return await console.render_listing(
         request,
         "flows.html",
         principal,
+        scoped,
         422 if error else 200,
-        scoped=scoped,
-        choices=await console.app_choices(principal, scoped),
         statuses=FLOW_FILTERS,
         filters=filters,
         flows=flows,
@@ -108,9 +107,8 @@ async def dead_letters(
     if scoped is not None:
         page = await console.node.tasks.dead_letters(scoped, PAGE_SIZE, cursor or None)
         flows, next_cursor = [flow_json(flow) for flow in page.items], page.next_cursor
-    choices = await console.app_choices(principal, scoped)
-    return console.render(
-        request, "dead_letters.html", principal, scoped=scoped, choices=choices, flows=flows, next_cursor=next_cursor
+    return await console.render_listing(
+        request, "dead_letters.html", principal, scoped, flows=flows, next_cursor=next_cursor
     )
 
 

@@ -141,15 +141,9 @@ async def target_list(
         items, next_cursor = await console.node.target_service.list_targets(scoped, PAGE_SIZE, cursor or None)
         defaults = console.node.settings.callbacks
         targets = [target_view(target, defaults) for target in items]
-    return console.render(
-        request,
-        "targets.html",
-        principal,
-        scoped=scoped,
-        choices=await console.app_choices(principal, scoped),
-        targets=targets,
-        next_cursor=next_cursor,
-        notice=TARGET_NOTICES.get(done or ""),
+    notice = TARGET_NOTICES.get(done or "")
+    return await console.render_listing(
+        request, "targets.html", principal, scoped, targets=targets, next_cursor=next_cursor, notice=notice
     )
 
 

@@ -83,16 +83,9 @@ async def task_list(
             key=key or None,
         )
         items, next_cursor = page.items, page.next_cursor
-    return console.render(
-        request,
-        "tasks.html",
-        principal,
-        scoped=scoped,
-        choices=await console.app_choices(principal, scoped),
-        tasks=items,
-        next_cursor=next_cursor,
-        filters=filters,
-        notice=DONE_NOTICES.get(done or ""),
+    notice = DONE_NOTICES.get(done or "")
+    return await console.render_listing(
+        request, "tasks.html", principal, scoped, tasks=items, next_cursor=next_cursor, filters=filters, notice=notice
     )
 
 
