@@ -44,11 +44,14 @@ class StoreCalls:
                 setattr(store, name, _noted(name, method))
         return store
 
-    async def during(self, request: Awaitable[T]) -> tuple[T, list[str]]:
-        """``request``'s answer and the store methods it called (app directory reads left out)."""
+    async def during(self, request: Awaitable[T]) -> tuple[T, int, list[str]]:
+        """``request``'s answer, how many requests the app served meanwhile (0 for one answered below
+        ASGI, as a plain executor heartbeat is: :mod:`tjobs.api.lean_heartbeat`) and the store methods
+        they called (app directory reads left out)."""
         first = len(self.requests)
         answer = await request
-        return answer, [name for calls in self.requests[first:] for name in calls]
+        served = self.requests[first:]
+        return answer, len(served), [name for calls in served for name in calls]
 
 
 class RequestScope:
