@@ -222,9 +222,9 @@ class AmqpBackend(BrokerBackend):
         await _in_thread(broker.start)
         try:
             queue = await self._queue(broker.url, None, durable=True)
-            # a queue declared just before a kill -9 can be missing after the restart (seen once in
-            # a few runs, RabbitMQ 3.10): let the node write its definitions first
-            await asyncio.sleep(1.0)
+            # RabbitMQ 3.10 answers declare-ok before the durable queue is on disk: a kill -9 seconds
+            # later can lose it (tests/brokers.py, OwnBroker.restart_cleanly). A clean restart writes it.
+            await _in_thread(broker.restart_cleanly)
             target = _target(queue, AmqpTarget(broker.url, "", queue), {"username": "guest", "password": "guest"})
             yield Restartable(target, _now(broker.kill), lambda: _in_thread(broker.restart))
         finally:

@@ -275,6 +275,15 @@ async def _read_with(consumer: Consumer, registered: dict[str, int], secret: str
     return judge(registered, inbox, secret)
 
 
+async def _assert_queue_exists(url: str, queue: str) -> None:
+    connection = await aiormq.connect(url)
+    try:
+        channel = await connection.channel()
+        await channel.queue_declare(queue, passive=True)  # raises NOT_FOUND if the queue is missing
+    finally:
+        await connection.close()
+
+
 def _killer(broker: OwnBroker) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
     async def kill() -> None:
         broker.kill()
@@ -311,10 +320,11 @@ async def own_destination(protocol: str) -> AsyncIterator[OwnDestination]:
         address = f"127.0.0.1:{broker.port}"
         if protocol == "amqp":
             async with amqp_destination(f"amqp://guest:guest@{address}/", durable=True) as destination:
-                # a queue declared just before a kill -9 can be missing after the restart (RabbitMQ 3.10, see
-                # tests/contract/test_broker_transport_contract.py): let the node write its definitions first
-                await asyncio.sleep(1.0)
                 queue = destination.target["settings"]["routing_key"]
+                # RabbitMQ 3.10 answers declare-ok before the durable queue is on disk: a kill -9 seconds
+                # later can lose it (and with it what was confirmed into it). A clean restart writes it.
+                await asyncio.to_thread(broker.restart_cleanly)
+                await _assert_queue_exists(broker.url, queue)
 
                 async def read_queue(registered: dict[str, int], secret: str) -> Tally:
                     return await _read_with(AmqpConsumer(broker.url, queue), registered, secret)
