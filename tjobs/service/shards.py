@@ -15,7 +15,7 @@ from tjobs.cluster.base import Coordinator
 from tjobs.errors import InvalidInput, NotFound
 from tjobs.service.shard_moves import Outcome, select_moves
 from tjobs.stores.base import TaskStore
-from tjobs.stores.sql_move import MoveRow
+from tjobs.stores.contracts import MoveRow
 
 MAX_SERVER_NAME_CHARS = 255
 

@@ -44,7 +44,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tjobs.stores.contracts.shard_admin import MoveRow as MoveRow  # the record's type, on the contract
+from tjobs.stores.contracts.shard_admin import MoveRow
 from tjobs.stores.copy_pace import UNPACED, CopyPace
 from tjobs.stores.schema import SHARD_FENCE_TABLE
 from tjobs.stores.shard_fence import RETIRED_EPOCH
