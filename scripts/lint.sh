@@ -10,7 +10,7 @@ echo "[lint] ruff format --check" >&2
 .venv/bin/ruff format --check . || rc=1
 echo "[lint] ruff check" >&2
 .venv/bin/ruff check . || rc=1
-echo "[lint] mypy --strict (packages from pyproject.toml: tjobs, sharding, benchmarks, testkit)" >&2
+echo "[lint] mypy --strict (packages from pyproject.toml: tjobs, sharding, benchmarks, testkit, tests)" >&2
 .venv/bin/mypy || rc=1
 [ "$rc" = 0 ] && echo "[lint] clean" >&2
 exit "$rc"

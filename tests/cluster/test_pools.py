@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from testkit.cluster_rig import ADMIN_AUTH, REPO, Api, ClusterRig, NodeProc, now_ms
+from testkit.children import REPO
+from testkit.cluster_rig import ADMIN_AUTH, Api, ClusterRig, NodeProc, now_ms
 from testkit.node_process import free_port
 from tjobs.clock import iso_ms
 

@@ -14,7 +14,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import aiormq
@@ -379,10 +379,13 @@ class RedisStreamBackend(BrokerBackend):
         assert isinstance(settings, RedisStreamTarget)
         client = self._client(settings.url)
         messages: list[Received] = []
-        last = "0-0"
+        last: bytes | str = "0-0"
         async with asyncio.timeout(READ_TIMEOUT_S):
             while drain or len(messages) < count:
-                answer = await client.xread({settings.stream: last}, count=1000, block=200)
+                answer = cast(
+                    list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]],
+                    await client.xread({settings.stream: last}, count=1000, block=200),
+                )
                 if not answer and len(messages) >= count:
                     break
                 for _stream, entries in answer:

@@ -26,9 +26,13 @@ async def test_count_by_app_counts_every_app_per_status_and_dead_letters_in_one_
     ):
         await store.insert_task(make_task(shard=shard, status=status))
     other = await store.insert_task(make_task(shard=first + 3, app_id="app-b"))
-    for at, status in ((NOW_MS, FlowStatus.DEAD), (NOW_MS + 1, FlowStatus.DEAD), (NOW_MS + 2, FlowStatus.DELIVERED)):
+    for at, flow_status in (
+        (NOW_MS, FlowStatus.DEAD),
+        (NOW_MS + 1, FlowStatus.DEAD),
+        (NOW_MS + 2, FlowStatus.DELIVERED),
+    ):
         await store.insert_manual_flow(
-            other.id, Flow(other.id, at, "app-b", FlowKind.MANUAL, status, 1, None, NOW_MS, NOW_MS)
+            other.id, Flow(other.id, at, "app-b", FlowKind.MANUAL, flow_status, 1, None, NOW_MS, NOW_MS)
         )
 
     assert await store.count_by_app(0) == {

@@ -79,8 +79,8 @@ async def test_sums_over_whole_hours_are_the_sums_of_the_minutes_whatever_the_ed
         again = batch[:: rng.randrange(40, 60)]  # some minutes added twice, as after a refused pass
         for part in (batch[: len(batch) // 2], batch[len(batch) // 2 :], again):
             await store.add_slo_minutes(node, part)
-        for fold in again:
-            added[(fold.app_id, fold.minute)] = _added(added[(fold.app_id, fold.minute)], fold.counts)
+        for twice in again:
+            added[(twice.app_id, twice.minute)] = _added(added[(twice.app_id, twice.minute)], twice.counts)
 
     def expected(app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
         total = SloCounts()

@@ -189,6 +189,7 @@ async def test_a_database_moves_while_a_node_registers_and_fires_and_nothing_is_
         assert row.state == DONE and row.epoch == 2
         shard_map = node.store.shard_map()
         assert shard_map is not None and shard_map.epoch == 2 and shard_map.server_of(MOVED) == target
+        assert isinstance(node.store, SQLAlchemyTaskStore)
         assert node.store.layout.databases[MOVED].engine_url.endswith(target.split(":")[1] + "?charset=utf8mb4")
         await load.assert_nothing_lost_or_doubled(node.store)
 

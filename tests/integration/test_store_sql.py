@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from sqlalchemy import text
@@ -119,7 +120,8 @@ async def tables_recalculating_statistics(conn: AsyncConnection, prefix: str) ->
         "SELECT CONCAT(TABLE_SCHEMA, '.', TABLE_NAME), CREATE_OPTIONS FROM information_schema.TABLES "
         f"WHERE TABLE_SCHEMA LIKE '{prefix}\\_%%' ORDER BY 1"
     )
-    return [name for name, options in rows.all() if "stats_auto_recalc=0" not in (options or "").lower()]
+    tables = cast(list[tuple[str, str | None]], rows.all())
+    return [name for name, options in tables if "stats_auto_recalc=0" not in (options or "").lower()]
 
 
 @pytest.mark.mariadb

@@ -86,9 +86,9 @@ async def test_the_load_runs_on_the_direct_pool_and_reads_what_the_engine_reads(
     store._direct.clear()  # as for a URL with options sql_direct does not translate: the engine's statement
     try:
         for name, (before_ms, after, skip) in forms().items():
-            engine = [await store.load_due(SHARD, before_ms, limit, after, skip) for limit in (1, 7, 100)]
-            assert direct[name] == engine, name
-            assert engine[-1], name
+            through_engine = [await store.load_due(SHARD, before_ms, limit, after, skip) for limit in (1, 7, 100)]
+            assert direct[name] == through_engine, name
+            assert through_engine[-1], name
         assert checkouts
     finally:
         store._direct.update(pools)  # closed with the store
