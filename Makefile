@@ -1,6 +1,6 @@
 # Everything goes through scripts/ so that each target also works without make.
 #   make dev     embedded node with the demo app (extra args: make dev ARGS="--port 9090")
-#   make check   the inner loop (<= 2 min): format, lint, mypy --strict and every test that needs no service
+#   make check   the inner loop: format, lint, mypy --strict and the tests that need no service (scripts/check.sh)
 #   make test    .venv + real MariaDB/etcd/Redis/RabbitMQ/NATS + pytest, all but `chaos` (make test ARGS="-k wheel")
 #   make unit    tests/unit only, no services
 #   make lint    ruff format --check + ruff + mypy --strict (also run by .ci/run)

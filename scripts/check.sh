@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `make check`: the inner loop, no services. The formatter check, the linter, mypy --strict (tests
-# included), then every test that needs no service (unit, the contract suites on the twins and SQLite, the
-# API on the embedded store, the fuzz table, the benches' own tests) over TJOBS_CHECK_WORKERS xdist workers
-# (default 2). Every step runs; the script fails if any failed. Extra arguments go to pytest.
+# included), then every test of tests/unit, tests/contract, tests/api, tests/fuzz and tests/security that needs
+# no service (the contract suites on the twins and SQLite, the API on the embedded store, the bad-input table,
+# the URL model) over TJOBS_CHECK_WORKERS xdist workers (default 2). Every step runs; the script fails if any
+# failed. Extra arguments go to pytest (a path among them replaces the default folders).
 #
-# Left out, because they need something running: tests marked mariadb, etcd, redis, rabbitmq, nats or
-# browser (tests/conftest.py marks every test taking one of those fixtures), `slow` (node processes end to
-# end), `timing` (wall-clock bounds) and `chaos`. `make test` runs them all.
+# Left out: tests marked mariadb, etcd, redis, rabbitmq, nats or browser (tests/conftest.py marks every test
+# taking one of those fixtures), `slow`, `timing` and `chaos`, and the end-to-end folders (tests/e2e, tests/ops,
+# tests/cluster, tests/chaos, tests/integration, tests/console, benchmarks/tests: node processes, real
+# servers, real time). `make test` runs them all.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -24,8 +26,10 @@ step "ruff format --check" .venv/bin/ruff format --check --quiet .
 step "ruff check" .venv/bin/ruff check --quiet .
 step "mypy --strict" .venv/bin/mypy
 export TJOBS_TEST_NO_SERVICES=1
+folders=(tests/unit tests/contract tests/api tests/fuzz tests/security)
+for arg in "$@"; do [ -e "${arg%%::*}" ] && folders=() && break; done
 step "tests without services" .venv/bin/pytest -p no:cacheprovider -q -n "${TJOBS_CHECK_WORKERS:-2}" \
     -m "not (mariadb or etcd or redis or rabbitmq or nats or browser or slow or timing or chaos)" \
-    --timeout=120 "$@"
+    --timeout=300 "${folders[@]}" "$@"
 echo "[check] finished in $((SECONDS - start)) s with exit code ${rc}" >&2
 exit "$rc"
