@@ -37,11 +37,14 @@ def own_mariadb(
         raise RuntimeError("mariadb-install-db and mariadbd are needed to start a MariaDB server of our own")
     port = free_port()
     data = directory / "data"
-    subprocess.run(
+    installed = subprocess.run(
         [install, "--no-defaults", "--user=root", f"--datadir={data}", "--skip-test-db",
          "--auth-root-authentication-method=normal"],
-        check=True, capture_output=True, timeout=180,
+        capture_output=True, text=True, timeout=180,
     )  # fmt: skip
+    if installed.returncode != 0:
+        said = (installed.stdout + installed.stderr)[-3000:]
+        raise RuntimeError(f"mariadb-install-db into {data} exited {installed.returncode}:\n{said}")
     log_path = directory / "mariadbd.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(

@@ -178,6 +178,7 @@ SHARED_RIG_FIXTURES = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups as the items stand
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark service tests by the fixtures they take, group the tests of one killable rig on one xdist
     worker, and under CI remember which tests need a real service: those may not be skipped."""

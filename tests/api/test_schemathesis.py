@@ -224,13 +224,6 @@ def api_schema() -> BaseSchema:
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
-@pytest.fixture(autouse=True)
-def _node_id_for_schemathesis(request: pytest.FixtureRequest) -> None:
-    """schemathesis 4.32's lazy loader reads and rewrites ``Node._nodeid`` (to name each operation's
-    subtest), an attribute pytest 9.2 no longer has: give it one to read."""
-    setattr(request.node, "_nodeid", request.node.nodeid)  # noqa: B010
-
-
 @pytest.mark.timeout(900)  # one test for all 45 operations (each a subtest): 80-370 s here, by the machine's load
 @schema.parametrize()
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
