@@ -62,6 +62,7 @@ def _settings(storage: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
+@pytest.mark.timing  # the scenario needs its registrations done within 5 s of wall clock, before the kill
 async def test_kill_9_mid_cycle_then_restart_loses_and_duplicates_nothing(
     storage: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -83,12 +83,15 @@ class Sessions:
         self.holder.rollback()
 
     def waiting(self) -> list[tuple[int, str]]:
-        """(session id, isolation level) of the transactions waiting for a lock (the holder's: the test's own
-        database is the only one written to)."""
+        """(session id, isolation level) of the transactions waiting for a lock the holder holds. Not every
+        lock wait on the server: other tests (other xdist workers) write to the same server at the same time."""
         with self.monitor.cursor() as cursor:
             cursor.execute(
-                "SELECT trx_mysql_thread_id, trx_isolation_level FROM information_schema.INNODB_TRX "
-                "WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id <> %s",
+                "SELECT waiting.trx_mysql_thread_id, waiting.trx_isolation_level "
+                "FROM information_schema.INNODB_LOCK_WAITS w "
+                "JOIN information_schema.INNODB_TRX waiting ON waiting.trx_id = w.requesting_trx_id "
+                "JOIN information_schema.INNODB_TRX holding ON holding.trx_id = w.blocking_trx_id "
+                "WHERE holding.trx_mysql_thread_id = %s",
                 (self.holder_id,),
             )
             return [(int(row[0]), str(row[1])) for row in cursor.fetchall()]

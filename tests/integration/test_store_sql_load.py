@@ -128,9 +128,10 @@ async def test_a_load_cancelled_while_it_waits_for_its_answer_leaves_no_connecti
         load = asyncio.ensure_future(store.load_due(SHARD, NOW_MS + 1_000, 100))
         for _ in range(100):
             with locker.cursor() as cursor:
-                cursor.execute(
+                cursor.execute(  # this table's: other tests (other xdist workers) use the same server
                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
-                    " WHERE STATE = 'Waiting for table metadata lock'"
+                    " WHERE STATE = 'Waiting for table metadata lock' AND INFO LIKE %s",
+                    (f"%{table}%",),
                 )
                 (waiting,) = cursor.fetchone() or (0,)
             if waiting:
