@@ -168,6 +168,7 @@ async def loaded_node(settings: Settings) -> AsyncIterator[tuple[RunningNode, Lo
                 load.halt()
 
 
+@pytest.mark.timing  # the move under load must end within 240 s: 20-106 s alone, past 240 s beside two workers
 async def test_a_database_moves_while_a_node_registers_and_fires_and_nothing_is_lost_or_doubled(
     settings: Settings, own_mariadb: str
 ) -> None:
