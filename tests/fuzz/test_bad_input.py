@@ -36,6 +36,7 @@ from tests.fuzz.cases import (
     valid_target,
     valid_task,
 )
+from tests.fuzz.nul_cases import nul_cases
 from tests.fuzz.store_calls import RequestScope, StoreCalls
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores import create_store
@@ -44,7 +45,7 @@ from tjobs.stores.migrate import migrate
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ADMIN_KEY = "tja_fuzz_admin_key_0123456789"
-CASES = all_cases()
+CASES = [*all_cases(), *nul_cases()]
 REACHING_STORAGE = [case for case in CASES if case.reaches_storage]
 
 

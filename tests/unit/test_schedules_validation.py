@@ -192,6 +192,10 @@ REJECTED = [
     ({"kind": "at", "at": "2026-11-21T17:00:00"}, "schedule.at", "invalid_instant"),
     ({"kind": "at", "at": "2026-02-30T00:00:00Z"}, "schedule.at", "invalid_instant"),
     ({"kind": "at", "at": ["2026-11-21T17:00:00Z"]}, "schedule.at", "invalid_type"),
+    # the C parser behind datetime.fromisoformat stops at a NUL: the rest must not be dropped (issue 28)
+    ({"kind": "at", "at": "2030-01-01T00:00:00Z\u0000junk"}, "schedule.at", "invalid_instant"),
+    ({**INTERVAL, "start_at": "2030-01-01T00:00:00Z\u0000"}, "schedule.start_at", "invalid_instant"),
+    ({**CRON, "end_at": "2030-01-01T00:00:00Z\u0000junk"}, "schedule.end_at", "invalid_instant"),
     ({"kind": "at", "at": "2026-11-21T08:58:59Z"}, "schedule.at", "in_past"),
     ({"kind": "at", "at_ms": NOW - THRESHOLD_MS - 1}, "schedule.at_ms", "in_past"),
     ({"kind": "at", "at_ms": FAR}, "schedule.at_ms", "too_far"),

@@ -36,15 +36,14 @@ offending key (``schedule.expr``) and whose ``code`` is one of: ``invalid_type``
 
 from __future__ import annotations
 
-from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar, get_args
 
-from tjobs.clock import datetime_to_ms
 from tjobs.errors import InvalidInput
 from tjobs.schedules.base import Schedule
 from tjobs.schedules.cron import CronSchedule
 from tjobs.schedules.cronexpr import CronSyntaxError, parse_cron
+from tjobs.schedules.instants import parse_iso_instant_ms
 from tjobs.schedules.interval import IntervalSchedule
 from tjobs.schedules.oneshot import OneShotSchedule
 from tjobs.schedules.zones import is_known_zone
@@ -245,14 +244,7 @@ def _instant(spec: dict[str, Any], name: str) -> int | None:
         return _int(spec, ms_name, required=False)
     if not isinstance(iso, str):
         raise InvalidInput(f"schedule.{name}", "must be an ISO-8601 string with a UTC offset", "invalid_type")
-    field = f"schedule.{name}"
-    try:
-        parsed = datetime.fromisoformat(iso)
-    except ValueError:
-        raise InvalidInput(field, f"{iso!r} is not an ISO-8601 instant", "invalid_instant") from None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise InvalidInput(field, f"{iso!r} has no UTC offset (add Z or +08:00)", "invalid_instant")
-    return datetime_to_ms(parsed)
+    return parse_iso_instant_ms(iso, f"schedule.{name}")
 
 
 def _which(spec: dict[str, Any], name: str) -> str:

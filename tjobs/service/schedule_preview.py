@@ -9,11 +9,10 @@ own schedule math.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from tjobs.clock import datetime_to_ms
 from tjobs.errors import InvalidInput
+from tjobs.schedules.instants import parse_iso_instant_ms
 from tjobs.schedules.parsing import MS_PER_DAY, parse_schedule_request
 from tjobs.schedules.preview import Preview, TooFarAhead, preview
 from tjobs.settings import Settings
@@ -62,15 +61,7 @@ def parse_instant(value: Any, field: str) -> int | None:
         if text.isascii() and text.isdigit() and len(text) <= 19:
             instant_ms = int(text)
         else:
-            try:
-                parsed = datetime.fromisoformat(text)
-            except ValueError:
-                raise InvalidInput(
-                    field, f"{value!r} is not an ISO-8601 instant or epoch ms", "invalid_instant"
-                ) from None
-            if parsed.tzinfo is None or parsed.utcoffset() is None:
-                raise InvalidInput(field, f"{value!r} has no UTC offset (add Z or +08:00)", "invalid_instant")
-            instant_ms = datetime_to_ms(parsed)
+            instant_ms = parse_iso_instant_ms(text, field, expected="an ISO-8601 instant or epoch ms")
     else:
         raise InvalidInput(field, "must be an ISO-8601 string with an offset, or epoch ms", "invalid_type")
     if not 0 <= instant_ms <= MAX_INSTANT_MS:
