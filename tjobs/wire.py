@@ -59,6 +59,10 @@ CRON_PATTERN = r"^\s*\S+(\s+\S+){4,5}\s*$"
 CALLBACK_URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\\@/?#]+([/?#][^\s\x00-\x1f\x7f-\x9f\\]*)?$"
 TARGET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+# the ids the API hands out, as a path may carry them (anything else is a 404, as an id never stored)
+TASK_ID_PATTERN = r"^[0-9]{1,19}$"  # 1..2^63-1 (the range is judged beyond the pattern)
+FLOW_ID_PATTERN = r"^[0-9]{1,19}-[0-9]{1,19}$"  # <task id>-<scheduled_at_ms>
+APP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # app_<12 hex digits>, or demo
 MAX_URL_CHARS = 2048  # limits.max_url_chars by default
 EXECUTOR_ADDRESS_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\\@/?#]+(/[^\s\x00-\x1f\x7f-\x9f\\?#]*)?$"
 CALLBACK_URL = Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS, pattern=CALLBACK_URL_PATTERN)]

@@ -327,6 +327,16 @@ TASK_ROUTES = [
     ("GET", "/v1/tasks/{id}/flows"),
     ("PATCH", "/v1/tasks/{id}"),
 ]
+BAD_APP_IDS = ["a\u0000b", "a b", "x" * 65, "-x", "a/b", "\u00e9"]
+APP_ROUTES = [
+    ("GET", "/v1/apps/{id}"),
+    ("PATCH", "/v1/apps/{id}"),
+    ("DELETE", "/v1/apps/{id}"),
+    ("POST", "/v1/apps/{id}/rotate"),
+    ("POST", "/v1/apps/{id}/disable"),
+    ("POST", "/v1/apps/{id}/enable"),
+    ("GET", "/v1/apps/{id}/stats"),
+]
 BAD_FLOW_IDS = [
     "1-99999999999999999999",
     "9223372036854775808-1",
@@ -373,6 +383,19 @@ def id_cases() -> list[Case]:
         cases.append(
             Case(f"redrive many {bad!r}", "POST", "/v1/dead-letters/redrive", {"flow_ids": [bad]}, statuses=(200,))
         )
+    for method, route in APP_ROUTES:  # refused by their form, before any store is asked (404, as unknown)
+        for bad in BAD_APP_IDS:
+            body = {} if method in ("PATCH", "POST") else None
+            cases.append(
+                Case(
+                    f"{method} {route} id={bad!r}",
+                    method,
+                    route.replace("{id}", _quote(bad)),
+                    body,
+                    statuses=(404,),
+                    admin=True,
+                )
+            )
     for cursor in BAD_CURSORS:
         cases.append(Case(f"list cursor {cursor!r}", "GET", f"/v1/tasks?cursor={_quote(cursor)}", field="cursor"))
         cases.append(

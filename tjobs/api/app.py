@@ -73,6 +73,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         version=__version__,
         default_response_class=ORJSONResponse,
         description="Register timers; tjobs calls your service back, signed, when they are due.",
+        redirect_slashes=False,  # /v1/flows/ is an empty flow id (404), not the flow search
     )
     api.state.node = node
     api.state.app_service = node.app_service

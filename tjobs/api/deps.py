@@ -24,11 +24,12 @@ import hmac
 from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
+from tjobs import wire
 from tjobs.api.bodies import parse_json, require_json_content_type
 from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
 from tjobs.api.schemas import Error
@@ -207,6 +208,23 @@ def filter_task_id(raw: str, field: str = "task_id") -> int:
 def search_of(request: Request) -> SearchService:
     """The node's search across shards (:class:`tjobs.service.search.SearchService`)."""
     return node_of(request).tasks.search
+
+
+def _path_parameter(pattern: str, max_length: int, description: str) -> Any:
+    """A path parameter published with its form. The route's own code judges the form: 404 as for an id
+    never stored (FastAPI's check would answer 422), or a 422 naming ``pool`` when an executor registers."""
+    return Path(
+        description=description,
+        json_schema_extra={"pattern": pattern, "minLength": 1, "maxLength": max_length},
+    )
+
+
+TaskIdPath = Annotated[str, _path_parameter(wire.TASK_ID_PATTERN, 19, "a task id")]
+FlowIdPath = Annotated[str, _path_parameter(wire.FLOW_ID_PATTERN, 39, "a flow id: '<task id>-<scheduled_at_ms>'")]
+AppIdPath = Annotated[str, _path_parameter(wire.APP_ID_PATTERN, 64, "an app id")]
+TargetNamePath = Annotated[str, _path_parameter(wire.TARGET_NAME_PATTERN, 64, "a target's name")]
+PoolNamePath = Annotated[str, _path_parameter(wire.POOL_NAME_PATTERN, 63, "a pool's name")]
+ExecutorIdPath = Annotated[str, _path_parameter(wire.EXECUTOR_ID_PATTERN, 128, "an executor's id")]
 
 
 def task_id_of(raw: str) -> int:

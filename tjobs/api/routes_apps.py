@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 
 from tjobs.api import schemas
-from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok, require_admin
+from tjobs.api.deps import (
+    AppDep,
+    AppIdPath,
+    NodeDep,
+    body_doc,
+    errors,
+    json_body,
+    json_object,
+    json_response,
+    ok,
+    require_admin,
+)
 from tjobs.api.render import app_json
 from tjobs.errors import InvalidInput
 from tjobs.model import App
@@ -56,7 +67,7 @@ async def list_apps(
 
 
 @admin.get("/apps/{app_id}", summary="Show an app (admin)", responses={**ok(200, schemas.AppOut), **errors(401, 404)})
-async def show_app(app_id: str, request: Request) -> Any:
+async def show_app(app_id: AppIdPath, request: Request) -> Any:
     return json_response(app_json(await app_service(request).get(app_id), with_secrets=True))
 
 
@@ -66,7 +77,7 @@ async def show_app(app_id: str, request: Request) -> Any:
     responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)},
     openapi_extra=body_doc(schemas.AppUpdate),
 )
-async def update_app(app_id: str, request: Request, node: NodeDep) -> Any:
+async def update_app(app_id: AppIdPath, request: Request, node: NodeDep) -> Any:
     app = await app_service(request).update(app_id, await json_body(request))
     return json_response(app_json(app, with_secrets=True))
 
@@ -77,7 +88,7 @@ async def update_app(app_id: str, request: Request, node: NodeDep) -> Any:
     responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)},
     openapi_extra=body_doc(schemas.Rotate),
 )
-async def rotate_app(app_id: str, request: Request) -> Any:
+async def rotate_app(app_id: AppIdPath, request: Request) -> Any:
     raw = await request.body()
     body = json_object(await json_body(request)) if raw.strip() else {}
     unknown = set(body) - {"api_key", "secret", "grace_s"}
@@ -103,7 +114,7 @@ async def rotate_app(app_id: str, request: Request) -> Any:
     summary="Disable an app (admin): its key answers 403 and its tasks do not fire until it is enabled",
     responses={**ok(200, schemas.AppOut), **errors(401, 404)},
 )
-async def disable_app(app_id: str, request: Request) -> Any:
+async def disable_app(app_id: AppIdPath, request: Request) -> Any:
     return json_response(app_json(await app_service(request).set_disabled(app_id, True)))
 
 
@@ -112,7 +123,7 @@ async def disable_app(app_id: str, request: Request) -> Any:
     summary="Enable an app again (admin): its tasks resume under their misfire policy",
     responses={**ok(200, schemas.AppOut), **errors(401, 404)},
 )
-async def enable_app(app_id: str, request: Request) -> Any:
+async def enable_app(app_id: AppIdPath, request: Request) -> Any:
     return json_response(app_json(await app_service(request).set_disabled(app_id, False)))
 
 
@@ -122,7 +133,7 @@ async def enable_app(app_id: str, request: Request) -> Any:
     responses={**ok(200, schemas.AppDeleted), **errors(400, 401, 404)},
 )
 async def delete_app(
-    app_id: str,
+    app_id: AppIdPath,
     request: Request,
     confirm: Annotated[str | None, Query(max_length=200, description="the app id again")] = None,
 ) -> Any:
@@ -135,7 +146,7 @@ async def delete_app(
     summary="An app's stats (admin)",
     responses={**ok(200, schemas.AppStats), **errors(401, 404)},
 )
-async def app_stats_admin(app_id: str, request: Request, node: NodeDep) -> Any:
+async def app_stats_admin(app_id: AppIdPath, request: Request, node: NodeDep) -> Any:
     stats = await stats_of(node, await app_service(request).get(app_id))
     return json_response(stats)
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from tjobs.api import schemas
 from tjobs.api.deps import (
     AppDep,
+    FlowIdPath,
     NodeDep,
     body_doc,
     errors,
@@ -88,7 +89,7 @@ async def search_flows(
     summary="Get one flow (id: '<task id>-<scheduled_at_ms>')",
     responses={**ok(200, schemas.Flow), **errors(401, 404)},
 )
-async def get_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
+async def get_flow(flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
     return json_response(flow_json(await node.tasks.get_flow(app, flow_id)))
 
 
@@ -97,7 +98,7 @@ async def get_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
     summary="Re-drive one dead flow (attempts kept)",
     responses={**ok(200, schemas.Flow), **errors(401, 404, 409)},
 )
-async def redrive_flow(flow_id: str, app: AppDep, node: NodeDep) -> Any:
+async def redrive_flow(flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
     [(_, flow, error)] = await node.tasks.redrive(app, [flow_id])
     if error is not None:
         raise error

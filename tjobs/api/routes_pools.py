@@ -6,25 +6,34 @@ Each app sees only its own pools: another app's pool answers 404, like a pool wi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 from starlette.datastructures import State
 from starlette.routing import Match, Route
 from starlette.types import Scope
 
 from tjobs import wire
-from tjobs.api.deps import BEARER, AppDep, body_doc, errors, json_body, json_response, node_of, ok, request_app
+from tjobs.api.deps import (
+    BEARER,
+    AppDep,
+    ExecutorIdPath,
+    PoolNamePath,
+    body_doc,
+    errors,
+    json_body,
+    json_response,
+    node_of,
+    ok,
+    request_app,
+)
 from tjobs.clock import iso_ms
 from tjobs.pools.model import Executor
 from tjobs.service.pools import PoolService
 
 if TYPE_CHECKING:
     from tjobs.node import Node
-
-# documented as validation judges it (the service's own 422 names the field)
-PoolName = Annotated[str, Path(json_schema_extra={"pattern": wire.POOL_NAME_PATTERN})]
 
 router = APIRouter(prefix="/v1", tags=["pools"])
 
@@ -81,7 +90,7 @@ def executor_json(executor: Executor) -> dict[str, Any]:
     responses={**ok(201, wire.StoredExecutor, "registered"), **ok(200, wire.StoredExecutor), **errors(401, 422)},
     openapi_extra=body_doc(wire.ExecutorRegistration),
 )
-async def register_executor(pool: PoolName, request: Request, app: AppDep) -> Any:
+async def register_executor(pool: PoolNamePath, request: Request, app: AppDep) -> Any:
     executor, created = await pool_service(request).register(app, pool, await json_body(request))
     return json_response(executor_json(executor), 201 if created else 200)
 
@@ -95,7 +104,7 @@ HEARTBEAT_PATH = "/pools/{pool}/executors/{executor_id}/heartbeat"
     responses={**ok(200, Heartbeat), **errors(401, 404)},
     openapi_extra=BEARER,
 )
-async def heartbeat(pool: PoolName, executor_id: str, request: Request) -> Any:
+async def heartbeat(pool: PoolNamePath, executor_id: ExecutorIdPath, request: Request) -> Any:
     # the pool's hot path (every executor, every third of its TTL): served by heartbeat_route below
     app = await request_app(request)
     executor = await pool_service(request).renew(app, pool, executor_id)
@@ -132,7 +141,9 @@ limit, error handlers), without FastAPI's walk through every router and its para
     summary="Deregister an executor (on shutdown)",
     responses={204: {"description": "deregistered"}, **errors(401, 404)},
 )
-async def deregister_executor(pool: PoolName, executor_id: str, request: Request, app: AppDep) -> Response:
+async def deregister_executor(
+    pool: PoolNamePath, executor_id: ExecutorIdPath, request: Request, app: AppDep
+) -> Response:
     await pool_service(request).deregister(app, pool, executor_id)
     return Response(status_code=204)
 
@@ -150,6 +161,6 @@ async def list_pools(request: Request, app: AppDep) -> Any:
 
 
 @router.get("/pools/{pool}", summary="A pool's live executors", responses={**ok(200, PoolOut), **errors(401, 404)})
-async def show_pool(pool: PoolName, request: Request, app: AppDep) -> Any:
+async def show_pool(pool: PoolNamePath, request: Request, app: AppDep) -> Any:
     executors = await pool_service(request).pool(app, pool)
     return json_response({"name": pool, "executors": [executor_json(e) for e in executors]})

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from tjobs import wire
-from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_response, ok
+from tjobs.api.deps import AppDep, NodeDep, TargetNamePath, body_doc, errors, json_body, json_response, ok
 from tjobs.clock import iso_ms
 from tjobs.errors import NotFound
 from tjobs.targets.codec import target_json
@@ -66,7 +66,7 @@ async def list_targets(
     summary="Get a target (credentials as keys only)",
     responses={**ok(200, wire.StoredTarget), **errors(401, 404)},
 )
-async def get_target(name: str, app: AppDep, node: NodeDep) -> Any:
+async def get_target(name: TargetNamePath, app: AppDep, node: NodeDep) -> Any:
     return json_response(_json(await node.target_service.get(app, _name(name))))
 
 
@@ -76,7 +76,7 @@ async def get_target(name: str, app: AppDep, node: NodeDep) -> Any:
     responses={**ok(200, wire.StoredTarget), **errors(401, 404, 409, 422)},
     openapi_extra=body_doc(wire.TargetUpdate),
 )
-async def update_target(name: str, request: Request, app: AppDep, node: NodeDep) -> Any:
+async def update_target(name: TargetNamePath, request: Request, app: AppDep, node: NodeDep) -> Any:
     target_name = _name(name)
     return json_response(_json(await node.target_service.update(app, target_name, await json_body(request))))
 
@@ -87,6 +87,6 @@ async def update_target(name: str, request: Request, app: AppDep, node: NodeDep)
     summary="Delete a target (409 target_in_use, with how many, while tasks name it)",
     responses={**ok(204, None, "deleted"), **errors(401, 404, 409)},
 )
-async def delete_target(name: str, app: AppDep, node: NodeDep) -> Response:
+async def delete_target(name: TargetNamePath, app: AppDep, node: NodeDep) -> Response:
     await node.target_service.delete(app, _name(name))
     return Response(status_code=204)

@@ -12,6 +12,7 @@ from tjobs.api.deps import (
     BEARER,
     AppDep,
     NodeDep,
+    TaskIdPath,
     admit_creates,
     body_doc,
     errors,
@@ -136,7 +137,7 @@ async def list_tasks(
     responses={**ok(200, schemas.Task), **errors(401, 404)},
     openapi_extra=BEARER,
 )
-async def get_task(task_id: str, request: Request) -> Any:
+async def get_task(task_id: TaskIdPath, request: Request) -> Any:
     app = await request_app(request)
     return json_response(task_json(await node_of(request).tasks.get(app, task_id_of(task_id))))
 
@@ -147,7 +148,7 @@ async def get_task(task_id: str, request: Request) -> Any:
     responses={**ok(200, schemas.Task), **errors(401, 404, 409, 422)},
     openapi_extra=body_doc(wire.TaskUpdate),
 )
-async def update_task(task_id: str, request: Request, app: AppDep, node: NodeDep) -> Any:
+async def update_task(task_id: TaskIdPath, request: Request, app: AppDep, node: NodeDep) -> Any:
     tid = task_id_of(task_id)
     body = await json_body(request)
     return json_response(task_json(await node.tasks.update(app, tid, body)))
@@ -156,7 +157,7 @@ async def update_task(task_id: str, request: Request, app: AppDep, node: NodeDep
 @router.post(
     "/tasks/{task_id}/pause", summary="Pause a task", responses={**ok(200, schemas.Task), **errors(401, 404, 409)}
 )
-async def pause_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
+async def pause_task(task_id: TaskIdPath, app: AppDep, node: NodeDep) -> Any:
     return json_response(task_json(await node.tasks.pause(app, task_id_of(task_id))))
 
 
@@ -165,7 +166,7 @@ async def pause_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
     summary="Resume a task (its misfire policy covers what was missed)",
     responses={**ok(200, schemas.Task), **errors(401, 404, 409)},
 )
-async def resume_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
+async def resume_task(task_id: TaskIdPath, app: AppDep, node: NodeDep) -> Any:
     return json_response(task_json(await node.tasks.resume(app, task_id_of(task_id))))
 
 
@@ -176,7 +177,7 @@ async def resume_task(task_id: str, app: AppDep, node: NodeDep) -> Any:
     responses={**ok(201, schemas.Flow), **errors(401, 404, 409, 422)},
     openapi_extra=body_doc(wire.TaskTrigger, required=False),
 )
-async def trigger_task(task_id: str, request: Request, app: AppDep, node: NodeDep) -> Any:
+async def trigger_task(task_id: TaskIdPath, request: Request, app: AppDep, node: NodeDep) -> Any:
     body = await json_body(request) if await request.body() else None  # the body is optional
     return json_response(flow_json(await node.tasks.trigger(app, task_id_of(task_id), body)), 201)
 
@@ -187,7 +188,7 @@ async def trigger_task(task_id: str, request: Request, app: AppDep, node: NodeDe
     summary="Delete a task (its flows stay as history)",
     responses={**ok(204, None, "deleted"), **errors(401, 404)},
 )
-async def delete_task(task_id: str, app: AppDep, node: NodeDep) -> Response:
+async def delete_task(task_id: TaskIdPath, app: AppDep, node: NodeDep) -> Response:
     await node.tasks.delete(app, task_id_of(task_id))
     return Response(status_code=204)
 
@@ -199,7 +200,7 @@ async def delete_task(task_id: str, app: AppDep, node: NodeDep) -> Response:
     responses={**ok(200, schemas.FlowList), **errors(401, 404, 422)},
 )
 async def list_task_flows(
-    task_id: str,
+    task_id: TaskIdPath,
     app: AppDep,
     node: NodeDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

@@ -9,9 +9,9 @@ the store at the next rotation or update.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import replace
 from typing import Any
@@ -22,17 +22,19 @@ from tjobs.delivery.ssrf import AllowList
 from tjobs.errors import ConfirmationRequired, InvalidInput, NotFound
 from tjobs.model import DISABLED_AT, App
 from tjobs.service.cursors import LIST_PAGE_MAX, Page, decode_position, encode_position
+from tjobs.service.directory_cache import CachePolicy, DirectoryCache
 from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.tasks import SHARD_WINDOW
 from tjobs.service.validation import check_name
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
-from tjobs.wire import CallbackDefaults
+from tjobs.wire import APP_ID_PATTERN, CallbackDefaults
 
 DEFAULT_SECRET_GRACE_S = 86_400
 MAX_SECRET_GRACE_S = 30 * 86_400
 MAX_ACTIVE_TASKS = 1_000_000_000_000  # a per-app quota; beyond it a count could not be stored
 DELETE_BATCH = 1000  # tasks deleted per transaction when an app is deleted
+_APP_ID = re.compile(APP_ID_PATTERN)
 _CALLBACK_DEFAULT_KEYS = frozenset(CallbackDefaults.model_fields)
 _APP_KEYS = frozenset(
     {
@@ -189,7 +191,8 @@ class AppService:
         return app, api_key
 
     async def get(self, app_id: str) -> App:
-        app = await self._store.get_app(app_id)
+        """The stored app; :class:`NotFound` if none, or if ``app_id`` cannot be an app's id (no store asked)."""
+        app = await self._store.get_app(app_id) if _APP_ID.fullmatch(app_id) else None
         if app is None:
             raise NotFound("app", app_id)
         return live_secrets(app, self._clock.now_ms())
@@ -313,46 +316,54 @@ class AppService:
 
 
 class AppDirectory:
-    """Caches apps by id for ``ttl_ms`` so the fire path never waits on the store for them.
+    """Apps by id for the fire and delivery paths, so they never wait on the store for them: a
+    :class:`tjobs.service.directory_cache.DirectoryCache` (fresh for ``ttl_ms``, read again ahead of
+    expiry while in use, served from the last good copy for up to ``serve_stale_ms`` more while the
+    apps server is frozen or cut, a deleted app dropped as soon as the server says so).
 
     A miss reads the store once per app at a time: when an app's entry expires in the middle of a
     burst, every fire and send that misses it shares the one query instead of each sending its own.
     """
 
-    def __init__(self, store: TaskStore, clock: Clock, ttl_ms: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        clock: Clock,
+        ttl_ms: int = 10_000,
+        serve_stale_ms: int = 300_000,
+        read_deadline_ms: int = 200,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._ttl_ms = ttl_ms
-        self._cache: dict[str, tuple[int, App]] = {}
+        self._apps: DirectoryCache[str, App] = DirectoryCache(
+            self._read_or_none, clock, CachePolicy(ttl_ms, serve_stale_ms, read_deadline_ms), "apps"
+        )
         self._by_key_hash: dict[str, tuple[int, App]] = {}
-        self._lookups: dict[str, asyncio.Future[App]] = {}  # app id -> the store read under way
 
     async def get(self, app_id: str) -> App:
         """The app (cached, else read once for every caller waiting on it); :class:`NotFound` if none.
         A caller that is cancelled leaves the shared read running for the others."""
-        cached = self._cache.get(app_id)
-        if cached is not None and cached[0] > self._clock.now_ms():
-            return cached[1]
-        lookup = self._lookups.get(app_id)
-        if lookup is None:
-            lookup = self._lookups[app_id] = asyncio.ensure_future(self._read(app_id))
-            lookup.add_done_callback(functools.partial(self._lookup_done, app_id))
-        return await asyncio.shield(lookup)
+        app = await self._apps.get(app_id)
+        if app is None:
+            raise NotFound("app", app_id)
+        return app
+
+    async def _read_or_none(self, app_id: str) -> App | None:
+        try:
+            return await self._read(app_id)
+        except NotFound:
+            return None
 
     async def _read(self, app_id: str) -> App:
         app = await self._store.get_app(app_id)
         if app is None:
             raise NotFound("app", app_id)
-        now_ms = self._clock.now_ms()
-        app = live_secrets(app, now_ms)
-        self._cache[app_id] = (now_ms + self._ttl_ms, app)
-        return app
+        return live_secrets(app, self._clock.now_ms())
 
-    def _lookup_done(self, app_id: str, lookup: asyncio.Future[App]) -> None:
-        if self._lookups.get(app_id) is lookup:
-            del self._lookups[app_id]
-        if not lookup.cancelled():
-            lookup.exception()  # retrieved: every caller may have been cancelled meanwhile
+    async def close(self) -> None:
+        """Cancel the reads under way (the node is stopping)."""
+        await self._apps.close()
 
     async def authenticate(self, api_key: str) -> App | None:
         """The app owning ``api_key``; the key is hashed, and the lookup is by the hash (an index)."""
@@ -387,18 +398,16 @@ class AppDirectory:
         return api_key_hash in self._by_key_hash
 
     def cached(self, app_id: str) -> App | None:
-        """The cached app if still fresh, without touching the store (the fire path's fast lane)."""
-        cached = self._cache.get(app_id)
-        if cached is not None and cached[0] > self._clock.now_ms():
-            return cached[1]
-        return None
+        """The cached app without touching the store (the fire path's fast lane): fresh, or the last
+        good copy while the apps server is silent (within ``serve_stale_ms``)."""
+        return self._apps.cached(app_id)
 
     def invalidate(self, app_id: str) -> None:
-        self._cache.pop(app_id, None)
+        self._apps.forget(app_id)
 
     def put(self, app: App) -> None:
         now_ms = self._clock.now_ms()
-        self._cache[app.id] = (now_ms + self._ttl_ms, app)
+        self._apps.put(app.id, app)
         if app.api_key_hash in self._by_key_hash:
             self._by_key_hash[app.api_key_hash] = (now_ms + self._ttl_ms, app)
 
