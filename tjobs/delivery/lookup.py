@@ -3,7 +3,9 @@ the first attempt and, for the targets, again before every attempt.
 
 The app comes from the app directory (:class:`AppSource`): cached, or read once for every flow waiting
 on it (a flow whose app cannot be read now stays ``pending`` in the store, and the compensator re-drives
-it). A task naming targets (``callback.targets``) has them from the target directory
+it). While the server holding the apps table does not answer, both directories serve the last good
+copy for a bounded time (:mod:`tjobs.service.directory_cache`), so a delivery waits on that server at
+most a short read deadline. A task naming targets (``callback.targets``) has them from the target directory
 (:class:`TargetSource`, cached per app): read before the first attempt (a flow whose targets cannot be
 read now stays ``pending`` too), and again before every attempt (one that cannot be read then keeps its
 last version). A task with inline URLs pays for none of this.
@@ -38,7 +40,8 @@ class TargetSource(Protocol):
     """Where the deliverer finds a flow's named targets (:class:`tjobs.service.targets.TargetDirectory`)."""
 
     def cached(self, app_id: str, name: str) -> Target | None:
-        """The target if cached and fresh, without waiting (``None``: ask :meth:`get`)."""
+        """The target without waiting: fresh, or the last good copy while its server is silent
+        (``None``: ask :meth:`get`)."""
         ...
 
     async def get(self, app_id: str, name: str) -> Target | None:
@@ -51,7 +54,7 @@ class AppSource(Protocol):
     """Where the deliverer finds a flow's app (:class:`tjobs.service.apps.AppDirectory`)."""
 
     def cached(self, app_id: str) -> App | None:
-        """The app if cached and fresh, without waiting."""
+        """The app without waiting: fresh, or the last good copy while its server is silent."""
         ...
 
     async def get(self, app_id: str) -> App:

@@ -33,8 +33,6 @@ reads the change.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import re
 from dataclasses import replace
@@ -46,6 +44,7 @@ from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app
 from tjobs.errors import Conflict, InvalidInput, NotFound, TargetInUse, TargetVersionConflict
 from tjobs.model import App
 from tjobs.service.cursors import decode_position, encode_position
+from tjobs.service.directory_cache import CachePolicy, DirectoryCache
 from tjobs.service.target_requests import parse_create, parse_credentials, parse_update
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
@@ -59,56 +58,48 @@ UPDATE_ATTEMPTS = 3  # an update without ``version`` re-reads and retries when a
 
 
 class TargetDirectory:
-    """Targets by ``(app, name)``, cached for ``ttl_ms``; a miss reads the store once per key at a
-    time (every caller waiting on that key shares the read). Misses are not cached: a target created
-    on another node is found by the next read."""
+    """Targets by ``(app, name)``: a :class:`tjobs.service.directory_cache.DirectoryCache` (fresh for
+    ``ttl_ms``, read again ahead of expiry while in use, served from the last good copy for up to
+    ``serve_stale_ms`` more while the apps server is frozen or cut). A miss reads the store once per
+    key at a time (every caller waiting on that key shares the read). Misses are not cached: a target
+    created on another node is found by the next read; a target the store says is gone is dropped."""
 
-    def __init__(self, store: TaskStore, clock: Clock, ttl_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        clock: Clock,
+        ttl_ms: int = 5000,
+        serve_stale_ms: int = 300_000,
+        read_deadline_ms: int = 200,
+    ) -> None:
         self._store = store
-        self._clock = clock
-        self._ttl_ms = ttl_ms
-        self._cache: dict[tuple[str, str], tuple[int, Target]] = {}
-        self._lookups: dict[tuple[str, str], asyncio.Future[Target | None]] = {}
+        self._targets: DirectoryCache[tuple[str, str], Target] = DirectoryCache(
+            self._read, clock, CachePolicy(ttl_ms, serve_stale_ms, read_deadline_ms), "targets"
+        )
 
     def cached(self, app_id: str, name: str) -> Target | None:
-        """The target if cached and fresh, without touching the store (``None``: ask :meth:`get`)."""
-        entry = self._cache.get((app_id, name))
-        if entry is not None and entry[0] > self._clock.now_ms():
-            return entry[1]
-        return None
+        """The target without touching the store (``None``: ask :meth:`get`): fresh, or the last good
+        copy while the apps server is silent (within ``serve_stale_ms``)."""
+        return self._targets.cached((app_id, name))
 
     async def get(self, app_id: str, name: str) -> Target | None:
         """The target (cached, else read once for every caller waiting on it); ``None`` if the app has
-        no target of that name. Raises what the store raises (``StorageUnavailable``)."""
-        target = self.cached(app_id, name)
-        if target is not None:
-            return target
-        key = (app_id, name)
-        lookup = self._lookups.get(key)
-        if lookup is None:
-            lookup = self._lookups[key] = asyncio.ensure_future(self._read(app_id, name))
-            lookup.add_done_callback(functools.partial(self._lookup_done, key))
-        return await asyncio.shield(lookup)
+        no target of that name. Raises what the store raises (``StorageUnavailable``) when there is no
+        copy to serve."""
+        return await self._targets.get((app_id, name))
 
-    async def _read(self, app_id: str, name: str) -> Target | None:
-        target = await self._store.get_target(app_id, name)
-        if target is None:
-            self._cache.pop((app_id, name), None)
-        else:
-            self.put(target)
-        return target
-
-    def _lookup_done(self, key: tuple[str, str], lookup: asyncio.Future[Target | None]) -> None:
-        if self._lookups.get(key) is lookup:
-            del self._lookups[key]
-        if not lookup.cancelled():
-            lookup.exception()  # retrieved: every caller may have been cancelled meanwhile
+    async def _read(self, key: tuple[str, str]) -> Target | None:
+        return await self._store.get_target(*key)
 
     def put(self, target: Target) -> None:
-        self._cache[(target.app_id, target.name)] = (self._clock.now_ms() + self._ttl_ms, target)
+        self._targets.put((target.app_id, target.name), target)
 
     def forget(self, app_id: str, name: str) -> None:
-        self._cache.pop((app_id, name), None)
+        self._targets.forget((app_id, name))
+
+    async def close(self) -> None:
+        """Cancel the reads under way (the node is stopping)."""
+        await self._targets.close()
 
 
 class TargetService:

@@ -1,0 +1,279 @@
+"""The app and target directories while the server holding the apps table is frozen or cut (issue 28).
+
+A delivery needs its app (secrets, allow-list) and, for a task naming targets, its targets. Both live on
+one database server. Given a copy read before that server stopped answering, a delivery is made from
+the copy (the last good one) instead of waiting on the server, for at most the stated bound
+(``directory.serve_stale_s``); a change the server does answer with (a deleted app, a deleted target)
+applies at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.delivery_fakes import APP, CLOCK, SETTINGS, NoJitter, delivered_all, scripted, settle, stored_flow
+from tjobs.clock import ManualClock
+from tjobs.delivery.deliverer import Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.errors import NotFound
+from tjobs.model import App
+from tjobs.service.apps import AppDirectory
+from tjobs.service.targets import TargetDirectory
+from tjobs.stores.memory import MemoryTaskStore
+from tjobs.targets.model import HttpTarget, RetryPolicy, Target
+
+TTL_MS = 10_000
+SERVE_STALE_MS = 60_000
+READ_DEADLINE_MS = 100
+WALL_S = 2.0  # how long a test waits (wall clock) for what must not wait on the frozen server
+
+
+class FreezableStore(MemoryTaskStore):
+    """The memory store whose app and target reads can be made to hang (a SIGSTOPped server: the
+    connection stays open, nothing answers) or fail (a cut one), and are counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answering = asyncio.Event()
+        self.answering.set()
+        self.refusing = False
+        self.app_reads = 0
+        self.target_reads = 0
+
+    def freeze(self) -> None:
+        self.answering.clear()
+
+    def thaw(self) -> None:
+        self.answering.set()
+
+    async def _server(self) -> None:
+        await self.answering.wait()
+        if self.refusing:
+            raise ConnectionRefusedError("the apps server is cut off")
+
+    async def get_app(self, app_id: str) -> App | None:
+        self.app_reads += 1
+        await self._server()
+        return await super().get_app(app_id)
+
+    async def get_target(self, app_id: str, name: str) -> Target | None:
+        self.target_reads += 1
+        await self._server()
+        return await super().get_target(app_id, name)
+
+
+@pytest.fixture
+def store() -> FreezableStore:
+    return FreezableStore()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(CLOCK.now_ms())
+
+
+@pytest.fixture
+async def apps(store: FreezableStore, clock: ManualClock) -> AsyncIterator[AppDirectory]:
+    await store.put_app(APP)
+    directory = AppDirectory(
+        store, clock, ttl_ms=TTL_MS, serve_stale_ms=SERVE_STALE_MS, read_deadline_ms=READ_DEADLINE_MS
+    )
+    yield directory
+    store.thaw()
+    await directory.close()
+
+
+# ---- a delivery never waits on the frozen server when a copy exists ---------------------------------------
+
+
+async def test_a_delivery_after_the_app_entry_expired_does_not_wait_on_a_frozen_apps_server(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory
+) -> None:
+    # Given a node delivering an app's flows, its app cached
+    transport = scripted()
+    deliverer = Deliverer(
+        store,
+        transport,
+        AppLimiter(SETTINGS.global_max_in_flight),
+        SETTINGS,
+        clock,
+        NoJitter(),
+        apps=apps,
+        flush_batch=1,
+    )
+    await deliverer.start()
+    try:
+        deliverer.deliver(*await stored_flow(store, clock=clock))
+        await transport.wait_for(1, WALL_S)
+        await delivered_all(deliverer)
+
+        # When the server holding the apps table freezes and the app's entry expires
+        store.freeze()
+        clock.advance(TTL_MS + 1)
+        for _ in range(3):
+            deliverer.deliver(*await stored_flow(store, clock=clock))
+
+        # Then the flows are delivered from the last good copy, without waiting on the frozen server
+        assert len(await transport.wait_for(4, WALL_S)) == 4
+    finally:
+        store.thaw()
+        await deliverer.stop(1.0)
+
+
+async def test_the_first_lookup_after_expiry_waits_only_the_read_deadline_and_later_ones_not_at_all(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory
+) -> None:
+    await apps.get(APP.id)
+    store.freeze()
+    clock.advance(TTL_MS + 1)
+
+    # The first caller past expiry gives the (frozen) server the read deadline, then takes the copy
+    loop = asyncio.get_running_loop()
+    started_s = loop.time()
+    assert (await asyncio.wait_for(apps.get(APP.id), WALL_S)).id == APP.id
+    assert loop.time() - started_s < WALL_S
+    # and from then on the fast lane serves the copy while the read is still under way
+    assert apps.cached(APP.id) is not None
+    reads = store.app_reads
+    for _ in range(10):
+        assert (await asyncio.wait_for(apps.get(APP.id), READ_DEADLINE_MS / 1000 / 2)).id == APP.id
+    assert store.app_reads == reads, "one read under way at a time"
+
+
+async def test_a_cut_server_is_retried_in_the_background_while_the_copy_is_served(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory
+) -> None:
+    await apps.get(APP.id)
+    store.refusing = True
+    clock.advance(TTL_MS + 1)
+    assert (await apps.get(APP.id)).id == APP.id
+    assert apps.cached(APP.id) is not None
+
+    # When the server answers again with a changed app, the change is served once read
+    store.refusing = False
+    changed = App(APP.id, "renamed", APP.api_key_hash, APP.secrets, max_concurrency=3)
+    await store.put_app(changed)
+    clock.advance(5_000)
+    apps.cached(APP.id)  # a hit starts the refresh when the last failure is old enough
+    await settle()
+    assert (await apps.get(APP.id)).name == "renamed"
+
+
+async def test_entries_in_use_are_read_again_before_they_expire(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory
+) -> None:
+    # Given an app read once
+    await apps.get(APP.id)
+    assert store.app_reads == 1
+    # When it is used past most of its TTL, the directory reads it again in the background
+    clock.advance(TTL_MS * 9 // 10)
+    assert apps.cached(APP.id) is not None
+    await settle()
+    assert store.app_reads == 2
+    # so at the old expiry it is still fresh: the fast lane never misses while the server answers
+    clock.advance(TTL_MS // 10 + 1)
+    assert apps.cached(APP.id) is not None
+    await settle()
+    assert store.app_reads == 2
+
+
+# ---- the bound on staleness, and changes that must still stop deliveries -----------------------------------
+
+
+async def test_the_copy_is_served_no_longer_than_serve_stale_past_its_last_read(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory
+) -> None:
+    await apps.get(APP.id)
+    store.freeze()
+    # Still served just within the bound (counted from the last good read's expiry)
+    clock.advance(TTL_MS + SERVE_STALE_MS - 1)
+    assert (await asyncio.wait_for(apps.get(APP.id), WALL_S)).id == APP.id
+    assert apps.cached(APP.id) is not None
+    # Past it, nothing is served: a lookup waits on the server (the flow stays pending in the store)
+    clock.advance(2)
+    assert apps.cached(APP.id) is None
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(apps.get(APP.id), READ_DEADLINE_MS * 3 / 1000)
+    # and once the server answers, the app is fresh again
+    store.thaw()
+    assert (await asyncio.wait_for(apps.get(APP.id), WALL_S)).id == APP.id
+    assert apps.cached(APP.id) is not None
+
+
+async def test_a_deleted_app_stops_being_served_as_soon_as_its_server_says_so(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory
+) -> None:
+    await apps.get(APP.id)
+    # Given the app deleted through another node
+    await store.delete_app(APP.id)
+    # When this node's copy is read again (in the background, while in use)
+    clock.advance(TTL_MS * 9 // 10)
+    apps.cached(APP.id)
+    await settle()
+    # Then the copy is gone at once: no stale fallback for an app the server says does not exist
+    assert apps.cached(APP.id) is None
+    with pytest.raises(NotFound):
+        await apps.get(APP.id)
+
+
+async def test_a_disabled_app_is_seen_disabled_within_the_ttl_while_in_use(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory
+) -> None:
+    await apps.get(APP.id)
+    disabled = App(APP.id, APP.name, APP.api_key_hash, APP.secrets, settings={"disabled_at_ms": clock.now_ms()})
+    await store.put_app(disabled)
+    clock.advance(TTL_MS * 9 // 10)
+    apps.cached(APP.id)
+    await settle()
+    app = apps.cached(APP.id)
+    assert app is not None and app.disabled_at_ms is not None
+
+
+# ---- targets ------------------------------------------------------------------------------------------------
+
+TARGET = Target(
+    app_id=APP.id,
+    name="orders",
+    settings=HttpTarget(urls=("https://orders.example/hook",)),
+    version=1,
+    retry=RetryPolicy(),
+    credentials={},
+    created_at_ms=0,
+    updated_at_ms=0,
+)
+
+
+@pytest.fixture
+async def targets(store: FreezableStore, clock: ManualClock) -> AsyncIterator[TargetDirectory]:
+    await store.put_target(TARGET, None)
+    directory = TargetDirectory(
+        store, clock, ttl_ms=5_000, serve_stale_ms=SERVE_STALE_MS, read_deadline_ms=READ_DEADLINE_MS
+    )
+    yield directory
+    store.thaw()
+    await directory.close()
+
+
+async def test_a_target_is_served_from_its_copy_while_the_apps_server_is_frozen(
+    store: FreezableStore, clock: ManualClock, targets: TargetDirectory
+) -> None:
+    assert await targets.get(APP.id, "orders") == TARGET
+    store.freeze()
+    clock.advance(5_001)
+    assert await asyncio.wait_for(targets.get(APP.id, "orders"), WALL_S) == TARGET
+    assert targets.cached(APP.id, "orders") == TARGET
+    clock.advance(SERVE_STALE_MS)
+    assert targets.cached(APP.id, "orders") is None
+
+
+async def test_a_deleted_target_is_gone_as_soon_as_its_server_says_so(
+    store: FreezableStore, clock: ManualClock, targets: TargetDirectory
+) -> None:
+    await targets.get(APP.id, "orders")
+    await store.delete_target(APP.id, "orders")
+    clock.advance(5_001)
+    assert await targets.get(APP.id, "orders") is None
+    assert targets.cached(APP.id, "orders") is None
