@@ -84,9 +84,9 @@ async def update_app(app_id: AppIdPath, request: Request, node: NodeDep) -> Any:
 
 @admin.post(
     "/apps/{app_id}/rotate",
-    summary="Rotate the API key and/or signing secret (admin)",
+    summary="Rotate the API key and/or signing secret (admin; no body: both, the old secret kept for a day)",
     responses={**ok(200, schemas.AppOut), **errors(401, 404, 422)},
-    openapi_extra=body_doc(schemas.Rotate),
+    openapi_extra=body_doc(schemas.Rotate, required=False),  # every field has a default
 )
 async def rotate_app(app_id: AppIdPath, request: Request) -> Any:
     raw = await request.body()
