@@ -127,13 +127,21 @@ class Node:
         self.slo_recorder = SloRecorder(
             self.store, self.slo.minutes, self.node_id, self.clock, interval_s=settings.slo.flush_s
         )
-        self.apps = AppDirectory(self.store, self.clock)
+        # Apps and named targets live on the server holding the apps table: cached, read ahead of expiry,
+        # and served from the last good copy (bounded) while that server is silent (issue 28).
+        directory = settings.directory
+        serve_stale_ms, read_deadline_ms = int(directory.serve_stale_s * 1000), directory.read_deadline_ms
+        self.apps = AppDirectory(
+            self.store, self.clock, int(directory.app_ttl_s * 1000), serve_stale_ms, read_deadline_ms
+        )
         self.disabled_apps = DisabledApps(self.store)  # their tasks do not fire (planner and runner)
         # SSRF: every send re-judges the target (with the allow-list its request carries) and connects
         # only to the judged addresses.
         self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
         # Named targets: cached per app, read per attempt; brokers and gRPC only where the operator allows.
-        self.targets = TargetDirectory(self.store, self.clock, int(settings.targets.cache_ttl_s * 1000))
+        self.targets = TargetDirectory(
+            self.store, self.clock, int(settings.targets.cache_ttl_s * 1000), serve_stale_ms, read_deadline_ms
+        )
         self.transport: Transport = build_transport(
             settings.callbacks,
             policy=self.guard.policy,
@@ -251,6 +259,8 @@ class Node:
         await self.db_health.stop()
         await self.hot_tier.stop()
         await self.deliverer.stop(drain_timeout_s)
+        await self.apps.close()
+        await self.targets.close()
         await self.slo_recorder.stop()  # with the drained flows' outcomes
         await self.transport.close()
         await self.store.close()
