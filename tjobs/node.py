@@ -113,7 +113,7 @@ class Node:
             parts.coordinator = parts.coordinator or build_coordinator(
                 settings, self.node_id, self.store, self.clock, self.db_health
             )
-            parts.hot_tier = parts.hot_tier or build_hot_tier(settings, self.node_id, self.clock)
+            parts.hot_tier = parts.hot_tier or build_hot_tier(settings, self.node_id, self.clock, self.store)
         self.coordinator: Coordinator = parts.coordinator or LocalCoordinator(
             self.topology.shard_count, self.node_id, self.db_health, map_home=self.store
         )

@@ -1,5 +1,6 @@
 """The hot-path contract (:class:`tjobs.hot_tier.base.HotTier`), run on every implementation: the
-in-process one, Redis ZSET slices (real Redis) and the DB poll (SQLite files, and a real MariaDB).
+in-process one, Redis ZSET slices (real Redis) and the DB poll (over the memory twin's log, SQLite files,
+and a real MariaDB).
 
 Each test gets a *pair*: the node that takes the API call (``publisher``) and the node whose wheel
 holds the shard (``owner``). In-process, both are the one embedded node. Then a few Redis-specific
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from sqlalchemy import event, func, select, text
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sharding import TaskIdGenerator
@@ -33,7 +34,9 @@ from tjobs.hot_tier.local import LocalHotTier
 from tjobs.hot_tier.redis import MINUTE_MS, RedisHotTier
 from tjobs.settings import StorageSettings
 from tjobs.stores.layout_record import StorageNotMigrated
+from tjobs.stores.memory import MemoryTaskStore
 from tjobs.stores.migrate import migrate
+from tjobs.stores.sql.hot_changes import SqlHotChangeLog
 from tjobs.stores.sql_layout import create_engine_for
 
 SHARDS = 16
@@ -106,6 +109,7 @@ async def _nothing(*_: object) -> None:
     params=[
         "local",
         pytest.param("redis", marks=pytest.mark.redis),
+        "dbpoll-memory",
         "dbpoll",
         pytest.param("dbpoll-mariadb", marks=pytest.mark.mariadb),
     ]
@@ -141,6 +145,26 @@ async def pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         await owner.stop()
         await flush()
         await admin.aclose()
+        return
+    if request.param == "dbpoll-memory":  # two nodes' tiers over one twin's log
+        store = MemoryTaskStore()
+        node_a, node_b = (
+            DbPollHotTier(
+                store.hot_change_log(), origin=name, clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20
+            )
+            for name in ("node-a", "node-b")
+        )
+
+        async def truncate() -> None:
+            store.hot_changes.truncate()
+
+        async def unavailable(_: Pair) -> None:
+            store.hot_changes.available = False
+
+        memory_pair = await _start(node_a, node_b, True, truncate, unavailable)
+        yield memory_pair
+        await node_a.stop()
+        await node_b.stop()
         return
     async with db_tier(request, tmp_path) as tier:
         db_pair = await _start(tier.publisher, tier.owner, True, tier.truncate, tier.drop)
@@ -194,8 +218,12 @@ async def db_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     try:
         await migrate(storage)
         yield DbTier(
-            DbPollHotTier(storage, origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20),
-            DbPollHotTier(storage, origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20),
+            DbPollHotTier(
+                SqlHotChangeLog(storage), origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20
+            ),
+            DbPollHotTier(
+                SqlHotChangeLog(storage), origin="node-b", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20
+            ),
             execute,
             mariadb,
         )
@@ -417,14 +445,18 @@ async def test_db_poll_refuses_a_schema_without_its_table_and_nodes_start_togeth
     async with admin.begin() as conn:
         await conn.execute(text(f"CREATE DATABASE `{prefix}_00`"))  # a database no `tjobs migrate` ran on
     try:
-        bare = DbPollHotTier(storage, origin="node-0", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
+        bare = DbPollHotTier(
+            SqlHotChangeLog(storage), origin="node-0", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50
+        )
         with pytest.raises(StorageNotMigrated, match="tjobs migrate"):
             await bare.start(Recorder())
         await bare.stop()
 
         await migrate(storage)
         nodes = [
-            DbPollHotTier(storage, origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50)
+            DbPollHotTier(
+                SqlHotChangeLog(storage), origin=f"node-{i}", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=50
+            )
             for i in range(6)
         ]
         try:
@@ -449,23 +481,24 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tu
         await db_pair.owner.stop()
 
 
+def engine_of(hot: DbPollHotTier) -> AsyncEngine:
+    """The engine of ``hot``'s SQL log (its own, while it runs)."""
+    assert isinstance(hot.log, SqlHotChangeLog)
+    return hot.log.engine
+
+
 def commits_of(hot: DbPollHotTier) -> list[int]:
     """The transactions ``hot`` commits from now on (its poll reads commit none), one entry each."""
-    engine = hot._engine
-    assert engine is not None
     commits: list[int] = []
-    event.listen(engine.sync_engine, "commit", lambda _conn: commits.append(1))
+    event.listen(engine_of(hot).sync_engine, "commit", lambda _conn: commits.append(1))
     return commits
 
 
 async def rows_of(tier: DbTier, changes: list[TaskChange]) -> int:
-    """How many of ``changes`` have their row in the table (counted on a connection of its own)."""
-    engine, table = tier.publisher._engine, tier.publisher._table
-    assert engine is not None
-    ids = [change.task_id for change in changes]
-    async with engine.connect() as conn:
-        count = select(func.count()).select_from(table).where(table.c.task_id.in_(ids))
-        return int((await conn.execute(count)).scalar_one())
+    """How many of ``changes`` have their row in the table (read on a connection of its own)."""
+    ids = {change.task_id for change in changes}
+    logged = await tier.publisher.log.read_after(0, 1_000_000)
+    return sum(1 for _, change in logged if change.task_id in ids)
 
 
 async def test_db_poll_writes_concurrent_publishes_in_fewer_transactions_and_the_owner_reads_them_all(
@@ -526,8 +559,7 @@ async def test_db_poll_stops_in_bounded_time_while_a_write_hangs_and_releases_it
 ) -> None:
     tier, pair = db
     monkeypatch.setattr(dbpoll, "STOP_WRITE_WAIT_S", 0.2)
-    engine = tier.publisher._engine
-    assert engine is not None
+    engine = engine_of(tier.publisher)
 
     real_begin = AsyncEngine.begin
 

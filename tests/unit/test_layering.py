@@ -1,4 +1,5 @@
-"""No module reaches up a layer, and no modules or packages import each other (docs/design.md, "Layering").
+"""No module reaches up a layer, and no modules or packages import each other (docs/design.md, "Layering");
+only ``stores`` touches SQL: every other package reaches storage through the contracts.
 
 The layer table has one source: the fenced block under **Layering** in ``docs/design.md``, read here.
 Each line below the first starts with ``→`` and names one layer's packages or modules (the first
@@ -282,3 +283,56 @@ def test_the_api_and_the_console_reach_services_not_the_store() -> None:
             if unit_of(imported) == "stores":
                 reaching.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
     assert not reaching, "\n" + "\n".join(reaching)
+
+
+SQL_LIBRARIES = frozenset({"sqlalchemy", "alembic", "asyncmy", "aiosqlite", "pymysql"})
+SQL_STORE_MODULES = re.compile(
+    r"tjobs\.stores\.(sql|sql_\w+|sqlalchemy|schema|schema_revision|layout_record|migrations)(\.|$)"
+)
+
+
+def sql_imports(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
+    """``(imported, line)`` for each import of a SQL library or of the SQL store's own modules (its
+    package, ``sql_*``, the schema, the layout record, the migrations), anywhere in the file."""
+    for imported, line in imported_modules(module, path, known):
+        if SQL_STORE_MODULES.match(imported):
+            yield imported, line
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        yield from ((name, node.lineno) for name in names if name.split(".")[0] in SQL_LIBRARIES)
+
+
+def test_only_the_stores_reach_sql() -> None:
+    """Every package but ``stores`` (the hot tier's DB poll, shard moves, the CLI, ...) reaches storage
+    through :mod:`tjobs.stores.contracts`: none imports SQLAlchemy, a driver, or a SQL module of the store."""
+    files = scanned_files()
+    known = set(files)
+    reaching = [
+        f"{path.relative_to(ROOT)}:{line} imports {imported}"
+        for module, path in sorted(files.items())
+        if unit_of(module) != "stores"
+        for imported, line in sorted(set(sql_imports(module, path, known)))
+    ]
+    assert not reaching, "\n" + "\n".join(reaching)
+
+
+def test_the_sql_scan_sees_libraries_and_the_sql_store_modules(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from sqlalchemy.ext.asyncio import AsyncEngine\nimport aiosqlite\nfrom tjobs.stores import sqlalchemy\n"
+        "def f():\n    from tjobs.stores.schema import hot_changes_table\n"
+        "from tjobs.stores.contracts import HotChangeLog\nfrom ..stores.sql import hot_changes\n"
+    )
+    known = {"tjobs.stores.sqlalchemy", "tjobs.stores.sql.hot_changes", "tjobs.stores.contracts"}
+    assert dict(sql_imports("tjobs.hot_tier.x", source, known)) == {
+        "sqlalchemy.ext.asyncio": 1,
+        "aiosqlite": 2,
+        "tjobs.stores.sqlalchemy": 3,
+        "tjobs.stores.schema": 5,
+        "tjobs.stores.sql.hot_changes": 7,
+    }

@@ -349,7 +349,9 @@ def test_only_the_hot_tier_of_a_node_without_a_cluster_is_complete() -> None:
     # load) can lose a change, so its cycle loads read everything below the horizon.
     cluster = {"etcd_endpoints": ["http://127.0.0.1:2379"], "redis_url": "redis://127.0.0.1:6379/0"}
     tiers = {
-        tier: build_hot_tier(load_settings(None, cluster={**cluster, "hot_tier": tier}), "n1", ManualClock(T0))
+        tier: build_hot_tier(
+            load_settings(None, cluster={**cluster, "hot_tier": tier}), "n1", ManualClock(T0), MemoryTaskStore()
+        )
         for tier in ("redis", "dbpoll", "off")
     }
     assert {tier: hot_tier.complete for tier, hot_tier in tiers.items()} == dict.fromkeys(tiers, False)

@@ -12,6 +12,7 @@ from tjobs.hot_tier.local import LocalHotTier
 from tjobs.hot_tier.redis import RedisHotTier
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
+from tjobs.stores.contracts import HotChanges
 
 
 def cluster_enabled(settings: Settings) -> bool:
@@ -35,7 +36,8 @@ def build_coordinator(
     )
 
 
-def build_hot_tier(settings: Settings, node_id: str, clock: Clock) -> HotTier:
+def build_hot_tier(settings: Settings, node_id: str, clock: Clock, store: HotChanges) -> HotTier:
+    """The hot tier ``cluster.hot_tier`` names; the DB poll logs its changes in ``store``."""
     cluster = settings.cluster
     # A wheel holds at most the current and the next cycle; later instants wait for their cycle load.
     near_ms = 2 * settings.scheduler.cycle_s * 1000
@@ -54,7 +56,7 @@ def build_hot_tier(settings: Settings, node_id: str, clock: Clock) -> HotTier:
         )
     if mode == "dbpoll":
         return DbPollHotTier(
-            settings.storage,
+            store.hot_change_log(),
             origin=node_id,
             clock=clock,
             near_ms=near_ms,

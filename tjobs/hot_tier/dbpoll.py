@@ -1,24 +1,25 @@
-"""The DB-poll hot tier, for clusters without Redis: an append-only ``hot_changes`` table in logical
-database 0 that every node polls by increasing id every ``hot_poll_interval_ms``, applying the rows of
-the shards it owns (:meth:`DbPollHotTier.watch`).
+"""The DB-poll hot tier, for clusters without Redis: an append-only log of task changes in the store
+(:class:`tjobs.stores.contracts.HotChangeLog`; on SQL the ``hot_changes`` table in logical database 0)
+that every node polls by increasing id every ``hot_poll_interval_ms``, applying the changes of the
+shards it owns (:meth:`DbPollHotTier.watch`).
 
 Ids come from an auto-increment key, and a lower id may commit after a higher one was read, so each
 poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
-skips those it already applied. A table emptied under it whose ids restart (``TRUNCATE``, or SQLite
+skips those it already applied. A log emptied under it whose ids restart (``TRUNCATE``, or SQLite
 reusing ids once every row was purged) is noticed (the highest id fell below the highest read, or is
-that id on another row) and read again from the start. Rows older than ``RETENTION_S`` are purged in
-small batches.
+that id on another change) and read again from the start. Changes older than ``RETENTION_S`` are
+pruned.
 
 Publishing works like the store's :class:`tjobs.stores.sql_direct.GroupCommit`: a change is written at
 once when no write is in flight, and changes published meanwhile wait and go together in the next
-write, up to :data:`FLUSH_ROWS` rows in one transaction, instead of a transaction per change (the
-profile of a cluster node taking creates: docs/benchmarks.md). A publish returns once its row's write
-ended; a write that failed is logged once for its rows and, like any other row missed, is covered by
-the cycle load.
+write, up to :data:`FLUSH_ROWS` changes in one append (one transaction), instead of a transaction per
+change (the profile of a cluster node taking creates: docs/benchmarks.md). A publish returns once its
+change's write ended; a write that failed is logged once for its changes and, like any other change
+missed, is covered by the cycle load.
 
-The table comes with the schema (``tjobs migrate``, revision ``0004_hot_changes``); a
-node finding it missing refuses to start and says so. It is not the truth (invariant 7,
-docs/design.md): a missed row costs latency until the next load, never a fire.
+The log comes with the schema (``tjobs migrate``, revision ``0004_hot_changes``); a node finding it
+missing refuses to start and says so. It is not the truth (invariant 7, docs/design.md): a missed
+change costs latency until the next load, never a fire.
 """
 
 from __future__ import annotations
@@ -28,24 +29,11 @@ import contextlib
 import logging
 import time
 
-from sqlalchemy import (
-    MetaData,
-    delete,
-    func,
-    insert,
-    inspect,
-    select,
-)
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.hot_tier.base import ChangeListener, HotTier, TaskChange, cancel_and_wait, is_near
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
-from tjobs.settings import StorageSettings
-from tjobs.stores.layout_record import StorageNotMigrated
-from tjobs.stores.schema import hot_changes_table
-from tjobs.stores.sql_layout import Layout, create_engine_for
+from tjobs.stores.contracts import HotChange, HotChangeLog
 
 logger = logging.getLogger(__name__)
 
@@ -60,25 +48,18 @@ STOP_WRITE_WAIT_S = 2.0  # how long stop() lets a write in flight finish before 
 class DbPollHotTier(HotTier):
     tier = "dbpoll"
 
-    def __init__(
-        self, storage: StorageSettings, *, origin: str, clock: Clock, near_ms: int, poll_interval_ms: int
-    ) -> None:
+    def __init__(self, log: HotChangeLog, *, origin: str, clock: Clock, near_ms: int, poll_interval_ms: int) -> None:
         super().__init__()
-        layout = Layout(storage)
-        home = layout.apps_database
-        self._storage = storage
-        self._url = home.engine_url
-        self._table = hot_changes_table(MetaData(), home.schema)
-        self._where = home.name
+        self.log = log  # opened by start, closed by stop
+        self._open = False
         self._origin = origin
         self._clock = clock
         self._near_ms = near_ms
         self._interval_s = poll_interval_ms / 1000
-        self._engine: AsyncEngine | None = None
         self._listener: ChangeListener | None = None
         self._task: asyncio.Task[None] | None = None
         self._watched: frozenset[int] = frozenset()
-        self._queue: list[tuple[dict[str, object], asyncio.Future[None]]] = []  # rows waiting for a write
+        self._queue: list[tuple[HotChange, asyncio.Future[None]]] = []  # changes waiting for a write
         self._flush: asyncio.Task[None] | None = None  # the write in flight, if any
         self.published = 0
         self.received = 0
@@ -86,21 +67,9 @@ class DbPollHotTier(HotTier):
     async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
         self._listener = listener
         self._observer = observer
-        self._engine = create_engine_for(self._url, self._storage)
-        await self._check_table()
+        await self.log.open()  # refuses a schema older than the log
+        self._open = True
         self._task = asyncio.create_task(self._poll_loop(), name="tjobs-hot-dbpoll")
-
-    async def _check_table(self) -> None:
-        """Refuse to start on a schema older than the hot tier's table."""
-        assert self._engine is not None
-        table = self._table
-        async with self._engine.connect() as conn:
-            present = await conn.run_sync(lambda sync: inspect(sync).has_table(table.name, schema=table.schema))
-        if not present:
-            raise StorageNotMigrated(
-                f"the DB-poll hot tier needs the {table.name!r} table in {self._where!r}, which the schema "
-                "there does not have yet: run `tjobs migrate` with this configuration"
-            )
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -116,9 +85,8 @@ class DbPollHotTier(HotTier):
                     extra={"action": "hot_publish_failed"},
                 )
                 await cancel_and_wait(flush)
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
+        self._open = False
+        await self.log.close()
         self._listener = None
 
     async def watch(self, shards: frozenset[int]) -> None:
@@ -128,16 +96,9 @@ class DbPollHotTier(HotTier):
         if self._listener is not None:
             self._listener(change)
         now_ms = self._clock.now_ms()
-        if self._engine is None or not is_near(change, now_ms, self._near_ms):
+        if not self._open or not is_near(change, now_ms, self._near_ms):
             return
-        row: dict[str, object] = {
-            "task_id": change.task_id,
-            "app_id": change.app_id,
-            "next_run_at_ms": change.next_run_at_ms,
-            "version": change.version,
-            "origin": self._origin,
-            "created_at_ms": now_ms,
-        }
+        row = HotChange(change.task_id, change.app_id, change.next_run_at_ms, change.version, self._origin, now_ms)
         written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append((row, written))
         if self._flush is None:  # nothing in flight: written at once (it starts on the loop's next turn)
@@ -151,15 +112,13 @@ class DbPollHotTier(HotTier):
             while self._queue:
                 batch, self._queue = self._queue[:FLUSH_ROWS], self._queue[FLUSH_ROWS:]
                 try:
-                    assert self._engine is not None
-                    async with self._engine.begin() as conn:
-                        await conn.execute(insert(self._table), [row for row, _ in batch])
+                    await self.log.append([row for row, _ in batch])
                     self.published += len(batch)
                 except Exception as error:
                     logger.warning(
                         "%d hot change(s) not recorded (tasks %s) (%s); the cycle load covers them",
                         len(batch),
-                        ", ".join(str(row["task_id"]) for row, _ in batch[:5]) + (", ..." if len(batch) > 5 else ""),
+                        ", ".join(str(row.task_id) for row, _ in batch[:5]) + (", ..." if len(batch) > 5 else ""),
                         error,
                         extra={"action": "hot_publish_failed"},
                     )
@@ -171,102 +130,69 @@ class DbPollHotTier(HotTier):
             self._queue = []
 
     async def _poll_loop(self) -> None:
-        table = self._table
+        log = self.log
         watermark: int | None = None
         recent: list[tuple[float, int]] = []  # (seen at, id) above the watermark
-        seen: dict[int, tuple[int, int, int]] = {}  # id -> (task, version, created) of rows above it
-        highest: tuple[int, tuple[int, int, int] | None] = (0, None)  # the highest id read, and its row's
+        seen: dict[int, HotChange] = {}  # id -> the change read under it, above the watermark
+        highest: tuple[int, HotChange | None] = (0, None)  # the highest id read, and its change
         next_purge = time.monotonic() + PURGE_INTERVAL_S
         while True:
             try:
-                assert self._engine is not None
-                async with self._engine.connect() as conn:
-                    if watermark is None:
-                        watermark = int(
-                            (await conn.execute(select(func.coalesce(func.max(table.c.id), 0)))).scalar_one()
-                        )
-                        highest = (watermark, None)
-                    rows = (
-                        (
-                            await conn.execute(
-                                select(table).where(table.c.id > watermark).order_by(table.c.id).limit(POLL_LIMIT)
-                            )
-                        )
-                        .mappings()
-                        .all()
-                    )
-                    if not rows and await self._ids_went_back(conn, *highest):
-                        watermark, recent, seen, highest = 0, [], {}, (0, None)
-                        continue
+                if watermark is None:
+                    watermark = await log.highest_id()
+                    highest = (watermark, None)
+                rows = await log.read_after(watermark, POLL_LIMIT)
+                if not rows and await self._ids_went_back(*highest):
+                    watermark, recent, seen, highest = 0, [], {}, (0, None)
+                    continue
                 now = time.monotonic()
                 now_ms = self._clock.now_ms()
-                for row in rows:
-                    row_id = int(row["id"])
-                    signature = (int(row["task_id"]), int(row["version"]), int(row["created_at_ms"]))
-                    if seen.get(row_id) == signature:
+                for row_id, row in rows:
+                    if seen.get(row_id) == row:
                         continue
-                    seen[row_id] = signature  # an id reused after a truncate carries another row
+                    seen[row_id] = row  # an id reused after a truncate carries another change
                     if row_id >= highest[0]:
-                        highest = (row_id, signature)
+                        highest = (row_id, row)
                     recent.append((now, row_id))
                     if (
-                        row["origin"] != self._origin
+                        row.origin != self._origin
                         and self._listener is not None
-                        and shard_of_task_id(int(row["task_id"])) in self._watched
+                        and shard_of_task_id(row.task_id) in self._watched
                     ):
                         self.received += 1
-                        self._observe_lag(int(row["created_at_ms"]), now_ms)
-                        self._listener(
-                            TaskChange(
-                                int(row["task_id"]),
-                                str(row["app_id"]),
-                                row["next_run_at_ms"],
-                                int(row["version"]),
-                            )
-                        )
+                        self._observe_lag(row.created_at_ms, now_ms)
+                        self._listener(TaskChange(row.task_id, row.app_id, row.next_run_at_ms, row.version))
                 settled = [row_id for at, row_id in recent if now - at >= SETTLE_S]
                 if settled:
                     watermark = max(watermark, max(settled))
                     recent = [(at, row_id) for at, row_id in recent if row_id > watermark]
-                    seen = {row_id: sig for row_id, sig in seen.items() if row_id > watermark}
+                    seen = {row_id: row for row_id, row in seen.items() if row_id > watermark}
                 if now >= next_purge:
                     next_purge = now + PURGE_INTERVAL_S
-                    await self._purge()
+                    with contextlib.suppress(Exception):
+                        await log.prune(self._clock.now_ms() - RETENTION_S * 1000)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 logger.warning("hot change poll failed (%s); retrying", error, extra={"action": "hot_read_failed"})
             await asyncio.sleep(self._interval_s)
 
-    async def _ids_went_back(
-        self, conn: AsyncConnection, highest_id: int, highest_row: tuple[int, int, int] | None
-    ) -> bool:
-        """Whether the table was emptied and its ids restarted (a ``TRUNCATE``, or SQLite reusing ids
+    async def _ids_went_back(self, highest_id: int, highest_row: HotChange | None) -> bool:
+        """Whether the log was emptied and its ids restarted (a ``TRUNCATE``, or SQLite reusing ids
         once the purge deleted every row): its highest id is below ``highest_id``, the highest read, or
-        is that id on another row than ``highest_row`` (task, version, created) — then everything
-        present is new."""
+        is that id on another change than ``highest_row`` — then everything present is new."""
         if highest_id == 0:
             return False
-        c = self._table.c
-        top = (
-            await conn.execute(select(c.id, c.task_id, c.version, c.created_at_ms).order_by(c.id.desc()).limit(1))
-        ).first()
+        top = await self.log.last()
         if top is None:
-            return False  # empty: a row with an id at or below highest_id shows it on a later poll
-        top_id = int(top.id)
+            return False  # empty: a change with an id at or below highest_id shows it on a later poll
+        top_id, top_row = top
         if top_id != highest_id:
             return top_id < highest_id
-        return highest_row is not None and (int(top.task_id), int(top.version), int(top.created_at_ms)) != highest_row
-
-    async def _purge(self) -> None:
-        assert self._engine is not None
-        cutoff_ms = self._clock.now_ms() - RETENTION_S * 1000
-        with contextlib.suppress(Exception):
-            async with self._engine.begin() as conn:
-                await conn.execute(delete(self._table).where(self._table.c.created_at_ms < cutoff_ms))
+        return highest_row is not None and top_row != highest_row
 
 
-def _release(rows: list[tuple[dict[str, object], asyncio.Future[None]]]) -> None:
+def _release(rows: list[tuple[HotChange, asyncio.Future[None]]]) -> None:
     for _, written in rows:
         if not written.done():
             written.set_result(None)

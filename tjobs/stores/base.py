@@ -12,6 +12,7 @@ from tjobs.stores.contracts import (
     EDITABLE_FIELDS,
     FirePath,
     FirePlanner,
+    HotChanges,
     ServerSessions,
     ServiceLevels,
     ShardAdmin,
@@ -22,7 +23,7 @@ from tjobs.stores.contracts import (
 __all__ = ["DEAD_LETTERS", "EDITABLE_FIELDS", "FirePlanner", "ServerSessions", "TaskStore"]
 
 
-class TaskStore(FirePath, TaskRecords, Tenants, ServiceLevels, ShardAdmin):
+class TaskStore(FirePath, TaskRecords, Tenants, ServiceLevels, ShardAdmin, HotChanges):
     """Durable storage for one topology of shards: every role at once (see :mod:`tjobs.stores.contracts`).
 
     Errors: a database that cannot be reached raises :class:`tjobs.errors.StorageUnavailable`, and a

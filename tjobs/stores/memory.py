@@ -41,6 +41,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, TaskStore
+from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
 from tjobs.stores.queries import (
     FlowPosition,
     FlowQuery,
@@ -102,6 +103,7 @@ class MemoryTaskStore(TaskStore):
         self._slo_minutes: dict[tuple[str, int, str], SloCounts] = {}  # (app, minute, node)
         self._slo_hours: dict[tuple[str, int, str], SloCounts] = {}  # (app, hour, node): its minutes' sums
         self._targets: dict[tuple[str, str], Target] = {}
+        self.hot_changes = MemoryHotChanges()  # what the DB-poll hot tier's logs share (tests may empty it)
 
     async def start(self) -> None:
         return None
@@ -121,6 +123,9 @@ class MemoryTaskStore(TaskStore):
 
     async def database_now_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+    def hot_change_log(self) -> MemoryHotChangeLog:
+        return MemoryHotChangeLog(self.hot_changes)
 
     def _shard_of(self, task_id: int) -> int | None:
         if task_id <= 0:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from tjobs.stores.base import TaskStore
 from tjobs.stores.sql.creates import SqlCreates
 from tjobs.stores.sql.fire_path import SqlFirePath
+from tjobs.stores.sql.hot_changes import SqlHotChanges
 from tjobs.stores.sql.service_levels import SqlServiceLevels
 from tjobs.stores.sql.shard_admin import SqlShardAdmin
 from tjobs.stores.sql.tasks import SqlTaskRecords
@@ -24,7 +25,7 @@ __all__ = ["SQLAlchemyTaskStore"]
 
 
 class SQLAlchemyTaskStore(
-    SqlFirePath, SqlCreates, SqlTaskRecords, SqlTenants, SqlServiceLevels, SqlShardAdmin, TaskStore
+    SqlFirePath, SqlCreates, SqlTaskRecords, SqlTenants, SqlServiceLevels, SqlShardAdmin, SqlHotChanges, TaskStore
 ):
     """Every role of :class:`TaskStore` on SQL: its parts share the engines and pools of
     :class:`tjobs.stores.sql.connections.SqlBase`, opened by :meth:`start`."""

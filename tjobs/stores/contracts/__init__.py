@@ -6,6 +6,7 @@
 :class:`Tenants`       apps and their named delivery targets
 :class:`ServiceLevels` every node's per-minute delivery counts
 :class:`ShardAdmin`    servers, the shard map and its fence, moves, the layout record, sessions
+:class:`HotChanges`    the DB-poll hot tier's log of task changes: append, read after an id, prune
 =====================  ==============================================================================
 
 Every role shares :class:`StoreLifecycle` (topology, start, close, ping). :class:`tjobs.stores.base.
@@ -17,6 +18,7 @@ suite per role in ``tests/contract``.
 from __future__ import annotations
 
 from tjobs.stores.contracts.fire_path import FirePath, FirePlanner
+from tjobs.stores.contracts.hot_changes import HotChange, HotChangeLog, HotChanges
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 from tjobs.stores.contracts.service_levels import ServiceLevels
 from tjobs.stores.contracts.shard_admin import (
@@ -41,6 +43,9 @@ __all__ = [
     "DatabaseMoves",
     "FirePath",
     "FirePlanner",
+    "HotChange",
+    "HotChangeLog",
+    "HotChanges",
     "MoveRow",
     "ServerSessions",
     "ServiceLevels",

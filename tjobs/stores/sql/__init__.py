@@ -12,6 +12,7 @@
 ``service_levels.py``       per-minute delivery counts
 ``shard_admin.py``          servers, the shard map and its fence, moves, layout record, sessions
 ``moves.py``                a move's records, copy and fences (``tjobs shards move``)
+``hot_changes.py``          the DB-poll hot tier's change log, on an engine of its own
 ==========================  =====================================================================
 
 The statements of the hot path live beside them: :mod:`tjobs.stores.sql_load`,
