@@ -19,6 +19,7 @@ class RecordingObserver(FireObserver):
         self.updates: list[tuple[str, FlowUpdate]] = []
         self.throttled_calls: list[tuple[str, str]] = []
         self.lags_s: list[float] = []
+        self.first_attempts: list[tuple[str, float, float]] = []  # app, send and answer lateness (s)
 
     def fires_committed(self, outcomes: Sequence[FireOutcome], now_ms: int, duration_s: float) -> None:
         self.batches.append((list(outcomes), now_ms, duration_s))
@@ -26,6 +27,9 @@ class RecordingObserver(FireObserver):
     def attempt(self, app_id: str, result: AttemptResult, protocol: str = "http") -> None:
         self.attempts.append((app_id, result))
         self.protocols.append(protocol)
+
+    def first_attempt(self, app_id: str, send_lateness_s: float, answer_lateness_s: float) -> None:
+        self.first_attempts.append((app_id, send_lateness_s, answer_lateness_s))
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
         self.updates.append((app_id, update))

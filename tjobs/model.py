@@ -263,19 +263,62 @@ SLO_LATENESS_SLOTS = 15
 """Lateness histogram slots of the service levels: one per bucket bound of
 :data:`tjobs.observability.metrics.LATENESS_BUCKETS_S`, plus one past the last."""
 
+_NO_LATENESS = (0,) * SLO_LATENESS_SLOTS
+
 
 @dataclass(frozen=True, slots=True)
 class SloCounts:
     """What one app's fires and flows came to over some minutes: ``fires`` committed, flows finished
     ``delivered`` or ``dead``, ``misses`` (missed occurrences: misfires, collapsed or skipped),
-    ``throttled`` callbacks, and the fires' lateness per histogram slot."""
+    ``throttled`` callbacks, and three lateness histograms (a count per histogram slot), each against
+    the flow's scheduled instant:
+
+    - ``lateness``: the fire's *commit* lateness (its fire transaction committed);
+    - ``first_send_lateness``: its first attempt's lateness when the request was written (one count
+      per destination of the first attempt);
+    - ``first_answer_lateness``: the same attempts' lateness when the receiver's answer came back
+      (or the attempt ended without one): what a receiver sees, and what the SLO holds to its objective.
+    """
 
     fires: int = 0
     delivered: int = 0
     dead: int = 0
     misses: int = 0
     throttled: int = 0
-    lateness: tuple[int, ...] = (0,) * SLO_LATENESS_SLOTS
+    lateness: tuple[int, ...] = _NO_LATENESS
+    first_send_lateness: tuple[int, ...] = _NO_LATENESS
+    first_answer_lateness: tuple[int, ...] = _NO_LATENESS
+
+    def values(self) -> tuple[int, ...]:
+        """Every count in one flat tuple: the five counts, then each histogram's slots in field order
+        (the stores' column order: :data:`tjobs.stores.schema.SLO_SUMMED_COLUMNS`)."""
+        return (
+            self.fires,
+            self.delivered,
+            self.dead,
+            self.misses,
+            self.throttled,
+            *self.lateness,
+            *self.first_send_lateness,
+            *self.first_answer_lateness,
+        )
+
+    @classmethod
+    def from_values(cls, values: Sequence[int]) -> SloCounts:
+        """The inverse of :meth:`values`."""
+        if len(values) != SLO_VALUES:
+            raise ValueError(f"{len(values)} service-level values, not {SLO_VALUES}")
+        slots = SLO_LATENESS_SLOTS
+        histograms = [tuple(values[5 + k * slots : 5 + (k + 1) * slots]) for k in range(3)]
+        return cls(values[0], values[1], values[2], values[3], values[4], *histograms)
+
+    def added(self, other: SloCounts) -> SloCounts:
+        """These counts and ``other``'s, summed count by count."""
+        return SloCounts.from_values([a + b for a, b in zip(self.values(), other.values(), strict=True)])
+
+
+SLO_VALUES = 5 + 3 * SLO_LATENESS_SLOTS
+"""How many numbers :meth:`SloCounts.values` holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +362,10 @@ class AttemptResult:
     a vetoed target). ``retry_after_ms`` is the delay a ``429``/``503`` asked for, already capped by
     ``max_retry_after_s``; ``None`` when the receiver did not say. ``error`` is a short,
     human-readable reason for anything but a delivery.
+
+    ``started_ms`` is when the transport took the attempt; ``sent_ms`` when it had written the request
+    (the lean HTTP transport; ``None`` where the transport cannot tell: then ``started_ms`` stands for
+    it); the answer came ``duration_s`` after ``started_ms`` (:attr:`answered_ms`).
     """
 
     flow_id: str
@@ -330,6 +377,12 @@ class AttemptResult:
     retry_after_ms: int | None
     started_ms: int
     duration_s: float
+    sent_ms: int | None = None
+
+    @property
+    def answered_ms(self) -> int:
+        """When the answer came back (or the attempt ended without one)."""
+        return self.started_ms + round(self.duration_s * 1000)
 
 
 # A shard move's recorded steps (``MoveRow.state``, :mod:`tjobs.cluster.shard_move`), in order; ``done``

@@ -14,9 +14,11 @@ pytestmark = pytest.mark.asyncio
 MINUTE = 29_000_000
 
 
-def counts(fires: int, slot: int = 0, **others: int) -> SloCounts:
+def counts(
+    fires: int, slot: int = 0, delivered: int = 0, dead: int = 0, misses: int = 0, throttled: int = 0
+) -> SloCounts:
     lateness = tuple(fires if index == slot else 0 for index in range(SLO_LATENESS_SLOTS))
-    return SloCounts(fires=fires, lateness=lateness, **others)
+    return SloCounts(fires, delivered, dead, misses, throttled, lateness)
 
 
 async def test_nodes_add_to_their_own_rows_and_sums_cover_every_node(store: TaskStore) -> None:
@@ -56,7 +58,32 @@ def _added(a: SloCounts, b: SloCounts) -> SloCounts:
         a.misses + b.misses,
         a.throttled + b.throttled,
         tuple(x + y for x, y in zip(a.lateness, b.lateness, strict=True)),
+        tuple(x + y for x, y in zip(a.first_send_lateness, b.first_send_lateness, strict=True)),
+        tuple(x + y for x, y in zip(a.first_answer_lateness, b.first_answer_lateness, strict=True)),
     )
+
+
+async def test_first_attempt_lateness_at_the_send_and_at_the_answer_is_kept_apart_from_commit_lateness(
+    store: TaskStore,
+) -> None:
+    def histogram(**slots: int) -> tuple[int, ...]:
+        return tuple(slots.get(f"s{index}", 0) for index in range(SLO_LATENESS_SLOTS))
+
+    one = SloCounts(
+        fires=2,
+        lateness=histogram(s0=2),
+        first_send_lateness=histogram(s4=1, s6=1),
+        first_answer_lateness=histogram(s6=1, s14=1),
+    )
+    await store.add_slo_minutes("n1", [SloMinute("a", MINUTE, one)])
+    await store.add_slo_minutes("n2", [SloMinute("a", MINUTE, one), SloMinute("a", MINUTE + 90, one)])
+
+    summed = await store.sum_slo_minutes("a", MINUTE, MINUTE + 1)
+    assert summed.lateness == histogram(s0=4)
+    assert summed.first_send_lateness == histogram(s4=2, s6=2)
+    assert summed.first_answer_lateness == histogram(s6=2, s14=2)  # past the last bound too
+    across_an_hour = await store.sum_slo_minutes(None, MINUTE - 60, MINUTE + 120)  # hour rows and edges
+    assert across_an_hour.first_answer_lateness == histogram(s6=3, s14=3)
 
 
 async def test_sums_over_whole_hours_are_the_sums_of_the_minutes_whatever_the_edges(store: TaskStore) -> None:
@@ -73,7 +100,11 @@ async def test_sums_over_whole_hours_are_the_sums_of_the_minutes_whatever_the_ed
                 if rng.random() < 0.2:
                     continue  # an app and node with nothing in that minute
                 lateness = tuple(rng.randrange(4) for _ in range(SLO_LATENESS_SLOTS))
-                fold = SloCounts(sum(lateness), rng.randrange(5), rng.randrange(2), rng.randrange(2), 0, lateness)
+                sent = tuple(rng.randrange(3) for _ in range(SLO_LATENESS_SLOTS))
+                answered = tuple(rng.randrange(3) for _ in range(SLO_LATENESS_SLOTS))
+                fold = SloCounts(
+                    sum(lateness), rng.randrange(5), rng.randrange(2), rng.randrange(2), 0, lateness, sent, answered
+                )
                 batch.append(SloMinute(app, minute, fold))
                 added[(app, minute)] = _added(added.get((app, minute), SloCounts()), fold)
         again = batch[:: rng.randrange(40, 60)]  # some minutes added twice, as after a refused pass

@@ -1,5 +1,6 @@
-"""Revision 0013 on a deployment that has service-level minutes: a node refuses the schema before it,
-and ``tjobs migrate`` fills ``slo_hours`` from the minutes already stored."""
+"""Revisions 0013 and 0014 on a deployment that has service-level minutes: a node refuses the schema
+before them; ``tjobs migrate`` fills ``slo_hours`` from the minutes already stored (0013) and adds the
+first attempts' lateness columns, zero in the rows already there (0014)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tjobs.model import SLO_LATENESS_SLOTS, SloCounts, SloMinute
 from tjobs.settings import StorageSettings
 from tjobs.stores.layout_record import StorageNotMigrated
 from tjobs.stores.migrate import migrate
+from tjobs.stores.schema import SLO_ANSWER_LATENESS_COLUMNS, SLO_SEND_LATENESS_COLUMNS
 from tjobs.stores.sql_layout import MYSQL, create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -59,7 +61,9 @@ async def test_a_node_refuses_the_schema_before_the_hours_and_migrate_fills_them
             )
         await as_before_revision_0013(store, settings)
 
-        with pytest.raises(StorageNotMigrated, match=r"0012_flow_attempt_log.*0013_slo_hours.*tjobs migrate"):
+        with pytest.raises(
+            StorageNotMigrated, match=r"0012_flow_attempt_log.*0014_slo_delivery_lateness.*tjobs migrate"
+        ):
             await store.check_layout()
 
         await migrate(settings)
@@ -70,5 +74,45 @@ async def test_a_node_refuses_the_schema_before_the_hours_and_migrate_fills_them
             assert (whole.fires, whole.delivered, whole.lateness[3]) == (140 * per_minute,) * 3
         assert await store.purge_slo_minutes(HOUR * 60 + 61, 1_000) == 2 * 2 * 2 + 2 * 2 * 70  # hours too
         assert (await store.sum_slo_minutes(None, 0, HOUR * 60 + 60)).fires == 0
+    finally:
+        await store.close()
+
+
+async def as_before_revision_0014(store: SQLAlchemyTaskStore, settings: StorageSettings) -> None:
+    home = store.layout.apps_database
+    engine = create_engine_for(home.engine_url, settings)
+    qualifier = f"`{home.name}`." if store.layout.dialect == MYSQL else ""
+    try:
+        async with engine.begin() as conn:
+            for table in ("slo_minutes", "slo_hours"):
+                for column in (*SLO_SEND_LATENESS_COLUMNS, *SLO_ANSWER_LATENESS_COLUMNS):
+                    await conn.exec_driver_sql(f"ALTER TABLE {qualifier}{table} DROP COLUMN {column}")
+            await conn.exec_driver_sql(f"UPDATE {qualifier}alembic_version SET version_num = '0013_slo_hours'")
+    finally:
+        await engine.dispose()
+
+
+async def test_migrate_adds_the_first_attempt_lateness_to_the_rows_already_stored(settings: StorageSettings) -> None:
+    await migrate(settings)
+    store = SQLAlchemyTaskStore(settings)
+    await store.start()
+    try:
+        lateness = tuple(1 if slot == 3 else 0 for slot in range(SLO_LATENESS_SLOTS))
+        await store.add_slo_minutes(
+            "n1", [SloMinute("a", HOUR * 60 + k, SloCounts(1, 1, lateness=lateness)) for k in range(90)]
+        )
+        await as_before_revision_0014(store, settings)
+
+        with pytest.raises(StorageNotMigrated, match=r"0013_slo_hours.*0014_slo_delivery_lateness.*tjobs migrate"):
+            await store.check_layout()
+
+        await migrate(settings)
+        await store.check_layout()
+        before = await store.sum_slo_minutes("a", HOUR * 60, HOUR * 60 + 90)  # an hour row and minutes
+        assert (before.fires, before.lateness[3], sum(before.first_answer_lateness)) == (90, 90, 0)
+        answered = tuple(1 if slot == 5 else 0 for slot in range(SLO_LATENESS_SLOTS))
+        await store.add_slo_minutes("n1", [SloMinute("a", HOUR * 60 + 1, SloCounts(first_answer_lateness=answered))])
+        after = await store.sum_slo_minutes("a", HOUR * 60, HOUR * 60 + 90)
+        assert (after.fires, after.first_answer_lateness[5], sum(after.first_send_lateness)) == (90, 1, 0)
     finally:
         await store.close()

@@ -56,7 +56,7 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
     for index in range(4):
         with sqlite3.connect(tmp_path / "data" / f"tjobs_{index:02d}.db") as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0013_slo_hours",)]
+            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0014_slo_delivery_lateness",)]
             assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         expected = {f"{kind}_{t:02d}" for kind in ("tasks", "flows", "task_targets") for t in range(4)}
         first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes", "slo_hours"}
@@ -75,7 +75,7 @@ async def test_migrate_keeps_a_hot_changes_table_an_earlier_node_created(tmp_pat
         db.execute("INSERT INTO hot_changes (task_id) VALUES (7)")
     await migrate(StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path / 'data'}"], topology="1x1x4"))
     with sqlite3.connect(tmp_path / "data" / "tjobs_00.db") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0013_slo_hours",)]
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0014_slo_delivery_lateness",)]
         assert db.execute("SELECT task_id FROM hot_changes").fetchall() == [(7,)]
 
 

@@ -493,6 +493,7 @@ class Deliverer:
         delivered_status: int | None = None
         multicast = len(results) > 1
         observer, app_id = self._observer, delivery.job.task.app_id
+        scheduled_at_ms = delivery.job.flow.scheduled_at_ms
         delivery.log_attempts(results)
         for index, result in enumerate(results):
             try:
@@ -500,6 +501,13 @@ class Deliverer:
                     observer.attempt(app_id, result)
                 else:
                     observer.attempt(app_id, result, protocols[index])
+                if result.attempt == 1:
+                    sent_ms = result.started_ms if result.sent_ms is None else result.sent_ms
+                    observer.first_attempt(
+                        app_id,
+                        max(sent_ms - scheduled_at_ms, 0) / 1000,
+                        max(result.answered_ms - scheduled_at_ms, 0) / 1000,
+                    )
             except Exception:
                 logger.exception("observer failed", extra={"action": "hook_failed", "flow_id": result.flow_id})
             if result.outcome is Outcome.DELIVERED:

@@ -78,10 +78,11 @@ class ClosedWithoutAnswer(ConnectionResetError):
 class _Exchange:
     """What one answer gave so far; completed (``done`` set) by the connection."""
 
-    __slots__ = ("body_bytes", "done", "keep_alive", "retry_after", "snippet", "status")
+    __slots__ = ("body_bytes", "done", "keep_alive", "retry_after", "sent_at", "snippet", "status")
 
     def __init__(self, done: asyncio.Future[None]) -> None:
         self.done = done
+        self.sent_at: float | None = None  # loop time once the request was handed to the socket
         self.status: int | None = None
         self.retry_after: str | None = None
         self.snippet = b""
@@ -339,10 +340,13 @@ class LeanHttpTransport(Transport):
         error: str | None = None
         retry_after_ms: int | None = None
         failure: BaseException | None = None
+        sent_ms: int | None = None
         try:
             url, addresses = await self._route(request, loop)
             payload = self._encode(request, url)
             exchange = await self._exchange(loop, url, addresses, payload, deadline, request.method)
+            if exchange.sent_at is not None:
+                sent_ms = started_ms + round((exchange.sent_at - started) * 1000)
             status = exchange.status
             assert status is not None
             if status in RETRY_AFTER_STATUSES and exchange.retry_after is not None:
@@ -375,6 +379,7 @@ class LeanHttpTransport(Transport):
             retry_after_ms,
             started_ms,
             loop.time() - started,
+            sent_ms,
         )
 
     # ---- where to connect ---------------------------------------------------------------------------
@@ -456,6 +461,7 @@ class LeanHttpTransport(Transport):
         timer = loop.call_at(deadline, connection.time_out)
         try:
             connection.start(payload, exchange, method == "HEAD")
+            exchange.sent_at = loop.time()
             await exchange.done
         except BaseException:
             connection.abort()

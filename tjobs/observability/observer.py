@@ -1,11 +1,12 @@
 """One observer for what the fire path reports as it goes: the node's metrics and service levels hang off it.
 
 The runner, the deliverer, the limiter and the hot tier each take a :class:`FireObserver` and tell it
-what happened (fires committed, an attempt, a flow outcome recorded, a callback throttled, a task
-change's hot-tier lag). :class:`FireObserver` itself does nothing, so a part built without one (a
-unit test) pays one empty call; an observer overrides the events it cares about (the shape of
-dramatiq's middleware). :class:`MetricsObserver` is the node's: it feeds the Prometheus metrics
-(:mod:`tjobs.observability.metrics`) and the service levels (:mod:`tjobs.observability.slo`).
+what happened (fires committed, an attempt and, for a flow's first, its lateness, a flow outcome
+recorded, a callback throttled, a task change's hot-tier lag). :class:`FireObserver` itself does
+nothing, so a part built without one (a unit test) pays one empty call; an observer overrides the
+events it cares about (the shape of dramatiq's middleware). :class:`MetricsObserver` is the node's:
+it feeds the Prometheus metrics (:mod:`tjobs.observability.metrics`) and the service levels
+(:mod:`tjobs.observability.slo`).
 
 The calls run inline on the event loop, some once per fire: an observer must be quick, must not
 allocate per fire (the per-app figures are plain numbers), and should not raise (the deliverer logs
@@ -36,6 +37,11 @@ class FireObserver:
     def attempt(self, app_id: str, result: AttemptResult, protocol: str = "http") -> None:
         """One callback attempt to one destination came back (``protocol``: an inline URL and an HTTP
         target are ``http``; a named target's protocol otherwise)."""
+
+    def first_attempt(self, app_id: str, send_lateness_s: float, answer_lateness_s: float) -> None:
+        """A flow's first attempt to one destination came back: how late it was, against the flow's
+        scheduled instant, when the request was written and when the answer came (or the attempt
+        ended without one). Reported after :meth:`attempt` for the same result."""
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
         """A delivery outcome was recorded: ``pending`` with a retry time, ``delivered`` or ``dead``."""
@@ -82,6 +88,9 @@ class MetricsObserver(FireObserver):
 
     def attempt(self, app_id: str, result: AttemptResult, protocol: str = "http") -> None:
         self.metrics.observe_attempt(app_id, str(result.outcome), result.status, result.duration_s, protocol)
+
+    def first_attempt(self, app_id: str, send_lateness_s: float, answer_lateness_s: float) -> None:
+        self.slo.observe_first_attempt(app_id, send_lateness_s, answer_lateness_s)
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
         lateness_s = None

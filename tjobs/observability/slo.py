@@ -20,7 +20,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tjobs.model import SLO_LATENESS_SLOTS, SloCounts, SloMinute
+from tjobs.model import SLO_LATENESS_SLOTS, SLO_VALUES, SloCounts, SloMinute
 from tjobs.observability.metrics import LATENESS_BUCKETS_S
 
 SLOT_MS = 10_000
@@ -33,12 +33,14 @@ assert len(LATENESS_BUCKETS_S) + 1 == SLO_LATENESS_SLOTS
 
 
 class ServiceLevels:
-    """What ``GET /v1/slo`` reads: the recent-lateness windows and, per (app, final status), the flows
-    this node finished since it started."""
+    """What ``GET /v1/slo`` reads: the recent-lateness windows (fires' commit lateness, and their first
+    attempts' lateness at the answer) and, per (app, final status), the flows this node finished since
+    it started."""
 
     def __init__(self, now_ms: Callable[[], int]) -> None:
         self._now_ms = now_ms
-        self.lateness = RecentLateness(now_ms)
+        self.lateness = RecentLateness(now_ms)  # commit lateness
+        self.answer_lateness = RecentLateness(now_ms)  # first attempts, at the answer
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (app, status) -> flows
         self.minutes = MinuteFolds()
 
@@ -47,6 +49,15 @@ class ServiceLevels:
         slot = bisect.bisect_left(LATENESS_BUCKETS_S, lateness_s)
         self.lateness.observe_slot(app_id, slot, now_ms)
         self.minutes.add(app_id, now_ms, _FIRES, slot)
+
+    def observe_first_attempt(self, app_id: str, send_lateness_s: float, answer_lateness_s: float) -> None:
+        """One destination's first attempt of a flow: its lateness when the request was written and
+        when the answer came back (or the attempt ended without one)."""
+        now_ms = self._now_ms()
+        answer_slot = bisect.bisect_left(LATENESS_BUCKETS_S, answer_lateness_s)
+        self.answer_lateness.observe_slot(app_id, answer_slot, now_ms)
+        self.minutes.add_lateness(app_id, now_ms, SEND, bisect.bisect_left(LATENESS_BUCKETS_S, send_lateness_s))
+        self.minutes.add_lateness(app_id, now_ms, ANSWER, answer_slot)
 
     def observe_outcome(self, app_id: str, status: str) -> None:
         key = (app_id, status)
@@ -64,38 +75,50 @@ class ServiceLevels:
 
 _FIRES, _DELIVERED, _DEAD, _MISSES, _THROTTLED = range(5)
 _OUTCOME_FIELDS = {"delivered": _DELIVERED, "dead": _DEAD}
+COMMIT, SEND, ANSWER = range(3)  # the lateness histograms, in :meth:`SloCounts.values` order
+_FOLD_SIZE = SLO_VALUES
 
 
 class MinuteFolds:
-    """Per (app, minute): fires, delivered, dead, misses, throttled, then the lateness slots, as one
-    list of counts. :meth:`take` hands them over (to be added to the store) and starts afresh."""
+    """Per (app, minute): fires, delivered, dead, misses, throttled, then the three lateness
+    histograms' slots, as one list of counts (:meth:`SloCounts.values`'s order). :meth:`take` hands
+    them over (to be added to the store) and starts afresh."""
 
     def __init__(self) -> None:
         self._folds: dict[tuple[str, int], list[int]] = {}
 
-    def add(self, app_id: str, now_ms: int, field: int, slot: int | None = None, count: int = 1) -> None:
+    def _fold(self, app_id: str, now_ms: int) -> list[int] | None:
         key = (app_id, now_ms // MS_PER_MINUTE)
         fold = self._folds.get(key)
         if fold is None:
             if len(self._folds) >= MAX_FOLDED_MINUTES:
-                return
-            fold = self._folds[key] = [0] * (_THROTTLED + 1 + SLO_LATENESS_SLOTS)
+                return None
+            fold = self._folds[key] = [0] * _FOLD_SIZE
+        return fold
+
+    def add(self, app_id: str, now_ms: int, field: int, slot: int | None = None, count: int = 1) -> None:
+        """``count`` more of ``field``; with ``slot``, one more fire in that slot of the commit lateness."""
+        fold = self._fold(app_id, now_ms)
+        if fold is None:
+            return
         fold[field] += count
         if slot is not None:
             fold[_THROTTLED + 1 + slot] += 1
 
+    def add_lateness(self, app_id: str, now_ms: int, histogram: int, slot: int) -> None:
+        """One count in ``slot`` of ``histogram`` (:data:`SEND`, :data:`ANSWER`), no other count."""
+        fold = self._fold(app_id, now_ms)
+        if fold is not None:
+            fold[_THROTTLED + 1 + histogram * SLO_LATENESS_SLOTS + slot] += 1
+
     def take(self) -> list[SloMinute]:
         folds, self._folds = self._folds, {}
-        return [
-            SloMinute(app, minute, SloCounts(fold[0], fold[1], fold[2], fold[3], fold[4], tuple(fold[5:])))
-            for (app, minute), fold in folds.items()
-        ]
+        return [SloMinute(app, minute, SloCounts.from_values(fold)) for (app, minute), fold in folds.items()]
 
     def give_back(self, minutes: list[SloMinute]) -> None:
         """Minutes the store did not take: folded in again, to go with the next :meth:`take`."""
         for minute in minutes:
-            counts = minute.counts
-            values = [counts.fires, counts.delivered, counts.dead, counts.misses, counts.throttled, *counts.lateness]
+            values = list(minute.counts.values())
             key = (minute.app_id, minute.minute)
             fold = self._folds.get(key)
             if fold is None:

@@ -71,14 +71,7 @@ def _json_copy(value: Any) -> Any:
 
 
 def _added(a: SloCounts, b: SloCounts) -> SloCounts:
-    return SloCounts(
-        a.fires + b.fires,
-        a.delivered + b.delivered,
-        a.dead + b.dead,
-        a.misses + b.misses,
-        a.throttled + b.throttled,
-        tuple(x + y for x, y in zip(a.lateness, b.lateness, strict=True)),
-    )
+    return a.added(b)
 
 
 def _summed(

@@ -296,7 +296,17 @@ HOT_CHANGES_INDEXES = [("ix_hot_changes_created", ["created_at_ms"])]
 
 SLO_MINUTES_TABLE = "slo_minutes"
 SLO_COUNT_COLUMNS = ("fires", "delivered", "dead", "misses", "throttled")
-SLO_LATENESS_COLUMNS = tuple(f"lateness_{slot:02d}" for slot in range(SLO_LATENESS_SLOTS))
+SLO_LATENESS_COLUMNS = tuple(f"lateness_{slot:02d}" for slot in range(SLO_LATENESS_SLOTS))  # commit lateness
+# first attempts, as the receiver sees them: the request written, the answer back (migration 0014)
+SLO_SEND_LATENESS_COLUMNS = tuple(f"first_send_lateness_{slot:02d}" for slot in range(SLO_LATENESS_SLOTS))
+SLO_ANSWER_LATENESS_COLUMNS = tuple(f"first_answer_lateness_{slot:02d}" for slot in range(SLO_LATENESS_SLOTS))
+SLO_SUMMED_COLUMNS = (
+    *SLO_COUNT_COLUMNS,
+    *SLO_LATENESS_COLUMNS,
+    *SLO_SEND_LATENESS_COLUMNS,
+    *SLO_ANSWER_LATENESS_COLUMNS,
+)
+"""Every count column, in the order of :meth:`tjobs.model.SloCounts.values`."""
 SLO_MINUTES_INDEXES = [("ix_slo_minutes_minute", ["minute"])]
 
 
@@ -317,13 +327,17 @@ def slo_hours_schema_items() -> list[SchemaItem]:
     return _slo_schema_items("hour")  # epoch ms // 3,600,000
 
 
+def slo_count_column(name: str) -> Column[int]:
+    """One count of the service-level tables (zero until a node adds to it)."""
+    return Column(name, BigInteger, nullable=False, server_default="0")
+
+
 def _slo_schema_items(period: str) -> list[SchemaItem]:
     return [
         Column("app_id", String(64), nullable=False),
         Column(period, BigInteger, nullable=False, autoincrement=False),
         Column("node_id", String(128), nullable=False),
-        *(Column(name, BigInteger, nullable=False, server_default="0") for name in SLO_COUNT_COLUMNS),
-        *(Column(name, BigInteger, nullable=False, server_default="0") for name in SLO_LATENESS_COLUMNS),
+        *(slo_count_column(name) for name in SLO_SUMMED_COLUMNS),
         PrimaryKeyConstraint("app_id", period, "node_id"),
     ]
 

@@ -20,22 +20,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select
 
 from tjobs.model import SloCounts, SloMinute
-from tjobs.stores.schema import SLO_COUNT_COLUMNS, SLO_LATENESS_COLUMNS, slo_hours_table, slo_minutes_table
+from tjobs.stores.schema import SLO_SUMMED_COLUMNS, slo_hours_table, slo_minutes_table
 from tjobs.stores.slo_hours import MINUTES_PER_HOUR, hour_of, purge_cutoff_hour, split_by_hours
 
-_SUMMED = (*SLO_COUNT_COLUMNS, *SLO_LATENESS_COLUMNS)
+_SUMMED = SLO_SUMMED_COLUMNS
 _METADATA = MetaData()
 SLO_MINUTES = slo_minutes_table(_METADATA)  # unqualified: the apps database's options point it there
 SLO_HOURS = slo_hours_table(_METADATA)
 
 
-def _values(counts: SloCounts) -> tuple[int, ...]:
-    return (counts.fires, counts.delivered, counts.dead, counts.misses, counts.throttled, *counts.lateness)
-
-
 def _row(node_id: str, minute: SloMinute) -> dict[str, Any]:
     row: dict[str, Any] = {"app_id": minute.app_id, "minute": minute.minute, "node_id": node_id}
-    row.update(zip(_SUMMED, _values(minute.counts), strict=True))
+    row.update(zip(_SUMMED, minute.counts.values(), strict=True))
     return row
 
 
@@ -46,9 +42,9 @@ def _hour_rows(node_id: str, minutes: Sequence[SloMinute]) -> list[dict[str, Any
         key = (minute.app_id, hour_of(minute.minute))
         total = sums.get(key)
         if total is None:
-            sums[key] = list(_values(minute.counts))
+            sums[key] = list(minute.counts.values())
         else:
-            for index, value in enumerate(_values(minute.counts)):
+            for index, value in enumerate(minute.counts.values()):
                 total[index] += value
     rows: list[dict[str, Any]] = []
     for (app_id, hour), values in sums.items():
@@ -105,8 +101,7 @@ async def sum_minutes(
     for row in (await conn.execute(statement, execution_options=options)).all():
         for index, value in enumerate(row):
             totals[index] += int(value)
-    fires, delivered, dead, misses, throttled = totals[: len(SLO_COUNT_COLUMNS)]
-    return SloCounts(fires, delivered, dead, misses, throttled, tuple(totals[len(SLO_COUNT_COLUMNS) :]))
+    return SloCounts.from_values(totals)
 
 
 async def purge_minutes(conn: AsyncConnection, options: dict[str, Any], before_minute: int, limit: int) -> int:
