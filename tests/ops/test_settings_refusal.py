@@ -60,3 +60,45 @@ def test_a_load_lead_not_below_the_cycle_is_refused_naming_it(cycle_s: int, load
 def test_a_load_lead_below_the_cycle_is_accepted() -> None:
     assert load_settings(scheduler={"cycle_s": 10, "load_lead_s": 3}).scheduler.load_lead_s == 3
     assert load_settings().scheduler.load_lead_s == 30
+
+
+def _dev(data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "tjobs.cli.main", "dev", "--port", "0", "--data-dir", str(data_dir), "--no-demo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+
+
+@pytest.mark.parametrize("topology", ["3x3", "0x1x1", "8x4x16x2", "axbxc"])
+def test_dev_refuses_a_wrong_topology_with_one_line_and_no_traceback(tmp_path: Path, topology: str) -> None:
+    result = _dev(tmp_path / "dev", TJOBS_STORAGE__TOPOLOGY=topology)
+    assert result.returncode == 2, result.stderr
+    assert "invalid configuration: storage.topology:" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "╭" not in result.stderr, result.stderr
+
+
+def test_dev_and_serve_refuse_data_written_with_another_topology_with_one_line(tmp_path: Path) -> None:
+    data_dir = tmp_path / "dev"
+    config = tmp_path / "tjobs.toml"
+    config.write_text(
+        f'[storage]\nurls = ["sqlite+aiosqlite:///{data_dir / "data"}"]\ntopology = "1x1x2"\n'
+        '[api]\nadmin_key = "tja_settings_refusal_admin_key_0123456789"\n[metrics]\nenabled = false\n'
+    )
+    data_dir.mkdir()
+    migrated = subprocess.run(
+        [sys.executable, "-m", "tjobs.cli.main", "migrate", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    config.write_text(config.read_text().replace("1x1x2", "2x2x4"))
+    for result in (_dev(data_dir, TJOBS_STORAGE__TOPOLOGY="2x2x4"), _serve(config)):
+        assert result.returncode == 2, result.stderr
+        assert "refusing to start: " in result.stderr and "'1x1x2'" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and "╭" not in result.stderr, result.stderr

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tjobs.cli.lazy_commands import LazyCommandsGroup
-from tjobs.cli.settings_file import settings_or_exit
+from tjobs.cli.settings_file import refusing_start_on_a_mismatch, settings_or_exit
 from tjobs.observability.logs import configure_logging
 from tjobs.settings import (
     Settings,
-    load_settings,
     metrics_exposure_problem,
     weak_admin_key_reason,
     weak_scrape_token_reason,
@@ -67,7 +66,8 @@ def _migrate_with_progress(settings: Settings) -> None:
         def report(database: str, done: int, total: int) -> None:
             progress.update(bar, description=database, completed=done, total=total)
 
-        asyncio.run(migrate(settings.storage, report))
+        with refusing_start_on_a_mismatch():
+            asyncio.run(migrate(settings.storage, report))
 
 
 @app.command()
@@ -91,13 +91,15 @@ def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonL
     if problem is not None:
         typer.echo(f"refusing to start: {problem}", err=True)
         raise typer.Exit(2)
-    run(serve_node(settings, mount=include_console))
+    with refusing_start_on_a_mismatch():
+        run(serve_node(settings, mount=include_console))
 
 
 def dev_settings(port: int, data_dir: Path, keys: dict[str, str]) -> Settings:
     """``tjobs dev``'s settings: SQLite shards in ``data_dir``. Loopback callbacks are not opened to
-    every app: the demo app's allow-list admits 127.0.0.1 and localhost (:func:`tjobs.api.demo.bootstrap_demo`)."""
-    return load_settings(
+    every app: the demo app's allow-list admits 127.0.0.1 and localhost (:func:`tjobs.api.demo.bootstrap_demo`).
+    A bad setting from the environment (``TJOBS_STORAGE__TOPOLOGY=3x3``) exits 2 naming it, no traceback."""
+    return settings_or_exit(
         None,
         storage={"urls": [f"sqlite+aiosqlite:///{(data_dir / 'data').resolve()}"]},
         api={"port": port, "admin_key": keys["admin_key"]},
@@ -138,7 +140,8 @@ def dev(
             f'"delay_ms": 3000}}, "callback": {{"url": "{base_url}/_demo/echo"}}}}\'\n'
         )
 
-    run(serve_node(settings, demo=demo, after_start=after_start, mount=include_console))
+    with refusing_start_on_a_mismatch():
+        run(serve_node(settings, demo=demo, after_start=after_start, mount=include_console))
 
 
 def _dev_keys(path: Path) -> dict[str, str]:
