@@ -9,7 +9,9 @@ died at any step picks up where it stopped, and every step is safe to repeat:
 
 ``copying``
     The target gets the database's tables with its fence retired (nobody may write there), the source
-    records every written key (triggers), and every row is copied in primary-key batches.
+    records every written key (triggers), and every row is copied in primary-key batches. Each table
+    copied whole is recorded (``MoveRow.tables_copied``): a rerun copies only the others, unless the
+    capture or a table on the target went missing meanwhile (then it copies every table again).
 ``catching_up``
     The recorded keys are applied to the target until fewer than ``cut_over_below`` are left.
 ``cutting_over``
@@ -143,22 +145,45 @@ class ShardMover:
             )
         copy = self._copy(row, shard_map)
         if row.state == COPYING:
-            await copy.prepare()
-            copying = row
-
-            async def copied_so_far(table: str, rows: int) -> None:
-                self.report(f"copied {rows:,} rows ({table})")
-                await self._record(replace(copying, rows_copied=rows))
-
-            copied = await copy.copy(copied_so_far)
-            self.report(f"copied {copied:,} rows; catching up")
-            row = await self._save(replace(row, state=CATCHING_UP, rows_copied=copied))
+            row = await self._copy_rows(row, copy)
         if row.state == CATCHING_UP:
             backlog = await self._catch_up(row, copy)
             row = await self._save(replace(row, state=CUTTING_OVER, lag_rows=backlog))
         if row.state == CUTTING_OVER:
             row = await self._cut_over(row, copy)
         return row
+
+    async def _copy_rows(self, row: MoveRow, copy: DatabaseMove) -> MoveRow:
+        """The bulk copy, resumed: the tables an earlier run recorded as copied whole are skipped if
+        the capture has run since (:meth:`DatabaseMove.prepare`); each table is recorded as it ends."""
+        resumable = await copy.prepare()
+        if row.tables_copied and not resumable:
+            self.report("the change capture or a table on the target is gone since the last run: copying every table")
+            row = replace(row, tables_copied=(), rows_copied=0)
+        elif row.tables_copied:
+            self.report(
+                f"resuming the copy: {len(row.tables_copied)} tables "
+                f"({sum(rows for _, rows in row.tables_copied):,} rows) were copied by an earlier run"
+            )
+        copying = row
+        before = sum(rows for _, rows in row.tables_copied)
+
+        async def copied_so_far(table: str, rows: int) -> None:
+            self.report(f"copied {rows:,} rows ({table})")
+            await self._record(replace(copying, rows_copied=before + rows))
+
+        async def table_copied(table: str, rows: int) -> None:
+            nonlocal copying
+            tables = (*copying.tables_copied, (table, rows))
+            copying = replace(copying, tables_copied=tables, rows_copied=sum(n for _, n in tables))
+            await self.moves.put(copying, _now_ms())  # not throttled: a rerun starts from here
+
+        copied = await copy.copy(
+            copied_so_far, done={table for table, _ in row.tables_copied}, table_copied=table_copied
+        )
+        total = sum(rows for _, rows in copying.tables_copied)
+        self.report(f"copied {copied:,} rows this run ({total:,} in all); catching up")
+        return await self._save(replace(copying, state=CATCHING_UP, rows_copied=total))
 
     async def _catch_up(self, row: MoveRow, copy: DatabaseMove) -> int:
         """Apply the changed rows until fewer than ``cut_over_below`` are behind; returns that backlog.

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,25 +142,41 @@ class DatabaseCopy:
             ]
         return self._tables
 
-    async def prepare(self) -> None:
-        """Step 1: the target's database and tables (fence retired), the change table and triggers."""
+    async def prepare(self) -> bool:
+        """Step 1: the target's database and tables (fence retired), the change table and triggers.
+
+        Only what is missing is created: asked first, not left to ``IF NOT EXISTS``, which the server
+        answers with a note per table and trigger found (the driver logs each as a warning: about 200
+        at a rerun on the default topology). Returns whether all of it was there already, the capture
+        running since an earlier run and every table still on the target: the tables that run copied
+        whole need not be copied again (:meth:`copy`'s ``done``)."""
         async with self.source.connect() as conn:
-            names = [
-                str(row[0])
-                for row in await _rows(
-                    conn,
-                    "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-                    "AND TABLE_TYPE = 'BASE TABLE'",
-                    (self.schema,),
+            names = await _names(
+                conn,
+                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_TYPE = 'BASE TABLE'",
+                self.schema,
+            )
+            triggers = await _names(
+                conn, "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s", self.schema
+            )
+            copied = sorted(names - {CHANGES})
+            async with self.target.connect() as target:
+                on_target = await _names(
+                    target,
+                    "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
+                    self.schema,
                 )
-            ]
             creates = []
-            for name in sorted(set(names) - {CHANGES}):
-                (shown,) = await _rows(conn, f"SHOW CREATE TABLE {self.qualified(name)}")
-                creates.append(str(shown[1]).replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+            for name in copied:
+                if name not in on_target:
+                    (shown,) = await _rows(conn, f"SHOW CREATE TABLE {self.qualified(name)}")
+                    creates.append(str(shown[1]).replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
         async with self.target.begin() as conn:
-            await conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS {_quote(self.schema)}")
-            await conn.exec_driver_sql(f"USE {_quote(self.schema)}")
+            if not on_target:
+                await conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS {_quote(self.schema)}")
+            if creates:
+                await conn.exec_driver_sql(f"USE {_quote(self.schema)}")
             for create in creates:
                 await conn.exec_driver_sql(create)
             await conn.exec_driver_sql(
@@ -168,21 +184,28 @@ class DatabaseCopy:
                 "ON DUPLICATE KEY UPDATE epoch = VALUES(epoch)",
                 (RETIRED_EPOCH,),
             )
+        capturing = CHANGES in names
         async with self.source.begin() as conn:
-            await conn.exec_driver_sql(
-                f"CREATE TABLE IF NOT EXISTS {self.qualified(CHANGES)} ("
-                "seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, "
-                "row_key VARCHAR(1024) NOT NULL) ENGINE=InnoDB STATS_AUTO_RECALC=0"
-            )
+            if not capturing:
+                await conn.exec_driver_sql(
+                    f"CREATE TABLE IF NOT EXISTS {self.qualified(CHANGES)} ("
+                    "seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, tbl VARCHAR(64) NOT NULL, "
+                    "row_key VARCHAR(1024) NOT NULL) ENGINE=InnoDB STATS_AUTO_RECALC=0"
+                )
             for table in await self.tables():
                 for event, row in _EVENTS.items():
+                    trigger = _trigger(table.name, event)
+                    if trigger in triggers:
+                        continue
+                    capturing = False
                     values = ", ".join(f"{row}.{_quote(column)}" for column in table.key)
                     await conn.exec_driver_sql(
-                        f"CREATE TRIGGER IF NOT EXISTS {self.qualified(_trigger(table.name, event))} "
+                        f"CREATE TRIGGER IF NOT EXISTS {self.qualified(trigger)} "
                         f"AFTER {event.upper()} ON {self.qualified(table.name)} FOR EACH ROW "
                         f"INSERT INTO {self.qualified(CHANGES)} (tbl, row_key) "
                         f"VALUES ('{table.name}', JSON_ARRAY({values}))"
                     )
+        return capturing and not creates
 
     async def stop_capture(self) -> None:
         """Drop the triggers and the change table (after the cut-over, or on an abort)."""
@@ -194,11 +217,22 @@ class DatabaseCopy:
 
     # ---- step 2 ---------------------------------------------------------------------------------
 
-    async def copy(self, progress: Callable[[str, int], Awaitable[None]] | None = None) -> int:
-        """Step 2: every row, batch by batch in primary-key order; returns the rows copied.
-        ``progress(table, rows_so_far)`` is awaited after each batch."""
+    async def copy(
+        self,
+        progress: Callable[[str, int], Awaitable[None]] | None = None,
+        *,
+        done: Collection[str] = (),
+        table_copied: Callable[[str, int], Awaitable[None]] | None = None,
+    ) -> int:
+        """Step 2: every row of every table but those in ``done`` (copied whole by an earlier run, the
+        capture running since), batch by batch in primary-key order; returns the rows this call copied.
+        ``progress(table, rows_so_far)`` is awaited after each batch, ``table_copied(table, rows)`` after
+        a table's last."""
         copied = 0
         for table in await self.tables():
+            if table.name in done:
+                continue
+            rows_of_table = 0
             after: tuple[Any, ...] | None = None
             while True:
                 started = time.monotonic()
@@ -218,12 +252,15 @@ class DatabaseCopy:
                     await _replace(conn, self.qualified(table.name), columns, rows)
                 await self._paced(self.pace, len(rows), started)
                 copied += len(rows)
+                rows_of_table += len(rows)
                 if progress is not None:
                     await progress(table.name, copied)
                 positions = [columns.index(column) for column in table.key]
                 after = tuple(rows[-1][p] for p in positions)
                 if len(rows) < self.batch_rows:
                     break
+            if table_copied is not None:
+                await table_copied(table.name, rows_of_table)
         return copied
 
     # ---- step 3 ---------------------------------------------------------------------------------
@@ -346,6 +383,11 @@ async def _rows(conn: AsyncConnection, sql: str, params: tuple[Any, ...] = ()) -
     return [tuple(row) for row in await conn.exec_driver_sql(sql, params)]
 
 
+async def _names(conn: AsyncConnection, sql: str, schema: str) -> set[str]:
+    """The first column of ``sql``'s rows (an ``information_schema`` query on ``schema``), as strings."""
+    return {str(row[0]) for row in await _rows(conn, sql, (schema,))}
+
+
 # ---- the record of moves in progress (in the first logical database, which never moves) ------------
 
 MOVES = "tjobs_shard_moves"
@@ -353,7 +395,7 @@ MOVES = "tjobs_shard_moves"
 
 _COLUMNS = (
     "database_index, source, target, state, source_fence, epoch, rows_copied, lag_rows, started_at_ms, "
-    "finished_at_ms, cut_over_pause_ms"
+    "finished_at_ms, cut_over_pause_ms, tables_copied"
 )
 _PROGRESS_COLUMNS = (  # added to a table recorded before moves kept their progress
     "rows_copied BIGINT NOT NULL DEFAULT 0",
@@ -361,6 +403,7 @@ _PROGRESS_COLUMNS = (  # added to a table recorded before moves kept their progr
     "started_at_ms BIGINT NOT NULL DEFAULT 0",
     "finished_at_ms BIGINT NULL",
     "cut_over_pause_ms BIGINT NULL",
+    "tables_copied TEXT NULL",  # a JSON object: table → rows, each table the copy finished
 )
 
 
@@ -371,20 +414,29 @@ async def recorded_moves(conn: AsyncConnection, schema: str) -> list[MoveRow]:
         "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
         (schema, MOVES),
     )
-    if "cut_over_pause_ms" not in {str(name) for (name,) in found}:
+    present = {str(name) for (name,) in found}
+    if "cut_over_pause_ms" not in present:
         return []
-    return await _select_moves(conn, f"{_quote(schema)}.{_quote(MOVES)}")
+    return await _select_moves(conn, f"{_quote(schema)}.{_quote(MOVES)}", "tables_copied" in present)
 
 
-async def _select_moves(conn: AsyncConnection, table: str) -> list[MoveRow]:
-    rows = await _rows(conn, f"SELECT {_COLUMNS} FROM {table} ORDER BY database_index")
+async def _select_moves(conn: AsyncConnection, table: str, with_tables: bool = True) -> list[MoveRow]:
+    columns = _COLUMNS if with_tables else _COLUMNS.replace("tables_copied", "NULL")  # the mover adds it
+    rows = await _rows(conn, f"SELECT {columns} FROM {table} ORDER BY database_index")
     return [
         MoveRow(
             int(d), str(s), str(t), str(st), int(f), int(e), int(c), int(lag), int(begun),
             None if ended is None else int(ended), None if pause is None else int(pause),
+            _tables_copied(tables),
         )
-        for d, s, t, st, f, e, c, lag, begun, ended, pause in rows
+        for d, s, t, st, f, e, c, lag, begun, ended, pause, tables in rows
     ]  # fmt: skip
+
+
+def _tables_copied(text: str | bytes | None) -> tuple[tuple[str, int], ...]:
+    if not text:
+        return ()
+    return tuple((str(table), int(rows)) for table, rows in orjson.loads(text).items())
 
 
 class MoveRecords:
@@ -435,11 +487,11 @@ class MoveRecords:
             await self._ensure(conn)
             await conn.exec_driver_sql(
                 f"REPLACE INTO {self.table} ({_COLUMNS}, updated_at_ms) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (
                     row.database, row.source, row.target, row.state, row.source_fence, row.epoch,
                     row.rows_copied, row.lag_rows, row.started_at_ms, row.finished_at_ms,
-                    row.cut_over_pause_ms, now_ms,
+                    row.cut_over_pause_ms, orjson.dumps(dict(row.tables_copied)).decode(), now_ms,
                 ),
             )  # fmt: skip
 

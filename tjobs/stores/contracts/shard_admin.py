@@ -11,7 +11,7 @@ A store on one server (SQLite, the memory twin) answers with the defaults here: 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from sharding import Topology
@@ -74,6 +74,8 @@ class MoveRow:
     started_at_ms: int = 0
     finished_at_ms: int | None = None  # when the map named the target
     cut_over_pause_ms: int | None = None  # writes to the database refused while cutting over
+    tables_copied: tuple[tuple[str, int], ...] = ()
+    """(table, rows) of each table the bulk copy finished, in copy order: a rerun skips them."""
 
 
 class DatabaseMove(ABC):
@@ -85,14 +87,25 @@ class DatabaseMove(ABC):
     """How hard the copy and a paced catch-up may work the servers (:mod:`tjobs.stores.copy_pace`)."""
 
     @abstractmethod
-    async def prepare(self) -> None:
+    async def prepare(self) -> bool:
         """The target's database and tables, its fence retired (nobody may write there); on the source,
-        every key written from now on is recorded."""
+        every key written from now on is recorded. Creates only what is missing, so that a rerun asks
+        the server for nothing it would answer with a warning. Returns whether everything was there
+        already (the capture has run since an earlier run, which left every table on the target): only
+        then may :meth:`copy` skip the tables that run copied."""
 
     @abstractmethod
-    async def copy(self, progress: Callable[[str, int], Awaitable[None]] | None = None) -> int:
-        """Copy every row to the target, batch by batch in primary-key order, resting after each as
-        :attr:`pace` says; return how many rows. ``progress(table, rows_so_far)`` after each batch."""
+    async def copy(
+        self,
+        progress: Callable[[str, int], Awaitable[None]] | None = None,
+        *,
+        done: Collection[str] = (),
+        table_copied: Callable[[str, int], Awaitable[None]] | None = None,
+    ) -> int:
+        """Copy every row of every table but those in ``done`` to the target, batch by batch in
+        primary-key order, resting after each as :attr:`pace` says; return how many rows this call
+        copied. ``progress(table, rows_so_far)`` after each batch, ``table_copied(table, rows)`` once a
+        table is copied whole (a changed row of it is in the capture from then on)."""
 
     @abstractmethod
     async def backlog(self) -> int:
