@@ -6,7 +6,9 @@ logical database; a run with other settings on existing data is refused before a
 
 Each logical database carries its own Alembic ``alembic_version`` table (the migrations live in
 :mod:`tjobs.stores.migrations`, shipped inside the package). Databases are migrated concurrently, a few per
-server; a second run finds every database at head and does nothing.
+server; a second run finds every database at head and does nothing. On SQLite, the databases created
+by this run that hold no apps table are one schema in many files: the first is migrated and the others
+are copies of it (:func:`_sqlite_copies`), which takes ``tjobs dev``'s first start from ~11 s to ~1 s.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -117,16 +121,23 @@ async def migrate(settings: StorageSettings, progress: Progress | None = None) -
         total = len(layout.databases)
         done = 0
         slots = {url: asyncio.Semaphore(CONCURRENCY_PER_SERVER) for url in engines}
+        copies = _sqlite_copies(layout) if layout.dialect != MYSQL else []
 
-        async def one(home: DatabaseHome) -> None:
+        def count(home: DatabaseHome) -> None:
             nonlocal done
-            async with slots[home.engine_url]:
-                await _upgrade_database(engines[home.engine_url], layout, home, script)
             done += 1
             if progress is not None:
                 progress(home.name, done, total)
 
-        await asyncio.gather(*(one(home) for home in layout.databases))
+        async def one(home: DatabaseHome) -> None:
+            async with slots[home.engine_url]:
+                await _upgrade_database(engines[home.engine_url], layout, home, script)
+            count(home)
+
+        await asyncio.gather(*(one(home) for home in layout.databases if home not in copies[1:]))
+        for home in copies[1:]:
+            await asyncio.to_thread(_copy_sqlite, copies[0], home)
+            count(home)
         await ensure_layout(apps_engine, layout, settings, where)
         if recorded_map is None:  # the data's own record of its map: seeded here, moved by `tjobs shards`
             async with apps_engine.begin() as conn:
@@ -134,6 +145,28 @@ async def migrate(settings: StorageSettings, progress: Progress | None = None) -
         logger.info("migrated %d databases", total, extra={"action": "schema_migrated"})
     finally:
         await asyncio.gather(*(engine.dispose() for engine in engines.values()))
+
+
+def _sqlite_copies(layout: Layout) -> list[DatabaseHome]:
+    """The SQLite databases this run creates that hold no apps table, in layout order: the first is
+    migrated, the rest are copied from it. Each is one file whose schema depends only on the layout's
+    tables per database; a database that already exists is migrated, never replaced."""
+    apps = layout.apps_database
+    return [
+        home
+        for home in layout.databases
+        if home.index != apps.index and not os.path.exists(sqlite_path(home.engine_url))
+    ]
+
+
+def _copy_sqlite(template: DatabaseHome, home: DatabaseHome) -> None:
+    """Copy the migrated ``template`` database into ``home``'s new file (SQLite's online backup, which
+    reads a consistent snapshot including what sits in the write-ahead log)."""
+    with (
+        closing(sqlite3.connect(sqlite_path(template.engine_url))) as source,
+        closing(sqlite3.connect(sqlite_path(home.engine_url))) as target,
+    ):
+        source.backup(target)
 
 
 def _where(layout: Layout) -> str:
