@@ -27,6 +27,10 @@ def schema(path: str) -> list[tuple[object, ...]]:
         return rows + conn.execute("SELECT version_num FROM alembic_version").fetchall()
 
 
+def delete(path: str) -> None:
+    Path(path).unlink()
+
+
 def database_files(storage: StorageSettings) -> list[str]:
     return [sqlite_path(home.engine_url) for home in Layout(storage).databases]
 
@@ -53,7 +57,7 @@ async def test_a_database_that_exists_is_migrated_not_replaced(tmp_path: Path) -
     with closing(sqlite3.connect(files[2])) as conn:
         conn.execute("CREATE TABLE kept (x INTEGER)")
         conn.commit()
-    Path(files[3]).unlink()
+    delete(files[3])
     await migrate(storage)
     assert any(name == "kept" for _, name, *_ in schema(files[2]))
     assert schema(files[3]) == schema(files[1])
