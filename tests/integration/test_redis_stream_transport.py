@@ -1,26 +1,31 @@
-"""The Redis Streams transport on a real Redis, beyond the broker contract: each attempt answered on
-its own, and a cancelled attempt cancelled.
+"""The Redis Streams transport's pipelines, on a real Redis and on a fake one that stops answering or
+drops the connection mid-pipeline: each attempt answered on its own, a cancelled attempt cancelled,
+a connection no attempt waits for any more closed.
 
 The broker-transport contract (``tests/contract/test_broker_transport_contract.py``) covers what
 every broker transport shares; these cases are the transport's own promises: a refused ``XADD``
 fails its own attempt and not the attempts sent alongside it, attempts to two streams of one server
 in one loop turn both land, and an attempt cancelled while its ``XADD`` is written and unanswered
 propagates its cancellation (redis-py must not turn it into a result) and leaves nothing counted as
-waiting.
+waiting. On the fake: attempts that gave up on a silent server leave no connection waiting for an
+answer (without a socket timeout a pipeline's read is bounded by its attempts alone; the pool would
+otherwise run dry), and a connection dropped mid-pipeline fails its attempts at once and the next
+ones connect again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 import pytest
 import redis.asyncio
 
-from tests.contract.broker_backends import RedisStreamBackend, give_up_once_written
+from tests.contract.broker_backends import SETTINGS, RedisStreamBackend, _target, give_up_once_written
 from tests.contract.test_broker_transport_contract import signed_request
+from tjobs.delivery.redis_stream_transport import MAX_CONNECTIONS, RedisStreamTransport
 from tjobs.delivery.transport import Outcome
 from tjobs.targets.model import RedisStreamTarget
 
@@ -73,3 +78,121 @@ async def test_a_cancelled_attempt_leaves_nothing_waiting(backend: RedisStreamBa
     assert attempt.cancelled()  # the cancellation propagates, not turned into a result
     assert backend.transport.pending_publishes == 0
     await backend.received(target, 0, drain=True)  # sent or not, the destination is emptied
+
+
+# ---- a server that stops answering, or drops the connection mid-pipeline ------------------------------
+
+
+class FakeRedis:
+    """A loopback server speaking just enough RESP for the transport: ``INFO`` answered as Redis 7.0,
+    any other command but ``XADD`` ``+OK``; each ``XADD`` answered with an entry id while
+    :attr:`answering`, else left unanswered (``drop``: the connection closed once one arrives)."""
+
+    def __init__(self) -> None:
+        self.answering = True
+        self.drop = False
+        self.open = 0  # connections open now
+        self.xadds = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"redis://127.0.0.1:{port}/0"
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.open += 1
+        try:
+            while True:
+                command = await _read_command(reader)
+                if command is None:
+                    return
+                name = command[0].upper()
+                if name == b"INFO":
+                    info = b"# Server\r\nredis_version:7.0.15\r\n"
+                    writer.write(b"$%d\r\n%s\r\n" % (len(info), info))
+                elif name == b"XADD":
+                    self.xadds += 1
+                    if self.drop:
+                        return
+                    if self.answering:
+                        writer.write(b"$15\r\n1700000000000-%d\r\n" % (self.xadds % 10))
+                else:
+                    writer.write(b"+OK\r\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+async def _read_command(reader: asyncio.StreamReader) -> list[bytes] | None:
+    header = await reader.readline()
+    if not header:
+        return None
+    assert header.startswith(b"*"), header
+    parts = []
+    for _ in range(int(header[1:])):
+        length = int((await reader.readline())[1:])
+        parts.append((await reader.readexactly(length + 2))[:-2])
+    return parts
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeRedis]:
+    server = FakeRedis()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def _settle(condition: Callable[[], bool], seconds: float = 2.0) -> bool:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition() and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 (a fake's count)
+        await asyncio.sleep(0.01)
+    return bool(condition())
+
+
+async def test_attempts_given_up_on_a_server_that_stopped_answering_leave_no_connection_waiting(
+    fake: FakeRedis,
+) -> None:
+    """Without a socket timeout only the attempts' deadlines bound a read: once every attempt of a
+    pipeline has given up, its connection is closed, so a silent server cannot use up the pool."""
+    target = _target("fake", RedisStreamTarget(await fake.start(), "s"))
+    transport = RedisStreamTransport(SETTINGS)
+    try:
+        assert (await transport.send(signed_request(target))).outcome is Outcome.DELIVERED  # connected
+        fake.answering = False
+        for _ in range(MAX_CONNECTIONS + 1):  # one pipeline each, more than the pool holds
+            results = await asyncio.gather(*(transport.send(signed_request(target, timeout_ms=100)) for _ in range(3)))
+            assert {result.outcome for result in results} == {Outcome.RETRYABLE}
+        assert transport.pending_publishes == 0
+        assert await _settle(lambda: fake.open == 0), f"{fake.open} connections still wait for an answer"
+        fake.answering = True
+        assert (await transport.send(signed_request(target, timeout_ms=2000))).outcome is Outcome.DELIVERED
+    finally:
+        await transport.close()
+
+
+async def test_a_connection_dropped_mid_pipeline_fails_its_attempts_and_the_next_reconnect(fake: FakeRedis) -> None:
+    target = _target("fake", RedisStreamTarget(await fake.start(), "s"))
+    transport = RedisStreamTransport(SETTINGS)
+    try:
+        assert (await transport.send(signed_request(target))).outcome is Outcome.DELIVERED  # connected
+        fake.drop = True  # closed once an XADD arrives, none answered
+        results = await asyncio.gather(*(transport.send(signed_request(target, timeout_ms=5000)) for _ in range(20)))
+        assert {result.outcome for result in results} == {Outcome.RETRYABLE}
+        assert all(result.duration_s < 4 for result in results)  # failed with the connection, not at the deadline
+        assert transport.pending_publishes == 0
+        fake.drop = False
+        results = await asyncio.gather(*(transport.send(signed_request(target)) for _ in range(20)))
+        assert {result.outcome for result in results} == {Outcome.DELIVERED}
+        assert transport.pending_publishes == 0
+    finally:
+        await transport.close()

@@ -1,4 +1,4 @@
-"""The Redis Streams transport: one ``XADD`` per attempt, delivered = the entry id Redis answers.
+"""The Redis Streams transport: one ``XADD`` per attempt, pipelined, delivered = the entry id Redis answers.
 
 An attempt appends one entry to the target's ``stream`` with three fields, in this order:
 
@@ -20,14 +20,21 @@ project's machines) have no such form: a retry may append a second entry for the
 and the consumer deduplicates.
 
 Connections: one pool per (server URL, user name, password), created by the first send that needs
-it, at most :data:`MAX_CONNECTIONS` connections; a burst waits for a free one within each attempt's
-timeout. redis-py's own retries are off (one attempt is one ``XADD``), and so is its socket timeout:
-the attempt's deadline bounds the write and the read. (With a socket timeout redis-py writes within
-``asyncio.wait_for``, which on Python 3.11 swallows a cancellation that comes as the write finishes:
-the attempt would go on to read its answer and come back delivered.) A cancelled attempt raises
-:class:`asyncio.CancelledError`, redis-py closing the connection it interrupted, so that answer is
-never read as the next ``XADD``'s; a cancellation absorbed below all the same is raised once the
-call returns (:mod:`tjobs.delivery.broker`).
+it, at most :data:`MAX_CONNECTIONS` connections. The ``XADD`` commands of one event-loop turn go to
+the server as one pipeline (at most :data:`MAX_PIPELINE` commands, not a transaction: each is
+answered on its own, and a refused one fails only its attempt), so a burst costs one write and one
+read per pipeline, not a pooled connection, a round trip and a wake-up per attempt. A pipeline waits
+for a free connection; each attempt waits for its own answer within its timeout; a connection that
+fails fails every attempt of its pipeline (retryable), and the next pipeline connects again. An
+attempt given up (its deadline, or cancelled) raises :class:`asyncio.CancelledError`, never a
+result; if its pipeline was already written its ``XADD`` may still be stored (a retry carries the
+same flow id). Once every attempt of a pipeline has given up, the pipeline is cancelled and redis-py
+closes its connection, so answers no one waits for are never read as another pipeline's, and a
+server that stopped answering cannot hold the pool's connections. redis-py's own retries are off
+(one attempt is one ``XADD``), and so is its socket timeout: the attempts' deadlines bound the write
+and the read. (With a socket timeout redis-py writes within ``asyncio.wait_for``, which on Python
+3.11 swallows a cancellation that comes as the write finishes, CPython gh-86296.) A cancellation
+absorbed below all the same is raised once the call returns (:mod:`tjobs.delivery.broker`).
 
 What the answers mean: an entry id — :attr:`Outcome.DELIVERED`; ``WRONGPASS``/``NOAUTH`` (wrong or
 missing credentials), ``NOPERM`` (the user may not write that key) and ``WRONGTYPE`` (the key holds
@@ -55,11 +62,13 @@ from tjobs.targets.model import Protocol, RedisStreamTarget, Target
 logger = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 32  # per server and user
+MAX_PIPELINE = 1000  # XADDs written together at most
 CONNECT_TIMEOUT_S = 5.0  # the attempt's own timeout bounds it further
 PRODUCER = "tjobs"  # the IDMP producer id
 IDMP_SINCE = (8, 6)
 
 ClientKey = tuple[str, str, str]  # server URL, user name, password
+Queued = tuple[list[str | bytes | int], "asyncio.Future[object]"]  # an XADD and the future of its answer
 
 
 def xadd_command(
@@ -105,6 +114,57 @@ class _Server:
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
         self.idempotent: bool | None = None  # unknown until the first send asks the server
         self._asking: asyncio.Lock = asyncio.Lock()
+        self._queued: list[Queued] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._unanswered: set[asyncio.Future[object]] = set()
+        self._pipelines: set[asyncio.Task[None]] = set()
+
+    def xadd(self, command: list[str | bytes | int]) -> asyncio.Future[object]:
+        """Queue one ``XADD`` for this loop turn's pipeline; its future gets the server's answer
+        (an entry id, or the error Redis answered for it), or the pipeline's failure."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[object] = loop.create_future()
+        self._queued.append((command, answer))
+        self._unanswered.add(answer)
+        answer.add_done_callback(self._unanswered.discard)
+        if self._flush_handle is None:
+            self._flush_handle = loop.call_soon(self._flush)
+        return answer
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        queued, self._queued = self._queued, []
+        for start in range(0, len(queued), MAX_PIPELINE):
+            batch = queued[start : start + MAX_PIPELINE]
+            pipeline = asyncio.ensure_future(self._send(batch))
+            self._pipelines.add(pipeline)
+            pipeline.add_done_callback(self._pipelines.discard)
+            given_up = _GivenUp(pipeline, len(batch))
+            for _, answer in batch:
+                answer.add_done_callback(given_up)
+
+    async def _send(self, batch: list[Queued]) -> None:
+        batch = [(command, answer) for command, answer in batch if not answer.done()]  # not given up yet
+        if not batch:
+            return
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for command, _ in batch:
+                    pipe.execute_command(*command)
+                results = await pipe.execute(raise_on_error=False)
+        except asyncio.CancelledError:  # every attempt gave up (see _GivenUp), or the transport is closing
+            _fail(batch, ConnectionResetError("the transport was closed before Redis answered"))
+            raise
+        except Exception as failed:  # the connection: every XADD of the pipeline failed with it
+            _fail(batch, failed)
+            return
+        for (_, answer), result in zip(batch, results, strict=True):
+            if answer.done():
+                continue
+            if isinstance(result, Exception):
+                answer.set_exception(result)
+            else:
+                answer.set_result(result)
 
     async def knows_idmp(self) -> bool:
         if self.idempotent is None:
@@ -116,9 +176,17 @@ class _Server:
 
     @property
     def pending(self) -> int:
-        return len(self.pool._in_use_connections)  # redis-py has no public count of them
+        return len(self._unanswered)
 
     async def close(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        queued, self._queued = self._queued, []
+        _fail(queued, ConnectionResetError("the transport was closed before sending"))
+        for pipeline in list(self._pipelines):
+            pipeline.cancel()
+        await asyncio.gather(*self._pipelines, return_exceptions=True)
         try:
             await self.client.aclose()
             await self.pool.aclose()
@@ -150,7 +218,7 @@ async def _xadd(server: _Server, request: CallbackRequest, settings: RedisStream
             settings.maxlen,
             idempotent,
         )
-        await server.client.execute_command(*command)  # type: ignore[no-untyped-call]
+        await server.xadd(command)
     except AuthenticationError:
         raise BrokerRefused("Redis refused the credentials (WRONGPASS or NOAUTH)") from None
     except NoPermissionError:
@@ -162,6 +230,30 @@ async def _xadd(server: _Server, request: CallbackRequest, settings: RedisStream
         if text.startswith("WRONGTYPE"):
             raise BrokerRefused(f"key {settings.stream!r} holds something else than a stream (WRONGTYPE)") from None
         raise BrokerBusy(f"Redis refused XADD: {text}") from None
+
+
+class _GivenUp:
+    """Cancels a pipeline once every attempt in it has given up (its deadline, or cancelled) before
+    Redis answered: redis-py then closes the connection, whose answers no one waits for, instead of
+    reading them with no deadline left (there is no socket timeout), so a server that stopped
+    answering cannot hold the pool's connections for good."""
+
+    def __init__(self, pipeline: asyncio.Task[None], attempts: int) -> None:
+        self._pipeline = pipeline
+        self._waiting = attempts
+
+    def __call__(self, answer: asyncio.Future[object]) -> None:
+        if not answer.cancelled():  # answered, or failed with the pipeline
+            return
+        self._waiting -= 1
+        if self._waiting == 0:
+            self._pipeline.cancel()
+
+
+def _fail(batch: list[Queued], error: Exception) -> None:
+    for _, answer in batch:
+        if not answer.done():
+            answer.set_exception(error)
 
 
 def _first_line(args: Sequence[object]) -> str:
