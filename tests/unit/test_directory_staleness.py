@@ -143,6 +143,22 @@ async def test_the_first_lookup_after_expiry_waits_only_the_read_deadline_and_la
     assert store.app_reads == reads, "one read under way at a time"
 
 
+async def test_a_read_ahead_of_expiry_still_unanswered_at_expiry_serves_the_copy_without_any_wait(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory
+) -> None:
+    # Given an app in use whose server froze just before its read ahead of expiry started
+    await apps.get(APP.id)
+    store.freeze()
+    clock.advance(TTL_MS * 9 // 10)
+    assert apps.cached(APP.id) is not None  # starts the read, which hangs
+    await settle()
+    # When the entry expires with that read unanswered for longer than the read deadline
+    clock.advance(TTL_MS // 10 + 1)
+    # Then the fast lane serves the copy: not even the first delivery after expiry waits the deadline
+    assert apps.cached(APP.id) is not None
+    assert store.app_reads == 2
+
+
 async def test_a_cut_server_is_retried_in_the_background_while_the_copy_is_served(
     store: FreezableStore, clock: ManualClock, apps: AppDirectory
 ) -> None:

@@ -10,8 +10,9 @@ server's callbacks (issue 28). Each entry, timed on the node's clock from its la
   (an app disabled, a secret rotated, a target edited) is seen within ``ttl_ms``.
 - **stale** for ``serve_stale_ms`` after that. A caller waits for a read at most ``read_deadline_ms``
   and is then answered with the copy (the last good read). Once a read has failed or outlived that
-  deadline the server counts as silent for the key: the copy is answered at once, the fast lane
-  included, and a read is tried again in the background every ``RETRY_MS`` until one succeeds.
+  deadline (a read ahead of expiry still unanswered at expiry, typically) the server counts as silent
+  for the key: the copy is answered at once, the fast lane included, and a read is tried again in the
+  background every ``RETRY_MS`` until one succeeds.
 - **gone** after that: a caller waits for the server as if nothing were cached (the deliverer leaves
   the flow ``pending`` when the read fails, and the compensator re-drives it).
 
@@ -84,7 +85,16 @@ class DirectoryCache(Generic[K, V]):
             if age_ms >= policy.ttl_ms * REFRESH_AHEAD:
                 self._refresh(key, entry, now_ms)
             return entry.value
-        if entry.silent_since_ms is not None and age_ms < policy.ttl_ms + policy.serve_stale_ms:
+        if age_ms >= policy.ttl_ms + policy.serve_stale_ms:
+            return None
+        if (
+            entry.silent_since_ms is None
+            and key in self._reads
+            and now_ms - entry.last_try_ms >= policy.read_deadline_ms
+        ):
+            # the read (ahead of expiry, typically) has outlived the deadline already: nobody need wait it
+            self._went_silent(key, entry, now_ms, "no answer within the read deadline")
+        if entry.silent_since_ms is not None:
             self._refresh(key, entry, now_ms)
             return entry.value
         return None
