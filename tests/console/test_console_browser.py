@@ -117,6 +117,11 @@ async def test_sign_in_find_a_task_made_through_the_api_and_watch_its_flow_arriv
     await expect(figures).to_contain_text("1 in 1 hour")
     await expect(figures).to_contain_text("100.000 %")
     await expect(figures).to_contain_text("1 delivered, 0 dead")
+    # the objective's lateness is the first attempt's, at the receiver's answer; commit lateness is named apart
+    await expect(figures.locator("div", has_text="p99 delivery lateness")).to_contain_text(
+        "first attempts at the answer"
+    )
+    await expect(figures.locator("div", has_text="p99 commit lateness")).to_contain_text("fire transaction committed")
     await expect(page.locator("svg[role=img]")).to_have_count(4)
     await screenshot(page, screenshots, "overview")
 

@@ -72,7 +72,10 @@ async def test_every_node_answers_the_same_cluster_numbers(
         assert seen_a == seen_b, (seen_a, seen_b)
         assert seen_a["scope"] == "cluster" and seen_a["app_id"] == app.id
         assert seen_a["fires"] == TASKS and seen_a["reach"]["delivered"] == TASKS and seen_a["reach"]["met"] is True
-        assert seen_a["fire_lateness"]["count"] == TASKS and seen_a["fire_lateness"]["p99_s"] is not None
+        assert seen_a["commit_lateness"]["count"] == TASKS and seen_a["commit_lateness"]["p99_s"] is not None
+        delivery = seen_a["delivery_lateness"]  # each flow's first attempt, at the receiver's answer
+        assert delivery["count"] == TASKS and delivery["at_send"]["count"] == TASKS, delivery
+        assert delivery["p99_s"] is not None and delivery["p99_s"] >= seen_a["commit_lateness"]["p50_s"], seen_a
         node_fires = [(await c.get("/v1/slo")).json() for c in (on_a, on_b)]  # without a window: each node's own
         assert {n["scope"] for n in node_fires} == {"node"}
 

@@ -277,7 +277,8 @@ async def test_a_node_with_metrics_off_fires_and_answers_404_on_metrics() -> Non
     assert scrape.status_code == 404 and scrape.json()["error"]["code"] == "metrics_disabled"
     assert len(scrape.headers["x-request-id"]) == 32
     assert slo["reach"]["delivered"] == 1  # the SLO accounting (tjobs.observability.slo) does not depend on the metrics
-    assert slo["fire_lateness"]["1m"]["fires"] == 1
+    assert slo["commit_lateness"]["1m"]["fires"] == 1
+    assert slo["delivery_lateness"]["1m"]["attempts"] == 1
 
 
 def test_runner_totals_advance_the_rejected_fire_and_failed_transaction_counters() -> None:

@@ -1,4 +1,5 @@
-"""GET /v1/slo: the calling app's p99 lateness per window and reach, scoped to the node."""
+"""GET /v1/slo: the calling app's p99 first-attempt delivery lateness per window (commit lateness beside
+it) and reach, scoped to the node."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ async def test_slo_reports_p99_lateness_and_reach_against_the_objectives() -> No
             running.node.slo.observe_outcome(app_id, "delivered")
         running.node.slo.observe_outcome(app_id, "dead")
         running.node.slo.observe_outcome(app_id, "dead")
-        running.node.slo.observe_fire(app_id, 2.0)
+        running.node.slo.observe_fire(app_id, 0.02)  # committed 20 ms late ...
+        running.node.slo.observe_first_attempt(app_id, 1.9, 2.0)  # ... answered 2 s late
         async with httpx.AsyncClient(
             base_url=running.base_url, headers={"authorization": f"Bearer {api_key}"}
         ) as client:
@@ -33,5 +35,7 @@ async def test_slo_reports_p99_lateness_and_reach_against_the_objectives() -> No
     assert body["scope"] == "node"
     assert body["reach"]["delivered"] == 9_999 and body["reach"]["dead"] == 2
     assert body["reach"]["met"] is False
-    assert body["fire_lateness"]["1m"]["fires"] == 1
-    assert body["fire_lateness"]["1m"]["met"] is False
+    assert body["delivery_lateness"]["1m"]["attempts"] == 1
+    assert body["delivery_lateness"]["1m"]["p99_s"] == 2.5  # the bucket holding 2 s
+    assert body["delivery_lateness"]["1m"]["met"] is False  # the objective holds to the answer ...
+    assert body["commit_lateness"]["1m"] == {"fires": 1, "p99_s": 0.025}  # ... not to the commit, shown beside it

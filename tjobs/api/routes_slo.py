@@ -1,15 +1,16 @@
 """``GET /v1/slo``: an app's service levels, for the cluster (``?window=``) or as seen by THIS node.
 
 With ``window`` (``5m``, ``1h``, ``1d``, ``7d``) the answer is the cluster's, the same on every node
-(:mod:`tjobs.service.cluster_slo`: every node's minutes summed from the store): p50/p90/p99 lateness,
-reach, misses, throttled and dead, for the calling app; the admin key names an app with ``app_id``,
-or gets every app's total without it. Without ``window``, the app's figures on this node, as below.
+(:mod:`tjobs.service.cluster_slo`: every node's minutes summed from the store): p50/p90/p99 of the
+first attempts' delivery lateness (scheduled instant to the receiver's answer; at the send beside
+it) and of the fires' commit lateness, reach, misses, throttled and dead, for the calling app; the
+admin key names an app with ``app_id``, or gets every app's total without it. Without ``window``,
+the app's figures on this node, as below.
 
-p99 fire lateness over the last 1 m / 5 m / 1 h (the node's recent-lateness windows) and reach
-(delivered / (delivered + dead)) over the flows this node finished since it started, each against
-its objective (p99 < 1 s, reach >= 99.99 %). A node only sees the fires it committed and the flows
-it delivered; the cluster-wide figures are Prometheus' (recording rules
-``tjobs:fire_lateness_p99_seconds:5m`` and ``tjobs:reach_ratio:30m``).
+p99 first-attempt delivery lateness (and commit lateness, beside it) over the last 1 m / 5 m / 1 h
+(the node's recent windows) and reach (delivered / (delivered + dead)) over the flows this node
+finished since it started, each against its objective (p99 <= 1 s, reach >= 99.99 %). A node only
+sees the fires it committed and the flows it delivered.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fastapi import APIRouter, Query
 from tjobs.api.deps import AppOrAdminDep, NodeDep, errors, json_response
 from tjobs.errors import InvalidInput, NotFound
 from tjobs.model import App
+from tjobs.service.cluster_slo import COMMIT_MEASURED_AT, DELIVERY_MEASURED_AT
 from tjobs.service.cluster_slo import P99_OBJECTIVE_S as P99_OBJECTIVE_S  # the console reads the objectives here
 from tjobs.service.cluster_slo import REACH_OBJECTIVE as REACH_OBJECTIVE
 
@@ -52,26 +54,31 @@ async def my_slo(
 
 
 def node_service_levels(app: App, node: Node) -> dict[str, Any]:
-    windows = node.slo.lateness.windows(app.id)
     counts = node.slo.outcome_counts
     delivered = counts.get((app.id, "delivered"), 0)
     dead = counts.get((app.id, "dead"), 0)
     finished = delivered + dead
     reach = delivered / finished if finished else None
-    lateness = {
+    delivery = {
         name: {
-            "fires": window.get("count", 0),
+            "attempts": window.get("count", 0),
             "p99_s": window.get("p99_s"),
-            "met": window.get("p99_s") is None or window["p99_s"] <= P99_OBJECTIVE_S,
+            "met": window.get("count", 0) == 0
+            or (window.get("p99_s") is not None and window["p99_s"] <= P99_OBJECTIVE_S),
         }
-        for name, window in windows.items()
+        for name, window in node.slo.answer_lateness.windows(app.id).items()
+    }
+    commit = {
+        name: {"fires": window.get("count", 0), "p99_s": window.get("p99_s")}
+        for name, window in node.slo.lateness.windows(app.id).items()
     }
     return {
         "app_id": app.id,
         "scope": "node",
         "node_id": node.node_id,
         "objectives": {"p99_lateness_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
-        "fire_lateness": lateness,
+        "delivery_lateness": {**delivery, "measured_at": DELIVERY_MEASURED_AT},
+        "commit_lateness": {**commit, "measured_at": COMMIT_MEASURED_AT},
         "reach": {
             "delivered": delivered,
             "dead": dead,

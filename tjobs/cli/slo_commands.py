@@ -17,14 +17,16 @@ def _seconds(value: Any) -> str:
 
 def slo_table(report: dict[str, Any]) -> Table:
     table = Table("figure", "value", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    lateness, reach = report["fire_lateness"], report["reach"]
+    lateness, commit, reach = report["delivery_lateness"], report["commit_lateness"], report["reach"]
     ratio = "-" if reach["ratio"] is None else f"{reach['ratio']:.4%}"
     rows = [
         ("app", str(report["app_id"] or "every app")),
         ("window", f"{report['window']} ({report['from']} .. {report['to']})"),
         ("fires", str(report["fires"])),
-        ("lateness p50 / p99", f"{_seconds(lateness['p50_s'])} / {_seconds(lateness['p99_s'])}"),
+        ("delivery lateness p50 / p99", f"{_seconds(lateness['p50_s'])} / {_seconds(lateness['p99_s'])}"),
+        ("  (first attempts, at the answer)", f"{lateness['count']} attempts"),
         ("p99 objective met", "yes" if lateness["met"] else "NO"),
+        ("commit lateness p50 / p99", f"{_seconds(commit['p50_s'])} / {_seconds(commit['p99_s'])}"),
         ("reach", f"{ratio} ({reach['delivered']} delivered, {reach['dead']} dead)"),
         ("reach objective met", "yes" if reach["met"] else "NO"),
         ("misses", str(report["misses"])),
@@ -43,7 +45,8 @@ def slo(
     admin_key: AdminKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """The cluster's service levels over a window: lateness, reach, misses, throttled, dead."""
+    """The cluster's service levels over a window: first-attempt delivery lateness (commit lateness
+    beside it), reach, misses, throttled, dead."""
     report = _ask(url, _either_key(api_key, admin_key), "--api-key", lambda sdk: sdk.slo(window, app_id=app_id))
     if as_json:
         _emit(report, True)

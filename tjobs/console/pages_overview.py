@@ -1,4 +1,5 @@
-"""The overview: per app, its fire rate, fire lateness, reach and dead letters over a window, with charts.
+"""The overview: per app, its fire rate, first-attempt delivery lateness (commit lateness beside it), reach
+and dead letters over a window, with charts.
 
 The figures are the cluster's, the same whichever node serves the page: ``GET /v1/slo?window=``'s
 (:func:`tjobs.service.cluster_slo.cluster_service_levels`, every node's minutes summed from the store,
@@ -39,13 +40,14 @@ DEFAULT_WINDOW: Window = "1h"
 async def service_levels(node: Node, app: App | None, window: str) -> dict[str, Any]:
     """One app's figures over ``window`` (every app's total: ``None``), as the overview shows them."""
     report = await node.cluster_slo.report(None if app is None else app.id, window)
-    lateness = report["fire_lateness"]
+    lateness = report["delivery_lateness"]
     reach = report["reach"]
     row: dict[str, Any] = {
         "app": app,
         "fires": report["fires"],
         "fires_per_min": report["fires"] / WINDOWS[window][0],
         "lateness": lateness,
+        "commit_lateness": report["commit_lateness"],
         "p99_s": lateness["p99_s"],
         "p99_met": lateness["met"],
         "reach": reach["ratio"],
@@ -64,7 +66,8 @@ async def service_levels(node: Node, app: App | None, window: str) -> dict[str, 
 
 
 async def charts(node: Node, app: App, window: str) -> list[Chart]:
-    """Fires per minute, p99 lateness, reach and dead flows per bucket of ``window``, oldest first."""
+    """Fires per minute, p99 first-attempt delivery lateness, reach and dead flows per bucket of
+    ``window``, oldest first."""
     minutes, step = WINDOWS[window]
     to_minute = node.clock.now_ms() // MS_PER_MINUTE + 1
     starts = range(to_minute - minutes, to_minute, step)
@@ -72,14 +75,14 @@ async def charts(node: Node, app: App, window: str) -> list[Chart]:
     p99_ms: list[float | None] = []
     reach: list[float | None] = []
     for bucket in buckets:
-        p99_s = lateness_summary(bucket.lateness)["p99_s"]
+        p99_s = lateness_summary(bucket.first_answer_lateness)["p99_s"]
         p99_ms.append(None if p99_s is None else p99_s * 1000)
         finished = bucket.delivered + bucket.dead
         reach.append(bucket.delivered / finished * 100 if finished else None)
     per = f"{step} min" if step < 60 else f"{step // 60} h"
     return [
         line_chart("Fires per minute", [bucket.fires / step for bucket in buckets], digits=1),
-        line_chart(f"p99 fire lateness (per {per})", p99_ms, unit=" ms"),
+        line_chart(f"p99 delivery lateness, first attempts (per {per})", p99_ms, unit=" ms"),
         line_chart(f"Reach (per {per})", reach, unit=" %", digits=2),
         line_chart(f"Dead flows (per {per})", [float(bucket.dead) for bucket in buckets]),
     ]
