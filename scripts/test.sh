@@ -21,6 +21,7 @@ bash scripts/browser.sh  # Debian chromium for the console browser tests (tests/
 # about 60 node processes, and where PYTHONDONTWRITEBYTECODE is set, as in this machine's shells, every one
 # of them would compile its ~150 tjobs modules from source again (docs/benchmarks.md, "Node start-up").
 .venv/bin/python -m compileall -q -j 0 tjobs sharding >/dev/null
+unset PYTHONDONTWRITEBYTECODE  # and pytest keeps its assertion-rewritten test modules (scripts/check.sh)
 
 if [ "${TJOBS_TEST_NO_SERVICES:-0}" != 1 ]; then
     bash scripts/services.sh up
