@@ -431,8 +431,11 @@ class TargetUpdate(_Strict):
     protocol: ProtocolName | None = Field(default=None, description="changes only together with settings")
     settings: TargetSettingsShape | None = Field(default=None, description="replaces the settings as a whole")
     retry: TargetRetry | None = Field(default=None, description="replaces the retry policy as a whole")
-    credentials: dict[str, HEADER_VALUE] | None = Field(
-        default=None, max_length=MAX_HEADERS, description="replaces the credentials ({} clears); absent: kept"
+    credentials: dict[str, HEADER_VALUE | None] | None = Field(
+        default=None,
+        max_length=MAX_HEADERS,
+        description="merged into the stored credentials key by key (a null value removes that key; {} clears "
+        "them all; with a new protocol they replace them); absent: kept. Never shown back",
     )
     version: int | None = Field(
         default=None, description="the target's version as last read: 409 version_conflict if it moved since"

@@ -276,6 +276,46 @@ async def test_an_update_with_a_stale_version_is_a_409_and_without_one_the_last_
     assert switched.status_code == 200 and switched.json()["protocol"] == "nats"
 
 
+async def test_an_update_naming_some_credentials_keeps_the_others_and_a_null_removes_one(
+    tenant: Tenant, api_node: RunningNode
+) -> None:
+    """Credentials are write-only: a client cannot read the username back to send it with a new
+    password, so an update merges the keys it names into the stored ones (a null removes a key; ``{}``
+    clears them all, as documented)."""
+    stored = api_node.node.store
+
+    async def credentials_of(name: str) -> dict[str, str]:
+        target = await stored.get_target(tenant.app.id, name)
+        assert target is not None
+        return dict(target.credentials)
+
+    await tenant.client.post("/v1/targets", json=amqp("rotate-mq"))
+    rotated = await tenant.client.patch("/v1/targets/rotate-mq", json={"credentials": {"password": "pw-rotated-1"}})
+    assert rotated.status_code == 200, rotated.text
+    assert rotated.json()["credentials"] == {"username": "***", "password": "***"}
+    assert "pw-rotated-1" not in rotated.text and "tjobs" not in json.dumps(rotated.json()["credentials"])
+    assert await credentials_of("rotate-mq") == {"username": "tjobs", "password": "pw-rotated-1"}
+
+    # NATS: a token beside the stored username and password is refused, naming the key; nulls remove them
+    nats = {**BODIES["nats"], "name": "rotate-nats", "credentials": {"username": "u", "password": SECRETS[0]}}
+    assert (await tenant.client.post("/v1/targets", json=nats)).status_code == 201
+    both = await tenant.client.patch("/v1/targets/rotate-nats", json={"credentials": {"token": SECRETS[1]}})
+    assert both.status_code == 422 and both.json()["error"]["field"] == "credentials.token"
+    assert SECRETS[1] not in both.text
+    switched = await tenant.client.patch(
+        "/v1/targets/rotate-nats", json={"credentials": {"token": SECRETS[1], "username": None, "password": None}}
+    )
+    assert switched.status_code == 200 and switched.json()["credentials"] == {"token": "***"}
+    assert await credentials_of("rotate-nats") == {"token": SECRETS[1]}
+
+    # a protocol change replaces them as a whole: the old protocol's keys never reach the new one
+    to_http = await tenant.client.patch(
+        "/v1/targets/rotate-mq",
+        json={"protocol": "http", "settings": BODIES["http"]["settings"], "credentials": {"authorization": "Bearer x"}},
+    )
+    assert to_http.status_code == 200 and to_http.json()["credentials"] == {"authorization": "***"}
+
+
 # ---- tasks naming targets, and deleting a target they name --------------------------------------
 
 
@@ -375,7 +415,9 @@ async def test_the_cli_manages_targets_without_ever_printing_a_credential(
     updated = json.loads(
         await cli("target", "update", "cli-mq", "--credential", f"password={SECRETS[0]}x", "--version", "1", "--json")
     )
-    assert updated["version"] == 2 and updated["credentials"] == {"password": "***"}
+    assert updated["version"] == 2 and updated["credentials"] == {"username": "***", "password": "***"}  # merged
+    removed = json.loads(await cli("target", "update", "cli-mq", "--remove-credential", "username", "--json"))
+    assert removed["version"] == 3 and removed["credentials"] == {"password": "***"}
     task = json.loads(await cli("task", "create", "cli-named", "--target", "cli-mq", "--delay", "1h", "--json"))
     assert task["callback"]["targets"] == ["cli-mq"]
     assert "target_in_use" in await cli("target", "delete", "cli-mq", code=1)

@@ -4,7 +4,8 @@ Takes the app's key (``--api-key``, ``TJOBS_API_KEY``). Settings and the retry p
 objects (``--settings '{"url": "amqp://127.0.0.1:5672/", "exchange": "orders"}'``). Credentials
 come from ``--credentials-file`` (a JSON object: keeps them out of the shell history and the process
 list) or ``--credential KEY=VALUE``; they are sent once and never shown back (the table lists their
-keys only).
+keys only). ``update`` sets the keys it is given and keeps the others (``--remove-credential KEY``
+drops one, ``--clear-credentials`` all): a password is rotated without sending the username again.
 """
 
 from __future__ import annotations
@@ -139,12 +140,16 @@ def target_update(
     credential: Credential = None,
     credentials_file: CredentialsFile = None,
     clear_credentials: Annotated[bool, typer.Option("--clear-credentials")] = False,
+    remove_credential: Annotated[
+        list[str] | None, typer.Option("--remove-credential", help="KEY (repeatable): drop that stored credential")
+    ] = None,
     version: Annotated[int | None, typer.Option("--version", help="expected version (409 if it moved on)")] = None,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """Replace a target's settings, retry policy or credentials; the next attempt of every task naming it uses it."""
+    """Replace a target's settings or retry policy, or set, remove or clear credentials (the keys not named
+    are kept); the next attempt of every task naming it uses it."""
     fields: dict[str, Any] = {}
     if protocol is not None:
         fields["protocol"] = protocol
@@ -152,11 +157,18 @@ def target_update(
         fields["settings"] = _object(settings, "--settings")
     if retry is not None:
         fields["retry"] = _object(retry, "--retry")
-    credentials = _credentials(credential, credentials_file)
+    given = _credentials(credential, credentials_file)
+    credentials: dict[str, str | None] | None = None if given is None else dict(given)
     if clear_credentials:
-        if credentials is not None:
-            raise typer.BadParameter("--clear-credentials goes without --credential and --credentials-file")
+        if credentials is not None or remove_credential:
+            raise typer.BadParameter(
+                "--clear-credentials goes without --credential, --credentials-file and --remove-credential"
+            )
         credentials = {}
+    for key in remove_credential or []:
+        if credentials is not None and key in credentials:
+            raise typer.BadParameter(f"--remove-credential {key} and a value for {key} at once")
+        credentials = {**(credentials or {}), key: None}  # null: the API removes the key
     if credentials is not None:
         fields["credentials"] = credentials
     if not fields:

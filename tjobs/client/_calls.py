@@ -382,8 +382,9 @@ class Api(Flavour):
 
     @operation
     def update_target(self, /, name: str, *, version: int | None = None, **fields: Any) -> Call[Target]:
-        """Replace ``settings``, ``retry`` or ``credentials`` (``{}`` clears them), or ``protocol`` with
-        ``settings``; with ``version`` (as read), raise :class:`VersionConflict` if it moved since."""
+        """Replace ``settings`` or ``retry``, or ``protocol`` with ``settings``; ``credentials`` are merged
+        into the stored ones (a ``None`` value removes a key, ``{}`` clears them); with ``version`` (as
+        read), raise :class:`VersionConflict` if it moved since."""
         if version is not None:
             fields["version"] = version
         return Call("PATCH", f"/v1/targets/{_seg(name)}", _target, json=fields)

@@ -91,10 +91,16 @@ def parse_create(body: Any, limits: LimitSettings) -> TargetFields:
     return TargetFields(name, settings, retry, credentials)
 
 
-def parse_update(body: Any, protocol: Protocol, limits: LimitSettings) -> TargetFields:
-    """An update of a target of ``protocol``: the protocol changes only together with ``settings``;
-    credentials given replace the stored ones as a whole (``{}`` clears them)."""
+def parse_update(
+    body: Any, protocol: Protocol, limits: LimitSettings, stored_credentials: Mapping[str, str] = NO_CREDENTIALS
+) -> TargetFields:
+    """An update of a target of ``protocol`` holding ``stored_credentials``: the protocol changes only
+    together with ``settings``. Credentials given are merged into the stored ones key by key (a null
+    value removes that key): they are write-only, so a client cannot read a key back to send it again
+    with the one it changes. ``{}`` (or null) clears them; with a change of protocol the credentials
+    given replace the stored ones as a whole (those were for the old protocol)."""
     _check_keys(body, UPDATE_KEYS)
+    old_protocol = protocol
     version = body.get("version")
     if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
         raise InvalidInput("version", "must be an integer")
@@ -108,8 +114,21 @@ def parse_update(body: Any, protocol: Protocol, limits: LimitSettings) -> Target
     credentials = None
     if "credentials" in body:
         raw = body["credentials"]  # null clears them, like {}
+        if isinstance(raw, dict) and raw and protocol is old_protocol:
+            raw = _merged(stored_credentials, raw)
         credentials = parse_credentials(protocol, {} if raw is None else raw, limits)
     return TargetFields(None, settings, retry, credentials, version)
+
+
+def _merged(stored: Mapping[str, str], given: dict[str, Any]) -> dict[str, Any]:
+    """``stored`` with ``given``'s keys set, or removed where their value is null."""
+    merged: dict[str, Any] = dict(stored)
+    for key, value in given.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _check_keys(body: Any, allowed: frozenset[str]) -> None:
@@ -288,5 +307,7 @@ def parse_credentials(protocol: Protocol, raw: Any, limits: LimitSettings) -> Ma
                     "characters",
                 )
         if protocol is Protocol.NATS and "token" in raw and set(raw) & {"username", "password"}:
-            raise InvalidInput("credentials.token", "give a token or a username and password, not both")
+            raise InvalidInput(
+                "credentials.token", "give a token or a username and password, not both (null removes a stored key)"
+            )
     return MappingProxyType(dict(raw))

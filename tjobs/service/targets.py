@@ -167,7 +167,7 @@ class TargetService:
         """Apply the body's fields to the stored target (see the module docstring for ``version``)."""
         for _ in range(UPDATE_ATTEMPTS):
             current = await self.get(app, name)
-            fields = parse_update(body, current.protocol, self._settings.limits)
+            fields = parse_update(body, current.protocol, self._settings.limits, current.credentials)
             if fields.version is not None and fields.version != current.version:
                 raise TargetVersionConflict(name, fields.version, current.version)
             settings = fields.settings or current.settings
