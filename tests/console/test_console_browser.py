@@ -122,6 +122,7 @@ async def test_sign_in_find_a_task_made_through_the_api_and_watch_its_flow_arriv
         "first attempts at the answer"
     )
     await expect(figures.locator("div", has_text="p99 commit lateness")).to_contain_text("fire transaction committed")
+    await expect(figures.locator("div", has_text="p99 delivery lateness")).to_contain_text("≤ ")  # a bucket, said so
     await expect(page.locator("svg[role=img]")).to_have_count(4)
     await screenshot(page, screenshots, "overview")
 

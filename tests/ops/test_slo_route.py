@@ -36,6 +36,8 @@ async def test_slo_reports_p99_lateness_and_reach_against_the_objectives() -> No
     assert body["reach"]["delivered"] == 9_999 and body["reach"]["dead"] == 2
     assert body["reach"]["met"] is False
     assert body["delivery_lateness"]["1m"]["attempts"] == 1
-    assert body["delivery_lateness"]["1m"]["p99_s"] == 2.5  # the bucket holding 2 s
+    assert body["delivery_lateness"]["1m"]["p99_s"] == 2.5  # the bucket holding 2 s ...
+    assert body["delivery_lateness"]["1m"]["p99_label"] == "≤ 2.5 s"  # ... labelled as a bucket
     assert body["delivery_lateness"]["1m"]["met"] is False  # the objective holds to the answer ...
-    assert body["commit_lateness"]["1m"] == {"fires": 1, "p99_s": 0.025}  # ... not to the commit, shown beside it
+    commit = {"fires": 1, "p99_s": 0.025, "p99_above_s": 0.01, "p99_label": "≤ 25 ms"}
+    assert body["commit_lateness"]["1m"] == commit  # ... not to the commit, shown beside it

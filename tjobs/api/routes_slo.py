@@ -22,12 +22,15 @@ from fastapi import APIRouter, Query
 from tjobs.api.deps import AppOrAdminDep, NodeDep, errors, json_response
 from tjobs.errors import InvalidInput, NotFound
 from tjobs.model import App
+from tjobs.observability.slo import bucketed_quantiles
 from tjobs.service.cluster_slo import COMMIT_MEASURED_AT, DELIVERY_MEASURED_AT
 from tjobs.service.cluster_slo import P99_OBJECTIVE_S as P99_OBJECTIVE_S  # the console reads the objectives here
 from tjobs.service.cluster_slo import REACH_OBJECTIVE as REACH_OBJECTIVE
 
 if TYPE_CHECKING:
     from tjobs.node import Node
+
+P99_KEYS = ("p99_s", "p99_above_s", "p99_label")  # the bucket holding the p99 (tjobs.observability.slo)
 
 router = APIRouter(prefix="/v1", tags=["apps"])
 
@@ -59,19 +62,19 @@ def node_service_levels(app: App, node: Node) -> dict[str, Any]:
     dead = counts.get((app.id, "dead"), 0)
     finished = delivered + dead
     reach = delivered / finished if finished else None
-    delivery = {
-        name: {
-            "attempts": window.get("count", 0),
-            "p99_s": window.get("p99_s"),
-            "met": window.get("count", 0) == 0
-            or (window.get("p99_s") is not None and window["p99_s"] <= P99_OBJECTIVE_S),
+    delivery = {}
+    for name, histogram in node.slo.answer_lateness.histograms(app.id).items():
+        window = bucketed_quantiles(histogram)
+        p99 = window["p99_s"]
+        delivery[name] = {
+            "attempts": window["count"],
+            **{key: window[key] for key in P99_KEYS},
+            "met": window["count"] == 0 or (p99 is not None and p99 <= P99_OBJECTIVE_S),
         }
-        for name, window in node.slo.answer_lateness.windows(app.id).items()
-    }
-    commit = {
-        name: {"fires": window.get("count", 0), "p99_s": window.get("p99_s")}
-        for name, window in node.slo.lateness.windows(app.id).items()
-    }
+    commit = {}
+    for name, histogram in node.slo.lateness.histograms(app.id).items():
+        window = bucketed_quantiles(histogram)
+        commit[name] = {"fires": window["count"], **{key: window[key] for key in P99_KEYS}}
     return {
         "app_id": app.id,
         "scope": "node",

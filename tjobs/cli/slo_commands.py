@@ -11,8 +11,9 @@ from rich.table import Table
 from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, ApiKey, AsJson, Url, _ask, _either_key, _emit, out
 
 
-def _seconds(value: Any) -> str:
-    return "-" if value is None else f"{value:g} s"
+def _bucket(value: Any) -> str:
+    """A quantile's bucket label (``≤ 250 ms``): the histogram knows it to the bucket, no closer."""
+    return "-" if value is None else str(value)
 
 
 def slo_table(report: dict[str, Any]) -> Table:
@@ -23,10 +24,10 @@ def slo_table(report: dict[str, Any]) -> Table:
         ("app", str(report["app_id"] or "every app")),
         ("window", f"{report['window']} ({report['from']} .. {report['to']})"),
         ("fires", str(report["fires"])),
-        ("delivery lateness p50 / p99", f"{_seconds(lateness['p50_s'])} / {_seconds(lateness['p99_s'])}"),
+        ("delivery lateness p50 / p99", f"{_bucket(lateness['p50_label'])} / {_bucket(lateness['p99_label'])}"),
         ("  (first attempts, at the answer)", f"{lateness['count']} attempts"),
         ("p99 objective met", "yes" if lateness["met"] else "NO"),
-        ("commit lateness p50 / p99", f"{_seconds(commit['p50_s'])} / {_seconds(commit['p99_s'])}"),
+        ("commit lateness p50 / p99", f"{_bucket(commit['p50_label'])} / {_bucket(commit['p99_label'])}"),
         ("reach", f"{ratio} ({reach['delivered']} delivered, {reach['dead']} dead)"),
         ("reach objective met", "yes" if reach["met"] else "NO"),
         ("misses", str(report["misses"])),

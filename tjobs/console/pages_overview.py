@@ -82,7 +82,7 @@ async def charts(node: Node, app: App, window: str) -> list[Chart]:
     per = f"{step} min" if step < 60 else f"{step // 60} h"
     return [
         line_chart("Fires per minute", [bucket.fires / step for bucket in buckets], digits=1),
-        line_chart(f"p99 delivery lateness, first attempts (per {per})", p99_ms, unit=" ms"),
+        line_chart(f"p99 delivery lateness, first attempts, bucket upper bound (per {per})", p99_ms, unit=" ms"),
         line_chart(f"Reach (per {per})", reach, unit=" %", digits=2),
         line_chart(f"Dead flows (per {per})", [float(bucket.dead) for bucket in buckets]),
     ]

@@ -5,8 +5,9 @@ depends on the metrics.
 
 **Lateness** (:class:`RecentLateness`, windows of 1 min, 5 min, 1 h): fires are counted into 10-second
 slots of a bucketed histogram (the metrics' buckets), 360 slots per app (one hour), so a window's
-percentiles sum the slots it covers: O(buckets) per fire, bounded memory. Percentiles are bucket upper
-bounds (like Prometheus' ``histogram_quantile`` without interpolation).
+percentiles sum the slots it covers: O(buckets) per fire, bounded memory. A percentile is known to its
+bucket only: :func:`bucketed_quantiles` gives the bucket (its bounds and a label, ``"≤ 250 ms"``),
+never a bound dressed as a measured value; :func:`lateness_summary` the upper bounds alone.
 
 **Minutes** (:class:`MinuteFolds`): the same fires, with the flows' outcomes, misses and throttled
 callbacks, folded per app and minute for the cluster (:mod:`tjobs.observability.slo_recorder` adds them
@@ -155,38 +156,75 @@ class RecentLateness:
 
     def windows(self, app_id: str) -> dict[str, Any]:
         """``{"1m": {...}, "5m": {...}, "1h": {...}}`` with count and p50/p90/p99 in seconds."""
+        return {label: lateness_summary(counts) for label, counts in self.histograms(app_id).items()}
+
+    def histograms(self, app_id: str) -> dict[str, list[int]]:
+        """``{"1m": counts, "5m": counts, "1h": counts}``: the app's histogram over each window."""
         now_number = self._now_ms() // SLOT_MS
         slots = self._slots.get(app_id) or []
-        out: dict[str, Any] = {}
+        out: dict[str, list[int]] = {}
         for window_s in WINDOWS_S:
             span = window_s * 1000 // SLOT_MS
             counts = [0] * (len(self._bounds) + 1)
             for entry in slots:
                 if entry is not None and now_number - span < entry[0] <= now_number:
                     counts = [a + b for a, b in zip(counts, entry[1], strict=True)]
-            out[_label(window_s)] = self._summary(counts)
+            out[_label(window_s)] = counts
         return out
 
-    def _summary(self, counts: list[int]) -> dict[str, Any]:
-        return lateness_summary(counts)
+
+QUANTILES = ((0.5, "p50"), (0.9, "p90"), (0.99, "p99"))
+_PER_MILLE = {name: round(q * 1000) for q, name in QUANTILES}
+
+
+def _quantile_slot(counts: Sequence[int], total: int, name: str) -> int:
+    """The slot holding the ``name`` quantile by nearest rank: the slot of the ⌈q·total⌉-th smallest
+    lateness (integer arithmetic, so no rounding moves it into the next slot)."""
+    rank = max(1, -(-_PER_MILLE[name] * total // 1000))
+    seen = 0
+    for index, count in enumerate(counts):
+        seen += count
+        if seen >= rank:
+            return index
+    return len(counts) - 1
 
 
 def lateness_summary(counts: Sequence[int]) -> dict[str, Any]:
-    """Count and p50/p90/p99 (seconds, the bucket's upper bound; ``None`` past the last bound or
-    without fires) of a lateness histogram, one count per slot of :data:`LATENESS_BUCKETS_S`."""
+    """Count and p50/p90/p99 (seconds, the upper bound of the bucket holding the quantile; ``None``
+    past the last bound or without fires) of a lateness histogram, one count per slot of
+    :data:`LATENESS_BUCKETS_S`."""
     total = sum(counts)
+    out: dict[str, Any] = {"count": total}
+    for _, name in QUANTILES:
+        slot = _quantile_slot(counts, total, name) if total else None
+        out[f"{name}_s"] = None if slot is None or slot >= len(LATENESS_BUCKETS_S) else LATENESS_BUCKETS_S[slot]
+    return out
 
-    def quantile(q: float) -> float | None:
-        if total == 0:
-            return None
-        rank, seen = q * total, 0
-        for index, count in enumerate(counts):
-            seen += count
-            if seen >= rank:
-                return LATENESS_BUCKETS_S[index] if index < len(LATENESS_BUCKETS_S) else None
-        return None
 
-    return {"count": total, "p50_s": quantile(0.5), "p90_s": quantile(0.9), "p99_s": quantile(0.99)}
+def bucketed_quantiles(counts: Sequence[int]) -> dict[str, Any]:
+    """:func:`lateness_summary` labelled for what it is: each quantile is known only to the bucket
+    that holds it, so besides ``pNN_s`` (the bucket's upper bound: the true quantile is at most this)
+    it gives ``pNN_above_s`` (the bound below: the true quantile is more than this; 0 in the first
+    bucket) and ``pNN_label``, the bucket as a reader should take it (``"≤ 250 ms"``, ``"> 300 s"``
+    past the last bound, ``None`` without data). The true quantile is always inside the bucket shown:
+    within one bucket."""
+    out = lateness_summary(counts)
+    total = out["count"]
+    bounds = LATENESS_BUCKETS_S
+    for _, name in QUANTILES:
+        if not total:
+            out[f"{name}_above_s"], out[f"{name}_label"] = None, None
+            continue
+        slot = _quantile_slot(counts, total, name)
+        above = bounds[slot - 1] if slot > 0 else 0.0
+        out[f"{name}_above_s"] = above
+        out[f"{name}_label"] = f"≤ {_duration(bounds[slot])}" if slot < len(bounds) else f"> {_duration(above)}"
+    out["quantiles"] = "bucketed: the true quantile is above pNN_above_s and at most pNN_s"
+    return out
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:g} ms" if seconds < 1 else f"{seconds:g} s"
 
 
 def _label(window_s: int) -> str:

@@ -11,6 +11,9 @@ node alike.
 from the scheduled instant to the receiver's answer (the p99 objective holds to it), with the same
 attempts when the request was written (``at_send``). ``commit_lateness`` (the fire transaction
 committed) is shown beside it under its own name: it is not delivery, the callback is sent after it.
+Each quantile is the histogram bucket that holds it (:func:`tjobs.observability.slo.bucketed_quantiles`:
+``p99_s`` its upper bound, ``p99_above_s`` the bound below, ``p99_label`` such as ``"≤ 250 ms"``); the
+objective, 1 s, is a bucket bound, so "met" is exact.
 
 Reach is ``delivered / (delivered + dead)``: the flows that finished in the window and how many of
 them arrived; ``fires`` counts what fell due and was committed.
@@ -23,7 +26,7 @@ from typing import Any
 from tjobs.clock import Clock, iso_ms
 from tjobs.errors import InvalidInput
 from tjobs.model import SloCounts
-from tjobs.observability.slo import MS_PER_MINUTE, lateness_summary
+from tjobs.observability.slo import MS_PER_MINUTE, bucketed_quantiles
 from tjobs.stores.base import TaskStore
 
 WINDOW_MINUTES = {"5m": 5, "1h": 60, "1d": 1_440, "7d": 10_080}
@@ -67,7 +70,7 @@ async def cluster_service_levels(store: TaskStore, app_id: str | None, window: s
         "objectives": {"p99_lateness_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
         "fires": counts.fires,
         "delivery_lateness": delivery_lateness(counts),
-        "commit_lateness": {**lateness_summary(counts.lateness), "measured_at": COMMIT_MEASURED_AT},
+        "commit_lateness": {**bucketed_quantiles(counts.lateness), "measured_at": COMMIT_MEASURED_AT},
         "reach": {
             "delivered": counts.delivered,
             "dead": counts.dead,
@@ -88,11 +91,11 @@ COMMIT_MEASURED_AT = "fire transaction committed (not delivery: the callback is 
 def delivery_lateness(counts: SloCounts) -> dict[str, Any]:
     """The first attempts' lateness at the answer, held to the p99 objective, with the same attempts'
     lateness when the request was written beside it (``at_send``)."""
-    answered = lateness_summary(counts.first_answer_lateness)
+    answered = bucketed_quantiles(counts.first_answer_lateness)
     p99 = answered["p99_s"]
     return {
         **answered,
         "measured_at": DELIVERY_MEASURED_AT,
         "met": answered["count"] == 0 or (p99 is not None and p99 <= P99_OBJECTIVE_S),
-        "at_send": {**lateness_summary(counts.first_send_lateness), "measured_at": SEND_MEASURED_AT},
+        "at_send": {**bucketed_quantiles(counts.first_send_lateness), "measured_at": SEND_MEASURED_AT},
     }
