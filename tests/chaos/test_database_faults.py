@@ -1,5 +1,6 @@
-"""One of the two MariaDB servers fails (kill -9 or SIGSTOP for 15 s) or has its task rows locked for 13 s
-(``BEGIN; SELECT ... FOR UPDATE; DO SLEEP(13)``, held past innodb_lock_wait_timeout).
+"""One of the two MariaDB servers fails (kill -9 or SIGSTOP for 15 s; SIGSTOP of the one holding the apps
+table too) or has its task rows locked for 13 s (``BEGIN; SELECT ... FOR UPDATE; DO SLEEP(13)``, held past
+innodb_lock_wait_timeout).
 
 Each run: 0 lost, 0 duplicate flows, 0 phantom, every 201 readable, no attempt number sent twice; and the
 blast radius is one server: tasks on the healthy server fire on time through the fault (p99 of their
@@ -19,6 +20,7 @@ from tests.chaos.scenario import QUICK, Outcome, Profile, assert_clean, profiles
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis]
 
 HEALTHY_P99_LIMIT_MS = 1000
+APPS_SERVER = 0  # the first of storage.urls holds the apps and targets tables
 
 
 def assert_healthy_server_on_time(outcome: Outcome, rig: ClusterRig) -> None:
@@ -47,6 +49,18 @@ async def test_one_mariadb_server_frozen_for_15s_loses_nothing_and_the_other_fir
     rig: ClusterRig, receiver: ChaosReceiver, profile: Profile
 ) -> None:
     outcome = await run(rig, receiver, profile, faults.freeze_mariadb())
+    assert_clean(outcome)
+    assert_healthy_server_on_time(outcome, rig)
+
+
+@pytest.mark.parametrize("profile", profiles())
+async def test_the_mariadb_server_holding_the_apps_table_frozen_for_15s_loses_nothing_and_the_other_fires_on_time(
+    rig: ClusterRig, receiver: ChaosReceiver, profile: Profile
+) -> None:
+    # Issue 28: server 0 holds the apps table, so every callback's app (secrets, allow-list) comes from
+    # it; the other server's callbacks go on from each node's last good copy (directory.serve_stale_s)
+    # instead of stopping when the app's cache entry expires inside the freeze.
+    outcome = await run(rig, receiver, profile, faults.freeze_mariadb(server=APPS_SERVER))
     assert_clean(outcome)
     assert_healthy_server_on_time(outcome, rig)
 
