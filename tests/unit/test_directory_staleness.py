@@ -19,7 +19,7 @@ from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.errors import NotFound
-from tjobs.model import App
+from tjobs.model import App, FlowStatus
 from tjobs.service.apps import AppDirectory
 from tjobs.service.targets import TargetDirectory
 from tjobs.stores.memory import MemoryTaskStore
@@ -118,6 +118,48 @@ async def test_a_delivery_after_the_app_entry_expired_does_not_wait_on_a_frozen_
 
         # Then the flows are delivered from the last good copy, without waiting on the frozen server
         assert len(await transport.wait_for(4, WALL_S)) == 4
+    finally:
+        store.thaw()
+        await deliverer.stop(1.0)
+
+
+@pytest.mark.parametrize("change", ["frozen past the bound", "deleted"])
+async def test_an_apps_deliveries_stop_once_its_copy_is_past_the_bound_or_the_server_says_it_is_gone(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory, change: str
+) -> None:
+    # Given a node that delivered an app's flows, its app cached
+    transport = scripted()
+    deliverer = Deliverer(
+        store,
+        transport,
+        AppLimiter(SETTINGS.global_max_in_flight),
+        SETTINGS,
+        clock,
+        NoJitter(),
+        apps=apps,
+        flush_batch=1,
+    )
+    await deliverer.start()
+    try:
+        deliverer.deliver(*await stored_flow(store, clock=clock))
+        await transport.wait_for(1, WALL_S)
+        await delivered_all(deliverer)
+        # When the app is deleted (or disabled: this node cannot tell) on a server it no longer hears
+        # from, past the stated bound; or deleted, and the server says so
+        if change == "deleted":
+            await store.delete_app(APP.id)
+            clock.advance(TTL_MS + 1)
+        else:
+            store.freeze()
+            clock.advance(TTL_MS + SERVE_STALE_MS + 1)
+        task, flow = await stored_flow(store, clock=clock)
+        deliverer.deliver(task, flow)
+        await asyncio.sleep(READ_DEADLINE_MS * 3 / 1000)
+        # Then nothing more is sent for it: the flow stays pending in the store (the compensator
+        # re-drives it once the app can be read, and a deleted app's flows are cancelled with its tasks)
+        assert len(transport.requests) == 1
+        stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+        assert stored is not None and stored.status is FlowStatus.PENDING
     finally:
         store.thaw()
         await deliverer.stop(1.0)
