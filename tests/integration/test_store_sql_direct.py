@@ -15,6 +15,7 @@ from tests.contract.backends import drop_databases, make_task, mariadb_settings
 from tjobs.errors import Conflict, DuplicateKey, StorageUnavailable
 from tjobs.model import Task
 from tjobs.settings import StorageSettings
+from tjobs.specs import CallbackSpec
 from tjobs.stores import sql_direct
 from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_direct import DirectPool, WriteAttempt, connect_kwargs
@@ -228,3 +229,29 @@ async def test_a_pool_closed_by_the_store_is_reopened_on_next_start(mysql_url: s
     finally:
         await store.close()
         await drop_databases(settings)
+
+
+async def test_a_server_without_a_direct_pool_creates_through_the_engine_with_the_same_statements(
+    store: SQLAlchemyTaskStore,
+) -> None:
+    # Given a server whose URL gets no direct pool (options sql_direct does not translate): the
+    # engine runs sql_direct's INSERT text, one row per execution
+    pools = dict(store._direct)
+    store._direct.clear()
+    try:
+        named = CallbackSpec(("https://receiver.example/hook",), "POST", {}, targets=("orders",))
+        single = replace(make_task(key="engine-1"), callback=named)
+        assert await store.insert_task(single) == single  # a group commit's flush
+        batch = [
+            make_task(key="engine-2"),
+            make_task(key="engine-1", name="twin"),
+            replace(make_task(), callback=named),
+        ]
+        assert await store.insert_tasks(batch) == [batch[0], single.id, batch[2]]
+        with pytest.raises(DuplicateKey) as error:
+            await store.insert_task(make_task(key="engine-2", name="again"))
+        assert error.value.existing_task_id == batch[0].id
+        assert await store.get_task(batch[2].id) == batch[2]
+        assert await store.count_target_references(single.app_id, "orders") == 2
+    finally:
+        store._direct.update(pools)  # closed with the store

@@ -29,13 +29,18 @@ recorded for the session fence (:meth:`tjobs.stores.sql_sessions.SessionRegistry
 pool, not the API's: the API's autocommit sessions keep the server's lock wait.
 
 Only identifiers derived from the topology are put into the SQL text; every value is a bound
-parameter. A server URL with options this module does not translate (anything but ``charset`` and
-``unix_socket``) gets no direct pool and no fire pool, and the store keeps using SQLAlchemy for it.
+parameter. The inserts of tasks and of their references are written once, here
+(:func:`task_insert_head`, :data:`TASK_ROW`, :func:`task_insert_sql`, :func:`reference_insert_head`,
+:data:`REFERENCE_ROW`): SQLite and an engine without a direct pool run the same text, one row per
+execution, with their driver's mark (:func:`for_driver`). A server URL with options this module does
+not translate (anything but ``charset`` and ``unix_socket``) gets no direct pool and no fire pool, and
+the store keeps using SQLAlchemy for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -46,6 +51,7 @@ import asyncmy
 import asyncmy.errors
 from asyncmy.constants import CLIENT
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding import shard_of_task_id
 from tjobs.model import Task
@@ -57,6 +63,8 @@ from tjobs.stores.sql_layout import ROW_LOCK_WAIT_S, Layout, ShardTables
 
 _TASK_COLUMN_LIST = ", ".join(TASK_COLUMNS)
 _TASK_MARKS = ", ".join(["%s"] * len(TASK_COLUMNS))
+TASK_ROW = f"({_TASK_MARKS})"  # one task's values, in :data:`TASK_COLUMNS` order (:func:`task_values`)
+REFERENCE_ROW = "(%s, %s, %s)"  # one reference: app id, target name, task id (:func:`reference_values`)
 _TRANSLATED_QUERY = frozenset({"charset", "unix_socket"})
 ROUND_TRIP_BYTES = 4 << 20  # statement text per round trip, well under max_allowed_packet (16 MiB)
 ROUND_TRIP_PARAMS = 20_000
@@ -129,6 +137,32 @@ def connect_kwargs(engine_url: str, settings: StorageSettings) -> dict[str, Any]
     if "unix_socket" in url.query:
         kwargs["unix_socket"] = str(url.query["unix_socket"])
     return kwargs
+
+
+def task_insert_head(tasks_sql: str) -> str:
+    """``INSERT INTO <tasks table> (<columns>) VALUES ``, followed by one :data:`TASK_ROW` per row."""
+    return f"INSERT INTO {tasks_sql} ({_TASK_COLUMN_LIST}) VALUES "
+
+
+@functools.cache
+def task_insert_sql(tasks_sql: str) -> str:
+    """The one-row insert of a task into ``tasks_sql``, built once per table."""
+    return task_insert_head(tasks_sql) + TASK_ROW
+
+
+def reference_insert_head(task_targets_sql: str) -> str:
+    """``INSERT INTO <task_targets table> (app_id, target, task_id) VALUES ``, then :data:`REFERENCE_ROW` s."""
+    return f"INSERT INTO {task_targets_sql} (app_id, target, task_id) VALUES "
+
+
+def reference_values(tasks: Sequence[Task]) -> list[tuple[str, str, int]]:
+    """The ``task_targets`` rows of ``tasks``: one per target a callback names (none for inline)."""
+    return [(task.app_id, name, task.id) for task in tasks for name in task.callback.targets]
+
+
+def for_driver(conn: AsyncConnection, sql: str) -> str:
+    """``sql`` as written here (asyncmy's ``%s`` mark) for ``conn``'s driver: sqlite3 takes ``?``."""
+    return sql.replace("%s", "?") if conn.dialect.paramstyle == "qmark" else sql
 
 
 def task_values(task: Task) -> tuple[Any, ...]:
@@ -285,9 +319,7 @@ class DirectPool:
             return
         async with self.cursor() as cursor:
             try:
-                await cursor.execute(
-                    f"INSERT INTO {home.tasks_sql} ({_TASK_COLUMN_LIST}) VALUES ({_TASK_MARKS})", task_values(task)
-                )
+                await cursor.execute(task_insert_sql(home.tasks_sql), task_values(task))
             except Exception as error:
                 if answered_by_server(error):
                     raise
@@ -339,7 +371,7 @@ class DirectPool:
         params: list[Any] = []
         size = 0
         for home, tasks in groups:
-            head = f"INSERT INTO {home.tasks_sql} ({_TASK_COLUMN_LIST}) VALUES "
+            head = task_insert_head(home.tasks_sql)
             rows: list[str] = []
             for task in tasks:
                 values = task_values(task)
@@ -352,16 +384,15 @@ class DirectPool:
                         rows = []
                     chunks.append((";".join(statements), params))
                     statements, params, size = [], [], 0
-                rows.append(f"({_TASK_MARKS})")
+                rows.append(TASK_ROW)
                 params.extend(values)
                 size += row_bytes
             if rows:
                 statements.append(head + ", ".join(rows))
-            references = [(t.app_id, name, t.id) for t in tasks for name in t.callback.targets]
+            references = reference_values(tasks)
             if references:  # which tasks name which target, in the same transaction as the tasks
                 statements.append(
-                    f"INSERT INTO {home.task_targets_sql} (app_id, target, task_id) VALUES "
-                    + ", ".join(["(%s, %s, %s)"] * len(references))
+                    reference_insert_head(home.task_targets_sql) + ", ".join([REFERENCE_ROW] * len(references))
                 )
                 params.extend(value for reference in references for value in reference)
         if statements:

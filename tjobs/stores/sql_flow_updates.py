@@ -1,4 +1,7 @@
-"""Delivery outcomes written in bulk on MariaDB: one transaction, one round trip per server.
+"""Delivery outcomes written in bulk: the statements are written once, here, for both dialects. On
+MariaDB one transaction and one round trip per server; on SQLite (one writer per file, no network)
+the same statements one at a time in a transaction per file, with sqlite3's ``?`` mark
+(:func:`run_flow_updates`).
 
 The deliverer flushes hundreds of outcomes at a time, spread over as many shards as there are flows
 (a 512-shard topology puts nearly every flow in its own table). Written as one SQLAlchemy ``UPDATE``
@@ -7,20 +10,21 @@ time) and sent on its own round trip, they cost more node CPU than the fire tran
 every ``UPDATE`` of one server is hand-built text with bound parameters, and all of them go to the
 server as one multi-statement on the raw asyncmy connection of one transaction, on the server's fire
 pool like the fire transaction (:meth:`tjobs.stores.sql_direct.DirectPool.transaction`; SQLAlchemy's
-engine only for a server URL without one). Only identifiers derived from the topology are put into the SQL text.
+engine only for a server URL without one). Only identifiers derived from the topology are put into the
+SQL text, so SQLite's form is the same text with ``?`` for ``%s``.
 
 One ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND status IN ('pending', 'sending')`` per shard
-table (:func:`plan_updates`, shared with the generic path of :mod:`tjobs.stores.sqlalchemy`), so a
-terminal flow is never changed again and a flow is never made up. A column that every row of the
-statement gets the same value of is set to it; one whose values differ (an outcome that made a send
-carries its flow's whole attempt history, whose start and duration are its own) is set by ``CASE`` on
-the row's key, ``task_id`` alone when no two rows share a task. ``routes`` and ``attempt_log`` keep the
-stored value where an outcome carries none (left out of the ``SET``, or the ``CASE``'s ``ELSE``). An
-open outcome adds ``attempts <= n`` for its row, so an outdated one never lowers the attempt count. A
-table with one flow in the flush (the usual case over 512 shards) takes a short way: no comparisons,
-its statement text cached. Shards and keys are sorted, so two writers lock rows in the same order. The
-shard-map fence of the server's logical databases heads the first round trip
-(:mod:`tjobs.stores.shard_fence`). Figures: docs/benchmarks.md, "The attempt history's cost".
+table (:func:`update_statements`), so a terminal flow is never changed again and a flow is never made
+up. A column that every row of the statement gets the same value of is set to it; one whose values
+differ (an outcome that made a send carries its flow's whole attempt history, whose start and duration
+are its own) is set by ``CASE`` on the row's key, ``task_id`` alone when no two rows share a task.
+``routes`` and ``attempt_log`` keep the stored value where an outcome carries none (left out of the
+``SET``, or the ``CASE``'s ``ELSE``). An open outcome adds ``attempts <= n`` for its row, so an
+outdated one never lowers the attempt count. A table with one flow in the flush (the usual case over
+512 shards) takes a short way: no comparisons, its statement text cached. Shards and keys are sorted,
+so two writers lock rows in the same order. The shard-map fence of the server's logical databases
+heads the first round trip (:mod:`tjobs.stores.shard_fence`; SQLite has none). Figures:
+docs/benchmarks.md, "The attempt history's cost".
 """
 
 from __future__ import annotations
@@ -89,11 +93,6 @@ def _one_row(u: FlowUpdate) -> tuple[tuple[str, ...], list[Any]]:
     if len(columns) == len(COLUMNS):
         return columns, [*values]
     return columns, [*values[:5], *[v for v in values[5:] if v is not None]]
-
-
-def plan_updates(by_shard: dict[int, list[FlowUpdate]]) -> list[ShardUpdate]:
-    """One :class:`ShardUpdate` per shard, in shard order (a later outcome of the same flow wins)."""
-    return [_plan(shard, by_shard[shard]) for shard in sorted(by_shard) if by_shard[shard]]
 
 
 def _plan(shard: int, updates: Sequence[FlowUpdate]) -> ShardUpdate:
@@ -239,6 +238,15 @@ async def write_flow_updates(
                 pass
     finally:
         await cursor.close()
+
+
+async def run_flow_updates(
+    conn: AsyncConnection, by_shard: dict[int, list[FlowUpdate]], shards: Sequence[ShardTables], now_ms: int
+) -> None:
+    """SQLite: the statements of :func:`update_statements`, each on its own (sqlite3 runs one statement
+    per call) with its ``?`` mark, on ``conn`` (a write transaction of the file's engine)."""
+    for sql, params in update_statements(by_shard, shards, now_ms):
+        await conn.exec_driver_sql(sql.replace("%s", "?"), tuple(params))
 
 
 def _chunks(statements: Sequence[tuple[str, list[Any]]]) -> list[tuple[str, tuple[Any, ...]]]:

@@ -4,7 +4,8 @@ On MariaDB the inserts run on the raw autocommit asyncmy pool of :mod:`tjobs.sto
 concurrent single creates are group-committed, one transaction per flush and each caller answered after
 that commit, a refused row settled on its own; a batch create is one transaction per server rather
 than per logical database. On SQLite, concurrent single creates are group-committed the same way, one
-writer per file.
+writer per file. Every insert is MariaDB's text (:mod:`tjobs.stores.sql_direct`), written once: on SQLite
+(and a MariaDB server without a direct pool) :func:`insert_on_engine` runs it one row per execution.
 
 A create (single or batch) waits at most ``storage.create_timeout_s`` for each server it writes to:
 an item whose write was never sent answers ``StorageUnavailable`` (nothing stored), one whose write
@@ -24,17 +25,26 @@ from typing import Any, TypeVar
 
 from asyncmy.errors import IntegrityError as DriverIntegrityError
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import insert, select, tuple_
+from sqlalchemy import select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding import TaskIdGenerator, shard_for_key, shard_of_task_id
 from tjobs.errors import Conflict, DuplicateKey, StorageOutcomeUnknown, StorageUnavailable, TaskIdTaken, TjobsError
 from tjobs.model import Task
 from tjobs.stores.contracts import TaskRecords
-from tjobs.stores.schema import task_to_row
 from tjobs.stores.sql.connections import INSERT_RETRIES, SqlBase
 from tjobs.stores.sql.references import insert_references
-from tjobs.stores.sql_direct import Outcome, WriteAbandoned, WriteAttempt, WriteOutcomeUnknown, by_shard, unique_keys
+from tjobs.stores.sql_direct import (
+    Outcome,
+    WriteAbandoned,
+    WriteAttempt,
+    WriteOutcomeUnknown,
+    by_shard,
+    for_driver,
+    task_insert_sql,
+    task_values,
+    unique_keys,
+)
 from tjobs.stores.sql_layout import DatabaseHome, ShardTables, safe_url
 
 T = TypeVar("T")
@@ -91,10 +101,7 @@ class SqlCreates(SqlBase, TaskRecords):
                 attempt.begin_send()
                 async with self._write(url) as conn:
                     for home, new in groups:
-                        await conn.execute(
-                            insert(home.tasks), [task_to_row(t) for t in new], execution_options=home.options
-                        )
-                        await insert_references(conn, home, new)
+                        await insert_on_engine(conn, home, new)
             return list(outcomes)
         except (TjobsError, WriteAbandoned, WriteOutcomeUnknown):
             raise  # unavailable, not sent, or sent and unconfirmed: so is each one
@@ -122,8 +129,7 @@ class SqlCreates(SqlBase, TaskRecords):
                         await direct.insert_task(home, task, self._fence_epoch)
                 else:
                     async with self._write(url) as conn:
-                        await conn.execute(insert(home.tasks), [task_to_row(task)], execution_options=home.options)
-                        await insert_references(conn, home, [task])
+                        await insert_on_engine(conn, home, [task])
                 return replace(task)
             except (sa_exc.IntegrityError, DriverIntegrityError) as error:
                 await self._raise_insert_conflict(task, error)
@@ -275,7 +281,6 @@ class SqlCreates(SqlBase, TaskRecords):
                 execution_options=home.options,
             )
             taken = {(row.app_id, row.idem_key): int(row.id) for row in rows}
-        new_rows: list[dict[str, Any]] = []
         new_tasks: list[Task] = []
         for index, task in items:
             if task.key is not None and (task.app_id, task.key) in taken:
@@ -284,11 +289,17 @@ class SqlCreates(SqlBase, TaskRecords):
             if task.key is not None:
                 taken[(task.app_id, task.key)] = task.id  # a later item with the same key gets this id
             staged[index] = replace(task)
-            new_rows.append(task_to_row(task))
             new_tasks.append(task)
-        if new_rows:
-            await conn.execute(insert(tasks_t), new_rows, execution_options=home.options)
-            await insert_references(conn, home, new_tasks)
+        if new_tasks:
+            await insert_on_engine(conn, home, new_tasks)
+
+
+async def insert_on_engine(conn: AsyncConnection, home: ShardTables, tasks: Sequence[Task]) -> None:
+    """Insert ``tasks`` and their references on an engine connection (SQLite, or a MariaDB server without
+    a direct pool): the statements of :mod:`tjobs.stores.sql_direct`, one row per execution, in the
+    connection's transaction."""
+    await conn.exec_driver_sql(for_driver(conn, task_insert_sql(home.tasks_sql)), [task_values(t) for t in tasks])
+    await insert_references(conn, home, tasks)
 
 
 def _log_late_write(write: asyncio.Future[Any]) -> None:

@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import and_, case, exists, func, literal, select, text, tuple_, union_all, update
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import case, exists, func, literal, select, text, tuple_, union_all, update
 
 from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task
 from tjobs.stores import sql_load
@@ -24,7 +23,7 @@ from tjobs.stores.shard_fence import fence_statement, is_fenced, read_fence, sta
 from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql.errors import storage_error
 from tjobs.stores.sql_fire import FireTransaction
-from tjobs.stores.sql_flow_updates import ShardUpdate, plan_updates, write_flow_updates
+from tjobs.stores.sql_flow_updates import run_flow_updates, write_flow_updates
 from tjobs.stores.sql_layout import MYSQL, DatabaseHome, ShardTables
 
 _OPEN = (FlowStatus.PENDING.value, FlowStatus.SENDING.value)
@@ -190,25 +189,9 @@ class SqlFirePath(SqlBase, FirePath):
             await write_flow_updates(conn, shards, self.layout.shards, now_ms, fence)
 
     async def _record_updates(self, database: DatabaseHome, shards: dict[int, list[FlowUpdate]], now_ms: int) -> None:
-        # One UPDATE per shard table, each row's values by CASE on its key (sql_flow_updates.plan_updates).
+        # SQLite: MariaDB's statements (one UPDATE per shard table), one at a time in one transaction.
         async with self._write(database.engine_url) as conn:
-            for plan in plan_updates(shards):
-                home = self.layout.shards[plan.shard]
-                c = home.flows.c
-                values: dict[str, Any] = dict(zip(plan.columns, plan.values, strict=True))
-                for column, pairs in plan.per_row:  # a row given no value keeps its own: else_ the column
-                    values[column] = _by_key(plan, c, pairs, c[column])
-                values["updated_at"] = now_ms
-                where: list[ColumnElement[bool]] = [
-                    tuple_(c.task_id, c.scheduled_at).in_(plan.keys),
-                    c.status.in_(_OPEN),
-                ]
-                if isinstance(plan.guard, int):
-                    where.append(c.attempts <= plan.guard)  # an open outcome never lowers the count
-                elif plan.guard is not None:
-                    where.append(c.attempts <= _by_key(plan, c, plan.guard, c.attempts))
-                statement = update(home.flows).where(*where).values(values)
-                await conn.execute(statement, execution_options=home.options)
+            await run_flow_updates(conn, shards, self.layout.shards, now_ms)
 
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
         # One statement per database: SELECT <shard> WHERE EXISTS (an open flow due), UNION ALL over
@@ -289,11 +272,3 @@ class SqlFirePath(SqlBase, FirePath):
                 execution_options=home.options,
             )
         return [(flow, tasks.get(flow.task_id)) for flow in flows]
-
-
-def _by_key(plan: ShardUpdate, c: Any, pairs: Sequence[tuple[tuple[int, int], Any]], otherwise: Any) -> Any:
-    """``CASE`` on a flow row's key giving each key of ``pairs`` its value, ``otherwise`` for the rest."""
-    if plan.by_task:  # no two rows share a task: its id alone tells them apart
-        return case({task_id: value for (task_id, _), value in pairs}, value=c.task_id, else_=otherwise)
-    whens = [(and_(c.task_id == task_id, c.scheduled_at == at_ms), value) for (task_id, at_ms), value in pairs]
-    return case(*whens, else_=otherwise)

@@ -1,22 +1,23 @@
 """Which tasks name which target (``task_targets_TT``): written always in the task's own transaction,
-so :meth:`tjobs.stores.contracts.Tenants.count_target_references` reads references, never tasks."""
+so :meth:`tjobs.stores.contracts.Tenants.count_target_references` reads references, never tasks. The
+insert is the one of :mod:`tjobs.stores.sql_direct`, one row per execution on an engine connection."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import bindparam, delete, insert
+from sqlalchemy import bindparam, delete
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import Task
-from tjobs.stores.schema import task_target_rows
+from tjobs.stores.sql_direct import REFERENCE_ROW, for_driver, reference_insert_head, reference_values
 from tjobs.stores.sql_layout import ShardTables
 
 
 async def insert_references(conn: AsyncConnection, home: ShardTables, tasks: Sequence[Task]) -> None:
-    rows = [row for task in tasks for row in task_target_rows(task)]
+    rows = reference_values(tasks)
     if rows:
-        await conn.execute(insert(home.task_targets), rows, execution_options=home.options)
+        await conn.exec_driver_sql(for_driver(conn, reference_insert_head(home.task_targets_sql) + REFERENCE_ROW), rows)
 
 
 async def delete_references(conn: AsyncConnection, home: ShardTables, task_ids: list[int]) -> None:
