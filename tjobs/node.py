@@ -207,6 +207,7 @@ class Node:
             flow_sink=self.deliverer.deliver,
             targets=self.target_service,
             unreachable_shards=self.db_health.paused_shards,  # a create there answers 503 at once
+            observer=self.observer,  # re-driven dead letters: counted dead once (tjobs.observability.slo)
         )
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         # The API and the console reach the store only through the services (tasks, target_service and these).

@@ -46,6 +46,10 @@ class FireObserver:
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
         """A delivery outcome was recorded: ``pending`` with a retry time, ``delivered`` or ``dead``."""
 
+    def flow_redriven(self, app_id: str, task_id: int, scheduled_at_ms: int) -> None:
+        """A dead letter was put back to ``pending`` and handed to delivery (its death was counted
+        already: the service levels count a flow dead once, whatever its re-drives come to)."""
+
     def throttled(self, app_id: str, reason: str) -> None:
         """A callback the app's own limits delayed (``reason`` ``rate`` or ``concurrency``; see
         :mod:`tjobs.delivery.limiter`)."""
@@ -97,7 +101,10 @@ class MetricsObserver(FireObserver):
         if update.status is FlowStatus.DELIVERED and update.attempts <= 1:
             lateness_s = max((self._now_ms() - update.scheduled_at_ms) / 1000, 0.0)
         self.metrics.observe_flow_update(app_id, update.status.value, lateness_s)
-        self.slo.observe_outcome(app_id, update.status.value)
+        self.slo.observe_outcome(app_id, update.status.value, (update.task_id, update.scheduled_at_ms))
+
+    def flow_redriven(self, app_id: str, task_id: int, scheduled_at_ms: int) -> None:
+        self.slo.observe_redrive((task_id, scheduled_at_ms))
 
     def throttled(self, app_id: str, reason: str) -> None:
         self.metrics.observe_throttled(app_id, reason)

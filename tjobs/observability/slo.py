@@ -29,6 +29,7 @@ SLOTS = 360
 WINDOWS_S = (60, 300, 3600)
 MAX_APPS = 10_000
 MS_PER_MINUTE = 60_000
+MAX_REDRIVEN = 100_000  # re-driven dead letters remembered until their outcome
 MAX_FOLDED_MINUTES = 60 * MAX_APPS  # (app, minute) folds kept while the store cannot take them
 assert len(LATENESS_BUCKETS_S) + 1 == SLO_LATENESS_SLOTS
 
@@ -44,6 +45,7 @@ class ServiceLevels:
         self.answer_lateness = RecentLateness(now_ms)  # first attempts, at the answer
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (app, status) -> flows
         self.minutes = MinuteFolds()
+        self._redriven: dict[tuple[int, int], None] = {}  # dead letters re-driven here, oldest first
 
     def observe_fire(self, app_id: str, lateness_s: float) -> None:
         now_ms = self._now_ms()
@@ -60,7 +62,21 @@ class ServiceLevels:
         self.minutes.add_lateness(app_id, now_ms, SEND, bisect.bisect_left(LATENESS_BUCKETS_S, send_lateness_s))
         self.minutes.add_lateness(app_id, now_ms, ANSWER, answer_slot)
 
-    def observe_outcome(self, app_id: str, status: str) -> None:
+    def observe_redrive(self, flow: tuple[int, int]) -> None:
+        """A dead letter (``(task_id, scheduled_at_ms)``) re-driven: its death is counted already, so
+        the outcome its re-drive comes to is not counted again (:meth:`observe_outcome`)."""
+        redriven = self._redriven
+        redriven.pop(flow, None)
+        if len(redriven) >= MAX_REDRIVEN:
+            del redriven[next(iter(redriven))]  # the oldest: bounded memory, at worst counted twice
+        redriven[flow] = None
+
+    def observe_outcome(self, app_id: str, status: str, flow: tuple[int, int] | None = None) -> None:
+        """A flow's outcome recorded (``flow``: its ``(task_id, scheduled_at_ms)``). A re-driven dead
+        letter's final outcome is not counted: it was counted dead once, when it first died."""
+        if self._redriven and flow in self._redriven and status in _FINAL:
+            del self._redriven[flow]
+            return
         key = (app_id, status)
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
         field = _OUTCOME_FIELDS.get(status)
@@ -76,6 +92,7 @@ class ServiceLevels:
 
 _FIRES, _DELIVERED, _DEAD, _MISSES, _THROTTLED = range(5)
 _OUTCOME_FIELDS = {"delivered": _DELIVERED, "dead": _DEAD}
+_FINAL = frozenset({"delivered", "dead", "skipped", "cancelled"})
 COMMIT, SEND, ANSWER = range(3)  # the lateness histograms, in :meth:`SloCounts.values` order
 _FOLD_SIZE = SLO_VALUES
 

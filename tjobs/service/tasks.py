@@ -30,6 +30,7 @@ from tjobs.errors import (
 )
 from tjobs.hot_tier.base import HotTier, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.schedules.parsing import parse_schedule_request, schedule_of
 from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported: the listings' bound
 from tjobs.service.cursors import Page
@@ -112,18 +113,21 @@ class TaskService:
         flow_sink: Callable[[Task, Flow], None] | None = None,
         targets: TargetService | None = None,
         unreachable_shards: Callable[[], frozenset[int]] | None = None,
+        observer: FireObserver = NO_OBSERVER,
     ) -> None:
         """``flow_sink`` delivers the flows this service commits itself (a manual trigger, a dead
         letter re-driven): the deliverer's :meth:`tjobs.delivery.deliverer.Deliverer.deliver`.
         ``targets`` checks that the targets a callback names exist (without it, naming one is a 422).
         ``unreachable_shards`` names the shards whose database server this node knows to be down
         (:meth:`tjobs.cluster.db_health.DatabaseHealth.paused_shards`): a create landing on one is
-        refused at once with :class:`StorageUnavailable`, before anything is sent."""
+        refused at once with :class:`StorageUnavailable`, before anything is sent. ``observer`` hears
+        of every dead letter re-driven (the service levels count a flow dead once)."""
         self._store = store
         self._hot_tier = hot_tier
         self._settings = settings
         self._clock = clock
         self._topology = topology
+        self._observer = observer
         self._ids = TaskIdGenerator(topology.shard_count)
         # the shard of a task without a key only needs to be uniform, not unpredictable: a seeded
         # PRNG instead of TaskIdGenerator.random_shard's secrets (a syscall per task in a batch)
@@ -386,6 +390,7 @@ class TaskService:
                 redriven = await self._store.redrive_flow(flow.task_id, flow.scheduled_at_ms, now_ms)
                 if redriven is None:
                     raise Conflict(f"flow {flow_id} is no longer dead")
+                self._observer.flow_redriven(app.id, flow.task_id, flow.scheduled_at_ms)
                 task = await self._store.get_task(flow.task_id)
                 if task is not None and self._flow_sink is not None:
                     policies: list[RetryPolicy] = []
