@@ -34,6 +34,10 @@ DstOverlapName = Literal["once", "twice"]
 NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
 KEY_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
 MAX_HEADER_VALUE_CHARS = 4096
+# what a JSON body may hold as an integer at all (signed 64-bit up to unsigned 64-bit): tjobs.api.bodies
+# refuses the rest with a 422 naming the field, and an integer field with no narrower bound publishes these
+JSON_INTEGER_MIN = -(1 << 63)
+JSON_INTEGER_MAX = (1 << 64) - 1
 HEADER_VALUE = Annotated[str, Field(max_length=MAX_HEADER_VALUE_CHARS, pattern=r"^[^\x00-\x08\x0a-\x1f\x7f-\x9f]*$")]
 MAX_HEADERS = 20  # limits.max_headers by default
 HEADER_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # an HTTP header name (RFC 9110 token)
@@ -285,6 +289,8 @@ class TaskUpdate(_Strict):
     delivery: DeliveryName | None = None
     version: int | None = Field(
         default=None,
+        ge=JSON_INTEGER_MIN,
+        le=JSON_INTEGER_MAX,
         description=(
             "the task's version as last read: 409 version_conflict if another edit (update, pause, resume) "
             "landed since; fires never move it. Without it the last edit wins"
@@ -438,7 +444,10 @@ class TargetUpdate(_Strict):
         "them all; with a new protocol they replace them); absent: kept. Never shown back",
     )
     version: int | None = Field(
-        default=None, description="the target's version as last read: 409 version_conflict if it moved since"
+        default=None,
+        ge=JSON_INTEGER_MIN,
+        le=JSON_INTEGER_MAX,
+        description="the target's version as last read: 409 version_conflict if it moved since",
     )
 
 

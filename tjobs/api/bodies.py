@@ -21,10 +21,11 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tjobs.errors import BodyTooLarge, InvalidInput, UnsupportedMediaType
+from tjobs.wire import JSON_INTEGER_MAX, JSON_INTEGER_MIN
 
 BATCH_PATHS = frozenset({"/v1/tasks/batch", "/v1/tasks:batch"})
-INT_MIN = -(1 << 63)
-INT_MAX = (1 << 64) - 1  # what a JSON body may hold as an integer (signed 64-bit up to unsigned 64-bit)
+INT_MIN = JSON_INTEGER_MIN  # what a JSON body may hold as an integer (signed 64-bit up to unsigned 64-bit)
+INT_MAX = JSON_INTEGER_MAX
 _LONG_DIGITS = re.compile(rb"\d{19}")  # every integer outside -2^63..2^64-1 has at least 19 digits
 
 
