@@ -54,6 +54,29 @@ printf '[test] %s=%s\n' \
     TJOBS_TEST_AMQP_URL "${TJOBS_TEST_AMQP_URL:-<unset>}" \
     TJOBS_TEST_NATS_URL "${TJOBS_TEST_NATS_URL:-<unset>}" >&2
 
+# The rigs' servers are started by the tests that need them and kept for the rest of the run; the run
+# stops those it started (a rig already running when it began, someone's own, is left as it was).
+rig_running() {  # rig_running DIR: any server recorded in DIR still alive
+    local pidfile pid
+    for pidfile in "$1"/*.pid; do
+        [ -f "$pidfile" ] || continue
+        pid="$(cat "$pidfile")"
+        [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && return 0
+    done
+    return 1
+}
+rigs_started_here=()
+for rig in "$TJOBS_TEST_CLUSTER_DIR" "$TJOBS_TEST_CHAOS_DIR"; do
+    rig_running "$rig" || rigs_started_here+=("$rig")
+done
+stop_rigs_started_here() {
+    local rig
+    for rig in "${rigs_started_here[@]}"; do
+        if rig_running "$rig"; then TJOBS_CLUSTER_DIR="$rig" bash scripts/cluster.sh down >/dev/null 2>&1 || true; fi
+    done
+}
+trap stop_rigs_started_here EXIT
+
 pytest_run() {  # pytest_run LABEL ARGS...: one pytest run; its exit code, 5 (nothing collected) a failure
     local label="$1" phase_start=$SECONDS code=0
     shift
