@@ -683,6 +683,7 @@ async def test_an_operator_reads_moves_and_their_metrics_and_never_a_credential(
             assert shown["database"] == MOVED and shown["from"] == source and shown["to"] == target
             assert (shown["step"], shown["outcome"], shown["epoch"]) == ("done", "moved", row.epoch)
             assert shown["rows_copied"] >= 3 and shown["lag_rows"] == 0
+            assert shown["tables_copied"] == len(row.tables_copied) > 1  # every table the copy finished
             assert shown["started_at"] and shown["finished_at"] and shown["started_at"] <= shown["finished_at"]
             assert row.cut_over_pause_ms is not None and shown["cut_over_pause_s"] == row.cut_over_pause_ms / 1000
             assert (await admin.get("/v1/shards/moves", params={"outcome": "in_progress"})).json() == {"moves": []}

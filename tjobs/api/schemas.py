@@ -386,6 +386,7 @@ class ShardMoveRecord(BaseModel):
         description="moved once the map names the target (listed until drop-old); an abort leaves no record"
     )
     rows_copied: int = Field(description="rows the bulk copy copied")
+    tables_copied: int = Field(description="tables the bulk copy finished (a rerun of the move skips them)")
     lag_rows: int = Field(description="changed rows the target is behind the source, last measured (0 once moved)")
     started_at: str | None = Field(description="ISO-8601")
     finished_at: str | None = Field(description="ISO-8601, when the map named the target")

@@ -58,6 +58,7 @@ def move_json(row: MoveRow) -> dict[str, Any]:
         "step": row.state,
         "outcome": outcome_of(row),
         "rows_copied": row.rows_copied,
+        "tables_copied": len(row.tables_copied),
         "lag_rows": row.lag_rows,
         "started_at": instant(row.started_at_ms),
         "finished_at": instant(row.finished_at_ms),
