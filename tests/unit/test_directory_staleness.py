@@ -10,6 +10,7 @@ applies at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -21,6 +22,7 @@ from tjobs.delivery.limiter import AppLimiter
 from tjobs.errors import NotFound
 from tjobs.model import App, FlowStatus
 from tjobs.service.apps import AppDirectory
+from tjobs.service.directory_cache import RETRY_MS
 from tjobs.service.targets import TargetDirectory
 from tjobs.stores.memory import MemoryTaskStore
 from tjobs.targets.model import HttpTarget, RetryPolicy, Target
@@ -236,6 +238,31 @@ async def test_entries_in_use_are_read_again_before_they_expire(
     assert apps.cached(APP.id) is not None
     await settle()
     assert store.app_reads == 2
+
+
+async def test_a_silent_server_is_logged_once_per_outage_not_once_per_app(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given many apps cached (a node serving hundreds of tenants)
+    ids = [f"app-{index}" for index in range(50)]
+    for app_id in ids:
+        await store.put_app(App(app_id, app_id, f"hash-{app_id}", APP.secrets))
+        await apps.get(app_id)
+    # When their server is cut and every entry expires, and later answers again
+    store.refusing = True
+    clock.advance(TTL_MS + 1)
+    with caplog.at_level(logging.INFO, logger="tjobs.service.directory_cache"):
+        for app_id in ids:
+            assert (await apps.get(app_id)).id == app_id
+        store.refusing = False
+        clock.advance(RETRY_MS)
+        for app_id in ids:
+            apps.cached(app_id)
+        await settle()
+    # Then the outage is one line when it starts and one when the last copy is read again
+    actions = [getattr(record, "action", None) for record in caplog.records]
+    assert actions == ["directory_stale", "directory_recovered"], actions
+    assert "50 entries" in caplog.records[-1].getMessage()
 
 
 # ---- the bound on staleness, and changes that must still stop deliveries -----------------------------------

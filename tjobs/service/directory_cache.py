@@ -17,8 +17,9 @@ server's callbacks (issue 28). Each entry, timed on the node's clock from its la
   the flow ``pending`` when the read fails, and the compensator re-drives it).
 
 A read that says the entry no longer exists (a deleted app or target) drops the copy at once: no copy
-outlives an answer that it is gone. Log actions: ``directory_stale`` (a key's server stopped answering;
-its copy is served) and ``directory_recovered`` (a read succeeded again, with how long it was silent).
+outlives an answer that it is gone. Log actions, one line each per outage and directory, however many
+entries it touches: ``directory_stale`` (the first entry whose server stopped answering; its copy is
+served) and ``directory_recovered`` (the last such entry read again: how many were silent, for how long).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class DirectoryCache(Generic[K, V]):
         self._name = name
         self._entries: dict[K, _Entry[V]] = {}
         self._reads: dict[K, asyncio.Future[V | None]] = {}  # key -> the read under way
+        self._silent: set[K] = set()  # keys whose server has not answered since it went silent
+        self._outage_since_ms = 0  # when the first of them went silent
+        self._outage_keys = 0  # how many went silent in this outage
 
     def cached(self, key: K) -> V | None:
         """The value without waiting: fresh, or stale within the bound while its server is silent
@@ -125,6 +129,7 @@ class DirectoryCache(Generic[K, V]):
 
     def forget(self, key: K) -> None:
         self._entries.pop(key, None)
+        self._answered(key, self._clock.now_ms())
 
     async def close(self) -> None:
         """Cancel the reads under way (the node is stopping)."""
@@ -165,24 +170,25 @@ class DirectoryCache(Generic[K, V]):
                 self._went_silent(key, entry, self._clock.now_ms(), f"{type(error).__name__}: {error}")
             raise
         now_ms = self._clock.now_ms()
-        previous = self._entries.pop(key, None)
+        self._entries.pop(key, None)
         if value is not None:
             self._entries[key] = _Entry(value, now_ms)
-        if previous is not None and previous.silent_since_ms is not None:
-            logger.info(
-                "%s directory: %r read again after %d ms of silence",
-                self._name,
-                key,
-                now_ms - previous.silent_since_ms,
-                extra={"action": "directory_recovered"},
-            )
+        self._answered(key, now_ms)
         return value
 
     def _went_silent(self, key: K, entry: _Entry[V], now_ms: int, why: str) -> None:
         entry.silent_since_ms = now_ms
+        if key in self._silent:
+            return
+        self._silent.add(key)
+        self._outage_keys += 1
+        if len(self._silent) > 1:
+            return  # the outage is logged already
+        self._outage_since_ms = now_ms
         served_until_ms = entry.read_at_ms + self.policy.ttl_ms + self.policy.serve_stale_ms
         logger.warning(
-            "%s directory: %r could not be read (%s); its copy read %d ms ago is served for %d ms more",
+            "%s directory: %r could not be read (%s); its copy read %d ms ago is served for %d ms more, "
+            "and so are other entries of a server that does not answer (counted when it does)",
             self._name,
             key,
             why,
@@ -190,6 +196,22 @@ class DirectoryCache(Generic[K, V]):
             max(served_until_ms - now_ms, 0),
             extra={"action": "directory_stale"},
         )
+
+    def _answered(self, key: K, now_ms: int) -> None:
+        """``key`` was read (or dropped): the outage ends with its last silent entry."""
+        if key not in self._silent:
+            return
+        self._silent.discard(key)
+        if self._silent:
+            return
+        logger.info(
+            "%s directory: read again after %d ms; %d entries were served from their copies meanwhile",
+            self._name,
+            now_ms - self._outage_since_ms,
+            self._outage_keys,
+            extra={"action": "directory_recovered"},
+        )
+        self._outage_keys = 0
 
     def _read_done(self, key: K, read: asyncio.Future[V | None]) -> None:
         if self._reads.get(key) is read:
