@@ -367,7 +367,9 @@ async def test_an_executor_address_is_judged_like_a_callback_url(tenant_factory:
         ({"address": "http://user:pw@127.0.0.1/"}, "address"),
         ({"address": "http://127.0.0.1", "id": "-bad"}, "id"),
         ({"address": "http://127.0.0.1", "id": 7}, "id"),
+        ({"address": "http://127.0.0.1", "id": "w-1\n"}, "id"),  # `$` alone matches before a final newline
         ({"address": "http://127.0.0.1", "zone": "a b"}, "zone"),
+        ({"address": "http://127.0.0.1", "zone": "z1\n"}, "zone"),
         ({"address": "http://127.0.0.1", "weight": 0}, "weight"),
         ({"address": "http://127.0.0.1", "weight": True}, "weight"),
         ({"address": "http://127.0.0.1", "capacity": 0}, "capacity"),
@@ -389,6 +391,8 @@ async def test_a_bad_pool_name_is_refused_and_an_unknown_pool_is_not_found(tenan
     client = (await tenant_factory("names")).client
     answer = await client.post("/v1/pools/Not%20A%20Pool/executors", json={"address": "http://127.0.0.1"})
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "pool"
+    newline = await client.post("/v1/pools/workers%0A/executors", json={"address": "http://127.0.0.1"})
+    assert newline.status_code == 422 and newline.json()["error"]["field"] == "pool"
     assert (await client.get("/v1/pools/never-registered")).status_code == 404
     assert (await client.get("/v1/pools/Not%20A%20Pool")).status_code == 404
     assert (
@@ -429,6 +433,8 @@ async def test_a_task_in_a_pool_is_delivered_to_a_registered_executor_and_its_fl
         ({"pool": {"name": "workers", "mode": "every"}}, "callback.pool.mode", "invalid_input"),
         ({"pool": {"name": "workers", "mode": "sharded"}}, "callback.pool.shard_total", "invalid_input"),
         ({"pool": {"name": "BAD"}}, "callback.pool.name", "invalid_input"),
+        ({"pool": {"name": "workers\n"}}, "callback.pool.name", "invalid_input"),
+        ({"pool": {"name": "workers", "path": "/run\n"}}, "callback.pool.path", "invalid_input"),
     ],
 )
 async def test_a_bad_pool_callback_is_refused_naming_the_field(

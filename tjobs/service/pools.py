@@ -67,12 +67,12 @@ class PoolService:
         executor_id = body.get("id")
         if executor_id is None:
             executor_id = executor_id_for(address)
-        elif not isinstance(executor_id, str) or not _EXECUTOR_ID.match(executor_id):
+        elif not isinstance(executor_id, str) or not _EXECUTOR_ID.fullmatch(executor_id):
             raise InvalidInput(
                 "id", "must be 1..128 letters, digits, '_', '.', ':', '-' (starting with one of the first two)"
             )
         zone = body.get("zone", "")
-        if not isinstance(zone, str) or not _ZONE.match(zone):
+        if not isinstance(zone, str) or not _ZONE.fullmatch(zone):
             raise InvalidInput("zone", "must be at most 64 letters, digits, '_', '.', ':', '-'")
         weight = _integer(body, "weight", 1, 1, EXECUTOR_MAX_WEIGHT)
         capacity = None if body.get("capacity") is None else _integer(body, "capacity", 1, 1, EXECUTOR_MAX_CAPACITY)
@@ -82,7 +82,7 @@ class PoolService:
     async def renew(self, app: App, pool: str, executor_id: str) -> Executor:
         """A heartbeat: restart the executor's lease; 404 when it is not registered (register again)."""
         found = None
-        if valid_pool_name(pool) and _EXECUTOR_ID.match(executor_id):
+        if valid_pool_name(pool) and _EXECUTOR_ID.fullmatch(executor_id):
             found = await self._registry.renew_executor(app.id, pool, executor_id)
         if found is None:
             raise NotFound("executor", f"{executor_id} in pool {pool}")
@@ -93,7 +93,7 @@ class PoolService:
         :class:`NotFound` raised as :meth:`renew` raises it; :data:`RENEW_LATER` when only :meth:`renew`
         can tell (``None`` is never returned)."""
         found: RenewNow = None
-        if valid_pool_name(pool) and _EXECUTOR_ID.match(executor_id):
+        if valid_pool_name(pool) and _EXECUTOR_ID.fullmatch(executor_id):
             found = self._registry.renew_executor_now(app.id, pool, executor_id)
             if found is RENEW_LATER:
                 return found
@@ -103,7 +103,7 @@ class PoolService:
 
     async def deregister(self, app: App, pool: str, executor_id: str) -> None:
         removed = False
-        if valid_pool_name(pool) and _EXECUTOR_ID.match(executor_id):
+        if valid_pool_name(pool) and _EXECUTOR_ID.fullmatch(executor_id):
             removed = await self._registry.deregister_executor(app.id, pool, executor_id)
         if not removed:
             raise NotFound("executor", f"{executor_id} in pool {pool}")

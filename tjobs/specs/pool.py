@@ -35,7 +35,7 @@ _POOL_NAME = re.compile(POOL_NAME_PATTERN)
 
 
 def valid_pool_name(name: str) -> bool:
-    return bool(_POOL_NAME.match(name))
+    return bool(_POOL_NAME.fullmatch(name))
 
 
 POOL_KEY_PREFIX = "pool:"
@@ -132,7 +132,7 @@ def parse_pool_route(raw: Any, field: str = "callback.pool") -> PoolRoute:
     if strategy is not Strategy.CONSISTENT_HASH and "hash_on" in raw:
         raise InvalidInput(f"{field}.hash_on", "applies only to strategy consistent_hash")
     path = raw.get("path", "")
-    if not isinstance(path, str) or len(path) > MAX_PATH_CHARS or (path and not _PATH.match(path)):
+    if not isinstance(path, str) or len(path) > MAX_PATH_CHARS or (path and not _PATH.fullmatch(path)):
         raise InvalidInput(f"{field}.path", f"must be a URL path starting with '/' (at most {MAX_PATH_CHARS} chars)")
     shard_total = raw.get("shard_total")
     shard_params_raw = raw.get("shard_params")
