@@ -316,6 +316,19 @@ async def test_an_update_naming_some_credentials_keeps_the_others_and_a_null_rem
     assert to_http.status_code == 200 and to_http.json()["credentials"] == {"authorization": "***"}
 
 
+async def test_a_change_to_http_never_sends_the_old_protocols_credentials_as_headers(tenant: Tenant) -> None:
+    """An HTTP target sends its credentials as headers, and any name makes a header: kept AMQP
+    credentials would go to the new URL as ``username:`` and ``password:`` headers. Refused, naming
+    the field, until the update gives the HTTP target's own (or ``{}``)."""
+    await tenant.client.post("/v1/targets", json=amqp("leaving-mq"))
+    change = {"protocol": "http", "settings": BODIES["http"]["settings"]}
+    kept = await tenant.client.patch("/v1/targets/leaving-mq", json=change)
+    assert kept.status_code == 422 and kept.json()["error"]["field"] == "credentials", kept.text
+    assert SECRETS[0] not in kept.text
+    cleared = await tenant.client.patch("/v1/targets/leaving-mq", json={**change, "credentials": {}})
+    assert cleared.status_code == 200 and cleared.json()["credentials"] == {}
+
+
 # ---- tasks naming targets, and deleting a target they name --------------------------------------
 
 

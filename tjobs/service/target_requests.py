@@ -120,6 +120,21 @@ def parse_update(
     return TargetFields(None, settings, retry, credentials, version)
 
 
+def kept_credentials(
+    stored: Mapping[str, str], old: Protocol, new: Protocol, limits: LimitSettings
+) -> Mapping[str, str]:
+    """The stored credentials, kept by an update that names none: they must fit the (maybe new)
+    protocol, and never become an HTTP target's headers after a change of protocol (any name makes a
+    header: an AMQP password would go to the new URL as a ``password:`` header)."""
+    if new is not old and stored and CREDENTIAL_KEYS[new] is None:
+        raise InvalidInput(
+            "credentials",
+            f"the stored credentials are the {old.value} target's: give the {new.value} target's "
+            "(sent as headers), or {} for none",
+        )
+    return parse_credentials(new, dict(stored), limits)
+
+
 def _merged(stored: Mapping[str, str], given: dict[str, Any]) -> dict[str, Any]:
     """``stored`` with ``given``'s keys set, or removed where their value is null."""
     merged: dict[str, Any] = dict(stored)

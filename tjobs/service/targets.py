@@ -45,7 +45,7 @@ from tjobs.errors import Conflict, InvalidInput, NotFound, TargetInUse, TargetVe
 from tjobs.model import App
 from tjobs.service.cursors import decode_position, encode_position
 from tjobs.service.directory_cache import CachePolicy, DirectoryCache
-from tjobs.service.target_requests import parse_create, parse_credentials, parse_update
+from tjobs.service.target_requests import kept_credentials, parse_create, parse_update
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
 from tjobs.targets.addresses import AddressAllowList
@@ -174,7 +174,9 @@ class TargetService:
             credentials = fields.credentials
             if credentials is None:  # kept: still valid for the (maybe changed) protocol?
                 probe = replace(current, settings=settings)
-                credentials = parse_credentials(probe.protocol, dict(current.credentials), self._settings.limits)
+                credentials = kept_credentials(
+                    current.credentials, current.protocol, probe.protocol, self._settings.limits
+                )
             await self._check_addresses(app, settings, body.get("settings"))
             changed = replace(
                 current,
