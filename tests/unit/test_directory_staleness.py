@@ -265,6 +265,21 @@ async def test_a_silent_server_is_logged_once_per_outage_not_once_per_app(
     assert "50 entries" in caplog.records[-1].getMessage()
 
 
+async def test_an_app_this_node_writes_while_it_is_silent_ends_the_outage(
+    store: FreezableStore, clock: ManualClock, apps: AppDirectory, caplog: pytest.LogCaptureFixture
+) -> None:
+    await apps.get(APP.id)
+    store.refusing = True
+    clock.advance(TTL_MS + 1)
+    with caplog.at_level(logging.INFO, logger="tjobs.service.directory_cache"):
+        await apps.get(APP.id)  # silent: served from the copy
+        store.refusing = False
+        apps.put(App(APP.id, "renamed", APP.api_key_hash, APP.secrets))  # this node's API wrote it
+    written = apps.cached(APP.id)
+    assert written is not None and written.name == "renamed"
+    assert [getattr(r, "action", None) for r in caplog.records] == ["directory_stale", "directory_recovered"]
+
+
 # ---- the bound on staleness, and changes that must still stop deliveries -----------------------------------
 
 

@@ -125,7 +125,9 @@ class DirectoryCache(Generic[K, V]):
 
     def put(self, key: K, value: V) -> None:
         """A value this node just wrote (or read elsewhere): fresh from now."""
-        self._entries[key] = _Entry(value, self._clock.now_ms())
+        now_ms = self._clock.now_ms()
+        self._entries[key] = _Entry(value, now_ms)
+        self._answered(key, now_ms)
 
     def forget(self, key: K) -> None:
         self._entries.pop(key, None)
