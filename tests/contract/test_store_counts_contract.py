@@ -83,3 +83,22 @@ async def test_count_rows_counts_the_tasks_and_flows_of_one_logical_database(sto
 
     assert await store.count_rows(1) == {"tasks": 2, "flows": 1}
     assert await store.count_rows(0) == {"tasks": 1, "flows": 0}
+
+
+async def test_count_dead_letters_counts_the_asked_apps_dead_flows_of_one_database_now(store: TaskStore) -> None:
+    tables = store.topology.tables_per_database
+    tasks = {
+        ("app-a", 0): await store.insert_task(make_task(shard=0, app_id="app-a")),
+        ("app-a", 1): await store.insert_task(make_task(shard=1, app_id="app-a")),
+        ("app-b", 2): await store.insert_task(make_task(shard=2, app_id="app-b")),
+        ("app-a", tables): await store.insert_task(make_task(shard=tables, app_id="app-a")),  # database 1
+    }
+    for (app_id, _), task in tasks.items():
+        for at, flow_status in ((NOW_MS, FlowStatus.DEAD), (NOW_MS + 1, FlowStatus.DELIVERED)):
+            await store.insert_manual_flow(
+                task.id, Flow(task.id, at, app_id, FlowKind.MANUAL, flow_status, 1, None, NOW_MS, NOW_MS)
+            )
+
+    assert await store.count_dead_letters(0, ["app-a", "app-b", "app-c"]) == {"app-a": 2, "app-b": 1, "app-c": 0}
+    assert await store.count_dead_letters(1, ["app-a"]) == {"app-a": 1}
+    assert await store.count_dead_letters(0, []) == {}

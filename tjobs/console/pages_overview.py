@@ -4,7 +4,8 @@ and dead letters over a window, with charts.
 The figures are the cluster's, the same whichever node serves the page: ``GET /v1/slo?window=``'s
 (:func:`tjobs.service.cluster_slo.cluster_service_levels`, every node's minutes summed from the store,
 never the flow tables). The charts cut the window into a few buckets and sum each the same way
-(:data:`WINDOWS`: 5 × 1 min, 12 × 5 min, 24 × 1 h, 28 × 6 h), read concurrently. Dead letters and
+(:data:`WINDOWS`: 5 × 1 min, 12 × 5 min, 24 × 1 h, 28 × 6 h), read concurrently. "Dead letters now"
+is read from the store at the request (one statement per logical database for the page's apps);
 task counts are the node's background counts (``GET /v1/stats``).
 
 An app session sees its own app; the admin sees every app in one table (a page of 100 at a time,
@@ -14,12 +15,14 @@ with the total of all apps), or one app's figures and charts with ``?app=``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
 from tjobs.console.charts import Chart, line_chart
 from tjobs.console.context import ConsoleRoute, console_of
+from tjobs.errors import StorageUnavailable
 from tjobs.model import App
 from tjobs.observability.slo import MS_PER_MINUTE, lateness_summary
 from tjobs.service.cluster_slo import P99_OBJECTIVE_S, REACH_OBJECTIVE
@@ -28,6 +31,7 @@ from tjobs.service.cursors import MAX_CURSOR_CHARS
 if TYPE_CHECKING:
     from tjobs.node import Node
 
+logger = logging.getLogger(__name__)
 router = APIRouter(route_class=ConsoleRoute)
 
 APPS_PER_PAGE = 100
@@ -37,8 +41,22 @@ WINDOW_NAMES = {"5m": "5 min", "1h": "1 hour", "1d": "1 day", "7d": "7 days"}
 DEFAULT_WINDOW: Window = "1h"
 
 
-async def service_levels(node: Node, app: App | None, window: str) -> dict[str, Any]:
-    """One app's figures over ``window`` (every app's total: ``None``), as the overview shows them."""
+async def dead_letters_now(node: Node, apps: list[App]) -> dict[str, int | None]:
+    """Each app's dead letters now, read from the store at the request (``None`` for each while a
+    database cannot be read: the page says so rather than show an old count as "now")."""
+    try:
+        counts = await node.tasks.dead_letter_counts([app.id for app in apps])
+    except StorageUnavailable:
+        logger.warning("dead letters could not be counted now", exc_info=True, extra={"action": "count_failed"})
+        return dict.fromkeys((app.id for app in apps), None)
+    return dict(counts)
+
+
+async def service_levels(
+    node: Node, app: App | None, window: str, dead_letters: dict[str, int | None] | None = None
+) -> dict[str, Any]:
+    """One app's figures over ``window`` (every app's total: ``None``), as the overview shows them;
+    ``dead_letters``: the apps' counts now, when the caller read them for a page of apps at once."""
     report = await node.cluster_slo.report(None if app is None else app.id, window)
     lateness = report["delivery_lateness"]
     reach = report["reach"]
@@ -61,7 +79,8 @@ async def service_levels(node: Node, app: App | None, window: str) -> dict[str, 
     if app is not None:
         node.tasks.counts.refresh_soon()
         counts = node.tasks.counts.of(app.id)
-        row.update(dead_letters=counts.dead_letters, active_tasks=counts.active, paused_tasks=counts.paused)
+        now = dead_letters if dead_letters is not None else await dead_letters_now(node, [app])
+        row.update(dead_letters=now.get(app.id), active_tasks=counts.active, paused_tasks=counts.paused)
     return row
 
 
@@ -107,7 +126,8 @@ async def overview(
         shown = await charts(node, scoped, window)
     else:  # the admin: every app, a page at a time, and their total
         page = await console.apps.list_page(APPS_PER_PAGE, cursor or None)
-        rows = list(await asyncio.gather(*(service_levels(node, each, window) for each in page.items)))
+        now = await dead_letters_now(node, list(page.items))
+        rows = list(await asyncio.gather(*(service_levels(node, each, window, now) for each in page.items)))
         total = await service_levels(node, None, window)
         next_cursor = page.next_cursor
     return console.render(

@@ -569,6 +569,15 @@ class MemoryTaskStore(TaskStore):
                     of_app[DEAD_LETTERS] = of_app.get(DEAD_LETTERS, 0) + 1
         return counts
 
+    async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:
+        await asyncio.sleep(0)
+        counts = dict.fromkeys(app_ids, 0)
+        for shard in self.topology.shards_of_database(database_index):
+            for flow in self._flows[shard].values():
+                if flow.status is FlowStatus.DEAD and flow.app_id in counts:
+                    counts[flow.app_id] += 1
+        return counts
+
     async def count_rows(self, database_index: int) -> dict[str, int]:
         await asyncio.sleep(0)
         shards = self.topology.shards_of_database(database_index)

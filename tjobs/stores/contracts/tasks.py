@@ -185,6 +185,12 @@ class TaskRecords(StoreLifecycle):
         shards of one logical database: one statement, no locks. Apps with nothing there are absent."""
 
     @abstractmethod
+    async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:
+        """Each app's dead flows over the shards of one logical database, read now (what a page that
+        says "now" shows): every app of ``app_ids`` a key, 0 when it has none. One statement, an index
+        range per app and shard (``app_id, status``), no locks."""
+
+    @abstractmethod
     async def count_rows(self, database_index: int) -> dict[str, int]:
         """How many tasks and flows (keys ``tasks``, ``flows``) one logical database holds, over all
         its shards: one statement, no locks (``tjobs shards status``, ``GET /v1/shards``)."""

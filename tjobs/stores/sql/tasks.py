@@ -5,7 +5,7 @@ deletes under the shard-map fence, flows, searches (:mod:`tjobs.stores.sql_searc
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -316,6 +316,26 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             for app_id, status, count in rows:
                 of_app = counts.setdefault(str(app_id), {})
                 of_app[str(status)] = of_app.get(str(status), 0) + int(count)
+        return counts
+
+    async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:
+        counts = dict.fromkeys(app_ids, 0)
+        if not counts:
+            return counts
+        homes = [self._shard(shard) for shard in self.topology.shards_of_database(database_index)]
+        parts: list[Any] = []
+        for home in homes:
+            f = home.flows.c
+            parts.append(
+                select(f.app_id, func.count())
+                .where(f.app_id.in_(list(counts)), f.status == FlowStatus.DEAD.value)
+                .group_by(f.app_id)
+            )
+        statement: Any = parts[0] if len(parts) == 1 else union_all(*parts)
+        async with self._connect(homes[0].database.engine_url) as conn:
+            rows = (await conn.execute(statement, execution_options=homes[0].options)).all()
+        for app_id, count in rows:
+            counts[str(app_id)] += int(count)
         return counts
 
     async def count_rows(self, database_index: int) -> dict[str, int]:
