@@ -35,6 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tjobs.cancellation import cancel_until_done
+
 OnMessage = Callable[["Consumed"], None]
 BROKER_HEADERS = frozenset({"Nats-Msg-Id", "Nats-Expected-Stream"})
 
@@ -190,21 +192,7 @@ class RedisStreamConsumer(Consumer):
     async def stop(self) -> None:
         reader, self._reader = self._reader, None
         if reader is not None:
-            await cancel_until_done(reader)
-
-
-async def cancel_until_done(task: asyncio.Task[Any], every_s: float = 0.1) -> None:
-    """Cancel ``task`` and wait until it ends, asking again every ``every_s`` while it runs on: redis-py
-    writes a command within ``asyncio.wait_for`` (its socket timeout), and Python 3.11's ``wait_for``
-    swallows a cancellation that comes as the write finishes (CPython gh-86296), so one cancellation of
-    a reading loop can be lost. Whatever ``task`` ended with is dropped; a cancellation of the caller
-    propagates."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=every_s)
-    if not task.cancelled():
-        with contextlib.suppress(Exception):
-            task.result()
+            await cancel_until_done(reader)  # redis-py's write can swallow one cancellation (gh-86296)
 
 
 class GrpcConsumer(Consumer):

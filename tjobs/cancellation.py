@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -42,3 +42,14 @@ async def cancellable(call: Awaitable[T]) -> T:
     if task.cancelling() > asked:  # the cancellation, turned into a result
         raise asyncio.CancelledError
     return result
+
+
+async def cancel_until_done(task: asyncio.Task[Any], every_s: float = 0.1) -> BaseException | None:
+    """Cancel ``task`` and wait until it ends, cancelling it again every ``every_s`` while it runs on
+    (a loop whose cancellation a library's ``wait_for`` swallowed, see the module docstring, would
+    otherwise run on and a plain ``await task`` never return). Returns the exception ``task`` ended
+    with, ``None`` if it was cancelled or returned. A cancellation of the caller propagates."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=every_s)
+    return None if task.cancelled() else task.exception()

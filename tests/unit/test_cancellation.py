@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tjobs.cancellation import cancellable
+from tjobs.cancellation import cancel_until_done, cancellable
 
 
 async def cancelled_as_it_finishes(
@@ -116,3 +116,36 @@ async def test_a_cancellation_the_call_handled_itself_does_not_count() -> None:
         return "went on"
 
     assert await cancellable(times_out_inside()) == "went on"
+
+
+# ---- cancel_until_done: a background loop whose cancellation a wait_for swallowed --------------------
+
+
+async def test_cancel_until_done_ends_a_loop_that_lost_its_first_cancellation() -> None:
+    lost = 0
+
+    async def loop() -> None:
+        nonlocal lost
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if lost:
+                    raise
+                lost += 1  # swallowed, as wait_for does when it comes as the inner call finishes
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        failure = await cancel_until_done(task)
+    assert (lost, task.cancelled(), failure) == (1, True, None)
+
+
+async def test_cancel_until_done_returns_what_the_task_failed_with() -> None:
+    async def fails() -> None:
+        raise RuntimeError("broken")
+
+    task = asyncio.create_task(fails())
+    await asyncio.sleep(0)
+    failure = await cancel_until_done(task)
+    assert isinstance(failure, RuntimeError)

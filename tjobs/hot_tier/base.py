@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tjobs.cancellation import cancel_until_done
 from tjobs.model import Task, TaskStatus
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
@@ -101,10 +102,8 @@ class HotTier(ABC):
 async def cancel_and_wait(task: asyncio.Task[None]) -> None:
     """Cancel a background loop and wait for its end, cancelling again if the cancellation was lost
     (Python 3.11's ``asyncio.wait_for``, used by redis-py around every socket write, can swallow a
-    cancellation that arrives as the inner write completes; the loop then runs on, and a plain
-    ``await task`` never returns)."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=0.1)
-    if not task.cancelled() and task.exception() is not None:
-        logging.getLogger(__name__).warning("hot tier loop ended with %r", task.exception())
+    cancellation that arrives as the inner write completes: :func:`tjobs.cancellation.cancel_until_done`);
+    what the loop ended with, if it failed, is logged."""
+    failure = await cancel_until_done(task)
+    if failure is not None:
+        logging.getLogger(__name__).warning("hot tier loop ended with %r", failure)
