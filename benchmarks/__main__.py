@@ -55,9 +55,12 @@ def fire(args: argparse.Namespace) -> None:
                 drain_timeout_s=args.drain_timeout_s,
                 verify_every=args.verify_every,
                 node_pids=pids,
+                compare_slo=args.slo,
             )
         )
     emit(result, console, as_json=args.json_out)
+    if result.slo is not None:
+        console.print(f"SLO vs sink: {result.slo}")
 
 
 def register(args: argparse.Namespace) -> None:
@@ -130,6 +133,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=64, help="creates in flight")
     p.add_argument("--drain-timeout-s", type=float, default=30.0)
     p.add_argument("--verify-every", type=int, default=0, help="check every n-th signature")
+    p.add_argument(
+        "--slo", action="store_true", help="compare the node's SLO p99 with the sink's (set TJOBS_SLO__FLUSH_S=2)"
+    )
     target_options(p)
     p.set_defaults(run=fire)
 

@@ -30,6 +30,7 @@ import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
 
 from benchmarks.report import BenchResult, Percentiles, ProgressFn, Registration, account
+from benchmarks.slo_compare import compare, node_slo
 from testkit.node_process import process_cpu_s
 from testkit.sink import SinkConfig, SinkProcess
 from tjobs.errors import TjobsError
@@ -310,6 +311,8 @@ async def run_fire_bench(
     node_pids: Sequence[int] = (),
     destination: Destination | None = None,
     max_concurrency: int = 100,
+    compare_slo: bool = False,
+    slo_timeout_s: float = 90.0,
 ) -> BenchResult:
     """Register ``tasks`` one-shot tasks due across ``window_s`` and measure how their callbacks arrive.
 
@@ -320,7 +323,8 @@ async def run_fire_bench(
     the fire phase alone (from ``FIRE_CPU_LEAD_S`` before the window to the end of the drain).
     With a ``destination`` the tasks name its target instead of calling the sink over HTTP, and the
     sink consumes what the target receives (:mod:`benchmarks.protocol_fire`). ``max_concurrency`` is
-    the bench app's cap on deliveries in flight (:func:`create_bench_app`).
+    the bench app's cap on deliveries in flight (:func:`create_bench_app`). ``compare_slo`` asks the
+    node's SLO after the drain and sets ``result.slo`` (:mod:`benchmarks.slo_compare`).
     """
     if tasks < 1 or window_s <= 0:
         raise ValueError("tasks must be >= 1 and window_s > 0")
@@ -385,7 +389,12 @@ async def run_fire_bench(
             stats = await sink.stats()
         if probe_ids and await _delete_tasks(session, base_url, api_key, probe_ids, concurrency, progress):
             warnings.append("some of the probe tasks (due in 30 days) could not be deleted")
-    delivery = account(registered, records)
+        delivery = account(registered, records)
+        slo = None
+        if compare_slo:
+            report = await node_slo(session, base_url, api_key, delivery.delivered, slo_timeout_s)
+            sink_p99 = Percentiles.of(delivery.lateness_ms, presorted=True).p99 if delivery.lateness_ms else None
+            slo = compare(report, sink_p99)
     if stats.signatures_failed:
         checked, failed = stats.signatures_checked, stats.signatures_failed
         warnings.append(f"{failed} of {checked} checked signatures did not verify")
@@ -411,6 +420,7 @@ async def run_fire_bench(
         node_register_cpu_s=register_cpu,
         instants=registered,
         records=records,
+        slo=slo,
     )
 
 

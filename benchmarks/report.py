@@ -238,6 +238,7 @@ class BenchResult:
     # and the sink's records, for a bench that accounts them its own way (benchmarks.pool_fire)
     instants: Mapping[int, int] = field(default_factory=dict)
     records: CallbackRecords | None = None
+    slo: dict[str, Any] | None = None  # fire --slo: the node's SLO p99 beside the sink's (benchmarks.slo_compare)
 
     def lateness(self) -> Percentiles | None:
         if self.delivery is None:
@@ -321,6 +322,7 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
         "scheduled_mismatch": delivery.scheduled_mismatch if delivery else None,
         "drained": result.drained,
         "sink": result.sink,
+        "slo": result.slo,
         "settings": {
             "base_url": result.base_url,
             "lead_s": _round(result.lead_s),
