@@ -294,6 +294,8 @@ class Node:
                 await self.store.ping()
             except TjobsError:
                 return "the database does not answer"
+        if self.coordinator.describe().get("clock_offset_exceeded"):
+            return "this node's clock is off the database's past cluster.clock_skew_max_ms"
         if not self.started or not self.runner.owned:
             return "node owns no jobs yet"
         return None

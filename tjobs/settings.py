@@ -174,7 +174,8 @@ class ClusterSettings(SettingsSection):
     fence_margin_ms: int = 1000  # stop firing this long before the lease could have ended
     zone: str = ""  # the set (zone) label; a group's backups go to other sets where possible
     advertise_address: str | None = None  # defaults to http://<api.host>:<api.port>
-    clock_skew_max_ms: int = 500
+    # Fence a node whose clock is off the database's by more than this (back at half); 0: never fence.
+    clock_skew_max_ms: int = Field(default=500, ge=0, le=60_000)
     db_unreachable_max_s: float = 3.0  # step down after the database has been unreachable this long
     sync_interval_ms: int = Field(default=200, ge=20)  # membership / plan / holder reconcile period
     hot_poll_interval_ms: int = Field(default=200, ge=10)  # DB-poll hot tier period

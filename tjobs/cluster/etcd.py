@@ -24,7 +24,9 @@ restarts); the poll period only adds to the take-over time, which the TTL domina
 Self-fencing (:meth:`EtcdCoordinator.may_fire`): false once ``last keepalive sent + TTL − margin``
 has passed on the monotonic clock, or once *no* database server has answered for more than
 ``db_unreachable_max_s``, or while the node's clock disagrees with the database's by more than
-``clock_skew_max_ms``; the sync loop then releases every job (ownership becomes empty). The fire
+``clock_skew_max_ms`` (:mod:`tjobs.cluster.clock_check`; measured once before the node takes any job,
+then every few seconds, and a step of its wall clock is seen at once); the sync loop then releases
+every job (ownership becomes empty). The fire
 transaction's compare-and-set keeps correctness in the brief moments two nodes both fire.
 
 One unreachable server among several does not fence the node: another node could not reach it any
@@ -146,8 +148,8 @@ class EtcdCoordinator(Coordinator):
 
     @property
     def clock_skew_ms(self) -> int:
-        """The database's clock minus this node's, at the last check."""
-        return self._clock_check.skew_ms
+        """The database's clock minus this node's, now (:attr:`ClockCheck.offset_ms`)."""
+        return self._clock_check.offset_ms
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -157,6 +159,7 @@ class EtcdCoordinator(Coordinator):
         self._client = self._new_client()
         if self._own_health:
             await self._health.start()
+        await self._clock_check.check()  # before any group is taken: a skewed node never owns a job
         try:
             await self._ensure_lease()
         except Exception as error:  # etcd down at start: the sync loop keeps trying
@@ -265,6 +268,8 @@ class EtcdCoordinator(Coordinator):
                 "address": self.address,
                 "healthy": self.healthy,
                 "failovers": self.failovers,
+                # to 10 ms: a re-registration only when it really moved (the read is ±half a round trip)
+                "clock_offset_ms": round(self._clock_check.offset_ms, -1) if self._clock_check.measured else None,
             },
             sort_keys=True,
         ).encode()
@@ -551,6 +556,7 @@ class EtcdCoordinator(Coordinator):
                     "address": m.get("address", ""),
                     "healthy": m.get("healthy", True),
                     "failovers": m.get("failovers", 0),
+                    "clock_offset_ms": m.get("clock_offset_ms"),
                 }
                 for node, m in sorted(view.members.items())
             ],
@@ -561,5 +567,6 @@ class EtcdCoordinator(Coordinator):
             "lease_remaining_ms": max(int((self._lease_deadline - now) * 1000), 0) if self._lease_id else 0,
             "sync_lag_ms": int((now - self._last_sync) * 1000) if self._last_sync else None,
             "clock_skew_ms": self.clock_skew_ms,
+            **self._clock_check.describe(),
             "database_servers": self._health.describe(),
         }

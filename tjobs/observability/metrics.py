@@ -112,6 +112,16 @@ class Metrics:
             "Age of the coordinator's last sync with the cluster view",
             registry=r,
         )
+        self.clock_offset = Gauge(
+            "tjobs_clock_offset_seconds",
+            "The database's clock minus this node's (positive: the node is behind); cluster mode",
+            registry=r,
+        )
+        self.clock_offset_exceeded = Gauge(
+            "tjobs_clock_offset_exceeded",
+            "1 while this node's clock is off the database's past cluster.clock_skew_max_ms (it fires nothing)",
+            registry=r,
+        )
         self.hot_tier_lag = Histogram(
             "tjobs_hot_tier_lag_seconds",
             "Time from a task change's publish on one node to its apply on the shard's owner",
@@ -255,6 +265,8 @@ class Metrics:
         self.plan_age.set(_number(view.get("plan_age_ms")) / 1000)
         self.lease_remaining.set(_number(view.get("lease_remaining_ms")) / 1000)
         self.sync_lag.set(_number(view.get("sync_lag_ms")) / 1000)
+        self.clock_offset.set(_number(view.get("clock_offset_ms")) / 1000)
+        self.clock_offset_exceeded.set(1 if view.get("clock_offset_exceeded") else 0)
 
     def observe_db_servers(self, servers: list[dict[str, object]]) -> None:
         """Mirror :meth:`tjobs.cluster.db_health.DatabaseHealth.describe` (scrape time)."""
