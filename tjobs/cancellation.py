@@ -53,3 +53,12 @@ async def cancel_until_done(task: asyncio.Task[Any], every_s: float = 0.1) -> Ba
         task.cancel()
         await asyncio.wait({task}, timeout=every_s)
     return None if task.cancelled() else task.exception()
+
+
+async def stop_task(task: asyncio.Task[Any]) -> None:
+    """Stop a background loop: :func:`cancel_until_done`, then raise what ``task`` failed with, as
+    ``task.cancel()`` and an ``await task`` that ignores the cancellation would, but without waiting
+    forever for a loop whose cancellation was lost."""
+    failure = await cancel_until_done(task)
+    if failure is not None:
+        raise failure

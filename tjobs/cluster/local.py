@@ -8,12 +8,12 @@ from another process changes it), in memory by default. The home is read every
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from sharding.shard_map import ShardMap
+from tjobs.cancellation import stop_task
 from tjobs.cluster.base import Coordinator, OwnershipListener, RenewNow, ShardMapListener
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local_pools import LocalPoolRegistry
@@ -61,15 +61,12 @@ class LocalCoordinator(Coordinator):
             self._map_poll = asyncio.create_task(self._poll_shard_map(), name="tjobs-local-shard-map")
 
     async def stop(self) -> None:
+        # each cancelled again if a driver's wait_for lost the cancellation (gh-86296)
         if self._map_poll is not None:
-            self._map_poll.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._map_poll
+            await stop_task(self._map_poll)
             self._map_poll = None
         if self._retry is not None:
-            self._retry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._retry
+            await stop_task(self._retry)
             self._retry = None
         self._owned = frozenset()
         await self._hand_over()

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from tjobs.cancellation import cancel_until_done
 from tjobs.clock import Clock
 from tjobs.model import Flow, FlowUpdate
 
@@ -66,8 +67,10 @@ class OutcomeWriter:
         loop's time); what is still unwritten then is dropped, for the compensator to re-drive."""
         loop = asyncio.get_running_loop()
         if self._flusher is not None:
-            self._flusher.cancel()
-            await asyncio.gather(self._flusher, return_exceptions=True)
+            # cancelled again if the driver's wait_for lost it (gh-86296): the loop would run on
+            failure = await cancel_until_done(self._flusher)
+            if failure is not None:
+                logger.warning("the outcome flusher ended with %r", failure)
             self._flusher = None
         while self.pending:
             if not await self._flush() and loop.time() >= deadline:

@@ -13,12 +13,12 @@ of ``/metrics`` never waits for a database.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from tjobs.cancellation import stop_task
 from tjobs.clock import iso_ms
 from tjobs.errors import TjobsError
 from tjobs.model import DONE
@@ -97,9 +97,7 @@ class MoveWatch:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)  # cancelled again if a driver's wait_for lost it (gh-86296)
 
     async def _run(self) -> None:
         while True:

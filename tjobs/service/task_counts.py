@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from sharding import shard_of_task_id
+from tjobs.cancellation import stop_task
 from tjobs.clock import Clock
 from tjobs.model import TaskStatus
 from tjobs.stores.base import DEAD_LETTERS, TaskStore
@@ -67,9 +68,7 @@ class TaskCounts:
     async def stop(self) -> None:
         loop, self._loop = self._loop, None
         if loop is not None:
-            loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop
+            await stop_task(loop)  # cancelled again if a driver's wait_for lost it (gh-86296)
 
     def of(self, app_id: str) -> AppCounts:
         """The app's counts: the last pass plus this node's changes since it began (never negative)."""
