@@ -225,7 +225,9 @@ class ClusterRig:
             cwd=REPO,
         )
 
-    def start(self, index: int) -> NodeProc:
+    def start(self, index: int, env: Mapping[str, str] | None = None) -> NodeProc:
+        """Start node ``index``; ``env`` is added to this process's environment (e.g. libfaketime's
+        ``LD_PRELOAD`` and ``FAKETIME`` for a node with a shifted clock)."""
         node = self._write_config(index)
         with node.log.open("ab") as log:
             node.process = subprocess.Popen(
@@ -233,6 +235,7 @@ class ClusterRig:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=REPO,
+                env=None if env is None else {**os.environ, **env},
             )
         return node
 

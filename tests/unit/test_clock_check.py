@@ -137,3 +137,19 @@ async def test_a_bound_of_zero_never_refuses_but_still_measures() -> None:
     await check.check()
     assert check.ok
     assert abs(check.offset_ms + 30_000) <= READ_MS // 2
+
+
+async def test_the_read_with_the_shortest_round_trip_counts() -> None:
+    check, clocks, store = checker(2_000)
+    slow_reads = [True]
+
+    async def database_now_ms() -> int:  # the first read answers at once, then waits 400 ms to return
+        if slow_reads and slow_reads.pop():
+            answer = clocks.database_ms
+            clocks.pass_ms(400)
+            return answer
+        return await Store.database_now_ms(store)
+
+    store.database_now_ms = database_now_ms  # type: ignore[method-assign]
+    await check.check()
+    assert abs(check.offset_ms + 2_000) <= READ_MS // 2 and check.round_trip_ms == READ_MS

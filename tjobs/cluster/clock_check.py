@@ -3,12 +3,13 @@
 fires nothing, gives its groups up and tells the others it is unhealthy, so the plan moves its jobs.
 
 The offset is the database's clock minus this node's, measured every ``CLOCK_CHECK_INTERVAL_S`` by
-one read of the database's clock (:meth:`tjobs.stores.base.TaskStore.database_now_ms`) compared
-with the midpoint of the node's clock around it; the error is at most half the round trip, which is
-allowed for when judging. Between two reads a step of the node's wall clock (``date -s``, an NTP step,
-a VM resumed) is seen at once: the wall clock moved differently from the monotonic clock since the
-read, and :attr:`ClockCheck.offset_ms` moves by that difference, with no I/O. So a clock stepped 30 s
-ahead is fenced at its next commit, before a fire 30 s early could commit.
+reads of the database's clock (:meth:`tjobs.stores.base.TaskStore.database_now_ms`) compared with
+the midpoint of the node's clock around each; the read with the shortest round trip counts, and its
+error is at most half that round trip, which is allowed for when judging. Between two reads a step
+of the node's wall clock (``date -s``, an NTP step, a VM resumed) is seen at once: the wall clock
+moved differently from the monotonic clock since the read, and :attr:`ClockCheck.offset_ms` moves by
+that difference, with no I/O. So a clock stepped 30 s ahead is fenced at its next commit, before a
+fire 30 s early could commit.
 
 Hysteresis: out of bound past ``max_offset_ms``; back in only at half of it, so an offset near the
 bound does not flap. ``max_offset_ms`` 0 disables the check (the offset is still measured and shown).
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 CLOCK_CHECK_INTERVAL_S = 5.0
 CLOCK_READ_TIMEOUT_S = 2.0
+READS_PER_CHECK = 3
 
 
 def _monotonic_ms() -> float:
@@ -75,20 +77,33 @@ class ClockCheck:
         return not self._exceeded
 
     async def check(self) -> None:
-        """Read the database's clock once; no answer (or a failure) changes nothing."""
-        try:
-            before_wall = self._clock.now_ms()
-            before_monotonic = self._monotonic_ms()
-            async with asyncio.timeout(CLOCK_READ_TIMEOUT_S):
-                database_ms = await self._store.database_now_ms()
-            after_wall = self._clock.now_ms()
-            after_monotonic = self._monotonic_ms()
-        except Exception:
-            return  # reachability is the health loop's business
-        self._wall_at_read_ms = (before_wall + after_wall) / 2
-        self._monotonic_at_read_ms = (before_monotonic + after_monotonic) / 2
+        """Read the database's clock ``READS_PER_CHECK`` times and keep the read with the shortest round
+        trip (the least error: a read slowed by a busy event loop or a new connection is outvoted); no
+        answer (or a failure) changes nothing."""
+        best: tuple[float, float, float, int] | None = None  # round trip, wall and monotonic midpoints, db
+        for _ in range(READS_PER_CHECK):
+            try:
+                before_wall = self._clock.now_ms()
+                before_monotonic = self._monotonic_ms()
+                async with asyncio.timeout(CLOCK_READ_TIMEOUT_S):
+                    database_ms = await self._store.database_now_ms()
+                after_wall = self._clock.now_ms()
+                after_monotonic = self._monotonic_ms()
+            except Exception:
+                break  # reachability is the health loop's business
+            round_trip_ms = after_monotonic - before_monotonic
+            if best is None or round_trip_ms < best[0]:
+                best = (
+                    round_trip_ms,
+                    (before_wall + after_wall) / 2,
+                    (before_monotonic + after_monotonic) / 2,
+                    database_ms,
+                )
+        if best is None:
+            return
+        round_trip_ms, self._wall_at_read_ms, self._monotonic_at_read_ms, database_ms = best
         self._measured_offset_ms = round(database_ms - self._wall_at_read_ms)
-        self.round_trip_ms = max(round(after_monotonic - before_monotonic), 0)
+        self.round_trip_ms = max(round(round_trip_ms), 0)
         self.measured = True
         self._judge(self._measured_offset_ms)
 

@@ -36,8 +36,9 @@ class SqlFirePath(SqlBase, FirePath):
         if self.layout.dialect != MYSQL:
             return time.time_ns() // 1_000_000  # embedded: the local clock is the database clock
         async with self._connect(self.layout.databases[0].engine_url) as conn:
-            value = (await conn.execute(text("SELECT UNIX_TIMESTAMP(NOW(3)) * 1000"))).scalar_one()
-        return int(value)
+            value = (await conn.execute(text("SELECT UNIX_TIMESTAMP(NOW(6)) * 1000"))).scalar_one()
+        milliseconds: float = float(value)  # a DECIMAL: microseconds after the point
+        return round(milliseconds)
 
     async def load_due(
         self,
