@@ -71,3 +71,21 @@ async def test_the_recorder_adds_to_this_nodes_rows_and_purges_old_minutes() -> 
     slo.observe_fire("a", 0.1)
     await SloRecorder(store, slo.minutes, "node-1", clock).run_once()
     assert (await store.sum_slo_minutes(None, 0, MINUTE + 1)).fires == 1  # the 9-day-old row is gone
+
+
+async def test_a_redriven_flow_is_counted_dead_once_and_the_memory_of_redrives_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("tjobs.observability.slo.MAX_REDRIVEN", 2)
+    clock = ManualClock(MINUTE * 60_000)
+    slo = ServiceLevels(clock.now_ms)
+    for task_id in (1, 2, 3):
+        slo.observe_outcome("a", "dead", (task_id, 0))
+        slo.observe_redrive((task_id, 0))  # the third pushes the first out: at worst counted twice
+    for task_id in (1, 2, 3):
+        slo.observe_outcome("a", "pending", (task_id, 0))  # a retry of the re-drive is not its outcome
+        slo.observe_outcome("a", "dead", (task_id, 0))
+    slo.observe_outcome("a", "dead", (2, 0))  # once its outcome was seen, the flow is forgotten
+
+    assert slo.outcome_counts[("a", "dead")] == 3 + 1 + 1  # three deaths, flow 1 (forgotten) and flow 2 again
+    assert sum(m.counts.dead for m in slo.minutes.take()) == 5
