@@ -4,6 +4,10 @@ Node 2 runs with ``FAKETIME`` shifted by +2 s, +30 s or -30 s; node 1 on the mac
 MariaDB servers and the receiver share). Node 2 never owns a job, commits no fire, is not ready and
 shows its offset; node 1 fires every task: none before its instant by the receiver's (the database's)
 clock, none lost, none twice, and late by less than a second.
+
+Then a step: node 2 starts on time and owns half the jobs, and its wall clock steps 30 s ahead or
+behind mid-window (a libfaketime timestamp file rewritten; the monotonic clock is left alone, as
+``date -s`` leaves it): no fire before its instant, none lost or doubled, node 1 takes its jobs.
 """
 
 from __future__ import annotations
@@ -82,3 +86,54 @@ async def test_a_node_with_a_shifted_clock_refuses_jobs_and_the_other_fires_them
     while (await api.view(rig.nodes[2]))["owned_jobs"] == 0:
         assert time.monotonic() < deadline, "the corrected node took no job"
         await asyncio.sleep(0.2)
+
+
+@pytest.mark.skipif(not LIBFAKETIME.exists(), reason="libfaketime is not installed (apt-get install libfaketime)")
+@pytest.mark.parametrize("step", ["+30s", "-30s"])
+async def test_a_node_whose_clock_steps_mid_window_fires_nothing_early_and_the_other_takes_over(
+    rig: ClusterRig, api: Api, receiver: Receiver, step: str, tmp_path: Path
+) -> None:
+    offset_file = tmp_path / "faketime"
+    offset_file.write_text("+0s\n")
+    rig.start(1)
+    rig.start(
+        2,
+        env={
+            "LD_PRELOAD": str(LIBFAKETIME),
+            "FAKETIME_TIMESTAMP_FILE": str(offset_file),
+            "FAKETIME_CACHE_DURATION": "1",  # the file is read again at most once a second
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "FAKETIME_DONT_RESET": "1",
+        },
+    )
+    for node in (rig.nodes[1], rig.nodes[2]):
+        await api.wait_healthy(node)
+    await api.wait_stable(2)
+    await api.create_app(rig.nodes[1])
+    assert (await api.view(rig.nodes[2]))["owned_jobs"] > 0
+
+    start = now_ms() + 2500
+    tasks: dict[int, int] = {}
+    for index in range(200):
+        at_ms = start + index * 50
+        tasks[await api.create_at(rig.nodes[1], at_ms, receiver.url(f"/at/{at_ms}"))] = at_ms
+    await asyncio.sleep(max(start + 3000 - now_ms(), 0) / 1000)
+    committed_before = (await api.view(rig.nodes[2]))["fires_committed"]
+    assert committed_before > 0, "node 2 fired nothing before the step"
+    offset_file.write_text(f"{step}\n")
+    stepped_ms = now_ms()
+
+    outcome = await collect_when_fired(api, rig.nodes[1], tasks, 8000)
+    assert outcome.lost == [] and outcome.duplicated == []
+    arrivals = {int(r.path.removeprefix("/at/")): r.received_at_ns // 1_000_000 for r in receiver.requests}
+    assert len(receiver.requests) == len(tasks)
+    early = {at: arrived - at for at, arrived in arrivals.items() if arrived < at}
+    assert not early, f"fired before the instant (ms): {early}"
+    after = sorted(arrived - at for at, arrived in arrivals.items() if at >= stepped_ms)
+    print(f"step {step}: late after the step p50 {after[len(after) // 2]} max {after[-1]} ms")
+    assert after[-1] < 5000, after[-10:]
+    skewed = await api.view(rig.nodes[2])
+    assert skewed["owned_jobs"] == 0 and skewed["fenced"] == "clock"
+    assert "clock_offset_exceeded" in rig.nodes[2].log.read_text(errors="replace") or "CLOCK OFFSET" in (
+        rig.nodes[2].log.read_text(errors="replace")
+    )
