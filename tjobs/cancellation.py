@@ -3,9 +3,10 @@
 Python 3.11's :func:`asyncio.wait_for` returns its inner awaitable's result when the task awaiting it
 is cancelled just as that awaitable finishes: the cancellation is lost, and the task goes on as if
 nobody had asked. Libraries call ``wait_for`` inside their own calls (nats-py's connect, redis-py's
-write with a socket timeout, asyncmy's connect, SQLAlchemy's pool checkout), so the loss reaches any
-code that awaits them: an attempt cancelled at its deadline goes on to publish and wait for an answer
-with no bound left, or reports a result although it was cancelled.
+write with a socket timeout, asyncmy's connect; not SQLAlchemy 2.1's pool checkout, which uses
+``asyncio.timeout`` on 3.11), so the loss reaches any code that awaits them: an attempt cancelled at
+its deadline goes on to publish and wait for an answer with no bound left, or reports a result
+although it was cancelled.
 
 :func:`cancellable` awaits such a call and raises :class:`asyncio.CancelledError` if the task's
 :meth:`asyncio.Task.cancelling` count rose during it, whatever the call returned or raised. Inside
@@ -13,6 +14,11 @@ an ``asyncio.timeout`` block that error becomes the block's :class:`TimeoutError
 meant. A cancellation asked before the call (a task already cleaning up after one) is not raised
 again, and one the call itself handled (``uncancel``: an inner ``asyncio.timeout`` that expired) does
 not count.
+
+A lost cancellation lands on whoever awaited the call: :func:`cancel_until_done` and :func:`stop_task`
+stop a background loop by asking again while it runs on, and :func:`within` bounds a call whose inner
+``wait_for`` may swallow the deadline. The audit of every site is in ``docs/design.md`` (Cancellation
+and timeouts).
 """
 
 from __future__ import annotations
@@ -62,3 +68,22 @@ async def stop_task(task: asyncio.Task[Any]) -> None:
     failure = await cancel_until_done(task)
     if failure is not None:
         raise failure
+
+
+async def within(call: Awaitable[T], timeout_s: float) -> T:
+    """Await ``call`` for at most ``timeout_s``, else raise :class:`TimeoutError` once it has ended.
+
+    Unlike ``asyncio.timeout`` around the call, the deadline is asked again every 0.1 s while the call
+    runs on (:func:`cancel_until_done`): a cancellation swallowed by a ``wait_for`` inside it (a new
+    connection finishing as the deadline passed) does not leave the rest of the call (the query on a
+    server that then hangs) without a bound. The call runs as a task of its own; a result it returned
+    in the same instant as the deadline is returned; a cancellation of the caller ends it the same way."""
+    task = asyncio.ensure_future(call)
+    try:
+        await asyncio.wait({task}, timeout=timeout_s)
+    finally:
+        if not task.done():
+            await cancel_until_done(task)
+    if task.cancelled():
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    return task.result()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tjobs.cancellation import cancel_until_done, cancellable
+from tjobs.cancellation import cancel_until_done, cancellable, within
 
 
 async def cancelled_as_it_finishes(
@@ -149,3 +149,53 @@ async def test_cancel_until_done_returns_what_the_task_failed_with() -> None:
     await asyncio.sleep(0)
     failure = await cancel_until_done(task)
     assert isinstance(failure, RuntimeError)
+
+
+# ---- within: a deadline asked again while the call runs on ----------------------------------------------
+
+
+async def test_within_ends_a_call_that_swallowed_its_deadline() -> None:
+    ended: list[str] = []
+
+    async def swallows_once() -> str:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(10)  # as wait_for does when its call finishes as the deadline comes
+        try:
+            await asyncio.sleep(10)
+        finally:
+            ended.append("ended")
+        return "answered"
+
+    async with asyncio.timeout(5):
+        with pytest.raises(TimeoutError):
+            await within(swallows_once(), 0.01)
+    assert ended == ["ended"]
+
+
+async def test_within_returns_the_answer_and_raises_the_failure_of_the_call() -> None:
+    assert await within(asyncio.sleep(0, "answer"), 1) == "answer"
+
+    async def refused() -> None:
+        raise ConnectionRefusedError("refused")
+
+    with pytest.raises(ConnectionRefusedError):
+        await within(refused(), 1)
+
+
+async def test_a_cancellation_of_the_caller_of_within_ends_the_call_and_propagates() -> None:
+    started = asyncio.Event()
+    ended = asyncio.Event()
+
+    async def long_call() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(10)
+        finally:
+            ended.set()
+
+    caller = asyncio.create_task(within(long_call(), 10))
+    await started.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert ended.is_set()

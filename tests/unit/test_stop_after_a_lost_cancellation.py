@@ -12,6 +12,7 @@ same loop turn as ``stop()`` cancels the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
@@ -131,3 +132,28 @@ async def test_the_local_coordinator_stops_when_its_map_polls_cancellation_is_lo
     coordinator.watch_shard_map(map_changed)
     await coordinator.start(took)
     await stop_as_the_call_answers(call, coordinator.stop)
+
+
+# ---- a deadline lost inside the call: the rest of the call must still be bounded -------------------
+
+
+async def test_a_ping_ends_at_its_deadline_even_when_a_wait_for_inside_lost_it() -> None:
+    """A server that accepts the connection just as the ping's deadline passes, then never answers:
+    asyncmy's connect (within ``wait_for``) swallows the deadline's one cancellation, and the ping's
+    ``SELECT 1`` would wait for good; the health check must still end, the server unreachable."""
+
+    class AcceptsThenHangs(MemoryTaskStore):
+        async def ping_server(self, server: str) -> None:
+            # swallowed: the connect (within wait_for) finished as the deadline's cancellation came (gh-86296)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # SELECT 1 on a server that stopped answering
+
+    health = DatabaseHealth(AcceptsThenHangs(Topology(1, 1, 4)), 4, ping_timeout_s=0.05)
+    checking = asyncio.ensure_future(health.check_once())
+    await asyncio.wait({checking}, timeout=STOP_WITHIN_S)
+    if not checking.done():
+        checking.cancel()
+        pytest.fail(f"the health check did not end within {STOP_WITHIN_S} s: the ping's deadline was lost")
+    checking.result()
+    assert health.paused_shards() == frozenset(range(4))

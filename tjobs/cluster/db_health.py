@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from tjobs.cancellation import within
 from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)
@@ -134,8 +135,8 @@ class DatabaseHealth:
 
     async def _ping(self, server: str) -> str | None:
         try:
-            async with asyncio.timeout(self._ping_timeout_s):
-                await self._store.ping_server(server)
+            # not asyncio.timeout: asyncmy connects within wait_for, which can swallow the deadline
+            await within(self._store.ping_server(server), self._ping_timeout_s)  # (gh-86296)
         except TimeoutError:
             return f"no answer within {self._ping_timeout_s:g} s"
         except Exception as error:
