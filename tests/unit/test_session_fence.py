@@ -4,7 +4,13 @@ skipped without stopping the others."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
+import pytest
+
 from sharding import Topology
+from tjobs.cluster import session_fence
 from tjobs.cluster.session_fence import end_sessions_of, parse_sessions, sessions_value
 from tjobs.errors import StorageUnavailable
 from tjobs.stores.base import ServerSessions
@@ -51,4 +57,36 @@ async def test_every_servers_sessions_are_ended_and_a_failing_server_is_skipped(
     recorded = parse_sessions("n1", sessions_value(SessionsStore(sessions)) or b"", revision=1)
 
     assert await end_sessions_of(store, recorded) == 3
+    assert [server for server, _ in store.ended] == ["db1:3306", "db3:3306"]
+
+
+class SwallowsItsDeadlineThenHangs(SessionsStore):
+    async def end_sessions(self, server: str, sessions: ServerSessions) -> int:
+        if server != "db2:3306":
+            return await super().end_sessions(server, sessions)
+        # swallowed: asyncmy's connect (within wait_for) finished as the deadline's cancellation came (gh-86296)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # the KILLs, on a server that accepted the connection and then hangs
+        return 0
+
+
+async def test_a_server_that_hangs_after_its_deadline_was_lost_is_skipped_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(session_fence, "END_SESSIONS_TIMEOUT_S", 0.05)
+    sessions = {
+        "db1:3306": ServerSessions(1, [11]),
+        "db2:3306": ServerSessions(1, [7]),
+        "db3:3306": ServerSessions(1, [5]),
+    }
+    store = SwallowsItsDeadlineThenHangs({})
+    recorded = parse_sessions("n1", sessions_value(SessionsStore(sessions)) or b"", revision=1)
+
+    ending = asyncio.ensure_future(end_sessions_of(store, recorded))
+    await asyncio.wait({ending}, timeout=2.0)
+    if not ending.done():
+        ending.cancel()
+        pytest.fail("ending the sessions did not return within 2 s: the deadline of db2's KILLs was lost")
+    assert ending.result() == 2
     assert [server for server, _ in store.ended] == ["db1:3306", "db3:3306"]
