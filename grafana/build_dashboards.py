@@ -130,6 +130,11 @@ DASHBOARDS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("cycle load duration", "s", "max(tjobs_cycle_load_duration_seconds)"),
             ("cluster sync lag", "s", "max(tjobs_cluster_sync_lag_seconds)"),
             (
+                "clock offset by node (database minus node; past cluster.clock_skew_max_ms it fires nothing)",
+                "s",
+                "max by (instance) (tjobs_clock_offset_seconds)",
+            ),
+            (
                 "fires rejected by the compare-and-set (changed or fired elsewhere)",
                 "ops",
                 "sum(rate(tjobs_fires_rejected_total[1m])) or vector(0)",
