@@ -7,6 +7,8 @@ bound; a step of the node's wall clock between two reads is seen at once, withou
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 
 import pytest
@@ -153,3 +155,25 @@ async def test_the_read_with_the_shortest_round_trip_counts() -> None:
     store.database_now_ms = database_now_ms  # type: ignore[method-assign]
     await check.check()
     assert abs(check.offset_ms + 2_000) <= READ_MS // 2 and check.round_trip_ms == READ_MS
+
+
+async def test_a_read_ends_at_its_deadline_even_when_a_wait_for_inside_lost_it() -> None:
+    """A server that accepts the connection as the read's deadline passes, then never answers (asyncmy
+    connects within ``wait_for``, which swallows the deadline's one cancellation, gh-86296): the check,
+    which the coordinator's start awaits, must still end, measuring nothing."""
+
+    class AcceptsThenHangs:
+        async def database_now_ms(self) -> int:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+            await asyncio.sleep(3600)
+            return 0
+
+    check = ClockCheck(AcceptsThenHangs(), Clocks(0), 500, read_timeout_s=0.05)  # type: ignore[arg-type]
+    checking = asyncio.ensure_future(check.check())
+    await asyncio.wait({checking}, timeout=2.0)
+    if not checking.done():
+        checking.cancel()
+        pytest.fail("the clock check did not end within 2 s: the read's deadline was lost")
+    checking.result()
+    assert not check.measured and check.ok

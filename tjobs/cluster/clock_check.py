@@ -22,11 +22,11 @@ answer changes nothing.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 
+from tjobs.cancellation import within
 from tjobs.clock import Clock
 from tjobs.stores.base import TaskStore
 
@@ -48,10 +48,12 @@ class ClockCheck:
         clock: Clock,
         max_offset_ms: int,
         monotonic_ms: Callable[[], float] = _monotonic_ms,
+        read_timeout_s: float = CLOCK_READ_TIMEOUT_S,
     ) -> None:
         self._store = store
         self._clock = clock
         self._monotonic_ms = monotonic_ms
+        self._read_timeout_s = read_timeout_s
         self.max_offset_ms = max_offset_ms
         self.measured = False  # a read of the database's clock has answered
         self.round_trip_ms = 0  # of the last read
@@ -85,8 +87,8 @@ class ClockCheck:
             try:
                 before_wall = self._clock.now_ms()
                 before_monotonic = self._monotonic_ms()
-                async with asyncio.timeout(CLOCK_READ_TIMEOUT_S):
-                    database_ms = await self._store.database_now_ms()
+                # within: asyncmy connects within wait_for, which can swallow a deadline (gh-86296)
+                database_ms = await within(self._store.database_now_ms(), self._read_timeout_s)
                 after_wall = self._clock.now_ms()
                 after_monotonic = self._monotonic_ms()
             except Exception:
