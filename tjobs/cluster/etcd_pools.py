@@ -27,7 +27,6 @@ gives each executor's lease id, so a heartbeat through any node usually needs no
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -40,6 +39,7 @@ import aetcd
 import aetcd.utils
 from aetcd import rpc
 
+from tjobs.cancellation import within
 from tjobs.cluster.base import RENEW_LATER, RenewNow
 from tjobs.cluster.etcd_keepalive import LeaseKeepAlives
 from tjobs.errors import StorageUnavailable
@@ -281,8 +281,9 @@ class EtcdPoolRegistry:
     async def _call(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         """``call()`` bounded in time; anything but an answer is :class:`StorageUnavailable` (503)."""
         try:
-            async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
-                return await call()
+            # not asyncio.timeout: aetcd waits for a concurrent connect within wait_for, which can swallow
+            # the deadline (gh-86296), and its calls carry no deadline of their own
+            return await within(call(), ETCD_CALL_TIMEOUT_S)
         except StorageUnavailable:
             raise
         except (Exception, TimeoutError) as error:
