@@ -3,12 +3,13 @@
 Seeded once (create-if-absent), replaced only by a compare-and-set on the key's revision after the stored
 epoch was checked (the contract: :class:`tjobs.cluster.base.Coordinator`, its shard map methods). Every
 sync reads it with the rest of the prefix (:func:`tjobs.cluster.etcd_view.read_view`) and offers it to
-the listener (:class:`tjobs.cluster.shard_maps.ShardMapWatch`).
+the listener (:class:`tjobs.cluster.shard_maps.ShardMapWatch`). Each call is bounded by
+:func:`tjobs.cancellation.within`, not ``asyncio.timeout``: aetcd waits for a concurrent connect within
+``wait_for``, which can swallow the deadline (gh-86296), and its calls carry no deadline of their own.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 import aetcd
 
 from sharding.shard_map import ShardMap
+from tjobs.cancellation import within
 from tjobs.cluster.etcd_view import ETCD_CALL_TIMEOUT_S
 
 
@@ -41,8 +43,7 @@ class EtcdShardMapStore:
 
     async def _stored(self, client: aetcd.Client) -> tuple[ShardMap | None, int]:
         """The stored map and its key's mod revision (0: no map)."""
-        async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
-            kv = await client.get(self._key)
+        kv = await within(client.get(self._key), ETCD_CALL_TIMEOUT_S)
         if kv is None:
             return None, 0
         return ShardMap.from_json(json.loads(kv.value)), int(kv.mod_revision)
@@ -54,12 +55,14 @@ class EtcdShardMapStore:
     async def seed(self, seed: ShardMap) -> ShardMap:
         key = self._key
         async with self._client() as client:
-            async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
-                await client.transaction(
+            await within(
+                client.transaction(
                     compare=[client.transactions.create(key) == 0],
                     success=[client.transactions.put(key, json.dumps(seed.to_json()).encode())],
                     failure=[],
-                )
+                ),
+                ETCD_CALL_TIMEOUT_S,
+            )
             stored, _ = await self._stored(client)
         if stored is None:
             raise RuntimeError("the shard map was seeded but reads back as missing")
@@ -73,10 +76,12 @@ class EtcdShardMapStore:
             stored, revision = await self._stored(client)
             if stored is None or stored.epoch != expected_epoch:
                 return False
-            async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
-                replaced, _ = await client.transaction(
+            replaced, _ = await within(
+                client.transaction(
                     compare=[client.transactions.mod(key) == revision],
                     success=[client.transactions.put(key, json.dumps(new.to_json()).encode())],
                     failure=[],
-                )
+                ),
+                ETCD_CALL_TIMEOUT_S,
+            )
         return bool(replaced)
