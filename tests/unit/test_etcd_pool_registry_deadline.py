@@ -2,8 +2,9 @@
 
 aetcd waits within ``asyncio.wait_for`` while another task connects, and Python 3.11's ``wait_for``
 returns when the deadline's cancellation comes as that wait ends (CPython gh-86296); the call then
-goes on to etcd with no deadline of its own. A pool read on an etcd that hangs just then must still
-answer 503 (:class:`StorageUnavailable`) within the bound, not hold the API request for good.
+goes on to etcd bounded only by the client's gRPC timeout (the coordinator builds its clients with
+one; this fake has none). A pool read on an etcd that hangs just then answers 503
+(:class:`StorageUnavailable`) within the bound.
 """
 
 from __future__ import annotations

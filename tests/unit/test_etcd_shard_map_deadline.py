@@ -2,8 +2,8 @@
 
 aetcd waits within ``asyncio.wait_for`` while another task connects, and Python 3.11's ``wait_for``
 returns when the deadline's cancellation comes as that wait ends (CPython gh-86296); the call then
-goes on to etcd with no deadline of its own. A read of the map (the CLI's, a node's start) on an
-etcd that hangs just then must still fail within the bound.
+goes on to etcd bounded only by the client's gRPC timeout (the coordinator builds its clients with
+one; this fake has none). A read of the map on an etcd that hangs just then fails within the bound.
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ class EtcdPoolRegistry:
         """``call()`` bounded in time; anything but an answer is :class:`StorageUnavailable` (503)."""
         try:
             # not asyncio.timeout: aetcd waits for a concurrent connect within wait_for, which can swallow
-            # the deadline (gh-86296), and its calls carry no deadline of their own
+            # the deadline (gh-86296); the call is then bounded only by the client's gRPC timeout
             return await within(call(), ETCD_CALL_TIMEOUT_S)
         except StorageUnavailable:
             raise

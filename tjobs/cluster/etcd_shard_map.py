@@ -5,7 +5,8 @@ epoch was checked (the contract: :class:`tjobs.cluster.base.Coordinator`, its sh
 sync reads it with the rest of the prefix (:func:`tjobs.cluster.etcd_view.read_view`) and offers it to
 the listener (:class:`tjobs.cluster.shard_maps.ShardMapWatch`). Each call is bounded by
 :func:`tjobs.cancellation.within`, not ``asyncio.timeout``: aetcd waits for a concurrent connect within
-``wait_for``, which can swallow the deadline (gh-86296), and its calls carry no deadline of their own.
+``wait_for``, which can swallow the deadline (gh-86296); a call is then bounded only by the client's
+gRPC timeout (the coordinator's clients have one: at most twice the bound).
 """
 
 from __future__ import annotations
