@@ -38,7 +38,8 @@ REDIS_PORT="${TJOBS_SERVICES_REDIS_PORT:-6379}"
 AMQP_PORT="${TJOBS_SERVICES_AMQP_PORT:-5672}"
 NATS_PORT="${TJOBS_SERVICES_NATS_PORT:-4222}"
 TIMEOUT_S="${TJOBS_SERVICES_TIMEOUT_S:-60}"
-PACKAGES=(mariadb-server mariadb-client etcd-server etcd-client redis-server rabbitmq-server nats-server prometheus)
+# libfaketime: the clock-skew tests start node processes with a shifted clock (tests/cluster/test_clock_skew_processes.py)
+PACKAGES=(mariadb-server mariadb-client etcd-server etcd-client redis-server rabbitmq-server nats-server prometheus libfaketime)
 SERVICES=(mariadb etcd redis rabbitmq nats)
 
 log() { printf '[services] %s\n' "$*" >&2; }
