@@ -72,13 +72,17 @@ redis_answers() { [ "$(timeout 2 redis-cli -h "$HOST" -p "$1" ping 2>/dev/null)"
 start_mariadb() {
     local index="$1" port="$2" name="mariadb$1" data="$DIR/mariadb$1"
     if alive_pid "$name" mariadbd >/dev/null || mariadb_answers "$port" >/dev/null 2>&1; then return 0; fi
+    # A temporary directory of its own: a starting mariadbd deletes every #sql* file in its tmpdir, and in
+    # the shared /tmp those include the temporary tables of another rig's mariadb-install-db at work.
+    local tmp="$DIR/$name.tmp"
+    mkdir -p "$tmp"
     if [ ! -d "$data/mysql" ]; then
         mkdir -p "$data"
         mariadb-install-db --no-defaults --user=root --datadir="$data" --auth-root-authentication-method=normal \
-            --skip-test-db >>"$DIR/$name.log" 2>&1 || die "mariadb-install-db failed; see $DIR/$name.log"
+            --skip-test-db --tmpdir="$tmp" >>"$DIR/$name.log" 2>&1 || die "mariadb-install-db failed; see $DIR/$name.log"
     fi
     log "mariadb $index: starting on $HOST:$port"
-    spawn "$name" mariadbd --no-defaults --user=root --datadir="$data" --socket="$DIR/$name.sock" --port="$port" \
+    spawn "$name" mariadbd --no-defaults --user=root --datadir="$data" --tmpdir="$tmp" --socket="$DIR/$name.sock" --port="$port" \
         --bind-address="$HOST" --skip-name-resolve --character-set-server=utf8mb4 \
         --collation-server=utf8mb4_general_ci --pid-file="$DIR/$name.mariadbd.pid" --max-connections=1000 --table-definition-cache=4096 --table-open-cache=4096 \
         --innodb-lock-wait-timeout=10

@@ -211,14 +211,16 @@ ensure_packages() {
 start_mariadb() {
     local port="$1" data="$DIR/mariadb"
     command -v mariadbd >/dev/null 2>&1 || die "mariadbd not found (package mariadb-server)"
+    local tmp="$DIR/mariadb.tmp"  # its own: a starting mariadbd deletes every #sql* file in its tmpdir
+    mkdir -p "$tmp"
     if [ ! -d "$data/mysql" ]; then
         log "initialising MariaDB datadir $data"
         mkdir -p "$data"
-        mariadb-install-db --no-defaults --user=root --datadir="$data" \
+        mariadb-install-db --no-defaults --user=root --datadir="$data" --tmpdir="$tmp" \
             --auth-root-authentication-method=normal --skip-test-db >>"$(logfile mariadb)" 2>&1 \
             || die "mariadb-install-db failed; log: $(logfile mariadb)"
     fi
-    spawn mariadb mariadbd --no-defaults --user=root --datadir="$data" --socket="$DIR/mariadb.sock" \
+    spawn mariadb mariadbd --no-defaults --user=root --datadir="$data" --tmpdir="$tmp" --socket="$DIR/mariadb.sock" \
         --port="$port" --bind-address="$HOST" --skip-name-resolve \
         --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci \
         --table-definition-cache=4096 --table-open-cache=4096 --max-connections=1000 \

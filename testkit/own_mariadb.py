@@ -37,8 +37,12 @@ def own_mariadb(
         raise RuntimeError("mariadb-install-db and mariadbd are needed to start a MariaDB server of our own")
     port = free_port()
     data = directory / "data"
+    # A temporary directory of its own: a starting mariadbd deletes every #sql* file in its tmpdir, and in
+    # the shared /tmp those include the temporary tables of another server's mariadb-install-db at work.
+    tmp = directory / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
     installed = subprocess.run(
-        [install, "--no-defaults", "--user=root", f"--datadir={data}", "--skip-test-db",
+        [install, "--no-defaults", "--user=root", f"--datadir={data}", f"--tmpdir={tmp}", "--skip-test-db",
          "--auth-root-authentication-method=normal"],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
@@ -48,7 +52,7 @@ def own_mariadb(
     log_path = directory / "mariadbd.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [server, "--no-defaults", "--user=root", f"--datadir={data}", f"--socket={directory / 'sock'}",
+            [server, "--no-defaults", "--user=root", f"--datadir={data}", f"--tmpdir={tmp}", f"--socket={directory / 'sock'}",
              f"--port={port}", "--bind-address=127.0.0.1", "--skip-name-resolve", "--character-set-server=utf8mb4",
              "--collation-server=utf8mb4_general_ci", f"--pid-file={directory / 'pid'}", "--skip-log-bin",
              *extra_args],
