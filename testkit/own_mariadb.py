@@ -52,8 +52,9 @@ def own_mariadb(
     log_path = directory / "mariadbd.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [server, "--no-defaults", "--user=root", f"--datadir={data}", f"--tmpdir={tmp}", f"--socket={directory / 'sock'}",
-             f"--port={port}", "--bind-address=127.0.0.1", "--skip-name-resolve", "--character-set-server=utf8mb4",
+            [server, "--no-defaults", "--user=root", f"--datadir={data}", f"--tmpdir={tmp}",
+             f"--socket={directory / 'sock'}", f"--port={port}", "--bind-address=127.0.0.1", "--skip-name-resolve",
+             "--character-set-server=utf8mb4",
              "--collation-server=utf8mb4_general_ci", f"--pid-file={directory / 'pid'}", "--skip-log-bin",
              *extra_args],
             stdout=log, stderr=subprocess.STDOUT,
