@@ -79,7 +79,8 @@ start_mariadb() {
     if [ ! -d "$data/mysql" ]; then
         mkdir -p "$data"
         mariadb-install-db --no-defaults --user=root --datadir="$data" --auth-root-authentication-method=normal \
-            --skip-test-db --tmpdir="$tmp" >>"$DIR/$name.log" 2>&1 || die "mariadb-install-db failed; see $DIR/$name.log"
+            --skip-test-db --tmpdir="$tmp" >>"$DIR/$name.log" 2>&1 \
+            || { rm -rf "$data"; die "mariadb-install-db failed (its half-made datadir removed); see $DIR/$name.log"; }
     fi
     log "mariadb $index: starting on $HOST:$port"
     spawn "$name" mariadbd --no-defaults --user=root --datadir="$data" --tmpdir="$tmp" --socket="$DIR/$name.sock" --port="$port" \
