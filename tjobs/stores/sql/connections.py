@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sqlite3
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable
-from contextlib import AbstractContextManager, asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, closing
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import text
@@ -37,7 +39,15 @@ from tjobs.stores.sql_direct import (
     fire_connect_kwargs,
 )
 from tjobs.stores.sql_fenced import StatementResult, execute_fenced
-from tjobs.stores.sql_layout import MYSQL, WRITE_OPTION, DatabaseHome, Layout, ShardTables, create_engine_for
+from tjobs.stores.sql_layout import (
+    MYSQL,
+    WRITE_OPTION,
+    DatabaseHome,
+    Layout,
+    ShardTables,
+    create_engine_for,
+    sqlite_path,
+)
 from tjobs.stores.sql_sessions import SessionRegistry
 
 T = TypeVar("T")
@@ -118,6 +128,10 @@ class SqlBase(StoreLifecycle):
             async with self._direct_call(url):
                 await health.ping()
             return
+        if self.layout.dialect != MYSQL:  # SQLite: the file itself, not a pooled connection writers may all hold
+            with storage_errors(url):
+                await asyncio.to_thread(_read_sqlite_header, sqlite_path(url))
+            return
         async with self._connect(url) as conn:
             await conn.execute(text("SELECT 1"))
 
@@ -191,3 +205,9 @@ class SqlBase(StoreLifecycle):
     @abstractmethod
     async def _write_group(self, url: str, tasks: list[Task], attempt: WriteAttempt) -> list[Outcome]:
         """Write one flush of the group commit of ``url`` (:mod:`tjobs.stores.sql.creates`)."""
+
+
+def _read_sqlite_header(path: str) -> None:
+    """Open the file read-only (never creating it) and read its schema's first page."""
+    with closing(sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)) as conn:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
