@@ -96,7 +96,7 @@ pytest_run() {  # pytest_run LABEL ARGS...: one pytest run; its exit code, 5 (no
 workers="${TJOBS_TEST_WORKERS:-}"
 rc=0
 if [ "$#" -eq 0 ]; then
-    pytest_run parallel -n "${workers:-5}" --dist loadgroup -m "not chaos and not timing" || rc=$?
+    pytest_run parallel -n "${workers:-4}" --dist loadgroup -m "not chaos and not timing" || rc=$?
     pytest_run timing -m "timing and not chaos" || { code=$?; [ "$rc" -ne 0 ] || rc=$code; }
 else
     parallel=()

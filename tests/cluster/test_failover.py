@@ -53,6 +53,12 @@ async def test_kill_9_primary_repeatedly(rig: ClusterRig, api: Api, receiver: Re
     await kill_primary_and_check(rig, api, receiver)
 
 
+# With the timing tests (run alone): its count is read over HTTP just before the SIGSTOP, so a commit the
+# victim made in between (the test's own loop slowed by load), or whose answer it read only after
+# SIGCONT, counts as a commit after the takeover. A clean-clone run on 5 workers (load 8) failed so,
+# 15 against 14, while the victim's log showed its sessions ended by the new owner and its jobs
+# released at SIGCONT. Counting the victim's commits by instant, not by this counter, is left open.
+@pytest.mark.timing
 async def test_stopped_primary_commits_nothing_after_takeover_and_steps_down(
     rig: ClusterRig, api: Api, receiver: Receiver
 ) -> None:
