@@ -39,16 +39,21 @@ class SqlHotChangeLog(HotChangeLog):
         return self._engine
 
     async def open(self) -> None:
-        self._engine = create_engine_for(self._url, self._storage)
+        engine = create_engine_for(self._url, self._storage)
         table = self._table
-        with storage_errors(self._url):
-            async with self._engine.connect() as conn:
-                present = await conn.run_sync(lambda sync: inspect(sync).has_table(table.name, schema=table.schema))
-        if not present:
-            raise StorageNotMigrated(
-                f"the DB-poll hot tier needs the {table.name!r} table in {self._where!r}, which the schema "
-                "there does not have yet: run `tjobs migrate` with this configuration"
-            )
+        try:
+            with storage_errors(self._url):
+                async with engine.connect() as conn:
+                    present = await conn.run_sync(lambda sync: inspect(sync).has_table(table.name, schema=table.schema))
+            if not present:
+                raise StorageNotMigrated(
+                    f"the DB-poll hot tier needs the {table.name!r} table in {self._where!r}, which the schema "
+                    "there does not have yet: run `tjobs migrate` with this configuration"
+                )
+        except BaseException:
+            await engine.dispose()  # its connections closed now, not by the garbage collector
+            raise
+        self._engine = engine
 
     async def close(self) -> None:
         if self._engine is not None:
