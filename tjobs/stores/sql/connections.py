@@ -47,6 +47,7 @@ from tjobs.stores.sql_layout import (
     ShardTables,
     create_engine_for,
     sqlite_path,
+    unavailable,
 )
 from tjobs.stores.sql_sessions import SessionRegistry
 
@@ -129,8 +130,10 @@ class SqlBase(StoreLifecycle):
                 await health.ping()
             return
         if self.layout.dialect != MYSQL:  # SQLite: the file itself, not a pooled connection writers may all hold
-            with storage_errors(url):
+            try:
                 await asyncio.to_thread(_read_sqlite_header, sqlite_path(url))
+            except sqlite3.Error as error:  # the file cannot be read: to the node, its server is down
+                raise unavailable(url, error) from error
             return
         async with self._connect(url) as conn:
             await conn.execute(text("SELECT 1"))
