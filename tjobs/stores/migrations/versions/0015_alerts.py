@@ -1,0 +1,44 @@
+"""Alerts (:mod:`tjobs.alerts`): ``alert_settings`` (rules and channels, JSON documents) and
+``alert_states`` (per rule and subject: firing or resolved, when last notified) in the first logical
+database, beside ``apps``.
+
+Revision ID: 0015_alerts
+Revises: 0014_slo_delivery_lateness
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+
+from tjobs.stores.schema import (
+    ALERT_SETTINGS_TABLE,
+    ALERT_STATES_TABLE,
+    MYSQL_TABLE_OPTIONS,
+    alert_settings_schema_items,
+    alert_states_schema_items,
+)
+
+_OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
+
+revision = "0015_alerts"
+down_revision = "0014_slo_delivery_lateness"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if holds_apps:
+        op.create_table(ALERT_SETTINGS_TABLE, *alert_settings_schema_items(), **_OPTIONS)
+        op.create_table(ALERT_STATES_TABLE, *alert_states_schema_items(), **_OPTIONS)
+
+
+def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if holds_apps:
+        op.drop_table(ALERT_STATES_TABLE)
+        op.drop_table(ALERT_SETTINGS_TABLE)
