@@ -1,0 +1,55 @@
+"""Operator accounts, in the first logical database beside ``apps``: ``users`` (password hash with its
+parameters, global admin flag, roles per app, disabled), ``api_tokens`` (personal API tokens by the
+SHA-256 of the token) and ``console_sessions`` (server-side console sessions by the SHA-256 of their id).
+
+Revision ID: 0016_accounts
+Revises: 0015_alerts
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+
+from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
+from tjobs.stores.schema_accounts import (
+    API_TOKENS_INDEXES,
+    API_TOKENS_TABLE,
+    CONSOLE_SESSIONS_INDEXES,
+    CONSOLE_SESSIONS_TABLE,
+    USERS_TABLE,
+    api_tokens_schema_items,
+    console_sessions_schema_items,
+    users_schema_items,
+)
+
+_OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
+
+revision = "0016_accounts"
+down_revision = "0015_alerts"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if not holds_apps:
+        return
+    op.create_table(USERS_TABLE, *users_schema_items(), **_OPTIONS)
+    for name, items, indexes in (
+        (API_TOKENS_TABLE, api_tokens_schema_items(), API_TOKENS_INDEXES),
+        (CONSOLE_SESSIONS_TABLE, console_sessions_schema_items(), CONSOLE_SESSIONS_INDEXES),
+    ):
+        op.create_table(name, *items, **_OPTIONS)
+        for index_name, columns in indexes:
+            op.create_index(index_name, name, columns)
+
+
+def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if holds_apps:
+        for name in (CONSOLE_SESSIONS_TABLE, API_TOKENS_TABLE, USERS_TABLE):
+            op.drop_table(name)
