@@ -1,0 +1,41 @@
+"""A node whose start fails after its store opened closes the store: otherwise the pooled SQLite
+connections are left to the garbage collector, and aiosqlite's ``ResourceWarning`` (an error under the
+suite's ``filterwarnings``) fails whichever test happens to be running when it collects them."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tjobs.node import Node
+from tjobs.settings import Settings, StorageSettings
+from tjobs.stores.migrate import migrate
+
+
+async def _refuse(*_: Any, **__: Any) -> None:
+    raise RuntimeError("coordination refused")
+
+
+@pytest.mark.parametrize("failing", ["runner", "hot_tier", "coordinator", "slo_recorder"])
+async def test_a_node_whose_start_fails_leaves_no_connection_to_the_garbage_collector(
+    tmp_path: Path, failing: str
+) -> None:
+    storage = {"urls": [f"sqlite+aiosqlite:///{tmp_path / 'data'}"], "topology": "1x1x4"}
+    await migrate(StorageSettings.model_validate(storage))
+    node = Node(Settings.model_validate({"storage": storage}))
+    getattr(node, failing).start = _refuse  # not monkeypatch: it would keep the part, and so the store
+    try:
+        await node.start()
+    except RuntimeError as refused:
+        assert str(refused) == "coordination refused"
+    else:
+        raise AssertionError("the node started")
+    with warnings.catch_warnings(record=True) as caught:  # the node, its error and their frames collected now
+        warnings.simplefilter("always")
+        del node
+        gc.collect()
+    assert [str(warning.message) for warning in caught if warning.category is ResourceWarning] == []
