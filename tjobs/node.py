@@ -6,10 +6,11 @@ path handed in here; everything else is the same code.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,25 +218,34 @@ class Node:
         self.started = False
 
     async def start(self) -> None:
-        await self.store.start()
-        try:
+        """Start the parts in order. If one fails, those already started are stopped and the store is
+        closed before the error propagates: a pool left open would be closed by the garbage collector, or
+        not at all (aiosqlite warns; tests/unit/test_node_start_failure.py)."""
+        async with contextlib.AsyncExitStack() as started:
+            await self.store.start()
+            started.push_async_callback(self.store.close)
+            for closing in (self.transport.close, self.targets.close, self.apps.close):
+                started.push_async_callback(closing)
             await self.store.check_layout()  # never run on data laid out for other settings
             await establish_shard_map(self.coordinator, self.store)  # nor on other servers than the map's
-        except BaseException:
-            await self.store.close()
-            raise
-        await self.deliverer.start()
-        await self.runner.start()
-        await self.db_health.start()
-        await self.hot_tier.start(self.runner.on_task_change, self.observer)
-        await self.disabled_apps.start()  # known before the first load
-        await self.coordinator.start(self.runner.set_owned)
-        await self.compensator.start()
-        await self.retention.start()
-        await self.tasks.counts.start()
-        await self.slo_recorder.start()
-        if self.metrics.enabled:
-            await self.move_watch.start()
+
+            async def begin(starting: Awaitable[object], stop: Callable[[], Awaitable[object]]) -> None:
+                await starting
+                started.push_async_callback(stop)
+
+            await begin(self.deliverer.start(), lambda: self.deliverer.stop(drain_timeout_s=0.0))
+            await begin(self.runner.start(), self.runner.stop)
+            await begin(self.db_health.start(), self.db_health.stop)
+            await begin(self.hot_tier.start(self.runner.on_task_change, self.observer), self.hot_tier.stop)
+            await begin(self.disabled_apps.start(), self.disabled_apps.stop)  # known before the first load
+            await begin(self.coordinator.start(self.runner.set_owned), self.coordinator.stop)
+            await begin(self.compensator.start(), self.compensator.stop)
+            await begin(self.retention.start(), self.retention.stop)
+            await begin(self.tasks.counts.start(), self.tasks.counts.stop)
+            await begin(self.slo_recorder.start(), self.slo_recorder.stop)
+            if self.metrics.enabled:
+                await self.move_watch.start()
+            started.pop_all()  # all started: stop() ends them from now on
         self.started = True
         logger.info(
             "node %s started with %d jobs", self.node_id, len(self.runner.owned), extra={"action": "node_started"}
