@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from tjobs import wire
 from tjobs.api.bodies import parse_json, require_json_content_type
+from tjobs.api.principal import ADMIN_NAME, remember
 from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
 from tjobs.api.schemas import Error
 from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, StorageUnavailable, TjobsError, Unauthorized
@@ -115,6 +116,7 @@ async def _authenticate(request: Request, key: str | None) -> App:
     if request.scope.get(ADMITTED) != app.id:  # else AdmissionMiddleware took its token already
         route = request.scope.get("route")
         limits.admit_request(app, request.method, getattr(route, "path", None), request.query_params.keys())
+    remember(request, "app_key", app.id, app.id)
     return app
 
 
@@ -152,6 +154,7 @@ async def require_admin(request: Request, credentials: Credentials) -> None:
     if not _matches(given, expected):
         rate_limits_of(request).admit_unauthenticated()
         raise Unauthorized("admin key required")
+    remember(request, "admin_key", ADMIN_NAME, None)
 
 
 async def require_operator(request: Request, credentials: Credentials) -> None:
@@ -168,6 +171,7 @@ async def app_or_admin(request: Request, credentials: Credentials) -> App | None
     schedule preview); 401 for anything else."""
     given = "" if credentials is None else credentials.credentials.strip()
     if _matches(given, node_of(request).settings.api.admin_key):
+        remember(request, "admin_key", ADMIN_NAME, None)
         return None
     return await _authenticate(request, given or None)
 

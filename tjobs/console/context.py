@@ -33,6 +33,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
 from sharding import shard_of_task_id
+from tjobs.api.principal import ADMIN_NAME, remember
 from tjobs.clock import iso_ms
 from tjobs.console.session import COOKIE_NAME, CSRF_FIELD, CSRF_HEADER, SessionClaim, SessionCodec, session_secret
 from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, TjobsError
@@ -213,6 +214,8 @@ class Console:
         if principal.app is not None:  # an app's console requests spend its API request budget
             self.rate_limits.admit_request(principal.app, request.method, None)
         request.state.console_principal = principal
+        app_id = None if principal.app is None else principal.app.id
+        remember(request, "console_session", app_id or ADMIN_NAME, app_id)
         return principal
 
     async def _principal_of(self, claim: SessionClaim) -> Principal | None:
