@@ -1,0 +1,39 @@
+"""The audit log (:class:`tjobs.stores.contracts.audit.AuditLog`): ``audit_log`` in the first logical
+database, beside ``apps``: who changed what (before -> after), when, from where, through which client.
+
+Revision ID: 0017_audit_log
+Revises: 0016_accounts
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+
+from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
+from tjobs.stores.schema_audit import AUDIT_LOG_INDEXES, AUDIT_LOG_TABLE, audit_log_schema_items
+
+_OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
+
+revision = "0017_audit_log"
+down_revision = "0016_accounts"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if not holds_apps:
+        return
+    op.create_table(AUDIT_LOG_TABLE, *audit_log_schema_items(), **_OPTIONS)
+    for index_name, columns in AUDIT_LOG_INDEXES:
+        op.create_index(index_name, AUDIT_LOG_TABLE, columns)
+
+
+def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if holds_apps:
+        op.drop_table(AUDIT_LOG_TABLE)
