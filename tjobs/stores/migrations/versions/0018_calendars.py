@@ -1,0 +1,36 @@
+"""Calendars (:mod:`tjobs.specs.calendar`): ``calendars`` in the first logical database, beside ``apps``:
+an app's named exclusion rules, which recurring schedules reference by name.
+
+Revision ID: 0018_calendars
+Revises: 0017_audit_log
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+
+from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
+from tjobs.stores.schema_calendars import CALENDARS_TABLE, calendars_schema_items
+
+_OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
+
+revision = "0018_calendars"
+down_revision = "0017_audit_log"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if holds_apps:
+        op.create_table(CALENDARS_TABLE, *calendars_schema_items(), **_OPTIONS)
+
+
+def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if holds_apps:
+        op.drop_table(CALENDARS_TABLE)
