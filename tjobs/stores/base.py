@@ -10,6 +10,7 @@ from __future__ import annotations
 from tjobs.stores.contracts import (
     DEAD_LETTERS,
     EDITABLE_FIELDS,
+    Accounts,
     FirePath,
     FirePlanner,
     HotChanges,
@@ -23,7 +24,7 @@ from tjobs.stores.contracts import (
 __all__ = ["DEAD_LETTERS", "EDITABLE_FIELDS", "FirePlanner", "ServerSessions", "TaskStore"]
 
 
-class TaskStore(FirePath, TaskRecords, Tenants, ServiceLevels, ShardAdmin, HotChanges):
+class TaskStore(FirePath, TaskRecords, Tenants, ServiceLevels, ShardAdmin, HotChanges, Accounts):
     """Durable storage for one topology of shards: every role at once (see :mod:`tjobs.stores.contracts`).
 
     Errors: a database that cannot be reached raises :class:`tjobs.errors.StorageUnavailable`, and a

@@ -41,6 +41,7 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, TaskStore
+from tjobs.stores.memory_accounts import MemoryAccounts
 from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
 from tjobs.stores.queries import (
     FlowPosition,
@@ -85,7 +86,7 @@ def _summed(
     return total
 
 
-class MemoryTaskStore(TaskStore):
+class MemoryTaskStore(MemoryAccounts, TaskStore):
     def __init__(self, topology: Topology | None = None) -> None:
         self.topology = topology or Topology()
         count = self.topology.shard_count

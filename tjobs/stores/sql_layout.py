@@ -30,6 +30,7 @@ from tjobs.stores.schema import (
     task_targets_table_name,
     tasks_table,
 )
+from tjobs.stores.schema_accounts import api_tokens_table, console_sessions_table, users_table
 
 MYSQL = "mysql"
 SQLITE = "sqlite"
@@ -177,6 +178,9 @@ class Layout:
         self.apps_database = self.databases[0]
         self.apps = apps_table(self.metadata)
         self.targets = targets_table(self.metadata)
+        self.users = users_table(self.metadata)
+        self.api_tokens = api_tokens_table(self.metadata)
+        self.console_sessions = console_sessions_table(self.metadata)
         self.apps_options = self.options_for(self.apps_database)
 
     @staticmethod

@@ -13,6 +13,7 @@ call runs in one transaction per logical database. A database that cannot be rea
 from __future__ import annotations
 
 from tjobs.stores.base import TaskStore
+from tjobs.stores.sql.accounts import SqlAccounts
 from tjobs.stores.sql.creates import SqlCreates
 from tjobs.stores.sql.fire_path import SqlFirePath
 from tjobs.stores.sql.hot_changes import SqlHotChanges
@@ -25,7 +26,15 @@ __all__ = ["SQLAlchemyTaskStore"]
 
 
 class SQLAlchemyTaskStore(
-    SqlFirePath, SqlCreates, SqlTaskRecords, SqlTenants, SqlServiceLevels, SqlShardAdmin, SqlHotChanges, TaskStore
+    SqlFirePath,
+    SqlCreates,
+    SqlTaskRecords,
+    SqlTenants,
+    SqlServiceLevels,
+    SqlShardAdmin,
+    SqlHotChanges,
+    SqlAccounts,
+    TaskStore,
 ):
     """Every role of :class:`TaskStore` on SQL: its parts share the engines and pools of
     :class:`tjobs.stores.sql.connections.SqlBase`, opened by :meth:`start`."""

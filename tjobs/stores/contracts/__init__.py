@@ -7,6 +7,7 @@
 :class:`ServiceLevels` every node's per-minute delivery counts
 :class:`ShardAdmin`    servers, the shard map and its fence, moves, the layout record, sessions
 :class:`HotChanges`    the DB-poll hot tier's log of task changes: append, read after an id, prune
+:class:`Accounts`      operator accounts: users and their roles per app, personal API tokens, console sessions
 =====================  ==============================================================================
 
 Every role shares :class:`StoreLifecycle` (topology, start, close, ping). :class:`tjobs.stores.base.
@@ -17,6 +18,7 @@ suite per role in ``tests/contract``.
 
 from __future__ import annotations
 
+from tjobs.stores.contracts.accounts import Accounts
 from tjobs.stores.contracts.fire_path import FirePath, FirePlanner
 from tjobs.stores.contracts.hot_changes import HotChange, HotChangeLog, HotChanges
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
@@ -39,6 +41,7 @@ __all__ = [
     "DEAD_LETTERS",
     "EDITABLE_FIELDS",
     "RETIRED_EPOCH",
+    "Accounts",
     "DatabaseMove",
     "DatabaseMoves",
     "FirePath",
