@@ -38,6 +38,7 @@ from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
 from tjobs.observability.slo_recorder import SloRecorder
 from tjobs.service.apps import AppDirectory, AppService
+from tjobs.service.calendars import CalendarService
 from tjobs.service.cluster_slo import ClusterServiceLevels
 from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.shard_moves import MoveWatch
@@ -47,6 +48,7 @@ from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
 from tjobs.stores import create_store
 from tjobs.stores.base import TaskStore
+from tjobs.stores.calendar_store import calendars_of
 from tjobs.targets.addresses import AddressAllowList
 from tjobs.targets.model import Protocol
 
@@ -169,9 +171,11 @@ class Node:
             flush_batch=settings.callbacks.outcome_flush_batch,
         )
         scheduler = settings.scheduler
+        self.calendars = CalendarService(calendars_of(self.store), self.clock)  # in memory for the planner
         self.planner = FirePlanner(
             FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max),
             disabled_apps=self.disabled_apps,
+            calendars=self.calendars.rules,
         )
         self.runner = JobRunner(
             self.store,
@@ -209,6 +213,7 @@ class Node:
             targets=self.target_service,
             unreachable_shards=self.db_health.paused_shards,  # a create there answers 503 at once
             observer=self.observer,  # re-driven dead letters: counted dead once (tjobs.observability.slo)
+            calendars=self.calendars.rules,
         )
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         # The API and the console reach the store only through the services (tasks, target_service and these).
@@ -238,6 +243,7 @@ class Node:
             await begin(self.db_health.start(), self.db_health.stop)
             await begin(self.hot_tier.start(self.runner.on_task_change, self.observer), self.hot_tier.stop)
             await begin(self.disabled_apps.start(), self.disabled_apps.stop)  # known before the first load
+            await begin(self.calendars.start(), self.calendars.stop)  # known before the first fire
             await begin(self.coordinator.start(self.runner.set_owned), self.coordinator.stop)
             await begin(self.compensator.start(), self.compensator.stop)
             await begin(self.retention.start(), self.retention.stop)
@@ -265,6 +271,7 @@ class Node:
         await self.compensator.stop()
         await self.retention.stop()
         await self.disabled_apps.stop()
+        await self.calendars.stop()
         await self.tasks.counts.stop()
         await self.move_watch.stop()
         await self.db_health.stop()

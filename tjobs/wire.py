@@ -67,6 +67,8 @@ POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 TASK_ID_PATTERN = r"^[0-9]{1,19}$"  # 1..2^63-1 (the range is judged beyond the pattern)
 FLOW_ID_PATTERN = r"^[0-9]{1,19}-[0-9]{1,19}$"  # <task id>-<scheduled_at_ms>
 APP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # app_<12 hex digits>, or demo
+CALENDAR_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+MAX_JITTER_MS = 3_600_000  # a recurring schedule's jitter_ms: at most an hour (and its period)
 MAX_URL_CHARS = 2048  # limits.max_url_chars by default
 EXECUTOR_ADDRESS_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\\@/?#]+(/[^\s\x00-\x1f\x7f-\x9f\\?#]*)?$"
 CALLBACK_URL = Annotated[str, Field(min_length=1, max_length=MAX_URL_CHARS, pattern=CALLBACK_URL_PATTERN)]
@@ -142,7 +144,7 @@ class AtSchedule(_Strict):
 
 
 class _Bounds(_Strict):
-    NULLABLE = frozenset({"start_at", "start_at_ms", "end_at", "end_at_ms", "max_fires"})
+    NULLABLE = frozenset({"start_at", "start_at_ms", "end_at", "end_at_ms", "max_fires", "jitter_ms", "calendar"})
     RULES = (  # an instant or its _ms spelling, not both
         {
             "not": {
@@ -159,6 +161,15 @@ class _Bounds(_Strict):
     end_at: INSTANT | None = None
     end_at_ms: int | None = None
     max_fires: int | None = Field(default=None, ge=1)
+    jitter_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_JITTER_MS,
+        description="fire each occurrence a reproducible 0..jitter_ms later (at most the schedule's period)",
+    )
+    calendar: Annotated[str, Field(pattern=CALENDAR_NAME_PATTERN)] | None = Field(
+        default=None, description="the name of one of the app's calendars (/v1/calendars): its instants are skipped"
+    )
 
 
 class CronSchedule(_Bounds):

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp
 from tjobs import __version__
 from tjobs.api import (
     routes_apps,
+    routes_calendars,
     routes_flows,
     routes_ops,
     routes_pools,
@@ -109,6 +110,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_slo.router)
     api.include_router(routes_targets.router)
     api.include_router(routes_schedules.router)
+    api.include_router(routes_calendars.router)
     api.include_router(routes_pools.router)
     api.router.routes.insert(0, routes_pools.heartbeat_route)  # the pools' hot path, matched first
     api.include_router(routes_shards.admin)

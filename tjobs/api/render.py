@@ -131,6 +131,9 @@ def preview_json(spec: ScheduleSpec, preview: Preview) -> dict[str, Any]:
                 "at_ms": o.at_ms,
                 "local": local_iso(o.at_ms, o.utc_offset_ms),
                 "utc_offset": _offset_text(o.utc_offset_ms),
+                **(
+                    {} if o.fires_at_ms is None else {"fires_at": _instant(o.fires_at_ms), "fires_at_ms": o.fires_at_ms}
+                ),
             }
             for o in preview.occurrences
         ],

@@ -21,5 +21,7 @@ router = APIRouter(prefix="/v1", tags=["schedules"])
     openapi_extra=body_doc(schemas.SchedulePreviewRequest),
 )
 async def preview_schedule(request: Request, caller: AppOrAdminDep, node: NodeDep) -> Any:
-    spec, preview = preview_request(await json_body(request), node.settings, node.clock.now_ms())
+    app_id = None if caller is None else caller.id
+    body = await json_body(request)
+    spec, preview = preview_request(body, node.settings, node.clock.now_ms(), node.calendars.rules, app_id)
     return json_response(preview_json(spec, preview))

@@ -316,6 +316,9 @@ class SchedulePreviewRequest(_Strict):
         alias="from",
         description="list instants at or after this one (ISO-8601 with an offset, or epoch ms); default: now",
     )
+    task_id: int = Field(
+        default=0, ge=0, le=(1 << 63) - 1, description="the task whose jitter fires_at shows (its id seeds it)"
+    )
 
 
 class PreviewInstant(BaseModel):
@@ -323,6 +326,8 @@ class PreviewInstant(BaseModel):
     at_ms: int = Field(description="UTC epoch milliseconds")
     local: str = Field(description="the wall time in the schedule's zone, with its UTC offset")
     utc_offset: str = Field(description="the zone's UTC offset at this instant, e.g. +02:00")
+    fires_at: str | None = Field(default=None, description="with jitter_ms: when this instant fires (UTC)")
+    fires_at_ms: int | None = Field(default=None, description="with jitter_ms: when it fires, epoch ms")
 
 
 class SchedulePreview(BaseModel):
@@ -330,6 +335,46 @@ class SchedulePreview(BaseModel):
     timezone: str = Field(description="the zone of local (a cron's own; UTC for the other kinds)")
     instants: list[PreviewInstant] = Field(description="the next instants, DST policies applied, oldest first")
     ended: bool = Field(description="true if the schedule has no instant after the last one listed")
+
+
+# ---- calendars ----------------------------------------------------------------------------------
+
+
+class CalendarSpan(_Strict):
+    from_: str = Field(alias="from")
+    to: str
+
+
+class CalendarWrite(_Strict):
+    """A calendar's rules (each list optional), and/or an iCalendar text whose VEVENTs are added."""
+
+    dates: list[str] | None = Field(default=None, max_length=1000, description="local dates YYYY-MM-DD")
+    ranges: list[CalendarSpan] | None = Field(default=None, max_length=1000, description="local dates, inclusive")
+    weekdays: list[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]] | None = Field(
+        default=None, max_length=1000
+    )
+    annual: list[str] | None = Field(default=None, max_length=1000, description="MM-DD, every year")
+    periods: list[CalendarSpan] | None = Field(
+        default=None, max_length=1000, description="local wall time YYYY-MM-DDTHH:MM:SS, [from, to)"
+    )
+    ical: str | None = Field(default=None, description="an iCalendar text (VEVENTs; simple yearly/weekly RRULEs)")
+    timezone: str | None = Field(default=None, description="the zone iCalendar UTC times are read in (UTC)")
+
+
+class StoredCalendar(BaseModel):
+    name: str
+    dates: list[str] | None = None
+    ranges: list[dict[str, str]] | None = None
+    weekdays: list[str] | None = None
+    annual: list[str] | None = None
+    periods: list[dict[str, str]] | None = None
+    version: int
+    created_at: str
+    updated_at: str
+
+
+class CalendarList(BaseModel):
+    items: list[StoredCalendar]
 
 
 # ---- operations ---------------------------------------------------------------------------------------

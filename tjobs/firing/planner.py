@@ -33,7 +33,10 @@ from tjobs.model import (
     TaskStatus,
 )
 from tjobs.schedules import Schedule
-from tjobs.schedules.parsing import schedule_of
+from tjobs.schedules.calendars import excluded
+from tjobs.schedules.jitter import JitteredSchedule
+from tjobs.schedules.parsing import schedule_of, schedule_zone
+from tjobs.specs.calendar import CalendarLookup, CalendarRules
 
 COUNT_CAP = 10_000  # missed occurrences are counted up to this many; beyond it the count saturates
 
@@ -47,68 +50,89 @@ class FirePolicy:
 class FirePlanner:
     """Callable planner handed to :meth:`tjobs.stores.base.TaskStore.commit_fires`.
 
+    ``calendars`` answers the rules of an app's calendar by name from memory
+    (:meth:`tjobs.service.calendars.CalendarService.rules`; ``None``: not known, nothing skipped).
+
     It declines (``None``: the task untouched, no flow) the fires of the apps in ``disabled_apps``
     (:class:`tjobs.service.disabled_apps.DisabledApps`), so a disabled app's tasks keep their instant
     and fire under their misfire policy once it is enabled again.
     """
 
-    def __init__(self, policy: FirePolicy, disabled_apps: Container[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        policy: FirePolicy,
+        disabled_apps: Container[str] = frozenset(),
+        calendars: CalendarLookup | None = None,
+    ) -> None:
         self.policy = policy
         self._disabled_apps = disabled_apps
+        self._calendars = calendars
 
     def __call__(self, task: Task, intent: FireIntent, now_ms: int) -> FirePlan | None:
         if task.app_id in self._disabled_apps:
             return None
-        return plan_fire(task, intent, now_ms, self.policy)
+        name = getattr(task.schedule, "calendar", None)
+        calendar = None if name is None or self._calendars is None else self._calendars(task.app_id, name)
+        return plan_fire(task, intent, now_ms, self.policy, calendar)
 
 
-def plan_fire(task: Task, intent: FireIntent, now_ms: int, policy: FirePolicy) -> FirePlan | None:
-    schedule = schedule_of(task.schedule)
+def plan_fire(
+    task: Task, intent: FireIntent, now_ms: int, policy: FirePolicy, calendar: CalendarRules | None = None
+) -> FirePlan | None:
+    """The plan of one due intent. Its instant is where the task was due (``next_run_at``: jittered when
+    the schedule has ``jitter_ms``), and lateness is reckoned from it; the flow is keyed by its nominal
+    instant (:meth:`~tjobs.schedules.jitter.JitteredSchedule.nominal_of`), and the next run is always a
+    later nominal instant's, so jitter never repeats or skips an instant. ``calendar`` is the rules of
+    the calendar the schedule names, as they are now: an instant they exclude records no flow, and
+    the next run skips the instants they exclude."""
+    schedule = schedule_of(task.schedule, task.id, calendar)
     scheduled_at_ms = intent.scheduled_at_ms
+    flow_at_ms = floor_ms = scheduled_at_ms
+    if isinstance(schedule, JitteredSchedule):
+        flow_at_ms = schedule.nominal_of(scheduled_at_ms)
+        floor_ms = max(scheduled_at_ms, schedule.jittered(flow_at_ms))  # this occurrence's own jittered instant
+    if calendar is not None and excluded(calendar, schedule_zone(task.schedule), flow_at_ms):
+        # the calendar (changed since the instant was computed) excludes it: no flow, on to the next
+        return _plan([], task, schedule.next_fire(floor_ms), fires_added=0)
     if now_ms - scheduled_at_ms <= policy.misfire_threshold_ms:
-        return _on_time(task, schedule, scheduled_at_ms, now_ms, FlowKind.SCHEDULED, missed=0)
+        flow = _sent_flow(task, flow_at_ms, now_ms, FlowKind.SCHEDULED, missed=0)
+        return _plan([flow], task, schedule.next_fire(floor_ms), fires_added=1)
 
     match task.misfire_policy:
         case MisfirePolicy.FIRE_NOW | MisfirePolicy.FIRE_SOON:
-            missed = _count_after(schedule, scheduled_at_ms, now_ms)
-            return _fire_and_jump(task, schedule, scheduled_at_ms, now_ms, missed)
+            missed = _count_after(schedule, floor_ms, now_ms)
+            flow = _sent_flow(task, flow_at_ms, now_ms, FlowKind.MISFIRE, missed)
+            return _plan([flow], task, schedule.next_fire(max(now_ms, floor_ms)), fires_added=1)
         case MisfirePolicy.SKIP:
-            missed = 1 + _count_after(schedule, scheduled_at_ms, now_ms)
-            flow = NewFlow(scheduled_at_ms, FlowKind.MISFIRE, FlowStatus.SKIPPED, missed=missed)
-            next_run = schedule.next_fire(now_ms)
-            return _plan([flow], task, next_run, fires_added=0)
+            missed = 1 + _count_after(schedule, floor_ms, now_ms)
+            flow = NewFlow(flow_at_ms, FlowKind.MISFIRE, FlowStatus.SKIPPED, missed=missed)
+            return _plan([flow], task, schedule.next_fire(max(now_ms, floor_ms)), fires_added=0)
         case MisfirePolicy.CATCH_UP:
-            return _catch_up(task, schedule, scheduled_at_ms, now_ms, policy.catch_up_max)
+            return _catch_up(task, schedule, floor_ms, flow_at_ms, now_ms, policy.catch_up_max)
     raise AssertionError(f"unknown misfire policy {task.misfire_policy!r}")
 
 
-def _on_time(
-    task: Task, schedule: Schedule, scheduled_at_ms: int, now_ms: int, kind: FlowKind, missed: int
-) -> FirePlan:
-    flow = _sent_flow(task, scheduled_at_ms, now_ms, kind, missed)
-    return _plan([flow], task, schedule.next_fire(scheduled_at_ms), fires_added=1)
+def flow_instant(task: Task, due_ms: int) -> int:
+    """The instant of the flow a fire of ``task`` due at ``due_ms`` records: its nominal instant."""
+    schedule = schedule_of(task.schedule, task.id)
+    return schedule.nominal_of(due_ms) if isinstance(schedule, JitteredSchedule) else due_ms
 
 
-def _fire_and_jump(task: Task, schedule: Schedule, scheduled_at_ms: int, now_ms: int, missed: int) -> FirePlan:
-    flow = _sent_flow(task, scheduled_at_ms, now_ms, FlowKind.MISFIRE, missed)
-    return _plan([flow], task, schedule.next_fire(now_ms), fires_added=1)
-
-
-def _catch_up(task: Task, schedule: Schedule, scheduled_at_ms: int, now_ms: int, cap: int) -> FirePlan:
+def _catch_up(task: Task, schedule: Schedule, scheduled_at_ms: int, flow_at_ms: int, now_ms: int, cap: int) -> FirePlan:
     # Backlog = this occurrence and every later one up to now.
     later = schedule.occurrences_between(scheduled_at_ms, now_ms, COUNT_CAP)
     backlog = 1 + len(later)
     if backlog <= cap:
-        flow = _sent_flow(task, scheduled_at_ms, now_ms, FlowKind.MISFIRE, missed=0)
+        flow = _sent_flow(task, flow_at_ms, now_ms, FlowKind.MISFIRE, missed=0)
         return _plan([flow], task, schedule.next_fire(scheduled_at_ms), fires_added=1)
     surplus = backlog - cap
     if len(later) >= COUNT_CAP or cap <= 0:
         # Too far behind to enumerate: record the miss and resume at the next future occurrence.
-        resume_at = schedule.next_fire(now_ms)
+        resume_at = schedule.next_fire(max(now_ms, scheduled_at_ms))
     else:
         # The newest `cap` occurrences remain; the task resumes at the first of them.
         resume_at = later[surplus - 1]
-    skipped = NewFlow(scheduled_at_ms, FlowKind.MISFIRE, FlowStatus.SKIPPED, missed=surplus)
+    skipped = NewFlow(flow_at_ms, FlowKind.MISFIRE, FlowStatus.SKIPPED, missed=surplus)
     return _plan([skipped], task, resume_at, fires_added=0)
 
 

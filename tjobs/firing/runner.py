@@ -43,6 +43,7 @@ from tjobs.clock import Clock
 from tjobs.cluster.base import Coordinator
 from tjobs.errors import Fenced
 from tjobs.firing.pacing import MisfirePacer
+from tjobs.firing.planner import flow_instant
 from tjobs.firing.wheel import TimingWheel, WheelEntry
 from tjobs.hot_tier.base import HotTier, TaskChange
 from tjobs.model import (
@@ -582,7 +583,7 @@ class JobRunner:
         try:
             task = await self._store.get_task(intent.task_id)
             flow = (
-                await self._store.get_flow(intent.task_id, intent.scheduled_at_ms)
+                await self._store.get_flow(intent.task_id, flow_instant(task, intent.scheduled_at_ms))
                 if task is not None and failed_at_ms is not None
                 else None
             )

@@ -15,8 +15,12 @@ The API shape (``schedule`` of ``POST /v1/tasks``, README "Using it"; declared o
         -> {"kind": "delay", "delay_ms": 1800000, "at_ms": now + 1800000}
 
 Recurring kinds (cron, interval) also take ``start_at`` / ``end_at`` (ISO-8601 with an offset, or
-``start_at_ms`` / ``end_at_ms``; both bounds inclusive), stored as ``*_ms``, and ``max_fires`` (a
-positive int, enforced by the fire planner). An interval without a start is anchored at registration
+``start_at_ms`` / ``end_at_ms``; both bounds inclusive), stored as ``*_ms``, ``max_fires`` (a
+positive int, enforced by the fire planner) and ``jitter_ms`` (0..``MAX_JITTER_MS`` and at most the
+period: an interval's ``every_ms``, the smallest gap between a cron's first 256 fires; 0 is stored as
+absent; see :mod:`tjobs.schedules.jitter`) and ``calendar`` (the name of one of the app's calendars,
+:mod:`tjobs.schedules.calendars`; whether the app has it is the task service's check). An interval
+without a start is anchored at registration
 and fires first one period later (``start_at_ms = now + every_ms``); with a start it fires first at
 the start itself. A stored cron, interval or at object validates to itself, so such a task read back
 can be written back; a stored delay carries its computed ``at_ms``, which a delay request does not take.
@@ -31,20 +35,23 @@ Every rejection is an :class:`~tjobs.errors.InvalidInput` whose ``field`` is the
 offending key (``schedule.expr``) and whose ``code`` is one of: ``invalid_type``, ``missing``,
 ``unknown_field``, ``unknown_kind``, ``invalid_cron``, ``unknown_timezone``, ``invalid_choice``,
 ``invalid_instant``, ``ambiguous``, ``out_of_range``, ``too_frequent``, ``in_past``, ``too_far``,
-``never_fires``.
+``never_fires``, ``jitter_too_large``.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, TypeVar, get_args
 
 from tjobs.errors import InvalidInput
 from tjobs.schedules.base import Schedule
+from tjobs.schedules.calendars import CalendarSchedule
 from tjobs.schedules.cron import CronSchedule
 from tjobs.schedules.cronexpr import CronSyntaxError, parse_cron
 from tjobs.schedules.instants import parse_iso_instant_ms
 from tjobs.schedules.interval import IntervalSchedule
+from tjobs.schedules.jitter import JitteredSchedule
 from tjobs.schedules.oneshot import OneShotSchedule
 from tjobs.schedules.zones import is_known_zone
 from tjobs.settings import LimitSettings
@@ -60,11 +67,13 @@ from tjobs.specs import (
     schedule_from_json,
     schedule_to_json,
 )
+from tjobs.specs.calendar import CalendarRules
 from tjobs.specs.schedule import KIND
-from tjobs.wire import SCHEDULE_SHAPES
+from tjobs.wire import CALENDAR_NAME_PATTERN, MAX_JITTER_MS, SCHEDULE_SHAPES
 
 MS_PER_DAY = 86_400_000
 PERIOD_SAMPLE_FIRES = 256  # consecutive cron fires inspected for the minimum period
+_CALENDAR_NAME = re.compile(CALENDAR_NAME_PATTERN)
 
 # the keys each kind of request takes, as tjobs.wire declares them
 _KEYS: dict[ScheduleKind, frozenset[str]] = {
@@ -110,11 +119,30 @@ def parse_schedule_request(spec: Any, *, now_ms: int, limits: LimitSettings, mis
     return _normalize_cron(spec, now_ms, horizon_ms, limits)
 
 
-def schedule_of(spec: ScheduleSpec) -> Schedule:
-    """The :class:`Schedule` (the fire math) of a spec.
+def schedule_of(spec: ScheduleSpec, seed: int | None = None, calendar: CalendarRules | None = None) -> Schedule:
+    """The :class:`Schedule` (the fire math) of a spec: its nominal instants, less those ``calendar``
+    (the rules of the calendar the spec names) excludes in the schedule's zone
+    (:class:`~tjobs.schedules.calendars.CalendarSchedule`); with ``seed`` (the task id) the instants
+    its task fires at, jittered when the spec has ``jitter_ms``
+    (:class:`~tjobs.schedules.jitter.JitteredSchedule`).
 
-    Cheap enough for the fire path: cron schedules (and their parsed expressions and zones) are cached.
+    Cheap enough for the fire path: cron schedules (and their parsed expressions and zones) are cached,
+    and so are compiled calendars.
     """
+    nominal = _nominal_schedule(spec)
+    kept = None if calendar is None else CalendarSchedule(nominal, calendar, schedule_zone(spec))
+    jitter_ms = getattr(spec, "jitter_ms", None)
+    if seed is None or not jitter_ms:
+        return kept or nominal
+    return JitteredSchedule(nominal, jitter_ms, seed, kept)
+
+
+def schedule_zone(spec: ScheduleSpec) -> str:
+    """The IANA zone a schedule's wall times (and its calendar's) are read in: a cron's own, else UTC."""
+    return spec.timezone if type(spec) is CronSpec else "UTC"
+
+
+def _nominal_schedule(spec: ScheduleSpec) -> Schedule:
     if type(spec) is CronSpec:
         return _cron_schedule(
             spec.expr, spec.timezone, spec.dst_gap, spec.dst_overlap, spec.start_at_ms, spec.end_at_ms, spec.max_fires
@@ -167,7 +195,9 @@ def _normalize_interval(spec: dict[str, Any], now_ms: int, horizon_ms: int, limi
     if every_ms > limits.max_future_days * MS_PER_DAY:
         raise InvalidInput("schedule.every_ms", f"is more than {limits.max_future_days} days", "too_far")
     start_ms, end_ms, max_fires = _bounds(spec, horizon_ms)
-    interval = IntervalSpec(every_ms, start_ms if start_ms is not None else now_ms + every_ms, end_ms, max_fires)
+    jitter_ms = _jitter(spec, every_ms)
+    start = start_ms if start_ms is not None else now_ms + every_ms
+    interval = IntervalSpec(every_ms, start, end_ms, max_fires, jitter_ms, _calendar(spec))
     if schedule_of(interval).first_fire(now_ms) is None:
         raise InvalidInput("schedule.end_at", "is before the first occurrence", "never_fires")
     return interval
@@ -191,7 +221,6 @@ def _normalize_cron(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: 
     dst_gap = _choice(spec, "dst_gap", DstGap, DstGap.SKIP)
     dst_overlap = _choice(spec, "dst_overlap", DstOverlap, DstOverlap.ONCE)
     start_ms, end_ms, max_fires = _bounds(spec, horizon_ms)
-    cron = CronSpec(expr, timezone, dst_gap, dst_overlap, start_ms, end_ms, max_fires)
 
     schedule = CronSchedule(expr, timezone, dst_gap, dst_overlap, start_ms)  # no end: see why it never fires
     first = schedule.first_fire(now_ms)
@@ -199,24 +228,28 @@ def _normalize_cron(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: 
         raise InvalidInput("schedule.expr", f"has no occurrence within {limits.max_future_days} days", "never_fires")
     if end_ms is not None and first > end_ms:
         raise InvalidInput("schedule.end_at", "is before the first occurrence", "never_fires")
-    _check_cron_period(schedule, first, limits.min_period_ms)
-    return cron
+    period_ms = _check_cron_period(schedule, first, limits.min_period_ms)
+    jitter_ms = _jitter(spec, period_ms)
+    return CronSpec(expr, timezone, dst_gap, dst_overlap, start_ms, end_ms, max_fires, jitter_ms, _calendar(spec))
 
 
-def _check_cron_period(schedule: CronSchedule, first_ms: int, min_period_ms: int) -> None:
-    """Reject a cron whose consecutive fires come closer than ``min_period_ms`` (sampled)."""
-    previous = first_ms
+def _check_cron_period(schedule: CronSchedule, first_ms: int, min_period_ms: int) -> int | None:
+    """Reject a cron whose consecutive fires come closer than ``min_period_ms`` (sampled); the
+    smallest gap sampled (``None`` if it fires once)."""
+    previous, smallest = first_ms, None
     for _ in range(PERIOD_SAMPLE_FIRES):
         nxt = schedule.next_unbounded(previous)
         if nxt is None:
-            return
+            break
         if nxt - previous < min_period_ms:
             raise InvalidInput(
                 "schedule.expr",
                 f"fires {nxt - previous} ms apart; the minimum period is {min_period_ms} ms",
                 "too_frequent",
             )
+        smallest = nxt - previous if smallest is None else min(smallest, nxt - previous)
         previous = nxt
+    return smallest
 
 
 # ---- fields --------------------------------------------------------------------------------------
@@ -233,6 +266,33 @@ def _bounds(spec: dict[str, Any], horizon_ms: int) -> tuple[int | None, int | No
     if max_fires is not None and max_fires < 1:
         raise InvalidInput("schedule.max_fires", "must be at least 1", "out_of_range")
     return start_ms, end_ms, max_fires
+
+
+def _jitter(spec: dict[str, Any], period_ms: int | None) -> int | None:
+    """``jitter_ms``: 0..MAX_JITTER_MS and at most ``period_ms``; 0 (no jitter) as ``None``."""
+    jitter_ms = _int(spec, "jitter_ms", required=False)
+    if not jitter_ms:
+        return None
+    if jitter_ms < 0 or jitter_ms > MAX_JITTER_MS:
+        raise InvalidInput("schedule.jitter_ms", f"must be within 0..{MAX_JITTER_MS}", "out_of_range")
+    if period_ms is not None and jitter_ms > period_ms:
+        raise InvalidInput(
+            "schedule.jitter_ms", f"is more than the schedule's period ({period_ms} ms)", "jitter_too_large"
+        )
+    return jitter_ms
+
+
+def _calendar(spec: dict[str, Any]) -> str | None:
+    name = spec.get("calendar")
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise InvalidInput("schedule.calendar", "must be a string", "invalid_type")
+    if not _CALENDAR_NAME.match(name):
+        raise InvalidInput(
+            "schedule.calendar", "is not a calendar name (letters, digits, '.', '_', '-')", "invalid_name"
+        )
+    return name
 
 
 def _instant(spec: dict[str, Any], name: str) -> int | None:

@@ -6,18 +6,22 @@ The instants come from the same :class:`~tjobs.schedules.base.Schedule` the fire
 ``next_fire`` of the previous (as the fire planner advances a task on time). So a cron's DST
 policies, an interval's anchor and the bounds apply exactly as they will when the task fires.
 ``max_fires`` counts from a task that has not fired yet. Each instant carries the UTC offset of the
-schedule's zone at that instant (UTC for every kind but cron).
+schedule's zone at that instant (UTC for every kind but cron). A schedule with ``jitter_ms`` lists its
+nominal instants, each with the instant it fires at (:mod:`tjobs.schedules.jitter`) for the task whose id
+is the ``seed``. A schedule naming a calendar skips the instants the calendar's rules (as given)
+exclude.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tjobs.schedules.parsing import schedule_of
+from tjobs.schedules.jitter import JitteredSchedule
+from tjobs.schedules.parsing import schedule_of, schedule_zone
 from tjobs.schedules.zones import zone_timeline
-from tjobs.specs import CronSpec, ScheduleSpec
+from tjobs.specs import ScheduleSpec
+from tjobs.specs.calendar import CalendarRules
 
-UTC_ZONE = "UTC"
 MAX_SKIPPED = 10_000  # instants before ``from_ms`` walked to count them against ``max_fires``
 
 
@@ -28,10 +32,12 @@ class TooFarAhead(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Occurrence:
-    """One upcoming fire instant (UTC epoch ms) and the schedule zone's UTC offset at it."""
+    """One upcoming nominal fire instant (UTC epoch ms), the schedule zone's UTC offset at it, and
+    with jitter the instant it fires at."""
 
     at_ms: int
     utc_offset_ms: int
+    fires_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,18 +49,24 @@ class Preview:
     ended: bool
 
 
-def zone_of(spec: ScheduleSpec) -> str:
-    """The IANA zone a schedule's wall times are read in: a cron's own, UTC for the other kinds."""
-    return spec.timezone if isinstance(spec, CronSpec) else UTC_ZONE
-
-
-def preview(spec: ScheduleSpec, *, now_ms: int, count: int, from_ms: int | None = None) -> Preview:
+def preview(
+    spec: ScheduleSpec,
+    *,
+    now_ms: int,
+    count: int,
+    from_ms: int | None = None,
+    seed: int = 0,
+    calendar: CalendarRules | None = None,
+) -> Preview:
     """The first ``count`` fire instants of ``spec`` for a task registered at ``now_ms``; with
-    ``from_ms``, only those at or after it (the task's fires before it are counted for ``max_fires``)."""
+    ``from_ms``, only those at or after it (the task's fires before it are counted for ``max_fires``);
+    without those ``calendar`` (the rules of the calendar the spec names) excludes; jittered for the
+    task whose id is ``seed``."""
     if count < 1:
         raise ValueError(f"count must be positive, got {count}")
-    schedule = schedule_of(spec)
-    timeline = zone_timeline(zone_of(spec))
+    schedule = schedule_of(spec, calendar=calendar)
+    jittered = schedule_of(spec, seed, calendar)
+    timeline = zone_timeline(schedule_zone(spec))
     remaining = spec.max_fires  # fires left before the planner completes the task
     instant = schedule.first_fire(now_ms)
     if from_ms is not None and instant is not None and instant < from_ms:
@@ -70,9 +82,10 @@ def preview(spec: ScheduleSpec, *, now_ms: int, count: int, from_ms: int | None 
                 instant = schedule.next_fire(instant)
     found: list[Occurrence] = []
     while instant is not None and len(found) < count and (remaining is None or remaining > 0):
-        found.append(Occurrence(instant, timeline.offset_ms(instant)))
+        fires_at = jittered.jittered(instant) if isinstance(jittered, JitteredSchedule) else None
+        found.append(Occurrence(instant, timeline.offset_ms(instant), fires_at))
         if remaining is not None:
             remaining -= 1
         instant = schedule.next_fire(instant)
     ended = instant is None or remaining == 0
-    return Preview(zone_of(spec), found, ended)
+    return Preview(schedule_zone(spec), found, ended)

@@ -46,7 +46,8 @@ from tjobs.service.validation import (
     parse_misfire_policy,
 )
 from tjobs.settings import Settings
-from tjobs.specs import CallbackSpec, ScheduleKind
+from tjobs.specs import CallbackSpec, ScheduleKind, ScheduleSpec
+from tjobs.specs.calendar import CalendarLookup, CalendarRules
 from tjobs.stores.base import TaskStore
 from tjobs.stores.queries import TaskQuery
 from tjobs.targets.model import RetryPolicy, pick_budget
@@ -114,6 +115,7 @@ class TaskService:
         targets: TargetService | None = None,
         unreachable_shards: Callable[[], frozenset[int]] | None = None,
         observer: FireObserver = NO_OBSERVER,
+        calendars: CalendarLookup | None = None,
     ) -> None:
         """``flow_sink`` delivers the flows this service commits itself (a manual trigger, a dead
         letter re-driven): the deliverer's :meth:`tjobs.delivery.deliverer.Deliverer.deliver`.
@@ -121,13 +123,16 @@ class TaskService:
         ``unreachable_shards`` names the shards whose database server this node knows to be down
         (:meth:`tjobs.cluster.db_health.DatabaseHealth.paused_shards`): a create landing on one is
         refused at once with :class:`StorageUnavailable`, before anything is sent. ``observer`` hears
-        of every dead letter re-driven (the service levels count a flow dead once)."""
+        of every dead letter re-driven (the service levels count a flow dead once).
+        ``calendars`` answers an app's calendar by name (:meth:`tjobs.service.calendars.CalendarService.rules`):
+        a schedule naming one the node does not know is a 422 (without it, naming one is)."""
         self._store = store
         self._hot_tier = hot_tier
         self._settings = settings
         self._clock = clock
         self._topology = topology
         self._observer = observer
+        self._calendars = calendars
         self._ids = TaskIdGenerator(topology.shard_count)
         # the shard of a task without a key only needs to be uniform, not unpredictable: a seeded
         # PRNG instead of TaskIdGenerator.random_shard's secrets (a syscall per task in a batch)
@@ -164,13 +169,14 @@ class TaskService:
         default_policy = self._settings.default_misfire_policy(schedule.kind)
         policy = parse_misfire_policy(request.get("misfire_policy"), default_policy)
         delivery = parse_delivery(request.get("delivery"))
-        first = schedule_of(schedule).first_fire(now_ms)
-        if first is None:
+        calendar = self.calendar_of(app.id, schedule)
+        if schedule_of(schedule, calendar=calendar).first_fire(now_ms) is None:
             raise InvalidInput("schedule", "never fires", "never_fires")
         shards = self._topology.shard_count
         shard = shard_for_key(app.id, key, shards) if key else self._shards.randrange(shards)
+        task_id = self._ids.mint(shard, now_ms)
         return Task(
-            id=self._ids.mint(shard, now_ms),
+            id=task_id,
             app_id=app.id,
             name=name,
             key=key,
@@ -180,7 +186,7 @@ class TaskService:
             misfire_policy=policy,
             delivery=delivery,
             status=TaskStatus.ACTIVE,
-            next_run_at_ms=first,
+            next_run_at_ms=schedule_of(schedule, task_id, calendar).first_fire(now_ms),
             version=1,
             fire_count=0,
             created_at_ms=now_ms,
@@ -203,12 +209,25 @@ class TaskService:
                 return Created(existing, created=False)
             except Conflict:
                 # A task id collision (1 in 4096 per node and millisecond): mint another id.
-                task.id = self._ids.mint(shard_of_task_id(task.id), self._clock.now_ms())
+                task_id = self._ids.mint(shard_of_task_id(task.id), self._clock.now_ms())
+                reminted(task, task_id, now_ms, self.calendar_of(app.id, task.schedule))
                 continue
             await self._hot_tier.publish(TaskChange.of(stored))
             self.counts.changed(app.id, stored.id, None, stored.status)
             return Created(stored, created=True)
         raise Conflict(f"could not store task {task.name!r}; retry")
+
+    def calendar_of(self, app_id: str, schedule: ScheduleSpec) -> CalendarRules | None:
+        """The rules of the calendar ``schedule`` names (``None`` if it names none); a 422 naming
+        ``schedule.calendar`` when the app has no calendar of that name (as this node knows them: a
+        calendar written on another node is known here within ``tjobs.service.calendars.REFRESH_S``)."""
+        name = getattr(schedule, "calendar", None)
+        if name is None:
+            return None
+        rules = None if self._calendars is None else self._calendars(app_id, name)
+        if rules is None:
+            raise InvalidInput("schedule.calendar", f"the app has no calendar named {name!r}", "unknown_calendar")
+        return rules
 
     async def check_targets(self, app: App, callback: CallbackSpec, request: Any = None) -> None:
         """The SSRF policy at registration: 422 naming the URL field if a URL is refused; and for a
@@ -255,7 +274,12 @@ class TaskService:
                 results[index] = ItemResult(None, False, error)
                 continue
             while task.id in ids:
-                task.id = self._ids.mint(shard_of_task_id(task.id), now_ms)
+                reminted(
+                    task,
+                    self._ids.mint(shard_of_task_id(task.id), now_ms),
+                    now_ms,
+                    self.calendar_of(app.id, task.schedule),
+                )
             try:
                 self._check_reachable(shard_of_task_id(task.id))
             except StorageUnavailable as error:
@@ -493,7 +517,7 @@ class TaskService:
             task.schedule = parse_schedule_request(
                 request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
             )
-            first = schedule_of(task.schedule).first_fire(now_ms)
+            first = schedule_of(task.schedule, task.id, self.calendar_of(task.app_id, task.schedule)).first_fire(now_ms)
             if first is None:
                 raise InvalidInput("schedule", "never fires", "never_fires")
             task.next_run_at_ms = first
@@ -592,3 +616,10 @@ def with_defaults(callback: Any, app: App) -> Any:
     if defaults.get("headers") and isinstance(callback.get("headers", {}), dict):
         merged["headers"] = {**defaults["headers"], **callback.get("headers", {})}
     return merged
+
+
+def reminted(task: Task, task_id: int, now_ms: int, calendar: CalendarRules | None) -> None:
+    """Give a task built for insertion another id: a jittered schedule's first instant is seeded by
+    the id (:mod:`tjobs.schedules.jitter`), so it is computed again."""
+    task.id = task_id
+    task.next_run_at_ms = schedule_of(task.schedule, task_id, calendar).first_fire(now_ms)

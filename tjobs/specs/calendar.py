@@ -16,11 +16,23 @@ path caches the compiled rules by value).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tjobs.wire import CALENDAR_NAME_PATTERN
+
+__all__ = [
+    "CALENDAR_NAME_PATTERN",
+    "WEEKDAYS",
+    "Calendar",
+    "CalendarLookup",
+    "CalendarRules",
+    "calendar_rules_from_json",
+    "calendar_rules_to_json",
+]
+
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # ISO order: mon is 1
-CALENDAR_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +64,10 @@ class Calendar:
     version: int
     created_at_ms: int
     updated_at_ms: int
+
+
+CalendarLookup = Callable[[str, str], CalendarRules | None]
+"""(app id, calendar name) -> the calendar's rules, from memory; ``None``: not known."""
 
 
 def calendar_rules_to_json(rules: CalendarRules) -> dict[str, Any]:

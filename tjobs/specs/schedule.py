@@ -5,15 +5,18 @@ The canonical form is what :func:`tjobs.schedules.parsing.parse_schedule_request
 as JSON in the task's ``schedule`` column::
 
     CronSpec      {"kind": "cron", "expr", "timezone", "dst_gap", "dst_overlap",
-                   ["start_at_ms",] ["end_at_ms",] ["max_fires"]}
-    IntervalSpec  {"kind": "interval", "every_ms", "start_at_ms", ["end_at_ms",] ["max_fires"]}
+                   ["start_at_ms",] ["end_at_ms",] ["max_fires",] ["jitter_ms",] ["calendar"]}
+    IntervalSpec  {"kind": "interval", "every_ms", "start_at_ms", ["end_at_ms",] ["max_fires",] ["jitter_ms",]
+                   ["calendar"]}
     AtSpec        {"kind": "at", "at_ms"}
     DelaySpec     {"kind": "delay", "delay_ms", "at_ms"}
 
 The JSON keys are the dataclass field names, in field order, and optional fields are left out when
 unset, so :func:`schedule_to_json` writes exactly the bytes the store has always held and
 :func:`schedule_from_json` reads every stored row back. Both bounds are inclusive; ``max_fires`` is
-enforced by the fire planner.
+enforced by the fire planner. ``jitter_ms`` (recurring kinds) moves each occurrence a reproducible
+offset later (:mod:`tjobs.schedules.jitter`); ``calendar`` (recurring kinds) names the app's calendar
+whose excluded instants it skips (:mod:`tjobs.schedules.calendars`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class CronSpec:
     start_at_ms: int | None = None
     end_at_ms: int | None = None
     max_fires: int | None = None
+    jitter_ms: int | None = None
+    calendar: str | None = None
 
     def __post_init__(self) -> None:
         # a stored row holds the policies as their strings
@@ -76,6 +81,8 @@ class IntervalSpec:
     start_at_ms: int
     end_at_ms: int | None = None
     max_fires: int | None = None
+    jitter_ms: int | None = None
+    calendar: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
