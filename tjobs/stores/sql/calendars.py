@@ -1,8 +1,8 @@
 """The SQL store's calendars (:class:`tjobs.stores.contracts.calendars.CalendarRecords`): ``calendars``
 of the first logical database, over the engines of the
 :class:`tjobs.stores.sqlalchemy.SQLAlchemyTaskStore` it is given (no pool of its own). A write is an
-``UPDATE ... SET version = version + 1`` or, when there is no row yet, an ``INSERT`` (a clash with a
-concurrent insert turns into the update), then the row read back in the same transaction.
+``INSERT`` of version 1, or when the key is taken an ``UPDATE ... SET version = version + 1`` and the row
+read back in the same transaction (an insert first: two writers of a new name never deadlock on a gap lock).
 """
 
 from __future__ import annotations
@@ -60,21 +60,20 @@ class SqlCalendars(CalendarRecords):
             "created_at_ms": now_ms,
             "updated_at_ms": now_ms,
         }
-        for _ in range(2):
-            try:
-                async with self._store._write(self._url) as conn:
-                    result = await conn.execute(change, execution_options=self._options)
-                    if result.rowcount == 0:
-                        await conn.execute(insert(CALENDARS), [row], execution_options=self._options)
-                    stored = (
-                        (await conn.execute(select(CALENDARS).where(*key), execution_options=self._options))
-                        .mappings()
-                        .one()
-                    )
-                    return _from_row(stored)
-            except sa_exc.IntegrityError:
-                continue  # inserted meanwhile: update it
-        raise RuntimeError(f"calendar {app_id}/{name} could not be written")
+        try:
+            async with self._store._write(self._url) as conn:
+                await conn.execute(insert(CALENDARS), [row], execution_options=self._options)
+            return _from_row(row)
+        except sa_exc.IntegrityError:
+            pass  # there is one: replace its rules
+        async with self._store._write(self._url) as conn:
+            await conn.execute(change, execution_options=self._options)
+            stored = (
+                (await conn.execute(select(CALENDARS).where(*key), execution_options=self._options)).mappings().first()
+            )
+        if stored is None:  # deleted in between: write it again
+            return await self.put_calendar(app_id, name, rules, now_ms)
+        return _from_row(stored)
 
     async def get_calendar(self, app_id: str, name: str) -> Calendar | None:
         statement = select(CALENDARS).where(CALENDARS.c.app_id == app_id, CALENDARS.c.name == name)
