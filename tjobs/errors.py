@@ -17,6 +17,7 @@
     │   └── TargetInUse            tasks still name the target (``details.tasks`` says how many)
     ├── Unauthorized          401
     ├── AppDisabled           403  the app's key is refused while an operator has it disabled
+    ├── Forbidden             403  an operator account's role does not allow this
     ├── QuotaExceeded         429
     │   └── RateLimited            a request rate limit; ``retry_after_s`` says when to come back
     ├── StorageUnavailable    503  a database could not be reached; nothing was written; ``Retry-After``
@@ -154,6 +155,14 @@ class TargetInUse(Conflict):
 class Unauthorized(TjobsError):
     status_code = 401
     code = "unauthorized"
+
+
+class Forbidden(TjobsError):
+    """The caller is known, but its role (viewer, operator, admin of an app; or global admin) does not allow
+    this request."""
+
+    status_code = 403
+    code = "forbidden"
 
 
 class AppDisabled(TjobsError):

@@ -30,6 +30,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from tjobs import wire
+from tjobs.api.accounts_auth import is_token, token_admin, token_app
 from tjobs.api.bodies import parse_json, require_json_content_type
 from tjobs.api.principal import ADMIN_NAME, remember
 from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
@@ -95,6 +96,8 @@ async def _authenticate(request: Request, key: str | None) -> App:
         limits.admit_unauthenticated()
         raise Unauthorized("missing 'Authorization: Bearer <api key>'")
     key = key.strip()
+    if is_token(key):
+        return await token_app(request, key)
     key_hash = hash_api_key(key)
     if limits.is_refused_key(key_hash):
         limits.admit_unauthenticated()
@@ -151,6 +154,8 @@ BEARER: dict[str, Any] = {"security": [{"HTTPBearer": []}]}  # openapi_extra of 
 async def require_admin(request: Request, credentials: Credentials) -> None:
     expected = node_of(request).settings.api.admin_key
     given = "" if credentials is None else credentials.credentials.strip()
+    if is_token(given):
+        return await token_admin(request, given)
     if not _matches(given, expected):
         rate_limits_of(request).admit_unauthenticated()
         raise Unauthorized("admin key required")

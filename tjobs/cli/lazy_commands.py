@@ -80,6 +80,18 @@ def _schedule_app() -> typer.Typer:
     return schedule_app
 
 
+def _users_app() -> typer.Typer:
+    from tjobs.cli.account_commands import users_app
+
+    return users_app
+
+
+def _tokens_app() -> typer.Typer:
+    from tjobs.cli.account_commands import tokens_app
+
+    return tokens_app
+
+
 def _target_app() -> typer.Typer:
     from tjobs.cli.target_commands import target_app
 
@@ -95,6 +107,8 @@ LAZY_GROUPS: dict[str, Callable[[], typer.Typer]] = {
     "shards": _shards_app,
     "schedule": _schedule_app,
     "target": _target_app,
+    "users": _users_app,
+    "tokens": _tokens_app,
 }
 
 
