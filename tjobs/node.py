@@ -37,6 +37,7 @@ from tjobs.observability.metrics import Metrics, NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
 from tjobs.observability.slo_recorder import SloRecorder
+from tjobs.service.accounts import AccountService
 from tjobs.service.apps import AppDirectory, AppService
 from tjobs.service.calendars import CalendarService
 from tjobs.service.cluster_slo import ClusterServiceLevels
@@ -218,6 +219,7 @@ class Node:
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         # The API and the console reach the store only through the services (tasks, target_service and these).
         self.app_service = AppService(self.store, self.apps, settings, self.clock, self.disabled_apps)
+        self.accounts = AccountService(self.store, self.clock)  # operator users, their tokens, console sessions
         self.shards = ShardService(self.coordinator, self.store)
         self.cluster_slo = ClusterServiceLevels(self.store, self.clock)
         self.started = False

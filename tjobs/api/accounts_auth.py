@@ -24,8 +24,7 @@ from tjobs.api.principal import client_address, remember
 from tjobs.api.ratelimit import ApiRateLimits
 from tjobs.errors import AppDisabled, Forbidden, InvalidInput, NotFound, Unauthorized
 from tjobs.model import App
-from tjobs.service.accounts import TOKEN_PREFIX, AccountService, may
-from tjobs.stores.contracts.accounts import Role, User
+from tjobs.service.accounts import TOKEN_PREFIX, AccountService, Role, User, may
 
 if TYPE_CHECKING:
     from tjobs.node import Node

@@ -12,8 +12,7 @@ from tjobs.api.accounts_auth import accounts_of, basic_or_token_user
 from tjobs.api.deps import errors, json_body, json_object, json_response, ok, require_admin
 from tjobs.clock import iso_ms
 from tjobs.errors import InvalidInput
-from tjobs.service.accounts import USER_NAME_PATTERN, check_user_name
-from tjobs.stores.contracts.accounts import ApiToken, ConsoleSession, User
+from tjobs.service.accounts import USER_NAME_PATTERN, ApiToken, ConsoleSession, User, check_user_name
 
 me = APIRouter(prefix="/v1", tags=["accounts"])
 admin = APIRouter(prefix="/v1", tags=["accounts"], dependencies=[Depends(require_admin)])

@@ -7,7 +7,8 @@ page is open and offers "select all" on dead letters.
 Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once, in
 :mod:`tjobs.console.context` and :mod:`tjobs.console.session`. The pages (one module per area):
 
-- ``pages_session``: sign in (an app key or the admin key), sign out, the static files;
+- ``pages_session``: sign in (an app key, the admin key, or a user and password), sign out, the static
+  files;
 - ``pages_overview``: per app fire rate, lateness, reach, dead letters;
 - ``pages_tasks``: the task list, a task (its schedule's next instants, flows), pause / resume /
   trigger / edit / delete, each confirmed;
@@ -48,7 +49,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_tasks,
     )
 
-    api.state.console = Console(node, api.state.app_service, api.state.rate_limits)
+    api.state.console = Console(node, api.state.app_service, api.state.rate_limits, api.state.credential_limits)
     pages = (
         pages_session,
         pages_overview,

@@ -8,7 +8,10 @@ CSRF check, and HTML rendering.
   gets the same "not found" page as for an id that does not exist (:meth:`Console.task_owner`,
   :meth:`Console.flow_owner`, :meth:`Console.scope`), as the API does (invariant 10).
 - Every POST goes through :meth:`Console.posted`, which refuses it (403) unless its form carries the
-  session's CSRF token; nothing changes before that check.
+  session's CSRF token and the session's role allows it (:func:`role_needed`: a viewer only signs out,
+  an operator changes tasks, an app admin its targets); nothing changes before those checks.
+- Sessions are rows on the server (:class:`tjobs.service.accounts.AccountService`); a user's role is read
+  again on every request.
 - A console route answers HTML whatever happens (:class:`ConsoleRoute`): a :class:`TjobsError`
   becomes its status code with an error page, never the API's JSON.
 - Pages are sent with ``Cache-Control: no-store`` (a page may show a key once) and a Content Security
@@ -33,11 +36,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
 from sharding import shard_of_task_id
+from tjobs.api.credential_limits import CredentialLimits
 from tjobs.api.principal import ADMIN_NAME, remember
 from tjobs.clock import iso_ms
-from tjobs.console.session import COOKIE_NAME, CSRF_FIELD, CSRF_HEADER, SessionClaim, SessionCodec, session_secret
-from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, TjobsError
+from tjobs.console.session import COOKIE_NAME, CSRF_FIELD, CSRF_HEADER, SessionCodec, session_secret
+from tjobs.errors import AppDisabled, Forbidden, InvalidInput, NotFound, RateLimited, TjobsError
 from tjobs.model import App, parse_flow_id
+from tjobs.service.accounts import ConsoleSession, Role, csrf_token_of, role_rank
 from tjobs.service.apps import AppService, hash_api_key
 
 if TYPE_CHECKING:
@@ -74,10 +79,14 @@ class CsrfRefused(TjobsError):
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is signed in: the admin, or one app (``app``)."""
+    """Who is signed in: the admin, or one app (``app``); ``role`` is what the session may do there (a key
+    session: ``admin``; a user's: its role on the app, ``admin`` for a global admin), ``user`` the user's
+    name (``None``: signed in with a key)."""
 
     app: App | None
     csrf: str
+    role: Role = "admin"
+    user: str | None = None
 
     @property
     def admin(self) -> bool:
@@ -85,7 +94,29 @@ class Principal:
 
     @property
     def name(self) -> str:
-        return "admin" if self.app is None else f"{self.app.name} ({self.app.id})"
+        who = "admin" if self.app is None else f"{self.app.name} ({self.app.id})"
+        return who if self.user is None else f"{self.user}, {self.role} of {who}"
+
+    def require_role(self, needed: Role) -> None:
+        """403 unless this session's role is ``needed`` or above."""
+        if role_rank(self.role) < role_rank(needed):
+            raise Forbidden(f"a {self.role} may not do this: it needs the {needed} role")
+
+
+def key_tag(key_hash: str) -> str:
+    """What a key session keeps of its key (server-side): a digest of the key's stored hash, so that
+    rotating the key ends the session on every node."""
+    return hashlib.sha256(b"tjobs console key:" + key_hash.encode()).hexdigest()
+
+
+def role_needed(path: str) -> Role:
+    """The role a console POST needs: signing out, none (a viewer's); an app's targets and settings, admin;
+    anything else (a task's pause, resume, trigger, edit, delete; a redrive), operator."""
+    if path == "/console/signout":
+        return "viewer"
+    if path.startswith(("/console/targets", "/console/apps")):
+        return "admin"
+    return "operator"
 
 
 def require_admin(principal: Principal, what: str) -> None:
@@ -157,11 +188,19 @@ def static_file(name: str) -> bytes | None:
 class Console:
     """What every console route shares: the node, the app service, the session codec and the templates."""
 
-    def __init__(self, node: Node, app_service: AppService, rate_limits: ApiRateLimits) -> None:
+    def __init__(
+        self,
+        node: Node,
+        app_service: AppService,
+        rate_limits: ApiRateLimits,
+        credential_limits: CredentialLimits | None = None,
+    ) -> None:
         self.node = node
         self.apps = app_service
         self.rate_limits = rate_limits
         self.codec = SessionCodec(session_secret(node.settings), node.settings.console.session_ttl_s)
+        self.accounts = node.accounts
+        self.credential_limits = credential_limits or CredentialLimits()
 
     @functools.cached_property
     def templates(self) -> jinja2.Environment:
@@ -205,57 +244,104 @@ class Console:
 
     async def principal(self, request: Request) -> Principal:
         """The session's principal; :class:`SignInRequired` when there is none (or it no longer holds)."""
-        claim = self.codec.read(request.cookies.get(COOKIE_NAME), self.node.clock.now_ms())
-        if claim is None:
+        session_id = request.cookies.get(COOKIE_NAME) or ""
+        session = await self.accounts.session(session_id)
+        if session is None:
             raise SignInRequired
-        principal = await self._principal_of(claim)
+        principal = await self._principal_of(session, csrf_token_of(session_id))
         if principal is None:
             raise SignInRequired
         if principal.app is not None:  # an app's console requests spend its API request budget
             self.rate_limits.admit_request(principal.app, request.method, None)
         request.state.console_principal = principal
         app_id = None if principal.app is None else principal.app.id
-        remember(request, "console_session", app_id or ADMIN_NAME, app_id)
+        if principal.user is not None:
+            remember(request, "user", principal.user, app_id)
+        else:
+            remember(request, "console_session", app_id or ADMIN_NAME, app_id)
         return principal
 
-    async def _principal_of(self, claim: SessionClaim) -> Principal | None:
-        csrf = self.codec.csrf_token(claim.nonce)
-        if claim.kind == "admin":
+    async def _principal_of(self, session: ConsoleSession, csrf: str) -> Principal | None:
+        """Who a live session row is, while its key (or its user and role) still holds."""
+        if session.kind == "admin":
             admin_key = self.node.settings.api.admin_key
-            if admin_key and self.codec.tag_matches(claim, hash_api_key(admin_key)):
+            if admin_key and hmac.compare_digest(session.key_tag, key_tag(hash_api_key(admin_key))):
                 return Principal(None, csrf)
             return None
-        assert claim.app_id is not None
-        try:
-            app = await self.node.apps.get(claim.app_id)
-        except NotFound:
-            return None
-        if not self.codec.tag_matches(claim, app.api_key_hash):
+        if session.kind == "user":
+            return await self._user_principal(session, csrf)
+        app = await self._app_or_none(session.subject)
+        if app is None or not hmac.compare_digest(session.key_tag, key_tag(app.api_key_hash)):
             return None
         if app.disabled_at_ms is not None:
             raise AppDisabled(app.id)
         return Principal(app, csrf)
 
-    async def sign_in(self, key: str) -> tuple[str, App | None] | None:
-        """Check a key typed into the sign-in form: the admin key or an app's API key. Returns the session
-        cookie value and the app (``None``: admin), or ``None`` for an unknown key; :class:`AppDisabled`
-        for the key of a disabled app."""
-        self.rate_limits.admit_unauthenticated()  # every attempt, so keys cannot be guessed quickly
-        key = key.strip()
-        if not key:
+    async def _user_principal(self, session: ConsoleSession, csrf: str) -> Principal | None:
+        """A user's session: its user still enabled, and its role on the app it signed in to (the session's
+        ``key_tag`` names that app; empty for a global admin) read afresh on every request."""
+        user = await self.accounts.find_user(session.subject)
+        if user is None or user.disabled_at_ms is not None:
             return None
-        now_ms = self.node.clock.now_ms()
-        admin_key = self.node.settings.api.admin_key
-        if admin_key and hmac.compare_digest(key.encode(), admin_key.encode()):
-            cookie, _ = self.codec.issue("admin", None, hash_api_key(admin_key), now_ms)
-            return cookie, None
-        app = await self.node.apps.authenticate(key)
-        if app is None:
+        if user.global_admin:
+            return Principal(None, csrf, "admin", user.name)
+        role = user.roles.get(session.key_tag)
+        app = None if role is None else await self._app_or_none(session.key_tag)
+        if app is None or role is None:
             return None
         if app.disabled_at_ms is not None:
             raise AppDisabled(app.id)
-        cookie, _ = self.codec.issue("app", app.id, app.api_key_hash, now_ms)
-        return cookie, app
+        return Principal(app, csrf, role, user.name)
+
+    async def _app_or_none(self, app_id: str) -> App | None:
+        try:
+            return await self.node.apps.get(app_id)
+        except NotFound:
+            return None
+
+    async def sign_in(self, key: str, address: str) -> str | None:
+        """Check a key typed into the sign-in form: the admin key or an app's API key. Returns the new
+        session's id (the cookie's value), or ``None`` for an unknown key; :class:`AppDisabled` for the key of
+        a disabled app; :class:`RateLimited` while ``address`` has spent its wrong credentials."""
+        self.credential_limits.check(address, None)
+        key = key.strip()
+        ttl_s = self.codec.ttl_s
+        admin_key = self.node.settings.api.admin_key
+        if key and admin_key and hmac.compare_digest(key.encode(), admin_key.encode()):
+            session_id, _ = await self.accounts.open_session("admin", "", key_tag(hash_api_key(admin_key)), ttl_s)
+            return session_id
+        app = await self.node.apps.authenticate(key) if key else None
+        if app is None:
+            self.credential_limits.failed(address, None)
+            return None
+        if app.disabled_at_ms is not None:
+            raise AppDisabled(app.id)
+        session_id, _ = await self.accounts.open_session("app", app.id, key_tag(app.api_key_hash), ttl_s)
+        return session_id
+
+    async def sign_in_user(self, name: str, password: str, app_id: str, address: str) -> str | None:
+        """Check a user name and password (and the app to act on: may be empty for a global admin or a user
+        with one app). Returns the new session's id, or ``None`` for a wrong name or password; 429 while the
+        address or the name has spent its wrong credentials; 403 for an app the user has no role on."""
+        account = name.strip().lower()[:64]
+        self.credential_limits.check(address, account)
+        user = await self.accounts.authenticate_password(account, password)
+        if user is None:
+            self.credential_limits.failed(address, account)
+            return None
+        app_id = app_id.strip()
+        if user.global_admin:
+            app_id = ""
+        elif not app_id and len(user.roles) == 1:
+            app_id = next(iter(user.roles))
+        elif app_id not in user.roles:
+            raise Forbidden(f"user {user.name} has no role on app {app_id!r}: name one of its apps")
+        session_id, _ = await self.accounts.open_session("user", user.name, app_id, self.codec.ttl_s)
+        return session_id
+
+    async def sign_out(self, request: Request) -> None:
+        """End the request's session: its row is deleted, so every node refuses its cookie from now on."""
+        await self.accounts.close_session(request.cookies.get(COOKIE_NAME) or "")
 
     def sign_in_token(self, pre_session: str) -> str:
         """The CSRF token of the sign-in form, bound to the browser's pre-session cookie."""
@@ -268,6 +354,7 @@ class Console:
         given = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
         if not given or not hmac.compare_digest(given.encode(), principal.csrf.encode()):
             raise CsrfRefused
+        principal.require_role(role_needed(request.url.path))
         return principal, form
 
     # ---- which app a page is about -----------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Sign in, sign out, and the console's static files.
+"""Sign in (an app key, the admin key, or a user name and password), sign out (the session's row is
+deleted: every node refuses its cookie at once), and the console's static files.
 
 The sign-in form is itself protected against cross-site posts: ``GET /console/signin`` gives the
 browser a random pre-session cookie (``SameSite=Strict``) and the form a token bound to it; a POST
@@ -14,9 +15,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from tjobs.api.principal import client_address
 from tjobs.console.context import ConsoleRoute, CsrfRefused, console_of, read_form, static_file
 from tjobs.console.session import COOKIE_NAME, COOKIE_PATH
-from tjobs.errors import AppDisabled, NotFound
+from tjobs.errors import AppDisabled, Forbidden, NotFound, RateLimited
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -63,16 +65,19 @@ async def signin(request: Request) -> Response:
     if not pre_session or not given or not hmac.compare_digest(given, console.sign_in_token(pre_session)):
         raise CsrfRefused
     target = _safe_next(form.get("next"))
+    address = client_address(request)
     try:
-        signed_in = await console.sign_in(form.get("key"))
-    except AppDisabled as disabled:
-        signed_in, status, error = None, disabled.status_code, disabled.message
-    else:
-        status, error = 401, "That key is neither an app's API key nor the admin key."
-    if signed_in is None:
+        if form.get("user"):
+            cookie = await console.sign_in_user(form.get("user"), form.get("password"), form.get("app"), address)
+            status, error = 401, "Wrong user name or password."
+        else:
+            cookie = await console.sign_in(form.get("key"), address)
+            status, error = 401, "That key is neither an app's API key nor the admin key."
+    except (AppDisabled, Forbidden, RateLimited) as refused:
+        cookie, status, error = None, refused.status_code, refused.message
+    if cookie is None:
         token = console.sign_in_token(pre_session)
         return console.render(request, "signin.html", None, status, token=token, next=target, error=error)
-    cookie, _ = signed_in
     response = RedirectResponse(target, status_code=303)
     _cookie(response, request, COOKIE_NAME, cookie, console.codec.ttl_s)
     response.delete_cookie(SIGNIN_COOKIE, path=COOKIE_PATH)
@@ -81,7 +86,9 @@ async def signin(request: Request) -> Response:
 
 @router.post("/console/signout")
 async def signout(request: Request) -> Response:
-    await console_of(request).posted(request)
+    console = console_of(request)
+    await console.posted(request)
+    await console.sign_out(request)
     response = RedirectResponse("/console/signin", status_code=303)
     response.delete_cookie(COOKIE_NAME, path=COOKIE_PATH, httponly=True, samesite="strict")
     return response

@@ -1,4 +1,10 @@
-"""Console sessions: a signed cookie naming who signed in, and the CSRF token bound to it.
+"""Console cookies. The console's sessions are kept on the server now (:meth:`tjobs.console.context.Console.
+principal`, rows of :class:`tjobs.stores.contracts.Accounts`: the cookie holds only a random id, and
+signing out deletes the row on every node); of this codec the console uses the cookie's name and path,
+``ttl_s`` and :meth:`SessionCodec.csrf_token` (for the sign-in form's token). The signed
+self-contained cookie below (:meth:`SessionCodec.issue` / :meth:`SessionCodec.read`) is no longer issued.
+
+What follows describes that signed cookie.
 
 The cookie (``tjobs_console``, ``Path=/console``, ``HttpOnly``, ``SameSite=Strict``, ``Secure`` over
 HTTPS) holds ``base64url(JSON) "." base64url(HMAC-SHA256)``. The JSON says:

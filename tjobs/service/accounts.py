@@ -30,6 +30,21 @@ from tjobs.clock import Clock
 from tjobs.errors import InvalidInput, NotFound
 from tjobs.stores.contracts.accounts import ROLES, Accounts, ApiToken, ConsoleSession, Role, SessionKind, User
 
+__all__ = [
+    "ROLES",
+    "AccountService",
+    "ApiToken",
+    "ConsoleSession",
+    "Role",
+    "SessionKind",
+    "User",
+    "csrf_token_of",
+    "hash_password",
+    "may",
+    "role_rank",
+    "verify_password",
+]
+
 USER_NAME_PATTERN = r"^[a-z0-9][a-z0-9._@-]{0,63}$"
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$"
 TOKEN_PREFIX = "tjt_"
@@ -137,10 +152,13 @@ class AccountService:
         return user
 
     async def user(self, name: str) -> User:
-        user = await self.store.get_user(name) if re.fullmatch(USER_NAME_PATTERN, name) else None
+        user = await self.find_user(name)
         if user is None:
             raise NotFound("user", name)
         return user
+
+    async def find_user(self, name: str) -> User | None:
+        return await self.store.get_user(name) if re.fullmatch(USER_NAME_PATTERN, name) else None
 
     async def list_users(self) -> list[User]:
         return await self.store.list_users()
