@@ -41,13 +41,11 @@ from tjobs.api import (
 )
 from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.credential_limits import CredentialLimits
-from tjobs.api.credential_limits import CredentialLimits
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_content, error_headers, ok
 from tjobs.api.metrics_middleware import MetricsMiddleware
 from tjobs.api.ratelimit import AdmissionMiddleware, ApiRateLimits
 from tjobs.errors import TjobsError
 from tjobs.model import App
-from tjobs.service.accounts import AccountService
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -83,8 +81,6 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.state.node = node
     api.state.app_service = node.app_service
     api.state.accounts = node.accounts
-    api.state.credential_limits = CredentialLimits()
-    api.state.accounts = AccountService(node.store, node.clock)
     api.state.credential_limits = CredentialLimits()
     api.state.rate_limits = ApiRateLimits(
         node.settings.rate_limits,
@@ -122,8 +118,6 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_pools.router)
     api.router.routes.insert(0, routes_pools.heartbeat_route)  # the pools' hot path, matched first
     api.include_router(routes_shards.admin)
-    api.include_router(routes_users.me)
-    api.include_router(routes_users.admin)
     api.include_router(routes_users.me)
     api.include_router(routes_users.admin)
 
