@@ -62,9 +62,11 @@ async def test_a_bad_calendar_is_a_422_naming_the_field(
     assert_error(await tenant.client.put("/v1/calendars/bad", json=body), 422, code, field)
 
 
-async def test_a_bad_calendar_name_in_the_path_is_a_4xx(tenant: Tenant) -> None:
-    response = await tenant.client.put("/v1/calendars/-bad", json={})
-    assert 400 <= response.status_code < 500
+async def test_a_name_that_cannot_be_a_calendars_is_a_422_when_put_and_a_404_when_read(tenant: Tenant) -> None:
+    assert_error(await tenant.client.put("/v1/calendars/-bad", json={}), 422, None, "name")
+    assert_error(await tenant.client.put(f"/v1/calendars/{'x' * 65}", json={}), 422, None, "name")
+    assert_error(await tenant.client.get("/v1/calendars/-bad"), 404)
+    assert_error(await tenant.client.delete("/v1/calendars/-bad"), 404)
 
 
 async def test_a_task_skips_what_its_calendar_excludes_and_follows_a_change(tenant: Tenant) -> None:

@@ -7,6 +7,7 @@ Each app sees only its own calendars (another app's name answers 404); see
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, Response
@@ -14,13 +15,27 @@ from fastapi import APIRouter, Path, Request, Response
 from tjobs.api import schemas
 from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_response, ok
 from tjobs.clock import iso_ms
+from tjobs.errors import NotFound
 from tjobs.specs.calendar import CALENDAR_NAME_PATTERN, Calendar, calendar_rules_to_json
 
 router = APIRouter(prefix="/v1", tags=["calendars"])
 
+# published with its form; judged here: a name that cannot be one is a 404 (as a name not stored), and a
+# 422 naming ``name`` when put
 CalendarNamePath = Annotated[
-    str, Path(pattern=CALENDAR_NAME_PATTERN, max_length=64, description="a calendar's name (letters, digits, ._-)")
+    str,
+    Path(
+        description="a calendar's name (letters, digits, ._-)",
+        json_schema_extra={"pattern": CALENDAR_NAME_PATTERN, "minLength": 1, "maxLength": 64},
+    ),
 ]
+_NAME = re.compile(CALENDAR_NAME_PATTERN)
+
+
+def _stored_name(raw: str) -> str:
+    if not _NAME.fullmatch(raw):
+        raise NotFound("calendar", raw[:80])
+    return raw
 
 
 def calendar_json(calendar: Calendar) -> dict[str, Any]:
@@ -63,7 +78,7 @@ async def list_calendars(app: AppDep, node: NodeDep) -> Any:
     responses={**ok(200, schemas.StoredCalendar), **errors(401, 404)},
 )
 async def get_calendar(name: CalendarNamePath, app: AppDep, node: NodeDep) -> Any:
-    return json_response(calendar_json(await node.calendars.get(app.id, name)))
+    return json_response(calendar_json(await node.calendars.get(app.id, _stored_name(name))))
 
 
 @router.delete(
@@ -73,5 +88,5 @@ async def get_calendar(name: CalendarNamePath, app: AppDep, node: NodeDep) -> An
     responses={**ok(204, None, "deleted"), **errors(401, 404)},
 )
 async def delete_calendar(name: CalendarNamePath, app: AppDep, node: NodeDep) -> Response:
-    await node.calendars.delete(app.id, name)
+    await node.calendars.delete(app.id, _stored_name(name))
     return Response(status_code=204)
