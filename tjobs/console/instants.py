@@ -1,7 +1,8 @@
 """A task's next instants as the firing path will see them, and how to show an instant in a zone.
 
-Pure: the schedule math is the fire path's own (:func:`tjobs.schedules.parsing.schedule_of`), walked
-from the task's stored next run, and ``max_fires`` counts the fires the task already had.
+Pure: the schedule math is the fire path's own (:func:`tjobs.schedules.parsing.schedule_of`, jittered
+for the task), walked from the task's stored next run, and ``max_fires`` counts the fires the task
+already had. Instants a calendar the schedule names excludes are still listed (the page has no calendar).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def next_instants(task: Task, count: int = 10) -> list[Instant]:
     """The next ``count`` instants the task will fire at, from its stored next run (none once completed)."""
     if task.status is TaskStatus.COMPLETED or task.next_run_at_ms is None:
         return []
-    schedule = schedule_of(task.schedule)
+    schedule = schedule_of(task.schedule, task.id)  # jittered as the task fires (a calendar is not applied here)
     limit = count
     if schedule.max_fires is not None:
         limit = min(count, max(schedule.max_fires - task.fire_count, 0))
