@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sharding.shard_map import ShardMap
+from tjobs.alerts.wiring import NodeAlerts
 from tjobs.clock import Clock, SystemClock
 from tjobs.cluster.base import Coordinator
 from tjobs.cluster.db_health import DatabaseHealth
@@ -222,6 +223,10 @@ class Node:
         self.accounts = AccountService(self.store, self.clock)  # operator users, their tokens, console sessions
         self.shards = ShardService(self.coordinator, self.store)
         self.cluster_slo = ClusterServiceLevels(self.store, self.clock)
+        # Alert rules and channels, evaluated once per cluster: on the dispatcher leader (tjobs.alerts)
+        self.alerts = NodeAlerts(
+            settings, self.store, self.coordinator, self.apps, self.guard, self.transport, self.clock
+        )
         self.started = False
 
     async def start(self) -> None:
@@ -251,6 +256,7 @@ class Node:
             await begin(self.retention.start(), self.retention.stop)
             await begin(self.tasks.counts.start(), self.tasks.counts.stop)
             await begin(self.slo_recorder.start(), self.slo_recorder.stop)
+            await begin(self.alerts.start(), self.alerts.stop)
             if self.metrics.enabled:
                 await self.move_watch.start()
             started.pop_all()  # all started: stop() ends them from now on
@@ -268,6 +274,7 @@ class Node:
 
     async def stop(self, drain_timeout_s: float = 10.0) -> None:
         self.started = False
+        await self.alerts.stop()
         await self.coordinator.stop()
         await self.runner.stop()
         await self.compensator.stop()

@@ -235,6 +235,21 @@ class DirectorySettings(SettingsSection):
     read_deadline_ms: int = Field(default=200, ge=1, le=10_000)
 
 
+class AlertingSettings(SettingsSection):
+    """Alerts (:mod:`tjobs.alerts`): evaluated once per cluster, on the dispatcher leader."""
+
+    enabled: bool = True
+    interval_s: float = Field(default=30.0, ge=1, le=3600)  # how often the leader evaluates every rule
+    send_timeout_ms: int = Field(default=5000, ge=100, le=60_000)  # one notification to one channel
+    # The SMTP server e-mail channels send through (none: e-mail channels fail their sends, logged)
+    smtp_host: str | None = None
+    smtp_port: int = Field(default=25, ge=1, le=65_535)
+    smtp_from: str = "tjobs-alerts@localhost"
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = False
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TJOBS_", env_nested_delimiter="__", extra="forbid")
 
@@ -253,6 +268,7 @@ class Settings(BaseSettings):
     targets: TargetsSettings = Field(default_factory=TargetsSettings)
     directory: DirectorySettings = Field(default_factory=DirectorySettings)
     slo: SloSettings = Field(default_factory=SloSettings)
+    alerts: AlertingSettings = Field(default_factory=AlertingSettings)
     allow_loopback_callbacks: bool = False
 
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:

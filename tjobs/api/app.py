@@ -26,6 +26,7 @@ from starlette.types import ASGIApp
 
 from tjobs import __version__
 from tjobs.api import (
+    routes_alerts,
     routes_apps,
     routes_calendars,
     routes_flows,
@@ -112,6 +113,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_apps.router)
     api.include_router(routes_apps.admin)
     api.include_router(routes_slo.router)
+    api.include_router(routes_alerts.router)
     api.include_router(routes_targets.router)
     api.include_router(routes_schedules.router)
     api.include_router(routes_calendars.router)

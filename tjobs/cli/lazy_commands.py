@@ -92,6 +92,12 @@ def _tokens_app() -> typer.Typer:
     return tokens_app
 
 
+def _alerts_app() -> typer.Typer:
+    from tjobs.cli.alert_commands import alerts_app
+
+    return alerts_app
+
+
 def _target_app() -> typer.Typer:
     from tjobs.cli.target_commands import target_app
 
@@ -107,6 +113,7 @@ LAZY_GROUPS: dict[str, Callable[[], typer.Typer]] = {
     "shards": _shards_app,
     "schedule": _schedule_app,
     "target": _target_app,
+    "alerts": _alerts_app,
     "users": _users_app,
     "tokens": _tokens_app,
 }

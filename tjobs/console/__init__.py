@@ -17,6 +17,7 @@ Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once,
 - ``pages_targets``: the app's named delivery targets, one target (credentials only as set or not
   set), deleting one (confirmed);
 - ``pages_apps`` (admin): create, limits, rotate key or secret (a new key or secret is shown once);
+- ``pages_alerts``: what fires, the alert rules and channels (an app's own; the admin's: all);
 - ``pages_cluster`` (admin): nodes, job groups, the plan, database servers, the hot tier.
 """
 
@@ -39,6 +40,7 @@ def include_console(api: FastAPI, node: Node) -> None:
     if not node.settings.console.enabled:
         return
     from tjobs.console import (
+        pages_alerts,
         pages_apps,
         pages_cluster,
         pages_flows,
@@ -57,6 +59,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_schedules,
         pages_flows,
         pages_targets,
+        pages_alerts,
         pages_apps,
         pages_cluster,
     )
