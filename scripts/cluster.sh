@@ -48,8 +48,7 @@ spawn() {  # spawn NAME CMD...: detached, its own session, PID recorded
     local name="$1"
     shift
     rm -f "$DIR/$name.pid"
-    setsid -f bash -c 'echo $$ >"$0" && exec "$@"' "$DIR/$name.pid" "$@" \
-        </dev/null >>"$DIR/$name.log" 2>&1
+    bash "$ROOT/scripts/detach.sh" "$DIR/$name.pid" "$PWD" "$@" >>"$DIR/$name.log" 2>&1
     local i
     for i in $(seq 50); do [ -s "$DIR/$name.pid" ] && return 0; sleep 0.1; done
     die "$name did not start; see $DIR/$name.log"

@@ -153,9 +153,7 @@ spawn() {
     rm -f "$pf"
     mkdir -p "$DIR/$svc"
     printf '\n=== %s starting %s\n' "$(date -u +%FT%TZ)" "$*" >>"$(logfile "$svc")"
-    # 8>&- : the daemon must not inherit the lock on $DIR/.lock
-    setsid -f bash -c 'cd "$1" && echo $$ >"$0" && shift && exec "$@"' "$pf" "$DIR/$svc" "$@" \
-        </dev/null >>"$(logfile "$svc")" 2>&1 8>&-
+    bash "$ROOT/scripts/detach.sh" "$pf" "$DIR/$svc" "$@" >>"$(logfile "$svc")" 2>&1
     local i
     for i in $(seq 50); do
         [ -s "$pf" ] && return 0
