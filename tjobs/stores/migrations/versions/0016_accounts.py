@@ -2,6 +2,8 @@
 parameters, global admin flag, roles per app, disabled), ``api_tokens`` (personal API tokens by the
 SHA-256 of the token) and ``console_sessions`` (server-side console sessions by the SHA-256 of their id).
 
+A table already there is left alone (a database whose ``alembic_version`` was set back re-runs this).
+
 Revision ID: 0016_accounts
 Revises: 0015_alerts
 Create Date: 2026-12-02
@@ -13,6 +15,7 @@ from typing import Any
 
 from alembic import op as global_op
 from alembic.operations import Operations
+from sqlalchemy import inspect
 
 from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
 from tjobs.stores.schema_accounts import (
@@ -38,11 +41,16 @@ def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) ->
     op = operations or global_op
     if not holds_apps:
         return
-    op.create_table(USERS_TABLE, *users_schema_items(), **_OPTIONS)
+    bind = op.get_bind()
+    schema = bind.exec_driver_sql("SELECT DATABASE()").scalar() if bind.dialect.name == "mysql" else None
+    inspector = inspect(bind)
     for name, items, indexes in (
+        (USERS_TABLE, users_schema_items(), []),
         (API_TOKENS_TABLE, api_tokens_schema_items(), API_TOKENS_INDEXES),
         (CONSOLE_SESSIONS_TABLE, console_sessions_schema_items(), CONSOLE_SESSIONS_INDEXES),
     ):
+        if inspector.has_table(name, schema=schema):
+            continue
         op.create_table(name, *items, **_OPTIONS)
         for index_name, columns in indexes:
             op.create_index(index_name, name, columns)
