@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from testkit import RunningNode
 from tests.api.conftest import Tenant
+from tjobs.cli.main import app as cli
 from tjobs.model import SloCounts, SloMinute
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -108,6 +112,7 @@ async def test_the_admin_keeps_the_cluster_rules(admin: httpx.AsyncClient, tenan
 async def test_what_fires_is_listed_for_its_app_only(api_node: RunningNode, tenant_factory: Any) -> None:
     mine, theirs = await tenant_factory("firing"), await tenant_factory("quiet")
     rule = (await mine.client.post("/v1/alerts/rules", json=RULE)).json()
+    await api_node.node.alerts.evaluator.stop()  # the node's own pass (at the real time) stays out of it
     now_ms = api_node.node.clock.now_ms()
     await api_node.node.store.add_slo_minutes("n-test", [SloMinute(mine.app.id, now_ms // 60_000, SloCounts(dead=3))])
     await api_node.node.alerts.evaluator.evaluate(now_ms)
@@ -127,3 +132,25 @@ async def test_an_unknown_id_is_a_404(tenant: Tenant) -> None:
     for path in ("/v1/alerts/rules/rule_0000000000000000", "/v1/alerts/channels/nope"):
         response = await tenant.client.get(path)
         assert response.status_code == 404, path
+
+
+async def test_the_cli_manages_rules_and_channels(api_node: RunningNode, tenant: Tenant) -> None:
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "200"}
+
+    async def run(*args: str, code: int = 0) -> str:
+        result = await asyncio.to_thread(CliRunner().invoke, cli, ["alerts", *args], env=env)
+        assert result.exit_code == code, result.output
+        return result.output
+
+    channel = json.loads(await run("channel-add", "ops", "--kind", "email", "--setting", "to=a@x.test,b@x.test"))
+    assert channel["settings"] == {"to": ["a@x.test", "b@x.test"]}
+    made = await run("rule-add", "dlq", "--kind", "dead_letters", "-p", "threshold=10", "-c", channel["id"], "--json")
+    rule = json.loads(made)
+    assert rule["params"] == {"threshold": 10, "window_minutes": 5} and rule["channels"] == [channel["id"]]
+    assert "dlq" in await run("rules") and "a@x.test" in await run("channels")
+    refused = await run("rule-add", "bad", "--kind", "dead_letters", "-p", "threshold=0", code=1)
+    assert "params.threshold" in refused
+    assert json.loads(await run("active", "--json")) == []
+    await run("rule-rm", rule["id"])
+    await run("channel-rm", channel["id"])
+    assert json.loads(await run("rules", "--json")) == []
