@@ -109,6 +109,25 @@ UNEXPRESSIBLE = [
     Unexpressible(
         "a named target must exist in the app", r"callback\.(target|targets\[\d+\])", frozenset({"unknown_target"})
     ),
+    Unexpressible("a named calendar must exist in the app", r"schedule\.calendar", frozenset({"unknown_calendar"})),
+    Unexpressible(
+        "a jitter is at most the schedule's period (an interval's every_ms, a cron's smallest gap)",
+        r"schedule\.jitter_ms",
+        frozenset({"jitter_too_large"}),
+    ),
+    Unexpressible(
+        "a calendar's dates, month-days and wall times are real ones and a range ends after it starts; an "
+        "iCalendar text is judged by its parser (RFC 5545, simple RRULEs only); the zone is one the tz database "
+        "knows; an app holds a bounded number of calendars",
+        r"dates\[\d+\]|annual\[\d+\]|(ranges|periods)\[\d+\]\.(from|to)|ical|timezone|name",
+        frozenset({"invalid_date", "out_of_range", "invalid_ical", "unsupported_ical", "unknown_timezone", "too_many"}),
+    ),
+    Unexpressible(
+        "an alert rule's params are per kind, and the cluster's kinds are the admin's (docs/operations.md, "
+        "Built-in alerts); it names channels of its owner that exist",
+        r"params(\..*)?|kind|channels\[\d+\]",
+        frozenset({"invalid_input"}),
+    ),
 ]
 
 
