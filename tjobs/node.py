@@ -216,6 +216,7 @@ class Node:
             unreachable_shards=self.db_health.paused_shards,  # a create there answers 503 at once
             observer=self.observer,  # re-driven dead letters: counted dead once (tjobs.observability.slo)
             calendars=self.calendars.rules,
+            membership=self.coordinator.membership,  # an app's quota is the cluster's: this node takes its share
         )
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         # The API and the console reach the store only through the services (tasks, target_service and these).

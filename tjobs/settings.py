@@ -151,7 +151,8 @@ class MetricsSettings(SettingsSection):
 
 
 class RateLimitSettings(SettingsSection):
-    """Per node: with N nodes behind a balancer an app gets up to N times these."""
+    """An app's rates are the cluster's: each of N live nodes takes 1/N of them (tjobs.cluster.limit_shares);
+    the unauthenticated budget is per node."""
 
     enabled: bool = True
     app_requests_per_s: float = Field(default=1000.0, ge=0)  # per app; an app's api_rate_limit_per_s wins

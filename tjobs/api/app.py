@@ -86,6 +86,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.state.rate_limits = ApiRateLimits(
         node.settings.rate_limits,
         on_refused=lambda app_id, bucket: node.metrics.api_rate_limited.labels(app_id, bucket).inc(),
+        membership=node.coordinator.membership,  # an app's rates are the cluster's: this node takes its share
     )
 
     @api.exception_handler(TjobsError)

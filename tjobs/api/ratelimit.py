@@ -1,14 +1,20 @@
-"""The API's admission limits on one node: per-app request, expensive-read and create rates, and the
-budget of unauthenticated requests shared by every caller without a valid key.
+"""The API's admission limits: per-app request, expensive-read and create rates, held across the
+cluster, and each node's budget of unauthenticated requests shared by every caller without a valid key.
+
+An app's rates are the cluster's: each node's buckets refill at the rate divided by the live node
+count (:mod:`tjobs.cluster.limit_shares`; re-read from the coordinator per request, no round trip),
+so N nodes behind one balancer admit the app's rate in all, not N times it. The unauthenticated
+budget protects each node's key lookups and stays per node.
 
 Each limit is a :class:`tjobs.delivery.token_bucket.TokenBucket` (it holds ``rate_limits.burst_s`` seconds of its
 rate). A refused request raises :class:`tjobs.errors.RateLimited`, which the API answers with 429,
 ``Retry-After`` (whole seconds, at least 1) and the usual JSON error; nothing is queued.
 
-- **Per app** (after authentication): every request takes one token of the app's request bucket
-  (``api_rate_limit_per_s`` in the app's settings, else ``rate_limits.app_requests_per_s``); the reads
-  that visit every shard or sum the store (:func:`is_expensive_read`: :data:`EXPENSIVE_READS`, and
-  :data:`EXPENSIVE_WITH_QUERY` when its parameter is given) also take one of its expensive-read bucket
+- **Per app** (after authentication; each bucket at this node's share): every request takes one
+  token of the app's request bucket (``api_rate_limit_per_s`` in the app's settings, else
+  ``rate_limits.app_requests_per_s``); the reads that visit every shard or sum the store
+  (:func:`is_expensive_read`: :data:`EXPENSIVE_READS`, and :data:`EXPENSIVE_WITH_QUERY` when its
+  parameter is given) also take one of its expensive-read bucket
   (``rate_limits.app_expensive_reads_per_s``); creates take one token per task registered from its
   create bucket (``create_rate_limit_per_s``, else ``rate_limits.app_creates_per_s``). One app's
   buckets are its own: another app never waits on them.
@@ -48,6 +54,7 @@ from urllib.parse import parse_qsl
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from tjobs.cluster.limit_shares import SOLE_NODE, Membership, rate_share
 from tjobs.errors import RateLimited
 from tjobs.model import App
 from tjobs.service.apps import hash_api_key
@@ -95,14 +102,23 @@ class OverRate(RateLimited):
 
 
 class _AppBuckets:
-    __slots__ = ("creates", "expensive_reads", "requests")
+    """One app's buckets on this node, each refilling at this node's share of the app's rate."""
 
-    def __init__(
-        self, requests_per_s: float, expensive_reads_per_s: float, creates_per_s: float, burst_s: float
-    ) -> None:
-        self.requests = TokenBucket(requests_per_s, burst_s)
-        self.expensive_reads = TokenBucket(expensive_reads_per_s, burst_s)
-        self.creates = TokenBucket(creates_per_s, burst_s)
+    __slots__ = ("creates", "expensive_reads", "nodes", "rates", "requests")
+
+    def __init__(self, rates: tuple[float, float, float], nodes: int, burst_s: float) -> None:
+        self.rates = rates  # the app's cluster-wide (requests, expensive reads, creates) per second
+        self.nodes = nodes  # the live node count the shares were taken for
+        requests_per_s, expensive_reads_per_s, creates_per_s = rates
+        self.requests = TokenBucket(rate_share(requests_per_s, nodes), burst_s)
+        self.expensive_reads = TokenBucket(rate_share(expensive_reads_per_s, nodes), burst_s)
+        self.creates = TokenBucket(rate_share(creates_per_s, nodes), burst_s)
+
+    def reshare(self, rates: tuple[float, float, float], nodes: int, burst_s: float) -> None:
+        """The app's settings or the membership changed: each bucket refills at its new share."""
+        self.rates, self.nodes = rates, nodes
+        for bucket, rate_per_s in zip((self.requests, self.expensive_reads, self.creates), rates, strict=True):
+            bucket.set_rate(rate_share(rate_per_s, nodes), burst_s)
 
 
 class ApiRateLimits:
@@ -113,10 +129,14 @@ class ApiRateLimits:
         settings: RateLimitSettings,
         monotonic: Callable[[], float] = time.monotonic,
         on_refused: Callable[[str, str], None] | None = None,
+        membership: Callable[[], Membership] = lambda: SOLE_NODE,
     ) -> None:
         """``on_refused(app_id, bucket)`` sees every refusal (app ``""`` for the unauthenticated budget;
-        bucket ``requests``, ``expensive_reads``, ``creates`` or ``unauthenticated``)."""
+        bucket ``requests``, ``expensive_reads``, ``creates`` or ``unauthenticated``). ``membership``
+        answers the live node count, read per request without waiting
+        (:meth:`tjobs.cluster.base.Coordinator.membership`): an app's buckets take that share of its rates."""
         self._settings = settings
+        self._membership = membership
         self.monotonic = monotonic  # the time source, in seconds (tests hold it still)
         self._on_refused = on_refused
         self._apps: dict[str, _AppBuckets] = {}
@@ -142,9 +162,7 @@ class ApiRateLimits:
             if wait_s > 0.0:
                 self._refused(app.id, "expensive_reads")
                 raise OverRate(
-                    f"app {app.id} is over its rate of "
-                    f"{buckets.expensive_reads.rate_per_s:g} expensive reads per second "
-                    f"({EXPENSIVE_READS_NAMED})",
+                    f"{self._over(app, 'expensive reads', buckets.expensive_reads)} ({EXPENSIVE_READS_NAMED})",
                     wait_s,
                 )
         wait_s = buckets.requests.take(now_s)
@@ -152,9 +170,7 @@ class ApiRateLimits:
             if expensive:
                 buckets.expensive_reads.give_back()
             self._refused(app.id, "requests")
-            raise OverRate(
-                f"app {app.id} is over its rate of {buckets.requests.rate_per_s:g} requests per second", wait_s
-            )
+            raise OverRate(self._over(app, "requests", buckets.requests), wait_s)
 
     def would_admit(self, app: App, method: str, route_path: str | None) -> bool:
         """Whether :meth:`admit_request` (without query parameters) would admit this request now; nothing
@@ -175,10 +191,7 @@ class ApiRateLimits:
         wait_s = bucket.take(self.monotonic(), float(count))
         if wait_s > 0.0:
             self._refused(app.id, "creates")
-            raise RateLimited(
-                f"app {app.id} is over its rate of {bucket.rate_per_s:g} task registrations per second",
-                retry_after_s(wait_s),
-            )
+            raise RateLimited(self._over(app, "task registrations", bucket), retry_after_s(wait_s))
 
     def _refused(self, app_id: str, bucket: str) -> None:
         if self._on_refused is not None:
@@ -186,19 +199,25 @@ class ApiRateLimits:
 
     def _buckets(self, app: App) -> _AppBuckets:
         settings = self._settings
-        requests_per_s = float(app.settings.get("api_rate_limit_per_s") or settings.app_requests_per_s)
-        creates_per_s = float(app.settings.get("create_rate_limit_per_s") or settings.app_creates_per_s)
+        rates = (
+            float(app.settings.get("api_rate_limit_per_s") or settings.app_requests_per_s),
+            settings.app_expensive_reads_per_s,
+            float(app.settings.get("create_rate_limit_per_s") or settings.app_creates_per_s),
+        )
+        nodes = self._membership().nodes
         buckets = self._apps.get(app.id)
         if buckets is None:
-            buckets = self._apps[app.id] = _AppBuckets(
-                requests_per_s, settings.app_expensive_reads_per_s, creates_per_s, settings.burst_s
-            )
-            return buckets
-        if buckets.requests.rate_per_s != requests_per_s:  # the app's settings changed
-            buckets.requests.set_rate(requests_per_s, settings.burst_s)
-        if buckets.creates.rate_per_s != creates_per_s:
-            buckets.creates.set_rate(creates_per_s, settings.burst_s)
+            buckets = self._apps[app.id] = _AppBuckets(rates, nodes, settings.burst_s)
+        elif buckets.rates != rates or buckets.nodes != nodes:  # the app's settings or the membership changed
+            buckets.reshare(rates, nodes, settings.burst_s)
         return buckets
+
+    def _over(self, app: App, what: str, bucket: TokenBucket) -> str:
+        """The refusal's message: the app's cluster-wide rate, and this node's share when it has one."""
+        buckets = self._apps[app.id]
+        rate_per_s = bucket.rate_per_s * buckets.nodes
+        share = f" ({bucket.rate_per_s:g} on each of {buckets.nodes} nodes)" if buckets.nodes > 1 else ""
+        return f"app {app.id} is over its rate of {rate_per_s:g} {what} per second{share}"
 
     # ---- without a valid key ------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Literal
 
 from sharding.shard_map import ShardMap
+from tjobs.cluster.limit_shares import SOLE_NODE, Membership
 from tjobs.pools.model import Executor
 
 ShardMapListener = Callable[[ShardMap], Awaitable[None]]
@@ -98,6 +99,13 @@ class Coordinator(ABC):
         and ``database_servers`` (:meth:`tjobs.cluster.db_health.DatabaseHealth.describe`) when it
         was given the node's database health. A cluster coordinator adds its plan, groups, leader,
         lease and sync figures (:meth:`tjobs.cluster.etcd.EtcdCoordinator.describe`)."""
+
+    def membership(self) -> Membership:
+        """The live node count and this node's rank among them (by node id) as this node last read
+        them, without waiting: the API's per-app limits take ``1 / nodes`` of each limit on every
+        node (:mod:`tjobs.cluster.limit_shares`), so it is read per request. A cluster coordinator
+        re-reads it at every sync; this default (one node alone) has every limit whole."""
+        return SOLE_NODE
 
     # ---- the shard map ------------------------------------------------------------------------------
     #

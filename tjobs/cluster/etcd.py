@@ -56,6 +56,7 @@ from tjobs.cluster.etcd_pools import EtcdPoolRegistry
 from tjobs.cluster.etcd_sessions import EtcdSessionFence
 from tjobs.cluster.etcd_shard_map import EtcdShardMapStore
 from tjobs.cluster.etcd_view import ETCD_CALL_TIMEOUT_S, SHARD_MAP_KEY, ClusterView, read_view
+from tjobs.cluster.limit_shares import SOLE_NODE, Membership, members_share
 from tjobs.cluster.shard_maps import ShardMapWatch
 from tjobs.pools.model import Executor
 from tjobs.settings import ClusterSettings
@@ -113,6 +114,7 @@ class EtcdCoordinator(Coordinator):
         self._held: set[int] = set()
         self._unheld_since: dict[int, float] = {}
         self._view = ClusterView()
+        self._membership = SOLE_NODE  # from the members of the last view read (limit shares)
         self._last_sync = 0.0
         self.failovers = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -362,6 +364,7 @@ class EtcdCoordinator(Coordinator):
         await self._sessions.publish()
         view = await read_view(self._etcd(), self._prefix)
         self._view = view
+        self._membership = members_share(view.members, self.node_id)
         self._last_sync = time.monotonic()
         lease_id = self._lease_id
         # Holds etcd shows as ours under the current lease; anything else was lost with a lease.
@@ -369,6 +372,9 @@ class EtcdCoordinator(Coordinator):
         await self._dispatcher.lead(view)
         await self._reconcile_groups(view)
         await self._map_watch.offer(view.shard_map)
+
+    def membership(self) -> Membership:
+        return self._membership
 
     # ---- executor pools (tjobs.cluster.etcd_pools) -------------------------------------------------------
 

@@ -9,9 +9,9 @@ appear with the next pass (every ``limits.task_count_refresh_s``, and soon after
 counter has rested since its last pass: at least 2 s and four times as long as that pass took, so reads
 keep it counting at most a fifth of the time however large the tables).
 
-The quota is therefore per node and optimistic: before the first pass of a node only its own creates
-count, and creates on other nodes count from the next pass on, so an app can exceed its quota by what
-the other nodes register within one refresh period.
+The quota is held across the cluster by dividing the room a pass left among the live nodes
+(:mod:`tjobs.cluster.limit_shares`): each node admits creates while its own additions since its pass
+fit in its share, so other nodes' creates need not be seen until the next pass.
 """
 
 from __future__ import annotations
@@ -81,6 +81,14 @@ class TaskCounts:
             dead_letters=max(0, counts[DEAD_LETTERS]),
             counted_at_ms=self._counted_at_ms,
         )
+
+    def active_split(self, app_id: str) -> tuple[int, int]:
+        """The app's active tasks at the last pass (``0`` before the first) and this node's net change
+        to them since (the two parts of :meth:`of`'s ``active``, for the quota's share)."""
+        counted = self._snapshot.get(app_id)
+        since = self._since_snapshot.get(app_id)
+        active = TaskStatus.ACTIVE.value
+        return (counted[active] if counted else 0), (since[active] if since else 0)
 
     def changed(self, app_id: str, task_id: int, before: TaskStatus | None, after: TaskStatus | None) -> None:
         """Record this node's change of a task from ``before`` to ``after`` (``None``: absent), after

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,6 +20,7 @@ import orjson
 
 from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
 from tjobs.clock import Clock
+from tjobs.cluster.limit_shares import SOLE_NODE, Membership, quota_share, quota_share_allows
 from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app, target_field
 from tjobs.errors import (
     Conflict,
@@ -115,6 +118,7 @@ class TaskService:
         targets: TargetService | None = None,
         unreachable_shards: Callable[[], frozenset[int]] | None = None,
         observer: FireObserver = NO_OBSERVER,
+        membership: Callable[[], Membership] = lambda: SOLE_NODE,
         calendars: CalendarLookup | None = None,
     ) -> None:
         """``flow_sink`` delivers the flows this service commits itself (a manual trigger, a dead
@@ -123,7 +127,8 @@ class TaskService:
         ``unreachable_shards`` names the shards whose database server this node knows to be down
         (:meth:`tjobs.cluster.db_health.DatabaseHealth.paused_shards`): a create landing on one is
         refused at once with :class:`StorageUnavailable`, before anything is sent. ``observer`` hears
-        of every dead letter re-driven (the service levels count a flow dead once).
+        of every dead letter re-driven (the service levels count a flow dead once). ``membership``
+        (:meth:`tjobs.cluster.base.Coordinator.membership`) gives this node's share of each app's quota.
         ``calendars`` answers an app's calendar by name (:meth:`tjobs.service.calendars.CalendarService.rules`):
         a schedule naming one the node does not know is a 422 (without it, naming one is)."""
         self._store = store
@@ -132,7 +137,9 @@ class TaskService:
         self._clock = clock
         self._topology = topology
         self._observer = observer
+        self._membership = membership
         self._calendars = calendars
+        self._in_flight: Counter[str] = Counter()  # per app: tasks being stored, held against its quota
         self._ids = TaskIdGenerator(topology.shard_count)
         # the shard of a task without a key only needs to be uniform, not unpredictable: a seeded
         # PRNG instead of TaskIdGenerator.random_shard's secrets (a syscall per task in a batch)
@@ -197,8 +204,11 @@ class TaskService:
         now_ms = self._clock.now_ms()
         task = self.build(app, request, now_ms)
         await self.check_targets(app, task.callback, request["callback"])
-        self._check_quota(app, 1)
-        self._check_reachable(shard_of_task_id(task.id))
+        with self._quota_held(app, 1):
+            self._check_reachable(shard_of_task_id(task.id))
+            return await self._insert_one(app, task, now_ms)
+
+    async def _insert_one(self, app: App, task: Task, now_ms: int) -> Created:
         for _ in range(MAX_INSERT_ATTEMPTS):
             try:
                 stored = await self._store.insert_task(task)
@@ -288,31 +298,35 @@ class TaskService:
             ids.add(task.id)
             built.append((index, task))
         if built:
-            self._check_quota(app, len(built))
-            stored = await self._insert_many([t for _, t in built])
-            existing_ids = [r for r in stored if isinstance(r, int)]
-            existing = dict(
-                zip(existing_ids, await asyncio.gather(*(self._store.get_task(i) for i in existing_ids)), strict=True)
-            )
-            created: list[Task] = []
-            for (index, _), outcome in zip(built, stored, strict=True):
-                if isinstance(outcome, StorageUnavailable):  # its server: nothing stored, or unknown
-                    results[index] = ItemResult(None, False, outcome)
-                elif isinstance(outcome, int):
-                    found = existing.get(outcome)
-                    if found is None:
-                        results[index] = ItemResult(
-                            None, False, Conflict("the task with this key was deleted meanwhile; retry")
-                        )
+            with self._quota_held(app, len(built)):
+                stored = await self._insert_many([t for _, t in built])
+                existing_ids = [r for r in stored if isinstance(r, int)]
+                existing = dict(
+                    zip(
+                        existing_ids,
+                        await asyncio.gather(*(self._store.get_task(i) for i in existing_ids)),
+                        strict=True,
+                    )
+                )
+                created: list[Task] = []
+                for (index, _), outcome in zip(built, stored, strict=True):
+                    if isinstance(outcome, StorageUnavailable):  # its server: nothing stored, or unknown
+                        results[index] = ItemResult(None, False, outcome)
+                    elif isinstance(outcome, int):
+                        found = existing.get(outcome)
+                        if found is None:
+                            results[index] = ItemResult(
+                                None, False, Conflict("the task with this key was deleted meanwhile; retry")
+                            )
+                        else:
+                            results[index] = ItemResult(found, False, None)
                     else:
-                        results[index] = ItemResult(found, False, None)
-                else:
-                    created.append(outcome)
-                    results[index] = ItemResult(outcome, True, None)
-            for task in created:  # in order; no task per change (a batch is up to 1,000)
-                await self._hot_tier.publish(TaskChange.of(task))
-            for task in created:
-                self.counts.changed(app.id, task.id, None, task.status)
+                        created.append(outcome)
+                        results[index] = ItemResult(outcome, True, None)
+                for task in created:  # in order; no task per change (a batch is up to 1,000)
+                    await self._hot_tier.publish(TaskChange.of(task))
+                for task in created:
+                    self.counts.changed(app.id, task.id, None, task.status)
         return [r for r in results if r is not None]
 
     async def _insert_many(self, tasks: list[Task]) -> list[Task | int | StorageUnavailable]:
@@ -330,14 +344,40 @@ class TaskService:
 
     # ---- quota ------------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _quota_held(self, app: App, adding: int) -> Iterator[None]:
+        """Check the app's quota for ``adding`` tasks and hold them against it while they are stored (until
+        :meth:`TaskCounts.changed` counts those stored), so concurrent creates on this node cannot pass one
+        check together."""
+        self._check_quota(app, adding)
+        self._in_flight[app.id] += adding
+        try:
+            yield
+        finally:
+            self._in_flight[app.id] -= adding
+            if not self._in_flight[app.id]:
+                del self._in_flight[app.id]
+
     def _check_quota(self, app: App, adding: int) -> None:
-        """The app's active-task quota against the background counts (:mod:`tjobs.service.task_counts`)."""
+        """The app's active-task quota, held across the cluster: this node's share of the room its last
+        count left (:mod:`tjobs.service.task_counts`, :func:`tjobs.cluster.limit_shares.quota_share_allows`)."""
         quota = int(app.settings.get("max_active_tasks") or self._settings.limits.max_active_tasks_per_app)
         if quota <= 0:
             return
-        active = self.counts.of(app.id).active
-        if active + adding > quota:
-            raise QuotaExceeded(f"app {app.id} has {active} active tasks; its quota is {quota}")
+        counted, own_since = self.counts.active_split(app.id)
+        own_since += self._in_flight.get(app.id, 0)
+        membership = self._membership()
+        if quota_share_allows(quota, counted, own_since, adding, app.id, membership):
+            return
+        active = max(0, counted + own_since)
+        if active + adding <= quota:  # room left in the cluster, but not in this node's share of it
+            self.counts.refresh_soon()  # a fresh count re-divides what is left
+            raise QuotaExceeded(
+                f"app {app.id} has about {active} active tasks; its quota is {quota}, and this node's share "
+                f"of the room left ({quota_share(quota - counted, app.id, membership)} of "
+                f"{quota - counted}, over {membership.nodes} nodes) is taken until the next count"
+            )
+        raise QuotaExceeded(f"app {app.id} has {active} active tasks; its quota is {quota}")
 
     # ---- list ---------------------------------------------------------------------------------
 
