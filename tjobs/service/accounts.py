@@ -245,9 +245,11 @@ class AccountService:
     async def open_session(
         self, kind: SessionKind, subject: str, key_tag: str, ttl_s: int
     ) -> tuple[str, ConsoleSession]:
-        """A new session: the id for its cookie, and its row."""
+        """A new session: the id for its cookie, and its row. The sessions that ended are deleted first (a
+        sign-in is rare enough to carry that sweep)."""
         session_id = secrets.token_urlsafe(32)
         now_ms = self.clock.now_ms()
+        await self.store.purge_console_sessions(now_ms)
         session = ConsoleSession(secret_hash(session_id), kind, subject, key_tag, now_ms, now_ms + ttl_s * 1000)
         await self.store.put_console_session(session)
         return session_id, session
