@@ -69,6 +69,8 @@ ROLE_MATRIX = [
     ("global-admin", "POST", "/v1/tasks", 201),
     ("global-admin", "GET", "/v1/sessions", 200),
     ("global-admin", "POST", "/v1/users", 201),
+    ("global-admin", "GET", "/v1/cluster", 200),
+    ("app-admin", "GET", "/v1/cluster", 403),
     ("nobody", "GET", "/v1/tasks", 404),
     ("nobody", "POST", "/v1/tasks", 404),
 ]

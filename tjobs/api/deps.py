@@ -163,9 +163,12 @@ async def require_admin(request: Request, credentials: Credentials) -> None:
 
 
 async def require_operator(request: Request, credentials: Credentials) -> None:
-    """The admin key or the metrics scrape token (operations reads: ``/v1/cluster``, ``/metrics``)."""
+    """The admin key, a global admin's token or the metrics scrape token (operations reads: ``/v1/cluster``,
+    ``/metrics``)."""
     settings = node_of(request).settings
     given = "" if credentials is None else credentials.credentials.strip()
+    if is_token(given):
+        return await token_admin(request, given)
     if not (_matches(given, settings.metrics.scrape_token) or _matches(given, settings.api.admin_key)):
         rate_limits_of(request).admit_unauthenticated()
         raise Unauthorized("the admin key or the metrics scrape token is required")
