@@ -178,6 +178,9 @@ class ClusterSettings(SettingsSection):
     # Fence a node whose clock is off the database's by more than this (back at half); 0: never fence.
     clock_skew_max_ms: int = Field(default=500, ge=0, le=60_000)
     db_unreachable_max_s: float = 3.0  # step down after the database has been unreachable this long
+    # A server this node found unreachable takes no new shards of the plan until it answered this long
+    # (tjobs.cluster.reachability): a flapping link moves the node's shards of it away once.
+    db_recovery_hold_s: float = Field(default=10.0, ge=0, le=600)
     sync_interval_ms: int = Field(default=200, ge=20)  # membership / plan / holder reconcile period
     hot_poll_interval_ms: int = Field(default=200, ge=10)  # DB-poll hot tier period
     redis_poll_interval_ms: int = Field(default=50, ge=5)  # Redis hot tier: owner's slice poll period

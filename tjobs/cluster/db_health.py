@@ -9,9 +9,10 @@ every other server keep firing. The first answered ping makes the server reachab
 shards are reloaded from the database and fire what came due meanwhile (misfire policy past the
 threshold). Each transition is logged once (``db_server_unreachable``, ``db_server_recovered``).
 
-Pausing is local: the node keeps its job groups, because another node could not reach the server
-any better (a partition that cuts off only this node is the exception; see docs/operations.md).
-Only when *no* server has answered for ``db_unreachable_max_s`` does the etcd coordinator fence the
+Pausing is local, and the node keeps its job groups; its unreachable servers go into its member
+record, and when another node reaches such a server the plan moves that server's shards to it
+(:mod:`tjobs.cluster.reachability`: a partition that cuts off only this node). Only when *no* server
+has answered for ``db_unreachable_max_s`` does the etcd coordinator fence the
 node and give its groups up (:meth:`all_unreachable_for_s`).
 """
 

@@ -29,9 +29,10 @@ then every few seconds, and a step of its wall clock is seen at once); the sync 
 every job (ownership becomes empty). The fire
 transaction's compare-and-set keeps correctness in the brief moments two nodes both fire.
 
-One unreachable server among several does not fence the node: another node could not reach it any
-better, so the node keeps its groups and pauses only that server's shards locally
-(:class:`tjobs.cluster.db_health.DatabaseHealth`, wired to the runner by the node).
+One unreachable server among several does not fence the node: it pauses only that server's shards
+locally (:class:`tjobs.cluster.db_health.DatabaseHealth`, wired to the runner by the node) and says so in
+its member record (:mod:`tjobs.cluster.reachability`), and when another node reaches that server the
+leader re-packs that server's shards onto nodes that reach it (a partition of one node from one server).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from tjobs.cluster.etcd_sessions import EtcdSessionFence
 from tjobs.cluster.etcd_shard_map import EtcdShardMapStore
 from tjobs.cluster.etcd_view import ETCD_CALL_TIMEOUT_S, SHARD_MAP_KEY, ClusterView, read_view
 from tjobs.cluster.limit_shares import SOLE_NODE, Membership, members_share
+from tjobs.cluster.reachability import ReachRecord
 from tjobs.cluster.shard_maps import ShardMapWatch
 from tjobs.pools.model import Executor
 from tjobs.settings import ClusterSettings
@@ -103,6 +105,7 @@ class EtcdCoordinator(Coordinator):
         # Per-server database health: the node's (started by the node), or one of our own.
         self._own_health = health is None
         self._health = health or DatabaseHealth(store, shard_count)
+        self._reach = ReachRecord(int(settings.db_recovery_hold_s * 1000))
         self._fenced_logged: str | None = None  # the fence reason last logged
         self._clock_check = ClockCheck(store, clock, settings.clock_skew_max_ms)
         self._registered_value: bytes | None = None
@@ -272,6 +275,7 @@ class EtcdCoordinator(Coordinator):
                 "failovers": self.failovers,
                 # to 10 ms: a re-registration only when it really moved (the read is ±half a round trip)
                 "clock_offset_ms": round(self._clock_check.offset_ms, -1) if self._clock_check.measured else None,
+                **self._reach.update(self._health.unreachable_servers(), self._clock.now_ms()),
             },
             sort_keys=True,
         ).encode()

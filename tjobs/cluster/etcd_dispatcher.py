@@ -3,7 +3,9 @@
 A healthy node finding no ``leader`` key takes it (create-if-absent, on its lease); an unhealthy leader
 deletes it so that a healthy node dispatches. The leader re-packs (:func:`tjobs.cluster.plan.pack`) when
 membership or health changed and at every cycle, by the shards' loads (counted in the background), and
-publishes the plan with a compare-and-set on its revision, while the leader key still names it.
+publishes the plan with a compare-and-set on its revision, while the leader key still names it. A
+member record saying its node cannot reach a server whose shards it holds, while another node reaches
+it, re-packs at once (:mod:`tjobs.cluster.reachability`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import aetcd
 from tjobs.clock import Clock
 from tjobs.cluster.etcd_view import ClusterView
 from tjobs.cluster.plan import Member, needs_replan, pack
+from tjobs.cluster.reachability import Reach
 from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)
@@ -87,13 +90,27 @@ class EtcdDispatcher:
         ]
         now_ms = self._clock.now_ms()
         cycle_due = now_ms - self._last_plan_ms >= self.cycle_ms
-        if not live or not (needs_replan(view.plan, live, self.shard_count) or cycle_due):
+        live_ids = [m.node_id for m in live]
+        reach = Reach.from_members({node: view.members[node] for node in live_ids}, self._server_of())
+        misplaced = view.plan is not None and reach.misplaced(
+            ((g.primary, g.shards) for g in view.plan.groups), live_ids
+        )
+        if not live or not (needs_replan(view.plan, live, self.shard_count) or cycle_due or misplaced):
             return
         if cycle_due:
             self._refresh_loads()
         previous = view.plan
         version = (previous.version if previous is not None else 0) + 1
-        plan = pack(previous, live, self.shard_count, self._loads, version=version, now_ms=now_ms, leader=self.node_id)
+        plan = pack(
+            previous,
+            live,
+            self.shard_count,
+            self._loads,
+            version=version,
+            now_ms=now_ms,
+            leader=self.node_id,
+            reach=reach,
+        )
         if previous is not None and plan.groups == previous.groups:
             self._last_plan_ms = now_ms  # nothing to move this cycle
             return
@@ -117,6 +134,9 @@ class EtcdDispatcher:
                 len(live),
                 extra={"action": "jobs_rebalanced", "plan_version": plan.version},
             )
+
+    def _server_of(self) -> dict[int, str]:
+        return {shard: self._store.server_of_shard(shard) for shard in range(self.shard_count)}
 
     def _refresh_loads(self) -> None:
         if self._loads_task is not None and not self._loads_task.done():

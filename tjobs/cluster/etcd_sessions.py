@@ -1,5 +1,10 @@
 """The session fence on etcd: this node's ``sessions/<node id>`` record, and the ending of a former
-owner's sessions when its jobs are taken over (the fence itself: :mod:`tjobs.cluster.session_fence`)."""
+owner's sessions when its jobs are taken over (the fence itself: :mod:`tjobs.cluster.session_fence`).
+
+A live node that reports a server unreachable (``db_down`` in its member record,
+:mod:`tjobs.cluster.reachability`) loses that server's shards to nodes that reach it; those end its
+recorded sessions *on that server* before they fire them, since a transaction it had open when the link
+went silent holds its row locks on the server (and could commit when the link comes back)."""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from collections.abc import Callable
 import aetcd
 
 from tjobs.cluster.etcd_view import ClusterView
-from tjobs.cluster.session_fence import end_sessions_of, sessions_value
+from tjobs.cluster.reachability import DB_DOWN_KEY
+from tjobs.cluster.session_fence import RecordedSessions, end_sessions_of, sessions_value
 from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ class EtcdSessionFence:
         self._key = key  # node id -> its sessions key
         self.published: bytes | None = None  # the record last put (None: none, or put again)
         self.deferred = False  # ending the sessions of gone nodes waits for etcd to serve normally
+        self._cut_ended: set[tuple[str, str, int]] = set()  # (node, server, record revision) ended already
 
     async def publish(self) -> None:
         """Record this node's database sessions (:mod:`tjobs.cluster.session_fence`) when they changed."""
@@ -52,7 +59,11 @@ class EtcdSessionFence:
         others are re-registering.
         The ending then waits until this node has talked to etcd without failure for a lease TTL and
         is decided on the view of that sync (a node back by then keeps its sessions); the locks of a
-        frozen former owner are bounded meanwhile by the lock-wait timeout."""
+        frozen former owner are bounded meanwhile by the lock-wait timeout.
+
+        A live node's sessions on a server it reports unreachable are ended too (once per record), with
+        no deferral: that node says so itself."""
+        await self._end_cut_off(view)
         gone = [
             recorded
             for node_id, recorded in view.sessions.items()
@@ -80,3 +91,19 @@ class EtcdSessionFence:
                 success=[client.transactions.delete(key)],
                 failure=[],
             )
+
+    async def _end_cut_off(self, view: ClusterView) -> None:
+        for node_id, recorded in view.sessions.items():
+            member = view.members.get(node_id)
+            down = member.get(DB_DOWN_KEY) if member is not None and node_id != self.node_id else None
+            if not isinstance(down, list):
+                continue
+            servers = {
+                server: sessions
+                for server, sessions in recorded.servers.items()
+                if server in down and (node_id, server, recorded.revision) not in self._cut_ended
+            }
+            if servers:
+                cut = RecordedSessions(node_id, servers, recorded.revision)
+                await end_sessions_of(self._store, cut, f"it cannot reach {', '.join(sorted(servers))}")
+                self._cut_ended.update((node_id, server, recorded.revision) for server in servers)

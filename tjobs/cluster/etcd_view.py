@@ -3,7 +3,7 @@
 Keys, under ``/tjobs/<cluster name>/``::
 
     members/<node id>   {"node_id", "zone", "address", "healthy", "failovers",
-                         "clock_offset_ms"}                                     on the node's lease
+                         "clock_offset_ms", "db_down", "db_recovering"}         on the node's lease
     leader              <node id>                                               on the leader's lease
     plan                {"version", "shard_count", "groups": [{"id", "shards", "nodes"}], ...}
     holders/<group id>  {"node_id", "since_ms"}                                 on the holder's lease

@@ -10,6 +10,10 @@ unchanged membership and stable load moves nothing.
 
 Load of a shard is its weight: the estimate passed in (tasks due per cycle, or active tasks) plus one,
 so that empty shards still spread by count.
+
+Per-server reachability (:class:`tjobs.cluster.reachability.Reach`, from the member records) bounds every
+step: a primary that cannot reach a server keeps none of its shards while another live node reaches it,
+and orphans and rebalancing put a server's shards only on nodes that steadily reach it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from tjobs.cluster.reachability import EVERYWHERE, Reach
 
 REPLICAS = 3  # primary + two backups
 
@@ -112,17 +118,20 @@ def pack(
     now_ms: int = 0,
     leader: str = "",
     tolerance: int | None = None,
+    reach: Reach = EVERYWHERE,
 ) -> Plan:
     """The next plan for ``members``: every shard in exactly one group, one group per member.
 
     ``tolerance`` is the load gap between the heaviest and the lightest group that is left alone
     (default: the heaviest shard's weight, or 5 % of the mean group load if that is larger), so small
-    drifts of the load estimate do not move shards every cycle.
+    drifts of the load estimate do not move shards every cycle. ``reach`` says which servers each node
+    cannot reach (the module docstring).
     """
     live = sorted({m.node_id: m for m in members}.values(), key=lambda m: m.node_id)
     if not live:
         return Plan(version, shard_count, (), now_ms, leader, dict(loads))
     live_ids = {m.node_id for m in live}
+    constrained = reach.constrained(live_ids)
 
     # 1. Keep the groups of live primaries with their shards; everything else is an orphan.
     shards_of: dict[str, list[int]] = {}
@@ -134,7 +143,11 @@ def pack(
         next_id = max((g.id for g in previous.groups), default=-1) + 1
         for group in previous.groups:
             if group.primary in live_ids and group.primary not in shards_of:
-                kept = [s for s in group.shards if 0 <= s < shard_count and s not in placed]
+                kept = [
+                    s
+                    for s in group.shards
+                    if 0 <= s < shard_count and s not in placed and reach.may_keep(group.primary, s, constrained)
+                ]
                 shards_of[group.primary] = kept
                 placed.update(kept)
                 group_id_of[group.primary] = group.id
@@ -149,7 +162,8 @@ def pack(
     # 2. Orphans to the least-loaded group, heaviest first (longest-processing-time greedy).
     load_of = {node: group_load(shards, loads) for node, shards in shards_of.items()}
     for shard in sorted(orphans, key=lambda s: (-weight(loads, s), s)):
-        target = min(load_of, key=lambda n: (load_of[n], len(shards_of[n]), n))
+        able = [n for n in load_of if reach.may_receive(n, shard, constrained)] or list(load_of)
+        target = min(able, key=lambda n: (load_of[n], len(shards_of[n]), n))
         shards_of[target].append(shard)
         load_of[target] += weight(loads, shard)
 
@@ -164,7 +178,7 @@ def pack(
         if gap <= allowed:
             break
         # The heaviest shard that still narrows the gap (moving w < gap strictly reduces the spread).
-        movable = [s for s in shards_of[heavy] if weight(loads, s) < gap]
+        movable = [s for s in shards_of[heavy] if weight(loads, s) < gap and reach.may_receive(light, s, constrained)]
         if not movable:
             break
         shard = max(movable, key=lambda s: (weight(loads, s), -s))

@@ -58,7 +58,7 @@ def parse_sessions(node_id: str, value: bytes, revision: int) -> RecordedSession
     )
 
 
-async def end_sessions_of(store: TaskStore, recorded: RecordedSessions) -> int:
+async def end_sessions_of(store: TaskStore, recorded: RecordedSessions, why: str = "its lease is gone") -> int:
     """End the recorded sessions on every server that answers (each within
     :data:`END_SESSIONS_TIMEOUT_S`); returns how many were ended. A server that fails is logged and
     skipped: its sessions' locks are then bounded by the lock-wait timeout instead."""
@@ -77,9 +77,10 @@ async def end_sessions_of(store: TaskStore, recorded: RecordedSessions) -> int:
             )
     if ended:
         logger.warning(
-            "ended %d database sessions of former owner %s (its lease is gone)",
+            "ended %d database sessions of former owner %s (%s)",
             ended,
             recorded.node_id,
+            why,
             extra={"action": "db_sessions_ended", "former_owner": recorded.node_id},
         )
     return ended
