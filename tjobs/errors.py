@@ -24,7 +24,8 @@
     │   ├── StorageOutcomeUnknown  a create's write was sent, then its server went silent: it may have
     │   │                          committed (``details.task_id`` names the task it would be)
     │   └── StaleShardMap          a moved (or moving) logical database refused the write; ``Retry-After``
-    └── Fenced                503  this node lost the right to fire mid-transaction; rolled back
+    ├── Fenced                503  this node lost the right to fire mid-transaction; rolled back
+    └── AuditUnavailable      503  a change was made but its audit entry could not be written
 
 The API maps these to status codes in one handler; nothing else catches them to hide them.
 """
@@ -235,3 +236,17 @@ class Fenced(TjobsError):
 
     status_code = 503
     code = "fenced"
+
+
+class AuditUnavailable(TjobsError):
+    """A change was made but its audit-log entry could not be written (docs/operations.md, "Audit log"):
+    the API answers 503 naming the audit (``field`` ``audit``), so the caller knows the change is not on
+    record; read the object to see its state before repeating it."""
+
+    status_code = 503
+    code = "audit_unavailable"
+    retry_after_s = 1
+
+    def __init__(self, action: str, why: str) -> None:
+        super().__init__(f"audit: the change ({action}) was applied but its audit entry was not written: {why}")
+        self.field = "audit"

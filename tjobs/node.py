@@ -40,6 +40,7 @@ from tjobs.observability.slo import ServiceLevels
 from tjobs.observability.slo_recorder import SloRecorder
 from tjobs.service.accounts import AccountService
 from tjobs.service.apps import AppDirectory, AppService
+from tjobs.service.audit import AuditService
 from tjobs.service.calendars import CalendarService
 from tjobs.service.cluster_slo import ClusterServiceLevels
 from tjobs.service.disabled_apps import DisabledApps
@@ -49,6 +50,7 @@ from tjobs.service.targets import TargetDirectory, TargetService
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
 from tjobs.stores import create_store
+from tjobs.stores.audit_store import audit_log_of
 from tjobs.stores.base import TaskStore
 from tjobs.stores.calendar_store import calendars_of
 from tjobs.targets.addresses import AddressAllowList
@@ -224,6 +226,7 @@ class Node:
         self.accounts = AccountService(self.store, self.clock)  # operator users, their tokens, console sessions
         self.shards = ShardService(self.coordinator, self.store)
         self.cluster_slo = ClusterServiceLevels(self.store, self.clock)
+        self.audit = AuditService(audit_log_of(self.store), self.clock, settings.audit)  # who changed what
         # Alert rules and channels, evaluated once per cluster: on the dispatcher leader (tjobs.alerts)
         self.alerts = NodeAlerts(
             settings, self.store, self.coordinator, self.apps, self.guard, self.transport, self.clock
@@ -257,6 +260,7 @@ class Node:
             await begin(self.retention.start(), self.retention.stop)
             await begin(self.tasks.counts.start(), self.tasks.counts.stop)
             await begin(self.slo_recorder.start(), self.slo_recorder.stop)
+            await begin(self.audit.retention.start(), self.audit.retention.stop)
             await begin(self.alerts.start(), self.alerts.stop)
             if self.metrics.enabled:
                 await self.move_watch.start()
@@ -280,6 +284,7 @@ class Node:
         await self.runner.stop()
         await self.compensator.stop()
         await self.retention.stop()
+        await self.audit.retention.stop()
         await self.disabled_apps.stop()
         await self.calendars.stop()
         await self.tasks.counts.stop()

@@ -254,6 +254,15 @@ class AlertingSettings(SettingsSection):
     smtp_starttls: bool = False
 
 
+class AuditSettings(SettingsSection):
+    """The audit log (docs/operations.md, "Audit log"): entries older than ``retention_days`` are purged
+    every ``interval_s``, ``batch`` per statement."""
+
+    retention_days: float = Field(default=90.0, gt=0, le=36_500)
+    interval_s: float = Field(default=300.0, ge=1, le=86_400)
+    batch: int = Field(default=1000, ge=1, le=100_000)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TJOBS_", env_nested_delimiter="__", extra="forbid")
 
@@ -271,6 +280,7 @@ class Settings(BaseSettings):
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     targets: TargetsSettings = Field(default_factory=TargetsSettings)
     directory: DirectorySettings = Field(default_factory=DirectorySettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     slo: SloSettings = Field(default_factory=SloSettings)
     alerts: AlertingSettings = Field(default_factory=AlertingSettings)
     allow_loopback_callbacks: bool = False

@@ -28,6 +28,7 @@ from tjobs import __version__
 from tjobs.api import (
     routes_alerts,
     routes_apps,
+    routes_audit,
     routes_calendars,
     routes_flows,
     routes_ops,
@@ -40,6 +41,7 @@ from tjobs.api import (
     routes_users,
     schemas,
 )
+from tjobs.api.audit_trail import AuditMiddleware
 from tjobs.api.bodies import BodyLimitMiddleware
 from tjobs.api.credential_limits import CredentialLimits
 from tjobs.api.deps import DOCUMENTED_BODIES, ORJSONResponse, error_content, error_headers, ok
@@ -114,6 +116,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
     api.include_router(routes_apps.router)
     api.include_router(routes_apps.admin)
     api.include_router(routes_slo.router)
+    api.include_router(routes_audit.router)
     api.include_router(routes_alerts.router)
     api.include_router(routes_targets.router)
     api.include_router(routes_schedules.router)
@@ -164,6 +167,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
+    api.add_middleware(AuditMiddleware, node=node)  # innermost: sees the answers, holds them
     api.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=node.settings.api.max_body_bytes,

@@ -68,7 +68,7 @@ def parse_duration_ms(text: str) -> int:
 def _client(url: str, key: str | None, what: str) -> Client:
     if not key:
         raise typer.BadParameter(f"give {what} (or set its environment variable)")
-    return Client(url, key)
+    return Client(url, key, headers={"x-tjobs-client": "cli"})  # the audit log records these as via "cli"
 
 
 def _given(**fields: Any) -> dict[str, Any]:

@@ -28,8 +28,9 @@ class Client(Api):
         retries: int = 2,
         backoff_s: float = 0.2,
         transport: httpx.BaseTransport | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {**(headers or {}), **({"authorization": f"Bearer {api_key}"} if api_key else {})}
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s, transport=transport)
         self._retries = retries
         self._backoff_s = backoff_s

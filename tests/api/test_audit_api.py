@@ -1,0 +1,118 @@
+"""The audit log over the API: who changed what (before -> after), through which client; an app reads
+only its own entries; bad filters answer 422 naming the field; an entry that cannot be written answers
+503 naming the audit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from testkit import RunningNode
+from tests.api.conftest import Tenant, task_body
+from tjobs.errors import StorageUnavailable
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def _entries(client: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:
+    response = await client.get("/v1/audit", params=params)
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+async def test_task_changes_record_who_what_and_before_after(tenant: Tenant) -> None:
+    task = (await tenant.client.post("/v1/tasks", json=task_body())).json()
+    await tenant.client.post(f"/v1/tasks/{task['id']}/pause")
+    cli = {"x-tjobs-client": "cli"}
+    await tenant.client.patch(f"/v1/tasks/{task['id']}", json={"name": "renamed", "version": 2}, headers=cli)
+    assert (await tenant.client.delete(f"/v1/tasks/{task['id']}")).status_code == 204
+
+    entries = await _entries(tenant.client, object=task["id"])
+    assert [e["action"] for e in entries] == ["task.delete", "task.update", "task.pause"]  # newest first
+    delete, update, pause = entries
+    assert pause["actor"] == {"kind": "app_key", "name": tenant.app.id} and pause["app_id"] == tenant.app.id
+    assert (pause["before"]["status"], pause["after"]["status"]) == ("active", "paused")
+    assert (update["before"]["name"], update["after"]["name"]) == ("t", "renamed")
+    assert (delete["before"]["name"], delete["after"]) == ("renamed", None)
+    assert [e["via"] for e in entries] == ["api", "cli", "api"]
+    assert pause["source"] == "127.0.0.1" and pause["request_id"]
+
+
+async def test_creates_are_not_recorded(tenant: Tenant) -> None:
+    await tenant.client.post("/v1/tasks", json=task_body())
+    assert await _entries(tenant.client) == []
+
+
+async def test_an_admin_key_rotation_is_recorded_without_the_key(tenant: Tenant, admin: httpx.AsyncClient) -> None:
+    rotated = await admin.post(f"/v1/apps/{tenant.app.id}/rotate")
+    assert rotated.status_code == 200, rotated.text
+    [entry] = await _entries(admin, app=tenant.app.id, action="app.")
+    assert entry["action"] == "app.rotate_key" and entry["actor"] == {"kind": "admin_key", "name": "admin"}
+    assert entry["object_id"] == tenant.app.id
+    assert rotated.json()["api_key"] not in str(entry)
+    assert "secrets" not in str(entry["after"]) or "[redacted]" in str(entry["after"])
+
+
+async def test_an_app_reads_only_its_own_entries(tenant_factory: Any, admin: httpx.AsyncClient) -> None:
+    mine: Tenant = await tenant_factory("mine")
+    other: Tenant = await tenant_factory("other")
+    for each in (mine, other):
+        task = (await each.client.post("/v1/tasks", json=task_body())).json()
+        await each.client.post(f"/v1/tasks/{task['id']}/pause")
+    assert {e["app_id"] for e in await _entries(mine.client)} == {mine.app.id}
+    assert await _entries(mine.client, app=other.app.id) == []
+    assert {e["app_id"] for e in await _entries(admin, app=other.app.id)} == {other.app.id}
+
+
+async def test_pages_follow_the_cursor(tenant: Tenant) -> None:
+    task = (await tenant.client.post("/v1/tasks", json=task_body())).json()
+    for _ in range(3):
+        await tenant.client.post(f"/v1/tasks/{task['id']}/pause")
+        await tenant.client.post(f"/v1/tasks/{task['id']}/resume")
+    first = (await tenant.client.get("/v1/audit", params={"limit": 4})).json()
+    rest = (await tenant.client.get("/v1/audit", params={"limit": 4, "cursor": first["next_cursor"]})).json()
+    assert len(first["items"]) == 4 and len(rest["items"]) == 2 and rest["next_cursor"] is None
+    ids = [int(e["id"]) for e in first["items"] + rest["items"]]
+    assert ids == sorted(ids, reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"action": "Task.*"}, "action"),
+        ({"since": "yesterday"}, "since"),
+        ({"until": "2026-12-01T00:00:00"}, "until"),
+        ({"since": "2026-12-02T00:00:00Z", "until": "2026-12-01T00:00:00Z"}, "until"),
+        ({"cursor": "abc"}, "cursor"),
+        ({"limit": "0"}, "limit"),
+        ({"app": "no/such"}, "app"),
+        ({"actor": "x" * 129}, "actor"),
+    ],
+)
+async def test_bad_filters_answer_422_naming_the_field(tenant: Tenant, params: dict[str, str], field: str) -> None:
+    response = await tenant.client.get("/v1/audit", params=params)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == field
+
+
+async def test_without_a_key_the_audit_is_refused(api_node: RunningNode) -> None:
+    async with httpx.AsyncClient(base_url=api_node.base_url) as anonymous:
+        assert (await anonymous.get("/v1/audit")).status_code == 401
+
+
+async def test_an_entry_that_cannot_be_written_answers_503_naming_the_audit(
+    tenant: Tenant, api_node: RunningNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = (await tenant.client.post("/v1/tasks", json=task_body())).json()
+
+    async def refuse(entry: Any) -> int:
+        raise StorageUnavailable("the apps database is away")
+
+    monkeypatch.setattr(api_node.node.audit._log, "append_audit", refuse)
+    response = await tenant.client.post(f"/v1/tasks/{task['id']}/pause")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "audit_unavailable"
+    assert response.json()["error"]["field"] == "audit"
