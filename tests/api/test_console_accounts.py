@@ -149,3 +149,31 @@ async def test_each_console_role_may_post_what_the_matrix_says(two_nodes: tuple[
     viewer_apps = await page(second, sessions["admin"], "/console/apps")
     assert viewer_apps.status_code == 404  # an app admin is not the global admin: the apps pages do not exist
     assert (await page(second, sessions["global"], "/console/apps")).status_code == 200
+
+
+async def test_an_app_admin_changes_its_own_apps_limits_and_key_and_no_one_elses(
+    two_nodes: tuple[RunningNode, RunningNode],
+) -> None:
+    first, _ = two_nodes
+    app, key = await first.create_app("own-settings")
+    other, _ = await first.create_app("not-mine")
+    for name, role in (("settings-admin", "admin"), ("settings-operator", "operator")):
+        body = {"name": name, "password": PASSWORD, "roles": {app.id: role, other.id: "viewer"}}
+        await admin_api(first, "POST", "/v1/users", body)
+    _, admin_session = await sign_in(first, user="settings-admin", password=PASSWORD, app=app.id)
+    _, operator_session = await sign_in(first, user="settings-operator", password=PASSWORD, app=app.id)
+    _, key_session = await sign_in(first, key=key)
+    assert admin_session and operator_session and key_session
+
+    assert (await page(first, admin_session, f"/console/apps/{app.id}")).status_code == 200
+    changed = await post(first, admin_session, f"/console/apps/{app.id}/limits", max_concurrency="9")
+    assert changed.status_code == 303, changed.text[:300]
+    assert (await admin_api(first, "GET", f"/v1/apps/{app.id}")).json()["max_concurrency"] == 9
+    rotated = await post(first, admin_session, f"/console/apps/{app.id}/rotate", what="secret")
+    assert rotated.status_code == 200
+    assert (await post(first, admin_session, f"/console/apps/{app.id}/disable")).status_code == 404  # global only
+    assert (await page(first, admin_session, f"/console/apps/{other.id}")).status_code == 404
+    assert (await page(first, operator_session, f"/console/apps/{app.id}")).status_code == 404
+    assert (await page(first, key_session, f"/console/apps/{app.id}")).status_code == 404  # as before
+    status, _ = await sign_in(first, user="settings-admin", password=PASSWORD)  # two apps: which one?
+    assert status == 403

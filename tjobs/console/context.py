@@ -125,6 +125,15 @@ def require_admin(principal: Principal, what: str) -> None:
         raise NotFound("page", what)
 
 
+def require_app_admin(principal: Principal, app_id: str, what: str) -> None:
+    """An app's own settings and keys: the admin, or a user signed in on that app with its admin role;
+    404 for anyone else (an app key's session included, as before)."""
+    if principal.admin:
+        return
+    if principal.user is None or principal.app is None or principal.app.id != app_id or principal.role != "admin":
+        raise NotFound("page", what)
+
+
 class Form:
     """A posted ``application/x-www-form-urlencoded`` form."""
 

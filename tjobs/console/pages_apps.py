@@ -18,7 +18,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
-from tjobs.console.context import ConsoleRoute, Form, Principal, console_of, require_admin
+from tjobs.console.context import ConsoleRoute, Form, Principal, console_of, require_admin, require_app_admin
 from tjobs.errors import ConfirmationRequired, InvalidInput, NotFound
 from tjobs.model import App
 from tjobs.service.cursors import MAX_CURSOR_CHARS
@@ -145,7 +145,7 @@ async def _app_page(request: Request, app_id: str, template: str, **context: Any
     """A page about one app (admin only): ``template`` given the app's view and ``context``."""
     console = console_of(request)
     principal = await console.principal(request)
-    require_admin(principal, "apps")
+    require_app_admin(principal, app_id, "apps")
     app = await console.apps.get(app_id)
     return console.render(request, template, principal, app=_view(app), **context)
 
@@ -159,7 +159,7 @@ async def app_page(request: Request, app_id: str, done: Annotated[str | None, Qu
 async def update_limits(request: Request, app_id: str) -> Response:
     console = console_of(request)
     principal, form = await console.posted(request)
-    require_admin(principal, "apps")
+    require_app_admin(principal, app_id, "apps")
     try:
         await console.apps.update(app_id, app_fields(form, creating=False))
     except InvalidInput as error:
@@ -177,7 +177,7 @@ async def confirm_rotate(request: Request, app_id: str, what: Annotated[Rotation
 async def rotate(request: Request, app_id: str) -> Response:
     console = console_of(request)
     principal, form = await console.posted(request)
-    require_admin(principal, "apps")
+    require_app_admin(principal, app_id, "apps")
     what = form.get("what")
     if what not in ("api_key", "secret", "both"):
         raise InvalidInput("what", "must be api_key, secret or both")
