@@ -121,6 +121,9 @@ async def test_what_fires_is_listed_for_its_app_only(api_node: RunningNode, tena
     assert alert["rule_id"] == rule["id"] and alert["status"] == "firing" and alert["subject"] == "dead_letters"
     assert alert["details"] == {"dead": 3} and "3 dead letters" in alert["summary"]
     assert (await theirs.client.get("/v1/alerts/active")).json()["items"] == []
+    await mine.client.patch(f"/v1/alerts/rules/{rule['id']}", json={"enabled": False})
+    assert (await mine.client.get("/v1/alerts/active")).json()["items"] == []  # not evaluated: says nothing
+    await mine.client.patch(f"/v1/alerts/rules/{rule['id']}", json={"enabled": True})
 
     await api_node.node.alerts.evaluator.evaluate(now_ms + 10 * 60_000)  # the window moved past them
     assert (await mine.client.get("/v1/alerts/active")).json()["items"] == []

@@ -14,6 +14,7 @@ from tjobs.alerts.notifier import UNSENT, decide
 from tjobs.alerts.rules import Finding, Rule
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.allow_list import AllowList
+from tjobs.errors import NotFound
 from tjobs.model import SloCounts, SloMinute
 from tjobs.stores.contracts.alerts import AlertSetting, AlertState
 from tjobs.stores.memory import MemoryTaskStore
@@ -128,3 +129,18 @@ async def test_a_firing_notification_no_channel_took_is_sent_at_the_next_pass() 
     sender.fail = False
     assert await evaluator.evaluate(T0 + 30_000) == 1
     assert await evaluator.evaluate(T0 + 60_000) == 0
+
+
+@pytest.mark.asyncio
+async def test_a_channel_whose_app_is_gone_fails_that_send_without_stopping_the_pass() -> None:
+    store, alerts, sender = MemoryTaskStore(), MemoryAlertSettings(), RecordingSender()
+    await _setup(store, alerts)
+
+    async def gone(app_id: str) -> AllowList:
+        raise NotFound("app", app_id)
+
+    coordinator = LocalCoordinator(store.topology.shard_count, "n1")
+    evaluator = AlertEvaluator(alerts, store, coordinator, sender, _Clock(), gone, 60)  # type: ignore[arg-type]
+    assert await evaluator.evaluate(T0) == 0
+    (state,) = await alerts.read_alert_states()
+    assert state.status == "firing" and state.notified_at_ms == UNSENT  # tried again next pass

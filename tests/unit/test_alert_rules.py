@@ -124,3 +124,11 @@ def test_a_change_keeps_what_it_does_not_name_and_never_the_kind() -> None:
     with pytest.raises(InvalidInput) as refused:
         parse_rule("rule_0", "a", {"kind": "slo_missed"}, partial_of=stored)
     assert refused.value.field == "kind"
+
+
+def test_a_whole_number_written_with_a_fraction_is_an_integer_as_json_schema_says() -> None:
+    parsed = parse_rule(
+        "rule_0", "a", {"name": "x", "kind": "dead_letters", "params": {"threshold": 3.0}, "repeat_s": 60.0}
+    )
+    assert parsed.params["threshold"] == 3 and parsed.repeat_s == 60
+    assert isinstance(parsed.params["threshold"], int) and isinstance(parsed.repeat_s, int)

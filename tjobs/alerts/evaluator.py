@@ -26,6 +26,7 @@ from tjobs.alerts.sending import ChannelSender
 from tjobs.clock import Clock
 from tjobs.cluster.base import Coordinator
 from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList
+from tjobs.errors import TjobsError
 from tjobs.periodic import PeriodicPass
 from tjobs.stores.base import TaskStore
 from tjobs.stores.contracts.alerts import AlertSettings, AlertState
@@ -96,7 +97,12 @@ class AlertEvaluator(PeriodicPass):
             channel = channels.get(channel_id)
             if channel is None or channel.app_id not in (None, rule.app_id):
                 continue  # deleted since, or (never stored so) another app's
-            error = await self._sender.send(channel, notification, await self._allow_of(channel))
+            try:
+                allow = await self._allow_of(channel)
+            except TjobsError as unread:  # the app is gone, or its database does not answer
+                error: str | None = f"the app's allow-list was not read: {unread}"
+            else:
+                error = await self._sender.send(channel, notification, allow)
             if error is None:
                 sent += 1
             else:

@@ -114,9 +114,18 @@ class Finding:
 # ---- parsing (a request's or a stored document's) ------------------------------------------------
 
 
+def whole(value: Any) -> int | None:
+    """``value`` as an integer when it is one (``3`` or ``3.0``, as JSON Schema counts), else ``None``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) else None
+
+
 def _int(params: Mapping[str, Any], name: str, low: int, high: int, default: int | None = None) -> int:
-    value = params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    value = whole(params.get(name, default))
+    if value is None or not low <= value <= high:
         raise InvalidInput(f"params.{name}", f"must be an integer from {low} to {high}")
     return value
 
@@ -187,8 +196,8 @@ def parse_rule(rule_id: str, app_id: str | None, body: Any, *, partial_of: Rule 
         or not all(isinstance(c, str) and 0 < len(c) <= 64 for c in channels)
     ):
         raise InvalidInput("channels", f"must be a list of at most {MAX_CHANNELS} channel ids")
-    repeat_s = merged.get("repeat_s", DEFAULT_REPEAT_S)
-    if isinstance(repeat_s, bool) or not isinstance(repeat_s, int) or not 0 <= repeat_s <= MAX_REPEAT_S:
+    repeat_s = whole(merged.get("repeat_s", DEFAULT_REPEAT_S))
+    if repeat_s is None or not 0 <= repeat_s <= MAX_REPEAT_S:
         raise InvalidInput("repeat_s", f"must be an integer from 0 (never repeat) to {MAX_REPEAT_S}")
     enabled = merged.get("enabled", True)
     if not isinstance(enabled, bool):

@@ -108,13 +108,14 @@ class AlertService:
     # ---- what fires ----------------------------------------------------------------------------------
 
     async def active(self, caller: str | None, include_resolved: bool = False) -> list[tuple[AlertState, Rule | None]]:
-        """The caller's states that fire (with ``include_resolved``, those resolved too), each with its rule."""
-        rules = {rule.id: rule for rule in await self.list_rules(caller)}
+        """The caller's states that fire (with ``include_resolved``, those resolved too), each with its rule;
+        a disabled rule's are left out (it is not evaluated: its states say nothing of now)."""
+        rules = {rule.id: rule for rule in await self.list_rules(caller) if rule.enabled}
         states = await self._alerts.read_alert_states(caller)
         return [
             (state, rules.get(state.rule_id))
             for state in states
-            if (include_resolved or state.status == "firing") and (caller is None or state.rule_id in rules)
+            if (include_resolved or state.status == "firing") and state.rule_id in rules
         ]
 
     # ---- the store -----------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from tjobs import wire
 from tjobs.alerts.channels import CHANNEL_KINDS
 from tjobs.alerts.rules import RULE_KINDS
 from tjobs.alerts.views import alert_json, channel_json, rule_json
@@ -25,21 +26,26 @@ RuleIdPath = Annotated[str, _path_parameter(r"^rule_[0-9a-f]{16}$", 21, "an aler
 ChannelIdPath = Annotated[str, _path_parameter(r"^chan_[0-9a-f]{16}$", 21, "an alert channel's id")]
 
 
-class AlertRuleBody(BaseModel):
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class AlertRuleBody(wire.RequestShape):
     """An alert rule (PATCH: any of the fields; ``kind`` cannot change)."""
 
-    name: str = Field(max_length=64)
+    name: str = Field(pattern=NAME, max_length=64)
     kind: Literal[RULE_KINDS]  # type: ignore[valid-type]
     params: dict[str, Any] = Field(default_factory=dict, description="per kind: docs/operations.md, Built-in alerts")
-    channels: list[str] = Field(default_factory=list, max_length=10, description="channel ids of the same owner")
+    channels: list[Annotated[str, Field(pattern=r"^chan_[0-9a-f]{16}$")]] = Field(
+        default_factory=list, max_length=10, description="channel ids of the same owner"
+    )
     repeat_s: int = Field(default=3600, ge=0, le=604_800, description="repeat while firing; 0: never")
     enabled: bool = True
 
 
-class AlertChannelBody(BaseModel):
+class AlertChannelBody(wire.RequestShape):
     """An alert channel (PATCH: any of the fields; ``kind`` cannot change)."""
 
-    name: str = Field(max_length=64)
+    name: str = Field(pattern=NAME, max_length=64)
     kind: Literal[CHANNEL_KINDS]  # type: ignore[valid-type]
     settings: dict[str, Any] = Field(description="url (and secret) for the URL kinds; to for email")
 
