@@ -122,8 +122,11 @@ async def cut_one_server(rig: ClusterRig, api: Api, proxy: TcpProxy, receiver: R
     assert outcome.lost == [] and outcome.duplicated == []
     late = lateness_ms(outcome, in_shards(tasks, server_shards))
     worst = max(late, key=lambda task: late[task])
+    print(f"cut server's tasks: {len(late)}, worst {late[worst]} ms late")
     assert late[worst] <= FAILOVER_BOUND_MS, f"task {worst} of the cut server fired {late[worst]} ms late"
     assert "unreachable" in victim.log.read_text(errors="replace")
+    leader_logs = "".join(node.log.read_text(errors="replace") for node in rig.nodes.values())
+    assert "re-packed at once" in leader_logs, "the leader moved the shards off the cut-off node at once"
 
 
 @pytest.mark.timing
@@ -200,6 +203,7 @@ async def cut_from_etcd(rig: ClusterRig, api: Api, proxy: TcpProxy, receiver: Re
     assert max(fired_while_cut) < min(taken_over), "the victim committed after its group was taken over"
     due_after_cut = {t: at for t, at in mine.items() if at >= cut_ms}
     late = lateness_ms(outcome, due_after_cut)
+    print(f"victim's tasks due after the cut: {len(late)}, worst {max(late.values())} ms late")
     assert max(late.values()) <= FAILOVER_BOUND_MS, f"the victim's shards fired {max(late.values())} ms late"
     log = victim.log.read_text(errors="replace")
     assert "keepalive failed" in log or "lease lost" in log

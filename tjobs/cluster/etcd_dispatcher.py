@@ -127,6 +127,13 @@ class EtcdDispatcher:
         if published:
             self._last_plan_ms = now_ms
             view.plan = plan
+            if misplaced:
+                cut_off = {node: sorted(servers) for node, servers in reach.down.items() if servers}
+                logger.warning(
+                    "re-packed at once: shards of a server moved off nodes that cannot reach it (%s)",
+                    ", ".join(f"{node}: {' '.join(servers)}" for node, servers in sorted(cut_off.items())),
+                    extra={"action": "jobs_moved_off_unreachable_server", "plan_version": plan.version},
+                )
             logger.info(
                 "published plan v%d: %d groups over %d nodes",
                 plan.version,
