@@ -4,13 +4,17 @@ only its own entries; bad filters answer 422 naming the field; an entry that can
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
+from tjobs.cli.main import app as cli
 from tjobs.errors import StorageUnavailable
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -116,3 +120,20 @@ async def test_an_entry_that_cannot_be_written_answers_503_naming_the_audit(
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "audit_unavailable"
     assert response.json()["error"]["field"] == "audit"
+
+
+async def test_the_cli_changes_are_recorded_as_via_cli_and_listed_by_tjobs_audit(
+    api_node: RunningNode, tenant: Tenant
+) -> None:
+    task = (await tenant.client.post("/v1/tasks", json=task_body())).json()
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "200"}
+    paused = await asyncio.to_thread(CliRunner().invoke, cli, ["task", "pause", task["id"]], env=env)
+    assert paused.exit_code == 0, paused.output
+    listed = await asyncio.to_thread(CliRunner().invoke, cli, ["audit", "--action", "task.", "--json"], env=env)
+    assert listed.exit_code == 0, listed.output
+    [entry] = json.loads(listed.stdout)["items"]
+    assert (entry["action"], entry["object_id"], entry["via"]) == ("task.pause", task["id"], "cli")
+    table = await asyncio.to_thread(CliRunner().invoke, cli, ["audit"], env=env)
+    assert "task.pause" in table.stdout and "status" in table.stdout
+    refused = await asyncio.to_thread(CliRunner().invoke, cli, ["audit", "--since", "nope"], env=env)
+    assert refused.exit_code != 0 and "since" in refused.output

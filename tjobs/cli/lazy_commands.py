@@ -32,6 +32,12 @@ def _import(app: typer.Typer) -> None:
     app.command("import")(import_tasks)
 
 
+def _audit(app: typer.Typer) -> None:
+    from tjobs.cli.audit_commands import audit
+
+    app.command("audit")(audit)
+
+
 def _slo(app: typer.Typer) -> None:
     from tjobs.cli.slo_commands import slo
 
@@ -104,7 +110,7 @@ def _target_app() -> typer.Typer:
     return target_app
 
 
-LAZY_COMMANDS: dict[str, Callable[[typer.Typer], None]] = {"import": _import, "slo": _slo}
+LAZY_COMMANDS: dict[str, Callable[[typer.Typer], None]] = {"import": _import, "slo": _slo, "audit": _audit}
 LAZY_GROUPS: dict[str, Callable[[], typer.Typer]] = {
     "task": _task_app,
     "app": _app_app,

@@ -402,5 +402,25 @@ class Api(Flavour):
         return Call("GET", "/v1/slo", dict, params=_given({"window": window, "app_id": app_id}), idempotent=True)
 
     @operation
+    def audit(
+        self,
+        *,
+        app_id: str | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        object_id: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Call[dict[str, Any]]:
+        """One page of the audit log, newest first: ``{"items": [...], "next_cursor": ...}`` (the admin key:
+        every app, ``app_id`` narrows; an app key: its own). ``action`` is a name or a prefix
+        (``task.``); ``since``/``until`` RFC 3339 instants or epoch ms."""
+        params: dict[str, Any] = {"app": app_id, "actor": actor, "action": action, "since": since, "until": until}
+        params |= {"object": object_id, "cursor": cursor, "limit": limit}
+        return Call("GET", "/v1/audit", dict, params=_given(params), idempotent=True)
+
+    @operation
     def health(self) -> Call[dict[str, Any]]:
         return Call("GET", "/healthz", dict, idempotent=True)
