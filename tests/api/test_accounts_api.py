@@ -144,6 +144,9 @@ async def test_bad_input_is_a_4xx_naming_the_field(api_node: RunningNode, admin:
     assert_error(await admin.post("/v1/users", json={"name": "shorty", "password": "short"}), 422, field="password")
     assert_error(await admin.post("/v1/users", json={"name": "r", "roles": {"a": "boss"}}), 422, field="roles.a")
     assert_error(await admin.post("/v1/users", json={"name": "r", "roles": []}), 422, field="roles")
+    assert_error(
+        await admin.post("/v1/users", json={"name": "r", "roles": {"app-nope": "viewer"}}), 422, field="roles.app-nope"
+    )
     assert_error(await admin.post("/v1/users", json={"name": "r", "global_admin": "yes"}), 422, field="global_admin")
     assert_error(await admin.post("/v1/users", json={"name": "r", "colour": 1}), 422, field="colour")
     assert_error(await admin.post("/v1/users", json=[1]), 422, field="body")

@@ -3,7 +3,11 @@ its expiry or with its user, a session ends at its expiry and is swept at the ne
 
 from __future__ import annotations
 
+import pytest
+
 from tjobs.clock import ManualClock
+from tjobs.errors import InvalidInput
+from tjobs.model import App
 from tjobs.service.accounts import AccountService, hash_password, may, verify_password
 from tjobs.stores.memory import MemoryTaskStore
 
@@ -19,9 +23,18 @@ def test_a_password_hash_carries_its_salt_and_parameters_and_verifies_only_its_p
     assert not verify_password(PASSWORD, "") and not verify_password(PASSWORD, "scrypt$x$y")
 
 
+async def test_roles_name_apps_that_exist() -> None:
+    accounts = AccountService(MemoryTaskStore(), ManualClock(1_000_000))
+    with pytest.raises(InvalidInput) as refused:
+        await accounts.create_user("ada", PASSWORD, roles={"app-z": "viewer"})
+    assert refused.value.field == "roles.app-z"
+
+
 async def test_a_token_ends_at_its_expiry_or_when_its_user_is_disabled() -> None:
     clock = ManualClock(1_000_000)
-    accounts = AccountService(MemoryTaskStore(), clock)
+    store = MemoryTaskStore()
+    await store.put_app(App("app-a", "a", "hash-a", ["secret"]))
+    accounts = AccountService(store, clock)
     await accounts.create_user("ada", PASSWORD, roles={"app-a": "operator"})
     lasting, _ = await accounts.create_token("ada", "ci", None)
     brief, _ = await accounts.create_token("ada", "brief", 60)

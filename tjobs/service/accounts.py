@@ -28,7 +28,8 @@ from typing import Any
 
 from tjobs.clock import Clock
 from tjobs.errors import InvalidInput, NotFound
-from tjobs.stores.contracts.accounts import ROLES, Accounts, ApiToken, ConsoleSession, Role, SessionKind, User
+from tjobs.stores.base import TaskStore
+from tjobs.stores.contracts.accounts import ROLES, ApiToken, ConsoleSession, Role, SessionKind, User
 
 __all__ = [
     "ROLES",
@@ -130,9 +131,17 @@ def check_roles(roles: Any, field: str = "roles") -> dict[str, Role]:
 class AccountService:
     """Users, tokens and sessions over one store; ``clock`` gives now (epoch ms)."""
 
-    def __init__(self, store: Accounts, clock: Clock) -> None:
+    def __init__(self, store: TaskStore, clock: Clock) -> None:
         self.store = store
         self.clock = clock
+
+    async def _known_roles(self, roles: Any) -> dict[str, Role]:
+        """``roles`` checked (:func:`check_roles`), each naming an app that exists (else 422 naming it)."""
+        checked = check_roles(roles)
+        for app_id in checked:
+            if await self.store.get_app(app_id) is None:
+                raise InvalidInput(f"roles.{app_id}", f"there is no app {app_id!r}")
+        return checked
 
     # ---- users -----------------------------------------------------------------------------------
 
@@ -144,7 +153,7 @@ class AccountService:
             check_user_name(name),
             "" if password is None else hash_password(check_password(password)),
             global_admin,
-            check_roles(roles),
+            await self._known_roles(roles),
             None,
             self.clock.now_ms(),
         )
@@ -176,7 +185,7 @@ class AccountService:
         user = await self.user(name)
         changes: dict[str, Any] = {}
         if roles is not None:
-            changes["roles"] = check_roles(roles)
+            changes["roles"] = await self._known_roles(roles)
         if global_admin is not None:
             changes["global_admin"] = global_admin
         if disabled is not None:
