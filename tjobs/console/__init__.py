@@ -42,6 +42,7 @@ def include_console(api: FastAPI, node: Node) -> None:
     from tjobs.console import (
         pages_alerts,
         pages_apps,
+        pages_audit,
         pages_cluster,
         pages_flows,
         pages_overview,
@@ -61,6 +62,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_targets,
         pages_alerts,
         pages_apps,
+        pages_audit,
         pages_cluster,
     )
     for module in pages:
