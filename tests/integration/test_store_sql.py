@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -29,7 +30,7 @@ from tjobs.model import TaskStatus
 from tjobs.settings import StorageSettings
 from tjobs.stores import create_store, sql_load
 from tjobs.stores.memory import MemoryTaskStore
-from tjobs.stores.migrate import migrate
+from tjobs.stores.migrate import MIGRATIONS_DIR, migrate
 from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -42,6 +43,8 @@ async def mariadb(mysql_url: str) -> AsyncIterator[StorageSettings]:
     finally:
         await drop_databases(settings)
 
+
+HEAD_REVISION = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
 
 # ---- migrate ------------------------------------------------------------------------------------
 
@@ -56,10 +59,12 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
     for index in range(4):
         with sqlite3.connect(tmp_path / "data" / f"tjobs_{index:02d}.db") as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0014_slo_delivery_lateness",)]
+            assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD_REVISION,)]
             assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         expected = {f"{kind}_{t:02d}" for kind in ("tasks", "flows", "task_targets") for t in range(4)}
         first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes", "slo_hours"}
+        first_only |= {"alert_settings", "alert_states", "users", "api_tokens", "console_sessions", "audit_log"}
+        first_only |= {"calendars"}
         assert tables == expected | {"alembic_version", "tjobs_fence"} | (first_only if index == 0 else set())
 
     started = time.perf_counter()
@@ -75,7 +80,7 @@ async def test_migrate_keeps_a_hot_changes_table_an_earlier_node_created(tmp_pat
         db.execute("INSERT INTO hot_changes (task_id) VALUES (7)")
     await migrate(StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path / 'data'}"], topology="1x1x4"))
     with sqlite3.connect(tmp_path / "data" / "tjobs_00.db") as db:
-        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0014_slo_delivery_lateness",)]
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(HEAD_REVISION,)]
         assert db.execute("SELECT task_id FROM hot_changes").fetchall() == [(7,)]
 
 
@@ -94,7 +99,7 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 )
             ).all()
             assert [tuple(row) for row in rows] == [
-                (f"{prefix}_00", 21),
+                (f"{prefix}_00", 28),
                 (f"{prefix}_01", 14),
                 (f"{prefix}_02", 14),
                 (f"{prefix}_03", 14),
@@ -143,7 +148,7 @@ async def test_migrating_an_earlier_deployment_turns_background_statistics_off(m
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN payload")
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN attempt_log")
                 await conn.exec_driver_sql(f"UPDATE `{database}`.alembic_version SET version_num = '0009_flow_routes'")
-            assert len(await tables_recalculating_statistics(conn, prefix)) == 20 + 3 * 14
+            assert len(await tables_recalculating_statistics(conn, prefix)) == 27 + 3 * 14  # slo_hours dropped
         await migrate(mariadb)
         async with engine.connect() as conn:
             assert await tables_recalculating_statistics(conn, prefix) == []

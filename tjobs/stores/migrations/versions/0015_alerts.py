@@ -14,18 +14,14 @@ from typing import Any
 
 from alembic import op as global_op
 from alembic.operations import Operations
-from sqlalchemy import Connection, inspect
-from sqlalchemy.exc import NoSuchTableError
 
+from tjobs.stores.migration_tables import create_missing_tables
 from tjobs.stores.schema import (
     ALERT_SETTINGS_TABLE,
     ALERT_STATES_TABLE,
-    MYSQL_TABLE_OPTIONS,
     alert_settings_schema_items,
     alert_states_schema_items,
 )
-
-_OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
 
 revision = "0015_alerts"
 down_revision = "0014_slo_delivery_lateness"
@@ -34,23 +30,14 @@ depends_on = None
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    if not holds_apps:
-        return
-    if not _exists(op.get_bind(), ALERT_SETTINGS_TABLE):
-        op.create_table(ALERT_SETTINGS_TABLE, *alert_settings_schema_items(), **_OPTIONS)
-    if not _exists(op.get_bind(), ALERT_STATES_TABLE):
-        op.create_table(ALERT_STATES_TABLE, *alert_states_schema_items(), **_OPTIONS)
-
-
-def _exists(bind: Connection, table: str) -> bool:
-    """Whether ``table`` is there (read as 0014 reads columns: the inspector's table listing wants a
-    default schema name, which a MariaDB connection switched with ``USE`` does not give it)."""
-    try:
-        inspect(bind).get_columns(table)
-    except NoSuchTableError:
-        return False
-    return True
+    if holds_apps:
+        create_missing_tables(
+            operations or global_op,
+            [
+                (ALERT_SETTINGS_TABLE, alert_settings_schema_items(), []),
+                (ALERT_STATES_TABLE, alert_states_schema_items(), []),
+            ],
+        )
 
 
 def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

@@ -15,9 +15,8 @@ from typing import Any
 
 from alembic import op as global_op
 from alembic.operations import Operations
-from sqlalchemy import inspect
 
-from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
+from tjobs.stores.migration_tables import create_missing_tables
 from tjobs.stores.schema_accounts import (
     API_TOKENS_INDEXES,
     API_TOKENS_TABLE,
@@ -29,8 +28,6 @@ from tjobs.stores.schema_accounts import (
     users_schema_items,
 )
 
-_OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
-
 revision = "0016_accounts"
 down_revision = "0015_alerts"
 branch_labels = None
@@ -38,22 +35,15 @@ depends_on = None
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    if not holds_apps:
-        return
-    bind = op.get_bind()
-    schema = bind.exec_driver_sql("SELECT DATABASE()").scalar() if bind.dialect.name == "mysql" else None
-    inspector = inspect(bind)
-    for name, items, indexes in (
-        (USERS_TABLE, users_schema_items(), []),
-        (API_TOKENS_TABLE, api_tokens_schema_items(), API_TOKENS_INDEXES),
-        (CONSOLE_SESSIONS_TABLE, console_sessions_schema_items(), CONSOLE_SESSIONS_INDEXES),
-    ):
-        if inspector.has_table(name, schema=schema):
-            continue
-        op.create_table(name, *items, **_OPTIONS)
-        for index_name, columns in indexes:
-            op.create_index(index_name, name, columns)
+    if holds_apps:
+        create_missing_tables(
+            operations or global_op,
+            [
+                (USERS_TABLE, users_schema_items(), []),
+                (API_TOKENS_TABLE, api_tokens_schema_items(), API_TOKENS_INDEXES),
+                (CONSOLE_SESSIONS_TABLE, console_sessions_schema_items(), CONSOLE_SESSIONS_INDEXES),
+            ],
+        )
 
 
 def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

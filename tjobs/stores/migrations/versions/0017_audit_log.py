@@ -13,10 +13,8 @@ from typing import Any
 from alembic import op as global_op
 from alembic.operations import Operations
 
-from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
+from tjobs.stores.migration_tables import create_missing_tables
 from tjobs.stores.schema_audit import AUDIT_LOG_INDEXES, AUDIT_LOG_TABLE, audit_log_schema_items
-
-_OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
 
 revision = "0017_audit_log"
 down_revision = "0016_accounts"
@@ -25,12 +23,8 @@ depends_on = None
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    if not holds_apps:
-        return
-    op.create_table(AUDIT_LOG_TABLE, *audit_log_schema_items(), **_OPTIONS)
-    for index_name, columns in AUDIT_LOG_INDEXES:
-        op.create_index(index_name, AUDIT_LOG_TABLE, columns)
+    if holds_apps:
+        create_missing_tables(operations or global_op, [(AUDIT_LOG_TABLE, audit_log_schema_items(), AUDIT_LOG_INDEXES)])
 
 
 def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

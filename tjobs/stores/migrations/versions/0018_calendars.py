@@ -13,10 +13,8 @@ from typing import Any
 from alembic import op as global_op
 from alembic.operations import Operations
 
-from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
+from tjobs.stores.migration_tables import create_missing_tables
 from tjobs.stores.schema_calendars import CALENDARS_TABLE, calendars_schema_items
-
-_OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
 
 revision = "0018_calendars"
 down_revision = "0017_audit_log"
@@ -25,9 +23,8 @@ depends_on = None
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
     if holds_apps:
-        op.create_table(CALENDARS_TABLE, *calendars_schema_items(), **_OPTIONS)
+        create_missing_tables(operations or global_op, [(CALENDARS_TABLE, calendars_schema_items(), [])])
 
 
 def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
