@@ -2,9 +2,9 @@
 a client that sends its requests round robin over their addresses (one address list, as behind a
 balancer).
 
-Given an app limited to R requests per second, when it sends 3R requests over the three nodes, then
-the cluster admits R (each node its share R / 3), not 3R; when a node leaves, the two left admit R
-between them. Given an app with a quota of Q active tasks, when it registers more than Q at once
+Given an app limited to R requests (or task registrations) per second, when it sends 3R over the
+three nodes, then the cluster admits R (each node its share R / 3), not 3R; when a node leaves, the
+two left admit R between them. Given an app with a quota of Q active tasks, when it registers more than Q at once
 over the three nodes, then exactly Q are stored.
 
 The limiters' clocks stand still unless the test moves them (no bucket refills while a slow machine
@@ -151,6 +151,19 @@ async def test_the_active_task_quota_holds_across_three_nodes_under_concurrent_c
         for _ in range(NODES):
             over = await client.post("/v1/tasks", json=task_body(name="over"))
             assert over.status_code == 429 and over.json()["error"]["code"] == "quota_exceeded"
+
+
+async def test_an_apps_create_rate_holds_across_three_nodes(cluster: Cluster) -> None:
+    # Given an app allowed 12 task registrations per second and three nodes
+    rate = 12
+    _, key = await cluster.nodes[0].create_app("creating", create_rate_limit_per_s=rate)
+    await cluster.settled(NODES)
+    async with cluster.client(key) as client:
+        # When it registers three times that many, one by one round robin
+        answers = [await client.post("/v1/tasks", json=task_body(name=f"c-{i}")) for i in range(3 * rate)]
+    # Then the cluster stores its rate, not three times it, and refuses the rest as over its rate
+    assert [a.status_code for a in answers].count(201) == rate
+    assert {a.json()["error"]["code"] for a in answers if a.status_code != 201} == {"rate_limited"}
 
 
 async def test_an_apps_request_rate_holds_across_three_nodes_and_follows_membership(cluster: Cluster) -> None:
