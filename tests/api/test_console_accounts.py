@@ -177,3 +177,23 @@ async def test_an_app_admin_changes_its_own_apps_limits_and_key_and_no_one_elses
     assert (await page(first, key_session, f"/console/apps/{app.id}")).status_code == 404  # as before
     status, _ = await sign_in(first, user="settings-admin", password=PASSWORD)  # two apps: which one?
     assert status == 403
+
+
+async def test_the_admin_sees_the_users_and_revokes_a_session_from_the_console(
+    two_nodes: tuple[RunningNode, RunningNode],
+) -> None:
+    first, second = two_nodes
+    app, _ = await first.create_app("users-page")
+    for name, body in (("page-admin", {"global_admin": True}), ("page-viewer", {"roles": {app.id: "viewer"}})):
+        await admin_api(first, "POST", "/v1/users", {"name": name, "password": PASSWORD, **body})
+    _, admin_session = await sign_in(first, user="page-admin", password=PASSWORD)
+    _, viewer_session = await sign_in(first, user="page-viewer", password=PASSWORD)
+    assert admin_session and viewer_session
+
+    shown = await page(second, admin_session, "/console/users")
+    assert shown.status_code == 200 and "page-viewer" in shown.text and f"{app.id}</code>: viewer" in shown.text
+    assert (await page(second, viewer_session, "/console/users")).status_code == 404
+    mine = (await admin_api(first, "GET", "/v1/sessions?user=page-viewer")).json()["items"]
+    revoked = await post(second, admin_session, f"/console/sessions/{mine[0]['id']}/revoke")
+    assert revoked.status_code == 303 and revoked.headers["location"] == "/console/users?done=revoked"
+    assert (await page(first, viewer_session, "/console/tasks")).status_code == 303  # signed out everywhere

@@ -18,7 +18,8 @@ Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once,
   set), deleting one (confirmed);
 - ``pages_apps`` (admin): create, limits, rotate key or secret (a new key or secret is shown once);
 - ``pages_alerts``: what fires, the alert rules and channels (an app's own; the admin's: all);
-- ``pages_cluster`` (admin): nodes, job groups, the plan, database servers, the hot tier.
+- ``pages_cluster`` (admin): nodes, job groups, the plan, database servers, the hot tier;
+- ``pages_users`` (admin): the operator accounts and the live console sessions, each revocable.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_session,
         pages_targets,
         pages_tasks,
+        pages_users,
     )
 
     api.state.console = Console(node, api.state.app_service, api.state.rate_limits, api.state.credential_limits)
@@ -64,6 +66,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_apps,
         pages_audit,
         pages_cluster,
+        pages_users,
     )
     for module in pages:
         api.include_router(module.router, include_in_schema=False)
