@@ -77,3 +77,20 @@ async def test_stats_catch_up_with_what_only_a_pass_can_see(
     while (await tenant.client.get("/v1/stats")).json()["paused_tasks"] != 1:  # a read asks for a pass
         assert time.monotonic() < deadline, "no count pass followed the stats read"
         await asyncio.sleep(0.1)
+
+
+async def test_concurrent_creates_on_one_node_never_pass_the_quota_together(
+    api_node: RunningNode,
+    tenant_factory: Callable[..., Awaitable[Tenant]],
+) -> None:
+    # Given an app with a quota of 5 and no task yet
+    tenant = await tenant_factory("quota-concurrent", max_active_tasks=5)
+    # When it sends 20 creates and a batch of 3 at once to one node
+    answers = await asyncio.gather(
+        *(tenant.client.post("/v1/tasks", json=task_body(name=f"c-{i}")) for i in range(20)),
+        tenant.client.post("/v1/tasks/batch", json={"tasks": [task_body(name=f"b-{i}") for i in range(3)]}),
+    )
+    # Then the tasks being stored count against the quota: 5 are stored, not 23
+    await api_node.node.tasks.counts.refresh()
+    assert api_node.node.tasks.counts.of(tenant.app.id).active == 5
+    assert {a.json()["error"]["code"] for a in answers if a.status_code == 429} == {"quota_exceeded"}
