@@ -195,6 +195,13 @@ class ConsoleSettings(SettingsSection):
     # api.admin_key (nodes share that), else random per process (sessions then end with the process).
     session_secret: str | None = None
     session_ttl_s: int = Field(default=8 * 3600, ge=60, le=30 * 86_400)
+    # Sign-in through an OpenID Connect provider (authorization code flow; docs/console.md): on when the
+    # issuer, client id and secret and this console's callback URL (.../console/oidc/callback) are all set.
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    oidc_redirect_url: str | None = None
+    oidc_username_claim: str = "preferred_username"
 
 
 class SloSettings(SettingsSection):

@@ -46,6 +46,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_audit,
         pages_cluster,
         pages_flows,
+        pages_oidc,
         pages_overview,
         pages_schedules,
         pages_session,
@@ -67,6 +68,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_audit,
         pages_cluster,
         pages_users,
+        pages_oidc,
     )
     for module in pages:
         api.include_router(module.router, include_in_schema=False)

@@ -39,10 +39,11 @@ from sharding import shard_of_task_id
 from tjobs.api.credential_limits import CredentialLimits
 from tjobs.api.principal import ADMIN_NAME, remember
 from tjobs.clock import iso_ms
+from tjobs.console.oidc import OidcClient
 from tjobs.console.session import COOKIE_NAME, CSRF_FIELD, CSRF_HEADER, SessionCodec, session_secret
 from tjobs.errors import AppDisabled, Forbidden, InvalidInput, NotFound, RateLimited, TjobsError
 from tjobs.model import App, parse_flow_id
-from tjobs.service.accounts import ConsoleSession, Role, csrf_token_of, role_rank
+from tjobs.service.accounts import ConsoleSession, Role, User, csrf_token_of, role_rank
 from tjobs.service.apps import AppService, hash_api_key
 
 if TYPE_CHECKING:
@@ -209,6 +210,7 @@ class Console:
         self.rate_limits = rate_limits
         self.codec = SessionCodec(session_secret(node.settings), node.settings.console.session_ttl_s)
         self.accounts = node.accounts
+        self.oidc = OidcClient(node.settings.console)  # sign-in through an identity provider, when configured
         self.credential_limits = credential_limits or CredentialLimits()
 
     @functools.cached_property
@@ -338,6 +340,11 @@ class Console:
         if user is None:
             self.credential_limits.failed(address, account)
             return None
+        return await self.open_user_session(user, app_id)
+
+    async def open_user_session(self, user: User, app_id: str) -> str:
+        """A new session of ``user`` (already authenticated) on ``app_id``: may be empty for a global admin or
+        a user with one app; 403 for an app the user has no role on."""
         app_id = app_id.strip()
         if user.global_admin:
             app_id = ""

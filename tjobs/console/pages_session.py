@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
@@ -33,14 +33,21 @@ def _safe_next(target: str | None) -> str:
     return "/console/"
 
 
-def _cookie(response: Response, request: Request, name: str, value: str, max_age_s: int) -> None:
+def _cookie(
+    response: Response,
+    request: Request,
+    name: str,
+    value: str,
+    max_age_s: int,
+    samesite: Literal["strict", "lax"] = "strict",
+) -> None:
     response.set_cookie(
         name,
         value,
         max_age=max_age_s,
         path=COOKIE_PATH,
         httponly=True,
-        samesite="strict",
+        samesite=samesite,
         secure=request.url.scheme == "https",
     )
 
@@ -50,7 +57,13 @@ async def signin_page(request: Request, next: Annotated[str | None, Query(max_le
     console = console_of(request)
     pre_session = request.cookies.get(SIGNIN_COOKIE) or secrets.token_urlsafe(24)
     response = console.render(
-        request, "signin.html", None, token=console.sign_in_token(pre_session), next=_safe_next(next), error=None
+        request,
+        "signin.html",
+        None,
+        token=console.sign_in_token(pre_session),
+        next=_safe_next(next),
+        error=None,
+        oidc=console.oidc.configured,
     )
     _cookie(response, request, SIGNIN_COOKIE, pre_session, 3600)
     return response
