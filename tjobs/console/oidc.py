@@ -56,6 +56,8 @@ class OidcClient:
             document = reply.json()
             if not isinstance(document, dict) or not {"authorization_endpoint", "token_endpoint"} <= set(document):
                 raise Unauthorized("the identity provider's discovery document lacks its endpoints")
+            if not str(document["token_endpoint"]).startswith("https://"):  # the ID token's only warrant is TLS
+                raise Unauthorized("the identity provider's token endpoint is not https")
             self._discovered = document
         return self._discovered
 
