@@ -128,6 +128,12 @@ UNEXPRESSIBLE = [
         r"params(\..*)?|kind|channels\[\d+\]",
         frozenset({"invalid_input"}),
     ),
+    Unexpressible(
+        "an alert rule's params and a channel's settings are free-form JSON per kind: an integer beyond 64 bits "
+        "in them is refused, which JSON Schema cannot bound (as a payload's)",
+        r"(params|settings)([.\[].*)?",
+        frozenset({"out_of_range"}),
+    ),
 ]
 
 
