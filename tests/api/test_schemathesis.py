@@ -111,6 +111,11 @@ UNEXPRESSIBLE = [
     ),
     Unexpressible("a named calendar must exist in the app", r"schedule\.calendar", frozenset({"unknown_calendar"})),
     Unexpressible(
+        "an audit search's since/until is a real RFC 3339 instant with its offset (or epoch ms), until after since",
+        r"since|until",
+        frozenset({"invalid_instant", "out_of_range"}),
+    ),
+    Unexpressible(
         "a jitter is at most the schedule's period (an interval's every_ms, a cron's smallest gap)",
         r"schedule\.jitter_ms",
         frozenset({"jitter_too_large"}),

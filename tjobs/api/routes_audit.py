@@ -18,11 +18,13 @@ from tjobs import wire
 from tjobs.api.deps import AppOrAdminDep, NodeDep, errors, json_response, ok
 from tjobs.clock import datetime_to_ms, iso_ms
 from tjobs.errors import InvalidInput
+from tjobs.model import MAX_ID
 from tjobs.service.audit import AuditEntry, AuditQuery
 
 router = APIRouter(prefix="/v1", tags=["audit"])
 
 MAX_LIMIT = 500
+INSTANT_FORM = r"^[0-9A-Za-z:.+ -]{0,40}$"  # the characters of epoch ms and RFC 3339; the parse judges the rest
 ACTION_PREFIX = re.compile(r"^[a-z0-9_.]{1,64}$")
 _APP_ID = re.compile(wire.APP_ID_PATTERN)
 
@@ -53,9 +55,11 @@ def parse_instant(raw: str | None, field: str) -> int | None:
     try:
         instant = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise InvalidInput(field, "must be an RFC 3339 instant with its offset, or epoch milliseconds") from None
+        raise InvalidInput(
+            field, "must be an RFC 3339 instant with its offset, or epoch milliseconds", "invalid_instant"
+        ) from None
     if instant.tzinfo is None:
-        raise InvalidInput(field, "must carry its UTC offset (e.g. 2026-12-01T00:00:00Z)")
+        raise InvalidInput(field, "must carry its UTC offset (e.g. 2026-12-01T00:00:00Z)", "invalid_instant")
     return datetime_to_ms(instant)
 
 
@@ -83,14 +87,14 @@ def audit_query(
         raise InvalidInput("object", "at most 200 characters")
     before_id = None
     if cursor:
-        if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 19:
-            raise InvalidInput("cursor", "must be the next_cursor of a previous page")
+        if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 19 or int(cursor) > MAX_ID:
+            raise InvalidInput("cursor", "must be the next_cursor of a previous page", "bad_cursor")
         before_id = int(cursor)
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput("limit", f"must be 1..{MAX_LIMIT}")
     since_ms, until_ms = parse_instant(since, "since"), parse_instant(until, "until")
     if since_ms is not None and until_ms is not None and until_ms <= since_ms:
-        raise InvalidInput("until", "must be after since")
+        raise InvalidInput("until", "must be after since", "out_of_range")
     if caller_app is not None:
         if app and app != caller_app:
             return None
@@ -115,13 +119,22 @@ def audit_query(
 async def search_audit(
     caller: AppOrAdminDep,
     node: NodeDep,
-    app: Annotated[str | None, Query(description="an app id; empty: entries of no app (admin)")] = None,
-    actor: Annotated[str | None, Query(description="who: an app id, 'admin' or a user name")] = None,
-    action: Annotated[str | None, Query(description="an action or its prefix: task.pause, task.")] = None,
-    since: Annotated[str | None, Query(description="at or after (RFC 3339 or epoch ms)")] = None,
-    until: Annotated[str | None, Query(description="before (RFC 3339 or epoch ms)")] = None,
-    object: Annotated[str | None, Query(description="the object's id (task id, app id, target name...)")] = None,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    app: Annotated[
+        str | None,
+        Query(description="an app id; empty: entries of no app (admin)", pattern=f"^$|{wire.APP_ID_PATTERN}"),
+    ] = None,
+    actor: Annotated[str | None, Query(description="who: an app id, 'admin' or a user name", max_length=128)] = None,
+    action: Annotated[
+        str | None, Query(description="an action or its prefix: task.pause, task.", pattern=r"^[a-z0-9_.]{0,64}$")
+    ] = None,
+    since: Annotated[str | None, Query(description="at or after (RFC 3339 or epoch ms)", pattern=INSTANT_FORM)] = None,
+    until: Annotated[str | None, Query(description="before (RFC 3339 or epoch ms)", pattern=INSTANT_FORM)] = None,
+    object: Annotated[
+        str | None, Query(description="the object's id (task id, app id, target name...)", max_length=200)
+    ] = None,
+    cursor: Annotated[
+        str | None, Query(description="next_cursor of the previous page", pattern=r"^[0-9]{0,19}$")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 100,
 ) -> Any:
     query = audit_query(
