@@ -137,3 +137,23 @@ async def test_the_cli_changes_are_recorded_as_via_cli_and_listed_by_tjobs_audit
     assert "task.pause" in table.stdout and "status" in table.stdout
     refused = await asyncio.to_thread(CliRunner().invoke, cli, ["audit", "--since", "nope"], env=env)
     assert refused.exit_code != 0 and "since" in refused.output
+
+
+async def test_a_target_update_is_recorded_before_and_after_without_its_credentials(tenant: Tenant) -> None:
+    password = "audit-target-password-0123"
+    target: dict[str, Any] = {
+        "name": "audited-hook",
+        "protocol": "http",
+        "settings": {"urls": ["http://127.0.0.1:9/a"], "method": "PUT", "timeout_ms": 900},
+        "credentials": {"authorization": password},
+    }
+    made = await tenant.client.post("/v1/targets", json=target)
+    assert made.status_code == 201, made.text
+    settings = {**target["settings"], "timeout_ms": 1200}
+    assert (await tenant.client.patch("/v1/targets/audited-hook", json={"settings": settings})).status_code == 200
+
+    update, create = await _entries(tenant.client, action="target.")
+    assert (create["action"], create["object_id"], create["before"]) == ("target.create", "audited-hook", None)
+    assert update["action"] == "target.update"
+    assert (update["before"]["settings"]["timeout_ms"], update["after"]["settings"]["timeout_ms"]) == (900, 1200)
+    assert password not in str(await _entries(tenant.client))

@@ -206,8 +206,9 @@ class AuditMiddleware:
         via: str,
     ) -> None:
         object_id = change.object_id
-        if not object_id and isinstance(answered, dict) and isinstance(answered.get("id"), str | int):
-            object_id = str(answered["id"])  # a create: the id it was given
+        if not object_id and isinstance(answered, dict):  # a create: the id (or name) it was given
+            given = answered.get("id", answered.get("name"))
+            object_id = str(given) if isinstance(given, str | int) else ""
         after: Any = answered
         if change.kind in ("task", "app", "target"):
             found, after = await self._snapshots.read(Change(change.action, change.kind, object_id), principal.app_id)
