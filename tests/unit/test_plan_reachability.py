@@ -23,11 +23,19 @@ BEFORE = Plan(
 )
 
 
-def reach(down: dict[str, set[str]] | None = None, recovering: dict[str, set[str]] | None = None) -> Reach:
+def reach(
+    down: dict[str, set[str]] | None = None,
+    recovering: dict[str, set[str]] | None = None,
+    just_down: dict[str, set[str]] | None = None,
+) -> Reach:
+    """``down``: down for the grace at least; ``just_down``: down for less than the grace."""
+    settled = {node: frozenset(servers) for node, servers in (down or {}).items()}
+    fresh = {node: frozenset(servers) for node, servers in (just_down or {}).items()}
     return Reach(
         SERVER_OF,
-        {node: frozenset(servers) for node, servers in (down or {}).items()},
+        {node: settled.get(node, frozenset()) | fresh.get(node, frozenset()) for node in {*settled, *fresh}},
         {node: frozenset(servers) for node, servers in (recovering or {}).items()},
+        settled,
     )
 
 
@@ -55,6 +63,8 @@ def repack(previous: Plan, nodes: tuple[str, ...], state: Reach) -> Plan:
         ("a down, b recovering: nobody steady, nothing moves", reach(down={"a": {S2}}, recovering={"b": {S2}}),
          {8, 9, 10, 11}, {12, 13, 14, 15}),
         ("everything reachable: nothing moves", reach(), {8, 9, 10, 11}, {12, 13, 14, 15}),
+        ("a down for less than the grace (the server may be dying for b too): a keeps", reach(just_down={"a": {S2}}),
+         {8, 9, 10, 11}, {12, 13, 14, 15}),
     ],
 )  # fmt: skip
 def test_a_cut_off_primary_gives_up_only_that_servers_shards(
@@ -105,6 +115,7 @@ def test_a_flapping_link_moves_the_shards_once() -> None:
         ("a holds S2 shards it cannot reach, b can", BEFORE, reach(down={"a": {S2}}), True),
         ("nobody reaches S2", BEFORE, reach(down={"a": {S2}, "b": {S2}}), False),
         ("a only recovering", BEFORE, reach(recovering={"a": {S2}}), False),
+        ("a down for less than the grace", BEFORE, reach(just_down={"a": {S2}}), False),
         ("a holds no S2 shard", Plan(1, 16, (Group(0, tuple(range(8)), ("a",)), Group(1, tuple(range(8, 16)), ("b",)))),
          reach(down={"a": {S2}}), False),
     ],
@@ -117,35 +128,39 @@ def test_misplaced_says_when_the_leader_must_repack_at_once(
 
 def test_reach_reads_member_records_and_ignores_other_shapes() -> None:
     members: dict[str, dict[str, object]] = {
-        "a": {DB_DOWN_KEY: [S2], DB_RECOVERING_KEY: []},
+        "a": {DB_DOWN_KEY: {S2: 10_000}, DB_RECOVERING_KEY: []},
         "b": {},
         "c": {DB_DOWN_KEY: "junk"},
+        "d": {DB_DOWN_KEY: {S1: 11_500}, DB_RECOVERING_KEY: [S2]},
     }
-    state = Reach.from_members(members, SERVER_OF)
-    assert state.down == {"a": frozenset({S2}), "b": frozenset(), "c": frozenset()}
-    assert state.constrained(["a", "b", "c"]) == frozenset({S2})
+    state = Reach.from_members(members, SERVER_OF, now_ms=12_000, grace_ms=2_000)
+    assert state.down == {"a": frozenset({S2}), "b": frozenset(), "c": frozenset(), "d": frozenset({S1})}
+    assert state.evicted == {"a": frozenset({S2}), "b": frozenset(), "c": frozenset(), "d": frozenset()}
+    assert state.recovering["d"] == frozenset({S2})
+    assert state.constrained(["a", "b", "c", "d"]) == frozenset({S1, S2})
 
 
 @pytest.mark.parametrize(
     ("steps", "expected"),
     [
         # (unreachable servers, now_ms) in order -> the record's last value
-        ([(set(), 0)], {DB_DOWN_KEY: [], DB_RECOVERING_KEY: []}),
-        ([({S2}, 0)], {DB_DOWN_KEY: [S2], DB_RECOVERING_KEY: []}),
-        ([({S2}, 0), (set(), 1_000)], {DB_DOWN_KEY: [], DB_RECOVERING_KEY: [S2]}),
-        ([({S2}, 0), (set(), 1_000), (set(), 10_999)], {DB_DOWN_KEY: [], DB_RECOVERING_KEY: [S2]}),
-        ([({S2}, 0), (set(), 1_000), (set(), 11_000)], {DB_DOWN_KEY: [], DB_RECOVERING_KEY: []}),
+        ([(set(), 0)], {DB_DOWN_KEY: {}, DB_RECOVERING_KEY: []}),
+        ([({S2}, 0)], {DB_DOWN_KEY: {S2: 0}, DB_RECOVERING_KEY: []}),
+        ([({S2}, 0), ({S2}, 700)], {DB_DOWN_KEY: {S2: 0}, DB_RECOVERING_KEY: []}),  # since: the first failure
+        ([({S2}, 0), (set(), 1_000)], {DB_DOWN_KEY: {}, DB_RECOVERING_KEY: [S2]}),
+        ([({S2}, 0), (set(), 1_000), (set(), 10_999)], {DB_DOWN_KEY: {}, DB_RECOVERING_KEY: [S2]}),
+        ([({S2}, 0), (set(), 1_000), (set(), 11_000)], {DB_DOWN_KEY: {}, DB_RECOVERING_KEY: []}),
         # a flap restarts the hold from its last recovery
         ([({S2}, 0), (set(), 1_000), ({S2}, 5_000), (set(), 6_000), (set(), 12_000)],
-         {DB_DOWN_KEY: [], DB_RECOVERING_KEY: [S2]}),
-        ([({S1, S2}, 0), ({S2}, 1_000)], {DB_DOWN_KEY: [S2], DB_RECOVERING_KEY: [S1]}),
+         {DB_DOWN_KEY: {}, DB_RECOVERING_KEY: [S2]}),
+        ([({S1, S2}, 0), ({S2}, 1_000)], {DB_DOWN_KEY: {S2: 0}, DB_RECOVERING_KEY: [S1]}),
     ],
 )  # fmt: skip
 def test_reach_record_holds_a_recovered_server_for_the_hold(
-    steps: list[tuple[set[str], int]], expected: dict[str, list[str]]
+    steps: list[tuple[set[str], int]], expected: dict[str, object]
 ) -> None:
     record = ReachRecord(hold_ms=10_000)
-    value: dict[str, list[str]] = {}
+    value: dict[str, object] = {}
     for unreachable, now_ms in steps:
         value = record.update(unreachable, now_ms)
     assert value == expected

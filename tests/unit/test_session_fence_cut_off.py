@@ -28,9 +28,9 @@ def fence(store: SessionsStore) -> EtcdSessionFence:
     return EtcdSessionFence(node_id="b", store=store, ttl_s=5, client=no_etcd, key=lambda node: node.encode())
 
 
-def view(down: object, revision: int = 3) -> ClusterView:
+def view(down: object, revision: int = 3, own_down: object = None) -> ClusterView:
     return ClusterView(
-        members={"a": {"node_id": "a", DB_DOWN_KEY: down}, "b": {"node_id": "b"}},
+        members={"a": {"node_id": "a", DB_DOWN_KEY: down}, "b": {"node_id": "b", DB_DOWN_KEY: own_down}},
         sessions={"a": RecordedSessions("a", dict(RECORD), revision), "b": RecordedSessions("b", dict(RECORD), 4)},
     )
 
@@ -38,7 +38,7 @@ def view(down: object, revision: int = 3) -> ClusterView:
 async def test_a_live_nodes_sessions_are_ended_only_on_the_server_it_cannot_reach_and_once() -> None:
     store = SessionsStore({})
     sessions = fence(store)
-    await sessions.end_former_owners(view([DB2]), etcd_failed_at=float("-inf"))
+    await sessions.end_former_owners(view({DB2: 1_000}), etcd_failed_at=float("-inf"))
     assert store.ended == [(DB2, RECORD[DB2])]
     await sessions.end_former_owners(view([DB2]), etcd_failed_at=float("-inf"))
     assert len(store.ended) == 1, "the same record is not ended twice"
@@ -57,3 +57,9 @@ async def test_ending_a_cut_off_nodes_sessions_is_not_deferred_by_a_recent_etcd_
     store = SessionsStore({})
     await fence(store).end_former_owners(view([DB1, DB2]), etcd_failed_at=float("inf"))
     assert sorted(server for server, _ in store.ended) == [DB1, DB2]
+
+
+async def test_no_kill_is_sent_to_a_server_this_node_cannot_reach_either() -> None:
+    store = SessionsStore({})
+    await fence(store).end_former_owners(view({DB1: 1, DB2: 1}, own_down={DB2: 1}), etcd_failed_at=float("-inf"))
+    assert [server for server, _ in store.ended] == [DB1]

@@ -91,7 +91,7 @@ class EtcdDispatcher:
         now_ms = self._clock.now_ms()
         cycle_due = now_ms - self._last_plan_ms >= self.cycle_ms
         live_ids = [m.node_id for m in live]
-        reach = Reach.from_members({node: view.members[node] for node in live_ids}, self._server_of())
+        reach = Reach.from_members({node: view.members[node] for node in live_ids}, self._server_of(), now_ms)
         misplaced = view.plan is not None and reach.misplaced(
             ((g.primary, g.shards) for g in view.plan.groups), live_ids
         )

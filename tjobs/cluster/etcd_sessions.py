@@ -93,15 +93,19 @@ class EtcdSessionFence:
             )
 
     async def _end_cut_off(self, view: ClusterView) -> None:
+        own = view.members.get(self.node_id) or {}
+        unreachable_here = own.get(DB_DOWN_KEY) or ()  # a server this node cannot reach either: no KILL to send
         for node_id, recorded in view.sessions.items():
             member = view.members.get(node_id)
             down = member.get(DB_DOWN_KEY) if member is not None and node_id != self.node_id else None
-            if not isinstance(down, list):
+            if not isinstance(down, list | dict):
                 continue
             servers = {
                 server: sessions
                 for server, sessions in recorded.servers.items()
-                if server in down and (node_id, server, recorded.revision) not in self._cut_ended
+                if server in down
+                and server not in unreachable_here
+                and (node_id, server, recorded.revision) not in self._cut_ended
             }
             if servers:
                 cut = RecordedSessions(node_id, servers, recorded.revision)
