@@ -222,7 +222,7 @@ def search_of(request: Request) -> SearchService:
     return node_of(request).tasks.search
 
 
-def _path_parameter(pattern: str, max_length: int, description: str) -> Any:
+def path_parameter(pattern: str, max_length: int, description: str) -> Any:
     """A path parameter published with its form. The route's own code judges the form: 404 as for an id
     never stored (FastAPI's check would answer 422), or a 422 naming ``pool`` when an executor registers."""
     return Path(
@@ -231,12 +231,12 @@ def _path_parameter(pattern: str, max_length: int, description: str) -> Any:
     )
 
 
-TaskIdPath = Annotated[str, _path_parameter(wire.TASK_ID_PATTERN, 19, "a task id")]
-FlowIdPath = Annotated[str, _path_parameter(wire.FLOW_ID_PATTERN, 39, "a flow id: '<task id>-<scheduled_at_ms>'")]
-AppIdPath = Annotated[str, _path_parameter(wire.APP_ID_PATTERN, 64, "an app id")]
-TargetNamePath = Annotated[str, _path_parameter(wire.TARGET_NAME_PATTERN, 64, "a target's name")]
-PoolNamePath = Annotated[str, _path_parameter(wire.POOL_NAME_PATTERN, 63, "a pool's name")]
-ExecutorIdPath = Annotated[str, _path_parameter(wire.EXECUTOR_ID_PATTERN, 128, "an executor's id")]
+TaskIdPath = Annotated[str, path_parameter(wire.TASK_ID_PATTERN, 19, "a task id")]
+FlowIdPath = Annotated[str, path_parameter(wire.FLOW_ID_PATTERN, 39, "a flow id: '<task id>-<scheduled_at_ms>'")]
+AppIdPath = Annotated[str, path_parameter(wire.APP_ID_PATTERN, 64, "an app id")]
+TargetNamePath = Annotated[str, path_parameter(wire.TARGET_NAME_PATTERN, 64, "a target's name")]
+PoolNamePath = Annotated[str, path_parameter(wire.POOL_NAME_PATTERN, 63, "a pool's name")]
+ExecutorIdPath = Annotated[str, path_parameter(wire.EXECUTOR_ID_PATTERN, 128, "an executor's id")]
 
 
 def task_id_of(raw: str) -> int:

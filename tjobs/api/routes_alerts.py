@@ -17,13 +17,13 @@ from tjobs import wire
 from tjobs.alerts.channels import CHANNEL_KINDS
 from tjobs.alerts.rules import RULE_KINDS
 from tjobs.alerts.views import alert_json, channel_json, rule_json
-from tjobs.api.deps import AppOrAdminDep, NodeDep, _path_parameter, body_doc, errors, json_body, json_response, ok
+from tjobs.api.deps import AppOrAdminDep, NodeDep, body_doc, errors, json_body, json_response, ok, path_parameter
 from tjobs.model import App
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
 
-RuleIdPath = Annotated[str, _path_parameter(r"^rule_[0-9a-f]{16}$", 21, "an alert rule's id")]
-ChannelIdPath = Annotated[str, _path_parameter(r"^chan_[0-9a-f]{16}$", 21, "an alert channel's id")]
+RuleIdPath = Annotated[str, path_parameter(r"^rule_[0-9a-f]{16}$", 21, "an alert rule's id")]
+ChannelIdPath = Annotated[str, path_parameter(r"^chan_[0-9a-f]{16}$", 21, "an alert channel's id")]
 
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"

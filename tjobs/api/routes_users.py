@@ -6,18 +6,28 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from tjobs.api.accounts_auth import accounts_of, basic_or_token_user
-from tjobs.api.deps import errors, json_body, json_object, json_response, ok, require_admin
+from tjobs.api.deps import errors, json_body, json_object, json_response, ok, path_parameter, require_admin
 from tjobs.clock import iso_ms
 from tjobs.errors import InvalidInput
-from tjobs.service.accounts import USER_NAME_PATTERN, ApiToken, ConsoleSession, User, check_user_name
+from tjobs.service.accounts import (
+    SESSION_ID_PATTERN,
+    TOKEN_ID_PATTERN,
+    USER_NAME_PATTERN,
+    ApiToken,
+    ConsoleSession,
+    User,
+    check_user_name,
+)
 
 me = APIRouter(prefix="/v1", tags=["accounts"])
 admin = APIRouter(prefix="/v1", tags=["accounts"], dependencies=[Depends(require_admin)])
 
-UserNamePath = Annotated[str, Path(description="a user's name", json_schema_extra={"pattern": USER_NAME_PATTERN})]
+UserNamePath = Annotated[str, path_parameter(USER_NAME_PATTERN, 64, "a user's name")]
+TokenIdPath = Annotated[str, path_parameter(TOKEN_ID_PATTERN, 16, "a personal token's id")]
+SessionIdPath = Annotated[str, path_parameter(SESSION_ID_PATTERN, 64, "a console session's id")]
 _CREATE_FIELDS = frozenset({"name", "password", "global_admin", "roles"})
 _UPDATE_FIELDS = frozenset({"password", "global_admin", "roles", "disabled"})
 
@@ -156,7 +166,7 @@ async def list_tokens(request: Request) -> Any:
     summary="Revoke one of the caller's personal API tokens",
     responses={**ok(204, None, "revoked"), **errors(401, 404)},
 )
-async def revoke_token(token_id: Annotated[str, Path(max_length=32)], request: Request) -> Response:
+async def revoke_token(token_id: TokenIdPath, request: Request) -> Response:
     user = await basic_or_token_user(request)
     await accounts_of(request).revoke_token(user.name, token_id)
     return Response(status_code=204)
@@ -183,6 +193,6 @@ async def list_sessions(
     summary="Revoke a console session (admin): every node refuses its cookie at once",
     responses={**ok(204, None, "revoked"), **errors(401, 403, 404)},
 )
-async def revoke_session(session_id: Annotated[str, Path(max_length=64)], request: Request) -> Response:
+async def revoke_session(session_id: SessionIdPath, request: Request) -> Response:
     await accounts_of(request).revoke_session(session_id)
     return Response(status_code=204)

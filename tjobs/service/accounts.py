@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 USER_NAME_PATTERN = r"^[a-z0-9][a-z0-9._@-]{0,63}$"
+TOKEN_ID_PATTERN = r"^[0-9a-f]{16}$"  # secrets.token_hex(8)
+SESSION_ID_PATTERN = r"^[0-9a-f]{64}$"  # what the API shows of a session: its id's SHA-256
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$"
 TOKEN_PREFIX = "tjt_"
 MIN_PASSWORD_CHARS = 12
@@ -238,7 +240,7 @@ class AccountService:
         return await self.store.list_tokens(user_name)
 
     async def revoke_token(self, user_name: str, token_id: str) -> None:
-        if not await self.store.delete_token(user_name, token_id):
+        if not re.fullmatch(TOKEN_ID_PATTERN, token_id) or not await self.store.delete_token(user_name, token_id):
             raise NotFound("token", token_id)
 
     async def authenticate_token(self, secret: str) -> User | None:
@@ -281,7 +283,9 @@ class AccountService:
         return [s for s in sessions if s.expires_at_ms > now_ms]
 
     async def revoke_session(self, id_hash: str) -> None:
-        if not re.fullmatch(r"[0-9a-f]{64}", id_hash) or not await self.store.delete_console_sessions(id_hash=id_hash):
+        if not re.fullmatch(SESSION_ID_PATTERN, id_hash) or not await self.store.delete_console_sessions(
+            id_hash=id_hash
+        ):
             raise NotFound("session", id_hash)
 
 
