@@ -7,15 +7,23 @@ something (API and console), and writes one entry for each that succeeded.
   listed there is still recorded, as ``<resource>.<method>`` (``calendar.put``). Not recorded: task
   creates (``POST /v1/tasks``, batches; the data plane: the task itself records its creation),
   previews and plans that change nothing, executor registrations (a heartbeat) and console sign-in.
-- **Before and after.** Tasks and apps are read before the change and after it (an admin-level
-  read: it is kept only if the caller's change succeeded), and so are targets when the caller's app is
-  known up front (its API key, or the ``X-Tjobs-App`` of a personal token); otherwise the entry keeps
-  the JSON the route answered as ``after``. :mod:`tjobs.service.audit` redacts secrets and caps both.
+- **Before.** The middleware reads nothing before the route runs. It sets a recorder
+  (:mod:`tjobs.service.audit_scope`) in the request's context; the service that changes a task, an
+  app or a target hands it the object it loaded for the change, once the request's input passed its
+  checks, and the middleware renders that object (:func:`task_json`, :func:`app_json`,
+  :func:`target_json`) as ``before``. A refused or unauthenticated request causes no read for the
+  audit at all; ``before`` is ``null`` for a create.
+- **After.** Only once the change succeeded, tasks, apps and targets are read again (an admin-level
+  read, of the app that owns the object); a redriven flow's owner is read the same way. Otherwise the
+  entry keeps the JSON the route answered as ``after``. :mod:`tjobs.service.audit` redacts secrets and
+  caps both.
 - **Via.** ``console`` for ``/console`` paths; ``cli`` when the request carries ``X-Tjobs-Client: cli``
   (the CLI's client sends it); else ``api``.
 - **Failure.** The route's answer is held until its entry is written; if the write fails the caller
-  gets ``503 audit_unavailable`` (``field`` ``audit``) instead: the change was made, but it is not on
-  record (docs/operations.md, "Audit log").
+  gets ``503 audit_unavailable`` (``field`` ``audit``) instead: the change WAS made (the entry lives in
+  another database than tasks, so it cannot share their transaction), it is just not on record. A
+  client must read the object before repeating a change that is not idempotent (docs/operations.md,
+  "Audit log").
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from tjobs.api.render import app_json, task_json
 from tjobs.errors import NotFound, TjobsError
 from tjobs.model import parse_flow_id
 from tjobs.observability.logs import request_id
-from tjobs.service.apps import hash_api_key
+from tjobs.service import audit_scope
 from tjobs.service.audit import AuditEntry
 from tjobs.targets.codec import target_json
 
@@ -41,7 +49,6 @@ if TYPE_CHECKING:
     from tjobs.node import Node
 
 CLIENT_HEADER = "x-tjobs-client"
-APP_HEADER = "x-tjobs-app"
 CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 NOT_RECORDED = re.compile(
     r"^/v1/tasks(/batch|:batch)?$|^/v1/schedules:preview$|^/v1/shards:plan$|^/v1/pools/[^/]+/executors"
@@ -109,13 +116,24 @@ def via_of(path: str, headers: dict[str, str]) -> str:
 
 
 class Snapshots:
-    """Reads the objects a change is about, as the API renders them (``None``: not there, or unknown)."""
+    """The objects a change is about, as the API renders them (``None``: not there, or unknown)."""
 
     def __init__(self, node: Node) -> None:
         self._node = node
 
+    @staticmethod
+    def render(kind: str, obj: Any) -> tuple[str | None, Any]:
+        """A recorded object's owning app and its JSON (``None, None`` for none)."""
+        if kind == "task" and obj is not None:
+            return obj.app_id, task_json(obj)
+        if kind == "app" and obj is not None:
+            return obj.id, app_json(obj)
+        if kind == "target" and obj is not None:
+            return obj.app_id, target_json(obj)
+        return None, None
+
     async def read(self, change: Change, app_id: str | None) -> tuple[str | None, Any]:
-        """The object's owning app and its JSON."""
+        """The object's owning app and its JSON, read from the store (after a change only)."""
         node = self._node
         try:
             if change.kind == "task" and change.object_id.isdigit():
@@ -134,17 +152,13 @@ class Snapshots:
             return None, None
         return None, None
 
-    async def caller_app(self, headers: dict[str, str]) -> str | None:
-        """The app a request acts for, when its headers tell without a database read: an app key this
-        node already knows, or a personal token's ``X-Tjobs-App``."""
-        if headers.get(APP_HEADER):
-            return headers[APP_HEADER]
-        scheme, _, key = headers.get("authorization", "").partition(" ")
-        key = key.strip()
-        if scheme.lower() != "bearer" or not key or not self._node.apps.knows_key_hash(hash_api_key(key)):
-            return None
-        app = await self._node.apps.authenticate(key)
-        return None if app is None else app.id
+
+def _seen_before(recorder: audit_scope.Recorder, change: Change) -> Any:
+    """The object the services recorded for ``change`` (a task's id as the service wrote it: ``007`` is 7)."""
+    object_id = change.object_id
+    if change.kind == "task" and object_id.isdigit():
+        object_id = str(int(object_id))
+    return recorder.before(change.kind, object_id)
 
 
 def _json_of(body: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
@@ -176,12 +190,12 @@ class AuditMiddleware:
         async def hold(message: Message) -> None:
             held.append(message)
 
+        recorder = audit_scope.Recorder()
+        token = audit_scope.current.set(recorder)
         try:
-            caller = await self._snapshots.caller_app(headers) if change.kind == "target" else None
-            owner, before = await self._snapshots.read(change, caller)
-        except TjobsError:  # the database is away: the change will most likely fail on its own
-            owner, before = None, None
-        await self.app(scope, receive, hold)
+            await self.app(scope, receive, hold)
+        finally:
+            audit_scope.current.reset(token)
         start = next((m for m in held if m["type"] == "http.response.start"), None)
         principal = scope.get("state", {}).get("principal")
         if start is None or start["status"] >= 400 or not isinstance(principal, Principal):
@@ -190,6 +204,7 @@ class AuditMiddleware:
         body = b"".join(m.get("body", b"") for m in held if m["type"] == "http.response.body")
         try:
             answered = _json_of(body, start.get("headers", []))
+            owner, before = self._snapshots.render(change.kind, _seen_before(recorder, change))
             await self._record(change, principal, owner, before, answered, via_of(scope["path"], headers))
         except TjobsError as error:
             await _answer_error(error, send)
@@ -211,8 +226,13 @@ class AuditMiddleware:
             object_id = str(given) if isinstance(given, str | int) else ""
         after: Any = answered
         if change.kind in ("task", "app", "target"):
-            found, after = await self._snapshots.read(Change(change.action, change.kind, object_id), principal.app_id)
+            app_of = principal.app_id or owner
+            found, read = await self._snapshots.read(Change(change.action, change.kind, object_id), app_of)
             owner = owner or found
+            if change.kind != "target" or app_of:  # a target of no known app keeps the route's answer
+                after = read
+        elif change.kind == "flow" and principal.app_id is None:  # the admin: the flow's app
+            owner, _ = await self._snapshots.read(change, None)
         app_id = principal.app_id or owner
         if change.kind == "app":
             app_id = object_id or app_id

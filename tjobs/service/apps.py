@@ -21,6 +21,7 @@ from tjobs.delivery.signing import generate_secret
 from tjobs.delivery.ssrf import AllowList
 from tjobs.errors import ConfirmationRequired, InvalidInput, NotFound
 from tjobs.model import DISABLED_AT, App
+from tjobs.service import audit_scope
 from tjobs.service.cursors import LIST_PAGE_MAX, Page, decode_position, encode_position
 from tjobs.service.directory_cache import CachePolicy, DirectoryCache
 from tjobs.service.disabled_apps import DisabledApps
@@ -200,6 +201,7 @@ class AppService:
     async def update(self, app_id: str, body: Any) -> App:
         fields = validate_app_fields(body, self._settings, creating=False)
         app = await self.get(app_id)
+        audit_scope.saw_before("app", app_id, app)
         settings = dict(app.settings)
         for key in _SETTINGS_FIELDS:
             if key in fields:
@@ -223,6 +225,7 @@ class AppService:
         if not api_key and not secret:
             raise InvalidInput("rotate", "rotate api_key, secret or both")
         app = await self.get(app_id)
+        audit_scope.saw_before("app", app_id, app)
         new_key: str | None = None
         if api_key:
             new_key = generate_api_key()
@@ -265,6 +268,7 @@ class AppService:
         """Disable (its key answers 403, its tasks do not fire) or enable again (its tasks resume
         under their misfire policy); doing either twice changes nothing."""
         app = await self.get(app_id)
+        audit_scope.saw_before("app", app_id, app)
         if (app.disabled_at_ms is not None) == disabled:
             return app
         settings = {k: v for k, v in app.settings.items() if k != DISABLED_AT}

@@ -43,6 +43,7 @@ from tjobs.clock import Clock
 from tjobs.delivery.ssrf import TargetGuard, allow_list_of_app
 from tjobs.errors import Conflict, InvalidInput, NotFound, TargetInUse, TargetVersionConflict
 from tjobs.model import App
+from tjobs.service import audit_scope
 from tjobs.service.cursors import decode_position, encode_position
 from tjobs.service.directory_cache import CachePolicy, DirectoryCache
 from tjobs.service.target_requests import kept_credentials, parse_create, parse_update
@@ -178,6 +179,7 @@ class TargetService:
                     current.credentials, current.protocol, probe.protocol, self._settings.limits
                 )
             await self._check_addresses(app, settings, body.get("settings"))
+            audit_scope.saw_before("target", name, current)
             changed = replace(
                 current,
                 settings=settings,
@@ -206,7 +208,7 @@ class TargetService:
 
     async def delete(self, app: App, name: str) -> None:
         """Delete the target unless tasks that can still fire name it (409 with how many)."""
-        await self.get(app, name)
+        audit_scope.saw_before("target", name, await self.get(app, name))
         naming = await self._store.count_target_references(app.id, name)
         if naming:
             raise TargetInUse(name, naming)

@@ -35,6 +35,7 @@ from tjobs.hot_tier.base import HotTier, TaskChange
 from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.schedules.parsing import parse_schedule_request, schedule_of
+from tjobs.service import audit_scope
 from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported: the listings' bound
 from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService
@@ -533,6 +534,7 @@ class TaskService:
         if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
             raise InvalidInput("version", "must be an integer")
         task = await self.get(app, task_id)
+        loaded = replace(task)  # the audit's before: the fields below change ``task``
         now_ms = self._clock.now_ms()
         limits = self._settings.limits
         fields: set[str] = set()
@@ -563,11 +565,13 @@ class TaskService:
             task.next_run_at_ms = first
             fields.add("schedule")
         task.updated_at_ms = now_ms
+        audit_scope.saw_before("task", task_id, loaded)
         return await self._edit(task, fields, task.status, expected_revision=expected)
 
     async def pause(self, app: App, task_id: int) -> Task:
         """Pause an active task (any other status is returned as it is); never a version conflict."""
         task = await self.get(app, task_id)
+        audit_scope.saw_before("task", task_id, task)
         if task.status is not TaskStatus.ACTIVE:
             return task
         task.status = TaskStatus.PAUSED
@@ -578,6 +582,7 @@ class TaskService:
         """Resume a paused task at its stored next run; if that passed while paused, the task's
         misfire policy decides what happens at its (immediate) fire."""
         task = await self.get(app, task_id)
+        audit_scope.saw_before("task", task_id, task)
         if task.status is not TaskStatus.PAUSED:
             return task
         task.status = TaskStatus.ACTIVE
@@ -608,6 +613,7 @@ class TaskService:
                 "this task's callback sends no payload (it has its own callback.body, or is a GET)",
                 "unsupported_field",
             )
+        audit_scope.saw_before("task", task_id, task)
         now_ms = self._clock.now_ms()
         flow = Flow(task.id, now_ms, task.app_id, FlowKind.MANUAL, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
         flow.payload_json = payload_json
@@ -621,6 +627,7 @@ class TaskService:
         again (a retry already waiting on a node reads the flow's status first); every flow stays
         readable as history."""
         task = await self.get(app, task_id)
+        audit_scope.saw_before("task", task_id, task)
         if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
             self.counts.changed(app.id, task_id, task.status, None)
         await self._hot_tier.publish(TaskChange.deleted(task_id, app.id))
