@@ -157,3 +157,22 @@ async def test_a_target_update_is_recorded_before_and_after_without_its_credenti
     assert update["action"] == "target.update"
     assert (update["before"]["settings"]["timeout_ms"], update["after"]["settings"]["timeout_ms"]) == (900, 1200)
     assert password not in str(await _entries(tenant.client))
+
+
+async def test_a_refused_change_leaves_no_entry_and_a_target_delete_keeps_its_before(tenant: Tenant) -> None:
+    task = (await tenant.client.post("/v1/tasks", json=task_body())).json()
+    refused = await tenant.client.patch(f"/v1/tasks/{task['id']}", json={"name": 5})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "name", refused.text
+    stale = await tenant.client.patch(f"/v1/tasks/{task['id']}", json={"name": "x", "version": 99})
+    assert stale.status_code == 409, stale.text
+    assert await _entries(tenant.client, object=task["id"]) == []
+
+    target = {"name": "gone-hook", "protocol": "http", "settings": {"urls": ["http://127.0.0.1:9/a"]}}
+    assert (await tenant.client.post("/v1/targets", json=target)).status_code == 201
+    assert (await tenant.client.delete("/v1/targets/gone-hook")).status_code == 204
+    [delete] = await _entries(tenant.client, action="target.delete")
+    assert (delete["before"]["name"], delete["before"]["settings"]["urls"], delete["after"]) == (
+        "gone-hook",
+        ["http://127.0.0.1:9/a"],
+        None,
+    )
