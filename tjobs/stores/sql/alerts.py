@@ -15,9 +15,10 @@ from sqlalchemy import exc as sa_exc
 
 from tjobs.stores.contracts.alerts import AlertSetting, AlertSettingKind, AlertSettings, AlertState
 from tjobs.stores.schema import alert_settings_table, alert_states_table, dumps, loads
+from tjobs.stores.sql.apps_records import AppsDatabaseRecords
 
 if TYPE_CHECKING:
-    from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+    pass
 
 _METADATA = MetaData()
 SETTINGS = alert_settings_table(_METADATA)  # unqualified: the apps database's options point it there
@@ -66,18 +67,7 @@ def _state_from_row(row: Mapping[Any, Any]) -> AlertState:
     )
 
 
-class SqlAlertSettings(AlertSettings):
-    def __init__(self, store: SQLAlchemyTaskStore) -> None:
-        self._store = store
-
-    @property
-    def _url(self) -> str:
-        return self._store.layout.apps_database.engine_url
-
-    @property
-    def _options(self) -> dict[str, Any]:
-        return self._store.layout.apps_options
-
+class SqlAlertSettings(AppsDatabaseRecords, AlertSettings):
     async def put_alert_setting(self, setting: AlertSetting) -> None:
         key = (SETTINGS.c.kind == setting.kind, SETTINGS.c.id == setting.id)
         values = {

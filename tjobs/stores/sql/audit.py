@@ -14,11 +14,11 @@ from sqlalchemy import MetaData, delete, insert, select
 from tjobs.stores.contracts.audit import AuditEntry, AuditLog, AuditQuery
 from tjobs.stores.schema import dumps, loads
 from tjobs.stores.schema_audit import audit_log_table
+from tjobs.stores.sql.apps_records import AppsDatabaseRecords
 
 if TYPE_CHECKING:
     from sqlalchemy.sql import Select
 
-    from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 _METADATA = MetaData()
 AUDIT = audit_log_table(_METADATA)  # unqualified: the apps database's options point it there
@@ -74,18 +74,7 @@ def _filtered(query: AuditQuery) -> Select[Any]:
     return statement
 
 
-class SqlAuditLog(AuditLog):
-    def __init__(self, store: SQLAlchemyTaskStore) -> None:
-        self._store = store
-
-    @property
-    def _url(self) -> str:
-        return self._store.layout.apps_database.engine_url
-
-    @property
-    def _options(self) -> dict[str, Any]:
-        return self._store.layout.apps_options
-
+class SqlAuditLog(AppsDatabaseRecords, AuditLog):
     async def append_audit(self, entry: AuditEntry) -> int:
         async with self._store._write(self._url) as conn:
             result = await conn.execute(insert(AUDIT).values(**_row(entry)), execution_options=self._options)

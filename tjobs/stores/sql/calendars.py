@@ -17,9 +17,10 @@ from sqlalchemy import exc as sa_exc
 from tjobs.specs.calendar import Calendar, CalendarRules, calendar_rules_from_json, calendar_rules_to_json
 from tjobs.stores.contracts.calendars import CalendarRecords
 from tjobs.stores.schema_calendars import calendars_table
+from tjobs.stores.sql.apps_records import AppsDatabaseRecords
 
 if TYPE_CHECKING:
-    from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+    pass
 
 _METADATA = MetaData()
 CALENDARS = calendars_table(_METADATA)  # unqualified: the apps database's options point it there
@@ -36,18 +37,7 @@ def _from_row(row: Mapping[Any, Any]) -> Calendar:
     )
 
 
-class SqlCalendars(CalendarRecords):
-    def __init__(self, store: SQLAlchemyTaskStore) -> None:
-        self._store = store
-
-    @property
-    def _url(self) -> str:
-        return self._store.layout.apps_database.engine_url
-
-    @property
-    def _options(self) -> dict[str, Any]:
-        return self._store.layout.apps_options
-
+class SqlCalendars(AppsDatabaseRecords, CalendarRecords):
     async def put_calendar(self, app_id: str, name: str, rules: CalendarRules, now_ms: int) -> Calendar:
         text = orjson.dumps(calendar_rules_to_json(rules)).decode()
         key = (CALENDARS.c.app_id == app_id, CALENDARS.c.name == name)
