@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import orjson
 
+from tjobs.alerts.rules import merged_body
 from tjobs.clock import iso_ms
 from tjobs.delivery.signing import generate_secret, secret_key
 from tjobs.errors import InvalidInput
@@ -44,7 +45,6 @@ MAX_RECIPIENTS = 20
 MAX_URL_CHARS = 2048
 HIDDEN = "***"
 _ADDRESS = re.compile(r"^[^@\s<>,;]{1,64}@[A-Za-z0-9.-]{1,253}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,20 +178,7 @@ def parse_settings(kind: str, raw: Any, previous: Mapping[str, Any] | None = Non
 
 def parse_channel(channel_id: str, app_id: str | None, body: Any, *, partial_of: Channel | None = None) -> Channel:
     """A channel from a request body (or, with ``partial_of``, that channel with the body's changes)."""
-    if not isinstance(body, dict):
-        raise InvalidInput("body", "must be a JSON object")
-    unknown = sorted(set(body) - {"name", "kind", "settings"})
-    if unknown:
-        raise InvalidInput(unknown[0], "is not a field of an alert channel")
-    merged = {**(partial_of.document() if partial_of is not None else {}), **body}
-    name = merged.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidInput("name", "must be 1-64 letters, digits, _ . - (starting with a letter or digit)")
-    kind = merged.get("kind")
-    if kind not in CHANNEL_KINDS:
-        raise InvalidInput("kind", f"must be one of {', '.join(CHANNEL_KINDS)}")
-    if partial_of is not None and kind != partial_of.kind:
-        raise InvalidInput("kind", "cannot be changed: create another channel")
+    merged, name, kind = merged_body(body, partial_of, {"name", "kind", "settings"}, "channel", CHANNEL_KINDS)
     previous = partial_of.settings if partial_of is not None else None
     return Channel(channel_id, app_id, name, kind, parse_settings(kind, merged.get("settings"), previous))
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from tjobs.errors import InvalidInput
 
@@ -170,24 +170,41 @@ def parse_params(kind: str, raw: Any, app_id: str | None) -> dict[str, Any]:
     return params
 
 
-def parse_rule(rule_id: str, app_id: str | None, body: Any, *, partial_of: Rule | None = None) -> Rule:
-    """A rule from a request body (or, with ``partial_of``, that rule with the body's fields changed)."""
+class _Documented(Protocol):
+    """A rule or a channel, as :func:`merged_body` reads it."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def document(self) -> dict[str, Any]: ...
+
+
+def merged_body(
+    body: Any, partial_of: _Documented | None, known: set[str], what: str, kinds: Sequence[str]
+) -> tuple[dict[str, Any], str, Any]:
+    """A rule's or channel's request body over ``partial_of``'s document (its fields checked against
+    ``known``), with its name and kind checked: ``(merged, name, kind)``. The kind cannot change."""
     if not isinstance(body, dict):
         raise InvalidInput("body", "must be a JSON object")
-    base = partial_of.document() if partial_of is not None else {}
-    known = {"name", "kind", "params", "channels", "repeat_s", "enabled"}
     unknown = sorted(set(body) - known)
     if unknown:
-        raise InvalidInput(unknown[0], "is not a field of an alert rule")
-    merged = {**base, **body}
+        raise InvalidInput(unknown[0], f"is not a field of an alert {what}")
+    merged = {**(partial_of.document() if partial_of is not None else {}), **body}
     name = merged.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise InvalidInput("name", "must be 1-64 letters, digits, _ . - (starting with a letter or digit)")
     kind = merged.get("kind")
-    if kind not in RULE_KINDS:
-        raise InvalidInput("kind", f"must be one of {', '.join(RULE_KINDS)}")
+    if kind not in kinds:
+        raise InvalidInput("kind", f"must be one of {', '.join(kinds)}")
     if partial_of is not None and kind != partial_of.kind:
-        raise InvalidInput("kind", "cannot be changed: create another rule")
+        raise InvalidInput("kind", f"cannot be changed: create another {what}")
+    return merged, name, kind
+
+
+def parse_rule(rule_id: str, app_id: str | None, body: Any, *, partial_of: Rule | None = None) -> Rule:
+    """A rule from a request body (or, with ``partial_of``, that rule with the body's fields changed)."""
+    known = {"name", "kind", "params", "channels", "repeat_s", "enabled"}
+    merged, name, kind = merged_body(body, partial_of, known, "rule", RULE_KINDS)
     params = parse_params(kind, merged.get("params"), app_id)
     channels = merged.get("channels", [])
     if (
