@@ -104,45 +104,32 @@ def user_from_row(row: Mapping[Any, Any]) -> User:
     )
 
 
+_TOKEN_COLUMNS = ("token_hash", "id", "user_name", "name", "created_at", "expires_at")
+_SESSION_COLUMNS = ("id_hash", "kind", "subject", "key_tag", "created_at", "expires_at")
+_INSTANTS = {"created_at": "created_at_ms", "expires_at": "expires_at_ms"}  # column -> field, epoch ms
+
+
+def _to_row(record: ApiToken | ConsoleSession, columns: tuple[str, ...]) -> dict[str, Any]:
+    return {column: getattr(record, _INSTANTS.get(column, column)) for column in columns}
+
+
+def _fields(row: Mapping[Any, Any], columns: tuple[str, ...]) -> dict[str, Any]:
+    """A token's or session's fields from its row: the instants as ints (``expires_at`` may be null)."""
+    fields = {_INSTANTS.get(column, column): row[column] for column in columns}
+    return {k: int(v) if k in _INSTANTS.values() and v is not None else v for k, v in fields.items()}
+
+
 def token_to_row(token: ApiToken) -> dict[str, Any]:
-    return {
-        "token_hash": token.token_hash,
-        "id": token.id,
-        "user_name": token.user_name,
-        "name": token.name,
-        "created_at": token.created_at_ms,
-        "expires_at": token.expires_at_ms,
-    }
+    return _to_row(token, _TOKEN_COLUMNS)
 
 
 def token_from_row(row: Mapping[Any, Any]) -> ApiToken:
-    return ApiToken(
-        id=row["id"],
-        user_name=row["user_name"],
-        name=row["name"],
-        token_hash=row["token_hash"],
-        created_at_ms=int(row["created_at"]),
-        expires_at_ms=row["expires_at"],
-    )
+    return ApiToken(**_fields(row, _TOKEN_COLUMNS))
 
 
 def session_to_row(session: ConsoleSession) -> dict[str, Any]:
-    return {
-        "id_hash": session.id_hash,
-        "kind": session.kind,
-        "subject": session.subject,
-        "key_tag": session.key_tag,
-        "created_at": session.created_at_ms,
-        "expires_at": session.expires_at_ms,
-    }
+    return _to_row(session, _SESSION_COLUMNS)
 
 
 def session_from_row(row: Mapping[Any, Any]) -> ConsoleSession:
-    return ConsoleSession(
-        id_hash=row["id_hash"],
-        kind=row["kind"],
-        subject=row["subject"],
-        key_tag=row["key_tag"],
-        created_at_ms=int(row["created_at"]),
-        expires_at_ms=int(row["expires_at"]),
-    )
+    return ConsoleSession(**_fields(row, _SESSION_COLUMNS))
