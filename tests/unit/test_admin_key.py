@@ -11,10 +11,19 @@ import pytest
 from typer.testing import CliRunner
 
 import tjobs.api.server
+import tjobs.cli.main
 from tjobs.cli.main import app as cli
 from tjobs.settings import load_settings, weak_admin_key_reason, weak_scrape_token_reason
 
 STRONG = "tja_Qm7xV2pL9sK4wE8rT1yU6iO3"
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve`` configures logging first: in-process, the root logger's handler became CliRunner's stream,
+    closed after the call, and every later log line of this worker failed (a traceback in the next CLI
+    test's output: tests/api/test_app_admin.py's, run after this module on one worker)."""
+    monkeypatch.setattr(tjobs.cli.main, "configure_logging", lambda **_: None)
 
 
 @pytest.mark.parametrize(
