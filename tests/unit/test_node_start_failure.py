@@ -4,6 +4,7 @@ suite's ``filterwarnings``) fails whichever test happens to be running when it c
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import warnings
 from pathlib import Path
@@ -20,12 +21,24 @@ async def _refuse(*_: Any, **__: Any) -> None:
     raise RuntimeError("coordination refused")
 
 
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated SQLite directory for every case (migrating costs a second or two; a copy elsewhere would
+    not do: the data records its own path in the shard map). Each case's node fails to start, writing nothing."""
+    data = tmp_path_factory.mktemp("migrated") / "data"
+    asyncio.run(migrate(StorageSettings.model_validate(_storage(data))))
+    return data
+
+
+def _storage(data: Path) -> dict[str, Any]:
+    return {"urls": [f"sqlite+aiosqlite:///{data}"], "topology": "1x1x4"}
+
+
 @pytest.mark.parametrize("failing", ["runner", "hot_tier", "coordinator", "slo_recorder"])
 async def test_a_node_whose_start_fails_leaves_no_connection_to_the_garbage_collector(
-    tmp_path: Path, failing: str
+    migrated: Path, failing: str
 ) -> None:
-    storage = {"urls": [f"sqlite+aiosqlite:///{tmp_path / 'data'}"], "topology": "1x1x4"}
-    await migrate(StorageSettings.model_validate(storage))
+    storage = _storage(migrated)
     node = Node(Settings.model_validate({"storage": storage}))
     getattr(node, failing).start = _refuse  # not monkeypatch: it would keep the part, and so the store
     try:
