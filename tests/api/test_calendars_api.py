@@ -3,10 +3,14 @@ and refused with the field named."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
+import httpx
 import pytest
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_tasks_api import assert_error
 
@@ -120,3 +124,25 @@ async def test_a_jittered_task_starts_at_its_first_instant_jittered_as_the_previ
     assert instants[0]["fires_at_ms"] == task["next_run_at_ms"]
     assert all(0 <= i["fires_at_ms"] - i["at_ms"] <= 3_600_000 for i in instants)
     assert_error(await tenant.client.post("/v1/schedules:preview", json={**body, "task_id": -1}), 422, None, "task_id")
+
+
+async def test_the_consoles_schedule_preview_skips_what_the_apps_calendar_excludes(
+    api_node: RunningNode, tenant: Tenant
+) -> None:
+    await tenant.client.put("/v1/calendars/weekdays-only", json={"weekdays": ["sat", "sun"]})
+    schedule = {"kind": "interval", "every_ms": DAY, "start_at_ms": MONDAY + 4 * DAY, "calendar": "weekdays-only"}
+    async with httpx.AsyncClient(base_url=api_node.base_url) as console:
+        signin = await console.get("/console/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', signin.text)
+        assert csrf is not None
+        signed = await console.post(
+            "/console/signin", data={"csrf": csrf.group(1), "next": "/console/", "key": tenant.api_key}
+        )
+        assert signed.status_code == 303, signed.text
+        shown = await console.get(
+            "/console/schedules/preview",
+            params={"schedule": json.dumps(schedule), "count": 2, "from": "2030-01-07T00:00:00Z"},
+        )
+    assert shown.status_code == 200, shown.text[:2000]
+    assert "2030-01-11" in shown.text and "2030-01-14" in shown.text  # Friday, then Monday
+    assert "2030-01-12" not in shown.text and "2030-01-13" not in shown.text

@@ -42,7 +42,8 @@ async def preview_page(
             except json.JSONDecodeError as bad:
                 raise InvalidInput("schedule", f"not valid JSON ({bad.msg}, line {bad.lineno})") from None
             body = {"schedule": parsed, "count": count, **({"from": start.strip()} if start and start.strip() else {})}
-            _, preview = preview_request(body, console.node.settings, console.node.clock.now_ms())
+            node, app_id = console.node, None if principal.app is None else principal.app.id
+            _, preview = preview_request(body, node.settings, node.clock.now_ms(), node.calendars.rules, app_id)
             instants = [shown(occurrence.at_ms, preview.timezone) for occurrence in preview.occurrences]
             ended = preview.ended
         except InvalidInput as invalid:
