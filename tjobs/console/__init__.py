@@ -13,7 +13,8 @@ Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once,
 - ``pages_tasks``: the task list, a task (its schedule's next instants, flows), pause / resume /
   trigger / edit / delete, each confirmed;
 - ``pages_schedules``: the next instants of any schedule (the schedule preview);
-- ``pages_flows``: a flow, the dead letters and their redrive;
+- ``pages_flows``: the flow search, the dead letters and their redrive;
+- ``pages_flow_detail``: one flow, what was sent and every attempt's answer;
 - ``pages_targets``: the app's named delivery targets, one target (credentials only as set or not
   set), deleting one (confirmed);
 - ``pages_apps`` (admin): create, limits, rotate key or secret (a new key or secret is shown once);
@@ -45,6 +46,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_apps,
         pages_audit,
         pages_cluster,
+        pages_flow_detail,
         pages_flows,
         pages_oidc,
         pages_overview,
@@ -62,6 +64,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_tasks,
         pages_schedules,
         pages_flows,
+        pages_flow_detail,  # after pages_flows: /console/flows/{flow_id} must not shadow its paths
         pages_targets,
         pages_alerts,
         pages_apps,

@@ -1,5 +1,5 @@
-"""Flows: the search across shards, one flow's page, the dead letters, and their redrive (one or many,
-confirmed first).
+"""Flows: the search across shards, the dead letters, and their redrive (one or many, confirmed first).
+One flow's page is :mod:`tjobs.console.pages_flow_detail`.
 
 A redrive posts the chosen flow ids; without ``confirmed`` it answers a page naming them with a form
 that posts them again confirmed, and only that second post puts them back to pending.
@@ -14,10 +14,10 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from tjobs.api.deps import filter_task_id
-from tjobs.api.render import flow_json, task_json
+from tjobs.api.render import flow_json
 from tjobs.api.schemas import FlowFilterName
 from tjobs.console.context import ConsoleRoute, console_of
-from tjobs.errors import InvalidInput, NotFound
+from tjobs.errors import InvalidInput
 from tjobs.service.cursors import MAX_CURSOR_CHARS
 from tjobs.service.schedule_preview import parse_instant
 from tjobs.service.tasks import MAX_BATCH
@@ -78,19 +78,6 @@ async def flows_page(
         next_cursor=next_cursor,
         error=error,
     )
-
-
-@router.get("/console/flows/{flow_id}")
-async def flow_page(request: Request, flow_id: str) -> Response:
-    console = console_of(request)
-    principal = await console.principal(request)
-    owner = await console.flow_owner(principal, flow_id)
-    flow = await console.node.tasks.get_flow(owner, flow_id)
-    try:
-        task = task_json(await console.node.tasks.get(owner, flow.task_id))
-    except NotFound:  # deleted: its flows stay as history
-        task = None
-    return console.render(request, "flow.html", principal, owner=owner, flow=flow_json(flow), task=task)
 
 
 @router.get("/console/dead-letters")
