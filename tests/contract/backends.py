@@ -78,7 +78,7 @@ async def wipe(settings: StorageSettings) -> None:
                     names += [f"task_targets_{t:02d}" for t in range(layout.topology.tables_per_database)]
                     if home.index == 0:
                         names += ["apps", "targets", "slo_minutes", "slo_hours", "hot_changes"]
-                        names += ["users", "api_tokens", "console_sessions"]
+                        names += ["users", "api_tokens", "console_sessions", "operator_jobs"]
                     for name in names:
                         await conn.exec_driver_sql(f"DELETE FROM {qualifier}{name}")
         finally:

@@ -7,9 +7,9 @@ import pytest
 from sharding import shard_of_task_id
 from tests.contract.backends import NOW_MS, make_task
 from tjobs.model import Flow, FlowKind, FlowStatus, FlowUpdate, Task, TaskStatus
-from tjobs.specs import CronSpec, ScheduleKind
+from tjobs.specs import CallbackSpec, CronSpec, ScheduleKind
 from tjobs.stores.base import TaskStore
-from tjobs.stores.queries import FlowQuery, TaskQuery
+from tjobs.stores.queries import NO_ANSWER, FlowQuery, TaskQuery
 
 pytestmark = pytest.mark.asyncio
 
@@ -107,3 +107,51 @@ async def test_a_name_prefix_reads_by_code_point_and_only_that_prefix(store: Tas
     assert (await store.search_tasks(TaskQuery("app-a", name_prefix="order-1 "), {7: None}, 9))[7][0].name == (
         "order-1 "
     )
+
+
+async def test_flows_filter_by_task_name_target_last_answer_and_when_they_last_changed(store: TaskStore) -> None:
+    orders = make_task(app_id="app-a", shard=4, name="order-close-1")
+    other = make_task(app_id="app-a", shard=4, name="refund-poll")
+    orders.callback = CallbackSpec((), targets=("orders-mq",))
+    for task in (orders, other):
+        await store.insert_task(task)
+    await store.insert_task(make_task(app_id="app-b", shard=4, name="order-close-1"))
+    for task, at, code in ((orders, 1, 503), (orders, 2, None), (other, 3, 404), (other, 4, 200)):
+        await add_flow(store, task, NOW_MS + at)
+        await store.record_flow_updates([FlowUpdate(task.id, NOW_MS + at, FlowStatus.DEAD, 1, None, code)], NOW_MS + at)
+
+    async def found(query: FlowQuery) -> list[int]:
+        return [f.scheduled_at_ms - NOW_MS for f in (await store.search_flows(query, {4: None}, 10))[4]]
+
+    assert await found(FlowQuery("app-a", task_name_prefix="order-")) == [2, 1]
+    assert await found(FlowQuery("app-a", task_name_prefix="order-close-1")) == [2, 1]
+    assert await found(FlowQuery("app-a", task_name_prefix="zzz")) == []
+    assert await found(FlowQuery("app-a", target="orders-mq")) == [2, 1]
+    assert await found(FlowQuery("app-a", target="other-mq")) == []
+    assert await found(FlowQuery("app-a", answer=(500, 599))) == [1]
+    assert await found(FlowQuery("app-a", answer=NO_ANSWER)) == [2]
+    assert await found(FlowQuery("app-a", answer=(404, 404))) == [3]
+    assert await found(FlowQuery("app-a", task_ids=(other.id, 12345))) == [4, 3]
+    assert await found(FlowQuery("app-a", changed_before_ms=NOW_MS + 3)) == [2, 1]
+    both = FlowQuery("app-a", FlowStatus.DEAD, task_name_prefix="order", answer=(500, 599), from_ms=NOW_MS)
+    assert await found(both) == [1]
+
+
+async def test_a_flow_count_stops_at_each_shards_cap(store: TaskStore) -> None:
+    task, elsewhere = make_task(app_id="app-a", shard=6), make_task(app_id="app-a", shard=7)
+    for each in (task, elsewhere):
+        await store.insert_task(each)
+    for at in range(5):
+        await add_flow(store, task, NOW_MS + at, FlowStatus.DEAD)
+    await add_flow(store, elsewhere, NOW_MS, FlowStatus.DEAD)
+
+    assert await store.count_flows(FlowQuery("app-a", FlowStatus.DEAD), {6: 100, 7: 100, 8: 100}) == {6: 5, 7: 1, 8: 0}
+    assert await store.count_flows(FlowQuery("app-a", FlowStatus.DEAD), {6: 3, 7: 3}) == {6: 3, 7: 1}
+    window = FlowQuery("app-a", from_ms=NOW_MS + 1, until_ms=NOW_MS + 3)
+    assert await store.count_flows(window, {6: 100}) == {6: 2}
+
+
+async def test_task_names_answer_the_tasks_that_exist(store: TaskStore) -> None:
+    named, gone = make_task(app_id="app-a", name="nightly"), make_task(app_id="app-a", name="gone")
+    await store.insert_task(named)
+    assert await store.task_names([named.id, gone.id, 0]) == {named.id: "nightly"}

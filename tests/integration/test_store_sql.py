@@ -64,7 +64,7 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
         expected = {f"{kind}_{t:02d}" for kind in ("tasks", "flows", "task_targets") for t in range(4)}
         first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes", "slo_hours"}
         first_only |= {"alert_settings", "alert_states", "users", "api_tokens", "console_sessions", "audit_log"}
-        first_only |= {"calendars"}
+        first_only |= {"calendars", "operator_jobs"}
         assert tables == expected | {"alembic_version", "tjobs_fence"} | (first_only if index == 0 else set())
 
     started = time.perf_counter()
@@ -99,7 +99,7 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 )
             ).all()
             assert [tuple(row) for row in rows] == [
-                (f"{prefix}_00", 28),
+                (f"{prefix}_00", 29),
                 (f"{prefix}_01", 14),
                 (f"{prefix}_02", 14),
                 (f"{prefix}_03", 14),
@@ -148,7 +148,7 @@ async def test_migrating_an_earlier_deployment_turns_background_statistics_off(m
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN payload")
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN attempt_log")
                 await conn.exec_driver_sql(f"UPDATE `{database}`.alembic_version SET version_num = '0009_flow_routes'")
-            assert len(await tables_recalculating_statistics(conn, prefix)) == 27 + 3 * 14  # slo_hours dropped
+            assert len(await tables_recalculating_statistics(conn, prefix)) == 28 + 3 * 14  # slo_hours dropped
         await migrate(mariadb)
         async with engine.connect() as conn:
             assert await tables_recalculating_statistics(conn, prefix) == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -522,11 +522,23 @@ class MemoryTaskStore(MemoryAccounts, TaskStore):
         found: dict[int, list[Flow]] = {}
         for shard, after in reads.items():  # the twin scans; the SQL store reads an index range
             self._check_shard(shard)
-            chosen = sorted(
-                (f for f in self._flows[shard].values() if query.matches(f) and flow_after(f, after)), key=flow_rank
-            )
+            chosen = sorted((f for f in self._matching(query, shard) if flow_after(f, after)), key=flow_rank)
             found[shard] = [replace(f) for f in chosen[:limit]]
         return found
+
+    async def count_flows(self, query: FlowQuery, caps: Mapping[int, int]) -> dict[int, int]:
+        for shard in caps:
+            self._check_shard(shard)
+        return {shard: min(cap, sum(1 for _ in self._matching(query, shard))) for shard, cap in caps.items()}
+
+    def _matching(self, query: FlowQuery, shard: int) -> Iterator[Flow]:
+        tasks = self._tasks[shard]
+        return (f for f in self._flows[shard].values() if query.matches(f, tasks.get(f.task_id)))
+
+    async def task_names(self, task_ids: Collection[int]) -> dict[int, str]:
+        tasks = ((task_id, self._shard_of(task_id)) for task_id in task_ids)
+        found = {task_id: self._tasks[shard].get(task_id) for task_id, shard in tasks if shard is not None}
+        return {task_id: task.name for task_id, task in found.items() if task is not None}
 
     async def search_tasks(
         self, query: TaskQuery, reads: Mapping[int, TaskPosition | None], limit: int

@@ -31,11 +31,25 @@ _MAX_CODE_POINT = 0x10FFFF
 _SURROGATES = range(0xD800, 0xE000)  # never stored (not encodable): skipped by the upper bound
 
 
+AnswerRange = tuple[int, int]
+"""The last answer's status code within ``[low, high]``; :data:`NO_ANSWER` is none at all (a timeout, a
+refused connection: ``last_status_code`` is null)."""
+
+NO_ANSWER: AnswerRange = (0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class FlowQuery:
     """An app's flows; every filter given must hold. ``retrying``: pending flows that were attempted
     at least once (``attempts >= 1``; with it, ``status`` is ``pending``). ``from_ms`` is inclusive,
-    ``until_ms`` exclusive, both on ``scheduled_at_ms``."""
+    ``until_ms`` exclusive, both on ``scheduled_at_ms``.
+
+    The filters past those are checked row by row within the same index range (never a range of their
+    own): ``task_ids``, flows of any of these tasks (read through the primary key, only in their shards);
+    ``task_name_prefix``, of a task whose name starts with it, and ``target``, of a task whose callback
+    names that target (both looked up in the flow's own shard: a deleted task's flows match neither);
+    ``answer``, the last answer's status code (:data:`AnswerRange`); ``changed_before_ms``, flows last
+    changed before that instant (``updated_at_ms``: for a dead letter, when it died)."""
 
     app_id: str
     status: FlowStatus | None = None
@@ -43,8 +57,19 @@ class FlowQuery:
     task_id: int | None = None
     from_ms: int | None = None
     until_ms: int | None = None
+    task_ids: tuple[int, ...] | None = None
+    task_name_prefix: str | None = None
+    target: str | None = None
+    answer: AnswerRange | None = None
+    changed_before_ms: int | None = None
 
-    def matches(self, flow: Flow) -> bool:
+    @property
+    def needs_task(self) -> bool:
+        """Whether :meth:`matches` reads the flow's task."""
+        return self.task_name_prefix is not None or self.target is not None
+
+    def matches(self, flow: Flow, task: Task | None = None) -> bool:
+        """``task``: the flow's task (``None``: deleted), read only when :attr:`needs_task`."""
         return (
             flow.app_id == self.app_id
             and (self.status is None or flow.status is self.status)
@@ -52,7 +77,24 @@ class FlowQuery:
             and (self.task_id is None or flow.task_id == self.task_id)
             and (self.from_ms is None or flow.scheduled_at_ms >= self.from_ms)
             and (self.until_ms is None or flow.scheduled_at_ms < self.until_ms)
+            and (self.task_ids is None or flow.task_id in self.task_ids)
+            and (self.answer is None or _answered_within(flow.last_status_code, self.answer))
+            and (self.changed_before_ms is None or flow.updated_at_ms < self.changed_before_ms)
+            and (not self.needs_task or self._task_matches(task))
         )
+
+    def _task_matches(self, task: Task | None) -> bool:
+        return (
+            task is not None
+            and (self.task_name_prefix is None or task.name.startswith(self.task_name_prefix))
+            and (self.target is None or self.target in task.callback.targets)
+        )
+
+
+def _answered_within(status_code: int | None, answer: AnswerRange) -> bool:
+    if answer == NO_ANSWER:
+        return status_code is None
+    return status_code is not None and answer[0] <= status_code <= answer[1]
 
 
 def flow_position(flow: Flow) -> FlowPosition:

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sharding import shard_of_task_id
 from tjobs.model import Flow, Task
 from tjobs.stores.queries import (
+    NO_ANSWER,
     FlowPosition,
     FlowQuery,
     TaskPosition,
@@ -93,24 +94,7 @@ def flow_read(
     """``(app_id, [status,] scheduled_at, task_id)`` descending, or a task's own flows by the primary key
     ``(task_id, scheduled_at)``."""
     mark = _mark(dialect)
-    table = home.flows.name
-    index = "PRIMARY" if query.task_id is not None else f"{table}_app_status_at" if query.status else f"{table}_app_at"
-    where = [f"app_id = {mark}"]
-    params: list[Any] = [query.app_id]
-    if query.task_id is not None:
-        where.append(f"task_id = {mark}")
-        params.append(query.task_id)
-    if query.status is not None:
-        where.append(f"status = {mark}")
-        params.append(query.status.value)
-    if query.retrying:
-        where.append("attempts >= 1")
-    if query.from_ms is not None:
-        where.append(f"scheduled_at >= {mark}")
-        params.append(query.from_ms)
-    if query.until_ms is not None:
-        where.append(f"scheduled_at < {mark}")
-        params.append(query.until_ms)
+    index, where, params = _flow_range(home, query, dialect)
     if after is not None:
         at, task_id = after
         # the redundant bound keeps it one range of the index
@@ -124,6 +108,66 @@ def flow_read(
         f"ORDER BY scheduled_at DESC, task_id DESC LIMIT {mark}"
     )
     return Read(sql, (*params, limit), columns)
+
+
+def flow_count_read(home: ShardTables, query: FlowQuery, cap: int, dialect: str = MYSQL) -> Read:
+    """How many of the shard's flows match, counting at most ``cap`` (the same index range as
+    :func:`flow_read`, stopped after ``cap`` rows): one row, ``(shard, count)``."""
+    mark = _mark(dialect)
+    index, where, params = _flow_range(home, query, dialect)
+    inner = f"SELECT 1 FROM {_from(home.flows_sql, index, dialect)} WHERE {' AND '.join(where)} LIMIT {mark}"
+    sql = f"SELECT {home.shard} AS shard, COUNT(*) AS matched FROM ({inner}) counted"
+    return Read(sql, (*params, cap), ("shard", "matched"))
+
+
+def _flow_range(home: ShardTables, query: FlowQuery, dialect: str) -> tuple[str, list[str], list[Any]]:
+    """The index a flow search reads and its ``WHERE`` terms with their values (see :class:`FlowQuery`):
+    ``(app_id, [status,] scheduled_at)``, or the primary key for given tasks; the other filters checked
+    on each row of that range, a task's name or target in the flow's own shard."""
+    mark = _mark(dialect)
+    table = home.flows.name
+    by_task = query.task_id is not None or query.task_ids is not None
+    index = "PRIMARY" if by_task else f"{table}_app_status_at" if query.status else f"{table}_app_at"
+    where = [f"app_id = {mark}"]
+    params: list[Any] = [query.app_id]
+    if query.task_id is not None:
+        where.append(f"task_id = {mark}")
+        params.append(query.task_id)
+    if query.task_ids is not None:
+        where.append(f"task_id IN ({', '.join([mark] * len(query.task_ids))})" if query.task_ids else "1 = 0")
+        params += query.task_ids
+    if query.status is not None:
+        where.append(f"status = {mark}")
+        params.append(query.status.value)
+    if query.retrying:
+        where.append("attempts >= 1")
+    if query.from_ms is not None:
+        where.append(f"scheduled_at >= {mark}")
+        params.append(query.from_ms)
+    if query.until_ms is not None:
+        where.append(f"scheduled_at < {mark}")
+        params.append(query.until_ms)
+    if query.answer == NO_ANSWER:
+        where.append("last_status_code IS NULL")
+    elif query.answer is not None:
+        where.append(f"last_status_code BETWEEN {mark} AND {mark}")
+        params += query.answer
+    if query.changed_before_ms is not None:
+        where.append(f"updated_at < {mark}")
+        params.append(query.changed_before_ms)
+    if query.task_name_prefix is not None:
+        named = f"SELECT id FROM {home.tasks_sql} WHERE app_id = {mark} AND name >= {mark}"
+        params += [query.app_id, query.task_name_prefix]
+        upper = prefix_upper_bound(query.task_name_prefix)
+        if upper is not None:
+            named += f" AND name < {mark}"
+            params.append(upper)
+        where.append(f"task_id IN ({named})")
+    if query.target is not None:
+        named = f"SELECT task_id FROM {home.task_targets_sql} WHERE app_id = {mark} AND target = {mark}"
+        where.append(f"task_id IN ({named})")
+        params += [query.app_id, query.target]
+    return index, where, params
 
 
 def task_read(
@@ -220,6 +264,28 @@ async def search_tasks(
         task_from_row,
         lambda task: task_rank(query, task),
     )
+
+
+async def count_flows(
+    shard_tables: Callable[[int], ShardTables], connect: Connect, query: FlowQuery, caps: Mapping[int, int]
+) -> dict[int, int]:
+    """Per shard of ``caps``, its matching flows counted up to its cap: one ``UNION ALL`` statement of
+    :func:`flow_count_read` per group of a server's shards, as a search round."""
+    by_server: dict[str, list[int]] = defaultdict(list)
+    for shard in caps:
+        by_server[shard_tables(shard).database.engine_url].append(shard)
+    counted: dict[int, int] = dict.fromkeys(caps, 0)
+
+    async def count(url: str, shards: list[int]) -> None:
+        async with connect(url) as conn:
+            dialect = SQLITE if conn.dialect.name == SQLITE else MYSQL
+            parts = [flow_count_read(shard_tables(shard), query, caps[shard], dialect) for shard in shards]
+            params = tuple(value for part in parts for value in part.params)
+            rows = (await conn.exec_driver_sql(union_sql([part.sql for part in parts], dialect), params)).mappings()
+            counted.update({int(row["shard"]): int(row["matched"]) for row in rows})
+
+    await asyncio.gather(*(count(url, shards) for url, shards in by_server.items() for shards in statements_of(shards)))
+    return counted
 
 
 def statements_of(shards: Sequence[int], per_server: int = STATEMENTS_PER_SERVER) -> list[list[int]]:

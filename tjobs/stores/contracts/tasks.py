@@ -173,6 +173,17 @@ class TaskRecords(StoreLifecycle):
         applied on that range.
         """
 
+    @abstractmethod
+    async def count_flows(self, query: FlowQuery, caps: Mapping[int, int]) -> dict[int, int]:
+        """For each shard of ``caps``: how many of its flows match ``query``, counting at most the
+        shard's cap (a count that reached it means "at least"). The same index range as
+        :meth:`search_flows`, stopped after ``cap`` rows: a count never reads more than its caps."""
+
+    @abstractmethod
+    async def task_names(self, task_ids: Collection[int]) -> dict[int, str]:
+        """The names of those of ``task_ids`` that exist (a deleted task is absent), one read per
+        shard holding some; ids outside the topology are ignored."""
+
     # ---- counts -------------------------------------------------------------------------------
 
     @abstractmethod

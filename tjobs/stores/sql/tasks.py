@@ -5,6 +5,7 @@ deletes under the shard-map fence, flows, searches (:mod:`tjobs.stores.sql_searc
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -264,6 +265,29 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         self, query: TaskQuery, reads: Mapping[int, TaskPosition | None], limit: int
     ) -> dict[int, list[Task]]:
         return await sql_search.search_tasks(self._shard, self._connect, query, reads, limit)
+
+    async def count_flows(self, query: FlowQuery, caps: Mapping[int, int]) -> dict[int, int]:
+        for shard in caps:
+            self._shard(shard)  # in range before any statement
+        return await sql_search.count_flows(self._shard, self._connect, query, caps)
+
+    async def task_names(self, task_ids: Collection[int]) -> dict[int, str]:
+        by_shard: dict[int, list[int]] = {}
+        for task_id in set(task_ids):
+            home = self._shard_of_task(task_id)
+            if home is not None:
+                by_shard.setdefault(home.shard, []).append(task_id)
+        names: dict[int, str] = {}
+
+        async def read(shard: int, ids: list[int]) -> None:  # the shards of a page's tasks, read at once
+            home = self._shard(shard)
+            statement = select(home.tasks.c.id, home.tasks.c.name).where(home.tasks.c.id.in_(ids))
+            async with self._connect(home.database.engine_url) as conn:
+                rows = await conn.execute(statement, execution_options=home.options)
+                names.update({int(task_id): name for task_id, name in rows.all()})
+
+        await asyncio.gather(*(read(shard, ids) for shard, ids in by_shard.items()))
+        return names
 
     async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:
         home = self._shard_of_task(task_id)
