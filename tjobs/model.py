@@ -136,6 +136,7 @@ class Flow:
     # the flow's own payload as JSON text (a trigger's override, sent on every attempt); None: the task's payload
     payload_json: str | None = None
     attempt_log: AttemptLog | None = None  # the recent attempts' outcomes; None: none recorded yet
+    answers: tuple[AttemptAnswer, ...] | None = None  # the newest sends' answers, oldest first; None: none yet
 
     @property
     def id(self) -> str:
@@ -178,6 +179,48 @@ class AttemptLog(NamedTuple):
 
 EMPTY_ATTEMPT_LOG = AttemptLog((), 0)
 
+MAX_ANSWER_RECORDS = 5
+"""How many sends' answers a flow keeps (the newest; its attempt history keeps more, without answers)."""
+ANSWER_BODY_BYTES = 4096
+"""How much of an answer's body a flow keeps: its first 4 KiB (``body_bytes`` says how long it was)."""
+ANSWER_HEADERS_KEPT = 32
+"""How many of an answer's headers a flow keeps (the first, in the order they came)."""
+ANSWER_HEADER_CHARS = 256
+"""How much of each kept header's value a flow keeps."""
+
+
+class ReceivedAnswer(NamedTuple):
+    """What a receiver answered to one HTTP send, as a transport hands it over: the ``headers`` in the
+    order they came (at most :data:`ANSWER_HEADERS_KEPT`, each value cut at :data:`ANSWER_HEADER_CHARS`,
+    secrets already masked: :func:`tjobs.delivery.answers.received_answer`), the ``body``'s first
+    :data:`ANSWER_BODY_BYTES` and how many bytes of it were read (``body_bytes``; the transport reads
+    no further than its cap, ``tjobs.delivery.transport.MAX_BODY_BYTES``)."""
+
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    body_bytes: int
+
+
+class AttemptAnswer(NamedTuple):
+    """One send's answer as a flow keeps it (its newest :data:`MAX_ANSWER_RECORDS`, sends that got an
+    HTTP answer only): the attempt and destination it answers, the ``status_code``, the headers and body of
+    :class:`ReceivedAnswer` (the body as UTF-8 text, invalid bytes replaced), and the ``task_revision``
+    whose callback and payload made the request (so a page can tell whether the task's current version
+    would send the same)."""
+
+    attempt: int
+    destination: str
+    status_code: int
+    headers: tuple[tuple[str, str], ...]
+    body: str
+    body_bytes: int
+    task_revision: int
+
+    @property
+    def truncated(self) -> bool:
+        """The body kept is the answer's first bytes only."""
+        return self.body_bytes > ANSWER_BODY_BYTES
+
 
 FlowRoute = tuple[int, str, str]
 """One send of a pool flow: ``(attempt, destination, executor id)`` — which executor got which attempt."""
@@ -186,6 +229,41 @@ FlowRoute = tuple[int, str, str]
 def flow_id(task_id: int, scheduled_at_ms: int) -> str:
     """The flow's public id and callback idempotency key; it routes by its task id."""
     return f"{task_id}-{scheduled_at_ms}"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHealth:
+    """A task's recent results, for its row in a list (:meth:`tjobs.stores.contracts.TaskRecords.task_health`):
+    its newest flow's status, instant, last change and attempts (``None``: it never fired), and of its flows
+    scheduled in a window, the newest ``counted`` (at most the read's cap) by outcome: ``delivered``,
+    ``dead`` and still ``open`` (pending or sending; skipped and cancelled count in ``counted`` only)."""
+
+    last_status: FlowStatus | None = None
+    last_scheduled_at_ms: int | None = None
+    last_changed_at_ms: int | None = None
+    last_attempts: int = 0
+    delivered: int = 0
+    dead: int = 0
+    open: int = 0
+    counted: int = 0
+
+    @classmethod
+    def of(cls, newest: tuple[FlowStatus, int, int, int] | None, counts: dict[FlowStatus, int]) -> TaskHealth:
+        """From the newest flow's ``(status, scheduled_at_ms, updated_at_ms, attempts)`` and the window's
+        flows counted per status."""
+        open_ = counts.get(FlowStatus.PENDING, 0) + counts.get(FlowStatus.SENDING, 0)
+        counted = sum(counts.values())
+        delivered, dead = counts.get(FlowStatus.DELIVERED, 0), counts.get(FlowStatus.DEAD, 0)
+        if newest is None:
+            return cls(delivered=delivered, dead=dead, open=open_, counted=counted)
+        status, scheduled_at_ms, changed_at_ms, attempts = newest
+        return cls(status, scheduled_at_ms, changed_at_ms, attempts, delivered, dead, open_, counted)
+
+    @property
+    def success_rate(self) -> float | None:
+        """Delivered of the window's finished flows (delivered or dead); ``None`` when none finished."""
+        finished = self.delivered + self.dead
+        return None if finished == 0 else self.delivered / finished
 
 
 MAX_ID = (1 << 63) - 1  # ids and instants are signed 64-bit in every store
@@ -343,6 +421,7 @@ class FlowUpdate:
     last_error: str | None = None
     routes: tuple[FlowRoute, ...] | None = None  # a pool flow's route log as it is now; None: unchanged
     attempt_log: AttemptLog | None = None  # the flow's attempt history as it is now; None: unchanged
+    answers: tuple[AttemptAnswer, ...] | None = None  # the newest sends' answers as they are now; None: unchanged
 
 
 class Outcome(StrEnum):
@@ -363,6 +442,8 @@ class AttemptResult:
     ``max_retry_after_s``; ``None`` when the receiver did not say. ``error`` is a short,
     human-readable reason for anything but a delivery.
 
+    ``answer`` keeps what an HTTP receiver answered (headers, the body's first bytes) for the flow's page.
+
     ``started_ms`` is when the transport took the attempt; ``sent_ms`` when it had written the request
     (the lean HTTP transport; ``None`` where the transport cannot tell: then ``started_ms`` stands for
     it); the answer came ``duration_s`` after ``started_ms`` (:attr:`answered_ms`).
@@ -378,6 +459,7 @@ class AttemptResult:
     started_ms: int
     duration_s: float
     sent_ms: int | None = None
+    answer: ReceivedAnswer | None = None  # the answer's headers and first bytes (HTTP transports; None: no answer)
 
     @property
     def answered_ms(self) -> int:

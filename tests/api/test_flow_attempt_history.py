@@ -71,3 +71,30 @@ async def test_the_cli_shows_a_flow_with_every_attempt(tenant: Tenant, receiver:
     assert any(line.split()[:1] == ["1"] and "503" in line for line in lines)
     assert any(line.split()[:1] == ["2"] and "200" in line for line in lines)
     assert receiver.url(path) in table.replace("\n", "")
+
+
+async def test_the_flow_keeps_each_answers_status_headers_and_a_capped_body(tenant: Tenant, receiver: Receiver) -> None:
+    # Given a receiver that answers 503 with a long body and a cookie, then 200 with a short JSON body
+    path = "/answers-503-then-200"
+    refused = Reply(503, headers={"X-Why": "busy", "Set-Cookie": "sid=s3cret"}, body=b"b" * 5000)
+    receiver.script(path, refused, Reply(200, headers={"X-Request-Id": "r-1"}, body=b'{"ok": true}'))
+    task = (await tenant.client.post("/v1/tasks", json=task_body(callback={"url": receiver.url(path)}))).json()
+    fresh = (await tenant.client.post(f"/v1/tasks/{task['id']}/trigger")).json()
+
+    # When it is delivered
+    await wait_status(tenant.client, fresh["id"], "delivered")
+    flow = (await tenant.client.get(f"/v1/flows/{fresh['id']}")).json()
+
+    # Then the flow keeps both answers, oldest first: the status, the headers (the cookie masked) and the
+    # body's first 4 KiB, with how long it was
+    first, second = flow["answers"]
+    assert (first["attempt"], first["status_code"], second["attempt"], second["status_code"]) == (1, 503, 2, 200)
+    assert ["X-Why", "busy"] in first["headers"] and ["Set-Cookie", "[masked]"] in first["headers"]
+    assert "s3cret" not in str(flow)
+    assert first["body"] == "b" * 4096 and first["body_bytes"] == 5000 and first["body_truncated"]
+    assert second["body"] == '{"ok": true}' and not second["body_truncated"]
+    assert ["X-Request-Id", "r-1"] in second["headers"]
+    assert first["destination"] == receiver.url(path) and first["task_version"] == task["version"]
+    # and a list of flows carries no answers (only the flow itself does)
+    (listed,) = (await tenant.client.get(f"/v1/tasks/{task['id']}/flows")).json()["items"]
+    assert "answers" not in listed

@@ -25,6 +25,7 @@ import pytest
 from standardwebhooks import Webhook
 from yarl import URL
 
+from tjobs.delivery.answers import MASKED
 from tjobs.delivery.http import HttpTransport
 from tjobs.delivery.lean_http import LeanHttpTransport
 from tjobs.delivery.recording import Answer, RecordingTransport
@@ -38,6 +39,7 @@ from tjobs.delivery.transport import (
     Transport,
     status_error,
 )
+from tjobs.model import ANSWER_BODY_BYTES
 from tjobs.settings import CallbackSettings
 
 SECRET = generate_secret()
@@ -275,6 +277,16 @@ async def test_headers_and_body_arrive_as_sent_and_the_signature_verifies(backen
     for name, value in request.headers.items():
         assert seen.headers[name] == value
     assert Webhook(SECRET).verify(seen.body, seen.headers)["payload"] == {"order": 1}
+
+
+async def test_the_answers_headers_and_first_bytes_are_handed_over_secrets_masked(backend: Backend) -> None:
+    reply = Answer(503, headers={"X-Why": "busy", "Set-Cookie": "sid=s3cret"}, body=b"b" * 5000)
+    result = await backend.transport.send(signed_request(backend.target("/answered", reply)))
+    assert result.answer is not None
+    assert ("X-Why", "busy") in result.answer.headers and ("Set-Cookie", MASKED) in result.answer.headers
+    assert (result.answer.body, result.answer.body_bytes) == (b"b" * ANSWER_BODY_BYTES, 5000)
+    stalled = signed_request(backend.target("/no-answer", Answer.timeout()), timeout_ms=SHORT_TIMEOUT_MS)
+    assert (await backend.transport.send(stalled)).answer is None
 
 
 # ---- retryable ---------------------------------------------------------------------------------------

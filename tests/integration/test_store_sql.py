@@ -144,9 +144,10 @@ async def test_migrating_an_earlier_deployment_turns_background_statistics_off(m
                 )
                 for (name,) in names.all():
                     await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` STATS_AUTO_RECALC=DEFAULT")
-                    if name.startswith("flows_"):  # revisions 0011 and 0012 added them
+                    if name.startswith("flows_"):  # revisions 0011, 0012 and 0020 added them
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN payload")
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN attempt_log")
+                        await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN answers")
                 await conn.exec_driver_sql(f"UPDATE `{database}`.alembic_version SET version_num = '0009_flow_routes'")
             assert len(await tables_recalculating_statistics(conn, prefix)) == 28 + 3 * 14  # slo_hours dropped
         await migrate(mariadb)

@@ -90,6 +90,28 @@ def attempt_history_json(flow: Flow) -> list[dict[str, Any]]:
     ]
 
 
+def flow_detail_json(flow: Flow) -> dict[str, Any]:
+    """One flow as ``GET /v1/flows/{id}`` shows it: :func:`flow_json` and its newest sends' answers."""
+    return {**flow_json(flow), "answers": answers_json(flow)}
+
+
+def answers_json(flow: Flow) -> list[dict[str, Any]]:
+    """The flow's kept answers, oldest first (headers masked and capped, the body's first bytes)."""
+    return [
+        {
+            "attempt": a.attempt,
+            "destination": a.destination,
+            "status_code": a.status_code,
+            "headers": [[name, value] for name, value in a.headers],
+            "body": a.body,
+            "body_bytes": a.body_bytes,
+            "body_truncated": a.truncated,
+            "task_version": a.task_revision,
+        }
+        for a in flow.answers or ()
+    ]
+
+
 def app_json(app: App, api_key: str | None = None, *, with_secrets: bool | None = None) -> dict[str, Any]:
     """An app; its API key only when just minted, its signing secrets on create/rotate/show."""
     body: dict[str, Any] = {

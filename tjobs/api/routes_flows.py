@@ -20,7 +20,7 @@ from tjobs.api.deps import (
     ok,
     search_of,
 )
-from tjobs.api.render import error_json, flow_json
+from tjobs.api.render import error_json, flow_detail_json, flow_json
 from tjobs.api.schemas import FlowFilterName
 from tjobs.errors import InvalidInput, TjobsError
 from tjobs.service.cursors import MAX_CURSOR_CHARS
@@ -87,10 +87,10 @@ async def search_flows(
 @router.get(
     "/flows/{flow_id}",
     summary="Get one flow (id: '<task id>-<scheduled_at_ms>')",
-    responses={**ok(200, schemas.Flow), **errors(401, 404)},
+    responses={**ok(200, schemas.FlowDetail), **errors(401, 404)},
 )
 async def get_flow(flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
-    return json_response(flow_json(await node.tasks.get_flow(app, flow_id)))
+    return json_response(flow_detail_json(await node.tasks.get_flow(app, flow_id)))
 
 
 @router.post(

@@ -129,6 +129,32 @@ class Flow(BaseModel):
     attempt_total: int = Field(default=0, description="sends recorded over the flow's life, kept or not")
 
 
+class FlowDetail(Flow):
+    answers: list[FlowAnswer] = Field(
+        default_factory=list,
+        description=(
+            "what the receiver answered to the newest 5 sends that got an HTTP answer, oldest first: "
+            "headers masked and capped, the body's first 4 KiB"
+        ),
+    )
+
+
+class FlowAnswer(BaseModel):
+    attempt: int = Field(description="the attempt this answers")
+    destination: str = Field(description="the URL, target:<name> or pool:… destination that answered")
+    status_code: int
+    headers: list[list[str]] = Field(
+        description=(
+            "[name, value] in the order they came: the first 32, each value cut at 256 characters; "
+            "the values of secret-looking ones (Set-Cookie, Authorization, tokens, keys) as [masked]"
+        )
+    )
+    body: str = Field(description="the body's first 4,096 bytes as UTF-8 (invalid bytes replaced)")
+    body_bytes: int = Field(description="how many bytes of body were read (the transport reads at most 64 KiB)")
+    body_truncated: bool = Field(description="body_bytes is more than the 4,096 kept")
+    task_version: int = Field(description="the task's version whose callback and payload made the request")
+
+
 class FlowAttempt(BaseModel):
     attempt: int = Field(description="the attempt number (a multicast attempt has one entry per destination)")
     started_at: str = Field(description="ISO-8601, when the send started")

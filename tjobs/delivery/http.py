@@ -9,7 +9,8 @@ With a target policy, every attempt connects only to the addresses the policy ju
 :class:`Route`): the URL handed to aiohttp carries the address, the ``Host`` header and the TLS name
 (SNI and certificate verification) carry the host, so aiohttp never resolves or re-parses the host.
 Redirects are not followed; the response body is read (so the connection can be kept alive) and
-discarded, up to ``max_body_bytes``, beyond which the connection is closed instead.
+discarded, up to ``max_body_bytes``, beyond which the connection is closed instead; its first bytes
+and the answer's first headers are kept for the flow's page (:mod:`tjobs.delivery.answers`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import aiohttp
 from yarl import URL
 
 from tjobs.clock import Clock, SystemClock
+from tjobs.delivery.answers import received_answer
 from tjobs.delivery.retry import RETRY_AFTER_STATUSES, classify, parse_retry_after
 from tjobs.delivery.transport import (
     ERROR_SNIPPET_BYTES,
@@ -37,6 +39,7 @@ from tjobs.delivery.transport import (
     failure_error,
     status_error,
 )
+from tjobs.model import ANSWER_BODY_BYTES, ReceivedAnswer
 from tjobs.settings import CallbackSettings
 from tjobs.targets.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 
@@ -101,6 +104,7 @@ class HttpTransport(Transport):
         failure: BaseException | None = None
         error: str | None = None
         retry_after_ms: int | None = None
+        answer: ReceivedAnswer | None = None
         try:
             targets = await self._targets(request)
             session = self._session or self._open()
@@ -126,9 +130,10 @@ class HttpTransport(Transport):
                                 retry_after_ms = parse_retry_after(header, self._clock.now_ms())
                                 if retry_after_ms is not None:
                                     retry_after_ms = min(retry_after_ms, self._max_retry_after_ms)
-                        snippet = await self._drain(response)
+                        snippet, read = await self._drain(response)
                         if not 200 <= status < 300:
-                            error = status_error(status, snippet)
+                            error = status_error(status, snippet[:ERROR_SNIPPET_BYTES])
+                        answer = received_answer(response.headers.items(), snippet, read)
                     break
                 except aiohttp.ClientConnectorError:
                     # nothing was sent: the next judged address, if any and if time is left
@@ -162,6 +167,7 @@ class HttpTransport(Transport):
             retry_after_ms,
             started_ms,
             loop.time() - started,
+            answer=answer,
         )
 
     async def _targets(self, request: CallbackRequest) -> list[tuple[URL, Mapping[str, str], str | None]]:
@@ -182,21 +188,22 @@ class HttpTransport(Transport):
         headers = {**request.headers, "Host": targets[0][1]}
         return [(url, headers, tls_name) for url, _, tls_name in targets]
 
-    async def _drain(self, response: aiohttp.ClientResponse) -> bytes:
-        """Read and discard the body; keep the first bytes for error messages."""
+    async def _drain(self, response: aiohttp.ClientResponse) -> tuple[bytes, int]:
+        """Read and discard the body; keep its first bytes (for the error and the flow's page) and count
+        what was read."""
         content = response.content
         kept = b""
         total = 0
         while True:
             chunk = await content.readany()
             if not chunk:
-                return kept
+                return kept, total
             total += len(chunk)
-            if len(kept) < ERROR_SNIPPET_BYTES:
-                kept += chunk[: ERROR_SNIPPET_BYTES - len(kept)]
+            if len(kept) < ANSWER_BODY_BYTES:
+                kept += chunk[: ANSWER_BODY_BYTES - len(kept)]
             if total > self._max_body_bytes:
                 response.close()  # not worth reading: drop the connection instead of keeping it
-                return kept
+                return kept, total
 
 
 @functools.lru_cache(maxsize=16384)

@@ -1,5 +1,5 @@
 """One flow being delivered (:class:`Delivery`: its message, the destinations not delivered yet, its
-retry budget and attempt history) and one app's queue of them (:class:`Lane`), as the deliverer
+retry budget, attempt history and the newest answers) and one app's queue of them (:class:`Lane`), as the deliverer
 (:mod:`tjobs.delivery.deliverer`) keeps them in memory between the commit of a fire and its outcome."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import asyncio
 from collections import deque
 from collections.abc import Sequence
 
+from tjobs.delivery.answers import answers_appended, attempt_answers
 from tjobs.delivery.lookup import CallbackJob
 from tjobs.delivery.message import CallbackMessage
 from tjobs.delivery.pool_dispatcher import PoolFlow, hash_key_of
@@ -15,6 +16,7 @@ from tjobs.delivery.transport import AttemptResult, Outcome
 from tjobs.model import (
     EMPTY_ATTEMPT_LOG,
     MAX_ATTEMPT_RECORDS,
+    AttemptAnswer,
     AttemptLog,
     AttemptRecord,
     DeliveryMode,
@@ -29,6 +31,7 @@ class Delivery:
     """One flow being delivered: in a queue, in an attempt, or waiting for its retry timer."""
 
     __slots__ = (
+        "answers",
         "at_most_once",
         "attempt",
         "attempt_log",
@@ -83,6 +86,7 @@ class Delivery:
         self.last_status: int | None = flow.last_status_code
         self.last_error: str | None = flow.last_error
         self.attempt_log: AttemptLog | None = flow.attempt_log  # None until this delivery sends something
+        self.answers: tuple[AttemptAnswer, ...] | None = flow.answers  # None until an answer comes
         self.timer: asyncio.TimerHandle | None = None
         self.queued = False  # waits in its lane for one of the app's max_concurrency workers
         self.recheck = False  # a retry: read the stored status before sending it
@@ -115,6 +119,7 @@ class Delivery:
             self.last_error,
             routes,
             self.attempt_log,
+            self.answers,
         )
 
     def log_attempts(self, results: Sequence[AttemptResult]) -> None:
@@ -142,6 +147,9 @@ class Delivery:
             self.attempt_log = AttemptLog(records, len(records))
         else:
             self.attempt_log = (log or EMPTY_ATTEMPT_LOG).appended(records)
+        answers = attempt_answers(results, self.job.task.revision)
+        if answers:
+            self.answers = answers_appended(self.answers, answers)
 
 
 class Lane:

@@ -4,7 +4,8 @@
 least work per attempt: the request is encoded straight to bytes (request line, ``Host``,
 ``User-Agent``, ``Content-Length``, the request's headers, the body) and written once on a pooled
 connection; the answer is parsed by llhttp, which calls back only for what the result needs (the
-status, ``Retry-After``, ``Keep-Alive``, the first bytes of the body, the end of the message).
+status, the headers (``Retry-After``, ``Keep-Alive``, and the first few kept for the flow's page), the
+first bytes of the body, the end of the message).
 
 Where it connects (the SSRF guarantee): with a target policy, only to the :class:`Route`'s judged
 addresses, in order, the next only if connecting to the previous one failed. A connection is opened
@@ -40,6 +41,7 @@ from typing import cast
 import httptools
 
 from tjobs.clock import Clock, SystemClock
+from tjobs.delivery.answers import received_raw_answer
 from tjobs.delivery.retry import RETRY_AFTER_STATUSES, classify, parse_retry_after
 from tjobs.delivery.transport import (
     ERROR_SNIPPET_BYTES,
@@ -52,6 +54,7 @@ from tjobs.delivery.transport import (
     failure_error,
     status_error,
 )
+from tjobs.model import ANSWER_BODY_BYTES, ANSWER_HEADERS_KEPT, ReceivedAnswer
 from tjobs.settings import CallbackSettings
 from tjobs.targets.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 
@@ -78,14 +81,15 @@ class ClosedWithoutAnswer(ConnectionResetError):
 class _Exchange:
     """What one answer gave so far; completed (``done`` set) by the connection."""
 
-    __slots__ = ("body_bytes", "done", "keep_alive", "retry_after", "sent_at", "snippet", "status")
+    __slots__ = ("body_bytes", "done", "headers", "keep_alive", "retry_after", "sent_at", "snippet", "status")
 
     def __init__(self, done: asyncio.Future[None]) -> None:
         self.done = done
         self.sent_at: float | None = None  # loop time once the request was handed to the socket
         self.status: int | None = None
         self.retry_after: str | None = None
-        self.snippet = b""
+        self.headers: list[tuple[bytes, bytes]] = []  # the first ANSWER_HEADERS_KEPT, as they came
+        self.snippet = b""  # the body's first ANSWER_BODY_BYTES
         self.body_bytes = 0
         self.keep_alive = False  # read whole and kept alive by the receiver: the connection may carry another
 
@@ -168,9 +172,12 @@ class _Connection(asyncio.Protocol):
     # ---- llhttp callbacks -----------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        exchange = self._exchange
+        assert exchange is not None
+        if len(exchange.headers) < ANSWER_HEADERS_KEPT:
+            exchange.headers.append((name, value))
         if len(name) == 11 and name.lower() == b"retry-after":
-            assert self._exchange is not None
-            self._exchange.retry_after = value.decode("latin-1")
+            exchange.retry_after = value.decode("latin-1")
         elif len(name) == 10 and name.lower() == b"keep-alive":
             self._read_keep_alive(value)
 
@@ -184,8 +191,8 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         exchange = self._exchange
         assert exchange is not None
-        if len(exchange.snippet) < ERROR_SNIPPET_BYTES:
-            exchange.snippet += body[: ERROR_SNIPPET_BYTES - len(exchange.snippet)]
+        if len(exchange.snippet) < ANSWER_BODY_BYTES:
+            exchange.snippet += body[: ANSWER_BODY_BYTES - len(exchange.snippet)]
         exchange.body_bytes += len(body)
         if exchange.body_bytes > self._max_body_bytes:
             self._end(reusable=False)  # not worth reading: drop the connection instead of keeping it
@@ -199,6 +206,7 @@ class _Connection(asyncio.Protocol):
             # an interim answer (100 Continue, 103 Early Hints): the final one follows
             exchange.status = None
             exchange.retry_after = None
+            exchange.headers = []
             exchange.snippet = b""
             exchange.body_bytes = 0
             return
@@ -341,6 +349,7 @@ class LeanHttpTransport(Transport):
         retry_after_ms: int | None = None
         failure: BaseException | None = None
         sent_ms: int | None = None
+        answer: ReceivedAnswer | None = None
         try:
             url, addresses = await self._route(request, loop)
             payload = self._encode(request, url)
@@ -354,7 +363,8 @@ class LeanHttpTransport(Transport):
                 if retry_after_ms is not None:
                     retry_after_ms = min(retry_after_ms, self._max_retry_after_ms)
             if not 200 <= status < 300:
-                error = status_error(status, exchange.snippet)
+                error = status_error(status, exchange.snippet[:ERROR_SNIPPET_BYTES])
+            answer = received_raw_answer(exchange.headers, exchange.snippet, exchange.body_bytes)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -380,6 +390,7 @@ class LeanHttpTransport(Transport):
             started_ms,
             loop.time() - started,
             sent_ms,
+            answer,
         )
 
     # ---- where to connect ---------------------------------------------------------------------------

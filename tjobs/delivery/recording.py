@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tjobs.clock import Clock, SystemClock
+from tjobs.delivery.answers import received_answer
 from tjobs.delivery.retry import RETRY_AFTER_STATUSES, classify, parse_retry_after
 from tjobs.delivery.transport import (
     ERROR_SNIPPET_BYTES,
@@ -41,7 +42,9 @@ from tjobs.delivery.transport import (
     failure_error,
     status_error,
 )
+from tjobs.model import ReceivedAnswer
 from tjobs.settings import CallbackSettings
+from tjobs.targets.model import Protocol
 from tjobs.targets.urls import UrlRefused, parse_callback_url
 
 
@@ -159,6 +162,7 @@ class RecordingTransport(Transport):
         retry_after_ms: int | None = None
         failure: BaseException | None = None
         read = 0
+        received: ReceivedAnswer | None = None
         try:
             await self._check_target(request)
             answer = self._next_answer(request.url)
@@ -186,6 +190,8 @@ class RecordingTransport(Transport):
                 read = min(len(answer.body), self._max_body_bytes + 1)
                 if not 200 <= status < 300:
                     error = status_error(status, answer.body[:ERROR_SNIPPET_BYTES])
+                if request.target is None or request.target.protocol is Protocol.HTTP:  # a broker has no answer
+                    received = _received(answer, read)
         if failure is not None:
             error = failure_error(failure, request.timeout_ms)
         result = AttemptResult(
@@ -198,6 +204,7 @@ class RecordingTransport(Transport):
             retry_after_ms,
             started_ms,
             loop.time() - started,
+            answer=received,
         )
         self.exchanges.append(Exchange(request, answer, result, read))
         return result
@@ -224,3 +231,11 @@ class RecordingTransport(Transport):
         if script is None:
             return self.default
         return script.answers.popleft() if script.answers else script.then
+
+
+def _received(answer: Answer, read: int) -> ReceivedAnswer:
+    """The answer as an HTTP transport hands it over (:func:`tjobs.delivery.answers.received_answer`)."""
+    headers = list(answer.headers.items())
+    if answer.retry_after is not None:
+        headers.insert(0, ("Retry-After", answer.retry_after))
+    return received_answer(headers, answer.body, read)

@@ -477,6 +477,8 @@ class MemoryTaskStore(MemoryAccounts, TaskStore):
                 flow.routes = update.routes
             if update.attempt_log is not None:
                 flow.attempt_log = attempt_log_from_text(attempt_log_to_text(update.attempt_log))  # errors clipped
+            if update.answers is not None:
+                flow.answers = update.answers
             flow.updated_at_ms = now_ms
 
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:

@@ -35,6 +35,7 @@ from sqlalchemy.types import TypeEngine
 from tjobs.model import (
     SLO_LATENESS_SLOTS,
     App,
+    AttemptAnswer,
     AttemptLog,
     AttemptRecord,
     DeliveryMode,
@@ -132,6 +133,41 @@ def flow_attempt_log_column() -> Column[str]:
     records the outcome; NULL before the first attempt. Added by migration 0012, so not part of
     :func:`flows_schema_items` nor of :data:`FLOW_COLUMNS` (a fire inserts none)."""
     return Column("attempt_log", _big_text(), nullable=True)
+
+
+def flow_answers_column() -> Column[str]:
+    """``answers``: the newest sends' answers as JSON, ``[[attempt, destination, status_code, [[name,
+    value], ...], body, body_bytes, task_revision], ...]`` (at most :data:`tjobs.model.MAX_ANSWER_RECORDS`,
+    oldest first; headers masked and capped, the body's first :data:`tjobs.model.ANSWER_BODY_BYTES`:
+    :mod:`tjobs.delivery.answers`), written whole by the ``UPDATE`` that records each outcome, like
+    ``attempt_log``; NULL before the first answer. Added by migration 0020, so not part of
+    :func:`flows_schema_items` nor of :data:`FLOW_COLUMNS` (a fire inserts none)."""
+    return Column("answers", _big_text(), nullable=True)
+
+
+def answers_to_text(answers: tuple[AttemptAnswer, ...] | None) -> str | None:
+    if answers is None:
+        return None
+    return orjson.dumps(  # plain tuples: orjson writes them as arrays (a NamedTuple it refuses)
+        [(a.attempt, a.destination, a.status_code, a.headers, a.body, a.body_bytes, a.task_revision) for a in answers]
+    ).decode()
+
+
+def answers_from_text(text: str | None) -> tuple[AttemptAnswer, ...] | None:
+    if not text:
+        return None
+    return tuple(
+        AttemptAnswer(
+            int(attempt),
+            str(destination),
+            int(code),
+            tuple((str(n), str(v)) for n, v in headers),
+            body,
+            int(size),
+            int(revision),
+        )
+        for attempt, destination, code, headers, body, size, revision in loads(text)
+    )
 
 
 def attempt_log_to_text(log: AttemptLog | None) -> str | None:
@@ -450,7 +486,13 @@ def tasks_table(metadata: MetaData, name: str, schema: str | None = None) -> Tab
 
 
 def flows_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
-    items = [*flows_schema_items(name), flow_routes_column(), flow_payload_column(), flow_attempt_log_column()]
+    items = [
+        *flows_schema_items(name),
+        flow_routes_column(),
+        flow_payload_column(),
+        flow_attempt_log_column(),
+        flow_answers_column(),
+    ]
     return _table(metadata, name, schema, items, flows_indexes(name))
 
 
@@ -610,6 +652,7 @@ def flow_from_row(row: Mapping[Any, Any]) -> Flow:
         routes=routes_from_text(row.get("routes")),
         payload_json=row.get("payload"),
         attempt_log=attempt_log_from_text(row.get("attempt_log")),
+        answers=answers_from_text(row.get("answers")),
     )
 
 

@@ -18,8 +18,8 @@ table (:func:`update_statements`), so a terminal flow is never changed again and
 up. A column that every row of the statement gets the same value of is set to it; one whose values
 differ (an outcome that made a send carries its flow's whole attempt history, whose start and duration
 are its own) is set by ``CASE`` on the row's key, ``task_id`` alone when no two rows share a task.
-``routes`` and ``attempt_log`` keep the stored value where an outcome carries none (left out of the
-``SET``, or the ``CASE``'s ``ELSE``). An open outcome adds ``attempts <= n`` for its row, so an
+``routes``, ``attempt_log`` and ``answers`` keep the stored value where an outcome carries none (left
+out of the ``SET``, or the ``CASE``'s ``ELSE``). An open outcome adds ``attempts <= n`` for its row, so an
 outdated one never lowers the attempt count. A table with one flow in the flush (the usual case over
 512 shards) takes a short way: no comparisons, its statement text cached. Shards and keys are sorted,
 so two writers lock rows in the same order. The shard-map fence of the server's logical databases
@@ -29,13 +29,14 @@ docs/benchmarks.md, "The attempt history's cost".
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import FlowStatus, FlowUpdate
-from tjobs.stores.schema import attempt_log_to_text, clip_error, routes_to_text
+from tjobs.stores.schema import answers_to_text, attempt_log_to_text, clip_error, routes_to_text
 from tjobs.stores.sql_layout import MULTI_STATEMENT_PARAMS, round_trips
 
 if TYPE_CHECKING:
@@ -44,16 +45,23 @@ if TYPE_CHECKING:
 _OPEN_SQL = f"status IN ('{FlowStatus.PENDING.value}', '{FlowStatus.SENDING.value}')"
 
 Key = tuple[int, int]  # (task_id, scheduled_at)
-COLUMNS = ("status", "attempts", "next_attempt_at", "last_status_code", "last_error", "routes", "attempt_log")
-_KEPT = (False, False, False, False, False, True, True)  # routes, attempt_log: None leaves the stored value
-_COLUMNS_GIVEN = {  # the columns a single row sets, by (routes given, attempt_log given)
-    (True, True): COLUMNS,
-    (True, False): COLUMNS[:6],
-    (False, True): (*COLUMNS[:5], COLUMNS[6]),
-    (False, False): COLUMNS[:5],
+COLUMNS = (
+    "status",
+    "attempts",
+    "next_attempt_at",
+    "last_status_code",
+    "last_error",
+    "routes",
+    "attempt_log",
+    "answers",
+)
+_KEPT = (False, False, False, False, False, True, True, True)  # routes, attempt_log, answers: None keeps it
+_COLUMNS_GIVEN = {  # the columns a single row sets, by (routes given, attempt_log given, answers given)
+    given: (*COLUMNS[:5], *(column for column, set_ in zip(COLUMNS[5:], given, strict=True) if set_))
+    for given in itertools.product((True, False), repeat=3)
 }
 _SETS: dict[tuple[str, ...], str] = {}  # "a = %s, b = %s, " per column list (a handful of them)
-_ONE_ROW_SQL: dict[tuple[str, tuple[str, ...], bool], str] = {}  # by table, columns, guard: 512 tables x 8
+_ONE_ROW_SQL: dict[tuple[str, tuple[str, ...], bool], str] = {}  # by table, columns, guard: 512 tables x 16
 _ONE_ROW_SQL_MAX = 16_384  # emptied when full: it never grows without bound
 
 
@@ -82,14 +90,15 @@ def _values(u: FlowUpdate) -> tuple[Any, ...]:
         clip_error(u.last_error),
         routes_to_text(u.routes),
         attempt_log_to_text(u.attempt_log),
+        answers_to_text(u.answers),
     )
 
 
 def _one_row(u: FlowUpdate) -> tuple[tuple[str, ...], list[Any]]:
-    """The columns a table's only flow in a flush sets and their values (routes and attempt_log only
-    when given)."""
+    """The columns a table's only flow in a flush sets and their values (routes, attempt_log and answers
+    only when given)."""
     values = _values(u)
-    columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None]
+    columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None, values[7] is not None]
     if len(columns) == len(COLUMNS):
         return columns, [*values]
     return columns, [*values[:5], *[v for v in values[5:] if v is not None]]
@@ -195,7 +204,7 @@ def update_statements(
         plan = _plan(shard, updates)
         params = [*plan.values]
         sets = _sets(plan.columns)
-        for column, pairs in plan.per_row:  # a row given no value (routes, attempt_log) keeps its own: ELSE
+        for column, pairs in plan.per_row:  # a row given no value (routes, attempt_log, answers) keeps its own
             sets += f"{column} = {_case(plan, pairs, column, params)}, "
         params.append(now_ms)
         for task_id, scheduled_at_ms in plan.keys:

@@ -1,0 +1,38 @@
+"""A flow's newest answers: ``flows_TT.answers`` (JSON text, NULL before the first answer), each of the
+newest sends' status, headers (masked, capped) and the body's first 4 KiB, written whole by the
+``UPDATE`` that records each outcome (:func:`tjobs.stores.schema.flow_answers_column`).
+
+Metadata only on MariaDB (a nullable column added last, ``ALGORITHM=INSTANT``); the table options,
+``STATS_AUTO_RECALC=0`` included, are untouched.
+
+Revision ID: 0020_flow_answers
+Revises: 0019_operator_jobs
+Create Date: 2026-12-04
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+
+from tjobs.stores.schema import flow_answers_column
+
+revision = "0020_flow_answers"
+down_revision = "0019_operator_jobs"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    for index in range(tables_per_database):
+        op.add_column(f"flows_{index:02d}", flow_answers_column())
+
+
+def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    for index in range(tables_per_database):
+        with op.batch_alter_table(f"flows_{index:02d}") as batch:
+            batch.drop_column("answers")
