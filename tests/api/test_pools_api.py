@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import datetime
 from typing import Any, cast
 
 import httpx
@@ -20,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.receiver import Receiver
+from tjobs.clock import datetime_to_ms
 from tjobs.cluster.base import RENEW_LATER
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -59,6 +61,26 @@ async def test_an_executor_registers_heartbeats_is_listed_and_leaves(tenant_fact
     assert (await client.delete("/v1/pools/workers/executors/w-2")).status_code == 204
     assert (await client.get("/v1/pools/workers")).status_code == 404  # no live executor: no pool
     assert (await client.get("/v1/pools")).json() == {"items": []}
+
+
+async def test_a_pool_shows_each_executors_last_heartbeat_lease_expiry_and_callbacks_in_flight(
+    tenant_factory: Tenants, api_node: RunningNode
+) -> None:
+    tenant = await tenant_factory("pool-leases")
+    client = tenant.client
+    before_ms = api_node.node.clock.now_ms()
+    await client.post(
+        "/v1/pools/workers/executors", json={"id": "w-1", "address": "http://127.0.0.1:9001", "ttl_s": 30}
+    )
+    assert (await client.put("/v1/pools/workers/executors/w-1/heartbeat")).status_code == 200
+    (shown,) = (await client.get("/v1/pools/workers")).json()["executors"]
+    after_ms = api_node.node.clock.now_ms()
+    heartbeat_ms, expires_ms = (
+        datetime_to_ms(datetime.fromisoformat(shown[at])) for at in ("last_heartbeat_at", "lease_expires_at")
+    )
+    assert before_ms <= heartbeat_ms <= after_ms  # the heartbeat just sent (to the millisecond, embedded)
+    assert heartbeat_ms + 30_000 == expires_ms  # the lease: TTL after the last heartbeat
+    assert shown["in_flight"] == 0 and shown["id"] == "w-1" and shown["ttl_s"] == 30
 
 
 async def test_a_heartbeat_is_authenticated_counted_and_answered_like_any_route(

@@ -145,6 +145,7 @@ async def _etcd_backend_for(request: pytest.FixtureRequest) -> AsyncIterator[Bac
         async with aetcd.Client(host=host, port=port) as client:
             await client.delete_prefix(f"/tjobs/{cluster}/".encode())
             await client.delete_prefix(f"/tjobs-pools/{cluster}/".encode())
+            await client.delete_prefix(f"/tjobs-figures/{cluster}/".encode())
 
 
 @pytest.fixture(params=["local", pytest.param("etcd", marks=pytest.mark.etcd)])
@@ -563,3 +564,48 @@ async def test_an_executor_registered_through_one_node_is_live_renewed_and_remov
     assert await second.coordinator.renew_executor("app1", "workers", "e1") is not None
     assert await second.coordinator.deregister_executor("app1", "workers", "e1") is True
     await wait_for(lambda: first.coordinator.live_executors("app1", "workers") == (), "e1 gone on n0")
+
+
+async def test_each_live_executor_is_read_with_its_lease_left_and_the_time_since_its_heartbeat(
+    backend: Backend,
+) -> None:
+    node = backend.member("n0")
+    await node.start()
+    coordinator = node.coordinator
+    await coordinator.register_executor("app1", "workers", executor("e1"))
+    await coordinator.register_executor("app1", "other", replace(executor("e2"), ttl_s=30))
+    assert await coordinator.renew_executor("app1", "workers", "e1") is not None
+
+    leases = await coordinator.pool_leases("app1")
+    assert list(leases) == ["other", "workers"]
+    (e1,) = leases["workers"]
+    assert e1.executor == (await coordinator.pool_executors("app1", "workers"))[0]
+    # its lease ends at most TTL (embedded) or 2 x TTL - 1 s (etcd) after the heartbeat just sent
+    assert 0 < e1.lease_left_ms <= (2 * EXECUTOR_TTL_S - 1) * 1000
+    assert 0 <= e1.heartbeat_age_ms < SETTLE_TIMEOUT_S * 1000
+    (e2,) = leases["other"]
+    assert EXECUTOR_TTL_S * 1000 < e2.lease_left_ms <= (2 * 30 - 1) * 1000
+    assert list(await coordinator.pool_leases("app1", "workers")) == ["workers"]
+    assert await coordinator.pool_leases("app1", "none") == {}
+    assert await coordinator.pool_leases("app2") == {}  # another app's pools are not its own
+
+
+async def test_a_node_publishes_its_figures_and_reads_them_back(backend: Backend) -> None:
+    node = backend.member("n0")
+    await node.start()
+    await node.coordinator.publish_node_figures({"wheel_tasks": 3, "published_at_ms": 1})
+    await node.coordinator.publish_node_figures({"wheel_tasks": 4, "published_at_ms": 2})  # replaces the first
+    assert await node.coordinator.node_figures() == {"n0": {"wheel_tasks": 4, "published_at_ms": 2}}
+
+
+async def test_every_node_reads_every_live_nodes_figures_and_a_stopped_nodes_are_gone(
+    cluster_backend: Backend,
+) -> None:
+    first, second = cluster_backend.member("n0"), cluster_backend.member("n1")
+    for member in (first, second):
+        await member.start()
+    await first.coordinator.publish_node_figures({"wheel_tasks": 1})
+    await second.coordinator.publish_node_figures({"wheel_tasks": 2})
+    assert await first.coordinator.node_figures() == {"n0": {"wheel_tasks": 1}, "n1": {"wheel_tasks": 2}}
+    await second.coordinator.stop()  # its lease revoked: its record with it
+    assert await first.coordinator.node_figures() == {"n0": {"wheel_tasks": 1}}

@@ -55,3 +55,23 @@ def test_an_ended_lease_is_out_of_the_reads_though_others_were_renewed_since() -
     assert registry.renew("app1", "workers", "long") is not None
     assert [e.id for e in registry.live("app1", "workers")] == ["long"]
     assert registry.register("app1", "workers", _executor("short", ttl_s=5)) is True  # anew, not a renewal
+
+
+def test_each_live_executor_shows_the_time_since_its_heartbeat_and_until_its_lease_ends() -> None:
+    clock = _Clock()
+    registry = LocalPoolRegistry(clock)
+    registry.register("app1", "workers", _executor("a", ttl_s=10))
+    registry.register("app1", "other", _executor("b", ttl_s=30))
+    clock.now_s += 4
+    registry.renew("app1", "workers", "a")  # a heartbeat: the age starts again, the lease is whole again
+    clock.now_s += 2.5
+    leases = registry.leases("app1")
+    assert list(leases) == ["other", "workers"]
+    (a,) = leases["workers"]
+    assert (a.executor.id, a.heartbeat_age_ms, a.lease_left_ms) == ("a", 2_500, 7_500)
+    (b,) = leases["other"]
+    assert (b.heartbeat_age_ms, b.lease_left_ms) == (6_500, 23_500)  # registered, never renewed
+    assert list(registry.leases("app1", "workers")) == ["workers"]
+    assert registry.leases("app2") == {} and registry.leases("app1", "none") == {}
+    clock.now_s += 8  # a's lease ended
+    assert list(registry.leases("app1")) == ["other"]

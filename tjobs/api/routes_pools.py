@@ -1,7 +1,9 @@
 """``/v1/pools``: an app's executor pools — executors register, heartbeat and leave; the app reads them.
 
 Each app sees only its own pools: another app's pool answers 404, like a pool with no live executor
-(pools exist while they have one). See :mod:`tjobs.service.pools` and :mod:`tjobs.pools`.
+(pools exist while they have one). See :mod:`tjobs.service.pools` and :mod:`tjobs.pools`. ``GET
+/v1/pools/{pool}`` gives each executor's last heartbeat, lease expiry and callbacks in flight, from the
+same service as the console's pools page (:meth:`tjobs.service.pools.PoolService.pool_state`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from tjobs.api.deps import (
 )
 from tjobs.clock import iso_ms
 from tjobs.pools.model import Executor
-from tjobs.service.pools import PoolService
+from tjobs.service.pools import ExecutorState, PoolService
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -48,9 +50,15 @@ class PoolList(BaseModel):
     items: list[PoolSummary]
 
 
+class LiveExecutor(wire.StoredExecutor):
+    last_heartbeat_at: str
+    lease_expires_at: str
+    in_flight: int
+
+
 class PoolOut(BaseModel):
     name: str
-    executors: list[wire.StoredExecutor]
+    executors: list[LiveExecutor]
 
 
 class Heartbeat(BaseModel):
@@ -66,7 +74,7 @@ def pool_service_of(state: State, node: Node) -> PoolService:
     """The API's one :class:`PoolService` (made on first use), kept in the app's ``state``."""
     service: PoolService | None = getattr(state, "pool_service", None)
     if service is None:
-        service = PoolService(node.coordinator, node.guard, node.settings.limits, node.clock)
+        service = PoolService(node.coordinator, node.guard, node.settings.limits, node.clock, node.figures)
         state.pool_service = service
     return service
 
@@ -80,6 +88,17 @@ def executor_json(executor: Executor) -> dict[str, Any]:
         "capacity": executor.capacity,
         "ttl_s": executor.ttl_s,
         "registered_at": iso_ms(executor.registered_at_ms) if executor.registered_at_ms else None,
+    }
+
+
+def executor_state_json(state: ExecutorState) -> dict[str, Any]:
+    """A live executor with its last heartbeat (as this node knows it: docs/pools.md), the instant its
+    lease ends without another heartbeat, and the callbacks every node has in flight to it."""
+    return {
+        **executor_json(state.executor),
+        "last_heartbeat_at": iso_ms(state.last_heartbeat_ms),
+        "lease_expires_at": iso_ms(state.lease_expires_at_ms),
+        "in_flight": state.in_flight,
     }
 
 
@@ -160,7 +179,11 @@ async def list_pools(request: Request, app: AppDep) -> Any:
     return json_response({"items": items})
 
 
-@router.get("/pools/{pool}", summary="A pool's live executors", responses={**ok(200, PoolOut), **errors(401, 404)})
+@router.get(
+    "/pools/{pool}",
+    summary="A pool's live executors, each with its last heartbeat, lease expiry and callbacks in flight",
+    responses={**ok(200, PoolOut), **errors(401, 404)},
+)
 async def show_pool(pool: PoolNamePath, request: Request, app: AppDep) -> Any:
-    executors = await pool_service(request).pool(app, pool)
-    return json_response({"name": pool, "executors": [executor_json(e) for e in executors]})
+    states = await pool_service(request).pool_state(app, pool)
+    return json_response({"name": pool, "executors": [executor_state_json(state) for state in states]})

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
-from typing import Final, Literal
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Literal
 
 from sharding.shard_map import ShardMap
 from tjobs.cluster.limit_shares import SOLE_NODE, Membership
-from tjobs.pools.model import Executor
+from tjobs.pools.model import Executor, ExecutorLease
 
 ShardMapListener = Callable[[ShardMap], Awaitable[None]]
 """Takes a shard map newer than any handed before (:meth:`Coordinator.watch_shard_map`)."""
@@ -180,3 +180,29 @@ class Coordinator(ABC):
     def live_executors(self, app_id: str, pool: str) -> tuple[Executor, ...]:
         """The pool's live executors as this node last saw them, by id, without waiting (delivery asks
         this per attempt). It may lag the registry by one pool sync (``cluster.pool_sync_interval_ms``)."""
+
+    @abstractmethod
+    async def pool_leases(self, app_id: str, pool: str | None = None) -> dict[str, list[ExecutorLease]]:
+        """Every pool of ``app_id`` that has a live executor (or only ``pool``, when it has one), with its
+        live executors by id, each with its lease as the registry holds it now (a read, like
+        :meth:`app_pools`): ``lease_left_ms`` until it is out without another heartbeat (to the second in
+        a cluster), ``heartbeat_age_ms`` since its last heartbeat known here. Embedded, every heartbeat
+        renews the lease, so the age is exact; in a cluster it is the newer of the lease's last renewal
+        (any node) and the last heartbeat this node answered: a heartbeat answered by another node
+        without renewing (:meth:`renew_executor_now`) is not seen, so the age may be up to the lease
+        (2 x TTL - 1 s) minus half a TTL older than the truth, never younger."""
+
+    # ---- nodes' runtime figures ------------------------------------------------------------------------
+    #
+    # Each node publishes a small JSON record of its own runtime figures (wheel, backlogs, lag, pools'
+    # in-flight counts) every few seconds (tjobs.service.node_figures); any node reads every live node's.
+
+    @abstractmethod
+    async def publish_node_figures(self, figures: Mapping[str, Any]) -> None:
+        """Store this node's record (JSON-able), replacing its previous one. A cluster keeps it only
+        while the node is a member (on its lease): a node that is gone has no record, and a node that
+        is not a member now (a lost lease) stores nothing. A storage outage raises."""
+
+    @abstractmethod
+    async def node_figures(self) -> dict[str, dict[str, Any]]:
+        """The last record each live node published, by node id (a read)."""

@@ -7,6 +7,8 @@ check: :mod:`tjobs.cluster.clock_check`.
 
 Executor pools have a root of their own, ``/tjobs-pools/<cluster name>/``, with one lease per executor
 (:mod:`tjobs.cluster.etcd_pools`), checked every ``pool_sync_interval_ms`` and read whole when they changed.
+So do the nodes' runtime figures, ``/tjobs-figures/<cluster name>/``, one key per node on its lease
+(:mod:`tjobs.cluster.etcd_figures`).
 
 One lease per node (``lease_ttl_s``, kept alive every quarter TTL) carries its member key, its group
 holds and, on the leader, the leader key: when the node dies, or stalls past its TTL, etcd deletes all
@@ -42,7 +44,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import aetcd
@@ -53,6 +56,7 @@ from tjobs.cluster.base import Coordinator, OwnershipListener, RenewNow, ShardMa
 from tjobs.cluster.clock_check import CLOCK_CHECK_INTERVAL_S, ClockCheck
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.etcd_dispatcher import EtcdDispatcher
+from tjobs.cluster.etcd_figures import EtcdNodeFigures
 from tjobs.cluster.etcd_pools import EtcdPoolRegistry
 from tjobs.cluster.etcd_sessions import EtcdSessionFence
 from tjobs.cluster.etcd_shard_map import EtcdShardMapStore
@@ -60,7 +64,7 @@ from tjobs.cluster.etcd_view import ETCD_CALL_TIMEOUT_S, SHARD_MAP_KEY, ClusterV
 from tjobs.cluster.limit_shares import SOLE_NODE, Membership, members_share
 from tjobs.cluster.reachability import ReachRecord
 from tjobs.cluster.shard_maps import ShardMapWatch
-from tjobs.pools.model import Executor
+from tjobs.pools.model import Executor, ExecutorLease
 from tjobs.settings import ClusterSettings
 from tjobs.stores.base import TaskStore
 
@@ -124,6 +128,7 @@ class EtcdCoordinator(Coordinator):
         self._running = False
         self._sync_lock = asyncio.Lock()
         self._pools = EtcdPoolRegistry(self._etcd, settings.name, clock.now_ms)
+        self._figures = EtcdNodeFigures(self._etcd, settings.name)
         self._map_watch = ShardMapWatch()
         self._shard_maps = EtcdShardMapStore(self._key(SHARD_MAP_KEY), lambda: self._client, self._new_client)
         self._dispatcher = EtcdDispatcher(
@@ -402,6 +407,17 @@ class EtcdCoordinator(Coordinator):
 
     def live_executors(self, app_id: str, pool: str) -> tuple[Executor, ...]:
         return self._pools.live(app_id, pool)
+
+    async def pool_leases(self, app_id: str, pool: str | None = None) -> dict[str, list[ExecutorLease]]:
+        return await self._pools.leases(app_id, pool)
+
+    # ---- nodes' runtime figures (tjobs.cluster.etcd_figures) ---------------------------------------------
+
+    async def publish_node_figures(self, figures: Mapping[str, Any]) -> None:
+        await self._figures.publish(self.node_id, self._lease_id, figures)
+
+    async def node_figures(self) -> dict[str, dict[str, Any]]:
+        return await self._figures.read()
 
     async def _pool_sync_loop(self) -> None:
         interval_s = self.settings.pool_sync_interval_ms / 1000

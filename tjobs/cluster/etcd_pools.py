@@ -23,10 +23,16 @@ the whole root read again only when there are some or the key count changed), wh
 attempt without waiting
 (:meth:`EtcdPoolRegistry.live`); a change made through this node shows in it at once. The view also
 gives each executor's lease id, so a heartbeat through any node usually needs no read.
+
+What an operator reads of an executor's lease (:meth:`EtcdPoolRegistry.leases`, for ``GET
+/v1/pools/{pool}`` and the console): one ``LeaseTimeToLive`` per executor (to the second) gives when it
+ends and when it was last renewed; the last heartbeat is the newer of that renewal and the last one
+this node answered (kept in memory per executor, the heartbeat's only extra cost).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -43,12 +49,13 @@ from tjobs.cancellation import within
 from tjobs.cluster.base import RENEW_LATER, RenewNow
 from tjobs.cluster.etcd_keepalive import LeaseKeepAlives
 from tjobs.errors import StorageUnavailable
-from tjobs.pools.model import Executor
+from tjobs.pools.model import Executor, ExecutorLease
 
 logger = logging.getLogger(__name__)
 
 ETCD_CALL_TIMEOUT_S = 2.0
 MAX_TTL_S = 300.0
+LEASE_READS_AT_ONCE = 32  # LeaseTimeToLive calls in flight for one read of the leases
 ExecutorKey = tuple[str, str, str]  # (app id, pool, executor id)
 T = TypeVar("T")
 
@@ -65,6 +72,7 @@ class EtcdPoolRegistry:
         self._keepalives = LeaseKeepAlives(client)
         # lease id -> (when this node last renewed it, monotonic s; the lease's TTL etcd answered, s)
         self._renewed_at: dict[int, tuple[float, int]] = {}
+        self._heard: dict[ExecutorKey, float] = {}  # the last heartbeat this node answered, monotonic s
         self._read_at: tuple[int, int] | None = None  # (etcd revision, key count) of the last whole read
         self.synced = 0
         self.read_whole = 0  # syncs that read every key (the others found nothing changed)
@@ -128,12 +136,14 @@ class EtcdPoolRegistry:
         if renewed is None or not self._in_view(ident):
             return RENEW_LATER
         renewed_s, lease_ttl = renewed
-        if time.monotonic() - renewed_s >= lease_ttl - known.ttl_s / 2:
+        now_s = time.monotonic()
+        if now_s - renewed_s >= lease_ttl - known.ttl_s / 2:
             return RENEW_LATER
         try:
             self._client()
         except Exception:  # not started, or stopped: renew answers that the registry did not
             return RENEW_LATER
+        self._heard[ident] = now_s
         return known
 
     async def renew(self, app_id: str, pool: str, executor_id: str) -> Executor | None:
@@ -148,6 +158,7 @@ class EtcdPoolRegistry:
             if cached is not None:
                 lease_id, known = cached
                 if await self._renew(lease_id):
+                    self._heard[ident] = time.monotonic()
                     return known
                 self._leases.pop(ident, None)  # re-registered with another lease, or gone: read it
             found = await client.get(self._key(*ident))
@@ -159,6 +170,7 @@ class EtcdPoolRegistry:
                 self._forget(ident)
                 return None
             self._leases[ident] = (int(found.lease), executor)
+            self._heard[ident] = time.monotonic()
             return executor
 
         return await self._call(run, "renew an executor")
@@ -195,6 +207,40 @@ class EtcdPoolRegistry:
                 pools.setdefault(ident[1], []).append(executor)
         return {name: sorted(pools[name], key=lambda e: e.id) for name in sorted(pools)}
 
+    async def leases(self, app_id: str, pool: str | None = None) -> dict[str, list[ExecutorLease]]:
+        """Every pool of ``app_id`` (or only ``pool``) with a live executor, each executor with its lease
+        read from etcd now (one ``LeaseTimeToLive`` each, a few at a time)."""
+        prefix = self._app_prefix(app_id) if pool is None else self._pool_prefix(app_id, pool)
+        found = await self._call(lambda: self._client().get_prefix(prefix), "read the pools")
+        keyed = []
+        for kv in found:
+            ident = self._split(bytes(kv.key))
+            executor = _executor_of(kv.value)
+            if ident is not None and executor is not None and kv.lease:
+                keyed.append((ident, executor, int(kv.lease)))
+        gate = asyncio.Semaphore(LEASE_READS_AT_ONCE)
+
+        async def left_and_age_s(lease_id: int) -> tuple[int, int]:
+            async with gate:
+                info = await self._client().get_lease_info(lease_id, keys=False)
+            return int(info.TTL), max(int(info.grantedTTL) - int(info.TTL), 0)
+
+        async def read_all() -> list[tuple[int, int]]:
+            return list(await asyncio.gather(*(left_and_age_s(lease_id) for _, _, lease_id in keyed)))
+
+        lease_times = await self._call(read_all, "read the executors' leases")
+        now_s = time.monotonic()
+        pools: dict[str, list[ExecutorLease]] = {}
+        for (ident, executor, _), (left_s, renewed_s_ago) in zip(keyed, lease_times, strict=True):
+            if left_s <= 0:
+                continue  # ended between the two reads
+            age_ms = renewed_s_ago * 1000
+            heard = self._heard.get(ident)
+            if heard is not None:
+                age_ms = min(age_ms, round((now_s - heard) * 1000))
+            pools.setdefault(ident[1], []).append(ExecutorLease(executor, age_ms, left_s * 1000))
+        return {name: sorted(pools[name], key=lambda e: e.executor.id) for name in sorted(pools)}
+
     async def close(self) -> None:
         await self._keepalives.close()
 
@@ -227,6 +273,8 @@ class EtcdPoolRegistry:
         self._view = {pool: tuple(sorted(found, key=lambda e: e.id)) for pool, found in pools.items()}
         self._viewed = set(leases)
         self._leases = leases
+        if len(self._heard) > len(leases):  # executors gone from every view: forget their heartbeats
+            self._heard = {ident: at for ident, at in self._heard.items() if ident in leases}
         self._parsed = parsed
         self._read_at = (int(found.header.revision), len(found.kvs))
         self.synced += 1
@@ -264,12 +312,14 @@ class EtcdPoolRegistry:
 
     def _remember(self, app_id: str, pool: str, lease_id: int, executor: Executor) -> None:
         self._leases[(app_id, pool, executor.id)] = (lease_id, executor)
+        self._heard[(app_id, pool, executor.id)] = time.monotonic()  # a registration is a heartbeat
         others = [e for e in self._view.get((app_id, pool), ()) if e.id != executor.id]
         self._view[(app_id, pool)] = tuple(sorted([*others, executor], key=lambda e: e.id))
         self._viewed.add((app_id, pool, executor.id))
 
     def _forget(self, ident: ExecutorKey) -> None:
         self._leases.pop(ident, None)
+        self._heard.pop(ident, None)
         self._viewed.discard(ident)
         pool = (ident[0], ident[1])
         remaining = tuple(e for e in self._view.get(pool, ()) if e.id != ident[2])

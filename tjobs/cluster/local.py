@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from sharding.shard_map import ShardMap
 from tjobs.cancellation import stop_task
@@ -18,7 +19,7 @@ from tjobs.cluster.base import Coordinator, OwnershipListener, RenewNow, ShardMa
 from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local_pools import LocalPoolRegistry
 from tjobs.cluster.shard_maps import MemoryShardMapHome, ShardMapHome, ShardMapWatch, replace_in, seed_in
-from tjobs.pools.model import Executor
+from tjobs.pools.model import Executor, ExecutorLease
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class LocalCoordinator(Coordinator):
         self._map_watch = ShardMapWatch()
         self._map_poll_s = map_poll_interval_ms / 1000
         self._map_poll: asyncio.Task[None] | None = None
+        self._figures: dict[str, Any] | None = None  # the one node's runtime figures, as published
 
     async def start(self, on_change: OwnershipListener) -> None:
         self._on_change = on_change
@@ -111,6 +113,17 @@ class LocalCoordinator(Coordinator):
 
     def live_executors(self, app_id: str, pool: str) -> tuple[Executor, ...]:
         return self._pools.live(app_id, pool)
+
+    async def pool_leases(self, app_id: str, pool: str | None = None) -> dict[str, list[ExecutorLease]]:
+        return self._pools.leases(app_id, pool)
+
+    # ---- the node's runtime figures (one node: kept in memory) --------------------------------------
+
+    async def publish_node_figures(self, figures: Mapping[str, Any]) -> None:
+        self._figures = dict(figures)
+
+    async def node_figures(self) -> dict[str, dict[str, Any]]:
+        return {} if self._figures is None else {self.node_id: dict(self._figures)}
 
     async def _retry_until_taken(self) -> None:
         """The sync of a coordinator whose ownership never changes: hand the set again until taken."""

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tjobs.pools.model import Executor
+from tjobs.pools.model import Executor, ExecutorLease
 
 PoolKey = tuple[str, str]  # (app id, pool)
 
@@ -16,6 +16,7 @@ PoolKey = tuple[str, str]  # (app id, pool)
 class _Lease:
     executor: Executor
     expires_at_s: float
+    renewed_at_s: float  # its last heartbeat (or registration): every one renews the lease here
 
 
 class LocalPoolRegistry:
@@ -28,7 +29,8 @@ class LocalPoolRegistry:
     def register(self, app_id: str, pool: str, executor: Executor) -> bool:
         leases = self._live((app_id, pool), create=True)
         created = executor.id not in leases
-        leases[executor.id] = _Lease(executor, self._now_s() + executor.ttl_s)
+        now_s = self._now_s()
+        leases[executor.id] = _Lease(executor, now_s + executor.ttl_s, now_s)
         self._views.pop((app_id, pool), None)
         return created
 
@@ -43,6 +45,7 @@ class LocalPoolRegistry:
             self._live((app_id, pool))
             return None
         lease.expires_at_s = now_s + lease.executor.ttl_s
+        lease.renewed_at_s = now_s
         return lease.executor
 
     def deregister(self, app_id: str, pool: str, executor_id: str) -> bool:
@@ -66,6 +69,25 @@ class LocalPoolRegistry:
     def executors(self, app_id: str, pool: str) -> list[Executor]:
         leases = self._live((app_id, pool))
         return [leases[executor_id].executor for executor_id in sorted(leases)]
+
+    def leases(self, app_id: str, pool: str | None = None) -> dict[str, list[ExecutorLease]]:
+        """Every pool of ``app_id`` (or only ``pool``) with a live executor: each executor with the time since
+        its last heartbeat and until its lease ends (every heartbeat renews it here: both are exact)."""
+        names = [pool] if pool is not None else sorted(name for owner, name in list(self._pools) if owner == app_id)
+        now_s = self._now_s()
+        found: dict[str, list[ExecutorLease]] = {}
+        for name in names:
+            leases = self._live((app_id, name))
+            if leases:
+                found[name] = [
+                    ExecutorLease(
+                        lease.executor,
+                        round((now_s - lease.renewed_at_s) * 1000),
+                        round((lease.expires_at_s - now_s) * 1000),
+                    )
+                    for _, lease in sorted(leases.items())
+                ]
+        return found
 
     def pools(self, app_id: str) -> dict[str, list[Executor]]:
         names = sorted(pool for owner, pool in list(self._pools) if owner == app_id)

@@ -36,7 +36,9 @@ for ``sharded``, ``tjobs-shard-index`` (one executor may hold several items of o
 
 State kept per node: round-robin positions, callbacks in flight per executor, circuit breakers and
 the last shard assignment per pool and item count (so a node keeps the split stable across fires;
-another node computes the same split from scratch when it takes the task over).
+another node computes the same split from scratch when it takes the task over), and the pools a flow
+found with no live executor at all (:meth:`PoolDispatcher.starved`: when last, how many times), which
+the node publishes with its figures for the empty-pool warning.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from tjobs.pools.sharding import assign_items
 from tjobs.specs.pool import HashOn, Mode, PoolRoute, Strategy, pool_key
 
 MAX_ROUTE_LOG = 50  # sends kept in a flow's route log (the newest)
+MAX_STARVED_POOLS = 1000  # pools remembered as found without executors (the oldest forgotten first)
 REFUSED_ERRORS = ("ConnectionRefusedError", "Connection refused")
 
 
@@ -107,6 +110,8 @@ class PoolDispatcher:
         self._assignments: dict[tuple[str, str, int], dict[int, str]] = {}
         self._ties = itertools.count()
         self.waits = 0  # attempts that found no executor (all flows), for metrics and tests
+        # (app id, pool) -> (when an attempt last found no live executor there, epoch ms; how many did)
+        self._starved: dict[tuple[str, str], tuple[int, int]] = {}
 
     # ---- one attempt --------------------------------------------------------------------------------
 
@@ -123,6 +128,8 @@ class PoolDispatcher:
         route = flow.route
         live = self._registry.live_executors(flow.app_id, route.pool)
         keys = list(destinations)
+        if not live:
+            self._starve(flow.app_id, route.pool, now_ms)
         if not flow.expanded:
             if not live:
                 return self._nothing(flow, keys, f"no live executor in pool {route.pool!r}")
@@ -157,6 +164,18 @@ class PoolDispatcher:
             results.append(replace(result, url=send.key, error=error))
         results.extend(_waiting(message.flow_id, key, attempt, now_ms, waiting[key]) for key in waiting)
         return PoolAttempt(keys, results, dropped, None)
+
+    def _starve(self, app_id: str, pool: str, now_ms: int) -> None:
+        key = (app_id, pool)
+        _, times = self._starved.pop(key, (0, 0))
+        if len(self._starved) >= MAX_STARVED_POOLS:
+            del self._starved[next(iter(self._starved))]
+        self._starved[key] = (now_ms, times + 1)  # newest last
+
+    def starved(self, since_ms: int) -> list[tuple[str, str, int, int]]:
+        """The pools an attempt found with no live executor at or after ``since_ms``: ``(app id, pool,
+        last time in epoch ms, attempts since this node started)``, oldest first."""
+        return [(app, pool, at, times) for (app, pool), (at, times) in self._starved.items() if at >= since_ms]
 
     def _nothing(self, flow: PoolFlow, keys: list[str], why: str, dropped: list[str] | None = None) -> PoolAttempt:
         flow.waits += 1
@@ -301,6 +320,10 @@ class PoolDispatcher:
 
     def in_flight(self, app_id: str, pool: str) -> dict[str, int]:
         return dict(self._in_flight.get((app_id, pool), {}))
+
+    def in_flight_all(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Callbacks in flight from this node per (app id, pool) and executor (none: not listed)."""
+        return {pool: dict(counts) for pool, counts in self._in_flight.items() if counts}
 
 
 def hash_key_of(route: PoolRoute, task_id: int, task_key: str | None) -> str:

@@ -66,12 +66,13 @@ class MetricsObserver(FireObserver):
     :class:`tjobs.observability.metrics.NullMetrics` turns them off) and the service levels, which
     are fed whether or not metrics are on."""
 
-    __slots__ = ("_now_ms", "metrics", "slo")
+    __slots__ = ("_now_ms", "last_hot_tier_lag_s", "metrics", "slo")
 
     def __init__(self, metrics: Metrics, slo: ServiceLevels, now_ms: Callable[[], int]) -> None:
         self.metrics = metrics
         self.slo = slo
         self._now_ms = now_ms
+        self.last_hot_tier_lag_s: float | None = None  # the last change's, for the node's figures
 
     def fires_committed(self, outcomes: Sequence[FireOutcome], now_ms: int, duration_s: float) -> None:
         metrics, slo = self.metrics, self.slo
@@ -112,3 +113,4 @@ class MetricsObserver(FireObserver):
 
     def hot_tier_lag(self, tier: str, lag_s: float) -> None:
         self.metrics.observe_hot_tier_lag(tier, lag_s)
+        self.last_hot_tier_lag_s = lag_s

@@ -68,3 +68,16 @@ class Executor:
             other.capacity,
             other.ttl_s,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorLease:
+    """A live executor with its lease as the registry knows it now, in durations (the registry's clock is
+    monotonic; whoever shows them turns them into instants with the node's clock).
+
+    ``heartbeat_age_ms``: since its last heartbeat known to the registry (a registration counts as one);
+    ``lease_left_ms``: until it is out of the pool unless another heartbeat renews the lease."""
+
+    executor: Executor
+    heartbeat_age_ms: int
+    lease_left_ms: int
