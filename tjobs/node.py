@@ -44,6 +44,7 @@ from tjobs.service.audit import AuditService
 from tjobs.service.calendars import CalendarService
 from tjobs.service.cluster_slo import ClusterServiceLevels
 from tjobs.service.disabled_apps import DisabledApps
+from tjobs.service.node_figures import STARVED_WINDOW_MS, NodeFigures, in_flight_entries
 from tjobs.service.shard_moves import MoveWatch
 from tjobs.service.shards import ShardService
 from tjobs.service.targets import TargetDirectory, TargetService
@@ -231,6 +232,8 @@ class Node:
         self.alerts = NodeAlerts(
             settings, self.store, self.coordinator, self.apps, self.guard, self.transport, self.clock
         )
+        # this node's runtime figures, published on the coordinator: the cluster page shows every node's
+        self.figures = NodeFigures(self.node_id, self.coordinator, self.runtime_figures, self.clock)
         self.started = False
 
     async def start(self) -> None:
@@ -262,6 +265,7 @@ class Node:
             await begin(self.slo_recorder.start(), self.slo_recorder.stop)
             await begin(self.audit.retention.start(), self.audit.retention.stop)
             await begin(self.alerts.start(), self.alerts.stop)
+            await begin(self.figures.start(), self.figures.stop)
             if self.metrics.enabled:
                 await self.move_watch.start()
             started.pop_all()  # all started: stop() ends them from now on
@@ -279,6 +283,7 @@ class Node:
 
     async def stop(self, drain_timeout_s: float = 10.0) -> None:
         self.started = False
+        await self.figures.stop()
         await self.alerts.stop()
         await self.coordinator.stop()
         await self.runner.stop()
@@ -312,6 +317,36 @@ class Node:
             cluster=self.coordinator.describe(),
             database_servers=self.db_health.describe(),
         )
+
+    def runtime_figures(self) -> dict[str, Any]:
+        """This node's runtime figures as :mod:`tjobs.service.node_figures` publishes them (JSON-able)."""
+        stats = self.runner.stats
+        cluster = self.coordinator.describe()
+        lag_s = self.observer.last_hot_tier_lag_s
+        starved_since_ms = self.clock.now_ms() - STARVED_WINDOW_MS
+        return {
+            "started": self.started,
+            "zone": self.settings.cluster.zone,
+            "jobs_owned": len(self.runner.owned),
+            "wheel_tasks": len(self.runner.wheel),
+            "fire_backlog": self.runner.backlog,
+            "delivery_backlog": self.deliverer.backlog,
+            "callbacks_in_flight": self.deliverer.in_flight_count(),
+            "compensator_backlog": self.compensator.backlog,
+            "fires_committed": stats.fires_committed,
+            "cas_rejected": stats.cas_rejected,
+            "commit_errors": stats.commit_errors,
+            "cycle_load_ms": stats.last_load_ms,
+            "sync_lag_ms": cluster.get("sync_lag_ms"),
+            "lease_remaining_ms": cluster.get("lease_remaining_ms"),
+            "clock_skew_ms": cluster.get("clock_skew_ms"),
+            "fenced": cluster.get("fenced"),
+            "hot_tier_lag_ms": None if lag_s is None else round(lag_s * 1000),
+            "pools": {
+                "in_flight": in_flight_entries(self.pools.in_flight_all()),
+                "starved": [list(entry) for entry in self.pools.starved(starved_since_ms)],
+            },
+        }
 
     async def not_ready_reason(self) -> str | None:
         """``None`` when the node is ready (a database server answers and it owns jobs), else why not.
