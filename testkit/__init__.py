@@ -18,13 +18,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI
 
 from tjobs.api import create_api
 from tjobs.api.app import create_app_record
-from tjobs.api.lean_heartbeat import heartbeat_protocol
-from tjobs.api.server import ApiServer
+from tjobs.api.server import api_server
 from tjobs.console import include_console
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.model import App
@@ -62,16 +60,7 @@ async def run_node(
     node = Node(settings, parts)
     api = create_api(node)
     include_console(api, node)  # as tjobs serve mounts it
-    config = uvicorn.Config(
-        api,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="off",
-        loop="none",
-        http=heartbeat_protocol(api),  # as tjobs serve answers heartbeats (tjobs.api.lean_heartbeat)
-    )
-    server = ApiServer(config)
+    server = api_server(api, "127.0.0.1", port)  # as tjobs serve runs it
     await node.start()
     serving = asyncio.create_task(server.serve())
     try:

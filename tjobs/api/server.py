@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -42,6 +43,32 @@ class ApiServer(uvicorn.Server):
 
 
 _UNROUTED_PATH = "/.tjobs/build-routes"  # no route matches it, so its request passes every router
+
+
+KEEP_ALIVE_S = 75
+"""How long an idle client connection stays open: longer than the idle expiry of the clients and balancers
+in front of a node (httpx 5 s, a load balancer's idle timeout typically 60 s), so that a client never
+sends a request on a connection the node is closing at that instant (a reset: a POST it cannot tell from
+a lost one). uvicorn's default, 5 s, raced httpx's."""
+
+
+def api_server(api: FastAPI, host: str, port: int, **options: Any) -> ApiServer:
+    """The API's server as ``tjobs serve`` runs it (and :func:`testkit.run_node`): executor heartbeats
+    answered below ASGI (:mod:`tjobs.api.lean_heartbeat`), :data:`KEEP_ALIVE_S`, no access log, no lifespan,
+    the running loop; ``options`` are more :class:`uvicorn.Config` arguments."""
+    config = uvicorn.Config(
+        api,
+        host=host,
+        port=port,
+        http=heartbeat_protocol(api),
+        timeout_keep_alive=KEEP_ALIVE_S,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        loop="none",
+        **options,
+    )
+    return ApiServer(config)
 
 
 async def build_routes(app: Starlette) -> None:
@@ -86,19 +113,7 @@ async def serve(
     api = create_api(node, demo_routes=demo)
     if mount is not None:
         mount(api, node)
-    config = uvicorn.Config(
-        api,
-        host=settings.api.host,
-        port=settings.api.port,
-        http=heartbeat_protocol(api),  # executor heartbeats answered below ASGI (tjobs.api.lean_heartbeat)
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        loop="none",
-        backlog=4096,
-        timeout_graceful_shutdown=5,
-    )
-    server = ApiServer(config)
+    server = api_server(api, settings.api.host, settings.api.port, backlog=4096, timeout_graceful_shutdown=5)
     servers = [server]
     metrics_address = settings.metrics.listen_address()
     if metrics_address is not None:
