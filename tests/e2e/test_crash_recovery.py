@@ -193,9 +193,14 @@ def _client(base_url: str, api_key: str) -> httpx.AsyncClient:
 
 
 async def _register(client: httpx.AsyncClient, bodies: list[dict[str, Any]]) -> list[str]:
-    responses = await asyncio.gather(*(client.post("/v1/tasks", json=body) for body in bodies))
-    assert all(r.status_code == 201 for r in responses), [r.text for r in responses if r.status_code != 201]
-    return [r.json()["id"] for r in responses]
+    """One batch create (232 single creates at once took over the 5 s before the first fire on a loaded
+    machine); the ids in the bodies' order."""
+    response = await client.post("/v1/tasks/batch", json={"tasks": bodies})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["created"] == len(bodies), answer
+    ids = {item["index"]: item["id"] for item in answer["items"]}
+    return [ids[index] for index in range(len(bodies))]
 
 
 async def _flows(client: httpx.AsyncClient, task_id: str) -> list[dict[str, Any]]:
