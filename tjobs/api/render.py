@@ -10,8 +10,9 @@ import orjson
 
 from tjobs.clock import iso_ms
 from tjobs.errors import TjobsError
-from tjobs.model import DISABLED_AT, App, Flow, Task
+from tjobs.model import DISABLED_AT, App, Flow, Task, TaskHealth
 from tjobs.schedules.preview import Preview
+from tjobs.service.task_health import HEALTH_CAP, HEALTH_WINDOW_MS
 from tjobs.specs import ScheduleSpec, callback_to_json, schedule_to_json
 
 # Instants repeat (a batch's tasks share created_at/updated_at, many share next_run_at), and
@@ -110,6 +111,26 @@ def answers_json(flow: Flow) -> list[dict[str, Any]]:
         }
         for a in flow.answers or ()
     ]
+
+
+def task_health_json(health: TaskHealth) -> dict[str, Any]:
+    """A task's health over the last 24 hours (:mod:`tjobs.service.task_health`): its newest flow, and its
+    window's flows delivered, failed (dead) and open, with the success rate of the finished ones."""
+    rate = health.success_rate
+    return {
+        "last_status": None if health.last_status is None else health.last_status.value,
+        "last_scheduled_at": _instant(health.last_scheduled_at_ms),
+        "last_changed_at": _instant(health.last_changed_at_ms),
+        "last_changed_at_ms": health.last_changed_at_ms,
+        "last_attempts": health.last_attempts,
+        "window_s": HEALTH_WINDOW_MS // 1000,
+        "delivered": health.delivered,
+        "failed": health.dead,
+        "open": health.open,
+        "counted": health.counted,
+        "capped": health.counted >= HEALTH_CAP,
+        "success_rate": None if rate is None else round(rate, 4),
+    }
 
 
 def app_json(app: App, api_key: str | None = None, *, with_secrets: bool | None = None) -> dict[str, Any]:

@@ -24,10 +24,11 @@ from tjobs.api.deps import (
     request_app,
     task_id_of,
 )
-from tjobs.api.render import error_json, flow_json, task_json
+from tjobs.api.render import error_json, flow_json, task_health_json, task_json
 from tjobs.errors import InvalidInput
 from tjobs.model import TaskStatus
 from tjobs.service.cursors import MAX_CURSOR_CHARS
+from tjobs.service.task_health import HEALTH_PAGE_MAX
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 
@@ -118,7 +119,12 @@ async def list_tasks(
     key: Annotated[
         str | None, Query(min_length=1, max_length=200, pattern=wire.KEY_PATTERN, description="the idempotency key")
     ] = None,
+    health: Annotated[
+        bool, Query(description=f"each task's last result and last 24 h (limit at most {HEALTH_PAGE_MAX})")
+    ] = False,
 ) -> Any:
+    if health and limit > HEALTH_PAGE_MAX:
+        raise InvalidInput("limit", f"must be at most {HEALTH_PAGE_MAX} with health=true")
     page = await node.tasks.list_tasks(
         app,
         limit=limit,
@@ -128,7 +134,12 @@ async def list_tasks(
         name_prefix=name_prefix,
         key=key,
     )
-    return json_response({"items": [task_json(t) for t in page.items], "next_cursor": page.next_cursor})
+    items = [task_json(t) for t in page.items]
+    if health:
+        figures = await node.tasks.health(page.items)
+        for item, task in zip(items, page.items, strict=True):
+            item["health"] = task_health_json(figures[task.id])
+    return json_response({"items": items, "next_cursor": page.next_cursor})
 
 
 @router.get(
@@ -204,7 +215,13 @@ async def list_task_flows(
     app: AppDep,
     node: NodeDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before_ms: Annotated[int | None, Query(ge=0, le=1 << 62)] = None,
+    before_ms: Annotated[
+        int | None, Query(ge=0, le=1 << 62, description="an older page: the flows scheduled before this instant")
+    ] = None,
+    after_ms: Annotated[
+        int | None,
+        Query(ge=0, le=1 << 62, description="a newer page: the limit flows scheduled just after this instant"),
+    ] = None,
 ) -> Any:
-    flows = await node.tasks.flows(app, task_id_of(task_id), limit, before_ms)
+    flows = await node.tasks.flows(app, task_id_of(task_id), limit, before_ms, after_ms)
     return json_response({"items": [flow_json(f) for f in flows]})

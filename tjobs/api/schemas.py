@@ -76,6 +76,22 @@ class Task(BaseModel):
     fire_count: int
     created_at: str
     updated_at: str
+    health: TaskHealthFigures | None = Field(default=None, description="with health=true on GET /v1/tasks only")
+
+
+class TaskHealthFigures(BaseModel):
+    last_status: FlowStatusName | None = Field(description="the newest flow's status; null: it never fired")
+    last_scheduled_at: str | None
+    last_changed_at: str | None = Field(description="when the newest flow last changed (its outcome, if any)")
+    last_changed_at_ms: int | None
+    last_attempts: int
+    window_s: int = Field(description="the window the counts cover: the last 86,400 s")
+    delivered: int
+    failed: int = Field(description="dead flows of the window")
+    open: int = Field(description="flows of the window still pending or sending")
+    counted: int = Field(description="flows of the window counted (skipped and cancelled ones included)")
+    capped: bool = Field(description="the task fired more often: only its newest 2,000 flows were counted")
+    success_rate: float | None = Field(description="delivered / (delivered + failed); null when none finished")
 
 
 class TaskPage(BaseModel):

@@ -1,5 +1,7 @@
 """Tasks: the search (``GET /v1/tasks``: newest first, or by name with a name prefix; status, kind and
-key filters; cursor pages), a task's page, and its actions.
+key filters; cursor pages) with each task's health (last result, success rate and failures over 24 h:
+:mod:`tjobs.service.task_health`), a task's page with its whole history a page at a time (keyset pages,
+older and newer, by the flows' instants), and its actions.
 
 Pause, resume, trigger now and delete each go through a confirmation page (``GET .../confirm``) whose
 form posts the action; trigger's may carry a payload for that flow only, sent instead of the task's.
@@ -10,7 +12,7 @@ that crossed another one answers 409 instead of overwriting it.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request, Response
@@ -18,12 +20,13 @@ from fastapi.responses import RedirectResponse
 
 from tjobs.api.bodies import parse_json
 from tjobs.api.deps import task_id_of
-from tjobs.api.render import flow_json, task_json
+from tjobs.api.render import flow_json, task_health_json, task_json
 from tjobs.console.context import ConsoleRoute, Principal, console_of
 from tjobs.console.instants import next_instants
 from tjobs.errors import InvalidInput, NotFound, VersionConflict
-from tjobs.model import DeliveryMode, MisfirePolicy, Task, TaskStatus
+from tjobs.model import MAX_ID, DeliveryMode, MisfirePolicy, Task, TaskStatus
 from tjobs.service.cursors import MAX_CURSOR_CHARS
+from tjobs.service.task_health import HEALTH_CAP
 
 router = APIRouter(route_class=ConsoleRoute)
 
@@ -83,9 +86,19 @@ async def task_list(
             key=key or None,
         )
         items, next_cursor = page.items, page.next_cursor
+    health = {task_id: task_health_json(h) for task_id, h in (await console.node.tasks.health(items)).items()}
     notice = DONE_NOTICES.get(done or "")
     return await console.render_listing(
-        request, "tasks.html", principal, scoped, tasks=items, next_cursor=next_cursor, filters=filters, notice=notice
+        request,
+        "tasks.html",
+        principal,
+        scoped,
+        tasks=items,
+        health=health,
+        health_cap=HEALTH_CAP,
+        next_cursor=next_cursor,
+        filters=filters,
+        notice=notice,
     )
 
 
@@ -97,17 +110,46 @@ async def _task_context(request: Request, principal: Principal, raw_id: str) -> 
     return {"owner": owner, "task": task, "shown": task_json(task)}
 
 
-async def _flows(request: Request, principal: Principal, raw_id: str) -> list[dict[str, Any]]:
+async def _flows(
+    request: Request, principal: Principal, raw_id: str, before: int | None = None, after: int | None = None
+) -> HistoryPage:
+    """One page of the task's flows, newest first: the newest, the page before ``before`` or the page
+    just after ``after`` (one more flow read than shown tells whether there is a page beyond)."""
+    if before is not None and after is not None:
+        raise InvalidInput("after", "give before (an older page) or after (a newer one), not both")
     console = console_of(request)
     task_id = task_id_of(raw_id)
     owner = await console.task_owner(principal, task_id)
-    flows = await console.node.tasks.flows(owner, task_id, FLOWS_SHOWN, None)
-    return [flow_json(flow) for flow in flows]
+    flows = await console.node.tasks.flows(owner, task_id, FLOWS_SHOWN + 1, before, after)
+    beyond = len(flows) > FLOWS_SHOWN
+    if after is None:  # the newest page, or an older one: read down, the extra flow is the oldest
+        shown = flows[:FLOWS_SHOWN]
+        older = shown[-1].scheduled_at_ms if beyond else None
+        newer = shown[0].scheduled_at_ms if before is not None and shown else None
+    else:  # a newer page: read up, the extra flow is the newest
+        shown = flows[1:] if beyond else flows
+        older = shown[-1].scheduled_at_ms if shown else None
+        newer = shown[0].scheduled_at_ms if beyond else None
+    return HistoryPage([flow_json(flow) for flow in shown], older, newer, before is None and after is None)
+
+
+class HistoryPage(NamedTuple):
+    """A page of a task's flows (JSON, newest first) and the instants its older and newer links page from
+    (``None``: no such page); ``newest``: the first page, which refreshes itself."""
+
+    flows: list[dict[str, Any]]
+    older_than: int | None
+    newer_than: int | None
+    newest: bool
 
 
 @router.get("/console/tasks/{task_id}")
 async def task_page(
-    request: Request, task_id: str, done: Annotated[str | None, Query(max_length=20)] = None
+    request: Request,
+    task_id: str,
+    done: Annotated[str | None, Query(max_length=20)] = None,
+    before: Annotated[int | None, Query(ge=0, le=MAX_ID, description="an older page: flows before this")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_ID, description="a newer page: flows just after this")] = None,
 ) -> Response:
     console = console_of(request)
     principal = await console.principal(request)
@@ -119,18 +161,18 @@ async def task_page(
         **context,
         instants=next_instants(context["task"]),
         preview_query=urlencode({"schedule": json.dumps(as_request(context["shown"]["schedule"]))}),
-        flows=await _flows(request, principal, task_id),
+        history=await _flows(request, principal, task_id, before, after),
         notice=DONE_NOTICES.get(done or ""),
     )
 
 
 @router.get("/console/tasks/{task_id}/flows")
 async def task_flows_fragment(request: Request, task_id: str) -> Response:
-    """The flows table alone: the task page's script refreshes it while the page is open."""
+    """The newest flows alone: the task page's script refreshes them while its first page is open."""
     console = console_of(request)
     principal = await console.principal(request)
-    flows = await _flows(request, principal, task_id)
-    return console.render(request, "_flows.html", principal, flows=flows, task_id=task_id)
+    history = await _flows(request, principal, task_id)
+    return console.render(request, "_flows.html", principal, flows=history.flows, task_id=task_id)
 
 
 @router.get("/console/tasks/{task_id}/confirm")

@@ -32,7 +32,7 @@ from tjobs.errors import (
     TjobsError,
 )
 from tjobs.hot_tier.base import HotTier, TaskChange
-from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskStatus, parse_flow_id
+from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskHealth, TaskStatus, parse_flow_id
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.schedules.parsing import parse_schedule_request, schedule_of
 from tjobs.service import audit_scope
@@ -41,6 +41,7 @@ from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService
 from tjobs.service.targets import TargetService
 from tjobs.service.task_counts import TaskCounts
+from tjobs.service.task_health import health_of_page
 from tjobs.service.validation import (
     check_key,
     check_name,
@@ -507,8 +508,15 @@ class TaskService:
             raise NotFound("task", task_id)
         return task
 
-    async def flows(self, app: App, task_id: int, limit: int, before_ms: int | None) -> list[Flow]:
-        """A task's flows, newest first; a deleted task's flows stay readable as history."""
+    async def health(self, tasks: Sequence[Task]) -> dict[int, TaskHealth]:
+        """The health of a page of the app's tasks over the last 24 hours (:mod:`tjobs.service.task_health`)."""
+        return await health_of_page(self._store, tasks, self._clock.now_ms())
+
+    async def flows(
+        self, app: App, task_id: int, limit: int, before_ms: int | None, after_ms: int | None = None
+    ) -> list[Flow]:
+        """A task's flows, newest first (an older page before ``before_ms``, a newer one after ``after_ms``:
+        keyset ranges, never an offset); a deleted task's flows stay readable as history."""
         if not self._routable(task_id):
             raise NotFound("task", task_id)
         task = await self._store.get_task(task_id)
@@ -518,7 +526,7 @@ class TaskService:
                 raise NotFound("task", task_id)
         elif task.app_id != app.id:
             raise NotFound("task", task_id)
-        return await self._store.list_flows(task_id, limit, before_ms)
+        return await self._store.list_flows(task_id, limit, before_ms, after_ms)
 
     # ---- change -------------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from tjobs.model import (
 )
 from tjobs.stores.base import DEAD_LETTERS, FirePlanner, TaskStore
 from tjobs.stores.memory_accounts import MemoryAccounts
+from tjobs.stores.memory_flow_pages import MemoryFlowPages
 from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
 from tjobs.stores.queries import (
     FlowPosition,
@@ -86,7 +87,7 @@ def _summed(
     return total
 
 
-class MemoryTaskStore(MemoryAccounts, TaskStore):
+class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
     def __init__(self, topology: Topology | None = None) -> None:
         self.topology = topology or Topology()
         count = self.topology.shard_count
@@ -485,22 +486,6 @@ class MemoryTaskStore(MemoryAccounts, TaskStore):
         shard = self._shard_of(task_id)
         flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
         return None if flow is None else replace(flow)
-
-    async def list_flows(self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None) -> list[Flow]:
-        shard = self._shard_of(task_id)
-        if shard is None:
-            return []
-        before = before_scheduled_at_ms
-        flows = sorted(
-            (
-                f
-                for f in self._flows[shard].values()
-                if f.task_id == task_id and (before is None or f.scheduled_at_ms < before)
-            ),
-            key=lambda f: f.scheduled_at_ms,
-            reverse=True,
-        )
-        return [replace(f) for f in flows[:limit]]
 
     async def list_flows_by_status(
         self,

@@ -10,7 +10,7 @@ from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 
 from tjobs.errors import StorageUnavailable
-from tjobs.model import Flow, FlowStatus, Task, TaskStatus
+from tjobs.model import Flow, FlowStatus, Task, TaskHealth, TaskStatus
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 
@@ -122,8 +122,24 @@ class TaskRecords(StoreLifecycle):
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None: ...
 
     @abstractmethod
-    async def list_flows(self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None) -> list[Flow]:
-        """A task's flows, newest ``scheduled_at_ms`` first."""
+    async def list_flows(
+        self,
+        task_id: int,
+        limit: int,
+        before_scheduled_at_ms: int | None = None,
+        after_scheduled_at_ms: int | None = None,
+    ) -> list[Flow]:
+        """A task's flows, newest ``scheduled_at_ms`` first: the newest ``limit`` scheduled strictly before
+        ``before_scheduled_at_ms`` (an older page), or with ``after_scheduled_at_ms`` the ``limit`` scheduled
+        just after it, the oldest of those strictly after (a newer page), still answered newest first.
+        Each page is one range of the primary key ``(task_id, scheduled_at)``, never an offset."""
+
+    @abstractmethod
+    async def task_health(self, task_ids: Collection[int], since_ms: int, cap: int) -> dict[int, TaskHealth]:
+        """For each of ``task_ids`` (a page's, in any shards): its newest flow, and of its flows scheduled at
+        or after ``since_ms`` the newest ``cap`` at most, counted by status (:class:`TaskHealth`; a task
+        with no flow, or of no shard, gets an empty one). Reads only, per task two ranges of the primary
+        key from the newest end: at most ``cap + 1`` rows whatever the task's fire rate."""
 
     @abstractmethod
     async def list_flows_by_status(

@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding import shard_for_key
 from tjobs.errors import Conflict, NotFound, VersionConflict
-from tjobs.model import Flow, FlowStatus, Task, TaskStatus
-from tjobs.stores import sql_search
+from tjobs.model import Flow, FlowStatus, Task, TaskHealth, TaskStatus
+from tjobs.stores import sql_search, sql_task_health
 from tjobs.stores.contracts import DEAD_LETTERS, TaskRecords
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 from tjobs.stores.schema import clip_error, flow_from_row, flow_to_row, task_from_row, task_to_row
@@ -219,7 +219,13 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             row = (await conn.execute(statement, execution_options=home.options)).mappings().first()
         return None if row is None else flow_from_row(row)
 
-    async def list_flows(self, task_id: int, limit: int, before_scheduled_at_ms: int | None = None) -> list[Flow]:
+    async def list_flows(
+        self,
+        task_id: int,
+        limit: int,
+        before_scheduled_at_ms: int | None = None,
+        after_scheduled_at_ms: int | None = None,
+    ) -> list[Flow]:
         home = self._shard_of_task(task_id)
         if home is None:
             return []
@@ -227,10 +233,19 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         statement = select(home.flows).where(c.task_id == task_id)
         if before_scheduled_at_ms is not None:
             statement = statement.where(c.scheduled_at < before_scheduled_at_ms)
-        statement = statement.order_by(c.scheduled_at.desc()).limit(limit)
+        if after_scheduled_at_ms is not None:  # the page just newer: read upwards from it, answer newest first
+            statement = statement.where(c.scheduled_at > after_scheduled_at_ms).order_by(c.scheduled_at)
+        else:
+            statement = statement.order_by(c.scheduled_at.desc())
         async with self._connect(home.database.engine_url) as conn:
-            rows = await conn.execute(statement, execution_options=home.options)
-            return [flow_from_row(row) for row in rows.mappings()]
+            rows = await conn.execute(statement.limit(limit), execution_options=home.options)
+            flows = [flow_from_row(row) for row in rows.mappings()]
+        return flows[::-1] if after_scheduled_at_ms is not None else flows
+
+    async def task_health(self, task_ids: Collection[int], since_ms: int, cap: int) -> dict[int, TaskHealth]:
+        routable = [task_id for task_id in task_ids if self._shard_of_task(task_id) is not None]
+        found = await sql_task_health.task_health(self._shard, self._connect, routable, since_ms, cap)
+        return {task_id: found.get(task_id, TaskHealth()) for task_id in task_ids}
 
     async def list_flows_by_status(
         self,
