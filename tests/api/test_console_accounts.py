@@ -122,6 +122,9 @@ async def test_wrong_passwords_on_one_name_do_not_lock_out_another_user(
 CONSOLE_MATRIX = [
     ("viewer", "/console/tasks/{task}/pause", False),
     ("viewer", "/console/targets/nothing/delete", False),
+    ("viewer", "/console/dead-letters/redrive-jobs/job_0123456789abcdef", False),
+    ("viewer", "/console/operator-jobs/job_0123456789abcdef/cancel", False),
+    ("operator", "/console/dead-letters/redrive-jobs/job_0123456789abcdef", True),
     ("operator", "/console/tasks/{task}/pause", True),
     ("operator", "/console/targets/nothing/delete", False),
     ("admin", "/console/tasks/{task}/resume", True),
@@ -149,6 +152,42 @@ async def test_each_console_role_may_post_what_the_matrix_says(two_nodes: tuple[
     viewer_apps = await page(second, sessions["admin"], "/console/apps")
     assert viewer_apps.status_code == 404  # an app admin is not the global admin: the apps pages do not exist
     assert (await page(second, sessions["global"], "/console/apps")).status_code == 200
+
+
+# (role, console page, status): every role reads its app's pools and overview figures; the cluster is
+# the global admin's only (404 for anyone else, as a foreign id)
+CONSOLE_PAGES = [
+    ("viewer", "/console/pools", 200),
+    ("viewer", "/console/overview/figures", 200),
+    ("viewer", "/console/cluster", 404),
+    ("operator", "/console/pools", 200),
+    ("operator", "/console/cluster", 404),
+    ("admin", "/console/pools", 200),
+    ("admin", "/console/overview/figures", 200),
+    ("admin", "/console/cluster", 404),
+    ("global", "/console/pools", 200),  # the app picker: the global admin names an app
+    ("global", "/console/overview/figures", 200),
+    ("global", "/console/cluster", 200),
+]
+
+
+async def test_each_console_role_may_read_the_pages_the_matrix_says(
+    two_nodes: tuple[RunningNode, RunningNode],
+) -> None:
+    first, second = two_nodes
+    app, _ = await first.create_app("console-pages")
+    sessions: dict[str, str] = {}
+    for role in ("viewer", "operator", "admin", "global"):
+        body: dict[str, Any] = {"global_admin": True} if role == "global" else {"roles": {app.id: role}}
+        name = f"pages-{role}"
+        await admin_api(first, "POST", "/v1/users", {"name": name, "password": PASSWORD, **body})
+        _, session = await sign_in(first, user=name, password=PASSWORD)
+        assert session
+        sessions[role] = session
+    for role, path, status in CONSOLE_PAGES:
+        reply = await page(second, sessions[role], path)
+        assert reply.status_code == status, (role, path, reply.text[:300])
+        assert reply.headers["content-type"].startswith("text/html"), (role, path)
 
 
 async def test_an_app_admin_changes_its_own_apps_limits_and_key_and_no_one_elses(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tjobs.console.charts import line_chart
+from tjobs.console.charts import TimeAxis, line_chart
 
 
 def test_the_latest_and_highest_figures_are_written_out() -> None:
@@ -41,3 +41,22 @@ def test_the_highest_point_touches_the_top_and_zero_the_bottom() -> None:
 
 def test_titles_are_escaped() -> None:
     assert "<script>" not in line_chart("<script>", [1.0]).svg
+
+
+def test_a_chart_with_instants_has_a_time_axis_in_utc_and_a_value_axis() -> None:
+    # 12 buckets of 5 min from 2026-05-01 09:00 UTC: the first, middle and last bucket's start are labelled
+    axis = TimeAxis(start_ms=1_777_626_000_000, step_ms=300_000)
+    chart = line_chart("Fires per minute", [float(n) for n in range(12)], axis=axis)
+
+    labels = re.findall(r"<text[^>]*>([^<]+)</text>", chart.svg)
+    assert labels == ["11", "0", "09:00", "09:25", "09:55", "UTC"]
+    assert 'aria-label="Fires per minute: latest 11, highest 11, from 09:00 to 09:55 UTC"' in chart.svg
+    points = re.search(r'points="([^"]+)"', chart.svg)
+    assert points is not None and points.group(1).startswith("2.0,46.0 ")  # the plot did not move
+
+
+def test_a_time_axis_over_days_names_the_date() -> None:
+    axis = TimeAxis(start_ms=1_777_626_000_000, step_ms=6 * 3_600_000)
+    chart = line_chart("Dead flows", [0.0] * 28, axis=axis)
+
+    assert "05-01 09:00" in chart.svg and "05-08 03:00" in chart.svg

@@ -13,7 +13,8 @@ CSRF check, and HTML rendering.
 - Sessions are rows on the server (:class:`tjobs.service.accounts.AccountService`); a user's role is read
   again on every request.
 - A console route answers HTML whatever happens (:class:`ConsoleRoute`): a :class:`TjobsError`
-  becomes its status code with an error page, never the API's JSON.
+  becomes its status code with an error page, anything unexpected a logged 500 page, never the API's
+  JSON (paths no route has: :mod:`tjobs.console.error_pages`).
 - Pages are sent with ``Cache-Control: no-store`` (a page may show a key once) and a Content Security
   Policy that admits only the console's own script and style.
 """
@@ -24,6 +25,7 @@ import functools
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -34,11 +36,13 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharding import shard_of_task_id
 from tjobs.api.credential_limits import CredentialLimits
 from tjobs.api.principal import ADMIN_NAME, remember
 from tjobs.clock import iso_ms
+from tjobs.console.durations import duration
 from tjobs.console.oidc import OidcClient
 from tjobs.console.session import COOKIE_NAME, CSRF_FIELD, CSRF_HEADER, SessionCodec, session_secret
 from tjobs.errors import AppDisabled, Forbidden, InvalidInput, NotFound, RateLimited, TjobsError
@@ -51,6 +55,8 @@ if TYPE_CHECKING:
 
     from tjobs.api.ratelimit import ApiRateLimits
     from tjobs.node import Node
+
+logger = logging.getLogger(__name__)
 
 APP_CHOICES = 100  # apps offered by name where the admin has not picked one
 MAX_FORM_FIELDS = 2000  # a redrive posts up to 1,000 flow ids
@@ -176,6 +182,7 @@ def _templates() -> jinja2.Environment:
     env.filters["iso"] = lambda ms: iso_ms(int(ms))
     env.filters["pretty_json"] = lambda value: json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
     env.filters["seconds"] = _seconds
+    env.filters["duration"] = duration  # milliseconds for people: "850 ms", "3 min 05 s"
     env.filters["percent"] = lambda ratio: "—" if ratio is None else f"{ratio * 100:.3f} %"
     env.filters["urlquote"] = lambda text: quote(str(text), safe="")
     return env
@@ -442,5 +449,11 @@ class ConsoleRoute(APIRoute):
                 field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body"))
                 message = f"{field}: {first.get('msg', 'invalid')}" if field else str(first.get("msg", "invalid"))
                 return console_of(request).error_page(request, 422, message)
+            except StarletteHTTPException:
+                raise  # answered as a page by tjobs.console.error_pages
+            except Exception:  # a bug: logged with its traceback, answered as a page, never as text or JSON
+                logger.exception("console page %s failed", request.url.path, extra={"action": "console_page_failed"})
+                message = "Something went wrong on this node while making this page; it is logged. Try again."
+                return console_of(request).error_page(request, 500, message)
 
         return handle

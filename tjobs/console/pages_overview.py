@@ -10,6 +10,14 @@ task counts are the node's background counts (``GET /v1/stats``).
 
 An app session sees its own app; the admin sees every app in one table (a page of 100 at a time,
 with the total of all apps), or one app's figures and charts with ``?app=``.
+
+The charts have a time axis in UTC (each point a bucket, labelled by its start). The figures refresh
+while the page is open without reloading it: the page's figures are a fragment
+(``/console/overview/figures``, same query) that ``console.js`` fetches again every
+:data:`REFRESH_S` seconds and puts in place (no inline script: the console's CSP admits only its own
+file); without JavaScript the page is as it was loaded. Above the figures, a warning for each pool of
+the shown apps where flows found no live executor in the last 15 minutes and which has none now
+(:meth:`tjobs.service.pools.PoolService.empty_pools`).
 """
 
 from __future__ import annotations
@@ -20,8 +28,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from tjobs.console.charts import Chart, line_chart
-from tjobs.console.context import ConsoleRoute, console_of
+from tjobs.api.routes_pools import pool_service_of
+from tjobs.console.charts import Chart, TimeAxis, line_chart
+from tjobs.console.context import Console, ConsoleRoute, Principal, console_of
 from tjobs.errors import StorageUnavailable
 from tjobs.model import App
 from tjobs.observability.slo import MS_PER_MINUTE, lateness_summary
@@ -39,6 +48,7 @@ Window = Literal["5m", "1h", "1d", "7d"]
 WINDOWS: dict[str, tuple[int, int]] = {"5m": (5, 1), "1h": (60, 5), "1d": (1_440, 60), "7d": (10_080, 360)}
 WINDOW_NAMES = {"5m": "5 min", "1h": "1 hour", "1d": "1 day", "7d": "7 days"}
 DEFAULT_WINDOW: Window = "1h"
+REFRESH_S = 30  # the figures are per minute: a refresh every half minute shows each new one soon
 
 
 async def dead_letters_now(node: Node, apps: list[App]) -> dict[str, int | None]:
@@ -99,23 +109,21 @@ async def charts(node: Node, app: App, window: str) -> list[Chart]:
         finished = bucket.delivered + bucket.dead
         reach.append(bucket.delivered / finished * 100 if finished else None)
     per = f"{step} min" if step < 60 else f"{step // 60} h"
+    axis = TimeAxis(starts[0] * MS_PER_MINUTE, step * MS_PER_MINUTE)
     return [
-        line_chart("Fires per minute", [bucket.fires / step for bucket in buckets], digits=1),
-        line_chart(f"p99 delivery lateness, first attempts, bucket upper bound (per {per})", p99_ms, unit=" ms"),
-        line_chart(f"Reach (per {per})", reach, unit=" %", digits=2),
-        line_chart(f"Dead flows (per {per})", [float(bucket.dead) for bucket in buckets]),
+        line_chart("Fires per minute", [bucket.fires / step for bucket in buckets], digits=1, axis=axis),
+        line_chart(
+            f"p99 delivery lateness, first attempts, bucket upper bound (per {per})", p99_ms, unit=" ms", axis=axis
+        ),
+        line_chart(f"Reach (per {per})", reach, unit=" %", digits=2, axis=axis),
+        line_chart(f"Dead flows (per {per})", [float(bucket.dead) for bucket in buckets], axis=axis),
     ]
 
 
-@router.get("/console/")
-async def overview(
-    request: Request,
-    app: Annotated[str | None, Query(max_length=200)] = None,
-    window: Annotated[Window, Query()] = DEFAULT_WINDOW,
-    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
-) -> Response:
-    console = console_of(request)
-    principal = await console.principal(request)
+async def figures(
+    request: Request, console: Console, principal: Principal, app: str | None, window: str, cursor: str | None
+) -> dict[str, Any]:
+    """What the overview's figures show (the page and its refreshed fragment alike)."""
     scoped = await console.scope(principal, app)
     node = console.node
     total = None
@@ -130,16 +138,46 @@ async def overview(
         rows = list(await asyncio.gather(*(service_levels(node, each, window, now) for each in page.items)))
         total = await service_levels(node, None, window)
         next_cursor = page.next_cursor
-    return console.render(
-        request,
-        "overview.html",
-        principal,
-        rows=rows,
-        total=total,
-        charts=shown,
-        scoped=scoped,
-        window=window,
-        windows=WINDOW_NAMES,
-        next_cursor=next_cursor,
-        objectives={"p99_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
-    )
+    pools = pool_service_of(request.app.state, node)
+    empty = await pools.empty_pools(None if scoped is None else {scoped.id})
+    return {
+        "rows": rows,
+        "total": total,
+        "charts": shown,
+        "scoped": scoped,
+        "window": window,
+        "windows": WINDOW_NAMES,
+        "next_cursor": next_cursor,
+        "objectives": {"p99_s": P99_OBJECTIVE_S, "reach": REACH_OBJECTIVE},
+        "empty_pools": empty,
+        "now_ms": node.clock.now_ms(),
+        "refresh_s": REFRESH_S,
+    }
+
+
+@router.get("/console/")
+async def overview(
+    request: Request,
+    app: Annotated[str | None, Query(max_length=200)] = None,
+    window: Annotated[Window, Query()] = DEFAULT_WINDOW,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> Response:
+    console = console_of(request)
+    principal = await console.principal(request)
+    shown = await figures(request, console, principal, app, window, cursor)
+    query = {name: value for name, value in (("app", app), ("window", window), ("cursor", cursor)) if value}
+    return console.render(request, "overview.html", principal, figures_query=query, **shown)
+
+
+@router.get("/console/overview/figures")
+async def overview_figures(
+    request: Request,
+    app: Annotated[str | None, Query(max_length=200)] = None,
+    window: Annotated[Window, Query()] = DEFAULT_WINDOW,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> Response:
+    """The overview's figures alone (no layout): what the open page fetches again every REFRESH_S s."""
+    console = console_of(request)
+    principal = await console.principal(request)
+    shown = await figures(request, console, principal, app, window, cursor)
+    return console.render(request, "_overview_figures.html", principal, **shown)
