@@ -56,6 +56,8 @@ ROLE_MATRIX = [
     ("viewer", "PATCH", "/v1/apps/{app}", 403),
     ("viewer", "GET", "/v1/apps", 403),
     ("viewer", "POST", "/v1/users", 403),
+    ("viewer", "GET", "/v1/pools", 200),
+    ("viewer", "GET", "/v1/pools/no-executors", 404),  # a pool exists while it has a live executor
     ("operator", "GET", "/v1/tasks", 200),
     ("operator", "POST", "/v1/tasks", 201),
     ("operator", "PATCH", "/v1/apps/{app}", 403),

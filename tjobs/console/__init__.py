@@ -9,7 +9,10 @@ Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once,
 
 - ``pages_session``: sign in (an app key, the admin key, or a user and password), sign out, the static
   files;
-- ``pages_overview``: per app fire rate, lateness, reach, dead letters;
+- ``pages_overview``: per app fire rate, lateness, reach, dead letters, with charts on a UTC time axis,
+  refreshed in place while open; a warning for each pool flows found without executors;
+- ``pages_pools``: the app's executor pools and their live executors (last heartbeat, lease expiry,
+  callbacks in flight), and the empty-pool warning;
 - ``pages_tasks``: the task list, a task (its schedule's next instants, flows), pause / resume /
   trigger / edit / delete, each confirmed;
 - ``pages_schedules``: the next instants of any schedule (the schedule preview);
@@ -19,7 +22,8 @@ Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once,
   set), deleting one (confirmed);
 - ``pages_apps`` (admin): create, limits, rotate key or secret (a new key or secret is shown once);
 - ``pages_alerts``: what fires, the alert rules and channels (an app's own; the admin's: all);
-- ``pages_cluster`` (admin): nodes, job groups, the plan, database servers, the hot tier;
+- ``pages_cluster`` (admin): nodes with every node's runtime figures (as each published them), job
+  groups, the plan, database servers, the hot tier;
 - ``pages_users`` (admin): the operator accounts and the live console sessions, each revocable.
 """
 
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from tjobs.console.context import Console
+from tjobs.console.error_pages import install_error_pages
 
 if TYPE_CHECKING:
     from tjobs.node import Node
@@ -50,6 +55,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_flows,
         pages_oidc,
         pages_overview,
+        pages_pools,
         pages_schedules,
         pages_session,
         pages_targets,
@@ -66,6 +72,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_flows,
         pages_flow_detail,  # after pages_flows: /console/flows/{flow_id} must not shadow its paths
         pages_targets,
+        pages_pools,
         pages_alerts,
         pages_apps,
         pages_audit,
@@ -75,3 +82,4 @@ def include_console(api: FastAPI, node: Node) -> None:
     )
     for module in pages:
         api.include_router(module.router, include_in_schema=False)
+    install_error_pages(api)  # an unknown /console path: the console's 404 page, not the API's JSON
