@@ -45,6 +45,8 @@ from tjobs.service.calendars import CalendarService
 from tjobs.service.cluster_slo import ClusterServiceLevels
 from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.node_figures import STARVED_WINDOW_MS, NodeFigures, in_flight_entries
+from tjobs.service.operator_job_runner import OperatorJobRunner
+from tjobs.service.operator_jobs import OperatorJobService, finished_job_entry
 from tjobs.service.shard_moves import MoveWatch
 from tjobs.service.shards import ShardService
 from tjobs.service.targets import TargetDirectory, TargetService
@@ -54,6 +56,8 @@ from tjobs.stores import create_store
 from tjobs.stores.audit_store import audit_log_of
 from tjobs.stores.base import TaskStore
 from tjobs.stores.calendar_store import calendars_of
+from tjobs.stores.contracts.operator_jobs import OperatorJob
+from tjobs.stores.operator_job_store import operator_jobs_of
 from tjobs.targets.addresses import AddressAllowList
 from tjobs.targets.model import Protocol
 
@@ -228,6 +232,13 @@ class Node:
         self.shards = ShardService(self.coordinator, self.store)
         self.cluster_slo = ClusterServiceLevels(self.store, self.clock)
         self.audit = AuditService(audit_log_of(self.store), self.clock, settings.audit)  # who changed what
+        # Operator jobs (a redrive of every matching dead letter): run in batches by whichever node claims one
+        operator_jobs = operator_jobs_of(self.store)
+        self.job_runner = OperatorJobRunner(
+            operator_jobs, self.tasks.search, self.tasks.redrive, self.apps.get, self.clock, self.node_id
+        )
+        self.job_runner.on_finished = self._job_ended  # an ended job goes on record in the audit log
+        self.operator_jobs = OperatorJobService(operator_jobs, self.tasks.search, self.clock, self.job_runner.wake)
         # Alert rules and channels, evaluated once per cluster: on the dispatcher leader (tjobs.alerts)
         self.alerts = NodeAlerts(
             settings, self.store, self.coordinator, self.apps, self.guard, self.transport, self.clock
@@ -265,6 +276,7 @@ class Node:
             await begin(self.slo_recorder.start(), self.slo_recorder.stop)
             await begin(self.audit.retention.start(), self.audit.retention.stop)
             await begin(self.alerts.start(), self.alerts.stop)
+            await begin(self.job_runner.start(), self.job_runner.stop)
             await begin(self.figures.start(), self.figures.stop)
             if self.metrics.enabled:
                 await self.move_watch.start()
@@ -284,6 +296,7 @@ class Node:
     async def stop(self, drain_timeout_s: float = 10.0) -> None:
         self.started = False
         await self.figures.stop()
+        await self.job_runner.stop()  # its batch's progress saved, its lease given back
         await self.alerts.stop()
         await self.coordinator.stop()
         await self.runner.stop()
@@ -347,6 +360,11 @@ class Node:
                 "starved": [list(entry) for entry in self.pools.starved(starved_since_ms)],
             },
         }
+
+    async def _job_ended(self, job: OperatorJob) -> None:
+        """An operator job ended on this node: on record in the audit log (a failed write is logged there)."""
+        with contextlib.suppress(TjobsError):
+            await self.audit.record(finished_job_entry(job, self.node_id))
 
     async def not_ready_reason(self) -> str | None:
         """``None`` when the node is ready (a database server answers and it owns jobs), else why not.

@@ -58,7 +58,11 @@ ROLE_MATRIX = [
     ("viewer", "POST", "/v1/users", 403),
     ("viewer", "GET", "/v1/pools", 200),
     ("viewer", "GET", "/v1/pools/no-executors", 404),  # a pool exists while it has a live executor
+    ("viewer", "GET", "/v1/flows:count", 200),
+    ("viewer", "GET", "/v1/operator-jobs", 200),
+    ("viewer", "POST", "/v1/dead-letters/redrive-jobs", 403),
     ("operator", "GET", "/v1/tasks", 200),
+    ("operator", "POST", "/v1/dead-letters/redrive-jobs", 422),  # allowed: nothing to redrive
     ("operator", "POST", "/v1/tasks", 201),
     ("operator", "PATCH", "/v1/apps/{app}", 403),
     ("operator", "GET", "/v1/sessions", 403),
@@ -101,6 +105,8 @@ async def test_each_role_may_do_what_the_matrix_says_and_nothing_more(
             json: Any = None
             if path == "/v1/tasks" and method == "POST":
                 json = task_body()
+            elif path == "/v1/dead-letters/redrive-jobs":
+                json = {"confirm_count": 1}
             elif path.startswith("/v1/apps/"):
                 json = {"max_concurrency": 7}
             elif path == "/v1/users":

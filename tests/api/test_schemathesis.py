@@ -128,6 +128,14 @@ UNEXPRESSIBLE = [
         frozenset({"invalid_date", "out_of_range", "invalid_ical", "unsupported_ical", "unknown_timezone", "too_many"}),
     ),
     Unexpressible(
+        "a redrive job's confirm_count is the server's count now of the dead letters matching its filters that "
+        "died before dead_before, which is not in the future; a time window and from/to exclude each other, to "
+        "comes after from, and an instant is a real one",
+        r"confirm_count|dead_before|(filters\.)?(window|from|to)",
+        frozenset({"count_changed", "nothing_to_redrive", "in_future", "conflicting_filters"})
+        | frozenset({"out_of_range", "invalid_instant"}),
+    ),
+    Unexpressible(
         "an alert rule's params are per kind, and the cluster's kinds are the admin's (docs/operations.md, "
         "Built-in alerts); it names channels of its owner that exist",
         r"params(\..*)?|kind|channels\[\d+\]",

@@ -31,6 +31,7 @@ from tjobs.api import (
     routes_audit,
     routes_calendars,
     routes_flows,
+    routes_operator_jobs,
     routes_ops,
     routes_pools,
     routes_schedules,
@@ -113,6 +114,7 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
 
     api.include_router(routes_tasks.router)
     api.include_router(routes_flows.router)
+    api.include_router(routes_operator_jobs.router)
     api.include_router(routes_apps.router)
     api.include_router(routes_apps.admin)
     api.include_router(routes_slo.router)

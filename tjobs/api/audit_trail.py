@@ -43,6 +43,7 @@ from tjobs.model import parse_flow_id
 from tjobs.observability.logs import request_id
 from tjobs.service import audit_scope
 from tjobs.service.audit import AuditEntry
+from tjobs.service.operator_jobs import job_json
 from tjobs.targets.codec import target_json
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ ACTIONS: list[tuple[str, re.Pattern[str], str, str]] = [
         ("POST", r"^/v1/flows/([^/]+)/redrive$", "flow.redrive", "flow"),
         ("POST", r"^/v1/dead-letters/redrive$", "flow.redrive_dead_letters", ""),
         ("POST", r"^/console/dead-letters/redrive$", "flow.redrive_dead_letters", ""),
+        ("POST", r"^/v1/dead-letters/redrive-jobs$", "operator_job.redrive", "operator_job"),
+        ("POST", r"^/console/dead-letters/redrive-jobs/([^/]+)$", "operator_job.redrive", "operator_job"),
+        ("POST", r"^/(?:v1|console)/operator-jobs/([^/]+)/cancel$", "operator_job.cancel", "operator_job"),
         ("POST", r"^/v1/apps$", "app.create", "app"),
         ("POST", r"^/console/apps$", "app.create", "app"),
         ("PATCH", r"^/v1/apps/([^/]+)$", "app.update", "app"),
@@ -130,6 +134,8 @@ class Snapshots:
             return obj.id, app_json(obj)
         if kind == "target" and obj is not None:
             return obj.app_id, target_json(obj)
+        if kind == "operator_job" and obj is not None:
+            return obj.app_id, job_json(obj)
         return None, None
 
     async def read(self, change: Change, app_id: str | None) -> tuple[str | None, Any]:
@@ -148,6 +154,9 @@ class Snapshots:
             if change.kind == "flow":
                 task_id, _ = parse_flow_id(change.object_id)
                 return await node.tasks.owner_of(task_id), None
+            if change.kind == "operator_job" and change.object_id:
+                job = await node.operator_jobs.get(None, change.object_id)
+                return job.app_id, job_json(job)
         except (NotFound, ValueError):
             return None, None
         return None, None
@@ -225,7 +234,7 @@ class AuditMiddleware:
             given = answered.get("id", answered.get("name"))
             object_id = str(given) if isinstance(given, str | int) else ""
         after: Any = answered
-        if change.kind in ("task", "app", "target"):
+        if change.kind in ("task", "app", "target", "operator_job"):
             app_of = principal.app_id or owner
             found, read = await self._snapshots.read(Change(change.action, change.kind, object_id), app_of)
             owner = owner or found

@@ -72,11 +72,16 @@ REFUSED_CONNECTIONS_MAX = 10_000
 # (method, route path) of the reads that visit every shard: they also take an expensive-read token
 EXPENSIVE_READS = frozenset(
     {("GET", "/v1/stats"), ("GET", "/v1/tasks"), ("GET", "/v1/flows"), ("GET", "/v1/dead-letters")}
+    | {("GET", "/v1/flows:count"), ("GET", "/v1/flows:export"), ("GET", "/v1/dead-letters:count")}
+    | {("POST", "/v1/dead-letters/redrive-jobs")}  # it counts the dead letters again
 )
 # (method, route path) -> the query parameter that makes it expensive: with ?window= the service levels
 # are the cluster's, every node's minutes summed from the store; without it, this node's, from memory
 EXPENSIVE_WITH_QUERY = {("GET", "/v1/slo"): "window"}
-EXPENSIVE_READS_NAMED = "GET /v1/stats, /v1/tasks, /v1/flows, /v1/dead-letters, /v1/slo?window="
+EXPENSIVE_READS_NAMED = (
+    "GET /v1/stats, /v1/tasks, /v1/flows (:count, :export), /v1/dead-letters (:count), /v1/slo?window=; "
+    "POST /v1/dead-letters/redrive-jobs"
+)
 
 
 def is_expensive_read(method: str, route_path: str | None, query_names: Iterable[str]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
 
 from tjobs.api import schemas
 from tjobs.api.deps import (
@@ -13,35 +14,27 @@ from tjobs.api.deps import (
     NodeDep,
     body_doc,
     errors,
-    filter_task_id,
     json_body,
     json_object,
     json_response,
     ok,
     search_of,
 )
+from tjobs.api.flow_filter_params import DeadLetterFiltersDep, FlowFiltersDep
 from tjobs.api.render import error_json, flow_detail_json, flow_json
-from tjobs.api.schemas import FlowFilterName
+from tjobs.api.schemas import INSTANT_FILTER
+from tjobs.clock import iso_ms
 from tjobs.errors import InvalidInput, TjobsError
 from tjobs.service.cursors import MAX_CURSOR_CHARS
+from tjobs.service.flow_export import MAX_EXPORT_ROWS, export_csv
+from tjobs.service.flow_filters import FlowFilters
+from tjobs.service.operator_jobs import MAX_REDRIVE_JOB, dead_letter_filters
 from tjobs.service.schedule_preview import parse_instant
+from tjobs.service.search import SearchService
 from tjobs.service.tasks import Redriven
 
-# documented as validation judges them (its own 422 names the field): a task id is digits, 1..2^63-1;
-# an instant is ISO-8601 with an offset from 1970 on, or epoch ms in digits
-TASK_ID_PATTERN = r"^(?=0*[1-9])([0-9]{1,18}|[0-8][0-9]{18})$"  # not 0
-INSTANT_FILTER: dict[str, Any] = {
-    "allOf": [
-        {
-            "anyOf": [
-                {"format": "date-time", "pattern": r"^\s*(19[7-9][0-9]|[2-9][0-9]{3})-"},
-                {"pattern": r"^\s*[0-9]{1,14}\s*$"},
-            ]
-        }
-    ]
-}
-
 router = APIRouter(prefix="/v1", tags=["flows"])
+FLOW_COUNT_MAX = 10_000  # a search's count reads at most this many flows: past it, "more than"
 
 
 @router.get(
@@ -52,36 +45,51 @@ router = APIRouter(prefix="/v1", tags=["flows"])
 async def search_flows(
     request: Request,
     app: AppDep,
-    status: Annotated[FlowFilterName | None, Query(description="a flow status, or retrying")] = None,
-    task_id: Annotated[
-        str | None, Query(max_length=19, json_schema_extra={"pattern": TASK_ID_PATTERN}, description="one task's flows")
-    ] = None,
-    from_: Annotated[
-        str | None,
-        Query(
-            alias="from",
-            max_length=40,
-            json_schema_extra=INSTANT_FILTER,
-            description="scheduled at or after (ISO-8601 or ms)",
-        ),
-    ] = None,
-    to: Annotated[
-        str | None,
-        Query(max_length=40, json_schema_extra=INSTANT_FILTER, description="scheduled before (ISO-8601 or ms)"),
-    ] = None,
+    filters: FlowFiltersDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
 ) -> Any:
-    page = await search_of(request).flows(
-        app.id,
-        status=status,
-        task_id=None if task_id is None else filter_task_id(task_id),
-        from_ms=parse_instant(from_, "from"),
-        until_ms=parse_instant(to, "to"),
-        limit=limit,
-        cursor=cursor,
-    )
+    page = await search_of(request).flows(app.id, filters, limit=limit, cursor=cursor)
     return json_response({"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor})
+
+
+@router.get(
+    "/flows:count",
+    summary="Count the app's flows matching the search's filters (exact up to at_most, else 'more')",
+    responses={**ok(200, schemas.FlowCount), **errors(401, 422)},
+)
+async def count_flows(request: Request, app: AppDep, filters: FlowFiltersDep) -> Any:
+    count = await search_of(request).count_flows(app.id, filters, FLOW_COUNT_MAX)
+    return json_response({"matched": count.matched, "more": count.more, "at_most": FLOW_COUNT_MAX})
+
+
+@router.get(
+    "/flows:export",
+    summary="The matching flows as CSV, newest first, at most 100,000 rows (streamed)",
+    responses={
+        200: {
+            "description": "CSV (RFC 4180); x-tjobs-export-truncated: true when more flows matched than the rows sent",
+            "content": {"text/csv": {"schema": {"type": "string"}}},
+        },
+        **errors(401, 422),
+    },
+)
+async def export_flows(request: Request, app: AppDep, node: NodeDep, filters: FlowFiltersDep) -> Any:
+    return await export_response(search_of(request), app.id, filters, node.clock.now_ms())
+
+
+async def export_response(search: SearchService, app_id: str, filters: FlowFilters, now_ms: int) -> StreamingResponse:
+    """The CSV export of a search (the API's and the console's), its headers saying whether more flows
+    matched than it holds: counted up to the cap first, so they are known before the rows stream."""
+    count = await search.count_flows(app_id, filters, MAX_EXPORT_ROWS)
+    stamp = iso_ms(now_ms).replace("-", "").replace(":", "")[:15]
+    headers = {
+        "content-disposition": f'attachment; filename="flows-{app_id}-{stamp}.csv"',
+        "x-tjobs-export-max-rows": str(MAX_EXPORT_ROWS),
+        "x-tjobs-export-truncated": "true" if count.more else "false",
+        "cache-control": "no-store",
+    }
+    return StreamingResponse(export_csv(search, app_id, filters), media_type="text/csv; charset=utf-8", headers=headers)
 
 
 @router.get(
@@ -108,17 +116,47 @@ async def redrive_flow(flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
 
 @router.get(
     "/dead-letters",
-    summary="The app's dead flows (cursor pagination across every shard)",
+    summary="The app's dead flows, newest first across every shard, filtered (cursor pagination)",
     responses={**ok(200, schemas.FlowPage), **errors(401, 422)},
 )
 async def dead_letters(
+    request: Request,
+    app: AppDep,
+    filters: DeadLetterFiltersDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> Any:
+    dead = dead_letter_filters(filters)
+    page = await search_of(request).flows(app.id, dead, limit=limit, cursor=cursor)
+    return json_response({"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor})
+
+
+@router.get(
+    "/dead-letters:count",
+    summary="Count the app's dead letters matching the filters that died before dead_before (default now)",
+    responses={**ok(200, schemas.DeadLetterCount), **errors(401, 422)},
+)
+async def count_dead_letters(
     app: AppDep,
     node: NodeDep,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    filters: DeadLetterFiltersDep,
+    dead_before: Annotated[
+        str | None,
+        Query(max_length=40, json_schema_extra=INSTANT_FILTER, description="died before (ISO-8601 or ms; default now)"),
+    ] = None,
 ) -> Any:
-    page = await node.tasks.dead_letters(app, limit, cursor)
-    return json_response({"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor})
+    given_ms = parse_instant(dead_before, "dead_before")
+    before_ms = node.clock.now_ms() if given_ms is None else given_ms
+    count = await node.operator_jobs.count_dead_letters(app, filters, before_ms)
+    return json_response(
+        {
+            "matched": count.matched,
+            "more": count.more,
+            "at_most": MAX_REDRIVE_JOB,
+            "dead_before": iso_ms(before_ms),
+            "dead_before_ms": before_ms,
+        }
+    )
 
 
 @router.post(

@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from tjobs.wire import (
+    KEY_PATTERN,
     NAME_PATTERN,
+    TARGET_NAME_PATTERN,
     CallbackDefaults,
     DeliveryName,
     JsonValue,
@@ -26,6 +28,15 @@ from tjobs.wire import (
 TaskStatusName = Literal["active", "paused", "completed"]
 FlowStatusName = Literal["pending", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
 FlowKindName = Literal["scheduled", "misfire", "manual"]
+LAST_ANSWER_PATTERN = r"^(none|[1-5][xX][xX]|[1-5][0-9]{2})$"
+# documented as validation judges them (its own 422 names the field): a task id is digits, 1..2^63-1;
+# an instant is ISO-8601 with an offset from 1970 on, or epoch ms in digits
+TASK_ID_FILTER_PATTERN = r"^(?=0*[1-9])([0-9]{1,18}|[0-8][0-9]{18})$"  # not 0
+INSTANT_FORMS: list[dict[str, Any]] = [
+    {"format": "date-time", "pattern": r"^\s*(19[7-9][0-9]|[2-9][0-9]{3})-"},
+    {"pattern": r"^\s*[0-9]{1,14}\s*$"},
+]
+INSTANT_FILTER: dict[str, Any] = {"allOf": [{"anyOf": INSTANT_FORMS}]}
 FlowFilterName = Literal["pending", "retrying", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
 
 
@@ -217,6 +228,66 @@ class RedriveResult(BaseModel):
     items: list[RedriveItem]
 
 
+class FlowCount(BaseModel):
+    matched: int = Field(ge=0, description="flows that match; with more: the count stopped there")
+    more: bool = Field(description="more than matched flows match (the count reads at most at_most)")
+    at_most: int
+
+
+class DeadLetterCount(FlowCount):
+    dead_before: str = Field(description="the dead letters counted died before this instant")
+    dead_before_ms: int
+
+
+class RedriveFilters(_Strict):
+    """A redrive job's filters, as the dead-letter search's query takes them."""
+
+    status: Literal["dead"] | None = None
+    task_id: Annotated[str | None, Field(max_length=19, json_schema_extra={"pattern": TASK_ID_FILTER_PATTERN})] = None
+    task_name_prefix: Annotated[str, Field(min_length=1, max_length=200, pattern=KEY_PATTERN)] | None = None
+    target: Annotated[str, Field(pattern=TARGET_NAME_PATTERN)] | None = None
+    last_answer: Annotated[str, Field(pattern=LAST_ANSWER_PATTERN)] | None = None
+    window: Literal["15m", "1h", "24h", "7d"] | None = None
+    from_: Annotated[str | None, Field(alias="from", max_length=40, json_schema_extra=INSTANT_FILTER)] = None
+    to: Annotated[str | None, Field(max_length=40, json_schema_extra=INSTANT_FILTER)] = None
+
+
+class RedriveJobStart(_Strict):
+    filters: RedriveFilters = Field(default_factory=RedriveFilters)
+    dead_before: (
+        Annotated[str, Field(max_length=40, json_schema_extra=INSTANT_FILTER)]
+        | Annotated[int, Field(ge=0, le=MAX_INSTANT_MS)]
+        | None
+    ) = Field(default=None, description="the dead letters died before it (ISO-8601 or ms; default now)")
+    confirm_count: int = Field(ge=1, le=100_000, description="the count GET /v1/dead-letters:count answered")
+
+
+OperatorJobState = Literal["queued", "running", "done", "cancelled", "failed"]
+
+
+class OperatorJob(BaseModel):
+    id: str
+    kind: str
+    app_id: str
+    state: OperatorJobState
+    total: int
+    processed: int
+    failed: int
+    cancel_requested: bool
+    params: dict[str, Any]
+    created_by: str
+    created_at: str
+    updated_at: str
+    finished_at: str | None
+    node: str | None = Field(description="the node that runs it, or ran it last")
+    last_error: str | None
+    errors: list[str] = Field(description="the newest failures, 'flow id: why'")
+
+
+class OperatorJobList(BaseModel):
+    items: list[OperatorJob]
+
+
 # ---- apps -------------------------------------------------------------------------------------------
 
 
@@ -338,12 +409,7 @@ class AppStats(BaseModel):
 PreviewFrom = Annotated[
     str,
     Field(
-        json_schema_extra={
-            "anyOf": [
-                {"format": "date-time", "pattern": r"^\s*(19[7-9][0-9]|[2-9][0-9]{3})-"},
-                {"pattern": r"^\s*[0-9]{1,14}\s*$"},
-            ]
-        }
+        json_schema_extra={"anyOf": INSTANT_FORMS},
     ),
 ]
 

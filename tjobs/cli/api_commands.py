@@ -1,7 +1,7 @@
-"""``tjobs task|app|dlq`` and ``tjobs import``: the API from a terminal, on the SDK; rich tables or ``--json``.
+"""``tjobs task|app`` and ``tjobs import``: the API from a terminal, on the SDK; rich tables or ``--json``.
 
 Where and who: ``--url`` (``TJOBS_URL``, default ``http://127.0.0.1:8080``), ``--api-key``
-(``TJOBS_API_KEY``) for task, dlq and import commands, ``--admin-key`` (``TJOBS_ADMIN_KEY``) for app
+(``TJOBS_API_KEY``) for task and import commands, ``--admin-key`` (``TJOBS_ADMIN_KEY``) for app
 management. Durations are ``1500ms``, ``30s``, ``5m``, ``2h`` or ``1d``.
 """
 
@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tjobs.client import ApiError, Client, Flow, Page, RedriveResult, Task, TjobsClientError, at, cron, delay, every
+from tjobs.client import ApiError, Client, Flow, Page, Task, TjobsClientError, at, cron, delay, every
 
 task_app = typer.Typer(
     help="Tasks: create, get, list, update, pause, resume, trigger, delete, flows.", no_args_is_help=True
@@ -33,7 +33,6 @@ app_app = typer.Typer(
     help="Apps (admin key): list, create, show, update, rotate, disable, enable, delete.",
     no_args_is_help=True,
 )
-dlq_app = typer.Typer(help="Dead letters: list and redrive.", no_args_is_help=True)
 
 
 def out() -> Console:
@@ -500,61 +499,6 @@ def app_show(
     _emit(app, as_json, _app_table(app))
 
 
-# ---- dlq ----------------------------------------------------------------------------------------------------
-
-
-@dlq_app.command("list")
-def dlq_list(
-    limit: Annotated[int, typer.Option("--limit")] = 50,
-    all_: Annotated[bool, typer.Option("--all", help="every page")] = False,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKey = None,
-    as_json: AsJson = False,
-) -> None:
-    """List the app's dead letters."""
-    flows = _ask(
-        url,
-        api_key,
-        "--api-key",
-        lambda sdk: list(sdk.iter_dead_letters()) if all_ else sdk.dead_letters(limit=limit).items,
-    )
-    _emit(flows, as_json, _flows_table(flows))
-
-
-@dlq_app.command("redrive")
-def dlq_redrive(
-    flow_ids: Annotated[list[str] | None, typer.Argument(help="flow ids")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="every dead letter")] = False,
-    url: Url = DEFAULT_URL,
-    api_key: ApiKey = None,
-    as_json: AsJson = False,
-) -> None:
-    """Send dead flows again (attempts kept)."""
-    if not flow_ids and not all_:
-        raise typer.BadParameter("give flow ids or --all")
-
-    def redriven(sdk: Client) -> list[RedriveResult]:
-        ids = [f.id for f in sdk.iter_dead_letters()] if all_ else list(flow_ids or [])
-        return [sdk.redrive(ids[i : i + 1000]) for i in range(0, len(ids), 1000)]
-
-    results = _ask(url, api_key, "--api-key", redriven)
-    items = [item for result in results for item in result.items]
-    if as_json:
-        _emit(
-            {
-                "redriven": sum(r.redriven for r in results),
-                "failed": sum(r.failed for r in results),
-                "items": [i.model_dump(mode="json") for i in items],
-            },
-            True,
-        )
-        return
-    table = Table("flow id", "status", "error")
-    for item in items:
-        table.add_row(item.flow_id, str(item.status), item.error.message if item.error else "")
-    out().print(table)
-
-
 # ---- import -----------------------------------------------------------------------------------------------
 
 
@@ -645,4 +589,4 @@ def at_instant(text: str) -> dict[str, Any]:
     return at(int(text)) if text.isdigit() else {"kind": "at", "at": text}
 
 
-__all__ = ["app_app", "dlq_app", "import_tasks", "task_app"]
+__all__ = ["app_app", "import_tasks", "task_app"]

@@ -63,7 +63,7 @@ def _app_app() -> typer.Typer:
 
 
 def _dlq_app() -> typer.Typer:
-    from tjobs.cli.api_commands import dlq_app
+    from tjobs.cli.dead_letter_commands import dlq_app
 
     return dlq_app
 

@@ -55,6 +55,10 @@ def flows_search(
     task: Annotated[str | None, typer.Option("--task", help="one task's flows")] = None,
     from_: Annotated[str | None, typer.Option("--from", help="scheduled at or after (ISO-8601 or ms)")] = None,
     to: Annotated[str | None, typer.Option("--to", help="scheduled before (ISO-8601 or ms)")] = None,
+    task_name: Annotated[str | None, typer.Option("--task-name", help="tasks whose name starts with this")] = None,
+    target: Annotated[str | None, typer.Option("--target", help="tasks whose callback names this target")] = None,
+    last_answer: Annotated[str | None, typer.Option("--last-answer", help="none, a class (5xx) or a code")] = None,
+    window: Annotated[str | None, typer.Option("--window", help="scheduled in the last 15m, 1h, 24h or 7d")] = None,
     limit: Limit = 50,
     all_: All = False,
     url: Url = DEFAULT_URL,
@@ -62,9 +66,10 @@ def flows_search(
     as_json: AsJson = False,
 ) -> None:
     """The app's flows across every shard, newest first."""
+    filters = {"task_name_prefix": task_name, "target": target, "last_answer": last_answer, "window": window}
 
     def page(sdk: Client, cursor: str | None) -> Page[Flow]:
-        return sdk.search_flows(status=status, task_id=task, from_=from_, to=to, limit=limit, cursor=cursor)
+        return sdk.search_flows(status=status, task_id=task, from_=from_, to=to, limit=limit, cursor=cursor, **filters)
 
     flows = _ask_pages(url, api_key, "--api-key", all_, page)
     _emit(flows, as_json, flow_search_table(flows))

@@ -17,7 +17,10 @@ from tjobs.client.models import (
     AppDeleted,
     AppStats,
     BatchResult,
+    DeadLetterCount,
     Flow,
+    FlowCount,
+    OperatorJob,
     Page,
     RedriveResult,
     SchedulePreview,
@@ -63,6 +66,11 @@ def _target(raw: Any) -> Target:
 def _given(params: dict[str, Any]) -> dict[str, Any]:
     """The query parameters that have a value."""
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _filters(filters: dict[str, Any]) -> dict[str, Any]:
+    """Search filters as query parameters: ``from_`` is ``from``; those without a value are left out."""
+    return _given({("from" if name == "from_" else name): value for name, value in filters.items()})
 
 
 def _listing(path: str, page: type[Page[M]], params: dict[str, Any]) -> Call[Page[M]]:
@@ -241,11 +249,18 @@ class Api(Flavour):
         to: str | int | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        task_name_prefix: str | None = None,
+        target: str | None = None,
+        last_answer: str | None = None,
+        window: str | None = None,
     ) -> Call[Page[Flow]]:
         """The app's flows across every shard, newest first: ``status`` (a flow status or
-        ``retrying``), one task's, scheduled in ``[from_, to)`` (ISO-8601 or epoch ms)."""
+        ``retrying``), one task's, of tasks whose name starts with ``task_name_prefix`` or whose
+        callback names ``target``, by ``last_answer`` (``none``, ``5xx``, ``503``), scheduled in
+        ``[from_, to)`` (ISO-8601 or epoch ms) or in the last ``window`` (``15m``, ``1h``, ``24h``, ``7d``)."""
         params = {"limit": limit, "cursor": cursor, "status": status, "task_id": task_id, "from": from_, "to": to}
-        return _listing("/v1/flows", Page[Flow], params)
+        params |= {"task_name_prefix": task_name_prefix, "target": target, "last_answer": last_answer}
+        return _listing("/v1/flows", Page[Flow], {**params, "window": window})
 
     @paging
     def iter_flows(
@@ -256,12 +271,19 @@ class Api(Flavour):
         from_: str | int | None = None,
         to: str | int | None = None,
         page_size: int = 500,
+        task_name_prefix: str | None = None,
+        target: str | None = None,
+        last_answer: str | None = None,
+        window: str | None = None,
     ) -> Pages[Flow]:
-        return Pages(
-            lambda cursor: Api.search_flows.build(
-                self, limit=page_size, cursor=cursor, status=status, task_id=task_id, from_=from_, to=to
-            )
-        )
+        filters: dict[str, Any] = {"status": status, "task_id": task_id, "from_": from_, "to": to, "window": window}
+        filters |= {"task_name_prefix": task_name_prefix, "target": target, "last_answer": last_answer}
+        return Pages(lambda cursor: Api.search_flows.build(self, limit=page_size, cursor=cursor, **filters))
+
+    @operation
+    def count_flows(self, /, **filters: Any) -> Call[FlowCount]:
+        """How many flows :meth:`search_flows` with these filters finds (exact up to ``at_most``)."""
+        return Call("GET", "/v1/flows:count", FlowCount.model_validate, params=_filters(filters), idempotent=True)
 
     @operation
     def list_flows(self, task_id: str, *, limit: int = 100, before_ms: int | None = None) -> Call[list[Flow]]:
@@ -278,12 +300,48 @@ class Api(Flavour):
         return Call("GET", f"/v1/flows/{_seg(flow_id)}", _flow, idempotent=True)
 
     @operation
-    def dead_letters(self, *, limit: int = 100, cursor: str | None = None) -> Call[Page[Flow]]:
-        return _listing("/v1/dead-letters", Page[Flow], {"limit": limit, "cursor": cursor})
+    def dead_letters(self, /, *, limit: int = 100, cursor: str | None = None, **filters: Any) -> Call[Page[Flow]]:
+        """The app's dead flows newest first, filtered as :meth:`search_flows` (no ``status``)."""
+        return _listing("/v1/dead-letters", Page[Flow], {"limit": limit, "cursor": cursor, **_filters(filters)})
 
     @paging
-    def iter_dead_letters(self, *, page_size: int = 500) -> Pages[Flow]:
-        return Pages(lambda cursor: Api.dead_letters.build(self, limit=page_size, cursor=cursor))
+    def iter_dead_letters(self, /, *, page_size: int = 500, **filters: Any) -> Pages[Flow]:
+        return Pages(lambda cursor: Api.dead_letters.build(self, limit=page_size, cursor=cursor, **filters))
+
+    @operation
+    def count_dead_letters(self, /, *, dead_before: str | int | None = None, **filters: Any) -> Call[DeadLetterCount]:
+        """How many dead letters match and died before ``dead_before`` (default now): the count a
+        :meth:`start_redrive_job` confirms."""
+        params = {**_filters(filters), **_given({"dead_before": dead_before})}
+        return Call("GET", "/v1/dead-letters:count", DeadLetterCount.model_validate, params=params, idempotent=True)
+
+    @operation
+    def start_redrive_job(
+        self, /, confirm_count: int, *, dead_before: str | int | None = None, **filters: Any
+    ) -> Call[OperatorJob]:
+        """Redrive every dead letter matching ``filters`` that died before ``dead_before``, as one server-side
+        job; ``confirm_count`` must be the count :meth:`count_dead_letters` answered for them."""
+        body = {"filters": _filters(filters), "confirm_count": confirm_count, **_given({"dead_before": dead_before})}
+        return Call("POST", "/v1/dead-letters/redrive-jobs", OperatorJob.model_validate, json=body)
+
+    @operation
+    def get_operator_job(self, job_id: str) -> Call[OperatorJob]:
+        return Call("GET", f"/v1/operator-jobs/{_seg(job_id)}", OperatorJob.model_validate, idempotent=True)
+
+    @operation
+    def list_operator_jobs(self, *, limit: int = 20) -> Call[list[OperatorJob]]:
+        return Call(
+            "GET",
+            "/v1/operator-jobs",
+            lambda raw: [OperatorJob.model_validate(job) for job in raw["items"]],
+            params={"limit": limit},
+            idempotent=True,
+        )
+
+    @operation
+    def cancel_operator_job(self, job_id: str) -> Call[OperatorJob]:
+        """Ask a job to stop after its batch in progress (a finished job is answered as it is)."""
+        return Call("POST", f"/v1/operator-jobs/{_seg(job_id)}/cancel", OperatorJob.model_validate, idempotent=True)
 
     @operation
     def redrive(self, flow_ids: str | Sequence[str]) -> Call[RedriveResult]:

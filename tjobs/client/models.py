@@ -119,6 +119,46 @@ class RedriveResult(_Model):
     items: list[RedriveItem]
 
 
+class FlowCount(_Model):
+    """A bounded count: ``matched`` flows, or with ``more``, more than that (the count stops at ``at_most``)."""
+
+    matched: int
+    more: bool
+    at_most: int
+
+
+class DeadLetterCount(FlowCount):
+    """The dead letters that died before ``dead_before_ms``: confirm ``matched`` to redrive them."""
+
+    dead_before: datetime
+    dead_before_ms: int
+
+
+class OperatorJob(_Model):
+    """A server-side job (a redrive of every matching dead letter) and its progress."""
+
+    id: str
+    kind: str
+    app_id: str
+    state: Literal["queued", "running", "done", "cancelled", "failed"]
+    total: int
+    processed: int
+    failed: int
+    cancel_requested: bool
+    params: dict[str, Any]
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+    node: str | None = None
+    last_error: str | None = None
+    errors: list[str] = []
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("done", "cancelled", "failed")
+
+
 class App(_Model):
     id: str
     name: str

@@ -16,7 +16,9 @@ Who sees what, sessions, CSRF and the 404-for-foreign-ids rule are written once,
 - ``pages_tasks``: the task list, a task (its schedule's next instants, flows), pause / resume /
   trigger / edit / delete, each confirmed;
 - ``pages_schedules``: the next instants of any schedule (the schedule preview);
-- ``pages_flows``: the flow search, the dead letters and their redrive;
+- ``pages_flows``: the flow search (by task name, time presets, a total, CSV export), the dead letters
+  (newest first, filtered) and their redrive, the chosen ones or all matching as one server-side job;
+- ``pages_operator_jobs``: such a job's progress (it lives in the store: a reload shows where it is), cancel;
 - ``pages_flow_detail``: one flow, what was sent and every attempt's answer;
 - ``pages_targets``: the app's named delivery targets, one target (credentials only as set or not
   set), deleting one (confirmed);
@@ -54,6 +56,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_flow_detail,
         pages_flows,
         pages_oidc,
+        pages_operator_jobs,
         pages_overview,
         pages_pools,
         pages_schedules,
@@ -71,6 +74,7 @@ def include_console(api: FastAPI, node: Node) -> None:
         pages_schedules,
         pages_flows,
         pages_flow_detail,  # after pages_flows: /console/flows/{flow_id} must not shadow its paths
+        pages_operator_jobs,
         pages_targets,
         pages_pools,
         pages_alerts,

@@ -17,7 +17,7 @@ search by name pages through may show twice or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -25,6 +25,7 @@ from sharding import Topology, shard_for_key, shard_of_task_id
 from tjobs.errors import InvalidInput
 from tjobs.model import Flow, FlowStatus, Task
 from tjobs.service.cursors import LIST_PAGE_MAX, Page, decode_position, encode_position
+from tjobs.service.flow_filters import RETRYING, FlowFilters
 from tjobs.stores.base import TaskStore
 from tjobs.stores.queries import (
     FlowPosition,
@@ -38,13 +39,31 @@ from tjobs.stores.queries import (
 )
 
 FIRST_READ_SPREAD = 2  # the first read asks each shard for this many times its share of the page, +1
-RETRYING = "retrying"  # a flow status filter of its own: pending flows attempted at least once
+MAX_NAMED_TASKS = 100  # a task name prefix naming at most this many tasks reads their flows by task id
 FLOW_CURSOR = "flows"
 TASK_CURSOR = "tasks"
 TASK_BY_NAME_CURSOR = "tasks-by-name"
 
+NO_FILTERS = FlowFilters()
+
 Item = TypeVar("Item", Flow, Task)
 Position = TypeVar("Position", FlowPosition, TaskPosition)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSearch:
+    """Filters resolved for the store: the query and the shards it reads."""
+
+    query: FlowQuery
+    shards: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowCount:
+    """A bounded count: ``matched`` flows, or with ``more``, more than ``matched``."""
+
+    matched: int
+    more: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,43 +115,100 @@ class SearchService:
     async def flows(
         self,
         app_id: str,
+        filters: FlowFilters = NO_FILTERS,
         *,
-        status: str | None = None,
-        task_id: int | None = None,
-        from_ms: int | None = None,
-        until_ms: int | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        changed_before_ms: int | None = None,
     ) -> Page:
-        """The app's flows newest first (``scheduled_at`` descending), filtered by status (a flow
-        status, or ``retrying``: pending after at least one attempt), task and ``[from_ms, until_ms)``."""
+        """The app's flows newest first (``scheduled_at`` descending) that match ``filters``
+        (:mod:`tjobs.service.flow_filters`) and, when given, last changed before ``changed_before_ms``."""
         _check_limit(limit)
-        if from_ms is not None and until_ms is not None and until_ms <= from_ms:
-            raise InvalidInput("to", "must be after from", "out_of_range")
-        retrying = status == RETRYING
-        query = FlowQuery(
-            app_id,
-            FlowStatus.PENDING if retrying else None if status is None else FlowStatus(status),
-            retrying,
-            task_id,
-            from_ms,
-            until_ms,
-        )
         after: FlowPosition | None = None
         if cursor is not None:
             at, tid = decode_position(cursor, FLOW_CURSOR, (int, int))
             after = (int(at), int(tid))
-        if task_id is None:
-            shards = self._all_shards
-        else:
-            shards = [shard_of_task_id(task_id)] if self._routable(task_id) else []
-
-        async def read(reads: Mapping[int, FlowPosition | None], size: int) -> dict[int, list[Flow]]:
-            return await self._store.search_flows(query, reads, size)
-
-        merged = await merge_page(shards, read, flow_rank, flow_position, limit, after)
+        merged = await self.flows_after(app_id, filters, after, limit, changed_before_ms)
         last = merged.items[-1] if merged.items and merged.more else None
         return Page(merged.items, None if last is None else encode_position(FLOW_CURSOR, flow_position(last)))
+
+    async def flows_after(
+        self,
+        app_id: str,
+        filters: FlowFilters,
+        after: FlowPosition | None,
+        limit: int,
+        changed_before_ms: int | None = None,
+    ) -> Merged[Flow]:
+        """:meth:`flows` from a position."""
+        return await self.read_flows(await self.flow_query(app_id, filters, changed_before_ms), after, limit)
+
+    async def read_flows(self, search: FlowSearch, after: FlowPosition | None, limit: int) -> Merged[Flow]:
+        """The first ``limit`` flows of a resolved search after ``after`` (an export or a job resolves
+        its filters once, then walks)."""
+
+        async def read(reads: Mapping[int, FlowPosition | None], size: int) -> dict[int, list[Flow]]:
+            return await self._store.search_flows(search.query, reads, size)
+
+        return await merge_page(search.shards, read, flow_rank, flow_position, limit, after)
+
+    async def count_flows(
+        self, app_id: str, filters: FlowFilters, at_most: int, changed_before_ms: int | None = None
+    ) -> FlowCount:
+        """How many of the app's flows match, counted up to ``at_most`` (past it: ``more``). Each shard
+        first counts up to about twice its share of ``at_most``; only shards that reached their cap
+        count again, up to what could still take the total past ``at_most``: a count reads at most a
+        few times ``at_most`` rows, however the flows are spread."""
+        search = await self.flow_query(app_id, filters, changed_before_ms)
+        query, shards = search.query, search.shards
+        if not shards:
+            return FlowCount(0, False)
+        share = -(-at_most * FIRST_READ_SPREAD // len(shards)) + 1
+        caps = dict.fromkeys(shards, min(share, at_most + 1))
+        counted: dict[int, int] = {}
+        while caps:
+            found = await self._store.count_flows(query, caps)
+            counted.update(found)
+            total = sum(counted.values())
+            if total > at_most:
+                return FlowCount(at_most, True)
+            room = at_most + 1 - total
+            caps = {shard: found[shard] + room for shard, cap in caps.items() if found[shard] >= cap}
+        return FlowCount(sum(counted.values()), False)
+
+    async def flow_query(self, app_id: str, filters: FlowFilters, changed_before_ms: int | None = None) -> FlowSearch:
+        """The store's query for ``filters`` and the shards it reads. A task name prefix that names at
+        most :data:`MAX_NAMED_TASKS` tasks becomes their ids (read by primary key in their shards
+        only); past that, each shard checks the name of each flow's task."""
+        status = filters.status
+        retrying = status == RETRYING
+        task_ids: tuple[int, ...] | None = None
+        name_prefix = filters.task_name_prefix
+        if name_prefix is not None:
+            named = await self.tasks(TaskQuery(app_id, name_prefix=name_prefix), limit=MAX_NAMED_TASKS + 1)
+            if len(named.items) <= MAX_NAMED_TASKS:
+                task_ids, name_prefix = tuple(task.id for task in named.items), None
+        query = FlowQuery(
+            app_id,
+            FlowStatus.PENDING if retrying else None if status is None else FlowStatus(status),
+            retrying,
+            filters.task_id,
+            filters.from_ms,
+            filters.until_ms,
+            task_ids,
+            name_prefix,
+            filters.target,
+            filters.answer,
+            changed_before_ms,
+        )
+        candidates = task_ids if filters.task_id is None else (filters.task_id,)
+        if candidates is None:
+            return FlowSearch(query, self._all_shards)
+        return FlowSearch(query, sorted({shard_of_task_id(t) for t in candidates if self._routable(t)}))
+
+    async def task_names(self, task_ids: Collection[int]) -> dict[int, str]:
+        """The names of the tasks that still exist among ``task_ids`` (a page's, an export's)."""
+        return await self._store.task_names(task_ids)
 
     async def tasks(self, query: TaskQuery, *, limit: int = 100, cursor: str | None = None) -> Page:
         """The app's tasks matching ``query``: newest first, or by name with a name prefix."""

@@ -7,7 +7,6 @@ the owning node's wheel sees it before the task's instant (the fire CAS covers a
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import random
@@ -32,7 +31,7 @@ from tjobs.errors import (
     TjobsError,
 )
 from tjobs.hot_tier.base import HotTier, TaskChange
-from tjobs.model import MAX_ID, App, Flow, FlowKind, FlowStatus, Task, TaskHealth, TaskStatus, parse_flow_id
+from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskHealth, TaskStatus, parse_flow_id
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.schedules.parsing import parse_schedule_request, schedule_of
 from tjobs.service import audit_scope
@@ -67,27 +66,6 @@ _UPDATE_KEYS = frozenset(TaskUpdate.model_fields)
 MAX_INSERT_ATTEMPTS = 3
 MAX_BATCH = 1000
 SHARD_WINDOW = 16  # shards read concurrently while walking them in order
-
-
-def encode_cursor(*parts: int) -> str:
-    return base64.urlsafe_b64encode(".".join(str(p) for p in parts).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, size: int, field: str = "cursor") -> tuple[int, ...]:
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        parts = tuple(int(p) for p in text.split("."))
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidInput(field, "not a cursor this API returned", "bad_cursor") from None
-    if len(parts) != size or any(not 0 <= p <= MAX_ID for p in parts):  # in range before any store sees it
-        raise InvalidInput(field, "not a cursor this API returned", "bad_cursor")
-    return parts
-
-
-def _check_cursor_shard(shard: int, task_id: int, shard_count: int) -> None:
-    """A cursor's shard exists, and its task id (0: none yet) was minted in that shard."""
-    if shard > shard_count or (task_id and (shard == shard_count or shard_of_task_id(task_id) != shard)):
-        raise InvalidInput("cursor", "not a cursor this API returned", "bad_cursor")
 
 
 Redriven = tuple[str, Flow | None, TjobsError | None]
@@ -417,33 +395,6 @@ class TaskService:
         databases = range(self._topology.database_count)
         parts = await asyncio.gather(*(self._store.count_dead_letters(index, app_ids) for index in databases))
         return {app_id: sum(part.get(app_id, 0) for part in parts) for app_id in app_ids}
-
-    async def dead_letters(self, app: App, limit: int = 100, cursor: str | None = None) -> Page:
-        """The app's dead flows, shard by shard; cursor ``(shard, task id, scheduled_at_ms)``."""
-        if not 1 <= limit <= LIST_PAGE_MAX:
-            raise InvalidInput("limit", f"must be within 1..{LIST_PAGE_MAX}")
-        shard, task_id, at = (0, 0, 0) if cursor is None else decode_cursor(cursor, 3)
-        shard_count = self._topology.shard_count
-        _check_cursor_shard(shard, task_id, shard_count)
-        items: list[Flow] = []
-        while shard < shard_count and len(items) < limit:
-            window = list(range(shard, min(shard + SHARD_WINDOW, shard_count)))
-            want = limit - len(items)
-            pages = await asyncio.gather(
-                *(
-                    self._store.list_flows_by_status(
-                        s, FlowStatus.DEAD, app.id, want, (task_id, at) if s == shard and task_id else None
-                    )
-                    for s in window
-                )
-            )
-            for s, page in zip(window, pages, strict=True):
-                for flow in page:
-                    items.append(flow)
-                    if len(items) == limit:
-                        return Page(items, encode_cursor(s, flow.task_id, flow.scheduled_at_ms))
-            shard, task_id, at = window[-1] + 1, 0, 0
-        return Page(items, None)
 
     async def redrive(self, app: App, flow_ids: Sequence[str]) -> list[Redriven]:
         """Put dead flows back to pending (attempts kept) and hand them to delivery at once.
