@@ -5,7 +5,6 @@ cluster page, and HTML error pages for whatever goes wrong under /console while 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -15,12 +14,11 @@ import httpx
 import pytest
 
 from testkit import RunningNode
-from tests.api.conftest import ADMIN_KEY, task_body
+from tests.api.conftest import ADMIN_KEY
+from tests.empty_pools import starve_pool
 from tjobs.console.session import COOKIE_NAME
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-EMPTY_POOL_TIMEOUT_S = 20.0  # generous: the flow fires within a tick or two of its due time
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +39,6 @@ async def session_of(node: RunningNode, key: str) -> AsyncIterator[httpx.AsyncCl
         yield client
 
 
-async def wait_until_starved(node: RunningNode, app_id: str, pool: str) -> None:
-    deadline = asyncio.get_running_loop().time() + EMPTY_POOL_TIMEOUT_S
-    while not any(entry[:2] == (app_id, pool) for entry in node.node.pools.starved(0)):
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"no flow of {app_id} found pool {pool} empty within {EMPTY_POOL_TIMEOUT_S} s", pytrace=False)
-        await asyncio.sleep(0.05)
-
-
 async def test_the_pools_page_lists_live_executors_and_warns_of_an_empty_pool_on_it_and_the_overview(
     api_node: RunningNode,
 ) -> None:
@@ -56,9 +46,7 @@ async def test_the_pools_page_lists_live_executors_and_warns_of_an_empty_pool_on
     async with httpx.AsyncClient(base_url=api_node.base_url, headers={"authorization": f"Bearer {key}"}) as api:
         executor = {"id": "web-7", "address": "http://127.0.0.1:9001/", "zone": "eu-1", "ttl_s": 30}
         assert (await api.post("/v1/pools/workers/executors", json=executor)).status_code == 201
-        waiting = task_body(schedule={"kind": "delay", "delay_ms": 100}, callback={"pool": "reports"})
-        assert (await api.post("/v1/tasks", json=waiting)).status_code == 201
-    await wait_until_starved(api_node, app.id, "reports")
+    await starve_pool(api_node, key, app.id, "reports")
 
     async with session_of(api_node, key) as console:
         pools = await console.get("/console/pools")

@@ -5,7 +5,6 @@ runtime figures on the cluster page, and an error page inside the console
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -13,22 +12,10 @@ from playwright.async_api import BrowserContext, expect
 
 from testkit import RunningNode
 from tests.console.conftest import ADMIN_KEY, api, screenshot, sign_in
+from tests.empty_pools import starve_pool
 from tjobs.console import pages_overview
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-STARVED_TIMEOUT_S = 20.0  # generous: the flow fires within a tick or two of its due time
-
-
-async def starve(running: RunningNode, key: str, app_id: str, pool: str) -> None:
-    """Register a task routed to ``pool`` (which has no executor) and wait until its flow found it empty."""
-    task = {"name": f"to-{pool}", "schedule": {"kind": "delay", "delay_ms": 100}, "callback": {"pool": pool}}
-    assert (await api(running, key, "POST", "/v1/tasks", task)).status_code == 201
-    deadline = asyncio.get_running_loop().time() + STARVED_TIMEOUT_S
-    while not any(entry[:2] == (app_id, pool) for entry in running.node.pools.starved(0)):
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"no flow found pool {pool} empty within {STARVED_TIMEOUT_S} s", pytrace=False)
-        await asyncio.sleep(0.05)
 
 
 async def test_the_pools_page_shows_live_executors_and_an_empty_pool_is_warned_about_there_and_on_the_overview(
@@ -38,7 +25,7 @@ async def test_the_pools_page_shows_live_executors_and_an_empty_pool_is_warned_a
     for executor in ({"id": "web-7", "address": "http://127.0.0.1:9001/", "zone": "eu-1", "ttl_s": 30},
                      {"id": "web-8", "address": "http://127.0.0.1:9002/", "zone": "eu-2", "ttl_s": 30}):  # fmt: skip
         assert (await api(running, key, "POST", "/v1/pools/workers/executors", executor)).status_code == 201
-    await starve(running, key, app.id, "reports")
+    await starve_pool(running, key, app.id, "reports")
 
     page = await context.new_page()
     await sign_in(page, key)
@@ -68,7 +55,7 @@ async def test_the_overview_refreshes_its_figures_in_place_and_its_charts_have_a
     await expect(page.locator("main")).to_contain_text("they refresh every 1 s while this page is open")
     await page.evaluate("window.notReloaded = true")
 
-    await starve(running, key, app.id, "late-pool")  # a change the open page has not seen yet
+    await starve_pool(running, key, app.id, "late-pool")  # a change the open page has not seen yet
     await expect(page.get_by_role("alert")).to_contain_text("Pool late-pool has no live executor")
     assert await page.evaluate("window.notReloaded === true")  # in place: the page was not loaded again
     await screenshot(page, screenshots, "overview-empty-pool")

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from tjobs.api.routes_pools import pool_service_of
 from tjobs.console.charts import Chart, TimeAxis, line_chart
@@ -120,11 +121,31 @@ async def charts(node: Node, app: App, window: str) -> list[Chart]:
     ]
 
 
-async def figures(
-    request: Request, console: Console, principal: Principal, app: str | None, window: str, cursor: str | None
-) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class OverviewQuery:
+    """The overview's query, the page's and its fragment's alike."""
+
+    app: str | None
+    window: Window
+    cursor: str | None
+
+    def params(self) -> dict[str, str]:
+        given = (("app", self.app), ("window", self.window), ("cursor", self.cursor))
+        return {name: value for name, value in given if value}
+
+
+def overview_query(
+    app: Annotated[str | None, Query(max_length=200)] = None,
+    window: Annotated[Window, Query()] = DEFAULT_WINDOW,
+    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
+) -> OverviewQuery:
+    return OverviewQuery(app, window, cursor)
+
+
+async def figures(request: Request, console: Console, principal: Principal, query: OverviewQuery) -> dict[str, Any]:
     """What the overview's figures show (the page and its refreshed fragment alike)."""
-    scoped = await console.scope(principal, app)
+    window, cursor = query.window, query.cursor
+    scoped = await console.scope(principal, query.app)
     node = console.node
     total = None
     next_cursor = None
@@ -156,28 +177,18 @@ async def figures(
 
 
 @router.get("/console/")
-async def overview(
-    request: Request,
-    app: Annotated[str | None, Query(max_length=200)] = None,
-    window: Annotated[Window, Query()] = DEFAULT_WINDOW,
-    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
-) -> Response:
+async def overview(request: Request, query: Annotated[OverviewQuery, Depends(overview_query)]) -> Response:
     console = console_of(request)
     principal = await console.principal(request)
-    shown = await figures(request, console, principal, app, window, cursor)
-    query = {name: value for name, value in (("app", app), ("window", window), ("cursor", cursor)) if value}
-    return console.render(request, "overview.html", principal, figures_query=query, **shown)
+    shown = await figures(request, console, principal, query)
+    return console.render(request, "overview.html", principal, figures_query=query.params(), **shown)
 
 
 @router.get("/console/overview/figures")
-async def overview_figures(
-    request: Request,
-    app: Annotated[str | None, Query(max_length=200)] = None,
-    window: Annotated[Window, Query()] = DEFAULT_WINDOW,
-    cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
-) -> Response:
+async def overview_figures(request: Request, query: Annotated[OverviewQuery, Depends(overview_query)]) -> Response:
     """The overview's figures alone (no layout): what the open page fetches again every REFRESH_S s."""
     console = console_of(request)
     principal = await console.principal(request)
-    shown = await figures(request, console, principal, app, window, cursor)
-    return console.render(request, "_overview_figures.html", principal, **shown)
+    return console.render(
+        request, "_overview_figures.html", principal, **await figures(request, console, principal, query)
+    )
