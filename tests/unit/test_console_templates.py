@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from tjobs.api.render import flow_json, task_json
+from tjobs.api.render import answers_json, flow_json, task_json
 from tjobs.console.context import Principal, _templates
 from tjobs.console.pages_targets import target_view
-from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
+from tjobs.console.pages_tasks import HistoryPage
+from tjobs.model import App, AttemptAnswer, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import CallbackSettings
 from tjobs.specs.callback import CallbackSpec
 from tjobs.specs.schedule import AtSpec
@@ -39,23 +40,39 @@ def pool_flow(**changes: Any) -> Flow:
 def test_a_pool_flow_page_lists_which_executor_got_which_attempt() -> None:
     flow = pool_flow(routes=((1, "10.0.0.5:9000", "exec-a"), (2, "10.0.0.6:9000", "exec-b")))
 
-    html = render("flow.html", owner=APP, flow=flow_json(flow), task=None)
+    html = render_flow(flow)
 
     assert "Attempts sent to executors" in html
     assert html.index("exec-a") < html.index("exec-b")
 
 
 def test_a_flow_without_executors_has_no_such_table() -> None:
-    assert "Attempts sent to executors" not in render("flow.html", owner=APP, flow=flow_json(pool_flow()), task=None)
+    assert "Attempts sent to executors" not in render_flow(pool_flow())
 
 
 def test_values_are_escaped() -> None:
-    flow = pool_flow(status=FlowStatus.DEAD, last_error="<script>alert(1)</script>")
+    answer = AttemptAnswer(
+        1, "https://shop.example/x", 500, (("X-Evil", "<script>alert(2)</script>"),), "<b>shop</b>", 11, 1
+    )
+    flow = pool_flow(status=FlowStatus.DEAD, last_error="<script>alert(1)</script>", answers=(answer,))
 
-    html = render("flow.html", owner=APP, flow=flow_json(flow), task=None)
+    html = render_flow(flow)
 
-    assert "<script>alert" not in html and "&lt;script&gt;" in html
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)" in html and "&lt;script&gt;alert(2)" in html
     assert "<b>shop</b>" not in html
+
+
+def render_flow(flow: Flow) -> str:
+    """A flow's page of a deleted task (no request to show) with the flow's own answers."""
+    return render(
+        "flow.html",
+        owner=APP,
+        flow=flow_json(flow),
+        task=None,
+        sent=None,
+        answers=answers_json(flow),
+        answer_body_bytes=4096,
+    )
 
 
 def amqp_target(**changes: Any) -> Target:
@@ -191,7 +208,7 @@ def render_task(task: Task, admin: bool = False) -> str:
         shown=task_json(task),
         instants=[],
         preview_query="",
-        flows=[],
+        history=HistoryPage([], None, None, True),
         notice=None,
     )
 
