@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,24 @@ def test_dev_and_serve_refuse_data_written_with_another_topology_with_one_line(t
         assert result.returncode == 2, result.stderr
         assert "refusing to start: " in result.stderr and "'1x1x2'" in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and "╭" not in result.stderr, result.stderr
+
+
+def test_a_refused_configuration_is_refused_before_the_api_and_the_node_are_loaded(tmp_path: Path) -> None:
+    """The refusal reads only the settings: loading the API, the console and the node first (about
+    2 s of CPU) made every refused start as slow as a real one."""
+    config = tmp_path / "tjobs.toml"
+    config.write_text("[api]\nport = 'eighty'\n")
+    for command in (["serve", "--config", str(config)], ["dev", "--port", "0", "--data-dir", str(tmp_path / "dev")]):
+        env = {"TJOBS_STORAGE__TOPOLOGY": "3x3"} if command[0] == "dev" else {}
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "tjobs.cli.main", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **env},
+        )
+        assert result.returncode == 2, result.stderr[-2000:]
+        loaded = {
+            line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")
+        }
+        assert not {"tjobs.api.app", "tjobs.console", "tjobs.node"} & loaded, (command[0], sorted(loaded)[:20])

@@ -79,18 +79,18 @@ def migrate(config: ConfigOption = None) -> None:
 @app.command()
 def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonLogs = False) -> None:
     """Run a node (API + scheduler) with the given settings until SIGTERM."""
-    from tjobs.api.server import run
-    from tjobs.api.server import serve as serve_node
-    from tjobs.console import include_console
-
     configure_logging(json=json_logs)
-    settings = _settings(config, port)
+    settings = _settings(config, port)  # a refusal reads only the settings: the server is loaded after
     problem = (
         weak_admin_key_reason(settings) or weak_scrape_token_reason(settings) or metrics_exposure_problem(settings)
     )
     if problem is not None:
         typer.echo(f"refusing to start: {problem}", err=True)
         raise typer.Exit(2)
+    from tjobs.api.server import run
+    from tjobs.api.server import serve as serve_node
+    from tjobs.console import include_console
+
     with refusing_start_on_a_mismatch():
         run(serve_node(settings, mount=include_console))
 
@@ -115,17 +115,17 @@ def dev(
 ) -> None:
     """The embedded default: SQLite shards + in-process coordination, API and scheduler in one process,
     with a demo app, a built-in echo receiver and demo tasks whose callbacks arrive within seconds."""
+    configure_logging(json=json_logs)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    keys = _dev_keys(data_dir / "dev-keys.json")
+    settings = dev_settings(port, data_dir, keys)  # refused before the server is loaded
+    _migrate_with_progress(settings)
     from tjobs.api.demo import bootstrap_demo
     from tjobs.api.server import run
     from tjobs.api.server import serve as serve_node
     from tjobs.console import include_console
     from tjobs.node import Node
 
-    configure_logging(json=json_logs)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    keys = _dev_keys(data_dir / "dev-keys.json")
-    settings = dev_settings(port, data_dir, keys)
-    _migrate_with_progress(settings)
     base_url = f"http://127.0.0.1:{port}"
 
     async def after_start(node: Node) -> None:
