@@ -157,6 +157,10 @@ async def test_each_console_role_may_post_what_the_matrix_says(two_nodes: tuple[
 # (role, console page, status): every role reads its app's pools and overview figures; the cluster is
 # the global admin's only (404 for anyone else, as a foreign id)
 CONSOLE_PAGES = [
+    ("viewer", "/console/flows", 200),
+    ("viewer", "/console/dead-letters", 200),
+    ("viewer", "/console/dead-letters/redrive-all", 200),  # the count to confirm: the post needs operator
+    ("viewer", "/console/operator-jobs/job_0123456789abcdef", 404),
     ("viewer", "/console/pools", 200),
     ("viewer", "/console/overview/figures", 200),
     ("viewer", "/console/cluster", 404),

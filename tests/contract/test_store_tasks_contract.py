@@ -163,25 +163,6 @@ async def test_list_flows_newest_first_with_a_cursor(store: TaskStore) -> None:
     assert [f.scheduled_at_ms - NOW_MS for f in rest] == [3, 2, 1]
 
 
-async def test_list_flows_by_status_filters_by_app_and_pages(store: TaskStore) -> None:
-    shard = 9
-    a = await store.insert_task(make_task(shard=shard))
-    b = await store.insert_task(make_task(shard=shard, app_id="app-b"))
-    for task in (a, b):
-        for offset in (1, 2, 3):
-            await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset, FlowStatus.DEAD))
-        await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 4, FlowStatus.DELIVERED))
-    dead = await store.list_flows_by_status(shard, FlowStatus.DEAD, None, 100)
-    assert [(f.task_id, f.scheduled_at_ms) for f in dead] == sorted(
-        (t.id, NOW_MS + o) for t in (a, b) for o in (1, 2, 3)
-    )
-    only_b = await store.list_flows_by_status(shard, FlowStatus.DEAD, "app-b", 2)
-    assert [(f.task_id, f.scheduled_at_ms - NOW_MS) for f in only_b] == [(b.id, 1), (b.id, 2)]
-    rest = await store.list_flows_by_status(shard, FlowStatus.DEAD, "app-b", 10, (b.id, NOW_MS + 2))
-    assert [(f.task_id, f.scheduled_at_ms - NOW_MS) for f in rest] == [(b.id, 3)]
-    assert await store.list_flows_by_status(shard + 1, FlowStatus.DEAD, None, 10) == []
-
-
 async def test_redrive_puts_only_a_dead_flow_back_to_pending(store: TaskStore) -> None:
     task = await store.insert_task(make_task())
     await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 1, FlowStatus.DEAD))

@@ -487,22 +487,6 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
         flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
         return None if flow is None else replace(flow)
 
-    async def list_flows_by_status(
-        self,
-        shard: int,
-        status: FlowStatus,
-        app_id: str | None,
-        limit: int,
-        after: tuple[int, int] | None = None,
-    ) -> list[Flow]:
-        self._check_shard(shard)
-        chosen = sorted(
-            key
-            for key, f in self._flows[shard].items()
-            if f.status is status and (app_id is None or f.app_id == app_id) and (after is None or key > after)
-        )[:limit]
-        return [replace(self._flows[shard][key]) for key in chosen]
-
     async def search_flows(
         self, query: FlowQuery, reads: Mapping[int, FlowPosition | None], limit: int
     ) -> dict[int, list[Flow]]:

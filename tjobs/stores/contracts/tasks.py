@@ -10,7 +10,7 @@ from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 
 from tjobs.errors import StorageUnavailable
-from tjobs.model import Flow, FlowStatus, Task, TaskHealth, TaskStatus
+from tjobs.model import Flow, Task, TaskHealth, TaskStatus
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 
@@ -140,17 +140,6 @@ class TaskRecords(StoreLifecycle):
         or after ``since_ms`` the newest ``cap`` at most, counted by status (:class:`TaskHealth`; a task
         with no flow, or of no shard, gets an empty one). Reads only, per task two ranges of the primary
         key from the newest end: at most ``cap + 1`` rows whatever the task's fire rate."""
-
-    @abstractmethod
-    async def list_flows_by_status(
-        self,
-        shard: int,
-        status: FlowStatus,
-        app_id: str | None,
-        limit: int,
-        after: tuple[int, int] | None = None,
-    ) -> list[Flow]:
-        """Flows of ``shard`` in ``status`` (dead letters, for instance), ordered by (task, instant)."""
 
     @abstractmethod
     async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:

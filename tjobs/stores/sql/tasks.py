@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from asyncmy.errors import IntegrityError as DriverIntegrityError
-from sqlalchemy import and_, bindparam, delete, func, insert, literal, or_, select, tuple_, union_all, update
+from sqlalchemy import bindparam, delete, func, insert, literal, select, tuple_, union_all, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -246,30 +246,6 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         routable = [task_id for task_id in task_ids if self._shard_of_task(task_id) is not None]
         found = await sql_task_health.task_health(self._shard, self._connect, routable, since_ms, cap)
         return {task_id: found.get(task_id, TaskHealth()) for task_id in task_ids}
-
-    async def list_flows_by_status(
-        self,
-        shard: int,
-        status: FlowStatus,
-        app_id: str | None,
-        limit: int,
-        after: tuple[int, int] | None = None,
-    ) -> list[Flow]:
-        home = self._shard(shard)
-        c = home.flows.c
-        statement = select(home.flows).where(c.status == status.value)
-        if app_id is not None:
-            statement = statement.where(c.app_id == app_id)
-        if after is not None:
-            after_task, after_at = after
-            statement = statement.where(
-                c.task_id >= after_task,
-                or_(c.task_id > after_task, and_(c.task_id == after_task, c.scheduled_at > after_at)),
-            )
-        statement = statement.order_by(c.task_id, c.scheduled_at).limit(limit)
-        async with self._connect(home.database.engine_url) as conn:
-            rows = await conn.execute(statement, execution_options=home.options)
-            return [flow_from_row(row) for row in rows.mappings()]
 
     async def search_flows(
         self, query: FlowQuery, reads: Mapping[int, FlowPosition | None], limit: int
