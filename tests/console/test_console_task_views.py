@@ -5,15 +5,16 @@ test_console_task_views.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.async_api import BrowserContext, expect
 
 from testkit import RunningNode
+from tests.api.test_tenancy import wait_status
 from tests.console.conftest import PHONE, api, screenshot, sign_in
 from tests.receiver import Receiver, Reply
 
@@ -23,12 +24,8 @@ FLOW_WAIT_S = 30  # how long the node may take to deliver on a loaded CI box
 
 
 async def settled(running: RunningNode, key: str, flow_id: str, status: str) -> dict[str, Any]:
-    async with asyncio.timeout(FLOW_WAIT_S):
-        while True:
-            flow: dict[str, Any] = (await api(running, key, "GET", f"/v1/flows/{flow_id}")).json()
-            if flow["status"] == status:
-                return flow
-            await asyncio.sleep(0.1)
+    async with httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {key}"}) as client:
+        return await wait_status(client, flow_id, status, FLOW_WAIT_S)
 
 
 async def test_the_task_list_shows_each_tasks_last_result_and_its_last_24_hours(
