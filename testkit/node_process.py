@@ -184,6 +184,23 @@ def free_port() -> int:
         return port
 
 
+def free_port_range(count: int, attempts: int = 50) -> int:
+    """The first of ``count`` consecutive ports free on 127.0.0.1 now (the metrics ports of ``tjobs serve
+    --workers``: worker i on the first + i)."""
+    for _ in range(attempts):
+        first = free_port()
+        if first + count - 1 > 65_535:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return first
+    raise OSError(f"no {count} consecutive free ports on 127.0.0.1 in {attempts} attempts")
+
+
 @contextlib.contextmanager
 def node_process(
     *,

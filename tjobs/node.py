@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -113,7 +112,7 @@ class Node:
     def __init__(self, settings: Settings, parts: NodeParts | None = None) -> None:
         parts = parts or NodeParts()
         self.settings = settings
-        self.node_id = settings.node_id or f"{socket.gethostname()}-{settings.api.port}"
+        self.node_id = settings.node_identity()
         self.topology = settings.storage.parsed_topology()
         self.clock: Clock = parts.clock or SystemClock()
         self.store: TaskStore = parts.store or create_store(settings.storage)

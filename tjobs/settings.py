@@ -7,6 +7,7 @@ environment at import time.
 
 from __future__ import annotations
 
+import socket
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -291,6 +292,10 @@ class Settings(BaseSettings):
     slo: SloSettings = Field(default_factory=SloSettings)
     alerts: AlertingSettings = Field(default_factory=AlertingSettings)
     allow_loopback_callbacks: bool = False
+
+    def node_identity(self) -> str:
+        """This node's id among the cluster's members: ``node_id``, else ``<host name>-<api.port>``."""
+        return self.node_id or f"{socket.gethostname()}-{self.api.port}"
 
     def default_misfire_policy(self, schedule_kind: str) -> MisfirePolicy:
         policy: MisfirePolicy = getattr(self.scheduler, f"misfire_default_{schedule_kind}")

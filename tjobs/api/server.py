@@ -108,7 +108,10 @@ async def serve(
     demo: bool = False,
     after_start: Callable[[Node], Awaitable[None]] | None = None,
     mount: Mount | None = None,
+    api_socket: socket.socket | None = None,
 ) -> None:
+    """Run a node and its API until SIGINT/SIGTERM. ``api_socket``: a listening socket to serve the API on
+    instead of binding ``api.host:api.port`` (a worker of ``tjobs serve --workers``, :mod:`tjobs.cli.workers`)."""
     node = Node(settings, parts)
     api = create_api(node, demo_routes=demo)
     if mount is not None:
@@ -137,7 +140,8 @@ async def serve(
     await node.start()
     settle_heap()
     try:
-        serving = [asyncio.create_task(each.serve()) for each in servers]
+        serving = [asyncio.create_task(server.serve(None if api_socket is None else [api_socket]))]
+        serving += [asyncio.create_task(each.serve()) for each in servers[1:]]
         while not all(each.started for each in servers):  # uvicorn offers only a flag
             failed = [task for task in serving if task.done()]
             if failed:
@@ -146,9 +150,8 @@ async def serve(
                 await failed[0]  # re-raise a bind failure
                 return
             await asyncio.sleep(0.02)
-        logger.info(
-            "API listening on http://%s:%d", settings.api.host, settings.api.port, extra={"action": "api_listening"}
-        )
+        host, port = (settings.api.host, settings.api.port) if api_socket is None else api_socket.getsockname()[:2]
+        logger.info("API listening on http://%s:%d", host, port, extra={"action": "api_listening"})
         if metrics_address is not None:
             logger.info(
                 "metrics listening on http://%s/metrics", settings.metrics.listen, extra={"action": "metrics_listening"}

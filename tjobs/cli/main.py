@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
+import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,6 +19,7 @@ import typer
 
 from tjobs.cli.lazy_commands import LazyCommandsGroup
 from tjobs.cli.settings_file import refusing_start_on_a_mismatch, settings_or_exit
+from tjobs.cli.workers import READY_LINE, worker_settings, workers_problem
 from tjobs.observability.logs import configure_logging
 from tjobs.settings import (
     Settings,
@@ -76,23 +80,69 @@ def migrate(config: ConfigOption = None) -> None:
     _migrate_with_progress(_settings(config, None))
 
 
+WorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="run N node processes on this box, one cluster member each, behind one API port "
+        "(needs etcd and MariaDB/MySQL; docs/operations.md, 'Workers')",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
-def serve(config: ConfigOption = None, port: PortOption = None, json_logs: JsonLogs = False) -> None:
-    """Run a node (API + scheduler) with the given settings until SIGTERM."""
+def serve(
+    config: ConfigOption = None,
+    port: PortOption = None,
+    json_logs: JsonLogs = False,
+    workers: WorkersOption = None,
+    worker_index: Annotated[int | None, typer.Option("--worker-index", hidden=True)] = None,
+    listen_fd: Annotated[int | None, typer.Option("--listen-fd", hidden=True)] = None,
+    ready_fd: Annotated[int | None, typer.Option("--ready-fd", hidden=True)] = None,
+) -> None:
+    """Run a node (API + scheduler) with the given settings until SIGTERM; with ``--workers N``, N of them.
+
+    ``--worker-index``, ``--listen-fd`` and ``--ready-fd`` are how the supervisor of ``--workers`` starts
+    each worker (:mod:`tjobs.cli.supervisor`): its index, the API's listening socket it inherits, and the
+    pipe it says it serves on."""
     configure_logging(json=json_logs)
     settings = _settings(config, port)  # a refusal reads only the settings: the server is loaded after
     problem = (
-        weak_admin_key_reason(settings) or weak_scrape_token_reason(settings) or metrics_exposure_problem(settings)
+        (workers_problem(settings, workers) if workers is not None else None)
+        or weak_admin_key_reason(settings)
+        or weak_scrape_token_reason(settings)
+        or metrics_exposure_problem(settings)
     )
     if problem is not None:
         typer.echo(f"refusing to start: {problem}", err=True)
         raise typer.Exit(2)
+    if workers is not None:
+        from tjobs.cli.supervisor import supervise
+
+        options = [*(["--config", str(config)] if config else []), *(["--port", str(port)] if port is not None else [])]
+        raise typer.Exit(supervise(settings, workers, [*options, *(["--json-logs"] if json_logs else [])]))
+    if worker_index is not None:
+        settings = worker_settings(settings, worker_index)
     from tjobs.api.server import run
     from tjobs.api.server import serve as serve_node
     from tjobs.console import include_console
 
+    api_socket = None if listen_fd is None else socket.socket(fileno=listen_fd)
     with refusing_start_on_a_mismatch():
-        run(serve_node(settings, mount=include_console))
+        run(serve_node(settings, mount=include_console, api_socket=api_socket, after_start=_telling(ready_fd)))
+
+
+def _telling(ready_fd: int | None) -> Callable[[object], Awaitable[None]] | None:
+    """Once the node serves, write the ready line to the supervisor's pipe (``--ready-fd``) and close it."""
+    if ready_fd is None:
+        return None
+
+    async def ready(node: object) -> None:
+        os.write(ready_fd, READY_LINE)
+        os.close(ready_fd)
+
+    return ready
 
 
 def dev_settings(port: int, data_dir: Path, keys: dict[str, str]) -> Settings:
