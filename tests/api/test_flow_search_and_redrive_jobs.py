@@ -148,6 +148,7 @@ async def test_redrive_all_matching_is_one_server_job_confirmed_by_count_and_on_
         ("GET", "/v1/flows:count", {"last_answer": "6xx"}, None, "last_answer"),
         ("GET", "/v1/flows:export", {"target": "not a name"}, None, "target"),
         ("GET", "/v1/dead-letters", {"task_id": "x1"}, None, "task_id"),
+        ("GET", "/v1/dead-letters", {"from": ""}, None, "from"),
         ("GET", "/v1/dead-letters:count", {"dead_before": "soon"}, None, "dead_before"),
         ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 0}, "confirm_count"),
         ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 1, "extra": 1}, "extra"),
@@ -180,6 +181,13 @@ async def test_redrive_all_matching_is_one_server_job_confirmed_by_count_and_on_
             "dead_before",
         ),
         ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 1}, "confirm_count"),
+        (
+            "POST",
+            "/v1/dead-letters/redrive-jobs",
+            None,
+            {"filters": {"target": " "}, "confirm_count": 1},
+            "filters.target",
+        ),
         ("GET", "/v1/operator-jobs", {"limit": "0"}, None, "limit"),
     ],
 )

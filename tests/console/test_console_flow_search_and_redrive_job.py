@@ -16,6 +16,8 @@ from testkit import RunningNode
 from tests.console.conftest import api, screenshot, sign_in
 from tests.receiver import Receiver
 from tjobs.model import Flow, FlowKind, FlowStatus
+from tjobs.stores.contracts.operator_jobs import OperatorJob
+from tjobs.stores.operator_job_store import operator_jobs_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -98,3 +100,29 @@ async def test_redrive_all_matching_runs_as_one_job_whose_page_shows_its_progres
     await expect(page.locator("main")).to_contain_text("Redrive jobs")
     remaining = (await api(running, key, "GET", "/v1/dead-letters")).json()["items"]
     assert len(remaining) == 3 and {flow["last_status_code"] for flow in remaining} == {404}
+
+
+async def test_a_running_job_is_cancelled_from_its_page(running: RunningNode, context: BrowserContext) -> None:
+    app, key = await running.create_app("cancel-job-app")
+    # a job another node holds (claimed, its lease long): it stays running while the page is open
+    jobs = operator_jobs_of(running.node.store)
+    now_ms = running.node.clock.now_ms()
+    params = {"filters": {"status": "dead"}, "dead_before_ms": now_ms}
+    job = OperatorJob("job_00000000000000c1", "redrive", app.id, params, 40, "ops", now_ms, now_ms)
+    await running.node.job_runner.stop()  # this node's runner must not take it first
+    try:
+        await jobs.create_operator_job(job)
+        claimed = await jobs.claim_operator_job("node-elsewhere", now_ms + 1, 3_600_000)
+        assert claimed is not None and claimed.id == job.id
+    finally:
+        await running.node.job_runner.start()
+
+    page = await context.new_page()
+    await sign_in(page, key)
+    await page.goto("/console/operator-jobs/job_00000000000000c1")
+    await expect(page.locator("#job-state")).to_contain_text("running")
+    await expect(page.locator("main")).to_contain_text("node-elsewhere")
+    await page.get_by_role("button", name="Cancel the job").click()
+    await expect(page.locator("#job-state")).to_contain_text("cancelling")
+    await expect(page.get_by_role("button", name="Cancel the job")).to_have_count(0)
+    assert (await api(running, key, "GET", "/v1/operator-jobs/job_00000000000000c1")).json()["cancel_requested"]

@@ -13,7 +13,7 @@ from fastapi import Depends, Query, Request
 from tjobs.api.deps import node_of
 from tjobs.api.schemas import INSTANT_FILTER, LAST_ANSWER_PATTERN, FlowFilterName
 from tjobs.api.schemas import TASK_ID_FILTER_PATTERN as TASK_ID_PATTERN
-from tjobs.service.flow_filters import FlowFilters, parse_flow_filters
+from tjobs.service.flow_filters import FlowFilters, parse_flow_filters, refuse_blank
 from tjobs.wire import KEY_PATTERN, TARGET_NAME_PATTERN
 
 
@@ -62,6 +62,7 @@ async def dead_letter_filters(
         "from": from_,
         "to": to,
     }
+    refuse_blank(values)
     return parse_flow_filters(values, node_of(request).clock.now_ms())
 
 

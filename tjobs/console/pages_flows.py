@@ -78,6 +78,16 @@ def _query(shown: Mapping[str, str], scoped: App, principal: Principal, **more: 
     return urlencode({**query, **more})
 
 
+async def _named_app(request: Request, app: str | None, refused: str) -> tuple[Principal, App]:
+    """The session and the app an action is about (the admin must name one: 422 ``refused`` otherwise)."""
+    console = console_of(request)
+    principal = await console.principal(request)
+    scoped = await console.scope(principal, app)
+    if scoped is None:
+        raise InvalidInput("app", refused)
+    return principal, scoped
+
+
 def _resolved(filters: FlowFilters) -> dict[str, str]:
     """The filters as the confirmation form posts them: a time preset as the range it stood for when the
     count was made (posted later, "the last hour" would be another hour)."""
@@ -168,10 +178,7 @@ async def flows_export(
 ) -> Response:
     """The search's flows as CSV (``GET /v1/flows:export``): newest first, at most 100,000 rows."""
     console = console_of(request)
-    principal = await console.principal(request)
-    scoped = await console.scope(principal, app)
-    if scoped is None:
-        raise InvalidInput("app", "name the app whose flows to export")
+    _, scoped = await _named_app(request, app, "name the app whose flows to export")
     _, filters = _form_filters(values, console.node.clock.now_ms())
     return await export_response(console.node.tasks.search, scoped.id, filters, console.node.clock.now_ms())
 
@@ -209,10 +216,7 @@ async def redrive_all_confirm(
 ) -> Response:
     """How many dead letters match now, to confirm: the form starts one job of exactly those."""
     console = console_of(request)
-    principal = await console.principal(request)
-    scoped = await console.scope(principal, app)
-    if scoped is None:
-        raise InvalidInput("app", "name the app whose dead letters to redrive")
+    principal, scoped = await _named_app(request, app, "name the app whose dead letters to redrive")
     node = console.node
     now_ms = node.clock.now_ms()
     shown, filters = _form_filters(values, now_ms)

@@ -76,6 +76,14 @@ def answer_range(text: str) -> AnswerRange:
     return (int(text), int(text))
 
 
+def refuse_blank(values: Mapping[str, str | None], prefix: str = "") -> None:
+    """The API's filters: a filter given empty is refused naming it (``prefix`` + its name), as the API has
+    always refused ``task_id=``; the console's form, whose empty fields mean "any", does not call this."""
+    for name, value in values.items():
+        if value is not None and not value.strip():
+            raise InvalidInput(prefix + name, "must not be empty: leave the filter out instead")
+
+
 def parse_flow_filters(values: Mapping[str, str | None], now_ms: int) -> FlowFilters:
     """:class:`FlowFilters` from text values (``None`` or blank: not given), keys of :data:`FILTER_FIELDS`."""
 

@@ -23,7 +23,7 @@ from tjobs.clock import Clock, iso_ms
 from tjobs.errors import InvalidInput, NotFound
 from tjobs.model import App, FlowStatus
 from tjobs.service import audit_scope
-from tjobs.service.flow_filters import FILTER_FIELDS, FlowFilters, parse_flow_filters
+from tjobs.service.flow_filters import FILTER_FIELDS, FlowFilters, parse_flow_filters, refuse_blank
 from tjobs.service.schedule_preview import parse_instant
 from tjobs.service.search import FlowCount, SearchService
 from tjobs.stores.contracts.audit import AuditEntry
@@ -80,6 +80,7 @@ def parse_redrive_request(body: Mapping[str, Any], now_ms: int) -> RedriveReques
         if not isinstance(value, str):
             raise InvalidInput(f"filters.{name}", "must be a string", "invalid_type")
         values[name] = value
+    refuse_blank(values, "filters.")
     try:
         filters = dead_letter_filters(parse_flow_filters(values, now_ms))
     except InvalidInput as refused:
