@@ -139,8 +139,12 @@ def _telling(ready_fd: int | None) -> Callable[[object], Awaitable[None]] | None
         return None
 
     async def ready(node: object) -> None:
-        os.write(ready_fd, READY_LINE)
-        os.close(ready_fd)
+        try:
+            os.write(ready_fd, READY_LINE)
+        except BrokenPipeError:
+            pass  # the supervisor has gone: its death signal (SIGTERM) stops this worker
+        finally:
+            os.close(ready_fd)
 
     return ready
 
