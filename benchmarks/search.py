@@ -37,6 +37,7 @@ from testkit import run_node
 from testkit.databases import drop_databases
 from tjobs.model import App, DeliveryMode, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.service.cursors import Page
+from tjobs.service.flow_filters import FlowFilters
 from tjobs.service.search import SearchService
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.specs import AtSpec, CallbackSpec, CronSpec, IntervalSpec, ScheduleKind, ScheduleSpec
@@ -251,13 +252,19 @@ async def run(args: argparse.Namespace) -> None:
             ),
             ("task by key", lambda c: search.tasks(TaskQuery("app-1", key="bench-key"), limit=args.limit, cursor=c)),
             ("flows newest", lambda c: search.flows("app-1", limit=args.limit, cursor=c)),
-            ("flows dead", lambda c: search.flows("app-1", status="dead", limit=args.limit, cursor=c)),
-            ("flows retrying", lambda c: search.flows("app-1", status="retrying", limit=args.limit, cursor=c)),
-            ("flows of a task", lambda c: search.flows(task.app_id, task_id=task.id, limit=args.limit, cursor=c)),
+            ("flows dead", lambda c: search.flows("app-1", FlowFilters(status="dead"), limit=args.limit, cursor=c)),
+            (
+                "flows retrying",
+                lambda c: search.flows("app-1", FlowFilters(status="retrying"), limit=args.limit, cursor=c),
+            ),
+            (
+                "flows of a task",
+                lambda c: search.flows(task.app_id, FlowFilters(task_id=task.id), limit=args.limit, cursor=c),
+            ),
             (
                 "flows last hour",
                 lambda c: search.flows(
-                    "app-1", from_ms=NOW_MS - 3_600_000, until_ms=NOW_MS, limit=args.limit, cursor=c
+                    "app-1", FlowFilters(from_ms=NOW_MS - 3_600_000, until_ms=NOW_MS), limit=args.limit, cursor=c
                 ),
             ),
         ]
