@@ -369,7 +369,7 @@ class SloCounts:
 
     def values(self) -> tuple[int, ...]:
         """Every count in one flat tuple: the five counts, then each histogram's slots in field order
-        (the stores' column order: :data:`tjobs.stores.schema.SLO_SUMMED_COLUMNS`)."""
+        (the stores' column order: :data:`tjobs.stores.schema_slo.SLO_SUMMED_COLUMNS`)."""
         return (
             self.fires,
             self.delivered,

@@ -14,8 +14,8 @@ from tjobs.model import SLO_LATENESS_SLOTS, SloCounts, SloMinute
 from tjobs.settings import StorageSettings
 from tjobs.stores.layout_record import StorageNotMigrated
 from tjobs.stores.migrate import migrate
-from tjobs.stores.schema import SLO_ANSWER_LATENESS_COLUMNS, SLO_SEND_LATENESS_COLUMNS
 from tjobs.stores.schema_revision import known_revisions
+from tjobs.stores.schema_slo import SLO_ANSWER_LATENESS_COLUMNS, SLO_SEND_LATENESS_COLUMNS
 from tjobs.stores.sql_layout import MYSQL, create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 

@@ -1,10 +1,13 @@
 """The one schema definition (SQLAlchemy Core) for SQLite and MariaDB, and the row ↔ record mapping.
 
 Per shard, in its logical database: ``tasks_TT``, ``flows_TT`` and ``task_targets_TT`` (which tasks
-name which target). In the first logical database only: ``apps`` and ``targets``. Instants are BIGINT
-epoch milliseconds; JSON documents are stored as text (``orjson``). On MariaDB every table is InnoDB,
-``utf8mb4`` with the binary collation, so that idempotency keys compare exactly as they do in SQLite
-and in memory (``"Order-1"`` and ``"order-1"`` are two keys).
+name which target). In the first logical database only: ``apps`` and ``targets``, the layout, shard map
+and fence, and the DB-poll hot tier's change log; the other tables there are defined by role beside this
+module (``schema_slo``, ``schema_alerts``, ``schema_accounts``, ``schema_audit``, ``schema_calendars``,
+``schema_operator_jobs``) on its :func:`_table`. Instants are BIGINT epoch milliseconds; JSON documents
+are stored as text (``orjson``). On MariaDB every table is InnoDB, ``utf8mb4`` with the binary
+collation, so that idempotency keys compare exactly as they do in SQLite and in memory (``"Order-1"``
+and ``"order-1"`` are two keys).
 
 Index names carry the table name because SQLite index names are per database, not per table.
 """
@@ -33,7 +36,6 @@ from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import TypeEngine
 
 from tjobs.model import (
-    SLO_LATENESS_SLOTS,
     App,
     AttemptAnswer,
     AttemptLog,
@@ -330,53 +332,6 @@ def hot_changes_schema_items() -> list[SchemaItem]:
 
 HOT_CHANGES_INDEXES = [("ix_hot_changes_created", ["created_at_ms"])]
 
-SLO_MINUTES_TABLE = "slo_minutes"
-SLO_COUNT_COLUMNS = ("fires", "delivered", "dead", "misses", "throttled")
-SLO_LATENESS_COLUMNS = tuple(f"lateness_{slot:02d}" for slot in range(SLO_LATENESS_SLOTS))  # commit lateness
-# first attempts, as the receiver sees them: the request written, the answer back (migration 0014)
-SLO_SEND_LATENESS_COLUMNS = tuple(f"first_send_lateness_{slot:02d}" for slot in range(SLO_LATENESS_SLOTS))
-SLO_ANSWER_LATENESS_COLUMNS = tuple(f"first_answer_lateness_{slot:02d}" for slot in range(SLO_LATENESS_SLOTS))
-SLO_SUMMED_COLUMNS = (
-    *SLO_COUNT_COLUMNS,
-    *SLO_LATENESS_COLUMNS,
-    *SLO_SEND_LATENESS_COLUMNS,
-    *SLO_ANSWER_LATENESS_COLUMNS,
-)
-"""Every count column, in the order of :meth:`tjobs.model.SloCounts.values`."""
-SLO_MINUTES_INDEXES = [("ix_slo_minutes_minute", ["minute"])]
-
-
-SLO_HOURS_TABLE = "slo_hours"
-SLO_HOURS_INDEXES = [("ix_slo_hours_hour", ["hour"])]
-
-
-def slo_minutes_schema_items() -> list[SchemaItem]:
-    """Per app, minute and node, what that node's fires and flows came to (:class:`tjobs.model.SloCounts`),
-    in the first logical database only; every node adds its own rows once a minute and any node sums
-    them (:mod:`tjobs.stores.sql_slo`)."""
-    return _slo_schema_items("minute")  # epoch ms // 60,000
-
-
-def slo_hours_schema_items() -> list[SchemaItem]:
-    """The same counts per app, hour and node: the sums of that node's 60 minutes, added by the statement
-    after the minutes' in the same transaction (migration 0013), so a long window reads whole hours."""
-    return _slo_schema_items("hour")  # epoch ms // 3,600,000
-
-
-def slo_count_column(name: str) -> Column[int]:
-    """One count of the service-level tables (zero until a node adds to it)."""
-    return Column(name, BigInteger, nullable=False, server_default="0")
-
-
-def _slo_schema_items(period: str) -> list[SchemaItem]:
-    return [
-        Column("app_id", String(64), nullable=False),
-        Column(period, BigInteger, nullable=False, autoincrement=False),
-        Column("node_id", String(128), nullable=False),
-        *(slo_count_column(name) for name in SLO_SUMMED_COLUMNS),
-        PrimaryKeyConstraint("app_id", period, "node_id"),
-    ]
-
 
 def targets_schema_items() -> list[SchemaItem]:
     """An app's named delivery targets (:mod:`tjobs.targets`), in the first logical database only,
@@ -393,50 +348,6 @@ def targets_schema_items() -> list[SchemaItem]:
         Column("updated_at", BigInteger, nullable=False),
         PrimaryKeyConstraint("app_id", "name"),
     ]
-
-
-ALERT_SETTINGS_TABLE = "alert_settings"
-ALERT_STATES_TABLE = "alert_states"
-
-
-def alert_settings_schema_items() -> list[SchemaItem]:
-    """Alert rules and channels (:mod:`tjobs.alerts`), each a JSON ``document``, in the first logical
-    database only; ``app_id`` is ``""`` for a global one (migration 0015)."""
-    return [
-        Column("kind", String(16), nullable=False),
-        Column("id", String(64), nullable=False),
-        Column("app_id", String(64), nullable=False),
-        Column("document", Text, nullable=False),
-        Column("created_at_ms", BigInteger, nullable=False),
-        Column("updated_at_ms", BigInteger, nullable=False),
-        PrimaryKeyConstraint("kind", "id"),
-    ]
-
-
-def alert_states_schema_items() -> list[SchemaItem]:
-    """Per alert rule and subject: firing or resolved, and when last notified; written by a
-    compare-and-set on ``version`` (:class:`tjobs.stores.contracts.AlertSettings`)."""
-    return [
-        Column("rule_id", String(64), nullable=False),
-        Column("subject", String(200), nullable=False),
-        Column("app_id", String(64), nullable=False),
-        Column("status", String(16), nullable=False),
-        Column("since_ms", BigInteger, nullable=False),
-        Column("notified_at_ms", BigInteger, nullable=False),
-        Column("resolved_at_ms", BigInteger, nullable=True),
-        Column("summary", Text, nullable=False),
-        Column("extra", Text, nullable=False),
-        Column("version", BigInteger, nullable=False),
-        PrimaryKeyConstraint("rule_id", "subject"),
-    ]
-
-
-def alert_settings_table(metadata: MetaData, schema: str | None = None) -> Table:
-    return _table(metadata, ALERT_SETTINGS_TABLE, schema, alert_settings_schema_items(), [])
-
-
-def alert_states_table(metadata: MetaData, schema: str | None = None) -> Table:
-    return _table(metadata, ALERT_STATES_TABLE, schema, alert_states_schema_items(), [])
 
 
 def task_targets_table_name(table: int) -> str:
@@ -506,14 +417,6 @@ def layout_table(metadata: MetaData, schema: str | None = None) -> Table:
 
 def hot_changes_table(metadata: MetaData, schema: str | None = None) -> Table:
     return _table(metadata, HOT_CHANGES_TABLE, schema, hot_changes_schema_items(), HOT_CHANGES_INDEXES)
-
-
-def slo_minutes_table(metadata: MetaData, schema: str | None = None) -> Table:
-    return _table(metadata, SLO_MINUTES_TABLE, schema, slo_minutes_schema_items(), SLO_MINUTES_INDEXES)
-
-
-def slo_hours_table(metadata: MetaData, schema: str | None = None) -> Table:
-    return _table(metadata, SLO_HOURS_TABLE, schema, slo_hours_schema_items(), SLO_HOURS_INDEXES)
 
 
 def targets_table(metadata: MetaData, schema: str | None = None) -> Table:

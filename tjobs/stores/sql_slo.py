@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select
 
 from tjobs.model import SloCounts, SloMinute
-from tjobs.stores.schema import SLO_SUMMED_COLUMNS, slo_hours_table, slo_minutes_table
+from tjobs.stores.schema_slo import SLO_SUMMED_COLUMNS, slo_hours_table, slo_minutes_table
 from tjobs.stores.slo_hours import MINUTES_PER_HOUR, hour_of, purge_cutoff_hour, split_by_hours
 
 _SUMMED = SLO_SUMMED_COLUMNS

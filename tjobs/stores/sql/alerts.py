@@ -14,7 +14,8 @@ from sqlalchemy import MetaData, delete, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from tjobs.stores.contracts.alerts import AlertSetting, AlertSettingKind, AlertSettings, AlertState
-from tjobs.stores.schema import alert_settings_table, alert_states_table, dumps, loads
+from tjobs.stores.schema import dumps, loads
+from tjobs.stores.schema_alerts import alert_settings_table, alert_states_table
 from tjobs.stores.sql.apps_records import AppsDatabaseRecords
 
 if TYPE_CHECKING:

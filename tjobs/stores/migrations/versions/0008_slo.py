@@ -13,7 +13,8 @@ from typing import Any
 from alembic import op as global_op
 from alembic.operations import Operations
 
-from tjobs.stores.schema import MYSQL_TABLE_OPTIONS, SLO_MINUTES_INDEXES, SLO_MINUTES_TABLE, slo_minutes_schema_items
+from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
+from tjobs.stores.schema_slo import SLO_MINUTES_INDEXES, SLO_MINUTES_TABLE, slo_minutes_schema_items
 
 _OPTIONS: dict[str, Any] = dict(MYSQL_TABLE_OPTIONS)
 

@@ -16,8 +16,8 @@ from alembic import op as global_op
 from alembic.operations import Operations
 from sqlalchemy import MetaData, func, insert, select
 
-from tjobs.stores.schema import (
-    MYSQL_TABLE_OPTIONS,
+from tjobs.stores.schema import MYSQL_TABLE_OPTIONS
+from tjobs.stores.schema_slo import (
     SLO_COUNT_COLUMNS,
     SLO_HOURS_INDEXES,
     SLO_HOURS_TABLE,

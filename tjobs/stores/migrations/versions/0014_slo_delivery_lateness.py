@@ -19,7 +19,7 @@ from alembic import op as global_op
 from alembic.operations import Operations
 from sqlalchemy import inspect
 
-from tjobs.stores.schema import (
+from tjobs.stores.schema_slo import (
     SLO_ANSWER_LATENESS_COLUMNS,
     SLO_HOURS_TABLE,
     SLO_MINUTES_TABLE,

@@ -16,7 +16,7 @@ from alembic import op as global_op
 from alembic.operations import Operations
 
 from tjobs.stores.migration_tables import create_missing_tables
-from tjobs.stores.schema import (
+from tjobs.stores.schema_alerts import (
     ALERT_SETTINGS_TABLE,
     ALERT_STATES_TABLE,
     alert_settings_schema_items,
