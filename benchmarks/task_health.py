@@ -1,4 +1,4 @@
-"""Task health, two ways (docs/benchmarks.md, "Task health: read at page view, not counted per outcome").
+"""Task health, two ways (docs/benchmarks.md, "A flow's answers and the task health").
 
 1. **Read at page view** (what tjobs does): :meth:`TaskStore.task_health` for a page of 50 tasks, each with
    ``--flows`` flows in the last 24 h, counted up to the cap: the time one task-list page adds.

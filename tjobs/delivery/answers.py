@@ -13,6 +13,12 @@ outcome like the attempt history.
 
 The console shows the request a flow sends with the same masking (:func:`masked_headers`,
 :func:`masked_json`: the values of JSON keys that look like secrets).
+
+What it costs the deliverer per send (docs/benchmarks.md, "A flow's answers and the task health"): the
+headers decoded and masked (the secret check cached per header name), one record, and its JSON in the
+flush; a send with no HTTP answer (a timeout, a refused connection, a broker) adds nothing. Lists
+(searches, a task's flows, dead letters) read the column too, but the API shows the answers on
+``GET /v1/flows/{id}`` only.
 """
 
 from __future__ import annotations

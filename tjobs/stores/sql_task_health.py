@@ -6,8 +6,8 @@ and, of its flows scheduled since the window's start, the newest ``cap`` grouped
 over a ``LIMIT``-ed derived table, so a task firing every second costs ``cap`` index rows, not a day's).
 The reads of one server's tasks go in one ``UNION ALL`` statement (:func:`tjobs.stores.sql_search.union_sql`),
 a few statements per server at once, every server at once. Nothing is written on the fire path: the
-figures are the flows themselves (docs/benchmarks.md, "Task health: read at page view, not counted per
-outcome", measured both ways).
+figures are the flows themselves (docs/benchmarks.md, "A flow's answers and the task health", measured
+both ways).
 """
 
 from __future__ import annotations
