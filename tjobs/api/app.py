@@ -112,22 +112,25 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
             headers["Allow"] = _allowed_methods(request)
         return _error(error.status_code, code, str(error.detail), headers=headers)
 
-    api.include_router(routes_tasks.router)
-    api.include_router(routes_flows.router)
-    api.include_router(routes_operator_jobs.router)
-    api.include_router(routes_apps.router)
-    api.include_router(routes_apps.admin)
-    api.include_router(routes_slo.router)
-    api.include_router(routes_audit.router)
-    api.include_router(routes_alerts.router)
-    api.include_router(routes_targets.router)
-    api.include_router(routes_schedules.router)
-    api.include_router(routes_calendars.router)
-    api.include_router(routes_pools.router)
+    for router in (
+        routes_tasks.router,
+        routes_flows.router,
+        routes_operator_jobs.router,
+        routes_apps.router,
+        routes_apps.admin,
+        routes_slo.router,
+        routes_audit.router,
+        routes_alerts.router,
+        routes_targets.router,
+        routes_schedules.router,
+        routes_calendars.router,
+        routes_pools.router,
+        routes_shards.admin,
+        routes_users.me,
+        routes_users.admin,
+    ):
+        api.include_router(router)
     api.router.routes.insert(0, routes_pools.heartbeat_route)  # the pools' hot path, matched first
-    api.include_router(routes_shards.admin)
-    api.include_router(routes_users.me)
-    api.include_router(routes_users.admin)
 
     # ---- operations -----------------------------------------------------------------------------
 

@@ -529,24 +529,23 @@ class TaskService:
 
     async def pause(self, app: App, task_id: int) -> Task:
         """Pause an active task (any other status is returned as it is); never a version conflict."""
-        task = await self.get(app, task_id)
-        audit_scope.saw_before("task", task_id, task)
-        if task.status is not TaskStatus.ACTIVE:
-            return task
-        task.status = TaskStatus.PAUSED
-        task.updated_at_ms = self._clock.now_ms()
-        return await self._edit(task, {"status"}, TaskStatus.ACTIVE, from_status=TaskStatus.ACTIVE)
+        return await self._switch_status(app, task_id, TaskStatus.ACTIVE, TaskStatus.PAUSED)
 
     async def resume(self, app: App, task_id: int) -> Task:
         """Resume a paused task at its stored next run; if that passed while paused, the task's
         misfire policy decides what happens at its (immediate) fire."""
+        return await self._switch_status(app, task_id, TaskStatus.PAUSED, TaskStatus.ACTIVE)
+
+    async def _switch_status(self, app: App, task_id: int, before: TaskStatus, after: TaskStatus) -> Task:
+        """The task moved from ``before`` to ``after`` (in any other status it is returned as it is),
+        stored only if it is still ``before`` then."""
         task = await self.get(app, task_id)
         audit_scope.saw_before("task", task_id, task)
-        if task.status is not TaskStatus.PAUSED:
+        if task.status is not before:
             return task
-        task.status = TaskStatus.ACTIVE
+        task.status = after
         task.updated_at_ms = self._clock.now_ms()
-        return await self._edit(task, {"status"}, TaskStatus.PAUSED, from_status=TaskStatus.PAUSED)
+        return await self._edit(task, {"status"}, before, from_status=before)
 
     async def trigger(self, app: App, task_id: int, request: Any = None) -> Flow:
         """A manual fire now, with its own flow; the schedule is untouched.

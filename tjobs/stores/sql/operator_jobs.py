@@ -9,7 +9,8 @@ that one reads the next candidate. A progress write is the same ``UPDATE ... WHE
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy import MetaData, insert, select, update
@@ -24,60 +25,35 @@ _METADATA = MetaData()
 JOBS = operator_jobs_table(_METADATA)  # unqualified: the apps database's options point it there
 _UNFINISHED = ("queued", "running")
 CLAIM_TRIES = 5  # candidates read per claim when other nodes keep taking them first
+_JSON_FIELDS = frozenset({"params", "position", "errors"})
+"""The fields kept as JSON text, each in the column ``<field>_json``; every other field is the column of its name."""
+_FIELDS = tuple(field.name for field in fields(OperatorJob))
+_PROGRESS = (
+    "state",
+    "processed",
+    "failed",
+    "position",
+    "finished_at_ms",
+    "lease_until_ms",
+    "last_error",
+    "errors",
+    "updated_at_ms",
+)
+"""What a progress write sets (its condition is the claim's fence, ``claims``)."""
 
 
-def _progress(job: OperatorJob) -> dict[str, Any]:
-    return {
-        "state": job.state,
-        "processed": job.processed,
-        "failed": job.failed,
-        "position_json": dumps(job.position),
-        "finished_at_ms": job.finished_at_ms,
-        "lease_until_ms": job.lease_until_ms,
-        "last_error": None if job.last_error is None else job.last_error[:JOB_ERROR_CHARS],
-        "errors_json": dumps(job.errors),
-        "updated_at_ms": job.updated_at_ms,
-    }
-
-
-def _row(job: OperatorJob) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "kind": job.kind,
-        "app_id": job.app_id,
-        "params_json": dumps(job.params),
-        "total": job.total,
-        "created_by": job.created_by,
-        "created_at_ms": job.created_at_ms,
-        "cancel_requested": job.cancel_requested,
-        "owner": job.owner,
-        "claims": job.claims,
-        **_progress(job),
-    }
+def _row(job: OperatorJob, names: Sequence[str] = _FIELDS) -> dict[str, Any]:
+    """The columns of ``job``'s fields ``names`` (every field by default), ``last_error`` clipped."""
+    row = {name: getattr(job, name) for name in names}
+    for name in _JSON_FIELDS.intersection(names):
+        row[f"{name}_json"] = dumps(row.pop(name))
+    if row.get("last_error") is not None:
+        row["last_error"] = row["last_error"][:JOB_ERROR_CHARS]
+    return row
 
 
 def _job(row: Mapping[Any, Any]) -> OperatorJob:
-    return OperatorJob(
-        id=row["id"],
-        kind=row["kind"],
-        app_id=row["app_id"],
-        params=loads(row["params_json"]),
-        total=int(row["total"]),
-        created_by=row["created_by"],
-        created_at_ms=int(row["created_at_ms"]),
-        updated_at_ms=int(row["updated_at_ms"]),
-        state=row["state"],
-        processed=int(row["processed"]),
-        failed=int(row["failed"]),
-        position=loads(row["position_json"]),
-        finished_at_ms=None if row["finished_at_ms"] is None else int(row["finished_at_ms"]),
-        cancel_requested=bool(row["cancel_requested"]),
-        owner=row["owner"],
-        lease_until_ms=int(row["lease_until_ms"]),
-        claims=int(row["claims"]),
-        last_error=row["last_error"],
-        errors=loads(row["errors_json"]),
-    )
+    return OperatorJob(**{name: loads(row[f"{name}_json"]) if name in _JSON_FIELDS else row[name] for name in _FIELDS})
 
 
 class SqlOperatorJobs(AppsDatabaseRecords, OperatorJobs):
@@ -142,7 +118,7 @@ class SqlOperatorJobs(AppsDatabaseRecords, OperatorJobs):
         statement = (
             update(JOBS)
             .where(c.id == job.id, c.claims == job.claims, c.state.in_(_UNFINISHED))
-            .values(**_progress(job))
+            .values(**_row(job, _PROGRESS))
         )
         async with self._store._write(self._url) as conn:
             saved = (await conn.execute(statement, execution_options=self._options)).rowcount
