@@ -80,15 +80,10 @@ def pool_service_of(state: State, node: Node) -> PoolService:
 
 
 def executor_json(executor: Executor) -> dict[str, Any]:
-    return {
-        "id": executor.id,
-        "address": executor.address,
-        "zone": executor.zone,
-        "weight": executor.weight,
-        "capacity": executor.capacity,
-        "ttl_s": executor.ttl_s,
-        "registered_at": iso_ms(executor.registered_at_ms) if executor.registered_at_ms else None,
-    }
+    """The executor as the coordinator keeps it (:meth:`Executor.to_json`), its registration an ISO instant."""
+    stored = executor.to_json()
+    registered_at_ms = stored.pop("registered_at_ms")
+    return {**stored, "registered_at": iso_ms(registered_at_ms) if registered_at_ms else None}
 
 
 def executor_state_json(state: ExecutorState) -> dict[str, Any]:

@@ -9,6 +9,7 @@ revision ``0004_hot_changes``); a log finding it missing refuses to open and say
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy import MetaData, delete, func, insert, inspect, select
@@ -97,15 +98,11 @@ class SqlHotChanges(SqlBase, HotChanges):
         return SqlHotChangeLog(self.settings)
 
 
+_COLUMNS = tuple(field.name for field in fields(HotChange))  # a change's fields are the columns, by name
+
+
 def _row(change: HotChange) -> dict[str, object]:
-    return {
-        "task_id": change.task_id,
-        "app_id": change.app_id,
-        "next_run_at_ms": change.next_run_at_ms,
-        "version": change.version,
-        "origin": change.origin,
-        "created_at_ms": change.created_at_ms,
-    }
+    return {column: getattr(change, column) for column in _COLUMNS}
 
 
 def _change(row: Any) -> HotChange:
