@@ -299,6 +299,21 @@ class NewFlow:
     next_attempt_at_ms: int | None = None
     missed: int = 0
 
+    def flow_of(self, task: Task, now_ms: int) -> Flow:
+        """The flow a fire of ``task`` records for this, written at ``now_ms``."""
+        return Flow(
+            task.id,
+            self.scheduled_at_ms,
+            task.app_id,
+            self.kind,
+            self.status,
+            self.attempts,
+            self.next_attempt_at_ms,
+            now_ms,
+            now_ms,
+            self.missed,
+        )
+
 
 @dataclass(slots=True)
 class FirePlan:

@@ -23,7 +23,7 @@ from annotated_types import Ge, Le, MaxLen
 from pydantic import BaseModel
 
 from tjobs.errors import InvalidInput
-from tjobs.service.validation import check_headers, check_url
+from tjobs.service.validation import UrlRules, check_headers, check_urls
 from tjobs.settings import LimitSettings
 from tjobs.targets.addresses import AddressRefused, addresses_of
 from tjobs.targets.model import (
@@ -219,18 +219,11 @@ def parse_settings(protocol: Protocol, raw: Any, limits: LimitSettings) -> Targe
     return settings
 
 
+_HTTP_URLS = UrlRules("settings", MAX_TARGET_URLS, "give exactly one of url or urls", "URLs must be distinct")
+
+
 def _http(raw: dict[str, Any], limits: LimitSettings) -> HttpTarget:
-    if ("url" in raw) == ("urls" in raw):
-        raise InvalidInput("settings.url", "give exactly one of url or urls")
-    if "url" in raw:
-        urls = [check_url(raw["url"], "settings.url", limits)]
-    else:
-        listed = raw["urls"]
-        if not isinstance(listed, list) or not 1 <= len(listed) <= MAX_TARGET_URLS:
-            raise InvalidInput("settings.urls", f"must be a list of 1..{MAX_TARGET_URLS} URLs")
-        urls = [check_url(url, f"settings.urls[{i}]", limits) for i, url in enumerate(listed)]
-        if len(set(urls)) != len(urls):
-            raise InvalidInput("settings.urls", "URLs must be distinct")
+    urls = check_urls(raw, _HTTP_URLS, limits)
     method = raw.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in _METHODS:
         raise InvalidInput("settings.method", f"must be one of {', '.join(sorted(_METHODS))} (a target sends a body)")

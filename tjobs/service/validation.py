@@ -10,6 +10,8 @@ answers 422 with that field and nothing is stored.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, get_args
 
 import orjson
@@ -63,17 +65,7 @@ def parse_callback_request(spec: Any, limits: LimitSettings) -> CallbackSpec:
         return _parse_pool_callback(spec, limits)
     if "target" in spec or "targets" in spec:
         return _parse_target_callback(spec, limits)
-    if ("url" in spec) == ("urls" in spec):
-        raise InvalidInput("callback.url", "give exactly one of url (unicast) or urls (multicast), or target(s)")
-    if "url" in spec:
-        urls = [_url(spec["url"], "callback.url", limits)]
-    else:
-        raw = spec["urls"]
-        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_TARGETS:
-            raise InvalidInput("callback.urls", f"must be a list of 1..{MAX_TARGETS} URLs")
-        urls = [_url(u, f"callback.urls[{i}]", limits) for i, u in enumerate(raw)]
-        if len(set(urls)) != len(urls):
-            raise InvalidInput("callback.urls", "targets must be distinct")
+    urls = check_urls(spec, _CALLBACK_URLS, limits)
     method = spec.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in CALLBACK_METHODS:
         raise InvalidInput("callback.method", f"must be one of {', '.join(sorted(CALLBACK_METHODS))}")
@@ -199,6 +191,42 @@ def check_headers(headers: Any, field: str, limits: LimitSettings) -> dict[str, 
                 named, f"must be a string of at most {MAX_HEADER_VALUE_CHARS} characters without control characters"
             )
     return headers
+
+
+@dataclass(frozen=True)
+class UrlRules:
+    """How a request gives its URLs: ``url``, or ``urls`` (a list of 1..``most``, none twice), in the object
+    at ``where``; ``neither_or_both`` and ``repeated`` are the refusals' messages."""
+
+    where: str
+    most: int
+    neither_or_both: str
+    repeated: str
+
+
+_CALLBACK_URLS = UrlRules(
+    "callback",
+    MAX_TARGETS,
+    "give exactly one of url (unicast) or urls (multicast), or target(s)",
+    "targets must be distinct",
+)
+
+
+def check_urls(spec: Mapping[str, Any], rules: UrlRules, limits: LimitSettings) -> list[str]:
+    """The URLs ``spec`` gives as ``rules`` say, each one :func:`check_url` accepts; a refusal names
+    ``<where>.url``, ``<where>.urls`` or ``<where>.urls[i]``."""
+    where = rules.where
+    if ("url" in spec) == ("urls" in spec):
+        raise InvalidInput(f"{where}.url", rules.neither_or_both)
+    if "url" in spec:
+        return [_url(spec["url"], f"{where}.url", limits)]
+    listed = spec["urls"]
+    if not isinstance(listed, list) or not 1 <= len(listed) <= rules.most:
+        raise InvalidInput(f"{where}.urls", f"must be a list of 1..{rules.most} URLs")
+    urls = [_url(url, f"{where}.urls[{i}]", limits) for i, url in enumerate(listed)]
+    if len(set(urls)) != len(urls):
+        raise InvalidInput(f"{where}.urls", rules.repeated)
+    return urls
 
 
 def check_url(value: Any, field: str, limits: LimitSettings) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from sharding import TaskIdGenerator, Topology, shard_for_key, shard_of_task_id
+from sharding import TaskIdGenerator, Topology, shard_of_task_id
 from tjobs.errors import (
     Conflict,
     DuplicateKey,
@@ -57,6 +57,7 @@ from tjobs.stores.queries import (
 from tjobs.stores.schema import attempt_log_from_text, attempt_log_to_text, clip_error
 from tjobs.stores.slo_hours import MINUTES_PER_HOUR, hour_of, purge_cutoff_hour, split_by_hours
 from tjobs.stores.task_edits import check_fields, edited_row
+from tjobs.stores.task_routing import check_task_shard
 from tjobs.targets.model import Target
 
 FlowKey = tuple[int, int]
@@ -194,14 +195,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
     # ---- tasks ------------------------------------------------------------------------------------
 
     def _routing(self, task: Task) -> int:
-        shard = self._shard_of(task.id)
-        if shard is None:
-            raise ValueError(f"task id {task.id} names no shard of topology {self.topology}")
-        if task.key is not None:
-            key_shard = shard_for_key(task.app_id, task.key, self.topology.shard_count)
-            if key_shard != shard:
-                raise ValueError(f"task {task.id} has key {task.key!r} of shard {key_shard}, not {shard}")
-        return shard
+        return check_task_shard(task, self._shard_of(task.id), self.topology)
 
     def _insert(self, task: Task) -> Task:
         shard = self._routing(task)
@@ -421,20 +415,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
                 if key in shard_flows or key in written:
                     continue  # invariant 2 (docs/design.md): never a second flow for one (task, instant)
                 written.add(key)
-                flows.append(
-                    Flow(
-                        task.id,
-                        new.scheduled_at_ms,
-                        task.app_id,
-                        new.kind,
-                        new.status,
-                        new.attempts,
-                        new.next_attempt_at_ms,
-                        now_ms,
-                        now_ms,
-                        new.missed,
-                    )
-                )
+                flows.append(new.flow_of(task, now_ms))
             outcomes.append(FireOutcome(intent, _task_copy(after), flows))
         if may_commit is not None and not may_commit():
             raise Fenced("the fence closed during the fire transaction; rolled back")

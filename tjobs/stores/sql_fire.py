@@ -221,21 +221,7 @@ class FireTransaction:
             )
             state[task.id] = after
             advanced[home.shard][task.id] = after
-            flows = [
-                Flow(
-                    task.id,
-                    new.scheduled_at_ms,
-                    task.app_id,
-                    new.kind,
-                    new.status,
-                    new.attempts,
-                    new.next_attempt_at_ms,
-                    self.now_ms,
-                    self.now_ms,
-                    new.missed,
-                )
-                for new in plan.flows
-            ]
+            flows = [new.flow_of(task, self.now_ms) for new in plan.flows]
             new_flows[home.shard].extend((index, flow) for flow in flows)
             outcomes[index] = FireOutcome(intent, after, flows)
 

@@ -28,7 +28,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from sharding import TaskIdGenerator, shard_for_key, shard_of_task_id
+from sharding import TaskIdGenerator, shard_of_task_id
 from tjobs.errors import Conflict, DuplicateKey, StorageOutcomeUnknown, StorageUnavailable, TaskIdTaken, TjobsError
 from tjobs.model import Task
 from tjobs.stores.contracts import TaskRecords
@@ -46,6 +46,7 @@ from tjobs.stores.sql_direct import (
     unique_keys,
 )
 from tjobs.stores.sql_layout import DatabaseHome, ShardTables, safe_url
+from tjobs.stores.task_routing import check_task_shard
 
 T = TypeVar("T")
 # a batch share's outcomes: (item index, the stored task, the id holding its key, or the item's error)
@@ -58,12 +59,8 @@ class SqlCreates(SqlBase, TaskRecords):
 
     def _check_routing(self, task: Task) -> ShardTables:
         home = self._shard_of_task(task.id)
-        if home is None:
-            raise ValueError(f"task id {task.id} names no shard of topology {self.topology}")
-        if task.key is not None:
-            key_shard = shard_for_key(task.app_id, task.key, self.topology.shard_count)
-            if key_shard != home.shard:
-                raise ValueError(f"task {task.id} has key {task.key!r} of shard {key_shard}, not {home.shard}")
+        check_task_shard(task, None if home is None else home.shard, self.topology)
+        assert home is not None  # check_task_shard refused None
         return home
 
     async def insert_task(self, task: Task) -> Task:
