@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tjobs.client._base import ClientBase
 from tjobs.client._calls import Api
 from tjobs.client._operation import Call, Pages
 from tjobs.client._retry import Exchange
@@ -15,25 +16,10 @@ from tjobs.client._retry import Exchange
 T = TypeVar("T")
 
 
-class Client(Api):
+class Client(ClientBase[httpx.Client, httpx.BaseTransport]):
     __doc__ = f"``Client(base_url, api_key)``: {Api.__doc__}"
     _ITERATOR = "Iterator"
-
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8080",
-        api_key: str | None = None,
-        *,
-        timeout_s: float = 10.0,
-        retries: int = 2,
-        backoff_s: float = 0.2,
-        transport: httpx.BaseTransport | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        headers = {**(headers or {}), **({"authorization": f"Bearer {api_key}"} if api_key else {})}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s, transport=transport)
-        self._retries = retries
-        self._backoff_s = backoff_s
+    _HTTP = httpx.Client
 
     def close(self) -> None:
         self._http.close()
