@@ -11,7 +11,8 @@ that id, so a form posted twice starts one job, and a count that changed meanwhi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -78,14 +79,37 @@ def _query(shown: Mapping[str, str], scoped: App, principal: Principal, **more: 
     return urlencode({**query, **more})
 
 
-async def _named_app(request: Request, app: str | None, refused: str) -> tuple[Principal, App]:
-    """The session and the app an action is about (the admin must name one: 422 ``refused`` otherwise)."""
-    console = console_of(request)
-    principal = await console.principal(request)
-    scoped = await console.scope(principal, app)
-    if scoped is None:
-        raise InvalidInput("app", refused)
-    return principal, scoped
+@dataclass(frozen=True)
+class NamedSearch:
+    """What an action on a search's flows works on: the session, the app it is about, and the search
+    form's filters (``shown`` as typed) as of ``now_ms``."""
+
+    principal: Principal
+    app: App
+    shown: dict[str, str]
+    filters: FlowFilters
+    now_ms: int
+
+
+def _named_search(refused: str) -> Callable[..., Awaitable[NamedSearch]]:
+    """A dependency: the request's :class:`NamedSearch`, whose app the admin must name (422 ``refused``
+    otherwise)."""
+
+    async def named_search(request: Request, values: FilterValues, app: TEXT = None) -> NamedSearch:
+        console = console_of(request)
+        principal = await console.principal(request)
+        scoped = await console.scope(principal, app)
+        if scoped is None:
+            raise InvalidInput("app", refused)
+        now_ms = console.node.clock.now_ms()
+        shown, filters = _form_filters(values, now_ms)
+        return NamedSearch(principal, scoped, shown, filters, now_ms)
+
+    return named_search
+
+
+SearchToExport = Annotated[NamedSearch, Depends(_named_search("name the app whose flows to export"))]
+SearchToRedrive = Annotated[NamedSearch, Depends(_named_search("name the app whose dead letters to redrive"))]
 
 
 def _resolved(filters: FlowFilters) -> dict[str, str]:
@@ -171,16 +195,10 @@ async def _search(
 
 
 @router.get("/console/flows/export.csv")
-async def flows_export(
-    request: Request,
-    values: FilterValues,
-    app: TEXT = None,
-) -> Response:
+async def flows_export(request: Request, search: SearchToExport) -> Response:
     """The search's flows as CSV (``GET /v1/flows:export``): newest first, at most 100,000 rows."""
-    console = console_of(request)
-    _, scoped = await _named_app(request, app, "name the app whose flows to export")
-    _, filters = _form_filters(values, console.node.clock.now_ms())
-    return await export_response(console.node.tasks.search, scoped.id, filters, console.node.clock.now_ms())
+    node = console_of(request).node
+    return await export_response(node.tasks.search, search.app.id, search.filters, node.clock.now_ms())
 
 
 @router.get("/console/dead-letters")
@@ -209,28 +227,20 @@ async def dead_letters(
 
 
 @router.get("/console/dead-letters/redrive-all")
-async def redrive_all_confirm(
-    request: Request,
-    values: FilterValues,
-    app: TEXT = None,
-) -> Response:
+async def redrive_all_confirm(request: Request, search: SearchToRedrive) -> Response:
     """How many dead letters match now, to confirm: the form starts one job of exactly those."""
     console = console_of(request)
-    principal, scoped = await _named_app(request, app, "name the app whose dead letters to redrive")
-    node = console.node
-    now_ms = node.clock.now_ms()
-    shown, filters = _form_filters(values, now_ms)
-    count = await node.operator_jobs.count_dead_letters(scoped, filters, now_ms)
+    count = await console.node.operator_jobs.count_dead_letters(search.app, search.filters, search.now_ms)
     return console.render(
         request,
         "redrive_job_confirm.html",
-        principal,
-        scoped=scoped,
-        posted=_resolved(filters),
+        search.principal,
+        scoped=search.app,
+        posted=_resolved(search.filters),
         count=count,
-        dead_before_ms=now_ms,
+        dead_before_ms=search.now_ms,
         job_id=new_job_id(),
-        back_query=_query(shown, scoped, principal),
+        back_query=_query(search.shown, search.app, search.principal),
     )
 
 
