@@ -93,6 +93,14 @@ def _ask(url: str, key: str | None, what: str, operation: Callable[[Client], T])
             raise _fail(error) from None
 
 
+def _ask_update(url: str, key: str | None, fields: dict[str, Any], update: Callable[[Client], T]) -> T:
+    """As :func:`_ask` with ``--api-key``, an update of ``fields``: refused before any call when the
+    command's flags gave none."""
+    if not fields:
+        raise typer.BadParameter("nothing to change")
+    return _ask(url, key, "--api-key", update)
+
+
 def _ask_pages(
     url: str, key: str | None, what: str, every_page: bool, page_at: Callable[[Client, str | None], Page[T]]
 ) -> list[T]:
@@ -368,9 +376,7 @@ def task_update(
     schedule = _schedule(delay_, at_, cron_, every_, tz)
     if schedule is not None:
         fields["schedule"] = schedule
-    if not fields:
-        raise typer.BadParameter("nothing to change")
-    task = _ask(url, api_key, "--api-key", lambda sdk: sdk.update_task(task_id, version=version, **fields))
+    task = _ask_update(url, api_key, fields, lambda sdk: sdk.update_task(task_id, version=version, **fields))
     _emit(task, as_json, _tasks_table([task]))
 
 

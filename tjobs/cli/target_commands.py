@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _ask_pages, _emit, _json_arg
+from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _ask_pages, _ask_update, _emit, _json_arg
 from tjobs.client import Client, Target
 
 target_app = typer.Typer(
@@ -171,9 +171,7 @@ def target_update(
         credentials = {**(credentials or {}), key: None}  # null: the API removes the key
     if credentials is not None:
         fields["credentials"] = credentials
-    if not fields:
-        raise typer.BadParameter("nothing to change")
-    target = _ask(url, api_key, "--api-key", lambda sdk: sdk.update_target(name, version=version, **fields))
+    target = _ask_update(url, api_key, fields, lambda sdk: sdk.update_target(name, version=version, **fields))
     _emit(target, as_json, targets_table([target]))
 
 
