@@ -193,8 +193,20 @@ async def test_a_callback_is_delivered_first_time_signed_and_recorded(
     assert Webhook(SECRET).verify(request.body, request.headers)["payload"] == {"order": 123}
     outcome = final[job.flow.id]
     assert outcome == FlowUpdate(
-        job.task.id, job.flow.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200, None, None, outcome.attempt_log
+        job.task.id,
+        job.flow.scheduled_at_ms,
+        FlowStatus.DELIVERED,
+        1,
+        None,
+        200,
+        None,
+        None,
+        outcome.attempt_log,
+        answers=outcome.answers,
     )
+    (answer,) = outcome.answers or ()  # what the receiver answered, kept (issue 27)
+    assert (answer.attempt, answer.destination, answer.status_code) == (1, receiver.url("/hook"), 200)
+    assert (answer.body, answer.body_bytes, answer.task_revision) == ("", 0, job.task.revision)
     assert outcome.attempt_log is not None
     (record,) = outcome.attempt_log.records
     assert outcome.attempt_log.total == 1

@@ -3,11 +3,12 @@ newest sends' status, headers (masked, capped) and the body's first 4 KiB, writt
 ``UPDATE`` that records each outcome (:func:`tjobs.stores.schema.flow_answers_column`).
 
 Metadata only on MariaDB (a nullable column added last, ``ALGORITHM=INSTANT``); the table options,
-``STATS_AUTO_RECALC=0`` included, are untouched.
+``STATS_AUTO_RECALC=0`` included, are untouched. A table that has the column already keeps it: a database
+whose ``alembic_version`` was set back runs the later revisions again (as 0014 does).
 
 Revision ID: 0020_flow_answers
 Revises: 0019_operator_jobs
-Create Date: 2026-12-04
+Create Date: 2026-12-02
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from alembic import op as global_op
 from alembic.operations import Operations
+from sqlalchemy import inspect
 
 from tjobs.stores.schema import flow_answers_column
 
@@ -28,7 +30,9 @@ depends_on = None
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
     op = operations or global_op
     for index in range(tables_per_database):
-        op.add_column(f"flows_{index:02d}", flow_answers_column())
+        table = f"flows_{index:02d}"
+        if "answers" not in {column["name"] for column in inspect(op.get_bind()).get_columns(table)}:
+            op.add_column(table, flow_answers_column())
 
 
 def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
