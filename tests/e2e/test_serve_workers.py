@@ -186,7 +186,12 @@ async def test_two_workers_share_one_port_survive_a_kill_and_stop_cleanly(deploy
 
         # then the supervisor starts it again, and it rejoins and holds groups again
         async def restarted() -> bool:
-            return deployment.worker_pid(1) != killed and await _both_workers_hold_groups(deployment)
+            # Ready again by the supervisor's log: until the killed worker's lease ends, the cluster view
+            # still shows it holding its groups, and a stop sent while the new one loads finds no handler.
+            ready_again = [r for r in deployment.actions("worker_ready") if r["worker"] == 1][1:]
+            return (
+                deployment.worker_pid(1) != killed and bool(ready_again) and await _both_workers_hold_groups(deployment)
+            )
 
         await _eventually(restarted, "worker 1 started again and holding groups", deployment, 120)
         assert [r["exit_code"] for r in deployment.actions("worker_exited")] == [-signal.SIGKILL]

@@ -38,6 +38,9 @@ if behaviour == "fail" or (behaviour == "die-once" and starts.read_text() == "x"
     if behaviour == "die-once":
         os.write(ready_fd, b"ready\n")
     os.kill(os.getpid(), signal.SIGKILL)
+if behaviour == "starting":  # still loading when the stop comes: no handler yet, never ready
+    while True:
+        signal.pause()
 if behaviour != "stubborn":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 else:
@@ -88,6 +91,18 @@ def test_a_stop_signal_is_forwarded_and_every_worker_exits_cleanly(
     assert sorted(record.worker for record in _actions(caplog, "worker_ready")) == [0, 1]  # type: ignore[attr-defined]
     assert sorted(record.exit_code for record in _actions(caplog, "worker_exited")) == [0, 0]  # type: ignore[attr-defined]
     assert listener.fileno() == -1, "the supervisor closes the API's socket when it stops"
+
+
+def test_a_worker_still_starting_when_the_stop_comes_is_a_clean_stop(
+    listener: socket.socket, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker started again moments before the stop (after a death, say) has not installed its handler yet:
+    SIGTERM ends it at once. It held nothing, so the stop is clean (a clean-clone run's supervisor exited 1
+    on this, worker killed by SIGTERM while loading)."""
+    caplog.set_level(logging.INFO, "tjobs.cli.supervisor")
+    assert _run(listener, tmp_path, ["stopper", "starting"]) == 0
+    exits = {record.worker: record.exit_code for record in _actions(caplog, "worker_exited")}  # type: ignore[attr-defined]
+    assert exits == {0: 0, 1: -15}
 
 
 def test_a_worker_killed_after_it_served_is_started_again(

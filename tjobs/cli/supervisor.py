@@ -218,8 +218,13 @@ class Supervisor:
                 self._on_ready_pipe(worker)
             self._close_ready_pipe(worker)
             worker.process = None
+            # A worker still loading when the stop came (started again just before it, say) has no handler
+            # yet: SIGTERM ends it at once. It held nothing, so that is a clean stop too.
+            clean = self._stop_deadline is not None and (
+                code == 0 or (code == -signal.SIGTERM and worker.ready_since is None)
+            )
             logger.log(
-                logging.INFO if self._stop_deadline is not None and code == 0 else logging.WARNING,
+                logging.INFO if clean else logging.WARNING,
                 "worker %d (%s, pid %d) exited: %s",
                 worker.index,
                 worker.node_id,
@@ -228,7 +233,7 @@ class Supervisor:
                 extra={"action": "worker_exited", "worker": worker.index, "node_id": worker.node_id, "exit_code": code},
             )
             if self._stop_deadline is not None:
-                if code != 0:
+                if not clean:
                     self._exit_code = max(self._exit_code, EXIT_WORKERS_FAILING)
                 continue
             self._after_death(worker, code)
