@@ -287,13 +287,14 @@ def test_the_api_and_the_console_reach_services_not_the_store() -> None:
 
 SQL_LIBRARIES = frozenset({"sqlalchemy", "alembic", "asyncmy", "aiosqlite", "pymysql"})
 SQL_STORE_MODULES = re.compile(
-    r"tjobs\.stores\.(sql|sql_\w+|sqlalchemy|schema|schema_revision|layout_record|migrations)(\.|$)"
+    r"tjobs\.stores\.(sql|sql_\w+|sqlalchemy|schema|schema_\w+|layout_record|migrations)(\.|$)"
 )
 
 
 def sql_imports(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
     """``(imported, line)`` for each import of a SQL library or of the SQL store's own modules (its
-    package, ``sql_*``, the schema, the layout record, the migrations), anywhere in the file."""
+    package, ``sql_*``, the schema and its ``schema_*`` parts, the layout record, the migrations), anywhere
+    in the file."""
     for imported, line in imported_modules(module, path, known):
         if SQL_STORE_MODULES.match(imported):
             yield imported, line
@@ -327,6 +328,7 @@ def test_the_sql_scan_sees_libraries_and_the_sql_store_modules(tmp_path: Path) -
         "from sqlalchemy.ext.asyncio import AsyncEngine\nimport aiosqlite\nfrom tjobs.stores import sqlalchemy\n"
         "def f():\n    from tjobs.stores.schema import hot_changes_table\n"
         "from tjobs.stores.contracts import HotChangeLog\nfrom ..stores.sql import hot_changes\n"
+        "from tjobs.stores.schema_alerts import ALERT_RULES_TABLE\n"
     )
     known = {"tjobs.stores.sqlalchemy", "tjobs.stores.sql.hot_changes", "tjobs.stores.contracts"}
     assert dict(sql_imports("tjobs.hot_tier.x", source, known)) == {
@@ -335,4 +337,5 @@ def test_the_sql_scan_sees_libraries_and_the_sql_store_modules(tmp_path: Path) -
         "tjobs.stores.sqlalchemy": 3,
         "tjobs.stores.schema": 5,
         "tjobs.stores.sql.hot_changes": 7,
+        "tjobs.stores.schema_alerts": 8,
     }
