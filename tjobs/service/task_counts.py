@@ -58,6 +58,10 @@ class TaskCounts:
         self._after_counted: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._counted_databases: set[int] | None = None  # of the running pass
         self._reading_database: int | None = None  # the one the running pass is reading
+        # additions reported while their database was being read (the running pass's), and the last
+        # pass's, which the running pass will surely see: the quota counts both, the stats neither
+        self._uncertain: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._uncertain_kept: dict[str, Counter[str]] = {}
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._passing = asyncio.Lock()
@@ -84,12 +88,17 @@ class TaskCounts:
         )
 
     def active_split(self, app_id: str) -> tuple[int, int]:
-        """The app's active tasks at the last pass (``0`` before the first) and this node's net change
-        to them since (the two parts of :meth:`of`'s ``active``, for the quota's share)."""
+        """For the quota's share: the app's active tasks at the last pass (``0`` before the first) and this
+        node's net change to them since, with the additions a pass may have missed (so at least :meth:`of`'s
+        ``active``, never fewer than stored)."""
         counted = self._snapshot.get(app_id)
-        since = self._since_snapshot.get(app_id)
         active = TaskStatus.ACTIVE.value
-        return (counted[active] if counted else 0), (since[active] if since else 0)
+        own = sum(
+            deltas[app_id][active]
+            for deltas in (self._since_snapshot, self._uncertain, self._uncertain_kept)
+            if app_id in deltas
+        )
+        return (counted[active] if counted else 0), own
 
     def changed(self, app_id: str, task_id: int, before: TaskStatus | None, after: TaskStatus | None) -> None:
         """Record this node's change of a task from ``before`` to ``after`` (``None``: absent), after
@@ -110,11 +119,11 @@ class TaskCounts:
             if after is not None:
                 carried[after.value] += 1
         elif database == self._reading_database and after is not None:
-            # Its read is running: whether its snapshot saw the change is unknown. Carrying the addition
-            # may count the task twice until the next pass; dropping it could count it never, and let
-            # the quota pass (tests/unit/test_task_counts_race.py). A removal is not carried (the same
-            # choice: never fewer active than stored).
-            carried[after.value] += 1
+            # Its read is running: whether its snapshot saw the change is unknown. The quota counts the
+            # addition until the next pass has surely seen it (never fewer active than stored: dropping
+            # it let the quota pass, tests/unit/test_task_counts_race.py); the stats do not (counting it
+            # may show it twice). A removal is not carried (the same choice for the quota).
+            self._uncertain[app_id][after.value] += 1
 
     def refresh_soon(self) -> None:
         """Ask the background loop for a pass now rather than at the end of its period, unless the last
@@ -142,6 +151,7 @@ class TaskCounts:
                 self._reading_database = None
             self._snapshot = dict(totals)
             self._since_snapshot = self._after_counted
+            self._uncertain_kept, self._uncertain = dict(self._uncertain), defaultdict(Counter)
             self._counted_at_ms = started_ms
             ended_ms = self._clock.now_ms()
             self._next_asked_pass_ms = ended_ms + int(
