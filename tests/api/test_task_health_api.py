@@ -39,9 +39,20 @@ async def test_the_task_search_says_each_tasks_last_result_success_rate_and_fail
     assert "health" not in (await tenant.client.get("/v1/tasks")).json()["items"][0]
 
 
-async def test_health_reads_at_most_100_tasks_a_page(tenant: Tenant) -> None:
-    reply = await tenant.client.get("/v1/tasks", params={"health": "true", "limit": 101})
-    assert reply.status_code == 422 and reply.json()["error"]["field"] == "limit"
+async def test_health_reads_at_most_100_tasks_a_page_and_the_cursor_goes_on(tenant: Tenant) -> None:
+    # Given 101 tasks more than the tenant had
+    before = len((await tenant.client.get("/v1/tasks", params={"limit": 1000})).json()["items"])
+    batch = await tenant.client.post("/v1/tasks/batch", json={"tasks": [task_body(name=f"h{i}") for i in range(101)]})
+    assert batch.status_code == 200, batch.text
+    # When they are searched with their health and a limit over 100 (a schema-valid request: not refused)
+    first = await tenant.client.get("/v1/tasks", params={"health": "true", "limit": 1000})
+    assert first.status_code == 200, first.text
+    # Then a page holds 100 of them with their health, and the cursor gives the rest
+    assert len(first.json()["items"]) == 100 and all("health" in t for t in first.json()["items"])
+    rest = await tenant.client.get(
+        "/v1/tasks", params={"health": "true", "limit": 1000, "cursor": first.json()["next_cursor"]}
+    )
+    assert len(rest.json()["items"]) == before + 101 - 100
     assert (await tenant.client.get("/v1/tasks", params={"health": "yes please"})).json()["error"]["field"] == "health"
 
 

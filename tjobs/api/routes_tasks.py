@@ -120,14 +120,16 @@ async def list_tasks(
         str | None, Query(min_length=1, max_length=200, pattern=wire.KEY_PATTERN, description="the idempotency key")
     ] = None,
     health: Annotated[
-        bool, Query(description=f"each task's last result and last 24 h (limit at most {HEALTH_PAGE_MAX})")
+        bool,
+        Query(
+            description=f"each task's last result and last 24 h; a page then holds at most {HEALTH_PAGE_MAX} "
+            "tasks whatever the limit (follow next_cursor for the rest)"
+        ),
     ] = False,
 ) -> Any:
-    if health and limit > HEALTH_PAGE_MAX:
-        raise InvalidInput("limit", f"must be at most {HEALTH_PAGE_MAX} with health=true")
     page = await node.tasks.list_tasks(
         app,
-        limit=limit,
+        limit=min(limit, HEALTH_PAGE_MAX) if health else limit,
         cursor=cursor,
         status=None if status is None else TaskStatus(status),
         kind=kind,
