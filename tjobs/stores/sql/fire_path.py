@@ -114,7 +114,7 @@ class SqlFirePath(SqlBase, FirePath):
         committed = 0
         pool = self._fire_pools.get(url)
         try:
-            await fire.run(pool.transaction if pool is not None else lambda: self._engine(url, write=True).begin())
+            await fire.run(pool.transaction if pool is not None else lambda: self._begin_write(url))
         except Exception as error:
             failure = error
             if is_fenced(error):
