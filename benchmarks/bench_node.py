@@ -42,7 +42,8 @@ def bench_target(
     after the run, to read its log against the bench's figures; with ``--nodes N`` each node gets
     ``DIR/node-<i>``."""
     from testkit.databases import drop_databases
-    from testkit.node_process import free_port_range, node_process
+    from testkit.node_process import node_process
+    from testkit.ports import free_port_range
     from tjobs.settings import StorageSettings
 
     if args.url:

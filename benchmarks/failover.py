@@ -32,7 +32,8 @@ from sqlalchemy.engine import make_url
 
 from sharding import shard_of_task_id
 from testkit.cluster_rig import ADMIN_KEY, Api, ClusterRig, Infra, now_ms, start_infra
-from testkit.node_process import free_port, process_cpu_s
+from testkit.node_process import process_cpu_s
+from testkit.ports import free_port
 from tjobs.settings import StorageSettings
 from tjobs.stores.sql_layout import Layout
 

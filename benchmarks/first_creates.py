@@ -28,7 +28,8 @@ from typing import Any
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 from benchmarks.fire import create_bench_app
-from testkit.node_process import free_port, node_process
+from testkit.node_process import node_process
+from testkit.ports import free_port
 
 EVERY_MS = 1000
 

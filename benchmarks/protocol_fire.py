@@ -39,7 +39,7 @@ from aiohttp import ClientSession
 from benchmarks.bench_node import bench_target, console, target_options
 from benchmarks.fire import BenchError, run, run_fire_bench
 from benchmarks.report import BenchResult, ProgressFn, render_table, rich_progress, to_json
-from testkit.node_process import free_port
+from testkit.ports import free_port
 from testkit.sink import SinkProcess
 
 PROTOCOLS = ("amqp", "nats", "redis_stream", "grpc")

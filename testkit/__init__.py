@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
 
+from testkit.ports import free_port
 from tjobs.api import create_api
 from tjobs.api.app import create_app_record
 from tjobs.api.server import api_server
@@ -30,13 +30,6 @@ from tjobs.node import Node, NodeParts
 from tjobs.settings import Settings
 
 __all__ = ["Answer", "NodeParts", "RecordingTransport", "RunningNode", "free_port", "run_node"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

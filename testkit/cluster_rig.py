@@ -27,7 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sharding import Topology
 from testkit.children import REPO
-from testkit.node_process import _merge, free_port, to_toml
+from testkit.node_process import _merge, to_toml
+from testkit.ports import free_port
 from tjobs.clock import iso_ms
 
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"

@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from testkit.children import checkout_env
+from testkit.ports import free_port
 from tjobs.errors import TjobsError
 
 
@@ -175,30 +175,6 @@ def threads_cpu(pid: int) -> ThreadsCpu | None:
     if not run_ns:
         return None
     return ThreadsCpu(run_ns, switches)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def free_port_range(count: int, attempts: int = 50) -> int:
-    """The first of ``count`` consecutive ports free on 127.0.0.1 now (the metrics ports of ``tjobs serve
-    --workers``: worker i on the first + i)."""
-    for _ in range(attempts):
-        first = free_port()
-        if first + count - 1 > 65_535:
-            continue
-        with contextlib.ExitStack() as held:
-            try:
-                for port in range(first, first + count):
-                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return first
-    raise OSError(f"no {count} consecutive free ports on 127.0.0.1 in {attempts} attempts")
 
 
 @contextlib.contextmanager

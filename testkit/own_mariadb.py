@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pymysql
 
-from testkit.node_process import free_port
+from testkit.ports import free_port
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,16 +30,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
 
+from testkit.ports import free_port
+
 READY_TIMEOUT_S = 60.0
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _binary(name: str, *fallbacks: str) -> str:

@@ -258,7 +258,7 @@ async def test_a_request_behind_a_heartbeat_answered_at_once_is_not_cut_by_the_k
 ) -> None:
     """A heartbeat answered at once arms the connection's keep-alive timer while its bytes are still being
     parsed; a request pipelined behind it is not idle time: a slow one is answered, not closed on."""
-    from testkit import free_port
+    from testkit.ports import free_port
     from tjobs.api.lean_heartbeat import LeanHeartbeatProtocol
     from tjobs.api.server import ApiServer
     from tjobs.service.pools import PoolService

@@ -28,7 +28,7 @@ import pytest
 
 from testkit.children import REPO
 from testkit.cluster_rig import ADMIN_AUTH, Api, ClusterRig, NodeProc, now_ms
-from testkit.node_process import free_port
+from testkit.ports import free_port
 from tjobs.clock import iso_ms
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(300)]

@@ -24,7 +24,8 @@ import orjson
 import redis.asyncio
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
-from tests.brokers import OwnBroker, OwnNats, OwnRabbitMQ, OwnRedis, free_port
+from testkit.ports import free_port
+from tests.brokers import OwnBroker, OwnNats, OwnRabbitMQ, OwnRedis
 from tjobs.delivery.amqp_transport import AmqpTransport
 from tjobs.delivery.broker import BrokerTransport
 from tjobs.delivery.broker_twin import MemoryBroker, MemoryBrokerTransport

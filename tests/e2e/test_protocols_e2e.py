@@ -36,7 +36,8 @@ from nats.js.api import StorageType, StreamConfig
 
 from testkit.consumers import AmqpConsumer, Consumed, Consumer, GrpcConsumer, NatsConsumer, RedisStreamConsumer
 from testkit.grpc_receiver import GrpcReceiverProcess
-from tests.brokers import OwnBroker, OwnNats, OwnRabbitMQ, OwnRedis, free_port
+from testkit.ports import free_port
+from tests.brokers import OwnBroker, OwnNats, OwnRabbitMQ, OwnRedis
 from tests.e2e.protocol_rig import (
     AppClient,
     Tally,

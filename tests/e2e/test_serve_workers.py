@@ -27,7 +27,8 @@ import httpx
 import pytest
 
 from testkit.databases import drop_databases
-from testkit.node_process import free_port, free_port_range, to_toml
+from testkit.node_process import to_toml
+from testkit.ports import free_port, free_port_range
 from tests.receiver import Receiver
 from tjobs.cluster.etcd import _host_port
 from tjobs.settings import load_settings

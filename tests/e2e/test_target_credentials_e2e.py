@@ -26,7 +26,7 @@ import pytest
 from nats.js.api import StorageType, StreamConfig
 
 from testkit.consumers import GrpcConsumer
-from testkit.node_process import free_port
+from testkit.ports import free_port
 from tests.brokers import OwnNats, OwnRabbitMQ, OwnRedis
 from tests.e2e.protocol_rig import AppClient, flow_statuses, protocol_node
 from tests.receiver import Receiver

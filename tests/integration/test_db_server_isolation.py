@@ -29,7 +29,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sharding import shard_for_key, shard_of_task_id
-from testkit import RunningNode, free_port, run_node
+from testkit import RunningNode, run_node
+from testkit.ports import free_port
 from tests.contract.backends import drop_databases
 from tests.receiver import Receiver
 from tjobs.settings import Settings, StorageSettings, load_settings

@@ -17,7 +17,8 @@ import uvicorn
 from aiohttp import web
 from fastapi import FastAPI
 
-from testkit import RunningNode, free_port, run_node
+from testkit import RunningNode, run_node
+from testkit.ports import free_port
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.delivery.signing import generate_secret, signature_header
 from tjobs.executor import Executor, Job

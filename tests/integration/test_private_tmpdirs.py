@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from testkit.own_mariadb import own_mariadb
+from testkit.ports import free_port_range
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,21 +26,6 @@ def another_servers_temporary_table() -> Iterator[Path]:
     path.write_text("a temporary table of another server's mariadb-install-db")
     yield path
     path.unlink(missing_ok=True)
-
-
-def free_port_pair() -> int:
-    """A port p with p and p + 1 free (etcd's client and peer ports)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        with socket.socket() as peer:
-            try:
-                peer.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no two adjacent free ports")
 
 
 def test_our_own_mariadb_starts_without_deleting_anything_in_the_shared_tmp(
@@ -55,13 +40,13 @@ def test_the_cluster_rigs_servers_start_without_deleting_anything_in_the_shared_
     tmp_path: Path, another_servers_temporary_table: Path
 ) -> None:
     rig = tmp_path / "rig"
-    etcd = free_port_pair()
+    etcd = free_port_range(2)
     env = {
         **os.environ,
         "TJOBS_CLUSTER_DIR": str(rig),
-        "TJOBS_CLUSTER_MYSQL_PORTS": f"{free_port_pair()} {free_port_pair()}",
+        "TJOBS_CLUSTER_MYSQL_PORTS": f"{free_port_range(2)} {free_port_range(2)}",
         "TJOBS_CLUSTER_ETCD_PORT": str(etcd),
-        "TJOBS_CLUSTER_REDIS_PORT": str(free_port_pair()),
+        "TJOBS_CLUSTER_REDIS_PORT": str(free_port_range(2)),
     }
     script = str(ROOT / "scripts" / "cluster.sh")
     try:

@@ -22,7 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from testkit import free_port, run_node
+from testkit import run_node
+from testkit.ports import free_port
 from tests.receiver import Receiver
 from tjobs.settings import load_settings
 

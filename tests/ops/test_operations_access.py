@@ -18,7 +18,8 @@ import httpx
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from testkit import RunningNode, free_port, run_node
+from testkit import RunningNode, run_node
+from testkit.ports import free_port
 from tjobs.api.ratelimit import ApiRateLimits
 from tjobs.api.routes_ops import create_metrics_api
 from tjobs.settings import Settings, load_settings, metrics_exposure_problem

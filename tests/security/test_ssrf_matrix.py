@@ -50,6 +50,7 @@ import pytest
 import pytest_asyncio
 from aiohttp.abc import ResolveResult
 
+from testkit.ports import free_port
 from tests.http_transports import HTTP_TRANSPORTS
 from tjobs.clock import ManualClock
 from tjobs.delivery.ssrf import RESOLVE_CACHE_TTL_MS, AllowList, TargetGuard, classify_address
@@ -75,12 +76,6 @@ PRIVATE_LISTENERS = [
 
 
 # ---- listeners: one thread accepting on every address it could bind, all on one port -----------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _listening_socket(address: str, port: int) -> socket.socket | None:
@@ -234,7 +229,7 @@ class Listeners:
         self._wake_writer.close()
 
 
-PORT = _free_port()
+PORT = free_port()
 
 
 # ---- the cases ----------------------------------------------------------------------------------------------
