@@ -224,6 +224,7 @@ class Node:
             calendars=self.calendars.rules,
             membership=self.coordinator.membership,  # an app's quota is the cluster's: this node takes its share
         )
+        self.observer.dead_letters = self.tasks.counts.dead_letter_changed  # the app's stats, at once
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         # The API and the console reach the store only through the services (tasks, target_service and these).
         self.app_service = AppService(self.store, self.apps, settings, self.clock, self.disabled_apps)

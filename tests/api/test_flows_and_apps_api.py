@@ -142,8 +142,9 @@ async def test_stats_count_the_apps_tasks_fires_and_dead_letters(
     tasks = [(await tenant.client.post("/v1/tasks", json=task_body(name=f"s{i}"))).json() for i in range(3)]
     await tenant.client.post(f"/v1/tasks/{tasks[0]['id']}/pause")
     await dead_flow(tenant, receiver, "/stats-dead")
-    # Counts come from the node's background pass (a stats read asks for one) plus its own changes:
-    # a flow that went dead is counted by the next pass.
+    # Counts come from the node's background pass (a stats read asks for one) plus its own changes,
+    # the flows its deliverer wrote dead included; a flow that went dead while its database was being
+    # read by a pass is counted by the next pass.
     deadline = time.monotonic() + 10
     while (stats := (await tenant.client.get("/v1/stats")).json())["dead_letters"] == 0:
         assert time.monotonic() < deadline, stats

@@ -4,10 +4,11 @@ A background pass counts every app's tasks by status, and its dead letters, with
 logical database (:meth:`tjobs.stores.base.TaskStore.count_by_app`), the databases one after another
 so a pass holds at most one connection and never crowds the fire path. Requests read the last pass
 (a *snapshot*) plus this node's own changes since that pass began (creates, pauses, resumes, deletes),
-so a client sees its own writes at once; what other nodes did, tasks completing and flows going dead
-appear with the next pass (every ``limits.task_count_refresh_s``, and soon after a stats read once the
-counter has rested since its last pass: at least 2 s and four times as long as that pass took, so reads
-keep it counting at most a fifth of the time however large the tables).
+and the flows its deliverer wrote dead or a redrive put back, so a client sees its own writes at once;
+what other nodes did and tasks completing appear with the next pass (every
+``limits.task_count_refresh_s``, and soon after a stats read once the counter has rested since its last
+pass: at least 2 s and four times as long as that pass took, so reads keep it counting at most a fifth
+of the time however large the tables).
 
 The quota is held across the cluster by dividing the room a pass left among the live nodes
 (:mod:`tjobs.cluster.limit_shares`): each node admits creates while its own additions since its pass
@@ -103,27 +104,38 @@ class TaskCounts:
     def changed(self, app_id: str, task_id: int, before: TaskStatus | None, after: TaskStatus | None) -> None:
         """Record this node's change of a task from ``before`` to ``after`` (``None``: absent), after
         it committed. Kept until a pass that counted the task's database after the change ends."""
+        self._count(app_id, task_id, None if before is None else before.value, None if after is None else after.value)
+
+    def dead_letter_changed(self, app_id: str, task_id: int, dead: bool) -> None:
+        """Record that this node's deliverer wrote a flow of the task dead (``dead``), or that a dead
+        letter of it was put back to pending: the app's stats show their own dead letters at once, as
+        they show their own task changes, instead of after the next pass (which a busy database can
+        hold back past ten seconds). Reported when the outcome is handed to its writer: a pass reading
+        the database before the write lands misses it until the next, never counts it twice."""
+        self._count(app_id, task_id, None if dead else DEAD_LETTERS, DEAD_LETTERS if dead else None)
+
+    def _count(self, app_id: str, task_id: int, removed: str | None, added: str | None) -> None:
         counted = self._counted_databases
         database = shard_of_task_id(task_id) // self._store.topology.tables_per_database
         since = self._since_snapshot[app_id]
-        if before is not None:
-            since[before.value] -= 1
-        if after is not None:
-            since[after.value] += 1
+        if removed is not None:
+            since[removed] -= 1
+        if added is not None:
+            since[added] += 1
         if counted is None:
             return
         carried = self._after_counted[app_id]
         if database in counted:  # its read is over: the next snapshot misses the change
-            if before is not None:
-                carried[before.value] -= 1
-            if after is not None:
-                carried[after.value] += 1
-        elif database == self._reading_database and after is not None:
+            if removed is not None:
+                carried[removed] -= 1
+            if added is not None:
+                carried[added] += 1
+        elif database == self._reading_database and added is not None:
             # Its read is running: whether its snapshot saw the change is unknown. The quota counts the
             # addition until the next pass has surely seen it (never fewer active than stored: dropping
             # it let the quota pass, tests/unit/test_task_counts_race.py); the stats do not (counting it
             # may show it twice). A removal is not carried (the same choice for the quota).
-            self._uncertain[app_id][after.value] += 1
+            self._uncertain[app_id][added] += 1
 
     def refresh_soon(self) -> None:
         """Ask the background loop for a pass now rather than at the end of its period, unless the last
