@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from testkit import RunningNode
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
+from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 from tjobs.cli.main import app as cli
 from tjobs.client import AsyncClient, BadRequest, Client, VersionConflict, cron, delay, task_request
@@ -327,3 +328,44 @@ async def test_task_and_flow_tables_fit_80_columns_without_cutting_a_timestamp(
         assert max(len(line) for line in table.splitlines()) <= 80, table
     assert task["id"] in listed and re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", listed), listed
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", flows), flows
+
+
+async def test_the_cli_lists_tasks_with_their_health_and_pages_a_tasks_flows_newer_and_older(
+    api_node: RunningNode, tenant: Tenant, receiver: Receiver
+) -> None:
+    # Given a task whose receiver took one flow and refused the next for good
+    path = f"/cli-health-{secrets.token_hex(4)}"
+    receiver.script(path, Reply(200), Reply(400))
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_API_KEY": tenant.api_key, "COLUMNS": "80"}
+    task = await cli_run(
+        "task", "create", "cli-health", "--callback", receiver.url(path), "--every", "1h", "--json", env=env
+    )
+    older = await cli_run("task", "trigger", task["id"], "--json", env=env)
+    await wait_status(tenant.client, older["id"], "delivered")
+    newer = await cli_run("task", "trigger", task["id"], "--json", env=env)
+    await wait_status(tenant.client, newer["id"], "dead")
+
+    # When the tasks are listed with their health: the last result and the 24 h figures, in 80 columns
+    (listed,) = await cli_run("task", "list", "--prefix", "cli-health", "--health", "--json", env=env)
+    assert (listed["health"]["last_status"], listed["health"]["delivered"], listed["health"]["failed"]) == (
+        "dead",
+        1,
+        1,
+    )
+    table = await cli_run("task", "list", "--prefix", "cli-health", "--health", env=env)
+    assert max(len(line) for line in table.splitlines()) <= 80, table
+    row = next(line for line in table.splitlines() if task["id"] in line)
+    assert re.search(r"\bdead\b.*\b1\b.*\b1\b.*\b50%", row), table
+    (searched,) = await cli_run("task", "search", "--prefix", "cli-health", "--health", "--json", env=env)
+    assert searched["health"] == listed["health"]
+    assert (await cli_run("task", "list", "--prefix", "cli-health", "--json", env=env))[0]["health"] is None
+
+    # Then the task's history pages newer than an instant (epoch ms or ISO-8601) and older than one
+    flows = ("task", "flows", task["id"], "--json")
+    after = await cli_run(*flows, "--after", str(older["scheduled_at_ms"]), env=env)
+    assert [f["id"] for f in after] == [newer["id"]]
+    assert [f["id"] for f in await cli_run(*flows, "--after", older["scheduled_at"], env=env)] == [newer["id"]]
+    before = await cli_run(*flows, "--before", str(newer["scheduled_at_ms"]), env=env)
+    assert [f["id"] for f in before] == [older["id"]]
+    refused = await asyncio.to_thread(CliRunner().invoke, cli, [*flows, "--after", "soon"], env=env)
+    assert refused.exit_code == 2 and "--after" in refused.output

@@ -83,3 +83,40 @@ async def test_the_async_iteration_follows_cursors_as_the_sync_one() -> None:
     async with AsyncClient("http://t", transport=httpx.MockTransport(handle)) as asynchronous:
         assert [flow async for flow in asynchronous.iter_dead_letters(page_size=2)] == []
     assert cursors == [None, "c1", "c2"] * 2
+
+
+async def test_both_clients_ask_for_task_health_and_page_a_tasks_history_newer() -> None:
+    figures: dict[str, Any] = {
+        "last_status": "dead",
+        "last_scheduled_at": None,
+        "last_changed_at": None,
+        "last_changed_at_ms": None,
+    }
+    figures |= {"last_attempts": 3, "window_s": 86_400, "delivered": 2, "failed": 1, "open": 0, "counted": 3}
+    figures |= {"capped": False, "success_rate": 0.6667}
+    task: dict[str, Any] = {"id": "1", "name": "t", "key": None, "status": "active", "schedule": {"kind": "delay"}}
+    task |= {"callback": {"url": "http://r/"}, "misfire_policy": "fire_now", "delivery": "at_least_once"}
+    task |= {"next_run_at": None, "next_run_at_ms": None, "version": 1, "fire_count": 3}
+    task |= {"created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z", "health": figures}
+    queries: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        queries.append(f"{request.url.path}?{request.url.query.decode()}")
+        return httpx.Response(200, json={"items": [task] if request.url.path == "/v1/tasks" else []})
+
+    with Client("http://t", "k", transport=httpx.MockTransport(handle)) as sync:
+        (listed,) = sync.list_tasks(health=True).items
+        assert [t.id for t in sync.iter_tasks(health=True)] == ["1"]
+        assert sync.list_flows("7", after_ms=5) == []
+    async with AsyncClient("http://t", "k", transport=httpx.MockTransport(handle)) as asynchronous:
+        (also,) = (await asynchronous.list_tasks(health=True)).items
+        assert await asynchronous.list_flows("7", limit=2, after_ms=5) == []
+    assert listed == also and listed.health is not None
+    assert (listed.health.last_status, listed.health.failed, listed.health.success_rate) == ("dead", 1, 0.6667)
+    assert queries == [
+        "/v1/tasks?limit=100&health=true",
+        "/v1/tasks?limit=500&health=true",
+        "/v1/tasks/7/flows?limit=100&after_ms=5",
+        "/v1/tasks?limit=100&health=true",
+        "/v1/tasks/7/flows?limit=2&after_ms=5",
+    ]

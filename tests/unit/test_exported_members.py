@@ -33,6 +33,7 @@ EXPECTED = {
     "ServerError",
     "Target",
     "Task",
+    "TaskHealth",
     "TjobsClientError",
     "TransportError",
     "Unauthorized",

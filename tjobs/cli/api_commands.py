@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -169,6 +170,44 @@ def _tasks_table(tasks: Sequence[Task]) -> Table:
     return table
 
 
+def tasks_table(tasks: Sequence[Task], health: bool = False) -> Table:
+    """The task table, or with ``health`` each task's last result and 24 h figures in place of its
+    schedule, version and fires (``GET /v1/tasks?health=true``): 80 columns either way."""
+    if not health:
+        return _tasks_table(tasks)
+    table = _narrow_table("name")
+    for column in ("status", "last", "ok 24h", "failed", "rate"):
+        table.add_column(column, overflow="fold")
+    table.add_column("id", no_wrap=True, min_width=19)
+    for t in tasks:
+        h = t.health
+        if h is None:
+            figures = ["-"] * 4
+        else:
+            rate = "-" if h.success_rate is None else _percent_down(h.success_rate)
+            figures = [h.last_status or "-", str(h.delivered), str(h.failed), rate + ("+" if h.capped else "")]
+        table.add_row(t.name, t.status, *figures, t.id)
+    return table
+
+
+def _percent_down(rate: float) -> str:
+    """``0.999`` as ``99.9%``, ``0.5`` as ``50%``: rounded down, so a rate below 1 never reads 100%."""
+    return f"{math.floor(round(rate * 1000, 6)) / 10:g}%"
+
+
+def instant_ms(text: str | None, flag: str) -> int | None:
+    """``--before``/``--after``: epoch ms, or an ISO-8601 instant (UTC unless it names its offset)."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an ISO-8601 instant or epoch ms", param_hint=flag) from None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
 def _flows_table(flows: Sequence[Flow]) -> Table:
     """Kind and the full error are in ``--json``; here the last answer is its status code and error together."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
@@ -243,6 +282,13 @@ Cron = Annotated[str | None, typer.Option("--cron", help="cron expression (5 or 
 Every = Annotated[str | None, typer.Option("--every", help="fixed rate (e.g. 30s)")]
 Tz = Annotated[str, typer.Option("--tz", help="IANA time zone for --cron")]
 Header = Annotated[list[str] | None, typer.Option("--header", "-H", help="NAME:VALUE (repeatable)")]
+Health = Annotated[
+    bool,
+    typer.Option(
+        "--health",
+        help="each task's last result and its last 24 h (delivered, failed, success rate); at most 100 a page",
+    ),
+]
 
 
 # ---- task -------------------------------------------------------------------------------------------
@@ -331,6 +377,7 @@ def task_list(
     prefix: Annotated[str | None, typer.Option("--prefix", help="name prefix")] = None,
     limit: Annotated[int, typer.Option("--limit")] = 50,
     all_: Annotated[bool, typer.Option("--all", help="every page")] = False,
+    health: Health = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
     as_json: AsJson = False,
@@ -339,11 +386,11 @@ def task_list(
 
     def listed(sdk: Client) -> list[Task]:
         if all_:
-            return list(sdk.iter_tasks(status=status, kind=kind, name_prefix=prefix))
-        return sdk.list_tasks(limit=limit, status=status, kind=kind, name_prefix=prefix).items
+            return list(sdk.iter_tasks(status=status, kind=kind, name_prefix=prefix, health=health))
+        return sdk.list_tasks(limit=limit, status=status, kind=kind, name_prefix=prefix, health=health).items
 
     tasks = _ask(url, api_key, "--api-key", listed)
-    _emit(tasks, as_json, _tasks_table(tasks))
+    _emit(tasks, as_json, tasks_table(tasks, health))
 
 
 @task_app.command("update")
@@ -429,12 +476,19 @@ def task_delete(task_id: str, url: Url = DEFAULT_URL, api_key: ApiKey = None, as
 def task_flows(
     task_id: str,
     limit: Annotated[int, typer.Option("--limit")] = 20,
+    before: Annotated[
+        str | None, typer.Option("--before", help="an older page: scheduled before this (ISO-8601 or epoch ms)")
+    ] = None,
+    after: Annotated[
+        str | None, typer.Option("--after", help="a newer page: scheduled just after this (ISO-8601 or epoch ms)")
+    ] = None,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """A task's flows, newest first."""
-    flows = _ask(url, api_key, "--api-key", lambda sdk: sdk.list_flows(task_id, limit=limit))
+    """A task's flows, newest first: the newest, or the page before or after an instant."""
+    around = {"before_ms": instant_ms(before, "--before"), "after_ms": instant_ms(after, "--after")}
+    flows = _ask(url, api_key, "--api-key", lambda sdk: sdk.list_flows(task_id, limit=limit, **around))
     _emit(flows, as_json, _flows_table(flows))
 
 

@@ -15,7 +15,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Url, _ask, _ask_pages, _emit
+from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Health, Url, _ask, _ask_pages, _emit, tasks_table
 from tjobs.client import Client, Flow, Page, Task
 
 flows_app = typer.Typer(help="Flows: search them across every shard, show one with its attempts.", no_args_is_help=True)
@@ -111,6 +111,7 @@ def task_search(
     key: Annotated[str | None, typer.Option("--key", help="the idempotency key")] = None,
     limit: Limit = 50,
     all_: All = False,
+    health: Health = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
     as_json: AsJson = False,
@@ -118,10 +119,11 @@ def task_search(
     """The app's tasks across every shard: newest first, or by name with --prefix."""
 
     def page(sdk: Client, cursor: str | None) -> Page[Task]:
-        return sdk.list_tasks(limit=limit, cursor=cursor, status=status, kind=kind, name_prefix=prefix, key=key)
+        filters = {"status": status, "kind": kind, "name_prefix": prefix, "key": key}
+        return sdk.list_tasks(limit=limit, cursor=cursor, health=health, **filters)
 
     tasks = _ask_pages(url, api_key, "--api-key", all_, page)
-    _emit(tasks, as_json, task_search_table(tasks))
+    _emit(tasks, as_json, tasks_table(tasks, True) if health else task_search_table(tasks))
 
 
 def add_task_search(group: typer.Typer) -> None:

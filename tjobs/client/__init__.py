@@ -51,6 +51,7 @@ from tjobs.client.models import (
     SchedulePreview,
     Target,
     Task,
+    TaskHealth,
 )
 from tjobs.client.schedules import Schedule, at, cron, delay, every
 from tjobs.client.sync import Client
@@ -85,6 +86,7 @@ __all__ = [
     "ServerError",
     "Target",
     "Task",
+    "TaskHealth",
     "TjobsClientError",
     "TransportError",
     "Unauthorized",

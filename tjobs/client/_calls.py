@@ -177,17 +177,13 @@ class Api(Flavour):
         kind: str | None = None,
         name_prefix: str | None = None,
         key: str | None = None,
+        health: bool = False,
     ) -> Call[Page[Task]]:
-        """The app's tasks across every shard: newest first, or by name with ``name_prefix``."""
-        params = {
-            "limit": limit,
-            "cursor": cursor,
-            "status": status,
-            "kind": kind,
-            "name_prefix": name_prefix,
-            "key": key,
-        }
-        return _listing("/v1/tasks", Page[Task], params)
+        """The app's tasks across every shard: newest first, or by name with ``name_prefix``. With
+        ``health``, each task's :class:`TaskHealth` too (its last result and last 24 h); a page then
+        holds at most 100 tasks whatever the ``limit`` (``next_cursor`` goes on)."""
+        params = {"limit": limit, "cursor": cursor, "status": status, "kind": kind, "name_prefix": name_prefix}
+        return _listing("/v1/tasks", Page[Task], {**params, "key": key, "health": "true" if health else None})
 
     @paging
     def iter_tasks(
@@ -197,12 +193,10 @@ class Api(Flavour):
         kind: str | None = None,
         name_prefix: str | None = None,
         page_size: int = 500,
+        health: bool = False,
     ) -> Pages[Task]:
-        return Pages(
-            lambda cursor: Api.list_tasks.build(
-                self, limit=page_size, cursor=cursor, status=status, kind=kind, name_prefix=name_prefix
-            )
-        )
+        filters: dict[str, Any] = {"status": status, "kind": kind, "name_prefix": name_prefix, "health": health}
+        return Pages(lambda cursor: Api.list_tasks.build(self, limit=page_size, cursor=cursor, **filters))
 
     @operation
     def update_task(self, /, task_id: str, *, version: int | None = None, **fields: Any) -> Call[Task]:
@@ -286,12 +280,16 @@ class Api(Flavour):
         return Call("GET", "/v1/flows:count", FlowCount.model_validate, params=_filters(filters), idempotent=True)
 
     @operation
-    def list_flows(self, task_id: str, *, limit: int = 100, before_ms: int | None = None) -> Call[list[Flow]]:
+    def list_flows(
+        self, task_id: str, *, limit: int = 100, before_ms: int | None = None, after_ms: int | None = None
+    ) -> Call[list[Flow]]:
+        """A task's flows, newest first: its newest ``limit``, or the ``limit`` scheduled just before
+        ``before_ms`` (an older page) or just after ``after_ms`` (a newer page; epoch ms)."""
         return Call(
             "GET",
             f"/v1/tasks/{_seg(task_id)}/flows",
             lambda raw: [_flow(f) for f in raw["items"]],
-            params=_given({"limit": limit, "before_ms": before_ms}),
+            params=_given({"limit": limit, "before_ms": before_ms, "after_ms": after_ms}),
             idempotent=True,
         )
 

@@ -28,6 +28,25 @@ class Target(StoredTarget):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class TaskHealth(_Model):
+    """A task's last result and its last 24 h (``window_s``), answered with ``list_tasks(health=True)``:
+    its flows of the window delivered, ``failed`` (dead) and ``open``, and the success rate of the finished
+    ones (``None`` when none finished; ``capped``: only its newest 2,000 flows were counted)."""
+
+    last_status: str | None
+    last_scheduled_at: datetime | None = None
+    last_changed_at: datetime | None = None
+    last_changed_at_ms: int | None = None
+    last_attempts: int
+    window_s: int
+    delivered: int
+    failed: int
+    open: int
+    counted: int
+    capped: bool
+    success_rate: float | None
+
+
 class Task(_Model):
     id: str
     name: str
@@ -44,6 +63,8 @@ class Task(_Model):
     fire_count: int
     created_at: datetime
     updated_at: datetime
+    health: TaskHealth | None = None
+    """With ``list_tasks(health=True)`` / ``iter_tasks(health=True)`` only."""
 
 
 class Flow(_Model):
