@@ -176,3 +176,42 @@ async def test_a_refused_change_leaves_no_entry_and_a_target_delete_keeps_its_be
         ["http://127.0.0.1:9/a"],
         None,
     )
+
+
+async def test_the_cli_users_tokens_and_alerts_commands_are_recorded_as_via_cli(
+    api_node: RunningNode, tenant: Tenant, admin: httpx.AsyncClient
+) -> None:
+    # Given changes made through every CLI group that speaks to the API: users, tokens and alerts
+    password = "correct horse battery"
+    env = {"TJOBS_URL": api_node.base_url, "TJOBS_ADMIN_KEY": "tja_test_admin_key", "COLUMNS": "200"}
+    app_env = {**env, "TJOBS_API_KEY": tenant.api_key}
+
+    def run(*args: str, stdin: str | None = None, with_env: dict[str, str] = env) -> str:
+        result = CliRunner().invoke(cli, list(args), input=stdin, env=with_env)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    user = f"via-cli-{tenant.app.id[-6:]}"
+    await asyncio.to_thread(
+        run, "users", "create", user, "--role", f"{tenant.app.id}=operator", stdin=f"{password}\n" * 2
+    )
+    await asyncio.to_thread(run, "users", "disable", user)
+    await asyncio.to_thread(run, "users", "enable", user)
+    made = await asyncio.to_thread(run, "tokens", "create", "--user", user, "--name", "ci", "--json", stdin=password)
+    token = json.loads(made[made.index("{") :])
+    await asyncio.to_thread(run, "tokens", "revoke", token["id"], "--user", user, stdin=password)
+    channel = json.loads(
+        await asyncio.to_thread(
+            run, "alerts", "channel-add", "c", "--kind", "webhook", "-s", "url=http://x/", with_env=app_env
+        )
+    )
+    await asyncio.to_thread(run, "alerts", "channel-rm", channel["id"], with_env=app_env)
+
+    # When the audit log is read
+    entries = await _entries(admin, limit=500)
+    recent = [e for e in entries if e["action"].startswith(("user.", "alert."))]
+
+    # Then each of those changes says it came from the CLI (users: create, disable, enable; a token
+    # created and revoked; an alert channel added and removed)
+    assert len(recent) == 7, [(e["action"], e["object_id"]) for e in recent]
+    assert {e["via"] for e in recent} == {"cli"}, [(e["action"], e["via"]) for e in recent]

@@ -5,15 +5,14 @@ docs/operations.md, "Operator accounts"). Passwords are prompted for, never take
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Annotated, Any
 
-import httpx
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, AsJson, Url, err, out
+from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, AsJson, Url, answer, cli_client, out
 
 users_app = typer.Typer(help="Operator accounts: users, their roles per app, console sessions (admin key)")
 tokens_app = typer.Typer(help="Your personal API tokens (user name and password)")
@@ -23,25 +22,21 @@ Roles = Annotated[
 ]
 
 
-def _call(url: str, method: str, path: str, auth: Any, body: Any = None) -> Any:
-    """The API's JSON answer, or the error printed and the command ended (exit 1)."""
-    headers = {"authorization": f"Bearer {auth}"} if isinstance(auth, str) else {}
-    basic = auth if isinstance(auth, tuple) else None
-    try:
-        reply = httpx.request(method, url.rstrip("/") + path, json=body, headers=headers, auth=basic, timeout=30.0)
-    except httpx.HTTPError as error:
-        err().print(f"[bold red]error:[/] {escape(str(error))}")
-        raise typer.Exit(1) from None
-    if reply.status_code >= 400:
-        try:
-            answer = reply.json()["error"]
-            where = f" [{answer['field']}]" if answer.get("field") else ""
-            message = f"error {reply.status_code} {answer['code']}{where}: {answer['message']}"
-        except (ValueError, KeyError, TypeError):
-            message = f"error {reply.status_code}: {reply.text[:200]}"
-        err().print(f"[bold red]{escape(message)}[/]")
-        raise typer.Exit(1)
-    return reply.json() if reply.content else None
+def _call(
+    url: str,
+    method: str,
+    path: str,
+    auth: str | tuple[str, str],
+    body: Any = None,
+    params: dict[str, Any] | None = None,
+) -> Any:
+    """The API's JSON answer through the CLI's client (``auth``: a bearer key, or a user name and password),
+    or the error printed and the command ended (exit 1)."""
+    if isinstance(auth, str):
+        authorization = f"Bearer {auth}"
+    else:
+        authorization = "Basic " + base64.b64encode(":".join(auth).encode()).decode()
+    return answer(cli_client(url, authorization), lambda sdk: sdk.request(method, path, json=body, params=params))
 
 
 def _admin(admin_key: str | None) -> str:
@@ -154,7 +149,7 @@ def user_sessions(
     as_json: AsJson = False,
 ) -> None:
     """List the live console sessions."""
-    sessions = _call(url, "GET", "/v1/sessions" + (f"?user={user}" if user else ""), _admin(admin_key))["items"]
+    sessions = _call(url, "GET", "/v1/sessions", _admin(admin_key), params={"user": user})["items"]
     table = Table("kind", "subject", "created", "expires")
     table.add_column("id", no_wrap=True)
     for session in sessions:

@@ -16,12 +16,11 @@ import json
 import sys
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich import box
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, ApiKey, AsJson, Url, _either_key, out
+from tjobs.cli.api_commands import DEFAULT_URL, AdminKey, ApiKey, AsJson, Url, _either_key, answer, cli_client, out
 
 alerts_app = typer.Typer(help="Alert rules, channels and what fires.", no_args_is_help=True)
 
@@ -48,18 +47,8 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, Any]:
 
 
 def _call(url: str, key: str, method: str, path: str, body: Any = None, params: dict[str, str] | None = None) -> Any:
-    headers = {"authorization": f"Bearer {key}"}
-    try:
-        response = httpx.request(method, url.rstrip("/") + path, json=body, headers=headers, params=params, timeout=30)
-    except httpx.TransportError as error:
-        out().print(f"[red]no answer from {url}: {error}[/red]")
-        raise typer.Exit(2) from None
-    if response.status_code >= 400:
-        answer = response.json().get("error", {}) if "json" in response.headers.get("content-type", "") else {}
-        field = f" ({answer['field']})" if answer.get("field") else ""
-        out().print(f"[red]{response.status_code} {answer.get('message', response.text)}{field}[/red]")
-        raise typer.Exit(1)
-    return None if response.status_code == 204 else response.json()
+    """The API's JSON answer through the CLI's client, or the error printed and the command ended (exit 1)."""
+    return answer(cli_client(url, f"Bearer {key}"), lambda sdk: sdk.request(method, path, json=body, params=params))
 
 
 def _print(value: Any, as_json: bool, table: Table | None) -> None:

@@ -65,10 +65,16 @@ def parse_duration_ms(text: str) -> int:
     return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
 
 
+def cli_client(url: str, authorization: str) -> Client:
+    """The SDK client every command speaks through, sending ``authorization`` (``Bearer <key>`` or
+    ``Basic ...``) and ``X-Tjobs-Client: cli``: the audit log records the CLI's changes as via ``cli``."""
+    return Client(url, headers={"authorization": authorization, "x-tjobs-client": "cli"})
+
+
 def _client(url: str, key: str | None, what: str) -> Client:
     if not key:
         raise typer.BadParameter(f"give {what} (or set its environment variable)")
-    return Client(url, key, headers={"x-tjobs-client": "cli"})  # the audit log records these as via "cli"
+    return cli_client(url, f"Bearer {key}")
 
 
 def _given(**fields: Any) -> dict[str, Any]:
@@ -87,7 +93,13 @@ def _either_key(api_key: str | None, admin_key: str | None) -> str:
 def _ask(url: str, key: str | None, what: str, operation: Callable[[Client], T]) -> T:
     """What ``operation`` gets from the API at ``url`` with ``key`` (``what`` names its flag); an error
     it answers (or no answer) ends the command with the error printed."""
-    with _client(url, key, what) as sdk:
+    return answer(_client(url, key, what), operation)
+
+
+def answer(client: Client, operation: Callable[[Client], T]) -> T:
+    """What ``operation`` gets from the API through ``client`` (closed after); an error it answers (or no
+    answer) ends the command with the error printed (exit 1)."""
+    with client as sdk:
         try:
             return operation(sdk)
         except TjobsClientError as error:

@@ -59,6 +59,10 @@ def _none(raw: Any) -> None:
     return None
 
 
+def _raw(raw: Any) -> Any:
+    return raw
+
+
 def _target(raw: Any) -> Target:
     return Target.model_validate(raw)
 
@@ -480,3 +484,14 @@ class Api(Flavour):
     @operation
     def health(self) -> Call[dict[str, Any]]:
         return Call("GET", "/healthz", dict, idempotent=True)
+
+    @operation
+    def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None) -> Call[Any]:
+        """Any API route the SDK has no method for (``/v1/users``, ``/v1/alerts/...``): its JSON answer
+        (``None`` for none). ``GET``, ``PUT`` and ``DELETE`` are resent as reads are; a ``DELETE`` whose
+        resend finds nothing (404) did its work the first time."""
+        verb = method.upper()
+        again = verb in ("GET", "HEAD", "PUT", "DELETE")
+        return Call(
+            verb, path, _raw, params=_given(params or {}), json=json, idempotent=again, missing_ok=verb == "DELETE"
+        )
