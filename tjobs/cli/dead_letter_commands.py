@@ -5,7 +5,10 @@ the jobs (``tjobs dlq job ID``, ``--cancel``)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
+from collections.abc import Callable
 from datetime import UTC
 from typing import Annotated, Any
 
@@ -29,20 +32,41 @@ Window = Annotated[str | None, typer.Option("--window", help="scheduled in the l
 From = Annotated[str | None, typer.Option("--from", help="scheduled at or after (ISO-8601 or ms)")]
 To = Annotated[str | None, typer.Option("--to", help="scheduled before (ISO-8601 or ms)")]
 
+# (parameter, the SDK's filter, its option): the filters of ``dlq list`` and ``dlq redrive --all-matching``
+FILTER_OPTIONS: list[tuple[str, str, Any]] = [
+    ("task_name", "task_name_prefix", TaskName),
+    ("task", "task_id", TaskId),
+    ("target", "target", Target),
+    ("last_answer", "last_answer", LastAnswer),
+    ("window", "window", Window),
+    ("from_", "from_", From),
+    ("to", "to", To),
+]
 
-def _filters(**given: str | None) -> dict[str, Any]:
-    return {name: value for name, value in given.items() if value is not None}
+
+def with_filters(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with the :data:`FILTER_OPTIONS` among its options (before ``--url``): it is called with
+    ``filters``, the SDK's filters that were given, in their place."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "filters"]
+    at = next(i for i, p in enumerate(own) if p.name == "url")
+    options = [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=a) for n, _, a in FILTER_OPTIONS
+    ]
+    keyword = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+
+    @functools.wraps(command)
+    def with_given(**given: Any) -> None:
+        filters = {sdk_name: given.pop(name) for name, sdk_name, _ in FILTER_OPTIONS}
+        command(filters={name: value for name, value in filters.items() if value is not None}, **given)
+
+    with_given.__signature__ = inspect.Signature([*keyword[:at], *options, *keyword[at:]])  # type: ignore[attr-defined]
+    return with_given
 
 
 @dlq_app.command("list")
+@with_filters
 def dlq_list(
-    task_name: TaskName = None,
-    task: TaskId = None,
-    target: Target = None,
-    last_answer: LastAnswer = None,
-    window: Window = None,
-    from_: From = None,
-    to: To = None,
+    filters: dict[str, Any],
     limit: Annotated[int, typer.Option("--limit")] = 50,
     all_: Annotated[bool, typer.Option("--all", help="every page")] = False,
     url: Url = DEFAULT_URL,
@@ -50,8 +74,6 @@ def dlq_list(
     as_json: AsJson = False,
 ) -> None:
     """The app's dead letters, newest first across every shard."""
-    filters = _filters(task_name_prefix=task_name, task_id=task, target=target, last_answer=last_answer)
-    filters |= _filters(window=window, from_=from_, to=to)
 
     def listed(sdk: Client) -> Any:
         return list(sdk.iter_dead_letters(**filters)) if all_ else sdk.dead_letters(limit=limit, **filters).items
@@ -61,19 +83,14 @@ def dlq_list(
 
 
 @dlq_app.command("redrive")
+@with_filters
 def dlq_redrive(
+    filters: dict[str, Any],
     flow_ids: Annotated[list[str] | None, typer.Argument(help="flow ids")] = None,
     all_: Annotated[bool, typer.Option("--all", help="every dead letter, from this client, 1,000 per call")] = False,
     all_matching: Annotated[
         bool, typer.Option("--all-matching", help="every dead letter matching the filters, as one server-side job")
     ] = False,
-    task_name: TaskName = None,
-    task: TaskId = None,
-    target: Target = None,
-    last_answer: LastAnswer = None,
-    window: Window = None,
-    from_: From = None,
-    to: To = None,
     yes: Annotated[bool, typer.Option("--yes", help="start the job without asking to confirm the count")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="follow the job until it ends")] = False,
     url: Url = DEFAULT_URL,
@@ -81,8 +98,6 @@ def dlq_redrive(
     as_json: AsJson = False,
 ) -> None:
     """Send dead flows again (attempts kept): the ids given, --all, or --all-matching the filters."""
-    filters = _filters(task_name_prefix=task_name, task_id=task, target=target, last_answer=last_answer)
-    filters |= _filters(window=window, from_=from_, to=to)
     if all_matching:
         if flow_ids or all_:
             raise typer.BadParameter("--all-matching takes filters, not flow ids or --all")
