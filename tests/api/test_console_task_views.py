@@ -9,11 +9,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
-from tests.api.test_console_accounts import page, sign_in
+from tests.api.test_console_accounts import PASSWORD, page, sign_in
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 
@@ -120,3 +121,37 @@ async def test_a_flows_page_shows_the_request_masked_and_each_answer_capped(
     assert edited.status_code == 200
     again = text_of((await page(api_node, session, f"/console/flows/{flow['id']}")).text)
     assert f"version {task['version']} sent it; shown as the current version ({edited.json()['version']})" in again
+
+
+async def test_a_tasks_page_masks_its_secret_headers_and_payload_keys_and_a_viewer_cannot_open_its_edit_form(
+    api_node: RunningNode, tenant: Tenant, admin: httpx.AsyncClient
+) -> None:
+    # Given a task with a secret header and a secret payload key
+    callback = {"url": "http://127.0.0.1:9/views-task", "headers": {"Authorization": "Bearer t0k3n", "x-order": "o-7"}}
+    body = task_body(callback=callback, payload={"order": 7, "credentials": {"password": "pa55"}})
+    task = (await tenant.client.post("/v1/tasks", json=body)).json()
+    session = await signed_in(api_node, tenant)
+
+    # When its page is opened
+    shown = await page(api_node, session, f"/console/tasks/{task['id']}")
+
+    # Then its callback and payload show as the flow page shows what was sent: secret values masked
+    words = text_of(shown.text)
+    assert shown.status_code == 200
+    assert '"Authorization": "[masked]"' in words and '"x-order": "o-7"' in words
+    assert '"credentials": "[masked]"' in words and '"order": 7' in words
+    for secret in ("t0k3n", "pa55"):
+        assert secret not in shown.text
+
+    # And a viewer, who may change nothing, cannot read them in the edit form; an operator edits the real ones
+    for role in ("viewer", "operator"):
+        name = f"views-{role}-{tenant.app.id[-6:]}"
+        made = await admin.post("/v1/users", json={"name": name, "password": PASSWORD, "roles": {tenant.app.id: role}})
+        assert made.status_code == 201, made.text
+        _, user_session = await sign_in(api_node, user=name, password=PASSWORD)
+        assert user_session is not None
+        form = await page(api_node, user_session, f"/console/tasks/{task['id']}/edit")
+        assert form.status_code == (403 if role == "viewer" else 200), form.text[:300]
+        assert ("t0k3n" in form.text) == (role == "operator")
+        masked = await page(api_node, user_session, f"/console/tasks/{task['id']}")
+        assert masked.status_code == 200 and "t0k3n" not in masked.text

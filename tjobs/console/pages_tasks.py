@@ -7,6 +7,10 @@ Pause, resume, trigger now and delete each go through a confirmation page (``GET
 form posts the action; trigger's may carry a payload for that flow only, sent instead of the task's.
 The edit form sends only the fields that changed, with the version the form was opened at, so an edit
 that crossed another one answers 409 instead of overwriting it.
+
+A task's page shows its callback and payload with the value of every secret-looking header or JSON key
+masked (:func:`tjobs.delivery.answers.masked_json`, as the flow page shows what was sent); the edit form
+holds them as stored, and is an operator's only: who may edit a callback may send its headers anywhere.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tjobs.api.deps import task_id_of
 from tjobs.api.render import flow_json, task_health_json, task_json
 from tjobs.console.context import ConsoleRoute, Principal, console_of
 from tjobs.console.instants import next_instants
+from tjobs.delivery.answers import masked_json
 from tjobs.errors import InvalidInput, NotFound, VersionConflict
 from tjobs.model import MAX_ID, DeliveryMode, MisfirePolicy, Task, TaskStatus
 from tjobs.service.cursors import MAX_CURSOR_CHARS
@@ -56,6 +61,7 @@ DONE_NOTICES = {action["done"]: f"Task {action['done']}." for action in ACTIONS.
     "unchanged": "Nothing changed.",
 }
 EDITABLE_JSON = ("schedule", "callback", "payload")
+MASKED_JSON = ("callback", "payload")  # on the task's page, secret-looking values masked (as the flow page does)
 
 
 @router.get("/console/tasks")
@@ -154,11 +160,12 @@ async def task_page(
     console = console_of(request)
     principal = await console.principal(request)
     context = await _task_context(request, principal, task_id)
+    shown = context["shown"]
     return console.render(
         request,
         "task.html",
         principal,
-        **context,
+        **{**context, "shown": {**shown, **{name: masked_json(shown[name]) for name in MASKED_JSON}}},
         instants=next_instants(context["task"]),
         preview_query=urlencode({"schedule": json.dumps(as_request(context["shown"]["schedule"]))}),
         history=await _flows(request, principal, task_id, before, after),
@@ -238,7 +245,10 @@ def _edit_page(request: Request, principal: Principal, context: dict[str, Any], 
 
 @router.get("/console/tasks/{task_id}/edit")
 async def edit_page(request: Request, task_id: str) -> Response:
+    """The edit form, with the callback's and payload's values as stored (the edit keeps what is not
+    changed): for an operator, who may change them (and so send them anywhere); 403 for a viewer."""
     principal = await console_of(request).principal(request)
+    principal.require_role("operator")
     context = await _task_context(request, principal, task_id)
     values = _edit_values(context["shown"])
     return _edit_page(request, principal, context, values=values, version=context["task"].revision, error=None)
