@@ -153,14 +153,14 @@ class MetricsSettings(SettingsSection):
 
 class RateLimitSettings(SettingsSection):
     """An app's rates are the cluster's: each of N live nodes takes 1/N of them (tjobs.cluster.limit_shares);
-    the unauthenticated budget is per node."""
+    the unauthenticated budget is per node and per source address."""
 
     enabled: bool = True
     app_requests_per_s: float = Field(default=1000.0, ge=0)  # per app; an app's api_rate_limit_per_s wins
     app_expensive_reads_per_s: float = Field(default=10.0, ge=0)  # per app: stats, task list, dead letters
     app_creates_per_s: float = Field(default=2000.0, ge=0)  # tasks registered per app (a batch counts each)
     burst_s: float = Field(default=2.0, gt=0)  # each bucket holds this many seconds of its rate
-    unauthenticated_per_s: float = Field(default=50.0, ge=0)  # failed or missing keys, all callers together
+    unauthenticated_per_s: float = Field(default=50.0, ge=0)  # failed or missing keys, per source address
     unknown_key_ttl_s: float = Field(default=60.0, ge=0)  # a refused key is refused without a lookup this long
     unknown_keys_max: int = Field(default=100_000, ge=0)  # refused key hashes remembered (oldest go first)
 

@@ -267,6 +267,45 @@ async def test_requests_without_a_key_spend_the_shared_budget() -> None:
             assert (await legit.get("/v1/app")).status_code == 200
 
 
+def from_address(running: RunningNode, address: str, key: str | None = None) -> httpx.AsyncClient:
+    """A client whose connections come from ``address`` (one of the loopback's 127.0.0.0/8): the source
+    address the node sees, no forwarded header involved."""
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    transport = httpx.AsyncHTTPTransport(local_address=address)
+    return httpx.AsyncClient(base_url=running.base_url, headers=headers, transport=transport)
+
+
+async def test_wrong_keys_from_one_address_do_not_lock_out_the_apps_of_another() -> None:
+    async with node_with(unauthenticated_per_s=3) as running:
+        _, seen_key = await running.create_app("seen-from-a")
+        _, new_key = await running.create_app("new-from-b")
+        _, new_on_a = await running.create_app("new-from-a")
+        async with from_address(running, "127.0.0.2", seen_key) as legit_on_a:
+            assert (await legit_on_a.get("/v1/app")).status_code == 200  # this node has now seen its key
+        # Given a flood of wrong keys from address A, past its budget
+        async with from_address(running, "127.0.0.2") as attacker:
+            wrong = [
+                await attacker.get("/v1/app", headers={"authorization": f"Bearer tjk_{secrets.token_urlsafe(32)}"})
+                for _ in range(10)
+            ]
+            assert [w.status_code for w in wrong[:3]] == [401] * 3
+            for refused in wrong[3:]:
+                assert_rate_limited(refused)
+            assert_rate_limited(await attacker.get("/v1/app"))  # no key at all: the same address's budget
+        # Then a key this node has never seen, from address B, is looked up and answered
+        async with from_address(running, "127.0.0.3", new_key) as legit_on_b:
+            assert (await legit_on_b.get("/v1/app")).status_code == 200
+            assert (await legit_on_b.get("/v1/tasks")).status_code == 200
+        # and from A itself a key the node has accepted before is answered, while a key new to the node
+        # waits for A's budget to refill (it costs a lookup, which A has spent)
+        async with from_address(running, "127.0.0.2", seen_key) as legit_on_a:
+            assert (await legit_on_a.get("/v1/app")).status_code == 200
+        async with from_address(running, "127.0.0.2", new_on_a) as newcomer_on_a:
+            assert_rate_limited(await newcomer_on_a.get("/v1/app"))
+            LIMITER_TIME.advance(0.4)
+            assert (await newcomer_on_a.get("/v1/app")).status_code == 200
+
+
 async def test_rate_limits_can_be_switched_off() -> None:
     async with node_with(enabled=False, app_requests_per_s=1, unauthenticated_per_s=1) as running:
         _, key = await running.create_app("free")

@@ -163,8 +163,9 @@ def test_a_refusal_names_the_apps_rate_and_this_nodes_share() -> None:
 
 
 def test_the_unauthenticated_budget_stays_per_node() -> None:
-    node = limits(Members(3), StillTime(), unauthenticated_per_s=6)
+    node = limits(Members(3), StillTime(), unauthenticated_per_s=6)  # not a third of it: it is not shared
     for _ in range(6):
-        node.admit_unauthenticated()
+        node.admit_unauthenticated("192.0.2.1")
     with pytest.raises(RateLimited):
-        node.admit_unauthenticated()
+        node.admit_unauthenticated("192.0.2.1")
+    node.admit_unauthenticated("192.0.2.2")  # and it is each source address's own

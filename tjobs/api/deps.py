@@ -6,8 +6,8 @@ the answer for its TTL). The admin key (``settings.api.admin_key``) manages apps
 :func:`hmac.compare_digest`. Operations reads (``/v1/cluster``, and ``/metrics`` when it has a scrape
 token) take the admin key or ``settings.metrics.scrape_token`` (:func:`require_operator`).
 
-Admission (:mod:`tjobs.api.ratelimit`) happens here too: a request without a valid key spends the
-node's unauthenticated budget (a key never seen spends it before its lookup), and an authenticated
+Admission (:mod:`tjobs.api.ratelimit`) happens here too: a request without a valid key spends its
+source address's unauthenticated budget (a key never seen spends it before its lookup), and an authenticated
 app spends its own request bucket; either answers 429 with ``Retry-After`` when empty. Creates spend
 the app's create bucket through :func:`admit_creates`.
 
@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from tjobs import wire
 from tjobs.api.accounts_auth import is_token, token_admin, token_app
 from tjobs.api.bodies import parse_json, require_json_content_type
-from tjobs.api.principal import ADMIN_NAME, remember
+from tjobs.api.principal import ADMIN_NAME, client_address, remember
 from tjobs.api.ratelimit import ADMITTED, ApiRateLimits
 from tjobs.api.schemas import Error
 from tjobs.errors import AppDisabled, InvalidInput, NotFound, RateLimited, StorageUnavailable, TjobsError, Unauthorized
@@ -91,29 +91,29 @@ def rate_limits_of(request: Request) -> ApiRateLimits:
 
 
 async def _authenticate(request: Request, key: str | None) -> App:
-    limits = rate_limits_of(request)
+    limits, address = rate_limits_of(request), client_address(request)
     if not key or not key.strip():
-        limits.admit_unauthenticated()
+        limits.admit_unauthenticated(address)
         raise Unauthorized("missing 'Authorization: Bearer <api key>'")
     key = key.strip()
     if is_token(key):
         return await token_app(request, key)
     key_hash = hash_api_key(key)
     if limits.is_refused_key(key_hash):
-        limits.admit_unauthenticated()
+        limits.admit_unauthenticated(address)
         raise Unauthorized("unknown API key")
     directory = node_of(request).apps
     unseen = not directory.knows_key_hash(key_hash)
-    if unseen:  # a database lookup: paid from the unauthenticated budget until the key proves valid
-        limits.admit_unauthenticated()
+    if unseen:  # a database lookup: paid from the source's unauthenticated budget until the key proves valid
+        limits.admit_unauthenticated(address)
     app = await directory.authenticate(key)
     if app is None:
         limits.remember_refused_key(key_hash)
         if not unseen:
-            limits.admit_unauthenticated()
+            limits.admit_unauthenticated(address)
         raise Unauthorized("unknown API key")
     if unseen:
-        limits.lookup_succeeded()
+        limits.lookup_succeeded(address)
     if app.disabled_at_ms is not None:
         raise AppDisabled(app.id)
     if request.scope.get(ADMITTED) != app.id:  # else AdmissionMiddleware took its token already
@@ -157,7 +157,7 @@ async def require_admin(request: Request, credentials: Credentials) -> None:
     if is_token(given):
         return await token_admin(request, given)
     if not _matches(given, expected):
-        rate_limits_of(request).admit_unauthenticated()
+        rate_limits_of(request).admit_unauthenticated(client_address(request))
         raise Unauthorized("admin key required")
     remember(request, "admin_key", ADMIN_NAME, None)
 
@@ -170,7 +170,7 @@ async def require_operator(request: Request, credentials: Credentials) -> None:
     if is_token(given):
         return await token_admin(request, given)
     if not (_matches(given, settings.metrics.scrape_token) or _matches(given, settings.api.admin_key)):
-        rate_limits_of(request).admit_unauthenticated()
+        rate_limits_of(request).admit_unauthenticated(client_address(request))
         raise Unauthorized("the admin key or the metrics scrape token is required")
 
 

@@ -1,10 +1,10 @@
 """The API's admission limits: per-app request, expensive-read and create rates, held across the
-cluster, and each node's budget of unauthenticated requests shared by every caller without a valid key.
+cluster, and each node's budget of unauthenticated requests per source address.
 
 An app's rates are the cluster's: each node's buckets refill at the rate divided by the live node
 count (:mod:`tjobs.cluster.limit_shares`; re-read from the coordinator per request, no round trip),
 so N nodes behind one balancer admit the app's rate in all, not N times it. The unauthenticated
-budget protects each node's key lookups and stays per node.
+budget protects each node's key lookups and stays per node (and per source address).
 
 Each limit is a :class:`tjobs.delivery.token_bucket.TokenBucket` (it holds ``rate_limits.burst_s`` seconds of its
 rate). A refused request raises :class:`tjobs.errors.RateLimited`, which the API answers with 429,
@@ -18,12 +18,18 @@ rate). A refused request raises :class:`tjobs.errors.RateLimited`, which the API
   (``rate_limits.app_expensive_reads_per_s``); creates take one token per task registered from its
   create bucket (``create_rate_limit_per_s``, else ``rate_limits.app_creates_per_s``). One app's
   buckets are its own: another app never waits on them.
-- **Without a valid key**: a missing, malformed or refused key takes one token of the node's
-  unauthenticated bucket (``rate_limits.unauthenticated_per_s``); when it is empty such requests get
-  429 instead of 401. A key this node has never seen takes its token *before* its database lookup and
-  gets it back when the key turns out valid, so random keys cost at most that many lookups per
-  second. A refused key's hash is remembered for ``unknown_key_ttl_s`` (at most ``unknown_keys_max``
-  of them, the oldest dropped first) and refused again without a lookup.
+- **Without a valid key**: a missing, malformed or refused key takes one token of its source's
+  unauthenticated bucket (``rate_limits.unauthenticated_per_s`` per source address, an IPv6 one by its
+  /64: :func:`tjobs.api.credential_limits.source_of`; the :data:`UNAUTHENTICATED_SOURCES_MAX` sources
+  seen last); when it is empty that source's such requests get 429 instead of 401. A key this node has
+  never seen takes its token *before* its database lookup and gets it back when the key turns out
+  valid, so random keys from one source cost at most that many lookups per second. A flood of wrong
+  keys from one address spends that address's budget only: another address's requests, a key new to
+  the node included, are looked up as before (a single node-wide bucket let one address lock every
+  app's new connections out). From the flooding address itself, keys this node has accepted before are
+  answered whatever its budget holds; a key new to the node waits (429) for a refill. A refused key's
+  hash is remembered for ``unknown_key_ttl_s`` (at most ``unknown_keys_max`` of them, the oldest
+  dropped first) and refused again without a lookup.
 
 An app's request token is taken by :class:`AdmissionMiddleware`, in front of every other layer, when
 this node has accepted its key before, so a refused request costs no routing, dependency solving or
@@ -54,6 +60,7 @@ from urllib.parse import parse_qsl
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from tjobs.api.credential_limits import BucketsByKey, source_of
 from tjobs.cluster.limit_shares import SOLE_NODE, Membership, rate_share
 from tjobs.errors import RateLimited
 from tjobs.model import App
@@ -66,6 +73,8 @@ from tjobs.settings import RateLimitSettings
 
 # the longest a repeated refusal's 429 is held back (until the app's bucket would admit it; see the module doc)
 REFUSAL_HOLD_MAX_S = 1.0
+# source addresses whose unauthenticated budget is kept (the least recently seen forgotten first)
+UNAUTHENTICATED_SOURCES_MAX = 10_000
 # (connection, app) pairs remembered as refused last (the oldest forgotten first: a closed one is never seen again)
 REFUSED_CONNECTIONS_MAX = 10_000
 
@@ -145,7 +154,9 @@ class ApiRateLimits:
         self.monotonic = monotonic  # the time source, in seconds (tests hold it still)
         self._on_refused = on_refused
         self._apps: dict[str, _AppBuckets] = {}
-        self._unauthenticated = TokenBucket(settings.unauthenticated_per_s, settings.burst_s)
+        self._unauthenticated = BucketsByKey(
+            settings.unauthenticated_per_s, settings.burst_s, UNAUTHENTICATED_SOURCES_MAX
+        )
         self._refused_keys: OrderedDict[str, float] = OrderedDict()  # key hash -> refused until (monotonic s)
 
     @property
@@ -245,20 +256,21 @@ class ApiRateLimits:
         while len(self._refused_keys) > settings.unknown_keys_max:
             self._refused_keys.popitem(last=False)
 
-    def admit_unauthenticated(self) -> None:
-        """Take a token of the shared unauthenticated budget (a failed auth, or before an unseen key's
-        lookup), or raise :class:`RateLimited`."""
+    def admit_unauthenticated(self, address: str) -> None:
+        """Take a token of the unauthenticated budget of the source ``address`` (a failed auth, or before
+        an unseen key's lookup), or raise :class:`RateLimited`."""
         if not self._settings.enabled:
             return
-        wait_s = self._unauthenticated.take(self.monotonic())
+        wait_s = self._unauthenticated.get(source_of(address)).take(self.monotonic())
         if wait_s > 0.0:
             self._refused("", "unauthenticated")
-            raise RateLimited("too many requests without a valid API key on this node", retry_after_s(wait_s))
+            raise RateLimited("too many requests without a valid API key from this address", retry_after_s(wait_s))
 
-    def lookup_succeeded(self) -> None:
-        """An unseen key looked up under :meth:`admit_unauthenticated` was valid: its token goes back."""
+    def lookup_succeeded(self, address: str) -> None:
+        """An unseen key from ``address`` looked up under :meth:`admit_unauthenticated` was valid: its
+        token goes back."""
         if self._settings.enabled:
-            self._unauthenticated.give_back()
+            self._unauthenticated.get(source_of(address)).give_back()
 
 
 ADMITTED = "tjobs.admitted_app"  # scope key: the app whose request token AdmissionMiddleware took
