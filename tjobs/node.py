@@ -40,6 +40,8 @@ from tjobs.observability.slo_recorder import SloRecorder
 from tjobs.service.accounts import AccountService
 from tjobs.service.apps import AppDirectory, AppService
 from tjobs.service.audit import AuditService
+from tjobs.service.backfill import BACKFILL, BackfillService
+from tjobs.service.backfill_walk import BackfillWalks
 from tjobs.service.calendars import CalendarService
 from tjobs.service.cluster_slo import ClusterServiceLevels
 from tjobs.service.disabled_apps import DisabledApps
@@ -232,13 +234,22 @@ class Node:
         self.shards = ShardService(self.coordinator, self.store)
         self.cluster_slo = ClusterServiceLevels(self.store, self.clock)
         self.audit = AuditService(audit_log_of(self.store), self.clock, settings.audit)  # who changed what
-        # Operator jobs (a redrive of every matching dead letter): run in batches by whichever node claims one
+        # Operator jobs (a redrive of every matching dead letter): run in batches by whichever node claims one,
+        # and a backfill of a task's past range (tjobs.service.backfill)
         operator_jobs = operator_jobs_of(self.store)
+        backfill_walks = BackfillWalks(self.tasks, self.apps.get, self.clock)
         self.job_runner = OperatorJobRunner(
-            operator_jobs, self.tasks.search, self.tasks.redrive, self.apps.get, self.clock, self.node_id
+            operator_jobs,
+            self.tasks.search,
+            self.tasks.redrive,
+            self.apps.get,
+            self.clock,
+            self.node_id,
+            kinds={BACKFILL: backfill_walks.open},
         )
         self.job_runner.on_finished = self._job_ended  # an ended job goes on record in the audit log
         self.operator_jobs = OperatorJobService(operator_jobs, self.tasks.search, self.clock, self.job_runner.wake)
+        self.backfills = BackfillService(operator_jobs, self.tasks, self.clock, self.job_runner.wake)
         # Alert rules and channels, evaluated once per cluster: on the dispatcher leader (tjobs.alerts)
         self.alerts = NodeAlerts(
             settings, self.store, self.coordinator, self.apps, self.guard, self.transport, self.clock

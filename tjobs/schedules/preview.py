@@ -9,7 +9,7 @@ policies, an interval's anchor and the bounds apply exactly as they will when th
 schedule's zone at that instant (UTC for every kind but cron). A schedule with ``jitter_ms`` lists its
 nominal instants, each with the instant it fires at (:mod:`tjobs.schedules.jitter`) for the task whose id
 is the ``seed``. A schedule naming a calendar skips the instants the calendar's rules (as given)
-exclude.
+exclude. :func:`instants_in` lists a past range's instants the same way, for a backfill.
 """
 
 from __future__ import annotations
@@ -89,3 +89,23 @@ def preview(
         instant = schedule.next_fire(instant)
     ended = instant is None or remaining == 0
     return Preview(schedule_zone(spec), found, ended)
+
+
+def instants_in(
+    spec: ScheduleSpec,
+    from_ms: int,
+    to_ms: int,
+    limit: int,
+    *,
+    after_ms: int | None = None,
+    calendar: CalendarRules | None = None,
+) -> list[int]:
+    """The nominal instants of ``spec`` in ``[from_ms, to_ms)`` (strictly after ``after_ms``, where a
+    walk of them goes on), oldest first, at most ``limit``: the schedule the preview reads, with its
+    bounds and without those ``calendar`` excludes. Jitter moves when an instant fires, not which
+    instants there are (a flow is keyed by its nominal instant); ``max_fires`` is the caller's to
+    count (:mod:`tjobs.service.backfill`)."""
+    start = from_ms - 1 if after_ms is None else max(after_ms, from_ms - 1)
+    if limit < 1 or start >= to_ms - 1:
+        return []
+    return schedule_of(spec, calendar=calendar).occurrences_between(start, to_ms - 1, limit)

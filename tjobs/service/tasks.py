@@ -580,6 +580,24 @@ class TaskService:
             self._flow_sink(task, stored)
         return stored
 
+    async def backfill_flow(self, app: App, task: Task, scheduled_at_ms: int) -> Flow | None:
+        """A manual flow of ``task`` for its past instant ``scheduled_at_ms`` (a backfill's:
+        :mod:`tjobs.service.backfill`), handed to delivery with a budget counted from now (as a
+        redrive's: its first attempt comes long after its instant); ``None`` when that instant has a
+        flow already (the flow's key is the task and the instant: never a second one)."""
+        now_ms = self._clock.now_ms()
+        flow = Flow(task.id, scheduled_at_ms, app.id, FlowKind.MANUAL, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
+        try:
+            stored = await self._store.insert_manual_flow(task.id, flow)
+        except Conflict:
+            return None
+        if self._flow_sink is not None:
+            policies: list[RetryPolicy] = []
+            if task.callback.targets and self._targets is not None:
+                policies = await self._targets.retry_policies(app, task.callback.targets)
+            self._flow_sink(self._fresh_budget(task, stored, now_ms, policies), stored)
+        return stored
+
     async def delete(self, app: App, task_id: int) -> None:
         """Delete the task and cancel its pending flows in one transaction, so no node sends them
         again (a retry already waiting on a node reads the flow's status first); every flow stays

@@ -1,5 +1,5 @@
 """Operator jobs: long work an operator starts once and the cluster carries out in bounded batches (a
-redrive of every matching dead letter; later, a backfill of a past range), beside the apps in the first
+redrive of every matching dead letter, a backfill of a task's past range), beside the apps in the first
 logical database.
 
 A job is one row: what it does (``kind``, ``params``), what the operator confirmed (``total``), how far
