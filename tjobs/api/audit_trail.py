@@ -71,6 +71,7 @@ ACTIONS: list[tuple[str, re.Pattern[str], str, str]] = [
         ("POST", r"^/console/dead-letters/redrive$", "flow.redrive_dead_letters", ""),
         ("POST", r"^/v1/dead-letters/redrive-jobs$", "operator_job.redrive", "operator_job"),
         ("POST", r"^/console/dead-letters/redrive-jobs/([^/]+)$", "operator_job.redrive", "operator_job"),
+        ("POST", r"^/v1/tasks/[^/]+/backfill$", "operator_job.backfill", "operator_job"),
         ("POST", r"^/(?:v1|console)/operator-jobs/([^/]+)/cancel$", "operator_job.cancel", "operator_job"),
         ("POST", r"^/v1/apps$", "app.create", "app"),
         ("POST", r"^/console/apps$", "app.create", "app"),

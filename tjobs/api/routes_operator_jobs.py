@@ -1,6 +1,8 @@
 """Operator jobs over the API: start a redrive of every matching dead letter as one server-side job
-(``POST /v1/dead-letters/redrive-jobs``), follow it (``GET /v1/operator-jobs/{job_id}``), list them, and
-cancel one (:mod:`tjobs.service.operator_jobs`; run by :mod:`tjobs.service.operator_job_runner`)."""
+(``POST /v1/dead-letters/redrive-jobs``) or a backfill of a task's past range
+(``POST /v1/tasks/{task_id}/backfill``: :mod:`tjobs.service.backfill`), follow one
+(``GET /v1/operator-jobs/{job_id}``), list them, and cancel one (:mod:`tjobs.service.operator_jobs`; run
+by :mod:`tjobs.service.operator_job_runner`)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from tjobs.api import schemas
-from tjobs.api.deps import AppDep, NodeDep, body_doc, errors, json_body, json_object, json_response, ok, path_parameter
+from tjobs.api.deps import (
+    AppDep,
+    NodeDep,
+    TaskIdPath,
+    body_doc,
+    errors,
+    json_body,
+    json_object,
+    json_response,
+    ok,
+    path_parameter,
+    task_id_of,
+)
 from tjobs.api.principal import principal_of
+from tjobs.service.backfill import parse_backfill_request
 from tjobs.service.operator_jobs import JOB_ID_PATTERN, LIST_LIMIT, job_json, parse_redrive_request
 
 router = APIRouter(prefix="/v1", tags=["operator jobs"])
@@ -34,6 +49,23 @@ async def start_redrive_job(request: Request, app: AppDep, node: NodeDep) -> Any
         dead_before_ms=started.dead_before_ms,
         created_by=principal_of(request).name,
     )
+    return json_response(job_json(job), status_code=202)
+
+
+@router.post(
+    "/tasks/{task_id}/backfill",
+    status_code=202,
+    tags=["tasks"],
+    summary="Run the task's schedule over a past range [from, to) as manual flows, paced, as one server-side job",
+    responses={
+        **ok(202, schemas.OperatorJob, "Accepted: queued, run at its pace by one node"),
+        **errors(401, 404, 422),
+    },
+    openapi_extra=body_doc(schemas.BackfillStart),
+)
+async def start_backfill(task_id: TaskIdPath, request: Request, app: AppDep, node: NodeDep) -> Any:
+    started = parse_backfill_request(json_object(await json_body(request)), node.clock.now_ms())
+    job = await node.backfills.start(app, task_id_of(task_id), started, created_by=principal_of(request).name)
     return json_response(job_json(job), status_code=202)
 
 

@@ -262,6 +262,18 @@ class RedriveJobStart(_Strict):
     confirm_count: int = Field(ge=1, le=100_000, description="the count GET /v1/dead-letters:count answered")
 
 
+class BackfillStart(_Strict):
+    from_: (
+        Annotated[str, Field(max_length=40, json_schema_extra=INSTANT_FILTER)]
+        | Annotated[int, Field(ge=0, le=MAX_INSTANT_MS)]
+    ) = Field(alias="from", description="the range's start, included (ISO-8601 with an offset, or epoch ms)")
+    to: (
+        Annotated[str, Field(max_length=40, json_schema_extra=INSTANT_FILTER)]
+        | Annotated[int, Field(ge=0, le=MAX_INSTANT_MS)]
+    ) = Field(description="the range's end, excluded; not in the future")
+    pace_per_s: int = Field(default=10, ge=1, le=1000, description="flows started per second at most")
+
+
 OperatorJobState = Literal["queued", "running", "done", "cancelled", "failed"]
 
 
@@ -282,6 +294,9 @@ class OperatorJob(BaseModel):
     node: str | None = Field(description="the node that runs it, or ran it last")
     last_error: str | None
     errors: list[str] = Field(description="the newest failures, 'flow id: why'")
+    position: Any = Field(
+        default=None, description="where the walk goes on from: a backfill's last instant done (ms), a redrive's flow"
+    )
 
 
 class OperatorJobList(BaseModel):

@@ -161,7 +161,7 @@ def dlq_job(
     api_key: ApiKey = None,
     as_json: AsJson = False,
 ) -> None:
-    """One redrive job's progress (processed of total, failures), or --cancel it."""
+    """One operator job's progress (a redrive's, or a backfill's: processed of total, failures), or --cancel it."""
     job = _ask(
         url,
         api_key,

@@ -47,9 +47,11 @@ def _slo(app: typer.Typer) -> None:
 @functools.cache  # the module's typer app gains its extra commands once per process
 def _task_app() -> typer.Typer:
     from tjobs.cli.api_commands import task_app
+    from tjobs.cli.backfill_commands import add_task_backfill
     from tjobs.cli.search_commands import add_task_search
 
     add_task_search(task_app)
+    add_task_backfill(task_app)
     return task_app
 
 

@@ -327,6 +327,18 @@ class Api(Flavour):
         return Call("POST", "/v1/dead-letters/redrive-jobs", OperatorJob.model_validate, json=body)
 
     @operation
+    def start_backfill(
+        self, task_id: str, *, from_: str | int, to: str | int, pace_per_s: int | None = None
+    ) -> Call[OperatorJob]:
+        """Run the task's schedule over the past range ``[from_, to)`` (ISO-8601 with an offset, or epoch
+        ms; ``to`` not in the future) as manual flows, at most ``pace_per_s`` a second (the server's
+        default 10), as one server-side job of kind ``backfill``: an instant that has a flow already is
+        left as it is. Follow it with :meth:`get_operator_job`, stop it with :meth:`cancel_operator_job`.
+        Not resent after a lost answer (a second job would start)."""
+        body = {"from": from_, "to": to, **_given({"pace_per_s": pace_per_s})}
+        return Call("POST", f"/v1/tasks/{_seg(task_id)}/backfill", OperatorJob.model_validate, json=body)
+
+    @operation
     def get_operator_job(self, job_id: str) -> Call[OperatorJob]:
         return Call("GET", f"/v1/operator-jobs/{_seg(job_id)}", OperatorJob.model_validate, idempotent=True)
 

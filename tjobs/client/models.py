@@ -156,7 +156,8 @@ class DeadLetterCount(FlowCount):
 
 
 class OperatorJob(_Model):
-    """A server-side job (a redrive of every matching dead letter) and its progress."""
+    """A server-side job (a redrive of every matching dead letter, or a backfill of a task's past range) and
+    its progress; ``position`` is where its walk goes on from (a backfill's last instant done, in ms)."""
 
     id: str
     kind: str
@@ -174,6 +175,7 @@ class OperatorJob(_Model):
     node: str | None = None
     last_error: str | None = None
     errors: list[str] = []
+    position: Any = None
 
     @property
     def finished(self) -> bool:

@@ -1,6 +1,6 @@
-"""An operator job's page (today: a redrive of every matching dead letter): its progress, processed of
-total and failures, refreshed while it is open and the same after a reload (the job lives in the store,
-not in the page); cancelling it (after its batch in progress)."""
+"""An operator job's page (a redrive of every matching dead letter, or a backfill of a task's past
+range): its progress, processed of total and failures, refreshed while it is open and the same after a
+reload (the job lives in the store, not in the page); cancelling it (after its batch in progress)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Operator jobs behind the API and the console: start one (today: a redrive of every dead letter
-matching some filters), read its progress, cancel it. The work itself is done by
-:class:`tjobs.service.operator_job_runner.OperatorJobRunner` on whichever node claims the job.
+"""Operator jobs behind the API and the console: start a redrive of every dead letter matching some
+filters (a backfill is started by :mod:`tjobs.service.backfill`), read any job's progress, cancel it.
+The work itself is done by :class:`tjobs.service.operator_job_runner.OperatorJobRunner` on whichever
+node claims the job.
 
 A redrive job takes the app's dead letters that match the filters and **died before** ``dead_before_ms``
 (by default when the operator asked for the count): the operator confirms the count the server gave
@@ -192,6 +193,7 @@ def job_json(job: OperatorJob) -> dict[str, Any]:
         "node": job.owner,
         "last_error": job.last_error,
         "errors": job.errors,
+        "position": job.position,
     }
 
 
