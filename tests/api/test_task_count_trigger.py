@@ -5,11 +5,13 @@ the counter has rested :data:`tjobs.service.task_counts.MIN_ASKED_PASS_INTERVAL_
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections.abc import Callable, Collection
 from types import SimpleNamespace
 
 from tjobs.clock import ManualClock
 from tjobs.service.task_counts import ASKED_PASS_REST_FACTOR, MIN_ASKED_PASS_INTERVAL_S, TaskCounts
+from tjobs.stores.base import DatabaseCounts
+from tjobs.stores.contracts.tasks import no_tasks
 
 
 class _SlowCountingStore:
@@ -21,10 +23,10 @@ class _SlowCountingStore:
         self._clock = clock
         self._pass_ms = pass_ms
 
-    async def count_by_app(self, database: int) -> dict[str, Counter[str]]:
+    async def count_by_app(self, database: int, then_ask: Callable[[], Collection[int]] = no_tasks) -> DatabaseCounts:
         self.passes += 1
         self._clock.advance(self._pass_ms)
-        return {}
+        return DatabaseCounts({})
 
 
 async def _settle() -> None:

@@ -35,11 +35,28 @@ async def test_count_by_app_counts_every_app_per_status_and_dead_letters_in_one_
             other.id, Flow(other.id, at, "app-b", FlowKind.MANUAL, flow_status, 1, None, NOW_MS, NOW_MS)
         )
 
-    assert await store.count_by_app(0) == {
+    assert (await store.count_by_app(0)).counts == {
         "app-a": {"active": 2, "paused": 1},
         "app-b": {"active": 1, DEAD_LETTERS: 2},
     }
-    assert await store.count_by_app(1) == {"app-a": {"active": 1}}
+    assert (await store.count_by_app(1)).counts == {"app-a": {"active": 1}}
+
+
+async def test_count_by_app_reads_the_status_of_the_tasks_asked_after_the_counts(store: TaskStore) -> None:
+    tables = store.topology.tables_per_database
+    paused = await store.insert_task(make_task(shard=1, status=TaskStatus.PAUSED))
+    elsewhere = await store.insert_task(make_task(shard=tables))  # database 1
+    absent = make_task(shard=2).id  # never stored
+    asked: list[int] = []
+
+    def then_ask() -> list[int]:
+        asked.append(1)
+        return [paused.id, elsewhere.id, absent]
+
+    read = await store.count_by_app(0, then_ask)
+    assert asked == [1]  # asked once
+    assert read.statuses == {paused.id: "paused", absent: None}  # the other database's task left out
+    assert read.counts == {"app-a": {"paused": 1}}
 
 
 async def test_an_edit_keeps_a_fire_that_committed_since_the_read(store: TaskStore) -> None:

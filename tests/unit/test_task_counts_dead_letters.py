@@ -6,8 +6,7 @@ it, one that reads it after takes it from the rows."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import SimpleNamespace
 
 from tjobs.clock import ManualClock
@@ -16,7 +15,8 @@ from tjobs.observability.metrics import NullMetrics
 from tjobs.observability.observer import MetricsObserver
 from tjobs.observability.slo import ServiceLevels
 from tjobs.service.task_counts import TaskCounts
-from tjobs.stores.base import DEAD_LETTERS
+from tjobs.stores.base import DEAD_LETTERS, DatabaseCounts
+from tjobs.stores.contracts.tasks import no_tasks
 
 APP = "app_1"
 TASK_IN_DATABASE_0 = 1 << 22  # shard 0 of database 0
@@ -32,10 +32,10 @@ class _Store:
         self.dead = [0, 0]
         self.between_reads: Callable[[], None] = lambda: None
 
-    async def count_by_app(self, database: int) -> dict[str, Counter[str]]:
+    async def count_by_app(self, database: int, then_ask: Callable[[], Collection[int]] = no_tasks) -> DatabaseCounts:
         if database == 1:
             self.between_reads()
-        return {APP: Counter({DEAD_LETTERS: self.dead[database]})}
+        return DatabaseCounts({APP: {DEAD_LETTERS: self.dead[database]}}, {task_id: None for task_id in then_ask()})
 
 
 def _counts(store: _Store) -> TaskCounts:

@@ -10,6 +10,12 @@ what other nodes did and tasks completing appear with the next pass (every
 pass: at least 2 s and four times as long as that pass took, so reads keep it counting at most a fifth
 of the time however large the tables).
 
+A change this node makes while a pass reads its task's database is counted exactly once: the node marks
+the tasks it is writing (:meth:`TaskCounts.writing`), and once a database's counting statement has run,
+the store reads the status of those it changed or is changing in the same snapshot
+(:meth:`tjobs.stores.base.TaskStore.count_by_app`), so the pass knows which changes its counts saw and
+carries the others past it (a clean-clone run showed a new task both twice and not at all before).
+
 The quota is held across the cluster by dividing the room a pass left among the live nodes
 (:mod:`tjobs.cluster.limit_shares`): each node admits creates while its own additions since its pass
 fit in its share, so other nodes' creates need not be seen until the next pass.
@@ -19,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from sharding import shard_of_task_id
@@ -59,10 +67,16 @@ class TaskCounts:
         self._after_counted: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._counted_databases: set[int] | None = None  # of the running pass
         self._reading_database: int | None = None  # the one the running pass is reading
-        # additions reported while their database was being read (the running pass's), and the last
-        # pass's, which the running pass will surely see: the quota counts both, the stats neither
-        self._uncertain: defaultdict[str, Counter[str]] = defaultdict(Counter)
-        self._uncertain_kept: dict[str, Counter[str]] = {}
+        self._in_flight: Counter[int] = Counter()  # tasks this node is writing (until their report)
+        # Of the database being read: its tasks this node reported changed meanwhile (app, last status),
+        # then the tasks asked about once its counting statement ran; and, for the rest of the pass,
+        # each asked task's app (once known) and status as this node last made it.
+        self._touched: dict[int, tuple[str, str | None]] = {}
+        self._asked: set[int] | None = None
+        self._resolved: dict[int, tuple[str | None, str | None]] = {}
+        # tasks still being written when a pass ended, as its counts saw them: their report changes the
+        # counts from that status, whatever status the write began from
+        self._seen_by_the_pass: dict[int, str | None] = {}
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
         self._passing = asyncio.Lock()
@@ -90,16 +104,25 @@ class TaskCounts:
 
     def active_split(self, app_id: str) -> tuple[int, int]:
         """For the quota's share: the app's active tasks at the last pass (``0`` before the first) and this
-        node's net change to them since, with the additions a pass may have missed (so at least :meth:`of`'s
-        ``active``, never fewer than stored)."""
+        node's net change to them since (together :meth:`of`'s ``active``)."""
         counted = self._snapshot.get(app_id)
         active = TaskStatus.ACTIVE.value
-        own = sum(
-            deltas[app_id][active]
-            for deltas in (self._since_snapshot, self._uncertain, self._uncertain_kept)
-            if app_id in deltas
-        )
-        return (counted[active] if counted else 0), own
+        since = self._since_snapshot.get(app_id)
+        return (counted[active] if counted else 0), (since[active] if since else 0)
+
+    @contextlib.contextmanager
+    def writing(self, task_ids: Iterable[int]) -> Iterator[None]:
+        """Around a write of these tasks and its report (:meth:`changed`): a pass reading their database
+        meanwhile asks the store, in the counts' own snapshot, whether the counts saw the write."""
+        ids = list(task_ids)
+        self._in_flight.update(ids)
+        try:
+            yield
+        finally:
+            self._in_flight.subtract(ids)
+            for task_id in ids:
+                if self._in_flight[task_id] <= 0:
+                    del self._in_flight[task_id]
 
     def changed(self, app_id: str, task_id: int, before: TaskStatus | None, after: TaskStatus | None) -> None:
         """Record this node's change of a task from ``before`` to ``after`` (``None``: absent), after
@@ -115,27 +138,55 @@ class TaskCounts:
         self._count(app_id, task_id, None if dead else DEAD_LETTERS, DEAD_LETTERS if dead else None)
 
     def _count(self, app_id: str, task_id: int, removed: str | None, added: str | None) -> None:
-        counted = self._counted_databases
-        database = shard_of_task_id(task_id) // self._store.topology.tables_per_database
+        if task_id in self._seen_by_the_pass and DEAD_LETTERS not in (removed, added):
+            removed = self._seen_by_the_pass.pop(task_id)
         since = self._since_snapshot[app_id]
         if removed is not None:
             since[removed] -= 1
         if added is not None:
             since[added] += 1
+        counted = self._counted_databases
         if counted is None:
             return
+        task_change = DEAD_LETTERS not in (removed, added)
+        resolved = self._resolved.get(task_id) if task_change else None
+        if resolved is not None:  # the counts saw the task as it then was: carry it from there
+            self._carry(app_id, resolved[1], added)
+            self._resolved[task_id] = (app_id, added)
+            return
+        database = shard_of_task_id(task_id) // self._store.topology.tables_per_database
+        asked = self._asked
+        if database in counted or (database == self._reading_database and asked is not None and task_id not in asked):
+            # its read is over, or its write began after the counting statement: the next snapshot misses it
+            self._carry(app_id, removed, added)
+        elif database == self._reading_database and task_change:
+            # its read is running: whether the counts saw it is asked of the store in their snapshot
+            self._touched[task_id] = (app_id, added)
+        # A dead letter reported while its database is read is left to the next pass (never counted twice).
+
+    def _carry(self, app_id: str, removed: str | None, added: str | None) -> None:
         carried = self._after_counted[app_id]
-        if database in counted:  # its read is over: the next snapshot misses the change
-            if removed is not None:
-                carried[removed] -= 1
-            if added is not None:
-                carried[added] += 1
-        elif database == self._reading_database and added is not None:
-            # Its read is running: whether its snapshot saw the change is unknown. The quota counts the
-            # addition until the next pass has surely seen it (never fewer active than stored: dropping
-            # it let the quota pass, tests/unit/test_task_counts_race.py); the stats do not (counting it
-            # may show it twice). A removal is not carried (the same choice for the quota).
-            self._uncertain[app_id][added] += 1
+        if removed is not None:
+            carried[removed] -= 1
+        if added is not None:
+            carried[added] += 1
+
+    def _ask(self, database: int) -> list[int]:
+        """What the store reads in the counts' snapshot once they ran: the tasks of ``database`` this node
+        reported changed during the read, or is writing now (committed perhaps, not reported yet)."""
+        tables = self._store.topology.tables_per_database
+        in_flight = (task_id for task_id in self._in_flight if shard_of_task_id(task_id) // tables == database)
+        self._asked = {*self._touched, *in_flight}
+        return sorted(self._asked)
+
+    def _resolve(self, statuses: dict[int, str | None]) -> None:
+        """Each asked task as the counts saw it against this node's last change of it: the difference is
+        carried past the pass, and the task's later changes in this pass are carried from there."""
+        for task_id, seen in statuses.items():
+            app_id, last = self._touched.get(task_id, (None, seen))
+            if app_id is not None and last != seen:
+                self._carry(app_id, seen, last)
+            self._resolved[task_id] = (app_id, last)
 
     def refresh_soon(self) -> None:
         """Ask the background loop for a pass now rather than at the end of its period, unless the last
@@ -151,19 +202,27 @@ class TaskCounts:
             started_ms = self._clock.now_ms()
             self._after_counted = defaultdict(Counter)
             self._counted_databases = set()
+            self._resolved = {}
             totals: dict[str, Counter[str]] = defaultdict(Counter)
             try:
                 for database in range(self._store.topology.database_count):
-                    self._reading_database = database
-                    for app_id, counts in (await self._store.count_by_app(database)).items():
+                    self._reading_database, self._touched, self._asked = database, {}, None
+                    read = await self._store.count_by_app(database, functools.partial(self._ask, database))
+                    for app_id, counts in read.counts.items():
                         totals[app_id].update(counts)
+                    self._resolve(read.statuses)
                     self._counted_databases.add(database)
             finally:
+                resolved = self._resolved
                 self._counted_databases = None
-                self._reading_database = None
+                self._reading_database, self._touched, self._asked, self._resolved = None, {}, None, {}
             self._snapshot = dict(totals)
             self._since_snapshot = self._after_counted
-            self._uncertain_kept, self._uncertain = dict(self._uncertain), defaultdict(Counter)
+            self._seen_by_the_pass = {
+                task_id: last
+                for task_id, (app_id, last) in resolved.items()
+                if app_id is None and task_id in self._in_flight  # asked, not reported yet
+            }
             self._counted_at_ms = started_ms
             ended_ms = self._clock.now_ms()
             self._next_asked_pass_ms = ended_ms + int(

@@ -191,7 +191,9 @@ class TaskService:
     async def _insert_one(self, app: App, task: Task, now_ms: int) -> Created:
         for _ in range(MAX_INSERT_ATTEMPTS):
             try:
-                stored = await self._store.insert_task(task)
+                with self.counts.writing((task.id,)):
+                    stored = await self._store.insert_task(task)
+                    self.counts.changed(app.id, stored.id, None, stored.status)
             except DuplicateKey as duplicate:
                 existing = await self._store.get_task(duplicate.existing_task_id)
                 if existing is None:  # deleted between the insert and the read: try again
@@ -203,7 +205,6 @@ class TaskService:
                 reminted(task, task_id, now_ms, self.calendar_of(app.id, task.schedule))
                 continue
             await self._hot_tier.publish(TaskChange.of(stored))
-            self.counts.changed(app.id, stored.id, None, stored.status)
             return Created(stored, created=True)
         raise Conflict(f"could not store task {task.name!r}; retry")
 
@@ -278,7 +279,7 @@ class TaskService:
             ids.add(task.id)
             built.append((index, task))
         if built:
-            with self._quota_held(app, len(built)):
+            with self._quota_held(app, len(built)), self.counts.writing(t.id for _, t in built):
                 stored = await self._insert_many([t for _, t in built])
                 existing_ids = [r for r in stored if isinstance(r, int)]
                 existing = dict(
@@ -303,10 +304,10 @@ class TaskService:
                     else:
                         created.append(outcome)
                         results[index] = ItemResult(outcome, True, None)
-                for task in created:  # in order; no task per change (a batch is up to 1,000)
-                    await self._hot_tier.publish(TaskChange.of(task))
-                for task in created:
+                for task in created:  # reported while still marked as being written (TaskCounts.writing)
                     self.counts.changed(app.id, task.id, None, task.status)
+            for task in created:  # in order; no task per change (a batch is up to 1,000)
+                await self._hot_tier.publish(TaskChange.of(task))
         return [r for r in results if r is not None]
 
     async def _insert_many(self, tasks: list[Task]) -> list[Task | int | StorageUnavailable]:
@@ -604,8 +605,9 @@ class TaskService:
         readable as history."""
         task = await self.get(app, task_id)
         audit_scope.saw_before("task", task_id, task)
-        if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
-            self.counts.changed(app.id, task_id, task.status, None)
+        with self.counts.writing((task_id,)):
+            if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
+                self.counts.changed(app.id, task_id, task.status, None)
         await self._hot_tier.publish(TaskChange.deleted(task_id, app.id))
 
     async def _edit(
@@ -618,9 +620,12 @@ class TaskService:
         from_status: TaskStatus | None = None,
     ) -> Task:
         """Store an edit of ``task`` (read in status ``before``) and hand it to the hot tier."""
-        stored = await self._store.edit_task(task, fields, expected_revision=expected_revision, from_status=from_status)
-        if stored.status is not before:
-            self.counts.changed(stored.app_id, stored.id, before, stored.status)
+        with self.counts.writing((task.id,)):
+            stored = await self._store.edit_task(
+                task, fields, expected_revision=expected_revision, from_status=from_status
+            )
+            if stored.status is not before:
+                self.counts.changed(stored.app_id, stored.id, before, stored.status)
         await self._hot_tier.publish(TaskChange.of(stored))
         return stored
 

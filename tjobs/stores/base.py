@@ -11,6 +11,7 @@ from tjobs.stores.contracts import (
     DEAD_LETTERS,
     EDITABLE_FIELDS,
     Accounts,
+    DatabaseCounts,
     FirePath,
     FirePlanner,
     HotChanges,
@@ -21,7 +22,7 @@ from tjobs.stores.contracts import (
     Tenants,
 )
 
-__all__ = ["DEAD_LETTERS", "EDITABLE_FIELDS", "FirePlanner", "ServerSessions", "TaskStore"]
+__all__ = ["DEAD_LETTERS", "EDITABLE_FIELDS", "DatabaseCounts", "FirePlanner", "ServerSessions", "TaskStore"]
 
 
 class TaskStore(FirePath, TaskRecords, Tenants, ServiceLevels, ShardAdmin, HotChanges, Accounts):

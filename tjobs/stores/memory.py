@@ -40,7 +40,8 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
-from tjobs.stores.base import DEAD_LETTERS, FirePlanner, TaskStore
+from tjobs.stores.base import DEAD_LETTERS, DatabaseCounts, FirePlanner, TaskStore
+from tjobs.stores.contracts.tasks import no_tasks
 from tjobs.stores.memory_accounts import MemoryAccounts
 from tjobs.stores.memory_flow_pages import MemoryFlowPages
 from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
@@ -521,10 +522,13 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
             1 for t in self._tasks[shard].values() if t.app_id == app_id and (status is None or t.status is status)
         )
 
-    async def count_by_app(self, database_index: int) -> dict[str, dict[str, int]]:
+    async def count_by_app(
+        self, database_index: int, then_ask: Callable[[], Collection[int]] = no_tasks
+    ) -> DatabaseCounts:
         await asyncio.sleep(0)
         counts: dict[str, dict[str, int]] = {}
-        for shard in self.topology.shards_of_database(database_index):
+        shards = self.topology.shards_of_database(database_index)
+        for shard in shards:
             for task in self._tasks[shard].values():
                 of_app = counts.setdefault(task.app_id, {})
                 of_app[task.status.value] = of_app.get(task.status.value, 0) + 1
@@ -532,7 +536,13 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
                 if flow.status is FlowStatus.DEAD:
                     of_app = counts.setdefault(flow.app_id, {})
                     of_app[DEAD_LETTERS] = of_app.get(DEAD_LETTERS, 0) + 1
-        return counts
+        statuses: dict[int, str | None] = {}
+        for task_id in then_ask():  # no await since the counts: the same snapshot
+            shard = shard_of_task_id(task_id) if task_id > 0 else -1
+            if shard in shards:  # a task of another database is not this read's
+                stored = self._tasks[shard].get(task_id)
+                statuses[task_id] = None if stored is None else stored.status.value
+        return DatabaseCounts(counts, statuses)
 
     async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:
         await asyncio.sleep(0)

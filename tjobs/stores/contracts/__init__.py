@@ -34,7 +34,7 @@ from tjobs.stores.contracts.shard_admin import (
     StorageLayoutMismatch,
     check_shard_map,
 )
-from tjobs.stores.contracts.tasks import DEAD_LETTERS, EDITABLE_FIELDS, TaskRecords
+from tjobs.stores.contracts.tasks import DEAD_LETTERS, EDITABLE_FIELDS, DatabaseCounts, TaskRecords
 from tjobs.stores.contracts.tenants import Tenants
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "EDITABLE_FIELDS",
     "RETIRED_EPOCH",
     "Accounts",
+    "DatabaseCounts",
     "DatabaseMove",
     "DatabaseMoves",
     "FirePath",

@@ -7,7 +7,8 @@ key maps to one shard (:func:`sharding.shard_for_key`), and a flow lives in its 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from tjobs.errors import StorageUnavailable
 from tjobs.model import Flow, Task, TaskHealth, TaskStatus
@@ -16,6 +17,21 @@ from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuer
 
 DEAD_LETTERS = "dead_letters"
 """The key of an app's dead flows in :meth:`TaskRecords.count_by_app` (beside the task statuses)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseCounts:
+    """What :meth:`TaskRecords.count_by_app` read of one logical database: every app's tasks per status
+    and its dead letters (key :data:`DEAD_LETTERS`), and, read in the same snapshot, the status of each
+    task it was asked about afterwards (``None``: the snapshot holds no such task)."""
+
+    counts: dict[str, dict[str, int]]
+    statuses: dict[int, str | None] = field(default_factory=dict)
+
+
+def no_tasks() -> Collection[int]:
+    return ()
+
 
 EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
 """The task fields an owner's edit may set (:meth:`TaskRecords.edit_task`)."""
@@ -196,9 +212,17 @@ class TaskRecords(StoreLifecycle):
         """How many of the app's tasks live in ``shard`` (in ``status``, when given)."""
 
     @abstractmethod
-    async def count_by_app(self, database_index: int) -> dict[str, dict[str, int]]:
+    async def count_by_app(
+        self, database_index: int, then_ask: Callable[[], Collection[int]] = no_tasks
+    ) -> DatabaseCounts:
         """Every app's tasks per status, and its dead letters (key :data:`DEAD_LETTERS`), over the
-        shards of one logical database: one statement, no locks. Apps with nothing there are absent."""
+        shards of one logical database: one statement, no locks. Apps with nothing there are absent.
+
+        Once that statement has run, ``then_ask()`` names tasks (those the caller changed while it ran,
+        or is changing); the statuses of those of this database (``None``: absent; the others are left
+        out) are read **in the same snapshot** as the counts:
+        so the caller can tell, for each, whether the counts saw its change (a consistent read view on
+        MariaDB, the read transaction's snapshot on SQLite, no await between the two on the twin)."""
 
     @abstractmethod
     async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:

@@ -6,7 +6,7 @@ deletes under the shard-map fence, flows, searches (:mod:`tjobs.stores.sql_searc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -15,11 +15,12 @@ from sqlalchemy import bindparam, delete, func, insert, literal, select, tuple_,
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from sharding import shard_for_key
+from sharding import shard_for_key, shard_of_task_id
 from tjobs.errors import Conflict, NotFound, VersionConflict
 from tjobs.model import Flow, FlowStatus, Task, TaskHealth, TaskStatus
 from tjobs.stores import sql_search, sql_task_health
-from tjobs.stores.contracts import DEAD_LETTERS, TaskRecords
+from tjobs.stores.contracts import DEAD_LETTERS, DatabaseCounts, TaskRecords
+from tjobs.stores.contracts.tasks import no_tasks
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 from tjobs.stores.schema import clip_error, flow_from_row, flow_to_row, task_from_row, task_to_row
 from tjobs.stores.sql.connections import SqlBase
@@ -27,6 +28,7 @@ from tjobs.stores.sql.references import delete_references, replace_references
 from tjobs.stores.sql_layout import ShardTables
 from tjobs.stores.task_edits import check_fields, edited_row
 
+STATUS_CHUNK = 500  # task ids per status read of count_by_app's asked tasks
 _TERMINAL = tuple(s.value for s in FlowStatus if s.terminal)
 # the columns update_task replaces (the version is set apart), and those an owner's edit writes
 _MUTABLE_COLUMNS = (
@@ -314,7 +316,9 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         async with self._connect(home.database.engine_url) as conn:
             return int((await conn.execute(statement, execution_options=home.options)).scalar_one())
 
-    async def count_by_app(self, database_index: int) -> dict[str, dict[str, int]]:
+    async def count_by_app(
+        self, database_index: int, then_ask: Callable[[], Collection[int]] = no_tasks
+    ) -> DatabaseCounts:
         homes = [self._shard(shard) for shard in self.topology.shards_of_database(database_index)]
         parts: list[Any] = []
         for home in homes:
@@ -326,12 +330,33 @@ class SqlTaskRecords(SqlBase, TaskRecords):
                 .group_by(f.app_id)
             )
         counts: dict[str, dict[str, int]] = {}
-        async with self._connect(homes[0].database.engine_url) as conn:
+        statuses: dict[int, str | None] = {}
+        async with self._snapshot(homes[0].database.engine_url) as conn:
             rows = await conn.execute(union_all(*parts), execution_options=homes[0].options)
             for app_id, status, count in rows:
                 of_app = counts.setdefault(str(app_id), {})
                 of_app[str(status)] = of_app.get(str(status), 0) + int(count)
-        return counts
+            asked = [task_id for task_id in then_ask() if database_index == self._database_of_task(task_id)]
+            statuses = dict.fromkeys(asked)
+            for chunk in range(0, len(asked), STATUS_CHUNK):
+                by_shard: dict[int, list[int]] = {}
+                for task_id in asked[chunk : chunk + STATUS_CHUNK]:
+                    by_shard.setdefault(shard_of_task_id(task_id), []).append(task_id)
+                reads = [
+                    select(self._shard(shard).tasks.c.id, self._shard(shard).tasks.c.status).where(
+                        self._shard(shard).tasks.c.id.in_(ids)
+                    )
+                    for shard, ids in by_shard.items()
+                ]
+                statement: Any = reads[0] if len(reads) == 1 else union_all(*reads)
+                for task_id, status in await conn.execute(statement, execution_options=homes[0].options):
+                    statuses[int(task_id)] = str(status)
+        return DatabaseCounts(counts, statuses)
+
+    def _database_of_task(self, task_id: int) -> int | None:
+        if self._shard_of_task(task_id) is None:
+            return None
+        return shard_of_task_id(task_id) // self.topology.tables_per_database
 
     async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:
         counts = dict.fromkeys(app_ids, 0)
