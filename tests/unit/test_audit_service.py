@@ -36,6 +36,12 @@ def test_secrets_are_redacted_wherever_they_are() -> None:
     assert (kept["api_key"], kept["secrets"], kept["name"]) == (REDACTED, REDACTED, "t")
 
 
+def test_every_name_the_console_and_a_viewers_api_answers_mask_is_redacted() -> None:
+    names = ["X-Auth-Key", "session_id", "pwd", "Access-Key", "x-authentication", "Proxy-Authorization"]
+    kept = document({"callback": {"headers": {name: "s3cret" for name in names}}, "payload": {"kept": "yes"}})
+    assert kept == {"callback": {"headers": dict.fromkeys(names, REDACTED)}, "payload": {"kept": "yes"}}
+
+
 def test_a_large_document_is_kept_as_its_size() -> None:
     kept = document({"payload": "x" * (MAX_DOCUMENT_BYTES + 1)})
     assert kept["truncated"] is True and kept["bytes"] > MAX_DOCUMENT_BYTES

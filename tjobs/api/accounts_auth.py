@@ -108,7 +108,7 @@ async def token_app(request: Request, token: str) -> App:
     limits: ApiRateLimits = request.app.state.rate_limits
     route = request.scope.get("route")
     limits.admit_request(app, request.method, getattr(route, "path", None), request.query_params.keys())
-    remember(request, "token", user.name, app.id)
+    remember(request, "token", user.name, app.id, read_only=not may(user, app.id, "operator"))
     return app
 
 

@@ -9,6 +9,10 @@ Kinds:
 - ``console_session``: a console session (``name``: ``"admin"`` or the app's id; ``app_id`` for an app's).
 
 ``source`` is the client's address as the server saw it (the socket peer, ``""`` when unknown).
+``read_only`` marks a caller that may read its app but change nothing there (a viewer's token or console
+session): the API answers it the tasks and flows it reads with their secret-looking values masked
+(:func:`reads_masked`). An app's key (a service reading back what it registered), the admin, and an
+operator or admin of the app read them as stored.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Principal:
     name: str
     app_id: str | None
     source: str
+    read_only: bool = False
 
 
 def client_address(request: Request) -> str:
@@ -40,9 +45,11 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client is not None else ""
 
 
-def remember(request: Request, kind: PrincipalKind, name: str, app_id: str | None) -> Principal:
+def remember(
+    request: Request, kind: PrincipalKind, name: str, app_id: str | None, *, read_only: bool = False
+) -> Principal:
     """Record who made ``request`` (the authentication dependencies call this once they accept a caller)."""
-    principal = Principal(kind, name, app_id, client_address(request))
+    principal = Principal(kind, name, app_id, client_address(request), read_only)
     request.state.principal = principal
     return principal
 
@@ -54,3 +61,10 @@ def principal_of(request: Request) -> Principal:
     if not isinstance(principal, Principal):
         raise Unauthorized("this request has no authenticated caller")
     return principal
+
+
+def reads_masked(request: Request) -> bool:
+    """Whether the request's answer shows tasks and flows with their secret-looking values masked: for a
+    caller that may not change them (a viewer), or one no authentication recorded."""
+    principal = getattr(request.state, "principal", None)
+    return not isinstance(principal, Principal) or principal.read_only

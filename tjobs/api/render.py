@@ -1,4 +1,10 @@
-"""JSON shapes of API responses: one function per record, instants as ISO-8601 UTC plus epoch ms."""
+"""JSON shapes of API responses: one function per record, instants as ISO-8601 UTC plus epoch ms.
+
+A task's callback and payload, and a manual flow's own payload, may hold credentials (an
+``Authorization`` header, a token in the body). For a reader who may not change the task (a viewer:
+:func:`tjobs.api.principal.reads_masked`) they are rendered with ``masked=True``: the value of every
+secret-looking header or JSON key replaced as the console shows them (:func:`tjobs.delivery.answers.masked_json`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any
 import orjson
 
 from tjobs.clock import iso_ms
+from tjobs.delivery.answers import masked_json
 from tjobs.errors import TjobsError
 from tjobs.model import DISABLED_AT, App, Flow, Task, TaskHealth
 from tjobs.schedules.preview import Preview
@@ -25,15 +32,17 @@ def _instant(ms: int | None) -> str | None:
     return None if ms is None else _cached_iso_ms(ms)
 
 
-def task_json(task: Task) -> dict[str, Any]:
+def task_json(task: Task, *, masked: bool = False) -> dict[str, Any]:
+    """A task; ``masked``: its callback's and payload's secret-looking values masked (see the module docstring)."""
+    callback = callback_to_json(task.callback)
     return {
         "id": str(task.id),
         "name": task.name,
         "key": task.key,
         "status": task.status.value,
         "schedule": schedule_to_json(task.schedule),
-        "callback": callback_to_json(task.callback),
-        "payload": task.payload,
+        "callback": masked_json(callback) if masked else callback,
+        "payload": masked_json(task.payload) if masked else task.payload,
         "misfire_policy": task.misfire_policy.value,
         "delivery": task.delivery.value,
         "next_run_at": _instant(task.next_run_at_ms),
@@ -45,7 +54,8 @@ def task_json(task: Task) -> dict[str, Any]:
     }
 
 
-def flow_json(flow: Flow) -> dict[str, Any]:
+def flow_json(flow: Flow, *, masked: bool = False) -> dict[str, Any]:
+    """A flow; ``masked``: a manual flow's own payload with its secret-looking values masked."""
     return {
         "id": flow.id,
         "task_id": str(flow.task_id),
@@ -65,10 +75,15 @@ def flow_json(flow: Flow) -> dict[str, Any]:
             if flow.routes
             else {}
         ),
-        **({"payload": orjson.loads(flow.payload_json)} if flow.payload_json is not None else {}),
+        **({"payload": _payload(flow.payload_json, masked)} if flow.payload_json is not None else {}),
         "attempt_history": attempt_history_json(flow),
         "attempt_total": 0 if flow.attempt_log is None else flow.attempt_log.total,
     }
+
+
+def _payload(payload_json: str, masked: bool) -> Any:
+    payload = orjson.loads(payload_json)
+    return masked_json(payload) if masked else payload
 
 
 def attempt_history_json(flow: Flow) -> list[dict[str, Any]]:
@@ -91,9 +106,9 @@ def attempt_history_json(flow: Flow) -> list[dict[str, Any]]:
     ]
 
 
-def flow_detail_json(flow: Flow) -> dict[str, Any]:
+def flow_detail_json(flow: Flow, *, masked: bool = False) -> dict[str, Any]:
     """One flow as ``GET /v1/flows/{id}`` shows it: :func:`flow_json` and its newest sends' answers."""
-    return {**flow_json(flow), "answers": answers_json(flow)}
+    return {**flow_json(flow, masked=masked), "answers": answers_json(flow)}
 
 
 def answers_json(flow: Flow) -> list[dict[str, Any]]:

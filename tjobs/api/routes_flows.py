@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -21,10 +22,12 @@ from tjobs.api.deps import (
     search_of,
 )
 from tjobs.api.flow_filter_params import DeadLetterFiltersDep, FlowFiltersDep
+from tjobs.api.principal import reads_masked
 from tjobs.api.render import error_json, flow_detail_json, flow_json
 from tjobs.api.schemas import INSTANT_FILTER
 from tjobs.clock import iso_ms
 from tjobs.errors import InvalidInput, TjobsError
+from tjobs.model import Flow
 from tjobs.service.cursors import MAX_CURSOR_CHARS
 from tjobs.service.flow_export import MAX_EXPORT_ROWS, export_csv
 from tjobs.service.flow_filters import FlowFilters
@@ -50,7 +53,7 @@ async def search_flows(
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
 ) -> Any:
     page = await search_of(request).flows(app.id, filters, limit=limit, cursor=cursor)
-    return json_response({"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor})
+    return flow_page_json(request, page.items, page.next_cursor)
 
 
 @router.get(
@@ -97,8 +100,9 @@ async def export_response(search: SearchService, app_id: str, filters: FlowFilte
     summary="Get one flow (id: '<task id>-<scheduled_at_ms>')",
     responses={**ok(200, schemas.FlowDetail), **errors(401, 404)},
 )
-async def get_flow(flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
-    return json_response(flow_detail_json(await node.tasks.get_flow(app, flow_id)))
+async def get_flow(request: Request, flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
+    flow = await node.tasks.get_flow(app, flow_id)
+    return json_response(flow_detail_json(flow, masked=reads_masked(request)))
 
 
 @router.post(
@@ -128,7 +132,13 @@ async def dead_letters(
 ) -> Any:
     dead = dead_letter_filters(filters)
     page = await search_of(request).flows(app.id, dead, limit=limit, cursor=cursor)
-    return json_response({"items": [flow_json(f) for f in page.items], "next_cursor": page.next_cursor})
+    return flow_page_json(request, page.items, page.next_cursor)
+
+
+def flow_page_json(request: Request, flows: Sequence[Flow], next_cursor: str | None) -> Any:
+    """A page of flows, masked for a reader who may not change them (:func:`reads_masked`)."""
+    masked = reads_masked(request)
+    return json_response({"items": [flow_json(f, masked=masked) for f in flows], "next_cursor": next_cursor})
 
 
 @router.get(

@@ -24,6 +24,7 @@ from tjobs.api.deps import (
     request_app,
     task_id_of,
 )
+from tjobs.api.principal import reads_masked
 from tjobs.api.render import error_json, flow_json, task_health_json, task_json
 from tjobs.errors import InvalidInput
 from tjobs.model import TaskStatus
@@ -109,6 +110,7 @@ async def create_tasks(request: Request) -> Any:
     responses={**ok(200, schemas.TaskPage), **errors(401, 422)},
 )
 async def list_tasks(
+    request: Request,
     app: AppDep,
     node: NodeDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -136,7 +138,8 @@ async def list_tasks(
         name_prefix=name_prefix,
         key=key,
     )
-    items = [task_json(t) for t in page.items]
+    masked = reads_masked(request)
+    items = [task_json(t, masked=masked) for t in page.items]
     if health:
         figures = await node.tasks.health(page.items)
         for item, task in zip(items, page.items, strict=True):
@@ -152,7 +155,8 @@ async def list_tasks(
 )
 async def get_task(task_id: TaskIdPath, request: Request) -> Any:
     app = await request_app(request)
-    return json_response(task_json(await node_of(request).tasks.get(app, task_id_of(task_id))))
+    task = await node_of(request).tasks.get(app, task_id_of(task_id))
+    return json_response(task_json(task, masked=reads_masked(request)))
 
 
 @router.patch(
@@ -213,6 +217,7 @@ async def delete_task(task_id: TaskIdPath, app: AppDep, node: NodeDep) -> Respon
     responses={**ok(200, schemas.FlowList), **errors(401, 404, 422)},
 )
 async def list_task_flows(
+    request: Request,
     task_id: TaskIdPath,
     app: AppDep,
     node: NodeDep,
@@ -226,4 +231,5 @@ async def list_task_flows(
     ] = None,
 ) -> Any:
     flows = await node.tasks.flows(app, task_id_of(task_id), limit, before_ms, after_ms)
-    return json_response({"items": [flow_json(f) for f in flows]})
+    masked = reads_masked(request)
+    return json_response({"items": [flow_json(f, masked=masked) for f in flows]})

@@ -71,14 +71,19 @@ class BatchCreate(_Strict):
     )
 
 
+MASKED_FOR_VIEWERS = "read with a viewer's token (which may change nothing)"
+
+
 class Task(BaseModel):
     id: str
     name: str
     key: str | None
     status: TaskStatusName
     schedule: dict[str, Any] = Field(description="the canonical stored schedule")
-    callback: StoredCallback
-    payload: JsonValue
+    callback: StoredCallback = Field(
+        description=f"as stored; {MASKED_FOR_VIEWERS}: the value of each secret-looking header as [masked]"
+    )
+    payload: JsonValue = Field(description=f"as stored; {MASKED_FOR_VIEWERS}: secret-looking keys' values [masked]")
     misfire_policy: MisfirePolicyName
     delivery: DeliveryName
     next_run_at: str | None
@@ -147,7 +152,8 @@ class Flow(BaseModel):
     )
     payload: Any = Field(
         default=None,
-        description="a manual flow's own payload (a trigger's override), sent instead of the task's",
+        description="a manual flow's own payload (a trigger's override), sent instead of the task's; "
+        f"{MASKED_FOR_VIEWERS}: secret-looking keys' values [masked]",
     )
     attempt_history: list[FlowAttempt] = Field(
         default_factory=list,

@@ -274,7 +274,9 @@ class Console:
         request.state.console_principal = principal
         app_id = None if principal.app is None else principal.app.id
         if principal.user is not None:
-            remember(request, "user", principal.user, app_id)
+            remember(
+                request, "user", principal.user, app_id, read_only=role_rank(principal.role) < role_rank("operator")
+            )
         else:
             remember(request, "console_session", app_id or ADMIN_NAME, app_id)
         return principal

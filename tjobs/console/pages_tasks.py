@@ -9,8 +9,9 @@ The edit form sends only the fields that changed, with the version the form was 
 that crossed another one answers 409 instead of overwriting it.
 
 A task's page shows its callback and payload with the value of every secret-looking header or JSON key
-masked (:func:`tjobs.delivery.answers.masked_json`, as the flow page shows what was sent); the edit form
-holds them as stored, and is an operator's only: who may edit a callback may send its headers anywhere.
+masked (``task_json(masked=True)``: as the API answers a viewer, and as the flow page shows what was sent);
+the edit form holds them as stored, and is an operator's only: who may edit a callback may send its
+headers anywhere.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from tjobs.api.deps import task_id_of
 from tjobs.api.render import flow_json, task_health_json, task_json
 from tjobs.console.context import ConsoleRoute, Principal, console_of
 from tjobs.console.instants import next_instants
-from tjobs.delivery.answers import masked_json
 from tjobs.errors import InvalidInput, NotFound, VersionConflict
 from tjobs.model import MAX_ID, DeliveryMode, MisfirePolicy, Task, TaskStatus
 from tjobs.service.cursors import MAX_CURSOR_CHARS
@@ -61,7 +61,6 @@ DONE_NOTICES = {action["done"]: f"Task {action['done']}." for action in ACTIONS.
     "unchanged": "Nothing changed.",
 }
 EDITABLE_JSON = ("schedule", "callback", "payload")
-MASKED_JSON = ("callback", "payload")  # on the task's page, secret-looking values masked (as the flow page does)
 
 
 @router.get("/console/tasks")
@@ -160,12 +159,11 @@ async def task_page(
     console = console_of(request)
     principal = await console.principal(request)
     context = await _task_context(request, principal, task_id)
-    shown = context["shown"]
     return console.render(
         request,
         "task.html",
         principal,
-        **{**context, "shown": {**shown, **{name: masked_json(shown[name]) for name in MASKED_JSON}}},
+        **{**context, "shown": task_json(context["task"], masked=True)},
         instants=next_instants(context["task"]),
         preview_query=urlencode({"schedule": json.dumps(as_request(context["shown"]["schedule"]))}),
         history=await _flows(request, principal, task_id, before, after),

@@ -2,9 +2,11 @@
 retention pass.
 
 - **Redaction.** Secrets and credentials are never stored: every value under a key that names one
-  (``secret``, ``password``, ``token``, ``api_key``, ``authorization``, ``credentials``, ``cookie``, ...
-  anywhere in a nested document, case and ``-``/``_`` aside) becomes ``"[redacted]"``
-  (:func:`redact`).
+  anywhere in a nested document becomes ``"[redacted]"`` (:func:`redact`). A key names one when the
+  console and the API would mask it (:func:`tjobs.delivery.answers.is_secret_name`: ``secret``,
+  ``password``, ``token``, ``api_key``, ``authorization``, ``auth``, ``credentials``, ``cookie``,
+  ``session``, ``signature``, ... case and separators aside), so an entry a viewer reads holds no value
+  the task's own page masks.
 - **Cap.** A before or after document longer than :data:`MAX_DOCUMENT_BYTES` as JSON is replaced by
   ``{"truncated": true, "bytes": n}``.
 - **Failure.** An entry that cannot be written raises :class:`tjobs.errors.AuditUnavailable` (503): the
@@ -21,6 +23,7 @@ from typing import Any
 import orjson
 
 from tjobs.clock import Clock
+from tjobs.delivery.answers import is_secret_name
 from tjobs.errors import AuditUnavailable, TjobsError
 from tjobs.periodic import PeriodicPass
 from tjobs.settings import AuditSettings
@@ -32,31 +35,13 @@ logger = logging.getLogger(__name__)
 
 MAX_DOCUMENT_BYTES = 8 * 1024
 REDACTED = "[redacted]"
-SECRET_WORDS = (
-    "secret",
-    "password",
-    "passwd",
-    "token",
-    "api_key",
-    "apikey",
-    "authorization",
-    "credential",
-    "cookie",
-    "private_key",
-    "signature",
-)
 DAY_MS = 86_400_000
-
-
-def _is_secret(key: str) -> bool:
-    name = key.lower().replace("-", "_")
-    return any(word in name for word in SECRET_WORDS)
 
 
 def redact(value: Any) -> Any:
     """``value`` with every value under a secret-naming key replaced by :data:`REDACTED`."""
     if isinstance(value, dict):
-        return {key: REDACTED if _is_secret(str(key)) else redact(inner) for key, inner in value.items()}
+        return {key: REDACTED if is_secret_name(str(key)) else redact(inner) for key, inner in value.items()}
     if isinstance(value, list | tuple):
         return [redact(inner) for inner in value]
     return value
