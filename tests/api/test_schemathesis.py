@@ -136,6 +136,11 @@ UNEXPRESSIBLE = [
         | frozenset({"out_of_range", "invalid_instant"}),
     ),
     Unexpressible(
+        "a backfill's [from, to) holds 1..100,000 of its task's instants, counted by the task's schedule",
+        r"from",
+        frozenset({"no_instants", "too_many_instants"}),
+    ),
+    Unexpressible(
         "an alert rule's params are per kind, and the cluster's kinds are the admin's (docs/operations.md, "
         "Built-in alerts); it names channels of its owner that exist",
         r"params(\..*)?|kind|channels\[\d+\]",
