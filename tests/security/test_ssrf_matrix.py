@@ -515,7 +515,11 @@ def sender_name(request: pytest.FixtureRequest) -> str:
 async def rig(listeners: Listeners, sender_name: str) -> AsyncIterator[Rig]:
     dns, clock = FakeDns(), ManualClock(1_000_000)
     guard = TargetGuard(resolve=dns, clock=clock)
-    sender = HTTP_TRANSPORTS[sender_name](CallbackSettings(timeout_ms=2000), policy=guard.policy)
+    # Connecting is bounded by each request's own timeout (2 s, or ANSWER_TIMEOUT_MS for a listener that
+    # answers), not by a 2-s connect timeout of its own: a clean-clone run at load 7 timed out connecting to
+    # the redirector on loopback after 2.26 s, the event loop too busy to see the connect complete.
+    settings = CallbackSettings(timeout_ms=2000, connect_timeout_ms=ANSWER_TIMEOUT_MS)
+    sender = HTTP_TRANSPORTS[sender_name](settings, policy=guard.policy)
     try:
         yield Rig(guard, sender, dns, clock, listeners, sender_name, _loop_name())
     finally:
