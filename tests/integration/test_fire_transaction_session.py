@@ -25,7 +25,10 @@ from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_layout import ROW_LOCK_WAIT_S, mysql_errno
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
-pytestmark = pytest.mark.mariadb
+# MariaDB refreshes information_schema.INNODB_TRX (and INNODB_LOCK_WAITS) only when nobody read it for
+# 0.1 s: two modules polling it at once on the shared server, on two workers, kept each other's reads on a
+# stale copy, and the session test saw no lock wait for 5 s (two clean-clone runs). One worker runs both.
+pytestmark = [pytest.mark.mariadb, pytest.mark.xdist_group("innodb_trx")]
 
 LOCK_WAIT_TIMEOUT_ERRNO = 1205
 
