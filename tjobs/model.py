@@ -437,6 +437,22 @@ class FlowUpdate:
     routes: tuple[FlowRoute, ...] | None = None  # a pool flow's route log as it is now; None: unchanged
     attempt_log: AttemptLog | None = None  # the flow's attempt history as it is now; None: unchanged
     answers: tuple[AttemptAnswer, ...] | None = None  # the newest sends' answers as they are now; None: unchanged
+    # a fixed_delay task's next run, set by the flow's final outcome in the same write (None: none)
+    reschedule: Reschedule | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reschedule:
+    """A fixed_delay task's next run, set with its flow's final outcome (:mod:`tjobs.schedules.fixed_delay`):
+    ``next_run_at = next_run_at_ms`` where the task is still active and parked where its fire put it
+    (``next_run_at = parked_at_ms`` and ``version = version``); otherwise a pause, an edit, a delete or
+    a later fire came first and nothing changes. The version is left as it is, so the change told to the
+    task's owner (:class:`tjobs.hot_tier.base.TaskChange` at ``version``) never outranks theirs."""
+
+    app_id: str
+    parked_at_ms: int
+    version: int
+    next_run_at_ms: int
 
 
 class Outcome(StrEnum):

@@ -177,13 +177,19 @@ class Node:
             status_reader=self.store,
             targets=self.targets,
             pools=self.pools,
+            task_changes=self.hot_tier.publish,
             flush_interval_s=settings.callbacks.outcome_flush_ms / 1000,
             flush_batch=settings.callbacks.outcome_flush_batch,
         )
         scheduler = settings.scheduler
         self.calendars = CalendarService(calendars_of(self.store), self.clock)  # in memory for the planner
         self.planner = FirePlanner(
-            FirePolicy(int(scheduler.misfire_threshold_s * 1000), scheduler.catch_up_max),
+            FirePolicy(
+                int(scheduler.misfire_threshold_s * 1000),
+                scheduler.catch_up_max,
+                settings.callbacks.max_age_s * 1000,
+                settings.callbacks.timeout_ms,
+            ),
             disabled_apps=self.disabled_apps,
             calendars=self.calendars.rules,
         )

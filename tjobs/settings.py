@@ -70,6 +70,7 @@ class SchedulerSettings(SettingsSection):
     misfire_default_delay: MisfirePolicy = MisfirePolicy.FIRE_NOW
     misfire_default_cron: MisfirePolicy = MisfirePolicy.FIRE_SOON
     misfire_default_interval: MisfirePolicy = MisfirePolicy.FIRE_SOON
+    misfire_default_fixed_delay: MisfirePolicy = MisfirePolicy.FIRE_NOW
     catch_up_max: int = 100  # at most this many missed occurrences fired by catch_up per misfire
     misfire_rate_per_s: float = 200.0  # pacing of fire_soon / catch_up fires per app
     fire_batch_max: int = 1000  # intents in one fire transaction

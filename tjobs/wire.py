@@ -68,6 +68,8 @@ TASK_ID_PATTERN = r"^[0-9]{1,19}$"  # 1..2^63-1 (the range is judged beyond the 
 FLOW_ID_PATTERN = r"^[0-9]{1,19}-[0-9]{1,19}$"  # <task id>-<scheduled_at_ms>
 APP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # app_<12 hex digits>, or demo
 CALENDAR_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+MIN_FIXED_DELAY_MS = 1000  # a fixed_delay schedule's delay_ms: 1 s ..
+MAX_FIXED_DELAY_MS = 366 * 86_400_000  # .. 366 days
 MAX_JITTER_MS = 3_600_000  # a recurring schedule's jitter_ms: at most an hour (and its period)
 MAX_URL_CHARS = 2048  # limits.max_url_chars by default
 EXECUTOR_ADDRESS_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s\x00-\x1f\x7f-\x9f\\@/?#]+(/[^\s\x00-\x1f\x7f-\x9f\\?#]*)?$"
@@ -187,8 +189,31 @@ class IntervalSchedule(_Bounds):
     every_ms: int = Field(ge=1)
 
 
-SCHEDULE_SHAPES: tuple[type[BaseModel], ...] = (DelaySchedule, AtSchedule, CronSchedule, IntervalSchedule)
-Schedule = Annotated[DelaySchedule | AtSchedule | CronSchedule | IntervalSchedule, Field(discriminator="kind")]
+class FixedDelaySchedule(_Strict):
+    NULLABLE = frozenset({"start_at", "start_at_ms", "max_fires"})
+    RULES = ({"not": _given(start_at="string", start_at_ms="integer")},)  # an instant or its _ms spelling
+
+    kind: Literal["fixed_delay"]
+    delay_ms: int = Field(
+        ge=MIN_FIXED_DELAY_MS,
+        le=MAX_FIXED_DELAY_MS,
+        description="the next run starts this long after the previous run ended (its final outcome recorded)",
+    )
+    start_at: INSTANT | None = Field(default=None, description="the first run (default: delay_ms after registration)")
+    start_at_ms: int | None = None
+    max_fires: int | None = Field(default=None, ge=1)
+
+
+SCHEDULE_SHAPES: tuple[type[BaseModel], ...] = (
+    DelaySchedule,
+    AtSchedule,
+    CronSchedule,
+    IntervalSchedule,
+    FixedDelaySchedule,
+)
+Schedule = Annotated[
+    DelaySchedule | AtSchedule | CronSchedule | IntervalSchedule | FixedDelaySchedule, Field(discriminator="kind")
+]
 
 
 # ---- callbacks ----------------------------------------------------------------------------------

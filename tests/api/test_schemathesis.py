@@ -141,6 +141,12 @@ UNEXPRESSIBLE = [
         frozenset({"no_instants", "too_many_instants"}),
     ),
     Unexpressible(
+        "a fixed_delay schedule refuses catch_up, also where an edit brings the two together (the stored task's "
+        "schedule or policy); and a fixed_delay task has no instants of its own to backfill",
+        r"misfire_policy|schedule\.kind",
+        frozenset({"invalid_combination", "not_backfillable"}),
+    ),
+    Unexpressible(
         "an alert rule's params are per kind, and the cluster's kinds are the admin's (docs/operations.md, "
         "Built-in alerts); it names channels of its owner that exist",
         r"params(\..*)?|kind|channels\[\d+\]",

@@ -44,6 +44,7 @@ EXPECTED = {
     "cron",
     "delay",
     "every",
+    "fixed_delay",
     "task_request",
     "verify",
 }

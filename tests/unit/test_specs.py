@@ -58,6 +58,14 @@ SCHEDULE_ROWS: list[tuple[dict[str, Any], str]] = [
     ),
     ({"kind": "at", "at_ms": NOW + 5}, '{"kind":"at","at_ms":1795251600005}'),
     ({"kind": "delay", "delay_ms": 1_800_000}, '{"kind":"delay","delay_ms":1800000,"at_ms":1795253400000}'),
+    (
+        {"kind": "fixed_delay", "delay_ms": 60_000},
+        '{"kind":"fixed_delay","delay_ms":60000,"start_at_ms":1795251660000}',
+    ),
+    (
+        {"kind": "fixed_delay", "delay_ms": 60_000, "start_at_ms": NOW + 5, "max_fires": 2},
+        '{"kind":"fixed_delay","delay_ms":60000,"start_at_ms":1795251600005,"max_fires":2}',
+    ),
 ]
 CALLBACK_ROWS: list[tuple[dict[str, Any], str]] = [
     ({"url": "https://a.example/hook"}, '{"urls":["https://a.example/hook"],"method":"POST"}'),

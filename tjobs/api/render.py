@@ -196,6 +196,7 @@ def preview_json(spec: ScheduleSpec, preview: Preview) -> dict[str, Any]:
             for o in preview.occurrences
         ],
         "ended": preview.ended,
+        **({} if preview.note is None else {"note": preview.note}),
     }
 
 

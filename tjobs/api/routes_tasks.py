@@ -116,7 +116,7 @@ async def list_tasks(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,
     status: Annotated[Literal["active", "paused", "completed"] | None, Query()] = None,
-    kind: Annotated[Literal["cron", "interval", "at", "delay"] | None, Query()] = None,
+    kind: Annotated[Literal["cron", "interval", "at", "delay", "fixed_delay"] | None, Query()] = None,
     name_prefix: Annotated[str | None, Query(min_length=1, max_length=200, pattern=wire.KEY_PATTERN)] = None,
     key: Annotated[
         str | None, Query(min_length=1, max_length=200, pattern=wire.KEY_PATTERN, description="the idempotency key")

@@ -464,6 +464,9 @@ class SchedulePreview(BaseModel):
     timezone: str = Field(description="the zone of local (a cron's own; UTC for the other kinds)")
     instants: list[PreviewInstant] = Field(description="the next instants, DST policies applied, oldest first")
     ended: bool = Field(description="true if the schedule has no instant after the last one listed")
+    note: str | None = Field(
+        default=None, description="a fixed_delay: only its first run is listed; each later one follows a run's end"
+    )
 
 
 # ---- calendars ----------------------------------------------------------------------------------

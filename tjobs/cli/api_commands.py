@@ -25,7 +25,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tjobs.client import ApiError, Client, Flow, Page, Task, TjobsClientError, at, cron, delay, every
+from tjobs.client import ApiError, Client, Flow, Page, Task, TjobsClientError, at, cron, delay, every, fixed_delay
 
 task_app = typer.Typer(
     help="Tasks: create, get, list, update, pause, resume, trigger, delete, flows.", no_args_is_help=True
@@ -235,11 +235,18 @@ def _flows_table(flows: Sequence[Flow]) -> Table:
 
 
 def _schedule(
-    delay_: str | None, at_: str | None, cron_: str | None, every_: str | None, timezone: str
+    delay_: str | None,
+    at_: str | None,
+    cron_: str | None,
+    every_: str | None,
+    timezone: str,
+    fixed_delay_: str | None = None,
 ) -> dict[str, Any] | None:
-    given = [x for x in (delay_, at_, cron_, every_) if x is not None]
+    given = [x for x in (delay_, at_, cron_, every_, fixed_delay_) if x is not None]
     if len(given) > 1:
-        raise typer.BadParameter("give one of --delay, --at, --cron, --every")
+        raise typer.BadParameter("give one of --delay, --at, --cron, --every, --fixed-delay")
+    if fixed_delay_ is not None:
+        return fixed_delay(ms=parse_duration_ms(fixed_delay_))
     if delay_ is not None:
         return delay(ms=parse_duration_ms(delay_))
     if at_ is not None:
@@ -292,6 +299,9 @@ Delay = Annotated[str | None, typer.Option("--delay", help="fire once after this
 At = Annotated[str | None, typer.Option("--at", help="fire once at this ISO-8601 instant (or epoch ms)")]
 Cron = Annotated[str | None, typer.Option("--cron", help="cron expression (5 or 6 fields)")]
 Every = Annotated[str | None, typer.Option("--every", help="fixed rate (e.g. 30s)")]
+FixedDelay = Annotated[
+    str | None, typer.Option("--fixed-delay", help="each run this long after the previous one ended (e.g. 30s)")
+]
 Tz = Annotated[str, typer.Option("--tz", help="IANA time zone for --cron")]
 Header = Annotated[list[str] | None, typer.Option("--header", "-H", help="NAME:VALUE (repeatable)")]
 Health = Annotated[
@@ -317,6 +327,7 @@ def task_create(
     at_: At = None,
     cron_: Cron = None,
     every_: Every = None,
+    fixed_delay_: FixedDelay = None,
     tz: Tz = "UTC",
     key: Annotated[str | None, typer.Option("--key", help="idempotency key")] = None,
     payload: Annotated[str | None, typer.Option("--payload", help="JSON payload")] = None,
@@ -334,9 +345,9 @@ def task_create(
 ) -> None:
     """Register a task (every API field is reachable through --request; flags override its fields)."""
     base = _request_file(request)
-    schedule = _schedule(delay_, at_, cron_, every_, tz) or base.get("schedule")
+    schedule = _schedule(delay_, at_, cron_, every_, tz, fixed_delay_) or base.get("schedule")
     if schedule is None:
-        raise typer.BadParameter("give one of --delay, --at, --cron, --every (or schedule in --request)")
+        raise typer.BadParameter("give one of --delay, --at, --cron, --every, --fixed-delay (or schedule in --request)")
     callback: dict[str, Any]
     if url_ is not None and target:
         raise typer.BadParameter("give --callback URL or --target NAME, not both")
@@ -415,6 +426,7 @@ def task_update(
     at_: At = None,
     cron_: Cron = None,
     every_: Every = None,
+    fixed_delay_: FixedDelay = None,
     tz: Tz = "UTC",
     misfire: Annotated[str | None, typer.Option("--misfire")] = None,
     version: Annotated[int | None, typer.Option("--version", help="expected version (409 if it moved on)")] = None,
@@ -432,7 +444,7 @@ def task_update(
         fields["payload"] = _json_arg(payload, "--payload")
     if misfire is not None:
         fields["misfire_policy"] = misfire
-    schedule = _schedule(delay_, at_, cron_, every_, tz)
+    schedule = _schedule(delay_, at_, cron_, every_, tz, fixed_delay_)
     if schedule is not None:
         fields["schedule"] = schedule
     task = _ask_update(url, api_key, fields, lambda sdk: sdk.update_task(task_id, version=version, **fields))

@@ -23,7 +23,7 @@ from tjobs.cli.api_commands import (
     _emit,
     parse_duration_ms,
 )
-from tjobs.client import SchedulePreview, cron, delay, every
+from tjobs.client import SchedulePreview, cron, delay, every, fixed_delay
 
 schedule_app = typer.Typer(help="Schedules: preview the next instants of one.", no_args_is_help=True)
 
@@ -45,6 +45,9 @@ def schedule_preview(
     every_: Annotated[str | None, typer.Option("--every", help="fixed rate (e.g. 30s)")] = None,
     at_: Annotated[str | None, typer.Option("--at", help="one instant: ISO-8601 or epoch ms")] = None,
     delay_: Annotated[str | None, typer.Option("--delay", help="once after this long (e.g. 30m)")] = None,
+    fixed_delay_: Annotated[
+        str | None, typer.Option("--fixed-delay", help="each run this long after the previous one ended (e.g. 30s)")
+    ] = None,
     tz: Annotated[str, typer.Option("--tz", help="IANA time zone for --cron")] = "UTC",
     dst_gap: Annotated[str, typer.Option("--dst-gap", help="skip|shift")] = "skip",
     dst_overlap: Annotated[str, typer.Option("--dst-overlap", help="once|twice")] = "once",
@@ -59,17 +62,21 @@ def schedule_preview(
     as_json: AsJson = False,
 ) -> None:
     """The next instants of a schedule (DST policies applied), without registering anything."""
-    schedule = _schedule(cron_, every_, at_, delay_, tz, dst_gap, dst_overlap)
+    schedule = _schedule(cron_, every_, at_, delay_, tz, dst_gap, dst_overlap, fixed_delay_)
     for name, value in (("start_at", start), ("end_at", end)):
         if value is not None:
-            if schedule["kind"] not in ("cron", "interval"):
-                raise typer.BadParameter(f"--{name[:-3]} bounds --cron and --every only")
+            if name == "start_at" and schedule["kind"] not in ("cron", "interval", "fixed_delay"):
+                raise typer.BadParameter("--start bounds --cron, --every and --fixed-delay only")
+            if name == "end_at" and schedule["kind"] not in ("cron", "interval"):
+                raise typer.BadParameter("--end bounds --cron and --every only")
             schedule.update(_instant(name, value))
     if max_fires is not None:
         schedule["max_fires"] = max_fires
     key = _either_key(api_key, admin_key)
     preview = _ask(url, key, "--api-key", lambda sdk: sdk.preview_schedule(schedule, count=count, from_=_from(from_)))
     _emit(preview, as_json, preview_table(preview))
+    if preview.note is not None and not as_json:
+        typer.echo(preview.note)
 
 
 def _schedule(
@@ -80,10 +87,13 @@ def _schedule(
     tz: str,
     dst_gap: str,
     dst_overlap: str,
+    fixed_delay_: str | None = None,
 ) -> dict[str, Any]:
-    given = [x for x in (cron_, every_, at_, delay_) if x is not None]
+    given = [x for x in (cron_, every_, at_, delay_, fixed_delay_) if x is not None]
     if len(given) != 1:
-        raise typer.BadParameter("give one of --cron, --every, --at, --delay")
+        raise typer.BadParameter("give one of --cron, --every, --at, --delay, --fixed-delay")
+    if fixed_delay_ is not None:
+        return fixed_delay(ms=parse_duration_ms(fixed_delay_))
     if cron_ is not None:
         schedule = cron(cron_, timezone=tz)
         schedule.update(dst_gap=dst_gap, dst_overlap=dst_overlap)  # the server names a bad choice

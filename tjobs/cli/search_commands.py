@@ -107,7 +107,7 @@ def flow_attempts_table(flow: Flow) -> Table:
 def task_search(
     prefix: Annotated[str | None, typer.Option("--prefix", help="name prefix (orders by name)")] = None,
     status: Annotated[str | None, typer.Option("--status", help="active|paused|completed")] = None,
-    kind: Annotated[str | None, typer.Option("--kind", help="cron|interval|at|delay")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="cron|interval|at|delay|fixed_delay")] = None,
     key: Annotated[str | None, typer.Option("--key", help="the idempotency key")] = None,
     limit: Limit = 50,
     all_: All = False,

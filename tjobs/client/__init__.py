@@ -53,7 +53,7 @@ from tjobs.client.models import (
     Task,
     TaskHealth,
 )
-from tjobs.client.schedules import Schedule, at, cron, delay, every
+from tjobs.client.schedules import Schedule, at, cron, delay, every, fixed_delay
 from tjobs.client.sync import Client
 from tjobs.client.webhooks import VerifiedCallback, verify
 
@@ -97,6 +97,7 @@ __all__ = [
     "cron",
     "delay",
     "every",
+    "fixed_delay",
     "task_request",
     "verify",
 ]

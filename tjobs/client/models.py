@@ -212,6 +212,7 @@ class SchedulePreview(_Model):
     timezone: str
     instants: list[PreviewInstant]
     ended: bool
+    note: str | None = None  # a fixed_delay: only its first run is listed
 
 
 class Lateness(_Model):

@@ -6,6 +6,7 @@
     at(datetime(2026, 11, 21, 17, tzinfo=ZoneInfo("Asia/Shanghai")))
     cron("0 9 * * *", timezone="Asia/Shanghai")
     every(seconds=30, start_at=datetime(2026, 11, 21, tzinfo=UTC))
+    fixed_delay(seconds=30)               {"kind": "fixed_delay", "delay_ms": 30000}
 """
 
 from __future__ import annotations
@@ -95,3 +96,21 @@ def every(
     """Fire at a fixed rate, anchored at ``start_at`` (default: one period after registration)."""
     every_ms = _ms(value, seconds=seconds, minutes=minutes, hours=hours, days=days) + ms
     return {"kind": "interval", "every_ms": every_ms, **_bounds(start_at, end_at, max_fires)}
+
+
+def fixed_delay(
+    value: timedelta | None = None,
+    *,
+    ms: int = 0,
+    seconds: float = 0,
+    minutes: float = 0,
+    hours: float = 0,
+    days: float = 0,
+    start_at: datetime | int | None = None,
+    max_fires: int | None = None,
+) -> Schedule:
+    """Fire first at ``start_at`` (default: one delay after registration), then each time this long
+    after the previous run ended (its callback's final outcome: delivered, or dead after its retries).
+    The delay is 1 s .. 366 days."""
+    delay_ms = _ms(value, seconds=seconds, minutes=minutes, hours=hours, days=days) + ms
+    return {"kind": "fixed_delay", "delay_ms": delay_ms, **_bounds(start_at, None, max_fires)}

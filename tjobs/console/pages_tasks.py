@@ -68,7 +68,7 @@ async def task_list(
     request: Request,
     app: Annotated[str | None, Query(max_length=200)] = None,
     status: Annotated[Literal["", "active", "paused", "completed"] | None, Query()] = None,
-    kind: Annotated[Literal["", "cron", "interval", "at", "delay"] | None, Query()] = None,
+    kind: Annotated[Literal["", "cron", "interval", "at", "delay", "fixed_delay"] | None, Query()] = None,
     name_prefix: Annotated[str | None, Query(max_length=200)] = None,
     key: Annotated[str | None, Query(max_length=200)] = None,
     cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_CHARS)] = None,

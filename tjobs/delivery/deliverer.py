@@ -64,6 +64,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from tjobs.clock import Clock
 from tjobs.delivery.fenced_report import FencedReport
@@ -74,10 +75,12 @@ from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, F
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
-from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
+from tjobs.hot_tier.base import TaskChange
+from tjobs.model import Flow, FlowKind, FlowStatus, FlowUpdate, Reschedule, Task, TaskStatus
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.pools.overlap import OverlapGate, Verdict
 from tjobs.settings import CallbackSettings
+from tjobs.specs import FixedDelaySpec
 from tjobs.specs.pool import Overlap
 from tjobs.targets.model import TARGET_KEY_PREFIX
 
@@ -111,6 +114,7 @@ class Deliverer:
         status_reader: FlowReader | None = None,
         targets: TargetSource | None = None,
         pools: PoolDispatcher | None = None,
+        task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
         :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
@@ -124,7 +128,8 @@ class Deliverer:
         coordinator's ``may_fire``); ``status_reader`` reads a flow's stored status before a retry.
         Without them, neither check is made. ``targets`` resolves the named targets of a task that
         names them (without it, such a flow dead-letters as unusable). ``pools`` routes the flows of
-        a task naming an executor pool (without it, such a flow dead-letters).
+        a task naming an executor pool (without it, such a flow dead-letters). ``task_changes`` (the
+        hot tier's publish) is told a fixed_delay task's next run once its flow's final outcome set it.
         """
         self._recorder = recorder
         self._transport = transport
@@ -135,7 +140,7 @@ class Deliverer:
         self._lookup = JobLookup(apps, targets)
         self._observer = observer
         self._app_lookups: set[asyncio.Task[None]] = set()
-        self._outcomes = OutcomeWriter(recorder, clock, flush_interval_s, flush_batch)
+        self._outcomes = OutcomeWriter(recorder, clock, flush_interval_s, flush_batch, task_changes)
         self._retry_horizon_ms = int(retry_horizon_s * 1000)
         self._max_waiting_retries = max_waiting_retries
         self._fence = fence
@@ -576,7 +581,20 @@ class Deliverer:
                 delivery.last_error,
                 extra={"action": "flow_dead", "flow_id": delivery.flow_id},
             )
-        self._record(delivery, delivery.update(status, attempts, None))
+        update = delivery.update(status, attempts, None)
+        task = delivery.job.task
+        if type(task.schedule) is FixedDelaySpec:
+            update = self._reschedule(task, task.schedule, delivery.job.flow, update)
+        self._record(delivery, update)
+
+    def _reschedule(self, task: Task, spec: FixedDelaySpec, flow: Flow, update: FlowUpdate) -> FlowUpdate:
+        """A fixed_delay task's scheduled flow ended: its next run is a delay from now, written with the
+        outcome where the task is still where ``task`` (as its fire left it; as read for a re-drive)
+        has it (:class:`~tjobs.model.Reschedule`). A manual flow (trigger, backfill) moves nothing."""
+        if flow.kind is FlowKind.MANUAL or task.status is not TaskStatus.ACTIVE or task.next_run_at_ms is None:
+            return update
+        next_ms = self._clock.now_ms() + spec.delay_ms
+        return replace(update, reschedule=Reschedule(task.app_id, task.next_run_at_ms, task.version, next_ms))
 
     def _record(self, delivery: Delivery, update: FlowUpdate) -> None:
         self._outcomes.put(delivery.flow_id, update)

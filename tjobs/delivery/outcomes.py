@@ -5,6 +5,12 @@ Outcomes are coalesced per flow and written by one background flusher at most ev
 and is retried; meanwhile those flows count as in flight, so the compensator leaves them alone. If
 the node dies first, the database still says ``pending`` (or ``sending``) and the compensator
 re-drives (or closes) the flow: at least once, never lost.
+
+An outcome that sets a fixed_delay task's next run (:class:`~tjobs.model.Reschedule`, written by the
+store in the outcome's own transaction) is told to the task's owner once written, as a
+:class:`~tjobs.hot_tier.base.TaskChange` at the version the fire left (so a pause or an edit, at a
+higher version, outranks it; where the store's guard refused it, the wheel's fire finds the task moved
+and fires nothing).
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from tjobs.cancellation import cancel_until_done
 from tjobs.clock import Clock
+from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowUpdate
 
 logger = logging.getLogger(__name__)
@@ -39,8 +46,16 @@ class FlowReader(Protocol):
 
 
 class OutcomeWriter:
-    def __init__(self, recorder: FlowRecorder, clock: Clock, flush_interval_s: float, flush_batch: int) -> None:
+    def __init__(
+        self,
+        recorder: FlowRecorder,
+        clock: Clock,
+        flush_interval_s: float,
+        flush_batch: int,
+        task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
+    ) -> None:
         self._recorder = recorder
+        self._task_changes = task_changes
         self._clock = clock
         self.flush_interval_s = flush_interval_s
         self.flush_batch = flush_batch
@@ -121,11 +136,24 @@ class OutcomeWriter:
                     self._restore(items[start:])
                     raise
                 self.flush_calls += 1
+                await self._tell_reschedules(chunk)
             return True
         finally:
             self.flushing = {}
             if not self.pending:
                 self._dirty.clear()
+
+    async def _tell_reschedules(self, written: list[tuple[str, FlowUpdate]]) -> None:
+        if self._task_changes is None:
+            return
+        for _, update in written:
+            moved = update.reschedule
+            if moved is None:
+                continue
+            try:
+                await self._task_changes(TaskChange(update.task_id, moved.app_id, moved.next_run_at_ms, moved.version))
+            except Exception:  # the store holds the truth: the cycle load or the park still fires it
+                logger.exception("telling a fixed_delay task's next run failed", extra={"action": "hook_failed"})
 
     def _restore(self, items: list[tuple[str, FlowUpdate]]) -> None:
         for flow_id, update in items:

@@ -11,6 +11,9 @@ here (README "Misfires"; *misfire* in docs/design.md): a fire is a misfire when 
   misfire rate instead of releasing them all at once (see :mod:`tjobs.firing.pacing`).
 - ``skip``: a ``skipped`` flow records the miss (never sent); the task moves to its next future
   occurrence. A one-shot task completes.
+- A ``fixed_delay`` task fires one flow and is parked (:func:`park_ms`) until its flow's final
+  outcome sets its next run (:mod:`tjobs.schedules.fixed_delay`); late under ``skip``, a ``skipped``
+  flow and the next run a delay later.
 - ``catch_up``: every missed occurrence fires, oldest first, paced; if more than ``catch_up_max`` are
   behind, the oldest surplus is recorded as one ``skipped`` flow and only the newest
   ``catch_up_max`` fire.
@@ -36,15 +39,24 @@ from tjobs.schedules import Schedule
 from tjobs.schedules.calendars import excluded
 from tjobs.schedules.jitter import JitteredSchedule
 from tjobs.schedules.parsing import schedule_of, schedule_zone
+from tjobs.specs import FixedDelaySpec
 from tjobs.specs.calendar import CalendarLookup, CalendarRules
 
 COUNT_CAP = 10_000  # missed occurrences are counted up to this many; beyond it the count saturates
 
 
+FLUSH_SLACK_MS = 5_000  # a fixed_delay park's margin for the final outcome's write after the last attempt
+
+
 @dataclass(frozen=True, slots=True)
 class FirePolicy:
+    """``max_age_ms`` and ``timeout_ms``: the node's callback defaults (``[callbacks] max_age_s`` and
+    ``timeout_ms``), which bound how long a flow whose task sets neither can take to end."""
+
     misfire_threshold_ms: int
     catch_up_max: int
+    max_age_ms: int = 86_400_000
+    timeout_ms: int = 3000
 
 
 class FirePlanner:
@@ -85,6 +97,8 @@ def plan_fire(
     later nominal instant's, so jitter never repeats or skips an instant. ``calendar`` is the rules of
     the calendar the schedule names, as they are now: an instant they exclude records no flow, and
     the next run skips the instants they exclude."""
+    if type(task.schedule) is FixedDelaySpec:
+        return _fixed_delay(task, task.schedule, intent.scheduled_at_ms, now_ms, policy)
     schedule = schedule_of(task.schedule, task.id, calendar)
     scheduled_at_ms = intent.scheduled_at_ms
     flow_at_ms = floor_ms = scheduled_at_ms
@@ -110,6 +124,32 @@ def plan_fire(
         case MisfirePolicy.CATCH_UP:
             return _catch_up(task, schedule, floor_ms, flow_at_ms, now_ms, policy.catch_up_max)
     raise AssertionError(f"unknown misfire policy {task.misfire_policy!r}")
+
+
+def park_ms(task: Task, spec: FixedDelaySpec, scheduled_at_ms: int, now_ms: int, policy: FirePolicy) -> int:
+    """Where the fire of a fixed_delay task at ``scheduled_at_ms`` parks it: the latest its flow can
+    end (the deliverer gives up ``max_age_s`` after the flow's instant; the last attempt then takes up
+    to ``timeout_ms``; then its outcome is written) plus the delay, so a flow that never reports its
+    end still lets the task run again. The flow's final outcome moves it earlier
+    (:class:`~tjobs.model.Reschedule`)."""
+    callback = task.callback
+    max_age_ms = policy.max_age_ms if callback.max_age_s is None else callback.max_age_s * 1000
+    timeout_ms = policy.timeout_ms if callback.timeout_ms is None else callback.timeout_ms
+    return max(scheduled_at_ms + max_age_ms, now_ms) + timeout_ms + FLUSH_SLACK_MS + spec.delay_ms
+
+
+def _fixed_delay(task: Task, spec: FixedDelaySpec, scheduled_at_ms: int, now_ms: int, policy: FirePolicy) -> FirePlan:
+    """A fixed_delay fire: one flow (nothing is ever collapsed: one instant is due at a time), the task
+    parked at :func:`park_ms`. Late past the threshold under ``skip``: a skipped flow, which ends at
+    once, so the next run is a delay from now."""
+    if now_ms - scheduled_at_ms <= policy.misfire_threshold_ms:
+        flow = _sent_flow(task, scheduled_at_ms, now_ms, FlowKind.SCHEDULED, missed=0)
+    elif task.misfire_policy is MisfirePolicy.SKIP:
+        skipped = NewFlow(scheduled_at_ms, FlowKind.MISFIRE, FlowStatus.SKIPPED, missed=1)
+        return _plan([skipped], task, now_ms + spec.delay_ms, fires_added=0)
+    else:  # fire_now, fire_soon (catch_up is refused at registration: there is no backlog)
+        flow = _sent_flow(task, scheduled_at_ms, now_ms, FlowKind.MISFIRE, missed=0)
+    return _plan([flow], task, park_ms(task, spec, scheduled_at_ms, now_ms, policy), fires_added=1)
 
 
 def flow_instant(task: Task, due_ms: int) -> int:

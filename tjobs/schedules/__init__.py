@@ -7,7 +7,8 @@
 - :mod:`~tjobs.schedules.cron` is cron in an IANA zone with the DST policies (``dst_gap`` skip/shift,
   ``dst_overlap`` once/twice) documented there; :mod:`~tjobs.schedules.cronexpr` matches expressions
   against wall-clock time and :mod:`~tjobs.schedules.zones` finds a zone's offset transitions.
-- :mod:`~tjobs.schedules.interval` (fixed rate) and :mod:`~tjobs.schedules.oneshot` (``at``/``delay``).
+- :mod:`~tjobs.schedules.interval` (fixed rate), :mod:`~tjobs.schedules.fixed_delay` (a delay after each
+  run's end) and :mod:`~tjobs.schedules.oneshot` (``at``/``delay``).
 """
 
 from tjobs.schedules.base import Schedule

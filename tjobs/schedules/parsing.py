@@ -13,6 +13,11 @@ The API shape (``schedule`` of ``POST /v1/tasks``, README "Using it"; declared o
         -> {"kind": "at", "at_ms": ...}
     {"kind": "delay", "delay_ms": 1800000}
         -> {"kind": "delay", "delay_ms": 1800000, "at_ms": now + 1800000}
+    {"kind": "fixed_delay", "delay_ms": 60000[, "start_at": ...][, "max_fires": n]}
+        -> {"kind": "fixed_delay", "delay_ms": 60000, "start_at_ms": start or now + 60000[, "max_fires": n]}
+
+A fixed_delay's ``delay_ms`` is within ``MIN_FIXED_DELAY_MS``..``MAX_FIXED_DELAY_MS`` (1 s .. 366 days);
+it takes no ``end_at``, ``jitter_ms`` or ``calendar`` (its instants depend on when runs end).
 
 Recurring kinds (cron, interval) also take ``start_at`` / ``end_at`` (ISO-8601 with an offset, or
 ``start_at_ms`` / ``end_at_ms``; both bounds inclusive), stored as ``*_ms``, ``max_fires`` (a
@@ -49,6 +54,7 @@ from tjobs.schedules.base import Schedule
 from tjobs.schedules.calendars import CalendarSchedule
 from tjobs.schedules.cron import CronSchedule
 from tjobs.schedules.cronexpr import CronSyntaxError, parse_cron
+from tjobs.schedules.fixed_delay import FixedDelaySchedule
 from tjobs.schedules.instants import parse_iso_instant_ms
 from tjobs.schedules.interval import IntervalSchedule
 from tjobs.schedules.jitter import JitteredSchedule
@@ -61,6 +67,7 @@ from tjobs.specs import (
     DelaySpec,
     DstGap,
     DstOverlap,
+    FixedDelaySpec,
     IntervalSpec,
     ScheduleKind,
     ScheduleSpec,
@@ -69,7 +76,13 @@ from tjobs.specs import (
 )
 from tjobs.specs.calendar import CalendarRules
 from tjobs.specs.schedule import KIND
-from tjobs.wire import CALENDAR_NAME_PATTERN, MAX_JITTER_MS, SCHEDULE_SHAPES
+from tjobs.wire import (
+    CALENDAR_NAME_PATTERN,
+    MAX_FIXED_DELAY_MS,
+    MAX_JITTER_MS,
+    MIN_FIXED_DELAY_MS,
+    SCHEDULE_SHAPES,
+)
 
 MS_PER_DAY = 86_400_000
 PERIOD_SAMPLE_FIRES = 256  # consecutive cron fires inspected for the minimum period
@@ -116,6 +129,8 @@ def parse_schedule_request(spec: Any, *, now_ms: int, limits: LimitSettings, mis
         return DelaySpec(delay_ms=delay_ms, at_ms=now_ms + delay_ms)
     if kind is ScheduleKind.INTERVAL:
         return _normalize_interval(spec, now_ms, horizon_ms, limits)
+    if kind is ScheduleKind.FIXED_DELAY:
+        return _normalize_fixed_delay(spec, now_ms, horizon_ms)
     return _normalize_cron(spec, now_ms, horizon_ms, limits)
 
 
@@ -151,6 +166,8 @@ def _nominal_schedule(spec: ScheduleSpec) -> Schedule:
         return IntervalSchedule(spec.every_ms, spec.start_at_ms, spec.end_at_ms, spec.max_fires)
     if type(spec) is AtSpec or type(spec) is DelaySpec:
         return OneShotSchedule(spec.kind, spec.at_ms)
+    if type(spec) is FixedDelaySpec:
+        return FixedDelaySchedule(spec.delay_ms, spec.start_at_ms, spec.max_fires)
     raise TypeError(f"not a schedule spec: {spec!r}")
 
 
@@ -201,6 +218,19 @@ def _normalize_interval(spec: dict[str, Any], now_ms: int, horizon_ms: int, limi
     if schedule_of(interval).first_fire(now_ms) is None:
         raise InvalidInput("schedule.end_at", "is before the first occurrence", "never_fires")
     return interval
+
+
+def _normalize_fixed_delay(spec: dict[str, Any], now_ms: int, horizon_ms: int) -> FixedDelaySpec:
+    delay_ms = _int(spec, "delay_ms", required=True)
+    assert delay_ms is not None
+    if not MIN_FIXED_DELAY_MS <= delay_ms <= MAX_FIXED_DELAY_MS:
+        raise InvalidInput(
+            "schedule.delay_ms",
+            f"must be within {MIN_FIXED_DELAY_MS}..{MAX_FIXED_DELAY_MS} (1 s .. 366 days)",
+            "out_of_range",
+        )
+    start_ms, _, max_fires = _bounds(spec, horizon_ms)
+    return FixedDelaySpec(delay_ms, start_ms if start_ms is not None else now_ms + delay_ms, max_fires)
 
 
 def _normalize_cron(spec: dict[str, Any], now_ms: int, horizon_ms: int, limits: LimitSettings) -> CronSpec:

@@ -9,7 +9,9 @@ policies, an interval's anchor and the bounds apply exactly as they will when th
 schedule's zone at that instant (UTC for every kind but cron). A schedule with ``jitter_ms`` lists its
 nominal instants, each with the instant it fires at (:mod:`tjobs.schedules.jitter`) for the task whose id
 is the ``seed``. A schedule naming a calendar skips the instants the calendar's rules (as given)
-exclude. :func:`instants_in` lists a past range's instants the same way, for a backfill.
+exclude. :func:`instants_in` lists a past range's instants the same way, for a backfill. A
+``fixed_delay`` schedule shows only its first run and a ``note``: each later one is ``delay_ms`` after
+the previous run ends (:mod:`tjobs.schedules.fixed_delay`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from dataclasses import dataclass
 from tjobs.schedules.jitter import JitteredSchedule
 from tjobs.schedules.parsing import schedule_of, schedule_zone
 from tjobs.schedules.zones import zone_timeline
-from tjobs.specs import ScheduleSpec
+from tjobs.specs import FixedDelaySpec, ScheduleSpec
 from tjobs.specs.calendar import CalendarRules
 
+FIXED_DELAY_NOTE = "each later run starts {delay_ms} ms after the previous run ends"
 MAX_SKIPPED = 10_000  # instants before ``from_ms`` walked to count them against ``max_fires``
 
 
@@ -47,6 +50,7 @@ class Preview:
     timezone: str
     occurrences: list[Occurrence]
     ended: bool
+    note: str | None = None  # what the instants cannot show (a fixed_delay's later ones)
 
 
 def preview(
@@ -64,6 +68,10 @@ def preview(
     task whose id is ``seed``."""
     if count < 1:
         raise ValueError(f"count must be positive, got {count}")
+    if type(spec) is FixedDelaySpec:  # only the first run is known: each later one follows a run's end
+        first = spec.start_at_ms
+        shown = [] if from_ms is not None and first < from_ms else [Occurrence(first, 0)]
+        return Preview("UTC", shown, False, FIXED_DELAY_NOTE.format(delay_ms=spec.delay_ms))
     schedule = schedule_of(spec, calendar=calendar)
     jittered = schedule_of(spec, seed, calendar)
     timeline = zone_timeline(schedule_zone(spec))

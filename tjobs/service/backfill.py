@@ -35,7 +35,7 @@ from tjobs.schedules.preview import instants_in
 from tjobs.service.operator_jobs import new_job_id
 from tjobs.service.schedule_preview import parse_instant
 from tjobs.service.tasks import TaskService
-from tjobs.specs.schedule import schedule_to_json
+from tjobs.specs.schedule import FixedDelaySpec, schedule_to_json
 from tjobs.stores.contracts.operator_jobs import OperatorJob, OperatorJobs
 
 BACKFILL = "backfill"
@@ -96,8 +96,14 @@ class BackfillService:
     async def start(self, app: App, task_id: int, request: BackfillRequest, *, created_by: str) -> OperatorJob:
         """A backfill job of the app's task over ``request``'s range, queued for the next runner: 404
         for a task the app does not have; 422 naming ``from`` when the range holds none of the task's
-        instants or more than :data:`MAX_BACKFILL`."""
+        instants or more than :data:`MAX_BACKFILL`; 422 naming ``schedule.kind`` for a fixed_delay task."""
         task = await self._tasks.get(app, task_id)
+        if type(task.schedule) is FixedDelaySpec:
+            raise InvalidInput(
+                "schedule.kind",
+                "a fixed_delay task has no instants of its own to backfill (each run follows the previous one's end)",
+                "not_backfillable",
+            )
         calendar = self._tasks.calendar_of(app.id, task.schedule)
         # 0.6-0.7 s of a cron's math for 100,001 instants (2 s on a loaded box): in a thread, so the event
         # loop keeps its turns

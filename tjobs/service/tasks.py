@@ -42,6 +42,7 @@ from tjobs.service.targets import TargetService
 from tjobs.service.task_counts import TaskCounts
 from tjobs.service.task_health import health_of_page
 from tjobs.service.validation import (
+    check_fixed_delay_policy,
     check_key,
     check_name,
     check_payload,
@@ -155,6 +156,7 @@ class TaskService:
         check_payload(payload, limits)
         default_policy = self._settings.default_misfire_policy(schedule.kind)
         policy = parse_misfire_policy(request.get("misfire_policy"), default_policy)
+        check_fixed_delay_policy(schedule, policy)
         delivery = parse_delivery(request.get("delivery"))
         calendar = self.calendar_of(app.id, schedule)
         if schedule_of(schedule, calendar=calendar).first_fire(now_ms) is None:
@@ -524,6 +526,8 @@ class TaskService:
                 raise InvalidInput("schedule", "never fires", "never_fires")
             task.next_run_at_ms = first
             fields.add("schedule")
+        if fields & {"schedule", "misfire_policy"}:
+            check_fixed_delay_policy(task.schedule, task.misfire_policy)
         task.updated_at_ms = now_ms
         audit_scope.saw_before("task", task_id, loaded)
         return await self._edit(task, fields, task.status, expected_revision=expected)

@@ -21,7 +21,7 @@ from pydantic.fields import FieldInfo
 from tjobs.errors import InvalidInput
 from tjobs.model import DeliveryMode, MisfirePolicy
 from tjobs.settings import LimitSettings
-from tjobs.specs import CallbackSpec, callback_to_json
+from tjobs.specs import CallbackSpec, FixedDelaySpec, ScheduleSpec, callback_to_json
 from tjobs.specs.pool import parse_pool_route
 from tjobs.targets.urls import UrlRefused, parse_callback_url
 from tjobs.wire import MAX_HEADER_VALUE_CHARS, TARGET_NAME_PATTERN, CallbackBudget, CallbackRequest, Method
@@ -261,6 +261,16 @@ def parse_misfire_policy(value: Any, default: MisfirePolicy) -> MisfirePolicy:
     except ValueError:
         allowed = ", ".join(p.value for p in MisfirePolicy)
         raise InvalidInput("misfire_policy", f"must be one of {allowed}") from None
+
+
+def check_fixed_delay_policy(schedule: ScheduleSpec, policy: MisfirePolicy) -> None:
+    """A fixed_delay schedule has no backlog of instants to catch up on (each follows a run's end)."""
+    if type(schedule) is FixedDelaySpec and policy is MisfirePolicy.CATCH_UP:
+        raise InvalidInput(
+            "misfire_policy",
+            "catch_up does not apply to a fixed_delay schedule (use fire_now, fire_soon or skip)",
+            "invalid_combination",
+        )
 
 
 def parse_delivery(value: Any) -> DeliveryMode:

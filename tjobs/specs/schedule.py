@@ -10,6 +10,7 @@ as JSON in the task's ``schedule`` column::
                    ["calendar"]}
     AtSpec        {"kind": "at", "at_ms"}
     DelaySpec     {"kind": "delay", "delay_ms", "at_ms"}
+    FixedDelaySpec {"kind": "fixed_delay", "delay_ms", "start_at_ms", ["max_fires"]}
 
 The JSON keys are the dataclass field names, in field order, and optional fields are left out when
 unset, so :func:`schedule_to_json` writes exactly the bytes the store has always held and
@@ -33,6 +34,7 @@ class ScheduleKind(StrEnum):
     INTERVAL = "interval"
     AT = "at"
     DELAY = "delay"
+    FIXED_DELAY = "fixed_delay"
 
 
 class DstGap(StrEnum):
@@ -104,10 +106,22 @@ class DelaySpec:
     at_ms: int
 
 
-ScheduleSpec = CronSpec | IntervalSpec | AtSpec | DelaySpec
+@dataclass(frozen=True, slots=True)
+class FixedDelaySpec:
+    """Fires first at ``start_at_ms`` (registration fills it in: ``now + delay_ms``), then each time
+    ``delay_ms`` after the previous run ended (:mod:`tjobs.schedules.fixed_delay`)."""
+
+    kind: ClassVar[ScheduleKind] = ScheduleKind.FIXED_DELAY
+
+    delay_ms: int
+    start_at_ms: int
+    max_fires: int | None = None
+
+
+ScheduleSpec = CronSpec | IntervalSpec | AtSpec | DelaySpec | FixedDelaySpec
 
 SPEC_OF_KIND: dict[ScheduleKind, type[ScheduleSpec]] = {
-    spec.kind: spec for spec in (CronSpec, IntervalSpec, AtSpec, DelaySpec)
+    spec.kind: spec for spec in (CronSpec, IntervalSpec, AtSpec, DelaySpec, FixedDelaySpec)
 }
 _SPEC_OF_NAME: dict[str, type[ScheduleSpec]] = {kind.value: spec for kind, spec in SPEC_OF_KIND.items()}
 _FIELDS: dict[type[ScheduleSpec], tuple[str, ...]] = {

@@ -446,6 +446,17 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
             shard = self._shard_of(update.task_id)
             if shard is None:
                 continue
+            moved = update.reschedule
+            if moved is not None:  # a fixed_delay task's next run: the SQL store's guarded UPDATE
+                task = self._tasks[shard].get(update.task_id)
+                if (
+                    task is not None
+                    and task.status is TaskStatus.ACTIVE
+                    and task.next_run_at_ms == moved.parked_at_ms
+                    and task.version == moved.version
+                ):
+                    task.next_run_at_ms = moved.next_run_at_ms
+                    task.updated_at_ms = now_ms
             flow = self._flows[shard].get((update.task_id, update.scheduled_at_ms))
             if flow is None or flow.status.terminal:
                 continue

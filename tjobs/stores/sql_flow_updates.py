@@ -23,7 +23,9 @@ out of the ``SET``, or the ``CASE``'s ``ELSE``). An open outcome adds ``attempts
 outdated one never lowers the attempt count. A table with one flow in the flush (the usual case over
 512 shards) takes a short way: no comparisons, its statement text cached. Shards and keys are sorted,
 so two writers lock rows in the same order. The shard-map fence of the server's logical databases
-heads the first round trip (:mod:`tjobs.stores.shard_fence`; SQLite has none). Figures:
+heads the first round trip (:mod:`tjobs.stores.shard_fence`; SQLite has none). An outcome that sets a
+fixed_delay task's next run (:class:`~tjobs.model.Reschedule`) adds one guarded ``UPDATE`` of its task
+row after the flows' (no other outcome adds a statement). Figures:
 docs/benchmarks.md, "The attempt history's cost".
 """
 
@@ -220,6 +222,16 @@ def update_statements(
         elif plan.guard is not None:
             sql += f" AND attempts <= {_case(plan, plan.guard, 'attempts', params)}"
         statements.append((sql, params))
+    for shard in sorted(by_shard):  # fixed_delay tasks' next runs, in the outcomes' own transaction
+        moves = sorted((u.task_id, u.reschedule) for u in by_shard[shard] if u.reschedule is not None)
+        for task_id, moved in moves:
+            statements.append(
+                (
+                    f"UPDATE {shards[shard].tasks_sql} SET next_run_at = %s, updated_at = %s "
+                    f"WHERE id = %s AND status = 'active' AND next_run_at = %s AND version = %s",
+                    [moved.next_run_at_ms, now_ms, task_id, moved.parked_at_ms, moved.version],
+                )
+            )
     return statements
 
 
