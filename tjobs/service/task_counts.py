@@ -123,6 +123,7 @@ class TaskCounts:
             for task_id in ids:
                 if self._in_flight[task_id] <= 0:
                     del self._in_flight[task_id]
+                    self._seen_by_the_pass.pop(task_id, None)  # a write that failed reports nothing
 
     def changed(self, app_id: str, task_id: int, before: TaskStatus | None, after: TaskStatus | None) -> None:
         """Record this node's change of a task from ``before`` to ``after`` (``None``: absent), after
