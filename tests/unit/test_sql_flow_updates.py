@@ -5,9 +5,10 @@ statements do on a server is the store contract's (tests/contract)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from tjobs.model import AttemptLog, AttemptRecord, FlowStatus, FlowUpdate
+from tjobs.model import AttemptLog, AttemptRecord, FlowStatus, FlowUpdate, Reschedule
 from tjobs.stores.sql_flow_updates import update_statements
 
 NOW_MS = 1_800_000_000_000
@@ -62,3 +63,22 @@ def test_a_table_with_one_flow_sets_only_what_its_outcome_carries() -> None:
     assert "attempt_log = %s" in done_sql and "routes" not in done_sql and "attempts <=" not in done_sql
     for sql, params in ((open_sql, open_params), (done_sql, done_params)):
         assert sql.count("%s") == len(params) and "(task_id, scheduled_at) IN ((%s, %s))" in sql
+
+
+def test_two_ended_flows_of_one_fixed_delay_task_in_one_flush_each_carry_their_reschedule() -> None:
+    """A re-driven old flow and the current one of the same fixed_delay task may end in one flush: ordering
+    their task updates compared the two Reschedule values, which have no order (TypeError: the flush failed
+    and was retried for ever)."""
+    shards: Any = [
+        type("S", (), {"flows_sql": f"`db`.`flows_{n:02d}`", "tasks_sql": f"`db`.`tasks_{n:02d}`"})() for n in range(4)
+    ]
+    ended = [
+        replace(
+            FlowUpdate(9, NOW_MS + at, FlowStatus.DELIVERED, 1, None, 200, None),
+            reschedule=Reschedule("app", NOW_MS + 60_000, 4, NOW_MS + 5_000 + at),
+        )
+        for at in (0, 1_000)
+    ]
+    statements = update_statements({1: ended}, shards, NOW_MS + 50)
+    task_updates = [params for sql, params in statements if sql.startswith("UPDATE `db`.`tasks_01`")]
+    assert sorted(p[0] for p in task_updates) == [NOW_MS + 5_000, NOW_MS + 6_000]

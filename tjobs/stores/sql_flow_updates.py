@@ -223,7 +223,10 @@ def update_statements(
             sql += f" AND attempts <= {_case(plan, plan.guard, 'attempts', params)}"
         statements.append((sql, params))
     for shard in sorted(by_shard):  # fixed_delay tasks' next runs, in the outcomes' own transaction
-        moves = sorted((u.task_id, u.reschedule) for u in by_shard[shard] if u.reschedule is not None)
+        # by task id alone (two flows of one task may end in one flush; a Reschedule has no order)
+        moves = sorted(
+            ((u.task_id, u.reschedule) for u in by_shard[shard] if u.reschedule is not None), key=lambda m: m[0]
+        )
         for task_id, moved in moves:
             statements.append(
                 (
