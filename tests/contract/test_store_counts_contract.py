@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from dataclasses import replace
 
+import pymysql
 import pytest
+from sqlalchemy.engine import make_url
 
 from sharding import shard_of_task_id
 from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
 from tjobs.errors import NotFound, VersionConflict
 from tjobs.model import Flow, FlowKind, FlowStatus, TaskStatus
 from tjobs.stores.base import DEAD_LETTERS, TaskStore
+from tjobs.stores.memory import MemoryTaskStore
+from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 
 async def test_count_by_app_counts_every_app_per_status_and_dead_letters_in_one_database(
@@ -119,3 +125,39 @@ async def test_count_dead_letters_counts_the_asked_apps_dead_flows_of_one_databa
     assert await store.count_dead_letters(0, ["app-a", "app-b", "app-c"]) == {"app-a": 2, "app-b": 1, "app-c": 0}
     assert await store.count_dead_letters(1, ["app-a"]) == {"app-a": 1}
     assert await store.count_dead_letters(0, []) == {}
+
+
+def _pause_from_another_session(store: TaskStore, task_id: int, shard: int) -> None:
+    """Commit a pause of the task on a connection of its own, now (a sync driver: called from then_ask)."""
+    if isinstance(store, MemoryTaskStore):
+        tasks = store._tasks[shard]
+        tasks[task_id] = replace(tasks[task_id], status=TaskStatus.PAUSED)
+        return
+    assert isinstance(store, SQLAlchemyTaskStore)
+    home = store.layout.shards[shard]
+    url = make_url(home.database.engine_url)
+    if url.drivername.startswith("sqlite"):
+        with closing(sqlite3.connect(url.database or "")) as lite, lite:
+            lite.execute(f"UPDATE {home.tasks_sql} SET status = 'paused' WHERE id = ?", (task_id,))
+        return
+    maria = pymysql.connect(host=url.host, port=url.port or 3306, user=url.username, password=url.password or "")
+    with closing(maria):
+        with maria.cursor() as cursor:
+            cursor.execute(f"UPDATE {home.tasks_sql} SET status = 'paused' WHERE id = %s", (task_id,))
+        maria.commit()
+
+
+async def test_count_by_app_reads_the_asked_statuses_in_the_counts_own_snapshot(store: TaskStore) -> None:
+    """A pause another session commits between the counting statement and the status read is seen by
+    neither: both read the snapshot the counts took (what lets the task counts tell which of a node's
+    own changes the counts saw, tjobs.service.task_counts)."""
+    task = await store.insert_task(make_task(shard=1))
+
+    def then_ask() -> list[int]:
+        _pause_from_another_session(store, task.id, 1)
+        return [task.id]
+
+    read = await store.count_by_app(0, then_ask)
+    assert read.counts == {"app-a": {"active": 1}} and read.statuses == {task.id: "active"}
+    stored = await store.get_task(task.id)
+    assert stored is not None and stored.status is TaskStatus.PAUSED  # committed meanwhile

@@ -538,21 +538,21 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
     ) -> DatabaseCounts:
         await asyncio.sleep(0)
         counts: dict[str, dict[str, int]] = {}
+        seen: dict[int, str] = {}  # the snapshot the asked statuses are read from
         shards = self.topology.shards_of_database(database_index)
         for shard in shards:
             for task in self._tasks[shard].values():
                 of_app = counts.setdefault(task.app_id, {})
                 of_app[task.status.value] = of_app.get(task.status.value, 0) + 1
+                seen[task.id] = task.status.value
             for flow in self._flows[shard].values():
                 if flow.status is FlowStatus.DEAD:
                     of_app = counts.setdefault(flow.app_id, {})
                     of_app[DEAD_LETTERS] = of_app.get(DEAD_LETTERS, 0) + 1
         statuses: dict[int, str | None] = {}
-        for task_id in then_ask():  # no await since the counts: the same snapshot
-            shard = shard_of_task_id(task_id) if task_id > 0 else -1
-            if shard in shards:  # a task of another database is not this read's
-                stored = self._tasks[shard].get(task_id)
-                statuses[task_id] = None if stored is None else stored.status.value
+        for task_id in then_ask():
+            if task_id > 0 and shard_of_task_id(task_id) in shards:  # a task of another database is not this read's
+                statuses[task_id] = seen.get(task_id)
         return DatabaseCounts(counts, statuses)
 
     async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:
