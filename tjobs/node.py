@@ -92,6 +92,7 @@ class NodeStatus:
     wheel_tasks: int
     fire_backlog: int  # due intents waiting for a fire transaction
     fires_committed: int
+    newest_committed_instant_ms: int | None  # a fenced node never commits an instant due after its fence
     cas_rejected: int
     cluster: Mapping[str, Any]  # the coordinator's view (:meth:`tjobs.cluster.base.Coordinator.describe`)
     database_servers: list[dict[str, Any]]  # per server: name, reachable, paused jobs
@@ -343,6 +344,7 @@ class Node:
             wheel_tasks=len(self.runner.wheel),
             fire_backlog=self.runner.backlog,
             fires_committed=stats.fires_committed,
+            newest_committed_instant_ms=stats.newest_committed_instant_ms,
             cas_rejected=stats.cas_rejected,
             cluster=self.coordinator.describe(),
             database_servers=self.db_health.describe(),

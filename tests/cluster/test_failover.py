@@ -53,11 +53,10 @@ async def test_kill_9_primary_repeatedly(rig: ClusterRig, api: Api, receiver: Re
     await kill_primary_and_check(rig, api, receiver)
 
 
-# With the timing tests (run alone): its count is read over HTTP just before the SIGSTOP, so a commit the
-# victim made in between (the test's own loop slowed by load), or whose answer it read only after
-# SIGCONT, counts as a commit after the takeover. A clean-clone run on 5 workers (load 8) failed so,
-# 15 against 14, while the victim's log showed its sessions ended by the new owner and its jobs
-# released at SIGCONT. Counting the victim's commits by instant, not by this counter, is left open.
+# The victim's commits are judged by instant, not by its commit counter: a fire whose COMMIT the server
+# took just before the SIGSTOP is counted only after SIGCONT (two clean-clone runs failed so, 15 against 14
+# and 14 against 13). What fencing forbids is a commit of an instant that came due while the victim was
+# stopped: it could begin that fire only after SIGCONT, when its lease had passed to a backup.
 @pytest.mark.timing
 async def test_stopped_primary_commits_nothing_after_takeover_and_steps_down(
     rig: ClusterRig, api: Api, receiver: Receiver
@@ -67,12 +66,15 @@ async def test_stopped_primary_commits_nothing_after_takeover_and_steps_down(
     tasks = await schedule(api, rig.nodes[1], receiver.url(), start, start + 20_000, 50)
     await asyncio.sleep(max(start + 2000 - now_ms(), 0) / 1000)
     victim = rig.nodes[2]
-    committed_before = (await api.view(victim))["fires_committed"]
+    before = await api.view(victim)
+    assert before["fires_committed"] > 0, "the victim fired nothing before the stop"
     rig.signal(2, signal.SIGSTOP)
+    stopped_ms = now_ms()
     await asyncio.sleep(10)  # 2 x TTL: the backups take over meanwhile
     rig.signal(2, signal.SIGCONT)
     first_answer = await api.view(victim)
-    assert first_answer["fires_committed"] == committed_before, "a fenced node committed fires"
+    newest = first_answer["newest_committed_instant_ms"]
+    assert newest <= stopped_ms, f"a fenced node committed an instant due {newest - stopped_ms} ms after its stop"
     assert first_answer["owned_jobs"] == 0 or first_answer["fenced"] is None
     outcome = await collect_when_fired(api, rig.nodes[1], tasks, 9000)
     assert outcome.lost == [] and outcome.duplicated == []

@@ -226,6 +226,26 @@ async def test_a_fenced_transaction_on_one_server_keeps_the_other_servers_fires(
         await h.stop()
 
 
+async def test_the_newest_committed_instant_moves_with_commits_only() -> None:
+    # The cluster view shows it; the failover test proves by it that a fenced node committed no instant
+    # due after its fence.
+    store = FaultyServerStore()
+    h = Harness(store)
+    healthy = await add_task(store, HEALTHY_SHARD)
+    await add_task(store, FAILING_SHARD)
+    await h.start()
+    try:
+        assert h.runner.stats.newest_committed_instant_ms is None
+        store.fault = StorageUnavailable("database server 1 is unavailable")
+        await h.move_to(1 * SECOND, until=lambda: store.calls >= 1)
+        assert h.runner.stats.newest_committed_instant_ms == T0 + SECOND
+        await h.move_to(2 * SECOND, until=lambda: h.sent_instants(healthy) == [1 * SECOND, 2 * SECOND])
+        await h.move_to(2500, until=lambda: store.calls >= 3)  # the failed instant's retry fails again
+        assert h.runner.stats.newest_committed_instant_ms == T0 + 2 * SECOND
+    finally:
+        await h.stop()
+
+
 class CommitLostStore(MemoryTaskStore):
     """Instance 1's transactions commit, but the answer is lost (the connection dropped during COMMIT)."""
 

@@ -46,6 +46,7 @@ async def cluster(request: Request) -> Any:
         "node_id": status.node_id,
         "jobs": sorted(status.jobs),
         "fires_committed": status.fires_committed,
+        "newest_committed_instant_ms": status.newest_committed_instant_ms,
         "cas_rejected": status.cas_rejected,
         "wheel_tasks": status.wheel_tasks,
         "fire_backlog": status.fire_backlog,

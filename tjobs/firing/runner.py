@@ -77,6 +77,7 @@ class RunnerStats:
 
     loaded: int = 0
     fires_committed: int = 0
+    newest_committed_instant_ms: int | None = None  # the latest instant of a committed fire
     flows_sent: int = 0
     flows_skipped: int = 0
     cas_rejected: int = 0
@@ -633,6 +634,9 @@ class JobRunner:
         task = outcome.task
         assert task is not None
         self.stats.fires_committed += 1
+        newest = self.stats.newest_committed_instant_ms
+        if newest is None or outcome.intent.scheduled_at_ms > newest:
+            self.stats.newest_committed_instant_ms = outcome.intent.scheduled_at_ms
         for flow in outcome.flows:
             if flow.status in (FlowStatus.PENDING, FlowStatus.SENDING):
                 self.stats.flows_sent += 1
