@@ -126,17 +126,7 @@ class BrokerTransport(Transport, Generic[SettingsT]):
             outcome, error = Outcome.PERMANENT, scrub(failure_message(exc, request.timeout_ms), credentials)
         except Exception as exc:
             outcome, error = Outcome.RETRYABLE, scrub(failure_message(exc, request.timeout_ms), credentials)
-        return AttemptResult(
-            request.flow_id,
-            request.url,
-            request.attempt,
-            outcome,
-            None,
-            error,
-            None,
-            started_ms,
-            loop.time() - started,
-        )
+        return request.result(outcome, None, error, None, started_ms, loop.time() - started)
 
     async def _check_policy(self, request: CallbackRequest) -> None:
         if self._policy is None:

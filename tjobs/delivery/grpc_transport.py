@@ -81,6 +81,7 @@ from tjobs.delivery.transport import (
     TargetRejected,
     Transport,
     failure_error,
+    log_unexpected_error,
 )
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import REDACTED, GrpcTarget
@@ -200,24 +201,8 @@ class GrpcTransport(Transport):
             outcome, error = Outcome.PERMANENT, str(rejected)[:MAX_ERROR_CHARS]
         except Exception as exc:
             error = _scrubbed(failure_error(exc, request.timeout_ms), secret)
-            logger.warning(
-                "unexpected error calling %s for flow %s: %s",
-                request.url,
-                request.flow_id,
-                error,
-                extra={"action": "callback_unexpected_error", "flow_id": request.flow_id},
-            )
-        return AttemptResult(
-            request.flow_id,
-            request.url,
-            request.attempt,
-            outcome,
-            status,
-            error,
-            retry_after_ms,
-            started_ms,
-            loop.time() - started,
-        )
+            log_unexpected_error(logger, request, error)
+        return request.result(outcome, status, error, retry_after_ms, started_ms, loop.time() - started)
 
     def _stub(self, url: str, settings: GrpcTarget) -> receiver_pb2_grpc.ReceiverAsyncStub:
         key = (settings.address, settings.tls)

@@ -37,6 +37,7 @@ from tjobs.delivery.transport import (
     TargetRejected,
     Transport,
     failure_error,
+    log_unexpected_error,
     status_error,
 )
 from tjobs.model import ANSWER_BODY_BYTES, ReceivedAnswer
@@ -149,26 +150,8 @@ class HttpTransport(Transport):
         outcome = classify(status, None if status is not None else failure)
         expected = isinstance(failure, OSError | TimeoutError | aiohttp.ClientError)
         if outcome is Outcome.RETRYABLE and status is None and not expected:
-            logger.warning(
-                "unexpected error calling %s for flow %s: %s",
-                request.url,
-                request.flow_id,
-                error,
-                exc_info=failure,
-                extra={"action": "callback_unexpected_error", "flow_id": request.flow_id},
-            )
-        return AttemptResult(
-            request.flow_id,
-            request.url,
-            request.attempt,
-            outcome,
-            status,
-            error,
-            retry_after_ms,
-            started_ms,
-            loop.time() - started,
-            answer=answer,
-        )
+            log_unexpected_error(logger, request, error, failure)
+        return request.result(outcome, status, error, retry_after_ms, started_ms, loop.time() - started, answer=answer)
 
     async def _targets(self, request: CallbackRequest) -> list[tuple[URL, Mapping[str, str], str | None]]:
         """What to connect to, in order: ``(URL, headers, TLS name)`` per judged address; with no

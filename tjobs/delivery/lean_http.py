@@ -52,6 +52,7 @@ from tjobs.delivery.transport import (
     TargetRejected,
     Transport,
     failure_error,
+    log_unexpected_error,
     status_error,
 )
 from tjobs.model import ANSWER_BODY_BYTES, ANSWER_HEADERS_KEPT, ReceivedAnswer
@@ -371,26 +372,10 @@ class LeanHttpTransport(Transport):
             failure = exc
             error = failure_error(exc, request.timeout_ms)
             if not isinstance(exc, OSError | TimeoutError | TargetRejected):
-                logger.warning(
-                    "unexpected error calling %s for flow %s: %s",
-                    request.url,
-                    request.flow_id,
-                    error,
-                    exc_info=exc,
-                    extra={"action": "callback_unexpected_error", "flow_id": request.flow_id},
-                )
-        return AttemptResult(
-            request.flow_id,
-            request.url,
-            request.attempt,
-            classify(status, failure),
-            status,
-            error,
-            retry_after_ms,
-            started_ms,
-            loop.time() - started,
-            sent_ms,
-            answer,
+                log_unexpected_error(logger, request, error, exc)
+        duration_s = loop.time() - started
+        return request.result(
+            classify(status, failure), status, error, retry_after_ms, started_ms, duration_s, sent_ms, answer
         )
 
     # ---- where to connect ---------------------------------------------------------------------------

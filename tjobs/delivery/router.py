@@ -124,17 +124,9 @@ class ProtocolRouter(Transport):
                 f"urls[{i}]: {r.error}" for i, r in enumerate(results) if r.outcome is not Outcome.DELIVERED
             )[:240]
         delays = [r.retry_after_ms for r in results if r.retry_after_ms is not None]
-        return AttemptResult(
-            request.flow_id,
-            request.url,
-            request.attempt,
-            worst.outcome,
-            worst.status,
-            error,
-            max(delays) if delays else None,
-            min(r.started_ms for r in results),
-            max(r.duration_s for r in results),
-        )
+        started_ms = min(r.started_ms for r in results)
+        duration_s = max(r.duration_s for r in results)
+        return request.result(worst.outcome, worst.status, error, max(delays, default=None), started_ms, duration_s)
 
     async def close(self) -> None:
         await self.http.close()
@@ -143,7 +135,7 @@ class ProtocolRouter(Transport):
 
     def _result(self, request: CallbackRequest, outcome: Outcome, error: str) -> AttemptResult:
         now_ms = self._clock.now_ms()
-        return AttemptResult(request.flow_id, request.url, request.attempt, outcome, None, error, None, now_ms, 0.0)
+        return request.result(outcome, None, error, None, now_ms, 0.0)
 
     def _refused(self, request: CallbackRequest, reason: str) -> AttemptResult:
         """Nothing was connected: a permanent failure (the flow dead-letters with ``reason``)."""

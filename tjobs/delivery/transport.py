@@ -40,6 +40,7 @@ only. A transport (HTTP today: :class:`tjobs.delivery.http.HttpTransport`; the i
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from dataclasses import dataclass
 from tjobs.delivery.allow_list import EMPTY_ALLOW_LIST, AllowList
 from tjobs.model import AttemptResult as AttemptResult  # re-exported: it lives with the records, below the
 from tjobs.model import Outcome as Outcome  # observer that names it (docs/design.md, "Layering")
+from tjobs.model import ReceivedAnswer
 from tjobs.targets.model import Target
 from tjobs.targets.urls import CallbackUrl, IPAddress
 
@@ -82,6 +84,32 @@ class CallbackRequest:
     # say where to send. ``None``: an inline HTTP callback to ``url``. For a target, ``url`` is the
     # name the flow tracks it by (``target:<name>``), never an address carrying credentials.
     target: Target | None = None
+
+    def result(
+        self,
+        outcome: Outcome,
+        status: int | None,
+        error: str | None,
+        retry_after_ms: int | None,
+        started_ms: int,
+        duration_s: float,
+        sent_ms: int | None = None,
+        answer: ReceivedAnswer | None = None,
+    ) -> AttemptResult:
+        """This attempt's :class:`AttemptResult` (its flow, URL and attempt number with what it gave)."""
+        return AttemptResult(
+            self.flow_id,
+            self.url,
+            self.attempt,
+            outcome,
+            status,
+            error,
+            retry_after_ms,
+            started_ms,
+            duration_s,
+            sent_ms,
+            answer,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +149,21 @@ def status_error(status: int, snippet: bytes) -> str:
     """The ``error`` of an answer that is not a delivery: the status and the answer's first bytes."""
     text = snippet.decode("utf-8", "replace").strip().replace("\n", " ")
     return f"HTTP {status}: {text}"[:MAX_ERROR_CHARS] if text else f"HTTP {status}"
+
+
+def log_unexpected_error(
+    logger: logging.Logger, request: CallbackRequest, error: str | None, failure: BaseException | None = None
+) -> None:
+    """Log an attempt that failed in a way its transport does not expect (not a timeout, connection
+    error or veto: a bug, or a library's surprise); the attempt is still answered as retryable."""
+    logger.warning(
+        "unexpected error calling %s for flow %s: %s",
+        request.url,
+        request.flow_id,
+        error,
+        exc_info=failure,
+        extra={"action": "callback_unexpected_error", "flow_id": request.flow_id},
+    )
 
 
 def failure_error(exc: BaseException, timeout_ms: int) -> str:
