@@ -230,7 +230,7 @@ class Deliverer:
                 extra={"action": "delivery_refused", "flow_id": flow_id},
             )
             return
-        if job.flow.status.terminal:
+        if not job.flow.status.deliverable:
             logger.warning(
                 "flow %s is already %s; not delivering it",
                 flow_id,
@@ -331,14 +331,8 @@ class Deliverer:
                         lane.app_id, app.rate_limit_per_s, app.max_concurrency, queued=delivery.queued
                     ):
                         await self._attempt(delivery)
-                except Exception:
-                    # A bug, not a receiver failure: leave the flow to the compensator.
-                    logger.exception(
-                        "delivery of flow %s failed",
-                        delivery.flow_id,
-                        extra={"action": "delivery_failed", "flow_id": delivery.flow_id},
-                    )
-                    self._active.pop(delivery.flow_id, None)
+                except Exception:  # a bug, not a receiver failure
+                    self._leave_to_compensator(delivery, "delivery of flow %s failed", "delivery_failed")
         finally:
             lane.workers -= 1
             if lane.workers == 0 and not lane.queue and self._lanes.get(lane.app_id) is lane:
@@ -359,12 +353,7 @@ class Deliverer:
             try:
                 await self._recorder.record_flow_updates([sending], now_ms)
             except Exception:
-                logger.exception(
-                    "could not record at-most-once flow %s as sending; not sending it",
-                    delivery.flow_id,
-                    extra={"action": "delivery_deferred", "flow_id": delivery.flow_id},
-                )
-                self._active.pop(delivery.flow_id, None)
+                self._leave_to_compensator(delivery, "could not record at-most-once flow %s as sending; not sending it")
                 return
             delivery.record_sending = False
         message = delivery.message
@@ -449,17 +438,24 @@ class Deliverer:
         made = delivery.attempt - 1
         delivery.last_status, delivery.last_error = None, why
         delay_ms = compute_backoff_ms(waits, delivery.backoff_base_ms, delivery.backoff_max_ms, self._rng)
+        self._retry_later(delivery, made, delay_ms)
+
+    def _retry_later(self, delivery: Delivery, attempts: int, delay_ms: int) -> bool:
+        """Record the flow ``pending`` with ``attempts`` made, due ``delay_ms`` from now, and send it again
+        then (on a timer when the wait is short enough, else the compensator re-drives it when due); or,
+        when that is past its ``max_age_s``, record it dead and answer ``False``."""
         due_ms = self._clock.now_ms() + delay_ms
         if due_ms > delivery.deadline_ms:
-            self._finish(delivery, FlowStatus.DEAD, made, "max_age_s exceeded")
-            return
-        self._record(delivery, delivery.update(FlowStatus.PENDING, made, due_ms))
+            self._finish(delivery, FlowStatus.DEAD, attempts, "max_age_s exceeded")
+            return False
+        self._record(delivery, delivery.update(FlowStatus.PENDING, attempts, due_ms))
         delivery.recheck = True
         if self._running and delay_ms <= self._retry_horizon_ms and self._waiting_retries < self._max_waiting_retries:
             self._waiting_retries += 1
             delivery.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._retry_due, delivery)
         else:
             self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
+        return True
 
     async def _still_open(self, delivery: Delivery) -> bool:
         """Whether a retry may be sent: its flow is still open in the store (read it)."""
@@ -468,14 +464,11 @@ class Deliverer:
         try:
             stored = await self._status_reader.get_flow(job.flow.task_id, job.flow.scheduled_at_ms)
         except Exception:
-            self._active.pop(delivery.flow_id, None)
-            logger.exception(
-                "could not read flow %s before its retry; the compensator re-drives it",
-                delivery.flow_id,
-                extra={"action": "delivery_deferred", "flow_id": delivery.flow_id},
+            self._leave_to_compensator(
+                delivery, "could not read flow %s before its retry; the compensator re-drives it"
             )
             return False
-        if stored is not None and not stored.status.terminal:
+        if stored is not None and stored.status.deliverable:
             return True
         self.cancelled += 1
         self._active.pop(delivery.flow_id, None)
@@ -543,19 +536,9 @@ class Deliverer:
             delay_ms = max(
                 delay_ms, compute_backoff_ms(attempt, delivery.backoff_base_ms, delivery.backoff_max_ms, self._rng)
             )
-        now_ms = self._clock.now_ms()
-        due_ms = now_ms + delay_ms
-        if due_ms > delivery.deadline_ms:
-            self._finish(delivery, FlowStatus.DEAD, attempt, "max_age_s exceeded")
+        if not self._retry_later(delivery, attempt, delay_ms):
             return
-        self._record(delivery, delivery.update(FlowStatus.PENDING, attempt, due_ms))
         delivery.attempt = attempt + 1
-        delivery.recheck = True
-        if self._running and delay_ms <= self._retry_horizon_ms and self._waiting_retries < self._max_waiting_retries:
-            self._waiting_retries += 1
-            delivery.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._retry_due, delivery)
-        else:
-            self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
         logger.debug(
             "flow %s attempt %d failed (%s); next in %d ms",
             delivery.flow_id,
@@ -564,6 +547,12 @@ class Deliverer:
             delay_ms,
             extra={"action": "callback_retry_scheduled", "flow_id": delivery.flow_id},
         )
+
+    def _leave_to_compensator(self, delivery: Delivery, message: str, action: str = "delivery_deferred") -> None:
+        """Let go of ``delivery`` after a failure that is not its receiver's, logged with its traceback
+        (``message`` takes the flow id): the flow stays open in the store and the compensator re-drives it."""
+        self._active.pop(delivery.flow_id, None)
+        logger.exception(message, delivery.flow_id, extra={"action": action, "flow_id": delivery.flow_id})
 
     def _finish(self, delivery: Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
         self._active.pop(delivery.flow_id, None)

@@ -86,25 +86,14 @@ class JobLookup:
         try:
             app = await self.apps.get(task.app_id)
         except Exception:
-            # The flow stays pending in the store; the compensator re-drives it.
-            logger.exception(
-                "app %s unavailable for flow %s",
-                task.app_id,
-                flow.id,
-                extra={"action": "delivery_deferred", "flow_id": flow.id},
-            )
+            _deferred("app %s unavailable for flow %s", task, flow)
             return None
         targets: dict[str, Target | None] | None = None
         if task.callback.targets and self.targets is not None:
             try:
                 targets = await self._read_targets(app.id, task.callback.targets)
             except Exception:
-                logger.exception(
-                    "targets of app %s unavailable for flow %s",
-                    task.app_id,
-                    flow.id,
-                    extra={"action": "delivery_deferred", "flow_id": flow.id},
-                )
+                _deferred("targets of app %s unavailable for flow %s", task, flow)
                 return None
         return CallbackJob(task, flow, app, targets)
 
@@ -153,3 +142,9 @@ class JobLookup:
                 )
                 continue
             named[name] = outcome
+
+
+def _deferred(message: str, task: Task, flow: Flow) -> None:
+    """Log (with its traceback) why ``flow`` of ``task`` is not delivered now: ``message`` takes the app id
+    and the flow id. The flow stays pending in the store; the compensator re-drives it."""
+    logger.exception(message, task.app_id, flow.id, extra={"action": "delivery_deferred", "flow_id": flow.id})
