@@ -384,6 +384,11 @@ class Console:
 
     # ---- which app a page is about -----------------------------------------------------------------
 
+    async def listing_scope(self, request: Request, app_id: str | None) -> tuple[Principal, App | None]:
+        """The request's :meth:`principal` and the app its listing shows (:meth:`scope` of ``app_id``)."""
+        principal = await self.principal(request)
+        return principal, await self.scope(principal, app_id)
+
     async def scope(self, principal: Principal, app_id: str | None) -> App | None:
         """The app a listing shows: an app session's own (another id: 404); for the admin, the app named
         by ``app_id`` (404 if none), or ``None`` when none is named (the page offers a choice)."""

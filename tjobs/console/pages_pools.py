@@ -23,8 +23,7 @@ router = APIRouter(route_class=ConsoleRoute)
 @router.get("/console/pools")
 async def pools_page(request: Request, app: Annotated[str | None, Query(max_length=200)] = None) -> Response:
     console = console_of(request)
-    principal = await console.principal(request)
-    scoped = await console.scope(principal, app)
+    principal, scoped = await console.listing_scope(request, app)
     state = None
     if scoped is not None:
         state = await pool_service_of(request.app.state, console.node).app_state(scoped)

@@ -133,8 +133,7 @@ async def target_list(
     done: Annotated[str | None, Query(max_length=20)] = None,
 ) -> Response:
     console = console_of(request)
-    principal = await console.principal(request)
-    scoped = await console.scope(principal, app)
+    principal, scoped = await console.listing_scope(request, app)
     targets: list[dict[str, Any]] = []
     next_cursor = None
     if scoped is not None:

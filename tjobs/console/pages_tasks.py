@@ -75,8 +75,7 @@ async def task_list(
     done: Annotated[str | None, Query(max_length=20)] = None,
 ) -> Response:
     console = console_of(request)
-    principal = await console.principal(request)
-    scoped = await console.scope(principal, app)
+    principal, scoped = await console.listing_scope(request, app)
     filters = {"status": status or "", "kind": kind or "", "name_prefix": name_prefix or "", "key": key or ""}
     items: list[Task] = []
     next_cursor = None
