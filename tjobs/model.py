@@ -42,10 +42,25 @@ class FlowStatus(StrEnum):
     SKIPPED = "skipped"  # a misfire recorded under the skip policy; never sent
     CANCELLED = "cancelled"  # the task was deleted before delivery finished
     UNKNOWN = "unknown"  # at-most-once attempt whose outcome a crash lost; never resent
+    RUNNING = "running"  # the target accepted the attempt as a run; its executor reports the end
+    CANCELLING = "cancelling"  # a run asked to stop; the executor learns it from its next report's answer
 
     @property
     def terminal(self) -> bool:
-        return self not in (FlowStatus.PENDING, FlowStatus.SENDING)
+        return self not in _OPEN_FLOW_STATUSES
+
+    @property
+    def deliverable(self) -> bool:
+        """Whether delivery may send it (a run is not sent again: it ends by a report or its timeout)."""
+        return self is FlowStatus.PENDING or self is FlowStatus.SENDING
+
+    @property
+    def running(self) -> bool:
+        """A run is live: running, or cancelling."""
+        return self is FlowStatus.RUNNING or self is FlowStatus.CANCELLING
+
+
+_OPEN_FLOW_STATUSES = frozenset({FlowStatus.PENDING, FlowStatus.SENDING, FlowStatus.RUNNING, FlowStatus.CANCELLING})
 
 
 class FlowKind(StrEnum):
@@ -137,10 +152,47 @@ class Flow:
     payload_json: str | None = None
     attempt_log: AttemptLog | None = None  # the recent attempts' outcomes; None: none recorded yet
     answers: tuple[AttemptAnswer, ...] | None = None  # the newest sends' answers, oldest first; None: none yet
+    run: FlowRun | None = None  # the newest run of the flow (an attempt a target accepted as a run); None: none
+    run_log: str | None = None  # the runs' log lines, one JSON object a line (tjobs.service.run_log)
+    run_log_lines: int = 0  # how many lines run_log holds
 
     @property
     def id(self) -> str:
         return flow_id(self.task_id, self.scheduled_at_ms)
+
+
+class RunStatus(StrEnum):
+    """Where a run is: live (``running``, ``cancelling``) or how it ended."""
+
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+    @property
+    def ended(self) -> bool:
+        return self is not RunStatus.RUNNING and self is not RunStatus.CANCELLING
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRun:
+    """One run of a flow: the attempt a target accepted as a run (an HTTP ``202`` with ``tjobs-run:
+    accepted``, docs/targets.md "Runs") and what its executor reported since. ``deadline_ms`` is when it
+    times out (``None``: never); ``progress`` is 0..100 or a short text; ``result`` is the final report's
+    JSON value (``None``: none given); ``message`` the executor's last words (a failure's reason)."""
+
+    status: RunStatus
+    attempt: int
+    started_at_ms: int
+    deadline_ms: int | None = None
+    reported_at_ms: int | None = None
+    ended_at_ms: int | None = None
+    progress: int | str | None = None
+    result: Any = None
+    message: str | None = None
+    cancel_requested_at_ms: int | None = None
 
 
 MAX_ATTEMPT_RECORDS = 25
@@ -236,7 +288,7 @@ class TaskHealth:
     """A task's recent results, for its row in a list (:meth:`tjobs.stores.contracts.TaskRecords.task_health`):
     its newest flow's status, instant, last change and attempts (``None``: it never fired), and of its flows
     scheduled in a window, the newest ``counted`` (at most the read's cap) by outcome: ``delivered``,
-    ``dead`` and still ``open`` (pending or sending; skipped and cancelled count in ``counted`` only)."""
+    ``dead`` and still ``open`` (pending, sending, or a live run; skipped and cancelled count in ``counted`` only)."""
 
     last_status: FlowStatus | None = None
     last_scheduled_at_ms: int | None = None
@@ -251,7 +303,7 @@ class TaskHealth:
     def of(cls, newest: tuple[FlowStatus, int, int, int] | None, counts: dict[FlowStatus, int]) -> TaskHealth:
         """From the newest flow's ``(status, scheduled_at_ms, updated_at_ms, attempts)`` and the window's
         flows counted per status."""
-        open_ = counts.get(FlowStatus.PENDING, 0) + counts.get(FlowStatus.SENDING, 0)
+        open_ = sum(n for status, n in counts.items() if not status.terminal)
         counted = sum(counts.values())
         delivered, dead = counts.get(FlowStatus.DELIVERED, 0), counts.get(FlowStatus.DEAD, 0)
         if newest is None:
@@ -439,6 +491,7 @@ class FlowUpdate:
     answers: tuple[AttemptAnswer, ...] | None = None  # the newest sends' answers as they are now; None: unchanged
     # a fixed_delay task's next run, set by the flow's final outcome in the same write (None: none)
     reschedule: Reschedule | None = None
+    run: FlowRun | None = None  # the flow's run as it is now; None: unchanged
 
 
 @dataclass(frozen=True, slots=True)

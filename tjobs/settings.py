@@ -117,6 +117,19 @@ class CompensatorSettings(SettingsSection):
     batch: int = 500
 
 
+class RunSettings(SettingsSection):
+    """Job runs (README "Job runs", docs/targets.md "Runs"): what a run's reports may hold, and the
+    bounds of a run whose task sets none."""
+
+    # a run with no final report this long after it started times out (a task's callback.run_timeout_ms wins)
+    timeout_ms: int = Field(default=86_400_000, ge=1000, le=30 * 86_400_000)
+    max_result_bytes: int = Field(default=65_536, ge=256, le=1_048_576)  # a report's result, as JSON
+    max_log_lines: int = Field(default=1000, ge=1, le=100_000)  # log lines a flow keeps over all its runs
+    max_log_line_bytes: int = Field(default=2048, ge=64, le=65_536)  # a longer line is cut
+    max_log_lines_per_call: int = Field(default=500, ge=1, le=10_000)  # lines one log call may send
+    cancel_grace_s: float = Field(default=60.0, ge=1, le=86_400)  # a cancel no executor confirms ends then
+
+
 class RetentionSettings(SettingsSection):
     days: float = 30.0
     interval_s: float = 60.0
@@ -281,6 +294,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     callbacks: CallbackSettings = Field(default_factory=CallbackSettings)
     compensator: CompensatorSettings = Field(default_factory=CompensatorSettings)
+    runs: RunSettings = Field(default_factory=RunSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)

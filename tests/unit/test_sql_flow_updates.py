@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from tjobs.model import AttemptLog, AttemptRecord, FlowStatus, FlowUpdate, Reschedule
+from tjobs.model import AttemptLog, AttemptRecord, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus
 from tjobs.stores.sql_flow_updates import update_statements
 
 NOW_MS = 1_800_000_000_000
@@ -49,7 +49,8 @@ def test_outcomes_with_their_own_histories_share_one_update_per_shard_table() ->
     assert "(task_id, scheduled_at) IN ((%s, %s), (%s, %s), (%s, %s))" in delivered_only
     assert params[-6:] == [10, NOW_MS, 20, NOW_MS, 30, NOW_MS]
     mixed, _ = statements[0]
-    assert "status IN ('pending', 'sending')" in mixed  # a terminal flow is never changed again
+    # a terminal flow is never changed again
+    assert "status IN ('pending', 'sending', 'running', 'cancelling')" in mixed
     assert "attempts <=" in mixed  # the open outcome never lowers the count
 
 
@@ -82,3 +83,20 @@ def test_two_ended_flows_of_one_fixed_delay_task_in_one_flush_each_carry_their_r
     statements = update_statements({1: ended}, shards, NOW_MS + 50)
     task_updates = [params for sql, params in statements if sql.startswith("UPDATE `db`.`tasks_01`")]
     assert sorted(p[0] for p in task_updates) == [NOW_MS + 5_000, NOW_MS + 6_000]
+
+
+def test_a_runs_start_is_written_apart_and_lands_only_on_a_flow_being_delivered() -> None:
+    run = FlowRun(RunStatus.RUNNING, 1, NOW_MS, NOW_MS + 60_000)
+    by_shard = {
+        1: [
+            FlowUpdate(10, NOW_MS, FlowStatus.DELIVERED, 1, None, 200, None, None, _log(10)),
+            FlowUpdate(20, NOW_MS, FlowStatus.RUNNING, 1, NOW_MS + 60_000, 202, None, None, _log(20), run=run),
+            FlowUpdate(30, NOW_MS, FlowStatus.DELIVERED, 1, None, 200, None, None, _log(30)),
+        ]
+    }
+    statements = update_statements(by_shard, SHARDS, NOW_MS + 50)
+
+    [(start, params), (rest, _)] = statements
+    assert "status IN ('pending', 'sending') AND attempts <= %s" in start and "run = %s" in start
+    assert params[-3:] == [20, NOW_MS, 1] and start.count("%s") == len(params)
+    assert "IN ((%s, %s), (%s, %s))" in rest and " run = " not in rest  # the others keep their runs

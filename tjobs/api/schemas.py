@@ -26,7 +26,9 @@ from tjobs.wire import (
 )
 
 TaskStatusName = Literal["active", "paused", "completed"]
-FlowStatusName = Literal["pending", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
+FlowStatusName = Literal[
+    "pending", "sending", "delivered", "dead", "skipped", "cancelled", "unknown", "running", "cancelling"
+]
 FlowKindName = Literal["scheduled", "misfire", "manual"]
 LAST_ANSWER_PATTERN = r"^(none|[1-5][xX][xX]|[1-5][0-9]{2})$"
 # documented as validation judges them (its own 422 names the field): a task id is digits, 1..2^63-1;
@@ -37,7 +39,9 @@ INSTANT_FORMS: list[dict[str, Any]] = [
     {"pattern": r"^\s*[0-9]{1,14}\s*$"},
 ]
 INSTANT_FILTER: dict[str, Any] = {"allOf": [{"anyOf": INSTANT_FORMS}]}
-FlowFilterName = Literal["pending", "retrying", "sending", "delivered", "dead", "skipped", "cancelled", "unknown"]
+FlowFilterName = Literal[
+    "pending", "retrying", "sending", "delivered", "dead", "skipped", "cancelled", "unknown", "running", "cancelling"
+]
 
 
 _Strict = RequestShape

@@ -599,7 +599,7 @@ class JobRunner:
         self.stats.reconciled += 1
         if task is None:
             return
-        if flow is not None and flow.created_at_ms == failed_at_ms and not flow.status.terminal:
+        if flow is not None and flow.created_at_ms == failed_at_ms and flow.status.deliverable:
             logger.info(
                 "flow %s committed although its fire transaction failed; delivering it",
                 flow.id,

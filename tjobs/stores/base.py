@@ -15,6 +15,7 @@ from tjobs.stores.contracts import (
     FirePath,
     FirePlanner,
     HotChanges,
+    RunRecords,
     ServerSessions,
     ServiceLevels,
     ShardAdmin,
@@ -25,7 +26,7 @@ from tjobs.stores.contracts import (
 __all__ = ["DEAD_LETTERS", "EDITABLE_FIELDS", "DatabaseCounts", "FirePlanner", "ServerSessions", "TaskStore"]
 
 
-class TaskStore(FirePath, TaskRecords, Tenants, ServiceLevels, ShardAdmin, HotChanges, Accounts):
+class TaskStore(FirePath, TaskRecords, RunRecords, Tenants, ServiceLevels, ShardAdmin, HotChanges, Accounts):
     """Durable storage for one topology of shards: every role at once (see :mod:`tjobs.stores.contracts`).
 
     Errors: a database that cannot be reached raises :class:`tjobs.errors.StorageUnavailable`, and a

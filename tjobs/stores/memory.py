@@ -45,6 +45,7 @@ from tjobs.stores.contracts.tasks import no_tasks
 from tjobs.stores.memory_accounts import MemoryAccounts
 from tjobs.stores.memory_flow_pages import MemoryFlowPages
 from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
+from tjobs.stores.memory_runs import MemoryRuns
 from tjobs.stores.queries import (
     FlowPosition,
     FlowQuery,
@@ -89,7 +90,7 @@ def _summed(
     return total
 
 
-class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
+class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
     def __init__(self, topology: Topology | None = None) -> None:
         self.topology = topology or Topology()
         count = self.topology.shard_count
@@ -462,6 +463,8 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
                 continue
             if not update.status.terminal and update.attempts < flow.attempts:
                 continue  # outdated: written by a node that no longer delivers this flow
+            if update.status is FlowStatus.RUNNING and not flow.status.deliverable:
+                continue  # a run starts from a send only: a report or a cancel came first
             flow.status = update.status
             flow.attempts = update.attempts
             flow.next_attempt_at_ms = update.next_attempt_at_ms
@@ -473,6 +476,8 @@ class MemoryTaskStore(MemoryFlowPages, MemoryAccounts, TaskStore):
                 flow.attempt_log = attempt_log_from_text(attempt_log_to_text(update.attempt_log))  # errors clipped
             if update.answers is not None:
                 flow.answers = update.answers
+            if update.run is not None:
+                flow.run = update.run
             flow.updated_at_ms = now_ms
 
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:

@@ -44,8 +44,10 @@ from tjobs.model import (
     Flow,
     FlowKind,
     FlowRoute,
+    FlowRun,
     FlowStatus,
     MisfirePolicy,
+    RunStatus,
     Task,
     TaskStatus,
 )
@@ -65,6 +67,7 @@ SHARD_MAP_TABLE = "tjobs_shard_map"
 SHARD_FENCE_TABLE = "tjobs_fence"
 HOT_CHANGES_TABLE = "hot_changes"
 TARGETS_TABLE = "targets"
+TASK_COUNTS_TABLE = "task_counts"
 TARGET_NAME_CHARS = 64
 MAX_ERROR_CHARS = 500
 
@@ -145,6 +148,77 @@ def flow_answers_column() -> Column[str]:
     ``attempt_log``; NULL before the first answer. Added by migration 0020, so not part of
     :func:`flows_schema_items` nor of :data:`FLOW_COLUMNS` (a fire inserts none)."""
     return Column("answers", _big_text(), nullable=True)
+
+
+def flow_run_columns() -> list[Column[Any]]:
+    """A flow's run (README "Job runs"): ``run``, its newest run as JSON (:func:`run_to_text`; NULL
+    before a target accepted an attempt as a run), written by the outcome that started it and by each
+    report; ``run_log``, the runs' log lines, one JSON object a line, appended in place
+    (:mod:`tjobs.service.run_log`); ``run_log_lines``, how many lines ``run_log`` holds (NULL: none),
+    the guard of every append. Added by migration 0021, so not part of :func:`flows_schema_items` nor
+    of :data:`FLOW_COLUMNS` (a fire inserts none)."""
+    return [
+        Column("run", _big_text(), nullable=True),
+        Column("run_log", _big_text(), nullable=True),
+        Column("run_log_lines", Integer, nullable=True),
+    ]
+
+
+_RUN_FIELDS = (
+    "status",
+    "attempt",
+    "started_at",
+    "deadline",
+    "reported_at",
+    "ended_at",
+    "progress",
+    "result",
+    "message",
+    "cancel_requested_at",
+)
+
+
+def run_to_text(run: FlowRun | None) -> str | None:
+    """``{"status": ..., "attempt": n, "started_at": ms, ...}``: the fields of :class:`FlowRun` (the
+    ``_ms`` dropped), those unset left out."""
+    if run is None:
+        return None
+    values = (
+        run.status.value,
+        run.attempt,
+        run.started_at_ms,
+        run.deadline_ms,
+        run.reported_at_ms,
+        run.ended_at_ms,
+        run.progress,
+        run.result,
+        run.message,
+        run.cancel_requested_at_ms,
+    )
+    return orjson.dumps({k: v for k, v in zip(_RUN_FIELDS, values, strict=True) if v is not None}).decode()
+
+
+def run_from_text(text: str | None) -> FlowRun | None:
+    if not text:
+        return None
+    data = loads(text)
+
+    def instant(name: str) -> int | None:
+        value = data.get(name)
+        return None if value is None else int(value)
+
+    return FlowRun(
+        RunStatus(data["status"]),
+        int(data["attempt"]),
+        int(data["started_at"]),
+        instant("deadline"),
+        instant("reported_at"),
+        instant("ended_at"),
+        data.get("progress"),
+        data.get("result"),
+        data.get("message"),
+        instant("cancel_requested_at"),
+    )
 
 
 def answers_to_text(answers: tuple[AttemptAnswer, ...] | None) -> str | None:
@@ -369,6 +443,21 @@ def task_targets_indexes(table_name: str) -> list[tuple[str, list[str]]]:
     return [(f"{table_name}_task", ["task_id"])]  # a task's rows, when it is edited or deleted
 
 
+def task_counts_schema_items() -> list[SchemaItem]:
+    """In every logical database: how many tasks of an app are in a status in one of its shard tables
+    (``table_index``, 0 .. tables per database - 1), changed by deltas in the transaction of every write
+    that creates, deletes or changes the status of a task (:mod:`tjobs.stores.sql.task_counts`). The
+    key leads with the app, so an app's counts are one index range; the table index in the key spreads
+    one app's creates over as many rows as its tasks spread over tables."""
+    return [
+        Column("app_id", String(64), nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("table_index", Integer, nullable=False, autoincrement=False),
+        Column("n", BigInteger, nullable=False),
+        PrimaryKeyConstraint("app_id", "status", "table_index"),
+    ]
+
+
 def _table(
     metadata: MetaData,
     name: str,
@@ -403,6 +492,7 @@ def flows_table(metadata: MetaData, name: str, schema: str | None = None) -> Tab
         flow_payload_column(),
         flow_attempt_log_column(),
         flow_answers_column(),
+        *flow_run_columns(),
     ]
     return _table(metadata, name, schema, items, flows_indexes(name))
 
@@ -425,6 +515,10 @@ def targets_table(metadata: MetaData, schema: str | None = None) -> Table:
 
 def task_targets_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
     return _table(metadata, name, schema, task_targets_schema_items(name), task_targets_indexes(name))
+
+
+def task_counts_table(metadata: MetaData, schema: str | None = None) -> Table:
+    return _table(metadata, TASK_COUNTS_TABLE, schema, task_counts_schema_items(), [])
 
 
 # ---- rows ↔ records ----------------------------------------------------------------------------
@@ -556,6 +650,9 @@ def flow_from_row(row: Mapping[Any, Any]) -> Flow:
         payload_json=row.get("payload"),
         attempt_log=attempt_log_from_text(row.get("attempt_log")),
         answers=answers_from_text(row.get("answers")),
+        run=run_from_text(row.get("run")),
+        run_log=row.get("run_log"),
+        run_log_lines=row.get("run_log_lines") or 0,
     )
 
 

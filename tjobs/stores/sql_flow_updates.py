@@ -13,13 +13,15 @@ pool like the fire transaction (:meth:`tjobs.stores.sql_direct.DirectPool.transa
 engine only for a server URL without one). Only identifiers derived from the topology are put into the
 SQL text, so SQLite's form is the same text with ``?`` for ``%s``.
 
-One ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND status IN ('pending', 'sending')`` per shard
-table (:func:`update_statements`), so a terminal flow is never changed again and a flow is never made
-up. A column that every row of the statement gets the same value of is set to it; one whose values
-differ (an outcome that made a send carries its flow's whole attempt history, whose start and duration
-are its own) is set by ``CASE`` on the row's key, ``task_id`` alone when no two rows share a task.
-``routes``, ``attempt_log`` and ``answers`` keep the stored value where an outcome carries none (left
-out of the ``SET``, or the ``CASE``'s ``ELSE``). An open outcome adds ``attempts <= n`` for its row, so an
+One ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND status IN (<the open statuses>)`` per shard table
+(:func:`update_statements`), so a terminal flow is never changed again and a flow is never made up. An
+outcome that starts a run (``running``) gets a one-row ``UPDATE`` of its own that lands only on a flow still
+``pending`` or ``sending``: a report or a cancel that reached the flow first is kept. A column that every
+row of the statement gets the same value of is set to it; one whose values differ (an outcome that made a
+send carries its flow's whole attempt history, whose start and duration are its own) is set by ``CASE`` on
+the row's key, ``task_id`` alone when no two rows share a task. ``routes``, ``attempt_log``, ``answers`` and
+``run`` keep the stored value where an outcome carries none (left out of the ``SET``, or the ``CASE``'s
+``ELSE``). An open outcome adds ``attempts <= n`` for its row, so an
 outdated one never lowers the attempt count. A table with one flow in the flush (the usual case over
 512 shards) takes a short way: no comparisons, its statement text cached. Shards and keys are sorted,
 so two writers lock rows in the same order. The shard-map fence of the server's logical databases
@@ -38,13 +40,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import FlowStatus, FlowUpdate
-from tjobs.stores.schema import answers_to_text, attempt_log_to_text, clip_error, routes_to_text
+from tjobs.stores.schema import answers_to_text, attempt_log_to_text, clip_error, routes_to_text, run_to_text
 from tjobs.stores.sql_layout import MULTI_STATEMENT_PARAMS, round_trips
 
 if TYPE_CHECKING:
     from tjobs.stores.sql_layout import ShardTables
 
-_OPEN_SQL = f"status IN ('{FlowStatus.PENDING.value}', '{FlowStatus.SENDING.value}')"
+_OPEN_SQL = f"status IN ({', '.join(repr(s.value) for s in FlowStatus if not s.terminal)})"
+_DELIVERABLE_SQL = f"status IN ({', '.join(repr(s.value) for s in FlowStatus if s.deliverable)})"
 
 Key = tuple[int, int]  # (task_id, scheduled_at)
 COLUMNS = (
@@ -56,14 +59,15 @@ COLUMNS = (
     "routes",
     "attempt_log",
     "answers",
+    "run",
 )
-_KEPT = (False, False, False, False, False, True, True, True)  # routes, attempt_log, answers: None keeps it
-_COLUMNS_GIVEN = {  # the columns a single row sets, by (routes given, attempt_log given, answers given)
+_KEPT = (False, False, False, False, False, True, True, True, True)  # routes .. run: None keeps it
+_COLUMNS_GIVEN = {  # the columns a single row sets, by (routes, attempt_log, answers, run given)
     given: (*COLUMNS[:5], *(column for column, set_ in zip(COLUMNS[5:], given, strict=True) if set_))
-    for given in itertools.product((True, False), repeat=3)
+    for given in itertools.product((True, False), repeat=4)
 }
 _SETS: dict[tuple[str, ...], str] = {}  # "a = %s, b = %s, " per column list (a handful of them)
-_ONE_ROW_SQL: dict[tuple[str, tuple[str, ...], bool], str] = {}  # by table, columns, guard: 512 tables x 16
+_ONE_ROW_SQL: dict[tuple[str, tuple[str, ...], bool, bool], str] = {}  # by table, columns, guards
 _ONE_ROW_SQL_MAX = 16_384  # emptied when full: it never grows without bound
 
 
@@ -93,6 +97,7 @@ def _values(u: FlowUpdate) -> tuple[Any, ...]:
         routes_to_text(u.routes),
         attempt_log_to_text(u.attempt_log),
         answers_to_text(u.answers),
+        run_to_text(u.run),
     )
 
 
@@ -100,7 +105,7 @@ def _one_row(u: FlowUpdate) -> tuple[tuple[str, ...], list[Any]]:
     """The columns a table's only flow in a flush sets and their values (routes, attempt_log and answers
     only when given)."""
     values = _values(u)
-    columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None, values[7] is not None]
+    columns = _COLUMNS_GIVEN[values[5] is not None, values[6] is not None, values[7] is not None, values[8] is not None]
     if len(columns) == len(COLUMNS):
         return columns, [*values]
     return columns, [*values[:5], *[v for v in values[5:] if v is not None]]
@@ -168,16 +173,17 @@ def _sets(columns: tuple[str, ...]) -> str:
     return text
 
 
-def _one_row_sql(table: str, columns: tuple[str, ...], guarded: bool) -> str:
-    """The ``UPDATE`` of a table's only flow in a flush, by table, columns set and guard (cached)."""
-    key = (table, columns, guarded)
+def _one_row_sql(table: str, columns: tuple[str, ...], guarded: bool, starts_run: bool = False) -> str:
+    """The ``UPDATE`` of a table's only flow in a flush, by table, columns set and guards (cached): a
+    run's start lands on a deliverable flow only."""
+    key = (table, columns, guarded, starts_run)
     sql = _ONE_ROW_SQL.get(key)
     if sql is None:
         if len(_ONE_ROW_SQL) >= _ONE_ROW_SQL_MAX:
             _ONE_ROW_SQL.clear()
         sql = (
             f"UPDATE {table} SET {_sets(columns)}updated_at = %s "
-            f"WHERE (task_id, scheduled_at) IN ((%s, %s)) AND {_OPEN_SQL}"
+            f"WHERE (task_id, scheduled_at) IN ((%s, %s)) AND {_DELIVERABLE_SQL if starts_run else _OPEN_SQL}"
         )
         if guarded:
             sql += " AND attempts <= %s"
@@ -192,6 +198,15 @@ def update_statements(
     statements: list[tuple[str, list[Any]]] = []
     for shard in sorted(by_shard):
         updates = by_shard[shard]
+        starts = [u for u in updates if u.status is FlowStatus.RUNNING]
+        if starts:  # each on its own, guarded apart (rare: a run's start)
+            updates = [u for u in updates if u.status is not FlowStatus.RUNNING]
+            for u in sorted(starts, key=lambda u: (u.task_id, u.scheduled_at_ms)):
+                columns, params = _one_row(u)
+                params += [now_ms, u.task_id, u.scheduled_at_ms, u.attempts]
+                statements.append((_one_row_sql(shards[shard].flows_sql, columns, True, True), params))
+            if not updates:
+                continue
         if len(updates) == 1:  # the usual case over many shards: the plan's one-row case, inline
             u = updates[0]
             columns, params = _one_row(u)

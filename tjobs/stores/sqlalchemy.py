@@ -17,6 +17,7 @@ from tjobs.stores.sql.accounts import SqlAccounts
 from tjobs.stores.sql.creates import SqlCreates
 from tjobs.stores.sql.fire_path import SqlFirePath
 from tjobs.stores.sql.hot_changes import SqlHotChanges
+from tjobs.stores.sql.runs import SqlRunRecords
 from tjobs.stores.sql.service_levels import SqlServiceLevels
 from tjobs.stores.sql.shard_admin import SqlShardAdmin
 from tjobs.stores.sql.tasks import SqlTaskRecords
@@ -34,6 +35,7 @@ class SQLAlchemyTaskStore(
     SqlShardAdmin,
     SqlHotChanges,
     SqlAccounts,
+    SqlRunRecords,
     TaskStore,
 ):
     """Every role of :class:`TaskStore` on SQL: its parts share the engines and pools of

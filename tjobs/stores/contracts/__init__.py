@@ -3,6 +3,7 @@
 =====================  ==============================================================================
 :class:`FirePath`      load due tasks, commit fires, record delivery outcomes, lease stale flows
 :class:`TaskRecords`   tasks and flows for owners: create, read, edit, delete, search, count, purge
+:class:`RunRecords`    job runs: a run's transitions under a compare-and-set, its log appended in place
 :class:`Tenants`       apps and their named delivery targets
 :class:`ServiceLevels` every node's per-minute delivery counts
 :class:`ShardAdmin`    servers, the shard map and its fence, moves, the layout record, sessions
@@ -22,6 +23,7 @@ from tjobs.stores.contracts.accounts import Accounts
 from tjobs.stores.contracts.fire_path import FirePath, FirePlanner
 from tjobs.stores.contracts.hot_changes import HotChange, HotChangeLog, HotChanges
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
+from tjobs.stores.contracts.runs import RunRecords
 from tjobs.stores.contracts.service_levels import ServiceLevels
 from tjobs.stores.contracts.shard_admin import (
     RETIRED_EPOCH,
@@ -51,6 +53,7 @@ __all__ = [
     "HotChangeLog",
     "HotChanges",
     "MoveRow",
+    "RunRecords",
     "ServerSessions",
     "ServiceLevels",
     "ShardAdmin",

@@ -26,7 +26,7 @@ from tjobs.stores.sql_fire import FireTransaction
 from tjobs.stores.sql_flow_updates import run_flow_updates, write_flow_updates
 from tjobs.stores.sql_layout import MYSQL, DatabaseHome, ShardTables
 
-_OPEN = (FlowStatus.PENDING.value, FlowStatus.SENDING.value)
+_OPEN = tuple(s.value for s in FlowStatus if not s.terminal)  # each its own range scan of (status, next_attempt_at)
 
 
 class SqlFirePath(SqlBase, FirePath):

@@ -1,0 +1,182 @@
+"""Job runs on every backend (README "Job runs"): the outcome that starts a run lands only on a flow
+still being delivered, a run's transition is a compare-and-set on the flow (two racing writers: one
+wins), a live run past its deadline is a stale flow the compensator leases (its attempts kept), and the
+run log is appended in place under its line cap."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
+from tjobs.firing.planner import FirePlanner, FirePolicy
+from tjobs.model import (
+    AttemptLog,
+    AttemptRecord,
+    Flow,
+    FlowRun,
+    FlowStatus,
+    FlowUpdate,
+    Reschedule,
+    RunStatus,
+    Task,
+)
+from tjobs.specs import FixedDelaySpec
+from tjobs.stores.base import TaskStore
+
+DEADLINE_MS = NOW_MS + 60_000
+
+
+async def _fired(store: TaskStore, shard: int, task: Task | None = None) -> tuple[Task, Flow]:
+    planner = interval_planner if task is None else FirePlanner(FirePolicy(60_000, 10, 3_600_000, 2_000))
+    task = await store.insert_task(task or make_task(shard=shard))
+    [outcome] = await store.commit_fires([intent_of(task)], NOW_MS, planner)
+    assert outcome.task is not None
+    [flow] = outcome.flows
+    return outcome.task, flow
+
+
+def _started(flow: Flow, attempt: int = 1) -> FlowUpdate:
+    """The outcome of an attempt that a target accepted as a run (the deliverer's)."""
+    run = FlowRun(RunStatus.RUNNING, attempt, NOW_MS + 10, DEADLINE_MS)
+    log = AttemptLog((AttemptRecord(attempt, NOW_MS, 10, 202, None, "https://receiver.example/hook"),), 1)
+    return FlowUpdate(
+        flow.task_id,
+        flow.scheduled_at_ms,
+        FlowStatus.RUNNING,
+        attempt,
+        DEADLINE_MS,
+        202,
+        None,
+        attempt_log=log,
+        run=run,
+    )
+
+
+def _ended(flow: Flow, status: FlowStatus, run_status: RunStatus, attempts: int = 1) -> FlowUpdate:
+    run = FlowRun(run_status, attempts, NOW_MS + 10, DEADLINE_MS, NOW_MS + 500, NOW_MS + 500, 100, {"rows": 3})
+    return FlowUpdate(flow.task_id, flow.scheduled_at_ms, status, attempts, None, run=run)
+
+
+async def test_the_outcome_that_starts_a_run_is_stored_with_the_run(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=1)
+
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.status is FlowStatus.RUNNING and not stored.status.terminal
+    assert stored.run == FlowRun(RunStatus.RUNNING, 1, NOW_MS + 10, DEADLINE_MS)
+    assert (stored.attempts, stored.next_attempt_at_ms, stored.last_status_code) == (1, DEADLINE_MS, 202)
+    assert stored.attempt_log is not None and stored.attempt_log.total == 1
+    assert (stored.run_log, stored.run_log_lines) == (None, 0)
+
+
+async def test_a_run_start_never_overwrites_a_report_or_a_cancel_that_came_first(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=2)
+    # the executor's report reached the flow before the deliverer wrote the run's start
+    progress = FlowRun(RunStatus.RUNNING, 1, NOW_MS + 5, DEADLINE_MS, NOW_MS + 6, progress=40)
+    reported = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.RUNNING, 1, DEADLINE_MS, run=progress)
+    assert await store.write_run(FlowStatus.PENDING, reported, NOW_MS + 6, expected_attempts=0)
+
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.run == progress
+
+
+async def test_a_run_transition_lands_once_where_the_flow_is_as_read(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=3)
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+    succeeded = _ended(flow, FlowStatus.DELIVERED, RunStatus.SUCCEEDED)
+
+    assert await store.write_run(FlowStatus.RUNNING, succeeded, NOW_MS + 500)
+    assert not await store.write_run(FlowStatus.RUNNING, succeeded, NOW_MS + 501)  # the same report again
+    failed = _ended(flow, FlowStatus.PENDING, RunStatus.FAILED)
+    assert not await store.write_run(FlowStatus.RUNNING, failed, NOW_MS + 502)  # a racing writer lost
+
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.status is FlowStatus.DELIVERED
+    assert stored.run == succeeded.run and stored.run is not None and stored.run.result == {"rows": 3}
+    assert stored.updated_at_ms == NOW_MS + 500 and stored.next_attempt_at_ms is None
+    # what the send recorded is kept
+    assert stored.last_status_code == 202 and stored.attempt_log is not None and stored.attempt_log.total == 1
+
+
+async def test_a_run_transition_checks_the_attempt_count(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=4)
+    await store.record_flow_updates([_started(flow, attempt=2)], NOW_MS + 10)
+
+    assert not await store.write_run(
+        FlowStatus.RUNNING, _ended(flow, FlowStatus.DELIVERED, RunStatus.SUCCEEDED), NOW_MS
+    )
+    assert await store.write_run(
+        FlowStatus.RUNNING, _ended(flow, FlowStatus.DELIVERED, RunStatus.SUCCEEDED, attempts=2), NOW_MS
+    )
+
+
+async def test_a_transition_without_a_run_keeps_the_stored_run(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=5)
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+    cancel = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.CANCELLING, 1, NOW_MS + 70_000, None, "x")
+
+    assert await store.write_run(FlowStatus.RUNNING, cancel, NOW_MS + 20)
+
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.status is FlowStatus.CANCELLING and stored.last_error == "x"
+    assert stored.run == FlowRun(RunStatus.RUNNING, 1, NOW_MS + 10, DEADLINE_MS)
+
+
+async def test_a_fixed_delay_runs_end_sets_the_next_run_in_the_same_write(store: TaskStore) -> None:
+    task = replace(make_task(shard=6), schedule=FixedDelaySpec(30_000, start_at_ms=NOW_MS))
+    fired, flow = await _fired(store, shard=6, task=task)
+    assert fired.next_run_at_ms is not None
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+    moved = Reschedule(fired.app_id, fired.next_run_at_ms, fired.version, NOW_MS + 500 + 30_000)
+
+    ended = replace(_ended(flow, FlowStatus.DELIVERED, RunStatus.SUCCEEDED), reschedule=moved)
+    assert await store.write_run(FlowStatus.RUNNING, ended, NOW_MS + 500)
+
+    stored = await store.get_task(task.id)
+    assert stored is not None and stored.next_run_at_ms == NOW_MS + 500 + 30_000
+
+
+async def test_a_live_run_past_its_deadline_is_leased_with_its_attempts_kept(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=7)
+    _, untimed = await _fired(store, shard=7)
+    await store.record_flow_updates([_started(flow), replace(_started(untimed), next_attempt_at_ms=None)], NOW_MS)
+
+    assert await store.shards_with_stale_flows([7], DEADLINE_MS - 1) == set()
+    assert await store.shards_with_stale_flows([7], DEADLINE_MS) == {7}
+    leased = await store.lease_stale_flows(7, DEADLINE_MS, 30_000, 10)
+
+    assert [(f.id, f.status, f.attempts, f.next_attempt_at_ms) for f, _ in leased] == [
+        (flow.id, FlowStatus.RUNNING, 1, DEADLINE_MS + 30_000)
+    ]
+    assert await store.lease_stale_flows(7, DEADLINE_MS, 30_000, 10) == []  # leased: not taken twice
+
+
+async def test_a_terminal_outcome_lands_on_a_live_run(store: TaskStore) -> None:
+    # the compensator's close of a deleted task's flow, or a stale node's final outcome
+    _, flow = await _fired(store, shard=8)
+    await store.record_flow_updates([_started(flow)], NOW_MS)
+
+    closed = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.CANCELLED, 1, None, None, "task deleted")
+    await store.record_flow_updates([closed], NOW_MS + 1)
+
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.status is FlowStatus.CANCELLED
+
+
+async def test_the_run_log_is_appended_in_place_under_its_line_cap(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=9)
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+    key = (flow.task_id, flow.scheduled_at_ms)
+
+    assert await store.append_run_log(*key, '{"line": "a"}\n{"line": "é ✓"}\n', 2, 3)
+    assert not await store.append_run_log(*key, '{"line": "b"}\n{"line": "c"}\n', 2, 3)  # 4 > 3
+    assert await store.append_run_log(*key, '{"line": "b"}\n', 1, 3)
+    assert not await store.append_run_log(flow.task_id, flow.scheduled_at_ms + 1, '{"line": "x"}\n', 1, 3)
+
+    stored = await store.get_flow(*key)
+    assert stored is not None
+    assert (stored.run_log, stored.run_log_lines) == ('{"line": "a"}\n{"line": "é ✓"}\n{"line": "b"}\n', 3)
+    assert stored.status is FlowStatus.RUNNING and stored.updated_at_ms == NOW_MS + 10

@@ -1,0 +1,34 @@
+"""Job runs (README "Job runs"): a run's transitions, written under a compare-and-set on the flow, and
+its log, appended in place under a line cap.
+
+Every report, cancel and timeout reads the flow, decides the transition (:mod:`tjobs.service.run_reports`)
+and writes it only where the flow is still as read: the first of two racing writers wins, and the
+second reads again (and, a run having ended, answers 409). So a run ends once, on every backend, whatever
+node took the report.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+from tjobs.model import FlowStatus, FlowUpdate
+from tjobs.stores.contracts.lifecycle import StoreLifecycle
+
+
+class RunRecords(StoreLifecycle):
+    @abstractmethod
+    async def write_run(
+        self, expected: FlowStatus, update: FlowUpdate, now_ms: int, *, expected_attempts: int | None = None
+    ) -> bool:
+        """Write ``update`` on its flow where the flow is still ``expected`` with ``expected_attempts``
+        (``update.attempts`` when ``None``): its status, attempts, next attempt, last error, and its run
+        where ``update.run`` is given (else the run is kept); the last status code, attempt history,
+        answers and log are kept. A ``update.reschedule`` (a fixed_delay task's next run) is written in
+        the same transaction, guarded as :meth:`FirePath.record_flow_updates` guards it. ``False`` (and
+        nothing written) when the flow is gone or moved on since it was read."""
+
+    @abstractmethod
+    async def append_run_log(self, task_id: int, scheduled_at_ms: int, text: str, lines: int, max_lines: int) -> bool:
+        """Append ``text`` (``lines`` log lines, each ending in a newline) to the flow's run log where
+        the flow exists and holds at most ``max_lines - lines`` lines, counting them; ``False`` (nothing
+        written) otherwise. The flow's status and ``updated_at`` are left as they are."""

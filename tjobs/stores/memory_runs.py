@@ -1,0 +1,56 @@
+"""The memory twin's job runs (:class:`tjobs.stores.contracts.runs.RunRecords`), over
+:class:`tjobs.stores.memory.MemoryTaskStore`'s flows and tasks."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, TaskStatus
+from tjobs.stores.contracts.runs import RunRecords
+from tjobs.stores.schema import clip_error
+
+
+class MemoryRuns(RunRecords):
+    _flows: list[dict[tuple[int, int], Flow]]  # per shard, by (task_id, scheduled_at_ms): the store's own
+    _tasks: list[dict[int, Task]]
+
+    @abstractmethod
+    def _shard_of(self, task_id: int) -> int | None:
+        """The shard of ``task_id`` (``None``: no shard of the topology)."""
+
+    async def write_run(
+        self, expected: FlowStatus, update: FlowUpdate, now_ms: int, *, expected_attempts: int | None = None
+    ) -> bool:
+        shard = self._shard_of(update.task_id)
+        flow = None if shard is None else self._flows[shard].get((update.task_id, update.scheduled_at_ms))
+        attempts = update.attempts if expected_attempts is None else expected_attempts
+        if shard is None or flow is None or flow.status is not expected or flow.attempts != attempts:
+            return False
+        flow.status = update.status
+        flow.attempts = update.attempts
+        flow.next_attempt_at_ms = update.next_attempt_at_ms
+        flow.last_error = clip_error(update.last_error)
+        if update.run is not None:
+            flow.run = update.run
+        flow.updated_at_ms = now_ms
+        moved = update.reschedule
+        task = self._tasks[shard].get(update.task_id)
+        if (
+            moved is not None
+            and task is not None
+            and task.status is TaskStatus.ACTIVE
+            and task.next_run_at_ms == moved.parked_at_ms
+            and task.version == moved.version
+        ):
+            task.next_run_at_ms = moved.next_run_at_ms
+            task.updated_at_ms = now_ms
+        return True
+
+    async def append_run_log(self, task_id: int, scheduled_at_ms: int, text: str, lines: int, max_lines: int) -> bool:
+        shard = self._shard_of(task_id)
+        flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
+        if flow is None or flow.run_log_lines + lines > max_lines:
+            return False
+        flow.run_log = (flow.run_log or "") + text
+        flow.run_log_lines += lines
+        return True

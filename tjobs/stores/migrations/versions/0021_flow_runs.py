@@ -1,0 +1,45 @@
+"""A flow's runs (README "Job runs"): ``flows_TT.run`` (JSON text, the newest run), ``flows_TT.run_log``
+(its log lines, appended in place) and ``flows_TT.run_log_lines`` (their count, the appends' guard), all
+NULL before a target accepts an attempt as a run (:func:`tjobs.stores.schema.flow_run_columns`).
+
+Metadata only on MariaDB (nullable columns added last, ``ALGORITHM=INSTANT``); the table options are
+untouched. A table that has a column already keeps it: a database whose ``alembic_version`` was set back
+runs the later revisions again (as 0020 does).
+
+Revision ID: 0021_flow_runs
+Revises: 0020_flow_answers
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+from sqlalchemy import inspect
+
+from tjobs.stores.schema import flow_run_columns
+
+revision = "0021_flow_runs"
+down_revision = "0020_flow_answers"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    for index in range(tables_per_database):
+        table = f"flows_{index:02d}"
+        present = {column["name"] for column in inspect(op.get_bind()).get_columns(table)}
+        for column in flow_run_columns():
+            if column.name not in present:
+                op.add_column(table, column)
+
+
+def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    for index in range(tables_per_database):
+        with op.batch_alter_table(f"flows_{index:02d}") as batch:
+            for column in reversed(flow_run_columns()):
+                batch.drop_column(column.name)
