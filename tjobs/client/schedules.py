@@ -12,14 +12,35 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 Schedule = dict[str, Any]
 
 
-def _ms(value: timedelta | None, **parts: float) -> int:
+class Duration(TypedDict, total=False):
+    """A length of time as keyword arguments, added up (with a ``timedelta`` given first):
+    ``every(minutes=1, seconds=30)``."""
+
+    ms: int
+    seconds: float
+    minutes: float
+    hours: float
+    days: float
+
+
+def _ms(
+    value: timedelta | None,
+    *,
+    ms: int = 0,
+    seconds: float = 0,
+    minutes: float = 0,
+    hours: float = 0,
+    days: float = 0,
+) -> int:
+    """A :class:`Duration` (after ``value``) in whole milliseconds."""
+    parts = {"seconds": seconds, "minutes": minutes, "hours": hours, "days": days}
     total = (value or timedelta()) + timedelta(**{k: v for k, v in parts.items() if v})
-    return int(total.total_seconds() * 1000)
+    return int(total.total_seconds() * 1000) + ms
 
 
 def _instant(value: datetime | int) -> dict[str, Any]:
@@ -30,18 +51,9 @@ def _instant(value: datetime | int) -> dict[str, Any]:
     return {"at_ms": int(value)}
 
 
-def delay(
-    value: timedelta | None = None,
-    *,
-    ms: int = 0,
-    seconds: float = 0,
-    minutes: float = 0,
-    hours: float = 0,
-    days: float = 0,
-) -> Schedule:
+def delay(value: timedelta | None = None, **duration: Unpack[Duration]) -> Schedule:
     """Fire once, this long after registration."""
-    delay_ms = _ms(value, seconds=seconds, minutes=minutes, hours=hours, days=days) + ms
-    return {"kind": "delay", "delay_ms": delay_ms}
+    return {"kind": "delay", "delay_ms": _ms(value, **duration)}
 
 
 def at(instant: datetime | int) -> Schedule:
@@ -84,33 +96,23 @@ def cron(
 def every(
     value: timedelta | None = None,
     *,
-    ms: int = 0,
-    seconds: float = 0,
-    minutes: float = 0,
-    hours: float = 0,
-    days: float = 0,
     start_at: datetime | int | None = None,
     end_at: datetime | int | None = None,
     max_fires: int | None = None,
+    **duration: Unpack[Duration],
 ) -> Schedule:
     """Fire at a fixed rate, anchored at ``start_at`` (default: one period after registration)."""
-    every_ms = _ms(value, seconds=seconds, minutes=minutes, hours=hours, days=days) + ms
-    return {"kind": "interval", "every_ms": every_ms, **_bounds(start_at, end_at, max_fires)}
+    return {"kind": "interval", "every_ms": _ms(value, **duration), **_bounds(start_at, end_at, max_fires)}
 
 
 def fixed_delay(
     value: timedelta | None = None,
     *,
-    ms: int = 0,
-    seconds: float = 0,
-    minutes: float = 0,
-    hours: float = 0,
-    days: float = 0,
     start_at: datetime | int | None = None,
     max_fires: int | None = None,
+    **duration: Unpack[Duration],
 ) -> Schedule:
     """Fire first at ``start_at`` (default: one delay after registration), then each time this long
     after the previous run ended (its callback's final outcome: delivered, or dead after its retries).
     The delay is 1 s .. 366 days."""
-    delay_ms = _ms(value, seconds=seconds, minutes=minutes, hours=hours, days=days) + ms
-    return {"kind": "fixed_delay", "delay_ms": delay_ms, **_bounds(start_at, None, max_fires)}
+    return {"kind": "fixed_delay", "delay_ms": _ms(value, **duration), **_bounds(start_at, None, max_fires)}
