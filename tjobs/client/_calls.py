@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 from tjobs.client._operation import Call, Flavour, Pages, operation, paging
@@ -77,52 +77,52 @@ def _filters(filters: dict[str, Any]) -> dict[str, Any]:
     return _given({("from" if name == "from_" else name): value for name, value in filters.items()})
 
 
+class FlowFilters(TypedDict, total=False):
+    """What :meth:`Api.search_flows` narrows by (a filter left out or ``None`` does not narrow)."""
+
+    status: str | None
+    task_id: str | None
+    from_: str | int | None
+    to: str | int | None
+    task_name_prefix: str | None
+    target: str | None
+    last_answer: str | None
+    window: str | None
+
+
+class TaskFields(TypedDict, total=False):
+    """A task create request's fields beside its name and schedule (one left out or ``None`` is not sent)."""
+
+    callback: dict[str, Any] | None
+    key: str | None
+    payload: Any
+    misfire_policy: str | None
+    delivery: str | None
+
+
+def _declared(given: Mapping[str, Any], shape: type[Any]) -> dict[str, Any]:
+    """Keyword arguments typed by the TypedDict ``shape``: each of its keys in declared order, ``None``
+    where not given; a name it does not declare is a ``TypeError``, as an unknown keyword argument is."""
+    names = shape.__annotations__
+    unknown = given.keys() - names.keys()
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {min(unknown)!r}")
+    return {name: given.get(name) for name in names}
+
+
 def _listing(path: str, page: type[Page[M]], params: dict[str, Any]) -> Call[Page[M]]:
     """A page of a listing: the ``params`` that have a value (``limit``, ``cursor``, filters) as the query."""
     return Call("GET", path, page.model_validate, params=_given(params), idempotent=True)
 
 
-def task_request(
-    name: str,
-    schedule: Schedule,
-    url: str | None = None,
-    *,
-    callback: dict[str, Any] | None = None,
-    key: str | None = None,
-    payload: Any = None,
-    misfire_policy: str | None = None,
-    delivery: str | None = None,
-) -> dict[str, Any]:
+def task_request(name: str, schedule: Schedule, url: str | None = None, **fields: Unpack[TaskFields]) -> dict[str, Any]:
     """The body of a create request; ``url`` is shorthand for ``callback={"url": url}``."""
+    given = _declared(fields, TaskFields)
+    callback = given.pop("callback")
     if (url is None) == (callback is None):
         raise ValueError("give exactly one of url or callback")
     body: dict[str, Any] = {"name": name, "schedule": schedule, "callback": callback or {"url": url}}
-    for name_, value in (
-        ("key", key),
-        ("payload", payload),
-        ("misfire_policy", misfire_policy),
-        ("delivery", delivery),
-    ):
-        if value is not None:
-            body[name_] = value
-    return body
-
-
-def target_request(
-    name: str,
-    protocol: str,
-    settings: dict[str, Any],
-    *,
-    retry: dict[str, int] | None = None,
-    credentials: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """The body of a target create request."""
-    body: dict[str, Any] = {"name": name, "protocol": protocol, "settings": settings}
-    if retry is not None:
-        body["retry"] = retry
-    if credentials is not None:
-        body["credentials"] = credentials
-    return body
+    return body | _given(given)
 
 
 class Api(Flavour):
@@ -137,28 +137,11 @@ class Api(Flavour):
 
     @operation
     def create_task(
-        self,
-        name: str,
-        schedule: Schedule,
-        url: str | None = None,
-        *,
-        callback: dict[str, Any] | None = None,
-        key: str | None = None,
-        payload: Any = None,
-        misfire_policy: str | None = None,
-        delivery: str | None = None,
+        self, name: str, schedule: Schedule, url: str | None = None, **fields: Unpack[TaskFields]
     ) -> Call[Task]:
-        body = task_request(
-            name,
-            schedule,
-            url,
-            callback=callback,
-            key=key,
-            payload=payload,
-            misfire_policy=misfire_policy,
-            delivery=delivery,
-        )
-        return Call("POST", "/v1/tasks", _task, json=body, idempotent=key is not None)
+        """Register a task (the body :func:`task_request` builds)."""
+        body = task_request(name, schedule, url, **fields)
+        return Call("POST", "/v1/tasks", _task, json=body, idempotent=body.get("key") is not None)
 
     @operation
     def create_tasks(self, requests: Sequence[dict[str, Any]]) -> Call[BatchResult]:
@@ -239,43 +222,18 @@ class Api(Flavour):
 
     @operation
     def search_flows(
-        self,
-        *,
-        status: str | None = None,
-        task_id: str | None = None,
-        from_: str | int | None = None,
-        to: str | int | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-        task_name_prefix: str | None = None,
-        target: str | None = None,
-        last_answer: str | None = None,
-        window: str | None = None,
+        self, *, limit: int = 100, cursor: str | None = None, **filters: Unpack[FlowFilters]
     ) -> Call[Page[Flow]]:
         """The app's flows across every shard, newest first: ``status`` (a flow status or
         ``retrying``), one task's, of tasks whose name starts with ``task_name_prefix`` or whose
         callback names ``target``, by ``last_answer`` (``none``, ``5xx``, ``503``), scheduled in
         ``[from_, to)`` (ISO-8601 or epoch ms) or in the last ``window`` (``15m``, ``1h``, ``24h``, ``7d``)."""
-        params = {"limit": limit, "cursor": cursor, "status": status, "task_id": task_id, "from": from_, "to": to}
-        params |= {"task_name_prefix": task_name_prefix, "target": target, "last_answer": last_answer}
-        return _listing("/v1/flows", Page[Flow], {**params, "window": window})
+        query = _filters(_declared(filters, FlowFilters))
+        return _listing("/v1/flows", Page[Flow], {"limit": limit, "cursor": cursor, **query})
 
     @paging
-    def iter_flows(
-        self,
-        *,
-        status: str | None = None,
-        task_id: str | None = None,
-        from_: str | int | None = None,
-        to: str | int | None = None,
-        page_size: int = 500,
-        task_name_prefix: str | None = None,
-        target: str | None = None,
-        last_answer: str | None = None,
-        window: str | None = None,
-    ) -> Pages[Flow]:
-        filters: dict[str, Any] = {"status": status, "task_id": task_id, "from_": from_, "to": to, "window": window}
-        filters |= {"task_name_prefix": task_name_prefix, "target": target, "last_answer": last_answer}
+    def iter_flows(self, *, page_size: int = 500, **filters: Unpack[FlowFilters]) -> Pages[Flow]:
+        """Every flow :meth:`search_flows` finds with ``filters``, read ``page_size`` at a time."""
         return Pages(lambda cursor: Api.search_flows.build(self, limit=page_size, cursor=cursor, **filters))
 
     @operation
@@ -441,8 +399,8 @@ class Api(Flavour):
     ) -> Call[Target]:
         """Create a named target (``protocol``: http, grpc, amqp, nats or redis_stream) the app's tasks
         name with ``callback={"target": name}``; ``credentials`` are stored and never answered."""
-        body = target_request(name, protocol, settings, retry=retry, credentials=credentials)
-        return Call("POST", "/v1/targets", _target, json=body)
+        body = {"name": name, "protocol": protocol, "settings": settings}
+        return Call("POST", "/v1/targets", _target, json=body | _given({"retry": retry, "credentials": credentials}))
 
     @operation
     def get_target(self, name: str) -> Call[Target]:
