@@ -209,6 +209,11 @@ def json_object(body: Any) -> dict[str, Any]:
     return body
 
 
+async def json_object_body(request: Request) -> dict[str, Any]:
+    """The request's :func:`json_body`, which must be a JSON object (422 naming ``body`` otherwise)."""
+    return json_object(await json_body(request))
+
+
 def filter_task_id(raw: str, field: str = "task_id") -> int:
     """A task id given as a search filter: 422 naming ``field`` unless it is one (a filter never 404s:
     another app's task id, like one that never existed, finds nothing)."""

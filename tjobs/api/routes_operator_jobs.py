@@ -17,8 +17,7 @@ from tjobs.api.deps import (
     TaskIdPath,
     body_doc,
     errors,
-    json_body,
-    json_object,
+    json_object_body,
     json_response,
     ok,
     path_parameter,
@@ -41,7 +40,7 @@ JobIdPath = Annotated[str, path_parameter(JOB_ID_PATTERN, 20, "an operator job's
     openapi_extra=body_doc(schemas.RedriveJobStart),
 )
 async def start_redrive_job(request: Request, app: AppDep, node: NodeDep) -> Any:
-    started = parse_redrive_request(json_object(await json_body(request)), node.clock.now_ms())
+    started = parse_redrive_request(await json_object_body(request), node.clock.now_ms())
     job, _ = await node.operator_jobs.start_redrive(
         app,
         started.filters,
@@ -64,7 +63,7 @@ async def start_redrive_job(request: Request, app: AppDep, node: NodeDep) -> Any
     openapi_extra=body_doc(schemas.BackfillStart),
 )
 async def start_backfill(task_id: TaskIdPath, request: Request, app: AppDep, node: NodeDep) -> Any:
-    started = parse_backfill_request(json_object(await json_body(request)), node.clock.now_ms())
+    started = parse_backfill_request(await json_object_body(request), node.clock.now_ms())
     job = await node.backfills.start(app, task_id_of(task_id), started, created_by=principal_of(request).name)
     return json_response(job_json(job), status_code=202)
 

@@ -17,7 +17,7 @@ from tjobs.api.deps import (
     body_doc,
     errors,
     json_body,
-    json_object,
+    json_object_body,
     json_response,
     node_of,
     ok,
@@ -69,7 +69,7 @@ async def create_task(request: Request) -> Any:
 async def create_tasks(request: Request) -> Any:
     app = await request_app(request)
     node = node_of(request)
-    body = json_object(await json_body(request))
+    body = await json_object_body(request)
     unknown = set(body) - _BATCH_KEYS
     if unknown:
         raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")

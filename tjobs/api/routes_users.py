@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from tjobs.api.accounts_auth import accounts_of, basic_or_token_user
-from tjobs.api.deps import errors, json_body, json_object, json_response, ok, path_parameter, require_admin
+from tjobs.api.deps import errors, json_object_body, json_response, ok, path_parameter, require_admin
 from tjobs.clock import iso_ms
 from tjobs.errors import InvalidInput
 from tjobs.service.accounts import (
@@ -65,7 +65,7 @@ def session_json(session: ConsoleSession) -> dict[str, Any]:
 
 
 async def _object(request: Request, allowed: frozenset[str]) -> dict[str, Any]:
-    body = json_object(await json_body(request))
+    body = await json_object_body(request)
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise InvalidInput(unknown[0], "unknown field", "unknown_field")
