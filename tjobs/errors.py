@@ -5,6 +5,7 @@
     TjobsError
     ├── InvalidInput          422  a request field is wrong; ``field`` names it
     │   ├── BodyTooLarge      413  the body passed its byte cap while being read
+    │   ├── FieldTooLarge     413  one field of the body passed its own cap (a run's ``result``)
     │   ├── UnsupportedMediaType 415  a body that is not JSON (``content-type``)
     │   └── ConfirmationRequired 400  a destructive call without its confirmation parameter
     ├── NotFound              404  the id does not exist (or belongs to another app)
@@ -14,7 +15,9 @@
     │   ├── TaskIdTaken            a freshly minted task id collided (1 in 4096 per ms and shard)
     │   ├── TargetExists           the app already has a target of this name
     │   ├── TargetVersionConflict  a target's ``version`` lost a race
-    │   └── TargetInUse            tasks still name the target (``details.tasks`` says how many)
+    │   ├── TargetInUse            tasks still name the target (``details.tasks`` says how many)
+    │   └── RunConflict            a run report, log or cancel that the flow's run cannot take (it ended,
+    │                              another attempt runs, or none runs); ``details`` says where the run is
     ├── Unauthorized          401
     ├── AppDisabled           403  the app's key is refused while an operator has it disabled
     ├── Forbidden             403  an operator account's role does not allow this
@@ -66,6 +69,16 @@ class BodyTooLarge(InvalidInput):
         self.limit_bytes = limit_bytes
 
 
+class FieldTooLarge(InvalidInput):
+    """A body field passed its own cap (``limit_bytes``, the setting named ``setting``)."""
+
+    status_code = 413
+
+    def __init__(self, field: str, limit_bytes: int, setting: str) -> None:
+        super().__init__(field, f"larger than {limit_bytes} bytes as JSON ({setting})", "too_large")
+        self.limit_bytes = limit_bytes
+
+
 class UnsupportedMediaType(InvalidInput):
     """A request body sent as something other than JSON."""
 
@@ -107,6 +120,17 @@ class VersionConflict(Conflict):
         self.task_id = task_id
         self.expected = expected
         self.actual = actual
+
+
+class RunConflict(Conflict):
+    """What was asked of a flow's run cannot be done: ``code`` says why (``run_finished``: the run ended;
+    ``stale_attempt``: the report names another attempt than the one running; ``not_running``: no
+    run is live), ``details`` where the flow and its run are."""
+
+    def __init__(self, code: str, message: str, details: dict[str, object]) -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details
 
 
 class DuplicateKey(Conflict):

@@ -273,6 +273,15 @@ class CallbackRequest(CallbackBudget):
         description=f"at most {MAX_HEADERS} custom headers",
     )
     body: str | None = Field(default=None, description="raw request body (else the task payload as JSON)")
+    run_timeout_ms: int | None = Field(
+        default=None,
+        ge=1000,
+        le=30 * 86_400_000,
+        description=(
+            "a run the target accepts (202 with tjobs-run: accepted) with no final report within it ends "
+            "timed_out, retried as a failed attempt; unset: the node's runs.timeout_ms"
+        ),
+    )
 
 
 class CallbackDefaults(CallbackBudget):
@@ -297,6 +306,7 @@ class StoredCallback(BaseModel):
     max_age_s: int | None = None
     targets: list[str] | None = None
     pool: dict[str, Any] | None = None
+    run_timeout_ms: int | None = None
 
 
 # ---- tasks --------------------------------------------------------------------------------------

@@ -97,6 +97,6 @@ def test_a_runs_start_is_written_apart_and_lands_only_on_a_flow_being_delivered(
     statements = update_statements(by_shard, SHARDS, NOW_MS + 50)
 
     [(start, params), (rest, _)] = statements
-    assert "status IN ('pending', 'sending') AND attempts <= %s" in start and "run = %s" in start
-    assert params[-3:] == [20, NOW_MS, 1] and start.count("%s") == len(params)
+    assert "((status = 'pending' AND attempts < %s) OR (status = 'sending' AND attempts <= %s))" in start
+    assert "run = %s" in start and params[-4:] == [20, NOW_MS, 1, 1] and start.count("%s") == len(params)
     assert "IN ((%s, %s), (%s, %s))" in rest and " run = " not in rest  # the others keep their runs

@@ -74,9 +74,10 @@ from tjobs.delivery.lookup import AppSource, CallbackJob, JobLookup, TargetSourc
 from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.retry import compute_backoff_ms
+from tjobs.delivery.run_start import accepts_run, may_run
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.hot_tier.base import TaskChange
-from tjobs.model import Flow, FlowKind, FlowStatus, FlowUpdate, Reschedule, Task, TaskStatus
+from tjobs.model import Flow, FlowKind, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task, TaskStatus
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.pools.overlap import OverlapGate, Verdict
 from tjobs.settings import CallbackSettings
@@ -115,6 +116,7 @@ class Deliverer:
         targets: TargetSource | None = None,
         pools: PoolDispatcher | None = None,
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
+        run_timeout_ms: int = 86_400_000,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
         :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
@@ -130,11 +132,14 @@ class Deliverer:
         names them (without it, such a flow dead-letters as unusable). ``pools`` routes the flows of
         a task naming an executor pool (without it, such a flow dead-letters). ``task_changes`` (the
         hot tier's publish) is told a fixed_delay task's next run once its flow's final outcome set it.
+        ``run_timeout_ms`` bounds a run (:mod:`tjobs.delivery.run_start`) whose task sets no
+        ``callback.run_timeout_ms``.
         """
         self._recorder = recorder
         self._transport = transport
         self._limiter = limiter
         self._settings = settings
+        self._run_timeout_ms = run_timeout_ms
         self._clock = clock
         self._rng = rng or random.Random()
         self._lookup = JobLookup(apps, targets)
@@ -523,6 +528,9 @@ class Deliverer:
         delivery.targets = remaining
         if not remaining:
             delivery.last_status, delivery.last_error = delivered_status, None
+            if len(results) == 1 and accepts_run(results[0]) and may_run(delivery.job.task.callback):
+                self._start_run(delivery, results[0])
+                return
             self._finish(delivery, FlowStatus.DELIVERED, attempt, None)
             return
         if permanent:
@@ -554,12 +562,32 @@ class Deliverer:
         self._active.pop(delivery.flow_id, None)
         logger.exception(message, delivery.flow_id, extra={"action": action, "flow_id": delivery.flow_id})
 
-    def _finish(self, delivery: Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
+    def _start_run(self, delivery: Delivery, result: AttemptResult) -> None:
+        """The target accepted the attempt as a run: the flow is ``running`` until its executor reports
+        the end, or until the run's deadline, when the owner's compensator times it out."""
+        self._release(delivery)
+        timeout_ms = delivery.job.task.callback.run_timeout_ms or self._run_timeout_ms
+        started_ms = result.answered_ms
+        run = FlowRun(RunStatus.RUNNING, result.attempt, started_ms, started_ms + timeout_ms)
+        update = delivery.update(FlowStatus.RUNNING, result.attempt, run.deadline_ms)
+        logger.debug(
+            "flow %s attempt %d accepted as a run",
+            delivery.flow_id,
+            result.attempt,
+            extra={"action": "run_started", "flow_id": delivery.flow_id},
+        )
+        self._record(delivery, replace(update, run=run))
+
+    def _release(self, delivery: Delivery) -> None:
+        """Delivery of the flow is over on this node: a fire of its task that waited for it may go."""
         self._active.pop(delivery.flow_id, None)
         if delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW:
             waiting = self._overlap.finished(delivery.job.task.id, delivery.flow_id)
             if waiting is not None and self._running and waiting.flow_id in self._active:
                 self._enqueue(waiting)  # the task's next fire waited for this one
+
+    def _finish(self, delivery: Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
+        self._release(delivery)
         if status is FlowStatus.DEAD:
             if reason is not None:
                 delivery.last_error = f"{delivery.last_error} ({reason})" if delivery.last_error else reason

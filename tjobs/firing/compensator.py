@@ -5,7 +5,11 @@ A node that crashed after the fire transaction, or lost a callback's response, l
 shards hold non-terminal flows whose next attempt is more than ``grace_s`` overdue (one read per
 database), leases those flows in each such shard, and hands the ones this node is not delivering
 right now back to the deliverer. At-most-once flows found ``sending`` are never resent: they become
-``unknown``. Flows of deleted tasks become ``cancelled``.
+``unknown``. Flows of deleted tasks become ``cancelled``. A job run (README "Job runs") whose deadline
+passed is leased the same way (its next attempt is its deadline): it ends ``timed_out`` and is retried
+by its task's policy, or, a cancel having been asked, ends ``cancelled`` (:func:`tjobs.delivery.run_reports.expire`,
+written under the flow's compare-and-set, so a report that came first wins). Its state is in the store:
+whichever node owns the shard when the deadline passes ends it.
 
 The lease counts one attempt on each pending flow it claims (see ``TaskStore.lease_stale_flows``):
 the last attempt may have been sent and answered with its outcome lost in the crashed node's write
@@ -16,10 +20,14 @@ fence is closed (its lease expired) claims nothing: the new owner's compensator 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from tjobs.clock import Clock
-from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
+from tjobs.delivery.run_reports import expire
+from tjobs.delivery.run_writes import write_transition
+from tjobs.hot_tier.base import TaskChange
+from tjobs.model import Flow, FlowStatus, FlowUpdate, RunStatus, Task
 from tjobs.periodic import PeriodicPass
 from tjobs.settings import CompensatorSettings
 from tjobs.stores.base import TaskStore
@@ -41,9 +49,11 @@ class Compensator(PeriodicPass):
         lease_ms: int,
         *,
         fence: Callable[[int], bool] | None = None,
+        task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
     ) -> None:
         """``fence(now_ms)`` is ``False`` while this node may not work on its jobs (the coordinator's
-        ``may_fire``; see ``Deliverer``)."""
+        ``may_fire``; see ``Deliverer``). ``task_changes`` (the hot tier's publish) is told a fixed_delay
+        task's next run that a timed-out run's end set."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -53,7 +63,9 @@ class Compensator(PeriodicPass):
         self._clock = clock
         self._lease_ms = lease_ms
         self._fence = fence
+        self._task_changes = task_changes
         self.redriven = 0
+        self.runs_ended = 0
         self.backlog = 0
 
     async def run_once(self) -> int:
@@ -85,9 +97,11 @@ class Compensator(PeriodicPass):
             if flow.id in busy:
                 continue
             if task is None:
-                closures.append(_close(flow, FlowStatus.CANCELLED, "task deleted before delivery"))
+                closures.append(_close(flow, FlowStatus.CANCELLED, "task deleted before delivery", now_ms))
+            elif flow.status.running:
+                await self._end_run(flow, task, now_ms)
             elif flow.status is FlowStatus.SENDING:
-                closures.append(_close(flow, FlowStatus.UNKNOWN, "at-most-once attempt lost by a crash"))
+                closures.append(_close(flow, FlowStatus.UNKNOWN, "at-most-once attempt lost by a crash", now_ms))
             else:
                 self._redrive(task, flow)
                 self.redriven += 1
@@ -101,6 +115,22 @@ class Compensator(PeriodicPass):
             await self._store.record_flow_updates(closures, now_ms)
         return len(leased)
 
+    async def _end_run(self, flow: Flow, task: Task, now_ms: int) -> None:
+        """A live run past its deadline (or a cancel's grace): ended, unless a report came first."""
+        transition = expire(flow, task, now_ms)
+        if await write_transition(self._store, transition, task, flow, now_ms, self._redrive, self._task_changes):
+            self.runs_ended += 1
+            logger.info(
+                "run of flow %s ended %s at its deadline",
+                flow.id,
+                transition.update.run.status.value if transition.update.run is not None else "?",
+                extra={"action": "run_expired", "flow_id": flow.id},
+            )
 
-def _close(flow: Flow, status: FlowStatus, reason: str) -> FlowUpdate:
+
+def _close(flow: Flow, status: FlowStatus, reason: str, now_ms: int) -> FlowUpdate:
+    run = flow.run
+    if run is not None and not run.status.ended:  # a live run of a deleted task ends with its flow
+        run = replace(run, status=RunStatus.CANCELLED, ended_at_ms=now_ms)
+        return FlowUpdate(flow.task_id, flow.scheduled_at_ms, status, flow.attempts, None, None, reason, run=run)
     return FlowUpdate(flow.task_id, flow.scheduled_at_ms, status, flow.attempts, None, None, reason)

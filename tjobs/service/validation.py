@@ -47,6 +47,7 @@ MAX_TARGETS = next(m.max_length for m in CallbackRequest.model_fields["urls"].me
 BUDGET_BOUNDS: dict[str, tuple[int, int]] = {
     name: _int_bounds(field) for name, field in CallbackBudget.model_fields.items()
 }
+RUN_TIMEOUT_BOUNDS = _int_bounds(CallbackRequest.model_fields["run_timeout_ms"])
 
 
 def normalize_callback(spec: Any, limits: LimitSettings) -> dict[str, Any]:
@@ -80,6 +81,7 @@ def parse_callback_request(spec: Any, limits: LimitSettings) -> CallbackSpec:
         budget.get("timeout_ms"),
         budget.get("max_attempts"),
         budget.get("max_age_s"),
+        run_timeout_ms=_run_timeout(spec),
     )
 
 
@@ -116,6 +118,7 @@ def _parse_target_callback(spec: dict[str, Any], limits: LimitSettings) -> Callb
         budget.get("max_attempts"),
         budget.get("max_age_s"),
         tuple(names),
+        run_timeout_ms=_run_timeout(spec),
     )
 
 
@@ -142,6 +145,7 @@ def _parse_pool_callback(spec: dict[str, Any], limits: LimitSettings) -> Callbac
         budget.get("max_attempts"),
         budget.get("max_age_s"),
         pool=route,
+        run_timeout_ms=_run_timeout(spec),
     )
 
 
@@ -159,6 +163,16 @@ def _body(spec: dict[str, Any], limits: LimitSettings) -> str | None:
         if len(body.encode()) > limits.max_payload_bytes:
             raise InvalidInput("callback.body", f"larger than {limits.max_payload_bytes} bytes")
     return body
+
+
+def _run_timeout(spec: dict[str, Any]) -> int | None:
+    value = spec.get("run_timeout_ms")
+    if value is None:
+        return None
+    low, high = RUN_TIMEOUT_BOUNDS
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput("callback.run_timeout_ms", f"must be an integer within {low}..{high}")
+    return value
 
 
 def _budget(spec: dict[str, Any]) -> dict[str, int]:

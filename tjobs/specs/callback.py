@@ -10,6 +10,9 @@ upper-cased) and what the store keeps as JSON in the task's ``callback`` column:
      "targets": ["orders-mq", ...]}
     {"method": "POST"[, "headers": {...}]..., "pool": {"name": "workers"[, "mode": ...]}}
 
+and each may end with ``"run_timeout_ms": n`` (how long a run the target accepts may take, README
+"Job runs"; unset: the node's ``runs.timeout_ms``).
+
 The JSON keys are the field names, in field order; ``headers``, ``urls`` and ``targets`` are left out
 when empty and the other optional fields when unset, so :func:`callback_to_json` writes exactly the
 bytes the store has always held for an inline callback. A callback has inline URLs, named targets
@@ -45,6 +48,7 @@ class CallbackSpec:
     max_age_s: int | None = None
     targets: tuple[str, ...] = ()  # names of the app's targets (instead of urls); delivery resolves them
     pool: PoolRoute | None = None  # an executor pool of the app (instead of urls/targets; tjobs.specs.pool)
+    run_timeout_ms: int | None = None  # a run the target accepts ends timed_out past it (None: the node's)
 
     def __post_init__(self) -> None:
         if type(self.urls) is not tuple:

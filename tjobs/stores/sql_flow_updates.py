@@ -15,13 +15,13 @@ SQL text, so SQLite's form is the same text with ``?`` for ``%s``.
 
 One ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND status IN (<the open statuses>)`` per shard table
 (:func:`update_statements`), so a terminal flow is never changed again and a flow is never made up. An
-outcome that starts a run (``running``) gets a one-row ``UPDATE`` of its own that lands only on a flow still
-``pending`` or ``sending``: a report or a cancel that reached the flow first is kept. A column that every
-row of the statement gets the same value of is set to it; one whose values differ (an outcome that made a
-send carries its flow's whole attempt history, whose start and duration are its own) is set by ``CASE`` on
-the row's key, ``task_id`` alone when no two rows share a task. ``routes``, ``attempt_log``, ``answers`` and
-``run`` keep the stored value where an outcome carries none (left out of the ``SET``, or the ``CASE``'s
-``ELSE``). An open outcome adds ``attempts <= n`` for its row, so an
+outcome that starts a run (``running``) gets a one-row ``UPDATE`` of its own that lands only where its
+attempt is still being delivered: a report, a cancel or a retry that reached the flow first is kept. A
+column that every row of the statement gets the same value of is set to it; one whose values differ (an
+outcome that made a send carries its flow's whole attempt history, whose start and duration are its own) is
+set by ``CASE`` on the row's key, ``task_id`` alone when no two rows share a task. ``routes``,
+``attempt_log``, ``answers`` and ``run`` keep the stored value where an outcome carries none (left out of
+the ``SET``, or the ``CASE``'s ``ELSE``). An open outcome adds ``attempts <= n`` for its row, so an
 outdated one never lowers the attempt count. A table with one flow in the flush (the usual case over
 512 shards) takes a short way: no comparisons, its statement text cached. Shards and keys are sorted,
 so two writers lock rows in the same order. The shard-map fence of the server's logical databases
@@ -47,7 +47,12 @@ if TYPE_CHECKING:
     from tjobs.stores.sql_layout import ShardTables
 
 _OPEN_SQL = f"status IN ({', '.join(repr(s.value) for s in FlowStatus if not s.terminal)})"
-_DELIVERABLE_SQL = f"status IN ({', '.join(repr(s.value) for s in FlowStatus if s.deliverable)})"
+# a run's start lands where its attempt is still being delivered (see memory._may_start_run): a report, a
+# cancel, or a failed run's retry (pending with the attempt counted) that came first is kept
+_RUN_START_SQL = (
+    f"((status = '{FlowStatus.PENDING.value}' AND attempts < %s)"
+    f" OR (status = '{FlowStatus.SENDING.value}' AND attempts <= %s))"
+)
 
 Key = tuple[int, int]  # (task_id, scheduled_at)
 COLUMNS = (
@@ -183,9 +188,9 @@ def _one_row_sql(table: str, columns: tuple[str, ...], guarded: bool, starts_run
             _ONE_ROW_SQL.clear()
         sql = (
             f"UPDATE {table} SET {_sets(columns)}updated_at = %s "
-            f"WHERE (task_id, scheduled_at) IN ((%s, %s)) AND {_DELIVERABLE_SQL if starts_run else _OPEN_SQL}"
+            f"WHERE (task_id, scheduled_at) IN ((%s, %s)) AND {_RUN_START_SQL if starts_run else _OPEN_SQL}"
         )
-        if guarded:
+        if guarded and not starts_run:
             sql += " AND attempts <= %s"
         _ONE_ROW_SQL[key] = sql
     return sql
@@ -203,7 +208,7 @@ def update_statements(
             updates = [u for u in updates if u.status is not FlowStatus.RUNNING]
             for u in sorted(starts, key=lambda u: (u.task_id, u.scheduled_at_ms)):
                 columns, params = _one_row(u)
-                params += [now_ms, u.task_id, u.scheduled_at_ms, u.attempts]
+                params += [now_ms, u.task_id, u.scheduled_at_ms, u.attempts, u.attempts]
                 statements.append((_one_row_sql(shards[shard].flows_sql, columns, True, True), params))
             if not updates:
                 continue

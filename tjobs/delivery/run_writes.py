@@ -1,0 +1,50 @@
+"""Writing a run's transition (:mod:`tjobs.delivery.run_reports`) and what follows it, for every writer:
+the API's reports and cancels (:mod:`tjobs.service.runs`) and the compensator's timeouts."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from tjobs.delivery.run_reports import Transition
+from tjobs.hot_tier.base import TaskChange
+from tjobs.model import Flow, Task
+from tjobs.stores.contracts.runs import RunRecords
+
+logger = logging.getLogger(__name__)
+
+
+async def write_transition(
+    store: RunRecords,
+    transition: Transition,
+    task: Task | None,
+    flow: Flow,
+    now_ms: int,
+    flow_sink: Callable[[Task, Flow], None] | None,
+    task_changes: Callable[[TaskChange], Awaitable[None]] | None,
+) -> bool:
+    """Write ``transition`` of ``flow`` (as it was read) where the flow is still as read; once written,
+    hand a retry to delivery (``flow_sink``) and tell a fixed_delay task's next run to its owner
+    (``task_changes``). ``False``: another writer came first, nothing was written."""
+    update = transition.update
+    if not await store.write_run(transition.expected, update, now_ms, expected_attempts=transition.expected_attempts):
+        return False
+    moved = update.reschedule
+    if moved is not None and task_changes is not None:
+        try:
+            await task_changes(TaskChange(update.task_id, moved.app_id, moved.next_run_at_ms, moved.version))
+        except Exception:  # the store holds the truth: the cycle load or the park still fires it
+            logger.exception("telling a fixed_delay task's next run failed", extra={"action": "hook_failed"})
+    if transition.redrive and task is not None and flow_sink is not None:
+        retry = replace(
+            flow,
+            status=update.status,
+            attempts=update.attempts,
+            next_attempt_at_ms=update.next_attempt_at_ms,
+            last_error=update.last_error,
+            run=update.run,
+            updated_at_ms=now_ms,
+        )
+        flow_sink(task, retry)
+    return True

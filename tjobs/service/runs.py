@@ -1,0 +1,115 @@
+"""Job runs for the API (README "Job runs", docs/targets.md "Runs"): an executor's reports and log lines,
+and an owner's cancel. Each reads the flow, decides with :mod:`tjobs.delivery.run_reports` and writes
+under the store's compare-and-set (:class:`tjobs.stores.contracts.runs.RunRecords`), reading again when
+another writer came first; so any node may take any report, and a run ends once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tjobs.clock import Clock
+from tjobs.delivery.run_log import parse_log_lines
+from tjobs.delivery.run_reports import Transition, cancel_transition, parse_report, report_transition
+from tjobs.delivery.run_writes import write_transition
+from tjobs.errors import Conflict
+from tjobs.hot_tier.base import TaskChange
+from tjobs.model import App, Flow, Task
+from tjobs.settings import RunSettings
+from tjobs.stores.base import TaskStore
+
+logger = logging.getLogger(__name__)
+
+RACES = 8  # reads again after a lost compare-and-set at most this often (each loss is another writer's win)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAnswer:
+    """The flow after a report or a cancel; ``repeated``: it repeated the one that ended the run."""
+
+    flow: Flow
+    repeated: bool = False
+
+    @property
+    def cancel_requested(self) -> bool:
+        run = self.flow.run
+        return run is not None and run.cancel_requested_at_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class LogAnswer:
+    appended: int
+    dropped: int  # past runs.max_log_lines
+    truncated: int  # cut to runs.max_log_line_bytes
+    lines: int  # the flow's log lines now
+
+
+class RunService:
+    def __init__(
+        self,
+        store: TaskStore,
+        settings: RunSettings,
+        clock: Clock,
+        read_flow: Callable[[App, str], Awaitable[Flow]],
+        *,
+        flow_sink: Callable[[Task, Flow], None] | None = None,
+        task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
+    ) -> None:
+        """``read_flow`` reads an app's flow by id (404 for another app's); ``flow_sink`` delivers a
+        run's retry (the deliverer's ``deliver``); ``task_changes`` (the hot tier's publish) is told a
+        fixed_delay task's next run that a run's end set."""
+        self._store = store
+        self._settings = settings
+        self._clock = clock
+        self._read_flow = read_flow
+        self._flow_sink = flow_sink
+        self._task_changes = task_changes
+
+    async def report(self, app: App, flow_id: str, body: Any) -> RunAnswer:
+        report = parse_report(body, self._settings)
+        for _ in range(RACES):
+            flow = await self._read_flow(app, flow_id)
+            task = await self._store.get_task(flow.task_id)
+            now_ms = self._clock.now_ms()
+            transition = report_transition(flow, task, report, now_ms, self._settings.timeout_ms)
+            if transition is None:
+                return RunAnswer(flow, repeated=True)
+            if await self._write(transition, task, now_ms, flow):
+                return RunAnswer(await self._read_flow(app, flow_id))
+        raise Conflict(f"flow {flow_id} changed {RACES} times while the report was written; send it again")
+
+    async def cancel(self, app: App, flow_id: str) -> RunAnswer:
+        grace_ms = int(self._settings.cancel_grace_s * 1000)
+        for _ in range(RACES):
+            flow = await self._read_flow(app, flow_id)
+            now_ms = self._clock.now_ms()
+            transition = cancel_transition(flow, now_ms, grace_ms)
+            if transition is None:
+                return RunAnswer(flow, repeated=True)
+            if await self._write(transition, None, now_ms, flow):
+                logger.info(
+                    "cancel of flow %s's run asked",
+                    flow_id,
+                    extra={"action": "run_cancel_requested", "flow_id": flow_id},
+                )
+                return RunAnswer(await self._read_flow(app, flow_id))
+        raise Conflict(f"flow {flow_id} changed {RACES} times while the cancel was written; send it again")
+
+    async def append_log(self, app: App, flow_id: str, body: Any) -> LogAnswer:
+        lines = parse_log_lines(body, self._settings)
+        cap = self._settings.max_log_lines
+        for _ in range(RACES):
+            flow = await self._read_flow(app, flow_id)
+            count = max(0, min(len(lines.lines), cap - flow.run_log_lines))
+            if count == 0:
+                return LogAnswer(0, len(lines.lines), lines.truncated, flow.run_log_lines)
+            attempt = lines.attempt or (flow.run.attempt if flow.run is not None else max(flow.attempts, 1))
+            text = lines.encoded(self._clock.now_ms(), attempt, count)
+            if await self._store.append_run_log(flow.task_id, flow.scheduled_at_ms, text, count, cap):
+                return LogAnswer(count, len(lines.lines) - count, lines.truncated, flow.run_log_lines + count)
+        raise Conflict(f"flow {flow_id}'s log grew {RACES} times while these lines were written; send them again")
+
+    async def _write(self, transition: Transition, task: Task | None, now_ms: int, flow: Flow) -> bool:
+        return await write_transition(self._store, transition, task, flow, now_ms, self._flow_sink, self._task_changes)
