@@ -15,7 +15,7 @@ from tjobs.model import (
     FlowUpdate,
 )
 from tjobs.stores.base import TaskStore
-from tjobs.stores.schema import MAX_ERROR_CHARS
+from tjobs.stores.flow_documents import MAX_ERROR_CHARS
 
 URL = "https://receiver.example/hook"
 

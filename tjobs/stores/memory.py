@@ -42,6 +42,7 @@ from tjobs.model import (
 )
 from tjobs.stores.base import DEAD_LETTERS, DatabaseCounts, FirePlanner, TaskStore
 from tjobs.stores.contracts.tasks import no_tasks
+from tjobs.stores.flow_documents import attempt_log_from_text, attempt_log_to_text
 from tjobs.stores.memory_accounts import MemoryAccounts
 from tjobs.stores.memory_flow_pages import MemoryFlowPages
 from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
@@ -56,7 +57,7 @@ from tjobs.stores.queries import (
     task_after,
     task_rank,
 )
-from tjobs.stores.schema import attempt_log_from_text, attempt_log_to_text, clip_error
+from tjobs.stores.schema import clip_error
 from tjobs.stores.slo_hours import MINUTES_PER_HOUR, hour_of, purge_cutoff_hour, split_by_hours
 from tjobs.stores.task_edits import check_fields, edited_row
 from tjobs.stores.task_routing import check_task_shard

@@ -5,7 +5,8 @@ name which target). In the first logical database only: ``apps`` and ``targets``
 and fence, and the DB-poll hot tier's change log; the other tables there are defined by role beside this
 module (``schema_slo``, ``schema_alerts``, ``schema_accounts``, ``schema_audit``, ``schema_calendars``,
 ``schema_operator_jobs``) on its :func:`_table`. Instants are BIGINT epoch milliseconds; JSON documents
-are stored as text (``orjson``). On MariaDB every table is InnoDB, ``utf8mb4`` with the binary
+are stored as text (``orjson``; a flow's run, answers, attempt log and routes:
+:mod:`tjobs.stores.flow_documents`). On MariaDB every table is InnoDB, ``utf8mb4`` with the binary
 collation, so that idempotency keys compare exactly as they do in SQLite and in memory (``"Order-1"``
 and ``"order-1"`` are two keys).
 
@@ -37,21 +38,22 @@ from sqlalchemy.types import TypeEngine
 
 from tjobs.model import (
     App,
-    AttemptAnswer,
-    AttemptLog,
-    AttemptRecord,
     DeliveryMode,
     Flow,
     FlowKind,
-    FlowRoute,
-    FlowRun,
     FlowStatus,
     MisfirePolicy,
-    RunStatus,
     Task,
     TaskStatus,
 )
 from tjobs.specs import callback_from_text, callback_to_text, schedule_from_text, schedule_to_text
+from tjobs.stores.flow_documents import (
+    MAX_ERROR_CHARS,
+    answers_from_text,
+    attempt_log_from_text,
+    routes_from_text,
+    run_from_text,
+)
 from tjobs.targets.codec import (
     credentials_from_json,
     retry_from_json,
@@ -69,7 +71,6 @@ HOT_CHANGES_TABLE = "hot_changes"
 TARGETS_TABLE = "targets"
 TASK_COUNTS_TABLE = "task_counts"
 TARGET_NAME_CHARS = 64
-MAX_ERROR_CHARS = 500
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
     "mysql_engine": "InnoDB",
@@ -151,140 +152,17 @@ def flow_answers_column() -> Column[str]:
 
 
 def flow_run_columns() -> list[Column[Any]]:
-    """A flow's run (README "Job runs"): ``run``, its newest run as JSON (:func:`run_to_text`; NULL
-    before a target accepted an attempt as a run), written by the outcome that started it and by each
-    report; ``run_log``, the runs' log lines, one JSON object a line, appended in place
-    (:mod:`tjobs.service.run_log`); ``run_log_lines``, how many lines ``run_log`` holds (NULL: none),
-    the guard of every append. Added by migration 0021, so not part of :func:`flows_schema_items` nor
-    of :data:`FLOW_COLUMNS` (a fire inserts none)."""
+    """A flow's run (README "Job runs"): ``run``, its newest run as JSON
+    (:func:`~tjobs.stores.flow_documents.run_to_text`; NULL before a target accepted an attempt as a
+    run), written by the outcome that started it and by each report; ``run_log``, the runs' log lines,
+    one JSON object a line, appended in place (:mod:`tjobs.service.run_log`); ``run_log_lines``, how many
+    lines ``run_log`` holds (NULL: none), the guard of every append. Added by migration 0021, so not part
+    of :func:`flows_schema_items` nor of :data:`FLOW_COLUMNS` (a fire inserts none)."""
     return [
         Column("run", _big_text(), nullable=True),
         Column("run_log", _big_text(), nullable=True),
         Column("run_log_lines", Integer, nullable=True),
     ]
-
-
-_RUN_FIELDS = (
-    "status",
-    "attempt",
-    "started_at",
-    "deadline",
-    "reported_at",
-    "ended_at",
-    "progress",
-    "result",
-    "message",
-    "cancel_requested_at",
-)
-
-
-def run_to_text(run: FlowRun | None) -> str | None:
-    """``{"status": ..., "attempt": n, "started_at": ms, ...}``: the fields of :class:`FlowRun` (the
-    ``_ms`` dropped), those unset left out."""
-    if run is None:
-        return None
-    values = (
-        run.status.value,
-        run.attempt,
-        run.started_at_ms,
-        run.deadline_ms,
-        run.reported_at_ms,
-        run.ended_at_ms,
-        run.progress,
-        run.result,
-        run.message,
-        run.cancel_requested_at_ms,
-    )
-    return orjson.dumps({k: v for k, v in zip(_RUN_FIELDS, values, strict=True) if v is not None}).decode()
-
-
-def run_from_text(text: str | None) -> FlowRun | None:
-    if not text:
-        return None
-    data = loads(text)
-
-    def instant(name: str) -> int | None:
-        value = data.get(name)
-        return None if value is None else int(value)
-
-    return FlowRun(
-        RunStatus(data["status"]),
-        int(data["attempt"]),
-        int(data["started_at"]),
-        instant("deadline"),
-        instant("reported_at"),
-        instant("ended_at"),
-        data.get("progress"),
-        data.get("result"),
-        data.get("message"),
-        instant("cancel_requested_at"),
-    )
-
-
-def answers_to_text(answers: tuple[AttemptAnswer, ...] | None) -> str | None:
-    if answers is None:
-        return None
-    return orjson.dumps(  # plain tuples: orjson writes them as arrays (a NamedTuple it refuses)
-        [(a.attempt, a.destination, a.status_code, a.headers, a.body, a.body_bytes, a.task_revision) for a in answers]
-    ).decode()
-
-
-def answers_from_text(text: str | None) -> tuple[AttemptAnswer, ...] | None:
-    if not text:
-        return None
-    return tuple(
-        AttemptAnswer(
-            int(attempt),
-            str(destination),
-            int(code),
-            tuple((str(n), str(v)) for n, v in headers),
-            body,
-            int(size),
-            int(revision),
-        )
-        for attempt, destination, code, headers, body, size, revision in loads(text)
-    )
-
-
-def attempt_log_to_text(log: AttemptLog | None) -> str | None:
-    if log is None:
-        return None
-    records = [  # once per outcome on the fire path: tuples (JSON arrays too), the error clipped only if long
-        (
-            r.attempt,
-            r.started_at_ms,
-            r.duration_ms,
-            r.status_code,
-            r.error if r.error is None or len(r.error) <= MAX_ERROR_CHARS else r.error[:MAX_ERROR_CHARS],
-            r.destination,
-            r.executor,
-        )
-        for r in log.records
-    ]
-    return orjson.dumps({"total": log.total, "records": records}).decode()
-
-
-def attempt_log_from_text(text: str | None) -> AttemptLog | None:
-    if not text:
-        return None
-    data = loads(text)
-    records = tuple(
-        AttemptRecord(
-            int(a), int(started), int(duration), None if code is None else int(code), error, str(dest), executor
-        )
-        for a, started, duration, code, error, dest, executor in data["records"]
-    )
-    return AttemptLog(records, int(data["total"]))
-
-
-def routes_to_text(routes: tuple[FlowRoute, ...] | None) -> str | None:
-    return None if not routes else orjson.dumps([list(route) for route in routes]).decode()
-
-
-def routes_from_text(text: str | None) -> tuple[FlowRoute, ...]:
-    if not text:
-        return ()
-    return tuple((int(attempt), str(destination), str(executor)) for attempt, destination, executor in loads(text))
 
 
 def tasks_indexes(table_name: str) -> list[tuple[str, list[str]]]:

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import FlowStatus, FlowUpdate
-from tjobs.stores.schema import answers_to_text, attempt_log_to_text, clip_error, routes_to_text, run_to_text
+from tjobs.stores.flow_documents import answers_to_text, attempt_log_to_text, routes_to_text, run_to_text
+from tjobs.stores.schema import clip_error
 from tjobs.stores.sql_layout import MULTI_STATEMENT_PARAMS, round_trips
 
 if TYPE_CHECKING:

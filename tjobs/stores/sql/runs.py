@@ -10,7 +10,8 @@ from sqlalchemy import func, update
 
 from tjobs.model import FlowStatus, FlowUpdate, TaskStatus
 from tjobs.stores.contracts.runs import RunRecords
-from tjobs.stores.schema import clip_error, run_to_text
+from tjobs.stores.flow_documents import run_to_text
+from tjobs.stores.schema import clip_error
 from tjobs.stores.sql.connections import SqlBase
 
 
