@@ -36,16 +36,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import TypeEngine
 
-from tjobs.model import (
-    App,
-    DeliveryMode,
-    Flow,
-    FlowKind,
-    FlowStatus,
-    MisfirePolicy,
-    Task,
-    TaskStatus,
-)
+from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
 from tjobs.specs import callback_from_text, callback_to_text, schedule_from_text, schedule_to_text
 from tjobs.stores.flow_documents import (
     MAX_ERROR_CHARS,
