@@ -233,7 +233,6 @@ class Node:
             calendars=self.calendars.rules,
             membership=self.coordinator.membership,  # an app's quota is the cluster's: this node takes its share
         )
-        self.observer.dead_letters = self.tasks.counts.dead_letter_changed  # the app's stats, at once
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         # The API and the console reach the store only through the services (tasks, target_service and these).
         self.app_service = AppService(self.store, self.apps, settings, self.clock, self.disabled_apps)
@@ -291,6 +290,7 @@ class Node:
             await begin(self.compensator.start(), self.compensator.stop)
             await begin(self.retention.start(), self.retention.stop)
             await begin(self.tasks.counts.start(), self.tasks.counts.stop)
+            await begin(self.tasks.reconciler.start(), self.tasks.reconciler.stop)
             await begin(self.slo_recorder.start(), self.slo_recorder.stop)
             await begin(self.audit.retention.start(), self.audit.retention.stop)
             await begin(self.alerts.start(), self.alerts.stop)
@@ -323,6 +323,7 @@ class Node:
         await self.audit.retention.stop()
         await self.disabled_apps.stop()
         await self.calendars.stop()
+        await self.tasks.reconciler.stop()
         await self.tasks.counts.stop()
         await self.move_watch.stop()
         await self.db_health.stop()

@@ -143,8 +143,10 @@ class LimitSettings(SettingsSection):
     min_period_ms: int = 1000
     max_future_days: int = 3650
     max_active_tasks_per_app: int = 10_000_000  # per-app quota of active tasks (0: unlimited)
-    # how often each node counts every app's tasks for quotas and stats (one statement per database)
+    # how old a node's read of an app's task counts may be for its quota before it is read again
     task_count_refresh_s: float = Field(default=30.0, gt=0)
+    # the rest between two reconciliation steps, each recounting one shard table (a round of 512: 85 min)
+    task_count_reconcile_step_s: float = Field(default=10.0, gt=0)
     max_json_depth: int = Field(default=64, ge=4, le=250)  # nesting of objects/arrays in a request body
 
 

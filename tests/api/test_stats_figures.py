@@ -15,11 +15,8 @@ from tjobs.service.task_counts import AppCounts
 
 
 class _Counts:
-    def refresh_soon(self) -> None:
-        pass
-
-    def of(self, app_id: str) -> AppCounts:
-        return AppCounts(active=0, paused=0, completed=0, dead_letters=0, counted_at_ms=None)
+    async def of(self, app_id: str) -> AppCounts:
+        return AppCounts(active=0, paused=0, completed=0, dead_letters=0, counted_at_ms=0)
 
 
 def _node(metrics: Metrics) -> Any:

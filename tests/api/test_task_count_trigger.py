@@ -1,32 +1,33 @@
-"""Stats reads cannot keep the task counter busy: after a pass, a read asks for the next one only once
-the counter has rested :data:`tjobs.service.task_counts.MIN_ASKED_PASS_INTERVAL_S`, and
-:data:`tjobs.service.task_counts.ASKED_PASS_REST_FACTOR` times as long as that pass took, since it ended."""
+"""Quota refusals cannot keep the quota's reads of the task counts busy: after a read, a refusal asks for
+the next one only once :data:`tjobs.service.task_counts.MIN_ASKED_READ_INTERVAL_S` passed since it
+started; otherwise the node reads every ``limits.task_count_refresh_s``. A read is of the count rows
+only: however long it takes, it reads no task."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from types import SimpleNamespace
 
 from tjobs.clock import ManualClock
-from tjobs.service.task_counts import ASKED_PASS_REST_FACTOR, MIN_ASKED_PASS_INTERVAL_S, TaskCounts
-from tjobs.stores.base import DatabaseCounts
-from tjobs.stores.contracts.tasks import no_tasks
+from tjobs.service.task_counts import MIN_ASKED_READ_INTERVAL_S, TaskCounts
 
 
-class _SlowCountingStore:
-    """One logical database whose count takes ``pass_ms`` on the manual clock (a large table)."""
+class _CountingStore:
+    """One logical database whose read of the counts takes ``read_ms`` on the manual clock."""
 
-    def __init__(self, clock: ManualClock, pass_ms: int) -> None:
+    def __init__(self, clock: ManualClock, read_ms: int) -> None:
         self.topology = SimpleNamespace(database_count=1, tables_per_database=16)
-        self.passes = 0
+        self.reads = 0
         self._clock = clock
-        self._pass_ms = pass_ms
+        self._read_ms = read_ms
 
-    async def count_by_app(self, database: int, then_ask: Callable[[], Collection[int]] = no_tasks) -> DatabaseCounts:
-        self.passes += 1
-        self._clock.advance(self._pass_ms)
-        return DatabaseCounts({})
+    async def read_task_counts(
+        self, database_index: int, app_ids: Collection[str] | None = None
+    ) -> dict[str, dict[str, int]]:
+        self.reads += 1
+        self._clock.advance(self._read_ms)
+        return {}
 
 
 async def _settle() -> None:
@@ -34,45 +35,40 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_reads_after_a_slow_pass_wait_for_the_counter_to_rest() -> None:
+async def test_refusals_right_after_a_read_wait_for_the_minimum_interval() -> None:
     clock = ManualClock(1_000_000)
-    pass_ms = 3_000  # longer than MIN_ASKED_PASS_INTERVAL_S: a pass start is "old enough" as it ends
-    store = _SlowCountingStore(clock, pass_ms)
+    store = _CountingStore(clock, 10)
     counts = TaskCounts(store, clock, refresh_s=3600.0)  # type: ignore[arg-type]
     await counts.start()
     try:
         await _settle()
-        assert store.passes == 1
-        for _ in range(20):  # a read stream right after the pass
+        assert store.reads == 1
+        for _ in range(20):  # a stream of refusals right after the read
             counts.refresh_soon()
             await _settle()
-        assert store.passes == 1
-        rest_ms = int(max(MIN_ASKED_PASS_INTERVAL_S * 1000, ASKED_PASS_REST_FACTOR * pass_ms))
-        clock.advance(rest_ms - 1)
+        assert store.reads == 1
+        clock.advance(int(MIN_ASKED_READ_INTERVAL_S * 1000) - 11)  # measured from the read's start
         counts.refresh_soon()
         await _settle()
-        assert store.passes == 1
+        assert store.reads == 1
         clock.advance(1)
         counts.refresh_soon()
         await _settle()
-        assert store.passes == 2
+        assert store.reads == 2
     finally:
         await counts.stop()
 
 
-async def test_after_a_quick_pass_a_read_asks_for_the_next_once_the_minimum_interval_passed() -> None:
+async def test_without_refusals_the_node_reads_every_period() -> None:
     clock = ManualClock(1_000_000)
-    store = _SlowCountingStore(clock, 10)
-    counts = TaskCounts(store, clock, refresh_s=3600.0)  # type: ignore[arg-type]
+    store = _CountingStore(clock, 10)
+    counts = TaskCounts(store, clock, refresh_s=0.01)  # type: ignore[arg-type]
     await counts.start()
     try:
-        await _settle()
-        counts.refresh_soon()
-        await _settle()
-        assert store.passes == 1
-        clock.advance(int(MIN_ASKED_PASS_INTERVAL_S * 1000))
-        counts.refresh_soon()
-        await _settle()
-        assert store.passes == 2
+        for _ in range(200):
+            await asyncio.sleep(0.001)
+            if store.reads >= 3:
+                break
+        assert store.reads >= 3
     finally:
         await counts.stop()

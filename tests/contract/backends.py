@@ -76,6 +76,7 @@ async def wipe(settings: StorageSettings) -> None:
                     names = [f"tasks_{t:02d}" for t in range(layout.topology.tables_per_database)]
                     names += [f"flows_{t:02d}" for t in range(layout.topology.tables_per_database)]
                     names += [f"task_targets_{t:02d}" for t in range(layout.topology.tables_per_database)]
+                    names += ["task_counts"]
                     if home.index == 0:
                         names += ["apps", "targets", "slo_minutes", "slo_hours", "hot_changes"]
                         names += ["users", "api_tokens", "console_sessions", "operator_jobs"]

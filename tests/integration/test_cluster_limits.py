@@ -143,7 +143,7 @@ async def test_the_active_task_quota_holds_across_three_nodes_under_concurrent_c
         counts = cluster.nodes[1].node.tasks.counts
         await counts.refresh()
         assert statuses.count(201) == quota
-        assert counts.of(app.id).active == quota
+        assert (await counts.of(app.id)).active == quota
 
         # and once every node has counted, none admits another
         for running in cluster.nodes:

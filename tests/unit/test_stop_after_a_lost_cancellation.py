@@ -27,8 +27,8 @@ from tjobs.cluster.shard_maps import MemoryShardMapHome
 from tjobs.delivery.outcomes import OutcomeWriter
 from tjobs.model import FlowUpdate
 from tjobs.service.shard_moves import MoveWatch
+from tjobs.service.task_count_reconciler import TaskCountReconciler
 from tjobs.service.task_counts import TaskCounts
-from tjobs.stores.contracts.tasks import no_tasks
 from tjobs.stores.memory import MemoryTaskStore
 
 STOP_WITHIN_S = 2.0
@@ -72,7 +72,10 @@ class StoreWithAWaitForCall(MemoryTaskStore):
         super().__init__(Topology(1, 1, 4))
         self.call = call
 
-    async def count_by_app(self, database_index: int, then_ask: Callable[[], Collection[int]] = no_tasks) -> Any:
+    async def read_task_counts(self, database_index: int, app_ids: Collection[str] | None = None) -> Any:
+        return await self.call()
+
+    async def reconcile_task_counts(self, shard: int) -> Any:
         return await self.call()
 
     async def read_shard_moves(self) -> Any:
@@ -95,11 +98,18 @@ async def test_the_outcome_writer_stops_when_its_flushers_cancellation_is_lost()
     await stop_as_the_call_answers(call, lambda: writer.stop(asyncio.get_running_loop().time() + 1))
 
 
-async def test_task_counts_stop_when_the_counting_loops_cancellation_is_lost() -> None:
+async def test_task_counts_stop_when_the_reading_loops_cancellation_is_lost() -> None:
     call = WaitForCall({})
     counts = TaskCounts(StoreWithAWaitForCall(call), SystemClock(), refresh_s=0.01)
     await counts.start()
     await stop_as_the_call_answers(call, counts.stop)
+
+
+async def test_the_task_count_reconciler_stops_when_its_loops_cancellation_is_lost() -> None:
+    call = WaitForCall([])
+    reconciler = TaskCountReconciler(StoreWithAWaitForCall(call), step_s=0.01)
+    await reconciler.start()
+    await stop_as_the_call_answers(call, reconciler.stop)
 
 
 async def test_the_move_watch_stops_when_its_loops_cancellation_is_lost() -> None:

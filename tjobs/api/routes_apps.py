@@ -166,11 +166,10 @@ async def my_stats(app: AppDep, node: NodeDep) -> Any:
 
 
 async def stats_of(node: Node, app: App) -> dict[str, Any]:
-    """The app's stats: task and dead-letter counts from the node's background counts
-    (:mod:`tjobs.service.task_counts`, as of ``counted_at_ms``, plus this node's own changes since), never a
-    count on the request; fires and lateness are this node's."""
-    node.tasks.counts.refresh_soon()
-    counts = node.tasks.counts.of(app.id)
+    """The app's stats: task and dead-letter counts read at the request from the stores' counts and the
+    app's dead flows (:mod:`tjobs.service.task_counts`, as of ``counted_at_ms``: every node's writes
+    committed before it), never a count of the tasks; fires and lateness are this node's."""
+    counts = await node.tasks.counts.of(app.id)
     series = node.metrics.per_app.get(app.id)  # this app's own numbers: no walk over every app's series
     fires = series.fires if series is not None else 0
     failures = (

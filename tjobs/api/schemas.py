@@ -416,8 +416,8 @@ class AppStats(BaseModel):
     dead_letters_capped: bool = Field(description="always false: every dead letter is counted (kept for clients)")
     counted_at_ms: int | None = Field(
         description=(
-            "when the node's background count behind these task and dead-letter numbers started (epoch ms; "
-            "null before its first pass); this node's own changes since then are included"
+            "when the read behind these task and dead-letter numbers started (epoch ms): they are read at "
+            "the request, every node's writes committed before it included (never null; kept nullable for clients)"
         )
     )
     fires: int = Field(description="fires committed by this node since it started")

@@ -10,16 +10,16 @@ of every node add up to the limit.
   ``burst_s`` seconds of that share, so the cluster admits at most the app's rate (and its burst) in
   all, however the balancer spreads the requests. An uneven spread admits less: a node that gets more
   than its share of an app's requests refuses some while another has tokens to spare.
-- **The quota** (:func:`quota_share_allows`): a stock, not a flow. Each node counts every app's
-  active tasks in a background pass (:mod:`tjobs.service.task_counts`); the room left at that pass
-  (``quota - counted``) is split into ``nodes`` whole shares that add up to it exactly (the
-  remainder's extra units go to the nodes ranked first after an offset drawn from the app id, so
-  one node does not hold every app's odd unit), and a node admits a create only while its own net
-  additions since its pass, with the new ones, stay within its share. When every node's
-  last pass counted the same number (a burst from rest), the shares add up to the room exactly; when
-  passes differ, the newest pass re-divides room the others' older shares still cover, so the app
-  can end at most ``(nodes - 1) / nodes`` of what was registered between the oldest and the newest of
-  the nodes' passes above its quota.
+- **The quota** (:func:`quota_share_allows`): a stock, not a flow. Each node reads every app's
+  active tasks from the stores' task counts in the background (:mod:`tjobs.service.task_counts`, a
+  *pass*); the room left at that pass (``quota - counted``) is split into ``nodes`` whole shares
+  that add up to it exactly (the remainder's extra units go to the nodes ranked first after an
+  offset drawn from the app id, so one node does not hold every app's odd unit), and a node admits
+  a create only while its own net additions since its pass, with the new ones, stay within its
+  share. When every node's last pass counted the same number (a burst from rest), the shares add up
+  to the room exactly; when passes differ, the newest pass re-divides room the others' older shares
+  still cover, so the app can end at most ``(nodes - 1) / nodes`` of what was registered between the
+  oldest and the newest of the nodes' passes above its quota.
 
 Membership changes reach each node at its next coordinator sync (``cluster.sync_interval_ms``): a
 node joining raises the total to ``(N + 1) / N`` of the limit until the others read it; a node that

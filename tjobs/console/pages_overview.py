@@ -33,7 +33,7 @@ from tjobs.api.routes_pools import pool_service_of
 from tjobs.console.charts import Chart, TimeAxis, line_chart
 from tjobs.console.context import Console, ConsoleRoute, Principal, console_of
 from tjobs.errors import StorageUnavailable
-from tjobs.model import App
+from tjobs.model import App, TaskStatus
 from tjobs.observability.slo import MS_PER_MINUTE, lateness_summary
 from tjobs.service.cluster_slo import P99_OBJECTIVE_S, REACH_OBJECTIVE
 from tjobs.service.cursors import MAX_CURSOR_CHARS
@@ -63,11 +63,27 @@ async def dead_letters_now(node: Node, apps: list[App]) -> dict[str, int | None]
     return dict(counts)
 
 
+async def task_counts_now(node: Node, apps: list[App]) -> dict[str, dict[str, int] | None]:
+    """Each app's tasks per status now, from the stores' counts at the request (``None`` for each while
+    a database cannot be read, as :func:`dead_letters_now`)."""
+    try:
+        counts = await node.tasks.counts.statuses([app.id for app in apps])
+    except StorageUnavailable:
+        logger.warning("task counts could not be read now", exc_info=True, extra={"action": "count_failed"})
+        return dict.fromkeys((app.id for app in apps), None)
+    return dict(counts)
+
+
 async def service_levels(
-    node: Node, app: App | None, window: str, dead_letters: dict[str, int | None] | None = None
+    node: Node,
+    app: App | None,
+    window: str,
+    dead_letters: dict[str, int | None] | None = None,
+    tasks: dict[str, dict[str, int] | None] | None = None,
 ) -> dict[str, Any]:
     """One app's figures over ``window`` (every app's total: ``None``), as the overview shows them;
-    ``dead_letters``: the apps' counts now, when the caller read them for a page of apps at once."""
+    ``dead_letters`` and ``tasks``: the apps' counts now, when the caller read them for a page of apps
+    at once."""
     report = await node.cluster_slo.report(None if app is None else app.id, window)
     lateness = report["delivery_lateness"]
     reach = report["reach"]
@@ -88,10 +104,13 @@ async def service_levels(
         "disabled": app is not None and app.disabled_at_ms is not None,
     }
     if app is not None:
-        node.tasks.counts.refresh_soon()
-        counts = node.tasks.counts.of(app.id)
         now = dead_letters if dead_letters is not None else await dead_letters_now(node, [app])
-        row.update(dead_letters=now.get(app.id), active_tasks=counts.active, paused_tasks=counts.paused)
+        counted = (tasks if tasks is not None else await task_counts_now(node, [app])).get(app.id)
+        row.update(
+            dead_letters=now.get(app.id),
+            active_tasks=None if counted is None else counted[TaskStatus.ACTIVE.value],
+            paused_tasks=None if counted is None else counted[TaskStatus.PAUSED.value],
+        )
     return row
 
 
@@ -155,8 +174,10 @@ async def figures(request: Request, console: Console, principal: Principal, quer
         shown = await charts(node, scoped, window)
     else:  # the admin: every app, a page at a time, and their total
         page = await console.apps.list_page(APPS_PER_PAGE, cursor or None)
-        now = await dead_letters_now(node, list(page.items))
-        rows = list(await asyncio.gather(*(service_levels(node, each, window, now) for each in page.items)))
+        now, counted = await asyncio.gather(
+            dead_letters_now(node, list(page.items)), task_counts_now(node, list(page.items))
+        )
+        rows = list(await asyncio.gather(*(service_levels(node, each, window, now, counted) for each in page.items)))
         total = await service_levels(node, None, window)
         next_cursor = page.next_cursor
     pools = pool_service_of(request.app.state, node)

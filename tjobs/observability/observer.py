@@ -66,15 +66,13 @@ class MetricsObserver(FireObserver):
     :class:`tjobs.observability.metrics.NullMetrics` turns them off) and the service levels, which
     are fed whether or not metrics are on."""
 
-    __slots__ = ("_now_ms", "dead_letters", "last_hot_tier_lag_s", "metrics", "slo")
+    __slots__ = ("_now_ms", "last_hot_tier_lag_s", "metrics", "slo")
 
     def __init__(self, metrics: Metrics, slo: ServiceLevels, now_ms: Callable[[], int]) -> None:
         self.metrics = metrics
         self.slo = slo
         self._now_ms = now_ms
         self.last_hot_tier_lag_s: float | None = None  # the last change's, for the node's figures
-        # told of each flow written dead (True) and each dead letter put back (False): the app's counts
-        self.dead_letters: Callable[[str, int, bool], None] | None = None
 
     def fires_committed(self, outcomes: Sequence[FireOutcome], now_ms: int, duration_s: float) -> None:
         metrics, slo = self.metrics, self.slo
@@ -105,13 +103,9 @@ class MetricsObserver(FireObserver):
             lateness_s = max((self._now_ms() - update.scheduled_at_ms) / 1000, 0.0)
         self.metrics.observe_flow_update(app_id, update.status.value, lateness_s)
         self.slo.observe_outcome(app_id, update.status.value, (update.task_id, update.scheduled_at_ms))
-        if update.status is FlowStatus.DEAD and self.dead_letters is not None:
-            self.dead_letters(app_id, update.task_id, True)
 
     def flow_redriven(self, app_id: str, task_id: int, scheduled_at_ms: int) -> None:
         self.slo.observe_redrive((task_id, scheduled_at_ms))
-        if self.dead_letters is not None:
-            self.dead_letters(app_id, task_id, False)
 
     def throttled(self, app_id: str, reason: str) -> None:
         self.metrics.observe_throttled(app_id, reason)

@@ -39,6 +39,7 @@ from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported:
 from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService
 from tjobs.service.targets import TargetService
+from tjobs.service.task_count_reconciler import TaskCountReconciler
 from tjobs.service.task_counts import TaskCounts
 from tjobs.service.task_health import health_of_page
 from tjobs.service.validation import (
@@ -131,6 +132,7 @@ class TaskService:
         self._unreachable_shards = unreachable_shards
         self.guard = TargetGuard(allow_loopback=settings.allow_loopback_callbacks)
         self.counts = TaskCounts(store, clock, settings.limits.task_count_refresh_s)
+        self.reconciler = TaskCountReconciler(store, settings.limits.task_count_reconcile_step_s, membership)
         self.search = SearchService(store, topology)  # tasks and flows across every shard
 
     # ---- create ---------------------------------------------------------------------------------
@@ -193,9 +195,9 @@ class TaskService:
     async def _insert_one(self, app: App, task: Task, now_ms: int) -> Created:
         for _ in range(MAX_INSERT_ATTEMPTS):
             try:
-                with self.counts.writing((task.id,)):
-                    stored = await self._store.insert_task(task)
-                    self.counts.changed(app.id, stored.id, None, stored.status)
+                begun = self.counts.epoch()
+                stored = await self._store.insert_task(task)
+                self.counts.changed(app.id, None, stored.status, begun)
             except DuplicateKey as duplicate:
                 existing = await self._store.get_task(duplicate.existing_task_id)
                 if existing is None:  # deleted between the insert and the read: try again
@@ -281,7 +283,8 @@ class TaskService:
             ids.add(task.id)
             built.append((index, task))
         if built:
-            with self._quota_held(app, len(built)), self.counts.writing(t.id for _, t in built):
+            with self._quota_held(app, len(built)):
+                begun = self.counts.epoch()
                 stored = await self._insert_many([t for _, t in built])
                 existing_ids = [r for r in stored if isinstance(r, int)]
                 existing = dict(
@@ -306,8 +309,8 @@ class TaskService:
                     else:
                         created.append(outcome)
                         results[index] = ItemResult(outcome, True, None)
-                for task in created:  # reported while still marked as being written (TaskCounts.writing)
-                    self.counts.changed(app.id, task.id, None, task.status)
+                for task in created:  # reported while still held against the quota
+                    self.counts.changed(app.id, None, task.status, begun)
             for task in created:  # in order; no task per change (a batch is up to 1,000)
                 await self._hot_tier.publish(TaskChange.of(task))
         return [r for r in results if r is not None]
@@ -343,7 +346,7 @@ class TaskService:
 
     def _check_quota(self, app: App, adding: int) -> None:
         """The app's active-task quota, held across the cluster: this node's share of the room its last
-        count left (:mod:`tjobs.service.task_counts`, :func:`tjobs.cluster.limit_shares.quota_share_allows`)."""
+        read left (:mod:`tjobs.service.task_counts`, :func:`tjobs.cluster.limit_shares.quota_share_allows`)."""
         quota = int(app.settings.get("max_active_tasks") or self._settings.limits.max_active_tasks_per_app)
         if quota <= 0:
             return
@@ -354,11 +357,11 @@ class TaskService:
             return
         active = max(0, counted + own_since)
         if active + adding <= quota:  # room left in the cluster, but not in this node's share of it
-            self.counts.refresh_soon()  # a fresh count re-divides what is left
+            self.counts.refresh_soon()  # a fresh read re-divides what is left
             raise QuotaExceeded(
                 f"app {app.id} has about {active} active tasks; its quota is {quota}, and this node's share "
                 f"of the room left ({quota_share(quota - counted, app.id, membership)} of "
-                f"{quota - counted}, over {membership.nodes} nodes) is taken until the next count"
+                f"{quota - counted}, over {membership.nodes} nodes) is taken until the next read of its counts"
             )
         raise QuotaExceeded(f"app {app.id} has {active} active tasks; its quota is {quota}")
 
@@ -394,7 +397,7 @@ class TaskService:
 
     async def dead_letter_counts(self, app_ids: Sequence[str]) -> dict[str, int]:
         """Each app's dead letters now, from the store (one statement per logical database, read
-        concurrently): what a page that says "now" shows, unlike :attr:`counts`' background pass."""
+        concurrently): what a page that says "now" shows, as :meth:`TaskCounts.of` does."""
         databases = range(self._topology.database_count)
         parts = await asyncio.gather(*(self._store.count_dead_letters(index, app_ids) for index in databases))
         return {app_id: sum(part.get(app_id, 0) for part in parts) for app_id in app_ids}
@@ -609,9 +612,9 @@ class TaskService:
         readable as history."""
         task = await self.get(app, task_id)
         audit_scope.saw_before("task", task_id, task)
-        with self.counts.writing((task_id,)):
-            if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
-                self.counts.changed(app.id, task_id, task.status, None)
+        begun = self.counts.epoch()
+        if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
+            self.counts.changed(app.id, task.status, None, begun)
         await self._hot_tier.publish(TaskChange.deleted(task_id, app.id))
 
     async def _edit(
@@ -624,12 +627,10 @@ class TaskService:
         from_status: TaskStatus | None = None,
     ) -> Task:
         """Store an edit of ``task`` (read in status ``before``) and hand it to the hot tier."""
-        with self.counts.writing((task.id,)):
-            stored = await self._store.edit_task(
-                task, fields, expected_revision=expected_revision, from_status=from_status
-            )
-            if stored.status is not before:
-                self.counts.changed(stored.app_id, stored.id, before, stored.status)
+        begun = self.counts.epoch()
+        stored = await self._store.edit_task(task, fields, expected_revision=expected_revision, from_status=from_status)
+        if stored.status is not before:
+            self.counts.changed(stored.app_id, before, stored.status, begun)
         await self._hot_tier.publish(TaskChange.of(stored))
         return stored
 

@@ -8,10 +8,9 @@ twin, SQLAlchemy on SQLite or MariaDB) passes the contract suites in ``tests/con
 from __future__ import annotations
 
 from tjobs.stores.contracts import (
-    DEAD_LETTERS,
     EDITABLE_FIELDS,
     Accounts,
-    DatabaseCounts,
+    CountCorrection,
     FirePath,
     FirePlanner,
     HotChanges,
@@ -23,7 +22,7 @@ from tjobs.stores.contracts import (
     Tenants,
 )
 
-__all__ = ["DEAD_LETTERS", "EDITABLE_FIELDS", "DatabaseCounts", "FirePlanner", "ServerSessions", "TaskStore"]
+__all__ = ["EDITABLE_FIELDS", "CountCorrection", "FirePlanner", "ServerSessions", "TaskStore"]
 
 
 class TaskStore(FirePath, TaskRecords, RunRecords, Tenants, ServiceLevels, ShardAdmin, HotChanges, Accounts):

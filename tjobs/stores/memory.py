@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -40,8 +41,7 @@ from tjobs.model import (
     Task,
     TaskStatus,
 )
-from tjobs.stores.base import DEAD_LETTERS, DatabaseCounts, FirePlanner, TaskStore
-from tjobs.stores.contracts.tasks import no_tasks
+from tjobs.stores.base import CountCorrection, FirePlanner, TaskStore
 from tjobs.stores.flow_documents import attempt_log_from_text, attempt_log_to_text
 from tjobs.stores.memory_accounts import MemoryAccounts
 from tjobs.stores.memory_flow_pages import MemoryFlowPages
@@ -102,6 +102,9 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
         self._slo_minutes: dict[tuple[str, int, str], SloCounts] = {}  # (app, minute, node)
         self._slo_hours: dict[tuple[str, int, str], SloCounts] = {}  # (app, hour, node): its minutes' sums
         self._targets: dict[tuple[str, str], Target] = {}
+        # the task counts, changed with every task write as the SQL stores' rows are: (app, status, shard)
+        self.task_counts: Counter[tuple[str, str, int]] = Counter()
+        self._reconciled: Counter[int] = Counter()  # per shard: its reconciliations
         self.hot_changes = MemoryHotChanges()  # what the DB-poll hot tier's logs share (tests may empty it)
 
     async def start(self) -> None:
@@ -207,6 +210,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
         if task.id in self._tasks[shard]:
             raise TaskIdTaken(task.id)
         self._tasks[shard][task.id] = _task_copy(task)
+        self._count(shard, task.app_id, None, task.status)
         if task.key is not None:
             self._keys[(task.app_id, task.key)] = task.id
         return _task_copy(task)
@@ -261,6 +265,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
             revision=stored.revision,
         )
         self._tasks[shard_of_task_id(task.id)][task.id] = updated
+        self._count(shard_of_task_id(task.id), stored.app_id, stored.status, updated.status)
         return _task_copy(updated)
 
     async def edit_task(
@@ -280,6 +285,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
         if edited is None:
             return _task_copy(stored)
         self._tasks[shard_of_task_id(task.id)][task.id] = edited
+        self._count(shard_of_task_id(task.id), stored.app_id, stored.status, edited.status)
         return _task_copy(edited)
 
     async def delete_task(self, task_id: int) -> bool:
@@ -289,6 +295,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
         task = self._tasks[shard].pop(task_id, None)
         if task is None:
             return False
+        self._count(shard, task.app_id, task.status, None)
         if task.key is not None:
             self._keys.pop((task.app_id, task.key), None)
         return True
@@ -423,7 +430,9 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
         if may_commit is not None and not may_commit():
             raise Fenced("the fence closed during the fire transaction; rolled back")
         for task_id, task in state.items():
-            self._tasks[shard_of_task_id(task_id)][task_id] = task
+            shard = shard_of_task_id(task_id)
+            self._count(shard, task.app_id, self._tasks[shard][task_id].status, task.status)
+            self._tasks[shard][task_id] = task
         for outcome in outcomes:
             for flow in outcome.flows:
                 key = (flow.task_id, flow.scheduled_at_ms)
@@ -539,27 +548,46 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
             1 for t in self._tasks[shard].values() if t.app_id == app_id and (status is None or t.status is status)
         )
 
-    async def count_by_app(
-        self, database_index: int, then_ask: Callable[[], Collection[int]] = no_tasks
-    ) -> DatabaseCounts:
+    def _count(self, shard: int, app_id: str, before: TaskStatus | None, after: TaskStatus | None) -> None:
+        if before is after:
+            return
+        if before is not None:
+            self.task_counts[(app_id, before.value, shard)] -= 1
+        if after is not None:
+            self.task_counts[(app_id, after.value, shard)] += 1
+
+    async def read_task_counts(
+        self, database_index: int, app_ids: Collection[str] | None = None
+    ) -> dict[str, dict[str, int]]:
         await asyncio.sleep(0)
-        counts: dict[str, dict[str, int]] = {}
-        seen: dict[int, str] = {}  # the snapshot the asked statuses are read from
         shards = self.topology.shards_of_database(database_index)
-        for shard in shards:
-            for task in self._tasks[shard].values():
-                of_app = counts.setdefault(task.app_id, {})
-                of_app[task.status.value] = of_app.get(task.status.value, 0) + 1
-                seen[task.id] = task.status.value
-            for flow in self._flows[shard].values():
-                if flow.status is FlowStatus.DEAD:
-                    of_app = counts.setdefault(flow.app_id, {})
-                    of_app[DEAD_LETTERS] = of_app.get(DEAD_LETTERS, 0) + 1
-        statuses: dict[int, str | None] = {}
-        for task_id in then_ask():
-            if task_id > 0 and shard_of_task_id(task_id) in shards:  # a task of another database is not this read's
-                statuses[task_id] = seen.get(task_id)
-        return DatabaseCounts(counts, statuses)
+        asked = None if app_ids is None else set(app_ids)
+        counts: dict[str, dict[str, int]] = {}
+        for (app_id, status, shard), n in self.task_counts.items():
+            if shard in shards and (asked is None or app_id in asked):
+                of_app = counts.setdefault(app_id, {})
+                of_app[status] = of_app.get(status, 0) + n
+        return counts
+
+    async def reconcile_task_counts(self, shard: int) -> list[CountCorrection]:
+        self._check_shard(shard)
+        seen_marker = self._reconciled[shard]
+        held = Counter({(app_id, status): n for (app_id, status, of), n in self.task_counts.items() if of == shard})
+        tasks = Counter((task.app_id, task.status.value) for task in self._tasks[shard].values())
+        await asyncio.sleep(0)  # the SQL stores' count takes a while: writers run meanwhile
+        if self._reconciled[shard] != seen_marker:
+            return []  # another reconciliation of this table came first
+        self._reconciled[shard] += 1
+        found = [
+            CountCorrection(app_id, status, tasks[(app_id, status)] - held[(app_id, status)])
+            for app_id, status in sorted({*held, *tasks})
+            if tasks[(app_id, status)] != held[(app_id, status)]
+        ]
+        for correction in found:
+            self.task_counts[(correction.app_id, correction.status, shard)] += correction.by
+        for key in [key for key, n in self.task_counts.items() if key[2] == shard and n == 0]:
+            del self.task_counts[key]
+        return found
 
     async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:
         await asyncio.sleep(0)
@@ -655,6 +683,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
         ][:room]
         for task in old_tasks:
             del tasks[task.id]
+            self._count(shard, task.app_id, task.status, None)
             if task.key is not None:
                 self._keys.pop((task.app_id, task.key), None)
         return len(old_flows) + len(old_tasks)

@@ -315,7 +315,7 @@ def task_targets_indexes(table_name: str) -> list[tuple[str, list[str]]]:
 def task_counts_schema_items() -> list[SchemaItem]:
     """In every logical database: how many tasks of an app are in a status in one of its shard tables
     (``table_index``, 0 .. tables per database - 1), changed by deltas in the transaction of every write
-    that creates, deletes or changes the status of a task (:mod:`tjobs.stores.sql.task_counts`). The
+    that creates, deletes or changes the status of a task (:mod:`tjobs.stores.sql_task_counts`). The
     key leads with the app, so an app's counts are one index range; the table index in the key spreads
     one app's creates over as many rows as its tasks spread over tables."""
     return [

@@ -1,16 +1,18 @@
 """The API's hot paths on MariaDB, on a raw asyncmy pool beside SQLAlchemy's engine.
 
-A single create (``INSERT`` of one task) and a get by id (``SELECT`` by primary key) are one statement
-each. Through SQLAlchemy Core each paid for the greenlet bridge, statement compilation/caching, pool
-checkout and checkin and, for reads, a ``ROLLBACK`` round trip closing the implicit transaction: about
-half of a node's CPU per create in the profile. Here they run on connections in autocommit mode, so
-the statement is its own transaction: an ``INSERT`` that returns has been committed (durably, per the
-server's ``innodb_flush_log_at_trx_commit``), exactly like SQLAlchemy's ``begin()``/``commit()`` pair,
-and a read needs no transaction to close. ``READ COMMITTED`` as on the engine.
+A single create (``START TRANSACTION``, the task's ``INSERT``, the upsert of its count and ``COMMIT``)
+and a get by id (``SELECT`` by primary key) are one round trip each. Through SQLAlchemy Core each paid
+for the greenlet bridge, statement compilation/caching, pool checkout and checkin and, for reads, a
+``ROLLBACK`` round trip closing the implicit transaction: about half of a node's CPU per create in the
+profile. Here they run on connections in autocommit mode: a create that returns has been committed
+(durably, per the server's ``innodb_flush_log_at_trx_commit``), exactly like SQLAlchemy's
+``begin()``/``commit()`` pair, and a read needs no transaction to close. ``READ COMMITTED`` as on the
+engine.
 
 Batches of new tasks (a batch create, or concurrent single creates grouped by :class:`GroupCommit`)
 go in ONE transaction per server, whatever logical databases and tables they touch: a multi-row
-``INSERT`` per table (tasks naming targets add their ``task_targets_TT`` rows), all sent as one
+``INSERT`` per table (tasks naming targets add their ``task_targets_TT`` rows) and one upsert of the
+task counts per logical database (:mod:`tjobs.stores.sql_task_counts`), all sent as one
 multi-statement (split only past :data:`ROUND_TRIP_BYTES`) ending in ``COMMIT``. Any error rolls
 the whole transaction back; the store then settles each item on its own, so one bad row never fails
 its neighbours.
@@ -59,7 +61,8 @@ from tjobs.settings import StorageSettings
 from tjobs.specs import callback_to_text, schedule_to_text
 from tjobs.stores.schema import TASK_COLUMNS, dumps, task_from_row
 from tjobs.stores.shard_fence import fence_statement
-from tjobs.stores.sql_layout import ROW_LOCK_WAIT_S, Layout, ShardTables
+from tjobs.stores.sql_layout import MYSQL, ROW_LOCK_WAIT_S, Layout, ShardTables
+from tjobs.stores.sql_task_counts import CountDeltas
 
 _TASK_COLUMN_LIST = ", ".join(TASK_COLUMNS)
 _TASK_MARKS = ", ".join(["%s"] * len(TASK_COLUMNS))
@@ -310,20 +313,10 @@ class DirectPool:
     # ---- statements ---------------------------------------------------------------------------------
 
     async def insert_task(self, home: ShardTables, task: Task, fence_epoch: int | None = None) -> None:
-        """One autocommit ``INSERT``: committed when it returns; asyncmy's ``IntegrityError`` on a
-        taken id or key (nothing written), :class:`WriteOutcomeUnknown` if the connection broke while
-        it ran. A task naming targets also writes its reference rows, in one transaction with the task
-        (:meth:`insert_new`)."""
-        if task.callback.targets or fence_epoch is not None:  # a transaction around the insert
-            await self.insert_new([(home, [task])], fence_epoch)
-            return
-        async with self.cursor() as cursor:
-            try:
-                await cursor.execute(task_insert_sql(home.tasks_sql), task_values(task))
-            except Exception as error:
-                if answered_by_server(error):
-                    raise
-                raise WriteOutcomeUnknown(f"the connection failed during the insert: {error}") from error
+        """One task in a transaction with its count (and its reference rows, if it names targets):
+        :meth:`insert_new`, committed when it returns; asyncmy's ``IntegrityError`` on a taken id or key
+        (nothing written), :class:`WriteOutcomeUnknown` if the connection broke while it ran."""
+        await self.insert_new([(home, [task])], fence_epoch)
 
     async def get_task(self, home: ShardTables, task_id: int) -> Task | None:
         async with self.cursor() as cursor:
@@ -395,6 +388,13 @@ class DirectPool:
                     reference_insert_head(home.task_targets_sql) + ", ".join([REFERENCE_ROW] * len(references))
                 )
                 params.extend(value for reference in references for value in reference)
+        deltas = CountDeltas()
+        for home, tasks in groups:
+            for task in tasks:
+                deltas.change(home, task.app_id, None, task.status)
+        for sql, count_params in deltas.statements(MYSQL):  # one per logical database, after every insert
+            statements.append(sql)
+            params.extend(count_params)
         if statements:
             chunks.append((";".join(statements), params))
         if not chunks:

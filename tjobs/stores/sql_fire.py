@@ -10,7 +10,9 @@ the logical databases of one server, never two servers) or one SQLite file. Insi
 3. flows are inserted with one executemany per flows table, ignoring primary-key duplicates; if fewer
    rows went in than were sent, the transaction is rolled back and redone inserting row by row, so
    the outcome reports exactly the flows this transaction wrote (invariant 2, docs/design.md);
-4. tasks advance with one ``UPDATE … SET col = CASE id … END … WHERE id IN (…)`` per tasks table;
+4. tasks advance with one ``UPDATE … SET col = CASE id … END … WHERE id IN (…)`` per tasks table, and the
+   tasks it completed change their counts with one upsert per logical database
+   (:mod:`tjobs.stores.sql_task_counts`; none when every task stays active);
 5. the node's fence (``may_commit``) is asked once more, and only then does the transaction commit.
 
 On MariaDB, a transaction that writes also passes the shard-map epoch fence of every logical database
@@ -46,7 +48,8 @@ from tjobs.specs import callback_from_text, schedule_from_text
 from tjobs.stores.base import FirePlanner
 from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, clip_error
 from tjobs.stores.shard_fence import fence_statement
-from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, MYSQL, mysql_errno, round_trips
+from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, MYSQL, SQLITE, mysql_errno, round_trips
+from tjobs.stores.sql_task_counts import CountDeltas
 
 if TYPE_CHECKING:
     from tjobs.stores.sql_layout import ShardTables
@@ -184,6 +187,7 @@ class FireTransaction:
         outcomes: dict[int, FireOutcome] = {}
         advanced: dict[int, dict[int, Task]] = defaultdict(dict)  # shard -> task id -> new row
         new_flows: dict[int, list[tuple[int, Flow]]] = defaultdict(list)  # shard -> (intent index, flow)
+        counts = CountDeltas()  # only a fire that ends its task changes a count
         for index, home in sorted(self.items, key=lambda item: item[0]):
             intent = self.intents[index]
             task = state.get(intent.task_id)
@@ -221,12 +225,14 @@ class FireTransaction:
             )
             state[task.id] = after
             advanced[home.shard][task.id] = after
+            if plan.status is not task.status:
+                counts.change(home, task.app_id, task.status, plan.status)
             flows = [new.flow_of(task, self.now_ms) for new in plan.flows]
             new_flows[home.shard].extend((index, flow) for flow in flows)
             outcomes[index] = FireOutcome(intent, after, flows)
 
         if isinstance(run, _AsyncmyExecutor) and not careful:  # MariaDB: one multi-statement
-            await self._write_in_one_round_trip(run, new_flows, advanced)
+            await self._write_in_one_round_trip(run, new_flows, advanced, counts)
             return outcomes
         if self.fence_epoch is not None and (new_flows or advanced):
             fence_sql, fence_params = self._fence()
@@ -238,6 +244,8 @@ class FireTransaction:
                     outcomes[index].flows = [f for f in outcomes[index].flows if id(f) in kept]
         for shard in sorted(advanced):
             await self._advance(run, self.shards[shard], list(advanced[shard].values()))
+        for sql, params in counts.statements(MYSQL if self.mysql else SQLITE):
+            await run.count(sql, tuple(params))
         return outcomes
 
     async def _write_in_one_round_trip(
@@ -245,14 +253,16 @@ class FireTransaction:
         run: _AsyncmyExecutor,
         new_flows: dict[int, list[tuple[int, Flow]]],
         advanced: dict[int, dict[int, Task]],
+        counts: CountDeltas,
     ) -> None:
-        """MariaDB: every flow insert and task update of the transaction as one multi-statement.
+        """MariaDB: every flow insert and task update of the transaction as one multi-statement, and the
+        count upserts of the tasks it completed (one per logical database) last.
 
         A batch spread over many shards is two statements per table touched; sent one by one that is
-        hundreds of round trips. Each statement's affected-row count is still checked: fewer flows
-        than sent means a duplicate (redo carefully), fewer tasks than locked is a bug.
+        hundreds of round trips. Each statement's affected-row count is still checked (not the counts'):
+        fewer flows than sent means a duplicate (redo carefully), fewer tasks than locked is a bug.
         """
-        statements: list[tuple[str, list[Any], int, bool]] = []  # sql, params, expected, is_insert
+        statements: list[tuple[str, list[Any], int | None, bool]] = []  # sql, params, expected, is_insert
         if self.fence_epoch is not None and (new_flows or advanced):
             fence_sql, fence_params = self._fence()
             statements.append((fence_sql, fence_params, len(fence_params), False))
@@ -270,6 +280,7 @@ class FireTransaction:
             for start in range(0, len(tasks), MAX_PARAMS // 10):
                 sql, update_params = self._update_sql(home, tasks[start : start + MAX_PARAMS // 10])
                 statements.append((sql, update_params, len(tasks[start : start + MAX_PARAMS // 10]), False))
+        statements.extend((sql, params, None, False) for sql, params in counts.statements(MYSQL))
         for chunk in round_trips(statements, lambda statement: statement[1]):
             await self._run_multi(run, chunk)
 
@@ -280,12 +291,12 @@ class FireTransaction:
         sql, params = fence_statement(list(homes.values()), self.fence_epoch)
         return sql, list(params)
 
-    async def _run_multi(self, run: _AsyncmyExecutor, chunk: list[tuple[str, list[Any], int, bool]]) -> None:
+    async def _run_multi(self, run: _AsyncmyExecutor, chunk: list[tuple[str, list[Any], int | None, bool]]) -> None:
         sql = "; ".join(statement for statement, _, _, _ in chunk)
         params = tuple(value for _, values, _, _ in chunk for value in values)
         counts = await run.counts(sql, params)
         for (_, _, expected, is_insert), count in zip(chunk, counts, strict=True):
-            if count != expected:
+            if expected is not None and count != expected:
                 if is_insert:
                     raise _DuplicateFlows()
                 raise RuntimeError(f"fire transaction advanced {count} of {expected} locked rows")

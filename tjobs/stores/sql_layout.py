@@ -26,6 +26,7 @@ from tjobs.stores.schema import (
     apps_table,
     flows_table,
     targets_table,
+    task_counts_table,
     task_targets_table,
     task_targets_table_name,
     tasks_table,
@@ -105,7 +106,8 @@ class DatabaseHome:
 
 @dataclass(frozen=True, slots=True)
 class ShardTables:
-    """One shard's tables (tasks, flows, and which tasks name which target). The Core ``Table``
+    """One shard's tables (tasks, flows, which tasks name which target) and its database's task counts
+    (``table_index`` is the shard's table in that database, its key there). The Core ``Table``
     objects are shared by every database (unqualified); ``options`` carries the
     ``schema_translate_map`` that points them at this shard's database, so compiled statements are
     cached per table shape, not per shard."""
@@ -119,6 +121,9 @@ class ShardTables:
     flows_sql: str
     task_targets: Table
     task_targets_sql: str
+    table_index: int
+    task_counts: Table
+    task_counts_sql: str
 
 
 class Layout:
@@ -157,6 +162,7 @@ class Layout:
         task_tables = [tasks_table(self.metadata, f"tasks_{t:02d}") for t in tables]
         flow_tables = [flows_table(self.metadata, f"flows_{t:02d}") for t in tables]
         reference_tables = [task_targets_table(self.metadata, task_targets_table_name(t)) for t in tables]
+        self.task_counts = task_counts_table(self.metadata)
         self.shards: list[ShardTables] = []
         for shard in self.topology.shards():
             location = self.topology.locate(shard)
@@ -173,6 +179,9 @@ class Layout:
                     qualifier + quote(location.flows_table),
                     reference_tables[location.table_index],
                     qualifier + quote(task_targets_table_name(location.table_index)),
+                    location.table_index,
+                    self.task_counts,
+                    qualifier + quote(self.task_counts.name),
                 )
             )
         self.apps_database = self.databases[0]

@@ -36,15 +36,14 @@ from tjobs.stores.contracts.shard_admin import (
     StorageLayoutMismatch,
     check_shard_map,
 )
-from tjobs.stores.contracts.tasks import DEAD_LETTERS, EDITABLE_FIELDS, DatabaseCounts, TaskRecords
+from tjobs.stores.contracts.tasks import EDITABLE_FIELDS, CountCorrection, TaskRecords
 from tjobs.stores.contracts.tenants import Tenants
 
 __all__ = [
-    "DEAD_LETTERS",
     "EDITABLE_FIELDS",
     "RETIRED_EPOCH",
     "Accounts",
-    "DatabaseCounts",
+    "CountCorrection",
     "DatabaseMove",
     "DatabaseMoves",
     "FirePath",

@@ -7,30 +7,23 @@ key maps to one shard (:func:`sharding.shard_for_key`), and a flow lives in its 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from tjobs.errors import StorageUnavailable
 from tjobs.model import Flow, Task, TaskHealth, TaskStatus
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 
-DEAD_LETTERS = "dead_letters"
-"""The key of an app's dead flows in :meth:`TaskRecords.count_by_app` (beside the task statuses)."""
-
 
 @dataclass(frozen=True, slots=True)
-class DatabaseCounts:
-    """What :meth:`TaskRecords.count_by_app` read of one logical database: every app's tasks per status
-    and its dead letters (key :data:`DEAD_LETTERS`), and, read in the same snapshot, the status of each
-    task it was asked about afterwards (``None``: the snapshot holds no such task)."""
+class CountCorrection:
+    """What a reconciliation added to one (app, status) count of a shard table: ``by`` tasks (the count
+    read ``by`` fewer than the table held)."""
 
-    counts: dict[str, dict[str, int]]
-    statuses: dict[int, str | None] = field(default_factory=dict)
-
-
-def no_tasks() -> Collection[int]:
-    return ()
+    app_id: str
+    status: str
+    by: int
 
 
 EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
@@ -212,17 +205,26 @@ class TaskRecords(StoreLifecycle):
         """How many of the app's tasks live in ``shard`` (in ``status``, when given)."""
 
     @abstractmethod
-    async def count_by_app(
-        self, database_index: int, then_ask: Callable[[], Collection[int]] = no_tasks
-    ) -> DatabaseCounts:
-        """Every app's tasks per status, and its dead letters (key :data:`DEAD_LETTERS`), over the
-        shards of one logical database: one statement, no locks. Apps with nothing there are absent.
+    async def read_task_counts(
+        self, database_index: int, app_ids: Collection[str] | None = None
+    ) -> dict[str, dict[str, int]]:
+        """Each app's tasks per status (``active``, ``paused``, ``completed``) over the shards of one
+        logical database, as its counts hold them now: never a read of the tasks. One statement, an
+        index range per app of ``app_ids`` (every app's when ``None``); apps with no task there are
+        absent, statuses with none may be absent or 0.
 
-        Once that statement has run, ``then_ask()`` names tasks (those the caller changed while it ran,
-        or is changing); the statuses of those of this database (``None``: absent; the others are left
-        out) are read **in the same snapshot** as the counts:
-        so the caller can tell, for each, whether the counts saw its change (a consistent read view on
-        MariaDB, the read transaction's snapshot on SQLite, no await between the two on the twin)."""
+        The counts change by deltas in the transaction of every write that creates, deletes or changes
+        the status of a task (creates single and batch, edits, pauses and resumes, deletes, an app's
+        deletion, purges, and a fire that completes a task; a fire that only moves ``next_run_at``
+        changes none), so a read sees exactly the writes committed before it, on every backend."""
+
+    @abstractmethod
+    async def reconcile_task_counts(self, shard: int) -> list[CountCorrection]:
+        """Make the counts of ``shard``'s table equal to its tasks, reading that table only: its count
+        rows and its tasks in one snapshot, then each difference added to the rows as they are now, so
+        writers committing meanwhile are neither lost nor counted twice and none of them waits for the
+        count. What was corrected (empty when the counts were right); of two reconciliations of one
+        table at once, one applies its corrections and the other none."""
 
     @abstractmethod
     async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:

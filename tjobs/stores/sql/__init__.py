@@ -16,5 +16,6 @@
 ==========================  =====================================================================
 
 The statements of the hot path live beside them: :mod:`tjobs.stores.sql_load`,
-:mod:`tjobs.stores.sql_fire`, :mod:`tjobs.stores.sql_flow_updates`, :mod:`tjobs.stores.sql_direct`.
+:mod:`tjobs.stores.sql_fire`, :mod:`tjobs.stores.sql_flow_updates`, :mod:`tjobs.stores.sql_direct`, and
+the task counts' deltas and reconciliation, :mod:`tjobs.stores.sql_task_counts`.
 """

@@ -172,17 +172,6 @@ class SqlBase(StoreLifecycle):
                 yield conn
 
     @asynccontextmanager
-    async def _snapshot(self, url: str) -> AsyncIterator[AsyncConnection]:
-        """A connection whose statements all read one snapshot: a consistent read view from the first
-        read on (MariaDB: REPEATABLE READ for this transaction; the engine's READ COMMITTED takes a view
-        per statement), the read transaction's snapshot on SQLite (WAL)."""
-        with self._errors(url, writes=False):
-            async with self._engine(url, write=False).connect() as conn:
-                if self.layout.dialect == MYSQL:
-                    await conn.execution_options(isolation_level="REPEATABLE READ")
-                yield conn
-
-    @asynccontextmanager
     async def _write(self, url: str) -> AsyncIterator[AsyncConnection]:
         """A write transaction, committed when the block exits cleanly (SQLite: ``BEGIN IMMEDIATE``)."""
         with self._errors(url):

@@ -46,6 +46,7 @@ from tjobs.stores.sql_direct import (
     unique_keys,
 )
 from tjobs.stores.sql_layout import DatabaseHome, ShardTables, safe_url
+from tjobs.stores.sql_task_counts import CountDeltas, apply_deltas
 from tjobs.stores.task_routing import check_task_shard
 
 T = TypeVar("T")
@@ -97,8 +98,7 @@ class SqlCreates(SqlBase, TaskRecords):
             else:
                 attempt.begin_send()
                 async with self._write(url) as conn:
-                    for home, new in groups:
-                        await insert_on_engine(conn, home, new)
+                    await insert_on_engine(conn, self.layout.dialect, groups)
             return list(outcomes)
         except (TjobsError, WriteAbandoned, WriteOutcomeUnknown):
             raise  # unavailable, not sent, or sent and unconfirmed: so is each one
@@ -126,7 +126,7 @@ class SqlCreates(SqlBase, TaskRecords):
                         await direct.insert_task(home, task, self._fence_epoch)
                 else:
                     async with self._write(url) as conn:
-                        await insert_on_engine(conn, home, [task])
+                        await insert_on_engine(conn, self.layout.dialect, [(home, [task])])
                 return replace(task)
             except (sa_exc.IntegrityError, DriverIntegrityError) as error:
                 await self._raise_insert_conflict(task, error)
@@ -253,20 +253,25 @@ class SqlCreates(SqlBase, TaskRecords):
         try:
             async with self._write(home.engine_url) as conn:
                 staged: dict[int, Task | int] = {}
+                new: list[tuple[ShardTables, list[Task]]] = []
                 for shard, shard_items in sorted(by_shard.items()):
-                    await self._insert_shard_items(conn, self.layout.shards[shard], shard_items, staged)
+                    shard_home = self.layout.shards[shard]
+                    new.append((shard_home, await self._new_shard_items(conn, shard_home, shard_items, staged)))
+                await insert_on_engine(conn, self.layout.dialect, new)
             return list(staged.items())
         except sa_exc.IntegrityError:
             pass  # a concurrent writer took a key or an id: settle each item on its own
         return await self._settle_items(home.engine_url, items)
 
-    async def _insert_shard_items(
+    async def _new_shard_items(
         self,
         conn: AsyncConnection,
         home: ShardTables,
         items: list[tuple[int, Task]],
         staged: dict[int, Task | int],
-    ) -> None:
+    ) -> list[Task]:
+        """The items of one shard to insert: those whose key no stored task holds (staged as the id
+        holding it otherwise), the first of several with one key."""
         tasks_t = home.tasks
         keyed = {(t.app_id, t.key) for _, t in items if t.key is not None}
         taken: dict[tuple[str, str], int] = {}
@@ -287,16 +292,24 @@ class SqlCreates(SqlBase, TaskRecords):
                 taken[(task.app_id, task.key)] = task.id  # a later item with the same key gets this id
             staged[index] = replace(task)
             new_tasks.append(task)
-        if new_tasks:
-            await insert_on_engine(conn, home, new_tasks)
+        return new_tasks
 
 
-async def insert_on_engine(conn: AsyncConnection, home: ShardTables, tasks: Sequence[Task]) -> None:
-    """Insert ``tasks`` and their references on an engine connection (SQLite, or a MariaDB server without
-    a direct pool): the statements of :mod:`tjobs.stores.sql_direct`, one row per execution, in the
-    connection's transaction."""
-    await conn.exec_driver_sql(for_driver(conn, task_insert_sql(home.tasks_sql)), [task_values(t) for t in tasks])
-    await insert_references(conn, home, tasks)
+async def insert_on_engine(
+    conn: AsyncConnection, dialect: str, groups: Sequence[tuple[ShardTables, Sequence[Task]]]
+) -> None:
+    """Insert each group's tasks and references on an engine connection (SQLite, or a MariaDB server
+    without a direct pool): the statements of :mod:`tjobs.stores.sql_direct`, one row per execution,
+    then their counts (one upsert per logical database), in the connection's transaction."""
+    deltas = CountDeltas()
+    for home, tasks in groups:
+        if not tasks:
+            continue
+        await conn.exec_driver_sql(for_driver(conn, task_insert_sql(home.tasks_sql)), [task_values(t) for t in tasks])
+        await insert_references(conn, home, tasks)
+        for task in tasks:
+            deltas.change(home, task.app_id, None, task.status)
+    await apply_deltas(conn, dialect, deltas)
 
 
 def _log_late_write(write: asyncio.Future[Any]) -> None:

@@ -6,7 +6,8 @@ deletes under the shard-map fence, flows, searches (:mod:`tjobs.stores.sql_searc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -15,20 +16,27 @@ from sqlalchemy import bindparam, delete, func, insert, literal, select, tuple_,
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from sharding import shard_for_key, shard_of_task_id
+from sharding import shard_for_key
 from tjobs.errors import Conflict, NotFound, VersionConflict
 from tjobs.model import Flow, FlowStatus, Task, TaskHealth, TaskStatus
 from tjobs.stores import sql_search, sql_task_health
-from tjobs.stores.contracts import DEAD_LETTERS, DatabaseCounts, TaskRecords
-from tjobs.stores.contracts.tasks import no_tasks
+from tjobs.stores.contracts import CountCorrection, TaskRecords
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 from tjobs.stores.schema import clip_error, flow_from_row, flow_to_row, task_from_row, task_to_row
 from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql.references import delete_references, replace_references
-from tjobs.stores.sql_layout import ShardTables
+from tjobs.stores.sql_layout import MYSQL, ShardTables
+from tjobs.stores.sql_task_counts import (
+    MARKER_APP,
+    CountDeltas,
+    apply_corrections,
+    apply_deltas,
+    corrections,
+    marker_claim,
+    read_table_counts,
+)
 from tjobs.stores.task_edits import check_fields, edited_row
 
-STATUS_CHUNK = 500  # task ids per status read of count_by_app's asked tasks
 _TERMINAL = tuple(s.value for s in FlowStatus if s.terminal)
 # the columns update_task replaces (the version is set apart), and those an owner's edit writes
 _MUTABLE_COLUMNS = (
@@ -90,10 +98,13 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             .values({**{name: row[name] for name in _MUTABLE_COLUMNS}, "version": expected_version + 1})
         )
         async with self._write(home.database.engine_url) as conn:
-            result = await self._fenced(conn, home.database, statement, home.options)
+            locked = select(tasks_t.c.status).where(tasks_t.c.id == task.id).with_for_update()
+            before = (await self._fenced(conn, home.database, locked, home.options)).rows
+            result = await conn.execute(statement, execution_options=home.options)
             stored = await self._read_task(conn, home, task.id)
             if result.rowcount == 1 and stored is not None:
                 await replace_references(conn, home, stored)
+                await self._count(conn, home, stored.app_id, TaskStatus(before[0][0]), stored.status)
         if result.rowcount == 1 and stored is not None:
             return stored
         if stored is None:
@@ -131,18 +142,36 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             )
             if "callback" in fields and (stored.callback.targets or edited.callback.targets):
                 await replace_references(conn, home, edited)
+            await self._count(conn, home, stored.app_id, stored.status, edited.status)
         return edited
+
+    async def _count(
+        self, conn: AsyncConnection, home: ShardTables, app_id: str, before: TaskStatus | None, after: TaskStatus | None
+    ) -> None:
+        """One task's change of status (``None``: absent) in ``conn``'s transaction (nothing if none)."""
+        deltas = CountDeltas()
+        deltas.change(home, app_id, before, after)
+        await apply_deltas(conn, self.layout.dialect, deltas)
+
+    async def _delete_locked(self, conn: AsyncConnection, home: ShardTables, task_id: int) -> bool:
+        """Delete the task, its references and its count in ``conn``'s transaction (its first statement:
+        the row is locked and read through the fence); whether it existed."""
+        t = home.tasks.c
+        locked = select(t.app_id, t.status).where(t.id == task_id).with_for_update()
+        rows = (await self._fenced(conn, home.database, locked, home.options)).rows
+        if not rows:
+            return False
+        await conn.execute(delete(home.tasks).where(t.id == task_id), execution_options=home.options)
+        await delete_references(conn, home, [task_id])
+        await self._count(conn, home, str(rows[0][0]), TaskStatus(rows[0][1]), None)
+        return True
 
     async def delete_task(self, task_id: int) -> bool:
         home = self._shard_of_task(task_id)
         if home is None:
             return False
         async with self._write(home.database.engine_url) as conn:
-            statement = delete(home.tasks).where(home.tasks.c.id == task_id)
-            result = await self._fenced(conn, home.database, statement, home.options)
-            if result.rowcount:
-                await delete_references(conn, home, [task_id])
-        return bool(result.rowcount)
+            return await self._delete_locked(conn, home, task_id)
 
     async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
         home = self._shard_of_task(task_id)
@@ -150,11 +179,8 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             return False
         c = home.flows.c
         async with self._write(home.database.engine_url) as conn:
-            statement = delete(home.tasks).where(home.tasks.c.id == task_id)
-            result = await self._fenced(conn, home.database, statement, home.options)
-            if not result.rowcount:
+            if not await self._delete_locked(conn, home, task_id):
                 return False
-            await delete_references(conn, home, [task_id])
             await conn.execute(
                 update(home.flows)
                 .where(c.task_id == task_id, c.status == FlowStatus.PENDING.value)
@@ -168,16 +194,19 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         t, f = home.tasks.c, home.flows.c
         async with self._write(home.database.engine_url) as conn:
             # the app's index range, locked: a fire of one of them waits, then finds its row gone
-            pick = select(t.id).where(t.app_id == app_id).order_by(t.id).limit(limit).with_for_update()
-            task_ids = [
-                int(task_id) for task_id in (await self._fenced(conn, home.database, pick, home.options)).scalars()
-            ]
+            pick = select(t.id, t.status).where(t.app_id == app_id).order_by(t.id).limit(limit).with_for_update()
+            picked = (await self._fenced(conn, home.database, pick, home.options)).rows
+            task_ids = [int(task_id) for task_id, _ in picked]
             if not task_ids:
                 return 0
             await conn.execute(
                 delete(home.tasks).where(t.id.in_(_ids())), {"ids": task_ids}, execution_options=home.options
             )
             await delete_references(conn, home, task_ids)
+            deltas = CountDeltas()
+            for _, status in picked:
+                deltas.change(home, app_id, TaskStatus(status), None)
+            await apply_deltas(conn, self.layout.dialect, deltas)
             await conn.execute(
                 update(home.flows)
                 .where(f.task_id.in_(_ids()), f.status == FlowStatus.PENDING.value)
@@ -316,47 +345,48 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         async with self._connect(home.database.engine_url) as conn:
             return int((await conn.execute(statement, execution_options=home.options)).scalar_one())
 
-    async def count_by_app(
-        self, database_index: int, then_ask: Callable[[], Collection[int]] = no_tasks
-    ) -> DatabaseCounts:
+    async def read_task_counts(
+        self, database_index: int, app_ids: Collection[str] | None = None
+    ) -> dict[str, dict[str, int]]:
         homes = [self._shard(shard) for shard in self.topology.shards_of_database(database_index)]
-        parts: list[Any] = []
-        for home in homes:
-            t, f = home.tasks.c, home.flows.c
-            parts.append(select(t.app_id, t.status, func.count()).group_by(t.app_id, t.status))
-            parts.append(
-                select(f.app_id, literal(DEAD_LETTERS), func.count())
-                .where(f.status == FlowStatus.DEAD.value)
-                .group_by(f.app_id)
-            )
+        home = homes[0]
+        c = home.task_counts.c
+        statement = select(c.app_id, c.status, func.sum(c.n)).where(c.app_id != MARKER_APP).group_by(c.app_id, c.status)
+        if app_ids is not None:
+            if not app_ids:
+                return {}
+            statement = statement.where(c.app_id.in_(sorted(set(app_ids))))
         counts: dict[str, dict[str, int]] = {}
-        statuses: dict[int, str | None] = {}
-        async with self._snapshot(homes[0].database.engine_url) as conn:
-            rows = await conn.execute(union_all(*parts), execution_options=homes[0].options)
-            for app_id, status, count in rows:
-                of_app = counts.setdefault(str(app_id), {})
-                of_app[str(status)] = of_app.get(str(status), 0) + int(count)
-            asked = [task_id for task_id in then_ask() if database_index == self._database_of_task(task_id)]
-            statuses = dict.fromkeys(asked)
-            for chunk in range(0, len(asked), STATUS_CHUNK):
-                by_shard: dict[int, list[int]] = {}
-                for task_id in asked[chunk : chunk + STATUS_CHUNK]:
-                    by_shard.setdefault(shard_of_task_id(task_id), []).append(task_id)
-                reads = [
-                    select(self._shard(shard).tasks.c.id, self._shard(shard).tasks.c.status).where(
-                        self._shard(shard).tasks.c.id.in_(ids)
-                    )
-                    for shard, ids in by_shard.items()
-                ]
-                statement: Any = reads[0] if len(reads) == 1 else union_all(*reads)
-                for task_id, status in await conn.execute(statement, execution_options=homes[0].options):
-                    statuses[int(task_id)] = str(status)
-        return DatabaseCounts(counts, statuses)
+        async with self._connect(home.database.engine_url) as conn:
+            for app_id, status, n in await conn.execute(statement, execution_options=home.options):
+                counts.setdefault(str(app_id), {})[str(status)] = int(n)
+        return counts
 
-    def _database_of_task(self, task_id: int) -> int | None:
-        if self._shard_of_task(task_id) is None:
-            return None
-        return shard_of_task_id(task_id) // self.topology.tables_per_database
+    async def reconcile_task_counts(self, shard: int) -> list[CountCorrection]:
+        home = self._shard(shard)
+        url = home.database.engine_url
+        with self._errors(url):
+            async with self._reconciling(url) as conn:
+                seen = await read_table_counts(conn, home)
+                claim = marker_claim(self.layout.dialect, home, seen.marker)
+                if (await self._fenced(conn, home.database, claim, home.options)).rowcount != 1:
+                    return []  # another reconciliation of this table committed since the snapshot
+                found = corrections(seen)
+                await apply_corrections(conn, self.layout.dialect, home, found)
+        return found
+
+    @asynccontextmanager
+    async def _reconciling(self, url: str) -> AsyncIterator[AsyncConnection]:
+        """A write transaction whose reads all see one snapshot: MariaDB ``REPEATABLE READ`` (the view of
+        its first read), SQLite ``BEGIN IMMEDIATE`` (no other writer until it ends)."""
+        if self.layout.dialect != MYSQL:
+            async with self._begin_write(url) as conn:
+                yield conn
+            return
+        async with self._engine(url, write=True).connect() as conn:
+            await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                yield conn
 
     async def count_dead_letters(self, database_index: int, app_ids: Sequence[str]) -> dict[str, int]:
         counts = dict.fromkeys(app_ids, 0)
@@ -420,24 +450,29 @@ class SqlTaskRecords(SqlBase, TaskRecords):
                 purged += result.rowcount
             room = limit - purged
             if room > 0:
+                completed = TaskStatus.COMPLETED
                 old_tasks = (
-                    (
-                        await conn.execute(
-                            select(t.id).where(t.status == "completed", t.updated_at < finished_before_ms).limit(room),
-                            execution_options=opts,
-                        )
+                    await conn.execute(
+                        select(t.id, t.app_id)
+                        .where(t.status == completed.value, t.updated_at < finished_before_ms)
+                        .limit(room)
+                        .with_for_update(),
+                        execution_options=opts,
                     )
-                    .scalars()
-                    .all()
-                )
+                ).all()
                 if old_tasks:
+                    task_ids = [int(task_id) for task_id, _ in old_tasks]
                     result = await conn.execute(
-                        delete(home.tasks).where(t.id.in_(bindparam("ids", expanding=True)), t.status == "completed"),
-                        {"ids": list(old_tasks)},
+                        delete(home.tasks).where(t.id.in_(bindparam("ids", expanding=True))),
+                        {"ids": task_ids},
                         execution_options=opts,
                     )
                     purged += result.rowcount
-                    await delete_references(conn, home, list(old_tasks))
+                    await delete_references(conn, home, task_ids)
+                    deltas = CountDeltas()
+                    for _, app_id in old_tasks:
+                        deltas.change(home, str(app_id), completed, None)
+                    await apply_deltas(conn, self.layout.dialect, deltas)
         return purged
 
 
