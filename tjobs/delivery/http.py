@@ -34,15 +34,15 @@ from tjobs.delivery.transport import (
     CallbackRequest,
     Outcome,
     TargetPolicy,
-    TargetRejected,
     Transport,
     failure_error,
+    judge_target,
     log_unexpected_error,
     status_error,
 )
 from tjobs.model import ANSWER_BODY_BYTES, ReceivedAnswer
 from tjobs.settings import CallbackSettings
-from tjobs.targets.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
+from tjobs.targets.urls import CallbackUrl, IPAddress
 
 logger = logging.getLogger(__name__)
 
@@ -156,18 +156,10 @@ class HttpTransport(Transport):
     async def _targets(self, request: CallbackRequest) -> list[tuple[URL, Mapping[str, str], str | None]]:
         """What to connect to, in order: ``(URL, headers, TLS name)`` per judged address; with no
         route (no policy, or a policy answering ``None``) the URL model's ASCII URL, resolved by aiohttp."""
-        verdict = await self._policy(request) if self._policy is not None else None
-        if isinstance(verdict, str):
-            raise TargetRejected(request.url, verdict)
-        if verdict is None:
-            try:
-                parsed = parse_callback_url(request.url)
-            except UrlRefused as refused:
-                raise TargetRejected(request.url, refused.reason) from None
-            return [(URL(parsed.text(), encoded=True), request.headers, None)]
-        if not verdict.addresses:
-            raise TargetRejected(request.url, "no judged address to connect to")
-        targets = [_connect_target(verdict.url, address) for address in verdict.addresses]
+        judged = await judge_target(self._policy, request)
+        if isinstance(judged, CallbackUrl):
+            return [(URL(judged.text(), encoded=True), request.headers, None)]
+        targets = [_connect_target(judged.url, address) for address in judged.addresses]
         headers = {**request.headers, "Host": targets[0][1]}
         return [(url, headers, tls_name) for url, _, tls_name in targets]
 

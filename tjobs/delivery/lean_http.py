@@ -48,16 +48,18 @@ from tjobs.delivery.transport import (
     MAX_BODY_BYTES,
     AttemptResult,
     CallbackRequest,
+    Route,
     TargetPolicy,
     TargetRejected,
     Transport,
     failure_error,
+    judge_target,
     log_unexpected_error,
     status_error,
 )
 from tjobs.model import ANSWER_BODY_BYTES, ANSWER_HEADERS_KEPT, ReceivedAnswer
 from tjobs.settings import CallbackSettings
-from tjobs.targets.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
+from tjobs.targets.urls import CallbackUrl, IPAddress
 
 logger = logging.getLogger(__name__)
 
@@ -383,17 +385,10 @@ class LeanHttpTransport(Transport):
     async def _route(
         self, request: CallbackRequest, loop: asyncio.AbstractEventLoop
     ) -> tuple[CallbackUrl, tuple[IPAddress, ...]]:
-        verdict = await self._policy(request) if self._policy is not None else None
-        if isinstance(verdict, str):
-            raise TargetRejected(request.url, verdict)
-        if verdict is not None:
-            if not verdict.addresses:
-                raise TargetRejected(request.url, "no judged address to connect to")
-            return verdict.url, verdict.addresses
-        try:
-            url = parse_callback_url(request.url)
-        except UrlRefused as refused:
-            raise TargetRejected(request.url, refused.reason) from None
+        judged = await judge_target(self._policy, request)
+        if isinstance(judged, Route):
+            return judged.url, judged.addresses
+        url = judged
         if url.host.address is not None:
             return url, (url.host.address,)
         # No policy judged this name: resolve it here (the node's guard always hands a route).

@@ -37,15 +37,14 @@ from tjobs.delivery.transport import (
     AttemptResult,
     CallbackRequest,
     TargetPolicy,
-    TargetRejected,
     Transport,
     failure_error,
+    judge_target,
     status_error,
 )
 from tjobs.model import ReceivedAnswer
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import Protocol
-from tjobs.targets.urls import UrlRefused, parse_callback_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,16 +214,7 @@ class RecordingTransport(Transport):
         ``target:<name>``, and has no URL to judge."""
         if request.target is not None:
             return
-        verdict = await self._policy(request) if self._policy is not None else None
-        if isinstance(verdict, str):
-            raise TargetRejected(request.url, verdict)
-        if verdict is None:
-            try:
-                parse_callback_url(request.url)
-            except UrlRefused as refused:
-                raise TargetRejected(request.url, refused.reason) from None
-        elif not verdict.addresses:
-            raise TargetRejected(request.url, "no judged address to connect to")
+        await judge_target(self._policy, request)
 
     def _next_answer(self, url: str) -> Answer:
         script = self._scripts.get(url) or self._scripts.get(None)

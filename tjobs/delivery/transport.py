@@ -50,7 +50,7 @@ from tjobs.model import AttemptResult as AttemptResult  # re-exported: it lives 
 from tjobs.model import Outcome as Outcome  # observer that names it (docs/design.md, "Layering")
 from tjobs.model import ReceivedAnswer
 from tjobs.targets.model import Target
-from tjobs.targets.urls import CallbackUrl, IPAddress
+from tjobs.targets.urls import CallbackUrl, IPAddress, UrlRefused, parse_callback_url
 
 MAX_BODY_BYTES = 64 * 1024  # a receiver's answer is read no further than this
 ERROR_SNIPPET_BYTES = 160  # the first bytes of a failed answer kept for ``AttemptResult.error``
@@ -131,6 +131,24 @@ right now (its DNS lookup timed out, say) should raise ``OSError`` or ``TimeoutE
 attempt then counts as a retryable failure. Without a policy every target the URL model accepts is
 allowed.
 """
+
+
+async def judge_target(policy: TargetPolicy | None, request: CallbackRequest) -> Route | CallbackUrl:
+    """What an attempt to a URL may connect to: the policy's :class:`Route`, which has at least one
+    judged address, or with no route (no policy, or a policy answering ``None``) the URL as the URL model
+    parses it. A refusal (the policy's, the URL model's, a route without addresses) raises
+    :class:`TargetRejected`."""
+    verdict = await policy(request) if policy is not None else None
+    if isinstance(verdict, str):
+        raise TargetRejected(request.url, verdict)
+    if verdict is None:
+        try:
+            return parse_callback_url(request.url)
+        except UrlRefused as refused:
+            raise TargetRejected(request.url, refused.reason) from None
+    if not verdict.addresses:
+        raise TargetRejected(request.url, "no judged address to connect to")
+    return verdict
 
 
 class Transport(ABC):
