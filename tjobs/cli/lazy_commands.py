@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def _import(app: typer.Typer) -> None:
-    from tjobs.cli.api_commands import import_tasks
+    from tjobs.cli.import_commands import import_tasks
 
     app.command("import")(import_tasks)
 
