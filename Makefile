@@ -5,12 +5,14 @@
 #   make unit    tests/unit only, no services
 #   make lint    ruff format --check + ruff + mypy --strict (also run by .ci/run)
 #   make chaos   the long failure-injection suites (-m chaos)
+#   make chaos-grouped  the same with the grouped outcome flush (500 ms / 2,500) on every node
+#   make soak    the nemesis soak: 2 h at 1,000 fires/s under cycling faults (make soak ARGS="--minutes 10 --rate 200")
 #   make bench   benchmarks (python -m benchmarks): make bench ARGS="fire --embedded", ARGS="<name> --help"
 #   make services-up | services-status | services-down
 
 ARGS ?=
 
-.PHONY: help dev check test unit lint chaos bench venv services-up services-status services-down
+.PHONY: help dev check test unit lint chaos chaos-grouped soak bench venv services-up services-status services-down
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -35,6 +37,14 @@ lint:
 
 chaos:
 	TJOBS_TEST_TIMEOUT_S=$${TJOBS_TEST_TIMEOUT_S:-1800} bash scripts/test.sh -m chaos $(ARGS)
+
+# Every node the suites start inherits these (TJOBS_* settings override the rigs' config files).
+chaos-grouped:
+	TJOBS_CALLBACKS__OUTCOME_FLUSH_MS=500 TJOBS_CALLBACKS__OUTCOME_FLUSH_BATCH=2500 \
+	TJOBS_TEST_TIMEOUT_S=$${TJOBS_TEST_TIMEOUT_S:-1800} bash scripts/test.sh -m chaos $(ARGS)
+
+soak:
+	bash scripts/soak.sh $(ARGS)
 
 bench:
 	bash scripts/bench.sh $(ARGS)

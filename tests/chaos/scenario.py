@@ -59,6 +59,15 @@ def product_defaults() -> dict[str, Any]:
     }
 
 
+def outcome_flush() -> str:
+    """The nodes' outcome flush setting, ``<ms>ms/<batch>``: the product default unless the suite runs with
+    ``TJOBS_CALLBACKS__OUTCOME_FLUSH_MS`` / ``_BATCH`` set (``make chaos-grouped``), which every node inherits."""
+    defaults = CallbackSettings()
+    flush_ms = os.environ.get("TJOBS_CALLBACKS__OUTCOME_FLUSH_MS", str(defaults.outcome_flush_ms))
+    batch = os.environ.get("TJOBS_CALLBACKS__OUTCOME_FLUSH_BATCH", str(defaults.outcome_flush_batch))
+    return f"{flush_ms}ms/{batch}"
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -328,6 +337,7 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
         outcome.notes["creates_refused"] = client.book.refused_creates
         outcome.notes["creates_storage_unavailable"] = client.book.unavailable_creates
         outcome.notes["creates_outcome_unknown"] = len(client.book.unconfirmed)
+        outcome.notes["outcome_flush"] = outcome_flush()
         if unreadable:
             outcome.notes["unreadable_answers"] = ",".join(sorted(set(unreadable.values())))
         OUTCOMES.append(outcome)

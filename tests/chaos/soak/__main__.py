@@ -26,7 +26,7 @@ from testkit.cluster_rig import CLUSTER_SH, Api, Infra, now_ms, start_infra
 from testkit.databases import drop_databases
 from testkit.tcp_proxy import TcpProxy
 from tests.chaos.accounting import percentile
-from tests.chaos.scenario import product_defaults
+from tests.chaos.scenario import outcome_flush, product_defaults
 from tests.chaos.soak.cluster import CUT_SERVER, NODES, SoakCluster, port_of
 from tests.chaos.soak.nemesis import Nemesis
 from tests.chaos.soak.report import Sample, Tally, failures, sample_dicts, text_report, trends
@@ -288,7 +288,8 @@ class Soak:
         header = {
             "minutes": s.minutes,
             "rate_per_s": s.rate_per_s,
-            "outcome_flush": s.outcome_flush,
+            # what the nodes ran with: TJOBS_CALLBACKS__* in the environment win over the config file
+            "outcome_flush": outcome_flush() if s.outcome_flush == "default" else "500ms/2500",
             "settings": "product defaults" if s.product_defaults else "fault-suite fast settings",
             "wall_s": round(wall_s),
         }

@@ -119,10 +119,11 @@ class Nemesis:
         def on_locked(rows: int) -> None:
             loop.call_soon_threadsafe(locked.set_result, rows)
 
+        # from the first SELECT ... FOR UPDATE: the locks are taken shard by shard before on_locked
+        started = now_ms()
         holder = asyncio.create_task(
             asyncio.to_thread(self.cluster.rig.hold_row_locks, CUT_SERVER, self.current_app(), hold_s, on_locked)
         )
         rows = await asyncio.wait_for(locked, 30)
-        started = now_ms()
         await holder
         return FaultRecord(ROW_LOCK, started, now_ms(), victim_server=CUT_SERVER, detail=f"{rows} task rows")
