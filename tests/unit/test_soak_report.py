@@ -52,8 +52,8 @@ def test_an_instant_belongs_to_the_fault_it_was_due_in_or_within_five_seconds_af
     assert fault_of(5_000, []) == QUIET
 
 
-def promise(task_id: int, *instants: int, acked_ms: int = 0) -> Promise:
-    return Promise(task_id, 0, frozenset(instants), frozenset(instants), create_acked_ms=acked_ms)
+def promise(task_id: int, *instants: int, acked_ms: int = 0, server: int = 0) -> Promise:
+    return Promise(task_id, server, frozenset(instants), frozenset(instants), create_acked_ms=acked_ms)
 
 
 def sent(task_id: int, instant: int, received_ms: int, flow_id: str = "") -> Callback:
@@ -62,7 +62,7 @@ def sent(task_id: int, instant: int, received_ms: int, flow_id: str = "") -> Cal
 
 def test_rounds_add_their_counts_and_their_lateness_under_each_fault() -> None:
     tally = Tally()
-    owed = {T1: promise(T1, 5_000, 12_000, 40_000), T2: promise(T2, 75_000)}
+    owed = {T1: promise(T1, 5_000, 12_000, 40_000), T2: promise(T2, 75_000, server=1)}
     calls = [sent(T1, 5_000, 5_020), sent(T1, 12_000, 16_500), sent(T1, 40_000, 40_030), sent(T2, 75_000, 75_900)]
     flows = [StoredFlow(t, i, "delivered", 1, 0) for t, i in ((T1, 5_000), (T1, 12_000), (T1, 40_000), (T2, 75_000))]
     tally.add_round(account(owed, calls, flows, deadline_ms=99_000), owed, [LOCK, KILL], creates={"acknowledged": 2})
@@ -77,6 +77,8 @@ def test_rounds_add_their_counts_and_their_lateness_under_each_fault() -> None:
     lateness = tally.lateness_summary()
     assert lateness["kill"] == {"n": 1, "p50_ms": 4500, "p99_ms": 4500, "max_ms": 4500, "early": 0}
     assert lateness["row_lock"]["max_ms"] == 900
+    assert lateness["row_lock (its server)"]["n"] == 1 and "row_lock (other servers)" not in lateness
+    assert "kill (its server)" not in lateness  # a node fault has no server
     assert lateness[QUIET]["n"] == 3 and lateness[OVERALL]["n"] == 5 and lateness[OVERALL]["max_ms"] == 4500
     assert failures(tally, []) == ["lost=1", "duplicate_flows=1", "phantom=1"]
 
@@ -152,6 +154,17 @@ def test_the_text_report_states_the_counts_the_lateness_per_fault_the_trend_and_
     assert "nemesis soak: minutes=5" in text
     assert "lost=0 duplicate_flows=0 phantom=0" in text
     assert "faults run: kill=1 row_lock=1" in text
-    assert "kill          n=1" in text and "p99=700" in text
+    assert "  kill                         n=1" in text and "p99=700" in text
     assert "node1 rss             195 MB -> 205 MB (+5%)" in text
     assert text.endswith("verdict: PASS\n")
+
+
+def test_lateness_during_a_server_fault_is_split_by_the_tasks_server() -> None:
+    tally = Tally()
+    owed = {T1: promise(T1, 71_000, server=1), T2: promise(T2, 72_000, server=0), T3: promise(T3, 73_000, server=1)}
+    calls = [sent(T1, 71_000, 83_500), sent(T2, 72_000, 72_040), sent(T3, 73_000, 83_400)]
+    tally.add_round(account(owed, calls, [], deadline_ms=99_000), owed, [LOCK])
+    lateness = tally.lateness_summary()
+    assert lateness["row_lock"]["n"] == 3
+    assert (lateness["row_lock (its server)"]["n"], lateness["row_lock (its server)"]["max_ms"]) == (2, 12_500)
+    assert lateness["row_lock (other servers)"]["max_ms"] == 40

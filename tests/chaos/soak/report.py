@@ -79,17 +79,22 @@ class LatenessHistogram:
         }
 
 
-def fault_of(instant_ms: int, faults: Sequence[FaultRecord], after_ms: int = AFTER_FAULT_MS) -> str:
-    """The kind of the fault ``instant_ms`` is due in (``faults`` sorted by start, not overlapping), or
-    :data:`QUIET`."""
+def fault_at(instant_ms: int, faults: Sequence[FaultRecord], after_ms: int = AFTER_FAULT_MS) -> FaultRecord | None:
+    """The fault ``instant_ms`` is due in (``faults`` sorted by start, not overlapping), ``None`` if none."""
     starts = [f.start_ms for f in faults]
     index = bisect.bisect_right(starts, instant_ms) - 1
     for candidate in (index, index - 1):
         if 0 <= candidate < len(faults):
             fault = faults[candidate]
             if fault.start_ms <= instant_ms <= fault.end_ms + after_ms:
-                return fault.kind
-    return QUIET
+                return fault
+    return None
+
+
+def fault_of(instant_ms: int, faults: Sequence[FaultRecord], after_ms: int = AFTER_FAULT_MS) -> str:
+    """The kind of the fault ``instant_ms`` is due in, or :data:`QUIET`."""
+    fault = fault_at(instant_ms, faults, after_ms)
+    return QUIET if fault is None else fault.kind
 
 
 COUNTS = ("lost", "duplicate_flows", "phantom", "attempt_reuse")
@@ -121,8 +126,9 @@ class Tally:
         after_ms: int = AFTER_FAULT_MS,
     ) -> None:
         """Add one judged round: its counts, and the lateness of its first sends, each under the fault its
-        instant was due in and under :data:`OVERALL` (an instant due before its task's create was
-        acknowledged is left out: that lateness is the create's)."""
+        instant was due in (or :data:`QUIET`) and under :data:`OVERALL`; for a fault on one database server,
+        also under ``"<kind> (its server)"`` or ``"<kind> (other servers)"`` by the task's server. An
+        instant due before its task's create was acknowledged is left out: that lateness is the create's."""
         self.rounds += 1
         self.expected += figures.expected
         self.delivered += figures.delivered
@@ -141,10 +147,18 @@ class Tally:
         ordered = sorted(faults, key=lambda f: f.start_ms)
         overall = self.histogram(OVERALL)
         for (task_id, instant), late in figures.first_send_late_ms.items():
-            if instant < promises[task_id].create_acked_ms:
+            promise = promises[task_id]
+            if instant < promise.create_acked_ms:
                 continue
             overall.add(late)
-            self.histogram(fault_of(instant, ordered, after_ms)).add(late)
+            fault = fault_at(instant, ordered, after_ms)
+            if fault is None:
+                self.histogram(QUIET).add(late)
+                continue
+            self.histogram(fault.kind).add(late)
+            if fault.victim_server is not None:
+                side = "its server" if promise.server == fault.victim_server else "other servers"
+                self.histogram(f"{fault.kind} ({side})").add(late)
 
     def lateness_summary(self) -> dict[str, dict[str, int]]:
         return {kind: histogram.summary() for kind, histogram in sorted(self.lateness.items())}
@@ -280,7 +294,7 @@ def text_report(
     lines.append("first-send lateness (ms) by the fault its instant was due in (+5 s after its end):")
     for kind, summary in tally.lateness_summary().items():
         lines.append(
-            f"  {kind:<13} n={summary['n']:<9} p50={summary['p50_ms']:<6} p99={summary['p99_ms']:<6} "
+            f"  {kind:<28} n={summary['n']:<9} p50={summary['p50_ms']:<6} p99={summary['p99_ms']:<6} "
             f"max={summary['max_ms']:<7} early={summary['early']}"
         )
     lines.append("resources, median of the first quarter -> the last (running samples):")

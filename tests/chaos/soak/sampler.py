@@ -48,9 +48,13 @@ def sample_node(node: int, pid: int | None, at_ms: int, ports: Mapping[str, froz
     try:
         state = _state(pid)
         rss_kb = _rss_kb(pid)
-        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        fds = os.listdir(f"/proc/{pid}/fd")
     except (OSError, IndexError):
         return Sample(at_ms, node, pid, "down")
+    links = []
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed since the listing
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
     remote = _remote_ports_by_inode()
     counts = dict.fromkeys(ports, 0)
     for link in links:

@@ -1,0 +1,33 @@
+"""The nemesis soak's sampler (tests/chaos/soak/sampler.py) reads a process's memory, descriptors and
+established connections by remote port from /proc: here, of this test's own process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import pytest
+
+from tests.chaos.soak.sampler import sample_node
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def test_a_live_process_is_sampled_with_its_connections_counted_by_the_port_they_lead_to() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                taken = sample_node(1, os.getpid(), 123, {"db": frozenset({port}), "etcd": frozenset({1})})
+    assert (taken.node, taken.pid, taken.at_ms, taken.state) == (1, os.getpid(), 123, "running")
+    assert taken.rss_kb > 0 and taken.fds >= 3
+    assert taken.db_connections == 1  # the client end leads to the port; the accepted end leads back
+    assert taken.etcd_connections == 0 and taken.redis_connections == 0
+    assert client.fileno() == -1
+
+
+def test_a_node_without_a_process_is_down() -> None:
+    assert sample_node(2, None, 5, {}).state == "down"
+    assert sample_node(2, 2**22 + 12345, 5, {}).state == "down"  # above pid_max's default: no such process
