@@ -25,7 +25,15 @@ instance already ran answers ``200`` without running it again; the memory of the
 ``dedupe_max`` jobs is the instance's, so a job retried on another instance after a failover runs
 there), and handed to the handler of its path: ``200`` when it returns, ``500`` when it raises (tjobs
 retries, on another executor for ``one``), ``404`` when no handler takes the path. A handler runs
-within the request: a long job should answer quickly and continue on its own.
+within the request.
+
+A long job is a *run* (README "Job runs"): ``@executor.handler("/export", run=True)`` answers ``202``
+with ``tjobs-run: accepted`` at once and runs the handler in the background, with ``job.run`` (a
+:class:`Run`) to report progress and log lines; the handler's return value is the run's result (JSON)
+and a raise fails the run (retried by the task's policy). ``job.run.cancelled`` (an ``asyncio.Event``)
+is set when someone cancels the run: the helper learns it from the answer to each report, and reports
+every ``run_heartbeat_s`` while the handler runs. Once a cancel was asked, the run ends ``cancelled``
+when its handler returns or raises. The HTTP contract behind it is in docs/targets.md, "Runs".
 
 Depends on httpx and :mod:`tjobs.client` only (never on the server's modules); aiohttp only if used.
 """
@@ -38,7 +46,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -54,6 +62,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 DEDUPE_MAX = 10_000
+RUN_ACCEPTED_STATUS = 202  # answered with tjobs-run: accepted (docs/targets.md, "Runs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,64 @@ class Job:
     payload: Any  # the envelope's payload, or the task's raw body as text
     body: bytes
     headers: Mapping[str, str]
+    run: Run | None = None  # a run handler's job: its reports, log and cancellation
+
+
+class Run:
+    """The executor's side of one run: :meth:`progress` and :meth:`log` report to tjobs; ``cancelled`` is
+    set once tjobs answers a report with ``cancel_requested`` (stop, then return or raise)."""
+
+    def __init__(self, http: httpx.AsyncClient, flow_id: str, attempt: int | None) -> None:
+        self.flow_id = flow_id
+        self.attempt = attempt
+        self.cancelled = asyncio.Event()
+        self._http = http
+        self._progress: int | str | None = None
+
+    async def progress(self, value: int | str) -> None:
+        """Report progress (0..100 or a short text); also a heartbeat that learns of a cancel."""
+        self._progress = value
+        await self.report("running")
+
+    async def log(self, *lines: str) -> None:
+        """Append log lines to the run (kept with its flow; the server caps them)."""
+        body: dict[str, Any] = {"lines": list(lines)}
+        if self.attempt is not None:
+            body["attempt"] = self.attempt
+        answer = await self._http.post(f"/v1/flows/{self.flow_id}/log", json=body)
+        if answer.status_code != 200:
+            logger.warning("run log of %s answered %d: %s", self.flow_id, answer.status_code, answer.text[:200])
+
+    async def report(self, status: str, *, result: Any = None, message: str | None = None) -> int:
+        """Report ``running``, ``succeeded`` (with ``result``) or ``failed``; retried on a transport error or
+        a 5xx (a repeated final report changes nothing). The answer's status code (409: the run is over)."""
+        body: dict[str, Any] = {"status": status}
+        if self.attempt is not None:
+            body["attempt"] = self.attempt
+        if self._progress is not None:
+            body["progress"] = self._progress
+        if result is not None:
+            body["result"] = result
+        if message is not None:
+            body["message"] = message[:1000]
+        for wait_s in (0.2, 1.0, 3.0, None):
+            try:
+                answer = await self._http.post(f"/v1/flows/{self.flow_id}/report", json=body)
+            except httpx.HTTPError as error:
+                logger.warning("run report of %s failed (%s)", self.flow_id, error)
+            else:
+                if answer.status_code < 500:
+                    if answer.status_code == 200 and answer.json().get("cancel_requested"):
+                        self.cancelled.set()
+                    elif answer.status_code != 200:
+                        logger.warning(
+                            "run report of %s answered %d: %s", self.flow_id, answer.status_code, answer.text[:200]
+                        )
+                    return answer.status_code
+            if wait_s is None:
+                break
+            await asyncio.sleep(wait_s)
+        return 0
 
 
 class Executor:
@@ -90,6 +157,7 @@ class Executor:
         ttl_s: int = 10,
         dedupe_max: int = DEDUPE_MAX,
         http: httpx.AsyncClient | None = None,
+        run_heartbeat_s: float = 10.0,
     ) -> None:
         if not signing_secrets:
             raise ValueError("signing_secrets: the app's signing secret(s) are needed to verify callbacks")
@@ -108,21 +176,30 @@ class Executor:
             base_url=tjobs_url.rstrip("/"), headers={"authorization": f"Bearer {api_key}"}, timeout=5.0
         )
         self._handlers: dict[str, Handler] = {}
-        self._done: OrderedDict[tuple[str, int | None], None] = OrderedDict()
+        self._run_paths: set[str] = set()  # handlers that run as job runs
+        self._runs: set[asyncio.Task[None]] = set()
+        self._run_heartbeat_s = run_heartbeat_s
+        self._done: OrderedDict[tuple[str, int | None, int | None], None] = OrderedDict()
         self._dedupe_max = dedupe_max
         self._heartbeats: asyncio.Task[None] | None = None
         self.jobs_run = 0
 
     # ---- handlers ----------------------------------------------------------------------------------
 
-    def handler(self, path: str = "/") -> Callable[[Handler], Handler]:
+    def handler(self, path: str = "/", *, run: bool = False) -> Callable[[Handler], Handler]:
         """Register the handler of callbacks to ``path`` (a pool route's ``path``); ``"/"`` takes any
-        path no other handler takes."""
+        path no other handler takes. ``run``: each callback is a job run (answered ``202`` at once, the
+        handler run in the background with ``job.run``; see the module docstring)."""
         if not path.startswith("/"):
             raise ValueError("a handler path starts with '/'")
 
         def register(handle: Handler) -> Handler:
-            self._handlers[path.rstrip("/") or "/"] = handle
+            key = path.rstrip("/") or "/"
+            self._handlers[key] = handle
+            if run:
+                self._run_paths.add(key)
+            else:
+                self._run_paths.discard(key)
             return handle
 
         return register
@@ -135,7 +212,12 @@ class Executor:
         self._heartbeats = asyncio.create_task(self._beat(), name="tjobs-executor-heartbeat")
 
     async def stop(self) -> None:
-        """Stop the heartbeats and deregister (the pool stops routing here at once)."""
+        """Stop the heartbeats and deregister (the pool stops routing here at once). Runs still going are
+        cancelled: each reports failed (the task's policy retries it elsewhere)."""
+        for running in list(self._runs):
+            running.cancel()
+        if self._runs:
+            await asyncio.gather(*self._runs, return_exceptions=True)
         if self._heartbeats is not None:
             self._heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -189,10 +271,15 @@ class Executor:
             return 401, str(error).encode()
         lowered = {name.lower(): value for name, value in headers.items()}
         shard_index = _int(lowered.get("tjobs-shard-index"))
-        done_key = (callback.flow_id, shard_index)
+        key = path.rstrip("/") or "/"
+        handle = self._handlers.get(key)
+        if handle is None:
+            key, handle = "/", self._handlers.get("/")
+        runs = key in self._run_paths
+        # a run is kept apart per attempt: a new attempt comes after the last one failed or timed out
+        done_key = (callback.flow_id, shard_index, callback.attempt if runs else None)
         if done_key in self._done:
-            return 200, b"already done"
-        handle = self._handlers.get(path.rstrip("/") or "/") or self._handlers.get("/")
+            return (202, b"already accepted") if runs else (200, b"already done")
         if handle is None:
             return 404, f"no handler for {path}".encode()
         job = Job(
@@ -209,16 +296,56 @@ class Executor:
             body,
             lowered,
         )
+        if runs:
+            run = Run(self._http, callback.flow_id, callback.attempt)
+            started = asyncio.create_task(
+                self._run(handle, replace(job, run=run), run), name=f"tjobs-run-{job.flow_id}"
+            )
+            self._runs.add(started)
+            started.add_done_callback(self._runs.discard)
+            self._remember(done_key)
+            return 202, b"accepted"
         try:
             await handle(job)
         except Exception as error:
             logger.exception("job %s failed", callback.flow_id)
             return 500, f"{type(error).__name__}".encode()
         self.jobs_run += 1
+        self._remember(done_key)
+        return 200, b"ok"
+
+    def _remember(self, done_key: tuple[str, int | None, int | None]) -> None:
         self._done[done_key] = None
         while len(self._done) > self._dedupe_max:
             self._done.popitem(last=False)
-        return 200, b"ok"
+
+    async def _run(self, handle: Handler, job: Job, run: Run) -> None:
+        """One run in the background: heartbeats while the handler runs, then its final report."""
+        beats = asyncio.create_task(self._run_heartbeats(run))
+        try:
+            result = await handle(job)
+        except asyncio.CancelledError:
+            await run.report("failed", message="the executor stopped")
+            raise
+        except Exception as error:
+            if run.cancelled.is_set():
+                await run.report("failed", message=f"cancelled: {type(error).__name__}: {error}")
+            else:
+                logger.exception("run %s failed", job.flow_id)
+                await run.report("failed", message=f"{type(error).__name__}: {error}")
+        else:
+            self.jobs_run += 1
+            if run.cancelled.is_set():  # it stopped on the cancel: the run ends cancelled
+                await run.report("failed", message="cancelled")
+            else:
+                await run.report("succeeded", result=result)
+        finally:
+            beats.cancel()
+
+    async def _run_heartbeats(self, run: Run) -> None:
+        while True:
+            await asyncio.sleep(self._run_heartbeat_s)
+            await run.report("running")
 
     def asgi_app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """A plain ASGI app taking callbacks (mount it, or serve it alone: it answers lifespan events
@@ -270,7 +397,8 @@ class Executor:
         async def take(request: web.Request) -> web.Response:
             path = request.path[len(prefix) :] or "/"
             status, answer = await self.dispatch(path, request.headers, await request.read())
-            return web.Response(status=status, body=answer)
+            headers = {"tjobs-run": "accepted"} if status == RUN_ACCEPTED_STATUS else None
+            return web.Response(status=status, body=answer, headers=headers)
 
         async def on_startup(_: web.Application) -> None:
             await self.start()
@@ -286,7 +414,10 @@ class Executor:
 
 
 async def _answer(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
+    headers = [(b"content-type", b"text/plain")]
+    if status == RUN_ACCEPTED_STATUS:
+        headers.append((b"tjobs-run", b"accepted"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -48,6 +48,7 @@ from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.node_figures import STARVED_WINDOW_MS, NodeFigures, in_flight_entries
 from tjobs.service.operator_job_runner import OperatorJobRunner
 from tjobs.service.operator_jobs import OperatorJobService, finished_job_entry
+from tjobs.service.runs import RunService
 from tjobs.service.shard_moves import MoveWatch
 from tjobs.service.shards import ShardService
 from tjobs.service.targets import TargetDirectory, TargetService
@@ -181,6 +182,7 @@ class Node:
             task_changes=self.hot_tier.publish,
             flush_interval_s=settings.callbacks.outcome_flush_ms / 1000,
             flush_batch=settings.callbacks.outcome_flush_batch,
+            run_timeout_ms=settings.runs.timeout_ms,
         )
         scheduler = settings.scheduler
         self.calendars = CalendarService(calendars_of(self.store), self.clock)  # in memory for the planner
@@ -217,6 +219,7 @@ class Node:
             self.clock,
             lease_ms,
             fence=self.coordinator.may_fire,
+            task_changes=self.hot_tier.publish,
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
         self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)
@@ -232,6 +235,15 @@ class Node:
             observer=self.observer,  # re-driven dead letters: counted dead once (tjobs.observability.slo)
             calendars=self.calendars.rules,
             membership=self.coordinator.membership,  # an app's quota is the cluster's: this node takes its share
+        )
+        # Job runs: an executor's reports, log lines and an owner's cancel, on whichever node takes them
+        self.runs = RunService(
+            self.store,
+            settings.runs,
+            self.clock,
+            self.tasks.get_flow,
+            flow_sink=self.deliverer.deliver,
+            task_changes=self.hot_tier.publish,
         )
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         # The API and the console reach the store only through the services (tasks, target_service and these).

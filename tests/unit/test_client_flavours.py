@@ -20,8 +20,9 @@ def public_methods(cls: type) -> dict[str, Any]:
 def test_both_clients_have_the_same_methods_with_the_same_signatures_and_docs() -> None:
     sync, asynchronous = public_methods(Client), public_methods(AsyncClient)
     assert sorted(sync) == sorted(asynchronous)
-    assert len(sync) == 45  # 36 + audit + the flow count and the dead letters' count, redrive job, job, jobs, cancel
+    assert len(sync) == 48  # 36 + audit + the flow count and the dead letters' count, redrive job, job, jobs, cancel
     # + request (any route: the CLI's users, tokens and alerts) + start_backfill
+    # + report_run, append_run_log, cancel_run (job runs)
     for name, method in sync.items():
         other = asynchronous[name]
         returns = inspect.signature(method).return_annotation

@@ -96,7 +96,12 @@ def test_a_runs_start_is_written_apart_and_lands_only_on_a_flow_being_delivered(
     }
     statements = update_statements(by_shard, SHARDS, NOW_MS + 50)
 
-    [(start, params), (rest, _)] = statements
+    [(start, params), (send, send_params), (rest, _)] = statements
     assert "((status = 'pending' AND attempts < %s) OR (status = 'sending' AND attempts <= %s))" in start
     assert "run = %s" in start and params[-4:] == [20, NOW_MS, 1, 1] and start.count("%s") == len(params)
+    # the send is recorded where the flow is at its attempt, even if a report overtook the start
+    assert send.endswith(
+        "SET last_status_code = %s, attempt_log = %s WHERE (task_id, scheduled_at) IN ((%s, %s)) AND attempts = %s"
+    )
+    assert send_params[0] == 202 and send_params[-3:] == [20, NOW_MS, 1]
     assert "IN ((%s, %s), (%s, %s))" in rest and " run = " not in rest  # the others keep their runs

@@ -16,8 +16,9 @@ import orjson
 
 from tjobs.clock import iso_ms
 from tjobs.delivery.answers import masked_json
+from tjobs.delivery.run_log import log_entries
 from tjobs.errors import TjobsError
-from tjobs.model import DISABLED_AT, App, Flow, Task, TaskHealth
+from tjobs.model import DISABLED_AT, App, Flow, FlowRun, Task, TaskHealth
 from tjobs.schedules.preview import Preview
 from tjobs.service.task_health import HEALTH_CAP, HEALTH_WINDOW_MS
 from tjobs.specs import ScheduleSpec, callback_to_json, schedule_to_json
@@ -78,7 +79,33 @@ def flow_json(flow: Flow, *, masked: bool = False) -> dict[str, Any]:
         **({"payload": _payload(flow.payload_json, masked)} if flow.payload_json is not None else {}),
         "attempt_history": attempt_history_json(flow),
         "attempt_total": 0 if flow.attempt_log is None else flow.attempt_log.total,
+        **({"run": run_json(flow.run)} if flow.run is not None else {}),
     }
+
+
+def run_json(run: FlowRun) -> dict[str, Any]:
+    """A flow's run (README "Job runs"): its status, attempt, times, progress, result and message."""
+    return {
+        "status": run.status.value,
+        "attempt": run.attempt,
+        "started_at": _instant(run.started_at_ms),
+        "deadline": _instant(run.deadline_ms),
+        "reported_at": _instant(run.reported_at_ms),
+        "ended_at": _instant(run.ended_at_ms),
+        "progress": run.progress,
+        "result": run.result,
+        "message": run.message,
+        "cancel_requested": run.cancel_requested_at_ms is not None,
+        "cancel_requested_at": _instant(run.cancel_requested_at_ms),
+    }
+
+
+def run_log_json(flow: Flow) -> list[dict[str, Any]]:
+    """The flow's run log, oldest first: each line's instant, attempt and text."""
+    return [
+        {"at": _instant(entry["at"]), "attempt": entry["attempt"], "line": entry["line"]}
+        for entry in log_entries(flow.run_log)
+    ]
 
 
 def _payload(payload_json: str, masked: bool) -> Any:
@@ -107,8 +134,13 @@ def attempt_history_json(flow: Flow) -> list[dict[str, Any]]:
 
 
 def flow_detail_json(flow: Flow, *, masked: bool = False) -> dict[str, Any]:
-    """One flow as ``GET /v1/flows/{id}`` shows it: :func:`flow_json` and its newest sends' answers."""
-    return {**flow_json(flow, masked=masked), "answers": answers_json(flow)}
+    """One flow as ``GET /v1/flows/{id}`` shows it: :func:`flow_json`, its newest sends' answers and its
+    run log."""
+    detail = {**flow_json(flow, masked=masked), "answers": answers_json(flow)}
+    if flow.run is not None or flow.run_log_lines:
+        detail["log"] = run_log_json(flow)
+        detail["log_lines"] = flow.run_log_lines
+    return detail
 
 
 def answers_json(flow: Flow) -> list[dict[str, Any]]:

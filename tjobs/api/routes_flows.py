@@ -1,4 +1,5 @@
-"""Flows: search them across shards, get one, the app's dead letters, and their redrive (one or many)."""
+"""Flows: search them across shards, get one, the app's dead letters, and their redrive (one or many); a
+run's reports, log lines and cancel (README "Job runs")."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tjobs.api.deps import (
 )
 from tjobs.api.flow_filter_params import DeadLetterFiltersDep, FlowFiltersDep
 from tjobs.api.principal import reads_masked
-from tjobs.api.render import error_json, flow_detail_json, flow_json
+from tjobs.api.render import error_json, flow_detail_json, flow_json, run_json
 from tjobs.api.schemas import INSTANT_FILTER
 from tjobs.clock import iso_ms
 from tjobs.errors import InvalidInput, TjobsError
@@ -32,6 +33,7 @@ from tjobs.service.cursors import MAX_CURSOR_CHARS
 from tjobs.service.flow_export import MAX_EXPORT_ROWS, export_csv
 from tjobs.service.flow_filters import FlowFilters
 from tjobs.service.operator_jobs import MAX_REDRIVE_JOB, dead_letter_filters
+from tjobs.service.runs import RunAnswer
 from tjobs.service.schedule_preview import parse_instant
 from tjobs.service.search import SearchService
 from tjobs.service.tasks import Redriven
@@ -103,6 +105,57 @@ async def export_response(search: SearchService, app_id: str, filters: FlowFilte
 async def get_flow(request: Request, flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
     flow = await node.tasks.get_flow(app, flow_id)
     return json_response(flow_detail_json(flow, masked=reads_masked(request)))
+
+
+@router.post(
+    "/flows/{flow_id}/report",
+    summary="An executor's report on a run it accepted: progress (a heartbeat), or its end with a result",
+    responses={**ok(200, schemas.RunReportAnswer), **errors(401, 404, 409, 413, 422)},
+    openapi_extra=body_doc(schemas.RunReport),
+)
+async def report_run(request: Request, flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
+    answer = await node.runs.report(app, flow_id, await json_body(request))
+    return json_response(run_answer_json(answer))
+
+
+@router.post(
+    "/flows/{flow_id}/log",
+    summary="Append log lines to a flow's runs (kept with the flow, capped)",
+    responses={**ok(200, schemas.RunLogAnswer), **errors(401, 404, 409, 422)},
+    openapi_extra=body_doc(schemas.RunLog),
+)
+async def append_run_log(request: Request, flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
+    logged = await node.runs.append_log(app, flow_id, await json_body(request))
+    return json_response(
+        {
+            "appended": logged.appended,
+            "dropped": logged.dropped,
+            "truncated": logged.truncated,
+            "log_lines": logged.lines,
+        }
+    )
+
+
+@router.post(
+    "/flows/{flow_id}/cancel",
+    summary="Ask a running run to stop: its executor is told in the answer to its next report",
+    responses={**ok(200, schemas.RunReportAnswer), **errors(401, 404, 409)},
+)
+async def cancel_run(flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
+    answer = await node.runs.cancel(app, flow_id)
+    return json_response(run_answer_json(answer))
+
+
+def run_answer_json(answer: RunAnswer) -> dict[str, Any]:
+    flow = answer.flow
+    assert flow.run is not None
+    return {
+        "flow_id": flow.id,
+        "status": flow.status.value,
+        "run": run_json(flow.run),
+        "cancel_requested": answer.cancel_requested,
+        "repeated": answer.repeated,
+    }
 
 
 @router.post(

@@ -164,6 +164,77 @@ class Flow(BaseModel):
         description="what each send of each attempt gave, oldest first: the newest 25 only (attempt_total counts all)",
     )
     attempt_total: int = Field(default=0, description="sends recorded over the flow's life, kept or not")
+    run: FlowRun | None = Field(
+        default=None, description="the flow's newest run: an attempt its target accepted as a job run (202)"
+    )
+
+
+RunStatusName = Literal["running", "cancelling", "succeeded", "failed", "timed_out", "cancelled"]
+
+
+class FlowRun(BaseModel):
+    status: RunStatusName
+    attempt: int = Field(description="the attempt the target accepted as this run")
+    started_at: str
+    deadline: str | None = Field(description="when it times out without a final report")
+    reported_at: str | None = Field(description="its executor's last report")
+    ended_at: str | None
+    progress: int | str | None = Field(description="0..100, or a short text, as last reported")
+    result: Any = Field(default=None, description="the final report's result (JSON, capped)")
+    message: str | None = Field(description="the executor's last message (a failure's reason)")
+    cancel_requested: bool
+    cancel_requested_at: str | None
+
+
+class RunLogLine(BaseModel):
+    at: str
+    attempt: int
+    line: str
+
+
+class RunReport(_Strict):
+    """``POST /v1/flows/{id}/report``: an executor's report on the run it accepted."""
+
+    NULLABLE = frozenset({"attempt", "progress", "result", "message"})  # null: not given (a result: JSON null)
+    RULES = ({"if": {"properties": {"status": {"const": "running"}}}, "then": {"not": {"required": ["result"]}}},)
+
+    status: Literal["running", "succeeded", "failed"] = Field(
+        description="running: progress (a heartbeat); succeeded or failed: the run's end"
+    )
+    attempt: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="the tjobs-attempt header of the request that started the run"
+    )
+    progress: Annotated[int, Field(ge=0, le=100)] | Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        default=None, description="0..100, or a text of 1..200 characters"
+    )
+    result: Any = Field(default=None, description="JSON, a final report's only (runs.max_result_bytes: 413 past it)")
+    message: str | None = Field(default=None, max_length=1000)
+
+
+class RunReportAnswer(BaseModel):
+    flow_id: str
+    status: FlowStatusName = Field(description="the flow's status after the report")
+    run: FlowRun
+    cancel_requested: bool = Field(description="the run was asked to stop: stop, then report failed")
+    repeated: bool = Field(description="the report repeated the one that ended the run: nothing changed")
+
+
+class RunLog(_Strict):
+    """``POST /v1/flows/{id}/log``: log lines of a run."""
+
+    NULLABLE = frozenset({"attempt"})
+
+    lines: list[str] = Field(
+        min_length=1, max_length=500, description="at most runs.max_log_lines_per_call lines (500 by default)"
+    )
+    attempt: int | None = Field(default=None, ge=1)
+
+
+class RunLogAnswer(BaseModel):
+    appended: int
+    dropped: int = Field(description="lines past runs.max_log_lines (over all the flow's runs), not kept")
+    truncated: int = Field(description="lines cut to runs.max_log_line_bytes")
+    log_lines: int = Field(description="the flow's log lines now")
 
 
 class FlowDetail(Flow):
@@ -174,6 +245,10 @@ class FlowDetail(Flow):
             "headers masked and capped, the body's first 4 KiB"
         ),
     )
+    log: list[RunLogLine] | None = Field(
+        default=None, description="a flow that ran: its run log, oldest first (runs.max_log_lines over all its runs)"
+    )
+    log_lines: int | None = None
 
 
 class FlowAnswer(BaseModel):

@@ -1,5 +1,5 @@
-"""``tjobs flows search`` and ``tjobs task search`` (the searches across shards) and ``tjobs flows show``
-(one flow's attempts), in tables that fit 80 columns.
+"""``tjobs flows search`` and ``tjobs task search`` (the searches across shards), ``tjobs flows show``
+(one flow's attempts and run) and ``tjobs flows cancel`` (a running run), in tables that fit 80 columns.
 
 Instants show in UTC to the second (``2026-11-25 17:53:08``), never cut; ids are never cut either
 (they are copied into the next command). ``--all`` walks every page.
@@ -15,10 +15,24 @@ import typer
 from rich import box
 from rich.table import Table
 
-from tjobs.cli.api_commands import DEFAULT_URL, ApiKey, AsJson, Health, Url, _ask, _ask_pages, _emit, tasks_table
-from tjobs.client import Client, Flow, Page, Task
+from tjobs.cli.api_commands import (
+    DEFAULT_URL,
+    ApiKey,
+    AsJson,
+    Health,
+    Url,
+    _ask,
+    _ask_pages,
+    _emit,
+    out,
+    tasks_table,
+)
+from tjobs.client import Client, Flow, FlowRun, Page, Task
 
-flows_app = typer.Typer(help="Flows: search them across every shard, show one with its attempts.", no_args_is_help=True)
+flows_app = typer.Typer(
+    help="Flows: search them across every shard, show one with its attempts and run, cancel a run.",
+    no_args_is_help=True,
+)
 
 Limit = Annotated[int, typer.Option("--limit", help="items per page (1..1000)")]
 All = Annotated[bool, typer.Option("--all", help="every page")]
@@ -94,6 +108,8 @@ def flow_attempts_table(flow: Flow) -> Table:
     kept = f" (the last {shown} of {flow.attempt_total})" if flow.attempt_total > shown else ""
     table = _compact("#", "at (UTC)", "took", "answer", "late")
     table.title = f"flow {flow.id}: {flow.status}, {flow.attempts} attempts{kept}"
+    if flow.run is not None:
+        table.caption = run_line(flow.run)
     table.add_column("error / destination", overflow="fold")
     for a in flow.attempt_history:
         at = a.started_at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3]
@@ -102,6 +118,29 @@ def flow_attempts_table(flow: Flow) -> Table:
         answer = "none" if a.status_code is None else str(a.status_code)
         table.add_row(str(a.attempt), at, f"{a.duration_ms}ms", answer, f"{a.lateness_ms}ms", detail)
     return table
+
+
+def run_line(run: FlowRun) -> str:
+    """A run in one line: its status, attempt, progress, message and the number of log lines."""
+    progress = f", {run.progress}%" if isinstance(run.progress, int) else (f", {run.progress}" if run.progress else "")
+    cancel = ", cancel asked" if run.cancel_requested and run.status == "cancelling" else ""
+    message = f": {run.message}" if run.message else ""
+    return f"run (attempt {run.attempt}): {run.status}{progress}{cancel}{message}"
+
+
+@flows_app.command("cancel")
+def flows_cancel(
+    flow_id: Annotated[str, typer.Argument(help="the flow id (<task id>-<scheduled at ms>)")],
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+    as_json: AsJson = False,
+) -> None:
+    """Ask a flow's running run to stop (its executor is told in the answer to its next report)."""
+    answer = _ask(url, api_key, "--api-key", lambda sdk: sdk.cancel_run(flow_id))
+    if as_json:
+        _emit(answer, as_json)
+    else:
+        out().print(f"flow {answer.flow_id}: {answer.status}; {run_line(answer.run)}", markup=False)
 
 
 def task_search(
@@ -131,4 +170,4 @@ def add_task_search(group: typer.Typer) -> None:
     group.command("search")(task_search)
 
 
-__all__ = ["add_task_search", "flow_attempts_table", "flow_search_table", "flows_app", "task_search_table"]
+__all__ = ["add_task_search", "flow_attempts_table", "flow_search_table", "flows_app", "run_line", "task_search_table"]

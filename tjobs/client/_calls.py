@@ -23,6 +23,8 @@ from tjobs.client.models import (
     OperatorJob,
     Page,
     RedriveResult,
+    RunLogged,
+    RunReportAnswer,
     SchedulePreview,
     Target,
     Task,
@@ -34,9 +36,11 @@ M = TypeVar("M")
 
 class _Omitted(Enum):
     TASK_PAYLOAD = "the task's own payload"
+    NO_RESULT = "no result"
 
 
 TASK_PAYLOAD: Final = _Omitted.TASK_PAYLOAD  # a trigger without an override (None is a payload: JSON null)
+NO_RESULT: Final = _Omitted.NO_RESULT  # a run report without a result (None is a result: JSON null)
 
 
 def _seg(value: str) -> str:
@@ -258,6 +262,42 @@ class Api(Flavour):
     @operation
     def get_flow(self, flow_id: str) -> Call[Flow]:
         return Call("GET", f"/v1/flows/{_seg(flow_id)}", _flow, idempotent=True)
+
+    @operation
+    def report_run(
+        self,
+        flow_id: str,
+        status: str,
+        *,
+        attempt: int | None = None,
+        progress: int | str | None = None,
+        result: Any = NO_RESULT,
+        message: str | None = None,
+    ) -> Call[RunReportAnswer]:
+        """Report on a run this executor accepted (README "Job runs"): ``status`` ``running`` (progress,
+        0..100 or a text: a heartbeat), or ``succeeded`` / ``failed`` (the end, with ``result``: JSON,
+        capped by the server). ``attempt`` is the ``tjobs-attempt`` header of the request that started
+        the run. The answer's ``cancel_requested`` asks the executor to stop. Sent again after a lost
+        answer: the report that ended a run, repeated, changes nothing."""
+        body = {"status": status, **_given({"attempt": attempt, "progress": progress, "message": message})}
+        if result is not NO_RESULT:
+            body["result"] = result
+        return Call(
+            "POST", f"/v1/flows/{_seg(flow_id)}/report", RunReportAnswer.model_validate, json=body, idempotent=True
+        )
+
+    @operation
+    def append_run_log(self, flow_id: str, lines: Sequence[str], *, attempt: int | None = None) -> Call[RunLogged]:
+        """Append log lines to the flow's runs (kept with the flow; past the server's cap they are dropped
+        and counted). Not resent after a lost answer (the lines would be kept twice)."""
+        body = {"lines": list(lines), **_given({"attempt": attempt})}
+        return Call("POST", f"/v1/flows/{_seg(flow_id)}/log", RunLogged.model_validate, json=body)
+
+    @operation
+    def cancel_run(self, flow_id: str) -> Call[RunReportAnswer]:
+        """Ask the flow's running run to stop: its executor learns it from the answer to its next report;
+        one that confirms nothing ends ``cancelled`` after the server's grace."""
+        return Call("POST", f"/v1/flows/{_seg(flow_id)}/cancel", RunReportAnswer.model_validate, idempotent=True)
 
     @operation
     def dead_letters(self, /, *, limit: int = 100, cursor: str | None = None, **filters: Any) -> Call[Page[Flow]]:

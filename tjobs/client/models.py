@@ -87,6 +87,52 @@ class Flow(_Model):
     attempt_history: list[FlowAttempt] = []
     """What each send gave, oldest first: the newest 25 (``attempt_total`` counts them all)."""
     attempt_total: int = 0
+    run: FlowRun | None = None
+    """The flow's newest run: an attempt its target accepted as a job run (``None``: none)."""
+    log: list[RunLogLine] = []
+    """The run log, oldest first (:meth:`~tjobs.client.Client.get_flow` only)."""
+    log_lines: int = 0
+
+
+class FlowRun(_Model):
+    """A job run: ``status`` is ``running``, ``cancelling``, ``succeeded``, ``failed``, ``timed_out`` or
+    ``cancelled``; ``progress`` 0..100 or a text; ``result`` the final report's JSON."""
+
+    status: str
+    attempt: int
+    started_at: datetime
+    deadline: datetime | None = None
+    reported_at: datetime | None = None
+    ended_at: datetime | None = None
+    progress: int | str | None = None
+    result: Any = None
+    message: str | None = None
+    cancel_requested: bool = False
+    cancel_requested_at: datetime | None = None
+
+
+class RunLogLine(_Model):
+    at: datetime
+    attempt: int
+    line: str
+
+
+class RunReportAnswer(_Model):
+    """The answer to a report or a cancel: the flow's status and run after it; ``cancel_requested``: stop
+    the work, then report ``failed``; ``repeated``: the report repeated the one that ended the run."""
+
+    flow_id: str
+    status: str
+    run: FlowRun
+    cancel_requested: bool = False
+    repeated: bool = False
+
+
+class RunLogged(_Model):
+    appended: int
+    dropped: int = 0
+    truncated: int = 0
+    log_lines: int
 
 
 class FlowAttempt(_Model):

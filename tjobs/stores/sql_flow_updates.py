@@ -16,7 +16,8 @@ SQL text, so SQLite's form is the same text with ``?`` for ``%s``.
 One ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND status IN (<the open statuses>)`` per shard table
 (:func:`update_statements`), so a terminal flow is never changed again and a flow is never made up. An
 outcome that starts a run (``running``) gets a one-row ``UPDATE`` of its own that lands only where its
-attempt is still being delivered: a report, a cancel or a retry that reached the flow first is kept. A
+attempt is still being delivered: a report, a cancel or a retry that reached the flow first is kept (a second
+one-row ``UPDATE`` still records the send in the history where the flow is at that attempt). A
 column that every row of the statement gets the same value of is set to it; one whose values differ (an
 outcome that made a send carries its flow's whole attempt history, whose start and duration are its own) is
 set by ``CASE`` on the row's key, ``task_id`` alone when no two rows share a task. ``routes``,
@@ -197,6 +198,21 @@ def _one_row_sql(table: str, columns: tuple[str, ...], guarded: bool, starts_run
     return sql
 
 
+def _send_record(table: str, u: FlowUpdate) -> tuple[str, list[Any]]:
+    """What a run's start records of its send (the status code, attempt history, answers), where the flow
+    is still at its attempt: kept also when a report or a cancel overtook the start (its status, run
+    and deadline are theirs), so the send that started the run is in the history either way."""
+    values = _values(u)
+    sets = ["last_status_code = %s"]
+    params: list[Any] = [values[3]]
+    for column, value in (("attempt_log", values[6]), ("answers", values[7])):
+        if value is not None:
+            sets.append(f"{column} = %s")
+            params.append(value)
+    params += [u.task_id, u.scheduled_at_ms, u.attempts]
+    return f"UPDATE {table} SET {', '.join(sets)} WHERE (task_id, scheduled_at) IN ((%s, %s)) AND attempts = %s", params
+
+
 def update_statements(
     by_shard: dict[int, list[FlowUpdate]], shards: Sequence[ShardTables], now_ms: int
 ) -> list[tuple[str, list[Any]]]:
@@ -211,6 +227,7 @@ def update_statements(
                 columns, params = _one_row(u)
                 params += [now_ms, u.task_id, u.scheduled_at_ms, u.attempts, u.attempts]
                 statements.append((_one_row_sql(shards[shard].flows_sql, columns, True, True), params))
+                statements.append(_send_record(shards[shard].flows_sql, u))
             if not updates:
                 continue
         if len(updates) == 1:  # the usual case over many shards: the plan's one-row case, inline

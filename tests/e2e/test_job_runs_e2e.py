@@ -1,0 +1,107 @@
+"""Job runs on a real node process (README "Job runs"): a receiver that answers 202 with tjobs-run:
+accepted and reports later (progress, log lines, the end with a result) over HTTP with the app's key;
+and a run that never reports, timed out by the node's compensator from the store and retried by the
+task's policy until it is dead."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from testkit.node_process import node_process
+from tests.receiver import Receiver, Reply
+
+ACCEPTED = Reply(202, headers={"tjobs-run": "accepted"})
+NODE_SETTINGS: dict[str, Any] = {
+    "scheduler": {"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3},
+    "compensator": {"interval_s": 0.2, "grace_s": 0.5},  # a run times out within ~0.7 s of its deadline
+    "callbacks": {"backoff_base_ms": 100, "backoff_max_ms": 500, "timeout_ms": 5_000},
+    "allow_loopback_callbacks": True,
+}
+
+
+async def _app_client(base_url: str, admin_key: str) -> httpx.AsyncClient:
+    async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {admin_key}"}) as admin:
+        created = await admin.post("/v1/apps", json={"name": "runs", "allowed_callback_hosts": ["127.0.0.1"]})
+        assert created.status_code == 201, created.text
+    key = created.json()["api_key"]
+    return httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {key}"}, timeout=10)
+
+
+async def _flow_until(client: httpx.AsyncClient, flow_id: str, status: str, timeout_s: float = 15) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        flow: dict[str, Any] = (await client.get(f"/v1/flows/{flow_id}")).json()
+        if flow["status"] == status:
+            return flow
+        assert time.monotonic() < deadline, flow
+        await asyncio.sleep(0.05)
+
+
+async def test_a_receiver_accepts_a_run_and_reports_its_end_later(tmp_path: Path) -> None:
+    async with Receiver(ACCEPTED) as receiver:
+        with node_process(settings=NODE_SETTINGS, work_dir=tmp_path / "node") as node:
+            async with await _app_client(node.base_url, node.admin_key) as client:
+                task = {
+                    "name": "export",
+                    "schedule": {"kind": "delay", "delay_ms": 200},
+                    "callback": {"url": receiver.url("/export"), "run_timeout_ms": 60_000},
+                    "payload": {"table": "orders"},
+                }
+                assert (await client.post("/v1/tasks", json=task)).status_code == 201
+                [request] = await receiver.wait_for(1, timeout_s=15)
+                flow_id, attempt = request.flow_id, request.attempt
+                running = await _flow_until(client, flow_id, "running")
+
+                # the executor works, reporting as it goes (as an executor in any language would)
+                progress = await client.post(
+                    f"/v1/flows/{flow_id}/report", json={"status": "running", "attempt": attempt, "progress": 30}
+                )
+                logged = await client.post(f"/v1/flows/{flow_id}/log", json={"lines": ["read 120 rows", "wrote"]})
+                await asyncio.sleep(0.3)
+                ended = await client.post(
+                    f"/v1/flows/{flow_id}/report",
+                    json={"status": "succeeded", "attempt": attempt, "result": {"rows": 120}},
+                )
+                final = (await client.get(f"/v1/flows/{flow_id}")).json()
+
+    assert running["run"]["status"] == "running" and running["run"]["attempt"] == attempt == 1
+    assert progress.status_code == 200 and progress.json()["run"]["progress"] == 30
+    assert logged.json()["appended"] == 2
+    assert ended.status_code == 200 and ended.json()["status"] == "delivered"
+    assert final["status"] == "delivered" and final["run"]["status"] == "succeeded"
+    assert final["run"]["result"] == {"rows": 120} and [e["line"] for e in final["log"]] == ["read 120 rows", "wrote"]
+    assert [a["status_code"] for a in final["attempt_history"]] == [202]
+    assert len(receiver.requests) == 1  # a run is sent once: its end came by report
+
+
+@pytest.mark.timing  # the retry's arrival is bounded by the timeout plus the compensator's pass
+async def test_a_run_that_never_reports_times_out_and_is_retried_until_dead(tmp_path: Path) -> None:
+    async with Receiver(ACCEPTED) as receiver:
+        with node_process(settings=NODE_SETTINGS, work_dir=tmp_path / "node") as node:
+            async with await _app_client(node.base_url, node.admin_key) as client:
+                task = {
+                    "name": "stuck",
+                    "schedule": {"kind": "delay", "delay_ms": 200},
+                    "callback": {"url": receiver.url("/stuck"), "run_timeout_ms": 1000, "max_attempts": 2},
+                }
+                assert (await client.post("/v1/tasks", json=task)).status_code == 201
+                [first] = await receiver.wait_for(1, timeout_s=15)
+                started = time.monotonic()
+                await receiver.wait_for(2, timeout_s=15)  # the retry after the first run timed out
+                retried_after_s = time.monotonic() - started
+                dead = await _flow_until(client, first.flow_id, "dead", timeout_s=15)
+                late = await client.post(
+                    f"/v1/flows/{first.flow_id}/report", json={"status": "succeeded", "attempt": 2}
+                )
+
+    assert [r.attempt for r in receiver.requests] == [1, 2]
+    assert 1.0 <= retried_after_s <= 5.0, retried_after_s  # the deadline, then within the compensator's pass
+    assert dead["run"]["status"] == "timed_out" and dead["run"]["attempt"] == 2
+    assert "run timed out" in dead["last_error"]
+    assert late.status_code == 409 and late.json()["error"]["code"] == "run_finished"
