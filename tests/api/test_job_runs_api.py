@@ -1,7 +1,7 @@
 """Job runs over HTTP on every backend (README "Job runs", docs/targets.md "Runs"): a receiver answering
 202 with tjobs-run: accepted leaves the flow running; its executor reports progress, log lines and the
 end with a result under the app's key; a cancel is told in the answer to the next report; each bad field
-is a 4xx naming it."""
+is a 4xx naming it; the SDK, the CLI and the console show and cancel runs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_client_and_cli import cli_run
+from tests.api.test_console_accounts import page, post, sign_in
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 from tjobs.client import AsyncClient
@@ -149,3 +151,22 @@ async def test_the_sdk_reports_and_the_cli_shows_and_cancels_a_run(tenant: Tenan
     assert cancelled["status"] == "cancelling" and cancelled["run"]["cancel_requested"] is True
     assert heartbeat.cancel_requested and ended.status == "cancelled"
     assert read.run is not None and read.run.status == "cancelled" and [e.line for e in read.log] == ["one", "two"]
+
+
+async def test_the_console_shows_a_run_with_its_log_and_cancels_it(
+    api_node: RunningNode, tenant: Tenant, receiver: Receiver
+) -> None:
+    flow = await _running_flow(tenant, receiver, "/run-console")
+    fid = flow["id"]
+    await tenant.client.post(f"/v1/flows/{fid}/report", json={"status": "running", "progress": "step 2 of 5"})
+    await tenant.client.post(f"/v1/flows/{fid}/log", json={"lines": ["<b>loaded</b>"]})
+    status, session = await sign_in(api_node, key=tenant.api_key)
+    assert status == 303 and session is not None
+
+    shown = await page(api_node, session, f"/console/flows/{fid}")
+    cancelled = await post(api_node, session, f"/console/flows/{fid}/cancel")
+
+    assert shown.status_code == 200 and "step 2 of 5" in shown.text and "Cancel the run" in shown.text
+    assert "[1] &lt;b&gt;loaded&lt;/b&gt;" in shown.text  # escaped
+    assert cancelled.status_code == 303
+    assert (await tenant.client.get(f"/v1/flows/{fid}")).json()["status"] == "cancelling"

@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import RedirectResponse
 
-from tjobs.api.render import answers_json, flow_json, task_json
+from tjobs.api.render import answers_json, flow_json, run_log_json, task_json
 from tjobs.console.context import ConsoleRoute, console_of
 from tjobs.delivery.answers import masked_headers, masked_json
 from tjobs.delivery.message import CallbackMessage
@@ -48,7 +49,19 @@ async def flow_page(request: Request, flow_id: str) -> Response:
         sent=sent,
         answers=answers_json(flow),
         answer_body_bytes=ANSWER_BODY_BYTES,
+        run_log=run_log_json(flow),
+        run_result=None if flow.run is None else masked_json(flow.run.result),  # secret-looking keys masked
     )
+
+
+@router.post("/console/flows/{flow_id}/cancel")
+async def cancel_run(request: Request, flow_id: str) -> Response:
+    """Ask the flow's running run to stop (an operator's; README "Job runs"), then back to its page."""
+    console = console_of(request)
+    principal, _ = await console.posted(request)
+    owner = await console.flow_owner(principal, flow_id)
+    await console.node.runs.cancel(owner, flow_id)
+    return RedirectResponse(f"/console/flows/{flow_id}", status_code=303)
 
 
 def request_sent(task: Task, flow: Flow, app: App, default_timeout_ms: int) -> dict[str, Any]:
