@@ -47,6 +47,13 @@ def test_the_tasks_own_budget_bounds_the_park() -> None:
     assert plan is not None and plan.next_run_at_ms == T0 + 30_000 + 500 + FLUSH_SLACK_MS + DELAY_MS
 
 
+def test_a_run_timeout_of_the_task_extends_the_park_by_it() -> None:
+    # a task whose target runs (README "Job runs"): the run may start as late as max_age_s and last its timeout
+    callback = CallbackSpec(("http://x",), timeout_ms=500, max_age_s=30, run_timeout_ms=7_200_000)
+    plan = plan_fire(make_task(fixed(), MisfirePolicy.FIRE_NOW, callback=callback), FireIntent(1, T0, 7), T0, POLICY)
+    assert plan is not None and plan.next_run_at_ms == T0 + 30_000 + 500 + 7_200_000 + FLUSH_SLACK_MS + DELAY_MS
+
+
 def test_a_late_fire_is_one_misfire_flow_and_under_skip_a_skipped_flow_a_delay_from_now() -> None:
     late = T0 + 3_600_000
     fired = plan_fire(make_task(fixed(), MisfirePolicy.FIRE_SOON), FireIntent(1, T0, 7), late, POLICY)

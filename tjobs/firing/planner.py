@@ -130,11 +130,13 @@ def park_ms(task: Task, spec: FixedDelaySpec, scheduled_at_ms: int, now_ms: int,
     """Where the fire of a fixed_delay task at ``scheduled_at_ms`` parks it: the latest its flow can
     end (the deliverer gives up ``max_age_s`` after the flow's instant; the last attempt then takes up
     to ``timeout_ms``; then its outcome is written) plus the delay, so a flow that never reports its
-    end still lets the task run again. The flow's final outcome moves it earlier
-    (:class:`~tjobs.model.Reschedule`)."""
+    end still lets the task run again. A task naming ``callback.run_timeout_ms`` expects its target to
+    take fires as runs (README "Job runs"): the last attempt's run may last that long, so it is added.
+    The flow's final outcome moves it earlier (:class:`~tjobs.model.Reschedule`)."""
     callback = task.callback
     max_age_ms = policy.max_age_ms if callback.max_age_s is None else callback.max_age_s * 1000
     timeout_ms = policy.timeout_ms if callback.timeout_ms is None else callback.timeout_ms
+    timeout_ms += callback.run_timeout_ms or 0
     return max(scheduled_at_ms + max_age_ms, now_ms) + timeout_ms + FLUSH_SLACK_MS + spec.delay_ms
 
 
