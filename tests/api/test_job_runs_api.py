@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_client_and_cli import cli_run
 from tests.api.test_console_accounts import page, post, sign_in
+from tests.api.test_task_secrets_api import _role_client
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 from tjobs.client import AsyncClient
@@ -170,3 +172,23 @@ async def test_the_console_shows_a_run_with_its_log_and_cancels_it(
     assert "[1] &lt;b&gt;loaded&lt;/b&gt;" in shown.text  # escaped
     assert cancelled.status_code == 303
     assert (await tenant.client.get(f"/v1/flows/{fid}")).json()["status"] == "cancelling"
+
+
+async def test_a_viewer_reads_a_runs_result_with_its_secrets_masked_and_may_not_report_or_cancel(
+    api_node: RunningNode, admin: httpx.AsyncClient, tenant: Tenant, receiver: Receiver
+) -> None:
+    flow = await _running_flow(tenant, receiver, "/run-viewer")
+    fid = flow["id"]
+    result = {"rows": 4, "password": "pa55w0rd"}
+    ended = await tenant.client.post(f"/v1/flows/{fid}/report", json={"status": "succeeded", "result": result})
+    assert ended.json()["run"]["result"] == result  # the app's key: as reported
+
+    async with await _role_client(api_node, admin, tenant, "viewer") as viewer:
+        read = (await viewer.get(f"/v1/flows/{fid}")).json()
+        listed = (await viewer.get("/v1/flows", params={"status": "delivered"})).json()["items"]
+        report = await viewer.post(f"/v1/flows/{fid}/report", json={"status": "succeeded"})
+        cancel = await viewer.post(f"/v1/flows/{fid}/cancel")
+
+    assert read["run"]["result"] == {"rows": 4, "password": "[masked]"}
+    assert all("pa55w0rd" not in str(f) for f in listed)
+    assert report.status_code == 403 and cancel.status_code == 403

@@ -79,12 +79,13 @@ def flow_json(flow: Flow, *, masked: bool = False) -> dict[str, Any]:
         **({"payload": _payload(flow.payload_json, masked)} if flow.payload_json is not None else {}),
         "attempt_history": attempt_history_json(flow),
         "attempt_total": 0 if flow.attempt_log is None else flow.attempt_log.total,
-        **({"run": run_json(flow.run)} if flow.run is not None else {}),
+        **({"run": run_json(flow.run, masked=masked)} if flow.run is not None else {}),
     }
 
 
-def run_json(run: FlowRun) -> dict[str, Any]:
-    """A flow's run (README "Job runs"): its status, attempt, times, progress, result and message."""
+def run_json(run: FlowRun, *, masked: bool = False) -> dict[str, Any]:
+    """A flow's run (README "Job runs"): its status, attempt, times, progress, result and message;
+    ``masked``: the result's secret-looking values masked (a viewer's read, as a payload's)."""
     return {
         "status": run.status.value,
         "attempt": run.attempt,
@@ -93,7 +94,7 @@ def run_json(run: FlowRun) -> dict[str, Any]:
         "reported_at": _instant(run.reported_at_ms),
         "ended_at": _instant(run.ended_at_ms),
         "progress": run.progress,
-        "result": run.result,
+        "result": masked_json(run.result) if masked else run.result,
         "message": run.message,
         "cancel_requested": run.cancel_requested_at_ms is not None,
         "cancel_requested_at": _instant(run.cancel_requested_at_ms),
