@@ -1,7 +1,7 @@
-"""Quota refusals cannot keep the quota's reads of the task counts busy: after a read, a refusal asks for
-the next one only once :data:`tjobs.service.task_counts.MIN_ASKED_READ_INTERVAL_S` passed since it
-started; otherwise the node reads every ``limits.task_count_refresh_s``. A read is of the count rows
-only: however long it takes, it reads no task."""
+"""Quota refusals cannot keep the quota's reads of the task counts busy, nor re-divide a burst's room
+while it runs: a refusal asks for a read :data:`tjobs.service.task_counts.ASKED_READ_DELAY_S` after it,
+one pending at a time, however many refusals follow; otherwise the node reads every
+``limits.task_count_refresh_s``. A read is of the count rows only: it reads no task."""
 
 from __future__ import annotations
 
@@ -10,63 +10,53 @@ from collections.abc import Collection
 from types import SimpleNamespace
 
 from tjobs.clock import ManualClock
-from tjobs.service.task_counts import MIN_ASKED_READ_INTERVAL_S, TaskCounts
+from tjobs.service.task_counts import ASKED_READ_DELAY_S, TaskCounts
+
+DELAY_S = 0.2  # the asked read's delay in these tests (ASKED_READ_DELAY_S in a node)
 
 
 class _CountingStore:
-    """One logical database whose read of the counts takes ``read_ms`` on the manual clock."""
-
-    def __init__(self, clock: ManualClock, read_ms: int) -> None:
+    def __init__(self) -> None:
         self.topology = SimpleNamespace(database_count=1, tables_per_database=16)
         self.reads = 0
-        self._clock = clock
-        self._read_ms = read_ms
 
     async def read_task_counts(
         self, database_index: int, app_ids: Collection[str] | None = None
     ) -> dict[str, dict[str, int]]:
         self.reads += 1
-        self._clock.advance(self._read_ms)
         return {}
 
 
-async def _settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
-
-
-async def test_refusals_right_after_a_read_wait_for_the_minimum_interval() -> None:
-    clock = ManualClock(1_000_000)
-    store = _CountingStore(clock, 10)
-    counts = TaskCounts(store, clock, refresh_s=3600.0)  # type: ignore[arg-type]
+async def test_refusals_ask_for_one_read_after_the_delay() -> None:
+    assert ASKED_READ_DELAY_S >= 1.0  # a burst from rest is over before a refusal re-divides its room
+    store = _CountingStore()
+    counts = TaskCounts(store, ManualClock(1_000_000), refresh_s=3600.0, asked_read_delay_s=DELAY_S)  # type: ignore[arg-type]
     await counts.start()
     try:
-        await _settle()
-        assert store.reads == 1
-        for _ in range(20):  # a stream of refusals right after the read
+        await asyncio.sleep(0.01)
+        assert store.reads == 1  # the first read, at start
+        for _ in range(20):  # a stream of refusals
             counts.refresh_soon()
-            await _settle()
-        assert store.reads == 1
-        clock.advance(int(MIN_ASKED_READ_INTERVAL_S * 1000) - 11)  # measured from the read's start
-        counts.refresh_soon()
-        await _settle()
-        assert store.reads == 1
-        clock.advance(1)
-        counts.refresh_soon()
-        await _settle()
+            await asyncio.sleep(0.001)
+        assert store.reads == 1  # none before the delay
+        await asyncio.sleep(DELAY_S + 0.1)
+        assert store.reads == 2  # one read for them all
+        counts.refresh_soon()  # a refusal after it asks for the next
+        await asyncio.sleep(DELAY_S / 2)
         assert store.reads == 2
+        await asyncio.sleep(DELAY_S / 2 + 0.1)
+        assert store.reads == 3
     finally:
         await counts.stop()
 
 
 async def test_without_refusals_the_node_reads_every_period() -> None:
-    clock = ManualClock(1_000_000)
-    store = _CountingStore(clock, 10)
-    counts = TaskCounts(store, clock, refresh_s=0.01)  # type: ignore[arg-type]
+    store = _CountingStore()
+    counts = TaskCounts(store, ManualClock(1_000_000), refresh_s=0.01)  # type: ignore[arg-type]
     await counts.start()
     try:
         for _ in range(200):
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.005)
             if store.reads >= 3:
                 break
         assert store.reads >= 3

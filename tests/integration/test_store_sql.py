@@ -65,7 +65,9 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
         first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes", "slo_hours"}
         first_only |= {"alert_settings", "alert_states", "users", "api_tokens", "console_sessions", "audit_log"}
         first_only |= {"calendars", "operator_jobs"}
-        assert tables == expected | {"alembic_version", "tjobs_fence"} | (first_only if index == 0 else set())
+        assert tables == expected | {"alembic_version", "tjobs_fence", "task_counts"} | (
+            first_only if index == 0 else set()
+        )
 
     started = time.perf_counter()
     await migrate(settings)  # second run: nothing to do
@@ -99,10 +101,10 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 )
             ).all()
             assert [tuple(row) for row in rows] == [
-                (f"{prefix}_00", 29),
-                (f"{prefix}_01", 14),
-                (f"{prefix}_02", 14),
-                (f"{prefix}_03", 14),
+                (f"{prefix}_00", 30),
+                (f"{prefix}_01", 15),
+                (f"{prefix}_02", 15),
+                (f"{prefix}_03", 15),
             ]
             engines = (
                 await conn.exec_driver_sql(
@@ -149,7 +151,7 @@ async def test_migrating_an_earlier_deployment_turns_background_statistics_off(m
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN attempt_log")
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN answers")
                 await conn.exec_driver_sql(f"UPDATE `{database}`.alembic_version SET version_num = '0009_flow_routes'")
-            assert len(await tables_recalculating_statistics(conn, prefix)) == 28 + 3 * 14  # slo_hours dropped
+            assert len(await tables_recalculating_statistics(conn, prefix)) == 29 + 3 * 15  # slo_hours dropped
         await migrate(mariadb)
         async with engine.connect() as conn:
             assert await tables_recalculating_statistics(conn, prefix) == []

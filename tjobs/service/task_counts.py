@@ -10,8 +10,8 @@ counts is exact as of that read, whatever node wrote.
   flows). A client sees its own writes and every other node's at once.
 - **The quota** is checked on every create, too often for a read each: the node reads every app's
   counts in the background (one statement per logical database over its count rows, however many tasks
-  they count; every ``limits.task_count_refresh_s``, and soon after a refusal once the last read is at
-  least :data:`MIN_ASKED_READ_INTERVAL_S` old) and adds its own net change since
+  they count; every ``limits.task_count_refresh_s``, and :data:`ASKED_READ_DELAY_S` after a refusal)
+  and adds its own net change since
   (:meth:`TaskCounts.active_split`). A change whose write overlapped a read may or may not be in it: its
   additions are counted, its removals not until the next read, so the quota errs toward refusing, never
   toward admitting. It is held across the cluster by dividing the room a read left among the live
@@ -37,7 +37,10 @@ from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)
 
-MIN_ASKED_READ_INTERVAL_S = 2.0  # a quota refusal asks for a read at most this often
+ASKED_READ_DELAY_S = 2.0
+"""A quota refusal asks for a read this long after it, one pending at a time: a node refused for its
+share re-divides the room left soon, while a burst from rest shorter than this (every node's last read
+the same) ends at the quota exactly instead of re-dividing room the other nodes' shares still cover."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +55,15 @@ class AppCounts:
 
 
 class TaskCounts:
-    def __init__(self, store: TaskStore, clock: Clock, refresh_s: float) -> None:
+    def __init__(
+        self, store: TaskStore, clock: Clock, refresh_s: float, asked_read_delay_s: float = ASKED_READ_DELAY_S
+    ) -> None:
         self._store = store
         self._clock = clock
         self._refresh_s = refresh_s
         self._counted: dict[str, int] = {}  # every app's active tasks at the last read
-        self._read_at_ms: int | None = None  # when the last read started
+        self._asked_read_delay_s = asked_read_delay_s
+        self._asked: asyncio.TimerHandle | None = None  # a read a refusal asked for, pending
         self._since: defaultdict[str, int] = defaultdict(int)  # this node's net change since, as the quota counts it
         self._overlapping: defaultdict[str, int] | None = None  # during a read: additions reported meanwhile
         self._epoch = 0  # one more at the end of every read
@@ -71,6 +77,9 @@ class TaskCounts:
 
     async def stop(self) -> None:
         loop, self._loop = self._loop, None
+        asked, self._asked = self._asked, None
+        if asked is not None:
+            asked.cancel()
         if loop is not None:
             await stop_task(loop)  # cancelled again if a driver's wait_for lost it (gh-86296)
 
@@ -122,16 +131,18 @@ class TaskCounts:
         return self._counted.get(app_id, 0), self._since.get(app_id, 0)
 
     def refresh_soon(self) -> None:
-        """Ask the background loop for a read now rather than at the end of its period, unless the last
-        read started less than :data:`MIN_ASKED_READ_INTERVAL_S` ago."""
-        read_at_ms = self._read_at_ms
-        if read_at_ms is None or self._clock.now_ms() - read_at_ms >= MIN_ASKED_READ_INTERVAL_S * 1000:
-            self._wake.set()
+        """Ask the background loop for a read :data:`ASKED_READ_DELAY_S` from now rather than at the end of
+        its period (a quota refusal), unless one is asked for already."""
+        if self._asked is None and self._loop is not None:
+            self._asked = asyncio.get_running_loop().call_later(self._asked_read_delay_s, self._answer_asked)
+
+    def _answer_asked(self) -> None:
+        self._asked = None
+        self._wake.set()
 
     async def refresh(self) -> None:
         """One read of every app's counts (the background loop's; callable directly, e.g. by tests)."""
         async with self._reading:
-            started_ms = self._clock.now_ms()
             self._overlapping = defaultdict(int)
             try:
                 databases = range(self._store.topology.database_count)
@@ -143,20 +154,19 @@ class TaskCounts:
                         counted[app_id] += statuses.get(active, 0)
                 self._counted = dict(counted)
                 self._since = self._overlapping
-                self._read_at_ms = started_ms
                 self._epoch += 1
             finally:
                 self._overlapping = None
 
     async def _run(self) -> None:
         while True:
+            self._wake.clear()  # a read asked for while this one runs comes after it
             try:
                 await self.refresh()
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # a database down: keep the last read, try next period
                 logger.warning("reading task counts failed: %s", error, extra={"action": "task_count_failed"})
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._refresh_s):
                     await self._wake.wait()

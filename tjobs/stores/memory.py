@@ -350,7 +350,8 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
 
     async def count_active(self, shard: int) -> int:
         self._check_shard(shard)
-        return sum(1 for t in self._tasks[shard].values() if t.status is TaskStatus.ACTIVE)
+        active = TaskStatus.ACTIVE.value
+        return max(0, sum(n for (_, status, of), n in self.task_counts.items() if of == shard and status == active))
 
     # ---- the fire transaction ---------------------------------------------------------------------
 

@@ -48,7 +48,9 @@ class FirePath(StoreLifecycle):
         """
 
     @abstractmethod
-    async def count_active(self, shard: int) -> int: ...
+    async def count_active(self, shard: int) -> int:
+        """The shard's active tasks, every app's, as its task counts hold them
+        (:meth:`tjobs.stores.contracts.TaskRecords.read_task_counts`): never a read of the tasks."""
 
     @abstractmethod
     async def commit_fires(

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import case, exists, func, literal, select, text, tuple_, union_all, update
 
-from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task
+from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores import sql_load
 from tjobs.stores.contracts import FirePath, FirePlanner
 from tjobs.stores.schema import flow_from_row, task_from_row
@@ -61,9 +61,12 @@ class SqlFirePath(SqlBase, FirePath):
 
     async def count_active(self, shard: int) -> int:
         home = self._shard(shard)
-        statement = select(func.count()).select_from(home.tasks).where(home.tasks.c.status == "active")
+        c = home.task_counts.c
+        statement = select(func.coalesce(func.sum(c.n), 0)).where(
+            c.table_index == home.table_index, c.status == TaskStatus.ACTIVE.value
+        )
         async with self._connect(home.database.engine_url) as conn:
-            return int((await conn.execute(statement, execution_options=home.options)).scalar_one())
+            return max(0, int((await conn.execute(statement, execution_options=home.options)).scalar_one()))
 
     async def commit_fires(
         self,
