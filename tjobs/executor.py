@@ -86,7 +86,8 @@ class Job:
 
 class Run:
     """The executor's side of one run: :meth:`progress` and :meth:`log` report to tjobs; ``cancelled`` is
-    set once tjobs answers a report with ``cancel_requested`` (stop, then return or raise)."""
+    set once tjobs answers a report with ``cancel_requested``, or answers a progress report ``409`` (the
+    run is over for tjobs: it timed out, or another attempt runs): stop, then return or raise."""
 
     def __init__(self, http: httpx.AsyncClient, flow_id: str, attempt: int | None) -> None:
         self.flow_id = flow_id
@@ -130,6 +131,8 @@ class Run:
                 if answer.status_code < 500:
                     if answer.status_code == 200 and answer.json().get("cancel_requested"):
                         self.cancelled.set()
+                    elif answer.status_code == 409 and status == "running":
+                        self.cancelled.set()  # the run is over for tjobs (timed out, another attempt): stop
                     elif answer.status_code != 200:
                         logger.warning(
                             "run report of %s answered %d: %s", self.flow_id, answer.status_code, answer.text[:200]

@@ -80,7 +80,38 @@ async def test_a_run_start_never_overwrites_a_report_or_a_cancel_that_came_first
     await store.record_flow_updates([_started(flow)], NOW_MS + 10)
 
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
-    assert stored is not None and stored.run == progress
+    assert stored is not None and stored.run == progress and stored.status is FlowStatus.RUNNING
+    # the send that started the run is in the history all the same
+    assert stored.last_status_code == 202 and stored.attempt_log is not None and stored.attempt_log.total == 1
+
+
+async def test_a_run_ended_before_its_start_was_written_keeps_the_send_in_its_history(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=11)
+    ended = replace(_ended(flow, FlowStatus.DELIVERED, RunStatus.SUCCEEDED), last_status_code=None)
+    assert await store.write_run(FlowStatus.PENDING, ended, NOW_MS + 6, expected_attempts=0)
+
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.status is FlowStatus.DELIVERED and stored.run == ended.run
+    assert stored.next_attempt_at_ms is None and stored.updated_at_ms == NOW_MS + 6
+    assert stored.attempt_log is not None and stored.attempt_log.total == 1 and stored.last_status_code == 202
+
+
+async def test_a_late_run_start_never_revives_an_attempt_that_a_report_already_failed(store: TaskStore) -> None:
+    _, flow = await _fired(store, shard=10)
+    # the executor reported attempt 1 failed before the deliverer wrote its start: pending for a retry
+    failed = FlowRun(RunStatus.FAILED, 1, NOW_MS + 5, DEADLINE_MS, NOW_MS + 6, NOW_MS + 6)
+    retry = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.PENDING, 1, NOW_MS + 6, None, "x", run=failed)
+    assert await store.write_run(FlowStatus.PENDING, retry, NOW_MS + 6, expected_attempts=0)
+
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and (stored.status, stored.run) == (FlowStatus.PENDING, failed)
+    await store.record_flow_updates([_started(flow, attempt=2)], NOW_MS + 20)  # the retry's own run starts
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.status is FlowStatus.RUNNING and stored.attempts == 2
 
 
 async def test_a_run_transition_lands_once_where_the_flow_is_as_read(store: TaskStore) -> None:

@@ -470,12 +470,18 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
                     task.next_run_at_ms = moved.next_run_at_ms
                     task.updated_at_ms = now_ms
             flow = self._flows[shard].get((update.task_id, update.scheduled_at_ms))
-            if flow is None or flow.status.terminal:
+            if flow is None:
+                continue
+            if flow.status.terminal:
+                if update.status is FlowStatus.RUNNING and flow.attempts == update.attempts:
+                    _record_send(flow, update)  # the run ended by a report before its start was written
                 continue
             if not update.status.terminal and update.attempts < flow.attempts:
                 continue  # outdated: written by a node that no longer delivers this flow
-            if update.status is FlowStatus.RUNNING and not flow.status.deliverable:
-                continue  # a run starts from a send only: a report or a cancel came first
+            if update.status is FlowStatus.RUNNING and not _may_start_run(flow, update.attempts):
+                if flow.attempts == update.attempts:  # a report or a cancel came first: the send is history
+                    _record_send(flow, update)
+                continue  # a report or a cancel came first, or the attempt is over
             flow.status = update.status
             flow.attempts = update.attempts
             flow.next_attempt_at_ms = update.next_attempt_at_ms
@@ -688,3 +694,21 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
             if task.key is not None:
                 self._keys.pop((task.app_id, task.key), None)
         return len(old_flows) + len(old_tasks)
+
+
+def _may_start_run(flow: Flow, attempt: int) -> bool:
+    """Whether attempt ``attempt``'s run may start on ``flow``: it is still being delivered (``pending``
+    with fewer attempts made, or ``sending`` it, at most once), not already taken by a report, a cancel
+    or a later attempt."""
+    if flow.status is FlowStatus.PENDING:
+        return flow.attempts < attempt
+    return flow.status is FlowStatus.SENDING and flow.attempts <= attempt
+
+
+def _record_send(flow: Flow, update: FlowUpdate) -> None:
+    """The send of a run's start that a report or a cancel overtook: in the history, nothing else."""
+    flow.last_status_code = update.last_status_code
+    if update.attempt_log is not None:
+        flow.attempt_log = attempt_log_from_text(attempt_log_to_text(update.attempt_log))
+    if update.answers is not None:
+        flow.answers = update.answers

@@ -93,6 +93,12 @@ class FirePath(StoreLifecycle):
         A non-terminal outcome with fewer ``attempts`` than stored is outdated (written by a node
         that lost the flow to a compensator claim, see :meth:`lease_stale_flows`) and is ignored, so
         a flow's attempt count never goes down while it is open. A terminal outcome always lands.
+
+        An outcome that starts a run (``running``, :mod:`tjobs.delivery.run_start`) lands only where its
+        attempt is still being delivered (``pending`` with fewer attempts, or ``sending`` it): a report,
+        a cancel or a retry that reached the flow first is kept. Where the flow is at that attempt all
+        the same (its run overtaken, or already ended by a report), the outcome records its send (the
+        status code, attempt history and answers) and nothing else.
         """
 
     @abstractmethod
