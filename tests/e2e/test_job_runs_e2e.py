@@ -1,11 +1,14 @@
 """Job runs on a real node process (README "Job runs"): a receiver that answers 202 with tjobs-run:
 accepted and reports later (progress, log lines, the end with a result) over HTTP with the app's key;
-and a run that never reports, timed out by the node's compensator from the store and retried by the
-task's policy until it is dead."""
+a run that never reports, timed out by the node's compensator from the store and retried by the
+task's policy until it is dead; and runs that outlive the node that started them (kill -9): the next
+node takes the one's end by report and times the other out."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -105,3 +108,38 @@ async def test_a_run_that_never_reports_times_out_and_is_retried_until_dead(tmp_
     assert dead["run"]["status"] == "timed_out" and dead["run"]["attempt"] == 2
     assert "run timed out" in dead["last_error"]
     assert late.status_code == 409 and late.json()["error"]["code"] == "run_finished"
+
+
+async def test_runs_outlive_the_node_that_started_them(tmp_path: Path) -> None:
+    data = f"sqlite+aiosqlite:///{tmp_path / 'data'}"
+    async with Receiver(ACCEPTED) as receiver:
+        with node_process(storage_urls=[data], settings=NODE_SETTINGS, work_dir=tmp_path / "first") as first:
+            async with await _app_client(first.base_url, first.admin_key) as client:
+                api_key = client.headers["authorization"]
+                for name, timeout_ms in (("reported", 60_000), ("stuck", 3_000)):
+                    task = {
+                        "name": name,
+                        "schedule": {"kind": "delay", "delay_ms": 100},
+                        "callback": {"url": receiver.url(f"/{name}"), "run_timeout_ms": timeout_ms, "max_attempts": 1},
+                    }
+                    assert (await client.post("/v1/tasks", json=task)).status_code == 201
+                [reported] = await receiver.wait_for(1, path="/reported", timeout_s=15)
+                [stuck] = await receiver.wait_for(1, path="/stuck", timeout_s=15)
+                await _flow_until(client, reported.flow_id, "running")
+                await _flow_until(client, stuck.flow_id, "running")
+            os.kill(first.pid, signal.SIGKILL)  # both runs are live; the node that started them is gone
+
+        with node_process(storage_urls=[data], settings=NODE_SETTINGS, work_dir=tmp_path / "second") as second:
+            headers = {"authorization": api_key}
+            async with httpx.AsyncClient(base_url=second.base_url, headers=headers, timeout=10) as client:
+                ended = await client.post(
+                    f"/v1/flows/{reported.flow_id}/report",
+                    json={"status": "succeeded", "attempt": reported.attempt, "result": {"ok": True}},
+                )
+                timed_out = await _flow_until(client, stuck.flow_id, "dead", timeout_s=20)
+                done = (await client.get(f"/v1/flows/{reported.flow_id}")).json()
+
+    assert ended.status_code == 200 and done["status"] == "delivered" and done["run"]["result"] == {"ok": True}
+    assert timed_out["run"]["status"] == "timed_out"
+    assert [r.flow_id for r in receiver.requests].count(stuck.flow_id) == 1  # max_attempts 1: never resent
+    assert [r.flow_id for r in receiver.requests].count(reported.flow_id) == 1
