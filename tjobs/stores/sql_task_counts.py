@@ -1,6 +1,6 @@
-"""Task counts by deltas (``task_counts`` in every logical database; README of
-:meth:`tjobs.stores.contracts.TaskRecords.read_task_counts`): the statement every task write adds to its
-own transaction, the reads, and the reconciliation of one shard table.
+"""Task counts by deltas (``task_counts`` in every logical database, which
+:meth:`tjobs.stores.contracts.TaskRecords.read_task_counts` reads): the statement every task write adds to
+its own transaction, and the statements of the reconciliation of one shard table.
 
 **The delta.** A write sums its tasks' changes per (counts table, app, status, table index)
 (:class:`CountDeltas`) and sends them as ONE upsert per logical database it wrote to, after its task
