@@ -5,8 +5,8 @@ The figures are the cluster's, the same whichever node serves the page: ``GET /v
 (:func:`tjobs.service.cluster_slo.cluster_service_levels`, every node's minutes summed from the store,
 never the flow tables). The charts cut the window into a few buckets and sum each the same way
 (:data:`WINDOWS`: 5 × 1 min, 12 × 5 min, 24 × 1 h, 28 × 6 h), read concurrently. "Dead letters now"
-is read from the store at the request (one statement per logical database for the page's apps);
-task counts are the node's background counts (``GET /v1/stats``).
+is read from the store at the request (one statement per logical database for the page's apps), and so
+are the task counts (the stores' counts, as ``GET /v1/stats`` reads them).
 
 An app session sees its own app; the admin sees every app in one table (a page of 100 at a time,
 with the total of all apps), or one app's figures and charts with ``?app=``.
