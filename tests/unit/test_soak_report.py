@@ -168,3 +168,16 @@ def test_lateness_during_a_server_fault_is_split_by_the_tasks_server() -> None:
     assert lateness["row_lock"]["n"] == 3
     assert (lateness["row_lock (its server)"]["n"], lateness["row_lock (its server)"]["max_ms"]) == (2, 12_500)
     assert lateness["row_lock (other servers)"]["max_ms"] == 40
+    assert tally.worst_fault([KILL, LOCK]) == (LOCK, lateness["row_lock"])
+    assert tally.worst_fault([KILL]) is None  # no instant was due in it
+
+
+def test_the_worst_single_fault_is_the_one_with_the_highest_p99() -> None:
+    tally = Tally()
+    owed = {T1: promise(T1, 12_000), T2: promise(T2, 72_000)}
+    calls = [sent(T1, 12_000, 15_000), sent(T2, 72_000, 72_100)]
+    tally.add_round(account(owed, calls, [], deadline_ms=99_000), owed, [KILL, LOCK])
+    worst = tally.worst_fault([KILL, LOCK])
+    assert worst is not None and worst[0] == KILL and worst[1]["p99_ms"] == 3000
+    text = text_report(tally, [], [KILL, LOCK], [], {})
+    assert "worst single fault: kill node2 8000 ms long, p99=3000 max=3000 (n=1)" in text

@@ -159,6 +159,7 @@ class Soak:
         self.samples: list[Sample] = []
         self.server_samples: list[dict[str, Any]] = []
         self.lateness_samples: list[dict[str, Any]] = []
+        self.driver_samples: list[dict[str, Any]] = []  # this process: receivers, client, bookkeeping
         self._seen: dict[int, int] = {}
         self.errors: list[str] = []
 
@@ -244,6 +245,7 @@ class Soak:
             "requests": judged.requests,
             "flows": judged.flows,
             "creates": judged.creates,
+            "stops_ms": round_.stops_ms,
         }
         self.judged.append(summary)
         log.info("round %s", json.dumps(summary))
@@ -255,6 +257,11 @@ class Soak:
             at = now_ms()
             for index in range(1, NODES + 1):
                 self.samples.append(sample_node(index, self.cluster.pid(index), at, ports))
+            driver = sample_node(0, os.getpid(), at, {})
+            cpu_s = sum(os.times()[:2])
+            self.driver_samples.append(
+                {"at_ms": at, "rss_kb": driver.rss_kb, "fds": driver.fds, "cpu_s": round(cpu_s, 2)}
+            )
             counts = await asyncio.to_thread(_processlist, self.cluster.infra)
             self.server_samples.append({"at_ms": at, "processlist": counts})
             late: list[int] = []
@@ -298,12 +305,21 @@ class Soak:
             "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(s).items()},
             "tally": self.tally.as_dict(),
             "verdict": {"passed": not reasons, "failures": reasons},
-            "faults": [asdict(r) for r in self.nemesis.records],
+            "faults": [
+                {
+                    **asdict(r),
+                    "lateness": self.tally.per_fault[r.start_ms].summary()
+                    if r.start_ms in self.tally.per_fault
+                    else None,
+                }
+                for r in self.nemesis.records
+            ],
             "rounds": self.judged,
             "trends": [{**asdict(t), "growth": t.growth} for t in found],
             "samples": sample_dicts(self.samples),
             "server_samples": self.server_samples,
             "lateness_samples": self.lateness_samples,
+            "driver_samples": self.driver_samples,
             "load_average": os.getloadavg(),
         }
         (self.run_dir / "soak.json").write_text(json.dumps(report, indent=1))
@@ -311,6 +327,13 @@ class Soak:
         if self.server_samples:
             first, last = self.server_samples[0]["processlist"], self.server_samples[-1]["processlist"]
             text += f"database server connections (processlist) first -> last sample: {first} -> {last}\n"
+        if len(self.driver_samples) > 1:
+            first, last = self.driver_samples[0], self.driver_samples[-1]
+            busy = (last["cpu_s"] - first["cpu_s"]) / max((last["at_ms"] - first["at_ms"]) / 1000, 1)
+            text += (
+                f"driver (receivers, client, bookkeeping): {busy:.0%} of a core, "
+                f"RSS {first['rss_kb'] // 1024} -> {last['rss_kb'] // 1024} MB\n"
+            )
         text += f"report: {self.run_dir / 'soak.json'}\n"
         (self.run_dir / "soak.txt").write_text(text)
         sys.stdout.write(text)

@@ -74,6 +74,12 @@ class Nemesis:
             await asyncio.sleep(0)
         return max((r.end_ms for r in self.records if r.start_ms <= instant_ms), default=0)
 
+    def quiet_for_ms(self) -> int | None:
+        """How long ago the last fault ended (about now in ms when none has run yet); ``None`` while one runs."""
+        if self.running is not None:
+            return None
+        return now_ms() - max((r.end_ms for r in self.records), default=0)
+
     async def strike(self, planned: PlannedFault) -> FaultRecord:
         cluster, node = self.cluster, planned.victim_node
         if planned.kind == ROW_LOCK:

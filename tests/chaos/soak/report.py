@@ -112,6 +112,7 @@ class Tally:
     unknown_task_callbacks: int = 0
     creates: Counter[str] = field(default_factory=Counter)
     lateness: dict[str, LatenessHistogram] = field(default_factory=dict)
+    per_fault: dict[int, LatenessHistogram] = field(default_factory=dict)  # by the fault's start_ms
 
     def histogram(self, kind: str) -> LatenessHistogram:
         return self.lateness.setdefault(kind, LatenessHistogram())
@@ -156,12 +157,18 @@ class Tally:
                 self.histogram(QUIET).add(late)
                 continue
             self.histogram(fault.kind).add(late)
+            self.per_fault.setdefault(fault.start_ms, LatenessHistogram()).add(late)
             if fault.victim_server is not None:
                 side = "its server" if promise.server == fault.victim_server else "other servers"
                 self.histogram(f"{fault.kind} ({side})").add(late)
 
     def lateness_summary(self) -> dict[str, dict[str, int]]:
         return {kind: histogram.summary() for kind, histogram in sorted(self.lateness.items())}
+
+    def worst_fault(self, faults: Sequence[FaultRecord]) -> tuple[FaultRecord, dict[str, int]] | None:
+        """The fault whose instants' first sends had the highest p99, with that summary."""
+        judged = [(f, self.per_fault[f.start_ms].summary()) for f in faults if f.start_ms in self.per_fault]
+        return max(judged, key=lambda pair: pair[1]["p99_ms"], default=None)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -296,6 +303,14 @@ def text_report(
         lines.append(
             f"  {kind:<28} n={summary['n']:<9} p50={summary['p50_ms']:<6} p99={summary['p99_ms']:<6} "
             f"max={summary['max_ms']:<7} early={summary['early']}"
+        )
+    worst = tally.worst_fault(faults)
+    if worst is not None:
+        fault, summary = worst
+        victim = f" node{fault.victim_node}" if fault.victim_node is not None else ""
+        lines.append(
+            f"worst single fault: {fault.kind}{victim} {fault.end_ms - fault.start_ms} ms long, "
+            f"p99={summary['p99_ms']} max={summary['max_ms']} (n={summary['n']})"
         )
     lines.append("resources, median of the first quarter -> the last (running samples):")
     for trend in found_trends:

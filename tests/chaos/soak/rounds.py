@@ -1,9 +1,10 @@
 """The soak's workload, in rounds: each round is an app of its own with a receiver of its own, interval
 tasks firing every second across the round, a paced stream of one-shot tasks due 1.5-4 s after their
-create, and a few pauses and deletes. Rounds follow each other without a gap (the next round's interval
-tasks are registered while this one fires), so the load is steady, while each round's bookkeeping stays
-bounded: it is judged by :func:`tests.chaos.accounting.account` once its instants are due, delivered
-and a watch period has passed, then dropped.
+create, and a few pauses and deletes (at a moment with no fault: :meth:`Round._quiet_moment`). Rounds
+follow each other without a gap (the next round's interval tasks are registered while this one fires),
+so the load is steady, while each round's bookkeeping stays bounded: it is judged by
+:func:`tests.chaos.accounting.account` once its instants are due, delivered and a watch period has
+passed, then dropped.
 
 A round's deadline is its last instant, or the end of the latest fault that struck by then, plus
 ``settle_s``: an instant owed and not delivered by then is lost.
@@ -25,7 +26,8 @@ from tests.chaos.workload import ChaosClient, promises, read_flows, register_int
 
 EVERY_MS = 1000
 ONE_SHOT_LEAD_MS = (1500, 4000)
-STOPS = 3  # interval tasks paused, and as many deleted, 3.5 s into each round
+STOPS = 3  # interval tasks paused, and as many deleted, 3.5 s into each round (or at its first quiet moment)
+STOP_QUIET_MS = 10_000  # ... at least this long after a fault ended
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Round:
         self.plan = plan
         self.receiver = ChaosReceiver(seed=seed)
         self.app_id = ""
+        self.stops_ms: int | None = None  # when the pauses and deletes were sent (None: no quiet moment)
         self._pick = random.Random(seed)
 
     async def run(self, entry: NodeProc) -> JudgedRound:
@@ -75,9 +78,11 @@ class Round:
                 await register_intervals(client, plan.interval_tasks, plan.start_ms, plan.end_ms, EVERY_MS)
                 stream = asyncio.create_task(self._stream_one_shots(client))
                 await _sleep_until(plan.start_ms + 3500)
-                interval_ids = [t for t, r in client.book.tasks.items() if len(r.instants) > 1]
-                for index, task_id in enumerate(interval_ids[: 2 * STOPS]):
-                    await client.stop(task_id, "pause" if index % 2 == 0 else "delete")
+                if await self._quiet_moment(until_ms=plan.end_ms - 10_000):
+                    self.stops_ms = now_ms()
+                    interval_ids = [t for t, r in client.book.tasks.items() if len(r.instants) > 1]
+                    for index, task_id in enumerate(interval_ids[: 2 * STOPS]):
+                        await client.stop(task_id, "pause" if index % 2 == 0 else "delete")
                 await stream
                 last_instant = max((max(r.instants) for r in client.book.tasks.values()), default=plan.end_ms)
                 await _sleep_until(last_instant)
@@ -111,6 +116,17 @@ class Round:
                 return JudgedRound(plan, figures, owed_promises, deadline_ms, creates, len(callbacks), len(flows))
             finally:
                 await client.close()
+
+    async def _quiet_moment(self, until_ms: int) -> bool:
+        """Wait until no fault runs and the last one ended :data:`STOP_QUIET_MS` ago; False if not by
+        ``until_ms``. A pause or delete owes the instants due a second before it was sent, which a healthy
+        owner has fired by then; one frozen, cut off or killed has not, and the pause rightly cancels them."""
+        while now_ms() < until_ms:
+            quiet_ms = self.nemesis.quiet_for_ms()
+            if quiet_ms is not None and quiet_ms >= STOP_QUIET_MS:
+                return True
+            await asyncio.sleep(0.5)
+        return False
 
     async def _stream_one_shots(self, client: ChaosClient) -> None:
         """``one_shots_per_s`` creates a second, paced per 100 ms, from the round's start until 4 s before
