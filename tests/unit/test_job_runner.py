@@ -246,6 +246,18 @@ async def test_the_newest_committed_instant_moves_with_commits_only() -> None:
         await h.stop()
 
 
+async def test_stop_does_not_wait_out_the_cycle_loops_nap() -> None:
+    # The cycle loop naps up to a second between looks at the clock; stopping an idle runner (every
+    # node's shutdown, every runner restart) must not wait for the nap to end. It waited 1 s.
+    h = Harness(MemoryTaskStore(TOPOLOGY))
+    await h.start()
+    await asyncio.sleep(0.05)  # the cycle loop is napping
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await h.stop()
+    assert loop.time() - began < 0.5
+
+
 class CommitLostStore(MemoryTaskStore):
     """Instance 1's transactions commit, but the answer is lost (the connection dropped during COMMIT)."""
 

@@ -144,6 +144,7 @@ class JobRunner:
         self._one_server = len(store.database_servers()) == 1
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
+        self._stopping = asyncio.Event()  # set by stop(): ends the cycle loop's nap
         self._loads_in_progress = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -176,6 +177,7 @@ class JobRunner:
 
     async def start(self) -> None:
         self._running = True
+        self._stopping.clear()
         now_ms = self._clock.now_ms()
         self._horizon_ms = (now_ms // self._cycle_ms + 1) * self._cycle_ms
         # Started again with its jobs (no take-over load follows): what the wheel holds was loaded
@@ -189,6 +191,7 @@ class JobRunner:
         cancelled half-way unless it outlasts ``timeout_s``). Uncommitted due entries are dropped:
         the store still holds them for whoever loads the shard next."""
         self._running = False
+        self._stopping.set()  # the cycle loop's nap ends now
         for ready in self._committing.values():
             ready.set()
         _, unfinished = await asyncio.wait(self._tasks, timeout=timeout_s)
@@ -297,7 +300,7 @@ class JobRunner:
             wake_at_ms = self._horizon_ms - lead_ms
             delay_ms = wake_at_ms - self._clock.now_ms()
             if delay_ms > 0:
-                await asyncio.sleep(min(delay_ms, 1000) / 1000)
+                await self._nap(min(delay_ms, 1000) / 1000)
                 continue
             # Raise the horizon first: hot-path changes for the new cycle go straight to the wheel
             # while the load runs, and the load's older versions never replace them.
@@ -327,9 +330,17 @@ class JobRunner:
             except Exception:
                 logger.exception("cycle load failed; retrying shortly", extra={"action": "cycle_load_failed"})
                 self._horizon_ms = old_horizon_ms
-                await asyncio.sleep(1.0)
+                await self._nap(1.0)
             else:
                 self._full_cycle_load = False
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when :meth:`stop` is called meanwhile."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+        except TimeoutError:
+            pass
 
     async def _load(self, shards: Iterable[int], before_ms: int, skip: tuple[int, int] | None = None) -> None:
         """Load each shard's active tasks due before ``before_ms``, except those due in ``skip``
