@@ -11,11 +11,10 @@ counts is exact as of that read, whatever node wrote.
 - **The quota** is checked on every create, too often for a read each: the node reads every app's
   counts in the background (one statement per logical database over its count rows, however many tasks
   they count; every ``limits.task_count_refresh_s``, and :data:`ASKED_READ_DELAY_S` after a refusal)
-  and adds its own net change since
-  (:meth:`TaskCounts.active_split`). A change whose write overlapped a read may or may not be in it: its
-  additions are counted, its removals not until the next read, so the quota errs toward refusing, never
-  toward admitting. It is held across the cluster by dividing the room a read left among the live
-  nodes (:mod:`tjobs.cluster.limit_shares`).
+  and adds its own net change since (:meth:`TaskCounts.active_split`). A change whose write overlapped a
+  read may or may not be in it: its additions are counted, its removals not until the next read, so the
+  quota errs toward refusing, never toward admitting. It is held across the cluster by dividing the
+  room a read left among the live nodes (:mod:`tjobs.cluster.limit_shares`).
 - **Reconciliation** (:class:`tjobs.service.task_count_reconciler.TaskCountReconciler`) recounts one
   shard table per step, so counts a bug or a hand-made change put off are set right without any pass
   reading every row.
