@@ -118,6 +118,25 @@ class Task:
     created_at_ms: int
     updated_at_ms: int
     revision: int = 1
+    children: TaskChildren | None = None  # the tasks its flows' endings trigger; None: none
+
+
+@dataclass(frozen=True, slots=True)
+class TaskChildren:
+    """The tasks a task's flow triggers when it ends (README "Child tasks"): ``on_success`` when it ends
+    ``delivered`` (a delivery answered 2xx, or a run reported succeeded), ``on_failure`` when it ends
+    ``dead``; ids of tasks of the same app, in the order given."""
+
+    on_success: tuple[int, ...] = ()
+    on_failure: tuple[int, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.on_success or self.on_failure)
+
+    @property
+    def all(self) -> tuple[int, ...]:
+        """Every child, each once, ``on_success`` first."""
+        return tuple(dict.fromkeys(self.on_success + self.on_failure))
 
 
 @dataclass(frozen=True, slots=True)

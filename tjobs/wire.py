@@ -312,8 +312,18 @@ class StoredCallback(BaseModel):
 # ---- tasks --------------------------------------------------------------------------------------
 
 
+class TaskChildrenRequest(_Strict):
+    """The tasks of the app a flow of this task triggers when it ends (README "Child tasks"), each with
+    the flow's result as its payload."""
+
+    NULLABLE = frozenset({"on_success", "on_failure"})
+
+    on_success: list[str] | None = Field(default=None, description="task ids triggered when a flow ends delivered")
+    on_failure: list[str] | None = Field(default=None, description="task ids triggered when a flow ends dead")
+
+
 class TaskCreate(_Strict):
-    NULLABLE = frozenset({"key", "payload", "misfire_policy", "delivery"})  # null: none, or the default
+    NULLABLE = frozenset({"key", "payload", "misfire_policy", "delivery", "children"})  # null: none, or the default
 
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     key: str | None = Field(
@@ -324,15 +334,19 @@ class TaskCreate(_Strict):
     payload: JsonValue = None
     misfire_policy: MisfirePolicyName | None = None
     delivery: DeliveryName | None = None
+    children: TaskChildrenRequest | None = None
 
 
 class TaskUpdate(_Strict):
+    NULLABLE = frozenset({"children"})  # null: none
+
     name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN)
     schedule: Schedule | None = None
     callback: CallbackRequest | None = None
     payload: JsonValue = None
     misfire_policy: MisfirePolicyName | None = None
     delivery: DeliveryName | None = None
+    children: TaskChildrenRequest | None = None
     version: int | None = Field(
         default=None,
         ge=JSON_INTEGER_MIN,

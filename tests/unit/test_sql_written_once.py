@@ -88,9 +88,9 @@ def test_the_mariadb_insert_text_is_the_one_written_for_speed() -> None:
     home = Layout(settings).shards[1]
     columns = (
         "id, app_id, name, idem_key, status, next_run_at, version, fire_count, schedule, callback, payload, "
-        "misfire_policy, delivery, created_at, updated_at, revision"
+        "misfire_policy, delivery, created_at, updated_at, revision, children"
     )
-    marks = ", ".join(["%s"] * 16)
+    marks = ", ".join(["%s"] * 17)
     single = f"INSERT INTO `p_00`.`tasks_01` ({columns}) VALUES ({marks})"
     assert task_insert_sql(home.tasks_sql) == task_insert_head(home.tasks_sql) + TASK_ROW == single
     references = reference_insert_head(home.task_targets_sql) + ", ".join([REFERENCE_ROW] * 2)

@@ -18,7 +18,7 @@ from tjobs.clock import iso_ms
 from tjobs.delivery.answers import masked_json
 from tjobs.delivery.run_log import log_entries
 from tjobs.errors import TjobsError
-from tjobs.model import DISABLED_AT, App, Flow, FlowRun, Task, TaskHealth
+from tjobs.model import DISABLED_AT, App, Flow, FlowRun, Task, TaskChildren, TaskHealth
 from tjobs.schedules.preview import Preview
 from tjobs.service.task_health import HEALTH_CAP, HEALTH_WINDOW_MS
 from tjobs.specs import ScheduleSpec, callback_to_json, schedule_to_json
@@ -52,7 +52,14 @@ def task_json(task: Task, *, masked: bool = False) -> dict[str, Any]:
         "fire_count": task.fire_count,
         "created_at": _instant(task.created_at_ms),
         "updated_at": _instant(task.updated_at_ms),
+        "children": _children_json(task.children),
     }
+
+
+def _children_json(children: TaskChildren | None) -> dict[str, list[str]] | None:
+    if not children:
+        return None
+    return {"on_success": [str(i) for i in children.on_success], "on_failure": [str(i) for i in children.on_failure]}
 
 
 def flow_json(flow: Flow, *, masked: bool = False) -> dict[str, Any]:

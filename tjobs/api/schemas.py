@@ -96,6 +96,9 @@ class Task(BaseModel):
     fire_count: int
     created_at: str
     updated_at: str
+    children: dict[str, list[str]] | None = Field(
+        default=None, description="the task ids its flows trigger when they end: on_success, on_failure; null: none"
+    )
     health: TaskHealthFigures | None = Field(default=None, description="with health=true on GET /v1/tasks only")
 
 

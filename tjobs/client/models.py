@@ -63,6 +63,8 @@ class Task(_Model):
     fire_count: int
     created_at: datetime
     updated_at: datetime
+    children: dict[str, list[str]] | None = None
+    """The task ids its flows trigger when they end (``on_success``, ``on_failure``); ``None``: none."""
     health: TaskHealth | None = None
     """With ``list_tasks(health=True)`` / ``iter_tasks(health=True)`` only."""
 

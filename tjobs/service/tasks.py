@@ -31,10 +31,11 @@ from tjobs.errors import (
     TjobsError,
 )
 from tjobs.hot_tier.base import HotTier, TaskChange
-from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskHealth, TaskStatus, parse_flow_id
+from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskChildren, TaskHealth, TaskStatus, parse_flow_id
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.schedules.parsing import parse_schedule_request, schedule_of
 from tjobs.service import audit_scope
+from tjobs.service.child_tasks import check_no_cycle, check_not_self, children_field, parse_children
 from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported: the listings' bound
 from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService
@@ -160,6 +161,7 @@ class TaskService:
         policy = parse_misfire_policy(request.get("misfire_policy"), default_policy)
         check_fixed_delay_policy(schedule, policy)
         delivery = parse_delivery(request.get("delivery"))
+        children = parse_children(request.get("children"))
         calendar = self.calendar_of(app.id, schedule)
         if schedule_of(schedule, calendar=calendar).first_fire(now_ms) is None:
             raise InvalidInput("schedule", "never fires", "never_fires")
@@ -182,12 +184,14 @@ class TaskService:
             fire_count=0,
             created_at_ms=now_ms,
             updated_at_ms=now_ms,
+            children=children,
         )
 
     async def create(self, app: App, request: Any) -> Created:
         now_ms = self._clock.now_ms()
         task = self.build(app, request, now_ms)
         await self.check_targets(app, task.callback, request["callback"])
+        await self.check_children(app, task.id, task.children)
         with self._quota_held(app, 1):
             self._check_reachable(shard_of_task_id(task.id))
             return await self._insert_one(app, task, now_ms)
@@ -224,6 +228,23 @@ class TaskService:
             raise InvalidInput("schedule.calendar", f"the app has no calendar named {name!r}", "unknown_calendar")
         return rules
 
+    async def check_children(self, app: App, task_id: int, children: TaskChildren | None) -> None:
+        """422 naming the entry of ``children`` that is the task itself, no task of the app, or closes a
+        cycle through the stored tasks' children (:mod:`tjobs.service.child_tasks`)."""
+        if not children:
+            return
+        check_not_self(task_id, children)
+        for child in children.all:
+            found = await self._store.get_task(child) if self._routable(child) else None
+            if found is None or found.app_id != app.id:
+                raise InvalidInput(children_field(children, child), f"the app has no task {child}", "unknown_task")
+
+        async def read(other: int) -> TaskChildren | None:
+            found = await self._store.get_task(other) if self._routable(other) else None
+            return None if found is None or found.app_id != app.id else found.children
+
+        await check_no_cycle(task_id, children, read)
+
     async def check_targets(self, app: App, callback: CallbackSpec, request: Any = None) -> None:
         """The SSRF policy at registration: 422 naming the URL field if a URL is refused; and for a
         callback naming targets, 422 naming the field of a name the app has no target of
@@ -255,6 +276,7 @@ class TaskService:
                 if task.callback.targets and task.callback.targets not in named:
                     await self.check_targets(app, task.callback, request["callback"])
                     named.add(task.callback.targets)
+                await self.check_children(app, task.id, task.children)
                 urls = task.callback.urls
                 for position, url in enumerate(urls):
                     if url not in judged:
@@ -520,6 +542,10 @@ class TaskService:
         if "misfire_policy" in request:
             task.misfire_policy = parse_misfire_policy(request["misfire_policy"], task.misfire_policy)
             fields.add("misfire_policy")
+        if "children" in request:
+            task.children = parse_children(request["children"])
+            await self.check_children(app, task.id, task.children)
+            fields.add("children")
         if "schedule" in request:
             task.schedule = parse_schedule_request(
                 request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms

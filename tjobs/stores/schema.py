@@ -36,7 +36,17 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.schema import SchemaItem
 from sqlalchemy.types import TypeEngine
 
-from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
+from tjobs.model import (
+    App,
+    DeliveryMode,
+    Flow,
+    FlowKind,
+    FlowStatus,
+    MisfirePolicy,
+    Task,
+    TaskChildren,
+    TaskStatus,
+)
 from tjobs.specs import callback_from_text, callback_to_text, schedule_from_text, schedule_to_text
 from tjobs.stores.flow_documents import (
     MAX_ERROR_CHARS,
@@ -105,6 +115,26 @@ def task_revision_column() -> Column[int]:
     """``revision``: bumped by the owner's edits only (``version`` also moves on fires); added by
     migration 0002, so not part of :func:`tasks_schema_items` (the initial revision's columns)."""
     return Column("revision", Integer, nullable=False, server_default="1")
+
+
+def task_children_column() -> Column[str]:
+    """``children``: the tasks a task's flows trigger when they end, as JSON ``{"on_success": [id, ...],
+    "on_failure": [id, ...]}`` (:func:`children_to_text`); NULL for a task naming none. Added by migration
+    0023, so not part of :func:`tasks_schema_items` (the initial revision's columns)."""
+    return Column("children", Text, nullable=True)
+
+
+def children_to_text(children: TaskChildren | None) -> str | None:
+    if not children:
+        return None
+    return orjson.dumps({"on_success": children.on_success, "on_failure": children.on_failure}).decode()
+
+
+def children_from_text(text: str | None) -> TaskChildren | None:
+    if text is None:
+        return None
+    document = orjson.loads(text)
+    return TaskChildren(tuple(document["on_success"]), tuple(document["on_failure"]))
 
 
 def flow_routes_column() -> Column[str]:
@@ -350,7 +380,7 @@ def _table(
 
 
 def tasks_table(metadata: MetaData, name: str, schema: str | None = None) -> Table:
-    items = [*tasks_schema_items(name), task_revision_column()]
+    items = [*tasks_schema_items(name), task_revision_column(), task_children_column()]
     return _table(metadata, name, schema, items, tasks_indexes(name))
 
 
@@ -419,6 +449,7 @@ def task_to_row(task: Task) -> dict[str, Any]:
         "created_at": task.created_at_ms,
         "updated_at": task.updated_at_ms,
         "revision": task.revision,
+        "children": children_to_text(task.children),
     }
 
 
@@ -439,6 +470,7 @@ TASK_COLUMNS: tuple[str, ...] = (
     "created_at",
     "updated_at",
     "revision",
+    "children",
 )
 
 
@@ -460,6 +492,7 @@ def task_from_row(row: Mapping[Any, Any]) -> Task:
         created_at_ms=int(row["created_at"]),
         updated_at_ms=int(row["updated_at"]),
         revision=int(row["revision"]),
+        children=children_from_text(row["children"]),
     )
 
 

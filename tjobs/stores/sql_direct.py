@@ -59,7 +59,7 @@ from sharding import shard_of_task_id
 from tjobs.model import Task
 from tjobs.settings import StorageSettings
 from tjobs.specs import callback_to_text, schedule_to_text
-from tjobs.stores.schema import TASK_COLUMNS, dumps, task_from_row
+from tjobs.stores.schema import TASK_COLUMNS, children_to_text, dumps, task_from_row
 from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql_layout import MYSQL, ROW_LOCK_WAIT_S, Layout, ShardTables
 from tjobs.stores.sql_task_counts import CountDeltas
@@ -187,6 +187,7 @@ def task_values(task: Task) -> tuple[Any, ...]:
         task.created_at_ms,
         task.updated_at_ms,
         task.revision,
+        children_to_text(task.children),
     )
 
 

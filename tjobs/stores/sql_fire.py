@@ -46,7 +46,7 @@ from tjobs.errors import Fenced
 from tjobs.model import DeliveryMode, FireIntent, FireOutcome, Flow, MisfirePolicy, Task, TaskStatus
 from tjobs.specs import callback_from_text, schedule_from_text
 from tjobs.stores.base import FirePlanner
-from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, clip_error
+from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, children_from_text, clip_error
 from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, MYSQL, SQLITE, mysql_errno, round_trips
 from tjobs.stores.sql_task_counts import CountDeltas
@@ -222,6 +222,7 @@ class FireTransaction:
                 task.created_at_ms,
                 self.now_ms,
                 task.revision,
+                task.children,
             )
             state[task.id] = after
             advanced[home.shard][task.id] = after
@@ -449,6 +450,7 @@ def _task_of_values(row: Sequence[Any]) -> Task:
         created_at,
         updated_at,
         revision,
+        children,
     ) = row
     return Task(
         int(id_),
@@ -467,4 +469,5 @@ def _task_of_values(row: Sequence[Any]) -> Task:
         int(created_at),
         int(updated_at),
         int(revision),
+        children_from_text(children),
     )

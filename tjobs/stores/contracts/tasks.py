@@ -26,7 +26,9 @@ class CountCorrection:
     by: int
 
 
-EDITABLE_FIELDS = frozenset({"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "status"})
+EDITABLE_FIELDS = frozenset(
+    {"name", "schedule", "callback", "payload", "misfire_policy", "delivery", "children", "status"}
+)
 """The task fields an owner's edit may set (:meth:`TaskRecords.edit_task`)."""
 
 

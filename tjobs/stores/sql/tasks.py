@@ -46,6 +46,7 @@ _MUTABLE_COLUMNS = (
     "payload",
     "misfire_policy",
     "delivery",
+    "children",
     "status",
     "next_run_at",
     "fire_count",

@@ -1,0 +1,41 @@
+"""A task's child tasks (README "Child tasks"): ``tasks_TT.children`` (JSON text, NULL for a task naming
+none; :func:`tjobs.stores.schema.task_children_column`).
+
+Metadata only on MariaDB (a nullable column added last, ``ALGORITHM=INSTANT``). A table that has the
+column already keeps it: a database whose ``alembic_version`` was set back runs the later revisions again.
+
+Revision ID: 0023_task_children
+Revises: 0022_task_counts
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+from sqlalchemy import inspect
+
+from tjobs.stores.schema import task_children_column
+
+revision = "0023_task_children"
+down_revision = "0022_task_counts"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    for index in range(tables_per_database):
+        table = f"tasks_{index:02d}"
+        present = {column["name"] for column in inspect(op.get_bind()).get_columns(table)}
+        if "children" not in present:
+            op.add_column(table, task_children_column())
+
+
+def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    for index in range(tables_per_database):
+        with op.batch_alter_table(f"tasks_{index:02d}") as batch:
+            batch.drop_column("children")
