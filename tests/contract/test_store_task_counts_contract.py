@@ -10,11 +10,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
 from tjobs.model import TaskStatus
-from tjobs.stores import sql_task_counts
+from tjobs.stores import sql_fire, sql_task_counts
 from tjobs.stores.base import TaskStore
 from tjobs.stores.memory import MemoryTaskStore
 from tjobs.stores.sql_layout import ShardTables
@@ -104,26 +103,48 @@ async def test_the_counts_follow_every_kind_of_write(store: TaskStore) -> None:
     await assert_exact(store, {"app-b": {"active": 3}})
 
 
-async def test_a_fire_that_only_moves_the_next_run_sends_no_count_statement(store: TaskStore) -> None:
-    if not isinstance(store, SQLAlchemyTaskStore) or store.layout.dialect != "sqlite":
-        pytest.skip("statements are watched on the engine: SQLite (MariaDB fires on a raw pool)")
+def watch_count_writes(store: TaskStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the fire transaction sends from now on: its SQL statements (every executor call), or on the
+    twin each change of its counts."""
+    sent: list[str] = []
+    if isinstance(store, MemoryTaskStore):
+        count = store._count
+
+        def counted(shard: int, app_id: str, before: TaskStatus | None, after: TaskStatus | None) -> None:
+            if before is not after:
+                sent.append("task_counts")
+            count(shard, app_id, before, after)
+
+        monkeypatch.setattr(store, "_count", counted)
+        return sent
+    for executor in (sql_fire._Executor, sql_fire._AsyncmyExecutor):
+        for name in ("rows", "count", "count_many", "counts"):
+            original = executor.__dict__.get(name)
+            if original is None:
+                continue
+
+            async def recorded(self: Any, sql: str, params: Any, _original: Any = original) -> Any:
+                sent.append(sql)
+                return await _original(self, sql, params)
+
+            monkeypatch.setattr(executor, name, recorded)
+    return sent
+
+
+async def test_a_fire_that_only_moves_the_next_run_sends_no_count_statement(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     task = await store.insert_task(make_task(shard=2))
     done = await store.insert_task(make_task(shard=3, max_fires=1))
-    sent: list[str] = []
-
-    def watch(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        sent.append(statement)
-
-    engine = store._writers[store.layout.shards[2].database.engine_url].sync_engine
-    event.listen(engine, "before_cursor_execute", watch)
-    try:
-        await store.commit_fires([intent_of(task)], NOW_MS, interval_planner)
-        assert sent and not [s for s in sent if "task_counts" in s]
-        sent.clear()
-        await store.commit_fires([intent_of(done)], NOW_MS, interval_planner)
-        assert len([s for s in sent if "task_counts" in s]) == 1  # the task completed: one upsert
-    finally:
-        event.remove(engine, "before_cursor_execute", watch)
+    sent = watch_count_writes(store, monkeypatch)
+    await store.commit_fires([intent_of(task)], NOW_MS, interval_planner)
+    assert not [s for s in sent if "task_counts" in s]
+    if not isinstance(store, MemoryTaskStore):
+        assert sent  # the fire's own statements were watched
+    sent.clear()
+    await store.commit_fires([intent_of(done)], NOW_MS, interval_planner)
+    assert len([s for s in sent if "task_counts" in s]) == 1  # the task completed: one upsert
+    await assert_exact(store, {"app-a": {"active": 1, "completed": 1}})
 
 
 async def test_concurrent_creates_deletes_and_fires_leave_the_counts_exact(store: TaskStore) -> None:
@@ -197,8 +218,6 @@ async def test_a_reconciliation_racing_writers_leaves_the_counts_exact(store: Ta
 async def test_a_write_committed_between_the_snapshot_and_the_correction_is_counted_once(
     store: TaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if isinstance(store, SQLAlchemyTaskStore) and store.layout.dialect == "sqlite":
-        pytest.skip("SQLite: a reconciliation holds the file's write lock, no writer commits meanwhile")
     await store.insert_task(make_task(shard=1))
     await set_count(store, "app-a", ACTIVE, 1, 5)  # 1 there
     between = make_task(shard=1)
@@ -209,6 +228,9 @@ async def test_a_write_committed_between_the_snapshot_and_the_correction_is_coun
         await asyncio.sleep(0)
         found = await store.reconcile_task_counts(1)
         await writer
+    elif isinstance(store, SQLAlchemyTaskStore) and store.layout.dialect == "sqlite":
+        # a reconciliation holds the file's write lock: the create waits for it (or it for the create)
+        found, _ = await asyncio.gather(store.reconcile_task_counts(1), store.insert_task(between))
     else:
         read = sql_task_counts.read_table_counts
 
