@@ -511,6 +511,19 @@ class FlowUpdate:
     # a fixed_delay task's next run, set by the flow's final outcome in the same write (None: none)
     reschedule: Reschedule | None = None
     run: FlowRun | None = None  # the flow's run as it is now; None: unchanged
+    # the child flows this ending triggers once it is written (README "Child tasks"); never stored
+    children: ChildTrigger | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildTrigger:
+    """The children a flow's ending triggers (:mod:`tjobs.delivery.child_triggers`): tasks ``task_ids`` of
+    app ``app_id``, each sent ``payload_json`` (the parent's result as JSON text) in a manual flow at the
+    parent's instant (:mod:`tjobs.service.child_flows`)."""
+
+    app_id: str
+    task_ids: tuple[int, ...]
+    payload_json: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from tjobs.service.audit import AuditService
 from tjobs.service.backfill import BACKFILL, BackfillService
 from tjobs.service.backfill_walk import BackfillWalks
 from tjobs.service.calendars import CalendarService
+from tjobs.service.child_flows import ChildFlows
 from tjobs.service.cluster_slo import ClusterServiceLevels
 from tjobs.service.disabled_apps import DisabledApps
 from tjobs.service.node_figures import STARVED_WINDOW_MS, NodeFigures, in_flight_entries
@@ -167,6 +168,7 @@ class Node:
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, observer=self.observer)
         # Executor pools: the coordinator holds the registry; the dispatcher routes each pool attempt.
         self.pools = PoolDispatcher(self.coordinator, self.transport)
+        self.child_flows = ChildFlows(self.store, self.topology.shard_count)  # README "Child tasks"
         self.deliverer = Deliverer(
             self.store,
             self.transport,
@@ -183,6 +185,7 @@ class Node:
             flush_interval_s=settings.callbacks.outcome_flush_ms / 1000,
             flush_batch=settings.callbacks.outcome_flush_batch,
             run_timeout_ms=settings.runs.timeout_ms,
+            ended=self.child_flows.ended,
         )
         scheduler = settings.scheduler
         self.calendars = CalendarService(calendars_of(self.store), self.clock)  # in memory for the planner
@@ -220,6 +223,7 @@ class Node:
             lease_ms,
             fence=self.coordinator.may_fire,
             task_changes=self.hot_tier.publish,
+            ended=self.child_flows.ended,
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
         self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)
@@ -244,7 +248,9 @@ class Node:
             self.tasks.get_flow,
             flow_sink=self.deliverer.deliver,
             task_changes=self.hot_tier.publish,
+            ended=self.child_flows.ended,
         )
+        self.child_flows.bind(self.tasks, self.apps.get)
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics
         # The API and the console reach the store only through the services (tasks, target_service and these).
         self.app_service = AppService(self.store, self.apps, settings, self.clock, self.disabled_apps)

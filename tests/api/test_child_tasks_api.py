@@ -1,15 +1,33 @@
 """Child tasks over HTTP on every backend (README "Child tasks"): a task names the tasks its flows
-trigger when they end; each bad entry is a 422 naming it, a cycle is refused at create and edit."""
+trigger when they end; each bad entry is a 422 naming it, a cycle is refused at create and edit; a flow
+ending delivered triggers its success children, one ending dead its failure children, once each, at the
+parent's instant, with the parent's result (a run's, or the answer's body) as payload."""
 
 from __future__ import annotations
 
+import asyncio
+import secrets
+from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
 import pytest
 
+from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
+from tests.api.test_job_runs_api import ACCEPTED
+from tests.api.test_tenancy import wait_status
+from tests.receiver import Receiver, Reply
+from tjobs.model import ChildTrigger, FlowStatus, FlowUpdate
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@dataclass
+class Family:
+    parent: dict[str, Any]
+    ok: dict[str, Any]  # its on_success child
+    ko: dict[str, Any]  # its on_failure child
 
 
 async def _task(tenant: Tenant, **extra: Any) -> dict[str, Any]:
@@ -73,3 +91,81 @@ async def test_an_edit_closing_a_cycle_is_refused(tenant: Tenant) -> None:
     assert f"{c['id']} -> {a['id']} -> {b['id']} -> {c['id']}" in cycle.json()["error"]["message"]
     assert diamond.status_code == 200
     assert (await tenant.client.get(f"/v1/tasks/{c['id']}")).json()["children"] is None
+
+
+async def _parent_and_children(tenant: Tenant, receiver: Receiver, tag: str, **parent_callback: Any) -> Family:
+    ok = await _task(tenant, name="ok", callback={"url": receiver.url(f"/{tag}-ok")})
+    ko = await _task(tenant, name="ko", callback={"url": receiver.url(f"/{tag}-ko")})
+    parent = await _task(
+        tenant,
+        name="parent",
+        callback={"url": receiver.url(f"/{tag}-parent"), **parent_callback},
+        children={"on_success": [ok["id"]], "on_failure": [ko["id"]]},
+    )
+    return Family(parent, ok, ko)
+
+
+async def _child_flow(tenant: Tenant, child: dict[str, Any], at_ms: int) -> dict[str, Any]:
+    flow = await wait_status(tenant.client, f"{child['id']}-{at_ms}", "delivered")
+    return flow
+
+
+async def test_a_delivered_flow_triggers_its_success_children_with_the_answer_as_payload(
+    tenant: Tenant, receiver: Receiver
+) -> None:
+    tag = f"answer-{secrets.token_hex(4)}"
+    receiver.script(f"/{tag}-parent", Reply(200, body=b'{"rows": 3}', headers={"content-type": "application/json"}))
+    family = await _parent_and_children(tenant, receiver, tag)
+
+    parent = (await tenant.client.post(f"/v1/tasks/{family.parent['id']}/trigger")).json()
+    child = await _child_flow(tenant, family.ok, parent["scheduled_at_ms"])
+
+    [sent] = receiver.for_path(f"/{tag}-ok")
+    assert orjson.loads(sent.body)["payload"] == {"rows": 3}
+    assert child["kind"] == "manual" and child["payload"] == {"rows": 3}
+    assert receiver.for_path(f"/{tag}-ko") == []
+
+
+async def test_a_runs_result_is_its_childs_payload_once_and_a_dead_flow_triggers_the_failure_children(
+    tenant: Tenant, receiver: Receiver
+) -> None:
+    tag = f"run-{secrets.token_hex(4)}"
+    receiver.script(f"/{tag}-parent", ACCEPTED, Reply(500))
+    family = await _parent_and_children(tenant, receiver, tag, max_attempts=1)
+
+    ran = (await tenant.client.post(f"/v1/tasks/{family.parent['id']}/trigger")).json()
+    await wait_status(tenant.client, ran["id"], "running")
+    report = {"status": "succeeded", "attempt": 1, "result": {"file": "s3://b/k"}}
+    ended = await tenant.client.post(f"/v1/flows/{ran['id']}/report", json=report)
+    again = await tenant.client.post(f"/v1/flows/{ran['id']}/report", json=report)
+    child = await _child_flow(tenant, family.ok, ran["scheduled_at_ms"])
+    failed = (await tenant.client.post(f"/v1/tasks/{family.parent['id']}/trigger")).json()
+    await wait_status(tenant.client, failed["id"], "dead")
+    on_failure = await _child_flow(tenant, family.ko, failed["scheduled_at_ms"])
+
+    assert ended.json()["status"] == "delivered" and again.json()["repeated"] is True
+    assert child["payload"] == {"file": "s3://b/k"}
+    assert [orjson.loads(r.body)["payload"] for r in receiver.for_path(f"/{tag}-ok")] == [{"file": "s3://b/k"}]
+    assert on_failure["payload"] is None and len(receiver.for_path(f"/{tag}-ko")) == 1
+    flows = (await tenant.client.get(f"/v1/tasks/{family.ok['id']}/flows")).json()["items"]
+    assert [f["id"] for f in flows] == [child["id"]]
+
+
+async def test_an_ending_told_twice_or_from_two_nodes_triggers_each_child_once(
+    tenant: Tenant, receiver: Receiver, api_node: RunningNode
+) -> None:
+    tag = f"twice-{secrets.token_hex(4)}"
+    family = await _parent_and_children(tenant, receiver, tag)
+    parent = (await tenant.client.post(f"/v1/tasks/{family.parent['id']}/trigger")).json()
+    child = await _child_flow(tenant, family.ok, parent["scheduled_at_ms"])
+
+    # the same ending told again (a retried write's hook, another node's): the child's key holds it
+    trigger = ChildTrigger(tenant.app.id, (int(family.ok["id"]),), '{"again": true}')
+    ending = FlowUpdate(int(family.parent["id"]), parent["scheduled_at_ms"], FlowStatus.DELIVERED, 1, None)
+    told = replace(ending, children=trigger)
+    await asyncio.gather(api_node.node.child_flows.ended(told), api_node.node.child_flows.ended(told))
+    await asyncio.sleep(0.3)
+
+    flows = (await tenant.client.get(f"/v1/tasks/{family.ok['id']}/flows")).json()["items"]
+    assert [f["id"] for f in flows] == [child["id"]] and child["payload"] is None
+    assert len(receiver.for_path(f"/{tag}-ok")) == 1

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from tests.contract.backends import make_task
+from tjobs.delivery.child_triggers import result_of, with_children
 from tjobs.errors import InvalidInput
-from tjobs.model import TaskChildren
+from tjobs.model import AttemptAnswer, ChildTrigger, FlowRun, FlowStatus, FlowUpdate, RunStatus, TaskChildren
 from tjobs.service.child_tasks import MAX_CHILDREN, MAX_WALK, ChildrenReader, check_no_cycle, parse_children
 
 
@@ -69,3 +73,35 @@ async def test_a_graph_past_the_walk_bound_is_refused() -> None:
     with pytest.raises(InvalidInput) as refused:
         await check_no_cycle(1, TaskChildren((10,)), _reader(graph))
     assert refused.value.code == "too_deep"
+
+
+def _ending(status: FlowStatus, **fields: object) -> FlowUpdate:
+    return replace(FlowUpdate(1, 1_000, status, 1, None), **fields)  # type: ignore[arg-type]
+
+
+def _answer(body: str) -> AttemptAnswer:
+    return AttemptAnswer(1, "http://x", 200, (), body, len(body), 1)
+
+
+def test_a_delivered_flow_triggers_the_success_children_a_dead_one_the_failure_children() -> None:
+    task = replace(make_task(), children=TaskChildren((2, 3), (4,)))
+    run = FlowRun(RunStatus.SUCCEEDED, 1, 0, result={"rows": 3})
+
+    delivered = with_children(task, _ending(FlowStatus.DELIVERED, run=run))
+    dead = with_children(task, _ending(FlowStatus.DEAD, answers=(_answer("oops"),)))
+    cancelled = with_children(task, _ending(FlowStatus.CANCELLED))
+
+    assert delivered.children == ChildTrigger(task.app_id, (2, 3), '{"rows":3}')
+    assert dead.children == ChildTrigger(task.app_id, (4,), '"oops"')
+    assert cancelled.children is None
+    assert with_children(replace(task, children=None), _ending(FlowStatus.DELIVERED)).children is None
+
+
+@pytest.mark.parametrize(
+    ("answers", "result"),
+    [((), None), ((_answer('{"a": 1}'),), {"a": 1}), ((_answer("plain"),), "plain"), ((_answer(""),), None)],
+)
+def test_a_delivery_only_parents_result_is_its_newest_answers_body(
+    answers: tuple[AttemptAnswer, ...], result: object
+) -> None:
+    assert result_of(_ending(FlowStatus.DELIVERED, answers=answers)) == result

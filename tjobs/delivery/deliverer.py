@@ -67,6 +67,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from tjobs.clock import Clock
+from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.fenced_report import FencedReport
 from tjobs.delivery.in_flight import Delivery, Lane, missing_target, target_timeout_ms
 from tjobs.delivery.limiter import AppLimiter
@@ -117,6 +118,7 @@ class Deliverer:
         pools: PoolDispatcher | None = None,
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
         run_timeout_ms: int = 86_400_000,
+        ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
         :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
@@ -133,7 +135,8 @@ class Deliverer:
         a task naming an executor pool (without it, such a flow dead-letters). ``task_changes`` (the
         hot tier's publish) is told a fixed_delay task's next run once its flow's final outcome set it.
         ``run_timeout_ms`` bounds a run (:mod:`tjobs.delivery.run_start`) whose task sets no
-        ``callback.run_timeout_ms``.
+        ``callback.run_timeout_ms``. ``ended`` is told each written ending that triggers child tasks
+        (:mod:`tjobs.service.child_flows`).
         """
         self._recorder = recorder
         self._transport = transport
@@ -145,7 +148,7 @@ class Deliverer:
         self._lookup = JobLookup(apps, targets)
         self._observer = observer
         self._app_lookups: set[asyncio.Task[None]] = set()
-        self._outcomes = OutcomeWriter(recorder, clock, flush_interval_s, flush_batch, task_changes)
+        self._outcomes = OutcomeWriter(recorder, clock, flush_interval_s, flush_batch, task_changes, ended)
         self._retry_horizon_ms = int(retry_horizon_s * 1000)
         self._max_waiting_retries = max_waiting_retries
         self._fence = fence
@@ -602,6 +605,8 @@ class Deliverer:
         task = delivery.job.task
         if type(task.schedule) is FixedDelaySpec:
             update = self._reschedule(task, task.schedule, delivery.job.flow, update)
+        if task.children is not None:
+            update = with_children(task, update)
         self._record(delivery, update)
 
     def _reschedule(self, task: Task, spec: FixedDelaySpec, flow: Flow, update: FlowUpdate) -> FlowUpdate:

@@ -6,6 +6,9 @@ and is retried; meanwhile those flows count as in flight, so the compensator lea
 the node dies first, the database still says ``pending`` (or ``sending``) and the compensator
 re-drives (or closes) the flow: at least once, never lost.
 
+An ending that triggers child tasks (:attr:`~tjobs.model.FlowUpdate.children`) is told to ``ended`` once
+written (:mod:`tjobs.service.child_flows`).
+
 An outcome that sets a fixed_delay task's next run (:class:`~tjobs.model.Reschedule`, written by the
 store in the outcome's own transaction) is told to the task's owner once written, as a
 :class:`~tjobs.hot_tier.base.TaskChange` at the version the fire left (so a pause or an edit, at a
@@ -53,9 +56,11 @@ class OutcomeWriter:
         flush_interval_s: float,
         flush_batch: int,
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
+        ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
     ) -> None:
         self._recorder = recorder
         self._task_changes = task_changes
+        self._ended = ended
         self._clock = clock
         self.flush_interval_s = flush_interval_s
         self.flush_batch = flush_batch
@@ -137,6 +142,7 @@ class OutcomeWriter:
                     raise
                 self.flush_calls += 1
                 await self._tell_reschedules(chunk)
+                await self._tell_endings(chunk)
             return True
         finally:
             self.flushing = {}
@@ -154,6 +160,13 @@ class OutcomeWriter:
                 await self._task_changes(TaskChange(update.task_id, moved.app_id, moved.next_run_at_ms, moved.version))
             except Exception:  # the store holds the truth: the cycle load or the park still fires it
                 logger.exception("telling a fixed_delay task's next run failed", extra={"action": "hook_failed"})
+
+    async def _tell_endings(self, written: list[tuple[str, FlowUpdate]]) -> None:
+        if self._ended is None:
+            return
+        for _, update in written:
+            if update.children is not None:
+                await self._ended(update)  # logs its own failures (tjobs.service.child_flows)
 
     def _restore(self, items: list[tuple[str, FlowUpdate]]) -> None:
         for flow_id, update in items:

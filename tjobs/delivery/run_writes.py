@@ -7,9 +7,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.run_reports import Transition
 from tjobs.hot_tier.base import TaskChange
-from tjobs.model import Flow, Task
+from tjobs.model import Flow, FlowUpdate, Task
 from tjobs.stores.contracts.runs import RunRecords
 
 logger = logging.getLogger(__name__)
@@ -23,10 +24,13 @@ async def write_transition(
     now_ms: int,
     flow_sink: Callable[[Task, Flow], None] | None,
     task_changes: Callable[[TaskChange], Awaitable[None]] | None,
+    *,
+    ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
 ) -> bool:
     """Write ``transition`` of ``flow`` (as it was read) where the flow is still as read; once written,
-    hand a retry to delivery (``flow_sink``) and tell a fixed_delay task's next run to its owner
-    (``task_changes``). ``False``: another writer came first, nothing was written."""
+    hand a retry to delivery (``flow_sink``), tell a fixed_delay task's next run to its owner
+    (``task_changes``) and an ending that triggers children to ``ended`` (:mod:`tjobs.service.child_flows`).
+    ``False``: another writer came first, nothing was written."""
     update = transition.update
     if not await store.write_run(transition.expected, update, now_ms, expected_attempts=transition.expected_attempts):
         return False
@@ -36,6 +40,10 @@ async def write_transition(
             await task_changes(TaskChange(update.task_id, moved.app_id, moved.next_run_at_ms, moved.version))
         except Exception:  # the store holds the truth: the cycle load or the park still fires it
             logger.exception("telling a fixed_delay task's next run failed", extra={"action": "hook_failed"})
+    if ended is not None:
+        triggering = with_children(task, update)
+        if triggering.children is not None:
+            await ended(triggering)
     if transition.redrive and task is not None and flow_sink is not None:
         retry = replace(
             flow,

@@ -50,10 +50,11 @@ class Compensator(PeriodicPass):
         *,
         fence: Callable[[int], bool] | None = None,
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
+        ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
     ) -> None:
         """``fence(now_ms)`` is ``False`` while this node may not work on its jobs (the coordinator's
         ``may_fire``; see ``Deliverer``). ``task_changes`` (the hot tier's publish) is told a fixed_delay
-        task's next run that a timed-out run's end set."""
+        task's next run that a timed-out run's end set; ``ended``, a run's end that triggers children."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -64,6 +65,7 @@ class Compensator(PeriodicPass):
         self._lease_ms = lease_ms
         self._fence = fence
         self._task_changes = task_changes
+        self._ended = ended
         self.redriven = 0
         self.runs_ended = 0
         self.backlog = 0
@@ -118,7 +120,9 @@ class Compensator(PeriodicPass):
     async def _end_run(self, flow: Flow, task: Task, now_ms: int) -> None:
         """A live run past its deadline (or a cancel's grace): ended, unless a report came first."""
         transition = expire(flow, task, now_ms)
-        if await write_transition(self._store, transition, task, flow, now_ms, self._redrive, self._task_changes):
+        if await write_transition(
+            self._store, transition, task, flow, now_ms, self._redrive, self._task_changes, ended=self._ended
+        ):
             self.runs_ended += 1
             logger.info(
                 "run of flow %s ended %s at its deadline",

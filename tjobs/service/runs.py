@@ -16,7 +16,7 @@ from tjobs.delivery.run_reports import Transition, cancel_transition, parse_repo
 from tjobs.delivery.run_writes import write_transition
 from tjobs.errors import Conflict
 from tjobs.hot_tier.base import TaskChange
-from tjobs.model import App, Flow, Task
+from tjobs.model import App, Flow, FlowUpdate, Task
 from tjobs.settings import RunSettings
 from tjobs.stores.base import TaskStore
 
@@ -56,16 +56,18 @@ class RunService:
         *,
         flow_sink: Callable[[Task, Flow], None] | None = None,
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
+        ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
     ) -> None:
         """``read_flow`` reads an app's flow by id (404 for another app's); ``flow_sink`` delivers a
         run's retry (the deliverer's ``deliver``); ``task_changes`` (the hot tier's publish) is told a
-        fixed_delay task's next run that a run's end set."""
+        fixed_delay task's next run that a run's end set; ``ended``, a run's end that triggers children."""
         self._store = store
         self._settings = settings
         self._clock = clock
         self._read_flow = read_flow
         self._flow_sink = flow_sink
         self._task_changes = task_changes
+        self._ended = ended
 
     async def report(self, app: App, flow_id: str, body: Any) -> RunAnswer:
         report = parse_report(body, self._settings)
@@ -112,4 +114,6 @@ class RunService:
         raise Conflict(f"flow {flow_id}'s log grew {RACES} times while these lines were written; send them again")
 
     async def _write(self, transition: Transition, task: Task | None, now_ms: int, flow: Flow) -> bool:
-        return await write_transition(self._store, transition, task, flow, now_ms, self._flow_sink, self._task_changes)
+        return await write_transition(
+            self._store, transition, task, flow, now_ms, self._flow_sink, self._task_changes, ended=self._ended
+        )

@@ -614,13 +614,17 @@ class TaskService:
             self._flow_sink(task, stored)
         return stored
 
-    async def backfill_flow(self, app: App, task: Task, scheduled_at_ms: int) -> Flow | None:
+    async def backfill_flow(
+        self, app: App, task: Task, scheduled_at_ms: int, payload_json: str | None = None
+    ) -> Flow | None:
         """A manual flow of ``task`` for its past instant ``scheduled_at_ms`` (a backfill's:
-        :mod:`tjobs.service.backfill`), handed to delivery with a budget counted from now (as a
+        :mod:`tjobs.service.backfill`; a child's, at its parent's instant: :mod:`tjobs.service.child_flows`),
+        with its own ``payload_json`` if given, handed to delivery with a budget counted from now (as a
         redrive's: its first attempt comes long after its instant); ``None`` when that instant has a
         flow already (the flow's key is the task and the instant: never a second one)."""
         now_ms = self._clock.now_ms()
         flow = Flow(task.id, scheduled_at_ms, app.id, FlowKind.MANUAL, FlowStatus.PENDING, 0, now_ms, now_ms, now_ms)
+        flow.payload_json = payload_json
         try:
             stored = await self._store.insert_manual_flow(task.id, flow)
         except Conflict:
