@@ -146,6 +146,8 @@ async def test_a_runs_result_is_its_childs_payload_once_and_a_dead_flow_triggers
     assert ended.json()["status"] == "delivered" and again.json()["repeated"] is True
     assert child["payload"] == {"file": "s3://b/k"}
     assert [orjson.loads(r.body)["payload"] for r in receiver.for_path(f"/{tag}-ok")] == [{"file": "s3://b/k"}]
+    shown = (await tenant.client.get(f"/v1/flows/{ran['id']}")).json()
+    assert shown["child_flows"] == [child["id"]] and child["child_flows"] == []
     assert on_failure["payload"] is None and len(receiver.for_path(f"/{tag}-ko")) == 1
     flows = (await tenant.client.get(f"/v1/tasks/{family.ok['id']}/flows")).json()["items"]
     assert [f["id"] for f in flows] == [child["id"]]

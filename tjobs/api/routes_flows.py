@@ -104,7 +104,9 @@ async def export_response(search: SearchService, app_id: str, filters: FlowFilte
 )
 async def get_flow(request: Request, flow_id: FlowIdPath, app: AppDep, node: NodeDep) -> Any:
     flow = await node.tasks.get_flow(app, flow_id)
-    return json_response(flow_detail_json(flow, masked=reads_masked(request)))
+    detail = flow_detail_json(flow, masked=reads_masked(request))
+    detail["child_flows"] = await node.child_flows.triggered_by(flow)
+    return json_response(detail)
 
 
 @router.post(

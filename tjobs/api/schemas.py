@@ -252,6 +252,10 @@ class FlowDetail(Flow):
         default=None, description="a flow that ran: its run log, oldest first (runs.max_log_lines over all its runs)"
     )
     log_lines: int | None = None
+    child_flows: list[str] = Field(
+        default_factory=list,
+        description="the ids of the child flows this flow's ending triggered (README 'Child tasks')",
+    )
 
 
 class FlowAnswer(BaseModel):

@@ -94,6 +94,8 @@ class Flow(_Model):
     log: list[RunLogLine] = []
     """The run log, oldest first (:meth:`~tjobs.client.Client.get_flow` only)."""
     log_lines: int = 0
+    child_flows: list[str] = []
+    """The ids of the child flows this flow's ending triggered (:meth:`~tjobs.client.Client.get_flow` only)."""
 
 
 class FlowRun(_Model):

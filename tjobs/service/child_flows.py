@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from sharding import shard_of_task_id
-from tjobs.model import App, FlowUpdate, flow_id
+from tjobs.model import App, Flow, FlowKind, FlowUpdate, flow_id
 from tjobs.stores.base import TaskStore
 
 if TYPE_CHECKING:
@@ -58,6 +58,21 @@ class ChildFlows:
                     parent,
                     extra={"action": "child_flow_failed", "flow_id": parent},
                 )
+
+    async def triggered_by(self, flow: Flow) -> list[str]:
+        """The ids of the child flows ``flow``'s ending triggered (its task's children, as they are now,
+        that have a manual flow at its instant), in the order its task names them."""
+        task = await self._store.get_task(flow.task_id)
+        if task is None or not task.children or not flow.status.terminal:
+            return []
+        found: list[str] = []
+        for child_id in task.children.all:
+            if child_id <= 0 or shard_of_task_id(child_id) >= self._shard_count:
+                continue
+            child = await self._store.get_flow(child_id, flow.scheduled_at_ms)
+            if child is not None and child.kind is FlowKind.MANUAL and child.app_id == flow.app_id:
+                found.append(child.id)
+        return found
 
     async def _trigger(self, child_id: int, app_id: str, payload_json: str, at_ms: int, parent: str) -> None:
         assert self._tasks is not None and self._app_of is not None
