@@ -155,3 +155,14 @@ async def test_a_tasks_page_masks_its_secret_headers_and_payload_keys_and_a_view
         assert ("t0k3n" in form.text) == (role == "operator")
         masked = await page(api_node, user_session, f"/console/tasks/{task['id']}")
         assert masked.status_code == 200 and "t0k3n" not in masked.text
+
+
+async def test_a_tasks_page_links_its_children(api_node: RunningNode, tenant: Tenant) -> None:
+    child = (await tenant.client.post("/v1/tasks", json=task_body(name="load"))).json()["id"]
+    parent = await tenant.client.post("/v1/tasks", json=task_body(name="export", children={"on_success": [child]}))
+
+    shown = await page(api_node, await signed_in(api_node, tenant), f"/console/tasks/{parent.json()['id']}")
+
+    assert shown.status_code == 200
+    assert f"Children on success {child} Children on failure none" in text_of(shown.text)
+    assert f'href="/console/tasks/{child}"' in shown.text
