@@ -164,9 +164,9 @@ class OutcomeWriter:
     async def _tell_endings(self, written: list[tuple[str, FlowUpdate]]) -> None:
         if self._ended is None:
             return
-        for _, update in written:
-            if update.children is not None:
-                await self._ended(update)  # logs its own failures (tjobs.service.child_flows)
+        endings = [update for _, update in written if update.children is not None]
+        if endings:  # concurrently: a chunk's endings must not hold the next flush one after another
+            await asyncio.gather(*(self._ended(update) for update in endings))  # each logs its own failures
 
     def _restore(self, items: list[tuple[str, FlowUpdate]]) -> None:
         for flow_id, update in items:
