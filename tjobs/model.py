@@ -59,6 +59,12 @@ class FlowStatus(StrEnum):
         """A run is live: running, or cancelling."""
         return self is FlowStatus.RUNNING or self is FlowStatus.CANCELLING
 
+    @property
+    def triggers_children(self) -> bool:
+        """An ending that triggers a task's children (README "Child tasks"): ``delivered`` its on_success,
+        ``dead`` its on_failure. Such a flow's ``next_attempt_at_ms`` marks its children still due."""
+        return self is FlowStatus.DELIVERED or self is FlowStatus.DEAD
+
 
 _OPEN_FLOW_STATUSES = frozenset({FlowStatus.PENDING, FlowStatus.SENDING, FlowStatus.RUNNING, FlowStatus.CANCELLING})
 

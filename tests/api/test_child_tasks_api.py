@@ -171,3 +171,31 @@ async def test_an_ending_told_twice_or_from_two_nodes_triggers_each_child_once(
     flows = (await tenant.client.get(f"/v1/tasks/{family.ok['id']}/flows")).json()["items"]
     assert [f["id"] for f in flows] == [child["id"]] and child["payload"] is None
     assert len(receiver.for_path(f"/{tag}-ok")) == 1
+
+
+async def test_a_child_whose_trigger_was_lost_with_its_node_is_triggered_by_the_compensator(
+    tenant: Tenant, receiver: Receiver, api_node: RunningNode
+) -> None:
+    # Given the node dies between writing the parent's ending and inserting its child (no trigger runs)
+    tag = f"crash-{secrets.token_hex(4)}"
+    receiver.script(f"/{tag}-parent", Reply(200, body=b'{"n": 1}', headers={"content-type": "application/json"}))
+    family = await _parent_and_children(tenant, receiver, tag)
+    child_flows = api_node.node.child_flows
+    tasks = child_flows._tasks
+    child_flows._tasks = None  # the trigger never runs, as on a node killed right after the write
+    try:
+        parent = (await tenant.client.post(f"/v1/tasks/{family.parent['id']}/trigger")).json()
+        await wait_status(tenant.client, parent["id"], "delivered")
+        await asyncio.sleep(0.5)
+        lost = await tenant.client.get(f"/v1/flows/{family.ok['id']}-{parent['scheduled_at_ms']}")
+    finally:
+        child_flows._tasks = tasks
+
+    # When the compensator's pass comes (a restarted node's, or another owner's)
+    child = await _child_flow(tenant, family.ok, parent["scheduled_at_ms"])
+
+    # Then the child runs once with the parent's result, and the parent no longer shows a pending trigger
+    assert lost.status_code == 404
+    assert child["payload"] == {"n": 1} and len(receiver.for_path(f"/{tag}-ok")) == 1
+    shown = (await tenant.client.get(f"/v1/flows/{parent['id']}")).json()
+    assert shown["next_attempt_at"] is None and shown["child_flows"] == [child["id"]]

@@ -561,7 +561,7 @@ async def test_lease_stale_flows_hands_each_flow_to_one_caller_until_the_lease_e
     gone = await store.insert_task(make_task(shard=shard, name="gone"))
     await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 300))  # stale
     await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + 50_000))  # not yet due
-    await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 400, FlowStatus.DELIVERED))
+    await store.insert_manual_flow(task.id, _ended(task, NOW_MS - 400))
     await store.insert_manual_flow(gone.id, manual_flow(gone, NOW_MS - 200, FlowStatus.SENDING))
     await store.delete_task(gone.id)
 
@@ -584,7 +584,8 @@ async def test_shards_with_stale_flows_names_the_shards_a_lease_would_find_somet
         (delivered, -400, FlowStatus.DELIVERED),
     ):
         task = await store.insert_task(make_task(shard=shard))
-        await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset, status))
+        flow = manual_flow(task, NOW_MS + offset, status)
+        await store.insert_manual_flow(task.id, _ended(task, flow.scheduled_at_ms) if status.terminal else flow)
     shards = [pending, sending, later, delivered, empty]
 
     assert await store.shards_with_stale_flows(shards, NOW_MS) == {pending, sending}
@@ -594,6 +595,51 @@ async def test_shards_with_stale_flows_names_the_shards_a_lease_would_find_somet
     await store.lease_stale_flows(pending, NOW_MS, 10_000, 10)  # leased: due again when the lease ends
     assert await store.shards_with_stale_flows(shards, NOW_MS) == {sending}
     assert await store.shards_with_stale_flows(shards, NOW_MS + 10_000) == {pending, sending}
+
+
+def _ended(task: Task, at_ms: int, status: FlowStatus = FlowStatus.DELIVERED, due_ms: int | None = None) -> Flow:
+    """A flow of ``task`` at ``at_ms`` that ended ``status``; ``due_ms``: since when its children are due
+    (README "Child tasks"); ``None``: none are."""
+    return replace(manual_flow(task, at_ms, status), next_attempt_at_ms=due_ms)
+
+
+async def test_an_ending_whose_children_are_due_is_leased_until_they_are_cleared(store: TaskStore) -> None:
+    # Given endings that wrote the marker of their children due, and one that names none
+    shard = 6
+    task = await store.insert_task(make_task(shard=shard))
+    await store.insert_manual_flow(task.id, _ended(task, NOW_MS - 500, FlowStatus.DELIVERED, NOW_MS - 100))
+    await store.insert_manual_flow(task.id, _ended(task, NOW_MS - 400, FlowStatus.DEAD, NOW_MS - 90))
+    await store.insert_manual_flow(task.id, _ended(task, NOW_MS - 300, FlowStatus.DELIVERED))
+    await store.insert_manual_flow(task.id, _ended(task, NOW_MS - 200, FlowStatus.DELIVERED, NOW_MS + 50_000))
+
+    # When a compensation pass looks, leases, and the children are triggered
+    found = await store.shards_with_stale_flows([shard], NOW_MS)
+    leased = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10)
+    await store.clear_children_due(task.id, NOW_MS - 500)
+    await store.clear_children_due(task.id, NOW_MS - 123)  # no such flow: nothing
+
+    # Then the two due endings were leased once (their attempts kept), and the cleared one never again
+    assert found == {shard}
+    assert [(f.scheduled_at_ms, f.status, f.attempts) for f, _ in leased] == [
+        (NOW_MS - 500, FlowStatus.DELIVERED, 0),
+        (NOW_MS - 400, FlowStatus.DEAD, 0),
+    ]
+    assert leased[0][1] == task
+    assert await store.lease_stale_flows(shard, NOW_MS + 9_999, 10_000, 10) == []
+    again = await store.lease_stale_flows(shard, NOW_MS + 10_000, 10_000, 10)
+    assert [f.scheduled_at_ms for f, _ in again] == [NOW_MS - 400]
+    cleared = await store.get_flow(task.id, NOW_MS - 500)
+    assert cleared is not None and cleared.status is FlowStatus.DELIVERED and cleared.next_attempt_at_ms is None
+
+
+async def test_clearing_the_children_due_leaves_an_open_flow_as_it_is(store: TaskStore) -> None:
+    task = await store.insert_task(make_task(shard=3))
+    await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 100))  # a dead flow retried: open again
+
+    await store.clear_children_due(task.id, NOW_MS - 100)
+
+    flow = await store.get_flow(task.id, NOW_MS - 100)
+    assert flow is not None and flow.status is FlowStatus.PENDING and flow.next_attempt_at_ms == NOW_MS - 100
 
 
 async def test_concurrent_leases_never_share_a_flow(store: TaskStore) -> None:

@@ -87,14 +87,16 @@ def test_a_delivered_flow_triggers_the_success_children_a_dead_one_the_failure_c
     task = replace(make_task(), children=TaskChildren((2, 3), (4,)))
     run = FlowRun(RunStatus.SUCCEEDED, 1, 0, result={"rows": 3})
 
-    delivered = with_children(task, _ending(FlowStatus.DELIVERED, run=run))
-    dead = with_children(task, _ending(FlowStatus.DEAD, answers=(_answer("oops"),)))
-    cancelled = with_children(task, _ending(FlowStatus.CANCELLED))
+    delivered = with_children(task, _ending(FlowStatus.DELIVERED, run=run), 5_000)
+    dead = with_children(task, _ending(FlowStatus.DEAD, answers=(_answer("oops"),)), 5_000)
+    cancelled = with_children(task, _ending(FlowStatus.CANCELLED), 5_000)
 
     assert delivered.children == ChildTrigger(task.app_id, (2, 3), '{"rows":3}')
     assert dead.children == ChildTrigger(task.app_id, (4,), '"oops"')
     assert cancelled.children is None
-    assert with_children(replace(task, children=None), _ending(FlowStatus.DELIVERED)).children is None
+    assert delivered.next_attempt_at_ms == dead.next_attempt_at_ms == 5_000  # the marker: children due
+    assert cancelled.next_attempt_at_ms is None
+    assert with_children(replace(task, children=None), _ending(FlowStatus.DELIVERED), 5_000).children is None
 
 
 @pytest.mark.parametrize(

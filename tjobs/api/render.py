@@ -73,7 +73,9 @@ def flow_json(flow: Flow, *, masked: bool = False) -> dict[str, Any]:
         "status": flow.status.value,
         "attempts": flow.attempts,
         "missed": flow.missed,
-        "next_attempt_at": _instant(flow.next_attempt_at_ms),
+        "next_attempt_at": _instant(
+            None if flow.status.terminal else flow.next_attempt_at_ms
+        ),  # ended: marks its children due
         "last_status_code": flow.last_status_code,
         "last_error": flow.last_error,
         "created_at": _instant(flow.created_at_ms),

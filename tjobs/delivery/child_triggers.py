@@ -4,6 +4,12 @@ A flow that ends ``delivered`` triggers its task's ``children.on_success``; one 
 ``on_failure``; no other ending (cancelled, skipped, unknown) triggers any. The payload is the parent's
 result: its run's result where a run reported one; else the body of the newest answer kept with the flow
 (parsed as JSON where it is JSON, else the text), unless empty; else ``null``.
+
+An ending that triggers children is written with its flow's ``next_attempt_at`` set to the ending's time:
+the marker that its children are still due (a terminal flow has no attempt to come, so the column is free).
+:meth:`tjobs.service.child_flows.ChildFlows.ended` clears it once every child flow exists; a node killed in
+between leaves it, and the compensator's pass over the shard (:mod:`tjobs.firing.compensator`) triggers
+the children again from the stored flow (:func:`ending_of`). The child flow's key makes that exactly once.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from typing import Any
 
 import orjson
 
-from tjobs.model import ChildTrigger, FlowStatus, FlowUpdate, Task
+from tjobs.model import ChildTrigger, Flow, FlowStatus, FlowUpdate, Task
 
 
-def with_children(task: Task | None, update: FlowUpdate) -> FlowUpdate:
-    """``update`` carrying the :class:`ChildTrigger` its ending makes (unchanged where it makes none)."""
+def with_children(task: Task | None, update: FlowUpdate, now_ms: int) -> FlowUpdate:
+    """``update`` carrying the :class:`ChildTrigger` its ending makes and the marker that its children are
+    due since ``now_ms`` (unchanged where it makes none)."""
     children = None if task is None else task.children
     if not children:
         return update
@@ -31,7 +38,23 @@ def with_children(task: Task | None, update: FlowUpdate) -> FlowUpdate:
         return update
     assert task is not None
     payload_json = orjson.dumps(result_of(update)).decode()
-    return replace(update, children=ChildTrigger(task.app_id, task_ids, payload_json))
+    trigger = ChildTrigger(task.app_id, task_ids, payload_json)
+    return replace(update, next_attempt_at_ms=now_ms, children=trigger)
+
+
+def ending_of(flow: Flow) -> FlowUpdate:
+    """The ending of ``flow`` (terminal, as stored) as the update that wrote it, to trigger its children
+    again (:func:`with_children`)."""
+    return FlowUpdate(
+        flow.task_id,
+        flow.scheduled_at_ms,
+        flow.status,
+        flow.attempts,
+        flow.next_attempt_at_ms,
+        flow.last_status_code,
+        answers=flow.answers,
+        run=flow.run,
+    )
 
 
 def result_of(update: FlowUpdate) -> Any:

@@ -606,7 +606,7 @@ class Deliverer:
         if type(task.schedule) is FixedDelaySpec:
             update = self._reschedule(task, task.schedule, delivery.job.flow, update)
         if task.children is not None:
-            update = with_children(task, update)
+            update = with_children(task, update, self._clock.now_ms())
         self._record(delivery, update)
 
     def _reschedule(self, task: Task, spec: FixedDelaySpec, flow: Flow, update: FlowUpdate) -> FlowUpdate:

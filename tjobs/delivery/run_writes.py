@@ -31,7 +31,7 @@ async def write_transition(
     hand a retry to delivery (``flow_sink``), tell a fixed_delay task's next run to its owner
     (``task_changes``) and an ending that triggers children to ``ended`` (:mod:`tjobs.service.child_flows`).
     ``False``: another writer came first, nothing was written."""
-    update = transition.update
+    update = with_children(task, transition.update, now_ms)  # written with the marker that its children are due
     if not await store.write_run(transition.expected, update, now_ms, expected_attempts=transition.expected_attempts):
         return False
     moved = update.reschedule
@@ -40,10 +40,8 @@ async def write_transition(
             await task_changes(TaskChange(update.task_id, moved.app_id, moved.next_run_at_ms, moved.version))
         except Exception:  # the store holds the truth: the cycle load or the park still fires it
             logger.exception("telling a fixed_delay task's next run failed", extra={"action": "hook_failed"})
-    if ended is not None:
-        triggering = with_children(task, update)
-        if triggering.children is not None:
-            await ended(triggering)
+    if ended is not None and update.children is not None:
+        await ended(update)
     if transition.redrive and task is not None and flow_sink is not None:
         retry = replace(
             flow,

@@ -9,7 +9,9 @@ right now back to the deliverer. At-most-once flows found ``sending`` are never 
 passed is leased the same way (its next attempt is its deadline): it ends ``timed_out`` and is retried
 by its task's policy, or, a cancel having been asked, ends ``cancelled`` (:func:`tjobs.delivery.run_reports.expire`,
 written under the flow's compare-and-set, so a report that came first wins). Its state is in the store:
-whichever node owns the shard when the deadline passes ends it.
+whichever node owns the shard when the deadline passes ends it. A ``delivered`` or ``dead`` flow whose
+children are still due (README "Child tasks": its ending's node died before triggering them) is leased the
+same way and its children triggered from the stored ending (:mod:`tjobs.delivery.child_triggers`).
 
 The lease counts one attempt on each pending flow it claims (see ``TaskStore.lease_stale_flows``):
 the last attempt may have been sent and answered with its outcome lost in the crashed node's write
@@ -24,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from tjobs.clock import Clock
+from tjobs.delivery.child_triggers import ending_of, with_children
 from tjobs.delivery.run_reports import expire
 from tjobs.delivery.run_writes import write_transition
 from tjobs.hot_tier.base import TaskChange
@@ -98,7 +101,9 @@ class Compensator(PeriodicPass):
         for flow, task in leased:
             if flow.id in busy:
                 continue
-            if task is None:
+            if flow.status.terminal:  # an ending whose children are due
+                await self._trigger_children(flow, task, now_ms)
+            elif task is None:
                 closures.append(_close(flow, FlowStatus.CANCELLED, "task deleted before delivery", now_ms))
             elif flow.status.running:
                 await self._end_run(flow, task, now_ms)
@@ -116,6 +121,20 @@ class Compensator(PeriodicPass):
         if closures:
             await self._store.record_flow_updates(closures, now_ms)
         return len(leased)
+
+    async def _trigger_children(self, flow: Flow, task: Task | None, now_ms: int) -> None:
+        update = with_children(task, ending_of(flow), now_ms)
+        if update.children is None:  # its task deleted, or naming no children now
+            await self._store.clear_children_due(flow.task_id, flow.scheduled_at_ms)
+            return
+        if self._ended is None:
+            return
+        logger.info(
+            "triggering the children of flow %s again",
+            flow.id,
+            extra={"action": "child_flows_redriven", "flow_id": flow.id},
+        )
+        await self._ended(update)
 
     async def _end_run(self, flow: Flow, task: Task, now_ms: int) -> None:
         """A live run past its deadline (or a cancel's grace): ended, unless a report came first."""

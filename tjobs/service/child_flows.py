@@ -42,22 +42,23 @@ class ChildFlows:
         self._app_of = app_of
 
     async def ended(self, update: FlowUpdate) -> None:
-        """``update`` was written: trigger the children it names (none: nothing). A failure is logged,
-        never raised: the parent's ending stands."""
+        """``update`` was written: trigger the children it names (none: nothing), then clear the parent's
+        marker that they are due (:mod:`tjobs.delivery.child_triggers`). A failure is logged, never raised:
+        the parent's ending stands, and its marker, left, has the compensator trigger them again."""
         trigger = update.children
         if trigger is None or self._tasks is None or self._app_of is None:
             return
         parent = flow_id(update.task_id, update.scheduled_at_ms)
-        for child_id in trigger.task_ids:
-            try:
+        try:
+            for child_id in trigger.task_ids:
                 await self._trigger(child_id, trigger.app_id, trigger.payload_json, update.scheduled_at_ms, parent)
-            except Exception:
-                logger.exception(
-                    "triggering child task %d of flow %s failed",
-                    child_id,
-                    parent,
-                    extra={"action": "child_flow_failed", "flow_id": parent},
-                )
+            await self._store.clear_children_due(update.task_id, update.scheduled_at_ms)
+        except Exception:
+            logger.exception(
+                "triggering the children of flow %s failed; the compensator tries again",
+                parent,
+                extra={"action": "child_flow_failed", "flow_id": parent},
+            )
 
     async def triggered_by(self, flow: Flow) -> list[str]:
         """The ids of the child flows ``flow``'s ending triggered (its task's children, as they are now,

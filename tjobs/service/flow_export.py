@@ -59,7 +59,7 @@ def flow_row(flow: Flow, task_name: str | None) -> list[str]:
         flow.attempts,
         flow.last_status_code,
         flow.last_error,
-        _instant(flow.next_attempt_at_ms),
+        _instant(None if flow.status.terminal else flow.next_attempt_at_ms),  # ended: marks its children due
         _instant(flow.updated_at_ms),
     ]
     return [safe_cell(value) for value in values]

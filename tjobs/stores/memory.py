@@ -46,7 +46,7 @@ from tjobs.stores.flow_documents import attempt_log_from_text, attempt_log_to_te
 from tjobs.stores.memory_accounts import MemoryAccounts
 from tjobs.stores.memory_flow_pages import MemoryFlowPages
 from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
-from tjobs.stores.memory_runs import MemoryRuns
+from tjobs.stores.memory_runs import MemoryRuns, is_stale
 from tjobs.stores.queries import (
     FlowPosition,
     FlowQuery,
@@ -616,24 +616,15 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
         for shard in shards:
             self._check_shard(shard)
-        return {
-            shard
-            for shard in shards
-            if any(
-                not f.status.terminal and f.next_attempt_at_ms is not None and f.next_attempt_at_ms <= now_ms
-                for f in self._flows[shard].values()
-            )
-        }
+        return {shard for shard in shards if any(is_stale(f, now_ms) for f in self._flows[shard].values())}
 
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int
     ) -> list[tuple[Flow, Task | None]]:
         self._check_shard(shard)
-        stale = sorted(
-            (f.next_attempt_at_ms, key)
-            for key, f in self._flows[shard].items()
-            if not f.status.terminal and f.next_attempt_at_ms is not None and f.next_attempt_at_ms <= now_ms
-        )[:limit]
+        stale = sorted((f.next_attempt_at_ms, key) for key, f in self._flows[shard].items() if is_stale(f, now_ms))[
+            :limit
+        ]
         leased: list[tuple[Flow, Task | None]] = []
         for _, key in stale:
             flow = self._flows[shard][key]

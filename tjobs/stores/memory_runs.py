@@ -46,6 +46,12 @@ class MemoryRuns(RunRecords):
             task.updated_at_ms = now_ms
         return True
 
+    async def clear_children_due(self, task_id: int, scheduled_at_ms: int) -> None:
+        shard = self._shard_of(task_id)
+        flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
+        if flow is not None and flow.status.triggers_children:
+            flow.next_attempt_at_ms = None
+
     async def append_run_log(self, task_id: int, scheduled_at_ms: int, text: str, lines: int, max_lines: int) -> bool:
         shard = self._shard_of(task_id)
         flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
@@ -54,3 +60,10 @@ class MemoryRuns(RunRecords):
         flow.run_log = (flow.run_log or "") + text
         flow.run_log_lines += lines
         return True
+
+
+def is_stale(flow: Flow, now_ms: int) -> bool:
+    """Whether a compensation pass leases ``flow`` at ``now_ms``: open and its next attempt due, or ended
+    with its children due (:meth:`tjobs.stores.contracts.FirePath.lease_stale_flows`)."""
+    due = flow.next_attempt_at_ms
+    return due is not None and due <= now_ms and (not flow.status.terminal or flow.status.triggers_children)

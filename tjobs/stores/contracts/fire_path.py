@@ -103,7 +103,9 @@ class FirePath(StoreLifecycle):
 
     @abstractmethod
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
-        """Which of ``shards`` hold a non-terminal flow with ``next_attempt_at_ms <= now_ms``: a plain
+        """Which of ``shards`` hold a non-terminal flow with ``next_attempt_at_ms <= now_ms``, or a
+        ``delivered`` / ``dead`` one whose children are due that long (README "Child tasks": an ending that
+        triggers children is written with ``next_attempt_at_ms``, :mod:`tjobs.delivery.child_triggers`): a plain
         read (no locks, a few statements per database) so a compensation pass leases only where there
         is something to lease. A shard named here may be empty by the time it is leased (another caller
         leased it); a shard with stale flows when the read runs is always named."""
@@ -112,7 +114,9 @@ class FirePath(StoreLifecycle):
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int
     ) -> list[tuple[Flow, Task | None]]:
-        """Non-terminal flows of ``shard`` whose ``next_attempt_at_ms <= now_ms``, with their tasks.
+        """Non-terminal flows of ``shard`` whose ``next_attempt_at_ms <= now_ms``, and ``delivered`` /
+        ``dead`` ones whose children are due since then (see :meth:`shards_with_stale_flows`), with their
+        tasks.
 
         Atomically pushes each returned flow's ``next_attempt_at_ms`` to ``now_ms + lease_ms`` so a
         second caller does not take the same flows before the lease ends. The task is ``None`` if it

@@ -28,6 +28,12 @@ class RunRecords(StoreLifecycle):
         nothing written) when the flow is gone or moved on since it was read."""
 
     @abstractmethod
+    async def clear_children_due(self, task_id: int, scheduled_at_ms: int) -> None:
+        """The children of flow (``task_id``, ``scheduled_at_ms``) have their flows: clear its marker
+        (``next_attempt_at_ms``) where the flow is still ``delivered`` or ``dead``, so no compensation pass
+        leases it again. A flow that is open again (a dead flow retried) or gone is left as it is."""
+
+    @abstractmethod
     async def append_run_log(self, task_id: int, scheduled_at_ms: int, text: str, lines: int, max_lines: int) -> bool:
         """Append ``text`` (``lines`` log lines, each ending in a newline) to the flow's run log where
         the flow exists and holds at most ``max_lines - lines`` lines, counting them; ``False`` (nothing

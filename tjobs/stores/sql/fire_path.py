@@ -27,6 +27,8 @@ from tjobs.stores.sql_flow_updates import run_flow_updates, write_flow_updates
 from tjobs.stores.sql_layout import MYSQL, DatabaseHome, ShardTables
 
 _OPEN = tuple(s.value for s in FlowStatus if not s.terminal)  # each its own range scan of (status, next_attempt_at)
+# the open statuses and the endings whose children may be due (README "Child tasks"): what a pass leases
+_LEASED = _OPEN + tuple(s.value for s in FlowStatus if s.triggers_children)
 
 
 class SqlFirePath(SqlBase, FirePath):
@@ -208,7 +210,7 @@ class SqlFirePath(SqlBase, FirePath):
         async def probe(homes: list[ShardTables]) -> set[int]:
             parts = [
                 select(literal(home.shard).label("shard")).where(
-                    exists().where(home.flows.c.status.in_(_OPEN), home.flows.c.next_attempt_at <= now_ms)
+                    exists().where(home.flows.c.status.in_(_LEASED), home.flows.c.next_attempt_at <= now_ms)
                 )
                 for home in homes
             ]
@@ -233,7 +235,7 @@ class SqlFirePath(SqlBase, FirePath):
             # (the primary key breaks ties), so MariaDB locks only the rows it returns and a
             # concurrent caller skips them (SKIP LOCKED) instead of waiting or sharing them.
             rows: list[Any] = []
-            for position, status in enumerate(_OPEN):
+            for position, status in enumerate(_LEASED):
                 pick = (
                     select(home.flows)
                     .where(c.status == status, c.next_attempt_at <= now_ms)

@@ -63,6 +63,20 @@ class SqlRunRecords(SqlBase, RunRecords):
                 )
         return True
 
+    async def clear_children_due(self, task_id: int, scheduled_at_ms: int) -> None:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return
+        c = home.flows.c
+        ended = [s.value for s in FlowStatus if s.triggers_children]
+        statement = (
+            update(home.flows)
+            .where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms, c.status.in_(ended))
+            .values(next_attempt_at=None)
+        )
+        async with self._write(home.database.engine_url) as conn:
+            await conn.execute(statement, execution_options=home.options)
+
     async def append_run_log(self, task_id: int, scheduled_at_ms: int, text: str, lines: int, max_lines: int) -> bool:
         home = self._shard_of_task(task_id)
         if home is None:
