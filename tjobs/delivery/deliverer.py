@@ -76,6 +76,7 @@ from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, F
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.run_start import accepts_run, may_run
+from tjobs.delivery.run_watch import RUN_WATCH_S, RunWatch
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowKind, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task, TaskStatus
@@ -119,6 +120,7 @@ class Deliverer:
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
         run_timeout_ms: int = 86_400_000,
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
+        run_watch_s: float = RUN_WATCH_S,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
         :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
@@ -135,7 +137,9 @@ class Deliverer:
         a task naming an executor pool (without it, such a flow dead-letters). ``task_changes`` (the
         hot tier's publish) is told a fixed_delay task's next run once its flow's final outcome set it.
         ``run_timeout_ms`` bounds a run (:mod:`tjobs.delivery.run_start`) whose task sets no
-        ``callback.run_timeout_ms``. ``ended`` is told each written ending that triggers child tasks
+        ``callback.run_timeout_ms``; a run of a pool flow whose task must not overlap itself holds the
+        task's overlap gate until the run ends, read from ``status_reader`` every ``run_watch_s``
+        (:mod:`tjobs.delivery.run_watch`). ``ended`` is told each written ending that triggers child tasks
         (:mod:`tjobs.service.child_flows`).
         """
         self._recorder = recorder
@@ -155,6 +159,7 @@ class Deliverer:
         self._status_reader = status_reader
         self._pools = pools
         self._overlap: OverlapGate[Delivery] = OverlapGate()
+        self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume)
         self._waiting_retries = 0
         self._active: dict[str, Delivery] = {}
         self._lanes: dict[str, Lane] = {}
@@ -205,6 +210,8 @@ class Deliverer:
             await asyncio.gather(*late, return_exceptions=True)
         self._lanes.clear()
         self._active.clear()
+        if self._runs is not None:
+            await self._runs.stop()
         self._fenced_report.close()
         await self._outcomes.stop(deadline)
 
@@ -266,6 +273,8 @@ class Deliverer:
             self._outcomes.put(flow_id, update)
             return
         self._active[flow_id] = delivery
+        if self._runs is not None:
+            self._runs.discard(flow_id)  # a retry of a run that ended here: delivery holds its gate again
         if job.flow.attempts > 0 and not delivery.at_most_once:
             # A re-drive: the limits may already be spent.
             if delivery.attempt > delivery.max_attempts:
@@ -286,12 +295,16 @@ class Deliverer:
         assert delivery.pool is not None
         task_id = delivery.job.task.id
         verdict, running = self._overlap.admit(
-            task_id, delivery.flow_id, delivery.pool.route.overlap, delivery, self._active.__contains__
+            task_id, delivery.flow_id, delivery.pool.route.overlap, delivery, self._holds_gate
         )
         if verdict is Verdict.SKIP:
             delivery.last_status, delivery.last_error = None, f"skipped: flow {running} of the task is still running"
             self._finish(delivery, FlowStatus.SKIPPED, delivery.attempt - 1, None)
         return verdict is Verdict.GO
+
+    def _holds_gate(self, flow_id: str) -> bool:
+        """Whether a flow still runs for the overlap gate: in delivery here, or a live run sent from here."""
+        return flow_id in self._active or (self._runs is not None and flow_id in self._runs)
 
     def in_flight(self) -> set[str]:
         """Flow ids queued, being sent, waiting for a retry, or with an outcome not yet written."""
@@ -567,8 +580,13 @@ class Deliverer:
 
     def _start_run(self, delivery: Delivery, result: AttemptResult) -> None:
         """The target accepted the attempt as a run: the flow is ``running`` until its executor reports
-        the end, or until the run's deadline, when the owner's compensator times it out."""
-        self._release(delivery)
+        the end, or until the run's deadline, when the owner's compensator times it out. A task that must
+        not overlap itself stays blocked meanwhile (:mod:`tjobs.delivery.run_watch`)."""
+        if self._runs is not None and delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW:
+            self._active.pop(delivery.flow_id, None)
+            self._runs.add(delivery.flow_id, delivery.job.flow.task_id, delivery.job.flow.scheduled_at_ms)
+        else:
+            self._release(delivery)
         timeout_ms = delivery.job.task.callback.run_timeout_ms or self._run_timeout_ms
         started_ms = result.answered_ms
         run = FlowRun(RunStatus.RUNNING, result.attempt, started_ms, started_ms + timeout_ms)
@@ -585,9 +603,13 @@ class Deliverer:
         """Delivery of the flow is over on this node: a fire of its task that waited for it may go."""
         self._active.pop(delivery.flow_id, None)
         if delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW:
-            waiting = self._overlap.finished(delivery.job.task.id, delivery.flow_id)
-            if waiting is not None and self._running and waiting.flow_id in self._active:
-                self._enqueue(waiting)  # the task's next fire waited for this one
+            self._resume(delivery.job.task.id, delivery.flow_id)
+
+    def _resume(self, task_id: int, flow_id: str) -> None:
+        """``flow_id`` no longer runs: the fire of its task that waited for it, if any, goes."""
+        waiting = self._overlap.finished(task_id, flow_id)
+        if waiting is not None and self._running and waiting.flow_id in self._active:
+            self._enqueue(waiting)  # the task's next fire waited for this one
 
     def _finish(self, delivery: Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
         self._release(delivery)
