@@ -61,6 +61,7 @@ from tjobs.stores.base import TaskStore
 from tjobs.stores.calendar_store import calendars_of
 from tjobs.stores.contracts.operator_jobs import OperatorJob
 from tjobs.stores.operator_job_store import operator_jobs_of
+from tjobs.stores.task_parent_store import task_parents_of
 from tjobs.targets.addresses import AddressAllowList
 from tjobs.targets.model import Protocol
 
@@ -168,7 +169,8 @@ class Node:
         self.limiter = AppLimiter(settings.callbacks.global_max_in_flight, observer=self.observer)
         # Executor pools: the coordinator holds the registry; the dispatcher routes each pool attempt.
         self.pools = PoolDispatcher(self.coordinator, self.transport)
-        self.child_flows = ChildFlows(self.store, self.topology.shard_count)  # README "Child tasks"
+        self.task_parents = task_parents_of(self.store)  # README "Child tasks": who names a task as a child
+        self.child_flows = ChildFlows(self.store, self.topology.shard_count, self.task_parents)
         self.deliverer = Deliverer(
             self.store,
             self.transport,
@@ -239,6 +241,7 @@ class Node:
             observer=self.observer,  # re-driven dead letters: counted dead once (tjobs.observability.slo)
             calendars=self.calendars.rules,
             membership=self.coordinator.membership,  # an app's quota is the cluster's: this node takes its share
+            parents=self.task_parents,
         )
         # Job runs: an executor's reports, log lines and an owner's cancel, on whichever node takes them
         self.runs = RunService(

@@ -199,3 +199,98 @@ async def test_a_child_whose_trigger_was_lost_with_its_node_is_triggered_by_the_
     assert child["payload"] == {"n": 1} and len(receiver.for_path(f"/{tag}-ok")) == 1
     shown = (await tenant.client.get(f"/v1/flows/{parent['id']}")).json()
     assert shown["next_attempt_at"] is None and shown["child_flows"] == [child["id"]]
+
+
+def _json_reply(body: bytes) -> Reply:
+    return Reply(200, body=body, headers={"content-type": "application/json"})
+
+
+async def _flow_or_none(tenant: Tenant, task: dict[str, Any], at_ms: int) -> dict[str, Any] | None:
+    answer = await tenant.client.get(f"/v1/flows/{task['id']}-{at_ms}")
+    return answer.json() if answer.status_code == 200 else None
+
+
+async def test_a_child_of_two_parents_runs_once_when_both_succeeded_with_both_results(
+    tenant: Tenant, receiver: Receiver
+) -> None:
+    # Given a root whose success triggers A and B, and A and B both naming C on their success
+    tag = f"join-{secrets.token_hex(4)}"
+    receiver.script(f"/{tag}-a", _json_reply(b'{"a": 1}'))
+    receiver.script(f"/{tag}-b", _json_reply(b'{"b": 2}'))
+    c = await _task(tenant, name="c", callback={"url": receiver.url(f"/{tag}-c")})
+    a = await _task(tenant, name="a", callback={"url": receiver.url(f"/{tag}-a")}, children={"on_success": [c["id"]]})
+    b = await _task(tenant, name="b", callback={"url": receiver.url(f"/{tag}-b")}, children={"on_success": [c["id"]]})
+    root = await _task(tenant, name="root", callback={"url": receiver.url(f"/{tag}-root")})
+    await tenant.client.patch(f"/v1/tasks/{root['id']}", json={"children": {"on_success": [a["id"], b["id"]]}})
+
+    # When the root runs
+    ran = (await tenant.client.post(f"/v1/tasks/{root['id']}/trigger")).json()
+    child = await _child_flow(tenant, c, ran["scheduled_at_ms"])
+    await asyncio.sleep(0.3)
+
+    # Then C ran once, at the root's instant, with each parent's result by its id
+    both = {a["id"]: {"a": 1}, b["id"]: {"b": 2}}
+    assert child["payload"] == both
+    assert [orjson.loads(r.body)["payload"] for r in receiver.for_path(f"/{tag}-c")] == [both]
+
+
+async def test_a_joined_child_does_not_run_after_a_failed_parent_until_its_flow_is_redriven_and_delivered(
+    tenant: Tenant, receiver: Receiver
+) -> None:
+    # Given A (one attempt, failing first) and B, both naming C on success; A names K on failure
+    tag = f"join-dead-{secrets.token_hex(4)}"
+    receiver.script(f"/{tag}-a", Reply(500), _json_reply(b'{"a": "late"}'))
+    receiver.script(f"/{tag}-b", _json_reply(b'{"b": 2}'))
+    c = await _task(tenant, name="c", callback={"url": receiver.url(f"/{tag}-c")})
+    k = await _task(tenant, name="k", callback={"url": receiver.url(f"/{tag}-k")})
+    a = await _task(
+        tenant,
+        name="a",
+        callback={"url": receiver.url(f"/{tag}-a"), "max_attempts": 1},
+        children={"on_success": [c["id"]], "on_failure": [k["id"]]},
+    )
+    b = await _task(tenant, name="b", callback={"url": receiver.url(f"/{tag}-b")}, children={"on_success": [c["id"]]})
+    root = await _task(tenant, name="root", callback={"url": receiver.url(f"/{tag}-root")})
+    await tenant.client.patch(f"/v1/tasks/{root['id']}", json={"children": {"on_success": [a["id"], b["id"]]}})
+
+    # When the root runs: A dies, B succeeds
+    at_ms = (await tenant.client.post(f"/v1/tasks/{root['id']}/trigger")).json()["scheduled_at_ms"]
+    await wait_status(tenant.client, f"{a['id']}-{at_ms}", "dead")
+    await wait_status(tenant.client, f"{b['id']}-{at_ms}", "delivered")
+    failure_child = await _child_flow(tenant, k, at_ms)
+    await asyncio.sleep(0.5)
+    held = await _flow_or_none(tenant, c, at_ms)
+
+    # Then C does not run at that instant; once A's flow is redriven and delivered, it does, once
+    redriven = await tenant.client.post(f"/v1/flows/{a['id']}-{at_ms}/redrive")
+    child = await _child_flow(tenant, c, at_ms)
+    await asyncio.sleep(0.3)
+
+    assert held is None and failure_child["payload"] is None and redriven.status_code == 200
+    assert child["payload"] == {a["id"]: {"a": "late"}, b["id"]: {"b": 2}}
+    assert len(receiver.for_path(f"/{tag}-c")) == 1
+
+
+async def test_a_paused_parent_is_left_out_and_an_active_one_without_a_flow_holds_the_child(
+    tenant: Tenant, receiver: Receiver
+) -> None:
+    # Given A naming C and D on success; P (paused) also names C, E (active, never at A's instant) names D
+    tag = f"join-paused-{secrets.token_hex(4)}"
+    receiver.script(f"/{tag}-a", _json_reply(b'{"a": 1}'))
+    c = await _task(tenant, name="c", callback={"url": receiver.url(f"/{tag}-c")})
+    d = await _task(tenant, name="d", callback={"url": receiver.url(f"/{tag}-d")})
+    paused = await _task(tenant, name="p", children={"on_success": [c["id"]]})
+    assert (await tenant.client.post(f"/v1/tasks/{paused['id']}/pause")).json()["status"] == "paused"
+    await _task(tenant, name="e", children={"on_success": [d["id"]]})
+    a = await _task(
+        tenant, name="a", callback={"url": receiver.url(f"/{tag}-a")}, children={"on_success": [c["id"], d["id"]]}
+    )
+
+    # When A runs
+    at_ms = (await tenant.client.post(f"/v1/tasks/{a['id']}/trigger")).json()["scheduled_at_ms"]
+    child = await _child_flow(tenant, c, at_ms)
+    await asyncio.sleep(0.3)
+
+    # Then C runs with A's result alone (P left out); D waits for E's flow at that instant, which never comes
+    assert child["payload"] == {a["id"]: {"a": 1}}
+    assert await _flow_or_none(tenant, d, at_ms) is None and receiver.for_path(f"/{tag}-d") == []

@@ -64,7 +64,7 @@ async def test_migrate_creates_one_file_per_database_and_is_idempotent_on_sqlite
         expected = {f"{kind}_{t:02d}" for kind in ("tasks", "flows", "task_targets") for t in range(4)}
         first_only = {"apps", "tjobs_layout", "hot_changes", "targets", "tjobs_shard_map", "slo_minutes", "slo_hours"}
         first_only |= {"alert_settings", "alert_states", "users", "api_tokens", "console_sessions", "audit_log"}
-        first_only |= {"calendars", "operator_jobs"}
+        first_only |= {"calendars", "operator_jobs", "task_parents"}
         assert tables == expected | {"alembic_version", "tjobs_fence", "task_counts"} | (
             first_only if index == 0 else set()
         )

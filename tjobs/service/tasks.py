@@ -31,11 +31,12 @@ from tjobs.errors import (
     TjobsError,
 )
 from tjobs.hot_tier.base import HotTier, TaskChange
-from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskChildren, TaskHealth, TaskStatus, parse_flow_id
+from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskHealth, TaskStatus, parse_flow_id
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.schedules.parsing import parse_schedule_request, schedule_of
 from tjobs.service import audit_scope
-from tjobs.service.child_tasks import check_no_cycle, check_not_self, children_field, parse_children
+from tjobs.service.child_links import ChildLinks
+from tjobs.service.child_tasks import parse_children
 from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported: the listings' bound
 from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService
@@ -56,6 +57,7 @@ from tjobs.settings import Settings
 from tjobs.specs import CallbackSpec, ScheduleKind, ScheduleSpec
 from tjobs.specs.calendar import CalendarLookup, CalendarRules
 from tjobs.stores.base import TaskStore
+from tjobs.stores.contracts.task_parents import TaskParentRecords
 from tjobs.stores.queries import TaskQuery
 from tjobs.targets.model import RetryPolicy, pick_budget
 from tjobs.wire import TaskCreate, TaskTrigger, TaskUpdate
@@ -103,6 +105,7 @@ class TaskService:
         observer: FireObserver = NO_OBSERVER,
         membership: Callable[[], Membership] = lambda: SOLE_NODE,
         calendars: CalendarLookup | None = None,
+        parents: TaskParentRecords | None = None,
     ) -> None:
         """``flow_sink`` delivers the flows this service commits itself (a manual trigger, a dead
         letter re-driven): the deliverer's :meth:`tjobs.delivery.deliverer.Deliverer.deliver`.
@@ -113,7 +116,8 @@ class TaskService:
         of every dead letter re-driven (the service levels count a flow dead once). ``membership``
         (:meth:`tjobs.cluster.base.Coordinator.membership`) gives this node's share of each app's quota.
         ``calendars`` answers an app's calendar by name (:meth:`tjobs.service.calendars.CalendarService.rules`):
-        a schedule naming one the node does not know is a 422 (without it, naming one is)."""
+        a schedule naming one the node does not know is a 422 (without it, naming one is). ``parents``, the
+        reverse index of child tasks (:mod:`tjobs.service.child_links`)."""
         self._store = store
         self._hot_tier = hot_tier
         self._settings = settings
@@ -122,6 +126,7 @@ class TaskService:
         self._observer = observer
         self._membership = membership
         self._calendars = calendars
+        self.child_links = ChildLinks(store, parents, self._routable)
         self._in_flight: Counter[str] = Counter()  # per app: tasks being stored, held against its quota
         self._ids = TaskIdGenerator(topology.shard_count)
         # the shard of a task without a key only needs to be uniform, not unpredictable: a seeded
@@ -191,7 +196,7 @@ class TaskService:
         now_ms = self._clock.now_ms()
         task = self.build(app, request, now_ms)
         await self.check_targets(app, task.callback, request["callback"])
-        await self.check_children(app, task.id, task.children)
+        await self.child_links.check_and_link(app, task.id, task.children)
         with self._quota_held(app, 1):
             self._check_reachable(shard_of_task_id(task.id))
             return await self._insert_one(app, task, now_ms)
@@ -228,23 +233,6 @@ class TaskService:
             raise InvalidInput("schedule.calendar", f"the app has no calendar named {name!r}", "unknown_calendar")
         return rules
 
-    async def check_children(self, app: App, task_id: int, children: TaskChildren | None) -> None:
-        """422 naming the entry of ``children`` that is the task itself, no task of the app, or closes a
-        cycle through the stored tasks' children (:mod:`tjobs.service.child_tasks`)."""
-        if not children:
-            return
-        check_not_self(task_id, children)
-        for child in children.all:
-            found = await self._store.get_task(child) if self._routable(child) else None
-            if found is None or found.app_id != app.id:
-                raise InvalidInput(children_field(children, child), f"the app has no task {child}", "unknown_task")
-
-        async def read(other: int) -> TaskChildren | None:
-            found = await self._store.get_task(other) if self._routable(other) else None
-            return None if found is None or found.app_id != app.id else found.children
-
-        await check_no_cycle(task_id, children, read)
-
     async def check_targets(self, app: App, callback: CallbackSpec, request: Any = None) -> None:
         """The SSRF policy at registration: 422 naming the URL field if a URL is refused; and for a
         callback naming targets, 422 naming the field of a name the app has no target of
@@ -276,7 +264,7 @@ class TaskService:
                 if task.callback.targets and task.callback.targets not in named:
                     await self.check_targets(app, task.callback, request["callback"])
                     named.add(task.callback.targets)
-                await self.check_children(app, task.id, task.children)
+                await self.child_links.check_and_link(app, task.id, task.children)
                 urls = task.callback.urls
                 for position, url in enumerate(urls):
                     if url not in judged:
@@ -544,7 +532,7 @@ class TaskService:
             fields.add("misfire_policy")
         if "children" in request:
             task.children = parse_children(request["children"])
-            await self.check_children(app, task.id, task.children)
+            await self.child_links.check_and_link(app, task.id, task.children)
             fields.add("children")
         if "schedule" in request:
             task.schedule = parse_schedule_request(
@@ -645,6 +633,7 @@ class TaskService:
         begun = self.counts.epoch()
         if await self._store.delete_task_cancelling_flows(task_id, self._clock.now_ms()):
             self.counts.changed(app.id, task.status, None, begun)
+        await self.child_links.unlink(task_id)
         await self._hot_tier.publish(TaskChange.deleted(task_id, app.id))
 
     async def _edit(

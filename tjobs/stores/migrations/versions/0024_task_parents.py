@@ -1,0 +1,35 @@
+"""The reverse index of child tasks (README "Child tasks"): ``task_parents`` in the first logical
+database, beside ``apps`` (:mod:`tjobs.stores.schema_task_parents`). Empty when made: a task whose
+children were set before it is indexed when its children are next edited.
+
+Revision ID: 0024_task_parents
+Revises: 0023_task_children
+Create Date: 2026-12-03
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import op as global_op
+from alembic.operations import Operations
+
+from tjobs.stores.migration_tables import create_missing_tables
+from tjobs.stores.schema_task_parents import TASK_PARENTS_TABLE, task_parents_indexes, task_parents_schema_items
+
+revision = "0024_task_parents"
+down_revision = "0023_task_children"
+branch_labels = None
+depends_on = None
+
+
+def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    if holds_apps:
+        tables = [(TASK_PARENTS_TABLE, task_parents_schema_items(), task_parents_indexes())]
+        create_missing_tables(operations or global_op, tables)
+
+
+def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
+    op = operations or global_op
+    if holds_apps:
+        op.drop_table(TASK_PARENTS_TABLE)

@@ -1,0 +1,20 @@
+"""Which :class:`tjobs.stores.contracts.task_parents.TaskParentRecords` a store has: the SQL store's table
+over its own engines, or, for the memory twin (and any other store), a set of its own."""
+
+from __future__ import annotations
+
+from tjobs.stores.base import TaskStore
+from tjobs.stores.contracts.task_parents import TaskParentRecords
+from tjobs.stores.memory_task_parents import MemoryTaskParents
+
+
+def task_parents_of(store: TaskStore) -> TaskParentRecords:
+    """The reverse index of child tasks living in ``store``'s databases (make one per store: the memory
+    twin's is held by the object returned)."""
+    from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+
+    if isinstance(store, SQLAlchemyTaskStore):
+        from tjobs.stores.sql.task_parents import SqlTaskParents
+
+        return SqlTaskParents(store)
+    return MemoryTaskParents()
