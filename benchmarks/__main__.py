@@ -68,7 +68,7 @@ def register(args: argparse.Namespace) -> None:
     from benchmarks.fire import run, run_register_bench
     from benchmarks.report import emit, rich_progress
 
-    with bench_target(args) as (base_url, key, _), rich_progress(console) as progress:
+    with bench_target(args) as (base_url, key, pids), rich_progress(console) as progress:
         result = run(
             run_register_bench(
                 base_url,
@@ -78,6 +78,7 @@ def register(args: argparse.Namespace) -> None:
                 concurrency=args.concurrency,
                 batch_size=args.batch_size,
                 progress=progress,
+                node_pids=pids,
             )
         )
     emit(result, console, as_json=args.json_out)

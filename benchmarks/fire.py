@@ -488,10 +488,11 @@ async def run_register_bench(
     keep_tasks: bool = False,
     progress: ProgressFn | None = None,
     request_timeout_s: float = 30.0,
+    node_pids: Sequence[int] = (),
 ) -> BenchResult:
     """Measure creates/s: ``tasks`` tasks due ~30 days ahead (never loaded or fired during the run),
     one per request, or ``batch_size`` per ``POST /v1/tasks:batch`` when given. Deletes them afterwards
-    unless ``keep_tasks``."""
+    unless ``keep_tasks``. With ``node_pids``, the nodes' CPU during the creates (not the cleanup) too."""
     if tasks < 1:
         raise ValueError("tasks must be >= 1")
     base_url = base_url.rstrip("/")
@@ -503,6 +504,7 @@ async def run_register_bench(
         callback = {"url": DISCARD_CALLBACK_URL, "method": "POST"}
         body_of = task_bodies(callback, "bench-register", lambda index: due_ms + index)
         sender = batch_sender if batch_size else single_sender
+        register_cpu_start = [process_cpu_s(pid) for pid in node_pids]
         outcome = await register(
             session,
             sender(base_url, api_key, body_of),
@@ -512,6 +514,7 @@ async def run_register_bench(
             unit=batch_size or 1,
             progress=progress,
         )
+        register_cpu = _each_spent(register_cpu_start, [process_cpu_s(pid) for pid in node_pids])
         if not keep_tasks and outcome.task_ids:
             failed = await _delete_tasks(session, base_url, api_key, outcome.task_ids, concurrency, progress)
             if failed:
@@ -526,6 +529,7 @@ async def run_register_bench(
         batch_size=batch_size,
         warnings=warnings,
         client_cpu_s=time.process_time() - cpu_start_s,
+        node_register_cpu_s=register_cpu,
     )
 
 

@@ -22,8 +22,9 @@ Definitions (the JSON keys say the same):
   ``node_cpu_us_per_fire`` is the fire phase's share per delivered task. Unlike wall-clock rates it
   holds on a machine shared with other work.
 - *node_register_cpu_s*: per started node (in ``--nodes`` order, the first takes the creates), its CPU
-  time during the fire bench's registration; ``node_cpu_us_per_create`` is their sum per stored task
-  (a cluster's other nodes pay for reading what the first publishes).
+  time during the registration (the fire and register benches; not the register bench's cleanup);
+  ``node_cpu_us_per_create`` is their sum per stored task (a cluster's other nodes pay for reading what
+  the first publishes).
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ class BenchResult:
     client_cpu_s: float | None = None  # CPU the registering process used during the run
     node_cpu_s: float | None = None  # CPU the node used during the run (when its pid is known)
     node_fire_cpu_s: float | None = None  # ... from just before the window to the end of the drain
-    node_register_cpu_s: list[float] | None = None  # per node, during the registration (fire bench)
+    node_register_cpu_s: list[float] | None = None  # per node, during the registration (fire, register)
     # what ``delivery`` was accounted from (fire bench; not in the JSON): task id → its instant (epoch ms),
     # and the sink's records, for a bench that accounts them its own way (benchmarks.pool_fire)
     instants: Mapping[int, int] = field(default_factory=dict)
