@@ -228,10 +228,14 @@ async def test_a_child_of_two_parents_runs_once_when_both_succeeded_with_both_re
     child = await _child_flow(tenant, c, ran["scheduled_at_ms"])
     await asyncio.sleep(0.3)
 
-    # Then C ran once, at the root's instant, with each parent's result by its id
+    # Then C ran once, at the root's instant, with each parent's result by its id, and shows its parent flows
     both = {a["id"]: {"a": 1}, b["id"]: {"b": 2}}
     assert child["payload"] == both
     assert [orjson.loads(r.body)["payload"] for r in receiver.for_path(f"/{tag}-c")] == [both]
+    ordered = sorted((a["id"], b["id"]), key=int)
+    assert child["parent_flows"] == [f"{parent}-{ran['scheduled_at_ms']}" for parent in ordered]
+    a_flow = (await tenant.client.get(f"/v1/flows/{a['id']}-{ran['scheduled_at_ms']}")).json()
+    assert a_flow["parent_flows"] == [ran["id"]] and a_flow["child_flows"] == [child["id"]]
 
 
 async def test_a_joined_child_does_not_run_after_a_failed_parent_until_its_flow_is_redriven_and_delivered(
@@ -294,3 +298,24 @@ async def test_a_paused_parent_is_left_out_and_an_active_one_without_a_flow_hold
     # Then C runs with A's result alone (P left out); D waits for E's flow at that instant, which never comes
     assert child["payload"] == {a["id"]: {"a": 1}}
     assert await _flow_or_none(tenant, d, at_ms) is None and receiver.for_path(f"/{tag}-d") == []
+
+
+async def test_a_task_shows_the_tasks_naming_it_as_their_child_as_they_are_now(tenant: Tenant) -> None:
+    # Given C named by A on success and B on failure, and by D until D's edit dropped it, and by E, deleted
+    c = await _task(tenant, name="c")
+    a = await _task(tenant, name="a", children={"on_success": [c["id"]]})
+    b = await _task(tenant, name="b", children={"on_failure": [c["id"]]})
+    d = await _task(tenant, name="d", children={"on_success": [c["id"]]})
+    e = await _task(tenant, name="e", children={"on_success": [c["id"]]})
+    assert (await tenant.client.patch(f"/v1/tasks/{d['id']}", json={"children": None})).status_code == 200
+    assert (await tenant.client.delete(f"/v1/tasks/{e['id']}")).status_code == 204
+
+    # When C and A are read
+    shown = (await tenant.client.get(f"/v1/tasks/{c['id']}")).json()
+    root = (await tenant.client.get(f"/v1/tasks/{a['id']}")).json()
+    listed = (await tenant.client.get("/v1/tasks")).json()["items"]
+
+    # Then C's parents are A and B, per relation; A has none; a listing does not read them
+    assert shown["parents"] == {"on_success": [a["id"]], "on_failure": [b["id"]]}
+    assert root["parents"] is None
+    assert all("parents" not in item for item in listed)

@@ -166,3 +166,30 @@ async def test_a_tasks_page_links_its_children(api_node: RunningNode, tenant: Te
     assert shown.status_code == 200
     assert f"Children on success {child} Children on failure none" in text_of(shown.text)
     assert f'href="/console/tasks/{child}"' in shown.text
+
+
+async def test_a_childs_pages_link_its_parents_and_a_flows_page_links_the_flows_it_triggered_or_came_from(
+    api_node: RunningNode, tenant: Tenant, receiver: Receiver
+) -> None:
+    # Given a parent whose delivered flow triggered its child's
+    child = (await tenant.client.post("/v1/tasks", json=task_body(receiver, name="load"))).json()["id"]
+    made = await tenant.client.post(
+        "/v1/tasks", json=task_body(receiver, name="export", children={"on_success": [child]})
+    )
+    parent = made.json()["id"]
+    flow = (await tenant.client.post(f"/v1/tasks/{parent}/trigger")).json()
+    child_flow = f"{child}-{flow['scheduled_at_ms']}"
+    await wait_status(tenant.client, child_flow, "delivered")
+    session = await signed_in(api_node, tenant)
+
+    # When the child's page and both flows' pages are opened
+    task_page = await page(api_node, session, f"/console/tasks/{child}")
+    parent_page = text_of((await page(api_node, session, f"/console/flows/{flow['id']}")).text)
+    child_page = await page(api_node, session, f"/console/flows/{child_flow}")
+
+    # Then each links the other
+    assert f"Parents on success {parent} Parents on failure none" in text_of(task_page.text)
+    assert f'href="/console/tasks/{parent}"' in task_page.text
+    assert f"Child flows {child_flow}" in parent_page
+    assert f"Triggered by {flow['id']}" in text_of(child_page.text)
+    assert f'href="/console/flows/{flow["id"]}"' in child_page.text

@@ -52,11 +52,12 @@ def task_json(task: Task, *, masked: bool = False) -> dict[str, Any]:
         "fire_count": task.fire_count,
         "created_at": _instant(task.created_at_ms),
         "updated_at": _instant(task.updated_at_ms),
-        "children": _children_json(task.children),
+        "children": children_json(task.children),
     }
 
 
-def _children_json(children: TaskChildren | None) -> dict[str, list[str]] | None:
+def children_json(children: TaskChildren | None) -> dict[str, list[str]] | None:
+    """A task's children (or its parents, the same shape) as the API shows them; ``None``: none."""
     if not children:
         return None
     return {"on_success": [str(i) for i in children.on_success], "on_failure": [str(i) for i in children.on_failure]}

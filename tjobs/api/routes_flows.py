@@ -106,6 +106,7 @@ async def get_flow(request: Request, flow_id: FlowIdPath, app: AppDep, node: Nod
     flow = await node.tasks.get_flow(app, flow_id)
     detail = flow_detail_json(flow, masked=reads_masked(request))
     detail["child_flows"] = await node.child_flows.triggered_by(flow)
+    detail["parent_flows"] = await node.child_flows.triggering(flow)
     return json_response(detail)
 
 

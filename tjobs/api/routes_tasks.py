@@ -25,7 +25,7 @@ from tjobs.api.deps import (
     task_id_of,
 )
 from tjobs.api.principal import reads_masked
-from tjobs.api.render import error_json, flow_json, task_health_json, task_json
+from tjobs.api.render import children_json, error_json, flow_json, task_health_json, task_json
 from tjobs.errors import InvalidInput
 from tjobs.model import TaskStatus
 from tjobs.service.cursors import MAX_CURSOR_CHARS
@@ -155,8 +155,11 @@ async def list_tasks(
 )
 async def get_task(task_id: TaskIdPath, request: Request) -> Any:
     app = await request_app(request)
-    task = await node_of(request).tasks.get(app, task_id_of(task_id))
-    return json_response(task_json(task, masked=reads_masked(request)))
+    tasks = node_of(request).tasks
+    task = await tasks.get(app, task_id_of(task_id))
+    shown = task_json(task, masked=reads_masked(request))
+    shown["parents"] = children_json(await tasks.child_links.parents(task))  # README "Child tasks"
+    return json_response(shown)
 
 
 @router.patch(

@@ -99,6 +99,11 @@ class Task(BaseModel):
     children: dict[str, list[str]] | None = Field(
         default=None, description="the task ids its flows trigger when they end: on_success, on_failure; null: none"
     )
+    parents: dict[str, list[str]] | None = Field(
+        default=None,
+        description="GET /v1/tasks/{id} only: the task ids that name it among their children (on_success, "
+        "on_failure); null: none (README 'Child tasks')",
+    )
     health: TaskHealthFigures | None = Field(default=None, description="with health=true on GET /v1/tasks only")
 
 
@@ -255,6 +260,10 @@ class FlowDetail(Flow):
     child_flows: list[str] = Field(
         default_factory=list,
         description="the ids of the child flows this flow's ending triggered (README 'Child tasks')",
+    )
+    parent_flows: list[str] = Field(
+        default_factory=list,
+        description="the ids of the parent flows whose endings triggered this (child) flow (README 'Child tasks')",
     )
 
 

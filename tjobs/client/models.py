@@ -65,6 +65,9 @@ class Task(_Model):
     updated_at: datetime
     children: dict[str, list[str]] | None = None
     """The task ids its flows trigger when they end (``on_success``, ``on_failure``); ``None``: none."""
+    parents: dict[str, list[str]] | None = None
+    """The task ids that name it among their children (``on_success``, ``on_failure``); ``None``: none
+    (:meth:`~tjobs.client.Client.get_task` only)."""
     health: TaskHealth | None = None
     """With ``list_tasks(health=True)`` / ``iter_tasks(health=True)`` only."""
 
@@ -96,6 +99,8 @@ class Flow(_Model):
     log_lines: int = 0
     child_flows: list[str] = []
     """The ids of the child flows this flow's ending triggered (:meth:`~tjobs.client.Client.get_flow` only)."""
+    parent_flows: list[str] = []
+    """The ids of the parent flows whose endings triggered this one (:meth:`~tjobs.client.Client.get_flow` only)."""
 
 
 class FlowRun(_Model):

@@ -51,6 +51,8 @@ async def flow_page(request: Request, flow_id: str) -> Response:
         answer_body_bytes=ANSWER_BODY_BYTES,
         run_log=run_log_json(flow),
         run_result=None if flow.run is None else masked_json(flow.run.result),  # secret-looking keys masked
+        parent_flows=await console.node.child_flows.triggering(flow),  # README "Child tasks"
+        child_flows=await console.node.child_flows.triggered_by(flow),
     )
 
 

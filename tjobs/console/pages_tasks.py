@@ -25,7 +25,7 @@ from fastapi.responses import RedirectResponse
 
 from tjobs.api.bodies import parse_json
 from tjobs.api.deps import task_id_of
-from tjobs.api.render import flow_json, task_health_json, task_json
+from tjobs.api.render import children_json, flow_json, task_health_json, task_json
 from tjobs.console.context import ConsoleRoute, Principal, console_of
 from tjobs.console.instants import next_instants
 from tjobs.errors import InvalidInput, NotFound, VersionConflict
@@ -163,6 +163,7 @@ async def task_page(
         "task.html",
         principal,
         **{**context, "shown": task_json(context["task"], masked=True)},
+        parents=children_json(await console.node.tasks.child_links.parents(context["task"])),
         instants=next_instants(context["task"]),
         preview_query=urlencode({"schedule": json.dumps(as_request(context["shown"]["schedule"]))}),
         history=await _flows(request, principal, task_id, before, after),

@@ -130,6 +130,22 @@ class ChildFlows:
                 found.append(child.id)
         return found
 
+    async def triggering(self, flow: Flow) -> list[str]:
+        """The ids of the parent flows whose endings triggered ``flow`` (a manual flow): its task's parents,
+        as they are now, whose flow at its instant ended as their relation asks (``delivered`` for
+        ``on_success``, ``dead`` for ``on_failure``), by relation then id."""
+        if flow.kind is not FlowKind.MANUAL or self._parents is None:
+            return []
+        recorded = (await self._parents.parents_of([flow.task_id])).get(flow.task_id)
+        found: list[str] = []
+        for relation, ending in (("on_success", FlowStatus.DELIVERED), ("on_failure", FlowStatus.DEAD)):
+            for parent_id in () if recorded is None else getattr(recorded, relation):
+                if await parent_naming(self._store, self._routable, flow.app_id, parent_id, flow.task_id, relation):
+                    parent = await self._store.get_flow(parent_id, flow.scheduled_at_ms)
+                    if parent is not None and parent.status is ending:
+                        found.append(parent.id)
+        return found
+
     async def _trigger(self, child_id: int, app_id: str, payload_json: str, at_ms: int, parent: str) -> None:
         assert self._tasks is not None and self._app_of is not None
         if not self._routable(child_id):
