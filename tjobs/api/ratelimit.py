@@ -274,6 +274,7 @@ class ApiRateLimits:
 
 
 ADMITTED = "tjobs.admitted_app"  # scope key: the app whose request token AdmissionMiddleware took
+KEY_HASH = "tjobs.key_hash"  # scope key: (the bearer key, its hash) as AdmissionMiddleware hashed it
 
 
 class AdmissionMiddleware:
@@ -304,7 +305,11 @@ class AdmissionMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._limits.enabled:
             key = _bearer_key(scope)
-            known = None if key is None else self._directory.known_app(hash_api_key(key))
+            known = None
+            if key is not None:
+                key_hash = hash_api_key(key)
+                scope[KEY_HASH] = (key, key_hash)  # the route's authentication needs it too
+                known = self._directory.known_app(key_hash)
             if known is not None:
                 try:
                     self._limits.admit_request(known, scope["method"], scope["path"], _query_names(scope))

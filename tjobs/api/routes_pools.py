@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 from starlette.datastructures import State
-from starlette.routing import Match, Route
-from starlette.types import Scope
 
 from tjobs import wire
 from tjobs.api.deps import (
     BEARER,
     AppDep,
     ExecutorIdPath,
+    NamedRoute,
     PoolNamePath,
     body_doc,
     errors,
@@ -129,18 +128,7 @@ async def _heartbeat_by_path(request: Request) -> Any:
     return await heartbeat(request.path_params["pool"], request.path_params["executor_id"], request)
 
 
-class _NamedRoute(Route):
-    """A Starlette route that names itself in the scope's ``route``, as FastAPI's routes do (the
-    metrics' route label and the rate limits' route read it)."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        match, child_scope = super().matches(scope)
-        if match != Match.NONE:
-            child_scope["route"] = self
-        return match, child_scope
-
-
-heartbeat_route = _NamedRoute(
+heartbeat_route = NamedRoute(
     router.prefix + HEARTBEAT_PATH, _heartbeat_by_path, methods=["PUT"], include_in_schema=False
 )
 """The heartbeat as a plain Starlette route, put first in the app's routes (:func:`tjobs.api.app.create_api`):

@@ -11,6 +11,7 @@ from tjobs.api import schemas
 from tjobs.api.deps import (
     BEARER,
     AppDep,
+    NamedRoute,
     NodeDep,
     TaskIdPath,
     admit_creates,
@@ -102,6 +103,20 @@ async def create_tasks(request: Request) -> Any:
     if counts["created"]:
         node.metrics.registrations.labels(app.id).inc(counts["created"])
     return json_response({**counts, "items": items})
+
+
+CREATE_PATHS = ("/tasks", "/tasks/batch", "/tasks:batch")
+create_routes = [
+    NamedRoute(
+        router.prefix + path,
+        create_task if path == "/tasks" else create_tasks,
+        methods=["POST"],
+        include_in_schema=False,
+    )
+    for path in CREATE_PATHS
+]
+"""The creates as plain named routes, put first in the app's routes (:class:`tjobs.api.deps.NamedRoute`);
+the routes above stay for the OpenAPI document."""
 
 
 @router.get(
