@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sharding import Topology
 from testkit.children import REPO
-from testkit.node_process import _merge, to_toml
+from testkit.node_process import _merge, migrate_in_process, to_toml
 from testkit.ports import free_port
 from tjobs.clock import iso_ms
 
@@ -218,13 +218,7 @@ class ClusterRig:
 
     def migrate(self) -> None:
         node = self._write_config(1)
-        subprocess.run(
-            [sys.executable, "-m", "tjobs.cli.main", "migrate", "--config", str(node.config)],
-            check=True,
-            capture_output=True,
-            timeout=600,
-            cwd=REPO,
-        )
+        migrate_in_process(node.config, timeout_s=600)
 
     def start(self, index: int, env: Mapping[str, str] | None = None) -> NodeProc:
         """Start node ``index``; ``env`` is added to this process's environment (e.g. libfaketime's

@@ -1,7 +1,8 @@
 """A tjobs node in a child process, for ``python -m benchmarks fire --embedded`` / ``--storage URL``.
 
-:func:`node_process` writes a TOML settings file, runs ``tjobs migrate --config FILE``, starts
-``tjobs serve --config FILE`` (both as ``python -m tjobs.cli.main``), waits until ``GET /readyz`` answers 200
+:func:`node_process` writes a TOML settings file, migrates what it names (as ``tjobs migrate --config FILE``
+would, in this process: :func:`migrate_in_process`), starts ``tjobs serve --config FILE`` (as
+``python -m tjobs.cli.main``), waits until ``GET /readyz`` answers 200
 and yields a :class:`NodeHandle`; at exit it sends SIGTERM, then SIGKILL after ``stop_timeout_s``. The
 node's output goes to ``node.log`` in the work directory (shown when it fails to start).
 
@@ -210,20 +211,7 @@ def node_process(
         config_path.chmod(0o600)
         log_path = directory / "node.log"
         with log_path.open("ab") as log:
-            try:
-                migrate = subprocess.run(
-                    [sys.executable, "-m", "tjobs.cli.main", "migrate", "--config", str(config_path)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    check=False,
-                    timeout=migrate_timeout_s,
-                )
-            except subprocess.TimeoutExpired:
-                raise NodeStartError(
-                    f"tjobs migrate did not finish within {migrate_timeout_s} s\n{_tail(log_path)}"
-                ) from None
-            if migrate.returncode != 0:
-                raise NodeStartError(f"tjobs migrate exited with {migrate.returncode}\n{_tail(log_path)}")
+            migrate_in_process(config_path, migrate_timeout_s, log_path)
             process = subprocess.Popen(
                 [sys.executable, *serve_command, "--config", str(config_path)],
                 stdout=log,
@@ -239,6 +227,35 @@ def node_process(
     finally:
         if owned_dir:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def migrate_in_process(config_path: Path, timeout_s: float, log_path: Path | None = None) -> None:
+    """What ``tjobs migrate --config FILE`` does (the file, then ``TJOBS_*`` from the environment), in a thread
+    of this process with its own event loop, so that a caller inside a running loop may call it too. A second
+    interpreter would spend ~1.5 s of CPU importing the CLI, the settings and the stores before the first
+    statement (docs/benchmarks.md, "Node start-up"); the suites and benches start many nodes.
+    Raises :class:`NodeStartError` naming the failure (and the log's tail, where there is a log)."""
+    import threading
+
+    from tjobs.settings import load_settings
+    from tjobs.stores.migrate import migrate_sync
+
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            migrate_sync(load_settings(config_path).storage)
+        except BaseException as error:  # handed to the caller's thread below
+            failures.append(error)
+
+    worker = threading.Thread(target=run, name="tjobs-migrate", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    tail = "" if log_path is None else f"\n{_tail(log_path)}"
+    if worker.is_alive():
+        raise NodeStartError(f"tjobs migrate did not finish within {timeout_s} s{tail}")
+    if failures:
+        raise NodeStartError(f"tjobs migrate failed: {failures[0]!r}{tail}") from failures[0]
 
 
 def _wait_ready(process: subprocess.Popen[bytes], base_url: str, timeout_s: float, log_path: Path) -> None:
