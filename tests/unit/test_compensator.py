@@ -4,6 +4,7 @@ numbers a re-drive carries. Its clock (and the deliverers') is a ManualClock the
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.firing.compensator import Compensator
-from tjobs.model import DeliveryMode, Flow, FlowStatus, Task
+from tjobs.model import ChildTrigger, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task, TaskChildren
 from tjobs.settings import CompensatorSettings
 from tjobs.stores.memory import MemoryTaskStore
 
@@ -135,3 +136,34 @@ async def test_a_fenced_node_claims_nothing(clock: ManualClock) -> None:
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert redriven == []
     assert stored is not None and (stored.attempts, stored.next_attempt_at_ms) == (0, flow.next_attempt_at_ms)
+
+
+async def test_an_ending_whose_children_are_still_due_has_them_triggered_and_one_naming_none_is_cleared(
+    clock: ManualClock,
+) -> None:
+    # Given two delivered flows marked as having children due (their node died before triggering them):
+    # one of a task naming a child, one of a task naming none now
+    store = MemoryTaskStore()
+    parent, _ = await stale_flow(store, clock, overdue_ms=60_000, attempts=1, status=FlowStatus.DELIVERED)
+    await store.edit_task(replace(parent, children=TaskChildren((12345,))), {"children"})
+    _, bare = await stale_flow(store, clock, overdue_ms=60_000, attempts=1, status=FlowStatus.DELIVERED)
+    told: list[FlowUpdate] = []
+
+    async def ended(update: FlowUpdate) -> None:
+        told.append(update)
+
+    every_shard = frozenset(store.topology.shards())
+    passes = Compensator(store, lambda: every_shard, set, lambda t, f: None, GRACE, clock, LEASE_MS, ended=ended)
+
+    # When the compensator passes
+    handled = await passes.run_once()
+
+    # Then the first flow's children are triggered from its stored ending, the second's mark is cleared
+    assert handled == 2
+    assert [(u.task_id, u.status, u.children) for u in told] == [
+        (parent.id, FlowStatus.DELIVERED, ChildTrigger(parent.app_id, (12345,), "null"))
+    ]
+    cleared = await store.get_flow(bare.task_id, bare.scheduled_at_ms)
+    assert cleared is not None and cleared.status is FlowStatus.DELIVERED and cleared.next_attempt_at_ms is None
+    clock.advance(LEASE_MS + 60_000)
+    assert await passes.run_once() == 1  # the first still marked (its hook cleared nothing): taken again
