@@ -26,7 +26,8 @@ T = TypeVar("T")
 
 _NOTED: ContextVar[list[str] | None] = ContextVar("fuzz_store_calls", default=None)
 _APP_DIRECTORY: frozenset[CodeType] = frozenset(
-    {AppDirectory.authenticate.__code__, AppDirectory._read.__code__}  # every request's own app
+    # every request's own app (a key's lookup runs in a task that concurrent misses share)
+    {AppDirectory.authenticate.__code__, AppDirectory._look_up.__code__, AppDirectory._read.__code__}
 )
 
 
