@@ -74,10 +74,27 @@ def _migrate_with_progress(settings: Settings) -> None:
             asyncio.run(migrate(settings.storage, report))
 
 
+PlanOption = Annotated[
+    bool,
+    typer.Option(
+        "--plan",
+        help="change nothing: list the pending migrations, each online or offline, and how to upgrade "
+        "(docs/operations.md, 'Upgrades')",
+    ),
+]
+
+
 @app.command()
-def migrate(config: ConfigOption = None) -> None:
+def migrate(config: ConfigOption = None, plan: PlanOption = False) -> None:
     """Create the logical databases and apply the schema to every shard (idempotent)."""
-    _migrate_with_progress(_settings(config, None))
+    settings = _settings(config, None)
+    if not plan:
+        _migrate_with_progress(settings)
+        return
+    from tjobs.stores.migration_plan import migration_plan, plan_lines
+
+    recorded, pending = asyncio.run(migration_plan(settings.storage))
+    typer.echo("\n".join(plan_lines(recorded, pending)))
 
 
 WorkersOption = Annotated[

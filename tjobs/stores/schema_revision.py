@@ -40,9 +40,8 @@ def known_revisions() -> tuple[str, frozenset[str]]:
     return heads[0], frozenset(parents)
 
 
-def _revision_of(path: Path) -> tuple[str, tuple[str, ...]]:
-    """A migration file's ``revision`` and the revisions it follows (``down_revision``: none, one, or
-    several for a merge), from the file's top-level literal assignments."""
+def module_literals(path: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    """The top-level literal assignments of ``names`` in a migration file (those it makes)."""
     values: dict[str, Any] = {}
     for statement in ast.parse(path.read_text(encoding="utf-8"), str(path)).body:
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
@@ -51,8 +50,15 @@ def _revision_of(path: Path) -> tuple[str, tuple[str, ...]]:
             target, value = statement.target, statement.value
         else:
             continue
-        if isinstance(target, ast.Name) and target.id in ("revision", "down_revision"):
+        if isinstance(target, ast.Name) and target.id in names:
             values[target.id] = ast.literal_eval(value)
+    return values
+
+
+def _revision_of(path: Path) -> tuple[str, tuple[str, ...]]:
+    """A migration file's ``revision`` and the revisions it follows (``down_revision``: none, one, or
+    several for a merge), from the file's top-level literal assignments."""
+    values = module_literals(path, ("revision", "down_revision"))
     down = values.get("down_revision")
     return str(values["revision"]), (down,) if isinstance(down, str) else tuple(down or ())
 
@@ -60,17 +66,22 @@ def _revision_of(path: Path) -> tuple[str, tuple[str, ...]]:
 async def check_schema_revision(conn: AsyncConnection, layout: Layout, where: str) -> None:
     """Raise :class:`StorageNotMigrated` unless the first logical database's schema is at this
     version's newest revision or a newer one."""
+    head, known = known_revisions()
+    found = await recorded_revisions(conn, layout)
+    if head in found or any(revision not in known for revision in found):
+        return
+    at = f"revision {', '.join(found)}" if found else "no schema revision"
+    raise StorageNotMigrated(f"{where} is at {at}, this version needs {head}: run `tjobs migrate` first")
+
+
+async def recorded_revisions(conn: AsyncConnection, layout: Layout) -> list[str]:
+    """The first logical database's Alembic revisions (none before its first migration)."""
     schema = layout.apps_database.schema
 
     def has_table(sync_conn: object) -> bool:
         return bool(inspect(sync_conn).has_table(VERSION_TABLE, schema=schema))
 
-    head, known = known_revisions()
-    found: list[str] = []
-    if await conn.run_sync(has_table):
-        table = f"`{schema}`.{VERSION_TABLE}" if layout.dialect == MYSQL and schema else VERSION_TABLE
-        found = [str(value) for value in (await conn.execute(text(f"SELECT version_num FROM {table}"))).scalars()]
-    if head in found or any(revision not in known for revision in found):
-        return
-    at = f"revision {', '.join(found)}" if found else "no schema revision"
-    raise StorageNotMigrated(f"{where} is at {at}, this version needs {head}: run `tjobs migrate` first")
+    if not await conn.run_sync(has_table):
+        return []
+    table = f"`{schema}`.{VERSION_TABLE}" if layout.dialect == MYSQL and schema else VERSION_TABLE
+    return [str(value) for value in (await conn.execute(text(f"SELECT version_num FROM {table}"))).scalars()]

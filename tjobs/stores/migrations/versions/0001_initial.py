@@ -28,6 +28,8 @@ revision = "0001_initial"
 down_revision = None
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "new tables only (the initial schema)"
 
 
 def upgrade(tables_per_database: int, holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

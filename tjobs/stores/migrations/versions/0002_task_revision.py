@@ -22,6 +22,8 @@ revision = "0002_task_revision"
 down_revision = "0001_initial"
 branch_labels = None
 depends_on = None
+ONLINE = False  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "rewrites every task row (UPDATE tasks_TT SET revision = version) in one transaction"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:

@@ -22,6 +22,8 @@ revision = "0004_hot_changes"
 down_revision = "0003_layout_record"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a new table (kept where an older node made it)"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

@@ -28,6 +28,8 @@ revision = "0005_targets"
 down_revision = "0004_hot_changes"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "new tables"
 
 
 def upgrade(tables_per_database: int, holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

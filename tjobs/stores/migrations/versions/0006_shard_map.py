@@ -29,6 +29,8 @@ revision = "0006_shard_map"
 down_revision = "0005_targets"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "new tables, each with its first row"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

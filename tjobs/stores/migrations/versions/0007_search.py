@@ -30,6 +30,8 @@ revision = "0007_search"
 down_revision = "0006_shard_map"
 branch_labels = None
 depends_on = None
+ONLINE = False  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "MODIFY of tasks_TT.name's collation copies every tasks table (ALGORITHM=COPY)"
 
 _NAME = "name VARCHAR(200) NOT NULL COLLATE"
 

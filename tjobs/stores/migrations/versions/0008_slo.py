@@ -22,6 +22,8 @@ revision = "0008_slo"
 down_revision = "0007_search"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a new table"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

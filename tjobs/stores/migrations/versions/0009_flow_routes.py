@@ -20,6 +20,8 @@ revision = "0009_flow_routes"
 down_revision = "0008_slo"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a nullable column added last to flows_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:

@@ -31,6 +31,8 @@ revision = "0010_stats_auto_recalc"
 down_revision = "0009_flow_routes"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "table options only: ALTER TABLE ... STATS_AUTO_RECALC=0, ALGORITHM=INSTANT"
 
 _THIS_DATABASE_TABLES = text(
     "SELECT TABLE_NAME FROM information_schema.TABLES "

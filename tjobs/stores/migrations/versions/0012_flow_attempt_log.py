@@ -23,6 +23,8 @@ revision = "0012_flow_attempt_log"
 down_revision = "0011_flow_payload"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a nullable column added last to flows_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:

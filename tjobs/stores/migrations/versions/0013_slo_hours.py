@@ -33,6 +33,8 @@ revision = "0013_slo_hours"
 down_revision = "0012_flow_attempt_log"
 branch_labels = None
 depends_on = None
+ONLINE = False  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "fills slo_hours from a copy of slo_minutes that older nodes' later minutes miss"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

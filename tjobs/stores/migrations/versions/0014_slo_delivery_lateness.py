@@ -31,6 +31,8 @@ revision = "0014_slo_delivery_lateness"
 down_revision = "0013_slo_hours"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "NOT NULL DEFAULT 0 columns added last to the SLO tables: ALGORITHM=INSTANT"
 
 _ADDED = (*SLO_SEND_LATENESS_COLUMNS, *SLO_ANSWER_LATENESS_COLUMNS)
 

@@ -27,6 +27,8 @@ revision = "0015_alerts"
 down_revision = "0014_slo_delivery_lateness"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "new tables"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

@@ -32,6 +32,8 @@ revision = "0016_accounts"
 down_revision = "0015_alerts"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "new tables"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

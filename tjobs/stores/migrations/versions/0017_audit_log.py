@@ -20,6 +20,8 @@ revision = "0017_audit_log"
 down_revision = "0016_accounts"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a new table"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

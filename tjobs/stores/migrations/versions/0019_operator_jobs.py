@@ -21,6 +21,8 @@ revision = "0019_operator_jobs"
 down_revision = "0018_calendars"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a new table"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:

@@ -25,6 +25,8 @@ revision = "0020_flow_answers"
 down_revision = "0019_operator_jobs"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a nullable column added last to flows_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:

@@ -25,6 +25,8 @@ revision = "0021_flow_runs"
 down_revision = "0020_flow_answers"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "nullable columns added last to flows_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:

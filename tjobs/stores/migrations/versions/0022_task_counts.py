@@ -28,6 +28,8 @@ revision = "0022_task_counts"
 down_revision = "0021_flow_runs"
 branch_labels = None
 depends_on = None
+ONLINE = False  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "fills task_counts from a count of each tasks_TT that older nodes' later writes miss"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:

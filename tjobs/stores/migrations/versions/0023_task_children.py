@@ -23,6 +23,8 @@ revision = "0023_task_children"
 down_revision = "0022_task_counts"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a nullable column added last to tasks_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:

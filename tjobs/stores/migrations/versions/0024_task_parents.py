@@ -21,6 +21,8 @@ revision = "0024_task_parents"
 down_revision = "0023_task_children"
 branch_labels = None
 depends_on = None
+ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
+ONLINE_WHY = "a new table"
 
 
 def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
