@@ -319,3 +319,13 @@ async def test_a_task_shows_the_tasks_naming_it_as_their_child_as_they_are_now(t
     assert shown["parents"] == {"on_success": [a["id"]], "on_failure": [b["id"]]}
     assert root["parents"] is None
     assert all("parents" not in item for item in listed)
+
+
+async def test_parents_are_read_only_a_create_or_edit_naming_them_is_refused(tenant: Tenant) -> None:
+    c = await _task(tenant, name="c")
+
+    created = await tenant.client.post("/v1/tasks", json=task_body(parents={"on_success": [c["id"]]}))
+    edited = await tenant.client.patch(f"/v1/tasks/{c['id']}", json={"parents": None})
+
+    assert created.status_code == 422 and created.json()["error"]["field"] == "parents"
+    assert edited.status_code == 422 and edited.json()["error"]["field"] == "parents"
