@@ -4,6 +4,7 @@ statements are ones MariaDB runs without a table copy or a rewrite of existing r
 
 from __future__ import annotations
 
+import ast
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -134,6 +135,32 @@ def test_a_migration_declared_online_sends_no_statement_that_blocks_firing(tmp_p
     blocking = {revision: offline_reasons(statements) for revision, statements in ran.items() if revision in online}
     assert {revision: reasons for revision, reasons in blocking.items() if reasons} == {}
     assert offline_reasons(ran["0002_task_revision"]), "the check sees 0002's rewrite of every task row"
+
+
+def _sql_literals_of_code(path: Path) -> list[str]:
+    """The string literals (f-strings' fixed parts joined) in a migration's code but its ``downgrade``:
+    the MariaDB-only statements among them, which the SQLite run above does not send."""
+    tree = ast.parse(path.read_text())
+    code = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name != "downgrade"]
+    nodes = [inner for function in code for inner in ast.walk(function)]
+    parts = {id(part) for node in nodes if isinstance(node, ast.JoinedStr) for part in node.values}
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.JoinedStr):
+            found.append("".join(str(part.value) for part in node.values if isinstance(part, ast.Constant)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts:
+            found.append(node.value)
+    return found
+
+
+@pytest.mark.parametrize("path", FILES, ids=[path.stem for path in FILES])
+def test_an_online_migrations_own_alter_statements_name_an_online_algorithm(path: Path) -> None:
+    if not module_literals(path, ("ONLINE",))["ONLINE"]:
+        return
+    for sql in _sql_literals_of_code(path):
+        if re.search(r"\bALTER\s+TABLE\b", sql, re.I) and "sqlite" not in sql.lower() and '"' not in sql:
+            assert re.search(r"ALGORITHM\s*=\s*(INSTANT|INPLACE)", sql, re.I), f"{path.name}: {sql!r}"
+            assert not offline_reasons([sql]), f"{path.name}: {sql!r}"
 
 
 def test_the_pending_migrations_follow_the_recorded_revision() -> None:
