@@ -12,8 +12,8 @@
 node owning its shard): queued, in an attempt, or waiting in memory for its retry. A flow whose retry
 was left to the compensator (due far ahead) is not running here, and a queued fire goes once the
 running flow ends on this node (a re-drive of it, too). A flow this node sent that its executor accepted
-as a job run runs until the run ends, wherever its end was written (:mod:`tjobs.delivery.run_watch`). :class:`OverlapGate` is pure bookkeeping; the
-deliverer asks it in ``submit`` and tells it in ``_finish``.
+as a job run runs until the run ends, wherever its end was written (:mod:`tjobs.delivery.run_watch`).
+:class:`OverlapGate` is pure bookkeeping; the deliverer asks it in ``submit`` and tells it in ``_finish``.
 """
 
 from __future__ import annotations
