@@ -282,6 +282,13 @@ class CallbackRequest(CallbackBudget):
             "timed_out, retried as a failed attempt; unset: the node's runs.timeout_ms"
         ),
     )
+    run_on_publish: bool = Field(
+        default=False,
+        description=(
+            "with one named broker target (amqp, nats, redis_stream): the broker's acknowledgement of a "
+            "fire starts a run, which the consumer ends with POST /v1/flows/{id}/report"
+        ),
+    )
 
 
 class CallbackDefaults(CallbackBudget):
@@ -307,6 +314,7 @@ class StoredCallback(BaseModel):
     targets: list[str] | None = None
     pool: dict[str, Any] | None = None
     run_timeout_ms: int | None = None
+    run_on_publish: bool = False
 
 
 # ---- tasks --------------------------------------------------------------------------------------

@@ -109,6 +109,11 @@ UNEXPRESSIBLE = [
     Unexpressible(
         "a named target must exist in the app", r"callback\.(target|targets\[\d+\])", frozenset({"unknown_target"})
     ),
+    Unexpressible(
+        "run_on_publish needs one named target, of a broker (its protocol is the target's, read at the request)",
+        r"(tasks\[\d+\]\.)?callback\.run_on_publish",
+        frozenset({"broker_run"}),
+    ),
     Unexpressible("a named calendar must exist in the app", r"schedule\.calendar", frozenset({"unknown_calendar"})),
     Unexpressible(
         "an audit search's since/until is a real RFC 3339 instant with its offset (or epoch ms), until after since",

@@ -381,6 +381,56 @@ async def test_tasks_name_targets_and_a_target_they_name_cannot_be_deleted_until
     assert (await client.delete("/v1/targets/orders-mq")).status_code == 404
 
 
+async def test_run_on_publish_takes_one_broker_target_and_refuses_anything_else_naming_the_field(
+    tenant: Tenant,
+) -> None:
+    """A task whose broker's acknowledgement starts a run (docs/targets.md "Runs from a broker")."""
+    client = tenant.client
+    await client.post("/v1/targets", json=amqp("runs-mq"))
+    await client.post("/v1/targets", json={**BODIES["http"], "name": "runs-http"})
+
+    made = await client.post(
+        "/v1/tasks", json=task_body(callback={"target": "runs-mq", "run_on_publish": True, "run_timeout_ms": 60_000})
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["callback"] == {
+        "method": "POST",
+        "targets": ["runs-mq"],
+        "run_timeout_ms": 60_000,
+        "run_on_publish": True,
+    }
+    plain = await client.post("/v1/tasks", json=task_body(callback={"target": "runs-mq", "run_on_publish": False}))
+    assert plain.status_code == 201 and "run_on_publish" not in plain.json()["callback"]
+
+    for callback, code in (
+        ({"target": "runs-http", "run_on_publish": True}, "broker_run"),
+        ({"targets": ["runs-mq", "runs-http"], "run_on_publish": True}, "broker_run"),
+        ({"url": "http://127.0.0.1:9/hook", "run_on_publish": True}, "broker_run"),
+        ({"pool": "workers", "run_on_publish": True}, "broker_run"),
+        ({"target": "runs-mq", "run_on_publish": "yes"}, None),
+    ):
+        refused = await client.post("/v1/tasks", json=task_body(callback=callback))
+        error = refused.json()["error"]
+        assert refused.status_code == 422 and error["field"] == "callback.run_on_publish", (callback, refused.text)
+        assert code is None or error["code"] == code, (callback, error)
+
+    moved = await client.patch(
+        f"/v1/tasks/{plain.json()['id']}", json={"callback": {"target": "runs-http", "run_on_publish": True}}
+    )
+    assert moved.status_code == 422 and moved.json()["error"]["field"] == "callback.run_on_publish"
+    batch = await client.post(
+        "/v1/tasks/batch",
+        json={
+            "tasks": [
+                task_body(callback={"target": "runs-http"}),
+                task_body(callback={"target": "runs-http", "run_on_publish": True}),
+            ]
+        },
+    )
+    items = batch.json()["items"]
+    assert items[0]["status"] == 201 and items[1]["error"]["field"] == "tasks[1].callback.run_on_publish"
+
+
 # ---- the SDK and the CLI -----------------------------------------------------------------------
 
 

@@ -75,7 +75,7 @@ from tjobs.delivery.lookup import AppSource, CallbackJob, JobLookup, TargetSourc
 from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.retry import compute_backoff_ms
-from tjobs.delivery.run_start import accepts_run, may_run
+from tjobs.delivery.run_start import starts_run
 from tjobs.delivery.run_watch import RUN_WATCH_S, RunWatch
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.hot_tier.base import TaskChange
@@ -544,7 +544,8 @@ class Deliverer:
         delivery.targets = remaining
         if not remaining:
             delivery.last_status, delivery.last_error = delivered_status, None
-            if len(results) == 1 and accepts_run(results[0]) and may_run(delivery.job.task.callback):
+            protocol = None if protocols is None else protocols[0]
+            if len(results) == 1 and starts_run(results[0], delivery.job.task.callback, protocol):
                 self._start_run(delivery, results[0])
                 return
             self._finish(delivery, FlowStatus.DELIVERED, attempt, None)

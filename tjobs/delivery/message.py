@@ -12,6 +12,8 @@ Headers sent on every attempt (Standard Webhooks plus tjobs' own):
 * ``webhook-timestamp`` — the attempt's send time in epoch seconds (receivers reject stale ones);
 * ``webhook-signature`` — ``v1,<sig>`` per app secret, space-separated while a secret rotates;
 * ``tjobs-task-id``, ``tjobs-scheduled-at`` (epoch ms), ``tjobs-attempt`` (1-based);
+* ``tjobs-run: report`` when the task's callback says ``run_on_publish`` (the broker's acknowledgement
+  starts a run; the consumer reports its end: :mod:`tjobs.delivery.run_start`);
 * the task's own ``headers``, and ``content-type`` unless the task sets it.
 
 The body is the task's ``callback.body`` verbatim when given (``content-type`` defaults to JSON if it
@@ -30,6 +32,7 @@ import orjson
 
 from tjobs.clock import iso_ms
 from tjobs.delivery.allow_list import allow_list_of_app
+from tjobs.delivery.run_start import RUN_HEADER, RUN_REPORT
 from tjobs.delivery.signing import signature_header
 from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import App, Flow, Task
@@ -98,6 +101,8 @@ class CallbackMessage:
         headers["webhook-id"] = flow_id
         headers["tjobs-task-id"] = task_id
         headers["tjobs-scheduled-at"] = str(flow.scheduled_at_ms)
+        if spec.run_on_publish:
+            headers[RUN_HEADER] = RUN_REPORT
         self._static_headers = headers
 
     def body_for(self, attempt: int, extra: Mapping[str, Any] | None = None) -> bytes | None:

@@ -3,8 +3,10 @@
 An attempt publishes ``request.body`` to the target's ``subject`` with the request's headers as NATS
 headers and ``Nats-Msg-Id`` = the flow id: JetStream drops a second message with the same id inside
 the stream's duplicate window (2 minutes by default), so a retry of a publish whose ack was lost is
-stored once. With ``stream`` set, the publish also says which stream must store it
-(``Nats-Expected-Stream``).
+stored once. A publish that starts a job run (``tjobs-run: report``: the task's ``run_on_publish``) is
+identified by the flow id and its attempt (``<flow id>.<attempt>``): a run's next attempt, after a
+failure or a timeout, is new work the stream must not drop. With ``stream`` set, the publish also says
+which stream must store it (``Nats-Expected-Stream``).
 
 Connections: one per (servers, credentials), opened by the first send that needs it, carrying every
 publish at once (each waits for its own ack on the connection's shared reply subscription). The
@@ -58,6 +60,7 @@ from nats.aio.msg import Msg
 
 from tjobs.cancellation import cancellable
 from tjobs.delivery.broker import BrokerBusy, BrokerRefused, ConnectedBrokerTransport
+from tjobs.delivery.run_start import RUN_HEADER, RUN_REPORT
 from tjobs.delivery.transport import CallbackRequest
 from tjobs.targets.model import NatsTarget, Protocol, Target
 
@@ -291,5 +294,12 @@ def _header_lines(headers: Mapping[str, str], flow_id: str) -> bytes:
         if "\r" in value or "\n" in value:
             value = value.translate(_LINE_BREAKS)
         lines.append(f"{name}: {value}\r\n")
-    lines.append(f"{MSG_ID}: {flow_id}\r\n\r\n")
+    lines.append(f"{MSG_ID}: {_message_id(headers, flow_id)}\r\n\r\n")
     return "".join(lines).encode()
+
+
+def _message_id(headers: Mapping[str, str], flow_id: str) -> str:
+    """``Nats-Msg-Id``: the flow id; with its attempt for a publish that starts a run."""
+    if headers.get(RUN_HEADER) == RUN_REPORT:
+        return f"{flow_id}.{headers.get('tjobs-attempt', '')}"
+    return flow_id

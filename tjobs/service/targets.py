@@ -50,7 +50,7 @@ from tjobs.service.target_requests import kept_credentials, parse_create, parse_
 from tjobs.settings import Settings
 from tjobs.stores.base import TaskStore
 from tjobs.targets.addresses import AddressAllowList
-from tjobs.targets.model import HttpTarget, RetryPolicy, Target, TargetSettings
+from tjobs.targets.model import BROKER_PROTOCOLS, HttpTarget, RetryPolicy, Target, TargetSettings
 
 logger = logging.getLogger(__name__)
 
@@ -216,13 +216,24 @@ class TargetService:
         self._directory.forget(app.id, name)
         logger.info("target %s of app %s deleted", name, app.id, extra={"action": "target_deleted"})
 
-    async def check_named(self, app: App, names: tuple[str, ...], unicast: bool) -> None:
+    async def check_named(
+        self, app: App, names: tuple[str, ...], unicast: bool, *, run_on_publish: bool = False
+    ) -> None:
         """422 naming the field (``callback.target`` or ``callback.targets[i]``) for a name the app
-        has no target of; the registration of a task naming targets."""
+        has no target of, and ``callback.run_on_publish`` for a target that is no broker's; the
+        registration of a task naming targets."""
         for index, name in enumerate(names):
-            if await self._directory.get(app.id, name) is None:
+            target = await self._directory.get(app.id, name)
+            if target is None:
                 field = "callback.target" if unicast else f"callback.targets[{index}]"
                 raise InvalidInput(field, f"the app has no target named {name!r}", "unknown_target")
+            if run_on_publish and target.protocol not in BROKER_PROTOCOLS:
+                raise InvalidInput(
+                    "callback.run_on_publish",
+                    f"target {name!r} is {target.protocol.value}, not a broker (amqp, nats, redis_stream): it "
+                    "accepts a run by its answer (202 with tjobs-run: accepted)",
+                    "broker_run",
+                )
 
     async def retry_policies(self, app: App, names: tuple[str, ...]) -> list[RetryPolicy]:
         """The retry policies of the named targets that exist (through the directory)."""

@@ -241,7 +241,7 @@ class TaskService:
             if self._targets is None:
                 raise InvalidInput("callback.target", "named targets are not available on this node", "unknown_target")
             unicast = isinstance(request, dict) and "target" in request
-            await self._targets.check_named(app, callback.targets, unicast)
+            await self._targets.check_named(app, callback.targets, unicast, run_on_publish=callback.run_on_publish)
             return
         await self.guard.check_registration(callback.urls, allow_list_of_app(app.settings))
 
@@ -257,13 +257,14 @@ class TaskService:
         built: list[tuple[int, Task]] = []
         ids: set[int] = set()
         judged: dict[str, str | None] = {}  # url -> why it is refused (None: allowed), once per batch
-        named: set[tuple[str, ...]] = set()  # target names found, once per batch
+        named: set[tuple[tuple[str, ...], bool]] = set()  # target names (and run_on_publish) found, once per batch
         for index, request in enumerate(requests):
             try:
                 task = self.build(app, request, now_ms)
-                if task.callback.targets and task.callback.targets not in named:
+                checked = (task.callback.targets, task.callback.run_on_publish)
+                if task.callback.targets and checked not in named:
                     await self.check_targets(app, task.callback, request["callback"])
-                    named.add(task.callback.targets)
+                    named.add(checked)
                 await self.child_links.check_and_link(app, task.id, task.children)
                 urls = task.callback.urls
                 for position, url in enumerate(urls):

@@ -73,6 +73,7 @@ def parse_callback_request(spec: Any, limits: LimitSettings) -> CallbackSpec:
     headers = check_headers(spec.get("headers", {}), "callback.headers", limits)
     body = _body(spec, limits)
     budget = _budget(spec)
+    _run_on_publish(spec, 0)
     return CallbackSpec(
         tuple(urls),
         method.upper(),
@@ -119,6 +120,7 @@ def _parse_target_callback(spec: dict[str, Any], limits: LimitSettings) -> Callb
         budget.get("max_age_s"),
         tuple(names),
         run_timeout_ms=_run_timeout(spec),
+        run_on_publish=_run_on_publish(spec, len(names)),
     )
 
 
@@ -132,6 +134,7 @@ def _parse_pool_callback(spec: dict[str, Any], limits: LimitSettings) -> Callbac
                 f"callback.{other}", "not with pool: the pool's executors are the destinations", "pool_conflict"
             )
     route = parse_pool_route(spec["pool"])
+    _run_on_publish(spec, 0)
     method = spec.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in CALLBACK_METHODS:
         raise InvalidInput("callback.method", f"must be one of {', '.join(sorted(CALLBACK_METHODS))}")
@@ -172,6 +175,22 @@ def _run_timeout(spec: dict[str, Any]) -> int | None:
     low, high = RUN_TIMEOUT_BOUNDS
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise InvalidInput("callback.run_timeout_ms", f"must be an integer within {low}..{high}")
+    return value
+
+
+def _run_on_publish(spec: dict[str, Any], targets: int) -> bool:
+    """``run_on_publish``: a boolean, true only for a callback naming one target (whether that target is
+    a broker's is the caller's check, :meth:`tjobs.service.targets.TargetService.check_named`)."""
+    value = spec.get("run_on_publish", False)
+    if type(value) is not bool:
+        raise InvalidInput("callback.run_on_publish", "must be true or false")
+    if value and targets != 1:
+        raise InvalidInput(
+            "callback.run_on_publish",
+            "needs exactly one named target of a broker (amqp, nats, redis_stream): an HTTP receiver or an "
+            "executor accepts a run by its answer (202 with tjobs-run: accepted)",
+            "broker_run",
+        )
     return value
 
 

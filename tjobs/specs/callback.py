@@ -11,7 +11,9 @@ upper-cased) and what the store keeps as JSON in the task's ``callback`` column:
     {"method": "POST"[, "headers": {...}]..., "pool": {"name": "workers"[, "mode": ...]}}
 
 and each may end with ``"run_timeout_ms": n`` (how long a run the target accepts may take, README
-"Job runs"; unset: the node's ``runs.timeout_ms``).
+"Job runs"; unset: the node's ``runs.timeout_ms``); a callback naming one broker target may end with
+``"run_on_publish": true`` (the broker's acknowledgement starts a run, which its consumer ends by a
+report: docs/targets.md "Runs from a broker"; false is not stored).
 
 The JSON keys are the field names, in field order; ``headers``, ``urls`` and ``targets`` are left out
 when empty and the other optional fields when unset, so :func:`callback_to_json` writes exactly the
@@ -49,6 +51,7 @@ class CallbackSpec:
     targets: tuple[str, ...] = ()  # names of the app's targets (instead of urls); delivery resolves them
     pool: PoolRoute | None = None  # an executor pool of the app (instead of urls/targets; tjobs.specs.pool)
     run_timeout_ms: int | None = None  # a run the target accepts ends timed_out past it (None: the node's)
+    run_on_publish: bool = False  # a publish its broker acknowledged starts a run (one broker target)
 
     def __post_init__(self) -> None:
         if type(self.urls) is not tuple:
@@ -83,7 +86,7 @@ def callback_to_json(spec: CallbackSpec) -> dict[str, Any]:
             value = dict(value) or None
         elif isinstance(value, PoolRoute):
             value = value.to_json()
-        if value is not None:
+        if value is not None and value is not False:
             stored[name] = value
     return stored
 

@@ -50,6 +50,10 @@ class Protocol(StrEnum):
     REDIS_STREAM = "redis_stream"
 
 
+BROKER_PROTOCOLS = frozenset({Protocol.AMQP, Protocol.NATS, Protocol.REDIS_STREAM})
+"""The protocols that publish to a message broker (docs/targets.md "Message brokers")."""
+
+
 @dataclass(frozen=True, slots=True)
 class HttpTarget:
     """One request per URL (several URLs: multicast, each tracked separately)."""
