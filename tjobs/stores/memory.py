@@ -36,8 +36,6 @@ from tjobs.model import (
     Flow,
     FlowStatus,
     FlowUpdate,
-    SloCounts,
-    SloMinute,
     Task,
     TaskStatus,
 )
@@ -47,6 +45,7 @@ from tjobs.stores.memory_accounts import MemoryAccounts
 from tjobs.stores.memory_flow_pages import MemoryFlowPages
 from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
 from tjobs.stores.memory_runs import MemoryRuns, is_stale
+from tjobs.stores.memory_slo import MemorySlo
 from tjobs.stores.queries import (
     FlowPosition,
     FlowQuery,
@@ -58,7 +57,6 @@ from tjobs.stores.queries import (
     task_rank,
 )
 from tjobs.stores.schema import clip_error
-from tjobs.stores.slo_hours import MINUTES_PER_HOUR, hour_of, purge_cutoff_hour, split_by_hours
 from tjobs.stores.task_edits import check_fields, edited_row
 from tjobs.stores.task_routing import check_task_shard
 from tjobs.targets.model import Target
@@ -76,22 +74,7 @@ def _json_copy(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value))
 
 
-def _added(a: SloCounts, b: SloCounts) -> SloCounts:
-    return a.added(b)
-
-
-def _summed(
-    rows: dict[tuple[str, int, str], SloCounts], app_id: str | None, ranges: Sequence[tuple[int, int]]
-) -> SloCounts:
-    """The rows of ``app_id`` (every app: ``None``) whose minute or hour falls in one of ``ranges``."""
-    total = SloCounts()
-    for (app, period, _), counts in rows.items():
-        if (app_id is None or app == app_id) and any(start <= period < end for start, end in ranges):
-            total = _added(total, counts)
-    return total
-
-
-class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
+class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, TaskStore):
     def __init__(self, topology: Topology | None = None) -> None:
         self.topology = topology or Topology()
         count = self.topology.shard_count
@@ -99,8 +82,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
         self._flows: list[dict[FlowKey, Flow]] = [{} for _ in range(count)]
         self._keys: dict[tuple[str, str], int] = {}
         self._apps: dict[str, App] = {}
-        self._slo_minutes: dict[tuple[str, int, str], SloCounts] = {}  # (app, minute, node)
-        self._slo_hours: dict[tuple[str, int, str], SloCounts] = {}  # (app, hour, node): its minutes' sums
+        self._slo_minutes, self._slo_hours = {}, {}
         self._targets: dict[tuple[str, str], Target] = {}
         # the task counts, changed with every task write as the SQL stores' rows are: (app, status, shard)
         self.task_counts: Counter[tuple[str, str, int]] = Counter()
@@ -634,33 +616,6 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, TaskStore):
                 flow.attempts += 1
             leased.append((replace(flow), None if task is None else _task_copy(task)))
         return leased
-
-    # ---- service levels -------------------------------------------------------------------------------
-
-    async def add_slo_minutes(self, node_id: str, minutes: Sequence[SloMinute]) -> None:
-        for minute in minutes:
-            for rows, key in (
-                (self._slo_minutes, (minute.app_id, minute.minute, node_id)),
-                (self._slo_hours, (minute.app_id, hour_of(minute.minute), node_id)),
-            ):
-                rows[key] = _added(rows.get(key, SloCounts()), minute.counts)
-
-    async def sum_slo_minutes(self, app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
-        split = split_by_hours(from_minute, to_minute)
-        if split is None:
-            return _summed(self._slo_minutes, app_id, [(from_minute, to_minute)])
-        hours = _summed(self._slo_hours, app_id, [(split.from_hour, split.to_hour)])
-        return _added(hours, _summed(self._slo_minutes, app_id, split.edges))
-
-    async def purge_slo_minutes(self, before_minute: int, limit: int) -> int:
-        before_hour = purge_cutoff_hour(before_minute)
-        gone = 0
-        for rows, before in ((self._slo_hours, before_hour), (self._slo_minutes, before_hour * MINUTES_PER_HOUR)):
-            doomed = [key for key in rows if key[1] < before][:limit]
-            for key in doomed:
-                del rows[key]
-            gone += len(doomed)
-        return gone
 
     # ---- retention ----------------------------------------------------------------------------------
 
