@@ -56,6 +56,7 @@ class Target:
     task_id: str
     app_id: str
     server0: str  # the shard map's first server, which a plan's server list must start with
+    lean: Any  # the node's lean paths (tjobs.api.lean_heartbeat.LeanHeartbeats)
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
@@ -104,6 +105,9 @@ async def serve(storage: dict[str, Any], calls: StoreCalls | None = None) -> Asy
     async with run_node(settings, parts) as running:
         if calls is not None:
             running.api.add_middleware(RequestScope, calls=calls)  # before the first request builds the stack
+            # store calls are recorded per request at the ASGI layer: no create is answered below it here
+            # (tests/api/test_lean_creates.py holds the lean path to the app's answers on these cases)
+            running.api.state.lean_heartbeats.serve_creates = False
         app, key = await running.create_app("fuzz")
         async with (
             httpx.AsyncClient(
@@ -119,7 +123,8 @@ async def serve(storage: dict[str, Any], calls: StoreCalls | None = None) -> Asy
             assert hook.status_code == 201, hook.text
             shards = await admin.get("/v1/shards")
             assert shards.status_code == 200, shards.text
-            yield Target(client, admin, seeded.json()["id"], app.id, shards.json()["servers"][0]["server"])
+            server0 = shards.json()["servers"][0]["server"]
+            yield Target(client, admin, seeded.json()["id"], app.id, server0, running.api.state.lean_heartbeats)
 
 
 async def test_the_table_holds_at_least_300_cases() -> None:
@@ -181,3 +186,30 @@ async def test_bad_input_is_refused_with_a_4xx_naming_the_field(
 @pytest.mark.parametrize("case", REACHING_STORAGE, ids=[c.name for c in REACHING_STORAGE])
 async def test_bad_input_reaching_a_store_is_refused_by_the_sql_stores(sql_node: Target, case: Case) -> None:
     assert_refused(case, await send(sql_node, case))
+
+
+SINGLE_CREATES = [case for case in CASES if (case.method, case.path) == ("POST", "/v1/tasks") and not case.admin]
+
+
+@pytest.mark.parametrize("case", SINGLE_CREATES, ids=[c.name for c in SINGLE_CREATES])
+async def test_a_bad_create_answered_below_asgi_is_refused_as_the_app_refuses_it(
+    twin: Target, twin_calls: StoreCalls, case: Case
+) -> None:
+    """The lean create path (tjobs.api.lean_heartbeat) answers each bad create exactly as the app does
+    (status and body); the case is sent twice, through ASGI and then to the lean path when it takes it."""
+    lean = twin.lean
+    asgi = await send(twin, case)
+    lean.serve_creates = True
+    try:
+        for _ in range(2):  # a key's cache entry that expired between the sends: the miss read it again
+            before = lean.creates
+            direct = await send(twin, case)
+            if lean.creates > before:
+                break
+    finally:
+        lean.serve_creates = False
+    assert (direct.status_code, direct.content) == (asgi.status_code, asgi.content), case.name
+    assert_refused(case, direct)
+    size = len(case.content if case.content is not None else render(case.body).encode())
+    if case.headers.get("content-type", "application/json") == "application/json" and size <= 65_536:
+        assert lean.creates == before + 1, f"{case.name}: not answered by the lean path"

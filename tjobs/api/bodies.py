@@ -84,10 +84,17 @@ async def _refuse(send: Send, error: BodyTooLarge) -> None:
 def require_json_content_type(content_type: str | None) -> None:
     """415 unless ``content_type`` is ``application/json`` or a ``+json`` type (parameters allowed)."""
     media_type = (content_type or "").partition(";")[0].strip().lower()
-    if media_type != "application/json" and not (
-        media_type.startswith("application/") and media_type.endswith("+json")
-    ):
+    if not _is_json(media_type):
         raise UnsupportedMediaType(media_type)
+
+
+def is_json_media_type(content_type: bytes) -> bool:
+    """Whether :func:`require_json_content_type` passes this raw ``Content-Type`` header value."""
+    return _is_json(content_type.decode("latin-1").partition(";")[0].strip().lower())
+
+
+def _is_json(media_type: str) -> bool:
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
 
 
 def parse_json(raw: bytes, max_depth: int) -> Any:
