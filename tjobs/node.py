@@ -226,6 +226,7 @@ class Node:
             fence=self.coordinator.may_fire,
             task_changes=self.hot_tier.publish,
             ended=self.child_flows.ended,
+            observer=self.observer,  # a run's end at its deadline: the service levels count it
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
         self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)
@@ -252,6 +253,7 @@ class Node:
             flow_sink=self.deliverer.deliver,
             task_changes=self.hot_tier.publish,
             ended=self.child_flows.ended,
+            observer=self.observer,  # a run's end by a report or a cancel: the service levels count it
         )
         self.child_flows.bind(self.tasks, self.apps.get)
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics

@@ -11,6 +11,7 @@ from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.run_reports import Transition
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowUpdate, Task
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.stores.contracts.runs import RunRecords
 
 logger = logging.getLogger(__name__)
@@ -26,14 +27,21 @@ async def write_transition(
     task_changes: Callable[[TaskChange], Awaitable[None]] | None,
     *,
     ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
+    observer: FireObserver = NO_OBSERVER,
 ) -> bool:
     """Write ``transition`` of ``flow`` (as it was read) where the flow is still as read; once written,
     hand a retry to delivery (``flow_sink``), tell a fixed_delay task's next run to its owner
-    (``task_changes``) and an ending that triggers children to ``ended`` (:mod:`tjobs.service.child_flows`).
-    ``False``: another writer came first, nothing was written."""
+    (``task_changes``) and an ending that triggers children to ``ended`` (:mod:`tjobs.service.child_flows`);
+    tell ``observer`` the flow's new status, as the deliverer tells its outcomes, so the service levels
+    count a run's end (delivered, dead), never its ``202``. ``False``: another writer came first, nothing
+    was written."""
     update = with_children(task, transition.update, now_ms)  # written with the marker that its children are due
     if not await store.write_run(transition.expected, update, now_ms, expected_attempts=transition.expected_attempts):
         return False
+    try:
+        observer.flow_update(flow.app_id, update)
+    except Exception:
+        logger.exception("observer failed", extra={"action": "hook_failed", "flow_id": flow.id})
     moved = update.reschedule
     if moved is not None and task_changes is not None:
         try:

@@ -31,6 +31,7 @@ from tjobs.delivery.run_reports import expire
 from tjobs.delivery.run_writes import write_transition
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowStatus, FlowUpdate, RunStatus, Task
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.periodic import PeriodicPass
 from tjobs.settings import CompensatorSettings
 from tjobs.stores.base import TaskStore
@@ -54,10 +55,12 @@ class Compensator(PeriodicPass):
         fence: Callable[[int], bool] | None = None,
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
+        observer: FireObserver = NO_OBSERVER,
     ) -> None:
         """``fence(now_ms)`` is ``False`` while this node may not work on its jobs (the coordinator's
         ``may_fire``; see ``Deliverer``). ``task_changes`` (the hot tier's publish) is told a fixed_delay
-        task's next run that a timed-out run's end set; ``ended``, a run's end that triggers children."""
+        task's next run that a timed-out run's end set; ``ended``, a run's end that triggers children;
+        ``observer`` (the node's), a run's end at its deadline, for the service levels."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -69,6 +72,7 @@ class Compensator(PeriodicPass):
         self._fence = fence
         self._task_changes = task_changes
         self._ended = ended
+        self._observer = observer
         self.redriven = 0
         self.runs_ended = 0
         self.backlog = 0
@@ -140,7 +144,15 @@ class Compensator(PeriodicPass):
         """A live run past its deadline (or a cancel's grace): ended, unless a report came first."""
         transition = expire(flow, task, now_ms)
         if await write_transition(
-            self._store, transition, task, flow, now_ms, self._redrive, self._task_changes, ended=self._ended
+            self._store,
+            transition,
+            task,
+            flow,
+            now_ms,
+            self._redrive,
+            self._task_changes,
+            ended=self._ended,
+            observer=self._observer,
         ):
             self.runs_ended += 1
             logger.info(

@@ -44,7 +44,9 @@ class FireObserver:
         ended without one). Reported after :meth:`attempt` for the same result."""
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
-        """A delivery outcome was recorded: ``pending`` with a retry time, ``delivered`` or ``dead``."""
+        """A delivery outcome was recorded: ``pending`` with a retry time, ``delivered`` or ``dead``; for
+        a job run, ``running`` at its start (its ``202``) and its end when written (a report, a cancel or
+        its timeout: ``delivered``, ``dead``, ``cancelled``, or ``pending`` for its retry)."""
 
     def flow_redriven(self, app_id: str, task_id: int, scheduled_at_ms: int) -> None:
         """A dead letter was put back to ``pending`` and handed to delivery (its death was counted
@@ -59,6 +61,11 @@ class FireObserver:
 
 
 NO_OBSERVER = FireObserver()
+
+
+def _delivered_by_answer(update: FlowUpdate) -> bool:
+    """Delivered by the receiver's answer; a run that ended delivered reached its executor at its start."""
+    return update.status is FlowStatus.DELIVERED and update.run is None
 
 
 class MetricsObserver(FireObserver):
@@ -99,7 +106,7 @@ class MetricsObserver(FireObserver):
 
     def flow_update(self, app_id: str, update: FlowUpdate) -> None:
         lateness_s = None
-        if update.status is FlowStatus.DELIVERED and update.attempts <= 1:
+        if update.attempts <= 1 and (update.status is FlowStatus.RUNNING or _delivered_by_answer(update)):
             lateness_s = max((self._now_ms() - update.scheduled_at_ms) / 1000, 0.0)
         self.metrics.observe_flow_update(app_id, update.status.value, lateness_s)
         self.slo.observe_outcome(app_id, update.status.value, (update.task_id, update.scheduled_at_ms))

@@ -17,6 +17,7 @@ from tjobs.delivery.run_writes import write_transition
 from tjobs.errors import Conflict
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import App, Flow, FlowUpdate, Task
+from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.settings import RunSettings
 from tjobs.stores.base import TaskStore
 
@@ -57,10 +58,12 @@ class RunService:
         flow_sink: Callable[[Task, Flow], None] | None = None,
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
+        observer: FireObserver = NO_OBSERVER,
     ) -> None:
         """``read_flow`` reads an app's flow by id (404 for another app's); ``flow_sink`` delivers a
         run's retry (the deliverer's ``deliver``); ``task_changes`` (the hot tier's publish) is told a
-        fixed_delay task's next run that a run's end set; ``ended``, a run's end that triggers children."""
+        fixed_delay task's next run that a run's end set; ``ended``, a run's end that triggers children;
+        ``observer`` (the node's: metrics and service levels), every run transition written."""
         self._store = store
         self._settings = settings
         self._clock = clock
@@ -68,6 +71,7 @@ class RunService:
         self._flow_sink = flow_sink
         self._task_changes = task_changes
         self._ended = ended
+        self._observer = observer
 
     async def report(self, app: App, flow_id: str, body: Any) -> RunAnswer:
         report = parse_report(body, self._settings)
@@ -115,5 +119,13 @@ class RunService:
 
     async def _write(self, transition: Transition, task: Task | None, now_ms: int, flow: Flow) -> bool:
         return await write_transition(
-            self._store, transition, task, flow, now_ms, self._flow_sink, self._task_changes, ended=self._ended
+            self._store,
+            transition,
+            task,
+            flow,
+            now_ms,
+            self._flow_sink,
+            self._task_changes,
+            ended=self._ended,
+            observer=self._observer,
         )
