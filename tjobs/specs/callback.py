@@ -76,18 +76,21 @@ _OMITTED_WHEN_EMPTY = frozenset({"urls", "targets"})
 def callback_to_json(spec: CallbackSpec) -> dict[str, Any]:
     """The stored JSON object of ``spec`` (see the module docstring for its keys and their order)."""
     stored: dict[str, Any] = {}
-    for name in _FIELDS:
+    for name in _FIELDS:  # per create twice (its answer, its row): no ABC isinstance checks
         value = getattr(spec, name)
-        if isinstance(value, tuple):
+        if value is None or value is False:
+            continue
+        if type(value) is tuple:
             if not value and name in _OMITTED_WHEN_EMPTY:
                 continue
             value = list(value)
-        elif isinstance(value, Mapping):
-            value = dict(value) or None
+        elif type(value) is MappingProxyType:  # the headers (always one: CallbackSpec.__post_init__)
+            if not value:
+                continue
+            value = dict(value)
         elif isinstance(value, PoolRoute):
             value = value.to_json()
-        if value is not None and value is not False:
-            stored[name] = value
+        stored[name] = value
     return stored
 
 
