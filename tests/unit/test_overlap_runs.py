@@ -220,3 +220,34 @@ async def test_a_retried_run_keeps_the_queued_fire_waiting_until_its_final_end(r
     await rig.runs.report(APP, first.id, {"status": "succeeded", "attempt": 2})
     await rig.until(second, FlowStatus.RUNNING)
     assert rig.sent() == [first.id, first.id, second.id]
+
+
+async def test_a_fire_queued_behind_a_run_is_parked_until_the_runs_deadline_not_leased_meanwhile(rig: Rig) -> None:
+    # Given a fire queued behind a live run
+    task, (first, second) = await rig.fires("queue_one", 2)
+    await rig.fire(task, first)
+    running = await rig.until(first, FlowStatus.RUNNING)
+    await rig.fire(task, second)
+    assert running.run is not None and running.run.deadline_ms is not None
+
+    # Then it is stored pending until the run's deadline: should this node stop, the shard's next owner
+    # sends it once the run is over (or timed out), and its compensator does not lease it meanwhile
+    parked = await rig.stored(second)
+    for _ in range(100):
+        if parked.next_attempt_at_ms == running.run.deadline_ms:
+            break
+        await asyncio.sleep(WATCH_S)
+        parked = await rig.stored(second)
+    assert (parked.status, parked.attempts, parked.next_attempt_at_ms) == (
+        FlowStatus.PENDING,
+        0,
+        running.run.deadline_ms,
+    )
+    rig.clock.advance(RUN_TIMEOUT_MS // 2)  # long past the compensator's grace, before the run's deadline
+    await rig.compensator.run_once()
+    assert (await rig.stored(second)).attempts == 0  # a lease counts an attempt: none was taken
+
+    # When the run ends, the queued fire goes as its first attempt
+    await rig.runs.report(APP, first.id, {"status": "succeeded", "attempt": 1})
+    sent = await rig.until(second, FlowStatus.RUNNING)
+    assert sent.attempts == 1 and sent.run is not None and sent.run.attempt == 1

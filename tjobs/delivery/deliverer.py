@@ -300,6 +300,11 @@ class Deliverer:
         if verdict is Verdict.SKIP:
             delivery.last_status, delivery.last_error = None, f"skipped: flow {running} of the task is still running"
             self._finish(delivery, FlowStatus.SKIPPED, delivery.attempt - 1, None)
+        if verdict is Verdict.WAIT and self._runs is not None and not delivery.at_most_once:
+            park_ms = self._runs.deadline_of(running)
+            if park_ms is not None:  # behind a run: parked till its deadline (tjobs.delivery.run_watch), no outcome
+                parked = delivery.update(FlowStatus.PENDING, delivery.attempt - 1, park_ms)
+                self._outcomes.put(delivery.flow_id, parked)
         return verdict is Verdict.GO
 
     def _holds_gate(self, flow_id: str) -> bool:
@@ -583,14 +588,15 @@ class Deliverer:
         """The target accepted the attempt as a run: the flow is ``running`` until its executor reports
         the end, or until the run's deadline, when the owner's compensator times it out. A task that must
         not overlap itself stays blocked meanwhile (:mod:`tjobs.delivery.run_watch`)."""
-        if self._runs is not None and delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW:
-            self._active.pop(delivery.flow_id, None)
-            self._runs.add(delivery.flow_id, delivery.job.flow.task_id, delivery.job.flow.scheduled_at_ms)
-        else:
-            self._release(delivery)
         timeout_ms = delivery.job.task.callback.run_timeout_ms or self._run_timeout_ms
         started_ms = result.answered_ms
         run = FlowRun(RunStatus.RUNNING, result.attempt, started_ms, started_ms + timeout_ms)
+        if self._runs is not None and delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW:
+            self._active.pop(delivery.flow_id, None)
+            flow = delivery.job.flow
+            self._runs.add(delivery.flow_id, flow.task_id, flow.scheduled_at_ms, started_ms + timeout_ms)
+        else:
+            self._release(delivery)
         update = delivery.update(FlowStatus.RUNNING, result.attempt, run.deadline_ms)
         logger.debug(
             "flow %s attempt %d accepted as a run",

@@ -8,6 +8,9 @@ its watched runs every ``interval_s`` and tells ``ended`` of each flow that is f
 A run that failed and is retried stays watched while its retry is on another node (its flow is
 ``pending`` or running again): the gate holds until the flow's final end. A retry that comes back to
 this node's delivery is taken off the watch (:meth:`RunWatch.discard`): delivery tracks it again.
+A fire queued behind a watched run is parked in the store until the run's deadline
+(:meth:`RunWatch.deadline_of`): the compensator leaves it alone meanwhile (a lease would count an
+attempt on it every pass), and should this node stop, the shard's next owner sends it then.
 
 One read per watched run a round, only while some run is watched; nothing on the fire path."""
 
@@ -30,7 +33,7 @@ class RunWatch:
         self._reader = reader
         self._interval_s = interval_s
         self._ended = ended
-        self._runs: dict[str, tuple[int, int]] = {}  # flow id -> (task id, scheduled at)
+        self._runs: dict[str, tuple[int, int, int]] = {}  # flow id -> (task id, scheduled at, deadline)
         self._loop: asyncio.Task[None] | None = None
 
     def __contains__(self, flow_id: object) -> bool:
@@ -39,10 +42,15 @@ class RunWatch:
     def __len__(self) -> int:
         return len(self._runs)
 
-    def add(self, flow_id: str, task_id: int, scheduled_at_ms: int) -> None:
-        self._runs[flow_id] = (task_id, scheduled_at_ms)
+    def add(self, flow_id: str, task_id: int, scheduled_at_ms: int, deadline_ms: int) -> None:
+        self._runs[flow_id] = (task_id, scheduled_at_ms, deadline_ms)
         if self._loop is None or self._loop.done():
             self._loop = asyncio.get_running_loop().create_task(self._watch())
+
+    def deadline_of(self, flow_id: str | None) -> int | None:
+        """The deadline of the watched run ``flow_id`` as it started here (``None``: not watched)."""
+        run = self._runs.get(flow_id) if flow_id is not None else None
+        return None if run is None else run[2]
 
     def discard(self, flow_id: str) -> None:
         self._runs.pop(flow_id, None)
@@ -58,7 +66,7 @@ class RunWatch:
     async def _watch(self) -> None:
         while self._runs:
             await asyncio.sleep(self._interval_s)
-            for flow_id, (task_id, scheduled_at_ms) in list(self._runs.items()):
+            for flow_id, (task_id, scheduled_at_ms, _) in list(self._runs.items()):
                 try:
                     stored = await self._reader.get_flow(task_id, scheduled_at_ms)
                 except Exception:  # the store is down: the run stays watched, read again next round
