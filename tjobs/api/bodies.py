@@ -27,6 +27,7 @@ BATCH_PATHS = frozenset({"/v1/tasks/batch", "/v1/tasks:batch"})
 INT_MIN = JSON_INTEGER_MIN  # what a JSON body may hold as an integer (signed 64-bit up to unsigned 64-bit)
 INT_MAX = JSON_INTEGER_MAX
 _LONG_DIGITS = re.compile(rb"\d{19}")  # every integer outside -2^63..2^64-1 has at least 19 digits
+_CONTAINERS = (dict, list)  # what JSON nests (orjson's types exactly)
 
 
 class BodyLimitMiddleware:
@@ -107,11 +108,27 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
                 "body", f"nests deeper than {max_depth} objects/arrays (limits.max_json_depth)", "too_deep"
             ) from None
         raise InvalidInput("body", f"not valid JSON ({error.msg})", "bad_json") from None
-    if raw.count(b"[") + raw.count(b"{") > max_depth:  # depth never exceeds the number of openings
-        _check_depth(value, max_depth)
+    if raw.count(b"[") + raw.count(b"{") > max_depth and _deeper_than(value, max_depth):
+        _check_depth(value, max_depth)  # depth never exceeds the number of openings; this names the field
     if _LONG_DIGITS.search(raw):
         _check_integers(raw)
     return value
+
+
+def _deeper_than(value: Any, max_depth: int) -> bool:
+    """Whether ``value`` nests deeper than ``max_depth``: a walk level by level that keeps no paths (a
+    batch of 1,000 tasks always has more openings than the limit; the walk with paths was 6 % of its CPU)."""
+    level = [value] if type(value) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > max_depth:
+            return True
+        inner: list[Any] = []
+        for node in level:
+            inner.extend(v for v in (node.values() if type(node) is dict else node) if type(v) in _CONTAINERS)
+        level = inner
+    return False
 
 
 def _check_depth(value: Any, max_depth: int) -> None:
