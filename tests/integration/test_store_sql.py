@@ -101,7 +101,7 @@ async def test_migrate_on_mariadb_is_idempotent(mariadb: StorageSettings) -> Non
                 )
             ).all()
             assert [tuple(row) for row in rows] == [
-                (f"{prefix}_00", 30),
+                (f"{prefix}_00", 31),
                 (f"{prefix}_01", 15),
                 (f"{prefix}_02", 15),
                 (f"{prefix}_03", 15),
@@ -151,7 +151,7 @@ async def test_migrating_an_earlier_deployment_turns_background_statistics_off(m
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN attempt_log")
                         await conn.exec_driver_sql(f"ALTER TABLE `{database}`.`{name}` DROP COLUMN answers")
                 await conn.exec_driver_sql(f"UPDATE `{database}`.alembic_version SET version_num = '0009_flow_routes'")
-            assert len(await tables_recalculating_statistics(conn, prefix)) == 29 + 3 * 15  # slo_hours dropped
+            assert len(await tables_recalculating_statistics(conn, prefix)) == 30 + 3 * 15  # slo_hours dropped
         await migrate(mariadb)
         async with engine.connect() as conn:
             assert await tables_recalculating_statistics(conn, prefix) == []
