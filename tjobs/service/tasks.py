@@ -128,10 +128,10 @@ class TaskService:
         self._calendars = calendars
         self.child_links = ChildLinks(store, parents, self._routable)
         self._in_flight: Counter[str] = Counter()  # per app: tasks being stored, held against its quota
-        self._ids = TaskIdGenerator(topology.shard_count)
-        # the shard of a task without a key only needs to be uniform, not unpredictable: a seeded
-        # PRNG instead of TaskIdGenerator.random_shard's secrets (a syscall per task in a batch)
+        # the shard of a task without a key, and an id's random bits, only need to be uniform, not
+        # unpredictable: a PRNG seeded from the OS instead of secrets (a syscall per task in a batch)
         self._shards = random.Random()
+        self._ids = TaskIdGenerator(topology.shard_count, self._shards.getrandbits)
         self._threshold_ms = int(settings.scheduler.misfire_threshold_s * 1000)
         self._flow_sink = flow_sink
         self._targets = targets
