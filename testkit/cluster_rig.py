@@ -216,20 +216,31 @@ class ClusterRig:
             self.nodes[index] = node
         return node
 
-    def migrate(self) -> None:
+    def migrate(self, tree: Path | None = None) -> None:
+        """``tjobs migrate`` on the rig's databases: this checkout's, in this process; or ``tree``'s (another
+        checkout of the repository, say an older release's worktree) in a subprocess on this interpreter."""
         node = self._write_config(1)
-        migrate_in_process(node.config, timeout_s=600)
+        if tree is None:
+            migrate_in_process(node.config, timeout_s=600)
+            return
+        command = [sys.executable, "-m", "tjobs.cli.main", "migrate", "--config", str(node.config)]
+        done = subprocess.run(command, cwd=tree, env=_tree_env(tree), capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"tjobs migrate of {tree} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
 
-    def start(self, index: int, env: Mapping[str, str] | None = None) -> NodeProc:
+    def start(self, index: int, env: Mapping[str, str] | None = None, tree: Path | None = None) -> NodeProc:
         """Start node ``index``; ``env`` is added to this process's environment (e.g. libfaketime's
-        ``LD_PRELOAD`` and ``FAKETIME`` for a node with a shifted clock)."""
+        ``LD_PRELOAD`` and ``FAKETIME`` for a node with a shifted clock). ``tree``: run that checkout's
+        code (an older release's worktree) on this interpreter and its installed dependencies."""
         node = self._write_config(index)
+        if tree is not None:
+            env = {**_tree_env(tree), **(env or {})}
         with node.log.open("ab") as log:
             node.process = subprocess.Popen(
                 [sys.executable, "-m", "tjobs.cli.main", "serve", "--config", str(node.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=REPO,
+                cwd=tree or REPO,
                 env=None if env is None else {**os.environ, **env},
             )
         return node
@@ -341,6 +352,11 @@ class ClusterRig:
             return "\n".join(self.nodes[index].log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def _tree_env(tree: Path) -> dict[str, str]:
+    """The environment that imports ``tree``'s packages ahead of this checkout's editable install."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
 class Api:
