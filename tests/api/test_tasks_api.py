@@ -73,7 +73,8 @@ async def test_twenty_concurrent_creates_with_one_key_make_one_task(tenant: Tena
 async def test_get_answers_the_task_and_404_for_unknown_or_malformed_ids(tenant: Tenant) -> None:
     task = await create(tenant)
     got = await tenant.client.get(f"/v1/tasks/{task['id']}")
-    assert got.status_code == 200 and got.json() == task
+    # a task's own GET also shows its parents (README "Child tasks"): none here
+    assert got.status_code == 200 and got.json() == {**task, "parents": None}
     assert_error(await tenant.client.get("/v1/tasks/123"), 404, "not_found")
     assert_error(await tenant.client.get("/v1/tasks/not-a-number"), 404, "not_found")
     assert_error(await tenant.client.get("/v1/tasks/99999999999999999999999"), 404, "not_found")

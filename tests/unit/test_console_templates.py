@@ -72,6 +72,8 @@ def render_flow(flow: Flow) -> str:
         sent=None,
         answers=answers_json(flow),
         answer_body_bytes=4096,
+        parent_flows=[],
+        child_flows=[],
     )
 
 
@@ -210,6 +212,7 @@ def render_task(task: Task, admin: bool = False) -> str:
         preview_query="",
         history=HistoryPage([], None, None, True),
         notice=None,
+        parents=None,
     )
 
 
