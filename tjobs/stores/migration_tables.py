@@ -1,4 +1,5 @@
-"""What the revisions that add tables share: create each table (and its indexes) unless it is there.
+"""What the revisions that add tables or columns share: create each table (and its indexes) unless it is
+there; add columns to every shard table of a kind, and drop them again.
 
 A revision may run over tables already present: revisions 0008 and 0013 create their tables from the
 current schema, and a database whose ``alembic_version`` was set back runs the later revisions again
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alembic.operations import Operations
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Column, Connection, inspect
 from sqlalchemy.exc import NoSuchTableError
 from sqlalchemy.schema import SchemaItem
 
@@ -42,3 +43,25 @@ def table_exists(bind: Connection, table: str) -> bool:
     except NoSuchTableError:
         return False
     return True
+
+
+def add_columns(
+    op: Operations | Any, kind: str, tables_per_database: int, columns: Sequence[Column[Any]], *, if_missing: bool
+) -> None:
+    """Add ``columns`` to each shard table of ``kind`` (``flows`` -> ``flows_00``, ``flows_01``, ...); with
+    ``if_missing``, only those a table does not have yet (a revision that may run again over its own work)."""
+    for index in range(tables_per_database):
+        table = f"{kind}_{index:02d}"
+        present = {column["name"] for column in inspect(op.get_bind()).get_columns(table)} if if_missing else set()
+        for column in columns:
+            if column.name not in present:
+                op.add_column(table, column)
+
+
+def drop_columns(op: Operations | Any, kind: str, tables_per_database: int, names: Sequence[str]) -> None:
+    """Drop the columns ``names`` from each shard table of ``kind`` (a revision's downgrade of
+    :func:`add_columns`)."""
+    for index in range(tables_per_database):
+        with op.batch_alter_table(f"{kind}_{index:02d}") as batch:
+            for name in names:
+                batch.drop_column(name)

@@ -14,6 +14,7 @@ from typing import Any
 from alembic import op as global_op
 from alembic.operations import Operations
 
+from tjobs.stores.migration_tables import add_columns, drop_columns
 from tjobs.stores.schema import flow_payload_column
 
 revision = "0011_flow_payload"
@@ -25,13 +26,8 @@ ONLINE_WHY = "a nullable column added last to flows_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    for index in range(tables_per_database):
-        op.add_column(f"flows_{index:02d}", flow_payload_column())
+    add_columns(operations or global_op, "flows", tables_per_database, [flow_payload_column()], if_missing=False)
 
 
 def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    for index in range(tables_per_database):
-        with op.batch_alter_table(f"flows_{index:02d}") as batch:
-            batch.drop_column("payload")
+    drop_columns(operations or global_op, "flows", tables_per_database, ["payload"])

@@ -17,8 +17,8 @@ from typing import Any
 
 from alembic import op as global_op
 from alembic.operations import Operations
-from sqlalchemy import inspect
 
+from tjobs.stores.migration_tables import add_columns, drop_columns
 from tjobs.stores.schema import flow_answers_column
 
 revision = "0020_flow_answers"
@@ -30,15 +30,8 @@ ONLINE_WHY = "a nullable column added last to flows_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    for index in range(tables_per_database):
-        table = f"flows_{index:02d}"
-        if "answers" not in {column["name"] for column in inspect(op.get_bind()).get_columns(table)}:
-            op.add_column(table, flow_answers_column())
+    add_columns(operations or global_op, "flows", tables_per_database, [flow_answers_column()], if_missing=True)
 
 
 def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    for index in range(tables_per_database):
-        with op.batch_alter_table(f"flows_{index:02d}") as batch:
-            batch.drop_column("answers")
+    drop_columns(operations or global_op, "flows", tables_per_database, ["answers"])

@@ -17,8 +17,8 @@ from typing import Any
 
 from alembic import op as global_op
 from alembic.operations import Operations
-from sqlalchemy import inspect
 
+from tjobs.stores.migration_tables import add_columns, drop_columns
 from tjobs.stores.schema import flow_run_columns
 
 revision = "0021_flow_runs"
@@ -30,18 +30,10 @@ ONLINE_WHY = "nullable columns added last to flows_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    for index in range(tables_per_database):
-        table = f"flows_{index:02d}"
-        present = {column["name"] for column in inspect(op.get_bind()).get_columns(table)}
-        for column in flow_run_columns():
-            if column.name not in present:
-                op.add_column(table, column)
+    add_columns(operations or global_op, "flows", tables_per_database, flow_run_columns(), if_missing=True)
 
 
 def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    for index in range(tables_per_database):
-        with op.batch_alter_table(f"flows_{index:02d}") as batch:
-            for column in reversed(flow_run_columns()):
-                batch.drop_column(column.name)
+    drop_columns(
+        operations or global_op, "flows", tables_per_database, [column.name for column in reversed(flow_run_columns())]
+    )

@@ -15,8 +15,8 @@ from typing import Any
 
 from alembic import op as global_op
 from alembic.operations import Operations
-from sqlalchemy import inspect
 
+from tjobs.stores.migration_tables import add_columns, drop_columns
 from tjobs.stores.schema import task_children_column
 
 revision = "0023_task_children"
@@ -28,16 +28,8 @@ ONLINE_WHY = "a nullable column added last to tasks_TT: ALGORITHM=INSTANT"
 
 
 def upgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    for index in range(tables_per_database):
-        table = f"tasks_{index:02d}"
-        present = {column["name"] for column in inspect(op.get_bind()).get_columns(table)}
-        if "children" not in present:
-            op.add_column(table, task_children_column())
+    add_columns(operations or global_op, "tasks", tables_per_database, [task_children_column()], if_missing=True)
 
 
 def downgrade(tables_per_database: int, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    for index in range(tables_per_database):
-        with op.batch_alter_table(f"tasks_{index:02d}") as batch:
-            batch.drop_column("children")
+    drop_columns(operations or global_op, "tasks", tables_per_database, ["children"])
