@@ -85,6 +85,32 @@ _CRLF = b"\r\n"
 _JSON_TYPE = b"content-type: application/json\r\n"
 
 
+def _lean_heads(
+    headers: list[tuple[bytes, bytes]],
+) -> tuple[bytes | None, str | None, bytes | None, bytes | None] | None:
+    """What the lean paths read of a request's headers: ``Authorization``, ``x-request-id`` (made sane),
+    ``Content-Length`` and ``Content-Type``; ``None`` when one sends the request through ASGI (one of
+    :data:`_NOT_LEAN`, or ``Content-Length`` or ``Content-Type`` given twice)."""
+    authorization = length = content_type = None
+    rid: str | None = None
+    for name, value in headers:
+        if name == b"authorization":
+            authorization = value
+        elif name == b"x-request-id":
+            rid = sane_request_id(value)
+        elif name == b"content-length":
+            if length is not None:
+                return None
+            length = value
+        elif name == b"content-type":
+            if content_type is not None:
+                return None
+            content_type = value
+        elif name in _NOT_LEAN:
+            return None
+    return authorization, rid, length, content_type
+
+
 class LeanHeartbeats:
     """What the lean path needs of the app (one per API), and how many heartbeats it answered."""
 
@@ -208,17 +234,10 @@ class LeanHeartbeatProtocol(HttpToolsProtocol):
         match = _HEARTBEAT.fullmatch(self.url)
         if match is None or not self._plain():
             return False
-        authorization = rid = None
-        for name, value in self.headers:
-            if name == b"authorization":
-                authorization = value
-            elif name == b"x-request-id":
-                rid = sane_request_id(value)
-            elif name == b"content-length":
-                if value != b"0":
-                    return False
-            elif name in _NOT_LEAN:
-                return False
+        heads = _lean_heads(self.headers)
+        if heads is None or heads[2] not in (None, b"0"):  # a body goes through ASGI
+            return False
+        authorization, rid, _, _ = heads
         started = time.perf_counter()
         lean = self.lean
         app = lean.admit(authorization, self.client)
@@ -249,24 +268,13 @@ class LeanHeartbeatProtocol(HttpToolsProtocol):
         lean = self.lean
         if not lean.serve_creates or self.parser.get_method() != b"POST" or self.url != _CREATE or not self._plain():
             return False
-        authorization = rid = content_type = None
-        length = -1
-        for name, value in self.headers:
-            if name == b"authorization":
-                authorization = value
-            elif name == b"x-request-id":
-                rid = sane_request_id(value)
-            elif name == b"content-length":
-                if length >= 0 or not value.isdigit():
-                    return False
-                length = int(value)
-            elif name == b"content-type":
-                if content_type is not None:
-                    return False
-                content_type = value
-            elif name in _NOT_LEAN:
-                return False
-        if not (0 <= length <= lean.create_body_max and content_type and is_json_media_type(content_type)):
+        heads = _lean_heads(self.headers)
+        if heads is None:
+            return False
+        authorization, rid, length, content_type = heads
+        if not (length is not None and length.isdigit() and int(length) <= lean.create_body_max):
+            return False
+        if not (content_type and is_json_media_type(content_type)):
             return False
         started = time.perf_counter()
         app = lean.admit(authorization, self.client, "POST", lean.create_template)
