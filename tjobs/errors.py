@@ -35,6 +35,9 @@ The API maps these to status codes in one handler; nothing else catches them to 
 
 from __future__ import annotations
 
+from collections.abc import Set
+from typing import Any
+
 
 class TjobsError(Exception):
     """Root of every error tjobs raises on purpose."""
@@ -57,6 +60,17 @@ class InvalidInput(TjobsError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.code = code
+
+
+def known_object(body: Any, fields: Set[str]) -> dict[str, Any]:
+    """``body`` if it is a JSON object of ``fields`` only; otherwise :class:`InvalidInput` naming ``body``
+    (not an object) or its first unknown field in sorted order (``unknown_field``)."""
+    if not isinstance(body, dict):
+        raise InvalidInput("body", "must be a JSON object")
+    unknown = set(body) - fields
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    return body
 
 
 class BodyTooLarge(InvalidInput):

@@ -16,13 +16,12 @@ from tjobs.api.deps import (
     body_doc,
     errors,
     json_body,
-    json_object,
     json_response,
     ok,
     require_admin,
 )
 from tjobs.api.render import app_json
-from tjobs.errors import InvalidInput
+from tjobs.errors import InvalidInput, known_object
 from tjobs.model import App
 from tjobs.observability.metrics_per_app import Buckets
 from tjobs.service.apps import AppService
@@ -90,10 +89,7 @@ async def update_app(app_id: AppIdPath, request: Request, node: NodeDep) -> Any:
 )
 async def rotate_app(app_id: AppIdPath, request: Request) -> Any:
     raw = await request.body()
-    body = json_object(await json_body(request)) if raw.strip() else {}
-    unknown = set(body) - {"api_key", "secret", "grace_s"}
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    body = known_object(await json_body(request), {"api_key", "secret", "grace_s"}) if raw.strip() else {}
     flags = {}
     for name in ("api_key", "secret"):
         value = body.get(name, True)

@@ -17,7 +17,6 @@ from tjobs.api.deps import (
     body_doc,
     errors,
     json_body,
-    json_object,
     json_response,
     ok,
     search_of,
@@ -27,7 +26,7 @@ from tjobs.api.principal import reads_masked
 from tjobs.api.render import error_json, flow_detail_json, flow_json, run_json
 from tjobs.api.schemas import INSTANT_FILTER
 from tjobs.clock import iso_ms
-from tjobs.errors import InvalidInput, TjobsError
+from tjobs.errors import InvalidInput, TjobsError, known_object
 from tjobs.model import Flow
 from tjobs.service.cursors import MAX_CURSOR_CHARS
 from tjobs.service.flow_export import MAX_EXPORT_ROWS, export_csv
@@ -232,10 +231,7 @@ async def count_dead_letters(
     openapi_extra=body_doc(schemas.Redrive),
 )
 async def redrive_many(request: Request, app: AppDep, node: NodeDep) -> Any:
-    body = json_object(await json_body(request))
-    unknown = set(body) - {"flow_ids"}
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    body = known_object(await json_body(request), {"flow_ids"})
     flow_ids = body.get("flow_ids")
     if not isinstance(flow_ids, list) or not all(isinstance(f, str) for f in flow_ids):
         raise InvalidInput("flow_ids", "must be a list of flow ids")

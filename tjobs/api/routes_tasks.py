@@ -18,7 +18,6 @@ from tjobs.api.deps import (
     body_doc,
     errors,
     json_body,
-    json_object_body,
     json_response,
     node_of,
     ok,
@@ -27,7 +26,7 @@ from tjobs.api.deps import (
 )
 from tjobs.api.principal import reads_masked
 from tjobs.api.render import children_json, error_json, flow_json, task_health_json, task_json
-from tjobs.errors import InvalidInput
+from tjobs.errors import InvalidInput, known_object
 from tjobs.model import TaskStatus
 from tjobs.service.cursors import MAX_CURSOR_CHARS
 from tjobs.service.task_health import HEALTH_PAGE_MAX
@@ -70,10 +69,7 @@ async def create_task(request: Request) -> Any:
 async def create_tasks(request: Request) -> Any:
     app = await request_app(request)
     node = node_of(request)
-    body = await json_object_body(request)
-    unknown = set(body) - _BATCH_KEYS
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    body = known_object(await json_body(request), _BATCH_KEYS)
     if "tasks" not in body:
         raise InvalidInput("tasks", "is required", "missing")
     if isinstance(body["tasks"], list):

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from tjobs.api.accounts_auth import accounts_of, basic_or_token_user
-from tjobs.api.deps import errors, json_object_body, json_response, ok, path_parameter, require_admin
+from tjobs.api.deps import errors, json_body, json_response, ok, path_parameter, require_admin
 from tjobs.clock import iso_ms
-from tjobs.errors import InvalidInput
+from tjobs.errors import InvalidInput, known_object
 from tjobs.service.accounts import (
     SESSION_ID_PATTERN,
     TOKEN_ID_PATTERN,
@@ -65,11 +65,7 @@ def session_json(session: ConsoleSession) -> dict[str, Any]:
 
 
 async def _object(request: Request, allowed: frozenset[str]) -> dict[str, Any]:
-    body = await json_object_body(request)
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise InvalidInput(unknown[0], "unknown field", "unknown_field")
-    return body
+    return known_object(await json_body(request), allowed)
 
 
 def _flag(body: dict[str, Any], name: str) -> bool | None:

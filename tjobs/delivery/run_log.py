@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from tjobs.errors import InvalidInput
+from tjobs.errors import InvalidInput, known_object
 from tjobs.settings import RunSettings
 
 LOG_FIELDS = frozenset({"lines", "attempt"})
@@ -33,11 +33,7 @@ class LogLines:
 
 def parse_log_lines(body: Any, settings: RunSettings) -> LogLines:
     """A log call's body ``{"lines": [...], "attempt"?: n}``: 422 naming the field that is wrong."""
-    if not isinstance(body, dict):
-        raise InvalidInput("body", "must be a JSON object")
-    unknown = set(body) - LOG_FIELDS
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    known_object(body, LOG_FIELDS)
     raw = body.get("lines")
     cap = settings.max_log_lines_per_call
     if not isinstance(raw, list) or not 1 <= len(raw) <= cap:

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from tjobs.errors import FieldTooLarge, InvalidInput, RunConflict
+from tjobs.errors import FieldTooLarge, InvalidInput, RunConflict, known_object
 from tjobs.model import DeliveryMode, Flow, FlowKind, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task
 from tjobs.model import TaskStatus as _TaskStatus
 from tjobs.settings import RunSettings
@@ -67,11 +67,7 @@ class Transition:
 
 def parse_report(body: Any, settings: RunSettings) -> RunReport:
     """A report body: 422 naming the field that is wrong, 413 naming ``result`` past its cap."""
-    if not isinstance(body, dict):
-        raise InvalidInput("body", "must be a JSON object")
-    unknown = set(body) - REPORT_FIELDS
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    known_object(body, REPORT_FIELDS)
     names = ", ".join(s.value for s in REPORTED)
     given = body.get("status")
     status = next((s for s in REPORTED if s.value == given), None)

@@ -19,7 +19,7 @@ from typing import Any
 from tjobs.clock import Clock
 from tjobs.delivery.signing import generate_secret
 from tjobs.delivery.ssrf import AllowList
-from tjobs.errors import ConfirmationRequired, InvalidInput, NotFound
+from tjobs.errors import ConfirmationRequired, InvalidInput, NotFound, known_object
 from tjobs.model import DISABLED_AT, App
 from tjobs.service import audit_scope
 from tjobs.service.cursors import LIST_PAGE_MAX, Page, decode_position, encode_position
@@ -80,11 +80,7 @@ def live_secrets(app: App, now_ms: int) -> App:
 
 def validate_app_fields(body: Any, settings: Settings, *, creating: bool) -> dict[str, Any]:
     """Check an app create/update body; return the fields it sets (each named on error)."""
-    if not isinstance(body, dict):
-        raise InvalidInput("body", "must be a JSON object")
-    unknown = set(body) - _APP_KEYS
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+    known_object(body, _APP_KEYS)
     fields: dict[str, Any] = {}
     if creating or "name" in body:
         fields["name"] = check_name(body.get("name"), "name", 100)

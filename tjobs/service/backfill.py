@@ -24,12 +24,12 @@ bounds the flows the job starts per second.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tjobs.clock import Clock
-from tjobs.errors import InvalidInput
+from tjobs.errors import InvalidInput, known_object
 from tjobs.model import App
 from tjobs.schedules.preview import instants_in
 from tjobs.service.operator_jobs import new_job_id
@@ -56,11 +56,7 @@ class BackfillRequest:
 
 def parse_backfill_request(body: Any, now_ms: int) -> BackfillRequest:
     """A backfill's JSON body, each bad value a 422 naming its field (``from``, ``to``, ``pace_per_s``)."""
-    if not isinstance(body, Mapping):
-        raise InvalidInput("body", "must be a JSON object")
-    unknown = sorted(set(body) - _FIELDS)
-    if unknown:
-        raise InvalidInput(unknown[0], "unknown field", "unknown_field")
+    known_object(body, _FIELDS)
     bounds: dict[str, int] = {}
     for name in ("from", "to"):
         value = body.get(name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tjobs.errors import InvalidInput
+from tjobs.errors import InvalidInput, known_object
 from tjobs.schedules.instants import parse_iso_instant_ms
 from tjobs.schedules.parsing import MS_PER_DAY, parse_schedule_request
 from tjobs.schedules.preview import Preview, TooFarAhead, preview
@@ -34,11 +34,7 @@ def preview_request(
     naming the field (``schedule.*``, ``count``, ``from``, ``task_id``) otherwise. A schedule naming a
     calendar skips what the caller app's calendar of that name excludes (``calendars``, from memory;
     an admin, who has no app, or a name the app has not: 422 naming ``schedule.calendar``)."""
-    if not isinstance(body, dict):
-        raise InvalidInput("body", "must be a JSON object")
-    unknown = sorted(set(body) - _KEYS)
-    if unknown:
-        raise InvalidInput(unknown[0], "unknown field", "unknown_field")
+    known_object(body, _KEYS)
     if "schedule" not in body:
         raise InvalidInput("schedule", "is required", "missing")
     count = body.get("count", DEFAULT_COUNT)

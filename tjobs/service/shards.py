@@ -12,7 +12,7 @@ from typing import Any
 from sharding.rebalance import Move, plan_rebalance
 from sharding.shard_map import ShardMap, ShardMapError
 from tjobs.cluster.base import Coordinator
-from tjobs.errors import InvalidInput, NotFound
+from tjobs.errors import InvalidInput, NotFound, known_object
 from tjobs.service.shard_moves import Outcome, select_moves
 from tjobs.stores.base import TaskStore
 from tjobs.stores.contracts import MoveRow
@@ -89,11 +89,7 @@ class ShardService:
 
 def parse_servers(body: Any) -> list[str]:
     """The ``servers`` field of a plan request: a non-empty list of distinct ``host:port`` names."""
-    if not isinstance(body, dict):
-        raise InvalidInput("body", "must be a JSON object")
-    unknown = sorted(set(body) - {"servers"})
-    if unknown:
-        raise InvalidInput(unknown[0], "unknown field", "unknown_field")
+    known_object(body, {"servers"})
     servers = body.get("servers")
     if not isinstance(servers, list) or not servers:
         raise InvalidInput("servers", "must be a non-empty list of server names (host:port)")

@@ -22,7 +22,7 @@ from typing import Any, get_args
 from annotated_types import Ge, Le, MaxLen
 from pydantic import BaseModel
 
-from tjobs.errors import InvalidInput
+from tjobs.errors import InvalidInput, known_object
 from tjobs.service.validation import UrlRules, check_headers, check_urls
 from tjobs.settings import LimitSettings
 from tjobs.targets.addresses import AddressRefused, addresses_of
@@ -76,7 +76,7 @@ class TargetFields:
 
 
 def parse_create(body: Any, limits: LimitSettings) -> TargetFields:
-    _check_keys(body, CREATE_KEYS)
+    known_object(body, CREATE_KEYS)
     for required in ("name", "protocol", "settings"):
         if required not in body:
             raise InvalidInput(required, "is required", "missing")
@@ -99,7 +99,7 @@ def parse_update(
     value removes that key): they are write-only, so a client cannot read a key back to send it again
     with the one it changes. ``{}`` (or null) clears them; with a change of protocol the credentials
     given replace the stored ones as a whole (those were for the old protocol)."""
-    _check_keys(body, UPDATE_KEYS)
+    known_object(body, UPDATE_KEYS)
     old_protocol = protocol
     version = body.get("version")
     if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
@@ -144,14 +144,6 @@ def _merged(stored: Mapping[str, str], given: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
-
-
-def _check_keys(body: Any, allowed: frozenset[str]) -> None:
-    if not isinstance(body, dict):
-        raise InvalidInput("body", "must be a JSON object")
-    unknown = set(body) - allowed
-    if unknown:
-        raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
 
 
 def parse_protocol(value: Any) -> Protocol:

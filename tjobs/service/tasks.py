@@ -29,6 +29,7 @@ from tjobs.errors import (
     QuotaExceeded,
     StorageUnavailable,
     TjobsError,
+    known_object,
 )
 from tjobs.hot_tier.base import HotTier, TaskChange
 from tjobs.model import App, Flow, FlowKind, FlowStatus, Task, TaskHealth, TaskStatus, parse_flow_id
@@ -145,11 +146,7 @@ class TaskService:
 
     def build(self, app: App, request: Any, now_ms: int) -> Task:
         """Validate a create request and build the task it describes (not stored yet)."""
-        if not isinstance(request, dict):
-            raise InvalidInput("body", "must be a JSON object")
-        unknown = set(request) - _CREATE_KEYS
-        if unknown:
-            raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+        known_object(request, _CREATE_KEYS)
         for required in _CREATE_REQUIRED:
             if required not in request:
                 raise InvalidInput(required, "is required", "missing")
@@ -501,11 +498,7 @@ class TaskService:
     async def update(self, app: App, task_id: int, request: Any) -> Task:
         """Apply the request's fields. With ``version`` (the task's revision as last read), answer
         409 if another edit landed since; fires never count. Without it, the last edit wins."""
-        if not isinstance(request, dict):
-            raise InvalidInput("body", "must be a JSON object")
-        unknown = set(request) - _UPDATE_KEYS
-        if unknown:
-            raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+        known_object(request, _UPDATE_KEYS)
         expected = request.get("version")
         if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)):
             raise InvalidInput("version", "must be an integer")
@@ -579,11 +572,7 @@ class TaskService:
         """
         payload_json: str | None = None
         if request is not None:
-            if not isinstance(request, dict):
-                raise InvalidInput("body", "must be a JSON object")
-            unknown = set(request) - _TRIGGER_KEYS
-            if unknown:
-                raise InvalidInput(sorted(unknown)[0], "unknown field", "unknown_field")
+            known_object(request, _TRIGGER_KEYS)
             if "payload" in request:
                 check_payload(request["payload"], self._settings.limits)
                 payload_json = orjson.dumps(request["payload"]).decode()
