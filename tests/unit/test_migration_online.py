@@ -137,6 +137,18 @@ def test_a_migration_declared_online_sends_no_statement_that_blocks_firing(tmp_p
     assert offline_reasons(ran["0002_task_revision"]), "the check sees 0002's rewrite of every task row"
 
 
+def test_a_column_added_to_the_task_tables_is_declared_offline(tmp_path: Path) -> None:
+    """MariaDB refuses ``ADD COLUMN`` on ``tasks_TT`` with ``ALGORITHM=INSTANT`` (error 1845) and with
+    ``LOCK=NONE`` ("online rebuild with indexed virtual columns": ``schedule_kind``, 0007): it rebuilds the
+    table with writes blocked (``LOCK=SHARED``), fires held meanwhile (``python -m benchmarks
+    online_migration``). A migration that adds one is offline."""
+    adds = re.compile(r"^\s*ALTER\s+TABLE\s+[`\"]?tasks_\d+[`\"]?\s+ADD\s+COLUMN", re.I)
+    declared = {migration.revision: migration for migration in declared_migrations()}
+    for revision, statements in _statements_per_revision(tmp_path / "schema.db"):
+        if any(adds.match(statement) for statement in statements):
+            assert not declared[revision].online, f"{revision} adds a column to tasks_TT: offline"
+
+
 def _sql_literals_of_code(path: Path) -> list[str]:
     """The string literals (f-strings' fixed parts joined) in a migration's code but its ``downgrade``:
     the MariaDB-only statements among them, which the SQLite run above does not send."""
