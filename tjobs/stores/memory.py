@@ -44,7 +44,7 @@ from tjobs.stores.flow_documents import attempt_log_from_text, attempt_log_to_te
 from tjobs.stores.memory_accounts import MemoryAccounts
 from tjobs.stores.memory_flow_pages import MemoryFlowPages
 from tjobs.stores.memory_hot_changes import MemoryHotChangeLog, MemoryHotChanges
-from tjobs.stores.memory_runs import MemoryRuns, is_stale
+from tjobs.stores.memory_runs import MemoryRuns, is_stale, reschedule, write_flow
 from tjobs.stores.memory_slo import MemorySlo
 from tjobs.stores.queries import (
     FlowPosition,
@@ -440,17 +440,8 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
             shard = self._shard_of(update.task_id)
             if shard is None:
                 continue
-            moved = update.reschedule
-            if moved is not None:  # a fixed_delay task's next run: the SQL store's guarded UPDATE
-                task = self._tasks[shard].get(update.task_id)
-                if (
-                    task is not None
-                    and task.status is TaskStatus.ACTIVE
-                    and task.next_run_at_ms == moved.parked_at_ms
-                    and task.version == moved.version
-                ):
-                    task.next_run_at_ms = moved.next_run_at_ms
-                    task.updated_at_ms = now_ms
+            if update.reschedule is not None:
+                reschedule(self._tasks[shard].get(update.task_id), update.reschedule, now_ms)
             flow = self._flows[shard].get((update.task_id, update.scheduled_at_ms))
             if flow is None:
                 continue
@@ -464,20 +455,14 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
                 if flow.attempts == update.attempts:  # a report or a cancel came first: the send is history
                     _record_send(flow, update)
                 continue  # a report or a cancel came first, or the attempt is over
-            flow.status = update.status
-            flow.attempts = update.attempts
-            flow.next_attempt_at_ms = update.next_attempt_at_ms
-            flow.last_status_code = update.last_status_code
-            flow.last_error = clip_error(update.last_error)
+            write_flow(flow, update, now_ms)
+            flow.last_status_code = update.last_status_code  # a delivery's write: the attempt's answer too
             if update.routes is not None:
                 flow.routes = update.routes
             if update.attempt_log is not None:
                 flow.attempt_log = attempt_log_from_text(attempt_log_to_text(update.attempt_log))  # errors clipped
             if update.answers is not None:
                 flow.answers = update.answers
-            if update.run is not None:
-                flow.run = update.run
-            flow.updated_at_ms = now_ms
 
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
         shard = self._shard_of(task_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, TaskStatus
+from tjobs.model import Flow, FlowStatus, FlowUpdate, Reschedule, Task, TaskStatus
 from tjobs.stores.contracts.runs import RunRecords
 from tjobs.stores.schema import clip_error
 
@@ -26,24 +26,8 @@ class MemoryRuns(RunRecords):
         attempts = update.attempts if expected_attempts is None else expected_attempts
         if shard is None or flow is None or flow.status is not expected or flow.attempts != attempts:
             return False
-        flow.status = update.status
-        flow.attempts = update.attempts
-        flow.next_attempt_at_ms = update.next_attempt_at_ms
-        flow.last_error = clip_error(update.last_error)
-        if update.run is not None:
-            flow.run = update.run
-        flow.updated_at_ms = now_ms
-        moved = update.reschedule
-        task = self._tasks[shard].get(update.task_id)
-        if (
-            moved is not None
-            and task is not None
-            and task.status is TaskStatus.ACTIVE
-            and task.next_run_at_ms == moved.parked_at_ms
-            and task.version == moved.version
-        ):
-            task.next_run_at_ms = moved.next_run_at_ms
-            task.updated_at_ms = now_ms
+        write_flow(flow, update, now_ms)
+        reschedule(self._tasks[shard].get(update.task_id), update.reschedule, now_ms)
         return True
 
     async def clear_children_due(self, task_id: int, scheduled_at_ms: int) -> None:
@@ -60,6 +44,32 @@ class MemoryRuns(RunRecords):
         flow.run_log = (flow.run_log or "") + text
         flow.run_log_lines += lines
         return True
+
+
+def write_flow(flow: Flow, update: FlowUpdate, now_ms: int) -> None:
+    """What every write of ``update`` sets on its flow (a delivery's and a run's): status, attempts, next
+    attempt, error (clipped), the run when it carries one, and ``updated_at_ms``."""
+    flow.status = update.status
+    flow.attempts = update.attempts
+    flow.next_attempt_at_ms = update.next_attempt_at_ms
+    flow.last_error = clip_error(update.last_error)
+    if update.run is not None:
+        flow.run = update.run
+    flow.updated_at_ms = now_ms
+
+
+def reschedule(task: Task | None, moved: Reschedule | None, now_ms: int) -> None:
+    """A fixed_delay task's next run (:class:`tjobs.model.Reschedule`), set only where the task is still
+    active and parked where its fire put it: the SQL stores' guarded ``UPDATE``."""
+    if (
+        moved is not None
+        and task is not None
+        and task.status is TaskStatus.ACTIVE
+        and task.next_run_at_ms == moved.parked_at_ms
+        and task.version == moved.version
+    ):
+        task.next_run_at_ms = moved.next_run_at_ms
+        task.updated_at_ms = now_ms
 
 
 def is_stale(flow: Flow, now_ms: int) -> bool:
