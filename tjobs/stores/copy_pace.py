@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 DEFAULT_COPY_DUTY = 0.25
 """The share of the time the copy keeps the servers busy (``--copy-duty``'s default); measured in
-docs/benchmarks.md, "Pacing the copy"."""
+docs/benchmarks.md, "Moving a logical database under load"."""
 
 
 @dataclass(frozen=True, slots=True)
