@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 
@@ -25,6 +26,8 @@ class ServersStore(MemoryTaskStore):
         super().__init__(Topology(3, 1, 4))
         self.down: set[str] = set()
         self.hanging: set[str] = set()
+        self.from_a_thread: set[str] = set()  # answers from a worker thread...
+        self.stall_s = 0.0  # ...after this process's event loop was busy this long elsewhere
 
     def database_servers(self) -> list[str]:
         return list(SERVERS)
@@ -35,6 +38,10 @@ class ServersStore(MemoryTaskStore):
     async def ping_server(self, server: str) -> None:
         if server in self.hanging:
             await asyncio.sleep(3600)
+        if server in self.from_a_thread:
+            asyncio.get_running_loop().call_soon(time.sleep, self.stall_s)  # another part of the node
+            await asyncio.sleep(0)
+            await asyncio.to_thread(time.sleep, 0.02)  # well within the deadline, once submitted
         if server in self.down:
             raise StorageUnavailable(f"database mysql://user:secret@{server} is unavailable") from OSError(
                 111, "Connection refused"
@@ -115,6 +122,30 @@ async def test_a_server_that_does_not_answer_within_the_timeout_is_unreachable(
     await health.check_once()
     assert health.paused_shards() == frozenset({0, 1, 2, 3})
     assert "no answer within" in str(health.describe()[0]["error"])
+
+
+async def test_a_ping_late_only_because_this_nodes_loop_stalled_pauses_nothing(
+    store: ServersStore, health: DatabaseHealth, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CI at load 7: the embedded store's ping (a thread reading the file's header) answered, but this
+    process's event loop was busy past the 2-s deadline, the deadline fired first, every shard paused and
+    a create answered 503. A timeout taken while the node's own loop stalled says nothing of the server."""
+    store.from_a_thread.add("a:1")
+    store.stall_s = 0.3  # six deadlines of the fixture's 0.05 s: a synchronous stretch of this node
+    with caplog.at_level(logging.WARNING):
+        await health.check_once()
+    assert health.paused_shards() == frozenset()
+    assert any(getattr(record, "action", None) == "db_ping_inconclusive" for record in caplog.records)
+
+
+async def test_a_refused_ping_pauses_its_shards_even_while_the_loop_stalled(
+    store: ServersStore, health: DatabaseHealth
+) -> None:
+    store.down.add("b:2")
+    store.from_a_thread.add("a:1")
+    store.stall_s = 0.3
+    await health.check_once()
+    assert health.paused_shards() == frozenset({4, 5, 6, 7})  # an answer that refuses is evidence
 
 
 async def test_the_node_wide_fence_counts_only_while_no_server_answers(

@@ -3,10 +3,12 @@
 tjobs spreads its shards over several database servers so that one server's outage stays one
 server's outage. :class:`DatabaseHealth` pings every server on a connection of its own
 (:meth:`TaskStore.ping_server`) every ``interval_s``; a server that fails a ping, or does not answer
-within ``ping_timeout_s``, is *unreachable* from that moment, and the shards it holds are *paused*
-on this node: the runner drops their wheel entries and commits nothing for them, while the shards of
-every other server keep firing. The first answered ping makes the server reachable again; its
-shards are reloaded from the database and fire what came due meanwhile (misfire policy past the
+within ``ping_timeout_s`` while this node's event loop kept turning (:class:`StallWatch`: a deadline
+that passed during a stall of the node's own is not held against the server), is *unreachable* from
+that moment, and the shards it holds are *paused* on this node: the runner drops their wheel entries
+and commits nothing for them, while the shards of every other server keep firing. The first answered
+ping makes the server reachable again; its shards are reloaded from the database and fire what came
+due meanwhile (misfire policy past the
 threshold). Each transition is logged once (``db_server_unreachable``, ``db_server_recovered``).
 
 Pausing is local, and the node keeps its job groups; its unreachable servers go into its member
@@ -32,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 PING_INTERVAL_S = 0.5
 PING_TIMEOUT_S = 2.0
+
+NO_ANSWER = "no answer within"
+STALL_TICK_S = 0.05
 
 PausedListener = Callable[[frozenset[int]], Awaitable[None]]
 
@@ -114,9 +119,23 @@ class DatabaseHealth:
         every listener when they changed (or a listener failed last time)."""
         self._map_servers()
         servers = list(self._states)
-        results = await asyncio.gather(*(self._ping(server) for server in servers))
+        watch = StallWatch()
+        try:
+            results = await asyncio.gather(*(self._ping(server) for server in servers))
+        finally:
+            stalled_s = await watch.stop()
         now = self._monotonic()
         for server, error in zip(servers, results, strict=True):
+            if error is not None and error.startswith(NO_ANSWER) and stalled_s >= self._ping_timeout_s / 2:
+                logger.warning(
+                    "database server %s did not answer its ping within %g s, but this node's event loop"
+                    " stalled %.2f s meanwhile; not held against the server",
+                    server,
+                    self._ping_timeout_s,
+                    stalled_s,
+                    extra={"action": "db_ping_inconclusive", "server": server},
+                )
+                continue
             self._record(server, error, now)
         paused = frozenset(
             shard for server, state in self._states.items() if not state.reachable for shard in self._shards_of[server]
@@ -139,7 +158,7 @@ class DatabaseHealth:
             # not asyncio.timeout: asyncmy connects within wait_for, which can swallow the deadline
             await within(self._store.ping_server(server), self._ping_timeout_s)  # (gh-86296)
         except TimeoutError:
-            return f"no answer within {self._ping_timeout_s:g} s"
+            return f"{NO_ANSWER} {self._ping_timeout_s:g} s"
         except Exception as error:
             cause = error.__cause__ or error  # the driver's error, not the message naming the URL
             return f"{type(cause).__name__}: {cause}"
@@ -200,3 +219,26 @@ class DatabaseHealth:
             }
             for server, state in self._states.items()
         ]
+
+
+class StallWatch:
+    """While a check's pings run, ticks every :data:`STALL_TICK_S` and keeps the longest time this event
+    loop took beyond a tick (a synchronous stretch, a starved process): whether a ping's deadline passed
+    because of the server or because of this node."""
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+        self._task = asyncio.create_task(self._tick(), name="tjobs-db-health-stall")
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(STALL_TICK_S)
+            self.longest_s = max(self.longest_s, loop.time() - before - STALL_TICK_S)
+
+    async def stop(self) -> float:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        return self.longest_s
