@@ -10,12 +10,7 @@ Create Date: 2026-12-02
 
 from __future__ import annotations
 
-from typing import Any
-
-from alembic import op as global_op
-from alembic.operations import Operations
-
-from tjobs.stores.migration_tables import create_missing_tables
+from tjobs.stores.migration_app_tables import app_tables
 from tjobs.stores.schema_alerts import (
     ALERT_SETTINGS_TABLE,
     ALERT_STATES_TABLE,
@@ -30,20 +25,7 @@ depends_on = None
 ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
 ONLINE_WHY = "new tables"
 
-
-def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    if holds_apps:
-        create_missing_tables(
-            operations or global_op,
-            [
-                (ALERT_SETTINGS_TABLE, alert_settings_schema_items(), []),
-                (ALERT_STATES_TABLE, alert_states_schema_items(), []),
-            ],
-        )
-
-
-def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    if holds_apps:
-        op.drop_table(ALERT_STATES_TABLE)
-        op.drop_table(ALERT_SETTINGS_TABLE)
+upgrade, downgrade = app_tables(
+    (ALERT_SETTINGS_TABLE, alert_settings_schema_items, []),
+    (ALERT_STATES_TABLE, alert_states_schema_items, []),
+)

@@ -11,12 +11,7 @@ Create Date: 2026-12-02
 
 from __future__ import annotations
 
-from typing import Any
-
-from alembic import op as global_op
-from alembic.operations import Operations
-
-from tjobs.stores.migration_tables import create_missing_tables
+from tjobs.stores.migration_app_tables import app_tables
 from tjobs.stores.schema_accounts import (
     API_TOKENS_INDEXES,
     API_TOKENS_TABLE,
@@ -35,21 +30,8 @@ depends_on = None
 ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
 ONLINE_WHY = "new tables"
 
-
-def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    if holds_apps:
-        create_missing_tables(
-            operations or global_op,
-            [
-                (USERS_TABLE, users_schema_items(), []),
-                (API_TOKENS_TABLE, api_tokens_schema_items(), API_TOKENS_INDEXES),
-                (CONSOLE_SESSIONS_TABLE, console_sessions_schema_items(), CONSOLE_SESSIONS_INDEXES),
-            ],
-        )
-
-
-def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    if holds_apps:
-        for name in (CONSOLE_SESSIONS_TABLE, API_TOKENS_TABLE, USERS_TABLE):
-            op.drop_table(name)
+upgrade, downgrade = app_tables(
+    (USERS_TABLE, users_schema_items, []),
+    (API_TOKENS_TABLE, api_tokens_schema_items, API_TOKENS_INDEXES),
+    (CONSOLE_SESSIONS_TABLE, console_sessions_schema_items, CONSOLE_SESSIONS_INDEXES),
+)

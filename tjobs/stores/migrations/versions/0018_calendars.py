@@ -8,12 +8,7 @@ Create Date: 2026-12-02
 
 from __future__ import annotations
 
-from typing import Any
-
-from alembic import op as global_op
-from alembic.operations import Operations
-
-from tjobs.stores.migration_tables import create_missing_tables
+from tjobs.stores.migration_app_tables import app_tables
 from tjobs.stores.schema_calendars import CALENDARS_TABLE, calendars_schema_items
 
 revision = "0018_calendars"
@@ -23,13 +18,4 @@ depends_on = None
 ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
 ONLINE_WHY = "a new table"
 
-
-def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    if holds_apps:
-        create_missing_tables(operations or global_op, [(CALENDARS_TABLE, calendars_schema_items(), [])])
-
-
-def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    if holds_apps:
-        op.drop_table(CALENDARS_TABLE)
+upgrade, downgrade = app_tables((CALENDARS_TABLE, calendars_schema_items, []))

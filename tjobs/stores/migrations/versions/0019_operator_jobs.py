@@ -9,12 +9,7 @@ Create Date: 2026-12-04
 
 from __future__ import annotations
 
-from typing import Any
-
-from alembic import op as global_op
-from alembic.operations import Operations
-
-from tjobs.stores.migration_tables import create_missing_tables
+from tjobs.stores.migration_app_tables import app_tables
 from tjobs.stores.schema_operator_jobs import OPERATOR_JOBS_INDEXES, OPERATOR_JOBS_TABLE, operator_jobs_schema_items
 
 revision = "0019_operator_jobs"
@@ -24,14 +19,4 @@ depends_on = None
 ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
 ONLINE_WHY = "a new table"
 
-
-def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    if holds_apps:
-        table = (OPERATOR_JOBS_TABLE, operator_jobs_schema_items(), OPERATOR_JOBS_INDEXES)
-        create_missing_tables(operations or global_op, [table])
-
-
-def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    if holds_apps:
-        op.drop_table(OPERATOR_JOBS_TABLE)
+upgrade, downgrade = app_tables((OPERATOR_JOBS_TABLE, operator_jobs_schema_items, OPERATOR_JOBS_INDEXES))

@@ -9,12 +9,7 @@ Create Date: 2026-12-03
 
 from __future__ import annotations
 
-from typing import Any
-
-from alembic import op as global_op
-from alembic.operations import Operations
-
-from tjobs.stores.migration_tables import create_missing_tables
+from tjobs.stores.migration_app_tables import app_tables
 from tjobs.stores.schema_task_parents import TASK_PARENTS_TABLE, task_parents_indexes, task_parents_schema_items
 
 revision = "0024_task_parents"
@@ -24,14 +19,4 @@ depends_on = None
 ONLINE = True  # docs/operations.md "Upgrades"; tjobs.stores.migration_plan
 ONLINE_WHY = "a new table"
 
-
-def upgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    if holds_apps:
-        tables = [(TASK_PARENTS_TABLE, task_parents_schema_items(), task_parents_indexes())]
-        create_missing_tables(operations or global_op, tables)
-
-
-def downgrade(holds_apps: bool, operations: Operations | None = None, **_: Any) -> None:
-    op = operations or global_op
-    if holds_apps:
-        op.drop_table(TASK_PARENTS_TABLE)
+upgrade, downgrade = app_tables((TASK_PARENTS_TABLE, task_parents_schema_items, task_parents_indexes()))
