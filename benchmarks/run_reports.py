@@ -18,7 +18,9 @@ span (:mod:`benchmarks._db_cost`; other clients of the server count too), the re
 ``run_end_ms`` (instant → the final report answered). Exactly once: after the drain the app's flows are
 read back over ``GET /v1/flows``; ``lost`` is registered tasks without a flow that ended ``delivered``
 with its run ``succeeded``, ``double_ended`` counts flows whose final report was taken twice (two
-answers 200 not ``repeated``), fires received twice and extra flows of one task. Run::
+answers 200 not ``repeated``), fires received twice and extra flows of one task. ``quiet`` is what the
+node and MariaDB spent a second between the registration's end and the window (other clients of the
+server included); ``net_of_quiet_per_run`` is the window's figures less that rate. Run::
 
     python -m benchmarks run_reports --storage mysql+asyncmy://root@127.0.0.1:3306 \\
         --tasks 60000 --window-s 30 --progress --json
@@ -364,19 +366,68 @@ async def bench(
                 warnings.append(f"{outcome.errors} creates failed: {outcome.error_samples}")
             if time.time_ns() // 1_000_000 > start_ms:
                 warnings.append(f"registration ({outcome.elapsed_s:.1f} s) ran past the lead ({lead_s:.1f} s)")
+            quiet = (time.monotonic(), _nodes_cpu_s(pids), _db_read(probe))
             await asyncio.sleep(max(0.0, (start_ms - time.time_ns() // 1_000_000) / 1000 - CPU_LEAD_S))
-            node_before, db_before = _nodes_cpu_s(pids), _db_read(probe)
+            busy = (time.monotonic(), _nodes_cpu_s(pids), _db_read(probe))
             drained = await _drain(receiver, len(outcome.task_ids), end_ms, args.drain_timeout_s, progress)
-            node_after, db_after = _nodes_cpu_s(pids), _db_read(probe)
+            done = (time.monotonic(), _nodes_cpu_s(pids), _db_read(probe))
             seen = await receiver.stats(full=True)
         store = await store_check(session, base_url, api_key, outcome.task_ids)
     if probe is not None:
         probe.close()
     return summarise(
         args, seen, store, len(outcome.task_ids), (start_ms, end_ms), drained,
-        _spent(node_before, node_after), (db_before, db_after), warnings,
+        (quiet, busy, done), warnings,
         register_s=outcome.elapsed_s, load=(load_before, os.getloadavg()),
     )  # fmt: skip
+
+
+Reading = tuple[float, float | None, DbReading | None]  # monotonic time, node CPU, MariaDB's reading
+
+
+def _background(readings: tuple[Reading, Reading, Reading]) -> dict[str, Any]:
+    """What the node and MariaDB spent a second between the registration's end and the window (the
+    node loading the due tasks, its passes; other clients of the server): to subtract from the window's."""
+    (t0, node0, db0), (t1, node1, db1), _ = readings
+    seconds = t1 - t0
+    node = _spent(node0, node1)
+    quiet: dict[str, Any] = {"seconds": round(seconds, 2), "node_cores": None if node is None else node / seconds}
+    if db0 is not None and db1 is not None:
+        cost = db_cost(db0, db1, 1)
+        cpu = cost["cpu_us_per_op"]
+        quiet["mariadb_cores"] = None if cpu is None else cpu / 1e6 / seconds
+        quiet["mariadb_statements_per_s"] = cost["statements_per_op"] / seconds
+    return {key: round(value, 3) if isinstance(value, float) else value for key, value in quiet.items()}
+
+
+def _net(
+    quiet: Mapping[str, Any] | None,
+    node_cpu_s: float | None,
+    db_before: DbReading | None,
+    db_after: DbReading | None,
+    seconds: float,
+    runs: int,
+) -> dict[str, float | None] | None:
+    """Per run, the window's node CPU, MariaDB CPU and statements less the quiet rate over its length."""
+    if quiet is None or not runs:
+        return None
+
+    def less(total: float | None, rate: float | None) -> float | None:
+        return None if total is None or rate is None else round((total - rate * seconds) / runs, 3)
+
+    net: dict[str, float | None] = {
+        "node_cpu_us": less(
+            None if node_cpu_s is None else node_cpu_s * 1e6,
+            None if quiet["node_cores"] is None else quiet["node_cores"] * 1e6,
+        )
+    }
+    if db_before is not None and db_after is not None and "mariadb_cores" in quiet:
+        gross = db_cost(db_before, db_after, 1)
+        cpu = gross["cpu_us_per_op"]
+        cores = quiet["mariadb_cores"]
+        net["mariadb_cpu_us"] = less(cpu, None if cores is None else cores * 1e6)
+        net["mariadb_statements"] = less(gross["statements_per_op"], quiet["mariadb_statements_per_s"])
+    return net
 
 
 def _db_read(probe: DbProbe | None) -> DbReading | None:
@@ -394,8 +445,7 @@ def summarise(
     registered: int,
     window: tuple[int, int],
     drained: bool,
-    node_cpu_s: float | None,
-    db: tuple[DbReading | None, DbReading | None],
+    readings: tuple[Reading, Reading, Reading],
     warnings: list[str],
     *,
     register_s: float,
@@ -413,7 +463,10 @@ def summarise(
     double_ended = int(seen["double_ended"]) + int(seen["fires_received_twice"]) + int(store["tasks_with_extra_flows"])
     if not drained:
         warnings.append("the drain timed out: not every run ended before --drain-timeout-s")
-    db_before, db_after = db
+    (quiet_t, _, _), (busy_t, node_before, db_before), (done_t, node_after, db_after) = readings
+    node_cpu_s = _spent(node_before, node_after)
+    quiet_s, busy_s = busy_t - quiet_t, done_t - busy_t
+    background = _background(readings) if quiet_s >= 1.0 else None
     return {
         "bench": "run_reports",
         "tasks": args.tasks,
@@ -441,6 +494,8 @@ def summarise(
             None if node_cpu_s is None or not report_calls else round(node_cpu_s * 1e6 / report_calls, 1)
         ),
         "mariadb_per_run": db_cost(db_before, db_after, ended) if db_before and db_after else None,
+        "quiet": background,
+        "net_of_quiet_per_run": _net(background, node_cpu_s, db_before, db_after, busy_s, ended),
         "report_latency_ms": _pct(seen["final_ms"]),
         "progress_latency_ms": _pct(seen["progress_ms"]) if seen["progress_ms"] else None,
         "accept_lateness_ms": _pct(seen["accept_lateness_ms"]),
