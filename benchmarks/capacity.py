@@ -29,9 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from benchmarks._shard_rows import write_shard_rows
 from sharding import TaskIdGenerator
 from testkit.databases import drop_databases
 from tjobs.model import (
@@ -49,13 +50,11 @@ from tjobs.settings import StorageSettings
 from tjobs.specs import AtSpec, CallbackSpec, CronSpec, DelaySpec, IntervalSpec, ScheduleSpec
 from tjobs.stores.flow_documents import answers_to_text, attempt_log_to_text
 from tjobs.stores.migrate import migrate
-from tjobs.stores.schema import task_to_row
 from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 NOW_MS = 1_800_000_000_000
 DAY_MS = 86_400_000
-BATCH = 2_000
 MIB = 1 << 20
 
 
@@ -180,15 +179,7 @@ async def seed(store: SQLAlchemyTaskStore, settings: StorageSettings, tasks: int
              for i, task in enumerate(fired)),
             key=lambda row: row["scheduled_at"],
         )  # fmt: skip
-        url = home.database.engine_url
-        engine = engines.setdefault(url, create_engine_for(url, settings))
-        async with engine.begin() as conn:
-            rows = [task_to_row(task) for task in made]
-            for start in range(0, len(rows), BATCH):
-                await conn.execute(insert(home.tasks), rows[start : start + BATCH], execution_options=home.options)
-            for start in range(0, len(flow_rows), BATCH):
-                chunk = flow_rows[start : start + BATCH]
-                await conn.execute(insert(home.flows), chunk, execution_options=home.options)
+        await write_shard_rows(engines, settings, home, made, flow_rows)
     for engine in engines.values():
         await engine.dispose()
 

@@ -63,6 +63,7 @@ from benchmarks.shard_move import (
     _values,
     bench_mariadb,
     create_app,
+    drain,
     largest_gap_ms,
     lateness_between,
     load_average,
@@ -248,15 +249,7 @@ async def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 if alter_end > window_end:
                     warnings.append("the migration outlasted the window: its end was not measured")
 
-                deadline = window_end + round(args.drain_timeout_s * 1000)
-                while True:
-                    stats = await sink.stats()
-                    if (stats.tasks >= len(registered) and now_ms() >= window_end) or now_ms() >= deadline:
-                        break
-                    await asyncio.sleep(1.0)
-                await asyncio.sleep(2.0)  # late duplicates
-                loads["end"] = load_average()
-                records = await sink.records()
+                records = await drain(sink, len(registered), window_end, args.drain_timeout_s, loads)
     finally:
         if not args.keep:
             drop_databases(storage)

@@ -28,9 +28,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from benchmarks._shard_rows import write_shard_rows
 from benchmarks.report import percentile
 from sharding import TaskIdGenerator, shard_for_key
 from testkit import run_node
@@ -43,8 +43,6 @@ from tjobs.settings import StorageSettings, load_settings
 from tjobs.specs import AtSpec, CallbackSpec, CronSpec, IntervalSpec, ScheduleKind, ScheduleSpec
 from tjobs.stores.migrate import migrate
 from tjobs.stores.queries import TaskQuery
-from tjobs.stores.schema import task_to_row
-from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 NOW_MS = 1_800_000_000_000
@@ -54,7 +52,6 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
     CronSpec("0 9 * * *", "Asia/Shanghai"),
     AtSpec(NOW_MS + 3_600_000),
 )
-BATCH = 2_000
 
 
 def _task(task_id: int, app_id: str, n: int, key: str | None = None) -> Task:
@@ -111,16 +108,8 @@ async def seed(
             for task in made
             for _ in range(flows_per_task)
         ]
-        url = home.database.engine_url
-        engine = engines.setdefault(url, create_engine_for(url, settings))
-        async with engine.begin() as conn:
-            rows = [task_to_row(task) for task in made]
-            for start in range(0, len(rows), BATCH):
-                await conn.execute(insert(home.tasks), rows[start : start + BATCH], execution_options=home.options)
-            unique = {(f["task_id"], f["scheduled_at"]): f for f in flows}
-            rows = list(unique.values())
-            for start in range(0, len(rows), BATCH):
-                await conn.execute(insert(home.flows), rows[start : start + BATCH], execution_options=home.options)
+        unique = {(f["task_id"], f["scheduled_at"]): f for f in flows}
+        await write_shard_rows(engines, settings, home, made, list(unique.values()))
     for engine in engines.values():
         await engine.dispose()
     return sample

@@ -353,6 +353,23 @@ def say(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
+async def drain(
+    sink: SinkProcess, expected: int, window_end_ms: int, timeout_s: float, loads: dict[str, str]
+) -> CallbackRecords:
+    """Wait until the sink has had a callback for ``expected`` tasks and the window has ended, at most
+    ``timeout_s`` past its end, then 2 s more for late duplicates; note the load average then as
+    ``loads["end"]`` and return what the sink received (this bench and online_migration)."""
+    deadline = window_end_ms + round(timeout_s * 1000)
+    while True:
+        stats = await sink.stats()
+        if (stats.tasks >= expected and now_ms() >= window_end_ms) or now_ms() >= deadline:
+            break
+        await asyncio.sleep(1.0)
+    await asyncio.sleep(2.0)  # late duplicates
+    loads["end"] = load_average()
+    return await sink.records()
+
+
 # ---- the run -------------------------------------------------------------------------------------
 
 
@@ -504,16 +521,7 @@ async def bench(args: argparse.Namespace, urls: list[str], server_pids: Mapping[
                 if move.ended_ms > window_end:
                     warnings.append("the move outlasted the window: the fires during its end were not measured")
 
-                expected = len(registered)
-                deadline = window_end + round(args.drain_timeout_s * 1000)
-                while True:
-                    stats = await sink.stats()
-                    if (stats.tasks >= expected and now_ms() >= window_end) or now_ms() >= deadline:
-                        break
-                    await asyncio.sleep(1.0)
-                await asyncio.sleep(2.0)  # late duplicates
-                loads["end"] = load_average()
-                records = await sink.records()
+                records = await drain(sink, len(registered), window_end, args.drain_timeout_s, loads)
     finally:
         if not args.keep:
             drop_databases(storage)
