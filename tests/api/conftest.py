@@ -18,6 +18,7 @@ import pytest_asyncio
 
 from testkit import RunningNode, run_node
 from testkit.databases import drop_databases
+from testkit.sqlite_template import migrate_sqlite
 from tests.e2e.conftest import FAST_SETTINGS
 from tests.receiver import Receiver
 from tjobs.model import App
@@ -43,9 +44,7 @@ def api_storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 async def api_node(api_storage: dict[str, Any]) -> AsyncIterator[RunningNode]:
     settings = load_settings(None, storage=api_storage, api={"admin_key": ADMIN_KEY}, **FAST_SETTINGS)
     if not api_storage["urls"][0].startswith("memory:"):
-        from tjobs.stores.migrate import migrate
-
-        await migrate(settings.storage)
+        await migrate_sqlite(settings.storage)  # MariaDB: migrate(); a new SQLite directory: the template's copy
     async with run_node(settings) as handle:
         yield handle
 

@@ -20,6 +20,7 @@ import pytest_asyncio
 from typer.testing import CliRunner
 
 from testkit import RunningNode, run_node
+from testkit.sqlite_template import migrate_sqlite
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.cli.main import app as cli_app
@@ -43,9 +44,7 @@ async def api_node(api_storage: dict[str, Any]) -> AsyncIterator[RunningNode]:
         **FAST_SETTINGS,
     )
     if not api_storage["urls"][0].startswith("memory:"):
-        from tjobs.stores.migrate import migrate
-
-        await migrate(settings.storage)
+        await migrate_sqlite(settings.storage)
     async with run_node(settings) as handle:
         yield handle
 

@@ -26,6 +26,7 @@ import pytest_asyncio
 
 from testkit import NodeParts, run_node
 from testkit.databases import drop_databases
+from testkit.sqlite_template import migrate_sqlite
 from tests.fuzz.cases import (
     SEEDED_TARGET,
     SERVER0,
@@ -40,7 +41,6 @@ from tests.fuzz.nul_cases import nul_cases
 from tests.fuzz.store_calls import RequestScope, StoreCalls
 from tjobs.settings import StorageSettings, load_settings
 from tjobs.stores import create_store
-from tjobs.stores.migrate import migrate
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -100,7 +100,7 @@ async def serve(storage: dict[str, Any], calls: StoreCalls | None = None) -> Asy
         rate_limits={"enabled": False},  # a 429 would answer before the input is judged (limits: tests/api)
     )
     if not storage["urls"][0].startswith("memory:"):
-        await migrate(settings.storage)
+        await migrate_sqlite(settings.storage)
     parts = None if calls is None else NodeParts(store=calls.watch(create_store(settings.storage)))
     async with run_node(settings, parts) as running:
         if calls is not None:
