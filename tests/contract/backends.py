@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
+import sqlite3
 import threading
 from collections.abc import Callable, Coroutine
+from contextlib import closing
 from typing import Any, TypeVar
 
 from sharding import TaskIdGenerator, Topology, shard_for_key
@@ -29,7 +31,7 @@ from tjobs.model import (
 )
 from tjobs.settings import StorageSettings
 from tjobs.specs import CallbackSpec, IntervalSpec
-from tjobs.stores.sql_layout import MYSQL, Layout, create_engine_for
+from tjobs.stores.sql_layout import MYSQL, DatabaseHome, Layout, create_engine_for, sqlite_path
 
 T = TypeVar("T")
 
@@ -63,8 +65,12 @@ def mariadb_settings(url: str) -> StorageSettings:
 
 
 async def wipe(settings: StorageSettings) -> None:
-    """Delete every row of every table of the topology (much faster than re-migrating)."""
+    """Delete every row of every table of the topology (much faster than re-migrating). SQLite: one
+    script per file over sqlite3 (an engine per file and a statement per table took ~50 ms of CPU a test)."""
     layout = Layout(settings)
+    if layout.dialect != MYSQL:
+        await asyncio.to_thread(_wipe_sqlite, layout)
+        return
     for url in layout.engine_urls():
         engine = create_engine_for(url, settings)
         try:
@@ -72,18 +78,28 @@ async def wipe(settings: StorageSettings) -> None:
                 for home in layout.databases:
                     if home.engine_url != url:
                         continue
-                    qualifier = f"`{home.name}`." if layout.dialect == MYSQL else ""
-                    names = [f"tasks_{t:02d}" for t in range(layout.topology.tables_per_database)]
-                    names += [f"flows_{t:02d}" for t in range(layout.topology.tables_per_database)]
-                    names += [f"task_targets_{t:02d}" for t in range(layout.topology.tables_per_database)]
-                    names += ["task_counts"]
-                    if home.index == 0:
-                        names += ["apps", "targets", "slo_minutes", "slo_hours", "hot_changes"]
-                        names += ["users", "api_tokens", "console_sessions", "operator_jobs"]
-                    for name in names:
-                        await conn.exec_driver_sql(f"DELETE FROM {qualifier}{name}")
+                    for name in _wiped_tables(layout, home):
+                        await conn.exec_driver_sql(f"DELETE FROM `{home.name}`.{name}")
         finally:
             await engine.dispose()
+
+
+def _wiped_tables(layout: Layout, home: DatabaseHome) -> list[str]:
+    tables = range(layout.topology.tables_per_database)
+    names = [f"tasks_{t:02d}" for t in tables] + [f"flows_{t:02d}" for t in tables]
+    names += [f"task_targets_{t:02d}" for t in tables] + ["task_counts"]
+    if home.index == 0:
+        names += ["apps", "targets", "slo_minutes", "slo_hours", "hot_changes"]
+        names += ["users", "api_tokens", "console_sessions", "operator_jobs"]
+    return names
+
+
+def _wipe_sqlite(layout: Layout) -> None:
+    for home in layout.databases:
+        with closing(sqlite3.connect(sqlite_path(home.engine_url), timeout=30)) as conn:
+            conn.executescript(
+                "PRAGMA synchronous=OFF;" + "".join(f"DELETE FROM {name};" for name in _wiped_tables(layout, home))
+            )
 
 
 async def drop_databases(settings: StorageSettings) -> None:
