@@ -181,6 +181,7 @@ class Node:
             observer=self.observer,
             fence=self.coordinator.may_fire,
             status_reader=self.store,
+            run_reader=self.store,  # a shard taken over: its live runs hold the overlap gate here too
             targets=self.targets,
             pools=self.pools,
             task_changes=self.hot_tier.publish,
@@ -211,6 +212,7 @@ class Node:
             observer=self.observer,
             hot_tier=self.hot_tier,
             disabled_apps=self.disabled_apps,
+            runs=self.deliverer,  # learns a gained shard's live runs before it fires, forgets a lost one's
         )
         self.db_health.subscribe(self.runner.set_paused)
         self.disabled_apps.subscribe(self.runner.reload)

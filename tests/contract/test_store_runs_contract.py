@@ -211,3 +211,50 @@ async def test_the_run_log_is_appended_in_place_under_its_line_cap(store: TaskSt
     assert stored is not None
     assert (stored.run_log, stored.run_log_lines) == ('{"line": "a"}\n{"line": "é ✓"}\n{"line": "b"}\n', 3)
     assert stored.status is FlowStatus.RUNNING and stored.updated_at_ms == NOW_MS + 10
+
+
+async def test_a_shards_live_runs_are_read_by_shard_in_pages_with_their_tasks(store: TaskStore) -> None:
+    # Given in shard 9 two running flows, a cancelling one, a pending and a delivered one; a run in shard 10
+    (task, late), (_, early), (_, asked), (_, pending), (_, done) = [await _fired(store, shard=9) for _ in range(5)]
+    _, elsewhere = await _fired(store, shard=10)
+    cancelling = FlowUpdate(asked.task_id, asked.scheduled_at_ms, FlowStatus.CANCELLING, 1, NOW_MS + 5_000)
+    soon = replace(_started(early), next_attempt_at_ms=NOW_MS + 1_000)
+    starts = [_started(late), soon, _started(asked), _started(done), _started(elsewhere)]
+    await store.record_flow_updates(starts, NOW_MS)
+    assert await store.write_run(FlowStatus.RUNNING, cancelling, NOW_MS + 1)
+    assert await store.write_run(FlowStatus.RUNNING, _ended(done, FlowStatus.DELIVERED, RunStatus.SUCCEEDED), NOW_MS)
+
+    # When they are read two at a time
+    first = await store.live_runs(9, 2)
+    last = first[-1][0]
+    second = await store.live_runs(9, 2, (NOW_MS + 5_000, last.task_id, last.scheduled_at_ms))
+
+    # Then the shards holding live runs are named, and the live runs of shard 9 come by deadline, with their
+    # tasks, each once; nothing else
+    assert await store.shards_with_live_runs([8, 9, 10, 12]) == {9, 10}
+    assert [(f.id, f.status) for f, _ in first + second] == [
+        (early.id, FlowStatus.RUNNING),
+        (asked.id, FlowStatus.CANCELLING),
+        (late.id, FlowStatus.RUNNING),
+    ]
+    assert first[0][1] is not None and first[0][1].id == early.task_id and first[0][0].run is not None
+    assert [t.id for _, t in second if t is not None] == [task.id]
+    assert pending.id not in {f.id for f, _ in first + second}
+    assert await store.live_runs(9, 10, (DEADLINE_MS, late.task_id, late.scheduled_at_ms)) == []
+
+
+async def test_the_fires_parked_behind_a_run_are_found_by_its_task_and_deadline(store: TaskStore) -> None:
+    # Given a run with its deadline, a fire of its task parked there, one due a moment later, another task's
+    task, flow = await _fired(store, shard=11)
+    _, other = await _fired(store, shard=11)
+    parked, later = [
+        await store.insert_manual_flow(task.id, replace(flow, scheduled_at_ms=flow.scheduled_at_ms + n)) for n in (1, 2)
+    ]
+    waits = [(parked, DEADLINE_MS), (later, DEADLINE_MS + 1), (other, DEADLINE_MS)]
+    pending = [FlowUpdate(f.task_id, f.scheduled_at_ms, FlowStatus.PENDING, 0, at_ms) for f, at_ms in waits]
+    await store.record_flow_updates([_started(flow), *pending], NOW_MS)
+
+    # Then only the task's fire parked at the run's deadline is found
+    found = await store.parked_behind(11, [(task.id, DEADLINE_MS)])
+    assert [(f.id, f.status, f.next_attempt_at_ms) for f in found] == [(parked.id, FlowStatus.PENDING, DEADLINE_MS)]
+    assert await store.parked_behind(11, []) == []

@@ -143,3 +143,57 @@ async def test_runs_outlive_the_node_that_started_them(tmp_path: Path) -> None:
     assert timed_out["run"]["status"] == "timed_out"
     assert [r.flow_id for r in receiver.requests].count(stuck.flow_id) == 1  # max_attempts 1: never resent
     assert [r.flow_id for r in receiver.requests].count(reported.flow_id) == 1
+
+
+async def _join_pool(client: httpx.AsyncClient, receiver: Receiver) -> None:
+    """The receiver joins pool ``workers`` (each node keeps its own registry: again on the next node)."""
+    body = {"id": "e0", "address": receiver.url("/"), "zone": "z1", "ttl_s": 120}
+    joined = await client.post("/v1/pools/workers/executors", json=body)
+    assert joined.status_code in (200, 201), joined.text
+
+
+@pytest.mark.parametrize("overlap", ["skip_if_running", "queue_one"])
+async def test_a_run_live_across_a_kill_holds_its_tasks_overlap_on_the_next_node(tmp_path: Path, overlap: str) -> None:
+    data = f"sqlite+aiosqlite:///{tmp_path / 'data'}"
+    async with Receiver(ACCEPTED) as receiver:
+        # Given a task firing every second into a pool, whose first run is live when its node is killed -9
+        with node_process(storage_urls=[data], settings=NODE_SETTINGS, work_dir=tmp_path / "first") as first:
+            async with await _app_client(first.base_url, first.admin_key) as client:
+                api_key = client.headers["authorization"]
+                await _join_pool(client, receiver)
+                pool = {"name": "workers", "path": "/sweep", "overlap": overlap}
+                task = {
+                    "name": "sweep",
+                    "schedule": {"kind": "interval", "every_ms": 1_000},
+                    "callback": {"pool": pool, "run_timeout_ms": 120_000},
+                }
+                created = await client.post("/v1/tasks", json=task)
+                assert created.status_code == 201, created.text
+                [run] = await receiver.wait_for(1, path="/sweep", timeout_s=15)
+                await _flow_until(client, run.flow_id, "running")
+            os.kill(first.pid, signal.SIGKILL)
+
+        # When the next node takes the shards over and the task keeps firing there while the run lives
+        with node_process(storage_urls=[data], settings=NODE_SETTINGS, work_dir=tmp_path / "second") as second:
+            headers = {"authorization": api_key}
+            async with httpx.AsyncClient(base_url=second.base_url, headers=headers, timeout=10) as client:
+                await _join_pool(client, receiver)
+                await asyncio.sleep(4.0)  # four instants or more on the new node
+                during = [r.flow_id for r in receiver.for_path("/sweep")]
+                flows = (await client.get(f"/v1/tasks/{created.json()['id']}/flows")).json()["items"]
+                # Then, the run's end reported to the new node, exactly one more run starts
+                report = {"status": "succeeded", "attempt": run.attempt}
+                ended = await client.post(f"/v1/flows/{run.flow_id}/report", json=report)
+                [_, after] = await receiver.wait_for(2, path="/sweep", timeout_s=10)
+                await _flow_until(client, after.flow_id, "running")
+                await asyncio.sleep(2.5)  # further instants while that run lives
+                total = [r.flow_id for r in receiver.for_path("/sweep")]
+
+    assert during == [run.flow_id], during  # no second run while the first one lived
+    skipped = [f for f in flows if f["status"] == "skipped"]
+    assert len(skipped) >= 2 and all(run.flow_id in f["last_error"] for f in skipped), flows
+    assert ended.status_code == 200 and ended.json()["status"] == "delivered"
+    assert total == [run.flow_id, after.flow_id], total
+    if overlap == "queue_one":  # the fire the killed node queued behind the run went, not a later instant
+        later = sorted((f for f in flows if f["id"] != run.flow_id), key=lambda f: int(f["scheduled_at_ms"]))
+        assert later[0]["id"] == after.flow_id, flows

@@ -66,6 +66,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
+from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.fenced_report import FencedReport
@@ -76,7 +77,7 @@ from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, F
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.run_start import starts_run
-from tjobs.delivery.run_watch import RUN_WATCH_S, RunWatch
+from tjobs.delivery.run_watch import RUN_WATCH_S, RunReader, RunWatch
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowKind, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task, TaskStatus
@@ -121,6 +122,7 @@ class Deliverer:
         run_timeout_ms: int = 86_400_000,
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
         run_watch_s: float = RUN_WATCH_S,
+        run_reader: RunReader | None = None,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
         :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
@@ -139,8 +141,8 @@ class Deliverer:
         ``run_timeout_ms`` bounds a run (:mod:`tjobs.delivery.run_start`) whose task sets no
         ``callback.run_timeout_ms``; a run of a pool flow whose task must not overlap itself holds the
         task's overlap gate until the run ends, read from ``status_reader`` every ``run_watch_s``
-        (:mod:`tjobs.delivery.run_watch`). ``ended`` is told each written ending that triggers child tasks
-        (:mod:`tjobs.service.child_flows`).
+        (:mod:`tjobs.delivery.run_watch`); ``run_reader`` reads a shard's live runs for :meth:`learn_runs`.
+        ``ended`` is told each written ending that triggers child tasks (:mod:`tjobs.service.child_flows`).
         """
         self._recorder = recorder
         self._transport = transport
@@ -159,7 +161,7 @@ class Deliverer:
         self._status_reader = status_reader
         self._pools = pools
         self._overlap: OverlapGate[Delivery] = OverlapGate()
-        self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume)
+        self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume, run_reader)
         self._waiting_retries = 0
         self._active: dict[str, Delivery] = {}
         self._lanes: dict[str, Lane] = {}
@@ -214,6 +216,36 @@ class Deliverer:
             await self._runs.stop()
         self._fenced_report.close()
         await self._outcomes.stop(deadline)
+
+    # ---- a change of owner (tjobs.delivery.run_watch) --------------------------------------------
+
+    async def learn_runs(self, shards: Sequence[int]) -> None:
+        """Before anything of ``shards`` (taken over) fires here: their live runs that another node started
+        hold their tasks' overlap gates here too, and a fire queued behind one waits here. Raises when the
+        store cannot say."""
+        if self._runs is None:
+            return
+        held, parked = await self._runs.learn(shards)
+        for task_id, flow_id in held:
+            self._overlap.hold(task_id, flow_id)
+        for task, flow in parked if self._lookup.apps is not None else ():
+            # its app read now, so it waits here before any later fire of its task is judged
+            job = self._lookup.cached(task, flow) or await self._lookup.read(task, flow)
+            if job is not None:
+                self.submit(job)
+
+    def forget_runs(self, shards: frozenset[int]) -> None:
+        """``shards`` are another node's now: their runs hold no gate here, and a fire queued here behind
+        one is let go as stored (parked at the run's deadline, where the new owner finds it)."""
+        if self._runs is None:
+            return
+
+        def lost(task_id: int) -> bool:
+            return shard_of_task_id(task_id) in shards
+
+        self._runs.forget(lost)
+        for waiter in self._overlap.forget(lost):
+            self._active.pop(waiter.flow_id, None)
 
     # ---- intake -------------------------------------------------------------------------------
 

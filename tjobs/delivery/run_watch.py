@@ -12,25 +12,63 @@ A fire queued behind a watched run is parked in the store until the run's deadli
 (:meth:`RunWatch.deadline_of`): the compensator leaves it alone meanwhile (a lease would count an
 attempt on it every pass), and should this node stop, the shard's next owner sends it then.
 
+**A change of owner.** The runs are in the store, the gate is in the firing node's memory: a node that
+takes a shard over (its owner killed, a planned move, or the shard's server back after a pause) learns
+the shard's live runs before anything of the shard fires (:meth:`RunWatch.learn`: one probe per
+database names the shards holding any, then pages of the store's
+:meth:`~tjobs.stores.contracts.runs.RunRecords.live_runs`, a range of the ``(status, next_attempt_at)``
+index per such shard, never a scan) and watches those of tasks that must not overlap themselves as if it had
+started them: a fire of such a task is skipped or queued behind the run, and the run's end, written by
+any node, releases the gate within a round. A fire the previous owner queued behind a run is parked
+in the store at the run's deadline: the new owner finds it there (:meth:`RunWatch.learn`) and holds it
+as the run's queued fire. A node that loses a shard forgets its runs (:meth:`RunWatch.forget`) and
+lets go of the fires queued behind them, left parked for the new owner. A queued fire whose run ended
+while no node owned its shard (between a kill and the take-over) is not found so: it waits parked
+until the run's deadline, when the owner's compensator sends it (as before the take-over learned runs).
+
 One read per watched run a round, only while some run is watched; nothing on the fire path."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from tjobs.delivery.outcomes import FlowReader
+from tjobs.model import Flow, Task
+from tjobs.specs.pool import Overlap
 
 logger = logging.getLogger(__name__)
 
 RUN_WATCH_S = 1.0
+LEARN_PAGE = 1_000  # live runs read per page when a shard is taken over
+
+
+class RunReader(FlowReader, Protocol):
+    """What a take-over reads (:class:`tjobs.stores.contracts.runs.RunRecords`)."""
+
+    async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]: ...
+
+    async def live_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]: ...
+
+    async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]: ...
 
 
 class RunWatch:
-    def __init__(self, reader: FlowReader, interval_s: float, ended: Callable[[int, str], None]) -> None:
-        """``ended(task_id, flow_id)`` is told once for each watched run found final."""
+    def __init__(
+        self,
+        reader: FlowReader,
+        interval_s: float,
+        ended: Callable[[int, str], None],
+        runs: RunReader | None = None,
+    ) -> None:
+        """``ended(task_id, flow_id)`` is told once for each watched run found final; ``runs`` reads a
+        shard's live runs for :meth:`learn` (without it, nothing is learned)."""
         self._reader = reader
+        self._live = runs
         self._interval_s = interval_s
         self._ended = ended
         self._runs: dict[str, tuple[int, int, int]] = {}  # flow id -> (task id, scheduled at, deadline)
@@ -54,6 +92,52 @@ class RunWatch:
 
     def discard(self, flow_id: str) -> None:
         self._runs.pop(flow_id, None)
+
+    async def learn(self, shards: Sequence[int]) -> tuple[list[tuple[int, str]], list[tuple[Task, Flow]]]:
+        """Watch the live runs of ``shards`` whose task must not overlap itself, read from the store; returns
+        them as (task id, flow id), for the gate, and the fires parked behind them (their next attempt is
+        the run's deadline: queued there by the node that died or let go), with their tasks. Raises when the
+        store cannot say (nothing of those shards may fire then)."""
+        learned: list[tuple[int, str]] = []
+        parked: list[tuple[Task, Flow]] = []
+        if self._live is None:
+            return learned, parked
+        for shard in sorted(await self._live.shards_with_live_runs(shards)):
+            behind: dict[tuple[int, int], Task] = {}
+            after: tuple[int, int, int] | None = None
+            while True:
+                page = await self._live.live_runs(shard, LEARN_PAGE, after)
+                for flow, task in page:
+                    pool = None if task is None else task.callback.pool
+                    if task is None or pool is None or pool.overlap is Overlap.ALLOW or flow.next_attempt_at_ms is None:
+                        continue
+                    deadline_ms = flow.run.deadline_ms if flow.run is not None else None
+                    self.add(flow.id, flow.task_id, flow.scheduled_at_ms, deadline_ms or flow.next_attempt_at_ms)
+                    learned.append((flow.task_id, flow.id))
+                    behind[(flow.task_id, deadline_ms or flow.next_attempt_at_ms)] = task
+                if len(page) < LEARN_PAGE:
+                    break
+                last = page[-1][0]
+                assert last.next_attempt_at_ms is not None
+                after = (last.next_attempt_at_ms, last.task_id, last.scheduled_at_ms)
+            keys = list(behind)
+            for start in range(0, len(keys), LEARN_PAGE):
+                for flow in await self._live.parked_behind(shard, keys[start : start + LEARN_PAGE]):
+                    parked.append((behind[(flow.task_id, flow.next_attempt_at_ms or 0)], flow))
+        if learned:
+            logger.info(
+                "learned %d live runs (%d fires queued behind them) of %d shards taken over",
+                len(learned),
+                len(parked),
+                len(shards),
+                extra={"action": "runs_learned"},
+            )
+        return learned, parked
+
+    def forget(self, lost: Callable[[int], bool]) -> None:
+        """Stop watching the runs of the tasks for which ``lost(task_id)`` (their shard is another node's)."""
+        for flow_id in [f for f, (task_id, _, _) in self._runs.items() if lost(task_id)]:
+            del self._runs[flow_id]
 
     async def stop(self) -> None:
         """Forget every run (the gate they held is this node's memory, gone with it)."""

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
@@ -69,6 +70,14 @@ FlowSink = Callable[[Task, Flow], None]
 """Receives every committed flow that must be sent (status pending or sending)."""
 
 _PACED = (MisfirePolicy.FIRE_SOON, MisfirePolicy.CATCH_UP)
+
+
+class ShardRuns(Protocol):
+    """The overlap gate's live runs per shard (the deliverer's; :mod:`tjobs.delivery.run_watch`)."""
+
+    async def learn_runs(self, shards: Sequence[int]) -> None: ...
+
+    def forget_runs(self, shards: frozenset[int]) -> None: ...
 
 
 @dataclass(slots=True)
@@ -104,11 +113,13 @@ class JobRunner:
         observer: FireObserver = NO_OBSERVER,
         hot_tier: HotTier | None = None,
         disabled_apps: Container[str] = frozenset(),
+        runs: ShardRuns | None = None,
     ) -> None:
         """``flow_sink`` takes every committed flow to send (the deliverer); ``observer`` is told of
         every fire transaction batch that committed something; ``hot_tier`` (whose changes reach
         :meth:`on_task_change`) is told the owned jobs right before gained ones are loaded; the tasks
-        of ``disabled_apps`` are kept out of the wheel (see :meth:`reload`)."""
+        of ``disabled_apps`` are kept out of the wheel (see :meth:`reload`); ``runs`` learns the live runs
+        of gained and resumed jobs before anything of theirs fires, and forgets those of lost jobs."""
         self._store = store
         self._coordinator = coordinator
         self._planner = planner
@@ -123,6 +134,7 @@ class JobRunner:
         # the cycle load leaves out what it loaded before only when no change can miss the wheel
         self._skip_loaded_span = hot_tier is not None and hot_tier.complete
         self._disabled_apps = disabled_apps
+        self._runs = runs
         self._cycle_ms = settings.cycle_s * 1000
         self._threshold_ms = int(settings.misfire_threshold_s * 1000)
         self._pacer = MisfirePacer(settings.misfire_rate_per_s)
@@ -205,22 +217,28 @@ class JobRunner:
     # ---- ownership and changes ---------------------------------------------------------------
 
     async def set_owned(self, owned: frozenset[int]) -> None:
-        """Coordinator listener: drop lost jobs from the wheel, load gained ones up to the horizon.
-        A load that fails leaves the gained jobs not owned (nothing of theirs in the wheel) and
-        raises; calling again with the same set retries it."""
+        """Coordinator listener: drop lost jobs from the wheel (``runs`` forgets their runs); for gained
+        ones, ``runs`` learns their live runs first, then they are loaded up to the horizon. A learn or a
+        load that fails leaves the gained jobs not owned (nothing of theirs in the wheel) and raises;
+        calling again with the same set retries it."""
         if self._hot_tier is not None:
             # Right before the load: the later changes of a gained job follow what the load reads.
             await self._hot_tier.watch(owned)
         gained = owned - self._owned
         lost = self._owned - owned
-        self._owned = owned
+        self._owned = owned - gained  # a gained job is owned (fires) once its live runs are known
         if lost:
             removed = self.wheel.remove_where(lambda entry: shard_of_task_id(entry.task_id) in lost)
             self._drop_pending(lost)
+            if self._runs is not None:
+                self._runs.forget_runs(lost)
             logger.info(
                 "released %d jobs, %d wheel entries dropped", len(lost), removed, extra={"action": "jobs_released"}
             )
         if gained:
+            if self._runs is not None:  # raises: the gained jobs stay not owned, a call with the same set retries
+                await self._runs.learn_runs(sorted(gained - self._paused))
+            self._owned = self._owned | gained
             try:
                 await self._load(sorted(gained - self._paused), self._horizon_ms)
             except Exception:
@@ -252,6 +270,10 @@ class JobRunner:
             )
         if resumed:
             try:
+                if self._runs is not None:  # taken while paused, or ended elsewhere meanwhile: read them now
+                    self._paused = self._paused | resumed
+                    await self._runs.learn_runs(sorted(resumed))
+                    self._paused = self._paused - resumed
                 await self._load(sorted(resumed), self._horizon_ms)
             except Exception:
                 # Not loaded: stay paused, so the next call with the same set retries the reload.

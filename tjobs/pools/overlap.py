@@ -12,7 +12,8 @@
 node owning its shard): queued, in an attempt, or waiting in memory for its retry. A flow whose retry
 was left to the compensator (due far ahead) is not running here, and a queued fire goes once the
 running flow ends on this node (a re-drive of it, too). A flow this node sent that its executor accepted
-as a job run runs until the run ends, wherever its end was written (:mod:`tjobs.delivery.run_watch`).
+as a job run runs until the run ends, wherever its end was written (:mod:`tjobs.delivery.run_watch`);
+a node that takes a shard over learns the shard's live runs first, so they hold the gate there too.
 :class:`OverlapGate` is pure bookkeeping; the deliverer asks it in ``submit`` and tells it in ``_finish``.
 """
 
@@ -57,6 +58,18 @@ class OverlapGate(Generic[T]):
         running.add(flow_id)
         self._running[task_id] = running
         return Verdict.GO, None
+
+    def hold(self, task_id: int, flow_id: str) -> None:
+        """``flow_id`` runs for its task (a live run another node started, learned at a take-over)."""
+        self._running.setdefault(task_id, set()).add(flow_id)
+
+    def forget(self, lost: Callable[[int], bool]) -> list[T]:
+        """Drop what is known of the tasks for which ``lost(task_id)`` (their shard is another node's):
+        their running flows, and their waiting fires, returned."""
+        dropped = [waiter for task_id, (_, waiter) in self._waiting.items() if lost(task_id)]
+        self._waiting = {task_id: waiting for task_id, waiting in self._waiting.items() if not lost(task_id)}
+        self._running = {task_id: running for task_id, running in self._running.items() if not lost(task_id)}
+        return dropped
 
     def finished(self, task_id: int, flow_id: str) -> T | None:
         """``flow_id`` ended: the waiter to resume now (it counts as running from here), if any."""

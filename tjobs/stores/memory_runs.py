@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import replace
+
+import orjson
 
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Reschedule, Task, TaskStatus
 from tjobs.stores.contracts.runs import RunRecords
@@ -18,6 +22,10 @@ class MemoryRuns(RunRecords):
     def _shard_of(self, task_id: int) -> int | None:
         """The shard of ``task_id`` (``None``: no shard of the topology)."""
 
+    @abstractmethod
+    def _check_shard(self, shard: int) -> None:
+        """Raise ``ValueError`` for a shard outside the topology."""
+
     async def write_run(
         self, expected: FlowStatus, update: FlowUpdate, now_ms: int, *, expected_attempts: int | None = None
     ) -> bool:
@@ -29,6 +37,32 @@ class MemoryRuns(RunRecords):
         write_flow(flow, update, now_ms)
         reschedule(self._tasks[shard].get(update.task_id), update.reschedule, now_ms)
         return True
+
+    async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:
+        for shard in shards:
+            self._check_shard(shard)
+        return {shard for shard in shards if any(flow.status.running for flow in self._flows[shard].values())}
+
+    async def live_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]:
+        self._check_shard(shard)
+        live = sorted(
+            (flow.next_attempt_at_ms, flow.task_id, flow.scheduled_at_ms)
+            for flow in self._flows[shard].values()
+            if flow.status.running and flow.next_attempt_at_ms is not None
+        )
+        keys = [key for key in live if after is None or key > after][:limit]
+        flows = [self._flows[shard][(task_id, at_ms)] for _, task_id, at_ms in keys]
+        tasks = self._tasks[shard]
+        return [(replace(flow), _copy(tasks.get(flow.task_id))) for flow in flows]
+
+    async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]:
+        self._check_shard(shard)
+        wanted = set(runs)
+        flows = self._flows[shard].values()
+        parked = [f for f in flows if f.status is FlowStatus.PENDING and (f.task_id, f.next_attempt_at_ms) in wanted]
+        return [replace(flow) for flow in sorted(parked, key=lambda f: (f.task_id, f.scheduled_at_ms))]
 
     async def clear_children_due(self, task_id: int, scheduled_at_ms: int) -> None:
         shard = self._shard_of(task_id)
@@ -44,6 +78,11 @@ class MemoryRuns(RunRecords):
         flow.run_log = (flow.run_log or "") + text
         flow.run_log_lines += lines
         return True
+
+
+def _copy(task: Task | None) -> Task | None:
+    """A copy sharing nothing mutable (the payload through JSON, as the store's own copies)."""
+    return None if task is None else replace(task, payload=orjson.loads(orjson.dumps(task.payload)))
 
 
 def write_flow(flow: Flow, update: FlowUpdate, now_ms: int) -> None:

@@ -10,8 +10,9 @@ node took the report.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 
-from tjobs.model import FlowStatus, FlowUpdate
+from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 
 
@@ -26,6 +27,29 @@ class RunRecords(StoreLifecycle):
         answers and log are kept. A ``update.reschedule`` (a fixed_delay task's next run) is written in
         the same transaction, guarded as :meth:`FirePath.record_flow_updates` guards it. ``False`` (and
         nothing written) when the flow is gone or moved on since it was read."""
+
+    @abstractmethod
+    async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:
+        """Which of ``shards`` hold a live run: a plain read, one statement per database (an index probe of
+        each shard's live statuses), so a take-over reads :meth:`live_runs` only where there are some."""
+
+    @abstractmethod
+    async def live_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]:
+        """The flows of ``shard`` whose run is live (``running`` or ``cancelling``), with their tasks (``None``:
+        deleted), ordered by (next attempt: the run's deadline or its cancel's grace; task id; instant), at
+        most ``limit`` of them, those after ``after`` in that order (the last one's key: the next page). Plain
+        reads of the ``(status, next_attempt_at)`` index's ranges of the live statuses and of those tasks by
+        id: what a node that takes the shard over learns its overlap gate from (:mod:`tjobs.delivery.run_watch`),
+        never a scan of the shard's flows."""
+
+    @abstractmethod
+    async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]:
+        """The ``pending`` flows of ``shard`` parked behind live runs: for each (task id, deadline) of
+        ``runs``, the task's pending flows whose next attempt is that deadline (a fire queued behind the
+        run waits so: :mod:`tjobs.delivery.run_watch`). A read of the ``(status, next_attempt_at)`` index at
+        those deadlines."""
 
     @abstractmethod
     async def clear_children_due(self, task_id: int, scheduled_at_ms: int) -> None:

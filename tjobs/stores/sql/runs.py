@@ -1,18 +1,24 @@
 """The SQL store's job runs (:class:`tjobs.stores.contracts.runs.RunRecords`): a run's transition as one
 guarded ``UPDATE`` of its flow (and, for a fixed_delay task's run, one of its task, in the same
-transaction), and a log append as one guarded ``UPDATE`` that concatenates in place."""
+transaction), a log append as one guarded ``UPDATE`` that concatenates in place, and a shard's live runs
+(and the fires parked behind them) as range reads of ``(status, next_attempt_at)``."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, update
+from sqlalchemy import exists, func, literal, select, tuple_, union_all, update
 
-from tjobs.model import FlowStatus, FlowUpdate, TaskStatus
+from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.contracts.runs import RunRecords
 from tjobs.stores.flow_documents import run_to_text
-from tjobs.stores.schema import clip_error
+from tjobs.stores.schema import clip_error, flow_from_row, task_from_row
 from tjobs.stores.sql.connections import SqlBase
+from tjobs.stores.sql_layout import ShardTables
+
+_LIVE = tuple(s.value for s in FlowStatus if s.running)
 
 
 class SqlRunRecords(SqlBase, RunRecords):
@@ -62,6 +68,68 @@ class SqlRunRecords(SqlBase, RunRecords):
                     execution_options=home.options,
                 )
         return True
+
+    async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:
+        # One statement per database: SELECT <shard> WHERE EXISTS (a live run), UNION ALL over its shards.
+        by_database: dict[str, list[ShardTables]] = {}
+        for shard in shards:
+            home = self._shard(shard)
+            by_database.setdefault(home.database.name, []).append(home)
+
+        async def probe(homes: list[ShardTables]) -> set[int]:
+            parts = [
+                select(literal(home.shard).label("shard")).where(exists().where(home.flows.c.status.in_(_LIVE)))
+                for home in homes
+            ]
+            statement = parts[0] if len(parts) == 1 else union_all(*parts)
+            async with self._connect(homes[0].database.engine_url) as conn:
+                rows = await conn.execute(statement, execution_options=homes[0].options)
+                return {int(row[0]) for row in rows}
+
+        # the databases at once: a take-over waits for this read before it loads (nothing of it fires yet)
+        return set().union(*await asyncio.gather(*(probe(homes) for homes in by_database.values())))
+
+    async def live_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]:
+        home = self._shard(shard)
+        c = home.flows.c
+        rows: list[Any] = []
+        async with self._connect(home.database.engine_url) as conn:
+            for status in _LIVE:
+                pick = select(home.flows).where(c.status == status, c.next_attempt_at.is_not(None))
+                if after is not None:  # the range starts at the last key's deadline; the tuple drops what came before
+                    pick = pick.where(
+                        c.next_attempt_at >= after[0], tuple_(c.next_attempt_at, c.task_id, c.scheduled_at) > after
+                    )
+                pick = pick.order_by(c.next_attempt_at, c.task_id, c.scheduled_at).limit(limit)
+                rows += (await conn.execute(pick, execution_options=home.options)).mappings().all()
+            rows.sort(key=lambda r: (r["next_attempt_at"], r["task_id"], r["scheduled_at"]))
+            flows = [flow_from_row(row) for row in rows[:limit]]
+            if not flows:
+                return []
+            task_rows = await conn.execute(
+                select(home.tasks).where(home.tasks.c.id.in_(sorted({f.task_id for f in flows}))),
+                execution_options=home.options,
+            )
+            tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
+        return [(flow, tasks.get(flow.task_id)) for flow in flows]
+
+    async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]:
+        if not runs:
+            return []
+        home = self._shard(shard)
+        c = home.flows.c
+        pick = select(home.flows).where(
+            c.status == FlowStatus.PENDING.value,
+            c.next_attempt_at.in_(sorted({deadline for _, deadline in runs})),
+            c.task_id.in_(sorted({task_id for task_id, _ in runs})),
+        )
+        async with self._connect(home.database.engine_url) as conn:
+            rows = (await conn.execute(pick, execution_options=home.options)).mappings().all()
+        wanted = set(runs)
+        flows = [flow for flow in map(flow_from_row, rows) if (flow.task_id, flow.next_attempt_at_ms) in wanted]
+        return sorted(flows, key=lambda f: (f.task_id, f.scheduled_at_ms))
 
     async def clear_children_due(self, task_id: int, scheduled_at_ms: int) -> None:
         home = self._shard_of_task(task_id)
