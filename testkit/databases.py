@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from tjobs.settings import StorageSettings
 
 
 def drop_databases(settings: StorageSettings) -> None:
     """Remove every logical database named with ``settings.database_prefix`` (MariaDB databases or
     SQLite files) — for benchmark and test runs that created their own prefix."""
-    from pathlib import Path
-
     import pymysql
     from sqlalchemy.engine import make_url
 
@@ -33,6 +34,34 @@ def drop_databases(settings: StorageSettings) -> None:
             with connection.cursor() as cursor:
                 cursor.execute("SHOW DATABASES LIKE %s", (f"{prefix}\\_%",))
                 for (name,) in cursor.fetchall():
-                    cursor.execute(f"DROP DATABASE `{name}`")
+                    _drop_database(cursor, name)
         finally:
             connection.close()
+
+
+DIRECTORY_NOT_EMPTY = 'errno: 39 "Directory not empty"'
+
+
+def _drop_database(cursor: Any, name: str) -> None:
+    """``DROP DATABASE``; where MariaDB 10.11 left a trigger file's backup behind (``<table>.TRG-``, seen
+    once in a clean-clone run after a shard move's ``CREATE TRIGGER``s and ``DROP TRIGGER``s: no trigger
+    listed, the file still there, and ``DROP DATABASE`` failing with errno 39), and the server's data
+    directory is on this machine, remove those stale backups and drop again. Anything else is raised."""
+    import pymysql
+
+    try:
+        cursor.execute(f"DROP DATABASE `{name}`")
+        return
+    except pymysql.err.OperationalError as error:
+        if DIRECTORY_NOT_EMPTY not in str(error):
+            raise
+        cursor.execute("SELECT @@datadir")
+        (datadir,) = cursor.fetchone()
+        directory = Path(datadir) / name
+        leftovers = sorted(path.name for path in directory.glob("*")) if directory.is_dir() else []
+        stale = [directory / leftover for leftover in leftovers if leftover.endswith(".TRG-")]
+        if not stale or len(stale) != len(leftovers):
+            raise AssertionError(f"DROP DATABASE {name}: {error}; left in {directory}: {leftovers}") from error
+        for path in stale:
+            path.unlink()
+        cursor.execute(f"DROP DATABASE `{name}`")

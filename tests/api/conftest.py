@@ -62,13 +62,20 @@ class Tenant:
     client: httpx.AsyncClient
 
 
+# The API tests prove answers, not their speed (benchmarks do): httpx's default 5 s read timeout failed a
+# MariaDB flow search in a clean-clone run at load 9 (tests/api/test_search_api.py, ReadTimeout).
+CLIENT_TIMEOUT_S = 30.0
+
+
 @pytest_asyncio.fixture(loop_scope="module")
 async def tenant_factory(api_node: RunningNode) -> AsyncIterator[Any]:
     clients: list[httpx.AsyncClient] = []
 
     async def make(name: str = "tenant", **body: Any) -> Tenant:
         app, key = await api_node.create_app(name, **body)
-        client = httpx.AsyncClient(base_url=api_node.base_url, headers={"authorization": f"Bearer {key}"})
+        client = httpx.AsyncClient(
+            base_url=api_node.base_url, headers={"authorization": f"Bearer {key}"}, timeout=CLIENT_TIMEOUT_S
+        )
         clients.append(client)
         return Tenant(app, key, client)
 
@@ -86,7 +93,7 @@ async def tenant(tenant_factory: Any) -> Tenant:
 @pytest_asyncio.fixture(loop_scope="module")
 async def admin(api_node: RunningNode) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(
-        base_url=api_node.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"}
+        base_url=api_node.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=CLIENT_TIMEOUT_S
     ) as client:
         yield client
 
