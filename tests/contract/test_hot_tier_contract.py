@@ -25,6 +25,7 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sharding import TaskIdGenerator
+from testkit.sqlite_template import migrate_sqlite
 from tests.observers import RecordingObserver
 from tjobs.clock import ManualClock, SystemClock
 from tjobs.hot_tier import dbpoll
@@ -216,7 +217,7 @@ async def db_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
                 await db.commit()
 
     try:
-        await migrate(storage)
+        await migrate_sqlite(storage)  # SQLite: a copy of the process's migrated template (MariaDB: migrate)
         yield DbTier(
             DbPollHotTier(
                 SqlHotChangeLog(storage), origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20
