@@ -287,3 +287,21 @@ async def test_a_run_of_a_task_that_may_overlap_itself_is_not_watched(rig: Rig) 
 
     assert (await rig.until(second, FlowStatus.RUNNING)).status is FlowStatus.RUNNING
     assert rig.sent() == [first.id, second.id]
+
+
+async def test_a_shard_taken_while_its_server_was_unreachable_learns_its_runs_when_it_answers(rig: Rig) -> None:
+    task, (first, second) = await _running_on_a_node_that_dies(rig, "skip_if_running", 2)
+    shard = shard_of_task_id(task.id)
+
+    # Given a successor that takes the shard over while its database server is paused (nothing read then)
+    successor = await rig.node()
+    await successor.runner.set_paused(frozenset({shard}))
+    await successor.runner.set_owned(rig.every)
+
+    # When the server answers again and the task fires there
+    await successor.runner.set_paused(frozenset())
+    await rig.fire(successor, task, second)
+
+    # Then the run holds the gate
+    assert (await rig.until(second, FlowStatus.SKIPPED, FlowStatus.RUNNING)).status is FlowStatus.SKIPPED
+    assert rig.sent() == [first.id]
