@@ -131,9 +131,15 @@ class RunSettings(SettingsSection):
 
 
 class RetentionSettings(SettingsSection):
-    days: float = 30.0
-    interval_s: float = 60.0
-    batch: int = 200
+    """Retention (docs/operations.md, "Capacity model"): flows and completed tasks older than ``days`` are
+    purged, ``batch`` rows a statement, each shard until nothing old enough is left or the pass has spent
+    ``pass_budget_s``; then the next pass comes after ``interval_s``, or after ``pass_budget_s`` when the
+    budget ended it with rows left (the sweeper deletes at most half the time)."""
+
+    days: float = Field(default=30.0, gt=0, le=36_500)
+    interval_s: float = Field(default=60.0, gt=0, le=86_400)
+    batch: int = Field(default=200, ge=1, le=10_000)
+    pass_budget_s: float = Field(default=5.0, gt=0, le=600)
 
 
 class LimitSettings(SettingsSection):

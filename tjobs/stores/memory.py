@@ -609,9 +609,10 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
         if limit <= 0:
             return 0
         flows = self._flows[shard]
-        old_flows = [key for key, f in flows.items() if f.status.terminal and f.scheduled_at_ms < finished_before_ms][
-            :limit
-        ]
+        old_flows = sorted(
+            (key for key, f in flows.items() if f.status.terminal and f.scheduled_at_ms < finished_before_ms),
+            key=lambda key: (key[1], key[0]),
+        )[:limit]  # oldest first, as the SQL stores read them
         for key in old_flows:
             del flows[key]
         room = limit - len(old_flows)

@@ -8,7 +8,7 @@ current schema, and a database whose ``alembic_version`` was set back runs the l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from alembic.operations import Operations
@@ -65,3 +65,36 @@ def drop_columns(op: Operations | Any, kind: str, tables_per_database: int, name
         with op.batch_alter_table(f"{kind}_{index:02d}") as batch:
             for name in names:
                 batch.drop_column(name)
+
+
+def add_indexes(
+    op: Operations | Any, kind: str, tables_per_database: int, indexes: Callable[[str], Sequence[Index]]
+) -> None:
+    """Add the indexes ``indexes(table)`` names to each shard table of ``kind`` that lacks them. On MariaDB
+    each is built while the table takes writes (``ALGORITHM=INPLACE, LOCK=NONE``: it reads the rows there,
+    logs the writes made meanwhile and applies them at the end, under a moment's metadata lock); MariaDB
+    refuses the statement rather than block writes. A revision that runs again over its own work adds
+    nothing."""
+    bind = op.get_bind()
+    mysql = bind.dialect.name != "sqlite"
+    for index in range(tables_per_database):
+        table = f"{kind}_{index:02d}"
+        present = {found["name"] for found in inspect(bind).get_indexes(table)}
+        for name, columns in indexes(table):
+            if name in present:
+                continue
+            if mysql:
+                listed = ", ".join(f"`{column}`" for column in columns)
+                op.execute(f"ALTER TABLE `{table}` ADD INDEX `{name}` ({listed}), ALGORITHM=INPLACE, LOCK=NONE")
+            else:
+                op.create_index(name, table, list(columns))
+
+
+def drop_indexes(
+    op: Operations | Any, kind: str, tables_per_database: int, indexes: Callable[[str], Sequence[Index]]
+) -> None:
+    """Drop what :func:`add_indexes` added (a revision's downgrade)."""
+    for index in range(tables_per_database):
+        table = f"{kind}_{index:02d}"
+        for name, _columns in indexes(table):
+            op.drop_index(name, table)

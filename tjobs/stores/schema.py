@@ -217,6 +217,13 @@ def search_flow_indexes(table_name: str) -> list[tuple[str, list[str]]]:
     ]
 
 
+def purge_flow_indexes(table_name: str) -> list[tuple[str, list[str]]]:
+    """Retention's read of the flows old enough to purge, oldest first (migration 0025): one probe when
+    none is; written once per flow, at the table's newest instants, never moved (``scheduled_at`` is part
+    of the key)."""
+    return [(f"{table_name}_at", ["scheduled_at"])]
+
+
 def flows_schema_items(table_name: str) -> list[SchemaItem]:
     return [
         Column("task_id", BigInteger, nullable=False, autoincrement=False),
