@@ -1,15 +1,23 @@
-"""API fixtures: one running node per storage backend for a whole test module (fast), and clients.
+"""API fixtures: one running node per storage backend, shared by the modules of an xdist worker, and clients.
 
-The node runs API + scheduler in the module's event loop (``loop_scope="module"``) on the in-memory
-twin, SQLite files (the embedded default) and a real MariaDB (marked ``mariadb``; its own database
-prefix, dropped afterwards). Every test makes its own apps, so tests never see each other's tasks.
+The node runs API + scheduler on the session's event loop (``loop_scope="session"``) on the in-memory twin,
+SQLite files (the embedded default) and a real MariaDB (marked ``mariadb``; its own database prefix, dropped
+at the end of the session). Starting a node costs ~0.45 s of CPU (FastAPI builds ~650 routes): one per
+storage per worker instead of one per storage per module. Every test makes its own apps (and names its own
+users), so tests never see each other's tasks; on the shared node a test's apps are disabled after it, so
+their tasks fire no more. A module that changes node-wide state or reads all of it (stops a loop; reads every
+shard move, audit entry or app) sets ``OWN_API_NODE = True`` and gets a node on a fresh store of its own
+(``api_storage``, one per backend per module); so does a module that overrides ``api_storage``, and one with
+its own settings defines its own ``api_node`` on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,35 +29,89 @@ from testkit.databases import drop_databases
 from testkit.sqlite_template import migrate_sqlite
 from tests.e2e.conftest import FAST_SETTINGS
 from tests.receiver import Receiver
+from tjobs.errors import NotFound
 from tjobs.model import App
 from tjobs.settings import StorageSettings, load_settings
 
 ADMIN_KEY = "tja_test_admin_key"
 
 
+def _storage(backend: str, request: pytest.FixtureRequest, directory: Path) -> dict[str, Any]:
+    if backend == "memory":
+        return {"urls": ["memory://"], "topology": "2x2x4"}
+    if backend == "sqlite":
+        return {"urls": [f"sqlite+aiosqlite:///{directory / 'data'}"], "topology": "2x2x4"}
+    url = request.getfixturevalue("mysql_url")
+    return {"urls": [url], "topology": "2x2x4", "database_prefix": f"tjapi_{secrets.token_hex(3)}"}
+
+
+def _drop(storage: dict[str, Any]) -> None:
+    if "database_prefix" in storage:
+        drop_databases(StorageSettings(**storage))
+
+
+_BACKEND_OF: dict[int, str] = {}  # id of a store given by api_storage below -> its backend
+
+
 @pytest.fixture(scope="module", params=["memory", "sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
 def api_storage(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if request.param == "memory":
-        yield {"urls": ["memory://"], "topology": "2x2x4"}
-    elif request.param == "sqlite":
-        yield {"urls": [f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('api') / 'data'}"], "topology": "2x2x4"}
-    else:
-        url = request.getfixturevalue("mysql_url")
-        prefix = f"tjapi_{secrets.token_hex(3)}"
-        yield {"urls": [url], "topology": "2x2x4", "database_prefix": prefix}
-        drop_databases(StorageSettings(urls=[url], topology="2x2x4", database_prefix=prefix))
+    """A fresh store of each backend per module (a module's own node runs on it; the shared one is the default)."""
+    storage = _storage(request.param, request, tmp_path_factory.mktemp("api"))
+    _BACKEND_OF[id(storage)] = request.param
+    yield storage
+    del _BACKEND_OF[id(storage)]
+    _drop(storage)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def api_node(api_storage: dict[str, Any]) -> AsyncIterator[RunningNode]:
-    settings = load_settings(None, storage=api_storage, api={"admin_key": ADMIN_KEY}, **FAST_SETTINGS)
-    if not api_storage["urls"][0].startswith("memory:"):
+@contextlib.asynccontextmanager
+async def _node_on(storage: dict[str, Any]) -> AsyncIterator[RunningNode]:
+    settings = load_settings(None, storage=storage, api={"admin_key": ADMIN_KEY}, **FAST_SETTINGS)
+    if not storage["urls"][0].startswith("memory:"):
         await migrate_sqlite(settings.storage)  # MariaDB: migrate(); a new SQLite directory: the template's copy
     async with run_node(settings) as handle:
         yield handle
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+class SharedNodes:
+    """The worker's nodes, one per backend, started when a module first asks and stopped with the session."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, stack: contextlib.AsyncExitStack) -> None:
+        self._tmp = tmp_path_factory
+        self._stack = stack
+        self._nodes: dict[str, RunningNode] = {}
+
+    async def of(self, backend: str, request: pytest.FixtureRequest) -> RunningNode:
+        if backend not in self._nodes:
+            storage = _storage(backend, request, self._tmp.mktemp("api-shared"))
+            self._stack.callback(_drop, storage)  # after the node stops
+            self._nodes[backend] = await self._stack.enter_async_context(_node_on(storage))
+        return self._nodes[backend]
+
+    def nodes(self) -> list[RunningNode]:
+        return list(self._nodes.values())
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def shared_api_nodes(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SharedNodes]:
+    async with contextlib.AsyncExitStack() as stack:
+        yield SharedNodes(tmp_path_factory, stack)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def api_node(
+    api_storage: dict[str, Any], request: pytest.FixtureRequest, shared_api_nodes: SharedNodes
+) -> AsyncIterator[RunningNode]:
+    """The worker's node of the module's backend; a node of the module's own on ``api_storage`` if the module
+    overrides that fixture or sets ``OWN_API_NODE = True``."""
+    backend = _BACKEND_OF.get(id(api_storage))
+    if backend is not None and not getattr(request.module, "OWN_API_NODE", False):
+        yield await shared_api_nodes.of(backend, request)
+        return
+    async with _node_on(api_storage) as handle:
+        yield handle
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def receiver() -> AsyncIterator[Receiver]:
     async with Receiver() as started:
         yield started
@@ -67,12 +129,15 @@ class Tenant:
 CLIENT_TIMEOUT_S = 30.0
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def tenant_factory(api_node: RunningNode) -> AsyncIterator[Any]:
+@pytest_asyncio.fixture(loop_scope="session")
+async def tenant_factory(api_node: RunningNode, shared_api_nodes: SharedNodes) -> AsyncIterator[Any]:
     clients: list[httpx.AsyncClient] = []
+    made: list[str] = []
+    shared = any(api_node is node for node in shared_api_nodes.nodes())
 
     async def make(name: str = "tenant", **body: Any) -> Tenant:
         app, key = await api_node.create_app(name, **body)
+        made.append(app.id)
         client = httpx.AsyncClient(
             base_url=api_node.base_url, headers={"authorization": f"Bearer {key}"}, timeout=CLIENT_TIMEOUT_S
         )
@@ -82,15 +147,19 @@ async def tenant_factory(api_node: RunningNode) -> AsyncIterator[Any]:
     yield make
     for client in clients:
         await client.aclose()
+    if shared:  # the worker's node outlives the module: its apps' tasks fire no more (a receiver's port comes back)
+        for app_id in made:
+            with contextlib.suppress(NotFound):  # a test deleted it
+                await api_node.node.app_service.set_disabled(app_id, True)
 
 
-@pytest_asyncio.fixture(loop_scope="module")
+@pytest_asyncio.fixture(loop_scope="session")
 async def tenant(tenant_factory: Any) -> Tenant:
     made: Tenant = await tenant_factory()
     return made
 
 
-@pytest_asyncio.fixture(loop_scope="module")
+@pytest_asyncio.fixture(loop_scope="session")
 async def admin(api_node: RunningNode) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(
         base_url=api_node.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=CLIENT_TIMEOUT_S

@@ -20,7 +20,7 @@ from tests.api.conftest import ADMIN_KEY, task_body
 from tests.api.test_tasks_api import assert_error
 from tjobs.cli.main import app as cli
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PASSWORD = "correct horse battery"
 

@@ -15,7 +15,8 @@ from tests.api.conftest import Tenant
 from tjobs.cli.main import app as cli
 from tjobs.model import SloCounts, SloMinute
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+OWN_API_NODE = True  # a test stops the node's alert evaluator (conftest.py)
 
 RULE = {"name": "dlq", "kind": "dead_letters", "params": {"threshold": 2, "window_minutes": 5}}
 

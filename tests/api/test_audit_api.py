@@ -17,7 +17,8 @@ from tests.api.conftest import Tenant, task_body
 from tjobs.cli.main import app as cli
 from tjobs.errors import StorageUnavailable
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+OWN_API_NODE = True  # a test reads the whole audit log (conftest.py)
 
 
 async def _entries(client: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from tests.api.test_flow_search_and_redrive_jobs import wait_job
 from tests.receiver import Receiver
 from tjobs.model import parse_flow_id
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 MINUTE_MS = 60_000
 

@@ -18,13 +18,13 @@ from testkit import RunningNode, run_node
 from tests.fuzz.cases import valid_task
 from tjobs.settings import load_settings
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 CAP = 64 * 1024
 BATCH_CAP = 256 * 1024
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def node() -> AsyncIterator[tuple[RunningNode, str]]:
     settings = load_settings(
         None,

@@ -14,7 +14,7 @@ from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_tasks_api import assert_error
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 DAY = 86_400_000
 MONDAY = 1_893_974_400_000  # 2030-01-07T00:00:00Z

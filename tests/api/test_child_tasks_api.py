@@ -20,7 +20,7 @@ from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 from tjobs.model import ChildTrigger, FlowStatus, FlowUpdate
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 @dataclass

@@ -22,7 +22,7 @@ from tests.receiver import Receiver, Reply
 from tjobs.cli.main import app as cli
 from tjobs.client import AsyncClient, BadRequest, Client, VersionConflict, cron, delay, task_request
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def test_the_async_sdk_round_trips_every_task_and_flow_call(

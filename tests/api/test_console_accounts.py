@@ -18,12 +18,12 @@ from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.console.session import COOKIE_NAME
 from tjobs.settings import load_settings
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PASSWORD = "correct horse battery"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[RunningNode, RunningNode]]:
     storage = {"urls": [f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('console') / 'data'}"], "topology": "1x1x2"}
     settings = load_settings(None, storage=storage, api={"admin_key": ADMIN_KEY}, **FAST_SETTINGS)

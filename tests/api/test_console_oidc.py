@@ -22,7 +22,7 @@ from tests.e2e.conftest import FAST_SETTINGS
 from tjobs.console.session import COOKIE_NAME
 from tjobs.settings import load_settings
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 ISSUER = "https://idp.example"
 CONSOLE = {
@@ -49,7 +49,7 @@ class Provider:
         return httpx.Response(200, json={"id_token": f"e30.{body}.signature", "token_type": "Bearer"})
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def node_and_provider() -> AsyncIterator[tuple[RunningNode, Provider]]:
     settings = load_settings(
         None,

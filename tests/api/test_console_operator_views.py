@@ -18,7 +18,7 @@ from tests.api.conftest import ADMIN_KEY
 from tests.empty_pools import starve_pool
 from tjobs.console.session import COOKIE_NAME
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from tests.api.test_console_accounts import PASSWORD, page, sign_in
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from tests.delivery_fakes import stored_flow
 from tjobs.console.pages_overview import service_levels
 from tjobs.model import FlowStatus
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def test_dead_letters_now_counts_the_dead_flows_stored_at_the_request(

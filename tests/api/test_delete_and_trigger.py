@@ -14,7 +14,7 @@ from standardwebhooks import Webhook
 from tests.api.conftest import Tenant, task_body
 from tests.receiver import Receiver, Reply
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def _create(tenant: Tenant, receiver: Receiver, path: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from tjobs.delivery.signing import signature_header
 from tjobs.node import Node
 from tjobs.stores.migrate import migrate
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 DEMO_KEY = "tjk_demo_" + "k" * 32
 ADMIN_KEY = "tja_" + "a" * 32
@@ -36,7 +36,7 @@ class Dev:
     client: httpx.AsyncClient  # no key
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def dev(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Dev]:
     data_dir: Path = tmp_path_factory.mktemp("dev")
     settings = dev_settings(18080, data_dir, {"admin_key": ADMIN_KEY, "demo_api_key": DEMO_KEY})

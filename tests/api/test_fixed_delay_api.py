@@ -13,7 +13,7 @@ from tests.api.conftest import Tenant, task_body
 from tests.api.test_tasks_api import assert_error
 from tjobs.client import fixed_delay
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 DAY_MS = 86_400_000
 

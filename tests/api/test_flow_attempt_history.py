@@ -10,7 +10,7 @@ from tests.api.test_client_and_cli import cli_run
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def test_a_503_then_a_200_are_two_entries_in_every_flow_answer(tenant: Tenant, receiver: Receiver) -> None:

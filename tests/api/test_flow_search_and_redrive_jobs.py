@@ -21,7 +21,7 @@ from tests.receiver import Receiver
 from tjobs.cli.main import app as cli
 from tjobs.model import Flow, FlowKind, FlowStatus
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def task_with_dead_flows(

@@ -16,7 +16,7 @@ from tests.api.conftest import Tenant, task_body
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def dead_flow(tenant: Tenant, receiver: Receiver, path: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -19,7 +19,7 @@ from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 from tjobs.client import AsyncClient
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 ACCEPTED = Reply(202, headers={"tjobs-run": "accepted"})
 

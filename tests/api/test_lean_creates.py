@@ -16,7 +16,7 @@ from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_pools_api import _exchange
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 Tenants = Callable[..., Awaitable[Tenant]]
 

@@ -17,7 +17,7 @@ from testkit import run_node
 from tests.api.conftest import task_body
 from tjobs.settings import load_settings
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 DAY_MS = 86_400_000
 
@@ -34,13 +34,13 @@ async def _client(limits: dict[str, Any], **settings: Any) -> AsyncIterator[http
             yield client
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async for made in _client({}, allow_loopback_callbacks=True):
         yield made
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def tight() -> AsyncIterator[httpx.AsyncClient]:
     limits = {
         "max_payload_bytes": 100,

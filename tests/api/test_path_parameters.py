@@ -15,7 +15,7 @@ import pytest
 from testkit import RunningNode
 from tests.api.conftest import Tenant
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 _PARAM = re.compile(r"\{[^}]+\}")
 

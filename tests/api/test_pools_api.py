@@ -24,7 +24,7 @@ from tests.receiver import Receiver
 from tjobs.clock import datetime_to_ms
 from tjobs.cluster.base import RENEW_LATER
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 Tenants = Callable[..., Awaitable[Tenant]]
 

@@ -14,7 +14,7 @@ import pytest
 
 from testkit import RunningNode
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 OPERATIONS_DOC = Path(__file__).parents[2] / "docs" / "operations.md"
 

@@ -16,7 +16,7 @@ import pytest
 from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def _operations(api_node: RunningNode) -> list[tuple[str, str, dict[str, Any]]]:

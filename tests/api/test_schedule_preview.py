@@ -16,7 +16,7 @@ from tests.api.test_tasks_api import assert_error
 from tjobs.cli.main import app as cli
 from tjobs.client import Client, SchedulePreview, cron
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def test_the_first_instant_is_where_a_task_with_that_schedule_starts(tenant: Tenant) -> None:

@@ -16,7 +16,7 @@ from tests.receiver import Receiver, Reply
 from tjobs.cli.main import app as cli
 from tjobs.client import Client
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def trigger(tenant: Tenant, task_id: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from tests.api.conftest import Tenant, task_body
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def cluster_reach(node: RunningNode, tenant: Tenant) -> dict[str, Any]:

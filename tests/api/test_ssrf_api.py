@@ -13,7 +13,7 @@ from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tjobs.delivery.ssrf import TargetGuard
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PUBLIC_URL = "http://93.184.216.34/hook"
 BAD_HOSTS = [

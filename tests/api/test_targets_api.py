@@ -27,13 +27,13 @@ from tjobs.cli.main import app as cli_app
 from tjobs.client import AsyncClient, Conflict, VersionConflict, delay
 from tjobs.settings import load_settings
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 ALLOWED = ["127.0.0.1:5672", "127.0.0.1:4222", "127.0.0.1:6379", "127.0.0.1:50051"]
 SECRETS = ("pw-Zk2q9-never-shown", "tok-8f1c-never-shown", "Bearer hdr-51e0-never-shown")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def api_node(api_storage: dict[str, Any]) -> AsyncIterator[RunningNode]:
     """The module's node allows brokers and a gRPC server on loopback (``targets.allowed_addresses``)."""
     settings = load_settings(

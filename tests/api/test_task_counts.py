@@ -20,7 +20,7 @@ from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.contract.backends import make_task
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def test_a_new_apps_first_create_and_its_stats_count_no_shard_on_the_request(

@@ -10,7 +10,7 @@ from tests.api.conftest import Tenant, task_body
 from tests.api.test_tenancy import wait_status
 from tests.receiver import Receiver, Reply
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def test_the_task_search_says_each_tasks_last_result_success_rate_and_failures(

@@ -15,7 +15,7 @@ from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
 from tests.api.test_accounts_api import make_user, token_of
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 SECRET = "s3cret"
 HEADERS = {"Authorization": f"Bearer {SECRET}", "X-Auth-Key": f"{SECRET}-key", "X-Request-Source": "billing"}

@@ -16,7 +16,7 @@ from testkit import RunningNode
 from tests.api.conftest import ADMIN_KEY, Tenant, task_body
 from tests.receiver import Receiver
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 def now_ms() -> int:

@@ -18,7 +18,7 @@ import pytest
 from tests.api.conftest import Tenant, task_body
 from tests.receiver import Receiver, Reply
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def wait_status(client: httpx.AsyncClient, flow_id: str, status: str, timeout_s: float = 10) -> dict[str, Any]:
