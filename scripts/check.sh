@@ -43,9 +43,9 @@ export TJOBS_TEST_NO_SERVICES=1
 unset PYTHONDONTWRITEBYTECODE
 folders=(tests/unit tests/contract tests/api tests/fuzz tests/security)
 for arg in "$@"; do [ -e "${arg%%::*}" ] && folders=() && break; done
-# --dist loadfile: a module's tests run on one worker, so its module-scoped fixtures (an API module's node
-# per storage, the bad-input table's nodes, the SSRF listeners) start once (the modules with the most tests go
-# first). With the default `load` a module could be dealt to several workers, each starting its nodes (and
+# --dist loadfile: a module's tests run on one worker, so its module-scoped fixtures (the bad-input table's
+# nodes, the SSRF listeners, an API module's own node where it needs one; the other API modules share one
+# node per storage per worker: tests/api/conftest.py) start once (the modules with the most tests go first). With the default `load` a module could be dealt to several workers, each starting its nodes (and
 # one going from a [memory] test to a [sqlite] one and back restarted them): five API modules alone took
 # 57.7 s of CPU, 39.2 s by module; in a whole run (2026-12-03) the bad-input table ran on 4 workers and the
 # workers' test time ranged 86-120 s, against 110-112 s each by module.
