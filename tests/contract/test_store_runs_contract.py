@@ -258,3 +258,19 @@ async def test_the_fires_parked_behind_a_run_are_found_by_its_task_and_deadline(
     found = await store.parked_behind(11, [(task.id, DEADLINE_MS)])
     assert [(f.id, f.status, f.next_attempt_at_ms) for f in found] == [(parked.id, FlowStatus.PENDING, DEADLINE_MS)]
     assert await store.parked_behind(11, []) == []
+
+
+async def test_a_flow_is_read_with_its_task_in_one_call(store: TaskStore) -> None:
+    # what a run's report decides from (issue 30: one statement where a read of each was two)
+    task, flow = await _fired(store, shard=1)
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+
+    read_flow, read_task = await store.flow_with_task(flow.task_id, flow.scheduled_at_ms)
+
+    assert read_flow == await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert read_task is not None and read_task == await store.get_task(task.id)
+    assert await store.flow_with_task(flow.task_id, flow.scheduled_at_ms + 1) == (None, None)
+    assert await store.flow_with_task(-1, flow.scheduled_at_ms) == (None, None)
+    await store.delete_task(task.id)  # its flows are kept: a report of a deleted task's run reads no task
+    gone_flow, gone_task = await store.flow_with_task(flow.task_id, flow.scheduled_at_ms)
+    assert gone_task is None and (gone_flow is None or gone_flow.id == flow.id)

@@ -30,7 +30,12 @@ class Harness:
         self.clock = ManualClock(CLOCK.now_ms())
         self.redriven: list[tuple[Task, Flow]] = []
         self.runs = RunService(
-            self.store, SETTINGS, self.clock, self.read_flow, flow_sink=lambda t, f: self.redriven.append((t, f))
+            self.store,
+            SETTINGS,
+            self.clock,
+            self.read_flow,
+            flow_sink=lambda t, f: self.redriven.append((t, f)),
+            read_run=self.read_run,
         )
 
     async def read_flow(self, app: App, id_: str) -> Flow:
@@ -39,6 +44,13 @@ class Harness:
         if flow is None or flow.app_id != app.id:
             raise NotFound("flow", id_)
         return flow
+
+    async def read_run(self, app: App, id_: str) -> tuple[Flow, Task | None]:
+        task_id, _, at = id_.partition("-")
+        flow, task = await self.store.flow_with_task(int(task_id), int(at))
+        if flow is None or flow.app_id != app.id:
+            raise NotFound("flow", id_)
+        return flow, task
 
     async def running(self, **kwargs: Any) -> tuple[Task, Flow]:
         """A flow whose attempt 1 its target accepted as a run (the deliverer's outcome)."""
@@ -273,3 +285,51 @@ async def test_log_lines_are_kept_with_the_flow_capped_in_count_and_length(h: Ha
     with pytest.raises(InvalidInput) as refused:
         await h.runs.append_log(APP, flow.id, {"lines": "one line"})
     assert refused.value.field == "lines"
+
+
+class _Counted:
+    """Counts the store calls a report makes (issue 30: the bench's statements per run)."""
+
+    def __init__(self, h: Harness) -> None:
+        self.calls: list[str] = []
+        for name in ("get_flow", "get_task", "flow_with_task", "write_run"):
+            setattr(h.store, name, self._counting(name, getattr(h.store, name)))
+
+    def _counting(self, name: str, call: Any) -> Any:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return await call(*args, **kwargs)
+
+        return counted
+
+    def taken(self) -> list[str]:
+        taken, self.calls = sorted(self.calls), []
+        return taken
+
+
+@pytest.mark.parametrize(
+    "reports",
+    [
+        [{"status": "running", "progress": 40}, {"status": "succeeded", "result": {"rows": 1}}],
+        [{"status": "running", "attempt": 1}, {"status": "failed", "message": "disk full"}],
+    ],
+)
+async def test_a_report_reads_its_flow_with_its_task_once_and_answers_the_flow_as_written(
+    h: Harness, reports: list[dict[str, Any]]
+) -> None:
+    # one read of the flow with its task (two reads were two statements) and the flow written is the flow
+    # read with the report's change (read back, it cost another)
+    _, flow = await h.running()
+    counted = _Counted(h)
+
+    for report in reports:
+        h.clock.advance(1_000)
+        answer = await h.runs.report(APP, flow.id, report)
+
+        assert counted.taken() == ["flow_with_task", "write_run"]
+        assert answer.flow == await h.flow(flow)
+        counted.taken()  # the test's own read
+    cancel_flow = (await h.running())[1]
+    counted.taken()
+    asked = await h.runs.cancel(APP, cancel_flow.id)
+    assert counted.taken() == ["get_flow", "write_run"] and asked.flow == await h.flow(cancel_flow)

@@ -13,6 +13,7 @@ from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowUpdate, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.stores.contracts.runs import RunRecords
+from tjobs.stores.flow_documents import MAX_ERROR_CHARS
 
 logger = logging.getLogger(__name__)
 
@@ -28,16 +29,16 @@ async def write_transition(
     *,
     ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
     observer: FireObserver = NO_OBSERVER,
-) -> bool:
+) -> FlowUpdate | None:
     """Write ``transition`` of ``flow`` (as it was read) where the flow is still as read; once written,
     hand a retry to delivery (``flow_sink``), tell a fixed_delay task's next run to its owner
     (``task_changes``) and an ending that triggers children to ``ended`` (:mod:`tjobs.service.child_flows`);
     tell ``observer`` the flow's new status, as the deliverer tells its outcomes, so the service levels
-    count a run's end (delivered, dead), never its ``202``. ``False``: another writer came first, nothing
-    was written."""
+    count a run's end (delivered, dead), never its ``202``. Returns the update as written (with its
+    children's marker); ``None``: another writer came first, nothing was written."""
     update = with_children(task, transition.update, now_ms)  # written with the marker that its children are due
     if not await store.write_run(transition.expected, update, now_ms, expected_attempts=transition.expected_attempts):
-        return False
+        return None
     try:
         observer.flow_update(flow.app_id, update)
     except Exception:
@@ -61,4 +62,18 @@ async def write_transition(
             updated_at_ms=now_ms,
         )
         flow_sink(task, retry)
-    return True
+    return update
+
+
+def written(flow: Flow, update: FlowUpdate, now_ms: int) -> Flow:
+    """``flow`` (as read) once ``update`` is written on it: what :meth:`RunRecords.write_run` sets (status,
+    attempts, next attempt, the error clipped, the run when given, ``updated_at_ms``), without reading it back."""
+    return replace(
+        flow,
+        status=update.status,
+        attempts=update.attempts,
+        next_attempt_at_ms=update.next_attempt_at_ms,
+        last_error=None if update.last_error is None else update.last_error[:MAX_ERROR_CHARS],
+        run=flow.run if update.run is None else update.run,
+        updated_at_ms=now_ms,
+    )

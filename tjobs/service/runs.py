@@ -13,7 +13,7 @@ from typing import Any
 from tjobs.clock import Clock
 from tjobs.delivery.run_log import parse_log_lines
 from tjobs.delivery.run_reports import Transition, cancel_transition, parse_report, report_transition
-from tjobs.delivery.run_writes import write_transition
+from tjobs.delivery.run_writes import write_transition, written
 from tjobs.errors import Conflict
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import App, Flow, FlowUpdate, Task
@@ -59,15 +59,18 @@ class RunService:
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
         observer: FireObserver = NO_OBSERVER,
+        read_run: Callable[[App, str], Awaitable[tuple[Flow, Task | None]]] | None = None,
     ) -> None:
         """``read_flow`` reads an app's flow by id (404 for another app's); ``flow_sink`` delivers a
         run's retry (the deliverer's ``deliver``); ``task_changes`` (the hot tier's publish) is told a
         fixed_delay task's next run that a run's end set; ``ended``, a run's end that triggers children;
-        ``observer`` (the node's: metrics and service levels), every run transition written."""
+        ``observer`` (the node's: metrics and service levels), every run transition written; ``read_run``
+        reads the flow (as ``read_flow``) with its task in one read (without it: two)."""
         self._store = store
         self._settings = settings
         self._clock = clock
         self._read_flow = read_flow
+        self._read_run = read_run
         self._flow_sink = flow_sink
         self._task_changes = task_changes
         self._ended = ended
@@ -76,14 +79,14 @@ class RunService:
     async def report(self, app: App, flow_id: str, body: Any) -> RunAnswer:
         report = parse_report(body, self._settings)
         for _ in range(RACES):
-            flow = await self._read_flow(app, flow_id)
-            task = await self._store.get_task(flow.task_id)
+            flow, task = await self._flow_with_task(app, flow_id)
             now_ms = self._clock.now_ms()
             transition = report_transition(flow, task, report, now_ms, self._settings.timeout_ms)
             if transition is None:
                 return RunAnswer(flow, repeated=True)
-            if await self._write(transition, task, now_ms, flow):
-                return RunAnswer(await self._read_flow(app, flow_id))
+            answered = await self._write(transition, task, now_ms, flow, app, flow_id)
+            if answered is not None:
+                return RunAnswer(answered)
         raise Conflict(f"flow {flow_id} changed {RACES} times while the report was written; send it again")
 
     async def cancel(self, app: App, flow_id: str) -> RunAnswer:
@@ -94,13 +97,14 @@ class RunService:
             transition = cancel_transition(flow, now_ms, grace_ms)
             if transition is None:
                 return RunAnswer(flow, repeated=True)
-            if await self._write(transition, None, now_ms, flow):
+            answered = await self._write(transition, None, now_ms, flow, app, flow_id)
+            if answered is not None:
                 logger.info(
                     "cancel of flow %s's run asked",
                     flow_id,
                     extra={"action": "run_cancel_requested", "flow_id": flow_id},
                 )
-                return RunAnswer(await self._read_flow(app, flow_id))
+                return RunAnswer(answered)
         raise Conflict(f"flow {flow_id} changed {RACES} times while the cancel was written; send it again")
 
     async def append_log(self, app: App, flow_id: str, body: Any) -> LogAnswer:
@@ -117,8 +121,19 @@ class RunService:
                 return LogAnswer(count, len(lines.lines) - count, lines.truncated, flow.run_log_lines + count)
         raise Conflict(f"flow {flow_id}'s log grew {RACES} times while these lines were written; send them again")
 
-    async def _write(self, transition: Transition, task: Task | None, now_ms: int, flow: Flow) -> bool:
-        return await write_transition(
+    async def _flow_with_task(self, app: App, flow_id: str) -> tuple[Flow, Task | None]:
+        if self._read_run is not None:
+            return await self._read_run(app, flow_id)
+        flow = await self._read_flow(app, flow_id)
+        return flow, await self._store.get_task(flow.task_id)
+
+    async def _write(
+        self, transition: Transition, task: Task | None, now_ms: int, flow: Flow, app: App, flow_id: str
+    ) -> Flow | None:
+        """Write ``transition``; the flow as written (``None``: another writer came first). The flow read
+        with the change is the answer (issue 30: reading it back cost a read per report); an ending that
+        triggered children is read back, as :mod:`tjobs.service.child_flows` clears its marker."""
+        update = await write_transition(
             self._store,
             transition,
             task,
@@ -129,3 +144,8 @@ class RunService:
             ended=self._ended,
             observer=self._observer,
         )
+        if update is None:
+            return None
+        if update.children is not None:
+            return await self._read_flow(app, flow_id)
+        return written(flow, update, now_ms)

@@ -403,6 +403,20 @@ class TaskService:
             raise NotFound("flow", flow_id)
         return flow
 
+    async def get_flow_with_task(self, app: App, flow_id: str) -> tuple[Flow, Task | None]:
+        """:meth:`get_flow` with the flow's task (``None``: deleted), in one read of the store: a run's
+        report decides from both (:mod:`tjobs.service.runs`)."""
+        try:
+            task_id, scheduled_at_ms = parse_flow_id(flow_id)
+        except ValueError:
+            raise NotFound("flow", flow_id) from None
+        flow, task = (
+            await self._store.flow_with_task(task_id, scheduled_at_ms) if self._routable(task_id) else (None, None)
+        )
+        if flow is None or flow.app_id != app.id:
+            raise NotFound("flow", flow_id)
+        return flow, task
+
     async def dead_letter_counts(self, app_ids: Sequence[str]) -> dict[str, int]:
         """Each app's dead letters now, from the store (one statement per logical database, read
         concurrently): what a page that says "now" shows, as :meth:`TaskCounts.of` does."""

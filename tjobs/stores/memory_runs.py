@@ -38,6 +38,13 @@ class MemoryRuns(RunRecords):
         reschedule(self._tasks[shard].get(update.task_id), update.reschedule, now_ms)
         return True
 
+    async def flow_with_task(self, task_id: int, scheduled_at_ms: int) -> tuple[Flow | None, Task | None]:
+        shard = self._shard_of(task_id)
+        flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
+        if shard is None or flow is None:
+            return None, None
+        return replace(flow), _copy(self._tasks[shard].get(task_id))
+
     async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:
         for shard in shards:
             self._check_shard(shard)

@@ -29,6 +29,11 @@ class RunRecords(StoreLifecycle):
         nothing written) when the flow is gone or moved on since it was read."""
 
     @abstractmethod
+    async def flow_with_task(self, task_id: int, scheduled_at_ms: int) -> tuple[Flow | None, Task | None]:
+        """The flow (``None``: gone) and its task (``None``: gone, or the flow is) in one read: what a
+        run's report decides from (:mod:`tjobs.service.runs`), one statement where a read of each was two."""
+
+    @abstractmethod
     async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:
         """Which of ``shards`` hold a live run: a plain read, one statement per database (an index probe of
         each shard's live statuses), so a take-over reads :meth:`live_runs` only where there are some."""

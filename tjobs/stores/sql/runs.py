@@ -69,6 +69,26 @@ class SqlRunRecords(SqlBase, RunRecords):
                 )
         return True
 
+    async def flow_with_task(self, task_id: int, scheduled_at_ms: int) -> tuple[Flow | None, Task | None]:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return None, None
+        flows, tasks = home.flows, home.tasks
+        statement = (
+            select(flows, tasks)
+            .select_from(flows.outerjoin(tasks, tasks.c.id == flows.c.task_id))
+            .where(flows.c.task_id == task_id, flows.c.scheduled_at == scheduled_at_ms)
+        )
+        async with self._connect(home.database.engine_url) as conn:
+            row = (await conn.execute(statement, execution_options=home.options)).first()
+        if row is None:
+            return None, None
+        columns = row._mapping  # by column object: the two tables share names (id, status, updated_at...)
+        flow = flow_from_row({c.name: columns[c] for c in flows.c})
+        if columns[tasks.c.id] is None:
+            return flow, None
+        return flow, task_from_row({c.name: columns[c] for c in tasks.c})
+
     async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:
         # One statement per database: SELECT <shard> WHERE EXISTS (a live run), UNION ALL over its shards.
         by_database: dict[str, list[ShardTables]] = {}
