@@ -13,12 +13,12 @@ import asyncio
 import functools
 import sqlite3
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, closing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import text
+from sqlalchemy import ColumnElement, exists, literal, select, text, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from sharding import shard_of_task_id
@@ -214,6 +214,38 @@ class SqlBase(StoreLifecycle):
         if not 0 <= shard < self.topology.shard_count:
             raise ValueError(f"shard {shard} is outside 0..{self.topology.shard_count - 1}")
         return self.layout.shards[shard]
+
+    async def _shards_where(
+        self,
+        shards: Sequence[int],
+        condition: Callable[[ShardTables], ColumnElement[bool]],
+        *,
+        databases_at_once: bool,
+    ) -> set[int]:
+        """The shards among ``shards`` whose flows hold a row matching ``condition`` (built per shard's
+        tables): one statement per database, ``SELECT <shard> WHERE EXISTS (…)`` with ``UNION ALL`` over
+        its shards. ``databases_at_once`` reads the databases concurrently (a take-over waiting on it),
+        else one after another (a background pass must not take the fire path's connections)."""
+        by_database: dict[str, list[ShardTables]] = {}
+        for shard in shards:
+            home = self._shard(shard)
+            by_database.setdefault(home.database.name, []).append(home)
+
+        async def probe(homes: list[ShardTables]) -> set[int]:
+            parts = [
+                select(literal(home.shard).label("shard")).where(exists().where(condition(home))) for home in homes
+            ]
+            statement = parts[0] if len(parts) == 1 else union_all(*parts)
+            async with self._connect(homes[0].database.engine_url) as conn:
+                rows = await conn.execute(statement, execution_options=homes[0].options)
+                return {int(row[0]) for row in rows}
+
+        if databases_at_once:
+            return set().union(*await asyncio.gather(*(probe(homes) for homes in by_database.values())))
+        found: set[int] = set()
+        for homes in by_database.values():
+            found |= await probe(homes)
+        return found
 
     def _shard_of_task(self, task_id: int) -> ShardTables | None:
         if task_id <= 0:

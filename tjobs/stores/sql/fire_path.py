@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import case, exists, func, literal, select, text, tuple_, union_all, update
+from sqlalchemy import case, func, select, text, tuple_, update
 
 from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores import sql_load
@@ -200,29 +200,13 @@ class SqlFirePath(SqlBase, FirePath):
             await run_flow_updates(conn, shards, self.layout.shards, now_ms)
 
     async def shards_with_stale_flows(self, shards: Sequence[int], now_ms: int) -> set[int]:
-        # One statement per database: SELECT <shard> WHERE EXISTS (an open flow due), UNION ALL over
-        # its shards. Each EXISTS is a range probe of (status, next_attempt_at).
-        by_database: dict[str, list[ShardTables]] = {}
-        for shard in shards:
-            home = self._shard(shard)
-            by_database.setdefault(home.database.name, []).append(home)
-
-        async def probe(homes: list[ShardTables]) -> set[int]:
-            parts = [
-                select(literal(home.shard).label("shard")).where(
-                    exists().where(home.flows.c.status.in_(_LEASED), home.flows.c.next_attempt_at <= now_ms)
-                )
-                for home in homes
-            ]
-            statement = parts[0] if len(parts) == 1 else union_all(*parts)
-            async with self._connect(homes[0].database.engine_url) as conn:
-                rows = await conn.execute(statement, execution_options=homes[0].options)
-                return {int(row[0]) for row in rows}
-
-        stale: set[int] = set()
-        for homes in by_database.values():  # one at a time: a pass must not take the fire path's connections
-            stale |= await probe(homes)
-        return stale
+        # Each EXISTS is a range probe of (status, next_attempt_at); one database at a time: a pass must
+        # not take the fire path's connections.
+        return await self._shards_where(
+            shards,
+            lambda home: home.flows.c.status.in_(_LEASED) & (home.flows.c.next_attempt_at <= now_ms),
+            databases_at_once=False,
+        )
 
     async def lease_stale_flows(
         self, shard: int, now_ms: int, lease_ms: int, limit: int

@@ -5,18 +5,16 @@ transaction), a log append as one guarded ``UPDATE`` that concatenates in place,
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import exists, func, literal, select, tuple_, union_all, update
+from sqlalchemy import func, select, tuple_, update
 
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.contracts.runs import RunRecords
 from tjobs.stores.flow_documents import run_to_text
 from tjobs.stores.schema import clip_error, flow_from_row, task_from_row
 from tjobs.stores.sql.connections import SqlBase
-from tjobs.stores.sql_layout import ShardTables
 
 _LIVE = tuple(s.value for s in FlowStatus if s.running)
 
@@ -90,24 +88,8 @@ class SqlRunRecords(SqlBase, RunRecords):
         return flow, task_from_row({c.name: columns[c] for c in tasks.c})
 
     async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:
-        # One statement per database: SELECT <shard> WHERE EXISTS (a live run), UNION ALL over its shards.
-        by_database: dict[str, list[ShardTables]] = {}
-        for shard in shards:
-            home = self._shard(shard)
-            by_database.setdefault(home.database.name, []).append(home)
-
-        async def probe(homes: list[ShardTables]) -> set[int]:
-            parts = [
-                select(literal(home.shard).label("shard")).where(exists().where(home.flows.c.status.in_(_LIVE)))
-                for home in homes
-            ]
-            statement = parts[0] if len(parts) == 1 else union_all(*parts)
-            async with self._connect(homes[0].database.engine_url) as conn:
-                rows = await conn.execute(statement, execution_options=homes[0].options)
-                return {int(row[0]) for row in rows}
-
         # the databases at once: a take-over waits for this read before it loads (nothing of it fires yet)
-        return set().union(*await asyncio.gather(*(probe(homes) for homes in by_database.values())))
+        return await self._shards_where(shards, lambda home: home.flows.c.status.in_(_LIVE), databases_at_once=True)
 
     async def live_runs(
         self, shard: int, limit: int, after: tuple[int, int, int] | None = None
