@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from aiohttp.abc import ResolveResult
 
 from testkit.ports import free_port
+from tests.case_table import check_every
 from tests.http_transports import HTTP_TRANSPORTS
 from tjobs.clock import ManualClock
 from tjobs.delivery.ssrf import RESOLVE_CACHE_TTL_MS, AllowList, TargetGuard, classify_address
@@ -374,7 +374,6 @@ def all_cases() -> list[Case]:
 
 
 CASES = all_cases()
-IDS = [f"{i:03d}" for i in range(len(CASES))]
 
 
 def test_the_matrix_has_at_least_300_distinct_url_cases() -> None:
@@ -519,8 +518,9 @@ def sender_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest_asyncio.fixture
-async def rig(listeners: Listeners, sender_name: str) -> AsyncIterator[Rig]:
+@contextlib.asynccontextmanager
+async def rig_for(listeners: Listeners, sender_name: str) -> AsyncIterator[Rig]:
+    """A fresh rig (DNS, clock, guard and sender) for one case, as each case had as a test of its own."""
     dns, clock = FakeDns(), ManualClock(1_000_000)
     guard = TargetGuard(resolve=dns, clock=clock)
     # Connecting is bounded by each request's own timeout (2 s, or ANSWER_TIMEOUT_MS for a listener that
@@ -557,50 +557,64 @@ async def send_recording(sender: Transport, request: CallbackRequest) -> Attempt
 
 
 # ---- the four scenarios --------------------------------------------------------------------------------------
+# Each scenario checks every case inside one test (tests/case_table.py: a case per test cost more in pytest
+# than in the case); a failure names every failing case by its number (as its test id was) and URL.
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-async def test_registration_refuses_naming_the_field_without_dns_answers(listeners: Listeners, case: Case) -> None:
-    guard = TargetGuard(resolve=FakeDns(), clock=ManualClock(1_000_000))  # no transport: it judges before one
-    before = listeners.snapshot()
-    CONNECTS.clear()
-    _STATE["recording"] = True
-    try:
-        with pytest.raises(InvalidInput) as refused:
-            callback = normalize_callback({"url": case.url}, LimitSettings())
-            await guard.check_registration(callback["urls"], AllowList.parse([]))
-    finally:
-        _STATE["recording"] = False
-    assert refused.value.field == "callback.url"
-    assert CONNECTS == [] and listeners.reached_since(before) == {}
-    if case.via_dns:
-        assert case.lands_at not in refused.value.message and "not allowed" in refused.value.message
-    RUNS[("registration", NO_TRANSPORT, _loop_name())] += 1
+def label(case: Case) -> str:
+    return f"{CASES.index(case):03d} {case.url!r}"
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-async def test_send_connects_to_no_refused_address(rig: Rig, case: Case) -> None:
-    before = rig.listeners.snapshot()
-    result = await send_recording(rig.sender, request_for(case.url))
-    assert refused_connects() == [] and CONNECTS == []
-    assert rig.listeners.reached_since(before) == {}
-    assert (result.status, result.outcome) == (None, Outcome.PERMANENT), result
-    rig.ran("send")
+async def test_registration_refuses_naming_the_field_without_dns_answers(listeners: Listeners) -> None:
+    async def check(case: Case) -> None:
+        guard = TargetGuard(resolve=FakeDns(), clock=ManualClock(1_000_000))  # no transport: it judges before one
+        before = listeners.snapshot()
+        CONNECTS.clear()
+        _STATE["recording"] = True
+        try:
+            with pytest.raises(InvalidInput) as refused:
+                callback = normalize_callback({"url": case.url}, LimitSettings())
+                await guard.check_registration(callback["urls"], AllowList.parse([]))
+        finally:
+            _STATE["recording"] = False
+        assert refused.value.field == "callback.url"
+        assert CONNECTS == [] and listeners.reached_since(before) == {}
+        if case.via_dns:
+            assert case.lands_at not in refused.value.message and "not allowed" in refused.value.message
+        RUNS[("registration", NO_TRANSPORT, _loop_name())] += 1
+
+    await check_every(CASES, check, label)
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-async def test_a_redirect_to_the_case_is_not_followed(rig: Rig, case: Case) -> None:
-    index = CASES.index(case)
-    before = rig.listeners.snapshot()
-    # (the redirector answers from a thread of this process: at load 7 a 2-s deadline passed before it did)
-    url = f"http://{REDIRECTOR}:{PORT}/r/{index}"
-    result = await send_recording(rig.sender, request_for(url, REDIRECT_APP, ANSWER_TIMEOUT_MS))
-    assert result.status == 307, result
-    assert refused_connects(admitted=frozenset({REDIRECTOR})) == []
-    if rig.audited:
-        assert CONNECTS == [(REDIRECTOR, PORT)]
-    assert rig.listeners.reached_since(before) == {f"{REDIRECTOR} {PORT}": 1}
-    rig.ran("redirect")
+async def test_send_connects_to_no_refused_address(listeners: Listeners, sender_name: str) -> None:
+    async def check(case: Case) -> None:
+        async with rig_for(listeners, sender_name) as rig:
+            before = rig.listeners.snapshot()
+            result = await send_recording(rig.sender, request_for(case.url))
+            assert refused_connects() == [] and CONNECTS == []
+            assert rig.listeners.reached_since(before) == {}
+            assert (result.status, result.outcome) == (None, Outcome.PERMANENT), result
+            rig.ran("send")
+
+    await check_every(CASES, check, label)
+
+
+async def test_a_redirect_to_the_case_is_not_followed(listeners: Listeners, sender_name: str) -> None:
+    async def check(case: Case) -> None:
+        async with rig_for(listeners, sender_name) as rig:
+            index = CASES.index(case)
+            before = rig.listeners.snapshot()
+            # (the redirector answers from a thread of this process: at load 7 a 2-s deadline passed before it did)
+            url = f"http://{REDIRECTOR}:{PORT}/r/{index}"
+            result = await send_recording(rig.sender, request_for(url, REDIRECT_APP, ANSWER_TIMEOUT_MS))
+            assert result.status == 307, result
+            assert refused_connects(admitted=frozenset({REDIRECTOR})) == []
+            if rig.audited:
+                assert CONNECTS == [(REDIRECTOR, PORT)]
+            assert rig.listeners.reached_since(before) == {f"{REDIRECTOR} {PORT}": 1}
+            rig.ran("redirect")
+
+    await check_every(CASES, check, label)
 
 
 REFUSED_ADDRESSES = list(dict.fromkeys(c.lands_at for c in CASES))  # what the cases' spellings land at
@@ -610,24 +624,29 @@ def test_every_target_address_is_a_rebinding_case() -> None:
     assert set(REFUSED_ADDRESSES) == {*IPV4_TARGETS, *IPV6_TARGETS}, REFUSED_ADDRESSES
 
 
-@pytest.mark.parametrize("address", REFUSED_ADDRESSES)
-async def test_a_name_rebinding_to_a_refused_address_is_refused_once_judged_again(rig: Rig, address: str) -> None:
-    name = f"rebind-{REFUSED_ADDRESSES.index(address)}.test"
-    rig.dns.rebind[name] = address
-    url = f"http://{name}:{PORT}/hook"
-    before = rig.listeners.snapshot()
-    first = await send_recording(rig.sender, request_for(url))  # judged public: connects there only
-    if rig.audited:
-        assert CONNECTS == [(PUBLIC, PORT)]
-    assert rig.dns.calls.count(name) == 1
-    assert first.status is None and first.outcome is Outcome.RETRYABLE
-    rig.clock.advance(RESOLVE_CACHE_TTL_MS)  # the answer expires: judged again, now the case's address
-    second = await send_recording(rig.sender, request_for(url))
-    assert CONNECTS == [] and (second.status, second.outcome) == (None, Outcome.PERMANENT)
-    assert address not in (second.error or "")
-    assert rig.dns.calls.count(name) == 2
-    assert rig.listeners.reached_since(before) == {}
-    rig.ran("rebinding")
+async def test_a_name_rebinding_to_a_refused_address_is_refused_once_judged_again(
+    listeners: Listeners, sender_name: str
+) -> None:
+    async def check(address: str) -> None:
+        async with rig_for(listeners, sender_name) as rig:
+            name = f"rebind-{REFUSED_ADDRESSES.index(address)}.test"
+            rig.dns.rebind[name] = address
+            url = f"http://{name}:{PORT}/hook"
+            before = rig.listeners.snapshot()
+            first = await send_recording(rig.sender, request_for(url))  # judged public: connects there only
+            if rig.audited:
+                assert CONNECTS == [(PUBLIC, PORT)]
+            assert rig.dns.calls.count(name) == 1
+            assert first.status is None and first.outcome is Outcome.RETRYABLE
+            rig.clock.advance(RESOLVE_CACHE_TTL_MS)  # the answer expires: judged again, now the case's address
+            second = await send_recording(rig.sender, request_for(url))
+            assert CONNECTS == [] and (second.status, second.outcome) == (None, Outcome.PERMANENT)
+            assert address not in (second.error or "")
+            assert rig.dns.calls.count(name) == 2
+            assert rig.listeners.reached_since(before) == {}
+            rig.ran("rebinding")
+
+    await check_every(REFUSED_ADDRESSES, check, str)
 
 
 def test_no_listener_was_ever_reached(listeners: Listeners) -> None:
