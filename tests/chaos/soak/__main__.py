@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -353,6 +354,7 @@ async def soak(settings: SoakSettings) -> int:
         redis_port=settings.redis_port,
         mysql_ports=settings.mysql_ports,
     )
+    cancel_on_signals()  # from here on, the finally below stops what this run started
     proxy = TcpProxy(port_of(infra.storage_urls[CUT_SERVER])).start()
     cluster = SoakCluster(infra, run_dir / "nodes", proxy, settings.overrides())
     api = Api(cluster.rig)
@@ -375,6 +377,17 @@ async def soak(settings: SoakSettings) -> int:
             )
 
 
+def cancel_on_signals() -> None:
+    """SIGTERM and SIGINT cancel the running task (the soak's main), so that its ``finally`` stops the
+    nodes and the rig it started: SIGTERM's default ends the process on the spot, and a shell's ``&``
+    leaves SIGINT ignored."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, main.cancel)
+
+
 def _run(main: Coroutine[Any, Any, int]) -> int:
     """On uvloop when installed, as the nodes run: the driver receives every callback and makes every
     create, and asyncio's per-request overhead is about twice uvloop's."""
@@ -391,6 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(sys.argv[1:] if argv is None else argv)
     try:
         return _run(soak(settings))
+    except asyncio.CancelledError:
+        log.error("the soak was interrupted (SIGTERM or SIGINT): its nodes and the rig it started are stopped")
+        return 2
     except Exception:
         log.exception("the soak could not run")
         return 2

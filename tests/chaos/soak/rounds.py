@@ -73,6 +73,7 @@ class Round:
         plan = self.plan
         async with self.receiver:
             client = ChaosClient(entry, self.receiver.url())
+            stream: asyncio.Task[None] | None = None
             try:
                 self.app_id = await client.create_app()
                 await register_intervals(client, plan.interval_tasks, plan.start_ms, plan.end_ms, EVERY_MS)
@@ -115,6 +116,9 @@ class Round:
                 }
                 return JudgedRound(plan, figures, owed_promises, deadline_ms, creates, len(callbacks), len(flows))
             finally:
+                if stream is not None and not stream.done():  # the round failed: no create after the close
+                    stream.cancel()
+                    await asyncio.gather(stream, return_exceptions=True)
                 await client.close()
 
     async def _quiet_moment(self, until_ms: int) -> bool:
@@ -139,17 +143,23 @@ class Round:
         owed = 0.0
         tick_s = 0.1
         next_tick = now_ms()
-        while now_ms() < plan.end_ms - ONE_SHOT_LEAD_MS[1]:
-            owed += plan.one_shots_per_s * tick_s
-            for _ in range(math.floor(owed)):
-                task = asyncio.create_task(client.create_at(now_ms() + self._pick.randint(*ONE_SHOT_LEAD_MS)))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            owed -= math.floor(owed)
-            next_tick += int(tick_s * 1000)
-            await _sleep_until(next_tick)
-        if pending:
-            await asyncio.gather(*pending)
+        try:
+            while now_ms() < plan.end_ms - ONE_SHOT_LEAD_MS[1]:
+                owed += plan.one_shots_per_s * tick_s
+                for _ in range(math.floor(owed)):
+                    at_ms = now_ms() + self._pick.randint(*ONE_SHOT_LEAD_MS)
+                    task = asyncio.create_task(client.create_at(at_ms))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                owed -= math.floor(owed)
+                next_tick += int(tick_s * 1000)
+                await _sleep_until(next_tick)
+            if pending:
+                await asyncio.gather(*pending)
+        finally:  # cancelled (its round failed): its creates in flight end with it
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _wait_delivered(self, owed: set[tuple[int, int]], deadline_ms: int) -> None:
         """Until every owed instant had a 2xx reply, or the deadline."""
