@@ -274,3 +274,83 @@ async def test_a_flow_is_read_with_its_task_in_one_call(store: TaskStore) -> Non
     await store.delete_task(task.id)  # its flows are kept: a report of a deleted task's run reads no task
     gone_flow, gone_task = await store.flow_with_task(flow.task_id, flow.scheduled_at_ms)
     assert gone_task is None and (gone_flow is None or gone_flow.id == flow.id)
+
+
+async def test_a_shards_failed_runs_awaiting_their_retry_are_read_by_shard_in_pages(store: TaskStore) -> None:
+    # Given in shard 13 a run reported failed and one timed out (each pending, its retry due), one whose retry
+    # was sent and failed to send (pending again, its run kept), a plain fire pending (no run), a live run and
+    # a run that succeeded; a failed run in shard 14
+    fired = [await _fired(store, shard=13) for _ in range(6)]
+    (task, failed), (_, timed_out), (_, resent), (_, fresh), (_, live), (_, done) = fired
+    _, elsewhere = await _fired(store, shard=14)
+    await store.record_flow_updates([_started(f) for f in (failed, timed_out, resent, live, done, elsewhere)], NOW_MS)
+    for flow, status, due_ms in (
+        (failed, RunStatus.FAILED, NOW_MS + 3_000),
+        (timed_out, RunStatus.TIMED_OUT, NOW_MS + 1_000),
+        (resent, RunStatus.FAILED, NOW_MS + 2_000),
+        (elsewhere, RunStatus.FAILED, NOW_MS + 1_000),
+    ):
+        retry = replace(_ended(flow, FlowStatus.PENDING, status), next_attempt_at_ms=due_ms)
+        assert await store.write_run(FlowStatus.RUNNING, retry, NOW_MS + 500)
+    assert await store.write_run(FlowStatus.RUNNING, _ended(done, FlowStatus.DELIVERED, RunStatus.SUCCEEDED), NOW_MS)
+    resend_failed = FlowUpdate(
+        resent.task_id, resent.scheduled_at_ms, FlowStatus.PENDING, 2, NOW_MS + 2_000, 503, "503"
+    )
+    await store.record_flow_updates([resend_failed], NOW_MS + 600)
+
+    # When they are read one at a time
+    pages: list[list[tuple[Flow, Task | None]]] = [await store.retrying_runs(13, 1)]
+    while pages[-1]:
+        last = pages[-1][-1][0]
+        assert last.next_attempt_at_ms is not None
+        pages.append(await store.retrying_runs(13, 1, (last.next_attempt_at_ms, last.task_id, last.scheduled_at_ms)))
+
+    # Then the shards holding such runs are named, and shard 13's come by their retry's time, with their tasks
+    # and runs, each once; nothing else
+    assert await store.shards_with_retrying_runs([12, 13, 14, 15]) == {13, 14}
+    read = [pair for page in pages for pair in page]
+    assert [(f.id, f.status, f.attempts) for f, _ in read] == [
+        (timed_out.id, FlowStatus.PENDING, 1),
+        (resent.id, FlowStatus.PENDING, 2),
+        (failed.id, FlowStatus.PENDING, 1),
+    ]
+    assert [f.run.status if f.run is not None else None for f, _ in read] == [
+        RunStatus.TIMED_OUT,
+        RunStatus.FAILED,
+        RunStatus.FAILED,
+    ]
+    assert all(t is not None and t.id == f.task_id for f, t in read) and read[2][1] is not None
+    assert read[2][1].id == task.id
+    assert {fresh.id, live.id, done.id}.isdisjoint(f.id for f, _ in read)
+    assert await store.retrying_runs(13, 10, (NOW_MS + 3_000, failed.task_id, failed.scheduled_at_ms)) == []
+
+
+async def test_a_tasks_open_flows_are_read_by_its_app_and_id(store: TaskStore) -> None:
+    # Given a task with a live run, a failed run awaiting its retry, a fire parked behind the run, a delivered
+    # flow and a dead one; another task of the shard with a live run
+    task, live = await _fired(store, shard=5)
+    retrying, parked, done, dead = [
+        await store.insert_manual_flow(task.id, replace(live, scheduled_at_ms=live.scheduled_at_ms + n))
+        for n in (1, 2, 3, 4)
+    ]
+    _, other = await _fired(store, shard=5)
+    await store.record_flow_updates([_started(f) for f in (live, retrying, other)], NOW_MS)
+    failed = replace(_ended(retrying, FlowStatus.PENDING, RunStatus.FAILED), next_attempt_at_ms=NOW_MS + 1_000)
+    assert await store.write_run(FlowStatus.RUNNING, failed, NOW_MS + 500)
+    ends = [
+        FlowUpdate(parked.task_id, parked.scheduled_at_ms, FlowStatus.PENDING, 0, DEADLINE_MS),
+        FlowUpdate(done.task_id, done.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200),
+        FlowUpdate(dead.task_id, dead.scheduled_at_ms, FlowStatus.DEAD, 1, None, 500, "500"),
+    ]
+    await store.record_flow_updates(ends, NOW_MS + 600)
+
+    # Then its open flows come by instant, with their runs; at most as many as asked; none of another app's
+    found = await store.open_flows_of_task(task.app_id, task.id, 10)
+    assert [(f.id, f.status) for f in found] == [
+        (live.id, FlowStatus.RUNNING),
+        (retrying.id, FlowStatus.PENDING),
+        (parked.id, FlowStatus.PENDING),
+    ]
+    assert [f.run.status if f.run is not None else None for f in found] == [RunStatus.RUNNING, RunStatus.FAILED, None]
+    assert [f.id for f in await store.open_flows_of_task(task.app_id, task.id, 2)] == [live.id, retrying.id]
+    assert await store.open_flows_of_task("another-app", task.id, 10) == []

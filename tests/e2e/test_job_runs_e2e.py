@@ -197,3 +197,65 @@ async def test_a_run_live_across_a_kill_holds_its_tasks_overlap_on_the_next_node
     if overlap == "queue_one":  # the fire the killed node queued behind the run went, not a later instant
         later = sorted((f for f in flows if f["id"] != run.flow_id), key=lambda f: int(f["scheduled_at_ms"]))
         assert later[0]["id"] == after.flow_id, flows
+
+
+@pytest.mark.parametrize("overlap", ["skip_if_running", "queue_one"])
+async def test_a_failed_run_awaiting_its_retry_across_a_kill_holds_its_tasks_overlap_on_the_next_node(
+    tmp_path: Path, overlap: str
+) -> None:
+    data = f"sqlite+aiosqlite:///{tmp_path / 'data'}"
+    async with Receiver(ACCEPTED) as receiver:
+        # Given a task firing every second into a pool, whose first run its executor reports failed, and whose
+        # retry the executor answers 503 (Retry-After 4 s): the flow waits for its retry when its node is killed -9
+        with node_process(storage_urls=[data], settings=NODE_SETTINGS, work_dir=tmp_path / "first") as first:
+            async with await _app_client(first.base_url, first.admin_key) as client:
+                api_key = client.headers["authorization"]
+                await _join_pool(client, receiver)
+                pool = {"name": "workers", "path": "/sweep", "overlap": overlap}
+                task = {
+                    "name": "sweep",
+                    "schedule": {"kind": "interval", "every_ms": 1_000},
+                    "callback": {"pool": pool, "run_timeout_ms": 120_000},
+                }
+                created = await client.post("/v1/tasks", json=task)
+                assert created.status_code == 201, created.text
+                [run] = await receiver.wait_for(1, path="/sweep", timeout_s=15)
+                receiver.script("/sweep", Reply(503, retry_after="4"), then=ACCEPTED, flow_id=run.flow_id)
+                await _flow_until(client, run.flow_id, "running")
+                failed = await client.post(f"/v1/flows/{run.flow_id}/report", json={"status": "failed", "attempt": 1})
+                assert failed.status_code == 200, failed.text
+                deadline = time.monotonic() + 10
+                while (waiting := (await client.get(f"/v1/flows/{run.flow_id}")).json())["last_status_code"] != 503:
+                    assert time.monotonic() < deadline, waiting
+                    await asyncio.sleep(0.05)
+            os.kill(first.pid, signal.SIGKILL)
+
+        # When the next node takes the shards over and the task keeps firing there while the run awaits its retry
+        with node_process(storage_urls=[data], settings=NODE_SETTINGS, work_dir=tmp_path / "second") as second:
+            headers = {"authorization": api_key}
+            async with httpx.AsyncClient(base_url=second.base_url, headers=headers, timeout=10) as client:
+                await _join_pool(client, receiver)
+                # the retry, due 4 s after the 503, re-driven by the new owner's compensator and accepted
+                [*_, retry] = await receiver.wait_for(3, path="/sweep", timeout_s=20)
+                sent = [(r.flow_id, r.attempt) for r in receiver.for_path("/sweep")]
+                assert retry.flow_id == run.flow_id, sent  # not another fire of the task first
+                await _flow_until(client, run.flow_id, "running")
+                await asyncio.sleep(1.5)  # further instants while the retry's run lives
+                during = [r.flow_id for r in receiver.for_path("/sweep")]
+                flows = (await client.get(f"/v1/tasks/{created.json()['id']}/flows")).json()["items"]
+                # Then, the retry's end reported to the new node, exactly one more run starts
+                report = {"status": "succeeded", "attempt": retry.attempt}
+                ended = await client.post(f"/v1/flows/{run.flow_id}/report", json=report)
+                assert ended.status_code == 200, ended.text
+                [*_, after] = await receiver.wait_for(4, path="/sweep", timeout_s=10)
+                await _flow_until(client, after.flow_id, "running")
+                await asyncio.sleep(2.5)  # further instants while that run lives
+                total = [r.flow_id for r in receiver.for_path("/sweep")]
+
+    assert waiting["status"] == "pending" and waiting["run"]["status"] == "failed", waiting
+    assert during == [run.flow_id] * 3, during  # the run, its retry refused (503), the retry: nothing else
+    assert retry.flow_id == run.flow_id and retry.attempt > 2
+    skipped = [f for f in flows if f["status"] == "skipped"]
+    assert len(skipped) >= 2 and all(run.flow_id in f["last_error"] for f in skipped), flows
+    assert ended.json()["status"] == "delivered"
+    assert total == [run.flow_id] * 3 + [after.flow_id], total

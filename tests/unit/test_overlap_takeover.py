@@ -83,8 +83,21 @@ class Rig:
             raise ConnectionError("server gone")
         return await self.store.live_runs(shard, limit, after)
 
+    async def shards_with_retrying_runs(self, shards: Sequence[int]) -> set[int]:
+        if self.unreadable:
+            raise ConnectionError("server gone")
+        return await self.store.shards_with_retrying_runs(shards)
+
+    async def retrying_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]:
+        return await self.store.retrying_runs(shard, limit, after)
+
     async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]:
         return await self.store.parked_behind(shard, runs)
+
+    async def open_flows_of_task(self, app_id: str, task_id: int, limit: int) -> list[Flow]:
+        return await self.store.open_flows_of_task(app_id, task_id, limit)
 
     async def get_flow(self, task_id: int, scheduled_at_ms: int) -> Flow | None:
         return await self.store.get_flow(task_id, scheduled_at_ms)
@@ -305,3 +318,59 @@ async def test_a_shard_taken_while_its_server_was_unreachable_learns_its_runs_wh
     # Then the run holds the gate
     assert (await rig.until(second, FlowStatus.SKIPPED, FlowStatus.RUNNING)).status is FlowStatus.SKIPPED
     assert rig.sent() == [first.id]
+
+
+async def _failed_on_a_node_that_dies(rig: Rig, overlap: str, count: int) -> tuple[Task, list[Flow]]:
+    """A run of the task's first flow that its executor reported failed (to another node's API, whose retry
+    of it is nowhere in memory, as when that node died too) while the node that started it then dies: the
+    flow waits in the store, ``pending``, for the retry its task's policy gives it."""
+    task, flows = await _running_on_a_node_that_dies(rig, overlap, count)
+    await rig.report(flows[0], status="failed", message="disk full")
+    waiting = await rig.stored(flows[0])
+    assert waiting.status is FlowStatus.PENDING and waiting.run is not None
+    return task, flows
+
+
+async def test_a_successor_skips_a_fire_while_a_failed_run_awaits_its_retry_and_the_retry_goes(rig: Rig) -> None:
+    task, (first, second) = await _failed_on_a_node_that_dies(rig, "skip_if_running", 2)
+
+    # When another node takes the shard over and the task fires there
+    successor = await rig.node(rig.every)
+    await rig.fire(successor, task, second)
+
+    # Then the fire is skipped, naming the flow whose failed run awaits its retry
+    skipped = await rig.until(second, FlowStatus.SKIPPED, FlowStatus.RUNNING)
+    assert skipped.status is FlowStatus.SKIPPED
+    assert skipped.last_error == f"skipped: flow {first.id} of the task is still running"
+
+    # And the retry, re-driven by the successor's compensator, is sent (not skipped behind a later fire)
+    successor.deliverer.deliver(task, await rig.stored(first))
+    retried = await rig.until(first, FlowStatus.RUNNING, FlowStatus.SKIPPED)
+    assert retried.status is FlowStatus.RUNNING and retried.run is not None and retried.run.attempt == 2
+    assert rig.sent() == [first.id, first.id]
+
+
+async def test_a_successor_queues_a_fire_behind_a_failed_run_until_its_retry_ends(rig: Rig) -> None:
+    task, (first, second, third) = await _failed_on_a_node_that_dies(rig, "queue_one", 3)
+    successor = await rig.node(rig.every)
+
+    # When the task fires twice on the successor while the failed run awaits its retry
+    await rig.fire(successor, task, second)
+    await rig.fire(successor, task, third)
+    await asyncio.sleep(WATCH_S * 5)
+
+    # Then one fire waits, the other is skipped, and nothing was sent
+    assert rig.sent() == [first.id]
+    assert (await rig.until(third, FlowStatus.SKIPPED)).last_error == (
+        f"skipped: flow {first.id} of the task is still running"
+    )
+    assert (await rig.stored(second)).status is FlowStatus.PENDING
+
+    # And the retry goes first; the waiting fire goes once the retry's run ended (reported to another node)
+    successor.deliverer.deliver(task, await rig.stored(first))
+    await rig.until(first, FlowStatus.RUNNING)
+    await asyncio.sleep(WATCH_S * 5)
+    assert rig.sent() == [first.id, first.id]
+    await rig.runs.report(APP, first.id, {"attempt": 2, "status": "succeeded"})
+    await rig.until(second, FlowStatus.RUNNING)
+    assert rig.sent() == [first.id, first.id, second.id]

@@ -12,19 +12,22 @@ A fire queued behind a watched run is parked in the store until the run's deadli
 (:meth:`RunWatch.deadline_of`): the compensator leaves it alone meanwhile (a lease would count an
 attempt on it every pass), and should this node stop, the shard's next owner sends it then.
 
-**A change of owner.** The runs are in the store, the gate is in the firing node's memory: a node that
-takes a shard over (its owner killed, a planned move, or the shard's server back after a pause) learns
-the shard's live runs before anything of the shard fires (:meth:`RunWatch.learn`: one probe per
-database names the shards holding any, then pages of the store's
-:meth:`~tjobs.stores.contracts.runs.RunRecords.live_runs`, a range of the ``(status, next_attempt_at)``
-index per such shard, never a scan) and watches those of tasks that must not overlap themselves as if it had
-started them: a fire of such a task is skipped or queued behind the run, and the run's end, written by
-any node, releases the gate within a round. A fire the previous owner queued behind a run is parked
-in the store at the run's deadline: the new owner finds it there (:meth:`RunWatch.learn`) and holds it
-as the run's queued fire. A node that loses a shard forgets its runs (:meth:`RunWatch.forget`) and
-lets go of the fires queued behind them, left parked for the new owner. A queued fire whose run ended
-while no node owned its shard (between a kill and the take-over) is not found so: it waits parked
-until the run's deadline, when the owner's compensator sends it (as before the take-over learned runs).
+**A change of owner.** The runs are in the store, the gate is in the firing node's memory: a node that takes a
+shard over (its owner killed, a planned move, or the shard's server back after a pause) learns the shard's
+live runs before anything of the shard fires (:meth:`RunWatch.learn`: one probe per database names the shards
+holding any, then pages of the store's :meth:`~tjobs.stores.contracts.runs.RunRecords.live_runs`, a range of
+the ``(status, next_attempt_at)`` index per such shard, never a scan) and watches those of tasks that must not
+overlap themselves as if it had started them: a fire of such a task is skipped or queued behind the run, and
+the run's end, written by any node, releases the gate within a round. So are the runs that ended failed or
+timed out and await their retry (flows ``pending`` with a run,
+:meth:`~tjobs.stores.contracts.runs.RunRecords.retrying_runs`): the flow is its task's running one until its
+final end, as on the node that sent it; a fire queued behind one waits until the retry's run could have ended
+(the run's own length after the retry's time). A fire the previous owner queued behind a run is parked in the
+store at the run's deadline: the new owner finds it there (:meth:`RunWatch.learn`) and holds it as the run's
+queued fire. A node that loses a shard forgets its runs (:meth:`RunWatch.forget`) and lets go of the fires
+queued behind them, left parked for the new owner. A queued fire whose run ended while no node owned its shard
+(between a kill and the take-over) is not found so: it waits parked until the run's deadline, when the owner's
+compensator sends it (as before the take-over learned runs).
 
 One read per watched run a round, only while some run is watched; nothing on the fire path."""
 
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from tjobs.delivery.outcomes import FlowReader
@@ -43,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 RUN_WATCH_S = 1.0
 LEARN_PAGE = 1_000  # live runs read per page when a shard is taken over
+OPEN_FLOWS_READ = 100  # a task's open flows read before a fire of it is judged (a handful: runs, a queued fire)
 
 
 class RunReader(FlowReader, Protocol):
@@ -54,7 +58,15 @@ class RunReader(FlowReader, Protocol):
         self, shard: int, limit: int, after: tuple[int, int, int] | None = None
     ) -> list[tuple[Flow, Task | None]]: ...
 
+    async def shards_with_retrying_runs(self, shards: Sequence[int]) -> set[int]: ...
+
+    async def retrying_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]: ...
+
     async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]: ...
+
+    async def open_flows_of_task(self, app_id: str, task_id: int, limit: int) -> list[Flow]: ...
 
 
 class RunWatch:
@@ -94,45 +106,89 @@ class RunWatch:
         self._runs.pop(flow_id, None)
 
     async def learn(self, shards: Sequence[int]) -> tuple[list[tuple[int, str]], list[tuple[Task, Flow]]]:
-        """Watch the live runs of ``shards`` whose task must not overlap itself, read from the store; returns
-        them as (task id, flow id), for the gate, and the fires parked behind them (their next attempt is
-        the run's deadline: queued there by the node that died or let go), with their tasks. Raises when the
-        store cannot say (nothing of those shards may fire then)."""
+        """Watch the runs of ``shards`` whose task must not overlap itself, read from the store: the live ones,
+        and those that ended failed or timed out and await their retry (the flow is the task's running one
+        until it ends, wherever the retry is sent from); returns them as (task id, flow id), for the gate,
+        and the fires parked behind them (their next attempt is the run's deadline: queued there by the node
+        that died or let go), with their tasks. Raises when the store cannot say (nothing of those shards
+        may fire then)."""
         learned: list[tuple[int, str]] = []
         parked: list[tuple[Task, Flow]] = []
         if self._live is None:
             return learned, parked
-        for shard in sorted(await self._live.shards_with_live_runs(shards)):
+        live, retrying = await asyncio.gather(
+            self._live.shards_with_live_runs(shards), self._live.shards_with_retrying_runs(shards)
+        )
+        for shard in sorted(live | retrying):
             behind: dict[tuple[int, int], Task] = {}
-            after: tuple[int, int, int] | None = None
-            while True:
-                page = await self._live.live_runs(shard, LEARN_PAGE, after)
-                for flow, task in page:
-                    pool = None if task is None else task.callback.pool
-                    if task is None or pool is None or pool.overlap is Overlap.ALLOW or flow.next_attempt_at_ms is None:
-                        continue
-                    deadline_ms = flow.run.deadline_ms if flow.run is not None else None
-                    self.add(flow.id, flow.task_id, flow.scheduled_at_ms, deadline_ms or flow.next_attempt_at_ms)
-                    learned.append((flow.task_id, flow.id))
-                    behind[(flow.task_id, deadline_ms or flow.next_attempt_at_ms)] = task
-                if len(page) < LEARN_PAGE:
-                    break
-                last = page[-1][0]
-                assert last.next_attempt_at_ms is not None
-                after = (last.next_attempt_at_ms, last.task_id, last.scheduled_at_ms)
+            if shard in live:
+                await self._learn_pages(self._live.live_runs, shard, learned, behind)
+            if shard in retrying:
+                await self._learn_pages(self._live.retrying_runs, shard, learned, behind)
             keys = list(behind)
             for start in range(0, len(keys), LEARN_PAGE):
                 for flow in await self._live.parked_behind(shard, keys[start : start + LEARN_PAGE]):
                     parked.append((behind[(flow.task_id, flow.next_attempt_at_ms or 0)], flow))
         if learned:
             logger.info(
-                "learned %d live runs (%d fires queued behind them) of %d shards taken over",
+                "learned %d runs, live or awaiting their retry (%d fires queued behind them), of %d shards taken over",
                 len(learned),
                 len(parked),
                 len(shards),
                 extra={"action": "runs_learned"},
             )
         return learned, parked
+
+    async def _learn_pages(
+        self,
+        read: Callable[[int, int, tuple[int, int, int] | None], Awaitable[list[tuple[Flow, Task | None]]]],
+        shard: int,
+        learned: list[tuple[int, str]],
+        behind: dict[tuple[int, int], Task],
+    ) -> None:
+        """Watch the runs ``read`` pages out of ``shard`` (live, or awaiting their retry) whose task must not
+        overlap itself; ``behind`` gets the (task id, deadline) pairs a queued fire may be parked at."""
+        after: tuple[int, int, int] | None = None
+        while True:
+            page = await read(shard, LEARN_PAGE, after)
+            for flow, task in page:
+                pool = None if task is None else task.callback.pool
+                if task is None or pool is None or pool.overlap is Overlap.ALLOW or flow.next_attempt_at_ms is None:
+                    continue
+                watch_ms = watch_deadline(flow)
+                self.add(flow.id, flow.task_id, flow.scheduled_at_ms, watch_ms)
+                learned.append((flow.task_id, flow.id))
+                behind[(flow.task_id, watch_ms)] = task
+                if flow.run is not None and flow.run.deadline_ms is not None:  # a retry's: queued at its run's deadline
+                    behind[(flow.task_id, flow.run.deadline_ms)] = task
+            if len(page) < LEARN_PAGE:
+                return
+            last = page[-1][0]
+            assert last.next_attempt_at_ms is not None
+            after = (last.next_attempt_at_ms, last.task_id, last.scheduled_at_ms)
+
+    async def judge(self, task: Task, flow_id: str, here: Callable[[str], bool]) -> tuple[list[str], bool]:
+        """Before a fire ``flow_id`` of ``task`` (that must not overlap itself) goes: the task's runs in the
+        store, live or awaiting their retry, wherever they were sent from, watched here from now on (but those
+        ``here`` delivers), for the gate to hold; and whether a fire of the task that ``here`` does not deliver
+        is parked behind one of them (another node queued it: the task's one queued fire). One read of the
+        task's open flows (:meth:`~tjobs.stores.contracts.runs.RunRecords.open_flows_of_task`)."""
+        if self._live is None:
+            return [], False
+        flows = await self._live.open_flows_of_task(task.app_id, task.id, OPEN_FLOWS_READ)
+        runs = [f for f in flows if f.id != flow_id and f.next_attempt_at_ms is not None and _a_run(f)]
+        parked_at: set[int | None] = set()
+        for flow in runs:
+            watch_ms = watch_deadline(flow)
+            if flow.id not in self._runs and not here(flow.id):
+                self.add(flow.id, flow.task_id, flow.scheduled_at_ms, watch_ms)
+            parked_at |= {watch_ms, None if flow.run is None else flow.run.deadline_ms}
+        queued = any(
+            f.id != flow_id and f.run is None and f.status.deliverable and f.next_attempt_at_ms in parked_at
+            for f in flows
+            if not here(f.id)
+        )
+        return [flow.id for flow in runs], queued
 
     def forget(self, lost: Callable[[int], bool]) -> None:
         """Stop watching the runs of the tasks for which ``lost(task_id)`` (their shard is another node's)."""
@@ -161,3 +217,22 @@ class RunWatch:
                 if (stored is None or stored.status.terminal) and self._runs.get(flow_id) is not None:
                     del self._runs[flow_id]
                     self._ended(task_id, flow_id)
+
+
+def _a_run(flow: Flow) -> bool:
+    """A run live (``running``, ``cancelling``), or ended failed or timed out and awaiting its retry."""
+    return flow.status.running or (flow.status.deliverable and flow.run is not None)
+
+
+def watch_deadline(flow: Flow) -> int:
+    """When a fire queued behind ``flow``'s run (live, or awaiting its retry: :func:`_a_run`) is parked until:
+    the run's deadline; for a retry, when the retry's run could end (its run's own length after the retry's
+    time), if later."""
+    assert flow.next_attempt_at_ms is not None
+    run = flow.run
+    deadline_ms = None if run is None else run.deadline_ms
+    if run is None or deadline_ms is None:
+        return flow.next_attempt_at_ms
+    if flow.status.deliverable:
+        return max(deadline_ms, flow.next_attempt_at_ms + deadline_ms - run.started_at_ms)
+    return deadline_ms

@@ -64,6 +64,33 @@ class MemoryRuns(RunRecords):
         tasks = self._tasks[shard]
         return [(replace(flow), _copy(tasks.get(flow.task_id))) for flow in flows]
 
+    async def shards_with_retrying_runs(self, shards: Sequence[int]) -> set[int]:
+        for shard in shards:
+            self._check_shard(shard)
+        return {shard for shard in shards if any(_retrying(flow) for flow in self._flows[shard].values())}
+
+    async def retrying_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]:
+        self._check_shard(shard)
+        waiting = sorted(
+            (flow.next_attempt_at_ms, flow.task_id, flow.scheduled_at_ms)
+            for flow in self._flows[shard].values()
+            if _retrying(flow) and flow.next_attempt_at_ms is not None
+        )
+        keys = [key for key in waiting if after is None or key > after][:limit]
+        flows = [self._flows[shard][(task_id, at_ms)] for _, task_id, at_ms in keys]
+        tasks = self._tasks[shard]
+        return [(replace(flow), _copy(tasks.get(flow.task_id))) for flow in flows]
+
+    async def open_flows_of_task(self, app_id: str, task_id: int, limit: int) -> list[Flow]:
+        shard = self._shard_of(task_id)
+        if shard is None:
+            return []
+        flows = self._flows[shard].values()
+        open_ = [f for f in flows if f.task_id == task_id and f.app_id == app_id and not f.status.terminal]
+        return [replace(flow) for flow in sorted(open_, key=lambda f: f.scheduled_at_ms)[:limit]]
+
     async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]:
         self._check_shard(shard)
         wanted = set(runs)
@@ -85,6 +112,11 @@ class MemoryRuns(RunRecords):
         flow.run_log = (flow.run_log or "") + text
         flow.run_log_lines += lines
         return True
+
+
+def _retrying(flow: Flow) -> bool:
+    """A flow whose run ended (failed or timed out) and that awaits its retry."""
+    return flow.status is FlowStatus.PENDING and flow.run is not None
 
 
 def _copy(task: Task | None) -> Task | None:

@@ -50,6 +50,31 @@ class RunRecords(StoreLifecycle):
         never a scan of the shard's flows."""
 
     @abstractmethod
+    async def shards_with_retrying_runs(self, shards: Sequence[int]) -> set[int]:
+        """Which of ``shards`` hold a flow whose run ended failed or timed out and that awaits its retry
+        (:meth:`retrying_runs`): a plain read, one statement per database (a probe of each shard's
+        ``pending`` range of the ``(status, next_attempt_at)`` index for a flow with a run)."""
+
+    @abstractmethod
+    async def retrying_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]:
+        """The ``pending`` flows of ``shard`` that hold a run (it ended failed or timed out, and the flow
+        awaits the retry its task's policy gave it: sent again by whichever node holds it, or re-driven
+        by the shard owner's compensator), with their tasks (``None``: deleted), ordered and paged as
+        :meth:`live_runs` (next attempt: the retry's time; task id; instant). A read of the ``pending``
+        range of the ``(status, next_attempt_at)`` index, each entry's row checked for a run: its cost
+        follows the shard's pending flows, runs or not (read once, when a node takes the shard over)."""
+
+    @abstractmethod
+    async def open_flows_of_task(self, app_id: str, task_id: int, limit: int) -> list[Flow]:
+        """The open flows (``pending``, ``sending``, ``running``, ``cancelling``) of task ``task_id`` of app
+        ``app_id``, at most ``limit`` of them, by instant: what a node judges a fire of a task that must not
+        overlap itself against (its runs, live or awaiting their retry, and the fire queued behind one,
+        wherever they were sent from; :mod:`tjobs.delivery.run_watch`). A read of the ``(app_id, status,
+        task_id)`` index at the task, one range per open status, never of the task's history."""
+
+    @abstractmethod
     async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]:
         """The ``pending`` flows of ``shard`` parked behind live runs: for each (task id, deadline) of
         ``runs``, the task's pending flows whose next attempt is that deadline (a fire queued behind the

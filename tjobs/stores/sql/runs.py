@@ -8,15 +8,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import ColumnElement, and_, func, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores.contracts.runs import RunRecords
 from tjobs.stores.flow_documents import run_to_text
 from tjobs.stores.schema import clip_error, flow_from_row, task_from_row
 from tjobs.stores.sql.connections import SqlBase
+from tjobs.stores.sql_layout import ShardTables
 
 _LIVE = tuple(s.value for s in FlowStatus if s.running)
+_OPEN = tuple(s.value for s in FlowStatus if not s.terminal)
+
+
+def _retrying(home: ShardTables) -> ColumnElement[bool]:
+    """A flow whose run ended failed or timed out and that awaits its retry: ``pending`` with a run."""
+    c = home.flows.c
+    return and_(c.status == FlowStatus.PENDING.value, c.run.is_not(None))
 
 
 class SqlRunRecords(SqlBase, RunRecords):
@@ -107,15 +116,41 @@ class SqlRunRecords(SqlBase, RunRecords):
                 pick = pick.order_by(c.next_attempt_at, c.task_id, c.scheduled_at).limit(limit)
                 rows += (await conn.execute(pick, execution_options=home.options)).mappings().all()
             rows.sort(key=lambda r: (r["next_attempt_at"], r["task_id"], r["scheduled_at"]))
-            flows = [flow_from_row(row) for row in rows[:limit]]
-            if not flows:
-                return []
-            task_rows = await conn.execute(
-                select(home.tasks).where(home.tasks.c.id.in_(sorted({f.task_id for f in flows}))),
-                execution_options=home.options,
+            return await _with_tasks(conn, home, [flow_from_row(row) for row in rows[:limit]])
+
+    async def shards_with_retrying_runs(self, shards: Sequence[int]) -> set[int]:
+        # the databases at once, beside shards_with_live_runs: a take-over waits for both
+        return await self._shards_where(shards, _retrying, databases_at_once=True)
+
+    async def retrying_runs(
+        self, shard: int, limit: int, after: tuple[int, int, int] | None = None
+    ) -> list[tuple[Flow, Task | None]]:
+        home = self._shard(shard)
+        c = home.flows.c
+        pick = select(home.flows).where(_retrying(home), c.next_attempt_at.is_not(None))
+        if after is not None:  # as live_runs: the range starts at the last key's retry time
+            pick = pick.where(
+                c.next_attempt_at >= after[0], tuple_(c.next_attempt_at, c.task_id, c.scheduled_at) > after
             )
-            tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
-        return [(flow, tasks.get(flow.task_id)) for flow in flows]
+        pick = pick.order_by(c.next_attempt_at, c.task_id, c.scheduled_at).limit(limit)
+        async with self._connect(home.database.engine_url) as conn:
+            rows = (await conn.execute(pick, execution_options=home.options)).mappings()
+            return await _with_tasks(conn, home, [flow_from_row(row) for row in rows])
+
+    async def open_flows_of_task(self, app_id: str, task_id: int, limit: int) -> list[Flow]:
+        home = self._shard_of_task(task_id)
+        if home is None:
+            return []
+        c = home.flows.c
+        pick = (
+            select(home.flows)
+            .where(c.app_id == app_id, c.status.in_(_OPEN), c.task_id == task_id)
+            .order_by(c.scheduled_at)
+            .limit(limit)
+        )
+        async with self._connect(home.database.engine_url) as conn:
+            rows = (await conn.execute(pick, execution_options=home.options)).mappings().all()
+        return [flow_from_row(row) for row in rows]
 
     async def parked_behind(self, shard: int, runs: Sequence[tuple[int, int]]) -> list[Flow]:
         if not runs:
@@ -161,3 +196,15 @@ class SqlRunRecords(SqlBase, RunRecords):
         async with self._write(home.database.engine_url) as conn:
             result = await self._fenced(conn, home.database, statement, home.options)
         return bool(result.rowcount)
+
+
+async def _with_tasks(conn: AsyncConnection, home: ShardTables, flows: list[Flow]) -> list[tuple[Flow, Task | None]]:
+    """``flows`` (of ``home``'s shard) with their tasks (``None``: deleted), read by id in one statement."""
+    if not flows:
+        return []
+    task_rows = await conn.execute(
+        select(home.tasks).where(home.tasks.c.id.in_(sorted({f.task_id for f in flows}))),
+        execution_options=home.options,
+    )
+    tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
+    return [(flow, tasks.get(flow.task_id)) for flow in flows]
