@@ -8,11 +8,12 @@
 #   make chaos-grouped  the same with the grouped outcome flush (500 ms / 2,500) on every node
 #   make soak    the nemesis soak: 2 h at 1,000 fires/s under cycling faults (make soak ARGS="--minutes 10 --rate 200")
 #   make bench   benchmarks (python -m benchmarks): make bench ARGS="fire --embedded", ARGS="<name> --help"
+#   make bench-db-up | bench-db-down   the benchmarks' own MariaDB on 3391, sized for them (scripts/bench_db.sh)
 #   make services-up | services-status | services-down
 
 ARGS ?=
 
-.PHONY: help dev check test unit lint chaos chaos-grouped soak bench venv services-up services-status services-down
+.PHONY: help dev check test unit lint chaos chaos-grouped soak bench bench-db-up bench-db-down venv services-up services-status services-down
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -48,6 +49,12 @@ soak:
 
 bench:
 	bash scripts/bench.sh $(ARGS)
+
+bench-db-up:
+	bash scripts/bench_db.sh up
+
+bench-db-down:
+	bash scripts/bench_db.sh down
 
 services-up:
 	bash scripts/services.sh up
