@@ -2,12 +2,15 @@
 terminal flows scheduled before the cut-off go, oldest first, never an open one however old; and on
 MariaDB a purge's transaction examines rows in proportion to what it deletes, not the table (migration
 0025's index; before it, the read walked every terminal flow of the table along ``retry``:
-docs/operations.md, "Capacity model")."""
+docs/operations.md, "Capacity model"); the same for the completed tasks, oldest first along
+``tasks_TT_done`` (migration 0026; before it, the read walked every completed task of the table along
+``due``, whose ``next_run_at`` is NULL for them)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,7 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tests.contract.backends import NOW_MS, make_task, manual_flow
-from tjobs.model import FlowStatus
+from tjobs.model import FlowStatus, TaskStatus
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import TaskStore
 from tjobs.stores.sql.connections import SqlBase
@@ -58,6 +61,31 @@ async def test_purge_with_nothing_old_enough_deletes_nothing(store: TaskStore) -
         await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS + offset, status))
     assert await store.purge(SHARD, NOW_MS, 100) == 0
     assert len(await store.list_flows(task.id, 100)) == len(ENDED)
+
+
+async def test_purge_removes_the_completed_tasks_older_than_the_cutoff_oldest_first(store: TaskStore) -> None:
+    cutoff = NOW_MS
+    # completed tasks stored newest first (ids rise as the instants fall), so oldest first is not id order
+    done = []
+    for age in (1, 5, 2, 4, 3, 0):
+        task = make_task(shard=SHARD, status=TaskStatus.COMPLETED, next_run_at_ms=None)
+        done.append(await store.insert_task(replace(task, updated_at_ms=cutoff - 1000 * age)))
+    fresh = await store.insert_task(
+        replace(make_task(shard=SHARD, status=TaskStatus.COMPLETED, next_run_at_ms=None), updated_at_ms=cutoff)
+    )
+    others = [
+        await store.insert_task(replace(make_task(shard=SHARD, status=status), updated_at_ms=cutoff - 10_000))
+        for status in (TaskStatus.ACTIVE, TaskStatus.PAUSED)
+    ]
+    by_age = sorted((t for t in done if t.updated_at_ms < cutoff), key=lambda t: t.updated_at_ms)
+
+    assert await store.purge(SHARD, cutoff, 2) == 2
+    assert [await store.get_task(t.id) for t in by_age[:2]] == [None, None]
+    assert None not in [await store.get_task(t.id) for t in by_age[2:]]
+    while (count := await store.purge(SHARD, cutoff, 2)) > 0:
+        assert count <= 2
+    assert [await store.get_task(t.id) for t in by_age] == [None] * len(by_age)
+    assert None not in [await store.get_task(t.id) for t in [fresh, *others]]
 
 
 def _old_ended(flow: Any, cutoff: int) -> bool:
@@ -141,6 +169,44 @@ async def test_what_a_purge_examines_is_bounded_by_what_it_deletes_not_by_the_ta
     assert reads[-1] <= empty + 3 * 200 + 10, f"the purge examined {reads[-1]} rows (empty table: {empty})"
 
 
+async def _fill_completed(
+    store: SQLAlchemyTaskStore, settings: StorageSettings, first_at: int, count: int, first_id: int
+) -> None:
+    """``count`` completed tasks in ``SHARD``'s table, last updated 1 ms apart from ``first_at``."""
+    home = store.layout.shards[SHARD]
+    engine = create_engine_for(home.database.engine_url, settings)
+    try:
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql(
+                f"INSERT INTO {home.tasks_sql} (id, app_id, name, idem_key, status, next_run_at, version, "
+                "fire_count, schedule, callback, payload, misfire_policy, delivery, created_at, updated_at) "
+                f"SELECT {first_id} + seq, 'app-a', 't', NULL, 'completed', NULL, 2, 1, "
+                "'{\"kind\": \"once\", \"at_ms\": 1}', '{}', '{}', 'fire_once', 'http', "
+                f"{first_at}, {first_at} + seq FROM `{home.database.name}`.seq_0_to_{count - 1}"
+            )
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.mariadb
+async def test_what_a_purge_of_completed_tasks_examines_is_bounded_by_what_it_deletes(
+    mariadb_store: SQLAlchemyTaskStore, mariadb_store_settings: StorageSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = _measure_purge(monkeypatch)
+    assert await mariadb_store.purge(SHARD, NOW_MS, 200) == 0  # an empty table
+    empty = reads[-1]
+
+    # 20,000 completed tasks, every one updated at or after the cut-off: nothing to read but one probe
+    await _fill_completed(mariadb_store, mariadb_store_settings, NOW_MS, 20_000, 10**12)
+    assert await mariadb_store.purge(SHARD, NOW_MS, 200) == 0
+    assert reads[-1] <= empty + 10, f"the purge examined {reads[-1]} rows (empty table: {empty})"
+
+    # 500 completed tasks old enough: a batch of 200 reads and deletes those 200, nothing else
+    await _fill_completed(mariadb_store, mariadb_store_settings, NOW_MS - 20_000, 500, 2 * 10**12)
+    assert await mariadb_store.purge(SHARD, NOW_MS, 200) == 200
+    assert reads[-1] <= empty + 3 * 200 + 10, f"the purge examined {reads[-1]} rows (empty table: {empty})"
+
+
 # ---- SQLite: the plan of the purge's read -----------------------------------------------------------
 
 
@@ -176,4 +242,41 @@ async def test_on_sqlite_the_purge_reads_the_flows_along_their_instant(sqlite_st
         await store.close()
     details = " / ".join(str(row[-1]) for row in plan)
     assert f"USING INDEX {home.flows.name}_at (scheduled_at<?)" in details, details
+    assert "TEMP B-TREE" not in details, details
+
+
+async def test_on_sqlite_the_purge_reads_the_completed_tasks_along_their_last_update(
+    sqlite_store_settings: StorageSettings,
+) -> None:
+    """The completed tasks' read must search ``tasks_TT_done`` (the completed tasks by ``updated_at``), not
+    walk every completed task along ``due`` (status, next_run_at)."""
+    from tests.contract.backends import wipe
+
+    await wipe(sqlite_store_settings)
+    sent: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "updated_at <" in statement:
+            sent.append((statement, parameters))
+
+    store = SQLAlchemyTaskStore(sqlite_store_settings)
+    await store.start()
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        await store.purge(SHARD, NOW_MS, 200)
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    try:
+        statement, parameters = sent[0]
+        home = store.layout.shards[SHARD]
+        engine = create_engine_for(home.database.engine_url, sqlite_store_settings)
+        try:
+            async with engine.connect() as conn:
+                plan = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)).all()
+        finally:
+            await engine.dispose()
+    finally:
+        await store.close()
+    details = " / ".join(str(row[-1]) for row in plan)
+    assert f"USING INDEX {home.tasks.name}_done (updated_at<?)" in details, details
     assert "TEMP B-TREE" not in details, details

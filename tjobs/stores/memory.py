@@ -617,9 +617,10 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
             del flows[key]
         room = limit - len(old_flows)
         tasks = self._tasks[shard]
-        old_tasks = [
-            t for t in tasks.values() if t.status is TaskStatus.COMPLETED and t.updated_at_ms < finished_before_ms
-        ][:room]
+        old_tasks = sorted(
+            (t for t in tasks.values() if t.status is TaskStatus.COMPLETED and t.updated_at_ms < finished_before_ms),
+            key=lambda t: (t.updated_at_ms, t.id),
+        )[: max(room, 0)]  # oldest first, as the SQL stores read them (tasks_TT_done)
         for task in old_tasks:
             del tasks[task.id]
             self._count(shard, task.app_id, task.status, None)

@@ -224,6 +224,24 @@ def purge_flow_indexes(table_name: str) -> list[tuple[str, list[str]]]:
     return [(f"{table_name}_at", ["scheduled_at"])]
 
 
+COMPLETED_AT_COLUMN = "completed_at"
+"""A virtual column of ``tasks_TT`` on MariaDB (migration 0026): a completed task's ``updated_at`` (when
+it completed, unless edited since), NULL for every other task; never written or read back. Its index is
+retention's read of the completed tasks old enough to purge, oldest first. A fire of an active task
+leaves it NULL, so the index is not written on the fire path (InnoDB updates a secondary index only when
+one of its values changes). SQLite has partial indexes instead: ``tasks_TT_done`` indexes ``updated_at``
+of the rows ``WHERE status = 'completed'``."""
+
+COMPLETED_AT_EXPRESSION = "CASE WHEN status = 'completed' THEN updated_at END"
+
+
+def purge_task_indexes(table_name: str, dialect: str) -> list[tuple[str, list[str]]]:
+    """Retention's read of the completed tasks old enough to purge, oldest first (migration 0026): one
+    probe when none is. On MariaDB the index of :data:`COMPLETED_AT_COLUMN`; on SQLite ``updated_at``
+    of the completed rows only (a partial index: ``WHERE status = 'completed'``, which the read repeats)."""
+    return [(f"{table_name}_done", [COMPLETED_AT_COLUMN if dialect == "mysql" else "updated_at"])]
+
+
 def flows_schema_items(table_name: str) -> list[SchemaItem]:
     return [
         Column("task_id", BigInteger, nullable=False, autoincrement=False),

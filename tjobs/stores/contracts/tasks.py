@@ -244,7 +244,8 @@ class TaskRecords(StoreLifecycle):
     @abstractmethod
     async def purge(self, shard: int, finished_before_ms: int, limit: int) -> int:
         """Delete up to ``limit`` terminal flows scheduled before the cutoff, oldest first, and then (room
-        left) completed tasks last updated before it; return how many rows went. An open flow (pending,
-        sending, running, cancelling) is never deleted, however old. The flows' read costs the rows it
-        deletes plus the open flows older than the cutoff, not the table: nothing old enough is one index
-        probe (migration 0025). Small batches: never a long lock."""
+        left) completed tasks last updated before it, oldest first; return how many rows went. An open flow
+        (pending, sending, running, cancelling) is never deleted, however old. The flows' read costs the
+        rows it deletes plus the open flows older than the cutoff, not the table: nothing old enough is one
+        index probe (migration 0025); the completed tasks' read costs the tasks it deletes, nothing old
+        enough one probe (0026). Small batches: never a long lock."""

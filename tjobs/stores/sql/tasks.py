@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from asyncmy.errors import IntegrityError as DriverIntegrityError
-from sqlalchemy import bindparam, delete, func, insert, literal, or_, select, union_all, update
+from sqlalchemy import bindparam, delete, func, insert, literal, literal_column, or_, select, text, union_all, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -23,10 +23,12 @@ from tjobs.stores import sql_search, sql_task_health
 from tjobs.stores.contracts import CountCorrection, TaskRecords
 from tjobs.stores.queries import FlowPosition, FlowQuery, TaskPosition, TaskQuery
 from tjobs.stores.schema import (
+    COMPLETED_AT_COLUMN,
     clip_error,
     flow_from_row,
     flow_to_row,
     purge_flow_indexes,
+    purge_task_indexes,
     task_from_row,
     task_to_row,
 )
@@ -476,13 +478,7 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             if room > 0:
                 completed = TaskStatus.COMPLETED
                 old_tasks = (
-                    await conn.execute(
-                        select(t.id, t.app_id)
-                        .where(t.status == completed.value, t.updated_at < finished_before_ms)
-                        .limit(room)
-                        .with_for_update(),
-                        execution_options=opts,
-                    )
+                    await conn.execute(_old_completed(home, mysql, finished_before_ms, room), execution_options=opts)
                 ).all()
                 if old_tasks:
                     task_ids = [int(task_id) for task_id, _ in old_tasks]
@@ -498,6 +494,26 @@ class SqlTaskRecords(SqlBase, TaskRecords):
                         deltas.change(home, str(app_id), completed, None)
                     await apply_deltas(conn, self.layout.dialect, deltas)
         return purged
+
+
+def _old_completed(home: ShardTables, mysql: bool, finished_before_ms: int, limit: int) -> Any:
+    """The completed tasks last updated before the cut-off, oldest first, locked: along ``tasks_TT_done``
+    (migration 0026), which stops at the first one too new. MariaDB reads its virtual ``completed_at``
+    (told the index: its statistics are as old as the last ANALYZE); SQLite is told its partial index too
+    (it took ``due`` for the status, then sorted), which it can use only when the read repeats the index's
+    condition word for word: the status is written in, not bound."""
+    t = home.tasks.c
+    ((name, _columns),) = purge_task_indexes(home.tasks.name, MYSQL if mysql else "sqlite")
+    if mysql:
+        completed_at: Any = literal_column(COMPLETED_AT_COLUMN)
+        read = select(t.id, t.app_id).where(completed_at < finished_before_ms).order_by(completed_at, t.id)
+        read = read.with_hint(home.tasks, f"FORCE INDEX (`{name}`)")
+    else:
+        return text(  # SQLAlchemy's SQLite compiler drops table hints
+            f"SELECT id, app_id FROM {home.tasks_sql} INDEXED BY {name} WHERE status = 'completed' "
+            "AND updated_at < :before ORDER BY updated_at, id LIMIT :limit"
+        ).bindparams(before=finished_before_ms, limit=limit)
+    return read.limit(limit).with_for_update()
 
 
 def _ids() -> Any:
