@@ -63,14 +63,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
+from typing import Any
 
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.fenced_report import FencedReport
-from tjobs.delivery.in_flight import Delivery, Lane, missing_target, target_timeout_ms
+from tjobs.delivery.in_flight import Delivery, Lane, missing_target, target_timeout_ms, unusable
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.lookup import AppSource, CallbackJob, JobLookup, TargetSource
 from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter
@@ -256,7 +257,11 @@ class Deliverer:
         if job is not None:
             self.submit(job)
             return
-        lookup = asyncio.get_running_loop().create_task(self._deliver_after_lookup(task, flow))
+        self._read_first(self._deliver_after_lookup(task, flow))
+
+    def _read_first(self, reading: Coroutine[Any, Any, None]) -> None:
+        """Run a read that comes before a flow's delivery (cancelled by :meth:`stop`: the flow stays open)."""
+        lookup = asyncio.get_running_loop().create_task(reading)
         self._app_lookups.add(lookup)
         lookup.add_done_callback(self._app_lookups.discard)
 
@@ -292,43 +297,51 @@ class Deliverer:
             logger.exception(
                 "flow %s has an unusable callback spec", flow_id, extra={"action": "flow_dead", "flow_id": flow_id}
             )
-            flow = job.flow
-            update = FlowUpdate(
-                flow.task_id,
-                flow.scheduled_at_ms,
-                FlowStatus.DEAD,
-                flow.attempts,
-                None,
-                None,
-                f"unusable callback spec: {type(error).__name__}: {error}"[:240],
-            )
-            self._outcomes.put(flow_id, update)
+            self._outcomes.put(flow_id, unusable(job.flow, error))
             return
         self._active[flow_id] = delivery
         if self._runs is not None:
             self._runs.discard(flow_id)  # a retry of a run that ended here: delivery holds its gate again
-        if job.flow.attempts > 0 and not delivery.at_most_once:
-            # A re-drive: the limits may already be spent.
-            if delivery.attempt > delivery.max_attempts:
-                self._finish(
-                    delivery, FlowStatus.DEAD, delivery.attempt - 1, f"gave up after {delivery.attempt - 1} attempts"
-                )
-                return
-            if self._clock.now_ms() > delivery.deadline_ms:
-                self._finish(delivery, FlowStatus.DEAD, delivery.attempt - 1, "max_age_s exceeded")
-                return
-        if delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW and not self._admit(delivery):
+        spent = delivery.spent(self._clock.now_ms()) if job.flow.attempts > 0 else None  # a re-drive's limits
+        if spent is not None:
+            self._finish(delivery, FlowStatus.DEAD, delivery.attempt - 1, spent)
             return
+        if delivery.pool is not None and delivery.pool.route.overlap is not Overlap.ALLOW:
+            if self._runs is not None and not self._overlap.skips(
+                job.task.id, flow_id, delivery.pool.route.overlap, self._holds_gate
+            ):
+                self._read_first(self._judge(delivery))  # the task's runs on other nodes too (tjobs.delivery.run_watch)
+                return
+            if not self._admit(delivery):
+                return
         self._enqueue(delivery)
 
-    def _admit(self, delivery: Delivery) -> bool:
+    async def _judge(self, delivery: Delivery) -> None:
+        """Admit a fire its gate here would let go (or queue) once the task's runs in the store hold the gate
+        too: those another node started or awaits the retry of, and a fire another node queued behind one."""
+        assert self._runs is not None
+        task_id = delivery.job.task.id
+        try:
+            held, queued = await self._runs.judge(delivery.job.task, delivery.flow_id, self._active.__contains__)
+        except Exception:
+            self._leave_to_compensator(
+                delivery, "could not read the runs of flow %s's task; the compensator re-drives it"
+            )
+            return
+        if self._active.get(delivery.flow_id) is delivery and self._running:
+            for flow_id in held:
+                self._overlap.hold(task_id, flow_id)
+            if self._admit(delivery, queued):
+                self._enqueue(delivery)
+
+    def _admit(self, delivery: Delivery, queued_elsewhere: bool = False) -> bool:
         """A pool flow whose task must not overlap itself (:mod:`tjobs.pools.overlap`): whether it goes
-        now; otherwise it is skipped, or waits for the task's running flow to end."""
+        now; otherwise it is skipped, or waits for the task's running flow to end (skipped where another
+        node queued the task's fire behind it)."""
         assert delivery.pool is not None
         task_id = delivery.job.task.id
-        verdict, running = self._overlap.admit(
-            task_id, delivery.flow_id, delivery.pool.route.overlap, delivery, self._holds_gate
-        )
+        policy = Overlap.SKIP_IF_RUNNING if queued_elsewhere else delivery.pool.route.overlap
+        verdict, running = self._overlap.admit(task_id, delivery.flow_id, policy, delivery, self._holds_gate)
         if verdict is Verdict.SKIP:
             delivery.last_status, delivery.last_error = None, f"skipped: flow {running} of the task is still running"
             self._finish(delivery, FlowStatus.SKIPPED, delivery.attempt - 1, None)
@@ -680,7 +693,7 @@ class Deliverer:
         return replace(update, reschedule=Reschedule(task.app_id, task.next_run_at_ms, task.version, next_ms))
 
     def _record(self, delivery: Delivery, update: FlowUpdate) -> None:
-        self._outcomes.put(delivery.flow_id, update)
+        self._outcomes.put(delivery.flow_id, update, at_once=update.status is FlowStatus.RUNNING)  # a run's start
         try:
             self._observer.flow_update(delivery.job.task.app_id, update)
         except Exception:

@@ -20,6 +20,7 @@ from tjobs.model import (
     AttemptLog,
     AttemptRecord,
     DeliveryMode,
+    Flow,
     FlowStatus,
     FlowUpdate,
 )
@@ -106,6 +107,15 @@ class Delivery:
         self.backoff_base_ms = budget.backoff_base_ms
         self.backoff_max_ms = budget.backoff_max_ms
 
+    def spent(self, now_ms: int) -> str | None:
+        """Why a re-driven flow may not be sent again (its attempts or its age spent); ``None``: it may. An
+        at-most-once flow's single attempt is already counted: never spent here."""
+        if self.at_most_once:
+            return None
+        if self.attempt > self.max_attempts:
+            return f"gave up after {self.attempt - 1} attempts"
+        return "max_age_s exceeded" if now_ms > self.deadline_ms else None
+
     def update(self, status: FlowStatus, attempts: int, next_attempt_at_ms: int | None) -> FlowUpdate:
         flow = self.job.flow
         routes = None if self.pool is None else tuple(self.pool.routes)
@@ -186,3 +196,9 @@ async def missing_target(flow_id: str, name: str, attempt: int, now_ms: int) -> 
         now_ms,
         0.0,
     )
+
+
+def unusable(flow: Flow, error: Exception) -> FlowUpdate:
+    """The dead letter of a flow whose stored callback spec cannot be read: it can never be delivered."""
+    reason = f"unusable callback spec: {type(error).__name__}: {error}"[:240]
+    return FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.DEAD, flow.attempts, None, None, reason)

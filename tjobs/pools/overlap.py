@@ -59,6 +59,11 @@ class OverlapGate(Generic[T]):
         self._running[task_id] = running
         return Verdict.GO, None
 
+    def skips(self, task_id: int, flow_id: str, policy: Overlap, still_running: Callable[[str], bool]) -> bool:
+        """Whether :meth:`admit` would skip ``flow_id`` now, as far as this gate knows (changes nothing)."""
+        running = any(f != flow_id and still_running(f) for f in self._running.get(task_id, ()))
+        return running and (policy is Overlap.SKIP_IF_RUNNING or task_id in self._waiting)
+
     def hold(self, task_id: int, flow_id: str) -> None:
         """``flow_id`` runs for its task (a live run another node started, learned at a take-over)."""
         self._running.setdefault(task_id, set()).add(flow_id)
