@@ -75,10 +75,11 @@ class OutcomeWriter:
     def start(self) -> None:
         self._flusher = asyncio.create_task(self._flush_loop(), name="tjobs-flow-flusher")
 
-    def put(self, flow_id: str, update: FlowUpdate) -> None:
-        """Write ``update`` with the next flush (replacing an update of the flow not written yet)."""
+    def put(self, flow_id: str, update: FlowUpdate, *, at_once: bool = False) -> None:
+        """Write ``update`` with the next flush (replacing an update of the flow not written yet); ``at_once``:
+        that flush starts now, not after the interval (with whatever else is pending)."""
         self.pending[flow_id] = update
-        if len(self.pending) >= self.flush_batch:
+        if at_once or len(self.pending) >= self.flush_batch:
             self._full.set()
         self._dirty.set()
 
