@@ -32,6 +32,12 @@ def _import(app: typer.Typer) -> None:
     app.command("import")(import_tasks)
 
 
+def _index_children(app: typer.Typer) -> None:
+    from tjobs.cli.index_children import index_children_command
+
+    app.command("index-children")(index_children_command)
+
+
 def _audit(app: typer.Typer) -> None:
     from tjobs.cli.audit_commands import audit
 
@@ -112,7 +118,12 @@ def _target_app() -> typer.Typer:
     return target_app
 
 
-LAZY_COMMANDS: dict[str, Callable[[typer.Typer], None]] = {"import": _import, "slo": _slo, "audit": _audit}
+LAZY_COMMANDS: dict[str, Callable[[typer.Typer], None]] = {
+    "import": _import,
+    "slo": _slo,
+    "audit": _audit,
+    "index-children": _index_children,
+}
 LAZY_GROUPS: dict[str, Callable[[], typer.Typer]] = {
     "task": _task_app,
     "app": _app_app,

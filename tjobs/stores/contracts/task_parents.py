@@ -5,7 +5,7 @@ A parent's rows are added before its task row is written (create, edit) and remo
 deleted; an edit that drops a child leaves its row. A row may therefore be stale (its parent gone, or no
 longer naming the child): every reader reads the parent task and ignores such a row
 (:mod:`tjobs.service.child_flows`). Tasks whose children were set before migration 0024 have no rows until
-they are edited.
+they are edited, or indexed by ``tjobs index-children`` (:mod:`tjobs.service.child_index`).
 
 The role stands beside :class:`tjobs.stores.base.TaskStore`, over the same databases:
 :func:`tjobs.stores.task_parent_store.task_parents_of` gives a store's (the SQL store's shares its

@@ -13,6 +13,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from tjobs.model import TaskChildren
 from tjobs.stores.contracts.task_parents import TaskParentRecords, grouped
+from tjobs.stores.schema import children_from_text
 from tjobs.stores.schema_task_parents import task_parents_table
 from tjobs.stores.sql.apps_records import AppsDatabaseRecords
 from tjobs.stores.sql_layout import MYSQL
@@ -23,11 +24,9 @@ PARENTS = task_parents_table(_METADATA)  # unqualified: the apps database's opti
 
 class SqlTaskParents(AppsDatabaseRecords, TaskParentRecords):
     async def link_children(self, app_id: str, parent_id: int, children: TaskChildren) -> None:
-        rows = [
-            {"child_id": child, "relation": relation, "parent_id": parent_id, "app_id": app_id}
-            for relation, ids in (("on_success", children.on_success), ("on_failure", children.on_failure))
-            for child in ids
-        ]
+        await self._insert(_links(app_id, parent_id, children))
+
+    async def _insert(self, rows: list[dict[str, object]]) -> None:
         if not rows:
             return
         if self._store.layout.dialect == MYSQL:
@@ -53,3 +52,31 @@ class SqlTaskParents(AppsDatabaseRecords, TaskParentRecords):
         async with self._store._connect(self._url) as conn:
             rows = (await conn.execute(statement, execution_options=self._options)).all()
         return grouped((int(child), str(relation), int(parent)) for child, relation, parent in rows)
+
+    async def index_tasks(self, shard: int, after_id: int, limit: int) -> tuple[int, int | None]:
+        """Index the children of the tasks of ``shard`` whose id comes after ``after_id``, at most ``limit``
+        tasks (one read of the tasks' primary key range, their ``id``, ``app_id`` and ``children``; one
+        ``INSERT`` passing over the links there already): a task whose children were set before migration
+        0024 (:mod:`tjobs.service.child_index`). Returns the links written or kept, and the last id read
+        (``None``: the shard has no task after ``after_id``)."""
+        home = self._store._shard(shard)
+        t = home.tasks.c
+        pick = select(t.id, t.app_id, t.children).where(t.id > after_id).order_by(t.id).limit(limit)
+        async with self._store._connect(home.database.engine_url) as conn:
+            read = (await conn.execute(pick, execution_options=home.options)).all()
+        rows: list[dict[str, object]] = []
+        for task_id, app_id, text in read:
+            children = children_from_text(text)
+            if children is not None:
+                rows += _links(str(app_id), int(task_id), children)
+        await self._insert(rows)
+        return len(rows), (int(read[-1][0]) if read else None)
+
+
+def _links(app_id: str, parent_id: int, children: TaskChildren) -> list[dict[str, object]]:
+    """The rows saying that ``parent_id`` names each of ``children`` in its relation."""
+    return [
+        {"child_id": child, "relation": relation, "parent_id": parent_id, "app_id": app_id}
+        for relation, ids in (("on_success", children.on_success), ("on_failure", children.on_failure))
+        for child in ids
+    ]
