@@ -26,7 +26,7 @@ async def test_the_lean_client_sends_each_heartbeat_on_schedule_and_counts_the_a
         beats = await _heartbeats(running.base_url, key, ["e0", "e1", "nobody"], 0.3, 0.85, connections=2)
         assert beats["heartbeats"] == 9
         assert beats["failures"] == {"404": 3}
-        assert running.api.state.lean_heartbeats.served == 9
+        assert running.api.state.lean_paths.served == 9
 
 
 def test_the_exact_cpu_account_names_each_thread_and_counts_only_what_came_after() -> None:

@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 from testkit import RunningNode
 from tests.api.conftest import Tenant, task_body
+from tests.api.test_job_runs_api import _running_flow
+from tests.receiver import Receiver
 from tjobs.cli.main import app as cli
 from tjobs.errors import StorageUnavailable
 
@@ -49,6 +51,22 @@ async def test_task_changes_record_who_what_and_before_after(tenant: Tenant) -> 
 async def test_creates_are_not_recorded(tenant: Tenant) -> None:
     await tenant.client.post("/v1/tasks", json=task_body())
     assert await _entries(tenant.client) == []
+
+
+async def test_a_runs_reports_and_log_lines_are_not_recorded_its_cancel_is(tenant: Tenant, receiver: Receiver) -> None:
+    """An executor's reports and log lines are the data plane (the flow keeps its run and log), as task
+    creates and heartbeats are; an owner's cancel is a change."""
+    flow = await _running_flow(tenant, receiver, "/audit-run")
+    fid = flow["id"]
+    progress = await tenant.client.post(f"/v1/flows/{fid}/report", json={"status": "running", "progress": 5})
+    logged = await tenant.client.post(f"/v1/flows/{fid}/log", json={"lines": ["a line"]})
+    cancelled = await tenant.client.post(f"/v1/flows/{fid}/cancel")
+    ended = await tenant.client.post(f"/v1/flows/{fid}/report", json={"status": "failed"})
+    assert [r.status_code for r in (progress, logged, cancelled, ended)] == [200, 200, 200, 200]
+
+    recorded = [entry["object_id"] for entry in await _entries(tenant.client)]
+    assert f"{fid}/cancel" in recorded
+    assert not [object_id for object_id in recorded if object_id.endswith(("/report", "/log"))], recorded
 
 
 async def test_an_admin_key_rotation_is_recorded_without_the_key(tenant: Tenant, admin: httpx.AsyncClient) -> None:

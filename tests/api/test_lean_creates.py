@@ -1,4 +1,4 @@
-"""Single creates served below ASGI (tjobs.api.lean_heartbeat): the same answers as the app's route.
+"""Single creates served below ASGI (tjobs.api.lean_creates): the same answers as the app's route.
 
 Each request is sent as is (answered by the HTTP protocol when it can) and with an empty query string
 (which always goes through ASGI, and which the route ignores): status, body and headers must agree.
@@ -32,7 +32,7 @@ def _post(path: str, key: str | None, body: bytes, *extra: str, content_type: st
 
 async def _both(node: RunningNode, key: str | None, body: bytes, *extra: str, **options: Any) -> tuple[Any, Any, int]:
     """The answer through the lean path and through ASGI, and how many creates the lean path served."""
-    lean = node.api.state.lean_heartbeats
+    lean = node.api.state.lean_paths
     before = lean.creates
     [direct] = await _exchange(node.base_url, _post("/v1/tasks", key, body, *extra, **options))
     served = lean.creates - before
@@ -87,7 +87,7 @@ async def test_a_create_the_lean_path_must_not_answer_goes_through_the_app(
     owner = await tenant_factory("lean-creates-not")
     assert (await owner.client.get("/v1/tasks")).status_code == 200
     body = json.dumps(task_body()).encode()
-    lean = api_node.api.state.lean_heartbeats
+    lean = api_node.api.state.lean_paths
     before = lean.creates
     not_lean = [
         _post("/v1/tasks", None, body),  # no key: 401

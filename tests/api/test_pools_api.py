@@ -148,7 +148,7 @@ async def test_a_heartbeat_served_below_asgi_answers_exactly_as_the_app(
     """The lean heartbeat path (tjobs.api.lean_heartbeat) against the app's own route: the same request
     sent as is (answered by the HTTP protocol when it can) and with an empty query string (which always
     goes through ASGI, and which the route ignores) gets the same status, body and headers."""
-    lean = api_node.api.state.lean_heartbeats
+    lean = api_node.api.state.lean_paths
     owner, other = await tenant_factory("lean-owner"), await tenant_factory("lean-other")
     for client in (owner.client, other.client):
         made = await client.post("/v1/pools/workers/executors", json={"id": "w-1", "address": "http://127.0.0.1:9"})
@@ -218,7 +218,7 @@ async def test_a_heartbeat_the_registry_renews_at_once_is_answered_at_once_and_o
     (``renew_executor_now``; the embedded registry always can) and through a task awaiting
     ``renew_executor`` when it cannot (an etcd node that must renew or read): the same answers both ways,
     and the same as the app's."""
-    lean = api_node.api.state.lean_heartbeats
+    lean = api_node.api.state.lean_paths
     owner = await tenant_factory("lean-at-once")
     made = await owner.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})
     assert made.status_code in (200, 201)
@@ -259,14 +259,13 @@ async def test_a_request_behind_a_heartbeat_answered_at_once_is_not_cut_by_the_k
     """A heartbeat answered at once arms the connection's keep-alive timer while its bytes are still being
     parsed; a request pipelined behind it is not idle time: a slow one is answered, not closed on."""
     from testkit.ports import free_port
-    from tjobs.api.lean_heartbeat import LeanHeartbeatProtocol
-    from tjobs.api.server import ApiServer
+    from tjobs.api.server import ApiServer, lean_protocol
     from tjobs.service.pools import PoolService
 
     tenant = await tenant_factory("lean-keepalive")
     await tenant.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})
-    lean = api_node.api.state.lean_heartbeats
-    protocol = type("Protocol", (LeanHeartbeatProtocol,), {"lean": lean})
+    lean = api_node.api.state.lean_paths
+    protocol = lean_protocol(api_node.api, lean)
     port = free_port()
     config = uvicorn.Config(
         api_node.api,
@@ -311,7 +310,7 @@ async def test_a_failure_of_the_lean_heartbeat_path_leaves_the_heartbeat_to_the_
 ) -> None:
     tenant = await tenant_factory("lean-broken")
     await tenant.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})
-    lean = api_node.api.state.lean_heartbeats
+    lean = api_node.api.state.lean_paths
 
     def broken(*_: Any) -> None:
         raise RuntimeError("a bug")
@@ -326,7 +325,7 @@ async def test_a_failure_of_the_lean_heartbeat_path_leaves_the_heartbeat_to_the_
 async def test_a_heartbeat_over_the_apps_rate_is_refused_by_the_app_not_served_below_it(
     api_node: RunningNode, tenant_factory: Tenants
 ) -> None:
-    lean = api_node.api.state.lean_heartbeats
+    lean = api_node.api.state.lean_paths
     slow = await tenant_factory("lean-slow", api_rate_limit_per_s=1)
     await slow.client.post("/v1/pools/p/executors", json={"id": "e", "address": "http://127.0.0.1:9"})
     answers = []

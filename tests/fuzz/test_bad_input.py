@@ -56,7 +56,7 @@ class Target:
     task_id: str
     app_id: str
     server0: str  # the shard map's first server, which a plan's server list must start with
-    lean: Any  # the node's lean paths (tjobs.api.lean_heartbeat.LeanHeartbeats)
+    lean: Any  # the node's lean paths (tjobs.api.lean_protocol.LeanPaths)
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
@@ -107,7 +107,7 @@ async def serve(storage: dict[str, Any], calls: StoreCalls | None = None) -> Asy
             running.api.add_middleware(RequestScope, calls=calls)  # before the first request builds the stack
             # store calls are recorded per request at the ASGI layer: no create is answered below it here
             # (tests/api/test_lean_creates.py holds the lean path to the app's answers on these cases)
-            running.api.state.lean_heartbeats.serve_creates = False
+            running.api.state.lean_paths.serve_creates = False
         app, key = await running.create_app("fuzz")
         async with (
             httpx.AsyncClient(
@@ -124,7 +124,7 @@ async def serve(storage: dict[str, Any], calls: StoreCalls | None = None) -> Asy
             shards = await admin.get("/v1/shards")
             assert shards.status_code == 200, shards.text
             server0 = shards.json()["servers"][0]["server"]
-            yield Target(client, admin, seeded.json()["id"], app.id, server0, running.api.state.lean_heartbeats)
+            yield Target(client, admin, seeded.json()["id"], app.id, server0, running.api.state.lean_paths)
 
 
 async def test_the_table_holds_at_least_300_cases() -> None:
@@ -195,7 +195,7 @@ SINGLE_CREATES = [case for case in CASES if (case.method, case.path) == ("POST",
 async def test_a_bad_create_answered_below_asgi_is_refused_as_the_app_refuses_it(
     twin: Target, twin_calls: StoreCalls, case: Case
 ) -> None:
-    """The lean create path (tjobs.api.lean_heartbeat) answers each bad create exactly as the app does
+    """The lean create path (tjobs.api.lean_creates) answers each bad create exactly as the app does
     (status and body); the case is sent twice, through ASGI and then to the lean path when it takes it."""
     lean = twin.lean
     asgi = await send(twin, case)

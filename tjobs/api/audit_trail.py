@@ -6,7 +6,8 @@ something (API and console), and writes one entry for each that succeeded.
   action's name comes from :data:`ACTIONS` (``task.pause``, ``app.rotate_key`` ...); a change route not
   listed there is still recorded, as ``<resource>.<method>`` (``calendar.put``). Not recorded: task
   creates (``POST /v1/tasks``, batches; the data plane: the task itself records its creation),
-  previews and plans that change nothing, executor registrations (a heartbeat) and console sign-in.
+  previews and plans that change nothing, executor registrations (a heartbeat), an executor's run
+  reports and log lines (the data plane: the flow keeps its run and log) and console sign-in.
 - **Before.** The middleware reads nothing before the route runs. It sets a recorder
   (:mod:`tjobs.service.audit_scope`) in the request's context; the service that changes a task, an
   app or a target hands it the object it loaded for the change, once the request's input passed its
@@ -53,7 +54,7 @@ CLIENT_HEADER = "x-tjobs-client"
 CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 NOT_RECORDED = re.compile(
     r"^/v1/tasks(/batch|:batch)?$|^/v1/schedules:preview$|^/v1/shards:plan$|^/v1/pools/[^/]+/executors"
-    r"|^/console/sign|^/v1/pools/[^/]+/heartbeat"
+    r"|^/console/sign|^/v1/pools/[^/]+/heartbeat|^/v1/flows/[^/]+/(report|log)$"
 )
 MAX_RESPONSE_BYTES = 256 * 1024  # an answer larger than this is not parsed for ``after``
 

@@ -37,8 +37,8 @@ _SANE_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 
 
 class RequestMetrics:
-    """Counts and times answered requests, and logs the 5xx ones (the middleware's accounting; the lean
-    heartbeat path, :mod:`tjobs.api.lean_heartbeat`, records through one too)."""
+    """Counts and times answered requests, and logs the 5xx ones (the middleware's accounting; the
+    lean paths, :mod:`tjobs.api.lean_protocol`, record through one too)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics

@@ -16,7 +16,10 @@ from starlette.applications import Starlette
 from starlette.types import Message, Scope
 
 from tjobs.api import create_api
-from tjobs.api.lean_heartbeat import heartbeat_protocol
+from tjobs.api.lean_creates import CreatePath
+from tjobs.api.lean_heartbeat import HeartbeatPath
+from tjobs.api.lean_protocol import LeanPaths, LeanProtocol
+from tjobs.api.lean_reports import ReportPath
 from tjobs.api.routes_ops import create_metrics_api
 from tjobs.node import Node, NodeParts, settle_heap
 from tjobs.settings import Settings
@@ -53,14 +56,14 @@ a lost one). uvicorn's default, 5 s, raced httpx's."""
 
 
 def api_server(api: FastAPI, host: str, port: int, **options: Any) -> ApiServer:
-    """The API's server as ``tjobs serve`` runs it (and :func:`testkit.run_node`): executor heartbeats
-    answered below ASGI (:mod:`tjobs.api.lean_heartbeat`), :data:`KEEP_ALIVE_S`, no access log, no lifespan,
-    the running loop; ``options`` are more :class:`uvicorn.Config` arguments."""
+    """The API's server as ``tjobs serve`` runs it (and :func:`testkit.run_node`): executor heartbeats,
+    single creates and run reports answered below ASGI (:func:`lean_protocol`), :data:`KEEP_ALIVE_S`,
+    no access log, no lifespan, the running loop; ``options`` are more :class:`uvicorn.Config` arguments."""
     config = uvicorn.Config(
         api,
         host=host,
         port=port,
-        http=heartbeat_protocol(api),
+        http=lean_protocol(api),
         timeout_keep_alive=KEEP_ALIVE_S,
         log_level="warning",
         access_log=False,
@@ -69,6 +72,19 @@ def api_server(api: FastAPI, host: str, port: int, **options: Any) -> ApiServer:
         **options,
     )
     return ApiServer(config)
+
+
+class LeanHttpProtocol(HeartbeatPath, CreatePath, ReportPath):
+    """uvicorn's httptools protocol answering plain heartbeats, single creates and run reports itself
+    (:mod:`tjobs.api.lean_protocol`), tried in that order."""
+
+
+def lean_protocol(api: FastAPI, paths: LeanPaths | None = None) -> type[LeanProtocol]:
+    """The HTTP protocol class to give uvicorn (``http=``) for ``api``; its :class:`LeanPaths` (``paths``,
+    else a new one) is also ``api.state.lean_paths``."""
+    lean = paths or LeanPaths(api)
+    api.state.lean_paths = lean
+    return type("LeanHttpProtocol", (LeanHttpProtocol,), {"lean": lean})
 
 
 async def build_routes(app: Starlette) -> None:
