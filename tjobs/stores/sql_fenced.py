@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.engine import CursorResult
+from sqlalchemy.engine import CursorResult, Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -52,6 +52,41 @@ class StatementResult:
         return [row[0] for row in self.rows]
 
 
+_COMPILED_MAX = 1024  # statement shapes kept compiled (a node writes a few dozen; the cache is emptied past it)
+_compiled: dict[tuple[Any, ...], SQLCompiler] = {}
+
+
+def compiled_sql(statement: Executable, dialect: Dialect, schema_map: dict[Any, Any] | None) -> tuple[str, list[Any]]:
+    """``statement``'s SQL for ``dialect`` under ``schema_map`` and its parameters in order. A statement
+    of a shape compiled before (SQLAlchemy's cache key: the statement less its values) takes that
+    compilation with its own values, as the engine's compiled cache does (issue 30: compiling a run's
+    write was a tenth of a report's node CPU); one with an ``IN`` list, whose SQL follows its length,
+    is compiled every time."""
+    assert isinstance(statement, ClauseElement)
+    cache_key = statement._generate_cache_key()
+    key = None
+    if cache_key is not None:
+        key = (cache_key.key, dialect.name, dialect.server_version_info, tuple((schema_map or {}).items()))
+        cached = _compiled.get(key)
+        if cached is not None:
+            values = cached.construct_params(extracted_parameters=cache_key.bindparams)
+            return cached.string, [values[name] for name in cached.positiontup or ()]
+    compiled = statement.compile(
+        dialect=dialect,
+        cache_key=cache_key,
+        schema_translate_map=schema_map,
+        render_schema_translate=True,
+        compile_kwargs={"render_postcompile": True},
+    )
+    assert isinstance(compiled, SQLCompiler)
+    if key is not None and not any(bind.expanding or bind.literal_execute for bind in compiled.binds.values()):
+        if len(_compiled) >= _COMPILED_MAX:
+            _compiled.clear()
+        _compiled[key] = compiled
+    values = compiled.params
+    return compiled.string, [values[name] for name in compiled.positiontup or ()]
+
+
 async def execute_fenced(
     conn: AsyncConnection,
     databases: Sequence[DatabaseHome],
@@ -61,22 +96,13 @@ async def execute_fenced(
 ) -> StatementResult:
     """Pass the fence of ``databases`` under ``epoch`` and run ``statement`` on ``conn`` (a MariaDB
     transaction), in one round trip; error 1242 (nothing run) when a fence admits only a later epoch."""
-    assert isinstance(statement, ClauseElement)
-    compiled = statement.compile(
-        dialect=conn.dialect,
-        schema_translate_map=options.get("schema_translate_map"),
-        render_schema_translate=True,
-        compile_kwargs={"render_postcompile": True},
-    )
-    assert isinstance(compiled, SQLCompiler)
-    values = compiled.params
-    positions = compiled.positiontup or []
+    sql, parameters = compiled_sql(statement, conn.dialect, options.get("schema_translate_map"))
     fence_sql, fence_params = fence_statement(databases, epoch)
     raw = await conn.get_raw_connection()
     driver: Any = raw.driver_connection
     cursor = driver.cursor()
     try:
-        await cursor.execute(f"{fence_sql}; {compiled.string}", (*fence_params, *(values[p] for p in positions)))
+        await cursor.execute(f"{fence_sql}; {sql}", (*fence_params, *parameters))
         await cursor.fetchall()  # the fence's rows: one per database
         await cursor.nextset()
         rows = [tuple(row) for row in await cursor.fetchall()] if cursor.description else []
