@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, select, tuple_, update
+from sqlalchemy import ColumnElement, Select, Table, and_, bindparam, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, TaskStatus
@@ -19,6 +19,27 @@ from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql_layout import ShardTables
 
 _LIVE = tuple(s.value for s in FlowStatus if s.running)
+_run_reads: dict[tuple[Table, Table], tuple[Select[Any], tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _run_read(home: ShardTables) -> tuple[Select[Any], tuple[str, ...], tuple[str, ...]]:
+    """A flow with its task (outer join) by the flow's key as bound parameters, and the two tables' column
+    names in the row's order: built once per table pair (a report reads it; issue 30), not per call."""
+    key = (home.flows, home.tasks)
+    found = _run_reads.get(key)
+    if found is None:
+        flows, tasks = key
+        statement = (
+            select(flows, tasks)
+            .select_from(flows.outerjoin(tasks, tasks.c.id == flows.c.task_id))
+            .where(flows.c.task_id == bindparam("task_id"), flows.c.scheduled_at == bindparam("scheduled_at"))
+        )
+        if len(_run_reads) >= 4096:  # tables of layouts since reloaded
+            _run_reads.clear()
+        found = _run_reads[key] = (statement, tuple(c.name for c in flows.c), tuple(c.name for c in tasks.c))
+    return found
+
+
 _OPEN = tuple(s.value for s in FlowStatus if not s.terminal)
 
 
@@ -80,21 +101,20 @@ class SqlRunRecords(SqlBase, RunRecords):
         home = self._shard_of_task(task_id)
         if home is None:
             return None, None
-        flows, tasks = home.flows, home.tasks
-        statement = (
-            select(flows, tasks)
-            .select_from(flows.outerjoin(tasks, tasks.c.id == flows.c.task_id))
-            .where(flows.c.task_id == task_id, flows.c.scheduled_at == scheduled_at_ms)
-        )
+        statement, flow_names, task_names = _run_read(home)
         async with self._connect(home.database.engine_url) as conn:
-            row = (await conn.execute(statement, execution_options=home.options)).first()
+            result = await conn.execute(
+                statement, {"task_id": task_id, "scheduled_at": scheduled_at_ms}, execution_options=home.options
+            )
+            row = result.first()
         if row is None:
             return None, None
-        columns = row._mapping  # by column object: the two tables share names (id, status, updated_at...)
-        flow = flow_from_row({c.name: columns[c] for c in flows.c})
-        if columns[tasks.c.id] is None:
+        values = tuple(row)  # the flow's columns, then the task's (the two tables share names: id, status...)
+        split = len(flow_names)
+        flow = flow_from_row(dict(zip(flow_names, values[:split], strict=True)))
+        if values[split + task_names.index("id")] is None:
             return flow, None
-        return flow, task_from_row({c.name: columns[c] for c in tasks.c})
+        return flow, task_from_row(dict(zip(task_names, values[split:], strict=True)))
 
     async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:
         # the databases at once: a take-over waits for this read before it loads (nothing of it fires yet)
