@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tjobs import wire
 from tjobs.api import schemas
@@ -99,6 +100,14 @@ async def create_tasks(request: Request) -> Any:
     if counts["created"]:
         node.metrics.registrations.labels(app.id).inc(counts["created"])
     return json_response({**counts, "items": items})
+
+
+@router.api_route("/tasks/batch", methods=["GET", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+async def tasks_batch_other_methods() -> None:
+    """``/v1/tasks/batch`` names the batch create, not a task called "batch": another method on it is 405
+    (``Allow: POST``, tjobs.api.app._allowed_methods), not the 404 of ``/v1/tasks/{task_id}``'s lookup. Routed
+    before the task routes, which would match the path too."""
+    raise StarletteHTTPException(405)
 
 
 CREATE_PATHS = ("/tasks", "/tasks/batch", "/tasks:batch")
