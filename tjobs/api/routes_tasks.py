@@ -31,6 +31,7 @@ from tjobs.errors import InvalidInput, known_object
 from tjobs.model import TaskStatus
 from tjobs.service.cursors import MAX_CURSOR_CHARS
 from tjobs.service.task_health import HEALTH_PAGE_MAX
+from tjobs.specs import CallbackSpec
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 
@@ -82,6 +83,7 @@ async def create_tasks(request: Request) -> Any:
     results = await node.tasks.create_many(app, body["tasks"])
     items: list[dict[str, Any]] = []
     counts = {"created": 0, "existing": 0, "failed": 0}
+    callbacks: dict[int, tuple[CallbackSpec, dict[str, Any]]] = {}  # each spec rendered once (the tasks share them)
     for index, result in enumerate(results):
         if result.error is not None:
             counts["failed"] += 1
@@ -89,14 +91,8 @@ async def create_tasks(request: Request) -> Any:
         else:
             assert result.task is not None
             counts["created" if result.created else "existing"] += 1
-            items.append(
-                {
-                    "index": index,
-                    "status": 201 if result.created else 200,
-                    "id": str(result.task.id),
-                    "task": task_json(result.task),
-                }
-            )
+            task = task_json(result.task, callbacks=callbacks)
+            items.append({"index": index, "status": 201 if result.created else 200, "id": task["id"], "task": task})
     if counts["created"]:
         node.metrics.registrations.labels(app.id).inc(counts["created"])
     return json_response({**counts, "items": items})

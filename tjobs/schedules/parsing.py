@@ -84,6 +84,7 @@ from tjobs.wire import (
     SCHEDULE_SHAPES,
 )
 
+_KIND_OF = {kind.value: kind for kind in ScheduleKind}
 MS_PER_DAY = 86_400_000
 PERIOD_SAMPLE_FIRES = 256  # consecutive cron fires inspected for the minimum period
 _CALENDAR_NAME = re.compile(CALENDAR_NAME_PATTERN)
@@ -112,9 +113,10 @@ def parse_schedule_request(spec: Any, *, now_ms: int, limits: LimitSettings, mis
     if not isinstance(kind_value, str) or kind_value not in _KEYS:
         choices = ", ".join(k.value for k in ScheduleKind)
         raise InvalidInput("schedule.kind", f"must be one of {choices}", "unknown_kind")
-    kind = ScheduleKind(kind_value)
-    unknown = sorted(str(key) for key in spec if key not in _KEYS[kind])
-    if unknown:
+    kind = _KIND_OF[kind_value]
+    keys = _KEYS[kind]
+    if not keys.issuperset(spec):
+        unknown = sorted(str(key) for key in spec if key not in keys)
         raise InvalidInput(f"schedule.{unknown[0]}", f"is not a field of a {kind} schedule", "unknown_field")
     horizon_ms = now_ms + limits.max_future_days * MS_PER_DAY
     if kind is ScheduleKind.AT:

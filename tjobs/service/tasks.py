@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections import Counter
@@ -42,6 +43,7 @@ from tjobs.service.cursors import LIST_PAGE_MAX as LIST_PAGE_MAX  # re-exported:
 from tjobs.service.cursors import Page
 from tjobs.service.search import SearchService
 from tjobs.service.targets import TargetService
+from tjobs.service.task_batches import BatchShapes
 from tjobs.service.task_count_reconciler import TaskCountReconciler
 from tjobs.service.task_counts import TaskCounts
 from tjobs.service.task_health import health_of_page
@@ -144,8 +146,9 @@ class TaskService:
 
     # ---- create ---------------------------------------------------------------------------------
 
-    def build(self, app: App, request: Any, now_ms: int) -> Task:
-        """Validate a create request and build the task it describes (not stored yet)."""
+    def build(self, app: App, request: Any, now_ms: int, shapes: BatchShapes | None = None) -> Task:
+        """Validate a create request and build the task it describes (not stored yet); ``shapes``: what
+        the tasks of its batch share, parsed once per batch (:mod:`tjobs.service.task_batches`)."""
         known_object(request, _CREATE_KEYS)
         for required in _CREATE_REQUIRED:
             if required not in request:
@@ -156,7 +159,10 @@ class TaskService:
         schedule = parse_schedule_request(
             request["schedule"], now_ms=now_ms, limits=limits, misfire_threshold_ms=self._threshold_ms
         )
-        callback = parse_callback_request(with_defaults(request["callback"], app), limits)
+        if shapes is None:
+            callback = parse_callback_request(with_defaults(request["callback"], app), limits)
+        else:
+            callback = shapes.callback(request["callback"])
         payload = request.get("payload")
         check_payload(payload, limits)
         default_policy = self._settings.default_misfire_policy(schedule.kind)
@@ -165,11 +171,17 @@ class TaskService:
         delivery = parse_delivery(request.get("delivery"))
         children = parse_children(request.get("children"))
         calendar = self.calendar_of(app.id, schedule)
-        if schedule_of(schedule, calendar=calendar).first_fire(now_ms) is None:
+        first_fire = schedule_of(schedule, calendar=calendar).first_fire(now_ms)
+        if first_fire is None:
             raise InvalidInput("schedule", "never fires", "never_fires")
         shards = self._topology.shard_count
-        shard = shard_for_key(app.id, key, shards) if key else self._shards.randrange(shards)
+        if key:
+            shard = shard_for_key(app.id, key, shards)
+        else:
+            shard = self._shards.randrange(shards) if shapes is None else shapes.keyless_shard()
         task_id = self._ids.mint(shard, now_ms)
+        if getattr(schedule, "jitter_ms", None):  # its instants are seeded by the id (tjobs.schedules.jitter)
+            first_fire = schedule_of(schedule, task_id, calendar).first_fire(now_ms)
         return Task(
             id=task_id,
             app_id=app.id,
@@ -181,7 +193,7 @@ class TaskService:
             misfire_policy=policy,
             delivery=delivery,
             status=TaskStatus.ACTIVE,
-            next_run_at_ms=schedule_of(schedule, task_id, calendar).first_fire(now_ms),
+            next_run_at_ms=first_fire,
             version=1,
             fire_count=0,
             created_at_ms=now_ms,
@@ -255,9 +267,14 @@ class TaskService:
         ids: set[int] = set()
         judged: dict[str, str | None] = {}  # url -> why it is refused (None: allowed), once per batch
         named: set[tuple[tuple[str, ...], bool]] = set()  # target names (and run_on_publish) found, once per batch
+        limits = self._settings.limits
+        shapes = BatchShapes(
+            lambda callback: parse_callback_request(with_defaults(callback, app), limits),
+            functools.partial(self._shards.randrange, self._topology.shard_count),
+        )
         for index, request in enumerate(requests):
             try:
-                task = self.build(app, request, now_ms)
+                task = self.build(app, request, now_ms, shapes)
                 checked = (task.callback.targets, task.callback.run_on_publish)
                 if task.callback.targets and checked not in named:
                     await self.check_targets(app, task.callback, request["callback"])
