@@ -65,6 +65,9 @@ class SchedulerSettings(SettingsSection):
     # load the next cycle this long before it starts; below cycle_s (checked with the default too)
     load_lead_s: int = Field(default=30, ge=1, validate_default=True)
     load_page_size: int = 5000
+    # a cycle load's reads spread over this share of the time left before its cycle's first instant
+    # (tjobs/firing/load_pace.py; 0: read at once, as before): the fire path keeps its tail meanwhile
+    load_spread: float = Field(default=0.5, ge=0, lt=1)
     misfire_threshold_s: float = 60.0
     misfire_default_at: MisfirePolicy = MisfirePolicy.FIRE_NOW
     misfire_default_delay: MisfirePolicy = MisfirePolicy.FIRE_NOW

@@ -43,11 +43,13 @@ from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.cluster.base import Coordinator
 from tjobs.errors import Fenced
+from tjobs.firing.load_pace import PACED_PAGE_ROWS, LoadPace, offer_in_chunks
 from tjobs.firing.pacing import MisfirePacer
 from tjobs.firing.planner import flow_instant
 from tjobs.firing.wheel import TimingWheel, WheelEntry
 from tjobs.hot_tier.base import HotTier, TaskChange
 from tjobs.model import (
+    DueTask,
     FireIntent,
     FireOutcome,
     Flow,
@@ -158,6 +160,7 @@ class JobRunner:
         self._running = False
         self._stopping = asyncio.Event()  # set by stop(): ends the cycle loop's nap
         self._loads_in_progress = 0
+        self._last_cycle_rows = 0  # what the last cycle load read: the next one's pace (load_pace.py)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -347,8 +350,11 @@ class JobRunner:
             skip: tuple[int, int] | None = None
             if self._skip_loaded_span and not self._full_cycle_load and now_ms < old_horizon_ms:
                 skip = (now_ms, old_horizon_ms)
+            # Spread over part of the lead (tjobs/firing/load_pace.py): a load read at once held the fires due meanwhile
+            spread, expected = self._settings.load_spread, self._last_cycle_rows
+            pace = LoadPace.for_cycle(now_ms, old_horizon_ms, spread, expected)
             try:
-                await self._load(sorted(self._owned - self._paused), new_horizon_ms, skip)
+                self._last_cycle_rows = await self._load(sorted(self._owned - self._paused), new_horizon_ms, skip, pace)
             except Exception:
                 logger.exception("cycle load failed; retrying shortly", extra={"action": "cycle_load_failed"})
                 self._horizon_ms = old_horizon_ms
@@ -364,16 +370,19 @@ class JobRunner:
         except TimeoutError:
             pass
 
-    async def _load(self, shards: Iterable[int], before_ms: int, skip: tuple[int, int] | None = None) -> None:
+    async def _load(
+        self, shards: Iterable[int], before_ms: int, skip: tuple[int, int] | None = None, pace: LoadPace | None = None
+    ) -> int:
         """Load each shard's active tasks due before ``before_ms``, except those due in ``skip``
-        (``[from, until)``, the cycle load's span already in the wheel; ``None``: read everything).
+        (``[from, until)``, the cycle load's span already in the wheel; ``None``: read everything), its
+        reads spread as ``pace`` says (``None``: as fast as the store answers); return how many.
 
         Each shard loads on its own task, so a shard paused meanwhile (its server stopped answering
         in the middle of the load) is cancelled by :meth:`set_paused` instead of holding up the load,
         and with it the next cycle's load of every other shard."""
         started_ms = self._clock.now_ms()
         shards = list(shards)
-        loads = [asyncio.ensure_future(self._load_shard(shard, before_ms, skip)) for shard in shards]
+        loads = [asyncio.ensure_future(self._load_shard(shard, before_ms, skip, pace)) for shard in shards]
         for shard, load in zip(shards, loads, strict=True):
             self._loading.setdefault(shard, set()).add(load)
         try:
@@ -403,9 +412,12 @@ class JobRunner:
             self.stats.last_load_ms,
             extra={"action": "cycle_loaded"},
         )
+        return total
 
-    async def _load_shard(self, shard: int, before_ms: int, skip: tuple[int, int] | None) -> int:
+    async def _load_shard(self, shard: int, before_ms: int, skip: tuple[int, int] | None, pace: LoadPace | None) -> int:
         page_size = self._settings.load_page_size
+        if pace is not None:
+            page_size = min(page_size, PACED_PAGE_ROWS)
         loaded = 0
         after: tuple[int, int] | None = None
         async with self._load_slots:
@@ -413,23 +425,26 @@ class JobRunner:
                 # One statement per page for both ranges: a second query per shard for the overdue
                 # costs about what the re-read rows did (docs/benchmarks.md, issue 2).
                 page = await self._store.load_due(shard, before_ms, page_size, after, skip=skip)
-                for due in page:
-                    taken = self._in_flight.get(due.task_id)
-                    if (
-                        taken is not None
-                        and taken.scheduled_at_ms == due.next_run_at_ms
-                        and taken.version == due.version
-                    ):
-                        # That fire left the wheel and waits for its commit: offered again, it would be
-                        # a second transaction for the task, waiting on the first's row locks before
-                        # its compare-and-set is rejected. Its outcome puts the next run in the wheel.
-                        continue
-                    self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
+                await offer_in_chunks(page, self._offer_loaded)
                 loaded += len(page)
-                if len(page) < page_size:
+                more = len(page) == page_size  # this shard's next page: due at its last instant or later
+                if pace is not None:
+                    next_due_ms = page[-1].next_run_at_ms if more else None  # None: another shard's (unknown)
+                    if wait_ms := pace.wait_ms(len(page), next_due_ms, self._clock.now_ms()):
+                        await self._nap(wait_ms / 1000)
+                if not more:
                     break
                 after = (page[-1].next_run_at_ms, page[-1].task_id)
         return loaded
+
+    def _offer_loaded(self, due: DueTask) -> None:
+        taken = self._in_flight.get(due.task_id)
+        if taken is not None and taken.scheduled_at_ms == due.next_run_at_ms and taken.version == due.version:
+            # That fire left the wheel and waits for its commit: offered again, it would be a second
+            # transaction for the task, waiting on the first's row locks before its compare-and-set is
+            # rejected. Its outcome puts the next run in the wheel.
+            return
+        self._offer(due.task_id, due.app_id, due.next_run_at_ms, due.version, due.misfire_policy)
 
     # ---- firing ------------------------------------------------------------------------------
 

@@ -1,0 +1,295 @@
+"""What a cycle load does to the fire path's tail (issue 29 item 3: a load of 120,000 tasks raises its
+minute's p99 by at most 1.5x).
+
+::
+
+    python -m benchmarks cycle_load_tail --storage mysql+asyncmy://root@127.0.0.1:3306 --rate 2000
+
+One node (``tjobs serve --json-logs``, topology ``--topology``, ``scheduler.cycle_s`` = ``--cycle-s``,
+``load_lead_s`` = ``--load-lead-s``, more ``scheduler`` settings with ``--scheduler KEY=VALUE``) on the
+given server, and the callback sink. ``--rate`` one-shot tasks a second due across ``--cycles`` cycles
+are written straight into the shard tables (as :mod:`benchmarks.shard_move` does), so only cycle loads
+bring them into the wheel: each cycle's load, ``load_lead_s`` before the cycle starts, reads
+``rate x cycle_s`` tasks (120,000 at 2,000/s and 60 s) while the node fires the current cycle's at
+``rate``. The window starts at the first cycle boundary whose load begins after the seeding.
+
+The loads are read off the node's log (``cycle_loaded``: when it ended, how long it took, how many it
+loaded). Fires are grouped by scheduled instant into ``--slice-s`` slices; a slice *holds a load* when
+it overlaps a load of at least ``--min-load`` tasks (its span, plus 1 s for the backlog it leaves). It
+prints each slice's p99, the median and max of the slices' p99 with and without a load, their ratio,
+and the pooled p99 of each group's fires; the node's and mariadbd's CPU over the window (mariadbd's
+includes other clients of a shared server) and the load average. ``--profile FILE`` records the node
+with py-spy (raw collapsed stacks) over the window. 0 missing and 0 duplicates expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import random
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import ClientSession
+
+from benchmarks.report import Delivery, Percentiles, account, machine
+from benchmarks.shard_move import NODE_SETTINGS, create_app, drain, load_average, mint_ids, now_ms, one_shot, say, seed
+from testkit.databases import drop_databases
+from testkit.node_process import node_process, process_cpu_s
+from testkit.sink import SinkConfig, SinkProcess
+from tjobs.settings import StorageSettings
+from tjobs.specs import CallbackSpec
+from tjobs.stores.sql_layout import Layout
+
+BACKLOG_MS = 1000  # a slice this close after a load's end still holds it (the fires it held back)
+
+
+def loads_from_log(lines: Sequence[str]) -> list[dict[str, Any]]:
+    """The node's ``cycle_loaded`` JSON log lines as ``{"start_ms", "end_ms", "tasks"}``."""
+    loads = []
+    for line in lines:
+        if '"cycle_loaded"' not in line:
+            continue
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        end_ms = round(float(entry["ts"]) * 1000)
+        took_ms = int(str(entry["message"]).rsplit(" in ", 1)[1].split()[0])
+        tasks = int(str(entry["message"]).split()[1])
+        loads.append({"start_ms": end_ms - took_ms, "end_ms": end_ms, "tasks": tasks})
+    return loads
+
+
+def slice_figures(
+    delivery: Delivery, start_ms: int, span_s: float, slice_s: float, loads: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Each slice's p99 with whether it holds a load; the groups' medians, maxima and pooled p99s."""
+    by_slice: dict[int, list[float]] = {}
+    for scheduled_ms, late_ms in delivery.lateness_by_instant:
+        index = int((scheduled_ms - start_ms) // (slice_s * 1000))
+        if 0 <= index * slice_s < span_s:
+            by_slice.setdefault(index, []).append(late_ms)
+    slices = []
+    pooled: dict[bool, list[float]] = {True: [], False: []}
+    for index in sorted(by_slice):
+        values = sorted(by_slice[index])
+        lo, hi = start_ms + index * slice_s * 1000, start_ms + (index + 1) * slice_s * 1000
+        held = any(load["start_ms"] < hi and load["end_ms"] + BACKLOG_MS > lo for load in loads)
+        slices.append(
+            {"from_s": index * slice_s, "n": len(values), "p99_ms": Percentiles.of(values, presorted=True).p99,
+             "max_ms": round(values[-1], 1), "load": held}
+        )  # fmt: skip
+        pooled[held].extend(values)
+
+    def group(held: bool) -> dict[str, Any]:
+        p99s = [s["p99_ms"] for s in slices if s["load"] is held and s["p99_ms"] is not None]
+        return {
+            "slices": len(p99s),
+            "median_p99_ms": round(statistics.median(p99s), 1) if p99s else None,
+            "max_p99_ms": round(max(p99s), 1) if p99s else None,
+            "pooled": Percentiles.of(sorted(pooled[held]), presorted=True).to_json() if pooled[held] else None,
+        }
+
+    with_load, without = group(True), group(False)
+    ratio = None
+    if with_load["median_p99_ms"] and without["median_p99_ms"]:
+        ratio = round(with_load["median_p99_ms"] / without["median_p99_ms"], 2)
+    pooled_ratio = None
+    if with_load["pooled"] and without["pooled"] and without["pooled"]["p99"]:
+        pooled_ratio = round(with_load["pooled"]["p99"] / without["pooled"]["p99"], 2)
+    return {
+        "with_load": with_load,
+        "without_load": without,
+        "median_p99_ratio": ratio,
+        "pooled_p99_ratio": pooled_ratio,
+        "slices": [{**s, "p99_ms": None if s["p99_ms"] is None else round(s["p99_ms"], 1)} for s in slices],
+    }
+
+
+async def sample_cpu(pids: dict[str, int], until_ms: int) -> list[tuple[int, dict[str, float | None]]]:
+    """Each process's CPU seconds so far, once a second until ``until_ms``: (epoch ms, by name)."""
+    samples: list[tuple[int, dict[str, float | None]]] = []
+    while (at := now_ms()) < until_ms:
+        samples.append((at, {name: process_cpu_s(pid) for name, pid in pids.items()}))
+        await asyncio.sleep(min(1.0, max(0.0, (until_ms - at) / 1000)))
+    return samples
+
+
+def cpu_by_load(
+    samples: Sequence[tuple[int, dict[str, float | None]]], loads: Sequence[dict[str, Any]]
+) -> dict[str, dict[str, float | None]]:
+    """Each process's CPU share (cores) over the sampled seconds that overlap a load (its span plus
+    ``BACKLOG_MS``) and over the others."""
+    spent: dict[str, dict[bool, float]] = {}
+    spans: dict[bool, float] = {True: 0.0, False: 0.0}
+    for (at, before), (until, after) in itertools.pairwise(samples):
+        held = any(load["start_ms"] < until and load["end_ms"] + BACKLOG_MS > at for load in loads)
+        spans[held] += (until - at) / 1000
+        for name, value in after.items():
+            if value is not None and (first := before.get(name)) is not None:
+                spent.setdefault(name, {True: 0.0, False: 0.0})[held] += value - first
+    return {
+        name: {
+            "during_loads": round(by[True] / spans[True], 3) if spans[True] else None,
+            "outside_loads": round(by[False] / spans[False], 3) if spans[False] else None,
+        }
+        for name, by in spent.items()
+    }
+
+
+def _mariadbd_pid() -> int | None:
+    found = subprocess.run(["pidof", "mariadbd"], capture_output=True, text=True, check=False).stdout.split()
+    return int(found[0]) if len(found) == 1 else None
+
+
+def _scheduler(args: argparse.Namespace) -> dict[str, Any]:
+    settings: dict[str, Any] = {"cycle_s": args.cycle_s, "load_lead_s": args.load_lead_s}
+    for pair in args.scheduler:
+        key, _, value = pair.partition("=")
+        settings[key] = json.loads(value)
+    return settings
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    prefix = f"tjbench_{secrets.token_hex(3)}"
+    storage = StorageSettings(urls=[args.storage], topology=args.topology, database_prefix=prefix)
+    layout = Layout(storage)
+    loads_avg = {"start": load_average()}
+    cycle_ms = args.cycle_s * 1000
+    scheduler = _scheduler(args)
+    settings = {**NODE_SETTINGS, "scheduler": scheduler, "storage": {"database_prefix": prefix}}
+    node_dir = Path(args.node_dir) if args.node_dir else None
+    serve = ("-m", "tjobs.cli.main", "serve", "--json-logs")
+    try:
+        with node_process(
+            storage_urls=[args.storage],
+            topology=args.topology,
+            settings=settings,
+            work_dir=node_dir,
+            serve_command=serve,
+        ) as node:
+            say(f"node {node.pid} on {node.base_url} (log {node.log_path}); databases {prefix}_*")
+            async with ClientSession() as session:
+                app_id = await create_app(session, node.base_url, node.admin_key)
+            async with SinkProcess(SinkConfig()) as sink:
+                callback = CallbackSpec((sink.callback_url,), timeout_ms=3000)
+                due_count = round(args.rate * args.cycle_s * args.cycles)
+                # the window: the first cycle boundary whose load starts after the seeding (~15,000 rows/s)
+                ready_ms = now_ms() + round(due_count / 15_000 * 1000) + 5_000
+                window_start = (ready_ms + args.load_lead_s * 1000) // cycle_ms * cycle_ms + cycle_ms
+                window_end = window_start + args.cycles * cycle_ms
+                rng = random.Random(7)
+                shards = list(layout.topology.shards())
+                started = now_ms()
+                ids = mint_ids([rng.choice(shards) for _ in range(due_count)], started - 2 * 86_400_000)
+                registered = {task_id: window_start + math.floor(n * 1000 / args.rate) for n, task_id in enumerate(ids)}
+                due = [one_shot(task_id, app_id, at, callback, started) for task_id, at in registered.items()]
+                say(f"seeding {due_count:,} due tasks ({args.rate:g}/s over {args.cycles} cycles of {args.cycle_s} s)")
+                clock = time.perf_counter()
+                await asyncio.to_thread(seed, layout, due)
+                seed_s = time.perf_counter() - clock
+                del due, ids
+                warnings = []
+                if now_ms() > window_start - args.load_lead_s * 1000:
+                    warnings.append("seeded after the window's first load began: its early fires are late")
+                say(f"seeded in {seed_s:.1f} s; the window starts in {(window_start - now_ms()) / 1000:.0f} s")
+                await asyncio.sleep(max(0.0, (window_start - now_ms()) / 1000))
+                server = _mariadbd_pid()
+                pids = {"node": node.pid, **({"mariadbd": server} if server else {})}
+                cpu_before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+                spy: asyncio.subprocess.Process | None = None
+                if args.profile:
+                    spy = await asyncio.create_subprocess_exec(
+                        str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "-r", "100",
+                        "-p", str(node.pid), "-o", args.profile, "-d", str(args.cycles * args.cycle_s),
+                        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                    )  # fmt: skip
+                loads_avg["window_start"] = load_average()
+                samples = await sample_cpu(pids, window_end)
+                cpu_after = {name: process_cpu_s(pid) for name, pid in pids.items()}
+                loads_avg["window_end"] = load_average()
+                records = await drain(sink, len(registered), window_end, args.drain_timeout_s, loads_avg)
+                if spy is not None:
+                    await asyncio.wait_for(spy.wait(), 60)
+                log_lines = node.log_path.read_text(errors="replace").splitlines()
+    finally:
+        if not args.keep:
+            drop_databases(storage)
+
+    delivery = account(registered, records)
+    loads = [
+        load for load in loads_from_log(log_lines) if load["end_ms"] > window_start and load["start_ms"] < window_end
+    ]
+    big = [load for load in loads if load["tasks"] >= args.min_load]
+    cpu = {
+        name: round(after - before, 1)
+        for name, after in cpu_after.items()
+        if after is not None and (before := cpu_before[name]) is not None
+    }
+    fires = delivery.delivered or 1
+    return {
+        "bench": "cycle_load_tail",
+        "rate_per_s": args.rate,
+        "cycles": args.cycles,
+        "topology": args.topology,
+        "scheduler": scheduler,
+        "seed_s": round(seed_s, 1),
+        "loads": [
+            {
+                "at_s": round((load["start_ms"] - window_start) / 1000, 1),
+                "took_s": round((load["end_ms"] - load["start_ms"]) / 1000, 2),
+                "tasks": load["tasks"],
+            }
+            for load in loads
+        ],
+        "fires": {
+            "registered": delivery.registered,
+            "delivered": delivery.delivered,
+            "missing": delivery.missing,
+            "duplicates": delivery.duplicates,
+            "lateness": Percentiles.of(delivery.lateness_ms, presorted=True).to_json(),
+        },
+        "slices": slice_figures(delivery, window_start, args.cycles * args.cycle_s, args.slice_s, big),
+        "cpu_s_window": cpu,
+        "cpu_cores_by_load": cpu_by_load(samples, big),
+        "us_per_fire_window": {name: round(seconds * 1e6 / fires, 1) for name, seconds in cpu.items()},
+        "load_average": loads_avg,
+        "warnings": warnings,
+        "machine": machine(),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks cycle_load_tail", description=(__doc__ or "").splitlines()[0]
+    )
+    parser.add_argument("--storage", default="mysql+asyncmy://root@127.0.0.1:3306")
+    parser.add_argument("--topology", default="8x4x16")
+    parser.add_argument("--rate", type=float, default=2000.0, help="fires per second due")
+    parser.add_argument("--cycle-s", type=int, default=60)
+    parser.add_argument("--load-lead-s", type=int, default=30)
+    parser.add_argument("--cycles", type=int, default=3, help="cycles of due tasks (the window)")
+    parser.add_argument("--slice-s", type=float, default=10.0)
+    parser.add_argument("--min-load", type=int, default=1000, help="a load of fewer tasks is not a load here")
+    parser.add_argument("--scheduler", action="append", default=[], help="KEY=JSON: another scheduler setting")
+    parser.add_argument("--drain-timeout-s", type=float, default=60.0)
+    parser.add_argument("--profile", help="py-spy raw collapsed stacks of the node over the window, to this file")
+    parser.add_argument("--node-dir", help="the node's work directory, kept afterwards (its log, node.log)")
+    parser.add_argument("--keep", action="store_true", help="keep the databases afterwards")
+    args = parser.parse_args(argv)
+    print(json.dumps(asyncio.run(bench(args)), indent=1))
+
+
+if __name__ == "__main__":
+    main()
