@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sharding import TaskIdGenerator, shard_of_task_id
 from tjobs.errors import Conflict, DuplicateKey, StorageOutcomeUnknown, StorageUnavailable, TaskIdTaken, TjobsError
 from tjobs.model import Task
+from tjobs.specs import CallbackSpec
 from tjobs.stores.contracts import TaskRecords
 from tjobs.stores.sql.connections import INSERT_RETRIES, SqlBase
 from tjobs.stores.sql.references import insert_references
@@ -302,10 +303,12 @@ async def insert_on_engine(
     without a direct pool): the statements of :mod:`tjobs.stores.sql_direct`, one row per execution,
     then their counts (one upsert per logical database), in the connection's transaction."""
     deltas = CountDeltas()
+    callbacks: dict[int, tuple[CallbackSpec, str]] = {}  # the callback texts of specs the tasks share
     for home, tasks in groups:
         if not tasks:
             continue
-        await conn.exec_driver_sql(for_driver(conn, task_insert_sql(home.tasks_sql)), [task_values(t) for t in tasks])
+        rows = [task_values(t, callbacks) for t in tasks]
+        await conn.exec_driver_sql(for_driver(conn, task_insert_sql(home.tasks_sql)), rows)
         await insert_references(conn, home, tasks)
         for task in tasks:
             deltas.change(home, task.app_id, None, task.status)
