@@ -10,6 +10,9 @@ silently skip the SQL stores, and a tagged case that did not reach it fails too.
 what the SQL runs could only suggest: no id or cursor case reaches a store at all; the ones that do are
 updates (read before their values are judged), lookups of a well-formed name that is not there, a
 duplicate name, and a plan the stored shard map refuses.
+
+Each table is checked inside one test (the twin's one per API resource, :mod:`tests.case_table`), every case
+with its own assertions; a failure names every failing case and why.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import pytest_asyncio
 from testkit import NodeParts, run_node
 from testkit.databases import drop_databases
 from testkit.sqlite_template import migrate_sqlite
+from tests.case_table import check_every
 from tests.fuzz.cases import (
     SEEDED_TARGET,
     SERVER0,
@@ -165,51 +169,72 @@ def assert_refused(case: Case, response: httpx.Response) -> None:
         assert response.headers.get("allow"), "405 without Allow"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+# A case per test cost more in pytest (collection on every worker, setup, report) than in its request.
+
+
+def resource_of(case: Case) -> str:
+    """The API resource a case is sent to: /v1/<resource>/..."""
+    return case.path.split("?", 1)[0].removeprefix("/v1/").split("/", 1)[0]
+
+
+def label(case: Case) -> str:
+    return case.name.encode("unicode_escape").decode()  # as its test id read
+
+
+RESOURCES = list(dict.fromkeys(resource_of(case) for case in CASES))
+
+
+@pytest.mark.parametrize("resource", RESOURCES)
 async def test_bad_input_is_refused_with_a_4xx_naming_the_field(
-    twin: Target, twin_calls: StoreCalls, case: Case
+    twin: Target, twin_calls: StoreCalls, resource: str
 ) -> None:
-    response, served, store_calls = await twin_calls.during(send(twin, case))
-    assert_refused(case, response)
-    # the request went through the recording layer (a plain heartbeat may be answered below ASGI, by the
-    # pools, which never use the store)
-    assert served == 1 or case.path.endswith("/heartbeat"), f"{case.name}: {served} requests recorded"
-    if case.reaches_storage:
-        assert store_calls, f"{case.name}: tagged reaches_storage in tests/fuzz/cases.py but never called the store"
-    else:
-        assert not store_calls, (
-            f"{case.name}: called the store ({', '.join(store_calls)}): tag it reaches_storage=True in"
-            " tests/fuzz/cases.py, so that it runs on SQLite and MariaDB too"
-        )
+    async def check(case: Case) -> None:
+        response, served, store_calls = await twin_calls.during(send(twin, case))
+        assert_refused(case, response)
+        # the request went through the recording layer (a plain heartbeat may be answered below ASGI, by the
+        # pools, which never use the store)
+        assert served == 1 or case.path.endswith("/heartbeat"), f"{case.name}: {served} requests recorded"
+        if case.reaches_storage:
+            assert store_calls, f"{case.name}: tagged reaches_storage in tests/fuzz/cases.py but never called the store"
+        else:
+            assert not store_calls, (
+                f"{case.name}: called the store ({', '.join(store_calls)}): tag it reaches_storage=True in"
+                " tests/fuzz/cases.py, so that it runs on SQLite and MariaDB too"
+            )
+
+    await check_every([case for case in CASES if resource_of(case) == resource], check, label)
 
 
-@pytest.mark.parametrize("case", REACHING_STORAGE, ids=[c.name for c in REACHING_STORAGE])
-async def test_bad_input_reaching_a_store_is_refused_by_the_sql_stores(sql_node: Target, case: Case) -> None:
-    assert_refused(case, await send(sql_node, case))
+async def test_bad_input_reaching_a_store_is_refused_by_the_sql_stores(sql_node: Target) -> None:
+    async def check(case: Case) -> None:
+        assert_refused(case, await send(sql_node, case))
+
+    await check_every(REACHING_STORAGE, check, label)
 
 
 SINGLE_CREATES = [case for case in CASES if (case.method, case.path) == ("POST", "/v1/tasks") and not case.admin]
 
 
-@pytest.mark.parametrize("case", SINGLE_CREATES, ids=[c.name for c in SINGLE_CREATES])
-async def test_a_bad_create_answered_below_asgi_is_refused_as_the_app_refuses_it(
-    twin: Target, twin_calls: StoreCalls, case: Case
-) -> None:
+async def test_a_bad_create_answered_below_asgi_is_refused_as_the_app_refuses_it(twin: Target) -> None:
     """The lean create path (tjobs.api.lean_creates) answers each bad create exactly as the app does
     (status and body); the case is sent twice, through ASGI and then to the lean path when it takes it."""
     lean = twin.lean
-    asgi = await send(twin, case)
-    lean.serve_creates = True
-    try:
-        for _ in range(2):  # a key's cache entry that expired between the sends: the miss read it again
-            before = lean.creates
-            direct = await send(twin, case)
-            if lean.creates > before:
-                break
-    finally:
-        lean.serve_creates = False
-    assert (direct.status_code, direct.content) == (asgi.status_code, asgi.content), case.name
-    assert_refused(case, direct)
-    size = len(case.content if case.content is not None else render(case.body).encode())
-    if case.headers.get("content-type", "application/json") == "application/json" and size <= 65_536:
-        assert lean.creates == before + 1, f"{case.name}: not answered by the lean path"
+
+    async def check(case: Case) -> None:
+        asgi = await send(twin, case)
+        lean.serve_creates = True
+        try:
+            for _ in range(2):  # a key's cache entry that expired between the sends: the miss read it again
+                before = lean.creates
+                direct = await send(twin, case)
+                if lean.creates > before:
+                    break
+        finally:
+            lean.serve_creates = False
+        assert (direct.status_code, direct.content) == (asgi.status_code, asgi.content), case.name
+        assert_refused(case, direct)
+        size = len(case.content if case.content is not None else render(case.body).encode())
+        if case.headers.get("content-type", "application/json") == "application/json" and size <= 65_536:
+            assert lean.creates == before + 1, f"{case.name}: not answered by the lean path"
+
+    await check_every(SINGLE_CREATES, check, label)
