@@ -15,23 +15,25 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
 import pytest_asyncio
 
-from testkit import RunningNode, run_node
+from testkit import NodeParts, RunningNode, run_node
 from testkit.databases import drop_databases
 from testkit.sqlite_template import migrate_sqlite
 from tests.e2e.conftest import FAST_SETTINGS
+from tests.fuzz.store_calls import RequestScope, StoreCalls
 from tests.receiver import Receiver
 from tjobs.errors import NotFound
 from tjobs.model import App
 from tjobs.settings import StorageSettings, load_settings
+from tjobs.stores import create_store
 
 ADMIN_KEY = "tja_test_admin_key"
 
@@ -68,8 +70,55 @@ async def _node_on(storage: dict[str, Any]) -> AsyncIterator[RunningNode]:
     settings = load_settings(None, storage=storage, api={"admin_key": ADMIN_KEY}, **FAST_SETTINGS)
     if not storage["urls"][0].startswith("memory:"):
         await migrate_sqlite(settings.storage)  # MariaDB: migrate(); a new SQLite directory: the template's copy
-    async with run_node(settings) as handle:
+        async with run_node(settings) as handle:
+            yield handle
+        return
+    # the twin's store calls are recorded per request (tests/fuzz/store_calls.py), for refused_before_storage
+    calls = StoreCalls()
+    async with run_node(settings, NodeParts(store=calls.watch(create_store(settings.storage)))) as handle:
+        handle.api.add_middleware(RequestScope, calls=calls)  # before the first request builds the stack
+        handle.api.state.store_calls = calls
         yield handle
+
+
+# ---- refused before storage -------------------------------------------------------------------------------------
+# A test whose every case is refused before any store is read or written (a 422 naming a field) proves the same
+# on every backend: it runs on the in-memory twin only, and there each request it makes is recorded with the store
+# methods it called (app directory reads aside, as in the bad-input table): every refusal must have called none.
+# A refusal is any 4xx but a GET's 404 (a test's look-up that nothing was stored reads the store, as it should).
+
+TestFunction = TypeVar("TestFunction", bound=Callable[..., Any])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "refused_before_storage: runs on the in-memory twin only; its refusals must call no store method"
+    )
+
+
+def refused_before_storage(test: TestFunction) -> TestFunction:
+    """Run ``test`` on the in-memory twin only, checking that every refusal it gets called no store method."""
+    on_the_twin = pytest.mark.parametrize("api_storage", ["memory"], indirect=True)(test)
+    checked = pytest.mark.usefixtures("refusals_call_no_store")(on_the_twin)
+    marked: TestFunction = pytest.mark.refused_before_storage(checked)
+    return marked
+
+
+@pytest.fixture
+def refusals_call_no_store(api_node: RunningNode) -> Iterator[None]:
+    calls: StoreCalls = api_node.api.state.store_calls
+    lean = api_node.api.state.lean_paths
+    first = len(calls.requests)
+    lean.serve_creates = False  # every create through ASGI, where its store calls are recorded
+    try:
+        yield
+    finally:
+        lean.serve_creates = True
+    answered = list(zip(calls.answers[first:], calls.requests[first:], strict=True))
+    refusals = [(answer, made) for answer, made in answered if 400 <= answer[1] < 500 and answer[:2] != ("GET", 404)]
+    assert refusals, f"refused_before_storage, but no request was refused: {[answer for answer, _ in answered]}"
+    reached = [f"{method} {path} {status}: {', '.join(made)}" for (method, status, path), made in refusals if made]
+    assert not reached, "refused_before_storage, but a refusal called the store: " + "; ".join(reached)
 
 
 class SharedNodes:

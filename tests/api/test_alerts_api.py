@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from testkit import RunningNode
-from tests.api.conftest import Tenant
+from tests.api.conftest import Tenant, refused_before_storage
 from tjobs.cli.main import app as cli
 from tjobs.model import SloCounts, SloMinute
 
@@ -57,6 +57,7 @@ BAD_CHANNELS: list[tuple[Any, str]] = [
 
 
 @pytest.mark.parametrize(("body", "field"), BAD_RULES, ids=[f"{i}-{case[1]}" for i, case in enumerate(BAD_RULES)])
+@refused_before_storage
 async def test_a_bad_rule_is_a_422_naming_the_field(tenant: Tenant, body: Any, field: str) -> None:
     response = await tenant.client.post("/v1/alerts/rules", json=body)
     assert response.status_code == 422, response.text
@@ -64,6 +65,7 @@ async def test_a_bad_rule_is_a_422_naming_the_field(tenant: Tenant, body: Any, f
 
 
 @pytest.mark.parametrize(("body", "field"), BAD_CHANNELS, ids=[f"{i}-{case[1]}" for i, case in enumerate(BAD_CHANNELS)])
+@refused_before_storage
 async def test_a_bad_channel_is_a_422_naming_the_field(tenant: Tenant, body: Any, field: str) -> None:
     response = await tenant.client.post("/v1/alerts/channels", json=body)
     assert response.status_code == 422, response.text

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from testkit import RunningNode
-from tests.api.conftest import Tenant, task_body
+from tests.api.conftest import Tenant, refused_before_storage, task_body
 from tests.api.test_tasks_api import assert_error
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -60,6 +60,7 @@ async def test_another_apps_calendar_is_not_found(tenant_factory: Any) -> None:
         ({"holidays": []}, "holidays", "unknown_field"),
     ],
 )
+@refused_before_storage
 async def test_a_bad_calendar_is_a_422_naming_the_field(
     tenant: Tenant, body: dict[str, Any], field: str, code: str
 ) -> None:
@@ -107,6 +108,7 @@ async def test_a_task_skips_what_its_calendar_excludes_and_follows_a_change(tena
         ({"kind": "delay", "delay_ms": 60_000, "jitter_ms": 1}, "schedule.jitter_ms", None),
     ],
 )
+@refused_before_storage
 async def test_a_bad_calendar_or_jitter_in_a_schedule_is_a_422_naming_it(
     tenant: Tenant, schedule: dict[str, Any], field: str, code: str | None
 ) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.conftest import Tenant, task_body
+from tests.api.conftest import Tenant, refused_before_storage, task_body
 from tests.api.test_tasks_api import assert_error
 from tjobs.client import fixed_delay
 
@@ -50,6 +50,7 @@ async def test_a_start_and_max_fires_are_taken(tenant: Tenant) -> None:
 
 
 @pytest.mark.parametrize("delay_ms", [0, 999, 366 * DAY_MS + 1, "60000", None])
+@refused_before_storage
 async def test_a_delay_out_of_bounds_is_a_422_naming_schedule_delay_ms(tenant: Tenant, delay_ms: Any) -> None:
     response = await tenant.client.post(
         "/v1/tasks", json=task_body(schedule={"kind": "fixed_delay", "delay_ms": delay_ms})
@@ -66,6 +67,7 @@ async def test_a_delay_out_of_bounds_is_a_422_naming_schedule_delay_ms(tenant: T
         ({"every_ms": 1000}, "schedule.every_ms"),
     ],
 )
+@refused_before_storage
 async def test_a_field_a_fixed_delay_does_not_take_is_a_422_naming_it(
     tenant: Tenant, extra: dict[str, Any], field: str
 ) -> None:

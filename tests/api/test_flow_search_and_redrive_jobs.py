@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from testkit import RunningNode
-from tests.api.conftest import Tenant, task_body
+from tests.api.conftest import Tenant, refused_before_storage, task_body
 from tests.api.test_client_and_cli import cli_run
 from tests.receiver import Receiver
 from tjobs.cli.main import app as cli
@@ -140,58 +140,75 @@ async def test_redrive_all_matching_is_one_server_job_confirmed_by_count_and_on_
     assert (await other.client.post(f"/v1/operator-jobs/{job['id']}/cancel")).status_code == 404
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "params", "body", "field"),
-    [
-        ("GET", "/v1/flows", {"window": "2h"}, None, "window"),
-        ("GET", "/v1/flows", {"window": "1h", "from": "1800000000000"}, None, "window"),
-        ("GET", "/v1/flows:count", {"last_answer": "6xx"}, None, "last_answer"),
-        ("GET", "/v1/flows:export", {"target": "not a name"}, None, "target"),
-        ("GET", "/v1/dead-letters", {"task_id": "x1"}, None, "task_id"),
-        ("GET", "/v1/dead-letters", {"from": ""}, None, "from"),
-        ("GET", "/v1/dead-letters:count", {"dead_before": "soon"}, None, "dead_before"),
-        ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 0}, "confirm_count"),
-        ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 1, "extra": 1}, "extra"),
-        (
-            "POST",
-            "/v1/dead-letters/redrive-jobs",
-            None,
-            {"filters": {"status": "pending"}, "confirm_count": 1},
-            "filters.status",
-        ),
-        (
-            "POST",
-            "/v1/dead-letters/redrive-jobs",
-            None,
-            {"filters": {"window": 5}, "confirm_count": 1},
-            "filters.window",
-        ),
-        (
-            "POST",
-            "/v1/dead-letters/redrive-jobs",
-            None,
-            {"filters": {"last_answer": "x"}, "confirm_count": 1},
-            "filters.last_answer",
-        ),
-        (
-            "POST",
-            "/v1/dead-letters/redrive-jobs",
-            None,
-            {"dead_before": 4102444800000, "confirm_count": 1},
-            "dead_before",
-        ),
-        ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 1}, "confirm_count"),
-        (
-            "POST",
-            "/v1/dead-letters/redrive-jobs",
-            None,
-            {"filters": {"target": " "}, "confirm_count": 1},
-            "filters.target",
-        ),
-        ("GET", "/v1/operator-jobs", {"limit": "0"}, None, "limit"),
-    ],
-)
+BAD_INPUT: list[tuple[str, str, dict[str, str] | None, Any, str]] = [
+    ("GET", "/v1/flows", {"window": "2h"}, None, "window"),
+    ("GET", "/v1/flows", {"window": "1h", "from": "1800000000000"}, None, "window"),
+    ("GET", "/v1/flows:count", {"last_answer": "6xx"}, None, "last_answer"),
+    ("GET", "/v1/flows:export", {"target": "not a name"}, None, "target"),
+    ("GET", "/v1/dead-letters", {"task_id": "x1"}, None, "task_id"),
+    ("GET", "/v1/dead-letters", {"from": ""}, None, "from"),
+    ("GET", "/v1/dead-letters:count", {"dead_before": "soon"}, None, "dead_before"),
+    ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 0}, "confirm_count"),
+    ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 1, "extra": 1}, "extra"),
+    (
+        "POST",
+        "/v1/dead-letters/redrive-jobs",
+        None,
+        {"filters": {"status": "pending"}, "confirm_count": 1},
+        "filters.status",
+    ),
+    (
+        "POST",
+        "/v1/dead-letters/redrive-jobs",
+        None,
+        {"filters": {"window": 5}, "confirm_count": 1},
+        "filters.window",
+    ),
+    (
+        "POST",
+        "/v1/dead-letters/redrive-jobs",
+        None,
+        {"filters": {"last_answer": "x"}, "confirm_count": 1},
+        "filters.last_answer",
+    ),
+    (
+        "POST",
+        "/v1/dead-letters/redrive-jobs",
+        None,
+        {"dead_before": 4102444800000, "confirm_count": 1},
+        "dead_before",
+    ),
+    ("POST", "/v1/dead-letters/redrive-jobs", None, {"confirm_count": 1}, "confirm_count"),
+    (
+        "POST",
+        "/v1/dead-letters/redrive-jobs",
+        None,
+        {"filters": {"target": " "}, "confirm_count": 1},
+        "filters.target",
+    ),
+    ("GET", "/v1/operator-jobs", {"limit": "0"}, None, "limit"),
+]
+ARGUMENTS = ("method", "path", "params", "body", "field")
+# a well-formed redrive job whose confirm_count is not the store's count of its dead letters: on every store
+CHECKED_AGAINST_THE_STORE = [case for case in BAD_INPUT if case[3] == {"confirm_count": 1}]
+
+
+@pytest.mark.parametrize(ARGUMENTS, [case for case in BAD_INPUT if case not in CHECKED_AGAINST_THE_STORE])
+@refused_before_storage
 async def test_bad_input_is_a_4xx_naming_the_field(
+    tenant: Tenant, method: str, path: str, params: dict[str, str] | None, body: Any, field: str
+) -> None:
+    await _refused_naming(tenant, method, path, params, body, field)
+
+
+@pytest.mark.parametrize(ARGUMENTS, CHECKED_AGAINST_THE_STORE)
+async def test_bad_input_judged_against_the_store_is_a_4xx_naming_the_field(
+    tenant: Tenant, method: str, path: str, params: dict[str, str] | None, body: Any, field: str
+) -> None:
+    await _refused_naming(tenant, method, path, params, body, field)
+
+
+async def _refused_naming(
     tenant: Tenant, method: str, path: str, params: dict[str, str] | None, body: Any, field: str
 ) -> None:
     reply = await tenant.client.request(method, path, params=params, json=body)

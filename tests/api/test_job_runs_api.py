@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from testkit import RunningNode
-from tests.api.conftest import Tenant, task_body
+from tests.api.conftest import Tenant, refused_before_storage, task_body
 from tests.api.test_client_and_cli import cli_run
 from tests.api.test_console_accounts import page, post, sign_in
 from tests.api.test_task_secrets_api import _role_client
@@ -118,6 +118,7 @@ async def test_a_bad_report_is_refused_naming_its_field(
 
 
 @pytest.mark.parametrize("value", [0, 999, 30 * 86_400_000 + 1, "60000", 1.5, True])
+@refused_before_storage
 async def test_a_bad_run_timeout_is_refused_naming_it(tenant: Tenant, value: Any) -> None:
     body = task_body(callback={"url": "http://127.0.0.1:9/hook", "run_timeout_ms": value})
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from testkit import RunningNode
-from tests.api.conftest import Tenant, task_body
+from tests.api.conftest import Tenant, refused_before_storage, task_body
 from tests.api.test_tasks_api import assert_error
 from tjobs.cli.main import app as cli
 from tjobs.client import Client, SchedulePreview, cron
@@ -72,6 +72,7 @@ async def test_the_admin_key_may_preview_and_no_key_may_not(admin: httpx.AsyncCl
         ({"schedule": {"kind": "interval", "every_ms": 60_000}, "until": 1}, "until", "unknown_field"),
     ],
 )
+@refused_before_storage
 async def test_bad_input_is_422_naming_the_field(tenant: Tenant, body: dict[str, Any], field: str, code: str) -> None:
     assert_error(await tenant.client.post("/v1/schedules:preview", json=body), 422, code, field)
 

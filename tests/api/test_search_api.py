@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from testkit import RunningNode
-from tests.api.conftest import Tenant, task_body
+from tests.api.conftest import Tenant, refused_before_storage, task_body
 from tests.api.test_tasks_api import assert_error
 from tests.receiver import Receiver, Reply
 from tjobs.cli.main import app as cli
@@ -125,6 +125,7 @@ async def test_tasks_by_key_and_by_name_prefix(tenant: Tenant) -> None:
         ({"cursor": "garbage"}, "cursor"),
     ],
 )
+@refused_before_storage
 async def test_bad_flow_search_input_is_422_naming_the_field(
     tenant: Tenant, params: dict[str, Any], field: str
 ) -> None:

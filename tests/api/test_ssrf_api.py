@@ -10,7 +10,7 @@ import pytest
 from aiohttp.abc import ResolveResult
 
 from testkit import RunningNode
-from tests.api.conftest import Tenant, task_body
+from tests.api.conftest import Tenant, refused_before_storage, task_body
 from tjobs.delivery.ssrf import TargetGuard
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -52,6 +52,7 @@ def private_dns(api_node: RunningNode) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("url", BAD_HOSTS)
+@refused_before_storage
 async def test_a_bad_host_is_a_422_naming_the_field(tenant: Tenant, url: str) -> None:
     response = await tenant.client.post("/v1/tasks", json=task_body(callback={"url": url}))
     assert response.status_code == 422, response.text

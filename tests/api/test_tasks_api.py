@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from testkit import RunningNode
-from tests.api.conftest import ADMIN_KEY, Tenant, task_body
+from tests.api.conftest import ADMIN_KEY, Tenant, refused_before_storage, task_body
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -266,6 +266,7 @@ async def test_batch_create_of_1000_is_accepted_and_1001_refused(tenant: Tenant)
         (task_body(callback="http://x"), "callback", None),
     ],
 )
+@refused_before_storage
 async def test_create_rejects_bad_fields_by_name(
     tenant: Tenant, body: dict[str, Any], field: str, code: str | None
 ) -> None:

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from types import CodeType, FrameType
 from typing import Any, TypeVar
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tjobs.service.apps import AppDirectory
 from tjobs.stores.base import TaskStore
@@ -36,6 +36,8 @@ class StoreCalls:
 
     def __init__(self) -> None:
         self.requests: list[list[str]] = []
+        # beside each request: its method, the status it was answered with (0: none yet) and its path
+        self.answers: list[tuple[str, int, str]] = []
 
     def watch(self, store: TaskStore) -> TaskStore:
         """Note every call of ``store``'s public methods made while a request is served; returns it."""
@@ -56,7 +58,7 @@ class StoreCalls:
 
 
 class RequestScope:
-    """The outermost ASGI layer: one record of store calls per HTTP request."""
+    """The outermost ASGI layer: one record of store calls per HTTP request, and what it was answered."""
 
     def __init__(self, app: ASGIApp, calls: StoreCalls) -> None:
         self.app = app
@@ -67,10 +69,18 @@ class RequestScope:
             await self.app(scope, receive, send)
             return
         noted: list[str] = []
+        index = len(self.calls.answers)
+        self.calls.answers.append((scope["method"], 0, scope["path"]))
         self.calls.requests.append(noted)
+
+        async def send_noting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.calls.answers[index] = (scope["method"], message["status"], scope["path"])
+            await send(message)
+
         token = _NOTED.set(noted)
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_noting)
         finally:
             _NOTED.reset(token)
 
