@@ -24,7 +24,7 @@ from tjobs.model import App
 from tjobs.service import task_batches
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
-from tjobs.specs import CallbackSpec
+from tjobs.specs import RenderedOnce, callback_to_json
 from tjobs.stores.memory import MemoryTaskStore
 
 URL = "http://93.184.215.14/hook"  # a public address: the target policy admits it without a lookup
@@ -111,7 +111,7 @@ def service() -> TaskService:
 
 def answer(results: list[Any]) -> list[Any]:
     """The items as the batch route renders them (each task's callback rendered once, as there)."""
-    callbacks: dict[int, tuple[CallbackSpec, dict[str, Any]]] = {}
+    callbacks = RenderedOnce(callback_to_json)
     rendered: list[Any] = []
     for result in results:
         if result.error is not None:

@@ -21,7 +21,7 @@ from tjobs.errors import TjobsError
 from tjobs.model import DISABLED_AT, App, Flow, FlowRun, Task, TaskChildren, TaskHealth
 from tjobs.schedules.preview import Preview
 from tjobs.service.task_health import HEALTH_CAP, HEALTH_WINDOW_MS
-from tjobs.specs import CallbackSpec, ScheduleSpec, callback_to_json, schedule_to_json
+from tjobs.specs import RenderedOnce, ScheduleSpec, callback_to_json, schedule_to_json
 
 # Instants repeat (a batch's tasks share created_at/updated_at, many share next_run_at), and
 # formatting one was a tenth of a batch create's CPU in the profile.
@@ -34,19 +34,11 @@ def _instant(ms: int | None) -> str | None:
 
 
 def task_json(
-    task: Task, *, masked: bool = False, callbacks: dict[int, tuple[CallbackSpec, dict[str, Any]]] | None = None
+    task: Task, *, masked: bool = False, callbacks: RenderedOnce[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """A task; ``masked``: its callback's and payload's secret-looking values masked (see the module docstring).
-    ``callbacks``: the callbacks rendered so far for one answer, by the ``id`` of their spec (held there, so
-    an ``id`` is not reused): the tasks of a batch share their callback's spec (:mod:`tjobs.service.task_batches`)."""
-    spec = task.callback
-    known = None if callbacks is None else callbacks.get(id(spec))
-    if known is not None and known[0] is spec:
-        callback = known[1]
-    else:
-        callback = callback_to_json(spec)
-        if callbacks is not None:
-            callbacks[id(spec)] = (spec, callback)
+    ``callbacks``: the callbacks of one answer, each spec rendered once (``RenderedOnce(callback_to_json)``)."""
+    callback = callback_to_json(task.callback) if callbacks is None else callbacks(task.callback)
     return {
         "id": str(task.id),
         "name": task.name,

@@ -31,7 +31,7 @@ from tjobs.errors import InvalidInput, known_object
 from tjobs.model import TaskStatus
 from tjobs.service.cursors import MAX_CURSOR_CHARS
 from tjobs.service.task_health import HEALTH_PAGE_MAX
-from tjobs.specs import CallbackSpec
+from tjobs.specs import RenderedOnce, callback_to_json
 
 router = APIRouter(prefix="/v1", tags=["tasks"])
 
@@ -83,7 +83,7 @@ async def create_tasks(request: Request) -> Any:
     results = await node.tasks.create_many(app, body["tasks"])
     items: list[dict[str, Any]] = []
     counts = {"created": 0, "existing": 0, "failed": 0}
-    callbacks: dict[int, tuple[CallbackSpec, dict[str, Any]]] = {}  # each spec rendered once (the tasks share them)
+    callbacks = RenderedOnce(callback_to_json)  # each spec rendered once (the tasks share them)
     for index, result in enumerate(results):
         if result.error is not None:
             counts["failed"] += 1

@@ -12,7 +12,9 @@ immutable, so one parsed value can be shared.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Generic, TypeVar
 
 import orjson
 
@@ -75,3 +77,27 @@ def schedule_to_text(spec: ScheduleSpec) -> str:
 def callback_to_text(spec: CallbackSpec) -> str:
     """The ``callback`` column of ``spec``: the same bytes a task registered before typed specs holds."""
     return orjson.dumps(callback_to_json(spec)).decode()
+
+
+T = TypeVar("T")
+
+
+class RenderedOnce(Generic[T]):
+    """``render(spec)`` made once per callback spec object, for the rows of one statement or the items of
+    one answer: the tasks of a batch share their callback's spec (:mod:`tjobs.service.task_batches`).
+    Keyed by the spec's ``id``, the spec held beside its rendering, so an ``id`` is not reused while
+    this lives."""
+
+    __slots__ = ("_render", "_seen")
+
+    def __init__(self, render: Callable[[CallbackSpec], T]) -> None:
+        self._render = render
+        self._seen: dict[int, tuple[CallbackSpec, T]] = {}
+
+    def __call__(self, spec: CallbackSpec) -> T:
+        known = self._seen.get(id(spec))
+        if known is not None and known[0] is spec:
+            return known[1]
+        rendered = self._render(spec)
+        self._seen[id(spec)] = (spec, rendered)
+        return rendered

@@ -61,7 +61,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sharding import shard_of_task_id
 from tjobs.model import Task
 from tjobs.settings import StorageSettings
-from tjobs.specs import CallbackSpec, callback_to_text, schedule_to_text
+from tjobs.specs import RenderedOnce, callback_to_text, schedule_to_text
 from tjobs.stores.schema import TASK_COLUMNS, children_to_text, dumps, task_from_row
 from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql_layout import MYSQL, ROW_LOCK_WAIT_S, Layout, ShardTables
@@ -171,19 +171,10 @@ def for_driver(conn: AsyncConnection, sql: str) -> str:
     return sql.replace("%s", "?") if conn.dialect.paramstyle == "qmark" else sql
 
 
-def task_values(task: Task, callbacks: dict[int, tuple[CallbackSpec, str]] | None = None) -> tuple[Any, ...]:
+def task_values(task: Task, callbacks: RenderedOnce[str] | None = None) -> tuple[Any, ...]:
     """The row of :func:`tjobs.stores.schema.task_to_row`, in :data:`TASK_COLUMNS` order. ``callbacks``:
-    the callback texts written so far for the rows of one statement, by the ``id`` of their spec (held
-    there, so an ``id`` is not reused): a batch's tasks share their callback's spec
-    (:mod:`tjobs.service.task_batches`)."""
-    spec = task.callback
-    known = None if callbacks is None else callbacks.get(id(spec))
-    if known is not None and known[0] is spec:
-        callback = known[1]
-    else:
-        callback = callback_to_text(spec)
-        if callbacks is not None:
-            callbacks[id(spec)] = (spec, callback)
+    the callback texts of one statement's rows, each spec written once (``RenderedOnce(callback_to_text)``)."""
+    callback = callback_to_text(task.callback) if callbacks is None else callbacks(task.callback)
     return (
         task.id,
         task.app_id,

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 
 from tjobs.model import Task
-from tjobs.specs import CallbackSpec, callback_to_text, schedule_to_text
+from tjobs.specs import RenderedOnce, callback_to_text, schedule_to_text
 from tjobs.stores.schema import TASK_COLUMNS, children_to_text, dumps
 
 SPECIAL = re.compile("[\\\\'\x00\n\r\x1a]")
@@ -62,7 +62,7 @@ class TaskRows:
     def __init__(self, escape: Callable[[str], str]) -> None:
         self._escape = escape
         self._repeated: dict[str, str] = {}  # app ids and enum values, quoted
-        self._callbacks: dict[int, tuple[CallbackSpec, str]] = {}  # by id() of the spec, held (so not reused)
+        self._callbacks = RenderedOnce(lambda spec: self.quoted(callback_to_text(spec)))  # quoted once per spec
 
     def quoted(self, text: str) -> str:
         """``text`` as a string literal."""
@@ -79,13 +79,7 @@ class TaskRows:
     def row(self, task: Task) -> str:
         """``(<id>, <app_id>, ...)``: the task's values in :data:`TASK_COLUMNS` order."""
         quoted, once = self.quoted, self._once
-        spec = task.callback
-        known = self._callbacks.get(id(spec))
-        if known is not None and known[0] is spec:
-            callback = known[1]
-        else:
-            callback = quoted(callback_to_text(spec))
-            self._callbacks[id(spec)] = (spec, callback)
+        callback = self._callbacks(task.callback)
         key = "NULL" if task.key is None else quoted(task.key)
         next_run = "NULL" if task.next_run_at_ms is None else format(task.next_run_at_ms, "d")
         children = children_to_text(task.children)

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sharding import TaskIdGenerator, shard_of_task_id
 from tjobs.errors import Conflict, DuplicateKey, StorageOutcomeUnknown, StorageUnavailable, TaskIdTaken, TjobsError
 from tjobs.model import Task
-from tjobs.specs import CallbackSpec
+from tjobs.specs import RenderedOnce, callback_to_text
 from tjobs.stores.contracts import TaskRecords
 from tjobs.stores.sql.connections import INSERT_RETRIES, SqlBase
 from tjobs.stores.sql.references import insert_references
@@ -303,7 +303,7 @@ async def insert_on_engine(
     without a direct pool): the statements of :mod:`tjobs.stores.sql_direct`, one row per execution,
     then their counts (one upsert per logical database), in the connection's transaction."""
     deltas = CountDeltas()
-    callbacks: dict[int, tuple[CallbackSpec, str]] = {}  # the callback texts of specs the tasks share
+    callbacks = RenderedOnce(callback_to_text)  # the callback texts of specs the tasks share
     for home, tasks in groups:
         if not tasks:
             continue
