@@ -308,6 +308,7 @@ async def test_a_missing_sqlite_directory_is_storage_unavailable(tmp_path: Path)
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     store = create_store(StorageSettings(urls=[f"sqlite+aiosqlite:///{blocker}"], topology="1x1x2"))
+    others = set(threading.enumerate())  # the workers of other tests' open connections on this xdist worker
     await store.start()
     try:
         with pytest.raises(StorageUnavailable):
@@ -316,10 +317,13 @@ async def test_a_missing_sqlite_directory_is_storage_unavailable(tmp_path: Path)
         await store.close()
         # aiosqlite 0.22 stops the worker of a failed connect without waiting for it; were this loop to
         # close first, the worker raises in its thread ("Event loop is closed", aiosqlite PR #389) and
-        # pytest blames whichever test runs next. Wait for it while the loop is open.
-        workers = [t for t in threading.enumerate() if "_connection_worker_thread" in t.name]
+        # pytest blames whichever test runs next. Wait for it while the loop is open: for this store's
+        # workers only. Joining every aiosqlite worker alive waited 5 s on each open connection of the
+        # module-scoped SQLite nodes sharing the xdist worker: 130 s in a clean-clone run (2026-12-03).
+        workers = [t for t in threading.enumerate() if "_connection_worker_thread" in t.name and t not in others]
         for worker in workers:
             await asyncio.to_thread(worker.join, 5.0)
+        assert not any(worker.is_alive() for worker in workers), workers
 
 
 def test_create_store_chooses_by_url_scheme(tmp_path: Path) -> None:
