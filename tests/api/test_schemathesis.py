@@ -430,4 +430,17 @@ def test_generated_requests_never_break_the_server_or_the_schema(
 ) -> None:
     if case.path_parameters and "task_id" in case.path_parameters and case.path_parameters["task_id"] == "seed":
         case.path_parameters["task_id"] = served.task_id
+    if FRAMING_HEADERS & {name.lower() for name in case.headers or {}}:
+        # A generated header that frames the request (a clean-clone run drew ``content-length: U.I~)bf``):
+        # the HTTP server refuses a malformed one before any route, an answer no operation can document.
+        # Proven instead: the server answers it (400 if malformed), never breaks, and the connection's
+        # next request is served.
+        answer = case.call(base_url=served.base_url, session=session, timeout=30)
+        assert answer.status_code < 500, (answer.status_code, answer.text)
+        if answer.status_code == 400 and answer.text.strip() == "Invalid HTTP request received.":
+            assert session.get(f"{served.base_url}/healthz", timeout=30).status_code == 200
+            return
     case.call_and_validate(base_url=served.base_url, session=session, checks=CHECKS, timeout=30)
+
+
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "expect", "upgrade", "connection", "host"})
