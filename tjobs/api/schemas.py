@@ -235,7 +235,7 @@ class RunLog(_Strict):
     lines: list[str] = Field(
         min_length=1, max_length=500, description="at most runs.max_log_lines_per_call lines (500 by default)"
     )
-    attempt: int | None = Field(default=None, ge=1)
+    attempt: int | None = Field(default=None, ge=1, le=2**63 - 1)  # a larger integer: 422 out_of_range
 
 
 class RunLogAnswer(BaseModel):
