@@ -210,19 +210,19 @@ async def test_what_a_purge_of_completed_tasks_examines_is_bounded_by_what_it_de
 # ---- SQLite: the plan of the purge's read -----------------------------------------------------------
 
 
-async def test_on_sqlite_the_purge_reads_the_flows_along_their_instant(sqlite_store_settings: StorageSettings) -> None:
-    """SQLite's planner took ``retry`` for the status list and sorted every terminal flow; the read must
-    search ``flows_TT_at`` (scheduled_at < ?) and stop at the limit."""
+async def _purge_read_plan(settings: StorageSettings, condition: str) -> tuple[str, Any]:
+    """SQLite's ``EXPLAIN QUERY PLAN`` of the purge's first ``SELECT`` holding ``condition``, joined by
+    " / ", with the shard's layout (its table names)."""
     from tests.contract.backends import wipe
 
-    await wipe(sqlite_store_settings)
+    await wipe(settings)
     sent: list[tuple[str, Any]] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "scheduled_at <" in statement:
+        if statement.lstrip().upper().startswith("SELECT") and condition in statement:
             sent.append((statement, parameters))
 
-    store = SQLAlchemyTaskStore(sqlite_store_settings)
+    store = SQLAlchemyTaskStore(settings)
     await store.start()
     event.listen(Engine, "before_cursor_execute", record)
     try:
@@ -232,7 +232,7 @@ async def test_on_sqlite_the_purge_reads_the_flows_along_their_instant(sqlite_st
     try:
         statement, parameters = sent[0]
         home = store.layout.shards[SHARD]
-        engine = create_engine_for(home.database.engine_url, sqlite_store_settings)
+        engine = create_engine_for(home.database.engine_url, settings)
         try:
             async with engine.connect() as conn:
                 plan = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)).all()
@@ -240,7 +240,13 @@ async def test_on_sqlite_the_purge_reads_the_flows_along_their_instant(sqlite_st
             await engine.dispose()
     finally:
         await store.close()
-    details = " / ".join(str(row[-1]) for row in plan)
+    return " / ".join(str(row[-1]) for row in plan), home
+
+
+async def test_on_sqlite_the_purge_reads_the_flows_along_their_instant(sqlite_store_settings: StorageSettings) -> None:
+    """SQLite's planner took ``retry`` for the status list and sorted every terminal flow; the read must
+    search ``flows_TT_at`` (scheduled_at < ?) and stop at the limit."""
+    details, home = await _purge_read_plan(sqlite_store_settings, "scheduled_at <")
     assert f"USING INDEX {home.flows.name}_at (scheduled_at<?)" in details, details
     assert "TEMP B-TREE" not in details, details
 
@@ -250,33 +256,6 @@ async def test_on_sqlite_the_purge_reads_the_completed_tasks_along_their_last_up
 ) -> None:
     """The completed tasks' read must search ``tasks_TT_done`` (the completed tasks by ``updated_at``), not
     walk every completed task along ``due`` (status, next_run_at)."""
-    from tests.contract.backends import wipe
-
-    await wipe(sqlite_store_settings)
-    sent: list[tuple[str, Any]] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "updated_at <" in statement:
-            sent.append((statement, parameters))
-
-    store = SQLAlchemyTaskStore(sqlite_store_settings)
-    await store.start()
-    event.listen(Engine, "before_cursor_execute", record)
-    try:
-        await store.purge(SHARD, NOW_MS, 200)
-    finally:
-        event.remove(Engine, "before_cursor_execute", record)
-    try:
-        statement, parameters = sent[0]
-        home = store.layout.shards[SHARD]
-        engine = create_engine_for(home.database.engine_url, sqlite_store_settings)
-        try:
-            async with engine.connect() as conn:
-                plan = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)).all()
-        finally:
-            await engine.dispose()
-    finally:
-        await store.close()
-    details = " / ".join(str(row[-1]) for row in plan)
+    details, home = await _purge_read_plan(sqlite_store_settings, "updated_at <")
     assert f"USING INDEX {home.tasks.name}_done (updated_at<?)" in details, details
     assert "TEMP B-TREE" not in details, details
