@@ -43,12 +43,12 @@ def task_json(
         "id": str(task.id),
         "name": task.name,
         "key": task.key,
-        "status": task.status.value,
+        "status": task.status._value_,  # an enum's value as an attribute: ``.value`` is a property, 4x slower
         "schedule": schedule_to_json(task.schedule),
         "callback": masked_json(callback) if masked else callback,
         "payload": masked_json(task.payload) if masked else task.payload,
-        "misfire_policy": task.misfire_policy.value,
-        "delivery": task.delivery.value,
+        "misfire_policy": task.misfire_policy._value_,
+        "delivery": task.delivery._value_,
         "next_run_at": _instant(task.next_run_at_ms),
         "next_run_at_ms": task.next_run_at_ms,
         "version": task.revision,  # the owner's edits only: a fire never makes a PATCH conflict
