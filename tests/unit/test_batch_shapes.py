@@ -24,7 +24,7 @@ from tjobs.model import App
 from tjobs.service import task_batches
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
-from tjobs.specs import RenderedOnce, callback_to_json
+from tjobs.specs import RenderedOnce, ScheduleKind, callback_to_json
 from tjobs.stores.memory import MemoryTaskStore
 
 URL = "http://93.184.215.14/hook"  # a public address: the target policy admits it without a lookup
@@ -158,3 +158,25 @@ async def test_tasks_of_a_batch_share_one_parsed_callback(monkeypatch: pytest.Mo
     results = await tasks.create_many(APP, copy.deepcopy(BATCHES["one callback, many tasks"]))
     specs = {id(result.task.callback) for result in results if result.task is not None}
     assert len(results) == 6 and len(specs) == 1
+
+
+async def test_each_task_of_a_batch_gets_its_kinds_default_misfire_policy() -> None:
+    store = MemoryTaskStore()
+    scheduler = {"misfire_default_at": "skip", "misfire_default_cron": "catch_up", "misfire_default_interval": "skip"}
+    settings = Settings(storage={"urls": ["memory://"]}, scheduler=scheduler)
+    tasks = TaskService(store, LocalHotTier(), settings, ManualClock(NOW_MS), store.topology)
+    schedules = [AT, {"kind": "cron", "expr": "* * * * *"}, AT, {"kind": "interval", "every_ms": 60_000}, AT]
+    batch = [item({"url": URL}, schedule=schedule) for schedule in schedules]
+    batch[2]["misfire_policy"] = "fire_now"  # given: kept
+    results = await tasks.create_many(APP, batch)
+    assert [r.task.misfire_policy.value for r in results if r.task is not None] == [
+        "skip",
+        "catch_up",
+        "fire_now",
+        "skip",
+        "skip",
+    ]
+    shapes = task_batches.BatchShapes(lambda callback: None, lambda: 0, settings.default_misfire_policy)  # type: ignore[arg-type,return-value]
+    assert [shapes.default_policy(kind) for kind in ScheduleKind] == [
+        settings.default_misfire_policy(kind) for kind in ScheduleKind
+    ]

@@ -24,7 +24,8 @@ from typing import Any
 
 import orjson
 
-from tjobs.specs import CallbackSpec
+from tjobs.model import MisfirePolicy
+from tjobs.specs import CallbackSpec, ScheduleKind
 
 SHARD_RUN = 32
 """Tasks without a key placed in one shard in a row (see the module)."""
@@ -33,14 +34,29 @@ SHARD_RUN = 32
 class BatchShapes:
     """The callback specs of one batch, by the exact JSON text of their requests (see the module)."""
 
-    __slots__ = ("_callbacks", "_left", "_parse", "_pick_shard", "_shard")
+    __slots__ = ("_callbacks", "_default_policy", "_left", "_parse", "_pick_shard", "_policies", "_shard")
 
-    def __init__(self, parse_callback: Callable[[Any], CallbackSpec], pick_shard: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        parse_callback: Callable[[Any], CallbackSpec],
+        pick_shard: Callable[[], int],
+        default_policy: Callable[[ScheduleKind], MisfirePolicy],
+    ) -> None:
         self._parse = parse_callback
         self._callbacks: dict[bytes, CallbackSpec] = {}
         self._pick_shard = pick_shard
         self._shard = 0
         self._left = 0
+        self._default_policy = default_policy
+        self._policies: dict[ScheduleKind, MisfirePolicy] = {}
+
+    def default_policy(self, kind: ScheduleKind) -> MisfirePolicy:
+        """The misfire policy of a task of ``kind`` that names none: ``default_policy(kind)`` (the settings'
+        ``scheduler.misfire_default_<kind>``, a lookup by a formatted name) asked once per kind a batch."""
+        policy = self._policies.get(kind)
+        if policy is None:
+            policy = self._policies[kind] = self._default_policy(kind)
+        return policy
 
     def keyless_shard(self) -> int:
         """The shard of the next task without a key: one ``pick_shard`` gives, kept for

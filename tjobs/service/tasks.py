@@ -165,8 +165,8 @@ class TaskService:
             callback = shapes.callback(request["callback"])
         payload = request.get("payload")
         check_payload(payload, limits)
-        default_policy = self._settings.default_misfire_policy(schedule.kind)
-        policy = parse_misfire_policy(request.get("misfire_policy"), default_policy)
+        default_of = self._settings.default_misfire_policy if shapes is None else shapes.default_policy
+        policy = parse_misfire_policy(request.get("misfire_policy"), default_of(schedule.kind))
         check_fixed_delay_policy(schedule, policy)
         delivery = parse_delivery(request.get("delivery"))
         children = parse_children(request.get("children"))
@@ -271,6 +271,7 @@ class TaskService:
         shapes = BatchShapes(
             lambda callback: parse_callback_request(with_defaults(callback, app), limits),
             functools.partial(self._shards.randrange, self._topology.shard_count),
+            self._settings.default_misfire_policy,
         )
         for index, request in enumerate(requests):
             try:
