@@ -180,3 +180,17 @@ async def test_each_task_of_a_batch_gets_its_kinds_default_misfire_policy() -> N
     assert [shapes.default_policy(kind) for kind in ScheduleKind] == [
         settings.default_misfire_policy(kind) for kind in ScheduleKind
     ]
+
+
+async def test_a_batch_task_holds_each_value_in_its_own_field() -> None:
+    tasks = service()
+    request = item({"url": URL}, key="k-1", payload={"i": 7}, misfire_policy="skip", delivery="at_most_once")
+    (result,) = await tasks.create_many(APP, [request])
+    task = result.task
+    assert task is not None and result.created and result.error is None
+    assert (task.app_id, task.name, task.key, task.payload) == (APP.id, "t", "k-1", {"i": 7})
+    assert (task.schedule.kind.value, task.callback.urls) == ("at", (URL,))
+    assert (task.misfire_policy.value, task.delivery.value, task.status.value) == ("skip", "at_most_once", "active")
+    assert (task.next_run_at_ms, task.created_at_ms, task.updated_at_ms) == (AT["at_ms"], NOW_MS, NOW_MS)
+    assert (task.version, task.fire_count, task.revision, task.children) == (1, 0, 1, None)
+    assert task.id > 0

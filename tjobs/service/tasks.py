@@ -79,7 +79,7 @@ SHARD_WINDOW = 16  # shards read concurrently while walking them in order
 Redriven = tuple[str, Flow | None, TjobsError | None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~0.7 us, one per task of a batch
 class ItemResult:
     """One item of a batch: ``task`` (``created`` says if new) or ``error`` (code, message, field)."""
 
@@ -182,24 +182,12 @@ class TaskService:
         task_id = self._ids.mint(shard, now_ms)
         if getattr(schedule, "jitter_ms", None):  # its instants are seeded by the id (tjobs.schedules.jitter)
             first_fire = schedule_of(schedule, task_id, calendar).first_fire(now_ms)
-        return Task(
-            id=task_id,
-            app_id=app.id,
-            name=name,
-            key=key,
-            schedule=schedule,
-            callback=callback,
-            payload=payload,
-            misfire_policy=policy,
-            delivery=delivery,
-            status=TaskStatus.ACTIVE,
-            next_run_at_ms=first_fire,
-            version=1,
-            fire_count=0,
-            created_at_ms=now_ms,
-            updated_at_ms=now_ms,
-            children=children,
+        # fmt: off
+        return Task(  # positional, in Task's field order: half the cost of 16 keywords, paid per task of a batch
+            task_id, app.id, name, key, schedule, callback, payload, policy, delivery, TaskStatus.ACTIVE, first_fire,
+            1, 0, now_ms, now_ms, 1, children,  # version, fire_count, created_at_ms, updated_at_ms, revision
         )
+        # fmt: on
 
     async def create(self, app: App, request: Any) -> Created:
         now_ms = self._clock.now_ms()
@@ -280,7 +268,8 @@ class TaskService:
                 if task.callback.targets and checked not in named:
                     await self.check_targets(app, task.callback, request["callback"])
                     named.add(checked)
-                await self.child_links.check_and_link(app, task.id, task.children)
+                if task.children:  # (no coroutine per task without children)
+                    await self.child_links.check_and_link(app, task.id, task.children)
                 urls = task.callback.urls
                 for position, url in enumerate(urls):
                     if url not in judged:
