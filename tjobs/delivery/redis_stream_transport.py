@@ -51,9 +51,9 @@ from collections.abc import Sequence
 
 import orjson
 import redis.asyncio
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError, ResponseError
-from redis.retry import Retry
 
 from tjobs.delivery.broker import BrokerBusy, BrokerRefused, ConnectedBrokerTransport
 from tjobs.delivery.transport import CallbackRequest
@@ -110,6 +110,7 @@ class _Server:
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             retry=Retry(NoBackoff(), 0),
             health_check_interval=0,
+            protocol=2,  # RESP2 whatever the client's default (RESP3 with HELLO since redis-py 8)
         )
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
         self.idempotent: bool | None = None  # unknown until the first send asks the server

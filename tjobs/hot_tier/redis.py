@@ -167,6 +167,7 @@ class RedisHotTier(HotTier):
             socket_timeout=self._timeout_s,
             socket_connect_timeout=self._timeout_s,
             decode_responses=True,
+            protocol=2,  # RESP2 whatever the client's default (RESP3 with HELLO since redis-py 8)
         )
         self._add = self._redis.register_script(_ADD_SCRIPT)
         self._read_seqs = self._redis.register_script(_SEQS_SCRIPT)
