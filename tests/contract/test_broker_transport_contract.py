@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -89,6 +90,18 @@ async def send_all(backend: BrokerBackend, requests: list[CallbackRequest]) -> l
     return list(await asyncio.gather(*(backend.transport.send(request) for request in requests)))
 
 
+def undelivered(results: list[AttemptResult]) -> str:
+    """What the results not delivered said: each distinct (outcome, error) with its count, most first,
+    and how long the slowest attempt took."""
+    said = Counter(
+        (result.outcome.value, result.error) for result in results if result.outcome is not Outcome.DELIVERED
+    )
+    slowest = max((result.duration_s for result in results), default=0.0)
+    return f"{sum(said.values())} of {len(results)} not delivered (slowest attempt {slowest:.3f} s): " + "; ".join(
+        f"{count} x {outcome} {error!r}" for (outcome, error), count in said.most_common()
+    )
+
+
 # ---- delivered --------------------------------------------------------------------------------------
 
 
@@ -115,7 +128,7 @@ async def test_a_burst_to_one_destination_is_delivered_whole(backend: BrokerBack
     target = await backend.destination()
     requests = [signed_request(target) for _ in range(BURST)]
     results = await send_all(backend, requests)
-    assert {result.outcome for result in results} == {Outcome.DELIVERED}
+    assert {result.outcome for result in results} == {Outcome.DELIVERED}, undelivered(results)
     received = await backend.received(target, BURST, drain=True)
     assert sorted(message.message_id for message in received) == sorted(request.flow_id for request in requests)
     assert backend.transport.pending_publishes == 0
