@@ -4,7 +4,8 @@
 # Idempotent and cheap when nothing changed: the install is skipped while the hash of pyproject.toml
 # (and the interpreter version) matches the stamp written after the last successful install.
 #
-#   scripts/venv.sh            # create/refresh .venv
+#   scripts/venv.sh            # create/refresh .venv, with the versions pinned in constraints.txt
+#   scripts/venv.sh --upgrade  # install the newest versions pyproject.toml allows and rewrite constraints.txt
 #   PYTHON=python3.12 scripts/venv.sh
 set -euo pipefail
 
@@ -12,6 +13,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 VENV="$ROOT/.venv"
+CONSTRAINTS="$ROOT/constraints.txt"
+upgrade=0
+case "${1:-}" in
+    --upgrade) upgrade=1 ;;
+    '') ;;
+    *) printf '[venv] error: unknown argument %s (only --upgrade)\n' "$1" >&2; exit 2 ;;
+esac
 STAMP="$VENV/.tjobs-install-stamp"
 
 log() { printf '[venv] %s\n' "$*" >&2; }
@@ -68,25 +76,40 @@ if [ ! -x "$VENV/bin/python" ]; then
     create_venv "$PY"
 fi
 
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) $("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
+want="$(cat pyproject.toml "$CONSTRAINTS" | sha256sum | cut -d' ' -f1) $("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/tjobs" ]; then
+if [ "$upgrade" = 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/tjobs" ]; then
     exit 0
 fi
 
 # Several shells (make dev + make test) may race here: serialise the install.
 exec 9>"$VENV/.install.lock"
 flock 9
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/tjobs" ]; then
+if [ "$upgrade" = 0 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/tjobs" ]; then
     exit 0
 fi
 
-log "installing tjobs[dev] into .venv (editable; the first run takes a minute)"
 start=$SECONDS
+pins=(-c "$CONSTRAINTS")
+if [ "$upgrade" = 1 ]; then
+    log "installing tjobs[dev] into .venv with the newest versions pyproject.toml allows"
+    pins=(--upgrade --upgrade-strategy eager)
+else
+    log "installing tjobs[dev] into .venv (editable; versions from constraints.txt; the first run takes a minute)"
+fi
 # Build-backend chatter (deprecation notices) goes to a log; it is shown only if the install fails.
-if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet -e '.[dev]' >"$VENV/pip-install.log" 2>&1; then
+if ! "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${pins[@]}" -e '.[dev]' \
+    >"$VENV/pip-install.log" 2>&1; then
     tail -n 40 "$VENV/pip-install.log" >&2
     die "pip install -e '.[dev]' failed; full log: $VENV/pip-install.log"
+fi
+if [ "$upgrade" = 1 ]; then
+    { sed -n '/^#/p' "$CONSTRAINTS"
+      "$VENV/bin/python" -m pip freeze --disable-pip-version-check --exclude-editable | grep -v '^-e '
+    } >"$CONSTRAINTS.new"
+    mv "$CONSTRAINTS.new" "$CONSTRAINTS"
+    log "constraints.txt rewritten: run make test before committing it"
+    want="$(cat pyproject.toml "$CONSTRAINTS" | sha256sum | cut -d' ' -f1) $("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
 fi
 echo "$want" >"$STAMP"
 log "installed in $((SECONDS - start)) s"
