@@ -245,6 +245,15 @@ async def test_publish_applies_the_change_on_the_publishing_node_before_it_retur
     assert change in pair.published.changes
 
 
+async def test_publish_many_applies_each_change_in_order_as_publish_does(pair: Pair) -> None:
+    changes = [TaskChange(task_id(3), "app", soon(), 1), TaskChange(task_id(5), "app", None, 2)]
+    changes.append(TaskChange(task_id(3), "app", soon(3000), 3))
+    await pair.publisher.publish_many(changes)
+    assert [c for c in pair.published.changes if c in changes] == changes
+    for change in changes:
+        await pair.received.wait_for(change)
+
+
 async def test_change_reaches_the_node_that_watches_its_shard(pair: Pair) -> None:
     change = TaskChange(task_id(5), "app", soon(), 1)
     await pair.publisher.publish(change)

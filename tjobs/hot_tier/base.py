@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tjobs.cancellation import cancel_until_done
@@ -84,6 +84,12 @@ class HotTier(ABC):
     async def publish(self, change: TaskChange) -> None:
         """Route ``change`` to the shard's owner. Must not raise for a hot-tier outage: log and
         return, since the store already holds the truth."""
+
+    async def publish_many(self, changes: Sequence[TaskChange]) -> None:
+        """:meth:`publish` each of ``changes``, in order (a batch create's tasks). Default: one by one; the
+        in-process tier hands them to its listener without a coroutine each."""
+        for change in changes:
+            await self.publish(change)
 
     async def watch(self, shards: frozenset[int]) -> None:
         """The shards this node owns from now on; awaited right before the runner loads gained shards.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tjobs.hot_tier.base import ChangeListener, HotTier, TaskChange
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
@@ -24,3 +26,9 @@ class LocalHotTier(HotTier):
     async def publish(self, change: TaskChange) -> None:
         if self._listener is not None:
             self._listener(change)
+
+    async def publish_many(self, changes: Sequence[TaskChange]) -> None:
+        listener = self._listener
+        if listener is not None:
+            for change in changes:
+                listener(change)

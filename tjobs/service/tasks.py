@@ -326,8 +326,7 @@ class TaskService:
                         results[index] = ItemResult(outcome, True, None)
                 for task in created:  # reported while still held against the quota
                     self.counts.changed(app.id, None, task.status, begun)
-            for task in created:  # in order; no task per change (a batch is up to 1,000)
-                await self._hot_tier.publish(TaskChange.of(task))
+            await self._hot_tier.publish_many([TaskChange.of(task) for task in created])  # in order
         return [r for r in results if r is not None]
 
     async def _insert_many(self, tasks: list[Task]) -> list[Task | int | StorageUnavailable]:
