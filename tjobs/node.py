@@ -256,7 +256,7 @@ class Node:
             task_changes=self.hot_tier.publish,
             ended=self.child_flows.ended,
             observer=self.observer,  # a run's end by a report or a cancel: the service levels count it
-            read_run=self.tasks.get_flow_with_task,  # a report's flow and task: one read
+            decide_run=self.tasks.decide_run,  # a report's read and write: one call of the store
         )
         self.child_flows.bind(self.tasks, self.apps.get)
         self.move_watch = MoveWatch(self.store)  # the recorded shard moves, for the metrics

@@ -15,7 +15,7 @@ from tjobs.clock import ManualClock
 from tjobs.errors import FieldTooLarge, InvalidInput, NotFound, RunConflict
 from tjobs.firing.compensator import Compensator
 from tjobs.model import App, DeliveryMode, Flow, FlowRun, FlowStatus, FlowUpdate, RunStatus, Task
-from tjobs.service.runs import RunService
+from tjobs.service.runs import DecideRun, RunService
 from tjobs.settings import CompensatorSettings, RunSettings
 from tjobs.stores.memory import MemoryTaskStore
 
@@ -35,7 +35,7 @@ class Harness:
             self.clock,
             self.read_flow,
             flow_sink=lambda t, f: self.redriven.append((t, f)),
-            read_run=self.read_run,
+            decide_run=self.decide_run,
         )
 
     async def read_flow(self, app: App, id_: str) -> Flow:
@@ -45,12 +45,9 @@ class Harness:
             raise NotFound("flow", id_)
         return flow
 
-    async def read_run(self, app: App, id_: str) -> tuple[Flow, Task | None]:
+    async def decide_run(self, id_: str, decide: DecideRun) -> bool:
         task_id, _, at = id_.partition("-")
-        flow, task = await self.store.flow_with_task(int(task_id), int(at))
-        if flow is None or flow.app_id != app.id:
-            raise NotFound("flow", id_)
-        return flow, task
+        return await self.store.decide_run(int(task_id), int(at), decide)
 
     async def running(self, **kwargs: Any) -> tuple[Task, Flow]:
         """A flow whose attempt 1 its target accepted as a run (the deliverer's outcome)."""

@@ -39,6 +39,24 @@ async def write_transition(
     update = with_children(task, transition.update, now_ms)  # written with the marker that its children are due
     if not await store.write_run(transition.expected, update, now_ms, expected_attempts=transition.expected_attempts):
         return None
+    await after_write(transition, update, task, flow, now_ms, flow_sink, task_changes, ended=ended, observer=observer)
+    return update
+
+
+async def after_write(
+    transition: Transition,
+    update: FlowUpdate,
+    task: Task | None,
+    flow: Flow,
+    now_ms: int,
+    flow_sink: Callable[[Task, Flow], None] | None,
+    task_changes: Callable[[TaskChange], Awaitable[None]] | None,
+    *,
+    ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
+    observer: FireObserver = NO_OBSERVER,
+) -> None:
+    """What follows ``update`` (``transition``'s, with its children's marker) once written: see
+    :func:`write_transition`; a report written by :meth:`RunRecords.decide_run` comes here directly."""
     try:
         observer.flow_update(flow.app_id, update)
     except Exception:
@@ -62,7 +80,6 @@ async def write_transition(
             updated_at_ms=now_ms,
         )
         flow_sink(task, retry)
-    return update
 
 
 def written(flow: Flow, update: FlowUpdate, now_ms: int) -> Flow:

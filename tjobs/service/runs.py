@@ -11,18 +11,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from tjobs.clock import Clock
+from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.run_log import parse_log_lines
 from tjobs.delivery.run_reports import Transition, cancel_transition, parse_report, report_transition
-from tjobs.delivery.run_writes import write_transition, written
-from tjobs.errors import Conflict
+from tjobs.delivery.run_writes import after_write, write_transition, written
+from tjobs.errors import Conflict, NotFound
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import App, Flow, FlowUpdate, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.settings import RunSettings
 from tjobs.stores.base import TaskStore
+from tjobs.stores.contracts.runs import RunWrite
 
 logger = logging.getLogger(__name__)
 
+DecideRun = Callable[[Flow | None, Task | None], RunWrite | None]  # a report's choice from its flow and task as read
 RACES = 8  # reads again after a lost compare-and-set at most this often (each loss is another writer's win)
 
 
@@ -59,18 +62,20 @@ class RunService:
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
         observer: FireObserver = NO_OBSERVER,
-        read_run: Callable[[App, str], Awaitable[tuple[Flow, Task | None]]] | None = None,
+        decide_run: Callable[[str, DecideRun], Awaitable[bool]] | None = None,
     ) -> None:
         """``read_flow`` reads an app's flow by id (404 for another app's); ``flow_sink`` delivers a
         run's retry (the deliverer's ``deliver``); ``task_changes`` (the hot tier's publish) is told a
         fixed_delay task's next run that a run's end set; ``ended``, a run's end that triggers children;
-        ``observer`` (the node's: metrics and service levels), every run transition written; ``read_run``
-        reads the flow (as ``read_flow``) with its task in one read (without it: two)."""
+        ``observer`` (the node's: metrics and service levels), every run transition written; ``decide_run``
+        reads the flow an id names (404 where none) with its task and writes what a report decided from
+        them in one call (:meth:`tjobs.stores.contracts.runs.RunRecords.decide_run`; without it: two reads,
+        then the write)."""
         self._store = store
         self._settings = settings
         self._clock = clock
         self._read_flow = read_flow
-        self._read_run = read_run
+        self._decide_run = decide_run
         self._flow_sink = flow_sink
         self._task_changes = task_changes
         self._ended = ended
@@ -78,15 +83,31 @@ class RunService:
 
     async def report(self, app: App, flow_id: str, body: Any) -> RunAnswer:
         report = parse_report(body, self._settings)
+        seen: list[tuple[Flow, Task | None, Transition | None, FlowUpdate | None, int]] = []  # each read's choice
         for _ in range(RACES):
-            flow, task = await self._flow_with_task(app, flow_id)
-            now_ms = self._clock.now_ms()
-            transition = report_transition(flow, task, report, now_ms, self._settings.timeout_ms)
-            if transition is None:
+
+            def decide(flow: Flow | None, task: Task | None) -> RunWrite | None:
+                if flow is None or flow.app_id != app.id:
+                    raise NotFound("flow", flow_id)
+                now_ms = self._clock.now_ms()
+                transition = report_transition(flow, task, report, now_ms, self._settings.timeout_ms)
+                # written with the marker that its children are due
+                update = None if transition is None else with_children(task, transition.update, now_ms)
+                seen.append((flow, task, transition, update, now_ms))
+                if transition is None or update is None:
+                    return None
+                return RunWrite(transition.expected, update, now_ms, transition.expected_attempts)
+
+            wrote = await self._decide(app, flow_id, decide)
+            flow, task, transition, update, now_ms = seen[-1]
+            if transition is None or update is None:
                 return RunAnswer(flow, repeated=True)
-            answered = await self._write(transition, task, now_ms, flow, app, flow_id)
-            if answered is not None:
-                return RunAnswer(answered)
+            if wrote:
+                await after_write(
+                    transition, update, task, flow, now_ms, self._flow_sink, self._task_changes,
+                    ended=self._ended, observer=self._observer,
+                )  # fmt: skip
+                return RunAnswer(await self._answered(update, now_ms, flow, app, flow_id))
         raise Conflict(f"flow {flow_id} changed {RACES} times while the report was written; send it again")
 
     async def cancel(self, app: App, flow_id: str) -> RunAnswer:
@@ -121,11 +142,16 @@ class RunService:
                 return LogAnswer(count, len(lines.lines) - count, lines.truncated, flow.run_log_lines + count)
         raise Conflict(f"flow {flow_id}'s log grew {RACES} times while these lines were written; send them again")
 
-    async def _flow_with_task(self, app: App, flow_id: str) -> tuple[Flow, Task | None]:
-        if self._read_run is not None:
-            return await self._read_run(app, flow_id)
+    async def _decide(self, app: App, flow_id: str, decide: DecideRun) -> bool:
+        if self._decide_run is not None:
+            return await self._decide_run(flow_id, decide)
         flow = await self._read_flow(app, flow_id)
-        return flow, await self._store.get_task(flow.task_id)
+        chosen = decide(flow, await self._store.get_task(flow.task_id))
+        if chosen is None:
+            return False
+        return await self._store.write_run(
+            chosen.expected, chosen.update, chosen.now_ms, expected_attempts=chosen.expected_attempts
+        )
 
     async def _write(
         self, transition: Transition, task: Task | None, now_ms: int, flow: Flow, app: App, flow_id: str
@@ -146,6 +172,10 @@ class RunService:
         )
         if update is None:
             return None
+        return await self._answered(update, now_ms, flow, app, flow_id)
+
+    async def _answered(self, update: FlowUpdate, now_ms: int, flow: Flow, app: App, flow_id: str) -> Flow:
+        """The flow once ``update`` is written on it (as read): see :meth:`_write`."""
         if update.children is not None:
             return await self._read_flow(app, flow_id)
         return written(flow, update, now_ms)

@@ -60,6 +60,7 @@ from tjobs.settings import Settings
 from tjobs.specs import CallbackSpec, ScheduleKind, ScheduleSpec
 from tjobs.specs.calendar import CalendarLookup, CalendarRules
 from tjobs.stores.base import TaskStore
+from tjobs.stores.contracts.runs import RunWrite
 from tjobs.stores.contracts.task_parents import TaskParentRecords
 from tjobs.stores.queries import TaskQuery
 from tjobs.targets.model import RetryPolicy, pick_budget
@@ -399,29 +400,27 @@ class TaskService:
 
     # ---- flows: one, dead letters, redrive ---------------------------------------------------------
 
-    async def get_flow(self, app: App, flow_id: str) -> Flow:
+    def _flow_key(self, flow_id: str) -> tuple[int, int] | None:
+        """The key of the flow ``flow_id`` names, where this node's topology can hold it (``None``: none)."""
         try:
             task_id, scheduled_at_ms = parse_flow_id(flow_id)
         except ValueError:
-            raise NotFound("flow", flow_id) from None
-        flow = await self._store.get_flow(task_id, scheduled_at_ms) if self._routable(task_id) else None
+            return None
+        return (task_id, scheduled_at_ms) if self._routable(task_id) else None
+
+    async def get_flow(self, app: App, flow_id: str) -> Flow:
+        key = self._flow_key(flow_id)
+        flow = None if key is None else await self._store.get_flow(*key)
         if flow is None or flow.app_id != app.id:
             raise NotFound("flow", flow_id)
         return flow
 
-    async def get_flow_with_task(self, app: App, flow_id: str) -> tuple[Flow, Task | None]:
-        """:meth:`get_flow` with the flow's task (``None``: deleted), in one read of the store: a run's
-        report decides from both (:mod:`tjobs.service.runs`)."""
-        try:
-            task_id, scheduled_at_ms = parse_flow_id(flow_id)
-        except ValueError:
-            raise NotFound("flow", flow_id) from None
-        flow, task = (
-            await self._store.flow_with_task(task_id, scheduled_at_ms) if self._routable(task_id) else (None, None)
-        )
-        if flow is None or flow.app_id != app.id:
+    async def decide_run(self, flow_id: str, decide: Callable[[Flow | None, Task | None], RunWrite | None]) -> bool:
+        """:meth:`RunRecords.decide_run` on the flow ``flow_id`` names (404 where it names none): a run's report."""
+        key = self._flow_key(flow_id)
+        if key is None:
             raise NotFound("flow", flow_id)
-        return flow, task
+        return await self._store.decide_run(*key, decide)
 
     async def dead_letter_counts(self, app_ids: Sequence[str]) -> dict[str, int]:
         """Each app's dead letters now, from the store (one statement per logical database, read

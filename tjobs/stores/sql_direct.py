@@ -262,10 +262,13 @@ class DirectPool:
         self._ready: weakref.WeakSet[Any] = weakref.WeakSet()  # connections set up for transaction()
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Any]:
+    async def transaction(self, *, commit: bool = True) -> AsyncIterator[Any]:
         """A connection of the fire pool (:func:`fire_connect_kwargs`) in a transaction, committed when
         the block exits cleanly. What the engine's ``begin()`` did, without the engine around it (the
-        fire transaction and the outcome writes: docs/benchmarks.md, issue 13).
+        fire transaction and the outcome writes: docs/benchmarks.md, issue 13). ``commit=False``: the
+        block ends its transaction itself, its last statement a ``COMMIT`` or ``ROLLBACK`` sent with
+        the statements before it (a run's report: :mod:`tjobs.stores.sql_run_writes`); nothing is sent
+        when it exits cleanly.
 
         No connection goes back to the pool with a transaction open or in an unknown state: an error the
         server answered (the connection intact) or one of the caller's own (``Fenced``, a planner bug)
@@ -292,6 +295,8 @@ class DirectPool:
             except BaseException as error:
                 await _rollback_or_close(conn, error)
                 raise
+            if not commit:
+                return
             try:
                 await conn.commit()
             except BaseException:

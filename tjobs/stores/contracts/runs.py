@@ -10,10 +10,21 @@ node took the report.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
+
+
+class RunWrite(NamedTuple):
+    """What :meth:`RunRecords.decide_run`'s ``decide`` chose to write: ``update`` where the flow is still
+    ``expected`` with ``expected_attempts``, at ``now_ms`` (:meth:`RunRecords.write_run`'s arguments)."""
+
+    expected: FlowStatus
+    update: FlowUpdate
+    now_ms: int
+    expected_attempts: int
 
 
 class RunRecords(StoreLifecycle):
@@ -32,6 +43,23 @@ class RunRecords(StoreLifecycle):
     async def flow_with_task(self, task_id: int, scheduled_at_ms: int) -> tuple[Flow | None, Task | None]:
         """The flow (``None``: gone) and its task (``None``: gone, or the flow is) in one read: what a
         run's report decides from (:mod:`tjobs.service.runs`), one statement where a read of each was two."""
+
+    async def decide_run(
+        self, task_id: int, scheduled_at_ms: int, decide: Callable[[Flow | None, Task | None], RunWrite | None]
+    ) -> bool:
+        """Read the flow with its task (:meth:`flow_with_task`), call ``decide`` with them, and write what it
+        returns (:meth:`write_run`): whether that was written. ``None`` from ``decide`` writes nothing; what
+        it raises is raised, nothing written. ``False`` also when another writer changed the flow between
+        the read and the write (the caller reads again). This plain sequence is every backend's; MariaDB
+        reads under the row's lock in the write's own transaction (two round trips where it was three:
+        :mod:`tjobs.stores.sql_run_writes`), so there no writer comes between."""
+        flow, task = await self.flow_with_task(task_id, scheduled_at_ms)
+        chosen = decide(flow, task)
+        if chosen is None:
+            return False
+        return await self.write_run(
+            chosen.expected, chosen.update, chosen.now_ms, expected_attempts=chosen.expected_attempts
+        )
 
     @abstractmethod
     async def shards_with_live_runs(self, shards: Sequence[int]) -> set[int]:

@@ -67,6 +67,7 @@ class SqlBase(StoreLifecycle):
         self._writers: dict[str, AsyncEngine] = {}
         self._direct: dict[str, DirectPool] = {}  # MariaDB: the API's inserts and reads (sql_direct)
         self._fire_pools: dict[str, DirectPool] = {}  # MariaDB: fire transactions, outcome writes (sql_direct)
+        self._run_pools: dict[str, DirectPool] = {}  # MariaDB: runs' reports, read and written (sql_run_writes)
         self._health: dict[str, HealthConnection] = {}  # MariaDB: ping() outside the pools
         self._groups: dict[str, GroupCommit] = {}  # MariaDB: concurrent single inserts, per server
         self._file_writers: dict[str, asyncio.Lock] = {}  # SQLite: the node's writers of a file, in turn
@@ -98,6 +99,10 @@ class SqlBase(StoreLifecycle):
             self._fire_pools[url] = DirectPool(
                 fire_connect_kwargs(kwargs), self.settings.pool_size, on_connect=self._sessions[url].track
             )
+            # the fire pool's sessions, a pool of their own: a burst of reports never waits out a fire
+            self._run_pools[url] = DirectPool(
+                fire_connect_kwargs(kwargs), self.settings.pool_size, on_connect=self._sessions[url].track
+            )
             self._health[url] = HealthConnection(kwargs)
             self._groups[url] = GroupCommit(
                 functools.partial(self._write_group, url), max_flushes=max(1, self.settings.pool_size // 2)
@@ -108,7 +113,7 @@ class SqlBase(StoreLifecycle):
 
     async def close(self) -> None:
         engines = list(self._engines.values())
-        direct = [*self._direct.values(), *self._fire_pools.values()]
+        direct = [*self._direct.values(), *self._fire_pools.values(), *self._run_pools.values()]
         for health in self._health.values():
             health.close()
         self._health.clear()
@@ -116,6 +121,7 @@ class SqlBase(StoreLifecycle):
         self._writers.clear()
         self._direct.clear()
         self._fire_pools.clear()
+        self._run_pools.clear()
         self._groups.clear()
         self._file_writers.clear()
         self._sessions.clear()

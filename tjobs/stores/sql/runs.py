@@ -1,20 +1,23 @@
 """The SQL store's job runs (:class:`tjobs.stores.contracts.runs.RunRecords`): a run's transition as one
 guarded ``UPDATE`` of its flow (and, for a fixed_delay task's run, one of its task, in the same
 transaction), a log append as one guarded ``UPDATE`` that concatenates in place, and a shard's live runs
-(and the fires parked behind them) as range reads of ``(status, next_attempt_at)``."""
+(and the fires parked behind them) as range reads of ``(status, next_attempt_at)``. A report's read and
+write (:meth:`SqlRunRecords.decide_run`) are one transaction on MariaDB (:mod:`tjobs.stores.sql_run_writes`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, Table, and_, bindparam, func, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, TaskStatus
-from tjobs.stores.contracts.runs import RunRecords
+from tjobs.stores import sql_run_writes
+from tjobs.stores.contracts.runs import RunRecords, RunWrite
 from tjobs.stores.flow_documents import run_to_text
 from tjobs.stores.schema import clip_error, flow_from_row, flows_indexes, task_from_row
+from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql_layout import MYSQL, ShardTables
 
@@ -96,6 +99,18 @@ class SqlRunRecords(SqlBase, RunRecords):
                     execution_options=home.options,
                 )
         return True
+
+    async def decide_run(
+        self, task_id: int, scheduled_at_ms: int, decide: Callable[[Flow | None, Task | None], RunWrite | None]
+    ) -> bool:
+        home = self._shard_of_task(task_id)
+        url = None if home is None else home.database.engine_url
+        pool = None if url is None else self._run_pools.get(url)
+        if home is None or url is None or pool is None:  # SQLite, or MariaDB without a direct pool
+            return await super().decide_run(task_id, scheduled_at_ms, decide)
+        fence = fence_statement([home.database], self._fence_epoch)
+        async with self._direct_call(url):
+            return await sql_run_writes.decide_run(pool, home, fence, task_id, scheduled_at_ms, decide)
 
     async def flow_with_task(self, task_id: int, scheduled_at_ms: int) -> tuple[Flow | None, Task | None]:
         home = self._shard_of_task(task_id)

@@ -1,0 +1,148 @@
+"""A run's report on MariaDB (:meth:`tjobs.stores.contracts.runs.RunRecords.decide_run`): the flow read
+under its row's lock in the transaction that writes the report, on a raw asyncmy connection of the
+server's run pool (:meth:`tjobs.stores.sql_direct.DirectPool.transaction`, the fire pool's sessions).
+
+Through SQLAlchemy a report was three round trips and five statements (the read and the ``ROLLBACK``
+that closed it; the fence with the guarded ``UPDATE``, and the ``COMMIT``), each paying the engine's
+checkout, greenlet bridge and result handling: a quarter of a report's node CPU (issue 30). Here it is
+two round trips: the shard-map fence (:mod:`tjobs.stores.shard_fence`), the flow ``SELECT … FOR UPDATE``
+and its task's plain read (the task row is not locked: a fire of the task never waits for a report);
+then, once ``decide`` chose, the same guarded ``UPDATE`` as :meth:`SqlRunRecords.write_run` and the
+``COMMIT`` (a ``ROLLBACK`` when ``decide`` chose nothing). The row's lock makes the guard hold: a
+racing report waits for this one and reads what it wrote. A fixed_delay task's next run (a
+:class:`~tjobs.model.Reschedule`) takes a round trip more, sent only once the flow's ``UPDATE`` landed.
+What ``decide`` raises rolls the transaction back. The SQL is built by hand once per table (only
+identifiers from the topology in its text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from asyncmy.constants import SERVER_STATUS
+
+from tjobs.model import Flow, FlowUpdate, Task
+from tjobs.stores.contracts.runs import RunWrite
+from tjobs.stores.flow_documents import run_to_text
+from tjobs.stores.schema import TASK_COLUMNS, clip_error, flow_from_row, task_from_row
+from tjobs.stores.sql_direct import DirectPool
+from tjobs.stores.sql_layout import ShardTables
+
+_READS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+_WRITES: dict[tuple[str, bool], str] = {}
+_CACHE_MAX = 4096  # tables of layouts since reloaded: emptied when full
+
+
+def _read_sql(home: ShardTables) -> tuple[str, tuple[str, ...]]:
+    """The flow by its key under a row lock, then its task by id (unlocked); the flow's column names."""
+    key = (home.flows_sql, home.tasks_sql)
+    found = _READS.get(key)
+    if found is None:
+        names = tuple(column.name for column in home.flows.c)
+        sql = (
+            f"SELECT {', '.join(names)} FROM {home.flows_sql} WHERE task_id = %s AND scheduled_at = %s FOR UPDATE; "
+            f"SELECT {', '.join(TASK_COLUMNS)} FROM {home.tasks_sql} WHERE id = %s"
+        )
+        if len(_READS) >= _CACHE_MAX:
+            _READS.clear()
+        found = _READS[key] = (sql, names)
+    return found
+
+
+def _write_sql(home: ShardTables, with_run: bool) -> str:
+    """:meth:`SqlRunRecords.write_run`'s guarded ``UPDATE`` as text."""
+    key = (home.flows_sql, with_run)
+    sql = _WRITES.get(key)
+    if sql is None:
+        if len(_WRITES) >= _CACHE_MAX:
+            _WRITES.clear()
+        sql = _WRITES[key] = (
+            f"UPDATE {home.flows_sql} SET status = %s, attempts = %s, next_attempt_at = %s, last_error = %s, "
+            f"updated_at = %s{', run = %s' if with_run else ''} "
+            "WHERE task_id = %s AND scheduled_at = %s AND status = %s AND attempts = %s"
+        )
+    return sql
+
+
+def _write_params(chosen: RunWrite) -> list[Any]:
+    u = chosen.update
+    params: list[Any] = [u.status.value, u.attempts, u.next_attempt_at_ms, clip_error(u.last_error), chosen.now_ms]
+    if u.run is not None:
+        params.append(run_to_text(u.run))
+    params += [u.task_id, u.scheduled_at_ms, chosen.expected.value, chosen.expected_attempts]
+    return params
+
+
+def _reschedule(home: ShardTables, u: FlowUpdate, now_ms: int) -> tuple[str, list[Any]]:
+    moved = u.reschedule
+    assert moved is not None
+    return (
+        f"UPDATE {home.tasks_sql} SET next_run_at = %s, updated_at = %s "
+        "WHERE id = %s AND status = 'active' AND next_run_at = %s AND version = %s",
+        [moved.next_run_at_ms, now_ms, u.task_id, moved.parked_at_ms, moved.version],
+    )
+
+
+async def _drain(cursor: Any) -> None:
+    while await cursor.nextset():
+        pass
+
+
+def _committed(conn: Any) -> None:
+    """The multi-statement's last result, its ``COMMIT``'s, ended the transaction; asyncmy keeps a result's
+    server status only where it is not 0, which a session with autocommit off has out of a transaction, so
+    the connection still says a transaction is open (and its pool would drop it: a new connection for every
+    report, a sixth of a report's node CPU). What the server said is set here."""
+    conn.server_status &= ~(SERVER_STATUS.SERVER_STATUS_IN_TRANS | SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS)
+
+
+async def decide_run(
+    pool: DirectPool,
+    home: ShardTables,
+    fence: tuple[str, list[int]],
+    task_id: int,
+    scheduled_at_ms: int,
+    decide: Callable[[Flow | None, Task | None], RunWrite | None],
+) -> bool:
+    """See the module: whether what ``decide`` chose was written."""
+    read_sql, names = _read_sql(home)
+    fence_sql, fence_params = fence
+    async with pool.transaction(commit=False) as conn:
+        cursor = conn.cursor()
+        try:
+            await cursor.execute(f"{fence_sql}; {read_sql}", (*fence_params, task_id, scheduled_at_ms, task_id))
+            await cursor.fetchall()  # the fence's row
+            await cursor.nextset()
+            flow_row = await cursor.fetchone()
+            await cursor.nextset()
+            task_row = await cursor.fetchone()
+            await _drain(cursor)
+            flow = None if flow_row is None else flow_from_row(dict(zip(names, flow_row, strict=True)))
+            task = (
+                None
+                if flow is None or task_row is None
+                else task_from_row(dict(zip(TASK_COLUMNS, task_row, strict=True)))
+            )
+            chosen = decide(flow, task)
+            if chosen is None:
+                await conn.rollback()
+                return False
+            write_sql = _write_sql(home, chosen.update.run is not None)
+            if chosen.update.reschedule is None:
+                await cursor.execute(f"{write_sql}; COMMIT", _write_params(chosen))
+                written: bool = cursor.rowcount > 0
+                await _drain(cursor)
+                _committed(conn)
+                return written
+            await cursor.execute(write_sql, _write_params(chosen))
+            if cursor.rowcount <= 0:
+                await conn.rollback()
+                return False
+            sql, params = _reschedule(home, chosen.update, chosen.now_ms)
+            await cursor.execute(f"{sql}; COMMIT", params)
+            await _drain(cursor)
+            _committed(conn)
+            return True
+        finally:
+            await cursor.close()
