@@ -8,7 +8,7 @@
 #
 # TJOBS_TEST_TIMEOUT_S   per-test timeout in seconds (default 300)
 # TJOBS_TEST_WORKERS     xdist workers (default run: 4; with arguments: none unless set)
-# TJOBS_TEST_TIMING_WORKERS  xdist workers of the default run's timing part (default 2)
+# TJOBS_TEST_TIMING_WORKERS  xdist workers of the default run's timing part (default 3)
 # TJOBS_TEST_NO_SERVICES=1  don't touch services (service tests then skip, or fail under CI=true)
 # TJOBS_TEST_*_URL already set in the environment win over the ones services.sh discovers.
 set -euo pipefail
@@ -32,21 +32,30 @@ if [ "${TJOBS_TEST_NO_SERVICES:-0}" != 1 ]; then
         if [ -z "${!key:-}" ]; then export "$key=$value"; fi
     done <"$services_dir/env"
 fi
-# The rigs whose servers the tests kill, freeze and restart (tests/cluster's, tests/chaos's): a state
+# The rigs whose servers the tests kill, freeze and restart (tests/cluster's two, tests/chaos's): a state
 # directory and ports of this checkout's own, so that two checkouts' runs on one machine never share them,
-# and one rig each, so that the two suites can run on two workers at once. Ports: a block of ten below the
-# ephemeral range, picked by the checkout's path; set any of these to choose.
-block=$((20000 + $(printf '%s' "$ROOT" | cksum | cut -d' ' -f1) % 1000 * 10))
+# and three rigs, so that the fault suite and the two halves of tests/cluster (tests/cluster/rigs.py says
+# which module uses which rig) can run on three workers at once. Ports: a block of fifteen below the
+# ephemeral range (32768), picked by the checkout's path: cluster rig 1 at +0..4, rig 2 at +5..9, the
+# fault suite's at +10..14 (two MariaDB servers, etcd and its peer port, Redis each); set any of these to
+# choose. Leaving TJOBS_TEST_CLUSTER2_DIR empty (and its ports unset) runs tests/cluster on one rig.
+block=$((20000 + $(printf '%s' "$ROOT" | cksum | cut -d' ' -f1) % 800 * 15))
 export TJOBS_TEST_CLUSTER_DIR="${TJOBS_TEST_CLUSTER_DIR:-$ROOT/.services/cluster-rig}"
 export TJOBS_TEST_CLUSTER_MYSQL_PORTS="${TJOBS_TEST_CLUSTER_MYSQL_PORTS:-$block $((block + 1))}"
 export TJOBS_TEST_CLUSTER_ETCD_PORT="${TJOBS_TEST_CLUSTER_ETCD_PORT:-$((block + 2))}"  # peer port +1
 export TJOBS_TEST_CLUSTER_REDIS_PORT="${TJOBS_TEST_CLUSTER_REDIS_PORT:-$((block + 4))}"
+export TJOBS_TEST_CLUSTER2_DIR="${TJOBS_TEST_CLUSTER2_DIR-$ROOT/.services/cluster-rig-2}"
+export TJOBS_TEST_CLUSTER2_MYSQL_PORTS="${TJOBS_TEST_CLUSTER2_MYSQL_PORTS:-$((block + 5)) $((block + 6))}"
+export TJOBS_TEST_CLUSTER2_ETCD_PORT="${TJOBS_TEST_CLUSTER2_ETCD_PORT:-$((block + 7))}"
+export TJOBS_TEST_CLUSTER2_REDIS_PORT="${TJOBS_TEST_CLUSTER2_REDIS_PORT:-$((block + 9))}"
 export TJOBS_TEST_CHAOS_DIR="${TJOBS_TEST_CHAOS_DIR:-$ROOT/.services/chaos-rig}"
-export TJOBS_TEST_CHAOS_MYSQL_PORTS="${TJOBS_TEST_CHAOS_MYSQL_PORTS:-$((block + 5)) $((block + 6))}"
-export TJOBS_TEST_CHAOS_ETCD_PORT="${TJOBS_TEST_CHAOS_ETCD_PORT:-$((block + 7))}"
-export TJOBS_TEST_CHAOS_REDIS_PORT="${TJOBS_TEST_CHAOS_REDIS_PORT:-$((block + 9))}"
+export TJOBS_TEST_CHAOS_MYSQL_PORTS="${TJOBS_TEST_CHAOS_MYSQL_PORTS:-$((block + 10)) $((block + 11))}"
+export TJOBS_TEST_CHAOS_ETCD_PORT="${TJOBS_TEST_CHAOS_ETCD_PORT:-$((block + 12))}"
+export TJOBS_TEST_CHAOS_REDIS_PORT="${TJOBS_TEST_CHAOS_REDIS_PORT:-$((block + 14))}"
 printf '[test] %s=%s\n' \
     TJOBS_TEST_CLUSTER_DIR "$TJOBS_TEST_CLUSTER_DIR" TJOBS_TEST_CLUSTER_MYSQL_PORTS "$TJOBS_TEST_CLUSTER_MYSQL_PORTS" \
+    TJOBS_TEST_CLUSTER2_DIR "${TJOBS_TEST_CLUSTER2_DIR:-<none: one cluster rig>}" \
+    TJOBS_TEST_CLUSTER2_MYSQL_PORTS "$TJOBS_TEST_CLUSTER2_MYSQL_PORTS" \
     TJOBS_TEST_CHAOS_DIR "$TJOBS_TEST_CHAOS_DIR" TJOBS_TEST_CHAOS_MYSQL_PORTS "$TJOBS_TEST_CHAOS_MYSQL_PORTS" >&2
 printf '[test] %s=%s\n' \
     TJOBS_TEST_MYSQL_URL "${TJOBS_TEST_MYSQL_URL:-<unset>}" \
@@ -67,7 +76,8 @@ rig_running() {  # rig_running DIR: any server recorded in DIR still alive
     return 1
 }
 rigs_started_here=()
-for rig in "$TJOBS_TEST_CLUSTER_DIR" "$TJOBS_TEST_CHAOS_DIR"; do
+for rig in "$TJOBS_TEST_CLUSTER_DIR" "$TJOBS_TEST_CLUSTER2_DIR" "$TJOBS_TEST_CHAOS_DIR"; do
+    [ -n "$rig" ] || continue
     rig_running "$rig" || rigs_started_here+=("$rig")
 done
 stop_rigs_started_here() {
@@ -92,15 +102,15 @@ pytest_run() {  # pytest_run LABEL ARGS...: one pytest run; its exit code, 5 (no
 
 # The default run is two pytest runs: everything but `chaos` and `timing` spread over
 # TJOBS_TEST_WORKERS xdist workers (tests of one killable rig kept on one worker: tests/conftest.py),
-# then the `timing` tests (wall-clock lateness bounds) on a machine the first part no longer loads, two at
-# a time (TJOBS_TEST_TIMING_WORKERS): they mostly wait on real time (outages, TTLs, restarts), so the rig's
-# group on one worker and the rest on the other leave the two cores far from busy.
+# then the `timing` tests (wall-clock lateness bounds) on a machine the first part no longer loads, three at
+# a time (TJOBS_TEST_TIMING_WORKERS): they mostly wait on real time (outages, TTLs, restarts), so the two
+# cluster rigs' groups on two workers and the rest on the third leave the two cores far from busy.
 # Extra arguments make it one run of exactly what they select, on TJOBS_TEST_WORKERS workers if set.
 workers="${TJOBS_TEST_WORKERS:-}"
 rc=0
 if [ "$#" -eq 0 ]; then
     pytest_run parallel -n "${workers:-4}" --dist loadgroup -m "not chaos and not timing" || rc=$?
-    pytest_run timing -n "${TJOBS_TEST_TIMING_WORKERS:-2}" --dist loadgroup -m "timing and not chaos" ||
+    pytest_run timing -n "${TJOBS_TEST_TIMING_WORKERS:-3}" --dist loadgroup -m "timing and not chaos" ||
         { code=$?; [ "$rc" -ne 0 ] || rc=$code; }
 else
     parallel=()

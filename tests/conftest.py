@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 import httpx._transports.default
 import pytest
 
+from tests.cluster.rigs import rig_group
+
 DEFAULT_MYSQL_URL = "mysql+asyncmy://root@127.0.0.1:3306"
 DEFAULT_ETCD_URL = "http://127.0.0.1:2379"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -195,13 +197,15 @@ SERVICE_FIXTURES = {
     "nats_url": "nats",
     "chromium": "browser",  # tests/console: Debian's chromium, which scripts/browser.sh installs
 }
-# Fixtures of services on fixed ports and state directories that the tests kill and restart (the cluster
-# rig's etcd, Redis and two MariaDB servers): every test using one rig runs on the same xdist worker. The
-# fault suite shares tests/cluster's rig unless TJOBS_TEST_CHAOS_DIR gives it one of its own
-# (scripts/test.sh does, with ports of its own), and then it is a group of its own.
-SHARED_RIG_FIXTURES = {
-    "infra": "cluster-rig",
-    "chaos_infra": "chaos-rig" if os.environ.get("TJOBS_TEST_CHAOS_DIR") else "cluster-rig",
+# Fixtures of services on fixed ports and state directories that the tests kill and restart (a cluster
+# rig's etcd, Redis and two MariaDB servers): every test using one rig runs on the same xdist worker.
+# tests/cluster has one rig, or two when TJOBS_TEST_CLUSTER2_DIR gives it a second (scripts/test.sh does,
+# with ports of its own): each module's tests then use the rig tests/cluster/rigs.py assigns it, and each
+# rig is a group ("cluster-rig", "cluster-rig-2"). The fault suite shares tests/cluster's first rig unless
+# TJOBS_TEST_CHAOS_DIR gives it one of its own (scripts/test.sh does), and then it is a group of its own.
+SHARED_RIG_FIXTURES: dict[str, Callable[[pytest.Item], str]] = {
+    "infra": lambda item: rig_group(item.path),
+    "chaos_infra": lambda item: "chaos-rig" if os.environ.get("TJOBS_TEST_CHAOS_DIR") else "cluster-rig",
 }
 
 
@@ -214,7 +218,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture in sorted(fixtures & SERVICE_FIXTURES.keys()):
             item.add_marker(SERVICE_FIXTURES[fixture])
         for fixture in sorted(fixtures & SHARED_RIG_FIXTURES.keys()):
-            item.add_marker(pytest.mark.xdist_group(SHARED_RIG_FIXTURES[fixture]))
+            item.add_marker(pytest.mark.xdist_group(SHARED_RIG_FIXTURES[fixture](item)))
     if not _in_ci():
         return
     for item in items:

@@ -1,16 +1,15 @@
 """Cluster fixtures: real MariaDB (2 servers), etcd and Redis from ``scripts/cluster.sh infra`` in a
 state directory of their own (so the tests may kill *that* etcd and Redis, never the shared ones), and
-node processes per test. The schema is migrated once per session under a fresh database prefix.
+node processes per test. Each rig's schema is migrated once per session under a fresh database prefix.
 
-``TJOBS_TEST_CLUSTER_DIR`` (``/tmp/tjobs-cluster-tests``), ``TJOBS_TEST_CLUSTER_MYSQL_PORTS`` ("3307 3308"),
-``TJOBS_TEST_CLUSTER_ETCD_PORT`` (23795) and ``TJOBS_TEST_CLUSTER_REDIS_PORT`` (6395) move the services
-elsewhere: two runs on one machine (a clean-clone ``.ci/run`` next to an engineer's run) must not share
-them, since the tests kill and restart them.
+There may be two such rigs, each with its own state directory and ports; which one a module's tests use,
+and the environment that places them (``TJOBS_TEST_CLUSTER_*``, ``TJOBS_TEST_CLUSTER2_*``), is in
+``tests/cluster/rigs.py``. Two runs on one machine (a clean-clone ``.ci/run`` next to an engineer's run)
+must not share them, since the tests kill and restart them.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 from collections.abc import AsyncIterator, Iterator
@@ -20,31 +19,60 @@ import pytest
 
 from testkit.cluster_rig import Api, ClusterRig, Infra, start_infra
 from testkit.databases import drop_databases
+from tests.cluster.rigs import rig_of, rig_place
 from tests.receiver import Receiver
 from tjobs.settings import StorageSettings
 
-STATE_DIR = Path(os.environ.get("TJOBS_TEST_CLUSTER_DIR", "/tmp/tjobs-cluster-tests"))
-MYSQL_PORTS = os.environ.get("TJOBS_TEST_CLUSTER_MYSQL_PORTS", "3307 3308")
-ETCD_PORT = int(os.environ.get("TJOBS_TEST_CLUSTER_ETCD_PORT", "23795"))
-REDIS_PORT = int(os.environ.get("TJOBS_TEST_CLUSTER_REDIS_PORT", "6395"))
+
+class _Rigs:
+    """The session's rigs, each started (``cluster.sh infra``) and migrated when a test first needs it."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self.infras: dict[int, Infra] = {}
+        self.prefixes: dict[int, str] = {}
+
+    def infra(self, number: int) -> Infra:
+        if number not in self.infras:
+            try:
+                place = rig_place(number)
+                self.infras[number] = start_infra(
+                    place.state_dir,
+                    etcd_port=place.etcd_port,
+                    redis_port=place.redis_port,
+                    mysql_ports=place.mysql_ports,
+                )
+            except (RuntimeError, subprocess.SubprocessError, OSError) as error:
+                message = f"could not start cluster rig {number} with scripts/cluster.sh infra: {error}"
+                pytest.fail(message, pytrace=False)
+        return self.infras[number]
+
+    def db_prefix(self, number: int) -> str:
+        if number not in self.prefixes:
+            prefix = f"tjcl_{secrets.token_hex(3)}"
+            ClusterRig(self.infra(number), self._tmp.mktemp("migrate"), "migrate", prefix).migrate()
+            self.prefixes[number] = prefix
+        return self.prefixes[number]
 
 
 @pytest.fixture(scope="session")
-def infra() -> Infra:
-    try:
-        return start_infra(STATE_DIR, etcd_port=ETCD_PORT, redis_port=REDIS_PORT, mysql_ports=MYSQL_PORTS)
-    except (RuntimeError, subprocess.SubprocessError, OSError) as error:
-        message = f"could not start the cluster services with scripts/cluster.sh infra: {error}"
-        pytest.fail(message, pytrace=False)
+def cluster_rigs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Rigs]:
+    rigs = _Rigs(tmp_path_factory)
+    yield rigs
+    for number, prefix in rigs.prefixes.items():
+        drop_databases(StorageSettings(urls=rigs.infras[number].storage_urls, database_prefix=prefix))
 
 
-@pytest.fixture(scope="session")
-def db_prefix(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    prefix = f"tjcl_{secrets.token_hex(3)}"
-    rig = ClusterRig(infra, tmp_path_factory.mktemp("migrate"), "migrate", prefix)
-    rig.migrate()
-    yield prefix
-    drop_databases(StorageSettings(urls=infra.storage_urls, database_prefix=prefix))
+@pytest.fixture(scope="module")
+def infra(cluster_rigs: _Rigs, request: pytest.FixtureRequest) -> Infra:
+    """The services of this module's rig (``tests/cluster/rigs.py``)."""
+    return cluster_rigs.infra(rig_of(request.path))
+
+
+@pytest.fixture(scope="module")
+def db_prefix(cluster_rigs: _Rigs, infra: Infra, request: pytest.FixtureRequest) -> str:
+    """The database prefix migrated on this module's rig, once per rig and session."""
+    return cluster_rigs.db_prefix(rig_of(request.path))
 
 
 @pytest.fixture
