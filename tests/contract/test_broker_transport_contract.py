@@ -210,13 +210,27 @@ async def test_a_full_destination_pushes_back_and_keeps_nothing_it_refused(backe
         outcomes = [result.outcome for result in results]
         taken = outcomes.index(Outcome.RETRYABLE)
         assert taken >= 1
-        assert outcomes == [Outcome.DELIVERED] * taken + [Outcome.RETRYABLE] * (60 - taken)
-        assert all(result.error for result in results[taken:])
         refused = await send_all(backend, [signed_request(target, body=body) for _ in range(200)])
-        assert {result.outcome for result in refused} == {Outcome.RETRYABLE}
         assert backend.transport.pending_publishes == 0  # nothing refused waits in the client either
-        kept = await backend.received(target, taken, drain=True)
-        assert [message.message_id for message in kept] == [result.flow_id for result in results[:taken]]
+        sent = results + refused
+        if backend.name == "redis_stream":
+            # Redis refuses a write while its used memory is above maxmemory, and that figure moves by a few
+            # KB as the server frees client buffers: once full, an entry is now and then taken again when the
+            # usage dips under the line (seen under CI load: 8 taken, 6 refused, 1 taken, the rest refused).
+            # What the transport owes holds all the same: refusals come (most of what follows the first
+            # one), each says why, and the stream keeps exactly the entries reported delivered.
+            later = outcomes[taken:] + [result.outcome for result in refused]
+            assert set(later) <= {Outcome.DELIVERED, Outcome.RETRYABLE}
+            assert later.count(Outcome.RETRYABLE) > len(later) * 0.9, later
+        else:
+            assert outcomes == [Outcome.DELIVERED] * taken + [Outcome.RETRYABLE] * (60 - taken)
+            assert {result.outcome for result in refused} == {Outcome.RETRYABLE}
+        assert all(result.error for result in sent if result.outcome is Outcome.RETRYABLE)
+        delivered = [result.flow_id for result in sent if result.outcome is Outcome.DELIVERED]
+        kept = [message.message_id for message in await backend.received(target, len(delivered), drain=True)]
+        assert sorted(kept) == sorted(delivered)  # exactly what was reported delivered, each once
+        one_by_one = [result.flow_id for result in results if result.outcome is Outcome.DELIVERED]
+        assert kept[: len(one_by_one)] == one_by_one  # the sequential sends in their order
 
 
 @pytest.mark.parametrize(
