@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure .venv exists and holds an editable install of tjobs[dev].
 #
-# Idempotent and cheap when nothing changed: the install is skipped while the hash of pyproject.toml
+# Idempotent and cheap when nothing changed: the install is skipped while the hash of pyproject.toml and constraints.txt
 # (and the interpreter version) matches the stamp written after the last successful install.
 #
 #   scripts/venv.sh            # create/refresh .venv, with the versions pinned in constraints.txt
