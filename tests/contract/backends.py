@@ -17,6 +17,7 @@ from contextlib import closing
 from typing import Any, TypeVar
 
 from sharding import TaskIdGenerator, Topology, shard_for_key
+from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.model import (
     DeliveryMode,
     FireIntent,
@@ -31,6 +32,7 @@ from tjobs.model import (
 )
 from tjobs.settings import StorageSettings
 from tjobs.specs import CallbackSpec, IntervalSpec
+from tjobs.stores.base import TaskStore
 from tjobs.stores.sql_layout import MYSQL, DatabaseHome, Layout, create_engine_for, sqlite_path
 
 T = TypeVar("T")
@@ -169,6 +171,17 @@ def interval_planner(task: Task, intent: FireIntent, now_ms: int) -> FirePlan | 
 def intent_of(task: Task) -> FireIntent:
     assert task.next_run_at_ms is not None
     return FireIntent(task.id, task.next_run_at_ms, task.version)
+
+
+async def fire_once(store: TaskStore, shard: int, task: Task | None = None) -> tuple[Task, Flow]:
+    """``task`` (else an interval task on ``shard``) stored and fired once at its next run: the task as the
+    fire left it and the flow it wrote. A task given is planned by the real planner (its own schedule)."""
+    planner = interval_planner if task is None else FirePlanner(FirePolicy(60_000, 10, 3_600_000, 2_000))
+    task = await store.insert_task(task or make_task(shard=shard))
+    [outcome] = await store.commit_fires([intent_of(task)], NOW_MS, planner)
+    assert outcome.task is not None
+    [flow] = outcome.flows
+    return outcome.task, flow
 
 
 def manual_flow(task: Task, at_ms: int, status: FlowStatus = FlowStatus.PENDING) -> Flow:

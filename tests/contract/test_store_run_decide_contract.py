@@ -10,9 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
+from tests.contract.backends import NOW_MS, fire_once, make_task
 from tjobs.errors import RunConflict
-from tjobs.firing.planner import FirePlanner, FirePolicy
 from tjobs.model import Flow, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task
 from tjobs.specs import FixedDelaySpec
 from tjobs.stores.base import TaskStore
@@ -22,15 +21,11 @@ DEADLINE_MS = NOW_MS + 60_000
 
 
 async def _running(store: TaskStore, shard: int, task: Task | None = None) -> tuple[Task, Flow]:
-    planner = interval_planner if task is None else FirePlanner(FirePolicy(60_000, 10, 3_600_000, 2_000))
-    task = await store.insert_task(task or make_task(shard=shard))
-    [outcome] = await store.commit_fires([intent_of(task)], NOW_MS, planner)
-    assert outcome.task is not None
-    [flow] = outcome.flows
+    fired_task, flow = await fire_once(store, shard, task)
     run = FlowRun(RunStatus.RUNNING, 1, NOW_MS + 10, DEADLINE_MS)
     started = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.RUNNING, 1, DEADLINE_MS, 202, run=run)
     await store.record_flow_updates([started], NOW_MS + 10)
-    return outcome.task, flow
+    return fired_task, flow
 
 
 def _succeeded(flow: Flow, at_ms: int) -> FlowUpdate:

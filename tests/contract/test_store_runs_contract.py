@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
-from tjobs.firing.planner import FirePlanner, FirePolicy
+from tests.contract.backends import NOW_MS, fire_once, make_task
 from tjobs.model import (
     AttemptLog,
     AttemptRecord,
@@ -24,15 +23,6 @@ from tjobs.specs import FixedDelaySpec
 from tjobs.stores.base import TaskStore
 
 DEADLINE_MS = NOW_MS + 60_000
-
-
-async def _fired(store: TaskStore, shard: int, task: Task | None = None) -> tuple[Task, Flow]:
-    planner = interval_planner if task is None else FirePlanner(FirePolicy(60_000, 10, 3_600_000, 2_000))
-    task = await store.insert_task(task or make_task(shard=shard))
-    [outcome] = await store.commit_fires([intent_of(task)], NOW_MS, planner)
-    assert outcome.task is not None
-    [flow] = outcome.flows
-    return outcome.task, flow
 
 
 def _started(flow: Flow, attempt: int = 1) -> FlowUpdate:
@@ -58,7 +48,7 @@ def _ended(flow: Flow, status: FlowStatus, run_status: RunStatus, attempts: int 
 
 
 async def test_the_outcome_that_starts_a_run_is_stored_with_the_run(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=1)
+    _, flow = await fire_once(store, shard=1)
 
     await store.record_flow_updates([_started(flow)], NOW_MS + 10)
 
@@ -71,7 +61,7 @@ async def test_the_outcome_that_starts_a_run_is_stored_with_the_run(store: TaskS
 
 
 async def test_a_run_start_never_overwrites_a_report_or_a_cancel_that_came_first(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=2)
+    _, flow = await fire_once(store, shard=2)
     # the executor's report reached the flow before the deliverer wrote the run's start
     progress = FlowRun(RunStatus.RUNNING, 1, NOW_MS + 5, DEADLINE_MS, NOW_MS + 6, progress=40)
     reported = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.RUNNING, 1, DEADLINE_MS, run=progress)
@@ -86,7 +76,7 @@ async def test_a_run_start_never_overwrites_a_report_or_a_cancel_that_came_first
 
 
 async def test_a_run_ended_before_its_start_was_written_keeps_the_send_in_its_history(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=11)
+    _, flow = await fire_once(store, shard=11)
     ended = replace(_ended(flow, FlowStatus.DELIVERED, RunStatus.SUCCEEDED), last_status_code=None)
     assert await store.write_run(FlowStatus.PENDING, ended, NOW_MS + 6, expected_attempts=0)
 
@@ -99,7 +89,7 @@ async def test_a_run_ended_before_its_start_was_written_keeps_the_send_in_its_hi
 
 
 async def test_a_late_run_start_never_revives_an_attempt_that_a_report_already_failed(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=10)
+    _, flow = await fire_once(store, shard=10)
     # the executor reported attempt 1 failed before the deliverer wrote its start: pending for a retry
     failed = FlowRun(RunStatus.FAILED, 1, NOW_MS + 5, DEADLINE_MS, NOW_MS + 6, NOW_MS + 6)
     retry = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.PENDING, 1, NOW_MS + 6, None, "x", run=failed)
@@ -115,7 +105,7 @@ async def test_a_late_run_start_never_revives_an_attempt_that_a_report_already_f
 
 
 async def test_a_run_transition_lands_once_where_the_flow_is_as_read(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=3)
+    _, flow = await fire_once(store, shard=3)
     await store.record_flow_updates([_started(flow)], NOW_MS + 10)
     succeeded = _ended(flow, FlowStatus.DELIVERED, RunStatus.SUCCEEDED)
 
@@ -133,7 +123,7 @@ async def test_a_run_transition_lands_once_where_the_flow_is_as_read(store: Task
 
 
 async def test_a_run_transition_checks_the_attempt_count(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=4)
+    _, flow = await fire_once(store, shard=4)
     await store.record_flow_updates([_started(flow, attempt=2)], NOW_MS + 10)
 
     assert not await store.write_run(
@@ -145,7 +135,7 @@ async def test_a_run_transition_checks_the_attempt_count(store: TaskStore) -> No
 
 
 async def test_a_transition_without_a_run_keeps_the_stored_run(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=5)
+    _, flow = await fire_once(store, shard=5)
     await store.record_flow_updates([_started(flow)], NOW_MS + 10)
     cancel = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.CANCELLING, 1, NOW_MS + 70_000, None, "x")
 
@@ -158,7 +148,7 @@ async def test_a_transition_without_a_run_keeps_the_stored_run(store: TaskStore)
 
 async def test_a_fixed_delay_runs_end_sets_the_next_run_in_the_same_write(store: TaskStore) -> None:
     task = replace(make_task(shard=6), schedule=FixedDelaySpec(30_000, start_at_ms=NOW_MS))
-    fired, flow = await _fired(store, shard=6, task=task)
+    fired, flow = await fire_once(store, shard=6, task=task)
     assert fired.next_run_at_ms is not None
     await store.record_flow_updates([_started(flow)], NOW_MS + 10)
     moved = Reschedule(fired.app_id, fired.next_run_at_ms, fired.version, NOW_MS + 500 + 30_000)
@@ -171,8 +161,8 @@ async def test_a_fixed_delay_runs_end_sets_the_next_run_in_the_same_write(store:
 
 
 async def test_a_live_run_past_its_deadline_is_leased_with_its_attempts_kept(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=7)
-    _, untimed = await _fired(store, shard=7)
+    _, flow = await fire_once(store, shard=7)
+    _, untimed = await fire_once(store, shard=7)
     await store.record_flow_updates([_started(flow), replace(_started(untimed), next_attempt_at_ms=None)], NOW_MS)
 
     assert await store.shards_with_stale_flows([7], DEADLINE_MS - 1) == set()
@@ -187,7 +177,7 @@ async def test_a_live_run_past_its_deadline_is_leased_with_its_attempts_kept(sto
 
 async def test_a_terminal_outcome_lands_on_a_live_run(store: TaskStore) -> None:
     # the compensator's close of a deleted task's flow, or a stale node's final outcome
-    _, flow = await _fired(store, shard=8)
+    _, flow = await fire_once(store, shard=8)
     await store.record_flow_updates([_started(flow)], NOW_MS)
 
     closed = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.CANCELLED, 1, None, None, "task deleted")
@@ -198,7 +188,7 @@ async def test_a_terminal_outcome_lands_on_a_live_run(store: TaskStore) -> None:
 
 
 async def test_the_run_log_is_appended_in_place_under_its_line_cap(store: TaskStore) -> None:
-    _, flow = await _fired(store, shard=9)
+    _, flow = await fire_once(store, shard=9)
     await store.record_flow_updates([_started(flow)], NOW_MS + 10)
     key = (flow.task_id, flow.scheduled_at_ms)
 
@@ -215,8 +205,8 @@ async def test_the_run_log_is_appended_in_place_under_its_line_cap(store: TaskSt
 
 async def test_a_shards_live_runs_are_read_by_shard_in_pages_with_their_tasks(store: TaskStore) -> None:
     # Given in shard 9 two running flows, a cancelling one, a pending and a delivered one; a run in shard 10
-    (task, late), (_, early), (_, asked), (_, pending), (_, done) = [await _fired(store, shard=9) for _ in range(5)]
-    _, elsewhere = await _fired(store, shard=10)
+    (task, late), (_, early), (_, asked), (_, pending), (_, done) = [await fire_once(store, shard=9) for _ in range(5)]
+    _, elsewhere = await fire_once(store, shard=10)
     cancelling = FlowUpdate(asked.task_id, asked.scheduled_at_ms, FlowStatus.CANCELLING, 1, NOW_MS + 5_000)
     soon = replace(_started(early), next_attempt_at_ms=NOW_MS + 1_000)
     starts = [_started(late), soon, _started(asked), _started(done), _started(elsewhere)]
@@ -245,8 +235,8 @@ async def test_a_shards_live_runs_are_read_by_shard_in_pages_with_their_tasks(st
 
 async def test_the_fires_parked_behind_a_run_are_found_by_its_task_and_deadline(store: TaskStore) -> None:
     # Given a run with its deadline, a fire of its task parked there, one due a moment later, another task's
-    task, flow = await _fired(store, shard=11)
-    _, other = await _fired(store, shard=11)
+    task, flow = await fire_once(store, shard=11)
+    _, other = await fire_once(store, shard=11)
     parked, later = [
         await store.insert_manual_flow(task.id, replace(flow, scheduled_at_ms=flow.scheduled_at_ms + n)) for n in (1, 2)
     ]
@@ -262,7 +252,7 @@ async def test_the_fires_parked_behind_a_run_are_found_by_its_task_and_deadline(
 
 async def test_a_flow_is_read_with_its_task_in_one_call(store: TaskStore) -> None:
     # what a run's report decides from (issue 30: one statement where a read of each was two)
-    task, flow = await _fired(store, shard=1)
+    task, flow = await fire_once(store, shard=1)
     await store.record_flow_updates([_started(flow)], NOW_MS + 10)
 
     read_flow, read_task = await store.flow_with_task(flow.task_id, flow.scheduled_at_ms)
@@ -280,9 +270,9 @@ async def test_a_shards_failed_runs_awaiting_their_retry_are_read_by_shard_in_pa
     # Given in shard 13 a run reported failed and one timed out (each pending, its retry due), one whose retry
     # was sent and failed to send (pending again, its run kept), a plain fire pending (no run), a live run and
     # a run that succeeded; a failed run in shard 14
-    fired = [await _fired(store, shard=13) for _ in range(6)]
+    fired = [await fire_once(store, shard=13) for _ in range(6)]
     (task, failed), (_, timed_out), (_, resent), (_, fresh), (_, live), (_, done) = fired
-    _, elsewhere = await _fired(store, shard=14)
+    _, elsewhere = await fire_once(store, shard=14)
     await store.record_flow_updates([_started(f) for f in (failed, timed_out, resent, live, done, elsewhere)], NOW_MS)
     for flow, status, due_ms in (
         (failed, RunStatus.FAILED, NOW_MS + 3_000),
@@ -328,12 +318,12 @@ async def test_a_shards_failed_runs_awaiting_their_retry_are_read_by_shard_in_pa
 async def test_a_tasks_open_flows_are_read_by_its_app_and_id(store: TaskStore) -> None:
     # Given a task with a live run, a failed run awaiting its retry, a fire parked behind the run, a delivered
     # flow and a dead one; another task of the shard with a live run
-    task, live = await _fired(store, shard=5)
+    task, live = await fire_once(store, shard=5)
     retrying, parked, done, dead = [
         await store.insert_manual_flow(task.id, replace(live, scheduled_at_ms=live.scheduled_at_ms + n))
         for n in (1, 2, 3, 4)
     ]
-    _, other = await _fired(store, shard=5)
+    _, other = await fire_once(store, shard=5)
     await store.record_flow_updates([_started(f) for f in (live, retrying, other)], NOW_MS)
     failed = replace(_ended(retrying, FlowStatus.PENDING, RunStatus.FAILED), next_attempt_at_ms=NOW_MS + 1_000)
     assert await store.write_run(FlowStatus.RUNNING, failed, NOW_MS + 500)
