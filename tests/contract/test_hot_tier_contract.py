@@ -182,6 +182,7 @@ class DbTier:
     owner: DbPollHotTier
     execute: Callable[[str], Awaitable[None]]
     mariadb: bool
+    new_log: Callable[[], SqlHotChangeLog]  # another log over the same database (another process's)
 
     async def truncate(self) -> None:  # the ids restart (SQLite reuses them once the table is empty)
         await self.execute("TRUNCATE TABLE hot_changes" if self.mariadb else "DELETE FROM hot_changes")
@@ -227,6 +228,7 @@ async def db_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             ),
             execute,
             mariadb,
+            lambda: SqlHotChangeLog(storage),
         )
     finally:
         if mariadb:
@@ -599,3 +601,43 @@ async def test_db_poll_stops_in_bounded_time_while_a_write_hangs_and_releases_it
     # And the publish returns (the change is the cycle load's), without raising
     await asyncio.wait_for(publishing, 1.0)
     assert change in pair.published.changes
+
+
+async def test_db_poll_reads_back_none_of_its_own_changes_but_another_process_of_its_name_reads_them(
+    db: tuple[DbTier, Pair],
+) -> None:
+    tier, pair = db
+    # Given a second process under the publisher's node name (a restart overlapping the old process's
+    # stop, or a handover between two processes of one name), watching every shard
+    again = DbPollHotTier(tier.new_log(), origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20)
+    seen_again = Recorder()
+    await again.start(seen_again)
+    await again.watch(EVERY_SHARD)
+    read: list[tuple[int, str]] = []  # (id, origin) of every row the publisher's poll got from its log
+    real_read_after = tier.publisher.log.read_after
+
+    async def recording(after_id: int, limit: int, **kwargs: Any) -> Any:
+        rows = await real_read_after(after_id, limit, **kwargs)
+        read.extend((row_id, row.origin) for row_id, row in rows)
+        return rows
+
+    tier.publisher.log.read_after = recording  # type: ignore[method-assign]
+    try:
+        await tier.publisher.watch(EVERY_SHARD)
+        commits = commits_of(tier.publisher)
+        # When the publisher publishes 50 changes at once
+        changes = [TaskChange(task_id(index % SHARDS), "app", soon(), 1) for index in range(50)]
+        await asyncio.gather(*(pair.publisher.publish(change) for change in changes))
+        # Then the owner and the other process of the publisher's name get each one
+        for change in changes:
+            await pair.received.wait_for(change)
+            await seen_again.wait_for(change)
+        await asyncio.sleep(SETTLE_S + 0.2)  # the publisher's poll goes past its rows
+        # And the publisher applied each once (at its publish), and its poll parsed none of its rows
+        # but the last of the log at a poll: at most one a write
+        assert pair.published.changes == changes
+        mine = {row_id for row_id, origin in read if origin == tier.publisher.origin}
+        assert len(mine) <= len(commits)
+        assert tier.publisher.origin != again.origin and tier.publisher.origin.startswith("node-a")
+    finally:
+        await again.stop()

@@ -6,6 +6,7 @@ How the tier copes with ids that become visible out of order or restart is the h
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 
@@ -71,3 +72,20 @@ async def test_prune_deletes_only_the_changes_created_before_the_cutoff(log: Hot
     await log.append([old, cutoff, young])
     await log.prune(NOW_MS)
     assert [row for _, row in await log.read_after(0, 10)] == [cutoff, young]
+
+
+async def test_read_after_leaves_out_one_origins_changes_but_the_last_of_the_log(log: HotChangeLog) -> None:
+    # A DB-poll reader skips its own changes in the read, not after parsing them (issue 29), and still
+    # learns from the log's last change how far the log goes.
+    mine = [replace(change(shard), origin="node-a/1") for shard in (1, 2, 3)]
+    theirs = replace(change(4), origin="node-b/1")
+    earlier = replace(change(5), origin="node-a/0")  # the same node name, another incarnation
+    await log.append([mine[0], theirs, mine[1], earlier, mine[2]])
+    ids = [row_id for row_id, _ in await log.read_after(0, 10)]
+    read = await log.read_after(0, 10, skip_origin="node-a/1")
+    assert read == [(ids[1], theirs), (ids[3], earlier), (ids[4], mine[2])]  # mine[2] is the last
+    assert await log.read_after(ids[1], 10, skip_origin="node-a/1") == [(ids[3], earlier), (ids[4], mine[2])]
+    assert await log.read_after(ids[-1], 10, skip_origin="node-a/1") == []
+    assert await log.read_after(0, 1, skip_origin="node-a/1") == [(ids[1], theirs)]  # the limit holds
+    await log.append([replace(change(6), origin="node-b/1")])
+    assert [row.origin for _, row in await log.read_after(ids[3], 10, skip_origin="node-a/1")] == ["node-b/1"]

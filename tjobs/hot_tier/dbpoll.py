@@ -3,6 +3,15 @@
 that every node polls by increasing id every ``hot_poll_interval_ms``, applying the changes of the
 shards it owns (:meth:`DbPollHotTier.watch`).
 
+Each process logs its changes under an origin of its own (its node's name and a random token), and its
+poll asks the log to leave those out (``read_after(..., skip_origin=...)``): it applied them when it
+published them, so the server skips them on the key's range and the node never receives nor parses them
+(they were ~38 us of a near-term create's node CPU in cluster mode, docs/benchmarks.md). The log's last
+change comes back whoever wrote it, so the watermark still goes past the node's own rows. Every other
+process reads them, including another process of the same node name (a restart overlapping the old
+process's stop): the token, not the name, tells them apart. Every change is still written, for the
+shards the node owns too: during a handover both owners overlap and the other must see it.
+
 Ids come from an auto-increment key, and a lower id may commit after a higher one was read, so each
 poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
 skips those it already applied. A log emptied under it whose ids restart (``TRUNCATE``, or SQLite
@@ -27,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 
 from sharding import shard_of_task_id
@@ -42,6 +52,7 @@ PURGE_INTERVAL_S = 30.0
 SETTLE_S = 1.0
 POLL_LIMIT = 5000
 FLUSH_ROWS = 500  # rows per publishing transaction at most
+ORIGIN_NAME_CHARS = 119  # of the node's name in an origin; "/" and 8 hex digits of the process fill 128
 STOP_WRITE_WAIT_S = 2.0  # how long stop() lets a write in flight finish before cancelling it
 
 
@@ -52,7 +63,7 @@ class DbPollHotTier(HotTier):
         super().__init__()
         self.log = log  # opened by start, closed by stop
         self._open = False
-        self._origin = origin
+        self._origin = f"{origin[:ORIGIN_NAME_CHARS]}/{secrets.token_hex(4)}"  # this process's, in 128 chars
         self._clock = clock
         self._near_ms = near_ms
         self._interval_s = poll_interval_ms / 1000
@@ -63,6 +74,11 @@ class DbPollHotTier(HotTier):
         self._flush: asyncio.Task[None] | None = None  # the write in flight, if any
         self.published = 0
         self.received = 0
+
+    @property
+    def origin(self) -> str:
+        """What this process's changes are logged under: its node's name and a token of its own."""
+        return self._origin
 
     async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
         self._listener = listener
@@ -141,7 +157,7 @@ class DbPollHotTier(HotTier):
                 if watermark is None:
                     watermark = await log.highest_id()
                     highest = (watermark, None)
-                rows = await log.read_after(watermark, POLL_LIMIT)
+                rows = await log.read_after(watermark, POLL_LIMIT, skip_origin=self._origin)
                 if not rows and await self._ids_went_back(*highest):
                     watermark, recent, seen, highest = 0, [], {}, (0, None)
                     continue
@@ -155,7 +171,7 @@ class DbPollHotTier(HotTier):
                         highest = (row_id, row)
                     recent.append((now, row_id))
                     if (
-                        row.origin != self._origin
+                        row.origin != self._origin  # only the log's last change can be this process's
                         and self._listener is not None
                         and shard_of_task_id(row.task_id) in self._watched
                     ):

@@ -48,9 +48,17 @@ class MemoryHotChangeLog(HotChangeLog):
         self._shared.check()
         return max(self._shared.rows, default=0)
 
-    async def read_after(self, after_id: int, limit: int) -> list[tuple[int, HotChange]]:
+    async def read_after(
+        self, after_id: int, limit: int, *, skip_origin: str | None = None
+    ) -> list[tuple[int, HotChange]]:
         self._shared.check()
-        after = [(row_id, change) for row_id, change in self._shared.rows.items() if row_id > after_id]
+        rows = self._shared.rows
+        top = max(rows, default=0)
+        after = [
+            (row_id, change)
+            for row_id, change in rows.items()
+            if row_id > after_id and (change.origin != skip_origin or row_id == top)
+        ]
         return sorted(after, key=lambda row: row[0])[:limit]
 
     async def last(self) -> tuple[int, HotChange] | None:

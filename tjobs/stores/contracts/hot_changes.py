@@ -18,7 +18,8 @@ from tjobs.stores.contracts.lifecycle import StoreLifecycle
 @dataclass(frozen=True, slots=True)
 class HotChange:
     """One change as logged: the task's new state (``next_run_at_ms`` ``None``: it must not fire), the
-    node that published it, and when (epoch ms)."""
+    process that published it (``origin``: its node's name and a token of that process, at most 128
+    characters), and when (epoch ms)."""
 
     task_id: int
     app_id: str
@@ -56,8 +57,13 @@ class HotChangeLog(ABC):
         """The highest id logged (0 for an empty log)."""
 
     @abstractmethod
-    async def read_after(self, after_id: int, limit: int) -> list[tuple[int, HotChange]]:
-        """Up to ``limit`` logged changes with an id above ``after_id``, by increasing id."""
+    async def read_after(
+        self, after_id: int, limit: int, *, skip_origin: str | None = None
+    ) -> list[tuple[int, HotChange]]:
+        """Up to ``limit`` logged changes with an id above ``after_id``, by increasing id. With
+        ``skip_origin``, the changes logged by that origin are left out in the read (a reader never
+        parses its own rows) except the log's last change, which is in the answer whoever logged it
+        (when above ``after_id`` and within ``limit``): the reader learns how far the log goes."""
 
     @abstractmethod
     async def last(self) -> tuple[int, HotChange] | None:

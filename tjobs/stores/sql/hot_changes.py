@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import MetaData, delete, func, insert, inspect, select
+from sqlalchemy import MetaData, and_, delete, func, insert, inspect, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tjobs.settings import StorageSettings
@@ -71,11 +71,17 @@ class SqlHotChangeLog(HotChangeLog):
             async with self.engine.connect() as conn:
                 return int((await conn.execute(select(func.coalesce(func.max(self._table.c.id), 0)))).scalar_one())
 
-    async def read_after(self, after_id: int, limit: int) -> list[tuple[int, HotChange]]:
+    async def read_after(
+        self, after_id: int, limit: int, *, skip_origin: str | None = None
+    ) -> list[tuple[int, HotChange]]:
         table = self._table
+        where = table.c.id > after_id
+        if skip_origin is not None:  # the server skips them on the primary key's range: never sent nor parsed
+            last = select(func.max(table.c.id)).scalar_subquery()
+            where = and_(where, or_(table.c.origin != skip_origin, table.c.id == last))
         with storage_errors(self._url):
             async with self.engine.connect() as conn:
-                statement = select(table).where(table.c.id > after_id).order_by(table.c.id).limit(limit)
+                statement = select(table).where(where).order_by(table.c.id).limit(limit)
                 rows = (await conn.execute(statement)).mappings().all()
         return [(int(row["id"]), _change(row)) for row in rows]
 
