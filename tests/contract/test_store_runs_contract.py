@@ -5,7 +5,12 @@ run log is appended in place under its line cap."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import Any
+
+import pytest
 
 from tests.contract.backends import NOW_MS, fire_once, make_task
 from tjobs.model import (
@@ -73,6 +78,78 @@ async def test_a_run_start_never_overwrites_a_report_or_a_cancel_that_came_first
     assert stored is not None and stored.run == progress and stored.status is FlowStatus.RUNNING
     # the send that started the run is in the history all the same
     assert stored.last_status_code == 202 and stored.attempt_log is not None and stored.attempt_log.total == 1
+
+
+class _Sent:
+    """A raw connection of a fire pool that lists what it sends, one entry a round trip."""
+
+    def __init__(self, conn: Any, sent: list[str]) -> None:
+        object.__setattr__(self, "_conn", conn)
+        object.__setattr__(self, "_sent", sent)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._conn, name, value)
+
+    def cursor(self) -> Any:
+        return _SentCursor(self._conn.cursor(), self._sent)
+
+    async def commit(self) -> None:
+        self._sent.append("COMMIT")
+        await self._conn.commit()
+
+    async def rollback(self) -> None:
+        self._sent.append("ROLLBACK")
+        await self._conn.rollback()
+
+
+class _SentCursor:
+    def __init__(self, cursor: Any, sent: list[str]) -> None:
+        self._cursor, self._sent = cursor, sent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+    async def execute(self, sql: str, params: Any = None) -> Any:
+        self._sent.append(sql)
+        return await self._cursor.execute(sql, params)
+
+
+async def test_mariadb_writes_a_run_start_in_one_round_trip_and_keeps_its_connection(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the fence, the start's two UPDATEs and the COMMIT in one multi-statement (issue 30: the COMMIT was a
+    # round trip of its own after every flush, and a run's start is flushed at once)
+    pools = getattr(store, "_fire_pools", None)
+    if not pools:
+        pytest.skip("MariaDB's fire pool only")
+    _, flow = await fire_once(store, shard=3)
+    pool = pools[store._shard_of_task(flow.task_id).database.engine_url]  # type: ignore[attr-defined]
+    sent: list[str] = []
+    plain = pool.transaction
+
+    @asynccontextmanager
+    async def counted(*, commit: bool = True) -> AsyncIterator[Any]:
+        async with plain(commit=commit) as conn:
+            yield _Sent(conn, sent)
+        if commit:  # the pool's own COMMIT, a round trip of its own
+            sent.append("COMMIT")
+
+    monkeypatch.setattr(pool, "transaction", counted)
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+
+    assert len(sent) == 1 and sent[0].count("UPDATE") == 2 and sent[0].endswith("; COMMIT")
+    assert (pool._pool.size, pool._pool.freesize) == (1, 1)  # the transaction ended: the connection kept
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)  # committed: another connection sees it
+    assert stored is not None and stored.status is FlowStatus.RUNNING and stored.run == _started(flow).run
+    sent.clear()  # a flush that passes no row commits the same way; the connection is kept for the next
+    await store.record_flow_updates([_started(flow)], NOW_MS + 20)
+    assert len(sent) == 1 and sent[0].endswith("; COMMIT")
+    assert (pool._pool.size, pool._pool.freesize) == (1, 1)
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.updated_at_ms == NOW_MS + 10
 
 
 async def test_a_run_ended_before_its_start_was_written_keeps_the_send_in_its_history(store: TaskStore) -> None:

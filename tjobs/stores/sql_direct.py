@@ -54,7 +54,7 @@ from typing import Any
 
 import asyncmy
 import asyncmy.errors
-from asyncmy.constants import CLIENT
+from asyncmy.constants import CLIENT, SERVER_STATUS
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -267,7 +267,8 @@ class DirectPool:
         the block exits cleanly. What the engine's ``begin()`` did, without the engine around it (the
         fire transaction and the outcome writes: docs/benchmarks.md, issue 13). ``commit=False``: the
         block ends its transaction itself, its last statement a ``COMMIT`` or ``ROLLBACK`` sent with
-        the statements before it (a run's report: :mod:`tjobs.stores.sql_run_writes`); nothing is sent
+        the statements before it (a run's report: :mod:`tjobs.stores.sql_run_writes`; the outcome writes:
+        :mod:`tjobs.stores.sql_flow_updates`), then :func:`committed_in_batch`; nothing is sent
         when it exits cleanly.
 
         No connection goes back to the pool with a transaction open or in an unknown state: an error the
@@ -440,6 +441,14 @@ def insert_text(
     chunks[0] = "START TRANSACTION;" + first
     chunks[-1] += ";COMMIT"
     return chunks
+
+
+def committed_in_batch(conn: Any) -> None:
+    """``conn``'s multi-statement ended with ``COMMIT`` (:meth:`DirectPool.transaction` with ``commit=False``):
+    the transaction is over. asyncmy keeps a result's server status only where it is not 0, which a session
+    with autocommit off has out of a transaction, so the connection would still say a transaction is open
+    and its pool would drop it (a new connection per call). What the server said is set here."""
+    conn.server_status &= ~(SERVER_STATUS.SERVER_STATUS_IN_TRANS | SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS)
 
 
 async def _rollback_or_close(conn: Any, error: BaseException) -> None:

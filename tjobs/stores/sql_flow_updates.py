@@ -10,8 +10,10 @@ time) and sent on its own round trip, they cost more node CPU than the fire tran
 every ``UPDATE`` of one server is hand-built text with bound parameters, and all of them go to the
 server as one multi-statement on the raw asyncmy connection of one transaction, on the server's fire
 pool like the fire transaction (:meth:`tjobs.stores.sql_direct.DirectPool.transaction`; SQLAlchemy's
-engine only for a server URL without one). Only identifiers derived from the topology are put into the
-SQL text, so SQLite's form is the same text with ``?`` for ``%s``.
+engine only for a server URL without one), the transaction's ``COMMIT`` at the end of its last round
+trip (a flush of one round trip, a run's start among them, is one round trip in all). Only identifiers
+derived from the topology are put into the SQL text, so SQLite's form is the same text with ``?`` for
+``%s``.
 
 One ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND status IN (<the open statuses>)`` per shard table
 (:func:`update_statements`), so a terminal flow is never changed again and a flow is never made up. An
@@ -43,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from tjobs.model import FlowStatus, FlowUpdate
 from tjobs.stores.flow_documents import answers_to_text, attempt_log_to_text, routes_to_text, run_to_text
 from tjobs.stores.schema import clip_error
+from tjobs.stores.sql_direct import committed_in_batch
 from tjobs.stores.sql_layout import MULTI_STATEMENT_PARAMS, round_trips
 
 if TYPE_CHECKING:
@@ -282,22 +285,33 @@ async def write_flow_updates(
     shards: Sequence[ShardTables],
     now_ms: int,
     fence: tuple[str, list[int]] | None = None,
+    *,
+    commit: bool = False,
 ) -> None:
     """Run the updates on ``conn`` (a MariaDB transaction: a raw asyncmy connection of a fire pool,
     :meth:`tjobs.stores.sql_direct.DirectPool.transaction`, or an engine connection) in as few round
     trips as the size allows; ``fence`` (:func:`tjobs.stores.shard_fence.fence_statement`) heads the
-    first round trip."""
+    first round trip. ``commit`` (a raw connection of ``DirectPool.transaction(commit=False)``): the last
+    round trip ends with the ``COMMIT``, run only where every statement before it passed (a multi-statement
+    stops at its first error, and the pool rolls the transaction back), so a flush of one round trip, a
+    run's start among them, is one round trip in all (issue 30: the ``COMMIT`` was one more)."""
     if isinstance(conn, AsyncConnection):
         conn = (await conn.get_raw_connection()).driver_connection
     cursor = conn.cursor()
     statements = update_statements(by_shard, shards, now_ms)
     if fence is not None:
         statements.insert(0, (fence[0], list(fence[1])))
+    chunks = _chunks(statements)
+    if commit:
+        last_sql, last_params = chunks[-1] if chunks else ("", ())
+        chunks[-1:] = [(f"{last_sql}; COMMIT" if last_sql else "COMMIT", last_params)]
     try:
-        for sql, params in _chunks(statements):
+        for sql, params in chunks:
             await cursor.execute(sql, params)
             while await cursor.nextset():
                 pass
+        if commit:
+            committed_in_batch(conn)
     finally:
         await cursor.close()
 

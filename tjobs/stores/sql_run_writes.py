@@ -20,13 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from asyncmy.constants import SERVER_STATUS
-
 from tjobs.model import Flow, FlowUpdate, Task
 from tjobs.stores.contracts.runs import RunWrite
 from tjobs.stores.flow_documents import run_to_text
 from tjobs.stores.schema import TASK_COLUMNS, clip_error, flow_from_row, task_from_row
-from tjobs.stores.sql_direct import DirectPool
+from tjobs.stores.sql_direct import DirectPool, committed_in_batch
 from tjobs.stores.sql_layout import ShardTables
 
 _READS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
@@ -89,14 +87,6 @@ async def _drain(cursor: Any) -> None:
         pass
 
 
-def _committed(conn: Any) -> None:
-    """The multi-statement's last result, its ``COMMIT``'s, ended the transaction; asyncmy keeps a result's
-    server status only where it is not 0, which a session with autocommit off has out of a transaction, so
-    the connection still says a transaction is open (and its pool would drop it: a new connection for every
-    report, a sixth of a report's node CPU). What the server said is set here."""
-    conn.server_status &= ~(SERVER_STATUS.SERVER_STATUS_IN_TRANS | SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS)
-
-
 async def decide_run(
     pool: DirectPool,
     home: ShardTables,
@@ -133,7 +123,7 @@ async def decide_run(
                 await cursor.execute(f"{write_sql}; COMMIT", _write_params(chosen))
                 written: bool = cursor.rowcount > 0
                 await _drain(cursor)
-                _committed(conn)
+                committed_in_batch(conn)
                 return written
             await cursor.execute(write_sql, _write_params(chosen))
             if cursor.rowcount <= 0:
@@ -142,7 +132,7 @@ async def decide_run(
             sql, params = _reschedule(home, chosen.update, chosen.now_ms)
             await cursor.execute(f"{sql}; COMMIT", params)
             await _drain(cursor)
-            _committed(conn)
+            committed_in_batch(conn)
             return True
         finally:
             await cursor.close()

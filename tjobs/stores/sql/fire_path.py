@@ -188,8 +188,8 @@ class SqlFirePath(SqlBase, FirePath):
         fence = fence_statement(databases, self._fence_epoch)
         pool = self._fire_pools.get(url)
         if pool is not None:
-            async with self._direct_call(url), pool.transaction() as conn:
-                await write_flow_updates(conn, shards, self.layout.shards, now_ms, fence)
+            async with self._direct_call(url), pool.transaction(commit=False) as conn:  # COMMIT in the last round trip
+                await write_flow_updates(conn, shards, self.layout.shards, now_ms, fence, commit=True)
             return
         async with self._write(url) as conn:
             await write_flow_updates(conn, shards, self.layout.shards, now_ms, fence)
