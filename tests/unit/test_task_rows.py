@@ -16,6 +16,7 @@ from tests.contract.backends import make_task
 from tests.integration.test_sql_literals import AWKWARD, awkward_task
 from tjobs.model import Task, TaskChildren, TaskStatus
 from tjobs.specs.schedule import AtSpec, CronSpec, DelaySpec, FixedDelaySpec, IntervalSpec, ScheduleSpec
+from tjobs.stores.schema import TASK_COLUMNS, task_to_row
 from tjobs.stores.sql_direct import task_values
 from tjobs.stores.sql_literals import TaskRows
 
@@ -49,6 +50,13 @@ def test_each_row_is_its_values_written_one_at_a_time() -> None:
     rows = TaskRows(escape_string)
     for task in tasks():
         assert rows.row(task) == reference_row(rows, task)
+
+
+def test_the_values_are_the_task_columns_in_order() -> None:
+    """Pins :meth:`TaskRows.row`'s order (the test above) to :data:`TASK_COLUMNS`."""
+    for task in tasks():
+        stored = task_to_row(task)
+        assert task_values(task) == tuple(stored[column] for column in TASK_COLUMNS)
 
 
 def test_an_int_subclass_is_written_and_another_type_refused() -> None:

@@ -20,6 +20,8 @@ row as one f-string instead, in :data:`tjobs.stores.schema.TASK_COLUMNS` order:
 
 The values are those of :func:`tjobs.stores.sql_direct.task_values`; the server stores the same row
 either way (``tests/integration/test_sql_literals.py`` checks both against MariaDB, in both escape modes).
+The order is the column list's, :data:`~tjobs.stores.schema.TASK_COLUMNS`, written once:
+``tests/unit/test_task_rows.py`` checks each row against ``task_values`` and ``task_values`` against it.
 """
 
 from __future__ import annotations
@@ -30,32 +32,10 @@ from enum import StrEnum
 
 from tjobs.model import Task
 from tjobs.specs import RenderedOnce, callback_to_text, schedule_to_text
-from tjobs.stores.schema import TASK_COLUMNS, children_to_text, dumps
+from tjobs.stores.schema import children_to_text, dumps
 
 SPECIAL = re.compile("[\\\\'\x00\n\r\x1a]")
 """The characters that take a string through ``escape``."""
-
-_ROW_COLUMNS = (
-    "id",
-    "app_id",
-    "name",
-    "idem_key",
-    "status",
-    "next_run_at",
-    "version",
-    "fire_count",
-    "schedule",
-    "callback",
-    "payload",
-    "misfire_policy",
-    "delivery",
-    "created_at",
-    "updated_at",
-    "revision",
-    "children",
-)
-if tuple(TASK_COLUMNS) != _ROW_COLUMNS:  # TaskRows.row writes them in this order
-    raise ImportError(f"TaskRows.row writes {_ROW_COLUMNS}, the tasks table has {tuple(TASK_COLUMNS)}")
 
 
 class TaskRows:
