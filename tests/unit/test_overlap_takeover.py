@@ -278,6 +278,37 @@ async def test_a_successor_holds_the_fire_the_dead_owner_queued_behind_the_run(r
     assert rig.sent() == [first.id, second.id]
 
 
+async def test_a_successor_queues_the_earliest_of_the_fires_it_judges_together(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a live run whose node died before the task's next instants fired (a take-over fires them in one go)
+    task, (first, second, third) = await _running_on_a_node_that_dies(rig, "queue_one", 3)
+    successor = await rig.node(rig.every)
+    read, reads = rig.open_flows_of_task, 0
+
+    async def first_read_slower(app_id: str, task_id: int, limit: int) -> list[Flow]:
+        nonlocal reads
+        reads += 1
+        if reads == 1:  # the store answers the earlier fire's read after the later one's (SQLite's pool, load)
+            await asyncio.sleep(WATCH_S * 5)
+        return await read(app_id, task_id, limit)
+
+    monkeypatch.setattr(rig, "open_flows_of_task", first_read_slower)
+
+    # When both instants are handed to delivery at once, in their order
+    successor.deliverer.submit(CallbackJob(task, second, APP))
+    successor.deliverer.submit(CallbackJob(task, third, APP))
+    await asyncio.sleep(WATCH_S * 20)
+
+    # Then the earlier one is the queued fire and the later one is skipped, whichever read answered first
+    assert (await rig.stored(third)).status is FlowStatus.SKIPPED
+    parked = await rig.stored(second)
+    assert parked.status is FlowStatus.PENDING and parked.attempts == 0
+    await rig.report(first, status="succeeded")
+    await rig.until(second, FlowStatus.RUNNING)
+    assert rig.sent() == [first.id, second.id]
+
+
 async def test_a_shard_whose_live_runs_cannot_be_read_is_not_taken(rig: Rig) -> None:
     # Given a store that cannot answer the read of a shard's live runs
     node = await rig.node()

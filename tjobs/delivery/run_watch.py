@@ -85,6 +85,7 @@ class RunWatch:
         self._ended = ended
         self._runs: dict[str, tuple[int, int, int]] = {}  # flow id -> (task id, scheduled at, deadline)
         self._loop: asyncio.Task[None] | None = None
+        self._judging: dict[int, asyncio.Event] = {}  # task id -> set once its latest judge call has answered
 
     def __contains__(self, flow_id: object) -> bool:
         return flow_id in self._runs
@@ -172,10 +173,22 @@ class RunWatch:
         store, live or awaiting their retry, wherever they were sent from, watched here from now on (but those
         ``here`` delivers), for the gate to hold; and whether a fire of the task that ``here`` does not deliver
         is parked behind one of them (another node queued it: the task's one queued fire). One read of the
-        task's open flows (:meth:`~tjobs.stores.contracts.runs.RunRecords.open_flows_of_task`)."""
+        task's open flows (:meth:`~tjobs.stores.contracts.runs.RunRecords.open_flows_of_task`). Calls for one
+        task answer in the order they were made (a call waits for the task's previous one), so fires handed over
+        together (a take-over's overdue instants) are judged in their order: under ``queue_one`` the earliest
+        waits and the later ones are skipped, whichever read the store answered first."""
         if self._live is None:
             return [], False
-        flows = await self._live.open_flows_of_task(task.app_id, task.id, OPEN_FLOWS_READ)
+        previous, done = self._judging.get(task.id), asyncio.Event()
+        self._judging[task.id] = done
+        try:
+            if previous is not None:
+                await previous.wait()
+            flows = await self._live.open_flows_of_task(task.app_id, task.id, OPEN_FLOWS_READ)
+        finally:  # the caller judges by this answer before the next call for the task resumes
+            done.set()
+            if self._judging.get(task.id) is done:
+                del self._judging[task.id]
         runs = [f for f in flows if f.id != flow_id and f.next_attempt_at_ms is not None and _a_run(f)]
         parked_at: set[int | None] = set()
         for flow in runs:
