@@ -1,0 +1,194 @@
+"""The tests' MariaDB sets (:func:`testkit.mariadb_template.fresh_mariadb`) hold what ``tjobs migrate`` makes
+of new databases: each database's tables with their columns, indexes, options, CHECK constraints and
+``AUTO_INCREMENT``, triggers, persistent statistics, schema revision and rows (the layout record with the
+set's own prefix, the shard map, the fences) equal to a fresh migration's, whether the set was just
+migrated, created from the snapshot beside one in use, or reused after a test wrote rows, advanced
+``AUTO_INCREMENT``, moved a fence, ran ``ANALYZE``, dropped an index and added a table and a trigger."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from sqlalchemy.engine import make_url
+
+from testkit import mariadb_template
+from testkit.databases import drop_databases
+from testkit.mariadb_template import fresh_mariadb, layout_key, release_mariadb
+from tests.contract.backends import make_task, mariadb_settings
+from tjobs.settings import StorageSettings
+from tjobs.stores import migrate as migrate_module
+from tjobs.stores.migrate import migrate
+from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
+
+SCHEMA_QUERIES = {  # each: (query, the column naming the database); information_schema's names differ by table
+    "schemata": (
+        "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA",
+        "SCHEMA_NAME",
+    ),
+    "tables": (
+        "SELECT TABLE_NAME, TABLE_TYPE, ENGINE, ROW_FORMAT, AUTO_INCREMENT, TABLE_COLLATION, CREATE_OPTIONS "
+        "FROM information_schema.TABLES",
+        "TABLE_SCHEMA",
+    ),
+    "columns": (
+        "SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_DEFAULT, IS_NULLABLE, COLUMN_TYPE, "
+        "CHARACTER_SET_NAME, COLLATION_NAME, COLUMN_KEY, EXTRA, IS_GENERATED, GENERATION_EXPRESSION "
+        "FROM information_schema.COLUMNS",
+        "TABLE_SCHEMA",
+    ),
+    "indexes": (
+        "SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART, INDEX_TYPE, COLLATION "
+        "FROM information_schema.STATISTICS",
+        "TABLE_SCHEMA",
+    ),
+    "checks": (
+        "SELECT TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS",
+        "CONSTRAINT_SCHEMA",
+    ),
+    "constraints": (
+        "SELECT TABLE_NAME, CONSTRAINT_NAME, CONSTRAINT_TYPE FROM information_schema.TABLE_CONSTRAINTS",
+        "CONSTRAINT_SCHEMA",
+    ),
+    "triggers": (
+        "SELECT TRIGGER_NAME, EVENT_MANIPULATION, EVENT_OBJECT_TABLE, ACTION_TIMING, ACTION_STATEMENT "
+        "FROM information_schema.TRIGGERS",
+        "TRIGGER_SCHEMA",
+    ),
+    "routines": ("SELECT ROUTINE_NAME, ROUTINE_TYPE FROM information_schema.ROUTINES", "ROUTINE_SCHEMA"),
+    "table stats": (
+        "SELECT table_name, n_rows, clustered_index_size, sum_of_other_index_sizes FROM mysql.innodb_table_stats",
+        "database_name",
+    ),
+    "index stats": (
+        "SELECT table_name, index_name, stat_name, stat_value FROM mysql.innodb_index_stats",
+        "database_name",
+    ),
+}
+
+
+def connect(url: str) -> Any:
+    parsed = make_url(url)
+    return pymysql.connect(
+        host=parsed.host or "127.0.0.1", port=parsed.port or 3306, user=parsed.username or "root", autocommit=True
+    )
+
+
+def contents(settings: StorageSettings) -> list[dict[str, Any]]:
+    """Every logical database's schema, statistics and rows, its name and the prefix written as ``<p>``."""
+    prefix = settings.database_prefix
+    found = []
+    with connect(settings.urls[0]) as conn, conn.cursor() as cursor:
+        cursor.execute("SHOW DATABASES LIKE %s", (f"{prefix}\\_%",))
+        names = sorted(name for (name,) in cursor.fetchall())
+        assert len(names) == 4, names
+        for name in names:
+            facts: dict[str, Any] = {"name": name.replace(prefix, "<p>")}
+            for kind, (query, schema_column) in SCHEMA_QUERIES.items():
+                cursor.execute(f"{query} WHERE {schema_column} = %s", (name,))
+                # a copying ALTER of a migration leaves statistics rows of its temporary table (#sql-alter-...)
+                facts[kind] = sorted((row for row in cursor.fetchall() if not str(row[0]).startswith("#")), key=repr)
+            cursor.execute(f"SHOW FULL TABLES FROM `{name}`")
+            tables = sorted(cursor.fetchall())
+            facts["create"] = {}
+            facts["rows"] = {}
+            for table, _ in tables:
+                cursor.execute(f"SHOW CREATE TABLE `{name}`.`{table}`")
+                facts["create"][table] = cursor.fetchone()[1]
+                cursor.execute(f"SELECT * FROM `{name}`.`{table}`")
+                rows = [tuple(str(v).replace(prefix, "<p>") for v in row) for row in cursor.fetchall()]
+                facts["rows"][table] = sorted(rows)
+            found.append(facts)
+    return found
+
+
+def execute(settings: StorageSettings, *statements: str) -> None:
+    with connect(settings.urls[0]) as conn, conn.cursor() as cursor:
+        cursor.execute("SET SESSION sql_mode = ''")  # a row of defaults in any table
+        for statement in statements:
+            cursor.execute(statement.replace("<p>", settings.database_prefix))
+
+
+@pytest.fixture
+async def migrated(mysql_url: str) -> AsyncIterator[StorageSettings]:
+    settings = mariadb_settings(mysql_url)
+    await migrate(settings)
+    try:
+        yield settings
+    finally:
+        drop_databases(settings)
+
+
+async def starts(settings: StorageSettings) -> None:
+    store = SQLAlchemyTaskStore(settings)  # checks the revision, the layout record and the shard map
+    await store.start()
+    try:
+        task = make_task()
+        assert await store.insert_task(task) == task
+    finally:
+        await store.close()
+
+
+@pytest.mark.mariadb
+async def test_every_set_holds_what_a_fresh_migration_makes(migrated: StorageSettings, mysql_url: str) -> None:
+    reference = contents(migrated)
+    rows = {table: rows for table, rows in reference[0]["rows"].items() if rows}
+    assert set(rows) == {"alembic_version", "tjobs_fence", "tjobs_layout", "tjobs_shard_map"}, rows
+    assert ("database_prefix", "<p>") in rows["tjobs_layout"]
+    asked = mariadb_settings(mysql_url)
+
+    first = await fresh_mariadb(asked)
+    second = await fresh_mariadb(asked)  # the first is in use: another set, made from the snapshot
+    assert len({first.database_prefix, second.database_prefix, asked.database_prefix}) == 3
+    for leased in (first, second):
+        assert leased.model_copy(update={"database_prefix": asked.database_prefix}) == asked
+        assert contents(leased) == reference
+        await starts(leased)
+    execute(
+        second,
+        "INSERT INTO `<p>_00`.audit_log () VALUES (), ()",  # AUTO_INCREMENT advanced
+        "INSERT INTO `<p>_00`.hot_changes () VALUES ()",
+        "UPDATE `<p>_01`.tjobs_fence SET epoch = 7",
+        "DELETE FROM `<p>_02`.alembic_version",
+        "INSERT INTO `<p>_00`.tasks_00 () VALUES ()",
+        "ANALYZE TABLE `<p>_00`.tasks_00",  # statistics of a row the restore deletes
+        "ALTER TABLE `<p>_03`.tasks_01 DROP INDEX tasks_01_app_name",
+        "CREATE TABLE `<p>_01`.extra (x INT)",
+        "CREATE VIEW `<p>_02`.a_view AS SELECT 1 AS one",
+        "CREATE TRIGGER `<p>_00`.extra_trigger BEFORE INSERT ON `<p>_00`.apps FOR EACH ROW SET @seen = 1",
+    )
+    changed = contents(second)
+    assert changed != reference  # the comparison sees each of these changes
+    for index, kind in [(0, "tables"), (1, "rows"), (2, "rows"), (0, "table stats"), (3, "indexes"), (0, "triggers")]:
+        assert changed[index][kind] != reference[index][kind], (index, kind)
+    release_mariadb(first)
+    release_mariadb(second)
+
+    again = await fresh_mariadb(asked)  # a reused set, put back
+    assert again.database_prefix in {first.database_prefix, second.database_prefix}
+    other = await fresh_mariadb(asked)
+    assert {again.database_prefix, other.database_prefix} == {first.database_prefix, second.database_prefix}
+    for leased in (again, other):
+        assert contents(leased) == reference
+        await starts(leased)
+    release_mariadb(again)
+    release_mariadb(other)
+
+
+def test_the_layout_key_follows_the_migration_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copied = tmp_path / "migrations"
+    shutil.copytree(migrate_module.MIGRATIONS_DIR, copied, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(migrate_module, "MIGRATIONS_DIR", copied)
+    storage = mariadb_settings("mysql+asyncmy://root@127.0.0.1:3306")
+    key = layout_key(storage)
+    assert layout_key(storage.model_copy(update={"database_prefix": "another", "pool_size": 1})) == key
+    assert layout_key(storage.model_copy(update={"topology": "1x2x4"})) != key
+    newest = sorted((copied / "versions").glob("*.py"))[-1]
+    newest.write_text(newest.read_text() + "\n# changed\n")
+    assert layout_key(storage) != key
+    assert mariadb_template.reusable(storage)
+    assert not mariadb_template.reusable(StorageSettings(urls=[f"sqlite+aiosqlite:///{tmp_path}"]))
