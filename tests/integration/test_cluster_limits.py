@@ -27,12 +27,12 @@ import pytest
 import pytest_asyncio
 
 from testkit import RunningNode, run_node
+from testkit.mariadb_template import fresh_mariadb, release_mariadb
 from tests.api.conftest import task_body
 from tests.api.test_rate_limits import StillTime
-from tests.contract.backends import drop_databases, mariadb_settings
+from tests.contract.backends import mariadb_settings
 from tjobs.cluster.etcd import _host_port
 from tjobs.settings import Settings, load_settings
-from tjobs.stores.migrate import migrate
 
 # One cluster for the module: the quota test runs first, the rate test ends by stopping a node.
 pytestmark = [pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.asyncio(loop_scope="module")]
@@ -95,8 +95,7 @@ def node_settings(storage: Any, etcd_url: str, cluster: str, index: int) -> Sett
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(mysql_url: str, etcd_url: str) -> AsyncIterator[Cluster]:
-    storage = mariadb_settings(mysql_url)
-    await migrate(storage)
+    storage = await fresh_mariadb(mariadb_settings(mysql_url))  # as migrated, in ~0.1 s
     name = f"limits-{secrets.token_hex(4)}"  # a key prefix of its own on the shared etcd
     clock = StillTime()
     stops = [contextlib.AsyncExitStack() for _ in range(NODES)]
@@ -115,7 +114,7 @@ async def cluster(mysql_url: str, etcd_url: str) -> AsyncIterator[Cluster]:
         host, port = _host_port(etcd_url)
         async with aetcd.Client(host=host, port=port) as client:
             await client.delete_prefix(f"/tjobs/{name}/".encode())
-        await drop_databases(storage)
+        release_mariadb(storage)
 
 
 async def admitted(client: httpx.AsyncClient, requests: int) -> int:

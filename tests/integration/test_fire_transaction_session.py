@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
-from tests.contract.backends import NOW_MS, drop_databases, intent_of, interval_planner, make_task, mariadb_settings
+from testkit.mariadb_template import fresh_mariadb, release_mariadb
+from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task, mariadb_settings
 from tjobs.errors import StorageUnavailable
 from tjobs.model import FlowStatus, FlowUpdate
-from tjobs.stores.migrate import migrate
 from tjobs.stores.sql_layout import ROW_LOCK_WAIT_S, mysql_errno
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -35,8 +35,7 @@ LOCK_WAIT_TIMEOUT_ERRNO = 1205
 
 @pytest.fixture(params=["direct", "engine"])
 async def store(request: pytest.FixtureRequest, mysql_url: str) -> AsyncIterator[SQLAlchemyTaskStore]:
-    settings = mariadb_settings(mysql_url)
-    await migrate(settings)
+    settings = await fresh_mariadb(mariadb_settings(mysql_url))  # as migrated, in ~0.1 s
     store = SQLAlchemyTaskStore(settings)
     await store.start()
     if request.param == "engine":
@@ -47,7 +46,7 @@ async def store(request: pytest.FixtureRequest, mysql_url: str) -> AsyncIterator
         yield store
     finally:
         await store.close()
-        await drop_databases(settings)
+        release_mariadb(settings)
 
 
 class Sessions:

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding import TaskIdGenerator, shard_of_task_id
+from testkit.mariadb_template import fresh_mariadb, release_mariadb
 from tests.contract.backends import NOW_MS, drop_databases, make_task, mariadb_settings
 from tjobs.model import FlowStatus, TaskStatus
 from tjobs.settings import StorageSettings
@@ -67,11 +68,12 @@ async def test_every_search_read_is_an_index_range_on_sqlite(tmp_path: Path) -> 
 
 @pytest.fixture
 async def mariadb(mysql_url: str) -> AsyncIterator[StorageSettings]:
-    settings = mariadb_settings(mysql_url)
+    """Databases as ``migrate`` leaves new ones (testkit/mariadb_template.py), statistics included."""
+    settings = await fresh_mariadb(mariadb_settings(mysql_url))
     try:
         yield settings
     finally:
-        await drop_databases(settings)
+        release_mariadb(settings)
 
 
 async def seed(settings: StorageSettings, tasks: int) -> None:
@@ -107,7 +109,6 @@ async def seed(settings: StorageSettings, tasks: int) -> None:
 
 @pytest.mark.mariadb
 async def test_every_search_read_is_an_index_range_on_mariadb(mariadb: StorageSettings) -> None:
-    await migrate(mariadb)
     await seed(mariadb, 3000)
     layout = Layout(mariadb)
     home = layout.shards[0]
@@ -132,7 +133,6 @@ async def test_a_statement_of_many_shards_reads_them_with_no_temporary_table(mar
     """Each shard's read is a parenthesized ``UNION ALL`` part, not a derived table: MariaDB
     materialized every derived ``(SELECT ... LIMIT n)`` as an on-disk temporary table (the rows carry
     TEXT columns), 16 per statement."""
-    await migrate(mariadb)
     layout = Layout(mariadb)
     store = SQLAlchemyTaskStore(mariadb)
     await store.start()

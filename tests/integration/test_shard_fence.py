@@ -19,12 +19,12 @@ import pytest
 
 from sharding import shard_of_task_id
 from sharding.shard_map import ShardMap
-from tests.contract.backends import NOW_MS, drop_databases, intent_of, interval_planner, make_task, mariadb_settings
+from testkit.mariadb_template import fresh_mariadb, release_mariadb
+from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task, mariadb_settings
 from tjobs.api.deps import error_headers
 from tjobs.errors import StaleShardMap
 from tjobs.model import Flow, FlowKind, FlowStatus, FlowUpdate, Task
 from tjobs.settings import StorageSettings
-from tjobs.stores.migrate import migrate
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -33,8 +33,7 @@ pytestmark = pytest.mark.mariadb
 
 @pytest.fixture
 async def store(mysql_url: str) -> AsyncIterator[SQLAlchemyTaskStore]:
-    settings: StorageSettings = mariadb_settings(mysql_url)
-    await migrate(settings)
+    settings: StorageSettings = await fresh_mariadb(mariadb_settings(mysql_url))  # as migrated, in ~0.1 s
     sql_store = SQLAlchemyTaskStore(settings)
     await sql_store.start()
     sql_store.use_shard_map(sql_store.seed_shard_map())  # epoch 1, as a node routes
@@ -42,7 +41,7 @@ async def store(mysql_url: str) -> AsyncIterator[SQLAlchemyTaskStore]:
         yield sql_store
     finally:
         await sql_store.close()
-        await drop_databases(settings)
+        release_mariadb(settings)
 
 
 async def set_fence(store: SQLAlchemyTaskStore, database_index: int, epoch: int) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding import shard_of_task_id
+from testkit.mariadb_template import fresh_mariadb, release_mariadb
 from tests.contract.backends import (
     NOW_MS,
     drop_databases,
@@ -42,6 +43,16 @@ async def mariadb(mysql_url: str) -> AsyncIterator[StorageSettings]:
         yield settings
     finally:
         await drop_databases(settings)
+
+
+@pytest.fixture
+async def migrated_mariadb(mysql_url: str) -> AsyncIterator[StorageSettings]:
+    """Databases as ``migrate`` leaves new ones (testkit/mariadb_template.py), for tests not of migrate."""
+    settings = await fresh_mariadb(mariadb_settings(mysql_url))
+    try:
+        yield settings
+    finally:
+        release_mariadb(settings)
 
 
 HEAD_REVISION = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
@@ -163,8 +174,8 @@ async def test_migrating_an_earlier_deployment_turns_background_statistics_off(m
 
 
 @pytest.mark.mariadb
-async def test_load_due_is_a_range_scan_of_the_status_next_run_index(mariadb: StorageSettings) -> None:
-    await migrate(mariadb)
+async def test_load_due_is_a_range_scan_of_the_status_next_run_index(migrated_mariadb: StorageSettings) -> None:
+    mariadb = migrated_mariadb
     store = SQLAlchemyTaskStore(mariadb)
     await store.start()
     try:
@@ -217,9 +228,9 @@ async def test_load_due_is_a_range_scan_of_the_status_next_run_index(mariadb: St
 
 
 @pytest.mark.mariadb
-async def test_two_nodes_firing_the_same_batch_fire_each_task_once(mariadb: StorageSettings) -> None:
+async def test_two_nodes_firing_the_same_batch_fire_each_task_once(migrated_mariadb: StorageSettings) -> None:
     # Given two nodes (two stores, two connection pools) that both believe they own every shard
-    await migrate(mariadb)
+    mariadb = migrated_mariadb
     node_a, node_b = SQLAlchemyTaskStore(mariadb), SQLAlchemyTaskStore(mariadb)
     await node_a.start()
     await node_b.start()

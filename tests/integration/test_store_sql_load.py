@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
-from tests.contract.backends import NOW_MS, drop_databases, make_task, mariadb_settings
+from testkit.mariadb_template import fresh_mariadb, release_mariadb
+from tests.contract.backends import NOW_MS, make_task, mariadb_settings
 from tjobs.errors import StorageUnavailable
 from tjobs.model import MisfirePolicy, TaskStatus
 from tjobs.settings import StorageSettings
-from tjobs.stores.migrate import migrate
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
 pytestmark = pytest.mark.mariadb
@@ -28,12 +28,11 @@ SHARD = 5
 @pytest.fixture
 async def settings(mysql_url: str) -> AsyncIterator[StorageSettings]:
     # one direct connection: the next call reuses the one a cancelled load had
-    settings = mariadb_settings(mysql_url).model_copy(update={"pool_size": 1})
-    await migrate(settings)
+    settings = await fresh_mariadb(mariadb_settings(mysql_url).model_copy(update={"pool_size": 1}))
     try:
         yield settings
     finally:
-        await drop_databases(settings)
+        release_mariadb(settings)
 
 
 @pytest.fixture
