@@ -1,21 +1,22 @@
 """End-to-end fixtures: a real node (API + scheduler) in the test's loop, on each storage backend.
 
 ``node_settings`` is parametrized over the in-memory twin, SQLite files and a real MariaDB (each
-MariaDB run gets its own database prefix, dropped afterwards). Callbacks go to the real HTTP
-receiver in ``tests/receiver.py``.
+MariaDB run gets a set of databases of its own, as ``tjobs migrate`` leaves new ones: a set of the
+worker's, put back, from ``testkit/mariadb_template.py``). Callbacks go to the real HTTP receiver in
+``tests/receiver.py``.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testkit import RunningNode, run_node
-from testkit.databases import drop_databases
+from testkit.mariadb_template import fresh_mariadb, release_mariadb
 from tests.receiver import Receiver
 from tjobs.settings import Settings, StorageSettings, load_settings
 
@@ -28,7 +29,8 @@ FAST_SETTINGS: dict[str, Any] = {
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """The storage settings; MariaDB's databases are already migrated, SQLite's directory not yet."""
     if request.param == "memory":
         yield {"urls": ["memory://"], "topology": "2x2x4"}
     elif request.param == "sqlite":
@@ -36,14 +38,15 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
     else:
         url = request.getfixturevalue("mysql_url")
         prefix = f"tje2e_{secrets.token_hex(3)}"
-        yield {"urls": [url], "topology": "2x2x4", "database_prefix": prefix}
-        drop_databases(StorageSettings(urls=[url], database_prefix=prefix))
+        fresh = await fresh_mariadb(StorageSettings(urls=[url], topology="2x2x4", database_prefix=prefix))
+        yield {"urls": [url], "topology": "2x2x4", "database_prefix": fresh.database_prefix}
+        release_mariadb(fresh)
 
 
 @pytest.fixture
 async def node_settings(storage: dict[str, Any]) -> Settings:
     settings = load_settings(None, storage=storage, **FAST_SETTINGS)
-    if not storage["urls"][0].startswith("memory:"):
+    if storage["urls"][0].startswith("sqlite"):  # MariaDB's came migrated
         from tjobs.stores.migrate import migrate
 
         await migrate(settings.storage)
