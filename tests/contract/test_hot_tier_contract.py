@@ -25,6 +25,7 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sharding import TaskIdGenerator
+from testkit.mariadb_template import fresh_mariadb, release_mariadb
 from testkit.sqlite_template import migrate_sqlite
 from tests.observers import RecordingObserver
 from tjobs.clock import ManualClock, SystemClock
@@ -194,12 +195,13 @@ class DbTier:
 @contextlib.asynccontextmanager
 async def db_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[DbTier]:
     """A migrated database of its own: SQLite files in ``tmp_path``, or with the ``dbpoll-mariadb``
-    param a fresh database on the test MariaDB, dropped afterwards."""
+    param a database on the test MariaDB as migrate leaves a new one (testkit/mariadb_template.py)."""
     mariadb = request.param == "dbpoll-mariadb"
     if mariadb:
         mysql_url: str = request.getfixturevalue("mysql_url")
-        prefix = f"tjobsct_{secrets.token_hex(4)}"
-        storage = StorageSettings(urls=[mysql_url], topology="1x1x16", database_prefix=prefix)
+        asked = StorageSettings(urls=[mysql_url], topology="1x1x16", database_prefix=f"tjobsct_{secrets.token_hex(4)}")
+        storage = await fresh_mariadb(asked)
+        prefix = storage.database_prefix
         admin = create_engine_for(mysql_url, storage)
 
         async def execute(sql: str) -> None:
@@ -218,7 +220,8 @@ async def db_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
                 await db.commit()
 
     try:
-        await migrate_sqlite(storage)  # SQLite: a copy of the process's migrated template (MariaDB: migrate)
+        if not mariadb:  # MariaDB's came migrated
+            await migrate_sqlite(storage)  # a copy of the process's migrated template
         yield DbTier(
             DbPollHotTier(
                 SqlHotChangeLog(storage), origin="node-a", clock=SystemClock(), near_ms=NEAR_MS, poll_interval_ms=20
@@ -232,9 +235,8 @@ async def db_tier(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         )
     finally:
         if mariadb:
-            async with admin.begin() as conn:
-                await conn.execute(text(f"DROP DATABASE IF EXISTS `{prefix}_00`"))
             await admin.dispose()
+            release_mariadb(storage)
 
 
 def soon(offset_ms: int = 2000) -> int:
