@@ -28,6 +28,7 @@ import httpx._transports.default
 import pytest
 
 from tests.cluster.rigs import rig_group
+from tests.timeout_tasks import pytest_timeout_cancel_timer, pytest_timeout_set_timer  # noqa: F401 (hooks)
 
 DEFAULT_MYSQL_URL = "mysql+asyncmy://root@127.0.0.1:3306"
 DEFAULT_ETCD_URL = "http://127.0.0.1:2379"
