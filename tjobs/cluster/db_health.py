@@ -21,13 +21,12 @@ node and give its groups up (:meth:`all_unreachable_for_s`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tjobs.cancellation import within
+from tjobs.cancellation import cancel_until_done, stop_task, within
 from tjobs.stores.base import TaskStore
 
 logger = logging.getLogger(__name__)
@@ -90,9 +89,7 @@ class DatabaseHealth:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)  # asked again while the loop runs on: never a lost cancellation's hang
 
     def servers_changed(self) -> None:
         """The shard map moved a logical database: map shards to servers again at the next check
@@ -238,7 +235,8 @@ class StallWatch:
             self.longest_s = max(self.longest_s, loop.time() - before - STALL_TICK_S)
 
     async def stop(self) -> float:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        # Not ``cancel(); with suppress(CancelledError): await task``: a cancellation of the caller during
+        # that await is passed on to the tick, comes back as the tick's CancelledError and was swallowed
+        # with it (the health loop then never stopped). asyncio.wait raises the caller's own.
+        await cancel_until_done(self._task)
         return self.longest_s
