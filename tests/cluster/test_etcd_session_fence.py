@@ -5,7 +5,8 @@ Given two nodes whose leases etcd ended together, a node back first does not end
 sessions of a node that is only re-registering (its member key is missing for the same reason as the
 node's own); a recorded node that stays gone has its sessions ended once the others' had time to come
 back. A listener that fails to take jobs (its database session was ended under it) is given the
-same jobs again at the next sync instead of their being counted as taken.
+same jobs again at the next sync instead of their being counted as taken. A node whose stop is slow
+resigns (sessions record deleted, lease revoked) before the slow step, so its sessions are not ended.
 """
 
 from __future__ import annotations
@@ -236,6 +237,34 @@ async def test_a_node_that_hands_off_gracefully_keeps_its_sessions_while_it_drai
 
         # When one node stops gracefully (its deliveries still drain over its sessions after this)
         await leaves.coordinator.stop()
+        await wait_for(lambda: stays.owned == frozenset(range(SHARDS)), 10)
+
+        # Then the node taking its jobs over ended none of its sessions
+        await asyncio.sleep(0.5)
+        assert ended == []
+
+
+async def test_a_node_slow_to_stop_keeps_its_sessions_while_the_other_takes_its_jobs(
+    etcd_url: str, cluster_name: str
+) -> None:
+    # In a CI run the first node's stop hung in its DatabaseHealth.stop (fixed since), with its
+    # keepalive already cancelled and its sessions still recorded: its lease ran out and the other node,
+    # still running, took its groups and ended its sessions ("former owner n0 (its lease is gone)").
+    ended: list[int] = []
+    stops, stays = Node(etcd_url, cluster_name, "n0", 100, ended), Node(etcd_url, cluster_name, "n1", 200, ended)
+    health = stops.coordinator._health
+    stop_health = health.stop
+
+    async def slow_stop() -> None:
+        await asyncio.sleep(LEASE_TTL_S + 1.5)  # past the lease the stopping node no longer keeps alive
+        await stop_health()
+
+    health.stop = slow_stop  # type: ignore[method-assign]
+    async with running([stops, stays]):
+        await wait_for(lambda: partitioned([stops, stays]), 10)
+
+        # When one node stops gracefully and a step of its stop outlasts its lease
+        await stops.coordinator.stop()
         await wait_for(lambda: stays.owned == frozenset(range(SHARDS)), 10)
 
         # Then the node taking its jobs over ended none of its sessions

@@ -182,7 +182,8 @@ class EtcdCoordinator(Coordinator):
         ]
 
     async def stop(self) -> None:
-        """Graceful hand-off: stop firing, then revoke the lease (members, holds, leadership go at once)."""
+        """Graceful hand-off: stop firing, then delete the sessions record and revoke the lease (members,
+        holds, leadership go at once), and only then stop the rest."""
         self._running = False
         for task in self._tasks:
             task.cancel()
@@ -197,8 +198,9 @@ class EtcdCoordinator(Coordinator):
                 error,
                 extra={"action": "ownership_listener_failed"},
             )
-        if self._own_health:
-            await self._health.stop()
+        # Resign right after the hand-off: the keepalive is cancelled, so a slower step before this (the
+        # health check's stop once hung) lets the lease run out with the sessions still recorded, and a
+        # successor ends the sessions of this node while it drains its deliveries.
         if self._client is not None and self._lease_id is not None:
             try:
                 async with asyncio.timeout(ETCD_CALL_TIMEOUT_S):
@@ -217,6 +219,8 @@ class EtcdCoordinator(Coordinator):
                 )
         self._lease_id = None
         self._held.clear()
+        if self._own_health:
+            await self._health.stop()
         await self._pools.close()
         if self._client is not None:
             with contextlib.suppress(Exception):
