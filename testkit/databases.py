@@ -11,7 +11,6 @@ from tjobs.settings import StorageSettings
 def drop_databases(settings: StorageSettings) -> None:
     """Remove every logical database named with ``settings.database_prefix`` (MariaDB databases or
     SQLite files) — for benchmark and test runs that created their own prefix."""
-    import pymysql
     from sqlalchemy.engine import make_url
 
     prefix = settings.database_prefix
@@ -24,12 +23,7 @@ def drop_databases(settings: StorageSettings) -> None:
             continue
         if parsed.get_backend_name() != "mysql":
             continue
-        connection = pymysql.connect(
-            host=parsed.host or "127.0.0.1",
-            port=parsed.port or 3306,
-            user=parsed.username or "root",
-            password=parsed.password or "",
-        )
+        connection = connect_mysql(url)
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SHOW DATABASES LIKE %s", (f"{prefix}\\_%",))
@@ -37,6 +31,22 @@ def drop_databases(settings: StorageSettings) -> None:
                     _drop_database(cursor, name)
         finally:
             connection.close()
+
+
+def connect_mysql(url: str, **options: Any) -> Any:
+    """A pymysql connection (not pooled) to the server of a ``mysql+...://`` URL: its host, port, user and
+    password, with ``options`` passed on (``autocommit``, ``client_flag``, ``connect_timeout``...)."""
+    import pymysql
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return pymysql.connect(
+        host=parsed.host or "127.0.0.1",
+        port=parsed.port or 3306,
+        user=parsed.username or "root",
+        password=parsed.password or "",
+        **options,
+    )
 
 
 DIRECTORY_NOT_EMPTY = 'errno: 39 "Directory not empty"'

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from testkit.databases import connect_mysql
 from tjobs.settings import StorageSettings
 from tjobs.stores import migrate as migrate_module
 from tjobs.stores.schema import LAYOUT_TABLE
@@ -156,20 +157,9 @@ def _named(settings: StorageSettings, prefix: str) -> StorageSettings:
 @contextmanager
 def server(url: str) -> Iterator[Any]:
     """A cursor on one connection to the server of ``url`` (not pooled: closed on leaving)."""
-    import pymysql
     from pymysql.constants import CLIENT
-    from sqlalchemy.engine import make_url
 
-    parsed = make_url(url)
-    connection = pymysql.connect(
-        host=parsed.host or "127.0.0.1",
-        port=parsed.port or 3306,
-        user=parsed.username or "root",
-        password=parsed.password or "",
-        charset="utf8mb4",
-        autocommit=True,
-        client_flag=CLIENT.MULTI_STATEMENTS,
-    )
+    connection = connect_mysql(url, charset="utf8mb4", autocommit=True, client_flag=CLIENT.MULTI_STATEMENTS)
     try:
         with connection.cursor() as cursor:
             cursor.execute(f"SET SESSION lock_wait_timeout = {LOCK_WAIT_S}, innodb_lock_wait_timeout = {LOCK_WAIT_S}")

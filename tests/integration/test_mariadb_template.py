@@ -12,12 +12,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
-from sqlalchemy.engine import make_url
 
 from testkit import mariadb_template
-from testkit.databases import drop_databases
+from testkit.databases import connect_mysql, drop_databases
 from testkit.mariadb_template import fresh_mariadb, layout_key, release_mariadb
 from tests.contract.backends import make_task, mariadb_settings
 from tjobs.settings import StorageSettings
@@ -72,10 +70,7 @@ SCHEMA_QUERIES = {  # each: (query, the column naming the database); information
 
 
 def connect(url: str) -> Any:
-    parsed = make_url(url)
-    return pymysql.connect(
-        host=parsed.host or "127.0.0.1", port=parsed.port or 3306, user=parsed.username or "root", autocommit=True
-    )
+    return connect_mysql(url, autocommit=True)
 
 
 def contents(settings: StorageSettings) -> list[dict[str, Any]]:
