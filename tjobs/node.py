@@ -148,8 +148,14 @@ class Node:
         # and served from the last good copy (bounded) while that server is silent (issue 28).
         directory = settings.directory
         serve_stale_ms, read_deadline_ms = int(directory.serve_stale_s * 1000), directory.read_deadline_ms
+        # An API key this node has no copy of waits for that server as long as a create waits for its own.
         self.apps = AppDirectory(
-            self.store, self.clock, int(directory.app_ttl_s * 1000), serve_stale_ms, read_deadline_ms
+            self.store,
+            self.clock,
+            int(directory.app_ttl_s * 1000),
+            serve_stale_ms,
+            read_deadline_ms,
+            key_miss_deadline_ms=int(settings.storage.create_timeout_s * 1000),
         )
         self.disabled_apps = DisabledApps(self.store)  # their tasks do not fire (planner and runner)
         # SSRF: every send re-judges the target (with the allow-list its request carries) and connects

@@ -256,19 +256,21 @@ class TargetsSettings(SettingsSection):
 
 
 class DirectorySettings(SettingsSection):
-    """The apps and named targets a delivery needs, cached per node (:mod:`tjobs.service.directory_cache`):
-    they live on the server holding the apps table, and a delivery on another server's shards must not
-    wait on it (docs/operations.md, Database server outages)."""
+    """The apps and named targets a delivery needs, and the API keys' apps, cached per node
+    (:mod:`tjobs.service.directory_cache`): they live on the server holding the apps table, and a
+    delivery or a create on another server's shards must not wait on it (docs/operations.md, Database
+    server outages)."""
 
     # How long a node serves an app from its cache before reading it again (read ahead of expiry while
     # in use): a change made through another node reaches this node within this (through this node: at once)
     app_ttl_s: float = Field(default=10.0, gt=0, le=300)
-    # While the apps server does not answer, apps and targets are served from their last good copy for
-    # at most this long past their TTL; then the node's deliveries of that app wait for the server
-    # (their flows stay pending, the compensator re-drives them). 0: never served stale.
+    # While the apps server does not answer, apps, targets and API keys are served from their last good
+    # copy for at most this long past their TTL; then the node's deliveries of that app wait for the server
+    # (their flows stay pending, the compensator re-drives them) and its requests wait at most
+    # storage.create_timeout_s (then 503). 0: never served stale.
     serve_stale_s: float = Field(default=300.0, ge=0, le=86_400)
-    # A delivery that finds its copy past its TTL waits this long at most for the read before it is
-    # made from the copy; once a read has failed or outlived this, the copy is served without waiting
+    # A delivery (or an API request) that finds its copy past its TTL waits this long at most for the read
+    # before it is made from the copy; once a read has failed or outlived this, the copy is served without waiting
     read_deadline_ms: int = Field(default=200, ge=1, le=10_000)
 
 

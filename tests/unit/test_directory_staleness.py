@@ -19,9 +19,10 @@ from tests.delivery_fakes import APP, CLOCK, SETTINGS, NoJitter, delivered_all, 
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import Deliverer
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.errors import NotFound
+from tjobs.delivery.signing import generate_secret
+from tjobs.errors import NotFound, StorageUnavailable
 from tjobs.model import App, FlowStatus
-from tjobs.service.apps import AppDirectory
+from tjobs.service.apps import AppDirectory, hash_api_key
 from tjobs.service.directory_cache import RETRY_MS
 from tjobs.service.targets import TargetDirectory
 from tjobs.stores.memory import MemoryTaskStore
@@ -60,6 +61,11 @@ class FreezableStore(MemoryTaskStore):
         self.app_reads += 1
         await self._server()
         return await super().get_app(app_id)
+
+    async def find_app_by_key_hash(self, api_key_hash: str) -> App | None:
+        self.app_reads += 1
+        await self._server()
+        return await super().find_app_by_key_hash(api_key_hash)
 
     async def get_target(self, app_id: str, name: str) -> Target | None:
         self.target_reads += 1
@@ -330,6 +336,98 @@ async def test_a_disabled_app_is_seen_disabled_within_the_ttl_while_in_use(
     await settle()
     app = apps.cached(APP.id)
     assert app is not None and app.disabled_at_ms is not None
+
+
+# ---- API keys: a request's app (creates on a healthy server must not wait on the apps server) -------------
+
+KEY = "tjk_the-shops-key"
+KEYED = App("keyed", "keyed", hash_api_key(KEY), [generate_secret()])
+MISS_DEADLINE_MS = 300
+
+
+@pytest.fixture
+async def keys(store: FreezableStore, clock: ManualClock) -> AsyncIterator[AppDirectory]:
+    await store.put_app(KEYED)
+    directory = AppDirectory(
+        store,
+        clock,
+        ttl_ms=TTL_MS,
+        serve_stale_ms=SERVE_STALE_MS,
+        read_deadline_ms=READ_DEADLINE_MS,
+        key_miss_deadline_ms=MISS_DEADLINE_MS,
+    )
+    yield directory
+    store.thaw()
+    await directory.close()
+
+
+async def test_a_key_past_its_ttl_is_answered_from_its_copy_while_the_apps_server_is_frozen(
+    store: FreezableStore, clock: ManualClock, keys: AppDirectory
+) -> None:
+    assert await keys.authenticate(KEY) == KEYED
+    store.freeze()
+    clock.advance(TTL_MS + 1)
+    # the first request past expiry waits the read deadline at most, later ones not at all
+    assert await asyncio.wait_for(keys.authenticate(KEY), WALL_S) == KEYED
+    assert keys.cached_app(KEYED.api_key_hash) == KEYED
+    for _ in range(10):
+        assert await asyncio.wait_for(keys.authenticate(KEY), READ_DEADLINE_MS / 1000 / 2) == KEYED
+    # and no longer than the bound past its last good read
+    clock.advance(SERVE_STALE_MS)
+    assert keys.cached_app(KEYED.api_key_hash) is None
+
+
+@pytest.mark.parametrize("copy", ["never read", "past the bound"])
+async def test_a_key_without_a_copy_to_serve_waits_for_a_frozen_apps_server_only_the_miss_deadline(
+    store: FreezableStore, clock: ManualClock, keys: AppDirectory, copy: str
+) -> None:
+    if copy == "past the bound":
+        await keys.authenticate(KEY)
+    store.freeze()
+    clock.advance(TTL_MS + SERVE_STALE_MS)
+    loop = asyncio.get_running_loop()
+    started_s = loop.time()
+    with pytest.raises(StorageUnavailable, match=f"did not answer within {MISS_DEADLINE_MS} ms"):
+        await asyncio.wait_for(keys.authenticate(KEY), WALL_S)
+    assert loop.time() - started_s >= MISS_DEADLINE_MS / 1000 * 0.9
+    # the read goes on; once the server answers, the key is accepted
+    store.thaw()
+    assert await asyncio.wait_for(keys.authenticate(KEY), WALL_S) == KEYED
+
+
+async def test_a_key_rotated_elsewhere_is_refused_as_soon_as_the_apps_server_says_so(
+    store: FreezableStore, clock: ManualClock, keys: AppDirectory
+) -> None:
+    # Given a key accepted, then rotated through another node while this node could not read the server
+    assert await keys.authenticate(KEY) == KEYED
+    store.refusing = True
+    clock.advance(TTL_MS + 1)
+    await store.put_app(App(KEYED.id, KEYED.name, hash_api_key("tjk_new"), KEYED.secrets))
+    assert await keys.authenticate(KEY) == KEYED  # within the bound: the copy (docs/operations.md)
+    # When the server answers again, the old key's lookup finds no app: refused at once, copy dropped
+    store.refusing = False
+    clock.advance(RETRY_MS)
+    keys.cached_app(KEYED.api_key_hash)  # the retry
+    await settle()
+    assert await keys.authenticate(KEY) is None
+    assert not keys.knows_key_hash(KEYED.api_key_hash)
+
+
+async def test_a_key_forgotten_on_this_node_is_not_brought_back_by_a_lookup_already_under_way(
+    store: FreezableStore, clock: ManualClock, keys: AppDirectory
+) -> None:
+    # Given a key in use whose read ahead of expiry is under way (its server slow to answer)
+    assert await keys.authenticate(KEY) == KEYED
+    store.freeze()
+    clock.advance(TTL_MS * 9 // 10)
+    assert keys.cached_app(KEYED.api_key_hash) == KEYED  # starts the read
+    await settle()
+    # When the key is rotated through this node before that read answers (with the old row)
+    keys.forget_key_hash(KEYED.api_key_hash)
+    store.thaw()
+    await settle()
+    # Then the old key stays refused on this node: the answer predates the rotation
+    assert keys.cached_app(KEYED.api_key_hash) is None and not keys.knows_key_hash(KEYED.api_key_hash)
 
 
 # ---- targets ------------------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ what the app would do for it; each route is a class of its own over it, tried in
 
 - the same authentication: the key is taken from ``Authorization: Bearer`` as the app parses it, and
   the lean path only serves a key this node's :class:`tjobs.service.apps.AppDirectory` would accept
-  from its cache without the store (:meth:`~tjobs.service.apps.AppDirectory.fresh_app`), of an app
+  from its cache without waiting on the store (:meth:`~tjobs.service.apps.AppDirectory.cached_app`: a
+  fresh copy, or one within the staleness bound while the apps server is silent), of an app
   that is not disabled, and not remembered as refused;
 - the same admission: the app's request token is taken (:meth:`tjobs.api.ratelimit.ApiRateLimits.admit_request`)
   only when it would be admitted (:meth:`~tjobs.api.ratelimit.ApiRateLimits.would_admit`), and the
@@ -19,15 +20,15 @@ what the app would do for it; each route is a class of its own over it, tried in
   ``date`` and ``server``), the same metrics under the route's template, and the request id in the logs.
   An unexpected failure answers the metrics middleware's 500 (with ``content-length`` instead of chunks).
 
-Anything else goes through ASGI unchanged, decided before anything is taken or counted: another
-method or path, a query string or percent-escape, HTTP/1.0 or ``Connection: close``, an upgrade,
-forwarded headers (uvicorn's proxy-headers layer would rewrite the client), ``Transfer-Encoding`` or
-``Expect``, a missing, unknown, refused or stale key, a disabled app, an app over its request rate (the
-app's 429 and hold), a request pipelined behind another on its connection, or a server with a
-concurrency limit. A route with a JSON body (:meth:`LeanProtocol._take_json`) also leaves to ASGI a
-request without a ``Content-Length``, with a body over ``api.max_body_bytes`` (the 413) or over
-uvicorn's read high-water mark (64 KiB; the protocol would pause reading), or with a ``Content-Type``
-that is not JSON or given twice (the 415).
+Anything else goes through ASGI unchanged, decided before anything is taken or counted: another method
+or path, a query string or percent-escape, HTTP/1.0 or ``Connection: close``, an upgrade, forwarded
+headers (uvicorn's proxy-headers layer would rewrite the client), ``Transfer-Encoding`` or ``Expect``, a
+missing, unknown or refused key, a key whose copy cannot be served without waiting on the store, a
+disabled app, an app over its request rate (the app's 429 and hold), a request pipelined behind another
+on its connection, or a server with a concurrency limit. A route with a JSON body
+(:meth:`LeanProtocol._take_json`) also leaves to ASGI a request without a ``Content-Length``, with a
+body over ``api.max_body_bytes`` (the 413) or over uvicorn's read high-water mark (64 KiB; the protocol
+would pause reading), or with a ``Content-Type`` that is not JSON or given twice (the 415).
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ class LeanPaths:
         limits = self.limits
         if limits.is_refused_key(key_hash):
             return None
-        app = self.node.apps.fresh_app(key_hash)
+        app = self.node.apps.cached_app(key_hash)
         if app is None or app.disabled_at_ms is not None:
             return None
         if limits.enabled:

@@ -316,15 +316,18 @@ class AppService:
 
 
 class AppDirectory:
-    """Apps by id for the fire and delivery paths, so they never wait on the store for them: a
-    :class:`tjobs.service.directory_cache.DirectoryCache` (fresh for ``ttl_ms``, read again ahead of
-    expiry while in use, served from the last good copy for up to ``serve_stale_ms`` more while the
-    apps server is frozen or cut, a deleted app dropped as soon as the server says so).
+    """Apps by id for the fire and delivery paths, and by API key hash for the API's authentication, so
+    neither waits on the apps server: two :class:`tjobs.service.directory_cache.DirectoryCache` (fresh for
+    ``ttl_ms``, read again ahead of expiry while in use, served from the last good copy for up to
+    ``serve_stale_ms`` more while the apps server is frozen or cut, dropped as soon as the server says
+    the app or key is gone: deleted, or the key rotated).
 
     A miss reads the store once per app at a time: when an app's entry expires in the middle of a
     burst, every fire and send that misses it shares the one query instead of each sending its own.
     So does a key's: when a key's entry expires under a burst of creates, the requests in flight
     share one lookup by its hash (each sending its own was 3 % of a node's CPU at 64 creates in flight).
+    A key with no copy to serve (never accepted by this node, or past the bound) waits for the apps
+    server at most ``key_miss_deadline_ms``, then :class:`tjobs.errors.StorageUnavailable` (503).
     """
 
     def __init__(
@@ -334,15 +337,20 @@ class AppDirectory:
         ttl_ms: int = 10_000,
         serve_stale_ms: int = 300_000,
         read_deadline_ms: int = 200,
+        key_miss_deadline_ms: int = 5_000,
     ) -> None:
         self._store = store
         self._clock = clock
-        self._ttl_ms = ttl_ms
         self._apps: DirectoryCache[str, App] = DirectoryCache(
             self._read_or_none, clock, CachePolicy(ttl_ms, serve_stale_ms, read_deadline_ms), "apps"
         )
-        self._by_key_hash: dict[str, tuple[int, App]] = {}
-        self._key_reads: dict[str, asyncio.Future[App | None]] = {}  # lookups by key hash in flight
+        self._by_key_hash: DirectoryCache[str, App] = DirectoryCache(
+            self._look_up,
+            clock,
+            CachePolicy(ttl_ms, serve_stale_ms, read_deadline_ms),
+            "api keys",
+        )
+        self._key_miss_deadline_ms = key_miss_deadline_ms
 
     async def get(self, app_id: str) -> App:
         """The app (cached, else read once for every caller waiting on it); :class:`NotFound` if none.
@@ -367,52 +375,36 @@ class AppDirectory:
     async def close(self) -> None:
         """Cancel the reads under way (the node is stopping)."""
         await self._apps.close()
+        await self._by_key_hash.close()
 
     async def authenticate(self, api_key: str, key_hash: str | None = None) -> App | None:
-        """The app owning ``api_key``; the key is hashed (``key_hash``, when the caller hashed it already),
-        and the lookup is by the hash (an index)."""
+        """The app owning ``api_key`` (``None``: no app has it); the key is hashed (``key_hash``, when the
+        caller hashed it already), and the lookup is by the hash (an index). Within the staleness bound
+        a silent apps server is answered from the copy (see the class docstring); a caller that is
+        cancelled leaves the shared lookup running for the others."""
         key_hash = hash_api_key(api_key) if key_hash is None else key_hash
-        cached = self._by_key_hash.get(key_hash)
-        if cached is not None and cached[0] > self._clock.now_ms():
-            return cached[1]
-        reading = self._key_reads.get(key_hash)
-        if reading is None:  # the first miss reads; the others wait for its answer (a cancelled one leaves it)
-            reading = self._key_reads[key_hash] = asyncio.ensure_future(self._look_up(key_hash))
-            reading.add_done_callback(lambda done: self._key_read_done(key_hash, done))
-        return await asyncio.shield(reading)
+        return await self._by_key_hash.get(key_hash, self._key_miss_deadline_ms)
 
     async def _look_up(self, key_hash: str) -> App | None:
         app = await self._store.find_app_by_key_hash(key_hash)
         if app is None or not hmac.compare_digest(app.api_key_hash, key_hash):
             return None
-        now_ms = self._clock.now_ms()
-        app = live_secrets(app, now_ms)
-        self._by_key_hash[key_hash] = (now_ms + self._ttl_ms, app)
-        self.put(app)
+        app = live_secrets(app, self._clock.now_ms())
+        self._apps.put(app.id, app)
         return app
 
-    def _key_read_done(self, key_hash: str, done: asyncio.Future[App | None]) -> None:
-        if self._key_reads.get(key_hash) is done:
-            del self._key_reads[key_hash]
-        if not done.cancelled():
-            done.exception()  # every waiter may have gone: the failure is theirs, not the loop's to log
-
-    def fresh_app(self, api_key_hash: str) -> App | None:
-        """The app :meth:`authenticate` would answer for the key with this hash without the store (its
-        cache entry is fresh), else ``None``."""
-        cached = self._by_key_hash.get(api_key_hash)
-        if cached is not None and cached[0] > self._clock.now_ms():
-            return cached[1]
-        return None
+    def cached_app(self, api_key_hash: str) -> App | None:
+        """The app :meth:`authenticate` would answer for the key with this hash without waiting on the
+        store (its copy is fresh, or its server silent and the copy within the bound), else ``None``."""
+        return self._by_key_hash.cached(api_key_hash)
 
     def known_app(self, api_key_hash: str) -> App | None:
         """The app this node accepted the key with this hash for, without the store (maybe stale)."""
-        cached = self._by_key_hash.get(api_key_hash)
-        return None if cached is None else cached[1]
+        return self._by_key_hash.last_copy(api_key_hash)
 
     def knows_key_hash(self, api_key_hash: str) -> bool:
         """This node has accepted the key with this hash before (its cache entry may be stale)."""
-        return api_key_hash in self._by_key_hash
+        return self._by_key_hash.holds(api_key_hash)
 
     def cached(self, app_id: str) -> App | None:
         """The cached app without touching the store (the fire path's fast lane): fresh, or the last
@@ -423,11 +415,11 @@ class AppDirectory:
         self._apps.forget(app_id)
 
     def put(self, app: App) -> None:
-        now_ms = self._clock.now_ms()
         self._apps.put(app.id, app)
-        if app.api_key_hash in self._by_key_hash:
-            self._by_key_hash[app.api_key_hash] = (now_ms + self._ttl_ms, app)
+        if self._by_key_hash.holds(app.api_key_hash):
+            self._by_key_hash.put(app.api_key_hash, app)
 
     def forget_key_hash(self, api_key_hash: str) -> None:
-        """Stop accepting a (rotated) key on this node at once; other nodes within ``ttl_ms``."""
-        self._by_key_hash.pop(api_key_hash, None)
+        """Stop accepting a (rotated) key on this node at once (a lookup under way keeps nothing); other
+        nodes within ``ttl_ms`` while they read the apps server, within the staleness bound while not."""
+        self._by_key_hash.forget(api_key_hash)

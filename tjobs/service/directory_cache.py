@@ -14,7 +14,12 @@ server's callbacks (issue 28). Each entry, timed on the node's clock from its la
   for the key: the copy is answered at once, the fast lane included, and a read is tried again in the
   background every ``RETRY_MS`` until one succeeds.
 - **gone** after that: a caller waits for the server as if nothing were cached (the deliverer leaves
-  the flow ``pending`` when the read fails, and the compensator re-drives it).
+  the flow ``pending`` when the read fails, and the compensator re-drives it). A caller that passes
+  ``miss_deadline_ms`` (an API request: it must not hang) waits that long at most, then gets
+  :class:`tjobs.errors.StorageUnavailable` (the read goes on for the next caller).
+
+A read that started before a :meth:`~DirectoryCache.put` or :meth:`~DirectoryCache.forget` of its key
+keeps nothing when it ends: what this node wrote or dropped since (a rotated key) is newer than its answer.
 
 A read that says the entry no longer exists (a deleted app or target) drops the copy at once: no copy
 outlives an answer that it is gone. Log actions, one line each per outage and directory, however many
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tjobs.clock import Clock
+from tjobs.errors import StorageUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +78,8 @@ class DirectoryCache(Generic[K, V]):
         self._name = name
         self._entries: dict[K, _Entry[V]] = {}
         self._reads: dict[K, asyncio.Future[V | None]] = {}  # key -> the read under way
+        # key -> its puts and forgets while a read was under way (that read keeps its answer only if none)
+        self._writes: dict[K, int] = {}
         self._silent: set[K] = set()  # keys whose server has not answered since it went silent
         self._outage_since_ms = 0  # when the first of them went silent
         self._outage_keys = 0  # how many went silent in this outage
@@ -103,11 +111,12 @@ class DirectoryCache(Generic[K, V]):
             return entry.value
         return None
 
-    async def get(self, key: K) -> V | None:
+    async def get(self, key: K, miss_deadline_ms: int | None = None) -> V | None:
         """The value: cached, else read (one read per key at a time, shared by every caller; a caller
         that is cancelled leaves it running for the others). With a copy within the stale bound, waits
         for the read at most ``read_deadline_ms`` and answers the copy if the read fails or is late;
-        without one, waits for the read and raises what it raises. ``None``: the key does not exist."""
+        without one, waits for the read (at most ``miss_deadline_ms`` when given, then
+        :class:`StorageUnavailable`) and raises what it raises. ``None``: the key does not exist."""
         value = self.cached(key)
         if value is not None:
             return value
@@ -115,7 +124,16 @@ class DirectoryCache(Generic[K, V]):
         now_ms = self._clock.now_ms()
         read = self._start_read(key, entry, now_ms)
         if entry is None or now_ms - entry.read_at_ms >= self.policy.ttl_ms + self.policy.serve_stale_ms:
-            return await asyncio.shield(read)
+            if miss_deadline_ms is None:
+                return await asyncio.shield(read)
+            done, _ = await asyncio.wait({read}, timeout=miss_deadline_ms / 1000)
+            if not done:
+                raise StorageUnavailable(
+                    f"the database server holding the {self._name} directory did not answer within "
+                    f"{miss_deadline_ms} ms and this node has no copy to serve; nothing was done; retry "
+                    f"after {StorageUnavailable.retry_after_s} s"
+                )
+            return read.result()
         done, _ = await asyncio.wait({read}, timeout=self.policy.read_deadline_ms / 1000)
         if done and not read.cancelled() and read.exception() is None:
             return read.result()
@@ -127,11 +145,28 @@ class DirectoryCache(Generic[K, V]):
         """A value this node just wrote (or read elsewhere): fresh from now."""
         now_ms = self._clock.now_ms()
         self._entries[key] = _Entry(value, now_ms)
+        self._wrote(key)
         self._answered(key, now_ms)
 
     def forget(self, key: K) -> None:
+        """Drop the copy (and the answer of a read under way): the next caller waits for a new read."""
         self._entries.pop(key, None)
+        self._wrote(key)
         self._answered(key, self._clock.now_ms())
+
+    def holds(self, key: K) -> bool:
+        """A copy of ``key`` is kept, of any age (it has been read and not dropped since)."""
+        return key in self._entries
+
+    def last_copy(self, key: K) -> V | None:
+        """The last good copy of ``key``, however old (``None``: none kept). Not for what the staleness
+        bound covers: a caller that acts on the value uses :meth:`cached` or :meth:`get`."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry.value
+
+    def _wrote(self, key: K) -> None:
+        if key in self._reads:  # only a read under way needs telling
+            self._writes[key] = self._writes.get(key, 0) + 1
 
     async def close(self) -> None:
         """Cancel the reads under way (the node is stopping)."""
@@ -159,11 +194,11 @@ class DirectoryCache(Generic[K, V]):
         if read is None:
             if entry is not None:
                 entry.last_try_ms = now_ms
-            read = self._reads[key] = asyncio.ensure_future(self._read_and_keep(key))
+            read = self._reads[key] = asyncio.ensure_future(self._read_and_keep(key, self._writes.get(key, 0)))
             read.add_done_callback(functools.partial(self._read_done, key))
         return read
 
-    async def _read_and_keep(self, key: K) -> V | None:
+    async def _read_and_keep(self, key: K, writes: int) -> V | None:
         try:
             value = await self._read(key)
         except Exception as error:
@@ -172,6 +207,9 @@ class DirectoryCache(Generic[K, V]):
                 self._went_silent(key, entry, self._clock.now_ms(), f"{type(error).__name__}: {error}")
             raise
         now_ms = self._clock.now_ms()
+        if self._writes.get(key, 0) != writes:  # put or forgotten meanwhile: that is newer than this answer
+            kept = self._entries.get(key)
+            return None if kept is None else kept.value
         self._entries.pop(key, None)
         if value is not None:
             self._entries[key] = _Entry(value, now_ms)
@@ -218,5 +256,6 @@ class DirectoryCache(Generic[K, V]):
     def _read_done(self, key: K, read: asyncio.Future[V | None]) -> None:
         if self._reads.get(key) is read:
             del self._reads[key]
+            self._writes.pop(key, None)
         if not read.cancelled():
             read.exception()  # retrieved: every caller may have gone (a background read has none)

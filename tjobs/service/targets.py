@@ -83,11 +83,11 @@ class TargetDirectory:
         copy while the apps server is silent (within ``serve_stale_ms``)."""
         return self._targets.cached((app_id, name))
 
-    async def get(self, app_id: str, name: str) -> Target | None:
+    async def get(self, app_id: str, name: str, miss_deadline_ms: int | None = None) -> Target | None:
         """The target (cached, else read once for every caller waiting on it); ``None`` if the app has
         no target of that name. Raises what the store raises (``StorageUnavailable``) when there is no
-        copy to serve."""
-        return await self._targets.get((app_id, name))
+        copy to serve, and ``StorageUnavailable`` when the read outlives ``miss_deadline_ms`` (if given)."""
+        return await self._targets.get((app_id, name), miss_deadline_ms)
 
     async def _read(self, key: tuple[str, str]) -> Target | None:
         return await self._store.get_target(*key)
@@ -221,9 +221,11 @@ class TargetService:
     ) -> None:
         """422 naming the field (``callback.target`` or ``callback.targets[i]``) for a name the app
         has no target of, and ``callback.run_on_publish`` for a target that is no broker's; the
-        registration of a task naming targets."""
+        registration of a task naming targets. A target this node has no copy of waits for the apps
+        server at most ``storage.create_timeout_s`` (then 503 ``storage_unavailable``)."""
+        deadline_ms = int(self._settings.storage.create_timeout_s * 1000)
         for index, name in enumerate(names):
-            target = await self._directory.get(app.id, name)
+            target = await self._directory.get(app.id, name, deadline_ms)
             if target is None:
                 field = "callback.target" if unicast else f"callback.targets[{index}]"
                 raise InvalidInput(field, f"the app has no target named {name!r}", "unknown_target")
