@@ -21,7 +21,7 @@ import pytest
 
 from testkit import NodeParts, RunningNode, run_node
 from tests.api.conftest import ADMIN_KEY, task_body
-from tjobs.model import App
+from tjobs.model import App, TaskChildren
 from tjobs.settings import load_settings
 from tjobs.stores.memory import MemoryTaskStore
 from tjobs.targets.model import HttpTarget, RetryPolicy, Target
@@ -142,3 +142,33 @@ def orders_target(app_id: str) -> Target:
         created_at_ms=0,
         updated_at_ms=0,
     )
+
+
+async def test_a_create_naming_children_waits_for_their_links_at_most_the_create_timeout() -> None:
+    store = FrozenAppsServer()
+    async with node_on(store) as running:
+        app, key = await running.create_app("orders")
+        parents = running.node.task_parents  # the reverse index: on the apps server, beside the apps table
+        link_children = parents.link_children
+
+        async def link_on_the_apps_server(app_id: str, parent_id: int, children: TaskChildren) -> None:
+            await store.answering.wait()
+            await link_children(app_id, parent_id, children)
+
+        parents.link_children = link_on_the_apps_server  # type: ignore[method-assign]
+        async with httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {key}"}) as client:
+            child = await _create(client)
+            assert child.status_code == 201
+            store.answering.clear()
+            started = asyncio.get_running_loop().time()
+            refused = await _create(client, children={"on_success": [child.json()["id"]]})
+            waited_s = asyncio.get_running_loop().time() - started
+            # a clear error after the stated deadline, nothing stored, not a hang
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "storage_unavailable"
+            assert CREATE_TIMEOUT_S * 0.9 <= waited_s < WALL_S
+            stored = [t for shard in range(4) for t in await store.list_tasks(app.id, shard, None, 100)]
+            assert [t.id for t in stored] == [int(child.json()["id"])], "the refused parent was not stored"
+            store.answering.set()
+            linked = await _create(client, children={"on_success": [child.json()["id"]]})
+            assert linked.status_code == 201, linked.text

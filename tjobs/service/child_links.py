@@ -8,9 +8,10 @@ failed after its rows were written leaves them too.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
-from tjobs.errors import InvalidInput
+from tjobs.errors import InvalidInput, StorageUnavailable
 from tjobs.model import App, Task, TaskChildren
 from tjobs.service.child_tasks import check_no_cycle, check_not_self, children_field
 from tjobs.stores.base import TaskStore
@@ -30,11 +31,22 @@ async def parent_naming(
 
 
 class ChildLinks:
-    def __init__(self, store: TaskStore, parents: TaskParentRecords | None, routable: Callable[[int], bool]) -> None:
-        """``parents``: the reverse index (``None``: none kept, and no task shows parents)."""
+    def __init__(
+        self,
+        store: TaskStore,
+        parents: TaskParentRecords | None,
+        routable: Callable[[int], bool],
+        link_deadline_s: float | None = None,
+    ) -> None:
+        """``parents``: the reverse index (``None``: none kept, and no task shows parents). It lives on the
+        server holding the apps table, whatever server the task's shard is on: a create or edit waits for
+        its links at most ``link_deadline_s`` (``storage.create_timeout_s``), then gets
+        :class:`StorageUnavailable` and its task is not written (links that commit later are stale rows,
+        which every reader checks)."""
         self._store = store
         self._parents = parents
         self._routable = routable
+        self._link_deadline_s = link_deadline_s
 
     async def check_and_link(self, app: App, task_id: int, children: TaskChildren | None) -> None:
         """422 naming the entry of ``children`` that is the task itself, no task of the app, or closes a
@@ -53,7 +65,22 @@ class ChildLinks:
 
         await check_no_cycle(task_id, children, read)
         if self._parents is not None:
-            await self._parents.link_children(app.id, task_id, children)
+            await self._link(app.id, task_id, children)
+
+    async def _link(self, app_id: str, task_id: int, children: TaskChildren) -> None:
+        assert self._parents is not None
+        if self._link_deadline_s is None:
+            return await self._parents.link_children(app_id, task_id, children)
+        link = asyncio.ensure_future(self._parents.link_children(app_id, task_id, children))
+        link.add_done_callback(_retrieved)  # the caller may have gone (its deadline passed)
+        done, _ = await asyncio.wait({link}, timeout=self._link_deadline_s)
+        if not done:  # not cancelled: a write is not cut mid-statement; if it commits, its rows are stale
+            raise StorageUnavailable(
+                f"the links to task {task_id}'s children (on the database server holding the apps table) were "
+                f"not written within {self._link_deadline_s:g} s; the task was not stored; retry after "
+                f"{StorageUnavailable.retry_after_s} s"
+            )
+        link.result()
 
     async def unlink(self, task_id: int) -> None:
         """Task ``task_id`` was deleted: forget its links."""
@@ -76,3 +103,8 @@ class ChildLinks:
             lists.append(tuple(named))
         found = TaskChildren(*lists)
         return found if found else None
+
+
+def _retrieved(link: asyncio.Future[None]) -> None:
+    if not link.cancelled():
+        link.exception()

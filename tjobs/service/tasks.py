@@ -130,7 +130,7 @@ class TaskService:
         self._observer = observer
         self._membership = membership
         self._calendars = calendars
-        self.child_links = ChildLinks(store, parents, self._routable)
+        self.child_links = ChildLinks(store, parents, self._routable, settings.storage.create_timeout_s)
         self._in_flight: Counter[str] = Counter()  # per app: tasks being stored, held against its quota
         # the shard of a task without a key, and an id's random bits, only need to be uniform, not
         # unpredictable: a PRNG seeded from the OS instead of secrets (a syscall per task in a batch)
