@@ -23,8 +23,13 @@ Publishing works like the store's :class:`tjobs.stores.sql_direct.GroupCommit`: 
 once when no write is in flight, and changes published meanwhile wait and go together in the next
 write, up to :data:`FLUSH_ROWS` changes in one append (one transaction), instead of a transaction per
 change (the profile of a cluster node taking creates: docs/benchmarks.md). A publish returns once its
-change's write ended; a write that failed is logged once for its changes and, like any other change
-missed, is covered by the cycle load.
+change's write ended, or once the write in flight has run :data:`PUBLISH_WAIT_S` (at once if it has
+already): the log lives in logical database 0, on the server holding the apps table, and a create whose
+task is on another server must not wait on that one for more than that (issue 28; nobody can read the
+log of a server that does not answer anyway). Its change stays queued and is written once the server
+answers (``hot_publish_stalled`` logged once per stalled write).
+A write that failed is logged once for its changes and, like any other change missed, is covered by the
+cycle load.
 
 The log comes with the schema (``tjobs migrate``, revision ``0004_hot_changes``); a node finding it
 missing refuses to start and says so. It is not the truth (invariant 7, docs/design.md): a missed
@@ -54,6 +59,7 @@ POLL_LIMIT = 5000
 FLUSH_ROWS = 500  # rows per publishing transaction at most
 ORIGIN_NAME_CHARS = 119  # of the node's name in an origin; "/" and 8 hex digits of the process fill 128
 STOP_WRITE_WAIT_S = 2.0  # how long stop() lets a write in flight finish before cancelling it
+PUBLISH_WAIT_S = 1.0  # a publish stops waiting once the write in flight has run this long (it goes on)
 
 
 class DbPollHotTier(HotTier):
@@ -72,6 +78,8 @@ class DbPollHotTier(HotTier):
         self._watched: frozenset[int] = frozenset()
         self._queue: list[tuple[HotChange, asyncio.Future[None]]] = []  # changes waiting for a write
         self._flush: asyncio.Task[None] | None = None  # the write in flight, if any
+        self._write_started_s = 0.0  # loop time when the write in flight began
+        self._stall_logged = False  # a publish gave up waiting on the write in flight (logged once per write)
         self.published = 0
         self.received = 0
 
@@ -115,11 +123,25 @@ class DbPollHotTier(HotTier):
         if not self._open or not is_near(change, now_ms, self._near_ms):
             return
         row = HotChange(change.task_id, change.app_id, change.next_run_at_ms, change.version, self._origin, now_ms)
-        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[None] = loop.create_future()
         self._queue.append((row, written))
+        wait_s = PUBLISH_WAIT_S
         if self._flush is None:  # nothing in flight: written at once (it starts on the loop's next turn)
+            self._write_started_s = loop.time()
             self._flush = asyncio.create_task(self._write_queued(), name="tjobs-hot-dbpoll-publish")
-        await written  # a caller cancelled meanwhile leaves its row to be written with the others
+        else:  # a write that has not answered for PUBLISH_WAIT_S is not waited for again
+            wait_s = max(0.0, self._write_started_s + PUBLISH_WAIT_S - loop.time())
+        # a caller cancelled meanwhile, or past the wait, leaves its row to be written with the others
+        done, _ = await asyncio.wait({written}, timeout=wait_s)
+        if not done and not self._stall_logged:
+            self._stall_logged = True
+            logger.warning(
+                "hot change write unanswered after %.1f s (the log's server is stopped, cut or slow); creates "
+                "go on without waiting, their changes stay queued for the next write",
+                PUBLISH_WAIT_S,
+                extra={"action": "hot_publish_stalled"},
+            )
 
     async def _write_queued(self) -> None:
         """Write the queued rows, up to :data:`FLUSH_ROWS` per transaction, until none is left; rows
@@ -127,6 +149,7 @@ class DbPollHotTier(HotTier):
         try:
             while self._queue:
                 batch, self._queue = self._queue[:FLUSH_ROWS], self._queue[FLUSH_ROWS:]
+                self._write_started_s = asyncio.get_running_loop().time()
                 try:
                     await self.log.append([row for row, _ in batch])
                     self.published += len(batch)
@@ -139,6 +162,7 @@ class DbPollHotTier(HotTier):
                         extra={"action": "hot_publish_failed"},
                     )
                 finally:
+                    self._stall_logged = False
                     _release(batch)
         finally:  # rows still queued only when this was cancelled: nobody waits for them forever
             self._flush = None
