@@ -34,8 +34,11 @@ LAST_ANSWER_PATTERN = r"^(none|[1-5][xX][xX]|[1-5][0-9]{2})$"
 # documented as validation judges them (its own 422 names the field): a task id is digits, 1..2^63-1;
 # an instant is ISO-8601 with an offset from 1970 on, or epoch ms in digits
 TASK_ID_FILTER_PATTERN = r"^(?=0*[1-9])([0-9]{1,18}|[0-8][0-9]{18})$"  # not 0
+# (No leading \s* in the date-time form's pattern: RFC 3339 allows none, so it admitted nothing more, and
+# schemathesis' coverage phase spent ~4 s of CPU per filter per operation searching for a 40-character
+# match of both.)
 INSTANT_FORMS: list[dict[str, Any]] = [
-    {"format": "date-time", "pattern": r"^\s*(19[7-9][0-9]|[2-9][0-9]{3})-"},
+    {"format": "date-time", "pattern": r"^(19[7-9][0-9]|[2-9][0-9]{3})-"},
     {"pattern": r"^\s*[0-9]{1,14}\s*$"},
 ]
 INSTANT_FILTER: dict[str, Any] = {"allOf": [{"anyOf": INSTANT_FORMS}]}
