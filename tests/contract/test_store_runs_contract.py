@@ -120,7 +120,7 @@ class _SentCursor:
 async def test_mariadb_writes_a_run_start_in_one_round_trip_and_keeps_its_connection(
     store: TaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the fence, the start's two UPDATEs and the COMMIT in one multi-statement (issue 30: the COMMIT was a
+    # the fence, the start's UPDATE and the COMMIT in one multi-statement (issue 30: the COMMIT was a
     # round trip of its own after every flush, and a run's start is flushed at once)
     pools = getattr(store, "_fire_pools", None)
     if not pools:
@@ -140,7 +140,7 @@ async def test_mariadb_writes_a_run_start_in_one_round_trip_and_keeps_its_connec
     monkeypatch.setattr(pool, "transaction", counted)
     await store.record_flow_updates([_started(flow)], NOW_MS + 10)
 
-    assert len(sent) == 1 and sent[0].count("UPDATE") == 2 and sent[0].endswith("; COMMIT")
+    assert len(sent) == 1 and sent[0].count("UPDATE") == 1 and sent[0].endswith("; COMMIT")
     assert (pool._pool.size, pool._pool.freesize) == (1, 1)  # the transaction ended: the connection kept
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)  # committed: another connection sees it
     assert stored is not None and stored.status is FlowStatus.RUNNING and stored.run == _started(flow).run
@@ -150,6 +150,76 @@ async def test_mariadb_writes_a_run_start_in_one_round_trip_and_keeps_its_connec
     assert (pool._pool.size, pool._pool.freesize) == (1, 1)
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert stored is not None and stored.updated_at_ms == NOW_MS + 10
+
+
+_COUNTED = ("Com_select", "Com_update", "Com_commit")
+
+
+async def _session_counts(conn: Any) -> dict[str, int]:
+    """What the server counted of ``conn``'s session: statements by kind."""
+    cursor = conn.cursor()
+    try:
+        await cursor.execute(f"SHOW SESSION STATUS WHERE Variable_name IN {_COUNTED}")
+        return {str(name): int(value) for name, value in await cursor.fetchall()}
+    finally:
+        await cursor.close()
+
+
+async def test_mariadb_starts_a_run_with_one_statement_a_flow(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 30: a run's start was two UPDATEs of its flow (the guarded start, then the send's record where a
+    # report came first); one under SIMULTANEOUS_ASSIGNMENT, whatever the flow's state
+    pools = getattr(store, "_fire_pools", None)
+    if not pools:
+        pytest.skip("MariaDB's fire pool only")
+    (_, first), (_, second), (_, overtaken), (_, later) = [await fire_once(store, shard=3) for _ in range(4)]
+    progress = FlowRun(RunStatus.RUNNING, 1, NOW_MS + 5, DEADLINE_MS, NOW_MS + 6, progress=40)
+    reported = FlowUpdate(
+        overtaken.task_id, overtaken.scheduled_at_ms, FlowStatus.RUNNING, 1, DEADLINE_MS, run=progress
+    )
+    assert await store.write_run(FlowStatus.PENDING, reported, NOW_MS + 6, expected_attempts=0)
+    retry = FlowUpdate(later.task_id, later.scheduled_at_ms, FlowStatus.PENDING, 2, NOW_MS + 7, None, "x")
+    assert await store.write_run(FlowStatus.PENDING, retry, NOW_MS + 7, expected_attempts=0)
+    pool = pools[store._shard_of_task(first.task_id).database.engine_url]  # type: ignore[attr-defined]
+    counts: list[dict[str, int]] = []
+    plain = pool.transaction
+
+    @asynccontextmanager
+    async def counted(*, commit: bool = True) -> AsyncIterator[Any]:
+        async with plain(commit=commit) as conn:
+            counts.append(await _session_counts(conn))
+            yield conn
+            counts.append(await _session_counts(conn))  # after the flush's own COMMIT
+
+    monkeypatch.setattr(pool, "transaction", counted)
+    await store.record_flow_updates([_started(f) for f in (first, second, overtaken, later)], NOW_MS + 10)
+
+    before, after = counts
+    assert {name: after[name] - before[name] for name in _COUNTED} == {
+        "Com_select": 1,  # the shard-map fence
+        "Com_update": 4,  # one a flow: two started, one overtaken by a report, one at a later attempt
+        "Com_commit": 1,
+    }
+    stored = {f.id: await store.get_flow(f.task_id, f.scheduled_at_ms) for f in (first, second, overtaken, later)}
+    assert all(s is not None and s.status is FlowStatus.RUNNING for s in (stored[first.id], stored[second.id]))
+    kept = stored[overtaken.id]
+    assert kept is not None and (kept.run, kept.last_status_code, kept.updated_at_ms) == (progress, 202, NOW_MS + 6)
+    untouched = stored[later.id]
+    assert untouched is not None and (untouched.status, untouched.attempts) == (FlowStatus.PENDING, 2)
+    assert (untouched.last_status_code, untouched.attempt_log, untouched.updated_at_ms) == (None, None, NOW_MS + 7)
+
+
+async def test_a_run_start_of_an_earlier_attempt_changes_nothing(store: TaskStore) -> None:
+    _, flow = await fire_once(store, shard=12)
+    # attempt 1 failed to deliver and attempt 2 is due; attempt 1's start, written late, is not its history
+    retry = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.PENDING, 2, NOW_MS + 7, 503, "busy")
+    assert await store.write_run(FlowStatus.PENDING, retry, NOW_MS + 7, expected_attempts=0)
+    before = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+
+    await store.record_flow_updates([_started(flow)], NOW_MS + 10)
+
+    assert await store.get_flow(flow.task_id, flow.scheduled_at_ms) == before
 
 
 async def test_a_run_ended_before_its_start_was_written_keeps_the_send_in_its_history(store: TaskStore) -> None:

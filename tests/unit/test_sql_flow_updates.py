@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from tjobs.model import AttemptLog, AttemptRecord, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus
-from tjobs.stores.sql_flow_updates import update_statements
+from tjobs.stores.sql_flow_updates import takes_simultaneous_assignment, update_statements
 
 NOW_MS = 1_800_000_000_000
 URL = "http://receiver.example/hook"
@@ -105,3 +105,32 @@ def test_a_runs_start_is_written_apart_and_lands_only_on_a_flow_being_delivered(
     )
     assert send_params[0] == 202 and send_params[-3:] == [20, NOW_MS, 1]
     assert "IN ((%s, %s), (%s, %s))" in rest and " run = " not in rest  # the others keep their runs
+
+
+def test_mariadb_starts_a_run_with_one_update_whose_set_clause_reads_the_row_as_it_was() -> None:
+    run = FlowRun(RunStatus.RUNNING, 2, NOW_MS, NOW_MS + 60_000)
+    start = FlowUpdate(8, NOW_MS, FlowStatus.RUNNING, 2, NOW_MS + 60_000, 202, None, None, _log(8), run=run)
+    (sql, params), *others = update_statements({1: [start]}, SHARDS, NOW_MS + 5, simultaneous=True)
+
+    assert others == [] and sql.count("UPDATE ") == 1 and sql.count("%s") == len(params)
+    # MariaDB's order of assignment would let the status set first decide the attempt count's CASE
+    assert sql.startswith("SET STATEMENT sql_mode = CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT') FOR UPDATE ")
+    sets = sql.split(" SET ", 1)[1].split(" WHERE ")[0]
+    assert "last_status_code = %s, " in sets and "attempt_log = %s, " in sets  # the send's record: on every row
+    for column in ("status", "attempts", "next_attempt_at", "last_error", "run", "updated_at"):
+        assert f"{column} = CASE WHEN ((status = 'pending' AND attempts < %s) OR " in sets
+        assert f"THEN %s ELSE {column} END" in sets
+    assert sql.endswith(
+        "AND (((status = 'pending' AND attempts < %s) OR (status = 'sending' AND attempts <= %s)) OR attempts = %s)"
+    )
+    assert params[-5:] == [8, NOW_MS, 2, 2, 2]
+    # SQLite (and the default) keeps the two statements, each read against the row as the one before left it
+    assert len(update_statements({1: [start]}, SHARDS, NOW_MS + 5)) == 2
+
+
+def test_only_mariadb_10_3_and_later_takes_a_run_start_as_one_update() -> None:
+    assert takes_simultaneous_assignment("5.5.5-10.11.19-MariaDB-0+deb12u1")  # asyncmy's greeting of 10.11
+    assert takes_simultaneous_assignment("10.3.39-MariaDB") and takes_simultaneous_assignment("11.4.2-MariaDB-log")
+    assert not takes_simultaneous_assignment("5.5.5-10.2.44-MariaDB")  # the mode came with 10.3.5
+    assert not takes_simultaneous_assignment("10.3.4-MariaDB")
+    assert not takes_simultaneous_assignment("8.0.36") and not takes_simultaneous_assignment("8.4.0-commercial")

@@ -13,13 +13,16 @@ pool like the fire transaction (:meth:`tjobs.stores.sql_direct.DirectPool.transa
 engine only for a server URL without one), the transaction's ``COMMIT`` at the end of its last round
 trip (a flush of one round trip, a run's start among them, is one round trip in all). Only identifiers
 derived from the topology are put into the SQL text, so SQLite's form is the same text with ``?`` for
-``%s``.
+``%s`` (but for a run's start, below).
 
 One ``UPDATE … WHERE (task_id, scheduled_at) IN (…) AND status IN (<the open statuses>)`` per shard table
 (:func:`update_statements`), so a terminal flow is never changed again and a flow is never made up. An
 outcome that starts a run (``running``) gets a one-row ``UPDATE`` of its own that lands only where its
 attempt is still being delivered: a report, a cancel or a retry that reached the flow first is kept (a second
-one-row ``UPDATE`` still records the send in the history where the flow is at that attempt). A
+one-row ``UPDATE`` still records the send in the history where the flow is at that attempt). On MariaDB the
+two are one ``UPDATE`` (:func:`_run_start`: each ``SET`` expression a ``CASE`` on the row as it was, under
+the statement's own ``SIMULTANEOUS_ASSIGNMENT`` mode, MariaDB 10.3+), one statement a run less (issue 30);
+SQLite and MySQL keep the two. A
 column that every row of the statement gets the same value of is set to it; one whose values differ (an
 outcome that made a send carries its flow's whole attempt history, whose start and duration are its own) is
 set by ``CASE`` on the row's key, ``task_id`` alone when no two rows share a task. ``routes``,
@@ -37,6 +40,7 @@ docs/benchmarks.md, "The attempt history's cost".
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -77,6 +81,13 @@ _COLUMNS_GIVEN = {  # the columns a single row sets, by (routes, attempt_log, an
     for given in itertools.product((True, False), repeat=4)
 }
 _SETS: dict[tuple[str, ...], str] = {}  # "a = %s, b = %s, " per column list (a handful of them)
+_SEND_RECORD = frozenset(("last_status_code", "attempt_log", "answers"))  # what a run's start records of its send
+# MariaDB: the SET clause's expressions see the row as it was, as in SQLite (and standard SQL), not as the
+# assignments before them left it; for this statement only, the session's modes kept
+_SIMULTANEOUS = "SET STATEMENT sql_mode = CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT') FOR "
+_RUN_START_ONE_SQL: dict[tuple[str, tuple[str, ...]], str] = {}  # by table and columns set
+_MARIADB_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)-MariaDB")
+_SIMULTANEOUS_BY_VERSION: dict[str, bool] = {}
 _ONE_ROW_SQL: dict[tuple[str, tuple[str, ...], bool, bool], str] = {}  # by table, columns, guards
 _ONE_ROW_SQL_MAX = 16_384  # emptied when full: it never grows without bound
 
@@ -216,10 +227,61 @@ def _send_record(table: str, u: FlowUpdate) -> tuple[str, list[Any]]:
     return f"UPDATE {table} SET {', '.join(sets)} WHERE (task_id, scheduled_at) IN ((%s, %s)) AND attempts = %s", params
 
 
+def _run_start(table: str, u: FlowUpdate, now_ms: int) -> tuple[str, list[Any]]:
+    """MariaDB: a run's start and its send's record (:func:`_one_row_sql` with ``starts_run``, then
+    :func:`_send_record`) as one ``UPDATE`` under ``SIMULTANEOUS_ASSIGNMENT``. It passes the flow the one
+    or the other passes (still being delivered, or at the start's attempt); the send's record is set on
+    both, the rest only where the run starts (each ``CASE`` tests the row as it was, so a status or an
+    attempt count set before it in the clause does not count)."""
+    columns, values = _one_row(u)
+    key = (table, columns)
+    sql = _RUN_START_ONE_SQL.get(key)
+    if sql is None:
+        if len(_RUN_START_ONE_SQL) >= _ONE_ROW_SQL_MAX:
+            _RUN_START_ONE_SQL.clear()
+        sets = [
+            f"{column} = %s"
+            if column in _SEND_RECORD
+            else f"{column} = CASE WHEN {_RUN_START_SQL} THEN %s ELSE {column} END"
+            for column in (*columns, "updated_at")
+        ]
+        sql = _RUN_START_ONE_SQL[key] = (
+            f"{_SIMULTANEOUS}UPDATE {table} SET {', '.join(sets)} "
+            f"WHERE (task_id, scheduled_at) IN ((%s, %s)) AND ({_RUN_START_SQL} OR attempts = %s)"
+        )
+    n = u.attempts
+    params: list[Any] = []
+    for column, value in zip((*columns, "updated_at"), (*values, now_ms), strict=True):
+        if column not in _SEND_RECORD:
+            params.append(n)
+            params.append(n)
+        params.append(value)
+    params += [u.task_id, u.scheduled_at_ms, n, n, n]
+    return sql, params
+
+
+def takes_simultaneous_assignment(server_version: str) -> bool:
+    """Whether the server that greeted a connection with ``server_version`` runs :func:`_run_start`'s
+    ``SET STATEMENT … SIMULTANEOUS_ASSIGNMENT``: MariaDB 10.3.5+ (whose greeting may start ``5.5.5-``);
+    MySQL has neither, and takes a run's start as two statements."""
+    found = _SIMULTANEOUS_BY_VERSION.get(server_version)
+    if found is None:
+        match = _MARIADB_VERSION.search(server_version)
+        found = match is not None and (int(match[1]), int(match[2]), int(match[3])) >= (10, 3, 5)
+        if len(_SIMULTANEOUS_BY_VERSION) < 64:
+            _SIMULTANEOUS_BY_VERSION[server_version] = found
+    return found
+
+
 def update_statements(
-    by_shard: dict[int, list[FlowUpdate]], shards: Sequence[ShardTables], now_ms: int
+    by_shard: dict[int, list[FlowUpdate]],
+    shards: Sequence[ShardTables],
+    now_ms: int,
+    *,
+    simultaneous: bool = False,
 ) -> list[tuple[str, list[Any]]]:
-    """One ``UPDATE`` per shard table, in shard and key order."""
+    """One ``UPDATE`` per shard table, in shard and key order. ``simultaneous`` (MariaDB 10.3+,
+    :func:`takes_simultaneous_assignment`): a run's start is one ``UPDATE`` (:func:`_run_start`), not two."""
     statements: list[tuple[str, list[Any]]] = []
     for shard in sorted(by_shard):
         updates = by_shard[shard]
@@ -227,6 +289,9 @@ def update_statements(
         if starts:  # each on its own, guarded apart (rare: a run's start)
             updates = [u for u in updates if u.status is not FlowStatus.RUNNING]
             for u in sorted(starts, key=lambda u: (u.task_id, u.scheduled_at_ms)):
+                if simultaneous:
+                    statements.append(_run_start(shards[shard].flows_sql, u, now_ms))
+                    continue
                 columns, params = _one_row(u)
                 params += [now_ms, u.task_id, u.scheduled_at_ms, u.attempts, u.attempts]
                 statements.append((_one_row_sql(shards[shard].flows_sql, columns, True, True), params))
@@ -298,7 +363,8 @@ async def write_flow_updates(
     if isinstance(conn, AsyncConnection):
         conn = (await conn.get_raw_connection()).driver_connection
     cursor = conn.cursor()
-    statements = update_statements(by_shard, shards, now_ms)
+    simultaneous = takes_simultaneous_assignment(conn.get_server_info())
+    statements = update_statements(by_shard, shards, now_ms, simultaneous=simultaneous)
     if fence is not None:
         statements.insert(0, (fence[0], list(fence[1])))
     chunks = _chunks(statements)
