@@ -216,6 +216,7 @@ async def test_a_callback_is_delivered_first_time_signed_and_recorded(
     assert job.flow.id not in deliverer.in_flight()
 
 
+@pytest.mark.timing  # wall-clock bounds on the backoff (each retry within 50 ms of its recorded time)
 async def test_500_500_200_is_delivered_on_attempt_3_after_growing_backoff(
     receiver: Receiver, recorder: MemoryRecorder, make_deliverer: DelivererFactory
 ) -> None:
