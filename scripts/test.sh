@@ -8,7 +8,7 @@
 #
 # TJOBS_TEST_TIMEOUT_S   per-test timeout in seconds (default 300)
 # TJOBS_TEST_WORKERS     xdist workers (default run: 4; with arguments: none unless set)
-# TJOBS_TEST_TIMING_WORKERS  xdist workers of the default run's timing part (default 3)
+# TJOBS_TEST_TIMING_WORKERS  xdist workers of the default run's timing part (default 4)
 # TJOBS_TEST_NO_SERVICES=1  don't touch services (service tests then skip, or fail under CI=true)
 # TJOBS_TEST_*_URL already set in the environment win over the ones services.sh discovers.
 set -euo pipefail
@@ -102,15 +102,16 @@ pytest_run() {  # pytest_run LABEL ARGS...: one pytest run; its exit code, 5 (no
 
 # The default run is two pytest runs: everything but `chaos` and `timing` spread over
 # TJOBS_TEST_WORKERS xdist workers (tests of one killable rig kept on one worker: tests/conftest.py),
-# then the `timing` tests (wall-clock lateness bounds) on a machine the first part no longer loads, three at
+# then the `timing` tests (wall-clock lateness bounds) on a machine the first part no longer loads, four at
 # a time (TJOBS_TEST_TIMING_WORKERS): they mostly wait on real time (outages, TTLs, restarts), so the two
-# cluster rigs' groups on two workers and the rest on the third leave the two cores far from busy.
+# cluster rigs' groups on two workers and the rest on the other two leave the two cores far from busy
+# (with three, the rest shared the third worker, or a rig's, and that worker set the part's length).
 # Extra arguments make it one run of exactly what they select, on TJOBS_TEST_WORKERS workers if set.
 workers="${TJOBS_TEST_WORKERS:-}"
 rc=0
 if [ "$#" -eq 0 ]; then
     pytest_run parallel -n "${workers:-4}" --dist loadgroup -m "not chaos and not timing" || rc=$?
-    pytest_run timing -n "${TJOBS_TEST_TIMING_WORKERS:-3}" --dist loadgroup -m "timing and not chaos" ||
+    pytest_run timing -n "${TJOBS_TEST_TIMING_WORKERS:-4}" --dist loadgroup -m "timing and not chaos" ||
         { code=$?; [ "$rc" -ne 0 ] || rc=$code; }
 else
     parallel=()
