@@ -12,8 +12,8 @@ import itertools
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Coroutine
-from contextlib import closing
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager, closing
 from typing import Any, TypeVar
 
 from sharding import TaskIdGenerator, Topology, shard_for_key
@@ -187,3 +187,35 @@ async def fire_once(store: TaskStore, shard: int, task: Task | None = None) -> t
 def manual_flow(task: Task, at_ms: int, status: FlowStatus = FlowStatus.PENDING) -> Flow:
     """A manual flow of ``task`` at ``at_ms``, no attempt made."""
     return Flow(task.id, at_ms, task.app_id, FlowKind.MANUAL, status, 0, at_ms, at_ms, at_ms)
+
+
+STATEMENT_KINDS = ("Com_select", "Com_update", "Com_commit")
+
+
+async def _session_counts(conn: Any) -> dict[str, int]:
+    cursor = conn.cursor()
+    try:
+        await cursor.execute(f"SHOW SESSION STATUS WHERE Variable_name IN {STATEMENT_KINDS}")
+        return {str(name): int(value) for name, value in await cursor.fetchall()}
+    finally:
+        await cursor.close()
+
+
+def count_statements(pool: Any, monkeypatch: Any) -> list[dict[str, int]]:
+    """Patch ``pool`` (a MariaDB :class:`~tjobs.stores.sql_direct.DirectPool`) so that each transaction it
+    gives appends what the server counted of its session while the caller held it: statements by kind
+    (:data:`STATEMENT_KINDS`), a ``COMMIT`` sent with them included, the pool's own ``COMMIT`` after the
+    block not."""
+    counted: list[dict[str, int]] = []
+    plain = pool.transaction
+
+    @asynccontextmanager
+    async def transaction(*, commit: bool = True) -> AsyncIterator[Any]:
+        async with plain(commit=commit) as conn:
+            before = await _session_counts(conn)
+            yield conn
+            after = await _session_counts(conn)
+            counted.append({kind: after[kind] - before[kind] for kind in STATEMENT_KINDS})
+
+    monkeypatch.setattr(pool, "transaction", transaction)
+    return counted

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
+import pymysql
 import pytest
 
-from tests.contract.backends import NOW_MS, fire_once, make_task
+from testkit.databases import connect_mysql
+from tests.contract.backends import NOW_MS, count_statements, fire_once, make_task
 from tjobs.errors import RunConflict
 from tjobs.model import Flow, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task
 from tjobs.specs import FixedDelaySpec
@@ -140,3 +143,52 @@ async def test_mariadb_keeps_a_reports_connection_for_the_next(store: TaskStore)
     for decide in writes:
         await store.decide_run(flow.task_id, flow.scheduled_at_ms, decide)
         assert (pool._pool.size, pool._pool.freesize) == (1, 1)
+
+
+LOCK_WAIT_ERRNO = 1205  # NOWAIT's refusal: the row is locked
+
+
+def _locked(probe: Any, table: str, where: str, params: tuple[int, ...]) -> bool:
+    """Whether another session holds a lock on the row (autocommit: the probe's own lock ends at once)."""
+    with probe.cursor() as cursor:
+        try:
+            cursor.execute(f"SELECT 1 FROM {table} WHERE {where} FOR UPDATE NOWAIT", params)
+            cursor.fetchall()
+        except pymysql.err.OperationalError as error:
+            if error.args[0] != LOCK_WAIT_ERRNO:
+                raise
+            return True
+    return False
+
+
+async def test_mariadb_reads_a_report_in_one_statement_that_locks_the_flow_and_not_its_task(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 30: the flow under its row lock and its task unlocked (a fire of the task never waits for a
+    # report) were two SELECTs after the fence; one now
+    pools = getattr(store, "_run_pools", None)
+    if not pools:
+        pytest.skip("MariaDB's run pool only")
+    task, flow = await _running(store, shard=8)
+    home = store._shard_of_task(flow.task_id)  # type: ignore[attr-defined]
+    counted = count_statements(pools[home.database.engine_url], monkeypatch)
+    probe = connect_mysql(home.database.engine_url, autocommit=True)
+    seen: list[tuple[Flow | None, Task | None, bool, bool]] = []
+
+    def decide(read: Flow | None, read_task: Task | None) -> RunWrite:
+        key = (flow.task_id, flow.scheduled_at_ms)
+        flow_locked = _locked(probe, home.flows_sql, "task_id = %s AND scheduled_at = %s", key)
+        seen.append((read, read_task, flow_locked, _locked(probe, home.tasks_sql, "id = %s", (task.id,))))
+        return RunWrite(FlowStatus.RUNNING, _succeeded(flow, NOW_MS + 500), NOW_MS + 500, 1)
+
+    try:
+        assert await store.decide_run(flow.task_id, flow.scheduled_at_ms, decide)
+    finally:
+        probe.close()
+
+    [(read, read_task, flow_locked, task_locked)] = seen
+    assert read is not None and read.status is FlowStatus.RUNNING and read_task == await store.get_task(task.id)
+    assert flow_locked and not task_locked
+    assert counted == [{"Com_select": 2, "Com_update": 1, "Com_commit": 1}]  # the fence, the read; the write
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and stored.status is FlowStatus.DELIVERED

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.backends import NOW_MS, fire_once, make_task
+from tests.contract.backends import NOW_MS, count_statements, fire_once, make_task
 from tjobs.model import (
     AttemptLog,
     AttemptRecord,
@@ -152,19 +152,6 @@ async def test_mariadb_writes_a_run_start_in_one_round_trip_and_keeps_its_connec
     assert stored is not None and stored.updated_at_ms == NOW_MS + 10
 
 
-_COUNTED = ("Com_select", "Com_update", "Com_commit")
-
-
-async def _session_counts(conn: Any) -> dict[str, int]:
-    """What the server counted of ``conn``'s session: statements by kind."""
-    cursor = conn.cursor()
-    try:
-        await cursor.execute(f"SHOW SESSION STATUS WHERE Variable_name IN {_COUNTED}")
-        return {str(name): int(value) for name, value in await cursor.fetchall()}
-    finally:
-        await cursor.close()
-
-
 async def test_mariadb_starts_a_run_with_one_statement_a_flow(
     store: TaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,25 +169,17 @@ async def test_mariadb_starts_a_run_with_one_statement_a_flow(
     retry = FlowUpdate(later.task_id, later.scheduled_at_ms, FlowStatus.PENDING, 2, NOW_MS + 7, None, "x")
     assert await store.write_run(FlowStatus.PENDING, retry, NOW_MS + 7, expected_attempts=0)
     pool = pools[store._shard_of_task(first.task_id).database.engine_url]  # type: ignore[attr-defined]
-    counts: list[dict[str, int]] = []
-    plain = pool.transaction
+    counted = count_statements(pool, monkeypatch)
 
-    @asynccontextmanager
-    async def counted(*, commit: bool = True) -> AsyncIterator[Any]:
-        async with plain(commit=commit) as conn:
-            counts.append(await _session_counts(conn))
-            yield conn
-            counts.append(await _session_counts(conn))  # after the flush's own COMMIT
-
-    monkeypatch.setattr(pool, "transaction", counted)
     await store.record_flow_updates([_started(f) for f in (first, second, overtaken, later)], NOW_MS + 10)
 
-    before, after = counts
-    assert {name: after[name] - before[name] for name in _COUNTED} == {
-        "Com_select": 1,  # the shard-map fence
-        "Com_update": 4,  # one a flow: two started, one overtaken by a report, one at a later attempt
-        "Com_commit": 1,
-    }
+    assert counted == [
+        {
+            "Com_select": 1,  # the shard-map fence
+            "Com_update": 4,  # one a flow: two started, one overtaken by a report, one at a later attempt
+            "Com_commit": 1,
+        }
+    ]
     stored = {f.id: await store.get_flow(f.task_id, f.scheduled_at_ms) for f in (first, second, overtaken, later)}
     assert all(s is not None and s.status is FlowStatus.RUNNING for s in (stored[first.id], stored[second.id]))
     kept = stored[overtaken.id]

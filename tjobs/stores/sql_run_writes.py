@@ -5,14 +5,15 @@ server's run pool (:meth:`tjobs.stores.sql_direct.DirectPool.transaction`, the f
 Through SQLAlchemy a report was three round trips and five statements (the read and the ``ROLLBACK``
 that closed it; the fence with the guarded ``UPDATE``, and the ``COMMIT``), each paying the engine's
 checkout, greenlet bridge and result handling: a quarter of a report's node CPU (issue 30). Here it is
-two round trips: the shard-map fence (:mod:`tjobs.stores.shard_fence`), the flow ``SELECT … FOR UPDATE``
-and its task's plain read (the task row is not locked: a fire of the task never waits for a report);
-then, once ``decide`` chose, the same guarded ``UPDATE`` as :meth:`SqlRunRecords.write_run` and the
-``COMMIT`` (a ``ROLLBACK`` when ``decide`` chose nothing). The row's lock makes the guard hold: a
-racing report waits for this one and reads what it wrote. A fixed_delay task's next run (a
-:class:`~tjobs.model.Reschedule`) takes a round trip more, sent only once the flow's ``UPDATE`` landed.
-What ``decide`` raises rolls the transaction back. The SQL is built by hand once per table (only
-identifiers from the topology in its text).
+two round trips and four statements: the shard-map fence (:mod:`tjobs.stores.shard_fence`) and one
+``SELECT … FOR UPDATE`` of the flow joined to its task's row as a derived table, which MariaDB reads
+without a lock (the task row is not locked: a fire of the task never waits for a report; the flow and
+its task were two statements); then, once ``decide`` chose, the same guarded ``UPDATE`` as
+:meth:`SqlRunRecords.write_run` and the ``COMMIT`` (a ``ROLLBACK`` when ``decide`` chose nothing). The
+row's lock makes the guard hold: a racing report waits for this one and reads what it wrote. A
+fixed_delay task's next run (a :class:`~tjobs.model.Reschedule`) takes a round trip more, sent only once
+the flow's ``UPDATE`` landed. What ``decide`` raises rolls the transaction back. The SQL is built by hand
+once per table (only identifiers from the topology in its text).
 """
 
 from __future__ import annotations
@@ -30,17 +31,22 @@ from tjobs.stores.sql_layout import ShardTables
 _READS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
 _WRITES: dict[tuple[str, bool], str] = {}
 _CACHE_MAX = 4096  # tables of layouts since reloaded: emptied when full
+_TASK_ID = TASK_COLUMNS.index("id")
 
 
 def _read_sql(home: ShardTables) -> tuple[str, tuple[str, ...]]:
-    """The flow by its key under a row lock, then its task by id (unlocked); the flow's column names."""
+    """The flow by its key under a row lock, with its task by id (unlocked: a derived table, which MariaDB's
+    ``FOR UPDATE`` leaves out, as it does a subquery), in one statement; the flow's column names (the
+    task's columns follow them, :data:`TASK_COLUMNS`). Parameters: the task id, then the flow's key."""
     key = (home.flows_sql, home.tasks_sql)
     found = _READS.get(key)
     if found is None:
         names = tuple(column.name for column in home.flows.c)
+        columns = ", ".join([*(f"f.{name}" for name in names), *(f"t.{name}" for name in TASK_COLUMNS)])
         sql = (
-            f"SELECT {', '.join(names)} FROM {home.flows_sql} WHERE task_id = %s AND scheduled_at = %s FOR UPDATE; "
-            f"SELECT {', '.join(TASK_COLUMNS)} FROM {home.tasks_sql} WHERE id = %s"
+            f"SELECT {columns} FROM {home.flows_sql} f "
+            f"LEFT JOIN (SELECT {', '.join(TASK_COLUMNS)} FROM {home.tasks_sql} WHERE id = %s) t ON t.id = f.task_id "
+            "WHERE f.task_id = %s AND f.scheduled_at = %s FOR UPDATE"
         )
         if len(_READS) >= _CACHE_MAX:
             _READS.clear()
@@ -101,18 +107,17 @@ async def decide_run(
     async with pool.transaction(commit=False) as conn:
         cursor = conn.cursor()
         try:
-            await cursor.execute(f"{fence_sql}; {read_sql}", (*fence_params, task_id, scheduled_at_ms, task_id))
+            await cursor.execute(f"{fence_sql}; {read_sql}", (*fence_params, task_id, task_id, scheduled_at_ms))
             await cursor.fetchall()  # the fence's row
             await cursor.nextset()
-            flow_row = await cursor.fetchone()
-            await cursor.nextset()
-            task_row = await cursor.fetchone()
+            row = await cursor.fetchone()
             await _drain(cursor)
-            flow = None if flow_row is None else flow_from_row(dict(zip(names, flow_row, strict=True)))
+            split = len(names)
+            flow = None if row is None else flow_from_row(dict(zip(names, row[:split], strict=True)))
             task = (
                 None
-                if flow is None or task_row is None
-                else task_from_row(dict(zip(TASK_COLUMNS, task_row, strict=True)))
+                if row is None or row[split + _TASK_ID] is None  # no task (deleted): its columns are NULL
+                else task_from_row(dict(zip(TASK_COLUMNS, row[split:], strict=True)))
             )
             chosen = decide(flow, task)
             if chosen is None:
