@@ -192,3 +192,16 @@ async def test_mariadb_reads_a_report_in_one_statement_that_locks_the_flow_and_n
     assert counted == [{"Com_select": 2, "Com_update": 1, "Com_commit": 1}]  # the fence, the read; the write
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert stored is not None and stored.status is FlowStatus.DELIVERED
+
+
+async def test_a_flow_whose_task_was_deleted_is_decided_with_no_task(store: TaskStore) -> None:
+    task, flow = await _running(store, shard=9)
+    assert await store.delete_task(task.id)
+    seen: list[tuple[Flow | None, Task | None]] = []
+
+    def decide(read: Flow | None, read_task: Task | None) -> None:
+        seen.append((read, read_task))
+
+    assert not await store.decide_run(flow.task_id, flow.scheduled_at_ms, decide)
+    [(read, read_task)] = seen
+    assert read is not None and read.id == flow.id and read.status is FlowStatus.RUNNING and read_task is None
