@@ -25,6 +25,7 @@ from tjobs.api.deps import error_headers
 from tjobs.errors import StaleShardMap
 from tjobs.model import Flow, FlowKind, FlowStatus, FlowUpdate, Task
 from tjobs.settings import StorageSettings
+from tjobs.stores.contracts.runs import RunWrite
 from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -166,6 +167,11 @@ async def fire_in_database_1(store: SQLAlchemyTaskStore) -> Fired:
 
 Write = Callable[[SQLAlchemyTaskStore, Fired], Awaitable[object]]
 
+
+def delivered(fired: Fired) -> FlowUpdate:
+    return FlowUpdate(fired.task.id, fired.pending.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200)
+
+
 WRITES: dict[str, Write] = {
     "edit": lambda s, f: s.edit_task(replace(f.task, name="renamed"), {"name"}),
     "update": lambda s, f: s.update_task(replace(f.task, name="renamed"), f.task.version),
@@ -181,6 +187,11 @@ WRITES: dict[str, Write] = {
     "redrive": lambda s, f: s.redrive_flow(f.task.id, f.dead.scheduled_at_ms, NOW_MS),
     "compensator lease": lambda s, f: s.lease_stale_flows(shard_of_task_id(f.task.id), FAR_FUTURE_MS, 60_000, 10),
     "purge": lambda s, f: s.purge(shard_of_task_id(f.task.id), FAR_FUTURE_MS, 100),
+    "run report": lambda s, f: s.decide_run(
+        f.task.id, f.pending.scheduled_at_ms, lambda flow, task: RunWrite(FlowStatus.PENDING, delivered(f), NOW_MS, 0)
+    ),
+    "run transition": lambda s, f: s.write_run(FlowStatus.PENDING, delivered(f), NOW_MS, expected_attempts=0),
+    "run log": lambda s, f: s.append_run_log(f.task.id, f.pending.scheduled_at_ms, '{"line": "a"}\n', 1, 10),
 }
 
 
@@ -213,3 +224,15 @@ async def test_the_same_write_passes_under_the_epoch_the_fence_admits(store: SQL
     await WRITES[write](store, fired)
 
     assert await snapshot(store, fired) != before  # each write changes the task or its flows
+
+
+async def test_a_report_under_an_older_epoch_is_refused_before_its_flow_is_read(store: SQLAlchemyTaskStore) -> None:
+    fired = await fire_in_database_1(store)
+    await set_fence(store, 1, 2)
+    decided: list[Flow | None] = []
+
+    for scheduled_at_ms in (fired.pending.scheduled_at_ms, fired.pending.scheduled_at_ms + 1):  # its flow, none
+        with pytest.raises(StaleShardMap, match="refused a write under shard-map epoch 1"):
+            await store.decide_run(fired.task.id, scheduled_at_ms, lambda flow, task: decided.append(flow))
+
+    assert decided == []
