@@ -24,7 +24,7 @@ and timeouts).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -87,3 +87,20 @@ async def within(call: Awaitable[T], timeout_s: float) -> T:
     if task.cancelled():
         raise TimeoutError(f"no answer within {timeout_s:g} s")
     return task.result()
+
+
+async def waited_at_most(call: Awaitable[T], timeout_s: float, late: Callable[[], Exception]) -> T:
+    """Await ``call`` for at most ``timeout_s``, else raise ``late()`` at once and leave ``call`` running
+    (a read or write on a server that does not answer is not cut mid-statement; whatever it ends with is
+    retrieved, nobody awaits it any more). A caller that is cancelled leaves it running the same way."""
+    task = asyncio.ensure_future(call)
+    task.add_done_callback(_retrieve)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        raise late()
+    return task.result()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -23,6 +23,7 @@ from testkit import NodeParts, RunningNode, run_node
 from tests.api.conftest import ADMIN_KEY, task_body
 from tjobs.model import App, TaskChildren
 from tjobs.settings import load_settings
+from tjobs.stores.contracts.accounts import ApiToken
 from tjobs.stores.memory import MemoryTaskStore
 from tjobs.targets.model import HttpTarget, RetryPolicy, Target
 
@@ -56,6 +57,10 @@ class FrozenAppsServer(MemoryTaskStore):
     async def get_target(self, app_id: str, name: str) -> Target | None:
         await self._apps_server()
         return await super().get_target(app_id, name)
+
+    async def find_token(self, token_hash: str) -> ApiToken | None:  # the accounts tables: on that server too
+        await self._apps_server()
+        return await super().find_token(token_hash)
 
 
 @asynccontextmanager
@@ -172,3 +177,27 @@ async def test_a_create_naming_children_waits_for_their_links_at_most_the_create
             store.answering.set()
             linked = await _create(client, children={"on_success": [child.json()["id"]]})
             assert linked.status_code == 201, linked.text
+
+
+async def test_a_create_with_a_personal_token_waits_for_a_frozen_accounts_server_at_most_the_create_timeout() -> None:
+    # Personal API tokens are read from the accounts tables (beside the apps table) on every request, not
+    # cached (a revoked token stops at once): while that server is frozen such a request must end in a
+    # clear 503 after the stated deadline, not hang
+    store = FrozenAppsServer()
+    async with node_on(store) as running:
+        app, _ = await running.create_app("orders")
+        accounts = running.node.accounts
+        await accounts.create_user("ops", "a long enough password", roles={app.id: "operator"})
+        token, _ = await accounts.create_token("ops", "tests", None)
+        async with httpx.AsyncClient(base_url=running.base_url, headers={"authorization": f"Bearer {token}"}) as client:
+            assert (await _create(client)).status_code == 201
+            store.answering.clear()
+            started = asyncio.get_running_loop().time()
+            refused = await _create(client)
+            waited_s = asyncio.get_running_loop().time() - started
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "storage_unavailable"
+            assert refused.headers["retry-after"] == "1"
+            assert CREATE_TIMEOUT_S * 0.9 <= waited_s < WALL_S
+            store.answering.set()
+            assert (await _create(client)).status_code == 201

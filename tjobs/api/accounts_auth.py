@@ -22,7 +22,8 @@ from fastapi import Request
 from tjobs.api.credential_limits import CredentialLimits
 from tjobs.api.principal import client_address, remember
 from tjobs.api.ratelimit import ApiRateLimits
-from tjobs.errors import AppDisabled, Forbidden, InvalidInput, NotFound, Unauthorized
+from tjobs.cancellation import waited_at_most
+from tjobs.errors import AppDisabled, Forbidden, InvalidInput, NotFound, StorageUnavailable, Unauthorized
 from tjobs.model import App
 from tjobs.service.accounts import TOKEN_PREFIX, AccountService, Role, User, may
 
@@ -47,11 +48,27 @@ def is_token(key: str | None) -> bool:
     return bool(key) and (key or "").startswith(TOKEN_PREFIX)
 
 
+def _deadline_s(request: Request) -> float:
+    node: Node = request.app.state.node
+    return node.settings.storage.create_timeout_s
+
+
 async def token_user(request: Request, token: str) -> User:
-    """The enabled user of an unexpired token; 401 (the failure spent per address) otherwise."""
+    """The enabled user of an unexpired token; 401 (the failure spent per address) otherwise. The token
+    and its user are read from the accounts tables (on the server holding the apps table) on every
+    request, not cached, so that a revoked token stops at once: the read is waited for at most
+    ``storage.create_timeout_s``, then 503 ``storage_unavailable`` (not a hang)."""
     limits, address = credential_limits_of(request), client_address(request)
     limits.check(address, None)
-    user = await accounts_of(request).authenticate_token(token)
+    deadline_s = _deadline_s(request)
+    user = await waited_at_most(
+        accounts_of(request).authenticate_token(token),
+        deadline_s,
+        lambda: StorageUnavailable(
+            f"the database server holding the accounts did not answer within {deadline_s:g} s; nothing was "
+            f"done; retry after {StorageUnavailable.retry_after_s} s"
+        ),
+    )
     if user is None:
         limits.failed(address, None)
         raise Unauthorized("unknown, expired or revoked API token")
@@ -102,7 +119,7 @@ async def token_app(request: Request, token: str) -> App:
     if not may(user, app_id, needed):
         raise Forbidden(f"user {user.name} is a viewer of app {app_id}: it may read, not change")
     node: Node = request.app.state.node
-    app = await node.apps.get(app_id)
+    app = await node.apps.get(app_id, int(_deadline_s(request) * 1000))  # its copy, or a bounded wait
     if app.disabled_at_ms is not None:
         raise AppDisabled(app.id)
     limits: ApiRateLimits = request.app.state.rate_limits

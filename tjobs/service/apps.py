@@ -352,10 +352,12 @@ class AppDirectory:
         )
         self._key_miss_deadline_ms = key_miss_deadline_ms
 
-    async def get(self, app_id: str) -> App:
+    async def get(self, app_id: str, miss_deadline_ms: int | None = None) -> App:
         """The app (cached, else read once for every caller waiting on it); :class:`NotFound` if none.
-        A caller that is cancelled leaves the shared read running for the others."""
-        app = await self._apps.get(app_id)
+        A caller that is cancelled leaves the shared read running for the others; one that passes
+        ``miss_deadline_ms`` (an API request) waits that long at most when there is no copy to serve,
+        then gets :class:`tjobs.errors.StorageUnavailable`."""
+        app = await self._apps.get(app_id, miss_deadline_ms)
         if app is None:
             raise NotFound("app", app_id)
         return app

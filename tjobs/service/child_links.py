@@ -8,9 +8,9 @@ failed after its rows were written leaves them too.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
+from tjobs.cancellation import waited_at_most
 from tjobs.errors import InvalidInput, StorageUnavailable
 from tjobs.model import App, Task, TaskChildren
 from tjobs.service.child_tasks import check_no_cycle, check_not_self, children_field
@@ -69,18 +69,20 @@ class ChildLinks:
 
     async def _link(self, app_id: str, task_id: int, children: TaskChildren) -> None:
         assert self._parents is not None
+        link = self._parents.link_children(app_id, task_id, children)
         if self._link_deadline_s is None:
-            return await self._parents.link_children(app_id, task_id, children)
-        link = asyncio.ensure_future(self._parents.link_children(app_id, task_id, children))
-        link.add_done_callback(_retrieved)  # the caller may have gone (its deadline passed)
-        done, _ = await asyncio.wait({link}, timeout=self._link_deadline_s)
-        if not done:  # not cancelled: a write is not cut mid-statement; if it commits, its rows are stale
-            raise StorageUnavailable(
+            return await link
+        deadline_s = self._link_deadline_s
+        # not cancelled at the deadline: a write is not cut mid-statement; if it commits, its rows are stale
+        await waited_at_most(
+            link,
+            deadline_s,
+            lambda: StorageUnavailable(
                 f"the links to task {task_id}'s children (on the database server holding the apps table) were "
-                f"not written within {self._link_deadline_s:g} s; the task was not stored; retry after "
+                f"not written within {deadline_s:g} s; the task was not stored; retry after "
                 f"{StorageUnavailable.retry_after_s} s"
-            )
-        link.result()
+            ),
+        )
 
     async def unlink(self, task_id: int) -> None:
         """Task ``task_id`` was deleted: forget its links."""
@@ -103,8 +105,3 @@ class ChildLinks:
             lists.append(tuple(named))
         found = TaskChildren(*lists)
         return found if found else None
-
-
-def _retrieved(link: asyncio.Future[None]) -> None:
-    if not link.cancelled():
-        link.exception()
