@@ -19,6 +19,7 @@ from tjobs.model import Flow, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunSt
 from tjobs.specs import FixedDelaySpec
 from tjobs.stores.base import TaskStore
 from tjobs.stores.contracts.runs import RunWrite
+from tjobs.stores.shard_fence import fence_table_sql
 
 DEADLINE_MS = NOW_MS + 60_000
 
@@ -148,24 +149,26 @@ async def test_mariadb_keeps_a_reports_connection_for_the_next(store: TaskStore)
 LOCK_WAIT_ERRNO = 1205  # NOWAIT's refusal: the row is locked
 
 
-def _locked(probe: Any, table: str, where: str, params: tuple[int, ...]) -> bool:
-    """Whether another session holds a lock on the row (autocommit: the probe's own lock ends at once)."""
-    with probe.cursor() as cursor:
-        try:
-            cursor.execute(f"SELECT 1 FROM {table} WHERE {where} FOR UPDATE NOWAIT", params)
-            cursor.fetchall()
-        except pymysql.err.OperationalError as error:
-            if error.args[0] != LOCK_WAIT_ERRNO:
-                raise
-            return True
-    return False
+def _lock(probe: Any, table: str, where: str, params: tuple[int, ...] = ()) -> str:
+    """The lock another session holds on the row: ``exclusive``, ``shared`` or ``none`` (the probe is in
+    autocommit: its own lock ends at once)."""
+    for mode, held in (("LOCK IN SHARE MODE", "exclusive"), ("FOR UPDATE", "shared")):
+        with probe.cursor() as cursor:
+            try:
+                cursor.execute(f"SELECT 1 FROM {table} WHERE {where} {mode} NOWAIT", params)
+                cursor.fetchall()
+            except pymysql.err.OperationalError as error:
+                if error.args[0] != LOCK_WAIT_ERRNO:
+                    raise
+                return held
+    return "none"
 
 
 async def test_mariadb_reads_a_report_in_one_statement_that_locks_the_flow_and_not_its_task(
     store: TaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # issue 30: the flow under its row lock and its task unlocked (a fire of the task never waits for a
-    # report) were two SELECTs after the fence; one now
+    # issue 30: the fence (shared), the flow under its row lock and its task unlocked (a fire of the task
+    # never waits for a report) were three SELECTs; one now
     pools = getattr(store, "_run_pools", None)
     if not pools:
         pytest.skip("MariaDB's run pool only")
@@ -173,12 +176,16 @@ async def test_mariadb_reads_a_report_in_one_statement_that_locks_the_flow_and_n
     home = store._shard_of_task(flow.task_id)  # type: ignore[attr-defined]
     counted = count_statements(pools[home.database.engine_url], monkeypatch)
     probe = connect_mysql(home.database.engine_url, autocommit=True)
-    seen: list[tuple[Flow | None, Task | None, bool, bool]] = []
+    seen: list[tuple[Flow | None, Task | None, dict[str, str]]] = []
 
     def decide(read: Flow | None, read_task: Task | None) -> RunWrite:
         key = (flow.task_id, flow.scheduled_at_ms)
-        flow_locked = _locked(probe, home.flows_sql, "task_id = %s AND scheduled_at = %s", key)
-        seen.append((read, read_task, flow_locked, _locked(probe, home.tasks_sql, "id = %s", (task.id,))))
+        locks = {
+            "fence": _lock(probe, fence_table_sql(home.database), "id = 1"),
+            "flow": _lock(probe, home.flows_sql, "task_id = %s AND scheduled_at = %s", key),
+            "task": _lock(probe, home.tasks_sql, "id = %s", (task.id,)),
+        }
+        seen.append((read, read_task, locks))
         return RunWrite(FlowStatus.RUNNING, _succeeded(flow, NOW_MS + 500), NOW_MS + 500, 1)
 
     try:
@@ -186,12 +193,42 @@ async def test_mariadb_reads_a_report_in_one_statement_that_locks_the_flow_and_n
     finally:
         probe.close()
 
-    [(read, read_task, flow_locked, task_locked)] = seen
+    [(read, read_task, locks)] = seen
     assert read is not None and read.status is FlowStatus.RUNNING and read_task == await store.get_task(task.id)
-    assert flow_locked and not task_locked
-    assert counted == [{"Com_select": 2, "Com_update": 1, "Com_commit": 1}]  # the fence, the read; the write
+    assert locks == {"fence": "shared", "flow": "exclusive", "task": "none"}
+    assert counted == [{"Com_select": 1, "Com_update": 1, "Com_commit": 1}]  # the read; the write
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert stored is not None and stored.status is FlowStatus.DELIVERED
+
+
+async def test_mariadb_locks_a_reports_fence_before_its_flow(store: TaskStore) -> None:
+    # as every write of the database does (the fence first): a report that held the flow and waited for the
+    # fence behind a move's UPDATE of it could close a cycle with a flush holding the fence
+    if not getattr(store, "_run_pools", None):
+        pytest.skip("MariaDB's run pool only")
+    _, flow = await _running(store, shard=10)
+    home = store._shard_of_task(flow.task_id)  # type: ignore[attr-defined]
+    holder = connect_mysql(home.database.engine_url, autocommit=False)
+    probe = connect_mysql(home.database.engine_url, autocommit=True)
+    try:
+        with holder.cursor() as cursor:
+            where = "task_id = %s AND scheduled_at = %s FOR UPDATE"
+            cursor.execute(f"SELECT 1 FROM {home.flows_sql} WHERE {where}", (flow.task_id, flow.scheduled_at_ms))
+            cursor.fetchall()
+        report = asyncio.create_task(store.decide_run(flow.task_id, flow.scheduled_at_ms, lambda read, task: None))
+        fence = "none"
+        for _ in range(30):  # 1.5 s, within the report's 2-s lock wait
+            await asyncio.sleep(0.05)
+            fence = _lock(probe, fence_table_sql(home.database), "id = 1")
+            if fence != "none":
+                break
+        holder.rollback()
+        assert not await report
+    finally:
+        holder.close()
+        probe.close()
+
+    assert fence == "shared"  # held while the report waited for the flow
 
 
 async def test_a_flow_whose_task_was_deleted_is_decided_with_no_task(store: TaskStore) -> None:

@@ -7,7 +7,8 @@ still routes by an older map can no longer commit there, whatever its timing.
 
 On MariaDB the check rides inside the writing transaction, in a round trip it sends anyway (the fire
 transaction's writes, a registration's ``INSERT``\\ s, the flow outcomes' multi-statement, and the first
-statement of every other write: :mod:`tjobs.stores.sql_fenced`): :func:`fence_statement` reads each touched
+statement of every other write: :mod:`tjobs.stores.sql_fenced`; inside a run's report's read, as
+:func:`fence_derived_table`): :func:`fence_statement` reads each touched
 database's fence row ``LOCK IN SHARE MODE`` and fails the statement (error 1242, a scalar subquery of
 two rows) when the row's epoch is above the writer's. The shared lock is held to COMMIT, so the
 mover's ``UPDATE`` of the fence waits for every transaction that passed the check, and no transaction
@@ -48,13 +49,26 @@ def fence_table_sql(home: DatabaseHome) -> str:
     return f"`{home.schema}`.`{SHARD_FENCE_TABLE}`"
 
 
+# one database's check: its fence row share-locked, 1 where it admits the bound epoch, error 1242 where not
+_CHECK = "SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE f.epoch > %s) AS admitted FROM {} f LOCK IN SHARE MODE"
+
+
 def fence_statement(homes: Sequence[DatabaseHome], epoch: int) -> tuple[str, list[int]]:
     """One statement that share-locks the fence row of each of ``homes`` and fails with error 1242
     unless every one admits ``epoch``; it returns one row per database when it passes."""
-    part = "(SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE f.epoch > %s) FROM {} f LOCK IN SHARE MODE)"
     ordered = sorted(homes, key=lambda home: home.index)
-    sql = " UNION ALL ".join(part.format(fence_table_sql(home)) for home in ordered)
+    sql = " UNION ALL ".join(f"({_CHECK.format(fence_table_sql(home))})" for home in ordered)
     return sql, [epoch] * len(ordered)
+
+
+def fence_derived_table(home: DatabaseHome) -> str:
+    """:func:`fence_statement`'s check of ``home`` inside another statement, as the derived table ``fence``
+    of one row (column ``admitted``; the epoch is its one ``%s``): the statement must test
+    ``fence.admitted = 1`` (a column nobody names is never computed) and read the table first
+    (``fence STRAIGHT_JOIN …``), so the fence row is share-locked before the rows it guards, as when the
+    fence is a statement of its own (a run's report: :mod:`tjobs.stores.sql_run_writes`). MariaDB's
+    ``FOR UPDATE`` leaves a derived table's rows to its own lock clause, so the share lock stays shared."""
+    return f"({_CHECK.format(fence_table_sql(home))}) fence"
 
 
 def is_fenced(error: BaseException) -> bool:

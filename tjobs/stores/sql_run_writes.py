@@ -5,10 +5,12 @@ server's run pool (:meth:`tjobs.stores.sql_direct.DirectPool.transaction`, the f
 Through SQLAlchemy a report was three round trips and five statements (the read and the ``ROLLBACK``
 that closed it; the fence with the guarded ``UPDATE``, and the ``COMMIT``), each paying the engine's
 checkout, greenlet bridge and result handling: a quarter of a report's node CPU (issue 30). Here it is
-two round trips and four statements: the shard-map fence (:mod:`tjobs.stores.shard_fence`) and one
-``SELECT … FOR UPDATE`` of the flow joined to its task's row as a derived table, which MariaDB reads
-without a lock (the task row is not locked: a fire of the task never waits for a report; the flow and
-its task were two statements); then, once ``decide`` chose, the same guarded ``UPDATE`` as
+two round trips and three statements: one ``SELECT … FOR UPDATE`` of the flow that first passes the
+shard-map fence (:func:`tjobs.stores.shard_fence.fence_derived_table`: the fence row share-locked before
+the flow's, error 1242 under an older epoch whether or not the flow exists) and joins its task's row as
+a derived table, which MariaDB reads without a lock (the task row is not locked: a fire of the task never
+waits for a report; the fence, the flow and its task were three statements); then, once ``decide``
+chose, the same guarded ``UPDATE`` as
 :meth:`SqlRunRecords.write_run` and the ``COMMIT`` (a ``ROLLBACK`` when ``decide`` chose nothing). The
 row's lock makes the guard hold: a racing report waits for this one and reads what it wrote. A
 fixed_delay task's next run (a :class:`~tjobs.model.Reschedule`) takes a round trip more, sent only once
@@ -25,28 +27,31 @@ from tjobs.model import Flow, FlowUpdate, Task
 from tjobs.stores.contracts.runs import RunWrite
 from tjobs.stores.flow_documents import run_to_text
 from tjobs.stores.schema import TASK_COLUMNS, clip_error, flow_from_row, task_from_row
+from tjobs.stores.shard_fence import fence_derived_table
 from tjobs.stores.sql_direct import DirectPool, committed_in_batch
 from tjobs.stores.sql_layout import ShardTables
 
-_READS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+_READS: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
 _WRITES: dict[tuple[str, bool], str] = {}
 _CACHE_MAX = 4096  # tables of layouts since reloaded: emptied when full
 _TASK_ID = TASK_COLUMNS.index("id")
 
 
 def _read_sql(home: ShardTables) -> tuple[str, tuple[str, ...]]:
-    """The flow by its key under a row lock, with its task by id (unlocked: a derived table, which MariaDB's
-    ``FOR UPDATE`` leaves out, as it does a subquery), in one statement; the flow's column names (the
-    task's columns follow them, :data:`TASK_COLUMNS`). Parameters: the task id, then the flow's key."""
-    key = (home.flows_sql, home.tasks_sql)
+    """Past the fence of the flow's database, the flow by its key under a row lock, with its task by id
+    (unlocked: a derived table, which MariaDB's ``FOR UPDATE`` leaves out, as it does a subquery), in one
+    statement; the flow's column names (the task's columns follow them, :data:`TASK_COLUMNS`).
+    Parameters: the writer's epoch, the task id, then the flow's key."""
+    fence = fence_derived_table(home.database)
+    key = (fence, home.flows_sql, home.tasks_sql)
     found = _READS.get(key)
     if found is None:
         names = tuple(column.name for column in home.flows.c)
-        columns = ", ".join([*(f"f.{name}" for name in names), *(f"t.{name}" for name in TASK_COLUMNS)])
+        columns = ", ".join([*(f"fl.{name}" for name in names), *(f"tk.{name}" for name in TASK_COLUMNS)])
         sql = (
-            f"SELECT {columns} FROM {home.flows_sql} f "
-            f"LEFT JOIN (SELECT {', '.join(TASK_COLUMNS)} FROM {home.tasks_sql} WHERE id = %s) t ON t.id = f.task_id "
-            "WHERE f.task_id = %s AND f.scheduled_at = %s FOR UPDATE"
+            f"SELECT {columns} FROM {fence} STRAIGHT_JOIN {home.flows_sql} fl "
+            f"LEFT JOIN (SELECT {', '.join(TASK_COLUMNS)} FROM {home.tasks_sql} WHERE id = %s) tk "
+            "ON tk.id = fl.task_id WHERE fence.admitted = 1 AND fl.task_id = %s AND fl.scheduled_at = %s FOR UPDATE"
         )
         if len(_READS) >= _CACHE_MAX:
             _READS.clear()
@@ -96,22 +101,18 @@ async def _drain(cursor: Any) -> None:
 async def decide_run(
     pool: DirectPool,
     home: ShardTables,
-    fence: tuple[str, list[int]],
+    fence_epoch: int,
     task_id: int,
     scheduled_at_ms: int,
     decide: Callable[[Flow | None, Task | None], RunWrite | None],
 ) -> bool:
     """See the module: whether what ``decide`` chose was written."""
     read_sql, names = _read_sql(home)
-    fence_sql, fence_params = fence
     async with pool.transaction(commit=False) as conn:
         cursor = conn.cursor()
         try:
-            await cursor.execute(f"{fence_sql}; {read_sql}", (*fence_params, task_id, task_id, scheduled_at_ms))
-            await cursor.fetchall()  # the fence's row
-            await cursor.nextset()
-            row = await cursor.fetchone()
-            await _drain(cursor)
+            await cursor.execute(read_sql, (fence_epoch, task_id, task_id, scheduled_at_ms))
+            row = await cursor.fetchone()  # one statement, one result
             split = len(names)
             flow = None if row is None else flow_from_row(dict(zip(names, row[:split], strict=True)))
             task = (

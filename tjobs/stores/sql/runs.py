@@ -17,7 +17,6 @@ from tjobs.stores import sql_run_writes
 from tjobs.stores.contracts.runs import RunRecords, RunWrite
 from tjobs.stores.flow_documents import run_to_text
 from tjobs.stores.schema import clip_error, flow_from_row, flows_indexes, task_from_row
-from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql_layout import MYSQL, ShardTables
 
@@ -108,9 +107,8 @@ class SqlRunRecords(SqlBase, RunRecords):
         pool = None if url is None else self._run_pools.get(url)
         if home is None or url is None or pool is None:  # SQLite, or MariaDB without a direct pool
             return await super().decide_run(task_id, scheduled_at_ms, decide)
-        fence = fence_statement([home.database], self._fence_epoch)
         async with self._direct_call(url):
-            return await sql_run_writes.decide_run(pool, home, fence, task_id, scheduled_at_ms, decide)
+            return await sql_run_writes.decide_run(pool, home, self._fence_epoch, task_id, scheduled_at_ms, decide)
 
     async def flow_with_task(self, task_id: int, scheduled_at_ms: int) -> tuple[Flow | None, Task | None]:
         home = self._shard_of_task(task_id)
