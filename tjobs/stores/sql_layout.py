@@ -8,6 +8,7 @@ one engine per file, unqualified table names. Database names are ``<database_pre
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -126,8 +127,47 @@ class ShardTables:
     task_counts_sql: str
 
 
+@dataclass(frozen=True)
+class _Tables:
+    """The Core ``Table`` objects of a layout with ``per_database`` tables per database: descriptions only,
+    the same for every layout of that shape."""
+
+    metadata: MetaData
+    tasks: tuple[Table, ...]
+    flows: tuple[Table, ...]
+    task_targets: tuple[Table, ...]
+    task_counts: Table
+    apps: Table
+    targets: Table
+    users: Table
+    api_tokens: Table
+    console_sessions: Table
+
+
+@functools.cache
+def _tables(per_database: int) -> _Tables:
+    """Built once per process and shape, not per :class:`Layout`: a layout of 16 tables per database took
+    ~40 ms of CPU to build them (SQLAlchemy's ``Table`` and ``Index`` construction), and a store, a node's hot
+    change log, ``migrate`` and a shard move each make layouts."""
+    metadata = MetaData()
+    tables = range(per_database)
+    return _Tables(
+        metadata,
+        tuple(tasks_table(metadata, f"tasks_{t:02d}") for t in tables),
+        tuple(flows_table(metadata, f"flows_{t:02d}") for t in tables),
+        tuple(task_targets_table(metadata, task_targets_table_name(t)) for t in tables),
+        task_counts_table(metadata),
+        apps_table(metadata),
+        targets_table(metadata),
+        users_table(metadata),
+        api_tokens_table(metadata),
+        console_sessions_table(metadata),
+    )
+
+
 class Layout:
-    """The mapping from shards to engines, databases and tables (pure; opens nothing)."""
+    """The mapping from shards to engines, databases and tables (pure; opens nothing). Its ``Table`` objects are
+    shared with every layout of the same tables per database (:func:`_tables`)."""
 
     def __init__(self, settings: StorageSettings, placement: Sequence[str] | None = None) -> None:
         """``placement`` names the server of each logical database (a shard map's); without it, the
@@ -140,7 +180,8 @@ class Layout:
         if len(kinds) != 1:
             raise ValueError("storage.urls mixes SQLite and MySQL URLs")
         self.dialect = kinds.pop()
-        self.metadata = MetaData()
+        shared = _tables(self.topology.tables_per_database)
+        self.metadata = shared.metadata
         quote: Callable[[str], str] = (lambda n: f"`{n}`") if self.dialect == MYSQL else (lambda n: f'"{n}"')
         self.databases: list[DatabaseHome] = []
         servers = configured_servers(settings.urls)
@@ -158,11 +199,8 @@ class Layout:
             else:
                 home = DatabaseHome(index, name, _sqlite_file_url(server, name), None)
             self.databases.append(home)
-        tables = range(self.topology.tables_per_database)
-        task_tables = [tasks_table(self.metadata, f"tasks_{t:02d}") for t in tables]
-        flow_tables = [flows_table(self.metadata, f"flows_{t:02d}") for t in tables]
-        reference_tables = [task_targets_table(self.metadata, task_targets_table_name(t)) for t in tables]
-        self.task_counts = task_counts_table(self.metadata)
+        task_tables, flow_tables, reference_tables = shared.tasks, shared.flows, shared.task_targets
+        self.task_counts = shared.task_counts
         self.shards: list[ShardTables] = []
         for shard in self.topology.shards():
             location = self.topology.locate(shard)
@@ -185,11 +223,11 @@ class Layout:
                 )
             )
         self.apps_database = self.databases[0]
-        self.apps = apps_table(self.metadata)
-        self.targets = targets_table(self.metadata)
-        self.users = users_table(self.metadata)
-        self.api_tokens = api_tokens_table(self.metadata)
-        self.console_sessions = console_sessions_table(self.metadata)
+        self.apps = shared.apps
+        self.targets = shared.targets
+        self.users = shared.users
+        self.api_tokens = shared.api_tokens
+        self.console_sessions = shared.console_sessions
         self.apps_options = self.options_for(self.apps_database)
 
     @staticmethod
