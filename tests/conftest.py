@@ -230,6 +230,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.stash[_MUST_RUN] = ", ".join(needed)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Collecting (importing tjobs, its libraries and the tests) runs with a node's collector thresholds too:
+    0.35 of ~3.2 s of CPU less per collection, and every xdist worker collects."""
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The test process collects garbage as a node process does (:func:`tjobs.node.settle_heap`): what exists
