@@ -63,6 +63,19 @@ def _added(a: SloCounts, b: SloCounts) -> SloCounts:
     )
 
 
+def _numbers(counts: SloCounts) -> tuple[int, ...]:
+    scalars = (counts.fires, counts.delivered, counts.dead, counts.misses, counts.throttled)
+    return (*scalars, *counts.lateness, *counts.first_send_lateness, *counts.first_answer_lateness)
+
+
+def _counts_of(numbers: list[int]) -> SloCounts:
+    """The :class:`SloCounts` whose :func:`_numbers` are ``numbers``."""
+    slots = SLO_LATENESS_SLOTS
+    histograms = [tuple(numbers[5 + k * slots : 5 + (k + 1) * slots]) for k in range(3)]
+    assert len(numbers) == 5 + 3 * slots
+    return SloCounts(numbers[0], numbers[1], numbers[2], numbers[3], numbers[4], *histograms)
+
+
 async def test_first_attempt_lateness_at_the_send_and_at_the_answer_is_kept_apart_from_commit_lateness(
     store: TaskStore,
 ) -> None:
@@ -113,12 +126,17 @@ async def test_sums_over_whole_hours_are_the_sums_of_the_minutes_whatever_the_ed
         for twice in again:
             added[(twice.app_id, twice.minute)] = _added(added[(twice.app_id, twice.minute)], twice.counts)
 
+    # each minute's counts as one row of numbers, summed column by column below: the same sums as folding them
+    # with _added one by one, which took ~1.5 s of CPU per backend (30 ranges of ~7,000 minutes)
+    rows = {key: _numbers(fold) for key, fold in added.items()}
+
     def expected(app_id: str | None, from_minute: int, to_minute: int) -> SloCounts:
-        total = SloCounts()
-        for (app, minute), fold in added.items():
-            if (app_id is None or app == app_id) and from_minute <= minute < to_minute:
-                total = _added(total, fold)
-        return total
+        chosen = [
+            row
+            for (app, minute), row in rows.items()
+            if (app_id is None or app == app_id) and from_minute <= minute < to_minute
+        ]
+        return _counts_of([sum(column) for column in zip(*chosen, strict=True)]) if chosen else SloCounts()
 
     ranges = [
         (start, start + minutes),  # everything: uneven at both ends
