@@ -2,7 +2,8 @@
 network namespaces.
 
 Every node points at the proxy instead of the server; the proxy tells the nodes apart by the process
-owning each accepted connection's client socket (``/proc``), and forwards per client as the test says:
+owning each accepted connection's client socket (the kernel's sock_diag gives the socket's inode, the
+named processes' ``/proc/<pid>/fd`` the owner), and forwards per client as the test says:
 
 * ``pass``: both ways, as a wire would;
 * ``blackhole``: accepts, forwards nothing either way and holds what it read (the peer sees a silent
@@ -10,38 +11,78 @@ owning each accepted connection's client socket (``/proc``), and forwards per cl
   would deliver them once the path heals;
 * ``drop``: resets (RST) every connection of that client, and each new one at once.
 
-It runs on an event loop in a thread of its own, so a busy test loop never stalls the wire.
+It runs on an event loop in a thread of its own, so a busy test loop never stalls the wire;
+:class:`ProxyProcess` runs it in a process of its own, so its work never holds the test's GIL either.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TextIO
 
 Mode = Literal["pass", "blackhole", "drop"]
 ANYONE = "*"
 CHUNK = 65536
 
 
-def socket_owner(client_port: int, server_port: int, pids: list[int]) -> int | None:
-    """Which of ``pids`` owns the loopback TCP socket ``127.0.0.1:client_port -> :server_port``."""
-    inode = None
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 1
+NLMSG_ERROR = 2
+_NO_COOKIE = 0xFFFFFFFF
+_ALL_STATES = 0xFFFFFFFF
+_LOOPBACK = socket.inet_aton("127.0.0.1") + bytes(12)
+
+
+def socket_inode(client_port: int, server_port: int) -> int | None:
+    """The inode of the loopback TCP socket ``127.0.0.1:client_port -> 127.0.0.1:server_port``, asked of
+    the kernel for that one socket (sock_diag over netlink, ~30 us) rather than found in ``/proc/net/tcp``,
+    which lists every socket of the machine (the soak leaves ~10k in TIME_WAIT: milliseconds a read).
+    ``None``: no such socket, or no sock_diag here."""
+    sockid = struct.pack("!HH", client_port, server_port) + _LOOPBACK + _LOOPBACK
+    sockid += struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
+    request = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, _ALL_STATES) + sockid
+    header = struct.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as link:
+            link.send(header + request)
+            reply = link.recv(8192)
+    except OSError:
+        return None
+    if len(reply) < 16 + 72 or struct.unpack_from("=H", reply, 4)[0] != SOCK_DIAG_BY_FAMILY:
+        return None  # NLMSG_ERROR: no such socket
+    inode: int = struct.unpack_from("=I", reply, 16 + 4 + 48 + 16)[0]  # inet_diag_msg.idiag_inode
+    return inode
+
+
+def _inode_from_tables(client_port: int, server_port: int) -> int | None:
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as rows:
-            for row in list(rows)[1:]:
+            next(rows, None)
+            for row in rows:
                 cols = row.split()
                 local, remote = cols[1], cols[2]
                 if int(local.rsplit(":", 1)[1], 16) == client_port and int(remote.rsplit(":", 1)[1], 16) == server_port:
-                    inode = cols[9]
-                    break
-        if inode is not None:
-            break
+                    return int(cols[9])
+    return None
+
+
+def socket_owner(client_port: int, server_port: int, pids: list[int]) -> int | None:
+    """Which of ``pids`` owns the loopback TCP socket ``127.0.0.1:client_port -> :server_port``."""
+    inode = socket_inode(client_port, server_port)
+    if inode is None:  # no sock_diag (or an IPv6 client): the tables
+        inode = _inode_from_tables(client_port, server_port)
     if inode is None:
         return None
     target = f"socket:[{inode}]"
@@ -54,7 +95,7 @@ def socket_owner(client_port: int, server_port: int, pids: list[int]) -> int | N
     return None
 
 
-@dataclass
+@dataclass(eq=False)  # one link is itself only: _pipe's `link in self._links` is per chunk
 class _Link:
     client: str
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
@@ -121,6 +162,10 @@ class TcpProxy:
 
     def mode(self, client: str) -> Mode:
         return self._modes.get(client, "pass")
+
+    def set_clients(self, clients: Mapping[int, str]) -> None:
+        """Name the client processes (pid -> name), all of them at once."""
+        self.clients = dict(clients)
 
     # ---- the loop's side --------------------------------------------------------------------------
 
@@ -193,7 +238,7 @@ class TcpProxy:
                 other.close()
 
 
-def proxy_url(url: str, proxy: TcpProxy) -> str:
+def proxy_url(url: str, proxy: TcpProxy | ProxyProcess) -> str:
     """``url`` (``scheme://user@host:port/...``) with its port swapped for the proxy's."""
     head, _, rest = url.partition("://")
     authority, slash, path = rest.partition("/")
@@ -201,3 +246,106 @@ def proxy_url(url: str, proxy: TcpProxy) -> str:
     userinfo = host_port[0] + "@" if len(host_port) == 2 else ""
     host = host_port[-1].rsplit(":", 1)[0]
     return f"{head}://{userinfo}{host}:{proxy.port}{slash}{path}"
+
+
+class ProxyProcess:
+    """A :class:`TcpProxy` in a process of its own (``python -m testkit.tcp_proxy UPSTREAM_PORT``), so
+    that its pumping and owner lookups never hold this process's GIL: the soak's driver receives every
+    callback and makes every create on its loop. Controlled over the child's stdin and stdout, one JSON
+    line a call and its answer; the same forwarding, as the proxy's own code runs it. The child ends
+    when its stdin closes (this process ending, killed or not, leaves no proxy behind)."""
+
+    def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1") -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.port = 0
+        self.clients: dict[int, str] = {}  # as sent with set_clients
+        self._modes: dict[str, Mode] = {}
+        self._process: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> ProxyProcess:
+        command = [sys.executable, "-m", "testkit.tcp_proxy", str(self.upstream[1]), self.upstream[0]]
+        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.port = int(self._call(None))
+        return self
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        finally:
+            if process.stdout is not None:
+                process.stdout.close()
+
+    def __enter__(self) -> ProxyProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _call(self, request: list[Any] | None) -> Any:
+        process = self._process
+        assert process is not None and process.stdin is not None and process.stdout is not None, "start() first"
+        with self._lock:
+            if request is not None:
+                process.stdin.write(json.dumps(request) + "\n")
+                process.stdin.flush()
+            line = process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the proxy process ended (exit code {process.poll()})")
+        return json.loads(line)
+
+    def set_clients(self, clients: Mapping[int, str]) -> None:
+        """Name the client processes (pid -> name), all of them at once."""
+        self.clients = dict(clients)
+        self._call(["clients", {str(pid): name for pid, name in self.clients.items()}])
+
+    def set_mode(self, mode: Mode, client: str = ANYONE) -> None:
+        """As :meth:`TcpProxy.set_mode`: in force when this returns."""
+        self._call(["mode", client, mode])
+        self._modes[client] = mode
+
+    def mode(self, client: str) -> Mode:
+        return self._modes.get(client, "pass")
+
+    @property
+    def accepted(self) -> dict[str, int]:
+        accepted: dict[str, int] = self._call(["accepted"])
+        return accepted
+
+
+def serve(upstream_port: int, upstream_host: str, commands: TextIO, answers: TextIO) -> None:
+    """The proxy process: a :class:`TcpProxy` told what to do by ``commands`` (:class:`ProxyProcess`)."""
+    with TcpProxy(upstream_port, upstream_host) as proxy:
+        answers.write(f"{proxy.port}\n")
+        answers.flush()
+        for line in commands:
+            request = json.loads(line)
+            answer: Any = True
+            if request[0] == "clients":
+                proxy.set_clients({int(pid): name for pid, name in request[1].items()})
+            elif request[0] == "mode":
+                proxy.set_mode(request[2], request[1])
+            elif request[0] == "accepted":
+                answer = dict(proxy.accepted)
+            answers.write(json.dumps(answer) + "\n")
+            answers.flush()
+
+
+if __name__ == "__main__":
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # a terminal's Ctrl-C is the driver's to handle; stdin's end stops this
+    serve(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1", sys.stdin, sys.stdout)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from testkit.tcp_proxy import TcpProxy, proxy_url
+from testkit import tcp_proxy
+from testkit.tcp_proxy import ProxyProcess, TcpProxy, proxy_url, socket_inode, socket_owner
 
 
 @pytest.fixture
@@ -82,3 +84,58 @@ def test_proxy_url_swaps_only_the_port() -> None:
     proxy.port = 4321
     assert proxy_url("mysql+asyncmy://root@127.0.0.1:3308/x?a=1", proxy) == "mysql+asyncmy://root@127.0.0.1:4321/x?a=1"
     assert proxy_url("http://127.0.0.1:2379", proxy) == "http://127.0.0.1:4321"
+
+
+@pytest.fixture
+def loopback_pair() -> Iterator[tuple[socket.socket, int]]:
+    """A connected loopback client socket and the port of the server it is connected to."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        yield client, server.getsockname()[1]
+        accepted.close()
+        client.close()
+
+
+def test_socket_inode_finds_a_loopback_client_socket_by_its_two_ports(loopback_pair: tuple[socket.socket, int]) -> None:
+    client, server_port = loopback_pair
+    assert socket_inode(client.getsockname()[1], server_port) == os.fstat(client.fileno()).st_ino
+    assert socket_inode(client.getsockname()[1], server_port + 1 if server_port < 65535 else 1) is None
+
+
+def test_the_owner_of_a_connection_is_found_without_reading_the_whole_tcp_table(
+    loopback_pair: tuple[socket.socket, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading /proc/net/tcp costs milliseconds once the machine holds thousands of sockets (the soak's
+    callbacks leave ~10k in TIME_WAIT), and the proxy looks an owner up for every connection it accepts."""
+
+    def no_table(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"read {args[0]}")
+
+    monkeypatch.setattr(tcp_proxy, "open", no_table, raising=False)
+    client, server_port = loopback_pair
+    assert socket_owner(client.getsockname()[1], server_port, [os.getpid()]) == os.getpid()
+
+
+async def test_a_proxy_process_passes_blackholes_and_drops_a_named_client(echo_port: int) -> None:
+    with ProxyProcess(echo_port) as proxy:
+        assert proxy.pid != os.getpid()
+        proxy.set_clients({os.getpid(): "me"})
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        assert await roundtrip(reader, writer, b"ping", 2) == b"ping"
+        assert proxy.accepted == {"me": 1}
+        proxy.set_mode("blackhole", "someone else")
+        assert await roundtrip(reader, writer, b"ok", 2) == b"ok"
+        proxy.set_mode("blackhole", "me")
+        with pytest.raises(TimeoutError):
+            await roundtrip(reader, writer, b"held", 0.3)
+        proxy.set_mode("pass", "me")
+        assert await asyncio.wait_for(reader.readexactly(4), 2) == b"held"
+        proxy.set_mode("drop", "me")
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+            await roundtrip(reader, writer, b"y", 2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+            await roundtrip(reader, writer, b"z", 2)
+        assert proxy.accepted == {"me": 2}
+    assert proxy.pid is None

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 
 import pytest
 
-from tests.chaos.soak.sampler import sample_node
+from tests.chaos.soak.sampler import cpu_s, sample_node
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -31,3 +32,14 @@ def test_a_live_process_is_sampled_with_its_connections_counted_by_the_port_they
 def test_a_node_without_a_process_is_down() -> None:
     assert sample_node(2, None, 5, {}).state == "down"
     assert sample_node(2, 2**22 + 12345, 5, {}).state == "down"  # above pid_max's default: no such process
+
+
+def test_a_process_cpu_time_is_its_user_and_system_time() -> None:
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # some CPU time to read
+        pass
+    before = sum(os.times()[:2])
+    read = cpu_s(os.getpid())
+    after = sum(os.times()[:2])
+    assert read is not None and before - 0.02 <= read <= after + 0.02  # clock ticks (10 ms) against os.times
+    assert cpu_s(2**22 + 12345) is None

@@ -25,14 +25,14 @@ from typing import Any
 from testkit.children import REPO
 from testkit.cluster_rig import CLUSTER_SH, Api, Infra, now_ms, start_infra
 from testkit.databases import drop_databases
-from testkit.tcp_proxy import TcpProxy
+from testkit.tcp_proxy import ProxyProcess
 from tests.chaos.accounting import percentile
 from tests.chaos.scenario import outcome_flush, product_defaults
 from tests.chaos.soak.cluster import CUT_SERVER, NODES, SoakCluster, port_of
 from tests.chaos.soak.nemesis import Nemesis
 from tests.chaos.soak.report import Sample, Tally, failures, sample_dicts, text_report, trends
 from tests.chaos.soak.rounds import EVERY_MS, Round, RoundPlan, registration_lead_ms
-from tests.chaos.soak.sampler import sample_node
+from tests.chaos.soak.sampler import cpu_s, sample_node
 from tests.chaos.soak.schedule import KINDS, fault_schedule
 from tjobs.settings import StorageSettings
 
@@ -160,7 +160,7 @@ class Soak:
         self.samples: list[Sample] = []
         self.server_samples: list[dict[str, Any]] = []
         self.lateness_samples: list[dict[str, Any]] = []
-        self.driver_samples: list[dict[str, Any]] = []  # this process: receivers, client, bookkeeping
+        self.driver_samples: list[dict[str, Any]] = []  # this process (receivers, client, bookkeeping), its proxy
         self._seen: dict[int, int] = {}
         self.errors: list[str] = []
 
@@ -259,9 +259,17 @@ class Soak:
             for index in range(1, NODES + 1):
                 self.samples.append(sample_node(index, self.cluster.pid(index), at, ports))
             driver = sample_node(0, os.getpid(), at, {})
-            cpu_s = sum(os.times()[:2])
+            driver_cpu_s = sum(os.times()[:2])
+            proxy_pid = self.cluster.proxy.pid
+            proxy_cpu_s = (cpu_s(proxy_pid) if proxy_pid is not None else None) or 0.0
             self.driver_samples.append(
-                {"at_ms": at, "rss_kb": driver.rss_kb, "fds": driver.fds, "cpu_s": round(cpu_s, 2)}
+                {
+                    "at_ms": at,
+                    "rss_kb": driver.rss_kb,
+                    "fds": driver.fds,
+                    "cpu_s": round(driver_cpu_s, 2),
+                    "proxy_cpu_s": round(proxy_cpu_s, 2),
+                }
             )
             counts = await asyncio.to_thread(_processlist, self.cluster.infra)
             self.server_samples.append({"at_ms": at, "processlist": counts})
@@ -330,10 +338,13 @@ class Soak:
             text += f"database server connections (processlist) first -> last sample: {first} -> {last}\n"
         if len(self.driver_samples) > 1:
             first, last = self.driver_samples[0], self.driver_samples[-1]
-            busy = (last["cpu_s"] - first["cpu_s"]) / max((last["at_ms"] - first["at_ms"]) / 1000, 1)
+            span_s = max((last["at_ms"] - first["at_ms"]) / 1000, 1)
+            busy = (last["cpu_s"] - first["cpu_s"]) / span_s
+            proxy_busy = (last["proxy_cpu_s"] - first["proxy_cpu_s"]) / span_s
             text += (
                 f"driver (receivers, client, bookkeeping): {busy:.0%} of a core, "
-                f"RSS {first['rss_kb'] // 1024} -> {last['rss_kb'] // 1024} MB\n"
+                f"RSS {first['rss_kb'] // 1024} -> {last['rss_kb'] // 1024} MB; "
+                f"its TCP proxy (a process of its own): {proxy_busy:.0%} of a core\n"
             )
         text += f"report: {self.run_dir / 'soak.json'}\n"
         (self.run_dir / "soak.txt").write_text(text)
@@ -355,7 +366,7 @@ async def soak(settings: SoakSettings) -> int:
         mysql_ports=settings.mysql_ports,
     )
     cancel_on_signals()  # from here on, the finally below stops what this run started
-    proxy = TcpProxy(port_of(infra.storage_urls[CUT_SERVER])).start()
+    proxy = ProxyProcess(port_of(infra.storage_urls[CUT_SERVER])).start()
     cluster = SoakCluster(infra, run_dir / "nodes", proxy, settings.overrides())
     api = Api(cluster.rig)
     try:

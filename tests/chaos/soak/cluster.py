@@ -1,7 +1,9 @@
 """The soak's cluster: the fault suite's rig (3 node processes, 2 MariaDB servers, etcd, Redis from
 ``scripts/cluster.sh infra``) with every node reaching database server 1 through a TCP proxy (so one
-node's path to it can be cut) and nodes 2 and 3 under libfaketime with a timestamp file each (so their
-wall clock can be stepped; their monotonic clock is left alone, as ``date -s`` leaves it).
+node's path to it can be cut; the proxy runs in a process of its own, :class:`ProxyProcess`, so its
+pumping never takes the driver's GIL from the receivers) and nodes 2 and 3 under libfaketime with a
+timestamp file each (so their wall clock can be stepped; their monotonic clock is left alone, as
+``date -s`` leaves it).
 
 Node 1 serves the workload's API calls and is never a victim.
 """
@@ -18,7 +20,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from testkit.cluster_rig import Api, ClusterRig, Infra
-from testkit.tcp_proxy import TcpProxy, proxy_url
+from testkit.tcp_proxy import ProxyProcess, proxy_url
 
 NODES = 3
 CUT_SERVER = 1  # the second MariaDB server (the first holds the apps table)
@@ -45,7 +47,7 @@ def port_of(url: str) -> int:
 class SoakCluster:
     infra: Infra
     work_dir: Path
-    proxy: TcpProxy
+    proxy: ProxyProcess
     overrides: Mapping[str, Any] = field(default_factory=dict)
     rig: ClusterRig = field(init=False)
     clock_files: dict[int, Path] = field(default_factory=dict)
@@ -87,8 +89,8 @@ class SoakCluster:
     def start(self, index: int) -> None:
         """Start (or restart) node ``index`` and name it at the proxy."""
         node = self.rig.start(index, env=self.env(index))
-        self.proxy.clients = {pid: name for pid, name in self.proxy.clients.items() if name != node.node_id}
-        self.proxy.clients[node.pid] = node.node_id
+        clients = {pid: name for pid, name in self.proxy.clients.items() if name != node.node_id}
+        self.proxy.set_clients({**clients, node.pid: node.node_id})
 
     def step_clock(self, index: int, offset_s: float) -> None:
         """Node ``index``'s wall clock is ``offset_s`` off from now on (within about a second)."""

@@ -40,6 +40,15 @@ def _state(pid: int) -> str:
     return "stopped" if state in ("T", "t") else "down" if state in ("Z", "X") else "running"
 
 
+def cpu_s(pid: int) -> float | None:
+    """User plus system CPU seconds process ``pid`` has used (``None``: no such process)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
+
 def sample_node(node: int, pid: int | None, at_ms: int, ports: Mapping[str, frozenset[int]]) -> Sample:
     """One :class:`Sample` of process ``pid`` (``None`` or gone: ``down``). ``ports`` names the remote
     ports of ``db``, ``etcd`` and ``redis`` (for database server 1, its proxy's port)."""
