@@ -269,7 +269,14 @@ class ProxyProcess:
 
     def start(self) -> ProxyProcess:
         command = [sys.executable, "-m", "testkit.tcp_proxy", str(self.upstream[1]), self.upstream[0]]
-        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # this checkout's testkit, from anywhere
+        )
         self.port = int(self._call(None))
         return self
 
