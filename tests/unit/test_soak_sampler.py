@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tests.chaos.soak import sampler
 from tests.chaos.soak.sampler import cpu_s, sample_node
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -43,3 +44,24 @@ def test_a_process_cpu_time_is_its_user_and_system_time() -> None:
     after = sum(os.times()[:2])
     assert read is not None and before - 0.02 <= read <= after + 0.02  # clock ticks (10 ms) against os.times
     assert cpu_s(2**22 + 12345) is None
+
+
+def test_the_tcp_table_is_read_once_a_round_and_not_for_a_process_whose_connections_are_not_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """/proc/net/tcp lists every socket of the machine (~10k in a soak): the soak reads it once per
+    sampling round for the three nodes, and not at all for its own process."""
+    reads: list[int] = []
+    real = sampler.remote_ports_by_inode
+
+    def counted() -> dict[str, int]:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(sampler, "remote_ports_by_inode", counted)
+    assert sample_node(0, os.getpid(), 1, {}).fds >= 3
+    assert reads == []
+    remote = sampler.remote_ports_by_inode()
+    for node in (1, 2, 3):
+        sample_node(node, os.getpid(), 1, {"db": frozenset({1})}, remote)
+    assert reads == [1]

@@ -32,7 +32,7 @@ from tests.chaos.soak.cluster import CUT_SERVER, NODES, SoakCluster, port_of
 from tests.chaos.soak.nemesis import Nemesis
 from tests.chaos.soak.report import Sample, Tally, failures, sample_dicts, text_report, trends
 from tests.chaos.soak.rounds import EVERY_MS, Round, RoundPlan, registration_lead_ms
-from tests.chaos.soak.sampler import cpu_s, sample_node
+from tests.chaos.soak.sampler import cpu_s, remote_ports_by_inode, sample_node
 from tests.chaos.soak.schedule import KINDS, fault_schedule
 from tjobs.settings import StorageSettings
 
@@ -256,8 +256,9 @@ class Soak:
         while True:
             await asyncio.sleep(self.settings.sample_every_s)
             at = now_ms()
+            remote = remote_ports_by_inode()  # the machine's whole TCP table: once for the three
             for index in range(1, NODES + 1):
-                self.samples.append(sample_node(index, self.cluster.pid(index), at, ports))
+                self.samples.append(sample_node(index, self.cluster.pid(index), at, ports, remote))
             driver = sample_node(0, os.getpid(), at, {})
             driver_cpu_s = sum(os.times()[:2])
             proxy_pid = self.cluster.proxy.pid

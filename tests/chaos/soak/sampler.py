@@ -15,7 +15,7 @@ from tests.chaos.soak.report import Sample
 ESTABLISHED = "01"
 
 
-def _remote_ports_by_inode() -> dict[str, int]:
+def remote_ports_by_inode() -> dict[str, int]:
     """Socket inode -> remote port of every established TCP connection on the machine."""
     found: dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -49,9 +49,17 @@ def cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
 
 
-def sample_node(node: int, pid: int | None, at_ms: int, ports: Mapping[str, frozenset[int]]) -> Sample:
+def sample_node(
+    node: int,
+    pid: int | None,
+    at_ms: int,
+    ports: Mapping[str, frozenset[int]],
+    remote: Mapping[str, int] | None = None,
+) -> Sample:
     """One :class:`Sample` of process ``pid`` (``None`` or gone: ``down``). ``ports`` names the remote
-    ports of ``db``, ``etcd`` and ``redis`` (for database server 1, its proxy's port)."""
+    ports of ``db``, ``etcd`` and ``redis`` (for database server 1, its proxy's port); ``remote`` is
+    :func:`remote_ports_by_inode`, read once for a round's nodes (read here when not given; not at all
+    when ``ports`` counts nothing)."""
     if pid is None:
         return Sample(at_ms, node, 0, "down")
     try:
@@ -64,7 +72,8 @@ def sample_node(node: int, pid: int | None, at_ms: int, ports: Mapping[str, froz
     for fd in fds:
         with contextlib.suppress(OSError):  # closed since the listing
             links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-    remote = _remote_ports_by_inode()
+    if remote is None:
+        remote = remote_ports_by_inode() if ports else {}
     counts = dict.fromkeys(ports, 0)
     for link in links:
         if link.startswith("socket:["):
