@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
 
@@ -139,3 +140,15 @@ async def test_a_proxy_process_passes_blackholes_and_drops_a_named_client(echo_p
             await roundtrip(reader, writer, b"z", 2)
         assert proxy.accepted == {"me": 2}
     assert proxy.pid is None
+
+
+def test_a_proxy_process_that_ended_fails_the_call_rather_than_hanging() -> None:
+    """The soak's heal() relies on it: a proxy that is gone cuts no one, and its end must not stop the
+    soak from stopping its nodes."""
+    proxy = ProxyProcess(1).start()
+    assert proxy.pid is not None
+    os.kill(proxy.pid, signal.SIGKILL)
+    os.waitpid(proxy.pid, 0)
+    with pytest.raises((RuntimeError, OSError)):
+        proxy.set_mode("pass", "node2")
+    proxy.stop()
