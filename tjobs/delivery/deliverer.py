@@ -17,19 +17,8 @@ Life of a flow handed to :meth:`Deliverer.deliver` (always after its fire transa
    answered ``2xx`` yet (tracked in memory; a re-drive after a crash sends to all of them again).
    Retries far ahead, or too many at once, are left to the compensator instead (see ``__init__``).
 
-**Named targets.** A flow whose task names targets (``callback.targets``) sends to each of them,
-tracked as ``target:<name>`` like a multicast URL (a retry goes only to the targets not yet
-delivered). The targets come from the target directory (:class:`TargetSource`, cached per app;
-:mod:`tjobs.service.targets`): read before the first attempt (a flow whose targets cannot be read
-now stays ``pending`` for the compensator, like one whose app cannot), and again before every
-attempt, so a changed target applies to the next attempt. A target deleted while tasks still name it
-is a permanent failure naming the target (``target 'x' no longer exists``): the flow dead-letters,
-never silently dropped. Budget precedence per field: the task's explicit ``callback`` value, else the
-target's retry policy, else the node's default; with several targets each field takes the largest of
-the targets' values (the most patient target sets the flow's budget, since retries only go to the
-targets not delivered yet). A target's timeout (HTTP ``timeout_ms``, gRPC ``deadline_ms``) applies
-unless the task sets ``timeout_ms``. A task with inline URLs pays for none of this: no lookup, no
-extra work per attempt.
+**Named targets** (``callback.targets``): read before the first attempt and again before every attempt,
+each with its own retry budget and timeout (:mod:`tjobs.delivery.lookup`).
 
 The first attempt of a flow is always made, however late (lateness is the misfire policy's business);
 ``max_age_s`` only bounds retries, and a re-driven flow that is already past it dies unsent.
@@ -47,7 +36,10 @@ synchronously, and only then sent.
 Before every attempt the node's ``fence`` is asked: once the node's lease has expired (a SIGSTOP or a
 stall outlived it, and another node owns its jobs now) nothing more is sent (logged in a few lines:
 :mod:`tjobs.delivery.fenced_report`). The flow is dropped from memory unrecorded; the database still
-has it ``pending`` at its next attempt time, and the new owner's compensator re-drives it. Before a
+has it ``pending`` at its next attempt time, and the new owner's compensator re-drives it. Shards handed
+over by a healthy node (:meth:`Deliverer.forget_runs`, before their group is released) have their flows here
+let go the same way, queued, waiting or under way (no retry); a retry waits for the outcome of the attempt
+before it to be written (:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one attempt. Before a
 retry (never before a first attempt: the fire path pays no read) the flow's stored status is read: a
 flow ``cancelled`` meanwhile (its task was deleted, on any node) or finished elsewhere is not sent again.
 
@@ -71,17 +63,17 @@ from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.fenced_report import FencedReport
-from tjobs.delivery.in_flight import Delivery, Lane, missing_target, target_timeout_ms, unusable
+from tjobs.delivery.in_flight import Delivery, Lane, let_go, missing_target, target_timeout_ms, unusable
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.lookup import AppSource, CallbackJob, JobLookup, TargetSource
-from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter
+from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter, rescheduled
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.run_start import starts_run
 from tjobs.delivery.run_watch import RUN_WATCH_S, RunReader, RunWatch
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.hot_tier.base import TaskChange
-from tjobs.model import Flow, FlowKind, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task, TaskStatus
+from tjobs.model import Flow, FlowRun, FlowStatus, FlowUpdate, RunStatus, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.pools.overlap import OverlapGate, Verdict
 from tjobs.settings import CallbackSettings
@@ -169,6 +161,7 @@ class Deliverer:
         self._workers: set[asyncio.Task[None]] = set()
         self._running = False
         self.fenced = 0
+        self.handed_over = 0  # flows let go unsent: their shards went to another node
         self._fenced_report = FencedReport(clock)
         self.cancelled = 0
 
@@ -236,8 +229,12 @@ class Deliverer:
                 self.submit(job)
 
     def forget_runs(self, shards: frozenset[int]) -> None:
-        """``shards`` are another node's now: their runs hold no gate here, and a fire queued here behind
-        one is let go as stored (parked at the run's deadline, where the new owner finds it)."""
+        """``shards`` are another node's now: their flows here are let go unsent (queued, waiting for a retry,
+        under way: no retry), for the new owner's compensator; their runs hold no gate here, and a fire queued
+        here behind one is let go as stored (parked at the run's deadline, where the new owner finds it)."""
+        gone, timers = let_go(self._active, shards)
+        self._waiting_retries -= timers
+        self.handed_over += gone
         if self._runs is None:
             return
 
@@ -387,7 +384,15 @@ class Deliverer:
     def _retry_due(self, delivery: Delivery) -> None:
         delivery.timer = None
         self._waiting_retries -= 1
-        if self._running:
+        if not self._running or delivery.lost:
+            return
+        if self._outcomes.unwritten(delivery.flow_id):  # the previous attempt's outcome first (module docstring)
+            self._outcomes.when_written(delivery.flow_id, lambda: self._retry_written(delivery))
+            return
+        self._enqueue(delivery)
+
+    def _retry_written(self, delivery: Delivery) -> None:
+        if self._running and self._active.get(delivery.flow_id) is delivery:
             self._enqueue(delivery)
 
     # ---- attempts -----------------------------------------------------------------------------
@@ -427,6 +432,8 @@ class Deliverer:
                 self._leave_to_compensator(delivery, "could not record at-most-once flow %s as sending; not sending it")
                 return
             delivery.record_sending = False
+        if delivery.lost:  # its shard handed over while queued, or during the read above
+            return
         message = delivery.message
         try:
             headers, body = message.signed(attempt, now_ms)
@@ -458,6 +465,8 @@ class Deliverer:
         assert named is not None
         pending = [key[len(TARGET_KEY_PREFIX) :] for key in delivery.targets]
         await self._lookup.refresh_targets(delivery.job.app.id, pending, named)
+        if delivery.lost:
+            return
         delivery.budget(self._settings)
         explicit_timeout_ms = delivery.job.task.callback.timeout_ms
         sends: list[Awaitable[AttemptResult]] = []
@@ -678,19 +687,10 @@ class Deliverer:
         update = delivery.update(status, attempts, None)
         task = delivery.job.task
         if type(task.schedule) is FixedDelaySpec:
-            update = self._reschedule(task, task.schedule, delivery.job.flow, update)
+            update = rescheduled(task, task.schedule, delivery.job.flow, update, self._clock.now_ms())
         if task.children is not None:
             update = with_children(task, update, self._clock.now_ms())
         self._record(delivery, update)
-
-    def _reschedule(self, task: Task, spec: FixedDelaySpec, flow: Flow, update: FlowUpdate) -> FlowUpdate:
-        """A fixed_delay task's scheduled flow ended: its next run is a delay from now, written with the
-        outcome where the task is still where ``task`` (as its fire left it; as read for a re-drive)
-        has it (:class:`~tjobs.model.Reschedule`). A manual flow (trigger, backfill) moves nothing."""
-        if flow.kind is FlowKind.MANUAL or task.status is not TaskStatus.ACTIVE or task.next_run_at_ms is None:
-            return update
-        next_ms = self._clock.now_ms() + spec.delay_ms
-        return replace(update, reschedule=Reschedule(task.app_id, task.next_run_at_ms, task.version, next_ms))
 
     def _record(self, delivery: Delivery, update: FlowUpdate) -> None:
         self._outcomes.put(delivery.flow_id, update, at_once=update.status is FlowStatus.RUNNING)  # a run's start

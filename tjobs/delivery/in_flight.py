@@ -5,9 +5,11 @@ retry budget, attempt history and the newest answers) and one app's queue of the
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Sequence
 
+from sharding import shard_of_task_id
 from tjobs.delivery.answers import answers_appended, attempt_answers
 from tjobs.delivery.lookup import CallbackJob
 from tjobs.delivery.message import CallbackMessage
@@ -27,6 +29,8 @@ from tjobs.model import (
 from tjobs.settings import CallbackSettings
 from tjobs.targets.model import GrpcTarget, HttpTarget, RetryBudget, Target, retry_budget, tracking_key
 
+logger = logging.getLogger(__name__)
+
 
 class Delivery:
     """One flow being delivered: in a queue, in an attempt, or waiting for its retry timer."""
@@ -43,6 +47,7 @@ class Delivery:
         "job",
         "last_error",
         "last_status",
+        "lost",
         "max_attempts",
         "message",
         "named",
@@ -91,6 +96,7 @@ class Delivery:
         self.timer: asyncio.TimerHandle | None = None
         self.queued = False  # waits in its lane for one of the app's max_concurrency workers
         self.recheck = False  # a retry: read the stored status before sending it
+        self.lost = False  # its shard was handed over: nothing more of it is sent from here
 
     def budget(self, settings: CallbackSettings) -> None:
         """Set the retry budget of a flow naming targets: the task's explicit values, else its targets'
@@ -202,3 +208,26 @@ def unusable(flow: Flow, error: Exception) -> FlowUpdate:
     """The dead letter of a flow whose stored callback spec cannot be read: it can never be delivered."""
     reason = f"unusable callback spec: {type(error).__name__}: {error}"[:240]
     return FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.DEAD, flow.attempts, None, None, reason)
+
+
+def let_go(active: dict[str, Delivery], shards: frozenset[int]) -> tuple[int, int]:
+    """Let go of the deliveries in ``active`` whose shard is in ``shards`` (handed over: another node's
+    compensator re-drives them from what is stored): each is marked ``lost`` (a queued one is skipped when
+    its turn comes, one under way sends no retry) and leaves ``active``. Returns how many were let go and
+    how many of them waited on a retry timer (cancelled here)."""
+    gone = [d for d in active.values() if shard_of_task_id(d.job.flow.task_id) in shards]
+    timers = 0
+    for delivery in gone:
+        delivery.lost = True
+        del active[delivery.flow_id]
+        if delivery.timer is not None:
+            delivery.timer.cancel()
+            delivery.timer = None
+            timers += 1
+    if gone:
+        logger.warning(
+            "shards handed over: %d flows in delivery here left to their new owner's compensator",
+            len(gone),
+            extra={"action": "delivery_handed_over", "flows": len(gone)},
+        )
+    return len(gone), timers

@@ -8,7 +8,21 @@ copy for a bounded time (:mod:`tjobs.service.directory_cache`), so a delivery wa
 most a short read deadline. A task naming targets (``callback.targets``) has them from the target directory
 (:class:`TargetSource`, cached per app): read before the first attempt (a flow whose targets cannot be
 read now stays ``pending`` too), and again before every attempt (one that cannot be read then keeps its
-last version). A task with inline URLs pays for none of this.
+last version).
+
+**Named targets.** A flow whose task names targets (``callback.targets``) sends to each of them,
+tracked as ``target:<name>`` like a multicast URL (a retry goes only to the targets not yet
+delivered). The targets come from the target directory (:class:`TargetSource`, cached per app;
+:mod:`tjobs.service.targets`): read before the first attempt (a flow whose targets cannot be read
+now stays ``pending`` for the compensator, like one whose app cannot), and again before every
+attempt, so a changed target applies to the next attempt. A target deleted while tasks still name it
+is a permanent failure naming the target (``target 'x' no longer exists``): the flow dead-letters,
+never silently dropped. Budget precedence per field: the task's explicit ``callback`` value, else the
+target's retry policy, else the node's default; with several targets each field takes the largest of
+the targets' values (the most patient target sets the flow's budget, since retries only go to the
+targets not delivered yet). A target's timeout (HTTP ``timeout_ms``, gRPC ``deadline_ms``) applies
+unless the task sets ``timeout_ms``. A task with inline URLs pays for none of this: no lookup, no
+extra work per attempt.
 """
 
 from __future__ import annotations

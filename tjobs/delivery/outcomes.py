@@ -6,6 +6,11 @@ and is retried; meanwhile those flows count as in flight, so the compensator lea
 the node dies first, the database still says ``pending`` (or ``sending``) and the compensator
 re-drives (or closes) the flow: at least once, never lost.
 
+A retry waits for the outcome of the attempt before it (:meth:`OutcomeWriter.when_written`): the store
+then counts every attempt this node made but the one it is about to send, so a new owner's compensator,
+whose lease counts one attempt up from what is stored, re-drives with a number never sent (docs/design.md
+invariant 4).
+
 An ending that triggers child tasks (:attr:`~tjobs.model.FlowUpdate.children`) is told to ``ended`` once
 written (:mod:`tjobs.service.child_flows`).
 
@@ -22,12 +27,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from tjobs.cancellation import cancel_until_done
 from tjobs.clock import Clock
 from tjobs.hot_tier.base import TaskChange
-from tjobs.model import Flow, FlowUpdate
+from tjobs.model import Flow, FlowKind, FlowUpdate, Reschedule, Task, TaskStatus
+from tjobs.specs import FixedDelaySpec
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +76,7 @@ class OutcomeWriter:
         self._dirty = asyncio.Event()
         self._full = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._waiters: dict[str, Callable[[], object]] = {}  # flow id -> told once its update is written
         self.flush_calls = 0
         self.flush_failures = 0
 
@@ -82,6 +90,15 @@ class OutcomeWriter:
         if at_once or len(self.pending) >= self.flush_batch:
             self._full.set()
         self._dirty.set()
+
+    def unwritten(self, flow_id: str) -> bool:
+        """Whether an update of the flow waits for a flush (or is being written now)."""
+        return flow_id in self.pending or flow_id in self.flushing
+
+    def when_written(self, flow_id: str, then: Callable[[], object]) -> None:
+        """Call ``then`` once the flow's unwritten update is written (never, if the writer stops first: the
+        flow stays open in the store for the compensator)."""
+        self._waiters[flow_id] = then
 
     async def stop(self, deadline: float) -> None:
         """Stop the flusher, then write everything pending, retrying until ``deadline`` (the event
@@ -104,6 +121,7 @@ class OutcomeWriter:
                 break
             if self.pending:
                 await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0.0)))
+        self._waiters.clear()
 
     async def _flush_loop(self) -> None:
         retry_s = self.flush_interval_s
@@ -142,6 +160,7 @@ class OutcomeWriter:
                     self._restore(items[start:])
                     raise
                 self.flush_calls += 1
+                self._tell_written(chunk)
                 await self._tell_reschedules(chunk)
                 await self._tell_endings(chunk)
             return True
@@ -149,6 +168,14 @@ class OutcomeWriter:
             self.flushing = {}
             if not self.pending:
                 self._dirty.clear()
+
+    def _tell_written(self, written: list[tuple[str, FlowUpdate]]) -> None:
+        if not self._waiters:
+            return
+        for flow_id, _ in written:
+            then = None if flow_id in self.pending else self._waiters.pop(flow_id, None)
+            if then is not None:
+                then()
 
     async def _tell_reschedules(self, written: list[tuple[str, FlowUpdate]]) -> None:
         if self._task_changes is None:
@@ -172,3 +199,14 @@ class OutcomeWriter:
     def _restore(self, items: list[tuple[str, FlowUpdate]]) -> None:
         for flow_id, update in items:
             self.pending.setdefault(flow_id, update)  # an update made meanwhile is newer: keep it
+
+
+def rescheduled(task: Task, spec: FixedDelaySpec, flow: Flow, update: FlowUpdate, now_ms: int) -> FlowUpdate:
+    """A fixed_delay task's scheduled flow ended: its next run is a delay from now, written with the
+    outcome where the task is still where ``task`` (as its fire left it; as read for a re-drive)
+    has it (:class:`~tjobs.model.Reschedule`). A manual flow (trigger, backfill) moves nothing."""
+    if flow.kind is FlowKind.MANUAL or task.status is not TaskStatus.ACTIVE or task.next_run_at_ms is None:
+        return update
+    return replace(
+        update, reschedule=Reschedule(task.app_id, task.next_run_at_ms, task.version, now_ms + spec.delay_ms)
+    )

@@ -15,8 +15,11 @@ same way and its children triggered from the stored ending (:mod:`tjobs.delivery
 
 The lease counts one attempt on each pending flow it claims (see ``TaskStore.lease_stale_flows``):
 the last attempt may have been sent and answered with its outcome lost in the crashed node's write
-buffer, so a re-drive is always a higher ``tjobs-attempt`` than anything sent before it. A node whose
-fence is closed (its lease expired) claims nothing: the new owner's compensator does.
+buffer, so a re-drive is always a higher ``tjobs-attempt`` than anything sent before it. That holds
+because the store is never more than that one attempt behind: a deliverer sends a retry only once the
+outcome of the attempt before it is written, and a node that lost the shard (fenced, or handing it over
+while healthy) sends nothing more of its flows (:meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`).
+A node whose fence is closed (its lease expired) claims nothing: the new owner's compensator does.
 """
 
 from __future__ import annotations

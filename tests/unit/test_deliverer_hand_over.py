@@ -1,0 +1,206 @@
+"""A shard handed over while its flows are in delivery here (docs/design.md invariant 4): the old owner sends
+nothing more of them, so its retries cannot carry the attempt number the new owner's compensator re-drives,
+and a retry goes only once the outcome of the attempt before it is written (the new owner's lease counts
+one attempt up from what is stored: at most the one attempt in flight may be missing there).
+
+Soak of 2026-12-04 (attempt_reuse = 42): node 2's group went back to it from node 1; node 2's compensator
+re-drove flow ...-1796426863000 as attempt 3 while node 1's deliverer, healthy and not fenced, sent its own
+retry, attempt 3 too. Time is the test's (ManualClock; retries due at once, on the event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+
+import pytest
+
+from sharding import shard_of_task_id
+from tests.delivery_fakes import APP, CLOCK, SETTINGS, NoJitter, attempts_of, delivered_all, scripted, settle
+from tests.delivery_fakes import stored_flow as stored_flow_at
+from tjobs.clock import ManualClock
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.recording import RecordingTransport
+from tjobs.firing.compensator import Compensator
+from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, parse_flow_id
+from tjobs.settings import CompensatorSettings
+from tjobs.stores.memory import MemoryTaskStore
+
+GRACE = CompensatorSettings(interval_s=1.0, grace_s=30.0, batch=100)
+LEASE_MS = 16_000
+
+
+class FailingRecorder:
+    """The store's outcome writes, failing while ``failing`` (a deadlock storm on the database server)."""
+
+    def __init__(self, store: MemoryTaskStore) -> None:
+        self.store = store
+        self.failing = True
+        self.failed = asyncio.Event()
+
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        if self.failing:
+            self.failed.set()
+            raise RuntimeError("(1213, 'Deadlock found when trying to get lock; try restarting transaction')")
+        await self.store.record_flow_updates(updates, now_ms)
+
+
+@pytest.fixture
+def store() -> MemoryTaskStore:
+    return MemoryTaskStore()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(CLOCK.now_ms())
+
+
+@pytest.fixture
+async def deliverers() -> AsyncIterator[list[Deliverer]]:
+    built: list[Deliverer] = []
+    yield built
+    for deliverer in built:
+        await deliverer.stop(1.0)
+
+
+async def node(
+    built: list[Deliverer], store: MemoryTaskStore, transport: RecordingTransport, clock: ManualClock, **kwargs: object
+) -> Deliverer:
+    """One node's deliverer as the node wires it (the store's flow read before a retry), outcomes written at once."""
+    kwargs.setdefault("flush_batch", 1)
+    recorder = kwargs.pop("recorder", store)
+    deliverer = Deliverer(
+        recorder,  # type: ignore[arg-type]
+        transport,
+        AppLimiter(SETTINGS.global_max_in_flight),
+        SETTINGS,
+        clock,
+        NoJitter(),
+        status_reader=store,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    await deliverer.start()
+    built.append(deliverer)
+    return deliverer
+
+
+def new_owners_compensator(store: MemoryTaskStore, successor: Deliverer, clock: ManualClock) -> Compensator:
+    every_shard = frozenset(store.topology.shards())
+    return Compensator(
+        store,
+        lambda: every_shard,
+        successor.in_flight,
+        lambda t, f: successor.submit(CallbackJob(t, f, APP)),
+        GRACE,
+        clock,
+        LEASE_MS,
+    )
+
+
+async def stored_flow(store: MemoryTaskStore, clock: ManualClock) -> tuple[Task, Flow]:
+    return await stored_flow_at(store, clock=clock)
+
+
+async def stored(store: MemoryTaskStore, flow_id: str) -> Flow:
+    flow = await store.get_flow(*parse_flow_id(flow_id))
+    assert flow is not None
+    return flow
+
+
+async def test_the_old_owner_sends_no_retry_of_a_flow_whose_shard_it_handed_over(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given node 1 delivering a flow of a shard it owns, its attempt 1 under way and about to time out
+    old = scripted(504, then=504, clock=clock)
+    old.hold = asyncio.Event()
+    node1 = await node(deliverers, store, old, clock)
+    task, flow = await stored_flow(store, clock)
+    node1.submit(CallbackJob(task, flow, APP))
+    await old.wait_for(1)
+    # When the shard goes to node 2 (a graceful hand-over: node 1 is healthy, its fence open), whose
+    # compensator leases the overdue flow and re-drives it (its attempt still under way at the receiver)
+    node1.forget_runs(frozenset({shard_of_task_id(task.id)}))
+    new = scripted(200, clock=clock)
+    new.hold = asyncio.Event()
+    node2 = await node(deliverers, store, new, clock)
+    clock.advance(int(GRACE.grace_s * 1000) + 1)
+    assert await new_owners_compensator(store, node2, clock).run_once() == 1
+    await new.wait_for(1)
+    old.hold.set()  # node 1's attempt 1 answers 504: a retry would be due at once
+    await delivered_all(node1)
+    await settle()
+    # Then node 1 sends nothing more of it: no attempt number reaches the receiver twice
+    assert attempts_of(old) == [1] and attempts_of(new) == [2]
+    new.hold.set()
+    await delivered_all(node2)
+    final = await stored(store, flow.id)
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
+
+
+async def test_a_flow_queued_before_the_hand_over_is_not_sent_by_the_old_owner(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given node 1 with one flow under way and a second queued behind it (the app takes one at a time)
+    app = replace(APP, max_concurrency=1)
+    transport = scripted(200, clock=clock)
+    transport.hold = asyncio.Event()
+    node1 = await node(deliverers, store, transport, clock)
+    first_task, first = await stored_flow(store, clock)
+    second_task, second = await stored_flow(store, clock)
+    while shard_of_task_id(second_task.id) == shard_of_task_id(first_task.id):
+        second_task, second = await stored_flow(store, clock)
+    node1.submit(CallbackJob(first_task, first, app))
+    node1.submit(CallbackJob(second_task, second, app))
+    await transport.wait_for(1)
+    # When the second flow's shard is handed over before its turn comes
+    node1.forget_runs(frozenset({shard_of_task_id(second_task.id)}))
+    transport.hold.set()
+    await delivered_all(node1)
+    await settle()
+    # Then only the first is sent
+    sent = [r.flow_id for r in transport.requests]
+    assert second.id not in sent
+    assert (await stored(store, second.id)).status is FlowStatus.PENDING  # for the new owner's compensator
+
+
+async def test_flows_of_shards_still_owned_are_retried_as_before(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    transport = scripted(500, then=200, clock=clock)
+    node1 = await node(deliverers, store, transport, clock)
+    task, flow = await stored_flow(store, clock)
+    others = frozenset(store.topology.shards()) - {shard_of_task_id(task.id)}
+    node1.submit(CallbackJob(task, flow, APP))
+    node1.forget_runs(others)
+    await transport.wait_for(2)
+    await delivered_all(node1)
+    assert attempts_of(transport) == [1, 2]
+    final = await stored(store, flow.id)
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
+
+
+async def test_a_retry_waits_until_the_outcome_of_the_attempt_before_it_is_written(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given a flow whose attempt 1 fails while the node's outcome writes fail ("writing N flow updates
+    # failed; keeping them for the next flush"): the store still says 0 attempts
+    recorder = FailingRecorder(store)
+    transport = scripted(500, then=200, clock=clock)
+    node1 = await node(deliverers, store, transport, clock, recorder=recorder, flush_interval_s=0.001)
+    task, flow = await stored_flow(store, clock)
+    node1.submit(CallbackJob(task, flow, APP))
+    await transport.wait_for(1)
+    await asyncio.wait_for(recorder.failed.wait(), 5.0)
+    await settle(200)
+    # Then attempt 2 is not sent yet: were the shard handed over now, the new owner's lease would count
+    # 0 + 1 and re-drive attempt 2 beside it
+    assert attempts_of(transport) == [1]
+    assert (await stored(store, flow.id)).attempts == 0
+    # When the writes work again, attempt 1's outcome is written, and only then attempt 2 goes
+    recorder.failing = False
+    await transport.wait_for(2)
+    await delivered_all(node1)
+    assert attempts_of(transport) == [1, 2]
+    final = await stored(store, flow.id)
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
