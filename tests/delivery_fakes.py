@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sharding import TaskIdGenerator
 from tjobs.clock import Clock, SystemClock
 from tjobs.delivery.deliverer import Deliverer
 from tjobs.delivery.recording import RecordingTransport
 from tjobs.delivery.signing import generate_secret
-from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, MisfirePolicy, Task, TaskStatus
+from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, MisfirePolicy, Task, TaskStatus
 from tjobs.settings import CallbackSettings
 from tjobs.specs import AtSpec, CallbackSpec
 from tjobs.stores.memory import MemoryTaskStore
@@ -62,6 +62,21 @@ class ManualTime:
             for due, waiter in self._sleepers:
                 if due <= self.now_s:
                     waiter.set_result(None)
+
+
+class FailingRecorder:
+    """The store's outcome writes, failing while ``failing`` (a deadlock storm on the database server)."""
+
+    def __init__(self, store: MemoryTaskStore) -> None:
+        self.store = store
+        self.failing = True
+        self.failed = asyncio.Event()
+
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        if self.failing:
+            self.failed.set()
+            raise RuntimeError("(1213, 'Deadlock found when trying to get lock; try restarting transaction')")
+        await self.store.record_flow_updates(updates, now_ms)
 
 
 async def settle(rounds: int = 20) -> None:

@@ -21,6 +21,7 @@ from tjobs.cluster.db_health import DatabaseHealth
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.cluster.shard_maps import establish_shard_map
 from tjobs.delivery.deliverer import Deliverer
+from tjobs.delivery.foreign_flows import ForeignFlows
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.ssrf import TargetGuard
@@ -195,6 +196,10 @@ class Node:
             flush_batch=settings.callbacks.outcome_flush_batch,
             run_timeout_ms=settings.runs.timeout_ms,
             ended=self.child_flows.ended,
+            # what the API commits for a shard another node owns: retried here only while that owner cannot lease it
+            foreign=ForeignFlows(
+                lambda: self.runner.owned, settings.compensator.grace_s, settings.cluster.clock_skew_max_ms
+            ),
         )
         scheduler = settings.scheduler
         self.calendars = CalendarService(calendars_of(self.store), self.clock)  # in memory for the planner

@@ -10,40 +10,35 @@ retry, attempt 3 too. Time is the test's (ManualClock; retries due at once, on t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
 
 from sharding import shard_of_task_id
-from tests.delivery_fakes import APP, CLOCK, SETTINGS, NoJitter, attempts_of, delivered_all, scripted, settle
+from tests.delivery_fakes import (
+    APP,
+    CLOCK,
+    SETTINGS,
+    FailingRecorder,
+    NoJitter,
+    attempts_of,
+    delivered_all,
+    scripted,
+    settle,
+)
 from tests.delivery_fakes import stored_flow as stored_flow_at
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import RecordingTransport
 from tjobs.firing.compensator import Compensator
-from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, parse_flow_id
+from tjobs.model import Flow, FlowStatus, Task, parse_flow_id
 from tjobs.settings import CompensatorSettings
 from tjobs.stores.memory import MemoryTaskStore
 
 GRACE = CompensatorSettings(interval_s=1.0, grace_s=30.0, batch=100)
 LEASE_MS = 16_000
-
-
-class FailingRecorder:
-    """The store's outcome writes, failing while ``failing`` (a deadlock storm on the database server)."""
-
-    def __init__(self, store: MemoryTaskStore) -> None:
-        self.store = store
-        self.failing = True
-        self.failed = asyncio.Event()
-
-    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
-        if self.failing:
-            self.failed.set()
-            raise RuntimeError("(1213, 'Deadlock found when trying to get lock; try restarting transaction')")
-        await self.store.record_flow_updates(updates, now_ms)
 
 
 @pytest.fixture

@@ -2,50 +2,47 @@
 
 Life of a flow handed to :meth:`Deliverer.deliver` (always after its fire transaction committed):
 
-0. Its app comes from the app directory: cached, or read once for every flow waiting on it (a flow
-   whose app cannot be read now stays ``pending`` in the store, and the compensator re-drives it;
-   :mod:`tjobs.delivery.lookup`).
-1. It joins its app's queue. Up to the app's ``max_concurrency`` workers drain that queue, each
-   attempt holding an :class:`AppLimiter` slot, so a slow or throttled app only ever waits on itself.
+0. Its app comes from the app directory: cached, or read once for every flow waiting on it (a flow whose app cannot be
+   read now stays ``pending`` in the store, and the compensator re-drives it; :mod:`tjobs.delivery.lookup`).
+1. It joins its app's queue. Up to the app's ``max_concurrency`` workers drain that queue, each attempt holding an
+   :class:`AppLimiter` slot, so a slow or throttled app only ever waits on itself.
 2. An attempt sends to every target not yet delivered (one target for unicast), signed afresh.
-3. All targets ``2xx`` → ``delivered``. A permanent failure (see :mod:`tjobs.delivery.retry`), an
-   at-most-once flow's single attempt failing, ``max_attempts`` reached, or a next attempt that would
-   fall after ``scheduled_at + max_age_s`` → ``dead`` (the dead letter). Otherwise the flow is
-   recorded ``pending`` with ``next_attempt_at_ms`` = the retry time, and waits in memory (an
-   asyncio timer) until then: ``Retry-After`` when a ``429``/``503`` gave one, else exponential
-   backoff with full jitter. A multicast flow's retries go only to the targets that have not
-   answered ``2xx`` yet (tracked in memory; a re-drive after a crash sends to all of them again).
-   Retries far ahead, or too many at once, are left to the compensator instead (see ``__init__``).
+3. All targets ``2xx`` → ``delivered``. A permanent failure (see :mod:`tjobs.delivery.retry`), an at-most-once flow's
+   single attempt failing, ``max_attempts`` reached, or a next attempt that would fall after
+   ``scheduled_at + max_age_s`` → ``dead`` (the dead letter). Otherwise the flow is recorded ``pending`` with
+   ``next_attempt_at_ms`` = the retry time, and waits in memory (an asyncio timer) until then: ``Retry-After`` when a
+   ``429``/``503`` gave one, else exponential backoff with full jitter. A multicast flow's retries go only to the
+   targets that have not answered ``2xx`` yet (tracked in memory; a re-drive after a crash sends to all of them
+   again). Retries far ahead, or too many at once, are left to the compensator (see ``__init__``).
 
-**Named targets** (``callback.targets``): read before the first attempt and again before every attempt,
-each with its own retry budget and timeout (:mod:`tjobs.delivery.lookup`).
+**Named targets** (``callback.targets``): read before the first attempt and again before every attempt, each with its
+own retry budget and timeout (:mod:`tjobs.delivery.lookup`).
 
-The first attempt of a flow is always made, however late (lateness is the misfire policy's business);
-``max_age_s`` only bounds retries, and a re-driven flow that is already past it dies unsent.
+The first attempt of a flow is always made, however late (lateness is the misfire policy's business); ``max_age_s``
+only bounds retries, and a re-driven flow that is already past it dies unsent.
 
-Outcomes are coalesced per flow and written by one background flusher at most every
-``flush_interval_s`` (or as soon as ``flush_batch`` are pending; :mod:`tjobs.delivery.outcomes`). A
-failed write keeps its updates and is retried; meanwhile those flows count as in flight, so the
-compensator leaves them alone. If the node dies first, the database still says ``pending`` (or
-``sending``) and the compensator re-drives (or closes) the flow: at least once, never lost.
+Outcomes are coalesced per flow and written by one background flusher at most every ``flush_interval_s`` (or as soon
+as ``flush_batch`` are pending; :mod:`tjobs.delivery.outcomes`). A failed write keeps its updates and is retried;
+meanwhile those flows count as in flight, so the compensator leaves them alone. If the node dies first, the database
+still says ``pending`` (or ``sending``) and the compensator re-drives (or closes) the flow: at least once, never lost.
 
-At-most-once flows arrive ``sending`` with ``attempts=1`` (written by the fire transaction) and get
-exactly one attempt. One that arrives ``pending`` (a manual trigger) is first recorded ``sending``,
-synchronously, and only then sent.
+At-most-once flows arrive ``sending`` with ``attempts=1`` (written by the fire transaction) and get exactly one
+attempt. One that arrives ``pending`` (a manual trigger) is first recorded ``sending``, synchronously, and only then
+sent.
 
-Before every attempt the node's ``fence`` is asked: once the node's lease has expired (a SIGSTOP or a
-stall outlived it, and another node owns its jobs now) nothing more is sent (logged in a few lines:
-:mod:`tjobs.delivery.fenced_report`). The flow is dropped from memory unrecorded; the database still
-has it ``pending`` at its next attempt time, and the new owner's compensator re-drives it. Shards handed
-over by a healthy node (:meth:`Deliverer.forget_runs`, before their group is released) have their flows here
-let go the same way, queued, waiting or under way (no retry); a retry waits for the outcome of the attempt
-before it to be written (:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one attempt. Before a
-retry (never before a first attempt: the fire path pays no read) the flow's stored status is read: a
-flow ``cancelled`` meanwhile (its task was deleted, on any node) or finished elsewhere is not sent again.
+Before every attempt the node's ``fence`` is asked: once the node's lease has expired (a SIGSTOP or a stall outlived
+it, and another node owns its jobs now) nothing more is sent (logged in a few lines:
+:mod:`tjobs.delivery.fenced_report`). The flow is dropped from memory unrecorded; the database still has it
+``pending`` at its next attempt time, and the new owner's compensator re-drives it. Shards handed over by a healthy
+node (:meth:`Deliverer.forget_runs`, before their group is released) have their flows here let go the same way,
+queued, waiting or under way (no retry); a retry waits for the outcome of the attempt before it to be written
+(:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one attempt. A flow of a shard not this node's when
+it came (what the API commits) is retried only while the owner cannot lease it (:mod:`tjobs.delivery.foreign_flows`).
+Before a retry (never before a first attempt: the fire path pays no read) the flow's stored status is read: a flow
+``cancelled`` meanwhile (its task was deleted, on any node) or finished elsewhere is not sent again.
 
-Attempt numbers (``tjobs-attempt``) grow with every send of a flow: retries count on from the
-recorded ``attempts``, and a compensator re-drive counts the attempt a crash may have lost (see
-:mod:`tjobs.firing.compensator`).
+Attempt numbers (``tjobs-attempt``) grow with every send of a flow: retries count on from the recorded ``attempts``,
+and a compensator re-drive counts the attempt a crash may have lost (see :mod:`tjobs.firing.compensator`).
 
 The state of one flow in memory: :mod:`tjobs.delivery.in_flight`.
 """
@@ -63,7 +60,8 @@ from sharding import shard_of_task_id
 from tjobs.clock import Clock
 from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.fenced_report import FencedReport
-from tjobs.delivery.in_flight import Delivery, Lane, let_go, missing_target, target_timeout_ms, unusable
+from tjobs.delivery.foreign_flows import ForeignFlows
+from tjobs.delivery.in_flight import Delivery, Lane, let_go, missing_target, retry_may_go, target_timeout_ms, unusable
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.lookup import AppSource, CallbackJob, JobLookup, TargetSource
 from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter, rescheduled
@@ -116,27 +114,27 @@ class Deliverer:
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
         run_watch_s: float = RUN_WATCH_S,
         run_reader: RunReader | None = None,
+        foreign: ForeignFlows | None = None,
     ) -> None:
-        """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only
-        :meth:`submit` with the app known). ``observer`` sees every attempt to every target and every
-        outcome recorded (``pending`` with a retry time, ``delivered``, ``dead``).
+        """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only :meth:`submit` with the
+        app known). ``observer`` sees every attempt to every target and every outcome recorded (``pending`` with a
+        retry time, ``delivered``, ``dead``).
 
-        Memory stays bounded when a receiver is down: a retry due more than ``retry_horizon_s``
-        ahead, or beyond ``max_waiting_retries`` already waiting, is not kept in memory. It is
-        recorded ``pending`` at its retry time like any other, and the compensator re-drives it then.
+        Memory stays bounded when a receiver is down: a retry due more than ``retry_horizon_s`` ahead, or beyond
+        ``max_waiting_retries`` already waiting, is not kept in memory. It is recorded ``pending`` at its retry time
+        like any other, and the compensator re-drives it then.
 
-        ``fence(now_ms)`` is ``False`` while this node may not send (its lease expired: the
-        coordinator's ``may_fire``); ``status_reader`` reads a flow's stored status before a retry.
-        Without them, neither check is made. ``targets`` resolves the named targets of a task that
-        names them (without it, such a flow dead-letters as unusable). ``pools`` routes the flows of
-        a task naming an executor pool (without it, such a flow dead-letters). ``task_changes`` (the
-        hot tier's publish) is told a fixed_delay task's next run once its flow's final outcome set it.
-        ``run_timeout_ms`` bounds a run (:mod:`tjobs.delivery.run_start`) whose task sets no
-        ``callback.run_timeout_ms``; a run of a pool flow whose task must not overlap itself holds the
-        task's overlap gate until the run ends, read from ``status_reader`` every ``run_watch_s``
-        (:mod:`tjobs.delivery.run_watch`); ``run_reader`` reads a shard's live runs for :meth:`learn_runs`.
-        ``ended`` is told each written ending that triggers child tasks (:mod:`tjobs.service.child_flows`).
-        """
+        ``fence(now_ms)`` is ``False`` while this node may not send (its lease expired: the coordinator's
+        ``may_fire``); ``status_reader`` reads a flow's stored status before a retry. Without them, neither check is
+        made. ``targets`` resolves the named targets of a task that names them (without it, such a flow dead-letters
+        as unusable). ``pools`` routes the flows of a task naming an executor pool (without it, such a flow
+        dead-letters). ``task_changes`` (the hot tier's publish) is told a fixed_delay task's next run once its flow's
+        final outcome set it. ``run_timeout_ms`` bounds a run (:mod:`tjobs.delivery.run_start`) whose task sets no
+        ``callback.run_timeout_ms``; a run of a pool flow whose task must not overlap itself holds the task's overlap
+        gate until the run ends, read from ``status_reader`` every ``run_watch_s`` (:mod:`tjobs.delivery.run_watch`);
+        ``run_reader`` reads a shard's live runs for :meth:`learn_runs`. ``ended`` is told each written ending that
+        triggers child tasks (:mod:`tjobs.service.child_flows`). ``foreign`` bounds the retries of flows of shards
+        this node does not own (without it, every flow is retried as its owner's)."""
         self._recorder = recorder
         self._transport = transport
         self._limiter = limiter
@@ -152,6 +150,7 @@ class Deliverer:
         self._max_waiting_retries = max_waiting_retries
         self._fence = fence
         self._status_reader = status_reader
+        self._foreign = foreign
         self._pools = pools
         self._overlap: OverlapGate[Delivery] = OverlapGate()
         self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume, run_reader)
@@ -297,6 +296,7 @@ class Deliverer:
             self._outcomes.put(flow_id, unusable(job.flow, error))
             return
         self._active[flow_id] = delivery
+        delivery.window = None if self._foreign is None else self._foreign.window(job.flow)
         if self._runs is not None:
             self._runs.discard(flow_id)  # a retry of a run that ended here: delivery holds its gate again
         spent = delivery.spent(self._clock.now_ms()) if job.flow.attempts > 0 else None  # a re-drive's limits
@@ -392,8 +392,11 @@ class Deliverer:
         self._enqueue(delivery)
 
     def _retry_written(self, delivery: Delivery) -> None:
-        if self._running and self._active.get(delivery.flow_id) is delivery:
+        if self._running and self._active.get(delivery.flow_id) is delivery and self._in_window(delivery):
             self._enqueue(delivery)
+
+    def _in_window(self, delivery: Delivery) -> bool:  # a flow of another node's shard (foreign_flows)
+        return retry_may_go(self._active, delivery, self._clock.now_ms())
 
     # ---- attempts -----------------------------------------------------------------------------
 
@@ -509,16 +512,10 @@ class Deliverer:
         elif delivery.at_most_once:
             delivery.last_status, delivery.last_error = None, sent.nothing_sent
             self._finish(delivery, FlowStatus.DEAD, attempt, None)
-        else:
-            self._wait_for_executors(delivery, sent.nothing_sent or "no executor", pool.waits)
-
-    def _wait_for_executors(self, delivery: Delivery, why: str, waits: int) -> None:
-        """Retry a pool flow that sent nothing, after the backoff of its ``waits``-th wait: recorded
-        ``pending`` with the attempts it has made (not one more), dead once past ``max_age_s``."""
-        made = delivery.attempt - 1
-        delivery.last_status, delivery.last_error = None, why
-        delay_ms = compute_backoff_ms(waits, delivery.backoff_base_ms, delivery.backoff_max_ms, self._rng)
-        self._retry_later(delivery, made, delay_ms)
+        else:  # retried after the backoff of its pool.waits-th wait: pending with the attempts made, not one more
+            delivery.last_status, delivery.last_error = None, sent.nothing_sent or "no executor"
+            delay_ms = compute_backoff_ms(pool.waits, delivery.backoff_base_ms, delivery.backoff_max_ms, self._rng)
+            self._retry_later(delivery, attempt - 1, delay_ms)
 
     def _retry_later(self, delivery: Delivery, attempts: int, delay_ms: int) -> bool:
         """Record the flow ``pending`` with ``attempts`` made, due ``delay_ms`` from now, and send it again
@@ -533,6 +530,9 @@ class Deliverer:
         if self._running and delay_ms <= self._retry_horizon_ms and self._waiting_retries < self._max_waiting_retries:
             self._waiting_retries += 1
             delivery.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._retry_due, delivery)
+            if delivery.window is not None:  # told once the outcome is written (or _retry_written is, if due first)
+                delivery.window.retry_at(due_ms)
+                self._outcomes.when_written(delivery.flow_id, lambda: self._in_window(delivery))
         else:
             self._active.pop(delivery.flow_id, None)  # the compensator re-drives it when due
         return True

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from sharding import shard_of_task_id
 from tjobs.delivery.answers import answers_appended, attempt_answers
+from tjobs.delivery.foreign_flows import OwnerWindow
 from tjobs.delivery.lookup import CallbackJob
 from tjobs.delivery.message import CallbackMessage
 from tjobs.delivery.pool_dispatcher import PoolFlow, hash_key_of
@@ -57,6 +58,7 @@ class Delivery:
         "record_sending",
         "targets",
         "timer",
+        "window",
     )
 
     def __init__(self, job: CallbackJob, flow_id: str, settings: CallbackSettings) -> None:
@@ -97,6 +99,7 @@ class Delivery:
         self.queued = False  # waits in its lane for one of the app's max_concurrency workers
         self.recheck = False  # a retry: read the stored status before sending it
         self.lost = False  # its shard was handed over: nothing more of it is sent from here
+        self.window: OwnerWindow | None = None  # its shard is not this node's (tjobs.delivery.foreign_flows)
 
     def budget(self, settings: CallbackSettings) -> None:
         """Set the retry budget of a flow naming targets: the task's explicit values, else its targets'
@@ -231,3 +234,17 @@ def let_go(active: dict[str, Delivery], shards: frozenset[int]) -> tuple[int, in
             extra={"action": "delivery_handed_over", "flows": len(gone)},
         )
     return len(gone), timers
+
+
+def retry_may_go(active: dict[str, Delivery], delivery: Delivery, now_ms: int) -> bool:
+    """The outcome of ``delivery``'s attempt is written, seen at ``now_ms``: whether its retry may go from
+    here. A flow of a shard this node does not own may not once the owner could have leased it
+    (:mod:`tjobs.delivery.foreign_flows`): it is marked ``lost`` (its retry timer, if set, sends nothing)
+    and leaves ``active``, for the owner's compensator."""
+    window = delivery.window
+    if window is None or window.written(now_ms):
+        return True
+    delivery.lost = True
+    if active.get(delivery.flow_id) is delivery:
+        del active[delivery.flow_id]
+    return False

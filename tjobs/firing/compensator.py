@@ -17,8 +17,10 @@ The lease counts one attempt on each pending flow it claims (see ``TaskStore.lea
 the last attempt may have been sent and answered with its outcome lost in the crashed node's write
 buffer, so a re-drive is always a higher ``tjobs-attempt`` than anything sent before it. That holds
 because the store is never more than that one attempt behind: a deliverer sends a retry only once the
-outcome of the attempt before it is written, and a node that lost the shard (fenced, or handing it over
-while healthy) sends nothing more of its flows (:meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`).
+outcome of the attempt before it is written, a node that lost the shard (fenced, or handing it over
+while healthy) sends nothing more of its flows (:meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`),
+and a node that commits a flow of a shard it does not own (its API's trigger, redrive or backfill) retries
+it only while this lease cannot have come (:mod:`tjobs.delivery.foreign_flows`).
 A node whose fence is closed (its lease expired) claims nothing: the new owner's compensator does.
 """
 
