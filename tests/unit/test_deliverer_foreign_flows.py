@@ -2,7 +2,7 @@
 by node 3's API for a shard node 1 owns is delivered by node 3, and node 1's compensator knows nothing of it.
 Node 3 retries it only while node 1 cannot have leased it (:mod:`tjobs.delivery.foreign_flows`), so no retry
 of node 3's carries the attempt number node 1's re-drive sent, and a flow node 3 stops retrying is node 1's
-to re-drive (none lost).
+to re-drive (none lost); an at-most-once trigger is sent by one of them only.
 
 Time is the test's (ManualClock; retries due at once, on the event loop); outcome writes that fail are
 retried by the writer on the loop's own (short) time."""
@@ -10,7 +10,7 @@ retried by the writer on the loop's own (short) time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
@@ -23,7 +23,7 @@ from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import RecordingTransport
 from tjobs.firing.compensator import Compensator
 from tjobs.hot_tier.local import LocalHotTier
-from tjobs.model import Flow, FlowKind, FlowStatus, FlowUpdate, parse_flow_id
+from tjobs.model import DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, Task, parse_flow_id
 from tjobs.service.tasks import TaskService
 from tjobs.settings import CompensatorSettings, Settings
 from tjobs.stores.memory import MemoryTaskStore
@@ -267,3 +267,110 @@ async def test_a_grace_within_twice_the_clock_bound_leaves_every_retry_of_a_non_
     assert window is not None
     window.retry_at(clock.now_ms())
     assert not window.written(clock.now_ms())
+
+
+class SlowSending:
+    """The store's writes, an at-most-once attempt's ``sending`` held until ``go`` is set (a slow database)."""
+
+    def __init__(self, store: MemoryTaskStore) -> None:
+        self.store = store
+        self.holding = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def record_flow_updates(self, updates: Sequence[FlowUpdate], now_ms: int) -> None:
+        if any(update.status is FlowStatus.SENDING for update in updates):
+            self.holding.set()
+            await self.go.wait()
+        await self.store.record_flow_updates(updates, now_ms)
+
+
+async def at_most_once_trigger(store: MemoryTaskStore, clock: ManualClock, sink: Callable[[Task, Flow], None]) -> Flow:
+    """``POST /v1/tasks/{id}:trigger`` of an at-most-once task on node 3's API: its flow is ``pending``, 0 attempts."""
+    task, fired = await stored_flow(store, clock=clock, delivery=DeliveryMode.AT_MOST_ONCE)
+    done = FlowUpdate(task.id, fired.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200, None)
+    await store.record_flow_updates([done], clock.now_ms())
+    clock.advance(1)
+    service = TaskService(
+        store, LocalHotTier(), Settings(storage={"urls": ["memory://"]}), clock, store.topology, flow_sink=sink
+    )
+    flow = await service.trigger(APP, task.id)
+    assert (flow.status, flow.attempts) == (FlowStatus.PENDING, 0)
+    return flow
+
+
+def sent_of(transport: RecordingTransport, flow: Flow) -> list[int]:
+    return [int(r.headers["tjobs-attempt"]) for r in transport.requests if r.flow_id == flow.id]
+
+
+async def test_a_non_owners_at_most_once_trigger_whose_sending_was_written_past_grace_is_not_sent_there(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given node 3 delivering an at-most-once manual trigger: its write of the attempt as ``sending``, made
+    # before any send, is slow
+    recorder = SlowSending(store)
+    third = scripted(200, clock=clock)
+    node3 = await node(deliverers, store, third, clock, frozenset(), recorder=recorder)
+    flow = await at_most_once_trigger(store, clock, lambda t, f: node3.submit(CallbackJob(t, f, APP)))
+    await asyncio.wait_for(recorder.holding.wait(), 5.0)
+    # When, past grace, the owner's compensator leases it (0 + 1) and re-drives it: recorded ``sending`` as
+    # attempt 2 and sent once, delivered; and then node 3's write goes through
+    first = scripted(200, clock=clock)
+    node1 = await node(deliverers, store, first, clock, every_shard(store))
+    clock.advance(PAST_GRACE_MS)
+    assert await owners_compensator(store, node1, clock).run_once() == 1
+    await settled(node1)
+    recorder.go.set()
+    await settled(node3)
+    # Then the receiver got it once: node 3 sends nothing of it
+    assert sent_of(third, flow) == [] and sent_of(first, flow) == [2]
+    final = await stored(store, flow.id)
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
+
+
+async def test_a_non_owners_at_most_once_trigger_reaching_delivery_past_grace_is_left_unsent_to_the_owner(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given an at-most-once manual trigger committed by node 3's API, which reaches node 3's deliverer only
+    # past grace (a node too busy to run it sooner)
+    third = scripted(200, clock=clock)
+    node3 = await node(deliverers, store, third, clock, frozenset())
+    late: list[CallbackJob] = []
+    flow = await at_most_once_trigger(store, clock, lambda t, f: late.append(CallbackJob(t, f, APP)))
+    clock.advance(PAST_GRACE_MS)
+    # When node 3 takes it then
+    node3.submit(late[0])
+    await settled(node3)
+    # Then node 3 neither records nor sends it: it is still pending, for the owner's compensator
+    assert sent_of(third, flow) == []
+    assert (await stored(store, flow.id)).status is FlowStatus.PENDING
+    # which sends it once
+    first = scripted(200, clock=clock)
+    node1 = await node(deliverers, store, first, clock, every_shard(store))
+    assert await owners_compensator(store, node1, clock).run_once() == 1
+    await settled(node1)
+    assert sent_of(first, flow) == [2]
+    final = await stored(store, flow.id)
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
+
+
+async def test_a_non_owners_at_most_once_trigger_reaching_delivery_after_the_owners_redrive_is_not_sent_there(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given an at-most-once manual trigger committed by node 3's API, which reaches node 3's deliverer only
+    # past grace, after the owner's compensator leased it (0 + 1) and re-drove it: sent once as attempt 2
+    third = scripted(200, clock=clock)
+    node3 = await node(deliverers, store, third, clock, frozenset())
+    late: list[CallbackJob] = []
+    flow = await at_most_once_trigger(store, clock, lambda t, f: late.append(CallbackJob(t, f, APP)))
+    first = scripted(200, clock=clock)
+    node1 = await node(deliverers, store, first, clock, every_shard(store))
+    clock.advance(PAST_GRACE_MS)
+    assert await owners_compensator(store, node1, clock).run_once() == 1
+    await settled(node1)
+    # When node 3 takes it then
+    node3.submit(late[0])
+    await settled(node3)
+    # Then node 3 sends nothing of it: the receiver got it once
+    assert sent_of(third, flow) == [] and sent_of(first, flow) == [2]
+    final = await stored(store, flow.id)
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)

@@ -37,9 +37,10 @@ it, and another node owns its jobs now) nothing more is sent (logged in a few li
 node (:meth:`Deliverer.forget_runs`, before their group is released) have their flows here let go the same way,
 queued, waiting or under way (no retry); a retry waits for the outcome of the attempt before it to be written
 (:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one attempt. A flow of a shard not this node's when
-it came (what the API commits) is retried only while the owner cannot lease it (:mod:`tjobs.delivery.foreign_flows`).
-Before a retry (never before a first attempt: the fire path pays no read) the flow's stored status is read: a flow
-``cancelled`` meanwhile (its task was deleted, on any node) or finished elsewhere is not sent again.
+it came (what the API commits) is retried, or recorded ``sending``, only while the owner cannot lease it
+(:mod:`tjobs.delivery.foreign_flows`). Before a retry (never before a first attempt: the fire path pays no read) the
+flow's stored status is read: a flow ``cancelled`` meanwhile (its task was deleted, on any node) or finished
+elsewhere is not sent again.
 
 Attempt numbers (``tjobs-attempt``) grow with every send of a flow: retries count on from the recorded ``attempts``,
 and a compensator re-drive counts the attempt a crash may have lost (see :mod:`tjobs.firing.compensator`).
@@ -181,11 +182,8 @@ class Deliverer:
         self._outcomes.start()
 
     async def stop(self, drain_timeout_s: float) -> None:
-        """Finish the attempts under way (up to ``drain_timeout_s``), then write every pending outcome.
-
-        Flows waiting for a retry or still queued are left to the compensator: the database already
-        has them ``pending`` at their next attempt time.
-        """
+        """Finish the attempts under way (up to ``drain_timeout_s``), then write every pending outcome. Flows
+        waiting for a retry or still queued are left to the compensator: the store has them ``pending``."""
         self._running = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_timeout_s
@@ -213,9 +211,8 @@ class Deliverer:
     # ---- a change of owner (tjobs.delivery.run_watch) --------------------------------------------
 
     async def learn_runs(self, shards: Sequence[int]) -> None:
-        """Before anything of ``shards`` (taken over) fires here: their live runs that another node started
-        hold their tasks' overlap gates here too, and a fire queued behind one waits here. Raises when the
-        store cannot say."""
+        """Before anything of ``shards`` (taken over) fires here: their live runs that another node started hold
+        their tasks' overlap gates here too, and a fire queued behind one waits here. Raises if the store can't say."""
         if self._runs is None:
             return
         held, parked = await self._runs.learn(shards)
@@ -332,9 +329,8 @@ class Deliverer:
                 self._enqueue(delivery)
 
     def _admit(self, delivery: Delivery, queued_elsewhere: bool = False) -> bool:
-        """A pool flow whose task must not overlap itself (:mod:`tjobs.pools.overlap`): whether it goes
-        now; otherwise it is skipped, or waits for the task's running flow to end (skipped where another
-        node queued the task's fire behind it)."""
+        """A pool flow whose task must not overlap itself (:mod:`tjobs.pools.overlap`): whether it goes now; otherwise
+        it is skipped, or waits for the task's running flow to end (skipped where another node queued its fire)."""
         assert delivery.pool is not None
         task_id = delivery.job.task.id
         policy = Overlap.SKIP_IF_RUNNING if queued_elsewhere else delivery.pool.route.overlap
@@ -428,6 +424,8 @@ class Deliverer:
         now_ms = self._clock.now_ms()
         attempt = delivery.attempt
         if delivery.record_sending:
+            if not self._in_window(delivery):  # another node's shard, taken late: left pending, for its owner
+                return
             sending = delivery.update(FlowStatus.SENDING, attempt, now_ms)
             try:
                 await self._recorder.record_flow_updates([sending], now_ms)
@@ -435,6 +433,8 @@ class Deliverer:
                 self._leave_to_compensator(delivery, "could not record at-most-once flow %s as sending; not sending it")
                 return
             delivery.record_sending = False
+            if not self._in_window(delivery):  # written late: its owner may have leased and sent it first
+                return
         if delivery.lost:  # its shard handed over while queued, or during the read above
             return
         message = delivery.message
@@ -490,10 +490,10 @@ class Deliverer:
     async def _attempt_pool(
         self, delivery: Delivery, attempt: int, headers: dict[str, str], body: bytes | None, now_ms: int
     ) -> None:
-        """One attempt to the pool destinations not delivered yet (:mod:`tjobs.delivery.pool_dispatcher`). An
-        attempt that found no executor to send to sent nothing: the flow waits for executors per its
-        retry policy without spending an attempt, and dies only past ``max_age_s`` (an at-most-once
-        flow, whose single attempt is recorded already, dies at once)."""
+        """One attempt to the pool destinations not delivered yet (:mod:`tjobs.delivery.pool_dispatcher`). An attempt
+        that found no executor to send to sent nothing: the flow waits for executors per its retry policy without
+        spending an attempt, and dies only past ``max_age_s`` (an at-most-once flow, whose single attempt is
+        recorded already, dies at once)."""
         pool = delivery.pool
         assert pool is not None
         if self._pools is None:
@@ -518,9 +518,9 @@ class Deliverer:
             self._retry_later(delivery, attempt - 1, delay_ms)
 
     def _retry_later(self, delivery: Delivery, attempts: int, delay_ms: int) -> bool:
-        """Record the flow ``pending`` with ``attempts`` made, due ``delay_ms`` from now, and send it again
-        then (on a timer when the wait is short enough, else the compensator re-drives it when due); or,
-        when that is past its ``max_age_s``, record it dead and answer ``False``."""
+        """Record the flow ``pending`` with ``attempts`` made, due ``delay_ms`` from now, and send it again then (on
+        a timer when the wait is short enough, else the compensator re-drives it when due); or, when that is past
+        its ``max_age_s``, record it dead and answer ``False``."""
         due_ms = self._clock.now_ms() + delay_ms
         if due_ms > delivery.deadline_ms:
             self._finish(delivery, FlowStatus.DEAD, attempts, "max_age_s exceeded")

@@ -18,10 +18,15 @@ the database's; with the check off, 0, the clocks are trusted to agree). Then no
 write, so every attempt number this node sent is stored before the owner could count from it. Once a write
 is seen later than that, nothing more of the flow is sent from here: the store has it ``pending`` at its
 retry time (or leased already), and the owner's compensator re-drives it, with a number never sent (no
-flow lost, no attempt number sent twice). Its first attempt always goes: its number is the count stored
-when it was committed plus one, and a re-drive sends the count it leased (never lower) plus two. A node that
-owned the shard when the flow reached it retries as the owner does (until a hand-over lets the flow go:
-:meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`); one that gains the shard later keeps the bound.
+flow lost, no attempt number sent twice). An at-least-once flow's first attempt always goes: its number is
+the count stored when it was committed plus one, and a re-drive sends the count it leased (never lower) plus
+two. An at-most-once flow committed ``pending`` (a trigger) is recorded ``sending`` before its single
+attempt, and a lease before that write would have the owner send it too: it is sent from here only if the
+write was seen done inside the window (seen later, it is ``sending``, or the owner's already: the owner
+closes it ``unknown`` or has sent it), and not even written once the window has closed (left ``pending``,
+the owner's compensator sends it once). A node that owned the shard when the flow reached it retries as
+the owner does (until a hand-over lets the flow go: :meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`);
+one that gains the shard later keeps the bound.
 
 What a late write costs: the retry waits for the owner's compensator (its retry time plus ``grace_s``, plus
 up to a pass's ``interval_s``), and a re-drive counts one attempt up; a re-driven dead letter's or a
@@ -74,15 +79,16 @@ class OwnerWindow:
         self.next_closes_ms = due_ms + self.safe_ms if self.safe_ms > 0 else CLOSED_MS
 
     def written(self, now_ms: int) -> bool:
-        """That outcome was seen written at ``now_ms``: whether the retry may still go from here (the window
-        then follows the retry's stored time); once it may not, it never may again."""
+        """What this node last wrote of the flow is seen written at ``now_ms`` (the outcome of the attempt just
+        made; an at-most-once attempt's ``sending``, or nothing yet before it): whether the flow may still be
+        sent from here (the window then follows the retry's stored time); once it may not, it never may again."""
         if now_ms < self.closes_ms:
             self.closes_ms = self.next_closes_ms
             return True
         self.closes_ms = self.next_closes_ms = CLOSED_MS
         logger.warning(
-            "flow %s of a shard this node does not own: its outcome was written too late to retry it from here;"
-            " the owner's compensator re-drives it",
+            "flow %s of a shard this node does not own: written too late to be sent from here again; left to the"
+            " owner's compensator",
             self.flow_id,
             extra={"action": "retry_left_to_owner", "flow_id": self.flow_id},
         )
