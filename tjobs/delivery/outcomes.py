@@ -160,6 +160,8 @@ class OutcomeWriter:
                     self._restore(items[start:])
                     raise
                 self.flush_calls += 1
+                for flow_id, _ in chunk:  # written: not unwritten while the chunks after it are
+                    del self.flushing[flow_id]
                 self._tell_written(chunk)
                 await self._tell_reschedules(chunk)
                 await self._tell_endings(chunk)
