@@ -29,6 +29,7 @@ from sharding import Topology
 from testkit.children import REPO
 from testkit.node_process import _merge, migrate_in_process, to_toml
 from testkit.ports import free_port
+from testkit.row_locks import lock_rows
 from tjobs.clock import iso_ms
 
 CLUSTER_SH = REPO / "scripts" / "cluster.sh"
@@ -299,7 +300,8 @@ class ClusterRig:
         self, server: int, app_id: str, hold_s: float, on_locked: Callable[[int], None] | None = None
     ) -> int:
         """On MariaDB server ``server``: ``BEGIN; SELECT ... FOR UPDATE`` of every task row of ``app_id`` in
-        the shards it holds, ``DO SLEEP(hold_s)``, ``ROLLBACK``. Blocks (run it in a thread); calls
+        the shards it holds, ``DO SLEEP(hold_s)``, ``ROLLBACK`` (the locks taken again after a deadlock or a
+        lock-wait timeout: :func:`testkit.row_locks.lock_rows`). Blocks (run it in a thread); calls
         ``on_locked(rows)`` once the rows are held and returns the number of rows. Any fire transaction
         touching those rows waits on the locks meanwhile."""
         import pymysql
@@ -314,19 +316,19 @@ class ClusterRig:
             password=url.password or "",
             autocommit=False,
         )
+        statements = []
+        for shard in self.shards_of_server(server):
+            where = topology.locate(shard)
+            table = f"`{self.db_prefix}_{where.database_index:02d}`.`{where.tasks_table}`"
+            statements.append((f"SELECT id FROM {table} WHERE app_id = %s FOR UPDATE", (app_id,)))
         try:
+            held = lock_rows(connection, statements)  # begins again after a deadlock or a lock-wait timeout
+            if on_locked is not None:
+                on_locked(held)
             with connection.cursor() as cursor:
-                cursor.execute("BEGIN")
-                held = 0
-                for shard in self.shards_of_server(server):
-                    where = topology.locate(shard)
-                    table = f"`{self.db_prefix}_{where.database_index:02d}`.`{where.tasks_table}`"
-                    held += cursor.execute(f"SELECT id FROM {table} WHERE app_id = %s FOR UPDATE", (app_id,))
-                if on_locked is not None:
-                    on_locked(held)
                 cursor.execute("DO SLEEP(%s)", (hold_s,))
-                connection.rollback()
-                return held
+            connection.rollback()
+            return held
         finally:
             connection.close()
 
