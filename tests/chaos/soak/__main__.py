@@ -248,8 +248,10 @@ class Soak:
             "creates": judged.creates,
             "stops_ms": round_.stops_ms,
         }
-        self.judged.append(summary)
         log.info("round %s", json.dumps(summary))
+        if any(judged.evidence.values()):  # soak.json only: the requests behind the examples
+            summary["evidence"] = judged.evidence
+        self.judged.append(summary)
 
     async def _sample_forever(self) -> None:
         ports = self.cluster.ports()

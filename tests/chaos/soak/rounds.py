@@ -16,12 +16,15 @@ import asyncio
 import math
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from testkit.cluster_rig import NodeProc, now_ms
 from tests.chaos.accounting import Figures, Promise, account
 from tests.chaos.receiver import ChaosReceiver
 from tests.chaos.soak.cluster import SoakCluster
+from tests.chaos.soak.evidence import evidence
 from tests.chaos.soak.nemesis import Nemesis
+from tests.chaos.soak.report import EXAMPLES
 from tests.chaos.workload import ChaosClient, promises, read_flows, register_intervals
 
 EVERY_MS = 1000
@@ -55,6 +58,7 @@ class JudgedRound:
     creates: dict[str, int]
     requests: int
     flows: int
+    evidence: dict[str, list[dict[str, Any]]]  # tests/chaos/soak/evidence.py
 
 
 class Round:
@@ -114,7 +118,8 @@ class Round:
                     "storage_unavailable": book.unavailable_creates,
                     "outcome_unknown": len(book.unconfirmed),
                 }
-                return JudgedRound(plan, figures, owed_promises, deadline_ms, creates, len(callbacks), len(flows))
+                kept = evidence(figures, callbacks, flows, EXAMPLES)
+                return JudgedRound(plan, figures, owed_promises, deadline_ms, creates, len(callbacks), len(flows), kept)
             finally:
                 if stream is not None and not stream.done():  # the round failed: no create after the close
                     stream.cancel()
