@@ -116,16 +116,27 @@ async def test_a_task_paused_or_deleted_just_before_its_instant_never_fires(
 ) -> None:
     client, _ = await client_for(running)
     async with client:
-        at = now_ms() + 1200
-        task = (await client.post("/v1/tasks", json=at_task(receiver, at))).json()
-        await asyncio.sleep((at - now_ms() - 200) / 1000)  # 200 ms before the instant
-        if action == "pause":
-            response = await client.post(f"/v1/tasks/{task['id']}/pause")
-            assert response.json()["status"] == "paused"
+        # The claim holds for a pause or delete *acknowledged* before the instant; one acknowledged after it
+        # may go either way (tests/chaos/accounting.py). The test client shares the node's event loop, so
+        # under load an answer can come late: then the try proves nothing and is made again with a new task.
+        # The CI run of 2026-12-05 03:40 (load 6.6) had a delete sent 200 ms before its instant and a fire.
+        for _ in range(3):
+            at = now_ms() + 1500
+            task = (await client.post("/v1/tasks", json=at_task(receiver, at))).json()
+            await asyncio.sleep((at - now_ms() - 400) / 1000)  # 400 ms before the instant
+            if action == "pause":
+                response = await client.post(f"/v1/tasks/{task['id']}/pause")
+                assert response.json()["status"] == "paused"
+            else:
+                response = await client.delete(f"/v1/tasks/{task['id']}")
+                assert response.status_code == 204
+            acknowledged_ms = now_ms()
+            await asyncio.sleep((at - now_ms() + 1000) / 1000)  # a second past the instant
+            if acknowledged_ms < at:
+                break
+            receiver.requests.clear()  # acknowledged after the instant: a fire was allowed; try again
         else:
-            response = await client.delete(f"/v1/tasks/{task['id']}")
-            assert response.status_code == 204
-        await asyncio.sleep((at - now_ms() + 1000) / 1000)  # a second past the instant
+            pytest.fail(f"no {action} was acknowledged before its instant in 3 tries (the box too loaded)")
         assert receiver.requests == []
         if action == "delete":
             assert (await client.get(f"/v1/tasks/{task['id']}")).status_code == 404
