@@ -12,12 +12,13 @@ process reads them, including another process of the same node name (a restart o
 process's stop): the token, not the name, tells them apart. Every change is still written, for the
 shards the node owns too: during a handover both owners overlap and the other must see it.
 
-Ids come from an auto-increment key, and a lower id may commit after a higher one was read, so each
-poll re-reads the ids above a *settled* watermark (the highest id seen at least a second ago) and
-skips those it already applied. A log emptied under it whose ids restart (``TRUNCATE``, or SQLite
-reusing ids once every row was purged) is noticed (the highest id fell below the highest read, or is
-that id on another change) and read again from the start. Changes older than ``RETENTION_S`` are
-pruned.
+A poll begins above the log's highest id as ``start`` read it, so a node receives every change logged
+after its ``start`` returned. Ids come from an auto-increment key, and a lower id may commit after a
+higher one was read, so each poll re-reads the ids above a *settled* watermark (the highest id seen at
+least a second ago) and skips those it already applied. A log emptied under it whose ids restart
+(``TRUNCATE``, or SQLite reusing ids once every row was purged) is noticed (the highest id fell below
+the highest read, or is that id on another change) and read again from the start. Changes older than
+``RETENTION_S`` are pruned.
 
 Publishing works like the store's :class:`tjobs.stores.sql_direct.GroupCommit`: a change is written at
 once when no write is in flight, and changes published meanwhile wait and go together in the next
@@ -93,7 +94,16 @@ class DbPollHotTier(HotTier):
         self._observer = observer
         await self.log.open()  # refuses a schema older than the log
         self._open = True
-        self._task = asyncio.create_task(self._poll_loop(), name="tjobs-hot-dbpoll")
+        # the poll begins above the log's highest id as of now: every change logged after start returns is
+        # received (read here, not on the poll's first turn, which may come after such a change)
+        watermark: int | None = None
+        try:
+            watermark = await self.log.highest_id()
+        except Exception as error:  # the poll reads it on its first turn instead
+            logger.warning(
+                "hot change log unreadable at start (%s); retrying", error, extra={"action": "hot_read_failed"}
+            )
+        self._task = asyncio.create_task(self._poll_loop(watermark), name="tjobs-hot-dbpoll")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -169,12 +179,11 @@ class DbPollHotTier(HotTier):
             _release(self._queue)
             self._queue = []
 
-    async def _poll_loop(self) -> None:
+    async def _poll_loop(self, watermark: int | None) -> None:
         log = self.log
-        watermark: int | None = None
         recent: list[tuple[float, int]] = []  # (seen at, id) above the watermark
         seen: dict[int, HotChange] = {}  # id -> the change read under it, above the watermark
-        highest: tuple[int, HotChange | None] = (0, None)  # the highest id read, and its change
+        highest: tuple[int, HotChange | None] = (watermark or 0, None)  # the highest id read, and its change
         next_purge = time.monotonic() + PURGE_INTERVAL_S
         while True:
             try:
