@@ -1,25 +1,43 @@
-"""Unit-test helpers for delivery: the transport twin scripted by status, and stored tasks with a flow each."""
+"""Unit-test helpers for delivery: the transport twin scripted by status, stored tasks with a flow each, and
+nodes' deliverers sharing one store on the test's clock (with the owner's compensator beside them)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import pytest
 
 from sharding import TaskIdGenerator
-from tjobs.clock import Clock, SystemClock
-from tjobs.delivery.deliverer import Deliverer
+from tjobs.clock import Clock, ManualClock, SystemClock
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import RecordingTransport
 from tjobs.delivery.signing import generate_secret
-from tjobs.model import App, DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, MisfirePolicy, Task, TaskStatus
-from tjobs.settings import CallbackSettings
+from tjobs.firing.compensator import Compensator
+from tjobs.model import (
+    App,
+    DeliveryMode,
+    Flow,
+    FlowKind,
+    FlowStatus,
+    FlowUpdate,
+    MisfirePolicy,
+    Task,
+    TaskStatus,
+    parse_flow_id,
+)
+from tjobs.settings import CallbackSettings, CompensatorSettings
 from tjobs.specs import AtSpec, CallbackSpec
 from tjobs.stores.memory import MemoryTaskStore
 
 CLOCK = SystemClock()
 SETTINGS = CallbackSettings(backoff_base_ms=20, backoff_max_ms=40, max_attempts=5, timeout_ms=1000)
 APP = App("shop", "shop", "", [generate_secret()], rate_limit_per_s=0.0, max_concurrency=10)
+GRACE = CompensatorSettings(interval_s=1.0, grace_s=30.0, batch=100)
+LEASE_MS = 16_000
 _instants = itertools.count(1)
 
 
@@ -157,3 +175,69 @@ async def stored_flow(
         task.id, Flow(task.id, at_ms, app.id, FlowKind.SCHEDULED, status, attempts, at_ms, at_ms, at_ms)
     )
     return task, flow
+
+
+async def stored(store: MemoryTaskStore, flow_id: str) -> Flow:
+    """The flow as the store has it now."""
+    flow = await store.get_flow(*parse_flow_id(flow_id))
+    assert flow is not None
+    return flow
+
+
+# Fixtures of tests whose nodes share one store on the test's clock. pytest finds a module's fixtures by name
+# in its namespace: a test module takes these by binding them there (``store = delivery_fakes.store``).
+
+
+@pytest.fixture
+def store() -> MemoryTaskStore:
+    return MemoryTaskStore()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(CLOCK.now_ms())
+
+
+@pytest.fixture
+async def deliverers() -> AsyncIterator[list[Deliverer]]:
+    """The deliverers ``node`` built for the test, stopped after it."""
+    built: list[Deliverer] = []
+    yield built
+    for deliverer in built:
+        await deliverer.stop(1.0)
+
+
+async def node(
+    built: list[Deliverer], store: MemoryTaskStore, transport: RecordingTransport, clock: ManualClock, **kwargs: object
+) -> Deliverer:
+    """One node's deliverer as the node wires it (the store's flow read before a retry), outcomes written at once;
+    ``recorder`` writes them instead of the store, the other keywords go to the deliverer."""
+    kwargs.setdefault("flush_batch", 1)
+    recorder = kwargs.pop("recorder", store)
+    deliverer = Deliverer(
+        recorder,  # type: ignore[arg-type]
+        transport,
+        AppLimiter(SETTINGS.global_max_in_flight),
+        SETTINGS,
+        clock,
+        NoJitter(),
+        status_reader=store,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    await deliverer.start()
+    built.append(deliverer)
+    return deliverer
+
+
+def owners_compensator(store: MemoryTaskStore, owner: Deliverer, clock: ManualClock) -> Compensator:
+    """The compensator of a node owning every shard, re-driving through its deliverer ``owner``."""
+    every_shard = frozenset(store.topology.shards())
+    return Compensator(
+        store,
+        lambda: every_shard,
+        owner.in_flight,
+        lambda t, f: owner.submit(CallbackJob(t, f, APP)),
+        GRACE,
+        clock,
+        LEASE_MS,
+    )

@@ -10,46 +10,36 @@ retried by the writer on the loop's own (short) time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from sharding import shard_of_task_id
-from tests.delivery_fakes import APP, CLOCK, SETTINGS, FailingRecorder, NoJitter, attempts_of, scripted, stored_flow
+from tests import delivery_fakes
+from tests.delivery_fakes import (
+    APP,
+    GRACE,
+    FailingRecorder,
+    attempts_of,
+    owners_compensator,
+    scripted,
+    stored,
+    stored_flow,
+)
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.foreign_flows import ForeignFlows
-from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import RecordingTransport
-from tjobs.firing.compensator import Compensator
 from tjobs.hot_tier.local import LocalHotTier
-from tjobs.model import DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, Task, parse_flow_id
+from tjobs.model import DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, Task
 from tjobs.service.tasks import TaskService
-from tjobs.settings import CompensatorSettings, Settings
+from tjobs.settings import Settings
 from tjobs.stores.memory import MemoryTaskStore
 
-GRACE = CompensatorSettings(interval_s=1.0, grace_s=30.0, batch=100)
-LEASE_MS = 16_000
 SKEW_MS = 500
 PAST_GRACE_MS = int(GRACE.grace_s * 1000) + 1
 
-
-@pytest.fixture
-def store() -> MemoryTaskStore:
-    return MemoryTaskStore()
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(CLOCK.now_ms())
-
-
-@pytest.fixture
-async def deliverers() -> AsyncIterator[list[Deliverer]]:
-    built: list[Deliverer] = []
-    yield built
-    for deliverer in built:
-        await deliverer.stop(1.0)
+store, clock, deliverers = delivery_fakes.store, delivery_fakes.clock, delivery_fakes.deliverers  # the fixtures
 
 
 async def node(
@@ -60,40 +50,14 @@ async def node(
     owned: frozenset[int],
     **kwargs: object,
 ) -> Deliverer:
-    """One node's deliverer as the node wires it: the store's flow read before a retry, the shards it owns
-    (the runner's), the compensators' grace and the clock fence's bound; outcomes written at once."""
-    kwargs.setdefault("flush_batch", 1)
-    recorder = kwargs.pop("recorder", store)
-    deliverer = Deliverer(
-        recorder,  # type: ignore[arg-type]
-        transport,
-        AppLimiter(SETTINGS.global_max_in_flight),
-        SETTINGS,
-        clock,
-        NoJitter(),
-        status_reader=store,
-        foreign=ForeignFlows(lambda: owned, GRACE.grace_s, SKEW_MS),
-        **kwargs,  # type: ignore[arg-type]
-    )
-    await deliverer.start()
-    built.append(deliverer)
-    return deliverer
+    """One node's deliverer as the node wires it (:func:`tests.delivery_fakes.node`), with the shards it owns
+    (the runner's), the compensators' grace and the clock fence's bound."""
+    foreign = ForeignFlows(lambda: owned, GRACE.grace_s, SKEW_MS)
+    return await delivery_fakes.node(built, store, transport, clock, foreign=foreign, **kwargs)
 
 
 def every_shard(store: MemoryTaskStore) -> frozenset[int]:
     return frozenset(store.topology.shards())
-
-
-def owners_compensator(store: MemoryTaskStore, owner: Deliverer, clock: ManualClock) -> Compensator:
-    return Compensator(
-        store,
-        lambda: every_shard(store),
-        owner.in_flight,
-        lambda t, f: owner.submit(CallbackJob(t, f, APP)),
-        GRACE,
-        clock,
-        LEASE_MS,
-    )
 
 
 async def manual_trigger(store: MemoryTaskStore, clock: ManualClock, node3: Deliverer) -> Flow:
@@ -112,12 +76,6 @@ async def manual_trigger(store: MemoryTaskStore, clock: ManualClock, node3: Deli
     )
     flow = await service.trigger(APP, task.id)
     assert flow.kind is FlowKind.MANUAL
-    return flow
-
-
-async def stored(store: MemoryTaskStore, flow_id: str) -> Flow:
-    flow = await store.get_flow(*parse_flow_id(flow_id))
-    assert flow is not None
     return flow
 
 
@@ -327,50 +285,36 @@ async def test_a_non_owners_at_most_once_trigger_whose_sending_was_written_past_
     assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
 
 
-async def test_a_non_owners_at_most_once_trigger_reaching_delivery_past_grace_is_left_unsent_to_the_owner(
-    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+@pytest.mark.parametrize(
+    "after_the_redrive", [False, True], ids=["before-the-owners-redrive", "after-the-owners-redrive"]
+)
+async def test_a_non_owners_at_most_once_trigger_reaching_delivery_past_grace_is_sent_by_the_owner_only(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer], after_the_redrive: bool
 ) -> None:
     # Given an at-most-once manual trigger committed by node 3's API, which reaches node 3's deliverer only
-    # past grace (a node too busy to run it sooner)
+    # past grace (a node too busy to run it sooner): before the owner's compensator passes, or after it leased
+    # it (0 + 1) and re-drove it, sent once as attempt 2
     third = scripted(200, clock=clock)
     node3 = await node(deliverers, store, third, clock, frozenset())
     late: list[CallbackJob] = []
     flow = await at_most_once_trigger(store, clock, lambda t, f: late.append(CallbackJob(t, f, APP)))
+    first = scripted(200, clock=clock)
+    node1 = await node(deliverers, store, first, clock, every_shard(store))
     clock.advance(PAST_GRACE_MS)
+    if after_the_redrive:
+        assert await owners_compensator(store, node1, clock).run_once() == 1
+        await settled(node1)
     # When node 3 takes it then
     node3.submit(late[0])
     await settled(node3)
-    # Then node 3 neither records nor sends it: it is still pending, for the owner's compensator
+    # Then node 3 sends nothing of it
     assert sent_of(third, flow) == []
-    assert (await stored(store, flow.id)).status is FlowStatus.PENDING
-    # which sends it once
-    first = scripted(200, clock=clock)
-    node1 = await node(deliverers, store, first, clock, every_shard(store))
-    assert await owners_compensator(store, node1, clock).run_once() == 1
-    await settled(node1)
+    if not after_the_redrive:
+        # nor records it: it is still pending, for the owner's compensator, which sends it once
+        assert (await stored(store, flow.id)).status is FlowStatus.PENDING
+        assert await owners_compensator(store, node1, clock).run_once() == 1
+        await settled(node1)
+    # the receiver got it once, from the owner
     assert sent_of(first, flow) == [2]
-    final = await stored(store, flow.id)
-    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
-
-
-async def test_a_non_owners_at_most_once_trigger_reaching_delivery_after_the_owners_redrive_is_not_sent_there(
-    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
-) -> None:
-    # Given an at-most-once manual trigger committed by node 3's API, which reaches node 3's deliverer only
-    # past grace, after the owner's compensator leased it (0 + 1) and re-drove it: sent once as attempt 2
-    third = scripted(200, clock=clock)
-    node3 = await node(deliverers, store, third, clock, frozenset())
-    late: list[CallbackJob] = []
-    flow = await at_most_once_trigger(store, clock, lambda t, f: late.append(CallbackJob(t, f, APP)))
-    first = scripted(200, clock=clock)
-    node1 = await node(deliverers, store, first, clock, every_shard(store))
-    clock.advance(PAST_GRACE_MS)
-    assert await owners_compensator(store, node1, clock).run_once() == 1
-    await settled(node1)
-    # When node 3 takes it then
-    node3.submit(late[0])
-    await settled(node3)
-    # Then node 3 sends nothing of it: the receiver got it once
-    assert sent_of(third, flow) == [] and sent_of(first, flow) == [2]
     final = await stored(store, flow.id)
     assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)

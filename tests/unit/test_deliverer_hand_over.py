@@ -10,97 +10,29 @@ retry, attempt 3 too. Time is the test's (ManualClock; retries due at once, on t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
-import pytest
-
 from sharding import shard_of_task_id
+from tests import delivery_fakes
 from tests.delivery_fakes import (
     APP,
-    CLOCK,
-    SETTINGS,
+    GRACE,
     FailingRecorder,
-    NoJitter,
     attempts_of,
     delivered_all,
+    node,
+    owners_compensator,
     scripted,
     settle,
+    stored,
+    stored_flow,
 )
-from tests.delivery_fakes import stored_flow as stored_flow_at
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
-from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.recording import RecordingTransport
-from tjobs.firing.compensator import Compensator
-from tjobs.model import Flow, FlowStatus, Task, parse_flow_id
-from tjobs.settings import CompensatorSettings
+from tjobs.model import FlowStatus
 from tjobs.stores.memory import MemoryTaskStore
 
-GRACE = CompensatorSettings(interval_s=1.0, grace_s=30.0, batch=100)
-LEASE_MS = 16_000
-
-
-@pytest.fixture
-def store() -> MemoryTaskStore:
-    return MemoryTaskStore()
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(CLOCK.now_ms())
-
-
-@pytest.fixture
-async def deliverers() -> AsyncIterator[list[Deliverer]]:
-    built: list[Deliverer] = []
-    yield built
-    for deliverer in built:
-        await deliverer.stop(1.0)
-
-
-async def node(
-    built: list[Deliverer], store: MemoryTaskStore, transport: RecordingTransport, clock: ManualClock, **kwargs: object
-) -> Deliverer:
-    """One node's deliverer as the node wires it (the store's flow read before a retry), outcomes written at once."""
-    kwargs.setdefault("flush_batch", 1)
-    recorder = kwargs.pop("recorder", store)
-    deliverer = Deliverer(
-        recorder,  # type: ignore[arg-type]
-        transport,
-        AppLimiter(SETTINGS.global_max_in_flight),
-        SETTINGS,
-        clock,
-        NoJitter(),
-        status_reader=store,
-        **kwargs,  # type: ignore[arg-type]
-    )
-    await deliverer.start()
-    built.append(deliverer)
-    return deliverer
-
-
-def new_owners_compensator(store: MemoryTaskStore, successor: Deliverer, clock: ManualClock) -> Compensator:
-    every_shard = frozenset(store.topology.shards())
-    return Compensator(
-        store,
-        lambda: every_shard,
-        successor.in_flight,
-        lambda t, f: successor.submit(CallbackJob(t, f, APP)),
-        GRACE,
-        clock,
-        LEASE_MS,
-    )
-
-
-async def stored_flow(store: MemoryTaskStore, clock: ManualClock) -> tuple[Task, Flow]:
-    return await stored_flow_at(store, clock=clock)
-
-
-async def stored(store: MemoryTaskStore, flow_id: str) -> Flow:
-    flow = await store.get_flow(*parse_flow_id(flow_id))
-    assert flow is not None
-    return flow
+store, clock, deliverers = delivery_fakes.store, delivery_fakes.clock, delivery_fakes.deliverers  # the fixtures
 
 
 async def test_the_old_owner_sends_no_retry_of_a_flow_whose_shard_it_handed_over(
@@ -110,7 +42,7 @@ async def test_the_old_owner_sends_no_retry_of_a_flow_whose_shard_it_handed_over
     old = scripted(504, then=504, clock=clock)
     old.hold = asyncio.Event()
     node1 = await node(deliverers, store, old, clock)
-    task, flow = await stored_flow(store, clock)
+    task, flow = await stored_flow(store, clock=clock)
     node1.submit(CallbackJob(task, flow, APP))
     await old.wait_for(1)
     # When the shard goes to node 2 (a graceful hand-over: node 1 is healthy, its fence open), whose
@@ -120,7 +52,7 @@ async def test_the_old_owner_sends_no_retry_of_a_flow_whose_shard_it_handed_over
     new.hold = asyncio.Event()
     node2 = await node(deliverers, store, new, clock)
     clock.advance(int(GRACE.grace_s * 1000) + 1)
-    assert await new_owners_compensator(store, node2, clock).run_once() == 1
+    assert await owners_compensator(store, node2, clock).run_once() == 1
     await new.wait_for(1)
     old.hold.set()  # node 1's attempt 1 answers 504: a retry would be due at once
     await delivered_all(node1)
@@ -141,10 +73,10 @@ async def test_a_flow_queued_before_the_hand_over_is_not_sent_by_the_old_owner(
     transport = scripted(200, clock=clock)
     transport.hold = asyncio.Event()
     node1 = await node(deliverers, store, transport, clock)
-    first_task, first = await stored_flow(store, clock)
-    second_task, second = await stored_flow(store, clock)
+    first_task, first = await stored_flow(store, clock=clock)
+    second_task, second = await stored_flow(store, clock=clock)
     while shard_of_task_id(second_task.id) == shard_of_task_id(first_task.id):
-        second_task, second = await stored_flow(store, clock)
+        second_task, second = await stored_flow(store, clock=clock)
     node1.submit(CallbackJob(first_task, first, app))
     node1.submit(CallbackJob(second_task, second, app))
     await transport.wait_for(1)
@@ -164,7 +96,7 @@ async def test_flows_of_shards_still_owned_are_retried_as_before(
 ) -> None:
     transport = scripted(500, then=200, clock=clock)
     node1 = await node(deliverers, store, transport, clock)
-    task, flow = await stored_flow(store, clock)
+    task, flow = await stored_flow(store, clock=clock)
     others = frozenset(store.topology.shards()) - {shard_of_task_id(task.id)}
     node1.submit(CallbackJob(task, flow, APP))
     node1.forget_runs(others)
@@ -183,7 +115,7 @@ async def test_a_retry_waits_until_the_outcome_of_the_attempt_before_it_is_writt
     recorder = FailingRecorder(store)
     transport = scripted(500, then=200, clock=clock)
     node1 = await node(deliverers, store, transport, clock, recorder=recorder, flush_interval_s=0.001)
-    task, flow = await stored_flow(store, clock)
+    task, flow = await stored_flow(store, clock=clock)
     node1.submit(CallbackJob(task, flow, APP))
     await transport.wait_for(1)
     await asyncio.wait_for(recorder.failed.wait(), 5.0)
