@@ -140,8 +140,9 @@ class ChaosClient:
         async with self._session.request(method, path, json=body, headers=headers or self._headers) as reply:
             return Reply(reply.status, await reply.read(), reply.headers)
 
-    async def create_app(self) -> str:
-        body = {"name": "chaos", "rate_limit_per_s": 100000, "max_concurrency": 1000}
+    async def create_app(self, max_concurrency: int = 1000) -> str:
+        """The app the calls act for; ``max_concurrency``: its callbacks in flight at once, per node."""
+        body = {"name": "chaos", "rate_limit_per_s": 100000, "max_concurrency": max_concurrency}
         reply = await self.request("POST", "/v1/apps", body, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
         reply.raise_for_status()
         self.app_id = str(reply.json()["id"])

@@ -68,7 +68,7 @@ class FakeClient:
         self.creates_after_close = 0
         self.book: Any = None
 
-    async def create_app(self) -> str:
+    async def create_app(self, max_concurrency: int = 1000) -> str:
         return "app"
 
     async def create_at(self, at_ms: int) -> int | None:
@@ -116,7 +116,7 @@ async def test_a_failed_round_stops_its_one_shot_stream_before_closing_the_clien
     monkeypatch.setattr(rounds, "register_intervals", no_intervals)
     monkeypatch.setattr(Round, "_quiet_moment", fails)
     now = now_ms()
-    plan = RoundPlan(0, now - 4000, now + 60_000, 0, 200.0, 1.0, 1.0)
+    plan = RoundPlan(0, now - 4000, now + 60_000, 0, 200.0, 1.0, 1.0, 100)
     round_ = Round(None, None, plan, seed=1)  # type: ignore[arg-type]
     with pytest.raises(OSError):
         await round_.run(None)  # type: ignore[arg-type]

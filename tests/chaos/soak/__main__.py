@@ -52,6 +52,9 @@ class SoakSettings:
     watch_s: float = 30.0
     outcome_flush: str = "default"  # or "grouped": 500 ms / 2,500
     faults: tuple[str, ...] = KINDS  # cycled in this order
+    # each round's app: callbacks in flight at once per node, what its one receiver (in this process, on
+    # the nodes' 2 cores) is declared to take: the product's default app setting (docs/testing.md)
+    max_concurrency: int = 100
     product_defaults: bool = False  # else the fault suite's fast settings (10-s cycles, 3-s grace)
     out_dir: Path = Path(".services/soak")
     state_dir: Path = Path(".services/soak-rig")
@@ -81,6 +84,9 @@ def parse_settings(argv: Sequence[str]) -> SoakSettings:
         "--outcome-flush", choices=["default", "grouped"], default=env("TJOBS_SOAK_OUTCOME_FLUSH", "default")
     )
     parser.add_argument("--product-defaults", action="store_true")
+    parser.add_argument(
+        "--max-concurrency", type=int, default=100, help="each round's app: callbacks in flight at once, per node"
+    )
     parser.add_argument("--faults", default=",".join(KINDS), help=f"the kinds cycled, in order (of {','.join(KINDS)})")
     parser.add_argument("--out", type=Path, default=Path(env("TJOBS_SOAK_OUT", str(REPO / ".services" / "soak"))))
     args = parser.parse_args(argv)
@@ -98,6 +104,7 @@ def parse_settings(argv: Sequence[str]) -> SoakSettings:
         watch_s=args.watch_s,
         outcome_flush=args.outcome_flush,
         product_defaults=args.product_defaults,
+        max_concurrency=args.max_concurrency,
         faults=tuple(k for k in args.faults.split(",") if k),
         out_dir=args.out,
         state_dir=Path(env("TJOBS_SOAK_DIR", str(REPO / ".services" / "soak-rig"))),
@@ -157,6 +164,7 @@ class Soak:
         self.nemesis = Nemesis(cluster, api, self._current_app)
         self.tally = Tally()
         self.judged: list[dict[str, Any]] = []
+        self.started_ms: int | None = None  # the first round's start, once run began
         self.samples: list[Sample] = []
         self.server_samples: list[dict[str, Any]] = []
         self.lateness_samples: list[dict[str, Any]] = []
@@ -181,7 +189,16 @@ class Soak:
         while start < first_start_ms + total_ms:
             end = min(start + round_ms, first_start_ms + total_ms) - EVERY_MS
             plans.append(
-                RoundPlan(len(plans), start, end, intervals, s.rate_per_s * s.one_shot_share, s.settle_s, s.watch_s)
+                RoundPlan(
+                    len(plans),
+                    start,
+                    end,
+                    intervals,
+                    s.rate_per_s * s.one_shot_share,
+                    s.settle_s,
+                    s.watch_s,
+                    s.max_concurrency,
+                )
             )
             start += round_ms
         return plans
@@ -190,6 +207,7 @@ class Soak:
         s = self.settings
         probe = self.plans(0)[0]
         first_start_ms = (now_ms() + registration_lead_ms(probe.interval_tasks) + 5000) // 1000 * 1000
+        self.started_ms = first_start_ms
         plans = self.plans(first_start_ms)
         plan = fault_schedule(s.minutes * 60, period_s=s.fault_period_s, kinds=s.faults)
         log.info(
@@ -376,7 +394,13 @@ async def soak(settings: SoakSettings) -> int:
         await asyncio.to_thread(cluster.rig.migrate)
         await cluster.start_all(api)
         runner = Soak(settings, cluster, api, run_dir)
-        started_ms, ended_ms = await runner.run()
+        try:
+            started_ms, ended_ms = await runner.run()
+        except asyncio.CancelledError:  # what ran so far is reported (the rounds judged, samples, faults)
+            if runner.started_ms is not None:
+                runner.errors.append("interrupted (SIGTERM or SIGINT): only the rounds judged before are counted")
+                runner.write_report(runner.started_ms, now_ms(), time.monotonic() - started)
+            raise
         return runner.write_report(started_ms, ended_ms, time.monotonic() - started)
     finally:
         cluster.heal()

@@ -42,6 +42,7 @@ class RoundPlan:
     one_shots_per_s: float
     settle_s: float
     watch_s: float  # after every owed instant was delivered: how long to keep listening for late sends
+    max_concurrency: int  # the round's app: its callbacks in flight at once, per node
 
 
 def registration_lead_ms(interval_tasks: int) -> int:
@@ -79,7 +80,7 @@ class Round:
             client = ChaosClient(entry, self.receiver.url())
             stream: asyncio.Task[None] | None = None
             try:
-                self.app_id = await client.create_app()
+                self.app_id = await client.create_app(plan.max_concurrency)
                 await register_intervals(client, plan.interval_tasks, plan.start_ms, plan.end_ms, EVERY_MS)
                 stream = asyncio.create_task(self._stream_one_shots(client))
                 await _sleep_until(plan.start_ms + 3500)
