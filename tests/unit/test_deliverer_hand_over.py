@@ -29,7 +29,7 @@ from tests.delivery_fakes import (
 )
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
-from tjobs.model import FlowStatus
+from tjobs.model import DeliveryMode, FlowStatus
 from tjobs.stores.memory import MemoryTaskStore
 
 store, clock, deliverers = delivery_fakes.store, delivery_fakes.clock, delivery_fakes.deliverers  # the fixtures
@@ -130,4 +130,41 @@ async def test_a_retry_waits_until_the_outcome_of_the_attempt_before_it_is_writt
     await delivered_all(node1)
     assert attempts_of(transport) == [1, 2]
     final = await stored(store, flow.id)
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
+
+
+async def test_an_at_most_once_flow_queued_before_the_hand_over_is_left_pending_unrecorded_for_the_new_owner(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given node 1 with one flow under way and, queued behind it (the app takes one at a time), an at-most-once
+    # flow still ``pending`` (a manual trigger its API took, or a re-drive): recorded ``sending`` only at its turn
+    app = replace(APP, max_concurrency=1)
+    transport = scripted(200, clock=clock)
+    transport.hold = asyncio.Event()
+    node1 = await node(deliverers, store, transport, clock)
+    first_task, first = await stored_flow(store, clock=clock)
+    second_task, second = await stored_flow(store, clock=clock, delivery=DeliveryMode.AT_MOST_ONCE)
+    while shard_of_task_id(second_task.id) == shard_of_task_id(first_task.id):
+        second_task, second = await stored_flow(store, clock=clock, delivery=DeliveryMode.AT_MOST_ONCE)
+    node1.submit(CallbackJob(first_task, first, app))
+    node1.submit(CallbackJob(second_task, second, app))
+    await transport.wait_for(1)
+    # When its shard is handed over before its turn comes
+    node1.forget_runs(frozenset({shard_of_task_id(second_task.id)}))
+    transport.hold.set()
+    await delivered_all(node1)
+    await settle()
+    # Then node 1 neither sends it nor records it ``sending`` (which the new owner's compensator would close
+    # ``unknown``, never sent): it is still pending, 0 attempts
+    assert second.id not in [r.flow_id for r in transport.requests]
+    left = await stored(store, second.id)
+    assert (left.status, left.attempts) == (FlowStatus.PENDING, 0)
+    # and the new owner's compensator, past grace, sends it once (the lease counts 0 + 1: attempt 2)
+    new = scripted(200, clock=clock)
+    node2 = await node(deliverers, store, new, clock)
+    clock.advance(int(GRACE.grace_s * 1000) + 1)
+    assert await owners_compensator(store, node2, clock).run_once() == 1
+    await delivered_all(node2)
+    assert [int(r.headers["tjobs-attempt"]) for r in new.requests if r.flow_id == second.id] == [2]
+    final = await stored(store, second.id)
     assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)

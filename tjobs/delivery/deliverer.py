@@ -424,7 +424,7 @@ class Deliverer:
         now_ms = self._clock.now_ms()
         attempt = delivery.attempt
         if delivery.record_sending:
-            if not self._in_window(delivery):  # another node's shard, taken late: left pending, for its owner
+            if delivery.lost or not self._in_window(delivery):  # handed over, or a foreign one taken late: left pending
                 return
             sending = delivery.update(FlowStatus.SENDING, attempt, now_ms)
             try:

@@ -216,8 +216,9 @@ def unusable(flow: Flow, error: Exception) -> FlowUpdate:
 def let_go(active: dict[str, Delivery], shards: frozenset[int]) -> tuple[int, int]:
     """Let go of the deliveries in ``active`` whose shard is in ``shards`` (handed over: another node's
     compensator re-drives them from what is stored): each is marked ``lost`` (a queued one is skipped when
-    its turn comes, one under way sends no retry) and leaves ``active``. Returns how many were let go and
-    how many of them waited on a retry timer (cancelled here)."""
+    its turn comes, an at-most-once one left ``pending`` without its ``sending`` record, which the new owner
+    would close ``unknown``; one under way sends no retry) and leaves ``active``. Returns how many were let
+    go and how many of them waited on a retry timer (cancelled here)."""
     gone = [d for d in active.values() if shard_of_task_id(d.job.flow.task_id) in shards]
     timers = 0
     for delivery in gone:
