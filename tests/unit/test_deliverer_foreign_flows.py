@@ -10,6 +10,7 @@ retried by the writer on the loop's own (short) time."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -27,13 +28,18 @@ from tests.delivery_fakes import (
     stored_flow,
 )
 from tjobs.clock import ManualClock
+from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.foreign_flows import ForeignFlows
+from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.recording import RecordingTransport
 from tjobs.hot_tier.local import LocalHotTier
 from tjobs.model import DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, Task
+from tjobs.pools.model import Executor
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
+from tjobs.specs import CallbackSpec
+from tjobs.specs.pool import parse_pool_route
 from tjobs.stores.memory import MemoryTaskStore
 
 SKEW_MS = 500
@@ -318,3 +324,40 @@ async def test_a_non_owners_at_most_once_trigger_reaching_delivery_past_grace_is
     assert sent_of(first, flow) == [2]
     final = await stored(store, flow.id)
     assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)
+
+
+async def test_a_fire_queued_behind_a_non_owners_flow_it_left_to_the_owner_goes_and_nothing_is_left_in_flight(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given node 3 delivering two flows of a pool task it does not own whose overlap is queue_one (two manual
+    # triggers its API took): the first's attempt 1 fails while node 3's outcome writes fail, the second waits
+    # behind it in the task's overlap gate
+    registry = LocalCoordinator(4)
+    await registry.register_executor(APP.id, "workers", Executor("e0", "http://10.0.0.1:8000", "z1"))
+    task, first = await stored_flow(store, clock=clock)
+    spec = CallbackSpec((), pool=parse_pool_route({"name": "workers", "overlap": "queue_one"}))
+    task = await store.update_task(dataclasses.replace(task, callback=spec), task.version)
+    at_ms = first.scheduled_at_ms + 1
+    second = await store.insert_manual_flow(
+        task.id, dataclasses.replace(first, scheduled_at_ms=at_ms, next_attempt_at_ms=at_ms)
+    )
+    recorder = FailingRecorder(store)
+    third = scripted(500, then=200, clock=clock)
+    pools = PoolDispatcher(registry, third)
+    node3 = await node(
+        deliverers, store, third, clock, frozenset(), recorder=recorder, flush_interval_s=0.001, pools=pools
+    )
+    node3.submit(CallbackJob(task, first, APP))
+    await third.wait_for(1)
+    node3.submit(CallbackJob(task, second, APP))
+    await asyncio.wait_for(recorder.failed.wait(), 5.0)
+    # When the first's outcome is written only past grace: node 3 leaves it to the owner's compensator
+    clock.advance(PAST_GRACE_MS)
+    recorder.failing = False
+    # Then it is not running here any more: the fire waiting behind it goes (its first attempt, as any first
+    # attempt of a non-owner's flow), and nothing of either stays in flight on node 3
+    await settled(node3)
+    assert sent_of(third, first) == [1] and sent_of(third, second) == [1]
+    left = await stored(store, first.id)
+    assert (left.status, left.attempts) == (FlowStatus.PENDING, 1)  # for the owner's compensator
+    assert (await stored(store, second.id)).status is FlowStatus.DELIVERED

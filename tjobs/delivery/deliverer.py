@@ -392,7 +392,7 @@ class Deliverer:
             self._enqueue(delivery)
 
     def _in_window(self, delivery: Delivery) -> bool:  # a flow of another node's shard (foreign_flows)
-        return retry_may_go(self._active, delivery, self._clock.now_ms())
+        return retry_may_go(self._active, delivery, self._clock.now_ms(), self._release)
 
     # ---- attempts -----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sharding import shard_of_task_id
 from tjobs.delivery.answers import answers_appended, attempt_answers
@@ -237,15 +237,18 @@ def let_go(active: dict[str, Delivery], shards: frozenset[int]) -> tuple[int, in
     return len(gone), timers
 
 
-def retry_may_go(active: dict[str, Delivery], delivery: Delivery, now_ms: int) -> bool:
+def retry_may_go(
+    active: dict[str, Delivery], delivery: Delivery, now_ms: int, release: Callable[[Delivery], None]
+) -> bool:
     """The outcome of ``delivery``'s attempt is written, seen at ``now_ms``: whether its retry may go from
     here. A flow of a shard this node does not own may not once the owner could have leased it
     (:mod:`tjobs.delivery.foreign_flows`): it is marked ``lost`` (its retry timer, if set, sends nothing)
-    and leaves ``active``, for the owner's compensator."""
+    and, if still in ``active``, ``release`` is told (it leaves ``active``, for the owner's compensator, and
+    no longer runs here: a fire of its task waiting behind it in the overlap gate goes)."""
     window = delivery.window
     if window is None or window.written(now_ms):
         return True
     delivery.lost = True
     if active.get(delivery.flow_id) is delivery:
-        del active[delivery.flow_id]
+        release(delivery)
     return False

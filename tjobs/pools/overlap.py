@@ -11,9 +11,11 @@
 "Running" is the deliverer's view on the node that fires the task (a task's fires all come from the
 node owning its shard): queued, in an attempt, or waiting in memory for its retry. A flow whose retry
 was left to the compensator (due far ahead) is not running here, and a queued fire goes once the
-running flow ends on this node (a re-drive of it, too). A flow this node sent that its executor accepted
-as a job run runs until the run ends, wherever its end was written (:mod:`tjobs.delivery.run_watch`);
-a node that takes a shard over learns the shard's live runs first, so they hold the gate there too.
+running flow ends on this node (a re-drive of it, too), or once this node leaves a flow of a shard it
+does not own to that owner's compensator (:mod:`tjobs.delivery.foreign_flows`). A flow this node sent
+that its executor accepted as a job run runs until the run ends, wherever its end was written
+(:mod:`tjobs.delivery.run_watch`); a node that takes a shard over learns the shard's live runs first,
+so they hold the gate there too.
 :class:`OverlapGate` is pure bookkeeping; the deliverer asks it in ``submit`` and tells it in ``_finish``.
 """
 
