@@ -551,7 +551,7 @@ class Deliverer:
         if stored is not None and stored.status.deliverable:
             return True
         self.cancelled += 1
-        self._active.pop(delivery.flow_id, None)
+        self._release(delivery)  # ended elsewhere: a fire of its task waiting behind it goes
         logger.info(
             "flow %s is %s; its retry is not sent",
             delivery.flow_id,
