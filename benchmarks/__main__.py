@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import pkgutil
@@ -37,11 +38,18 @@ def modules() -> list[str]:
 
 
 def fire(args: argparse.Namespace) -> None:
-    """Register N tasks due across a window over HTTP, sink their callbacks, report rate and lateness."""
+    """Register N tasks due across a window over HTTP, sink their callbacks, report rate and lateness (and
+    MariaDB's CPU, statements and status counters per fire, on a mysql --storage)."""
+    from benchmarks._db_cost import DbProbe
     from benchmarks.fire import run, run_fire_bench
     from benchmarks.report import emit, rich_progress
 
-    with bench_target(args) as (base_url, key, pids), rich_progress(console) as progress:
+    mysql = next((url for url in args.storage or () if url.startswith("mysql")), None)
+    with (
+        bench_target(args) as (base_url, key, pids),
+        contextlib.closing(DbProbe(mysql)) if mysql else contextlib.nullcontext() as probe,
+        rich_progress(console) as progress,
+    ):
         result = run(
             run_fire_bench(
                 base_url,
@@ -56,6 +64,7 @@ def fire(args: argparse.Namespace) -> None:
                 verify_every=args.verify_every,
                 node_pids=pids,
                 compare_slo=args.slo,
+                db_probe=probe,
             )
         )
     emit(result, console, as_json=args.json_out)

@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
 
+from benchmarks._db_cost import DbReader, DbReading, Span, per_op_net_of_quiet
 from benchmarks.report import BenchResult, Percentiles, ProgressFn, Registration, account
 from benchmarks.slo_compare import compare, node_slo
 from testkit.node_process import process_cpu_s
@@ -42,7 +43,8 @@ REGISTER_DUE_IN_S = 30 * 86_400  # register-bench tasks are due this far ahead: 
 DISCARD_CALLBACK_URL = "http://127.0.0.1:9/cb"
 MAX_ERROR_SAMPLES = 5
 PROBE_MIN, PROBE_MAX = 200, 2000  # creates in the probe that sizes the lead time
-FIRE_CPU_LEAD_S = 0.5  # the node's fire-phase CPU is counted from this long before the window
+FIRE_CPU_LEAD_S = 0.5  # the node's (and MariaDB's) fire-phase CPU is counted from this long before the window
+QUIET_MIN_S = 1.0  # MariaDB's quiet rate needs at least this long between the registration and the window
 
 T = TypeVar("T")
 
@@ -313,6 +315,7 @@ async def run_fire_bench(
     max_concurrency: int = 100,
     compare_slo: bool = False,
     slo_timeout_s: float = 90.0,
+    db_probe: DbReader | None = None,
 ) -> BenchResult:
     """Register ``tasks`` one-shot tasks due across ``window_s`` and measure how their callbacks arrive.
 
@@ -325,6 +328,11 @@ async def run_fire_bench(
     sink consumes what the target receives (:mod:`benchmarks.protocol_fire`). ``max_concurrency`` is
     the bench app's cap on deliveries in flight (:func:`create_bench_app`). ``compare_slo`` asks the
     node's SLO after the drain and sets ``result.slo`` (:mod:`benchmarks.slo_compare`).
+
+    With a ``db_probe`` (MariaDB, :class:`benchmarks._db_cost.DbProbe`) the database's cost per delivered
+    task over the same fire phase is ``result.mariadb`` (:func:`benchmarks._db_cost.per_op_net_of_quiet`):
+    gross, and net of the rate a quiet reading measured from the registration's end to the fire phase
+    (at least ``QUIET_MIN_S`` of it, else no net figure).
     """
     if tasks < 1 or window_s <= 0:
         raise ValueError("tasks must be >= 1 and window_s > 0")
@@ -375,21 +383,24 @@ async def run_fire_bench(
                     f"{late} creates were answered after their instant (lead {lead_s:.1f} s was too short "
                     f"for the registration rate): their lateness includes registration time"
                 )
-            fire_cpu_start_s = None
-            if node_pids:
+            quiet = _db_read(db_probe)
+            if node_pids or db_probe is not None:
                 wait_s = (start_ms - time.time_ns() // 1_000_000) / 1000 - FIRE_CPU_LEAD_S
                 if wait_s > 0:
                     await asyncio.sleep(wait_s)
-                fire_cpu_start_s = _nodes_cpu_s(node_pids)
+            fire_cpu_start_s = _nodes_cpu_s(node_pids)
+            fire_start = _db_read(db_probe)
             drained = await _await_callbacks(
                 sink, len(registered), end_ms, drain_timeout_s, settle_s, poll_interval_s, progress
             )
             node_cpu_end_s = _nodes_cpu_s(node_pids)
+            fire_end = _db_read(db_probe)
             records = await sink.records()
             stats = await sink.stats()
         if probe_ids and await _delete_tasks(session, base_url, api_key, probe_ids, concurrency, progress):
             warnings.append("some of the probe tasks (due in 30 days) could not be deleted")
         delivery = account(registered, records)
+        mariadb = _mariadb_per_fire(quiet, fire_start, fire_end, delivery.delivered, warnings)
         slo = None
         if compare_slo:
             report = await node_slo(session, base_url, api_key, delivery.delivered, slo_timeout_s)
@@ -421,7 +432,35 @@ async def run_fire_bench(
         instants=registered,
         records=records,
         slo=slo,
+        mariadb=mariadb,
     )
+
+
+TimedReading = tuple[float, DbReading] | None  # (monotonic s, reading); None without a probe
+
+
+def _db_read(probe: DbReader | None) -> TimedReading:
+    return None if probe is None else (time.monotonic(), probe.read())
+
+
+def _mariadb_per_fire(
+    quiet: TimedReading, start: TimedReading, end: TimedReading, fires: int, warnings: list[str]
+) -> dict[str, Any] | None:
+    """The database's cost per fire over the fire phase (``start`` to ``end``), gross and net of the rate
+    from ``quiet`` to ``start`` when that span is at least ``QUIET_MIN_S``."""
+    if quiet is None or start is None or end is None:
+        return None
+    quiet_s = start[0] - quiet[0]
+    quiet_span: Span | None = (quiet[1], start[1], quiet_s) if quiet_s >= QUIET_MIN_S else None
+    if quiet_span is None:
+        warnings.append(
+            f"only {quiet_s:.1f} s between the registration and the window: no quiet reading of MariaDB, "
+            f"no figure net of it (give a longer --lead-s)"
+        )
+    cost = per_op_net_of_quiet((start[1], end[1], end[0] - start[0]), fires, quiet_span)
+    if cost is not None and cost["absent"]:
+        warnings.append(f"MariaDB has no status counter {', '.join(cost['absent'])}: not reported")
+    return cost
 
 
 def _spent(start_s: float | None, end_s: float | None) -> float | None:

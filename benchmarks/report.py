@@ -25,6 +25,11 @@ Definitions (the JSON keys say the same):
   time during the registration (the fire and register benches; not the register bench's cleanup);
   ``node_cpu_us_per_create`` is their sum per stored task (a cluster's other nodes pay for reading what
   the first publishes).
+- *mariadb_cpu_us_per_fire*, *statements_per_fire* (fire bench with ``--storage mysql…``): the server
+  process's CPU and ``SHOW GLOBAL STATUS`` ``Questions`` over the node's fire phase, per delivered task
+  (every client of the server counts); ``mariadb_per_fire`` holds them with every counter of
+  :data:`benchmarks._db_cost.COUNTERS` per fire, ``gross`` and ``net`` of the ``quiet`` rate measured
+  between the registration's end and the fire phase, and the counters the server lacks (``absent``).
 """
 
 from __future__ import annotations
@@ -240,6 +245,7 @@ class BenchResult:
     instants: Mapping[int, int] = field(default_factory=dict)
     records: CallbackRecords | None = None
     slo: dict[str, Any] | None = None  # fire --slo: the node's SLO p99 beside the sink's (benchmarks.slo_compare)
+    mariadb: dict[str, Any] | None = None  # fire on MariaDB: its cost per fire (_db_cost.per_op_net_of_quiet)
 
     def lateness(self) -> Percentiles | None:
         if self.delivery is None:
@@ -343,8 +349,21 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
             [_round(s) for s in result.node_register_cpu_s] if result.node_register_cpu_s is not None else None
         ),
         "node_cpu_us_per_create": _round(node_us_per_create(result), 1),
+        **_mariadb_json(result.mariadb),
         "warnings": result.warnings,
         "machine": dict(machine_info) if machine_info is not None else machine(),
+    }
+
+
+def _mariadb_json(cost: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The database's figures per fire: gross CPU and statements, and the whole cost (gross, quiet, net)."""
+    gross, net = (cost["gross"], cost["net"] or {}) if cost is not None else ({}, {})
+    return {
+        "mariadb_cpu_us_per_fire": gross.get("mariadb_cpu_us"),
+        "mariadb_cpu_us_per_fire_net": net.get("mariadb_cpu_us"),
+        "statements_per_fire": gross.get("statements"),
+        "statements_per_fire_net": net.get("statements"),
+        "mariadb_per_fire": dict(cost) if cost is not None else None,
     }
 
 
@@ -407,6 +426,17 @@ def render_table(summary: Mapping[str, Any]) -> Table:
         row("node CPU per fire", summary["node_cpu_us_per_fire"], "µs")
     if summary.get("node_cpu_us_per_create") is not None:
         row("node CPU per create (registration)", summary["node_cpu_us_per_create"], "µs")
+    mariadb = summary.get("mariadb_per_fire")
+    if mariadb is not None:
+        gross, net = mariadb["gross"], mariadb["net"] or {}
+        row(
+            "MariaDB CPU per fire, gross / net of quiet", _gross_net(gross["mariadb_cpu_us"], net.get("mariadb_cpu_us"))
+        )
+        row("statements per fire, gross / net", _gross_net(gross["statements"], net.get("statements")))
+        for name, value in gross["counters"].items():
+            row(f"  {name} per fire, gross / net", _gross_net(value, net.get("counters", {}).get(name)))
+        if mariadb["absent"]:
+            row("MariaDB counters absent", ", ".join(mariadb["absent"]))
     return table
 
 
@@ -414,6 +444,10 @@ def _pair(first: float | None, second: float | None) -> str | None:
     if first is None or second is None:
         return None
     return f"{first:,.1f} / {second:,.1f}" if isinstance(first, float) else f"{first:,} / {second:,}"
+
+
+def _gross_net(gross: float | None, net: float | None) -> str:
+    return " / ".join("—" if value is None else f"{value:,.3f}".rstrip("0").rstrip(".") for value in (gross, net))
 
 
 def emit(result: BenchResult, console: Console, *, as_json: bool, out: TextIO | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
 from benchmarks import fire
+from benchmarks._db_cost import COUNTERS, DbReading
 from benchmarks.fire import BenchError, run_fire_bench, run_register_bench
 from benchmarks.report import to_json
 from testkit.sink import SINK_SERVERS, CallbackRecords, SinkConfig, SinkProcess
@@ -368,3 +369,36 @@ async def test_without_lead_or_rate_a_probe_sizes_the_lead_and_is_deleted(
     assert summary["settings"]["lead_s"] == pytest.approx(50 / rate * fire.LEAD_MARGIN + 0.5, abs=0.01)
     assert len(node.deleted) == fire.PROBE_MIN  # the probe's tasks, due in 30 days, are gone
     assert summary["late_registrations"] == 0 and summary["registered"] == 50
+
+
+class ScriptedDb:
+    """Stands in for MariaDB's probe: each reading 1,001 statements and 0.5 s of CPU past the one before."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read(self) -> DbReading:
+        self.reads += 1
+        return DbReading(0.5 * self.reads, {"Questions": 1_001 * self.reads, "Com_insert": 5 * self.reads})
+
+
+async def test_with_a_database_probe_the_fire_bench_reports_its_cost_per_fire(
+    stand_in_node: tuple[str, StandInNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the stand-in node firing 5 tasks, and a probe of the database (quiet from 0.1 s on)
+    base_url, _ = stand_in_node
+    monkeypatch.setattr(fire, "QUIET_MIN_S", 0.1)
+    db = ScriptedDb()
+    common: dict[str, Any] = {"tasks": 5, "window_s": 0.2, "lead_s": 1.0, "drain_timeout_s": 1.0, "settle_s": 0.1}
+    result = await run_fire_bench(base_url, "admin", db_probe=db, **common)
+    summary = to_json(result)
+    # Then it was read three times: quiet, the fire phase's start and its end; the cost is per delivered task
+    assert db.reads == 3 and summary["delivered"] == 5
+    assert (summary["mariadb_cpu_us_per_fire"], summary["statements_per_fire"]) == (100_000.0, 200.0)
+    cost = summary["mariadb_per_fire"]
+    assert cost["gross"]["counters"] == {"Com_insert": 1.0} and cost["net"] is not None
+    assert 0.1 <= cost["quiet"]["seconds"] < 1.0 and cost["quiet"]["statements_per_s"] > 0
+    assert set(cost["absent"]) == set(COUNTERS) - {"Questions", "Com_insert"}
+    assert any(warning.startswith("MariaDB has no status counter") for warning in summary["warnings"])
+    # And without one there is no database figure
+    assert to_json(await run_fire_bench(base_url, "admin", **common))["mariadb_per_fire"] is None
