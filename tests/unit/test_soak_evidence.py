@@ -4,7 +4,7 @@ instants but kept only their keys, so which node sent what could not be told aft
 
 from __future__ import annotations
 
-from tests.chaos.accounting import Callback, Figures, StoredFlow
+from tests.chaos.accounting import Callback, Figures, Promise, StoredFlow
 from tests.chaos.soak.evidence import evidence
 
 
@@ -56,3 +56,39 @@ def test_only_the_first_limit_examples_are_kept() -> None:
     kept = evidence(figures, [], [], limit=1)
     assert [e["task_id"] for e in kept["lost"]] == [1]
     assert [e["flow_id"] for e in kept["attempt_reuse"]] == ["1-10"]
+
+
+def test_a_phantom_instant_keeps_its_requests_its_flow_rows_and_what_its_task_was_promised() -> None:
+    # A phantom of a known task (an instant past what it may fire) and one of a task no create named
+    figures = Figures(phantom=[(7, 3000), (9, 1000)])
+    callbacks = [send("7-3000", 1, "tjobs/node2", 3050), send("9-1000", 1, "tjobs/node3", 1020)]
+    flows = [StoredFlow(7, 3000, "delivered", 1, 3010)]
+    promised = {7: Promise(7, 1, frozenset({1000}), frozenset({1000, 2000}), deleted=True, create_acked_ms=500)}
+    kept = evidence(figures, callbacks, flows, limit=20, promises=promised)
+    assert kept["phantom"] == [
+        {
+            "task_id": 7,
+            "scheduled_at_ms": 3000,
+            "sends": [
+                {"flow_id": "7-3000", "attempt": 1, "sender": "tjobs/node2", "received_ms": 3050, "delivered": True}
+            ],
+            "flows": [{"status": "delivered", "attempts": 1, "created_at_ms": 3010}],
+            "promise": {
+                "must": 1,
+                "may": 2,
+                "may_first_ms": 1000,
+                "may_last_ms": 2000,
+                "deleted": True,
+                "create_acked_ms": 500,
+            },
+        },
+        {
+            "task_id": 9,
+            "scheduled_at_ms": 1000,
+            "sends": [
+                {"flow_id": "9-1000", "attempt": 1, "sender": "tjobs/node3", "received_ms": 1020, "delivered": True}
+            ],
+            "flows": [],
+            "promise": None,
+        },
+    ]

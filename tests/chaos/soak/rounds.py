@@ -119,7 +119,7 @@ class Round:
                     "storage_unavailable": book.unavailable_creates,
                     "outcome_unknown": len(book.unconfirmed),
                 }
-                kept = evidence(figures, callbacks, flows, EXAMPLES)
+                kept = evidence(figures, callbacks, flows, EXAMPLES, {**unconfirmed, **owed_promises})
                 return JudgedRound(plan, figures, owed_promises, deadline_ms, creates, len(callbacks), len(flows), kept)
             finally:
                 if stream is not None and not stream.done():  # the round failed: no create after the close
