@@ -4,6 +4,7 @@ nodes' deliverers sharing one store on the test's clock (with the owner's compen
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -12,6 +13,7 @@ import pytest
 
 from sharding import TaskIdGenerator
 from tjobs.clock import Clock, ManualClock, SystemClock
+from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import RecordingTransport
@@ -29,8 +31,10 @@ from tjobs.model import (
     TaskStatus,
     parse_flow_id,
 )
+from tjobs.pools.model import Executor
 from tjobs.settings import CallbackSettings, CompensatorSettings
 from tjobs.specs import AtSpec, CallbackSpec
+from tjobs.specs.pool import parse_pool_route
 from tjobs.stores.memory import MemoryTaskStore
 
 CLOCK = SystemClock()
@@ -241,3 +245,18 @@ def owners_compensator(store: MemoryTaskStore, owner: Deliverer, clock: ManualCl
         clock,
         LEASE_MS,
     )
+
+
+async def queue_one_pair(store: MemoryTaskStore, clock: ManualClock) -> tuple[LocalCoordinator, Task, Flow, Flow]:
+    """A task routed to pool ``workers`` (one executor registered in the returned registry) whose overlap is
+    ``queue_one``, with two stored flows: the second due a millisecond after the first."""
+    registry = LocalCoordinator(4)
+    await registry.register_executor(APP.id, "workers", Executor("e0", "http://10.0.0.1:8000", "z1"))
+    task, first = await stored_flow(store, clock=clock)
+    spec = CallbackSpec((), pool=parse_pool_route({"name": "workers", "overlap": "queue_one"}))
+    task = await store.update_task(dataclasses.replace(task, callback=spec), task.version)
+    at_ms = first.scheduled_at_ms + 1
+    second = await store.insert_manual_flow(
+        task.id, dataclasses.replace(first, scheduled_at_ms=at_ms, next_attempt_at_ms=at_ms)
+    )
+    return registry, task, first, second

@@ -10,7 +10,6 @@ retried by the writer on the loop's own (short) time."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -23,23 +22,20 @@ from tests.delivery_fakes import (
     FailingRecorder,
     attempts_of,
     owners_compensator,
+    queue_one_pair,
     scripted,
     stored,
     stored_flow,
 )
 from tjobs.clock import ManualClock
-from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.foreign_flows import ForeignFlows
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.recording import RecordingTransport
 from tjobs.hot_tier.local import LocalHotTier
 from tjobs.model import DeliveryMode, Flow, FlowKind, FlowStatus, FlowUpdate, Task
-from tjobs.pools.model import Executor
 from tjobs.service.tasks import TaskService
 from tjobs.settings import Settings
-from tjobs.specs import CallbackSpec
-from tjobs.specs.pool import parse_pool_route
 from tjobs.stores.memory import MemoryTaskStore
 
 SKEW_MS = 500
@@ -332,15 +328,7 @@ async def test_a_fire_queued_behind_a_non_owners_flow_it_left_to_the_owner_goes_
     # Given node 3 delivering two flows of a pool task it does not own whose overlap is queue_one (two manual
     # triggers its API took): the first's attempt 1 fails while node 3's outcome writes fail, the second waits
     # behind it in the task's overlap gate
-    registry = LocalCoordinator(4)
-    await registry.register_executor(APP.id, "workers", Executor("e0", "http://10.0.0.1:8000", "z1"))
-    task, first = await stored_flow(store, clock=clock)
-    spec = CallbackSpec((), pool=parse_pool_route({"name": "workers", "overlap": "queue_one"}))
-    task = await store.update_task(dataclasses.replace(task, callback=spec), task.version)
-    at_ms = first.scheduled_at_ms + 1
-    second = await store.insert_manual_flow(
-        task.id, dataclasses.replace(first, scheduled_at_ms=at_ms, next_attempt_at_ms=at_ms)
-    )
+    registry, task, first, second = await queue_one_pair(store, clock)
     recorder = FailingRecorder(store)
     third = scripted(500, then=200, clock=clock)
     pools = PoolDispatcher(registry, third)

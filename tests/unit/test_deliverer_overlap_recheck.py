@@ -14,19 +14,15 @@ from tests.delivery_fakes import (
     SETTINGS,
     NoJitter,
     delivered_all,
+    queue_one_pair,
     scripted,
     stored,
-    stored_flow,
 )
 from tjobs.clock import ManualClock
-from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.model import Flow, FlowStatus
-from tjobs.pools.model import Executor
-from tjobs.specs import CallbackSpec
-from tjobs.specs.pool import parse_pool_route
 from tjobs.stores.memory import MemoryTaskStore
 
 store, clock, deliverers = delivery_fakes.store, delivery_fakes.clock, delivery_fakes.deliverers  # the fixtures
@@ -52,15 +48,7 @@ async def test_a_fire_queued_behind_a_flow_its_retry_found_ended_elsewhere_goes(
 ) -> None:
     # Given a pool task whose overlap is queue_one, its first flow's attempt 1 answered 500 and its second flow
     # waiting behind it in the task's overlap gate
-    registry = LocalCoordinator(4)
-    await registry.register_executor(APP.id, "workers", Executor("e0", "http://10.0.0.1:8000", "z1"))
-    task, first = await stored_flow(store, clock=clock)
-    spec = CallbackSpec((), pool=parse_pool_route({"name": "workers", "overlap": "queue_one"}))
-    task = await store.update_task(dataclasses.replace(task, callback=spec), task.version)
-    at_ms = first.scheduled_at_ms + 1
-    second = await store.insert_manual_flow(
-        task.id, dataclasses.replace(first, scheduled_at_ms=at_ms, next_attempt_at_ms=at_ms)
-    )
+    registry, task, first, second = await queue_one_pair(store, clock)
     reader = EndedElsewhere(store)
     transport = scripted(500, then=200, clock=clock)
     # When the first flow is ended elsewhere before its retry (the retry's read finds it delivered)
