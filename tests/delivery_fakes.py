@@ -214,9 +214,11 @@ async def deliverers() -> AsyncIterator[list[Deliverer]]:
 async def node(
     built: list[Deliverer], store: MemoryTaskStore, transport: RecordingTransport, clock: ManualClock, **kwargs: object
 ) -> Deliverer:
-    """One node's deliverer as the node wires it (the store's flow read before a retry), outcomes written at once;
-    ``recorder`` writes them instead of the store, the other keywords go to the deliverer."""
+    """One node's deliverer as the node wires it (the store's flow read before a retry, unless ``status_reader``
+    reads instead), outcomes written at once; ``recorder`` writes them instead of the store, the other keywords
+    go to the deliverer."""
     kwargs.setdefault("flush_batch", 1)
+    kwargs.setdefault("status_reader", store)
     recorder = kwargs.pop("recorder", store)
     deliverer = Deliverer(
         recorder,  # type: ignore[arg-type]
@@ -225,7 +227,6 @@ async def node(
         SETTINGS,
         clock,
         NoJitter(),
-        status_reader=store,
         **kwargs,  # type: ignore[arg-type]
     )
     await deliverer.start()

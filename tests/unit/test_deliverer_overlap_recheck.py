@@ -11,16 +11,14 @@ import dataclasses
 from tests import delivery_fakes
 from tests.delivery_fakes import (
     APP,
-    SETTINGS,
-    NoJitter,
     delivered_all,
+    node,
     queue_one_pair,
     scripted,
     stored,
 )
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
-from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.model import Flow, FlowStatus
 from tjobs.stores.memory import MemoryTaskStore
@@ -53,19 +51,9 @@ async def test_a_fire_queued_behind_a_flow_its_retry_found_ended_elsewhere_goes(
     transport = scripted(500, then=200, clock=clock)
     # When the first flow is ended elsewhere before its retry (the retry's read finds it delivered)
     reader.ended.add(first.id)
-    deliverer = Deliverer(
-        store,
-        transport,
-        AppLimiter(SETTINGS.global_max_in_flight),
-        SETTINGS,
-        clock,
-        NoJitter(),
-        status_reader=reader,
-        flush_batch=1,
-        pools=PoolDispatcher(registry, transport),
+    deliverer = await node(
+        deliverers, store, transport, clock, status_reader=reader, pools=PoolDispatcher(registry, transport)
     )
-    await deliverer.start()
-    deliverers.append(deliverer)
     deliverer.submit(CallbackJob(task, first, APP))
     await transport.wait_for(1)
     deliverer.submit(CallbackJob(task, second, APP))
