@@ -101,6 +101,28 @@ def contents(settings: StorageSettings) -> list[dict[str, Any]]:
     return found
 
 
+def differences(found: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What tells two ``contents`` apart, compactly: (database, kind[, table], only in found, only in wanted);
+    a failing comparison names these instead of printing every table's definition."""
+    if len(found) != len(wanted):
+        return [("databases", [f["name"] for f in found], [w["name"] for w in wanted])]
+    differing: list[tuple[Any, ...]] = []
+    for have, want in zip(found, wanted, strict=True):
+        for kind in sorted(set(have) | set(want)):
+            a, b = have.get(kind), want.get(kind)
+            if a == b:
+                continue
+            if isinstance(a, dict) and isinstance(b, dict):
+                for table in sorted(set(a) | set(b)):
+                    if a.get(table) != b.get(table):
+                        differing.append((want["name"], kind, table, a.get(table), b.get(table)))
+            elif isinstance(a, list) and isinstance(b, list):
+                differing.append((want["name"], kind, [r for r in a if r not in b], [r for r in b if r not in a]))
+            else:
+                differing.append((want["name"], kind, a, b))
+    return differing
+
+
 def execute(settings: StorageSettings, *statements: str) -> None:
     with connect(settings.urls[0]) as conn, conn.cursor() as cursor:
         cursor.execute("SET SESSION sql_mode = ''")  # a row of defaults in any table
@@ -141,7 +163,7 @@ async def test_every_set_holds_what_a_fresh_migration_makes(migrated: StorageSet
     assert len({first.database_prefix, second.database_prefix, asked.database_prefix}) == 3
     for leased in (first, second):
         assert leased.model_copy(update={"database_prefix": asked.database_prefix}) == asked
-        assert contents(leased) == reference
+        assert not differences(contents(leased), reference)
         await starts(leased)
     execute(
         second,
@@ -158,6 +180,7 @@ async def test_every_set_holds_what_a_fresh_migration_makes(migrated: StorageSet
     )
     changed = contents(second)
     assert changed != reference  # the comparison sees each of these changes
+    assert differences(changed, reference)
     for index, kind in [(0, "tables"), (1, "rows"), (2, "rows"), (0, "table stats"), (3, "indexes"), (0, "triggers")]:
         assert changed[index][kind] != reference[index][kind], (index, kind)
     release_mariadb(first)
@@ -168,7 +191,7 @@ async def test_every_set_holds_what_a_fresh_migration_makes(migrated: StorageSet
     other = await fresh_mariadb(asked)
     assert {again.database_prefix, other.database_prefix} == {first.database_prefix, second.database_prefix}
     for leased in (again, other):
-        assert contents(leased) == reference
+        assert not differences(contents(leased), reference)
         await starts(leased)
     release_mariadb(again)
     release_mariadb(other)
