@@ -337,6 +337,7 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
         outcome.notes["creates_refused"] = client.book.refused_creates
         outcome.notes["creates_storage_unavailable"] = client.book.unavailable_creates
         outcome.notes["creates_outcome_unknown"] = len(client.book.unconfirmed)
+        outcome.notes["ids_named_twice"] = len(client.book.named_twice)
         outcome.notes["outcome_flush"] = outcome_flush()
         if unreadable:
             outcome.notes["unreadable_answers"] = ",".join(sorted(set(unreadable.values())))
@@ -350,13 +351,15 @@ async def run(rig: ClusterRig, receiver: ChaosReceiver, profile: Profile, fault:
 
 
 def assert_clean(outcome: Outcome) -> None:
-    """0 lost, 0 duplicate flows, 0 phantom, every 201 readable, no attempt number sent twice."""
+    """0 lost, 0 duplicate flows, 0 phantom, every 201 readable, no attempt number sent twice, no task id
+    named by two creates' answers."""
     f = outcome.figures
     detail = (
         f"\nfirst lost: {f.lost[:5]}\nfirst duplicated: {f.duplicate_flows[:5]}\nfirst phantom: "
         f"{f.phantom[:5]}\nfirst unreadable: {f.unreadable[:5]}\nfirst reused attempts: {f.attempt_reuse[:5]}"
     )
     assert outcome.counts() == dict.fromkeys(outcome.counts(), 0), outcome.summary() + detail
+    assert not outcome.notes.get("ids_named_twice"), outcome.summary()
 
 
 def profiles(quick: Profile | None = QUICK) -> list[Any]:

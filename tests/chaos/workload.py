@@ -66,15 +66,29 @@ class Registered:
         )
 
 
+@dataclass(frozen=True)
+class NamedAgain:
+    """A create whose answer (``"acknowledged"`` or ``"unconfirmed"``) named a task id an earlier answer
+    of the same book had named: one of the two was told another request's task. Never expected."""
+
+    answer: str
+    task_id: int
+    instants: list[int]
+    create_sent_ms: int
+    create_answered_ms: int
+
+
 @dataclass
 class Book:
-    """Everything the workload was promised, and the creates that got no answer."""
+    """Everything the workload was promised, and the creates that got no answer. The first answer naming
+    a task id is booked; a later one naming the same id is kept in ``named_twice`` instead."""
 
     tasks: dict[int, Registered] = field(default_factory=dict)
     unanswered_creates: int = 0  # no answer, or a 5xx that does not say what was stored
     refused_creates: int = 0  # answered, but not 201 (a clear error: nothing was promised)
     unavailable_creates: int = 0  # of the refused: 503 storage_unavailable (nothing stored)
     unconfirmed: dict[int, Registered] = field(default_factory=dict)  # 503 storage_outcome_unknown
+    named_twice: list[NamedAgain] = field(default_factory=list)
 
 
 def create_answer(status: int, body: Any) -> tuple[str, int | None]:
@@ -171,6 +185,9 @@ class ChaosClient:
         if task_id is None:
             return None
         registered = Registered(task_id, instants, sent_ms, now_ms(), recurring=len(instants) > 1)
+        if task_id in self.book.tasks or task_id in self.book.unconfirmed:
+            self.book.named_twice.append(NamedAgain(answer, task_id, instants, sent_ms, registered.create_acked_ms))
+            return None
         if answer == "unconfirmed":
             registered.acknowledged = False
             self.book.unconfirmed[task_id] = registered

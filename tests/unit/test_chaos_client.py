@@ -25,9 +25,10 @@ ANSWERS = [
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[tuple[NodeProc, list[dict[str, object]]]]:
+async def api(request: pytest.FixtureRequest) -> AsyncIterator[tuple[NodeProc, list[dict[str, object]]]]:
+    """A stand-in API answering creates, in order, with ``request.param`` (default :data:`ANSWERS`)."""
     seen: list[dict[str, object]] = []
-    answers = list(ANSWERS)
+    answers = list(getattr(request, "param", ANSWERS))
 
     async def apps(request: web.Request) -> web.Response:
         return web.json_response({"id": "app-1", "api_key": "tja_key"}, status=201)
@@ -68,6 +69,38 @@ async def test_each_create_is_booked_by_what_its_answer_promised(
         "callback": {"url": "http://127.0.0.1:9/hook"},
         "schedule": {"kind": "at", "at": "1970-01-01T00:00:01.000Z"},
     }
+
+
+@pytest.mark.parametrize(
+    "api",
+    [
+        [
+            (201, {"id": 11}),
+            (201, {"id": 11}),  # another request's task
+            (503, {"error": {"code": "storage_outcome_unknown", "details": {"task_id": 11}}}),
+            (201, {"id": 12}),
+        ]
+    ],
+    indirect=True,
+)
+async def test_an_id_that_two_answers_name_is_booked_once_and_the_second_answer_kept_as_evidence(
+    api: tuple[NodeProc, list[dict[str, object]]],
+) -> None:
+    # The 2-hour soak of 2026-12-05 counted a phantom whose task was known but whose booked instant was not
+    # the one it fired: an answer naming another request's task would do that, and the book overwrote it
+    node, _ = api
+    client = ChaosClient(node, "http://127.0.0.1:9/hook")
+    try:
+        await client.create_app()
+        results = [await client.create_at(at_ms) for at_ms in (1_000, 2_000, 3_000, 4_000)]
+    finally:
+        await client.close()
+    assert results == [11, None, None, 12]
+    assert client.book.tasks[11].instants == [1_000] and not client.book.unconfirmed
+    assert [(again.answer, again.task_id, again.instants) for again in client.book.named_twice] == [
+        ("acknowledged", 11, [2_000]),
+        ("unconfirmed", 11, [3_000]),
+    ]
 
 
 async def test_a_create_nobody_answers_is_unanswered() -> None:

@@ -63,7 +63,11 @@ def test_a_phantom_instant_keeps_its_requests_its_flow_rows_and_what_its_task_wa
     figures = Figures(phantom=[(7, 3000), (9, 1000)])
     callbacks = [send("7-3000", 1, "tjobs/node2", 3050), send("9-1000", 1, "tjobs/node3", 1020)]
     flows = [StoredFlow(7, 3000, "delivered", 1, 3010)]
-    promised = {7: Promise(7, 1, frozenset({1000}), frozenset({1000, 2000}), deleted=True, create_acked_ms=500)}
+    promised = {
+        7: Promise(
+            7, 1, frozenset({1000}), frozenset({1000, 2000}), deleted=True, create_sent_ms=400, create_acked_ms=500
+        )
+    }
     kept = evidence(figures, callbacks, flows, limit=20, promises=promised)
     assert kept["phantom"] == [
         {
@@ -79,6 +83,7 @@ def test_a_phantom_instant_keeps_its_requests_its_flow_rows_and_what_its_task_wa
                 "may_first_ms": 1000,
                 "may_last_ms": 2000,
                 "deleted": True,
+                "create_sent_ms": 400,
                 "create_acked_ms": 500,
             },
         },

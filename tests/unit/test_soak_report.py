@@ -98,6 +98,16 @@ def test_a_first_send_before_its_instant_fails_the_soak() -> None:
     assert failures(tally, []) == ["early_first_sends=1"]
 
 
+def test_a_task_id_named_by_two_creates_answers_fails_the_soak() -> None:
+    tally = Tally()
+    owed = {T1: promise(T1, 1_000)}
+    figures = account(owed, [sent(T1, 1_000, 1_010)], [], deadline_ms=9_000)
+    tally.add_round(figures, owed, [], creates={"acknowledged": 2, "ids_named_twice": 0})
+    assert failures(tally, []) == []
+    tally.add_round(figures, owed, [], creates={"acknowledged": 2, "ids_named_twice": 1})
+    assert failures(tally, []) == ["ids_named_twice=1"]
+
+
 def test_a_soak_that_owed_nothing_did_not_pass() -> None:
     assert failures(Tally(), []) == ["nothing was owed: the workload did not run"]
 

@@ -36,6 +36,7 @@ def _promised(promise: Promise | None) -> dict[str, Any] | None:
         "may_first_ms": min(promise.may, default=None),
         "may_last_ms": max(promise.may, default=None),
         "deleted": promise.deleted,
+        "create_sent_ms": promise.create_sent_ms,
         "create_acked_ms": promise.create_acked_ms,
     }
 

@@ -264,9 +264,11 @@ def trends(
 
 
 def failures(tally: Tally, found_trends: Iterable[Trend]) -> list[str]:
-    """What fails the soak: any lost, duplicate flow, phantom, reused attempt or early first send, and any
-    metric that grew beyond its tolerance. Empty: it passed."""
+    """What fails the soak: any lost, duplicate flow, phantom, reused attempt or early first send, a task id
+    that two creates' answers named, and any metric that grew beyond its tolerance. Empty: it passed."""
     reasons = [f"{name}={tally.counts[name]}" for name in COUNTS if tally.counts[name]]
+    if tally.creates.get("ids_named_twice"):
+        reasons.append(f"ids_named_twice={tally.creates['ids_named_twice']}")
     early = tally.histogram(OVERALL).early
     if early:
         reasons.append(f"early_first_sends={early}")

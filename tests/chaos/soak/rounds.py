@@ -13,6 +13,7 @@ A round's deadline is its last instant, or the end of the latest fault that stru
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -118,8 +119,10 @@ class Round:
                     "refused": book.refused_creates,
                     "storage_unavailable": book.unavailable_creates,
                     "outcome_unknown": len(book.unconfirmed),
+                    "ids_named_twice": len(book.named_twice),
                 }
                 kept = evidence(figures, callbacks, flows, EXAMPLES, {**unconfirmed, **owed_promises})
+                kept["named_twice"] = [dataclasses.asdict(again) for again in book.named_twice[:EXAMPLES]]
                 return JudgedRound(plan, figures, owed_promises, deadline_ms, creates, len(callbacks), len(flows), kept)
             finally:
                 if stream is not None and not stream.done():  # the round failed: no create after the close
