@@ -27,3 +27,25 @@ def test_ids_from_a_seeded_prng_are_spread_over_the_random_bits() -> None:
 def test_by_default_the_random_bits_come_from_the_os() -> None:
     ids = TaskIdGenerator(512)
     assert len({ids.mint(5, NOW_MS) for _ in range(100)}) > 90
+
+
+def test_one_generator_never_mints_an_id_it_minted_recently_even_when_its_random_bits_repeat() -> None:
+    # Two creates of one node in the same millisecond and shard drew the same 12 bits 1 in 4,096 times:
+    # group-committed together, both could time out and both answers name one task (see sharding/ids.py)
+    ids = TaskIdGenerator(512, lambda bits: 7)
+    first, second = ids.mint(5, NOW_MS), ids.mint(5, NOW_MS)
+    assert first != second
+    assert {shard_of_task_id(first), shard_of_task_id(second)} == {5}
+    assert first >> 22 == second >> 22 == NOW_MS - ID_EPOCH_MS
+
+
+def test_a_clock_stepped_back_does_not_mint_the_ids_of_the_milliseconds_it_lived_before() -> None:
+    ids = TaskIdGenerator(512, lambda bits: 7)
+    before = {ids.mint(9, NOW_MS + ms) for ms in range(0, 2000, 2) for _ in range(2)}
+    again = {ids.mint(9, NOW_MS + ms) for ms in range(0, 2000, 2) for _ in range(2)}  # the same 2 s again
+    assert len(before) == 2000 and not before & again
+
+
+def test_every_value_of_a_millisecond_and_shard_is_minted_once_before_any_repeats() -> None:
+    ids = TaskIdGenerator(512, random.Random(11).getrandbits)
+    assert len({ids.mint(1, NOW_MS) for _ in range(4096)}) == 4096

@@ -211,7 +211,7 @@ class TaskService:
                     continue
                 return Created(existing, created=False)
             except Conflict:
-                # A task id collision (1 in 4096 per node and millisecond): mint another id.
+                # A task id another node minted too (1 in 4,096 per millisecond and shard): mint another one.
                 task_id = self._ids.mint(shard_of_task_id(task.id), self._clock.now_ms())
                 reminted(task, task_id, now_ms, self.calendar_of(app.id, task.schedule))
                 continue
