@@ -94,6 +94,7 @@ class WriteAttempt:
         self.deadline = deadline
         self.sent = False
         self.closed = False
+        self.given_up = False  # a caller stopped waiting (close): what it was told must stay true
 
     def begin_send(self) -> None:
         """Called right before the first statement goes out; raises :class:`WriteAbandoned` if too late."""
@@ -105,8 +106,15 @@ class WriteAttempt:
 
     def close(self) -> bool:
         """Stop the write from being sent; False if it was sent already (its outcome is then unknown)."""
+        self.given_up = True
         self.closed = not self.sent
         return self.closed
+
+    def pass_gate(self) -> None:
+        """Before a fallback sends what a failed write had not: :meth:`begin_send` unless that write had
+        passed it already (a write refused by its server was sent: its callers were told so)."""
+        if not self.sent:
+            self.begin_send()
 
 
 def answered_by_server(error: BaseException) -> bool:

@@ -11,6 +11,9 @@ A create (single or batch) waits at most ``storage.create_timeout_s`` for each s
 an item whose write was never sent answers ``StorageUnavailable`` (nothing stored), one whose write
 was sent and not confirmed ``StorageOutcomeUnknown`` (it may have committed; the error names its id).
 A batch answers per item: the shares of servers that answered are stored and reported as such.
+A write refused as a whole is settled task by task, keeping what its callers were told: only if it had
+been sent (:meth:`WriteAttempt.pass_gate`), and a batch item whose caller was answered is stored under the
+id that answer named or not at all.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ class SqlCreates(SqlBase, TaskRecords):
             raise  # unavailable, not sent, or sent and unconfirmed: so is each one
         except Exception:  # a refused row (key, id, data) or a deadlock: one by one
             pass
+        attempt.pass_gate()  # a caller told "nothing was sent" keeps nothing stored
         settled: list[Outcome] = []
         for task in tasks:
             try:
@@ -219,29 +223,39 @@ class SqlCreates(SqlBase, TaskRecords):
             raise
         except Exception:  # a concurrent writer took a key or an id, or a refused row
             pass
-        return await self._settle_items(url, items)
+        attempt.pass_gate()
+        return await self._settle_items(url, items, attempt)
 
-    async def _settle_items(self, url: str, items: list[tuple[int, Task]]) -> Settled:
+    async def _settle_items(self, url: str, items: list[tuple[int, Task]], attempt: WriteAttempt) -> Settled:
         """Each item of a share that conflicted as a whole, on its own: some may be stored before the
         server fails, so a storage error is the item's own."""
         settled: Settled = []
         for index, task in items:
             try:
-                settled.append((index, await self._settle_item(task)))
+                settled.append((index, await self._settle_item(task, attempt)))
             except (StorageUnavailable, WriteOutcomeUnknown) as error:
                 settled.append((index, self._create_failed(url, task.id, error)))
         return settled
 
-    async def _settle_item(self, task: Task) -> Task | int:
+    async def _settle_item(self, task: Task, attempt: WriteAttempt) -> Task | int:
         """Insert one item of a batch that conflicted as a whole. Other items (and other servers'
         shares) may be committed already, so this item must not fail the batch for a taken id: it is
-        stored under another id of the same shard instead (see ``TaskStore.insert_tasks``)."""
+        stored under another id of the same shard instead (see ``TaskStore.insert_tasks``) while its
+        caller waits. Once the caller was answered (its outcome unknown, naming this id) the item is
+        stored under that id or not at all: another id would be a task nobody knows of."""
         for _ in range(INSERT_RETRIES):
             try:
                 return await self._insert_one(self._check_routing(task), task)
             except DuplicateKey as duplicate:
                 return duplicate.existing_task_id
             except TaskIdTaken:
+                if attempt.given_up:
+                    logger.warning(
+                        "a batch item's id %d was taken after its caller was told its outcome was unknown: not stored",
+                        task.id,
+                        extra={"action": "late_write"},
+                    )
+                    raise WriteOutcomeUnknown(f"task id {task.id} was taken; not stored under another") from None
                 task.id = TaskIdGenerator.remint(task.id)
         raise Conflict(f"task {task.name!r} found its id taken {INSERT_RETRIES} times; retry")
 
@@ -262,7 +276,7 @@ class SqlCreates(SqlBase, TaskRecords):
             return list(staged.items())
         except sa_exc.IntegrityError:
             pass  # a concurrent writer took a key or an id: settle each item on its own
-        return await self._settle_items(home.engine_url, items)
+        return await self._settle_items(home.engine_url, items, attempt)
 
     async def _new_shard_items(
         self,
