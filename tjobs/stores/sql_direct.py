@@ -59,10 +59,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from sharding import shard_of_task_id
-from tjobs.model import Task
+from tjobs.model import Flow, Task
 from tjobs.settings import StorageSettings
 from tjobs.specs import RenderedOnce, callback_to_text, schedule_to_text
-from tjobs.stores.schema import TASK_COLUMNS, children_to_text, dumps, task_from_row
+from tjobs.stores.schema import TASK_COLUMNS, children_to_text, dumps, flow_from_row, task_from_row
 from tjobs.stores.shard_fence import fence_statement
 from tjobs.stores.sql_layout import MYSQL, ROW_LOCK_WAIT_S, Layout, ShardTables
 from tjobs.stores.sql_literals import TaskRows
@@ -204,6 +204,22 @@ def task_values(task: Task, callbacks: RenderedOnce[str] | None = None) -> tuple
     )
 
 
+_FLOW_READS: dict[str, tuple[str, tuple[str, ...]]] = {}
+_FLOW_READS_MAX = 4096  # tables of layouts since reloaded: emptied when full
+
+
+def _flow_read(home: ShardTables) -> tuple[str, tuple[str, ...]]:
+    """The read of one flow of ``home``'s flows table by its key, and the columns it returns."""
+    found = _FLOW_READS.get(home.flows_sql)
+    if found is None:
+        names = tuple(column.name for column in home.flows.c)
+        sql = f"SELECT {', '.join(names)} FROM {home.flows_sql} WHERE task_id = %s AND scheduled_at = %s"
+        if len(_FLOW_READS) >= _FLOW_READS_MAX:
+            _FLOW_READS.clear()
+        found = _FLOW_READS[home.flows_sql] = (sql, names)
+    return found
+
+
 def _task_of(row: tuple[Any, ...] | None) -> Task | None:
     return None if row is None else task_from_row(dict(zip(TASK_COLUMNS, row, strict=True)))
 
@@ -337,6 +353,14 @@ class DirectPool:
         :meth:`insert_new`, committed when it returns; asyncmy's ``IntegrityError`` on a taken id or key
         (nothing written), :class:`WriteOutcomeUnknown` if the connection broke while it ran."""
         await self.insert_new([(home, [task])], fence_epoch)
+
+    async def get_flow(self, home: ShardTables, task_id: int, scheduled_at_ms: int) -> Flow | None:
+        """One flow by its key: one ``SELECT`` of its columns (the text built once per table)."""
+        sql, names = _flow_read(home)
+        async with self.cursor() as cursor:
+            await cursor.execute(sql, (task_id, scheduled_at_ms))
+            row = await cursor.fetchone()
+        return None if row is None else flow_from_row(dict(zip(names, row, strict=True)))
 
     async def get_task(self, home: ShardTables, task_id: int) -> Task | None:
         async with self.cursor() as cursor:

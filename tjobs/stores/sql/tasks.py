@@ -254,9 +254,14 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         home = self._shard_of_task(task_id)
         if home is None:
             return None
+        url = home.database.engine_url
+        direct = self._direct.get(url)
+        if direct is not None:  # the retry's read (Deliverer._still_open): no engine checkout, no ROLLBACK
+            with self._errors(url, writes=False):
+                return await direct.get_flow(home, task_id, scheduled_at_ms)
         c = home.flows.c
         statement = select(home.flows).where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms)
-        async with self._connect(home.database.engine_url) as conn:
+        async with self._connect(url) as conn:
             row = (await conn.execute(statement, execution_options=home.options)).mappings().first()
         return None if row is None else flow_from_row(row)
 
