@@ -16,12 +16,17 @@ from tjobs.stores.base import TaskStore
 _KINDS = ("Com_select", "Com_insert", "Com_update", "Com_delete", "Com_insert_select", "Com_update_multi")
 
 
-def _fire_pool(store: TaskStore) -> Any:
-    pools: dict[str, Any] | None = getattr(store, "_fire_pools", None)
+def _only_pool(store: TaskStore, attribute: str = "_fire_pools") -> Any:
+    """The store's one MariaDB pool of ``attribute`` (the fire pools by default; ``_direct``: the raw pools)."""
+    pools: dict[str, Any] | None = getattr(store, attribute, None)
     if not pools:
-        pytest.skip("MariaDB's fire pool only: its session counters")
+        pytest.skip(f"MariaDB's {attribute} only: its session counters")
     [pool] = pools.values()  # the contract topology is on one server
     return pool
+
+
+def _fire_pool(store: TaskStore) -> Any:
+    return _only_pool(store)
 
 
 async def _counters(pool: Any) -> dict[str, int]:

@@ -6,26 +6,14 @@ one connection as :mod:`tests.contract.test_store_fire_statements_contract` coun
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from tests.contract.backends import NOW_MS, intent_of, interval_planner, make_task
-from tests.contract.test_store_fire_statements_contract import _counters, _statements
+from tests.contract.test_store_fire_statements_contract import _counters, _only_pool, _statements
 from tjobs.model import FlowStatus, FlowUpdate
 from tjobs.stores.base import TaskStore
 
 
-def _raw_pool(store: TaskStore) -> Any:
-    pools: dict[str, Any] | None = getattr(store, "_direct", None)
-    if not pools:
-        pytest.skip("MariaDB's raw pool only: its session counters")
-    [pool] = pools.values()  # the contract topology is on one server
-    return pool
-
-
 async def test_mariadb_reads_a_flow_by_its_key_in_one_select_on_the_raw_pool(store: TaskStore) -> None:
-    pool = _raw_pool(store)
+    pool = _only_pool(store, "_direct")
     task = await store.insert_task(make_task(shard=3))
     assert task.next_run_at_ms is not None
     [outcome] = await store.commit_fires([intent_of(task)], NOW_MS + 5, interval_planner)
