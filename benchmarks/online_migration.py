@@ -15,8 +15,12 @@ into the shard tables (multi-row ``INSERT``; valid tasks of the bench's app, ids
   reported;
 - ``--rate`` × ``--window-s`` one-shot tasks due across the window on random shards, calling the sink.
 
-``--alter-at-s`` into the window it runs a migration, as ``tjobs migrate`` would send it: on every
-``tasks_TT``, one after the other, ``ALTER TABLE … ADD COLUMN bench_probe TEXT NULL`` with
+``--alter-at-s`` into the window it runs a migration, as ``tjobs migrate`` would send it, on every
+``tasks_TT``, one after the other. By default (``--change task_purge_index``) that is migration 0026, the
+one online migration of ours whose time grows with the task tables' rows: its virtual column
+(``ALGORITHM=INSTANT``) and that column's index, built while writes go on (``INPLACE, LOCK=NONE``); the
+bench undoes 0026 on every (still empty) task table before the load. ``--change add_column`` sends
+``ALTER TABLE … ADD COLUMN bench_probe TEXT NULL`` instead, with
 ``--algorithm``: ``INSTANT`` (metadata only: what docs/operations.md "Upgrades" calls online),
 ``INPLACE`` (rebuilt with ``LOCK=NONE``), ``INPLACE_SHARED`` (rebuilt with writes blocked,
 ``LOCK=SHARED``: what MariaDB does for a column added to ``tasks_TT``, refusing the other two there
@@ -79,7 +83,7 @@ from testkit.node_process import node_process
 from testkit.sink import SinkConfig, SinkProcess
 from tjobs.settings import StorageSettings
 from tjobs.specs import AtSpec, CallbackSpec, schedule_to_text
-from tjobs.stores.schema import TASK_COLUMNS
+from tjobs.stores.schema import COMPLETED_AT_COLUMN, COMPLETED_AT_EXPRESSION, TASK_COLUMNS, purge_task_indexes
 from tjobs.stores.sql_layout import Layout, ShardTables
 
 NODE_SETTINGS: dict[str, Any] = {"rate_limits": {"enabled": False}}
@@ -153,6 +157,46 @@ def alter_statement(table_sql: str, algorithm: str, change: str = "add_column") 
     return f"ALTER TABLE {table_sql} {what}, ALGORITHM={algorithm}{locking}"
 
 
+def purge_index_statements(home: ShardTables) -> tuple[list[str], list[str]]:
+    """``--change task_purge_index``: (what undoes migration 0026 on one task table before the load, what
+    0026 sends to it during the window). The second is 0026's own pair: its virtual column
+    (``ALGORITHM=INSTANT``) and that column's index, built while writes go on (``INPLACE, LOCK=NONE``): the
+    one migration of ours whose time grows with the table's rows and that claims to be online."""
+    indexes = purge_task_indexes(home.tasks.name, "mysql")
+    undo = [f"ALTER TABLE {home.tasks_sql} " + ", ".join(f"DROP INDEX `{name}`" for name, _ in indexes)]
+    undo.append(f"ALTER TABLE {home.tasks_sql} DROP COLUMN `{COMPLETED_AT_COLUMN}`")
+    redo = [
+        f"ALTER TABLE {home.tasks_sql} ADD COLUMN `{COMPLETED_AT_COLUMN}` BIGINT AS ({COMPLETED_AT_EXPRESSION}) "
+        "VIRTUAL, ALGORITHM=INSTANT"
+    ]
+    for name, columns in indexes:
+        keys = ", ".join(f"`{column}`" for column in columns)
+        redo.append(f"ALTER TABLE {home.tasks_sql} ADD INDEX `{name}` ({keys}), ALGORITHM=INPLACE, LOCK=NONE")
+    return undo, redo
+
+
+def change_statements(home: ShardTables, algorithm: str, change: str) -> list[str]:
+    """What the migration sends to one task table during the window."""
+    if change == "task_purge_index":
+        return purge_index_statements(home)[1]
+    return [alter_statement(home.tasks_sql, algorithm, change)]
+
+
+def undo_purge_index(layout: Layout) -> None:
+    """Before the load, every task table as it was before migration 0026 (blocking; empty tables: fast)."""
+    connections: dict[str, Any] = {}
+    try:
+        for home in layout.shards:
+            url = home.database.engine_url
+            connection = connections.get(url) or connections.setdefault(url, _connect(url))
+            with connection.cursor() as cursor:
+                for statement in purge_index_statements(home)[0]:
+                    cursor.execute(statement)
+    finally:
+        for connection in connections.values():
+            connection.close()
+
+
 def run_alters(layout: Layout, algorithm: str, change: str) -> tuple[list[tuple[str, float]], str | None]:
     """The migration on every task table, one after the other (blocking): (table, seconds) of each, and
     the server's refusal (say, ``ALGORITHM=INSTANT is not supported``) that stopped it, if one did."""
@@ -166,7 +210,8 @@ def run_alters(layout: Layout, algorithm: str, change: str) -> tuple[list[tuple[
             began = time.perf_counter()
             try:
                 with connection.cursor() as cursor:
-                    cursor.execute(alter_statement(home.tasks_sql, algorithm, change))
+                    for statement in change_statements(home, algorithm, change):
+                        cursor.execute(statement)
             except pymysql.err.OperationalError as error:
                 return timings, f"{home.tasks_sql}: {error.args[-1]}"
             timings.append((home.tasks_sql, time.perf_counter() - began))
@@ -208,6 +253,9 @@ async def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 callback = CallbackSpec((sink.callback_url,), timeout_ms=3000)
                 started = now_ms()
                 template = _values(one_shot(0, app_id, started + PARKED_DUE_IN_MS, callback, started))
+                if args.change == "task_purge_index":
+                    await asyncio.to_thread(undo_purge_index, layout)
+                    say("migration 0026 undone on every task table (its index and virtual column dropped)")
                 say(f"loading {args.tasks:,} parked tasks ({args.load_workers} connections)")
                 clock = time.perf_counter()
                 await asyncio.to_thread(
@@ -311,9 +359,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--algorithm", choices=tuple(ALGORITHMS), default="INSTANT", help="ALGORITHM and LOCK")
     parser.add_argument(
         "--change",
-        choices=("add_column", "table_options"),
-        default="add_column",
-        help="add_column: ADD COLUMN bench_probe; table_options: 0010's STATS_AUTO_RECALC=0 re-applied",
+        choices=("task_purge_index", "add_column", "table_options"),
+        default="task_purge_index",
+        help="task_purge_index: migration 0026 (undone before the load, --algorithm ignored); add_column: ADD "
+        "COLUMN bench_probe; table_options: 0010's STATS_AUTO_RECALC=0 re-applied",
     )
     parser.add_argument("--topology", default="1x4x16", help="the node's storage.topology")
     parser.add_argument("--load-workers", type=int, default=2, help="connections loading the parked tasks")

@@ -3,7 +3,10 @@ would write for those tasks, the statement it sends, and its figures of the stat
 
 from __future__ import annotations
 
-from benchmarks.online_migration import alter_figures, alter_statement, parked_rows
+from types import SimpleNamespace
+from typing import Any, cast
+
+from benchmarks.online_migration import alter_figures, alter_statement, change_statements, parked_rows
 from benchmarks.shard_move import mint_ids, one_shot
 from tjobs.specs import CallbackSpec
 from tjobs.stores.schema import TASK_COLUMNS, task_to_row
@@ -35,6 +38,16 @@ def test_the_migration_adds_a_nullable_column_with_the_algorithm_named() -> None
     assert alter_statement("`db_00`.`tasks_03`", "INSTANT", "table_options") == (
         "ALTER TABLE `db_00`.`tasks_03` STATS_AUTO_RECALC=0, ALGORITHM=INSTANT"
     )
+
+
+def test_the_default_change_is_migration_0026_undone_before_the_load_and_sent_again_during_the_window() -> None:
+    home = cast(Any, SimpleNamespace(tasks=SimpleNamespace(name="tasks_03"), tasks_sql="`db_00`.`tasks_03`"))
+    assert change_statements(home, "COPY", "task_purge_index") == [
+        "ALTER TABLE `db_00`.`tasks_03` ADD COLUMN `completed_at` BIGINT AS "
+        "(CASE WHEN status = 'completed' THEN updated_at END) VIRTUAL, ALGORITHM=INSTANT",
+        "ALTER TABLE `db_00`.`tasks_03` ADD INDEX `tasks_03_done` (`completed_at`), ALGORITHM=INPLACE, LOCK=NONE",
+    ]
+    assert change_statements(home, "INPLACE", "add_column") == [alter_statement("`db_00`.`tasks_03`", "INPLACE")]
 
 
 def test_the_migration_figures_name_the_slowest_table() -> None:
