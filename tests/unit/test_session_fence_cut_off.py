@@ -63,3 +63,16 @@ async def test_no_kill_is_sent_to_a_server_this_node_cannot_reach_either() -> No
     store = SessionsStore({})
     await fence(store).end_former_owners(view({DB1: 1, DB2: 1}, own_down={DB2: 1}), etcd_failed_at=float("-inf"))
     assert [server for server, _ in store.ended] == [DB1]
+
+
+async def test_the_records_ended_are_forgotten_once_their_node_published_another() -> None:
+    """A long-lived node remembers only the cut-off records still in the view: one entry per server of
+    each current record, however many records a flapping peer published (one per partition) over its life."""
+    store = SessionsStore({})
+    sessions = fence(store)
+    for revision in range(10, 110):
+        await sessions.end_former_owners(view([DB1, DB2], revision=revision), etcd_failed_at=float("-inf"))
+    assert len(store.ended) == 200, "each record published is ended on both servers"
+    assert len(sessions._cut_ended) == 2, "only the current record's servers are remembered"
+    await sessions.end_former_owners(view([DB1, DB2], revision=109), etcd_failed_at=float("-inf"))
+    assert len(store.ended) == 200, "the current record is still ended once"

@@ -111,3 +111,8 @@ class EtcdSessionFence:
                 cut = RecordedSessions(node_id, servers, recorded.revision)
                 await end_sessions_of(self._store, cut, f"it cannot reach {', '.join(sorted(servers))}")
                 self._cut_ended.update((node_id, server, recorded.revision) for server in servers)
+        # A record no longer in the view (its node published a newer one, or its key is gone) cannot come
+        # back under the same revision: forgotten, so a long-lived node keeps one entry per server it ended
+        # of each current record, not one per record ever seen.
+        current = {node_id: recorded.revision for node_id, recorded in view.sessions.items()}
+        self._cut_ended = {ended for ended in self._cut_ended if current.get(ended[0]) == ended[2]}
