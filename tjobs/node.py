@@ -320,7 +320,9 @@ class Node:
             await begin(self.deliverer.start(), lambda: self.deliverer.stop(drain_timeout_s=0.0))
             await begin(self.runner.start(), self.runner.stop)
             await begin(self.db_health.start(), self.db_health.stop)
-            await begin(self.hot_tier.start(self.runner.on_task_change, self.observer), self.hot_tier.stop)
+            # changes the tier lost (a Redis flush): the jobs are read again now, not at the next cycle
+            hot_tier = self.hot_tier.start(self.runner.on_task_change, self.observer, lost=self.runner.reload)
+            await begin(hot_tier, self.hot_tier.stop)
             await begin(self.disabled_apps.start(), self.disabled_apps.stop)  # known before the first load
             await begin(self.calendars.start(), self.calendars.stop)  # known before the first fire
             await begin(self.coordinator.start(self.runner.set_owned), self.coordinator.stop)

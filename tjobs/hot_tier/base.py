@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from tjobs.cancellation import cancel_until_done
@@ -41,6 +41,9 @@ class TaskChange:
 
 
 ChangeListener = Callable[[TaskChange], None]
+# Told that changes published for this node's shards may be lost (a remote tier's state was flushed or
+# rolled back, or a publisher could not write): the node reads its jobs again (``Runner.reload``).
+ChangesLost = Callable[[], Awaitable[None]]
 
 
 def is_near(change: TaskChange, now_ms: int, near_ms: int) -> bool:
@@ -59,7 +62,10 @@ class HotTier(ABC):
       if published after that call; a remote tier applies no other shard's changes (the listener
       also ignores shards it does not own, and never replaces a newer version with an older one);
     * ``publish`` never raises for a hot-tier outage (log and return: the store holds the truth), and
-      a tier that lost its state (flush, restart) keeps delivering the changes published after it.
+      a tier that lost its state (flush, restart) keeps delivering the changes published after it;
+    * a tier that can lose a change published for a watched shard (Redis: a flush, a restart, a
+      publisher that could not write) calls ``lost`` once per such event, at its next poll after it,
+      so that the node reads its jobs again: a lost change then costs a poll and a load, not a cycle.
     """
 
     tier = "local"  # the ``tier`` label of ``tjobs_hot_tier_lag_seconds``
@@ -73,9 +79,12 @@ class HotTier(ABC):
         self._observer: FireObserver = NO_OBSERVER
 
     @abstractmethod
-    async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
+    async def start(
+        self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER, lost: ChangesLost | None = None
+    ) -> None:
         """Begin delivering changes for this node's owned shards to ``listener``; a remote tier tells
-        ``observer`` each change's lag from its publish to its apply here."""
+        ``observer`` each change's lag from its publish to its apply here, and ``lost`` when changes
+        for them may have been lost."""
 
     @abstractmethod
     async def stop(self) -> None: ...

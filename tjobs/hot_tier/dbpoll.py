@@ -47,7 +47,7 @@ import time
 
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
-from tjobs.hot_tier.base import ChangeListener, HotTier, TaskChange, cancel_and_wait, is_near
+from tjobs.hot_tier.base import ChangeListener, ChangesLost, HotTier, TaskChange, cancel_and_wait, is_near
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 from tjobs.stores.contracts import HotChange, HotChangeLog
 
@@ -89,7 +89,9 @@ class DbPollHotTier(HotTier):
         """What this process's changes are logged under: its node's name and a token of its own."""
         return self._origin
 
-    async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
+    async def start(
+        self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER, lost: ChangesLost | None = None
+    ) -> None:  # never loses a change: ``lost`` is never called
         self._listener = listener
         self._observer = observer
         await self.log.open()  # refuses a schema older than the log

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tjobs.hot_tier.base import ChangeListener, HotTier, TaskChange
+from tjobs.hot_tier.base import ChangeListener, ChangesLost, HotTier, TaskChange
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 
@@ -16,7 +16,9 @@ class LocalHotTier(HotTier):
         self.complete = sole_node
         self._listener: ChangeListener | None = None
 
-    async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
+    async def start(
+        self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER, lost: ChangesLost | None = None
+    ) -> None:  # never loses a change: ``lost`` is never called
         self._listener = listener
         self._observer = observer
 

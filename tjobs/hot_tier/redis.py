@@ -4,6 +4,8 @@ Layout (xtimer's two-dimensional slices; ``P`` = ``tjobs:<cluster>:hot``)::
 
     P:slice:<minute>:{<bucket>}   ZSET  member = one change, score = its insertion sequence
     P:seq:{<bucket>}              STRING  the bucket's last insertion sequence
+    P:epoch                       STRING  a token the first reader after a flush or a restart sets
+    P:lost                        STRING  a count publishers raise after changes they could not write
 
 * **minute** is the minute of a new task's instant (epoch ms // 60 000): the slice holds the fires
   that minute brings, as in xtimer. Any other change (an update, a pause, a delete: the owner must
@@ -40,9 +42,14 @@ docs/benchmarks.md, "Moved from docstrings"). ``PUBLISH`` would save part of the
 of a subscriber connection per node and a second delivery path to reconcile.
 
 Redis is never the truth (invariant 7, docs/design.md). A change lost to an outage or a flush leaves
-the task in the store, where the next cycle load or a take-over load finds it (overdue ones fire at
-once under their misfire policy): latency, never a lost fire. While Redis fails, publishing is skipped for a second at
-a time instead of slowing every registration down.
+the task in the store. While Redis fails, publishing is skipped for a second at a time instead of
+slowing every registration down. So that such a change is not left to the next cycle load (up to
+``scheduler.cycle_s`` late), the tier tells the owner's ``lost`` listener (the runner reloads its jobs:
+overdue ones fire at once under their misfire policy) when the *generation* its poll reads, ``epoch:lost``,
+changed: a flush or a restart without the data removed ``P:epoch`` (the next poll sets a new token), or
+a publisher that could not write raised ``P:lost`` at its first poll that reached Redis again. Not
+seen: a restart from an older snapshot that kept ``P:epoch`` (its lost changes wait for the cycle
+load), and a publisher that never reaches Redis again.
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ import redis.asyncio as aioredis
 
 from sharding import shard_of_task_id
 from tjobs.clock import Clock
-from tjobs.hot_tier.base import ChangeListener, HotTier, TaskChange, cancel_and_wait, is_near
+from tjobs.hot_tier.base import ChangeListener, ChangesLost, HotTier, TaskChange, cancel_and_wait, is_near
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
 
 logger = logging.getLogger(__name__)
@@ -83,14 +90,20 @@ return text
 """
 
 
-# ARGV: the watched buckets ("3,17,42"), the sequence key prefix. Returns their sequences, same order
-# ("0" for none), as one string: the idle poll costs one short command and one string comparison.
+# ARGV: the watched buckets ("3,17,42"), the sequence key prefix, the epoch key, the lost key, a new
+# epoch token. Returns "<epoch>:<lost>;" then the buckets' sequences, same order ("0" for none), as one
+# string: the idle poll costs one short command and one string comparison.
 _SEQS_SCRIPT = """
+local epoch = redis.call('GET', ARGV[3])
+if not epoch then
+  epoch = ARGV[5]
+  redis.call('SET', ARGV[3], epoch)
+end
 local out = {}
 for bucket in string.gmatch(ARGV[1], '[^,]+') do
   out[#out + 1] = redis.call('GET', ARGV[2] .. '{' .. bucket .. '}') or '0'
 end
-return table.concat(out, ',')
+return epoch .. ':' .. (redis.call('GET', ARGV[4]) or '0') .. ';' .. table.concat(out, ',')
 """
 
 
@@ -138,6 +151,11 @@ class RedisHotTier(HotTier):
         self._redis: aioredis.Redis | None = None
         self._add: Any = None
         self._listener: ChangeListener | None = None
+        self._lost: ChangesLost | None = None
+        self._lost_task: asyncio.Task[None] | None = None  # telling ``_lost``; one at a time
+        self._lost_again = False  # another loss while it ran: tell it again when it ends
+        self._generation: str | None = None  # "epoch:lost" as the last poll read it
+        self._lost_unsaid = False  # a change of ours was not written: raise P:lost once Redis answers
         self._task: asyncio.Task[None] | None = None
         self._watched: frozenset[int] = frozenset()
         self._cursors: dict[tuple[int, int], int] = {}  # (minute, bucket) -> last sequence read
@@ -159,9 +177,16 @@ class RedisHotTier(HotTier):
     def slice_key(self, minute: int, bucket: int) -> str:
         return f"{self._prefix}:slice:{minute}:{{{bucket}}}"
 
-    async def start(self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER) -> None:
+    @property
+    def lost_key(self) -> str:
+        return f"{self._prefix}:lost"
+
+    async def start(
+        self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER, lost: ChangesLost | None = None
+    ) -> None:
         self._listener = listener
         self._observer = observer
+        self._lost = lost
         self._redis = aioredis.from_url(
             self._url,
             socket_timeout=self._timeout_s,
@@ -174,9 +199,10 @@ class RedisHotTier(HotTier):
         self._task = asyncio.create_task(self._poll_loop(), name="tjobs-hot-redis")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-            self._task = None
+        for task in (self._task, self._lost_task):
+            if task is not None:
+                await cancel_and_wait(task)
+        self._task = self._lost_task = None
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()
@@ -206,6 +232,7 @@ class RedisHotTier(HotTier):
         if self._add is None or not is_near(change, now_ms, self._near_ms):
             return
         if time.monotonic() < self._broken_until:
+            self._lost_unsaid = True
             return
         minute = slice_minute(change, now_ms)
         bucket = shard_of_task_id(change.task_id)
@@ -218,6 +245,7 @@ class RedisHotTier(HotTier):
             self.published += 1
         except Exception as error:
             self.publish_failures += 1
+            self._lost_unsaid = True
             self._broken_until = time.monotonic() + BREAKER_OPEN_S
             logger.warning(
                 "hot tier publish failed (%s); the cycle load covers task %d",
@@ -241,6 +269,9 @@ class RedisHotTier(HotTier):
         """Read what is new in the watched slices and apply it; returns the changes applied."""
         assert self._redis is not None and self._read_seqs is not None
         self.polls += 1
+        if self._lost_unsaid:  # every owner reads its jobs again: one of them missed our change
+            await self._redis.incr(self.lost_key)
+            self._lost_unsaid = False
         if not self._watched:
             return 0
         minute = self._clock.now_ms() // MINUTE_MS
@@ -252,9 +283,23 @@ class RedisHotTier(HotTier):
             self._buckets = sorted(self._watched)
             self._buckets_arg = ",".join(map(str, self._buckets))
         buckets, buckets_arg = self._buckets, self._buckets_arg
-        raw: str = await self._read_seqs(keys=[], args=[buckets_arg, f"{self._prefix}:seq:"])
-        if (buckets_arg, raw) == self._last_seqs:
+        reply: str = await self._read_seqs(
+            keys=[],
+            args=[
+                buckets_arg,
+                f"{self._prefix}:seq:",
+                f"{self._prefix}:epoch",
+                self.lost_key,
+                f"{self._origin}.{self.polls}",
+            ],
+        )
+        if (buckets_arg, reply) == self._last_seqs:
             return 0  # the idle poll: one short script call, one string compared
+        generation, _, raw = reply.partition(";")
+        if generation != self._generation:
+            if self._generation is not None:
+                self._changes_lost(self._generation, generation)
+            self._generation = generation
         window = (minute - 1, minute, minute + 1)
         due: list[tuple[tuple[int, int], int, int]] = []  # (slice, read after, bucket's sequence)
         for bucket, text in zip(buckets, raw.split(","), strict=True):
@@ -270,8 +315,36 @@ class RedisHotTier(HotTier):
                     continue
                 due.append(((m, bucket), after, seq))
         applied = await self._read(due) if due else 0
-        self._last_seqs = (buckets_arg, raw)
+        self._last_seqs = (buckets_arg, reply)
         return applied
+
+    def _changes_lost(self, was: str, now: str) -> None:
+        logger.warning(
+            "hot tier generation %s -> %s: changes for this node's jobs may be lost; reading them again",
+            was,
+            now,
+            extra={"action": "hot_changes_lost"},
+        )
+        if self._lost is None:
+            return
+        if self._lost_task is not None and not self._lost_task.done():
+            self._lost_again = True
+            return
+        self._lost_task = asyncio.create_task(self._tell_lost(self._lost), name="tjobs-hot-lost")
+
+    async def _tell_lost(self, lost: ChangesLost) -> None:
+        while True:
+            self._lost_again = False
+            try:
+                await lost()
+            except Exception as error:
+                logger.warning(
+                    "reading the jobs again after lost hot-tier changes failed (%s); the cycle load covers them",
+                    error,
+                    extra={"action": "hot_reload_failed"},
+                )
+            if not self._lost_again:
+                return
 
     async def _read(self, due: list[tuple[tuple[int, int], int, int]]) -> int:
         assert self._redis is not None
