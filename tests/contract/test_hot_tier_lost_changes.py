@@ -134,3 +134,30 @@ async def test_a_change_a_publisher_could_not_write_is_signalled_to_the_owner_on
     await owner.poll_once()
     await asyncio.sleep(0.05)
     assert lost.calls == 1
+
+
+async def test_a_publish_that_fails_while_a_loss_is_being_said_is_said_too(tiers: Any) -> None:
+    publisher, owner, _received, lost, _flush = tiers
+    real_add, real_incr = publisher._add, publisher._redis.incr
+
+    async def unreachable(**_: Any) -> None:
+        raise ConnectionError("unreachable")
+
+    async def incr_while_another_publish_fails(key: str) -> Any:
+        publisher._broken_until = 0.0
+        await publisher.publish(change(SystemClock().now_ms()))  # fails while the first loss is said
+        return await real_incr(key)
+
+    # Given a failed publish, and another failing while the publisher's poll says the first
+    publisher._add = unreachable
+    await publisher.publish(change(SystemClock().now_ms()))
+    publisher._redis.incr = incr_while_another_publish_fails
+    await publisher.poll_once()
+    publisher._add, publisher._redis.incr = real_add, real_incr
+    await owner.poll_once()
+    await lost.wait_for(1)
+    # When the publisher polls again
+    await publisher.poll_once()
+    await owner.poll_once()
+    # Then the second loss is said too
+    await lost.wait_for(2)

@@ -248,7 +248,7 @@ class RedisHotTier(HotTier):
             self._lost_unsaid = True
             self._broken_until = time.monotonic() + BREAKER_OPEN_S
             logger.warning(
-                "hot tier publish failed (%s); the cycle load covers task %d",
+                "hot tier publish failed (%s); its owner reads task %d again once this node reaches Redis",
                 error,
                 change.task_id,
                 extra={"action": "hot_publish_failed"},
@@ -270,8 +270,12 @@ class RedisHotTier(HotTier):
         assert self._redis is not None and self._read_seqs is not None
         self.polls += 1
         if self._lost_unsaid:  # every owner reads its jobs again: one of them missed our change
-            await self._redis.incr(self.lost_key)
-            self._lost_unsaid = False
+            self._lost_unsaid = False  # first: a publish failing during the INCR sets it again
+            try:
+                await self._redis.incr(self.lost_key)
+            except BaseException:
+                self._lost_unsaid = True
+                raise
         if not self._watched:
             return 0
         minute = self._clock.now_ms() // MINUTE_MS
