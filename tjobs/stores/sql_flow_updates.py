@@ -30,7 +30,9 @@ set by ``CASE`` on the row's key, ``task_id`` alone when no two rows share a tas
 the ``SET``, or the ``CASE``'s ``ELSE``). An open outcome adds ``attempts <= n`` for its row, so an
 outdated one never lowers the attempt count. A table with one flow in the flush (the usual case over
 512 shards) takes a short way: no comparisons, its statement text cached. Shards and keys are sorted,
-so two writers lock rows in the same order. The shard-map fence of the server's logical databases
+so two writers lock rows in the same order; on MariaDB each flows ``UPDATE`` finds its rows by the primary
+key (:data:`BY_PRIMARY_KEY`), so a row is locked before its index entries, as the compensator's lease locks
+it. The shard-map fence of the server's logical databases
 heads the first round trip (:mod:`tjobs.stores.shard_fence`; SQLite has none). An outcome that sets a
 fixed_delay task's next run (:class:`~tjobs.model.Reschedule`) adds one guarded ``UPDATE`` of its task
 row after the flows' (no other outcome adds a statement). Figures:
@@ -90,6 +92,11 @@ _MARIADB_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)-MariaDB")
 _SIMULTANEOUS_BY_VERSION: dict[str, bool] = {}
 _ONE_ROW_SQL: dict[tuple[str, tuple[str, ...], bool, bool], str] = {}  # by table, columns, guards
 _ONE_ROW_SQL_MAX = 16_384  # emptied when full: it never grows without bound
+# MariaDB and MySQL: a flows UPDATE finds its rows by the primary key, as the compensator's lease does
+# (:func:`tjobs.stores.sql.fire_path.lease_update`). Left to the optimizer, a large table's key list may be
+# read through ``flows_TT_at`` (``scheduled_at``, then the key): that index's entry locked before the row,
+# where a lease holds the row and then asks for the entry, closed a deadlock (1213) on one row.
+BY_PRIMARY_KEY = " FORCE INDEX (PRIMARY)"
 
 
 class ShardUpdate(NamedTuple):
@@ -279,23 +286,27 @@ def update_statements(
     now_ms: int,
     *,
     simultaneous: bool = False,
+    by_primary_key: bool = False,
 ) -> list[tuple[str, list[Any]]]:
     """One ``UPDATE`` per shard table, in shard and key order. ``simultaneous`` (MariaDB 10.3+,
-    :func:`takes_simultaneous_assignment`): a run's start is one ``UPDATE`` (:func:`_run_start`), not two."""
+    :func:`takes_simultaneous_assignment`): a run's start is one ``UPDATE`` (:func:`_run_start`), not two.
+    ``by_primary_key`` (MariaDB and MySQL): each flows ``UPDATE`` finds its rows by the primary key
+    (:data:`BY_PRIMARY_KEY`)."""
     statements: list[tuple[str, list[Any]]] = []
     for shard in sorted(by_shard):
         updates = by_shard[shard]
+        flows = shards[shard].flows_sql + BY_PRIMARY_KEY if by_primary_key else shards[shard].flows_sql
         starts = [u for u in updates if u.status is FlowStatus.RUNNING]
         if starts:  # each on its own, guarded apart (rare: a run's start)
             updates = [u for u in updates if u.status is not FlowStatus.RUNNING]
             for u in sorted(starts, key=lambda u: (u.task_id, u.scheduled_at_ms)):
                 if simultaneous:
-                    statements.append(_run_start(shards[shard].flows_sql, u, now_ms))
+                    statements.append(_run_start(flows, u, now_ms))
                     continue
                 columns, params = _one_row(u)
                 params += [now_ms, u.task_id, u.scheduled_at_ms, u.attempts, u.attempts]
-                statements.append((_one_row_sql(shards[shard].flows_sql, columns, True, True), params))
-                statements.append(_send_record(shards[shard].flows_sql, u))
+                statements.append((_one_row_sql(flows, columns, True, True), params))
+                statements.append(_send_record(flows, u))
             if not updates:
                 continue
         if len(updates) == 1:  # the usual case over many shards: the plan's one-row case, inline
@@ -307,7 +318,7 @@ def update_statements(
             guarded = not u.status.terminal
             if guarded:
                 params.append(u.attempts)
-            statements.append((_one_row_sql(shards[shard].flows_sql, columns, guarded), params))
+            statements.append((_one_row_sql(flows, columns, guarded), params))
             continue
         plan = _plan(shard, updates)
         params = [*plan.values]
@@ -319,7 +330,7 @@ def update_statements(
             params.append(task_id)
             params.append(scheduled_at_ms)
         sql = (
-            f"UPDATE {shards[plan.shard].flows_sql} SET {sets}updated_at = %s "
+            f"UPDATE {flows} SET {sets}updated_at = %s "
             f"WHERE (task_id, scheduled_at) IN ({', '.join(['(%s, %s)'] * len(plan.keys))}) AND {_OPEN_SQL}"
         )
         if isinstance(plan.guard, int):
@@ -364,7 +375,7 @@ async def write_flow_updates(
         conn = (await conn.get_raw_connection()).driver_connection
     cursor = conn.cursor()
     simultaneous = takes_simultaneous_assignment(conn.get_server_info())
-    statements = update_statements(by_shard, shards, now_ms, simultaneous=simultaneous)
+    statements = update_statements(by_shard, shards, now_ms, simultaneous=simultaneous, by_primary_key=True)
     if fence is not None:
         statements.insert(0, (fence[0], list(fence[1])))
     chunks = _chunks(statements)

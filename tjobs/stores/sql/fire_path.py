@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import case, func, select, text, tuple_, update
+from sqlalchemy import Select, Update, case, func, select, text, tuple_, update
 
 from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores import sql_load
@@ -23,9 +23,10 @@ from tjobs.stores.shard_fence import fence_statement, is_fenced, read_fence, sta
 from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql.errors import storage_error
 from tjobs.stores.sql_fire import FireTransaction
-from tjobs.stores.sql_flow_updates import run_flow_updates, write_flow_updates
+from tjobs.stores.sql_flow_updates import BY_PRIMARY_KEY, run_flow_updates, write_flow_updates
 from tjobs.stores.sql_layout import MYSQL, DatabaseHome, ShardTables
 
+Key = tuple[int, int]  # (task_id, scheduled_at)
 _OPEN = tuple(s.value for s in FlowStatus if not s.terminal)  # each its own range scan of (status, next_attempt_at)
 # the open statuses and the endings whose children may be due (README "Child tasks"): what a pass leases
 _LEASED = _OPEN + tuple(s.value for s in FlowStatus if s.triggers_children)
@@ -212,7 +213,6 @@ class SqlFirePath(SqlBase, FirePath):
         self, shard: int, now_ms: int, lease_ms: int, limit: int
     ) -> list[tuple[Flow, Task | None]]:
         home = self._shard(shard)
-        c = home.flows.c
         lease_until = now_ms + lease_ms
         async with self._write(home.database.engine_url) as conn:
             # One query per open status: each is an ordered range scan of (status, next_attempt_at)
@@ -220,13 +220,7 @@ class SqlFirePath(SqlBase, FirePath):
             # concurrent caller skips them (SKIP LOCKED) instead of waiting or sharing them.
             rows: list[Any] = []
             for position, status in enumerate(_LEASED):
-                pick = (
-                    select(home.flows)
-                    .where(c.status == status, c.next_attempt_at <= now_ms)
-                    .order_by(c.next_attempt_at, c.task_id, c.scheduled_at)
-                    .limit(limit)
-                    .with_for_update(skip_locked=True)
-                )
+                pick = stale_flows_pick(home, status, now_ms, limit)
                 if position == 0:  # the transaction's first statement passes the shard-map fence
                     rows += (await self._fenced(conn, home.database, pick, home.options)).mappings()
                 else:
@@ -250,15 +244,38 @@ class SqlFirePath(SqlBase, FirePath):
                 (f.task_id, f.scheduled_at_ms) for f in flows if f.status is FlowStatus.PENDING and f.task_id in tasks
             }
             keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
-            await conn.execute(
-                update(home.flows)
-                .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
-                .values(
-                    next_attempt_at=lease_until,
-                    attempts=c.attempts + case((tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
-                    if counted
-                    else c.attempts,
-                ),
-                execution_options=home.options,
-            )
+            await conn.execute(lease_update(home, keys, counted, lease_until), execution_options=home.options)
         return [(flow, tasks.get(flow.task_id)) for flow in flows]
+
+
+def stale_flows_pick(home: ShardTables, status: str, now_ms: int, limit: int) -> Select[Any]:
+    """A lease's pick of one status: an ordered range scan of ``(status, next_attempt_at)``, the rows it
+    returns locked and the ones another transaction holds skipped."""
+    c = home.flows.c
+    return (
+        select(home.flows)
+        .where(c.status == status, c.next_attempt_at <= now_ms)
+        .order_by(c.next_attempt_at, c.task_id, c.scheduled_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+def lease_update(home: ShardTables, keys: Sequence[Key], counted: set[Key], lease_until: int) -> Update:
+    """A lease's write of the flows its picks locked (``keys``): their next attempt at ``lease_until``, one
+    attempt more on the ``counted`` ones. On MariaDB it finds them by the primary key, whose records the
+    picks hold, as an outcome flush does (:data:`tjobs.stores.sql_flow_updates.BY_PRIMARY_KEY`): through
+    ``flows_TT_at`` it asked for that index's entry of a row a flush had locked there first, the flush then
+    waiting for the row (a deadlock, 1213)."""
+    c = home.flows.c
+    return (
+        update(home.flows)
+        .with_hint(BY_PRIMARY_KEY.strip(), dialect_name=MYSQL)
+        .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
+        .values(
+            next_attempt_at=lease_until,
+            attempts=c.attempts + case((tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
+            if counted
+            else c.attempts,
+        )
+    )
