@@ -63,9 +63,10 @@ class HotTier(ABC):
       also ignores shards it does not own, and never replaces a newer version with an older one);
     * ``publish`` never raises for a hot-tier outage (log and return: the store holds the truth), and
       a tier that lost its state (flush, restart) keeps delivering the changes published after it;
-    * a tier that can lose a change published for a watched shard (Redis: a flush, a restart, a
-      publisher that could not write) calls ``lost`` once per such event, at its next poll after it,
+    * the Redis tier, which can lose a change published for a watched shard (a flush, a restart, a
+      publisher that could not write), calls ``lost`` once per such event, at its next poll after it,
       so that the node reads its jobs again: a lost change then costs a poll and a load, not a cycle.
+      The in-process tier loses nothing; the DB poll's failed writes still wait for the cycle load.
     """
 
     tier = "local"  # the ``tier`` label of ``tjobs_hot_tier_lag_seconds``

@@ -91,7 +91,7 @@ class DbPollHotTier(HotTier):
 
     async def start(
         self, listener: ChangeListener, observer: FireObserver = NO_OBSERVER, lost: ChangesLost | None = None
-    ) -> None:  # never loses a change: ``lost`` is never called
+    ) -> None:  # ``lost`` is not called: a failed write's changes wait for the cycle load
         self._listener = listener
         self._observer = observer
         await self.log.open()  # refuses a schema older than the log
