@@ -134,13 +134,7 @@ async def test_the_consoles_schedule_preview_skips_what_the_apps_calendar_exclud
     await tenant.client.put("/v1/calendars/weekdays-only", json={"weekdays": ["sat", "sun"]})
     schedule = {"kind": "interval", "every_ms": DAY, "start_at_ms": MONDAY + 4 * DAY, "calendar": "weekdays-only"}
     async with httpx.AsyncClient(base_url=api_node.base_url) as console:
-        signin = await console.get("/console/signin")
-        csrf = re.search(r'name="csrf" value="([^"]+)"', signin.text)
-        assert csrf is not None
-        signed = await console.post(
-            "/console/signin", data={"csrf": csrf.group(1), "next": "/console/", "key": tenant.api_key}
-        )
-        assert signed.status_code == 303, signed.text
+        await signed_in(console, tenant)
         shown = await console.get(
             "/console/schedules/preview",
             params={"schedule": json.dumps(schedule), "count": 2, "from": "2030-01-07T00:00:00Z"},
@@ -148,3 +142,29 @@ async def test_the_consoles_schedule_preview_skips_what_the_apps_calendar_exclud
     assert shown.status_code == 200, shown.text[:2000]
     assert "2030-01-11" in shown.text and "2030-01-14" in shown.text  # Friday, then Monday
     assert "2030-01-12" not in shown.text and "2030-01-13" not in shown.text
+
+
+async def test_the_consoles_task_page_lists_the_instants_its_apps_calendar_leaves(
+    api_node: RunningNode, tenant: Tenant
+) -> None:
+    await tenant.client.put("/v1/calendars/weekdays-only", json={"weekdays": ["sat", "sun"]})
+    schedule = {"kind": "interval", "every_ms": DAY, "start_at_ms": MONDAY + 4 * DAY, "calendar": "weekdays-only"}
+    task = await tenant.client.post("/v1/tasks", json=task_body(schedule=schedule))
+    assert task.status_code == 201, task.text
+    async with httpx.AsyncClient(base_url=api_node.base_url) as console:
+        await signed_in(console, tenant)
+        shown = await console.get(f"/console/tasks/{task.json()['id']}")
+    assert shown.status_code == 200, shown.text[:2000]
+    assert "2030-01-11 00:00:00 UTC" in shown.text and "2030-01-14 00:00:00 UTC" in shown.text  # Friday, Monday
+    assert "2030-01-12 00:00:00 UTC" not in shown.text and "2030-01-13 00:00:00 UTC" not in shown.text
+
+
+async def signed_in(console: httpx.AsyncClient, tenant: Tenant) -> None:
+    """``console`` signed in to the console with the tenant's app key."""
+    signin = await console.get("/console/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', signin.text)
+    assert csrf is not None
+    signed = await console.post(
+        "/console/signin", data={"csrf": csrf.group(1), "next": "/console/", "key": tenant.api_key}
+    )
+    assert signed.status_code == 303, signed.text

@@ -7,7 +7,10 @@ from datetime import datetime
 
 from tjobs.console.instants import next_instants
 from tjobs.model import DeliveryMode, MisfirePolicy, Task, TaskStatus
+from tjobs.schedules.jitter import JitteredSchedule
+from tjobs.schedules.parsing import schedule_of
 from tjobs.specs import CallbackSpec, CronSpec, DstGap, IntervalSpec, ScheduleSpec
+from tjobs.specs.calendar import CalendarRules
 
 MINUTE = 60_000
 
@@ -74,3 +77,50 @@ def test_a_cron_in_a_zone_shows_its_wall_time_across_the_dst_change() -> None:
         "2026-03-29 03:00:00 +0200 Europe/Berlin",
         "2026-03-30 02:30:00 +0200 Europe/Berlin",
     ]
+
+
+def test_a_schedule_naming_a_calendar_skips_what_the_apps_calendar_excludes() -> None:
+    friday = ms("2030-01-11T09:00:00+00:00")
+    daily = IntervalSpec(every_ms=24 * 60 * MINUTE, start_at_ms=friday, calendar="weekdays-only")
+    asked: list[tuple[str, str]] = []
+
+    def calendars(app_id: str, name: str) -> CalendarRules | None:
+        asked.append((app_id, name))
+        return CalendarRules(weekdays=(6, 7)) if name == "weekdays-only" else None
+
+    shown = next_instants(task(daily, friday), count=3, calendars=calendars)
+
+    assert [i.utc for i in shown] == ["2030-01-11 09:00:00 UTC", "2030-01-14 09:00:00 UTC", "2030-01-15 09:00:00 UTC"]
+    assert asked == [("app", "weekdays-only")]  # the task's own app's calendar, as the fire path reads it
+
+
+def test_a_stored_next_run_the_calendar_now_excludes_is_passed_over_as_the_fire_path_does() -> None:
+    saturday = ms("2030-01-12T09:00:00+00:00")  # stored before the calendar came to exclude weekends
+    daily = IntervalSpec(every_ms=24 * 60 * MINUTE, start_at_ms=saturday, calendar="weekdays-only")
+
+    shown = next_instants(task(daily, saturday), count=2, calendars=lambda app_id, name: CalendarRules(weekdays=(6, 7)))
+
+    assert [i.utc for i in shown] == ["2030-01-14 09:00:00 UTC", "2030-01-15 09:00:00 UTC"]
+
+
+def test_a_calendar_the_node_does_not_know_skips_nothing_as_on_the_fire_path() -> None:
+    friday = ms("2030-01-11T09:00:00+00:00")
+    daily = IntervalSpec(every_ms=24 * 60 * MINUTE, start_at_ms=friday, calendar="gone")
+
+    shown = next_instants(task(daily, friday), count=2, calendars=lambda app_id, name: None)
+
+    assert [i.utc for i in shown] == ["2030-01-11 09:00:00 UTC", "2030-01-12 09:00:00 UTC"]
+
+
+def test_a_jittered_next_run_whose_nominal_instant_the_calendar_excludes_is_passed_over() -> None:
+    saturday = ms("2030-01-12T09:00:00+00:00")
+    weekends = CalendarRules(weekdays=(6, 7))
+    daily = IntervalSpec(every_ms=24 * 60 * MINUTE, start_at_ms=saturday, jitter_ms=3_600_000, calendar="weekdays-only")
+    fires = schedule_of(daily, 1, weekends)
+    assert isinstance(fires, JitteredSchedule)
+    stored = fires.jittered(saturday)
+
+    shown = next_instants(task(daily, stored), count=2, calendars=lambda app_id, name: weekends)
+
+    monday, tuesday = saturday + 2 * 24 * 60 * MINUTE, saturday + 3 * 24 * 60 * MINUTE
+    assert [i.at_ms for i in shown] == [fires.jittered(monday), fires.jittered(tuesday)]

@@ -56,11 +56,22 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 T = TypeVar("T")
 
 
-def parse_duration_ms(text: str) -> int:
+def parse_duration_ms(text: str, flag: str | None = None) -> int:
+    """``1500ms``, ``30s``, ``5m``, ``2h``, ``1d`` in milliseconds; a usage error (naming ``flag``) otherwise."""
     match = _DURATION.match(text.strip())
     if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration like 1500ms, 30s, 5m, 2h or 1d")
+        raise typer.BadParameter(f"{text!r} is not a duration like 1500ms, 30s, 5m, 2h or 1d", param_hint=flag)
     return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+def jittered_on_calendar(schedule: dict[str, Any], jitter: str | None, calendar: str | None) -> dict[str, Any]:
+    """``schedule`` with ``--jitter`` as its ``jitter_ms`` and ``--calendar`` as its ``calendar``, when given
+    (the API judges them against the schedule: its period, its kind, the app's calendars)."""
+    given = {
+        **({} if jitter is None else {"jitter_ms": parse_duration_ms(jitter, "--jitter")}),
+        **({} if calendar is None else {"calendar": calendar}),
+    }
+    return {**schedule, **given}
 
 
 def cli_client(url: str, authorization: str) -> Client:
@@ -301,6 +312,13 @@ FixedDelay = Annotated[
     str | None, typer.Option("--fixed-delay", help="each run this long after the previous one ended (e.g. 30s)")
 ]
 Tz = Annotated[str, typer.Option("--tz", help="IANA time zone for --cron")]
+Jitter = Annotated[
+    str | None,
+    typer.Option("--jitter", help="fire each instant up to this long after it, spread by task (e.g. 30s)"),
+]
+CalendarName = Annotated[
+    str | None, typer.Option("--calendar", help="skip the instants the app's calendar of this name excludes")
+]
 Header = Annotated[list[str] | None, typer.Option("--header", "-H", help="NAME:VALUE (repeatable)")]
 Health = Annotated[
     bool,
@@ -327,6 +345,8 @@ def task_create(
     every_: Every = None,
     fixed_delay_: FixedDelay = None,
     tz: Tz = "UTC",
+    jitter: Jitter = None,
+    calendar: CalendarName = None,
     key: Annotated[str | None, typer.Option("--key", help="idempotency key")] = None,
     payload: Annotated[str | None, typer.Option("--payload", help="JSON payload")] = None,
     method: Annotated[str, typer.Option("--method")] = "POST",
@@ -346,6 +366,8 @@ def task_create(
     schedule = _schedule(delay_, at_, cron_, every_, tz, fixed_delay_) or base.get("schedule")
     if schedule is None:
         raise typer.BadParameter("give one of --delay, --at, --cron, --every, --fixed-delay (or schedule in --request)")
+    if isinstance(schedule, dict):
+        schedule = jittered_on_calendar(schedule, jitter, calendar)
     callback: dict[str, Any]
     if url_ is not None and target:
         raise typer.BadParameter("give --callback URL or --target NAME, not both")
@@ -426,6 +448,8 @@ def task_update(
     every_: Every = None,
     fixed_delay_: FixedDelay = None,
     tz: Tz = "UTC",
+    jitter: Jitter = None,
+    calendar: CalendarName = None,
     misfire: Annotated[str | None, typer.Option("--misfire")] = None,
     version: Annotated[int | None, typer.Option("--version", help="expected version (409 if it moved on)")] = None,
     url: Url = DEFAULT_URL,
@@ -444,7 +468,12 @@ def task_update(
         fields["misfire_policy"] = misfire
     schedule = _schedule(delay_, at_, cron_, every_, tz, fixed_delay_)
     if schedule is not None:
-        fields["schedule"] = schedule
+        fields["schedule"] = jittered_on_calendar(schedule, jitter, calendar)
+    elif jitter is not None or calendar is not None:
+        flag = "--jitter" if jitter is not None else "--calendar"
+        raise typer.BadParameter(
+            "goes with the new schedule (--cron, --every): it replaces the whole one", param_hint=flag
+        )
     task = _ask_update(url, api_key, fields, lambda sdk: sdk.update_task(task_id, version=version, **fields))
     _emit(task, as_json, _tasks_table([task]))
 

@@ -1,7 +1,9 @@
 """``tjobs schedule preview``: the next instants of a schedule, as the server computes them.
 
 Takes an app key (``--api-key``, ``TJOBS_API_KEY``) or the admin key (``--admin-key``,
-``TJOBS_ADMIN_KEY``); the table shows each instant in UTC and in the schedule's zone (80 columns).
+``TJOBS_ADMIN_KEY``); the table shows each instant in UTC and in the schedule's zone (80 columns), and
+with ``--jitter`` when it fires for the task ``--task-id`` names (0 by default). ``--calendar NAME``
+skips what the app's calendar of that name excludes (an app key only: the admin has no calendars).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table
 
 from tjobs.cli.api_commands import (
@@ -17,10 +20,13 @@ from tjobs.cli.api_commands import (
     AdminKey,
     ApiKey,
     AsJson,
+    CalendarName,
+    Jitter,
     Url,
     _ask,
     _either_key,
     _emit,
+    jittered_on_calendar,
     parse_duration_ms,
 )
 from tjobs.client import SchedulePreview, cron, delay, every, fixed_delay
@@ -33,9 +39,20 @@ def _when(value: datetime) -> str:
 
 
 def preview_table(preview: SchedulePreview) -> Table:
-    table = Table("#", "UTC", f"local ({preview.timezone})"[:34], title=None if not preview.ended else "(ends)")
+    """Each instant in UTC and in the schedule's zone; with jitter also when it fires (UTC)."""
+    jittered = any(instant.fires_at is not None for instant in preview.instants)
+    if not jittered:
+        table = Table("#", "UTC", f"local ({preview.timezone})"[:34], title=None if not preview.ended else "(ends)")
+    else:  # four columns in 80: no outer edges, instants never cut
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+        table.title = None if not preview.ended else "(ends)"
+        table.add_column("#")
+        table.add_column("UTC", no_wrap=True)
+        table.add_column("fires at (UTC)", no_wrap=True)
+        table.add_column(f"local ({preview.timezone})", overflow="fold", min_width=25)
     for number, instant in enumerate(preview.instants, 1):
-        table.add_row(str(number), _when(instant.at), instant.local.isoformat(timespec="seconds"))
+        fires = [] if not jittered else [_when(instant.fires_at) if instant.fires_at else "-"]
+        table.add_row(str(number), _when(instant.at), *fires, instant.local.isoformat(timespec="seconds"))
     return table
 
 
@@ -54,6 +71,11 @@ def schedule_preview(
     start: Annotated[str | None, typer.Option("--start", help="start_at (ISO-8601 or epoch ms)")] = None,
     end: Annotated[str | None, typer.Option("--end", help="end_at (ISO-8601 or epoch ms)")] = None,
     max_fires: Annotated[int | None, typer.Option("--max-fires")] = None,
+    jitter: Jitter = None,
+    calendar: CalendarName = None,
+    task_id: Annotated[
+        str | None, typer.Option("--task-id", help="with --jitter: when this task fires (its id spreads it)")
+    ] = None,
     count: Annotated[int, typer.Option("--count", "-n", help="how many instants (1..100)")] = 10,
     from_: Annotated[str | None, typer.Option("--from", help="instants at or after this (ISO-8601 or ms)")] = None,
     url: Url = DEFAULT_URL,
@@ -72,8 +94,14 @@ def schedule_preview(
             schedule.update(_instant(name, value))
     if max_fires is not None:
         schedule["max_fires"] = max_fires
+    schedule = jittered_on_calendar(schedule, jitter, calendar)
+    if task_id is not None and not task_id.isdigit():
+        raise typer.BadParameter(f"{task_id!r} is not a task id", param_hint="--task-id")
     key = _either_key(api_key, admin_key)
-    preview = _ask(url, key, "--api-key", lambda sdk: sdk.preview_schedule(schedule, count=count, from_=_from(from_)))
+    seed = None if task_id is None else int(task_id)
+    preview = _ask(
+        url, key, "--api-key", lambda sdk: sdk.preview_schedule(schedule, count=count, from_=_from(from_), task_id=seed)
+    )
     _emit(preview, as_json, preview_table(preview))
     if preview.note is not None and not as_json:
         typer.echo(preview.note)

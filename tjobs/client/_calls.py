@@ -364,13 +364,21 @@ class Api(Flavour):
 
     @operation
     def preview_schedule(
-        self, schedule: Schedule, *, count: int = 10, from_: str | int | None = None
+        self,
+        schedule: Schedule,
+        *,
+        count: int = 10,
+        from_: str | int | None = None,
+        task_id: str | int | None = None,
     ) -> Call[SchedulePreview]:
         """The next ``count`` instants of ``schedule`` (at or after ``from_``: ISO-8601 or epoch ms),
-        as a task registered now would fire, in UTC and in the schedule's zone."""
+        as a task registered now would fire, in UTC and in the schedule's zone; with ``jitter_ms`` each
+        also says when it fires (``fires_at``) for the task ``task_id`` (0 by default)."""
         body: dict[str, Any] = {"schedule": schedule, "count": count}
         if from_ is not None:
             body["from"] = from_
+        if task_id is not None:
+            body["task_id"] = int(task_id)
         return Call("POST", "/v1/schedules:preview", SchedulePreview.model_validate, json=body, idempotent=True)
 
     # ---- the calling app, and app management (admin key) ---------------------------------------------

@@ -260,6 +260,8 @@ class PreviewInstant(_Model):
     at_ms: int
     local: datetime  # the wall time in the schedule's zone, carrying that zone's UTC offset
     utc_offset: str
+    fires_at: datetime | None = None  # with jitter: when the task fires for this instant
+    fires_at_ms: int | None = None
 
 
 class SchedulePreview(_Model):

@@ -164,7 +164,7 @@ async def task_page(
         principal,
         **{**context, "shown": task_json(context["task"], masked=True)},
         parents=children_json(await console.node.tasks.child_links.parents(context["task"])),
-        instants=next_instants(context["task"]),
+        instants=next_instants(context["task"], calendars=console.node.calendars.rules),
         preview_query=urlencode({"schedule": json.dumps(as_request(context["shown"]["schedule"]))}),
         history=await _flows(request, principal, task_id, before, after),
         notice=DONE_NOTICES.get(done or ""),
