@@ -20,6 +20,16 @@ prints each slice's p99, the median and max of the slices' p99 with and without 
 and the pooled p99 of each group's fires; the node's and mariadbd's CPU over the window (mariadbd's
 includes other clients of a shared server) and the load average. ``--profile FILE`` records the node
 with py-spy (raw collapsed stacks) over the window. 0 missing and 0 duplicates expected.
+
+A stored set (issue 29: the fire rate's p99 with 10 M stored tasks and 10 M flows), written before the
+window is placed, straight into the shard tables (:mod:`benchmarks._stored_set`, ``--load-workers``
+connections): ``--stored-tasks`` parked one-shot tasks of the bench's app due 30 days ahead (far beyond
+the window, its drain and any cycle load's range: checked) and ``--stored-flows`` delivered flows (one
+attempt, its history and kept answer) with instants spread over the 25 days before the run to the day
+before (inside ``retention.days``' 30: the sweeper leaves them). ``stored`` in the output: the counts,
+each load's seconds (and per million), the server's ``innodb_buffer_pool_size`` and the task and flow
+tables' data and index bytes, read after the drain (``ANALYZE TABLE`` then ``information_schema``; the
+window's due tasks and their flows included), so the window meets the tables as a bulk load leaves them.
 """
 
 from __future__ import annotations
@@ -42,8 +52,21 @@ from typing import Any
 import orjson
 from aiohttp import ClientSession
 
+from benchmarks._stored_set import DAY_MS, load_flows, load_parked, stored_sizes
 from benchmarks.report import Delivery, Percentiles, account, machine
-from benchmarks.shard_move import NODE_SETTINGS, create_app, drain, load_average, mint_ids, now_ms, one_shot, say, seed
+from benchmarks.shard_move import (
+    NODE_SETTINGS,
+    PARKED_DUE_IN_MS,
+    _values,
+    create_app,
+    drain,
+    load_average,
+    mint_ids,
+    now_ms,
+    one_shot,
+    say,
+    seed,
+)
 from testkit.databases import drop_databases
 from testkit.node_process import node_process, process_cpu_s
 from testkit.sink import SinkConfig, SinkProcess
@@ -52,6 +75,7 @@ from tjobs.specs import CallbackSpec
 from tjobs.stores.sql_layout import Layout
 
 BACKLOG_MS = 1000  # a slice this close after a load's end still holds it (the fires it held back)
+FLOWS_DAYS_AGO = (25, 1)  # the stored flows' instants: from 25 days before the run to 1 day before
 
 
 def loads_from_log(lines: Sequence[str]) -> list[dict[str, Any]]:
@@ -148,6 +172,52 @@ def cpu_by_load(
     }
 
 
+def parked_clear_of_loads(far_ms: int, window_end_ms: int, cycle_s: int, lead_s: int, drain_s: float) -> bool:
+    """Whether parked tasks due from ``far_ms`` lie beyond every cycle load of the run: the window, its
+    drain, and the cycle a load reads ``lead_s`` ahead of it."""
+    return far_ms > window_end_ms + round(drain_s * 1000) + (cycle_s + lead_s) * 1000
+
+
+def stored_figures(tasks: int, flows: int, tasks_s: float, flows_s: float) -> dict[str, Any]:
+    """The stored set's counts and load seconds, total and per million rows."""
+
+    def per_million(seconds: float, rows: int) -> float | None:
+        return round(seconds / (rows / 1e6), 1) if rows else None
+
+    return {
+        "tasks": tasks,
+        "flows": flows,
+        "load_s": {"tasks": round(tasks_s, 1), "flows": round(flows_s, 1)},
+        "s_per_million": {"tasks": per_million(tasks_s, tasks), "flows": per_million(flows_s, flows)},
+        "parked_due_in_days": PARKED_DUE_IN_MS // DAY_MS,
+        "flows_days_ago": list(FLOWS_DAYS_AGO),
+    }
+
+
+async def load_stored(
+    args: argparse.Namespace, layout: Layout, app_id: str, callback: CallbackSpec, started: int
+) -> dict[str, Any]:
+    """Write the stored set (``--stored-tasks`` parked tasks, ``--stored-flows`` delivered flows)."""
+    tasks_s = flows_s = 0.0
+    if args.stored_tasks:
+        far_ms = started + PARKED_DUE_IN_MS
+        template = _values(one_shot(0, app_id, far_ms, callback, started))
+        say(f"storing {args.stored_tasks:,} parked tasks ({args.load_workers} connections)")
+        clock = time.perf_counter()
+        await asyncio.to_thread(load_parked, layout, template, args.stored_tasks, far_ms, args.load_workers)
+        tasks_s = time.perf_counter() - clock
+        say(f"stored in {tasks_s:.1f} s")
+    if args.stored_flows:
+        task = one_shot(0, app_id, started, callback, started)
+        since, until = (started - days * DAY_MS for days in FLOWS_DAYS_AGO)
+        say(f"storing {args.stored_flows:,} delivered flows ({args.load_workers} connections)")
+        clock = time.perf_counter()
+        await asyncio.to_thread(load_flows, layout, task, args.stored_flows, since, until, args.load_workers)
+        flows_s = time.perf_counter() - clock
+        say(f"stored in {flows_s:.1f} s")
+    return stored_figures(args.stored_tasks, args.stored_flows, tasks_s, flows_s)
+
+
 def _mariadbd_pid() -> int | None:
     found = subprocess.run(["pidof", "mariadbd"], capture_output=True, text=True, check=False).stdout.split()
     return int(found[0]) if len(found) == 1 else None
@@ -184,11 +254,17 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 app_id = await create_app(session, node.base_url, node.admin_key)
             async with SinkProcess(SinkConfig()) as sink:
                 callback = CallbackSpec((sink.callback_url,), timeout_ms=3000)
+                stored_at = now_ms()
+                stored = await load_stored(args, layout, app_id, callback, stored_at)
                 due_count = round(args.rate * args.cycle_s * args.cycles)
                 # the window: the first cycle boundary whose load starts after the seeding (~15,000 rows/s)
                 ready_ms = now_ms() + round(due_count / 15_000 * 1000) + 5_000
                 window_start = (ready_ms + args.load_lead_s * 1000) // cycle_ms * cycle_ms + cycle_ms
                 window_end = window_start + args.cycles * cycle_ms
+                if args.stored_tasks and not parked_clear_of_loads(
+                    stored_at + PARKED_DUE_IN_MS, window_end, args.cycle_s, args.load_lead_s, args.drain_timeout_s
+                ):
+                    raise SystemExit("the parked tasks would come due within the run: fewer cycles")
                 rng = random.Random(7)
                 shards = list(layout.topology.shards())
                 started = now_ms()
@@ -223,6 +299,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 if spy is not None:
                     await asyncio.wait_for(spy.wait(), 60)
                 log_lines = node.log_path.read_text(errors="replace").splitlines()
+                if args.stored_tasks or args.stored_flows:
+                    say("reading the tables' sizes (ANALYZE TABLE on each)")
+                    stored |= await asyncio.to_thread(stored_sizes, layout)
     finally:
         if not args.keep:
             drop_databases(storage)
@@ -245,6 +324,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "topology": args.topology,
         "scheduler": scheduler,
         "seed_s": round(seed_s, 1),
+        "stored": stored,
         "loads": [
             {
                 "at_s": round((load["start_ms"] - window_start) / 1000, 1),
@@ -270,7 +350,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks cycle_load_tail", description=(__doc__ or "").splitlines()[0]
     )
@@ -287,7 +367,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", help="py-spy raw collapsed stacks of the node over the window, to this file")
     parser.add_argument("--node-dir", help="the node's work directory, kept afterwards (its log, node.log)")
     parser.add_argument("--keep", action="store_true", help="keep the databases afterwards")
-    args = parser.parse_args(argv)
+    parser.add_argument("--stored-tasks", type=_count, default=0, help="parked tasks stored before the window")
+    parser.add_argument("--stored-flows", type=_count, default=0, help="delivered flows stored before the window")
+    parser.add_argument("--load-workers", type=int, default=2, help="connections writing the stored set")
+    return parser
+
+
+def _count(text: str) -> int:
+    value = int(text.replace("_", "").replace(",", ""))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: not a count")
+    return value
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     print(json.dumps(asyncio.run(bench(args)), indent=1))
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import math
 import random
@@ -48,16 +47,15 @@ import secrets
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pymysql
 from aiohttp import ClientSession
 
+from benchmarks._stored_set import load_parked
 from benchmarks.report import account, machine
 from benchmarks.shard_move import (
-    INSERT_ROWS,
     PARKED_DUE_IN_MS,
     Phases,
     _connect,
@@ -82,8 +80,8 @@ from testkit.databases import drop_databases
 from testkit.node_process import node_process
 from testkit.sink import SinkConfig, SinkProcess
 from tjobs.settings import StorageSettings
-from tjobs.specs import AtSpec, CallbackSpec, schedule_to_text
-from tjobs.stores.schema import COMPLETED_AT_COLUMN, COMPLETED_AT_EXPRESSION, TASK_COLUMNS, purge_task_indexes
+from tjobs.specs import CallbackSpec
+from tjobs.stores.schema import COMPLETED_AT_COLUMN, COMPLETED_AT_EXPRESSION, purge_task_indexes
 from tjobs.stores.sql_layout import Layout, ShardTables
 
 NODE_SETTINGS: dict[str, Any] = {"rate_limits": {"enabled": False}}
@@ -92,57 +90,6 @@ PROBE_COLUMN = "bench_probe"
 # (migration 0023): it refuses INSTANT and LOCK=NONE there ("online rebuild with indexed virtual columns").
 ALGORITHMS = {"INSTANT": ("INSTANT", ""), "INPLACE": ("INPLACE", "NONE"), "INPLACE_SHARED": ("INPLACE", "SHARED"),
               "COPY": ("COPY", "")}  # fmt: skip
-_ID, _NAME, _NEXT_RUN, _SCHEDULE = (TASK_COLUMNS.index(c) for c in ("id", "name", "next_run_at", "schedule"))
-
-
-# ---- loading the parked tasks ----------------------------------------------------------------------
-
-
-def parked_rows(template: Sequence[Any], ids: Sequence[int], far_ms: int) -> list[Any]:
-    """The flattened values of one parked row per id: ``template``'s, with the id, a name of its own and
-    an instant in the hour after ``far_ms`` (its ``at`` schedule to match)."""
-    values: list[Any] = []
-    for n, task_id in enumerate(ids):
-        at_ms = far_ms + (n % 3600) * 1000
-        row = list(template)
-        row[_ID], row[_NAME], row[_NEXT_RUN], row[_SCHEDULE] = task_id, f"parked-{task_id}", at_ms, _at_text(at_ms)
-        values += row
-    return values
-
-
-@functools.cache
-def _at_text(at_ms: int) -> str:
-    return schedule_to_text(AtSpec(at_ms))
-
-
-def load_parked(layout: Layout, template: Sequence[Any], count: int, far_ms: int, workers: int) -> None:
-    """Write ``count`` parked tasks, every shard evenly, ``INSERT_ROWS`` rows a statement; ``workers``
-    connections, each its share of the task tables (blocking: run it in a thread)."""
-    shards = list(range(len(layout.shards)))
-    per_shard = [count // len(shards) + (1 if n < count % len(shards) else 0) for n in range(len(shards))]
-    columns = ", ".join(f"`{column}`" for column in TASK_COLUMNS)
-    row_sql = "(" + ", ".join(["%s"] * len(TASK_COLUMNS)) + ")"
-    base_ms = now_ms() - 86_400_000  # minted in the past, where the node's own ids never go
-
-    def fill(share: Sequence[int]) -> None:
-        connections: dict[str, Any] = {}
-        try:
-            for shard in share:
-                home = layout.shards[shard]
-                url = home.database.engine_url
-                connection = connections.get(url) or connections.setdefault(url, _connect(url))
-                ids = mint_ids([shard] * per_shard[shard], base_ms)
-                with connection.cursor() as cursor:
-                    for start in range(0, len(ids), INSERT_ROWS):
-                        chunk = ids[start : start + INSERT_ROWS]
-                        sql = f"INSERT INTO {home.tasks_sql} ({columns}) VALUES " + ", ".join([row_sql] * len(chunk))
-                        cursor.execute(sql, parked_rows(template, chunk, far_ms))
-        finally:
-            for connection in connections.values():
-                connection.close()
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(fill, [shards[n::workers] for n in range(workers)]))
 
 
 # ---- the migration ---------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
-from benchmarks.online_migration import alter_figures, alter_statement, change_statements, parked_rows
+from benchmarks._stored_set import parked_rows
+from benchmarks.online_migration import alter_figures, alter_statement, change_statements
 from benchmarks.shard_move import mint_ids, one_shot
 from tjobs.specs import CallbackSpec
 from tjobs.stores.schema import TASK_COLUMNS, task_to_row
