@@ -48,14 +48,19 @@ async def test_mariadb_fires_starts_and_reports_a_run_without_a_temporary_table(
     before = await _temp_tables(store)
     task = await store.insert_task(make_task(shard=5))
     created = await _made(store, before)
-    # the fire transaction's locking read a UNION ALL over tables, its fence one over databases: a task each shard
+    # one database's fence (before: a correlated subquery, one temporary table), then a task each shard: the fire
+    # transaction's locking read a UNION ALL over tables, its fence one over databases (before too: none)
     others = [await store.insert_task(make_task(shard=shard)) for shard in store.topology.shards() if shard != 5]
 
     before = await _temp_tables(store)
-    outcomes = await store.commit_fires([intent_of(t) for t in [task, *others]], NOW_MS, interval_planner)
-    assert all(outcome.committed for outcome in outcomes)
-    [flow] = outcomes[0].flows
+    [outcome] = await store.commit_fires([intent_of(task)], NOW_MS, interval_planner)
+    [flow] = outcome.flows
     fired = await _made(store, before)
+
+    before = await _temp_tables(store)
+    outcomes = await store.commit_fires([intent_of(t) for t in others], NOW_MS, interval_planner)
+    assert all(outcome.committed and outcome.flows for outcome in outcomes)
+    fired_across = await _made(store, before)
 
     before = await _temp_tables(store)
     run = FlowRun(RunStatus.RUNNING, 1, NOW_MS + 10, DEADLINE_MS)
@@ -73,9 +78,11 @@ async def test_mariadb_fires_starts_and_reports_a_run_without_a_temporary_table(
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert stored is not None and stored.status is FlowStatus.DELIVERED  # the path ran to its end
     nothing = dict.fromkeys(_POOLS, 0)
-    assert {"create": created, "fire": fired, "run start": run_started, "report": reported} == {
+    made = {"create": created, "fire": fired, "fire across": fired_across, "run start": run_started}
+    assert {**made, "report": reported} == {
         "create": nothing,
         "fire": nothing,
+        "fire across": nothing,
         "run start": nothing,
         "report": nothing,
     }
