@@ -148,9 +148,14 @@ async def test_the_sdk_reports_and_the_cli_shows_and_cancels_a_run(tenant: Tenan
         heartbeat = await sdk.report_run(flow["id"], "running", attempt=1)
         ended = await sdk.report_run(flow["id"], "failed", attempt=1, message="stopped", result=None)
         read = await sdk.get_flow(flow["id"])
+        done = await _running_flow(tenant, receiver, "/run-sdk-result")
+        await sdk.append_run_log(done["id"], ["only"], attempt=1)
+        await sdk.report_run(done["id"], "succeeded", attempt=1, result={"rows": 7, "file": "[b]" + "x" * 80})
+        shown_done = " ".join((await cli_run("flows", "show", done["id"], env=env)).split())  # the caption wraps
 
     assert reported.run.progress == 25 and not reported.cancel_requested and logged.log_lines == 2
-    assert f"flow {flow['id']}: running" in shown and "run (attempt 1): running, 25%" in shown
+    assert f"flow {flow['id']}: running" in shown and "run (attempt 1): running, 25%; 2 log lines" in shown
+    assert "run (attempt 1): succeeded; 1 log line; result " + '{"rows":7,"file":"[b]' + "x" * 38 + "…" in shown_done
     assert cancelled["status"] == "cancelling" and cancelled["run"]["cancel_requested"] is True
     assert heartbeat.cancel_requested and ended.status == "cancelled"
     assert read.run is not None and read.run.status == "cancelled" and [e.line for e in read.log] == ["one", "two"]

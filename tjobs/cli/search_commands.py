@@ -7,6 +7,7 @@ Instants show in UTC to the second (``2026-11-25 17:53:08``), never cut; ids are
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC
 from typing import Annotated
@@ -14,6 +15,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from tjobs.cli.api_commands import (
     DEFAULT_URL,
@@ -109,7 +111,7 @@ def flow_attempts_table(flow: Flow) -> Table:
     table = _compact("#", "at (UTC)", "took", "answer", "late")
     table.title = f"flow {flow.id}: {flow.status}, {flow.attempts} attempts{kept}"
     if flow.run is not None:
-        table.caption = run_line(flow.run)
+        table.caption = Text(run_line(flow.run, flow.log_lines))  # a result's [..] is no markup
     table.add_column("error / destination", overflow="fold")
     for a in flow.attempt_history:
         at = a.started_at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3]
@@ -120,12 +122,24 @@ def flow_attempts_table(flow: Flow) -> Table:
     return table
 
 
-def run_line(run: FlowRun) -> str:
-    """A run in one line: its status, attempt, progress, message and the number of log lines."""
+RESULT_CHARS = 60  # a run's result is shown as compact JSON, cut to this many characters
+
+
+def run_line(run: FlowRun, log_lines: int | None = None) -> str:
+    """A run in one line: its status, attempt, progress, message, the number of log lines (when known:
+    ``flows show`` knows them, a cancel's answer does not) and its result (compact JSON, shortened to
+    ``RESULT_CHARS`` with ``…``; ``tjobs flows show --json`` gives it whole)."""
     progress = f", {run.progress}%" if isinstance(run.progress, int) else (f", {run.progress}" if run.progress else "")
     cancel = ", cancel asked" if run.cancel_requested and run.status == "cancelling" else ""
     message = f": {run.message}" if run.message else ""
-    return f"run (attempt {run.attempt}): {run.status}{progress}{cancel}{message}"
+    logged = "" if log_lines is None else f"; {log_lines} log line{'' if log_lines == 1 else 's'}"
+    result = "" if run.result is None else f"; result {_shortened(run.result)}"
+    return f"run (attempt {run.attempt}): {run.status}{progress}{cancel}{message}{logged}{result}"
+
+
+def _shortened(value: object) -> str:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text if len(text) <= RESULT_CHARS else text[: RESULT_CHARS - 1] + "…"
 
 
 @flows_app.command("cancel")
