@@ -338,6 +338,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "delivered": delivery.delivered,
             "missing": delivery.missing,
             "duplicates": delivery.duplicates,
+            # same_flow: one flow's callback again (a re-delivery); extra_flows: a second flow of one task
+            "duplicates_detail": {"same_flow": delivery.same_flow, "extra_flows": delivery.extra_flows},
+            "retried_callbacks": delivery.retried,
             "lateness": Percentiles.of(delivery.lateness_ms, presorted=True).to_json(),
         },
         "slices": slice_figures(delivery, window_start, args.cycles * args.cycle_s, args.slice_s, big),
