@@ -153,3 +153,59 @@ async def test_a_run_that_timed_out_stops_its_handler_at_the_next_heartbeat(node
         await eventually(dead, "the timed-out run's flow is dead (max_attempts 1)")
         [flow] = await _flows(node, key)
     assert flow["run"]["status"] == "timed_out"
+
+
+async def test_the_retry_of_a_run_that_timed_out_goes_to_the_other_executor_of_the_pool(node: RunningNode) -> None:
+    app_record, key = await node.create_app("svc", allowed_callback_hosts=["127.0.0.1"])
+    ports = {"a": free_port(), "b": free_port()}
+    got: list[str] = []  # the executor of each attempt, in order
+    stopped = asyncio.Event()
+    executors = {
+        name: Executor(
+            node.base_url,
+            key,
+            pool="pair",
+            address=f"http://127.0.0.1:{port}/",
+            signing_secrets=app_record.secrets,
+            executor_id=name,
+            run_heartbeat_s=0.1,
+        )
+        for name, port in ports.items()
+    }
+    for name, executor in executors.items():
+
+        @executor.handler("/", run=True)
+        async def job(job: Job, name: str = name) -> None:
+            assert job.run is not None
+            got.append(name)
+            if len(got) == 1:  # the first run never reports its end: it times out
+                await job.run.cancelled.wait()  # set when a heartbeat is answered 409
+                stopped.set()
+
+    services = {name: FastAPI(lifespan=e.lifespan) for name, e in executors.items()}
+    for name, service in services.items():
+        service.mount("/", executors[name].asgi_app())
+    async with serving_asgi(services["a"], ports["a"]), serving_asgi(services["b"], ports["b"]):
+        body = {
+            "name": "pair",
+            "schedule": {"kind": "delay", "delay_ms": 0},
+            # consistent hashing picks the same executor for every fire of the task: only the flow's
+            # tried executors turn its retry away from the one that timed out
+            "callback": {
+                "pool": {"name": "pair", "strategy": "consistent_hash"},
+                "run_timeout_ms": 1000,
+                "max_attempts": 2,
+            },
+        }
+        assert (await call(node, key, "POST", "/v1/tasks", body)).status_code == 201
+        await asyncio.wait_for(stopped.wait(), 15)
+
+        async def delivered() -> bool:
+            flows = await _flows(node, key)
+            return len(flows) == 1 and flows[0]["status"] == "delivered"
+
+        await eventually(delivered, "the retry's run succeeded")
+        [flow] = await _flows(node, key)
+        detail = (await call(node, key, "GET", f"/v1/flows/{flow['id']}")).json()
+    assert len(got) == 2 and set(got) == {"a", "b"}  # the retry went to the executor that did not time out
+    assert detail["run"]["status"] == "succeeded" and detail["run"]["attempt"] == 2

@@ -25,9 +25,12 @@ from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.recording import Answer, RecordingTransport
-from tjobs.model import Flow, FlowStatus, Task, parse_flow_id
+from tjobs.firing.compensator import Compensator
+from tjobs.model import App, Flow, FlowStatus, Task, parse_flow_id
 from tjobs.pools.breaker import BASE_MS as BREAKER_BASE_MS
 from tjobs.pools.model import Executor
+from tjobs.service.runs import RunService
+from tjobs.settings import CompensatorSettings, RunSettings
 from tjobs.specs import CallbackSpec
 from tjobs.specs.pool import PoolRoute, parse_pool_route
 from tjobs.stores.memory import MemoryTaskStore
@@ -87,6 +90,7 @@ async def rig() -> AsyncIterator[Rig]:
 
 
 Fire = Callable[..., Awaitable[Flow]]
+RUN = Answer(202, headers={"Tjobs-Run": "Accepted"})  # the attempt accepted as a job run
 
 
 async def test_one_by_round_robin_sends_each_fire_to_one_executor_spreading_them_evenly(rig: Rig) -> None:
@@ -119,6 +123,67 @@ async def test_one_fails_over_to_another_executor_within_the_same_flow(rig: Rig)
     ]
     assert [r.status_code for r in stored.attempt_log.records] == [None] * (len(ids) - 1) + [200]
     assert all(r.error for r in stored.attempt_log.records[:-1]) and stored.attempt_log.records[-1].error is None
+
+
+@pytest.mark.parametrize("strategy", ["consistent_hash", "round_robin", "least_in_flight"])
+async def test_the_retry_of_a_run_that_timed_out_goes_to_another_executor(rig: Rig, strategy: str) -> None:
+    await rig.executors(2)
+    rig.transport.script(then=RUN)  # every executor accepts each attempt as a run; none ever reports
+    task, flow = await stored_flow(rig.store)
+    spec = CallbackSpec((), pool=parse_pool_route({"name": "workers", "strategy": strategy}), run_timeout_ms=5_000)
+    task = await rig.store.update_task(dataclasses.replace(task, callback=spec), task.version)
+    # under round robin, without the route log an unrelated fire in between would hand the retry back to it
+    fires = {"round_robin": 1}.get(strategy, 0)
+    every = frozenset(rig.store.topology.shards())
+    compensator = Compensator(
+        rig.store,
+        lambda: every,
+        rig.deliverer.in_flight,
+        lambda t, f: rig.deliverer.submit(CallbackJob(t, f, APP)),
+        CompensatorSettings(interval_s=1.0, grace_s=0.0, batch=100),
+        rig.clock,
+        16_000,
+    )
+    rig.deliverer.submit(CallbackJob(task, flow, APP))
+    await rig.settled()
+    assert (await rig.stored(flow)).status is FlowStatus.RUNNING
+    for _ in range(fires):
+        await rig.fire("workers")
+        await rig.settled()
+    rig.clock.advance(5_001)  # past the run's deadline: the compensator times it out and hands the retry over
+    assert await compensator.run_once() >= 1
+    await rig.settled()
+    stored = await rig.stored(flow)
+    assert stored.run is not None and (stored.status, stored.run.attempt) == (FlowStatus.RUNNING, 2)
+    (_, _, first), (_, _, retry) = stored.routes
+    assert {first, retry} == {"e0", "e1"}  # the retry went to the executor that did not time out
+
+
+async def test_the_retry_of_a_run_reported_failed_goes_to_another_executor(rig: Rig) -> None:
+    await rig.executors(2)
+    rig.transport.script(then=RUN)
+    task, flow = await stored_flow(rig.store)
+    spec = CallbackSpec((), pool=parse_pool_route({"name": "workers", "strategy": "consistent_hash"}))
+    task = await rig.store.update_task(dataclasses.replace(task, callback=spec), task.version)
+
+    async def read_flow(_: App, flow_id: str) -> Flow:
+        return await rig.stored(flow)
+
+    runs = RunService(
+        rig.store,
+        RunSettings(),
+        rig.clock,
+        read_flow,
+        flow_sink=lambda t, f: rig.deliverer.submit(CallbackJob(t, f, APP)),
+    )
+    rig.deliverer.submit(CallbackJob(task, flow, APP))
+    await rig.settled()
+    await runs.report(APP, flow.id, {"status": "failed", "attempt": 1, "message": "disk full"})
+    await rig.settled()
+    stored = await rig.stored(flow)
+    assert stored.run is not None and (stored.status, stored.run.attempt) == (FlowStatus.RUNNING, 2)
+    (_, _, first), (_, _, retry) = stored.routes
+    assert {first, retry} == {"e0", "e1"}  # the retry went to the executor whose run did not fail
 
 
 async def test_all_reaches_every_executor_and_drops_one_that_left_instead_of_retrying_it(rig: Rig) -> None:

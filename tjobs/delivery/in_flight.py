@@ -76,8 +76,10 @@ class Delivery:
             self.named = dict(job.targets)
         pool = callback.pool  # an executor pool: the dispatcher's state of this flow (tjobs.delivery.pool_dispatcher)
         self.pool = None
-        if pool is not None:  # its route log goes on from what is stored (a re-drive)
+        if pool is not None:  # its route log and failover go on from what is stored (a re-drive, a run's retry)
             self.pool = PoolFlow(job.app.id, pool, hash_key_of(pool, task.id, task.key), routes=list(flow.routes))
+            for _, destination, executor_id in flow.routes:  # the executors it tried are passed over while others live
+                self.pool.tried.setdefault(destination, []).append(executor_id)
         self.at_most_once = task.delivery is DeliveryMode.AT_MOST_ONCE
         # A `sending` flow already counts its single attempt; otherwise this is the next one.
         self.record_sending = self.at_most_once and flow.status is not FlowStatus.SENDING

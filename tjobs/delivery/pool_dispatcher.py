@@ -10,7 +10,10 @@ mode               destinations                          each attempt
 =================  ====================================  ==============================================
 ``one``            ``pool:<name>``                        one executor by the strategy, never one this
                                                          flow tried already while another is live
-                                                         (failover, same flow id)
+                                                         (failover, same flow id; a re-driven flow's
+                                                         tried ones are read from its route log, so
+                                                         the retry of a run that timed out or failed
+                                                         goes to another executor if one is live)
 ``one_per_zone``   ``pool:<name>@<zone>`` per zone with   one executor of that zone, as ``one``; a zone
                    a live executor at the first attempt   left without executors is dropped
 ``all``            ``pool:<name>/<executor id>`` per      that executor; one that left the pool is
@@ -76,7 +79,7 @@ class PoolFlow:
     route: PoolRoute
     hash_key: str  # consistent hashing: the task id or the task's key
     expanded: bool = False
-    tried: dict[str, list[str]] = field(default_factory=dict)  # destination -> executor ids, in order
+    tried: dict[str, list[str]] = field(default_factory=dict)  # destination -> executor ids, in order (routes')
     delivered: int = 0  # destinations delivered so far
     waits: int = 0  # attempts that found no executor to send to
     routes: list[tuple[int, str, str]] = field(default_factory=list)  # (attempt, destination, executor id)
