@@ -319,6 +319,26 @@ async def test_a_planner_returning_none_changes_nothing(store: TaskStore) -> Non
     assert await dump(store) == before
 
 
+async def test_a_plan_with_no_flow_advances_the_task_alone(store: TaskStore) -> None:
+    """An instant the task's calendar came to exclude (tjobs/firing/planner.py): no flow, the task moves on;
+    alone in its batch and beside a fire of another task of the same table."""
+    lone, other, excluded = [await store.insert_task(make_task(shard=5)) for _ in range(3)]
+
+    def no_flow(task: Task, intent: FireIntent, now_ms: int) -> FirePlan | None:
+        if task.id == other.id:
+            return interval_planner(task, intent, now_ms)
+        return FirePlan([], intent.scheduled_at_ms + 60_000, TaskStatus.ACTIVE, 0)
+
+    [outcome] = await store.commit_fires([intent_of(lone)], NOW_MS, no_flow)
+    outcomes = await store.commit_fires([intent_of(other), intent_of(excluded)], NOW_MS, no_flow)
+    assert outcome.committed and outcome.flows == [] and [len(o.flows) for o in outcomes] == [1, 0]
+    for task in (lone, excluded):
+        assert await store.get_task(task.id) == replace(
+            task, next_run_at_ms=NOW_MS + 60_000, version=2, fire_count=0, updated_at_ms=NOW_MS
+        )
+        assert await store.list_flows(task.id, 10) == []
+
+
 async def test_a_failing_planner_rolls_the_whole_transaction_back(store: TaskStore) -> None:
     shard = 7
     good = await store.insert_task(make_task(shard=shard))

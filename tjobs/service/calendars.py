@@ -7,8 +7,9 @@ write replaces the calendar's rules whole and moves its version.
 
 The fire planner asks :meth:`CalendarService.rules` inside the fire transaction, so it is answered from
 memory: every calendar of every app, read again every ``refresh_s`` (a change made on another node is
-seen within that) and at once after a write on this node. A schedule naming a calendar the node does not
-know fires as if it named none (a calendar deleted while tasks still name it).
+seen within that) and at once after a write on this node. A write on this node made while a read is in
+flight is kept over that read's older rows (unless they carry a higher version). A schedule naming a
+calendar the node does not know fires as if it named none (a calendar deleted while tasks still name it).
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ class CalendarService(PeriodicPass):
         self._records = records
         self._clock = clock
         self._known: dict[tuple[str, str], Calendar] = {}
+        # per read in flight: this node's writes made since it began (None: deleted)
+        self._in_flight: list[dict[tuple[str, str], Calendar | None]] = []
+
+    @property
+    def refresh_s(self) -> float:
+        """How often this node reads every calendar again: a write through another node applies here within it."""
+        return self._interval_s
 
     # ---- the fire path's lookup ------------------------------------------------------------------
 
@@ -84,9 +92,30 @@ class CalendarService(PeriodicPass):
         await super().start()
 
     async def run_once(self) -> int:
-        every = await self._records.list_calendars()
-        self._known = {(c.app_id, c.name): c for c in every}
-        return len(every)
+        written: dict[tuple[str, str], Calendar | None] = {}
+        self._in_flight.append(written)
+        try:
+            every = await self._records.list_calendars()
+        finally:
+            self._in_flight.remove(written)
+        known = {(c.app_id, c.name): c for c in every}
+        # the read may predate a write made here meanwhile: that write stands until the next read
+        for key, calendar in written.items():
+            read = known.get(key)
+            if calendar is None:
+                known.pop(key, None)
+            elif read is None or read.version <= calendar.version:
+                known[key] = calendar
+        self._known = known
+        return len(known)
+
+    def _wrote(self, key: tuple[str, str], calendar: Calendar | None) -> None:
+        if calendar is None:
+            self._known.pop(key, None)
+        else:
+            self._known[key] = calendar
+        for written in self._in_flight:
+            written[key] = calendar
 
     # ---- the API ---------------------------------------------------------------------------------
 
@@ -98,7 +127,7 @@ class CalendarService(PeriodicPass):
         if existing is None and len(await self._records.list_calendars(app_id)) >= MAX_CALENDARS_PER_APP:
             raise InvalidInput("name", f"the app has {MAX_CALENDARS_PER_APP} calendars already", "too_many")
         stored = await self._records.put_calendar(app_id, name, rules, self._clock.now_ms())
-        self._known[(app_id, name)] = stored
+        self._wrote((app_id, name), stored)
         logger.info(
             "calendar %s of app %s written (version %d)",
             name,
@@ -120,4 +149,4 @@ class CalendarService(PeriodicPass):
     async def delete(self, app_id: str, name: str) -> None:
         if not await self._records.delete_calendar(app_id, name):
             raise NotFound("calendar", name)
-        self._known.pop((app_id, name), None)
+        self._wrote((app_id, name), None)

@@ -229,7 +229,8 @@ class FireTransaction:
             if plan.status is not task.status:
                 counts.change(home, task.app_id, task.status, plan.status)
             flows = [new.flow_of(task, self.now_ms) for new in plan.flows]
-            new_flows[home.shard].extend((index, flow) for flow in flows)
+            if flows:  # none: an instant its calendar came to exclude (the task advances alone)
+                new_flows[home.shard].extend((index, flow) for flow in flows)
             outcomes[index] = FireOutcome(intent, after, flows)
 
         if isinstance(run, _AsyncmyExecutor) and not careful:  # MariaDB: one multi-statement
