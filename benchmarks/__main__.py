@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -73,11 +74,19 @@ def fire(args: argparse.Namespace) -> None:
 
 
 def register(args: argparse.Namespace) -> None:
-    """Single (or batch) creates per second over HTTP; the tasks are deleted afterwards."""
+    """Single (or batch) creates per second over HTTP (and MariaDB's CPU and statements per create, on a
+    mysql --storage); the tasks are deleted afterwards unless the run's own databases are dropped."""
+    from benchmarks._db_cost import DbProbe
     from benchmarks.fire import run, run_register_bench
     from benchmarks.report import emit, rich_progress
 
-    with bench_target(args) as (base_url, key, pids), rich_progress(console) as progress:
+    mysql = next((url for url in args.storage or () if url.startswith("mysql")), None)
+    dropped_after = bool(args.storage) and not args.url and not os.environ.get("TJOBS_STORAGE__DATABASE_PREFIX")
+    with (
+        bench_target(args) as (base_url, key, pids),
+        contextlib.closing(DbProbe(mysql)) if mysql else contextlib.nullcontext() as probe,
+        rich_progress(console) as progress,
+    ):
         result = run(
             run_register_bench(
                 base_url,
@@ -86,8 +95,10 @@ def register(args: argparse.Namespace) -> None:
                 register_rate=args.register_rate,
                 concurrency=args.concurrency,
                 batch_size=args.batch_size,
+                keep_tasks=dropped_after,
                 progress=progress,
                 node_pids=pids,
+                db_probe=probe,
             )
         )
     emit(result, console, as_json=args.json_out)

@@ -528,10 +528,14 @@ async def run_register_bench(
     progress: ProgressFn | None = None,
     request_timeout_s: float = 30.0,
     node_pids: Sequence[int] = (),
+    db_probe: DbReader | None = None,
 ) -> BenchResult:
     """Measure creates/s: ``tasks`` tasks due ~30 days ahead (never loaded or fired during the run),
     one per request, or ``batch_size`` per ``POST /v1/tasks:batch`` when given. Deletes them afterwards
-    unless ``keep_tasks``. With ``node_pids``, the nodes' CPU during the creates (not the cleanup) too."""
+    unless ``keep_tasks`` (a node whose databases are dropped after the run needs no cleanup). With
+    ``node_pids``, the nodes' CPU during the creates (not the cleanup) too; with a ``db_probe``, the
+    database's CPU, statements and counters per create over the registration, gross and net of a quiet
+    span of ``QUIET_MIN_S`` just before it (every client of the server counts)."""
     if tasks < 1:
         raise ValueError("tasks must be >= 1")
     base_url = base_url.rstrip("/")
@@ -543,7 +547,12 @@ async def run_register_bench(
         callback = {"url": DISCARD_CALLBACK_URL, "method": "POST"}
         body_of = task_bodies(callback, "bench-register", lambda index: due_ms + index)
         sender = batch_sender if batch_size else single_sender
+        quiet = _db_read(db_probe)
+        if quiet is not None:
+            await asyncio.sleep(QUIET_MIN_S)
+        db_start = _db_read(db_probe)
         register_cpu_start = [process_cpu_s(pid) for pid in node_pids]
+        client_start_s = time.process_time()
         outcome = await register(
             session,
             sender(base_url, api_key, body_of),
@@ -553,7 +562,14 @@ async def run_register_bench(
             unit=batch_size or 1,
             progress=progress,
         )
+        client_register_cpu_s = time.process_time() - client_start_s
         register_cpu = _each_spent(register_cpu_start, [process_cpu_s(pid) for pid in node_pids])
+        db_end = _db_read(db_probe)
+        mariadb = None
+        if quiet is not None and db_start is not None and db_end is not None:
+            window = (db_start[1], db_end[1], db_end[0] - db_start[0])
+            quiet_span = (quiet[1], db_start[1], db_start[0] - quiet[0])
+            mariadb = per_op_net_of_quiet(window, len(outcome.task_ids), quiet_span)
         if not keep_tasks and outcome.task_ids:
             failed = await _delete_tasks(session, base_url, api_key, outcome.task_ids, concurrency, progress)
             if failed:
@@ -568,7 +584,9 @@ async def run_register_bench(
         batch_size=batch_size,
         warnings=warnings,
         client_cpu_s=time.process_time() - cpu_start_s,
+        client_register_cpu_s=client_register_cpu_s,
         node_register_cpu_s=register_cpu,
+        mariadb=mariadb,
     )
 
 

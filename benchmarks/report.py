@@ -30,6 +30,9 @@ Definitions (the JSON keys say the same):
   (every client of the server counts); ``mariadb_per_fire`` holds them with every counter of
   :data:`benchmarks._db_cost.COUNTERS` per fire, ``gross`` and ``net`` of the ``quiet`` rate measured
   between the registration's end and the fire phase, and the counters the server lacks (``absent``).
+  The register bench gives the same per stored task over the registration (``mariadb_cpu_us_per_create``,
+  ``statements_per_create``, ``mariadb_per_create``), net of a quiet second just before it, and the
+  client's own CPU over the registration alone (``bench_cpu_s.client_register``).
 """
 
 from __future__ import annotations
@@ -237,6 +240,7 @@ class BenchResult:
     sink: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     client_cpu_s: float | None = None  # CPU the registering process used during the run
+    client_register_cpu_s: float | None = None  # ... during the registration alone (register bench)
     node_cpu_s: float | None = None  # CPU the node used during the run (when its pid is known)
     node_fire_cpu_s: float | None = None  # ... from just before the window to the end of the drain
     node_register_cpu_s: list[float] | None = None  # per node, during the registration (fire, register)
@@ -245,7 +249,7 @@ class BenchResult:
     instants: Mapping[int, int] = field(default_factory=dict)
     records: CallbackRecords | None = None
     slo: dict[str, Any] | None = None  # fire --slo: the node's SLO p99 beside the sink's (benchmarks.slo_compare)
-    mariadb: dict[str, Any] | None = None  # fire on MariaDB: its cost per fire (_db_cost.per_op_net_of_quiet)
+    mariadb: dict[str, Any] | None = None  # on MariaDB: its cost per fire, or per create (register bench)
 
     def lateness(self) -> Percentiles | None:
         if self.delivery is None:
@@ -341,6 +345,7 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
         },
         "bench_cpu_s": {
             "client": _round(result.client_cpu_s),
+            "client_register": _round(result.client_register_cpu_s),
             "sink": _round(result.sink["cpu_ms"] / 1000) if "cpu_ms" in result.sink else None,
         },
         "node_cpu_s": {"run": _round(result.node_cpu_s), "fire": _round(result.node_fire_cpu_s)},
@@ -349,21 +354,22 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
             [_round(s) for s in result.node_register_cpu_s] if result.node_register_cpu_s is not None else None
         ),
         "node_cpu_us_per_create": _round(node_us_per_create(result), 1),
-        **_mariadb_json(result.mariadb),
+        **_mariadb_json(result.mariadb, "create" if result.mode == "register" else "fire"),
         "warnings": result.warnings,
         "machine": dict(machine_info) if machine_info is not None else machine(),
     }
 
 
-def _mariadb_json(cost: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The database's figures per fire: gross CPU and statements, and the whole cost (gross, quiet, net)."""
+def _mariadb_json(cost: Mapping[str, Any] | None, per: str) -> dict[str, Any]:
+    """The database's figures per ``per`` (fire, create): gross CPU and statements, and the whole cost
+    (gross, quiet, net)."""
     gross, net = (cost["gross"], cost["net"] or {}) if cost is not None else ({}, {})
     return {
-        "mariadb_cpu_us_per_fire": gross.get("mariadb_cpu_us"),
-        "mariadb_cpu_us_per_fire_net": net.get("mariadb_cpu_us"),
-        "statements_per_fire": gross.get("statements"),
-        "statements_per_fire_net": net.get("statements"),
-        "mariadb_per_fire": dict(cost) if cost is not None else None,
+        f"mariadb_cpu_us_per_{per}": gross.get("mariadb_cpu_us"),
+        f"mariadb_cpu_us_per_{per}_net": net.get("mariadb_cpu_us"),
+        f"statements_per_{per}": gross.get("statements"),
+        f"statements_per_{per}_net": net.get("statements"),
+        f"mariadb_per_{per}": dict(cost) if cost is not None else None,
     }
 
 
@@ -417,6 +423,8 @@ def render_table(summary: Mapping[str, Any]) -> Table:
             row("signatures checked / failed", _pair(sink["signatures_checked"], sink["signatures_failed"]))
     cpu = summary["bench_cpu_s"]
     row("bench CPU: client", cpu["client"], "s")
+    if cpu.get("client_register") is not None:
+        row("bench CPU: client, registration", cpu["client_register"], "s")
     if cpu["sink"] is not None:
         row("bench CPU: sink", cpu["sink"], "s")
     node_cpu = summary.get("node_cpu_s") or {}
@@ -426,15 +434,16 @@ def render_table(summary: Mapping[str, Any]) -> Table:
         row("node CPU per fire", summary["node_cpu_us_per_fire"], "µs")
     if summary.get("node_cpu_us_per_create") is not None:
         row("node CPU per create (registration)", summary["node_cpu_us_per_create"], "µs")
-    mariadb = summary.get("mariadb_per_fire")
-    if mariadb is not None:
+    for per in ("fire", "create"):
+        mariadb = summary.get(f"mariadb_per_{per}")
+        if mariadb is None:
+            continue
         gross, net = mariadb["gross"], mariadb["net"] or {}
-        row(
-            "MariaDB CPU per fire, gross / net of quiet", _gross_net(gross["mariadb_cpu_us"], net.get("mariadb_cpu_us"))
-        )
-        row("statements per fire, gross / net", _gross_net(gross["statements"], net.get("statements")))
+        cpu_us = _gross_net(gross["mariadb_cpu_us"], net.get("mariadb_cpu_us"))
+        row(f"MariaDB CPU per {per}, gross / net of quiet", cpu_us)
+        row(f"statements per {per}, gross / net", _gross_net(gross["statements"], net.get("statements")))
         for name, value in gross["counters"].items():
-            row(f"  {name} per fire, gross / net", _gross_net(value, net.get("counters", {}).get(name)))
+            row(f"  {name} per {per}, gross / net", _gross_net(value, net.get("counters", {}).get(name)))
         if mariadb["absent"]:
             row("MariaDB counters absent", ", ".join(mariadb["absent"]))
     return table

@@ -402,3 +402,23 @@ async def test_with_a_database_probe_the_fire_bench_reports_its_cost_per_fire(
     assert any(warning.startswith("MariaDB has no status counter") for warning in summary["warnings"])
     # And without one there is no database figure
     assert to_json(await run_fire_bench(base_url, "admin", **common))["mariadb_per_fire"] is None
+
+
+async def test_with_a_database_probe_the_register_bench_reports_its_cost_per_create(
+    stand_in_node: tuple[str, StandInNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the stand-in node taking 20 creates, and a probe of the database (quiet for 0.1 s first)
+    base_url, node = stand_in_node
+    monkeypatch.setattr(fire, "QUIET_MIN_S", 0.1)
+    db = ScriptedDb()
+    result = await run_register_bench(base_url, "admin", tasks=20, concurrency=4, db_probe=db, keep_tasks=True)
+    summary = to_json(result)
+    # Then it was read three times (quiet, the registration's start and end); the cost is per stored task
+    assert db.reads == 3 and summary["registered"] == 20
+    assert (summary["mariadb_cpu_us_per_create"], summary["statements_per_create"]) == (25_000.0, 50.0)
+    cost = summary["mariadb_per_create"]
+    assert cost["gross"]["counters"] == {"Com_insert": 0.25} and cost["net"] is not None
+    assert "mariadb_cpu_us_per_fire" not in summary
+    # and the client's CPU over the registration alone is given; kept tasks are not deleted
+    assert summary["bench_cpu_s"]["client_register"] is not None
+    assert not node.deleted
