@@ -202,7 +202,8 @@ class Node:
             ),
         )
         scheduler = settings.scheduler
-        self.calendars = CalendarService(calendars_of(self.store), self.clock)  # in memory for the planner
+        # in memory for the planner, read again every scheduler.calendar_refresh_s
+        self.calendars = CalendarService(calendars_of(self.store), self.clock, scheduler.calendar_refresh_s)
         self.planner = FirePlanner(
             FirePolicy(
                 int(scheduler.misfire_threshold_s * 1000),

@@ -77,6 +77,9 @@ class SchedulerSettings(SettingsSection):
     catch_up_max: int = 100  # at most this many missed occurrences fired by catch_up per misfire
     misfire_rate_per_s: float = 200.0  # pacing of fire_soon / catch_up fires per app
     fire_batch_max: int = 1000  # intents in one fire transaction
+    # how often each node reads every calendar again (tjobs/service/calendars.py): a calendar written
+    # through another node applies to this node's fires and previews within this (through this node: at once)
+    calendar_refresh_s: float = Field(default=5.0, ge=0.5, le=300)
 
     @field_validator("load_lead_s")
     @classmethod

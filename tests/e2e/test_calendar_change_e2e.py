@@ -1,7 +1,7 @@
 """A calendar change applies to every task naming the calendar without rewriting the task (issue 30 item
 4, README "Calendars"): on the node it is written through at once, on another node of the same store
-within that node's calendar refresh (``CalendarService.refresh_s``). Real nodes firing a task every second
-on an SQLite store, callbacks to the real receiver.
+within that node's calendar refresh (``scheduler.calendar_refresh_s``, ``CalendarService.refresh_s``).
+Real nodes firing a task every second on an SQLite store, callbacks to the real receiver.
 
 What is asserted of the instants a change makes excluded is bounded by when the firing node can know it:
 
@@ -34,6 +34,9 @@ from tests.receiver import Receiver
 from tjobs.settings import Settings
 
 READ_SLACK_MS = 1000  # a refresh pass's read of every calendar on a loaded machine, and the fire's own commit
+# the nodes' scheduler.calendar_refresh_s (the product's default is 5 s): each wait on node B's refresh below
+# is bounded by it, so a short one makes the cross-node case seconds long instead of half a minute
+CALENDAR_REFRESH_S = 0.5
 NOTHING_AHEAD = {"dates": ["2001-01-01"]}  # a calendar that excludes nothing to come
 
 
@@ -126,12 +129,15 @@ async def test_a_calendar_changed_to_exclude_the_coming_instants_stops_the_task_
 @contextlib.asynccontextmanager
 async def two_nodes(settings: Settings) -> AsyncIterator[tuple[RunningNode, RunningNode]]:
     """Node A (calendars written through it) and node B (the task created and fired through it) on one
-    store. With the embedded coordinator each owns every shard: A's cycle is a day long, so its wheel
-    loaded nothing of a task created after it started (the test checks A fired nothing)."""
-    long_cycle = settings.scheduler.model_copy(update={"cycle_s": 86_400, "load_lead_s": 30})
+    store, each reading the calendars again every :data:`CALENDAR_REFRESH_S`. With the embedded coordinator
+    each owns every shard: A's cycle is a day long, so its wheel loaded nothing of a task created after it
+    started (the test checks A fired nothing)."""
+    refresh = {"calendar_refresh_s": CALENDAR_REFRESH_S}
+    long_cycle = settings.scheduler.model_copy(update={"cycle_s": 86_400, "load_lead_s": 30, **refresh})
+    short_refresh = settings.scheduler.model_copy(update=refresh)
     async with (
         run_node(settings.model_copy(update={"scheduler": long_cycle, "node_id": "a"})) as a,
-        run_node(settings.model_copy(update={"node_id": "b"})) as b,
+        run_node(settings.model_copy(update={"scheduler": short_refresh, "node_id": "b"})) as b,
     ):
         yield a, b
 
@@ -172,6 +178,7 @@ async def test_a_calendar_changed_through_one_node_applies_to_another_node_s_fir
     node_settings: Settings, receiver: Receiver
 ) -> None:
     async with two_nodes(node_settings) as (a, b):
+        assert b.node.calendars.refresh_s == CALENDAR_REFRESH_S  # the bound below is B's own refresh
         refresh_ms = math.ceil(b.node.calendars.refresh_s * 1000)
         bound_ms = refresh_ms + READ_SLACK_MS
         _, key = await a.create_app("calendars")

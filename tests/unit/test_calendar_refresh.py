@@ -1,12 +1,17 @@
 """``CalendarService.run_once``: every node's copy of every calendar, read again every ``refresh_s``
-(README "Calendars"), including a write made on this node while a read was in flight."""
+(README "Calendars"), including a write made on this node while a read was in flight; the node's refresh
+interval is ``scheduler.calendar_refresh_s`` (docs/configuration.md), refused out of its bounds."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tjobs.clock import ManualClock
-from tjobs.service.calendars import CalendarService
+from tjobs.node import Node
+from tjobs.service.calendars import REFRESH_S, CalendarService
+from tjobs.settings import InvalidSettings, Settings, load_settings
 from tjobs.specs.calendar import Calendar, CalendarRules
 from tjobs.stores.memory_calendars import MemoryCalendars
 
@@ -83,3 +88,28 @@ async def test_a_newer_version_read_from_another_node_wins_over_an_older_write_o
     assert service.rules("app-a", "weekend") == CHRISTMAS
     await service.run_once()
     assert service.rules("app-a", "weekend") == WEEKEND
+
+
+MEMORY = {"urls": ["memory://"], "topology": "1x1x4"}
+
+
+@pytest.mark.parametrize(
+    ("refresh_s", "bound"),
+    [(0, "greater than or equal to 0.5"), (0.49, "greater than or equal to 0.5"), (300.5, "less than or equal to 300")],
+)
+def test_a_calendar_refresh_out_of_its_bounds_is_refused_naming_it(refresh_s: float, bound: str) -> None:
+    with pytest.raises(InvalidSettings, match=rf"^scheduler\.calendar_refresh_s: Input should be {bound}$"):
+        load_settings(storage=MEMORY, scheduler={"calendar_refresh_s": refresh_s})
+
+
+@pytest.mark.parametrize(("given", "refresh_s"), [(None, REFRESH_S), (0.5, 0.5), (300, 300.0)])
+async def test_the_node_s_calendars_are_read_again_every_calendar_refresh_s(
+    given: float | None, refresh_s: float
+) -> None:
+    scheduler = {} if given is None else {"calendar_refresh_s": given}
+    node = Node(Settings(storage=MEMORY, scheduler=scheduler))
+    try:
+        assert node.calendars.refresh_s == refresh_s
+    finally:
+        await node.transport.close()
+    assert REFRESH_S == 5.0  # the default, as README "Calendars" and docs/configuration.md say

@@ -6,8 +6,9 @@ optional) and/or ``"ical"``: an iCalendar text whose VEVENTs are added to them
 write replaces the calendar's rules whole and moves its version.
 
 The fire planner asks :meth:`CalendarService.rules` inside the fire transaction, so it is answered from
-memory: every calendar of every app, read again every ``refresh_s`` (a change made on another node is
-seen within that) and at once after a write on this node. A write on this node made while a read is in
+memory: every calendar of every app, read again every ``refresh_s`` (``scheduler.calendar_refresh_s``,
+default :data:`REFRESH_S`; a change made on another node is seen within that) and at once after a write
+on this node. A write on this node made while a read is in
 flight is kept over that read's older rows (unless they carry a higher version). A schedule naming a
 calendar the node does not know fires as if it named none (a calendar deleted while tasks still name it).
 """

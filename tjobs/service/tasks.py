@@ -222,7 +222,7 @@ class TaskService:
     def calendar_of(self, app_id: str, schedule: ScheduleSpec) -> CalendarRules | None:
         """The rules of the calendar ``schedule`` names (``None`` if it names none); a 422 naming
         ``schedule.calendar`` when the app has no calendar of that name (as this node knows them: a
-        calendar written on another node is known here within ``tjobs.service.calendars.REFRESH_S``)."""
+        calendar written on another node is known here within ``scheduler.calendar_refresh_s``)."""
         name = getattr(schedule, "calendar", None)
         if name is None:
             return None
