@@ -179,11 +179,17 @@ class Flow:
     answers: tuple[AttemptAnswer, ...] | None = None  # the newest sends' answers, oldest first; None: none yet
     run: FlowRun | None = None  # the newest run of the flow (an attempt a target accepted as a run); None: none
     run_log: str | None = None  # the runs' log lines, one JSON object a line (tjobs.service.run_log)
-    run_log_lines: int = 0  # how many lines run_log holds
+    run_log_lines: int = 0  # how many lines run_log holds (or held, when its app's log retention purged it)
 
     @property
     def id(self) -> str:
         return flow_id(self.task_id, self.scheduled_at_ms)
+
+    @property
+    def run_log_purged(self) -> bool:
+        """The app's run log retention (``run_log_retention_days``) cleared the log: lines were counted,
+        none is kept. An empty log that never had a line is not purged."""
+        return self.run_log is None and self.run_log_lines > 0
 
 
 class RunStatus(StrEnum):

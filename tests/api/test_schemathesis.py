@@ -116,6 +116,11 @@ UNEXPRESSIBLE = [
         r"(tasks\[\d+\]\.)?callback\.run_on_publish",
         frozenset({"broker_run"}),
     ),
+    Unexpressible(
+        "an app's run log retention is at most the node's flow retention (retention.days, a setting)",
+        r"run_log_retention_days",
+        frozenset({"exceeds_retention"}),
+    ),
     Unexpressible("a named calendar must exist in the app", r"schedule\.calendar", frozenset({"unknown_calendar"})),
     Unexpressible(
         "an audit search's since/until is a real RFC 3339 instant with its offset (or epoch ms), until after since",

@@ -149,11 +149,12 @@ def attempt_history_json(flow: Flow) -> list[dict[str, Any]]:
 
 def flow_detail_json(flow: Flow, *, masked: bool = False) -> dict[str, Any]:
     """One flow as ``GET /v1/flows/{id}`` shows it: :func:`flow_json`, its newest sends' answers and its
-    run log."""
+    run log (``log_purged``: the app's run log retention cleared it; ``log_lines`` counts what it held)."""
     detail = {**flow_json(flow, masked=masked), "answers": answers_json(flow)}
     if flow.run is not None or flow.run_log_lines:
         detail["log"] = run_log_json(flow)
         detail["log_lines"] = flow.run_log_lines
+        detail["log_purged"] = flow.run_log_purged
     return detail
 
 

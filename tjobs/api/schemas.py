@@ -259,7 +259,12 @@ class FlowDetail(Flow):
     log: list[RunLogLine] | None = Field(
         default=None, description="a flow that ran: its run log, oldest first (runs.max_log_lines over all its runs)"
     )
-    log_lines: int | None = None
+    log_lines: int | None = Field(default=None, description="how many lines the run log holds, or held if purged")
+    log_purged: bool | None = Field(
+        default=None,
+        description="the app's run log retention (run_log_retention_days) purged the log after the flow ended: "
+        "log is empty, log_lines counts what it held; the run and its result stay",
+    )
     child_flows: list[str] = Field(
         default_factory=list,
         description="the ids of the child flows this flow's ending triggered (README 'Child tasks')",
@@ -411,7 +416,9 @@ class OperatorJobList(BaseModel):
 
 
 class AppCreate(_Strict):
-    NULLABLE = frozenset({"max_active_tasks", "api_rate_limit_per_s", "create_rate_limit_per_s"})  # null: default
+    NULLABLE = frozenset(
+        {"max_active_tasks", "api_rate_limit_per_s", "create_rate_limit_per_s", "run_log_retention_days"}
+    )  # null: default
 
     name: str = Field(min_length=1, max_length=100, pattern=NAME_PATTERN)
     rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
@@ -437,6 +444,14 @@ class AppCreate(_Strict):
         le=1_000_000,
         description="tasks registered per second on each node (429 beyond); null: rate_limits.app_creates_per_s",
     )
+    run_log_retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        le=36_500,
+        description="days a run's log is kept after its flow ended, then purged (the flow, its run and result "
+        "stay; GET /v1/flows/{id} says log_purged); at most the node's retention.days (422 beyond); "
+        "null: the flow's retention",
+    )
 
 
 class AppUpdate(_Strict):
@@ -450,6 +465,7 @@ class AppUpdate(_Strict):
     max_active_tasks: int | None = Field(default=None, ge=0, le=1_000_000_000_000)
     api_rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
     create_rate_limit_per_s: float | None = Field(default=None, gt=0, le=1_000_000)
+    run_log_retention_days: float | None = Field(default=None, gt=0, le=36_500)
 
 
 class Rotate(_Strict):

@@ -60,6 +60,12 @@ def app_update(
     max_active_tasks: Annotated[int | None, typer.Option("--max-active-tasks")] = None,
     api_rate: Annotated[float | None, typer.Option("--api-rate", help="API requests per second")] = None,
     create_rate: Annotated[float | None, typer.Option("--create-rate", help="task creates per second")] = None,
+    run_log_retention_days: Annotated[
+        float | None,
+        typer.Option(
+            "--run-log-retention-days", help="days a run's log is kept after its flow ended (<= retention.days)"
+        ),
+    ] = None,
     callback_defaults: Annotated[
         str | None, typer.Option("--callback-defaults", help="JSON object: the app's callback defaults")
     ] = None,
@@ -78,6 +84,7 @@ def app_update(
             ("max_active_tasks", max_active_tasks),
             ("api_rate_limit_per_s", api_rate),
             ("create_rate_limit_per_s", create_rate),
+            ("run_log_retention_days", run_log_retention_days),
             ("callback_defaults", _json_arg(callback_defaults, "--callback-defaults")),
         )
         if value is not None

@@ -111,7 +111,7 @@ def flow_attempts_table(flow: Flow) -> Table:
     table = _compact("#", "at (UTC)", "took", "answer", "late")
     table.title = f"flow {flow.id}: {flow.status}, {flow.attempts} attempts{kept}"
     if flow.run is not None:
-        table.caption = Text(run_line(flow.run, flow.log_lines))  # a result's [..] is no markup
+        table.caption = Text(run_line(flow.run, flow.log_lines, purged=flow.log_purged))  # [..] is no markup
     table.add_column("error / destination", overflow="fold")
     for a in flow.attempt_history:
         at = a.started_at.astimezone(UTC).strftime("%H:%M:%S.%f")[:-3]
@@ -125,14 +125,17 @@ def flow_attempts_table(flow: Flow) -> Table:
 RESULT_CHARS = 60  # a run's result is shown as compact JSON, cut to this many characters
 
 
-def run_line(run: FlowRun, log_lines: int | None = None) -> str:
+def run_line(run: FlowRun, log_lines: int | None = None, *, purged: bool = False) -> str:
     """A run in one line: its status, attempt, progress, message, the number of log lines (when known:
-    ``flows show`` knows them, a cancel's answer does not) and its result (compact JSON, shortened to
-    ``RESULT_CHARS`` with ``…``; ``tjobs flows show --json`` gives it whole)."""
+    ``flows show`` knows them, a cancel's answer does not; ``purged``: the app's run log retention cleared
+    them) and its result (compact JSON, shortened to ``RESULT_CHARS`` with ``…``; ``tjobs flows show
+    --json`` gives it whole)."""
     progress = f", {run.progress}%" if isinstance(run.progress, int) else (f", {run.progress}" if run.progress else "")
     cancel = ", cancel asked" if run.cancel_requested and run.status == "cancelling" else ""
     message = f": {run.message}" if run.message else ""
     logged = "" if log_lines is None else f"; {log_lines} log line{'' if log_lines == 1 else 's'}"
+    if purged:
+        logged += ", purged by the app's log retention"
     result = "" if run.result is None else f"; result {_shortened(run.result)}"
     return f"run (attempt {run.attempt}): {run.status}{progress}{cancel}{message}{logged}{result}"
 

@@ -97,6 +97,9 @@ class Flow(_Model):
     log: list[RunLogLine] = []
     """The run log, oldest first (:meth:`~tjobs.client.Client.get_flow` only)."""
     log_lines: int = 0
+    log_purged: bool = False
+    """The app's run log retention (``run_log_retention_days``) purged the log: ``log`` is empty,
+    ``log_lines`` counts the lines it held."""
     child_flows: list[str] = []
     """The ids of the child flows this flow's ending triggered (:meth:`~tjobs.client.Client.get_flow` only)."""
     parent_flows: list[str] = []

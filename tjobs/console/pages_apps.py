@@ -35,8 +35,11 @@ NUMBER_FIELDS = (
     ("max_active_tasks", int),
     ("api_rate_limit_per_s", float),
     ("create_rate_limit_per_s", float),
+    ("run_log_retention_days", float),
 )
-OPTIONAL_NUMBERS = frozenset({"max_active_tasks", "api_rate_limit_per_s", "create_rate_limit_per_s"})
+OPTIONAL_NUMBERS = frozenset(
+    {"max_active_tasks", "api_rate_limit_per_s", "create_rate_limit_per_s", "run_log_retention_days"}
+)
 
 
 def app_fields(form: Form, *, creating: bool) -> dict[str, Any]:
@@ -83,6 +86,7 @@ def _view(app: App) -> dict[str, Any]:
         "max_active_tasks": settings.get("max_active_tasks"),
         "api_rate_limit_per_s": settings.get("api_rate_limit_per_s"),
         "create_rate_limit_per_s": settings.get("create_rate_limit_per_s"),
+        "run_log_retention_days": settings.get("run_log_retention_days"),
         "live_secrets": len(app.secrets),
         "disabled_at_ms": app.disabled_at_ms,
     }

@@ -50,6 +50,8 @@ async def flow_page(request: Request, flow_id: str) -> Response:
         answers=answers_json(flow),
         answer_body_bytes=ANSWER_BODY_BYTES,
         run_log=run_log_json(flow),
+        run_log_purged=flow.run_log_purged,
+        run_log_lines=flow.run_log_lines,
         run_result=None if flow.run is None else masked_json(flow.run.result),  # secret-looking keys masked
         parent_flows=await console.node.child_flows.triggering(flow),  # README "Child tasks"
         child_flows=await console.node.child_flows.triggered_by(flow),

@@ -47,6 +47,7 @@ _APP_KEYS = frozenset(
         "max_active_tasks",
         "api_rate_limit_per_s",
         "create_rate_limit_per_s",
+        "run_log_retention_days",
     }
 )
 
@@ -120,7 +121,30 @@ def validate_app_fields(body: Any, settings: Settings, *, creating: bool) -> dic
             ):
                 raise InvalidInput(name, "must be a number within (0, 1000000], or null for the node default")
             fields[name] = None if rate is None else float(rate)
+    if "run_log_retention_days" in body:
+        fields["run_log_retention_days"] = _run_log_retention(body["run_log_retention_days"], settings)
     return fields
+
+
+def _run_log_retention(days: Any, settings: Settings) -> float | None:
+    """An app's run log retention (README "Job runs"): days after a flow ended that its run log is kept,
+    within (0, retention.days]; null: the flow's own retention. A log cannot outlive its flow, so a
+    longer one is refused, not kept as asked and silently cut."""
+    flows_days = settings.retention.days
+    if days is None:
+        return None
+    if not isinstance(days, int | float) or isinstance(days, bool) or not days > 0:
+        raise InvalidInput(
+            "run_log_retention_days", "must be a number of days above 0, or null for the flows' retention"
+        )
+    if days > flows_days:
+        raise InvalidInput(
+            "run_log_retention_days",
+            f"must be at most the node's flow retention, retention.days ({flows_days:g}): a run's log is purged "
+            "with its flow at the latest",
+            "exceeds_retention",
+        )
+    return float(days)
 
 
 def _callback_defaults(value: Any, settings: Settings) -> dict[str, Any]:
@@ -146,6 +170,7 @@ _SETTINGS_FIELDS = (
     "max_active_tasks",
     "api_rate_limit_per_s",
     "create_rate_limit_per_s",
+    "run_log_retention_days",
 )
 
 

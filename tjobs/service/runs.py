@@ -134,7 +134,7 @@ class RunService:
         for _ in range(RACES):
             flow = await self._read_flow(app, flow_id)
             count = max(0, min(len(lines.lines), cap - flow.run_log_lines))
-            if count == 0:
+            if count == 0 or flow.run_log_purged:  # full, or its app's log retention purged it: dropped
                 return LogAnswer(0, len(lines.lines), lines.truncated, flow.run_log_lines)
             attempt = lines.attempt or (flow.run.attempt if flow.run is not None else max(flow.attempts, 1))
             text = lines.encoded(self._clock.now_ms(), attempt, count)

@@ -10,7 +10,7 @@ from dataclasses import replace
 import orjson
 
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Reschedule, Task, TaskStatus
-from tjobs.stores.contracts.runs import RunRecords
+from tjobs.stores.contracts.runs import LogPurgePage, RunRecords
 from tjobs.stores.schema import clip_error
 
 
@@ -107,11 +107,33 @@ class MemoryRuns(RunRecords):
     async def append_run_log(self, task_id: int, scheduled_at_ms: int, text: str, lines: int, max_lines: int) -> bool:
         shard = self._shard_of(task_id)
         flow = None if shard is None else self._flows[shard].get((task_id, scheduled_at_ms))
-        if flow is None or flow.run_log_lines + lines > max_lines:
+        if flow is None or flow.run_log_purged or flow.run_log_lines + lines > max_lines:
             return False
         flow.run_log = (flow.run_log or "") + text
         flow.run_log_lines += lines
         return True
+
+    async def purge_run_logs(
+        self, shard: int, app_id: str, finished_before_ms: int, limit: int, after: tuple[int, int] | None = None
+    ) -> LogPurgePage:
+        self._check_shard(shard)
+        flows = self._flows[shard]
+        keys = sorted(
+            (flow.scheduled_at_ms, flow.task_id)
+            for flow in flows.values()
+            if flow.app_id == app_id and flow.scheduled_at_ms < finished_before_ms
+        )
+        page = [key for key in keys if after is None or key > after][: max(limit, 0)]
+        cleared = 0
+        unsettled = None
+        for at_ms, task_id in page:
+            flow = flows[(task_id, at_ms)]
+            if not (flow.status.terminal and flow.updated_at_ms < finished_before_ms):
+                unsettled = unsettled or (at_ms, task_id)
+            elif flow.run_log is not None:
+                flow.run_log = None
+                cleared += 1
+        return LogPurgePage(cleared, len(page), page[-1] if page else None, unsettled)
 
 
 def _retrying(flow: Flow) -> bool:

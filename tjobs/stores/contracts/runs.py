@@ -27,6 +27,16 @@ class RunWrite(NamedTuple):
     expected_attempts: int
 
 
+class LogPurgePage(NamedTuple):
+    """What one page of :meth:`RunRecords.purge_run_logs` read and cleared. Keys are ``(scheduled_at_ms,
+    task_id)``: the walk's order."""
+
+    cleared: int  # logs cleared
+    read: int  # flows read: fewer than the page's limit when the walk reached the cut-off
+    last: tuple[int, int] | None  # the last flow read (``None``: none): the next page starts after it
+    unsettled: tuple[int, int] | None  # the first flow read not ended before the cut-off (its log may be due later)
+
+
 class RunRecords(StoreLifecycle):
     @abstractmethod
     async def write_run(
@@ -120,3 +130,17 @@ class RunRecords(StoreLifecycle):
         """Append ``text`` (``lines`` log lines, each ending in a newline) to the flow's run log where
         the flow exists and holds at most ``max_lines - lines`` lines, counting them; ``False`` (nothing
         written) otherwise. The flow's status and ``updated_at`` are left as they are."""
+
+    @abstractmethod
+    async def purge_run_logs(
+        self, shard: int, app_id: str, finished_before_ms: int, limit: int, after: tuple[int, int] | None = None
+    ) -> LogPurgePage:
+        """One page of an app's run log retention (``run_log_retention_days``; :mod:`tjobs.firing.retention`):
+        read the flows of app ``app_id`` in ``shard`` scheduled before ``finished_before_ms``, in
+        (instant, task id) order after ``after``, at most ``limit`` of them, and clear the log of those
+        that ended (a terminal status) before ``finished_before_ms`` (``updated_at``) and hold one:
+        ``run_log`` becomes NULL, ``run_log_lines``, the run, the status and ``updated_at`` stay, so the
+        flow shows its log purged (:attr:`tjobs.model.Flow.run_log_purged`), not empty; a purged log
+        takes no append. One short write transaction: a read of the ``(app_id, scheduled_at, task_id)``
+        index's range (``flows_TT_app_at``, migration 0006) from ``after``, at most ``limit`` entries and
+        their rows, then an ``UPDATE`` of those rows by key, never a read of the app's other flows."""

@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from tjobs.model import Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores import sql_run_writes
-from tjobs.stores.contracts.runs import RunRecords, RunWrite
+from tjobs.stores.contracts.runs import LogPurgePage, RunRecords, RunWrite
 from tjobs.stores.flow_documents import run_to_text
-from tjobs.stores.schema import clip_error, flow_from_row, flows_indexes, task_from_row
+from tjobs.stores.schema import clip_error, flow_from_row, flows_indexes, search_flow_indexes, task_from_row
 from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql_layout import MYSQL, ShardTables
 
@@ -43,6 +43,7 @@ def _run_read(home: ShardTables) -> tuple[Select[Any], tuple[str, ...], tuple[st
 
 
 _OPEN = tuple(s.value for s in FlowStatus if not s.terminal)
+_ENDED = tuple(s.value for s in FlowStatus if s.terminal)
 
 
 def _retrying(home: ShardTables) -> ColumnElement[bool]:
@@ -225,14 +226,66 @@ class SqlRunRecords(SqlBase, RunRecords):
             return False
         c = home.flows.c
         held = func.coalesce(c.run_log_lines, 0)
+        purged = and_(c.run_log.is_(None), held > 0)  # the app's log retention cleared it: no append
         statement = (
             update(home.flows)
-            .where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms, held + lines <= max_lines)
+            .where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms, held + lines <= max_lines, ~purged)
             .values(run_log=func.coalesce(c.run_log, "").concat(text), run_log_lines=held + lines)
         )
         async with self._write(home.database.engine_url) as conn:
             result = await self._fenced(conn, home.database, statement, home.options)
         return bool(result.rowcount)
+
+    async def purge_run_logs(
+        self, shard: int, app_id: str, finished_before_ms: int, limit: int, after: tuple[int, int] | None = None
+    ) -> LogPurgePage:
+        if limit <= 0:
+            return LogPurgePage(0, 0, None, None)
+        home = self._shard(shard)
+        c = home.flows.c
+        # Along flows_TT_app_at (app_id, scheduled_at, task_id; migration 0006): the app's range from `after`,
+        # at most `limit` entries and their rows, never the app's flows before it. MariaDB is told the index
+        # (its statistics are as old as the last ANALYZE: it might take app_status and sort); SQLite takes
+        # it for the range and the order.
+        read = select(c.scheduled_at, c.task_id, c.status, c.updated_at, c.run_log.is_not(None)).where(
+            c.app_id == app_id, c.scheduled_at < finished_before_ms
+        )
+        if after is not None:  # the range starts at the last key's instant; the tuple drops what came before
+            read = read.where(c.scheduled_at >= after[0], tuple_(c.scheduled_at, c.task_id) > after)
+        read = read.order_by(c.scheduled_at, c.task_id).limit(limit)
+        if self.layout.dialect == MYSQL:
+            read = read.with_hint(home.flows, f"FORCE INDEX (`{search_flow_indexes(home.flows.name)[0][0]}`)")
+        async with self._write(home.database.engine_url) as conn:
+            rows = [tuple(row) for row in (await self._fenced(conn, home.database, read, home.options)).rows]
+            unsettled = None
+            due: list[tuple[int, int]] = []
+            for at_ms, task_id, status, updated_at, has_log in rows:
+                if status not in _ENDED or updated_at >= finished_before_ms:
+                    unsettled = unsettled or (int(at_ms), int(task_id))
+                elif has_log:
+                    due.append((int(at_ms), int(task_id)))
+            cleared = 0
+            if due:
+                # The rows read, as ranges of the key: each task's flows between the first and the last
+                # instant due (the walk read every flow of the app between them, but for ties at the last
+                # instant, which are as due as these if they pass the same guards); a list of pairs cost
+                # MariaDB more a row the longer it was (tjobs.stores.sql.tasks purge).
+                result = await conn.execute(
+                    update(home.flows)
+                    .where(
+                        c.task_id.in_(sorted({task_id for _, task_id in due})),
+                        c.scheduled_at.between(due[0][0], due[-1][0]),
+                        c.app_id == app_id,
+                        c.status.in_(_ENDED),
+                        c.updated_at < finished_before_ms,
+                        c.run_log.is_not(None),
+                    )
+                    .values(run_log=None),
+                    execution_options=home.options,
+                )
+                cleared = int(result.rowcount)
+        last = (int(rows[-1][0]), int(rows[-1][1])) if rows else None
+        return LogPurgePage(cleared, len(rows), last, unsettled)
 
 
 async def _with_tasks(conn: AsyncConnection, home: ShardTables, flows: list[Flow]) -> list[tuple[Flow, Task | None]]:
