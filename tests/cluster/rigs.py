@@ -14,8 +14,8 @@ The assignment is fixed, by module (a test module's tests and its module-scoped 
 * the parallel part: rig 2 has test_clock_skew_processes (105, 5 tests), test_rolling_upgrade (71, and its
   module fixture checks out the previous release) and test_hot_tier (16), about 190; rig 1 test_failover
   (83, 3 tests), test_pools (45), test_job_runs_failover (21), test_cluster_slo (18),
-  test_job_runs_across_nodes (15) and test_child_tasks_failover (30, 2 tests; measured alone, not in a CI
-  run), about 210.
+  test_job_runs_across_nodes (15) and test_child_tasks_failover (50, 3 tests; measured alone, not in a CI
+  run), about 230.
 
 Rig 1: ``TJOBS_TEST_CLUSTER_DIR`` (``/tmp/tjobs-cluster-tests``), ``TJOBS_TEST_CLUSTER_MYSQL_PORTS``
 ("3307 3308"), ``TJOBS_TEST_CLUSTER_ETCD_PORT`` (23795), ``TJOBS_TEST_CLUSTER_REDIS_PORT`` (6395).

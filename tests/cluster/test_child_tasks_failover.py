@@ -14,13 +14,22 @@ reported to the survivor.
 Counted exactly, from the receiver and from the store: each child runs once at its parents' instant with
 the documented payload (a parent's run result; fan-in: ``{parent id: result}``, only after every parent
 succeeded), none twice, none for a parent that failed unless ``on_failure`` names it; and the pending
-children were run by the survivor (its compensator, from the stored endings), not by the victim."""
+children were run by the survivor (its compensator, from the stored endings), not by the victim.
+
+The third test has recurring parents (``q1 -> y1, y2``; ``q1, q2 -> z``; a cron every second for 14 s,
+delivery-only, the answer's body their result) whose owner is killed -9 mid-window, with sends, outcomes
+and child triggers in flight wherever the kill lands: every parent instant is delivered, each child has
+exactly one flow per instant its parents delivered (``z``: both), none other, each sent with the answers as
+payload; a child flow is sent a second time only where the victim's send was cut by the kill and the
+survivor's compensator sent it again with a higher attempt (at least once; receivers deduplicate on
+``webhook-id``)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import time
+from collections import Counter
 from collections.abc import Awaitable
 from typing import Any
 
@@ -28,9 +37,11 @@ import httpx
 import orjson
 import pytest
 
-from sharding import shard_for_key
+from sharding import shard_for_key, shard_of_task_id
 from testkit.cluster_rig import ADMIN_AUTH, Api, ClusterRig, Infra, NodeProc, now_ms
 from tests.receiver import Receiver, Reply
+from tjobs.clock import iso_ms
+from tjobs.model import FlowStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 
@@ -67,14 +78,19 @@ class Family:
         self.ids: dict[str, int] = {}
         self.at_ms = 0
         self.children_server = 1
+        self.app_id = ""
+        self.parent_shards: set[int] = set()
+        self.child_shards: list[set[int]] = []
 
     @property
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api.api_key}"}
 
-    async def create(self, parents: tuple[str, ...]) -> None:
-        """Two nodes; the app; children keyed into the other server's shards, then ``parents`` (an ``at``
-        task each, at one instant ~3 s ahead) keyed into shards the victim owns on one server."""
+    async def start(self) -> None:
+        """Two nodes; the app; the victim, the node owning more of MariaDB server 0's shards. The parents go
+        to the victim's shards there, the children to server 1's (server 0 holds the first database: the
+        apps and the reverse index of child tasks, which every node reads), each of the victim's and the
+        survivor's in turn where both own some."""
         for index in (1, 2):
             self.rig.start(index)
         for node in self.rig.live():
@@ -83,32 +99,43 @@ class Family:
         body = {"name": "rig", "rate_limit_per_s": 100000, "max_concurrency": 1000}
         made = await self.api.http.post(f"{self.rig.nodes[1].base_url}/v1/apps", json=body, headers=ADMIN_AUTH)
         made.raise_for_status()
-        self.api.api_key, app_id = made.json()["api_key"], made.json()["id"]
-        # The parents on server 0, the children on server 1 (server 0 holds the first database: the apps
-        # and the reverse index of child tasks, which every node reads); the victim, the node owning more
-        # of server 0's shards
-        parents_server = set(self.rig.shards_of_server(0))
+        self.api.api_key, self.app_id = made.json()["api_key"], str(made.json()["id"])
+        first, other = set(self.rig.shards_of_server(0)), set(self.rig.shards_of_server(self.children_server))
         jobs = {node.index: set((await self.api.view(node))["jobs"]) for node in self.rig.live()}
-        victim = max(jobs, key=lambda index: len(jobs[index] & parents_server))
+        victim = max(jobs, key=lambda index: len(jobs[index] & first))
         self.victim, self.survivor = self.rig.nodes[victim], self.rig.nodes[3 - victim]
-        parent_shards = jobs[victim] & parents_server
-        for name in CHILDREN:
-            key = _key_in(app_id, set(self.rig.shards_of_server(self.children_server)), name)
+        self.parent_shards = jobs[victim] & first
+        self.child_shards = [shards for shards in (other & jobs[victim], other - jobs[victim]) if shards]
+
+    async def add_children(self, names: tuple[str, ...]) -> None:
+        """Delivery-only tasks (their own schedule a day away), answered 200 by the receiver."""
+        for number, name in enumerate(names):
+            key = _key_in(self.app_id, self.child_shards[number % len(self.child_shards)], name)
             task = {"name": name, "key": key, "schedule": {"kind": "delay", "delay_ms": 86_400_000}}
             self.ids[name] = await self._post({**task, "callback": {"url": self.receiver.url(f"/{name}")}})
+
+    async def add_parent(
+        self, name: str, schedule: dict[str, Any], callback: dict[str, Any], children: dict[str, list[str]]
+    ) -> None:
+        task = {
+            "name": name,
+            "key": _key_in(self.app_id, self.parent_shards, name),
+            "schedule": schedule,
+            "callback": {"url": self.receiver.url(f"/{name}"), **callback},
+            "children": {relation: [self.ids[c] for c in names] for relation, names in children.items()},
+        }
+        self.ids[name] = await self._post(task)
+
+    async def create(self, parents: tuple[str, ...]) -> None:
+        """:meth:`start`; the children; ``parents``, an ``at`` task each at one instant ~3 s ahead, whose
+        sends the receiver accepts as runs."""
+        await self.start()
+        await self.add_children(CHILDREN)
         self.at_ms = (now_ms() // 1000 + 3) * 1000
         for name in parents:
             self.receiver.script(f"/{name}", then=ACCEPTED)
-            callback = {"url": self.receiver.url(f"/{name}"), "run_timeout_ms": 120_000, "max_attempts": 1}
-            children = {relation: [self.ids[c] for c in names] for relation, names in FAMILY[name].items()}
-            task = {
-                "name": name,
-                "key": _key_in(app_id, parent_shards, name),
-                "schedule": {"kind": "at", "at_ms": self.at_ms},
-                "callback": callback,
-                "children": children,
-            }
-            self.ids[name] = await self._post(task)
+            callback = {"run_timeout_ms": 120_000, "max_attempts": 1}
+            await self.add_parent(name, {"kind": "at", "at_ms": self.at_ms}, callback, FAMILY[name])
 
     async def _post(self, task: dict[str, Any]) -> int:
         reply = await self.api.http.post(f"{self.survivor.base_url}/v1/tasks", json=task, headers=self.auth)
@@ -160,7 +187,12 @@ class Family:
         ]
 
     def joined(self, *names: str) -> dict[str, Any]:
+        """A fan-in child's payload: its parents' run results by parent id."""
         return {str(self.ids[name]): RESULTS[name][1] for name in names}
+
+    def joined_answers(self, *names: str) -> dict[str, Any]:
+        """A fan-in child's payload where each parent's answer body was ``{"from": <its name>}``."""
+        return {str(self.ids[name]): {"from": name} for name in names}
 
     async def child_flows(self, name: str) -> list[dict[str, Any]]:
         return [
@@ -287,3 +319,84 @@ async def test_a_node_stopped_past_its_lease_with_triggers_pending_runs_no_child
     for name in ("p", "b"):
         assert f"triggering the children of flow {family.flow_id(name)} again" in log, name
     assert "triggered child flow" not in victim.log.read_text(errors="replace")
+
+
+def _instant(flow_id: str) -> int:
+    return int(flow_id.rpartition("-")[2])
+
+
+async def test_recurring_parents_trigger_their_children_once_per_instant_across_a_kill_of_their_owner(
+    rig: ClusterRig, api: Api, receiver: Receiver
+) -> None:
+    family = Family(rig, api, receiver)
+    await family.start()
+    victim, survivor = family.victim, family.survivor
+    await family.add_children(("y1", "y2", "z"))
+    # Given q1 -> y1, y2 and q1, q2 -> z, both firing every second over 14 s, answered 200 with a body
+    start_ms = (now_ms() // 1000 + 2) * 1000
+    end_ms = start_ms + 14_000
+    schedule = {"kind": "cron", "expr": "* * * * * *", "start_at": iso_ms(start_ms), "end_at": iso_ms(end_ms)}
+    for name, children in (("q1", ["y1", "y2", "z"]), ("q2", ["z"])):
+        receiver.script(f"/{name}", then=Reply(200, body=orjson.dumps({"from": name})))
+        await family.add_parent(name, schedule, {}, {"on_success": children})
+    # When their owner is killed -9 mid-window (sends, outcomes and child triggers in flight)
+    await asyncio.sleep(max(start_ms + 3_500 - now_ms(), 0) / 1000)
+    rig.kill(victim.index)
+    killed_ms = now_ms()
+
+    # Then (once the window is over and everything has ended) every instant of each parent was delivered
+    async def state() -> dict[str, list[dict[str, Any]]]:
+        return {name: await family.flows(name) for name in ("q1", "q2", "y1", "y2", "z")}
+
+    def owed(flows: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+        """The parents' delivered instants, and the instants each child is owed by them."""
+        parents = {
+            name: {_instant(f["id"]) for f in flows[name] if f["status"] == "delivered"} for name in ("q1", "q2")
+        }
+        return parents, {"y1": parents["q1"], "y2": parents["q1"], "z": parents["q1"] & parents["q2"]}
+
+    deadline = time.monotonic() + (end_ms - now_ms()) / 1000 + 20
+    while True:
+        flows = await state()
+        parents, due = owed(flows)
+        ended = all(FlowStatus(f["status"]).terminal for fs in flows.values() for f in fs)
+        if now_ms() > end_ms and ended and all(len(flows[name]) == len(due[name]) for name in due):
+            break
+        assert time.monotonic() < deadline, flows
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2.0)  # room for a late duplicate or phantom child
+    flows = await state()
+    parents, due = owed(flows)
+
+    expected = set(range(start_ms, end_ms + 1, 1000))
+    assert parents["q1"] == parents["q2"] and expected - {end_ms} <= parents["q1"] <= expected, parents
+    assert all(f["status"] == "delivered" for name in ("q1", "q2") for f in flows[name]), flows
+    # And each child has one manual flow per delivered instant of its parents (z: of both), no other
+    for name, instants in due.items():
+        assert sorted(_instant(f["id"]) for f in flows[name]) == sorted(instants), (name, flows[name])
+        assert all(f["kind"] == "manual" and f["status"] == "delivered" for f in flows[name]), flows[name]
+    # And each was sent with its parents' answers as payload; a flow sent twice only where the victim's send
+    # was cut by the kill and the survivor sent it again with a higher attempt (receivers dedupe on webhook-id)
+    payloads = {"y1": {"from": "q1"}, "y2": {"from": "q1"}, "z": family.joined_answers("q1", "q2")}
+    victim_agent, survivor_agent = f"tjobs-rig/node{victim.index}", f"tjobs-rig/node{survivor.index}"
+    again: list[str] = []
+    for name, instants in due.items():
+        sends = receiver.for_path(f"/{name}")
+        assert {_instant(r.flow_id) for r in sends} == instants, name
+        for flow_id in {r.flow_id for r in sends}:
+            same = [r for r in sends if r.flow_id == flow_id]
+            assert all(orjson.loads(r.body)["payload"] == payloads[name] for r in same), (name, same)
+            first, *later = same
+            if later:
+                again.append(flow_id)
+                assert first.headers.get("user-agent") == victim_agent, same
+                assert first.received_at_ns // 1_000_000 <= killed_ms, same
+                assert all(r.headers.get("user-agent") == survivor_agent for r in later), same
+                assert all(r.attempt > first.attempt for r in later), same
+    # And the kill was mid-window: each node sent some of the parents' instants
+    agents = {r.headers.get("user-agent") for name in ("q1", "q2") for r in receiver.for_path(f"/{name}")}
+    assert agents == {victim_agent, survivor_agent}, (agents, again)
+    sent_by = Counter(r.headers.get("user-agent") for name in due for r in receiver.for_path(f"/{name}"))
+    in_victims = [name for name in due if shard_of_task_id(family.ids[name]) in family.child_shards[0]]
+    print(f"instants {len(parents['q1'])}, child sends by node {dict(sent_by)}, sent again {again}, ", end="")
+    print(f"children in the victim's shards {in_victims if len(family.child_shards) == 2 else 'all or none'}")
