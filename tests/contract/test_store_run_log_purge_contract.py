@@ -107,6 +107,26 @@ async def test_a_page_after_the_last_flow_reads_nothing(store: TaskStore) -> Non
     assert (await store.purge_run_logs(SHARD, "app-none", CUT, 3, None)).read == 0
 
 
+async def test_a_dead_flow_redriven_after_its_log_was_purged_logs_again(store: TaskStore) -> None:
+    """A redrive starts new runs: the purged log is not theirs, so it starts empty and takes lines again
+    (else every line of the new runs would be dropped as if the log were still purged)."""
+    task = await store.insert_task(make_task(shard=SHARD))
+    old = CUT - 86_400_000
+    dead = await _flow(store, task, old, FlowStatus.DEAD, old, 3)
+    kept = await _flow(store, task, old + 1, FlowStatus.DEAD, CUT + 1, 3)  # ended after the cut: not purged
+    assert (await store.purge_run_logs(SHARD, "app-a", CUT, 10)).cleared == 1
+
+    redriven = await store.redrive_flow(dead.task_id, dead.scheduled_at_ms, CUT + 10)
+    assert redriven is not None and not redriven.run_log_purged
+    assert (redriven.run_log, redriven.run_log_lines) == (None, 0)
+    assert await store.append_run_log(dead.task_id, dead.scheduled_at_ms, LINE, 1, 100)
+    stored = await store.get_flow(dead.task_id, dead.scheduled_at_ms)
+    assert stored is not None and (stored.run_log, stored.run_log_lines) == (LINE, 1)
+
+    again = await store.redrive_flow(kept.task_id, kept.scheduled_at_ms, CUT + 10)  # a log held is kept
+    assert again is not None and (again.run_log, again.run_log_lines) == (LINE * 3, 3)
+
+
 # ---- MariaDB: what a page examines --------------------------------------------------------------------
 
 

@@ -514,6 +514,8 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
         flow.status = FlowStatus.PENDING
         flow.next_attempt_at_ms = now_ms
         flow.updated_at_ms = now_ms
+        if flow.run_log_purged:  # its app's log retention purged it: the new runs' log starts empty
+            flow.run_log_lines = 0
         return replace(flow)
 
     async def count_tasks(self, app_id: str, shard: int, status: TaskStatus | None = None) -> int:

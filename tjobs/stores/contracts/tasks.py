@@ -154,7 +154,9 @@ class TaskRecords(StoreLifecycle):
 
     @abstractmethod
     async def redrive_flow(self, task_id: int, scheduled_at_ms: int, now_ms: int) -> Flow | None:
-        """Put a ``dead`` flow back to ``pending`` (attempts kept, next attempt ``now_ms``).
+        """Put a ``dead`` flow back to ``pending`` (attempts kept, next attempt ``now_ms``). A run log its
+        app's log retention purged (:attr:`tjobs.model.Flow.run_log_purged`) starts again empty, so the
+        new runs' lines are kept; a log still held is kept.
 
         Returns the flow as stored afterwards, or ``None`` if it does not exist or is not dead
         (only a dead letter can be re-driven; nothing is changed then).

@@ -12,7 +12,20 @@ from dataclasses import replace
 from typing import Any
 
 from asyncmy.errors import IntegrityError as DriverIntegrityError
-from sqlalchemy import bindparam, delete, func, insert, literal, literal_column, or_, select, text, union_all, update
+from sqlalchemy import (
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    text,
+    union_all,
+    update,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -334,7 +347,12 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         statement = (
             update(home.flows)
             .where(c.task_id == task_id, c.scheduled_at == scheduled_at_ms, c.status == FlowStatus.DEAD.value)
-            .values(status=FlowStatus.PENDING.value, next_attempt_at=now_ms, updated_at=now_ms)
+            .values(
+                status=FlowStatus.PENDING.value,
+                next_attempt_at=now_ms,
+                updated_at=now_ms,
+                run_log_lines=case((c.run_log.is_(None), None), else_=c.run_log_lines),  # a purged log restarts
+            )
         )
         async with self._write(home.database.engine_url) as conn:
             result = await self._fenced(conn, home.database, statement, home.options)
