@@ -7,11 +7,15 @@ never walks again what it cleared."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+
+import pytest
 
 from sharding import Topology
 from tests.contract.backends import NOW_MS, make_task, manual_flow
 from tjobs.clock import ManualClock
+from tjobs.errors import StorageUnavailable
 from tjobs.firing.retention import RetentionSweeper
 from tjobs.model import App, Flow, FlowStatus, Task
 from tjobs.settings import RetentionSettings
@@ -150,3 +154,44 @@ async def test_the_next_walk_starts_at_the_first_run_left_open_else_after_the_la
     assert await sweeper.run_once() == 0
     assert [start for _, _, start in store.pages] == [(later[-1].scheduled_at_ms, task.id)]
     assert [(await _stored(store, flow)).run_log_purged for flow in before + later] == [True] * 6
+
+
+class AppsDown(CountingStore):
+    """The apps' database does not answer; the shards' do."""
+
+    async def list_apps(self) -> list[App]:
+        raise StorageUnavailable("apps server down")
+
+
+async def test_the_apps_database_down_leaves_the_flows_purge_running_and_skips_the_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = AppsDown()
+    task = await store.insert_task(make_task(shard=SHARD, app_id="app-a"))
+    await _logged(store, task, NOW_MS - 31 * DAY_MS)  # old enough for the flows' purge
+    sweeper = _sweeper(store, ManualClock(NOW_MS))
+
+    with caplog.at_level(logging.WARNING, logger="tjobs.firing.retention"):
+        assert await sweeper.run_once() == 1
+    assert sum(len(flows) for flows in store._flows) == 0 and store.pages == []
+    assert any(r.__dict__.get("action") == "retention_run_logs_skipped" for r in caplog.records)
+
+
+async def test_a_pass_without_the_apps_keeps_the_walks_places() -> None:
+    store = CountingStore()
+    await _app(store, "app-a", 1)
+    task = await store.insert_task(make_task(shard=SHARD, app_id="app-a"))
+    flows = [await _logged(store, task, NOW_MS - 3 * DAY_MS + i) for i in range(3)]
+    sweeper = _sweeper(store, ManualClock(NOW_MS))
+    assert await sweeper.run_once() == 3
+
+    async def down() -> list[App]:
+        raise StorageUnavailable("apps server down")
+
+    listed = store.list_apps
+    store.list_apps = down  # type: ignore[method-assign]
+    assert await sweeper.run_once() == 0
+    store.list_apps = listed  # type: ignore[method-assign]
+    store.pages.clear()
+    assert await sweeper.run_once() == 0
+    assert [start for _, _, start in store.pages] == [(flows[-1].scheduled_at_ms, task.id)]  # not from the oldest

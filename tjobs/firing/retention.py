@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tjobs.clock import Clock
+from tjobs.errors import StorageUnavailable
 from tjobs.periodic import PeriodicPass
 from tjobs.settings import RetentionSettings
 from tjobs.stores.base import TaskStore
@@ -82,8 +83,11 @@ class RetentionSweeper(PeriodicPass):
         start = next((i for i, shard in enumerate(owned) if shard >= self._next_shard), 0)
         visits = min(SHARDS_PER_PASS, len(owned))
         log_cuts = await self._log_cuts(settings.days)
-        mine = set(owned)  # the walks of shards given up and of apps without a policy now are forgotten
-        self._log_walks = {k: walk for k, walk in self._log_walks.items() if k[0] in mine and k[1] in log_cuts}
+        if log_cuts is None:
+            log_cuts = {}
+        else:  # the walks of shards given up and of apps without a policy now are forgotten
+            mine = set(owned)
+            self._log_walks = {k: w for k, w in self._log_walks.items() if k[0] in mine and k[1] in log_cuts}
         purged = cleared = 0
         self.backlog = False
         for step in range(visits):
@@ -130,12 +134,22 @@ class RetentionSweeper(PeriodicPass):
             self.backlog = True
         return self.backlog
 
-    async def _log_cuts(self, days: float) -> dict[str, int]:
+    async def _log_cuts(self, days: float) -> dict[str, int] | None:
         """The apps whose run log retention is shorter than the flows' (``days``), with their cut-offs: a
-        log of a flow that ended before it is cleared. One read of the apps a pass."""
+        log of a flow that ended before it is cleared. One read of the apps a pass; ``None`` (the logs
+        wait for the next pass, the walks keep their places) when the apps' server does not answer."""
         now_ms = self._clock.now_ms()
         cuts: dict[str, int] = {}
-        for app in await self._store.list_apps():
+        try:
+            apps = await self._store.list_apps()
+        except StorageUnavailable as error:  # the apps' server: the shards' flows are purged all the same
+            logger.warning(
+                "run log retention skipped this pass: the apps could not be read (%s)",
+                error,
+                extra={"action": "retention_run_logs_skipped"},
+            )
+            return None
+        for app in apps:
             value = app.settings.get(RUN_LOG_RETENTION)
             if value is not None and float(value) < days:  # a longer one: the flows' purge takes the logs
                 cuts[app.id] = now_ms - int(float(value) * DAY_MS)
