@@ -22,7 +22,7 @@ from schemathesis.checks import CHECKS as REGISTERED_CHECKS
 from schemathesis.checks import load_all_checks
 from schemathesis.core.result import Ok
 from schemathesis.schemas import BaseSchema
-from schemathesis.specs.openapi.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 from schemathesis.transport.requests import ManagedCookiesSession
 
 from testkit import run_node
@@ -215,10 +215,28 @@ def positive_data_acceptance_where_expressible(ctx: Any, response: Any, case: An
 
 
 positive_data_acceptance_where_expressible.__name__ = "positive_data_acceptance"
-CHECKS = [
-    positive_data_acceptance_where_expressible if check is positive_data_acceptance else check
-    for check in REGISTERED_CHECKS.get_all()
-]
+
+
+def negative_data_rejection_or_too_large(ctx: Any, response: Any, case: Any) -> bool | None:
+    """negative_data_rejection, but a 413 ``too_large`` is a rejection too: a generated body past its cap (1,000
+    long flow ids to ``POST /v1/dead-letters/redrive``, over 1 MiB) is refused on its size before its shape is
+    read, an answer every body route documents (``tests/api/test_request_bodies.py``)."""
+    if response.status_code == 413:
+        try:
+            code = response.json()["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = None
+        if code == "too_large":
+            return None
+    return negative_data_rejection(ctx, response, case)
+
+
+negative_data_rejection_or_too_large.__name__ = "negative_data_rejection"
+_WRAPPED: dict[Any, Any] = {
+    positive_data_acceptance: positive_data_acceptance_where_expressible,
+    negative_data_rejection: negative_data_rejection_or_too_large,
+}
+CHECKS = [_WRAPPED.get(check, check) for check in REGISTERED_CHECKS.get_all()]
 
 
 KEYS = {"admin": ADMIN_KEY, "app": ""}

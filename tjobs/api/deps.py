@@ -289,11 +289,18 @@ _ERROR_TEXT = {
 
 def body_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
     """``openapi_extra`` documenting a JSON request body that the route parses itself (``required=False``:
-    the body may be left out)."""
+    the body may be left out), and the 413 it answers past the body's cap."""
     if model not in DOCUMENTED_BODIES:
         DOCUMENTED_BODIES.append(model)
     schema = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
+    too_large = {  # every body is read through json_body, which refuses one past its cap (tjobs.api.bodies)
+        "description": _ERROR_TEXT[413],
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{Error.__name__}"}}},
+    }
+    return {
+        "requestBody": {"required": required, "content": {"application/json": {"schema": schema}}},
+        "responses": {"413": too_large},
+    }
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
