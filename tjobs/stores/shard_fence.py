@@ -78,6 +78,19 @@ def fence_derived_table(home: DatabaseHome) -> str:
     return f"({_CHECK.format(fence_table_sql(home))}) fence"
 
 
+def fence_union_part(home: DatabaseHome, width: int) -> str:
+    """:func:`fence_statement`'s check of ``home`` as a part of a ``UNION ALL`` of ``width`` columns, ahead of
+    the parts that read the rows it guards (a group of runs' reports: :func:`tjobs.stores.sql_run_writes.
+    decide_runs`): the fence row share-locked, one row of ``NULL`` s where it admits the bound epoch (its one
+    ``%s``), error 1242 where not. The check is in the ``WHERE`` and the row matches it: under ``READ
+    COMMITTED`` InnoDB lets go of a row the ``WHERE`` rejects."""
+    nulls = ", ".join(["NULL"] * width)
+    return (
+        f"SELECT {nulls} FROM {fence_table_sql(home)} f "
+        "WHERE f.id = 1 AND CASE WHEN f.epoch > %s THEN (SELECT 1 UNION ALL SELECT 1) ELSE 1 END = 1 LOCK IN SHARE MODE"
+    )
+
+
 def is_fenced(error: BaseException) -> bool:
     return mysql_errno(error) == FENCED_ERRNO
 
