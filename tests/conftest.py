@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import ssl
+import threading
 import urllib.request
 from collections.abc import Callable, Generator
 from typing import Any
@@ -247,6 +248,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def _aiosqlite_workers() -> set[threading.Thread]:
+    """The threads of the aiosqlite connections not closed yet (one each, named after its target)."""
+    return {thread for thread in threading.enumerate() if thread.name.endswith("(_connection_worker_thread)")}
+
+
+@pytest.fixture(autouse=True)
+def _sqlite_connections_left_open_fail_their_own_test() -> Generator[None]:
+    """A test after which an aiosqlite connection it opened is still open (its worker thread alive once the
+    test's fixtures and event loop are gone) is followed at once by a garbage collection: a connection the
+    test left to the collector (a store, pool or engine not closed on some path) then fails this test's
+    teardown with aiosqlite's ``ResourceWarning``, instead of whichever later test the collector happened to
+    run in (tests/unit/test_sqlite_store_close.py). Tests that close what they open, and those whose
+    connections a module's or session's node keeps, collect nothing more (README, "Running the tests")."""
+    before = _aiosqlite_workers()
+    yield
+    if _aiosqlite_workers() - before:
+        gc.collect()
 
 
 @pytest.hookimpl(wrapper=True)

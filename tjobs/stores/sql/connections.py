@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import sqlite3
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, exists, literal, select, text, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import QueuePool
 
 from sharding import shard_of_task_id
 from sharding.shard_map import ShardMap
@@ -52,8 +54,10 @@ from tjobs.stores.sql_layout import (
 from tjobs.stores.sql_sessions import SessionRegistry
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 INSERT_RETRIES = 3  # a write that lost a race to a concurrent one (a key, an id) is tried again this often
+CLOSE_WAIT_S = 5.0  # close waits this long at most for the connections still in use to come back
 
 
 class SqlBase(StoreLifecycle):
@@ -125,6 +129,7 @@ class SqlBase(StoreLifecycle):
         self._groups.clear()
         self._file_writers.clear()
         self._sessions.clear()
+        await _given_back(engines, CLOSE_WAIT_S)
         await asyncio.gather(*(engine.dispose() for engine in engines), *(pool.close() for pool in direct))
 
     async def ping(self) -> None:
@@ -265,6 +270,26 @@ class SqlBase(StoreLifecycle):
     @abstractmethod
     async def _write_group(self, url: str, tasks: list[Task], attempt: WriteAttempt) -> list[Outcome]:
         """Write one flush of the group commit of ``url`` (:mod:`tjobs.stores.sql.creates`)."""
+
+
+async def _given_back(engines: Sequence[AsyncEngine], timeout_s: float) -> None:
+    """Wait until no connection of ``engines`` is in use, ``timeout_s`` at most. A call left running past its
+    caller (a create's write after ``storage.create_timeout_s``: never cancelled, it ends on its own) may hold
+    one while the store closes. Disposing of an engine closes only the connections in its pool; one in use
+    goes back, when its call ends, to the pool the engine dropped, and nothing closes it: the garbage
+    collector finds it later (aiosqlite's ``ResourceWarning``, tests/unit/test_sqlite_store_close.py)."""
+    pools = [pool for pool in (engine.sync_engine.pool for engine in engines) if isinstance(pool, QueuePool)]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while (in_use := sum(pool.checkedout() for pool in pools)) > 0 and loop.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)  # (the pools' counts, polled: rarely any in use at close)
+    if in_use > 0:
+        logger.warning(
+            "store closing with %d connection(s) still in use after %.0f s; they are left to the garbage collector",
+            in_use,
+            timeout_s,
+            extra={"action": "store_close_in_use"},
+        )
 
 
 def _read_sqlite_header(path: str) -> None:
