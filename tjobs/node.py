@@ -352,28 +352,44 @@ class Node:
         self.db_health.servers_changed()
 
     async def stop(self, drain_timeout_s: float = 10.0) -> None:
+        """Stop the parts in order, the store last. A part whose stop fails does not keep the parts after it
+        running, or the store open (its pooled SQLite connections would be closed by the garbage collector,
+        or not at all: tests/unit/test_node_stop_failure.py): every step runs, then the first error is raised."""
         self.started = False
-        await self.figures.stop()
-        await self.job_runner.stop()  # its batch's progress saved, its lease given back
-        await self.alerts.stop()
-        await self.coordinator.stop()
-        await self.runner.stop()
-        await self.compensator.stop()
-        await self.retention.stop()
-        await self.audit.retention.stop()
-        await self.disabled_apps.stop()
-        await self.calendars.stop()
-        await self.tasks.reconciler.stop()
-        await self.tasks.counts.stop()
-        await self.move_watch.stop()
-        await self.db_health.stop()
-        await self.hot_tier.stop()
-        await self.deliverer.stop(drain_timeout_s)
-        await self.apps.close()
-        await self.targets.close()
-        await self.slo_recorder.stop()  # with the drained flows' outcomes
-        await self.transport.close()
-        await self.store.close()
+        steps: list[Callable[[], Awaitable[object]]] = [
+            self.figures.stop,
+            self.job_runner.stop,  # its batch's progress saved, its lease given back
+            self.alerts.stop,
+            self.coordinator.stop,
+            self.runner.stop,
+            self.compensator.stop,
+            self.retention.stop,
+            self.audit.retention.stop,
+            self.disabled_apps.stop,
+            self.calendars.stop,
+            self.tasks.reconciler.stop,
+            self.tasks.counts.stop,
+            self.move_watch.stop,
+            self.db_health.stop,
+            self.hot_tier.stop,
+            lambda: self.deliverer.stop(drain_timeout_s),
+            self.apps.close,
+            self.targets.close,
+            self.slo_recorder.stop,  # with the drained flows' outcomes
+            self.transport.close,
+            self.store.close,
+        ]
+        failed: Exception | None = None
+        for step in steps:
+            try:
+                await step()
+            except Exception as error:  # the next steps still run; the first error is raised after them
+                logger.exception(
+                    "node %s: a step of its stop failed", self.node_id, extra={"action": "node_stop_failed"}
+                )
+                failed = failed or error
+        if failed is not None:
+            raise failed
         logger.info("node %s stopped", self.node_id, extra={"action": "node_stopped"})
 
     def status(self) -> NodeStatus:
