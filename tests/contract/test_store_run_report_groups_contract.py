@@ -271,3 +271,42 @@ async def test_mariadb_a_group_locks_its_flows_and_not_their_tasks(store: TaskSt
 
     assert answers == [False, False]
     assert seen == [{"flow": True, "task": False}] * 4  # each decide sees both flows locked, neither task
+
+
+async def test_mariadb_a_group_refuses_a_report_made_under_an_older_shard_map_than_its_fence(store: TaskStore) -> None:
+    # two reports grouped, resolved under two shard maps (the node's map moved between them): the one of the
+    # older map is refused by its database's fence, now at the newer epoch, as it would be alone; the group's
+    # read must not pass it under the newer epoch its other report carries
+    from tjobs.stores import sql_run_writes
+
+    pool = _run_pool(store)
+    if pool is None:
+        pytest.skip("MariaDB's run pool only")
+    flows = [(await _running(store, shard))[1] for shard in (2, 9)]
+    homes = [store._shard_of_task(f.task_id) for f in flows]  # type: ignore[attr-defined]
+    assert homes[0].database.index != homes[1].database.index
+    probe = connect_mysql(homes[1].database.engine_url, autocommit=True)
+    fence = fence_table_sql(homes[1].database)
+    try:
+        with probe.cursor() as cursor:
+            cursor.execute(f"UPDATE {fence} SET epoch = 7 WHERE id = 1")
+
+        async def report(flow: Flow, home: Any, epoch: int) -> bool:  # as the store sends one, its errors mapped
+            async with store._direct_call(home.database.engine_url):  # type: ignore[attr-defined]
+                return await sql_run_writes.decide_run(
+                    pool, home, epoch, flow.task_id, flow.scheduled_at_ms, _end(flow, [])
+                )
+
+        answers = await asyncio.gather(
+            *(report(f, home, epoch) for f, home, epoch in zip(flows, homes, (7, 6), strict=True)),
+            return_exceptions=True,
+        )
+    finally:
+        with probe.cursor() as cursor:
+            cursor.execute(f"UPDATE {fence} SET epoch = 0 WHERE id = 1")
+        probe.close()
+
+    assert answers[0] is True
+    assert isinstance(answers[1], StaleShardMap), answers[1]
+    stored = await store.get_flow(flows[1].task_id, flows[1].scheduled_at_ms)
+    assert stored is not None and stored.status is FlowStatus.RUNNING

@@ -362,8 +362,10 @@ class ReportGroups:
     async def _write(self, reports: list[Report]) -> Sequence[bool | BaseException]:
         if len(reports) > 1:
             try:
-                # the newest epoch its callers wrote under (one older than another's was already stale)
-                return await decide_runs(self._pool, max(report.fence_epoch for report in reports), reports)
+                # the oldest epoch its callers resolved their flows' homes under: a fence past it refuses the
+                # group, and each report alone is then judged under its own epoch (a report resolved under an
+                # older map than a fence's must be refused, whatever map the others of its group saw)
+                return await decide_runs(self._pool, min(report.fence_epoch for report in reports), reports)
             except Exception as error:
                 if not answered_by_server(error):
                     return [error] * len(reports)
