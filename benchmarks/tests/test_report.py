@@ -235,7 +235,7 @@ def test_json_has_the_figures_a_script_checks() -> None:
     assert (summary["tasks"], summary["window_s"], summary["drained"]) == (3, 1.0, False)
     assert summary["create_latency_ms"]["p99"] == 9.0
     assert summary["machine"] == {"cpu_count": 2, "python": "3.11.2"}
-    assert summary["bench_cpu_s"] == {"client": 2.25, "sink": 1.5}
+    assert summary["bench_cpu_s"] == {"client": 2.25, "client_register": None, "sink": 1.5}
     json.dumps(summary)  # plain JSON types only
 
 
