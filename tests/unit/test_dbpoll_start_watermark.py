@@ -10,6 +10,7 @@ publisher's 50 changes (none arrived in 5 s; MariaDB, where that first read is s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from tjobs.clock import SystemClock
 from tjobs.hot_tier.base import TaskChange
@@ -53,3 +54,37 @@ async def test_a_change_logged_right_after_start_returned_is_received() -> None:
     finally:
         await reader.stop()
         await writer.stop()
+
+
+class ClosingCountedLog(SlowFirstReadLog):
+    """:class:`SlowFirstReadLog` that counts its opens and closes (``was_opened`` set at the first)."""
+
+    opened = 0
+    closed = 0
+
+    def __init__(self, changes: MemoryHotChanges) -> None:
+        super().__init__(changes)
+        self.was_opened = asyncio.Event()
+
+    async def open(self) -> None:
+        await super().open()
+        self.opened += 1
+        self.was_opened.set()
+
+    async def close(self) -> None:
+        await super().close()
+        self.closed += 1
+
+
+async def test_a_start_cancelled_after_the_log_opened_closes_it() -> None:
+    # a node start cancelled (a test's timeout, a stop during start) while the tier reads its watermark: the
+    # node never registered the tier's stop, so the tier closes what it opened (an engine left to the
+    # garbage collector: aiosqlite's ResourceWarning in a later test)
+    log = ClosingCountedLog(MemoryHotChanges())
+    tier = DbPollHotTier(log, origin="node-a", clock=SystemClock(), near_ms=60_000, poll_interval_ms=20)
+    starting = asyncio.create_task(tier.start(lambda change: None))
+    await log.was_opened.wait()
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    assert (log.opened, log.closed) == (1, 1)

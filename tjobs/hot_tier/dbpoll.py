@@ -105,6 +105,10 @@ class DbPollHotTier(HotTier):
             logger.warning(
                 "hot change log unreadable at start (%s); retrying", error, extra={"action": "hot_read_failed"}
             )
+        except asyncio.CancelledError:  # the start given up: nobody will stop the tier, so close what it opened
+            self._open = False
+            await self.log.close()
+            raise
         self._task = asyncio.create_task(self._poll_loop(watermark), name="tjobs-hot-dbpoll")
 
     async def stop(self) -> None:
