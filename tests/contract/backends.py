@@ -24,9 +24,12 @@ from tjobs.model import (
     FirePlan,
     Flow,
     FlowKind,
+    FlowRun,
     FlowStatus,
+    FlowUpdate,
     MisfirePolicy,
     NewFlow,
+    RunStatus,
     Task,
     TaskStatus,
 )
@@ -182,6 +185,19 @@ async def fire_once(store: TaskStore, shard: int, task: Task | None = None) -> t
     assert outcome.task is not None
     [flow] = outcome.flows
     return outcome.task, flow
+
+
+RUN_DEADLINE_MS = NOW_MS + 60_000
+
+
+async def fire_running(store: TaskStore, shard: int, task: Task | None = None) -> tuple[Task, Flow]:
+    """:func:`fire_once`, then the flow's run started (its send answered 202 at ``NOW_MS + 10``, attempt 1,
+    deadline :data:`RUN_DEADLINE_MS`): the task as the fire left it and the flow as the fire wrote it."""
+    fired_task, flow = await fire_once(store, shard, task)
+    run = FlowRun(RunStatus.RUNNING, 1, NOW_MS + 10, RUN_DEADLINE_MS)
+    started = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.RUNNING, 1, RUN_DEADLINE_MS, 202, run=run)
+    await store.record_flow_updates([started], NOW_MS + 10)
+    return fired_task, flow
 
 
 def manual_flow(task: Task, at_ms: int, status: FlowStatus = FlowStatus.PENDING) -> Flow:

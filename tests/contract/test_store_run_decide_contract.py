@@ -13,7 +13,7 @@ import pymysql
 import pytest
 
 from testkit.databases import connect_mysql
-from tests.contract.backends import NOW_MS, count_statements, fire_once, make_task
+from tests.contract.backends import NOW_MS, RUN_DEADLINE_MS, count_statements, fire_running, make_task
 from tjobs.errors import RunConflict
 from tjobs.model import Flow, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task
 from tjobs.specs import FixedDelaySpec
@@ -21,15 +21,7 @@ from tjobs.stores.base import TaskStore
 from tjobs.stores.contracts.runs import RunWrite
 from tjobs.stores.shard_fence import fence_table_sql
 
-DEADLINE_MS = NOW_MS + 60_000
-
-
-async def _running(store: TaskStore, shard: int, task: Task | None = None) -> tuple[Task, Flow]:
-    fired_task, flow = await fire_once(store, shard, task)
-    run = FlowRun(RunStatus.RUNNING, 1, NOW_MS + 10, DEADLINE_MS)
-    started = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.RUNNING, 1, DEADLINE_MS, 202, run=run)
-    await store.record_flow_updates([started], NOW_MS + 10)
-    return fired_task, flow
+DEADLINE_MS = RUN_DEADLINE_MS
 
 
 def _succeeded(flow: Flow, at_ms: int) -> FlowUpdate:
@@ -38,7 +30,7 @@ def _succeeded(flow: Flow, at_ms: int) -> FlowUpdate:
 
 
 async def test_decide_gets_the_flow_with_its_task_and_its_write_lands(store: TaskStore) -> None:
-    task, flow = await _running(store, shard=1)
+    task, flow = await fire_running(store, shard=1)
     seen: list[tuple[Flow | None, Task | None]] = []
 
     def decide(read: Flow | None, read_task: Task | None) -> RunWrite:
@@ -57,7 +49,7 @@ async def test_decide_gets_the_flow_with_its_task_and_its_write_lands(store: Tas
 
 
 async def test_nothing_is_written_when_decide_chooses_nothing_or_raises(store: TaskStore) -> None:
-    _, flow = await _running(store, shard=2)
+    _, flow = await fire_running(store, shard=2)
 
     assert not await store.decide_run(flow.task_id, flow.scheduled_at_ms, lambda read, task: None)
 
@@ -75,7 +67,7 @@ async def test_nothing_is_written_when_decide_chooses_nothing_or_raises(store: T
 
 
 async def test_a_write_where_the_flow_moved_on_is_refused(store: TaskStore) -> None:
-    _, flow = await _running(store, shard=3)
+    _, flow = await fire_running(store, shard=3)
     stale = RunWrite(FlowStatus.SENDING, _succeeded(flow, NOW_MS + 500), NOW_MS + 500, 1)
 
     assert not await store.decide_run(flow.task_id, flow.scheduled_at_ms, lambda read, task: stale)
@@ -85,7 +77,7 @@ async def test_a_write_where_the_flow_moved_on_is_refused(store: TaskStore) -> N
 
 
 async def test_a_missing_flow_is_decided_as_none(store: TaskStore) -> None:
-    _, flow = await _running(store, shard=4)
+    _, flow = await fire_running(store, shard=4)
     seen: list[tuple[Flow | None, Task | None]] = []
 
     def decide(read: Flow | None, task: Task | None) -> None:
@@ -98,7 +90,7 @@ async def test_a_missing_flow_is_decided_as_none(store: TaskStore) -> None:
 
 async def test_a_fixed_delay_runs_end_sets_the_next_run_in_the_same_write(store: TaskStore) -> None:
     task = replace(make_task(shard=5), schedule=FixedDelaySpec(30_000, start_at_ms=NOW_MS))
-    fired, flow = await _running(store, shard=5, task=task)
+    fired, flow = await fire_running(store, shard=5, task=task)
     assert fired.next_run_at_ms is not None
     moved = Reschedule(fired.app_id, fired.next_run_at_ms, fired.version, NOW_MS + 500 + 30_000)
     ended = replace(_succeeded(flow, NOW_MS + 500), reschedule=moved)
@@ -112,7 +104,7 @@ async def test_a_fixed_delay_runs_end_sets_the_next_run_in_the_same_write(store:
 
 
 async def test_of_two_racing_reports_one_ends_the_run(store: TaskStore) -> None:
-    _, flow = await _running(store, shard=6)
+    _, flow = await fire_running(store, shard=6)
 
     def end_if_running(read: Flow | None, task: Task | None) -> RunWrite | None:
         if read is None or read.status is not FlowStatus.RUNNING:
@@ -134,7 +126,7 @@ async def test_mariadb_keeps_a_reports_connection_for_the_next(store: TaskStore)
     pools = getattr(store, "_run_pools", None)
     if not pools:
         pytest.skip("MariaDB's run pool only")
-    _, flow = await _running(store, shard=7)
+    _, flow = await fire_running(store, shard=7)
     pool = pools[store._shard_of_task(flow.task_id).database.engine_url]  # type: ignore[attr-defined]
     writes = [
         lambda read, task: None,  # nothing chosen: rolled back
@@ -172,7 +164,7 @@ async def test_mariadb_reads_a_report_in_one_statement_that_locks_the_flow_and_n
     pools = getattr(store, "_run_pools", None)
     if not pools:
         pytest.skip("MariaDB's run pool only")
-    task, flow = await _running(store, shard=8)
+    task, flow = await fire_running(store, shard=8)
     home = store._shard_of_task(flow.task_id)  # type: ignore[attr-defined]
     counted = count_statements(pools[home.database.engine_url], monkeypatch)
     probe = connect_mysql(home.database.engine_url, autocommit=True)
@@ -206,7 +198,7 @@ async def test_mariadb_locks_a_reports_fence_before_its_flow(store: TaskStore) -
     # fence behind a move's UPDATE of it could close a cycle with a flush holding the fence
     if not getattr(store, "_run_pools", None):
         pytest.skip("MariaDB's run pool only")
-    _, flow = await _running(store, shard=10)
+    _, flow = await fire_running(store, shard=10)
     home = store._shard_of_task(flow.task_id)  # type: ignore[attr-defined]
     holder = connect_mysql(home.database.engine_url, autocommit=False)
     probe = connect_mysql(home.database.engine_url, autocommit=True)
@@ -232,7 +224,7 @@ async def test_mariadb_locks_a_reports_fence_before_its_flow(store: TaskStore) -
 
 
 async def test_a_flow_whose_task_was_deleted_is_decided_with_no_task(store: TaskStore) -> None:
-    task, flow = await _running(store, shard=9)
+    task, flow = await fire_running(store, shard=9)
     assert await store.delete_task(task.id)
     seen: list[tuple[Flow | None, Task | None]] = []
 

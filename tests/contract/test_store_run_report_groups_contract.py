@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from testkit.databases import connect_mysql
-from tests.contract.backends import NOW_MS, count_statements, fire_once, make_task
+from tests.contract.backends import NOW_MS, RUN_DEADLINE_MS, count_statements, fire_running, make_task
 from tjobs.errors import RunConflict, StaleShardMap
 from tjobs.model import Flow, FlowRun, FlowStatus, FlowUpdate, Reschedule, RunStatus, Task
 from tjobs.specs import FixedDelaySpec
@@ -20,16 +20,8 @@ from tjobs.stores.base import TaskStore
 from tjobs.stores.contracts.runs import RunWrite
 from tjobs.stores.shard_fence import fence_table_sql
 
-DEADLINE_MS = NOW_MS + 60_000
+DEADLINE_MS = RUN_DEADLINE_MS
 ENDED_MS = NOW_MS + 500
-
-
-async def _running(store: TaskStore, shard: int, task: Task | None = None) -> tuple[Task, Flow]:
-    fired_task, flow = await fire_once(store, shard, task)
-    run = FlowRun(RunStatus.RUNNING, 1, NOW_MS + 10, DEADLINE_MS)
-    started = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.RUNNING, 1, DEADLINE_MS, 202, run=run)
-    await store.record_flow_updates([started], NOW_MS + 10)
-    return fired_task, flow
 
 
 def _succeeded(flow: Flow, result: Any) -> FlowUpdate:
@@ -57,7 +49,7 @@ async def test_reports_of_flows_of_many_tables_sent_together_each_land(
     store: TaskStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # eight runs in eight shard tables of both logical databases, their final reports sent at once
-    flows = [(await _running(store, shard))[1] for shard in range(1, 16, 2)]
+    flows = [(await fire_running(store, shard))[1] for shard in range(1, 16, 2)]
     pool = _run_pool(store)
     counted = count_statements(pool, monkeypatch) if pool is not None else []
     seen: list[list[Flow | None]] = [[] for _ in flows]
@@ -80,7 +72,7 @@ async def test_reports_of_flows_of_many_tables_sent_together_each_land(
 
 async def test_reports_sent_together_get_each_its_own_answer(store: TaskStore) -> None:
     # one written, one refused by its guard, one deciding nothing, one raising, one of no flow: in one group
-    flows = [(await _running(store, shard))[1] for shard in (1, 6, 11, 12)]
+    flows = [(await fire_running(store, shard))[1] for shard in (1, 6, 11, 12)]
     written, refused, nothing, raising = flows
     seen: list[Flow | None] = []
 
@@ -117,8 +109,8 @@ async def test_reports_sent_together_get_each_its_own_answer(store: TaskStore) -
 
 
 async def test_reports_of_one_flow_sent_together_end_its_run_once(store: TaskStore) -> None:
-    _, flow = await _running(store, shard=3)
-    _, other = await _running(store, shard=4)
+    _, flow = await fire_running(store, shard=3)
+    _, other = await fire_running(store, shard=4)
 
     def end_if_running(read: Flow | None, task: Task | None) -> RunWrite | None:
         if read is None or read.status is not FlowStatus.RUNNING:
@@ -138,11 +130,11 @@ async def test_fixed_delay_runs_ended_together_set_their_next_runs(store: TaskSt
     ended: list[tuple[Flow, FlowUpdate]] = []
     for shard in (5, 13):
         task = replace(make_task(shard=shard), schedule=FixedDelaySpec(30_000, start_at_ms=NOW_MS))
-        fired, flow = await _running(store, shard, task=task)
+        fired, flow = await fire_running(store, shard, task=task)
         assert fired.next_run_at_ms is not None
         moved = Reschedule(fired.app_id, fired.next_run_at_ms, fired.version, ENDED_MS + 30_000 + shard)
         ended.append((flow, replace(_succeeded(flow, {}), reschedule=moved)))
-    _, plain = await _running(store, shard=7)
+    _, plain = await fire_running(store, shard=7)
 
     def ending(update: FlowUpdate) -> Any:
         return lambda read, task: RunWrite(FlowStatus.RUNNING, update, ENDED_MS, 1)
@@ -163,7 +155,7 @@ async def test_mariadb_refuses_reports_sent_together_under_an_older_shard_map(st
     pool = _run_pool(store)
     if pool is None:
         pytest.skip("MariaDB's run pool only")
-    flows = [(await _running(store, shard))[1] for shard in (2, 9, 14)]
+    flows = [(await fire_running(store, shard))[1] for shard in (2, 9, 14)]
     home = store._shard_of_task(flows[1].task_id)  # type: ignore[attr-defined]
     probe = connect_mysql(home.database.engine_url, autocommit=True)
     fence = fence_table_sql(home.database)
@@ -198,7 +190,7 @@ async def test_mariadb_locks_a_groups_fences_before_its_flows(store: TaskStore) 
     # and waited for a fence behind a move's UPDATE of it could close a cycle with a flush holding that fence
     if _run_pool(store) is None:
         pytest.skip("MariaDB's run pool only")
-    flows = [(await _running(store, shard))[1] for shard in (2, 14)]  # two databases; shard 2's flow read first
+    flows = [(await fire_running(store, shard))[1] for shard in (2, 14)]  # two databases; shard 2's flow read first
     first, last = (store._shard_of_task(f.task_id) for f in flows)  # type: ignore[attr-defined]
     assert first.database.index < last.database.index
     holder = connect_mysql(first.database.engine_url, autocommit=False)
@@ -249,7 +241,7 @@ async def test_mariadb_a_group_locks_its_flows_and_not_their_tasks(store: TaskSt
     # as one report's read: a fire of a task never waits for a report of its run
     if _run_pool(store) is None:
         pytest.skip("MariaDB's run pool only")
-    pairs = [await _running(store, shard) for shard in (3, 12)]
+    pairs = [await fire_running(store, shard) for shard in (3, 12)]
     probe = connect_mysql(store._shard_of_task(pairs[0][1].task_id).database.engine_url, autocommit=True)  # type: ignore[attr-defined]
     seen: list[dict[str, bool]] = []
 
@@ -282,7 +274,7 @@ async def test_mariadb_a_group_refuses_a_report_made_under_an_older_shard_map_th
     pool = _run_pool(store)
     if pool is None:
         pytest.skip("MariaDB's run pool only")
-    flows = [(await _running(store, shard))[1] for shard in (2, 9)]
+    flows = [(await fire_running(store, shard))[1] for shard in (2, 9)]
     homes = [store._shard_of_task(f.task_id) for f in flows]  # type: ignore[attr-defined]
     assert homes[0].database.index != homes[1].database.index
     probe = connect_mysql(homes[1].database.engine_url, autocommit=True)
