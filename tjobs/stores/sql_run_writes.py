@@ -42,7 +42,6 @@ from tjobs.stores.sql_direct import DirectPool, answered_by_server, committed_in
 from tjobs.stores.sql_layout import DatabaseHome, ShardTables
 
 _READS: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
-_PARTS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
 _WRITES: dict[tuple[str, bool], str] = {}
 _CACHE_MAX = 4096  # tables of layouts since reloaded: emptied when full
 _TASK_ID = TASK_COLUMNS.index("id")
@@ -53,39 +52,34 @@ def _read_sql(home: ShardTables) -> tuple[str, tuple[str, ...]]:
     (unlocked: a derived table, which MariaDB's ``FOR UPDATE`` leaves out, as it does a subquery), in one
     statement; the flow's column names (the task's columns follow them, :data:`TASK_COLUMNS`).
     Parameters: the writer's epoch, the task id, then the flow's key."""
-    fence = fence_derived_table(home.database)
-    key = (fence, home.flows_sql, home.tasks_sql)
-    found = _READS.get(key)
-    if found is None:
-        names = tuple(column.name for column in home.flows.c)
-        columns = ", ".join([*(f"fl.{name}" for name in names), *(f"tk.{name}" for name in TASK_COLUMNS)])
-        sql = (
-            f"SELECT {columns} FROM {fence} STRAIGHT_JOIN {home.flows_sql} fl "
-            f"LEFT JOIN (SELECT {', '.join(TASK_COLUMNS)} FROM {home.tasks_sql} WHERE id = %s) tk "
-            "ON tk.id = fl.task_id WHERE fence.admitted = 1 AND fl.task_id = %s AND fl.scheduled_at = %s FOR UPDATE"
-        )
-        if len(_READS) >= _CACHE_MAX:
-            _READS.clear()
-        found = _READS[key] = (sql, names)
-    return found
+    return _flow_with_task_sql(home, fence_derived_table(home.database))
 
 
 def _part_sql(home: ShardTables) -> tuple[str, tuple[str, ...]]:
     """:func:`_read_sql` without the fence, as a part of a group's ``UNION ALL`` (:func:`decide_runs`, whose
     fences come first). Parameters: the task id, then the flow's key."""
-    key = (home.flows_sql, home.tasks_sql)
-    found = _PARTS.get(key)
+    return _flow_with_task_sql(home, None)
+
+
+def _flow_with_task_sql(home: ShardTables, fence: str | None) -> tuple[str, tuple[str, ...]]:
+    """The two reads above, built once per table (and fence) and kept. The flow is found by its primary
+    key, forced: read along ``flows_TT_at`` (as MariaDB chose at times for the fenced form), the lock on that
+    index's entry came before the row's, while a racing report's ``UPDATE``, holding the row, waited for the
+    same entry: a deadlock (1213) between two reports of one flow."""
+    key = (fence or "", home.flows_sql, home.tasks_sql)
+    found = _READS.get(key)
     if found is None:
         names = tuple(column.name for column in home.flows.c)
         columns = ", ".join([*(f"fl.{name}" for name in names), *(f"tk.{name}" for name in TASK_COLUMNS)])
+        source, admitted = (f"{fence} STRAIGHT_JOIN ", "fence.admitted = 1 AND ") if fence else ("", "")
         sql = (
-            f"SELECT {columns} FROM {home.flows_sql} fl "
+            f"SELECT {columns} FROM {source}{home.flows_sql} fl FORCE INDEX (PRIMARY) "
             f"LEFT JOIN (SELECT {', '.join(TASK_COLUMNS)} FROM {home.tasks_sql} WHERE id = %s) tk "
-            "ON tk.id = fl.task_id WHERE fl.task_id = %s AND fl.scheduled_at = %s FOR UPDATE"
+            f"ON tk.id = fl.task_id WHERE {admitted}fl.task_id = %s AND fl.scheduled_at = %s FOR UPDATE"
         )
-        if len(_PARTS) >= _CACHE_MAX:
-            _PARTS.clear()
-        found = _PARTS[key] = (sql, names)
+        if len(_READS) >= _CACHE_MAX:
+            _READS.clear()
+        found = _READS[key] = (sql, names)
     return found
 
 
