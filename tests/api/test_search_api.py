@@ -98,6 +98,7 @@ async def test_another_apps_flows_and_tasks_are_never_found(tenant_factory: Any)
 async def test_tasks_by_key_and_by_name_prefix(tenant: Tenant) -> None:
     for name in ("inv-2", "inv-10", "inv-1", "refund-1"):
         await tenant.client.post("/v1/tasks", json=task_body(name=name, key=f"k-{name}"))
+        await asyncio.sleep(0.002)  # each created in a millisecond of its own: newest-first has one answer
     by_name = (await tenant.client.get("/v1/tasks", params={"name_prefix": "inv-", "limit": 2})).json()
     rest = (
         await tenant.client.get("/v1/tasks", params={"name_prefix": "inv-", "cursor": by_name["next_cursor"]})
