@@ -63,7 +63,9 @@ def test_a_table_with_one_flow_sets_only_what_its_outcome_carries() -> None:
     assert open_sql.endswith(" AND attempts <= %s") and open_params[-4:] == [9, 40, NOW_MS, 2]
     assert "attempt_log = %s" in done_sql and "routes" not in done_sql and "attempts <=" not in done_sql
     for sql, params in ((open_sql, open_params), (done_sql, done_params)):
-        assert sql.count("%s") == len(params) and "(task_id, scheduled_at) IN ((%s, %s))" in sql
+        assert (
+            sql.count("%s") == len(params) and "WHERE task_id = %s AND scheduled_at = %s AND " in sql
+        )  # one key: two equalities
 
 
 def test_two_ended_flows_of_one_fixed_delay_task_in_one_flush_each_carry_their_reschedule() -> None:
@@ -101,7 +103,7 @@ def test_a_runs_start_is_written_apart_and_lands_only_on_a_flow_being_delivered(
     assert "run = %s" in start and params[-4:] == [20, NOW_MS, 1, 1] and start.count("%s") == len(params)
     # the send is recorded where the flow is at its attempt, even if a report overtook the start
     assert send.endswith(
-        "SET last_status_code = %s, attempt_log = %s WHERE (task_id, scheduled_at) IN ((%s, %s)) AND attempts = %s"
+        "SET last_status_code = %s, attempt_log = %s WHERE task_id = %s AND scheduled_at = %s AND attempts = %s"
     )
     assert send_params[0] == 202 and send_params[-3:] == [20, NOW_MS, 1]
     assert "IN ((%s, %s), (%s, %s))" in rest and " run = " not in rest  # the others keep their runs

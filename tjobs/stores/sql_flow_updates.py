@@ -97,6 +97,16 @@ _ONE_ROW_SQL_MAX = 16_384  # emptied when full: it never grows without bound
 # read through ``flows_TT_at`` (``scheduled_at``, then the key): that index's entry locked before the row,
 # where a lease holds the row and then asks for the entry, closed a deadlock (1213) on one row.
 BY_PRIMARY_KEY = " FORCE INDEX (PRIMARY)"
+# One flow is named by two equalities, never by a one-element row list: MariaDB (10.11) locates the rows of
+# ``(task_id, scheduled_at) IN ((%s, %s))`` in a single-table UPDATE through no index (a SELECT makes it a
+# constant), so with the primary key forced it read every row of the table
+# (tests/contract/test_flow_writes_by_key.py). Two keys or more are a range of the primary key.
+ONE_KEY_SQL = "task_id = %s AND scheduled_at = %s"
+
+
+def flow_keys_sql(count: int) -> str:
+    """The condition naming ``count`` flows by key, their values bound in key order after it."""
+    return ONE_KEY_SQL if count == 1 else f"(task_id, scheduled_at) IN ({', '.join(['(%s, %s)'] * count)})"
 
 
 class ShardUpdate(NamedTuple):
@@ -211,7 +221,7 @@ def _one_row_sql(table: str, columns: tuple[str, ...], guarded: bool, starts_run
             _ONE_ROW_SQL.clear()
         sql = (
             f"UPDATE {table} SET {_sets(columns)}updated_at = %s "
-            f"WHERE (task_id, scheduled_at) IN ((%s, %s)) AND {_RUN_START_SQL if starts_run else _OPEN_SQL}"
+            f"WHERE {ONE_KEY_SQL} AND {_RUN_START_SQL if starts_run else _OPEN_SQL}"
         )
         if guarded and not starts_run:
             sql += " AND attempts <= %s"
@@ -231,7 +241,7 @@ def _send_record(table: str, u: FlowUpdate) -> tuple[str, list[Any]]:
             sets.append(f"{column} = %s")
             params.append(value)
     params += [u.task_id, u.scheduled_at_ms, u.attempts]
-    return f"UPDATE {table} SET {', '.join(sets)} WHERE (task_id, scheduled_at) IN ((%s, %s)) AND attempts = %s", params
+    return f"UPDATE {table} SET {', '.join(sets)} WHERE {ONE_KEY_SQL} AND attempts = %s", params
 
 
 def _run_start(table: str, u: FlowUpdate, now_ms: int) -> tuple[str, list[Any]]:
@@ -254,7 +264,7 @@ def _run_start(table: str, u: FlowUpdate, now_ms: int) -> tuple[str, list[Any]]:
         ]
         sql = _RUN_START_ONE_SQL[key] = (
             f"{_SIMULTANEOUS}UPDATE {table} SET {', '.join(sets)} "
-            f"WHERE (task_id, scheduled_at) IN ((%s, %s)) AND ({_RUN_START_SQL} OR attempts = %s)"
+            f"WHERE {ONE_KEY_SQL} AND ({_RUN_START_SQL} OR attempts = %s)"
         )
     n = u.attempts
     params: list[Any] = []
@@ -329,10 +339,7 @@ def update_statements(
         for task_id, scheduled_at_ms in plan.keys:
             params.append(task_id)
             params.append(scheduled_at_ms)
-        sql = (
-            f"UPDATE {flows} SET {sets}updated_at = %s "
-            f"WHERE (task_id, scheduled_at) IN ({', '.join(['(%s, %s)'] * len(plan.keys))}) AND {_OPEN_SQL}"
-        )
+        sql = f"UPDATE {flows} SET {sets}updated_at = %s WHERE {flow_keys_sql(len(plan.keys))} AND {_OPEN_SQL}"
         if isinstance(plan.guard, int):
             sql += " AND attempts <= %s"
             params.append(plan.guard)

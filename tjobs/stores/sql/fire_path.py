@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Select, Update, case, func, select, text, tuple_, update
+from sqlalchemy import Select, Update, and_, case, func, select, text, tuple_, update
 
 from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores import sql_load
@@ -271,7 +271,11 @@ def lease_update(home: ShardTables, keys: Sequence[Key], counted: set[Key], leas
     return (
         update(home.flows)
         .with_hint(BY_PRIMARY_KEY.strip(), dialect_name=MYSQL)
-        .where(tuple_(c.task_id, c.scheduled_at).in_(keys))
+        .where(  # one key as two equalities (:data:`tjobs.stores.sql_flow_updates.ONE_KEY_SQL`)
+            and_(c.task_id == keys[0][0], c.scheduled_at == keys[0][1])
+            if len(keys) == 1
+            else tuple_(c.task_id, c.scheduled_at).in_(keys)
+        )
         .values(
             next_attempt_at=lease_until,
             attempts=c.attempts + case((tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
