@@ -45,3 +45,15 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
         yield sql_store
     finally:
         await sql_store.close()
+
+
+@pytest.fixture
+async def mariadb_store(mariadb_store_settings: StorageSettings) -> AsyncIterator[SQLAlchemyTaskStore]:
+    """A MariaDB store alone, its databases wiped: for what only the server can count."""
+    await wipe(mariadb_store_settings)
+    store = SQLAlchemyTaskStore(mariadb_store_settings)
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.close()

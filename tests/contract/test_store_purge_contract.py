@@ -95,19 +95,6 @@ def _old_ended(flow: Any, cutoff: int) -> bool:
 # ---- MariaDB: what the purge's read examines --------------------------------------------------------
 
 
-@pytest.fixture
-async def mariadb_store(mariadb_store_settings: StorageSettings) -> AsyncIterator[SQLAlchemyTaskStore]:
-    from tests.contract.backends import wipe
-
-    await wipe(mariadb_store_settings)
-    store = SQLAlchemyTaskStore(mariadb_store_settings)
-    await store.start()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
 async def _handler_reads(conn: AsyncConnection) -> int:
     rows: list[Any] = list((await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'")).all())
     return sum(int(row[1]) for row in rows)

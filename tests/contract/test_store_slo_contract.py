@@ -155,3 +155,22 @@ async def test_sums_over_whole_hours_are_the_sums_of_the_minutes_whatever_the_ed
             assert await store.sum_slo_minutes(app_id, from_minute, to_minute) == expected(
                 app_id, from_minute, to_minute
             ), (app_id, from_minute - start, to_minute - start)
+
+
+@pytest.mark.mariadb
+async def test_a_purge_of_one_old_minute_examines_its_rows_not_the_table(
+    mariadb_store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The steady state of one app on one node: each pass finds one minute (and one hour) aged out. Its
+    ``DELETE`` named the row by a one-element row list, which MariaDB 10.11 locates through no index in a
+    single-table ``DELETE``: every pass read the whole table (tests/contract/test_flow_writes_by_key.py)."""
+    from tests.contract.test_store_purge_contract import _measure_purge
+
+    hour = MINUTE // 60 + 1
+    first = hour * 60
+    kept = [SloMinute(f"app{n}", first + k, counts(1)) for n in range(20) for k in range(30)]
+    await mariadb_store.add_slo_minutes("n1", [SloMinute("a", first - 1, counts(1)), *kept])
+    reads = _measure_purge(monkeypatch)
+    assert await mariadb_store.purge_slo_minutes(first, 100) == 2  # the old minute and its hour's row
+    [examined] = reads
+    assert examined <= 12, examined  # a handful of index and row reads; the table holds 621 rows

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from asyncmy.constants import CLIENT
-from sqlalchemy import MetaData, Table, event, exc
+from sqlalchemy import ColumnElement, MetaData, Table, and_, event, exc, tuple_
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -43,6 +43,18 @@ _CONNECTION_ERRNOS = frozenset(
     {1040, 1045, 1053, 1152, 1158, 1159, 1160, 1161, 2002, 2003, 2005, 2006, 2013, 2014, 2026, 2055}
 )
 DEADLOCK_ERRNOS = frozenset({1213})
+
+
+def keys_in(columns: Sequence[ColumnElement[Any]], keys: Sequence[Sequence[Any]]) -> ColumnElement[bool]:
+    """The rows whose ``columns`` hold one of ``keys``: ``(a, b) IN ((…), …)``, but ``a = … AND b = …`` for
+    one key. MariaDB (10.11) locates a one-element row list in a single-table ``UPDATE`` or ``DELETE``
+    through no index (a ``SELECT`` makes it a constant) and reads the whole table
+    (tests/contract/test_flow_writes_by_key.py, test_store_slo_contract.py)."""
+    if len(keys) == 1:
+        return and_(*(column == value for column, value in zip(columns, keys[0], strict=True)))
+    return tuple_(*columns).in_(keys)
+
+
 ROW_LOCK_WAIT_S = 2  # innodb_lock_wait_timeout of the engine's sessions (fire transactions, updates)
 MULTI_STATEMENT_PARAMS = 20_000  # bound parameters per multi-statement round trip (MariaDB)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import MetaData, Table, and_, delete, func, or_, select, tuple_, union_all
+from sqlalchemy import MetaData, Table, and_, delete, func, or_, select, union_all
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select
@@ -22,6 +22,7 @@ from sqlalchemy.sql import Select
 from tjobs.model import SloCounts, SloMinute
 from tjobs.stores.schema_slo import SLO_SUMMED_COLUMNS, slo_hours_table, slo_minutes_table
 from tjobs.stores.slo_hours import MINUTES_PER_HOUR, hour_of, purge_cutoff_hour, split_by_hours
+from tjobs.stores.sql_layout import keys_in
 
 _SUMMED = SLO_SUMMED_COLUMNS
 _METADATA = MetaData()
@@ -114,6 +115,6 @@ async def purge_minutes(conn: AsyncConnection, options: dict[str, Any], before_m
         old = select(*key).where(table.c[period] < before).limit(limit)
         doomed = [tuple(row) for row in (await conn.execute(old, execution_options=options)).all()]
         if doomed:
-            result = await conn.execute(delete(table).where(tuple_(*key).in_(doomed)), execution_options=options)
+            result = await conn.execute(delete(table).where(keys_in(key, doomed)), execution_options=options)
             gone += int(result.rowcount)
     return gone

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Select, Update, and_, case, func, select, text, tuple_, update
+from sqlalchemy import Select, Update, case, func, select, text, tuple_, update
 
 from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores import sql_load
@@ -24,7 +24,7 @@ from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql.errors import storage_error
 from tjobs.stores.sql_fire import FireTransaction
 from tjobs.stores.sql_flow_updates import BY_PRIMARY_KEY, run_flow_updates, write_flow_updates
-from tjobs.stores.sql_layout import MYSQL, DatabaseHome, ShardTables
+from tjobs.stores.sql_layout import MYSQL, DatabaseHome, ShardTables, keys_in
 
 Key = tuple[int, int]  # (task_id, scheduled_at)
 _OPEN = tuple(s.value for s in FlowStatus if not s.terminal)  # each its own range scan of (status, next_attempt_at)
@@ -271,11 +271,7 @@ def lease_update(home: ShardTables, keys: Sequence[Key], counted: set[Key], leas
     return (
         update(home.flows)
         .with_hint(BY_PRIMARY_KEY.strip(), dialect_name=MYSQL)
-        .where(  # one key as two equalities (:data:`tjobs.stores.sql_flow_updates.ONE_KEY_SQL`)
-            and_(c.task_id == keys[0][0], c.scheduled_at == keys[0][1])
-            if len(keys) == 1
-            else tuple_(c.task_id, c.scheduled_at).in_(keys)
-        )
+        .where(keys_in((c.task_id, c.scheduled_at), keys))
         .values(
             next_attempt_at=lease_until,
             attempts=c.attempts + case((tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
