@@ -235,3 +235,49 @@ def count_statements(pool: Any, monkeypatch: Any) -> list[dict[str, int]]:
 
     monkeypatch.setattr(pool, "transaction", transaction)
     return counted
+
+
+async def handler_reads(conn: Any) -> int:
+    """The rows a MariaDB session has read so far: its ``Handler_read%`` counters summed."""
+    rows: list[Any] = list((await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'")).all())
+    return sum(int(row[1]) for row in rows)
+
+
+def measure_writes(monkeypatch: Any) -> list[int]:
+    """The rows each write transaction of the SQL store examines from now on, on its own session: its
+    ``Handler_read%`` counters read when it opens and before it commits, less what reading them costs."""
+    from tjobs.stores.sql.connections import SqlBase
+
+    reads: list[int] = []
+    original = SqlBase._write
+
+    @asynccontextmanager
+    async def measured(self: Any, url: str) -> AsyncIterator[Any]:
+        async with original(self, url) as conn:
+            first = await handler_reads(conn)
+            idle = await handler_reads(conn) - first  # what one SHOW costs
+            before = await handler_reads(conn)
+            yield conn
+            reads.append(await handler_reads(conn) - before - idle)
+
+    monkeypatch.setattr(SqlBase, "_write", measured)
+    return reads
+
+
+def fill_ended_flows(probe: Any, home: Any, like: int, count: int) -> None:
+    """``count`` delivered flows more in ``home``'s flows table (MariaDB; copies of task ``like``'s flow at
+    other keys, tasks 1..count, an instant each), its statistics renewed: a table of a deployment's rows,
+    where the optimizer chooses among the indexes as it would there."""
+    with probe.cursor() as cursor:
+        cursor.execute(f"SHOW COLUMNS FROM {home.flows_sql}")
+        copied = ", ".join(
+            str(row[0]) for row in cursor.fetchall() if row[0] not in ("task_id", "scheduled_at", "status")
+        )
+        cursor.execute(
+            f"INSERT INTO {home.flows_sql} (task_id, scheduled_at, status, {copied}) "
+            f"SELECT seq, {NOW_MS} - 1000 * seq, 'delivered', {copied} FROM {home.database.schema}.seq_1_to_{count} "
+            f"JOIN {home.flows_sql} f WHERE f.task_id = %s",
+            (like,),
+        )
+        cursor.execute(f"ANALYZE TABLE {home.flows_sql}")
+        cursor.fetchall()

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from testkit.databases import connect_mysql
-from tests.contract.backends import NOW_MS, fire_once, fire_running
-from tests.contract.test_store_fire_statements_contract import _fire_pool
+from tests.contract.backends import NOW_MS, fill_ended_flows, fire_once, fire_running
+from tests.contract.test_store_fire_statements_contract import _counters, _fire_pool
 from tjobs.model import FlowStatus, FlowUpdate
 from tjobs.stores.base import TaskStore
 from tjobs.stores.sql.fire_path import lease_update
@@ -28,35 +28,8 @@ ROW_READS = ("Handler_read_first", "Handler_read_next", "Handler_read_prev", "Ha
 AT_MOST = 8  # rows a statement may read beyond its own: a handful, whatever the table holds
 
 
-def _fill(url: str, home: Any, like: int) -> None:
-    """:data:`FILLER` ended flows of other tasks in the table (copies of flow ``like`` at other keys)."""
-    probe = connect_mysql(url, autocommit=True)
-    try:
-        with probe.cursor() as cursor:
-            cursor.execute(f"SHOW COLUMNS FROM {home.flows_sql}")
-            copied = ", ".join(
-                str(row[0]) for row in cursor.fetchall() if row[0] not in ("task_id", "scheduled_at", "status")
-            )
-            cursor.execute(
-                f"INSERT INTO {home.flows_sql} (task_id, scheduled_at, status, {copied}) "
-                f"SELECT seq, {NOW_MS} - 1000 * seq, 'delivered', {copied} "
-                f"FROM {home.database.schema}.seq_1_to_{FILLER} JOIN {home.flows_sql} f WHERE f.task_id = %s",
-                (like,),
-            )
-    finally:
-        probe.close()
-
-
 async def _pool_reads(pool: Any) -> int:
-    async with pool.transaction() as conn:
-        cursor = conn.cursor()
-        await cursor.execute(
-            "SHOW SESSION STATUS WHERE Variable_name IN (" + ", ".join(["%s"] * len(ROW_READS)) + ")", ROW_READS
-        )
-        rows = await cursor.fetchall()
-        await cursor.close()
-    assert (pool._pool.size, pool._pool.freesize) == (1, 1)  # one connection: what it counted is ours
-    return sum(int(value) for _, value in rows)
+    return sum((await _counters(pool, ROW_READS)).values())
 
 
 async def _flush_reads(store: TaskStore, updates: list[FlowUpdate], now_ms: int) -> int:
@@ -72,7 +45,11 @@ async def _filled(store: TaskStore) -> Any:
         pytest.skip("MariaDB only: the server's row counters")
     _, first = await fire_once(store, SHARD)
     home = store._shard(SHARD)  # type: ignore[attr-defined]
-    _fill(home.database.engine_url, home, first.task_id)
+    probe = connect_mysql(home.database.engine_url, autocommit=True)
+    try:
+        fill_ended_flows(probe, home, first.task_id, FILLER)
+    finally:
+        probe.close()
     return home
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from testkit.databases import connect_mysql
-from tests.contract.backends import NOW_MS, fire_once
+from tests.contract.backends import NOW_MS, fill_ended_flows, fire_once
 from tjobs.model import FlowStatus, FlowUpdate
 from tjobs.stores.base import TaskStore
 from tjobs.stores.sql.fire_path import lease_update, stale_flows_pick
@@ -26,24 +26,6 @@ SHARD = 5
 FILLER = 5000
 LEASE_UNTIL = NOW_MS + 30_000
 RETRY_AT = NOW_MS + 60_000
-
-
-def _fill(probe: Any, home: Any, like: int) -> None:
-    """:data:`FILLER` ended flows more in the table (copies of flow ``like`` at other keys), its statistics
-    renewed: on a table of a few rows the optimizer reads the whole primary key and no index is chosen."""
-    with probe.cursor() as cursor:
-        cursor.execute(f"SHOW COLUMNS FROM {home.flows_sql}")
-        copied = ", ".join(
-            str(row[0]) for row in cursor.fetchall() if row[0] not in ("task_id", "scheduled_at", "status")
-        )
-        cursor.execute(
-            f"INSERT INTO {home.flows_sql} (task_id, scheduled_at, status, {copied}) "
-            f"SELECT seq, {NOW_MS} - 1000 * seq, 'delivered', {copied} FROM {home.database.schema}.seq_1_to_{FILLER} "
-            f"JOIN {home.flows_sql} f WHERE f.task_id = %s",
-            (like,),
-        )
-        cursor.execute(f"ANALYZE TABLE {home.flows_sql}")
-        cursor.fetchall()
 
 
 def _lock_waits(probe: Any, schema: str) -> int:
@@ -67,7 +49,7 @@ async def test_a_flush_waiting_for_a_lease_lets_the_lease_write_its_flows(store:
     outcomes = [FlowUpdate(retried.task_id, retried.scheduled_at_ms, FlowStatus.PENDING, 1, RETRY_AT, 503)]
     outcomes += [FlowUpdate(f.task_id, f.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 200) for f in delivered]
     probe = connect_mysql(url, autocommit=True)
-    _fill(probe, home, flows[0].task_id)
+    fill_ended_flows(probe, home, flows[0].task_id, FILLER)
     flush: asyncio.Task[None] | None = None
     try:
         async with store._write(url) as conn:  # type: ignore[attr-defined]

@@ -29,12 +29,13 @@ def _fire_pool(store: TaskStore) -> Any:
     return _only_pool(store)
 
 
-async def _counters(pool: Any) -> dict[str, int]:
-    """The statement counters of the fire pool's connection (the pool holds one: asserted)."""
+async def _counters(pool: Any, kinds: tuple[str, ...] = _KINDS) -> dict[str, int]:
+    """The statement counters (or other ``kinds``) of the fire pool's connection (the pool holds one:
+    asserted)."""
     async with pool.transaction() as conn:
         cursor = conn.cursor()
         await cursor.execute(
-            "SHOW SESSION STATUS WHERE Variable_name IN (" + ", ".join(["%s"] * len(_KINDS)) + ")", _KINDS
+            "SHOW SESSION STATUS WHERE Variable_name IN (" + ", ".join(["%s"] * len(kinds)) + ")", kinds
         )
         rows = await cursor.fetchall()
         await cursor.close()

@@ -8,21 +8,17 @@ docs/operations.md, "Capacity model"); the same for the completed tasks, oldest 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from tests.contract.backends import NOW_MS, make_task, manual_flow
+from tests.contract.backends import NOW_MS, make_task, manual_flow, measure_writes
 from tjobs.model import FlowStatus, TaskStatus
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import TaskStore
-from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -95,31 +91,6 @@ def _old_ended(flow: Any, cutoff: int) -> bool:
 # ---- MariaDB: what the purge's read examines --------------------------------------------------------
 
 
-async def _handler_reads(conn: AsyncConnection) -> int:
-    rows: list[Any] = list((await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'")).all())
-    return sum(int(row[1]) for row in rows)
-
-
-def _measure_purge(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The rows each purge's write transaction examines (fence, the flows' read and delete, the completed
-    tasks' read), on its own session: the ``Handler_read%`` counters read on its connection when it opens
-    and before it commits, less what reading them costs."""
-    reads: list[int] = []
-    original = SqlBase._write
-
-    @asynccontextmanager
-    async def measured(self: SqlBase, url: str) -> AsyncIterator[AsyncConnection]:
-        async with original(self, url) as conn:
-            first = await _handler_reads(conn)
-            idle = await _handler_reads(conn) - first  # what one SHOW costs
-            before = await _handler_reads(conn)
-            yield conn
-            reads.append(await _handler_reads(conn) - before - idle)
-
-    monkeypatch.setattr(SqlBase, "_write", measured)
-    return reads
-
-
 async def _fill(store: SQLAlchemyTaskStore, settings: StorageSettings, first_at: int, count: int, status: str) -> None:
     """``count`` flows of one task in ``SHARD``'s table, scheduled 1 ms apart from ``first_at``."""
     home = store.layout.shards[SHARD]
@@ -140,7 +111,7 @@ async def _fill(store: SQLAlchemyTaskStore, settings: StorageSettings, first_at:
 async def test_what_a_purge_examines_is_bounded_by_what_it_deletes_not_by_the_table(
     mariadb_store: SQLAlchemyTaskStore, mariadb_store_settings: StorageSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reads = _measure_purge(monkeypatch)
+    reads = measure_writes(monkeypatch)
     assert await mariadb_store.purge(SHARD, NOW_MS, 200) == 0  # an empty table
     empty = reads[-1]
 
@@ -179,7 +150,7 @@ async def _fill_completed(
 async def test_what_a_purge_of_completed_tasks_examines_is_bounded_by_what_it_deletes(
     mariadb_store: SQLAlchemyTaskStore, mariadb_store_settings: StorageSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reads = _measure_purge(monkeypatch)
+    reads = measure_writes(monkeypatch)
     assert await mariadb_store.purge(SHARD, NOW_MS, 200) == 0  # an empty table
     empty = reads[-1]
 

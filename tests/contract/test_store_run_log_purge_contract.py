@@ -7,19 +7,14 @@ On MariaDB a page's transaction examines rows in proportion to the page, not to 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import Any
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from tests.contract.backends import NOW_MS, make_task, manual_flow
+from tests.contract.backends import NOW_MS, make_task, manual_flow, measure_writes
 from tjobs.model import Flow, FlowStatus, Task
 from tjobs.settings import StorageSettings
 from tjobs.stores.base import TaskStore
-from tjobs.stores.sql.connections import SqlBase
 from tjobs.stores.sql_layout import create_engine_for
 from tjobs.stores.sqlalchemy import SQLAlchemyTaskStore
 
@@ -130,43 +125,6 @@ async def test_a_dead_flow_redriven_after_its_log_was_purged_logs_again(store: T
 # ---- MariaDB: what a page examines --------------------------------------------------------------------
 
 
-@pytest.fixture
-async def mariadb_store(mariadb_store_settings: StorageSettings) -> AsyncIterator[SQLAlchemyTaskStore]:
-    from tests.contract.backends import wipe
-
-    await wipe(mariadb_store_settings)
-    store = SQLAlchemyTaskStore(mariadb_store_settings)
-    await store.start()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-async def _handler_reads(conn: AsyncConnection) -> int:
-    rows: list[Any] = list((await conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'")).all())
-    return sum(int(row[1]) for row in rows)
-
-
-def _measure(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The rows each write transaction examines (fence, the page's read and update), on its own session:
-    ``Handler_read%`` read on its connection when it opens and before it commits, less a read's own cost."""
-    reads: list[int] = []
-    original = SqlBase._write
-
-    @asynccontextmanager
-    async def measured(self: SqlBase, url: str) -> AsyncIterator[AsyncConnection]:
-        async with original(self, url) as conn:
-            first = await _handler_reads(conn)
-            idle = await _handler_reads(conn) - first
-            before = await _handler_reads(conn)
-            yield conn
-            reads.append(await _handler_reads(conn) - before - idle)
-
-    monkeypatch.setattr(SqlBase, "_write", measured)
-    return reads
-
-
 async def _fill(
     store: SQLAlchemyTaskStore, settings: StorageSettings, task_id: int, first_at: int, count: int, log: bool
 ) -> None:
@@ -195,7 +153,7 @@ async def test_a_page_examines_rows_in_proportion_to_the_page_not_to_the_apps_fl
     where the last walk stopped examines about those 20, not the 20,000 before them; a page from the start
     examines about its own rows."""
     store = mariadb_store
-    reads = _measure(monkeypatch)
+    reads = measure_writes(monkeypatch)
     task = await store.insert_task(make_task(shard=SHARD))
     old = CUT - 5 * 86_400_000
     await _fill(store, mariadb_store_settings, task.id, old, 20_000, log=False)

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from tests.contract.backends import measure_writes
 from tjobs.model import SLO_LATENESS_SLOTS, SloCounts, SloMinute
 from tjobs.stores.base import TaskStore
 
@@ -164,13 +165,11 @@ async def test_a_purge_of_one_old_minute_examines_its_rows_not_the_table(
     """The steady state of one app on one node: each pass finds one minute (and one hour) aged out. Its
     ``DELETE`` named the row by a one-element row list, which MariaDB 10.11 locates through no index in a
     single-table ``DELETE``: every pass read the whole table (tests/contract/test_flow_writes_by_key.py)."""
-    from tests.contract.test_store_purge_contract import _measure_purge
-
     hour = MINUTE // 60 + 1
     first = hour * 60
     kept = [SloMinute(f"app{n}", first + k, counts(1)) for n in range(20) for k in range(30)]
     await mariadb_store.add_slo_minutes("n1", [SloMinute("a", first - 1, counts(1)), *kept])
-    reads = _measure_purge(monkeypatch)
+    reads = measure_writes(monkeypatch)
     assert await mariadb_store.purge_slo_minutes(first, 100) == 2  # the old minute and its hour's row
     [examined] = reads
     assert examined <= 12, examined  # a handful of index and row reads; the table holds 621 rows
