@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -38,20 +39,22 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[TaskStore]:
         yield MemoryTaskStore(Topology.parse(TOPOLOGY))
         return
     settings: StorageSettings = request.getfixturevalue(f"{request.param}_store_settings")
-    await wipe(settings)
-    sql_store = SQLAlchemyTaskStore(settings)
-    await sql_store.start()
-    try:
+    async with _started(settings) as sql_store:
         yield sql_store
-    finally:
-        await sql_store.close()
 
 
 @pytest.fixture
 async def mariadb_store(mariadb_store_settings: StorageSettings) -> AsyncIterator[SQLAlchemyTaskStore]:
     """A MariaDB store alone, its databases wiped: for what only the server can count."""
-    await wipe(mariadb_store_settings)
-    store = SQLAlchemyTaskStore(mariadb_store_settings)
+    async with _started(mariadb_store_settings) as store:
+        yield store
+
+
+@asynccontextmanager
+async def _started(settings: StorageSettings) -> AsyncIterator[SQLAlchemyTaskStore]:
+    """A SQL store on ``settings``, its databases wiped first, started, and closed afterwards."""
+    await wipe(settings)
+    store = SQLAlchemyTaskStore(settings)
     await store.start()
     try:
         yield store

@@ -27,6 +27,8 @@ FILLER = 2000  # flows of other tasks in the table: what a read of the whole tab
 ROW_READS = ("Handler_read_first", "Handler_read_next", "Handler_read_prev", "Handler_read_rnd_next")
 AT_MOST = 8  # rows a statement may read beyond its own: a handful, whatever the table holds
 
+pytestmark = pytest.mark.mariadb  # the server's row counters: MariaDB only
+
 
 async def _pool_reads(pool: Any) -> int:
     return sum((await _counters(pool, ROW_READS)).values())
@@ -41,8 +43,6 @@ async def _flush_reads(store: TaskStore, updates: list[FlowUpdate], now_ms: int)
 
 
 async def _filled(store: TaskStore) -> Any:
-    if not getattr(store, "_fire_pools", None):
-        pytest.skip("MariaDB only: the server's row counters")
     _, first = await fire_once(store, SHARD)
     home = store._shard(SHARD)  # type: ignore[attr-defined]
     probe = connect_mysql(home.database.engine_url, autocommit=True)
@@ -53,51 +53,51 @@ async def _filled(store: TaskStore) -> Any:
     return home
 
 
-async def test_one_outcome_of_a_table_reads_its_row_only(store: TaskStore) -> None:
-    await _filled(store)
-    _, flow = await fire_once(store, SHARD)
+async def test_one_outcome_of_a_table_reads_its_row_only(mariadb_store: TaskStore) -> None:
+    await _filled(mariadb_store)
+    _, flow = await fire_once(mariadb_store, SHARD)
     delivered = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 204, None)
-    assert await _flush_reads(store, [delivered], NOW_MS + 50) <= AT_MOST
-    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert await _flush_reads(mariadb_store, [delivered], NOW_MS + 50) <= AT_MOST
+    stored = await mariadb_store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert stored is not None and stored.status is FlowStatus.DELIVERED
 
 
-async def test_one_retry_of_a_table_reads_its_row_only(store: TaskStore) -> None:
-    await _filled(store)
-    _, flow = await fire_once(store, SHARD)
+async def test_one_retry_of_a_table_reads_its_row_only(mariadb_store: TaskStore) -> None:
+    await _filled(mariadb_store)
+    _, flow = await fire_once(mariadb_store, SHARD)
     retry = FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.PENDING, 1, NOW_MS + 60_000, 503, None)
-    assert await _flush_reads(store, [retry], NOW_MS + 50) <= AT_MOST
-    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert await _flush_reads(mariadb_store, [retry], NOW_MS + 50) <= AT_MOST
+    stored = await mariadb_store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert stored is not None and (stored.status, stored.attempts) == (FlowStatus.PENDING, 1)
 
 
-async def test_a_runs_start_reads_its_row_only(store: TaskStore) -> None:
-    await _filled(store)
-    pool = _fire_pool(store)
+async def test_a_runs_start_reads_its_row_only(mariadb_store: TaskStore) -> None:
+    await _filled(mariadb_store)
+    pool = _fire_pool(mariadb_store)
     before = await _pool_reads(pool)
-    _, flow = await fire_running(store, SHARD)  # its fire, then its run's start (one flush of one update)
+    _, flow = await fire_running(mariadb_store, SHARD)  # its fire, then its run's start (one flush of one update)
     fired_and_started = await _pool_reads(pool) - before
-    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    stored = await mariadb_store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert stored is not None and stored.status is FlowStatus.RUNNING
     assert fired_and_started <= 2 * AT_MOST
 
 
-async def test_two_outcomes_of_a_table_read_their_rows_only(store: TaskStore) -> None:
-    await _filled(store)
-    flows = [(await fire_once(store, SHARD))[1] for _ in range(2)]
+async def test_two_outcomes_of_a_table_read_their_rows_only(mariadb_store: TaskStore) -> None:
+    await _filled(mariadb_store)
+    flows = [(await fire_once(mariadb_store, SHARD))[1] for _ in range(2)]
     updates = [FlowUpdate(f.task_id, f.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 204, None) for f in flows]
-    assert await _flush_reads(store, updates, NOW_MS + 50) <= AT_MOST
+    assert await _flush_reads(mariadb_store, updates, NOW_MS + 50) <= AT_MOST
 
 
-async def test_a_lease_of_one_flow_reads_its_row_only(store: TaskStore) -> None:
-    home = await _filled(store)
-    _, flow = await fire_once(store, SHARD)
+async def test_a_lease_of_one_flow_reads_its_row_only(mariadb_store: TaskStore) -> None:
+    home = await _filled(mariadb_store)
+    _, flow = await fire_once(mariadb_store, SHARD)
     key = (flow.task_id, flow.scheduled_at_ms)
-    async with store._write(home.database.engine_url) as conn:  # type: ignore[attr-defined]
+    async with mariadb_store._write(home.database.engine_url) as conn:  # type: ignore[attr-defined]
         status = "SHOW SESSION STATUS WHERE Variable_name IN (" + ", ".join(f"'{name}'" for name in ROW_READS) + ")"
         before = sum(int(value) for _, value in (await conn.exec_driver_sql(status)).all())
         await conn.execute(lease_update(home, [key], {key}, NOW_MS + 30_000), execution_options=home.options)
         after = sum(int(value) for _, value in (await conn.exec_driver_sql(status)).all())
     assert after - before <= AT_MOST
-    stored = await store.get_flow(*key)
+    stored = await mariadb_store.get_flow(*key)
     assert stored is not None and stored.next_attempt_at_ms == NOW_MS + 30_000
