@@ -17,8 +17,10 @@ The loads are read off the node's log (``cycle_loaded``: when it ended, how long
 loaded). Fires are grouped by scheduled instant into ``--slice-s`` slices; a slice *holds a load* when
 it overlaps a load of at least ``--min-load`` tasks (its span, plus 1 s for the backlog it leaves). It
 prints each slice's p99, the median and max of the slices' p99 with and without a load, their ratio,
-and the pooled p99 of each group's fires; the node's and mariadbd's CPU over the window (mariadbd's
-includes other clients of a shared server) and the load average. ``--profile FILE`` records the node
+and the pooled p99 of each group's fires; the node's and mariadbd's CPU over the window, and
+``mariadb_per_fire``: the server's CPU, statements and ``SHOW GLOBAL STATUS`` counters per delivered fire
+over the window (:mod:`benchmarks._db_cost`; the server found by its ``@@pid_file``; every client of a
+shared server counts), and the load average. ``--profile FILE`` records the node
 with py-spy (raw collapsed stacks) over the window. 0 missing and 0 duplicates expected.
 
 A stored set (issue 29: the fire rate's p99 with 10 M stored tasks and 10 M flows), written before the
@@ -42,7 +44,6 @@ import math
 import random
 import secrets
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -51,7 +52,9 @@ from typing import Any
 
 import orjson
 from aiohttp import ClientSession
+from sqlalchemy.engine import make_url
 
+from benchmarks._db_cost import DbProbe, per_op_net_of_quiet
 from benchmarks._stored_set import DAY_MS, load_flows, load_parked, stored_sizes
 from benchmarks.report import Delivery, Percentiles, account, machine
 from benchmarks.shard_move import (
@@ -218,9 +221,10 @@ async def load_stored(
     return stored_figures(args.stored_tasks, args.stored_flows, tasks_s, flows_s)
 
 
-def _mariadbd_pid() -> int | None:
-    found = subprocess.run(["pidof", "mariadbd"], capture_output=True, text=True, check=False).stdout.split()
-    return int(found[0]) if len(found) == 1 else None
+def _db_probe(url: str) -> DbProbe | None:
+    """A probe of the bench's MariaDB server (found by its ``@@pid_file``, not by ``pidof``: a box may
+    run several), or None on another backend."""
+    return DbProbe(url) if make_url(url).get_backend_name() == "mysql" else None
 
 
 def _scheduler(args: argparse.Namespace) -> dict[str, Any]:
@@ -281,9 +285,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     warnings.append("seeded after the window's first load began: its early fires are late")
                 say(f"seeded in {seed_s:.1f} s; the window starts in {(window_start - now_ms()) / 1000:.0f} s")
                 await asyncio.sleep(max(0.0, (window_start - now_ms()) / 1000))
-                server = _mariadbd_pid()
+                probe = _db_probe(args.storage)
+                server = probe.pid if probe is not None else None
                 pids = {"node": node.pid, **({"mariadbd": server} if server else {})}
                 cpu_before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+                db_before = (probe.read(), time.monotonic()) if probe is not None else None
                 spy: asyncio.subprocess.Process | None = None
                 if args.profile:
                     spy = await asyncio.create_subprocess_exec(
@@ -294,6 +300,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 loads_avg["window_start"] = load_average()
                 samples = await sample_cpu(pids, window_end)
                 cpu_after = {name: process_cpu_s(pid) for name, pid in pids.items()}
+                db_after = (probe.read(), time.monotonic()) if probe is not None else None
+                if probe is not None:
+                    probe.close()
                 loads_avg["window_end"] = load_average()
                 records = await drain(sink, len(registered), window_end, args.drain_timeout_s, loads_avg)
                 if spy is not None:
@@ -317,6 +326,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         if after is not None and (before := cpu_before[name]) is not None
     }
     fires = delivery.delivered or 1
+    mariadb = None
+    if db_before is not None and db_after is not None:
+        window = (db_before[0], db_after[0], db_after[1] - db_before[1])
+        mariadb = per_op_net_of_quiet(window, fires, None)
     return {
         "bench": "cycle_load_tail",
         "rate_per_s": args.rate,
@@ -347,6 +360,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_s_window": cpu,
         "cpu_cores_by_load": cpu_by_load(samples, big),
         "us_per_fire_window": {name: round(seconds * 1e6 / fires, 1) for name, seconds in cpu.items()},
+        # the server's CPU, statements and counters over the window per delivered fire (gross: every client)
+        "mariadb_per_fire": mariadb,
         "load_average": loads_avg,
         "warnings": warnings,
         "machine": machine(),
