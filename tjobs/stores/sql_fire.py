@@ -15,6 +15,14 @@ the logical databases of one server, never two servers) or one SQLite file. Insi
    (:mod:`tjobs.stores.sql_task_counts`; none when every task stays active);
 5. the node's fence (``may_commit``) is asked once more, and only then does the transaction commit.
 
+On a fire pool (``counts_at_commit``) the count upserts are sent last, with the ``COMMIT``, once the
+fence has said yes. A one-shot fire moves its table's (app, ``active``) and (app, ``completed``) count
+rows, and a server's committers run side by side: sent with the other writes, those rows stayed locked
+across the node's reply and its fence check until the ``COMMIT``, and the transactions beside queued on
+them (docs/benchmarks.md, "Count rows"); now they are locked only while the server runs that last round
+trip. Elsewhere (SQLite: one writer; an engine's ``begin()``, which commits itself) they go with the
+other writes.
+
 On MariaDB, a transaction that writes also passes the shard-map epoch fence of every logical database
 it touches (:mod:`tjobs.stores.shard_fence`): one more statement at the head of the round trip that
 carries the writes (step 3-4), so it costs no round trip; a fenced database fails the transaction with
@@ -48,6 +56,7 @@ from tjobs.specs import callback_from_text, schedule_from_text
 from tjobs.stores.base import FirePlanner
 from tjobs.stores.schema import FLOW_COLUMNS, TASK_COLUMNS, children_from_text, clip_error
 from tjobs.stores.shard_fence import fence_statement
+from tjobs.stores.sql_direct import committed_in_batch
 from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, MYSQL, SQLITE, mysql_errno, round_trips
 from tjobs.stores.sql_task_counts import CountDeltas
 
@@ -134,8 +143,14 @@ class FireTransaction:
         planner: FirePlanner,
         may_commit: Callable[[], bool] | None = None,
         fence_epoch: int | None = None,
+        counts_at_commit: bool = False,
     ) -> None:
+        """``counts_at_commit``: ``begin()`` gives a raw connection whose transaction this one ends itself
+        (:meth:`tjobs.stores.sql_direct.DirectPool.transaction` with ``commit=False``), the count upserts
+        and the ``COMMIT`` in one round trip after the fence check."""
         self.mysql = dialect == MYSQL
+        self.counts_at_commit = counts_at_commit and self.mysql
+        self._counts = CountDeltas()  # the last attempt's, when they wait for the COMMIT
         self.fence_epoch = fence_epoch if self.mysql else None
         self.may_commit = may_commit
         self.mark = "%s" if self.mysql else "?"
@@ -158,6 +173,8 @@ class FireTransaction:
                     outcomes = await self._once(conn, careful)
                     if self.may_commit is not None and not self.may_commit():
                         raise Fenced("the fence closed during the fire transaction; rolled back")
+                    if self.counts_at_commit:
+                        await self._commit_with_counts(conn)
             except _DuplicateFlows:
                 if careful:  # cannot happen: careful mode counts every row
                     raise RuntimeError("duplicate flows in careful mode") from None
@@ -170,6 +187,19 @@ class FireTransaction:
                 raise
             self.outcomes = outcomes
             return
+
+    async def _commit_with_counts(self, conn: Any) -> None:
+        """The count upserts and the ``COMMIT`` in one multi-statement (the ``COMMIT`` runs only if every
+        upsert passed; otherwise the pool rolls the transaction back)."""
+        statements = self._counts.statements(MYSQL)
+        sql = "; ".join([statement for statement, _ in statements] + ["COMMIT"])
+        params = tuple(value for _, values in statements for value in values)
+        run = await _AsyncmyExecutor.open(conn)
+        try:
+            await run.counts(sql, params)
+            committed_in_batch(conn)
+        finally:
+            await run.close()
 
     async def _once(self, conn: Any, careful: bool) -> dict[int, FireOutcome]:
         run = await _AsyncmyExecutor.open(conn) if self.mysql else _Executor(conn)
@@ -233,6 +263,8 @@ class FireTransaction:
                 new_flows[home.shard].extend((index, flow) for flow in flows)
             outcomes[index] = FireOutcome(intent, after, flows)
 
+        if self.counts_at_commit:  # sent with the COMMIT, after the fence check
+            self._counts, counts = counts, CountDeltas()
         if isinstance(run, _AsyncmyExecutor) and not careful:  # MariaDB: one multi-statement
             await self._write_in_one_round_trip(run, new_flows, advanced, counts)
             return outcomes
@@ -258,7 +290,8 @@ class FireTransaction:
         counts: CountDeltas,
     ) -> None:
         """MariaDB: every flow insert and task update of the transaction as one multi-statement, and the
-        count upserts of the tasks it completed (one per logical database) last.
+        count upsert of the tasks it completed (one per logical database) last, unless they wait for the
+        ``COMMIT`` (``counts`` empty then).
 
         A batch spread over many shards is two statements per table touched; sent one by one that is
         hundreds of round trips. Each statement's affected-row count is still checked (not the counts'):

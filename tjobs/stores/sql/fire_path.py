@@ -116,11 +116,15 @@ class SqlFirePath(SqlBase, FirePath):
         second that collector then ran every second or so and, in its middle generation, stopped the
         event loop for hundreds of milliseconds (docs/benchmarks.md, issue 14)."""
         epoch = self._fence_epoch
-        fire = FireTransaction(self.layout.dialect, intents, items, now_ms, planner, may_commit, epoch)
-        committed = 0
         pool = self._fire_pools.get(url)
+        fire = FireTransaction(
+            self.layout.dialect, intents, items, now_ms, planner, may_commit, epoch, counts_at_commit=pool is not None
+        )
+        committed = 0
         try:
-            await fire.run(pool.transaction if pool is not None else lambda: self._begin_write(url))
+            await fire.run(
+                (lambda: pool.transaction(commit=False)) if pool is not None else (lambda: self._begin_write(url))
+            )
         except Exception as error:
             failure = error
             if is_fenced(error):
