@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tjobs.settings import StorageSettings
+from tjobs.stores.sql_move import DIRECTORY_NOT_EMPTY
 
 
 def drop_databases(settings: StorageSettings) -> None:
@@ -47,9 +48,6 @@ def connect_mysql(url: str, **options: Any) -> Any:
         password=parsed.password or "",
         **options,
     )
-
-
-DIRECTORY_NOT_EMPTY = 'errno: 39 "Directory not empty"'
 
 
 def _drop_database(cursor: Any, name: str) -> None:

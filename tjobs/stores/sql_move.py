@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tjobs.stores.contracts.shard_admin import MoveRow
@@ -329,8 +330,51 @@ class DatabaseCopy:
             }
 
     async def drop_on(self, engine: AsyncEngine) -> None:
+        """``DROP DATABASE`` of this copy on ``engine``'s server.
+
+        MariaDB 10.11 can leave a ``CREATE TRIGGER``'s backup of its table's trigger file
+        (``<table>.TRG-``) in the database's directory: the statement deletes it only if its DDL log
+        entry is no longer active, and another session's DDL may have taken that entry over in between.
+        ``DROP DATABASE`` then drops every table but fails on the directory (errno 39), and no SQL
+        removes a file by name. So where that happens, each table the copy had is created again, empty,
+        with two triggers: the second ``CREATE TRIGGER`` backs the trigger file up to that same name and
+        deletes the backup, and the database is dropped again. A directory still not empty after that
+        holds files the server does not know; the error is raised (its tables are gone; remove the files
+        on that server and run the drop again)."""
+        names = await self._table_names()
+        try:
+            await self._drop_database(engine)
+        except OperationalError as error:
+            if DIRECTORY_NOT_EMPTY not in str(error.orig):
+                raise
+            await self._sweep_trigger_file_backups(engine, names)
+            await self._drop_database(engine)
+
+    async def _drop_database(self, engine: AsyncEngine) -> None:
         async with engine.begin() as conn:
             await conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {_quote(self.schema)}")
+
+    async def _table_names(self) -> list[str]:
+        """The database's tables on either copy (a drop that failed before left one of them empty)."""
+        names: set[str] = set()
+        for engine in (self.source, self.target):
+            async with engine.connect() as conn:
+                names |= await _names(
+                    conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", self.schema
+                )
+        return sorted(names)
+
+    async def _sweep_trigger_file_backups(self, engine: AsyncEngine, names: Sequence[str]) -> None:
+        async with engine.connect() as conn:
+            for number, name in enumerate(names):
+                table = self.qualified(name)
+                await conn.exec_driver_sql(f"CREATE TABLE IF NOT EXISTS {table} (id INT PRIMARY KEY)")
+                for event in ("INSERT", "UPDATE"):
+                    trigger = self.qualified(f"tjobs_sweep_{number}_{event.lower()}")
+                    await conn.exec_driver_sql(
+                        f"CREATE TRIGGER IF NOT EXISTS {trigger} AFTER {event} ON {table} "
+                        "FOR EACH ROW SET @tjobs_sweep = 1"
+                    )
 
     async def exists_on(self, engine: AsyncEngine) -> bool:
         async with engine.connect() as conn:
@@ -338,6 +382,9 @@ class DatabaseCopy:
                 "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (self.schema,)
             )
             return bool(found.scalar_one())
+
+
+DIRECTORY_NOT_EMPTY = 'errno: 39 "Directory not empty"'  # DROP DATABASE found files it did not drop
 
 
 def _trigger(table: str, event: str) -> str:
