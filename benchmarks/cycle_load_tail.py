@@ -286,23 +286,25 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 say(f"seeded in {seed_s:.1f} s; the window starts in {(window_start - now_ms()) / 1000:.0f} s")
                 await asyncio.sleep(max(0.0, (window_start - now_ms()) / 1000))
                 probe = _db_probe(args.storage)
-                server = probe.pid if probe is not None else None
-                pids = {"node": node.pid, **({"mariadbd": server} if server else {})}
-                cpu_before = {name: process_cpu_s(pid) for name, pid in pids.items()}
-                db_before = (probe.read(), time.monotonic()) if probe is not None else None
-                spy: asyncio.subprocess.Process | None = None
-                if args.profile:
-                    spy = await asyncio.create_subprocess_exec(
-                        str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "-r", "100",
-                        "-p", str(node.pid), "-o", args.profile, "-d", str(args.cycles * args.cycle_s),
-                        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-                    )  # fmt: skip
-                loads_avg["window_start"] = load_average()
-                samples = await sample_cpu(pids, window_end)
-                cpu_after = {name: process_cpu_s(pid) for name, pid in pids.items()}
-                db_after = (probe.read(), time.monotonic()) if probe is not None else None
-                if probe is not None:
-                    probe.close()
+                try:
+                    server = probe.pid if probe is not None else None
+                    pids = {"node": node.pid, **({"mariadbd": server} if server else {})}
+                    cpu_before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+                    db_before = (probe.read(), time.monotonic()) if probe is not None else None
+                    spy: asyncio.subprocess.Process | None = None
+                    if args.profile:
+                        spy = await asyncio.create_subprocess_exec(
+                            str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw", "-r", "100",
+                            "-p", str(node.pid), "-o", args.profile, "-d", str(args.cycles * args.cycle_s),
+                            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                        )  # fmt: skip
+                    loads_avg["window_start"] = load_average()
+                    samples = await sample_cpu(pids, window_end)
+                    cpu_after = {name: process_cpu_s(pid) for name, pid in pids.items()}
+                    db_after = (probe.read(), time.monotonic()) if probe is not None else None
+                finally:  # its connection is to the bench's own server: never left open on a failed window
+                    if probe is not None:
+                        probe.close()
                 loads_avg["window_end"] = load_average()
                 records = await drain(sink, len(registered), window_end, args.drain_timeout_s, loads_avg)
                 if spy is not None:
