@@ -341,12 +341,14 @@ class DatabaseCopy:
         deletes the backup, and the database is dropped again. A directory still not empty after that
         holds files the server does not know; the error is raised (its tables are gone; remove the files
         on that server and run the drop again)."""
-        names = await self._table_names()
+        names = await self._table_names(engine)
         try:
             await self._drop_database(engine)
         except OperationalError as error:
             if DIRECTORY_NOT_EMPTY not in str(error.orig):
                 raise
+            if not names:  # a drop that failed before dropped them: the other copy has the same tables
+                names = await self._table_names(self.target if engine is self.source else self.source)
             await self._sweep_trigger_file_backups(engine, names)
             await self._drop_database(engine)
 
@@ -354,15 +356,13 @@ class DatabaseCopy:
         async with engine.begin() as conn:
             await conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {_quote(self.schema)}")
 
-    async def _table_names(self) -> list[str]:
-        """The database's tables on either copy (a drop that failed before left one of them empty)."""
-        names: set[str] = set()
-        for engine in (self.source, self.target):
-            async with engine.connect() as conn:
-                names |= await _names(
+    async def _table_names(self, engine: AsyncEngine) -> list[str]:
+        async with engine.connect() as conn:
+            return sorted(
+                await _names(
                     conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", self.schema
                 )
-        return sorted(names)
+            )
 
     async def _sweep_trigger_file_backups(self, engine: AsyncEngine, names: Sequence[str]) -> None:
         async with engine.connect() as conn:

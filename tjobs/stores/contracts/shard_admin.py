@@ -122,7 +122,8 @@ class DatabaseMove(ABC):
 
     @abstractmethod
     async def source_fence(self) -> int:
-        """The source copy's fence epoch."""
+        """The source copy's fence epoch; :data:`RETIRED_EPOCH` for a copy with no table left (a drop of
+        it that did not finish: nothing can write there)."""
 
     @abstractmethod
     async def fence_source(self, epoch: int) -> None:

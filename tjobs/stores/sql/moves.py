@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tjobs.settings import StorageSettings
 from tjobs.stores.contracts import DatabaseMove, DatabaseMoves, MoveRow
 from tjobs.stores.copy_pace import CopyPace
-from tjobs.stores.shard_fence import read_fence, write_fence
+from tjobs.stores.shard_fence import RETIRED_EPOCH, read_fence, write_fence
 from tjobs.stores.sql_layout import DatabaseHome, Layout, create_engine_for
 from tjobs.stores.sql_move import DatabaseCopy, MoveRecords
 
@@ -33,6 +33,8 @@ class SqlDatabaseMove(DatabaseCopy, DatabaseMove):
         self.source_home, self.target_home = source, target
 
     async def source_fence(self) -> int:
+        if not await self._table_names(self.source):
+            return RETIRED_EPOCH
         async with self.source.connect() as conn:
             return await read_fence(conn, self.source_home)
 
