@@ -497,10 +497,10 @@ async def create_sent_as_the_server_stops(
     for that lock. Once it does, the proxy freezes (nothing more reaches the node: a stopped server) and
     the lock goes, so the transaction commits in the server while its answer is held. Returns the create's
     answer. Deterministic where a freeze before the create was not: whether that create was ever sent
-    depended on the node's pool. Its own reads (cycle loads, the compensator) share it; once one of them
-    found no free connection and began opening one to the stopped server, every later checkout waited
-    behind it (asyncmy's pool holds its lock while it connects), so the create was never sent and was
-    answered, truly, that nothing was stored (two CI runs at load ~9, 2026-12-06)."""
+    depended on the node's pool. The node's cycle loads share it; once a checkout found no free connection
+    and began opening one to the stopped server, every later checkout waited behind it (asyncmy's pool
+    holds its lock while it connects), so the create was never sent and was answered, truly, that nothing
+    was stored (two CI runs at load ~9, 2026-12-06)."""
     host, port = proxy.target
     locker = await asyncmy.connect(host=host, port=port, user="root")
     try:
