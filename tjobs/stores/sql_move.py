@@ -162,12 +162,7 @@ class DatabaseCopy:
                 conn, "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s", self.schema
             )
             copied = sorted(names - {CHANGES})
-            async with self.target.connect() as target:
-                on_target = await _names(
-                    target,
-                    "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
-                    self.schema,
-                )
+            on_target = set(await self._table_names(self.target))
             creates = []
             for name in copied:
                 if name not in on_target:
