@@ -32,6 +32,21 @@ before (inside ``retention.days``' 30: the sweeper leaves them). ``stored`` in t
 each load's seconds (and per million), the server's ``innodb_buffer_pool_size`` and the task and flow
 tables' data and index bytes, read after the drain (``ANALYZE TABLE`` then ``information_schema``; the
 window's due tasks and their flows included), so the window meets the tables as a bulk load leaves them.
+
+Creates during cycle loads (``--creates-per-s N``, 0 = off): the node's cycle loads and the API's creates
+share one asyncmy connection pool per server, so a load may slow registration. Over the window (the span
+the CPU sampler covers) a client in the bench's process posts single one-shot creates
+(``POST /v1/tasks`` with the app's API key, bodies as :func:`benchmarks.fire.task_bodies` makes them)
+open-loop at N a second: the k-th is sent at ``window start + k / N`` whatever became of the others, at
+most ``CREATES_IN_FLIGHT`` (256) unanswered (a send due beyond that is skipped and counted). Each is due a
+day after the parked tasks (``PARKED_DUE_IN_MS`` + 1 day after the seeding: beyond every cycle load of
+the run, checked as the parked tasks are), so none is loaded or fires. A create's latency runs from its
+scheduled send to its full answer (so a client late to send counts it; ``send_lag_ms`` says how late it
+was). ``creates`` in the output (null when off): how many were sent, answered 201, skipped, each status
+or error's count; the 201s' latency percentiles, and ``by_load``: n, p50, p99 and max of the 201s sent in
+a slice that holds a load (the fires' very classification, :class:`LoadSlices`) and of the others, and
+their ``p99_ratio``. The creates' own cost is in the window's CPU and ``mariadb_per_fire`` figures (every
+client of the server counts), so take those from a run without them.
 """
 
 from __future__ import annotations
@@ -46,20 +61,24 @@ import secrets
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-from aiohttp import ClientSession
+from aiohttp import ClientError, ClientSession
 from sqlalchemy.engine import make_url
 
 from benchmarks._db_cost import DbProbe, per_op_net_of_quiet
 from benchmarks._stored_set import DAY_MS, load_flows, load_parked, stored_sizes
+from benchmarks.fire import _headers, _session, task_bodies
 from benchmarks.report import Delivery, Percentiles, account, machine
 from benchmarks.shard_move import (
     NODE_SETTINGS,
     PARKED_DUE_IN_MS,
+    _round,
     _values,
     create_app,
     drain,
@@ -78,6 +97,8 @@ from tjobs.specs import CallbackSpec
 from tjobs.stores.sql_layout import Layout
 
 BACKLOG_MS = 1000  # a slice this close after a load's end still holds it (the fires it held back)
+CREATES_IN_FLIGHT = 256  # the paced creates' cap on unanswered requests
+CREATE_TIMEOUT_S = 30.0  # a create unanswered this long counts as failed (TimeoutError)
 FLOWS_DAYS_AGO = (25, 1)  # the stored flows' instants: from 25 days before the run to 1 day before
 
 
@@ -98,21 +119,45 @@ def loads_from_log(lines: Sequence[str]) -> list[dict[str, Any]]:
     return loads
 
 
+def overlaps_load(from_ms: float, until_ms: float, loads: Sequence[dict[str, Any]]) -> bool:
+    """Whether ``[from_ms, until_ms)`` overlaps one of ``loads``: its span plus ``BACKLOG_MS``."""
+    return any(load["start_ms"] < until_ms and load["end_ms"] + BACKLOG_MS > from_ms for load in loads)
+
+
+@dataclass(frozen=True)
+class LoadSlices:
+    """The window's ``slice_s`` slices from ``start_ms`` over ``span_s`` and which of them hold one of
+    ``loads``: the one classification of the fires (by scheduled instant) and the creates (by send)."""
+
+    start_ms: int
+    span_s: float
+    slice_s: float
+    loads: Sequence[dict[str, Any]]
+
+    def index(self, at_ms: float) -> int | None:
+        """The slice holding ``at_ms`` (epoch ms); None outside the window."""
+        index = int((at_ms - self.start_ms) // (self.slice_s * 1000))
+        return index if 0 <= index * self.slice_s < self.span_s else None
+
+    def holds_load(self, index: int) -> bool:
+        lo = self.start_ms + index * self.slice_s * 1000
+        return overlaps_load(lo, self.start_ms + (index + 1) * self.slice_s * 1000, self.loads)
+
+
 def slice_figures(
     delivery: Delivery, start_ms: int, span_s: float, slice_s: float, loads: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
     """Each slice's p99 with whether it holds a load; the groups' medians, maxima and pooled p99s."""
+    window = LoadSlices(start_ms, span_s, slice_s, loads)
     by_slice: dict[int, list[float]] = {}
     for scheduled_ms, late_ms in delivery.lateness_by_instant:
-        index = int((scheduled_ms - start_ms) // (slice_s * 1000))
-        if 0 <= index * slice_s < span_s:
+        if (index := window.index(scheduled_ms)) is not None:
             by_slice.setdefault(index, []).append(late_ms)
     slices = []
     pooled: dict[bool, list[float]] = {True: [], False: []}
     for index in sorted(by_slice):
         values = sorted(by_slice[index])
-        lo, hi = start_ms + index * slice_s * 1000, start_ms + (index + 1) * slice_s * 1000
-        held = any(load["start_ms"] < hi and load["end_ms"] + BACKLOG_MS > lo for load in loads)
+        held = window.holds_load(index)
         slices.append(
             {"from_s": index * slice_s, "n": len(values), "p99_ms": Percentiles.of(values, presorted=True).p99,
              "max_ms": round(values[-1], 1), "load": held}
@@ -161,7 +206,7 @@ def cpu_by_load(
     spent: dict[str, dict[bool, float]] = {}
     spans: dict[bool, float] = {True: 0.0, False: 0.0}
     for (at, before), (until, after) in itertools.pairwise(samples):
-        held = any(load["start_ms"] < until and load["end_ms"] + BACKLOG_MS > at for load in loads)
+        held = overlaps_load(at, until, loads)
         spans[held] += (until - at) / 1000
         for name, value in after.items():
             if value is not None and (first := before.get(name)) is not None:
@@ -172,6 +217,99 @@ def cpu_by_load(
             "outside_loads": round(by[False] / spans[False], 3) if spans[False] else None,
         }
         for name, by in spent.items()
+    }
+
+
+@dataclass(frozen=True)
+class Create:
+    """One paced create: when it was due to be sent (epoch ms), its latency from then to the full answer
+    and how late the client sent it (ms), its HTTP status (0: no answer, ``failure`` names the error)."""
+
+    scheduled_ms: int
+    latency_ms: float
+    lag_ms: float
+    status: int
+    failure: str = ""
+
+
+@dataclass
+class CreateRun:
+    creates: list[Create] = field(default_factory=list)
+    skipped: int = 0  # sends due while ``CREATES_IN_FLIGHT`` creates were unanswered: not sent
+
+
+async def paced_creates(
+    base_url: str, api_key: str, body_of: Callable[[int], bytes], per_s: float, start_ms: int, end_ms: int
+) -> CreateRun:
+    """``POST /v1/tasks`` with body ``body_of(k)`` due at ``start_ms + k / per_s`` for each such instant
+    before ``end_ms``, open-loop: no send waits for an answer; one due while ``CREATES_IN_FLIGHT`` are
+    unanswered is skipped (counted). Returns once every sent create is answered or has failed."""
+    loop = asyncio.get_running_loop()
+    offset_s = loop.time() - time.time()  # the loop's clock ahead of the epoch
+    run = CreateRun()
+    url, headers = f"{base_url}/v1/tasks", _headers(api_key)
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def one(session: ClientSession, index: int, scheduled_ms: float, due: float) -> None:
+        sent = loop.time()
+        status, failure = 0, ""
+        try:
+            async with session.post(url, data=body_of(index), headers=headers) as response:
+                await response.read()
+                status = response.status
+        except (ClientError, TimeoutError) as error:
+            failure = type(error).__name__
+        latency_ms, lag_ms = (loop.time() - due) * 1000, (sent - due) * 1000
+        run.creates.append(Create(round(scheduled_ms), latency_ms, lag_ms, status, failure))
+
+    async with _session(CREATES_IN_FLIGHT, CREATE_TIMEOUT_S) as session:
+        for index in itertools.count():
+            scheduled_ms = start_ms + index * 1000 / per_s
+            if scheduled_ms >= end_ms:
+                break
+            due = scheduled_ms / 1000 + offset_s
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            if len(in_flight) >= CREATES_IN_FLIGHT:
+                run.skipped += 1
+                continue
+            task = asyncio.create_task(one(session, index, scheduled_ms, due))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        await asyncio.gather(*in_flight)
+    run.creates.sort(key=lambda create: create.scheduled_ms)
+    return run
+
+
+def create_figures(run: CreateRun, per_s: float, window: LoadSlices) -> dict[str, Any]:
+    """The paced creates' counts by status and their 201s' latency, overall and by whether the slice
+    they were sent in holds a load (as :func:`slice_figures` classifies the fires)."""
+    created = [create for create in run.creates if create.status == 201]
+    by_status = Counter(str(create.status) if create.status else create.failure for create in run.creates)
+    held: dict[int, bool] = {}
+    by_load: dict[bool, list[float]] = {True: [], False: []}
+    for create in created:
+        if (index := window.index(create.scheduled_ms)) is not None:
+            if index not in held:
+                held[index] = window.holds_load(index)
+            by_load[held[index]].append(create.latency_ms)
+
+    def group(values: list[float]) -> dict[str, Any]:
+        figures = Percentiles.of(sorted(values), presorted=True)
+        return {"n": figures.count, "p50": _round(figures.p50), "p99": _round(figures.p99), "max": _round(figures.max)}
+
+    with_load, without = group(by_load[True]), group(by_load[False])
+    ratio = round(with_load["p99"] / without["p99"], 2) if with_load["p99"] and without["p99"] else None
+    lags = Percentiles.of(sorted(create.lag_ms for create in run.creates), presorted=True)
+    return {
+        "per_s": per_s,
+        "sent": len(run.creates),
+        "answered_201": len(created),
+        "by_status": dict(sorted(by_status.items())),
+        "skipped_in_flight_cap": run.skipped,
+        "latency": Percentiles.of(sorted(create.latency_ms for create in created), presorted=True).to_json(),
+        # how late the client sent them (its own delay, inside the latencies)
+        "send_lag_ms": {"p99": _round(lags.p99), "max": _round(lags.max)},
+        "by_load": {"with_load": with_load, "without_load": without, "p99_ratio": ratio},
     }
 
 
@@ -255,7 +393,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         ) as node:
             say(f"node {node.pid} on {node.base_url} (log {node.log_path}); databases {prefix}_*")
             async with ClientSession() as session:
-                app_id = await create_app(session, node.base_url, node.admin_key)
+                app_id, api_key = await create_app(session, node.base_url, node.admin_key)
             async with SinkProcess(SinkConfig()) as sink:
                 callback = CallbackSpec((sink.callback_url,), timeout_ms=3000)
                 stored_at = now_ms()
@@ -269,6 +407,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     stored_at + PARKED_DUE_IN_MS, window_end, args.cycle_s, args.load_lead_s, args.drain_timeout_s
                 ):
                     raise SystemExit("the parked tasks would come due within the run: fewer cycles")
+                creates_due_ms = stored_at + PARKED_DUE_IN_MS + DAY_MS  # after the parked tasks
+                if args.creates_per_s and not parked_clear_of_loads(
+                    creates_due_ms, window_end, args.cycle_s, args.load_lead_s, args.drain_timeout_s
+                ):
+                    raise SystemExit("the paced creates would come due within the run: fewer cycles")
                 rng = random.Random(7)
                 shards = list(layout.topology.shards())
                 started = now_ms()
@@ -299,12 +442,20 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
                         )  # fmt: skip
                     loads_avg["window_start"] = load_average()
+                    creating = None
+                    if args.creates_per_s:
+                        callback_body = {"url": sink.callback_url, "method": "POST", "timeout_ms": 3000}
+                        body_of = task_bodies(callback_body, "paced-create", lambda _: creates_due_ms)
+                        creating = asyncio.ensure_future(
+                            paced_creates(node.base_url, api_key, body_of, args.creates_per_s, window_start, window_end)
+                        )
                     samples = await sample_cpu(pids, window_end)
                     cpu_after = {name: process_cpu_s(pid) for name, pid in pids.items()}
                     db_after = (probe.read(), time.monotonic()) if probe is not None else None
                 finally:  # its connection is to the bench's own server: never left open on a failed window
                     if probe is not None:
                         probe.close()
+                creates = await creating if creating is not None else None
                 loads_avg["window_end"] = load_average()
                 records = await drain(sink, len(registered), window_end, args.drain_timeout_s, loads_avg)
                 if spy is not None:
@@ -322,6 +473,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         load for load in loads_from_log(log_lines) if load["end_ms"] > window_start and load["start_ms"] < window_end
     ]
     big = [load for load in loads if load["tasks"] >= args.min_load]
+    span_s = args.cycles * args.cycle_s
+    creates_json = None
+    if creates is not None:
+        creates_json = create_figures(creates, args.creates_per_s, LoadSlices(window_start, span_s, args.slice_s, big))
+        if creates_json["answered_201"] < creates_json["sent"] or creates.skipped:
+            warnings.append(
+                f"paced creates not all answered 201: {creates_json['by_status']}, {creates.skipped} skipped"
+            )
     cpu = {
         name: round(after - before, 1)
         for name, after in cpu_after.items()
@@ -358,7 +517,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "retried_callbacks": delivery.retried,
             "lateness": Percentiles.of(delivery.lateness_ms, presorted=True).to_json(),
         },
-        "slices": slice_figures(delivery, window_start, args.cycles * args.cycle_s, args.slice_s, big),
+        "slices": slice_figures(delivery, window_start, span_s, args.slice_s, big),
+        "creates": creates_json,
         "cpu_s_window": cpu,
         "cpu_cores_by_load": cpu_by_load(samples, big),
         "us_per_fire_window": {name: round(seconds * 1e6 / fires, 1) for name, seconds in cpu.items()},
@@ -390,6 +550,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--stored-tasks", type=_count, default=0, help="parked tasks stored before the window")
     parser.add_argument("--stored-flows", type=_count, default=0, help="delivered flows stored before the window")
     parser.add_argument("--load-workers", type=int, default=2, help="connections writing the stored set")
+    parser.add_argument(
+        "--creates-per-s", type=float, default=0.0, help="single creates over HTTP a second in the window (0: none)"
+    )
     return parser
 
 

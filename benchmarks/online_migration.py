@@ -195,7 +195,7 @@ async def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
         with node_process(storage_urls=[url], topology=args.topology, settings=settings) as node:
             say(f"node {node.pid} on {node.base_url} (log {node.log_path}); {len(layout.shards)} task tables")
             async with ClientSession() as session:
-                app_id = await create_app(session, node.base_url, node.admin_key)
+                app_id, _ = await create_app(session, node.base_url, node.admin_key)
             async with SinkProcess(SinkConfig()) as sink:
                 callback = CallbackSpec((sink.callback_url,), timeout_ms=3000)
                 started = now_ms()

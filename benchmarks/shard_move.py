@@ -406,7 +406,8 @@ async def run_mover(command: list[str]) -> MoveRun:
     return move
 
 
-async def create_app(session: ClientSession, base_url: str, admin_key: str) -> str:
+async def create_app(session: ClientSession, base_url: str, admin_key: str) -> tuple[str, str]:
+    """Create the bench's app; its id and API key."""
     body = {
         "name": "move-bench",
         "rate_limit_per_s": 100_000,
@@ -420,7 +421,8 @@ async def create_app(session: ClientSession, base_url: str, admin_key: str) -> s
         raw = await response.read()
         if response.status != 201:
             raise SystemExit(f"POST /v1/apps answered {response.status}: {raw[:300]!r}")
-    return str(orjson.loads(raw)["id"])
+    created = orjson.loads(raw)
+    return str(created["id"]), str(created["api_key"])
 
 
 async def bench(args: argparse.Namespace, urls: list[str], server_pids: Mapping[str, int]) -> dict[str, Any]:
@@ -440,7 +442,7 @@ async def bench(args: argparse.Namespace, urls: list[str], server_pids: Mapping[
         with node_process(storage_urls=urls, topology=TOPOLOGY, settings=settings, work_dir=node_dir) as node:
             say(f"node {node.pid} on {node.base_url} (log {node.log_path}); databases {prefix}_00..31")
             async with ClientSession() as session:
-                app_id = await create_app(session, node.base_url, node.admin_key)
+                app_id, _ = await create_app(session, node.base_url, node.admin_key)
             async with SinkProcess(SinkConfig()) as sink:
                 callback = CallbackSpec((sink.callback_url,), timeout_ms=3000)
                 started = now_ms()

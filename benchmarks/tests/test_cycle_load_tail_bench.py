@@ -1,11 +1,28 @@
-"""The cycle-load-tail bench's arithmetic: the loads read off the node's log, slices with and without one."""
+"""The cycle-load-tail bench's arithmetic: the loads read off the node's log, slices with and without one;
+its paced creates against a stand-in API."""
 
 from __future__ import annotations
 
-import orjson
+import asyncio
+from collections.abc import AsyncIterator
 
-from benchmarks.cycle_load_tail import cpu_by_load, loads_from_log, slice_figures
+import orjson
+import pytest
+from aiohttp import web
+
+from benchmarks.cycle_load_tail import (
+    Create,
+    CreateRun,
+    LoadSlices,
+    cpu_by_load,
+    create_figures,
+    loads_from_log,
+    paced_creates,
+    slice_figures,
+)
+from benchmarks.fire import task_bodies
 from benchmarks.report import Delivery
+from benchmarks.shard_move import now_ms
 
 
 def _log(ts: float, message: str, action: str) -> str:
@@ -50,3 +67,74 @@ def test_cpu_is_split_between_the_seconds_holding_a_load_and_the_others() -> Non
     loads = [{"start_ms": 1200, "end_ms": 1500, "tasks": 5}]  # + 1 s of backlog: reaches into [2000, 3000)
 
     assert cpu_by_load(samples, loads) == {"node": {"during_loads": 0.55, "outside_loads": 0.2}}
+
+
+def test_creates_are_grouped_by_the_slice_they_were_sent_in_as_the_fires_are() -> None:
+    # the same 4 slices and loads as the fires above: slices 2-4 hold a load
+    loads = [{"start_ms": 12_000, "end_ms": 14_000, "tasks": 5}, {"start_ms": 28_000, "end_ms": 29_500, "tasks": 5}]
+    window = LoadSlices(0, 40, 10.0, loads)
+    creates = [Create(at, 5.0, 0.5, 201) for at in range(0, 10_000, 100)]  # slice 1: 100 at 5 ms
+    creates += [Create(at, 20.0 if at % 1000 else 80.0, 1.0, 201) for at in range(10_000, 40_000, 100)]
+    creates += [Create(15_000, 3.0, 0.1, 503), Create(16_000, 30_000.0, 0.2, 0, "TimeoutError")]
+
+    figures = create_figures(CreateRun(creates, skipped=2), 10.0, window)
+
+    assert [window.holds_load(index) for index in range(4)] == [False, True, True, True]
+    assert figures["sent"] == 402 and figures["answered_201"] == 400 and figures["skipped_in_flight_cap"] == 2
+    assert figures["by_status"] == {"201": 400, "503": 1, "TimeoutError": 1}
+    with_load, without = figures["by_load"]["with_load"], figures["by_load"]["without_load"]
+    assert without == {"n": 100, "p50": 5.0, "p99": 5.0, "max": 5.0}
+    assert with_load == {"n": 300, "p50": 20.0, "p99": 80.0, "max": 80.0}  # 30 of 300 at 80 ms: above the 99th
+    assert figures["by_load"]["p99_ratio"] == 16.0
+    assert figures["latency"]["max"] == 80.0  # the 201s only: the timeout's 30 s is counted, not timed
+
+
+def test_creates_without_a_load_have_no_ratio() -> None:
+    figures = create_figures(CreateRun([Create(0, 5.0, 0.0, 201)]), 1.0, LoadSlices(0, 10, 10.0, []))
+
+    assert figures["by_load"]["with_load"] == {"n": 0, "p50": None, "p99": None, "max": None}
+    assert figures["by_load"]["p99_ratio"] is None
+
+
+@pytest.fixture
+async def stand_in_api() -> AsyncIterator[tuple[str, list[bytes]]]:
+    """POST /v1/tasks answering 201, 503 for payload i == 3, and holding i 0-3 for 300 ms."""
+    bodies: list[bytes] = []
+
+    async def create(request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == "Bearer key"
+        body = await request.read()
+        bodies.append(body)
+        index = orjson.loads(body)["payload"]["i"]
+        if index < 4:
+            await asyncio.sleep(0.3)
+        return web.json_response({"id": str(index + 1)}, status=503 if index == 3 else 201)
+
+    app = web.Application()
+    app.router.add_post("/v1/tasks", create)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", bodies
+    await runner.cleanup()
+
+
+async def test_paced_creates_are_sent_open_loop_and_skipped_over_the_in_flight_cap(
+    stand_in_api: tuple[str, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 20 creates due over 400 ms at 50/s, at most 4 unanswered: the first 4 are held 300 ms
+    base_url, bodies = stand_in_api
+    monkeypatch.setattr("benchmarks.cycle_load_tail.CREATES_IN_FLIGHT", 4)
+    body_of = task_bodies({"url": "http://127.0.0.1:9/cb"}, "paced", lambda _: 4_000_000_000_000)
+    start_ms = now_ms() + 50
+
+    run = await paced_creates(base_url, "key", body_of, 50.0, start_ms, start_ms + 400)
+
+    assert run.skipped > 0 and len(run.creates) + run.skipped == 20 == len(bodies) + run.skipped
+    sent = [create.scheduled_ms for create in run.creates]
+    assert sent[:4] == [start_ms + 20 * k for k in range(4)] and sent[4] >= start_ms + 300  # none sent while held
+    assert set(sent) <= {start_ms + 20 * k for k in range(20)}
+    assert [create.status for create in run.creates].count(503) == 1
+    assert all(create.status == 201 for create in run.creates if create.status != 503)
+    assert min(create.latency_ms for create in run.creates[:4]) >= 300  # scheduled send to full answer
