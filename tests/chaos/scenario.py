@@ -238,6 +238,29 @@ class Outcome:
         )
         return path
 
+    def latest_instant(self) -> str:
+        """The latest first send of the run, for its figure line: how late, the task, shard and server, its
+        instant and create ack relative to the fault's start, its flow's commit, and the node that sent it,
+        so a rare tail (an instant far later than the fault) can be traced from the line alone."""
+        if not self.figures.first_send_late_ms:
+            return "latest=none"
+        (task_id, instant), late = max(self.figures.first_send_late_ms.items(), key=lambda item: item[1])
+        start = self.window.start_ms
+        promise = self.promises[task_id]
+        sent = min(
+            (c for c in self.callbacks if c.task_id == task_id and c.scheduled_at_ms == instant),
+            key=lambda c: c.received_ms,
+            default=None,
+        )
+        committed = [f.created_at_ms for f in self.flows if f.task_id == task_id and f.scheduled_at_ms == instant]
+        return (
+            f"latest={late}ms task {task_id} shard {shard_of_task_id(task_id)} server {promise.server} "
+            f"{'interval' if len(promise.may) > 1 else 'one-shot'} due fault{instant - start:+d}ms "
+            f"acked fault{promise.create_acked_ms - start:+d}ms"
+            + (f" flow committed fault{committed[0] - start:+d}ms" if committed else "")
+            + (f" sent by {sent.sender.rsplit('/', 1)[-1]}" if sent is not None else "")
+        )
+
     def summary(self) -> str:
         f = self.figures
         late = list(f.first_send_late_ms.values())
@@ -249,6 +272,7 @@ class Outcome:
             f"requests={len(self.callbacks)} flows={len(self.flows)}",
             f"late_ms p50={percentile(late, 0.5)} p99={percentile(late, 0.99)} max={max(late, default=0)}",
             f"fault={self.window.end_ms - self.window.start_ms}ms",
+            self.latest_instant(),
         ]
         if self.window.victim_server is not None:
             healthy = self.healthy_first_send_late_ms()

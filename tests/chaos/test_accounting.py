@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.accounting import Callback, Promise, StoredFlow, account, percentile, select, stale_sends
+from tests.chaos.scenario import LONG, FaultWindow, Outcome
 from tests.chaos.workload import STOP_RACE_MS, Registered, create_answer
 
 T1, T2 = 101, 202
@@ -173,3 +174,17 @@ def test_stale_sends_are_the_frozen_nodes_requests_after_it_resumed_for_flows_co
     assert stale_sends(calls, flows, sender="n2", stopped_ms=1000, resumed_ms=11_000) == [calls[1]]
     owning = stale_sends(calls, flows, sender="n2", stopped_ms=1000, resumed_ms=11_000, owns_again_ms=11_500)
     assert owning == [], "once it holds jobs again its re-drives are its own"
+
+
+def test_the_figure_line_names_the_latest_instant_its_task_commit_and_sender() -> None:
+    owed = {T1: promise(T1, 11_000), T2: promise(T2, 12_000, 13_000, server=1)}
+    calls = [sent(T1, 11_000, 11_040), sent(T2, 12_000, 45_500, sender="tjobs-rig/node2"), sent(T2, 13_000, 13_020)]
+    flows = [stored(T1, 11_000, 11_030), stored(T2, 12_000, 45_400), stored(T2, 13_000, 13_010)]
+    figures = account(owed, calls, flows, deadline_ms=99_000)
+    window = FaultWindow("etcd kill -9 7s", start_ms=10_000, end_ms=18_000)
+    outcome = Outcome(LONG, window, figures, owed, calls, flows, deadline_ms=99_000, load=(0.0, 0.0, 0.0))
+    line = outcome.latest_instant()
+    assert line.startswith(f"latest=33500ms task {T2} ")
+    assert "server 1 interval due fault+2000ms acked fault-10000ms" in line
+    assert line.endswith("flow committed fault+35400ms sent by node2")
+    assert line in outcome.summary()
