@@ -97,18 +97,27 @@ def test_creates_without_a_load_have_no_ratio() -> None:
 
 
 @pytest.fixture
-async def stand_in_api() -> AsyncIterator[tuple[str, list[bytes]]]:
-    """POST /v1/tasks answering 201, 503 for payload i == 3, and holding i 0-3 for 300 ms."""
+async def stand_in_api() -> AsyncIterator[tuple[str, list[bytes], list[int]]]:
+    """POST /v1/tasks answering 201, 503 for payload i == 3, and holding i 0-3 for 300 ms; with the bodies
+    received and, for each, how many requests were unanswered when it came (itself included)."""
     bodies: list[bytes] = []
+    open_at_receipt: list[int] = []
+    unanswered = 0
 
     async def create(request: web.Request) -> web.Response:
+        nonlocal unanswered
         assert request.headers["Authorization"] == "Bearer key"
-        body = await request.read()
-        bodies.append(body)
-        index = orjson.loads(body)["payload"]["i"]
-        if index < 4:
-            await asyncio.sleep(0.3)
-        return web.json_response({"id": str(index + 1)}, status=503 if index == 3 else 201)
+        unanswered += 1
+        open_at_receipt.append(unanswered)
+        try:
+            body = await request.read()
+            bodies.append(body)
+            index = orjson.loads(body)["payload"]["i"]
+            if index < 4:
+                await asyncio.sleep(0.3)
+            return web.json_response({"id": str(index + 1)}, status=503 if index == 3 else 201)
+        finally:
+            unanswered -= 1
 
     app = web.Application()
     app.router.add_post("/v1/tasks", create)
@@ -116,25 +125,26 @@ async def stand_in_api() -> AsyncIterator[tuple[str, list[bytes]]]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}", bodies
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", bodies, open_at_receipt
     await runner.cleanup()
 
 
 async def test_paced_creates_are_sent_open_loop_and_skipped_over_the_in_flight_cap(
-    stand_in_api: tuple[str, list[bytes]], monkeypatch: pytest.MonkeyPatch
+    stand_in_api: tuple[str, list[bytes], list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 20 creates due over 400 ms at 50/s, at most 4 unanswered: the first 4 are held 300 ms
-    base_url, bodies = stand_in_api
+    # 40 creates due over 800 ms at 50/s, at most 4 unanswered: the first 4 are held 300 ms
+    base_url, bodies, open_at_receipt = stand_in_api
     monkeypatch.setattr("benchmarks.cycle_load_tail.CREATES_IN_FLIGHT", 4)
     body_of = task_bodies({"url": "http://127.0.0.1:9/cb"}, "paced", lambda _: 4_000_000_000_000)
     start_ms = now_ms() + 50
 
-    run = await paced_creates(base_url, "key", body_of, 50.0, start_ms, start_ms + 400)
+    run = await paced_creates(base_url, "key", body_of, 50.0, start_ms, start_ms + 800)
 
-    assert run.skipped > 0 and len(run.creates) + run.skipped == 20 == len(bodies) + run.skipped
+    assert run.skipped > 0 and len(run.creates) + run.skipped == 40 == len(bodies) + run.skipped
+    assert max(open_at_receipt) <= 4  # never a fifth while 4 were unanswered
     sent = [create.scheduled_ms for create in run.creates]
-    assert sent[:4] == [start_ms + 20 * k for k in range(4)] and sent[4] >= start_ms + 300  # none sent while held
-    assert set(sent) <= {start_ms + 20 * k for k in range(20)}
+    assert sent[:4] == [start_ms + 20 * k for k in range(4)] and len(sent) > 4  # sends went on once answered
+    assert set(sent) <= {start_ms + 20 * k for k in range(40)}
     assert [create.status for create in run.creates].count(503) == 1
     assert all(create.status == 201 for create in run.creates if create.status != 503)
     assert min(create.latency_ms for create in run.creates[:4]) >= 300  # scheduled send to full answer
