@@ -400,6 +400,7 @@ async def run_fire_bench(
         if probe_ids and await _delete_tasks(session, base_url, api_key, probe_ids, concurrency, progress):
             warnings.append("some of the probe tasks (due in 30 days) could not be deleted")
         delivery = account(registered, records)
+        retried_flows = await _retried_flows(session, base_url, api_key, delivery.retried_flows, warnings)
         mariadb = _mariadb_per_fire(quiet, fire_start, fire_end, delivery.delivered, warnings)
         slo = None
         if compare_slo:
@@ -433,6 +434,7 @@ async def run_fire_bench(
         records=records,
         slo=slo,
         mariadb=mariadb,
+        retried_flows=retried_flows,
     )
 
 
@@ -588,6 +590,34 @@ async def run_register_bench(
         node_register_cpu_s=register_cpu,
         mariadb=mariadb,
     )
+
+
+RETRIED_FLOWS_SHOWN = 10  # retried flows whose stored history a fire bench reads back
+
+
+async def _retried_flows(
+    session: ClientSession, base_url: str, api_key: str, flow_ids: Sequence[str], warnings: list[str]
+) -> list[dict[str, Any]] | None:
+    """The first :data:`RETRIED_FLOWS_SHOWN` of ``flow_ids`` as the node stored them (``GET /v1/flows/{id}``:
+    status, attempts, each attempt's record), so a run's re-deliveries say why an attempt was retried; None
+    when no flow was retried. A read that fails is a warning, not the bench's failure."""
+    if not flow_ids:
+        return None
+    shown: list[dict[str, Any]] = []
+    for flow_id in flow_ids[:RETRIED_FLOWS_SHOWN]:
+        try:
+            async with session.get(f"{base_url}/v1/flows/{flow_id}", headers=_headers(api_key)) as response:
+                raw = await response.read()
+                if response.status != 200:
+                    warnings.append(f"GET /v1/flows/{flow_id} answered {response.status}: {raw[:200]!r}")
+                    continue
+        except (ClientError, TimeoutError) as error:
+            warnings.append(f"GET /v1/flows/{flow_id} failed: {type(error).__name__}")
+            continue
+        flow = orjson.loads(raw)
+        keys = ("status", "attempts", "last_status_code", "last_error", "attempt_history")
+        shown.append({"flow_id": flow_id, **{key: flow.get(key) for key in keys}})
+    return shown
 
 
 async def _delete_tasks(

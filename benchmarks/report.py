@@ -10,7 +10,10 @@ Definitions (the JSON keys say the same):
 - *missing*: registered tasks that got no callback at all.
 - *duplicates*: callbacks beyond one per registered task: ``same_flow`` counts repeats of a webhook-id
   already received (retries or replays), ``extra_flows`` counts distinct webhook-ids beyond the first
-  for one task (the node fired a one-shot task twice). ``duplicates`` is their sum.
+  for one task (the node fired a one-shot task twice). ``duplicates`` is their sum. ``retried_flows``
+  (fire bench): the first 10 flows called back with ``tjobs-attempt`` > 1, read back from the node
+  (``GET /v1/flows/{id}``) before the run ends: status, attempts and each attempt's record (its status
+  code or error, its duration), so a repeat says why the attempt before it counted as failed.
 - *fires_per_s*: the sustained rate at which tasks' first callbacks arrived:
   ``(delivered - 1) / (last first-receipt - first first-receipt)``. For tasks spread uniformly over the
   window and delivered with constant lateness this is exactly ``tasks / window_s``; a node that falls
@@ -129,6 +132,9 @@ class Delivery:
     first_receipts_us: tuple[int, ...]  # per delivered task, sorted ascending
     # (scheduled instant ms, lateness ms) per delivered task, by instant: where in the window it was late
     lateness_by_instant: tuple[tuple[int, float], ...] = ()
+    # the API ids (``<task id>-<scheduled_at_ms>``) of the registered tasks' flows called back with
+    # tjobs-attempt > 1, sorted: the flows whose stored attempt history says why an attempt was retried
+    retried_flows: tuple[str, ...] = ()
 
     @property
     def duplicates(self) -> int:
@@ -164,6 +170,7 @@ def account(registered: Mapping[int, int], records: CallbackRecords) -> Delivery
     flows_of_task: dict[int, set[int]] = {}
     seen_flows: set[int] = set()
     same_flow = retried = unexpected = 0
+    retried_flows: set[str] = set()
     for recv_us, task_id, scheduled_ms, flow, attempt in zip(
         records.recv_us, records.task_id, records.scheduled_ms, records.flow, records.attempt, strict=True
     ):
@@ -172,6 +179,8 @@ def account(registered: Mapping[int, int], records: CallbackRecords) -> Delivery
         if task_id not in registered:
             unexpected += 1
             continue
+        if attempt > 1:
+            retried_flows.add(f"{task_id}-{scheduled_ms}")
         if flow in seen_flows:
             same_flow += 1
         else:
@@ -198,6 +207,7 @@ def account(registered: Mapping[int, int], records: CallbackRecords) -> Delivery
         lateness_by_instant=tuple(
             sorted((scheduled_ms, recv_us / 1000 - scheduled_ms) for recv_us, scheduled_ms in first.values())
         ),
+        retried_flows=tuple(sorted(retried_flows)),
     )
 
 
@@ -250,6 +260,9 @@ class BenchResult:
     records: CallbackRecords | None = None
     slo: dict[str, Any] | None = None  # fire --slo: the node's SLO p99 beside the sink's (benchmarks.slo_compare)
     mariadb: dict[str, Any] | None = None  # on MariaDB: its cost per fire, or per create (register bench)
+    # fire bench: the first retried flows (``Delivery.retried_flows``) as the node stored them: status,
+    # attempts and attempt history (each attempt's status code or error), read back before the run ends
+    retried_flows: list[dict[str, Any]] | None = None
 
     def lateness(self) -> Percentiles | None:
         if self.delivery is None:
@@ -329,6 +342,7 @@ def to_json(result: BenchResult, machine_info: Mapping[str, Any] | None = None) 
             else None
         ),
         "retried_callbacks": delivery.retried if delivery else None,
+        "retried_flows": result.retried_flows,
         "unexpected_callbacks": delivery.unexpected if delivery else None,
         "scheduled_mismatch": delivery.scheduled_mismatch if delivery else None,
         "drained": result.drained,

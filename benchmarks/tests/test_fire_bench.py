@@ -214,7 +214,8 @@ def test_records_round_trip_through_bytes() -> None:
 class StandInNode:
     """Serves the node's contract for the bench (create app, create task) and calls each task back at its
     instant, with the same headers a real node sends; ``twice`` tasks get a second flow, ``retried``
-    tasks a second attempt of the same flow, and ``dropped`` tasks no callback at all."""
+    tasks a second attempt of the same flow, and ``dropped`` tasks no callback at all; a flow read
+    (``GET /v1/flows/{id}``) answers the retried ones' stored history and 404 for the others."""
 
     def __init__(self, twice: set[int], retried: set[int], dropped: set[int]) -> None:
         self.twice, self.retried, self.dropped = twice, retried, dropped
@@ -224,13 +225,23 @@ class StandInNode:
         self.session: aiohttp.ClientSession | None = None
         self.deleted: set[int] = set()
         self.app_bodies: list[dict[str, Any]] = []
+        self.retried_flow_ids: set[str] = set()  # the API ids of the flows called back twice
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/apps", self.create_app)
         app.router.add_post("/v1/tasks", self.create_task)
         app.router.add_delete("/v1/tasks/{id}", self.delete_task)
+        app.router.add_get("/v1/flows/{id}", self.get_flow)
         return app
+
+    async def get_flow(self, request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == "Bearer key"
+        flow_id = request.match_info["id"]
+        if flow_id not in self.retried_flow_ids:
+            return web.json_response({"error": {"code": "not_found"}}, status=404)
+        history = [{"attempt": 1, "duration_ms": 3000, "error": "timed out"}, {"attempt": 2, "status_code": 204}]
+        return web.json_response({"id": flow_id, "status": "delivered", "attempts": 2, "attempt_history": history})
 
     async def delete_task(self, request: web.Request) -> web.Response:
         self.deleted.add(int(request.match_info["id"]))
@@ -251,6 +262,8 @@ class StandInNode:
         task_id, index, at_ms = self.next_id, body["payload"]["i"], body["schedule"]["at_ms"]
         if at_ms > time.time() * 1000 + 86_400_000:
             return web.json_response({"id": str(task_id), "next_run_at_ms": at_ms}, status=201)
+        if index in self.retried:
+            self.retried_flow_ids.add(f"{task_id}-{at_ms}")
         if index not in self.dropped:
             flows = [f"flow-{task_id}-a"] + ([f"flow-{task_id}-b"] if index in self.twice else [])
             for flow_id in flows:
@@ -290,7 +303,7 @@ async def test_fire_bench_counts_missing_duplicates_and_lateness(
 ) -> None:
     # Given a node that fires 200 tasks over 1 s: task 3 twice (two flows), tasks 5 and 6 with a
     # retry of the same flow, task 7 never
-    base_url, _ = stand_in_node
+    base_url, node = stand_in_node
     phases: dict[str, tuple[int, int]] = {}
 
     def progress(phase: str, done: int, total: int) -> None:
@@ -316,6 +329,9 @@ async def test_fire_bench_counts_missing_duplicates_and_lateness(
     assert summary["duplicates_detail"] == {"same_flow": 2, "extra_flows": 1, "tasks_with_extra_flows": 1}
     assert summary["duplicates"] == 3
     assert summary["retried_callbacks"] == 2
+    assert len(node.retried_flow_ids) == 2  # and the two retried flows' stored histories are read back
+    assert [flow["flow_id"] for flow in summary["retried_flows"]] == sorted(node.retried_flow_ids)
+    assert all(flow["attempt_history"][0]["error"] == "timed out" for flow in summary["retried_flows"])
     assert summary["drained"] is False  # one task never called back
     assert 0 <= summary["lateness_ms"]["p50"] < 100
     assert 100 < summary["fires_per_s"] < 400  # 199 tasks over ~1 s
