@@ -26,6 +26,7 @@ from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.ssrf import TargetGuard
 from tjobs.delivery.transport import Transport
+from tjobs.delivery.unsent_flows import UnsentFlows
 from tjobs.delivery.wiring import build_transport
 from tjobs.errors import TjobsError
 from tjobs.firing.compensator import Compensator
@@ -178,6 +179,8 @@ class Node:
         self.pools = PoolDispatcher(self.coordinator, self.transport)
         self.task_parents = task_parents_of(self.store)  # README "Child tasks": who names a task as a child
         self.child_flows = ChildFlows(self.store, self.topology.shard_count, self.task_parents)
+        # what the fence kept from being sent: leased by name once this node fires those shards again
+        self.unsent = UnsentFlows(self.clock, int(settings.compensator.grace_s * 1000))
         self.deliverer = Deliverer(
             self.store,
             self.transport,
@@ -200,6 +203,7 @@ class Node:
             foreign=ForeignFlows(
                 lambda: self.runner.owned, settings.compensator.grace_s, settings.cluster.clock_skew_max_ms
             ),
+            unsent=self.unsent,
         )
         scheduler = settings.scheduler
         # in memory for the planner, read again every scheduler.calendar_refresh_s
@@ -241,6 +245,7 @@ class Node:
             task_changes=self.hot_tier.publish,
             ended=self.child_flows.ended,
             observer=self.observer,  # a run's end at its deadline: the service levels count it
+            unsent=self.unsent,
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
         self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)

@@ -33,11 +33,12 @@ sent.
 Before every attempt the node's ``fence`` is asked: once the node's lease has expired (a SIGSTOP or a stall outlived
 it, and another node owns its jobs now) nothing more is sent (logged in a few lines:
 :mod:`tjobs.delivery.fenced_report`). The flow is dropped from memory unrecorded; the database still has it
-``pending`` at its next attempt time, and the new owner's compensator re-drives it. Shards handed over by a healthy
-node (:meth:`Deliverer.forget_runs`, before their group is released) have their flows here let go the same way,
-queued, waiting or under way (no retry); a retry waits for the outcome of the attempt before it to be written
-(:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one attempt. A flow of a shard not this node's when
-it came (what the API commits) is retried, or recorded ``sending``, only while the owner cannot lease it
+``pending`` at its next attempt time, and the new owner's compensator re-drives it: this node's at its next pass,
+by name, if this node fires the shard again (:mod:`tjobs.delivery.unsent_flows`); another's after its grace. Shards
+handed over by a healthy node (:meth:`Deliverer.forget_runs`, before their group is released) have their flows here
+let go the same way, queued, waiting or under way (no retry); a retry waits for the outcome of the attempt before it
+to be written (:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one attempt. A flow of a shard not this
+node's when it came (what the API commits) is retried, or recorded ``sending``, only while the owner cannot lease it
 (:mod:`tjobs.delivery.foreign_flows`). Before a retry (never before a first attempt: the fire path pays no read) the
 flow's stored status is read: a flow ``cancelled`` meanwhile (its task was deleted, on any node) or finished
 elsewhere is not sent again.
@@ -71,6 +72,7 @@ from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.run_start import starts_run
 from tjobs.delivery.run_watch import RUN_WATCH_S, RunReader, RunWatch
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
+from tjobs.delivery.unsent_flows import UnsentFlows
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowRun, FlowStatus, FlowUpdate, RunStatus, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
@@ -116,6 +118,7 @@ class Deliverer:
         run_watch_s: float = RUN_WATCH_S,
         run_reader: RunReader | None = None,
         foreign: ForeignFlows | None = None,
+        unsent: UnsentFlows | None = None,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only :meth:`submit` with the
         app known). ``observer`` sees every attempt to every target and every outcome recorded (``pending`` with a
@@ -135,7 +138,9 @@ class Deliverer:
         gate until the run ends, read from ``status_reader`` every ``run_watch_s`` (:mod:`tjobs.delivery.run_watch`);
         ``run_reader`` reads a shard's live runs for :meth:`learn_runs`. ``ended`` is told each written ending that
         triggers child tasks (:mod:`tjobs.service.child_flows`). ``foreign`` bounds the retries of flows of shards
-        this node does not own (without it, every flow is retried as its owner's)."""
+        this node does not own (without it, every flow is retried as its owner's). ``unsent`` remembers the flows
+        the fence kept from being sent, for the compensator to lease by name once this node fires their shards
+        again (:mod:`tjobs.delivery.unsent_flows`)."""
         self._recorder = recorder
         self._transport = transport
         self._limiter = limiter
@@ -152,6 +157,7 @@ class Deliverer:
         self._fence = fence
         self._status_reader = status_reader
         self._foreign = foreign
+        self._unsent = unsent
         self._pools = pools
         self._overlap: OverlapGate[Delivery] = OverlapGate()
         self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume, run_reader)
@@ -418,6 +424,9 @@ class Deliverer:
             self.fenced += 1
             self._active.pop(delivery.flow_id, None)
             self._fenced_report.flow(delivery.flow_id)
+            if self._unsent is not None and (delivery.record_sending or not delivery.at_most_once):
+                # stored pending at the attempts before this one (an at-most-once flow stored `sending` is not)
+                self._unsent.add(delivery.job.task.id, delivery.job.flow.scheduled_at_ms, delivery.attempt - 1)
             return
         if delivery.recheck and self._status_reader is not None and not await self._still_open(delivery):
             return

@@ -22,6 +22,10 @@ while healthy) sends nothing more of its flows (:meth:`tjobs.delivery.deliverer.
 and a node that commits a flow of a shard it does not own (its API's trigger, redrive or backfill) retries
 it only while this lease cannot have come (:mod:`tjobs.delivery.foreign_flows`).
 A node whose fence is closed (its lease expired) claims nothing: the new owner's compensator does.
+
+The flows this node's fence kept it from sending are leased first, by name, once it fires their shards again
+(:mod:`tjobs.delivery.unsent_flows`): without the grace, and without counting an attempt, since none was sent.
+Taken from memory once: if that lease fails, they wait for the grace like any other.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from tjobs.clock import Clock
 from tjobs.delivery.child_triggers import ending_of, with_children
 from tjobs.delivery.run_reports import expire
 from tjobs.delivery.run_writes import write_transition
+from tjobs.delivery.unsent_flows import UnsentFlows
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowStatus, FlowUpdate, RunStatus, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
@@ -61,11 +66,13 @@ class Compensator(PeriodicPass):
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
         observer: FireObserver = NO_OBSERVER,
+        unsent: UnsentFlows | None = None,
     ) -> None:
         """``fence(now_ms)`` is ``False`` while this node may not work on its jobs (the coordinator's
         ``may_fire``; see ``Deliverer``). ``task_changes`` (the hot tier's publish) is told a fixed_delay
         task's next run that a timed-out run's end set; ``ended``, a run's end that triggers children;
-        ``observer`` (the node's), a run's end at its deadline, for the service levels."""
+        ``observer`` (the node's), a run's end at its deadline, for the service levels; ``unsent``, the flows this
+        node's deliverer dropped while fenced."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -78,7 +85,9 @@ class Compensator(PeriodicPass):
         self._task_changes = task_changes
         self._ended = ended
         self._observer = observer
+        self._unsent = unsent
         self.redriven = 0
+        self.unsent_leased = 0
         self.runs_ended = 0
         self.backlog = 0
 
@@ -87,6 +96,8 @@ class Compensator(PeriodicPass):
         grace_ms = int(self._settings.grace_s * 1000)
         handled = 0
         owned = sorted(self._owned())
+        if self._unsent is not None and (self._fence is None or self._fence(self._clock.now_ms())):
+            handled += await self._lease_unsent(self._unsent, frozenset(owned), grace_ms + self._lease_ms)
         # A cheap read first (a few statements per database): most passes find nothing to lease, and a
         # locking lease per owned shard would be one transaction per shard every interval on an idle node.
         stale = await self._store.shards_with_stale_flows(owned, self._clock.now_ms() - grace_ms)
@@ -102,6 +113,27 @@ class Compensator(PeriodicPass):
             if leased:
                 handled += await self._handle(leased, now_ms)
         self.backlog = handled
+        return handled
+
+    async def _lease_unsent(self, unsent: UnsentFlows, owned: frozenset[int], lease_ms: int) -> int:
+        """Lease and re-drive the flows this node dropped unsent while fenced, of the shards it fires now."""
+        taken = unsent.take(owned)
+        handled = named = 0
+        for shard, flows in sorted(taken.items()):
+            now_ms = self._clock.now_ms()
+            leased = await self._store.lease_unsent_flows(shard, flows, now_ms, lease_ms)
+            named += len(flows)
+            self.unsent_leased += len(leased)
+            handled += await self._handle(leased, now_ms)
+        if taken:
+            logger.info(
+                "leased %d of the %d flows (%d shards) this node dropped unsent while fenced; the rest were"
+                " leased or answered elsewhere",
+                handled,
+                named,
+                len(taken),
+                extra={"action": "unsent_flows_leased", "flows": handled},
+            )
         return handled
 
     async def _handle(self, leased: list[tuple[Flow, Task | None]], now_ms: int) -> int:
