@@ -3,7 +3,7 @@ numbers a re-drive carries. Its clock (and the deliverers') is a ManualClock the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -124,6 +124,45 @@ async def test_flows_this_node_is_delivering_and_flows_not_yet_stale_are_left_al
     assert redriven == []
     stored = await store.get_flow(fresh.task_id, fresh.scheduled_at_ms)
     assert stored is not None and stored.next_attempt_at_ms == fresh.next_attempt_at_ms
+
+
+class OutcomeDuringTheLease(MemoryTaskStore):
+    """``during_lease`` runs as a lease returns: on MariaDB an outcome flush's UPDATE of a flow the lease holds
+    waits for the lease's row lock and lands right after its commit, before the compensator sees the result."""
+
+    during_lease: Callable[[], Awaitable[None]] | None = None
+
+    async def lease_stale_flows(self, shard: int, now_ms: int, lease_ms: int, limit: int) -> list[tuple[Flow, Any]]:
+        leased = await super().lease_stale_flows(shard, now_ms, lease_ms, limit)
+        if self.during_lease is not None:
+            await self.during_lease()
+        return leased
+
+
+async def test_a_flow_whose_outcome_is_written_while_the_lease_runs_is_not_sent_again(clock: ManualClock) -> None:
+    # At 5,000 fires/s, 30 s behind (2026-12-07 04:50 UTC), 4 receivers got attempt 2 of a flow stored
+    # `delivered` at attempt 1: the compensator asked what this node was delivering only after its lease,
+    # by when the outcome flush it had waited on was written and the flow forgotten as delivered.
+    # Given a stale flow this node sent, its outcome (204) being written
+    store = OutcomeDuringTheLease()
+    task, flow = await stale_flow(store, clock, overdue_ms=60_000)
+    delivering = {flow.id}
+
+    async def outcome_written() -> None:
+        delivered = FlowUpdate(task.id, flow.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 204, None)
+        await store.record_flow_updates([delivered], clock.now_ms())
+        delivering.discard(flow.id)
+
+    store.during_lease = outcome_written
+    redriven: list[Flow] = []
+
+    # When a compensation pass leases it and the outcome lands meanwhile
+    await compensator(store, lambda t, f: redriven.append(f), clock, busy=lambda: set(delivering)).run_once()
+
+    # Then it is not re-driven: attempt 1 was its only send
+    assert redriven == []
+    stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
+    assert stored is not None and (stored.status, stored.attempts) == (FlowStatus.DELIVERED, 1)
 
 
 async def test_a_fenced_node_claims_nothing(clock: ManualClock) -> None:

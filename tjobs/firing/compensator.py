@@ -3,10 +3,10 @@
 A node that crashed after the fire transaction, or lost a callback's response, leaves flows
 ``pending`` (or ``sending`` for at-most-once). Every ``interval_s`` the compensator asks which owned
 shards hold non-terminal flows whose next attempt is more than ``grace_s`` overdue (one read per
-database), leases those flows in each such shard, and hands the ones this node is not delivering
-right now back to the deliverer. At-most-once flows found ``sending`` are never resent: they become
-``unknown``. Flows of deleted tasks become ``cancelled``. A job run (README "Job runs") whose deadline
-passed is leased the same way (its next attempt is its deadline): it ends ``timed_out`` and is retried
+database), leases those flows in each such shard, and hands the ones this node was not delivering
+when the lease began, nor is now, back to the deliverer. At-most-once flows found ``sending`` are never
+resent: they become ``unknown``. Flows of deleted tasks become ``cancelled``. A job run (README "Job runs")
+whose deadline passed is leased the same way (its next attempt is its deadline): it ends ``timed_out`` and is retried
 by its task's policy, or, a cancel having been asked, ends ``cancelled`` (:func:`tjobs.delivery.run_reports.expire`,
 written under the flow's compare-and-set, so a report that came first wins). Its state is in the store:
 whichever node owns the shard when the deadline passes ends it. A ``delivered`` or ``dead`` flow whose
@@ -107,11 +107,12 @@ class Compensator(PeriodicPass):
             if self._fence is not None and not self._fence(self._clock.now_ms()):
                 break
             now_ms = self._clock.now_ms()
+            busy = self._in_flight()
             leased = await self._store.lease_stale_flows(
                 shard, now_ms - grace_ms, grace_ms + self._lease_ms, self._settings.batch
             )
             if leased:
-                handled += await self._handle(leased, now_ms)
+                handled += await self._handle(leased, now_ms, busy)
         self.backlog = handled
         return handled
 
@@ -121,10 +122,11 @@ class Compensator(PeriodicPass):
         handled = named = 0
         for shard, flows in sorted(taken.items()):
             now_ms = self._clock.now_ms()
+            busy = self._in_flight()
             leased = await self._store.lease_unsent_flows(shard, flows, now_ms, lease_ms)
             named += len(flows)
             self.unsent_leased += len(leased)
-            handled += await self._handle(leased, now_ms)
+            handled += await self._handle(leased, now_ms, busy)
         if taken:
             logger.info(
                 "leased %d of the %d flows (%d shards) this node dropped unsent while fenced; the rest were"
@@ -136,8 +138,12 @@ class Compensator(PeriodicPass):
             )
         return handled
 
-    async def _handle(self, leased: list[tuple[Flow, Task | None]], now_ms: int) -> int:
-        busy = self._in_flight()
+    async def _handle(self, leased: list[tuple[Flow, Task | None]], now_ms: int, busy_before: set[str]) -> int:
+        """Re-drive or close what a lease returned, except the flows this node was delivering when the lease
+        began (``busy_before``) or is delivering now: an outcome it was writing may have landed while the lease
+        ran (on MariaDB it waits for the lease's row lock), the flow then forgotten here as written, and a
+        re-drive would send a delivered flow again."""
+        busy = busy_before | self._in_flight()
         closures: list[FlowUpdate] = []
         for flow, task in leased:
             if flow.id in busy:
