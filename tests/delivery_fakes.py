@@ -240,11 +240,12 @@ def owners_compensator(store: MemoryTaskStore, owner: Deliverer, clock: ManualCl
     return Compensator(
         store,
         lambda: every_shard,
-        owner.in_flight,
+        owner.is_in_flight,
         lambda t, f: owner.submit(CallbackJob(t, f, APP)),
         GRACE,
         clock,
         LEASE_MS,
+        outcomes_written=lambda: owner.flush_calls,
     )
 
 

@@ -236,7 +236,7 @@ class Node:
         self.compensator = Compensator(
             self.store,
             self.runner.firing_jobs,
-            self.deliverer.in_flight,
+            self.deliverer.is_in_flight,
             self.deliverer.deliver,
             settings.compensator,
             self.clock,
@@ -246,6 +246,7 @@ class Node:
             ended=self.child_flows.ended,
             observer=self.observer,  # a run's end at its deadline: the service levels count it
             unsent=self.unsent,
+            outcomes_written=lambda: self.deliverer.flush_calls,
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
         self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)

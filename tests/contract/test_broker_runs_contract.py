@@ -163,7 +163,7 @@ async def test_a_run_no_consumer_reports_times_out_and_is_published_again(rig: R
     late = ManualClock(running.run.deadline_ms + 2_000)
     every = frozenset(rig.store.topology.shards())
     grace = CompensatorSettings(interval_s=1.0, grace_s=1.0, batch=100)
-    compensator = Compensator(rig.store, lambda: every, rig.deliverer.in_flight, rig.deliver, grace, late, 16_000)
+    compensator = Compensator(rig.store, lambda: every, rig.deliverer.is_in_flight, rig.deliver, grace, late, 16_000)
     await compensator.run_once()
 
     # Then the run ended timed_out and the task's budget published attempt 2, a new run

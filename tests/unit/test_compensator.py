@@ -33,11 +33,22 @@ def compensator(
     redrive: Callable[[Task, Flow], None],
     clock: ManualClock,
     *,
-    busy: Callable[[], set[str]] = set,
+    busy: Callable[[str], bool] = lambda flow_id: False,
+    outcomes_written: Callable[[], int] | None = None,
     fence: Callable[[int], bool] | None = None,
 ) -> Compensator:
     every_shard = frozenset(store.topology.shards())
-    return Compensator(store, lambda: every_shard, busy, redrive, GRACE, clock, LEASE_MS, fence=fence)
+    return Compensator(
+        store,
+        lambda: every_shard,
+        busy,
+        redrive,
+        GRACE,
+        clock,
+        LEASE_MS,
+        fence=fence,
+        outcomes_written=outcomes_written,
+    )
 
 
 async def stale_flow(store: MemoryTaskStore, clock: ManualClock, **kwargs: Any) -> tuple[Task, Flow]:
@@ -119,7 +130,7 @@ async def test_flows_this_node_is_delivering_and_flows_not_yet_stale_are_left_al
     _, fresh = await stale_flow(store, clock, overdue_ms=1_000)
     redriven: list[Flow] = []
 
-    await compensator(store, lambda t, f: redriven.append(f), clock, busy=lambda: {busy.id}).run_once()
+    await compensator(store, lambda t, f: redriven.append(f), clock, busy=lambda flow_id: flow_id == busy.id).run_once()
 
     assert redriven == []
     stored = await store.get_flow(fresh.task_id, fresh.scheduled_at_ms)
@@ -142,25 +153,35 @@ class OutcomeDuringTheLease(MemoryTaskStore):
 async def test_a_flow_whose_outcome_is_written_while_the_lease_runs_is_not_sent_again(clock: ManualClock) -> None:
     # At 5,000 fires/s, 30 s behind (2026-12-07 04:50 UTC), 4 receivers got attempt 2 of a flow stored
     # `delivered` at attempt 1: the compensator asked what this node was delivering only after its lease,
-    # by when the outcome flush it had waited on was written and the flow forgotten as delivered.
-    # Given a stale flow this node sent, its outcome (204) being written
+    # by when the outcome write it had waited on had returned and the flow was forgotten as delivered.
+    # Given a stale flow this node sent, its outcome (204) being written, and a lost one in the same shard
     store = OutcomeDuringTheLease()
     task, flow = await stale_flow(store, clock, overdue_ms=60_000)
+    lost = await store.insert_manual_flow(task.id, replace(flow, scheduled_at_ms=flow.scheduled_at_ms + 1))
     delivering = {flow.id}
+    writes = [0]
 
     async def outcome_written() -> None:
         delivered = FlowUpdate(task.id, flow.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 204, None)
         await store.record_flow_updates([delivered], clock.now_ms())
         delivering.discard(flow.id)
+        writes[0] += 1
 
     store.during_lease = outcome_written
     redriven: list[Flow] = []
 
-    # When a compensation pass leases it and the outcome lands meanwhile
-    await compensator(store, lambda t, f: redriven.append(f), clock, busy=lambda: set(delivering)).run_once()
+    # When a compensation pass leases both and the outcome lands meanwhile
+    handled = await compensator(
+        store,
+        lambda t, f: redriven.append(f),
+        clock,
+        busy=lambda flow_id: flow_id in delivering,
+        outcomes_written=lambda: writes[0],
+    ).run_once()
 
-    # Then it is not re-driven: attempt 1 was its only send
-    assert redriven == []
+    # Then the lost one is re-driven, and the delivered one is not: attempt 1 was its only send
+    assert handled == 2
+    assert [(f.scheduled_at_ms, f.attempts) for f in redriven] == [(lost.scheduled_at_ms, 1)]
     stored = await store.get_flow(flow.task_id, flow.scheduled_at_ms)
     assert stored is not None and (stored.status, stored.attempts) == (FlowStatus.DELIVERED, 1)
 
@@ -192,7 +213,9 @@ async def test_an_ending_whose_children_are_still_due_has_them_triggered_and_one
         told.append(update)
 
     every_shard = frozenset(store.topology.shards())
-    passes = Compensator(store, lambda: every_shard, set, lambda t, f: None, GRACE, clock, LEASE_MS, ended=ended)
+    passes = Compensator(
+        store, lambda: every_shard, lambda flow_id: False, lambda t, f: None, GRACE, clock, LEASE_MS, ended=ended
+    )
 
     # When the compensator passes
     handled = await passes.run_once()

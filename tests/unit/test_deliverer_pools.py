@@ -138,7 +138,7 @@ async def test_the_retry_of_a_run_that_timed_out_goes_to_another_executor(rig: R
     compensator = Compensator(
         rig.store,
         lambda: every,
-        rig.deliverer.in_flight,
+        rig.deliverer.is_in_flight,
         lambda t, f: rig.deliverer.submit(CallbackJob(t, f, APP)),
         CompensatorSettings(interval_s=1.0, grace_s=0.0, batch=100),
         rig.clock,

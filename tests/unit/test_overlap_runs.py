@@ -63,7 +63,7 @@ class Rig:
         every = frozenset(self.store.topology.shards())
         grace = CompensatorSettings(interval_s=1.0, grace_s=1.0, batch=100)
         self.compensator = Compensator(
-            self.store, lambda: every, self.deliverer.in_flight, self.redrive, grace, self.clock, 16_000
+            self.store, lambda: every, self.deliverer.is_in_flight, self.redrive, grace, self.clock, 16_000
         )
 
     def redrive(self, task: Task, flow: Flow) -> None:

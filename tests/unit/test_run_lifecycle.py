@@ -66,7 +66,7 @@ class Harness:
     def compensator(self) -> Compensator:
         every = frozenset(self.store.topology.shards())
         redrive = lambda t, f: self.redriven.append((t, f))  # noqa: E731
-        return Compensator(self.store, lambda: every, set, redrive, GRACE, self.clock, 16_000)
+        return Compensator(self.store, lambda: every, lambda flow_id: False, redrive, GRACE, self.clock, 16_000)
 
 
 @pytest.fixture

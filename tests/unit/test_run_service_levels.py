@@ -77,7 +77,14 @@ async def test_a_run_that_times_out_counts_dead_when_the_compensator_ends_it() -
     every = frozenset(rig.store.topology.shards())
     grace = CompensatorSettings(interval_s=1.0, grace_s=1.0, batch=100)
     compensator = Compensator(
-        rig.store, lambda: every, set, lambda t, f: None, grace, rig.clock, 16_000, observer=rig.observer
+        rig.store,
+        lambda: every,
+        lambda flow_id: False,
+        lambda t, f: None,
+        grace,
+        rig.clock,
+        16_000,
+        observer=rig.observer,
     )
 
     rig.clock.advance(RUN_TIMEOUT_MS + 2_000)

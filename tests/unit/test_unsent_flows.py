@@ -60,13 +60,14 @@ async def test_a_node_fenced_with_flows_queued_sends_them_at_its_next_pass_once_
     compensator = Compensator(
         store,
         lambda: every_shard,
-        deliverer.in_flight,
+        deliverer.is_in_flight,
         lambda t, f: deliverer.submit(CallbackJob(t, f, APP)),
         GRACE,
         clock,
         LEASE_MS,
         fence=lambda now_ms: fence_open[0],
         unsent=unsent,
+        outcomes_written=lambda: deliverer.flush_calls,
     )
     await deliverer.start()
     try:

@@ -56,7 +56,7 @@ class Compensator(PeriodicPass):
         self,
         store: TaskStore,
         owned: Callable[[], frozenset[int]],
-        in_flight: Callable[[], set[str]],
+        in_flight: Callable[[str], bool],
         redrive: Callable[[Task, Flow], None],
         settings: CompensatorSettings,
         clock: Clock,
@@ -67,12 +67,15 @@ class Compensator(PeriodicPass):
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
         observer: FireObserver = NO_OBSERVER,
         unsent: UnsentFlows | None = None,
+        outcomes_written: Callable[[], int] | None = None,
     ) -> None:
         """``fence(now_ms)`` is ``False`` while this node may not work on its jobs (the coordinator's
         ``may_fire``; see ``Deliverer``). ``task_changes`` (the hot tier's publish) is told a fixed_delay
         task's next run that a timed-out run's end set; ``ended``, a run's end that triggers children;
         ``observer`` (the node's), a run's end at its deadline, for the service levels; ``unsent``, the flows this
-        node's deliverer dropped while fenced."""
+        node's deliverer dropped while fenced. ``in_flight(flow_id)`` says whether this node's deliverer holds the flow
+        (queued, being sent, waiting for a retry, or its outcome not written yet); ``outcomes_written()``, how many
+        outcome writes it has made (see :meth:`_handle`)."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -86,6 +89,7 @@ class Compensator(PeriodicPass):
         self._ended = ended
         self._observer = observer
         self._unsent = unsent
+        self._outcomes_written = outcomes_written
         self.redriven = 0
         self.unsent_leased = 0
         self.runs_ended = 0
@@ -107,12 +111,12 @@ class Compensator(PeriodicPass):
             if self._fence is not None and not self._fence(self._clock.now_ms()):
                 break
             now_ms = self._clock.now_ms()
-            busy = self._in_flight()
+            written = self._written()
             leased = await self._store.lease_stale_flows(
                 shard, now_ms - grace_ms, grace_ms + self._lease_ms, self._settings.batch
             )
             if leased:
-                handled += await self._handle(leased, now_ms, busy)
+                handled += await self._handle(leased, now_ms, written)
         self.backlog = handled
         return handled
 
@@ -122,11 +126,11 @@ class Compensator(PeriodicPass):
         handled = named = 0
         for shard, flows in sorted(taken.items()):
             now_ms = self._clock.now_ms()
-            busy = self._in_flight()
+            written = self._written()
             leased = await self._store.lease_unsent_flows(shard, flows, now_ms, lease_ms)
             named += len(flows)
             self.unsent_leased += len(leased)
-            handled += await self._handle(leased, now_ms, busy)
+            handled += await self._handle(leased, now_ms, written)
         if taken:
             logger.info(
                 "leased %d of the %d flows (%d shards) this node dropped unsent while fenced; the rest were"
@@ -138,15 +142,21 @@ class Compensator(PeriodicPass):
             )
         return handled
 
-    async def _handle(self, leased: list[tuple[Flow, Task | None]], now_ms: int, busy_before: set[str]) -> int:
-        """Re-drive or close what a lease returned, except the flows this node was delivering when the lease
-        began (``busy_before``) or is delivering now: an outcome it was writing may have landed while the lease
-        ran (on MariaDB it waits for the lease's row lock), the flow then forgotten here as written, and a
-        re-drive would send a delivered flow again."""
-        busy = busy_before | self._in_flight()
+    def _written(self) -> int | None:
+        return None if self._outcomes_written is None else self._outcomes_written()
+
+    async def _handle(self, leased: list[tuple[Flow, Task | None]], now_ms: int, written_before: int | None) -> int:
+        """Re-drive or close what a lease returned, except the flows this node is delivering.
+
+        An outcome this node was writing may have landed while the lease ran (on MariaDB its write waits for the
+        lease's row lock), the flow then forgotten here as written: a re-drive would send a delivered flow again.
+        So once outcomes have been written since the lease began (``outcomes_written`` moved past
+        ``written_before``), a flow about to be re-driven is read first and re-driven only if it is still as
+        leased: either its write has not returned yet (the flow is still in flight here) or the store holds it.
+        Asked per flow, as it is decided: the awaits of this loop give a write time to return too."""
         closures: list[FlowUpdate] = []
         for flow, task in leased:
-            if flow.id in busy:
+            if self._in_flight(flow.id):
                 continue
             if flow.status.terminal:  # an ending whose children are due
                 await self._trigger_children(flow, task, now_ms)
@@ -157,6 +167,8 @@ class Compensator(PeriodicPass):
             elif flow.status is FlowStatus.SENDING:
                 closures.append(_close(flow, FlowStatus.UNKNOWN, "at-most-once attempt lost by a crash", now_ms))
             else:
+                if self._written() != written_before and not await self._still_as_leased(flow):
+                    continue
                 self._redrive(task, flow)
                 self.redriven += 1
                 logger.info(
@@ -168,6 +180,10 @@ class Compensator(PeriodicPass):
         if closures:
             await self._store.record_flow_updates(closures, now_ms)
         return len(leased)
+
+    async def _still_as_leased(self, flow: Flow) -> bool:
+        stored = await self._store.get_flow(flow.task_id, flow.scheduled_at_ms)
+        return stored is not None and stored.status is flow.status and stored.attempts == flow.attempts
 
     async def _trigger_children(self, flow: Flow, task: Task | None, now_ms: int) -> None:
         update = with_children(task, ending_of(flow), now_ms)
