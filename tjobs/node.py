@@ -332,7 +332,7 @@ class Node:
             await begin(hot_tier, self.hot_tier.stop)
             await begin(self.disabled_apps.start(), self.disabled_apps.stop)  # known before the first load
             await begin(self.calendars.start(), self.calendars.stop)  # known before the first fire
-            await begin(self.coordinator.start(self.runner.set_owned), self.coordinator.stop)
+            await begin(self.coordinator.start(self._jobs_owned), self.coordinator.stop)
             await begin(self.compensator.start(), self.compensator.stop)
             await begin(self.retention.start(), self.retention.stop)
             await begin(self.tasks.counts.start(), self.tasks.counts.stop)
@@ -442,6 +442,13 @@ class Node:
                 "starved": [list(entry) for entry in self.pools.starved(starved_since_ms)],
             },
         }
+
+    async def _jobs_owned(self, owned: frozenset[int]) -> None:
+        """The coordinator's listener: the runner takes the set; shards taken (again) whose flows this node
+        dropped unsent while fenced have them leased now, by a compensation pass started at once."""
+        await self.runner.set_owned(owned)
+        if self.unsent.waiting(owned):
+            self.compensator.wake()
 
     async def _job_ended(self, job: OperatorJob) -> None:
         """An operator job ended on this node: on record in the audit log (a failed write is logged there)."""

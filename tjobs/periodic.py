@@ -24,6 +24,7 @@ class PeriodicPass(ABC):
     def __init__(self, interval_s: float) -> None:
         self._interval_s = interval_s
         self._stopping = asyncio.Event()
+        self._woken = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     @abstractmethod
@@ -33,6 +34,11 @@ class PeriodicPass(ABC):
     async def start(self) -> None:
         self._stopping.clear()
         self._task = asyncio.create_task(self._loop(), name=f"tjobs-{self.name}")
+
+    def wake(self) -> None:
+        """Start the next pass now rather than at the end of the interval (one pass for any number of wakes
+        before it starts; the interval then counts from that pass)."""
+        self._woken.set()
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         self._stopping.set()
@@ -49,9 +55,19 @@ class PeriodicPass(ABC):
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval_s):
-                    await self._stopping.wait()
+                    await self._stopped_or_woken()
+            if self._stopping.is_set():
                 return
+            self._woken.clear()
             try:
                 await self.run_once()
             except Exception:
                 logger.exception("%s pass failed", self.name, extra={"action": f"{self.name}_failed"})
+
+    async def _stopped_or_woken(self) -> None:
+        waits = {asyncio.ensure_future(self._stopping.wait()), asyncio.ensure_future(self._woken.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()

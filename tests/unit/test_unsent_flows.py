@@ -118,7 +118,9 @@ def test_the_flows_of_shards_not_fired_here_are_kept_until_the_grace_and_each_is
     unsent.add(task_ids[3], START_MS + 1, 0)  # over the limit: left to the grace
     assert (len(unsent), unsent.overflow) == (3, 1)
 
+    assert unsent.waiting(frozenset({shards[1], 99})) and not unsent.waiting(frozenset({shards[3], 99}))
     assert unsent.take(frozenset({shards[1]})) == {shards[1]: [UnsentFlow(task_ids[1], START_MS, 2)]}
+    assert not unsent.waiting(frozenset({shards[1]}))
     assert unsent.take(frozenset({shards[1]})) == {}
     clock.advance(20_000)  # the first two were dropped 30 s ago: the compensator's grace finds them now
     assert unsent.take(frozenset(shards)) == {shards[2]: [UnsentFlow(task_ids[2], START_MS + 1, 0)]}

@@ -5,11 +5,11 @@ Before every attempt the deliverer asks the node's fence; an attempt that finds 
 memory unsent (:mod:`tjobs.delivery.fenced_report`). The store still holds the flow ``pending``, and a
 compensator leases it once its attempt is ``compensator.grace_s`` overdue: the grace waits out an attempt
 another node may still have under way. This node knows it never sent the attempt it dropped. So once it
-fires the flow's shard again (its lease renewed, or the shard taken again once etcd came back), its
-compensator's next pass leases the flow by name
+fires the flow's shard again (its lease renewed, or the shard taken again once etcd came back: that
+hand-over starts a pass at once), its compensator's next pass leases the flow by name
 (:meth:`tjobs.stores.contracts.FirePath.lease_unsent_flows`), at the attempts the store held when it was
 dropped: a flow another node leased or answered meanwhile is not taken. An etcd outage then delays a
-flow committed just before it by the outage and one pass (``compensator.interval_s``), not by the grace.
+flow committed just before it by the outage and a pass, not by the grace.
 
 Each is kept for ``keep_ms`` (the grace: after it the compensator's stale lease finds it anyway), and at
 most :data:`MAX_UNSENT` at once (a deep queue dropped: the rest wait for the grace).
@@ -50,6 +50,10 @@ class UnsentFlows:
         if key not in entries:
             self._count += 1
         entries[key] = (attempts, now_ms)
+
+    def waiting(self, shards: frozenset[int]) -> bool:
+        """Whether a flow of ``shards`` is remembered (perhaps past ``keep_ms``: :meth:`take` drops those)."""
+        return bool(self._count) and any(shard in shards for shard in self._by_shard)
 
     def take(self, shards: frozenset[int]) -> dict[int, list[UnsentFlow]]:
         """The remembered flows of ``shards`` (the ones this node fires now), forgotten here: each is named
