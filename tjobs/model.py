@@ -373,16 +373,6 @@ class FireIntent:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
-class UnsentFlow:
-    """A flow a fenced node dropped unsent: ``attempts`` is what the store holds for it, the attempt after
-    them the one never sent (:meth:`tjobs.stores.contracts.FirePath.lease_unsent_flows`)."""
-
-    task_id: int
-    scheduled_at_ms: int
-    attempts: int
-
-
 @dataclass(slots=True)
 class NewFlow:
     scheduled_at_ms: int

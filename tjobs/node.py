@@ -26,7 +26,6 @@ from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.ssrf import TargetGuard
 from tjobs.delivery.transport import Transport
-from tjobs.delivery.unsent_flows import UnsentFlows
 from tjobs.delivery.wiring import build_transport
 from tjobs.errors import TjobsError
 from tjobs.firing.compensator import Compensator
@@ -179,8 +178,6 @@ class Node:
         self.pools = PoolDispatcher(self.coordinator, self.transport)
         self.task_parents = task_parents_of(self.store)  # README "Child tasks": who names a task as a child
         self.child_flows = ChildFlows(self.store, self.topology.shard_count, self.task_parents)
-        # what the fence kept from being sent: leased by name once this node fires those shards again
-        self.unsent = UnsentFlows(self.clock, int(settings.compensator.grace_s * 1000))
         self.deliverer = Deliverer(
             self.store,
             self.transport,
@@ -203,7 +200,8 @@ class Node:
             foreign=ForeignFlows(
                 lambda: self.runner.owned, settings.compensator.grace_s, settings.cluster.clock_skew_max_ms
             ),
-            unsent=self.unsent,
+            # what the fence kept from being sent: written back due long enough ago for any owner's next pass
+            hand_back_ms=int(settings.compensator.grace_s * 1000) + 2 * settings.cluster.clock_skew_max_ms,
         )
         scheduler = settings.scheduler
         # in memory for the planner, read again every scheduler.calendar_refresh_s
@@ -245,7 +243,6 @@ class Node:
             task_changes=self.hot_tier.publish,
             ended=self.child_flows.ended,
             observer=self.observer,  # a run's end at its deadline: the service levels count it
-            unsent=self.unsent,
             outcomes_written=lambda: self.deliverer.flush_calls,
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
@@ -307,6 +304,7 @@ class Node:
         # this node's runtime figures, published on the coordinator: the cluster page shows every node's
         self.figures = NodeFigures(self.node_id, self.coordinator, self.runtime_figures, self.clock)
         self.started = False
+        self._handed_back_seen = 0  # the deliverer's handed_back at the last wake of the compensator
 
     async def start(self) -> None:
         """Start the parts in order. If one fails, those already started are stopped and the store is
@@ -444,10 +442,13 @@ class Node:
         }
 
     async def _jobs_owned(self, owned: frozenset[int]) -> None:
-        """The coordinator's listener: the runner takes the set; shards taken (again) whose flows this node
-        dropped unsent while fenced have them leased now, by a compensation pass started at once."""
+        """The coordinator's listener: the runner takes the set. A node taking shards after its fence kept it
+        from sending flows (written back due: the deliverer's ``hand_back_ms``) starts a compensation pass at
+        once, for those of its shards taken again."""
+        gained = owned - self.runner.owned
         await self.runner.set_owned(owned)
-        if self.unsent.waiting(owned):
+        if gained and self.deliverer.fenced_flows.handed_back != self._handed_back_seen:
+            self._handed_back_seen = self.deliverer.fenced_flows.handed_back
             self.compensator.wake()
 
     async def _job_ended(self, job: OperatorJob) -> None:

@@ -28,18 +28,7 @@ from tests.contract.backends import (
     wipe,
 )
 from tjobs.errors import Fenced
-from tjobs.model import (
-    FireIntent,
-    FireOutcome,
-    FirePlan,
-    Flow,
-    FlowKind,
-    FlowStatus,
-    FlowUpdate,
-    Task,
-    TaskStatus,
-    UnsentFlow,
-)
+from tjobs.model import FireIntent, FireOutcome, FirePlan, Flow, FlowKind, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.settings import StorageSettings
 from tjobs.stores import sql_flow_updates
 from tjobs.stores.base import TaskStore
@@ -681,58 +670,6 @@ async def test_concurrent_leases_never_share_a_flow(store: TaskStore) -> None:
     results = await asyncio.gather(*(store.lease_stale_flows(shard, NOW_MS, 60_000, 7) for _ in range(6)))
     keys = [(f.task_id, f.scheduled_at_ms) for result in results for f, _ in result]
     assert len(keys) == len(set(keys)) == 30
-
-
-async def test_lease_unsent_flows_takes_the_named_flows_still_at_their_attempts_and_counts_none(
-    store: TaskStore,
-) -> None:
-    # Given flows a fenced node dropped unsent, and what became of some of them since
-    shard = 5
-    task = await store.insert_task(make_task(shard=shard))
-    gone = await store.insert_task(make_task(shard=shard, name="gone"))
-    leased_elsewhere = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 10_000))
-    dropped = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 300))  # its attempt 1
-    retry = await store.insert_manual_flow(task.id, replace(manual_flow(task, NOW_MS - 200), attempts=2))  # 3
-    answered = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 150))
-    ended = await store.insert_manual_flow(task.id, _ended(task, NOW_MS - 100))
-    orphan = await store.insert_manual_flow(gone.id, manual_flow(gone, NOW_MS - 40))
-    untouched = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 30))  # not named
-    await store.delete_task(gone.id)
-    await store.record_flow_updates(  # another node's attempt 1 of it failed
-        [FlowUpdate(task.id, answered.scheduled_at_ms, FlowStatus.PENDING, 1, NOW_MS + 5_000, 503, None)], NOW_MS
-    )
-    stale = await store.lease_stale_flows(shard, NOW_MS - 10_000, 60_000, 10)  # another node's compensator
-    assert [(f.scheduled_at_ms, f.attempts) for f, _ in stale] == [(leased_elsewhere.scheduled_at_ms, 1)]
-
-    # When the node names them once it fires the shard again
-    named = [
-        UnsentFlow(task.id, flow.scheduled_at_ms, flow.attempts)
-        for flow in (leased_elsewhere, dropped, retry, answered, ended, untouched)
-        if flow is not untouched
-    ] + [UnsentFlow(gone.id, orphan.scheduled_at_ms, 0), UnsentFlow(task.id, NOW_MS - 7, 0)]  # the last never stored
-    leased = await store.lease_unsent_flows(shard, named, NOW_MS, 10_000)
-
-    # Then those still pending at the attempts named are leased, their attempts kept, in key order
-    assert [(f.task_id, f.scheduled_at_ms, f.attempts) for f, _ in leased] == sorted(
-        [
-            (task.id, dropped.scheduled_at_ms, 0),
-            (task.id, retry.scheduled_at_ms, 2),
-            (gone.id, orphan.scheduled_at_ms, 0),
-        ]
-    )
-    assert all(f.status is FlowStatus.PENDING and f.next_attempt_at_ms == NOW_MS + 10_000 for f, _ in leased)
-    tasks = {f.task_id: t for f, t in leased}
-    assert tasks[task.id] == task and tasks[gone.id] is None
-    for flow in (dropped, retry):
-        stored = await store.get_flow(task.id, flow.scheduled_at_ms)
-        assert stored is not None and (stored.attempts, stored.next_attempt_at_ms) == (flow.attempts, NOW_MS + 10_000)
-    # leased until NOW_MS + 10_000: a stale lease before then finds only what was not leased
-    before_the_end = await store.lease_stale_flows(shard, NOW_MS + 9_999, 10_000, 10)
-    assert sorted(f.scheduled_at_ms for f, _ in before_the_end) == [
-        answered.scheduled_at_ms,
-        untouched.scheduled_at_ms,
-    ]
-    assert await store.lease_unsent_flows(shard, [], NOW_MS, 10_000) == []
 
 
 # ---- the database clock -------------------------------------------------------------------------

@@ -115,7 +115,7 @@ async def test_a_fenced_node_reports_the_flows_it_does_not_send_in_a_few_lines_n
     transport = scripted()
     deliverer = await build(transport, fence=lambda now_ms: False)
     flows = [await stored_flow(store) for _ in range(40)]
-    caplog.set_level(logging.WARNING, logger="tjobs.delivery.fenced_report")
+    caplog.set_level(logging.WARNING, logger="tjobs.delivery.fenced_flows")
 
     for task, flow in flows[:30]:
         deliverer.submit(CallbackJob(task, flow, APP))
@@ -134,7 +134,7 @@ async def test_a_fenced_node_reports_the_flows_it_does_not_send_in_a_few_lines_n
         " their owners' compensators re-drive them",
         "fenced: 9 more flows not sent since the last report; their owners' compensators re-drive them",
     ]
-    assert deliverer.fenced == 40
+    assert deliverer.fenced_flows.dropped == 40
 
 
 async def test_a_fence_closing_between_attempts_stops_the_retries(

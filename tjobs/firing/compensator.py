@@ -3,12 +3,13 @@
 A node that crashed after the fire transaction, or lost a callback's response, leaves flows
 ``pending`` (or ``sending`` for at-most-once). Every ``interval_s`` the compensator asks which owned
 shards hold non-terminal flows whose next attempt is more than ``grace_s`` overdue (one read per
-database), leases those flows in each such shard, and hands the ones this node was not delivering
-when the lease began, nor is now, back to the deliverer. At-most-once flows found ``sending`` are never
-resent: they become ``unknown``. Flows of deleted tasks become ``cancelled``. A job run (README "Job runs")
-whose deadline passed is leased the same way (its next attempt is its deadline): it ends ``timed_out`` and is retried
-by its task's policy, or, a cancel having been asked, ends ``cancelled`` (:func:`tjobs.delivery.run_reports.expire`,
-written under the flow's compare-and-set, so a report that came first wins). Its state is in the store:
+database), leases those flows in each such shard, and hands the ones this node is not delivering back
+to the deliverer (read again first if this node wrote outcomes while the lease ran: :meth:`Compensator._handle`).
+At-most-once flows found ``sending`` are never resent: they become ``unknown``. Flows of deleted tasks become
+``cancelled``. A job run (README "Job runs") whose deadline passed is leased the same way (its next attempt is
+its deadline): it ends ``timed_out`` and is retried by its task's policy, or, a cancel having been asked, ends
+``cancelled`` (:func:`tjobs.delivery.run_reports.expire`, written under the flow's compare-and-set, so a report
+that came first wins). Its state is in the store:
 whichever node owns the shard when the deadline passes ends it. A ``delivered`` or ``dead`` flow whose
 children are still due (README "Child tasks": its ending's node died before triggering them) is leased the
 same way and its children triggered from the stored ending (:mod:`tjobs.delivery.child_triggers`).
@@ -22,10 +23,8 @@ while healthy) sends nothing more of its flows (:meth:`tjobs.delivery.deliverer.
 and a node that commits a flow of a shard it does not own (its API's trigger, redrive or backfill) retries
 it only while this lease cannot have come (:mod:`tjobs.delivery.foreign_flows`).
 A node whose fence is closed (its lease expired) claims nothing: the new owner's compensator does.
-
-The flows this node's fence kept it from sending are leased first, by name, once it fires their shards again
-(:mod:`tjobs.delivery.unsent_flows`): without the grace, and without counting an attempt, since none was sent.
-Taken from memory once: if that lease fails, they wait for the grace like any other.
+A flow whose node's fence kept it from being sent is written back due long ago (``Deliverer``'s
+``hand_back_ms``), so the pass after that is the one that leases it.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from tjobs.clock import Clock
 from tjobs.delivery.child_triggers import ending_of, with_children
 from tjobs.delivery.run_reports import expire
 from tjobs.delivery.run_writes import write_transition
-from tjobs.delivery.unsent_flows import UnsentFlows
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowStatus, FlowUpdate, RunStatus, Task
 from tjobs.observability.observer import NO_OBSERVER, FireObserver
@@ -66,16 +64,15 @@ class Compensator(PeriodicPass):
         task_changes: Callable[[TaskChange], Awaitable[None]] | None = None,
         ended: Callable[[FlowUpdate], Awaitable[None]] | None = None,
         observer: FireObserver = NO_OBSERVER,
-        unsent: UnsentFlows | None = None,
         outcomes_written: Callable[[], int] | None = None,
     ) -> None:
         """``fence(now_ms)`` is ``False`` while this node may not work on its jobs (the coordinator's
         ``may_fire``; see ``Deliverer``). ``task_changes`` (the hot tier's publish) is told a fixed_delay
         task's next run that a timed-out run's end set; ``ended``, a run's end that triggers children;
-        ``observer`` (the node's), a run's end at its deadline, for the service levels; ``unsent``, the flows this
-        node's deliverer dropped while fenced. ``in_flight(flow_id)`` says whether this node's deliverer holds the flow
-        (queued, being sent, waiting for a retry, or its outcome not written yet); ``outcomes_written()``, how many
-        outcome writes it has made (see :meth:`_handle`)."""
+        ``observer`` (the node's), a run's end at its deadline, for the service levels. ``in_flight(flow_id)``
+        says whether this node's deliverer holds the flow (queued, being sent, waiting for a retry, or its
+        outcome not written yet); ``outcomes_written()``, how many outcome writes it has made (see
+        :meth:`_handle`)."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -88,10 +85,8 @@ class Compensator(PeriodicPass):
         self._task_changes = task_changes
         self._ended = ended
         self._observer = observer
-        self._unsent = unsent
         self._outcomes_written = outcomes_written
         self.redriven = 0
-        self.unsent_leased = 0
         self.runs_ended = 0
         self.backlog = 0
 
@@ -100,8 +95,6 @@ class Compensator(PeriodicPass):
         grace_ms = int(self._settings.grace_s * 1000)
         handled = 0
         owned = sorted(self._owned())
-        if self._unsent is not None and (self._fence is None or self._fence(self._clock.now_ms())):
-            handled += await self._lease_unsent(self._unsent, frozenset(owned), grace_ms + self._lease_ms)
         # A cheap read first (a few statements per database): most passes find nothing to lease, and a
         # locking lease per owned shard would be one transaction per shard every interval on an idle node.
         stale = await self._store.shards_with_stale_flows(owned, self._clock.now_ms() - grace_ms)
@@ -118,28 +111,6 @@ class Compensator(PeriodicPass):
             if leased:
                 handled += await self._handle(leased, now_ms, written)
         self.backlog = handled
-        return handled
-
-    async def _lease_unsent(self, unsent: UnsentFlows, owned: frozenset[int], lease_ms: int) -> int:
-        """Lease and re-drive the flows this node dropped unsent while fenced, of the shards it fires now."""
-        taken = unsent.take(owned)
-        handled = named = 0
-        for shard, flows in sorted(taken.items()):
-            now_ms = self._clock.now_ms()
-            written = self._written()
-            leased = await self._store.lease_unsent_flows(shard, flows, now_ms, lease_ms)
-            named += len(flows)
-            self.unsent_leased += len(leased)
-            handled += await self._handle(leased, now_ms, written)
-        if taken:
-            logger.info(
-                "leased %d of the %d flows (%d shards) this node dropped unsent while fenced; the rest were"
-                " leased or answered elsewhere",
-                handled,
-                named,
-                len(taken),
-                extra={"action": "unsent_flows_leased", "flows": handled},
-            )
         return handled
 
     def _written(self) -> int | None:

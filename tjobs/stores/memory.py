@@ -38,7 +38,6 @@ from tjobs.model import (
     FlowUpdate,
     Task,
     TaskStatus,
-    UnsentFlow,
 )
 from tjobs.stores.base import CountCorrection, FirePlanner, TaskStore
 from tjobs.stores.flow_documents import attempt_log_from_text, attempt_log_to_text
@@ -602,20 +601,6 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
             task = self._tasks[shard].get(flow.task_id)
             if task is not None and flow.status is FlowStatus.PENDING:
                 flow.attempts += 1
-            leased.append((replace(flow), None if task is None else _task_copy(task)))
-        return leased
-
-    async def lease_unsent_flows(
-        self, shard: int, flows: Sequence[UnsentFlow], now_ms: int, lease_ms: int
-    ) -> list[tuple[Flow, Task | None]]:
-        self._check_shard(shard)
-        leased: list[tuple[Flow, Task | None]] = []
-        for named in sorted(flows, key=lambda f: (f.task_id, f.scheduled_at_ms)):
-            flow = self._flows[shard].get((named.task_id, named.scheduled_at_ms))
-            if flow is None or flow.status is not FlowStatus.PENDING or flow.attempts != named.attempts:
-                continue
-            flow.next_attempt_at_ms = now_ms + lease_ms
-            task = self._tasks[shard].get(flow.task_id)
             leased.append((replace(flow), None if task is None else _task_copy(task)))
         return leased
 

@@ -1,8 +1,7 @@
 """The fire path: what a node's runner, deliverer and compensator ask of storage, many times a second.
 
 Loading due tasks (invariant 3 in docs/design.md: reads only), the one transaction that commits fires
-(invariant 1), the delivery outcomes written back, and the leases a compensator takes: on stale flows, and
-on the flows its node dropped unsent while fenced.
+(invariant 1), the delivery outcomes written back, and the leases on stale flows a compensator takes.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 
-from tjobs.model import DueTask, FireIntent, FireOutcome, FirePlan, Flow, FlowUpdate, Task, UnsentFlow
+from tjobs.model import DueTask, FireIntent, FireOutcome, FirePlan, Flow, FlowUpdate, Task
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 
 FirePlanner = Callable[[Task, FireIntent, int], FirePlan | None]
@@ -129,21 +128,4 @@ class FirePath(StoreLifecycle):
         number than any attempt sent before (a receiver can tell a re-drive from a first attempt).
         ``sending`` flows and flows of deleted tasks keep their ``attempts``: they are closed, not
         re-driven.
-        """
-
-    @abstractmethod
-    async def lease_unsent_flows(
-        self, shard: int, flows: Sequence[UnsentFlow], now_ms: int, lease_ms: int
-    ) -> list[tuple[Flow, Task | None]]:
-        """The named ``flows`` of ``shard`` that are still ``pending`` at the ``attempts`` named, with their
-        tasks, ordered by task id and instant: flows a node dropped unsent while its fence was closed
-        (:mod:`tjobs.delivery.unsent_flows`), leased by name once it fires their shard again rather than
-        a compensator's grace after their attempt was due.
-
-        Atomically pushes each returned flow's ``next_attempt_at_ms`` to ``now_ms + lease_ms``, as
-        :meth:`lease_stale_flows` does, but counts no attempt: the caller never sent the one after the
-        ``attempts`` it names. A flow whose stored ``attempts`` differ (another caller leased it, counting
-        one, or an outcome landed), one not ``pending``, one another caller holds locked, or one not
-        stored, is not returned. The task is ``None`` if it was deleted. A flow named again at the same
-        ``attempts`` is leased again: the caller names each attempt it dropped once.
         """

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Select, Update, case, func, select, text, tuple_, update
 
-from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus, UnsentFlow
+from tjobs.model import DueTask, FireIntent, FireOutcome, Flow, FlowStatus, FlowUpdate, Task, TaskStatus
 from tjobs.stores import sql_load
 from tjobs.stores.contracts import FirePath, FirePlanner
 from tjobs.stores.schema import flow_from_row, task_from_row
@@ -250,40 +250,6 @@ class SqlFirePath(SqlBase, FirePath):
             keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
             await conn.execute(lease_update(home, keys, counted, lease_until), execution_options=home.options)
         return [(flow, tasks.get(flow.task_id)) for flow in flows]
-
-    async def lease_unsent_flows(
-        self, shard: int, flows: Sequence[UnsentFlow], now_ms: int, lease_ms: int
-    ) -> list[tuple[Flow, Task | None]]:
-        home = self._shard(shard)
-        expected = {(f.task_id, f.scheduled_at_ms): f.attempts for f in flows}
-        if not expected:
-            return []
-        lease_until = now_ms + lease_ms
-        c = home.flows.c
-        async with self._write(home.database.engine_url) as conn:
-            # By the primary key; the rows another caller holds are skipped (SKIP LOCKED), as a stale lease does.
-            pick = (
-                select(home.flows)
-                .where(keys_in((c.task_id, c.scheduled_at), sorted(expected)), c.status == FlowStatus.PENDING.value)
-                .order_by(c.task_id, c.scheduled_at)
-                .with_for_update(skip_locked=True)
-            )
-            rows = [
-                row
-                for row in (await self._fenced(conn, home.database, pick, home.options)).mappings()
-                if expected.get((row["task_id"], row["scheduled_at"])) == row["attempts"]
-            ]
-            if not rows:
-                return []
-            leased = [replace(flow_from_row(row), next_attempt_at_ms=lease_until) for row in rows]
-            task_rows = await conn.execute(
-                select(home.tasks).where(home.tasks.c.id.in_(sorted({f.task_id for f in leased}))),
-                execution_options=home.options,
-            )
-            tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
-            keys = [(f.task_id, f.scheduled_at_ms) for f in leased]
-            await conn.execute(lease_update(home, keys, set(), lease_until), execution_options=home.options)
-        return [(flow, tasks.get(flow.task_id)) for flow in leased]
 
 
 def stale_flows_pick(home: ShardTables, status: str, now_ms: int, limit: int) -> Select[Any]:

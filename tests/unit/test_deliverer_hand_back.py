@@ -1,0 +1,149 @@
+"""A fenced node's unsent flows are written back due (the deliverer's ``hand_back_ms``), so the shard's owner,
+this node once it fires again or another node, re-drives them at its next compensation pass, not a grace later.
+
+An etcd kill (docs/testing.md, 2026-12-06) left one first send 33.5 s late: a flow committed just before the
+nodes' fences closed was dropped from the deliverer's queue unsent and waited for compensator.grace_s (30 s)
+and a pass. Deliverers and compensators run on the memory store; the clock is a ManualClock the test moves,
+and never as far as the grace."""
+
+from __future__ import annotations
+
+import pytest
+
+from sharding import shard_of_task_id
+from tests.delivery_fakes import APP, NoJitter, attempts_of, delivered_all, scripted, stored, stored_flow, turns_until
+from tjobs.clock import ManualClock
+from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.limiter import AppLimiter
+from tjobs.delivery.recording import RecordingTransport
+from tjobs.firing.compensator import Compensator
+from tjobs.model import DeliveryMode, FlowStatus, FlowUpdate
+from tjobs.settings import CallbackSettings, CompensatorSettings
+from tjobs.stores.memory import MemoryTaskStore
+
+GRACE = CompensatorSettings(interval_s=5.0, grace_s=30.0, batch=100)
+HAND_BACK_MS = 30_000 + 2 * 1_000  # the grace and twice the clock bound, as the node sets it
+LEASE_MS = 16_000
+
+
+class Node:
+    """One node's deliverer and compensator as the node wires them, behind a fence the test opens and closes."""
+
+    def __init__(self, store: MemoryTaskStore, clock: ManualClock) -> None:
+        self.fence_open = True
+        self.transport: RecordingTransport = scripted(clock=clock)
+        self.deliverer = Deliverer(
+            store,
+            self.transport,
+            AppLimiter(100),
+            CallbackSettings(),
+            clock,
+            NoJitter(),
+            flush_batch=1,
+            status_reader=store,
+            fence=lambda now_ms: self.fence_open,
+            hand_back_ms=HAND_BACK_MS,
+        )
+        every_shard = frozenset(store.topology.shards())
+        self.compensator = Compensator(
+            store,
+            lambda: every_shard,
+            self.deliverer.is_in_flight,
+            lambda t, f: self.deliverer.submit(CallbackJob(t, f, APP)),
+            GRACE,
+            clock,
+            LEASE_MS,
+            fence=lambda now_ms: self.fence_open,
+            outcomes_written=lambda: self.deliverer.flush_calls,
+        )
+
+
+@pytest.mark.parametrize("taker", ["the same node, fired again", "another node"])
+async def test_a_fenced_nodes_unsent_flows_go_out_at_the_owners_next_pass(taker: str) -> None:
+    # Given a node whose fence closes (etcd gone, or the node frozen past its lease) with five flows on their way
+    # out: a first attempt, a retry (attempt 1 failed, recorded), one another node answered meanwhile, one
+    # another node's compensator leased meanwhile, and an at-most-once one the fire transaction stored `sending`
+    start_ms = 1_796_000_000_000
+    clock = ManualClock(start_ms)
+    store = MemoryTaskStore()
+    fenced, other = Node(store, clock), Node(store, clock)
+    await fenced.deliverer.start()
+    await other.deliverer.start()
+    try:
+        first = await stored_flow(store, clock=clock)
+        retry = await stored_flow(store, clock=clock, attempts=1)
+        answered = await stored_flow(store, clock=clock)
+        leased = await stored_flow(store, clock=clock, overdue_ms=60_000)
+        at_most_once = await stored_flow(
+            store, clock=clock, attempts=1, status=FlowStatus.SENDING, delivery=DeliveryMode.AT_MOST_ONCE
+        )
+        task, flow = answered
+        await store.record_flow_updates(
+            [FlowUpdate(task.id, flow.scheduled_at_ms, FlowStatus.DELIVERED, 1, None, 204, None)], clock.now_ms()
+        )
+        leased_by_other = await store.lease_stale_flows(
+            shard_of_task_id(leased[0].id), clock.now_ms() - 30_000, 45_000, 10
+        )
+        assert [f.id for f, _ in leased_by_other] == [leased[1].id]
+        fenced.fence_open = False
+
+        for task, flow in (first, retry, answered, leased, at_most_once):
+            fenced.deliverer.submit(CallbackJob(task, flow, APP))
+        await delivered_all(fenced.deliverer)
+        assert (
+            fenced.transport.requests == [] and fenced.deliverer.fenced_flows.handed_back == 4
+        )  # not the `sending` one
+        assert await fenced.compensator.run_once() == 0  # fenced: claims nothing
+
+        # When, 5 s later (well inside the grace), the shards' owner runs its next compensation pass
+        clock.advance(5_000)
+        if taker == "another node":
+            taking = other
+        else:
+            fenced.fence_open = True
+            taking = fenced
+        handled = await taking.compensator.run_once()
+        await turns_until(lambda: len(taking.transport.requests) == 2, "the two re-drives")
+        await delivered_all(taking.deliverer)
+
+        # Then the two still pending go out, each once (its lease counts an attempt), and nothing else
+        assert handled == 2
+        assert sorted(attempts_of(taking.transport)) == [2, 3]
+        assert fenced.transport.requests == [] or taking is fenced
+        for (_, flow), attempts in ((first, 2), (retry, 3)):
+            now = await stored(store, flow.id)
+            assert (now.status, now.attempts) == (FlowStatus.DELIVERED, attempts)
+        still_leased = await stored(store, leased[1].id)
+        assert (still_leased.attempts, still_leased.next_attempt_at_ms) == (1, start_ms + 15_000)  # its lease holds
+        untouched = await stored(store, at_most_once[1].id)
+        assert (untouched.status, untouched.attempts) == (FlowStatus.SENDING, 1)  # the grace's, as before
+    finally:
+        await fenced.deliverer.stop(1.0)
+        await other.deliverer.stop(1.0)
+
+
+async def test_without_hand_back_a_fenced_nodes_flows_wait_for_the_grace() -> None:
+    clock = ManualClock(1_796_000_000_000)
+    store = MemoryTaskStore()
+    node = Node(store, clock)
+    node.deliverer = Deliverer(
+        store,
+        node.transport,
+        AppLimiter(100),
+        CallbackSettings(),
+        clock,
+        NoJitter(),
+        flush_batch=1,
+        fence=lambda now_ms: node.fence_open,
+    )
+    await node.deliverer.start()
+    try:
+        task, flow = await stored_flow(store, clock=clock)
+        node.fence_open = False
+        node.deliverer.submit(CallbackJob(task, flow, APP))
+        await delivered_all(node.deliverer)
+        stored_now = await stored(store, flow.id)
+        assert (stored_now.status, stored_now.next_attempt_at_ms) == (FlowStatus.PENDING, flow.next_attempt_at_ms)
+        assert node.deliverer.fenced_flows.handed_back == 0
+    finally:
+        await node.deliverer.stop(1.0)
