@@ -11,9 +11,9 @@ import signal
 
 import pytest
 
-from testkit.cluster_rig import Api, ClusterRig, now_ms
+from testkit.cluster_rig import ADMIN_KEY, Api, ClusterRig, now_ms
 from tests.cluster.workload import collect_when_fired, in_shards, schedule, start_cluster
-from tests.receiver import Receiver
+from tests.receiver import Receiver, Reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 
@@ -80,6 +80,55 @@ async def test_stopped_primary_commits_nothing_after_takeover_and_steps_down(
     assert outcome.lost == [] and outcome.duplicated == []
     log = victim.log.read_text(errors="replace")
     assert "lease lost" in log
+
+
+# With the product's compensator.grace_s (30 s) and interval_s (5 s): a flow a frozen primary had committed and
+# queued, unsent, was left for its successor's compensator until its next attempt was 30 s overdue. Since
+# tjobs.delivery.fenced_flows the woken node writes it back due, and the successor's next pass re-drives it.
+@pytest.mark.chaos
+async def test_a_frozen_primarys_queued_flows_reach_the_receiver_from_its_successor_before_the_grace(
+    rig: ClusterRig, api: Api
+) -> None:
+    # Given 3 nodes with the product's compensator settings, an app sent one callback at a time per node, and a
+    # receiver that answers each after 0.5 s: a burst of instants leaves most of each node's flows queued
+    defaults = {"TJOBS_COMPENSATOR__GRACE_S": "30", "TJOBS_COMPENSATOR__INTERVAL_S": "5"}
+    for index in (1, 2, 3):
+        rig.start(index, env=defaults)
+    for node in rig.live():
+        await api.wait_healthy(node)
+    await api.wait_stable(3)
+    body = {"name": "one-at-a-time", "rate_limit_per_s": 100000, "max_concurrency": 1}
+    created = await api.http.post(
+        f"{rig.nodes[1].base_url}/v1/apps", json=body, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    created.raise_for_status()
+    api.api_key = str(created.json()["api_key"])
+    victim = rig.nodes[2]
+    victim_jobs = set((await api.view(victim))["jobs"])
+    async with Receiver(Reply(delay_s=0.5)) as slow:
+        start = now_ms() + 3000
+        tasks = await schedule(api, rig.nodes[1], slow.url(), start, start + 30, 1)
+        queued = in_shards(tasks, victim_jobs)
+        assert len(queued) >= 4, "the victim's shards hold too few of the burst's tasks"
+
+        # When the victim is frozen a second after the burst, past its lease, and woken
+        await asyncio.sleep(max(start + 1000 - now_ms(), 0) / 1000)
+        rig.signal(2, signal.SIGSTOP)
+        await asyncio.sleep(10)  # 2 x TTL: the backups take over meanwhile
+        rig.signal(2, signal.SIGCONT)
+        outcome = await collect_when_fired(api, rig.nodes[1], tasks, 45_000)
+
+        # Then nothing is lost or doubled, and the flows it held unsent reach the receiver well before the grace
+        assert outcome.lost == [] and outcome.duplicated == []
+        log = victim.log.read_text(errors="replace")
+        assert "fenced: not sending flow" in log, "the victim held no flow unsent when it woke: nothing tested"
+        arrivals = {
+            task: min(r.received_at_ns for r in slow.for_flow(f"{task}-{at}")) // 1_000_000 - at
+            for task, at in queued.items()
+        }
+        late = sorted(arrivals.values())
+        print(f"frozen primary's queued flows | tasks={len(late)} | late_ms={late}")  # the figure line (pytest -s)
+        assert late[-1] < 25_000, f"the victim's flows arrived {late} ms late"
 
 
 async def test_killed_dispatcher_leader_is_replaced_and_firing_continues(
