@@ -304,7 +304,6 @@ class Node:
         # this node's runtime figures, published on the coordinator: the cluster page shows every node's
         self.figures = NodeFigures(self.node_id, self.coordinator, self.runtime_figures, self.clock)
         self.started = False
-        self._handed_back_seen = 0  # the deliverer's handed_back at the last wake of the compensator
 
     async def start(self) -> None:
         """Start the parts in order. If one fails, those already started are stopped and the store is
@@ -442,13 +441,12 @@ class Node:
         }
 
     async def _jobs_owned(self, owned: frozenset[int]) -> None:
-        """The coordinator's listener: the runner takes the set. A node taking shards after its fence kept it
-        from sending flows (written back due: the deliverer's ``hand_back_ms``) starts a compensation pass at
-        once, for those of its shards taken again."""
+        """The coordinator's listener: the runner takes the set, and a node taking shards runs a compensation
+        pass at once (one read per database): what a fenced node wrote back due (the deliverer's
+        ``hand_back_ms``, this node's or the shards' former owner's) goes out now, not a pass later."""
         gained = owned - self.runner.owned
         await self.runner.set_owned(owned)
-        if gained and self.deliverer.fenced_flows.handed_back != self._handed_back_seen:
-            self._handed_back_seen = self.deliverer.fenced_flows.handed_back
+        if gained:
             self.compensator.wake()
 
     async def _job_ended(self, job: OperatorJob) -> None:

@@ -29,7 +29,7 @@ LEASE_MS = 16_000
 class Node:
     """One node's deliverer and compensator as the node wires them, behind a fence the test opens and closes."""
 
-    def __init__(self, store: MemoryTaskStore, clock: ManualClock) -> None:
+    def __init__(self, store: MemoryTaskStore, clock: ManualClock, hand_back_ms: int | None = HAND_BACK_MS) -> None:
         self.fence_open = True
         self.transport: RecordingTransport = scripted(clock=clock)
         self.deliverer = Deliverer(
@@ -42,7 +42,7 @@ class Node:
             flush_batch=1,
             status_reader=store,
             fence=lambda now_ms: self.fence_open,
-            hand_back_ms=HAND_BACK_MS,
+            hand_back_ms=hand_back_ms,
         )
         every_shard = frozenset(store.topology.shards())
         self.compensator = Compensator(
@@ -125,17 +125,7 @@ async def test_a_fenced_nodes_unsent_flows_go_out_at_the_owners_next_pass(taker:
 async def test_without_hand_back_a_fenced_nodes_flows_wait_for_the_grace() -> None:
     clock = ManualClock(1_796_000_000_000)
     store = MemoryTaskStore()
-    node = Node(store, clock)
-    node.deliverer = Deliverer(
-        store,
-        node.transport,
-        AppLimiter(100),
-        CallbackSettings(),
-        clock,
-        NoJitter(),
-        flush_batch=1,
-        fence=lambda now_ms: node.fence_open,
-    )
+    node = Node(store, clock, hand_back_ms=None)
     await node.deliverer.start()
     try:
         task, flow = await stored_flow(store, clock=clock)

@@ -9,7 +9,7 @@ the grace waits out an attempt another node may still have under way. But this n
 attempt it drops. So with ``hand_back_ms`` (as the node runs: the grace plus twice
 ``cluster.clock_skew_max_ms``) the flow is written back, through the outcome writer, ``pending`` at the
 attempts stored and due that long ago: the owner, this node once it fires again or another node, leases it
-at its next pass (a node taking shards after such a drop starts one at once), not a grace later. Where another
+at its next pass (a node taking shards starts one at once), not a grace later. Where another
 node leased or answered the flow meanwhile, more attempts are stored, or it ended, and the write is ignored
 (``record_flow_updates``). An at-most-once flow the fire transaction stored ``sending`` is not written: the
 compensator closes it ``unknown`` after the grace, as before.
