@@ -442,8 +442,8 @@ class Node:
 
     async def _jobs_owned(self, owned: frozenset[int]) -> None:
         """The coordinator's listener: the runner takes the set, and a node taking shards runs a compensation
-        pass at once (one read per database): what a fenced node wrote back due (the deliverer's
-        ``hand_back_ms``, this node's or the shards' former owner's) goes out now, not a pass later."""
+        pass at once (one read per database): what a node wrote back due as it let it go unsent
+        (:mod:`tjobs.delivery.hand_back`; this node or the shards' former owner) goes out now, not a pass later."""
         gained = owned - self.runner.owned
         await self.runner.set_owned(owned)
         if gained:

@@ -8,14 +8,27 @@ and never as far as the grace."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+
 import pytest
 
 from sharding import shard_of_task_id
-from tests.delivery_fakes import APP, NoJitter, attempts_of, delivered_all, scripted, stored, stored_flow, turns_until
+from tests.delivery_fakes import (
+    APP,
+    NoJitter,
+    attempts_of,
+    delivered_all,
+    scripted,
+    settle,
+    stored,
+    stored_flow,
+    turns_until,
+)
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.delivery.recording import RecordingTransport
+from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.firing.compensator import Compensator
 from tjobs.model import DeliveryMode, FlowStatus, FlowUpdate
 from tjobs.settings import CallbackSettings, CompensatorSettings
@@ -137,3 +150,71 @@ async def test_without_hand_back_a_fenced_nodes_flows_wait_for_the_grace() -> No
         assert node.deliverer.fenced_flows.handed_back == 0
     finally:
         await node.deliverer.stop(1.0)
+
+
+async def attempts_stored(store: MemoryTaskStore, flow_id: str, attempts: int) -> None:
+    """Until the store has ``attempts`` for the flow (loop turns, no wall time)."""
+    for _ in range(10_000):
+        if (await stored(store, flow_id)).attempts == attempts:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"flow {flow_id} never stored {attempts} attempts")
+
+
+@pytest.mark.parametrize("letting_go", ["its shards handed over", "it stops"])
+async def test_a_healthy_nodes_unsent_flows_go_out_at_the_new_owners_next_pass(letting_go: str) -> None:
+    # Given a healthy node (its fence open) sending one callback at a time for an app, with four flows: a retry
+    # waiting on its timer (attempt 1 answered 503, Retry-After 10 s), one under way (its attempt 1 about to be
+    # answered 503, Retry-After 10 s too), and two queued behind it, never sent
+    start_ms = 1_796_000_000_000
+    clock = ManualClock(start_ms)
+    store = MemoryTaskStore()
+    old, new = Node(store, clock), Node(store, clock)
+    await old.deliverer.start()
+    await new.deliverer.start()
+    try:
+        old.transport.script(Answer(503, retry_after="10"), Answer(503, retry_after="10"), then=Answer(200))
+        one_at_a_time = replace(APP, max_concurrency=1)
+        retrying = await stored_flow(store, clock=clock)
+        old.deliverer.submit(CallbackJob(*retrying, one_at_a_time))
+        await attempts_stored(store, retrying[1].id, 1)
+        old.transport.hold = asyncio.Event()
+        under_way = await stored_flow(store, clock=clock)
+        queued = [await stored_flow(store, clock=clock) for _ in range(2)]
+        for task, flow in (under_way, *queued):
+            old.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
+        await old.transport.wait_for(2)
+
+        # When it lets them go: the shards go to another node (a node joined, or this one is stopping in a
+        # cluster), or the node stops; the attempt under way is answered meanwhile
+        if letting_go == "its shards handed over":
+            old.deliverer.forget_runs(frozenset(store.topology.shards()))
+            old.transport.hold.set()
+            await delivered_all(old.deliverer)
+        else:
+            stopping = asyncio.create_task(old.deliverer.stop(5.0))
+            await settle()
+            old.transport.hold.set()
+            await stopping
+        assert attempts_of(old.transport) == [1, 1]  # the queued ones never sent here
+
+        # Then the new owner's compensator re-drives the two never sent at its next pass, 5 s later (well inside
+        # the grace), each once
+        clock.advance(5_000)
+        assert await new.compensator.run_once() == 2
+        await turns_until(lambda: len(new.transport.requests) == 2, "the two queued flows re-driven")
+        assert sorted(r.flow_id for r in new.transport.requests) == sorted(flow.id for _, flow in queued)
+        assert attempts_of(new.transport) == [2, 2]  # each lease counts an attempt
+        # and the two that failed once at their retry time, 10 s after the 503s: not before
+        clock.advance(2_000)
+        assert await new.compensator.run_once() == 0
+        clock.advance(3_000)
+        assert await new.compensator.run_once() == 2
+        await turns_until(lambda: len(new.transport.requests) == 4, "the two retries re-driven")
+        await delivered_all(new.deliverer)
+        assert attempts_of(new.transport) == [2, 2, 3, 3]
+        for _, flow in (retrying, under_way, *queued):
+            assert (await stored(store, flow.id)).status is FlowStatus.DELIVERED
+    finally:
+        await old.deliverer.stop(1.0)
+        await new.deliverer.stop(1.0)

@@ -29,15 +29,15 @@ those flows count as in flight, so the compensator leaves them alone. If the nod
 At-most-once flows arrive ``sending`` with ``attempts=1`` (written by the fire transaction) and get exactly one attempt.
 One that arrives ``pending`` (a manual trigger) is first recorded ``sending``, synchronously, and only then sent.
 
-Before every attempt the node's ``fence`` is asked: once the node's lease has expired nothing more is sent, and the flow
-is handed back to its shard's owner, whose compensator re-drives it (:mod:`tjobs.delivery.fenced_flows`). Shards handed
-over by a healthy node (:meth:`Deliverer.forget_runs`, before their group is released) have their flows here let go
-unsent, queued, waiting or under way (no retry; not written back: one under way may yet be answered); a retry waits for
-the outcome of the attempt before it to be written (:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one
-attempt. A flow of a shard not this node's when it came (what the API commits) is retried, or recorded ``sending``, only
-while the owner cannot lease it (:mod:`tjobs.delivery.foreign_flows`). Before a retry (never before a first attempt: the
-fire path pays no read) the flow's stored status is read: a flow ``cancelled`` meanwhile (its task was deleted, on any
-node) or finished elsewhere is not sent again.
+Before every attempt the node's ``fence`` is asked: once the node's lease has expired nothing more is sent
+(:mod:`tjobs.delivery.fenced_flows`). Shards handed over by a healthy node (:meth:`Deliverer.forget_runs`, before their
+group is released) have their flows here let go, queued, waiting or under way (no retry); a retry waits for the outcome
+of the attempt before it to be written (:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one attempt. A
+flow let go unsent, there or at a stop, is handed back to its shard's owner, due at once or at its retry time
+(:mod:`tjobs.delivery.hand_back`). A flow of a shard not this node's when it came (what the API commits) is retried, or
+recorded ``sending``, only while the owner cannot lease it (:mod:`tjobs.delivery.foreign_flows`). Before a retry (never
+before a first attempt: the fire path pays no read) the flow's stored status is read: a flow ``cancelled`` meanwhile
+(its task was deleted, on any node) or finished elsewhere is not sent again.
 
 Attempt numbers (``tjobs-attempt``) grow with every send of a flow: retries count on from the recorded ``attempts``, and
 a compensator re-drive counts the attempt a crash may have lost (see :mod:`tjobs.firing.compensator`). The state of one
@@ -58,7 +58,9 @@ from tjobs.clock import Clock
 from tjobs.delivery.child_triggers import with_children
 from tjobs.delivery.fenced_flows import FencedFlows
 from tjobs.delivery.foreign_flows import ForeignFlows
-from tjobs.delivery.in_flight import Delivery, Lane, let_go, missing_target, retry_may_go, target_timeout_ms, unusable
+from tjobs.delivery.hand_back import HandBack
+from tjobs.delivery.in_flight import Delivery, let_go, missing_target, retry_may_go, target_timeout_ms, unusable
+from tjobs.delivery.lanes import Lanes
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.lookup import AppSource, CallbackJob, JobLookup, TargetSource
 from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter, rescheduled
@@ -123,12 +125,12 @@ class Deliverer:
         like any other, and the compensator re-drives it then.
 
         ``fence(now_ms)`` is ``False`` while this node may not send (its lease expired: the coordinator's ``may_fire``),
-        and a flow it stops is written back due ``hand_back_ms`` ago (:mod:`tjobs.delivery.fenced_flows`; without it,
-        left as stored); ``status_reader`` reads a flow's stored status before a retry. Without them, neither check is
-        made. ``targets`` resolves the named targets of a task that names them (without it, such a flow dead-letters as
-        unusable). ``pools`` routes the flows of a task naming an executor pool (without it, such a flow dead-letters).
-        ``task_changes`` (the hot tier's publish) is told a fixed_delay task's next run once its flow's final outcome
-        set it. ``run_timeout_ms`` bounds a run (:mod:`tjobs.delivery.run_start`) whose task sets no
+        and a flow it lets go unsent is written back due ``hand_back_ms`` early (:mod:`tjobs.delivery.hand_back`;
+        without it, left as stored); ``status_reader`` reads a flow's stored status before a retry. Without them,
+        neither check is made. ``targets`` resolves the named targets of a task that names them (without it, such a flow
+        dead-letters as unusable). ``pools`` routes the flows of a task naming an executor pool (without it, such a flow
+        dead-letters). ``task_changes`` (the hot tier's publish) is told a fixed_delay task's next run once its flow's
+        final outcome set it. ``run_timeout_ms`` bounds a run (:mod:`tjobs.delivery.run_start`) whose task sets no
         ``callback.run_timeout_ms``; a run of a pool flow whose task must not overlap itself holds the task's overlap
         gate until the run ends, read from ``status_reader`` every ``run_watch_s`` (:mod:`tjobs.delivery.run_watch`);
         ``run_reader`` reads a shard's live runs for :meth:`learn_runs`. ``ended`` is told each written ending that
@@ -155,12 +157,17 @@ class Deliverer:
         self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume, run_reader)
         self._waiting_retries = 0
         self._active: dict[str, Delivery] = {}
-        self._lanes: dict[str, Lane] = {}
-        self._workers: set[asyncio.Task[None]] = set()
+        self._lanes = Lanes(limiter, self._attempt, self._failed, lambda: self._running)
         self._running = False
-        self.handed_over = 0  # flows let go unsent: their shards went to another node
-        self.fenced_flows = FencedFlows(clock, self._outcomes, hand_back_ms)  # what the fence kept from being sent
+        self.handed_over = 0  # flows let go: their shards went to another node
+        self._hand_back = HandBack(clock, self._outcomes, hand_back_ms)
+        self.fenced_flows = FencedFlows(clock, self._hand_back)  # what the fence kept from being sent
         self.cancelled = 0
+
+    @property
+    def handed_back(self) -> int:
+        """Flows let go unsent and written back due for their owner (:mod:`tjobs.delivery.hand_back`)."""
+        return self._hand_back.flows
 
     @property
     def flush_calls(self) -> int:
@@ -180,7 +187,8 @@ class Deliverer:
 
     async def stop(self, drain_timeout_s: float) -> None:
         """Finish the attempts under way (up to ``drain_timeout_s``), then write every pending outcome. Flows
-        waiting for a retry or still queued are left to the compensator: the store has them ``pending``."""
+        waiting for a retry or still queued are handed back (:mod:`tjobs.delivery.hand_back`); the store has them
+        ``pending`` in any case."""
         self._running = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_timeout_s
@@ -192,12 +200,8 @@ class Deliverer:
                 delivery.timer.cancel()
                 delivery.timer = None
                 self._waiting_retries -= 1
-                del self._active[delivery.flow_id]
-        if self._workers:
-            _, late = await asyncio.wait(set(self._workers), timeout=max(drain_timeout_s, 0.0))
-            for worker in late:
-                worker.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+        await self._lanes.drain(drain_timeout_s)
+        self._hand_back_unsent(list(self._active.values()))
         self._lanes.clear()
         self._active.clear()
         if self._runs is not None:
@@ -227,7 +231,9 @@ class Deliverer:
         here behind one is let go as stored (parked at the run's deadline, where the new owner finds it)."""
         gone, timers = let_go(self._active, shards)
         self._waiting_retries -= timers
-        self.handed_over += gone
+        self.handed_over += len(gone)
+        self._hand_back_unsent(gone)
+        self._lanes.drop_lost()
         if self._runs is None:
             return
 
@@ -237,6 +243,16 @@ class Deliverer:
         self._runs.forget(lost)
         for waiter in self._overlap.forget(lost):
             self._active.pop(waiter.flow_id, None)
+
+    def _hand_back_unsent(self, deliveries: list[Delivery]) -> None:
+        """Hand back those of ``deliveries`` that wait in a queue or for a retry: nothing of them is sent from here.
+        One taken from its queue, not sent yet, is handed back at its attempt (:meth:`_attempt`)."""
+        queued = self._lanes.queued()
+        for delivery in deliveries:
+            if delivery.retry_at_ms is not None:
+                self._hand_back.waiting(delivery)
+            elif id(delivery) in queued:
+                self._hand_back.unsent(delivery)
 
     # ---- intake -------------------------------------------------------------------------------
 
@@ -305,7 +321,7 @@ class Deliverer:
                 return
             if not self._admit(delivery):
                 return
-        self._enqueue(delivery)
+        self._lanes.add(delivery)
 
     async def _judge(self, delivery: Delivery) -> None:
         """Admit a fire its gate here would let go (or queue) once the task's runs in the store hold the gate
@@ -323,7 +339,7 @@ class Deliverer:
             for flow_id in held:
                 self._overlap.hold(task_id, flow_id)
             if self._admit(delivery, queued):
-                self._enqueue(delivery)
+                self._lanes.add(delivery)
 
     def _admit(self, delivery: Delivery, queued_elsewhere: bool = False) -> bool:
         """A pool flow whose task must not overlap itself (:mod:`tjobs.pools.overlap`): whether it goes now; otherwise
@@ -361,22 +377,7 @@ class Deliverer:
     @property
     def backlog(self) -> int:
         """Deliveries waiting in app queues for a slot."""
-        return sum(len(lane.queue) for lane in self._lanes.values())
-
-    def _enqueue(self, delivery: Delivery) -> None:
-        app = delivery.job.app
-        lane = self._lanes.get(app.id)
-        if lane is None:
-            lane = self._lanes[app.id] = Lane(app.id)
-        lane.queue.append(delivery)
-        # Every live worker is in an attempt or about to take an entry queued before this one, so with
-        # all of them started this delivery waits for the app's concurrency cap.
-        delivery.queued = lane.workers >= max(app.max_concurrency, 1)
-        if not delivery.queued:
-            lane.workers += 1
-            worker = asyncio.get_running_loop().create_task(self._work(lane))
-            self._workers.add(worker)
-            worker.add_done_callback(self._workers.discard)
+        return self._lanes.backlog
 
     def _retry_due(self, delivery: Delivery) -> None:
         delivery.timer = None
@@ -386,33 +387,19 @@ class Deliverer:
         if self._outcomes.unwritten(delivery.flow_id):  # the previous attempt's outcome first (module docstring)
             self._outcomes.when_written(delivery.flow_id, lambda: self._retry_written(delivery))
             return
-        self._enqueue(delivery)
+        self._lanes.add(delivery)
 
     def _retry_written(self, delivery: Delivery) -> None:
         if self._running and self._active.get(delivery.flow_id) is delivery and self._in_window(delivery):
-            self._enqueue(delivery)
+            self._lanes.add(delivery)
 
     def _in_window(self, delivery: Delivery) -> bool:  # a flow of another node's shard (foreign_flows)
         return retry_may_go(self._active, delivery, self._clock.now_ms(), self._release)
 
     # ---- attempts -----------------------------------------------------------------------------
 
-    async def _work(self, lane: Lane) -> None:
-        try:
-            while lane.queue and self._running:
-                delivery = lane.queue.popleft()
-                app = delivery.job.app
-                try:
-                    async with self._limiter.slot(
-                        lane.app_id, app.rate_limit_per_s, app.max_concurrency, queued=delivery.queued
-                    ):
-                        await self._attempt(delivery)
-                except Exception:  # a bug, not a receiver failure
-                    self._leave_to_compensator(delivery, "delivery of flow %s failed", "delivery_failed")
-        finally:
-            lane.workers -= 1
-            if lane.workers == 0 and not lane.queue and self._lanes.get(lane.app_id) is lane:
-                del self._lanes[lane.app_id]
+    def _failed(self, delivery: Delivery) -> None:  # an attempt raised: a bug, not a receiver failure
+        self._leave_to_compensator(delivery, "delivery of flow %s failed", "delivery_failed")
 
     async def _attempt(self, delivery: Delivery) -> None:
         if self._fence is not None and not self._fence(self._clock.now_ms()):
@@ -424,7 +411,10 @@ class Deliverer:
         now_ms = self._clock.now_ms()
         attempt = delivery.attempt
         if delivery.record_sending:
-            if delivery.lost or not self._in_window(delivery):  # handed over, or a foreign one taken late: left pending
+            if delivery.lost:  # handed over
+                self._hand_back.unsent(delivery)
+                return
+            if not self._in_window(delivery):  # a foreign one taken late: left pending (its owner may have leased it)
                 return
             sending = delivery.update(FlowStatus.SENDING, attempt, now_ms)
             try:
@@ -435,7 +425,8 @@ class Deliverer:
             delivery.record_sending = False
             if not self._in_window(delivery):  # written late: its owner may have leased and sent it first
                 return
-        if delivery.lost:  # its shard handed over while queued, or during the read above
+        if delivery.lost:  # its shard handed over while waiting for its slot, or during the read above
+            self._hand_back.unsent(delivery)
             return
         message = delivery.message
         try:
@@ -525,10 +516,16 @@ class Deliverer:
         if due_ms > delivery.deadline_ms:
             self._finish(delivery, FlowStatus.DEAD, attempts, "max_age_s exceeded")
             return False
+        if delivery.lost or not self._running:  # let go while under way: handed back, due at its retry time
+            self._record(delivery, delivery.update(FlowStatus.PENDING, attempts, self._hand_back.retry_at(due_ms)))
+            if self._active.get(delivery.flow_id) is delivery:
+                del self._active[delivery.flow_id]
+            return True
         self._record(delivery, delivery.update(FlowStatus.PENDING, attempts, due_ms))
         delivery.recheck = True
-        if self._running and delay_ms <= self._retry_horizon_ms and self._waiting_retries < self._max_waiting_retries:
+        if delay_ms <= self._retry_horizon_ms and self._waiting_retries < self._max_waiting_retries:
             self._waiting_retries += 1
+            delivery.retry_at_ms = due_ms
             delivery.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._retry_due, delivery)
             if delivery.window is not None:  # told once the outcome is written (or _retry_written is, if due first)
                 delivery.window.retry_at(due_ms)
@@ -670,7 +667,7 @@ class Deliverer:
         """``flow_id`` no longer runs: the fire of its task that waited for it, if any, goes."""
         waiting = self._overlap.finished(task_id, flow_id)
         if waiting is not None and self._running and waiting.flow_id in self._active:
-            self._enqueue(waiting)  # the task's next fire waited for this one
+            self._lanes.add(waiting)  # the task's next fire waited for this one
 
     def _finish(self, delivery: Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
         self._release(delivery)

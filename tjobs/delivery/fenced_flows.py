@@ -4,15 +4,9 @@ Before every attempt the deliverer asks the node's fence; once the node's lease 
 a stall outlived it, etcd went away) nothing more is sent. The flow is dropped from memory; the store still
 has it ``pending``, and the shard owner's compensator re-drives it.
 
-**Handed back.** A compensator leases a flow only once its next attempt is ``compensator.grace_s`` overdue:
-the grace waits out an attempt another node may still have under way. But this node knows it never sent the
-attempt it drops. So with ``hand_back_ms`` (as the node runs: the grace plus twice
-``cluster.clock_skew_max_ms``) the flow is written back, through the outcome writer, ``pending`` at the
-attempts stored and due that long ago: the owner, this node once it fires again or another node, leases it
-at its next pass (a node taking shards starts one at once), not a grace later. Where another
-node leased or answered the flow meanwhile, more attempts are stored, or it ended, and the write is ignored
-(``record_flow_updates``). An at-most-once flow the fire transaction stored ``sending`` is not written: the
-compensator closes it ``unknown`` after the grace, as before.
+**Handed back** (:mod:`tjobs.delivery.hand_back`): this node knows it never sent the attempt it drops, so the flow is
+written back due, and the shard's owner, this node once it fires again or another node, leases it at its next pass (a
+node taking shards starts one at once), not a grace later.
 
 **Reported in a few lines** (:class:`FencedReport`). A node that lost its jobs with a deep queue would write
 one line per flow (127,448 lines in 5 s at 3,000 fires a second), so the first flow is named, then one line
@@ -25,9 +19,8 @@ from __future__ import annotations
 import logging
 
 from tjobs.clock import Clock
+from tjobs.delivery.hand_back import HandBack
 from tjobs.delivery.in_flight import Delivery
-from tjobs.delivery.outcomes import OutcomeWriter
-from tjobs.model import FlowStatus
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +71,8 @@ class FencedReport:
 class FencedFlows:
     """The flows this node's fence kept it from sending: reported, and handed back (see the module)."""
 
-    def __init__(self, clock: Clock, outcomes: OutcomeWriter, hand_back_ms: int | None) -> None:
-        self._clock = clock
-        self._outcomes = outcomes
-        self._hand_back_ms = hand_back_ms
+    def __init__(self, clock: Clock, hand_back: HandBack) -> None:
+        self._hand_back = hand_back
         self._report = FencedReport(clock)
         self.dropped = 0
         self.handed_back = 0
@@ -90,12 +81,8 @@ class FencedFlows:
         """``delivery``'s attempt found the fence closed: it is not sent."""
         self.dropped += 1
         self._report.flow(delivery.flow_id)
-        if self._hand_back_ms is None or (delivery.at_most_once and not delivery.record_sending):
-            return
-        # stored pending at the attempts before this one, which was never sent
-        due_ms = self._clock.now_ms() - self._hand_back_ms
-        self._outcomes.put(delivery.flow_id, delivery.update(FlowStatus.PENDING, delivery.attempt - 1, due_ms))
-        self.handed_back += 1
+        if self._hand_back.unsent(delivery):
+            self.handed_back += 1
 
     def close(self) -> None:
         """Log the dropped flows not named yet (at stop)."""

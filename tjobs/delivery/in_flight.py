@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable, Sequence
 
 from sharding import shard_of_task_id
@@ -56,6 +55,7 @@ class Delivery:
         "queued",
         "recheck",
         "record_sending",
+        "retry_at_ms",
         "targets",
         "timer",
         "window",
@@ -98,6 +98,7 @@ class Delivery:
         self.attempt_log: AttemptLog | None = flow.attempt_log  # None until this delivery sends something
         self.answers: tuple[AttemptAnswer, ...] | None = flow.answers  # None until an answer comes
         self.timer: asyncio.TimerHandle | None = None
+        self.retry_at_ms: int | None = None  # waits for its retry (its timer, then its turn in the queue)
         self.queued = False  # waits in its lane for one of the app's max_concurrency workers
         self.recheck = False  # a retry: read the stored status before sending it
         self.lost = False  # its shard was handed over: nothing more of it is sent from here
@@ -173,17 +174,6 @@ class Delivery:
             self.answers = answers_appended(self.answers, answers)
 
 
-class Lane:
-    """One app's queue of deliveries ready for an attempt, and how many workers drain it."""
-
-    __slots__ = ("app_id", "queue", "workers")
-
-    def __init__(self, app_id: str) -> None:
-        self.app_id = app_id
-        self.queue: deque[Delivery] = deque()
-        self.workers = 0
-
-
 def target_timeout_ms(target: Target) -> int | None:
     """The target's own timeout: an HTTP target's ``timeout_ms``, a gRPC target's ``deadline_ms``."""
     settings = target.settings
@@ -215,12 +205,12 @@ def unusable(flow: Flow, error: Exception) -> FlowUpdate:
     return FlowUpdate(flow.task_id, flow.scheduled_at_ms, FlowStatus.DEAD, flow.attempts, None, None, reason)
 
 
-def let_go(active: dict[str, Delivery], shards: frozenset[int]) -> tuple[int, int]:
+def let_go(active: dict[str, Delivery], shards: frozenset[int]) -> tuple[list[Delivery], int]:
     """Let go of the deliveries in ``active`` whose shard is in ``shards`` (handed over: another node's
-    compensator re-drives them from what is stored): each is marked ``lost`` (a queued one is skipped when
-    its turn comes, an at-most-once one left ``pending`` without its ``sending`` record, which the new owner
-    would close ``unknown``; one under way sends no retry) and leaves ``active``. Returns how many were let
-    go and how many of them waited on a retry timer (cancelled here)."""
+    compensator re-drives them from what is stored, or from what :mod:`tjobs.delivery.hand_back` writes): each is
+    marked ``lost`` (a queued one is skipped when its turn comes, an at-most-once one left ``pending`` without its
+    ``sending`` record, which the new owner would close ``unknown``; one under way sends no retry) and leaves
+    ``active``. Returns them, and how many of them waited on a retry timer (cancelled here)."""
     gone = [d for d in active.values() if shard_of_task_id(d.job.flow.task_id) in shards]
     timers = 0
     for delivery in gone:
@@ -232,11 +222,11 @@ def let_go(active: dict[str, Delivery], shards: frozenset[int]) -> tuple[int, in
             timers += 1
     if gone:
         logger.warning(
-            "shards handed over: %d flows in delivery here left to their new owner's compensator",
+            "shards handed over: %d flows in delivery here left to their new owner",
             len(gone),
             extra={"action": "delivery_handed_over", "flows": len(gone)},
         )
-    return len(gone), timers
+    return gone, timers
 
 
 def retry_may_go(

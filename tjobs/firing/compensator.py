@@ -23,8 +23,9 @@ while healthy) sends nothing more of its flows (:meth:`tjobs.delivery.deliverer.
 and a node that commits a flow of a shard it does not own (its API's trigger, redrive or backfill) retries
 it only while this lease cannot have come (:mod:`tjobs.delivery.foreign_flows`).
 A node whose fence is closed (its lease expired) claims nothing: the new owner's compensator does.
-A flow whose node's fence kept it from being sent is written back due long ago (``Deliverer``'s
-``hand_back_ms``), so the pass after that is the one that leases it.
+A flow a node let go unsent (its fence closed, its shard handed over, or the node stopping) is written
+back due long ago, or due at its retry time less the grace (:mod:`tjobs.delivery.hand_back`), so the
+pass after that, or the first once the retry is due, leases it.
 """
 
 from __future__ import annotations

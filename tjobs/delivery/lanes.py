@@ -1,0 +1,108 @@
+"""The apps' queues of deliveries and the workers that drain them (:class:`Lanes`).
+
+Each app has its own queue (:class:`Lane`), drained by up to the app's ``max_concurrency`` workers, each attempt
+holding an :class:`~tjobs.delivery.limiter.AppLimiter` slot, so a slow or throttled app only ever waits on itself.
+A worker ends when its queue is empty or the deliverer stops; a delivery left in a queue then was never sent from here
+(:mod:`tjobs.delivery.hand_back`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from tjobs.delivery.in_flight import Delivery
+from tjobs.delivery.limiter import AppLimiter
+
+
+class Lane:
+    """One app's queue of deliveries ready for an attempt, and how many workers drain it."""
+
+    __slots__ = ("app_id", "queue", "workers")
+
+    def __init__(self, app_id: str) -> None:
+        self.app_id = app_id
+        self.queue: deque[Delivery] = deque()
+        self.workers = 0
+
+
+class Lanes:
+    """Every app's lane: ``attempt`` makes one attempt of a delivery (in its app's limiter slot); ``failed`` is told of
+    one whose attempt raised (a bug, not a receiver failure); workers take deliveries while ``running()``."""
+
+    def __init__(
+        self,
+        limiter: AppLimiter,
+        attempt: Callable[[Delivery], Awaitable[None]],
+        failed: Callable[[Delivery], None],
+        running: Callable[[], bool],
+    ) -> None:
+        self._limiter = limiter
+        self._attempt = attempt
+        self._failed = failed
+        self._running = running
+        self._lanes: dict[str, Lane] = {}
+        self._workers: set[asyncio.Task[None]] = set()
+
+    @property
+    def backlog(self) -> int:
+        """Deliveries waiting in app queues for a slot."""
+        return sum(len(lane.queue) for lane in self._lanes.values())
+
+    def queued(self) -> set[int]:
+        """The ``id()`` of every delivery waiting in a queue."""
+        return {id(delivery) for lane in self._lanes.values() for delivery in lane.queue}
+
+    def add(self, delivery: Delivery) -> None:
+        """Queue ``delivery`` in its app's lane, with a worker more if the app's concurrency allows one."""
+        app = delivery.job.app
+        lane = self._lanes.get(app.id)
+        if lane is None:
+            lane = self._lanes[app.id] = Lane(app.id)
+        lane.queue.append(delivery)
+        # Every live worker is in an attempt or about to take an entry queued before this one, so with
+        # all of them started this delivery waits for the app's concurrency cap.
+        delivery.queued = lane.workers >= max(app.max_concurrency, 1)
+        if not delivery.queued:
+            lane.workers += 1
+            worker = asyncio.get_running_loop().create_task(self._work(lane))
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
+
+    def drop_lost(self) -> None:
+        """Take the deliveries let go (``lost``) out of the queues: their turns are not waited for."""
+        for lane in self._lanes.values():
+            kept = [delivery for delivery in lane.queue if not delivery.lost]
+            lane.queue.clear()
+            lane.queue.extend(kept)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the workers (each ends after its attempt once not ``running()``), then
+        cancel the rest. The queues keep what no worker took."""
+        if self._workers:
+            _, late = await asyncio.wait(set(self._workers), timeout=max(timeout_s, 0.0))
+            for worker in late:
+                worker.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    def clear(self) -> None:
+        self._lanes.clear()
+
+    async def _work(self, lane: Lane) -> None:
+        try:
+            while lane.queue and self._running():
+                delivery = lane.queue.popleft()
+                delivery.retry_at_ms = None  # its retry's turn: handed back as unsent now, if let go
+                app = delivery.job.app
+                try:
+                    async with self._limiter.slot(
+                        lane.app_id, app.rate_limit_per_s, app.max_concurrency, queued=delivery.queued
+                    ):
+                        await self._attempt(delivery)
+                except Exception:  # a bug, not a receiver failure
+                    self._failed(delivery)
+        finally:
+            lane.workers -= 1
+            if lane.workers == 0 and not lane.queue and self._lanes.get(lane.app_id) is lane:
+                del self._lanes[lane.app_id]
