@@ -200,7 +200,7 @@ class Node:
             foreign=ForeignFlows(
                 lambda: self.runner.owned, settings.compensator.grace_s, settings.cluster.clock_skew_max_ms
             ),
-            # what the fence kept from being sent: written back due long enough ago for any owner's next pass
+            # what it lets go unsent (fenced, handed over, stopping): written back due for any owner's next pass
             hand_back_ms=int(settings.compensator.grace_s * 1000) + 2 * settings.cluster.clock_skew_max_ms,
         )
         scheduler = settings.scheduler
@@ -482,6 +482,7 @@ class Node:
         self.metrics.compensator_backlog.set(self.compensator.backlog)
         stats = self.runner.stats
         self.metrics.observe_runner(stats.cas_rejected, stats.commit_errors, stats.commit_fenced)
+        self.metrics.observe_flow_totals(self.compensator.redriven, self.deliverer.handed_back)
         self.metrics.observe_cluster(self.coordinator.describe(), self.node_id)
         self.metrics.observe_db_servers(self.db_health.describe())
         self.metrics.observe_shard_moves(self.move_watch.latest)

@@ -502,3 +502,65 @@ def test_per_app_series_render_as_prometheus_clients_own_counters_and_histograms
         )
     }
     assert ours == parsed(generate_latest(registry))
+
+
+async def test_a_running_nodes_re_drives_and_hand_backs_advance_their_counters() -> None:
+    import time
+
+    import httpx
+
+    from testkit import run_node
+    from tests.receiver import Receiver, Reply
+    from tjobs.model import Flow, FlowKind, FlowStatus
+    from tjobs.settings import load_settings
+
+    admin_key = "tja_ops_metrics_redriven_admin"
+    settings = load_settings(
+        None,
+        storage={"urls": ["memory://"], "topology": "2x2x4"},
+        api={"admin_key": admin_key},
+        scheduler={"tick_ms": 10, "cycle_s": 10, "load_lead_s": 3, "misfire_threshold_s": 1.0},
+        allow_loopback_callbacks=True,
+    )
+    async with Receiver() as receiver, run_node(settings) as running:
+        receiver.script("/slow", then=Reply(delay_s=2.0))
+        node = running.node
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers={"authorization": f"Bearer {admin_key}"}
+        ) as admin:
+            body = {"name": "one-at-a-time", "allowed_callback_hosts": ["127.0.0.1"], "max_concurrency": 1}
+            app = (await admin.post("/v1/apps", json=body)).json()
+        async with httpx.AsyncClient(
+            base_url=running.base_url, headers={"authorization": f"Bearer {app['api_key']}"}
+        ) as client:
+
+            async def task(path: str, delay_ms: int) -> int:
+                body = {"name": path, "schedule": {"kind": "delay", "delay_ms": delay_ms}}
+                created = await client.post("/v1/tasks", json={**body, "callback": {"url": receiver.url(path)}})
+                assert created.status_code == 201, created.text
+                return int(created.json()["id"])
+
+            # Given a flow whose node died before it was sent (stored pending, its attempt a minute overdue),
+            # found by the compensator's pass
+            later = await task("/redriven", 600_000)
+            overdue_ms = node.clock.now_ms() - 60_000
+            lost = Flow(later, overdue_ms, app["id"], FlowKind.MANUAL, FlowStatus.PENDING, 0, overdue_ms, 0, None)
+            await node.store.insert_manual_flow(later, lost)
+            assert await node.compensator.run_once() == 1
+            await receiver.wait_for(1, "/redriven")
+            # and two flows of an app sent one at a time, the first under way and the second queued, when the
+            # node lets their shards go (a node joined, or this one is stopping)
+            await task("/slow", 100)
+            await task("/slow", 100)
+            await receiver.wait_for(1, "/slow")
+            node.deliverer.forget_runs(frozenset(node.store.topology.shards()))
+            deadline = time.monotonic() + 5
+            while True:
+                text = (await client.get("/metrics")).text
+                if "tjobs_flows_handed_back_total 1.0" in text or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+    values = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    # Then the re-drive is counted, and the queued flow written back for the shard's owner
+    assert values["tjobs_flows_redriven_total"] == 1
+    assert values["tjobs_flows_handed_back_total"] == 1

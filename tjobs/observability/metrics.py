@@ -133,6 +133,11 @@ class Metrics:
             "tjobs_compensator_backlog", "Flows the last compensation pass handled", registry=r
         )
         self.flows_redriven = Counter("tjobs_flows_redriven", "Flows re-driven by the compensator", registry=r)
+        self.flows_handed_back = Counter(
+            "tjobs_flows_handed_back",
+            "Flows this node let go unsent (fenced, shards handed over, stopping), written back due for their owner",
+            registry=r,
+        )
         self.api_requests = Counter(
             "tjobs_api_requests",
             "API requests by route template, method and status class",
@@ -189,6 +194,7 @@ class Metrics:
         self._hot_tier_lag: dict[str, Histogram] = {}
         self._was_leader = False
         self._runner_seen = (0, 0, 0)
+        self._flows_seen = (0, 0)
 
     def _new_series(self, app_id: str) -> AppSeries:
         series = self.per_app[app_id] = AppSeries(LATENESS_BUCKETS_S, DURATION_BUCKETS_S)
@@ -241,6 +247,14 @@ class Metrics:
         self.fire_tx_failures.labels("error").inc(max(commit_errors - seen[1], 0))
         self.fire_tx_failures.labels("fenced").inc(max(commit_fenced - seen[2], 0))
         self._runner_seen = (cas_rejected, commit_errors, commit_fenced)
+
+    def observe_flow_totals(self, redriven: int, handed_back: int) -> None:
+        """Advance the re-driven and handed-back flow counters to the compensator's and the deliverer's totals
+        (scrape time)."""
+        seen = self._flows_seen
+        self.flows_redriven.inc(max(redriven - seen[0], 0))
+        self.flows_handed_back.inc(max(handed_back - seen[1], 0))
+        self._flows_seen = (redriven, handed_back)
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
         """Mirror a coordinator's ``describe()`` (scrape time); keys missing in embedded mode are skipped."""
@@ -351,6 +365,9 @@ class NullMetrics(Metrics):
         pass
 
     def observe_runner(self, cas_rejected: int, commit_errors: int, commit_fenced: int) -> None:
+        pass
+
+    def observe_flow_totals(self, redriven: int, handed_back: int) -> None:
         pass
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
