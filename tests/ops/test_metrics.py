@@ -544,7 +544,9 @@ async def test_a_running_nodes_re_drives_and_hand_backs_advance_their_counters()
             # found by the compensator's pass
             later = await task("/redriven", 600_000)
             overdue_ms = node.clock.now_ms() - 60_000
-            lost = Flow(later, overdue_ms, app["id"], FlowKind.MANUAL, FlowStatus.PENDING, 0, overdue_ms, 0, None)
+            lost = Flow(
+                later, overdue_ms, app["id"], FlowKind.MANUAL, FlowStatus.PENDING, 0, overdue_ms, overdue_ms, overdue_ms
+            )
             await node.store.insert_manual_flow(later, lost)
             assert await node.compensator.run_once() == 1
             await receiver.wait_for(1, "/redriven")
