@@ -94,6 +94,16 @@ DASHBOARDS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("fire backlog per node", "short", "sum by (instance) (tjobs_fire_backlog)"),
             ("cycle load duration", "s", "max by (instance) (tjobs_cycle_load_duration_seconds)"),
             ("compensator backlog", "short", "sum by (instance) (tjobs_compensator_backlog)"),
+            (
+                "flows handed back for their owner (5m: fenced, handed over, stopping)",
+                "short",
+                "sum by (instance) (increase(tjobs_flows_handed_back_total[5m])) or vector(0)",
+            ),
+            (
+                "flows re-driven by compensators (5m)",
+                "short",
+                "sum by (instance) (increase(tjobs_flows_redriven_total[5m])) or vector(0)",
+            ),
             ("API requests by route", "reqps", "sum by (route) (rate(tjobs_api_requests_total[1m]))"),
             (
                 "API p99 latency by route",
