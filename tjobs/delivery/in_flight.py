@@ -1,6 +1,6 @@
 """One flow being delivered (:class:`Delivery`: its message, the destinations not delivered yet, its
-retry budget, attempt history and the newest answers) and one app's queue of them (:class:`Lane`), as the deliverer
-(:mod:`tjobs.delivery.deliverer`) keeps them in memory between the commit of a fire and its outcome."""
+retry budget, attempt history and the newest answers), as the deliverer (:mod:`tjobs.delivery.deliverer`) keeps it
+in memory between the commit of a fire and its outcome; the apps' queues of them are :mod:`tjobs.delivery.lanes`."""
 
 from __future__ import annotations
 
