@@ -19,6 +19,7 @@ from tests.receiver import Receiver, Reply
 pytestmark = [pytest.mark.slow, pytest.mark.mariadb, pytest.mark.etcd, pytest.mark.redis, pytest.mark.timeout(240)]
 
 TAKEOVER_LIMIT_MS = 7000
+Tasks = dict[int, int]  # task id -> its instant
 
 
 async def kill_primary_and_check(rig: ClusterRig, api: Api, receiver: Receiver) -> int:
@@ -83,15 +84,11 @@ async def test_stopped_primary_commits_nothing_after_takeover_and_steps_down(
     assert "lease lost" in log
 
 
-# With the product's compensator.grace_s (30 s) and interval_s (5 s): a flow a frozen primary had committed and
-# queued, unsent, was left for its successor's compensator until its next attempt was 30 s overdue. Since
-# tjobs.delivery.hand_back the woken node writes it back due, and the successor's next pass re-drives it.
-@pytest.mark.chaos
-async def test_a_frozen_primarys_queued_flows_reach_the_receiver_from_its_successor_before_the_grace(
-    rig: ClusterRig, api: Api
-) -> None:
-    # Given 3 nodes with the product's compensator settings, an app sent one callback at a time per node, and a
-    # receiver that answers each after 0.5 s: a burst of instants leaves most of each node's flows queued
+async def queued_burst(rig: ClusterRig, api: Api, receiver: Receiver) -> tuple[int, Tasks, int, Tasks]:
+    """3 nodes with the product's compensator settings (grace 30 s, a pass every 5 s), an app sent one callback at a
+    time per node, and a burst of 30 instants 3 s from now to ``receiver``: the burst's start, its tasks (id ->
+    instant), the victim (of nodes 2 and 3, which the test does not read through, the one whose shards hold more of
+    the burst) and the victim's share of the tasks."""
     defaults = {"TJOBS_COMPENSATOR__GRACE_S": "30", "TJOBS_COMPENSATOR__INTERVAL_S": "5"}
     for index in (1, 2, 3):
         rig.start(index, env=defaults)
@@ -104,19 +101,40 @@ async def test_a_frozen_primarys_queued_flows_reach_the_receiver_from_its_succes
     )
     created.raise_for_status()
     api.api_key = str(created.json()["api_key"])
-    victim = rig.nodes[2]
-    victim_jobs = set((await api.view(victim))["jobs"])
+    jobs = {index: set((await api.view(rig.nodes[index]))["jobs"]) for index in (2, 3)}
+    start = now_ms() + 3000
+    tasks = await schedule(api, rig.nodes[1], receiver.url(), start, start + 30, 1)
+    victim = max(jobs, key=lambda i: len(in_shards(tasks, jobs[i])))
+    queued = in_shards(tasks, jobs[victim])
+    assert len(queued) >= 4, "the victim's shards hold too few of the burst's tasks"
+    return start, tasks, victim, queued
+
+
+def lateness_ms(tasks: Tasks, receiver: Receiver) -> list[int]:
+    """How late each task's first callback reached ``receiver`` after its instant, in ms, in order."""
+    return sorted(
+        min(r.received_at_ns for r in receiver.for_flow(f"{task}-{at}")) // 1_000_000 - at for task, at in tasks.items()
+    )
+
+
+# With the product's compensator.grace_s (30 s) and interval_s (5 s): a flow a frozen primary had committed and
+# queued, unsent, was left for its successor's compensator until its next attempt was 30 s overdue. Since
+# tjobs.delivery.hand_back the woken node writes it back due, and the successor's next pass re-drives it.
+@pytest.mark.chaos
+async def test_a_frozen_primarys_queued_flows_reach_the_receiver_from_its_successor_before_the_grace(
+    rig: ClusterRig, api: Api
+) -> None:
+    # Given 3 nodes with the product's compensator settings, an app sent one callback at a time per node, and a
+    # receiver that answers each after 0.5 s: a burst of instants leaves most of each node's flows queued
     async with Receiver(Reply(delay_s=0.5)) as slow:
-        start = now_ms() + 3000
-        tasks = await schedule(api, rig.nodes[1], slow.url(), start, start + 30, 1)
-        queued = in_shards(tasks, victim_jobs)
-        assert len(queued) >= 4, "the victim's shards hold too few of the burst's tasks"
+        start, tasks, index, queued = await queued_burst(rig, api, slow)
+        victim = rig.nodes[index]
 
         # When the victim is frozen a second after the burst, past its lease, and woken
         await asyncio.sleep(max(start + 1000 - now_ms(), 0) / 1000)
-        rig.signal(2, signal.SIGSTOP)
+        rig.signal(index, signal.SIGSTOP)
         await asyncio.sleep(10)  # 2 x TTL: the backups take over meanwhile
-        rig.signal(2, signal.SIGCONT)
+        rig.signal(index, signal.SIGCONT)
         outcome = await collect_when_fired(api, rig.nodes[1], tasks, 45_000)
 
         # Then nothing is lost or doubled, and the flows it held unsent reach the receiver well before the grace
@@ -127,11 +145,7 @@ async def test_a_frozen_primarys_queued_flows_reach_the_receiver_from_its_succes
         let_go = re.search(r"shards handed over: (\d+) flows", log)
         held = "fenced: not sending flow" in log or (let_go is not None and int(let_go.group(1)) >= 2)
         assert held, "the victim held no flow unsent when it woke: nothing tested"
-        arrivals = {
-            task: min(r.received_at_ns for r in slow.for_flow(f"{task}-{at}")) // 1_000_000 - at
-            for task, at in queued.items()
-        }
-        late = sorted(arrivals.values())
+        late = lateness_ms(queued, slow)
         print(f"frozen primary's queued flows | tasks={len(late)} | late_ms={late}")  # the figure line (pytest -s)
         assert late[-1] < 25_000, f"the victim's flows arrived {late} ms late"
 
@@ -145,40 +159,20 @@ async def test_a_stopping_nodes_queued_flows_reach_the_receiver_from_its_success
 ) -> None:
     # Given 3 nodes with the product's compensator settings, an app sent one callback at a time per node, and a
     # receiver that answers each after 0.5 s: a burst of instants leaves most of each node's flows queued
-    defaults = {"TJOBS_COMPENSATOR__GRACE_S": "30", "TJOBS_COMPENSATOR__INTERVAL_S": "5"}
-    for index in (1, 2, 3):
-        rig.start(index, env=defaults)
-    for node in rig.live():
-        await api.wait_healthy(node)
-    await api.wait_stable(3)
-    body = {"name": "one-at-a-time", "rate_limit_per_s": 100000, "max_concurrency": 1}
-    created = await api.http.post(
-        f"{rig.nodes[1].base_url}/v1/apps", json=body, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
-    )
-    created.raise_for_status()
-    api.api_key = str(created.json()["api_key"])
-    victim = rig.nodes[2]
-    victim_jobs = set((await api.view(victim))["jobs"])
     async with Receiver(Reply(delay_s=0.5)) as slow:
-        start = now_ms() + 3000
-        tasks = await schedule(api, rig.nodes[1], slow.url(), start, start + 30, 1)
-        queued = in_shards(tasks, victim_jobs)
-        assert len(queued) >= 4, "the victim's shards hold too few of the burst's tasks"
+        start, tasks, index, queued = await queued_burst(rig, api, slow)
+        victim = rig.nodes[index]
 
         # When the victim is stopped (SIGTERM) a second after the burst: it hands its groups over and stops
         await asyncio.sleep(max(start + 1000 - now_ms(), 0) / 1000)
-        rig.signal(2, signal.SIGTERM)
+        rig.signal(index, signal.SIGTERM)
         outcome = await collect_when_fired(api, rig.nodes[1], tasks, 45_000)
 
         # Then nothing is lost or doubled, and the flows it held unsent reach the receiver well before the grace
         assert outcome.lost == [] and outcome.duplicated == []
         let_go = re.search(r"shards handed over: (\d+) flows", victim.log.read_text(errors="replace"))
         assert let_go is not None and int(let_go.group(1)) >= 2, "the victim held no flow queued: nothing tested"
-        arrivals = {
-            task: min(r.received_at_ns for r in slow.for_flow(f"{task}-{at}")) // 1_000_000 - at
-            for task, at in queued.items()
-        }
-        late = sorted(arrivals.values())
+        late = lateness_ms(queued, slow)
         print(f"stopping node's queued flows | tasks={len(late)} | late_ms={late}")  # the figure line (pytest -s)
         assert late[-1] < 25_000, f"the victim's flows arrived {late} ms late"
 
