@@ -32,7 +32,9 @@ from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.firing.compensator import Compensator
 from tjobs.model import DeliveryMode, FlowStatus, FlowUpdate
 from tjobs.settings import CallbackSettings, CompensatorSettings
+from tjobs.specs import CallbackSpec
 from tjobs.stores.memory import MemoryTaskStore
+from tjobs.targets.model import HttpTarget, RetryPolicy, Target
 
 GRACE = CompensatorSettings(interval_s=5.0, grace_s=30.0, batch=100)
 HAND_BACK_MS = 30_000 + 2 * 1_000  # the grace and twice the clock bound, as the node sets it
@@ -215,6 +217,67 @@ async def test_a_healthy_nodes_unsent_flows_go_out_at_the_new_owners_next_pass(l
         assert attempts_of(new.transport) == [2, 2, 3, 3]
         for _, flow in (retrying, under_way, *queued):
             assert (await stored(store, flow.id)).status is FlowStatus.DELIVERED
+    finally:
+        await old.deliverer.stop(1.0)
+        await new.deliverer.stop(1.0)
+
+
+class SlowTargets:
+    """The target source of a node whose directory must read every target, and waits for ``read`` to do so."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.read = asyncio.Event()
+        self.asked = asyncio.Event()
+
+    def cached(self, app_id: str, name: str) -> Target | None:
+        return None
+
+    async def get(self, app_id: str, name: str) -> Target | None:
+        self.asked.set()
+        await self.read.wait()
+        return self.target
+
+
+async def test_a_flow_whose_shard_goes_while_its_targets_are_read_goes_out_at_the_new_owners_next_pass() -> None:
+    # Given a node about to send a flow naming a target, reading that target before the attempt
+    start_ms = 1_796_000_000_000
+    clock = ManualClock(start_ms)
+    store = MemoryTaskStore()
+    old, new = Node(store, clock), Node(store, clock)
+    hook = Target(APP.id, "hook", HttpTarget(("https://receiver.example/hook",)), 1, RetryPolicy())
+    slow = SlowTargets(hook)
+    old.deliverer = Deliverer(
+        store,
+        old.transport,
+        AppLimiter(100),
+        CallbackSettings(),
+        clock,
+        NoJitter(),
+        flush_batch=1,
+        status_reader=store,
+        targets=slow,
+        hand_back_ms=HAND_BACK_MS,
+    )
+    await old.deliverer.start()
+    await new.deliverer.start()
+    try:
+        task, flow = await stored_flow(store, clock=clock)
+        task = replace(task, callback=CallbackSpec((), targets=("hook",)))
+        old.deliverer.submit(CallbackJob(task, flow, APP, {"hook": hook}))
+        await asyncio.wait_for(slow.asked.wait(), 5.0)
+
+        # When its shard goes to another node during the read
+        old.deliverer.forget_runs(frozenset(store.topology.shards()))
+        slow.read.set()
+        await settle(50)  # the attempt goes on from the read
+        await delivered_all(old.deliverer)
+
+        # Then it is not sent from here, and the new owner sends it at its next pass, 5 s later
+        assert old.transport.requests == []
+        clock.advance(5_000)
+        assert await new.compensator.run_once() == 1
+        await turns_until(lambda: len(new.transport.requests) == 1, "the flow re-driven")
     finally:
         await old.deliverer.stop(1.0)
         await new.deliverer.stop(1.0)

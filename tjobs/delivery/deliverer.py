@@ -459,7 +459,8 @@ class Deliverer:
         assert named is not None
         pending = [key[len(TARGET_KEY_PREFIX) :] for key in delivery.targets]
         await self._lookup.refresh_targets(delivery.job.app.id, pending, named)
-        if delivery.lost:
+        if delivery.lost:  # its shard handed over during the read
+            self._hand_back.unsent(delivery)
             return
         delivery.budget(self._settings)
         explicit_timeout_ms = delivery.job.task.callback.timeout_ms
