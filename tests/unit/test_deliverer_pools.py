@@ -150,7 +150,11 @@ async def test_the_retry_of_a_run_that_timed_out_goes_to_another_executor(rig: R
     for _ in range(fires):
         await rig.fire("workers")
         await rig.settled()
-    rig.clock.advance(5_001)  # past the run's deadline: the compensator times it out and hands the retry over
+    # past the run's deadline (its start is the answer's: the test's clock plus the send's own duration on the loop,
+    # which under load is more than a millisecond): the compensator times it out and hands the retry over
+    run = (await rig.stored(flow)).run
+    assert run is not None and run.deadline_ms is not None
+    rig.clock.advance(run.deadline_ms - rig.clock.now_ms() + 1)
     assert await compensator.run_once() >= 1
     await rig.settled()
     stored = await rig.stored(flow)
