@@ -555,6 +555,12 @@ async def test_a_running_nodes_re_drives_and_hand_backs_advance_their_counters()
             await task("/slow", 100)
             await task("/slow", 100)
             await receiver.wait_for(1, "/slow")
+            deadline = time.monotonic() + 5
+            while True:  # until the second has fired and waits in the app's queue
+                if node.deliverer.backlog >= 1 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.01)
+            assert node.deliverer.backlog == 1
             node.deliverer.forget_runs(frozenset(node.store.topology.shards()))
             deadline = time.monotonic() + 5
             while True:
