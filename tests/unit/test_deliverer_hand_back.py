@@ -26,7 +26,7 @@ from tests.delivery_fakes import (
     turns_until,
 )
 from tjobs.clock import ManualClock
-from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.deliverer import CallbackJob, Deliverer, TargetSource
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.firing.compensator import Compensator
@@ -44,7 +44,13 @@ LEASE_MS = 16_000
 class Node:
     """One node's deliverer and compensator as the node wires them, behind a fence the test opens and closes."""
 
-    def __init__(self, store: MemoryTaskStore, clock: ManualClock, hand_back_ms: int | None = HAND_BACK_MS) -> None:
+    def __init__(
+        self,
+        store: MemoryTaskStore,
+        clock: ManualClock,
+        hand_back_ms: int | None = HAND_BACK_MS,
+        targets: TargetSource | None = None,
+    ) -> None:
         self.fence_open = True
         self.transport: RecordingTransport = scripted(clock=clock)
         self.deliverer = Deliverer(
@@ -58,6 +64,7 @@ class Node:
             status_reader=store,
             fence=lambda now_ms: self.fence_open,
             hand_back_ms=hand_back_ms,
+            targets=targets,
         )
         every_shard = frozenset(store.topology.shards())
         self.compensator = Compensator(
@@ -244,21 +251,9 @@ async def test_a_flow_whose_shard_goes_while_its_targets_are_read_goes_out_at_th
     start_ms = 1_796_000_000_000
     clock = ManualClock(start_ms)
     store = MemoryTaskStore()
-    old, new = Node(store, clock), Node(store, clock)
     hook = Target(APP.id, "hook", HttpTarget(("https://receiver.example/hook",)), 1, RetryPolicy())
     slow = SlowTargets(hook)
-    old.deliverer = Deliverer(
-        store,
-        old.transport,
-        AppLimiter(100),
-        CallbackSettings(),
-        clock,
-        NoJitter(),
-        flush_batch=1,
-        status_reader=store,
-        targets=slow,
-        hand_back_ms=HAND_BACK_MS,
-    )
+    old, new = Node(store, clock, targets=slow), Node(store, clock)
     await old.deliverer.start()
     await new.deliverer.start()
     try:

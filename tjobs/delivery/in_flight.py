@@ -208,7 +208,7 @@ def unusable(flow: Flow, error: Exception) -> FlowUpdate:
 def let_go(active: dict[str, Delivery], shards: frozenset[int]) -> tuple[list[Delivery], int]:
     """Let go of the deliveries in ``active`` whose shard is in ``shards`` (handed over: another node's
     compensator re-drives them from what is stored, or from what :mod:`tjobs.delivery.hand_back` writes): each is
-    marked ``lost`` (a queued one is skipped when its turn comes, an at-most-once one left ``pending`` without its
+    marked ``lost`` (nothing more of it is sent from here: an at-most-once one is left ``pending`` without its
     ``sending`` record, which the new owner would close ``unknown``; one under way sends no retry) and leaves
     ``active``. Returns them, and how many of them waited on a retry timer (cancelled here)."""
     gone = [d for d in active.values() if shard_of_task_id(d.job.flow.task_id) in shards]
