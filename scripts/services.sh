@@ -63,12 +63,15 @@ mariadb_answers() {
 }
 
 # 512 shards are 1,024 tables per server: below that table cache, MariaDB reopens table definitions on
-# every fire batch. Raise the (dynamic) caches of a server we reuse; ours start with them set.
+# every fire batch. And the default test run's four workers open up to ~150 connections at once, which is
+# Debian's default max_connections (151): past it a create answers 503 ('Too many connections'). Raise
+# these (dynamic) settings of a server we reuse, never lower them; ours start with them set.
 tune_mariadb() {
     timeout 5 mariadb --no-defaults --protocol=TCP -h "$HOST" -P "$1" -u root --connect-timeout=3 -Nse \
         "SET GLOBAL table_definition_cache = GREATEST(@@table_definition_cache, 4096);
-         SET GLOBAL table_open_cache = GREATEST(@@table_open_cache, 4096)" >/dev/null 2>&1 \
-        || log "mariadb: could not raise table caches on $HOST:$1 (fires over 512 shards will be slower)"
+         SET GLOBAL table_open_cache = GREATEST(@@table_open_cache, 4096);
+         SET GLOBAL max_connections = GREATEST(@@max_connections, 1000)" >/dev/null 2>&1 \
+        || log "mariadb: could not raise table caches and max_connections on $HOST:$1 (fires over 512 shards will be slower; a parallel test run may meet 'Too many connections')"
 }
 
 etcd_answers() {
