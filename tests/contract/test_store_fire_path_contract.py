@@ -595,6 +595,31 @@ async def test_lease_stale_flows_hands_each_flow_to_one_caller_until_the_lease_e
     assert [(f.task_id, f.scheduled_at_ms) for f, _ in again] == [(task.id, NOW_MS - 300)]
 
 
+async def test_a_lease_counts_no_attempt_on_the_flows_its_caller_says_it_holds(store: TaskStore) -> None:
+    # A flow the caller's own deliverer holds (queued behind a slow app, say) has lost no attempt: the lease
+    # moves it out of the next pass's way without counting one; the others are counted as before
+    shard = 4
+    task = await store.insert_task(make_task(shard=shard))
+    held = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 300))
+    lost = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 200))
+    asked: list[str] = []
+
+    def holds(flow_id: str) -> bool:
+        asked.append(flow_id)
+        return flow_id == held.id
+
+    leased = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10, held=holds)
+
+    assert [(f.id, f.attempts, f.next_attempt_at_ms) for f, _ in leased] == [
+        (held.id, 0, NOW_MS + 10_000),
+        (lost.id, 1, NOW_MS + 10_000),
+    ]
+    assert sorted(asked) == sorted([held.id, lost.id])
+    for flow, attempts in ((held, 0), (lost, 1)):
+        stored = await store.get_flow(task.id, flow.scheduled_at_ms)
+        assert stored is not None and (stored.attempts, stored.next_attempt_at_ms) == (attempts, NOW_MS + 10_000)
+
+
 async def test_shards_with_stale_flows_names_the_shards_a_lease_would_find_something_in(store: TaskStore) -> None:
     pending, sending, later, delivered, empty = 2, 5, 7, 9, 12
     for shard, offset, status in (

@@ -135,6 +135,8 @@ async def test_flows_this_node_is_delivering_and_flows_not_yet_stale_are_left_al
     assert redriven == []
     stored = await store.get_flow(fresh.task_id, fresh.scheduled_at_ms)
     assert stored is not None and stored.next_attempt_at_ms == fresh.next_attempt_at_ms
+    held = await store.get_flow(busy.task_id, busy.scheduled_at_ms)
+    assert held is not None and held.attempts == 0  # leased out of the next pass's way, no attempt counted
 
 
 class OutcomeDuringTheLease(MemoryTaskStore):
@@ -143,8 +145,10 @@ class OutcomeDuringTheLease(MemoryTaskStore):
 
     during_lease: Callable[[], Awaitable[None]] | None = None
 
-    async def lease_stale_flows(self, shard: int, now_ms: int, lease_ms: int, limit: int) -> list[tuple[Flow, Any]]:
-        leased = await super().lease_stale_flows(shard, now_ms, lease_ms, limit)
+    async def lease_stale_flows(
+        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], bool] | None = None
+    ) -> list[tuple[Flow, Any]]:
+        leased = await super().lease_stale_flows(shard, now_ms, lease_ms, limit, held=held)
         if self.during_lease is not None:
             await self.during_lease()
         return leased

@@ -276,3 +276,49 @@ async def test_a_flow_whose_shard_goes_while_its_targets_are_read_goes_out_at_th
     finally:
         await old.deliverer.stop(1.0)
         await new.deliverer.stop(1.0)
+
+
+async def test_a_flow_queued_behind_a_slow_app_for_many_passes_is_sent_once_its_node_stops() -> None:
+    # Given a healthy node sending one callback at a time for an app whose receiver holds the attempt under way,
+    # and a flow queued behind it for 15 minutes of compensation passes: past the grace, so every pass in which
+    # it is stale again leases it (a lease holds it 46 s), and the node skips it as its own
+    start_ms = 1_796_000_000_000
+    clock = ManualClock(start_ms)
+    store = MemoryTaskStore()
+    old, new = Node(store, clock), Node(store, clock)
+    await old.deliverer.start()
+    await new.deliverer.start()
+    try:
+        one_at_a_time = replace(APP, max_concurrency=1)
+        old.transport.hold = asyncio.Event()
+        under_way, queued = await stored_flow(store, clock=clock), await stored_flow(store, clock=clock)
+        for task, flow in (under_way, queued):
+            old.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
+        await old.transport.wait_for(1)
+        leases = 0
+        for _ in range(180):  # a pass every 5 s
+            clock.advance(5_000)
+            leases += await old.compensator.run_once()
+        assert leases >= 2 * CallbackSettings().max_attempts  # each flow leased more often than it may be tried
+        assert attempts_of(old.transport) == [1]  # the queued one never sent
+
+        # Then its stored attempts still say what was sent: a lease counts the attempt a lost node may have made,
+        # and this node's own flows are not lost
+        assert (await stored(store, queued[1].id)).attempts == 0
+
+        # And when the node stops (a rolling restart), the flow is handed back and the new owner sends it at its
+        # next pass, 5 s later, as a second attempt at most: not closed as spent without ever being sent
+        stopping = asyncio.create_task(old.deliverer.stop(5.0))
+        await settle()
+        old.transport.hold.set()
+        await stopping
+        clock.advance(5_000)
+        assert await new.compensator.run_once() == 1
+        await turns_until(lambda: len(new.transport.requests) == 1, "the queued flow re-driven")
+        await delivered_all(new.deliverer)
+        assert [r.flow_id for r in new.transport.requests] == [queued[1].id]
+        assert attempts_of(new.transport) == [2]  # its lease counts an attempt
+        assert (await stored(store, queued[1].id)).status is FlowStatus.DELIVERED
+    finally:
+        await old.deliverer.stop(1.0)
+        await new.deliverer.stop(1.0)

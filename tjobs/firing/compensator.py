@@ -14,9 +14,12 @@ whichever node owns the shard when the deadline passes ends it. A ``delivered`` 
 children are still due (README "Child tasks": its ending's node died before triggering them) is leased the
 same way and its children triggered from the stored ending (:mod:`tjobs.delivery.child_triggers`).
 
-The lease counts one attempt on each pending flow it claims (see ``TaskStore.lease_stale_flows``):
-the last attempt may have been sent and answered with its outcome lost in the crashed node's write
-buffer, so a re-drive is always a higher ``tjobs-attempt`` than anything sent before it. That holds
+The lease counts one attempt on each pending flow it claims but those this node's deliverer holds (see
+``TaskStore.lease_stale_flows``): the last attempt may have been sent and answered with its outcome lost in
+the crashed node's write buffer, so a re-drive is always a higher ``tjobs-attempt`` than anything sent
+before it. A flow this node holds past the grace (queued behind a slow app) is leased, out of the next
+pass's way, uncounted: it is still being delivered here, and counted on every pass it would spend its
+attempts unsent. That holds
 because the store is never more than that one attempt behind: a deliverer sends a retry only once the
 outcome of the attempt before it is written, a node that lost the shard (fenced, or handing it over
 while healthy) sends nothing more of its flows (:meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`),
@@ -107,7 +110,7 @@ class Compensator(PeriodicPass):
             now_ms = self._clock.now_ms()
             written = self._written()
             leased = await self._store.lease_stale_flows(
-                shard, now_ms - grace_ms, grace_ms + self._lease_ms, self._settings.batch
+                shard, now_ms - grace_ms, grace_ms + self._lease_ms, self._settings.batch, held=self._in_flight
             )
             if leased:
                 handled += await self._handle(leased, now_ms, written)

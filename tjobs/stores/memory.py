@@ -588,7 +588,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
         return {shard for shard in shards if any(is_stale(f, now_ms) for f in self._flows[shard].values())}
 
     async def lease_stale_flows(
-        self, shard: int, now_ms: int, lease_ms: int, limit: int
+        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], bool] | None = None
     ) -> list[tuple[Flow, Task | None]]:
         self._check_shard(shard)
         stale = sorted((f.next_attempt_at_ms, key) for key, f in self._flows[shard].items() if is_stale(f, now_ms))[
@@ -599,7 +599,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
             flow = self._flows[shard][key]
             flow.next_attempt_at_ms = now_ms + lease_ms
             task = self._tasks[shard].get(flow.task_id)
-            if task is not None and flow.status is FlowStatus.PENDING:
+            if task is not None and flow.status is FlowStatus.PENDING and (held is None or not held(flow.id)):
                 flow.attempts += 1
             leased.append((replace(flow), None if task is None else _task_copy(task)))
         return leased

@@ -214,7 +214,7 @@ class SqlFirePath(SqlBase, FirePath):
         )
 
     async def lease_stale_flows(
-        self, shard: int, now_ms: int, lease_ms: int, limit: int
+        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], bool] | None = None
     ) -> list[tuple[Flow, Task | None]]:
         home = self._shard(shard)
         lease_until = now_ms + lease_ms
@@ -240,13 +240,13 @@ class SqlFirePath(SqlBase, FirePath):
             )
             tasks = {task.id: task for task in (task_from_row(row) for row in task_rows.mappings())}
             # A pending flow of a live task is about to be re-driven: count the attempt whose outcome
-            # may have been lost (see the contract), in the statement that takes the lease.
+            # may have been lost (see the contract), in the statement that takes the lease; not on one the
+            # caller's deliverer holds.
+            counted: set[Key] = set()
             for flow in flows:
-                if flow.status is FlowStatus.PENDING and flow.task_id in tasks:
+                if flow.status is FlowStatus.PENDING and flow.task_id in tasks and (held is None or not held(flow.id)):
                     flow.attempts += 1
-            counted = {
-                (f.task_id, f.scheduled_at_ms) for f in flows if f.status is FlowStatus.PENDING and f.task_id in tasks
-            }
+                    counted.add((flow.task_id, flow.scheduled_at_ms))
             keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
             await conn.execute(lease_update(home, keys, counted, lease_until), execution_options=home.options)
         return [(flow, tasks.get(flow.task_id)) for flow in flows]
