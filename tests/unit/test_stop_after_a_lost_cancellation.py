@@ -160,7 +160,9 @@ async def test_a_ping_ends_at_its_deadline_even_when_a_wait_for_inside_lost_it()
                 await asyncio.sleep(3600)
             await asyncio.sleep(3600)  # SELECT 1 on a server that stopped answering
 
-    health = DatabaseHealth(AcceptsThenHangs(Topology(1, 1, 4)), 4, ping_timeout_s=0.05)
+    # a deadline of 1 s: a ping timed out while the loop stalled half of it is not held against the server, and
+    # beside a loaded run (load 15, 2026-12-07) this test's loop stalled 0.19 s under a deadline of 0.05 s
+    health = DatabaseHealth(AcceptsThenHangs(Topology(1, 1, 4)), 4, ping_timeout_s=1.0)
     checking = asyncio.ensure_future(health.check_once())
     await asyncio.wait({checking}, timeout=STOP_WITHIN_S)
     if not checking.done():
