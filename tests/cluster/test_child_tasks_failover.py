@@ -101,11 +101,23 @@ class Family:
         made.raise_for_status()
         self.api.api_key, self.app_id = made.json()["api_key"], str(made.json()["id"])
         first, other = set(self.rig.shards_of_server(0)), set(self.rig.shards_of_server(self.children_server))
-        jobs = {node.index: set((await self.api.view(node))["jobs"]) for node in self.rig.live()}
+        jobs = await self._jobs_covering(first | other)
         victim = max(jobs, key=lambda index: len(jobs[index] & first))
         self.victim, self.survivor = self.rig.nodes[victim], self.rig.nodes[3 - victim]
         self.parent_shards = jobs[victim] & first
         self.child_shards = [shards for shards in (other & jobs[victim], other - jobs[victim]) if shards]
+
+    async def _jobs_covering(self, shards: set[int], timeout_s: float = 30.0) -> dict[int, set[int]]:
+        """Each live node's jobs, read until together they own every one of ``shards``: a view read while a group
+        changed hands after the plan was stable (CI, 2026-12-07: neither node owned a shard of server 0) names
+        no victim's shards to key the parents into."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            jobs = {node.index: set((await self.api.view(node))["jobs"]) for node in self.rig.live()}
+            if shards <= set().union(*jobs.values()):
+                return jobs
+            assert time.monotonic() < deadline, f"the nodes' jobs {jobs} never covered {sorted(shards)}"
+            await asyncio.sleep(0.2)
 
     async def add_children(self, names: tuple[str, ...]) -> None:
         """Delivery-only tasks (their own schedule a day away), answered 200 by the receiver."""
