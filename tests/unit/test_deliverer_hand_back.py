@@ -322,3 +322,46 @@ async def test_a_flow_queued_behind_a_slow_app_for_many_passes_is_sent_once_its_
     finally:
         await old.deliverer.stop(1.0)
         await new.deliverer.stop(1.0)
+
+
+async def test_an_at_most_once_flow_queued_behind_a_slow_app_for_many_passes_is_never_sent_twice() -> None:
+    # Given a node sending one callback at a time for an app whose receiver holds the attempt under way, and an
+    # at-most-once flow queued behind it for 15 minutes of compensation passes, each leasing it as stale
+    start_ms = 1_796_000_000_000
+    clock = ManualClock(start_ms)
+    store = MemoryTaskStore()
+    old, new = Node(store, clock), Node(store, clock)
+    await old.deliverer.start()
+    await new.deliverer.start()
+    try:
+        one_at_a_time = replace(APP, max_concurrency=1)
+        old.transport.hold = asyncio.Event()
+        under_way = await stored_flow(store, clock=clock)
+        once = await stored_flow(store, clock=clock, delivery=DeliveryMode.AT_MOST_ONCE)
+        for task, flow in (under_way, once):
+            old.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
+        await old.transport.wait_for(1)
+        for _ in range(180):  # a pass every 5 s
+            clock.advance(5_000)
+            await old.compensator.run_once()
+
+        # When the receiver answers the first, the at-most-once flow's single attempt goes out, and the node dies
+        # with that attempt under way (its outcome never written)
+        first = old.transport.hold
+        old.transport.hold = asyncio.Event()  # the second attempt is never answered
+        first.set()
+        await old.transport.wait_for(2)
+        assert old.transport.requests[1].flow_id == once[1].id
+
+        # Then the store says it was sent (`sending`), and the new owner, a grace later, closes it `unknown`
+        # instead of sending it again
+        assert (await stored(store, once[1].id)).status is FlowStatus.SENDING
+        clock.advance(80_000)
+        await new.compensator.run_once()
+        await settle()
+        assert new.transport.requests == []
+        assert (await stored(store, once[1].id)).status is FlowStatus.UNKNOWN
+    finally:
+        old.transport.hold.set()
+        await old.deliverer.stop(1.0)
+        await new.deliverer.stop(1.0)
