@@ -362,6 +362,7 @@ async def test_an_at_most_once_flow_queued_behind_a_slow_app_for_many_passes_is_
         assert new.transport.requests == []
         assert (await stored(store, once[1].id)).status is FlowStatus.UNKNOWN
     finally:
-        old.transport.hold.set()
+        if old.transport.hold is not None:
+            old.transport.hold.set()
         await old.deliverer.stop(1.0)
         await new.deliverer.stop(1.0)
