@@ -84,14 +84,18 @@ async def test_stopped_primary_commits_nothing_after_takeover_and_steps_down(
     assert "lease lost" in log
 
 
-async def queued_burst(rig: ClusterRig, api: Api, receiver: Receiver) -> tuple[int, Tasks, int, Tasks]:
-    """3 nodes with the product's compensator settings (grace 30 s, a pass every 5 s), an app sent one callback at a
-    time per node, and a burst of 30 instants 3 s from now to ``receiver``: the burst's start, its tasks (id ->
-    instant), the victim (of nodes 2 and 3, which the test does not read through, the one whose shards hold more of
-    the burst) and the victim's share of the tasks."""
-    defaults = {"TJOBS_COMPENSATOR__GRACE_S": "30", "TJOBS_COMPENSATOR__INTERVAL_S": "5"}
+PRODUCT_COMPENSATOR = {"TJOBS_COMPENSATOR__GRACE_S": "30", "TJOBS_COMPENSATOR__INTERVAL_S": "5"}
+
+
+async def queued_burst(
+    rig: ClusterRig, api: Api, receiver: Receiver, env: dict[str, str] = PRODUCT_COMPENSATOR, burst: int = 30
+) -> tuple[int, Tasks, int, Tasks]:
+    """3 nodes with ``env`` (the product's compensator settings: grace 30 s, a pass every 5 s), an app sent one
+    callback at a time per node, and a burst of ``burst`` instants 3 s from now to ``receiver``: the burst's start,
+    its tasks (id -> instant), the victim (of nodes 2 and 3, which the test does not read through, the one whose
+    shards hold more of the burst) and the victim's share of the tasks."""
     for index in (1, 2, 3):
-        rig.start(index, env=defaults)
+        rig.start(index, env=env)
     for node in rig.live():
         await api.wait_healthy(node)
     await api.wait_stable(3)
@@ -103,7 +107,7 @@ async def queued_burst(rig: ClusterRig, api: Api, receiver: Receiver) -> tuple[i
     api.api_key = str(created.json()["api_key"])
     jobs = {index: set((await api.view(rig.nodes[index]))["jobs"]) for index in (2, 3)}
     start = now_ms() + 3000
-    tasks = await schedule(api, rig.nodes[1], receiver.url(), start, start + 30, 1)
+    tasks = await schedule(api, rig.nodes[1], receiver.url(), start, start + burst, 1)
     victim = max(jobs, key=lambda i: len(in_shards(tasks, jobs[i])))
     queued = in_shards(tasks, jobs[victim])
     assert len(queued) >= 4, "the victim's shards hold too few of the burst's tasks"
@@ -175,6 +179,41 @@ async def test_a_stopping_nodes_queued_flows_reach_the_receiver_from_its_success
         late = lateness_ms(queued, slow)
         print(f"stopping node's queued flows | tasks={len(late)} | late_ms={late}")  # the figure line (pytest -s)
         assert late[-1] < 25_000, f"the victim's flows arrived {late} ms late"
+
+
+# A flow queued on its node past compensator.grace_s (a slow receiver, an app taking one callback at a time) was
+# leased by that node's own compensator at every pass it was stale in, each lease counting an attempt: stored ahead
+# of what was sent, its hand-back at a stop was ignored, and its successor's lease spent its attempts, closing it
+# dead unsent (0f0e324). Here a 1-s grace and 2 attempts a flow: the victim's queue outlasts two of its leases
+# (one every ~16 s: the lease is twice the rig's callback timeout, 2 s, plus 10 s) before it stops.
+@pytest.mark.chaos
+async def test_a_stopping_nodes_flows_queued_past_the_grace_reach_the_receiver_with_their_attempts_unspent(
+    rig: ClusterRig, api: Api
+) -> None:
+    # Given 3 nodes, an app sent one callback at a time per node, a receiver answering each after 1.2 s (inside the
+    # rig's 2-s callback timeout), and a burst of 120 instants: each node's queue holds ~40 flows, ~48 s of sends
+    env = {
+        "TJOBS_COMPENSATOR__GRACE_S": "1",
+        "TJOBS_COMPENSATOR__INTERVAL_S": "1",
+        "TJOBS_CALLBACKS__MAX_ATTEMPTS": "2",
+    }
+    async with Receiver(Reply(delay_s=1.2)) as slow:
+        start, tasks, index, queued = await queued_burst(rig, api, slow, env, burst=120)
+
+        # When the victim is stopped (SIGTERM) 25 s after the burst, its flows still queued leased twice or more
+        await asyncio.sleep(max(start + 25_000 - now_ms(), 0) / 1000)
+        waiting = [task for task, at in queued.items() if not slow.for_flow(f"{task}-{at}")]
+        assert len(waiting) >= 2, "the victim's queue had drained before its stop: nothing tested"
+        rig.signal(index, signal.SIGTERM)
+        outcome = await collect_when_fired(api, rig.nodes[1], tasks, 100_000)
+
+        # Then nothing is lost or doubled, and every flow it held reached the receiver and is stored delivered,
+        # none closed dead as if its attempts were spent
+        assert outcome.lost == [] and outcome.duplicated == []
+        statuses = {task: [flow["status"] for flow in outcome.flows[task]] for task in waiting}
+        assert all(status == ["delivered"] for status in statuses.values()), statuses
+        late = lateness_ms({task: queued[task] for task in waiting}, slow)
+        print(f"stopping node's flows queued past the grace | tasks={len(late)} | late_ms={late}")  # the figure line
 
 
 async def test_killed_dispatcher_leader_is_replaced_and_firing_continues(
