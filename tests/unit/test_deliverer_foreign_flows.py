@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -342,10 +343,50 @@ async def test_a_fire_queued_behind_a_non_owners_flow_it_left_to_the_owner_goes_
     # When the first's outcome is written only past grace: node 3 leaves it to the owner's compensator
     clock.advance(PAST_GRACE_MS)
     recorder.failing = False
-    # Then it is not running here any more: the fire waiting behind it goes (its first attempt, as any first
-    # attempt of a non-owner's flow), and nothing of either stays in flight on node 3
+    # Then it is not running here any more, and the fire waiting behind it, past its own window by then (the owner
+    # could have leased it: pending since its commit), is left to the owner too: nothing of either stays in flight
+    # on node 3
     await settled(node3)
-    assert sent_of(third, first) == [1] and sent_of(third, second) == [1]
-    left = await stored(store, first.id)
-    assert (left.status, left.attempts) == (FlowStatus.PENDING, 1)  # for the owner's compensator
-    assert (await stored(store, second.id)).status is FlowStatus.DELIVERED
+    assert sent_of(third, first) == [1] and sent_of(third, second) == []
+    for flow, attempts in ((first, 1), (second, 0)):
+        left = await stored(store, flow.id)
+        assert (left.status, left.attempts) == (FlowStatus.PENDING, attempts)  # for the owner's compensator
+    # and the owner's compensator delivers each once (its lease counts the attempt a crash may have lost)
+    owner = scripted(clock=clock)
+    node1 = await node(deliverers, store, owner, clock, every_shard(store), pools=PoolDispatcher(registry, owner))
+    assert await owners_compensator(store, node1, clock).run_once() == 2
+    await settled(node1)
+    assert sent_of(owner, first) == [3] and sent_of(owner, second) == [2]
+    for flow in (first, second):
+        assert (await stored(store, flow.id)).status is FlowStatus.DELIVERED
+
+
+async def test_a_non_owners_first_attempt_queued_past_grace_is_left_to_the_owner_and_sent_once(
+    store: MemoryTaskStore, clock: ManualClock, deliverers: list[Deliverer]
+) -> None:
+    # Given node 3 (owning no shard) sending one callback at a time for an app whose receiver holds the attempt under
+    # way, and a manual trigger its API took queued behind it past grace: a slow app's trigger, or a backfill's flow
+    one_at_a_time = replace(APP, max_concurrency=1)
+    third = scripted(clock=clock)
+    third.hold = asyncio.Event()
+    node3 = await node(deliverers, store, third, clock, frozenset())
+    blocker_task, blocker = await stored_flow(store, clock=clock)
+    node3.submit(CallbackJob(blocker_task, blocker, one_at_a_time))
+    await third.wait_for(1)
+    task, fired = await stored_flow(store, clock=clock)
+    trigger = replace(fired, kind=FlowKind.MANUAL)
+    node3.submit(CallbackJob(task, trigger, one_at_a_time))
+    clock.advance(PAST_GRACE_MS)
+    # When the owner's compensator passes (it leases the trigger, pending since its commit, and sends it) and then
+    # node 3's receiver answers the attempt under way, so node 3's queue reaches the trigger
+    first = scripted(200, clock=clock)
+    node1 = await node(deliverers, store, first, clock, every_shard(store))
+    assert await owners_compensator(store, node1, clock).run_once() == 2
+    await settled(node1)
+    third.hold.set()
+    await settled(node3)
+    # Then the receiver has the trigger once, from the owner: node 3 does not send what the owner may have leased
+    assert sent_of(first, trigger) == [2]
+    assert sent_of(third, trigger) == []
+    final = await stored(store, trigger.id)
+    assert (final.status, final.attempts) == (FlowStatus.DELIVERED, 2)

@@ -19,6 +19,7 @@ from tests.delivery_fakes import APP, CLOCK, SETTINGS, NoJitter, settle, stored_
 from tjobs.clock import ManualClock
 from tjobs.cluster.local import LocalCoordinator
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
+from tjobs.delivery.foreign_flows import ForeignFlows
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.recording import Answer, RecordingTransport
@@ -38,7 +39,9 @@ WATCH_S = 0.01
 
 
 class Rig:
-    def __init__(self) -> None:
+    def __init__(self, foreign: ForeignFlows | None = None) -> None:
+        """``foreign``: the node's owned shards and window bound (:mod:`tjobs.delivery.foreign_flows`); without it
+        every flow is its own."""
         self.store = MemoryTaskStore()
         self.clock = ManualClock(CLOCK.now_ms())
         self.registry = LocalCoordinator(4)
@@ -56,6 +59,7 @@ class Rig:
             pools=PoolDispatcher(self.registry, self.transport),
             run_timeout_ms=RUN_TIMEOUT_MS,
             run_watch_s=WATCH_S,
+            foreign=foreign,
         )
         # Reports and timeouts are written beside the deliverer, as another node's API would write them:
         # the firing node learns of them from the store only.
@@ -245,9 +249,37 @@ async def test_a_fire_queued_behind_a_run_is_parked_until_the_runs_deadline_not_
     )
     rig.clock.advance(RUN_TIMEOUT_MS // 2)  # long past the compensator's grace, before the run's deadline
     await rig.compensator.run_once()
-    assert (await rig.stored(second)).attempts == 0  # a lease counts an attempt: none was taken
+    still = await rig.stored(second)  # not leased: a lease moves its next attempt (and counts one, but this
+    assert (still.attempts, still.next_attempt_at_ms) == (0, running.run.deadline_ms)  # node holds it: 0f0e324)
 
     # When the run ends, the queued fire goes as its first attempt
     await rig.runs.report(APP, first.id, {"status": "succeeded", "attempt": 1})
     sent = await rig.until(second, FlowStatus.RUNNING)
     assert sent.attempts == 1 and sent.run is not None and sent.run.attempt == 1
+
+
+async def test_a_non_owners_fire_parked_behind_a_run_past_grace_goes_from_there_when_the_run_ends() -> None:
+    # Given a node owning no shard (its API took both manual triggers of a queue_one pool task), the second fire
+    # parked in the store behind the first's live run, until the run's deadline
+    rig = Rig(ForeignFlows(lambda: frozenset(), grace_s=1.0, clock_skew_max_ms=100))
+    await rig.deliverer.start()
+    try:
+        task, (first, second) = await rig.fires("queue_one", 2)
+        await rig.fire(task, first)
+        running = await rig.until(first, FlowStatus.RUNNING)
+        await rig.fire(task, second)
+        assert running.run is not None and running.run.deadline_ms is not None
+        for _ in range(100):
+            if (await rig.stored(second)).next_attempt_at_ms == running.run.deadline_ms:
+                break
+            await asyncio.sleep(WATCH_S)
+
+        # When the run ends long past the grace after the fire's commit, well before the run's deadline
+        rig.clock.advance(RUN_TIMEOUT_MS // 2)
+        await rig.runs.report(APP, first.id, {"status": "succeeded", "attempt": 1})
+
+        # Then the fire goes from this node: the owner could not lease it before the deadline it was parked at
+        sent = await rig.until(second, FlowStatus.RUNNING)
+        assert sent.attempts == 1 and rig.sent() == [first.id, second.id]
+    finally:
+        await rig.deliverer.stop(1.0)

@@ -354,8 +354,10 @@ class Deliverer:
         if verdict is Verdict.WAIT and self._runs is not None and not delivery.at_most_once:
             park_ms = self._runs.deadline_of(running)
             if park_ms is not None:  # behind a run: parked till its deadline (tjobs.delivery.run_watch), no outcome
-                parked = delivery.update(FlowStatus.PENDING, delivery.attempt - 1, park_ms)
-                self._outcomes.put(delivery.flow_id, parked)
+                self._outcomes.put(delivery.flow_id, delivery.update(FlowStatus.PENDING, delivery.attempt - 1, park_ms))
+                if delivery.window is not None:  # a foreign one's window follows its stored next attempt, as a retry's
+                    delivery.window.retry_at(park_ms)
+                    self._outcomes.when_written(delivery.flow_id, lambda: self._in_window(delivery))
         return verdict is Verdict.GO
 
     def _holds_gate(self, flow_id: str) -> bool:
@@ -425,6 +427,8 @@ class Deliverer:
             delivery.record_sending = False
             if not self._in_window(delivery):  # written late: its owner may have leased and sent it first
                 return
+        elif delivery.window is not None and delivery.window.safe_ms > 0 and not self._in_window(delivery):
+            return  # a foreign one queued here until its owner may have leased it: the owner's (foreign_flows)
         if delivery.lost:  # its shard handed over while waiting for its slot, or during the read above
             self._hand_back.unsent(delivery)
             return
@@ -542,9 +546,7 @@ class Deliverer:
         try:
             stored = await self._status_reader.get_flow(job.flow.task_id, job.flow.scheduled_at_ms)
         except Exception:
-            self._leave_to_compensator(
-                delivery, "could not read flow %s before its retry; the compensator re-drives it"
-            )
+            self._leave_to_compensator(delivery, "could not read flow %s before its retry; left to the compensator")
             return False
         if stored is not None and stored.status.deliverable:
             return True

@@ -18,15 +18,20 @@ the database's; with the check off, 0, the clocks are trusted to agree). Then no
 write, so every attempt number this node sent is stored before the owner could count from it. Once a write
 is seen later than that, nothing more of the flow is sent from here: the store has it ``pending`` at its
 retry time (or leased already), and the owner's compensator re-drives it, with a number never sent (no
-flow lost, no attempt number sent twice). An at-least-once flow's first attempt always goes: its number is
-the count stored when it was committed plus one, and a re-drive sends the count it leased (never lower) plus
-two. An at-most-once flow committed ``pending`` (a trigger) is recorded ``sending`` before its single
-attempt, and a lease before that write would have the owner send it too: it is sent from here only if the
-write was seen done inside the window (seen later, it is ``sending``, or the owner's already: the owner
-closes it ``unknown`` or has sent it), and not even written once the window has closed (left ``pending``,
-the owner's compensator sends it once). A node that owned the shard when the flow reached it retries as
-the owner does (until a hand-over lets the flow go: :meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`);
-one that gains the shard later keeps the bound.
+flow lost, no attempt number sent twice). An at-least-once flow's first attempt goes while the same window
+is open, from its stored next attempt as committed (its number is the count stored then plus one, and a
+re-drive sends the count it leased, never lower, plus two): one that waited here longer, queued behind a slow
+or rate-limited app, is left to the owner's compensator, which may have leased and sent it already, and else
+does at its next pass; sent from here too, the receiver had it twice
+(``tests/unit/test_deliverer_foreign_flows.py``). With no window (a grace within twice the clock bound) the
+first attempt always goes. A fire parked behind a live run (:mod:`tjobs.delivery.run_watch`) has its window
+follow the deadline it is stored at, as a retry's. An at-most-once flow committed ``pending`` (a trigger) is
+recorded ``sending`` before its single attempt, and a lease before that write would have the owner send it
+too: it is sent from here only if the write was seen done inside the window (seen later, it is ``sending``,
+or the owner's already: the owner closes it ``unknown`` or has sent it), and not even written once the window
+has closed (left ``pending``, the owner's compensator sends it once). A node that owned the shard when the
+flow reached it retries as the owner does (until a hand-over lets the flow go:
+:meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`); one that gains the shard later keeps the bound.
 
 What a late write costs: the retry waits for the owner's compensator (its retry time plus ``grace_s``, plus
 up to a pass's ``interval_s``), and a re-drive counts one attempt up; a re-driven dead letter's or a
