@@ -12,6 +12,7 @@ import signal
 
 import pytest
 
+from sharding import shard_of_task_id
 from testkit.cluster_rig import ADMIN_KEY, Api, ClusterRig, now_ms
 from tests.cluster.workload import collect_when_fired, in_shards, schedule, start_cluster
 from tests.receiver import Receiver, Reply
@@ -214,6 +215,51 @@ async def test_a_stopping_nodes_flows_queued_past_the_grace_reach_the_receiver_w
         assert all(status == ["delivered"] for status in statuses.values()), statuses
         late = lateness_ms({task: queued[task] for task in waiting}, slow)
         print(f"stopping node's flows queued past the grace | tasks={len(late)} | late_ms={late}")  # the figure line
+
+
+# A trigger a node's API took for a shard another node owns is sent by the node that took it. Queued there (a slow
+# receiver, an app taking one callback at a time) until the owner's compensator could lease it (its stored next
+# attempt grace_s past: 3 s on the rig), the owner re-drove it, and the node that took it sent it too: the receiver
+# had it twice (9c62433).
+@pytest.mark.chaos
+async def test_triggers_queued_on_a_non_owner_past_the_grace_reach_the_receiver_once(rig: ClusterRig, api: Api) -> None:
+    # Given 2 nodes, an app sent one callback at a time per node, a receiver answering each after 0.5 s, and 40
+    # tasks (a day away) of the shards node 2 owns
+    async with Receiver(Reply(delay_s=0.5)) as slow:
+        for index in (1, 2):
+            rig.start(index)
+        for node in rig.live():
+            await api.wait_healthy(node)
+        await api.wait_stable(2)
+        body = {"name": "one-at-a-time", "rate_limit_per_s": 100000, "max_concurrency": 1}
+        created = await api.http.post(
+            f"{rig.nodes[1].base_url}/v1/apps", json=body, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        )
+        created.raise_for_status()
+        api.api_key = str(created.json()["api_key"])
+        auth = {"Authorization": f"Bearer {api.api_key}"}
+        owned = set((await api.view(rig.nodes[2]))["jobs"])
+        tasks: list[int] = []
+        while len(tasks) < 40:
+            task_id = await api.create_at(rig.nodes[1], now_ms() + 86_400_000, slow.url())
+            if shard_of_task_id(task_id) in owned:
+                tasks.append(task_id)
+
+        # When node 1's API takes a trigger of each: 20 s of sends queued on node 1, most past the 3-s grace
+        flows = []
+        for task_id in tasks:
+            triggered = await api.http.post(f"{rig.nodes[1].base_url}/v1/tasks/{task_id}/trigger", headers=auth)
+            assert triggered.status_code in (200, 201, 202), triggered.text
+            flows.append(str(triggered.json()["id"]))
+        await slow.wait_for(len(flows), timeout_s=60)
+        await asyncio.sleep(5)  # a second send of the last ones would come within a pass and a send
+
+        # Then each reached the receiver exactly once, most from the owner (node 1 left what the owner could take)
+        sends = {flow: [r.headers.get("user-agent", "") for r in slow.for_flow(flow)] for flow in flows}
+        assert all(len(senders) == 1 for senders in sends.values()), {f: s for f, s in sends.items() if len(s) != 1}
+        from_owner = sum(senders == ["tjobs-rig/node2"] for senders in sends.values())
+        print(f"triggers queued on a non-owner | flows={len(flows)} | sent by the owner={from_owner}")
+        assert from_owner >= 10, "node 1 sent nearly all before the owner could take them: nothing tested"
 
 
 async def test_killed_dispatcher_leader_is_replaced_and_firing_continues(
