@@ -30,7 +30,7 @@ from tjobs.delivery.deliverer import CallbackJob, Deliverer, TargetSource
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.firing.compensator import Compensator
-from tjobs.model import DeliveryMode, FlowStatus, FlowUpdate
+from tjobs.model import DeliveryMode, Flow, FlowStatus, FlowUpdate
 from tjobs.settings import CallbackSettings, CompensatorSettings
 from tjobs.specs import CallbackSpec
 from tjobs.stores.memory import MemoryTaskStore
@@ -278,89 +278,88 @@ async def test_a_flow_whose_shard_goes_while_its_targets_are_read_goes_out_at_th
         await new.deliverer.stop(1.0)
 
 
+async def queued_behind_a_slow_app(
+    store: MemoryTaskStore, clock: ManualClock, node: Node, delivery: DeliveryMode = DeliveryMode.AT_LEAST_ONCE
+) -> tuple[Flow, int, asyncio.Event]:
+    """``node`` sending one callback at a time for an app whose receiver holds the attempt under way, and a flow
+    (of ``delivery``) queued behind it for 15 minutes of compensation passes, a pass every 5 s: past the grace, so
+    every pass in which it is stale again leases it (a lease holds it 46 s). The queued flow, how many flows the
+    passes leased, and the hold on the attempt under way."""
+    one_at_a_time = replace(APP, max_concurrency=1)
+    node.transport.hold = hold = asyncio.Event()
+    under_way = await stored_flow(store, clock=clock)
+    queued = await stored_flow(store, clock=clock, delivery=delivery)
+    for task, flow in (under_way, queued):
+        node.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
+    await node.transport.wait_for(1)
+    leases = 0
+    for _ in range(180):
+        clock.advance(5_000)
+        leases += await node.compensator.run_once()
+    return queued[1], leases, hold
+
+
 async def test_a_flow_queued_behind_a_slow_app_for_many_passes_is_sent_once_its_node_stops() -> None:
-    # Given a healthy node sending one callback at a time for an app whose receiver holds the attempt under way,
-    # and a flow queued behind it for 15 minutes of compensation passes: past the grace, so every pass in which
-    # it is stale again leases it (a lease holds it 46 s), and the node skips it as its own
-    start_ms = 1_796_000_000_000
-    clock = ManualClock(start_ms)
+    # Given a healthy node with a flow queued behind a slow app's attempt for 15 minutes of compensation passes,
+    # each leasing it as stale, the node skipping it as its own
+    clock = ManualClock(1_796_000_000_000)
     store = MemoryTaskStore()
     old, new = Node(store, clock), Node(store, clock)
     await old.deliverer.start()
     await new.deliverer.start()
     try:
-        one_at_a_time = replace(APP, max_concurrency=1)
-        old.transport.hold = asyncio.Event()
-        under_way, queued = await stored_flow(store, clock=clock), await stored_flow(store, clock=clock)
-        for task, flow in (under_way, queued):
-            old.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
-        await old.transport.wait_for(1)
-        leases = 0
-        for _ in range(180):  # a pass every 5 s
-            clock.advance(5_000)
-            leases += await old.compensator.run_once()
+        queued, leases, hold = await queued_behind_a_slow_app(store, clock, old)
         assert leases >= 2 * CallbackSettings().max_attempts  # each flow leased more often than it may be tried
         assert attempts_of(old.transport) == [1]  # the queued one never sent
 
         # Then its stored attempts still say what was sent: a lease counts the attempt a lost node may have made,
         # and this node's own flows are not lost
-        assert (await stored(store, queued[1].id)).attempts == 0
+        assert (await stored(store, queued.id)).attempts == 0
 
         # And when the node stops (a rolling restart), the flow is handed back and the new owner sends it at its
         # next pass, 5 s later, as a second attempt at most: not closed as spent without ever being sent
         stopping = asyncio.create_task(old.deliverer.stop(5.0))
         await settle()
-        old.transport.hold.set()
+        hold.set()
         await stopping
         clock.advance(5_000)
         assert await new.compensator.run_once() == 1
         await turns_until(lambda: len(new.transport.requests) == 1, "the queued flow re-driven")
         await delivered_all(new.deliverer)
-        assert [r.flow_id for r in new.transport.requests] == [queued[1].id]
+        assert [r.flow_id for r in new.transport.requests] == [queued.id]
         assert attempts_of(new.transport) == [2]  # its lease counts an attempt
-        assert (await stored(store, queued[1].id)).status is FlowStatus.DELIVERED
+        assert (await stored(store, queued.id)).status is FlowStatus.DELIVERED
     finally:
         await old.deliverer.stop(1.0)
         await new.deliverer.stop(1.0)
 
 
 async def test_an_at_most_once_flow_queued_behind_a_slow_app_for_many_passes_is_never_sent_twice() -> None:
-    # Given a node sending one callback at a time for an app whose receiver holds the attempt under way, and an
-    # at-most-once flow queued behind it for 15 minutes of compensation passes, each leasing it as stale
-    start_ms = 1_796_000_000_000
-    clock = ManualClock(start_ms)
+    # Given a node with an at-most-once flow queued behind a slow app's attempt for 15 minutes of compensation
+    # passes, each leasing it as stale
+    clock = ManualClock(1_796_000_000_000)
     store = MemoryTaskStore()
     old, new = Node(store, clock), Node(store, clock)
     await old.deliverer.start()
     await new.deliverer.start()
     try:
-        one_at_a_time = replace(APP, max_concurrency=1)
-        old.transport.hold = asyncio.Event()
-        under_way = await stored_flow(store, clock=clock)
-        once = await stored_flow(store, clock=clock, delivery=DeliveryMode.AT_MOST_ONCE)
-        for task, flow in (under_way, once):
-            old.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
-        await old.transport.wait_for(1)
-        for _ in range(180):  # a pass every 5 s
-            clock.advance(5_000)
-            await old.compensator.run_once()
+        once, _, first = await queued_behind_a_slow_app(store, clock, old, DeliveryMode.AT_MOST_ONCE)
 
         # When the receiver answers the first, the at-most-once flow's single attempt goes out, and the node dies
         # with that attempt under way (its outcome never written)
-        first = old.transport.hold
         old.transport.hold = asyncio.Event()  # the second attempt is never answered
         first.set()
         await old.transport.wait_for(2)
-        assert old.transport.requests[1].flow_id == once[1].id
+        assert old.transport.requests[1].flow_id == once.id
 
         # Then the store says it was sent (`sending`), and the new owner, a grace later, closes it `unknown`
         # instead of sending it again
-        assert (await stored(store, once[1].id)).status is FlowStatus.SENDING
+        assert (await stored(store, once.id)).status is FlowStatus.SENDING
         clock.advance(80_000)
         await new.compensator.run_once()
         await settle()
         assert new.transport.requests == []
-        assert (await stored(store, once[1].id)).status is FlowStatus.UNKNOWN
+        assert (await stored(store, once.id)).status is FlowStatus.UNKNOWN
     finally:
         if old.transport.hold is not None:
             old.transport.hold.set()
