@@ -88,6 +88,21 @@ async def test_stopped_primary_commits_nothing_after_takeover_and_steps_down(
 PRODUCT_COMPENSATOR = {"TJOBS_COMPENSATOR__GRACE_S": "30", "TJOBS_COMPENSATOR__INTERVAL_S": "5"}
 
 
+async def one_at_a_time(rig: ClusterRig, api: Api, nodes: int, env: dict[str, str] | None = None) -> None:
+    """``nodes`` nodes (with ``env``), stable, and an app sent one callback at a time per node (``api``'s key)."""
+    for index in range(1, nodes + 1):
+        rig.start(index, env=env)
+    for node in rig.live():
+        await api.wait_healthy(node)
+    await api.wait_stable(nodes)
+    body = {"name": "one-at-a-time", "rate_limit_per_s": 100000, "max_concurrency": 1}
+    created = await api.http.post(
+        f"{rig.nodes[1].base_url}/v1/apps", json=body, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    created.raise_for_status()
+    api.api_key = str(created.json()["api_key"])
+
+
 async def queued_burst(
     rig: ClusterRig, api: Api, receiver: Receiver, env: dict[str, str] = PRODUCT_COMPENSATOR, burst: int = 30
 ) -> tuple[int, Tasks, int, Tasks]:
@@ -95,17 +110,7 @@ async def queued_burst(
     callback at a time per node, and a burst of ``burst`` instants 3 s from now to ``receiver``: the burst's start,
     its tasks (id -> instant), the victim (of nodes 2 and 3, which the test does not read through, the one whose
     shards hold more of the burst) and the victim's share of the tasks."""
-    for index in (1, 2, 3):
-        rig.start(index, env=env)
-    for node in rig.live():
-        await api.wait_healthy(node)
-    await api.wait_stable(3)
-    body = {"name": "one-at-a-time", "rate_limit_per_s": 100000, "max_concurrency": 1}
-    created = await api.http.post(
-        f"{rig.nodes[1].base_url}/v1/apps", json=body, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
-    )
-    created.raise_for_status()
-    api.api_key = str(created.json()["api_key"])
+    await one_at_a_time(rig, api, 3, env)
     jobs = {index: set((await api.view(rig.nodes[index]))["jobs"]) for index in (2, 3)}
     start = now_ms() + 3000
     tasks = await schedule(api, rig.nodes[1], receiver.url(), start, start + burst, 1)
@@ -226,17 +231,7 @@ async def test_triggers_queued_on_a_non_owner_past_the_grace_reach_the_receiver_
     # Given 2 nodes, an app sent one callback at a time per node, a receiver answering each after 0.5 s, and 40
     # tasks (a day away) of the shards node 2 owns
     async with Receiver(Reply(delay_s=0.5)) as slow:
-        for index in (1, 2):
-            rig.start(index)
-        for node in rig.live():
-            await api.wait_healthy(node)
-        await api.wait_stable(2)
-        body = {"name": "one-at-a-time", "rate_limit_per_s": 100000, "max_concurrency": 1}
-        created = await api.http.post(
-            f"{rig.nodes[1].base_url}/v1/apps", json=body, headers={"Authorization": f"Bearer {ADMIN_KEY}"}
-        )
-        created.raise_for_status()
-        api.api_key = str(created.json()["api_key"])
+        await one_at_a_time(rig, api, 2)
         auth = {"Authorization": f"Bearer {api.api_key}"}
         owned = set((await api.view(rig.nodes[2]))["jobs"])
         tasks: list[int] = []
