@@ -85,15 +85,16 @@ class OwnerWindow:
 
     def written(self, now_ms: int) -> bool:
         """What this node last wrote of the flow is seen written at ``now_ms`` (the outcome of the attempt just
-        made; an at-most-once attempt's ``sending``, or nothing yet before it): whether the flow may still be
-        sent from here (the window then follows the retry's stored time); once it may not, it never may again."""
+        made, or a park's; an at-most-once attempt's ``sending``; or nothing yet, before a first attempt): whether
+        the flow may still be sent from here (the window then follows the retry's stored time); once it may not,
+        it never may again."""
         if now_ms < self.closes_ms:
             self.closes_ms = self.next_closes_ms
             return True
         self.closes_ms = self.next_closes_ms = CLOSED_MS
         logger.warning(
-            "flow %s of a shard this node does not own: written too late to be sent from here again; left to the"
-            " owner's compensator",
+            "flow %s of a shard this node does not own: its attempt, or its write, came after the owner's compensator"
+            " could have leased it; not sent from here, left to the owner's compensator",
             self.flow_id,
             extra={"action": "retry_left_to_owner", "flow_id": self.flow_id},
         )
