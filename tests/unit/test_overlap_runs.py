@@ -273,6 +273,7 @@ async def test_a_non_owners_fire_parked_behind_a_run_past_grace_goes_from_there_
             if (await rig.stored(second)).next_attempt_at_ms == running.run.deadline_ms:
                 break
             await asyncio.sleep(WATCH_S)
+        assert (await rig.stored(second)).next_attempt_at_ms == running.run.deadline_ms  # parked
 
         # When the run ends long past the grace after the fire's commit, well before the run's deadline
         rig.clock.advance(RUN_TIMEOUT_MS // 2)
