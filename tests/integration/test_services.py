@@ -4,6 +4,7 @@ aetcd, redis.asyncio). If one of these fails, every other integration test faili
 from __future__ import annotations
 
 import uuid
+from typing import Any
 from urllib.parse import urlsplit
 
 import asyncmy
@@ -16,6 +17,19 @@ from sqlalchemy.engine import URL, make_url
 
 def _mysql(url: str) -> URL:
     return make_url(url)
+
+
+def _pymysql_row(url: URL, sql: str) -> tuple[Any, ...] | None:
+    """The first row ``sql`` answers over a fresh PyMySQL connection to ``url``."""
+    connection = pymysql.connect(
+        host=url.host, port=url.port or 3306, user=url.username or "root", password=url.password or ""
+    )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            return cursor.fetchone()
+    finally:
+        connection.close()
 
 
 @pytest.mark.mariadb
@@ -35,16 +49,7 @@ async def test_mariadb_answers_select_1_over_asyncmy(mysql_url: str) -> None:
 
 @pytest.mark.mariadb
 def test_mariadb_answers_select_1_over_pymysql(mysql_url: str) -> None:
-    url = _mysql(mysql_url)
-    connection = pymysql.connect(
-        host=url.host, port=url.port or 3306, user=url.username or "root", password=url.password or ""
-    )
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            assert cursor.fetchone() == (1,)
-    finally:
-        connection.close()
+    assert _pymysql_row(_mysql(mysql_url), "SELECT 1") == (1,)
 
 
 @pytest.mark.mariadb
@@ -71,15 +76,7 @@ RUN_CONNECTIONS = 1000
 @pytest.mark.mariadb
 def test_mariadb_admits_the_connections_a_parallel_run_opens(mysql_url: str) -> None:
     url = _mysql(mysql_url)
-    connection = pymysql.connect(
-        host=url.host, port=url.port or 3306, user=url.username or "root", password=url.password or ""
-    )
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT @@max_connections")
-            row = cursor.fetchone()
-    finally:
-        connection.close()
+    row = _pymysql_row(url, "SELECT @@max_connections")
     assert row is not None
     assert int(row[0]) >= RUN_CONNECTIONS, (
         f"the test MariaDB at {url.host}:{url.port} admits {row[0]} connections; a parallel run opens up to"
