@@ -244,6 +244,7 @@ class Node:
             ended=self.child_flows.ended,
             observer=self.observer,  # a run's end at its deadline: the service levels count it
             outcomes_written=lambda: self.deliverer.flush_calls,
+            wait_ms=self.deliverer.wait_ms,  # a held flow leased until its queue reaches it
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
         self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)

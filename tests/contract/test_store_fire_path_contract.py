@@ -604,9 +604,9 @@ async def test_a_lease_counts_no_attempt_on_the_flows_its_caller_says_it_holds(s
     lost = await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 200))
     asked: list[str] = []
 
-    def holds(flow_id: str) -> bool:
+    def holds(flow_id: str) -> int | None:
         asked.append(flow_id)
-        return flow_id == held.id
+        return NOW_MS if flow_id == held.id else None  # held, with no longer lease than the lease's own
 
     leased = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10, held=holds)
 
@@ -618,6 +618,35 @@ async def test_a_lease_counts_no_attempt_on_the_flows_its_caller_says_it_holds(s
     for flow, attempts in ((held, 0), (lost, 1)):
         stored = await store.get_flow(task.id, flow.scheduled_at_ms)
         assert stored is not None and (stored.attempts, stored.next_attempt_at_ms) == (attempts, NOW_MS + 10_000)
+
+
+async def test_a_lease_holds_the_flows_its_caller_holds_until_the_instants_it_gives(store: TaskStore) -> None:
+    # A flow queued behind a slow app past the grace is leased until about when its queue reaches it, so it is not
+    # leased (written) again at every lease's end: three held flows at two instants past the lease, one not held
+    shard = 6
+    task = await store.insert_task(make_task(shard=shard))
+    flows = [await store.insert_manual_flow(task.id, manual_flow(task, NOW_MS - 400 + i)) for i in range(4)]
+    until = {flows[0].id: NOW_MS + 90_000, flows[1].id: NOW_MS + 40_000, flows[2].id: NOW_MS + 90_000}
+
+    leased = await store.lease_stale_flows(shard, NOW_MS, 10_000, 10, held=until.get)
+
+    expected = [
+        (flows[0].id, 0, NOW_MS + 90_000),
+        (flows[1].id, 0, NOW_MS + 40_000),
+        (flows[2].id, 0, NOW_MS + 90_000),
+        (flows[3].id, 1, NOW_MS + 10_000),
+    ]
+    assert [(f.id, f.attempts, f.next_attempt_at_ms) for f, _ in leased] == expected
+    for flow_id, attempts, next_attempt_at_ms in expected:
+        stored = next(f for f in flows if f.id == flow_id)
+        row = await store.get_flow(task.id, stored.scheduled_at_ms)
+        assert row is not None and (row.attempts, row.next_attempt_at_ms) == (attempts, next_attempt_at_ms)
+    # not due again until then: a lease when the short one ends finds only the not-held flow, one at the nearer held
+    # instant that flow (leased again meanwhile) and the nearer held one, not the two held longer
+    again = await store.lease_stale_flows(shard, NOW_MS + 10_000, 10_000, 10)
+    assert [f.id for f, _ in again] == [flows[3].id]
+    later = await store.lease_stale_flows(shard, NOW_MS + 40_000, 10_000, 10)
+    assert [f.id for f, _ in later] == [flows[3].id, flows[1].id]
 
 
 async def test_shards_with_stale_flows_names_the_shards_a_lease_would_find_something_in(store: TaskStore) -> None:

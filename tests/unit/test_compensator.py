@@ -3,6 +3,7 @@ numbers a re-drive carries. Its clock (and the deliverers') is a ManualClock the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -14,7 +15,7 @@ from tests.delivery_fakes import APP, CLOCK, SETTINGS, attempts_of, scripted, st
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer
 from tjobs.delivery.limiter import AppLimiter
-from tjobs.firing.compensator import Compensator
+from tjobs.firing.compensator import HELD_LEASES_MAX, Compensator, held_lease_ms
 from tjobs.model import ChildTrigger, DeliveryMode, Flow, FlowStatus, FlowUpdate, Task, TaskChildren
 from tjobs.settings import CompensatorSettings
 from tjobs.stores.memory import MemoryTaskStore
@@ -146,7 +147,7 @@ class OutcomeDuringTheLease(MemoryTaskStore):
     during_lease: Callable[[], Awaitable[None]] | None = None
 
     async def lease_stale_flows(
-        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], bool] | None = None
+        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], int | None] | None = None
     ) -> list[tuple[Flow, Any]]:
         leased = await super().lease_stale_flows(shard, now_ms, lease_ms, limit, held=held)
         if self.during_lease is not None:
@@ -233,3 +234,15 @@ async def test_an_ending_whose_children_are_still_due_has_them_triggered_and_one
     assert cleared is not None and cleared.status is FlowStatus.DELIVERED and cleared.next_attempt_at_ms is None
     clock.advance(LEASE_MS + 60_000)
     assert await passes.run_once() == 1  # the first still marked (its hook cleared nothing): taken again
+
+
+def test_a_held_flow_is_leased_whole_leases_up_to_its_wait_one_at_least_and_sixteen_at_most() -> None:
+    # leased until its queue reaches it, never past it (a crash re-drives it no later than its turn and a grace), in
+    # whole leases so one lease writes few instants; an unknown wait (nothing taken from its queue lately): one lease
+    lease = 46_000
+    assert held_lease_ms(lease, 0.0) == lease
+    assert held_lease_ms(lease, 45_999.0) == lease
+    assert held_lease_ms(lease, 92_000.0) == 2 * lease
+    assert held_lease_ms(lease, 137_999.0) == 2 * lease
+    assert held_lease_ms(lease, 10 * 3_600_000.0) == HELD_LEASES_MAX * lease
+    assert held_lease_ms(lease, math.inf) == lease

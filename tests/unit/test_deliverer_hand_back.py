@@ -77,6 +77,7 @@ class Node:
             LEASE_MS,
             fence=lambda now_ms: self.fence_open,
             outcomes_written=lambda: self.deliverer.flush_calls,
+            wait_ms=self.deliverer.wait_ms,
         )
 
 
@@ -363,5 +364,64 @@ async def test_an_at_most_once_flow_queued_behind_a_slow_app_for_many_passes_is_
     finally:
         if old.transport.hold is not None:
             old.transport.hold.set()
+        await old.deliverer.stop(1.0)
+        await new.deliverer.stop(1.0)
+
+
+async def test_a_backlog_behind_a_slow_app_is_leased_about_once_a_flow_and_re_driven_near_its_turn_after_a_crash() -> (
+    None
+):
+    # Given a node sending one callback at a time for an app whose receiver answers one a second, and 400 flows queued
+    # at once (a daily batch of a rate-limited app): the last one's turn 400 s away, most of them waiting past the grace
+    clock = ManualClock(1_796_000_000_000)
+    store = MemoryTaskStore()
+    old, new = Node(store, clock), Node(store, clock)
+    await old.deliverer.start()
+    await new.deliverer.start()
+    try:
+        one_at_a_time = replace(APP, max_concurrency=1)
+        old.transport.hold = asyncio.Event()
+        backlog = [await stored_flow(store, clock=clock) for _ in range(400)]
+        for task, flow in backlog:
+            old.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
+        await old.transport.wait_for(1)
+
+        # When it sends them, a compensation pass every 5 s, and dies (kill -9: nothing written) after 200 s
+        leases, held_past_grace = 0, 0
+        for second in range(1, 201):
+            clock.advance(1_000)
+            answered, old.transport.hold = old.transport.hold, asyncio.Event()
+            answered.set()
+            await old.transport.wait_for(second + 1)
+            if second == 30:  # every flow still held (the one under way too) is stale from now on: due at 0
+                held_past_grace = len(backlog) - len(old.transport.requests) + 1
+            if second % 5 == 0:
+                leases += await old.compensator.run_once()
+        sent = {r.flow_id for r in old.transport.requests}
+        crashed_ms = clock.now_ms()
+
+        # Then each flow it held past the grace was leased about once: until about its turn. A lease at every lease's
+        # end (46 s here) would make ~1,200 leases of these 370 flows over the 200 s
+        assert held_past_grace == 370
+        assert leases <= 1.5 * held_past_grace, f"{leases} leases of {held_past_grace} flows held past the grace"
+
+        # And the new owner re-drives each flow the dead node still held no later than a grace and a pass after its
+        # turn on the dead node (position in its queue, at one a second): not minutes after, as a lease pushed past
+        # its turn would make it
+        # (the one under way when it died first, its turn then)
+        unanswered = [flow for _, flow in backlog if (await stored(store, flow.id)).status is FlowStatus.PENDING]
+        assert len(unanswered) == len(backlog) - len(sent) + 1
+        turn_ms = {flow.id: crashed_ms + position * 1_000 for position, flow in enumerate(unanswered)}
+        redriven_ms: dict[str, int] = {}
+        for _ in range(180):  # 15 minutes of passes
+            clock.advance(5_000)
+            await new.compensator.run_once()
+            await settle()
+            for request in new.transport.requests:
+                redriven_ms.setdefault(request.flow_id, clock.now_ms())
+        assert set(redriven_ms) == set(turn_ms)
+        late = {f: redriven_ms[f] - turn_ms[f] for f in turn_ms if redriven_ms[f] > turn_ms[f] + 30_000 + 5_000}
+        assert not late, f"{len(late)} re-driven past their turn and the grace, by up to {max(late.values())} ms"
+    finally:
         await old.deliverer.stop(1.0)
         await new.deliverer.stop(1.0)

@@ -58,6 +58,7 @@ class Delivery:
         "retry_at_ms",
         "targets",
         "timer",
+        "turn",
         "window",
     )
 
@@ -100,6 +101,7 @@ class Delivery:
         self.timer: asyncio.TimerHandle | None = None
         self.retry_at_ms: int | None = None  # waits for its retry (its timer, then its turn in the queue)
         self.queued = False  # waits in its lane for one of the app's max_concurrency workers
+        self.turn = -1  # while in its lane's queue, how many were queued there before it (tjobs.delivery.lanes)
         self.recheck = False  # a retry: read the stored status before sending it
         self.lost = False  # its shard was handed over: nothing more of it is sent from here
         self.window: OwnerWindow | None = None  # its shard is not this node's (tjobs.delivery.foreign_flows)

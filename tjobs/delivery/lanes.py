@@ -3,28 +3,56 @@
 Each app has its own queue (:class:`Lane`), drained by up to the app's ``max_concurrency`` workers, each attempt
 holding an :class:`~tjobs.delivery.limiter.AppLimiter` slot, so a slow or throttled app only ever waits on itself.
 A worker ends when its queue is empty or the deliverer stops; a delivery left in a queue then was never sent from here
-(:mod:`tjobs.delivery.hand_back`).
+(:mod:`tjobs.delivery.hand_back`). A lane measures how fast its workers take from it, so a queued delivery's wait can be
+told (:meth:`Lanes.wait_ms`: how long its node's compensator leases it, :mod:`tjobs.firing.compensator`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 
 from tjobs.delivery.in_flight import Delivery
 from tjobs.delivery.limiter import AppLimiter
 
+PACE_WINDOW_MS = 30_000
+"""A lane's drain rate is the takes of its last window this long (or longer: a window ends at a take)."""
+
 
 class Lane:
-    """One app's queue of deliveries ready for an attempt, and how many workers drain it."""
+    """One app's queue of deliveries ready for an attempt, how many workers drain it, and how fast.
 
-    __slots__ = ("app_id", "queue", "workers")
+    ``added`` and ``taken`` count the deliveries ever queued here and taken from here: a delivery queued as the
+    ``n``-th (its ``turn``, -1 once taken) has ``n - taken`` ahead of it (a few more where let-go ones were
+    dropped)."""
 
-    def __init__(self, app_id: str) -> None:
+    __slots__ = ("added", "app_id", "mark_ms", "mark_taken", "per_ms", "queue", "taken", "workers")
+
+    def __init__(self, app_id: str, now_ms: int) -> None:
         self.app_id = app_id
         self.queue: deque[Delivery] = deque()
         self.workers = 0
+        self.added = 0
+        self.taken = 0
+        self.per_ms = 0.0  # takes a millisecond over the last whole window
+        self.mark_ms = now_ms  # where the window under way began, and the takes by then
+        self.mark_taken = 0
+
+    def took(self, now_ms: int) -> None:
+        self.taken += 1
+        elapsed = now_ms - self.mark_ms
+        if elapsed >= PACE_WINDOW_MS:
+            self.per_ms = (self.taken - self.mark_taken) / elapsed
+            self.mark_ms, self.mark_taken = now_ms, self.taken
+
+    def pace(self, now_ms: int) -> float:
+        """Takes a millisecond as of now: the last window's, or less if nothing was taken for a window since."""
+        elapsed = now_ms - self.mark_ms
+        if elapsed < PACE_WINDOW_MS:
+            return self.per_ms
+        return min(self.per_ms, (self.taken - self.mark_taken) / elapsed)
 
 
 class Lanes:
@@ -37,8 +65,10 @@ class Lanes:
         attempt: Callable[[Delivery], Awaitable[None]],
         failed: Callable[[Delivery], None],
         running: Callable[[], bool],
+        now_ms: Callable[[], int],
     ) -> None:
         self._limiter = limiter
+        self._now_ms = now_ms
         self._attempt = attempt
         self._failed = failed
         self._running = running
@@ -50,16 +80,14 @@ class Lanes:
         """Deliveries waiting in app queues for a slot."""
         return sum(len(lane.queue) for lane in self._lanes.values())
 
-    def queued(self) -> set[int]:
-        """The ``id()`` of every delivery waiting in a queue."""
-        return {id(delivery) for lane in self._lanes.values() for delivery in lane.queue}
-
     def add(self, delivery: Delivery) -> None:
         """Queue ``delivery`` in its app's lane, with a worker more if the app's concurrency allows one."""
         app = delivery.job.app
         lane = self._lanes.get(app.id)
         if lane is None:
-            lane = self._lanes[app.id] = Lane(app.id)
+            lane = self._lanes[app.id] = Lane(app.id, self._now_ms())
+        delivery.turn = lane.added
+        lane.added += 1
         lane.queue.append(delivery)
         # Every live worker is in an attempt or about to take an entry queued before this one, so with
         # all of them started this delivery waits for the app's concurrency cap.
@@ -69,6 +97,18 @@ class Lanes:
             worker = asyncio.get_running_loop().create_task(self._work(lane))
             self._workers.add(worker)
             worker.add_done_callback(self._workers.discard)
+
+    def wait_ms(self, delivery: Delivery | None) -> float:
+        """How long until a worker takes ``delivery`` for an attempt, at the pace its app's queue drains now: 0 if it
+        is not queued (under way, waiting for its retry, its outcome being written, or None), ``math.inf`` if it is
+        and nothing was taken from its queue for a window."""
+        if delivery is None or delivery.turn < 0:
+            return 0.0
+        lane = self._lanes.get(delivery.job.app.id)
+        if lane is None:
+            return 0.0
+        pace = lane.pace(self._now_ms())
+        return (delivery.turn - lane.taken + 1) / pace if pace > 0 else math.inf
 
     def drop_lost(self) -> None:
         """Take the deliveries let go (``lost``) out of the queues: their turns are not waited for."""
@@ -93,6 +133,8 @@ class Lanes:
         try:
             while lane.queue and self._running():
                 delivery = lane.queue.popleft()
+                delivery.turn = -1
+                lane.took(self._now_ms())
                 delivery.retry_at_ms = None  # its retry's turn: handed back as unsent now, if let go
                 app = delivery.job.app
                 try:

@@ -588,7 +588,7 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
         return {shard for shard in shards if any(is_stale(f, now_ms) for f in self._flows[shard].values())}
 
     async def lease_stale_flows(
-        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], bool] | None = None
+        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], int | None] | None = None
     ) -> list[tuple[Flow, Task | None]]:
         self._check_shard(shard)
         stale = sorted((f.next_attempt_at_ms, key) for key, f in self._flows[shard].items() if is_stale(f, now_ms))[
@@ -597,9 +597,10 @@ class MemoryTaskStore(MemoryFlowPages, MemoryRuns, MemoryAccounts, MemorySlo, Ta
         leased: list[tuple[Flow, Task | None]] = []
         for _, key in stale:
             flow = self._flows[shard][key]
-            flow.next_attempt_at_ms = now_ms + lease_ms
+            held_until = None if held is None else held(flow.id)
+            flow.next_attempt_at_ms = max(now_ms + lease_ms, held_until or 0)
             task = self._tasks[shard].get(flow.task_id)
-            if task is not None and flow.status is FlowStatus.PENDING and (held is None or not held(flow.id)):
+            if task is not None and flow.status is FlowStatus.PENDING and held_until is None:
                 flow.attempts += 1
             leased.append((replace(flow), None if task is None else _task_copy(task)))
         return leased

@@ -112,7 +112,7 @@ class FirePath(StoreLifecycle):
 
     @abstractmethod
     async def lease_stale_flows(
-        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], bool] | None = None
+        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], int | None] | None = None
     ) -> list[tuple[Flow, Task | None]]:
         """Non-terminal flows of ``shard`` whose ``next_attempt_at_ms <= now_ms``, and ``delivered`` /
         ``dead`` ones whose children are due since then (see :meth:`shards_with_stale_flows`), with their
@@ -127,9 +127,12 @@ class FirePath(StoreLifecycle):
         without recording its outcome. The re-drive that follows therefore carries a higher attempt
         number than any attempt sent before (a receiver can tell a re-drive from a first attempt).
         ``sending`` flows and flows of deleted tasks keep their ``attempts``: they are closed, not
-        re-driven. Nor is an attempt counted on a flow ``held(flow.id)`` says the caller's own deliverer
-        holds (queued behind a slow app, say): it lost no attempt, its lease only moves it out of the next
-        pass's way. Counted on every pass it is stale in, a flow queued for minutes would be stored ahead of
-        what was sent: its node's hand-back, written at the attempts it knows, ignored, and its attempts
-        spent unsent (``tests/unit/test_deliverer_hand_back.py``).
+        re-driven. Nor is an attempt counted on a flow the caller's own deliverer holds (queued behind a slow
+        app, say), for which ``held(flow.id)`` gives an instant instead of ``None``: it lost no attempt, its
+        lease only moves it out of the next pass's way. Counted on every pass it is stale in, a flow queued for
+        minutes would be stored ahead of what was sent: its node's hand-back, written at the attempts it knows,
+        ignored, and its attempts spent unsent (``tests/unit/test_deliverer_hand_back.py``). Such a flow's next
+        attempt is pushed to that instant where it is later than ``now_ms + lease_ms``: the caller's estimate
+        of when it sends it, so a flow queued for long is not leased (written) again at every lease's end, and
+        a node taking the shard after a crash re-drives it about when it would have gone.
         """

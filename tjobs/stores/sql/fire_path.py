@@ -10,7 +10,6 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Select, Update, case, func, select, text, tuple_, update
@@ -214,7 +213,7 @@ class SqlFirePath(SqlBase, FirePath):
         )
 
     async def lease_stale_flows(
-        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], bool] | None = None
+        self, shard: int, now_ms: int, lease_ms: int, limit: int, *, held: Callable[[str], int | None] | None = None
     ) -> list[tuple[Flow, Task | None]]:
         home = self._shard(shard)
         lease_until = now_ms + lease_ms
@@ -233,7 +232,15 @@ class SqlFirePath(SqlBase, FirePath):
             rows = rows[:limit]
             if not rows:
                 return []
-            flows = [replace(flow_from_row(row), next_attempt_at_ms=lease_until) for row in rows]
+            flows = [flow_from_row(row) for row in rows]
+            # the flows the caller's deliverer holds: leased until it expects to send them, if later (the contract)
+            held_until = {} if held is None else {flow.id: held(flow.id) for flow in flows}
+            until: dict[Key, int] = {}
+            for flow in flows:
+                flow_until = held_until.get(flow.id)
+                flow.next_attempt_at_ms = max(lease_until, flow_until or 0)
+                if flow.next_attempt_at_ms > lease_until:
+                    until[(flow.task_id, flow.scheduled_at_ms)] = flow.next_attempt_at_ms
             task_ids = sorted({f.task_id for f in flows})
             task_rows = await conn.execute(
                 select(home.tasks).where(home.tasks.c.id.in_(task_ids)), execution_options=home.options
@@ -244,11 +251,11 @@ class SqlFirePath(SqlBase, FirePath):
             # caller's deliverer holds.
             counted: set[Key] = set()
             for flow in flows:
-                if flow.status is FlowStatus.PENDING and flow.task_id in tasks and (held is None or not held(flow.id)):
+                if flow.status is FlowStatus.PENDING and flow.task_id in tasks and held_until.get(flow.id) is None:
                     flow.attempts += 1
                     counted.add((flow.task_id, flow.scheduled_at_ms))
             keys = [(f.task_id, f.scheduled_at_ms) for f in flows]
-            await conn.execute(lease_update(home, keys, counted, lease_until), execution_options=home.options)
+            await conn.execute(lease_update(home, keys, counted, lease_until, until), execution_options=home.options)
         return [(flow, tasks.get(flow.task_id)) for flow in flows]
 
 
@@ -265,19 +272,28 @@ def stale_flows_pick(home: ShardTables, status: str, now_ms: int, limit: int) ->
     )
 
 
-def lease_update(home: ShardTables, keys: Sequence[Key], counted: set[Key], lease_until: int) -> Update:
-    """A lease's write of the flows its picks locked (``keys``): their next attempt at ``lease_until``, one
-    attempt more on the ``counted`` ones. On MariaDB it finds them by the primary key, whose records the
-    picks hold, as an outcome flush does (:data:`tjobs.stores.sql_flow_updates.BY_PRIMARY_KEY`): through
-    ``flows_TT_at`` it asked for that index's entry of a row a flush had locked there first, the flush then
-    waiting for the row (a deadlock, 1213)."""
+def lease_update(
+    home: ShardTables, keys: Sequence[Key], counted: set[Key], lease_until: int, until: dict[Key, int] | None = None
+) -> Update:
+    """A lease's write of the flows its picks locked (``keys``): their next attempt at ``lease_until``, or at
+    ``until[key]`` for the held flows leased longer (one ``CASE`` branch per distinct instant: the compensator
+    gives few, :mod:`tjobs.firing.compensator`), one attempt more on the ``counted`` ones. On MariaDB it finds
+    them by the primary key, whose records the picks hold, as an outcome flush does
+    (:data:`tjobs.stores.sql_flow_updates.BY_PRIMARY_KEY`): through ``flows_TT_at`` it asked for that index's entry
+    of a row a flush had locked there first, the flush then waiting for the row (a deadlock, 1213)."""
     c = home.flows.c
+    by_instant: dict[int, list[Key]] = defaultdict(list)
+    for key, instant in sorted((until or {}).items()):
+        by_instant[instant].append(key)
+    row = tuple_(c.task_id, c.scheduled_at)
     return (
         update(home.flows)
         .with_hint(BY_PRIMARY_KEY.strip(), dialect_name=MYSQL)
         .where(keys_in((c.task_id, c.scheduled_at), keys))
         .values(
-            next_attempt_at=lease_until,
+            next_attempt_at=case(*((row.in_(held), instant) for instant, held in by_instant.items()), else_=lease_until)
+            if by_instant
+            else lease_until,
             attempts=c.attempts + case((tuple_(c.task_id, c.scheduled_at).in_(sorted(counted)), 1), else_=0)
             if counted
             else c.attempts,
