@@ -483,7 +483,7 @@ class Node:
         self.metrics.compensator_backlog.set(self.compensator.backlog)
         stats = self.runner.stats
         self.metrics.observe_runner(stats.cas_rejected, stats.commit_errors, stats.commit_fenced)
-        self.metrics.observe_flow_totals(self.compensator.redriven, self.deliverer.handed_back)
+        self.metrics.observe_flow_totals(self.compensator.redriven, self.deliverer.handed_back, self.compensator.leased)
         self.metrics.observe_cluster(self.coordinator.describe(), self.node_id)
         self.metrics.observe_db_servers(self.db_health.describe())
         self.metrics.observe_shard_moves(self.move_watch.latest)

@@ -571,4 +571,5 @@ async def test_a_running_nodes_re_drives_and_hand_backs_advance_their_counters()
     values = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
     # Then the re-drive is counted, and the queued flow written back for the shard's owner
     assert values["tjobs_flows_redriven_total"] == 1
+    assert values["tjobs_flows_leased_total"] == 1
     assert values["tjobs_flows_handed_back_total"] == 1

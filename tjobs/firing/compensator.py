@@ -112,6 +112,7 @@ class Compensator(PeriodicPass):
         self._outcomes_written = outcomes_written
         self._wait_ms = wait_ms
         self.redriven = 0
+        self.leased = 0  # flows leased, over every pass (tjobs_flows_leased_total)
         self.runs_ended = 0
         self.backlog = 0
 
@@ -134,6 +135,7 @@ class Compensator(PeriodicPass):
                 shard, now_ms - grace_ms, grace_ms + self._lease_ms, self._settings.batch, held=self._held(now_ms)
             )
             if leased:
+                self.leased += len(leased)
                 handled += await self._handle(leased, now_ms, written)
         self.backlog = handled
         return handled

@@ -133,6 +133,11 @@ class Metrics:
             "tjobs_compensator_backlog", "Flows the last compensation pass handled", registry=r
         )
         self.flows_redriven = Counter("tjobs_flows_redriven", "Flows re-driven by the compensator", registry=r)
+        self.flows_leased = Counter(
+            "tjobs_flows_leased",
+            "Flows the compensator leased: re-driven, closed, or held here and leased until about their turn",
+            registry=r,
+        )
         self.flows_handed_back = Counter(
             "tjobs_flows_handed_back",
             "Flows this node let go unsent (fenced, shards handed over, stopping), written back due for their owner",
@@ -194,7 +199,7 @@ class Metrics:
         self._hot_tier_lag: dict[str, Histogram] = {}
         self._was_leader = False
         self._runner_seen = (0, 0, 0)
-        self._flows_seen = (0, 0)
+        self._flows_seen = (0, 0, 0)
 
     def _new_series(self, app_id: str) -> AppSeries:
         series = self.per_app[app_id] = AppSeries(LATENESS_BUCKETS_S, DURATION_BUCKETS_S)
@@ -248,13 +253,14 @@ class Metrics:
         self.fire_tx_failures.labels("fenced").inc(max(commit_fenced - seen[2], 0))
         self._runner_seen = (cas_rejected, commit_errors, commit_fenced)
 
-    def observe_flow_totals(self, redriven: int, handed_back: int) -> None:
-        """Advance the re-driven and handed-back flow counters to the compensator's and the deliverer's totals
-        (scrape time)."""
+    def observe_flow_totals(self, redriven: int, handed_back: int, leased: int) -> None:
+        """Advance the re-driven, handed-back and leased flow counters to the compensator's and the deliverer's
+        totals (scrape time)."""
         seen = self._flows_seen
         self.flows_redriven.inc(max(redriven - seen[0], 0))
         self.flows_handed_back.inc(max(handed_back - seen[1], 0))
-        self._flows_seen = (redriven, handed_back)
+        self.flows_leased.inc(max(leased - seen[2], 0))
+        self._flows_seen = (redriven, handed_back, leased)
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
         """Mirror a coordinator's ``describe()`` (scrape time); keys missing in embedded mode are skipped."""
@@ -367,7 +373,7 @@ class NullMetrics(Metrics):
     def observe_runner(self, cas_rejected: int, commit_errors: int, commit_fenced: int) -> None:
         pass
 
-    def observe_flow_totals(self, redriven: int, handed_back: int) -> None:
+    def observe_flow_totals(self, redriven: int, handed_back: int, leased: int) -> None:
         pass
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
