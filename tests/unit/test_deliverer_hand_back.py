@@ -9,6 +9,8 @@ and never as far as the grace."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 
 import pytest
@@ -81,6 +83,21 @@ class Node:
         )
 
 
+@asynccontextmanager
+async def running(*nodes: Node) -> AsyncIterator[None]:
+    """The nodes' deliverers started, then stopped (1 s to drain) however the test ends, any attempt it held
+    released first."""
+    for node in nodes:
+        await node.deliverer.start()
+    try:
+        yield
+    finally:
+        for node in nodes:
+            if node.transport.hold is not None:
+                node.transport.hold.set()
+            await node.deliverer.stop(1.0)
+
+
 @pytest.mark.parametrize("taker", ["the same node, fired again", "another node"])
 async def test_a_fenced_nodes_unsent_flows_go_out_at_the_owners_next_pass(taker: str) -> None:
     # Given a node whose fence closes (etcd gone, or the node frozen past its lease) with five flows on their way
@@ -90,9 +107,7 @@ async def test_a_fenced_nodes_unsent_flows_go_out_at_the_owners_next_pass(taker:
     clock = ManualClock(start_ms)
     store = MemoryTaskStore()
     fenced, other = Node(store, clock), Node(store, clock)
-    await fenced.deliverer.start()
-    await other.deliverer.start()
-    try:
+    async with running(fenced, other):
         first = await stored_flow(store, clock=clock)
         retry = await stored_flow(store, clock=clock, attempts=1)
         answered = await stored_flow(store, clock=clock)
@@ -140,17 +155,13 @@ async def test_a_fenced_nodes_unsent_flows_go_out_at_the_owners_next_pass(taker:
         assert (still_leased.attempts, still_leased.next_attempt_at_ms) == (1, start_ms + 15_000)  # its lease holds
         untouched = await stored(store, at_most_once[1].id)
         assert (untouched.status, untouched.attempts) == (FlowStatus.SENDING, 1)  # the grace's, as before
-    finally:
-        await fenced.deliverer.stop(1.0)
-        await other.deliverer.stop(1.0)
 
 
 async def test_without_hand_back_a_fenced_nodes_flows_wait_for_the_grace() -> None:
     clock = ManualClock(1_796_000_000_000)
     store = MemoryTaskStore()
     node = Node(store, clock, hand_back_ms=None)
-    await node.deliverer.start()
-    try:
+    async with running(node):
         task, flow = await stored_flow(store, clock=clock)
         node.fence_open = False
         node.deliverer.submit(CallbackJob(task, flow, APP))
@@ -158,8 +169,6 @@ async def test_without_hand_back_a_fenced_nodes_flows_wait_for_the_grace() -> No
         stored_now = await stored(store, flow.id)
         assert (stored_now.status, stored_now.next_attempt_at_ms) == (FlowStatus.PENDING, flow.next_attempt_at_ms)
         assert node.deliverer.fenced_flows.handed_back == 0
-    finally:
-        await node.deliverer.stop(1.0)
 
 
 async def attempts_stored(store: MemoryTaskStore, flow_id: str, attempts: int) -> None:
@@ -180,9 +189,7 @@ async def test_a_healthy_nodes_unsent_flows_go_out_at_the_new_owners_next_pass(l
     clock = ManualClock(start_ms)
     store = MemoryTaskStore()
     old, new = Node(store, clock), Node(store, clock)
-    await old.deliverer.start()
-    await new.deliverer.start()
-    try:
+    async with running(old, new):
         old.transport.script(Answer(503, retry_after="10"), Answer(503, retry_after="10"), then=Answer(200))
         one_at_a_time = replace(APP, max_concurrency=1)
         retrying = await stored_flow(store, clock=clock)
@@ -225,9 +232,6 @@ async def test_a_healthy_nodes_unsent_flows_go_out_at_the_new_owners_next_pass(l
         assert attempts_of(new.transport) == [2, 2, 3, 3]
         for _, flow in (retrying, under_way, *queued):
             assert (await stored(store, flow.id)).status is FlowStatus.DELIVERED
-    finally:
-        await old.deliverer.stop(1.0)
-        await new.deliverer.stop(1.0)
 
 
 class SlowTargets:
@@ -255,9 +259,7 @@ async def test_a_flow_whose_shard_goes_while_its_targets_are_read_goes_out_at_th
     hook = Target(APP.id, "hook", HttpTarget(("https://receiver.example/hook",)), 1, RetryPolicy())
     slow = SlowTargets(hook)
     old, new = Node(store, clock, targets=slow), Node(store, clock)
-    await old.deliverer.start()
-    await new.deliverer.start()
-    try:
+    async with running(old, new):
         task, flow = await stored_flow(store, clock=clock)
         task = replace(task, callback=CallbackSpec((), targets=("hook",)))
         old.deliverer.submit(CallbackJob(task, flow, APP, {"hook": hook}))
@@ -274,9 +276,6 @@ async def test_a_flow_whose_shard_goes_while_its_targets_are_read_goes_out_at_th
         clock.advance(5_000)
         assert await new.compensator.run_once() == 1
         await turns_until(lambda: len(new.transport.requests) == 1, "the flow re-driven")
-    finally:
-        await old.deliverer.stop(1.0)
-        await new.deliverer.stop(1.0)
 
 
 async def queued_behind_a_slow_app(
@@ -306,9 +305,7 @@ async def test_a_flow_queued_behind_a_slow_app_for_many_passes_is_sent_once_its_
     clock = ManualClock(1_796_000_000_000)
     store = MemoryTaskStore()
     old, new = Node(store, clock), Node(store, clock)
-    await old.deliverer.start()
-    await new.deliverer.start()
-    try:
+    async with running(old, new):
         queued, leases, hold = await queued_behind_a_slow_app(store, clock, old)
         assert leases >= 2 * CallbackSettings().max_attempts  # each flow leased more often than it may be tried
         assert attempts_of(old.transport) == [1]  # the queued one never sent
@@ -330,9 +327,6 @@ async def test_a_flow_queued_behind_a_slow_app_for_many_passes_is_sent_once_its_
         assert [r.flow_id for r in new.transport.requests] == [queued.id]
         assert attempts_of(new.transport) == [2]  # its lease counts an attempt
         assert (await stored(store, queued.id)).status is FlowStatus.DELIVERED
-    finally:
-        await old.deliverer.stop(1.0)
-        await new.deliverer.stop(1.0)
 
 
 async def test_an_at_most_once_flow_queued_behind_a_slow_app_for_many_passes_is_never_sent_twice() -> None:
@@ -341,9 +335,7 @@ async def test_an_at_most_once_flow_queued_behind_a_slow_app_for_many_passes_is_
     clock = ManualClock(1_796_000_000_000)
     store = MemoryTaskStore()
     old, new = Node(store, clock), Node(store, clock)
-    await old.deliverer.start()
-    await new.deliverer.start()
-    try:
+    async with running(old, new):
         once, _, first = await queued_behind_a_slow_app(store, clock, old, DeliveryMode.AT_MOST_ONCE)
 
         # When the receiver answers the first, the at-most-once flow's single attempt goes out, and the node dies
@@ -361,11 +353,6 @@ async def test_an_at_most_once_flow_queued_behind_a_slow_app_for_many_passes_is_
         await settle()
         assert new.transport.requests == []
         assert (await stored(store, once.id)).status is FlowStatus.UNKNOWN
-    finally:
-        if old.transport.hold is not None:
-            old.transport.hold.set()
-        await old.deliverer.stop(1.0)
-        await new.deliverer.stop(1.0)
 
 
 async def test_a_backlog_behind_a_slow_app_is_leased_about_once_a_flow_and_re_driven_near_its_turn_after_a_crash() -> (
@@ -376,9 +363,7 @@ async def test_a_backlog_behind_a_slow_app_is_leased_about_once_a_flow_and_re_dr
     clock = ManualClock(1_796_000_000_000)
     store = MemoryTaskStore()
     old, new = Node(store, clock), Node(store, clock)
-    await old.deliverer.start()
-    await new.deliverer.start()
-    try:
+    async with running(old, new):
         one_at_a_time = replace(APP, max_concurrency=1)
         old.transport.hold = asyncio.Event()
         backlog = [await stored_flow(store, clock=clock) for _ in range(400)]
@@ -422,6 +407,3 @@ async def test_a_backlog_behind_a_slow_app_is_leased_about_once_a_flow_and_re_dr
         assert set(redriven_ms) == set(turn_ms)
         late = {f: redriven_ms[f] - turn_ms[f] for f in turn_ms if redriven_ms[f] > turn_ms[f] + 30_000 + 5_000}
         assert not late, f"{len(late)} re-driven past their turn and the grace, by up to {max(late.values())} ms"
-    finally:
-        await old.deliverer.stop(1.0)
-        await new.deliverer.stop(1.0)
