@@ -407,3 +407,48 @@ async def test_a_backlog_behind_a_slow_app_is_leased_about_once_a_flow_and_re_dr
         assert set(redriven_ms) == set(turn_ms)
         late = {f: redriven_ms[f] - turn_ms[f] for f in turn_ms if redriven_ms[f] > turn_ms[f] + 30_000 + 5_000}
         assert not late, f"{len(late)} re-driven past their turn and the grace, by up to {max(late.values())} ms"
+
+
+async def test_a_first_attempt_that_waited_long_in_its_apps_queue_is_not_sent_once_its_task_is_deleted() -> None:
+    # Given a node sending one callback at a time for an app whose receiver holds the attempt under way, two flows
+    # queued behind it, and a count of the store's flow reads
+    clock = ManualClock(1_796_000_000_000)
+    store = MemoryTaskStore()
+    node = Node(store, clock)
+    reads: list[str] = []
+    read_flow = store.get_flow
+
+    async def counted_read(task_id: int, scheduled_at_ms: int) -> Flow | None:
+        reads.append(f"{task_id}-{scheduled_at_ms}")
+        return await read_flow(task_id, scheduled_at_ms)
+
+    store.get_flow = counted_read  # type: ignore[method-assign]
+    async with running(node):
+        one_at_a_time = replace(APP, max_concurrency=1)
+        node.transport.hold = asyncio.Event()
+        under_way = await stored_flow(store, clock=clock)
+        deleted, kept = [await stored_flow(store, clock=clock) for _ in range(2)]
+        for task, flow in (under_way, deleted, kept):
+            node.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
+        await node.transport.wait_for(1)
+
+        # When the first one's task is deleted (its open flows cancelled) while they wait, a minute (the order was
+        # paid: its "close the order" timer is no longer wanted)
+        assert await store.delete_task_cancelling_flows(deleted[0].id, clock.now_ms())
+        clock.advance(60_000)
+        node.transport.hold.set()
+        await delivered_all(node.deliverer)
+
+        # Then it is not sent (its flow read first, found cancelled), and the other is
+        assert [r.flow_id for r in node.transport.requests] == [under_way[1].id, kept[1].id]
+        assert sorted(reads) == sorted([deleted[1].id, kept[1].id])
+        assert (await stored(store, deleted[1].id)).status is FlowStatus.CANCELLED
+        assert (await stored(store, kept[1].id)).status is FlowStatus.DELIVERED
+
+        # And a first attempt taken from its queue at once is sent without a read: the fire path pays none
+        reads.clear()
+        prompt = await stored_flow(store, clock=clock)
+        node.deliverer.submit(CallbackJob(*prompt, one_at_a_time))
+        await delivered_all(node.deliverer)
+        assert node.transport.requests[-1].flow_id == prompt[1].id
+        assert reads == []

@@ -35,9 +35,9 @@ group is released) have their flows here let go, queued, waiting or under way (n
 of the attempt before it to be written (:mod:`tjobs.delivery.outcomes`): the new owner's lease covers one attempt. A
 flow let go unsent, there or at a stop, is handed back to its shard's owner, due at once or at its retry time
 (:mod:`tjobs.delivery.hand_back`). A flow of a shard not this node's when it came (what the API commits) is retried, or
-recorded ``sending``, only while the owner cannot lease it (:mod:`tjobs.delivery.foreign_flows`). Before a retry (never
-before a first attempt: the fire path pays no read) the flow's stored status is read: a flow ``cancelled`` meanwhile
-(its task was deleted, on any node) or finished elsewhere is not sent again.
+recorded ``sending``, only while the owner cannot lease it (:mod:`tjobs.delivery.foreign_flows`). Before a retry, or an
+attempt that waited long in its app's queue (:data:`tjobs.delivery.lanes.LONG_WAIT_MS`, else the fire path pays no read)
+the stored flow is read: one ``cancelled`` meanwhile (its task deleted, on any node) or ended elsewhere is not sent.
 
 Attempt numbers (``tjobs-attempt``) grow with every send: retries count on from the recorded ``attempts``, a re-drive
 from the attempt a crash may have lost (:mod:`tjobs.firing.compensator`). In memory: :mod:`tjobs.delivery.in_flight`.
@@ -540,7 +540,7 @@ class Deliverer:
         return True
 
     async def _still_open(self, delivery: Delivery) -> bool:
-        """Whether a retry may be sent: its flow is still open in the store (read it)."""
+        """Whether a retry (or a long-queued attempt) may be sent: its flow is still open in the store (read it)."""
         assert self._status_reader is not None
         job = delivery.job
         try:
@@ -553,7 +553,7 @@ class Deliverer:
         self.cancelled += 1
         self._release(delivery)  # ended elsewhere: a fire of its task waiting behind it goes
         logger.info(
-            "flow %s is %s; its retry is not sent",
+            "flow %s is %s; its next attempt is not sent",
             delivery.flow_id,
             "gone" if stored is None else stored.status.value,
             extra={"action": "retry_dropped", "flow_id": delivery.flow_id},

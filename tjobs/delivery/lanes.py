@@ -17,6 +17,11 @@ from collections.abc import Awaitable, Callable
 from tjobs.delivery.in_flight import Delivery
 from tjobs.delivery.limiter import AppLimiter
 
+LONG_WAIT_MS = 5_000
+"""A delivery taken from its queue this long after it was queued has its flow read before the attempt
+(``Delivery.recheck``): its task may have been deleted, or the flow ended elsewhere, meanwhile. One taken sooner
+pays no read."""
+
 PACE_WINDOW_MS = 30_000
 """A lane's drain rate is the takes of its last window this long (or longer: a window ends at a take)."""
 
@@ -87,6 +92,7 @@ class Lanes:
         if lane is None:
             lane = self._lanes[app.id] = Lane(app.id, self._now_ms())
         delivery.turn = lane.added
+        delivery.queued_at_ms = self._now_ms()
         lane.added += 1
         lane.queue.append(delivery)
         # Every live worker is in an attempt or about to take an entry queued before this one, so with
@@ -134,7 +140,10 @@ class Lanes:
             while lane.queue and self._running():
                 delivery = lane.queue.popleft()
                 delivery.turn = -1
-                lane.took(self._now_ms())
+                now_ms = self._now_ms()
+                lane.took(now_ms)
+                if now_ms - delivery.queued_at_ms >= LONG_WAIT_MS:
+                    delivery.recheck = True
                 delivery.retry_at_ms = None  # its retry's turn: handed back as unsent now, if let go
                 app = delivery.job.app
                 try:
