@@ -452,3 +452,30 @@ async def test_a_first_attempt_that_waited_long_in_its_apps_queue_is_not_sent_on
         await delivered_all(node.deliverer)
         assert node.transport.requests[-1].flow_id == prompt[1].id
         assert reads == []
+
+
+async def test_a_stopping_nodes_flow_waiting_for_its_apps_rate_is_handed_back_when_the_drain_runs_out() -> None:
+    # Given a node with an app limited to one callback a second: one attempt sent, the next flow taken from the queue
+    # by a worker and waiting about a second for the app's rate, a third still queued
+    clock = ManualClock(1_796_000_000_000)
+    store = MemoryTaskStore()
+    node = Node(store, clock)
+    await node.deliverer.start()
+    one_a_second = replace(APP, rate_limit_per_s=1.0, max_concurrency=2)
+    flows = [await stored_flow(store, clock=clock) for _ in range(3)]
+    for task, flow in flows:
+        node.deliverer.submit(CallbackJob(task, flow, one_a_second))
+    await node.transport.wait_for(1)
+
+    # When the node stops (a rolling restart) with a drain shorter than that wait
+    await node.deliverer.stop(0.2)
+
+    # Then both flows not sent are written back due for the shard's owner's next pass, the one that waited for its
+    # slot too (not left as stored, for the owner a grace later)
+    assert [r.flow_id for r in node.transport.requests] == [flows[0][1].id]
+    for _, flow in flows[1:]:
+        stored_now = await stored(store, flow.id)
+        assert (stored_now.status, stored_now.next_attempt_at_ms) == (
+            FlowStatus.PENDING,
+            clock.now_ms() - HAND_BACK_MS,
+        ), flow.id

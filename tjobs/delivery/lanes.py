@@ -3,7 +3,8 @@
 Each app has its own queue (:class:`Lane`), drained by up to the app's ``max_concurrency`` workers, each attempt
 holding an :class:`~tjobs.delivery.limiter.AppLimiter` slot, so a slow or throttled app only ever waits on itself.
 A worker ends when its queue is empty or the deliverer stops; a delivery left in a queue then was never sent from here
-(:mod:`tjobs.delivery.hand_back`). A lane measures how fast its workers take from it, so a queued delivery's wait can be
+(:mod:`tjobs.delivery.hand_back`), nor one whose wait for its app's limits the stop's drain cut short: it goes back to
+the head of its queue. A lane measures how fast its workers take from it, so a queued delivery's wait can be
 told (:meth:`Lanes.wait_ms`: how long its node's compensator leases it, :mod:`tjobs.firing.compensator`).
 """
 
@@ -139,18 +140,25 @@ class Lanes:
         try:
             while lane.queue and self._running():
                 delivery = lane.queue.popleft()
-                delivery.turn = -1
+                turn, delivery.turn = delivery.turn, -1
                 now_ms = self._now_ms()
                 lane.took(now_ms)
                 if now_ms - delivery.queued_at_ms >= LONG_WAIT_MS:
                     delivery.recheck = True
                 delivery.retry_at_ms = None  # its retry's turn: handed back as unsent now, if let go
                 app = delivery.job.app
+                started = False
                 try:
                     async with self._limiter.slot(
                         lane.app_id, app.rate_limit_per_s, app.max_concurrency, queued=delivery.queued
                     ):
+                        started = True
                         await self._attempt(delivery)
+                except asyncio.CancelledError:
+                    if not started:  # a stop's drain ran out while it waited for its app's limits: never sent
+                        delivery.turn = turn
+                        lane.queue.appendleft(delivery)  # back in its queue, handed back as queued
+                    raise
                 except Exception:  # a bug, not a receiver failure
                     self._failed(delivery)
         finally:
