@@ -130,7 +130,9 @@ class Metrics:
             registry=r,
         )
         self.compensator_backlog = Gauge(
-            "tjobs_compensator_backlog", "Flows the last compensation pass handled", registry=r
+            "tjobs_compensator_backlog",
+            "Flows the last compensation pass leased (re-driven, closed, or held here until about their turn)",
+            registry=r,
         )
         self.flows_redriven = Counter("tjobs_flows_redriven", "Flows re-driven by the compensator", registry=r)
         self.flows_leased = Counter(
