@@ -18,10 +18,11 @@ from collections.abc import Awaitable, Callable
 from tjobs.delivery.in_flight import Delivery
 from tjobs.delivery.limiter import AppLimiter
 
-LONG_WAIT_MS = 5_000
+LONG_WAIT_MS = 30_000
 """A delivery taken from its queue this long after it was queued has its flow read before the attempt
 (``Delivery.recheck``): its task may have been deleted, or the flow ended elsewhere, meanwhile. One taken sooner
-pays no read."""
+pays no read: a node seconds behind at its peak rate adds no read a send to the database it is waiting on, only a
+queue behind a slow or rate-limited app does (the compensator's grace, 30 s by default, is as long)."""
 
 PACE_WINDOW_MS = 30_000
 """A lane's drain rate is the takes of its last window this long (or longer: a window ends at a take)."""
