@@ -76,6 +76,16 @@ DASHBOARDS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
                 f"sum by (reason) (rate(tjobs_throttled_fires_total{{{APP}}}[1m])) or vector(0)",
             ),
             ("registrations", "ops", f"sum(rate(tjobs_registrations_total{{{APP}}}[1m])) or vector(0)"),
+            (
+                "callbacks waiting in the nodes' queues (the app's limits or a slow receiver)",
+                "short",
+                f"sum by (app) (tjobs_delivery_queued{{{APP}}}) or vector(0)",
+            ),
+            (
+                "time to drain the longest queue at its pace",
+                "s",
+                f"max by (app) (tjobs_delivery_queue_drain_seconds{{{APP}}}) or vector(0)",
+            ),
         ],
     ),
     "cluster": (

@@ -484,6 +484,7 @@ class Node:
         stats = self.runner.stats
         self.metrics.observe_runner(stats.cas_rejected, stats.commit_errors, stats.commit_fenced)
         self.metrics.observe_flow_totals(self.compensator.redriven, self.deliverer.handed_back, self.compensator.leased)
+        self.metrics.observe_delivery_queues(self.deliverer.lanes.queues())
         self.metrics.observe_cluster(self.coordinator.describe(), self.node_id)
         self.metrics.observe_db_servers(self.db_health.describe())
         self.metrics.observe_shard_moves(self.move_watch.latest)

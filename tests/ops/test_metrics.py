@@ -561,6 +561,7 @@ async def test_a_running_nodes_re_drives_and_hand_backs_advance_their_counters()
                     break
                 await asyncio.sleep(0.01)
             assert node.deliverer.backlog == 1
+            queued = (await client.get("/metrics")).text
             node.deliverer.forget_runs(frozenset(node.store.topology.shards()))
             deadline = time.monotonic() + 5
             while True:
@@ -568,8 +569,15 @@ async def test_a_running_nodes_re_drives_and_hand_backs_advance_their_counters()
                 if "tjobs_flows_handed_back_total 1.0" in text or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.05)
+    # Then while it waited, its app's queue here showed it, with no drain time before the queue has a pace (30 s)
+    waiting = [(s.name, s.labels, s.value) for family in text_string_to_metric_families(queued) for s in family.samples]
+    assert [(n, v) for n, labels, v in waiting if n == "tjobs_delivery_queued" and labels == {"app": app["id"]}] == [
+        ("tjobs_delivery_queued", 1.0)
+    ]
+    assert not [n for n, _, _ in waiting if n == "tjobs_delivery_queue_drain_seconds"]
     values = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
-    # Then the re-drive is counted, and the queued flow written back for the shard's owner
+    assert "tjobs_delivery_queued" not in values  # let go: no app waits here any more
+    # And the re-drive is counted, and the queued flow written back for the shard's owner
     assert values["tjobs_flows_redriven_total"] == 1
     assert values["tjobs_flows_leased_total"] == 1
     assert values["tjobs_flows_handed_back_total"] == 1

@@ -384,6 +384,10 @@ async def test_a_backlog_behind_a_slow_app_is_leased_about_once_a_flow_and_re_dr
                 leases += await old.compensator.run_once()
         sent = {r.flow_id for r in old.transport.requests}
         crashed_ms = clock.now_ms()
+        # (what its metrics showed then: the app's queue and how long it takes to drain at one a second)
+        [(app_id, queued, drain_s)] = old.deliverer.lanes.queues()
+        assert (app_id, queued) == (APP.id, len(backlog) - len(sent))
+        assert drain_s is not None and abs(drain_s - queued) <= 0.05 * queued
 
         # Then each flow it held past the grace was leased about once: until about its turn. A lease at every lease's
         # end (46 s here) would make ~1,200 leases of these 370 flows over the 200 s

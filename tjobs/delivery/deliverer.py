@@ -155,7 +155,7 @@ class Deliverer:
         self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume, run_reader)
         self._waiting_retries = 0
         self._active: dict[str, Delivery] = {}
-        self._lanes = Lanes(limiter, self._attempt, self._failed, lambda: self._running, clock.now_ms)
+        self.lanes = Lanes(limiter, self._attempt, self._failed, lambda: self._running, clock.now_ms)  # per app
         self._running = False
         self.handed_over = 0  # flows let go: their shards went to another node
         self._hand_back = HandBack(clock, self._outcomes, hand_back_ms)
@@ -197,9 +197,9 @@ class Deliverer:
                 delivery.timer.cancel()
                 delivery.timer = None
                 self._waiting_retries -= 1
-        await self._lanes.drain(drain_timeout_s)
+        await self.lanes.drain(drain_timeout_s)
         self._hand_back_unsent(list(self._active.values()))
-        self._lanes.clear()
+        self.lanes.clear()
         self._active.clear()
         if self._runs is not None:
             await self._runs.stop()
@@ -230,7 +230,7 @@ class Deliverer:
         self._waiting_retries -= timers
         self.handed_over += len(gone)
         self._hand_back_unsent(gone)
-        self._lanes.drop_lost()
+        self.lanes.drop_lost()
         if self._runs is None:
             return
 
@@ -317,7 +317,7 @@ class Deliverer:
                 return
             if not self._admit(delivery):
                 return
-        self._lanes.add(delivery)
+        self.lanes.add(delivery)
 
     async def _judge(self, delivery: Delivery) -> None:
         """Admit a fire its gate here would let go (or queue) once the task's runs in the store hold the gate
@@ -335,7 +335,7 @@ class Deliverer:
             for flow_id in held:
                 self._overlap.hold(task_id, flow_id)
             if self._admit(delivery, queued):
-                self._lanes.add(delivery)
+                self.lanes.add(delivery)
 
     def _admit(self, delivery: Delivery, queued_elsewhere: bool = False) -> bool:
         """A pool flow whose task must not overlap itself (:mod:`tjobs.pools.overlap`): whether it goes now; otherwise
@@ -370,7 +370,7 @@ class Deliverer:
 
     def wait_ms(self, flow_id: str) -> float:
         """How long until a flow this node holds is taken for its attempt (:meth:`Lanes.wait_ms`); 0 unless queued."""
-        return self._lanes.wait_ms(self._active.get(flow_id))
+        return self.lanes.wait_ms(self._active.get(flow_id))
 
     def in_flight_count(self) -> int:
         """``len(in_flight())`` without building the set (a flow may be counted twice)."""
@@ -379,7 +379,7 @@ class Deliverer:
     @property
     def backlog(self) -> int:
         """Deliveries waiting in app queues for a slot."""
-        return self._lanes.backlog
+        return self.lanes.backlog
 
     def _retry_due(self, delivery: Delivery) -> None:
         delivery.timer = None
@@ -389,11 +389,11 @@ class Deliverer:
         if self._outcomes.unwritten(delivery.flow_id):  # the previous attempt's outcome first (module docstring)
             self._outcomes.when_written(delivery.flow_id, lambda: self._retry_written(delivery))
             return
-        self._lanes.add(delivery)
+        self.lanes.add(delivery)
 
     def _retry_written(self, delivery: Delivery) -> None:
         if self._running and self._active.get(delivery.flow_id) is delivery and self._in_window(delivery):
-            self._lanes.add(delivery)
+            self.lanes.add(delivery)
 
     def _in_window(self, delivery: Delivery) -> bool:  # a flow of another node's shard (foreign_flows)
         return retry_may_go(self._active, delivery, self._clock.now_ms(), self._release)
@@ -670,7 +670,7 @@ class Deliverer:
         """``flow_id`` no longer runs: the fire of its task that waited for it, if any, goes."""
         waiting = self._overlap.finished(task_id, flow_id)
         if waiting is not None and self._running and waiting.flow_id in self._active:
-            self._lanes.add(waiting)  # the task's next fire waited for this one
+            self.lanes.add(waiting)  # the task's next fire waited for this one
 
     def _finish(self, delivery: Delivery, status: FlowStatus, attempts: int, reason: str | None) -> None:
         self._release(delivery)

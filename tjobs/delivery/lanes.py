@@ -106,6 +106,13 @@ class Lanes:
             self._workers.add(worker)
             worker.add_done_callback(self._workers.discard)
 
+    def queues(self) -> list[tuple[str, int, float | None]]:
+        """Each app with deliveries waiting here: its id, how many, and how long they take to drain at the pace its
+        queue drains now, in seconds (None while it has no pace: the first window, or nothing taken for one)."""
+        now_ms = self._now_ms()
+        waiting = [(lane.app_id, len(lane.queue), lane.pace(now_ms)) for lane in self._lanes.values() if lane.queue]
+        return [(app_id, queued, queued / pace / 1000 if pace > 0 else None) for app_id, queued, pace in waiting]
+
     def wait_ms(self, delivery: Delivery | None) -> float:
         """How long until a worker takes ``delivery`` for an attempt, at the pace its app's queue drains now: 0 if it
         is not queued (under way, waiting for its retry, its outcome being written, or None), ``math.inf`` if it is

@@ -135,6 +135,18 @@ class Metrics:
             registry=r,
         )
         self.flows_redriven = Counter("tjobs_flows_redriven", "Flows re-driven by the compensator", registry=r)
+        self.delivery_queued = Gauge(
+            "tjobs_delivery_queued",
+            "Deliveries waiting in this node's queue for the app (its rate, its concurrency, a slow receiver)",
+            ["app"],
+            registry=r,
+        )
+        self.delivery_queue_drain = Gauge(
+            "tjobs_delivery_queue_drain_seconds",
+            "How long the app's queue here takes to drain at the pace it drained over the last 30 s",
+            ["app"],
+            registry=r,
+        )
         self.flows_leased = Counter(
             "tjobs_flows_leased",
             "Flows the compensator leased: re-driven, closed, or held here and leased until about their turn",
@@ -264,6 +276,15 @@ class Metrics:
         self.flows_leased.inc(max(leased - seen[2], 0))
         self._flows_seen = (redriven, handed_back, leased)
 
+    def observe_delivery_queues(self, queues: Sequence[tuple[str, int, float | None]]) -> None:
+        """Mirror :meth:`tjobs.delivery.lanes.Lanes.queues` (scrape time): only the apps with deliveries waiting."""
+        self.delivery_queued.clear()
+        self.delivery_queue_drain.clear()
+        for app_id, queued, drain_s in queues:
+            self.delivery_queued.labels(app_id).set(queued)
+            if drain_s is not None:
+                self.delivery_queue_drain.labels(app_id).set(drain_s)
+
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
         """Mirror a coordinator's ``describe()`` (scrape time); keys missing in embedded mode are skipped."""
         leader = bool(view.get("is_leader", view.get("mode") != "cluster"))
@@ -376,6 +397,9 @@ class NullMetrics(Metrics):
         pass
 
     def observe_flow_totals(self, redriven: int, handed_back: int, leased: int) -> None:
+        pass
+
+    def observe_delivery_queues(self, queues: Sequence[tuple[str, int, float | None]]) -> None:
         pass
 
     def observe_cluster(self, view: Mapping[str, object], node_id: str) -> None:
