@@ -483,3 +483,35 @@ async def test_a_stopping_nodes_flow_waiting_for_its_apps_rate_is_handed_back_wh
             FlowStatus.PENDING,
             clock.now_ms() - HAND_BACK_MS,
         ), flow.id
+
+
+async def test_flows_let_go_from_a_queue_no_longer_count_ahead_of_those_behind_them() -> None:
+    # Given a node sending one callback at a time for an app whose queue drained at one a second for a window, and five
+    # flows queued behind the attempt under way
+    clock = ManualClock(1_796_000_000_000)
+    store = MemoryTaskStore()
+    node = Node(store, clock)
+    async with running(node):
+        one_at_a_time = replace(APP, max_concurrency=1)
+        node.transport.hold = asyncio.Event()
+        for second in range(31):
+            filler = await stored_flow(store, clock=clock)
+            node.deliverer.submit(CallbackJob(*filler, one_at_a_time))
+            if second:
+                clock.advance(1_000)
+                answered, node.transport.hold = node.transport.hold, asyncio.Event()
+                answered.set()
+            await node.transport.wait_for(second + 1)
+        queued = [await stored_flow(store, clock=clock) for _ in range(5)]
+        for task, flow in queued:
+            node.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
+
+        # When the shards of the first and the third go to another node (a node joined)
+        handed = frozenset({shard_of_task_id(queued[0][0].id), shard_of_task_id(queued[2][0].id)})
+        staying = [flow for task, flow in queued if shard_of_task_id(task.id) not in handed]
+        node.deliverer.forget_runs(handed)
+
+        # Then those left wait only for each other: the n-th of them n seconds at that pace, not behind the let-go ones
+        waits = [node.deliverer.wait_ms(flow.id) for flow in staying]
+        assert 1 <= len(waits) <= 3
+        assert waits == pytest.approx([(n + 1) * 1_000 for n in range(len(waits))], rel=0.1)

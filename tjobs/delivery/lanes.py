@@ -31,9 +31,8 @@ PACE_WINDOW_MS = 30_000
 class Lane:
     """One app's queue of deliveries ready for an attempt, how many workers drain it, and how fast.
 
-    ``added`` and ``taken`` count the deliveries ever queued here and taken from here: a delivery queued as the
-    ``n``-th (its ``turn``, -1 once taken) has ``n - taken`` ahead of it (a few more where let-go ones were
-    dropped)."""
+    ``added`` and ``taken`` count the deliveries queued here and taken from here: a delivery queued as the ``n``-th
+    (its ``turn``, -1 once taken) has ``n - taken`` ahead of it (:meth:`Lanes.drop_lost` renumbers the rest)."""
 
     __slots__ = ("added", "app_id", "mark_ms", "mark_taken", "per_ms", "queue", "taken", "workers")
 
@@ -126,9 +125,15 @@ class Lanes:
         return (delivery.turn - lane.taken + 1) / pace if pace > 0 else math.inf
 
     def drop_lost(self) -> None:
-        """Take the deliveries let go (``lost``) out of the queues: their turns are not waited for."""
+        """Take the deliveries let go (``lost``) out of the queues: their turns are not waited for, and those behind
+        them move up (their ``turn`` counts only the deliveries still ahead)."""
         for lane in self._lanes.values():
             kept = [delivery for delivery in lane.queue if not delivery.lost]
+            for delivery in lane.queue:
+                delivery.turn = -1
+            for position, delivery in enumerate(kept):
+                delivery.turn = lane.taken + position
+            lane.added = lane.taken + len(kept)
             lane.queue.clear()
             lane.queue.extend(kept)
 
