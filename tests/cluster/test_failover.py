@@ -191,7 +191,9 @@ async def test_a_stopping_nodes_queued_flows_reach_the_receiver_from_its_success
 # leased by that node's own compensator at every pass it was stale in, each lease counting an attempt: stored ahead
 # of what was sent, its hand-back at a stop was ignored, and its successor's lease spent its attempts, closing it
 # dead unsent (0f0e324). Here a 1-s grace and 2 attempts a flow: the victim's queue outlasts two of its leases
-# (one every ~16 s: the lease is twice the rig's callback timeout, 2 s, plus 10 s) before it stops.
+# (one every ~16 s: the lease is twice the rig's callback timeout, 2 s, plus 10 s) before it stops. (A held flow is
+# leased until about its turn once its queue has a pace, after 30 s of takes: lanes.PACE_WINDOW_MS; before, as here,
+# one lease at a time.)
 @pytest.mark.chaos
 async def test_a_stopping_nodes_flows_queued_past_the_grace_reach_the_receiver_with_their_attempts_unspent(
     rig: ClusterRig, api: Api
