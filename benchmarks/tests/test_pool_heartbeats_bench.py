@@ -36,11 +36,13 @@ def test_the_exact_cpu_account_names_each_thread_and_counts_only_what_came_after
     from testkit.node_process import threads_cpu
 
     done = threading.Event()
+    spun = threading.Event()
 
     def spin() -> None:
         deadline = time.thread_time() + 0.05
         while time.thread_time() < deadline:
             pass
+        spun.set()
         done.wait(5)
 
     before = threads_cpu(os.getpid())
@@ -49,7 +51,7 @@ def test_the_exact_cpu_account_names_each_thread_and_counts_only_what_came_after
     worker.start()
     while worker.native_id is None:
         time.sleep(0.001)
-    time.sleep(0.2)  # the spinner has spun its 50 ms of CPU by now on any box this runs on
+    assert spun.wait(10)  # its 50 ms of CPU spun (a wall-clock sleep was not enough beside a loaded run: 36.6 ms)
     after = threads_cpu(os.getpid())
     done.set()
     worker.join()
