@@ -26,7 +26,6 @@ import bisect
 import contextlib
 import json
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +45,7 @@ from benchmarks.fire import (
     task_bodies,
 )
 from benchmarks.report import Delivery, ProgressFn, account, machine, rich_progress
+from benchmarks.shard_move import now_ms
 from testkit.sink import CallbackRecords, SinkConfig, SinkProcess
 
 LEASED, REDRIVEN, BACKLOG = "tjobs_flows_leased_total", "tjobs_flows_redriven_total", "tjobs_compensator_backlog"
@@ -53,10 +53,6 @@ DB_COUNTERS = ("Handler_update", "Com_update", "Com_insert", "Questions")
 SCRAPE_EVERY_S = 5.0
 Metrics = dict[str, float | None]
 Reading = Mapping[str, float | None]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def metric_values(text: str) -> Metrics:
