@@ -52,13 +52,17 @@ class Node:
         clock: ManualClock,
         hand_back_ms: int | None = HAND_BACK_MS,
         targets: TargetSource | None = None,
+        elapsed: ManualClock | None = None,
     ) -> None:
+        """``elapsed`` is the node's monotonic clock (its limiter's time): the wall ``clock`` unless the test steps
+        the wall clock alone."""
         self.fence_open = True
         self.transport: RecordingTransport = scripted(clock=clock)
+        monotonic = elapsed or clock
         self.deliverer = Deliverer(
             store,
             self.transport,
-            AppLimiter(100),
+            AppLimiter(100, monotonic=lambda: monotonic.now_ms() / 1000),
             CallbackSettings(),
             clock,
             NoJitter(),
@@ -413,12 +417,8 @@ async def test_a_backlog_behind_a_slow_app_is_leased_about_once_a_flow_and_re_dr
         assert not late, f"{len(late)} re-driven past their turn and the grace, by up to {max(late.values())} ms"
 
 
-async def test_a_first_attempt_that_waited_long_in_its_apps_queue_is_not_sent_once_its_task_is_deleted() -> None:
-    # Given a node sending one callback at a time for an app whose receiver holds the attempt under way, two flows
-    # queued behind it, and a count of the store's flow reads
-    clock = ManualClock(1_796_000_000_000)
-    store = MemoryTaskStore()
-    node = Node(store, clock)
+def counted_flow_reads(store: MemoryTaskStore) -> list[str]:
+    """The ids of the flows read from ``store`` (``get_flow``) from now on, in order."""
     reads: list[str] = []
     read_flow = store.get_flow
 
@@ -427,6 +427,16 @@ async def test_a_first_attempt_that_waited_long_in_its_apps_queue_is_not_sent_on
         return await read_flow(task_id, scheduled_at_ms)
 
     store.get_flow = counted_read  # type: ignore[method-assign]
+    return reads
+
+
+async def test_a_first_attempt_that_waited_long_in_its_apps_queue_is_not_sent_once_its_task_is_deleted() -> None:
+    # Given a node sending one callback at a time for an app whose receiver holds the attempt under way, two flows
+    # queued behind it, and a count of the store's flow reads
+    clock = ManualClock(1_796_000_000_000)
+    store = MemoryTaskStore()
+    node = Node(store, clock)
+    reads = counted_flow_reads(store)
     async with running(node):
         one_at_a_time = replace(APP, max_concurrency=1)
         node.transport.hold = asyncio.Event()
@@ -515,3 +525,54 @@ async def test_flows_let_go_from_a_queue_no_longer_count_ahead_of_those_behind_t
         waits = [node.deliverer.wait_ms(flow.id) for flow in staying]
         assert 1 <= len(waits) <= 3
         assert waits == pytest.approx([(n + 1) * 1_000 for n in range(len(waits))], rel=0.1)
+
+
+async def test_a_step_of_the_wall_clock_is_no_wait_in_an_apps_queue() -> None:
+    # Given a node sending one callback at a time for an app whose receiver holds the attempt under way, a flow queued
+    # behind it, and a count of the store's flow reads
+    clock, elapsed = ManualClock(1_796_000_000_000), ManualClock(0)
+    store = MemoryTaskStore()
+    node = Node(store, clock, elapsed=elapsed)
+    reads = counted_flow_reads(store)
+    async with running(node):
+        one_at_a_time = replace(APP, max_concurrency=1)
+        node.transport.hold = asyncio.Event()
+        under_way, queued = [await stored_flow(store, clock=clock) for _ in range(2)]
+        for task, flow in (under_way, queued):
+            node.deliverer.submit(CallbackJob(task, flow, one_at_a_time))
+        await node.transport.wait_for(1)
+
+        # When the node's wall clock steps 30 s ahead (an NTP step, `date -s`) while the flow waits 0.1 s
+        clock.advance(30_000)
+        elapsed.advance(100)
+        node.transport.hold.set()
+        await delivered_all(node.deliverer)
+
+        # Then it waited 0.1 s, not 30: sent without a read (the fire path pays none), as a prompt first attempt is
+        assert [r.flow_id for r in node.transport.requests] == [under_way[1].id, queued[1].id]
+        assert reads == []
+
+
+async def test_a_fenced_nodes_unsent_flow_goes_out_at_the_owners_next_pass_when_its_wall_clock_stepped_ahead() -> None:
+    # Given a flow fired on time, then let go unsent by its node whose wall clock stepped 30 s ahead meanwhile (an NTP
+    # step: its fence closes, its lease expired by that clock), and the shard's owner on the right clock
+    start_ms = 1_796_000_000_000
+    clock, stepped = ManualClock(start_ms), ManualClock(start_ms + 30_000)
+    store = MemoryTaskStore()
+    fenced, owner = Node(store, stepped), Node(store, clock)
+    async with running(fenced, owner):
+        task, flow = await stored_flow(store, clock=clock)
+        fenced.fence_open = False
+        fenced.deliverer.submit(CallbackJob(task, flow, APP))
+        await delivered_all(fenced.deliverer)
+        assert fenced.transport.requests == [] and fenced.deliverer.handed_back == 1
+
+        # When the owner runs its next compensation pass, 5 s later by the right clock
+        clock.advance(5_000)
+        handled = await owner.compensator.run_once()
+        await delivered_all(owner.deliverer)
+
+        # Then it goes out from there, once: not a grace later, as it would written back due by the stepped clock
+        assert handled == 1
+        assert [r.flow_id for r in owner.transport.requests] == [flow.id]
+        assert (await stored(store, flow.id)).status is FlowStatus.DELIVERED

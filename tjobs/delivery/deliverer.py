@@ -155,7 +155,7 @@ class Deliverer:
         self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume, run_reader)
         self._waiting_retries = 0
         self._active: dict[str, Delivery] = {}
-        self.lanes = Lanes(limiter, self._attempt, self._failed, lambda: self._running, clock.now_ms)  # per app
+        self.lanes = Lanes(limiter, self._attempt, self._failed, lambda: self._running)  # per app
         self._running = False
         self.handed_over = 0  # flows let go: their shards went to another node
         self._hand_back = HandBack(clock, self._outcomes, hand_back_ms)

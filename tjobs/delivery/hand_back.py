@@ -5,8 +5,10 @@ attempt another node may still have under way. But a node that lets a flow go kn
 with ``hand_back_ms`` (as the node runs: the grace plus twice ``cluster.clock_skew_max_ms``), it writes the flow back
 through its outcome writer ``pending`` at the attempts stored:
 
-- a flow it never sent at this attempt (queued, or stopped at its turn) due ``hand_back_ms`` ago: the owner leases it
-  at its next pass (a node taking shards starts one at once);
+- a flow it never sent at this attempt (queued, or stopped at its turn) due ``hand_back_ms`` before now or before its
+  instant, whichever is earlier: the owner leases it at its next pass (a node taking shards starts one at once), even
+  when this node's wall clock stepped ahead (an NTP step: its lease expires by that clock, its fence closes, and
+  ``now`` is not the owner's);
 - a flow waiting for its retry, or whose attempt failed after it was let go, due its retry time less ``hand_back_ms``:
   the owner leases it when the retry is due, not a grace later.
 
@@ -37,7 +39,7 @@ class HandBack:
 
     def unsent(self, delivery: Delivery) -> bool:
         """``delivery``'s next attempt is not sent from here: due at once for the owner. Whether it was written."""
-        return self._write(delivery, self._clock.now_ms())
+        return self._write(delivery, min(self._clock.now_ms(), delivery.job.flow.scheduled_at_ms))
 
     def waiting(self, delivery: Delivery) -> bool:
         """``delivery`` waited for its retry, which is not sent from here: due at the retry time for the owner."""

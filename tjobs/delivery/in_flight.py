@@ -53,7 +53,7 @@ class Delivery:
         "named",
         "pool",
         "queued",
-        "queued_at_ms",
+        "queued_mono_ms",
         "recheck",
         "record_sending",
         "retry_at_ms",
@@ -103,7 +103,7 @@ class Delivery:
         self.retry_at_ms: int | None = None  # waits for its retry (its timer, then its turn in the queue)
         self.queued = False  # waits in its lane for one of the app's max_concurrency workers
         self.turn = -1  # while in its lane's queue, how many were queued there before it (tjobs.delivery.lanes)
-        self.queued_at_ms = 0  # when it was last queued there
+        self.queued_mono_ms = 0  # when it was last queued there, by its lanes' monotonic clock
         self.recheck = False  # a retry, or one long in its queue: read the stored status before sending it
         self.lost = False  # its shard was handed over: nothing more of it is sent from here
         self.window: OwnerWindow | None = None  # its shard is not this node's (tjobs.delivery.foreign_flows)

@@ -5,7 +5,8 @@ holding an :class:`~tjobs.delivery.limiter.AppLimiter` slot, so a slow or thrott
 A worker ends when its queue is empty or the deliverer stops; a delivery left in a queue then was never sent from here
 (:mod:`tjobs.delivery.hand_back`), nor one whose wait for its app's limits the stop's drain cut short: it goes back to
 the head of its queue. A lane measures how fast its workers take from it, so a queued delivery's wait can be
-told (:meth:`Lanes.wait_ms`: how long its node's compensator leases it, :mod:`tjobs.firing.compensator`).
+told (:meth:`Lanes.wait_ms`: how long its node's compensator leases it, :mod:`tjobs.firing.compensator`). Waits and
+paces are timed on the limiter's monotonic clock: a step of the node's wall clock (NTP, ``date -s``) is no wait.
 """
 
 from __future__ import annotations
@@ -71,10 +72,8 @@ class Lanes:
         attempt: Callable[[Delivery], Awaitable[None]],
         failed: Callable[[Delivery], None],
         running: Callable[[], bool],
-        now_ms: Callable[[], int],
     ) -> None:
         self._limiter = limiter
-        self._now_ms = now_ms
         self._attempt = attempt
         self._failed = failed
         self._running = running
@@ -91,9 +90,9 @@ class Lanes:
         app = delivery.job.app
         lane = self._lanes.get(app.id)
         if lane is None:
-            lane = self._lanes[app.id] = Lane(app.id, self._now_ms())
+            lane = self._lanes[app.id] = Lane(app.id, self._monotonic_ms())
         delivery.turn = lane.added
-        delivery.queued_at_ms = self._now_ms()
+        delivery.queued_mono_ms = self._monotonic_ms()
         lane.added += 1
         lane.queue.append(delivery)
         # Every live worker is in an attempt or about to take an entry queued before this one, so with
@@ -108,7 +107,7 @@ class Lanes:
     def queues(self) -> list[tuple[str, int, float | None]]:
         """Each app with deliveries waiting here: its id, how many, and how long they take to drain at the pace its
         queue drains now, in seconds (None while it has no pace: the first window, or nothing taken for one)."""
-        now_ms = self._now_ms()
+        now_ms = self._monotonic_ms()
         waiting = [(lane.app_id, len(lane.queue), lane.pace(now_ms)) for lane in self._lanes.values() if lane.queue]
         return [(app_id, queued, queued / pace / 1000 if pace > 0 else None) for app_id, queued, pace in waiting]
 
@@ -121,8 +120,12 @@ class Lanes:
         lane = self._lanes.get(delivery.job.app.id)
         if lane is None:
             return 0.0
-        pace = lane.pace(self._now_ms())
+        pace = lane.pace(self._monotonic_ms())
         return (delivery.turn - lane.taken + 1) / pace if pace > 0 else math.inf
+
+    def _monotonic_ms(self) -> int:
+        """The limiter's clock (monotonic: a step of the wall clock is no wait, no pace), in milliseconds."""
+        return int(self._limiter.now_s() * 1000)
 
     def drop_lost(self) -> None:
         """Take the deliveries let go (``lost``) out of the queues: their turns are not waited for, and those behind
@@ -154,9 +157,9 @@ class Lanes:
             while lane.queue and self._running():
                 delivery = lane.queue.popleft()
                 turn, delivery.turn = delivery.turn, -1
-                now_ms = self._now_ms()
+                now_ms = self._monotonic_ms()
                 lane.took(now_ms)
-                if now_ms - delivery.queued_at_ms >= LONG_WAIT_MS:
+                if now_ms - delivery.queued_mono_ms >= LONG_WAIT_MS:
                     delivery.recheck = True
                 delivery.retry_at_ms = None  # its retry's turn: handed back as unsent now, if let go
                 app = delivery.job.app

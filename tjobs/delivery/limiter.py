@@ -145,7 +145,8 @@ class AppLimiter:
         state = self._apps.get(app_id)
         return 0 if state is None else state.gate.waiting
 
-    def _now_s(self) -> float:
+    def now_s(self) -> float:
+        """The limiter's time: ``monotonic``, or the event loop's clock."""
         return self._monotonic() if self._monotonic is not None else asyncio.get_running_loop().time()
 
 
@@ -164,7 +165,7 @@ class _Slot:
         gate = state.gate
         queued = (not gate.try_acquire() and await gate.acquire()) or self._queued
         try:
-            delay_s = state.bucket.reserve(limiter._now_s())
+            delay_s = state.bucket.reserve(limiter.now_s())
             if queued or delay_s > 0.0:
                 limiter._observer.throttled(self._app_id, "rate" if delay_s > 0.0 else "concurrency")
             if delay_s > 0.0:
