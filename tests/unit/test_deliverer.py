@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -194,6 +195,31 @@ async def test_only_a_retry_reads_the_flow_first(store: MemoryTaskStore, build: 
 
     assert attempts_of(transport) == [1, 1, 2] and reader.reads == 1
     assert (await _stored(store, flow.id)).status is FlowStatus.DELIVERED
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"payload_json": "{not json"},  # a trigger's payload override, corrupted in its row
+        {"body": "\ud800"},  # a callback body that cannot be encoded (a lone surrogate)
+    ],
+    ids=["payload", "body"],
+)
+async def test_a_flow_whose_callback_cannot_be_built_is_a_dead_letter_and_nothing_is_sent(
+    store: MemoryTaskStore, build: Build, broken: dict[str, str]
+) -> None:
+    transport = scripted()
+    deliverer = await build(transport)
+    task, flow = await stored_flow(store)
+    if "body" in broken:
+        task = replace(task, callback=replace(task.callback, body=broken["body"]))
+    else:
+        flow = replace(flow, payload_json=broken["payload_json"])
+    deliverer.submit(CallbackJob(task, flow, APP))
+    await delivered_all(deliverer)
+    stored = await _stored(store, flow.id)
+    assert transport.requests == []
+    assert stored.status is FlowStatus.DEAD and (stored.last_error or "").startswith("unusable callback spec")
 
 
 # ---- throttling ----------------------------------------------------------------------------------

@@ -432,7 +432,11 @@ class Deliverer:
         if delivery.lost:  # its shard handed over while waiting for its slot, or during the read above
             self._hand_back.unsent(delivery)
             return
-        message = delivery.message
+        try:
+            message = delivery.message  # built at its first attempt (tjobs.delivery.in_flight)
+        except Exception as error:  # a stored callback spec it cannot be built from: a dead letter, as at submit
+            self._finish(delivery, FlowStatus.DEAD, attempt - 1, unusable(delivery.job.flow, error).last_error)
+            return
         try:
             headers, body = message.signed(attempt, now_ms)
         except ValueError as error:
@@ -575,10 +579,7 @@ class Deliverer:
         delivery.log_attempts(results)
         for index, result in enumerate(results):
             try:
-                if protocols is None:
-                    observer.attempt(app_id, result)
-                else:
-                    observer.attempt(app_id, result, protocols[index])
+                observer.attempt(app_id, result, "http" if protocols is None else protocols[index])
                 if result.attempt == 1:
                     sent_ms = result.started_ms if result.sent_ms is None else result.sent_ms
                     observer.first_attempt(
@@ -617,9 +618,8 @@ class Deliverer:
             return
         delay_ms = retry_after_ms
         if backoff:
-            delay_ms = max(
-                delay_ms, compute_backoff_ms(attempt, delivery.backoff_base_ms, delivery.backoff_max_ms, self._rng)
-            )
+            backoff_ms = compute_backoff_ms(attempt, delivery.backoff_base_ms, delivery.backoff_max_ms, self._rng)
+            delay_ms = max(delay_ms, backoff_ms)
         if not self._retry_later(delivery, attempt, delay_ms):
             return
         delivery.attempt = attempt + 1

@@ -1,6 +1,8 @@
 """One flow being delivered (:class:`Delivery`: its message, the destinations not delivered yet, its
 retry budget, attempt history and the newest answers), as the deliverer (:mod:`tjobs.delivery.deliverer`) keeps it
-in memory between the commit of a fire and its outcome; the apps' queues of them are :mod:`tjobs.delivery.lanes`."""
+in memory between the commit of a fire and its outcome; the apps' queues of them are :mod:`tjobs.delivery.lanes`.
+Its message (headers and body, three quarters of a queued delivery's memory) is built at its first attempt, not
+while it waits in a queue (``python -m benchmarks queue_memory``)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from sharding import shard_of_task_id
 from tjobs.delivery.answers import answers_appended, attempt_answers
 from tjobs.delivery.foreign_flows import OwnerWindow
 from tjobs.delivery.lookup import CallbackJob
-from tjobs.delivery.message import CallbackMessage
+from tjobs.delivery.message import CallbackMessage, destinations_of
 from tjobs.delivery.pool_dispatcher import PoolFlow, hash_key_of
 from tjobs.delivery.transport import AttemptResult, Outcome
 from tjobs.model import (
@@ -36,6 +38,8 @@ class Delivery:
     """One flow being delivered: in a queue, in an attempt, or waiting for its retry timer."""
 
     __slots__ = (
+        "_message",
+        "_timeout_ms",
         "answers",
         "at_most_once",
         "attempt",
@@ -49,7 +53,6 @@ class Delivery:
         "last_status",
         "lost",
         "max_attempts",
-        "message",
         "named",
         "pool",
         "queued",
@@ -68,8 +71,9 @@ class Delivery:
         callback = task.callback
         self.job = job
         self.flow_id = flow_id
-        self.message = CallbackMessage(task, flow, job.app, flow_id, settings.timeout_ms)
-        self.targets: list[str] = self.message.destinations  # the destinations not delivered yet
+        self._message: CallbackMessage | None = None  # built at its first attempt (the module)
+        self._timeout_ms = settings.timeout_ms
+        self.targets: list[str] = destinations_of(callback)  # the destinations not delivered yet
         # name -> the target as last read, for a task naming targets (None: inline URLs)
         self.named: dict[str, Target | None] | None = None
         if callback.targets:
@@ -107,6 +111,14 @@ class Delivery:
         self.recheck = False  # a retry, or one long in its queue: read the stored status before sending it
         self.lost = False  # its shard was handed over: nothing more of it is sent from here
         self.window: OwnerWindow | None = None  # its shard is not this node's (tjobs.delivery.foreign_flows)
+
+    @property
+    def message(self) -> CallbackMessage:
+        """The flow's callback message, built on first use (its first attempt) and kept for its retries."""
+        if self._message is None:
+            job = self.job
+            self._message = CallbackMessage(job.task, job.flow, job.app, self.flow_id, self._timeout_ms)
+        return self._message
 
     def budget(self, settings: CallbackSettings) -> None:
         """Set the retry budget of a flow naming targets: the task's explicit values, else its targets'

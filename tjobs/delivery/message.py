@@ -36,11 +36,22 @@ from tjobs.delivery.run_start import RUN_HEADER, RUN_REPORT
 from tjobs.delivery.signing import signature_header
 from tjobs.delivery.transport import CallbackRequest
 from tjobs.model import App, Flow, Task
+from tjobs.specs import CallbackSpec
 from tjobs.specs.pool import pool_key
 from tjobs.targets.model import Target, tracking_key
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
+
+
+def destinations_of(spec: CallbackSpec) -> list[str]:
+    """A callback's destinations (see the module); raises ``ValueError`` when it has none."""
+    destinations = list(spec.urls) if spec.urls else [tracking_key(name) for name in spec.targets]
+    if spec.pool is not None:  # an executor pool (tjobs.delivery.pool_dispatcher expands it per attempt)
+        destinations = [pool_key(spec.pool.pool)]
+    if not destinations:
+        raise ValueError("the callback has no destination")
+    return destinations
 
 
 class CallbackMessage:
@@ -61,11 +72,7 @@ class CallbackMessage:
 
     def __init__(self, task: Task, flow: Flow, app: App, flow_id: str, default_timeout_ms: int) -> None:
         spec = task.callback
-        self.destinations: list[str] = list(spec.urls) if spec.urls else [tracking_key(n) for n in spec.targets]
-        if spec.pool is not None:  # an executor pool (tjobs.delivery.pool_dispatcher expands it per attempt)
-            self.destinations = [pool_key(spec.pool.pool)]
-        if not self.destinations:
-            raise ValueError("the callback has no destination")
+        self.destinations = destinations_of(spec)
         self.method: str = spec.method.upper()
         self.timeout_ms: int = default_timeout_ms if spec.timeout_ms is None else spec.timeout_ms
         self.app_id = app.id
