@@ -1,7 +1,7 @@
 """One flow being delivered (:class:`Delivery`: its message, the destinations not delivered yet, its
 retry budget, attempt history and the newest answers), as the deliverer (:mod:`tjobs.delivery.deliverer`) keeps it
 in memory between the commit of a fire and its outcome; the apps' queues of them are :mod:`tjobs.delivery.lanes`.
-Its message (headers and body, three quarters of a queued delivery's memory) is built at its first attempt, not
+Its message (headers and body, three fifths of a queued delivery's memory) is built at its first attempt, not
 while it waits in a queue (``python -m benchmarks queue_memory``)."""
 
 from __future__ import annotations
