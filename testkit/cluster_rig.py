@@ -432,9 +432,9 @@ class Api:
         raise AssertionError(f"cluster not stable with {expected_nodes} nodes: {last}")
 
     async def create_app(self, node: NodeProc) -> str:
-        """The rig's app, created through ``node``. A ``503`` (the write outlasted ``storage.create_timeout_s`` on
-        a loaded box: CI saw one beside another suite at load 19) is asked again, as a client retries one, up to
-        five times; anything else raises."""
+        """The rig's app, created through ``node``. A ``503`` (storage unavailable: a preview beside another suite at
+        load 19 got one, its body not kept) is asked again, as a client retries one, up to five times; anything else
+        raises."""
         body = {"name": "rig", "rate_limit_per_s": 100000, "max_concurrency": 1000}
         headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
         for _ in range(4):
