@@ -437,13 +437,11 @@ class Api:
         raises."""
         body = {"name": "rig", "rate_limit_per_s": 100000, "max_concurrency": 1000}
         headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        for _ in range(4):
+        for attempt in range(5):
             reply = await self.http.post(f"{node.base_url}/v1/apps", json=body, headers=headers)
-            if reply.status_code != 503:
+            if reply.status_code != 503 or attempt == 4:
                 break
             await asyncio.sleep(1.0)
-        else:
-            reply = await self.http.post(f"{node.base_url}/v1/apps", json=body, headers=headers)
         reply.raise_for_status()
         self.api_key = str(reply.json()["api_key"])
         return self.api_key
