@@ -6,8 +6,10 @@ slow or rate-limited app"). This builds ``--deliveries`` committed fires of one 
 to the deliverer (a task and its flow each, with fresh strings and a small JSON payload, as read from a row),
 submits them to a deliverer whose one attempt under way never answers (``max_concurrency`` 1), so all the
 others wait in the app's queue, and traces (``tracemalloc``) what the deliverer keeps per queued delivery,
-apart from the task and flow it was handed. ``tracemalloc`` counts requested sizes, so the figure is exact and
-the same on every run of a tree (no noise: A/B at any time). Run::
+apart from the task and flow it was handed. Then the same with a queue that keeps one delivery in memory, so the
+others are spilled (:mod:`tjobs.delivery.spill`: they wait in the store) and the deliverer keeps only what it
+needs to take each back, and not its task and flow. ``tracemalloc`` counts requested sizes, so the figures are exact
+and the same on every run of a tree (no noise: A/B at any time). Run::
 
     python -m benchmarks queue_memory --deliveries 20000 --json
 """
@@ -19,6 +21,7 @@ import asyncio
 import gc
 import json
 import tracemalloc
+from dataclasses import replace
 from typing import Any
 
 from sharding import TaskIdGenerator
@@ -36,7 +39,7 @@ NOW_MS = 1_796_000_000_000
 APP = App("shop", "shop", "", [generate_secret()], rate_limit_per_s=50.0, max_concurrency=1)
 
 
-def fires(count: int) -> list[CallbackJob]:
+def fires(count: int, app: App = APP) -> list[CallbackJob]:
     """``count`` committed fires of one-shot tasks due at one instant, each its own objects (as read from rows)."""
     ids = TaskIdGenerator(512)
     jobs = []
@@ -60,21 +63,37 @@ def fires(count: int) -> list[CallbackJob]:
             NOW_MS,
         )
         flow = Flow(task_id, NOW_MS, APP.id, FlowKind.SCHEDULED, FlowStatus.PENDING, 0, NOW_MS, NOW_MS, NOW_MS)
-        jobs.append(CallbackJob(task, flow, APP))
+        jobs.append(CallbackJob(task, flow, app))
     return jobs
 
 
 async def measure(deliveries: int) -> dict[str, Any]:
+    """The bytes a queued delivery and a spilled flow keep on the node (see the module)."""
+    queued = await _kept(deliveries, APP, keep_in_memory=deliveries)
+    # an app whose queue keeps one delivery: a rate limit would keep what it sends in 2 minutes (lanes.KEEP_AHEAD_MS)
+    spilled = await _kept(deliveries, replace(APP, rate_limit_per_s=0.0), keep_in_memory=1)
+    return {
+        "deliveries": deliveries,
+        "queued": queued["queued"],
+        "task_and_flow_bytes": queued["task_and_flow_bytes"],
+        "bytes_per_queued_delivery": queued["bytes"],
+        "spilled": spilled["spilled"],
+        "bytes_per_spilled_flow": spilled["bytes"],
+    }
+
+
+async def _kept(deliveries: int, app: App, keep_in_memory: int) -> dict[str, Any]:
     clock = ManualClock(NOW_MS)
     transport = RecordingTransport(CallbackSettings(), clock)
-    transport.hold = asyncio.Event()  # the first attempt never answers: the rest stay queued
-    deliverer = Deliverer(MemoryTaskStore(), transport, AppLimiter(100), CallbackSettings(), clock)
+    transport.hold = asyncio.Event()  # the first attempt never answers: the rest stay queued or spilled
+    settings = CallbackSettings()
+    deliverer = Deliverer(MemoryTaskStore(), transport, AppLimiter(100), settings, clock, keep_in_memory=keep_in_memory)
     await deliverer.start()
     try:
         gc.collect()
         tracemalloc.start()
         before_jobs = tracemalloc.get_traced_memory()[0]
-        jobs = fires(deliveries)
+        jobs = fires(deliveries, app)
         gc.collect()
         before_queue = tracemalloc.get_traced_memory()[0]
         for job in jobs:
@@ -83,14 +102,14 @@ async def measure(deliveries: int) -> dict[str, Any]:
         gc.collect()
         queued_bytes = tracemalloc.get_traced_memory()[0] - before_queue
         tracemalloc.stop()
-        queued = deliverer.backlog
-        if queued != deliveries - 1:
-            raise AssertionError(f"{queued} queued of {deliveries - 1}")
+        queued, spilled = deliverer.backlog, len(deliverer.spill)
+        if queued != deliveries - 1 or spilled != (0 if keep_in_memory >= deliveries else deliveries - 1):
+            raise AssertionError(f"{queued} queued of {deliveries - 1}, {spilled} of them spilled")
         return {
-            "deliveries": deliveries,
             "queued": queued,
+            "spilled": spilled,
             "task_and_flow_bytes": round((before_queue - before_jobs) / deliveries, 1),
-            "bytes_per_queued_delivery": round(queued_bytes / deliveries, 1),
+            "bytes": round(queued_bytes / deliveries, 1),
         }
     finally:
         transport.hold.set()

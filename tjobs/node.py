@@ -202,6 +202,7 @@ class Node:
             ),
             # what it lets go unsent (fenced, handed over, stopping): written back due for any owner's next pass
             hand_back_ms=int(settings.compensator.grace_s * 1000) + 2 * settings.cluster.clock_skew_max_ms,
+            keep_in_memory=settings.callbacks.queue_keep_min,  # past it, first attempts wait in the store
         )
         scheduler = settings.scheduler
         # in memory for the planner, read again every scheduler.calendar_refresh_s
@@ -245,6 +246,7 @@ class Node:
             observer=self.observer,  # a run's end at its deadline: the service levels count it
             outcomes_written=lambda: self.deliverer.flush_calls,
             wait_ms=self.deliverer.wait_ms,  # a held flow leased until its queue reaches it
+            spill=self.deliverer.spill,  # a spilled flow re-driven once its app's queue has room
         )
         self.retention = RetentionSweeper(self.store, self.runner.firing_jobs, settings.retention, self.clock)
         self.target_service = TargetService(self.store, self.targets, settings, self.clock, self.guard)

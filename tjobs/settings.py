@@ -115,6 +115,9 @@ class CallbackSettings(SettingsSection):
     # re-driven if the node dies before writing them (docs/configuration.md, callbacks)
     outcome_flush_ms: int = Field(default=100, ge=10, le=5000)
     outcome_flush_batch: int = Field(default=500, ge=1, le=20_000)
+    # an app's queue on a node keeps at least this many deliveries in memory, and more only while they are what
+    # the app drains in 2 minutes; first attempts past that wait in the store (tjobs/delivery/spill.py)
+    queue_keep_min: int = Field(default=100_000, ge=1, le=10_000_000)
 
 
 class CompensatorSettings(SettingsSection):

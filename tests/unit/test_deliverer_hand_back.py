@@ -29,10 +29,11 @@ from tests.delivery_fakes import (
 )
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob, Deliverer, TargetSource
+from tjobs.delivery.lanes import KEEP_MIN
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.recording import Answer, RecordingTransport
 from tjobs.firing.compensator import Compensator
-from tjobs.model import DeliveryMode, Flow, FlowStatus, FlowUpdate
+from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate
 from tjobs.settings import CallbackSettings, CompensatorSettings
 from tjobs.specs import CallbackSpec
 from tjobs.stores.memory import MemoryTaskStore
@@ -53,9 +54,11 @@ class Node:
         hand_back_ms: int | None = HAND_BACK_MS,
         targets: TargetSource | None = None,
         elapsed: ManualClock | None = None,
+        keep_in_memory: int = KEEP_MIN,
+        app: App = APP,
     ) -> None:
         """``elapsed`` is the node's monotonic clock (its limiter's time): the wall ``clock`` unless the test steps
-        the wall clock alone."""
+        the wall clock alone. Its compensator re-drives a flow as one of ``app``."""
         self.fence_open = True
         self.transport: RecordingTransport = scripted(clock=clock)
         monotonic = elapsed or clock
@@ -71,19 +74,21 @@ class Node:
             fence=lambda now_ms: self.fence_open,
             hand_back_ms=hand_back_ms,
             targets=targets,
+            keep_in_memory=keep_in_memory,
         )
         every_shard = frozenset(store.topology.shards())
         self.compensator = Compensator(
             store,
             lambda: every_shard,
             self.deliverer.is_in_flight,
-            lambda t, f: self.deliverer.submit(CallbackJob(t, f, APP)),
+            lambda t, f: self.deliverer.submit(CallbackJob(t, f, app)),
             GRACE,
             clock,
             LEASE_MS,
             fence=lambda now_ms: self.fence_open,
             outcomes_written=lambda: self.deliverer.flush_calls,
             wait_ms=self.deliverer.wait_ms,
+            spill=self.deliverer.spill,
         )
 
 

@@ -4,7 +4,8 @@ Life of a flow handed to :meth:`Deliverer.deliver` (always after its fire transa
 
 0. Its app comes from the app directory: cached, or read once for every flow waiting on it (a flow whose app cannot be
    read now stays ``pending`` in the store, and the compensator re-drives it; :mod:`tjobs.delivery.lookup`).
-1. It joins its app's queue. Up to the app's ``max_concurrency`` workers drain that queue, each attempt holding an
+1. It joins its app's queue (a first attempt past what the queue keeps in memory waits in the store instead:
+   :mod:`tjobs.delivery.spill`). Up to the app's ``max_concurrency`` workers drain that queue, each attempt holding an
    :class:`AppLimiter` slot, so a slow or throttled app only ever waits on itself.
 2. An attempt sends to every target not yet delivered (one target for unicast), signed afresh.
 3. All targets ``2xx`` → ``delivered``. A permanent failure (see :mod:`tjobs.delivery.retry`), an at-most-once flow's
@@ -59,7 +60,7 @@ from tjobs.delivery.fenced_flows import FencedFlows
 from tjobs.delivery.foreign_flows import ForeignFlows
 from tjobs.delivery.hand_back import HandBack
 from tjobs.delivery.in_flight import Delivery, let_go, missing_target, retry_may_go, target_timeout_ms, unusable
-from tjobs.delivery.lanes import Lanes
+from tjobs.delivery.lanes import KEEP_MIN, Lanes
 from tjobs.delivery.limiter import AppLimiter
 from tjobs.delivery.lookup import AppSource, CallbackJob, JobLookup, TargetSource
 from tjobs.delivery.outcomes import FLUSH_BATCH, FLUSH_INTERVAL_S, FlowReader, FlowRecorder, OutcomeWriter, rescheduled
@@ -67,6 +68,7 @@ from tjobs.delivery.pool_dispatcher import PoolDispatcher
 from tjobs.delivery.retry import compute_backoff_ms
 from tjobs.delivery.run_start import starts_run
 from tjobs.delivery.run_watch import RUN_WATCH_S, RunReader, RunWatch
+from tjobs.delivery.spill import Spill
 from tjobs.delivery.transport import AttemptResult, Outcome, Transport
 from tjobs.hot_tier.base import TaskChange
 from tjobs.model import Flow, FlowRun, FlowStatus, FlowUpdate, RunStatus, Task
@@ -114,6 +116,7 @@ class Deliverer:
         run_reader: RunReader | None = None,
         foreign: ForeignFlows | None = None,
         hand_back_ms: int | None = None,
+        keep_in_memory: int = KEEP_MIN,
     ) -> None:
         """``apps`` resolves the app of each flow handed to :meth:`deliver` (without it, only :meth:`submit` with the
         app known). ``observer`` sees every attempt to every target and every outcome recorded (``pending`` with a
@@ -133,7 +136,8 @@ class Deliverer:
         gate until the run ends, read from ``status_reader`` every ``run_watch_s`` (:mod:`tjobs.delivery.run_watch`);
         ``run_reader`` reads a shard's live runs for :meth:`learn_runs`. ``ended`` is told each written ending that
         triggers child tasks (:mod:`tjobs.service.child_flows`). ``foreign`` bounds the retries of flows of shards this
-        node does not own (without it, every flow is retried as its owner's)."""
+        node does not own (without it, every flow is retried as its owner's). An app's queue keeps at least
+        ``keep_in_memory`` deliveries in memory; first attempts past what it keeps are spilled (:mod:`.spill`)."""
         self._recorder = recorder
         self._transport = transport
         self._limiter = limiter
@@ -155,10 +159,11 @@ class Deliverer:
         self._runs = None if status_reader is None else RunWatch(status_reader, run_watch_s, self._resume, run_reader)
         self._waiting_retries = 0
         self._active: dict[str, Delivery] = {}
-        self.lanes = Lanes(limiter, self._attempt, self._failed, lambda: self._running)  # per app
+        self.lanes = Lanes(limiter, self._attempt, self._failed, lambda: self._running, keep_in_memory)  # per app
         self._running = False
         self.handed_over = 0  # flows let go: their shards went to another node
         self._hand_back = HandBack(clock, self._outcomes, hand_back_ms)
+        self.spill = Spill(self.lanes, self._hand_back, clock)  # first attempts held in the store, past an app's queue
         self.fenced_flows = FencedFlows(clock, self._hand_back)  # what the fence kept from being sent
         self.cancelled = 0
 
@@ -199,6 +204,7 @@ class Deliverer:
                 self._waiting_retries -= 1
         await self.lanes.drain(drain_timeout_s)
         self._hand_back_unsent(list(self._active.values()))
+        self.spill.let_go()
         self.lanes.clear()
         self._active.clear()
         if self._runs is not None:
@@ -228,7 +234,7 @@ class Deliverer:
         here behind one is let go as stored (parked at the run's deadline, where the new owner finds it)."""
         gone, timers = let_go(self._active, shards)
         self._waiting_retries -= timers
-        self.handed_over += len(gone)
+        self.handed_over += len(gone) + self.spill.let_go(shards)
         self._hand_back_unsent(gone)
         self.lanes.drop_lost()
         if self._runs is None:
@@ -275,21 +281,12 @@ class Deliverer:
     def submit(self, job: CallbackJob) -> None:
         """Queue a committed fire whose app is known; never blocks. Duplicates of a flow in flight are ignored."""
         flow_id = job.flow.id
-        if flow_id in self._active:
+        if flow_id in self._active or flow_id in self.spill:
             return
-        if not self._running:
+        if not self._running or not job.flow.status.deliverable:
+            why = f"already {job.flow.status.value}" if self._running else "stopped: left to the compensator"
             logger.warning(
-                "deliverer stopped; flow %s left to the compensator",
-                flow_id,
-                extra={"action": "delivery_refused", "flow_id": flow_id},
-            )
-            return
-        if not job.flow.status.deliverable:
-            logger.warning(
-                "flow %s is already %s; not delivering it",
-                flow_id,
-                job.flow.status.value,
-                extra={"action": "delivery_refused", "flow_id": flow_id},
+                "flow %s not delivered (%s)", flow_id, why, extra={"action": "delivery_refused", "flow_id": flow_id}
             )
             return
         try:
@@ -317,7 +314,8 @@ class Deliverer:
                 return
             if not self._admit(delivery):
                 return
-        self.lanes.add(delivery)
+        if not self.spill.spills(delivery, self._active):  # else past what its app's queue keeps: in the store
+            self.lanes.add(delivery)
 
     async def _judge(self, delivery: Delivery) -> None:
         """Admit a fire its gate here would let go (or queue) once the task's runs in the store hold the gate
@@ -362,19 +360,20 @@ class Deliverer:
 
     def in_flight(self) -> set[str]:
         """Flow ids queued, being sent, waiting for a retry, or with an outcome not yet written."""
-        return set(self._active).union(self._outcomes.pending, self._outcomes.flushing)
+        return set(self._active).union(self.spill, self._outcomes.pending, self._outcomes.flushing)
 
     def is_in_flight(self, flow_id: str) -> bool:
         """Whether ``flow_id`` is in :meth:`in_flight`, without copying it (28 ms at 170,000 flows in flight)."""
-        return flow_id in self._active or self._outcomes.unwritten(flow_id)
+        return flow_id in self._active or flow_id in self.spill or self._outcomes.unwritten(flow_id)
 
     def wait_ms(self, flow_id: str) -> float:
-        """How long until a flow this node holds is taken for its attempt (:meth:`Lanes.wait_ms`); 0 unless queued."""
-        return self.lanes.wait_ms(self._active.get(flow_id))
+        """How long until a flow held here is taken for its attempt, or taken back (:mod:`.spill`); 0 unless queued."""
+        spilled = self.spill.wait_ms(flow_id)
+        return self.lanes.wait_ms(self._active.get(flow_id)) if spilled is None else spilled
 
     def in_flight_count(self) -> int:
         """``len(in_flight())`` without building the set (a flow may be counted twice)."""
-        return len(self._active) + len(self._outcomes.pending) + len(self._outcomes.flushing)
+        return len(self._active) + len(self.spill) + len(self._outcomes.pending) + len(self._outcomes.flushing)
 
     @property
     def backlog(self) -> int:

@@ -10,7 +10,8 @@ through its outcome writer ``pending`` at the attempts stored:
   when this node's wall clock stepped ahead (an NTP step: its lease expires by that clock, its fence closes, and
   ``now`` is not the owner's);
 - a flow waiting for its retry, or whose attempt failed after it was let go, due its retry time less ``hand_back_ms``:
-  the owner leases it when the retry is due, not a grace later.
+  the owner leases it when the retry is due, not a grace later;
+- a first attempt it spilled (:mod:`tjobs.delivery.spill`: kept in the store, not in its memory), as a queued one.
 
 It lets flows go when its fence closes (:mod:`tjobs.delivery.fenced_flows`), when shards are handed over while it is
 healthy (a node joined, or this one hands its groups off as it stops: ``Deliverer.forget_runs``), and when it stops.
@@ -25,7 +26,7 @@ from __future__ import annotations
 from tjobs.clock import Clock
 from tjobs.delivery.in_flight import Delivery
 from tjobs.delivery.outcomes import OutcomeWriter
-from tjobs.model import FlowStatus
+from tjobs.model import FlowStatus, FlowUpdate
 
 
 class HandBack:
@@ -44,6 +45,15 @@ class HandBack:
     def waiting(self, delivery: Delivery) -> bool:
         """``delivery`` waited for its retry, which is not sent from here: due at the retry time for the owner."""
         return delivery.retry_at_ms is not None and self._write(delivery, delivery.retry_at_ms)
+
+    def spilled(self, flow_id: str, task_id: int, scheduled_at_ms: int) -> bool:
+        """A spilled first attempt is not sent from here: due at once for the owner, as :meth:`unsent`."""
+        if self._hand_back_ms is None:
+            return False
+        due_ms = min(self._clock.now_ms(), scheduled_at_ms) - self._hand_back_ms
+        self._outcomes.put(flow_id, FlowUpdate(task_id, scheduled_at_ms, FlowStatus.PENDING, 0, due_ms))
+        self.flows += 1
+        return True
 
     def retry_at(self, retry_at_ms: int) -> int:
         """The next attempt to store for a retry at ``retry_at_ms`` that is not sent from here (a failed attempt of

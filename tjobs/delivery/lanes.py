@@ -7,6 +7,8 @@ A worker ends when its queue is empty or the deliverer stops; a delivery left in
 the head of its queue. A lane measures how fast its workers take from it, so a queued delivery's wait can be
 told (:meth:`Lanes.wait_ms`: how long its node's compensator leases it, :mod:`tjobs.firing.compensator`). Waits and
 paces are timed on the limiter's monotonic clock: a step of the node's wall clock (NTP, ``date -s``) is no wait.
+A lane keeps in memory what its app drains in :data:`KEEP_AHEAD_MS` (at least ``keep_min``); a first attempt past
+that waits in the store instead (:mod:`tjobs.delivery.spill`), counted here as spilled.
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ queue behind a slow or rate-limited app does (the compensator's grace, 30 s by d
 PACE_WINDOW_MS = 30_000
 """A lane's drain rate is the takes of its last window this long (or longer: a window ends at a take)."""
 
+KEEP_AHEAD_MS = 120_000
+"""A lane keeps in memory the deliveries its app drains in this long, at its pace or its ``rate_limit_per_s``: more
+than a compensation pass, a grace and a lease (51 s with the defaults), the longest a spilled flow may wait to be
+taken back once there is room for it."""
+
+KEEP_MIN = 100_000
+"""Deliveries a lane keeps in memory whatever its pace (``callbacks.queue_keep_min``; ~160 MB of a node's memory with
+their tasks and flows): so an app draining up to ~3,000 a second is not spilled at a burst's start, while its lane
+knows no pace yet (its first :data:`PACE_WINDOW_MS`), and waits for no compensator pass."""
+
 
 class Lane:
     """One app's queue of deliveries ready for an attempt, how many workers drain it, and how fast.
@@ -35,7 +47,20 @@ class Lane:
     ``added`` and ``taken`` count the deliveries queued here and taken from here: a delivery queued as the ``n``-th
     (its ``turn``, -1 once taken) has ``n - taken`` ahead of it (:meth:`Lanes.drop_lost` renumbers the rest)."""
 
-    __slots__ = ("added", "app_id", "mark_ms", "mark_taken", "per_ms", "queue", "taken", "workers")
+    __slots__ = (
+        "added",
+        "app_id",
+        "mark_ms",
+        "mark_taken",
+        "per_ms",
+        "queue",
+        "rate_per_s",
+        "spill_taken",
+        "spilled",
+        "spilled_added",
+        "taken",
+        "workers",
+    )
 
     def __init__(self, app_id: str, now_ms: int) -> None:
         self.app_id = app_id
@@ -43,6 +68,10 @@ class Lane:
         self.workers = 0
         self.added = 0
         self.taken = 0
+        self.rate_per_s = 0.0  # the app's rate limit as last queued (0: none)
+        self.spilled = 0  # its flows waiting in the store (tjobs.delivery.spill), numbered apart from the queue's
+        self.spilled_added = 0
+        self.spill_taken = 0
         self.per_ms = 0.0  # takes a millisecond over the last whole window
         self.mark_ms = now_ms  # where the window under way began, and the takes by then
         self.mark_taken = 0
@@ -72,8 +101,10 @@ class Lanes:
         attempt: Callable[[Delivery], Awaitable[None]],
         failed: Callable[[Delivery], None],
         running: Callable[[], bool],
+        keep_min: int = KEEP_MIN,
     ) -> None:
         self._limiter = limiter
+        self._keep_min = keep_min
         self._attempt = attempt
         self._failed = failed
         self._running = running
@@ -82,15 +113,47 @@ class Lanes:
 
     @property
     def backlog(self) -> int:
-        """Deliveries waiting in app queues for a slot."""
-        return sum(len(lane.queue) for lane in self._lanes.values())
+        """Deliveries waiting in app queues for a slot, spilled ones too."""
+        return sum(len(lane.queue) + lane.spilled for lane in self._lanes.values())
+
+    def keeps(self, app_id: str) -> bool:
+        """Whether the app's lane keeps one more delivery in memory (see the module)."""
+        lane = self._lanes.get(app_id)
+        if lane is None:
+            return True
+        pace_per_ms = max(lane.pace(self._monotonic_ms()), lane.rate_per_s / 1000)
+        return len(lane.queue) < max(self._keep_min, pace_per_ms * KEEP_AHEAD_MS)
+
+    def spill(self, app_id: str, rate_limit_per_s: float) -> int:
+        """Count a flow of the app that waits in the store instead of its queue; returns its number among them."""
+        lane = self._lane(app_id, rate_limit_per_s)
+        lane.spilled += 1
+        lane.spilled_added += 1
+        return lane.spilled_added - 1
+
+    def unspill(self, app_id: str) -> None:
+        """A spilled flow of the app is taken back, or let go: no longer counted here."""
+        lane = self._lanes.get(app_id)
+        if lane is not None:
+            lane.spilled -= 1
+            lane.spill_taken += 1
+            self._forget_if_idle(lane)
+
+    def spilled_wait_ms(self, app_id: str, number: int) -> float:
+        """How long until the spilled flow ``number`` of the app would be taken for its attempt, were the ones spilled
+        before it taken back first: the app's queue and those ahead of it at the pace it drains now (as
+        :meth:`wait_ms`)."""
+        lane = self._lanes.get(app_id)
+        if lane is None:
+            return 0.0
+        pace = lane.pace(self._monotonic_ms())
+        ahead = len(lane.queue) + max(number - lane.spill_taken, 0) + 1
+        return ahead / pace if pace > 0 else math.inf
 
     def add(self, delivery: Delivery) -> None:
         """Queue ``delivery`` in its app's lane, with a worker more if the app's concurrency allows one."""
         app = delivery.job.app
-        lane = self._lanes.get(app.id)
-        if lane is None:
-            lane = self._lanes[app.id] = Lane(app.id, self._monotonic_ms())
+        lane = self._lane(app.id, app.rate_limit_per_s)
         delivery.turn = lane.added
         delivery.queued_mono_ms = self._monotonic_ms()
         lane.added += 1
@@ -105,10 +168,15 @@ class Lanes:
             worker.add_done_callback(self._workers.discard)
 
     def queues(self) -> list[tuple[str, int, float | None]]:
-        """Each app with deliveries waiting here: its id, how many, and how long they take to drain at the pace its
-        queue drains now, in seconds (None while it has no pace: the first window, or nothing taken for one)."""
+        """Each app with deliveries waiting here (spilled ones too): its id, how many, and how long they take to drain
+        at the pace its queue drains now, in seconds (None while it has no pace: the first window, or nothing taken
+        for one)."""
         now_ms = self._monotonic_ms()
-        waiting = [(lane.app_id, len(lane.queue), lane.pace(now_ms)) for lane in self._lanes.values() if lane.queue]
+        waiting = [
+            (lane.app_id, len(lane.queue) + lane.spilled, lane.pace(now_ms))
+            for lane in self._lanes.values()
+            if lane.queue or lane.spilled
+        ]
         return [(app_id, queued, queued / pace / 1000 if pace > 0 else None) for app_id, queued, pace in waiting]
 
     def wait_ms(self, delivery: Delivery | None) -> float:
@@ -126,6 +194,18 @@ class Lanes:
     def _monotonic_ms(self) -> int:
         """The limiter's clock (monotonic: a step of the wall clock is no wait, no pace), in milliseconds."""
         return int(self._limiter.now_s() * 1000)
+
+    def _lane(self, app_id: str, rate_limit_per_s: float) -> Lane:
+        lane = self._lanes.get(app_id)
+        if lane is None:
+            lane = self._lanes[app_id] = Lane(app_id, self._monotonic_ms())
+        lane.rate_per_s = rate_limit_per_s
+        return lane
+
+    def _forget_if_idle(self, lane: Lane) -> None:
+        """Drop ``lane`` once nothing of its app waits or is under way here (its pace is forgotten with it)."""
+        if lane.workers == 0 and not lane.queue and not lane.spilled and self._lanes.get(lane.app_id) is lane:
+            del self._lanes[lane.app_id]
 
     def drop_lost(self) -> None:
         """Take the deliveries let go (``lost``) out of the queues: their turns are not waited for, and those behind
@@ -179,5 +259,4 @@ class Lanes:
                     self._failed(delivery)
         finally:
             lane.workers -= 1
-            if lane.workers == 0 and not lane.queue and self._lanes.get(lane.app_id) is lane:
-                del self._lanes[lane.app_id]
+            self._forget_if_idle(lane)

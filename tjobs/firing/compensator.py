@@ -22,7 +22,9 @@ pass's way, uncounted: it is still being delivered here, and counted on every pa
 attempts unsent. It is leased until about when its queue will have reached it (:func:`held_lease_ms`), so a
 flow queued for minutes is written about once, not at every lease's end (a lease and the grace, 46 s with
 the defaults: ~2,200 writes a second for a 100,000-flow backlog), and a node taking its shard after a crash
-re-drives it about when it would have gone. That holds
+re-drives it about when it would have gone. A first attempt its deliverer spilled (held in the store, past what its
+app's queue keeps in memory: :mod:`tjobs.delivery.spill`) is leased the same way, and re-driven, still uncounted, by
+the first lease that finds room for it in that queue. That holds
 because the store is never more than that one attempt behind: a deliverer sends a retry only once the
 outcome of the attempt before it is written, a node that lost the shard (fenced, or handing it over
 while healthy) sends nothing more of its flows (:meth:`tjobs.delivery.deliverer.Deliverer.forget_runs`),
@@ -40,6 +42,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Protocol
 
 from tjobs.clock import Clock
 from tjobs.delivery.child_triggers import ending_of, with_children
@@ -69,6 +72,18 @@ def held_lease_ms(lease_ms: int, wait_ms: float) -> int:
     return lease_ms * min(max(int(wait_ms // lease_ms), 1), HELD_LEASES_MAX)
 
 
+class SpilledFlows(Protocol):
+    """The first attempts a node's deliverer holds in the store (:class:`tjobs.delivery.spill.Spill`)."""
+
+    def take_back(self, flow_id: str) -> bool:
+        """Whether the deliverer takes ``flow_id`` back, leased, to re-drive it now (room in its app's queue)."""
+        ...
+
+    def forget_unseen(self, before_ms: int) -> int:
+        """Forget those no lease found since ``before_ms``; returns how many."""
+        ...
+
+
 class Compensator(PeriodicPass):
     name = "compensator"
 
@@ -88,6 +103,7 @@ class Compensator(PeriodicPass):
         observer: FireObserver = NO_OBSERVER,
         outcomes_written: Callable[[], int] | None = None,
         wait_ms: Callable[[str], float] | None = None,
+        spill: SpilledFlows | None = None,
     ) -> None:
         """``fence(now_ms)`` is ``False`` while this node may not work on its jobs (the coordinator's
         ``may_fire``; see ``Deliverer``). ``task_changes`` (the hot tier's publish) is told a fixed_delay
@@ -96,7 +112,7 @@ class Compensator(PeriodicPass):
         says whether this node's deliverer holds the flow (queued, being sent, waiting for a retry, or its
         outcome not written yet); ``outcomes_written()``, how many outcome writes it has made (see
         :meth:`_handle`); ``wait_ms(flow_id)``, how long until it takes a flow it holds for its attempt (without it,
-        a held flow is leased one lease at a time)."""
+        a held flow is leased one lease at a time); ``spill``, the first attempts it spilled (without it, none)."""
         super().__init__(settings.interval_s)
         self._store = store
         self._owned = owned
@@ -111,6 +127,7 @@ class Compensator(PeriodicPass):
         self._observer = observer
         self._outcomes_written = outcomes_written
         self._wait_ms = wait_ms
+        self._spill = spill
         self.redriven = 0
         self.leased = 0  # flows leased, over every pass (tjobs_flows_leased_total)
         self.runs_ended = 0
@@ -137,6 +154,10 @@ class Compensator(PeriodicPass):
             if leased:
                 self.leased += len(leased)
                 handled += await self._handle(leased, now_ms, written)
+        else:  # a whole pass: a spilled flow it did not find for two of the longest holds is no longer open
+            now_ms = self._clock.now_ms()
+            if self._spill is not None and (self._fence is None or self._fence(now_ms)):
+                self._spill.forget_unseen(now_ms - 2 * (HELD_LEASES_MAX * self._lease_ms + grace_ms))
         self.backlog = handled
         return handled
 
@@ -155,7 +176,8 @@ class Compensator(PeriodicPass):
         return None if self._outcomes_written is None else self._outcomes_written()
 
     async def _handle(self, leased: list[tuple[Flow, Task | None]], now_ms: int, written_before: int | None) -> int:
-        """Re-drive or close what a lease returned, except the flows this node is delivering.
+        """Re-drive or close what a lease returned, except the flows this node is delivering (but a spilled one its
+        deliverer takes back: re-driven as leased, uncounted).
 
         An outcome this node was writing may have landed while the lease ran (on MariaDB its write waits for the
         lease's row lock), the flow then forgotten here as written: a re-drive would send a delivered flow again.
@@ -165,7 +187,7 @@ class Compensator(PeriodicPass):
         Asked per flow, as it is decided: the awaits of this loop give a write time to return too."""
         closures: list[FlowUpdate] = []
         for flow, task in leased:
-            if self._in_flight(flow.id):
+            if self._in_flight(flow.id) and (self._spill is None or not self._spill.take_back(flow.id)):
                 continue
             if flow.status.terminal:  # an ending whose children are due
                 await self._trigger_children(flow, task, now_ms)
