@@ -35,6 +35,7 @@ from tjobs.pools.model import Executor
 from tjobs.settings import CallbackSettings, CompensatorSettings
 from tjobs.specs import AtSpec, CallbackSpec
 from tjobs.specs.pool import parse_pool_route
+from tjobs.stores.base import TaskStore
 from tjobs.stores.memory import MemoryTaskStore
 
 CLOCK = SystemClock()
@@ -143,7 +144,7 @@ def attempts_of(transport: RecordingTransport) -> list[int]:
 
 
 async def stored_flow(
-    store: MemoryTaskStore,
+    store: TaskStore,
     *,
     app: App = APP,
     overdue_ms: int = 0,
@@ -181,7 +182,7 @@ async def stored_flow(
     return task, flow
 
 
-async def stored(store: MemoryTaskStore, flow_id: str) -> Flow:
+async def stored(store: TaskStore, flow_id: str) -> Flow:
     """The flow as the store has it now."""
     flow = await store.get_flow(*parse_flow_id(flow_id))
     assert flow is not None

@@ -23,9 +23,9 @@ async def test_dead_letters_now_counts_the_dead_flows_stored_at_the_request(
 
     # When three flows of the app go dead after that pass (and one of another app)
     for _ in range(3):
-        await stored_flow(node.store, app=tenant.app, status=FlowStatus.DEAD)  # type: ignore[arg-type]
+        await stored_flow(node.store, app=tenant.app, status=FlowStatus.DEAD)
     other = (await api_node.create_app("someone-else"))[0]
-    await stored_flow(node.store, app=other, status=FlowStatus.DEAD)  # type: ignore[arg-type]
+    await stored_flow(node.store, app=other, status=FlowStatus.DEAD)
 
     # Then the overview shows them at once, without waiting for the next pass
     assert (await service_levels(node, tenant.app, "1h"))["dead_letters"] == 3

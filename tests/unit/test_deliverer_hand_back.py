@@ -36,6 +36,7 @@ from tjobs.firing.compensator import Compensator
 from tjobs.model import App, DeliveryMode, Flow, FlowStatus, FlowUpdate
 from tjobs.settings import CallbackSettings, CompensatorSettings
 from tjobs.specs import CallbackSpec
+from tjobs.stores.base import TaskStore
 from tjobs.stores.memory import MemoryTaskStore
 from tjobs.targets.model import HttpTarget, RetryPolicy, Target
 
@@ -49,7 +50,7 @@ class Node:
 
     def __init__(
         self,
-        store: MemoryTaskStore,
+        store: TaskStore,
         clock: ManualClock,
         hand_back_ms: int | None = HAND_BACK_MS,
         targets: TargetSource | None = None,

@@ -202,3 +202,21 @@ async def test_a_flow_spilled_for_longer_than_the_leases_hold_it_is_still_the_no
         # Then each went out once, as its first attempt: every lease found it the node's, none counted an attempt
         assert sorted(r.flow_id for r in node.transport.requests) == sorted(flow.id for _, flow in flows)
         assert set(attempts_of(node.transport)) == {1}
+
+
+async def test_an_apps_queue_keeps_what_its_rate_limit_lets_out_in_two_minutes_until_it_has_a_pace() -> None:
+    # Given a node keeping at least 10 deliveries of an app in memory, and an app limited to 2 callbacks a second
+    clock = ManualClock(1_796_000_000_000)
+    store = MemoryTaskStore()
+    limited = replace(APP, rate_limit_per_s=2.0, max_concurrency=1)
+    node = Node(store, clock, keep_in_memory=10, app=limited)
+    async with running(node):
+        node.transport.hold = asyncio.Event()
+
+        # When 300 of its flows are fired at once
+        for task, flow in [await stored_flow(store, clock=clock) for _ in range(300)]:
+            node.deliverer.submit(CallbackJob(task, flow, limited))
+        await node.transport.wait_for(1)
+
+        # Then its queue keeps what the rate lets out in 2 minutes (240), not 10, and spills the other 60
+        assert (in_memory(node), len(node.deliverer.spill)) == (239, 60)

@@ -112,7 +112,7 @@ async def nodes(storage: StorageSettings) -> AsyncIterator[tuple[JobNode, JobNod
 async def dead_letters(store: TaskStore, app: App, count: int, clock: ManualClock) -> list[Flow]:
     flows = []
     for index in range(count):
-        _, flow = await stored_flow(store, app=app, status=FlowStatus.DEAD, overdue_ms=index * 1000, clock=clock)  # type: ignore[arg-type]
+        _, flow = await stored_flow(store, app=app, status=FlowStatus.DEAD, overdue_ms=index * 1000, clock=clock)
         flows.append(flow)
     return flows
 

@@ -31,9 +31,9 @@ PACE_WINDOW_MS = 30_000
 """A lane's drain rate is the takes of its last window this long (or longer: a window ends at a take)."""
 
 KEEP_AHEAD_MS = 120_000
-"""A lane keeps in memory the deliveries its app drains in this long, at its pace or its ``rate_limit_per_s``: more
-than a compensation pass, a grace and a lease (51 s with the defaults), the longest a spilled flow may wait to be
-taken back once there is room for it."""
+"""A lane keeps in memory the deliveries its app drains in this long, at its pace (its ``rate_limit_per_s`` until it
+has one): more than a compensation pass, a grace and a lease (51 s with the defaults), the longest a spilled flow may
+wait to be taken back once there is room for it."""
 
 KEEP_MIN = 100_000
 """Deliveries a lane keeps in memory whatever its pace (``callbacks.queue_keep_min``; ~160 MB of a node's memory with
@@ -117,11 +117,12 @@ class Lanes:
         return sum(len(lane.queue) + lane.spilled for lane in self._lanes.values())
 
     def keeps(self, app_id: str) -> bool:
-        """Whether the app's lane keeps one more delivery in memory (see the module)."""
+        """Whether the app's lane keeps one more delivery in memory (see the module): its pace, or while it has none
+        (its first window, or a window with no take), its ``rate_limit_per_s``, sets what it drains."""
         lane = self._lanes.get(app_id)
         if lane is None:
             return True
-        pace_per_ms = max(lane.pace(self._monotonic_ms()), lane.rate_per_s / 1000)
+        pace_per_ms = lane.pace(self._monotonic_ms()) or lane.rate_per_s / 1000
         return len(lane.queue) < max(self._keep_min, pace_per_ms * KEEP_AHEAD_MS)
 
     def spill(self, app_id: str, rate_limit_per_s: float) -> int:
