@@ -137,7 +137,7 @@ class Metrics:
         self.flows_redriven = Counter("tjobs_flows_redriven", "Flows re-driven by the compensator", registry=r)
         self.delivery_queued = Gauge(
             "tjobs_delivery_queued",
-            "Deliveries waiting in this node's queue for the app (its rate, its concurrency, a slow receiver)",
+            "Deliveries waiting in this node's queue for the app, spilled too (its rate, concurrency, a slow receiver)",
             ["app"],
             registry=r,
         )
