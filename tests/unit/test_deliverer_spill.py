@@ -71,6 +71,8 @@ async def test_a_backlog_past_its_apps_queue_waits_in_the_store_and_each_flow_go
         assert len(node.transport.requests) == 400 and set(attempts_of(node.transport)) == {1}
         assert {(await stored(store, flow.id)).status for _, flow in backlog} == {FlowStatus.DELIVERED}
         assert len(node.deliverer.spill) == 0 and node.deliverer.in_flight_count() == 0
+        # (taken back, not re-driven as after a crash: not counted, nor logged, as recoveries)
+        assert node.compensator.redriven == 0
         # And its memory held no more than what the app drains in 2 minutes once it knew the pace: 120 at one a second,
         # the pace measured over 30-s windows whose edges may count a take more
         assert most_in_memory <= 120 * 1.1

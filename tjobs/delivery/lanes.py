@@ -120,7 +120,7 @@ class Lanes:
         """Whether the app's lane keeps one more delivery in memory (see the module): its pace, or while it has none
         (its first window, or a window with no take), its ``rate_limit_per_s``, sets what it drains."""
         lane = self._lanes.get(app_id)
-        if lane is None:
+        if lane is None or len(lane.queue) < self._keep_min:
             return True
         pace_per_ms = lane.pace(self._monotonic_ms()) or lane.rate_per_s / 1000
         return len(lane.queue) < max(self._keep_min, pace_per_ms * KEEP_AHEAD_MS)

@@ -3,8 +3,8 @@
 A daily batch larger than its app's rate waits in the app's queue on the node that fired it
 (:mod:`tjobs.delivery.lanes`), ~1.6 KB a flow with its task and flow: a million held at once took ~1.6 GB of the nodes'
 memory. Past what the queue keeps (what the app drains in :data:`tjobs.delivery.lanes.KEEP_AHEAD_MS`, at least
-``keep_min``) a first attempt is spilled: only its id, its app and its number among the app's spilled flows stay here
-(198 B against 1,595 B: ``python -m benchmarks queue_memory``). Its flow stays
+``keep_min``) a first attempt is spilled: only its id, its app, its number among the app's spilled flows and when a
+lease last found it stay here (206 B against 1,595 B: ``python -m benchmarks queue_memory``). Its flow stays
 ``pending`` in the store as the fire transaction wrote it, and it is still this node's: in flight for the compensator,
 whose lease counts no attempt on it and holds it until about its turn (:mod:`tjobs.firing.compensator`). The first lease
 that finds room for it in its app's queue takes it back (:meth:`Spill.take_back`) and re-drives the flow and task it

@@ -187,8 +187,11 @@ class Compensator(PeriodicPass):
         Asked per flow, as it is decided: the awaits of this loop give a write time to return too."""
         closures: list[FlowUpdate] = []
         for flow, task in leased:
-            if self._in_flight(flow.id) and (self._spill is None or not self._spill.take_back(flow.id)):
-                continue
+            taken_back = False  # a flow this node spilled, re-driven as leased: not lost, no attempt counted
+            if self._in_flight(flow.id):
+                if self._spill is None or not self._spill.take_back(flow.id):
+                    continue
+                taken_back = True
             if flow.status.terminal:  # an ending whose children are due
                 await self._trigger_children(flow, task, now_ms)
             elif task is None:
@@ -201,6 +204,8 @@ class Compensator(PeriodicPass):
                 if self._written() != written_before and not await self._still_as_leased(flow):
                     continue
                 self._redrive(task, flow)
+                if taken_back:  # a backlog's way out of the store, not a recovery: no re-drive counted or logged
+                    continue
                 self.redriven += 1
                 logger.info(
                     "re-driving flow %s (attempts so far %d)",
