@@ -83,7 +83,7 @@ class Spill:
         """Spill ``delivery`` if it may and its app's queue keeps no more: it leaves ``active`` (the deliveries in
         memory), and only what :class:`Spilled` holds of it stays."""
         app = delivery.job.app
-        if not spillable(delivery) or self._lanes.keeps(app.id):
+        if self._lanes.keeps(app.id) or not spillable(delivery):  # the first, cheaper, decides nearly every fire
             return False
         del active[delivery.flow_id]
         flow = delivery.job.flow
