@@ -162,15 +162,17 @@ async def test_a_spilled_flow_cancelled_in_the_store_is_forgotten_once_no_lease_
         await answer(node)
         await answer(node)
 
-        # When the compensator passes every 5 s for as long as two of its longest holds of a spilled flow (16 leases
-        # and a grace each)
-        held_ms = 2 * (16 * 16_000 + 30_000)
-        for _ in range(held_ms // 5_000):
+        # When the compensator passes every 5 s for a generation of the spill, two of its longest holds of a spilled
+        # flow (16 leases and a grace each): not yet forgotten (a lease might have found it late in the generation);
+        # and for another generation
+        generation_ms = 2 * (16 * 16_000 + 30_000)
+        for _ in range(generation_ms // 5_000 + 2):
             clock.advance(5_000)
             await node.compensator.run_once()
-        assert len(node.deliverer.spill) == 1  # not yet: a lease may still find it
-        clock.advance(5_000)
-        await node.compensator.run_once()
+        assert len(node.deliverer.spill) == 1
+        for _ in range(generation_ms // 5_000 + 2):
+            clock.advance(5_000)
+            await node.compensator.run_once()
 
         # Then the node no longer holds it, nor counts it in the app's queue, and never sent it
         assert len(node.deliverer.spill) == 0 and node.deliverer.lanes.queues() == []
@@ -180,21 +182,21 @@ async def test_a_spilled_flow_cancelled_in_the_store_is_forgotten_once_no_lease_
 
 async def test_a_flow_spilled_for_longer_than_the_leases_hold_it_is_still_the_nodes_and_goes_out_as_attempt_1() -> None:
     # Given a node keeping two deliveries of an app in memory, sending one callback at a time to a receiver that
-    # answers one a minute, and 20 flows fired at once: the last one's turn 20 minutes away, far past how long one
-    # lease holds a spilled flow (16 leases: 4 min 16 s)
+    # answers one a minute, and 30 flows fired at once: the last one's turn 30 minutes away, far past how long one
+    # lease holds a spilled flow (16 leases: 4 min 16 s) and past two generations of the spill (9 min 32 s each)
     clock = ManualClock(1_796_000_000_000)
     store = MemoryTaskStore()
     node = Node(store, clock, keep_in_memory=2, app=ONE_AT_A_TIME)
     async with running(node):
         node.transport.hold = asyncio.Event()
-        flows = [await stored_flow(store, clock=clock) for _ in range(20)]
+        flows = [await stored_flow(store, clock=clock) for _ in range(30)]
         for task, flow in flows:
             node.deliverer.submit(CallbackJob(task, flow, ONE_AT_A_TIME))
         await node.transport.wait_for(1)
-        assert len(node.deliverer.spill) == 18
+        assert len(node.deliverer.spill) == 28
 
-        # When the receiver answers one a minute for 22 minutes, the compensator passing every 5 s
-        for tick in range(1, 22 * 12 + 1):
+        # When the receiver answers one a minute for 32 minutes, the compensator passing every 5 s
+        for tick in range(1, 32 * 12 + 1):
             clock.advance(5_000)
             if tick % 12 == 0:
                 await answer(node)

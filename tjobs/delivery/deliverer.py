@@ -163,7 +163,7 @@ class Deliverer:
         self._running = False
         self.handed_over = 0  # flows let go: their shards went to another node
         self._hand_back = HandBack(clock, self._outcomes, hand_back_ms)
-        self.spill = Spill(self.lanes, self._hand_back, clock)  # first attempts held in the store, past an app's queue
+        self.spill = Spill(self.lanes, self._hand_back)  # first attempts held in the store, past an app's queue
         self.fenced_flows = FencedFlows(clock, self._hand_back)  # what the fence kept from being sent
         self.cancelled = 0
 

@@ -79,8 +79,8 @@ class SpilledFlows(Protocol):
         """Whether the deliverer takes ``flow_id`` back, leased, to re-drive it now (room in its app's queue)."""
         ...
 
-    def forget_unseen(self, before_ms: int) -> int:
-        """Forget those no lease found since ``before_ms``; returns how many."""
+    def forget_unseen(self, now_ms: int, generation_ms: int) -> int:
+        """Forget those no lease found for a generation of ``generation_ms`` or more; returns how many."""
         ...
 
 
@@ -157,7 +157,7 @@ class Compensator(PeriodicPass):
         else:  # a whole pass: a spilled flow it did not find for two of the longest holds is no longer open
             now_ms = self._clock.now_ms()
             if self._spill is not None and (self._fence is None or self._fence(now_ms)):
-                self._spill.forget_unseen(now_ms - 2 * (HELD_LEASES_MAX * self._lease_ms + grace_ms))
+                self._spill.forget_unseen(now_ms, 2 * (HELD_LEASES_MAX * self._lease_ms + grace_ms))
         self.backlog = handled
         return handled
 
