@@ -8,16 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
-from tests.delivery_fakes import APP, attempts_of, stored, stored_flow
+from tests.delivery_fakes import attempts_of, stored
 from tests.unit.test_deliverer_hand_back import Node, running
+from tests.unit.test_deliverer_spill import ONE_AT_A_TIME, fired_at_once
 from tjobs.clock import ManualClock
-from tjobs.delivery.deliverer import CallbackJob
 from tjobs.model import FlowStatus
 from tjobs.stores.base import TaskStore
-
-ONE_AT_A_TIME = replace(APP, max_concurrency=1)
 
 
 async def until(done: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
@@ -30,12 +27,7 @@ async def until(done: Callable[[], bool], what: str, timeout_s: float = 10.0) ->
 
 async def spilled_backlog(store: TaskStore, node: Node, clock: ManualClock, flows: int) -> list[str]:
     """``flows`` flows of a one-at-a-time app fired at once on ``node`` (its first attempt held); their ids."""
-    node.transport.hold = asyncio.Event()
-    backlog = [await stored_flow(store, clock=clock) for _ in range(flows)]
-    for task, flow in backlog:
-        node.deliverer.submit(CallbackJob(task, flow, ONE_AT_A_TIME))
-    await node.transport.wait_for(1)
-    return [flow.id for _, flow in backlog]
+    return [flow.id for _, flow in await fired_at_once(store, node, clock, flows)]
 
 
 def queued_here(node: Node) -> int:

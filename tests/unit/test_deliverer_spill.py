@@ -15,7 +15,8 @@ from tests.delivery_fakes import APP, attempts_of, delivered_all, settle, stored
 from tests.unit.test_deliverer_hand_back import Node, running
 from tjobs.clock import ManualClock
 from tjobs.delivery.deliverer import CallbackJob
-from tjobs.model import FlowStatus
+from tjobs.model import App, Flow, FlowStatus, Task
+from tjobs.stores.base import TaskStore
 from tjobs.stores.memory import MemoryTaskStore
 
 ONE_AT_A_TIME = replace(APP, max_concurrency=1)
@@ -34,6 +35,19 @@ async def answer(node: Node) -> None:
     await settle(50)
 
 
+async def fired_at_once(
+    store: TaskStore, node: Node, clock: ManualClock, count: int, app: App = ONE_AT_A_TIME
+) -> list[tuple[Task, Flow]]:
+    """``count`` flows of ``app`` fired at once on ``node``, whose receiver holds each attempt until answered: the
+    first under way, the others queued or spilled."""
+    node.transport.hold = asyncio.Event()
+    flows = [await stored_flow(store, clock=clock) for _ in range(count)]
+    for task, flow in flows:
+        node.deliverer.submit(CallbackJob(task, flow, app))
+    await node.transport.wait_for(1)
+    return flows
+
+
 async def test_a_backlog_past_its_apps_queue_waits_in_the_store_and_each_flow_goes_out_once_as_attempt_1() -> None:
     # Given a node whose queues keep 50 deliveries of an app in memory while they know no pace, sending one callback at
     # a time for an app whose receiver answers one a second, and 400 flows fired at once (a daily batch)
@@ -41,11 +55,7 @@ async def test_a_backlog_past_its_apps_queue_waits_in_the_store_and_each_flow_go
     store = MemoryTaskStore()
     node = Node(store, clock, keep_in_memory=50, app=ONE_AT_A_TIME)
     async with running(node):
-        node.transport.hold = asyncio.Event()
-        backlog = [await stored_flow(store, clock=clock) for _ in range(400)]
-        for task, flow in backlog:
-            node.deliverer.submit(CallbackJob(task, flow, ONE_AT_A_TIME))
-        await node.transport.wait_for(1)
+        backlog = await fired_at_once(store, node, clock, 400)
 
         # Then 49 wait in its memory behind the one under way, and 350 in the store, still the node's: in flight for
         # its compensator, and counted in the app's queue on /metrics
@@ -88,11 +98,7 @@ async def test_the_flows_a_node_spilled_go_out_at_the_next_owners_next_pass_when
     store = MemoryTaskStore()
     old, new = Node(store, clock, keep_in_memory=10, app=ONE_AT_A_TIME), Node(store, clock)
     async with running(old, new):
-        old.transport.hold = asyncio.Event()
-        flows = [await stored_flow(store, clock=clock) for _ in range(30)]
-        for task, flow in flows:
-            old.deliverer.submit(CallbackJob(task, flow, ONE_AT_A_TIME))
-        await old.transport.wait_for(1)
+        flows = await fired_at_once(store, old, clock, 30)
         assert (in_memory(old), len(old.deliverer.spill)) == (9, 20)
 
         # When it lets them go (it stops; or another node joins and takes every shard), the attempt under way answered
@@ -124,12 +130,8 @@ async def test_a_spilled_flow_whose_task_is_deleted_is_cancelled_when_taken_back
     store = MemoryTaskStore()
     node = Node(store, clock, keep_in_memory=2, app=ONE_AT_A_TIME)
     async with running(node):
-        node.transport.hold = asyncio.Event()
-        flows = [await stored_flow(store, clock=clock) for _ in range(3)]
+        flows = await fired_at_once(store, node, clock, 3)
         spilled_task, spilled = flows[2]
-        for task, flow in flows:
-            node.deliverer.submit(CallbackJob(task, flow, ONE_AT_A_TIME))
-        await node.transport.wait_for(1)
         assert list(node.deliverer.spill) == [spilled.id]
 
         # When the spilled flow's task is deleted as stored (nothing cancels it in memory here), the first two are
@@ -153,11 +155,7 @@ async def test_a_spilled_flow_cancelled_in_the_store_is_forgotten_once_no_lease_
     store = MemoryTaskStore()
     node = Node(store, clock, keep_in_memory=2, app=ONE_AT_A_TIME)
     async with running(node):
-        node.transport.hold = asyncio.Event()
-        flows = [await stored_flow(store, clock=clock) for _ in range(3)]
-        for task, flow in flows:
-            node.deliverer.submit(CallbackJob(task, flow, ONE_AT_A_TIME))
-        await node.transport.wait_for(1)
+        flows = await fired_at_once(store, node, clock, 3)
         assert await store.delete_task_cancelling_flows(flows[2][0].id, clock.now_ms())
         await answer(node)
         await answer(node)
@@ -188,11 +186,7 @@ async def test_a_flow_spilled_for_longer_than_the_leases_hold_it_is_still_the_no
     store = MemoryTaskStore()
     node = Node(store, clock, keep_in_memory=2, app=ONE_AT_A_TIME)
     async with running(node):
-        node.transport.hold = asyncio.Event()
-        flows = [await stored_flow(store, clock=clock) for _ in range(30)]
-        for task, flow in flows:
-            node.deliverer.submit(CallbackJob(task, flow, ONE_AT_A_TIME))
-        await node.transport.wait_for(1)
+        flows = await fired_at_once(store, node, clock, 30)
         assert len(node.deliverer.spill) == 28
 
         # When the receiver answers one a minute for 32 minutes, the compensator passing every 5 s
@@ -215,12 +209,8 @@ async def test_an_apps_queue_keeps_what_its_rate_limit_lets_out_in_two_minutes_u
     limited = replace(APP, rate_limit_per_s=2.0, max_concurrency=1)
     node = Node(store, clock, keep_in_memory=10, app=limited)
     async with running(node):
-        node.transport.hold = asyncio.Event()
-
         # When 300 of its flows are fired at once
-        for task, flow in [await stored_flow(store, clock=clock) for _ in range(300)]:
-            node.deliverer.submit(CallbackJob(task, flow, limited))
-        await node.transport.wait_for(1)
+        await fired_at_once(store, node, clock, 300, limited)
 
         # Then its queue keeps what the rate lets out in 2 minutes (240), not 10, and spills the other 60
         assert (in_memory(node), len(node.deliverer.spill)) == (239, 60)
