@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from tests.delivery_fakes import attempts_of, stored
 from tests.unit.test_deliverer_hand_back import Node, running
-from tests.unit.test_deliverer_spill import ONE_AT_A_TIME, fired_at_once
+from tests.unit.test_deliverer_spill import ONE_AT_A_TIME, answer, fired_at_once, in_memory
 from tjobs.clock import ManualClock
 from tjobs.model import FlowStatus
 from tjobs.stores.base import TaskStore
@@ -30,20 +30,9 @@ async def spilled_backlog(store: TaskStore, node: Node, clock: ManualClock, flow
     return [flow.id for _, flow in await fired_at_once(store, node, clock, flows)]
 
 
-def queued_here(node: Node) -> int:
-    """Deliveries waiting in the node's memory (not spilled)."""
-    return node.deliverer.backlog - len(node.deliverer.spill)
-
-
 def next_sent(node: Node, sent: int) -> Callable[[], bool]:
     """Whether the node sent one more than ``sent``, or has nothing in memory to send."""
-    return lambda: queued_here(node) == 0 or len(node.transport.requests) > sent
-
-
-async def answer(node: Node) -> None:
-    assert node.transport.hold is not None
-    answered, node.transport.hold = node.transport.hold, asyncio.Event()
-    answered.set()
+    return lambda: in_memory(node) == 0 or len(node.transport.requests) > sent
 
 
 async def test_a_spilled_backlog_goes_out_once_as_first_attempts(store: TaskStore) -> None:

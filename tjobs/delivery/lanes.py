@@ -56,7 +56,6 @@ class Lane:
         "queue",
         "rate_per_s",
         "spill_taken",
-        "spilled",
         "spilled_added",
         "taken",
         "workers",
@@ -69,12 +68,18 @@ class Lane:
         self.added = 0
         self.taken = 0
         self.rate_per_s = 0.0  # the app's rate limit as last queued (0: none)
-        self.spilled = 0  # its flows waiting in the store (tjobs.delivery.spill), numbered apart from the queue's
+        # its flows spilled to the store (tjobs.delivery.spill), numbered apart from the queue's, and those taken back
+        # or let go since
         self.spilled_added = 0
         self.spill_taken = 0
         self.per_ms = 0.0  # takes a millisecond over the last whole window
         self.mark_ms = now_ms  # where the window under way began, and the takes by then
         self.mark_taken = 0
+
+    @property
+    def spilled(self) -> int:
+        """Its flows waiting in the store."""
+        return self.spilled_added - self.spill_taken
 
     def took(self, now_ms: int) -> None:
         self.taken += 1
@@ -128,7 +133,6 @@ class Lanes:
     def spill(self, app_id: str, rate_limit_per_s: float) -> int:
         """Count a flow of the app that waits in the store instead of its queue; returns its number among them."""
         lane = self._lane(app_id, rate_limit_per_s)
-        lane.spilled += 1
         lane.spilled_added += 1
         return lane.spilled_added - 1
 
@@ -136,7 +140,6 @@ class Lanes:
         """A spilled flow of the app is taken back, or let go: no longer counted here."""
         lane = self._lanes.get(app_id)
         if lane is not None:
-            lane.spilled -= 1
             lane.spill_taken += 1
             self._forget_if_idle(lane)
 
