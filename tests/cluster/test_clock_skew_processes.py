@@ -101,10 +101,14 @@ async def instants_each_to_its_path(
 ) -> dict[int, int]:
     """An ``at`` task for each instant, created through node 1 in one batch request, each calling back
     ``/at/<instant>``: task id -> instant. (Created one at a time, and then 16 at a time, previews at load 12-14
-    stepped the clock after the last of 200 instants over 10 s: the creates had outlasted them, nothing to judge.)"""
+    stepped the clock after the last of 200 instants over 10 s: the creates had outlasted them, nothing to judge.)
+    Each has its own key, so each lands in the shard its key hashes to: a batch puts keyless tasks 32 in a row
+    in one shard (``tjobs.service.task_batches``), and the first 1.6 s of instants then all went to one node's
+    jobs half the time, the other node firing nothing before the step."""
     tasks = [
         {
             "name": "t",
+            "key": f"instant-{at_ms}",
             "schedule": {"kind": "at", "at": iso_ms(at_ms)},
             "callback": {"url": receiver.url(f"/at/{at_ms}")},
             "misfire_policy": "fire_now",
