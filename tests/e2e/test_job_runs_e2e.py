@@ -204,8 +204,9 @@ async def test_a_run_live_across_a_kill_holds_its_tasks_overlap_on_the_next_node
     assert ended.status_code == 200 and ended.json()["status"] == "delivered"
     assert total == [run.flow_id, after.flow_id], total
     # queue_one: the earliest fire after the run went, not a later instant: the fire the killed node queued behind
-    # the run, or, the node killed before the task's next instant (as it mostly is: ~0.1 s after the run's start),
-    # the first of the instants missed meanwhile that the next node fires together when it takes the shard over
+    # the run (parked, or committed with its park not yet written: a CI run at load killed it in that window), or,
+    # the node killed before the task's next instant (as it mostly is: ~0.1 s after the run's start), the first of
+    # the instants missed meanwhile that the next node fires together when it takes the shard over
     if overlap == "queue_one":
         later = sorted((f for f in flows if f["id"] != run.flow_id), key=lambda f: int(f["scheduled_at_ms"]))
         assert later[0]["id"] == after.flow_id, (after.flow_id, _compact(flows))

@@ -278,6 +278,28 @@ async def test_a_successor_holds_the_fire_the_dead_owner_queued_behind_the_run(r
     assert rig.sent() == [first.id, second.id]
 
 
+async def test_a_successor_holds_the_earlier_fire_the_dead_owner_committed_but_had_not_parked_yet(rig: Rig) -> None:
+    # Given a live run, and the task's next fire committed by the run's node, which died before that fire's park
+    # behind the run was written (its outcome is written in the background): pending as the fire wrote it
+    task, (first, second, third) = await _running_on_a_node_that_dies(rig, "queue_one", 3)
+    assert (await rig.stored(second)).next_attempt_at_ms == second.scheduled_at_ms
+    successor = await rig.node(rig.every)
+
+    # When the task fires on the successor while the run lives
+    await rig.fire(successor, task, third)
+
+    # Then the later fire is skipped: the earlier one keeps the task's one queued place
+    assert (await rig.until(third, FlowStatus.SKIPPED, FlowStatus.RUNNING)).status is FlowStatus.SKIPPED
+
+    # And the earlier one, re-driven by the successor's compensator, waits behind the run and goes once it ended
+    successor.deliverer.deliver(task, await rig.stored(second))
+    await asyncio.sleep(WATCH_S * 5)
+    assert rig.sent() == [first.id]
+    await rig.report(first, status="succeeded")
+    await rig.until(second, FlowStatus.RUNNING)
+    assert rig.sent() == [first.id, second.id]
+
+
 async def test_a_successor_queues_the_earliest_of_the_fires_it_judges_together(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

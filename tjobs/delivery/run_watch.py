@@ -24,10 +24,12 @@ timed out and await their retry (flows ``pending`` with a run,
 final end, as on the node that sent it; a fire queued behind one waits until the retry's run could have ended
 (the run's own length after the retry's time). A fire the previous owner queued behind a run is parked in the
 store at the run's deadline: the new owner finds it there (:meth:`RunWatch.learn`) and holds it as the run's
-queued fire. A node that loses a shard forgets its runs (:meth:`RunWatch.forget`) and lets go of the fires
-queued behind them, left parked for the new owner. A queued fire whose run ended while no node owned its shard
-(between a kill and the take-over) is not found so: it waits parked until the run's deadline, when the owner's
-compensator sends it (as before the take-over learned runs).
+queued fire; so it does an earlier fire of the task that is open but not parked (its node died between the
+fire's commit and the park's write, which is written in the background): a later fire is skipped, and that one
+waits behind the run once the compensator re-drives it. A node that loses a shard forgets its runs
+(:meth:`RunWatch.forget`) and lets go of the fires queued behind them, left parked for the new owner. A queued
+fire whose run ended while no node owned its shard (between a kill and the take-over) is not found so: it waits
+parked until the run's deadline, when the owner's compensator sends it (as before the take-over learned runs).
 
 One read per watched run a round, only while some run is watched; nothing on the fire path."""
 
@@ -39,7 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from tjobs.delivery.outcomes import FlowReader
-from tjobs.model import Flow, Task
+from tjobs.model import Flow, Task, parse_flow_id
 from tjobs.specs.pool import Overlap
 
 logger = logging.getLogger(__name__)
@@ -172,7 +174,9 @@ class RunWatch:
         """Before a fire ``flow_id`` of ``task`` (that must not overlap itself) goes: the task's runs in the
         store, live or awaiting their retry, wherever they were sent from, watched here from now on (but those
         ``here`` delivers), for the gate to hold; and whether a fire of the task that ``here`` does not deliver
-        is parked behind one of them (another node queued it: the task's one queued fire). One read of the
+        is parked behind one of them (another node queued it: the task's one queued fire), or is an earlier fire
+        still open (fired by a node that died before its park behind the run was written: the compensator sends it
+        here, and it is the one that waits). One read of the
         task's open flows (:meth:`~tjobs.stores.contracts.runs.RunRecords.open_flows_of_task`). Calls for one
         task answer in the order they were made (a call waits for the task's previous one), so fires handed over
         together (a take-over's overdue instants) are judged in their order: under ``queue_one`` the earliest
@@ -196,8 +200,12 @@ class RunWatch:
             if flow.id not in self._runs and not here(flow.id):
                 self.add(flow.id, flow.task_id, flow.scheduled_at_ms, watch_ms)
             parked_at |= {watch_ms, None if flow.run is None else flow.run.deadline_ms}
+        _, scheduled_at_ms = parse_flow_id(flow_id)
         queued = any(
-            f.id != flow_id and f.run is None and f.status.deliverable and f.next_attempt_at_ms in parked_at
+            f.id != flow_id
+            and f.run is None
+            and f.status.deliverable
+            and (f.next_attempt_at_ms in parked_at or f.scheduled_at_ms < scheduled_at_ms)
             for f in flows
             if not here(f.id)
         )
