@@ -176,6 +176,30 @@ def committers(receiver: Receiver) -> dict[str, str]:
     return found
 
 
+def overlap_report(
+    outcome: Outcome,
+    mine: dict[int, int],
+    by: dict[str, str],
+    victim_agent: str,
+    last_ms: int,
+    first_ms: int,
+    cut_ms: int,
+) -> str:
+    """The flows between the other node's first take-over and the victim's last commit (times from the cut):
+    instant, created_at, sender of the first attempt, attempts, status."""
+    lines = []
+    for task, at in sorted(mine.items(), key=lambda item: outcome.fired_at(item[0])):
+        created = outcome.fired_at(task)
+        if first_ms <= created <= last_ms:
+            flow = outcome.flows[task][0]
+            sender = "victim" if by.get(str(task)) == victim_agent else by.get(str(task))
+            lines.append(
+                f"task {task} at +{at - cut_ms} created +{created - cut_ms} by {sender} "
+                f"attempts {flow.get('attempts')} {flow.get('status')}"
+            )
+    return "; ".join(lines[:40])
+
+
 async def cut_from_etcd(rig: ClusterRig, api: Api, proxy: TcpProxy, receiver: Receiver, cut_s: float) -> None:
     await start_two(rig, api, proxy)
     victim = rig.nodes[VICTIM]
@@ -200,7 +224,10 @@ async def cut_from_etcd(rig: ClusterRig, api: Api, proxy: TcpProxy, receiver: Re
     taken_over = [outcome.fired_at(t) for t in mine if by.get(str(t)) not in (None, victim_agent)]
     assert victim_fired and taken_over, "the victim fired before the cut and another node after it"
     fired_while_cut = [at for at in victim_fired if at < healed_ms]
-    assert max(fired_while_cut) < min(taken_over), "the victim committed after its group was taken over"
+    assert max(fired_while_cut) < min(taken_over), (
+        "the victim committed after its group was taken over: "
+        + overlap_report(outcome, mine, by, victim_agent, max(fired_while_cut), min(taken_over), cut_ms)
+    )
     due_after_cut = {t: at for t, at in mine.items() if at >= cut_ms}
     late = lateness_ms(outcome, due_after_cut)
     print(f"victim's tasks due after the cut: {len(late)}, worst {max(late.values())} ms late")
