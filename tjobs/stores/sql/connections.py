@@ -30,7 +30,7 @@ from tjobs.model import Task
 from tjobs.settings import StorageSettings
 from tjobs.stores.contracts.lifecycle import StoreLifecycle
 from tjobs.stores.shard_fence import stale
-from tjobs.stores.sql.errors import storage_errors
+from tjobs.stores.sql.errors import Deadlocked, storage_errors
 from tjobs.stores.sql_direct import (
     DirectPool,
     GroupCommit,
@@ -54,6 +54,9 @@ from tjobs.stores.sql_layout import (
 from tjobs.stores.sql_sessions import SessionRegistry
 
 T = TypeVar("T")
+
+DEADLOCK_RETRIES = 3
+"""Runs of a write transaction again after MariaDB rolled it back as a deadlock's victim (:meth:`SqlBase._in_write`)."""
 logger = logging.getLogger(__name__)
 
 INSERT_RETRIES = 3  # a write that lost a race to a concurrent one (a key, an id) is tried again this often
@@ -188,6 +191,22 @@ class SqlBase(StoreLifecycle):
         with self._errors(url):
             async with self._begin_write(url) as conn:
                 yield conn
+
+    async def _in_write(self, url: str, body: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """``body`` in a write transaction (:meth:`_write`), run again from its start when MariaDB rolled
+        the transaction back as a deadlock's victim, :data:`DEADLOCK_RETRIES` times at most (then
+        :class:`~tjobs.stores.sql.errors.Deadlocked`, a 503). For a transaction whose every statement and
+        every decision is in ``body``: nothing of a rolled-back run is kept. (Two edits of one app's tasks
+        lock their task rows, then the app's count rows: a transaction holding a count row that asks for a
+        task row deadlocks with one.)"""
+        for retry in range(DEADLOCK_RETRIES + 1):
+            try:
+                async with self._write(url) as conn:
+                    return await body(conn)
+            except Deadlocked:
+                if retry == DEADLOCK_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def _begin_write(self, url: str) -> AsyncIterator[AsyncConnection]:

@@ -5,7 +5,9 @@ engine or a raw asyncmy pool of :mod:`tjobs.stores.sql_direct`) passes its error
 :func:`storage_error`: a server that cannot be reached, dropped the connection or timed out a lock wait
 becomes :class:`tjobs.errors.StorageUnavailable` naming its URL without the password; a write the
 shard-map fence refused (:mod:`tjobs.stores.shard_fence`) becomes :class:`tjobs.errors.StaleShardMap`;
-the store's own errors and anything else (a bad statement, a taken key) are raised as they are.
+a transaction MariaDB rolled back as a deadlock's victim (1213) becomes :class:`Deadlocked` (a 503 too, which a
+caller whose whole transaction is in one block runs again: ``SqlBase._in_write``); the store's own errors and
+anything else (a bad statement, a taken key) are raised as they are.
 """
 
 from __future__ import annotations
@@ -13,9 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from tjobs.errors import StaleShardMap, TjobsError
+from tjobs.errors import StaleShardMap, StorageUnavailable, TjobsError
 from tjobs.stores.shard_fence import is_fenced
-from tjobs.stores.sql_layout import is_unavailable, unavailable
+from tjobs.stores.sql_layout import DEADLOCK_ERRNOS, is_unavailable, mysql_errno, safe_url, unavailable
+
+
+class Deadlocked(StorageUnavailable):
+    """MariaDB rolled the transaction back as a deadlock's victim: nothing of it was written, and the same
+    transaction run again from its start commits once the other one ended."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"database {safe_url(url)} rolled the write back as a deadlock's victim; retry")
 
 
 def storage_error(
@@ -27,6 +37,8 @@ def storage_error(
         return None
     if is_unavailable(error):
         return unavailable(url, error)
+    if mysql_errno(error) in DEADLOCK_ERRNOS:
+        return Deadlocked(url)
     if fence is not None and is_fenced(error):
         return fence()
     return None

@@ -120,7 +120,8 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             .where(tasks_t.c.id == task.id, tasks_t.c.version == expected_version)
             .values({**{name: row[name] for name in _MUTABLE_COLUMNS}, "version": expected_version + 1})
         )
-        async with self._write(home.database.engine_url) as conn:
+
+        async def write(conn: AsyncConnection) -> tuple[int, Task | None]:
             locked = select(tasks_t.c.status).where(tasks_t.c.id == task.id).with_for_update()
             before = (await self._fenced(conn, home.database, locked, home.options)).rows
             result = await conn.execute(statement, execution_options=home.options)
@@ -128,7 +129,10 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             if result.rowcount == 1 and stored is not None:
                 await replace_references(conn, home, stored)
                 await self._count(conn, home, stored.app_id, TaskStatus(before[0][0]), stored.status)
-        if result.rowcount == 1 and stored is not None:
+            return result.rowcount, stored
+
+        updated, stored = await self._in_write(home.database.engine_url, write)
+        if updated == 1 and stored is not None:
             return stored
         if stored is None:
             raise NotFound("task", task.id)
@@ -147,7 +151,8 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         if home is None:
             raise NotFound("task", task.id)
         tasks_t = home.tasks
-        async with self._write(home.database.engine_url) as conn:
+
+        async def write(conn: AsyncConnection) -> Task:
             # The row lock orders this edit with the fire transaction: whichever comes second sees
             # the other's row (a fire's CAS then fails on the new version; this edit keeps its progress).
             locked = select(tasks_t).where(tasks_t.c.id == task.id).with_for_update()
@@ -166,7 +171,9 @@ class SqlTaskRecords(SqlBase, TaskRecords):
             if "callback" in fields and (stored.callback.targets or edited.callback.targets):
                 await replace_references(conn, home, edited)
             await self._count(conn, home, stored.app_id, stored.status, edited.status)
-        return edited
+            return edited
+
+        return await self._in_write(home.database.engine_url, write)
 
     async def _count(
         self, conn: AsyncConnection, home: ShardTables, app_id: str, before: TaskStatus | None, after: TaskStatus | None
@@ -193,15 +200,15 @@ class SqlTaskRecords(SqlBase, TaskRecords):
         home = self._shard_of_task(task_id)
         if home is None:
             return False
-        async with self._write(home.database.engine_url) as conn:
-            return await self._delete_locked(conn, home, task_id)
+        return await self._in_write(home.database.engine_url, lambda conn: self._delete_locked(conn, home, task_id))
 
     async def delete_task_cancelling_flows(self, task_id: int, now_ms: int) -> bool:
         home = self._shard_of_task(task_id)
         if home is None:
             return False
         c = home.flows.c
-        async with self._write(home.database.engine_url) as conn:
+
+        async def write(conn: AsyncConnection) -> bool:
             if not await self._delete_locked(conn, home, task_id):
                 return False
             await conn.execute(
@@ -210,12 +217,15 @@ class SqlTaskRecords(SqlBase, TaskRecords):
                 .values(status=FlowStatus.CANCELLED.value, next_attempt_at=None, updated_at=now_ms),
                 execution_options=home.options,
             )
-        return True
+            return True
+
+        return await self._in_write(home.database.engine_url, write)
 
     async def delete_app_tasks(self, app_id: str, shard: int, limit: int, now_ms: int) -> int:
         home = self._shard(shard)
         t, f = home.tasks.c, home.flows.c
-        async with self._write(home.database.engine_url) as conn:
+
+        async def write(conn: AsyncConnection) -> int:
             # the app's index range, locked: a fire of one of them waits, then finds its row gone
             pick = select(t.id, t.status).where(t.app_id == app_id).order_by(t.id).limit(limit).with_for_update()
             picked = (await self._fenced(conn, home.database, pick, home.options)).rows
@@ -237,7 +247,9 @@ class SqlTaskRecords(SqlBase, TaskRecords):
                 {"ids": task_ids},
                 execution_options=home.options,
             )
-        return len(task_ids)
+            return len(task_ids)
+
+        return await self._in_write(home.database.engine_url, write)
 
     async def list_tasks(self, app_id: str, shard: int, after_id: int | None, limit: int) -> list[Task]:
         home = self._shard(shard)
